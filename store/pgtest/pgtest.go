@@ -1,0 +1,147 @@
+// Package pgtest gives tests a real, freshly migrated PostgreSQL database.
+//
+// Each test binary starts one throwaway cluster with the same launcher the
+// server uses (store/embedpg), migrates a template database once, and hands
+// every test its own copy of it. Set SYNC_TEST_DATABASE_URL to a server's
+// admin URL to use that server instead of starting one.
+//
+// A package using it declares
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/store/embedpg"
+)
+
+var (
+	mu       sync.Mutex
+	cluster  *embedpg.Cluster
+	tmpDir   string
+	adminURL string
+	template string
+	counter  int
+)
+
+// Main runs the tests, then stops the cluster and removes its files.
+func Main(m *testing.M) int {
+	code := m.Run()
+	mu.Lock()
+	defer mu.Unlock()
+	if cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = cluster.Stop(ctx)
+		cancel()
+	}
+	if tmpDir != "" {
+		_ = os.RemoveAll(tmpDir)
+	}
+	return code
+}
+
+// start brings up the shared server and the migrated template; mu is held.
+func start() error {
+	if template != "" {
+		return nil
+	}
+	ctx := context.Background()
+	if u := os.Getenv("SYNC_TEST_DATABASE_URL"); u != "" {
+		adminURL = u
+	} else {
+		dir, err := os.MkdirTemp("", "syncpg")
+		if err != nil {
+			return err
+		}
+		tmpDir = dir
+		c, err := embedpg.Start(ctx, embedpg.Options{
+			Dir:      dir,
+			Database: "postgres",
+			NoSync:   true,
+			// Durability is pointless for a throwaway cluster.
+			Settings: map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "200"},
+			Logger:   slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			return err
+		}
+		cluster = c
+		adminURL = c.URL()
+	}
+	name := fmt.Sprintf("sync_tmpl_%d_%d", os.Getpid(), time.Now().UnixNano())
+	if err := exec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return err
+	}
+	db, err := store.Open(ctx, withDatabase(adminURL, name), store.Options{})
+	if err != nil {
+		return err
+	}
+	_, err = db.Migrate(ctx)
+	db.Close() // a template must have no connections to be copied
+	if err != nil {
+		return err
+	}
+	template = name
+	return nil
+}
+
+func exec(ctx context.Context, url, sql string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+func withDatabase(raw, db string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		panic(err)
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+// URL returns the connection string of a new, migrated, empty database.
+func URL(t testing.TB) string {
+	t.Helper()
+	mu.Lock()
+	if err := start(); err != nil {
+		mu.Unlock()
+		t.Fatalf("pgtest: start PostgreSQL: %v", err)
+	}
+	counter++
+	name := fmt.Sprintf("%s_%d", template, counter)
+	err := exec(context.Background(), adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
+		pgx.Identifier{name}.Sanitize(), pgx.Identifier{template}.Sanitize()))
+	mu.Unlock()
+	if err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	return withDatabase(adminURL, name)
+}
+
+// New returns a pool on a new, migrated, empty database, closed when the test
+// ends.
+func New(t testing.TB) *store.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), URL(t), store.Options{})
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(db.Close)
+	return db
+}
