@@ -124,6 +124,11 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if n := len(filepath.Join(sockDir, ".s.PGSQL.5432")); n > 107 {
 		return nil, fmt.Errorf("embedpg: socket path under %s is %d bytes, over the 107 the kernel allows; choose a shorter data directory", dir, n)
 	}
+	// Missing ancestors are made traversable: as root, the cluster belongs
+	// to the postgres account, which must be able to reach it.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("embedpg: %w", err)
+	}
 	cred, err := runAs(dir)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// config is the server's configuration: every field has a flag and an
+// environment variable (the flag wins), listed in the README.
+type config struct {
+	Addr        string        // SYNC_ADDR, -addr: listen address. Default 127.0.0.1:8080.
+	PublicURL   string        // SYNC_PUBLIC_URL, -public-url: external base URL. Default http://<addr>.
+	DatabaseURL string        // DATABASE_URL, -database-url: use this server instead of the embedded one.
+	DataDir     string        // SYNC_DATA_DIR, -data-dir: embedded cluster and local data.
+	CreateToken string        // SYNC_CREATE_TOKEN, -create-token: bearer token POST /rooms requires; empty = open.
+	RateLimit   float64       // SYNC_RATE_LIMIT, -rate-limit: requests/s per credential; negative disables. Default 100.
+	MaxBody     int64         // SYNC_MAX_BODY_BYTES, -max-body-bytes: request body cap. Default 1 MiB.
+	MaxValue    int           // SYNC_MAX_VALUE_BYTES, -max-value-bytes: one state value cap. Default 64 KiB.
+	ShutdownIn  time.Duration // SYNC_SHUTDOWN_TIMEOUT, -shutdown-timeout: drain time. Default 15 s.
+	LogFormat   string        // SYNC_LOG_FORMAT, -log-format: text or json. Default text.
+}
+
+// defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
+// As root, PostgreSQL runs as the postgres account, which cannot enter
+// /root, so root's default is /var/lib/syncd.
+func defaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/syncd"
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "sync")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "sync")
+	}
+	return filepath.Join(os.TempDir(), "sync-"+strconv.Itoa(os.Getuid()))
+}
+
+func parseConfig(args []string) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("syncd", flag.ContinueOnError)
+	env := func(name, def string) string {
+		if v, ok := os.LookupEnv(name); ok {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&c.Addr, "addr", env("SYNC_ADDR", "127.0.0.1:8080"), "listen address (SYNC_ADDR)")
+	fs.StringVar(&c.PublicURL, "public-url", env("SYNC_PUBLIC_URL", ""), "externally visible base URL (SYNC_PUBLIC_URL); default http://<addr>")
+	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL); empty starts the embedded cluster")
+	fs.StringVar(&c.DataDir, "data-dir", env("SYNC_DATA_DIR", defaultDataDir()), "data directory for the embedded cluster (SYNC_DATA_DIR)")
+	fs.StringVar(&c.CreateToken, "create-token", env("SYNC_CREATE_TOKEN", ""), "bearer token required to create rooms over REST (SYNC_CREATE_TOKEN); empty = open")
+	rate := fs.String("rate-limit", env("SYNC_RATE_LIMIT", "100"), "requests per second per credential; negative disables (SYNC_RATE_LIMIT)")
+	maxBody := fs.String("max-body-bytes", env("SYNC_MAX_BODY_BYTES", "1048576"), "request body limit (SYNC_MAX_BODY_BYTES)")
+	maxValue := fs.String("max-value-bytes", env("SYNC_MAX_VALUE_BYTES", "65536"), "state value limit (SYNC_MAX_VALUE_BYTES)")
+	shutdown := fs.String("shutdown-timeout", env("SYNC_SHUTDOWN_TIMEOUT", "15s"), "graceful shutdown limit (SYNC_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&c.LogFormat, "log-format", env("SYNC_LOG_FORMAT", "text"), "log format, text or json (SYNC_LOG_FORMAT)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var err error
+	if c.RateLimit, err = strconv.ParseFloat(*rate, 64); err != nil {
+		return nil, fmt.Errorf("rate limit %q: %w", *rate, err)
+	}
+	if c.MaxBody, err = strconv.ParseInt(*maxBody, 10, 64); err != nil || c.MaxBody <= 0 {
+		return nil, fmt.Errorf("max body bytes %q is not a positive integer", *maxBody)
+	}
+	if c.MaxValue, err = strconv.Atoi(*maxValue); err != nil || c.MaxValue <= 0 {
+		return nil, fmt.Errorf("max value bytes %q is not a positive integer", *maxValue)
+	}
+	if c.ShutdownIn, err = time.ParseDuration(*shutdown); err != nil {
+		return nil, fmt.Errorf("shutdown timeout %q: %w", *shutdown, err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return nil, errors.New("log format must be text or json")
+	}
+	if c.PublicURL == "" {
+		c.PublicURL = "http://" + c.Addr
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return c, nil
+}

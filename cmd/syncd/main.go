@@ -1,0 +1,154 @@
+// Command syncd is the sync server: the substrate's REST API (and, as they
+// land, OAuth and MCP) over PostgreSQL, embedded by default.
+//
+//	syncd            run the server
+//	syncd migrate    apply database migrations and exit
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/store/embedpg"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/rest"
+)
+
+func main() {
+	args := os.Args[1:]
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "migrate" || args[0] == "serve") {
+		cmd, args = args[0], args[1:]
+	}
+	cfg, err := parseConfig(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "syncd:", err)
+		os.Exit(2)
+	}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	if cfg.LogFormat == "json" {
+		h = slog.NewJSONHandler(os.Stderr, nil)
+	}
+	slog.SetDefault(slog.New(h))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cmd, cfg, nil); err != nil {
+		slog.Error("syncd stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends. ready, when not nil, receives the listener's
+// address once the server accepts connections (tests use it).
+func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) error {
+	db, closeDB, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+
+	applied, err := db.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	if cmd == "migrate" {
+		slog.Info("migrations done", "applied", applied)
+		return nil
+	}
+
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue}})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		if err := db.Ping(pctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"database unavailable"}` + "\n"))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
+	})
+	mux.Handle("/", rest.Handler(svc, rest.Options{
+		MaxBodyBytes:  cfg.MaxBody,
+		RatePerSecond: cfg.RateLimit,
+		CreateToken:   cfg.CreateToken,
+	}))
+	if cfg.CreateToken == "" {
+		slog.Warn("room creation is open to anyone who can reach the server; set SYNC_CREATE_TOKEN to restrict it", "public_url", cfg.PublicURL)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	slog.Info("syncd listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL)
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	slog.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownIn)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		slog.Warn("shutdown did not drain every request", "err", err)
+	}
+	return nil
+}
+
+// openDatabase connects to DATABASE_URL, or starts the embedded cluster
+// when it is unset. The returned func closes the pool and stops the cluster.
+func openDatabase(ctx context.Context, cfg *config) (*store.DB, func(), error) {
+	if cfg.DatabaseURL != "" {
+		db, err := store.Open(ctx, cfg.DatabaseURL, store.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return db, db.Close, nil
+	}
+	cluster, err := embedpg.Start(ctx, embedpg.Options{Dir: filepath.Join(cfg.DataDir, "postgres")})
+	if err != nil {
+		return nil, nil, err
+	}
+	stopCluster := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cluster.Stop(sctx); err != nil {
+			slog.Warn("embedded PostgreSQL did not stop cleanly", "err", err)
+		}
+	}
+	db, err := store.Open(ctx, cluster.URL(), store.Options{})
+	if err != nil {
+		stopCluster()
+		return nil, nil, err
+	}
+	return db, func() { db.Close(); stopCluster() }, nil
+}

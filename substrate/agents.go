@@ -1,0 +1,294 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Agent is an agent's public presence (seed 001: presence is public
+// metadata, not private state).
+type Agent struct {
+	ID            string          `json:"id"`
+	Name          string          `json:"name"`
+	Role          string          `json:"role"`
+	Status        string          `json:"status"`
+	WaitingOn     *string         `json:"waiting_on"`
+	LastHeartbeat time.Time       `json:"last_heartbeat"`
+	JoinedAt      time.Time       `json:"joined_at"`
+	Grants        []string        `json:"grants"`
+	Meta          json.RawMessage `json:"meta"`
+}
+
+// JoinedAgent is an agent with its token, shown this once.
+type JoinedAgent struct {
+	Agent
+	Token string `json:"token"`
+	// Created is false when an existing agent re-joined (token rotated).
+	Created bool `json:"created"`
+}
+
+// JoinRequest is the body of POST /rooms/:id/agents.
+type JoinRequest struct {
+	ID   string          `json:"id,omitempty"`
+	Name string          `json:"name"`
+	Role string          `json:"role,omitempty"`
+	Meta json.RawMessage `json:"meta,omitempty"`
+}
+
+// Agent statuses a client may set by heartbeat; "waiting" is set by wait.
+var settableStatus = []string{"active", "idle", "busy", "done"}
+
+const agentColumns = `id, name, role, status, waiting_on, last_heartbeat, joined_at, grants, meta`
+
+func scanAgent(row pgx.Row) (*Agent, error) {
+	a := &Agent{}
+	err := row.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.JoinedAt, &a.Grants, &a.Meta)
+	return a, err
+}
+
+// Join adds an agent to a room, or re-joins an existing one with a fresh
+// token. p is nil when the request carried no token. A new agent needs room
+// authority unless the room is open-join; re-joining needs room authority or
+// the agent's own token.
+func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req JoinRequest) (*JoinedAgent, error) {
+	if p != nil {
+		if err := s.requireRoom(ctx, p, roomID); err != nil {
+			return nil, err
+		}
+	}
+	if req.ID == "" {
+		req.ID = newID("agent-")
+	}
+	if err := validName("agent id", req.ID, s.lim.MaxScopeBytes, false); err != nil {
+		return nil, err
+	}
+	if err := validText("name", req.Name, 128, true); err != nil {
+		return nil, err
+	}
+	if req.Role == "" {
+		req.Role = "agent"
+	}
+	if err := validText("role", req.Role, 64, true); err != nil {
+		return nil, err
+	}
+	meta, err := s.validMeta("meta", req.Meta)
+	if err != nil {
+		return nil, err
+	}
+	token, hash := newToken(AgentTokenPrefix)
+	out := &JoinedAgent{Token: token}
+	_, err = s.mutate(ctx, p, roomID, 0, func(m *mutation) error {
+		var openJoin, exists, scopeUsed bool
+		err := m.tx.QueryRow(ctx, `SELECT r.open_join,
+				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
+				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2)
+			FROM rooms r WHERE r.id = $1`, roomID, req.ID).Scan(&openJoin, &exists, &scopeUsed)
+		if err != nil {
+			return err
+		}
+		admin := m.p != nil && m.p.Admin()
+		if exists {
+			self := m.p != nil && m.p.Kind == KindAgent && m.p.AgentID == req.ID
+			if !admin && !self {
+				return errs.New(errs.AgentExists, "agent %q already exists in room %q", req.ID, roomID).
+					WithHint("re-join with that agent's token or the room token (this rotates its token), or join with another id")
+			}
+			a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET name = $3, role = $4,
+					meta = CASE WHEN $6 THEN $5 ELSE meta END,
+					token_hash = $7, status = 'active', waiting_on = NULL, last_heartbeat = now()
+				WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns,
+				roomID, req.ID, req.Name, req.Role, meta, len(req.Meta) > 0, hash))
+			if err != nil {
+				return err
+			}
+			out.Agent = *a
+		} else {
+			if !admin && !openJoin {
+				if m.p == nil {
+					return errs.New(errs.Unauthorized, "joining room %q needs the room token", roomID).
+						WithHint("send Authorization: Bearer room_…; this room does not allow open join")
+				}
+				return errs.New(errs.Forbidden, "joining room %q needs the room token", roomID).
+					WithHint("ask the room token holder to add the agent; this room does not allow open join")
+			}
+			if scopeUsed {
+				// Taking this id would hand the newcomer an existing scope's data.
+				return errs.New(errs.ScopeInUse, "scope %q already holds state, so %q cannot be a new agent id", req.ID, req.ID).
+					WithHint("join with another id")
+			}
+			a, err := scanAgent(m.tx.QueryRow(ctx, `INSERT INTO agents (room_id, id, name, role, meta, token_hash)
+				VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+agentColumns,
+				roomID, req.ID, req.Name, req.Role, meta, hash))
+			if err != nil {
+				return err
+			}
+			out.Agent = *a
+			out.Created = true
+		}
+		if m.p == nil {
+			m.actor = req.ID
+		}
+		m.audit = map[string]any{"kind": "agent_join", "agent": req.ID, "name": req.Name, "role": req.Role, "rejoin": exists}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListAgents returns the room's presence to any principal of the room.
+func (s *Service) ListAgents(ctx context.Context, p *Principal, roomID string) ([]Agent, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Pool.Query(ctx, `SELECT `+agentColumns+` FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Agent{}
+	for rows.Next() {
+		a, err := scanAgent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *a)
+	}
+	return out, rows.Err()
+}
+
+// AgentUpdate is the body of PATCH /rooms/:id/agents/:agent. Absent fields
+// are left as they are.
+type AgentUpdate struct {
+	Name   *string         `json:"name,omitempty"`
+	Role   *string         `json:"role,omitempty"`
+	Grants *[]string       `json:"grants,omitempty"`
+	Meta   json.RawMessage `json:"meta,omitempty"`
+}
+
+// UpdateAgent changes an agent's name, role, grants or meta; room authority
+// only.
+func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID string, u AgentUpdate) (*Agent, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if u.Name != nil {
+		if err := validText("name", *u.Name, 128, true); err != nil {
+			return nil, err
+		}
+	}
+	if u.Role != nil {
+		if err := validText("role", *u.Role, 64, true); err != nil {
+			return nil, err
+		}
+	}
+	var grants []string
+	if u.Grants != nil {
+		if len(*u.Grants) > s.lim.MaxGrants {
+			return nil, errs.New(errs.InvalidField, "%d grants, over the limit of %d", len(*u.Grants), s.lim.MaxGrants).WithHint("grant fewer scopes, or grant \"*\"")
+		}
+		grants = []string{}
+		for _, g := range *u.Grants {
+			if g != "*" {
+				if err := validName("grant", g, s.lim.MaxScopeBytes, true); err != nil {
+					return nil, err
+				}
+				if isSystemScope(g) && g != ScopeAudit {
+					return nil, errs.New(errs.InvalidField, "scope %q is written only by the system and cannot be granted", g).WithHint("grant _shared, _messages, _audit, agent scopes or user-defined scopes")
+				}
+			}
+			if !slices.Contains(grants, g) {
+				grants = append(grants, g)
+			}
+		}
+	}
+	var meta []byte
+	if len(u.Meta) > 0 {
+		var err error
+		if meta, err = s.validMeta("meta", u.Meta); err != nil {
+			return nil, err
+		}
+	}
+	var out *Agent
+	_, err := s.mutate(ctx, p, roomID, 0, func(m *mutation) error {
+		if !m.p.Admin() {
+			return errs.New(errs.Forbidden, "changing an agent needs the room token").WithHint("ask the room token holder")
+		}
+		a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET
+				name = coalesce($3, name), role = coalesce($4, role),
+				grants = coalesce($5, grants), meta = coalesce($6, meta)
+			WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns,
+			roomID, agentID, u.Name, u.Role, grants, meta))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("list agents with GET /rooms/%s/agents", roomID)
+		}
+		if err != nil {
+			return err
+		}
+		out = a
+		change := map[string]any{}
+		if u.Name != nil {
+			change["name"] = *u.Name
+		}
+		if u.Role != nil {
+			change["role"] = *u.Role
+		}
+		if u.Grants != nil {
+			change["grants"] = grants
+		}
+		if meta != nil {
+			change["meta"] = json.RawMessage(meta)
+		}
+		m.audit = map[string]any{"kind": "agent_update", "agent": agentID, "change": change}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Heartbeat marks an agent present, optionally with a status. The agent
+// itself or room authority may call it. It is presence, not a room
+// mutation: no sequence number, no audit entry.
+func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, status string) (*Agent, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if !p.Admin() && !(p.Kind == KindAgent && p.AgentID == agentID) {
+		return nil, errs.New(errs.Forbidden, "only agent %q or the room token may send its heartbeat", agentID).WithHint("send the heartbeat with that agent's token")
+	}
+	if status != "" && !slices.Contains(settableStatus, status) {
+		return nil, errs.New(errs.InvalidField, "status %q is not one of %v", status, settableStatus).WithHint("omit status or use one of %v", settableStatus)
+	}
+	a, err := scanAgent(s.db.Pool.QueryRow(ctx, `UPDATE agents SET last_heartbeat = now(),
+			status = coalesce(nullif($3, ''), status)
+		WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns, roomID, agentID, status))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("join first with POST /rooms/%s/agents", roomID)
+	}
+	return a, err
+}
+
+func validText(field, s string, max int, required bool) error {
+	if s == "" && required {
+		return errs.New(errs.InvalidField, "%s is required", field).WithHint("send a non-empty %s", field)
+	}
+	if len(s) > max {
+		return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", field, len(s), max).WithHint("shorten %s", field)
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return errs.New(errs.InvalidField, "%s contains control character %U", field, r).WithHint("use printable text")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+// Package errs is the one error type every layer returns to clients: a
+// stable code, a message saying what was wrong, a hint saying what to do
+// instead, and optional details. The code decides the HTTP status, and the
+// MCP layer reports the same code in tool errors.
+package errs
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Code is a stable, machine-readable error code.
+type Code string
+
+// The codes, grouped by the HTTP status they map to.
+const (
+	// 400
+	InvalidJSON  Code = "invalid_json"
+	InvalidField Code = "invalid_field"
+	// 401
+	Unauthorized Code = "unauthorized"
+	// 403
+	Forbidden     Code = "forbidden"
+	ScopeDenied   Code = "scope_denied"
+	ReadOnlyToken Code = "read_only_token"
+	// 404
+	NotFound      Code = "not_found"
+	RoomNotFound  Code = "room_not_found"
+	AgentNotFound Code = "agent_not_found"
+	KeyNotFound   Code = "key_not_found"
+	// 405
+	MethodNotAllowed Code = "method_not_allowed"
+	// 409
+	RoomExists      Code = "room_exists"
+	AgentExists     Code = "agent_exists"
+	VersionConflict Code = "version_conflict"
+	KeyExists       Code = "key_exists"
+	AppendOnly      Code = "append_only"
+	NotMergeable    Code = "not_mergeable"
+	ScopeInUse      Code = "scope_in_use"
+	ScopeFull       Code = "scope_full"
+	// 413
+	BodyTooLarge  Code = "body_too_large"
+	ValueTooLarge Code = "value_too_large"
+	// 429
+	RateLimited Code = "rate_limited"
+	// 500, 503
+	Internal    Code = "internal"
+	Unavailable Code = "unavailable"
+)
+
+var statusOf = map[Code]int{
+	InvalidJSON: 400, InvalidField: 400,
+	Unauthorized: 401,
+	Forbidden:    403, ScopeDenied: 403, ReadOnlyToken: 403,
+	NotFound: 404, RoomNotFound: 404, AgentNotFound: 404, KeyNotFound: 404,
+	MethodNotAllowed: 405,
+	RoomExists:       409, AgentExists: 409, VersionConflict: 409, KeyExists: 409,
+	AppendOnly: 409, NotMergeable: 409, ScopeInUse: 409, ScopeFull: 409,
+	BodyTooLarge: 413, ValueTooLarge: 413,
+	RateLimited: 429,
+	Internal:    500, Unavailable: 503,
+}
+
+// Status is the HTTP status for code; unknown codes are 500.
+func (c Code) Status() int {
+	if s, ok := statusOf[c]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// Error is a client-facing error.
+type Error struct {
+	Code    Code
+	Message string
+	Hint    string
+	// Details are extra fields merged into the JSON body (for example
+	// current_version on a version_conflict).
+	Details map[string]any
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// New makes an error with a formatted message.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// WithHint sets what the client should do instead.
+func (e *Error) WithHint(format string, args ...any) *Error {
+	e.Hint = fmt.Sprintf(format, args...)
+	return e
+}
+
+// With adds a detail field.
+func (e *Error) With(key string, value any) *Error {
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	e.Details[key] = value
+	return e
+}
+
+// From returns err as an *Error; anything else becomes an internal error
+// whose message hides the cause (which the caller should log).
+func From(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: Internal, Message: "internal error", Hint: "retry later; if it persists, report it with the time of the request"}
+}
+
+// Is reports whether err carries code.
+func Is(err error, code Code) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// Body is the JSON shape of an error response.
+func (e *Error) Body() map[string]any {
+	b := make(map[string]any, len(e.Details)+3)
+	for k, v := range e.Details {
+		b[k] = v
+	}
+	b["error"] = string(e.Code)
+	b["message"] = e.Message
+	if e.Hint != "" {
+		b["hint"] = e.Hint
+	}
+	return b
+}

@@ -1,0 +1,114 @@
+package substrate
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Kind is what a credential is.
+type Kind string
+
+// Credential kinds.
+const (
+	// KindRoom is the room token: '*' authority over one room.
+	KindRoom Kind = "room"
+	// KindView is the view token: reads every scope of one room, writes none.
+	KindView Kind = "view"
+	// KindAgent is an agent token: its own scope plus its grants.
+	KindAgent Kind = "agent"
+)
+
+// Principal is an authenticated caller, scoped to one room.
+type Principal struct {
+	Kind    Kind
+	RoomID  string
+	AgentID string   // set for KindAgent
+	Grants  []string // set for KindAgent; "*" means room authority
+}
+
+// Admin reports room-token authority: the room token or a "*" grant.
+func (p *Principal) Admin() bool {
+	return p.Kind == KindRoom || (p.Kind == KindAgent && slices.Contains(p.Grants, "*"))
+}
+
+// Actor is how the principal is named in audit entries and as a writer.
+func (p *Principal) Actor() string {
+	switch p.Kind {
+	case KindAgent:
+		return p.AgentID
+	case KindView:
+		return "_view"
+	}
+	return "_room"
+}
+
+// Authenticate resolves a bearer token to its principal. An agent's call
+// also counts as its heartbeat (refreshed at most every HeartbeatEvery).
+func (s *Service) Authenticate(ctx context.Context, token string) (*Principal, error) {
+	kind, ok := tokenKind(token)
+	if !ok {
+		return nil, errs.New(errs.Unauthorized, "the bearer token is not a sync token").
+			WithHint("send Authorization: Bearer room_…, view_… or as_… as returned when the room was created or the agent joined")
+	}
+	h := hashToken(token)
+	p := &Principal{Kind: kind}
+	var err error
+	switch kind {
+	case KindRoom:
+		err = s.db.Pool.QueryRow(ctx, `SELECT id FROM rooms WHERE token_hash = $1`, h).Scan(&p.RoomID)
+	case KindView:
+		err = s.db.Pool.QueryRow(ctx, `SELECT id FROM rooms WHERE view_token_hash = $1`, h).Scan(&p.RoomID)
+	case KindAgent:
+		var last time.Time
+		var stale bool
+		err = s.db.Pool.QueryRow(ctx,
+			`SELECT room_id, id, grants, last_heartbeat, last_heartbeat < now() - make_interval(secs => $2)
+			   FROM agents WHERE token_hash = $1`, h, s.hbEach.Seconds()).
+			Scan(&p.RoomID, &p.AgentID, &p.Grants, &last, &stale)
+		if err == nil && stale {
+			s.touch(ctx, p.RoomID, p.AgentID)
+		}
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errs.New(errs.Unauthorized, "the bearer token is unknown or was rotated").
+			WithHint("use the token returned by the latest room creation or agent join; re-join the agent with the room token to get a new one")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// touch records a heartbeat. It is best effort: a failed heartbeat must not
+// fail the call it rides on.
+func (s *Service) touch(ctx context.Context, roomID, agentID string) {
+	if _, err := s.db.Pool.Exec(ctx, `UPDATE agents SET last_heartbeat = now() WHERE room_id = $1 AND id = $2`, roomID, agentID); err != nil {
+		s.log.Warn("heartbeat update failed", "room", roomID, "agent", agentID, "err", err)
+	}
+}
+
+// requireRoom checks that p may address roomID at all.
+func (s *Service) requireRoom(ctx context.Context, p *Principal, roomID string) error {
+	if p == nil {
+		return errs.New(errs.Unauthorized, "this request needs a bearer token").
+			WithHint("send Authorization: Bearer <room_, view_ or as_ token of room %q>", roomID)
+	}
+	if p.RoomID == roomID {
+		return nil
+	}
+	var exists bool
+	if err := s.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rooms WHERE id = $1)`, roomID).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create it with POST /rooms")
+	}
+	return errs.New(errs.Forbidden, "the token belongs to room %q, not %q", p.RoomID, roomID).
+		WithHint("use a token issued for room %q", roomID)
+}

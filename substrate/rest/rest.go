@@ -1,0 +1,453 @@
+// Package rest is the REST API of the substrate for token clients (room,
+// view and agent tokens; seed 001 §API). Each handler decodes the request,
+// calls one substrate operation and encodes the result.
+package rest
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Options configure the API.
+type Options struct {
+	// MaxBodyBytes caps a request body. Default 1 MiB.
+	MaxBodyBytes int64
+	// RatePerSecond is the sustained requests per second allowed per
+	// credential (per client IP for requests without one). Default 100;
+	// negative disables rate limiting.
+	RatePerSecond float64
+	// RateBurst is the burst above the sustained rate. Default 2× the rate.
+	RateBurst int
+	// CreateToken, when set, is the bearer token POST /rooms requires; when
+	// empty anyone may create a room (still rate limited per IP).
+	CreateToken string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+type api struct {
+	svc           *substrate.Service
+	opt           Options
+	log           *slog.Logger
+	limit         *limiter
+	createTokHash [32]byte
+}
+
+// Handler returns the REST API. Mount it at the server root: its routes
+// start with /rooms.
+func Handler(svc *substrate.Service, opt Options) http.Handler {
+	if opt.MaxBodyBytes <= 0 {
+		opt.MaxBodyBytes = 1 << 20
+	}
+	if opt.RatePerSecond == 0 {
+		opt.RatePerSecond = 100
+	}
+	if opt.RateBurst <= 0 {
+		opt.RateBurst = int(2 * opt.RatePerSecond)
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	a := &api{svc: svc, opt: opt, log: opt.Logger}
+	if opt.RatePerSecond > 0 {
+		a.limit = newLimiter(opt.RatePerSecond, opt.RateBurst)
+	}
+	if opt.CreateToken != "" {
+		a.createTokHash = sha256.Sum256([]byte(opt.CreateToken))
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /rooms", a.createRoom)
+	mux.HandleFunc("GET /rooms", a.authed(a.listRooms))
+	mux.HandleFunc("GET /rooms/{room}", a.authed(a.getRoom))
+	mux.HandleFunc("POST /rooms/{room}/agents", a.join)
+	mux.HandleFunc("GET /rooms/{room}/agents", a.authed(a.listAgents))
+	mux.HandleFunc("PATCH /rooms/{room}/agents/{agent}", a.authed(a.updateAgent))
+	mux.HandleFunc("POST /rooms/{room}/agents/{agent}/heartbeat", a.authed(a.heartbeat))
+	mux.HandleFunc("GET /rooms/{room}/state", a.authed(a.readState))
+	mux.HandleFunc("PUT /rooms/{room}/state", a.authed(a.writeState))
+	mux.HandleFunc("PUT /rooms/{room}/state/batch", a.authed(a.writeBatch))
+	mux.HandleFunc("DELETE /rooms/{room}/state", a.authed(a.deleteState))
+	mux.HandleFunc("/rooms/", func(w http.ResponseWriter, r *http.Request) {
+		a.fail(w, r, errs.New(errs.NotFound, "no endpoint %s %s", r.Method, r.URL.Path).
+			WithHint("see the README for the REST API: /rooms, /rooms/:id/agents, /rooms/:id/state"))
+	})
+	// Order matters: CORS answers preflights before anything else; limits
+	// apply before any work; recovery wraps everything that may panic.
+	return a.cors(a.recover(a.rateLimit(a.bodyLimit(mux))))
+}
+
+type principalKey struct{}
+
+// bearer returns the Authorization bearer token, or "".
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// authed wraps a handler that needs a principal.
+func (a *api) authed(h func(http.ResponseWriter, *http.Request, *substrate.Principal)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, err := a.principal(r)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		if p == nil {
+			a.fail(w, r, errs.New(errs.Unauthorized, "this request needs a bearer token").
+				WithHint("send Authorization: Bearer <room_, view_ or as_ token>"))
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+// principal authenticates the request's bearer token; nil without one.
+func (a *api) principal(r *http.Request) (*substrate.Principal, error) {
+	tok := bearer(r)
+	if tok == "" {
+		return nil, nil
+	}
+	return a.svc.Authenticate(r.Context(), tok)
+}
+
+func (a *api) createRoom(w http.ResponseWriter, r *http.Request) {
+	if a.opt.CreateToken != "" {
+		got := sha256.Sum256([]byte(bearer(r)))
+		if subtle.ConstantTimeCompare(got[:], a.createTokHash[:]) != 1 {
+			a.fail(w, r, errs.New(errs.Unauthorized, "creating a room needs the server's room-creation token").
+				WithHint("send Authorization: Bearer <SYNC_CREATE_TOKEN>, or create rooms through an MCP client"))
+			return
+		}
+	}
+	var req substrate.CreateRoomRequest
+	if !a.decode(w, r, &req, true) {
+		return
+	}
+	room, err := a.svc.CreateRoom(r.Context(), req)
+	a.reply(w, r, http.StatusCreated, room, err)
+}
+
+func (a *api) listRooms(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	rooms, err := a.svc.ListRooms(r.Context(), p)
+	a.reply(w, r, http.StatusOK, map[string]any{"rooms": rooms}, err)
+}
+
+func (a *api) getRoom(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	room, err := a.svc.GetRoom(r.Context(), p, r.PathValue("room"))
+	a.reply(w, r, http.StatusOK, room, err)
+}
+
+func (a *api) join(w http.ResponseWriter, r *http.Request) {
+	p, err := a.principal(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var req substrate.JoinRequest
+	if !a.decode(w, r, &req, false) {
+		return
+	}
+	ag, err := a.svc.Join(r.Context(), p, r.PathValue("room"), req)
+	status := http.StatusOK
+	if err == nil && ag.Created {
+		status = http.StatusCreated
+	}
+	a.reply(w, r, status, ag, err)
+}
+
+func (a *api) listAgents(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	agents, err := a.svc.ListAgents(r.Context(), p, r.PathValue("room"))
+	a.reply(w, r, http.StatusOK, map[string]any{"agents": agents}, err)
+}
+
+func (a *api) updateAgent(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	var u substrate.AgentUpdate
+	if !a.decode(w, r, &u, false) {
+		return
+	}
+	ag, err := a.svc.UpdateAgent(r.Context(), p, r.PathValue("room"), r.PathValue("agent"), u)
+	a.reply(w, r, http.StatusOK, ag, err)
+}
+
+func (a *api) heartbeat(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	var body struct {
+		Status string `json:"status,omitempty"`
+	}
+	if !a.decode(w, r, &body, true) {
+		return
+	}
+	ag, err := a.svc.Heartbeat(r.Context(), p, r.PathValue("room"), r.PathValue("agent"), body.Status)
+	a.reply(w, r, http.StatusOK, ag, err)
+}
+
+func (a *api) readState(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	q := r.URL.Query()
+	rq := substrate.ReadQuery{Scope: q.Get("scope"), Key: q.Get("key")}
+	var err error
+	if rq.After, err = intParam(q.Get("after"), "after"); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	limit, err := intParam(q.Get("limit"), "limit")
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	rq.Limit = int(limit)
+	res, err := a.svc.ReadState(r.Context(), p, r.PathValue("room"), rq)
+	if err == nil && rq.Key != "" {
+		// One entry asked for, one entry returned.
+		a.reply(w, r, http.StatusOK, res.Entries[0], nil)
+		return
+	}
+	a.reply(w, r, http.StatusOK, res, err)
+}
+
+func (a *api) writeState(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	var wr substrate.Write
+	if !a.decode(w, r, &wr, false) {
+		return
+	}
+	if wr.Delete {
+		a.fail(w, r, errs.New(errs.InvalidField, "delete is not a field of a single write").WithHint("use DELETE /rooms/:id/state?scope=…&key=…, or delete: true inside a batch"))
+		return
+	}
+	res, err := a.svc.WriteState(r.Context(), p, r.PathValue("room"), []substrate.Write{wr}, false)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	e := res.Entries[0]
+	a.reply(w, r, http.StatusOK, struct {
+		substrate.Entry
+		Seq int64 `json:"seq"`
+	}{e, res.Seq}, nil)
+}
+
+func (a *api) writeBatch(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	var body struct {
+		Writes []substrate.Write `json:"writes"`
+	}
+	if !a.decode(w, r, &body, false) {
+		return
+	}
+	res, err := a.svc.WriteState(r.Context(), p, r.PathValue("room"), body.Writes, true)
+	a.reply(w, r, http.StatusOK, res, err)
+}
+
+func (a *api) deleteState(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	q := r.URL.Query()
+	wr := substrate.Write{Scope: q.Get("scope"), Key: q.Get("key"), Delete: true}
+	if v := q.Get("if_version"); v != "" {
+		n, err := intParam(v, "if_version")
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		wr.IfVersion = &n
+	}
+	res, err := a.svc.WriteState(r.Context(), p, r.PathValue("room"), []substrate.Write{wr}, false)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.reply(w, r, http.StatusOK, map[string]any{"deleted": true, "scope": wr.Scope, "key": wr.Key, "seq": res.Seq}, nil)
+}
+
+func intParam(v, name string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errs.New(errs.InvalidField, "%s=%q is not a non-negative integer", name, v).WithHint("send %s as a whole number", name)
+	}
+	return n, nil
+}
+
+// decode reads the JSON body into v. Unknown fields are refused, so a
+// misspelt field is an error rather than silently ignored. With optional,
+// an empty body is allowed.
+func (a *api) decode(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			a.fail(w, r, errs.New(errs.BodyTooLarge, "request body is over the limit of %d bytes", tooBig.Limit).
+				WithHint("send less per request; split batches").With("limit", tooBig.Limit))
+			return false
+		}
+		a.fail(w, r, errs.New(errs.InvalidJSON, "could not read the request body: %v", err).WithHint("send the body again"))
+		return false
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		if optional {
+			return true
+		}
+		a.fail(w, r, errs.New(errs.InvalidJSON, "request body is empty").WithHint("send a JSON object"))
+		return false
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		a.fail(w, r, jsonError(err))
+		return false
+	}
+	if dec.More() {
+		a.fail(w, r, errs.New(errs.InvalidJSON, "request body has data after the JSON object").WithHint("send exactly one JSON object"))
+		return false
+	}
+	return true
+}
+
+func jsonError(err error) *errs.Error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return errs.New(errs.InvalidJSON, "request body is not valid JSON at byte %d: %v", syn.Offset, err).WithHint("send a valid JSON object")
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return errs.New(errs.InvalidJSON, "request body must be a JSON object, not %s", typ.Value).WithHint("send a JSON object")
+		}
+		return errs.New(errs.InvalidField, "field %q must be %s, not %s", field, typeName(typ.Type.String()), typ.Value).
+			WithHint("send %s as %s", field, typeName(typ.Type.String())).With("field", field)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errs.New(errs.InvalidJSON, "request body ends in the middle of the JSON").WithHint("send a complete JSON object")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return errs.New(errs.InvalidField, "unknown field %q", field).WithHint("check the field name against the API documentation").With("field", field)
+	}
+	return errs.New(errs.InvalidJSON, "request body could not be decoded: %v", err).WithHint("send a valid JSON object")
+}
+
+func typeName(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "a boolean"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "*int"), strings.HasPrefix(goType, "float"):
+		return "a number"
+	case strings.HasPrefix(goType, "[]"), strings.HasPrefix(goType, "*[]"):
+		return "a list"
+	}
+	return "an object"
+}
+
+func (a *api) reply(w http.ResponseWriter, r *http.Request, status int, v any, err error) {
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, status, v)
+}
+
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := errs.From(err)
+	if e.Code == errs.Internal {
+		a.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	if e.Code == errs.Unauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sync"`)
+	}
+	writeJSON(w, e.Code.Status(), e.Body())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// --- middleware ---
+
+func (a *api) bodyLimit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > a.opt.MaxBodyBytes {
+			a.fail(w, r, errs.New(errs.BodyTooLarge, "request body is %d bytes, over the limit of %d", r.ContentLength, a.opt.MaxBodyBytes).
+				WithHint("send less per request; split batches").With("limit", a.opt.MaxBodyBytes))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, a.opt.MaxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *api) rateLimit(next http.Handler) http.Handler {
+	if a.limit == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := "ip:" + clientIP(r)
+		if tok := bearer(r); tok != "" {
+			h := sha256.Sum256([]byte(tok))
+			key = string(h[:])
+		}
+		if wait, ok := a.limit.allow(key); !ok {
+			secs := int(wait/time.Second) + 1
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			a.fail(w, r, errs.New(errs.RateLimited, "more than %g requests per second with this credential", a.opt.RatePerSecond).
+				WithHint("retry after %d s, and spread requests out (use wait instead of polling)", secs).With("retry_after_ms", wait.Milliseconds()))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func clientIP(r *http.Request) string {
+	host := r.RemoteAddr
+	if i := strings.LastIndexByte(host, ':'); i > 0 {
+		host = host[:i]
+	}
+	return host
+}
+
+func (a *api) recover(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				a.fail(w, r, fmt.Errorf("panic: %v", v))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cors lets browser clients call the API with bearer tokens. No cookies
+// are involved, so any origin is safe.
+func (a *api) cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			w.Header().Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE")
+			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+			w.Header().Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,119 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Room is a room as clients see it. Tokens are never part of it.
+type Room struct {
+	ID        string          `json:"id"`
+	CreatedAt time.Time       `json:"created_at"`
+	Meta      json.RawMessage `json:"meta"`
+	OpenJoin  bool            `json:"open_join"`
+	Seq       int64           `json:"seq"`
+}
+
+// CreateRoomRequest is the body of POST /rooms.
+type CreateRoomRequest struct {
+	// ID is the room id; a random one when empty.
+	ID string `json:"id,omitempty"`
+	// Meta is a free JSON object (label, description, …).
+	Meta json.RawMessage `json:"meta,omitempty"`
+	// OpenJoin lets anyone join with a new agent id, no token needed.
+	// Default false: joining needs the room token.
+	OpenJoin bool `json:"open_join,omitempty"`
+}
+
+// CreatedRoom is a new room with its tokens, shown this once.
+type CreatedRoom struct {
+	Room
+	Token     string `json:"token"`
+	ViewToken string `json:"view_token"`
+}
+
+// CreateRoom makes a room and its room and view tokens. Creation is the
+// room's first mutation (seq 1, audited).
+func (s *Service) CreateRoom(ctx context.Context, req CreateRoomRequest) (*CreatedRoom, error) {
+	if req.ID == "" {
+		req.ID = newID("room-")
+	}
+	if err := validName("room id", req.ID, s.lim.MaxScopeBytes, false); err != nil {
+		return nil, err
+	}
+	meta, err := s.validMeta("meta", req.Meta)
+	if err != nil {
+		return nil, err
+	}
+	token, hash := newToken(RoomTokenPrefix)
+	viewToken, viewHash := newToken(ViewTokenPrefix)
+	out := &CreatedRoom{Token: token, ViewToken: viewToken}
+	err = s.db.InTx(ctx, func(tx store.Tx) error {
+		err := tx.QueryRow(ctx,
+			`INSERT INTO rooms (id, meta, open_join, token_hash, view_token_hash, seq)
+			 VALUES ($1, $2, $3, $4, $5, 1) RETURNING id, created_at, meta, open_join, seq`,
+			req.ID, meta, req.OpenJoin, hash, viewHash).
+			Scan(&out.ID, &out.CreatedAt, &out.Meta, &out.OpenJoin, &out.Seq)
+		if store.IsUniqueViolation(err) {
+			return errs.New(errs.RoomExists, "room %q already exists", req.ID).WithHint("choose another id, or omit id to get a random one")
+		}
+		if err != nil {
+			return err
+		}
+		audit, _ := json.Marshal(map[string]any{"ts": out.CreatedAt.UTC().Format(time.RFC3339Nano), "kind": "room_create", "by": "_room", "seq": 1,
+			"open_join": req.OpenJoin})
+		_, err = tx.Exec(ctx, `INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer, via, created_at, updated_at)
+			VALUES ($1, '_audit', '1', 1, $2, 1, '_room', 'system', $3, $3)`, out.ID, audit, out.CreatedAt)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetRoom returns a room to any principal of it.
+func (s *Service) GetRoom(ctx context.Context, p *Principal, roomID string) (*Room, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	r := &Room{}
+	err := s.db.Pool.QueryRow(ctx, `SELECT id, created_at, meta, open_join, seq FROM rooms WHERE id = $1`, roomID).
+		Scan(&r.ID, &r.CreatedAt, &r.Meta, &r.OpenJoin, &r.Seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+	}
+	return r, err
+}
+
+// ListRooms returns the rooms p can see: a room or agent token sees its one
+// room. (OAuth users list theirs through the lobby.)
+func (s *Service) ListRooms(ctx context.Context, p *Principal) ([]Room, error) {
+	r, err := s.GetRoom(ctx, p, p.RoomID)
+	if err != nil {
+		return nil, err
+	}
+	return []Room{*r}, nil
+}
+
+// validMeta checks an optional JSON object and returns it ("{}" if absent).
+func (s *Service) validMeta(field string, raw json.RawMessage) ([]byte, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return []byte("{}"), nil
+	}
+	if raw[0] != '{' {
+		return nil, errs.New(errs.InvalidField, "%s must be a JSON object", field).WithHint(`send an object such as {"label": "…"}`)
+	}
+	if len(raw) > s.lim.MaxMetaBytes {
+		return nil, errs.New(errs.ValueTooLarge, "%s is %d bytes, over the limit of %d", field, len(raw), s.lim.MaxMetaBytes).
+			WithHint("keep %s small; put data in state instead", field)
+	}
+	return raw, nil
+}

@@ -1,0 +1,118 @@
+package substrate
+
+import (
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Scope conventions (seed 001 §State, ARCHITECTURE §3):
+//
+//   - Scopes starting with "_" are communal: every credential of the room
+//     reads them. _shared is the communal mutable scope, _messages the
+//     message log.
+//   - _audit records every write, values included, so reading it would
+//     reveal private scopes: only the room and view tokens and agents
+//     granted "_audit" (or "*") read it. Nobody writes it directly.
+//   - _agents, _actions and _views are reserved for the system.
+//   - Any other scope is private: the agent with that id reads and writes
+//     it, others only with a grant. Room and view tokens read everything.
+const (
+	ScopeShared   = "_shared"
+	ScopeMessages = "_messages"
+	ScopeAudit    = "_audit"
+	// ScopeSelf is the alias an agent may use for its own scope.
+	ScopeSelf = "self"
+)
+
+var systemScopes = []string{ScopeAudit, "_agents", "_actions", "_views"}
+
+func isSystemScope(scope string) bool { return slices.Contains(systemScopes, scope) }
+
+// canRead reports whether p may read scope.
+func canRead(p *Principal, scope string) bool {
+	if p.Kind == KindRoom || p.Kind == KindView || p.Admin() {
+		return true
+	}
+	if scope == ScopeAudit {
+		return slices.Contains(p.Grants, ScopeAudit)
+	}
+	if strings.HasPrefix(scope, "_") {
+		return true
+	}
+	return scope == p.AgentID || slices.Contains(p.Grants, scope)
+}
+
+// checkWrite returns nil when p may write scope directly.
+func checkWrite(p *Principal, scope string) error {
+	if p.Kind == KindView {
+		return errs.New(errs.ReadOnlyToken, "the view token is read-only").
+			WithHint("write with the room token or an agent token")
+	}
+	if isSystemScope(scope) {
+		return errs.New(errs.ScopeDenied, "scope %q is written only by the system", scope).
+			WithHint("write to _shared, your own scope or a user-defined scope")
+	}
+	if p.Admin() || scope == p.AgentID || slices.Contains(p.Grants, scope) {
+		return nil
+	}
+	e := errs.New(errs.ScopeDenied, "agent %q has no write authority over scope %q", p.AgentID, scope).
+		With("scope", scope).With("grants", p.Grants)
+	if scope == ScopeShared || strings.HasPrefix(scope, "_") {
+		return e.WithHint("write to your own scope (%q), invoke an action that writes %s, or ask the room token holder for a %q grant", p.AgentID, scope, scope)
+	}
+	return e.WithHint("agents write their own scope (%q) or granted scopes; ask the room token holder for a grant", p.AgentID)
+}
+
+// resolveScope maps the "self" alias to the caller's scope.
+func resolveScope(p *Principal, scope string) (string, error) {
+	if scope != ScopeSelf {
+		return scope, nil
+	}
+	if p.Kind != KindAgent {
+		return "", errs.New(errs.InvalidField, `scope "self" means the calling agent's own scope, and this token is not an agent's`).
+			WithHint("name the scope explicitly")
+	}
+	return p.AgentID, nil
+}
+
+// validName checks room ids, agent ids and scope names: 1..max bytes of
+// letters, digits and _ . : @ -, not "self" and not "*".
+func validName(what, s string, max int, allowUnderscore bool) error {
+	hint := "use 1–%d characters from A–Z a–z 0–9 _ . : @ -"
+	switch {
+	case s == "":
+		return errs.New(errs.InvalidField, "%s is empty", what).WithHint(hint, max)
+	case len(s) > max:
+		return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", what, len(s), max).WithHint(hint, max)
+	case s == ScopeSelf || s == "*":
+		return errs.New(errs.InvalidField, "%s %q is reserved", what, s).WithHint("choose another name")
+	case !allowUnderscore && s[0] == '_':
+		return errs.New(errs.InvalidField, "%s %q starts with _, which is reserved for communal and system scopes", what, s).WithHint("choose a name that starts with a letter or digit")
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_.:@-", r)) {
+			return errs.New(errs.InvalidField, "%s %q contains %q", what, s, r).WithHint(hint, max)
+		}
+	}
+	return nil
+}
+
+func validKey(key string, max int) error {
+	switch {
+	case key == "":
+		return errs.New(errs.InvalidField, "key is empty").WithHint("give every write a key (append writes may omit it)")
+	case len(key) > max:
+		return errs.New(errs.InvalidField, "key is %d bytes, over the limit of %d", len(key), max).WithHint("use a shorter key")
+	case !utf8.ValidString(key):
+		return errs.New(errs.InvalidField, "key is not valid UTF-8").WithHint("use a UTF-8 key")
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f {
+			return errs.New(errs.InvalidField, "key contains control character %U", r).WithHint("use printable characters in keys")
+		}
+	}
+	return nil
+}
