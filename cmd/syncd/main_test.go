@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// start runs the server in the background and returns its base URL and a
+// function that stops it and waits for a clean exit.
+func start(t *testing.T, cfg *config) (string, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, "serve", cfg, ready) }()
+	select {
+	case addr := <-ready:
+		return "http://" + addr, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		}
+	case err := <-done:
+		cancel()
+		t.Fatalf("server did not start: %v", err)
+	case <-time.After(90 * time.Second):
+		cancel()
+		t.Fatal("server did not start in 90 s")
+	}
+	return "", nil
+}
+
+func testConfig(t *testing.T, extra ...string) *config {
+	t.Helper()
+	cfg, err := parseConfig(append([]string{"-addr", "127.0.0.1:0"}, extra...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func call(t *testing.T, method, url, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	return res.StatusCode, out
+}
+
+// With no DATABASE_URL the server runs its own cluster; data written before
+// a stop is there after the next start.
+func TestEmbeddedRestartKeepsData(t *testing.T) {
+	dir, err := os.MkdirTemp("", "syncd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// As root the cluster runs as the postgres account, which must be able
+	// to enter the directory.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DATABASE_URL", "")
+	cfg := testConfig(t, "-data-dir", dir)
+
+	base, stop := start(t, cfg)
+	if code, _ := call(t, "GET", base+"/readyz", "", ""); code != 200 {
+		t.Fatalf("readyz %d", code)
+	}
+	code, room := call(t, "POST", base+"/rooms", "", `{"id":"persist"}`)
+	if code != 201 {
+		t.Fatalf("create room %d %v", code, room)
+	}
+	tok := room["token"].(string)
+	if code, _ := call(t, "PUT", base+"/rooms/persist/state", tok, `{"scope":"_shared","key":"k","value":"kept"}`); code != 200 {
+		t.Fatalf("write %d", code)
+	}
+	stop()
+
+	base, stop = start(t, cfg)
+	defer stop()
+	code, got := call(t, "GET", base+"/rooms/persist/state?scope=_shared&key=k", tok, "")
+	if code != 200 || got["value"] != "kept" {
+		t.Fatalf("after restart: %d %v", code, got)
+	}
+}
+
+func TestHealthAndMigrateWithDatabaseURL(t *testing.T) {
+	url := pgtest.URL(t)
+	cfg := testConfig(t, "-database-url", url)
+	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	base, stop := start(t, cfg)
+	defer stop()
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, _ := call(t, "GET", base+p, "", ""); code != 200 {
+			t.Fatalf("%s: %d", p, code)
+		}
+	}
+}
+
+func TestConfigFromEnvAndFlags(t *testing.T) {
+	t.Setenv("SYNC_ADDR", "127.0.0.1:9999")
+	t.Setenv("SYNC_RATE_LIMIT", "7")
+	cfg, err := parseConfig([]string{"-rate-limit", "9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Addr != "127.0.0.1:9999" || cfg.RateLimit != 9 || cfg.PublicURL != "http://127.0.0.1:9999" {
+		t.Fatalf("config %+v", cfg)
+	}
+	if _, err := parseConfig([]string{"-max-body-bytes", "lots"}); err == nil {
+		t.Fatal("bad number accepted")
+	}
+}

@@ -1,0 +1,137 @@
+package rest_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/syncsubstrate/sync/substrate/rest"
+)
+
+// The privacy and authority matrix: every credential against every
+// operation. Allowed calls succeed; refused ones get 401/403 and leave the
+// room exactly as it was (its seq does not move and the probed key stays).
+func TestAuthorityMatrix(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("matrix", nil)
+	other := e.room("elsewhere", nil)
+	creds := map[string]string{
+		"room":    rm.token,
+		"view":    rm.view,
+		"agentA":  e.join(rm, "a"),
+		"agentB":  e.join(rm, "b"),
+		"granted": e.join(rm, "g", "_shared", "b"),
+		"star":    e.join(rm, "s", "*"),
+		"none":    "",
+		"foreign": other.token,
+		"bogus":   "room_notarealtoken",
+	}
+	// Seed one entry per scope so reads and deletes have a target.
+	for _, sc := range []string{"_shared", "a", "b", "_messages"} {
+		e.do("PUT", "/rooms/matrix/state", rm.token, map[string]any{"scope": sc, "key": "k", "value": "seed"}).must(t, 200)
+	}
+
+	type op struct {
+		name   string
+		method string
+		path   string
+		body   any
+		write  bool
+		// allowed lists the credentials that succeed; ok is their status.
+		allowed []string
+		ok      int
+	}
+	all := []string{"room", "view", "agentA", "agentB", "granted", "star"}
+	writers := func(extra ...string) []string { return append([]string{"room", "star"}, extra...) }
+	put := func(scope string) map[string]any { return map[string]any{"scope": scope, "key": "k", "value": "changed"} }
+	ops := []op{
+		{"get room", "GET", "/rooms/matrix", nil, false, all, 200},
+		{"list rooms", "GET", "/rooms", nil, false, append(all, "foreign"), 200}, // each token lists its own room
+		{"list agents", "GET", "/rooms/matrix/agents", nil, false, all, 200},
+		{"read whole state", "GET", "/rooms/matrix/state", nil, false, all, 200},
+		{"read _shared", "GET", "/rooms/matrix/state?scope=_shared", nil, false, all, 200},
+		{"read _messages", "GET", "/rooms/matrix/state?scope=_messages", nil, false, all, 200},
+		{"read scope a", "GET", "/rooms/matrix/state?scope=a&key=k", nil, false, []string{"room", "view", "agentA", "star"}, 200},
+		{"read scope b", "GET", "/rooms/matrix/state?scope=b", nil, false, []string{"room", "view", "agentB", "granted", "star"}, 200},
+		{"read _audit", "GET", "/rooms/matrix/state?scope=_audit", nil, false, []string{"room", "view", "star"}, 200},
+		{"write _shared", "PUT", "/rooms/matrix/state", put("_shared"), true, writers("granted"), 200},
+		{"write scope a", "PUT", "/rooms/matrix/state", put("a"), true, writers("agentA"), 200},
+		{"write scope b", "PUT", "/rooms/matrix/state", put("b"), true, writers("agentB", "granted"), 200},
+		{"write _messages", "PUT", "/rooms/matrix/state", map[string]any{"scope": "_messages", "append": true, "value": "hi"}, true, writers(), 200},
+		{"write _audit", "PUT", "/rooms/matrix/state", put("_audit"), true, nil, 200},
+		{"batch a+b", "PUT", "/rooms/matrix/state/batch", map[string]any{"writes": []any{put("a"), put("b")}}, true, writers(), 200},
+		{"delete a/k", "DELETE", "/rooms/matrix/state?scope=a&key=k", nil, true, writers("agentA"), 200},
+		{"patch agent b", "PATCH", "/rooms/matrix/agents/b", map[string]any{"role": "boss"}, true, writers(), 200},
+		{"heartbeat a", "POST", "/rooms/matrix/agents/a/heartbeat", nil, false, writers("agentA"), 200},
+		{"join new agent", "POST", "/rooms/matrix/agents", map[string]any{"id": "newbie", "name": "N"}, true, writers(), 201},
+	}
+	for _, o := range ops {
+		for cred, tok := range creds {
+			t.Run(fmt.Sprintf("%s/%s", o.name, cred), func(t *testing.T) {
+				before := e.seq(rm)
+				body := o.body
+				if o.name == "join new agent" {
+					body = map[string]any{"id": "newbie-" + cred, "name": "N"}
+				}
+				r := e.do(o.method, o.path, tok, body)
+				allowed := false
+				for _, c := range o.allowed {
+					allowed = allowed || c == cred
+				}
+				if allowed {
+					r.must(t, o.ok)
+					if o.name == "delete a/k" { // put the target back
+						e.do("PUT", "/rooms/matrix/state", rm.token, map[string]any{"scope": "a", "key": "k", "value": "seed"}).must(t, 200)
+					}
+					return
+				}
+				if r.status != 401 && r.status != 403 {
+					t.Fatalf("%s with %s: status %d, want 401 or 403: %s", o.name, cred, r.status, r.raw)
+				}
+				if r.str("error") == "" || r.str("message") == "" {
+					t.Fatalf("refusal without error code or message: %s", r.raw)
+				}
+				if after := e.seq(rm); after != before {
+					t.Fatalf("refused %s with %s moved the room's seq %d → %d", o.name, cred, before, after)
+				}
+			})
+		}
+	}
+}
+
+// An agent's whole-state read shows _shared, communal scopes, its own scope
+// and granted scopes, and never another agent's private scope or _audit.
+func TestWholeStateVisibility(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("vis", nil)
+	aTok := e.join(rm, "a")
+	gTok := e.join(rm, "g", "b")
+	e.join(rm, "b")
+	for _, sc := range []string{"_shared", "a", "b", "_tasks"} {
+		e.do("PUT", "/rooms/vis/state", rm.token, map[string]any{"scope": sc, "key": "k", "value": sc}).must(t, 200)
+	}
+	scopes := func(tok string) map[string]bool {
+		r := e.do("GET", "/rooms/vis/state", tok, nil).must(t, 200)
+		got := map[string]bool{}
+		for _, it := range r.body["entries"].([]any) {
+			got[it.(map[string]any)["scope"].(string)] = true
+		}
+		return got
+	}
+	want := map[string]map[string]bool{
+		aTok:     {"_shared": true, "a": true, "_tasks": true},
+		gTok:     {"_shared": true, "b": true, "_tasks": true},
+		rm.token: {"_shared": true, "a": true, "b": true, "_tasks": true},
+		rm.view:  {"_shared": true, "a": true, "b": true, "_tasks": true},
+	}
+	for tok, w := range want {
+		got := scopes(tok)
+		if fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("visible scopes %v, want %v", got, w)
+		}
+	}
+	// "self" is the agent's own scope.
+	r := e.do("GET", "/rooms/vis/state?scope=self&key=k", aTok, nil).must(t, 200)
+	if r.str("scope") != "a" || r.body["value"] != "a" {
+		t.Fatalf("scope=self read %s", r.raw)
+	}
+}
