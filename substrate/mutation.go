@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -17,7 +18,7 @@ import (
 // numbers it took, and the statements it will send.
 type mutation struct {
 	ctx   context.Context
-	tx    pgx.Tx
+	tx    querier
 	room  string
 	p     *Principal // nil for an anonymous open-join
 	actor string
@@ -35,70 +36,108 @@ func (m *mutation) seq() int64 {
 	return n
 }
 
+// querier is what a mutation's callback may run statements on: the
+// connection holding the open transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // mutate runs fn as one room mutation. appends is how many sequence numbers
 // fn will take with m.seq(); one more is taken for the _audit entry, whose
 // sort_key becomes the mutation's seq. The room row stays locked until
 // commit, so mutations of a room are totally ordered and sequence numbers
 // are gap-free. For an agent principal the agent row is re-read under the
 // lock, so a grant revoked a moment ago is not used.
+//
+// The transaction is pipelined to keep the room locked for as few round
+// trips as possible: BEGIN goes out with the locking UPDATE, and fn's
+// queued writes, the audit entry, the notification and COMMIT go out
+// together. State reads fn needs happen in between, after the lock, so
+// they see every earlier mutation of the room.
 func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, appends int, fn func(m *mutation) error) (seq int64, err error) {
-	err = s.db.InTx(ctx, func(tx store.Tx) error {
-		m := &mutation{ctx: ctx, tx: tx, room: roomID, p: p}
-		agentID := ""
-		if p != nil && p.Kind == KindAgent {
-			agentID = p.AgentID
-		}
-		var grants []string
-		row := tx.QueryRow(ctx,
-			`UPDATE rooms SET seq = seq + $2 WHERE id = $1
-			 RETURNING seq, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $3)`,
-			roomID, appends+1, agentID)
-		if err := row.Scan(&m.last, &m.now, &grants); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create it with POST /rooms")
+	conn, err := s.db.Pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// A connection left inside a transaction is closed by the pool on
+	// release rather than reused, so a failed ROLLBACK cannot leak state.
+	defer conn.Release()
+	open := false
+	defer func() {
+		if open && err != nil {
+			if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+				s.log.Warn("rollback failed", "room", roomID, "err", rbErr)
 			}
-			return err
 		}
-		m.next = m.last - int64(appends)
-		if agentID != "" {
-			if grants == nil {
-				return errs.New(errs.Unauthorized, "agent %q no longer exists", agentID).WithHint("join the room again")
-			}
-			fresh := *p
-			fresh.Grants = grants
-			m.p = &fresh
+	}()
+
+	m := &mutation{ctx: ctx, tx: conn, room: roomID, p: p}
+	agentID := ""
+	if p != nil && p.Kind == KindAgent {
+		agentID = p.AgentID
+	}
+	var grants []string
+	var lock pgx.Batch
+	lock.Queue("BEGIN")
+	lock.Queue(`UPDATE rooms SET seq = seq + $2 WHERE id = $1
+		RETURNING seq, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $3)`,
+		roomID, appends+1, agentID)
+	br := conn.SendBatch(ctx, &lock)
+	open = true
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&m.last, &m.now, &grants)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create it with POST /rooms")
+	}
+	if err != nil {
+		return 0, err
+	}
+	m.next = m.last - int64(appends)
+	if agentID != "" {
+		if grants == nil {
+			return 0, errs.New(errs.Unauthorized, "agent %q no longer exists", agentID).WithHint("join the room again")
 		}
-		if m.p != nil {
-			m.actor = m.p.Actor()
+		fresh := *p
+		fresh.Grants = grants
+		m.p = &fresh
+	}
+	if m.p != nil {
+		m.actor = m.p.Actor()
+	}
+	if err = fn(m); err != nil {
+		return 0, err
+	}
+	if m.next != m.last {
+		panic("substrate: mutation took " + strconv.FormatInt(m.next-(m.last-int64(appends)), 10) + " sequence numbers, declared " + strconv.Itoa(appends))
+	}
+	if m.audit == nil {
+		panic("substrate: mutation without an audit entry")
+	}
+	m.audit["ts"] = m.now.UTC().Format(time.RFC3339Nano)
+	m.audit["by"] = m.actor
+	m.audit["seq"] = m.last
+	auditJSON, err := json.Marshal(m.audit)
+	if err != nil {
+		return 0, err
+	}
+	m.batch.Queue(`INSERT INTO state (room_id, scope, key, sort_key, value, version, revision, writer, via, created_at, updated_at)
+		VALUES ($1, '_audit', $2, $3, $4, 1, $3, $5, 'system', $6, $6)`,
+		roomID, strconv.FormatInt(m.last, 10), m.last, auditJSON, m.actor, m.now)
+	m.batch.Queue(`SELECT pg_notify($1, $2)`, store.NotifyChannel, roomID+" "+strconv.FormatInt(m.last, 10))
+	m.batch.Queue("COMMIT")
+	if err = conn.SendBatch(ctx, &m.batch).Close(); err != nil {
+		if store.IsUniqueViolation(err) {
+			err = errs.New(errs.KeyExists, "a key written by this request already exists").WithHint("write to another key, or omit the key of an append entry")
 		}
-		if err := fn(m); err != nil {
-			return err
-		}
-		if m.next != m.last {
-			panic("substrate: mutation took " + strconv.FormatInt(m.next-(m.last-int64(appends)), 10) + " sequence numbers, declared " + strconv.Itoa(appends))
-		}
-		if m.audit == nil {
-			panic("substrate: mutation without an audit entry")
-		}
-		m.audit["ts"] = m.now.UTC().Format(time.RFC3339Nano)
-		m.audit["by"] = m.actor
-		m.audit["seq"] = m.last
-		auditJSON, err := json.Marshal(m.audit)
-		if err != nil {
-			return err
-		}
-		m.batch.Queue(`INSERT INTO state (room_id, scope, key, sort_key, value, version, revision, writer, via, created_at, updated_at)
-			VALUES ($1, '_audit', $2, $3, $4, 1, $3, $5, 'system', $6, $6)`,
-			roomID, strconv.FormatInt(m.last, 10), m.last, auditJSON, m.actor, m.now)
-		m.batch.Queue(`SELECT pg_notify($1, $2)`, store.NotifyChannel, roomID+" "+strconv.FormatInt(m.last, 10))
-		if err := tx.SendBatch(ctx, &m.batch).Close(); err != nil {
-			if store.IsUniqueViolation(err) {
-				return errs.New(errs.KeyExists, "a key written by this request already exists").WithHint("write to another key, or omit the key of an append entry")
-			}
-			return err
-		}
-		seq = m.last
-		return nil
-	})
-	return seq, err
+		return 0, err
+	}
+	open = false
+	return m.last, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -65,12 +64,11 @@ func (s *Service) Authenticate(ctx context.Context, token string) (*Principal, e
 	case KindView:
 		err = s.db.Pool.QueryRow(ctx, `SELECT id FROM rooms WHERE view_token_hash = $1`, h).Scan(&p.RoomID)
 	case KindAgent:
-		var last time.Time
 		var stale bool
 		err = s.db.Pool.QueryRow(ctx,
-			`SELECT room_id, id, grants, last_heartbeat, last_heartbeat < now() - make_interval(secs => $2)
+			`SELECT room_id, id, grants, last_heartbeat < now() - make_interval(secs => $2)
 			   FROM agents WHERE token_hash = $1`, h, s.hbEach.Seconds()).
-			Scan(&p.RoomID, &p.AgentID, &p.Grants, &last, &stale)
+			Scan(&p.RoomID, &p.AgentID, &p.Grants, &stale)
 		if err == nil && stale {
 			s.touch(ctx, p.RoomID, p.AgentID)
 		}

@@ -42,7 +42,9 @@ func TestAuthorityMatrix(t *testing.T) {
 	}
 	all := []string{"room", "view", "agentA", "agentB", "granted", "star"}
 	writers := func(extra ...string) []string { return append([]string{"room", "star"}, extra...) }
-	put := func(scope string) map[string]any { return map[string]any{"scope": scope, "key": "k", "value": "changed"} }
+	put := func(scope string) map[string]any {
+		return map[string]any{"scope": scope, "key": "k", "value": "changed"}
+	}
 	ops := []op{
 		{"get room", "GET", "/rooms/matrix", nil, false, all, 200},
 		{"list rooms", "GET", "/rooms", nil, false, append(all, "foreign"), 200}, // each token lists its own room

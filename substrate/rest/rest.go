@@ -4,6 +4,7 @@
 package rest
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -87,8 +88,6 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	// apply before any work; recovery wraps everything that may panic.
 	return a.cors(a.recover(a.rateLimit(a.bodyLimit(mux))))
 }
-
-type principalKey struct{}
 
 // bearer returns the Authorization bearer token, or "".
 func bearer(r *http.Request) string {
@@ -302,7 +301,7 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any, optional boo
 		a.fail(w, r, errs.New(errs.InvalidJSON, "request body is empty").WithHint("send a JSON object"))
 		return false
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		a.fail(w, r, jsonError(err))
