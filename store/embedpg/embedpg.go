@@ -350,4 +350,3 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	})
 	return c.stopErr
 }
-
