@@ -1,0 +1,123 @@
+package expr_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+var env = expr.MustNew(expr.Options{})
+
+func vars() *expr.Vars {
+	state := expr.MustDecode([]byte(`{"_shared": {"phase": "active", "turn": 3, "ratio": 0.5, "tasks": {"a": {"done": true}, "b": {"done": false}}},
+		"agent-a": {"health": 80}}`)).(map[string]any)
+	state["self"] = state["agent-a"]
+	return &expr.Vars{
+		State:    state,
+		Views:    map[string]any{"total": int64(142)},
+		Agents:   map[string]any{"agent-a": map[string]any{"name": "Alice", "status": "active"}},
+		Actions:  map[string]any{"attack": map[string]any{"available": true, "enabled": true}},
+		Messages: map[string]any{"count": int64(42), "unread": int64(3), "directed_unread": int64(1)},
+		Self:     "agent-a",
+		Params:   map[string]any{"n": int64(5)},
+		Now:      time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+}
+
+func TestEval(t *testing.T) {
+	cases := []struct{ src, want string }{
+		{`state._shared.phase == "active"`, "true"},
+		{`state._shared.turn + 1`, "4"},
+		{`state._shared.turn > 2.5`, "true"},
+		{`state._shared.ratio * 2.0`, "1"},
+		{`state.self.health > 50 ? "healthy" : "wounded"`, "healthy"},
+		{`state["agent-a"].health`, "80"},
+		{`state._shared.tasks.keys()`, "[a b]"},
+		{`state._shared.tasks.values().filter(t, t.done).size()`, "1"},
+		{`state._shared.tasks.entries().map(e, e.key)`, "[a b]"},
+		{`has(state._shared.missing)`, "false"},
+		{`"phase" in state._shared`, "true"},
+		{`state._shared.?missing.orValue(7)`, "7"},
+		{`views.total + params.n`, "147"},
+		{`agents["agent-a"].name.lowerAscii()`, "alice"},
+		{`actions.attack.available && messages.unread > 0`, "true"},
+		{`self`, "agent-a"},
+		{`now.getFullYear()`, "2026"},
+		{`math.greatest([1, 5, 3])`, "5"},
+		{`{"a": [1, 2]}`, "map[a:[1 2]]"},
+	}
+	for _, c := range cases {
+		p, err := env.Compile(c.src)
+		if err != nil {
+			t.Errorf("%s: compile: %v", c.src, err)
+			continue
+		}
+		v, err := env.Eval(context.Background(), p, vars())
+		if err != nil {
+			t.Errorf("%s: eval: %v", c.src, err)
+			continue
+		}
+		if got := fmt.Sprint(v); got != c.want {
+			t.Errorf("%s = %s, want %s", c.src, got, c.want)
+		}
+	}
+}
+
+func TestErrorsNameStageAndHint(t *testing.T) {
+	cases := []struct{ src, stage, inMsg string }{
+		{`state._shared.phase ==`, "parse", "parse error at 1:"},
+		{`has(state._shared, "phase")`, "check", "has"}, // the original's two-argument has()
+		{`stat._shared`, "check", "undeclared reference"},
+		{`state._shared.nothing == 1`, "evaluate", "no such key"},
+		{`[1,2,3].map(x, [1,2,3,4,5,6,7,8,9,10].map(y, [1,2,3,4,5,6,7,8,9,10].map(z, lists.range(1000)))).size()`, "evaluate", "cost limit"},
+		{strings.Repeat("1 + ", 3000) + "1", "parse", "over the limit"},
+		{``, "parse", "empty"},
+	}
+	for _, c := range cases {
+		var err error
+		p, err := env.Compile(c.src)
+		if err == nil {
+			_, err = env.Eval(context.Background(), p, vars())
+		}
+		e, ok := err.(*errs.Error)
+		if !ok {
+			t.Errorf("%.40s: got %v, want a cel_error", c.src, err)
+			continue
+		}
+		if e.Code != expr.CELError || e.Details["stage"] != c.stage || !strings.Contains(e.Message, c.inMsg) || e.Hint == "" {
+			t.Errorf("%.40s: got %s stage=%v hint=%q, want stage %s containing %q", c.src, e.Message, e.Details["stage"], e.Hint, c.stage, c.inMsg)
+		}
+	}
+}
+
+func TestRunawayStopsFast(t *testing.T) {
+	// A hundred million steps must hit the cost limit, not run.
+	src := `lists.range(10000).map(i, lists.range(10000).map(j, i * j)).size()`
+	p, err := env.Compile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = env.Eval(context.Background(), p, vars())
+	if err == nil {
+		t.Fatal("runaway expression succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("runaway expression took %v", d)
+	}
+}
+
+func TestViewDeps(t *testing.T) {
+	p, err := env.Compile(`views.a > 1 && views["b-c"] == "x" && views.a < 9 && state._shared.views == 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(p.ViewDeps) != "[a b-c]" {
+		t.Fatalf("deps %v", p.ViewDeps)
+	}
+}
