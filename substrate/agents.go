@@ -84,7 +84,7 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 	}
 	token, hash := newToken(AgentTokenPrefix)
 	out := &JoinedAgent{Token: token}
-	_, err = s.mutate(ctx, p, roomID, 0, func(m *mutation) error {
+	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 		var openJoin, exists, scopeUsed bool
 		err := m.tx.QueryRow(ctx, `SELECT r.open_join,
 				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
@@ -218,7 +218,7 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 		}
 	}
 	var out *Agent
-	_, err := s.mutate(ctx, p, roomID, 0, func(m *mutation) error {
+	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		if !m.p.Admin() {
 			return errs.New(errs.Forbidden, "changing an agent needs the room token").WithHint("ask the room token holder")
 		}

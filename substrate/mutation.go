@@ -23,10 +23,16 @@ type mutation struct {
 	p     *Principal // nil for an anonymous open-join
 	actor string
 	now   time.Time
+	base  int64 // the room's seq before this mutation
 	next  int64 // next sequence number to hand out
-	last  int64 // the mutation's own seq: its _audit entry's sort_key
 	batch pgx.Batch
 	audit map[string]any
+	// messages is the change in the room's _messages count.
+	messages int64
+	// pending are the state rows to write at commit; ticks the
+	// "<scope>.<key>" targets written, which tick logical timers.
+	pending []pendingWrite
+	ticks   []string
 }
 
 // seq hands out the next room sequence number (for an append entry).
@@ -44,11 +50,11 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// mutate runs fn as one room mutation. appends is how many sequence numbers
-// fn will take with m.seq(); one more is taken for the _audit entry, whose
-// sort_key becomes the mutation's seq. The room row stays locked until
-// commit, so mutations of a room are totally ordered and sequence numbers
-// are gap-free. For an agent principal the agent row is re-read under the
+// mutate runs fn as one room mutation. fn takes sequence numbers for append
+// entries with m.seq(); one more is taken for the _audit entry, whose
+// sort_key becomes the mutation's seq. The room row stays locked from the
+// first statement to commit, so mutations of a room are totally ordered and
+// sequence numbers are gap-free. For an agent principal the agent row is re-read under the
 // lock, so a grant revoked a moment ago is not used.
 //
 // The transaction is pipelined to keep the room locked for as few round
@@ -56,7 +62,7 @@ type querier interface {
 // queued writes, the audit entry, the notification and COMMIT go out
 // together. State reads fn needs happen in between, after the lock, so
 // they see every earlier mutation of the room.
-func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, appends int, fn func(m *mutation) error) (seq int64, err error) {
+func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn func(m *mutation) error) (seq int64, err error) {
 	conn, err := s.db.Pool.Acquire(ctx)
 	if err != nil {
 		return 0, err
@@ -81,14 +87,13 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, appen
 	var grants []string
 	var lock pgx.Batch
 	lock.Queue("BEGIN")
-	lock.Queue(`UPDATE rooms SET seq = seq + $2 WHERE id = $1
-		RETURNING seq, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $3)`,
-		roomID, appends+1, agentID)
+	lock.Queue(`SELECT seq, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $2)
+		FROM rooms WHERE id = $1 FOR UPDATE`, roomID, agentID)
 	br := conn.SendBatch(ctx, &lock)
 	open = true
 	_, err = br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&m.last, &m.now, &grants)
+		err = br.QueryRow().Scan(&m.base, &m.now, &grants)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -99,7 +104,7 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, appen
 	if err != nil {
 		return 0, err
 	}
-	m.next = m.last - int64(appends)
+	m.next = m.base + 1
 	if agentID != "" {
 		if grants == nil {
 			return 0, errs.New(errs.Unauthorized, "agent %q no longer exists", agentID).WithHint("join the room again")
@@ -114,23 +119,48 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, appen
 	if err = fn(m); err != nil {
 		return 0, err
 	}
-	if m.next != m.last {
-		panic("substrate: mutation took " + strconv.FormatInt(m.next-(m.last-int64(appends)), 10) + " sequence numbers, declared " + strconv.Itoa(appends))
-	}
 	if m.audit == nil {
 		panic("substrate: mutation without an audit entry")
 	}
+	last := m.seq()
+	for _, w := range m.pending {
+		r := w.r
+		r.Revision, r.Writer, r.UpdatedAt = last, m.actor, m.now
+		if w.del {
+			m.batch.Queue(`DELETE FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`, roomID, r.Scope, r.Key)
+			continue
+		}
+		t := r.timer
+		if t == nil {
+			t = &timerState{}
+		}
+		m.batch.Queue(`INSERT INTO state (room_id, scope, key, sort_key, value, version, revision, writer, via, created_at, updated_at,
+				timer_json, timer_expires_at, timer_ticks_left, timer_tick_on, timer_effect, timer_started_at, enabled_expr)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14, $15, $16, $17)
+			ON CONFLICT (room_id, scope, key) DO UPDATE SET sort_key = EXCLUDED.sort_key, value = EXCLUDED.value,
+				version = EXCLUDED.version, revision = EXCLUDED.revision, writer = EXCLUDED.writer, via = EXCLUDED.via,
+				updated_at = EXCLUDED.updated_at, timer_json = EXCLUDED.timer_json, timer_expires_at = EXCLUDED.timer_expires_at,
+				timer_ticks_left = EXCLUDED.timer_ticks_left, timer_tick_on = EXCLUDED.timer_tick_on,
+				timer_effect = EXCLUDED.timer_effect, timer_started_at = EXCLUDED.timer_started_at, enabled_expr = EXCLUDED.enabled_expr`,
+			roomID, r.Scope, r.Key, r.SortKey, []byte(r.Value), r.Version, last, m.actor, w.via, m.now,
+			[]byte(t.JSON), t.ExpiresAt, t.TicksLeft, t.TickOn, t.Effect, t.StartedAt, r.enabled)
+	}
+	if len(m.ticks) > 0 {
+		m.batch.Queue(`UPDATE state SET timer_ticks_left = timer_ticks_left - 1
+			WHERE room_id = $1 AND timer_tick_on = ANY($2) AND timer_ticks_left > 0`, roomID, m.ticks)
+	}
 	m.audit["ts"] = m.now.UTC().Format(time.RFC3339Nano)
 	m.audit["by"] = m.actor
-	m.audit["seq"] = m.last
+	m.audit["seq"] = last
 	auditJSON, err := json.Marshal(m.audit)
 	if err != nil {
 		return 0, err
 	}
 	m.batch.Queue(`INSERT INTO state (room_id, scope, key, sort_key, value, version, revision, writer, via, created_at, updated_at)
 		VALUES ($1, '_audit', $2, $3, $4, 1, $3, $5, 'system', $6, $6)`,
-		roomID, strconv.FormatInt(m.last, 10), m.last, auditJSON, m.actor, m.now)
-	m.batch.Queue(`SELECT pg_notify($1, $2)`, store.NotifyChannel, roomID+" "+strconv.FormatInt(m.last, 10))
+		roomID, strconv.FormatInt(last, 10), last, auditJSON, m.actor, m.now)
+	m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
+	m.batch.Queue(`SELECT pg_notify($1, $2)`, store.NotifyChannel, roomID+" "+strconv.FormatInt(last, 10))
 	m.batch.Queue("COMMIT")
 	if err = conn.SendBatch(ctx, &m.batch).Close(); err != nil {
 		if store.IsUniqueViolation(err) {
@@ -139,5 +169,5 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, appen
 		return 0, err
 	}
 	open = false
-	return m.last, nil
+	return last, nil
 }

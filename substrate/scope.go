@@ -27,7 +27,7 @@ const (
 	ScopeSelf = "self"
 )
 
-var systemScopes = []string{ScopeAudit, "_agents", "_actions", "_views"}
+var systemScopes = []string{ScopeAudit, "_agents", "_actions", "_views", "_cooldowns"}
 
 func isSystemScope(scope string) bool { return slices.Contains(systemScopes, scope) }
 

@@ -1,10 +1,8 @@
 package substrate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +20,8 @@ type Entry struct {
 	Revision  int64           `json:"revision"`
 	Writer    string          `json:"writer"`
 	UpdatedAt time.Time       `json:"updated_at"`
+	// Timer is the entry's lifecycle, when it has one.
+	Timer map[string]any `json:"timer,omitempty"`
 }
 
 // Write is one direct state write (PUT /rooms/:id/state and each element of
@@ -39,9 +39,13 @@ type Write struct {
 	Append bool `json:"append,omitempty"`
 	// Delete removes the entry.
 	Delete bool `json:"delete,omitempty"`
+	// Increment adds a number to the entry (absent counts as 0).
+	Increment *json.Number `json:"increment,omitempty"`
 	// IfVersion makes the write conditional: the entry's current version
 	// must equal it (0: the entry must not exist).
 	IfVersion *int64 `json:"if_version,omitempty"`
+	// Timer gives the entry a lifecycle (see Timer).
+	Timer *Timer `json:"timer,omitempty"`
 }
 
 // WriteResult is what a write returns: the entries as written (a deleted
@@ -75,14 +79,14 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 		}
 	}
 	n := 0
-	for _, set := range []bool{hasJSON(w.Value), hasJSON(w.Merge), w.Delete} {
+	for _, set := range []bool{hasJSON(w.Value), hasJSON(w.Merge), w.Delete, w.Increment != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return at(errs.New(errs.InvalidField, "a write needs exactly one of value, merge and delete").
-			WithHint(`send {"scope": …, "key": …, "value": …} to replace, "merge": {…} to merge, or "delete": true`))
+		return at(errs.New(errs.InvalidField, "a write needs exactly one of value, merge, increment and delete").
+			WithHint(`send {"scope": …, "key": …, "value": …} to replace, "merge": {…} to merge, "increment": n to add, or "delete": true`))
 	}
 	if hasJSON(w.Merge) && w.Merge[0] != '{' {
 		return at(errs.New(errs.InvalidField, "merge must be a JSON object").WithHint(`use "value" to store a non-object`))
@@ -92,6 +96,11 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 	}
 	if w.Append && w.IfVersion != nil {
 		return at(errs.New(errs.InvalidField, "if_version does not apply to an append write").WithHint("drop if_version: an append always creates a new entry"))
+	}
+	if w.Timer != nil {
+		if err := w.Timer.validate("timer"); err != nil {
+			return at(err.(*errs.Error))
+		}
 	}
 	if w.IfVersion != nil && *w.IfVersion < 0 {
 		return at(errs.New(errs.InvalidField, "if_version must be ≥ 0").WithHint("use 0 for \"must not exist\" or the version you read"))
@@ -109,9 +118,7 @@ func (s *Service) tooLarge(scope, key string, n int) *errs.Error {
 		WithHint("store smaller values, or split the data over several keys").With("limit", s.lim.MaxValueBytes)
 }
 
-type entryKey struct{ scope, key string }
-
-// WriteState applies writes as one mutation: all of them or none.
+// WriteState applies direct writes as one mutation: all of them or none.
 func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, writes []Write, batch bool) (*WriteResult, error) {
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
@@ -123,7 +130,7 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 		return nil, errs.New(errs.InvalidField, "%d writes, over the limit of %d per batch", len(writes), s.lim.MaxBatchWrites).
 			WithHint("split the batch; each batch is applied atomically on its own")
 	}
-	appends := 0
+	ops := make([]op, len(writes))
 	for i := range writes {
 		idx := i
 		if !batch {
@@ -135,252 +142,36 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 		if err := checkWrite(p, writes[i].Scope); err != nil {
 			return nil, err
 		}
-		if writes[i].Append {
-			appends++
-		}
+		w := writes[i]
+		ops[i] = op{Scope: w.Scope, Key: w.Key, Value: w.Value, Merge: w.Merge, Append: w.Append, Delete: w.Delete,
+			Increment: w.Increment, IfVersion: w.IfVersion, Timer: w.Timer}
 	}
 	res := &WriteResult{}
-	seq, err := s.mutate(ctx, p, roomID, appends, func(m *mutation) error {
+	var written []*Entry
+	seq, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		// Authority again, against the grants read under the lock.
 		for i := range writes {
 			if err := checkWrite(m.p, writes[i].Scope); err != nil {
 				return err
 			}
 		}
-		cur, err := loadEntries(m, writes)
+		var audit []map[string]any
+		var err error
+		written, audit, err = s.applyOps(m, ops, "direct")
 		if err != nil {
 			return err
 		}
-		newKeys := map[string]int{}
-		auditWrites := make([]map[string]any, 0, len(writes))
-		touched := []entryKey{}
-		for i := range writes {
-			w := &writes[i]
-			e, op, err := s.apply(m, cur, w)
-			if err != nil {
-				if batch {
-					if ee, ok := err.(*errs.Error); ok {
-						err = ee.With("write", i)
-					}
-				}
-				return err
-			}
-			k := entryKey{e.Scope, e.Key}
-			if op == "insert" && e.SortKey == nil {
-				newKeys[e.Scope]++
-			}
-			if !containsKey(touched, k) {
-				touched = append(touched, k)
-			}
-			aw := map[string]any{"op": op, "scope": e.Scope, "key": e.Key, "version": e.Version}
-			if op != "delete" {
-				aw["value"] = e.Value
-			}
-			auditWrites = append(auditWrites, aw)
-		}
-		if err := s.checkScopeCapacity(m, newKeys); err != nil {
-			return err
-		}
-		for _, k := range touched {
-			e := cur[k]
-			if e == nil || e.Version == 0 {
-				m.batch.Queue(`DELETE FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`, m.room, k.scope, k.key)
-				res.Entries = append(res.Entries, Entry{Scope: k.scope, Key: k.key, Revision: m.last, Writer: m.actor, UpdatedAt: m.now})
-				continue
-			}
-			m.batch.Queue(`INSERT INTO state (room_id, scope, key, sort_key, value, version, revision, writer, via, created_at, updated_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'direct', $9, $9)
-				ON CONFLICT (room_id, scope, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version,
-					revision = EXCLUDED.revision, writer = EXCLUDED.writer, via = EXCLUDED.via, updated_at = EXCLUDED.updated_at`,
-				m.room, e.Scope, e.Key, e.SortKey, []byte(e.Value), e.Version, m.last, m.actor, m.now)
-			e.Revision, e.Writer, e.UpdatedAt = m.last, m.actor, m.now
-			res.Entries = append(res.Entries, *e)
-		}
-		m.audit = map[string]any{"kind": "state_write", "via": "direct", "writes": auditWrites}
+		m.audit = map[string]any{"kind": "state_write", "via": "direct", "writes": audit}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	res.Seq = seq
+	for _, e := range written {
+		res.Entries = append(res.Entries, *e)
+	}
 	return res, nil
-}
-
-func containsKey(ks []entryKey, k entryKey) bool {
-	for _, x := range ks {
-		if x == k {
-			return true
-		}
-	}
-	return false
-}
-
-// loadEntries reads, under the room lock, the current entries the writes
-// address. Absent entries are missing from the map.
-func loadEntries(m *mutation, writes []Write) (map[entryKey]*Entry, error) {
-	scopes := make([]string, 0, len(writes))
-	keys := make([]string, 0, len(writes))
-	for _, w := range writes {
-		if w.Key != "" {
-			scopes = append(scopes, w.Scope)
-			keys = append(keys, w.Key)
-		}
-	}
-	cur := map[entryKey]*Entry{}
-	if len(keys) == 0 {
-		return cur, nil
-	}
-	rows, err := m.tx.Query(m.ctx, `SELECT s.scope, s.key, s.value, s.version, s.sort_key
-		FROM state s JOIN unnest($2::text[], $3::text[]) AS t(scope, key) ON s.scope = t.scope AND s.key = t.key
-		WHERE s.room_id = $1`, m.room, scopes, keys)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		e := &Entry{}
-		if err := rows.Scan(&e.Scope, &e.Key, &e.Value, &e.Version, &e.SortKey); err != nil {
-			return nil, err
-		}
-		cur[entryKey{e.Scope, e.Key}] = e
-	}
-	return cur, rows.Err()
-}
-
-// apply computes one write against the entries as the earlier writes of the
-// same mutation left them. A deleted entry stays in cur with Version 0.
-func (s *Service) apply(m *mutation, cur map[entryKey]*Entry, w *Write) (*Entry, string, error) {
-	if w.Append {
-		sk := m.seq()
-		if w.Key == "" {
-			w.Key = strconv.FormatInt(sk, 10)
-		}
-		k := entryKey{w.Scope, w.Key}
-		if old := cur[k]; old != nil && old.Version > 0 {
-			return nil, "", errs.New(errs.KeyExists, "%s/%s already exists, and an append never overwrites", w.Scope, w.Key).
-				WithHint("omit key to let the server number the entry, or choose a new key")
-		}
-		value, err := compact(w.Value)
-		if err != nil {
-			return nil, "", err
-		}
-		e := &Entry{Scope: w.Scope, Key: w.Key, Value: value, Version: 1, SortKey: &sk}
-		cur[k] = e
-		return e, "append", nil
-	}
-	k := entryKey{w.Scope, w.Key}
-	old := cur[k]
-	if old != nil && old.Version == 0 {
-		old = nil
-	}
-	var curVersion int64
-	if old != nil {
-		curVersion = old.Version
-	}
-	if w.IfVersion != nil && *w.IfVersion != curVersion {
-		return nil, "", errs.New(errs.VersionConflict, "%s/%s is at version %d, not %d", w.Scope, w.Key, curVersion, *w.IfVersion).
-			WithHint("read the entry again and retry with if_version: %d", curVersion).
-			With("scope", w.Scope).With("key", w.Key).With("current_version", curVersion)
-	}
-	switch {
-	case w.Delete:
-		if old == nil {
-			return nil, "", errs.New(errs.KeyNotFound, "%s/%s does not exist", w.Scope, w.Key).WithHint("nothing to delete; read the scope to see its keys")
-		}
-		cur[k] = &Entry{Scope: w.Scope, Key: w.Key, Version: 0}
-		return cur[k], "delete", nil
-	case hasJSON(w.Value):
-		if old != nil && old.SortKey != nil {
-			return nil, "", errs.New(errs.AppendOnly, "%s/%s is an append entry and cannot be replaced", w.Scope, w.Key).
-				WithHint("merge into it with \"merge\": {…}, or append a new entry")
-		}
-		value, err := compact(w.Value)
-		if err != nil {
-			return nil, "", err
-		}
-		if len(value) > s.lim.MaxValueBytes {
-			return nil, "", s.tooLarge(w.Scope, w.Key, len(value))
-		}
-		e := &Entry{Scope: w.Scope, Key: w.Key, Value: value, Version: curVersion + 1}
-		cur[k] = e
-		if old == nil {
-			return e, "insert", nil
-		}
-		return e, "set", nil
-	default: // merge
-		var patch map[string]json.RawMessage
-		if err := json.Unmarshal(w.Merge, &patch); err != nil {
-			return nil, "", errs.New(errs.InvalidField, "merge is not a JSON object: %v", err).WithHint("send merge as an object")
-		}
-		base := map[string]json.RawMessage{}
-		var sortKey *int64
-		if old != nil {
-			if err := json.Unmarshal(old.Value, &base); err != nil || base == nil {
-				return nil, "", errs.New(errs.NotMergeable, "%s/%s holds a %s, and merge needs an object", w.Scope, w.Key, jsonKind(old.Value)).
-					WithHint("replace it with \"value\" instead")
-			}
-			sortKey = old.SortKey
-		}
-		for f, v := range patch {
-			base[f] = v
-		}
-		value, err := json.Marshal(base)
-		if err != nil {
-			return nil, "", err
-		}
-		if len(value) > s.lim.MaxValueBytes {
-			return nil, "", s.tooLarge(w.Scope, w.Key, len(value))
-		}
-		e := &Entry{Scope: w.Scope, Key: w.Key, Value: value, Version: curVersion + 1, SortKey: sortKey}
-		cur[k] = e
-		if old == nil {
-			return e, "insert", nil
-		}
-		return e, "merge", nil
-	}
-}
-
-func compact(raw json.RawMessage) (json.RawMessage, error) {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return nil, errs.New(errs.InvalidJSON, "value is not valid JSON: %v", err).WithHint("send valid JSON")
-	}
-	return b.Bytes(), nil
-}
-
-func jsonKind(v json.RawMessage) string {
-	switch {
-	case len(v) == 0:
-		return "nothing"
-	case v[0] == '{':
-		return "object"
-	case v[0] == '[':
-		return "list"
-	case v[0] == '"':
-		return "string"
-	case v[0] == 't' || v[0] == 'f':
-		return "boolean"
-	case v[0] == 'n':
-		return "null"
-	}
-	return "number"
-}
-
-// checkScopeCapacity refuses inserts that would take a scope past
-// MaxKeysPerScope mutable keys.
-func (s *Service) checkScopeCapacity(m *mutation, newKeys map[string]int) error {
-	for scope, n := range newKeys {
-		var have int
-		if err := m.tx.QueryRow(m.ctx, `SELECT count(*) FROM state WHERE room_id = $1 AND scope = $2 AND sort_key IS NULL`,
-			m.room, scope).Scan(&have); err != nil {
-			return err
-		}
-		if have+n > s.lim.MaxKeysPerScope {
-			return errs.New(errs.ScopeFull, "scope %q has %d keys; %d more would pass the limit of %d", scope, have, n, s.lim.MaxKeysPerScope).
-				WithHint("delete keys you no longer need, or keep bulk data in fewer, larger values")
-		}
-	}
-	return nil
 }
 
 // ReadQuery selects what ReadState returns.
@@ -409,7 +200,11 @@ type StateRead struct {
 	More bool `json:"more,omitempty"`
 }
 
-const entryCols = `SELECT scope, key, value, version, sort_key, revision, writer, updated_at FROM state `
+const entryCols = `SELECT ` + rowCols + ` FROM state `
+
+// liveSQL keeps the rows whose timer lets them be seen now: a "delete"
+// timer that has not run out, or an "enable" timer that has.
+const liveSQL = ` AND (timer_effect IS NULL OR ((coalesce(timer_expires_at <= now(), false) OR coalesce(timer_ticks_left <= 0, false)) = (timer_effect = 'enable')))`
 
 // ReadState returns the state p may see, from one consistent snapshot.
 func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q ReadQuery) (*StateRead, error) {
@@ -441,13 +236,13 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		}
 		switch {
 		case q.Key != "":
-			return collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND key = $3`, roomID, q.Scope, q.Key)
+			return collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND key = $3`+liveSQL, roomID, q.Scope, q.Key)
 		case q.Scope != "":
-			if err := collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND sort_key IS NULL ORDER BY key`, roomID, q.Scope); err != nil {
+			if err := collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND sort_key IS NULL`+liveSQL+` ORDER BY key`, roomID, q.Scope); err != nil {
 				return err
 			}
 			n := len(out.Entries)
-			if err := collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND sort_key > $3 ORDER BY sort_key LIMIT $4`,
+			if err := collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND sort_key > $3`+liveSQL+` ORDER BY sort_key LIMIT $4`,
 				roomID, q.Scope, q.After, q.Limit+1); err != nil {
 				return err
 			}
@@ -459,11 +254,11 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 			max := s.lim.MaxReadEntries
 			var err error
 			if p.Kind == KindAgent && !p.Admin() {
-				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL
+				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+`
 					AND ((scope LIKE '\_%' AND scope <> '_audit') OR scope = $2 OR scope = ANY($3))
 					ORDER BY scope, key LIMIT $4`, roomID, p.AgentID, p.Grants, max+1)
 			} else {
-				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL ORDER BY scope, key LIMIT $2`, roomID, max+1)
+				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+` ORDER BY scope, key LIMIT $2`, roomID, max+1)
 			}
 			if len(out.Entries) > max {
 				out.Entries, out.More = out.Entries[:max], true
@@ -486,12 +281,14 @@ func collect(ctx context.Context, tx pgx.Tx, into *[]Entry, sql string, args ...
 		return err
 	}
 	defer rows.Close()
+	now := time.Now()
 	for rows.Next() {
-		var e Entry
-		if err := rows.Scan(&e.Scope, &e.Key, &e.Value, &e.Version, &e.SortKey, &e.Revision, &e.Writer, &e.UpdatedAt); err != nil {
+		r, err := scanRow(rows)
+		if err != nil {
 			return err
 		}
-		*into = append(*into, e)
+		r.Timer = r.timer.describe(now)
+		*into = append(*into, r.Entry)
 	}
 	return rows.Err()
 }

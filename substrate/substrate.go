@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // Limits bound what one client can make the server do. Every breach is a
@@ -66,8 +67,26 @@ type Options struct {
 	// authenticated call refreshes it; calls in between skip the write.
 	// Default 2 s.
 	HeartbeatEvery time.Duration
+	// CEL configures the expression environment (cost limit, source
+	// limit, deadline); zero fields take expr's defaults.
+	CEL expr.Options
+	// Wait bounds conditional waits.
+	Wait WaitOptions
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// WaitOptions bound GET /rooms/:id/wait.
+type WaitOptions struct {
+	// DefaultTimeout applies when the request names none. Default 25 s.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps any requested timeout. Default and upper bound 45 s,
+	// so an MCP client with a 60 s tool limit can simply call again.
+	MaxTimeout time.Duration
+	// Recheck is the safety-net re-evaluation period, for changes that
+	// arrive without a notification (presence, clock-driven conditions).
+	// Default 5 s.
+	Recheck time.Duration
 }
 
 // Service is the substrate over one database.
@@ -76,6 +95,10 @@ type Service struct {
 	lim    Limits
 	hbEach time.Duration
 	log    *slog.Logger
+	cel    *expr.Env
+	snaps  *snapCache
+	wait   WaitOptions
+	hub    *store.Hub
 }
 
 // New returns a Service over db.
@@ -87,8 +110,27 @@ func New(db *store.DB, opt Options) *Service {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, log: opt.Logger}
+	w := &opt.Wait
+	if w.MaxTimeout <= 0 || w.MaxTimeout > 45*time.Second {
+		w.MaxTimeout = 45 * time.Second
+	}
+	if w.DefaultTimeout <= 0 {
+		w.DefaultTimeout = 25 * time.Second
+	}
+	w.DefaultTimeout = min(w.DefaultTimeout, w.MaxTimeout)
+	if w.Recheck <= 0 {
+		w.Recheck = 5 * time.Second
+	}
+	return &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, log: opt.Logger,
+		cel:   expr.MustNew(opt.CEL),
+		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
+		wait:  *w,
+		hub:   store.NewHub(db, opt.Logger),
+	}
 }
+
+// Close stops the service's notification listener.
+func (s *Service) Close() { s.hub.Close() }
 
 // Limits returns the limits in force, for help texts and error messages.
 func (s *Service) Limits() Limits { return s.lim }

@@ -68,6 +68,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	}
 
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue}})
+	defer svc.Close()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

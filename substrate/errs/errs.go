@@ -40,6 +40,17 @@ const (
 	NotMergeable    Code = "not_mergeable"
 	ScopeInUse      Code = "scope_in_use"
 	ScopeFull       Code = "scope_full"
+	NotNumeric      Code = "not_numeric"
+	// Actions, views, CEL (400/403/404/409 as listed in statusOf).
+	ActionNotFound     Code = "action_not_found"
+	ActionCooldown     Code = "action_cooldown"
+	ActionDisabled     Code = "action_disabled"
+	ActionOwned        Code = "action_owned"
+	InvalidParam       Code = "invalid_param"
+	PreconditionFailed Code = "precondition_failed"
+	CELError           Code = "cel_error"
+	ViewNotFound       Code = "view_not_found"
+	HelpKeyNotFound    Code = "help_key_not_found"
 	// 413
 	BodyTooLarge  Code = "body_too_large"
 	ValueTooLarge Code = "value_too_large"
@@ -57,7 +68,10 @@ var statusOf = map[Code]int{
 	NotFound: 404, RoomNotFound: 404, AgentNotFound: 404, KeyNotFound: 404,
 	MethodNotAllowed: 405,
 	RoomExists:       409, AgentExists: 409, VersionConflict: 409, KeyExists: 409,
-	AppendOnly: 409, NotMergeable: 409, ScopeInUse: 409, ScopeFull: 409,
+	AppendOnly: 409, NotMergeable: 409, ScopeInUse: 409, ScopeFull: 409, NotNumeric: 409,
+	ActionNotFound: 404, ViewNotFound: 404, HelpKeyNotFound: 404,
+	ActionCooldown: 409, ActionDisabled: 409, PreconditionFailed: 409,
+	ActionOwned: 403, InvalidParam: 400, CELError: 400,
 	BodyTooLarge: 413, ValueTooLarge: 413,
 	RateLimited: 429,
 	Internal:    500, Unavailable: 503,

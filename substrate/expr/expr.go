@@ -25,7 +25,7 @@ import (
 )
 
 // CELError is the code of every expression failure.
-const CELError errs.Code = "cel_error"
+const CELError = errs.CELError
 
 // Variables every expression may use.
 var Variables = []string{"state", "views", "agents", "actions", "messages", "self", "params", "now"}
@@ -65,6 +65,8 @@ type Program struct {
 	// ViewDeps are the view ids the expression reads as views.<id> or
 	// views["<id>"], in order of first use.
 	ViewDeps []string
+	// UsesParams reports whether the expression reads params.
+	UsesParams bool
 }
 
 // Vars are the values an expression sees. Maps hold JSON-shaped values:
@@ -213,7 +215,8 @@ func (e *Env) Compile(src string) (*Program, error) {
 		return nil, errs.New(CELError, "expression cannot be planned: %v", err).With("stage", "check").With("expression", src).
 			WithHint("simplify the expression")
 	}
-	p = &Program{Source: src, prg: prg, ViewDeps: viewDeps(checked)}
+	deps, usesParams := scan(checked)
+	p = &Program{Source: src, prg: prg, ViewDeps: deps, UsesParams: usesParams}
 	e.mu.Lock()
 	if len(e.cache) >= e.opt.CacheSize {
 		n := 0
@@ -259,9 +262,9 @@ func firstLine(s string) string {
 	return s
 }
 
-// viewDeps finds views.<id> and views["<id>"] in the checked AST.
-func viewDeps(a *cel.Ast) []string {
-	var deps []string
+// scan finds views.<id> and views["<id>"] in the checked AST, and whether
+// params is read.
+func scan(a *cel.Ast) (deps []string, usesParams bool) {
 	add := func(id string) {
 		for _, d := range deps {
 			if d == id {
@@ -273,6 +276,10 @@ func viewDeps(a *cel.Ast) []string {
 	isViews := func(x ast.Expr) bool { return x.Kind() == ast.IdentKind && x.AsIdent() == "views" }
 	visitor := ast.NewExprVisitor(func(x ast.Expr) {
 		switch x.Kind() {
+		case ast.IdentKind:
+			if x.AsIdent() == "params" {
+				usesParams = true
+			}
 		case ast.SelectKind:
 			if s := x.AsSelect(); isViews(s.Operand()) {
 				add(s.FieldName())
@@ -287,7 +294,7 @@ func viewDeps(a *cel.Ast) []string {
 		}
 	})
 	ast.PostOrderVisit(a.NativeRep().Expr(), visitor)
-	return deps
+	return deps, usesParams
 }
 
 // Eval runs p against vars and returns a JSON-shaped result.

@@ -1,0 +1,160 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Hub fans room notifications out to in-process subscribers: one LISTEN
+// connection per process, however many waiters. Every process on the same
+// database hears every commit, so a waiter is woken whichever process
+// served the write.
+type Hub struct {
+	db  *DB
+	log *slog.Logger
+
+	mu      sync.Mutex
+	subs    map[string]map[*Sub]struct{}
+	running bool
+	ready   chan struct{} // closed once LISTEN is in place
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// Sub is one subscription to a room's notifications.
+type Sub struct {
+	// C receives a value after each notification for the room (coalesced:
+	// several commits may arrive as one wake-up) and after the listener
+	// reconnects, when notifications may have been missed.
+	C    chan struct{}
+	room string
+	hub  *Hub
+}
+
+// NewHub returns a hub; its listener starts with the first subscription.
+func NewHub(db *DB, log *slog.Logger) *Hub {
+	return &Hub{db: db, log: log, subs: map[string]map[*Sub]struct{}{}}
+}
+
+// Subscribe registers for room's notifications and returns once the
+// listener is in place, so a change committed after Subscribe returns is
+// never missed.
+func (h *Hub) Subscribe(ctx context.Context, room string) (*Sub, error) {
+	s := &Sub{C: make(chan struct{}, 1), room: room, hub: h}
+	h.mu.Lock()
+	if h.subs[room] == nil {
+		h.subs[room] = map[*Sub]struct{}{}
+	}
+	h.subs[room][s] = struct{}{}
+	if !h.running {
+		h.running = true
+		h.ready = make(chan struct{})
+		h.done = make(chan struct{})
+		lctx, cancel := context.WithCancel(context.Background())
+		h.cancel = cancel
+		go h.listen(lctx, h.ready)
+	}
+	ready := h.ready
+	h.mu.Unlock()
+	select {
+	case <-ready:
+		return s, nil
+	case <-ctx.Done():
+		s.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// Close ends the subscription.
+func (s *Sub) Close() {
+	h := s.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m := h.subs[s.room]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(h.subs, s.room)
+		}
+	}
+}
+
+// Close stops the listener.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	running, cancel, done := h.running, h.cancel, h.done
+	h.mu.Unlock()
+	if running {
+		cancel()
+		<-done
+	}
+}
+
+func (h *Hub) listen(ctx context.Context, ready chan struct{}) {
+	defer close(h.done)
+	backoff := 100 * time.Millisecond
+	first := true
+	for ctx.Err() == nil {
+		conn, err := pgx.ConnectConfig(ctx, h.db.Pool.Config().ConnConfig.Copy())
+		if err == nil {
+			_, err = conn.Exec(ctx, "LISTEN "+NotifyChannel)
+		}
+		if err != nil {
+			if conn != nil {
+				conn.Close(context.Background())
+			}
+			if ctx.Err() == nil {
+				h.log.Warn("notification listener cannot connect; retrying", "err", err, "in", backoff)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if first {
+			close(ready)
+			first = false
+		} else {
+			h.wakeAll() // notifications may have been missed while away
+		}
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				break
+			}
+			room, _, _ := strings.Cut(n.Payload, " ")
+			h.wake(room)
+		}
+		conn.Close(context.Background())
+	}
+}
+
+func (h *Hub) wake(room string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[room] {
+		select {
+		case s.C <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *Hub) wakeAll() {
+	h.mu.Lock()
+	rooms := make([]string, 0, len(h.subs))
+	for r := range h.subs {
+		rooms = append(rooms, r)
+	}
+	h.mu.Unlock()
+	for _, r := range rooms {
+		h.wake(r)
+	}
+}

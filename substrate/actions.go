@@ -1,0 +1,489 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Registration and removal of actions and views. Both are state entries
+// (_actions/<id>, _views/<id>) written through the one write path, so they
+// carry versions, timers and audit like everything else.
+
+// registrar resolves the authority scope of a definition for p.
+func registrar(p *Principal, scope string) (string, error) {
+	if p.Kind == KindView {
+		return "", errs.New(errs.ReadOnlyToken, "the view token is read-only").WithHint("register with the room token or an agent token")
+	}
+	switch scope {
+	case "", ScopeShared:
+		return ScopeShared, nil
+	case ScopeSelf:
+		if p.Kind != KindAgent {
+			return "", errs.New(errs.InvalidField, `scope "self" needs an agent token`).WithHint(`use "_shared" or name the agent`)
+		}
+		return p.AgentID, nil
+	}
+	if strings.HasPrefix(scope, "_") {
+		return "", errs.New(errs.InvalidField, "scope %q: a definition's scope is _shared or an agent id", scope).
+			WithHint(`use "_shared", or your agent id to act with your own scope's authority`)
+	}
+	if !p.Admin() && scope != p.AgentID {
+		return "", errs.New(errs.ScopeDenied, "agent %q cannot register in agent %q's scope", p.AgentID, scope).
+			WithHint("register with scope %q (your own) or \"_shared\"", p.AgentID)
+	}
+	return scope, nil
+}
+
+// mayReplace reports whether p may replace or delete an existing definition.
+func mayReplace(p *Principal, scope, registeredBy string) bool {
+	return p.Admin() || (p.Kind == KindAgent && (p.AgentID == scope || p.AgentID == registeredBy))
+}
+
+func (s *Service) compileField(field, src string) error {
+	if src == "" {
+		return nil
+	}
+	if _, err := s.cel.Compile(src); err != nil {
+		if e, ok := err.(*errs.Error); ok {
+			return e.With("field", field)
+		}
+		return err
+	}
+	return nil
+}
+
+// validateAction checks a definition and fills defaults.
+func (s *Service) validateAction(def *ActionDef) error {
+	if err := validName("action id", def.ID, s.lim.MaxScopeBytes, true); err != nil {
+		return err
+	}
+	if _, builtin := builtinDescriptions[def.ID]; builtin && def.ID != "help" {
+		return errs.New(errs.InvalidField, "%q is a builtin action", def.ID).WithHint("choose another id (only help may be overridden)")
+	}
+	if strings.HasPrefix(def.ID, "_") {
+		return errs.New(errs.InvalidField, "action ids starting with _ are reserved for builtins").WithHint("choose an id that starts with a letter or digit")
+	}
+	for _, f := range []struct{ name, v string }{{"description", def.Description}, {"intent", def.Intent}} {
+		if len(f.v) > maxTextField {
+			return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", f.name, len(f.v), maxTextField).WithHint("shorten it")
+		}
+	}
+	if len(def.Params) > maxParams {
+		return errs.New(errs.InvalidField, "%d params, over the limit of %d", len(def.Params), maxParams).WithHint("take fewer parameters, or one object")
+	}
+	for name, p := range def.Params {
+		if err := validName("param name", name, 64, true); err != nil {
+			return err
+		}
+		if !slices.Contains(paramTypes, p.Type) {
+			return errs.New(errs.InvalidField, "param %q has type %q", name, p.Type).WithHint("types are string, number, integer, boolean, object, array, any")
+		}
+	}
+	if len(def.Writes) > maxWritesPerAction {
+		return errs.New(errs.InvalidField, "%d writes, over the limit of %d per action", len(def.Writes), maxWritesPerAction).WithHint("split the action")
+	}
+	for _, f := range []struct{ name, src string }{{"if", def.If}, {"enabled", def.Enabled}, {"result", def.Result}} {
+		if err := s.compileField(f.name, f.src); err != nil {
+			return err
+		}
+	}
+	for i := range def.Writes {
+		if err := s.validateTemplate(def, i); err != nil {
+			if e, ok := err.(*errs.Error); ok {
+				return e.With("write", i)
+			}
+			return err
+		}
+	}
+	if def.Timer != nil {
+		if err := def.Timer.validate("timer"); err != nil {
+			return err
+		}
+	}
+	if def.OnInvoke != nil && def.OnInvoke.Timer != nil {
+		if def.OnInvoke.Timer.Effect == "" {
+			def.OnInvoke.Timer.Effect = "enable"
+		}
+		if err := def.OnInvoke.Timer.validate("on_invoke.timer"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) validateTemplate(def *ActionDef, i int) error {
+	w := &def.Writes[i]
+	field := fmt.Sprintf("writes[%d]", i)
+	n := 0
+	for _, set := range []bool{len(w.Value) > 0, len(w.Merge) > 0, len(w.Increment) > 0, w.Delete} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return errs.New(errs.InvalidField, "%s needs exactly one of value, merge, increment and delete", field).
+			WithHint(`e.g. {"scope": "_shared", "key": "phase", "value": "${params.phase}"}`)
+	}
+	if w.Key == "" && !w.Append {
+		return errs.New(errs.InvalidField, "%s has no key", field).WithHint("give it a key (append writes may omit it)")
+	}
+	if w.Append && len(w.Value) == 0 {
+		return errs.New(errs.InvalidField, "%s: append takes a value", field).WithHint("give the entry to append as value")
+	}
+	if err := checkTemplates(field+".scope", w.Scope, def.Params); err != nil {
+		return err
+	}
+	if err := checkTemplates(field+".key", w.Key, def.Params); err != nil {
+		return err
+	}
+	if w.Expr {
+		src := w.Value
+		if len(src) == 0 {
+			src = w.Merge
+		}
+		var code string
+		if json.Unmarshal(src, &code) != nil {
+			return errs.New(errs.InvalidField, "%s: with expr: true, value (or merge) is a CEL expression string", field).
+				WithHint(`e.g. "value": "state._shared.score + params.points", "expr": true`)
+		}
+		if err := s.compileField(field+".value", code); err != nil {
+			return err
+		}
+	} else {
+		for _, raw := range []json.RawMessage{w.Value, w.Merge, w.Increment, w.IfVersion} {
+			if len(raw) > 0 {
+				if err := checkJSONTemplates(field, raw, def.Params); err != nil {
+					return err
+				}
+			}
+		}
+		if len(w.Merge) > 0 && w.Merge[0] != '{' {
+			return errs.New(errs.InvalidField, "%s: merge must be an object", field).WithHint("use value to store a non-object")
+		}
+	}
+	if w.Timer != nil {
+		if err := w.Timer.validate(field + ".timer"); err != nil {
+			return err
+		}
+	}
+	return s.compileField(field+".enabled", w.Enabled)
+}
+
+// RegisterResult is what a registration returns.
+type RegisterResult struct {
+	Definition any   `json:"definition"`
+	Created    bool  `json:"created"`
+	Seq        int64 `json:"seq"`
+	// Changed lists the fields a re-registration changed.
+	Changed []string `json:"changed,omitempty"`
+	// Warnings flag likely mistakes that did not stop the registration.
+	Warnings []map[string]any `json:"warnings,omitempty"`
+	// Value is a view's value right after registration.
+	Value any `json:"value,omitempty"`
+}
+
+// RegisterAction registers or replaces an action.
+func (s *Service) RegisterAction(ctx context.Context, p *Principal, roomID string, def ActionDef) (*RegisterResult, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	var res *RegisterResult
+	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+		var err error
+		res, err = s.registerAction(m, def)
+		return err
+	})
+	return res, err
+}
+
+func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, error) {
+	scope, err := registrar(m.p, def.Scope)
+	if err != nil {
+		return nil, err
+	}
+	def.Scope = scope
+	def.RegisteredBy = m.actor
+	if err := s.validateAction(&def); err != nil {
+		return nil, err
+	}
+	snap, err := s.lockedSnapshot(m)
+	if err != nil {
+		return nil, err
+	}
+	res := &RegisterResult{Definition: def, Created: true}
+	if old := snap.actions[def.ID]; old != nil && old.r.timer.live(m.now) {
+		if !mayReplace(m.p, old.def.Scope, old.def.RegisteredBy) {
+			return nil, errs.New(errs.ActionOwned, "action %q belongs to %s", def.ID, old.def.RegisteredBy).
+				WithHint("choose another id; only its registrar, its scope's agent or the room token may replace it")
+		}
+		res.Created = false
+		res.Changed = changedFields(*old.def, def)
+	}
+	// Competing writers of the same static keys.
+	for _, t := range staticTargets(&def) {
+		var others []string
+		for id, a := range snap.actions {
+			if id != def.ID && slices.Contains(staticTargets(a.def), t) {
+				others = append(others, id)
+			}
+		}
+		if len(others) > 0 {
+			sort.Strings(others)
+			res.Warnings = append(res.Warnings, map[string]any{"warning": "competing_write_targets", "target": t, "actions": others,
+				"hint": "several actions write this key; see help key contested_actions"})
+		}
+	}
+	raw, _ := json.Marshal(def)
+	o := op{Scope: scopeActions, Key: def.ID, Value: raw, Timer: def.Timer}
+	if _, _, err := s.applyOps(m, []op{o}, "register"); err != nil {
+		return nil, err
+	}
+	m.audit = map[string]any{"kind": "register_action", "action": def.ID, "definition": def, "created": res.Created, "changed": res.Changed}
+	return res, nil
+}
+
+func changedFields(a, b ActionDef) []string {
+	a.RegisteredBy, b.RegisteredBy = "", ""
+	var out []string
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	t := va.Type()
+	for i := 0; i < t.NumField(); i++ {
+		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			out = append(out, tag)
+		}
+	}
+	return out
+}
+
+// lockedSnapshot loads the room's snapshot inside a mutation.
+func (s *Service) lockedSnapshot(m *mutation) (*snapshot, error) {
+	var count int64
+	if err := m.tx.QueryRow(m.ctx, `SELECT message_count FROM rooms WHERE id = $1`, m.room).Scan(&count); err != nil {
+		return nil, err
+	}
+	return s.loadSnapshot(m.ctx, m.tx, m.room, m.base, count)
+}
+
+// DeleteAction removes an action (its registrar, its scope's agent or room
+// authority).
+func (s *Service) DeleteAction(ctx context.Context, p *Principal, roomID, id string) (int64, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return 0, err
+	}
+	return s.mutate(ctx, p, roomID, func(m *mutation) error { return s.deleteDef(m, scopeActions, id) })
+}
+
+// DeleteView removes a view, with the same authority as DeleteAction.
+func (s *Service) DeleteView(ctx context.Context, p *Principal, roomID, id string) (int64, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return 0, err
+	}
+	return s.mutate(ctx, p, roomID, func(m *mutation) error { return s.deleteDef(m, scopeViews, id) })
+}
+
+func (s *Service) deleteDef(m *mutation, scope, id string) error {
+	if m.p.Kind == KindView {
+		return errs.New(errs.ReadOnlyToken, "the view token is read-only").WithHint("delete with the room token or an agent token")
+	}
+	snap, err := s.lockedSnapshot(m)
+	if err != nil {
+		return err
+	}
+	kind, notFound := "action", errs.ActionNotFound
+	var defScope, by string
+	found := false
+	if scope == scopeActions {
+		if a := snap.actions[id]; a != nil && a.r.timer.live(m.now) {
+			found, defScope, by = true, a.def.Scope, a.def.RegisteredBy
+		}
+	} else {
+		kind, notFound = "view", errs.ViewNotFound
+		for _, v := range snap.views {
+			if v.def.ID == id && v.r.timer.live(m.now) {
+				found, defScope, by = true, v.def.Scope, v.def.RegisteredBy
+			}
+		}
+	}
+	if !found {
+		return errs.New(notFound, "no %s %q in this room", kind, id).WithHint("list them with GET /rooms/%s/%ss", m.room, kind)
+	}
+	if !mayReplace(m.p, defScope, by) {
+		return errs.New(errs.ActionOwned, "%s %q belongs to %s", kind, id, by).WithHint("only its registrar, its scope's agent or the room token may delete it")
+	}
+	if _, _, err := s.applyOps(m, []op{{Scope: scope, Key: id, Delete: true}}, "delete"); err != nil {
+		return err
+	}
+	m.audit = map[string]any{"kind": "delete_" + kind, kind: id}
+	return nil
+}
+
+// RegisterView registers or replaces a view and returns its current value.
+func (s *Service) RegisterView(ctx context.Context, p *Principal, roomID string, def ViewDef) (*RegisterResult, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	var res *RegisterResult
+	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+		var err error
+		res, err = s.registerView(m, def)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Its value as anyone now sees it (views are public).
+	if rc, err := s.readCtx(ctx, p, roomID, nil, nil); err == nil {
+		res.Value = rc.views[def.ID]
+	}
+	return res, nil
+}
+
+func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error) {
+	scope, err := registrar(m.p, def.Scope)
+	if err != nil {
+		return nil, err
+	}
+	def.Scope = scope
+	def.RegisteredBy = m.actor
+	if err := validName("view id", def.ID, s.lim.MaxScopeBytes, false); err != nil {
+		return nil, err
+	}
+	if len(def.Description) > maxTextField {
+		return nil, errs.New(errs.InvalidField, "description is over %d bytes", maxTextField).WithHint("shorten it")
+	}
+	if def.Expr == "" {
+		return nil, errs.New(errs.InvalidField, "a view needs expr").WithHint(`e.g. {"id": "phase", "expr": "state._shared.phase"}`)
+	}
+	prog, err := s.cel.Compile(def.Expr)
+	if err != nil {
+		return nil, err.(*errs.Error).With("field", "expr")
+	}
+	def.Deps = prog.ViewDeps
+	if err := s.compileField("enabled", def.Enabled); err != nil {
+		return nil, err
+	}
+	if len(def.Render) > 0 && def.Render[0] != '{' {
+		return nil, errs.New(errs.InvalidField, "render must be an object").WithHint(`e.g. {"type": "metric", "label": "Score"}`)
+	}
+	if def.Timer != nil {
+		if err := def.Timer.validate("timer"); err != nil {
+			return nil, err
+		}
+	}
+	snap, err := s.lockedSnapshot(m)
+	if err != nil {
+		return nil, err
+	}
+	res := &RegisterResult{Definition: def, Created: true}
+	for _, v := range snap.views {
+		if v.def.ID == def.ID && v.r.timer.live(m.now) {
+			if !mayReplace(m.p, v.def.Scope, v.def.RegisteredBy) {
+				return nil, errs.New(errs.ActionOwned, "view %q belongs to %s", def.ID, v.def.RegisteredBy).
+					WithHint("choose another id; only its registrar, its scope's agent or the room token may replace it")
+			}
+			res.Created = false
+		}
+	}
+	raw, _ := json.Marshal(def)
+	if _, _, err := s.applyOps(m, []op{{Scope: scopeViews, Key: def.ID, Value: raw, Timer: def.Timer}}, "register"); err != nil {
+		return nil, err
+	}
+	m.audit = map[string]any{"kind": "register_view", "view": def.ID, "definition": def, "created": res.Created}
+	return res, nil
+}
+
+// ActionInfo is an action as listed.
+type ActionInfo struct {
+	ActionDef
+	Available bool           `json:"available"`
+	Enabled   bool           `json:"enabled_now"`
+	Cooldown  map[string]any `json:"cooldown,omitempty"`
+	Timer     map[string]any `json:"timer_state,omitempty"`
+}
+
+// ListActions lists the room's live actions with their availability to p.
+func (s *Service) ListActions(ctx context.Context, p *Principal, roomID string) ([]ActionInfo, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := []ActionInfo{}
+	for id, en := range rc.actEnabled {
+		a := rc.snap.actions[id]
+		info := ActionInfo{ActionDef: *a.def, Available: rc.actAvail[id], Enabled: en, Timer: a.r.timer.describe(rc.now)}
+		if cd := s.cooldownOf(rc.snap, id, rc.now); cd != nil {
+			info.Cooldown = cd.describe(rc.now)
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// GetAction returns one action.
+func (s *Service) GetAction(ctx context.Context, p *Principal, roomID, id string) (*ActionInfo, error) {
+	list, err := s.ListActions(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	for i := range list {
+		if list[i].ID == id {
+			return &list[i], nil
+		}
+	}
+	return nil, errs.New(errs.ActionNotFound, "no action %q in this room", id).WithHint("list actions with GET /rooms/%s/actions", roomID)
+}
+
+// ViewInfo is a view as listed: its definition and current value.
+type ViewInfo struct {
+	ViewDef
+	Value any `json:"value"`
+}
+
+// ListViews lists live, enabled views with their values.
+func (s *Service) ListViews(ctx context.Context, p *Principal, roomID string) ([]ViewInfo, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := []ViewInfo{}
+	for _, v := range rc.snap.views {
+		val, ok := rc.views[v.def.ID]
+		if !ok {
+			continue // dormant, expired or disabled
+		}
+		out = append(out, ViewInfo{ViewDef: *v.def, Value: val})
+	}
+	if c, ok := rc.views[viewContested]; ok {
+		out = append(out, ViewInfo{ViewDef: ViewDef{ID: viewContested, Scope: ScopeShared, Description: "state keys written by more than one action (system)"}, Value: c})
+	}
+	return out, nil
+}
+
+// GetView returns one view.
+func (s *Service) GetView(ctx context.Context, p *Principal, roomID, id string) (*ViewInfo, error) {
+	list, err := s.ListViews(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	for i := range list {
+		if list[i].ID == id {
+			return &list[i], nil
+		}
+	}
+	return nil, errs.New(errs.ViewNotFound, "no view %q in this room", id).WithHint("list views with GET /rooms/%s/views", roomID)
+}

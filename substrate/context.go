@@ -1,0 +1,487 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// maxUnreadCount caps the unread counters: counting is proportional to the
+// unread messages, and past this many the exact number does not matter.
+const maxUnreadCount = 1000
+
+// loadPresence reads the room's agents.
+func loadPresence(ctx context.Context, q querier, roomID string) ([]presence, error) {
+	rows, err := q.Query(ctx, `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq
+		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []presence
+	for rows.Next() {
+		var a presence
+		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// countMessages fills the caller's unread counters from the messages after
+// its last_seen_seq (bounded by maxUnreadCount).
+func countMessages(ctx context.Context, q querier, roomID string, p *Principal, agents []presence, total int64) (msgCounts, error) {
+	mc := msgCounts{Count: total}
+	if p == nil || p.Kind != KindAgent {
+		return mc, nil
+	}
+	var seen int64
+	for _, a := range agents {
+		if a.ID == p.AgentID {
+			seen = a.LastSeenSeq
+		}
+	}
+	err := q.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE directed) FROM (
+			SELECT (value->'to') ? $3 AS directed FROM state
+			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2`+liveSQL+`
+			LIMIT `+strconv.Itoa(maxUnreadCount)+`) t`, roomID, seen, p.AgentID).Scan(&mc.Unread, &mc.Directed)
+	return mc, err
+}
+
+// readCtx loads what p perceives of the room now, from one consistent
+// snapshot of the database.
+func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, params map[string]any, extra func(pgx.Tx, *roomCtx) error) (*roomCtx, error) {
+	var rc *roomCtx
+	err := pgx.BeginTxFunc(ctx, s.db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var seq, count int64
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT seq, message_count, now() FROM rooms WHERE id = $1`, roomID).Scan(&seq, &count, &now); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+			}
+			return err
+		}
+		snap, err := s.loadSnapshot(ctx, tx, roomID, seq, count)
+		if err != nil {
+			return err
+		}
+		agents, err := loadPresence(ctx, tx, roomID)
+		if err != nil {
+			return err
+		}
+		mc, err := countMessages(ctx, tx, roomID, p, agents, count)
+		if err != nil {
+			return err
+		}
+		rc = s.build(ctx, snap, p, agents, mc, time.Now(), params)
+		if extra != nil {
+			return extra(tx, rc)
+		}
+		return nil
+	})
+	return rc, err
+}
+
+// ContextRequest shapes a context read (reference §3.1).
+type ContextRequest struct {
+	// Depth is lean (default), full (action params, writes, if, scope,
+	// intent) or usage (full plus invocation counts).
+	Depth string
+	// Only keeps the named sections (state, views, agents, actions,
+	// messages) or single scopes (state.<scope>).
+	Only []string
+	// NoActions and NoMessages drop those sections.
+	NoActions, NoMessages bool
+	// MessagesAfter returns messages with seq > it (oldest first) instead
+	// of the newest ones.
+	MessagesAfter *int64
+	// MessagesLimit caps recent messages: default 100, max 500.
+	MessagesLimit int
+	// Include adds log scopes (_messages, _audit) to state, newest
+	// MessagesLimit entries each.
+	Include []string
+}
+
+// ParseContextRequest reads the context parameters from a query string.
+func ParseContextRequest(get func(string) string) (ContextRequest, error) {
+	var q ContextRequest
+	q.Depth = get("depth")
+	switch q.Depth {
+	case "", "lean", "full", "usage":
+	default:
+		return q, errs.New(errs.InvalidField, "depth=%q is not lean, full or usage", q.Depth).WithHint("use depth=lean (default), full or usage")
+	}
+	if q.Depth == "" {
+		q.Depth = "lean"
+	}
+	split := func(s string) []string {
+		var out []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	q.Only = split(get("only"))
+	for _, o := range q.Only {
+		sec, _, _ := strings.Cut(o, ".")
+		if !slices.Contains(sections, sec) {
+			return q, errs.New(errs.InvalidField, "only=%s names no section", o).WithHint("sections are %s; a scope is state.<scope>", strings.Join(sections, ", "))
+		}
+	}
+	q.Include = split(get("include"))
+	for _, inc := range q.Include {
+		if inc != ScopeMessages && inc != ScopeAudit {
+			return q, errs.New(errs.InvalidField, "include=%s: only _messages and _audit can be included", inc).WithHint("use include=_messages,_audit")
+		}
+	}
+	q.NoActions = get("actions") == "false"
+	q.NoMessages = get("messages") == "false"
+	if v := get("messages_after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return q, errs.New(errs.InvalidField, "messages_after=%q is not a non-negative integer", v).WithHint("pass the seq of the last message you saw")
+		}
+		q.MessagesAfter = &n
+	}
+	q.MessagesLimit = 100
+	if v := get("messages_limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			return q, errs.New(errs.InvalidField, "messages_limit=%q is not between 1 and 500", v).WithHint("use 1–500 (default 100)")
+		}
+		q.MessagesLimit = n
+	}
+	return q, nil
+}
+
+var sections = []string{"state", "views", "agents", "actions", "messages"}
+
+// Context is the envelope of GET /rooms/:id/context (ARCHITECTURE §7):
+// everything the caller perceives, shaped for a language model.
+func (s *Service) Context(ctx context.Context, p *Principal, roomID string, q ContextRequest) (map[string]any, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	var env map[string]any
+	_, err := s.readCtx(ctx, p, roomID, nil, func(tx pgx.Tx, rc *roomCtx) error {
+		var err error
+		env, err = s.envelope(ctx, tx, rc, roomID, q)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// envelope assembles the context. Adaptive salience (seed 000) extends it
+// here: this is the one place the envelope is put together.
+func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (map[string]any, error) {
+	want := func(sec string) bool {
+		if len(req.Only) == 0 {
+			return true
+		}
+		for _, o := range req.Only {
+			if o == sec || strings.HasPrefix(o, sec+".") {
+				return true
+			}
+		}
+		return false
+	}
+	env := map[string]any{"self": rc.self}
+	meta := map[string]any{"depth": req.Depth}
+	var present, elided, expand, help []string
+
+	if want("state") {
+		st := map[string]any{}
+		for scope, v := range rc.state {
+			if rc.self != "" && scope == rc.self {
+				continue // shown as self
+			}
+			if len(req.Only) > 0 && !slices.Contains(req.Only, "state") && !slices.Contains(req.Only, "state."+scope) {
+				continue
+			}
+			st[scope] = v
+		}
+		for _, inc := range req.Include {
+			if !rc.visible(inc) {
+				continue
+			}
+			logs, err := loadLog(ctx, q, roomID, inc, req.MessagesLimit)
+			if err != nil {
+				return nil, err
+			}
+			st[inc] = logs
+		}
+		env["state"] = st
+		present = append(present, "state")
+	} else {
+		elided = append(elided, "state")
+	}
+	if want("views") {
+		env["views"] = rc.views
+		present = append(present, "views")
+	} else {
+		elided = append(elided, "views")
+	}
+	if want("agents") {
+		env["agents"] = rc.vars.Agents
+		present = append(present, "agents")
+	} else {
+		elided = append(elided, "agents")
+	}
+	custom := 0
+	if want("actions") && !req.NoActions {
+		acts, err := s.actionsSection(ctx, q, rc, roomID, req.Depth)
+		if err != nil {
+			return nil, err
+		}
+		for id := range acts {
+			if _, builtin := builtinDescriptions[id]; !builtin {
+				custom++
+			}
+		}
+		env["actions"] = acts
+		present = append(present, "actions")
+	} else {
+		elided = append(elided, "actions")
+		expand = append(expand, "?actions=true")
+		custom = len(rc.snap.actions)
+	}
+	if want("messages") && !req.NoMessages {
+		msgs, truncated, err := s.messagesSection(ctx, q, rc, roomID, req)
+		if err != nil {
+			return nil, err
+		}
+		env["messages"] = msgs
+		present = append(present, "messages")
+		if truncated {
+			help = append(help, "context_shaping")
+			meta["messages_truncated"] = msgs["_elided"]
+		}
+	} else {
+		elided = append(elided, "messages")
+		expand = append(expand, "?messages=true")
+	}
+	if custom == 0 {
+		help = append(help, "vocabulary_bootstrap")
+	}
+	if rc.msgs.Directed > 0 {
+		help = append(help, "directed_messages")
+	}
+	if _, ok := rc.views[viewContested]; ok {
+		help = append(help, "contested_actions")
+	}
+	meta["sections"] = present
+	if len(elided) > 0 {
+		meta["elided"] = elided
+		if len(req.Only) > 0 {
+			expand = append(expand, "?only="+strings.Join(append(append([]string{}, req.Only...), elided...), ","))
+		}
+	}
+	if len(expand) > 0 {
+		meta["_expand"] = expand
+	}
+	if len(help) > 0 {
+		meta["help"] = help
+	}
+	meta["request"] = req.echo()
+	meta["seq"] = rc.snap.seq
+	env["_context"] = meta
+	return env, nil
+}
+
+func (r ContextRequest) echo() map[string]any {
+	e := map[string]any{}
+	if r.Depth != "lean" {
+		e["depth"] = r.Depth
+	}
+	if len(r.Only) > 0 {
+		e["only"] = strings.Join(r.Only, ",")
+	}
+	if r.NoActions {
+		e["actions"] = false
+	}
+	if r.NoMessages {
+		e["messages"] = false
+	}
+	if r.MessagesAfter != nil {
+		e["messages_after"] = *r.MessagesAfter
+	}
+	if r.MessagesLimit != 100 {
+		e["messages_limit"] = r.MessagesLimit
+	}
+	if len(r.Include) > 0 {
+		e["include"] = strings.Join(r.Include, ",")
+	}
+	return e
+}
+
+// loadLog returns the newest n live entries of a log scope, oldest first,
+// as key → value.
+func loadLog(ctx context.Context, q querier, roomID, scope string, n int) (map[string]any, error) {
+	rows, err := q.Query(ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND sort_key IS NOT NULL`+liveSQL+`
+		ORDER BY sort_key DESC LIMIT $3`, roomID, scope, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]any{}
+	for rows.Next() {
+		var k string
+		var v json.RawMessage
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, rows.Err()
+}
+
+// messagesSection returns the message counters and recent messages, and
+// marks what it returned as read for an agent caller.
+func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (map[string]any, bool, error) {
+	var rows pgx.Rows
+	var err error
+	if req.MessagesAfter != nil {
+		rows, err = q.Query(ctx, `SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2`+liveSQL+`
+			ORDER BY sort_key LIMIT $3`, roomID, *req.MessagesAfter, req.MessagesLimit)
+	} else {
+		rows, err = q.Query(ctx, `SELECT sort_key, value FROM (SELECT sort_key, value FROM state
+			WHERE room_id = $1 AND scope = '_messages' AND sort_key IS NOT NULL`+liveSQL+`
+			ORDER BY sort_key DESC LIMIT $2) t ORDER BY sort_key`, roomID, req.MessagesLimit)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	recent := []any{}
+	var maxSeq, minSeq int64
+	for rows.Next() {
+		var seq int64
+		var raw json.RawMessage
+		if err := rows.Scan(&seq, &raw); err != nil {
+			rows.Close()
+			return nil, false, err
+		}
+		m := map[string]any{}
+		if json.Unmarshal(raw, &m) != nil {
+			m = map[string]any{"body": raw}
+		}
+		m["seq"] = seq
+		recent = append(recent, m)
+		maxSeq = max(maxSeq, seq)
+		if minSeq == 0 {
+			minSeq = seq
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, false, err
+	}
+	out := map[string]any{"count": rc.msgs.Count, "unread": rc.msgs.Unread, "directed_unread": rc.msgs.Directed, "recent": recent}
+	truncated := req.MessagesAfter == nil && int64(len(recent)) < rc.msgs.Count
+	if truncated {
+		out["_elided"] = map[string]any{"total": rc.msgs.Count, "returned": len(recent), "oldest_seq": minSeq,
+			"_expand": "?messages_after=0&messages_limit=500"}
+	}
+	if rc.self != "" && maxSeq > 0 {
+		// The read transaction is read-only; marking read is its own
+		// statement, monotonic so concurrent reads cannot move it back.
+		if _, err := s.db.Pool.Exec(ctx, `UPDATE agents SET last_seen_seq = $3 WHERE room_id = $1 AND id = $2 AND last_seen_seq < $3`,
+			roomID, rc.self, maxSeq); err != nil {
+			return nil, false, err
+		}
+	}
+	return out, truncated, nil
+}
+
+// actionsSection lists enabled actions with availability, plus builtins.
+func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, roomID, depth string) (map[string]any, error) {
+	out := map[string]any{}
+	var counts map[string]int
+	if depth == "usage" {
+		var err error
+		if counts, err = invocationCounts(ctx, q, roomID); err != nil {
+			return nil, err
+		}
+	}
+	ids := make([]string, 0, len(rc.actEnabled))
+	for id, on := range rc.actEnabled {
+		if on {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		def := rc.snap.actions[id].def
+		a := map[string]any{"available": rc.actAvail[id], "description": def.Description}
+		if cd := s.cooldownOf(rc.snap, id, rc.now); cd != nil {
+			a["cooldown"] = cd.describe(rc.now)
+		}
+		if depth != "lean" {
+			a["params"] = def.Params
+			a["writes"] = def.Writes
+			a["if"] = def.If
+			a["enabled"] = true
+			a["scope"] = def.Scope
+			a["registered_by"] = def.RegisteredBy
+			if def.Intent != "" {
+				a["intent"] = def.Intent
+			}
+			if def.Result != "" {
+				a["result"] = def.Result
+			}
+		}
+		if counts != nil {
+			a["invocation_count"] = counts[id]
+		}
+		out[id] = a
+	}
+	canAct := rc.p == nil || rc.p.Kind != KindView
+	for id, desc := range builtinDescriptions {
+		if _, overridden := out[id]; overridden {
+			continue
+		}
+		b := map[string]any{"available": canAct || id == "help", "builtin": true, "description": desc}
+		if depth != "lean" {
+			b["params"] = builtinParams[id]
+		}
+		out[id] = b
+	}
+	return out, nil
+}
+
+// invocationCounts counts successful invocations per action over the last
+// 500 audit entries (bounded, whatever the room's history).
+func invocationCounts(ctx context.Context, q querier, roomID string) (map[string]int, error) {
+	rows, err := q.Query(ctx, `SELECT value->>'action' FROM (SELECT value FROM state
+		WHERE room_id = $1 AND scope = '_audit' AND sort_key IS NOT NULL ORDER BY sort_key DESC LIMIT 500) t
+		WHERE value->>'kind' = 'invoke' AND (value->>'ok')::boolean`, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id *string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		if id != nil {
+			out[*id]++
+		}
+	}
+	return out, rows.Err()
+}

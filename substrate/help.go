@@ -1,0 +1,159 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strings"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// helpKeys are the system help texts. Rooms override a key by writing
+// state entry _help/<key>.
+func (s *Service) helpContent(key string) (any, bool) {
+	switch key {
+	case "index":
+		return map[string]any{
+			"about": "sync rooms: versioned, scoped state; actions (writes anyone can invoke, with their registrar's authority); views (public CEL projections); wait on conditions.",
+			"keys":  s.helpKeyList(nil),
+			"start": "Read GET /rooms/:id/context, then invoke actions. No actions yet? See vocabulary_bootstrap.",
+		}, true
+	case "guide":
+		return strings.TrimSpace(`
+1. Read: GET /rooms/:id/context gives state (yours as self), views, agents, actions (with available), messages and _context (what was left out and how to get it).
+2. Act: POST /rooms/:id/actions/:action/invoke {"params": {…}}. Actions carry their registrar's write authority; your token carries your identity (never pass it as a parameter).
+3. Talk: invoke _send_message {"body": …, "to": "<agent>"?}. Directed messages raise the recipient's directed_unread.
+4. Shape the room: _register_action {id, params, if, writes, …} and _register_view {id, expr}. Re-registering replaces (and reports what changed).
+5. Wait instead of polling: GET /rooms/:id/wait?condition=<CEL>&timeout=<ms>; it returns when the condition holds, or at the timeout with timeout: true, and you simply call again.
+6. Direct state writes (PUT /rooms/:id/state) need scope authority: your own scope, granted scopes, or the room token.
+Errors are {"error": code, "message", "hint"}; the hint says what to do next.`), true
+	case "vocabulary_bootstrap":
+		return strings.TrimSpace(`
+This room has no actions of its own yet. Give it a vocabulary: register the actions your work needs with _register_action.
+The help key standard_library has ready-made definitions (set, increment, claim, vote, define_role, fill_role, …): invoke _register_action with one of them as params, adapting ids and keys to your task.
+Prefer few, purposeful actions with an intent and an if that guards their precondition; register views for what everyone should see.`), true
+	case "standard_library":
+		return standardLibrary, true
+	case "directed_messages":
+		return strings.TrimSpace(`
+Someone sent you a directed message (messages.directed_unread > 0). Read the context: messages.recent lists messages, and those whose "to" names you are for you.
+Reading the context with messages marks them read. Answer with _send_message {"body": …, "to": "<their id>"}.
+To wait for the next one: wait?condition=messages.directed_unread > 0`), true
+	case "contested_actions":
+		return strings.TrimSpace(`
+Several actions write the same state key (views._contested lists "<scope>.<key>": [action ids]). That is fine when intended (a counter anyone bumps) and a bug when two agents' vocabularies overlap by accident.
+Check with GET /rooms/:id/actions?depth=full who writes what; guard writes with if or if_version; merge duplicates into one action, or delete the one you registered by mistake with _delete_action.`), true
+	case "context_shaping":
+		return strings.TrimSpace(`
+GET /rooms/:id/context (and wait, which takes the same parameters):
+- depth=lean|full|usage: full adds each action's params, writes, if, scope and intent; usage adds invocation counts.
+- only=state,views,… or only=state.<scope>: keep just those sections.
+- actions=false, messages=false: drop a section.
+- messages_after=<seq>, messages_limit=<n> (default 100, max 500): page the message log; reading messages marks them read.
+- include=_messages,_audit: add those logs to state (newest messages_limit entries; _audit needs room, view or _audit-granted tokens).
+_context lists the sections present, what was elided, and the exact parameters to expand it (_expand).`), true
+	case "if_version":
+		return strings.TrimSpace(`
+Every state entry has a version: 1 when created, +1 per write. A write with if_version: N applies only if the entry is at version N (0 means "must not exist"); otherwise it fails with version_conflict and current_version, and nothing in the request is written.
+Read-modify-write safely: read the entry, compute, write with if_version set to the version you read, and on version_conflict read again and retry.
+Action writes take if_version too, also as a template: "if_version": "${params.version}".`), true
+	case "expressions":
+		lim := s.cel.Limits()
+		return map[string]any{
+			"language": "CEL (Common Expression Language, cel-go).",
+			"variables": map[string]string{
+				"state":    "scope → key → value of the scopes you can read; your own scope also as state.self. Logs (_messages, _audit) are not in state: use messages.",
+				"views":    "view id → value (an evaluation error shows as {\"_error\": …}); views._contested lists keys written by several actions.",
+				"agents":   "agent id → {name, role, status, waiting_on, last_heartbeat}.",
+				"actions":  "action id → {enabled, available} (inside views only enabled).",
+				"messages": "{count, unread, directed_unread}.",
+				"self":     "your agent id (\"\" for room and view tokens).",
+				"params":   "the invocation's parameters (in if, result and expr writes).",
+				"now":      "the current time (timestamp): now.getHours(), now - duration(\"1h\").",
+			},
+			"functions": append(append([]string{}, expr.Functions...),
+				"cel-go extensions: strings (lowerAscii, split, join, replace, format, …), lists (lists.range, slice, flatten, sort, distinct, …), math (math.greatest, math.least, …), sets (sets.contains, …), base64, optional values (state._shared.?x.orValue(default))"),
+			"numbers": "whole numbers are int, others double; compare freely, but convert before mixing in arithmetic: double(state._shared.count) * 0.5",
+			"missing keys": "state._shared.x fails when x is absent: test with has(state._shared.x) or \"x\" in state._shared, or read state._shared.?x.orValue(default). has() takes one field selection; the two-argument form does not exist.",
+			"examples": []string{
+				`state._shared.phase == "review"`,
+				`views.all_ready && messages.directed_unread == 0`,
+				`state._shared.tasks.values().filter(t, !has(t.claimed_by)).size() > 0`,
+				`state.self.health > 50 ? "healthy" : "wounded"`,
+				`agents.exists(a, agents[a].status == "waiting")`,
+			},
+			"limits": map[string]any{"source_bytes": lim.MaxSourceBytes, "cost": lim.CostLimit, "time_ms": lim.Timeout.Milliseconds()},
+		}, true
+	}
+	return nil, false
+}
+
+var systemHelpKeys = []string{"index", "guide", "vocabulary_bootstrap", "standard_library", "directed_messages",
+	"contested_actions", "context_shaping", "if_version", "expressions"}
+
+func (s *Service) helpKeyList(room map[string]*srow) []string {
+	keys := append([]string{}, systemHelpKeys...)
+	for k := range room {
+		if !contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Help returns one help key (the room's override when it has one), or the
+// list of keys when key is empty.
+func (s *Service) Help(ctx context.Context, p *Principal, roomID, key string) (map[string]any, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s.helpFrom(rc, key)
+}
+
+func (s *Service) helpFrom(rc *roomCtx, key string) (map[string]any, error) {
+	room := map[string]*srow{}
+	for k, r := range rc.snap.scopes[scopeHelp] {
+		if r.timer.live(rc.now) {
+			room[k] = r
+		}
+	}
+	if key == "" {
+		return map[string]any{"keys": s.helpKeyList(room), "usage": "help {key}: read one key; rooms override a key by writing _help.<key>"}, nil
+	}
+	if r, ok := room[key]; ok {
+		return map[string]any{"key": key, "content": json.RawMessage(r.Value), "source": "room", "version": r.Version}, nil
+	}
+	if c, ok := s.helpContent(key); ok {
+		return map[string]any{"key": key, "content": c, "source": "system", "version": 0}, nil
+	}
+	return nil, errs.New(errs.HelpKeyNotFound, "no help key %q", key).With("available", s.helpKeyList(room)).
+		WithHint("read one of the available keys; help without a key lists them")
+}
+
+// invokeHelp answers the help builtin, unless the room registered its own
+// help action (then handled is false and the action runs).
+func (s *Service) invokeHelp(ctx context.Context, p *Principal, roomID string, params map[string]any) (*InvokeResult, bool, error) {
+	rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+	if err != nil {
+		return nil, true, err
+	}
+	if a := rc.snap.actions["help"]; a != nil && a.r.timer.live(rc.now) {
+		return nil, false, nil
+	}
+	key, _ := params["key"].(string)
+	if v, ok := params["key"]; ok && key == "" && v != nil {
+		return nil, true, errs.New(errs.InvalidParam, "key must be a string").With("param", "key").WithHint("one of %v", systemHelpKeys)
+	}
+	out, err := s.helpFrom(rc, key)
+	if err != nil {
+		return nil, true, err
+	}
+	return &InvokeResult{Invoked: true, Action: "help", Agent: p.Actor(), Params: params, Seq: rc.snap.seq, Builtin: out}, true, nil
+}

@@ -1,0 +1,465 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// InvokeResult is what an invocation returns.
+type InvokeResult struct {
+	Invoked bool           `json:"invoked"`
+	Action  string         `json:"action"`
+	Agent   string         `json:"agent"`
+	Params  map[string]any `json:"params"`
+	Seq     int64          `json:"seq"`
+	Writes  []Entry        `json:"writes"`
+	Result  any            `json:"result,omitempty"`
+	// Builtin carries a builtin's own answer (a registration, help text…).
+	Builtin any `json:"builtin_result,omitempty"`
+}
+
+var builtinDescriptions = map[string]string{
+	"_register_action": "Register or replace an action: {id, scope?, description?, intent?, params?, if?, enabled?, writes, result?, timer?, on_invoke?}.",
+	"_delete_action":   "Delete an action you registered: {id}.",
+	"_register_view":   "Register or replace a view, a public CEL projection: {id, expr, scope? (default: your own), description?, enabled?, render?, timer?}.",
+	"_delete_view":     "Delete a view you registered: {id}.",
+	"_send_message":    "Post to _messages: {body, kind? (default chat), to? (agent id or list: directed)}.",
+	"help":             "Read the help: {key?}. Without a key, the list of keys.",
+}
+
+var builtinParams = map[string]map[string]ParamSpec{
+	"_register_action": {"id": {Type: "string", Required: true}, "writes": {Type: "array"}, "scope": {Type: "string"}, "if": {Type: "string"}},
+	"_delete_action":   {"id": {Type: "string", Required: true}},
+	"_register_view":   {"id": {Type: "string", Required: true}, "expr": {Type: "string", Required: true}, "scope": {Type: "string"}},
+	"_delete_view":     {"id": {Type: "string", Required: true}},
+	"_send_message":    {"body": {Required: true}, "kind": {Type: "string"}, "to": {Description: "agent id or list of agent ids"}},
+	"help":             {"key": {Type: "string"}},
+}
+
+// decodeParams reads an invocation's params object.
+func decodeParams(raw json.RawMessage) (map[string]any, error) {
+	params := map[string]any{}
+	if len(raw) == 0 || string(raw) == "null" {
+		return params, nil
+	}
+	if err := decodeNumber(raw, &params); err != nil || params == nil {
+		return nil, errs.New(errs.InvalidParam, "params must be a JSON object").WithHint(`send {"params": {"name": value, …}}`)
+	}
+	return params, nil
+}
+
+// celParams converts params (json.Number numbers) to expression values.
+func celParams(params map[string]any) map[string]any {
+	raw, _ := json.Marshal(params)
+	m, _ := expr.MustDecode(raw).(map[string]any)
+	return m
+}
+
+// Invoke runs an action (or a builtin) as p.
+func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID string, rawParams json.RawMessage) (*InvokeResult, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	params, err := decodeParams(rawParams)
+	if err != nil {
+		return nil, err
+	}
+	if actionID == "help" {
+		if res, handled, err := s.invokeHelp(ctx, p, roomID, params); handled {
+			return res, err
+		}
+	}
+	if p.Kind == KindView && actionID != "help" {
+		return nil, errs.New(errs.ReadOnlyToken, "the view token cannot invoke actions").WithHint("invoke with an agent token or the room token")
+	}
+	if _, ok := builtinDescriptions[actionID]; ok && actionID != "help" {
+		return s.invokeBuiltin(ctx, p, roomID, actionID, rawParams, params)
+	}
+	res := &InvokeResult{Invoked: true, Action: actionID, Agent: p.Actor(), Params: params}
+	seq, err := s.mutate(ctx, p, roomID, func(m *mutation) error { return s.invoke(m, actionID, params, res) })
+	if err != nil {
+		s.auditFailure(ctx, p, roomID, actionID, params, err)
+		return nil, err
+	}
+	res.Seq = seq
+	return res, nil
+}
+
+func (s *Service) invoke(m *mutation, id string, params map[string]any, res *InvokeResult) error {
+	ctx := m.ctx
+	snap, err := s.lockedSnapshot(m)
+	if err != nil {
+		return err
+	}
+	a := snap.actions[id]
+	if a == nil {
+		return errs.New(errs.ActionNotFound, "no action %q in this room", id).
+			WithHint("list actions with GET /rooms/%s/actions (or read the context); register one with _register_action", m.room)
+	}
+	if !a.r.timer.live(m.now) {
+		if a.r.timer != nil && *a.r.timer.Effect == "enable" {
+			return errs.New(errs.ActionCooldown, "action %q is dormant until its timer runs out", id).
+				With("timer", a.r.timer.describe(m.now)).WithHint("wait until then, or wait on actions.%s.available", id)
+		}
+		return errs.New(errs.ActionNotFound, "action %q has expired", id).WithHint("register it again if it is still needed")
+	}
+	if cd := s.cooldownOf(snap, id, m.now); cd != nil {
+		return errs.New(errs.ActionCooldown, "action %q is cooling down", id).With("cooldown", cd.describe(m.now)).
+			WithHint("try again after the cooldown, or wait with condition actions[%q].available", id)
+	}
+	def := a.def
+	if err := checkParams(def, params); err != nil {
+		return err
+	}
+	agents, err := loadPresence(ctx, m.tx, m.room)
+	if err != nil {
+		return err
+	}
+	mc, err := countMessages(ctx, m.tx, m.room, m.p, agents, snap.messageCount)
+	if err != nil {
+		return err
+	}
+	rc := s.build(ctx, snap, m.p, agents, mc, m.now, celParams(params))
+	if !rc.actEnabled[id] {
+		return errs.New(errs.ActionDisabled, "action %q is disabled: its enabled expression is false", id).
+			With("enabled", def.Enabled).WithHint("it becomes invocable when %s holds", def.Enabled)
+	}
+	if def.If != "" {
+		ok, err := s.evalField(ctx, "if", def.If, &rc.vars)
+		if err != nil {
+			return err
+		}
+		if !ok.(bool) {
+			return errs.New(errs.PreconditionFailed, "the precondition of %q is false: %s", id, def.If).
+				With("expression", def.If).WithHint("read the context to see why, or wait until it holds")
+		}
+	}
+	r := &renderer{params: params, self: rc.self, now: m.now.UTC().Format(time.RFC3339Nano)}
+	ops := make([]op, 0, len(def.Writes)+2)
+	for i, w := range def.Writes {
+		o, err := s.renderWrite(ctx, rc, r, def, w)
+		if err != nil {
+			if e, ok := err.(*errs.Error); ok {
+				return e.With("write", i)
+			}
+			return err
+		}
+		ops = append(ops, o)
+	}
+	userWrites := len(ops)
+	if t := def.OnInvoke; t != nil && t.Timer != nil {
+		if t.Timer.Effect == "delete" {
+			timer := *t.Timer
+			raw, _ := json.Marshal(def)
+			ops = append(ops, op{Scope: scopeActions, Key: id, Value: raw, Timer: &timer})
+		} else {
+			timer := *t.Timer
+			timer.Effect = "delete" // the cooldown entry lives while the action rests
+			v, _ := json.Marshal(map[string]any{"action": id, "by": m.actor})
+			ops = append(ops, op{Scope: scopeCooldowns, Key: id, Value: v, Timer: &timer})
+		}
+	}
+	msg, _ := json.Marshal(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": params, "body": callText(id, params)})
+	ops = append(ops, op{Scope: ScopeMessages, Append: true, Value: msg})
+	written, audit, err := s.applyOps(m, ops, "action:"+id)
+	if err != nil {
+		return err
+	}
+	for _, e := range written[:userWrites] {
+		res.Writes = append(res.Writes, *e)
+	}
+	if def.Result != "" {
+		rows := map[entryKey]*row{}
+		for _, pw := range m.pending {
+			rows[entryKey{pw.r.Scope, pw.r.Key}] = pw.r
+		}
+		after := s.build(ctx, snap.with(s, written, rows), m.p, agents, mc, m.now, celParams(params))
+		if v, err := s.evalField(ctx, "result", def.Result, &after.vars); err != nil {
+			res.Result = map[string]any{"_error": errorText(err)}
+		} else {
+			res.Result = v
+		}
+	}
+	m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": params, "ok": true, "writes": audit}
+	return nil
+}
+
+// evalField evaluates one of an action's expressions; "if" must be boolean.
+func (s *Service) evalField(ctx context.Context, field, src string, vars *expr.Vars) (any, error) {
+	p, err := s.cel.Compile(src)
+	if err == nil {
+		if field == "if" {
+			var ok bool
+			ok, err = s.cel.EvalBool(ctx, p, vars)
+			if err == nil {
+				return ok, nil
+			}
+		} else {
+			var v any
+			v, err = s.cel.Eval(ctx, p, vars)
+			if err == nil {
+				return v, nil
+			}
+		}
+	}
+	if e, ok := err.(*errs.Error); ok {
+		return nil, e.With("field", field)
+	}
+	return nil, err
+}
+
+// renderWrite turns one write template into a concrete write, checked
+// against the registrar's authority (seed 001 §Write authority model).
+func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, r *renderer, def *ActionDef, w WriteTemplate) (op, error) {
+	scope := r.str(w.Scope)
+	if scope == "" {
+		scope = ScopeShared
+	}
+	if scope == ScopeSelf {
+		scope = rc.self
+	}
+	o := op{Scope: scope, Key: r.str(w.Key), Append: w.Append, Delete: w.Delete, Deep: true, Timer: w.Timer, Enabled: w.Enabled}
+	if err := validName("scope", o.Scope, s.lim.MaxScopeBytes, true); err != nil {
+		return o, err
+	}
+	if o.Key != "" || !o.Append {
+		if err := validKey(o.Key, s.lim.MaxKeyBytes); err != nil {
+			return o, err
+		}
+	}
+	if err := actionMayWrite(def, rc.self, o.Scope); err != nil {
+		return o, err
+	}
+	var err error
+	switch {
+	case w.Expr:
+		src := w.Value
+		if len(src) == 0 {
+			src = w.Merge
+		}
+		var code string
+		_ = json.Unmarshal(src, &code)
+		v, err := s.evalField(ctx, "writes.value", code, &rc.vars)
+		if err != nil {
+			return o, err
+		}
+		out, err := json.Marshal(v)
+		if err != nil {
+			return o, errs.New(errs.CELError, "write expression result cannot be stored: %v", err).WithHint("return JSON-shaped values")
+		}
+		if len(w.Merge) > 0 {
+			if _, isMap := v.(map[string]any); !isMap {
+				return o, errs.New(errs.CELError, "merge expression gave %s, not a map", kindName(v)).WithHint("return a map from a merge expression")
+			}
+			o.Merge = out
+		} else {
+			o.Value = out
+		}
+	case len(w.Value) > 0:
+		o.Value, err = r.json(w.Value)
+	case len(w.Merge) > 0:
+		o.Merge, err = r.json(w.Merge)
+	case len(w.Increment) > 0:
+		var n json.Number
+		n, err = r.number("increment", w.Increment)
+		o.Increment = &n
+	}
+	if err != nil {
+		return o, err
+	}
+	if len(w.IfVersion) > 0 {
+		n, err := r.number("if_version", w.IfVersion)
+		if err != nil {
+			return o, err
+		}
+		v, err := n.Int64()
+		if err != nil || v < 0 {
+			return o, errs.New(errs.InvalidParam, "if_version rendered to %s, not a version", n).WithHint("pass the version you read (0: must not exist)")
+		}
+		o.IfVersion = &v
+	}
+	return o, nil
+}
+
+func kindName(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "a map"
+	case []any:
+		return "a list"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// actionMayWrite applies the registrar's authority: communal scopes, the
+// action's own scope, and the invoker's own scope.
+func actionMayWrite(def *ActionDef, invoker, target string) error {
+	if isSystemScope(target) {
+		return errs.New(errs.ScopeDenied, "scope %q is written only by the system", target).WithHint("write to _shared or an agent scope")
+	}
+	if strings.HasPrefix(target, "_") || target == def.Scope || (invoker != "" && target == invoker) {
+		return nil
+	}
+	return errs.New(errs.ScopeDenied, "action %q (scope %s) cannot write agent %q's scope", def.ID, def.Scope, target).
+		With("scope", target).
+		WithHint("an action writes communal scopes, its registrar's scope (%s) and the invoker's own scope (${self})", def.Scope)
+}
+
+// callText renders an invocation as id(k=v, …) for the message log.
+func callText(id string, params map[string]any) string {
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		b, _ := json.Marshal(params[k])
+		parts[i] = k + "=" + string(b)
+	}
+	return id + "(" + strings.Join(parts, ", ") + ")"
+}
+
+// auditFailure records a refused invocation in _audit, in its own small
+// mutation: the invocation itself changed nothing.
+func (s *Service) auditFailure(ctx context.Context, p *Principal, roomID, id string, params map[string]any, cause error) {
+	e, ok := cause.(*errs.Error)
+	if !ok || e.Code == errs.RoomNotFound || e.Code == errs.Unauthorized {
+		return
+	}
+	_, err := s.mutate(context.WithoutCancel(ctx), p, roomID, func(m *mutation) error {
+		m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": params, "ok": false,
+			"error": string(e.Code), "message": e.Message}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("could not audit a failed invocation", "room", roomID, "action", id, "err", err)
+	}
+}
+
+// invokeBuiltin runs one of the underscore builtins.
+func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id string, raw json.RawMessage, params map[string]any) (*InvokeResult, error) {
+	res := &InvokeResult{Invoked: true, Action: id, Agent: p.Actor(), Params: params}
+	strParam := func(name string) (string, error) {
+		v, _ := params[name].(string)
+		if v == "" {
+			return "", errs.New(errs.InvalidParam, "%s needs the string parameter %q", id, name).With("param", name).WithHint("invoke %s with params {%q: …}", id, name)
+		}
+		return v, nil
+	}
+	var err error
+	var seq int64
+	switch id {
+	case "_register_action":
+		var def ActionDef
+		if err = strictDecode(raw, &def); err == nil {
+			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+				r, err := s.registerAction(m, def)
+				res.Builtin = r
+				return err
+			})
+		}
+	case "_register_view":
+		var def ViewDef
+		if err = strictDecode(raw, &def); err == nil {
+			if def.Scope == "" && p.Kind == KindAgent {
+				def.Scope = p.AgentID // a view's default authority is its registrar's own
+			}
+			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+				r, err := s.registerView(m, def)
+				res.Builtin = r
+				return err
+			})
+		}
+	case "_delete_action", "_delete_view":
+		var target string
+		if target, err = strParam("id"); err == nil {
+			scope := scopeActions
+			if id == "_delete_view" {
+				scope = scopeViews
+			}
+			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error { return s.deleteDef(m, scope, target) })
+			res.Builtin = map[string]any{"deleted": true, "id": target}
+		}
+	case "_send_message":
+		seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+			written, audit, err := s.sendMessage(m, params)
+			if err == nil {
+				res.Writes = []Entry{*written}
+				m.audit = map[string]any{"kind": "invoke", "action": id, "builtin": true, "agent": m.actor, "params": params, "ok": true, "writes": audit}
+			}
+			return err
+		})
+	}
+	if err != nil {
+		s.auditFailure(ctx, p, roomID, id, params, err)
+		return nil, err
+	}
+	res.Seq = seq
+	return res, nil
+}
+
+func strictDecode(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errs.New(errs.InvalidParam, "params do not fit the definition: %v", err).WithHint("see help key guide for the fields")
+	}
+	return nil
+}
+
+// sendMessage appends a message from the caller to _messages.
+func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, []map[string]any, error) {
+	body, ok := params["body"]
+	if !ok || body == nil {
+		return nil, nil, errs.New(errs.InvalidParam, "_send_message needs a body").With("param", "body").WithHint(`invoke _send_message with {"body": "…"}`)
+	}
+	kind := "chat"
+	if k, ok := params["kind"]; ok {
+		if kind, ok = k.(string); !ok || kind == "" || kind == "action_invocation" {
+			return nil, nil, errs.New(errs.InvalidParam, "kind must be a non-empty string other than action_invocation").With("param", "kind").WithHint(`e.g. "chat", "proposal", "status"`)
+		}
+	}
+	msg := map[string]any{"from": m.actor, "kind": kind, "body": body}
+	if to, ok := params["to"]; ok && to != nil {
+		var list []string
+		switch x := to.(type) {
+		case string:
+			list = []string{x}
+		case []any:
+			for _, e := range x {
+				s, ok := e.(string)
+				if !ok {
+					return nil, nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": ["alice", "bob"]`)
+				}
+				list = append(list, s)
+			}
+		default:
+			return nil, nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": "alice"`)
+		}
+		msg["to"] = list
+	}
+	for k := range params {
+		if k != "body" && k != "kind" && k != "to" {
+			return nil, nil, errs.New(errs.InvalidParam, "_send_message has no parameter %q", k).With("param", k).WithHint("its parameters are body, kind and to")
+		}
+	}
+	raw, _ := json.Marshal(msg)
+	written, audit, err := s.applyOps(m, []op{{Scope: ScopeMessages, Append: true, Value: raw}}, "builtin:_send_message")
+	if err != nil {
+		return nil, nil, err
+	}
+	return written[0], audit, nil
+}

@@ -1,0 +1,507 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// snapshot is a room's mutable state at one seq, decoded once and shared,
+// read-only, by every request that sees that seq. Timers are applied when
+// it is used, not when it is loaded, so one snapshot serves until the next
+// mutation.
+type snapshot struct {
+	seq          int64
+	messageCount int64
+	// scopes holds every row with sort_key NULL: scope → key → row.
+	scopes  map[string]map[string]*srow
+	actions map[string]*actionRec
+	views   []*viewRec // in key order
+}
+
+// srow is a row with its decoded value.
+type srow struct {
+	*row
+	val any
+}
+
+type actionRec struct {
+	def *ActionDef
+	r   *row
+}
+
+type viewRec struct {
+	def  *ViewDef
+	r    *row
+	prog *expr.Program
+	err  error // compile error, reported as the view's value
+}
+
+// snapCache keeps the newest snapshot of recently used rooms.
+type snapCache struct {
+	mu    sync.Mutex
+	rooms map[string]*snapshot
+	max   int
+}
+
+func (c *snapCache) get(room string, seq int64) *snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.rooms[room]; s != nil && s.seq == seq {
+		return s
+	}
+	return nil
+}
+
+func (c *snapCache) put(room string, s *snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.rooms[room]; old != nil && old.seq > s.seq {
+		return
+	}
+	if len(c.rooms) >= c.max {
+		for k := range c.rooms { // evict one arbitrary room
+			delete(c.rooms, k)
+			break
+		}
+	}
+	c.rooms[room] = s
+}
+
+// loadSnapshot returns the room's snapshot at seq, which the caller read in
+// the same transaction as q (so the rows it loads belong to that seq).
+func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID string, seq, messageCount int64) (*snapshot, error) {
+	if snap := s.snaps.get(roomID, seq); snap != nil {
+		return snap, nil
+	}
+	rows, err := q.Query(ctx, `SELECT `+rowCols+` FROM state WHERE room_id = $1 AND sort_key IS NULL ORDER BY scope, key`, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	snap := &snapshot{seq: seq, messageCount: messageCount, scopes: map[string]map[string]*srow{}, actions: map[string]*actionRec{}}
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		snap.add(s, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	s.snaps.put(roomID, snap)
+	return snap, nil
+}
+
+// add indexes one row, parsing action and view definitions.
+func (snap *snapshot) add(s *Service, r *row) {
+	sc := snap.scopes[r.Scope]
+	if sc == nil {
+		sc = map[string]*srow{}
+		snap.scopes[r.Scope] = sc
+	}
+	sc[r.Key] = &srow{row: r, val: expr.MustDecode(r.Value)}
+	switch r.Scope {
+	case scopeActions:
+		var def ActionDef
+		if json.Unmarshal(r.Value, &def) == nil {
+			snap.actions[r.Key] = &actionRec{def: &def, r: r}
+		}
+	case scopeViews:
+		var def ViewDef
+		if json.Unmarshal(r.Value, &def) == nil {
+			vr := &viewRec{def: &def, r: r}
+			vr.prog, vr.err = s.cel.Compile(def.Expr)
+			snap.views = append(snap.views, vr)
+		}
+	}
+}
+
+// with returns a copy of snap with rows replaced (deleted rows have
+// Version 0): the state as a mutation leaves it, for result expressions.
+func (snap *snapshot) with(s *Service, written []*Entry, rows map[entryKey]*row) *snapshot {
+	out := &snapshot{seq: snap.seq, messageCount: snap.messageCount, scopes: map[string]map[string]*srow{}, actions: map[string]*actionRec{}}
+	for scope, keys := range snap.scopes {
+		out.scopes[scope] = keys
+	}
+	for id, a := range snap.actions {
+		out.actions[id] = a
+	}
+	out.views = append(out.views, snap.views...)
+	for _, e := range written {
+		if e.SortKey != nil {
+			continue // logs are not part of the snapshot
+		}
+		keys := map[string]*srow{}
+		for k, v := range out.scopes[e.Scope] {
+			keys[k] = v
+		}
+		out.scopes[e.Scope] = keys
+		if e.Version == 0 {
+			delete(keys, e.Key)
+			continue
+		}
+		r := rows[entryKey{e.Scope, e.Key}]
+		keys[e.Key] = &srow{row: r, val: expr.MustDecode(r.Value)}
+	}
+	return out
+}
+
+// Reserved scopes holding definitions and cooldowns.
+const (
+	scopeActions   = "_actions"
+	scopeViews     = "_views"
+	scopeCooldowns = "_cooldowns"
+	scopeHelp      = "_help"
+)
+
+// hiddenFromState are scopes not shown under state in contexts and CEL:
+// definitions have their own sections.
+var hiddenFromState = []string{scopeActions, scopeViews, scopeCooldowns, "_agents", scopeHelp}
+
+// presence is the agents' public presence, loaded fresh for each context.
+type presence struct {
+	ID            string
+	Name, Role    string
+	Status        string
+	WaitingOn     *string
+	LastHeartbeat time.Time
+	LastSeenSeq   int64
+}
+
+// msgCounts are the caller's message counters.
+type msgCounts struct {
+	Count, Unread, Directed int64
+}
+
+// roomCtx is everything one principal perceives of a room at one moment:
+// the CEL variables and the pieces the context envelope is made of.
+type roomCtx struct {
+	now    time.Time
+	snap   *snapshot
+	p      *Principal // nil: the system's own view (everything)
+	self   string
+	agents []presence
+	msgs   msgCounts
+
+	state      map[string]any // visible scope → key → value
+	views      map[string]any // id → value (or {"_error": …})
+	viewOrder  []string
+	actEnabled map[string]bool
+	actAvail   map[string]bool
+	vars       expr.Vars
+}
+
+// visible reports whether the context's principal reads scope.
+func (rc *roomCtx) visible(scope string) bool {
+	return rc.p == nil || canRead(rc.p, scope)
+}
+
+// build assembles the context: state (timers and entry `enabled` applied),
+// agents, messages, action enablement, views in dependency order, then
+// action availability (whose `if` may read views).
+func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agents []presence, msgs msgCounts, now time.Time, params map[string]any) *roomCtx {
+	rc := &roomCtx{now: now, snap: snap, p: p, agents: agents, msgs: msgs}
+	if p != nil && p.Kind == KindAgent {
+		rc.self = p.AgentID
+	}
+	rc.state = s.stateFor(ctx, rc, func(scope string) bool { return rc.visible(scope) })
+	rc.vars = expr.Vars{
+		State:    rc.state,
+		Agents:   agentsVar(agents),
+		Messages: map[string]any{"count": msgs.Count, "unread": msgs.Unread, "directed_unread": msgs.Directed},
+		Self:     rc.self,
+		Params:   params,
+		Now:      now,
+	}
+	// Action enablement first (it may not read views), then views.
+	rc.actEnabled = map[string]bool{}
+	actVar := map[string]any{}
+	for id, a := range snap.actions {
+		if !a.r.timer.live(now) {
+			continue
+		}
+		ok := true
+		if a.def.Enabled != "" {
+			ok = s.evalBool(ctx, a.def.Enabled, &rc.vars)
+		}
+		rc.actEnabled[id] = ok
+		actVar[id] = map[string]any{"enabled": ok}
+	}
+	rc.vars.Actions = actVar
+	rc.evalViews(ctx, s)
+	rc.vars.Views = rc.views
+	rc.actAvail = map[string]bool{}
+	for id, enabled := range rc.actEnabled {
+		avail := enabled && s.cooldownOf(snap, id, now) == nil
+		if avail && snap.actions[id].def.If != "" {
+			avail = s.availableIf(ctx, snap.actions[id].def.If, &rc.vars)
+		}
+		rc.actAvail[id] = avail
+		actVar[id] = map[string]any{"enabled": enabled, "available": avail}
+	}
+	return rc
+}
+
+// stateFor builds the state map for scopes keep admits. An agent's own
+// scope also appears as "self".
+func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) bool) map[string]any {
+	state := map[string]any{}
+	var deferred []*srow
+	for scope, keys := range rc.snap.scopes {
+		if !keep(scope) || isHidden(scope) {
+			continue
+		}
+		m := map[string]any{}
+		for k, r := range keys {
+			if !r.timer.live(rc.now) {
+				continue
+			}
+			if r.enabled != nil {
+				deferred = append(deferred, r)
+				continue
+			}
+			m[k] = r.val
+		}
+		state[scope] = m
+	}
+	if len(deferred) > 0 {
+		// Entry-level `enabled` sees the state without such entries.
+		vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+		for _, r := range deferred {
+			if s.evalBool(ctx, *r.enabled, vars) {
+				state[r.Scope].(map[string]any)[r.Key] = r.val
+			}
+		}
+	}
+	if rc.self != "" {
+		if own, ok := state[rc.self]; ok {
+			state[ScopeSelf] = own
+		} else {
+			state[ScopeSelf] = map[string]any{}
+		}
+	}
+	return state
+}
+
+func isHidden(scope string) bool {
+	for _, h := range hiddenFromState {
+		if scope == h {
+			return true
+		}
+	}
+	return false
+}
+
+func agentsVar(agents []presence) map[string]any {
+	out := make(map[string]any, len(agents))
+	for _, a := range agents {
+		m := map[string]any{"name": a.Name, "role": a.Role, "status": a.Status,
+			"last_heartbeat": a.LastHeartbeat.UTC().Format(time.RFC3339Nano), "waiting_on": nil}
+		if a.WaitingOn != nil {
+			m["waiting_on"] = *a.WaitingOn
+		}
+		out[a.ID] = m
+	}
+	return out
+}
+
+// evalViews evaluates every live, enabled view with its registrar's read
+// authority (communal scopes plus the registrar's own scope), dependencies
+// first. A cycle or an error becomes {"_error": …} on that view only.
+func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
+	rc.views = map[string]any{}
+	byID := map[string]*viewRec{}
+	for _, v := range rc.snap.views {
+		if v.r.timer.live(rc.now) {
+			byID[v.def.ID] = v
+			rc.viewOrder = append(rc.viewOrder, v.def.ID)
+		}
+	}
+	state := map[string]map[string]any{} // per registrar scope, built once
+	stateOf := func(scope string) map[string]any {
+		if st, ok := state[scope]; ok {
+			return st
+		}
+		reg := &Principal{Kind: KindAgent, AgentID: scope}
+		sub := &roomCtx{now: rc.now, snap: rc.snap, p: reg, agents: rc.agents}
+		if scope != ScopeShared && !strings.HasPrefix(scope, "_") {
+			sub.self = scope
+		}
+		st := s.stateFor(ctx, sub, func(sc string) bool { return canRead(reg, sc) && sc != ScopeAudit })
+		state[scope] = st
+		return st
+	}
+	const (
+		todo = iota
+		busy
+		done
+	)
+	mark := map[string]int{}
+	hidden := map[string]bool{}
+	var eval func(id string, path []string)
+	eval = func(id string, path []string) {
+		v := byID[id]
+		switch mark[id] {
+		case done:
+			return
+		case busy:
+			cycle := append(append([]string{}, path[indexOf(path, id):]...), id)
+			for _, c := range cycle[:len(cycle)-1] {
+				rc.views[c] = map[string]any{"_error": "view dependency cycle: " + strings.Join(cycle, " → ")}
+				mark[c] = done
+			}
+			return
+		}
+		mark[id] = busy
+		if v.err != nil {
+			rc.views[id] = map[string]any{"_error": errorText(v.err)}
+			mark[id] = done
+			return
+		}
+		for _, d := range v.prog.ViewDeps {
+			if _, ok := byID[d]; ok {
+				eval(d, append(path, id))
+			}
+		}
+		if mark[id] == done { // settled as part of a cycle
+			return
+		}
+		self := ""
+		if v.def.Scope != ScopeShared && !strings.HasPrefix(v.def.Scope, "_") {
+			self = v.def.Scope
+		}
+		vars := &expr.Vars{State: stateOf(v.def.Scope), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
+			Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
+		if v.def.Enabled != "" && !s.evalBool(ctx, v.def.Enabled, vars) {
+			hidden[id] = true
+			mark[id] = done
+			return
+		}
+		val, err := s.cel.Eval(ctx, v.prog, vars)
+		if err != nil {
+			val = map[string]any{"_error": errorText(err)}
+		}
+		rc.views[id] = val
+		mark[id] = done
+	}
+	for _, id := range rc.viewOrder {
+		eval(id, nil)
+	}
+	for id := range hidden {
+		delete(rc.views, id)
+	}
+	if contested := rc.snap.contested(); len(contested) > 0 {
+		rc.views[viewContested] = contested
+	}
+}
+
+const viewContested = "_contested"
+
+// contested maps "<scope>.<key>" to the actions that write it, for keys
+// written by more than one action. Templated keys are left out: which key
+// they hit depends on the invocation.
+func (snap *snapshot) contested() map[string]any {
+	writers := map[string][]string{}
+	for id, a := range snap.actions {
+		for _, t := range staticTargets(a.def) {
+			if !contains(writers[t], id) {
+				writers[t] = append(writers[t], id)
+			}
+		}
+	}
+	out := map[string]any{}
+	for t, ids := range writers {
+		if len(ids) > 1 {
+			sort.Strings(ids)
+			list := make([]any, len(ids))
+			for i, id := range ids {
+				list[i] = id
+			}
+			out[t] = list
+		}
+	}
+	return out
+}
+
+func staticTargets(def *ActionDef) []string {
+	var out []string
+	for _, w := range def.Writes {
+		scope := w.Scope
+		if scope == "" {
+			scope = ScopeShared
+		}
+		if w.Append || strings.Contains(scope+w.Key, "${") {
+			continue
+		}
+		out = append(out, scope+"."+w.Key)
+	}
+	return out
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func indexOf(xs []string, x string) int {
+	for i, y := range xs {
+		if y == x {
+			return i
+		}
+	}
+	return 0
+}
+
+func errorText(err error) string {
+	if e, ok := err.(interface{ Body() map[string]any }); ok {
+		if m, ok := e.Body()["message"].(string); ok {
+			return m
+		}
+	}
+	return err.Error()
+}
+
+// evalBool evaluates a gate; an error counts as false.
+func (s *Service) evalBool(ctx context.Context, src string, vars *expr.Vars) bool {
+	p, err := s.cel.Compile(src)
+	if err != nil {
+		return false
+	}
+	ok, err := s.cel.EvalBool(ctx, p, vars)
+	return err == nil && ok
+}
+
+// availableIf evaluates an action's `if` without params: when it fails
+// because it needs params, availability depends on the invocation, so the
+// action counts as available.
+func (s *Service) availableIf(ctx context.Context, src string, vars *expr.Vars) bool {
+	p, err := s.cel.Compile(src)
+	if err != nil {
+		return false
+	}
+	ok, err := s.cel.EvalBool(ctx, p, vars)
+	if err != nil {
+		return p.UsesParams
+	}
+	return ok
+}
+
+// cooldownOf returns the live cooldown of an action, if any.
+func (s *Service) cooldownOf(snap *snapshot, id string, now time.Time) *timerState {
+	r := snap.scopes[scopeCooldowns][id]
+	if r == nil || r.timer == nil || !r.timer.live(now) {
+		return nil
+	}
+	return r.timer
+}

@@ -1,0 +1,140 @@
+package substrate
+
+import (
+	"context"
+	"time"
+
+	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Wait blocks until condition (CEL, evaluated as p) holds or the timeout
+// passes, then returns the context. It is driven by commit notifications
+// (PostgreSQL LISTEN/NOTIFY through the process's hub), by the next timer
+// that changes what is visible, and by a slow safety-net re-check; it does
+// not poll the database in a loop. While it waits, an agent's status is
+// "waiting" and its waiting_on holds the condition.
+func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition string, timeout time.Duration, creq ContextRequest) (map[string]any, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if condition == "" {
+		return nil, errs.New(errs.InvalidField, "wait needs a condition").WithHint(`e.g. wait?condition=state._shared.phase == "done"`)
+	}
+	prog, err := s.cel.Compile(condition)
+	if err != nil {
+		return nil, err.(*errs.Error).With("field", "condition")
+	}
+	if timeout <= 0 {
+		timeout = s.wait.DefaultTimeout
+	}
+	timeout = min(timeout, s.wait.MaxTimeout)
+	start := time.Now()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+
+	sub, err := s.hub.Subscribe(ctx, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	if p.Kind == KindAgent {
+		s.setWaiting(ctx, roomID, p.AgentID, &condition)
+		defer s.setWaiting(context.WithoutCancel(ctx), roomID, p.AgentID, nil)
+	}
+
+	var lastErr error
+	for {
+		rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		ok, evalErr := s.cel.EvalBool(ctx, prog, &rc.vars)
+		if evalErr == nil && ok {
+			env, err := s.Context(ctx, p, roomID, creq)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"triggered": true, "condition": condition, "elapsed_ms": time.Since(start).Milliseconds(), "context": env}, nil
+		}
+		// An evaluation error (a key that does not exist yet, say) counts
+		// as "not yet"; it is reported if the wait times out.
+		lastErr = evalErr
+
+		next := s.wait.Recheck
+		if t := rc.snap.nextChange(rc.now); !t.IsZero() && t.Sub(rc.now) < next {
+			next = max(t.Sub(rc.now), time.Millisecond)
+		}
+		recheck := time.NewTimer(next)
+		select {
+		case <-sub.C:
+		case <-recheck.C:
+		case <-deadline.C:
+			recheck.Stop()
+			env, err := s.Context(context.WithoutCancel(ctx), p, roomID, creq)
+			if err != nil {
+				return nil, err
+			}
+			out := map[string]any{"triggered": false, "timeout": true, "condition": condition,
+				"elapsed_ms": time.Since(start).Milliseconds(), "context": env}
+			if lastErr != nil {
+				out["condition_error"] = errs.From(lastErr).Body()
+			}
+			return out, nil
+		case <-ctx.Done():
+			recheck.Stop()
+			return nil, ctx.Err()
+		}
+		recheck.Stop()
+	}
+}
+
+// setWaiting marks an agent waiting on a condition (or active again, with
+// nil) and tells the room's other waiters, who may be waiting on presence.
+func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condition *string) {
+	status := "active"
+	if condition != nil {
+		status = "waiting"
+	}
+	_, err := s.db.Pool.Exec(ctx, `WITH u AS (UPDATE agents SET status = $3, waiting_on = $4, last_heartbeat = now()
+			WHERE room_id = $1 AND id = $2 RETURNING room_id)
+		SELECT pg_notify($5, $1 || ' presence') FROM u`, roomID, agentID, status, condition, store.NotifyChannel)
+	if err != nil {
+		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
+	}
+}
+
+// nextChange is the earliest moment after now at which a timer changes
+// what the room shows (zero if none is pending).
+func (snap *snapshot) nextChange(now time.Time) time.Time {
+	var next time.Time
+	for _, keys := range snap.scopes {
+		for _, r := range keys {
+			if t := r.timer.nextChange(now); !t.IsZero() && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
+		}
+	}
+	return next
+}
+
+// Eval evaluates an expression with exactly p's read authority (POST
+// /rooms/:id/eval).
+func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string) (map[string]any, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	prog, err := s.cel.Compile(src)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.cel.Eval(ctx, prog, &rc.vars)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"expression": src, "value": v, "seq": rc.snap.seq}, nil
+}

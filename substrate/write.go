@@ -1,0 +1,352 @@
+package substrate
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// op is one resolved state write, from a direct write or an action. Exactly
+// one of Value, Merge, Increment and Delete is set.
+type op struct {
+	Scope, Key string
+	Value      json.RawMessage
+	Merge      json.RawMessage
+	Deep       bool // merge recursively (action writes); shallow otherwise
+	Append     bool
+	Delete     bool
+	Increment  *json.Number
+	IfVersion  *int64
+	Timer      *Timer
+	Enabled    string
+}
+
+// row is a stored entry with its lifecycle.
+type row struct {
+	Entry
+	timer   *timerState
+	enabled *string
+}
+
+type entryKey struct{ scope, key string }
+
+// pendingWrite is a row to upsert (or delete) when the mutation commits;
+// its revision is the mutation's seq, known only then.
+type pendingWrite struct {
+	r   *row
+	del bool
+	via string
+}
+
+const rowCols = `scope, key, value, version, sort_key, revision, writer, updated_at,
+	timer_json, timer_expires_at, timer_ticks_left, timer_tick_on, timer_effect, timer_started_at, enabled_expr`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRow(sc scanner) (*row, error) {
+	r := &row{}
+	t := &timerState{}
+	err := sc.Scan(&r.Scope, &r.Key, &r.Value, &r.Version, &r.SortKey, &r.Revision, &r.Writer, &r.UpdatedAt,
+		&t.JSON, &t.ExpiresAt, &t.TicksLeft, &t.TickOn, &t.Effect, &t.StartedAt, &r.enabled)
+	if t.Effect != nil {
+		r.timer = t
+	}
+	return r, err
+}
+
+// loadRows reads, under the room lock, the rows the ops address.
+func loadRows(m *mutation, ops []op) (map[entryKey]*row, error) {
+	scopes := make([]string, 0, len(ops))
+	keys := make([]string, 0, len(ops))
+	for _, o := range ops {
+		if o.Key != "" {
+			scopes = append(scopes, o.Scope)
+			keys = append(keys, o.Key)
+		}
+	}
+	cur := map[entryKey]*row{}
+	if len(keys) == 0 {
+		return cur, nil
+	}
+	rows, err := m.tx.Query(m.ctx, `SELECT `+rowCols+` FROM state s
+		JOIN unnest($2::text[], $3::text[]) AS t(sc, k) ON s.scope = t.sc AND s.key = t.k
+		WHERE s.room_id = $1`, m.room, scopes, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		cur[entryKey{r.Scope, r.Key}] = r
+	}
+	return cur, rows.Err()
+}
+
+// applyOps computes ops in order, each seeing the ones before it, against
+// the rows read under the room lock, and queues the result on m. An entry
+// whose timer has run out counts as absent. It returns the entries as
+// written (a deleted one with Version 0) and their audit records.
+func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry, audit []map[string]any, err error) {
+	failing := -1
+	defer func() {
+		// Name the failing write when there are several.
+		if e, ok := err.(*errs.Error); ok && failing >= 0 && len(ops) > 1 {
+			err = e.With("write", failing)
+		}
+	}()
+	cur, err := loadRows(m, ops)
+	if err != nil {
+		return nil, nil, err
+	}
+	live := func(r *row) *row {
+		if r == nil || r.Version == 0 || !r.timer.live(m.now) {
+			return nil
+		}
+		return r
+	}
+	newKeys := map[string]int{}
+	var order []entryKey
+	audit = make([]map[string]any, 0, len(ops))
+	for i := range ops {
+		failing = i
+		o := &ops[i]
+		if o.Append {
+			sk := m.seq()
+			if o.Key == "" {
+				o.Key = strconv.FormatInt(sk, 10)
+			}
+			if live(cur[entryKey{o.Scope, o.Key}]) != nil {
+				return nil, nil, errs.New(errs.KeyExists, "%s/%s already exists, and an append never overwrites", o.Scope, o.Key).
+					WithHint("omit key to let the server number the entry, or choose a new key")
+			}
+			value, err := s.checkValue(o.Scope, o.Key, o.Value)
+			if err != nil {
+				return nil, nil, err
+			}
+			nr := &row{Entry: Entry{Scope: o.Scope, Key: o.Key, Value: value, Version: 1, SortKey: &sk}}
+			s.setLifecycle(m, nr, nil, o)
+			k := entryKey{o.Scope, o.Key}
+			cur[k] = nr
+			order = appendKey(order, k)
+			if o.Scope == ScopeMessages {
+				m.messages++
+			}
+			audit = append(audit, map[string]any{"op": "append", "scope": o.Scope, "key": o.Key, "version": 1, "value": value})
+			continue
+		}
+		k := entryKey{o.Scope, o.Key}
+		old := live(cur[k])
+		var curVersion int64
+		if old != nil {
+			curVersion = old.Version
+		}
+		if o.IfVersion != nil && *o.IfVersion != curVersion {
+			return nil, nil, errs.New(errs.VersionConflict, "%s/%s is at version %d, not %d", o.Scope, o.Key, curVersion, *o.IfVersion).
+				WithHint("read the entry again and retry with if_version: %d", curVersion).
+				With("scope", o.Scope).With("key", o.Key).With("current_version", curVersion).With("expected_version", *o.IfVersion)
+		}
+		if o.Delete {
+			if old == nil {
+				return nil, nil, errs.New(errs.KeyNotFound, "%s/%s does not exist", o.Scope, o.Key).WithHint("nothing to delete; read the scope to see its keys")
+			}
+			if o.Scope == ScopeMessages && old.SortKey != nil {
+				m.messages--
+			}
+			cur[k] = &row{Entry: Entry{Scope: o.Scope, Key: o.Key}}
+			order = appendKey(order, k)
+			audit = append(audit, map[string]any{"op": "delete", "scope": o.Scope, "key": o.Key, "version": curVersion})
+			continue
+		}
+		var value json.RawMessage
+		opName := "set"
+		switch {
+		case o.Value != nil:
+			if old != nil && old.SortKey != nil {
+				return nil, nil, errs.New(errs.AppendOnly, "%s/%s is an append entry and cannot be replaced", o.Scope, o.Key).
+					WithHint("merge into it with \"merge\": {…}, or append a new entry")
+			}
+			value = o.Value
+		case o.Increment != nil:
+			opName = "increment"
+			base := json.Number("0")
+			if old != nil {
+				var n json.Number
+				dec := json.NewDecoder(bytes.NewReader(old.Value))
+				dec.UseNumber()
+				if err := dec.Decode(&n); err != nil {
+					return nil, nil, errs.New(errs.NotNumeric, "%s/%s holds a %s, and increment needs a number", o.Scope, o.Key, jsonKind(old.Value)).
+						WithHint("replace it with a number first, or increment another key")
+				}
+				base = n
+			}
+			value = addNumbers(base, *o.Increment)
+		default:
+			opName = "merge"
+			var err error
+			var oldValue json.RawMessage
+			if old != nil {
+				oldValue = old.Value
+			}
+			if value, err = mergeJSON(oldValue, o.Merge, o.Deep); err != nil {
+				return nil, nil, errs.New(errs.NotMergeable, "%s/%s holds a %s, and merge needs an object", o.Scope, o.Key, jsonKind(oldValue)).
+					WithHint("replace it with \"value\" instead")
+			}
+		}
+		value, err := s.checkValue(o.Scope, o.Key, value)
+		if err != nil {
+			return nil, nil, err
+		}
+		nr := &row{Entry: Entry{Scope: o.Scope, Key: o.Key, Value: value, Version: curVersion + 1}}
+		if old != nil {
+			nr.SortKey = old.SortKey
+		} else {
+			opName = "insert"
+			newKeys[o.Scope]++
+		}
+		s.setLifecycle(m, nr, old, o)
+		cur[k] = nr
+		order = appendKey(order, k)
+		audit = append(audit, map[string]any{"op": opName, "scope": o.Scope, "key": o.Key, "version": nr.Version, "value": value})
+	}
+	failing = -1
+	if err := s.checkScopeCapacity(m, newKeys); err != nil {
+		return nil, nil, err
+	}
+	out := make([]*Entry, 0, len(order))
+	for _, k := range order {
+		r := cur[k]
+		m.pending = append(m.pending, pendingWrite{r: r, del: r.Version == 0, via: via})
+		m.ticks = append(m.ticks, k.scope+"."+k.key)
+		out = append(out, &r.Entry)
+	}
+	return out, audit, nil
+}
+
+// setLifecycle gives a written row its timer and enabled expression: the
+// write's own, else those of the live entry it replaces.
+func (s *Service) setLifecycle(m *mutation, nr, old *row, o *op) {
+	if o.Timer != nil {
+		nr.timer = o.Timer.start(m.now)
+	} else if old != nil {
+		nr.timer = old.timer
+	}
+	if o.Enabled != "" {
+		e := o.Enabled
+		nr.enabled = &e
+	} else if old != nil {
+		nr.enabled = old.enabled
+	}
+}
+
+func appendKey(ks []entryKey, k entryKey) []entryKey {
+	for _, x := range ks {
+		if x == k {
+			return ks
+		}
+	}
+	return append(ks, k)
+}
+
+func (s *Service) checkValue(scope, key string, raw json.RawMessage) (json.RawMessage, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, errs.New(errs.InvalidJSON, "value for %s/%s is not valid JSON: %v", scope, key, err).WithHint("send valid JSON")
+	}
+	if b.Len() > s.lim.MaxValueBytes {
+		return nil, s.tooLarge(scope, key, b.Len())
+	}
+	return b.Bytes(), nil
+}
+
+// mergeJSON merges patch (an object) into base (absent, or an object).
+// Shallow replaces top-level fields; deep recurses into nested objects
+// (other values, arrays included, are replaced; null sets null).
+func mergeJSON(base, patch json.RawMessage, deep bool) (json.RawMessage, error) {
+	var p map[string]any
+	if err := decodeNumber(patch, &p); err != nil || p == nil {
+		return nil, errNotObject
+	}
+	b := map[string]any{}
+	if len(base) > 0 {
+		if err := decodeNumber(base, &b); err != nil || b == nil {
+			return nil, errNotObject
+		}
+	}
+	mergeMaps(b, p, deep)
+	return json.Marshal(b)
+}
+
+var errNotObject = errs.New(errs.NotMergeable, "not an object")
+
+func mergeMaps(dst, src map[string]any, deep bool) {
+	for k, v := range src {
+		if deep {
+			if sv, ok := v.(map[string]any); ok {
+				if dv, ok := dst[k].(map[string]any); ok {
+					mergeMaps(dv, sv, true)
+					continue
+				}
+			}
+		}
+		dst[k] = v
+	}
+}
+
+func decodeNumber(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// addNumbers adds two JSON numbers, staying integral when both are.
+func addNumbers(a, b json.Number) json.RawMessage {
+	if x, err := a.Int64(); err == nil {
+		if y, err := b.Int64(); err == nil {
+			return json.RawMessage(strconv.FormatInt(x+y, 10))
+		}
+	}
+	x, _ := a.Float64()
+	y, _ := b.Float64()
+	out, _ := json.Marshal(x + y)
+	return out
+}
+
+func jsonKind(v json.RawMessage) string {
+	switch {
+	case len(v) == 0:
+		return "nothing"
+	case v[0] == '{':
+		return "object"
+	case v[0] == '[':
+		return "list"
+	case v[0] == '"':
+		return "string"
+	case v[0] == 't' || v[0] == 'f':
+		return "boolean"
+	case v[0] == 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// checkScopeCapacity refuses inserts that would take a scope past
+// MaxKeysPerScope mutable keys.
+func (s *Service) checkScopeCapacity(m *mutation, newKeys map[string]int) error {
+	for scope, n := range newKeys {
+		var have int
+		if err := m.tx.QueryRow(m.ctx, `SELECT count(*) FROM state WHERE room_id = $1 AND scope = $2 AND sort_key IS NULL`,
+			m.room, scope).Scan(&have); err != nil {
+			return err
+		}
+		if have+n > s.lim.MaxKeysPerScope {
+			return errs.New(errs.ScopeFull, "scope %q has %d keys; %d more would pass the limit of %d", scope, have, n, s.lim.MaxKeysPerScope).
+				WithHint("delete keys you no longer need, or keep bulk data in fewer, larger values")
+		}
+	}
+	return nil
+}
