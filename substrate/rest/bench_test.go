@@ -32,6 +32,7 @@ type benchEnv struct {
 func newBench(b *testing.B) *benchEnv {
 	db := pgtest.New(b)
 	svc := substrate.New(db, substrate.Options{})
+	b.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	b.Cleanup(srv.Close)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}

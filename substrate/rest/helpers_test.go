@@ -29,6 +29,7 @@ func newEnv(t *testing.T, opt rest.Options) *env {
 		opt.RatePerSecond = -1
 	}
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: 4096, MaxKeysPerScope: 50}})
+	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, opt))
 	t.Cleanup(srv.Close)
 	return &env{t: t, srv: srv}
