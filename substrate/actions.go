@@ -265,11 +265,7 @@ func changedFields(a, b ActionDef) []string {
 
 // lockedSnapshot loads the room's snapshot inside a mutation.
 func (s *Service) lockedSnapshot(m *mutation) (*snapshot, error) {
-	var count int64
-	if err := m.tx.QueryRow(m.ctx, `SELECT message_count FROM rooms WHERE id = $1`, m.room).Scan(&count); err != nil {
-		return nil, err
-	}
-	return s.loadSnapshot(m.ctx, m.tx, m.room, m.base, count)
+	return s.loadSnapshot(m.ctx, m.tx, m.room, m.base, m.msgCount)
 }
 
 // DeleteAction removes an action (its registrar, its scope's agent or room
@@ -340,7 +336,7 @@ func (s *Service) RegisterView(ctx context.Context, p *Principal, roomID string,
 		return nil, err
 	}
 	// Its value as anyone now sees it (views are public).
-	if rc, err := s.readCtx(ctx, p, roomID, nil, nil); err == nil {
+	if rc, err := s.readCtx(ctx, p, roomID, false, nil); err == nil {
 		res.Value = rc.views[def.ID]
 	}
 	return res, nil
@@ -414,7 +410,7 @@ func (s *Service) ListActions(ctx context.Context, p *Principal, roomID string) 
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+	rc, err := s.readCtx(ctx, p, roomID, false, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -456,7 +452,7 @@ func (s *Service) ListViews(ctx context.Context, p *Principal, roomID string) ([
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+	rc, err := s.readCtx(ctx, p, roomID, false, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,9 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 
 // readCtx loads what p perceives of the room now, from one consistent
 // snapshot of the database.
-func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, params map[string]any, extra func(pgx.Tx, *roomCtx) error) (*roomCtx, error) {
+// Unread counts are computed when wantMsgs is set or an action's enabled or
+// if reads messages.
+func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool, extra func(pgx.Tx, *roomCtx) error) (*roomCtx, error) {
 	var rc *roomCtx
 	err := pgx.BeginTxFunc(ctx, s.db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var seq, count int64
@@ -79,11 +81,13 @@ func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, para
 		if err != nil {
 			return err
 		}
-		mc, err := countMessages(ctx, tx, roomID, p, agents, count)
-		if err != nil {
-			return err
+		mc := msgCounts{Count: count}
+		if wantMsgs || snap.actionsUseMessages(s) {
+			if mc, err = countMessages(ctx, tx, roomID, p, agents, count); err != nil {
+				return err
+			}
 		}
-		rc = s.build(ctx, snap, p, agents, mc, time.Now(), params)
+		rc = s.build(ctx, snap, p, agents, mc, time.Now(), nil)
 		if extra != nil {
 			return extra(tx, rc)
 		}
@@ -175,7 +179,7 @@ func (s *Service) Context(ctx context.Context, p *Principal, roomID string, q Co
 		return nil, err
 	}
 	var env map[string]any
-	_, err := s.readCtx(ctx, p, roomID, nil, func(tx pgx.Tx, rc *roomCtx) error {
+	_, err := s.readCtx(ctx, p, roomID, !q.NoMessages, func(tx pgx.Tx, rc *roomCtx) error {
 		var err error
 		env, err = s.envelope(ctx, tx, rc, roomID, q)
 		return err

@@ -122,9 +122,11 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	if err != nil {
 		return err
 	}
-	mc, err := countMessages(ctx, m.tx, m.room, m.p, agents, snap.messageCount)
-	if err != nil {
-		return err
+	mc := msgCounts{Count: snap.messageCount}
+	if s.needMessages(snap, def) {
+		if mc, err = countMessages(ctx, m.tx, m.room, m.p, agents, snap.messageCount); err != nil {
+			return err
+		}
 	}
 	rc := s.build(ctx, snap, m.p, agents, mc, m.now, celParams(params))
 	if !rc.actEnabled[id] {
@@ -176,11 +178,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		res.Writes = append(res.Writes, *e)
 	}
 	if def.Result != "" {
-		rows := map[entryKey]*row{}
-		for _, pw := range m.pending {
-			rows[entryKey{pw.r.Scope, pw.r.Key}] = pw.r
-		}
-		after := s.build(ctx, snap.with(s, written, rows), m.p, agents, mc, m.now, celParams(params))
+		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, celParams(params))
 		if v, err := s.evalField(ctx, "result", def.Result, &after.vars); err != nil {
 			res.Result = map[string]any{"_error": errorText(err)}
 		} else {
@@ -189,6 +187,39 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	}
 	m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": params, "ok": true, "writes": audit}
 	return nil
+}
+
+// needMessages reports whether an invocation evaluates an expression that
+// reads messages, so the per-agent unread counts must be computed.
+func (s *Service) needMessages(snap *snapshot, def *ActionDef) bool {
+	if snap.actionsUseMessages(s) {
+		return true
+	}
+	srcs := []string{def.Result}
+	for _, w := range def.Writes {
+		if w.Expr {
+			var code string
+			src := w.Value
+			if len(src) == 0 {
+				src = w.Merge
+			}
+			_ = json.Unmarshal(src, &code)
+			srcs = append(srcs, code)
+		}
+	}
+	return s.usesMessages(srcs...)
+}
+
+func (s *Service) usesMessages(srcs ...string) bool {
+	for _, src := range srcs {
+		if src == "" {
+			continue
+		}
+		if p, err := s.cel.Compile(src); err == nil && p.UsesMessages {
+			return true
+		}
+	}
+	return false
 }
 
 // evalField evaluates one of an action's expressions; "if" must be boolean.

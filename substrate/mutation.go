@@ -24,6 +24,8 @@ type mutation struct {
 	actor string
 	now   time.Time
 	base  int64 // the room's seq before this mutation
+	// msgCount is the room's _messages count before this mutation.
+	msgCount int64
 	next  int64 // next sequence number to hand out
 	batch pgx.Batch
 	audit map[string]any
@@ -87,13 +89,13 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn fu
 	var grants []string
 	var lock pgx.Batch
 	lock.Queue("BEGIN")
-	lock.Queue(`SELECT seq, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $2)
+	lock.Queue(`SELECT seq, message_count, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $2)
 		FROM rooms WHERE id = $1 FOR UPDATE`, roomID, agentID)
 	br := conn.SendBatch(ctx, &lock)
 	open = true
 	_, err = br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&m.base, &m.now, &grants)
+		err = br.QueryRow().Scan(&m.base, &m.msgCount, &m.now, &grants)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -169,5 +171,23 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn fu
 		return 0, err
 	}
 	open = false
+	s.advanceSnapshot(m, last)
 	return last, nil
+}
+
+// advanceSnapshot derives the room's snapshot after a committed mutation
+// from the one before it, when this process has that one cached, so the
+// next request does not re-read the room. Rooms with logical timers are
+// re-read instead: their ticks change rows this mutation did not write.
+func (s *Service) advanceSnapshot(m *mutation, seq int64) {
+	old := s.snaps.get(m.room, m.base)
+	if old == nil || old.hasTicks() {
+		return
+	}
+	for _, w := range m.pending {
+		if w.r.timer != nil && w.r.timer.TicksLeft != nil {
+			return
+		}
+	}
+	s.snaps.put(m.room, old.advance(s, m.pending, seq, m.msgCount+m.messages))
 }

@@ -22,6 +22,23 @@ type snapshot struct {
 	scopes  map[string]map[string]*srow
 	actions map[string]*actionRec
 	views   []*viewRec // in key order
+
+	msgOnce sync.Once
+	msgUse  bool
+}
+
+// actionsUseMessages reports whether any action's enabled or if reads
+// messages (evaluated for every context).
+func (snap *snapshot) actionsUseMessages(s *Service) bool {
+	snap.msgOnce.Do(func() {
+		for _, a := range snap.actions {
+			if s.usesMessages(a.def.Enabled, a.def.If) {
+				snap.msgUse = true
+				return
+			}
+		}
+	})
+	return snap.msgUse
 }
 
 // srow is a row with its decoded value.
@@ -99,7 +116,7 @@ func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID string, se
 	return snap, nil
 }
 
-// add indexes one row, parsing action and view definitions.
+// add stores one row and indexes it.
 func (snap *snapshot) add(s *Service, r *row) {
 	sc := snap.scopes[r.Scope]
 	if sc == nil {
@@ -107,6 +124,11 @@ func (snap *snapshot) add(s *Service, r *row) {
 		snap.scopes[r.Scope] = sc
 	}
 	sc[r.Key] = &srow{row: r, val: expr.MustDecode(r.Value)}
+	snap.index(s, r)
+}
+
+// index parses action and view definitions.
+func (snap *snapshot) index(s *Service, r *row) {
 	switch r.Scope {
 	case scopeActions:
 		var def ActionDef
@@ -123,34 +145,67 @@ func (snap *snapshot) add(s *Service, r *row) {
 	}
 }
 
-// with returns a copy of snap with rows replaced (deleted rows have
-// Version 0): the state as a mutation leaves it, for result expressions.
-func (snap *snapshot) with(s *Service, written []*Entry, rows map[entryKey]*row) *snapshot {
-	out := &snapshot{seq: snap.seq, messageCount: snap.messageCount, scopes: map[string]map[string]*srow{}, actions: map[string]*actionRec{}}
+// advance returns a copy of snap with the pending writes applied (deleted
+// rows removed, logs skipped), at seq.
+func (snap *snapshot) advance(s *Service, pending []pendingWrite, seq, messageCount int64) *snapshot {
+	out := &snapshot{seq: seq, messageCount: messageCount, scopes: make(map[string]map[string]*srow, len(snap.scopes)), actions: snap.actions}
 	for scope, keys := range snap.scopes {
 		out.scopes[scope] = keys
 	}
-	for id, a := range snap.actions {
-		out.actions[id] = a
-	}
-	out.views = append(out.views, snap.views...)
-	for _, e := range written {
-		if e.SortKey != nil {
+	defsChanged := false
+	copied := map[string]bool{}
+	for _, w := range pending {
+		r := w.r
+		if r.SortKey != nil {
 			continue // logs are not part of the snapshot
 		}
-		keys := map[string]*srow{}
-		for k, v := range out.scopes[e.Scope] {
-			keys[k] = v
+		if !copied[r.Scope] {
+			keys := make(map[string]*srow, len(out.scopes[r.Scope])+1)
+			for k, v := range out.scopes[r.Scope] {
+				keys[k] = v
+			}
+			out.scopes[r.Scope] = keys
+			copied[r.Scope] = true
 		}
-		out.scopes[e.Scope] = keys
-		if e.Version == 0 {
-			delete(keys, e.Key)
-			continue
+		if w.del {
+			delete(out.scopes[r.Scope], r.Key)
+		} else {
+			out.scopes[r.Scope][r.Key] = &srow{row: r, val: expr.MustDecode(r.Value)}
 		}
-		r := rows[entryKey{e.Scope, e.Key}]
-		keys[e.Key] = &srow{row: r, val: expr.MustDecode(r.Value)}
+		defsChanged = defsChanged || r.Scope == scopeActions || r.Scope == scopeViews
+	}
+	if !defsChanged {
+		out.views = snap.views
+		return out
+	}
+	out.actions = map[string]*actionRec{}
+	for _, keys := range []string{scopeActions, scopeViews} {
+		for _, r := range sortedRows(out.scopes[keys]) {
+			out.index(s, r.row)
+		}
 	}
 	return out
+}
+
+func sortedRows(m map[string]*srow) []*srow {
+	out := make([]*srow, 0, len(m))
+	for _, r := range m {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// hasTicks reports whether any row has a logical (tick) timer.
+func (snap *snapshot) hasTicks() bool {
+	for _, keys := range snap.scopes {
+		for _, r := range keys {
+			if r.timer != nil && r.timer.TicksLeft != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Reserved scopes holding definitions and cooldowns.
@@ -279,6 +334,9 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 				state[r.Scope].(map[string]any)[r.Key] = r.val
 			}
 		}
+	}
+	if _, ok := state[ScopeShared]; !ok && keep(ScopeShared) {
+		state[ScopeShared] = map[string]any{} // always there, so state._shared.x reads "no such key: x"
 	}
 	if rc.self != "" {
 		if own, ok := state[rc.self]; ok {

@@ -45,7 +45,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 
 	var lastErr error
 	for {
-		rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+		rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -128,7 +128,7 @@ func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string) (m
 	if err != nil {
 		return nil, err
 	}
-	rc, err := s.readCtx(ctx, p, roomID, nil, nil)
+	rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages, nil)
 	if err != nil {
 		return nil, err
 	}

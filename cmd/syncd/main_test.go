@@ -13,7 +13,13 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		main() // this process is the second server of TestWaitAcrossProcesses
+		return
+	}
+	os.Exit(pgtest.Main(m))
+}
 
 // start runs the server in the background and returns its base URL and a
 // function that stops it and waits for a clean exit.

@@ -65,8 +65,9 @@ type Program struct {
 	// ViewDeps are the view ids the expression reads as views.<id> or
 	// views["<id>"], in order of first use.
 	ViewDeps []string
-	// UsesParams reports whether the expression reads params.
-	UsesParams bool
+	// UsesParams and UsesMessages report whether the expression reads
+	// params or messages.
+	UsesParams, UsesMessages bool
 }
 
 // Vars are the values an expression sees. Maps hold JSON-shaped values:
@@ -215,8 +216,8 @@ func (e *Env) Compile(src string) (*Program, error) {
 		return nil, errs.New(CELError, "expression cannot be planned: %v", err).With("stage", "check").With("expression", src).
 			WithHint("simplify the expression")
 	}
-	deps, usesParams := scan(checked)
-	p = &Program{Source: src, prg: prg, ViewDeps: deps, UsesParams: usesParams}
+	deps, idents := scan(checked)
+	p = &Program{Source: src, prg: prg, ViewDeps: deps, UsesParams: idents["params"], UsesMessages: idents["messages"]}
 	e.mu.Lock()
 	if len(e.cache) >= e.opt.CacheSize {
 		n := 0
@@ -262,9 +263,10 @@ func firstLine(s string) string {
 	return s
 }
 
-// scan finds views.<id> and views["<id>"] in the checked AST, and whether
-// params is read.
-func scan(a *cel.Ast) (deps []string, usesParams bool) {
+// scan finds views.<id> and views["<id>"] in the checked AST, and the
+// identifiers it reads.
+func scan(a *cel.Ast) (deps []string, idents map[string]bool) {
+	idents = map[string]bool{}
 	add := func(id string) {
 		for _, d := range deps {
 			if d == id {
@@ -277,9 +279,7 @@ func scan(a *cel.Ast) (deps []string, usesParams bool) {
 	visitor := ast.NewExprVisitor(func(x ast.Expr) {
 		switch x.Kind() {
 		case ast.IdentKind:
-			if x.AsIdent() == "params" {
-				usesParams = true
-			}
+			idents[x.AsIdent()] = true
 		case ast.SelectKind:
 			if s := x.AsSelect(); isViews(s.Operand()) {
 				add(s.FieldName())
@@ -294,7 +294,7 @@ func scan(a *cel.Ast) (deps []string, usesParams bool) {
 		}
 	})
 	ast.PostOrderVisit(a.NativeRep().Expr(), visitor)
-	return deps, usesParams
+	return deps, idents
 }
 
 // Eval runs p against vars and returns a JSON-shaped result.

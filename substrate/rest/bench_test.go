@@ -7,8 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"sort"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
@@ -130,4 +134,133 @@ func BenchmarkReadState500Keys(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		e.do("GET", "/rooms/bench/state", tok, nil)
 	}
+}
+
+// percentiles reports p50 and p99 of the durations, in milliseconds.
+func percentiles(b *testing.B, name string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	at := func(q float64) float64 { return float64(ds[int(q*float64(len(ds)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(at(0.50), name+"_p50_ms")
+	b.ReportMetric(at(0.99), name+"_p99_ms")
+}
+
+// setupInvokeRoom registers an action with an `if` and two writes.
+func (e *benchEnv) setupInvokeRoom(id string, agents int) (room string, toks []string) {
+	tok := e.room(id)
+	e.do("PUT", "/rooms/"+id+"/actions", tok, map[string]any{
+		"id": "move", "params": map[string]any{"n": map[string]any{"type": "integer"}},
+		"if": `!has(state._shared.stop) || state._shared.stop == false`,
+		"writes": []any{
+			map[string]any{"key": "moves", "increment": 1},
+			map[string]any{"scope": "${self}", "key": "last", "value": "${params.n}"},
+		},
+	})
+	for i := 0; i < agents; i++ {
+		var r struct{ Token string }
+		_ = json.Unmarshal(e.do("POST", "/rooms/"+id+"/agents", tok, map[string]any{"id": fmt.Sprint("agent", i), "name": "A"}), &r)
+		toks = append(toks, r.Token)
+	}
+	return tok, toks
+}
+
+// Invocations of an action with an `if` and two writes, one client.
+func BenchmarkInvoke1Client(b *testing.B) {
+	e := newBench(b)
+	_, toks := e.setupInvokeRoom("inv", 1)
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		e.do("POST", "/rooms/inv/actions/move/invoke", toks[0], map[string]any{"params": map[string]any{"n": i}})
+		ds = append(ds, time.Since(t0))
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "invokes/s")
+	percentiles(b, "invoke", ds)
+}
+
+// The same with eight clients (eight agents) on one room.
+func BenchmarkInvoke8Clients(b *testing.B) {
+	e := newBench(b)
+	_, toks := e.setupInvokeRoom("inv", 8)
+	var n atomic.Int64
+	var mu sync.Mutex
+	var ds []time.Duration
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		tok := toks[int(n.Add(1)-1)%len(toks)]
+		var mine []time.Duration
+		for i := 0; pb.Next(); i++ {
+			t0 := time.Now()
+			e.do("POST", "/rooms/inv/actions/move/invoke", tok, map[string]any{"params": map[string]any{"n": i}})
+			mine = append(mine, time.Since(t0))
+		}
+		mu.Lock()
+		ds = append(ds, mine...)
+		mu.Unlock()
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "invokes/s")
+	percentiles(b, "invoke", ds)
+}
+
+// A lean context read of a room with 10 agents, 500 keys and 20 views.
+func BenchmarkContextLean(b *testing.B) {
+	e := newBench(b)
+	tok, toks := e.setupInvokeRoom("ctx", 10)
+	for batch := 0; batch < 5; batch++ {
+		writes := make([]any, 100)
+		for i := range writes {
+			writes[i] = map[string]any{"scope": "_shared", "key": fmt.Sprintf("key-%03d", batch*100+i),
+				"value": map[string]any{"n": i, "label": "some short text", "done": i%2 == 0}}
+		}
+		e.do("PUT", "/rooms/ctx/state/batch", tok, map[string]any{"writes": writes})
+	}
+	for i := 0; i < 20; i++ {
+		e.do("PUT", "/rooms/ctx/views", tok, map[string]any{"id": fmt.Sprint("view", i),
+			"expr": fmt.Sprintf(`state._shared["key-%03d"].n + %d`, i, i)})
+	}
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		e.do("GET", "/rooms/ctx/context?messages=false", toks[0], nil)
+		ds = append(ds, time.Since(t0))
+	}
+	percentiles(b, "context", ds)
+}
+
+// Wake-up latency: from sending the satisfying invocation to the waiter's
+// response (so it includes the invocation's own latency, reported too).
+func BenchmarkWaitWakeup(b *testing.B) {
+	e := newBench(b)
+	tok, toks := e.setupInvokeRoom("wake", 2)
+	e.do("PUT", "/rooms/wake/state", tok, map[string]any{"scope": "_shared", "key": "moves", "value": 0})
+	wakes := make([]time.Duration, 0, b.N)
+	invokes := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		done := make(chan time.Time, 1)
+		cond := url.QueryEscape(fmt.Sprintf("state._shared.moves > %d", i))
+		go func() {
+			e.do("GET", "/rooms/wake/wait?timeout=30000&condition="+cond, toks[0], nil)
+			done <- time.Now()
+		}()
+		// Let the waiter reach its wait (shown as status waiting).
+		for !bytes.Contains(e.do("GET", "/rooms/wake/agents", tok, nil), []byte(`"status":"waiting"`)) {
+			time.Sleep(200 * time.Microsecond)
+		}
+		t0 := time.Now()
+		e.do("POST", "/rooms/wake/actions/move/invoke", toks[1], map[string]any{"params": map[string]any{"n": i}})
+		invokes = append(invokes, time.Since(t0))
+		wakes = append(wakes, (<-done).Sub(t0))
+		// Wait for the status to go back to active before the next round.
+		for bytes.Contains(e.do("GET", "/rooms/wake/agents", tok, nil), []byte(`"status":"waiting"`)) {
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+	percentiles(b, "wake", wakes)
+	percentiles(b, "invoke", invokes)
 }

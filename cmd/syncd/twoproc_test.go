@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// childEnv makes the test binary act as syncd itself (see TestMain), so
+// the second server is a real, separate process.
+const childEnv = "SYNCD_TEST_CHILD"
+
+func startChild(t *testing.T, dbURL string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-database-url", dbURL, "-rate-limit", "-1")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	addrRE := regexp.MustCompile(`msg="syncd listening" addr=(\S+)`)
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+	}()
+	select {
+	case addr := <-found:
+		return "http://" + addr
+	case <-time.After(60 * time.Second):
+		t.Fatal("second syncd process did not start")
+	}
+	return ""
+}
+
+// A waiter served by one server process is woken by an invocation served
+// by another process on the same database.
+func TestWaitAcrossProcesses(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	cfg := testConfig(t, "-database-url", dbURL, "-rate-limit", "-1")
+	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, stop := start(t, cfg)
+	defer stop()
+	b := startChild(t, dbURL)
+
+	code, room := call(t, "POST", a+"/rooms", "", `{"id":"twoproc"}`)
+	if code != 201 {
+		t.Fatalf("create room: %d", code)
+	}
+	tok := room["token"].(string)
+	if code, _ := call(t, "PUT", a+"/rooms/twoproc/actions", tok, `{"id":"finish","writes":[{"key":"done","value":true}]}`); code != 201 {
+		t.Fatalf("register: %d", code)
+	}
+	_, ag := call(t, "POST", a+"/rooms/twoproc/agents", tok, `{"id":"waiter","name":"W"}`)
+	waiterTok := ag["token"].(string)
+	_, ag = call(t, "POST", a+"/rooms/twoproc/agents", tok, `{"id":"doer","name":"D"}`)
+	doerTok := ag["token"].(string)
+
+	type result struct {
+		code int
+		body map[string]any
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, body := call(t, "GET", b+"/rooms/twoproc/wait?timeout=30000&condition="+url.QueryEscape(`"done" in state._shared`), waiterTok, "")
+		got <- result{c, body}
+	}()
+	// Invoke on process A once the waiter (on B) is waiting.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, list := call(t, "GET", a+"/rooms/twoproc/agents", tok, "")
+		waiting := false
+		for _, x := range list["agents"].([]any) {
+			m := x.(map[string]any)
+			waiting = waiting || (m["id"] == "waiter" && m["status"] == "waiting")
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("waiter never started waiting")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sent := time.Now()
+	if code, body := call(t, "POST", a+"/rooms/twoproc/actions/finish/invoke", doerTok, `{}`); code != 200 {
+		t.Fatalf("invoke: %d %v", code, body)
+	}
+	select {
+	case r := <-got:
+		if r.code != 200 || r.body["triggered"] != true {
+			t.Fatalf("wait on process B: %d %v", r.code, r.body)
+		}
+		t.Logf("woken %v after the invocation returned", time.Since(sent))
+	case <-time.After(25 * time.Second):
+		t.Fatal("waiter on process B was not woken by the invocation on process A")
+	}
+}
