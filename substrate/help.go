@@ -75,7 +75,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 			},
 			"functions": append(append([]string{}, expr.Functions...),
 				"cel-go extensions: strings (lowerAscii, split, join, replace, format, …), lists (lists.range, slice, flatten, sort, distinct, …), math (math.greatest, math.least, …), sets (sets.contains, …), base64, optional values (state._shared.?x.orValue(default))"),
-			"numbers": "whole numbers are int, others double; compare freely, but convert before mixing in arithmetic: double(state._shared.count) * 0.5",
+			"numbers":      "whole numbers are int, others double; compare freely, but convert before mixing in arithmetic: double(state._shared.count) * 0.5",
 			"missing keys": "state._shared.x fails when x is absent: test with has(state._shared.x) or \"x\" in state._shared, or read state._shared.?x.orValue(default). has() takes one field selection; the two-argument form does not exist.",
 			"examples": []string{
 				`state._shared.phase == "review"`,

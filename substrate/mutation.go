@@ -26,9 +26,9 @@ type mutation struct {
 	base  int64 // the room's seq before this mutation
 	// msgCount is the room's _messages count before this mutation.
 	msgCount int64
-	next  int64 // next sequence number to hand out
-	batch pgx.Batch
-	audit map[string]any
+	next     int64 // next sequence number to hand out
+	batch    pgx.Batch
+	audit    map[string]any
 	// messages is the change in the room's _messages count.
 	messages int64
 	// pending are the state rows to write at commit; ticks the

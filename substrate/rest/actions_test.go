@@ -295,7 +295,9 @@ func TestCooldownAndTimers(t *testing.T) {
 func TestViewsDependenciesCyclesAndContested(t *testing.T) {
 	e := newEnv(t, rest.Options{})
 	rm := e.room("views", nil)
-	put := func(id, src string) { e.do("PUT", "/rooms/views/views", rm.token, map[string]any{"id": id, "expr": src}).must(t, 201) }
+	put := func(id, src string) {
+		e.do("PUT", "/rooms/views/views", rm.token, map[string]any{"id": id, "expr": src}).must(t, 201)
+	}
 	// b depends on a, registered before a.
 	put("b", `views.a * 2`)
 	put("a", `size(state._shared)`)
