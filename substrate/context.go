@@ -210,6 +210,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 
 	if want("state") {
 		st := map[string]any{}
+		raw := rc.snap.live(rc.now).raw
 		for scope, v := range rc.state {
 			if rc.self != "" && scope == rc.self {
 				continue // shown as self
@@ -217,7 +218,17 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			if len(req.Only) > 0 && !slices.Contains(req.Only, "state") && !slices.Contains(req.Only, "state."+scope) {
 				continue
 			}
-			st[scope] = v
+			// The stored JSON, when the scope is the shared one: encoding it
+			// is far cheaper than re-encoding decoded values.
+			name := scope
+			if scope == ScopeSelf {
+				name = rc.self
+			}
+			if r, ok := raw[name]; ok && !rc.modified[name] {
+				st[scope] = r
+			} else {
+				st[scope] = v
+			}
 		}
 		for _, inc := range req.Include {
 			if !rc.visible(inc) {

@@ -25,6 +25,9 @@ type snapshot struct {
 
 	msgOnce sync.Once
 	msgUse  bool
+
+	liveMu    sync.Mutex
+	liveCache *liveState
 }
 
 // actionsUseMessages reports whether any action's enabled or if reads
@@ -245,7 +248,8 @@ type roomCtx struct {
 	agents []presence
 	msgs   msgCounts
 
-	state      map[string]any // visible scope → key → value
+	state      map[string]any  // visible scope → key → value
+	modified   map[string]bool // scopes of state not shared with the snapshot's cache
 	views      map[string]any // id → value (or {"_error": …})
 	viewOrder  []string
 	actEnabled map[string]bool
@@ -307,32 +311,45 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 // stateFor builds the state map for scopes keep admits. An agent's own
 // scope also appears as "self".
 func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) bool) map[string]any {
-	state := map[string]any{}
+	live := rc.snap.live(rc.now)
+	state := make(map[string]any, len(live.vals)+2)
+	for scope, m := range live.vals {
+		if keep(scope) {
+			state[scope] = m
+		}
+	}
 	var deferred []*srow
-	for scope, keys := range rc.snap.scopes {
-		if !keep(scope) || isHidden(scope) {
-			continue
+	for _, r := range live.deferred {
+		if keep(r.Scope) {
+			deferred = append(deferred, r)
 		}
-		m := map[string]any{}
-		for k, r := range keys {
-			if !r.timer.live(rc.now) {
-				continue
-			}
-			if r.enabled != nil {
-				deferred = append(deferred, r)
-				continue
-			}
-			m[k] = r.val
-		}
-		state[scope] = m
 	}
 	if len(deferred) > 0 {
-		// Entry-level `enabled` sees the state without such entries.
+		// Entry-level `enabled` sees the state without such entries. The
+		// cached scope maps are shared, so the scopes that gain entries
+		// are copied first.
 		vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+		var add []*srow
 		for _, r := range deferred {
 			if s.evalBool(ctx, *r.enabled, vars) {
-				state[r.Scope].(map[string]any)[r.Key] = r.val
+				add = append(add, r)
 			}
+		}
+		for _, r := range add {
+			if rc.modified == nil {
+				rc.modified = map[string]bool{}
+			}
+			if !rc.modified[r.Scope] {
+				cp := map[string]any{}
+				if old, ok := state[r.Scope].(map[string]any); ok {
+					for k, v := range old {
+						cp[k] = v
+					}
+				}
+				state[r.Scope] = cp
+				rc.modified[r.Scope] = true
+			}
+			state[r.Scope].(map[string]any)[r.Key] = r.val
 		}
 	}
 	if _, ok := state[ScopeShared]; !ok && keep(ScopeShared) {
@@ -346,6 +363,53 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		}
 	}
 	return state
+}
+
+// liveState is a snapshot's visible entries at some moment, valid until
+// the next timer changes visibility. Its maps are shared and read-only.
+type liveState struct {
+	until time.Time // zero: until the snapshot is replaced
+	vals  map[string]map[string]any
+	raw   map[string]map[string]json.RawMessage
+	// deferred are live entries with an `enabled` expression, decided per
+	// reader.
+	deferred []*srow
+}
+
+// live returns the entries visible at now, computing them once per
+// snapshot and timer epoch.
+func (snap *snapshot) live(now time.Time) *liveState {
+	snap.liveMu.Lock()
+	defer snap.liveMu.Unlock()
+	if l := snap.liveCache; l != nil && (l.until.IsZero() || now.Before(l.until)) {
+		return l
+	}
+	l := &liveState{vals: map[string]map[string]any{}, raw: map[string]map[string]json.RawMessage{}}
+	for scope, keys := range snap.scopes {
+		if isHidden(scope) {
+			continue
+		}
+		vals := make(map[string]any, len(keys))
+		raw := make(map[string]json.RawMessage, len(keys))
+		for k, r := range keys {
+			if t := r.timer.nextChange(now); !t.IsZero() && (l.until.IsZero() || t.Before(l.until)) {
+				l.until = t
+			}
+			if !r.timer.live(now) {
+				continue
+			}
+			if r.enabled != nil {
+				l.deferred = append(l.deferred, r)
+				continue
+			}
+			vals[k] = r.val
+			raw[k] = r.Value
+		}
+		l.vals[scope] = vals
+		l.raw[scope] = raw
+	}
+	snap.liveCache = l
+	return l
 }
 
 func isHidden(scope string) bool {
