@@ -250,7 +250,7 @@ type roomCtx struct {
 
 	state      map[string]any  // visible scope → key → value
 	modified   map[string]bool // scopes of state not shared with the snapshot's cache
-	views      map[string]any // id → value (or {"_error": …})
+	views      map[string]any  // id → value (or {"_error": …})
 	viewOrder  []string
 	actEnabled map[string]bool
 	actAvail   map[string]bool
