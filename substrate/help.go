@@ -44,7 +44,7 @@ To wait for the next one: wait?condition=messages.directed_unread > 0`), true
 	case "contested_actions":
 		return strings.TrimSpace(`
 Several actions write the same state key (views._contested lists "<scope>.<key>": [action ids]). That is fine when intended (a counter anyone bumps) and a bug when two agents' vocabularies overlap by accident.
-Check with GET /rooms/:id/actions?depth=full who writes what; guard writes with if or if_version; merge duplicates into one action, or delete the one you registered by mistake with _delete_action.`), true
+Check who writes what with GET /rooms/:id/actions (full definitions) or the context at depth=full; guard writes with if or if_version; merge duplicates into one action, or delete the one you registered by mistake with _delete_action.`), true
 	case "context_shaping":
 		return strings.TrimSpace(`
 GET /rooms/:id/context (and wait, which takes the same parameters):

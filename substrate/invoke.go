@@ -23,6 +23,18 @@ type InvokeResult struct {
 	Result  any            `json:"result,omitempty"`
 	// Builtin carries a builtin's own answer (a registration, help text…).
 	Builtin any `json:"builtin_result,omitempty"`
+
+	// written are the entries as the mutation wrote them; their revision
+	// is known only once it commits.
+	written []*Entry
+}
+
+// fill copies the written entries into Writes after the commit.
+func (r *InvokeResult) fill(seq int64) {
+	r.Seq = seq
+	for _, e := range r.written {
+		r.Writes = append(r.Writes, *e)
+	}
 }
 
 var builtinDescriptions = map[string]string{
@@ -88,7 +100,7 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 		s.auditFailure(ctx, p, roomID, actionID, params, err)
 		return nil, err
 	}
-	res.Seq = seq
+	res.fill(seq)
 	return res, nil
 }
 
@@ -174,9 +186,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	if err != nil {
 		return err
 	}
-	for _, e := range written[:userWrites] {
-		res.Writes = append(res.Writes, *e)
-	}
+	res.written = written[:userWrites]
 	if def.Result != "" {
 		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, celParams(params))
 		if v, err := s.evalField(ctx, "result", def.Result, &after.vars); err != nil {
@@ -425,7 +435,7 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 		seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 			written, audit, err := s.sendMessage(m, params)
 			if err == nil {
-				res.Writes = []Entry{*written}
+				res.written = []*Entry{written}
 				m.audit = map[string]any{"kind": "invoke", "action": id, "builtin": true, "agent": m.actor, "params": params, "ok": true, "writes": audit}
 			}
 			return err
@@ -435,7 +445,7 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 		s.auditFailure(ctx, p, roomID, id, params, err)
 		return nil, err
 	}
-	res.Seq = seq
+	res.fill(seq)
 	return res, nil
 }
 

@@ -120,6 +120,9 @@ func TestActionWriteAuthority(t *testing.T) {
 	e.do("PUT", "/rooms/aw/actions", aTok, map[string]any{"id": "poke-a", "scope": "a",
 		"writes": []any{map[string]any{"scope": "a", "key": "poked_by", "value": "${self}"}}}).must(t, 201)
 	r := e.invoke(rm, bTok, "poke-a", nil).must(t, 200)
+	if w := r.body["writes"].([]any); len(w) != 1 || path(w[0].(map[string]any), "revision") != float64(r.num("seq")) || path(w[0].(map[string]any), "writer") != "b" {
+		t.Fatalf("invoke result writes: %s", r.raw)
+	}
 	if got := e.do("GET", "/rooms/aw/state?scope=a&key=poked_by", aTok, nil).must(t, 200).body["value"]; got != "b" {
 		t.Fatalf("registrar bridge write: %v (%s)", got, r.raw)
 	}
