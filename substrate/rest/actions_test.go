@@ -340,6 +340,11 @@ func TestViewsDependenciesCyclesAndContested(t *testing.T) {
 		t.Fatalf("changed: %s", r.raw)
 	}
 	e.do("PUT", "/rooms/views/views", rm.token, map[string]any{"id": "score", "expr": `1`, "render": map[string]any{"type": "metric", "label": "Score"}}).must(t, 201)
+	// A view with a delete timer disappears when it runs out.
+	e.do("PUT", "/rooms/views/views", rm.token, map[string]any{"id": "brief", "expr": `true`, "timer": map[string]any{"ms": 100}}).must(t, 201)
+	e.do("GET", "/rooms/views/views/brief", rm.token, nil).must(t, 200)
+	time.Sleep(250 * time.Millisecond)
+	e.do("GET", "/rooms/views/views/brief", rm.token, nil).must(t, 404)
 	if got := path(e.do("GET", "/rooms/views/views/score", rm.token, nil).must(t, 200).body, "render", "label"); got != "Score" {
 		t.Fatalf("render hint: %v", got)
 	}
