@@ -7,22 +7,25 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // config is the server's configuration: every field has a flag and an
 // environment variable (the flag wins), listed in the README.
 type config struct {
-	Addr        string        // SYNC_ADDR, -addr: listen address. Default 127.0.0.1:8080.
-	PublicURL   string        // SYNC_PUBLIC_URL, -public-url: external base URL. Default http://<addr>.
-	DatabaseURL string        // DATABASE_URL, -database-url: use this server instead of the embedded one.
-	DataDir     string        // SYNC_DATA_DIR, -data-dir: embedded cluster and local data.
-	CreateToken string        // SYNC_CREATE_TOKEN, -create-token: bearer token POST /rooms requires; empty = open.
-	RateLimit   float64       // SYNC_RATE_LIMIT, -rate-limit: requests/s per credential; negative disables. Default 100.
-	MaxBody     int64         // SYNC_MAX_BODY_BYTES, -max-body-bytes: request body cap. Default 1 MiB.
-	MaxValue    int           // SYNC_MAX_VALUE_BYTES, -max-value-bytes: one state value cap. Default 64 KiB.
-	ShutdownIn  time.Duration // SYNC_SHUTDOWN_TIMEOUT, -shutdown-timeout: drain time. Default 15 s.
-	LogFormat   string        // SYNC_LOG_FORMAT, -log-format: text or json. Default text.
+	Addr          string        // SYNC_ADDR, -addr: listen address. Default 127.0.0.1:8080.
+	PublicURL     string        // SYNC_PUBLIC_URL, -public-url: external base URL. Default http://<addr>.
+	DatabaseURL   string        // DATABASE_URL, -database-url: use this server instead of the embedded one.
+	DataDir       string        // SYNC_DATA_DIR, -data-dir: embedded cluster and local data.
+	CreateToken   string        // SYNC_CREATE_TOKEN, -create-token: bearer token POST /rooms requires; empty = open.
+	RateLimit     float64       // SYNC_RATE_LIMIT, -rate-limit: requests/s per credential; negative disables. Default 100.
+	MaxBody       int64         // SYNC_MAX_BODY_BYTES, -max-body-bytes: request body cap. Default 1 MiB.
+	MaxValue      int           // SYNC_MAX_VALUE_BYTES, -max-value-bytes: one state value cap. Default 64 KiB.
+	ShutdownIn    time.Duration // SYNC_SHUTDOWN_TIMEOUT, -shutdown-timeout: drain time. Default 15 s.
+	LogFormat     string        // SYNC_LOG_FORMAT, -log-format: text or json. Default text.
+	Signup        string        // SYNC_SIGNUP, -signup: invite, open or closed. Default invite.
+	RedirectAllow []string      // SYNC_REDIRECT_ALLOW, -redirect-allow: extra OAuth redirect URIs, comma-separated.
 }
 
 // defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
@@ -60,6 +63,8 @@ func parseConfig(args []string) (*config, error) {
 	maxValue := fs.String("max-value-bytes", env("SYNC_MAX_VALUE_BYTES", "65536"), "state value limit (SYNC_MAX_VALUE_BYTES)")
 	shutdown := fs.String("shutdown-timeout", env("SYNC_SHUTDOWN_TIMEOUT", "15s"), "graceful shutdown limit (SYNC_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogFormat, "log-format", env("SYNC_LOG_FORMAT", "text"), "log format, text or json (SYNC_LOG_FORMAT)")
+	fs.StringVar(&c.Signup, "signup", env("SYNC_SIGNUP", "invite"), "who may create an account: invite, open or closed (SYNC_SIGNUP)")
+	redirects := fs.String("redirect-allow", env("SYNC_REDIRECT_ALLOW", ""), "extra allowed OAuth redirect URIs, comma-separated; a trailing * allows a prefix (SYNC_REDIRECT_ALLOW)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -78,6 +83,11 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return nil, errors.New("log format must be text or json")
+	}
+	for _, r := range strings.Split(*redirects, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			c.RedirectAllow = append(c.RedirectAllow, r)
+		}
 	}
 	if c.PublicURL == "" {
 		c.PublicURL = "http://" + c.Addr

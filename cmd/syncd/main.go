@@ -3,6 +3,7 @@
 //
 //	syncd            run the server
 //	syncd migrate    apply database migrations and exit
+//	syncd invite     print a one-time sign-up link and exit
 package main
 
 import (
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/oauth"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/embedpg"
 	"github.com/syncsubstrate/sync/substrate"
@@ -27,7 +30,7 @@ import (
 func main() {
 	args := os.Args[1:]
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "migrate" || args[0] == "serve") {
+	if len(args) > 0 && (args[0] == "migrate" || args[0] == "serve" || args[0] == "invite") {
 		cmd, args = args[0], args[1:]
 	}
 	cfg, err := parseConfig(args)
@@ -66,6 +69,26 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		slog.Info("migrations done", "applied", applied)
 		return nil
 	}
+	auth, err := oauth.New(ctx, db, oauth.Options{
+		PublicURL:         cfg.PublicURL,
+		Signup:            cfg.Signup,
+		RedirectAllowList: cfg.RedirectAllow,
+		Rooms:             roomDirectory{lobby.New(db)},
+	})
+	if err != nil {
+		return err
+	}
+	if cmd == "invite" {
+		link, err := auth.InviteURL(ctx, "")
+		if err != nil {
+			return err
+		}
+		fmt.Println(link)
+		return nil
+	}
+	if _, err := auth.EnsureEnrolment(ctx); err != nil {
+		return err
+	}
 
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue}})
 	defer svc.Close()
@@ -85,6 +108,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		}
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
+	auth.Routes(mux)
 	mux.Handle("/", rest.Handler(svc, rest.Options{
 		MaxBodyBytes:  cfg.MaxBody,
 		RatePerSecond: cfg.RateLimit,

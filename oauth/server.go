@@ -1,0 +1,467 @@
+// Package oauth is sync's OAuth 2.1 authorization server (ory/fosite) with
+// passkey sign-in (go-webauthn) and the consent screen where a user picks
+// the rooms a client may use. It also verifies access tokens for the MCP
+// resource server. It knows rooms only through the RoomDirectory it is
+// given.
+package oauth
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/ory/fosite"
+	"github.com/ory/fosite/compose"
+
+	"github.com/syncsubstrate/sync/store"
+)
+
+// Session is what a grant carries: the user as Subject.
+type Session = fosite.DefaultSession
+
+// Options configure the authorization server.
+type Options struct {
+	// PublicURL is the issuer and the base of every endpoint (no trailing
+	// slash). Required.
+	PublicURL string
+	// MCPPath is the protected resource's path. Default "/mcp".
+	MCPPath string
+	// AccessTokenTTL defaults to 12 h: MCP clients refresh unreliably, and
+	// opaque tokens are checked against the database on every call, so
+	// revocation takes effect at once however long the token would live.
+	AccessTokenTTL time.Duration
+	// RefreshTokenTTL defaults to 60 days; each refresh issues a new one.
+	RefreshTokenTTL time.Duration
+	// RefreshGrace is how long a rotated refresh token keeps working, so
+	// racing refreshes do not kill the grant. Default 30 s.
+	RefreshGrace time.Duration
+	// RedirectAllowList adds redirect URIs (exact, or a prefix ending in
+	// "*") to the built-in policy (Claude's callbacks and loopback).
+	RedirectAllowList []string
+	// Signup is "invite" (default), "open" or "closed".
+	Signup string
+	// Rooms lists a user's rooms for the consent screen.
+	Rooms RoomDirectory
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// RoomDirectory is how the authorization server sees rooms.
+type RoomDirectory interface {
+	// UserRooms lists the rooms a user belongs to, for the consent screen.
+	UserRooms(ctx context.Context, userID string) ([]UserRoom, error)
+}
+
+// UserRoom is one of a user's rooms as the consent screen shows it.
+type UserRoom struct {
+	ID     string
+	Label  string
+	Access string // owner, collaborator, participant or observer
+	Agents []RoomAgent
+	Roles  []string
+}
+
+// RoomAgent is an agent shown on the consent screen.
+type RoomAgent struct {
+	ID, Name, Status string
+	LastHeartbeat    time.Time
+}
+
+// Server is the authorization server.
+type Server struct {
+	opt      Options
+	db       *store.DB
+	store    *storage
+	provider fosite.OAuth2Provider
+	issuer   string
+	resource string
+	log      *slog.Logger
+	web      *web
+}
+
+// New builds the server. The HMAC key for codes and tokens is created on
+// first start and kept in the database, shared by every process.
+func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
+	if opt.PublicURL == "" {
+		return nil, errors.New("oauth: PublicURL is required")
+	}
+	opt.PublicURL = strings.TrimRight(opt.PublicURL, "/")
+	if opt.MCPPath == "" {
+		opt.MCPPath = "/mcp"
+	}
+	if opt.AccessTokenTTL <= 0 {
+		opt.AccessTokenTTL = 12 * time.Hour
+	}
+	if opt.RefreshTokenTTL <= 0 {
+		opt.RefreshTokenTTL = 60 * 24 * time.Hour
+	}
+	if opt.RefreshGrace <= 0 {
+		opt.RefreshGrace = 30 * time.Second
+	}
+	switch opt.Signup {
+	case "":
+		opt.Signup = "invite"
+	case "invite", "open", "closed":
+	default:
+		return nil, fmt.Errorf("oauth: signup policy %q is not invite, open or closed", opt.Signup)
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	secret, err := serverKey(ctx, db, "oauth_hmac", 32)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opt: opt, db: db, issuer: opt.PublicURL, resource: opt.PublicURL + opt.MCPPath, log: opt.Logger}
+	s.store = &storage{db: db, audience: s.resource, grace: opt.RefreshGrace}
+	cfg := &fosite.Config{
+		AccessTokenLifespan:   opt.AccessTokenTTL,
+		RefreshTokenLifespan:  opt.RefreshTokenTTL,
+		AuthorizeCodeLifespan: 10 * time.Minute,
+		GlobalSecret:          secret,
+		EnforcePKCE:           true,
+		// Claude asks for no offline_access scope and still needs refresh.
+		RefreshTokenScopes:  []string{},
+		ClientSecretsHasher: sha256Hasher{},
+		// Scopes are a ceiling the user sets on the consent screen; what a
+		// client asks for is a suggestion, never a reason to fail.
+		ScopeStrategy:            func([]string, string) bool { return true },
+		AudienceMatchingStrategy: fosite.ExactAudienceMatchingStrategy,
+		AccessTokenIssuer:        s.issuer,
+		TokenURL:                 s.issuer + "/token",
+		RedirectSecureChecker: func(_ context.Context, u *url.URL) bool {
+			return u.Scheme == "https" || isLoopbackHost(u.Hostname())
+		},
+	}
+	s.provider = compose.Compose(cfg, s.store, compose.NewOAuth2HMACStrategy(cfg),
+		compose.OAuth2AuthorizeExplicitFactory,
+		compose.OAuth2RefreshTokenGrantFactory,
+		compose.OAuth2PKCEFactory,
+		compose.OAuth2TokenIntrospectionFactory,
+		compose.OAuth2TokenRevocationFactory,
+	)
+	if s.web, err = newWeb(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// serverKey returns the named key, creating it on first use.
+func serverKey(ctx context.Context, db *store.DB, name string, size int) ([]byte, error) {
+	fresh := make([]byte, size)
+	if _, err := rand.Read(fresh); err != nil {
+		return nil, err
+	}
+	var key []byte
+	err := db.Pool.QueryRow(ctx, `WITH ins AS (INSERT INTO smcp_server_keys (name, value) VALUES ($1, $2)
+			ON CONFLICT (name) DO NOTHING RETURNING value)
+		SELECT value FROM ins UNION ALL SELECT value FROM smcp_server_keys WHERE name = $1 LIMIT 1`, name, fresh).Scan(&key)
+	if err != nil {
+		return nil, fmt.Errorf("oauth: server key: %w", err)
+	}
+	return key, nil
+}
+
+// Issuer is the authorization server's issuer URL.
+func (s *Server) Issuer() string { return s.issuer }
+
+// Resource is the MCP resource URL tokens are bound to.
+func (s *Server) Resource() string { return s.resource }
+
+// ResourceMetadataURL is where the protected-resource metadata lives.
+func (s *Server) ResourceMetadataURL() string {
+	return s.issuer + "/.well-known/oauth-protected-resource" + s.opt.MCPPath
+}
+
+// Routes registers every endpoint of the authorization server on mux.
+func (s *Server) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /.well-known/oauth-authorization-server", s.metadata)
+	mux.HandleFunc("GET /.well-known/oauth-protected-resource", s.resourceMetadata)
+	mux.HandleFunc("GET /.well-known/oauth-protected-resource"+s.opt.MCPPath, s.resourceMetadata)
+	mux.HandleFunc("POST /register", s.register)
+	mux.HandleFunc("POST /token", s.token)
+	mux.HandleFunc("POST /revoke", s.revoke)
+	s.web.routes(mux)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ScopesSupported are the scope forms the consent screen grants.
+var ScopesSupported = []string{"rooms:*", "rooms:*:observe", "rooms:*:read", "rooms:*:write", "create_rooms"}
+
+func (s *Server) metadata(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Access-Control-Allow-Origin", "*")
+	writeJSON(w, http.StatusOK, map[string]any{
+		"issuer":                                         s.issuer,
+		"authorization_endpoint":                         s.issuer + "/authorize",
+		"token_endpoint":                                 s.issuer + "/token",
+		"registration_endpoint":                          s.issuer + "/register",
+		"revocation_endpoint":                            s.issuer + "/revoke",
+		"response_types_supported":                       []string{"code"},
+		"response_modes_supported":                       []string{"query"},
+		"grant_types_supported":                          []string{"authorization_code", "refresh_token"},
+		"code_challenge_methods_supported":               []string{"S256"},
+		"token_endpoint_auth_methods_supported":          []string{"none", "client_secret_post", "client_secret_basic"},
+		"revocation_endpoint_auth_methods_supported":     []string{"none", "client_secret_post", "client_secret_basic"},
+		"scopes_supported":                               ScopesSupported,
+		"client_id_metadata_document_supported":          false,
+		"authorization_response_iss_parameter_supported": true,
+	})
+}
+
+func (s *Server) resourceMetadata(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Access-Control-Allow-Origin", "*")
+	writeJSON(w, http.StatusOK, map[string]any{
+		"resource":                 s.resource,
+		"authorization_servers":    []string{s.issuer},
+		"scopes_supported":         ScopesSupported,
+		"bearer_methods_supported": []string{"header"},
+		"resource_name":            "sync",
+	})
+}
+
+// --- dynamic client registration (RFC 7591) ---
+
+type registration struct {
+	RedirectURIs            []string `json:"redirect_uris"`
+	ClientName              string   `json:"client_name"`
+	TokenEndpointAuthMethod string   `json:"token_endpoint_auth_method"`
+	GrantTypes              []string `json:"grant_types"`
+	ResponseTypes           []string `json:"response_types"`
+	Scope                   string   `json:"scope"`
+}
+
+func regError(w http.ResponseWriter, code, desc string) {
+	writeJSON(w, http.StatusBadRequest, map[string]string{"error": code, "error_description": desc})
+}
+
+// register is cheap and idempotent in effect: Claude registers on every
+// new connection, sometimes twice in a second, and each gets a client.
+func (s *Server) register(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Access-Control-Allow-Origin", "*")
+	var reg registration
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err := dec.Decode(&reg); err != nil {
+		regError(w, "invalid_client_metadata", "the body must be a JSON client metadata document: "+err.Error())
+		return
+	}
+	if len(reg.RedirectURIs) == 0 || len(reg.RedirectURIs) > 10 {
+		regError(w, "invalid_redirect_uri", "give 1–10 redirect_uris")
+		return
+	}
+	for _, u := range reg.RedirectURIs {
+		if !redirectAllowed(u, s.opt.RedirectAllowList) {
+			regError(w, "invalid_redirect_uri", fmt.Sprintf("redirect URI %q is not allowed: use https://claude.ai/api/mcp/auth_callback, a loopback http://localhost:<port>/… URI, or one the operator allowed", u))
+			return
+		}
+	}
+	if reg.TokenEndpointAuthMethod == "" {
+		reg.TokenEndpointAuthMethod = "client_secret_basic" // RFC 7591 §2
+	}
+	switch reg.TokenEndpointAuthMethod {
+	case "none", "client_secret_post", "client_secret_basic":
+	default:
+		regError(w, "invalid_client_metadata", "token_endpoint_auth_method must be none, client_secret_post or client_secret_basic")
+		return
+	}
+	for _, g := range reg.GrantTypes {
+		if g != "authorization_code" && g != "refresh_token" {
+			regError(w, "invalid_client_metadata", fmt.Sprintf("grant type %q is not supported: use authorization_code and refresh_token", g))
+			return
+		}
+	}
+	for _, t := range reg.ResponseTypes {
+		if t != "code" {
+			regError(w, "invalid_client_metadata", "response type must be code")
+			return
+		}
+	}
+	name := strings.TrimSpace(reg.ClientName)
+	if name == "" {
+		name = "unnamed client"
+	}
+	if len(name) > 200 {
+		name = name[:200]
+	}
+	id := "client_" + randomToken(16)
+	var secret string
+	var secretHash []byte
+	if reg.TokenEndpointAuthMethod != "none" {
+		secret = "secret_" + randomToken(32)
+		secretHash, _ = sha256Hasher{}.Hash(r.Context(), []byte(secret))
+	}
+	meta, _ := json.Marshal(reg)
+	if _, err := s.db.Pool.Exec(r.Context(), `INSERT INTO smcp_oauth_clients (id, secret_hash, name, redirect_uris, auth_method, metadata)
+		VALUES ($1, $2, $3, $4, $5, $6)`, id, secretHash, name, reg.RedirectURIs, reg.TokenEndpointAuthMethod, meta); err != nil {
+		s.log.Error("client registration failed", "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "server_error", "error_description": "registration failed; retry"})
+		return
+	}
+	out := map[string]any{
+		"client_id":                  id,
+		"client_id_issued_at":        time.Now().Unix(),
+		"client_name":                name,
+		"redirect_uris":              reg.RedirectURIs,
+		"token_endpoint_auth_method": reg.TokenEndpointAuthMethod,
+		"grant_types":                []string{"authorization_code", "refresh_token"},
+		"response_types":             []string{"code"},
+	}
+	if secret != "" {
+		out["client_secret"] = secret
+		out["client_secret_expires_at"] = 0
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// --- token and revocation ---
+
+func (s *Server) token(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	w.Header().Set("Access-Control-Allow-Origin", "*")
+	ar, err := s.provider.NewAccessRequest(ctx, r, new(Session))
+	if err != nil {
+		s.provider.WriteAccessError(ctx, w, ar, err)
+		return
+	}
+	// RFC 8707: a resource named at the token endpoint must be the one the
+	// grant is bound to.
+	if res := ar.GetRequestForm().Get("resource"); res != "" && !ar.GetGrantedAudience().Has(canonical(res)) {
+		s.provider.WriteAccessError(ctx, w, ar, fosite.ErrInvalidRequest.WithHint("The resource does not match the grant: tokens here are for "+s.resource+"."))
+		return
+	}
+	resp, err := s.provider.NewAccessResponse(ctx, ar)
+	if err != nil {
+		s.provider.WriteAccessError(ctx, w, ar, err)
+		return
+	}
+	_, _ = s.db.Pool.Exec(ctx, `UPDATE smcp_oauth_clients SET last_used_at = now() WHERE id = $1`, ar.GetClient().GetID())
+	s.provider.WriteAccessResponse(ctx, w, ar, resp)
+}
+
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	w.Header().Set("Access-Control-Allow-Origin", "*")
+	err := s.provider.NewRevocationRequest(ctx, r)
+	s.provider.WriteRevocationResponse(ctx, w, err)
+}
+
+// canonical trims a trailing slash, so "https://x/mcp/" names the same
+// resource as "https://x/mcp".
+func canonical(resource string) string { return strings.TrimRight(resource, "/") }
+
+// --- token verification for the resource server ---
+
+// TokenInfo is what a verified access token grants.
+type TokenInfo struct {
+	UserID   string
+	Username string
+	ClientID string
+	// GrantID identifies the grant; it stays the same across refreshes.
+	GrantID string
+	Scopes  []string
+	Expiry  time.Time
+}
+
+// Verification errors.
+var (
+	ErrNoToken       = errors.New("no bearer token")
+	ErrInvalidToken  = errors.New("the access token is invalid, expired or revoked")
+	ErrWrongAudience = errors.New("the access token was issued for another resource")
+)
+
+// Verify checks a bearer access token for the MCP resource.
+func (s *Server) Verify(ctx context.Context, token string) (*TokenInfo, error) {
+	if token == "" {
+		return nil, ErrNoToken
+	}
+	sess := new(Session)
+	_, ar, err := s.provider.IntrospectToken(ctx, token, fosite.AccessToken, sess)
+	if err != nil {
+		return nil, ErrInvalidToken
+	}
+	if !ar.GetGrantedAudience().Has(s.resource) {
+		return nil, ErrWrongAudience
+	}
+	return &TokenInfo{UserID: sess.Subject, Username: sess.Username, ClientID: ar.GetClient().GetID(), GrantID: ar.GetID(),
+		Scopes: ar.GetGrantedScopes(), Expiry: sess.GetExpiresAt(fosite.AccessToken)}, nil
+}
+
+type tokenInfoKey struct{}
+
+// TokenInfoFrom returns the verified token of a request that passed
+// RequireBearer.
+func TokenInfoFrom(ctx context.Context) *TokenInfo {
+	ti, _ := ctx.Value(tokenInfoKey{}).(*TokenInfo)
+	return ti
+}
+
+// RequireBearer protects a handler: without a valid token for this
+// resource it answers 401 with the challenge MCP clients follow to sign in;
+// without the needed scope, 403 insufficient_scope.
+func (s *Server) RequireBearer(scope string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok := ""
+		if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+			tok = strings.TrimSpace(h[7:])
+		}
+		ti, err := s.Verify(r.Context(), tok)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="invalid_token", error_description=%q, resource_metadata=%q`,
+				err.Error(), s.ResourceMetadataURL()))
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_token", "error_description": err.Error()})
+			return
+		}
+		if scope != "" && !hasScope(ti.Scopes, scope) {
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope=%q, resource_metadata=%q`,
+				scope, s.ResourceMetadataURL()))
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "insufficient_scope", "error_description": "this needs scope " + scope})
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, ti)))
+	})
+}
+
+func hasScope(scopes []string, want string) bool {
+	for _, s := range scopes {
+		if s == want {
+			return true
+		}
+	}
+	return false
+}
+
+// RevokeGrant revokes every token of a grant (the account page's revoke).
+func (s *Server) RevokeGrant(ctx context.Context, userID, grantID string) error {
+	tag, err := s.db.Pool.Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL
+		WHERE request_id = $1 AND subject = $2`, grantID, userID)
+	if err == nil && tag.RowsAffected() == 0 {
+		return pgx.ErrNoRows
+	}
+	return err
+}
+
+func decodeB64(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }

@@ -1,0 +1,335 @@
+package oauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/ory/fosite"
+
+	"github.com/syncsubstrate/sync/store"
+)
+
+// storage implements fosite's storage interfaces on PostgreSQL: clients,
+// authorization codes, access and refresh tokens, PKCE sessions and
+// revocation, with fosite's optional transactions.
+type storage struct {
+	db       *store.DB
+	audience string        // the MCP resource every client may be granted
+	grace    time.Duration // how long a rotated refresh token still works
+}
+
+type txKey struct{}
+
+// querier is the pool, or the transaction carried in ctx.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *storage) q(ctx context.Context) querier {
+	if tx, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		return tx
+	}
+	return s.db.Pool
+}
+
+// BeginTX, Commit and Rollback implement storage.Transactional: fosite runs
+// a refresh (rotate, create access, create refresh) as one transaction.
+func (s *storage) BeginTX(ctx context.Context) (context.Context, error) {
+	tx, err := s.db.Pool.Begin(ctx)
+	if err != nil {
+		return ctx, err
+	}
+	return context.WithValue(ctx, txKey{}, tx), nil
+}
+
+func (s *storage) Commit(ctx context.Context) error {
+	if tx, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		return tx.Commit(ctx)
+	}
+	return nil
+}
+
+func (s *storage) Rollback(ctx context.Context) error {
+	if tx, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		return tx.Rollback(ctx)
+	}
+	return nil
+}
+
+// --- clients ---
+
+type loopbackKey struct{}
+
+// withLoopbackRedirect lets GetClient accept one loopback redirect URI whose
+// port differs from the registered one (RFC 8252 §7.3), after the
+// authorize handler has checked it; fosite itself does so only for IP
+// literals, not for "localhost".
+func withLoopbackRedirect(ctx context.Context, uri string) context.Context {
+	return context.WithValue(ctx, loopbackKey{}, uri)
+}
+
+// Client is a registered OAuth client.
+type Client struct {
+	ID           string
+	Name         string
+	RedirectURIs []string
+	AuthMethod   string // none, client_secret_post or client_secret_basic
+	SecretHash   []byte
+	CreatedAt    time.Time
+}
+
+func (s *storage) getClient(ctx context.Context, id string) (*Client, error) {
+	c := &Client{ID: id}
+	err := s.q(ctx).QueryRow(ctx, `SELECT name, redirect_uris, auth_method, secret_hash, created_at FROM smcp_oauth_clients WHERE id = $1`, id).
+		Scan(&c.Name, &c.RedirectURIs, &c.AuthMethod, &c.SecretHash, &c.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fosite.ErrNotFound
+	}
+	return c, err
+}
+
+func (s *storage) GetClient(ctx context.Context, id string) (fosite.Client, error) {
+	c, err := s.getClient(ctx, id)
+	if err != nil {
+		if errors.Is(err, fosite.ErrNotFound) {
+			// Claude re-registers on invalid_client (401).
+			return nil, fosite.ErrInvalidClient.WithHint("The client is not registered here; register again.")
+		}
+		return nil, err
+	}
+	return s.fositeClient(ctx, c), nil
+}
+
+func (s *storage) fositeClient(ctx context.Context, c *Client) fosite.Client {
+	uris := append([]string{}, c.RedirectURIs...)
+	if extra, ok := ctx.Value(loopbackKey{}).(string); ok && loopbackMatches(c.RedirectURIs, extra) {
+		uris = append(uris, extra)
+	}
+	dc := &fosite.DefaultClient{
+		ID:            c.ID,
+		Secret:        c.SecretHash,
+		RedirectURIs:  uris,
+		GrantTypes:    []string{"authorization_code", "refresh_token"},
+		ResponseTypes: []string{"code"},
+		Audience:      []string{s.audience},
+		Public:        c.AuthMethod == "none",
+	}
+	return &fosite.DefaultOpenIDConnectClient{DefaultClient: dc, TokenEndpointAuthMethod: c.AuthMethod}
+}
+
+// Client assertions (private_key_jwt) are not offered; fosite asks anyway.
+func (s *storage) ClientAssertionJWTValid(context.Context, string) error { return nil }
+func (s *storage) SetClientAssertionJWT(context.Context, string, time.Time) error {
+	return nil
+}
+
+// --- requests (codes, tokens, PKCE) ---
+
+type storedRequest struct {
+	ID                string          `json:"id"`
+	RequestedAt       time.Time       `json:"requested_at"`
+	ClientID          string          `json:"client_id"`
+	RequestedScope    []string        `json:"requested_scope"`
+	GrantedScope      []string        `json:"granted_scope"`
+	RequestedAudience []string        `json:"requested_audience"`
+	GrantedAudience   []string        `json:"granted_audience"`
+	Form              url.Values      `json:"form"`
+	Session           json.RawMessage `json:"session"`
+}
+
+func (s *storage) create(ctx context.Context, kind, sig string, req fosite.Requester) error {
+	sess, err := json.Marshal(req.GetSession())
+	if err != nil {
+		return err
+	}
+	sr := storedRequest{ID: req.GetID(), RequestedAt: req.GetRequestedAt(), ClientID: req.GetClient().GetID(),
+		RequestedScope: req.GetRequestedScopes(), GrantedScope: req.GetGrantedScopes(),
+		RequestedAudience: req.GetRequestedAudience(), GrantedAudience: req.GetGrantedAudience(),
+		Form: req.GetRequestForm(), Session: sess}
+	raw, err := json.Marshal(sr)
+	if err != nil {
+		return err
+	}
+	var subject *string
+	var expires *time.Time
+	if ds, ok := req.GetSession().(*Session); ok {
+		if ds.Subject != "" {
+			subject = &ds.Subject
+		}
+		tt := map[string]fosite.TokenType{"code": fosite.AuthorizeCode, "access": fosite.AccessToken, "refresh": fosite.RefreshToken, "pkce": fosite.AuthorizeCode}[kind]
+		if t := ds.GetExpiresAt(tt); !t.IsZero() {
+			expires = &t
+		}
+	}
+	_, err = s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_tokens (signature, kind, request_id, client_id, subject, request, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, hashSig(sig), kind, req.GetID(), req.GetClient().GetID(), subject, raw, expires)
+	return err
+}
+
+// hashSig stores signatures hashed once more: the HMAC signature does not
+// reveal the token, and a hash of it keeps even that out of the database.
+func hashSig(sig string) string {
+	h := sha256.Sum256([]byte(sig))
+	return string(b64(h[:]))
+}
+
+// get loads a stored request into a requester whose session is session.
+// inactive reports a used code, a rotated or revoked token.
+func (s *storage) get(ctx context.Context, kind, sig string, session fosite.Session) (req *fosite.Request, active bool, rotatedAt *time.Time, err error) {
+	var raw []byte
+	err = s.q(ctx).QueryRow(ctx, `SELECT request, active, rotated_at FROM smcp_oauth_tokens WHERE kind = $1 AND signature = $2`,
+		kind, hashSig(sig)).Scan(&raw, &active, &rotatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil, fosite.ErrNotFound
+	}
+	if err != nil {
+		return nil, false, nil, err
+	}
+	var sr storedRequest
+	if err := json.Unmarshal(raw, &sr); err != nil {
+		return nil, false, nil, err
+	}
+	client, err := s.GetClient(ctx, sr.ClientID)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	if session != nil {
+		if err := json.Unmarshal(sr.Session, session); err != nil {
+			return nil, false, nil, err
+		}
+	}
+	req = &fosite.Request{ID: sr.ID, RequestedAt: sr.RequestedAt, Client: client,
+		RequestedScope: sr.RequestedScope, GrantedScope: sr.GrantedScope,
+		RequestedAudience: sr.RequestedAudience, GrantedAudience: sr.GrantedAudience,
+		Form: sr.Form, Session: session}
+	return req, active, rotatedAt, nil
+}
+
+func (s *storage) remove(ctx context.Context, kind, sig string) error {
+	_, err := s.q(ctx).Exec(ctx, `DELETE FROM smcp_oauth_tokens WHERE kind = $1 AND signature = $2`, kind, hashSig(sig))
+	return err
+}
+
+func (s *storage) CreateAuthorizeCodeSession(ctx context.Context, code string, req fosite.Requester) error {
+	return s.create(ctx, "code", code, req)
+}
+
+func (s *storage) GetAuthorizeCodeSession(ctx context.Context, code string, session fosite.Session) (fosite.Requester, error) {
+	req, active, _, err := s.get(ctx, "code", code, session)
+	if err != nil {
+		return nil, err
+	}
+	if !active {
+		// fosite then revokes every token this code issued.
+		return req, fosite.ErrInvalidatedAuthorizeCode
+	}
+	return req, nil
+}
+
+func (s *storage) InvalidateAuthorizeCodeSession(ctx context.Context, code string) error {
+	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false WHERE kind = 'code' AND signature = $1`, hashSig(code))
+	return err
+}
+
+func (s *storage) CreateAccessTokenSession(ctx context.Context, sig string, req fosite.Requester) error {
+	return s.create(ctx, "access", sig, req)
+}
+
+func (s *storage) GetAccessTokenSession(ctx context.Context, sig string, session fosite.Session) (fosite.Requester, error) {
+	req, active, _, err := s.get(ctx, "access", sig, session)
+	if err != nil {
+		return nil, err
+	}
+	if !active {
+		return req, fosite.ErrInactiveToken
+	}
+	return req, nil
+}
+
+func (s *storage) DeleteAccessTokenSession(ctx context.Context, sig string) error {
+	return s.remove(ctx, "access", sig)
+}
+
+func (s *storage) CreateRefreshTokenSession(ctx context.Context, sig, _ string, req fosite.Requester) error {
+	return s.create(ctx, "refresh", sig, req)
+}
+
+// GetRefreshTokenSession treats a refresh token rotated less than the grace
+// window ago as still valid, so two racing refreshes (Claude's backend and
+// its proxy do this) both succeed; after the window, presenting it is reuse
+// and fosite revokes the whole grant.
+func (s *storage) GetRefreshTokenSession(ctx context.Context, sig string, session fosite.Session) (fosite.Requester, error) {
+	req, active, rotatedAt, err := s.get(ctx, "refresh", sig, session)
+	if err != nil {
+		return nil, err
+	}
+	if !active {
+		if rotatedAt != nil && time.Since(*rotatedAt) < s.grace {
+			return req, nil
+		}
+		return req, fosite.ErrInactiveToken
+	}
+	return req, nil
+}
+
+func (s *storage) DeleteRefreshTokenSession(ctx context.Context, sig string) error {
+	return s.remove(ctx, "refresh", sig)
+}
+
+// RotateRefreshToken retires the presented refresh token (keeping its
+// rotation time for the grace window). Other tokens of the grant, including
+// those a racing refresh just issued, stay valid.
+func (s *storage) RotateRefreshToken(ctx context.Context, _ string, sig string) error {
+	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = coalesce(rotated_at, now())
+		WHERE kind = 'refresh' AND signature = $1`, hashSig(sig))
+	return err
+}
+
+func (s *storage) RevokeRefreshToken(ctx context.Context, requestID string) error {
+	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL WHERE kind = 'refresh' AND request_id = $1`, requestID)
+	return err
+}
+
+func (s *storage) RevokeAccessToken(ctx context.Context, requestID string) error {
+	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false WHERE kind = 'access' AND request_id = $1`, requestID)
+	return err
+}
+
+func (s *storage) CreatePKCERequestSession(ctx context.Context, sig string, req fosite.Requester) error {
+	return s.create(ctx, "pkce", sig, req)
+}
+
+func (s *storage) GetPKCERequestSession(ctx context.Context, sig string, session fosite.Session) (fosite.Requester, error) {
+	req, _, _, err := s.get(ctx, "pkce", sig, session)
+	return req, err
+}
+
+func (s *storage) DeletePKCERequestSession(ctx context.Context, sig string) error {
+	return s.remove(ctx, "pkce", sig)
+}
+
+// sha256Hasher hashes client secrets with SHA-256: they are 256 random
+// bits, so a slow hash protects nothing and would make every token request
+// (and Claude's frequent registrations) slow.
+type sha256Hasher struct{}
+
+func (sha256Hasher) Hash(_ context.Context, data []byte) ([]byte, error) {
+	h := sha256.Sum256(data)
+	return h[:], nil
+}
+
+func (sha256Hasher) Compare(_ context.Context, hash, data []byte) error {
+	h := sha256.Sum256(data)
+	if subtle.ConstantTimeCompare(hash, h[:]) != 1 {
+		return fosite.ErrInvalidClient
+	}
+	return nil
+}
