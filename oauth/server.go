@@ -41,6 +41,9 @@ type Options struct {
 	AccessTokenTTL time.Duration
 	// RefreshTokenTTL defaults to 60 days; each refresh issues a new one.
 	RefreshTokenTTL time.Duration
+	// AuthorizeCodeTTL is how long an authorization code may wait to be
+	// exchanged. Default 10 minutes.
+	AuthorizeCodeTTL time.Duration
 	// RefreshGrace is how long a rotated refresh token keeps working, so
 	// racing refreshes do not kill the grant. Default 30 s.
 	RefreshGrace time.Duration
@@ -104,6 +107,9 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	if opt.RefreshTokenTTL <= 0 {
 		opt.RefreshTokenTTL = 60 * 24 * time.Hour
 	}
+	if opt.AuthorizeCodeTTL <= 0 {
+		opt.AuthorizeCodeTTL = 10 * time.Minute
+	}
 	if opt.RefreshGrace <= 0 {
 		opt.RefreshGrace = 30 * time.Second
 	}
@@ -126,7 +132,7 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	cfg := &fosite.Config{
 		AccessTokenLifespan:   opt.AccessTokenTTL,
 		RefreshTokenLifespan:  opt.RefreshTokenTTL,
-		AuthorizeCodeLifespan: 10 * time.Minute,
+		AuthorizeCodeLifespan: opt.AuthorizeCodeTTL,
 		GlobalSecret:          secret,
 		EnforcePKCE:           true,
 		// Claude asks for no offline_access scope and still needs refresh.
@@ -347,10 +353,11 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		s.provider.WriteAccessError(ctx, w, ar, err)
 		return
 	}
-	// RFC 8707: a resource named at the token endpoint must be the one the
-	// grant is bound to.
-	if res := ar.GetRequestForm().Get("resource"); res != "" && !ar.GetGrantedAudience().Has(canonical(res)) {
-		s.provider.WriteAccessError(ctx, w, ar, fosite.ErrInvalidRequest.WithHint("The resource does not match the grant: tokens here are for "+s.resource+"."))
+	// RFC 8707: every grant here is bound to the one MCP resource; a token
+	// request naming another is refused before anything is issued.
+	if res := ar.GetRequestForm().Get("resource"); res != "" && canonical(res) != s.resource {
+		s.provider.WriteAccessError(ctx, w, ar, &fosite.RFC6749Error{ErrorField: "invalid_target", CodeField: 400,
+			DescriptionField: "The requested resource is not served here.", HintField: "Tokens here are for " + s.resource + "."})
 		return
 	}
 	resp, err := s.provider.NewAccessResponse(ctx, ar)

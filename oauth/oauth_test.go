@@ -1,0 +1,331 @@
+package oauth_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/descope/virtualwebauthn"
+
+	"github.com/syncsubstrate/sync/oauth"
+)
+
+func TestDiscovery(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	b := h.browser()
+	m := b.do("GET", "/.well-known/oauth-authorization-server", nil, nil).json()
+	if m["issuer"] != h.base || m["registration_endpoint"] != h.base+"/register" || m["authorization_response_iss_parameter_supported"] != true {
+		t.Fatalf("metadata %v", m)
+	}
+	if got := m["code_challenge_methods_supported"].([]any); len(got) != 1 || got[0] != "S256" {
+		t.Fatalf("PKCE methods %v", got)
+	}
+	if !strings.Contains(strings.Join(anyStrings(m["token_endpoint_auth_methods_supported"]), " "), "none") {
+		t.Fatalf("auth methods %v", m["token_endpoint_auth_methods_supported"])
+	}
+	for _, p := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"} {
+		prm := b.do("GET", p, nil, nil).json()
+		if prm["resource"] != h.base+"/mcp" || anyStrings(prm["authorization_servers"])[0] != h.base {
+			t.Fatalf("%s: %v", p, prm)
+		}
+	}
+}
+
+func anyStrings(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+func TestRegistrationPolicy(t *testing.T) {
+	h := newHarness(t, oauth.Options{RedirectAllowList: []string{"https://app.example/cb"}})
+	b := h.browser()
+	good := []string{"https://claude.ai/api/mcp/auth_callback", "https://claude.com/api/mcp/auth_callback",
+		"http://localhost:53682/callback", "http://127.0.0.1:9/cb", "http://[::1]:8/cb", "https://app.example/cb"}
+	for _, u := range good {
+		// Twice in a row, as Claude does: both must succeed.
+		for i := 0; i < 2; i++ {
+			if r := b.postJSON("/register", map[string]any{"redirect_uris": []string{u}, "client_name": "Claude", "token_endpoint_auth_method": "none"}); r.status != 201 {
+				t.Fatalf("%s refused: %d %s", u, r.status, r.body)
+			}
+		}
+	}
+	bad := []string{"https://evil.example/cb", "http://claude.ai/api/mcp/auth_callback", "http://10.0.0.1/cb", "javascript:alert(1)", "https://app.example/cb2"}
+	for _, u := range bad {
+		r := b.postJSON("/register", map[string]any{"redirect_uris": []string{u}})
+		if r.status != 400 || r.json()["error"] != "invalid_redirect_uri" {
+			t.Errorf("%s accepted: %d %s", u, r.status, r.body)
+		}
+	}
+	r := b.postJSON("/register", map[string]any{"redirect_uris": []string{good[0]}, "token_endpoint_auth_method": "client_secret_post"})
+	if r.status != 201 || !strings.HasPrefix(r.json()["client_secret"].(string), "secret_") {
+		t.Fatalf("confidential client: %s", r.body)
+	}
+}
+
+// userID looks a user up by name.
+func (h *harness) userID(name string) string {
+	var id string
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT id FROM smcp_users WHERE username = $1`, name).Scan(&id); err != nil {
+		h.t.Fatal(err)
+	}
+	return id
+}
+
+func (h *harness) room(id, owner, access string) {
+	h.t.Helper()
+	if _, err := h.db.Pool.Exec(context.Background(), `INSERT INTO rooms (id, token_hash, view_token_hash) VALUES ($1, $2, $3)`,
+		id, []byte("t-"+id), []byte("v-"+id)); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.lob.AddMember(context.Background(), owner, id, access, "", ""); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestAuthorizationCodeFlow(t *testing.T) {
+	h := newHarness(t, oauth.Options{RefreshGrace: 300 * time.Millisecond})
+	alice := h.enrol("alice")
+	uid := h.userID("alice")
+	h.room("plans", uid, "owner")
+	h.room("watch", uid, "observer")
+	// Registered without a port; used with one (RFC 8252 loopback).
+	c := h.register("none", "http://localhost/callback")
+	c.redirect = "http://localhost:43123/callback"
+
+	loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "write", "watch": "read"}, true)
+	q := loc.Query()
+	if loc.Host != "localhost:43123" || q.Get("code") == "" || q.Get("state") != "state-12345678" || q.Get("iss") != h.base {
+		t.Fatalf("redirect %s", loc)
+	}
+	tok := h.exchange(c, q.Get("code"))
+	m := tok.json()
+	if tok.status != 200 || m["refresh_token"] == nil || m["token_type"] != "bearer" || m["expires_in"] == nil {
+		t.Fatalf("token response: %d %s", tok.status, tok.body)
+	}
+	if !strings.Contains(tok.header.Get("Cache-Control"), "no-store") {
+		t.Fatalf("token response cache control %q", tok.header.Get("Cache-Control"))
+	}
+	scope := strings.Fields(m["scope"].(string))
+	if strings.Join(sorted(scope), " ") != "create_rooms rooms:plans:write rooms:watch:read" {
+		t.Fatalf("scope %v", scope)
+	}
+	info, err := h.s.Verify(context.Background(), m["access_token"].(string))
+	if err != nil || info.UserID != uid || info.ClientID != c.id || info.GrantID == "" {
+		t.Fatalf("verify: %+v %v", info, err)
+	}
+
+	// Refresh rotates; the grant id survives; the old refresh token works
+	// within the grace window (racing refreshes)…
+	refresh := func(rt string) (reply, map[string]any) {
+		r := h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}})
+		return r, r.json()
+	}
+	r1, m1 := refresh(m["refresh_token"].(string))
+	if r1.status != 200 || m1["refresh_token"] == m["refresh_token"] {
+		t.Fatalf("refresh: %d %s", r1.status, r1.body)
+	}
+	info2, err := h.s.Verify(context.Background(), m1["access_token"].(string))
+	if err != nil || info2.GrantID != info.GrantID {
+		t.Fatalf("grant id changed on refresh: %v vs %v (%v)", info2, info, err)
+	}
+	if r2, _ := refresh(m["refresh_token"].(string)); r2.status != 200 {
+		t.Fatalf("racing refresh within grace: %d %s", r2.status, r2.body)
+	}
+	// …and after it, reuse revokes the whole grant.
+	time.Sleep(400 * time.Millisecond)
+	if r3, m3 := refresh(m["refresh_token"].(string)); r3.status != 400 || m3["error"] != "invalid_grant" {
+		t.Fatalf("reuse after grace: %d %s", r3.status, r3.body)
+	}
+	if _, err := h.s.Verify(context.Background(), m1["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {
+		t.Fatalf("grant not revoked after refresh reuse: %v", err)
+	}
+
+	// A returning client sees its previous choices pre-selected.
+	page := alice.do("GET", h.authorizeURL(c, nil), nil, nil).body
+	if !strings.Contains(page, `value="plans" checked`) || strings.Contains(page, `value="watch" checked`) == false {
+		t.Fatalf("previous choices not pre-selected")
+	}
+	// The observer role caps the level.
+	form := url.Values{"decision": {"allow"}, "room": {"watch"}, "level_watch": {"write"}}
+	if r := alice.postForm(h.authorizeURL(c, nil), form, nil); r.status != 400 {
+		t.Fatalf("observer granted write: %d", r.status)
+	}
+	// A client without state still works with PKCE; no state comes back.
+	loc = alice.consent(h.authorizeURL(c, url.Values{"state": {""}}), map[string]string{"plans": "read"}, false)
+	if loc.Query().Get("code") == "" || loc.Query().Has("state") {
+		t.Fatalf("stateless authorize: %s", loc)
+	}
+	// Revocation (RFC 7009) ends a token at once.
+	tok = h.exchange(c, loc.Query().Get("code"))
+	at := tok.json()["access_token"].(string)
+	if r := h.browser().postForm("/revoke", url.Values{"token": {at}, "client_id": {c.id}}, nil); r.status != 200 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	if _, err := h.s.Verify(context.Background(), at); err == nil {
+		t.Fatal("revoked token still verifies")
+	}
+}
+
+func sorted(xs []string) []string {
+	out := append([]string{}, xs...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// Attacks that must fail.
+func TestAttacks(t *testing.T) {
+	h := newHarness(t, oauth.Options{AuthorizeCodeTTL: time.Second})
+	alice := h.enrol("alice")
+	h.room("r", h.userID("alice"), "owner")
+	c := h.register("none", "http://127.0.0.1:5000/cb")
+	conf := h.register("client_secret_post", "http://127.0.0.1:5000/cb")
+
+	errorOf := func(r reply) string {
+		if loc := r.header.Get("Location"); loc != "" {
+			u, _ := url.Parse(loc)
+			return u.Query().Get("error")
+		}
+		return r.json()["error"].(string)
+	}
+	t.Run("missing PKCE", func(t *testing.T) {
+		r := alice.do("GET", h.authorizeURL(c, url.Values{"code_challenge": {""}, "code_challenge_method": {""}}), nil, nil)
+		if errorOf(r) != "invalid_request" {
+			t.Fatalf("%d %v %s", r.status, r.header, r.body)
+		}
+	})
+	t.Run("plain PKCE", func(t *testing.T) {
+		r := alice.do("GET", h.authorizeURL(c, url.Values{"code_challenge_method": {"plain"}}), nil, nil)
+		if errorOf(r) != "invalid_request" {
+			t.Fatalf("%d %v", r.status, r.header)
+		}
+	})
+	t.Run("wrong verifier", func(t *testing.T) {
+		code := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false).Query().Get("code")
+		bad := c
+		bad.verifier = strings.Repeat("x", 50)
+		if r := h.exchange(bad, code); r.status != 400 || r.json()["error"] != "invalid_grant" {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	})
+	t.Run("code reuse revokes the grant", func(t *testing.T) {
+		code := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false).Query().Get("code")
+		first := h.exchange(c, code)
+		if first.status != 200 {
+			t.Fatalf("first exchange %s", first.body)
+		}
+		if r := h.exchange(c, code); r.status != 400 || r.json()["error"] != "invalid_grant" {
+			t.Fatalf("reuse: %d %s", r.status, r.body)
+		}
+		if _, err := h.s.Verify(context.Background(), first.json()["access_token"].(string)); err == nil {
+			t.Fatal("token from a reused code still valid")
+		}
+	})
+	t.Run("unregistered redirect", func(t *testing.T) {
+		r := alice.do("GET", h.authorizeURL(c, url.Values{"redirect_uri": {"https://evil.example/cb"}}), nil, nil)
+		if r.status < 400 || strings.Contains(r.header.Get("Location"), "evil.example") {
+			t.Fatalf("%d %v", r.status, r.header)
+		}
+	})
+	t.Run("unknown client", func(t *testing.T) {
+		ghost := c
+		ghost.id = "client_nope"
+		if r := alice.do("GET", h.authorizeURL(ghost, nil), nil, nil); r.status != 400 {
+			t.Fatalf("authorize: %d", r.status)
+		}
+		if r := h.exchange(ghost, "whatever"); r.status != 401 || r.json()["error"] != "invalid_client" {
+			t.Fatalf("token: %d %s", r.status, r.body)
+		}
+	})
+	t.Run("wrong client secret", func(t *testing.T) {
+		code := alice.consent(h.authorizeURL(conf, nil), map[string]string{"r": "read"}, false).Query().Get("code")
+		bad := conf
+		bad.secret = "secret_wrong"
+		if r := h.exchange(bad, code); r.status != 401 || r.json()["error"] != "invalid_client" {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		if r := h.exchange(conf, code); r.status != 200 {
+			t.Fatalf("right secret: %d %s", r.status, r.body)
+		}
+	})
+	t.Run("expired code", func(t *testing.T) {
+		code := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false).Query().Get("code")
+		time.Sleep(1200 * time.Millisecond)
+		if r := h.exchange(c, code); r.status != 400 || r.json()["error"] != "invalid_grant" {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	})
+	t.Run("wrong resource", func(t *testing.T) {
+		r := alice.do("GET", h.authorizeURL(c, url.Values{"resource": {"https://elsewhere.example/mcp"}}), nil, nil)
+		if errorOf(r) != "invalid_target" {
+			t.Fatalf("%d %v", r.status, r.header)
+		}
+	})
+	t.Run("token for another audience", func(t *testing.T) {
+		code := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false).Query().Get("code")
+		at := h.exchange(c, code).json()["access_token"].(string)
+		other, err := oauth.New(context.Background(), h.db, oauth.Options{PublicURL: "https://other.example", Rooms: directory{h.lob}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Verify(context.Background(), at); !errors.Is(err, oauth.ErrWrongAudience) {
+			t.Fatalf("token accepted by another resource: %v", err)
+		}
+	})
+	t.Run("cross-site consent post", func(t *testing.T) {
+		form := url.Values{"decision": {"allow"}, "room": {"r"}, "level_r": {"admin"}}
+		r := alice.postForm(h.authorizeURL(c, nil), form, map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"})
+		if r.status != 403 || r.header.Get("Location") != "" {
+			t.Fatalf("%d %v", r.status, r.header)
+		}
+	})
+	t.Run("replayed assertion", func(t *testing.T) {
+		b := alice
+		assertion := b.assertion(b.rp)
+		if r := b.postJSON("/webauthn/login/finish", assertion); r.status != 200 {
+			t.Fatalf("first sign-in %d %s", r.status, r.body)
+		}
+		if r := b.postJSON("/webauthn/login/finish", assertion); r.status == 200 {
+			t.Fatal("replayed assertion accepted (same ceremony)")
+		}
+		b.postJSON("/webauthn/login/begin", nil) // a new ceremony, old answer
+		if r := b.postJSON("/webauthn/login/finish", assertion); r.status == 200 {
+			t.Fatal("replayed assertion accepted (new ceremony)")
+		}
+	})
+	t.Run("assertion from another origin", func(t *testing.T) {
+		evil := virtualwebauthn.RelyingParty{ID: "localhost", Name: "sync", Origin: "http://evil.example"}
+		if r := alice.postJSON("/webauthn/login/finish", alice.assertion(evil)); r.status != 401 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	})
+	t.Run("enrolment link reused", func(t *testing.T) {
+		link, err := h.s.InviteURL(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := strings.SplitN(link, "invite=", 2)[1]
+		if r := h.browser().signup("bob", tok); r.status != 200 {
+			t.Fatalf("first use: %d %s", r.status, r.body)
+		}
+		if r := h.browser().signup("carol", tok); r.status != 403 {
+			t.Fatalf("second use: %d %s", r.status, r.body)
+		}
+	})
+	t.Run("signed-in sign-in works", func(t *testing.T) {
+		if r := alice.signin(); r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	})
+}
