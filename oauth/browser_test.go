@@ -1,0 +1,164 @@
+package oauth_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/webauthn"
+	"github.com/chromedp/chromedp"
+
+	"github.com/syncsubstrate/sync/oauth"
+)
+
+// chrome starts headless Debian Chromium with a CDP virtual authenticator
+// (a platform passkey that always consents).
+func chrome(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed; .ci/run installs it")
+		}
+		t.Skip("chromium is not installed (apt-get install chromium)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-background-networking", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// The first call starts the browser (and must not carry a timeout).
+	err = chromedp.Do(ctx, chromedp.Navigate("about:blank"))
+	if err == nil {
+		_, err = chromedp.Call(ctx, webauthn.Enable, webauthn.EnableParams{})
+	}
+	if err == nil {
+		_, err = chromedp.Call(ctx, webauthn.AddVirtualAuthenticator, webauthn.AddVirtualAuthenticatorParams{Options: &webauthn.VirtualAuthenticatorOptions{
+			Protocol: webauthn.AuthenticatorProtocolCtap2, Transport: webauthn.AuthenticatorTransportInternal,
+			HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
+		}})
+	}
+	if err != nil {
+		t.Fatalf("start chromium with a virtual authenticator: %v", err)
+	}
+	tctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancelTimeout)
+	return tctx
+}
+
+// text reads an element's text.
+func text(ctx context.Context, css string) (string, error) {
+	return chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
+}
+
+// In a real browser: sign up with a passkey through the enrolment link,
+// sign out, sign in usernameless, and authorize a client on the consent
+// screen; the code exchanges for tokens with the scope that was chosen.
+func TestBrowserSignupSigninConsent(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	ctx := chrome(t)
+	link, err := h.s.EnsureEnrolment(context.Background())
+	if err != nil || link == "" {
+		t.Fatalf("enrolment link: %q %v", link, err)
+	}
+
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(link),
+		chromedp.WaitVisible(chromedp.CSS("#username")),
+		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
+		chromedp.Click(chromedp.CSS("#signup")),
+		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
+	)
+	if err != nil {
+		t.Fatalf("sign-up: %v", err)
+	}
+	codes, err := text(ctx, "#codes pre")
+	if n := len(strings.Fields(codes)); err != nil || n != 10 {
+		t.Fatalf("%d recovery codes shown: %q (%v)", n, codes, err)
+	}
+	// The enrolment link is spent.
+	if err := chromedp.Do(ctx, chromedp.Navigate(link)); err != nil {
+		t.Fatal(err)
+	}
+	if title, err := text(ctx, "h1"); err != nil || !strings.Contains(title, "expired") {
+		t.Fatalf("reused enrolment link shows %q (%v)", title, err)
+	}
+
+	// Sign out, then sign in with no username: the passkey is discoverable.
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(h.base+"/account"),
+		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"] button`)),
+		chromedp.Click(chromedp.CSS(`form[action="/signout"] button`)),
+		chromedp.WaitVisible(chromedp.CSS("#signin")),
+		chromedp.Click(chromedp.CSS("#signin")),
+		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`)),
+	)
+	loc, lerr := chromedp.Run(ctx, chromedp.Location())
+	if err != nil || lerr != nil || !strings.HasSuffix(loc, "/account") {
+		t.Fatalf("sign-in: %q %v %v", loc, err, lerr)
+	}
+
+	// A client asks for access; the consent screen lists the user's rooms.
+	uid := h.userID("alice")
+	h.room("plans", uid, "owner")
+	h.room("notes", uid, "participant")
+	if _, err := h.db.Pool.Exec(context.Background(), `INSERT INTO agents (room_id, id, name, token_hash) VALUES ('plans', 'scout', 'Scout', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan url.Values, 1)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Query()
+		_, _ = w.Write([]byte("done"))
+	}))
+	defer cb.Close()
+	c := h.register("none", cb.URL+"/callback")
+
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(h.base+h.authorizeURL(c, nil)),
+		chromedp.WaitVisible(chromedp.CSS("#allow")),
+	)
+	if err != nil {
+		t.Fatalf("consent page: %v", err)
+	}
+	page, _ := text(ctx, "main")
+	for _, want := range []string{"Test Client", "alice", "plans", "notes", "Scout", "127.0.0.1"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("consent page lacks %q:\n%s", want, page)
+		}
+	}
+	shot, _ := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 gives a PNG
+	if dir := os.Getenv("SYNC_SCREENSHOTS"); dir != "" {
+		_ = os.WriteFile(dir+"/consent.png", shot, 0o644)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#room-plans")),
+		chromedp.SetValue(chromedp.CSS("#level-plans"), "read"),
+		chromedp.Click(chromedp.CSS("#allow")),
+	)
+	if err != nil {
+		t.Fatalf("allow: %v", err)
+	}
+	var q url.Values
+	select {
+	case q = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the browser never reached the client's redirect URI")
+	}
+	if q.Get("code") == "" || q.Get("state") != "state-12345678" || q.Get("iss") != h.base {
+		t.Fatalf("redirect carried %v", q)
+	}
+	tok := h.exchange(c, q.Get("code"))
+	if tok.status != 200 {
+		t.Fatalf("exchange: %d %s", tok.status, tok.body)
+	}
+	if scope := strings.Join(sorted(strings.Fields(tok.json()["scope"].(string))), " "); scope != "create_rooms rooms:plans:read" {
+		t.Fatalf("token scope %q does not match the selection", scope)
+	}
+}
