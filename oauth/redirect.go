@@ -11,8 +11,6 @@ import (
 // operator's allow-list. Everything else is refused at registration and at
 // authorize.
 
-var claudeCallbacks = []string{"https://claude.ai/api/mcp/auth_callback", "https://claude.com/api/mcp/auth_callback"}
-
 func isLoopbackHost(host string) bool {
 	if host == "localhost" {
 		return true
@@ -30,7 +28,7 @@ func redirectAllowed(raw string, allow []string) bool {
 	switch {
 	case u.Scheme == "http" && isLoopbackHost(u.Hostname()):
 		return true
-	case u.Scheme == "https" && (u.Host == "claude.ai" || u.Host == "claude.com") && strings.HasPrefix(u.Path, "/api/"):
+	case u.Scheme == "https" && (u.Host == "claude.ai" || u.Host == "claude.com") && u.Path == "/api/mcp/auth_callback":
 		return true
 	}
 	for _, a := range allow {
