@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -90,7 +92,21 @@ func parseConfig(args []string) (*config, error) {
 		}
 	}
 	if c.PublicURL == "" {
-		c.PublicURL = "http://" + c.Addr
+		// Passkeys need a host name, not an IP address: a loopback or
+		// wildcard listener is reached as localhost.
+		host, port, err := net.SplitHostPort(c.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: %w", c.Addr, err)
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
+			host = "localhost"
+		}
+		c.PublicURL = "http://" + net.JoinHostPort(host, port)
+	}
+	if u, err := url.Parse(c.PublicURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("public URL %q is not an http(s) URL", c.PublicURL)
+	} else if net.ParseIP(strings.Trim(u.Hostname(), "[]")) != nil {
+		return nil, fmt.Errorf("public URL %q uses an IP address; passkeys need a host name (use http://localhost:PORT locally)", c.PublicURL)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))

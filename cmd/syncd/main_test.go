@@ -133,10 +133,13 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Addr != "127.0.0.1:9999" || cfg.RateLimit != 9 || cfg.PublicURL != "http://127.0.0.1:9999" {
+	if cfg.Addr != "127.0.0.1:9999" || cfg.RateLimit != 9 || cfg.PublicURL != "http://localhost:9999" {
 		t.Fatalf("config %+v", cfg)
 	}
 	if _, err := parseConfig([]string{"-max-body-bytes", "lots"}); err == nil {
 		t.Fatal("bad number accepted")
+	}
+	if _, err := parseConfig([]string{"-public-url", "http://10.1.2.3:8080"}); err == nil {
+		t.Fatal("an IP public URL was accepted (passkeys cannot use it)")
 	}
 }
