@@ -329,3 +329,61 @@ func TestAttacks(t *testing.T) {
 		}
 	})
 }
+
+// A recovery code adds a new passkey once; the old passkey keeps working;
+// the last passkey cannot be removed.
+func TestRecoveryAndPasskeys(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.browser()
+	link, _ := h.s.EnsureEnrolment(context.Background())
+	r := alice.signup("alice", strings.SplitN(link, "invite=", 2)[1])
+	codes := anyStrings(r.json()["recovery_codes"])
+	if len(codes) != 10 {
+		t.Fatalf("codes %v", codes)
+	}
+	// Removing the only passkey is refused.
+	var id string
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT encode(id, 'base64') FROM smcp_credentials`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if r := alice.postForm("/account/passkeys/delete", url.Values{"id": {strings.TrimRight(strings.NewReplacer("+", "-", "/", "_").Replace(id), "=")}}, nil); r.status != 409 {
+		t.Fatalf("last passkey removed: %d", r.status)
+	}
+
+	// A new device: recover with a code, through the real endpoints.
+	lost := h.browser()
+	recoverWith := func(code string) reply {
+		r := lost.postJSON("/webauthn/recover/begin", map[string]string{"username": "alice", "code": code})
+		if r.status != 200 {
+			return r
+		}
+		opts, err := virtualwebauthn.ParseAttestationOptions(r.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost.auth = virtualwebauthn.NewAuthenticatorWithOptions(virtualwebauthn.AuthenticatorOptions{UserHandle: []byte(opts.UserID)})
+		lost.cred = virtualwebauthn.NewCredential(virtualwebauthn.KeyTypeEC2)
+		att := virtualwebauthn.CreateAttestationResponse(lost.rp, lost.auth, lost.cred, *opts)
+		lost.auth.AddCredential(lost.cred)
+		return lost.postJSON("/webauthn/add/finish", att)
+	}
+	if r := recoverWith("nope-nope"); r.status != 401 {
+		t.Fatalf("bad code: %d %s", r.status, r.body)
+	}
+	if r := recoverWith(codes[0]); r.status != 200 {
+		t.Fatalf("recovery: %d %s", r.status, r.body)
+	}
+	if r := recoverWith(codes[0]); r.status != 401 {
+		t.Fatalf("code used twice: %d %s", r.status, r.body)
+	}
+	// Both passkeys sign in.
+	if r := lost.signin(); r.status != 200 {
+		t.Fatalf("new passkey: %d %s", r.status, r.body)
+	}
+	if r := alice.signin(); r.status != 200 {
+		t.Fatalf("old passkey: %d %s", r.status, r.body)
+	}
+	if page := alice.do("GET", "/account", nil, nil).body; strings.Count(page, `action="/account/passkeys/delete"`) != 2 {
+		t.Fatal("account page does not list two passkeys")
+	}
+}

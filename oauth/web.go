@@ -98,6 +98,8 @@ func (wb *web) routes(mux *http.ServeMux) {
 	post("POST /account/invite", wb.createInvite)
 	post("POST /account/revoke", wb.revokeClient)
 	post("POST /account/passkeys/delete", wb.deletePasskey)
+	post("POST /account/passkeys/rename", wb.renamePasskey)
+	post("POST /account/recovery", wb.newRecoveryCodes)
 }
 
 // --- rendering and errors ---
@@ -732,4 +734,47 @@ func (wb *web) deletePasskey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/account", http.StatusSeeOther)
+}
+
+func (wb *web) renamePasskey(w http.ResponseWriter, r *http.Request) {
+	u := wb.user(r)
+	if u == nil {
+		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
+		return
+	}
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	if name == "" || len(name) > 64 {
+		wb.errorPage(w, 400, "Name not accepted", "A passkey name is 1–64 characters.")
+		return
+	}
+	id, err := decodeB64(r.PostFormValue("id"))
+	if err == nil {
+		_, err = wb.s.db.Pool.Exec(r.Context(), `UPDATE smcp_credentials SET name = $3 WHERE id = $1 AND user_id = $2`, id, u.ID, name)
+	}
+	if err != nil {
+		wb.errorPage(w, 400, "Could not rename the passkey", "Try again from the account page.")
+		return
+	}
+	http.Redirect(w, r, "/account", http.StatusSeeOther)
+}
+
+// newRecoveryCodes replaces the user's recovery codes and shows the new
+// ones once.
+func (wb *web) newRecoveryCodes(w http.ResponseWriter, r *http.Request) {
+	u := wb.user(r)
+	if u == nil {
+		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
+		return
+	}
+	var codes []string
+	err := pgx.BeginFunc(r.Context(), wb.s.db.Pool, func(tx pgx.Tx) error {
+		var err error
+		codes, err = recoveryCodes(r.Context(), tx, u.ID, 10)
+		return err
+	})
+	if err != nil {
+		wb.errorPage(w, 500, "Something went wrong", "New recovery codes could not be made. Your old ones still work.")
+		return
+	}
+	wb.render(w, http.StatusOK, "codes", map[string]any{"Codes": codes})
 }
