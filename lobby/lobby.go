@@ -10,15 +10,18 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // Lobby is the users' view of rooms.
 type Lobby struct {
-	db *store.DB
+	db  *store.DB
+	svc *substrate.Service
 }
 
-// New returns a Lobby over db.
-func New(db *store.DB) *Lobby { return &Lobby{db: db} }
+// New returns a Lobby over db and the substrate.
+func New(db *store.DB, svc *substrate.Service) *Lobby { return &Lobby{db: db, svc: svc} }
 
 // Room is one of a user's rooms.
 type Room struct {
@@ -97,4 +100,97 @@ func (l *Lobby) AddMember(ctx context.Context, userID, roomID, access, label, in
 		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label)`,
 		userID, roomID, access, lbl, by)
 	return err
+}
+
+// Access levels of users in rooms.
+var accessLevels = []string{"owner", "collaborator", "participant", "observer"}
+
+func (l *Lobby) access(ctx context.Context, userID, roomID string) (string, error) {
+	var a string
+	err := l.db.Pool.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, userID, roomID).Scan(&a)
+	if err != nil {
+		return "", errs.New(errs.RoomNotFound, "you have no room %q", roomID).WithHint("pick one of your rooms")
+	}
+	return a, nil
+}
+
+// CreateRoom makes a room owned by the user.
+func (l *Lobby) CreateRoom(ctx context.Context, userID, roomID, label string) (string, error) {
+	meta, _ := json.Marshal(map[string]string{"label": label})
+	if label == "" {
+		meta = nil
+	}
+	room, err := l.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: roomID, Meta: meta})
+	if err != nil {
+		return "", err
+	}
+	if err := l.AddMember(ctx, userID, room.ID, "owner", label, ""); err != nil {
+		_ = l.svc.DeleteRoom(context.WithoutCancel(ctx), substrate.RoomPrincipal(room.ID), room.ID)
+		return "", err
+	}
+	return room.ID, nil
+}
+
+// ClaimRoom makes the user an owner of a room created over REST, proven by
+// its room token.
+func (l *Lobby) ClaimRoom(ctx context.Context, userID, roomID, roomToken string) error {
+	p, err := l.svc.Authenticate(ctx, roomToken)
+	if err != nil || p.Kind != substrate.KindRoom || p.RoomID != roomID {
+		return errs.New(errs.Forbidden, "that is not the room token of %q", roomID).WithHint("paste the room_… token returned when the room was created")
+	}
+	return l.AddMember(ctx, userID, roomID, "owner", "", "")
+}
+
+// ShareRoom gives another user access to a room; owners only.
+func (l *Lobby) ShareRoom(ctx context.Context, userID, roomID, username, access string) error {
+	if a, err := l.access(ctx, userID, roomID); err != nil {
+		return err
+	} else if a != "owner" {
+		return errs.New(errs.Forbidden, "only an owner of %q can share it", roomID).WithHint("ask an owner")
+	}
+	if !contains(accessLevels, access) {
+		return errs.New(errs.InvalidField, "role %q is not one of %v", access, accessLevels).WithHint("choose owner, collaborator, participant or observer")
+	}
+	var other string
+	if err := l.db.Pool.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = $1`, username).Scan(&other); err != nil {
+		return errs.New(errs.NotFound, "no user %q", username).WithHint("check the username; invite them first if they have no account")
+	}
+	return l.AddMember(ctx, other, roomID, access, "", userID)
+}
+
+// LeaveRoom removes the user from a room; a room's last owner deletes it
+// instead.
+func (l *Lobby) LeaveRoom(ctx context.Context, userID, roomID string) error {
+	a, err := l.access(ctx, userID, roomID)
+	if err != nil {
+		return err
+	}
+	if a == "owner" {
+		var owners int
+		_ = l.db.Pool.QueryRow(ctx, `SELECT count(*) FROM smcp_user_rooms WHERE room_id = $1 AND access = 'owner'`, roomID).Scan(&owners)
+		if owners == 1 {
+			return errs.New(errs.Forbidden, "you are the last owner of %q", roomID).WithHint("make someone else an owner first, or delete the room")
+		}
+	}
+	_, err = l.db.Pool.Exec(ctx, `DELETE FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, userID, roomID)
+	return err
+}
+
+// DeleteRoom deletes a room the user owns, with everything in it.
+func (l *Lobby) DeleteRoom(ctx context.Context, userID, roomID string) error {
+	if a, err := l.access(ctx, userID, roomID); err != nil {
+		return err
+	} else if a != "owner" {
+		return errs.New(errs.Forbidden, "only an owner can delete %q", roomID).WithHint("leave the room instead")
+	}
+	return l.svc.DeleteRoom(ctx, substrate.RoomPrincipal(roomID), roomID)
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
 }

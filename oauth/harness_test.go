@@ -22,15 +22,16 @@ import (
 	"github.com/syncsubstrate/sync/oauth"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // directory shows the real lobby to the server, as syncd wires it.
-type directory struct{ l *lobby.Lobby }
+type directory struct{ *lobby.Lobby }
 
 func (d directory) UserRooms(ctx context.Context, userID string) ([]oauth.UserRoom, error) {
-	rooms, err := d.l.UserRooms(ctx, userID)
+	rooms, err := d.Lobby.UserRooms(ctx, userID)
 	out := make([]oauth.UserRoom, len(rooms))
 	for i, r := range rooms {
 		out[i] = oauth.UserRoom{ID: r.ID, Label: r.Label, Access: r.Access, Roles: r.Roles}
@@ -42,6 +43,7 @@ func (d directory) UserRooms(ctx context.Context, userID string) ([]oauth.UserRo
 }
 
 type harness struct {
+	svc  *substrate.Service
 	t    *testing.T
 	base string
 	srv  *httptest.Server
@@ -58,7 +60,9 @@ func newHarness(t *testing.T, opt oauth.Options) *harness {
 		t.Fatal(err)
 	}
 	base := "http://localhost:" + strings.Split(ln.Addr().String(), ":")[1]
-	lob := lobby.New(db)
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	lob := lobby.New(db, svc)
 	opt.PublicURL = base
 	opt.Rooms = directory{lob}
 	s, err := oauth.New(context.Background(), db, opt)
@@ -72,7 +76,7 @@ func newHarness(t *testing.T, opt oauth.Options) *harness {
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &harness{t: t, base: base, srv: srv, s: s, db: db, lob: lob}
+	return &harness{t: t, base: base, srv: srv, s: s, db: db, lob: lob, svc: svc}
 }
 
 // browser is a cookie-keeping HTTP client that does not follow redirects,

@@ -11,6 +11,7 @@ import (
 	"github.com/descope/virtualwebauthn"
 
 	"github.com/syncsubstrate/sync/oauth"
+	"github.com/syncsubstrate/sync/substrate"
 )
 
 func TestDiscovery(t *testing.T) {
@@ -385,5 +386,54 @@ func TestRecoveryAndPasskeys(t *testing.T) {
 	}
 	if page := alice.do("GET", "/account", nil, nil).body; strings.Count(page, `action="/account/passkeys/delete"`) != 2 {
 		t.Fatal("account page does not list two passkeys")
+	}
+}
+
+// The account page's room actions: create, claim with a room token, share
+// with a role, leave, delete.
+func TestAccountRooms(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	bobTok, _ := h.s.InviteURL(context.Background(), "")
+	bob := h.browser()
+	if r := bob.signup("bob", strings.SplitN(bobTok, "invite=", 2)[1]); r.status != 200 {
+		t.Fatalf("bob: %s", r.body)
+	}
+	ok := func(r reply) {
+		t.Helper()
+		if r.status != 303 {
+			t.Fatalf("room action: %d %s", r.status, r.body)
+		}
+	}
+	ok(alice.postForm("/account/rooms/create", url.Values{"room": {"garden"}, "label": {"The garden"}}, nil))
+	if page := alice.do("GET", "/account", nil, nil).body; !strings.Contains(page, "The garden") || !strings.Contains(page, "you are owner") {
+		t.Fatal("created room not listed as owned")
+	}
+	// Claim a room made over REST with its token; a wrong token fails.
+	made, err := h.svc.CreateRoom(context.Background(), substrate.CreateRoomRequest{ID: "rest-room"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := alice.postForm("/account/rooms/claim", url.Values{"room": {"rest-room"}, "token": {"room_wrong"}}, nil); r.status != 403 {
+		t.Fatalf("claim with a wrong token: %d", r.status)
+	}
+	ok(alice.postForm("/account/rooms/claim", url.Values{"room": {"rest-room"}, "token": {made.Token}}, nil))
+	// Share with bob; bob cannot share or delete it; bob leaves.
+	ok(alice.postForm("/account/rooms/share", url.Values{"room": {"garden"}, "username": {"bob"}, "access": {"observer"}}, nil))
+	if page := bob.do("GET", "/account", nil, nil).body; !strings.Contains(page, "you are observer") {
+		t.Fatal("shared room not on bob's page")
+	}
+	if r := bob.postForm("/account/rooms/delete", url.Values{"room": {"garden"}}, nil); r.status != 403 {
+		t.Fatalf("observer deleted the room: %d", r.status)
+	}
+	if r := alice.postForm("/account/rooms/leave", url.Values{"room": {"garden"}}, nil); r.status != 403 {
+		t.Fatalf("last owner left: %d", r.status)
+	}
+	ok(bob.postForm("/account/rooms/leave", url.Values{"room": {"garden"}}, nil))
+	ok(alice.postForm("/account/rooms/delete", url.Values{"room": {"garden"}}, nil))
+	var n int
+	_ = h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM rooms WHERE id = 'garden'`).Scan(&n)
+	if n != 0 {
+		t.Fatal("deleted room still exists")
 	}
 }

@@ -58,10 +58,22 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// RoomDirectory is how the authorization server sees rooms.
+// RoomDirectory is how the authorization server sees rooms: it lists a
+// user's rooms and carries out the account page's room actions. Errors it
+// returns are shown to the user as they are.
 type RoomDirectory interface {
 	// UserRooms lists the rooms a user belongs to, for the consent screen.
 	UserRooms(ctx context.Context, userID string) ([]UserRoom, error)
+	// CreateRoom makes a room the user owns and returns its id (a random
+	// one when roomID is empty).
+	CreateRoom(ctx context.Context, userID, roomID, label string) (string, error)
+	// ClaimRoom makes the user an owner of a room, proven by its room token.
+	ClaimRoom(ctx context.Context, userID, roomID, roomToken string) error
+	// ShareRoom gives another user a role in a room the user owns.
+	ShareRoom(ctx context.Context, userID, roomID, username, access string) error
+	// LeaveRoom and DeleteRoom end the user's part in a room.
+	LeaveRoom(ctx context.Context, userID, roomID string) error
+	DeleteRoom(ctx context.Context, userID, roomID string) error
 }
 
 // UserRoom is one of a user's rooms as the consent screen shows it.

@@ -17,6 +17,8 @@ import (
 	"github.com/go-webauthn/webauthn/webauthn"
 	"github.com/jackc/pgx/v5"
 	"github.com/ory/fosite"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 //go:embed assets
@@ -100,6 +102,7 @@ func (wb *web) routes(mux *http.ServeMux) {
 	post("POST /account/passkeys/delete", wb.deletePasskey)
 	post("POST /account/passkeys/rename", wb.renamePasskey)
 	post("POST /account/recovery", wb.newRecoveryCodes)
+	post("POST /account/rooms/{action}", wb.roomAction)
 }
 
 // --- rendering and errors ---
@@ -777,4 +780,45 @@ func (wb *web) newRecoveryCodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wb.render(w, http.StatusOK, "codes", map[string]any{"Codes": codes})
+}
+
+// roomAction carries out the account page's room forms through the
+// RoomDirectory.
+func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
+	u := wb.user(r)
+	if u == nil {
+		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
+		return
+	}
+	ctx, rooms := r.Context(), wb.s.opt.Rooms
+	room := strings.TrimSpace(r.PostFormValue("room"))
+	var err error
+	switch r.PathValue("action") {
+	case "create":
+		_, err = rooms.CreateRoom(ctx, u.ID, room, strings.TrimSpace(r.PostFormValue("label")))
+	case "claim":
+		err = rooms.ClaimRoom(ctx, u.ID, room, strings.TrimSpace(r.PostFormValue("token")))
+	case "share":
+		err = rooms.ShareRoom(ctx, u.ID, room, strings.ToLower(strings.TrimSpace(r.PostFormValue("username"))), r.PostFormValue("access"))
+	case "leave":
+		err = rooms.LeaveRoom(ctx, u.ID, room)
+	case "delete":
+		err = rooms.DeleteRoom(ctx, u.ID, room)
+	default:
+		wb.errorPage(w, 404, "Unknown action", "That room action does not exist.")
+		return
+	}
+	if err != nil {
+		e := errs.From(err)
+		msg := e.Message
+		if e.Code == errs.Internal {
+			wb.s.log.Error("room action failed", "action", r.PathValue("action"), "err", err)
+		}
+		if e.Hint != "" {
+			msg += ". " + e.Hint + "."
+		}
+		wb.errorPage(w, e.Code.Status(), "That did not work", msg)
+		return
+	}
+	http.Redirect(w, r, "/account", http.StatusSeeOther)
 }

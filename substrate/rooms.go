@@ -117,3 +117,27 @@ func (s *Service) validMeta(field string, raw json.RawMessage) ([]byte, error) {
 	}
 	return raw, nil
 }
+
+// DeleteRoom removes a room and everything in it. Room authority only.
+func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) error {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return err
+	}
+	if !p.Admin() {
+		return errs.New(errs.Forbidden, "deleting room %q needs the room token", roomID).WithHint("ask the room's owner")
+	}
+	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM rooms WHERE id = $1`, roomID)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+	}
+	// Waiters learn that the room is gone.
+	_, _ = s.db.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, store.NotifyChannel, roomID+" deleted")
+	return nil
+}
+
+// RoomPrincipal is the room's own authority, for layers (the lobby) that
+// have established a user's ownership by other means.
+func RoomPrincipal(roomID string) *Principal { return &Principal{Kind: KindRoom, RoomID: roomID} }

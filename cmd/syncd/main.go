@@ -69,11 +69,13 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		slog.Info("migrations done", "applied", applied)
 		return nil
 	}
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue}})
+	defer svc.Close()
 	auth, err := oauth.New(ctx, db, oauth.Options{
 		PublicURL:         cfg.PublicURL,
 		Signup:            cfg.Signup,
 		RedirectAllowList: cfg.RedirectAllow,
-		Rooms:             roomDirectory{lobby.New(db)},
+		Rooms:             roomDirectory{lobby.New(db, svc)},
 	})
 	if err != nil {
 		return err
@@ -90,8 +92,6 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		return err
 	}
 
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue}})
-	defer svc.Close()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -9,10 +9,10 @@ import (
 
 // roomDirectory shows the lobby's rooms to the authorization server, which
 // knows rooms only through this narrow interface.
-type roomDirectory struct{ l *lobby.Lobby }
+type roomDirectory struct{ *lobby.Lobby }
 
 func (d roomDirectory) UserRooms(ctx context.Context, userID string) ([]oauth.UserRoom, error) {
-	rooms, err := d.l.UserRooms(ctx, userID)
+	rooms, err := d.Lobby.UserRooms(ctx, userID)
 	if err != nil {
 		return nil, err
 	}
