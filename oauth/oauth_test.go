@@ -2,7 +2,10 @@ package oauth_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -435,5 +438,48 @@ func TestAccountRooms(t *testing.T) {
 	_ = h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM rooms WHERE id = 'garden'`).Scan(&n)
 	if n != 0 {
 		t.Fatal("deleted room still exists")
+	}
+}
+
+// A client identified by a metadata document URL (how Claude prefers to
+// connect): fetched, checked, cached; and never fetched from a private
+// address unless the operator allowed it.
+func TestClientMetadataDocument(t *testing.T) {
+	var docURL string
+	fetches := 0
+	doc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches++
+		w.Header().Set("Cache-Control", "max-age=3600")
+		_ = json.NewEncoder(w).Encode(map[string]any{"client_id": docURL, "client_name": "Claude Code",
+			"redirect_uris": []string{"http://localhost/callback", "http://127.0.0.1/callback"}, "token_endpoint_auth_method": "none"})
+	}))
+	defer doc.Close()
+	docURL = doc.URL + "/oauth/client.json"
+
+	h := newHarness(t, oauth.Options{AllowPrivateMetadataFetch: true})
+	alice := h.enrol("alice")
+	h.room("r", h.userID("alice"), "owner")
+	c := client{id: docURL, redirect: "http://127.0.0.1:61234/callback", verifier: strings.Repeat("w", 50)}
+	loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "write"}, false)
+	tok := h.exchange(c, loc.Query().Get("code"))
+	if tok.status != 200 || tok.json()["scope"] != "rooms:r:write" {
+		t.Fatalf("exchange: %d %s", tok.status, tok.body)
+	}
+	if fetches != 1 {
+		t.Fatalf("document fetched %d times, want 1 (cached)", fetches)
+	}
+	// A document that lies about its client_id is refused.
+	lying := client{id: doc.URL + "/other.json", redirect: c.redirect, verifier: c.verifier}
+	if r := alice.do("GET", h.authorizeURL(lying, nil), nil, nil); r.status != 400 {
+		t.Fatalf("mismatched client_id accepted: %d", r.status)
+	}
+
+	// Without the operator's permission, loopback and private addresses
+	// are never fetched (SSRF guard).
+	strict := newHarness(t, oauth.Options{})
+	bob := strict.enrol("bob")
+	r := bob.do("GET", strict.authorizeURL(client{id: docURL, redirect: c.redirect, verifier: c.verifier}, nil), nil, nil)
+	if r.status != 400 || !strings.Contains(r.body, "metadata") {
+		t.Fatalf("private metadata URL fetched: %d %s", r.status, r.body)
 	}
 }

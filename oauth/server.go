@@ -50,6 +50,10 @@ type Options struct {
 	// RedirectAllowList adds redirect URIs (exact, or a prefix ending in
 	// "*") to the built-in policy (Claude's callbacks and loopback).
 	RedirectAllowList []string
+	// AllowPrivateMetadataFetch lets client metadata documents be fetched
+	// from loopback and private addresses, and over http. Tests only: in
+	// production it would open the server to SSRF.
+	AllowPrivateMetadataFetch bool
 	// Signup is "invite" (default), "open" or "closed".
 	Signup string
 	// Rooms lists a user's rooms for the consent screen.
@@ -140,7 +144,8 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opt: opt, db: db, issuer: opt.PublicURL, resource: opt.PublicURL + opt.MCPPath, log: opt.Logger}
-	s.store = &storage{db: db, audience: s.resource, grace: opt.RefreshGrace}
+	s.store = &storage{db: db, audience: s.resource, grace: opt.RefreshGrace, allow: opt.RedirectAllowList,
+		cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch)}
 	cfg := &fosite.Config{
 		AccessTokenLifespan:   opt.AccessTokenTTL,
 		RefreshTokenLifespan:  opt.RefreshTokenTTL,

@@ -21,6 +21,8 @@ import (
 // revocation, with fosite's optional transactions.
 type storage struct {
 	db       *store.DB
+	cimd     *cimdFetcher
+	allow    []string      // the operator's redirect allow-list
 	audience string        // the MCP resource every client may be granted
 	grace    time.Duration // how long a rotated refresh token still works
 }
@@ -97,15 +99,23 @@ func (s *storage) getClient(ctx context.Context, id string) (*Client, error) {
 }
 
 func (s *storage) GetClient(ctx context.Context, id string) (fosite.Client, error) {
-	c, err := s.getClient(ctx, id)
+	c, err := s.client(ctx, id)
 	if err != nil {
 		if errors.Is(err, fosite.ErrNotFound) {
 			// Claude re-registers on invalid_client (401).
 			return nil, fosite.ErrInvalidClient.WithHint("The client is not registered here; register again.")
 		}
-		return nil, err
+		return nil, err // already invalid_client for a bad metadata document
 	}
 	return s.fositeClient(ctx, c), nil
+}
+
+// client returns a registered or metadata-document client.
+func (s *storage) client(ctx context.Context, id string) (*Client, error) {
+	if isCIMD(id) {
+		return s.cimdClient(ctx, id)
+	}
+	return s.getClient(ctx, id)
 }
 
 func (s *storage) fositeClient(ctx context.Context, c *Client) fosite.Client {

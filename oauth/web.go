@@ -509,9 +509,14 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	client, cerr := s.store.getClient(ctx, q.Get("client_id"))
+	client, cerr := s.store.client(ctx, q.Get("client_id"))
 	if cerr != nil {
-		wb.errorPage(w, 400, "Unknown application", "The application that sent you here is not registered with this server. Go back and connect it again.")
+		msg := "The application that sent you here is not registered with this server. Go back and connect it again."
+		var fe *fosite.RFC6749Error
+		if errors.As(cerr, &fe) && fe.HintField != "" && isCIMD(q.Get("client_id")) {
+			msg = "The application's metadata could not be used: " + fe.HintField
+		}
+		wb.errorPage(w, 400, "Unknown application", msg)
 		return
 	}
 	ru := q.Get("redirect_uri")
