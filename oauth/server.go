@@ -401,9 +401,10 @@ func canonical(resource string) string { return strings.TrimRight(resource, "/")
 
 // TokenInfo is what a verified access token grants.
 type TokenInfo struct {
-	UserID   string
-	Username string
-	ClientID string
+	UserID     string
+	Username   string
+	ClientID   string
+	ClientName string
 	// GrantID identifies the grant; it stays the same across refreshes.
 	GrantID string
 	Scopes  []string
@@ -430,7 +431,8 @@ func (s *Server) Verify(ctx context.Context, token string) (*TokenInfo, error) {
 	if !ar.GetGrantedAudience().Has(s.resource) {
 		return nil, ErrWrongAudience
 	}
-	return &TokenInfo{UserID: sess.Subject, Username: sess.Username, ClientID: ar.GetClient().GetID(), GrantID: ar.GetID(),
+	name, _ := sess.Extra["client_name"].(string)
+	return &TokenInfo{UserID: sess.Subject, Username: sess.Username, ClientID: ar.GetClient().GetID(), ClientName: name, GrantID: ar.GetID(),
 		Scopes: ar.GetGrantedScopes(), Expiry: sess.GetExpiresAt(fosite.AccessToken)}, nil
 }
 

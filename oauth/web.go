@@ -600,7 +600,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 	ar.GrantAudience(s.resource)
 	_, _ = s.db.Pool.Exec(ctx, `INSERT INTO smcp_consents (user_id, client_key, scope) VALUES ($1, $2, $3)
 		ON CONFLICT (user_id, client_key) DO UPDATE SET scope = EXCLUDED.scope, updated_at = now()`, user.ID, clientKey, strings.Join(scopes, " "))
-	sess := &Session{Subject: user.ID, Username: user.Username}
+	sess := &Session{Subject: user.ID, Username: user.Username, Extra: map[string]any{"client_name": client.Name}}
 	resp, err := s.provider.NewAuthorizeResponse(ctx, ar, sess)
 	if err != nil {
 		s.provider.WriteAuthorizeError(ctx, w, ar, err)

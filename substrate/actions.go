@@ -18,7 +18,7 @@ import (
 
 // registrar resolves the authority scope of a definition for p.
 func registrar(p *Principal, scope string) (string, error) {
-	if p.Kind == KindView {
+	if p.ReadOnly() {
 		return "", errs.New(errs.ReadOnlyToken, "the view token is read-only").WithHint("register with the room token or an agent token")
 	}
 	switch scope {
@@ -286,7 +286,7 @@ func (s *Service) DeleteView(ctx context.Context, p *Principal, roomID, id strin
 }
 
 func (s *Service) deleteDef(m *mutation, scope, id string) error {
-	if m.p.Kind == KindView {
+	if m.p.ReadOnly() {
 		return errs.New(errs.ReadOnlyToken, "the view token is read-only").WithHint("delete with the room token or an agent token")
 	}
 	snap, err := s.lockedSnapshot(m)

@@ -464,7 +464,7 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 		}
 		out[id] = a
 	}
-	canAct := rc.p == nil || rc.p.Kind != KindView
+	canAct := rc.p == nil || !rc.p.ReadOnly()
 	for id, desc := range builtinDescriptions {
 		if _, overridden := out[id]; overridden {
 			continue

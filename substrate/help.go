@@ -157,3 +157,8 @@ func (s *Service) invokeHelp(ctx context.Context, p *Principal, roomID string, p
 	}
 	return &InvokeResult{Invoked: true, Action: "help", Agent: p.Actor(), Params: params, Seq: rc.snap.seq, Builtin: out}, true, nil
 }
+
+// SystemHelp answers help outside any room: the system keys only.
+func (s *Service) SystemHelp(key string) (map[string]any, error) {
+	return s.helpFrom(&roomCtx{snap: &snapshot{scopes: map[string]map[string]*srow{}}}, key)
+}

@@ -88,7 +88,7 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 			return res, err
 		}
 	}
-	if p.Kind == KindView && actionID != "help" {
+	if p.ReadOnly() && actionID != "help" {
 		return nil, errs.New(errs.ReadOnlyToken, "the view token cannot invoke actions").WithHint("invoke with an agent token or the room token")
 	}
 	if _, ok := builtinDescriptions[actionID]; ok && actionID != "help" {

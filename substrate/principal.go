@@ -21,6 +21,9 @@ const (
 	KindView Kind = "view"
 	// KindAgent is an agent token: its own scope plus its grants.
 	KindAgent Kind = "agent"
+	// KindObserver reads the room's communal scopes and writes nothing: a
+	// user observing through MCP without embodying an agent.
+	KindObserver Kind = "observer"
 )
 
 // Principal is an authenticated caller, scoped to one room.
@@ -36,6 +39,9 @@ func (p *Principal) Admin() bool {
 	return p.Kind == KindRoom || (p.Kind == KindAgent && slices.Contains(p.Grants, "*"))
 }
 
+// ReadOnly reports a credential that may read but never write or invoke.
+func (p *Principal) ReadOnly() bool { return p.Kind == KindView || p.Kind == KindObserver }
+
 // Actor is how the principal is named in audit entries and as a writer.
 func (p *Principal) Actor() string {
 	switch p.Kind {
@@ -43,6 +49,8 @@ func (p *Principal) Actor() string {
 		return p.AgentID
 	case KindView:
 		return "_view"
+	case KindObserver:
+		return "_observer"
 	}
 	return "_room"
 }
@@ -110,3 +118,29 @@ func (s *Service) requireRoom(ctx context.Context, p *Principal, roomID string) 
 	return errs.New(errs.Forbidden, "the token belongs to room %q, not %q", p.RoomID, roomID).
 		WithHint("use a token issued for room %q", roomID)
 }
+
+// AgentPrincipal is the authority of an existing agent, for layers (the
+// lobby) that established by other means that the caller embodies it. It
+// counts as the agent's heartbeat.
+func (s *Service) AgentPrincipal(ctx context.Context, roomID, agentID string) (*Principal, error) {
+	p := &Principal{Kind: KindAgent, RoomID: roomID, AgentID: agentID}
+	var stale bool
+	err := s.db.Pool.QueryRow(ctx, `SELECT grants, last_heartbeat < now() - make_interval(secs => $3) FROM agents WHERE room_id = $1 AND id = $2`,
+		roomID, agentID, s.hbEach.Seconds()).Scan(&p.Grants, &stale)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("embody an agent again")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if stale {
+		s.touch(ctx, roomID, agentID)
+	}
+	return p, nil
+}
+
+// ObserverPrincipal reads a room's communal scopes only.
+func ObserverPrincipal(roomID string) *Principal { return &Principal{Kind: KindObserver, RoomID: roomID} }
+
+// ViewPrincipal reads everything in a room and writes nothing.
+func ViewPrincipal(roomID string) *Principal { return &Principal{Kind: KindView, RoomID: roomID} }

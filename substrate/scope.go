@@ -47,9 +47,9 @@ func canRead(p *Principal, scope string) bool {
 
 // checkWrite returns nil when p may write scope directly.
 func checkWrite(p *Principal, scope string) error {
-	if p.Kind == KindView {
-		return errs.New(errs.ReadOnlyToken, "the view token is read-only").
-			WithHint("write with the room token or an agent token")
+	if p.ReadOnly() {
+		return errs.New(errs.ReadOnlyToken, "this credential is read-only").
+			WithHint("write with the room token or an agent token (over MCP: embody an agent first)")
 	}
 	if isSystemScope(scope) {
 		return errs.New(errs.ScopeDenied, "scope %q is written only by the system", scope).

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/mcp"
 	"github.com/syncsubstrate/sync/oauth"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/embedpg"
@@ -71,11 +72,12 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	}
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue}})
 	defer svc.Close()
+	lob := lobby.New(db, svc)
 	auth, err := oauth.New(ctx, db, oauth.Options{
 		PublicURL:         cfg.PublicURL,
 		Signup:            cfg.Signup,
 		RedirectAllowList: cfg.RedirectAllow,
-		Rooms:             roomDirectory{lobby.New(db, svc)},
+		Rooms:             roomDirectory{lob},
 	})
 	if err != nil {
 		return err
@@ -109,6 +111,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
 	auth.Routes(mux)
+	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL}))
 	mux.Handle("/", rest.Handler(svc, rest.Options{
 		MaxBodyBytes:  cfg.MaxBody,
 		RatePerSecond: cfg.RateLimit,

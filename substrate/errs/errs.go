@@ -51,6 +51,9 @@ const (
 	CELError           Code = "cel_error"
 	ViewNotFound       Code = "view_not_found"
 	HelpKeyNotFound    Code = "help_key_not_found"
+	// MCP sessions (lobby).
+	RoomNotInScope Code = "room_not_in_scope"
+	NotEmbodied    Code = "not_embodied"
 	// 413
 	BodyTooLarge  Code = "body_too_large"
 	ValueTooLarge Code = "value_too_large"
@@ -72,6 +75,7 @@ var statusOf = map[Code]int{
 	ActionNotFound: 404, ViewNotFound: 404, HelpKeyNotFound: 404,
 	ActionCooldown: 409, ActionDisabled: 409, PreconditionFailed: 409,
 	ActionOwned: 403, InvalidParam: 400, CELError: 400,
+	RoomNotInScope: 403, NotEmbodied: 409,
 	BodyTooLarge: 413, ValueTooLarge: 413,
 	RateLimited: 429,
 	Internal:    500, Unavailable: 503,

@@ -1,0 +1,95 @@
+package lobby
+
+import (
+	"slices"
+	"strings"
+)
+
+// Access levels a session may hold on a room, weakest first.
+var levels = []string{"observe", "read", "write", "admin"}
+
+func levelRank(l string) int { return slices.Index(levels, l) }
+
+// roleCap is the highest level a user's role in a room allows.
+func roleCap(access string) string {
+	switch access {
+	case "owner":
+		return "admin"
+	case "collaborator", "participant":
+		return "write"
+	}
+	return "read"
+}
+
+// Scope is a parsed scope string: rooms:<id>[:level], rooms:*[:level],
+// create_rooms (ARCHITECTURE §5). A room with no level means admin.
+type Scope struct {
+	Rooms       map[string]string // room id → level
+	AllRooms    string            // level for rooms:*, "" if absent
+	CreateRooms bool
+}
+
+// ParseScope reads a space-separated scope string; unknown parts are
+// ignored (clients may ask for anything; the consent screen decides).
+func ParseScope(s string) Scope {
+	sc := Scope{Rooms: map[string]string{}}
+	for _, part := range strings.Fields(s) {
+		if part == "create_rooms" {
+			sc.CreateRooms = true
+			continue
+		}
+		rest, ok := strings.CutPrefix(part, "rooms:")
+		if !ok || rest == "" {
+			continue
+		}
+		id, level := rest, "admin"
+		if i := strings.LastIndexByte(rest, ':'); i > 0 && levelRank(rest[i+1:]) >= 0 {
+			id, level = rest[:i], rest[i+1:]
+		}
+		if id == "*" {
+			sc.AllRooms = maxLevel(sc.AllRooms, level)
+		} else {
+			sc.Rooms[id] = maxLevel(sc.Rooms[id], level)
+		}
+	}
+	return sc
+}
+
+func maxLevel(a, b string) string {
+	if levelRank(a) >= levelRank(b) {
+		return a
+	}
+	return b
+}
+
+func minLevel(a, b string) string {
+	if levelRank(a) <= levelRank(b) {
+		return a
+	}
+	return b
+}
+
+// Level is the scope's level for a room, "" when the room is outside it.
+func (sc Scope) Level(room string) string {
+	return maxLevel(sc.Rooms[room], sc.AllRooms)
+}
+
+// String renders the scope canonically.
+func (sc Scope) String() string {
+	var parts []string
+	if sc.AllRooms != "" {
+		parts = append(parts, "rooms:*:"+sc.AllRooms)
+	}
+	ids := make([]string, 0, len(sc.Rooms))
+	for id := range sc.Rooms {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		parts = append(parts, "rooms:"+id+":"+sc.Rooms[id])
+	}
+	if sc.CreateRooms {
+		parts = append(parts, "create_rooms")
+	}
+	return strings.Join(parts, " ")
+}

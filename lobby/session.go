@@ -1,0 +1,443 @@
+package lobby
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Error codes of the lobby.
+const (
+	RoomNotInScope = errs.RoomNotInScope
+	NotEmbodied    = errs.NotEmbodied
+)
+
+// Caller is who a verified access token says is calling.
+type Caller struct {
+	GrantID, UserID, Username, ClientID, ClientName string
+	Scopes                                          []string
+}
+
+// Session is the persisted state of one MCP connection (one OAuth grant):
+// everything a stateless tool call needs, in smcp_user_sessions.
+type Session struct {
+	GrantID, UserID, Username, ClientID, ClientName string
+	RoomID, AgentID                                 string // "" when none
+	Scope                                           Scope
+}
+
+// Resolve loads the caller's session row, creating it on first use with
+// the token's scope. It is keyed by the grant id, which survives refresh.
+func (l *Lobby) Resolve(ctx context.Context, c Caller) (*Session, error) {
+	s := &Session{GrantID: c.GrantID, UserID: c.UserID, Username: c.Username, ClientID: c.ClientID, ClientName: c.ClientName}
+	var room, agent *string
+	var scope string
+	err := l.db.Pool.QueryRow(ctx, `WITH ins AS (
+			INSERT INTO smcp_user_sessions (grant_id, user_id, client_id, scope) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (grant_id) DO NOTHING RETURNING room_id, agent_id, scope)
+		SELECT room_id, agent_id, scope FROM ins
+		UNION ALL SELECT room_id, agent_id, scope FROM smcp_user_sessions WHERE grant_id = $1 AND user_id = $2
+		LIMIT 1`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " ")).Scan(&room, &agent, &scope)
+	if err != nil {
+		return nil, err
+	}
+	if room != nil {
+		s.RoomID = *room
+	}
+	if agent != nil {
+		s.AgentID = *agent
+	}
+	s.Scope = ParseScope(scope)
+	return s, nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (l *Lobby) save(ctx context.Context, s *Session) error {
+	_, err := l.db.Pool.Exec(ctx, `UPDATE smcp_user_sessions SET room_id = $2, agent_id = $3, scope = $4, updated_at = now() WHERE grant_id = $1`,
+		s.GrantID, nullable(s.RoomID), nullable(s.AgentID), s.Scope.String())
+	return err
+}
+
+// Access is the session's effective level on a room: the lesser of its
+// scope and the user's role there.
+func (l *Lobby) Access(ctx context.Context, s *Session, room string) (level, role string, err error) {
+	if room == "" {
+		return "", "", errs.New(errs.InvalidField, "no room given and none in focus").
+			WithHint("pass room (see sync_lobby for your rooms), or sync_create_room")
+	}
+	scopeLevel := s.Scope.Level(room)
+	err = l.db.Pool.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, s.UserID, room).Scan(&role)
+	if scopeLevel == "" || errors.Is(err, pgx.ErrNoRows) {
+		return "", "", errs.New(RoomNotInScope, "room %q is not in this connection's scope", room).With("room", room).
+			WithHint("use a room listed by sync_lobby; to add one, the user reconnects the integration and ticks it on the consent screen; or create a new room with sync_create_room")
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return minLevel(scopeLevel, roleCap(role)), role, nil
+}
+
+// Principal is the authority the session acts with in room: the embodied
+// agent there, else an observer (owners with admin scope read everything).
+func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substrate.Principal, string, error) {
+	level, _, err := l.Access(ctx, s, room)
+	if err != nil {
+		return nil, "", err
+	}
+	if s.AgentID != "" && s.RoomID == room && levelRank(level) >= levelRank("write") {
+		p, err := l.svc.AgentPrincipal(ctx, room, s.AgentID)
+		return p, level, err
+	}
+	if level == "admin" {
+		return substrate.ViewPrincipal(room), level, nil
+	}
+	return substrate.ObserverPrincipal(room), level, nil
+}
+
+// Actor is the embodied agent's authority; acting without one fails with
+// the call to make.
+func (l *Lobby) Actor(ctx context.Context, s *Session) (*substrate.Principal, error) {
+	if s.AgentID == "" || s.RoomID == "" {
+		room := s.RoomID
+		if room == "" {
+			room = "<room id>"
+		}
+		return nil, errs.New(NotEmbodied, "you are observing: acting needs an embodied agent").
+			WithHint(`call sync_embody {"room": %q} first (sync_lobby lists rooms and agents)`, room)
+	}
+	p, level, err := l.Principal(ctx, s, s.RoomID)
+	if err != nil {
+		return nil, err
+	}
+	if p.Kind != substrate.KindAgent {
+		return nil, errs.New(errs.Forbidden, "your access to %q is %s, which cannot act", s.RoomID, level).
+			WithHint("ask the room's owner for a participant role")
+	}
+	return p, nil
+}
+
+var slugRE = regexp.MustCompile(`[^a-z0-9-]+`)
+
+func clientSlug(name string) string {
+	s := strings.Trim(slugRE.ReplaceAllString(strings.ToLower(name), "-"), "-")
+	if s == "" {
+		s = "client"
+	}
+	if len(s) > 32 {
+		s = s[:32]
+	}
+	return s
+}
+
+// Embody makes the session act as an agent in room: a new agent
+// <username>:<client>, an existing agent of this user, or the agent filling
+// a role defined in _shared.roles.
+func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string) (map[string]any, error) {
+	level, _, err := l.Access(ctx, s, room)
+	if err != nil {
+		return nil, err
+	}
+	if levelRank(level) < levelRank("write") {
+		return nil, errs.New(errs.Forbidden, "your access to %q is %s: observers cannot embody", room, level).
+			WithHint("keep observing with sync_read_context, or ask an owner for a participant role")
+	}
+	id := agent
+	if id == "" {
+		id = s.Username + ":" + clientSlug(s.ClientName)
+	}
+	var owner *string
+	var exists bool
+	err = l.db.Pool.QueryRow(ctx, `SELECT true, user_id FROM agents WHERE room_id = $1 AND id = $2`, room, id).Scan(&exists, &owner)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+	if agent != "" && (!exists || owner == nil || *owner != s.UserID) {
+		return nil, errs.New(errs.Forbidden, "agent %q is not yours to embody", agent).
+			WithHint("embody without agent to get your own, or pick one marked yours in sync_lobby")
+	}
+	if exists && owner != nil && *owner != s.UserID {
+		return nil, errs.New(errs.Forbidden, "agent %q belongs to another user", id).WithHint("embody with another agent id")
+	}
+	if s.AgentID != "" && (s.RoomID != room || s.AgentID != id) {
+		if _, err := l.Disembody(ctx, s); err != nil && !errs.Is(err, NotEmbodied) {
+			return nil, err
+		}
+	}
+	agentRole := "agent"
+	if role != "" {
+		agentRole = role
+	}
+	if _, err := l.svc.Join(ctx, substrate.RoomPrincipal(room), room, substrate.JoinRequest{ID: id, Name: s.Username, Role: agentRole}); err != nil {
+		return nil, err
+	}
+	if _, err := l.db.Pool.Exec(ctx, `UPDATE agents SET user_id = $3 WHERE room_id = $1 AND id = $2`, room, id, s.UserID); err != nil {
+		return nil, err
+	}
+	if role != "" {
+		if err := l.fillRole(ctx, room, role, id); err != nil {
+			return nil, err
+		}
+	}
+	s.RoomID, s.AgentID = room, id
+	if err := l.save(ctx, s); err != nil {
+		return nil, err
+	}
+	return map[string]any{"embodied": true, "room": room, "agent": id, "role": agentRole,
+		"next": "read the room with sync_read_context, then act with sync_invoke_action"}, nil
+}
+
+// fillRole claims _shared.roles.<role> for agent with a version check, so
+// two users cannot fill one role.
+func (l *Lobby) fillRole(ctx context.Context, room, role, agent string) error {
+	admin := substrate.RoomPrincipal(room)
+	read, err := l.svc.ReadState(ctx, admin, room, substrate.ReadQuery{Scope: substrate.ScopeShared, Key: "roles"})
+	if err != nil {
+		return errs.New(errs.NotFound, "room %q defines no roles", room).WithHint("embody without role, or define one with the define_role action")
+	}
+	e := read.Entries[0]
+	var roles map[string]map[string]any
+	if json.Unmarshal(e.Value, &roles) != nil || roles[role] == nil {
+		return errs.New(errs.NotFound, "room %q has no role %q", room, role).WithHint("sync_lobby lists the defined roles")
+	}
+	if by, _ := roles[role]["filled_by"].(string); by != "" && by != agent {
+		return errs.New(errs.Forbidden, "role %q is filled by %s", role, by).WithHint("pick an unfilled role from sync_lobby")
+	}
+	patch, _ := json.Marshal(map[string]any{role: map[string]any{"filled_by": agent, "filled_at": time.Now().UTC().Format(time.RFC3339)}})
+	v := e.Version
+	_, err = l.svc.WriteState(ctx, admin, room, []substrate.Write{{Scope: substrate.ScopeShared, Key: "roles", Merge: deepPatch(roles, patch), IfVersion: &v}}, false)
+	if errs.Is(err, errs.VersionConflict) {
+		return errs.New(errs.VersionConflict, "role %q changed while you claimed it", role).WithHint("call sync_embody again")
+	}
+	return err
+}
+
+// deepPatch merges a one-role patch into the roles map (direct writes
+// merge shallowly, so the whole roles object is written).
+func deepPatch(roles map[string]map[string]any, patch []byte) json.RawMessage {
+	var p map[string]map[string]any
+	_ = json.Unmarshal(patch, &p)
+	for id, fields := range p {
+		if roles[id] == nil {
+			roles[id] = map[string]any{}
+		}
+		for k, v := range fields {
+			roles[id][k] = v
+		}
+	}
+	out, _ := json.Marshal(roles)
+	return out
+}
+
+// Disembody returns the session to observing: the agent goes idle, keeps
+// its state, actions and views, and leaves any role it filled.
+func (l *Lobby) Disembody(ctx context.Context, s *Session) (map[string]any, error) {
+	if s.AgentID == "" {
+		return nil, errs.New(NotEmbodied, "you are not embodied").WithHint("nothing to do; sync_embody to act")
+	}
+	room, agent := s.RoomID, s.AgentID
+	if _, err := l.db.Pool.Exec(ctx, `UPDATE agents SET status = 'idle', waiting_on = NULL WHERE room_id = $1 AND id = $2`, room, agent); err != nil {
+		return nil, err
+	}
+	admin := substrate.RoomPrincipal(room)
+	if read, err := l.svc.ReadState(ctx, admin, room, substrate.ReadQuery{Scope: substrate.ScopeShared, Key: "roles"}); err == nil {
+		var roles map[string]map[string]any
+		if json.Unmarshal(read.Entries[0].Value, &roles) == nil {
+			changed := false
+			for _, r := range roles {
+				if r["filled_by"] == agent {
+					r["filled_by"] = nil
+					changed = true
+				}
+			}
+			if changed {
+				v := read.Entries[0].Version
+				raw, _ := json.Marshal(roles)
+				_, _ = l.svc.WriteState(ctx, admin, room, []substrate.Write{{Scope: substrate.ScopeShared, Key: "roles", Value: raw, IfVersion: &v}}, false)
+			}
+		}
+	}
+	s.AgentID = ""
+	if err := l.save(ctx, s); err != nil {
+		return nil, err
+	}
+	return map[string]any{"embodied": false, "room": room, "agent": agent, "status": "idle"}, nil
+}
+
+// CreateRoomFor creates a room owned by the session's user and widens the
+// session's scope to it.
+func (l *Lobby) CreateRoomFor(ctx context.Context, s *Session, id, label string) (map[string]any, error) {
+	if !s.Scope.CreateRooms {
+		return nil, errs.New(errs.ScopeDenied, "this connection may not create rooms").
+			WithHint("the user reconnects the integration and ticks \"may create new rooms\" on the consent screen")
+	}
+	room, err := l.CreateRoom(ctx, s.UserID, id, label)
+	if err != nil {
+		return nil, err
+	}
+	s.Scope.Rooms[room] = "admin"
+	s.RoomID = room
+	if err := l.save(ctx, s); err != nil {
+		return nil, err
+	}
+	return map[string]any{"created": true, "room": room, "access": "admin", "next": `sync_embody {"room": "` + room + `"} to act in it`}, nil
+}
+
+// RevokeAccess removes a room from the session's scope.
+func (l *Lobby) RevokeAccess(ctx context.Context, s *Session, room string) (map[string]any, error) {
+	if s.Scope.Level(room) == "" {
+		return nil, errs.New(RoomNotInScope, "room %q is not in scope", room).WithHint("nothing to revoke")
+	}
+	if s.Scope.AllRooms != "" {
+		// Turn rooms:* into the explicit list, minus this room.
+		rooms, err := l.UserRooms(ctx, s.UserID)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rooms {
+			if _, ok := s.Scope.Rooms[r.ID]; !ok {
+				s.Scope.Rooms[r.ID] = s.Scope.AllRooms
+			}
+		}
+		s.Scope.AllRooms = ""
+	}
+	delete(s.Scope.Rooms, room)
+	if s.RoomID == room {
+		if s.AgentID != "" {
+			if _, err := l.Disembody(ctx, s); err != nil {
+				return nil, err
+			}
+		}
+		s.RoomID = ""
+	}
+	if err := l.save(ctx, s); err != nil {
+		return nil, err
+	}
+	return map[string]any{"revoked": room, "scope": s.Scope.String()}, nil
+}
+
+// RestrictScope narrows the session's scope to its intersection with
+// scope; it never widens it.
+func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (map[string]any, error) {
+	want := ParseScope(scope)
+	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms}
+	if s.Scope.AllRooms != "" && want.AllRooms != "" {
+		out.AllRooms = minLevel(s.Scope.AllRooms, want.AllRooms)
+	}
+	for id, lvl := range want.Rooms {
+		if have := s.Scope.Level(id); have != "" {
+			out.Rooms[id] = minLevel(have, lvl)
+		}
+	}
+	for id, lvl := range s.Scope.Rooms {
+		if want.AllRooms != "" {
+			out.Rooms[id] = minLevel(lvl, maxLevel(want.Rooms[id], want.AllRooms))
+		}
+	}
+	s.Scope = out
+	if s.RoomID != "" && out.Level(s.RoomID) == "" {
+		if s.AgentID != "" {
+			if _, err := l.Disembody(ctx, s); err != nil {
+				return nil, err
+			}
+		}
+		s.RoomID = ""
+	}
+	if err := l.save(ctx, s); err != nil {
+		return nil, err
+	}
+	return map[string]any{"scope": out.String()}, nil
+}
+
+// View is the lobby: the rooms in scope with access, agents and roles,
+// whether rooms can be created, and what the session is embodied as.
+func (l *Lobby) View(ctx context.Context, s *Session) (map[string]any, error) {
+	rooms, err := l.UserRooms(ctx, s.UserID)
+	if err != nil {
+		return nil, err
+	}
+	var list []map[string]any
+	for _, r := range rooms {
+		level := s.Scope.Level(r.ID)
+		if level == "" {
+			continue
+		}
+		access := minLevel(level, roleCap(r.Access))
+		var agents []map[string]any
+		rows, err := l.db.Pool.Query(ctx, `SELECT id, name, role, status, last_heartbeat, waiting_on, coalesce(user_id = $2, false)
+			FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, r.ID, s.UserID)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id, name, role, status string
+			var hb time.Time
+			var waiting *string
+			var mine bool
+			if err := rows.Scan(&id, &name, &role, &status, &hb, &waiting, &mine); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			a := map[string]any{"id": id, "name": name, "role": role, "status": status, "last_heartbeat": hb, "waiting_on": waiting, "yours": mine}
+			if mine {
+				a["current"] = s.RoomID == r.ID && s.AgentID == id
+				a["switchable"] = !(s.RoomID == r.ID && s.AgentID == id) && levelRank(access) >= levelRank("write")
+			}
+			agents = append(agents, a)
+		}
+		rows.Close()
+		entry := map[string]any{"room": r.ID, "label": r.Label, "role": r.Access, "access": access, "agents": agents}
+		if roles := l.roles(ctx, r.ID); len(roles) > 0 {
+			entry["roles"] = roles
+		}
+		var keys, seq int64
+		_ = l.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM state WHERE room_id = $1 AND scope = '_shared' AND sort_key IS NULL),
+			(SELECT seq FROM rooms WHERE id = $1)`, r.ID).Scan(&keys, &seq)
+		entry["summary"] = map[string]any{"shared_keys": keys, "seq": seq}
+		list = append(list, entry)
+	}
+	out := map[string]any{"user": s.Username, "rooms": list, "can_create_rooms": s.Scope.CreateRooms, "embodied": nil}
+	if s.AgentID != "" {
+		out["embodied"] = map[string]any{"room": s.RoomID, "agent": s.AgentID}
+	}
+	switch {
+	case len(list) == 0 && s.Scope.CreateRooms:
+		out["next"] = "no rooms yet: create one with sync_create_room"
+	case len(list) == 0:
+		out["next"] = "no rooms in scope: the user reconnects and ticks rooms on the consent screen"
+	case s.AgentID == "":
+		out["next"] = "observe with sync_read_context {room}, or act: sync_embody {room}"
+	default:
+		out["next"] = "read with sync_read_context, act with sync_invoke_action"
+	}
+	return out, nil
+}
+
+func (l *Lobby) roles(ctx context.Context, room string) []map[string]any {
+	var raw []byte
+	if l.db.Pool.QueryRow(ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'roles'`, room).Scan(&raw) != nil {
+		return nil
+	}
+	var roles map[string]map[string]any
+	if json.Unmarshal(raw, &roles) != nil {
+		return nil
+	}
+	var out []map[string]any
+	for id, r := range roles {
+		out = append(out, map[string]any{"id": id, "description": r["description"], "filled_by": r["filled_by"]})
+	}
+	return out
+}

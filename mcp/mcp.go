@@ -1,0 +1,157 @@
+// Package mcp is sync's MCP server: the tools Claude.ai and Claude Code call,
+// on the go-sdk's streamable HTTP handler in stateless mode, behind the
+// OAuth bearer check. Every call resolves its session row through the
+// lobby, so any process can serve any call and a restart loses nothing.
+// Tools are thin adapters over lobby and substrate operations.
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/oauth"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Options configure the MCP endpoint.
+type Options struct {
+	Lobby     *lobby.Lobby
+	Substrate *substrate.Service
+	Auth      *oauth.Server
+	// PublicURL is the server's external base URL; its origin may call.
+	PublicURL string
+	// AllowedOrigins are further browser origins allowed to call /mcp.
+	// Requests without an Origin header (non-browser clients) are allowed.
+	AllowedOrigins []string
+	// Version is reported to clients. Default "dev".
+	Version string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Instructions tell a model how to begin.
+const Instructions = `sync is a shared workspace of rooms where agents coordinate through versioned state, actions and views.
+Begin with sync_lobby: it lists the rooms you may use and who is in them. Observe a room with sync_read_context;
+to act, sync_embody an agent there, then sync_invoke_action (the context lists available actions). Use sync_wait
+instead of polling. No actions yet? sync_help key standard_library has ready-made ones for sync_register_action.`
+
+// Handler returns the /mcp endpoint.
+func Handler(opt Options) http.Handler {
+	if opt.Version == "" {
+		opt.Version = "dev"
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	defs := tools()
+	streamable := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
+		ti := oauth.TokenInfoFrom(r.Context())
+		srv := sdk.NewServer(&sdk.Implementation{Name: "sync", Title: "sync", Version: opt.Version},
+			&sdk.ServerOptions{Instructions: Instructions, Logger: opt.Logger})
+		for _, d := range defs {
+			srv.AddTool(d.def, handler(&opt, ti, d))
+		}
+		return srv
+	}, &sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: opt.Logger})
+	// Order: the Origin check refuses cross-site browsers before anything
+	// else; the bearer check then answers 401 with the metadata pointer
+	// clients follow to sign in.
+	return checkOrigin(&opt, opt.Auth.RequireBearer("", streamable))
+}
+
+func checkOrigin(opt *Options, next http.Handler) http.Handler {
+	allowed := append([]string{}, opt.AllowedOrigins...)
+	if u, err := url.Parse(opt.PublicURL); err == nil {
+		allowed = append(allowed, u.Scheme+"://"+u.Host)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" && !slices.Contains(allowed, o) {
+			http.Error(w, "Forbidden: origin "+strconv.Quote(o)+" may not call this endpoint", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func handler(opt *Options, ti *oauth.TokenInfo, d tool) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		sess, err := opt.Lobby.Resolve(ctx, lobby.Caller{GrantID: ti.GrantID, UserID: ti.UserID, Username: ti.Username,
+			ClientID: ti.ClientID, ClientName: ti.ClientName, Scopes: ti.Scopes})
+		if err != nil {
+			opt.Logger.Error("resolve MCP session", "err", err)
+			return result(nil, err, nil), nil
+		}
+		out, err := d.run(ctx, &call{opt: opt, sess: sess}, req.Params.Arguments)
+		if err != nil && errs.From(err).Code == errs.Internal {
+			opt.Logger.Error("tool failed", "tool", d.def.Name, "err", err)
+		}
+		return result(out, err, sess), nil
+	}
+}
+
+// result encodes a tool's answer: the domain's JSON as structured content
+// and as text, with the session block; a domain error as an isError result
+// with its stable code and the next step.
+func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
+	var body map[string]any
+	if err != nil {
+		body = errs.From(err).Body()
+	} else {
+		raw, mErr := json.Marshal(out)
+		if mErr == nil {
+			mErr = json.Unmarshal(raw, &body)
+		}
+		if mErr != nil || body == nil {
+			body = map[string]any{"result": out}
+		}
+	}
+	if sess != nil {
+		level := ""
+		if sess.RoomID != "" {
+			level = sess.Scope.Level(sess.RoomID)
+		}
+		body["_session"] = map[string]any{"room": sess.RoomID, "agent": sess.AgentID, "scope_level": level}
+	}
+	var text bytes.Buffer
+	enc := json.NewEncoder(&text)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(body)
+	return &sdk.CallToolResult{IsError: err != nil, StructuredContent: body, Content: []sdk.Content{&sdk.TextContent{Text: text.String()}}}
+}
+
+func strictJSON(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// contextRequest builds the substrate's context parameters from tool
+// arguments, with the same validation as the REST query.
+func contextRequest(depth, only, include string, after, limit *int64) (substrate.ContextRequest, error) {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("depth", depth)
+	set("only", only)
+	set("include", include)
+	if after != nil {
+		q.Set("messages_after", strconv.FormatInt(*after, 10))
+	}
+	if limit != nil {
+		q.Set("messages_limit", strconv.FormatInt(*limit, 10))
+	}
+	return substrate.ParseContextRequest(q.Get)
+}
