@@ -1,0 +1,291 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/descope/virtualwebauthn"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/mcp"
+	"github.com/syncsubstrate/sync/oauth"
+	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+type directory struct{ *lobby.Lobby }
+
+func (d directory) UserRooms(ctx context.Context, userID string) ([]oauth.UserRoom, error) {
+	rooms, err := d.Lobby.UserRooms(ctx, userID)
+	out := make([]oauth.UserRoom, len(rooms))
+	for i, r := range rooms {
+		out[i] = oauth.UserRoom{ID: r.ID, Label: r.Label, Access: r.Access, Roles: r.Roles}
+	}
+	return out, err
+}
+
+// server is a whole sync server on one database: REST, OAuth, /mcp.
+type server struct {
+	base string
+	db   *store.DB
+	auth *oauth.Server
+	svc  *substrate.Service
+}
+
+func startServer(t *testing.T, db *store.DB) *server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://localhost:" + strings.Split(ln.Addr().String(), ":")[1]
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	lob := lobby.New(db, svc)
+	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: base, Rooms: directory{lob}, Signup: "open"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	a.Routes(mux)
+	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: base}))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return &server{base: base, db: db, auth: a, svc: svc}
+}
+
+// person is a user with a browser (cookies) and a software passkey.
+type person struct {
+	name string
+	srv  *server
+	c    *http.Client
+}
+
+func signup(t *testing.T, srv *server, name string) *person {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	p := &person{name: name, srv: srv, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	body := p.post(t, "/webauthn/signup/begin", "application/json", fmt.Sprintf(`{"username": %q}`, name))
+	opts, err := virtualwebauthn.ParseAttestationOptions(body)
+	if err != nil {
+		t.Fatalf("signup begin: %v %s", err, body)
+	}
+	a := virtualwebauthn.NewAuthenticatorWithOptions(virtualwebauthn.AuthenticatorOptions{UserHandle: []byte(opts.UserID)})
+	cred := virtualwebauthn.NewCredential(virtualwebauthn.KeyTypeEC2)
+	rp := virtualwebauthn.RelyingParty{ID: "localhost", Name: "sync", Origin: srv.base}
+	p.post(t, "/webauthn/signup/finish", "application/json", virtualwebauthn.CreateAttestationResponse(rp, a, cred, *opts))
+	return p
+}
+
+func (p *person) post(t *testing.T, path, ctype, body string) string {
+	t.Helper()
+	res, err := p.c.Post(p.srv.base+path, ctype, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 400 {
+		t.Fatalf("POST %s: %d %s", path, res.StatusCode, raw)
+	}
+	return string(raw)
+}
+
+// consent is the go-sdk client's AuthorizationCodeFetcher: the person
+// opens the authorize URL in their (signed-in) browser and allows the
+// given rooms, as on the real consent page.
+func (p *person) consent(t *testing.T, rooms map[string]string) auth.AuthorizationCodeFetcher {
+	return func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
+		res, err := p.c.Get(args.URL)
+		if err != nil {
+			return nil, err
+		}
+		page, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			return nil, fmt.Errorf("consent page: %d %s", res.StatusCode, page)
+		}
+		form := url.Values{"decision": {"allow"}, "create_rooms": {"on"}}
+		for id, level := range rooms {
+			form.Add("room", id)
+			form.Set("level_"+id, level)
+		}
+		u, _ := url.Parse(args.URL)
+		res, err = p.c.Post(p.srv.base+u.RequestURI(), "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
+		if err != nil {
+			return nil, err
+		}
+		res.Body.Close()
+		loc, err := url.Parse(res.Header.Get("Location"))
+		if err != nil || loc.Query().Get("code") == "" {
+			return nil, fmt.Errorf("consent did not redirect with a code: %d %v", res.StatusCode, res.Header)
+		}
+		q := loc.Query()
+		return &auth.AuthorizationResult{Code: q.Get("code"), State: q.Get("state"), Iss: q.Get("iss")}, nil
+	}
+}
+
+// connect runs the go-sdk client through discovery, dynamic registration,
+// PKCE with resource, consent and token exchange, and returns a session.
+func (p *person) connect(t *testing.T, rooms map[string]string) *sdk.ClientSession {
+	t.Helper()
+	h, err := auth.NewAuthorizationCodeHandler(&auth.AuthorizationCodeHandlerConfig{
+		DynamicClientRegistrationConfig: &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
+			ClientName: "Go SDK test", RedirectURIs: []string{"http://localhost:1/callback"}, TokenEndpointAuthMethod: "none",
+			GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"}}},
+		RedirectURL:              "http://localhost:1/callback",
+		AuthorizationCodeFetcher: p.consent(t, rooms),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: p.srv.base + "/mcp", OAuthHandler: h}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// callTool calls a tool and returns its structured result and isError.
+func callTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) (map[string]any, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: protocol error %v", name, err)
+	}
+	var out map[string]any
+	raw, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(raw, &out)
+	return out, res.IsError
+}
+
+func mustTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) map[string]any {
+	t.Helper()
+	out, isErr := callTool(t, cs, name, args)
+	if isErr {
+		t.Fatalf("%s(%v) failed: %v", name, args, out)
+	}
+	return out
+}
+
+func get(m map[string]any, path ...string) any {
+	var cur any = m
+	for _, k := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[k]
+	}
+	return cur
+}
+
+// The whole path a model takes: connect through OAuth, lobby, create a
+// room, embody, register an action and a view, invoke, read the context;
+// a second user's agent satisfies the first one's wait.
+func TestEndToEndWithGoSDKClient(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	alice := signup(t, srv, "alice")
+	cs := alice.connect(t, nil)
+
+	lobbyView := mustTool(t, cs, "sync_lobby", nil)
+	if lobbyView["can_create_rooms"] != true || lobbyView["embodied"] != nil {
+		t.Fatalf("lobby %v", lobbyView)
+	}
+	// Acting while observing fails with the exact call to make.
+	if out, isErr := callTool(t, cs, "sync_invoke_action", map[string]any{"action": "x"}); !isErr || out["error"] != "not_embodied" || !strings.Contains(out["hint"].(string), "sync_embody") {
+		t.Fatalf("act while observing: %v", out)
+	}
+	mustTool(t, cs, "sync_create_room", map[string]any{"room": "lab", "label": "Lab"})
+	// Observing leaves no trace in the agents list.
+	mustTool(t, cs, "sync_read_context", map[string]any{"room": "lab"})
+	if ctx := mustTool(t, cs, "sync_read_context", map[string]any{"room": "lab"}); len(get(ctx, "agents").(map[string]any)) != 0 {
+		t.Fatalf("observing created an agent: %v", ctx["agents"])
+	}
+	emb := mustTool(t, cs, "sync_embody", map[string]any{"room": "lab"})
+	if emb["agent"] != "alice:go-sdk-test" || get(emb, "_session", "agent") != "alice:go-sdk-test" {
+		t.Fatalf("embody %v", emb)
+	}
+	mustTool(t, cs, "sync_register_action", map[string]any{"id": "ring", "description": "ring the bell",
+		"params": map[string]any{"by": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"key": "bell", "value": map[string]any{"rung_by": "${self}", "note": "${params.by}"}}}})
+	mustTool(t, cs, "sync_register_view", map[string]any{"id": "rung", "expr": `has(state._shared.bell)`})
+
+	// A second user joins the room and embodies; alice waits for the bell.
+	bob := signup(t, srv, "bob")
+	mustTool(t, cs, "sync_share_room", map[string]any{"room": "lab", "username": "bob", "role": "participant"})
+	bs := bob.connect(t, map[string]string{"lab": "write"})
+	if out, isErr := callTool(t, bs, "sync_embody", map[string]any{"room": "lab", "agent": "alice:go-sdk-test"}); !isErr {
+		t.Fatalf("bob embodied alice's agent: %v", out)
+	}
+	mustTool(t, bs, "sync_embody", map[string]any{"room": "lab"})
+
+	waited := make(chan map[string]any, 1)
+	go func() {
+		out, _ := callTool(t, cs, "sync_wait", map[string]any{"condition": "views.rung", "timeout_ms": 30000})
+		waited <- out
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var status string
+		_ = srv.db.Pool.QueryRow(context.Background(), `SELECT status FROM agents WHERE room_id = 'lab' AND id = 'alice:go-sdk-test'`).Scan(&status)
+		if status == "waiting" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("alice never started waiting")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mustTool(t, bs, "sync_invoke_action", map[string]any{"action": "ring", "params": map[string]any{"by": "bob"}})
+	select {
+	case out := <-waited:
+		if out["triggered"] != true {
+			t.Fatalf("wait: %v", out)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatal("bob's invocation did not wake alice's wait")
+	}
+	ctx := mustTool(t, cs, "sync_read_context", nil)
+	if get(ctx, "views", "rung") != true || get(ctx, "state", "_shared", "bell", "rung_by") != "bob:go-sdk-test" {
+		t.Fatalf("context after the bell: %v", ctx)
+	}
+	if get(ctx, "agents", "bob:go-sdk-test", "status") != "active" {
+		t.Fatalf("bob not present: %v", ctx["agents"])
+	}
+
+	// Narrowing takes effect on the next call.
+	mustTool(t, cs, "sync_revoke_access", map[string]any{"room": "lab"})
+	if out, isErr := callTool(t, cs, "sync_read_context", map[string]any{"room": "lab"}); !isErr || out["error"] != "room_not_in_scope" {
+		t.Fatalf("revoked room still readable: %v", out)
+	}
+	if out, isErr := callTool(t, bs, "sync_read_context", map[string]any{"room": "nowhere"}); !isErr || out["error"] != "room_not_in_scope" {
+		t.Fatalf("out-of-scope room: %v", out)
+	}
+}
