@@ -49,7 +49,12 @@ type server struct {
 	svc  *substrate.Service
 }
 
-func startServer(t *testing.T, db *store.DB) *server {
+func startServer(t *testing.T, db *store.DB) *server { return startServerWith(t, db, nil) }
+
+// authArgs is the go-sdk client's authorization request.
+type authArgs = auth.AuthorizationArgs
+
+func startServerWith(t *testing.T, db *store.DB, origins []string) *server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,7 +70,7 @@ func startServer(t *testing.T, db *store.DB) *server {
 	}
 	mux := http.NewServeMux()
 	a.Routes(mux)
-	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: base}))
+	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: base, AllowedOrigins: origins}))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()
 	srv.Listener = ln

@@ -1,0 +1,112 @@
+package mcp_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// mintToken runs the OAuth code flow by hand (registration, PKCE, consent
+// in the person's browser, exchange) and returns the token response.
+func mintToken(t *testing.T, srv *server, p *person, rooms map[string]string) map[string]any {
+	t.Helper()
+	res, err := http.Post(srv.base+"/register", "application/json", strings.NewReader(`{"redirect_uris":["http://localhost:9/cb"],"client_name":"Conformance","token_endpoint_auth_method":"none"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&reg)
+	res.Body.Close()
+	verifier := strings.Repeat("c", 48)
+	sum := sha256.Sum256([]byte(verifier))
+	q := url.Values{"response_type": {"code"}, "client_id": {reg["client_id"].(string)}, "redirect_uri": {"http://localhost:9/cb"},
+		"state": {"conformance-state"}, "code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
+		"resource": {srv.base + "/mcp"}}
+	got, err := p.consent(t, rooms)(context.Background(), &authArgs{URL: srv.base + "/authorize?" + q.Encode()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = http.PostForm(srv.base+"/token", url.Values{"grant_type": {"authorization_code"}, "code": {got.Code},
+		"redirect_uri": {"http://localhost:9/cb"}, "client_id": {reg["client_id"].(string)}, "code_verifier": {verifier}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var tok map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&tok)
+	if tok["access_token"] == nil {
+		t.Fatalf("no token: %v", tok)
+	}
+	tok["client_id"] = reg["client_id"]
+	return tok
+}
+
+// The official MCP conformance suite against /mcp. The suite cannot sign
+// in, so it talks to a test-only proxy that adds a valid bearer token (the
+// server itself has no auth-disabled mode). CI installs Node 22 and the
+// suite and sets SYNC_NODE and SYNC_CONFORMANCE.
+func TestConformanceSuite(t *testing.T) {
+	node, suite := os.Getenv("SYNC_NODE"), os.Getenv("SYNC_CONFORMANCE")
+	if node == "" || suite == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("SYNC_NODE and SYNC_CONFORMANCE must be set in CI (.ci/run installs them)")
+		}
+		t.Skip("set SYNC_NODE (Node ≥ 22) and SYNC_CONFORMANCE (the suite's dist/index.js) to run the conformance suite")
+	}
+	proxyLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyBase := "http://localhost:" + strings.Split(proxyLn.Addr().String(), ":")[1]
+	srv := startServerWith(t, pgtest.New(t), []string{proxyBase})
+	alice := signup(t, srv, "alice")
+	token := mintToken(t, srv, alice, nil)["access_token"].(string)
+
+	target, _ := url.Parse(srv.base)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		host := r.Host // keep the client's Host: DNS-rebinding checks look at it
+		director(r)
+		r.Host = host
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	proxy := httptest.NewUnstartedServer(rp)
+	proxy.Listener.Close()
+	proxy.Listener = proxyLn
+	proxy.Start()
+	defer proxy.Close()
+
+	for _, scenario := range []string{"server-initialize", "ping", "tools-list", "dns-rebinding-protection"} {
+		t.Run(scenario, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, node, suite, "server", "--url", proxyBase+"/mcp", "--scenario", scenario).CombinedOutput()
+			if err != nil {
+				t.Fatalf("conformance %s failed: %v\n%s", scenario, err, out)
+			}
+			t.Logf("%s", lastLines(string(out), 3))
+		})
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
