@@ -51,26 +51,39 @@ type server struct {
 
 func startServer(t *testing.T, db *store.DB) *server { return startServerWith(t, db, nil) }
 
+// startServerAt starts another instance that answers for publicURL.
+func startServerAt(t *testing.T, db *store.DB, publicURL string) *server {
+	return startServerOpts(t, db, nil, publicURL)
+}
+
 // authArgs is the go-sdk client's authorization request.
 type authArgs = auth.AuthorizationArgs
 
 func startServerWith(t *testing.T, db *store.DB, origins []string) *server {
+	return startServerOpts(t, db, origins, "")
+}
+
+func startServerOpts(t *testing.T, db *store.DB, origins []string, publicURL string) *server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := "http://localhost:" + strings.Split(ln.Addr().String(), ":")[1]
+	public := base
+	if publicURL != "" {
+		public = publicURL
+	}
 	svc := substrate.New(db, substrate.Options{})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
-	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: base, Rooms: directory{lob}, Signup: "open"})
+	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: directory{lob}, Signup: "open"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	a.Routes(mux)
-	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: base, AllowedOrigins: origins}))
+	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: public, AllowedOrigins: origins}))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()
 	srv.Listener = ln
