@@ -21,7 +21,7 @@ import (
 
 // mintToken runs the OAuth code flow by hand (registration, PKCE, consent
 // in the person's browser, exchange) and returns the token response.
-func mintToken(t *testing.T, srv *server, p *person, rooms map[string]string) map[string]any {
+func mintToken(t testing.TB, srv *server, p *person, rooms map[string]string) map[string]any {
 	t.Helper()
 	res, err := http.Post(srv.base+"/register", "application/json", strings.NewReader(`{"redirect_uris":["http://localhost:9/cb"],"client_name":"Conformance","token_endpoint_auth_method":"none"}`))
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -49,21 +50,21 @@ type server struct {
 	svc  *substrate.Service
 }
 
-func startServer(t *testing.T, db *store.DB) *server { return startServerWith(t, db, nil) }
+func startServer(t testing.TB, db *store.DB) *server { return startServerWith(t, db, nil) }
 
 // startServerAt starts another instance that answers for publicURL.
-func startServerAt(t *testing.T, db *store.DB, publicURL string) *server {
+func startServerAt(t testing.TB, db *store.DB, publicURL string) *server {
 	return startServerOpts(t, db, nil, publicURL)
 }
 
 // authArgs is the go-sdk client's authorization request.
 type authArgs = auth.AuthorizationArgs
 
-func startServerWith(t *testing.T, db *store.DB, origins []string) *server {
+func startServerWith(t testing.TB, db *store.DB, origins []string) *server {
 	return startServerOpts(t, db, origins, "")
 }
 
-func startServerOpts(t *testing.T, db *store.DB, origins []string, publicURL string) *server {
+func startServerOpts(t testing.TB, db *store.DB, origins []string, publicURL string) *server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -84,6 +85,7 @@ func startServerOpts(t *testing.T, db *store.DB, origins []string, publicURL str
 	mux := http.NewServeMux()
 	a.Routes(mux)
 	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: public, AllowedOrigins: origins}))
+	mux.Handle("/", rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()
 	srv.Listener = ln
@@ -99,7 +101,7 @@ type person struct {
 	c    *http.Client
 }
 
-func signup(t *testing.T, srv *server, name string) *person {
+func signup(t testing.TB, srv *server, name string) *person {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	p := &person{name: name, srv: srv, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
@@ -115,7 +117,7 @@ func signup(t *testing.T, srv *server, name string) *person {
 	return p
 }
 
-func (p *person) post(t *testing.T, path, ctype, body string) string {
+func (p *person) post(t testing.TB, path, ctype, body string) string {
 	t.Helper()
 	res, err := p.c.Post(p.srv.base+path, ctype, strings.NewReader(body))
 	if err != nil {
@@ -132,7 +134,7 @@ func (p *person) post(t *testing.T, path, ctype, body string) string {
 // consent is the go-sdk client's AuthorizationCodeFetcher: the person
 // opens the authorize URL in their (signed-in) browser and allows the
 // given rooms, as on the real consent page.
-func (p *person) consent(t *testing.T, rooms map[string]string) auth.AuthorizationCodeFetcher {
+func (p *person) consent(t testing.TB, rooms map[string]string) auth.AuthorizationCodeFetcher {
 	return func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
 		res, err := p.c.Get(args.URL)
 		if err != nil {

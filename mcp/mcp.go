@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncsubstrate/sync/lobby"
@@ -53,20 +54,43 @@ func Handler(opt Options) http.Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	defs := tools()
-	streamable := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
-		ti := oauth.TokenInfoFrom(r.Context())
-		srv := sdk.NewServer(&sdk.Implementation{Name: "sync", Title: "sync", Version: opt.Version},
-			&sdk.ServerOptions{Instructions: Instructions, Logger: opt.Logger})
-		for _, d := range defs {
-			srv.AddTool(d.def, handler(&opt, ti, d))
-		}
-		return srv
-	}, &sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: opt.Logger})
+	// The SDK logs every stateless connection at info level; keep its
+	// warnings and errors only.
+	sdkLog := slog.New(levelFilter{opt.Logger.Handler(), slog.LevelWarn})
+	// One server for every request: tools find the caller in the request
+	// (RequestExtra.TokenInfo), so nothing is built per call.
+	srv := sdk.NewServer(&sdk.Implementation{Name: "sync", Title: "sync", Version: opt.Version},
+		&sdk.ServerOptions{Instructions: Instructions, Logger: sdkLog})
+	for _, d := range tools() {
+		srv.AddTool(d.def, handler(&opt, d))
+	}
+	streamable := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv },
+		&sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: sdkLog})
 	// Order: the Origin check refuses cross-site browsers before anything
-	// else; the bearer check then answers 401 with the metadata pointer
-	// clients follow to sign in.
-	return checkOrigin(&opt, opt.Auth.RequireBearer("", streamable))
+	// else; our bearer check then answers 401 with the challenge clients
+	// follow to sign in (error="invalid_token", which the SDK's own
+	// middleware omits); the SDK's middleware only hands the verified
+	// token to the tools.
+	pass := sdkauth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*sdkauth.TokenInfo, error) {
+		ti := oauth.TokenInfoFrom(ctx)
+		if ti == nil {
+			return nil, sdkauth.ErrInvalidToken
+		}
+		return &sdkauth.TokenInfo{Scopes: ti.Scopes, Expiration: ti.Expiry, UserID: ti.UserID, Extra: map[string]any{tokenExtra: ti}}, nil
+	}, &sdkauth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+	return checkOrigin(&opt, opt.Auth.RequireBearer("", pass(streamable)))
+}
+
+const tokenExtra = "sync.token"
+
+// levelFilter drops records below a level.
+type levelFilter struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (f levelFilter) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= f.min && f.Handler.Enabled(ctx, l)
 }
 
 func checkOrigin(opt *Options, next http.Handler) http.Handler {
@@ -83,8 +107,15 @@ func checkOrigin(opt *Options, next http.Handler) http.Handler {
 	})
 }
 
-func handler(opt *Options, ti *oauth.TokenInfo, d tool) sdk.ToolHandler {
+func handler(opt *Options, d tool) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		var ti *oauth.TokenInfo
+		if req.Extra != nil && req.Extra.TokenInfo != nil {
+			ti, _ = req.Extra.TokenInfo.Extra[tokenExtra].(*oauth.TokenInfo)
+		}
+		if ti == nil { // RequireBearer guarantees one; never act without it
+			return result(nil, errs.New(errs.Unauthorized, "no verified token").WithHint("reconnect the integration"), nil), nil
+		}
 		sess, err := opt.Lobby.Resolve(ctx, lobby.Caller{GrantID: ti.GrantID, UserID: ti.UserID, Username: ti.Username,
 			ClientID: ti.ClientID, ClientName: ti.ClientName, Scopes: ti.Scopes})
 		if err != nil {
