@@ -95,4 +95,3 @@ func BenchmarkMCPvsREST(b *testing.B) {
 		}
 	})
 }
-

@@ -76,14 +76,11 @@ func TestConformanceSuite(t *testing.T) {
 	token := mintToken(t, srv, alice, nil)["access_token"].(string)
 
 	target, _ := url.Parse(srv.base)
-	rp := httputil.NewSingleHostReverseProxy(target)
-	director := rp.Director
-	rp.Director = func(r *http.Request) {
-		host := r.Host // keep the client's Host: DNS-rebinding checks look at it
-		director(r)
-		r.Host = host
-		r.Header.Set("Authorization", "Bearer "+token)
-	}
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.Out.Host = pr.In.Host // keep the client's Host: DNS-rebinding checks look at it
+		pr.Out.Header.Set("Authorization", "Bearer "+token)
+	}}
 	proxy := httptest.NewUnstartedServer(rp)
 	proxy.Listener.Close()
 	proxy.Listener = proxyLn

@@ -41,9 +41,9 @@ func schema(props map[string]any, required ...string) map[string]any {
 	return s
 }
 
-func str(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
-func num(desc string) map[string]any { return map[string]any{"type": "integer", "description": desc} }
-func obj(desc string) map[string]any { return map[string]any{"type": "object", "description": desc} }
+func str(desc string) map[string]any  { return map[string]any{"type": "string", "description": desc} }
+func num(desc string) map[string]any  { return map[string]any{"type": "integer", "description": desc} }
+func obj(desc string) map[string]any  { return map[string]any{"type": "object", "description": desc} }
 func anyv(desc string) map[string]any { return map[string]any{"description": desc} }
 
 var roomProp = str("Room id. Defaults to the room you are embodied in or last focused.")

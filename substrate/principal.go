@@ -140,7 +140,9 @@ func (s *Service) AgentPrincipal(ctx context.Context, roomID, agentID string) (*
 }
 
 // ObserverPrincipal reads a room's communal scopes only.
-func ObserverPrincipal(roomID string) *Principal { return &Principal{Kind: KindObserver, RoomID: roomID} }
+func ObserverPrincipal(roomID string) *Principal {
+	return &Principal{Kind: KindObserver, RoomID: roomID}
+}
 
 // ViewPrincipal reads everything in a room and writes nothing.
 func ViewPrincipal(roomID string) *Principal { return &Principal{Kind: KindView, RoomID: roomID} }
