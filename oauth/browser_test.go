@@ -92,17 +92,26 @@ func TestBrowserSignupSigninConsent(t *testing.T) {
 	}
 
 	// Sign out, then sign in with no username: the passkey is discoverable.
-	err = chromedp.Do(ctx,
+	signOut := chromedp.Steps(
 		chromedp.Navigate(h.base+"/account"),
 		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"] button`)),
 		chromedp.Click(chromedp.CSS(`form[action="/signout"] button`)),
 		chromedp.WaitVisible(chromedp.CSS("#signin")),
+	)
+	err = chromedp.Do(ctx, signOut,
 		chromedp.Click(chromedp.CSS("#signin")),
 		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`)),
 	)
 	loc, lerr := chromedp.Run(ctx, chromedp.Location())
 	if err != nil || lerr != nil || !strings.HasSuffix(loc, "/account") {
 		t.Fatalf("sign-in: %q %v %v", loc, err, lerr)
+	}
+	// Again through autofill (conditional mediation): focusing the username
+	// field offers the passkey, which the virtual authenticator accepts.
+	err = chromedp.Do(ctx, signOut, chromedp.Focus(chromedp.CSS("#autofill")),
+		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`)))
+	if err != nil {
+		t.Fatalf("autofill sign-in: %v", err)
 	}
 
 	// A client asks for access; the consent screen lists the user's rooms.

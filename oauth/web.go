@@ -36,7 +36,9 @@ type web struct {
 	csrf   *http.CrossOriginProtection
 }
 
-const ceremonyCookie = "sync_webauthn"
+// ceremonyCookie names the cookie of a ceremony kind: an autofill sign-in
+// waiting in the background and a button sign-in must not share one.
+func ceremonyCookie(kind string) string { return "sync_webauthn_" + kind }
 
 func newWeb(s *Server) (*web, error) {
 	u, err := url.Parse(s.issuer)
@@ -94,6 +96,8 @@ func (wb *web) routes(mux *http.ServeMux) {
 	post("POST /webauthn/signup/finish", wb.signupFinish)
 	post("POST /webauthn/login/begin", wb.loginBegin)
 	post("POST /webauthn/login/finish", wb.loginFinish)
+	post("POST /webauthn/autofill/begin", wb.loginBegin)
+	post("POST /webauthn/autofill/finish", wb.loginFinish)
 	post("POST /webauthn/recover/begin", wb.recoverBegin)
 	post("POST /webauthn/add/begin", wb.addBegin)
 	post("POST /webauthn/add/finish", wb.addFinish)
@@ -195,7 +199,7 @@ func (wb *web) saveCeremony(w http.ResponseWriter, r *http.Request, c *ceremony)
 		VALUES ($1, $2, $3, now() + interval '5 minutes')`, hashSecret(id), c.Kind, raw); err != nil {
 		return err
 	}
-	http.SetCookie(w, &http.Cookie{Name: ceremonyCookie, Value: id, Path: "/webauthn", HttpOnly: true, Secure: wb.secure,
+	http.SetCookie(w, &http.Cookie{Name: ceremonyCookie(c.Kind), Value: id, Path: "/webauthn", HttpOnly: true, Secure: wb.secure,
 		SameSite: http.SameSiteStrictMode, MaxAge: 300})
 	return nil
 }
@@ -203,7 +207,7 @@ func (wb *web) saveCeremony(w http.ResponseWriter, r *http.Request, c *ceremony)
 // takeCeremony loads and deletes the ceremony: a second finish with the
 // same state (a replay) finds nothing.
 func (wb *web) takeCeremony(r *http.Request, kind string) (*ceremony, error) {
-	ck, err := r.Cookie(ceremonyCookie)
+	ck, err := r.Cookie(ceremonyCookie(kind))
 	if err != nil {
 		return nil, errors.New("no passkey ceremony in progress; start again")
 	}
@@ -363,13 +367,22 @@ func protocolMessage(err error) string {
 
 // --- usernameless sign-in ---
 
+// ceremonyKind is "autofill" for the conditional-mediation endpoints and
+// "login" for the button.
+func ceremonyKind(r *http.Request) string {
+	if strings.HasPrefix(r.URL.Path, "/webauthn/autofill/") {
+		return "autofill"
+	}
+	return "login"
+}
+
 func (wb *web) loginBegin(w http.ResponseWriter, r *http.Request) {
 	assertion, sess, err := wb.wa.BeginDiscoverableLogin(webauthn.WithUserVerification(protocol.VerificationPreferred))
 	if err != nil {
 		apiError(w, 500, "server_error", "could not start the passkey ceremony")
 		return
 	}
-	if err := wb.saveCeremony(w, r, &ceremony{Kind: "login", Data: *sess}); err != nil {
+	if err := wb.saveCeremony(w, r, &ceremony{Kind: ceremonyKind(r), Data: *sess}); err != nil {
 		apiError(w, 500, "server_error", "could not start the passkey ceremony")
 		return
 	}
@@ -377,7 +390,7 @@ func (wb *web) loginBegin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (wb *web) loginFinish(w http.ResponseWriter, r *http.Request) {
-	c, err := wb.takeCeremony(r, "login")
+	c, err := wb.takeCeremony(r, ceremonyKind(r))
 	if err != nil {
 		apiError(w, 400, "ceremony_expired", err.Error())
 		return

@@ -41,10 +41,27 @@ async function register(begin, finish, body) {
   const cred = await navigator.credentials.create({ publicKey: creationOptions(opts) });
   return post(finish, attestation(cred));
 }
+let autofillAbort = null; // the pending conditional (autofill) request
 async function signin() {
+  if (autofillAbort) { autofillAbort.abort(); autofillAbort = null; }
   const opts = await post("/webauthn/login/begin");
   const cred = await navigator.credentials.get({ publicKey: requestOptions(opts) });
   return post("/webauthn/login/finish", assertion(cred));
+}
+// Conditional mediation: where the browser supports it, the passkey is
+// offered in the username field's autofill once the field is focused.
+async function autofill(next) {
+  if (!window.PublicKeyCredential || !PublicKeyCredential.isConditionalMediationAvailable) return;
+  if (!(await PublicKeyCredential.isConditionalMediationAvailable())) return;
+  autofillAbort = new AbortController();
+  try {
+    const opts = await post("/webauthn/autofill/begin");
+    const cred = await navigator.credentials.get({ publicKey: requestOptions(opts), mediation: "conditional", signal: autofillAbort.signal });
+    await post("/webauthn/autofill/finish", assertion(cred));
+    location.assign(next);
+  } catch (e) {
+    if (e.name !== "AbortError") console.debug("autofill sign-in:", e);
+  }
 }
 function showCodes(el, codes) {
   el.hidden = false;
@@ -55,6 +72,8 @@ document.addEventListener("DOMContentLoaded", () => {
   const fail = e => { if (err) err.textContent = explain(e); };
   const on = (id, fn) => { const el = document.getElementById(id); if (el) el.addEventListener("click", ev => { ev.preventDefault(); if (err) err.textContent = ""; fn(el).catch(fail); }); };
   on("signin", async el => { await signin(); location.assign(el.dataset.next || "/account"); });
+  const sb = document.getElementById("signin"), field = document.getElementById("autofill");
+  if (sb && field) field.addEventListener("focus", () => autofill(sb.dataset.next || "/account"), { once: true });
   on("signup", async el => {
     const res = await register("/webauthn/signup/begin", "/webauthn/signup/finish",
       { username: document.getElementById("username").value, invite: el.dataset.invite });
