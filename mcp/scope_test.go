@@ -1,0 +1,80 @@
+package mcp_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+func connectWithToken(t *testing.T, srv *server, token string) *sdk.ClientSession {
+	t.Helper()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, nil).Connect(context.Background(),
+		&sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// Roles: embodying by role claims it once; disembodying frees it.
+// Observers cannot embody. Scope narrows and never widens.
+func TestRolesObserversAndScope(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	alice, bob, carol := signup(t, srv, "alice"), signup(t, srv, "bob"), signup(t, srv, "carol")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "guild"})
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "side"})
+	mustTool(t, as, "sync_share_room", map[string]any{"room": "guild", "username": "bob", "role": "participant"})
+	mustTool(t, as, "sync_share_room", map[string]any{"room": "guild", "username": "carol", "role": "observer"})
+	mustTool(t, as, "sync_embody", map[string]any{"room": "guild"})
+	mustTool(t, as, "sync_register_action", map[string]any{"id": "define_role", "params": map[string]any{
+		"role_id": map[string]any{"type": "string", "required": true}, "description": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"key": "roles", "merge": map[string]any{"${params.role_id}": map[string]any{"description": "${params.description}", "filled_by": nil}}}}})
+	mustTool(t, as, "sync_invoke_action", map[string]any{"action": "define_role", "params": map[string]any{"role_id": "scribe", "description": "keeps notes"}})
+	mustTool(t, as, "sync_disembody", nil)
+
+	bs := connectWithToken(t, srv, mintToken(t, srv, bob, map[string]string{"guild": "write"})["access_token"].(string))
+	lobbyView := mustTool(t, bs, "sync_lobby", nil)
+	if rooms := lobbyView["rooms"].([]any); len(rooms) != 1 || get(rooms[0].(map[string]any), "roles") == nil {
+		t.Fatalf("bob's lobby: %v", lobbyView)
+	}
+	mustTool(t, bs, "sync_embody", map[string]any{"room": "guild", "role": "scribe"})
+	as2 := connectWithToken(t, srv, mintToken(t, srv, alice, map[string]string{"guild": "write"})["access_token"].(string))
+	if out, isErr := callTool(t, as2, "sync_embody", map[string]any{"room": "guild", "role": "scribe"}); !isErr {
+		t.Fatalf("a filled role was filled again: %v", out)
+	}
+	ctx := mustTool(t, bs, "sync_read_context", nil)
+	if get(ctx, "state", "_shared", "roles", "scribe", "filled_by") != "bob:conformance" {
+		t.Fatalf("role not filled: %v", get(ctx, "state", "_shared", "roles"))
+	}
+	mustTool(t, bs, "sync_disembody", nil)
+	ctx = mustTool(t, as2, "sync_read_context", map[string]any{"room": "guild"})
+	if get(ctx, "state", "_shared", "roles", "scribe", "filled_by") != nil {
+		t.Fatalf("disembody did not free the role: %v", get(ctx, "state", "_shared", "roles"))
+	}
+
+	// An observer reads communal state but cannot embody.
+	cs := connectWithToken(t, srv, mintToken(t, srv, carol, map[string]string{"guild": "read"})["access_token"].(string))
+	mustTool(t, cs, "sync_read_context", map[string]any{"room": "guild"})
+	if out, isErr := callTool(t, cs, "sync_embody", map[string]any{"room": "guild"}); !isErr || out["error"] != "forbidden" {
+		t.Fatalf("observer embodied: %v", out)
+	}
+
+	// Narrowing: alice keeps only guild at read; side is gone, nothing widens.
+	mustTool(t, as, "sync_restrict_scope", map[string]any{"scope": "rooms:guild:read rooms:other:admin create_rooms"})
+	if out, isErr := callTool(t, as, "sync_read_context", map[string]any{"room": "side"}); !isErr || out["error"] != "room_not_in_scope" {
+		t.Fatalf("side still in scope: %v", out)
+	}
+	if out, isErr := callTool(t, as, "sync_embody", map[string]any{"room": "guild"}); !isErr {
+		t.Fatalf("read-only scope embodied: %v", out)
+	}
+	view := mustTool(t, as, "sync_lobby", nil)
+	if rooms := view["rooms"].([]any); len(rooms) != 1 || rooms[0].(map[string]any)["access"] != "read" || view["can_create_rooms"] != true {
+		t.Fatalf("lobby after restrict: %v", view)
+	}
+}
