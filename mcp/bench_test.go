@@ -10,17 +10,11 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
+
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 )
-
-type bearer struct{ token string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
-}
 
 // MCP tools/call against the same operation over REST: the MCP layer's
 // overhead (session resolution, JSON-RPC, tool dispatch).
@@ -32,7 +26,7 @@ func BenchmarkMCPvsREST(b *testing.B) {
 	alice := signup(b, srv, "alice")
 	tok := mintToken(b, srv, alice, nil)["access_token"].(string)
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil).Connect(context.Background(),
-		&sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", HTTPClient: &http.Client{Transport: bearer{tok}}}, nil)
+		&sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", HTTPClient: &http.Client{Transport: oauthtest.Bearer{Token: tok}}}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,11 +2,7 @@ package mcp_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -19,39 +15,10 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
-// mintToken runs the OAuth code flow by hand (registration, PKCE, consent
-// in the person's browser, exchange) and returns the token response.
-func mintToken(t testing.TB, srv *server, p *person, rooms map[string]string) map[string]any {
+// mintToken obtains a real grant through the pages (see oauthtest).
+func mintToken(t testing.TB, _ *server, p *person, rooms map[string]string) map[string]any {
 	t.Helper()
-	res, err := http.Post(srv.base+"/register", "application/json", strings.NewReader(`{"redirect_uris":["http://localhost:9/cb"],"client_name":"Conformance","token_endpoint_auth_method":"none"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var reg map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&reg)
-	res.Body.Close()
-	verifier := strings.Repeat("c", 48)
-	sum := sha256.Sum256([]byte(verifier))
-	q := url.Values{"response_type": {"code"}, "client_id": {reg["client_id"].(string)}, "redirect_uri": {"http://localhost:9/cb"},
-		"state": {"conformance-state"}, "code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
-		"resource": {srv.base + "/mcp"}}
-	got, err := p.consent(t, rooms)(context.Background(), &authArgs{URL: srv.base + "/authorize?" + q.Encode()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err = http.PostForm(srv.base+"/token", url.Values{"grant_type": {"authorization_code"}, "code": {got.Code},
-		"redirect_uri": {"http://localhost:9/cb"}, "client_id": {reg["client_id"].(string)}, "code_verifier": {verifier}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var tok map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&tok)
-	if tok["access_token"] == nil {
-		t.Fatalf("no token: %v", tok)
-	}
-	tok["client_id"] = reg["client_id"]
-	return tok
+	return p.Token(t, "Conformance", rooms)
 }
 
 // The official MCP conformance suite against /mcp. The suite cannot sign

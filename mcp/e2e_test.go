@@ -3,19 +3,14 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/descope/virtualwebauthn"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
@@ -23,6 +18,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/mcp"
 	"github.com/syncsubstrate/sync/oauth"
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
@@ -52,13 +48,6 @@ type server struct {
 
 func startServer(t testing.TB, db *store.DB) *server { return startServerWith(t, db, nil) }
 
-// startServerAt starts another instance that answers for publicURL.
-func startServerAt(t testing.TB, db *store.DB, publicURL string) *server {
-	return startServerOpts(t, db, nil, publicURL)
-}
-
-// authArgs is the go-sdk client's authorization request.
-type authArgs = auth.AuthorizationArgs
 
 func startServerWith(t testing.TB, db *store.DB, origins []string) *server {
 	return startServerOpts(t, db, origins, "")
@@ -94,87 +83,37 @@ func startServerOpts(t testing.TB, db *store.DB, origins []string, publicURL str
 	return &server{base: base, db: db, auth: a, svc: svc}
 }
 
-// person is a user with a browser (cookies) and a software passkey.
-type person struct {
-	name string
-	srv  *server
-	c    *http.Client
-}
+// person is a signed-in user with a software passkey (oauth/oauthtest).
+type person = oauthtest.Person
 
 func signup(t testing.TB, srv *server, name string) *person {
 	t.Helper()
-	jar, _ := cookiejar.New(nil)
-	p := &person{name: name, srv: srv, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-	body := p.post(t, "/webauthn/signup/begin", "application/json", fmt.Sprintf(`{"username": %q}`, name))
-	opts, err := virtualwebauthn.ParseAttestationOptions(body)
-	if err != nil {
-		t.Fatalf("signup begin: %v %s", err, body)
-	}
-	a := virtualwebauthn.NewAuthenticatorWithOptions(virtualwebauthn.AuthenticatorOptions{UserHandle: []byte(opts.UserID)})
-	cred := virtualwebauthn.NewCredential(virtualwebauthn.KeyTypeEC2)
-	rp := virtualwebauthn.RelyingParty{ID: "localhost", Name: "sync", Origin: srv.base}
-	p.post(t, "/webauthn/signup/finish", "application/json", virtualwebauthn.CreateAttestationResponse(rp, a, cred, *opts))
-	return p
-}
-
-func (p *person) post(t testing.TB, path, ctype, body string) string {
-	t.Helper()
-	res, err := p.c.Post(p.srv.base+path, ctype, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if res.StatusCode >= 400 {
-		t.Fatalf("POST %s: %d %s", path, res.StatusCode, raw)
-	}
-	return string(raw)
+	return oauthtest.SignUp(t, srv.base, name, "")
 }
 
 // consent is the go-sdk client's AuthorizationCodeFetcher: the person
 // opens the authorize URL in their (signed-in) browser and allows the
 // given rooms, as on the real consent page.
-func (p *person) consent(t testing.TB, rooms map[string]string) auth.AuthorizationCodeFetcher {
+func consent(p *person, rooms map[string]string) auth.AuthorizationCodeFetcher {
 	return func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
-		res, err := p.c.Get(args.URL)
+		r, err := p.Consent(ctx, args.URL, rooms)
 		if err != nil {
 			return nil, err
 		}
-		page, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if res.StatusCode != 200 {
-			return nil, fmt.Errorf("consent page: %d %s", res.StatusCode, page)
-		}
-		form := url.Values{"decision": {"allow"}, "create_rooms": {"on"}}
-		for id, level := range rooms {
-			form.Add("room", id)
-			form.Set("level_"+id, level)
-		}
-		u, _ := url.Parse(args.URL)
-		res, err = p.c.Post(p.srv.base+u.RequestURI(), "application/x-www-form-urlencoded", strings.NewReader(form.Encode()))
-		if err != nil {
-			return nil, err
-		}
-		res.Body.Close()
-		loc, err := url.Parse(res.Header.Get("Location"))
-		if err != nil || loc.Query().Get("code") == "" {
-			return nil, fmt.Errorf("consent did not redirect with a code: %d %v", res.StatusCode, res.Header)
-		}
-		q := loc.Query()
-		return &auth.AuthorizationResult{Code: q.Get("code"), State: q.Get("state"), Iss: q.Get("iss")}, nil
+		return &auth.AuthorizationResult{Code: r.Code, State: r.State, Iss: r.Iss}, nil
 	}
 }
 
 // connect runs the go-sdk client through discovery, dynamic registration,
 // PKCE with resource, consent and token exchange, and returns a session.
-func (p *person) connect(t *testing.T, rooms map[string]string) *sdk.ClientSession {
+func connect(t *testing.T, p *person, rooms map[string]string) *sdk.ClientSession {
 	t.Helper()
 	h, err := auth.NewAuthorizationCodeHandler(&auth.AuthorizationCodeHandlerConfig{
 		DynamicClientRegistrationConfig: &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
 			ClientName: "Go SDK test", RedirectURIs: []string{"http://localhost:1/callback"}, TokenEndpointAuthMethod: "none",
 			GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"}}},
 		RedirectURL:              "http://localhost:1/callback",
-		AuthorizationCodeFetcher: p.consent(t, rooms),
+		AuthorizationCodeFetcher: consent(p, rooms),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +121,7 @@ func (p *person) connect(t *testing.T, rooms map[string]string) *sdk.ClientSessi
 	client := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: p.srv.base + "/mcp", OAuthHandler: h}, nil)
+	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: p.Base + "/mcp", OAuthHandler: h}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -232,7 +171,7 @@ func get(m map[string]any, path ...string) any {
 func TestEndToEndWithGoSDKClient(t *testing.T) {
 	srv := startServer(t, pgtest.New(t))
 	alice := signup(t, srv, "alice")
-	cs := alice.connect(t, nil)
+	cs := connect(t, alice, nil)
 
 	lobbyView := mustTool(t, cs, "sync_lobby", nil)
 	if lobbyView["can_create_rooms"] != true || lobbyView["embodied"] != nil {
@@ -260,7 +199,7 @@ func TestEndToEndWithGoSDKClient(t *testing.T) {
 	// A second user joins the room and embodies; alice waits for the bell.
 	bob := signup(t, srv, "bob")
 	mustTool(t, cs, "sync_share_room", map[string]any{"room": "lab", "username": "bob", "role": "participant"})
-	bs := bob.connect(t, map[string]string{"lab": "write"})
+	bs := connect(t, bob, map[string]string{"lab": "write"})
 	if out, isErr := callTool(t, bs, "sync_embody", map[string]any{"room": "lab", "agent": "alice:go-sdk-test"}); !isErr {
 		t.Fatalf("bob embodied alice's agent: %v", out)
 	}

@@ -7,13 +7,15 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
+
 	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
 func connectWithToken(t *testing.T, srv *server, token string) *sdk.ClientSession {
 	t.Helper()
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, nil).Connect(context.Background(),
-		&sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", HTTPClient: &http.Client{Transport: bearer{token}}}, nil)
+		&sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", HTTPClient: &http.Client{Transport: oauthtest.Bearer{Token: token}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

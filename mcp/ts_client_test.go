@@ -28,9 +28,8 @@ func TestEndToEndWithTypeScriptClient(t *testing.T) {
 	}
 	srv := startServer(t, pgtest.New(t))
 	alice := signup(t, srv, "alice")
-	consent := alice.consent(t, nil)
 	helper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		res, err := consent(r.Context(), &authArgs{URL: r.URL.Query().Get("url")})
+		res, err := alice.Consent(r.Context(), r.URL.Query().Get("url"), nil)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return

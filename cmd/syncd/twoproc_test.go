@@ -17,9 +17,9 @@ import (
 // the second server is a real, separate process.
 const childEnv = "SYNCD_TEST_CHILD"
 
-func startChild(t *testing.T, dbURL string) string {
+func startChild(t *testing.T, dbURL string, extra ...string) string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-database-url", dbURL, "-rate-limit", "-1")
+	cmd := exec.Command(os.Args[0], append([]string{"-addr", "127.0.0.1:0", "-database-url", dbURL, "-rate-limit", "-1"}, extra...)...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

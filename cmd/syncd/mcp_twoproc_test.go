@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// rotate sends each request to the next server, with the current token.
+type rotate struct {
+	hosts []atomic.Value
+	n     atomic.Int64
+	token atomic.Value
+}
+
+func (r *rotate) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.URL.Host = r.hosts[int(r.n.Add(1))%len(r.hosts)].Load().(string)
+	req.Host = req.URL.Host
+	req.Header.Set("Authorization", "Bearer "+r.token.Load().(string))
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strings.Split(ln.Addr().String(), ":")[1]
+}
+
+// Two syncd processes on one database serve one MCP session: calls
+// alternate between them; one is restarted mid-session; a refreshed token
+// keeps the embodiment. Nothing of the session lives in a process.
+func TestMCPSessionAcrossProcesses(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	port := freePort(t)
+	public := "http://localhost:" + port
+	cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
+	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, stopA := start(t, cfg)
+	b := startChild(t, dbURL, "-signup", "open", "-public-url", public) // another process, same public URL
+
+	alice := oauthtest.SignUp(t, public, "alice", "")
+	tok := alice.Token(t, "Two Process", nil)
+	rt := &rotate{hosts: make([]atomic.Value, 2)}
+	rt.hosts[0].Store(strings.TrimPrefix(a, "http://"))
+	rt.hosts[1].Store(strings.TrimPrefix(b, "http://"))
+	rt.token.Store(tok["access_token"].(string))
+	connect := func() *sdk.ClientSession {
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, nil).Connect(context.Background(),
+			&sdk.StreamableClientTransport{Endpoint: public + "/mcp", HTTPClient: &http.Client{Transport: rt}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	call := func(cs *sdk.ClientSession, name string, args map[string]any) map[string]any {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var out map[string]any
+		raw, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(raw, &out)
+		if res.IsError {
+			t.Fatalf("%s: %v", name, out)
+		}
+		return out
+	}
+	cs := connect()
+	call(cs, "sync_create_room", map[string]any{"room": "shared-room"})
+	call(cs, "sync_embody", map[string]any{"room": "shared-room"})
+	call(cs, "sync_register_action", map[string]any{"id": "tick", "writes": []any{map[string]any{"key": "n", "increment": 1}}})
+	for i := 0; i < 4; i++ { // alternating processes
+		out := call(cs, "sync_invoke_action", map[string]any{"action": "tick"})
+		if s, _ := out["_session"].(map[string]any); s["agent"] != "alice:two-process" {
+			t.Fatalf("call %d lost the embodiment: %v", i, out["_session"])
+		}
+	}
+
+	// Restart the in-process server: the session goes on.
+	stopA()
+	a, stopA = start(t, cfg)
+	defer stopA()
+	call(cs, "sync_invoke_action", map[string]any{"action": "tick"})
+
+	// Refresh the token: same grant, same session row.
+	res, err := http.PostForm(public+"/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok["refresh_token"].(string)},
+		"client_id": {tok["client_id"].(string)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&fresh)
+	res.Body.Close()
+	rt.token.Store(fresh["access_token"].(string))
+	ctx := call(connect(), "sync_read_context", nil)
+	shared, _ := ctx["state"].(map[string]any)["_shared"].(map[string]any)
+	if s, _ := ctx["_session"].(map[string]any); s["agent"] != "alice:two-process" || shared["n"] != float64(5) {
+		t.Fatalf("after restart and refresh: session %v, n=%v", ctx["_session"], shared["n"])
+	}
+}
