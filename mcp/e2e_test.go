@@ -48,7 +48,6 @@ type server struct {
 
 func startServer(t testing.TB, db *store.DB) *server { return startServerWith(t, db, nil) }
 
-
 func startServerWith(t testing.TB, db *store.DB, origins []string) *server {
 	return startServerOpts(t, db, origins, "")
 }

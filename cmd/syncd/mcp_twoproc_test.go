@@ -96,7 +96,7 @@ func TestMCPSessionAcrossProcesses(t *testing.T) {
 
 	// Restart the in-process server: the session goes on.
 	stopA()
-	a, stopA = start(t, cfg)
+	_, stopA = start(t, cfg) // same address, so the rotation needs no change
 	defer stopA()
 	call(cs, "sync_invoke_action", map[string]any{"action": "tick"})
 
