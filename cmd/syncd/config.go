@@ -28,6 +28,7 @@ type config struct {
 	LogFormat     string        // SYNC_LOG_FORMAT, -log-format: text or json. Default text.
 	Signup        string        // SYNC_SIGNUP, -signup: invite, open or closed. Default invite.
 	RedirectAllow []string      // SYNC_REDIRECT_ALLOW, -redirect-allow: extra OAuth redirect URIs, comma-separated.
+	MCPOrigins    []string      // SYNC_MCP_ORIGINS, -mcp-origins: browser origins besides the public URL's that may call /mcp.
 }
 
 // defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
@@ -67,6 +68,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.StringVar(&c.LogFormat, "log-format", env("SYNC_LOG_FORMAT", "text"), "log format, text or json (SYNC_LOG_FORMAT)")
 	fs.StringVar(&c.Signup, "signup", env("SYNC_SIGNUP", "invite"), "who may create an account: invite, open or closed (SYNC_SIGNUP)")
 	redirects := fs.String("redirect-allow", env("SYNC_REDIRECT_ALLOW", ""), "extra allowed OAuth redirect URIs, comma-separated; a trailing * allows a prefix (SYNC_REDIRECT_ALLOW)")
+	origins := fs.String("mcp-origins", env("SYNC_MCP_ORIGINS", ""), "browser origins, besides the public URL's, allowed to call /mcp, comma-separated (SYNC_MCP_ORIGINS)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -86,11 +88,8 @@ func parseConfig(args []string) (*config, error) {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return nil, errors.New("log format must be text or json")
 	}
-	for _, r := range strings.Split(*redirects, ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			c.RedirectAllow = append(c.RedirectAllow, r)
-		}
-	}
+	c.RedirectAllow = splitList(*redirects)
+	c.MCPOrigins = splitList(*origins)
 	if c.PublicURL == "" {
 		// Passkeys need a host name, not an IP address: a loopback or
 		// wildcard listener is reached as localhost.
@@ -112,4 +111,14 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

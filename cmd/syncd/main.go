@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -111,7 +112,8 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
 	auth.Routes(mux)
-	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL}))
+	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL,
+		AllowedOrigins: cfg.MCPOrigins, Version: version()}))
 	mux.Handle("/", rest.Handler(svc, rest.Options{
 		MaxBodyBytes:  cfg.MaxBody,
 		RatePerSecond: cfg.RateLimit,
@@ -179,4 +181,21 @@ func openDatabase(ctx context.Context, cfg *config) (*store.DB, func(), error) {
 		return nil, nil, err
 	}
 	return db, func() { db.Close(); stopCluster() }, nil
+}
+
+// version is the build's module version, or its VCS revision.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return "rev-" + s.Value[:12]
+		}
+	}
+	return "dev"
 }
