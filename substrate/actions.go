@@ -265,7 +265,7 @@ func changedFields(a, b ActionDef) []string {
 
 // lockedSnapshot loads the room's snapshot inside a mutation.
 func (s *Service) lockedSnapshot(m *mutation) (*snapshot, error) {
-	return s.loadSnapshot(m.ctx, m.tx, m.room, m.base, m.msgCount)
+	return s.loadSnapshot(m.ctx, m.tx, m.room, m.cacheKey, m.base, m.msgCount)
 }
 
 // DeleteAction removes an action (its registrar, its scope's agent or room

@@ -66,14 +66,14 @@ func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, want
 	var rc *roomCtx
 	err := pgx.BeginTxFunc(ctx, s.db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var seq, count int64
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT seq, message_count, now() FROM rooms WHERE id = $1`, roomID).Scan(&seq, &count, &now); err != nil {
+		var born time.Time
+		if err := tx.QueryRow(ctx, `SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID).Scan(&seq, &count, &born); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
 			}
 			return err
 		}
-		snap, err := s.loadSnapshot(ctx, tx, roomID, seq, count)
+		snap, err := s.loadSnapshot(ctx, tx, roomID, cacheKey(roomID, born), seq, count)
 		if err != nil {
 			return err
 		}

@@ -26,6 +26,8 @@ type mutation struct {
 	base  int64 // the room's seq before this mutation
 	// msgCount is the room's _messages count before this mutation.
 	msgCount int64
+	// cacheKey names this incarnation of the room in the snapshot cache.
+	cacheKey string
 	next     int64 // next sequence number to hand out
 	batch    pgx.Batch
 	audit    map[string]any
@@ -89,13 +91,15 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn fu
 	var grants []string
 	var lock pgx.Batch
 	lock.Queue("BEGIN")
-	lock.Queue(`SELECT seq, message_count, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $2)
+	lock.Queue(`SELECT seq, message_count, created_at, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $2)
 		FROM rooms WHERE id = $1 FOR UPDATE`, roomID, agentID)
 	br := conn.SendBatch(ctx, &lock)
 	open = true
 	_, err = br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&m.base, &m.msgCount, &m.now, &grants)
+		var born time.Time
+		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &m.now, &grants)
+		m.cacheKey = cacheKey(roomID, born)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -180,7 +184,7 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn fu
 // next request does not re-read the room. Rooms with logical timers are
 // re-read instead: their ticks change rows this mutation did not write.
 func (s *Service) advanceSnapshot(m *mutation, seq int64) {
-	old := s.snaps.get(m.room, m.base)
+	old := s.snaps.get(m.cacheKey, m.base)
 	if old == nil || old.hasTicks() {
 		return
 	}
@@ -189,5 +193,5 @@ func (s *Service) advanceSnapshot(m *mutation, seq int64) {
 			return
 		}
 	}
-	s.snaps.put(m.room, old.advance(s, m.pending, seq, m.msgCount+m.messages))
+	s.snaps.put(m.cacheKey, old.advance(s, m.pending, seq, m.msgCount+m.messages))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -93,10 +94,17 @@ func (c *snapCache) put(room string, s *snapshot) {
 	c.rooms[room] = s
 }
 
+// cacheKey names one incarnation of a room: a room deleted and created
+// again under the same id starts its seq afresh, and must never be served
+// the old one's snapshot (by this process or any other).
+func cacheKey(roomID string, born time.Time) string {
+	return roomID + "@" + strconv.FormatInt(born.UnixNano(), 36)
+}
+
 // loadSnapshot returns the room's snapshot at seq, which the caller read in
 // the same transaction as q (so the rows it loads belong to that seq).
-func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID string, seq, messageCount int64) (*snapshot, error) {
-	if snap := s.snaps.get(roomID, seq); snap != nil {
+func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID, key string, seq, messageCount int64) (*snapshot, error) {
+	if snap := s.snaps.get(key, seq); snap != nil {
 		return snap, nil
 	}
 	rows, err := q.Query(ctx, `SELECT `+rowCols+` FROM state WHERE room_id = $1 AND sort_key IS NULL ORDER BY scope, key`, roomID)
@@ -115,7 +123,7 @@ func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID string, se
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	s.snaps.put(roomID, snap)
+	s.snaps.put(key, snap)
 	return snap, nil
 }
 
