@@ -27,17 +27,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-type directory struct{ *lobby.Lobby }
-
-func (d directory) UserRooms(ctx context.Context, userID string) ([]oauth.UserRoom, error) {
-	rooms, err := d.Lobby.UserRooms(ctx, userID)
-	out := make([]oauth.UserRoom, len(rooms))
-	for i, r := range rooms {
-		out[i] = oauth.UserRoom{ID: r.ID, Label: r.Label, Access: r.Access, Roles: r.Roles}
-	}
-	return out, err
-}
-
 // server is a whole sync server on one database: REST, OAuth, /mcp.
 type server struct {
 	base string
@@ -66,7 +55,7 @@ func startServerOpts(t testing.TB, db *store.DB, origins []string, publicURL str
 	svc := substrate.New(db, substrate.Options{})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
-	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: directory{lob}, Signup: "open"})
+	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,21 +27,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// directory shows the real lobby to the server, as syncd wires it.
-type directory struct{ *lobby.Lobby }
-
-func (d directory) UserRooms(ctx context.Context, userID string) ([]oauth.UserRoom, error) {
-	rooms, err := d.Lobby.UserRooms(ctx, userID)
-	out := make([]oauth.UserRoom, len(rooms))
-	for i, r := range rooms {
-		out[i] = oauth.UserRoom{ID: r.ID, Label: r.Label, Access: r.Access, Roles: r.Roles}
-		for _, a := range r.Agents {
-			out[i].Agents = append(out[i].Agents, oauth.RoomAgent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat})
-		}
-	}
-	return out, err
-}
-
 type harness struct {
 	svc  *substrate.Service
 	t    *testing.T
@@ -64,7 +49,7 @@ func newHarness(t *testing.T, opt oauth.Options) *harness {
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	opt.PublicURL = base
-	opt.Rooms = directory{lob}
+	opt.Rooms = lob
 	s, err := oauth.New(context.Background(), db, opt)
 	if err != nil {
 		t.Fatal(err)

@@ -279,7 +279,7 @@ func TestAttacks(t *testing.T) {
 	t.Run("token for another audience", func(t *testing.T) {
 		code := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false).Query().Get("code")
 		at := h.exchange(c, code).json()["access_token"].(string)
-		other, err := oauth.New(context.Background(), h.db, oauth.Options{PublicURL: "https://other.example", Rooms: directory{h.lob}})
+		other, err := oauth.New(context.Background(), h.db, oauth.Options{PublicURL: "https://other.example", Rooms: h.lob})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,7 @@
 // passkey sign-in (go-webauthn) and the consent screen where a user picks
 // the rooms a client may use. It also verifies access tokens for the MCP
 // resource server. It knows rooms only through the RoomDirectory it is
-// given.
+// given (the lobby's listing of a user's rooms and its room actions).
 package oauth
 
 import (
@@ -22,6 +22,7 @@ import (
 	"github.com/ory/fosite"
 	"github.com/ory/fosite/compose"
 
+	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/store"
 )
 
@@ -64,10 +65,10 @@ type Options struct {
 
 // RoomDirectory is how the authorization server sees rooms: it lists a
 // user's rooms and carries out the account page's room actions. Errors it
-// returns are shown to the user as they are.
+// returns are shown to the user as they are. *lobby.Lobby implements it.
 type RoomDirectory interface {
 	// UserRooms lists the rooms a user belongs to, for the consent screen.
-	UserRooms(ctx context.Context, userID string) ([]UserRoom, error)
+	UserRooms(ctx context.Context, userID string) ([]lobby.Room, error)
 	// CreateRoom makes a room the user owns and returns its id (a random
 	// one when roomID is empty).
 	CreateRoom(ctx context.Context, userID, roomID, label string) (string, error)
@@ -78,21 +79,6 @@ type RoomDirectory interface {
 	// LeaveRoom and DeleteRoom end the user's part in a room.
 	LeaveRoom(ctx context.Context, userID, roomID string) error
 	DeleteRoom(ctx context.Context, userID, roomID string) error
-}
-
-// UserRoom is one of a user's rooms as the consent screen shows it.
-type UserRoom struct {
-	ID     string
-	Label  string
-	Access string // owner, collaborator, participant or observer
-	Agents []RoomAgent
-	Roles  []string
-}
-
-// RoomAgent is an agent shown on the consent screen.
-type RoomAgent struct {
-	ID, Name, Status string
-	LastHeartbeat    time.Time
 }
 
 // Server is the authorization server.

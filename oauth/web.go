@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/ory/fosite"
 
+	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -587,7 +588,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var scopes []string
-	byID := map[string]UserRoom{}
+	byID := map[string]lobby.Room{}
 	for _, rm := range rooms {
 		byID[rm.ID] = rm
 	}
@@ -627,16 +628,16 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 type consentRoom struct {
-	UserRoom
+	lobby.Room
 	Levels  []string
 	Checked bool
 	Level   string
 }
 
-func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, redirectHost string, rooms []UserRoom, prev []string, action string) {
+func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, redirectHost string, rooms []lobby.Room, prev []string, action string) {
 	var list []consentRoom
 	for _, rm := range rooms {
-		cr := consentRoom{UserRoom: rm, Levels: levelsFor(rm.Access)}
+		cr := consentRoom{Room: rm, Levels: levelsFor(rm.Access)}
 		cr.Level = "write"
 		if !slices.Contains(cr.Levels, "write") {
 			cr.Level = "read"

@@ -78,7 +78,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		PublicURL:         cfg.PublicURL,
 		Signup:            cfg.Signup,
 		RedirectAllowList: cfg.RedirectAllow,
-		Rooms:             roomDirectory{lob},
+		Rooms:             lob,
 	})
 	if err != nil {
 		return err
