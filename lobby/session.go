@@ -32,6 +32,9 @@ type Session struct {
 	GrantID, UserID, Username, ClientID, ClientName string
 	RoomID, AgentID                                 string // "" when none
 	Scope                                           Scope
+	// roles are the user's roles by room, read with the session row so a
+	// call needs no further query to know its access.
+	roles map[string]string
 }
 
 // Resolve loads the caller's session row, creating it on first use with
@@ -42,10 +45,13 @@ func (l *Lobby) Resolve(ctx context.Context, c Caller) (*Session, error) {
 	var scope string
 	err := l.db.Pool.QueryRow(ctx, `WITH ins AS (
 			INSERT INTO smcp_user_sessions (grant_id, user_id, client_id, scope) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (grant_id) DO NOTHING RETURNING room_id, agent_id, scope)
-		SELECT room_id, agent_id, scope FROM ins
-		UNION ALL SELECT room_id, agent_id, scope FROM smcp_user_sessions WHERE grant_id = $1 AND user_id = $2
-		LIMIT 1`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " ")).Scan(&room, &agent, &scope)
+			ON CONFLICT (grant_id) DO NOTHING RETURNING room_id, agent_id, scope),
+		row AS (SELECT room_id, agent_id, scope FROM ins
+			UNION ALL SELECT room_id, agent_id, scope FROM smcp_user_sessions WHERE grant_id = $1 AND user_id = $2
+			LIMIT 1)
+		SELECT room_id, agent_id, scope,
+			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb)
+		FROM row`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " ")).Scan(&room, &agent, &scope, &s.roles)
 	if err != nil {
 		return nil, err
 	}
@@ -80,13 +86,21 @@ func (l *Lobby) Access(ctx context.Context, s *Session, room string) (level, rol
 			WithHint("pass room (see sync_lobby for your rooms), or sync_create_room")
 	}
 	scopeLevel := s.Scope.Level(room)
-	err = l.db.Pool.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, s.UserID, room).Scan(&role)
-	if scopeLevel == "" || errors.Is(err, pgx.ErrNoRows) {
+	role, member := s.roles[room]
+	if !member { // a room joined since the session row was read
+		if err := l.db.Pool.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, s.UserID, room).Scan(&role); err == nil {
+			member = true
+			if s.roles == nil {
+				s.roles = map[string]string{}
+			}
+			s.roles[room] = role
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return "", "", err
+		}
+	}
+	if scopeLevel == "" || !member {
 		return "", "", errs.New(RoomNotInScope, "room %q is not in this connection's scope", room).With("room", room).
 			WithHint("use a room listed by sync_lobby; to add one, the user reconnects the integration and ticks it on the consent screen; or create a new room with sync_create_room")
-	}
-	if err != nil {
-		return "", "", err
 	}
 	return minLevel(scopeLevel, roleCap(role)), role, nil
 }

@@ -132,32 +132,37 @@ func handler(opt *Options, d tool) sdk.ToolHandler {
 
 // result encodes a tool's answer: the domain's JSON as structured content
 // and as text, with the session block; a domain error as an isError result
-// with its stable code and the next step.
+// with its stable code and the next step. The JSON is encoded once and the
+// session block spliced in, since contexts can be large.
 func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
-	var body map[string]any
+	var v any = out
 	if err != nil {
-		body = errs.From(err).Body()
-	} else {
-		raw, mErr := json.Marshal(out)
-		if mErr == nil {
-			mErr = json.Unmarshal(raw, &body)
-		}
-		if mErr != nil || body == nil {
-			body = map[string]any{"result": out}
-		}
+		v = errs.From(err).Body()
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if encErr := enc.Encode(v); encErr != nil {
+		buf.Reset()
+		_ = enc.Encode(errs.From(encErr).Body())
+	}
+	body := bytes.TrimSpace(buf.Bytes())
+	if len(body) == 0 || body[0] != '{' { // not an object: wrap it
+		body = append(append([]byte(`{"result":`), body...), '}')
 	}
 	if sess != nil {
 		level := ""
 		if sess.RoomID != "" {
 			level = sess.Scope.Level(sess.RoomID)
 		}
-		body["_session"] = map[string]any{"room": sess.RoomID, "agent": sess.AgentID, "scope_level": level}
+		block, _ := json.Marshal(map[string]any{"room": sess.RoomID, "agent": sess.AgentID, "scope_level": level})
+		sep := []byte(",")
+		if bytes.Equal(body, []byte("{}")) {
+			sep = nil
+		}
+		body = append(append(append(append(body[:len(body)-1:len(body)-1], sep...), `"_session":`...), block...), '}')
 	}
-	var text bytes.Buffer
-	enc := json.NewEncoder(&text)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(body)
-	return &sdk.CallToolResult{IsError: err != nil, StructuredContent: body, Content: []sdk.Content{&sdk.TextContent{Text: text.String()}}}
+	return &sdk.CallToolResult{IsError: err != nil, StructuredContent: json.RawMessage(body), Content: []sdk.Content{&sdk.TextContent{Text: string(body)}}}
 }
 
 func strictJSON(raw []byte, v any) error {

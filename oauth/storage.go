@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +22,7 @@ import (
 // revocation, with fosite's optional transactions.
 type storage struct {
 	db       *store.DB
+	clients  clientCache
 	cimd     *cimdFetcher
 	allow    []string      // the operator's redirect allow-list
 	audience string        // the MCP resource every client may be granted
@@ -110,12 +112,57 @@ func (s *storage) GetClient(ctx context.Context, id string) (fosite.Client, erro
 	return s.fositeClient(ctx, c), nil
 }
 
-// client returns a registered or metadata-document client.
+// client returns a registered or metadata-document client. Clients never
+// change once registered, so they are kept in memory for a while: every
+// token verification looks its client up.
 func (s *storage) client(ctx context.Context, id string) (*Client, error) {
-	if isCIMD(id) {
-		return s.cimdClient(ctx, id)
+	if c := s.clients.get(id); c != nil {
+		return c, nil
 	}
-	return s.getClient(ctx, id)
+	var c *Client
+	var err error
+	if isCIMD(id) {
+		c, err = s.cimdClient(ctx, id)
+	} else {
+		c, err = s.getClient(ctx, id)
+	}
+	if err == nil {
+		s.clients.put(id, c)
+	}
+	return c, err
+}
+
+// clientCache keeps recently used clients for a minute (metadata-document
+// clients are re-checked against their own max-age in the database after
+// that).
+type clientCache struct {
+	mu sync.Mutex
+	m  map[string]cachedClient
+}
+
+type cachedClient struct {
+	c  *Client
+	at time.Time
+}
+
+const clientCacheTTL = time.Minute
+
+func (cc *clientCache) get(id string) *Client {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if e, ok := cc.m[id]; ok && time.Since(e.at) < clientCacheTTL {
+		return e.c
+	}
+	return nil
+}
+
+func (cc *clientCache) put(id string, c *Client) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.m == nil || len(cc.m) > 10_000 {
+		cc.m = map[string]cachedClient{} // Claude registers often; start over rather than grow
+	}
+	cc.m[id] = cachedClient{c: c, at: time.Now()}
 }
 
 func (s *storage) fositeClient(ctx context.Context, c *Client) fosite.Client {
