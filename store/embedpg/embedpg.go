@@ -49,6 +49,7 @@ type Options struct {
 // Cluster is a running embedded PostgreSQL server.
 type Cluster struct {
 	opt     Options
+	shared  bool // run by another process; Stop leaves it running
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	waitErr error
@@ -170,6 +171,18 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	c.url = (&url.URL{Scheme: "postgres", User: url.User(superuser), Path: "/" + opt.Database,
 		RawQuery: url.Values{"host": {sockDir}, "sslmode": {"disable"}}.Encode()}).String()
 
+	// Another process (a running syncd, when this is `syncd invite`)
+	// already runs the cluster: use it, and leave stopping it to its owner.
+	if conn, err := pgx.Connect(ctx, c.URLFor("postgres")); err == nil {
+		defer conn.Close(ctx)
+		opt.Logger.Info("using the embedded PostgreSQL another process runs", "socket_dir", sockDir)
+		c.shared = true
+		if err := ensureDatabase(ctx, conn, opt.Database); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+
 	logPath := filepath.Join(dir, "postgres.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -284,20 +297,25 @@ func (c *Cluster) waitReady(ctx context.Context, sockDir, logPath string) error 
 		cancel()
 		if err == nil {
 			defer conn.Close(context.Background())
-			var exists bool
-			if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, c.opt.Database).Scan(&exists); err != nil {
-				return fmt.Errorf("embedpg: %w", err)
-			}
-			if !exists {
-				if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{c.opt.Database}.Sanitize()); err != nil {
-					return fmt.Errorf("embedpg: create database: %w", err)
-				}
-			}
-			return nil
+			return ensureDatabase(ctx, conn, c.opt.Database)
 		}
 		lastErr = err
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// ensureDatabase creates the database on first start.
+func ensureDatabase(ctx context.Context, conn *pgx.Conn, name string) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("embedpg: %w", err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil && !strings.Contains(err.Error(), "already exists") {
+			return fmt.Errorf("embedpg: create database: %w", err)
+		}
+	}
+	return nil
 }
 
 func tail(path string, n int) string {
@@ -326,6 +344,9 @@ func (c *Cluster) URLFor(database string) string {
 // everything committed is on disk) and waits for it, up to ctx's deadline,
 // after which it is killed.
 func (c *Cluster) Stop(ctx context.Context) error {
+	if c.shared {
+		return nil
+	}
 	c.stop.Do(func() {
 		select {
 		case <-c.exited:

@@ -89,3 +89,32 @@ func TestStopIsIdempotentAndSocketOnly(t *testing.T) {
 		t.Fatal("server still answers after Stop")
 	}
 }
+
+// A second start on a running cluster's directory (syncd invite while
+// syncd runs) uses that cluster and leaves it running when it stops.
+func TestSecondStartSharesTheCluster(t *testing.T) {
+	dir, err := os.MkdirTemp("", "embedpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx := context.Background()
+	opt := embedpg.Options{Dir: dir, NoSync: true, Logger: slog.New(slog.DiscardHandler)}
+	owner, err := embedpg.Start(ctx, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Stop(ctx)
+	guest, err := embedpg.Start(ctx, opt)
+	if err != nil {
+		t.Fatalf("second start: %v", err)
+	}
+	if err := guest.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, owner.URL())
+	if err != nil {
+		t.Fatalf("the guest's Stop stopped the owner's cluster: %v", err)
+	}
+	conn.Close(ctx)
+}
