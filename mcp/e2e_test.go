@@ -55,7 +55,7 @@ func startServerOpts(t testing.TB, db *store.DB, origins []string, publicURL str
 	svc := substrate.New(db, substrate.Options{})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
-	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open"})
+	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open", RatePerSecond: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

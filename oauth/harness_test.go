@@ -50,6 +50,9 @@ func newHarness(t *testing.T, opt oauth.Options) *harness {
 	lob := lobby.New(db, svc)
 	opt.PublicURL = base
 	opt.Rooms = lob
+	if opt.RatePerSecond == 0 {
+		opt.RatePerSecond = -1 // the tests come from one address
+	}
 	s, err := oauth.New(context.Background(), db, opt)
 	if err != nil {
 		t.Fatal(err)

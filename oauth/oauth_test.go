@@ -483,3 +483,17 @@ func TestClientMetadataDocument(t *testing.T) {
 		t.Fatalf("private metadata URL fetched: %d %s", r.status, r.body)
 	}
 }
+
+// Unauthenticated endpoints are rate limited per address.
+func TestRateLimit(t *testing.T) {
+	h := newHarness(t, oauth.Options{RatePerSecond: 1})
+	b := h.browser()
+	limited := false
+	for i := 0; i < 10 && !limited; i++ {
+		r := b.postJSON("/register", map[string]any{"redirect_uris": []string{"http://localhost/cb"}, "token_endpoint_auth_method": "none"})
+		limited = r.status == 429 && r.header.Get("Retry-After") != "" && r.json()["error"] == "rate_limited"
+	}
+	if !limited {
+		t.Fatal("10 registrations at 1/s (burst 3) were never limited")
+	}
+}

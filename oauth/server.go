@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/ratelimit"
 )
 
 // Session is what a grant carries: the user as Subject.
@@ -59,6 +61,10 @@ type Options struct {
 	Signup string
 	// Rooms lists a user's rooms for the consent screen.
 	Rooms RoomDirectory
+	// RatePerSecond limits the unauthenticated endpoints (registration,
+	// token, passkey ceremonies) per client IP. Default 10, burst 3×;
+	// negative disables.
+	RatePerSecond float64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -91,6 +97,7 @@ type Server struct {
 	resource string
 	log      *slog.Logger
 	web      *web
+	limit    *ratelimit.Limiter
 }
 
 // New builds the server. The HMAC key for codes and tokens is created on
@@ -130,6 +137,12 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opt: opt, db: db, issuer: opt.PublicURL, resource: opt.PublicURL + opt.MCPPath, log: opt.Logger}
+	if opt.RatePerSecond == 0 {
+		opt.RatePerSecond = 10
+	}
+	if opt.RatePerSecond > 0 {
+		s.limit = ratelimit.New(opt.RatePerSecond, int(3*opt.RatePerSecond))
+	}
 	s.store = &storage{db: db, audience: s.resource, grace: opt.RefreshGrace, allow: opt.RedirectAllowList,
 		cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch)}
 	cfg := &fosite.Config{
@@ -196,10 +209,26 @@ func (s *Server) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /.well-known/oauth-authorization-server", s.metadata)
 	mux.HandleFunc("GET /.well-known/oauth-protected-resource", s.resourceMetadata)
 	mux.HandleFunc("GET /.well-known/oauth-protected-resource"+s.opt.MCPPath, s.resourceMetadata)
-	mux.HandleFunc("POST /register", s.register)
-	mux.HandleFunc("POST /token", s.token)
-	mux.HandleFunc("POST /revoke", s.revoke)
+	mux.Handle("POST /register", s.limited(http.HandlerFunc(s.register)))
+	mux.Handle("POST /token", s.limited(http.HandlerFunc(s.token)))
+	mux.Handle("POST /revoke", s.limited(http.HandlerFunc(s.revoke)))
 	s.web.routes(mux)
+}
+
+// limited applies the per-IP rate limit.
+func (s *Server) limited(next http.Handler) http.Handler {
+	if s.limit == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if wait, ok := s.limit.Allow(ratelimit.ClientIP(r)); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "rate_limited",
+				"error_description": "too many requests from this address; retry after the Retry-After seconds"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

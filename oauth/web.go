@@ -90,7 +90,7 @@ func (wb *web) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /authorize", wb.authorize)
 	// Every state-changing browser request is checked for a cross-site
 	// origin (Sec-Fetch-Site / Origin) before anything else.
-	post := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, wb.csrf.Handler(h)) }
+	post := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, wb.csrf.Handler(wb.s.limited(h))) }
 	post("POST /authorize", wb.authorize)
 	post("POST /signout", wb.signout)
 	post("POST /webauthn/signup/begin", wb.signupBegin)

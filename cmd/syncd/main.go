@@ -79,6 +79,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		Signup:            cfg.Signup,
 		RedirectAllowList: cfg.RedirectAllow,
 		Rooms:             lob,
+		RatePerSecond:     min(cfg.RateLimit, 0), // 0: its default; negative: off with the REST limit
 	})
 	if err != nil {
 		return err

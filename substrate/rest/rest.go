@@ -19,6 +19,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/ratelimit"
 )
 
 // Options configure the API.
@@ -42,7 +43,7 @@ type api struct {
 	svc           *substrate.Service
 	opt           Options
 	log           *slog.Logger
-	limit         *limiter
+	limit         *ratelimit.Limiter
 	createTokHash [32]byte
 }
 
@@ -63,7 +64,7 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	}
 	a := &api{svc: svc, opt: opt, log: opt.Logger}
 	if opt.RatePerSecond > 0 {
-		a.limit = newLimiter(opt.RatePerSecond, opt.RateBurst)
+		a.limit = ratelimit.New(opt.RatePerSecond, opt.RateBurst)
 	}
 	if opt.CreateToken != "" {
 		a.createTokHash = sha256.Sum256([]byte(opt.CreateToken))
@@ -410,12 +411,12 @@ func (a *api) rateLimit(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := "ip:" + clientIP(r)
+		key := "ip:" + ratelimit.ClientIP(r)
 		if tok := bearer(r); tok != "" {
 			h := sha256.Sum256([]byte(tok))
 			key = string(h[:])
 		}
-		if wait, ok := a.limit.allow(key); !ok {
+		if wait, ok := a.limit.Allow(key); !ok {
 			secs := int(wait/time.Second) + 1
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
 			a.fail(w, r, errs.New(errs.RateLimited, "more than %g requests per second with this credential", a.opt.RatePerSecond).
@@ -424,14 +425,6 @@ func (a *api) rateLimit(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-func clientIP(r *http.Request) string {
-	host := r.RemoteAddr
-	if i := strings.LastIndexByte(host, ':'); i > 0 {
-		host = host[:i]
-	}
-	return host
 }
 
 func (a *api) recover(next http.Handler) http.Handler {
