@@ -329,18 +329,24 @@ func (l *Lobby) RevokeAccess(ctx context.Context, s *Session, room string) (map[
 		s.Scope.AllRooms = ""
 	}
 	delete(s.Scope.Rooms, room)
-	if s.RoomID == room {
+	if err := l.settle(ctx, s); err != nil {
+		return nil, err
+	}
+	return map[string]any{"revoked": room, "scope": s.Scope.String()}, nil
+}
+
+// settle saves the session after its scope narrowed, first leaving a
+// focused room the scope no longer covers (and the agent embodied there).
+func (l *Lobby) settle(ctx context.Context, s *Session) error {
+	if s.RoomID != "" && s.Scope.Level(s.RoomID) == "" {
 		if s.AgentID != "" {
 			if _, err := l.Disembody(ctx, s); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		s.RoomID = ""
 	}
-	if err := l.save(ctx, s); err != nil {
-		return nil, err
-	}
-	return map[string]any{"revoked": room, "scope": s.Scope.String()}, nil
+	return l.save(ctx, s)
 }
 
 // RestrictScope narrows the session's scope to its intersection with
@@ -362,15 +368,7 @@ func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (ma
 		}
 	}
 	s.Scope = out
-	if s.RoomID != "" && out.Level(s.RoomID) == "" {
-		if s.AgentID != "" {
-			if _, err := l.Disembody(ctx, s); err != nil {
-				return nil, err
-			}
-		}
-		s.RoomID = ""
-	}
-	if err := l.save(ctx, s); err != nil {
+	if err := l.settle(ctx, s); err != nil {
 		return nil, err
 	}
 	return map[string]any{"scope": out.String()}, nil

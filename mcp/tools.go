@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -57,6 +58,34 @@ func decode(args json.RawMessage, v any) error {
 		return errs.New(errs.InvalidField, "arguments do not fit the tool's schema: %v", err).WithHint("check the argument names and types against the tool's input schema")
 	}
 	return nil
+}
+
+// acting runs fn with the embodied agent's authority in its room; without
+// an embodiment it fails with the call to make.
+func (c *call) acting(ctx context.Context, fn func(p *substrate.Principal, room string) (any, error)) (any, error) {
+	p, err := c.opt.Lobby.Actor(ctx, c.sess)
+	if err != nil {
+		return nil, err
+	}
+	return fn(p, c.sess.RoomID)
+}
+
+// deleteTool is sync_delete_action or sync_delete_view.
+func deleteTool(kind string, del func(*substrate.Service, context.Context, *substrate.Principal, string, string) (int64, error)) tool {
+	title := "Delete a" + map[string]string{"action": "n action", "view": " view"}[kind]
+	return tool{&sdk.Tool{Name: "sync_delete_" + kind, Title: title,
+		Description: "Delete " + map[string]string{"action": "an action", "view": "a view"}[kind] + " you registered (or any, with room authority).",
+		InputSchema: schema(map[string]any{"id": str(strings.ToUpper(kind[:1]) + kind[1:] + " id.")}, "id"), Annotations: annotations(title, false, true, true)},
+		func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
+			var in struct{ ID string }
+			if err := decode(args, &in); err != nil {
+				return nil, err
+			}
+			return c.acting(ctx, func(p *substrate.Principal, room string) (any, error) {
+				seq, err := del(c.opt.Substrate, ctx, p, room, in.ID)
+				return map[string]any{"deleted": true, "id": in.ID, "seq": seq}, err
+			})
+		}}
 }
 
 func (c *call) room(room string) string {
@@ -153,11 +182,9 @@ func tools() []tool {
 				if err := decode(args, &in); err != nil {
 					return nil, err
 				}
-				p, err := c.opt.Lobby.Actor(ctx, c.sess)
-				if err != nil {
-					return nil, err
-				}
-				return c.opt.Substrate.Invoke(ctx, p, c.sess.RoomID, in.Action, in.Params)
+				return c.acting(ctx, func(p *substrate.Principal, room string) (any, error) {
+					return c.opt.Substrate.Invoke(ctx, p, room, in.Action, in.Params)
+				})
 			}},
 		{&sdk.Tool{Name: "sync_wait", Title: "Wait for a condition",
 			Description: "Wait until a CEL condition over the room holds, e.g. state._shared.phase == \"review\" or messages.directed_unread > 0. Returns {triggered: true, context} as soon as it does, or {triggered: false, timeout: true} after timeout_ms (at most 40000): then simply call again. Use instead of polling.",
@@ -195,11 +222,9 @@ func tools() []tool {
 				if err := decode(args, &def); err != nil {
 					return nil, err
 				}
-				p, err := c.opt.Lobby.Actor(ctx, c.sess)
-				if err != nil {
-					return nil, err
-				}
-				return c.opt.Substrate.RegisterAction(ctx, p, c.sess.RoomID, def)
+				return c.acting(ctx, func(p *substrate.Principal, room string) (any, error) {
+					return c.opt.Substrate.RegisterAction(ctx, p, room, def)
+				})
 			}},
 		{&sdk.Tool{Name: "sync_register_view", Title: "Register a view",
 			Description: "Register or replace a view: a CEL expression evaluated with your read authority whose result is public, e.g. a projection of your private state. Returns its current value.",
@@ -211,45 +236,15 @@ func tools() []tool {
 				if err := decode(args, &def); err != nil {
 					return nil, err
 				}
-				p, err := c.opt.Lobby.Actor(ctx, c.sess)
-				if err != nil {
-					return nil, err
-				}
-				if def.Scope == "" {
-					def.Scope = p.AgentID
-				}
-				return c.opt.Substrate.RegisterView(ctx, p, c.sess.RoomID, def)
+				return c.acting(ctx, func(p *substrate.Principal, room string) (any, error) {
+					if def.Scope == "" {
+						def.Scope = p.AgentID
+					}
+					return c.opt.Substrate.RegisterView(ctx, p, room, def)
+				})
 			}},
-		{&sdk.Tool{Name: "sync_delete_action", Title: "Delete an action",
-			Description: "Delete an action you registered (or any, with room authority).",
-			InputSchema: schema(map[string]any{"id": str("Action id.")}, "id"), Annotations: annotations("Delete an action", false, true, true)},
-			func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
-				var in struct{ ID string }
-				if err := decode(args, &in); err != nil {
-					return nil, err
-				}
-				p, err := c.opt.Lobby.Actor(ctx, c.sess)
-				if err != nil {
-					return nil, err
-				}
-				seq, err := c.opt.Substrate.DeleteAction(ctx, p, c.sess.RoomID, in.ID)
-				return map[string]any{"deleted": true, "id": in.ID, "seq": seq}, err
-			}},
-		{&sdk.Tool{Name: "sync_delete_view", Title: "Delete a view",
-			Description: "Delete a view you registered (or any, with room authority).",
-			InputSchema: schema(map[string]any{"id": str("View id.")}, "id"), Annotations: annotations("Delete a view", false, true, true)},
-			func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
-				var in struct{ ID string }
-				if err := decode(args, &in); err != nil {
-					return nil, err
-				}
-				p, err := c.opt.Lobby.Actor(ctx, c.sess)
-				if err != nil {
-					return nil, err
-				}
-				seq, err := c.opt.Substrate.DeleteView(ctx, p, c.sess.RoomID, in.ID)
-				return map[string]any{"deleted": true, "id": in.ID, "seq": seq}, err
-			}},
+		deleteTool("action", (*substrate.Service).DeleteAction),
+		deleteTool("view", (*substrate.Service).DeleteView),
 		{&sdk.Tool{Name: "sync_send_message", Title: "Send a message",
 			Description: "Post a message to the room's _messages log as your agent; with to (agent id or list) it is directed and raises their directed_unread.",
 			InputSchema: schema(map[string]any{"body": anyv("The message (text or JSON)."), "kind": str("Kind, default chat."),
@@ -264,12 +259,10 @@ func tools() []tool {
 				if err := decode(args, &in); err != nil {
 					return nil, err
 				}
-				p, err := c.opt.Lobby.Actor(ctx, c.sess)
-				if err != nil {
-					return nil, err
-				}
 				raw, _ := json.Marshal(in)
-				return c.opt.Substrate.Invoke(ctx, p, c.sess.RoomID, "_send_message", raw)
+				return c.acting(ctx, func(p *substrate.Principal, room string) (any, error) {
+					return c.opt.Substrate.Invoke(ctx, p, room, "_send_message", raw)
+				})
 			}},
 		{&sdk.Tool{Name: "sync_help", Title: "Help",
 			Description: "Read sync's help: without key, the list of keys; keys include guide, standard_library (ready-made actions), expressions (CEL reference), if_version, context_shaping. Rooms may override keys.",

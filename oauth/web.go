@@ -160,6 +160,16 @@ func (wb *web) user(r *http.Request) *User {
 	return u
 }
 
+// signedIn returns the signed-in user, or sends the browser to sign in
+// (back to the account page) and returns nil.
+func (wb *web) signedIn(w http.ResponseWriter, r *http.Request) *User {
+	u := wb.user(r)
+	if u == nil {
+		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
+	}
+	return u
+}
+
 func (wb *web) signIn(w http.ResponseWriter, r *http.Request, userID string) error {
 	id, err := newSession(r.Context(), wb.s.db, userID)
 	if err != nil {
@@ -664,9 +674,8 @@ type grantView struct {
 }
 
 func (wb *web) account(w http.ResponseWriter, r *http.Request) {
-	u := wb.user(r)
+	u := wb.signedIn(w, r)
 	if u == nil {
-		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
 		return
 	}
 	ctx := r.Context()
@@ -711,9 +720,8 @@ func (wb *web) account(w http.ResponseWriter, r *http.Request) {
 }
 
 func (wb *web) createInvite(w http.ResponseWriter, r *http.Request) {
-	u := wb.user(r)
+	u := wb.signedIn(w, r)
 	if u == nil {
-		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
 		return
 	}
 	link, err := wb.s.InviteURL(r.Context(), u.ID)
@@ -725,9 +733,8 @@ func (wb *web) createInvite(w http.ResponseWriter, r *http.Request) {
 }
 
 func (wb *web) revokeClient(w http.ResponseWriter, r *http.Request) {
-	u := wb.user(r)
+	u := wb.signedIn(w, r)
 	if u == nil {
-		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
 		return
 	}
 	if err := wb.s.RevokeGrant(r.Context(), u.ID, r.PostFormValue("grant")); err != nil {
@@ -738,9 +745,8 @@ func (wb *web) revokeClient(w http.ResponseWriter, r *http.Request) {
 }
 
 func (wb *web) deletePasskey(w http.ResponseWriter, r *http.Request) {
-	u := wb.user(r)
+	u := wb.signedIn(w, r)
 	if u == nil {
-		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
 		return
 	}
 	if len(u.Creds) <= 1 {
@@ -759,9 +765,8 @@ func (wb *web) deletePasskey(w http.ResponseWriter, r *http.Request) {
 }
 
 func (wb *web) renamePasskey(w http.ResponseWriter, r *http.Request) {
-	u := wb.user(r)
+	u := wb.signedIn(w, r)
 	if u == nil {
-		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
 		return
 	}
 	name := strings.TrimSpace(r.PostFormValue("name"))
@@ -783,9 +788,8 @@ func (wb *web) renamePasskey(w http.ResponseWriter, r *http.Request) {
 // newRecoveryCodes replaces the user's recovery codes and shows the new
 // ones once.
 func (wb *web) newRecoveryCodes(w http.ResponseWriter, r *http.Request) {
-	u := wb.user(r)
+	u := wb.signedIn(w, r)
 	if u == nil {
-		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
 		return
 	}
 	var codes []string
@@ -804,9 +808,8 @@ func (wb *web) newRecoveryCodes(w http.ResponseWriter, r *http.Request) {
 // roomAction carries out the account page's room forms through the
 // RoomDirectory.
 func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
-	u := wb.user(r)
+	u := wb.signedIn(w, r)
 	if u == nil {
-		http.Redirect(w, r, "/signin?next=/account", http.StatusSeeOther)
 		return
 	}
 	ctx, rooms := r.Context(), wb.s.opt.Rooms
