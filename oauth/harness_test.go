@@ -20,6 +20,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/oauth"
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
@@ -146,7 +147,7 @@ func (b *browser) signup(username, invite string) reply {
 		b.h.t.Fatal(err)
 	}
 	b.auth = virtualwebauthn.NewAuthenticatorWithOptions(virtualwebauthn.AuthenticatorOptions{UserHandle: []byte(opts.UserID)})
-	b.cred = virtualwebauthn.NewCredential(virtualwebauthn.KeyTypeEC2)
+	b.cred = oauthtest.NewCredential()
 	att := virtualwebauthn.CreateAttestationResponse(b.rp, b.auth, b.cred, *opts)
 	b.auth.AddCredential(b.cred)
 	return b.postJSON("/webauthn/signup/finish", att)

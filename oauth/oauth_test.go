@@ -14,6 +14,7 @@ import (
 	"github.com/descope/virtualwebauthn"
 
 	"github.com/syncsubstrate/sync/oauth"
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
 	"github.com/syncsubstrate/sync/substrate"
 )
 
@@ -366,7 +367,7 @@ func TestRecoveryAndPasskeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		lost.auth = virtualwebauthn.NewAuthenticatorWithOptions(virtualwebauthn.AuthenticatorOptions{UserHandle: []byte(opts.UserID)})
-		lost.cred = virtualwebauthn.NewCredential(virtualwebauthn.KeyTypeEC2)
+		lost.cred = oauthtest.NewCredential()
 		att := virtualwebauthn.CreateAttestationResponse(lost.rp, lost.auth, lost.cred, *opts)
 		lost.auth.AddCredential(lost.cred)
 		return lost.postJSON("/webauthn/add/finish", att)

@@ -5,7 +5,11 @@ package oauthtest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -39,11 +43,36 @@ func SignUp(t testing.TB, base, name, invite string) *Person {
 		t.Fatalf("sign-up: %v %s", err, body)
 	}
 	a := virtualwebauthn.NewAuthenticatorWithOptions(virtualwebauthn.AuthenticatorOptions{UserHandle: []byte(opts.UserID)})
-	cred := virtualwebauthn.NewCredential(virtualwebauthn.KeyTypeEC2)
+	cred := NewCredential()
 	u, _ := url.Parse(base)
 	rp := virtualwebauthn.RelyingParty{ID: u.Hostname(), Name: "sync", Origin: base}
 	p.post(t, "/webauthn/signup/finish", virtualwebauthn.CreateAttestationResponse(rp, a, cred, *opts))
 	return p
+}
+
+// NewCredential returns a software passkey whose public key encodes at
+// full length. virtualwebauthn writes the key's coordinates with
+// big.Int.Bytes, which drops leading zero bytes (about 1 key in 128), and
+// a verifier rightly rejects such a key: tests would fail at random.
+func NewCredential() virtualwebauthn.Credential {
+	for {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			panic(err)
+		}
+		pub, err := k.PublicKey.ECDH()
+		if err != nil {
+			panic(err)
+		}
+		if b := pub.Bytes(); b[1] == 0 || b[33] == 0 { // uncompressed: 0x04 ‖ X ‖ Y
+			continue
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			panic(err)
+		}
+		return virtualwebauthn.NewCredentialWithImportedKey(virtualwebauthn.KeyTypeEC2, der)
+	}
 }
 
 func (p *Person) post(t testing.TB, path, body string) string {
