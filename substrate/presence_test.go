@@ -73,3 +73,41 @@ func TestRecreatedRoomIsFresh(t *testing.T) {
 		}
 	}
 }
+
+// Expired entries are purged once they have been invisible a while, and
+// the room's message count follows.
+func TestPurgeExpired(t *testing.T) {
+	db := pgtest.New(t)
+	svc := substrate.New(db, substrate.Options{})
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "tidy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := svc.Authenticate(ctx, room.Token)
+	timer := &substrate.Timer{MS: 60_000}
+	if _, err := svc.WriteState(ctx, p, "tidy", []substrate.Write{
+		{Scope: "_shared", Key: "flash", Value: []byte(`1`), Timer: timer},
+		{Scope: "_messages", Append: true, Value: []byte(`{"body":"soon gone"}`), Timer: timer},
+		{Scope: "_messages", Append: true, Value: []byte(`{"body":"stays"}`)},
+		{Scope: "_shared", Key: "keep", Value: []byte(`1`)},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := svc.PurgeExpired(ctx); err != nil || n != 0 {
+		t.Fatalf("purged %d live entries (%v)", n, err)
+	}
+	// Age the timers past expiry plus the minute of grace.
+	if _, err := db.Pool.Exec(ctx, `UPDATE state SET timer_expires_at = now() - interval '2 minutes' WHERE timer_effect IS NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := svc.PurgeExpired(ctx); err != nil || n != 2 {
+		t.Fatalf("purged %d, want 2 (%v)", n, err)
+	}
+	var rows, count int
+	_ = db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM state WHERE room_id = 'tidy' AND scope IN ('_shared', '_messages')),
+		(SELECT message_count FROM rooms WHERE id = 'tidy')`).Scan(&rows, &count)
+	if rows != 2 || count != 1 {
+		t.Fatalf("after purge: %d entries, message_count %d; want 2 and 1", rows, count)
+	}
+}

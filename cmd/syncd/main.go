@@ -73,6 +73,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	}
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue}})
 	defer svc.Close()
+	go svc.RunJanitor(ctx, time.Minute)
 	lob := lobby.New(db, svc)
 	auth, err := oauth.New(ctx, db, oauth.Options{
 		PublicURL:         cfg.PublicURL,
