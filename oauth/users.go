@@ -44,12 +44,14 @@ func loadUser(ctx context.Context, q querier, where string, arg any) (*User, err
 	if err != nil {
 		return nil, err
 	}
-	var raws [][]byte
-	rows, err := queryRows(ctx, q, `SELECT credential FROM smcp_credentials WHERE user_id = $1 ORDER BY created_at`, u.ID)
+	rows, err := q.Query(ctx, `SELECT credential FROM smcp_credentials WHERE user_id = $1 ORDER BY created_at`, u.ID)
 	if err != nil {
 		return nil, err
 	}
-	raws = rows
+	raws, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, err
+	}
 	for _, raw := range raws {
 		var c webauthn.Credential
 		if err := json.Unmarshal(raw, &c); err == nil {
@@ -60,19 +62,6 @@ func loadUser(ctx context.Context, q querier, where string, arg any) (*User, err
 }
 
 var errNoUser = errors.New("no such user")
-
-// queryRows reads one bytes column; querier has no Query, so it goes
-// through the pool or the transaction's Query via an assertion.
-func queryRows(ctx context.Context, q querier, sql string, args ...any) ([][]byte, error) {
-	type querierRows interface {
-		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	}
-	rows, err := q.(querierRows).Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[[]byte])
-}
 
 // sessionTTL is a browser session's lifetime.
 const sessionTTL = 14 * 24 * time.Hour

@@ -215,6 +215,21 @@ func (wb *web) saveCeremony(w http.ResponseWriter, r *http.Request, c *ceremony)
 	return nil
 }
 
+// startCeremony answers a ceremony's begin call: it keeps the session
+// data server-side (see saveCeremony) and sends the options to the page.
+func (wb *web) startCeremony(w http.ResponseWriter, r *http.Request, options any, sess *webauthn.SessionData, err error, c *ceremony) {
+	if err == nil {
+		c.Data = *sess
+		err = wb.saveCeremony(w, r, c)
+	}
+	if err != nil {
+		wb.s.log.Error("start passkey ceremony", "kind", c.Kind, "err", err)
+		apiError(w, 500, "server_error", "could not start the passkey ceremony; try again")
+		return
+	}
+	writeJSON(w, 200, options)
+}
+
 // takeCeremony loads and deletes the ceremony: a second finish with the
 // same state (a replay) finds nothing.
 func (wb *web) takeCeremony(r *http.Request, kind string) (*ceremony, error) {
@@ -298,15 +313,7 @@ func (wb *web) signupBegin(w http.ResponseWriter, r *http.Request) {
 	creation, sess, err := wb.wa.BeginRegistration(u,
 		webauthn.WithResidentKeyRequirement(protocol.ResidentKeyRequirementRequired),
 		webauthn.WithAuthenticatorSelection(protocol.AuthenticatorSelection{ResidentKey: protocol.ResidentKeyRequirementRequired, UserVerification: protocol.VerificationPreferred}))
-	if err != nil {
-		apiError(w, 500, "server_error", "could not start the passkey ceremony")
-		return
-	}
-	if err := wb.saveCeremony(w, r, &ceremony{Kind: "signup", Data: *sess, Username: username, Handle: u.Handle, Invite: body.Invite}); err != nil {
-		apiError(w, 500, "server_error", "could not start the passkey ceremony")
-		return
-	}
-	writeJSON(w, 200, creation)
+	wb.startCeremony(w, r, creation, sess, err, &ceremony{Kind: "signup", Username: username, Handle: u.Handle, Invite: body.Invite})
 }
 
 func (wb *web) signupFinish(w http.ResponseWriter, r *http.Request) {
@@ -389,15 +396,7 @@ func ceremonyKind(r *http.Request) string {
 
 func (wb *web) loginBegin(w http.ResponseWriter, r *http.Request) {
 	assertion, sess, err := wb.wa.BeginDiscoverableLogin(webauthn.WithUserVerification(protocol.VerificationPreferred))
-	if err != nil {
-		apiError(w, 500, "server_error", "could not start the passkey ceremony")
-		return
-	}
-	if err := wb.saveCeremony(w, r, &ceremony{Kind: ceremonyKind(r), Data: *sess}); err != nil {
-		apiError(w, 500, "server_error", "could not start the passkey ceremony")
-		return
-	}
-	writeJSON(w, 200, assertion)
+	wb.startCeremony(w, r, assertion, sess, err, &ceremony{Kind: ceremonyKind(r)})
 }
 
 func (wb *web) loginFinish(w http.ResponseWriter, r *http.Request) {
@@ -461,15 +460,7 @@ func (wb *web) beginAdd(w http.ResponseWriter, r *http.Request, u *User, code st
 	creation, sess, err := wb.wa.BeginRegistration(u,
 		webauthn.WithResidentKeyRequirement(protocol.ResidentKeyRequirementRequired),
 		webauthn.WithExclusions(webauthn.Credentials(u.WebAuthnCredentials()).CredentialDescriptors()))
-	if err != nil {
-		apiError(w, 500, "server_error", "could not start the passkey ceremony")
-		return
-	}
-	if err := wb.saveCeremony(w, r, &ceremony{Kind: "add", Data: *sess, UserID: u.ID, Code: code}); err != nil {
-		apiError(w, 500, "server_error", "could not start the passkey ceremony")
-		return
-	}
-	writeJSON(w, 200, creation)
+	wb.startCeremony(w, r, creation, sess, err, &ceremony{Kind: "add", UserID: u.ID, Code: code})
 }
 
 func (wb *web) addFinish(w http.ResponseWriter, r *http.Request) {
