@@ -82,12 +82,14 @@ func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, want
 			return err
 		}
 		mc := msgCounts{Count: count}
-		if wantMsgs || snap.actionsUseMessages(s) {
+		counted := wantMsgs || snap.actionsUseMessages(s)
+		if counted {
 			if mc, err = countMessages(ctx, tx, roomID, p, agents, count); err != nil {
 				return err
 			}
 		}
 		rc = s.build(ctx, snap, p, agents, mc, time.Now(), nil)
+		rc.counted = counted
 		if extra != nil {
 			return extra(tx, rc)
 		}
@@ -181,13 +183,27 @@ func (s *Service) Context(ctx context.Context, p *Principal, roomID string, q Co
 	var env map[string]any
 	_, err := s.readCtx(ctx, p, roomID, !q.NoMessages, func(tx pgx.Tx, rc *roomCtx) error {
 		var err error
-		env, err = s.envelope(ctx, tx, rc, roomID, q)
+		env, err = s.envelopeOf(ctx, tx, rc, roomID, q)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return env, nil
+}
+
+// envelopeOf is envelope for a context read without the caller's unread
+// counts (a wait, say), counting them first when the envelope shows
+// messages.
+func (s *Service) envelopeOf(ctx context.Context, tx pgx.Tx, rc *roomCtx, roomID string, req ContextRequest) (map[string]any, error) {
+	if !rc.counted && !req.NoMessages {
+		mc, err := countMessages(ctx, tx, roomID, rc.p, rc.agents, rc.msgs.Count)
+		if err != nil {
+			return nil, err
+		}
+		rc.msgs, rc.counted = mc, true
+	}
+	return s.envelope(ctx, tx, rc, roomID, req)
 }
 
 // envelope assembles the context. Adaptive salience (seed 000) extends it

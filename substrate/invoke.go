@@ -1,9 +1,9 @@
 package substrate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -297,7 +297,7 @@ func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, r *renderer, def
 		}
 		if len(w.Merge) > 0 {
 			if _, isMap := v.(map[string]any); !isMap {
-				return o, errs.New(errs.CELError, "merge expression gave %s, not a map", kindName(v)).WithHint("return a map from a merge expression")
+				return o, errs.New(errs.CELError, "merge expression gave %s, not a map", jsonKindOf(v)).WithHint("return a map from a merge expression")
 			}
 			o.Merge = out
 		} else {
@@ -327,18 +327,6 @@ func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, r *renderer, def
 		o.IfVersion = &v
 	}
 	return o, nil
-}
-
-func kindName(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "a map"
-	case []any:
-		return "a list"
-	case nil:
-		return "null"
-	}
-	return fmt.Sprintf("%T", v)
 }
 
 // actionMayWrite applies the registrar's authority: communal scopes, the
@@ -453,7 +441,7 @@ func strictDecode(raw json.RawMessage, v any) error {
 	if len(raw) == 0 {
 		raw = []byte("{}")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return errs.New(errs.InvalidParam, "params do not fit the definition: %v", err).WithHint("see help key guide for the fields")

@@ -255,6 +255,8 @@ type roomCtx struct {
 	self   string
 	agents []presence
 	msgs   msgCounts
+	// counted reports whether msgs holds the caller's unread counts.
+	counted bool
 
 	state      map[string]any  // visible scope → key → value
 	modified   map[string]bool // scopes of state not shared with the snapshot's cache

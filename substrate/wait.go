@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -45,16 +47,22 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 
 	var lastErr error
 	for {
-		rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages, nil)
+		// The condition and, once it holds, the context come from one read.
+		var env map[string]any
+		var ok bool
+		var evalErr error
+		rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages, func(tx pgx.Tx, rc *roomCtx) error {
+			if ok, evalErr = s.cel.EvalBool(ctx, prog, &rc.vars); evalErr != nil || !ok {
+				return nil
+			}
+			var err error
+			env, err = s.envelopeOf(ctx, tx, rc, roomID, creq)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
-		ok, evalErr := s.cel.EvalBool(ctx, prog, &rc.vars)
-		if evalErr == nil && ok {
-			env, err := s.Context(ctx, p, roomID, creq)
-			if err != nil {
-				return nil, err
-			}
+		if env != nil {
 			return map[string]any{"triggered": true, "condition": condition, "elapsed_ms": time.Since(start).Milliseconds(), "context": env}, nil
 		}
 		// An evaluation error (a key that does not exist yet, say) counts
