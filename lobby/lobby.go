@@ -41,7 +41,7 @@ type Agent struct {
 // UserRooms lists the rooms a user belongs to, with their agents and
 // defined roles.
 func (l *Lobby) UserRooms(ctx context.Context, userID string) ([]Room, error) {
-	rows, err := l.db.Pool.Query(ctx, `SELECT ur.room_id, coalesce(ur.label, r.meta->>'label', ''), ur.access,
+	rows, err := l.db.Query(ctx, `SELECT ur.room_id, coalesce(ur.label, r.meta->>'label', ''), ur.access,
 			(SELECT value FROM state s WHERE s.room_id = ur.room_id AND s.scope = '_shared' AND s.key = 'roles')
 		FROM smcp_user_rooms ur JOIN rooms r ON r.id = ur.room_id
 		WHERE ur.user_id = $1 ORDER BY ur.created_at, ur.room_id`, userID)
@@ -70,7 +70,7 @@ func (l *Lobby) UserRooms(ctx context.Context, userID string) ([]Room, error) {
 		return nil, err
 	}
 	for i := range out {
-		ag, err := l.db.Pool.Query(ctx, `SELECT id, name, status, last_heartbeat FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, out[i].ID)
+		ag, err := l.db.Query(ctx, `SELECT id, name, status, last_heartbeat FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, out[i].ID)
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +96,7 @@ func (l *Lobby) AddMember(ctx context.Context, userID, roomID, access, label, in
 	if invitedBy != "" {
 		by = &invitedBy
 	}
-	_, err := l.db.Pool.Exec(ctx, `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by) VALUES ($1, $2, $3, $4, $5)
+	_, err := l.db.Exec(ctx, `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label)`,
 		userID, roomID, access, lbl, by)
 	return err
@@ -107,7 +107,7 @@ var accessLevels = []string{"owner", "collaborator", "participant", "observer"}
 
 func (l *Lobby) access(ctx context.Context, userID, roomID string) (string, error) {
 	var a string
-	err := l.db.Pool.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, userID, roomID).Scan(&a)
+	err := l.db.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, userID, roomID).Scan(&a)
 	if err != nil {
 		return "", errs.New(errs.RoomNotFound, "you have no room %q", roomID).WithHint("pick one of your rooms")
 	}
@@ -152,7 +152,7 @@ func (l *Lobby) ShareRoom(ctx context.Context, userID, roomID, username, access 
 		return errs.New(errs.InvalidField, "role %q is not one of %v", access, accessLevels).WithHint("choose owner, collaborator, participant or observer")
 	}
 	var other string
-	if err := l.db.Pool.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = $1`, username).Scan(&other); err != nil {
+	if err := l.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = $1`, username).Scan(&other); err != nil {
 		return errs.New(errs.NotFound, "no user %q", username).WithHint("check the username; invite them first if they have no account")
 	}
 	return l.AddMember(ctx, other, roomID, access, "", userID)
@@ -167,12 +167,12 @@ func (l *Lobby) LeaveRoom(ctx context.Context, userID, roomID string) error {
 	}
 	if a == "owner" {
 		var owners int
-		_ = l.db.Pool.QueryRow(ctx, `SELECT count(*) FROM smcp_user_rooms WHERE room_id = $1 AND access = 'owner'`, roomID).Scan(&owners)
+		_ = l.db.QueryRow(ctx, `SELECT count(*) FROM smcp_user_rooms WHERE room_id = $1 AND access = 'owner'`, roomID).Scan(&owners)
 		if owners == 1 {
 			return errs.New(errs.Forbidden, "you are the last owner of %q", roomID).WithHint("make someone else an owner first, or delete the room")
 		}
 	}
-	_, err = l.db.Pool.Exec(ctx, `DELETE FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, userID, roomID)
+	_, err = l.db.Exec(ctx, `DELETE FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, userID, roomID)
 	return err
 }
 

@@ -43,7 +43,7 @@ func (l *Lobby) Resolve(ctx context.Context, c Caller) (*Session, error) {
 	s := &Session{GrantID: c.GrantID, UserID: c.UserID, Username: c.Username, ClientID: c.ClientID, ClientName: c.ClientName}
 	var room, agent *string
 	var scope string
-	err := l.db.Pool.QueryRow(ctx, `WITH ins AS (
+	err := l.db.QueryRow(ctx, `WITH ins AS (
 			INSERT INTO smcp_user_sessions (grant_id, user_id, client_id, scope) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (grant_id) DO NOTHING RETURNING room_id, agent_id, scope),
 		row AS (SELECT room_id, agent_id, scope FROM ins
@@ -73,7 +73,7 @@ func nullable(s string) *string {
 }
 
 func (l *Lobby) save(ctx context.Context, s *Session) error {
-	_, err := l.db.Pool.Exec(ctx, `UPDATE smcp_user_sessions SET room_id = $2, agent_id = $3, scope = $4, updated_at = now() WHERE grant_id = $1`,
+	_, err := l.db.Exec(ctx, `UPDATE smcp_user_sessions SET room_id = $2, agent_id = $3, scope = $4, updated_at = now() WHERE grant_id = $1`,
 		s.GrantID, nullable(s.RoomID), nullable(s.AgentID), s.Scope.String())
 	return err
 }
@@ -88,7 +88,7 @@ func (l *Lobby) Access(ctx context.Context, s *Session, room string) (level, rol
 	scopeLevel := s.Scope.Level(room)
 	role, member := s.roles[room]
 	if !member { // a room joined since the session row was read
-		if err := l.db.Pool.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, s.UserID, room).Scan(&role); err == nil {
+		if err := l.db.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, s.UserID, room).Scan(&role); err == nil {
 			member = true
 			if s.roles == nil {
 				s.roles = map[string]string{}
@@ -175,7 +175,7 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	}
 	var owner *string
 	var exists bool
-	err = l.db.Pool.QueryRow(ctx, `SELECT true, user_id FROM agents WHERE room_id = $1 AND id = $2`, room, id).Scan(&exists, &owner)
+	err = l.db.QueryRow(ctx, `SELECT true, user_id FROM agents WHERE room_id = $1 AND id = $2`, room, id).Scan(&exists, &owner)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	if _, err := l.svc.Join(ctx, substrate.RoomPrincipal(room), room, substrate.JoinRequest{ID: id, Name: s.Username, Role: agentRole}); err != nil {
 		return nil, err
 	}
-	if _, err := l.db.Pool.Exec(ctx, `UPDATE agents SET user_id = $3 WHERE room_id = $1 AND id = $2`, room, id, s.UserID); err != nil {
+	if _, err := l.db.Exec(ctx, `UPDATE agents SET user_id = $3 WHERE room_id = $1 AND id = $2`, room, id, s.UserID); err != nil {
 		return nil, err
 	}
 	if role != "" {
@@ -263,7 +263,7 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (map[string]any, erro
 		return nil, errs.New(NotEmbodied, "you are not embodied").WithHint("nothing to do; sync_embody to act")
 	}
 	room, agent := s.RoomID, s.AgentID
-	if _, err := l.db.Pool.Exec(ctx, `UPDATE agents SET status = 'idle', waiting_on = NULL WHERE room_id = $1 AND id = $2`, room, agent); err != nil {
+	if _, err := l.db.Exec(ctx, `UPDATE agents SET status = 'idle', waiting_on = NULL WHERE room_id = $1 AND id = $2`, room, agent); err != nil {
 		return nil, err
 	}
 	admin := substrate.RoomPrincipal(room)
@@ -389,7 +389,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (map[string]any, error) {
 		}
 		access := minLevel(level, roleCap(r.Access))
 		var agents []map[string]any
-		rows, err := l.db.Pool.Query(ctx, `SELECT id, name, role, status, last_heartbeat, waiting_on, coalesce(user_id = $2, false)
+		rows, err := l.db.Query(ctx, `SELECT id, name, role, status, last_heartbeat, waiting_on, coalesce(user_id = $2, false)
 			FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, r.ID, s.UserID)
 		if err != nil {
 			return nil, err
@@ -416,7 +416,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (map[string]any, error) {
 			entry["roles"] = roles
 		}
 		var keys, seq int64
-		_ = l.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM state WHERE room_id = $1 AND scope = '_shared' AND sort_key IS NULL),
+		_ = l.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM state WHERE room_id = $1 AND scope = '_shared' AND sort_key IS NULL),
 			(SELECT seq FROM rooms WHERE id = $1)`, r.ID).Scan(&keys, &seq)
 		entry["summary"] = map[string]any{"shared_keys": keys, "seq": seq}
 		list = append(list, entry)
@@ -440,7 +440,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (map[string]any, error) {
 
 func (l *Lobby) roles(ctx context.Context, room string) []map[string]any {
 	var raw []byte
-	if l.db.Pool.QueryRow(ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'roles'`, room).Scan(&raw) != nil {
+	if l.db.QueryRow(ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'roles'`, room).Scan(&raw) != nil {
 		return nil
 	}
 	var roles map[string]map[string]any

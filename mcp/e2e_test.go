@@ -201,7 +201,7 @@ func TestEndToEndWithGoSDKClient(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var status string
-		_ = srv.db.Pool.QueryRow(context.Background(), `SELECT status FROM agents WHERE room_id = 'lab' AND id = 'alice:go-sdk-test'`).Scan(&status)
+		_ = srv.db.QueryRow(context.Background(), `SELECT status FROM agents WHERE room_id = 'lab' AND id = 'alice:go-sdk-test'`).Scan(&status)
 		if status == "waiting" {
 			break
 		}

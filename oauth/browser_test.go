@@ -118,7 +118,7 @@ func TestBrowserSignupSigninConsent(t *testing.T) {
 	uid := h.userID("alice")
 	h.room("plans", uid, "owner")
 	h.room("notes", uid, "participant")
-	if _, err := h.db.Pool.Exec(context.Background(), `INSERT INTO agents (room_id, id, name, token_hash) VALUES ('plans', 'scout', 'Scout', 'x')`); err != nil {
+	if _, err := h.db.Exec(context.Background(), `INSERT INTO agents (room_id, id, name, token_hash) VALUES ('plans', 'scout', 'Scout', 'x')`); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan url.Values, 1)

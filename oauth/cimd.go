@@ -140,7 +140,7 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 		return nil, fosite.ErrInvalidClient.WithHint("metadata-document clients are public: token_endpoint_auth_method must be none")
 	}
 	meta, _ := json.Marshal(map[string]any{"cimd_expires": time.Now().Add(ttl), "document": reg})
-	_, err = s.db.Pool.Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
+	_, err = s.db.Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
 		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, redirect_uris = EXCLUDED.redirect_uris, metadata = EXCLUDED.metadata`,
 		id, reg.ClientName, reg.RedirectURIs, meta)
 	if err != nil {

@@ -76,7 +76,7 @@ func TestRegistrationPolicy(t *testing.T) {
 // userID looks a user up by name.
 func (h *harness) userID(name string) string {
 	var id string
-	if err := h.db.Pool.QueryRow(context.Background(), `SELECT id FROM smcp_users WHERE username = $1`, name).Scan(&id); err != nil {
+	if err := h.db.QueryRow(context.Background(), `SELECT id FROM smcp_users WHERE username = $1`, name).Scan(&id); err != nil {
 		h.t.Fatal(err)
 	}
 	return id
@@ -84,7 +84,7 @@ func (h *harness) userID(name string) string {
 
 func (h *harness) room(id, owner, access string) {
 	h.t.Helper()
-	if _, err := h.db.Pool.Exec(context.Background(), `INSERT INTO rooms (id, token_hash, view_token_hash) VALUES ($1, $2, $3)`,
+	if _, err := h.db.Exec(context.Background(), `INSERT INTO rooms (id, token_hash, view_token_hash) VALUES ($1, $2, $3)`,
 		id, []byte("t-"+id), []byte("v-"+id)); err != nil {
 		h.t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestRecoveryAndPasskeys(t *testing.T) {
 	}
 	// Removing the only passkey is refused.
 	var id string
-	if err := h.db.Pool.QueryRow(context.Background(), `SELECT encode(id, 'base64') FROM smcp_credentials`).Scan(&id); err != nil {
+	if err := h.db.QueryRow(context.Background(), `SELECT encode(id, 'base64') FROM smcp_credentials`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	if r := alice.postForm("/account/passkeys/delete", url.Values{"id": {strings.TrimRight(strings.NewReplacer("+", "-", "/", "_").Replace(id), "=")}}, nil); r.status != 409 {
@@ -436,7 +436,7 @@ func TestAccountRooms(t *testing.T) {
 	ok(bob.postForm("/account/rooms/leave", url.Values{"room": {"garden"}}, nil))
 	ok(alice.postForm("/account/rooms/delete", url.Values{"room": {"garden"}}, nil))
 	var n int
-	_ = h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM rooms WHERE id = 'garden'`).Scan(&n)
+	_ = h.db.QueryRow(context.Background(), `SELECT count(*) FROM rooms WHERE id = 'garden'`).Scan(&n)
 	if n != 0 {
 		t.Fatal("deleted room still exists")
 	}

@@ -184,7 +184,7 @@ func serverKey(ctx context.Context, db *store.DB, name string, size int) ([]byte
 		return nil, err
 	}
 	var key []byte
-	err := db.Pool.QueryRow(ctx, `WITH ins AS (INSERT INTO smcp_server_keys (name, value) VALUES ($1, $2)
+	err := db.QueryRow(ctx, `WITH ins AS (INSERT INTO smcp_server_keys (name, value) VALUES ($1, $2)
 			ON CONFLICT (name) DO NOTHING RETURNING value)
 		SELECT value FROM ins UNION ALL SELECT value FROM smcp_server_keys WHERE name = $1 LIMIT 1`, name, fresh).Scan(&key)
 	if err != nil {
@@ -343,7 +343,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		secretHash, _ = sha256Hasher{}.Hash(r.Context(), []byte(secret))
 	}
 	meta, _ := json.Marshal(reg)
-	if _, err := s.db.Pool.Exec(r.Context(), `INSERT INTO smcp_oauth_clients (id, secret_hash, name, redirect_uris, auth_method, metadata)
+	if _, err := s.db.Exec(r.Context(), `INSERT INTO smcp_oauth_clients (id, secret_hash, name, redirect_uris, auth_method, metadata)
 		VALUES ($1, $2, $3, $4, $5, $6)`, id, secretHash, name, reg.RedirectURIs, reg.TokenEndpointAuthMethod, meta); err != nil {
 		s.log.Error("client registration failed", "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "server_error", "error_description": "registration failed; retry"})
@@ -397,7 +397,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		s.provider.WriteAccessError(ctx, w, ar, err)
 		return
 	}
-	_, _ = s.db.Pool.Exec(ctx, `UPDATE smcp_oauth_clients SET last_used_at = now() WHERE id = $1`, ar.GetClient().GetID())
+	_, _ = s.db.Exec(ctx, `UPDATE smcp_oauth_clients SET last_used_at = now() WHERE id = $1`, ar.GetClient().GetID())
 	s.provider.WriteAccessResponse(ctx, w, ar, resp)
 }
 
@@ -497,7 +497,7 @@ func hasScope(scopes []string, want string) bool {
 
 // RevokeGrant revokes every token of a grant (the account page's revoke).
 func (s *Server) RevokeGrant(ctx context.Context, userID, grantID string) error {
-	tag, err := s.db.Pool.Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL
+	tag, err := s.db.Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL
 		WHERE request_id = $1 AND subject = $2`, grantID, userID)
 	if err == nil && tag.RowsAffected() == 0 {
 		return pgx.ErrNoRows

@@ -42,13 +42,13 @@ func (s *storage) q(ctx context.Context) querier {
 	if tx, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
 		return tx
 	}
-	return s.db.Pool
+	return s.db
 }
 
 // BeginTX, Commit and Rollback implement storage.Transactional: fosite runs
 // a refresh (rotate, create access, create refresh) as one transaction.
 func (s *storage) BeginTX(ctx context.Context) (context.Context, error) {
-	tx, err := s.db.Pool.Begin(ctx)
+	ctx, tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return ctx, err
 	}

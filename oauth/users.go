@@ -68,18 +68,18 @@ const sessionTTL = 14 * 24 * time.Hour
 
 func newSession(ctx context.Context, db *store.DB, userID string) (string, error) {
 	id := randomToken(32)
-	_, err := db.Pool.Exec(ctx, `INSERT INTO smcp_sessions (id_hash, user_id, expires_at) VALUES ($1, $2, now() + $3 * interval '1 second')`,
+	_, err := db.Exec(ctx, `INSERT INTO smcp_sessions (id_hash, user_id, expires_at) VALUES ($1, $2, now() + $3 * interval '1 second')`,
 		hashSecret(id), userID, sessionTTL.Seconds())
 	return id, err
 }
 
 func sessionUser(ctx context.Context, db *store.DB, id string) (*User, error) {
 	var userID string
-	err := db.Pool.QueryRow(ctx, `SELECT user_id FROM smcp_sessions WHERE id_hash = $1 AND expires_at > now()`, hashSecret(id)).Scan(&userID)
+	err := db.QueryRow(ctx, `SELECT user_id FROM smcp_sessions WHERE id_hash = $1 AND expires_at > now()`, hashSecret(id)).Scan(&userID)
 	if err != nil {
 		return nil, errNoUser
 	}
-	return loadUser(ctx, db.Pool, "id = $1", userID)
+	return loadUser(ctx, db, "id = $1", userID)
 }
 
 // CreateInvite makes a one-time sign-up link secret: kind "enrol" for the
@@ -91,7 +91,7 @@ func CreateInvite(ctx context.Context, db *store.DB, kind, createdBy string, ttl
 	if createdBy != "" {
 		by = &createdBy
 	}
-	_, err := db.Pool.Exec(ctx, `INSERT INTO smcp_invites (token_hash, kind, created_by, expires_at) VALUES ($1, $2, $3, now() + $4 * interval '1 second')`,
+	_, err := db.Exec(ctx, `INSERT INTO smcp_invites (token_hash, kind, created_by, expires_at) VALUES ($1, $2, $3, now() + $4 * interval '1 second')`,
 		hashSecret(tok), kind, by, ttl.Seconds())
 	return tok, err
 }
@@ -103,7 +103,7 @@ func (s *Server) EnsureEnrolment(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	var users int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM smcp_users`).Scan(&users); err != nil {
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM smcp_users`).Scan(&users); err != nil {
 		return "", err
 	}
 	if users > 0 {

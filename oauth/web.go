@@ -182,7 +182,7 @@ func (wb *web) signIn(w http.ResponseWriter, r *http.Request, userID string) err
 
 func (wb *web) signout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(wb.cookie); err == nil {
-		_, _ = wb.s.db.Pool.Exec(r.Context(), `DELETE FROM smcp_sessions WHERE id_hash = $1`, hashSecret(c.Value))
+		_, _ = wb.s.db.Exec(r.Context(), `DELETE FROM smcp_sessions WHERE id_hash = $1`, hashSecret(c.Value))
 	}
 	http.SetCookie(w, &http.Cookie{Name: wb.cookie, Value: "", Path: "/", HttpOnly: true, Secure: wb.secure, SameSite: http.SameSiteLaxMode, MaxAge: -1})
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
@@ -206,7 +206,7 @@ func (wb *web) saveCeremony(w http.ResponseWriter, r *http.Request, c *ceremony)
 	if err != nil {
 		return err
 	}
-	if _, err := wb.s.db.Pool.Exec(r.Context(), `INSERT INTO smcp_webauthn_sessions (id_hash, kind, data, expires_at)
+	if _, err := wb.s.db.Exec(r.Context(), `INSERT INTO smcp_webauthn_sessions (id_hash, kind, data, expires_at)
 		VALUES ($1, $2, $3, now() + interval '5 minutes')`, hashSecret(id), c.Kind, raw); err != nil {
 		return err
 	}
@@ -238,7 +238,7 @@ func (wb *web) takeCeremony(r *http.Request, kind string) (*ceremony, error) {
 		return nil, errors.New("no passkey ceremony in progress; start again")
 	}
 	var raw []byte
-	err = wb.s.db.Pool.QueryRow(r.Context(), `DELETE FROM smcp_webauthn_sessions WHERE id_hash = $1 AND kind = $2 AND expires_at > now() RETURNING data`,
+	err = wb.s.db.QueryRow(r.Context(), `DELETE FROM smcp_webauthn_sessions WHERE id_hash = $1 AND kind = $2 AND expires_at > now() RETURNING data`,
 		hashSecret(ck.Value), kind).Scan(&raw)
 	if err != nil {
 		return nil, errors.New("the passkey ceremony expired or was already used; start again")
@@ -277,7 +277,7 @@ func (wb *web) signupPage(w http.ResponseWriter, r *http.Request) {
 
 func (wb *web) inviteValid(ctx context.Context, tok string) bool {
 	var ok bool
-	_ = wb.s.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM smcp_invites WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now())`,
+	_ = wb.s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM smcp_invites WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now())`,
 		hashSecret(tok)).Scan(&ok)
 	return ok
 }
@@ -304,7 +304,7 @@ func (wb *web) signupBegin(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var taken bool
-	_ = wb.s.db.Pool.QueryRow(r.Context(), `SELECT EXISTS (SELECT 1 FROM smcp_users WHERE username = $1)`, username).Scan(&taken)
+	_ = wb.s.db.QueryRow(r.Context(), `SELECT EXISTS (SELECT 1 FROM smcp_users WHERE username = $1)`, username).Scan(&taken)
 	if taken {
 		apiError(w, 409, "username_taken", "that username is taken; choose another")
 		return
@@ -329,9 +329,9 @@ func (wb *web) signupFinish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var codes []string
-	err = pgx.BeginFunc(r.Context(), wb.s.db.Pool, func(tx pgx.Tx) error {
+	err = wb.s.db.InTx(r.Context(), func(ctx context.Context, tx pgx.Tx) error {
 		if wb.s.opt.Signup == "invite" {
-			tag, err := tx.Exec(r.Context(), `UPDATE smcp_invites SET used_at = now(), used_by = $2
+			tag, err := tx.Exec(ctx, `UPDATE smcp_invites SET used_at = now(), used_by = $2
 				WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()`, hashSecret(c.Invite), u.ID)
 			if err != nil {
 				return err
@@ -340,13 +340,13 @@ func (wb *web) signupFinish(w http.ResponseWriter, r *http.Request) {
 				return errInviteUsed
 			}
 		}
-		if _, err := tx.Exec(r.Context(), `INSERT INTO smcp_users (id, username, webauthn_handle) VALUES ($1, $2, $3)`, u.ID, u.Username, u.Handle); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO smcp_users (id, username, webauthn_handle) VALUES ($1, $2, $3)`, u.ID, u.Username, u.Handle); err != nil {
 			return err
 		}
-		if err := insertCredential(r.Context(), tx, u.ID, cred, "passkey"); err != nil {
+		if err := insertCredential(ctx, tx, u.ID, cred, "passkey"); err != nil {
 			return err
 		}
-		codes, err = recoveryCodes(r.Context(), tx, u.ID, 10)
+		codes, err = recoveryCodes(ctx, tx, u.ID, 10)
 		return err
 	})
 	switch {
@@ -407,7 +407,7 @@ func (wb *web) loginFinish(w http.ResponseWriter, r *http.Request) {
 	}
 	var found *User
 	_, cred, err := wb.wa.FinishPasskeyLogin(func(_, handle []byte) (webauthn.User, error) {
-		u, err := loadUser(r.Context(), wb.s.db.Pool, "webauthn_handle = $1", handle)
+		u, err := loadUser(r.Context(), wb.s.db, "webauthn_handle = $1", handle)
 		found = u
 		return u, err
 	}, c.Data, r)
@@ -416,7 +416,7 @@ func (wb *web) loginFinish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw, _ := json.Marshal(cred)
-	_, _ = wb.s.db.Pool.Exec(r.Context(), `UPDATE smcp_credentials SET credential = $2, last_used_at = now() WHERE id = $1`, cred.ID, raw)
+	_, _ = wb.s.db.Exec(r.Context(), `UPDATE smcp_credentials SET credential = $2, last_used_at = now() WHERE id = $1`, cred.ID, raw)
 	if err := wb.signIn(w, r, found.ID); err != nil {
 		apiError(w, 500, "server_error", "signing in failed; try again")
 		return
@@ -432,13 +432,13 @@ func (wb *web) recoverBegin(w http.ResponseWriter, r *http.Request) {
 		apiError(w, 400, "invalid_request", "send {username, code}")
 		return
 	}
-	u, err := loadUser(r.Context(), wb.s.db.Pool, "username = $1", strings.ToLower(strings.TrimSpace(body.Username)))
+	u, err := loadUser(r.Context(), wb.s.db, "username = $1", strings.ToLower(strings.TrimSpace(body.Username)))
 	if err != nil {
 		apiError(w, 401, "recovery_rejected", "that username and recovery code do not match")
 		return
 	}
 	var ok bool
-	_ = wb.s.db.Pool.QueryRow(r.Context(), `SELECT EXISTS (SELECT 1 FROM smcp_recovery_codes WHERE user_id = $1 AND code_hash = $2 AND used_at IS NULL)`,
+	_ = wb.s.db.QueryRow(r.Context(), `SELECT EXISTS (SELECT 1 FROM smcp_recovery_codes WHERE user_id = $1 AND code_hash = $2 AND used_at IS NULL)`,
 		u.ID, hashSecret(strings.TrimSpace(body.Code))).Scan(&ok)
 	if !ok {
 		apiError(w, 401, "recovery_rejected", "that username and recovery code do not match")
@@ -469,7 +469,7 @@ func (wb *web) addFinish(w http.ResponseWriter, r *http.Request) {
 		apiError(w, 400, "ceremony_expired", err.Error())
 		return
 	}
-	u, err := loadUser(r.Context(), wb.s.db.Pool, "id = $1", c.UserID)
+	u, err := loadUser(r.Context(), wb.s.db, "id = $1", c.UserID)
 	if err != nil {
 		apiError(w, 400, "ceremony_expired", "start again")
 		return
@@ -479,9 +479,9 @@ func (wb *web) addFinish(w http.ResponseWriter, r *http.Request) {
 		apiError(w, 400, "passkey_rejected", "the passkey could not be verified: "+protocolMessage(err))
 		return
 	}
-	err = pgx.BeginFunc(r.Context(), wb.s.db.Pool, func(tx pgx.Tx) error {
+	err = wb.s.db.InTx(r.Context(), func(ctx context.Context, tx pgx.Tx) error {
 		if c.Code != "" {
-			tag, err := tx.Exec(r.Context(), `UPDATE smcp_recovery_codes SET used_at = now() WHERE user_id = $1 AND code_hash = $2 AND used_at IS NULL`,
+			tag, err := tx.Exec(ctx, `UPDATE smcp_recovery_codes SET used_at = now() WHERE user_id = $1 AND code_hash = $2 AND used_at IS NULL`,
 				u.ID, hashSecret(c.Code))
 			if err != nil {
 				return err
@@ -490,7 +490,7 @@ func (wb *web) addFinish(w http.ResponseWriter, r *http.Request) {
 				return errInviteUsed
 			}
 		}
-		return insertCredential(r.Context(), tx, u.ID, cred, "passkey "+time.Now().UTC().Format("2006-01-02"))
+		return insertCredential(ctx, tx, u.ID, cred, "passkey "+time.Now().UTC().Format("2006-01-02"))
 	})
 	if err != nil {
 		apiError(w, 409, "passkey_rejected", "the passkey could not be added (recovery code already used?)")
@@ -580,7 +580,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 	clientKey := client.Name + "|" + redirectHost
 	if r.Method == http.MethodGet {
 		var prev string
-		_ = s.db.Pool.QueryRow(ctx, `SELECT scope FROM smcp_consents WHERE user_id = $1 AND client_key = $2`, user.ID, clientKey).Scan(&prev)
+		_ = s.db.QueryRow(ctx, `SELECT scope FROM smcp_consents WHERE user_id = $1 AND client_key = $2`, user.ID, clientKey).Scan(&prev)
 		wb.renderConsent(w, user, client, redirectHost, rooms, strings.Fields(prev), r.URL.RequestURI())
 		return
 	}
@@ -613,7 +613,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		ar.GrantScope(sc)
 	}
 	ar.GrantAudience(s.resource)
-	_, _ = s.db.Pool.Exec(ctx, `INSERT INTO smcp_consents (user_id, client_key, scope) VALUES ($1, $2, $3)
+	_, _ = s.db.Exec(ctx, `INSERT INTO smcp_consents (user_id, client_key, scope) VALUES ($1, $2, $3)
 		ON CONFLICT (user_id, client_key) DO UPDATE SET scope = EXCLUDED.scope, updated_at = now()`, user.ID, clientKey, strings.Join(scopes, " "))
 	sess := &Session{Subject: user.ID, Username: user.Username, Extra: map[string]any{"client_name": client.Name}}
 	resp, err := s.provider.NewAuthorizeResponse(ctx, ar, sess)
@@ -677,7 +677,7 @@ func (wb *web) account(w http.ResponseWriter, r *http.Request) {
 		LastUsed *time.Time
 	}
 	var keys []passkey
-	rows, err := wb.s.db.Pool.Query(ctx, `SELECT id, name, created_at, last_used_at FROM smcp_credentials WHERE user_id = $1 ORDER BY created_at`, u.ID)
+	rows, err := wb.s.db.Query(ctx, `SELECT id, name, created_at, last_used_at FROM smcp_credentials WHERE user_id = $1 ORDER BY created_at`, u.ID)
 	if err == nil {
 		for rows.Next() {
 			var k passkey
@@ -690,7 +690,7 @@ func (wb *web) account(w http.ResponseWriter, r *http.Request) {
 		rows.Close()
 	}
 	var grants []grantView
-	rows, err = wb.s.db.Pool.Query(ctx, `SELECT t.request_id, c.name, t.request->'granted_scope', min(t.created_at)
+	rows, err = wb.s.db.Query(ctx, `SELECT t.request_id, c.name, t.request->'granted_scope', min(t.created_at)
 		FROM smcp_oauth_tokens t JOIN smcp_oauth_clients c ON c.id = t.client_id
 		WHERE t.subject = $1 AND t.kind IN ('access', 'refresh') AND t.active AND (t.expires_at IS NULL OR t.expires_at > now())
 		GROUP BY t.request_id, c.name, t.request->'granted_scope' ORDER BY 4 DESC`, u.ID)
@@ -746,7 +746,7 @@ func (wb *web) deletePasskey(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := decodeB64(r.PostFormValue("id"))
 	if err == nil {
-		_, err = wb.s.db.Pool.Exec(r.Context(), `DELETE FROM smcp_credentials WHERE id = $1 AND user_id = $2`, id, u.ID)
+		_, err = wb.s.db.Exec(r.Context(), `DELETE FROM smcp_credentials WHERE id = $1 AND user_id = $2`, id, u.ID)
 	}
 	if err != nil {
 		wb.errorPage(w, 400, "Could not remove the passkey", "Try again from the account page.")
@@ -767,7 +767,7 @@ func (wb *web) renamePasskey(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := decodeB64(r.PostFormValue("id"))
 	if err == nil {
-		_, err = wb.s.db.Pool.Exec(r.Context(), `UPDATE smcp_credentials SET name = $3 WHERE id = $1 AND user_id = $2`, id, u.ID, name)
+		_, err = wb.s.db.Exec(r.Context(), `UPDATE smcp_credentials SET name = $3 WHERE id = $1 AND user_id = $2`, id, u.ID, name)
 	}
 	if err != nil {
 		wb.errorPage(w, 400, "Could not rename the passkey", "Try again from the account page.")
@@ -784,9 +784,9 @@ func (wb *web) newRecoveryCodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var codes []string
-	err := pgx.BeginFunc(r.Context(), wb.s.db.Pool, func(tx pgx.Tx) error {
+	err := wb.s.db.InTx(r.Context(), func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		codes, err = recoveryCodes(r.Context(), tx, u.ID, 10)
+		codes, err = recoveryCodes(ctx, tx, u.ID, 10)
 		return err
 	})
 	if err != nil {

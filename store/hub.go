@@ -99,7 +99,7 @@ func (h *Hub) listen(ctx context.Context, ready chan struct{}) {
 	backoff := 100 * time.Millisecond
 	first := true
 	for ctx.Err() == nil {
-		conn, err := pgx.ConnectConfig(ctx, h.db.Pool.Config().ConnConfig.Copy())
+		conn, err := pgx.ConnectConfig(ctx, h.db.ConnConfig())
 		if err == nil {
 			_, err = conn.Exec(ctx, "LISTEN "+NotifyChannel)
 		}

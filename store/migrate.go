@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncsubstrate/sync/migrations"
 )
@@ -63,11 +64,16 @@ func migrateFS(ctx context.Context, db *DB, fsys fs.FS) (applied int, err error)
 	if err != nil {
 		return 0, err
 	}
-	conn, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("store: migrate: %w", err)
-	}
-	defer conn.Release()
+	err = db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		applied, err = migrateOn(ctx, conn, list)
+		return err
+	})
+	return applied, err
+}
+
+// migrateOn applies what list has that the database lacks, on one
+// connection: the advisory lock is the session's.
+func migrateOn(ctx context.Context, conn *pgxpool.Conn, list []migration) (applied int, err error) {
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLockKey); err != nil {
 		return 0, fmt.Errorf("store: migrate: take lock: %w", err)
 	}

@@ -2,9 +2,15 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
@@ -33,7 +39,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 		}
 	}
 	var n, files int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT version) FROM schema_migrations`).Scan(&n, &files); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT version) FROM schema_migrations`).Scan(&n, &files); err != nil {
 		t.Fatal(err)
 	}
 	if n != files || n == 0 {
@@ -44,7 +50,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 func TestMigrateFromEmptyDatabase(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	if _, err := db.Pool.Exec(ctx, `DROP TABLE smcp_user_sessions, smcp_server_keys, smcp_user_rooms, smcp_consents, smcp_oauth_tokens, smcp_oauth_clients, smcp_recovery_codes, smcp_invites, smcp_sessions, smcp_webauthn_sessions, smcp_credentials, smcp_users, state, agents, rooms, schema_migrations`); err != nil {
+	if _, err := db.Exec(ctx, `DROP TABLE smcp_user_sessions, smcp_server_keys, smcp_user_rooms, smcp_consents, smcp_oauth_tokens, smcp_oauth_clients, smcp_recovery_codes, smcp_invites, smcp_sessions, smcp_webauthn_sessions, smcp_credentials, smcp_users, state, agents, rooms, schema_migrations`); err != nil {
 		t.Fatal(err)
 	}
 	applied, err := db.Migrate(ctx)
@@ -54,7 +60,7 @@ func TestMigrateFromEmptyDatabase(t *testing.T) {
 	if applied == 0 {
 		t.Fatal("no migration applied to an empty database")
 	}
-	if _, err := db.Pool.Exec(ctx, `SELECT room_id, scope, key, version FROM state LIMIT 0`); err != nil {
+	if _, err := db.Exec(ctx, `SELECT room_id, scope, key, version FROM state LIMIT 0`); err != nil {
 		t.Fatalf("state table missing after migrate: %v", err)
 	}
 	again, err := db.Migrate(ctx)
@@ -67,7 +73,7 @@ func TestInTxRollsBackOnError(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	boom := errBoom{}
-	err := db.InTx(ctx, func(tx store.Tx) error {
+	err := db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO rooms (id, token_hash, view_token_hash) VALUES ('r', 'a', 'b')`); err != nil {
 			return err
 		}
@@ -77,7 +83,7 @@ func TestInTxRollsBackOnError(t *testing.T) {
 		t.Fatalf("InTx returned %v, want the callback's error", err)
 	}
 	var n int
-	_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM rooms`).Scan(&n)
+	_ = db.QueryRow(ctx, `SELECT count(*) FROM rooms`).Scan(&n)
 	if n != 0 {
 		t.Fatalf("rolled-back insert is visible: %d rooms", n)
 	}
@@ -86,3 +92,127 @@ func TestInTxRollsBackOnError(t *testing.T) {
 type errBoom struct{}
 
 func (errBoom) Error() string { return "boom" }
+
+// Code that holds a connection and asks the pool for another deadlocks once
+// as many requests do so as the pool has connections. The guard refuses the
+// second request at once, whichever way the first connection was taken.
+func TestSecondConnectionRefused(t *testing.T) {
+	db, err := store.Open(context.Background(), pgtest.URL(t), store.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	second := map[string]func(context.Context) error{
+		"Exec": func(ctx context.Context) error { _, err := db.Exec(ctx, `SELECT 1`); return err },
+		"Query": func(ctx context.Context) error {
+			rows, err := db.Query(ctx, `SELECT 1`)
+			if err == nil {
+				rows.Close()
+			}
+			return err
+		},
+		"QueryRow": func(ctx context.Context) error { var n int; return db.QueryRow(ctx, `SELECT 1`).Scan(&n) },
+		"ReadTx": func(ctx context.Context) error {
+			return db.ReadTx(ctx, func(context.Context, store.Tx) error { return nil })
+		},
+		"InTx": func(ctx context.Context) error {
+			return db.InTx(ctx, func(context.Context, store.Tx) error { return nil })
+		},
+		"WithConn": func(ctx context.Context) error {
+			return db.WithConn(ctx, func(context.Context, *pgxpool.Conn) error { return nil })
+		},
+		"Begin": func(ctx context.Context) error {
+			_, tx, err := db.Begin(ctx)
+			if err == nil {
+				_ = tx.Rollback(ctx)
+			}
+			return err
+		},
+	}
+	first := map[string]func(func(context.Context) error) error{
+		"ReadTx": func(f func(context.Context) error) error {
+			return db.ReadTx(ctx, func(ctx context.Context, _ store.Tx) error { return f(ctx) })
+		},
+		"InTx": func(f func(context.Context) error) error {
+			return db.InTx(ctx, func(ctx context.Context, _ store.Tx) error { return f(ctx) })
+		},
+		"WithConn": func(f func(context.Context) error) error {
+			return db.WithConn(ctx, func(ctx context.Context, _ *pgxpool.Conn) error { return f(ctx) })
+		},
+		"Begin": func(f func(context.Context) error) error {
+			hctx, tx, err := db.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			return f(hctx)
+		},
+	}
+	for fname, hold := range first {
+		for sname, ask := range second {
+			t.Run(fname+"/"+sname, func(t *testing.T) {
+				err := hold(ask)
+				if !errors.Is(err, store.ErrConnHeld) {
+					t.Fatalf("second connection inside %s: got %v, want ErrConnHeld", fname, err)
+				}
+			})
+		}
+	}
+	// Outside a held connection every method works.
+	for sname, ask := range second {
+		if err := ask(ctx); err != nil {
+			t.Fatalf("%s on a free pool: %v", sname, err)
+		}
+	}
+}
+
+// An exhausted pool is reported while it lasts and logged once it has lasted
+// longer than the threshold.
+func TestPoolExhaustionReported(t *testing.T) {
+	var logs syncBuffer
+	db, err := store.Open(context.Background(), pgtest.URL(t), store.Options{MaxConns: 1, ExhaustedWarnAfter: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if st := db.Status(); st.MaxConns != 1 || st.ExhaustedMS != 0 {
+		t.Fatalf("idle pool status %+v", st)
+	}
+	err = db.WithConn(context.Background(), func(context.Context, *pgxpool.Conn) error {
+		time.Sleep(700 * time.Millisecond)
+		if st := db.Status(); st.InUse != 1 || st.ExhaustedMS < 200 {
+			t.Errorf("status while every connection is held: %+v", st)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if !strings.Contains(logs.String(), "database pool exhausted") || !strings.Contains(logs.String(), "free connections again") {
+		t.Fatalf("no exhaustion warning logged:\n%s", logs.String())
+	}
+	if st := db.Status(); st.ExhaustedMS != 0 || st.LastExhaustionMS < 200 {
+		t.Fatalf("status after release %+v", st)
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -149,7 +149,7 @@ func (s *Service) ListAgents(ctx context.Context, p *Principal, roomID string) (
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Pool.Query(ctx, `SELECT `+agentColumns+` FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, roomID)
+	rows, err := s.db.Query(ctx, `SELECT `+agentColumns+` FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, roomID)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 	if status != "" && !slices.Contains(settableStatus, status) {
 		return nil, errs.New(errs.InvalidField, "status %q is not one of %v", status, settableStatus).WithHint("omit status or use one of %v", settableStatus)
 	}
-	a, err := scanAgent(s.db.Pool.QueryRow(ctx, `UPDATE agents SET last_heartbeat = now(),
+	a, err := scanAgent(s.db.QueryRow(ctx, `UPDATE agents SET last_heartbeat = now(),
 			status = coalesce(nullif($3, ''), status)
 		WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns, roomID, agentID, status))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -62,9 +62,9 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 // snapshot of the database.
 // Unread counts are computed when wantMsgs is set or an action's enabled or
 // if reads messages.
-func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool, extra func(pgx.Tx, *roomCtx) error) (*roomCtx, error) {
+func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool, extra func(context.Context, pgx.Tx, *roomCtx) error) (*roomCtx, error) {
 	var rc *roomCtx
-	err := pgx.BeginTxFunc(ctx, s.db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var seq, count int64
 		var born time.Time
 		if err := tx.QueryRow(ctx, `SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID).Scan(&seq, &count, &born); err != nil {
@@ -91,10 +91,17 @@ func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, want
 		rc = s.build(ctx, snap, p, agents, mc, time.Now(), nil)
 		rc.counted = counted
 		if extra != nil {
-			return extra(tx, rc)
+			return extra(ctx, tx, rc)
 		}
 		return nil
 	})
+	if err == nil && rc.readUpTo > 0 {
+		// The read transaction is read-only, and its connection is
+		// released by now: marking read is its own statement, monotonic
+		// so concurrent reads cannot move it back.
+		_, err = s.db.Exec(ctx, `UPDATE agents SET last_seen_seq = $3 WHERE room_id = $1 AND id = $2 AND last_seen_seq < $3`,
+			roomID, rc.self, rc.readUpTo)
+	}
 	return rc, err
 }
 
@@ -181,7 +188,7 @@ func (s *Service) Context(ctx context.Context, p *Principal, roomID string, q Co
 		return nil, err
 	}
 	var env map[string]any
-	_, err := s.readCtx(ctx, p, roomID, !q.NoMessages, func(tx pgx.Tx, rc *roomCtx) error {
+	_, err := s.readCtx(ctx, p, roomID, !q.NoMessages, func(ctx context.Context, tx pgx.Tx, rc *roomCtx) error {
 		var err error
 		env, err = s.envelopeOf(ctx, tx, rc, roomID, q)
 		return err
@@ -427,13 +434,8 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 		out["_elided"] = map[string]any{"total": rc.msgs.Count, "returned": len(recent), "oldest_seq": minSeq,
 			"_expand": "?messages_after=0&messages_limit=500"}
 	}
-	if rc.self != "" && maxSeq > 0 {
-		// The read transaction is read-only; marking read is its own
-		// statement, monotonic so concurrent reads cannot move it back.
-		if _, err := s.db.Pool.Exec(ctx, `UPDATE agents SET last_seen_seq = $3 WHERE room_id = $1 AND id = $2 AND last_seen_seq < $3`,
-			roomID, rc.self, maxSeq); err != nil {
-			return nil, false, err
-		}
+	if rc.self != "" {
+		rc.readUpTo = max(rc.readUpTo, maxSeq)
 	}
 	return out, truncated, nil
 }

@@ -12,7 +12,7 @@ import (
 // inserts afresh. It returns how many entries went.
 func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.db.Pool.QueryRow(ctx, `WITH gone AS (
+	err := s.db.QueryRow(ctx, `WITH gone AS (
 			DELETE FROM state WHERE timer_effect = 'delete'
 				AND (timer_expires_at < now() - interval '1 minute' OR timer_ticks_left <= 0)
 			RETURNING room_id, scope, sort_key),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -67,13 +68,16 @@ type querier interface {
 // together. State reads fn needs happen in between, after the lock, so
 // they see every earlier mutation of the room.
 func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn func(m *mutation) error) (seq int64, err error) {
-	conn, err := s.db.Pool.Acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
 	// A connection left inside a transaction is closed by the pool on
 	// release rather than reused, so a failed ROLLBACK cannot leak state.
-	defer conn.Release()
+	err = s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		seq, err = s.mutateOn(ctx, conn, p, roomID, fn)
+		return err
+	})
+	return seq, err
+}
+
+func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal, roomID string, fn func(m *mutation) error) (seq int64, err error) {
 	open := false
 	defer func() {
 		if open && err != nil {
@@ -166,7 +170,7 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn fu
 		VALUES ($1, '_audit', $2, $3, $4, 1, $3, $5, 'system', $6, $6)`,
 		roomID, strconv.FormatInt(last, 10), last, auditJSON, m.actor, m.now)
 	m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
-	m.batch.Queue(`SELECT pg_notify($1, $2)`, store.NotifyChannel, roomID+" "+strconv.FormatInt(last, 10))
+	m.batch.Queue(store.NotifySQL, store.NotifyChannel, roomID+" "+strconv.FormatInt(last, 10))
 	m.batch.Queue("COMMIT")
 	if err = conn.SendBatch(ctx, &m.batch).Close(); err != nil {
 		if store.IsUniqueViolation(err) {

@@ -98,14 +98,14 @@ func TestPurgeExpired(t *testing.T) {
 		t.Fatalf("purged %d live entries (%v)", n, err)
 	}
 	// Age the timers past expiry plus the minute of grace.
-	if _, err := db.Pool.Exec(ctx, `UPDATE state SET timer_expires_at = now() - interval '2 minutes' WHERE timer_effect IS NOT NULL`); err != nil {
+	if _, err := db.Exec(ctx, `UPDATE state SET timer_expires_at = now() - interval '2 minutes' WHERE timer_effect IS NOT NULL`); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := svc.PurgeExpired(ctx); err != nil || n != 2 {
 		t.Fatalf("purged %d, want 2 (%v)", n, err)
 	}
 	var rows, count int
-	_ = db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM state WHERE room_id = 'tidy' AND scope IN ('_shared', '_messages')),
+	_ = db.QueryRow(ctx, `SELECT (SELECT count(*) FROM state WHERE room_id = 'tidy' AND scope IN ('_shared', '_messages')),
 		(SELECT message_count FROM rooms WHERE id = 'tidy')`).Scan(&rows, &count)
 	if rows != 2 || count != 1 {
 		t.Fatalf("after purge: %d entries, message_count %d; want 2 and 1", rows, count)

@@ -68,12 +68,12 @@ func (s *Service) Authenticate(ctx context.Context, token string) (*Principal, e
 	var err error
 	switch kind {
 	case KindRoom:
-		err = s.db.Pool.QueryRow(ctx, `SELECT id FROM rooms WHERE token_hash = $1`, h).Scan(&p.RoomID)
+		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE token_hash = $1`, h).Scan(&p.RoomID)
 	case KindView:
-		err = s.db.Pool.QueryRow(ctx, `SELECT id FROM rooms WHERE view_token_hash = $1`, h).Scan(&p.RoomID)
+		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE view_token_hash = $1`, h).Scan(&p.RoomID)
 	case KindAgent:
 		var stale bool
-		err = s.db.Pool.QueryRow(ctx,
+		err = s.db.QueryRow(ctx,
 			`SELECT room_id, id, grants, last_heartbeat < now() - make_interval(secs => $2)
 			   FROM agents WHERE token_hash = $1`, h, s.hbEach.Seconds()).
 			Scan(&p.RoomID, &p.AgentID, &p.Grants, &stale)
@@ -94,7 +94,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (*Principal, e
 // touch records a heartbeat. It is best effort: a failed heartbeat must not
 // fail the call it rides on.
 func (s *Service) touch(ctx context.Context, roomID, agentID string) {
-	if _, err := s.db.Pool.Exec(ctx, `UPDATE agents SET last_heartbeat = now() WHERE room_id = $1 AND id = $2`, roomID, agentID); err != nil {
+	if _, err := s.db.Exec(ctx, `UPDATE agents SET last_heartbeat = now() WHERE room_id = $1 AND id = $2`, roomID, agentID); err != nil {
 		s.log.Warn("heartbeat update failed", "room", roomID, "agent", agentID, "err", err)
 	}
 }
@@ -109,7 +109,7 @@ func (s *Service) requireRoom(ctx context.Context, p *Principal, roomID string) 
 		return nil
 	}
 	var exists bool
-	if err := s.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rooms WHERE id = $1)`, roomID).Scan(&exists); err != nil {
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rooms WHERE id = $1)`, roomID).Scan(&exists); err != nil {
 		return err
 	}
 	if !exists {
@@ -125,7 +125,7 @@ func (s *Service) requireRoom(ctx context.Context, p *Principal, roomID string) 
 func (s *Service) AgentPrincipal(ctx context.Context, roomID, agentID string) (*Principal, error) {
 	p := &Principal{Kind: KindAgent, RoomID: roomID, AgentID: agentID}
 	var stale bool
-	err := s.db.Pool.QueryRow(ctx, `SELECT grants, last_heartbeat < now() - make_interval(secs => $3) FROM agents WHERE room_id = $1 AND id = $2`,
+	err := s.db.QueryRow(ctx, `SELECT grants, last_heartbeat < now() - make_interval(secs => $3) FROM agents WHERE room_id = $1 AND id = $2`,
 		roomID, agentID, s.hbEach.Seconds()).Scan(&p.Grants, &stale)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("embody an agent again")

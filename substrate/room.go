@@ -257,6 +257,9 @@ type roomCtx struct {
 	msgs   msgCounts
 	// counted reports whether msgs holds the caller's unread counts.
 	counted bool
+	// readUpTo is the newest message seq the context returned to its
+	// agent; readCtx marks it read once the read transaction is over.
+	readUpTo int64
 
 	state      map[string]any  // visible scope → key → value
 	modified   map[string]bool // scopes of state not shared with the snapshot's cache

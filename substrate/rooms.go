@@ -55,7 +55,7 @@ func (s *Service) CreateRoom(ctx context.Context, req CreateRoomRequest) (*Creat
 	token, hash := newToken(RoomTokenPrefix)
 	viewToken, viewHash := newToken(ViewTokenPrefix)
 	out := &CreatedRoom{Token: token, ViewToken: viewToken}
-	err = s.db.InTx(ctx, func(tx store.Tx) error {
+	err = s.db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
 		err := tx.QueryRow(ctx,
 			`INSERT INTO rooms (id, meta, open_join, token_hash, view_token_hash, seq)
 			 VALUES ($1, $2, $3, $4, $5, 1) RETURNING id, created_at, meta, open_join, seq`,
@@ -85,7 +85,7 @@ func (s *Service) GetRoom(ctx context.Context, p *Principal, roomID string) (*Ro
 		return nil, err
 	}
 	r := &Room{}
-	err := s.db.Pool.QueryRow(ctx, `SELECT id, created_at, meta, open_join, seq FROM rooms WHERE id = $1`, roomID).
+	err := s.db.QueryRow(ctx, `SELECT id, created_at, meta, open_join, seq FROM rooms WHERE id = $1`, roomID).
 		Scan(&r.ID, &r.CreatedAt, &r.Meta, &r.OpenJoin, &r.Seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
@@ -126,7 +126,7 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 	if !p.Admin() {
 		return errs.New(errs.Forbidden, "deleting room %q needs the room token", roomID).WithHint("ask the room's owner")
 	}
-	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM rooms WHERE id = $1`, roomID)
+	tag, err := s.db.Exec(ctx, `DELETE FROM rooms WHERE id = $1`, roomID)
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 		return errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
 	}
 	// Waiters learn that the room is gone.
-	_, _ = s.db.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, store.NotifyChannel, roomID+" deleted")
+	_, _ = s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, store.NotifyChannel, roomID+" deleted")
 	return nil
 }
 

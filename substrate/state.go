@@ -230,7 +230,7 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		q.Scope = scope
 	}
 	out := &StateRead{Entries: []Entry{}}
-	err := pgx.BeginTxFunc(ctx, s.db.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT seq FROM rooms WHERE id = $1`, roomID).Scan(&out.Seq); err != nil {
 			return err
 		}

@@ -51,7 +51,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		var env map[string]any
 		var ok bool
 		var evalErr error
-		rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages, func(tx pgx.Tx, rc *roomCtx) error {
+		rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages, func(ctx context.Context, tx pgx.Tx, rc *roomCtx) error {
 			if ok, evalErr = s.cel.EvalBool(ctx, prog, &rc.vars); evalErr != nil || !ok {
 				return nil
 			}
@@ -104,7 +104,7 @@ func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condit
 	if condition != nil {
 		status = "waiting"
 	}
-	_, err := s.db.Pool.Exec(ctx, `WITH u AS (UPDATE agents SET status = $3, waiting_on = $4, last_heartbeat = now()
+	_, err := s.db.Exec(ctx, `WITH u AS (UPDATE agents SET status = $3, waiting_on = $4, last_heartbeat = now()
 			WHERE room_id = $1 AND id = $2 RETURNING room_id)
 		SELECT pg_notify($5, $1 || ' presence') FROM u`, roomID, agentID, status, condition, store.NotifyChannel)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/syncsubstrate/sync/store"
 )
 
 // config is the server's configuration: every field has a flag and an
@@ -29,6 +31,7 @@ type config struct {
 	Signup        string        // SYNC_SIGNUP, -signup: invite, open or closed. Default invite.
 	RedirectAllow []string      // SYNC_REDIRECT_ALLOW, -redirect-allow: extra OAuth redirect URIs, comma-separated.
 	MCPOrigins    []string      // SYNC_MCP_ORIGINS, -mcp-origins: browser origins besides the public URL's that may call /mcp.
+	DBMaxConns    int32         // SYNC_DB_MAX_CONNS, -db-max-conns: database connection pool size. Default 16 (store.DefaultMaxConns).
 }
 
 // defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
@@ -69,6 +72,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.StringVar(&c.Signup, "signup", env("SYNC_SIGNUP", "invite"), "who may create an account: invite, open or closed (SYNC_SIGNUP)")
 	redirects := fs.String("redirect-allow", env("SYNC_REDIRECT_ALLOW", ""), "extra allowed OAuth redirect URIs, comma-separated; a trailing * allows a prefix (SYNC_REDIRECT_ALLOW)")
 	origins := fs.String("mcp-origins", env("SYNC_MCP_ORIGINS", ""), "browser origins, besides the public URL's, allowed to call /mcp, comma-separated (SYNC_MCP_ORIGINS)")
+	dbConns := fs.String("db-max-conns", env("SYNC_DB_MAX_CONNS", strconv.Itoa(store.DefaultMaxConns)), "database connection pool size (SYNC_DB_MAX_CONNS)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -81,6 +85,11 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.MaxValue, err = strconv.Atoi(*maxValue); err != nil || c.MaxValue <= 0 {
 		return nil, fmt.Errorf("max value bytes %q is not a positive integer", *maxValue)
+	}
+	if n, err := strconv.ParseInt(*dbConns, 10, 32); err != nil || n < 2 {
+		return nil, fmt.Errorf("database max connections %q must be a whole number of at least 2", *dbConns)
+	} else {
+		c.DBMaxConns = int32(n)
 	}
 	if c.ShutdownIn, err = time.ParseDuration(*shutdown); err != nil {
 		return nil, fmt.Errorf("shutdown timeout %q: %w", *shutdown, err)

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,12 +107,15 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		w.Header().Set("Content-Type", "application/json")
+		status, code := "ready", http.StatusOK
 		if err := db.Ping(pctx); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"status":"database unavailable"}` + "\n"))
-			return
+			status, code = "database unavailable", http.StatusServiceUnavailable
 		}
-		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
+		// The pool is reported, not judged: an exhausted pool means
+		// requests queue for the database, which a load balancer taking
+		// this process out of rotation would only make worse elsewhere.
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "pool": db.Status()})
 	})
 	auth.Routes(mux)
 	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL,
@@ -160,7 +164,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 // when it is unset. The returned func closes the pool and stops the cluster.
 func openDatabase(ctx context.Context, cfg *config) (*store.DB, func(), error) {
 	if cfg.DatabaseURL != "" {
-		db, err := store.Open(ctx, cfg.DatabaseURL, store.Options{})
+		db, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -177,7 +181,7 @@ func openDatabase(ctx context.Context, cfg *config) (*store.DB, func(), error) {
 			slog.Warn("embedded PostgreSQL did not stop cleanly", "err", err)
 		}
 	}
-	db, err := store.Open(ctx, cluster.URL(), store.Options{})
+	db, err := store.Open(ctx, cluster.URL(), store.Options{MaxConns: cfg.DBMaxConns})
 	if err != nil {
 		stopCluster()
 		return nil, nil, err

@@ -134,11 +134,24 @@ func URL(t testing.TB) string {
 	return withDatabase(adminURL, name)
 }
 
-// New returns a pool on a new, migrated, empty database, closed when the test
-// ends.
+// MaxConns is the pool size New gives a test: deliberately tiny, so that
+// code holding one connection while it waits for another deadlocks in the
+// tests (and store's guard refuses it) instead of only under production
+// load.
+const MaxConns = 2
+
+// New returns a pool of MaxConns connections on a new, migrated, empty
+// database, closed when the test ends.
 func New(t testing.TB) *store.DB {
 	t.Helper()
-	db, err := store.Open(context.Background(), URL(t), store.Options{})
+	return NewPool(t, MaxConns)
+}
+
+// NewPool is New with a pool of maxConns connections (benchmarks measure
+// the server's default pool size with it).
+func NewPool(t testing.TB, maxConns int32) *store.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), URL(t), store.Options{MaxConns: maxConns})
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}

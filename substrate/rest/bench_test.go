@@ -8,12 +8,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
@@ -33,8 +36,17 @@ type benchEnv struct {
 	cli *http.Client
 }
 
+// benchConns is the pool size benchmarks run with: the server's default,
+// or SYNC_BENCH_DB_CONNS to compare sizes.
+func benchConns() int32 {
+	if n, err := strconv.Atoi(os.Getenv("SYNC_BENCH_DB_CONNS")); err == nil && n > 0 {
+		return int32(n)
+	}
+	return store.DefaultMaxConns
+}
+
 func newBench(b *testing.B) *benchEnv {
-	db := pgtest.New(b)
+	db := pgtest.NewPool(b, benchConns())
 	svc := substrate.New(db, substrate.Options{})
 	b.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
@@ -229,6 +241,43 @@ func BenchmarkContextLean(b *testing.B) {
 		e.do("GET", "/rooms/ctx/context?messages=false", toks[0], nil)
 		ds = append(ds, time.Since(t0))
 	}
+	percentiles(b, "context", ds)
+}
+
+// Sixteen agents reading the context of a room where they have unread
+// messages, at once (each read marks what it returned read): the shape
+// that once deadlocked the pool.
+func BenchmarkContext16Readers(b *testing.B) {
+	e := newBench(b)
+	tok, toks := e.setupInvokeRoom("readers", 16)
+	writes := make([]any, 100)
+	for i := range writes {
+		writes[i] = map[string]any{"scope": "_shared", "key": fmt.Sprintf("key-%03d", i),
+			"value": map[string]any{"n": i, "label": "some short text", "done": i%2 == 0}}
+	}
+	e.do("PUT", "/rooms/readers/state/batch", tok, map[string]any{"writes": writes})
+	for i := 0; i < 50; i++ {
+		e.do("POST", "/rooms/readers/actions/_send_message/invoke", tok, map[string]any{"params": map[string]any{"body": fmt.Sprint("note ", i)}})
+	}
+	var n atomic.Int64
+	var mu sync.Mutex
+	var ds []time.Duration
+	b.SetParallelism(8) // 8 × GOMAXPROCS(2) = 16 readers on 2 cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		tok := toks[int(n.Add(1)-1)%len(toks)]
+		var mine []time.Duration
+		for pb.Next() {
+			t0 := time.Now()
+			e.do("GET", "/rooms/readers/context?messages_limit=10", tok, nil)
+			mine = append(mine, time.Since(t0))
+		}
+		mu.Lock()
+		ds = append(ds, mine...)
+		mu.Unlock()
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
+	b.ReportMetric(float64(benchConns()), "pool_conns")
 	percentiles(b, "context", ds)
 }
 
