@@ -22,6 +22,7 @@ import (
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
@@ -38,10 +39,19 @@ type server struct {
 func startServer(t testing.TB, db *store.DB) *server { return startServerWith(t, db, nil) }
 
 func startServerWith(t testing.TB, db *store.DB, origins []string) *server {
-	return startServerOpts(t, db, origins, "")
+	return startServerOpts(t, db, serverOpts{origins: origins})
 }
 
-func startServerOpts(t testing.TB, db *store.DB, origins []string, publicURL string) *server {
+// serverOpts vary the test server from its defaults.
+type serverOpts struct {
+	origins   []string      // SYNC_MCP_ORIGINS
+	publicURL string        // default http://localhost:<port>
+	http      *httpmw.Stack // the shared middleware; default none shared, no rate limits
+	// allowPrivateCIMD lets client metadata documents come from loopback.
+	allowPrivateCIMD bool
+}
+
+func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -49,20 +59,21 @@ func startServerOpts(t testing.TB, db *store.DB, origins []string, publicURL str
 	}
 	base := "http://localhost:" + strings.Split(ln.Addr().String(), ":")[1]
 	public := base
-	if publicURL != "" {
-		public = publicURL
+	if o.publicURL != "" {
+		public = o.publicURL
 	}
 	svc := substrate.New(db, substrate.Options{})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
-	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open", RatePerSecond: -1})
+	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open", RatePerSecond: -1,
+		HTTP: o.http, AllowPrivateMetadataFetch: o.allowPrivateCIMD})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	a.Routes(mux)
-	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: public, AllowedOrigins: origins}))
-	mux.Handle("/", rest.Handler(svc, rest.Options{RatePerSecond: -1}))
+	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: public, AllowedOrigins: o.origins, HTTP: o.http}))
+	mux.Handle("/", rest.Handler(svc, rest.Options{RatePerSecond: -1, HTTP: o.http}))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()
 	srv.Listener = ln

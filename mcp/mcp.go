@@ -10,10 +10,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -22,6 +24,7 @@ import (
 	"github.com/syncsubstrate/sync/oauth"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 )
 
 // Options configure the MCP endpoint.
@@ -34,6 +37,11 @@ type Options struct {
 	// AllowedOrigins are further browser origins allowed to call /mcp.
 	// Requests without an Origin header (non-browser clients) are allowed.
 	AllowedOrigins []string
+	// HTTP is the middleware shared with the server's other surfaces (body
+	// limit, request ids, recovery, access log); the per-grant rate limit
+	// is applied by Auth's bearer check. Default: a stack of its own with
+	// httpmw's defaults.
+	HTTP *httpmw.Stack
 	// Version is reported to clients. Default "dev".
 	Version string
 	// Logger defaults to slog.Default().
@@ -64,13 +72,19 @@ func Handler(opt Options) http.Handler {
 	for _, d := range tools() {
 		srv.AddTool(d.def, handler(&opt, d))
 	}
+	// The SDK's own DNS-rebinding check refuses every Host but loopback
+	// ones when the listener is on loopback, which is exactly the
+	// deployment behind a reverse proxy or tunnel that keeps the public
+	// Host; checkHost does the same job knowing the public URL.
 	streamable := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv },
-		&sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: sdkLog})
-	// Order: the Origin check refuses cross-site browsers before anything
-	// else; our bearer check then answers 401 with the challenge clients
-	// follow to sign in (error="invalid_token", which the SDK's own
-	// middleware omits); the SDK's middleware only hands the verified
-	// token to the tools.
+		&sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true, Logger: sdkLog, DisableLocalhostProtection: true})
+	// Order: the shared stack first (request id, recovery, body limit);
+	// the Host check refuses DNS-rebinding requests, and the Origin check
+	// cross-site browsers, before any work; our bearer check then answers
+	// 401 with the challenge clients follow to sign in
+	// (error="invalid_token", which the SDK's own middleware omits) and
+	// applies the grant's rate limit; the SDK's middleware only hands the
+	// verified token to the tools.
 	pass := sdkauth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*sdkauth.TokenInfo, error) {
 		ti := oauth.TokenInfoFrom(ctx)
 		if ti == nil {
@@ -78,7 +92,34 @@ func Handler(opt Options) http.Handler {
 		}
 		return &sdkauth.TokenInfo{Scopes: ti.Scopes, Expiration: ti.Expiry, UserID: ti.UserID, Extra: map[string]any{tokenExtra: ti}}, nil
 	}, &sdkauth.RequireBearerTokenOptions{AllowMissingExpiration: true})
-	return checkOrigin(&opt, opt.Auth.RequireBearer("", pass(streamable)))
+	if opt.HTTP == nil {
+		opt.HTTP = httpmw.New(httpmw.Options{Logger: opt.Logger})
+	}
+	return opt.HTTP.Wrap(checkHost(&opt, checkOrigin(&opt, opt.Auth.RequireBearer("", pass(streamable)))))
+}
+
+// checkHost is the DNS-rebinding protection: a browser tricked into
+// reaching this server under a hostile name sends that name as Host. The
+// public URL's host name and loopback names are the only legitimate ones
+// (any port: a proxy or tunnel may add or drop it).
+func checkHost(opt *Options, next http.Handler) http.Handler {
+	public := ""
+	if u, err := url.Parse(opt.PublicURL); err == nil {
+		public = strings.ToLower(u.Hostname())
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := strings.ToLower(r.Host)
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+		ip := net.ParseIP(host)
+		if host != public && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "Forbidden: invalid Host header "+strconv.Quote(r.Host)+": this endpoint answers only as "+public, http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 const tokenExtra = "sync.token"

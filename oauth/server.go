@@ -25,7 +25,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/store"
-	"github.com/syncsubstrate/sync/substrate/ratelimit"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 )
 
 // Session is what a grant carries: the user as Subject.
@@ -65,6 +65,12 @@ type Options struct {
 	// token, passkey ceremonies) per client IP. Default 10, burst 3×;
 	// negative disables.
 	RatePerSecond float64
+	// HTTP is the middleware shared with the other surfaces: RequireBearer
+	// takes each request from the verified grant's rate budget (or the
+	// client address's, when the token is not valid). Default: a stack of
+	// its own with httpmw's defaults (rate limiting off when RatePerSecond
+	// is negative).
+	HTTP *httpmw.Stack
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -97,7 +103,8 @@ type Server struct {
 	resource string
 	log      *slog.Logger
 	web      *web
-	limit    *ratelimit.Limiter
+	limit    *httpmw.Limiter
+	http     *httpmw.Stack
 }
 
 // New builds the server. The HMAC key for codes and tokens is created on
@@ -141,7 +148,10 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 		opt.RatePerSecond = 10
 	}
 	if opt.RatePerSecond > 0 {
-		s.limit = ratelimit.New(opt.RatePerSecond, int(3*opt.RatePerSecond))
+		s.limit = httpmw.NewLimiter(opt.RatePerSecond, int(3*opt.RatePerSecond))
+	}
+	if s.http = opt.HTTP; s.http == nil {
+		s.http = httpmw.New(httpmw.Options{RatePerSecond: min(opt.RatePerSecond, 0), Logger: opt.Logger})
 	}
 	s.store = &storage{db: db, audience: s.resource, grace: opt.RefreshGrace, allow: opt.RedirectAllowList,
 		cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch)}
@@ -221,7 +231,7 @@ func (s *Server) limited(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if wait, ok := s.limit.Allow(ratelimit.ClientIP(r)); !ok {
+		if wait, ok := s.limit.Allow(httpmw.ClientIP(r)); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
 			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "rate_limited",
 				"error_description": "too many requests from this address; retry after the Retry-After seconds"})
@@ -471,6 +481,9 @@ func (s *Server) RequireBearer(scope string, next http.Handler) http.Handler {
 		}
 		ti, err := s.Verify(r.Context(), tok)
 		if err != nil {
+			if !s.http.Limit(w, r, "") {
+				return
+			}
 			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="invalid_token", error_description=%q, resource_metadata=%q`,
 				err.Error(), s.ResourceMetadataURL()))
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_token", "error_description": err.Error()})
@@ -480,6 +493,9 @@ func (s *Server) RequireBearer(scope string, next http.Handler) http.Handler {
 			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="insufficient_scope", scope=%q, resource_metadata=%q`,
 				scope, s.ResourceMetadataURL()))
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": "insufficient_scope", "error_description": "this needs scope " + scope})
+			return
+		}
+		if !s.http.Limit(w, r, "grant:"+ti.GrantID) {
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, ti)))

@@ -55,6 +55,12 @@ func (p *Principal) Actor() string {
 	return "_room"
 }
 
+// Key names the credential for per-credential budgets (rate limits): one
+// per room token, view token and agent.
+func (p *Principal) Key() string {
+	return string(p.Kind) + ":" + p.RoomID + "/" + p.AgentID
+}
+
 // Authenticate resolves a bearer token to its principal. An agent's call
 // also counts as its heartbeat (refreshed at most every HeartbeatEvery).
 func (s *Service) Authenticate(ctx context.Context, token string) (*Principal, error) {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 )
 
 // config is the server's configuration: every field has a flag and an
@@ -32,6 +34,10 @@ type config struct {
 	RedirectAllow []string      // SYNC_REDIRECT_ALLOW, -redirect-allow: extra OAuth redirect URIs, comma-separated.
 	MCPOrigins    []string      // SYNC_MCP_ORIGINS, -mcp-origins: browser origins besides the public URL's that may call /mcp.
 	DBMaxConns    int32         // SYNC_DB_MAX_CONNS, -db-max-conns: database connection pool size. Default 16 (store.DefaultMaxConns).
+	// SYNC_TRUSTED_PROXIES, -trusted-proxies: addresses and CIDR prefixes
+	// whose X-Forwarded-For / Forwarded headers name the client. Default none.
+	TrustedProxies []netip.Prefix
+	AccessLog      bool // SYNC_ACCESS_LOG, -access-log: one log line per request. Default true.
 }
 
 // defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
@@ -73,6 +79,8 @@ func parseConfig(args []string) (*config, error) {
 	redirects := fs.String("redirect-allow", env("SYNC_REDIRECT_ALLOW", ""), "extra allowed OAuth redirect URIs, comma-separated; a trailing * allows a prefix (SYNC_REDIRECT_ALLOW)")
 	origins := fs.String("mcp-origins", env("SYNC_MCP_ORIGINS", ""), "browser origins, besides the public URL's, allowed to call /mcp, comma-separated (SYNC_MCP_ORIGINS)")
 	dbConns := fs.String("db-max-conns", env("SYNC_DB_MAX_CONNS", strconv.Itoa(store.DefaultMaxConns)), "database connection pool size (SYNC_DB_MAX_CONNS)")
+	proxies := fs.String("trusted-proxies", env("SYNC_TRUSTED_PROXIES", ""), "reverse proxies whose X-Forwarded-For/Forwarded are believed: addresses or CIDR prefixes, comma-separated (SYNC_TRUSTED_PROXIES)")
+	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -90,6 +98,12 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("database max connections %q must be a whole number of at least 2", *dbConns)
 	} else {
 		c.DBMaxConns = int32(n)
+	}
+	if c.TrustedProxies, err = httpmw.ParseProxies(*proxies); err != nil {
+		return nil, err
+	}
+	if c.AccessLog, err = strconv.ParseBool(*accessLog); err != nil {
+		return nil, fmt.Errorf("access log %q is not true or false", *accessLog)
 	}
 	if c.ShutdownIn, err = time.ParseDuration(*shutdown); err != nil {
 		return nil, fmt.Errorf("shutdown timeout %q: %w", *shutdown, err)
@@ -115,7 +129,13 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("public URL %q is not an http(s) URL", c.PublicURL)
 	} else if net.ParseIP(strings.Trim(u.Hostname(), "[]")) != nil {
 		return nil, fmt.Errorf("public URL %q uses an IP address; passkeys need a host name (use http://localhost:PORT locally)", c.PublicURL)
+	} else if strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+		// OAuth discovery (RFC 8414, RFC 9728) and passkeys are per host:
+		// a sub-path would need the proxy to route well-known documents
+		// at the host's root as well. Refused rather than half working.
+		return nil, fmt.Errorf("public URL %q has a path; sync must be served at the root of its own host name (e.g. https://sync.example.org, behind a proxy that forwards every path)", c.PublicURL)
 	}
+	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}

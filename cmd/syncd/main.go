@@ -27,6 +27,7 @@ import (
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/embedpg"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
@@ -76,7 +77,16 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	defer svc.Close()
 	go svc.RunJanitor(ctx, time.Minute)
 	lob := lobby.New(db, svc)
+	// One middleware stack for every surface, so that a credential's rate
+	// budget and the client address behind proxies are the same on each.
+	var accessLog *slog.Logger
+	if cfg.AccessLog {
+		accessLog = slog.Default()
+	}
+	stack := httpmw.New(httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit,
+		TrustedProxies: cfg.TrustedProxies, AccessLog: accessLog})
 	auth, err := oauth.New(ctx, db, oauth.Options{
+		HTTP:              stack,
 		PublicURL:         cfg.PublicURL,
 		Signup:            cfg.Signup,
 		RedirectAllowList: cfg.RedirectAllow,
@@ -98,12 +108,14 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		return err
 	}
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	// The pages, the authorization server and the probes share one mux
+	// behind the stack; the REST API and /mcp wrap themselves with it.
+	pages := http.NewServeMux()
+	pages.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	pages.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		w.Header().Set("Content-Type", "application/json")
@@ -117,14 +129,14 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "pool": db.Status()})
 	})
-	auth.Routes(mux)
+	auth.Routes(pages)
+	api := rest.Handler(svc, rest.Options{HTTP: stack, CreateToken: cfg.CreateToken})
+	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL,
-		AllowedOrigins: cfg.MCPOrigins, Version: version()}))
-	mux.Handle("/", rest.Handler(svc, rest.Options{
-		MaxBodyBytes:  cfg.MaxBody,
-		RatePerSecond: cfg.RateLimit,
-		CreateToken:   cfg.CreateToken,
-	}))
+		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack}))
+	mux.Handle("/rooms", api)
+	mux.Handle("/rooms/", api)
+	mux.Handle("/", stack.Wrap(pages))
 	if cfg.CreateToken == "" {
 		slog.Warn("room creation is open to anyone who can reach the server; set SYNC_CREATE_TOKEN to restrict it", "public_url", cfg.PublicURL)
 	}

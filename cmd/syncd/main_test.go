@@ -124,6 +124,9 @@ func TestHealthAndMigrateWithDatabaseURL(t *testing.T) {
 			t.Fatalf("%s: %d", p, code)
 		}
 	}
+	if _, got := call(t, "GET", base+"/readyz", "", ""); got["pool"] == nil || got["pool"].(map[string]any)["max_conns"] != float64(16) {
+		t.Fatalf("readyz does not report the pool: %v", got)
+	}
 }
 
 func TestConfigFromEnvAndFlags(t *testing.T) {
@@ -141,5 +144,27 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"-public-url", "http://10.1.2.3:8080"}); err == nil {
 		t.Fatal("an IP public URL was accepted (passkeys cannot use it)")
+	}
+	// Sub-path deployments are refused at start-up (README, "Deploying
+	// behind a proxy"): discovery would otherwise fail after sign-in.
+	for _, u := range []string{"https://example.org/sync", "https://example.org/sync/", "https://example.org/?x=1"} {
+		if _, err := parseConfig([]string{"-public-url", u}); err == nil || !strings.Contains(err.Error(), "root of its own host") && !strings.Contains(err.Error(), "path") {
+			t.Fatalf("public URL %q: %v, want a refusal", u, err)
+		}
+	}
+	if cfg, err := parseConfig([]string{"-public-url", "https://example.org/"}); err != nil || cfg.PublicURL != "https://example.org" {
+		t.Fatalf("root URL with a slash: %v %+v", err, cfg)
+	}
+	cfg, err = parseConfig([]string{"-trusted-proxies", "10.0.0.0/8, ::1", "-db-max-conns", "40"})
+	if err != nil || len(cfg.TrustedProxies) != 2 || cfg.DBMaxConns != 40 || !cfg.AccessLog {
+		t.Fatalf("proxies and pool: %v %+v", err, cfg)
+	}
+	for _, bad := range [][]string{{"-trusted-proxies", "proxy.local"}, {"-db-max-conns", "1"}, {"-access-log", "sometimes"}} {
+		if _, err := parseConfig(bad); err == nil {
+			t.Fatalf("%v accepted", bad)
+		}
+	}
+	if cfg, _ := parseConfig(nil); cfg.DBMaxConns != 16 {
+		t.Fatalf("default pool size %d", cfg.DBMaxConns)
 	}
 }

@@ -29,14 +29,26 @@ type Person struct {
 	Name string
 	Base string
 	c    *http.Client
+	// Transport carries every request the person makes (default
+	// http.DefaultTransport): tests reaching the server through a proxy
+	// under a public name set it.
+	Transport http.RoundTripper
 }
 
 // SignUp creates an account through the real WebAuthn endpoints (the
 // server must allow open sign-up, or invite must be a valid invite token).
 func SignUp(t testing.TB, base, name, invite string) *Person {
 	t.Helper()
+	return SignUpVia(t, base, name, invite, nil)
+}
+
+// SignUpVia is SignUp with every request sent through tr (nil: the default
+// transport).
+func SignUpVia(t testing.TB, base, name, invite string, tr http.RoundTripper) *Person {
+	t.Helper()
 	jar, _ := cookiejar.New(nil)
-	p := &Person{Name: name, Base: base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	p := &Person{Name: name, Base: base, Transport: tr,
+		c: &http.Client{Jar: jar, Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	body := p.post(t, "/webauthn/signup/begin", fmt.Sprintf(`{"username": %q, "invite": %q}`, name, invite))
 	opts, err := virtualwebauthn.ParseAttestationOptions(body)
 	if err != nil {
@@ -133,7 +145,8 @@ func (p *Person) Token(t testing.TB, clientName string, rooms map[string]string)
 	t.Helper()
 	const redirect = "http://localhost:9/callback"
 	reg, _ := json.Marshal(map[string]any{"redirect_uris": []string{redirect}, "client_name": clientName, "token_endpoint_auth_method": "none"})
-	res, err := http.Post(p.Base+"/register", "application/json", strings.NewReader(string(reg)))
+	plain := &http.Client{Transport: p.Transport}
+	res, err := plain.Post(p.Base+"/register", "application/json", strings.NewReader(string(reg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +162,7 @@ func (p *Person) Token(t testing.TB, clientName string, rooms map[string]string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = http.PostForm(p.Base+"/token", url.Values{"grant_type": {"authorization_code"}, "code": {got.Code},
+	res, err = plain.PostForm(p.Base+"/token", url.Values{"grant_type": {"authorization_code"}, "code": {got.Code},
 		"redirect_uri": {redirect}, "client_id": {id}, "code_verifier": {verifier}, "resource": {p.Base + "/mcp"}})
 	if err != nil {
 		t.Fatal(err)

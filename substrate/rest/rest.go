@@ -9,28 +9,31 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
-	"github.com/syncsubstrate/sync/substrate/ratelimit"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 )
 
 // Options configure the API.
 type Options struct {
-	// MaxBodyBytes caps a request body. Default 1 MiB.
+	// HTTP is the middleware shared with the server's other surfaces (body
+	// limit, rate limits, request ids, recovery). Default: a stack of its
+	// own built from MaxBodyBytes, RatePerSecond and RateBurst.
+	HTTP *httpmw.Stack
+	// MaxBodyBytes caps a request body when HTTP is nil. Default 1 MiB.
 	MaxBodyBytes int64
-	// RatePerSecond is the sustained requests per second allowed per
-	// credential (per client IP for requests without one). Default 100;
-	// negative disables rate limiting.
+	// RatePerSecond is, when HTTP is nil, the sustained requests per second
+	// allowed per credential (per client IP for requests without a valid
+	// one). Default 100; negative disables rate limiting.
 	RatePerSecond float64
-	// RateBurst is the burst above the sustained rate. Default 2× the rate.
+	// RateBurst is the burst above the sustained rate when HTTP is nil.
+	// Default 2× the rate.
 	RateBurst int
 	// CreateToken, when set, is the bearer token POST /rooms requires; when
 	// empty anyone may create a room (still rate limited per IP).
@@ -43,29 +46,21 @@ type api struct {
 	svc           *substrate.Service
 	opt           Options
 	log           *slog.Logger
-	limit         *ratelimit.Limiter
+	http          *httpmw.Stack
 	createTokHash [32]byte
 }
 
 // Handler returns the REST API. Mount it at the server root: its routes
 // start with /rooms.
 func Handler(svc *substrate.Service, opt Options) http.Handler {
-	if opt.MaxBodyBytes <= 0 {
-		opt.MaxBodyBytes = 1 << 20
-	}
-	if opt.RatePerSecond == 0 {
-		opt.RatePerSecond = 100
-	}
-	if opt.RateBurst <= 0 {
-		opt.RateBurst = int(2 * opt.RatePerSecond)
-	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	a := &api{svc: svc, opt: opt, log: opt.Logger}
-	if opt.RatePerSecond > 0 {
-		a.limit = ratelimit.New(opt.RatePerSecond, opt.RateBurst)
+	if opt.HTTP == nil {
+		opt.HTTP = httpmw.New(httpmw.Options{MaxBodyBytes: opt.MaxBodyBytes, RatePerSecond: opt.RatePerSecond,
+			RateBurst: opt.RateBurst, Logger: opt.Logger})
 	}
+	a := &api{svc: svc, opt: opt, log: opt.Logger, http: opt.HTTP}
 	if opt.CreateToken != "" {
 		a.createTokHash = sha256.Sum256([]byte(opt.CreateToken))
 	}
@@ -98,9 +93,10 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 		a.fail(w, r, errs.New(errs.NotFound, "no endpoint %s %s", r.Method, r.URL.Path).
 			WithHint("see the README for the REST API: /rooms, /rooms/:id/agents, /rooms/:id/state"))
 	})
-	// Order matters: CORS answers preflights before anything else; limits
-	// apply before any work; recovery wraps everything that may panic.
-	return a.cors(a.recover(a.rateLimit(a.bodyLimit(mux))))
+	// The shared stack wraps everything (recovery, request id, body
+	// limit); CORS then answers preflights before any handler. Rate limits
+	// apply in the handlers, once the credential is verified.
+	return a.http.Wrap(a.cors(mux))
 }
 
 // bearer returns the Authorization bearer token, or "".
@@ -115,9 +111,8 @@ func bearer(r *http.Request) string {
 // authed wraps a handler that needs a principal.
 func (a *api) authed(h func(http.ResponseWriter, *http.Request, *substrate.Principal)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, err := a.principal(r)
-		if err != nil {
-			a.fail(w, r, err)
+		p, ok := a.principal(w, r)
+		if !ok {
 			return
 		}
 		if p == nil {
@@ -129,23 +124,40 @@ func (a *api) authed(h func(http.ResponseWriter, *http.Request, *substrate.Princ
 	}
 }
 
-// principal authenticates the request's bearer token; nil without one.
-func (a *api) principal(r *http.Request) (*substrate.Principal, error) {
+// principal authenticates the request's bearer token (nil without one)
+// and takes the request from the rate budget of what it verified: the
+// credential, or the client address when there is none or it is not valid.
+// When it reports false it has answered the request.
+func (a *api) principal(w http.ResponseWriter, r *http.Request) (*substrate.Principal, bool) {
 	tok := bearer(r)
 	if tok == "" {
-		return nil, nil
+		return nil, a.http.Limit(w, r, "")
 	}
-	return a.svc.Authenticate(r.Context(), tok)
+	p, err := a.svc.Authenticate(r.Context(), tok)
+	if err != nil {
+		if a.http.Limit(w, r, "") {
+			a.fail(w, r, err)
+		}
+		return nil, false
+	}
+	return p, a.http.Limit(w, r, p.Key())
 }
 
 func (a *api) createRoom(w http.ResponseWriter, r *http.Request) {
+	key := "" // open creation: limited per client address
 	if a.opt.CreateToken != "" {
 		got := sha256.Sum256([]byte(bearer(r)))
 		if subtle.ConstantTimeCompare(got[:], a.createTokHash[:]) != 1 {
-			a.fail(w, r, errs.New(errs.Unauthorized, "creating a room needs the server's room-creation token").
-				WithHint("send Authorization: Bearer <SYNC_CREATE_TOKEN>, or create rooms through an MCP client"))
+			if a.http.Limit(w, r, "") {
+				a.fail(w, r, errs.New(errs.Unauthorized, "creating a room needs the server's room-creation token").
+					WithHint("send Authorization: Bearer <SYNC_CREATE_TOKEN>, or create rooms through an MCP client"))
+			}
 			return
 		}
+		key = "create-token"
+	}
+	if !a.http.Limit(w, r, key) {
+		return
 	}
 	var req substrate.CreateRoomRequest
 	if !a.decode(w, r, &req, true) {
@@ -166,9 +178,8 @@ func (a *api) getRoom(w http.ResponseWriter, r *http.Request, p *substrate.Princ
 }
 
 func (a *api) join(w http.ResponseWriter, r *http.Request) {
-	p, err := a.principal(r)
-	if err != nil {
-		a.fail(w, r, err)
+	p, ok := a.principal(w, r)
+	if !ok {
 		return
 	}
 	var req substrate.JoinRequest
@@ -383,63 +394,9 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, e.Code.Status(), e.Body())
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpmw.WriteJSON(w, status, v) }
 
 // --- middleware ---
-
-func (a *api) bodyLimit(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > a.opt.MaxBodyBytes {
-			a.fail(w, r, errs.New(errs.BodyTooLarge, "request body is %d bytes, over the limit of %d", r.ContentLength, a.opt.MaxBodyBytes).
-				WithHint("send less per request; split batches").With("limit", a.opt.MaxBodyBytes))
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, a.opt.MaxBodyBytes)
-		next.ServeHTTP(w, r)
-	})
-}
-
-func (a *api) rateLimit(next http.Handler) http.Handler {
-	if a.limit == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := "ip:" + ratelimit.ClientIP(r)
-		if tok := bearer(r); tok != "" {
-			h := sha256.Sum256([]byte(tok))
-			key = string(h[:])
-		}
-		if wait, ok := a.limit.Allow(key); !ok {
-			secs := int(wait/time.Second) + 1
-			w.Header().Set("Retry-After", strconv.Itoa(secs))
-			a.fail(w, r, errs.New(errs.RateLimited, "more than %g requests per second with this credential", a.opt.RatePerSecond).
-				WithHint("retry after %d s, and spread requests out (use wait instead of polling)", secs).With("retry_after_ms", wait.Milliseconds()))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func (a *api) recover(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				a.fail(w, r, fmt.Errorf("panic: %v", v))
-			}
-		}()
-		next.ServeHTTP(w, r)
-	})
-}
 
 // cors lets browser clients call the API with bearer tokens. No cookies
 // are involved, so any origin is safe.

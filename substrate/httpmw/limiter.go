@@ -1,19 +1,22 @@
-// Package ratelimit keeps one token bucket per key (a credential, a client
-// IP) for the HTTP layers: the REST API and the authorization server.
-package ratelimit
+package httpmw
 
 import (
-	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 )
 
+// maxBuckets bounds a limiter's memory whatever its keys: past it, new
+// keys share one bucket until idle ones are swept.
+const maxBuckets = 100_000
+
+// overflowKey is the bucket keys share when a limiter is full.
+const overflowKey = "\x00overflow"
+
 // Limiter keeps one token bucket per key. Buckets idle for longer than it
 // takes them to refill are dropped, so memory stays bounded by the number
-// of recently active keys.
+// of recently active keys (and by maxBuckets).
 type Limiter struct {
 	mu      sync.Mutex
 	rps     rate.Limit
@@ -27,9 +30,9 @@ type bucket struct {
 	seen time.Time
 }
 
-// New returns a limiter allowing rps requests per second per key, with
-// bursts of burst.
-func New(rps float64, burst int) *Limiter {
+// NewLimiter returns a limiter allowing rps requests per second per key,
+// with bursts of burst.
+func NewLimiter(rps float64, burst int) *Limiter {
 	return &Limiter{rps: rate.Limit(rps), burst: burst, buckets: map[string]*bucket{}, swept: time.Now()}
 }
 
@@ -39,7 +42,8 @@ func (l *Limiter) Allow(key string) (time.Duration, bool) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Sub(l.swept) > time.Minute {
+	// Sweep idle buckets every minute, or every second while full.
+	if since := now.Sub(l.swept); since > time.Minute || (since > time.Second && len(l.buckets) >= maxBuckets) {
 		idle := time.Duration(float64(l.burst)/float64(l.rps)*float64(time.Second)) + time.Minute
 		for k, b := range l.buckets {
 			if now.Sub(b.seen) > idle {
@@ -49,6 +53,10 @@ func (l *Limiter) Allow(key string) (time.Duration, bool) {
 		l.swept = now
 	}
 	b := l.buckets[key]
+	if b == nil && len(l.buckets) >= maxBuckets {
+		key = overflowKey
+		b = l.buckets[key]
+	}
 	if b == nil {
 		b = &bucket{lim: rate.NewLimiter(l.rps, l.burst)}
 		l.buckets[key] = b
@@ -60,15 +68,4 @@ func (l *Limiter) Allow(key string) (time.Duration, bool) {
 		return d, false
 	}
 	return 0, true
-}
-
-// ClientIP is the request's remote address without the port. (Behind a
-// reverse proxy every client shares the proxy's address; the limits are
-// sized for that to stay generous.)
-func ClientIP(r *http.Request) string {
-	host := r.RemoteAddr
-	if i := strings.LastIndexByte(host, ':'); i > 0 {
-		host = host[:i]
-	}
-	return host
 }

@@ -1,0 +1,349 @@
+// Package httpmw is the HTTP middleware every surface of the server shares
+// (the REST API, /mcp and the authorization server's pages): panic
+// recovery, a request id, access logging, the client address behind
+// trusted proxies, the request body limit and rate limits.
+//
+// Rate limits are keyed on what the server verified, never on what a
+// client merely sent: a surface calls Limit after it has authenticated the
+// request, with the credential's key, or with "" when the request carries
+// no valid credential, which is then limited per client address. So random
+// bearer strings neither escape the limit nor grow its memory.
+package httpmw
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Options configure a Stack. Every field has a working default.
+type Options struct {
+	// MaxBodyBytes caps a request body. Default 1 MiB.
+	MaxBodyBytes int64
+	// RatePerSecond is the sustained requests per second allowed per
+	// verified credential, and per client address for requests without
+	// one. Default 100; negative disables rate limiting.
+	RatePerSecond float64
+	// RateBurst is the burst above the sustained rate. Default 2× the rate.
+	RateBurst int
+	// TrustedProxies are the addresses whose X-Forwarded-For / Forwarded
+	// headers are believed. Default none: the client is the TCP peer.
+	TrustedProxies []netip.Prefix
+	// AccessLog, when set, receives one record per request (method, path,
+	// status, bytes, duration, client, request id). Default off.
+	AccessLog *slog.Logger
+	// Logger receives panics and internal failures. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Stack is one configured middleware chain, shared by the surfaces of one
+// server so that a credential's budget is the same whichever surface it
+// calls.
+type Stack struct {
+	opt      Options
+	byCred   *Limiter
+	byClient *Limiter
+}
+
+// New returns a stack with opt's defaults filled in.
+func New(opt Options) *Stack {
+	if opt.MaxBodyBytes <= 0 {
+		opt.MaxBodyBytes = 1 << 20
+	}
+	if opt.RatePerSecond == 0 {
+		opt.RatePerSecond = 100
+	}
+	if opt.RateBurst <= 0 {
+		opt.RateBurst = int(2 * opt.RatePerSecond)
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	s := &Stack{opt: opt}
+	if opt.RatePerSecond > 0 {
+		s.byCred = NewLimiter(opt.RatePerSecond, opt.RateBurst)
+		s.byClient = NewLimiter(opt.RatePerSecond, opt.RateBurst)
+	}
+	return s
+}
+
+// Options returns the stack's settings, defaults filled in.
+func (s *Stack) Options() Options { return s.opt }
+
+// ParseProxies reads a comma-separated list of addresses and CIDR prefixes
+// ("10.0.0.0/8, 127.0.0.1, ::1").
+func ParseProxies(list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if strings.Contains(f, "/") {
+			p, err := netip.ParsePrefix(f)
+			if err != nil {
+				return nil, fmt.Errorf("trusted proxy %q is not an address or CIDR prefix", f)
+			}
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxy %q is not an address or CIDR prefix", f)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
+}
+
+type ctxKey int
+
+const (
+	clientKey ctxKey = iota
+	requestIDKey
+)
+
+// ClientIP is the request's client address: the TCP peer, or, when the
+// peer is a trusted proxy, the address the proxies forwarded. Requests
+// that did not pass a Stack get the TCP peer.
+func ClientIP(r *http.Request) string {
+	if ip, ok := r.Context().Value(clientKey).(string); ok {
+		return ip
+	}
+	return peer(r).String()
+}
+
+// RequestID is the id Wrap gave the request ("" outside a Stack).
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+func peer(r *http.Request) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	a, _ := netip.ParseAddr(host)
+	return a.Unmap()
+}
+
+func (s *Stack) trusted(a netip.Addr) bool {
+	for _, p := range s.opt.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientIP walks the forwarding chain from the nearest hop back, past
+// every trusted proxy: the first address not trusted is the client (the
+// ones before it could have been written by anyone).
+func (s *Stack) clientIP(r *http.Request) string {
+	a := peer(r)
+	if !a.IsValid() || !s.trusted(a) {
+		if !a.IsValid() {
+			return r.RemoteAddr
+		}
+		return a.String()
+	}
+	hops := forwardedFor(r)
+	for i := len(hops) - 1; i >= 0; i-- {
+		h, err := netip.ParseAddr(hops[i])
+		if err != nil {
+			break // a garbled chain: trust nothing further back
+		}
+		a = h.Unmap()
+		if !s.trusted(a) {
+			break
+		}
+	}
+	return a.String()
+}
+
+// forwardedFor lists the client addresses of the Forwarded header (RFC
+// 7239), or else of X-Forwarded-For, oldest first.
+func forwardedFor(r *http.Request) []string {
+	var out []string
+	if fw := r.Header.Values("Forwarded"); len(fw) > 0 {
+		for _, line := range fw {
+			for _, elem := range strings.Split(line, ",") {
+				for _, pair := range strings.Split(elem, ";") {
+					k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+					if !ok || !strings.EqualFold(k, "for") {
+						continue
+					}
+					v = strings.Trim(v, `"`)
+					if strings.HasPrefix(v, "[") { // [v6]:port
+						if end := strings.IndexByte(v, ']'); end > 0 {
+							v = v[1:end]
+						}
+					} else if host, _, err := net.SplitHostPort(v); err == nil {
+						v = host
+					}
+					out = append(out, v)
+				}
+			}
+		}
+		return out
+	}
+	for _, line := range r.Header.Values("X-Forwarded-For") {
+		for _, v := range strings.Split(line, ",") {
+			out = append(out, strings.TrimSpace(v))
+		}
+	}
+	return out
+}
+
+// Wrap puts next behind the stack. Order, outermost first: the request id
+// and the client address go into the context first so that everything
+// after can log them; the access log then sees every response, including
+// the recovered panic's 500; the body limit refuses oversized requests
+// before any work.
+func (s *Stack) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := s.requestID(r)
+		client := s.clientIP(r)
+		ctx := context.WithValue(context.WithValue(r.Context(), requestIDKey, id), clientKey, client)
+		r = r.WithContext(ctx)
+		w.Header().Set("X-Request-Id", id)
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.opt.Logger.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "request_id", id, "panic", v)
+				if !rec.wrote {
+					Fail(rec, r, errs.New(errs.Internal, "the server failed on this request (request id %s)", id).WithHint("retry; if it persists, report the request id"))
+				}
+			}
+			if s.opt.AccessLog != nil {
+				s.opt.AccessLog.LogAttrs(ctx, slog.LevelInfo, "request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+					slog.Int("status", rec.status()), slog.Int64("bytes", rec.n), slog.Duration("took", time.Since(start)),
+					slog.String("client", client), slog.String("request_id", id))
+			}
+		}()
+		if r.ContentLength > s.opt.MaxBodyBytes {
+			Fail(rec, r, errs.New(errs.BodyTooLarge, "request body is %d bytes, over the limit of %d", r.ContentLength, s.opt.MaxBodyBytes).
+				WithHint("send less per request; split batches").With("limit", s.opt.MaxBodyBytes))
+			return
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(rec, r.Body, s.opt.MaxBodyBytes)
+		}
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// requestID keeps a trusted proxy's X-Request-Id (so one id follows the
+// request through both logs) and makes a new one otherwise.
+func (s *Stack) requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 && s.trusted(peer(r)) && printable(id) {
+		return id
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Limit takes one request from the budget of key: a verified credential
+// (any stable string that names it), or "" for a request with no valid
+// credential, limited per client address. Over budget it answers 429 with
+// Retry-After and reports false; the caller then stops.
+func (s *Stack) Limit(w http.ResponseWriter, r *http.Request, key string) bool {
+	if s.byCred == nil {
+		return true
+	}
+	lim, what := s.byCred, "with this credential"
+	if key == "" {
+		lim, what, key = s.byClient, "from this address without a valid credential", ClientIP(r)
+	}
+	wait, ok := lim.Allow(key)
+	if ok {
+		return true
+	}
+	secs := int(wait/time.Second) + 1
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	Fail(w, r, errs.New(errs.RateLimited, "more than %g requests per second %s", s.opt.RatePerSecond, what).
+		WithHint("retry after %d s, and spread requests out (wait for changes instead of polling)", secs).With("retry_after_ms", wait.Milliseconds()))
+	return false
+}
+
+// Fail writes err as the API's JSON error body with its code's status.
+func Fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := errs.From(err)
+	WriteJSON(w, e.Code.Status(), e.Body())
+}
+
+// WriteJSON writes v as the response, never cached.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// recorder notes the status and size of a response for the access log.
+type recorder struct {
+	http.ResponseWriter
+	code  int
+	n     int64
+	wrote bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.code, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	n, err := r.ResponseWriter.Write(b)
+	r.n += int64(n)
+	return n, err
+}
+
+func (r *recorder) status() int {
+	if r.code == 0 {
+		return http.StatusOK
+	}
+	return r.code
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines (the MCP
+// handler streams; a wait extends its write deadline).
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// Flush forwards to the underlying writer (SSE responses).
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

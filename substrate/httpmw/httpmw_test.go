@@ -1,0 +1,157 @@
+package httpmw_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/syncsubstrate/sync/substrate/httpmw"
+)
+
+func mustProxies(t *testing.T, s string) *httpmw.Stack {
+	t.Helper()
+	p, err := httpmw.ParseProxies(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpmw.New(httpmw.Options{TrustedProxies: p})
+}
+
+// The client address is the TCP peer unless the peer is a trusted proxy;
+// then it is the nearest forwarded address that is not itself a trusted
+// proxy. Addresses further back could have been written by the client.
+func TestClientIP(t *testing.T) {
+	stack := mustProxies(t, "10.0.0.0/8, 127.0.0.1, ::1")
+	cases := []struct {
+		name, peer string
+		header     map[string]string
+		want       string
+	}{
+		{"direct client", "203.0.113.7:5555", nil, "203.0.113.7"},
+		{"untrusted peer forging XFF", "203.0.113.7:5555", map[string]string{"X-Forwarded-For": "1.1.1.1"}, "203.0.113.7"},
+		{"trusted proxy", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "198.51.100.9"}, "198.51.100.9"},
+		{"chain of proxies", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "198.51.100.9, 10.1.2.3"}, "198.51.100.9"},
+		{"client spoofs the start of the chain", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "6.6.6.6, 198.51.100.9"}, "198.51.100.9"},
+		{"garbage in the chain", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "nonsense, 198.51.100.9"}, "198.51.100.9"},
+		{"trusted proxy without header", "[::1]:4000", nil, "::1"},
+		{"Forwarded header v6", "[::1]:4000", map[string]string{"Forwarded": `for="[2001:db8::1]:4711";proto=https`}, "2001:db8::1"},
+		{"Forwarded wins over XFF", "127.0.0.1:4000", map[string]string{"Forwarded": "for=192.0.2.60", "X-Forwarded-For": "6.6.6.6"}, "192.0.2.60"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got string
+			h := stack.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = httpmw.ClientIP(r) }))
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = c.peer
+			for k, v := range c.header {
+				r.Header.Set(k, v)
+			}
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			if got != c.want {
+				t.Fatalf("client %q, want %q", got, c.want)
+			}
+		})
+	}
+	if _, err := httpmw.ParseProxies("10.0.0.0/33"); err == nil {
+		t.Fatal("bad prefix accepted")
+	}
+}
+
+func TestWrap(t *testing.T) {
+	var logs bytes.Buffer
+	stack := httpmw.New(httpmw.Options{MaxBodyBytes: 100, AccessLog: slog.New(slog.NewTextHandler(&logs, nil)),
+		Logger: slog.New(slog.DiscardHandler)})
+	h := stack.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/panic":
+			panic("boom")
+		case "/read":
+			if _, err := io.ReadAll(r.Body); err != nil {
+				http.Error(w, "too big", http.StatusRequestEntityTooLarge)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, httpmw.RequestID(r.Context()))
+	}))
+	do := func(method, path string, body io.Reader) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(method, path, body)
+		h.ServeHTTP(w, r)
+		return w
+	}
+	w := do("GET", "/", nil)
+	if id := w.Header().Get("X-Request-Id"); id == "" || w.Body.String() != id {
+		t.Fatalf("request id %q, handler saw %q", id, w.Body.String())
+	}
+	if !strings.Contains(logs.String(), "request_id="+w.Header().Get("X-Request-Id")) {
+		t.Fatalf("access log lacks the request: %s", logs.String())
+	}
+	w = do("GET", "/panic", nil)
+	var body map[string]any
+	_ = json.Unmarshal(w.Body.Bytes(), &body)
+	if w.Code != 500 || body["error"] != "internal" || !strings.Contains(body["message"].(string), w.Header().Get("X-Request-Id")) {
+		t.Fatalf("panic answered %d %s", w.Code, w.Body)
+	}
+	w = do("POST", "/", strings.NewReader(strings.Repeat("x", 101)))
+	_ = json.Unmarshal(w.Body.Bytes(), &body)
+	if w.Code != 413 || body["error"] != "body_too_large" {
+		t.Fatalf("declared oversize body answered %d %s", w.Code, w.Body)
+	}
+	// A body without a declared length is cut at the limit while read.
+	r := httptest.NewRequest("POST", "/read", io.MultiReader(strings.NewReader(strings.Repeat("x", 101))))
+	r.ContentLength = -1
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 413 {
+		t.Fatalf("streamed oversize body answered %d", w.Code)
+	}
+
+	// A request id from an untrusted peer is not believed.
+	r = httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-Request-Id", "forged")
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Header().Get("X-Request-Id") == "forged" {
+		t.Fatal("untrusted X-Request-Id kept")
+	}
+}
+
+// Limit keys on what the caller verified: credentials each have their
+// budget, requests without a valid one share their address's.
+func TestLimit(t *testing.T) {
+	stack := httpmw.New(httpmw.Options{RatePerSecond: 1, RateBurst: 3})
+	try := func(peer, key string) int {
+		w := httptest.NewRecorder()
+		stack.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if stack.Limit(w, r, key) {
+				w.WriteHeader(204)
+			}
+		})).ServeHTTP(w, func() *http.Request { r := httptest.NewRequest("GET", "/", nil); r.RemoteAddr = peer; return r }())
+		if w.Code == 429 && w.Header().Get("Retry-After") == "" {
+			t.Fatal("429 without Retry-After")
+		}
+		return w.Code
+	}
+	for i := range 3 {
+		if c := try("192.0.2.1:1", ""); c != 204 {
+			t.Fatalf("anonymous request %d: %d", i, c)
+		}
+	}
+	if c := try("192.0.2.1:2", ""); c != 429 {
+		t.Fatalf("4th anonymous request from one address: %d, want 429", c)
+	}
+	if c := try("192.0.2.2:1", ""); c != 204 {
+		t.Fatalf("another address: %d", c)
+	}
+	if c := try("192.0.2.1:3", "room:a/"); c != 204 {
+		t.Fatalf("a verified credential from the limited address: %d", c)
+	}
+	if off := httpmw.New(httpmw.Options{RatePerSecond: -1}); !off.Limit(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), "") {
+		t.Fatal("negative rate did not disable limiting")
+	}
+}
