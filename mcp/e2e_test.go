@@ -2,6 +2,7 @@ package mcp_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -30,10 +31,11 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // server is a whole sync server on one database: REST, OAuth, /mcp.
 type server struct {
-	base string
-	db   *store.DB
-	auth *oauth.Server
-	svc  *substrate.Service
+	base  string
+	db    *store.DB
+	auth  *oauth.Server
+	svc   *substrate.Service
+	lobby *lobby.Lobby
 }
 
 func startServer(t testing.TB, db *store.DB) *server { return startServerWith(t, db, nil) }
@@ -47,8 +49,9 @@ type serverOpts struct {
 	origins   []string      // SYNC_MCP_ORIGINS
 	publicURL string        // default http://localhost:<port>
 	http      *httpmw.Stack // the shared middleware; default none shared, no rate limits
-	// allowPrivateCIMD lets client metadata documents come from loopback.
-	allowPrivateCIMD bool
+	// cimdRoots, when set, lets client metadata documents come from
+	// loopback TLS servers signed by these roots.
+	cimdRoots *x509.CertPool
 }
 
 func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
@@ -66,7 +69,7 @@ func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open", RatePerSecond: -1,
-		HTTP: o.http, AllowPrivateMetadataFetch: o.allowPrivateCIMD})
+		HTTP: o.http, AllowPrivateMetadataFetch: o.cimdRoots != nil, MetadataFetchRoots: o.cimdRoots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,7 @@ func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &server{base: base, db: db, auth: a, svc: svc}
+	return &server{base: base, db: db, auth: a, svc: svc, lobby: lob}
 }
 
 // person is a signed-in user with a software passkey (oauth/oauthtest).

@@ -2,6 +2,7 @@ package mcp_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -15,10 +16,52 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
-// The TypeScript SDK client completes the OAuth flow and uses the tools.
-// CI installs @modelcontextprotocol/sdk next to Node 22 and sets
-// SYNC_NODE_MODULES to that node_modules directory.
+// The TypeScript SDK client completes the OAuth flow (dynamic
+// registration) and uses the tools. CI installs @modelcontextprotocol/sdk
+// next to Node 22 and sets SYNC_NODE_MODULES to that node_modules directory.
 func TestEndToEndWithTypeScriptClient(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	got := runTSClient(t, srv, "")
+	if got["note"] != "from typescript" || got["view"] != true || got["agent"] != "alice:ts-sdk-test" || got["tools"] != float64(17) || got["refresh"] != true {
+		t.Fatalf("TypeScript client saw %v", got)
+	}
+}
+
+// The same client identifying itself with a client ID metadata document, as
+// Claude.ai and Claude Code do once the server advertises support. Until
+// the metadata said client_id_metadata_document_supported, the client fell
+// back to dynamic registration.
+func TestTypeScriptClientWithMetadataDocument(t *testing.T) {
+	var docURL string
+	docs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "max-age=600")
+		_ = json.NewEncoder(w).Encode(map[string]any{"client_id": docURL, "client_name": "TS SDK via metadata document",
+			"redirect_uris": []string{"http://localhost:1/callback"}, "grant_types": []string{"authorization_code", "refresh_token"},
+			"response_types": []string{"code"}, "token_endpoint_auth_method": "none"})
+	}))
+	defer docs.Close()
+	docURL = docs.URL + "/oauth/client.json"
+	roots := x509.NewCertPool()
+	roots.AddCert(docs.Certificate())
+	srv := startServerOpts(t, pgtest.New(t), serverOpts{cimdRoots: roots})
+
+	got := runTSClient(t, srv, docURL)
+	if got["client_id"] != docURL || got["note"] != "from typescript" {
+		t.Fatalf("TypeScript client with a metadata document saw %v", got)
+	}
+	var clients, named int
+	_ = srv.db.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE id = $1 AND name = 'TS SDK via metadata document') FROM smcp_oauth_clients`, docURL).Scan(&clients, &named)
+	if clients != 1 || named != 1 {
+		t.Fatalf("clients after a metadata-document connection: %d (%d by the document); want only the document's", clients, named)
+	}
+}
+
+// runTSClient signs alice up, runs testdata/ts-client.mjs against srv (with
+// a client metadata URL when metadataURL is set) and returns the JSON line
+// it prints last.
+func runTSClient(t *testing.T, srv *server, metadataURL string) map[string]any {
+	t.Helper()
 	node, modules := os.Getenv("SYNC_NODE"), os.Getenv("SYNC_NODE_MODULES")
 	if node == "" || modules == "" {
 		if os.Getenv("CI") == "true" {
@@ -26,7 +69,6 @@ func TestEndToEndWithTypeScriptClient(t *testing.T) {
 		}
 		t.Skip("set SYNC_NODE and SYNC_NODE_MODULES (with @modelcontextprotocol/sdk) to run the TypeScript client")
 	}
-	srv := startServer(t, pgtest.New(t))
 	alice := signup(t, srv, "alice")
 	helper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res, err := alice.Consent(r.Context(), r.URL.Query().Get("url"), nil)
@@ -53,7 +95,11 @@ func TestEndToEndWithTypeScriptClient(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, node, filepath.Join(dir, "client.mjs"), srv.base+"/mcp", helper.URL).CombinedOutput()
+	args := []string{filepath.Join(dir, "client.mjs"), srv.base + "/mcp", helper.URL}
+	if metadataURL != "" {
+		args = append(args, metadataURL)
+	}
+	out, err := exec.CommandContext(ctx, node, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("TypeScript client failed: %v\n%s", err, out)
 	}
@@ -62,7 +108,5 @@ func TestEndToEndWithTypeScriptClient(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
 		t.Fatalf("client output: %s", out)
 	}
-	if got["note"] != "from typescript" || got["view"] != true || got["agent"] != "alice:ts-sdk-test" || got["tools"] != float64(17) || got["refresh"] != true {
-		t.Fatalf("TypeScript client saw %v", got)
-	}
+	return got
 }

@@ -2,6 +2,8 @@ package oauth
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,7 +42,7 @@ type cimdFetcher struct {
 	allowPrivate bool
 }
 
-func newCIMDFetcher(allowPrivate bool) *cimdFetcher {
+func newCIMDFetcher(allowPrivate bool, roots *x509.CertPool) *cimdFetcher {
 	dialer := &net.Dialer{Timeout: cimdTimeout, Control: func(_, address string, _ syscall.RawConn) error {
 		host, _, err := net.SplitHostPort(address)
 		if err != nil {
@@ -58,6 +60,9 @@ func newCIMDFetcher(allowPrivate bool) *cimdFetcher {
 	}}
 	tr := &http.Transport{DialContext: dialer.DialContext, TLSHandshakeTimeout: cimdTimeout, ResponseHeaderTimeout: cimdTimeout,
 		MaxIdleConns: 4, Proxy: nil}
+	if roots != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
 	return &cimdFetcher{allowPrivate: allowPrivate, client: &http.Client{Transport: tr, Timeout: cimdTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return errors.New("client metadata documents must not redirect")
@@ -140,7 +145,7 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 		return nil, fosite.ErrInvalidClient.WithHint("metadata-document clients are public: token_endpoint_auth_method must be none")
 	}
 	meta, _ := json.Marshal(map[string]any{"cimd_expires": time.Now().Add(ttl), "document": reg})
-	_, err = s.db.Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
+	_, err = s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
 		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, redirect_uris = EXCLUDED.redirect_uris, metadata = EXCLUDED.metadata`,
 		id, reg.ClientName, reg.RedirectURIs, meta)
 	if err != nil {

@@ -8,6 +8,7 @@ package oauth
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -57,6 +58,10 @@ type Options struct {
 	// from loopback and private addresses, and over http. Tests only: in
 	// production it would open the server to SSRF.
 	AllowPrivateMetadataFetch bool
+	// MetadataFetchRoots, when set, are the certificate authorities trusted
+	// when fetching client metadata documents. Tests only (they serve
+	// documents from a local TLS server); default: the system's roots.
+	MetadataFetchRoots *x509.CertPool
 	// Signup is "invite" (default), "open" or "closed".
 	Signup string
 	// Rooms lists a user's rooms for the consent screen.
@@ -154,7 +159,7 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 		s.http = httpmw.New(httpmw.Options{RatePerSecond: min(opt.RatePerSecond, 0), Logger: opt.Logger})
 	}
 	s.store = &storage{db: db, audience: s.resource, grace: opt.RefreshGrace, allow: opt.RedirectAllowList,
-		cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch)}
+		cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch, opt.MetadataFetchRoots)}
 	cfg := &fosite.Config{
 		AccessTokenLifespan:   opt.AccessTokenTTL,
 		RefreshTokenLifespan:  opt.RefreshTokenTTL,
@@ -266,7 +271,7 @@ func (s *Server) metadata(w http.ResponseWriter, _ *http.Request) {
 		"token_endpoint_auth_methods_supported":          []string{"none", "client_secret_post", "client_secret_basic"},
 		"revocation_endpoint_auth_methods_supported":     []string{"none", "client_secret_post", "client_secret_basic"},
 		"scopes_supported":                               ScopesSupported,
-		"client_id_metadata_document_supported":          false,
+		"client_id_metadata_document_supported":          true,
 		"authorization_response_iss_parameter_supported": true,
 	})
 }
@@ -509,6 +514,55 @@ func hasScope(scopes []string, want string) bool {
 		}
 	}
 	return false
+}
+
+// clientIdle is how long a registered client may go unused, holding no
+// live token, before Purge deletes it: clients register anew (Claude does
+// on invalid_client), so a registration nobody uses is only clutter.
+const clientIdle = 30 * 24 * time.Hour
+
+// tokenRetention is how long expired tokens and codes are kept (refresh
+// reuse detection and the account page read recent ones).
+const tokenRetention = 24 * time.Hour
+
+// Purge deletes what can no longer be used: tokens, codes and PKCE
+// sessions expired more than a day ago, and registered clients unused for
+// 30 days that hold no live token. It returns how many of each went.
+func (s *Server) Purge(ctx context.Context) (tokens, clients int64, err error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM smcp_oauth_tokens WHERE expires_at < now() - make_interval(secs => $1)`,
+		tokenRetention.Seconds())
+	if err != nil {
+		return 0, 0, err
+	}
+	tokens = tag.RowsAffected()
+	tag, err = s.db.Exec(ctx, `DELETE FROM smcp_oauth_clients c
+		WHERE coalesce(c.last_used_at, c.created_at) < now() - make_interval(secs => $1)
+		AND NOT EXISTS (SELECT 1 FROM smcp_oauth_tokens t WHERE t.client_id = c.id AND t.active
+			AND t.kind IN ('access', 'refresh') AND (t.expires_at IS NULL OR t.expires_at > now()))`, clientIdle.Seconds())
+	if err != nil {
+		return tokens, 0, err
+	}
+	return tokens, tag.RowsAffected(), nil
+}
+
+// LiveGrants reports which of ids still have a usable access or refresh
+// token (lobby.GrantChecker: MCP sessions end with their grant).
+func (s *Server) LiveGrants(ctx context.Context, ids []string) (map[string]bool, error) {
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT request_id FROM smcp_oauth_tokens
+		WHERE request_id = ANY($1) AND kind IN ('access', 'refresh') AND active AND (expires_at IS NULL OR expires_at > now())`, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	live := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		live[id] = true
+	}
+	return live, rows.Err()
 }
 
 // RevokeGrant revokes every token of a grant (the account page's revoke).

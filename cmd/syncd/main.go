@@ -107,6 +107,18 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	if _, err := auth.EnsureEnrolment(ctx); err != nil {
 		return err
 	}
+	go every(ctx, time.Hour, func(ctx context.Context) {
+		if tokens, clients, err := auth.Purge(ctx); err != nil {
+			slog.Warn("purging expired OAuth tokens and unused clients failed", "err", err)
+		} else if tokens+clients > 0 {
+			slog.Info("purged OAuth records", "tokens", tokens, "clients", clients)
+		}
+		if n, err := lob.PurgeSessions(ctx, auth); err != nil {
+			slog.Warn("purging ended MCP sessions failed", "err", err)
+		} else if n > 0 {
+			slog.Info("purged MCP sessions whose grant ended", "sessions", n)
+		}
+	})
 
 	// The pages, the authorization server and the probes share one mux
 	// behind the stack; the REST API and /mcp wrap themselves with it.
@@ -170,6 +182,20 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		slog.Warn("shutdown did not drain every request", "err", err)
 	}
 	return nil
+}
+
+// every runs fn now and then every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		fn(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // openDatabase connects to DATABASE_URL, or starts the embedded cluster

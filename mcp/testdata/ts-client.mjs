@@ -1,17 +1,20 @@
 // The TypeScript SDK client against sync: OAuth (discovery, dynamic
 // registration, PKCE with resource, consent, token), then the tools.
-// Usage: node ts-client.mjs <mcp url> <consent helper url>
+// Usage: node ts-client.mjs <mcp url> <consent helper url> [client metadata url]
+// With a client metadata URL the client identifies itself by that URL (a
+// client ID metadata document) instead of registering dynamically.
 // The consent helper (run by the Go test) performs the consent step in the
 // signed-in user's browser session, on the real pages, and returns the code.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 
-const [serverUrl, helperUrl] = process.argv.slice(2);
+const [serverUrl, helperUrl, metadataUrl] = process.argv.slice(2);
 const redirect = "http://localhost:1/callback";
 
 class Provider {
   get redirectUrl() { return redirect; }
+  get clientMetadataUrl() { return metadataUrl; }
   get clientMetadata() {
     return { client_name: "TS SDK test", redirect_uris: [redirect], grant_types: ["authorization_code", "refresh_token"],
       response_types: ["code"], token_endpoint_auth_method: "none" };
@@ -56,5 +59,6 @@ await call("sync_register_view", { id: "has_note", expr: "has(state._shared.note
 await call("sync_invoke_action", { action: "note", params: { text: "from typescript" } });
 const ctx = await call("sync_read_context");
 console.log(JSON.stringify({ tools: tools.tools.length, note: ctx.state._shared.note, view: ctx.views.has_note,
-  agent: ctx._session.agent, refresh: Boolean(provider.saved && provider.saved.refresh_token) }));
+  agent: ctx._session.agent, refresh: Boolean(provider.saved && provider.saved.refresh_token),
+  client_id: provider.info && provider.info.client_id }));
 await client.close();
