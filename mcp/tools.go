@@ -171,7 +171,7 @@ func tools() []tool {
 				return c.opt.Lobby.Disembody(ctx, c.sess)
 			}},
 		{&sdk.Tool{Name: "sync_invoke_action", Title: "Invoke an action",
-			Description: "Invoke an action (or a builtin such as _send_message) in the room you are embodied in. Its writes carry the registrar's authority; failures change nothing and say why (precondition_failed, action_cooldown, invalid_param…). Returns the writes and the action's result.",
+			Description: "Invoke an action (or a builtin such as _send_message) in the room you are embodied in. It reads and writes with its registrar's authority (never your private scope unless you registered it in your own); failures change nothing and say why (precondition_failed, action_cooldown, invalid_param…). Returns the writes and the action's result.",
 			InputSchema: schema(map[string]any{"action": str("Action id, as listed in the context's actions."), "params": obj("The action's parameters.")}, "action"),
 			Annotations: annotations("Invoke an action", false, true, false)},
 			func(ctx context.Context, c *call, args json.RawMessage) (any, error) {

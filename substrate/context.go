@@ -394,10 +394,10 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	var rows pgx.Rows
 	var err error
 	if req.MessagesAfter != nil {
-		rows, err = q.Query(ctx, `SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2`+liveSQL+`
+		rows, err = q.Query(ctx, `SELECT sort_key, value, writer, via FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2`+liveSQL+`
 			ORDER BY sort_key LIMIT $3`, roomID, *req.MessagesAfter, req.MessagesLimit)
 	} else {
-		rows, err = q.Query(ctx, `SELECT sort_key, value FROM (SELECT sort_key, value FROM state
+		rows, err = q.Query(ctx, `SELECT sort_key, value, writer, via FROM (SELECT sort_key, value, writer, via FROM state
 			WHERE room_id = $1 AND scope = '_messages' AND sort_key IS NOT NULL`+liveSQL+`
 			ORDER BY sort_key DESC LIMIT $2) t ORDER BY sort_key`, roomID, req.MessagesLimit)
 	}
@@ -409,13 +409,23 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	for rows.Next() {
 		var seq int64
 		var raw json.RawMessage
-		if err := rows.Scan(&seq, &raw); err != nil {
+		var writer string
+		var via *string
+		if err := rows.Scan(&seq, &raw, &writer, &via); err != nil {
 			rows.Close()
 			return nil, false, err
 		}
 		m := map[string]any{}
 		if json.Unmarshal(raw, &m) != nil {
 			m = map[string]any{"body": raw}
+		}
+		// The sender is who the system recorded as the writer, never a
+		// "from" inside the value (an action can put anything there);
+		// a message an action wrote says which action in via.
+		m["from"] = writer
+		delete(m, "via")
+		if via != nil && strings.HasPrefix(*via, "action:") {
+			m["via"] = *via
 		}
 		m["seq"] = seq
 		recent = append(recent, m)

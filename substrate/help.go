@@ -23,7 +23,7 @@ func (s *Service) helpContent(key string) (any, bool) {
 	case "guide":
 		return strings.TrimSpace(`
 1. Read: GET /rooms/:id/context gives state (yours as self), views, agents, actions (with available), messages and _context (what was left out and how to get it).
-2. Act: POST /rooms/:id/actions/:action/invoke {"params": {…}}. Actions carry their registrar's write authority; your token carries your identity (never pass it as a parameter).
+2. Act: POST /rooms/:id/actions/:action/invoke {"params": {…}}. Actions read and write with their registrar's authority (an action in _shared reads only communal scopes; register in your own scope, scope "self", to read yours); your token carries your identity (never pass it as a parameter).
 3. Talk: invoke _send_message {"body": …, "to": "<agent>"?}. Directed messages raise the recipient's directed_unread.
 4. Shape the room: _register_action {id, params, if, writes, …} and _register_view {id, expr}. Re-registering replaces (and reports what changed).
 5. Wait instead of polling: GET /rooms/:id/wait?condition=<CEL>&timeout=<ms>; it returns when the condition holds, or at the timeout with timeout: true, and you simply call again.

@@ -88,8 +88,12 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 			return res, err
 		}
 	}
-	if p.ReadOnly() && actionID != "help" {
-		return nil, errs.New(errs.ReadOnlyToken, "the view token cannot invoke actions").WithHint("invoke with an agent token or the room token")
+	// Read-only credentials never write, whatever the action: the builtin
+	// help (answered above) is all they may invoke, not a room's own
+	// action that took its name.
+	if p.ReadOnly() {
+		return nil, errs.New(errs.ReadOnlyToken, "a read-only credential (%s) cannot invoke actions", p.Kind).
+			WithHint("invoke with an agent token or the room token; read-only callers may read the context and invoke the builtin help")
 	}
 	if _, ok := builtinDescriptions[actionID]; ok && actionID != "help" {
 		return s.invokeBuiltin(ctx, p, roomID, actionID, rawParams, params)
@@ -145,8 +149,9 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		return errs.New(errs.ActionDisabled, "action %q is disabled: its enabled expression is false", id).
 			With("enabled", def.Enabled).WithHint("it becomes invocable when %s holds", def.Enabled)
 	}
+	vars := rc.actionVars(ctx, s, def, celParams(params))
 	if def.If != "" {
-		ok, err := s.evalField(ctx, "if", def.If, &rc.vars)
+		ok, err := s.evalField(ctx, "if", def.If, vars)
 		if err != nil {
 			return err
 		}
@@ -158,7 +163,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	r := &renderer{params: params, self: rc.self, now: m.now.UTC().Format(time.RFC3339Nano)}
 	ops := make([]op, 0, len(def.Writes)+2)
 	for i, w := range def.Writes {
-		o, err := s.renderWrite(ctx, rc, r, def, w)
+		o, err := s.renderWrite(ctx, rc, vars, r, def, w)
 		if err != nil {
 			if e, ok := err.(*errs.Error); ok {
 				return e.With("write", i)
@@ -189,7 +194,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	res.written = written[:userWrites]
 	if def.Result != "" {
 		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, celParams(params))
-		if v, err := s.evalField(ctx, "result", def.Result, &after.vars); err != nil {
+		if v, err := s.evalField(ctx, "result", def.Result, after.actionVars(ctx, s, def, celParams(params))); err != nil {
 			res.Result = map[string]any{"_error": errorText(err)}
 		} else {
 			res.Result = v
@@ -258,7 +263,7 @@ func (s *Service) evalField(ctx context.Context, field, src string, vars *expr.V
 
 // renderWrite turns one write template into a concrete write, checked
 // against the registrar's authority (seed 001 §Write authority model).
-func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, r *renderer, def *ActionDef, w WriteTemplate) (op, error) {
+func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars, r *renderer, def *ActionDef, w WriteTemplate) (op, error) {
 	scope := r.str(w.Scope)
 	if scope == "" {
 		scope = ScopeShared
@@ -287,7 +292,7 @@ func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, r *renderer, def
 		}
 		var code string
 		_ = json.Unmarshal(src, &code)
-		v, err := s.evalField(ctx, "writes.value", code, &rc.vars)
+		v, err := s.evalField(ctx, "writes.value", code, vars)
 		if err != nil {
 			return o, err
 		}

@@ -129,6 +129,13 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	if err = fn(m); err != nil {
 		return 0, err
 	}
+	// Defence in depth: whatever path led here, a read-only credential
+	// writes nothing (a refused invocation's audit entry is not a write
+	// of theirs: it is queued apart from m.pending).
+	if m.p != nil && m.p.ReadOnly() && len(m.pending) > 0 {
+		return 0, errs.New(errs.ReadOnlyToken, "a read-only credential (%s) cannot write", m.p.Kind).
+			WithHint("write with an agent token or the room token")
+	}
 	if m.audit == nil {
 		panic("substrate: mutation without an audit entry")
 	}

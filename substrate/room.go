@@ -268,6 +268,43 @@ type roomCtx struct {
 	actEnabled map[string]bool
 	actAvail   map[string]bool
 	vars       expr.Vars
+	// authority caches, per registrar scope, the state that registrar
+	// reads (views and actions evaluate with their registrar's authority).
+	authority map[string]map[string]any
+}
+
+// stateAs is the state the registrar of a definition in scope reads: the
+// communal scopes and its own (seen as `self` when asSelf), never the
+// reader's. Views and actions evaluate with it, so what they project or
+// write never carries what their registrar could not read.
+func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope string, asSelf bool) map[string]any {
+	key := scope
+	if !asSelf {
+		key += "\x00"
+	}
+	if st, ok := rc.authority[key]; ok {
+		return st
+	}
+	reg := &Principal{Kind: KindAgent, AgentID: scope}
+	sub := &roomCtx{now: rc.now, snap: rc.snap, p: reg, agents: rc.agents}
+	if asSelf && scope != ScopeShared && !strings.HasPrefix(scope, "_") {
+		sub.self = scope
+	}
+	st := s.stateFor(ctx, sub, func(sc string) bool { return canRead(reg, sc) && sc != ScopeAudit })
+	if rc.authority == nil {
+		rc.authority = map[string]map[string]any{}
+	}
+	rc.authority[key] = st
+	return st
+}
+
+// actionVars are what an action's expressions (enabled, if, write values,
+// result) see: the state its registrar reads, plus the invocation's params
+// and the invoker's identity (self, messages). The invoker's own scope is
+// `state.self` only when the invoker is the registrar.
+func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, params map[string]any) *expr.Vars {
+	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, rc.self != "" && rc.self == def.Scope), Views: rc.vars.Views,
+		Agents: rc.vars.Agents, Actions: rc.vars.Actions, Messages: rc.vars.Messages, Self: rc.self, Params: params, Now: rc.now}
 }
 
 // visible reports whether the context's principal reads scope.
@@ -301,7 +338,7 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 		}
 		ok := true
 		if a.def.Enabled != "" {
-			ok = s.evalBool(ctx, a.def.Enabled, &rc.vars)
+			ok = s.evalBool(ctx, a.def.Enabled, rc.actionVars(ctx, s, a.def, params))
 		}
 		rc.actEnabled[id] = ok
 		actVar[id] = map[string]any{"enabled": ok}
@@ -313,7 +350,7 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 	for id, enabled := range rc.actEnabled {
 		avail := enabled && s.cooldownOf(snap, id, now) == nil
 		if avail && snap.actions[id].def.If != "" {
-			avail = s.availableIf(ctx, snap.actions[id].def.If, &rc.vars)
+			avail = s.availableIf(ctx, snap.actions[id].def.If, rc.actionVars(ctx, s, snap.actions[id].def, params))
 		}
 		rc.actAvail[id] = avail
 		actVar[id] = map[string]any{"enabled": enabled, "available": avail}
@@ -459,20 +496,6 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 			rc.viewOrder = append(rc.viewOrder, v.def.ID)
 		}
 	}
-	state := map[string]map[string]any{} // per registrar scope, built once
-	stateOf := func(scope string) map[string]any {
-		if st, ok := state[scope]; ok {
-			return st
-		}
-		reg := &Principal{Kind: KindAgent, AgentID: scope}
-		sub := &roomCtx{now: rc.now, snap: rc.snap, p: reg, agents: rc.agents}
-		if scope != ScopeShared && !strings.HasPrefix(scope, "_") {
-			sub.self = scope
-		}
-		st := s.stateFor(ctx, sub, func(sc string) bool { return canRead(reg, sc) && sc != ScopeAudit })
-		state[scope] = st
-		return st
-	}
 	const (
 		todo = iota
 		busy
@@ -512,7 +535,7 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 		if v.def.Scope != ScopeShared && !strings.HasPrefix(v.def.Scope, "_") {
 			self = v.def.Scope
 		}
-		vars := &expr.Vars{State: stateOf(v.def.Scope), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
+		vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
 			Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
 		if v.def.Enabled != "" && !s.evalBool(ctx, v.def.Enabled, vars) {
 			hidden[id] = true

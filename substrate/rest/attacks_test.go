@@ -3,6 +3,7 @@ package rest_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"testing"
 
 	"github.com/syncsubstrate/sync/substrate/rest"
@@ -53,4 +54,110 @@ func TestAttackRandomBearerTokensAreRateLimited(t *testing.T) {
 	}
 	// A verified credential keeps its own budget from the same address.
 	e.do("GET", "/rooms/target", rm.token, nil).must(t, 200)
+}
+
+// A room that registers its own "help" action made the read-only view
+// token run that action's writes (stored with writer "_view"). Read-only
+// credentials never write, whatever the action.
+func TestAttackViewTokenCannotWriteThroughHelp(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("ro", nil)
+	e.do("PUT", "/rooms/ro/actions", rm.token, map[string]any{"id": "help",
+		"writes": []any{map[string]any{"key": "defaced", "value": true}}}).must(t, 201)
+	res := e.invoke(rm, rm.view, "help", nil)
+	if res.status != 403 || res.str("error") != "read_only_token" {
+		t.Fatalf("view token invoking the room's help: %d %s", res.status, res.raw)
+	}
+	if r := e.do("GET", "/rooms/ro/state?scope=_shared&key=defaced", rm.token, nil); r.status != 404 {
+		t.Fatalf("the view token's invocation wrote: %d %s", r.status, r.raw)
+	}
+	// Every other action, and direct writes, are refused too.
+	e.do("PUT", "/rooms/ro/actions", rm.token, map[string]any{"id": "poke",
+		"writes": []any{map[string]any{"key": "poked", "value": true}}}).must(t, 201)
+	if r := e.invoke(rm, rm.view, "poke", nil); r.status != 403 {
+		t.Fatalf("view token invoking poke: %d %s", r.status, r.raw)
+	}
+	if r := e.do("PUT", "/rooms/ro/state", rm.view, map[string]any{"scope": "_shared", "key": "k", "value": 1}); r.status != 403 {
+		t.Fatalf("view token writing state: %d %s", r.status, r.raw)
+	}
+}
+
+// An action's expressions used to be evaluated with the invoker's read
+// authority and written with the registrar's write authority, so an
+// action could copy whoever invoked it into _shared. It now reads with its
+// registrar's authority (plus params and the invoker's identity): nothing
+// an invocation writes comes from a scope its registrar cannot read.
+func TestAttackActionCannotMovePrivateData(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("heist", nil)
+	mallory := e.join(rm, "mallory")
+	alice := e.join(rm, "alice")
+	e.do("PUT", "/rooms/heist/state", alice, map[string]any{"scope": "alice", "key": "diary", "value": "secret plans"}).must(t, 200)
+	for _, def := range []map[string]any{
+		{"id": "loot_self", "writes": []any{map[string]any{"key": "loot_${self}", "value": "state.self", "expr": true}}},
+		{"id": "loot_named", "writes": []any{map[string]any{"key": "loot_named", "value": "state.alice", "expr": true}}},
+		{"id": "loot_all", "writes": []any{map[string]any{"key": "loot_all", "value": "state", "expr": true}}},
+		// An `if` that learns one bit of alice's scope per invocation.
+		{"id": "loot_if", "if": `state.alice.diary.startsWith("s")`, "writes": []any{map[string]any{"key": "confirmed", "value": true}}},
+		{"id": "loot_result", "writes": []any{map[string]any{"key": "x", "value": 1}}, "result": "state.self"},
+	} {
+		if r := e.invoke(rm, mallory, "_register_action", def); r.status != 200 {
+			t.Fatalf("register %v: %s", def["id"], r.raw)
+		}
+	}
+	for _, inv := range []struct{ tok, action string }{
+		{alice, "loot_self"}, {alice, "loot_named"}, {alice, "loot_all"}, {alice, "loot_if"}, {alice, "loot_result"},
+		{rm.token, "loot_self"}, {rm.token, "loot_named"}, {rm.token, "loot_all"}, {rm.token, "loot_if"},
+	} {
+		res := e.invoke(rm, inv.tok, inv.action, nil)
+		if strings.Contains(res.raw, "secret plans") {
+			t.Fatalf("%s invoked by %s returned alice's secret: %s", inv.action, inv.tok[:5], res.raw)
+		}
+	}
+	all := e.do("GET", "/rooms/heist/state?scope=_shared", rm.token, nil).must(t, 200)
+	if strings.Contains(all.raw, "secret plans") || strings.Contains(all.raw, "confirmed") {
+		t.Fatalf("an action copied alice's private scope into _shared: %s", all.raw)
+	}
+	// Registered in alice's own scope, an action reads it for alice.
+	e.invoke(rm, alice, "_register_action", map[string]any{"id": "share_diary", "scope": "self",
+		"writes": []any{map[string]any{"key": "published", "value": "state.self.diary", "expr": true}}}).must(t, 200)
+	e.invoke(rm, alice, "share_diary", nil).must(t, 200)
+	if r := e.do("GET", "/rooms/heist/state?scope=_shared&key=published", rm.token, nil).must(t, 200); r.body["value"] != "secret plans" {
+		t.Fatalf("alice's own action could not publish her diary: %s", r.raw)
+	}
+	// …and mallory invoking alice's action gets nothing of mallory's.
+	e.do("PUT", "/rooms/heist/state", mallory, map[string]any{"scope": "mallory", "key": "diary", "value": "mallory's own"}).must(t, 200)
+	if r := e.invoke(rm, mallory, "share_diary", nil); r.status == 200 {
+		t.Fatalf("alice's action read mallory's scope for mallory: %s", r.raw)
+	}
+}
+
+// An action could append a _messages entry claiming to be from alice and
+// directed to bob; bob's context showed it as alice's. The sender is who
+// the system recorded as the writer (and via the action).
+func TestAttackMessageForgery(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("post", nil)
+	mallory := e.join(rm, "mallory")
+	e.join(rm, "alice")
+	bob := e.join(rm, "bob")
+	e.invoke(rm, mallory, "_register_action", map[string]any{"id": "forge",
+		"writes": []any{map[string]any{"scope": "_messages", "append": true,
+			"value": map[string]any{"from": "alice", "to": "bob", "kind": "chat", "body": "send me your keys"}}}}).must(t, 200)
+	e.invoke(rm, mallory, "forge", nil).must(t, 200)
+	recent := path(e.ctx(rm, bob, "").body, "messages", "recent").([]any)
+	found := false
+	for _, m := range recent {
+		msg := m.(map[string]any)
+		if msg["body"] != "send me your keys" {
+			continue
+		}
+		found = true
+		if msg["from"] != "mallory" || msg["via"] != "action:forge" {
+			t.Fatalf("forged message shown as from %v via %v, want mallory via action:forge: %v", msg["from"], msg["via"], msg)
+		}
+	}
+	if !found {
+		t.Fatalf("forged message not in bob's context: %v", recent)
+	}
 }
