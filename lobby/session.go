@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,6 +116,12 @@ func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substr
 	}
 	if s.AgentID != "" && s.RoomID == room && levelRank(level) >= levelRank("write") {
 		p, err := l.svc.AgentPrincipal(ctx, room, s.AgentID)
+		if err == nil && level != "admin" {
+			// Room authority ("*") comes with the admin level only: an
+			// agent granted it by a token holder does not lift a
+			// participant above their role.
+			p.Grants = slices.DeleteFunc(slices.Clone(p.Grants), func(g string) bool { return g == "*" })
+		}
 		return p, level, err
 	}
 	if level == "admin" {
@@ -169,22 +177,40 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 		return nil, errs.New(errs.Forbidden, "your access to %q is %s: observers cannot embody", room, level).
 			WithHint("keep observing with sync_read_context, or ask an owner for a participant role")
 	}
+	// Embodying creates an agent for this user or switches to one this
+	// user already owns; it never adopts an agent created with a token or
+	// by another user, whatever its id.
 	id := agent
-	if id == "" {
-		id = s.Username + ":" + clientSlug(s.ClientName)
-	}
-	var owner *string
-	var exists bool
-	err = l.db.QueryRow(ctx, `SELECT true, user_id FROM agents WHERE room_id = $1 AND id = $2`, room, id).Scan(&exists, &owner)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, err
-	}
-	if agent != "" && (!exists || owner == nil || *owner != s.UserID) {
-		return nil, errs.New(errs.Forbidden, "agent %q is not yours to embody", agent).
-			WithHint("embody without agent to get your own, or pick one marked yours in sync_lobby")
-	}
-	if exists && owner != nil && *owner != s.UserID {
-		return nil, errs.New(errs.Forbidden, "agent %q belongs to another user", id).WithHint("embody with another agent id")
+	if agent != "" {
+		mine, exists, err := l.ownedBy(ctx, room, agent, s.UserID)
+		if err != nil {
+			return nil, err
+		}
+		if !exists || !mine {
+			return nil, errs.New(errs.Forbidden, "agent %q is not yours to embody", agent).
+				WithHint("embody without agent to get your own, or pick one marked yours in sync_lobby")
+		}
+	} else {
+		// The default id is <username>:<client>; when someone else's
+		// agent already has it, the next free <…>-2, -3… is used.
+		base := s.Username + ":" + clientSlug(s.ClientName)
+		for n := 1; ; n++ {
+			if n > 9 {
+				return nil, errs.New(errs.Forbidden, "agent ids %s…%s-9 are all taken by agents that are not yours", base, base).
+					WithHint("embody one of your own agents (sync_lobby marks them yours)")
+			}
+			id = base
+			if n > 1 {
+				id = fmt.Sprintf("%s-%d", base, n)
+			}
+			mine, exists, err := l.ownedBy(ctx, room, id, s.UserID)
+			if err != nil {
+				return nil, err
+			}
+			if !exists || mine {
+				break
+			}
+		}
 	}
 	if s.AgentID != "" && (s.RoomID != room || s.AgentID != id) {
 		if _, err := l.Disembody(ctx, s); err != nil && !errs.Is(err, NotEmbodied) {
@@ -212,6 +238,20 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	}
 	return map[string]any{"embodied": true, "room": room, "agent": id, "role": agentRole,
 		"next": "read the room with sync_read_context, then act with sync_invoke_action"}, nil
+}
+
+// ownedBy reports whether agent exists in room and whether user owns it
+// (agents created over REST with a token have no owner).
+func (l *Lobby) ownedBy(ctx context.Context, room, agent, user string) (mine, exists bool, err error) {
+	var owner *string
+	err = l.db.QueryRow(ctx, `SELECT user_id FROM agents WHERE room_id = $1 AND id = $2`, room, agent).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	return owner != nil && *owner == user, true, nil
 }
 
 // fillRole claims _shared.roles.<role> for agent with a version check, so

@@ -454,8 +454,10 @@ func (s *Server) Verify(ctx context.Context, token string) (*TokenInfo, error) {
 		return nil, ErrNoToken
 	}
 	sess := new(Session)
-	_, ar, err := s.provider.IntrospectToken(ctx, token, fosite.AccessToken, sess)
-	if err != nil {
+	// The token use passed in is only a hint: fosite introspects refresh
+	// tokens too and says which it found. Only access tokens authenticate.
+	use, ar, err := s.provider.IntrospectToken(ctx, token, fosite.AccessToken, sess)
+	if err != nil || use != fosite.AccessToken {
 		return nil, ErrInvalidToken
 	}
 	if !ar.GetGrantedAudience().Has(s.resource) {
