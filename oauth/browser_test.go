@@ -2,6 +2,7 @@ package oauth_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -135,6 +136,28 @@ func TestBrowserSignupSigninConsent(t *testing.T) {
 		if !signedIn(ctx, 30*time.Second) {
 			page, _ := text(ctx, "body")
 			t.Fatalf("autofill sign-in did not sign in; the page shows %q", page)
+		}
+	}
+
+	// An open redirect after sign-in: the browser drops the tab from
+	// "/\t/evil.example" and would go to //evil.example. The server
+	// renders a safe next, and the page's script checks it again.
+	if err := chromedp.Do(ctx, signOut, chromedp.Navigate(h.base+"/signin?next=%2F%09%2Fevil.example"),
+		chromedp.WaitVisible(chromedp.CSS("#signin")), chromedp.Click(chromedp.CSS("#signin"))); err != nil {
+		t.Fatalf("sign-in with a hostile next: %v", err)
+	}
+	if !signedIn(ctx, 30*time.Second) {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		t.Fatalf("sign-in with a hostile next ended at %q", loc)
+	}
+	if loc, _ := chromedp.Run(ctx, chromedp.Location()); !strings.HasPrefix(loc, h.base+"/") {
+		t.Fatalf("sign-in with a hostile next went to %q", loc)
+	}
+	for next, want := range map[string]string{"/\t/evil.example": "/account", "/\\evil.example": "/account",
+		"//evil.example": "/account", "/authorize?x=1": "/authorize?x=1"} {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf("sameOrigin(%q)", next)))
+		if err != nil || got != want {
+			t.Fatalf("page script sameOrigin(%q) = %q (%v), want %q", next, got, err, want)
 		}
 	}
 

@@ -204,6 +204,27 @@ func TestAttacks(t *testing.T) {
 		}
 		return r.json()["error"].(string)
 	}
+	// /signin?next=%2F%09%2Fevil.example landed on http://evil.example/:
+	// browsers drop the tab. next must be a same-origin path.
+	t.Run("open redirect after sign-in", func(t *testing.T) {
+		anon := h.browser()
+		for next, want := range map[string]string{
+			"/\t/evil.example":           "/account",
+			"/\n/evil.example":           "/account",
+			"/\\evil.example":            "/account",
+			"//evil.example":             "/account",
+			"https://evil.example/":      "/account",
+			"/%09/evil.example":          "/%09/evil.example", // stays a path once decoded by the browser
+			"javascript:alert(1)":        "/account",
+			"/authorize?client_id=x&a=b": "/authorize?client_id=x&amp;a=b",
+			"/account":                   "/account",
+		} {
+			r := anon.do("GET", "/signin?next="+url.QueryEscape(next), nil, nil)
+			if got := between(r.body, `data-next="`, `"`); got != want {
+				t.Errorf("next %q rendered as %q, want %q", next, got, want)
+			}
+		}
+	})
 	t.Run("missing PKCE", func(t *testing.T) {
 		r := alice.do("GET", h.authorizeURL(c, url.Values{"code_challenge": {""}, "code_challenge_method": {""}}), nil, nil)
 		if errorOf(r) != "invalid_request" {
@@ -497,4 +518,14 @@ func TestRateLimit(t *testing.T) {
 	if !limited {
 		t.Fatal("10 registrations at 1/s (burst 3) were never limited")
 	}
+}
+
+// between returns the text of s between the first open and the next close.
+func between(s, open, close string) string {
+	_, rest, ok := strings.Cut(s, open)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, close)
+	return v
 }

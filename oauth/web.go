@@ -138,10 +138,24 @@ func apiError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]string{"error": code, "message": msg})
 }
 
-// safeNext keeps post-sign-in redirects on this site.
+// safeNext keeps post-sign-in redirects on this site: next must be a path
+// on this origin. Browsers drop tabs and newlines from URLs and read a
+// backslash as a slash, so "/\t/evil.example" would become
+// "//evil.example": any control character or backslash is refused, not
+// only the literal prefixes.
 func safeNext(next string) string {
-	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
-		return "/account"
+	const home = "/account"
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		return home
+	}
+	for _, r := range next {
+		if r < 0x20 || r == 0x7f || r == '\\' || (r >= 0x80 && r <= 0x9f) {
+			return home
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
+		return home
 	}
 	return next
 }

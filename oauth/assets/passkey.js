@@ -50,6 +50,17 @@ async function signin() {
 }
 // Conditional mediation: where the browser supports it, the passkey is
 // offered in the username field's autofill once the field is focused.
+// sameOrigin keeps a post-sign-in destination on this site (the server
+// checks it too): anything that resolves elsewhere goes to the account.
+function sameOrigin(next) {
+  try {
+    if (typeof next !== "string" || !next.startsWith("/") || /[\u0000-\u001f\u007f\\]/.test(next)) return "/account";
+    const u = new URL(next, location.origin);
+    return u.origin === location.origin ? u.pathname + u.search + u.hash : "/account";
+  } catch (e) {
+    return "/account";
+  }
+}
 async function autofill(next) {
   if (!window.PublicKeyCredential || !PublicKeyCredential.isConditionalMediationAvailable) return;
   if (!(await PublicKeyCredential.isConditionalMediationAvailable())) return;
@@ -58,7 +69,7 @@ async function autofill(next) {
     const opts = await post("/webauthn/autofill/begin");
     const cred = await navigator.credentials.get({ publicKey: requestOptions(opts), mediation: "conditional", signal: autofillAbort.signal });
     await post("/webauthn/autofill/finish", assertion(cred));
-    location.assign(next);
+    location.assign(sameOrigin(next));
   } catch (e) {
     if (e.name !== "AbortError") console.debug("autofill sign-in:", e);
   }
@@ -71,7 +82,7 @@ document.addEventListener("DOMContentLoaded", () => {
   const err = document.getElementById("error");
   const fail = e => { if (err) err.textContent = explain(e); };
   const on = (id, fn) => { const el = document.getElementById(id); if (el) el.addEventListener("click", ev => { ev.preventDefault(); if (err) err.textContent = ""; fn(el).catch(fail); }); };
-  on("signin", async el => { await signin(); location.assign(el.dataset.next || "/account"); });
+  on("signin", async el => { await signin(); location.assign(sameOrigin(el.dataset.next || "/account")); });
   const sb = document.getElementById("signin"), field = document.getElementById("autofill");
   if (sb && field) field.addEventListener("focus", () => autofill(sb.dataset.next || "/account"), { once: true });
   on("signup", async el => {
