@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -218,6 +219,10 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 		return nil, err
 	}
 	res := &RegisterResult{Definition: def, Created: true}
+	if live := liveDefs(snap.actions, m.now, def.ID); live >= s.lim.MaxActions {
+		return nil, errs.New(errs.ScopeFull, "the room has %d actions, the limit", live).
+			With("limit", s.lim.MaxActions).WithHint("delete actions nobody uses, or replace one by registering its id again")
+	}
 	if old := snap.actions[def.ID]; old != nil && old.r.timer.live(m.now) {
 		if !mayReplace(m.p, old.def.Scope, old.def.RegisteredBy) {
 			return nil, errs.New(errs.ActionOwned, "action %q belongs to %s", def.ID, old.def.RegisteredBy).
@@ -336,7 +341,7 @@ func (s *Service) RegisterView(ctx context.Context, p *Principal, roomID string,
 		return nil, err
 	}
 	// Its value as anyone now sees it (views are public).
-	if rc, err := s.readCtx(ctx, p, roomID, false, nil); err == nil {
+	if rc, err := s.readCtx(ctx, p, roomID, false); err == nil {
 		res.Value = rc.views[def.ID]
 	}
 	return res, nil
@@ -388,12 +393,51 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 			res.Created = false
 		}
 	}
+	if live := liveViews(snap.views, m.now, def.ID); live >= s.lim.MaxViews {
+		return nil, errs.New(errs.ScopeFull, "the room has %d views, the limit", live).
+			With("limit", s.lim.MaxViews).WithHint("delete views nobody reads, or replace one by registering its id again")
+	}
 	raw, _ := json.Marshal(def)
 	if _, _, err := s.applyOps(m, []op{{Scope: scopeViews, Key: def.ID, Value: raw, Timer: def.Timer}}, "register"); err != nil {
 		return nil, err
 	}
+	// Every read evaluates every view: refuse the view that would take the
+	// room's views past the per-read budget now, rather than leave readers
+	// with views that are not evaluated.
+	agents, err := loadPresence(m.ctx, m.tx, m.room)
+	if err != nil {
+		return nil, err
+	}
+	after := s.build(m.ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), nil, agents, msgCounts{Count: snap.messageCount}, m.now, nil)
+	if after.viewsCut > 0 || after.viewCost > uint64(s.lim.ViewCostPerRead) {
+		return nil, errs.New(errs.ViewBudget, "with this view the room's views would cost more than %d per read (cel-go cost)", s.lim.ViewCostPerRead).
+			With("limit", s.lim.ViewCostPerRead).
+			WithHint("simplify the expression (avoid large comprehensions), read a key another action precomputes, or delete views nobody reads")
+	}
 	m.audit = map[string]any{"kind": "register_view", "view": def.ID, "definition": def, "created": res.Created}
 	return res, nil
+}
+
+// liveDefs counts the live actions other than id.
+func liveDefs(actions map[string]*actionRec, now time.Time, id string) int {
+	n := 0
+	for other, a := range actions {
+		if other != id && a.r.timer.live(now) {
+			n++
+		}
+	}
+	return n
+}
+
+// liveViews counts the live views other than id.
+func liveViews(views []*viewRec, now time.Time, id string) int {
+	n := 0
+	for _, v := range views {
+		if v.def.ID != id && v.r.timer.live(now) {
+			n++
+		}
+	}
+	return n
 }
 
 // ActionInfo is an action as listed.
@@ -410,7 +454,7 @@ func (s *Service) ListActions(ctx context.Context, p *Principal, roomID string) 
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	rc, err := s.readCtx(ctx, p, roomID, false, nil)
+	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +496,7 @@ func (s *Service) ListViews(ctx context.Context, p *Principal, roomID string) ([
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	rc, err := s.readCtx(ctx, p, roomID, false, nil)
+	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func loadPresence(ctx context.Context, q querier, roomID string) ([]presence, er
 
 // countMessages fills the caller's unread counters from the messages after
 // its last_seen_seq (bounded by maxUnreadCount).
-func countMessages(ctx context.Context, q querier, roomID string, p *Principal, agents []presence, total int64) (msgCounts, error) {
+func countMessages(ctx context.Context, q querier, roomID string, p *Principal, agents []presence, total, upTo int64) (msgCounts, error) {
 	mc := msgCounts{Count: total}
 	if p == nil || p.Kind != KindAgent {
 		return mc, nil
@@ -53,17 +53,21 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 	}
 	err := q.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE directed) FROM (
 			SELECT (value->'to') ? $3 AS directed FROM state
-			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2`+liveSQL+`
-			LIMIT `+strconv.Itoa(maxUnreadCount)+`) t`, roomID, seen, p.AgentID).Scan(&mc.Unread, &mc.Directed)
+			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2 AND sort_key <= $4`+liveSQL+`
+			LIMIT `+strconv.Itoa(maxUnreadCount)+`) t`, roomID, seen, p.AgentID, upTo).Scan(&mc.Unread, &mc.Directed)
 	return mc, err
 }
 
 // readCtx loads what p perceives of the room now, from one consistent
-// snapshot of the database.
+// snapshot of the database, then builds the context (actions, views) once
+// the connection is released: evaluating expressions never holds one.
 // Unread counts are computed when wantMsgs is set or an action's enabled or
 // if reads messages.
-func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool, extra func(context.Context, pgx.Tx, *roomCtx) error) (*roomCtx, error) {
-	var rc *roomCtx
+func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool) (*roomCtx, error) {
+	var snap *snapshot
+	var agents []presence
+	var mc msgCounts
+	var counted bool
 	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var seq, count int64
 		var born time.Time
@@ -73,36 +77,26 @@ func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, want
 			}
 			return err
 		}
-		snap, err := s.loadSnapshot(ctx, tx, roomID, cacheKey(roomID, born), seq, count)
-		if err != nil {
+		var err error
+		if snap, err = s.loadSnapshot(ctx, tx, roomID, cacheKey(roomID, born), seq, count); err != nil {
 			return err
 		}
-		agents, err := loadPresence(ctx, tx, roomID)
-		if err != nil {
+		if agents, err = loadPresence(ctx, tx, roomID); err != nil {
 			return err
 		}
-		mc := msgCounts{Count: count}
-		counted := wantMsgs || snap.actionsUseMessages(s)
+		mc = msgCounts{Count: count}
+		counted = wantMsgs || snap.actionsUseMessages(s)
 		if counted {
-			if mc, err = countMessages(ctx, tx, roomID, p, agents, count); err != nil {
-				return err
-			}
+			mc, err = countMessages(ctx, tx, roomID, p, agents, count, seq)
 		}
-		rc = s.build(ctx, snap, p, agents, mc, time.Now(), nil)
-		rc.counted = counted
-		if extra != nil {
-			return extra(ctx, tx, rc)
-		}
-		return nil
+		return err
 	})
-	if err == nil && rc.readUpTo > 0 {
-		// The read transaction is read-only, and its connection is
-		// released by now: marking read is its own statement, monotonic
-		// so concurrent reads cannot move it back.
-		_, err = s.db.Exec(ctx, `UPDATE agents SET last_seen_seq = $3 WHERE room_id = $1 AND id = $2 AND last_seen_seq < $3`,
-			roomID, rc.self, rc.readUpTo)
+	if err != nil {
+		return nil, err
 	}
-	return rc, err
+	rc := s.build(ctx, snap, p, agents, mc, time.Now(), nil)
+	rc.counted = counted
+	return rc, nil
 }
 
 // ContextRequest shapes a context read (reference §3.1).
@@ -187,30 +181,34 @@ func (s *Service) Context(ctx context.Context, p *Principal, roomID string, q Co
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	var env map[string]any
-	_, err := s.readCtx(ctx, p, roomID, !q.NoMessages, func(ctx context.Context, tx pgx.Tx, rc *roomCtx) error {
-		var err error
-		env, err = s.envelopeOf(ctx, tx, rc, roomID, q)
-		return err
-	})
+	rc, err := s.readCtx(ctx, p, roomID, !q.NoMessages)
 	if err != nil {
 		return nil, err
 	}
-	return env, nil
+	return s.envelopeOf(ctx, rc, roomID, q)
 }
 
-// envelopeOf is envelope for a context read without the caller's unread
-// counts (a wait, say), counting them first when the envelope shows
-// messages.
-func (s *Service) envelopeOf(ctx context.Context, tx pgx.Tx, rc *roomCtx, roomID string, req ContextRequest) (map[string]any, error) {
+// envelopeOf assembles the envelope of a context read: the unread counts
+// first when the read did not take them and the envelope shows messages,
+// then the sections, whose own statements (messages, logs, usage) run one
+// at a time on pooled connections and stop at the read's seq, so they
+// agree with its state. Messages it returns to an agent are then marked
+// read.
+func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, req ContextRequest) (map[string]any, error) {
 	if !rc.counted && !req.NoMessages {
-		mc, err := countMessages(ctx, tx, roomID, rc.p, rc.agents, rc.msgs.Count)
+		mc, err := countMessages(ctx, s.db, roomID, rc.p, rc.agents, rc.msgs.Count, rc.snap.seq)
 		if err != nil {
 			return nil, err
 		}
 		rc.msgs, rc.counted = mc, true
 	}
-	return s.envelope(ctx, tx, rc, roomID, req)
+	env, err := s.envelope(ctx, s.db, rc, roomID, req)
+	if err == nil && rc.readUpTo > 0 {
+		// Monotonic, so concurrent reads cannot move it back.
+		_, err = s.db.Exec(ctx, `UPDATE agents SET last_seen_seq = $3 WHERE room_id = $1 AND id = $2 AND last_seen_seq < $3`,
+			roomID, rc.self, rc.readUpTo)
+	}
+	return env, err
 }
 
 // envelope assembles the context. Adaptive salience (seed 000) extends it
@@ -257,7 +255,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			if !rc.visible(inc) {
 				continue
 			}
-			logs, err := loadLog(ctx, q, roomID, inc, req.MessagesLimit)
+			logs, err := loadLog(ctx, q, roomID, inc, req.MessagesLimit, rc.snap.seq)
 			if err != nil {
 				return nil, err
 			}
@@ -369,9 +367,9 @@ func (r ContextRequest) echo() map[string]any {
 
 // loadLog returns the newest n live entries of a log scope, oldest first,
 // as key → value.
-func loadLog(ctx context.Context, q querier, roomID, scope string, n int) (map[string]any, error) {
-	rows, err := q.Query(ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND sort_key IS NOT NULL`+liveSQL+`
-		ORDER BY sort_key DESC LIMIT $3`, roomID, scope, n)
+func loadLog(ctx context.Context, q querier, roomID, scope string, n int, upTo int64) (map[string]any, error) {
+	rows, err := q.Query(ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND sort_key <= $4`+liveSQL+`
+		ORDER BY sort_key DESC LIMIT $3`, roomID, scope, n, upTo)
 	if err != nil {
 		return nil, err
 	}
@@ -394,12 +392,13 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	var rows pgx.Rows
 	var err error
 	if req.MessagesAfter != nil {
-		rows, err = q.Query(ctx, `SELECT sort_key, value, writer, via FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2`+liveSQL+`
-			ORDER BY sort_key LIMIT $3`, roomID, *req.MessagesAfter, req.MessagesLimit)
+		rows, err = q.Query(ctx, `SELECT sort_key, value, writer, via FROM state WHERE room_id = $1 AND scope = '_messages'
+			AND sort_key > $2 AND sort_key <= $4`+liveSQL+`
+			ORDER BY sort_key LIMIT $3`, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
 	} else {
 		rows, err = q.Query(ctx, `SELECT sort_key, value, writer, via FROM (SELECT sort_key, value, writer, via FROM state
-			WHERE room_id = $1 AND scope = '_messages' AND sort_key IS NOT NULL`+liveSQL+`
-			ORDER BY sort_key DESC LIMIT $2) t ORDER BY sort_key`, roomID, req.MessagesLimit)
+			WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3`+liveSQL+`
+			ORDER BY sort_key DESC LIMIT $2) t ORDER BY sort_key`, roomID, req.MessagesLimit, rc.snap.seq)
 	}
 	if err != nil {
 		return nil, false, err

@@ -110,7 +110,7 @@ func (s *Service) Help(ctx context.Context, p *Principal, roomID, key string) (m
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	rc, err := s.readCtx(ctx, p, roomID, false, nil)
+	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func (s *Service) helpFrom(rc *roomCtx, key string) (map[string]any, error) {
 // invokeHelp answers the help builtin, unless the room registered its own
 // help action (then handled is false and the action runs).
 func (s *Service) invokeHelp(ctx context.Context, p *Principal, roomID string, params map[string]any) (*InvokeResult, bool, error) {
-	rc, err := s.readCtx(ctx, p, roomID, false, nil)
+	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {
 		return nil, true, err
 	}

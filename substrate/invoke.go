@@ -140,7 +140,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	}
 	mc := msgCounts{Count: snap.messageCount}
 	if s.needMessages(snap, def) {
-		if mc, err = countMessages(ctx, m.tx, m.room, m.p, agents, snap.messageCount); err != nil {
+		if mc, err = countMessages(ctx, m.tx, m.room, m.p, agents, snap.messageCount, m.base); err != nil {
 			return err
 		}
 	}

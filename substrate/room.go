@@ -3,6 +3,7 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,10 +58,11 @@ type actionRec struct {
 }
 
 type viewRec struct {
-	def  *ViewDef
-	r    *row
-	prog *expr.Program
-	err  error // compile error, reported as the view's value
+	def         *ViewDef
+	r           *row
+	prog        *expr.Program
+	enabledProg *expr.Program // nil without an enabled expression
+	err         error         // compile error, reported as the view's value
 }
 
 // snapCache keeps the newest snapshot of recently used rooms.
@@ -151,6 +153,9 @@ func (snap *snapshot) index(s *Service, r *row) {
 		if json.Unmarshal(r.Value, &def) == nil {
 			vr := &viewRec{def: &def, r: r}
 			vr.prog, vr.err = s.cel.Compile(def.Expr)
+			if vr.err == nil && def.Enabled != "" {
+				vr.enabledProg, vr.err = s.cel.Compile(def.Enabled)
+			}
 			snap.views = append(snap.views, vr)
 		}
 	}
@@ -268,6 +273,10 @@ type roomCtx struct {
 	actEnabled map[string]bool
 	actAvail   map[string]bool
 	vars       expr.Vars
+	// viewCost is what evaluating the views cost this read (cel-go cost);
+	// viewsCut counts the views left unevaluated past the budget.
+	viewCost uint64
+	viewsCut int
 	// authority caches, per registrar scope, the state that registrar
 	// reads (views and actions evaluate with their registrar's authority).
 	authority map[string]map[string]any
@@ -424,6 +433,19 @@ type liveState struct {
 	// deferred are live entries with an `enabled` expression, decided per
 	// reader.
 	deferred []*srow
+	// views memoises the values of views that depend on nothing but this
+	// state (see roomCtx.evalViews): every reader of an unchanged room
+	// shares them, and they are evaluated once.
+	viewsMu sync.Mutex
+	views   map[string]viewResult
+}
+
+// viewResult is one view's evaluation: its value (or error value), whether
+// its enabled expression hid it, and what it cost.
+type viewResult struct {
+	val    any
+	hidden bool
+	cost   uint64
 }
 
 // live returns the entries visible at now, computing them once per
@@ -487,6 +509,13 @@ func agentsVar(agents []presence) map[string]any {
 // evalViews evaluates every live, enabled view with its registrar's read
 // authority (communal scopes plus the registrar's own scope), dependencies
 // first. A cycle or an error becomes {"_error": …} on that view only.
+//
+// A view whose expressions read none of now, agents and actions (and,
+// when it reads other views, in a room where every view is so) has the
+// same value for every reader of this state: it is evaluated once per
+// snapshot and timer epoch and shared. The views' total cost per read is
+// bounded by Limits.ViewCostPerRead, counted in order whether a value was
+// shared or computed, so which views are cut does not depend on caching.
 func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 	rc.views = map[string]any{}
 	byID := map[string]*viewRec{}
@@ -496,6 +525,41 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 			rc.viewOrder = append(rc.viewOrder, v.def.ID)
 		}
 	}
+	live := rc.snap.live(rc.now)
+	memo := map[string]viewResult{}
+	live.viewsMu.Lock()
+	for id, r := range live.views {
+		memo[id] = r
+	}
+	live.viewsMu.Unlock()
+	pure := func(p *expr.Program) bool {
+		return p == nil || !(p.Uses("now") || p.Uses("agents") || p.Uses("actions"))
+	}
+	// shareable: reads only state, and other views only by name and only
+	// shareable ones. Decided once per view (a cycle counts as not).
+	decided := map[string]bool{}
+	var shareableID func(id string, seen map[string]bool) bool
+	shareableID = func(id string, seen map[string]bool) bool {
+		if ok, known := decided[id]; known {
+			return ok
+		}
+		v := byID[id]
+		if v == nil || seen[id] {
+			return false
+		}
+		seen[id] = true
+		ok := v.err == nil && pure(v.prog) && pure(v.enabledProg) && !v.prog.DynamicViews &&
+			(v.enabledProg == nil || !v.enabledProg.Uses("views"))
+		for _, d := range v.prog.ViewDeps {
+			ok = ok && shareableID(d, seen)
+		}
+		decided[id] = ok
+		return ok
+	}
+	shareable := func(v *viewRec) bool { return shareableID(v.def.ID, map[string]bool{}) }
+	var fresh map[string]viewResult
+	var spent uint64
+	budget := uint64(s.lim.ViewCostPerRead)
 	const (
 		todo = iota
 		busy
@@ -531,26 +595,43 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 		if mark[id] == done { // settled as part of a cycle
 			return
 		}
-		self := ""
-		if v.def.Scope != ScopeShared && !strings.HasPrefix(v.def.Scope, "_") {
-			self = v.def.Scope
-		}
-		vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
-			Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
-		if v.def.Enabled != "" && !s.evalBool(ctx, v.def.Enabled, vars) {
-			hidden[id] = true
-			mark[id] = done
+		mark[id] = done
+		if spent >= budget {
+			rc.viewsCut++
+			rc.views[id] = map[string]any{"_error": fmt.Sprintf("not evaluated: this room's views cost more than %d per read (cel-go cost), the server's limit", budget),
+				"hint": "delete or simplify views (GET the views list shows each one); expensive views can often read a precomputed key instead"}
 			return
 		}
-		val, err := s.cel.Eval(ctx, v.prog, vars)
-		if err != nil {
-			val = map[string]any{"_error": errorText(err)}
+		res, ok := memo[id]
+		if !ok || !shareable(v) {
+			res = rc.evalView(ctx, s, v)
+			if shareable(v) {
+				if fresh == nil {
+					fresh = map[string]viewResult{}
+				}
+				fresh[id] = res
+			}
 		}
-		rc.views[id] = val
-		mark[id] = done
+		spent += res.cost
+		if res.hidden {
+			hidden[id] = true
+			return
+		}
+		rc.views[id] = res.val
 	}
 	for _, id := range rc.viewOrder {
 		eval(id, nil)
+	}
+	rc.viewCost = spent
+	if len(fresh) > 0 {
+		live.viewsMu.Lock()
+		if live.views == nil {
+			live.views = map[string]viewResult{}
+		}
+		for id, r := range fresh {
+			live.views[id] = r
+		}
+		live.viewsMu.Unlock()
 	}
 	for id := range hidden {
 		delete(rc.views, id)
@@ -558,6 +639,33 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 	if contested := rc.snap.contested(); len(contested) > 0 {
 		rc.views[viewContested] = contested
 	}
+}
+
+// evalView evaluates one view (its dependencies already in rc.views).
+func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewResult {
+	s.viewEvals.Add(1)
+	self := ""
+	if v.def.Scope != ScopeShared && !strings.HasPrefix(v.def.Scope, "_") {
+		self = v.def.Scope
+	}
+	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
+		Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
+	var res viewResult
+	if v.enabledProg != nil {
+		on, cost, err := s.cel.EvalCost(ctx, v.enabledProg, vars)
+		res.cost += cost
+		if b, _ := on.(bool); err != nil || !b {
+			res.hidden = true
+			return res
+		}
+	}
+	val, cost, err := s.cel.EvalCost(ctx, v.prog, vars)
+	res.cost += cost
+	if err != nil {
+		val = map[string]any{"_error": errorText(err)}
+	}
+	res.val = val
+	return res
 }
 
 const viewContested = "_contested"

@@ -9,6 +9,7 @@ package substrate
 
 import (
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncsubstrate/sync/store"
@@ -40,6 +41,15 @@ type Limits struct {
 	MaxLogPage int
 	// MaxGrants caps the scope grants of one agent. Default 64.
 	MaxGrants int
+	// MaxActions and MaxViews cap the live actions and views of one room
+	// (builtins not counted). Default 256 and 128.
+	MaxActions, MaxViews int
+	// ViewCostPerRead caps the cel-go cost of evaluating all of a room's
+	// views (and their enabled expressions) for one read; views past it
+	// show an error instead of a value, and a registration that would
+	// exceed it is refused. Default 1,000,000 (ten views at the
+	// per-expression limit, thousands of simple ones).
+	ViewCostPerRead int
 }
 
 func (l *Limits) fill() {
@@ -57,6 +67,9 @@ func (l *Limits) fill() {
 	def(&l.MaxReadEntries, 10_000)
 	def(&l.MaxLogPage, 1000)
 	def(&l.MaxGrants, 64)
+	def(&l.MaxActions, 256)
+	def(&l.MaxViews, 128)
+	def(&l.ViewCostPerRead, 1_000_000)
 }
 
 // Options configure a Service.
@@ -99,7 +112,19 @@ type Service struct {
 	snaps  *snapCache
 	wait   WaitOptions
 	hub    *store.Hub
+	// viewEvals counts view evaluations (Stats).
+	viewEvals atomic.Int64
 }
+
+// Stats are counters of the service's work since it started.
+type Stats struct {
+	// ViewEvaluations counts views evaluated; a view whose value depends
+	// only on the room's state is evaluated once per state, whoever reads.
+	ViewEvaluations int64
+}
+
+// Stats reports the counters now.
+func (s *Service) Stats() Stats { return Stats{ViewEvaluations: s.viewEvals.Load()} }
 
 // New returns a Service over db.
 func New(db *store.DB, opt Options) *Service {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -48,21 +46,16 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	var lastErr error
 	for {
 		// The condition and, once it holds, the context come from one read.
-		var env map[string]any
-		var ok bool
-		var evalErr error
-		rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages, func(ctx context.Context, tx pgx.Tx, rc *roomCtx) error {
-			if ok, evalErr = s.cel.EvalBool(ctx, prog, &rc.vars); evalErr != nil || !ok {
-				return nil
-			}
-			var err error
-			env, err = s.envelopeOf(ctx, tx, rc, roomID, creq)
-			return err
-		})
+		rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages)
 		if err != nil {
 			return nil, err
 		}
-		if env != nil {
+		ok, evalErr := s.cel.EvalBool(ctx, prog, &rc.vars)
+		if evalErr == nil && ok {
+			env, err := s.envelopeOf(ctx, rc, roomID, creq)
+			if err != nil {
+				return nil, err
+			}
 			return map[string]any{"triggered": true, "condition": condition, "elapsed_ms": time.Since(start).Milliseconds(), "context": env}, nil
 		}
 		// An evaluation error (a key that does not exist yet, say) counts
@@ -136,7 +129,7 @@ func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string) (m
 	if err != nil {
 		return nil, err
 	}
-	rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages, nil)
+	rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages)
 	if err != nil {
 		return nil, err
 	}

@@ -68,7 +68,15 @@ type Program struct {
 	// UsesParams and UsesMessages report whether the expression reads
 	// params or messages.
 	UsesParams, UsesMessages bool
+	// DynamicViews reports that the expression reads views other than
+	// by a literal name (views[x]): ViewDeps then does not list them all.
+	DynamicViews bool
+	idents       map[string]bool
 }
+
+// Uses reports whether the expression names the top-level variable name
+// (state, views, agents, actions, messages, self, params, now).
+func (p *Program) Uses(name string) bool { return p.idents[name] }
 
 // Vars are the values an expression sees. Maps hold JSON-shaped values:
 // map[string]any, []any, string, bool, nil, int64 for whole numbers and
@@ -210,14 +218,15 @@ func (e *Env) Compile(src string) (*Program, error) {
 	prg, err := e.env.Program(checked,
 		cel.CostLimit(e.opt.CostLimit),
 		cel.InterruptCheckFrequency(100),
-		cel.EvalOptions(cel.OptOptimize),
+		cel.EvalOptions(cel.OptOptimize, cel.OptTrackCost),
 	)
 	if err != nil {
 		return nil, errs.New(CELError, "expression cannot be planned: %v", err).With("stage", "check").With("expression", src).
 			WithHint("simplify the expression")
 	}
-	deps, idents := scan(checked)
-	p = &Program{Source: src, prg: prg, ViewDeps: deps, UsesParams: idents["params"], UsesMessages: idents["messages"]}
+	deps, idents, dynamic := scan(checked)
+	p = &Program{Source: src, prg: prg, ViewDeps: deps, UsesParams: idents["params"], UsesMessages: idents["messages"],
+		DynamicViews: dynamic, idents: idents}
 	e.mu.Lock()
 	if len(e.cache) >= e.opt.CacheSize {
 		n := 0
@@ -265,7 +274,7 @@ func firstLine(s string) string {
 
 // scan finds views.<id> and views["<id>"] in the checked AST, and the
 // identifiers it reads.
-func scan(a *cel.Ast) (deps []string, idents map[string]bool) {
+func scan(a *cel.Ast) (deps []string, idents map[string]bool, dynamicViews bool) {
 	idents = map[string]bool{}
 	add := func(id string) {
 		for _, d := range deps {
@@ -276,29 +285,43 @@ func scan(a *cel.Ast) (deps []string, idents map[string]bool) {
 		deps = append(deps, id)
 	}
 	isViews := func(x ast.Expr) bool { return x.Kind() == ast.IdentKind && x.AsIdent() == "views" }
+	viewsIdents, literal := 0, 0 // uses of the views variable, and of them by a literal name
 	visitor := ast.NewExprVisitor(func(x ast.Expr) {
 		switch x.Kind() {
 		case ast.IdentKind:
 			idents[x.AsIdent()] = true
+			if x.AsIdent() == "views" {
+				viewsIdents++
+			}
 		case ast.SelectKind:
 			if s := x.AsSelect(); isViews(s.Operand()) {
 				add(s.FieldName())
+				literal++
 			}
 		case ast.CallKind:
 			c := x.AsCall()
 			if c.FunctionName() == "_[_]" && len(c.Args()) == 2 && isViews(c.Args()[0]) && c.Args()[1].Kind() == ast.LiteralKind {
 				if s, ok := c.Args()[1].AsLiteral().(types.String); ok {
 					add(string(s))
+					literal++
 				}
 			}
 		}
 	})
 	ast.PostOrderVisit(a.NativeRep().Expr(), visitor)
-	return deps, idents
+	return deps, idents, viewsIdents > literal
 }
 
 // Eval runs p against vars and returns a JSON-shaped result.
 func (e *Env) Eval(ctx context.Context, p *Program, vars *Vars) (any, error) {
+	v, _, err := e.EvalCost(ctx, p, vars)
+	return v, err
+}
+
+// EvalCost is Eval that also reports the evaluation's cel-go runtime cost
+// (what the per-expression cost limit counts), for budgets across several
+// expressions.
+func (e *Env) EvalCost(ctx context.Context, p *Program, vars *Vars) (any, uint64, error) {
 	act := map[string]any{
 		"state":    orEmpty(vars.State),
 		"views":    orEmpty(vars.Views),
@@ -311,15 +334,18 @@ func (e *Env) Eval(ctx context.Context, p *Program, vars *Vars) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opt.Timeout)
 	defer cancel()
-	out, err := e.safeEval(ctx, p, act)
+	out, cost, err := e.safeEval(ctx, p, act)
 	if err != nil {
-		return nil, e.evalError(p.Source, err)
+		if strings.Contains(err.Error(), "cost limit") {
+			cost = e.opt.CostLimit
+		}
+		return nil, cost, e.evalError(p.Source, err)
 	}
 	v, err := ToNative(out)
 	if err != nil {
-		return nil, e.evalError(p.Source, err)
+		return nil, cost, e.evalError(p.Source, err)
 	}
-	return v, nil
+	return v, cost, nil
 }
 
 // EvalBool runs p and requires a boolean result.
@@ -338,14 +364,19 @@ func (e *Env) EvalBool(ctx context.Context, p *Program, vars *Vars) (bool, error
 
 // safeEval turns a panic inside cel-go into an error: a bad expression must
 // never take the server down.
-func (e *Env) safeEval(ctx context.Context, p *Program, act map[string]any) (out ref.Val, err error) {
+func (e *Env) safeEval(ctx context.Context, p *Program, act map[string]any) (out ref.Val, cost uint64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal evaluation failure: %v", r)
 		}
 	}()
-	out, _, err = p.prg.ContextEval(ctx, act)
-	return out, err
+	out, det, err := p.prg.ContextEval(ctx, act)
+	if det != nil {
+		if c := det.ActualCost(); c != nil {
+			cost = *c
+		}
+	}
+	return out, cost, err
 }
 
 func (e *Env) evalError(src string, err error) error {

@@ -3,9 +3,11 @@ package rest_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
@@ -159,5 +161,70 @@ func TestAttackMessageForgery(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("forged message not in bob's context: %v", recent)
+	}
+}
+
+// One agent's 300 views of ~5 ms each made every read of its room take over
+// a second (and, holding pooled connections meanwhile, every other room's
+// too). Views and actions per room are capped, a registration that would
+// take the views past their per-read evaluation budget is refused, and a
+// room whose data grew past it shows which views were not evaluated.
+func TestAttackViewsCannotExhaustReads(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{MaxViews: 40, MaxActions: 3, ViewCostPerRead: 3000})
+	rm := e.room("heavy", nil)
+	for i := range 3 {
+		e.do("PUT", "/rooms/heavy/actions", rm.token, map[string]any{"id": fmt.Sprint("a", i),
+			"writes": []any{map[string]any{"key": "k", "value": i}}}).must(t, 201)
+	}
+	r := e.do("PUT", "/rooms/heavy/actions", rm.token, map[string]any{"id": "a3", "writes": []any{map[string]any{"key": "k", "value": 3}}})
+	if r.status != 409 || r.str("error") != "scope_full" || r.num("limit") != 3 {
+		t.Fatalf("4th action: %d %s", r.status, r.raw)
+	}
+	e.do("PUT", "/rooms/heavy/actions", rm.token, map[string]any{"id": "a0", "writes": []any{map[string]any{"key": "k", "value": 9}}}).must(t, 200)
+
+	// Each view costs a few hundred units: the budget refuses one of them
+	// long before the count limit.
+	heavy := "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20].map(x, [1,2,3,4,5].map(y, x * y)).size()"
+	accepted := 0
+	for i := range 40 {
+		r := e.do("PUT", "/rooms/heavy/views", rm.token, map[string]any{"id": fmt.Sprint("v", i), "expr": heavy})
+		if r.status == 409 {
+			if r.str("error") != "view_budget_exceeded" || r.num("limit") != 3000 || r.str("hint") == "" {
+				t.Fatalf("refused view: %s", r.raw)
+			}
+			break
+		}
+		r.must(t, 201)
+		accepted++
+	}
+	if accepted == 0 || accepted >= 39 {
+		t.Fatalf("%d views accepted before the budget refused one", accepted)
+	}
+	views := path(e.ctx(rm, rm.token, "").body, "views").(map[string]any)
+	for i := range accepted {
+		if views[fmt.Sprint("v", i)] != float64(20) {
+			t.Fatalf("view v%d = %v", i, views[fmt.Sprint("v", i)])
+		}
+	}
+
+	// A cheap view over data that grows past the budget: the read still
+	// answers, and the views it could not afford say so.
+	rm2 := e.room("grows", nil)
+	e.do("PUT", "/rooms/grows/state", rm2.token, map[string]any{"scope": "_shared", "key": "list", "value": []int{}}).must(t, 200)
+	for i := range 3 {
+		e.do("PUT", "/rooms/grows/views", rm2.token, map[string]any{"id": fmt.Sprint("w", i),
+			"expr": "state._shared.list.map(x, state._shared.list.map(y, x * y)).size()"}).must(t, 201)
+	}
+	big := make([]int, 40)
+	e.do("PUT", "/rooms/grows/state", rm2.token, map[string]any{"scope": "_shared", "key": "list", "value": big}).must(t, 200)
+	views = path(e.ctx(rm2, rm2.token, "").body, "views").(map[string]any)
+	cut := 0
+	for _, v := range views {
+		if m, ok := v.(map[string]any); ok && strings.Contains(fmt.Sprint(m["_error"]), "not evaluated") {
+			cut++
+		}
+	}
+	if cut == 0 {
+		t.Fatalf("no view was cut past the budget: %v", views)
 	}
 }

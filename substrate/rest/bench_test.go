@@ -313,3 +313,47 @@ func BenchmarkWaitWakeup(b *testing.B) {
 	percentiles(b, "wake", wakes)
 	percentiles(b, "invoke", invokes)
 }
+
+// Reads of a quiet room while eight clients read a room whose views are
+// expensive (they read the clock, so every read evaluates them all, up to
+// the per-read budget): views are evaluated with no database connection
+// held, so the quiet room's reads do not queue behind them.
+func BenchmarkContextBesideHeavyViews(b *testing.B) {
+	e := newBench(b)
+	heavyTok := e.room("heavy")
+	list := make([]int, 60)
+	e.do("PUT", "/rooms/heavy/state", heavyTok, map[string]any{"scope": "_shared", "key": "list", "value": list})
+	for i := 0; i < 10; i++ {
+		e.do("PUT", "/rooms/heavy/views", heavyTok, map[string]any{"id": fmt.Sprint("v", i),
+			"expr": "now > timestamp('2000-01-01T00:00:00Z') && state._shared.list.map(x, state._shared.list.map(y, x + y)).size() > 0"})
+	}
+	quietTok := e.room("quiet")
+	e.do("PUT", "/rooms/quiet/state", quietTok, map[string]any{"scope": "_shared", "key": "k", "value": 1})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					e.do("GET", "/rooms/heavy/context?messages=false", heavyTok, nil)
+				}
+			}
+		}()
+	}
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		e.do("GET", "/rooms/quiet/context?messages=false", quietTok, nil)
+		ds = append(ds, time.Since(t0))
+	}
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+	percentiles(b, "quiet_context", ds)
+}

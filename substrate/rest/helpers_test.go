@@ -24,11 +24,17 @@ type env struct {
 
 func newEnv(t *testing.T, opt rest.Options) *env {
 	t.Helper()
+	return newEnvWith(t, opt, substrate.Limits{MaxValueBytes: 4096, MaxKeysPerScope: 50})
+}
+
+// newEnvWith is newEnv with the substrate's limits set.
+func newEnvWith(t *testing.T, opt rest.Options, lim substrate.Limits) *env {
+	t.Helper()
 	db := pgtest.New(t)
 	if opt.RatePerSecond == 0 {
 		opt.RatePerSecond = -1
 	}
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: 4096, MaxKeysPerScope: 50}})
+	svc := substrate.New(db, substrate.Options{Limits: lim})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, opt))
 	t.Cleanup(srv.Close)
