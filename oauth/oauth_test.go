@@ -47,6 +47,31 @@ func anyStrings(v any) []string {
 	return out
 }
 
+// SYNC_REDIRECT_ALLOW's "prefix*" entries were matched as string prefixes,
+// so "https://app.example.com*" also allowed https://app.example.com.evil.net.
+// They match on origin, then path.
+func TestAttackRedirectAllowPrefix(t *testing.T) {
+	h := newHarness(t, oauth.Options{RedirectAllowList: []string{"https://app.example.com*", "https://ok.example/cb/*"}})
+	b := h.browser()
+	for u, want := range map[string]int{
+		"https://app.example.com/cb":             201,
+		"https://app.example.com":                201,
+		"https://APP.example.com/x":              201,
+		"https://app.example.com.evil.net/cb":    400,
+		"https://app.example.com@evil.net/cb":    400,
+		"https://app.example.com:8443/cb":        400,
+		"http://app.example.com/cb":              400,
+		"https://ok.example/cb/done":             201,
+		"https://ok.example/cbevil":              400,
+		"https://ok.example/cb/../../elsewhere/": 400,
+	} {
+		r := b.postJSON("/register", map[string]any{"redirect_uris": []string{u}, "client_name": "App", "token_endpoint_auth_method": "none"})
+		if r.status != want {
+			t.Errorf("%s: %d, want %d: %s", u, r.status, want, r.body)
+		}
+	}
+}
+
 func TestRegistrationPolicy(t *testing.T) {
 	h := newHarness(t, oauth.Options{RedirectAllowList: []string{"https://app.example/cb"}})
 	b := h.browser()

@@ -32,11 +32,31 @@ func redirectAllowed(raw string, allow []string) bool {
 		return true
 	}
 	for _, a := range allow {
-		if raw == a || (strings.HasSuffix(a, "*") && strings.HasPrefix(raw, strings.TrimSuffix(a, "*"))) {
+		if raw == a || allowPrefix(a, u) {
 			return u.Scheme == "https" || isLoopbackHost(u.Hostname())
 		}
 	}
 	return false
+}
+
+// allowPrefix matches an allow-list entry ending in "*" on origin and
+// path: the scheme and host (with port) must be the entry's exactly, and
+// the path must start with the entry's path. A plain string prefix would
+// let "https://app.example.com*" allow https://app.example.com.evil.net/.
+func allowPrefix(pattern string, u *url.URL) bool {
+	if !strings.HasSuffix(pattern, "*") {
+		return false
+	}
+	p, err := url.Parse(strings.TrimSuffix(pattern, "*"))
+	if err != nil || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
+		return false
+	}
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." { // would resolve outside the prefix
+			return false
+		}
+	}
+	return strings.EqualFold(p.Scheme, u.Scheme) && strings.EqualFold(p.Host, u.Host) && strings.HasPrefix(u.EscapedPath(), p.EscapedPath())
 }
 
 // loopbackMatches reports whether requested equals a registered loopback

@@ -286,7 +286,7 @@ func validText(field, s string, max int, required bool) error {
 		return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", field, len(s), max).WithHint("shorten %s", field)
 	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || isBidiControl(r) {
 			return errs.New(errs.InvalidField, "%s contains control character %U", field, r).WithHint("use printable text")
 		}
 	}

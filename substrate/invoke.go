@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
@@ -61,6 +62,9 @@ func decodeParams(raw json.RawMessage) (map[string]any, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return params, nil
 	}
+	if err := CheckJSONText(raw); err != nil {
+		return nil, err.(*errs.Error).With("field", "params")
+	}
 	if err := decodeNumber(raw, &params); err != nil || params == nil {
 		return nil, errs.New(errs.InvalidParam, "params must be a JSON object").WithHint(`send {"params": {"name": value, …}}`)
 	}
@@ -81,6 +85,9 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	}
 	params, err := decodeParams(rawParams)
 	if err != nil {
+		if !p.ReadOnly() {
+			s.auditFailure(ctx, p, roomID, actionID, map[string]any{"_unreadable": true, "bytes": len(rawParams)}, err)
+		}
 		return nil, err
 	}
 	if actionID == "help" {
@@ -185,7 +192,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			ops = append(ops, op{Scope: scopeCooldowns, Key: id, Value: v, Timer: &timer})
 		}
 	}
-	msg, _ := json.Marshal(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": params, "body": callText(id, params)})
+	msg, _ := json.Marshal(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": s.auditParams(params), "body": callText(id, params)})
 	ops = append(ops, op{Scope: ScopeMessages, Append: true, Value: msg})
 	written, audit, err := s.applyOps(m, ops, "action:"+id)
 	if err != nil {
@@ -200,7 +207,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			res.Result = v
 		}
 	}
-	m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": params, "ok": true, "writes": audit}
+	m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
 	return nil
 }
 
@@ -360,8 +367,20 @@ func callText(id string, params map[string]any) string {
 		b, _ := json.Marshal(params[k])
 		parts[i] = k + "=" + string(b)
 	}
-	return id + "(" + strings.Join(parts, ", ") + ")"
+	text := id + "(" + strings.Join(parts, ", ") + ")"
+	if len(text) > maxCallText {
+		cut := maxCallText
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut] + "…)"
+	}
+	return text
 }
+
+// maxCallText caps the text of an invocation message: the params are in
+// the audit log (or summarised there), the message only says what happened.
+const maxCallText = 500
 
 // auditFailure records a refused invocation in _audit, in its own small
 // mutation: the invocation itself changed nothing.
@@ -371,7 +390,7 @@ func (s *Service) auditFailure(ctx context.Context, p *Principal, roomID, id str
 		return
 	}
 	_, err := s.mutate(context.WithoutCancel(ctx), p, roomID, func(m *mutation) error {
-		m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": params, "ok": false,
+		m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": s.auditParams(params), "ok": false,
 			"error": string(e.Code), "message": e.Message}
 		return nil
 	})
@@ -429,7 +448,7 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 			written, audit, err := s.sendMessage(m, params)
 			if err == nil {
 				res.written = []*Entry{written}
-				m.audit = map[string]any{"kind": "invoke", "action": id, "builtin": true, "agent": m.actor, "params": params, "ok": true, "writes": audit}
+				m.audit = map[string]any{"kind": "invoke", "action": id, "builtin": true, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
 			}
 			return err
 		})

@@ -110,9 +110,20 @@ func validKey(key string, max int) error {
 		return errs.New(errs.InvalidField, "key is not valid UTF-8").WithHint("use a UTF-8 key")
 	}
 	for _, r := range key {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) {
 			return errs.New(errs.InvalidField, "key contains control character %U", r).WithHint("use printable characters in keys")
+		}
+		if isBidiControl(r) {
+			return errs.New(errs.InvalidField, "key contains the bidirectional control character %U", r).
+				WithHint("remove it: it makes a key display as another one")
 		}
 	}
 	return nil
+}
+
+// isBidiControl reports the invisible characters that reorder text
+// (embeddings, overrides, isolates and marks): in a key or a name they make
+// one read as another to people and models.
+func isBidiControl(r rune) bool {
+	return r == 0x061C || r == 0x200E || r == 0x200F || (r >= 0x202A && r <= 0x202E) || (r >= 0x2066 && r <= 0x2069)
 }

@@ -3,6 +3,7 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -253,16 +254,21 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		default:
 			max := s.lim.MaxReadEntries
 			var err error
-			if p.Kind == KindAgent && !p.Admin() {
+			if p.Kind == KindRoom || p.Kind == KindView || p.Admin() {
+				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+` ORDER BY scope, key LIMIT $2`, roomID, max+1)
+			} else {
+				// Everyone else (agents, observers, any kind added later)
+				// reads communal scopes, its own and its grants.
 				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+`
 					AND ((scope LIKE '\_%' AND scope <> '_audit') OR scope = $2 OR scope = ANY($3))
 					ORDER BY scope, key LIMIT $4`, roomID, p.AgentID, p.Grants, max+1)
-			} else {
-				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+` ORDER BY scope, key LIMIT $2`, roomID, max+1)
 			}
 			if len(out.Entries) > max {
 				out.Entries, out.More = out.Entries[:max], true
 			}
+			// The query decides what is read; this makes a mistake in it
+			// unable to show a private scope.
+			out.Entries = slices.DeleteFunc(out.Entries, func(e Entry) bool { return !canRead(p, e.Scope) })
 			return err
 		}
 	})

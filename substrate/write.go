@@ -3,6 +3,7 @@ package substrate
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -184,7 +185,10 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 				}
 				base = n
 			}
-			value = addNumbers(base, *o.Increment)
+			var err error
+			if value, err = addNumbers(base, *o.Increment); err != nil {
+				return nil, nil, err.(*errs.Error).With("scope", o.Scope).With("key", o.Key)
+			}
 		default:
 			opName = "merge"
 			var err error
@@ -253,6 +257,9 @@ func appendKey(ks []entryKey, k entryKey) []entryKey {
 }
 
 func (s *Service) checkValue(scope, key string, raw json.RawMessage) (json.RawMessage, error) {
+	if err := CheckJSONText(raw); err != nil {
+		return nil, err.(*errs.Error).With("scope", scope).With("key", key)
+	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {
 		return nil, errs.New(errs.InvalidJSON, "value for %s/%s is not valid JSON: %v", scope, key, err).WithHint("send valid JSON")
@@ -304,16 +311,31 @@ func decodeNumber(raw []byte, v any) error {
 }
 
 // addNumbers adds two JSON numbers, staying integral when both are.
-func addNumbers(a, b json.Number) json.RawMessage {
+// addNumbers adds whole numbers exactly (as 64-bit integers) and others as
+// doubles. A sum past either range is refused, never wrapped or rounded to
+// infinity.
+func addNumbers(a, b json.Number) (json.RawMessage, error) {
 	if x, err := a.Int64(); err == nil {
 		if y, err := b.Int64(); err == nil {
-			return json.RawMessage(strconv.FormatInt(x+y, 10))
+			if (y > 0 && x > math.MaxInt64-y) || (y < 0 && x < math.MinInt64-y) {
+				return nil, errs.New(errs.InvalidField, "increment by %d would take %d past the range of whole numbers (±9223372036854775807)", y, x).
+					WithHint("reset the counter with a value write, or keep it within 64-bit integers")
+			}
+			return json.RawMessage(strconv.FormatInt(x+y, 10)), nil
 		}
 	}
 	x, _ := a.Float64()
 	y, _ := b.Float64()
-	out, _ := json.Marshal(x + y)
-	return out
+	sum := x + y
+	if math.IsInf(sum, 0) || math.IsNaN(sum) {
+		return nil, errs.New(errs.InvalidField, "increment by %s would take %s past the range of numbers", b, a).
+			WithHint("reset the value with a value write")
+	}
+	out, err := json.Marshal(sum)
+	if err != nil {
+		return nil, errs.New(errs.InvalidField, "the sum cannot be stored: %v", err).WithHint("reset the value with a value write")
+	}
+	return out, nil
 }
 
 func jsonKind(v json.RawMessage) string {

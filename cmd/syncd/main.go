@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -84,7 +85,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		accessLog = slog.Default()
 	}
 	stack := httpmw.New(httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit,
-		TrustedProxies: cfg.TrustedProxies, AccessLog: accessLog})
+		TrustedProxies: cfg.TrustedProxies, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")})
 	auth, err := oauth.New(ctx, db, oauth.Options{
 		HTTP:              stack,
 		PublicURL:         cfg.PublicURL,

@@ -168,3 +168,31 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 		t.Fatalf("default pool size %d", cfg.DBMaxConns)
 	}
 }
+
+// Every surface answers with nosniff, no-referrer and a request id; HSTS
+// only when the public URL is https.
+func TestSecurityHeaders(t *testing.T) {
+	url := pgtest.URL(t)
+	for _, public := range []string{"", "https://sync.example.org"} {
+		args := []string{"-database-url", url}
+		if public != "" {
+			args = append(args, "-public-url", public)
+		}
+		base, stop := start(t, testConfig(t, args...))
+		for _, path := range []string{"/readyz", "/signin", "/rooms", "/mcp", "/.well-known/oauth-authorization-server"} {
+			res, err := http.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			h := res.Header
+			if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Referrer-Policy") != "no-referrer" || h.Get("X-Request-Id") == "" {
+				t.Errorf("%s%s: headers %v", public, path, h)
+			}
+			if hsts := h.Get("Strict-Transport-Security"); (public != "") != (hsts != "") {
+				t.Errorf("public URL %q, %s: Strict-Transport-Security %q", public, path, hsts)
+			}
+		}
+		stop()
+	}
+}

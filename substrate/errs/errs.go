@@ -7,7 +7,10 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 )
 
 // Code is a stable, machine-readable error code.
@@ -133,7 +136,36 @@ func From(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	if storeUnavailable(err) {
+		return &Error{Code: Unavailable, Message: "the database is unavailable right now",
+			Hint: "retry after the Retry-After seconds; nothing of this request was applied"}
+	}
 	return &Error{Code: Internal, Message: "internal error", Hint: "retry later; if it persists, report it with the time of the request"}
+}
+
+// RetryAfter is the Retry-After (seconds) sent with an Unavailable error.
+const RetryAfter = 5
+
+// storeUnavailable recognises a database that cannot be reached (a
+// refused or dropped connection, a server shutting down or starting, no
+// connection slots) as opposed to a failing statement. It duck-types pgx's
+// errors so this package needs no database driver.
+func storeUnavailable(err error) bool {
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) {
+		c := state.SQLState()
+		return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03" || c == "53300"
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	var retry interface{ SafeToRetry() bool }
+	if errors.As(err, &retry) && retry.SafeToRetry() {
+		return true
+	}
+	// A pooled connection the server dropped ends its statement so.
+	return errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // Is reports whether err carries code.

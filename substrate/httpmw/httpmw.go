@@ -40,6 +40,9 @@ type Options struct {
 	// TrustedProxies are the addresses whose X-Forwarded-For / Forwarded
 	// headers are believed. Default none: the client is the TCP peer.
 	TrustedProxies []netip.Prefix
+	// HSTS sends Strict-Transport-Security (one year) on every response:
+	// set it when the public URL is https. Default off.
+	HSTS bool
 	// AccessLog, when set, receives one record per request (method, path,
 	// status, bytes, duration, client, request id). Default off.
 	AccessLog *slog.Logger
@@ -219,7 +222,15 @@ func (s *Stack) Wrap(next http.Handler) http.Handler {
 		client := s.clientIP(r)
 		ctx := context.WithValue(context.WithValue(r.Context(), requestIDKey, id), clientKey, client)
 		r = r.WithContext(ctx)
-		w.Header().Set("X-Request-Id", id)
+		h := w.Header()
+		h.Set("X-Request-Id", id)
+		// Responses are what they say they are, and no page leaks its URL
+		// (an authorization code, a next=) to the next site.
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		if s.opt.HSTS {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
 		rec := &recorder{ResponseWriter: w}
 		defer func() {
 			if v := recover(); v != nil {
@@ -295,6 +306,9 @@ func (s *Stack) Limit(w http.ResponseWriter, r *http.Request, key string) bool {
 // Fail writes err as the API's JSON error body with its code's status.
 func Fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := errs.From(err)
+	if e.Code == errs.Unavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(errs.RetryAfter))
+	}
 	WriteJSON(w, e.Code.Status(), e.Body())
 }
 

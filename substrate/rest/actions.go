@@ -45,7 +45,7 @@ func (a *api) invoke(w http.ResponseWriter, r *http.Request, p *substrate.Princi
 	var body struct {
 		Params json.RawMessage `json:"params,omitempty"`
 	}
-	if !a.decode(w, r, &body, true) {
+	if !a.decodeBody(w, r, &body, true, false) {
 		return
 	}
 	res, err := a.svc.Invoke(r.Context(), p, r.PathValue("room"), r.PathValue("action"), body.Params)

@@ -228,3 +228,84 @@ func TestAttackViewsCannotExhaustReads(t *testing.T) {
 		t.Fatalf("no view was cut past the budget: %v", views)
 	}
 }
+
+// increment on the largest whole number wrapped to the smallest.
+func TestAttackIncrementOverflow(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("ovf", nil)
+	e.do("PUT", "/rooms/ovf/state", rm.token, `{"scope": "_shared", "key": "n", "value": 9223372036854775807}`).must(t, 200)
+	for _, by := range []string{"1", "9223372036854775807"} {
+		e.do("PUT", "/rooms/ovf/actions", rm.token, fmt.Sprintf(`{"id": "inc%s", "writes": [{"key": "n", "increment": %s}]}`, by[:1], by)).must(t, 201)
+		r := e.invoke(rm, rm.token, "inc"+by[:1], nil)
+		if r.status != 400 || r.str("error") != "invalid_field" || !strings.Contains(r.str("message"), "range") {
+			t.Fatalf("increment by %s past the maximum: %d %s", by, r.status, r.raw)
+		}
+	}
+	e.do("PUT", "/rooms/ovf/state", rm.token, `{"scope": "_shared", "key": "m", "value": -9223372036854775808}`).must(t, 200)
+	e.do("PUT", "/rooms/ovf/actions", rm.token, `{"id": "dec", "writes": [{"key": "m", "increment": -1}]}`).must(t, 201)
+	if r := e.invoke(rm, rm.token, "dec", nil); r.status != 400 {
+		t.Fatalf("decrement past the minimum: %d %s", r.status, r.raw)
+	}
+	if r := e.do("GET", "/rooms/ovf/state?scope=_shared&key=n", rm.token, nil).must(t, 200); !strings.Contains(r.raw, `"value":9223372036854775807`) {
+		t.Fatalf("the counter changed: %s", r.raw)
+	}
+}
+
+// NUL characters and invalid UTF-8 gave 500 (PostgreSQL refuses them in
+// jsonb) and the failed invocation was not audited; an 800 KB refused call
+// was stored whole in _audit.
+func TestAttackUnstorableTextAndHugeParams(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("nul", nil)
+	bad := []struct{ name, body string }{
+		{"NUL escape in a value", `{"scope": "_shared", "key": "k", "value": "a\u0000b"}`},
+		{"NUL in a nested value", `{"scope": "_shared", "key": "k", "value": {"x": ["\u0000"]}}`},
+		{"invalid UTF-8", "{\"scope\": \"_shared\", \"key\": \"k\", \"value\": \"\xff\xfe\"}"},
+	}
+	for _, c := range bad {
+		r := e.do("PUT", "/rooms/nul/state", rm.token, c.body)
+		if r.status != 400 || r.str("error") != "invalid_json" || r.str("hint") == "" {
+			t.Fatalf("%s: %d %s", c.name, r.status, r.raw)
+		}
+	}
+	// An escaped backslash followed by u0000 is ordinary text.
+	e.do("PUT", "/rooms/nul/state", rm.token, `{"scope": "_shared", "key": "k", "value": "\\u0000"}`).must(t, 200)
+
+	e.do("PUT", "/rooms/nul/actions", rm.token, `{"id": "echo", "params": {"text": {"type": "string"}}, "writes": [{"key": "echo", "value": "${params.text}"}]}`).must(t, 201)
+	e.do("PUT", "/rooms/nul/actions", rm.token, `{"id": "nulexpr", "writes": [{"key": "x", "value": "'a\\x00b'", "expr": true}]}`).must(t, 201)
+	e.do("PUT", "/rooms/nul/actions", rm.token, `{"id": "typed", "params": {"n": {"type": "integer"}}, "writes": [{"key": "t", "value": "${params.n}"}]}`).must(t, 201)
+	for _, c := range []struct{ action, body string }{
+		{"echo", `{"params": {"text": "a\u0000b"}}`},
+		{"nulexpr", `{}`},
+		{"typed", `{"params": {"n": "` + strings.Repeat("x", 200_000) + `"}}`},
+	} {
+		before := e.seq(rm)
+		r := e.do("POST", "/rooms/nul/actions/"+c.action+"/invoke", rm.token, c.body)
+		if r.status != 400 {
+			t.Fatalf("%s: %d %s", c.action, r.status, r.raw[:min(len(r.raw), 300)])
+		}
+		audit := e.do("GET", fmt.Sprintf("/rooms/nul/state?scope=_audit&after=%d", before), rm.token, nil).must(t, 200)
+		if !strings.Contains(audit.raw, `"ok":false`) || !strings.Contains(audit.raw, `"action":"`+c.action+`"`) {
+			t.Fatalf("refused %s not audited: %s", c.action, audit.raw[:min(len(audit.raw), 500)])
+		}
+		if len(audit.raw) > 8000 {
+			t.Fatalf("refused %s stored %d bytes in _audit; params must be summarised past the value limit", c.action, len(audit.raw))
+		}
+	}
+}
+
+// Bidirectional controls make one key display as another.
+func TestAttackBidiControlsInKeys(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("bidi", nil)
+	for _, key := range []string{"admin\u202eresu", "\u2066x\u2069", "a\u200fb"} {
+		r := e.do("PUT", "/rooms/bidi/state", rm.token, map[string]any{"scope": "_shared", "key": key, "value": 1})
+		if r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("key %q: %d %s", key, r.status, r.raw)
+		}
+	}
+	if r := e.do("POST", "/rooms/bidi/agents", rm.token, map[string]any{"id": "x", "name": "evil\u202egnp.exe"}); r.status != 400 {
+		t.Fatalf("agent name with an override: %d %s", r.status, r.raw)
+	}
+	e.do("PUT", "/rooms/bidi/state", rm.token, map[string]any{"scope": "_shared", "key": "héllo wörld", "value": 1}).must(t, 200)
+}

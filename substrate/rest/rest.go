@@ -308,6 +308,13 @@ func intParam(v, name string) (int64, error) {
 // misspelt field is an error rather than silently ignored. With optional,
 // an empty body is allowed.
 func (a *api) decode(w http.ResponseWriter, r *http.Request, v any, optional bool) bool {
+	return a.decodeBody(w, r, v, optional, true)
+}
+
+// decodeBody is decode; checkText false leaves refusing NUL and invalid
+// UTF-8 to the operation (an invocation audits a refused call, and must
+// see it to do so).
+func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, optional, checkText bool) bool {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -318,6 +325,12 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any, optional boo
 		}
 		a.fail(w, r, errs.New(errs.InvalidJSON, "could not read the request body: %v", err).WithHint("send the body again"))
 		return false
+	}
+	if checkText {
+		if err := substrate.CheckJSONText(body); err != nil {
+			a.fail(w, r, err)
+			return false
+		}
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		if optional {
@@ -385,13 +398,15 @@ func (a *api) reply(w http.ResponseWriter, r *http.Request, status int, v any, e
 
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := errs.From(err)
-	if e.Code == errs.Internal {
-		a.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
-	if e.Code == errs.Unauthorized {
+	switch e.Code {
+	case errs.Internal:
+		a.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", httpmw.RequestID(r.Context()), "err", err)
+	case errs.Unavailable:
+		a.log.Warn("database unavailable", "method", r.Method, "path", r.URL.Path, "request_id", httpmw.RequestID(r.Context()), "err", err)
+	case errs.Unauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sync"`)
 	}
-	writeJSON(w, e.Code.Status(), e.Body())
+	httpmw.Fail(w, r, e)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) { httpmw.WriteJSON(w, status, v) }
