@@ -1,14 +1,17 @@
 // Package lobby is users' side of rooms: which rooms a user belongs to and
-// with what access (smcp_user_rooms), and (next) MCP sessions, observe and
-// embody. It sits between the OAuth/MCP layers and the substrate.
+// with what access (smcp_user_rooms), MCP sessions (smcp_user_sessions),
+// observing and embodying. It sits between the OAuth/MCP layers and the
+// substrate, whose rooms and agents it reaches only through the
+// substrate's operations.
 package lobby
 
 import (
 	"context"
 	"encoding/json"
-	"sort"
+	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -41,50 +44,52 @@ type Agent struct {
 // UserRooms lists the rooms a user belongs to, with their agents and
 // defined roles.
 func (l *Lobby) UserRooms(ctx context.Context, userID string) ([]Room, error) {
-	rows, err := l.db.Query(ctx, `SELECT ur.room_id, coalesce(ur.label, r.meta->>'label', ''), ur.access,
-			(SELECT value FROM state s WHERE s.room_id = ur.room_id AND s.scope = '_shared' AND s.key = 'roles')
-		FROM smcp_user_rooms ur JOIN rooms r ON r.id = ur.room_id
-		WHERE ur.user_id = $1 ORDER BY ur.created_at, ur.room_id`, userID)
+	rooms, _, err := l.userRooms(ctx, userID)
+	return rooms, err
+}
+
+// userRooms is UserRooms with the substrate's summary of each room.
+func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[string]*substrate.RoomSummary, error) {
+	rows, err := l.db.Query(ctx, `SELECT room_id, coalesce(label, ''), access FROM smcp_user_rooms
+		WHERE user_id = $1 ORDER BY created_at, room_id`, userID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []Room
+	var ids []string
 	for rows.Next() {
 		var rm Room
-		var roles []byte
-		if err := rows.Scan(&rm.ID, &rm.Label, &rm.Access, &roles); err != nil {
+		if err := rows.Scan(&rm.ID, &rm.Label, &rm.Access); err != nil {
 			rows.Close()
-			return nil, err
-		}
-		var m map[string]json.RawMessage
-		if json.Unmarshal(roles, &m) == nil {
-			for id := range m {
-				rm.Roles = append(rm.Roles, id)
-			}
-			sort.Strings(rm.Roles)
+			return nil, nil, err
 		}
 		out = append(out, rm)
+		ids = append(ids, rm.ID)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	for i := range out {
-		ag, err := l.db.Query(ctx, `SELECT id, name, status, last_heartbeat FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, out[i].ID)
-		if err != nil {
-			return nil, err
-		}
-		for ag.Next() {
-			var a Agent
-			if err := ag.Scan(&a.ID, &a.Name, &a.Status, &a.LastHeartbeat); err != nil {
-				ag.Close()
-				return nil, err
-			}
-			out[i].Agents = append(out[i].Agents, a)
-		}
-		ag.Close()
+	sums, err := l.svc.RoomSummaries(ctx, ids)
+	if err != nil {
+		return nil, nil, err
 	}
-	return out, nil
+	kept := out[:0]
+	for _, rm := range out {
+		sum := sums[rm.ID]
+		if sum == nil {
+			continue // deleted since (its membership goes with it)
+		}
+		if rm.Label == "" {
+			rm.Label = sum.Label
+		}
+		rm.Roles = sum.RoleIDs()
+		for _, a := range sum.Agents {
+			rm.Agents = append(rm.Agents, Agent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat})
+		}
+		kept = append(kept, rm)
+	}
+	return kept, sums, nil
 }
 
 // AddMember gives a user access to a room (owner when they created it).
@@ -108,10 +113,10 @@ var accessLevels = []string{"owner", "collaborator", "participant", "observer"}
 func (l *Lobby) access(ctx context.Context, userID, roomID string) (string, error) {
 	var a string
 	err := l.db.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, userID, roomID).Scan(&a)
-	if err != nil {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return "", errs.New(errs.RoomNotFound, "you have no room %q", roomID).WithHint("pick one of your rooms")
 	}
-	return a, nil
+	return a, err
 }
 
 // CreateRoom makes a room owned by the user.
@@ -141,8 +146,9 @@ func (l *Lobby) ClaimRoom(ctx context.Context, userID, roomID, roomToken string)
 	return l.AddMember(ctx, userID, roomID, "owner", "", "")
 }
 
-// ShareRoom gives another user access to a room; owners only.
-func (l *Lobby) ShareRoom(ctx context.Context, userID, roomID, username, access string) error {
+// ShareRoom gives another user (otherID, resolved from a username by the
+// account's owner, oauth) access to a room; owners only.
+func (l *Lobby) ShareRoom(ctx context.Context, userID, roomID, otherID, access string) error {
 	if a, err := l.access(ctx, userID, roomID); err != nil {
 		return err
 	} else if a != "owner" {
@@ -151,11 +157,7 @@ func (l *Lobby) ShareRoom(ctx context.Context, userID, roomID, username, access 
 	if !contains(accessLevels, access) {
 		return errs.New(errs.InvalidField, "role %q is not one of %v", access, accessLevels).WithHint("choose owner, collaborator, participant or observer")
 	}
-	var other string
-	if err := l.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = $1`, username).Scan(&other); err != nil {
-		return errs.New(errs.NotFound, "no user %q", username).WithHint("check the username; invite them first if they have no account")
-	}
-	return l.AddMember(ctx, other, roomID, access, "", userID)
+	return l.AddMember(ctx, otherID, roomID, access, "", userID)
 }
 
 // LeaveRoom removes the user from a room; a room's last owner deletes it
@@ -167,7 +169,9 @@ func (l *Lobby) LeaveRoom(ctx context.Context, userID, roomID string) error {
 	}
 	if a == "owner" {
 		var owners int
-		_ = l.db.QueryRow(ctx, `SELECT count(*) FROM smcp_user_rooms WHERE room_id = $1 AND access = 'owner'`, roomID).Scan(&owners)
+		if err := l.db.QueryRow(ctx, `SELECT count(*) FROM smcp_user_rooms WHERE room_id = $1 AND access = 'owner'`, roomID).Scan(&owners); err != nil {
+			return err
+		}
 		if owners == 1 {
 			return errs.New(errs.Forbidden, "you are the last owner of %q", roomID).WithHint("make someone else an owner first, or delete the room")
 		}

@@ -182,11 +182,11 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	// by another user, whatever its id.
 	id := agent
 	if agent != "" {
-		mine, exists, err := l.ownedBy(ctx, room, agent, s.UserID)
+		owner, exists, err := l.svc.AgentOwner(ctx, room, agent)
 		if err != nil {
 			return nil, err
 		}
-		if !exists || !mine {
+		if !exists || owner != s.UserID {
 			return nil, errs.New(errs.Forbidden, "agent %q is not yours to embody", agent).
 				WithHint("embody without agent to get your own, or pick one marked yours in sync_lobby")
 		}
@@ -203,11 +203,11 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 			if n > 1 {
 				id = fmt.Sprintf("%s-%d", base, n)
 			}
-			mine, exists, err := l.ownedBy(ctx, room, id, s.UserID)
+			owner, exists, err := l.svc.AgentOwner(ctx, room, id)
 			if err != nil {
 				return nil, err
 			}
-			if !exists || mine {
+			if !exists || owner == s.UserID {
 				break
 			}
 		}
@@ -221,10 +221,9 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	if role != "" {
 		agentRole = role
 	}
-	if _, err := l.svc.Join(ctx, substrate.RoomPrincipal(room), room, substrate.JoinRequest{ID: id, Name: s.Username, Role: agentRole}); err != nil {
-		return nil, err
-	}
-	if _, err := l.db.Exec(ctx, `UPDATE agents SET user_id = $3 WHERE room_id = $1 AND id = $2`, room, id, s.UserID); err != nil {
+	// The substrate checks ownership again under the room lock: an agent
+	// made meanwhile by a token or another user is refused, not adopted.
+	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: agentRole, User: s.UserID}); err != nil {
 		return nil, err
 	}
 	if role != "" {
@@ -238,20 +237,6 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	}
 	return map[string]any{"embodied": true, "room": room, "agent": id, "role": agentRole,
 		"next": "read the room with sync_read_context, then act with sync_invoke_action"}, nil
-}
-
-// ownedBy reports whether agent exists in room and whether user owns it
-// (agents created over REST with a token have no owner).
-func (l *Lobby) ownedBy(ctx context.Context, room, agent, user string) (mine, exists bool, err error) {
-	var owner *string
-	err = l.db.QueryRow(ctx, `SELECT user_id FROM agents WHERE room_id = $1 AND id = $2`, room, agent).Scan(&owner)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, false, nil
-	}
-	if err != nil {
-		return false, false, err
-	}
-	return owner != nil && *owner == user, true, nil
 }
 
 // fillRole claims _shared.roles.<role> for agent with a version check, so
@@ -303,7 +288,7 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (map[string]any, erro
 		return nil, errs.New(NotEmbodied, "you are not embodied").WithHint("nothing to do; sync_embody to act")
 	}
 	room, agent := s.RoomID, s.AgentID
-	if _, err := l.db.Exec(ctx, `UPDATE agents SET status = 'idle', waiting_on = NULL WHERE room_id = $1 AND id = $2`, room, agent); err != nil {
+	if err := l.svc.SetIdle(ctx, room, agent); err != nil {
 		return nil, err
 	}
 	admin := substrate.RoomPrincipal(room)
@@ -417,7 +402,7 @@ func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (ma
 // View is the lobby: the rooms in scope with access, agents and roles,
 // whether rooms can be created, and what the session is embodied as.
 func (l *Lobby) View(ctx context.Context, s *Session) (map[string]any, error) {
-	rooms, err := l.UserRooms(ctx, s.UserID)
+	rooms, sums, err := l.userRooms(ctx, s.UserID)
 	if err != nil {
 		return nil, err
 	}
@@ -427,38 +412,28 @@ func (l *Lobby) View(ctx context.Context, s *Session) (map[string]any, error) {
 		if level == "" {
 			continue
 		}
+		sum := sums[r.ID]
 		access := minLevel(level, roleCap(r.Access))
 		var agents []map[string]any
-		rows, err := l.db.Query(ctx, `SELECT id, name, role, status, last_heartbeat, waiting_on, coalesce(user_id = $2, false)
-			FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, r.ID, s.UserID)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var id, name, role, status string
-			var hb time.Time
-			var waiting *string
-			var mine bool
-			if err := rows.Scan(&id, &name, &role, &status, &hb, &waiting, &mine); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			a := map[string]any{"id": id, "name": name, "role": role, "status": status, "last_heartbeat": hb, "waiting_on": waiting, "yours": mine}
+		for _, ag := range sum.Agents {
+			mine := ag.Owner != "" && ag.Owner == s.UserID
+			a := map[string]any{"id": ag.ID, "name": ag.Name, "role": ag.Role, "status": ag.Status, "last_heartbeat": ag.LastHeartbeat,
+				"waiting_on": ag.WaitingOn, "yours": mine}
 			if mine {
-				a["current"] = s.RoomID == r.ID && s.AgentID == id
-				a["switchable"] = !(s.RoomID == r.ID && s.AgentID == id) && levelRank(access) >= levelRank("write")
+				a["current"] = s.RoomID == r.ID && s.AgentID == ag.ID
+				a["switchable"] = !(s.RoomID == r.ID && s.AgentID == ag.ID) && levelRank(access) >= levelRank("write")
 			}
 			agents = append(agents, a)
 		}
-		rows.Close()
 		entry := map[string]any{"room": r.ID, "label": r.Label, "role": r.Access, "access": access, "agents": agents}
-		if roles := l.roles(ctx, r.ID); len(roles) > 0 {
+		if len(sum.Roles) > 0 {
+			var roles []map[string]any
+			for _, id := range sum.RoleIDs() {
+				roles = append(roles, map[string]any{"id": id, "description": sum.Roles[id]["description"], "filled_by": sum.Roles[id]["filled_by"]})
+			}
 			entry["roles"] = roles
 		}
-		var keys, seq int64
-		_ = l.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM state WHERE room_id = $1 AND scope = '_shared' AND sort_key IS NULL),
-			(SELECT seq FROM rooms WHERE id = $1)`, r.ID).Scan(&keys, &seq)
-		entry["summary"] = map[string]any{"shared_keys": keys, "seq": seq}
+		entry["summary"] = map[string]any{"shared_keys": sum.SharedKeys, "seq": sum.Seq}
 		list = append(list, entry)
 	}
 	out := map[string]any{"user": s.Username, "rooms": list, "can_create_rooms": s.Scope.CreateRooms, "embodied": nil}
@@ -476,20 +451,4 @@ func (l *Lobby) View(ctx context.Context, s *Session) (map[string]any, error) {
 		out["next"] = "read with sync_read_context, act with sync_invoke_action"
 	}
 	return out, nil
-}
-
-func (l *Lobby) roles(ctx context.Context, room string) []map[string]any {
-	var raw []byte
-	if l.db.QueryRow(ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'roles'`, room).Scan(&raw) != nil {
-		return nil
-	}
-	var roles map[string]map[string]any
-	if json.Unmarshal(raw, &roles) != nil {
-		return nil
-	}
-	var out []map[string]any
-	for id, r := range roles {
-		out = append(out, map[string]any{"id": id, "description": r["description"], "filled_by": r["filled_by"]})
-	}
-	return out
 }

@@ -335,7 +335,11 @@ func tools() []tool {
 				} else if level != "admin" {
 					return nil, errs.New(errs.Forbidden, "sharing %q needs admin access in this connection", in.Room).WithHint("the user reconnects with admin access to the room, or shares it on the account page")
 				}
-				if err := c.opt.Lobby.ShareRoom(ctx, c.sess.UserID, in.Room, in.Username, in.Role); err != nil {
+				other, err := c.opt.Auth.UserID(ctx, in.Username)
+				if err != nil {
+					return nil, err
+				}
+				if err := c.opt.Lobby.ShareRoom(ctx, c.sess.UserID, in.Room, other, in.Role); err != nil {
 					return nil, err
 				}
 				return map[string]any{"shared": true, "room": in.Room, "username": in.Username, "role": in.Role}, nil

@@ -91,8 +91,8 @@ type RoomDirectory interface {
 	CreateRoom(ctx context.Context, userID, roomID, label string) (string, error)
 	// ClaimRoom makes the user an owner of a room, proven by its room token.
 	ClaimRoom(ctx context.Context, userID, roomID, roomToken string) error
-	// ShareRoom gives another user a role in a room the user owns.
-	ShareRoom(ctx context.Context, userID, roomID, username, access string) error
+	// ShareRoom gives another user (by id) a role in a room the user owns.
+	ShareRoom(ctx context.Context, userID, roomID, otherID, access string) error
 	// LeaveRoom and DeleteRoom end the user's part in a room.
 	LeaveRoom(ctx context.Context, userID, roomID string) error
 	DeleteRoom(ctx context.Context, userID, roomID string) error

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/go-webauthn/webauthn/webauthn"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // User is an account: a username and its passkeys.
@@ -140,4 +142,17 @@ func recoveryCodes(ctx context.Context, tx pgx.Tx, userID string, n int) ([]stri
 		}
 	}
 	return codes, nil
+}
+
+// UserID is the id of the account named username (for sharing a room with
+// it): errs.NotFound when there is none.
+func (s *Server) UserID(ctx context.Context, username string) (string, error) {
+	u, err := loadUser(ctx, s.db, "username = $1", strings.ToLower(strings.TrimSpace(username)))
+	if errors.Is(err, errNoUser) {
+		return "", errs.New(errs.NotFound, "no user %q", username).WithHint("check the username; invite them first if they have no account")
+	}
+	if err != nil {
+		return "", err
+	}
+	return u.ID, nil
 }

@@ -826,7 +826,10 @@ func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
 	case "claim":
 		err = rooms.ClaimRoom(ctx, u.ID, room, strings.TrimSpace(r.PostFormValue("token")))
 	case "share":
-		err = rooms.ShareRoom(ctx, u.ID, room, strings.ToLower(strings.TrimSpace(r.PostFormValue("username"))), r.PostFormValue("access"))
+		var other string
+		if other, err = wb.s.UserID(ctx, r.PostFormValue("username")); err == nil {
+			err = rooms.ShareRoom(ctx, u.ID, room, other, r.PostFormValue("access"))
+		}
 	case "leave":
 		err = rooms.LeaveRoom(ctx, u.ID, room)
 	case "delete":

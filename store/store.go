@@ -310,6 +310,14 @@ const NotifyChannel = "sync_room"
 // commits. Arguments: the channel (NotifyChannel) and the payload.
 const NotifySQL = `SELECT pg_notify($1, $2)`
 
+// Notify announces a change of room to the waiters of every process
+// ("<room> <what>": a seq, "presence" or "deleted"). Inside a transaction,
+// queue NotifySQL on it instead, so the announcement goes out at commit.
+func (db *DB) Notify(ctx context.Context, room, what string) error {
+	_, err := db.Exec(ctx, NotifySQL, NotifyChannel, room+" "+what)
+	return err
+}
+
 // IsUniqueViolation reports whether err is PostgreSQL's unique_violation.
 func IsUniqueViolation(err error) bool {
 	var pgErr interface{ SQLState() string }

@@ -275,6 +275,11 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("join first with POST /rooms/%s/agents", roomID)
 	}
+	if err == nil && status != "" {
+		// A status is presence others may wait on: tell them now rather
+		// than at their next safety-net re-check.
+		err = s.db.Notify(ctx, roomID, "presence")
+	}
 	return a, err
 }
 

@@ -134,7 +134,7 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 		return errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
 	}
 	// Waiters learn that the room is gone.
-	_, _ = s.db.Exec(ctx, `SELECT pg_notify($1, $2)`, store.NotifyChannel, roomID+" deleted")
+	_ = s.db.Notify(ctx, roomID, "deleted")
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -97,10 +96,7 @@ func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condit
 	if condition != nil {
 		status = "waiting"
 	}
-	_, err := s.db.Exec(ctx, `WITH u AS (UPDATE agents SET status = $3, waiting_on = $4, last_heartbeat = now()
-			WHERE room_id = $1 AND id = $2 RETURNING room_id)
-		SELECT pg_notify($5, $1 || ' presence') FROM u`, roomID, agentID, status, condition, store.NotifyChannel)
-	if err != nil {
+	if err := s.setPresence(ctx, roomID, agentID, status, condition, true); err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
 }

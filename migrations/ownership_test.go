@@ -1,0 +1,99 @@
+package migrations_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/syncsubstrate/sync/migrations"
+)
+
+// owners names the one package that may write SQL against each table
+// (ARCHITECTURE §2a): every other package goes through its operations.
+var owners = map[string]string{
+	"rooms":                  "substrate",
+	"agents":                 "substrate",
+	"state":                  "substrate",
+	"smcp_user_rooms":        "lobby",
+	"smcp_user_sessions":     "lobby",
+	"smcp_users":             "oauth",
+	"smcp_credentials":       "oauth",
+	"smcp_invites":           "oauth",
+	"smcp_recovery_codes":    "oauth",
+	"smcp_sessions":          "oauth",
+	"smcp_webauthn_sessions": "oauth",
+	"smcp_oauth_clients":     "oauth",
+	"smcp_oauth_tokens":      "oauth",
+	"smcp_consents":          "oauth",
+	"smcp_server_keys":       "oauth",
+}
+
+// Every table the migrations create has an owner here, and no package but
+// its owner mentions it in SQL (tests may: they set up and inspect state).
+func TestEachTableHasOneOwner(t *testing.T) {
+	created := map[string]bool{}
+	createRE := regexp.MustCompile(`(?i)CREATE TABLE (?:IF NOT EXISTS )?([a-z_]+)`)
+	err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		raw, err := fs.ReadFile(migrations.FS, path)
+		for _, m := range createRE.FindAllStringSubmatch(string(raw), -1) {
+			created[m[1]] = true
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for table := range created {
+		if owners[table] == "" {
+			t.Errorf("table %s has no owner in this test: add it", table)
+		}
+	}
+
+	var violations []string
+	root := ".."
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		pkg := filepath.ToSlash(filepath.Dir(rel))
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		src := string(raw)
+		for table, owner := range owners {
+			if pkg == owner {
+				continue
+			}
+			re := regexp.MustCompile(`(?i)\b(FROM|JOIN|INTO|UPDATE|TABLE)\s+` + table + `\b`)
+			if re.MatchString(src) {
+				violations = append(violations, rel+" uses "+table+" (owned by "+owner+")")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(violations)
+	if len(violations) > 0 {
+		t.Fatalf("SQL outside a table's owner (go through the owner's operations):\n  %s", strings.Join(violations, "\n  "))
+	}
+}

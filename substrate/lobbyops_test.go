@@ -1,0 +1,155 @@
+package substrate_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// The operations the lobby reaches rooms and agents through, tested
+// against PostgreSQL directly.
+
+// withUsers is a service on a fresh database holding the given user
+// accounts (embodied agents reference their user).
+func withUsers(t *testing.T, opt substrate.Options, users ...string) *substrate.Service {
+	t.Helper()
+	db := pgtest.New(t)
+	for _, u := range users {
+		if _, err := db.Exec(context.Background(), `INSERT INTO smcp_users (id, username, webauthn_handle) VALUES ($1, $2, $3)`, u, u, []byte(u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return substrate.New(db, opt)
+}
+
+func newRoom(t *testing.T, svc *substrate.Service, id string) *substrate.Principal {
+	t.Helper()
+	room, err := svc.CreateRoom(context.Background(), substrate.CreateRoomRequest{ID: id, Meta: json.RawMessage(`{"label": "The ` + id + `"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := svc.Authenticate(context.Background(), room.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
+// Summaries apply timers: a roles entry whose timer ran out is no role
+// (the lobby read the table directly and listed it).
+func TestRoomSummariesApplyTimers(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	ctx := context.Background()
+	admin := newRoom(t, svc, "sum")
+	if _, err := svc.Join(ctx, admin, "sum", substrate.JoinRequest{ID: "tok", Name: "Token agent"}); err != nil {
+		t.Fatal(err)
+	}
+	roles := json.RawMessage(`{"lead": {"description": "leads", "filled_by": null}}`)
+	if _, err := svc.WriteState(ctx, admin, "sum", []substrate.Write{
+		{Scope: "_shared", Key: "roles", Value: roles, Timer: &substrate.Timer{MS: 200}},
+		{Scope: "_shared", Key: "note", Value: json.RawMessage(`1`)},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	sums, err := svc.RoomSummaries(ctx, []string{"sum", "missing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sums["sum"]
+	if len(sums) != 1 || s.Label != "The sum" || s.SharedKeys != 2 || len(s.Roles) != 1 || len(s.Agents) != 1 || s.Agents[0].Owner != "" {
+		t.Fatalf("summary %+v", s)
+	}
+	time.Sleep(400 * time.Millisecond)
+	sums, _ = svc.RoomSummaries(ctx, []string{"sum"})
+	if s := sums["sum"]; len(s.Roles) != 0 || s.SharedKeys != 1 {
+		t.Fatalf("after the roles entry expired: roles %v, shared keys %d", s.Roles, s.SharedKeys)
+	}
+}
+
+// Embody makes an agent for a user or resumes the user's own; it never
+// adopts a token's agent or another user's, and two users racing for one
+// id cannot both get it.
+func TestEmbodyOwnership(t *testing.T) {
+	svc := withUsers(t, substrate.Options{}, "user_alice", "user_bob", "user_a", "user_b")
+	ctx := context.Background()
+	admin := newRoom(t, svc, "emb")
+	if _, err := svc.Join(ctx, admin, "emb", substrate.JoinRequest{ID: "planted", Name: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Embody(ctx, substrate.EmbodyRequest{Room: "emb", Agent: "planted", Name: "alice", User: "user_alice"}); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("embodying a token's agent: %v", err)
+	}
+	a, err := svc.Embody(ctx, substrate.EmbodyRequest{Room: "emb", Agent: "alice:c", Name: "alice", User: "user_alice"})
+	if err != nil || a.Status != "active" || a.Owner != "user_alice" {
+		t.Fatalf("new agent: %+v %v", a, err)
+	}
+	if owner, exists, err := svc.AgentOwner(ctx, "emb", "alice:c"); err != nil || !exists || owner != "user_alice" {
+		t.Fatalf("owner %q %v %v", owner, exists, err)
+	}
+	if _, err := svc.Embody(ctx, substrate.EmbodyRequest{Room: "emb", Agent: "alice:c", Name: "bob", User: "user_bob"}); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("bob embodying alice's agent: %v", err)
+	}
+	if err := svc.SetIdle(ctx, "emb", "alice:c"); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := svc.Embody(ctx, substrate.EmbodyRequest{Room: "emb", Agent: "alice:c", Name: "alice", User: "user_alice"}); err != nil || a.Status != "active" {
+		t.Fatalf("alice resuming her agent: %+v %v", a, err)
+	}
+
+	var wg sync.WaitGroup
+	results := make([]error, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, results[i] = svc.Embody(ctx, substrate.EmbodyRequest{Room: "emb", Agent: "contested", Name: "n", User: []string{"user_a", "user_b"}[i%2]})
+		}()
+	}
+	wg.Wait()
+	owner, _, _ := svc.AgentOwner(ctx, "emb", "contested")
+	for i, err := range results {
+		mine := []string{"user_a", "user_b"}[i%2] == owner
+		if mine != (err == nil) {
+			t.Fatalf("racing embodiment %d (owner %s): %v", i, owner, err)
+		}
+	}
+}
+
+// A user stepping out of an agent is a presence change: waiters on it wake
+// at once, not at their safety-net re-check.
+func TestSetIdleWakesPresenceWaiters(t *testing.T) {
+	svc := withUsers(t, substrate.Options{Wait: substrate.WaitOptions{Recheck: 30 * time.Second}}, "user_alice")
+	ctx := context.Background()
+	admin := newRoom(t, svc, "idle")
+	if _, err := svc.Embody(ctx, substrate.EmbodyRequest{Room: "idle", Agent: "alice:c", Name: "alice", User: "user_alice"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		res, err := svc.Wait(ctx, admin, "idle", `agents["alice:c"].status == "idle"`, 20*time.Second, substrate.ContextRequest{Depth: "lean", MessagesLimit: 1})
+		if err == nil && res["triggered"] != true {
+			err = errs.New(errs.Internal, "not triggered: %v", res)
+		}
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // let the waiter subscribe and evaluate once
+	start := time.Now()
+	if err := svc.SetIdle(ctx, "idle", "alice:c"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("woken %v after the presence change", time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter on presence was not woken by SetIdle (re-check is 30 s)")
+	}
+}
