@@ -10,6 +10,12 @@ var levels = []string{"observe", "read", "write", "admin"}
 
 func levelRank(l string) int { return slices.Index(levels, l) }
 
+// RoleLevels are the levels a user's role in a room allows, weakest first:
+// what the consent screen offers for that room.
+func RoleLevels(access string) []string {
+	return slices.Clone(levels[:levelRank(roleCap(access))+1])
+}
+
 // roleCap is the highest level a user's role in a room allows.
 func roleCap(access string) string {
 	switch access {

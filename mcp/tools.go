@@ -187,8 +187,8 @@ func tools() []tool {
 				})
 			}},
 		{&sdk.Tool{Name: "sync_wait", Title: "Wait for a condition",
-			Description: "Wait until a CEL condition over the room holds, e.g. state._shared.phase == \"review\" or messages.directed_unread > 0. Returns {triggered: true, context} as soon as it does, or {triggered: false, timeout: true} after timeout_ms (at most 40000): then simply call again. Use instead of polling.",
-			InputSchema: schema(map[string]any{"condition": str("CEL condition (see sync_help key expressions)."), "room": roomProp, "timeout_ms": num("How long to wait, ms (default and max 40000).")}, "condition"),
+			Description: "Wait until a CEL condition over the room holds, e.g. state._shared.phase == \"review\" or messages.directed_unread > 0. Returns {triggered: true, context} as soon as it does, or {triggered: false, timeout: true} after timeout_ms (default 25000, at most 45000): then simply call again. Use instead of polling.",
+			InputSchema: schema(map[string]any{"condition": str("CEL condition (see sync_help key expressions)."), "room": roomProp, "timeout_ms": num("How long to wait, ms (default 25000, max 45000).")}, "condition"),
 			Annotations: annotations("Wait for a condition", true, false, true)},
 			func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
 				var in struct {
@@ -203,11 +203,9 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				timeout := 40 * time.Second
-				if in.TimeoutMS > 0 && time.Duration(in.TimeoutMS)*time.Millisecond < timeout {
-					timeout = time.Duration(in.TimeoutMS) * time.Millisecond
-				}
-				return c.opt.Substrate.Wait(ctx, p, room, in.Condition, timeout, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20})
+				// The substrate decides the default and the cap (the same
+				// for every surface).
+				return c.opt.Substrate.Wait(ctx, p, room, in.Condition, time.Duration(in.TimeoutMS)*time.Millisecond, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20})
 			}},
 		{&sdk.Tool{Name: "sync_register_action", Title: "Register an action",
 			Description: "Register or replace an action in the room you are embodied in: a named, parameterised, guarded set of writes anyone may invoke. Fields as in sync_help key standard_library (id, description, intent, params, if, enabled, writes, result, timer, on_invoke). Returns the definition, what changed, and warnings.",
@@ -237,9 +235,6 @@ func tools() []tool {
 					return nil, err
 				}
 				return c.acting(ctx, func(p *substrate.Principal, room string) (any, error) {
-					if def.Scope == "" {
-						def.Scope = p.AgentID
-					}
 					return c.opt.Substrate.RegisterView(ctx, p, room, def)
 				})
 			}},

@@ -519,17 +519,6 @@ func (wb *web) addFinish(w http.ResponseWriter, r *http.Request) {
 
 // --- consent ---
 
-// levels a role allows, weakest first.
-func levelsFor(access string) []string {
-	switch access {
-	case "owner":
-		return []string{"observe", "read", "write", "admin"}
-	case "collaborator", "participant":
-		return []string{"observe", "read", "write"}
-	}
-	return []string{"observe", "read"}
-}
-
 func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	s := wb.s
@@ -614,7 +603,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		level := r.PostForm.Get("level_" + id)
-		if !slices.Contains(levelsFor(rm.Access), level) {
+		if !slices.Contains(lobby.RoleLevels(rm.Access), level) {
 			wb.errorPage(w, 400, "Level not allowed", "Your role in "+id+" does not allow that level of access.")
 			return
 		}
@@ -652,7 +641,7 @@ type consentRoom struct {
 func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, redirectHost string, rooms []lobby.Room, prev []string, action string) {
 	var list []consentRoom
 	for _, rm := range rooms {
-		cr := consentRoom{Room: rm, Levels: levelsFor(rm.Access)}
+		cr := consentRoom{Room: rm, Levels: lobby.RoleLevels(rm.Access)}
 		cr.Level = "write"
 		if !slices.Contains(cr.Levels, "write") {
 			cr.Level = "read"

@@ -196,12 +196,16 @@ func (s *Service) RegisterAction(ctx context.Context, p *Principal, roomID strin
 		return nil, err
 	}
 	var res *RegisterResult
-	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+	seq, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		var err error
 		res, err = s.registerAction(m, def)
 		return err
 	})
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	res.Seq = seq
+	return res, nil
 }
 
 func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, error) {
@@ -332,7 +336,7 @@ func (s *Service) RegisterView(ctx context.Context, p *Principal, roomID string,
 		return nil, err
 	}
 	var res *RegisterResult
-	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+	seq, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		var err error
 		res, err = s.registerView(m, def)
 		return err
@@ -340,6 +344,7 @@ func (s *Service) RegisterView(ctx context.Context, p *Principal, roomID string,
 	if err != nil {
 		return nil, err
 	}
+	res.Seq = seq
 	// Its value as anyone now sees it (views are public).
 	if rc, err := s.readCtx(ctx, p, roomID, false); err == nil {
 		res.Value = rc.views[def.ID]
@@ -348,6 +353,11 @@ func (s *Service) RegisterView(ctx context.Context, p *Principal, roomID string,
 }
 
 func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error) {
+	if def.Scope == "" && m.p.Kind == KindAgent {
+		// A view's default authority is its registrar's own scope, on
+		// every surface: a view exists to project private state.
+		def.Scope = m.p.AgentID
+	}
 	scope, err := registrar(m.p, def.Scope)
 	if err != nil {
 		return nil, err

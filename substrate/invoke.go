@@ -415,23 +415,26 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 	case "_register_action":
 		var def ActionDef
 		if err = strictDecode(raw, &def); err == nil {
+			var r *RegisterResult
 			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
-				r, err := s.registerAction(m, def)
-				res.Builtin = r
+				r, err = s.registerAction(m, def)
 				return err
 			})
+			if err == nil {
+				r.Seq, res.Builtin = seq, r
+			}
 		}
 	case "_register_view":
 		var def ViewDef
 		if err = strictDecode(raw, &def); err == nil {
-			if def.Scope == "" && p.Kind == KindAgent {
-				def.Scope = p.AgentID // a view's default authority is its registrar's own
-			}
+			var r *RegisterResult
 			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
-				r, err := s.registerView(m, def)
-				res.Builtin = r
+				r, err = s.registerView(m, def)
 				return err
 			})
+			if err == nil {
+				r.Seq, res.Builtin = seq, r
+			}
 		}
 	case "_delete_action", "_delete_view":
 		var target string

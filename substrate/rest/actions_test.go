@@ -550,3 +550,28 @@ func TestWait(t *testing.T) {
 		t.Fatalf("bad condition: %s", r.raw)
 	}
 }
+
+// A default is decided once, in the operation: a view registered without
+// scope takes its registrar's scope whether it came through PUT /views or
+// the _register_view builtin (PUT /views used to give _shared), and every
+// registration reports the seq it committed at (it reported 0).
+func TestRegistrationDefaultsAreTheSameEverywhere(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("defaults", nil)
+	a := e.join(rm, "a")
+	put := e.do("PUT", "/rooms/defaults/views", a, map[string]any{"id": "v1", "expr": "1"}).must(t, 201)
+	if got := path(put.body, "definition", "scope"); got != "a" || put.num("seq") == 0 {
+		t.Fatalf("PUT /views: scope %v, seq %d", got, put.num("seq"))
+	}
+	blt := e.invoke(rm, a, "_register_view", map[string]any{"id": "v2", "expr": "2"}).must(t, 200)
+	if got := path(blt.body, "builtin_result", "definition", "scope"); got != "a" || path(blt.body, "builtin_result", "seq") == float64(0) {
+		t.Fatalf("_register_view: %s", blt.raw)
+	}
+	if r := e.do("PUT", "/rooms/defaults/views", rm.token, map[string]any{"id": "v3", "expr": "3"}).must(t, 201); path(r.body, "definition", "scope") != "_shared" {
+		t.Fatalf("room token's view: %s", r.raw)
+	}
+	act := e.do("PUT", "/rooms/defaults/actions", a, map[string]any{"id": "x", "writes": []any{map[string]any{"key": "k", "value": 1}}}).must(t, 201)
+	if act.num("seq") != e.seq(rm) {
+		t.Fatalf("action registration seq %d, room seq %d", act.num("seq"), e.seq(rm))
+	}
+}
