@@ -246,12 +246,7 @@ func (s *Server) limited(next http.Handler) http.Handler {
 	})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpmw.WriteJSON(w, status, v) }
 
 // ScopesSupported are the scope forms the consent screen grants.
 var ScopesSupported = []string{"rooms:*", "rooms:*:observe", "rooms:*:read", "rooms:*:write", "create_rooms"}
@@ -482,11 +477,7 @@ func TokenInfoFrom(ctx context.Context) *TokenInfo {
 // without the needed scope, 403 insufficient_scope.
 func (s *Server) RequireBearer(scope string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok := ""
-		if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-			tok = strings.TrimSpace(h[7:])
-		}
-		ti, err := s.Verify(r.Context(), tok)
+		ti, err := s.Verify(r.Context(), httpmw.Bearer(r))
 		if err != nil {
 			if !s.http.Limit(w, r, "") {
 				return

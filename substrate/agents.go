@@ -66,16 +66,7 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 	if req.ID == "" {
 		req.ID = newID("agent-")
 	}
-	if err := validName("agent id", req.ID, s.lim.MaxScopeBytes, false); err != nil {
-		return nil, err
-	}
-	if err := validText("name", req.Name, 128, true); err != nil {
-		return nil, err
-	}
-	if req.Role == "" {
-		req.Role = "agent"
-	}
-	if err := validText("role", req.Role, 64, true); err != nil {
+	if err := s.validAgent(req.ID, req.Name, &req.Role); err != nil {
 		return nil, err
 	}
 	meta, err := s.validMeta("meta", req.Meta)
@@ -281,6 +272,21 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 		err = s.db.Notify(ctx, roomID, "presence")
 	}
 	return a, err
+}
+
+// validAgent checks an agent's id, name and role (defaulting the role to
+// "agent"), for joins and embodiments alike.
+func (s *Service) validAgent(id, name string, role *string) error {
+	if err := validName("agent id", id, s.lim.MaxScopeBytes, false); err != nil {
+		return err
+	}
+	if err := validText("name", name, 128, true); err != nil {
+		return err
+	}
+	if *role == "" {
+		*role = "agent"
+	}
+	return validText("role", *role, 64, true)
 }
 
 func validText(field, s string, max int, required bool) error {

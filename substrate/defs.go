@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // ActionDef is a registered action (seed 001 §Actions). It is stored as the
@@ -281,7 +282,7 @@ func checkParams(def *ActionDef, params map[string]any) error {
 			continue
 		}
 		if !typeMatches(spec.Type, v) {
-			return errs.New(errs.InvalidParam, "parameter %q must be %s, got %s", name, typeArticle(spec.Type), jsonKindOf(v)).
+			return errs.New(errs.InvalidParam, "parameter %q must be %s, got %s", name, typeArticle(spec.Type), expr.KindOf(v)).
 				With("param", name).With("expected", spec.Type).WithHint("pass %q as %s", name, typeArticle(spec.Type))
 		}
 		if len(spec.Enum) > 0 && !enumHas(spec.Enum, v) {
@@ -377,22 +378,4 @@ func enumHas(enum []any, v any) bool {
 		}
 	}
 	return false
-}
-
-func jsonKindOf(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case json.Number, float64, int64:
-		return "a number"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("%T", v)
 }

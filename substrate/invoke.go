@@ -309,7 +309,7 @@ func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars,
 		}
 		if len(w.Merge) > 0 {
 			if _, isMap := v.(map[string]any); !isMap {
-				return o, errs.New(errs.CELError, "merge expression gave %s, not a map", jsonKindOf(v)).WithHint("return a map from a merge expression")
+				return o, errs.New(errs.CELError, "merge expression gave %s, not a map", expr.KindOf(v)).WithHint("return a map from a merge expression")
 			}
 			o.Merge = out
 		} else {

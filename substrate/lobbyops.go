@@ -151,16 +151,7 @@ type EmbodyRequest struct {
 // The check and the change are one mutation under the room lock, so two
 // embodiments cannot race for one id.
 func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, error) {
-	if err := validName("agent id", req.Agent, s.lim.MaxScopeBytes, false); err != nil {
-		return nil, err
-	}
-	if err := validText("name", req.Name, 128, true); err != nil {
-		return nil, err
-	}
-	if req.Role == "" {
-		req.Role = "agent"
-	}
-	if err := validText("role", req.Role, 64, true); err != nil {
+	if err := s.validAgent(req.Agent, req.Name, &req.Role); err != nil {
 		return nil, err
 	}
 	if req.User == "" {

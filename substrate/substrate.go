@@ -1,6 +1,8 @@
 // Package substrate is the domain of sync: rooms, agents, scoped versioned
-// state and (later) actions, views, CEL and wait. It knows nothing of OAuth,
-// users or MCP; callers present a Principal that an adapter authenticated.
+// state, actions, views, CEL, wait and the context envelope. It knows
+// nothing of OAuth or MCP; callers present a Principal that an adapter
+// authenticated, and the lobby reaches rooms and agents through the
+// operations in lobbyops.go.
 //
 // Every room mutation is one PostgreSQL transaction that locks the room row,
 // takes its sequence numbers from rooms.seq, applies its writes, appends an

@@ -8,6 +8,7 @@ package expr
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -356,7 +357,7 @@ func (e *Env) EvalBool(ctx context.Context, p *Program, vars *Vars) (bool, error
 	}
 	b, ok := v.(bool)
 	if !ok {
-		return false, errs.New(CELError, "expression gave %s, and a condition must give true or false", kindOf(v)).
+		return false, errs.New(CELError, "expression gave %s, and a condition must give true or false", KindOf(v)).
 			With("stage", "evaluate").With("expression", p.Source).WithHint("compare or test something, e.g. size(x) > 0")
 	}
 	return b, nil
@@ -406,7 +407,10 @@ func orEmpty(m map[string]any) map[string]any {
 	return m
 }
 
-func kindOf(v any) string {
+// KindOf names a decoded JSON value's kind for messages ("a string", "an
+// object"…): the one describer of value kinds, for expressions and
+// parameters alike.
+func KindOf(v any) string {
 	switch v.(type) {
 	case nil:
 		return "null"
@@ -414,12 +418,12 @@ func kindOf(v any) string {
 		return "a boolean"
 	case string:
 		return "a string"
-	case int64, float64, uint64:
+	case int64, float64, uint64, json.Number:
 		return "a number"
 	case []any:
-		return "a list"
+		return "an array"
 	case map[string]any:
-		return "a map"
+		return "an object"
 	}
 	return fmt.Sprintf("%T", v)
 }

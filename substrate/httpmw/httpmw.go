@@ -303,6 +303,15 @@ func (s *Stack) Limit(w http.ResponseWriter, r *http.Request, key string) bool {
 	return false
 }
 
+// Bearer returns the request's bearer token ("" without one).
+func Bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
 // Fail writes err as the API's JSON error body with its code's status.
 func Fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := errs.From(err)

@@ -99,14 +99,7 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	return a.http.Wrap(a.cors(mux))
 }
 
-// bearer returns the Authorization bearer token, or "".
-func bearer(r *http.Request) string {
-	h := r.Header.Get("Authorization")
-	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		return strings.TrimSpace(h[7:])
-	}
-	return ""
-}
+func bearer(r *http.Request) string { return httpmw.Bearer(r) }
 
 // authed wraps a handler that needs a principal.
 func (a *api) authed(h func(http.ResponseWriter, *http.Request, *substrate.Principal)) http.HandlerFunc {
