@@ -20,7 +20,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/ory/fosite"
 	"github.com/ory/fosite/compose"
 
@@ -103,6 +102,7 @@ type Server struct {
 	opt      Options
 	db       *store.DB
 	store    *storage
+	acct     accounts
 	provider fosite.OAuth2Provider
 	issuer   string
 	resource string
@@ -148,7 +148,7 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opt: opt, db: db, issuer: opt.PublicURL, resource: opt.PublicURL + opt.MCPPath, log: opt.Logger}
+	s := &Server{opt: opt, db: db, issuer: opt.PublicURL, resource: opt.PublicURL + opt.MCPPath, log: opt.Logger, acct: accounts{db}}
 	if opt.RatePerSecond == 0 {
 		opt.RatePerSecond = 10
 	}
@@ -193,20 +193,6 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 }
 
 // serverKey returns the named key, creating it on first use.
-func serverKey(ctx context.Context, db *store.DB, name string, size int) ([]byte, error) {
-	fresh := make([]byte, size)
-	if _, err := rand.Read(fresh); err != nil {
-		return nil, err
-	}
-	var key []byte
-	err := db.QueryRow(ctx, `WITH ins AS (INSERT INTO smcp_server_keys (name, value) VALUES ($1, $2)
-			ON CONFLICT (name) DO NOTHING RETURNING value)
-		SELECT value FROM ins UNION ALL SELECT value FROM smcp_server_keys WHERE name = $1 LIMIT 1`, name, fresh).Scan(&key)
-	if err != nil {
-		return nil, fmt.Errorf("oauth: server key: %w", err)
-	}
-	return key, nil
-}
 
 // Issuer is the authorization server's issuer URL.
 func (s *Server) Issuer() string { return s.issuer }
@@ -352,9 +338,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		secret = "secret_" + randomToken(32)
 		secretHash, _ = sha256Hasher{}.Hash(r.Context(), []byte(secret))
 	}
-	meta, _ := json.Marshal(reg)
-	if _, err := s.db.Exec(r.Context(), `INSERT INTO smcp_oauth_clients (id, secret_hash, name, redirect_uris, auth_method, metadata)
-		VALUES ($1, $2, $3, $4, $5, $6)`, id, secretHash, name, reg.RedirectURIs, reg.TokenEndpointAuthMethod, meta); err != nil {
+	if err := s.store.registerClient(r.Context(), id, secretHash, name, reg); err != nil {
 		s.log.Error("client registration failed", "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "server_error", "error_description": "registration failed; retry"})
 		return
@@ -407,7 +391,9 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		s.provider.WriteAccessError(ctx, w, ar, err)
 		return
 	}
-	_, _ = s.db.Exec(ctx, `UPDATE smcp_oauth_clients SET last_used_at = now() WHERE id = $1`, ar.GetClient().GetID())
+	if err := s.store.clientUsed(ctx, ar.GetClient().GetID()); err != nil {
+		s.log.Warn("could not note a client's use", "err", err)
+	}
 	s.provider.WriteAccessResponse(ctx, w, ar, resp)
 }
 
@@ -509,63 +495,22 @@ func hasScope(scopes []string, want string) bool {
 	return false
 }
 
-// clientIdle is how long a registered client may go unused, holding no
-// live token, before Purge deletes it: clients register anew (Claude does
-// on invalid_client), so a registration nobody uses is only clutter.
-const clientIdle = 30 * 24 * time.Hour
-
-// tokenRetention is how long expired tokens and codes are kept (refresh
-// reuse detection and the account page read recent ones).
-const tokenRetention = 24 * time.Hour
-
 // Purge deletes what can no longer be used: tokens, codes and PKCE
 // sessions expired more than a day ago, and registered clients unused for
 // 30 days that hold no live token. It returns how many of each went.
 func (s *Server) Purge(ctx context.Context) (tokens, clients int64, err error) {
-	tag, err := s.db.Exec(ctx, `DELETE FROM smcp_oauth_tokens WHERE expires_at < now() - make_interval(secs => $1)`,
-		tokenRetention.Seconds())
-	if err != nil {
-		return 0, 0, err
-	}
-	tokens = tag.RowsAffected()
-	tag, err = s.db.Exec(ctx, `DELETE FROM smcp_oauth_clients c
-		WHERE coalesce(c.last_used_at, c.created_at) < now() - make_interval(secs => $1)
-		AND NOT EXISTS (SELECT 1 FROM smcp_oauth_tokens t WHERE t.client_id = c.id AND t.active
-			AND t.kind IN ('access', 'refresh') AND (t.expires_at IS NULL OR t.expires_at > now()))`, clientIdle.Seconds())
-	if err != nil {
-		return tokens, 0, err
-	}
-	return tokens, tag.RowsAffected(), nil
+	return s.store.purge(ctx)
 }
 
 // LiveGrants reports which of ids still have a usable access or refresh
 // token (lobby.GrantChecker: MCP sessions end with their grant).
 func (s *Server) LiveGrants(ctx context.Context, ids []string) (map[string]bool, error) {
-	rows, err := s.db.Query(ctx, `SELECT DISTINCT request_id FROM smcp_oauth_tokens
-		WHERE request_id = ANY($1) AND kind IN ('access', 'refresh') AND active AND (expires_at IS NULL OR expires_at > now())`, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	live := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		live[id] = true
-	}
-	return live, rows.Err()
+	return s.store.liveGrants(ctx, ids)
 }
 
 // RevokeGrant revokes every token of a grant (the account page's revoke).
 func (s *Server) RevokeGrant(ctx context.Context, userID, grantID string) error {
-	tag, err := s.db.Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL
-		WHERE request_id = $1 AND subject = $2`, grantID, userID)
-	if err == nil && tag.RowsAffected() == 0 {
-		return pgx.ErrNoRows
-	}
-	return err
+	return s.store.revokeGrant(ctx, userID, grantID)
 }
 
 func decodeB64(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }

@@ -2,11 +2,14 @@ package oauth
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -390,4 +393,118 @@ func (sha256Hasher) Compare(_ context.Context, hash, data []byte) error {
 		return fosite.ErrInvalidClient
 	}
 	return nil
+}
+
+// --- what the server asks of the OAuth tables beyond fosite's interfaces ---
+
+func serverKey(ctx context.Context, db *store.DB, name string, size int) ([]byte, error) {
+	fresh := make([]byte, size)
+	if _, err := rand.Read(fresh); err != nil {
+		return nil, err
+	}
+	var key []byte
+	err := db.QueryRow(ctx, `WITH ins AS (INSERT INTO smcp_server_keys (name, value) VALUES ($1, $2)
+			ON CONFLICT (name) DO NOTHING RETURNING value)
+		SELECT value FROM ins UNION ALL SELECT value FROM smcp_server_keys WHERE name = $1 LIMIT 1`, name, fresh).Scan(&key)
+	if err != nil {
+		return nil, fmt.Errorf("oauth: server key: %w", err)
+	}
+	return key, nil
+}
+
+// registerClient stores a dynamically registered client.
+func (s *storage) registerClient(ctx context.Context, id string, secretHash []byte, name string, reg registration) error {
+	meta, _ := json.Marshal(reg)
+	_, err := s.db.Exec(ctx, `INSERT INTO smcp_oauth_clients (id, secret_hash, name, redirect_uris, auth_method, metadata)
+		VALUES ($1, $2, $3, $4, $5, $6)`, id, secretHash, name, reg.RedirectURIs, reg.TokenEndpointAuthMethod, meta)
+	return err
+}
+
+// clientUsed notes that a client obtained a token now.
+func (s *storage) clientUsed(ctx context.Context, id string) error {
+	_, err := s.db.Exec(ctx, `UPDATE smcp_oauth_clients SET last_used_at = now() WHERE id = $1`, id)
+	return err
+}
+
+// grants lists a user's live grants with their client, for the account
+// page.
+func (s *storage) grants(ctx context.Context, userID string) ([]grantView, error) {
+	rows, err := s.db.Query(ctx, `SELECT t.request_id, c.name, t.request->'granted_scope', min(t.created_at)
+		FROM smcp_oauth_tokens t JOIN smcp_oauth_clients c ON c.id = t.client_id
+		WHERE t.subject = $1 AND t.kind IN ('access', 'refresh') AND t.active AND (t.expires_at IS NULL OR t.expires_at > now())
+		GROUP BY t.request_id, c.name, t.request->'granted_scope' ORDER BY 4 DESC`, userID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []grantView
+	for rows.Next() {
+		var g grantView
+		var scope []string
+		if err := rows.Scan(&g.GrantID, &g.Client, &scope, &g.Created); err != nil {
+			return nil, err
+		}
+		g.Scope = strings.Join(scope, " ")
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+// clientIdle is how long a registered client may go unused, holding no
+// live token, before Purge deletes it: clients register anew (Claude does
+// on invalid_client), so a registration nobody uses is only clutter.
+const clientIdle = 30 * 24 * time.Hour
+
+// tokenRetention is how long expired tokens and codes are kept (refresh
+// reuse detection and the account page read recent ones).
+const tokenRetention = 24 * time.Hour
+
+// purge deletes what can no longer be used: tokens, codes and PKCE
+// sessions expired more than a day ago, and registered clients unused for
+// 30 days that hold no live token. It returns how many of each went.
+func (s *storage) purge(ctx context.Context) (tokens, clients int64, err error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM smcp_oauth_tokens WHERE expires_at < now() - make_interval(secs => $1)`,
+		tokenRetention.Seconds())
+	if err != nil {
+		return 0, 0, err
+	}
+	tokens = tag.RowsAffected()
+	tag, err = s.db.Exec(ctx, `DELETE FROM smcp_oauth_clients c
+		WHERE coalesce(c.last_used_at, c.created_at) < now() - make_interval(secs => $1)
+		AND NOT EXISTS (SELECT 1 FROM smcp_oauth_tokens t WHERE t.client_id = c.id AND t.active
+			AND t.kind IN ('access', 'refresh') AND (t.expires_at IS NULL OR t.expires_at > now()))`, clientIdle.Seconds())
+	if err != nil {
+		return tokens, 0, err
+	}
+	return tokens, tag.RowsAffected(), nil
+}
+
+// liveGrants reports which of ids still have a usable access or refresh
+// token (lobby.GrantChecker: MCP sessions end with their grant).
+func (s *storage) liveGrants(ctx context.Context, ids []string) (map[string]bool, error) {
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT request_id FROM smcp_oauth_tokens
+		WHERE request_id = ANY($1) AND kind IN ('access', 'refresh') AND active AND (expires_at IS NULL OR expires_at > now())`, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	live := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		live[id] = true
+	}
+	return live, rows.Err()
+}
+
+// revokeGrant revokes every token of a grant.
+func (s *storage) revokeGrant(ctx context.Context, userID, grantID string) error {
+	tag, err := s.db.Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL
+		WHERE request_id = $1 AND subject = $2`, grantID, userID)
+	if err == nil && tag.RowsAffected() == 0 {
+		return pgx.ErrNoRows
+	}
+	return err
 }

@@ -1,0 +1,156 @@
+package oauth
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/ory/fosite"
+
+	"github.com/syncsubstrate/sync/lobby"
+)
+
+// --- consent ---
+
+func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	s := wb.s
+	if err := r.ParseForm(); err != nil {
+		wb.errorPage(w, 400, "Bad request", "The authorization request could not be read.")
+		return
+	}
+	q := r.URL.Query()
+	client, cerr := s.store.client(ctx, q.Get("client_id"))
+	if cerr != nil {
+		msg := "The application that sent you here is not registered with this server. Go back and connect it again."
+		var fe *fosite.RFC6749Error
+		if errors.As(cerr, &fe) && fe.HintField != "" && isCIMD(q.Get("client_id")) {
+			msg = "The application's metadata could not be used: " + fe.HintField
+		}
+		wb.errorPage(w, 400, "Unknown application", msg)
+		return
+	}
+	ru := q.Get("redirect_uri")
+	if ru != "" && !slices.Contains(client.RedirectURIs, ru) && loopbackMatches(client.RedirectURIs, ru) {
+		ctx = withLoopbackRedirect(ctx, ru)
+	}
+	// fosite insists on state; OAuth 2.1 with PKCE does not. A client that
+	// sends none gets a server nonce that is dropped from the response.
+	injected := q.Get("state") == ""
+	if injected {
+		r.Form.Set("state", "srv-"+randomToken(12))
+	}
+	ar, err := s.provider.NewAuthorizeRequest(ctx, r)
+	if err != nil {
+		s.provider.WriteAuthorizeError(ctx, w, ar, err)
+		return
+	}
+	// PKCE S256 is required; fosite would only notice after consent.
+	if q.Get("code_challenge") == "" || q.Get("code_challenge_method") != "S256" {
+		s.provider.WriteAuthorizeError(ctx, w, ar, fosite.ErrInvalidRequest.WithHint("PKCE is required: send code_challenge with code_challenge_method=S256."))
+		return
+	}
+	if res := q.Get("resource"); res != "" && canonical(res) != s.resource {
+		s.provider.WriteAuthorizeError(ctx, w, ar, &fosite.RFC6749Error{ErrorField: "invalid_target", CodeField: 400,
+			DescriptionField: "The requested resource is not served here.", HintField: "Use resource=" + s.resource + "."})
+		return
+	}
+	user := wb.user(r)
+	if user == nil {
+		if r.Method != http.MethodGet {
+			wb.errorPage(w, 401, "Signed out", "Your session ended. Go back to the application and connect again.")
+			return
+		}
+		http.Redirect(w, r, "/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		return
+	}
+	rooms, err := s.opt.Rooms.UserRooms(ctx, user.ID)
+	if err != nil {
+		wb.errorPage(w, 500, "Something went wrong", "Your rooms could not be listed. Try again.")
+		return
+	}
+	redirectHost := ""
+	if u, err := url.Parse(ar.GetRedirectURI().String()); err == nil {
+		redirectHost = u.Host
+	}
+	clientKey := client.Name + "|" + redirectHost
+	if r.Method == http.MethodGet {
+		prev, _ := s.acct.consent(ctx, user.ID, clientKey)
+		wb.renderConsent(w, user, client, redirectHost, rooms, strings.Fields(prev), r.URL.RequestURI())
+		return
+	}
+	if r.PostForm.Get("decision") != "allow" {
+		s.provider.WriteAuthorizeError(ctx, w, ar, fosite.ErrAccessDenied.WithHint("The user denied access."))
+		return
+	}
+	var scopes []string
+	byID := map[string]lobby.Room{}
+	for _, rm := range rooms {
+		byID[rm.ID] = rm
+	}
+	for _, id := range r.PostForm["room"] {
+		rm, ok := byID[id]
+		if !ok {
+			wb.errorPage(w, 403, "Not your room", "You can only grant access to rooms you belong to.")
+			return
+		}
+		level := r.PostForm.Get("level_" + id)
+		if !slices.Contains(lobby.RoleLevels(rm.Access), level) {
+			wb.errorPage(w, 400, "Level not allowed", "Your role in "+id+" does not allow that level of access.")
+			return
+		}
+		scopes = append(scopes, "rooms:"+id+":"+level)
+	}
+	if r.PostForm.Get("create_rooms") == "on" {
+		scopes = append(scopes, "create_rooms")
+	}
+	for _, sc := range scopes {
+		ar.GrantScope(sc)
+	}
+	ar.GrantAudience(s.resource)
+	if err := s.acct.saveConsent(ctx, user.ID, clientKey, strings.Join(scopes, " ")); err != nil {
+		s.log.Warn("could not remember the consent", "err", err)
+	}
+	sess := &Session{Subject: user.ID, Username: user.Username, Extra: map[string]any{"client_name": client.Name}}
+	resp, err := s.provider.NewAuthorizeResponse(ctx, ar, sess)
+	if err != nil {
+		s.provider.WriteAuthorizeError(ctx, w, ar, err)
+		return
+	}
+	resp.AddParameter("iss", s.issuer) // RFC 9207
+	if injected {
+		resp.GetParameters().Del("state")
+	}
+	s.provider.WriteAuthorizeResponse(ctx, w, ar, resp)
+}
+
+type consentRoom struct {
+	lobby.Room
+	Levels  []string
+	Checked bool
+	Level   string
+}
+
+func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, redirectHost string, rooms []lobby.Room, prev []string, action string) {
+	var list []consentRoom
+	for _, rm := range rooms {
+		cr := consentRoom{Room: rm, Levels: lobby.RoleLevels(rm.Access)}
+		cr.Level = "write"
+		if !slices.Contains(cr.Levels, "write") {
+			cr.Level = "read"
+		}
+		for _, p := range prev {
+			if strings.HasPrefix(p, "rooms:"+rm.ID+":") {
+				cr.Checked = true
+				cr.Level = strings.TrimPrefix(p, "rooms:"+rm.ID+":")
+			}
+		}
+		list = append(list, cr)
+	}
+	wb.render(w, http.StatusOK, "consent", map[string]any{
+		"Client": client.Name, "RedirectHost": redirectHost, "User": user.Username, "Rooms": list,
+		"CreateRooms": len(prev) == 0 || slices.Contains(prev, "create_rooms"), "Action": action,
+	})
+}
