@@ -168,7 +168,7 @@ func clientSlug(name string) string {
 // Embody makes the session act as an agent in room: a new agent
 // <username>:<client>, an existing agent of this user, or the agent filling
 // a role defined in _shared.roles.
-func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string) (map[string]any, error) {
+func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string) (*Embodiment, error) {
 	level, _, err := l.Access(ctx, s, room)
 	if err != nil {
 		return nil, err
@@ -235,8 +235,8 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return map[string]any{"embodied": true, "room": room, "agent": id, "role": agentRole,
-		"next": "read the room with sync_read_context, then act with sync_invoke_action"}, nil
+	return &Embodiment{Embodied: true, Room: room, Agent: id, Role: agentRole,
+		Next: "read the room with sync_read_context, then act with sync_invoke_action"}, nil
 }
 
 // fillRole claims _shared.roles.<role> for agent with a version check, so
@@ -283,7 +283,7 @@ func deepPatch(roles map[string]map[string]any, patch []byte) json.RawMessage {
 
 // Disembody returns the session to observing: the agent goes idle, keeps
 // its state, actions and views, and leaves any role it filled.
-func (l *Lobby) Disembody(ctx context.Context, s *Session) (map[string]any, error) {
+func (l *Lobby) Disembody(ctx context.Context, s *Session) (*Embodiment, error) {
 	if s.AgentID == "" {
 		return nil, errs.New(NotEmbodied, "you are not embodied").WithHint("nothing to do; sync_embody to act")
 	}
@@ -313,12 +313,12 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (map[string]any, erro
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return map[string]any{"embodied": false, "room": room, "agent": agent, "status": "idle"}, nil
+	return &Embodiment{Embodied: false, Room: room, Agent: agent, Status: "idle"}, nil
 }
 
 // CreateRoomFor creates a room owned by the session's user and widens the
 // session's scope to it.
-func (l *Lobby) CreateRoomFor(ctx context.Context, s *Session, id, label string) (map[string]any, error) {
+func (l *Lobby) CreateRoomFor(ctx context.Context, s *Session, id, label string) (*CreatedRoom, error) {
 	if !s.Scope.CreateRooms {
 		return nil, errs.New(errs.ScopeDenied, "this connection may not create rooms").
 			WithHint("the user reconnects the integration and ticks \"may create new rooms\" on the consent screen")
@@ -332,11 +332,11 @@ func (l *Lobby) CreateRoomFor(ctx context.Context, s *Session, id, label string)
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return map[string]any{"created": true, "room": room, "access": "admin", "next": `sync_embody {"room": "` + room + `"} to act in it`}, nil
+	return &CreatedRoom{Created: true, Room: room, Access: "admin", Next: `sync_embody {"room": "` + room + `"} to act in it`}, nil
 }
 
 // RevokeAccess removes a room from the session's scope.
-func (l *Lobby) RevokeAccess(ctx context.Context, s *Session, room string) (map[string]any, error) {
+func (l *Lobby) RevokeAccess(ctx context.Context, s *Session, room string) (*ScopeChange, error) {
 	if s.Scope.Level(room) == "" {
 		return nil, errs.New(RoomNotInScope, "room %q is not in scope", room).WithHint("nothing to revoke")
 	}
@@ -357,7 +357,7 @@ func (l *Lobby) RevokeAccess(ctx context.Context, s *Session, room string) (map[
 	if err := l.settle(ctx, s); err != nil {
 		return nil, err
 	}
-	return map[string]any{"revoked": room, "scope": s.Scope.String()}, nil
+	return &ScopeChange{Revoked: room, Scope: s.Scope.String()}, nil
 }
 
 // settle saves the session after its scope narrowed, first leaving a
@@ -376,7 +376,7 @@ func (l *Lobby) settle(ctx context.Context, s *Session) error {
 
 // RestrictScope narrows the session's scope to its intersection with
 // scope; it never widens it.
-func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (map[string]any, error) {
+func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*ScopeChange, error) {
 	want := ParseScope(scope)
 	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms}
 	if s.Scope.AllRooms != "" && want.AllRooms != "" {
@@ -396,17 +396,17 @@ func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (ma
 	if err := l.settle(ctx, s); err != nil {
 		return nil, err
 	}
-	return map[string]any{"scope": out.String()}, nil
+	return &ScopeChange{Scope: out.String()}, nil
 }
 
 // View is the lobby: the rooms in scope with access, agents and roles,
 // whether rooms can be created, and what the session is embodied as.
-func (l *Lobby) View(ctx context.Context, s *Session) (map[string]any, error) {
+func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 	rooms, sums, err := l.userRooms(ctx, s.UserID)
 	if err != nil {
 		return nil, err
 	}
-	var list []map[string]any
+	out := &View{User: s.Username, CanCreateRooms: s.Scope.CreateRooms}
 	for _, r := range rooms {
 		level := s.Scope.Level(r.ID)
 		if level == "" {
@@ -414,41 +414,35 @@ func (l *Lobby) View(ctx context.Context, s *Session) (map[string]any, error) {
 		}
 		sum := sums[r.ID]
 		access := minLevel(level, roleCap(r.Access))
-		var agents []map[string]any
+		entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access,
+			Summary: RoomCounts{SharedKeys: sum.SharedKeys, Seq: sum.Seq}}
 		for _, ag := range sum.Agents {
-			mine := ag.Owner != "" && ag.Owner == s.UserID
-			a := map[string]any{"id": ag.ID, "name": ag.Name, "role": ag.Role, "status": ag.Status, "last_heartbeat": ag.LastHeartbeat,
-				"waiting_on": ag.WaitingOn, "yours": mine}
-			if mine {
-				a["current"] = s.RoomID == r.ID && s.AgentID == ag.ID
-				a["switchable"] = !(s.RoomID == r.ID && s.AgentID == ag.ID) && levelRank(access) >= levelRank("write")
+			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
+				WaitingOn: ag.WaitingOn, Yours: ag.Owner != "" && ag.Owner == s.UserID}
+			if a.Yours {
+				current := s.RoomID == r.ID && s.AgentID == ag.ID
+				switchable := !current && levelRank(access) >= levelRank("write")
+				a.Current, a.Switchable = &current, &switchable
 			}
-			agents = append(agents, a)
+			entry.Agents = append(entry.Agents, a)
 		}
-		entry := map[string]any{"room": r.ID, "label": r.Label, "role": r.Access, "access": access, "agents": agents}
-		if len(sum.Roles) > 0 {
-			var roles []map[string]any
-			for _, id := range sum.RoleIDs() {
-				roles = append(roles, map[string]any{"id": id, "description": sum.Roles[id]["description"], "filled_by": sum.Roles[id]["filled_by"]})
-			}
-			entry["roles"] = roles
+		for _, id := range sum.RoleIDs() {
+			entry.Roles = append(entry.Roles, ViewRole{ID: id, Description: sum.Roles[id]["description"], FilledBy: sum.Roles[id]["filled_by"]})
 		}
-		entry["summary"] = map[string]any{"shared_keys": sum.SharedKeys, "seq": sum.Seq}
-		list = append(list, entry)
+		out.Rooms = append(out.Rooms, entry)
 	}
-	out := map[string]any{"user": s.Username, "rooms": list, "can_create_rooms": s.Scope.CreateRooms, "embodied": nil}
 	if s.AgentID != "" {
-		out["embodied"] = map[string]any{"room": s.RoomID, "agent": s.AgentID}
+		out.Embodied = &Embodied{Room: s.RoomID, Agent: s.AgentID}
 	}
 	switch {
-	case len(list) == 0 && s.Scope.CreateRooms:
-		out["next"] = "no rooms yet: create one with sync_create_room"
-	case len(list) == 0:
-		out["next"] = "no rooms in scope: the user reconnects and ticks rooms on the consent screen"
+	case len(out.Rooms) == 0 && s.Scope.CreateRooms:
+		out.Next = "no rooms yet: create one with sync_create_room"
+	case len(out.Rooms) == 0:
+		out.Next = "no rooms in scope: the user reconnects and ticks rooms on the consent screen"
 	case s.AgentID == "":
-		out["next"] = "observe with sync_read_context {room}, or act: sync_embody {room}"
+		out.Next = "observe with sync_read_context {room}, or act: sync_embody {room}"
 	default:
-		out["next"] = "read with sync_read_context, act with sync_invoke_action"
+		out.Next = "read with sync_read_context, act with sync_invoke_action"
 	}
 	return out, nil
 }

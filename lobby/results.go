@@ -1,0 +1,87 @@
+package lobby
+
+import "time"
+
+// Typed results of the lobby's operations (the MCP layer encodes them as
+// they are, and can derive output schemas from them).
+
+// View is the lobby as a session sees it.
+type View struct {
+	User           string     `json:"user"`
+	Rooms          []ViewRoom `json:"rooms"`
+	CanCreateRooms bool       `json:"can_create_rooms"`
+	// Embodied is the agent the session acts as, nil while observing.
+	Embodied *Embodied `json:"embodied"`
+	Next     string    `json:"next"`
+}
+
+// Embodied names the agent a session acts as.
+type Embodied struct {
+	Room  string `json:"room"`
+	Agent string `json:"agent"`
+}
+
+// ViewRoom is one room in the lobby.
+type ViewRoom struct {
+	Room  string `json:"room"`
+	Label string `json:"label"`
+	// Role is the user's role in the room; Access the session's
+	// effective level there (the lesser of its scope and the role).
+	Role    string      `json:"role"`
+	Access  string      `json:"access"`
+	Agents  []ViewAgent `json:"agents"`
+	Roles   []ViewRole  `json:"roles,omitempty"`
+	Summary RoomCounts  `json:"summary"`
+}
+
+// ViewAgent is an agent's presence in the lobby.
+type ViewAgent struct {
+	ID            string    `json:"id"`
+	Name          string    `json:"name"`
+	Role          string    `json:"role"`
+	Status        string    `json:"status"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	WaitingOn     *string   `json:"waiting_on"`
+	// Yours marks the user's own agents; for those, Current says whether
+	// the session acts as it and Switchable whether it may.
+	Yours      bool  `json:"yours"`
+	Current    *bool `json:"current,omitempty"`
+	Switchable *bool `json:"switchable,omitempty"`
+}
+
+// ViewRole is a role defined in _shared.roles.
+type ViewRole struct {
+	ID          string `json:"id"`
+	Description any    `json:"description"`
+	FilledBy    any    `json:"filled_by"`
+}
+
+// RoomCounts summarise a room's size and progress.
+type RoomCounts struct {
+	SharedKeys int   `json:"shared_keys"`
+	Seq        int64 `json:"seq"`
+}
+
+// Embodiment is the result of embodying or disembodying.
+type Embodiment struct {
+	Embodied bool   `json:"embodied"`
+	Room     string `json:"room"`
+	Agent    string `json:"agent"`
+	Role     string `json:"role,omitempty"`
+	Status   string `json:"status,omitempty"`
+	Next     string `json:"next,omitempty"`
+}
+
+// CreatedRoom is the result of creating a room in a session.
+type CreatedRoom struct {
+	Created bool   `json:"created"`
+	Room    string `json:"room"`
+	Access  string `json:"access"`
+	Next    string `json:"next"`
+}
+
+// ScopeChange is a session's scope after narrowing it.
+type ScopeChange struct {
+	Revoked string `json:"revoked,omitempty"`
+	Scope   string `json:"scope"`
+}
