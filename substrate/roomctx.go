@@ -1,0 +1,274 @@
+package substrate
+
+// The room context: what one principal perceives of a room at a moment,
+// and the variables its expressions see.
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// presence is the agents' public presence, loaded fresh for each context.
+type presence struct {
+	ID            string
+	Name, Role    string
+	Status        string
+	WaitingOn     *string
+	LastHeartbeat time.Time
+	LastSeenSeq   int64
+}
+
+// msgCounts are the caller's message counters.
+type msgCounts struct {
+	Count, Unread, Directed int64
+}
+
+// roomCtx is everything one principal perceives of a room at one moment:
+// the CEL variables and the pieces the context envelope is made of.
+type roomCtx struct {
+	now    time.Time
+	snap   *snapshot
+	p      *Principal // nil: the system's own view (everything)
+	self   string
+	agents []presence
+	msgs   msgCounts
+	// counted reports whether msgs holds the caller's unread counts.
+	counted bool
+	// readUpTo is the newest message seq the context returned to its
+	// agent; readCtx marks it read once the read transaction is over.
+	readUpTo int64
+
+	state      map[string]any  // visible scope → key → value
+	modified   map[string]bool // scopes of state not shared with the snapshot's cache
+	views      map[string]any  // id → value (or {"_error": …})
+	viewOrder  []string
+	actEnabled map[string]bool
+	actAvail   map[string]bool
+	vars       expr.Vars
+	// viewCost is what evaluating the views cost this read (cel-go cost);
+	// viewsCut counts the views left unevaluated past the budget.
+	viewCost uint64
+	viewsCut int
+	// authority caches, per registrar scope, the state that registrar
+	// reads (views and actions evaluate with their registrar's authority).
+	authority map[string]map[string]any
+}
+
+// stateAs is the state the registrar of a definition in scope reads: the
+// communal scopes and its own (seen as `self` when asSelf), never the
+// reader's. Views and actions evaluate with it, so what they project or
+// write never carries what their registrar could not read.
+func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope string, asSelf bool) map[string]any {
+	key := scope
+	if !asSelf {
+		key += "\x00"
+	}
+	if st, ok := rc.authority[key]; ok {
+		return st
+	}
+	reg := &Principal{Kind: KindAgent, AgentID: scope}
+	sub := &roomCtx{now: rc.now, snap: rc.snap, p: reg, agents: rc.agents}
+	if asSelf && scope != ScopeShared && !strings.HasPrefix(scope, "_") {
+		sub.self = scope
+	}
+	st := s.stateFor(ctx, sub, func(sc string) bool { return canRead(reg, sc) && sc != ScopeAudit })
+	if rc.authority == nil {
+		rc.authority = map[string]map[string]any{}
+	}
+	rc.authority[key] = st
+	return st
+}
+
+// actionVars are what an action's expressions (enabled, if, write values,
+// result) see: the state its registrar reads, plus the invocation's params
+// and the invoker's identity (self, messages). The invoker's own scope is
+// `state.self` only when the invoker is the registrar.
+func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, params map[string]any) *expr.Vars {
+	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, rc.self != "" && rc.self == def.Scope), Views: rc.vars.Views,
+		Agents: rc.vars.Agents, Actions: rc.vars.Actions, Messages: rc.vars.Messages, Self: rc.self, Params: params, Now: rc.now}
+}
+
+// visible reports whether the context's principal reads scope.
+func (rc *roomCtx) visible(scope string) bool {
+	return rc.p == nil || canRead(rc.p, scope)
+}
+
+// build assembles the context: state (timers and entry `enabled` applied),
+// agents, messages, action enablement, views in dependency order, then
+// action availability (whose `if` may read views).
+func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agents []presence, msgs msgCounts, now time.Time, params map[string]any) *roomCtx {
+	rc := &roomCtx{now: now, snap: snap, p: p, agents: agents, msgs: msgs}
+	if p != nil && p.Kind == KindAgent {
+		rc.self = p.AgentID
+	}
+	rc.state = s.stateFor(ctx, rc, func(scope string) bool { return rc.visible(scope) })
+	rc.vars = expr.Vars{
+		State:    rc.state,
+		Agents:   agentsVar(agents),
+		Messages: map[string]any{"count": msgs.Count, "unread": msgs.Unread, "directed_unread": msgs.Directed},
+		Self:     rc.self,
+		Params:   params,
+		Now:      now,
+	}
+	// Action enablement first (it may not read views), then views.
+	rc.actEnabled = map[string]bool{}
+	actVar := map[string]any{}
+	for id, a := range snap.actions {
+		if !a.r.timer.live(now) {
+			continue
+		}
+		ok := true
+		if a.def.Enabled != "" {
+			ok = s.evalBool(ctx, a.def.Enabled, rc.actionVars(ctx, s, a.def, params))
+		}
+		rc.actEnabled[id] = ok
+		actVar[id] = map[string]any{"enabled": ok}
+	}
+	rc.vars.Actions = actVar
+	rc.evalViews(ctx, s)
+	rc.vars.Views = rc.views
+	rc.actAvail = map[string]bool{}
+	for id, enabled := range rc.actEnabled {
+		avail := enabled && s.cooldownOf(snap, id, now) == nil
+		if avail && snap.actions[id].def.If != "" {
+			avail = s.availableIf(ctx, snap.actions[id].def.If, rc.actionVars(ctx, s, snap.actions[id].def, params))
+		}
+		rc.actAvail[id] = avail
+		actVar[id] = map[string]any{"enabled": enabled, "available": avail}
+	}
+	return rc
+}
+
+// stateFor builds the state map for scopes keep admits. An agent's own
+// scope also appears as "self".
+func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) bool) map[string]any {
+	live := rc.snap.live(rc.now)
+	state := make(map[string]any, len(live.vals)+2)
+	for scope, m := range live.vals {
+		if keep(scope) {
+			state[scope] = m
+		}
+	}
+	var deferred []*srow
+	for _, r := range live.deferred {
+		if keep(r.Scope) {
+			deferred = append(deferred, r)
+		}
+	}
+	if len(deferred) > 0 {
+		// Entry-level `enabled` sees the state without such entries. The
+		// cached scope maps are shared, so the scopes that gain entries
+		// are copied first.
+		vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+		var add []*srow
+		for _, r := range deferred {
+			if s.evalBool(ctx, *r.enabled, vars) {
+				add = append(add, r)
+			}
+		}
+		for _, r := range add {
+			if rc.modified == nil {
+				rc.modified = map[string]bool{}
+			}
+			if !rc.modified[r.Scope] {
+				cp := map[string]any{}
+				if old, ok := state[r.Scope].(map[string]any); ok {
+					for k, v := range old {
+						cp[k] = v
+					}
+				}
+				state[r.Scope] = cp
+				rc.modified[r.Scope] = true
+			}
+			state[r.Scope].(map[string]any)[r.Key] = r.val
+		}
+	}
+	if _, ok := state[ScopeShared]; !ok && keep(ScopeShared) {
+		state[ScopeShared] = map[string]any{} // always there, so state._shared.x reads "no such key: x"
+	}
+	if rc.self != "" {
+		if own, ok := state[rc.self]; ok {
+			state[ScopeSelf] = own
+		} else {
+			state[ScopeSelf] = map[string]any{}
+		}
+	}
+	return state
+}
+
+func agentsVar(agents []presence) map[string]any {
+	out := make(map[string]any, len(agents))
+	for _, a := range agents {
+		m := map[string]any{"name": a.Name, "role": a.Role, "status": a.Status,
+			"last_heartbeat": a.LastHeartbeat.UTC().Format(time.RFC3339Nano), "waiting_on": nil}
+		if a.WaitingOn != nil {
+			m["waiting_on"] = *a.WaitingOn
+		}
+		out[a.ID] = m
+	}
+	return out
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func indexOf(xs []string, x string) int {
+	for i, y := range xs {
+		if y == x {
+			return i
+		}
+	}
+	return 0
+}
+
+func errorText(err error) string {
+	if e, ok := err.(interface{ Body() map[string]any }); ok {
+		if m, ok := e.Body()["message"].(string); ok {
+			return m
+		}
+	}
+	return err.Error()
+}
+
+// evalBool evaluates a gate; an error counts as false.
+func (s *Service) evalBool(ctx context.Context, src string, vars *expr.Vars) bool {
+	p, err := s.cel.Compile(src)
+	if err != nil {
+		return false
+	}
+	ok, err := s.cel.EvalBool(ctx, p, vars)
+	return err == nil && ok
+}
+
+// availableIf evaluates an action's `if` without params: when it fails
+// because it needs params, availability depends on the invocation, so the
+// action counts as available.
+func (s *Service) availableIf(ctx context.Context, src string, vars *expr.Vars) bool {
+	p, err := s.cel.Compile(src)
+	if err != nil {
+		return false
+	}
+	ok, err := s.cel.EvalBool(ctx, p, vars)
+	if err != nil {
+		return p.UsesParams
+	}
+	return ok
+}
+
+// cooldownOf returns the live cooldown of an action, if any.
+func (s *Service) cooldownOf(snap *snapshot, id string, now time.Time) *timerState {
+	r := snap.scopes[scopeCooldowns][id]
+	if r == nil || r.timer == nil || !r.timer.live(now) {
+		return nil
+	}
+	return r.timer
+}

@@ -1,0 +1,307 @@
+package substrate
+
+// The room snapshot: a room's mutable entries at one seq, decoded once,
+// cached per process, and what of them is live at a moment.
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// snapshot is a room's mutable state at one seq, decoded once and shared,
+// read-only, by every request that sees that seq. Timers are applied when
+// it is used, not when it is loaded, so one snapshot serves until the next
+// mutation.
+type snapshot struct {
+	seq          int64
+	messageCount int64
+	// scopes holds every row with sort_key NULL: scope → key → row.
+	scopes  map[string]map[string]*srow
+	actions map[string]*actionRec
+	views   []*viewRec // in key order
+
+	msgOnce sync.Once
+	msgUse  bool
+
+	liveMu    sync.Mutex
+	liveCache *liveState
+}
+
+// actionsUseMessages reports whether any action's enabled or if reads
+// messages (evaluated for every context).
+func (snap *snapshot) actionsUseMessages(s *Service) bool {
+	snap.msgOnce.Do(func() {
+		for _, a := range snap.actions {
+			if s.usesMessages(a.def.Enabled, a.def.If) {
+				snap.msgUse = true
+				return
+			}
+		}
+	})
+	return snap.msgUse
+}
+
+// srow is a row with its decoded value.
+type srow struct {
+	*row
+	val any
+}
+
+type actionRec struct {
+	def *ActionDef
+	r   *row
+}
+
+type viewRec struct {
+	def         *ViewDef
+	r           *row
+	prog        *expr.Program
+	enabledProg *expr.Program // nil without an enabled expression
+	err         error         // compile error, reported as the view's value
+}
+
+// snapCache keeps the newest snapshot of recently used rooms.
+type snapCache struct {
+	mu    sync.Mutex
+	rooms map[string]*snapshot
+	max   int
+}
+
+func (c *snapCache) get(room string, seq int64) *snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.rooms[room]; s != nil && s.seq == seq {
+		return s
+	}
+	return nil
+}
+
+func (c *snapCache) put(room string, s *snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.rooms[room]; old != nil && old.seq > s.seq {
+		return
+	}
+	if len(c.rooms) >= c.max {
+		for k := range c.rooms { // evict one arbitrary room
+			delete(c.rooms, k)
+			break
+		}
+	}
+	c.rooms[room] = s
+}
+
+// cacheKey names one incarnation of a room: a room deleted and created
+// again under the same id starts its seq afresh, and must never be served
+// the old one's snapshot (by this process or any other).
+func cacheKey(roomID string, born time.Time) string {
+	return roomID + "@" + strconv.FormatInt(born.UnixNano(), 36)
+}
+
+// loadSnapshot returns the room's snapshot at seq, which the caller read in
+// the same transaction as q (so the rows it loads belong to that seq).
+func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID, key string, seq, messageCount int64) (*snapshot, error) {
+	if snap := s.snaps.get(key, seq); snap != nil {
+		return snap, nil
+	}
+	rows, err := q.Query(ctx, `SELECT `+rowCols+` FROM state WHERE room_id = $1 AND sort_key IS NULL ORDER BY scope, key`, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	snap := &snapshot{seq: seq, messageCount: messageCount, scopes: map[string]map[string]*srow{}, actions: map[string]*actionRec{}}
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, err
+		}
+		snap.add(s, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	s.snaps.put(key, snap)
+	return snap, nil
+}
+
+// add stores one row and indexes it.
+func (snap *snapshot) add(s *Service, r *row) {
+	sc := snap.scopes[r.Scope]
+	if sc == nil {
+		sc = map[string]*srow{}
+		snap.scopes[r.Scope] = sc
+	}
+	sc[r.Key] = &srow{row: r, val: expr.MustDecode(r.Value)}
+	snap.index(s, r)
+}
+
+// index parses action and view definitions.
+func (snap *snapshot) index(s *Service, r *row) {
+	switch r.Scope {
+	case scopeActions:
+		var def ActionDef
+		if json.Unmarshal(r.Value, &def) == nil {
+			snap.actions[r.Key] = &actionRec{def: &def, r: r}
+		}
+	case scopeViews:
+		var def ViewDef
+		if json.Unmarshal(r.Value, &def) == nil {
+			vr := &viewRec{def: &def, r: r}
+			vr.prog, vr.err = s.cel.Compile(def.Expr)
+			if vr.err == nil && def.Enabled != "" {
+				vr.enabledProg, vr.err = s.cel.Compile(def.Enabled)
+			}
+			snap.views = append(snap.views, vr)
+		}
+	}
+}
+
+// advance returns a copy of snap with the pending writes applied (deleted
+// rows removed, logs skipped), at seq.
+func (snap *snapshot) advance(s *Service, pending []pendingWrite, seq, messageCount int64) *snapshot {
+	out := &snapshot{seq: seq, messageCount: messageCount, scopes: make(map[string]map[string]*srow, len(snap.scopes)), actions: snap.actions}
+	for scope, keys := range snap.scopes {
+		out.scopes[scope] = keys
+	}
+	defsChanged := false
+	copied := map[string]bool{}
+	for _, w := range pending {
+		r := w.r
+		if r.SortKey != nil {
+			continue // logs are not part of the snapshot
+		}
+		if !copied[r.Scope] {
+			keys := make(map[string]*srow, len(out.scopes[r.Scope])+1)
+			for k, v := range out.scopes[r.Scope] {
+				keys[k] = v
+			}
+			out.scopes[r.Scope] = keys
+			copied[r.Scope] = true
+		}
+		if w.del {
+			delete(out.scopes[r.Scope], r.Key)
+		} else {
+			out.scopes[r.Scope][r.Key] = &srow{row: r, val: expr.MustDecode(r.Value)}
+		}
+		defsChanged = defsChanged || r.Scope == scopeActions || r.Scope == scopeViews
+	}
+	if !defsChanged {
+		out.views = snap.views
+		return out
+	}
+	out.actions = map[string]*actionRec{}
+	for _, keys := range []string{scopeActions, scopeViews} {
+		for _, r := range sortedRows(out.scopes[keys]) {
+			out.index(s, r.row)
+		}
+	}
+	return out
+}
+
+func sortedRows(m map[string]*srow) []*srow {
+	out := make([]*srow, 0, len(m))
+	for _, r := range m {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// hasTicks reports whether any row has a logical (tick) timer.
+func (snap *snapshot) hasTicks() bool {
+	for _, keys := range snap.scopes {
+		for _, r := range keys {
+			if r.timer != nil && r.timer.TicksLeft != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Reserved scopes holding definitions and cooldowns.
+const (
+	scopeActions   = "_actions"
+	scopeViews     = "_views"
+	scopeCooldowns = "_cooldowns"
+	scopeHelp      = "_help"
+)
+
+// hiddenFromState are scopes not shown under state in contexts and CEL:
+// definitions have their own sections.
+var hiddenFromState = []string{scopeActions, scopeViews, scopeCooldowns, "_agents", scopeHelp}
+
+// liveState is a snapshot's visible entries at some moment, valid until
+// the next timer changes visibility. Its maps are shared and read-only.
+type liveState struct {
+	until time.Time // zero: until the snapshot is replaced
+	vals  map[string]map[string]any
+	raw   map[string]map[string]json.RawMessage
+	// deferred are live entries with an `enabled` expression, decided per
+	// reader.
+	deferred []*srow
+	// views memoises the values of views that depend on nothing but this
+	// state (see roomCtx.evalViews): every reader of an unchanged room
+	// shares them, and they are evaluated once.
+	viewsMu sync.Mutex
+	views   map[string]viewResult
+}
+
+// viewResult is one view's evaluation: its value (or error value), whether
+// its enabled expression hid it, and what it cost.
+type viewResult struct {
+	val    any
+	hidden bool
+	cost   uint64
+}
+
+// live returns the entries visible at now, computing them once per
+// snapshot and timer epoch.
+func (snap *snapshot) live(now time.Time) *liveState {
+	snap.liveMu.Lock()
+	defer snap.liveMu.Unlock()
+	if l := snap.liveCache; l != nil && (l.until.IsZero() || now.Before(l.until)) {
+		return l
+	}
+	l := &liveState{vals: map[string]map[string]any{}, raw: map[string]map[string]json.RawMessage{}}
+	for scope, keys := range snap.scopes {
+		if isHidden(scope) {
+			continue
+		}
+		vals := make(map[string]any, len(keys))
+		raw := make(map[string]json.RawMessage, len(keys))
+		for k, r := range keys {
+			if t := r.timer.nextChange(now); !t.IsZero() && (l.until.IsZero() || t.Before(l.until)) {
+				l.until = t
+			}
+			if !r.timer.live(now) {
+				continue
+			}
+			if r.enabled != nil {
+				l.deferred = append(l.deferred, r)
+				continue
+			}
+			vals[k] = r.val
+			raw[k] = r.Value
+		}
+		l.vals[scope] = vals
+		l.raw[scope] = raw
+	}
+	snap.liveCache = l
+	return l
+}
+
+func isHidden(scope string) bool {
+	for _, h := range hiddenFromState {
+		if scope == h {
+			return true
+		}
+	}
+	return false
+}

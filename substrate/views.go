@@ -1,0 +1,218 @@
+package substrate
+
+// Views: evaluated with their registrar's authority, dependencies first,
+// shared while the room is unchanged, bounded per read.
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// evalViews evaluates every live, enabled view with its registrar's read
+// authority (communal scopes plus the registrar's own scope), dependencies
+// first. A cycle or an error becomes {"_error": …} on that view only.
+//
+// A view whose expressions read none of now, agents and actions (and,
+// when it reads other views, in a room where every view is so) has the
+// same value for every reader of this state: it is evaluated once per
+// snapshot and timer epoch and shared. The views' total cost per read is
+// bounded by Limits.ViewCostPerRead, counted in order whether a value was
+// shared or computed, so which views are cut does not depend on caching.
+func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
+	rc.views = map[string]any{}
+	byID := map[string]*viewRec{}
+	for _, v := range rc.snap.views {
+		if v.r.timer.live(rc.now) {
+			byID[v.def.ID] = v
+			rc.viewOrder = append(rc.viewOrder, v.def.ID)
+		}
+	}
+	live := rc.snap.live(rc.now)
+	memo := map[string]viewResult{}
+	live.viewsMu.Lock()
+	for id, r := range live.views {
+		memo[id] = r
+	}
+	live.viewsMu.Unlock()
+	pure := func(p *expr.Program) bool {
+		return p == nil || !(p.Uses("now") || p.Uses("agents") || p.Uses("actions"))
+	}
+	// shareable: reads only state, and other views only by name and only
+	// shareable ones. Decided once per view (a cycle counts as not).
+	decided := map[string]bool{}
+	var shareableID func(id string, seen map[string]bool) bool
+	shareableID = func(id string, seen map[string]bool) bool {
+		if ok, known := decided[id]; known {
+			return ok
+		}
+		v := byID[id]
+		if v == nil || seen[id] {
+			return false
+		}
+		seen[id] = true
+		ok := v.err == nil && pure(v.prog) && pure(v.enabledProg) && !v.prog.DynamicViews &&
+			(v.enabledProg == nil || !v.enabledProg.Uses("views"))
+		for _, d := range v.prog.ViewDeps {
+			ok = ok && shareableID(d, seen)
+		}
+		decided[id] = ok
+		return ok
+	}
+	shareable := func(v *viewRec) bool { return shareableID(v.def.ID, map[string]bool{}) }
+	var fresh map[string]viewResult
+	var spent uint64
+	budget := uint64(s.lim.ViewCostPerRead)
+	const (
+		todo = iota
+		busy
+		done
+	)
+	mark := map[string]int{}
+	hidden := map[string]bool{}
+	var eval func(id string, path []string)
+	eval = func(id string, path []string) {
+		v := byID[id]
+		switch mark[id] {
+		case done:
+			return
+		case busy:
+			cycle := append(append([]string{}, path[indexOf(path, id):]...), id)
+			for _, c := range cycle[:len(cycle)-1] {
+				rc.views[c] = map[string]any{"_error": "view dependency cycle: " + strings.Join(cycle, " → ")}
+				mark[c] = done
+			}
+			return
+		}
+		mark[id] = busy
+		if v.err != nil {
+			rc.views[id] = map[string]any{"_error": errorText(v.err)}
+			mark[id] = done
+			return
+		}
+		for _, d := range v.prog.ViewDeps {
+			if _, ok := byID[d]; ok {
+				eval(d, append(path, id))
+			}
+		}
+		if mark[id] == done { // settled as part of a cycle
+			return
+		}
+		mark[id] = done
+		if spent >= budget {
+			rc.viewsCut++
+			rc.views[id] = map[string]any{"_error": fmt.Sprintf("not evaluated: this room's views cost more than %d per read (cel-go cost), the server's limit", budget),
+				"hint": "delete or simplify views (GET the views list shows each one); expensive views can often read a precomputed key instead"}
+			return
+		}
+		res, ok := memo[id]
+		if !ok || !shareable(v) {
+			res = rc.evalView(ctx, s, v)
+			if shareable(v) {
+				if fresh == nil {
+					fresh = map[string]viewResult{}
+				}
+				fresh[id] = res
+			}
+		}
+		spent += res.cost
+		if res.hidden {
+			hidden[id] = true
+			return
+		}
+		rc.views[id] = res.val
+	}
+	for _, id := range rc.viewOrder {
+		eval(id, nil)
+	}
+	rc.viewCost = spent
+	if len(fresh) > 0 {
+		live.viewsMu.Lock()
+		if live.views == nil {
+			live.views = map[string]viewResult{}
+		}
+		for id, r := range fresh {
+			live.views[id] = r
+		}
+		live.viewsMu.Unlock()
+	}
+	for id := range hidden {
+		delete(rc.views, id)
+	}
+	if contested := rc.snap.contested(); len(contested) > 0 {
+		rc.views[viewContested] = contested
+	}
+}
+
+// evalView evaluates one view (its dependencies already in rc.views).
+func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewResult {
+	s.viewEvals.Add(1)
+	self := ""
+	if v.def.Scope != ScopeShared && !strings.HasPrefix(v.def.Scope, "_") {
+		self = v.def.Scope
+	}
+	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
+		Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
+	var res viewResult
+	if v.enabledProg != nil {
+		on, cost, err := s.cel.EvalCost(ctx, v.enabledProg, vars)
+		res.cost += cost
+		if b, _ := on.(bool); err != nil || !b {
+			res.hidden = true
+			return res
+		}
+	}
+	val, cost, err := s.cel.EvalCost(ctx, v.prog, vars)
+	res.cost += cost
+	if err != nil {
+		val = map[string]any{"_error": errorText(err)}
+	}
+	res.val = val
+	return res
+}
+
+const viewContested = "_contested"
+
+// contested maps "<scope>.<key>" to the actions that write it, for keys
+// written by more than one action. Templated keys are left out: which key
+// they hit depends on the invocation.
+func (snap *snapshot) contested() map[string]any {
+	writers := map[string][]string{}
+	for id, a := range snap.actions {
+		for _, t := range staticTargets(a.def) {
+			if !contains(writers[t], id) {
+				writers[t] = append(writers[t], id)
+			}
+		}
+	}
+	out := map[string]any{}
+	for t, ids := range writers {
+		if len(ids) > 1 {
+			sort.Strings(ids)
+			list := make([]any, len(ids))
+			for i, id := range ids {
+				list[i] = id
+			}
+			out[t] = list
+		}
+	}
+	return out
+}
+
+func staticTargets(def *ActionDef) []string {
+	var out []string
+	for _, w := range def.Writes {
+		scope := w.Scope
+		if scope == "" {
+			scope = ScopeShared
+		}
+		if w.Append || strings.Contains(scope+w.Key, "${") {
+			continue
+		}
+		out = append(out, scope+"."+w.Key)
+	}
+	return out
+}
