@@ -177,7 +177,7 @@ var sections = []string{"state", "views", "agents", "actions", "messages"}
 
 // Context is the envelope of GET /rooms/:id/context (ARCHITECTURE §7):
 // everything the caller perceives, shaped for a language model.
-func (s *Service) Context(ctx context.Context, p *Principal, roomID string, q ContextRequest) (map[string]any, error) {
+func (s *Service) Context(ctx context.Context, p *Principal, roomID string, q ContextRequest) (*Envelope, error) {
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func (s *Service) Context(ctx context.Context, p *Principal, roomID string, q Co
 // at a time on pooled connections and stop at the read's seq, so they
 // agree with its state. Messages it returns to an agent are then marked
 // read.
-func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, req ContextRequest) (map[string]any, error) {
+func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, req ContextRequest) (*Envelope, error) {
 	if !rc.counted && !req.NoMessages {
 		mc, err := countMessages(ctx, s.db, roomID, rc.p, rc.agents, rc.msgs.Count, rc.snap.seq)
 		if err != nil {
@@ -213,7 +213,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 
 // envelope assembles the context. Adaptive salience (seed 000) extends it
 // here: this is the one place the envelope is put together.
-func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (map[string]any, error) {
+func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (*Envelope, error) {
 	want := func(sec string) bool {
 		if len(req.Only) == 0 {
 			return true
@@ -225,8 +225,9 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		}
 		return false
 	}
-	env := map[string]any{"self": rc.self}
-	meta := map[string]any{"depth": req.Depth}
+	env := &Envelope{Self: rc.self}
+	meta := &env.Context
+	meta.Depth = req.Depth
 	var present, elided, expand, help []string
 
 	if want("state") {
@@ -261,19 +262,22 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			}
 			st[inc] = logs
 		}
-		env["state"] = st
+		env.State = st
 		present = append(present, "state")
 	} else {
 		elided = append(elided, "state")
 	}
 	if want("views") {
-		env["views"] = rc.views
+		env.Views = rc.views
 		present = append(present, "views")
 	} else {
 		elided = append(elided, "views")
 	}
 	if want("agents") {
-		env["agents"] = rc.vars.Agents
+		env.Agents = rc.vars.Agents
+		if env.Agents == nil {
+			env.Agents = map[string]any{}
+		}
 		present = append(present, "agents")
 	} else {
 		elided = append(elided, "agents")
@@ -289,7 +293,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 				custom++
 			}
 		}
-		env["actions"] = acts
+		env.Actions = acts
 		present = append(present, "actions")
 	} else {
 		elided = append(elided, "actions")
@@ -301,11 +305,11 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		if err != nil {
 			return nil, err
 		}
-		env["messages"] = msgs
+		env.Messages = msgs
 		present = append(present, "messages")
 		if truncated {
 			help = append(help, "context_shaping")
-			meta["messages_truncated"] = msgs["_elided"]
+			meta.MessagesTruncated = msgs.Elided
 		}
 	} else {
 		elided = append(elided, "messages")
@@ -320,48 +324,37 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 	if _, ok := rc.views[viewContested]; ok {
 		help = append(help, "contested_actions")
 	}
-	meta["sections"] = present
+	meta.Sections = present
 	if len(elided) > 0 {
-		meta["elided"] = elided
+		meta.Elided = elided
 		if len(req.Only) > 0 {
 			expand = append(expand, "?only="+strings.Join(append(append([]string{}, req.Only...), elided...), ","))
 		}
 	}
-	if len(expand) > 0 {
-		meta["_expand"] = expand
-	}
-	if len(help) > 0 {
-		meta["help"] = help
-	}
-	meta["request"] = req.echo()
-	meta["seq"] = rc.snap.seq
-	env["_context"] = meta
+	meta.Expand, meta.Help = expand, help
+	meta.Request = req.echo()
+	meta.Seq = rc.snap.seq
 	return env, nil
 }
 
-func (r ContextRequest) echo() map[string]any {
-	e := map[string]any{}
+func (r ContextRequest) echo() RequestEcho {
+	var e RequestEcho
+	no := false
 	if r.Depth != "lean" {
-		e["depth"] = r.Depth
+		e.Depth = r.Depth
 	}
-	if len(r.Only) > 0 {
-		e["only"] = strings.Join(r.Only, ",")
-	}
+	e.Only = strings.Join(r.Only, ",")
 	if r.NoActions {
-		e["actions"] = false
+		e.Actions = &no
 	}
 	if r.NoMessages {
-		e["messages"] = false
+		e.Messages = &no
 	}
-	if r.MessagesAfter != nil {
-		e["messages_after"] = *r.MessagesAfter
-	}
+	e.MessagesAfter = r.MessagesAfter
 	if r.MessagesLimit != 100 {
-		e["messages_limit"] = r.MessagesLimit
+		e.MessagesLimit = r.MessagesLimit
 	}
-	if len(r.Include) > 0 {
-		e["include"] = strings.Join(r.Include, ",")
-	}
+	e.Include = strings.Join(r.Include, ",")
 	return e
 }
 
@@ -388,7 +381,7 @@ func loadLog(ctx context.Context, q querier, roomID, scope string, n int, upTo i
 
 // messagesSection returns the message counters and recent messages, and
 // marks what it returned as read for an agent caller.
-func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (map[string]any, bool, error) {
+func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (*Messages, bool, error) {
 	var rows pgx.Rows
 	var err error
 	if req.MessagesAfter != nil {
@@ -403,7 +396,7 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	if err != nil {
 		return nil, false, err
 	}
-	recent := []any{}
+	recent := []map[string]any{}
 	var maxSeq, minSeq int64
 	for rows.Next() {
 		var seq int64
@@ -437,11 +430,11 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	if err := rows.Err(); err != nil {
 		return nil, false, err
 	}
-	out := map[string]any{"count": rc.msgs.Count, "unread": rc.msgs.Unread, "directed_unread": rc.msgs.Directed, "recent": recent}
+	out := &Messages{Count: rc.msgs.Count, Unread: rc.msgs.Unread, DirectedUnread: rc.msgs.Directed, Recent: recent}
 	truncated := req.MessagesAfter == nil && int64(len(recent)) < rc.msgs.Count
 	if truncated {
-		out["_elided"] = map[string]any{"total": rc.msgs.Count, "returned": len(recent), "oldest_seq": minSeq,
-			"_expand": "?messages_after=0&messages_limit=500"}
+		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
+			Expand: "?messages_after=0&messages_limit=500"}
 	}
 	if rc.self != "" {
 		rc.readUpTo = max(rc.readUpTo, maxSeq)
@@ -450,8 +443,8 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 }
 
 // actionsSection lists enabled actions with availability, plus builtins.
-func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, roomID, depth string) (map[string]any, error) {
-	out := map[string]any{}
+func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, roomID, depth string) (map[string]ActionView, error) {
+	out := map[string]ActionView{}
 	var counts map[string]int
 	if depth == "usage" {
 		var err error
@@ -468,26 +461,18 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 	sort.Strings(ids)
 	for _, id := range ids {
 		def := rc.snap.actions[id].def
-		a := map[string]any{"available": rc.actAvail[id], "description": def.Description}
+		a := ActionView{Available: rc.actAvail[id], Description: def.Description}
 		if cd := s.cooldownOf(rc.snap, id, rc.now); cd != nil {
-			a["cooldown"] = cd.describe(rc.now)
+			a.Cooldown = cd.describe(rc.now)
 		}
 		if depth != "lean" {
-			a["params"] = def.Params
-			a["writes"] = def.Writes
-			a["if"] = def.If
-			a["enabled"] = true
-			a["scope"] = def.Scope
-			a["registered_by"] = def.RegisteredBy
-			if def.Intent != "" {
-				a["intent"] = def.Intent
-			}
-			if def.Result != "" {
-				a["result"] = def.Result
-			}
+			enabled := true
+			a.Params, a.Writes, a.If, a.Enabled = def.Params, def.Writes, def.If, &enabled
+			a.Scope, a.RegisteredBy, a.Intent, a.Result = def.Scope, def.RegisteredBy, def.Intent, def.Result
 		}
 		if counts != nil {
-			a["invocation_count"] = counts[id]
+			n := counts[id]
+			a.InvocationCount = &n
 		}
 		out[id] = a
 	}
@@ -496,9 +481,9 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 		if _, overridden := out[id]; overridden {
 			continue
 		}
-		b := map[string]any{"available": canAct || id == "help", "builtin": true, "description": desc}
+		b := ActionView{Available: canAct || id == "help", Builtin: true, Description: desc}
 		if depth != "lean" {
-			b["params"] = builtinParams[id]
+			b.Params = builtinParams[id]
 		}
 		out[id] = b
 	}

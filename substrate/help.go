@@ -106,7 +106,7 @@ func (s *Service) helpKeyList(room map[string]*srow) []string {
 
 // Help returns one help key (the room's override when it has one), or the
 // list of keys when key is empty.
-func (s *Service) Help(ctx context.Context, p *Principal, roomID, key string) (map[string]any, error) {
+func (s *Service) Help(ctx context.Context, p *Principal, roomID, key string) (*HelpResult, error) {
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func (s *Service) Help(ctx context.Context, p *Principal, roomID, key string) (m
 	return s.helpFrom(rc, key)
 }
 
-func (s *Service) helpFrom(rc *roomCtx, key string) (map[string]any, error) {
+func (s *Service) helpFrom(rc *roomCtx, key string) (*HelpResult, error) {
 	room := map[string]*srow{}
 	for k, r := range rc.snap.scopes[scopeHelp] {
 		if r.timer.live(rc.now) {
@@ -125,13 +125,15 @@ func (s *Service) helpFrom(rc *roomCtx, key string) (map[string]any, error) {
 		}
 	}
 	if key == "" {
-		return map[string]any{"keys": s.helpKeyList(room), "usage": "help {key}: read one key; rooms override a key by writing _help.<key>"}, nil
+		return &HelpResult{Keys: s.helpKeyList(room), Usage: "help {key}: read one key; rooms override a key by writing _help.<key>"}, nil
 	}
 	if r, ok := room[key]; ok {
-		return map[string]any{"key": key, "content": json.RawMessage(r.Value), "source": "room", "version": r.Version}, nil
+		v := r.Version
+		return &HelpResult{Key: key, Content: json.RawMessage(r.Value), Source: "room", Version: &v}, nil
 	}
 	if c, ok := s.helpContent(key); ok {
-		return map[string]any{"key": key, "content": c, "source": "system", "version": 0}, nil
+		var zero int64
+		return &HelpResult{Key: key, Content: c, Source: "system", Version: &zero}, nil
 	}
 	return nil, errs.New(errs.HelpKeyNotFound, "no help key %q", key).With("available", s.helpKeyList(room)).
 		WithHint("read one of the available keys; help without a key lists them")
@@ -159,6 +161,6 @@ func (s *Service) invokeHelp(ctx context.Context, p *Principal, roomID string, p
 }
 
 // SystemHelp answers help outside any room: the system keys only.
-func (s *Service) SystemHelp(key string) (map[string]any, error) {
+func (s *Service) SystemHelp(key string) (*HelpResult, error) {
 	return s.helpFrom(&roomCtx{snap: &snapshot{scopes: map[string]map[string]*srow{}}}, key)
 }

@@ -133,7 +133,7 @@ func TestSetIdleWakesPresenceWaiters(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		res, err := svc.Wait(ctx, admin, "idle", `agents["alice:c"].status == "idle"`, 20*time.Second, substrate.ContextRequest{Depth: "lean", MessagesLimit: 1})
-		if err == nil && res["triggered"] != true {
+		if err == nil && !res.Triggered {
 			err = errs.New(errs.Internal, "not triggered: %v", res)
 		}
 		done <- err

@@ -62,8 +62,8 @@ func TestRecreatedRoomIsFresh(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v["value"] != want {
-			t.Fatalf("incarnation %d sees era %v", i, v["value"])
+		if v.Value != want {
+			t.Fatalf("incarnation %d sees era %v", i, v.Value)
 		}
 		if i == 0 {
 			if err := svc.DeleteRoom(ctx, p, "phoenix"); err != nil {

@@ -49,7 +49,7 @@ func TestViewValuesSharedUntilTheRoomChanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return env["views"].(map[string]any)
+		return env.Views
 	}
 	read(readers[0]) // the state after registration: evaluated once here
 	before := svc.Stats().ViewEvaluations

@@ -13,7 +13,7 @@ import (
 // that changes what is visible, and by a slow safety-net re-check; it does
 // not poll the database in a loop. While it waits, an agent's status is
 // "waiting" and its waiting_on holds the condition.
-func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition string, timeout time.Duration, creq ContextRequest) (map[string]any, error) {
+func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition string, timeout time.Duration, creq ContextRequest) (*WaitResult, error) {
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
@@ -55,7 +55,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			if err != nil {
 				return nil, err
 			}
-			return map[string]any{"triggered": true, "condition": condition, "elapsed_ms": time.Since(start).Milliseconds(), "context": env}, nil
+			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Context: env}, nil
 		}
 		// An evaluation error (a key that does not exist yet, say) counts
 		// as "not yet"; it is reported if the wait times out.
@@ -75,10 +75,9 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			if err != nil {
 				return nil, err
 			}
-			out := map[string]any{"triggered": false, "timeout": true, "condition": condition,
-				"elapsed_ms": time.Since(start).Milliseconds(), "context": env}
+			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Context: env}
 			if lastErr != nil {
-				out["condition_error"] = errs.From(lastErr).Body()
+				out.ConditionError = errs.From(lastErr).Body()
 			}
 			return out, nil
 		case <-ctx.Done():
@@ -117,7 +116,7 @@ func (snap *snapshot) nextChange(now time.Time) time.Time {
 
 // Eval evaluates an expression with exactly p's read authority (POST
 // /rooms/:id/eval).
-func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string) (map[string]any, error) {
+func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string) (*EvalResult, error) {
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
@@ -133,5 +132,5 @@ func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string) (m
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"expression": src, "value": v, "seq": rc.snap.seq}, nil
+	return &EvalResult{Expression: src, Value: v, Seq: rc.snap.seq}, nil
 }

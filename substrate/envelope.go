@@ -1,0 +1,111 @@
+package substrate
+
+// Typed results of the context read, wait, eval and help. Sections a
+// request left out are absent (omitzero keeps a present but empty one).
+
+// Envelope is what a context read returns (ARCHITECTURE §7).
+type Envelope struct {
+	// Self is the reader's agent id ("" for tokens and observers).
+	Self string `json:"self"`
+	// State maps each visible scope to its entries (key → value; the
+	// stored JSON is passed through as json.RawMessage).
+	State map[string]any `json:"state,omitzero"`
+	// Views maps view ids to values ({"_error": …} for a failing one).
+	Views map[string]any `json:"views,omitzero"`
+	// Agents maps agent ids to their presence.
+	Agents   map[string]any        `json:"agents,omitzero"`
+	Actions  map[string]ActionView `json:"actions,omitzero"`
+	Messages *Messages             `json:"messages,omitempty"`
+	Context  ContextMeta           `json:"_context"`
+}
+
+// ActionView is an action (or builtin) as the reader sees it; the
+// definition's fields are shown beyond the lean depth.
+type ActionView struct {
+	Available       bool                 `json:"available"`
+	Builtin         bool                 `json:"builtin,omitempty"`
+	Description     string               `json:"description"`
+	Cooldown        map[string]any       `json:"cooldown,omitempty"`
+	Params          map[string]ParamSpec `json:"params,omitempty"`
+	Writes          []WriteTemplate      `json:"writes,omitempty"`
+	If              string               `json:"if,omitempty"`
+	Enabled         *bool                `json:"enabled,omitempty"`
+	Scope           string               `json:"scope,omitempty"`
+	RegisteredBy    string               `json:"registered_by,omitempty"`
+	Intent          string               `json:"intent,omitempty"`
+	Result          string               `json:"result,omitempty"`
+	InvocationCount *int                 `json:"invocation_count,omitempty"`
+}
+
+// Messages is the messages section: counters and the recent messages.
+type Messages struct {
+	Count          int64            `json:"count"`
+	Unread         int64            `json:"unread"`
+	DirectedUnread int64            `json:"directed_unread"`
+	Recent         []map[string]any `json:"recent"`
+	Elided         *MessagesElided  `json:"_elided,omitempty"`
+}
+
+// MessagesElided says how many messages the section left out and how to
+// read them.
+type MessagesElided struct {
+	Total     int64  `json:"total"`
+	Returned  int    `json:"returned"`
+	OldestSeq int64  `json:"oldest_seq"`
+	Expand    string `json:"_expand"`
+}
+
+// ContextMeta describes the read: its sections, what it left out and how
+// to expand it, help keys worth reading, the request and the room seq.
+type ContextMeta struct {
+	Depth             string          `json:"depth"`
+	Sections          []string        `json:"sections"`
+	Elided            []string        `json:"elided,omitempty"`
+	Expand            []string        `json:"_expand,omitempty"`
+	Help              []string        `json:"help,omitempty"`
+	MessagesTruncated *MessagesElided `json:"messages_truncated,omitempty"`
+	Request           RequestEcho     `json:"request"`
+	Seq               int64           `json:"seq"`
+}
+
+// RequestEcho repeats the shaping parameters a request set (defaults are
+// left out).
+type RequestEcho struct {
+	Depth         string `json:"depth,omitempty"`
+	Only          string `json:"only,omitempty"`
+	Actions       *bool  `json:"actions,omitempty"`
+	Messages      *bool  `json:"messages,omitempty"`
+	MessagesAfter *int64 `json:"messages_after,omitempty"`
+	MessagesLimit int    `json:"messages_limit,omitempty"`
+	Include       string `json:"include,omitempty"`
+}
+
+// WaitResult is what a wait returns: the context once the condition held,
+// or Timeout with the context as it was (and why the condition could not
+// be evaluated, when it could not).
+type WaitResult struct {
+	Triggered      bool           `json:"triggered"`
+	Timeout        bool           `json:"timeout,omitempty"`
+	Condition      string         `json:"condition"`
+	ElapsedMS      int64          `json:"elapsed_ms"`
+	ConditionError map[string]any `json:"condition_error,omitempty"`
+	Context        *Envelope      `json:"context"`
+}
+
+// EvalResult is an expression's value, read at Seq.
+type EvalResult struct {
+	Expression string `json:"expression"`
+	Value      any    `json:"value"`
+	Seq        int64  `json:"seq"`
+}
+
+// HelpResult is one help key, or (Key empty) the list of keys.
+type HelpResult struct {
+	Keys    []string `json:"keys,omitempty"`
+	Usage   string   `json:"usage,omitempty"`
+	Key     string   `json:"key,omitempty"`
+	Content any      `json:"content,omitempty"`
+	// Source is "room" for a room's override, "system" otherwise.
+	Source  string `json:"source,omitempty"`
+	Version *int64 `json:"version,omitempty"`
+}
