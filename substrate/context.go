@@ -51,10 +51,7 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 			seen = a.LastSeenSeq
 		}
 	}
-	err := q.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE directed) FROM (
-			SELECT (value->'to') ? $3 AS directed FROM state
-			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2 AND sort_key <= $4`+liveSQL+`
-			LIMIT `+strconv.Itoa(maxUnreadCount)+`) t`, roomID, seen, p.AgentID, upTo).Scan(&mc.Unread, &mc.Directed)
+	err := q.QueryRow(ctx, sqlUnread, roomID, seen, p.AgentID, upTo, maxUnreadCount).Scan(&mc.Unread, &mc.Directed)
 	return mc, err
 }
 
@@ -361,8 +358,7 @@ func (r ContextRequest) echo() RequestEcho {
 // loadLog returns the newest n live entries of a log scope, oldest first,
 // as key → value.
 func loadLog(ctx context.Context, q querier, roomID, scope string, n int, upTo int64) (map[string]any, error) {
-	rows, err := q.Query(ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND sort_key <= $4`+liveSQL+`
-		ORDER BY sort_key DESC LIMIT $3`, roomID, scope, n, upTo)
+	rows, err := q.Query(ctx, sqlLogPage, roomID, scope, n, upTo)
 	if err != nil {
 		return nil, err
 	}
@@ -385,13 +381,9 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	var rows pgx.Rows
 	var err error
 	if req.MessagesAfter != nil {
-		rows, err = q.Query(ctx, `SELECT sort_key, value, writer, via FROM state WHERE room_id = $1 AND scope = '_messages'
-			AND sort_key > $2 AND sort_key <= $4`+liveSQL+`
-			ORDER BY sort_key LIMIT $3`, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
+		rows, err = q.Query(ctx, sqlMessagesAfter, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
 	} else {
-		rows, err = q.Query(ctx, `SELECT sort_key, value, writer, via FROM (SELECT sort_key, value, writer, via FROM state
-			WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3`+liveSQL+`
-			ORDER BY sort_key DESC LIMIT $2) t ORDER BY sort_key`, roomID, req.MessagesLimit, rc.snap.seq)
+		rows, err = q.Query(ctx, sqlMessagesRecent, roomID, req.MessagesLimit, rc.snap.seq)
 	}
 	if err != nil {
 		return nil, false, err
@@ -493,9 +485,7 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 // invocationCounts counts successful invocations per action over the last
 // 500 audit entries (bounded, whatever the room's history).
 func invocationCounts(ctx context.Context, q querier, roomID string) (map[string]int, error) {
-	rows, err := q.Query(ctx, `SELECT value->>'action' FROM (SELECT value FROM state
-		WHERE room_id = $1 AND scope = '_audit' AND sort_key IS NOT NULL ORDER BY sort_key DESC LIMIT 500) t
-		WHERE value->>'kind' = 'invoke' AND (value->>'ok')::boolean`, roomID)
+	rows, err := q.Query(ctx, sqlInvocationCounts, roomID)
 	if err != nil {
 		return nil, err
 	}

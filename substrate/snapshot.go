@@ -110,7 +110,7 @@ func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID, key strin
 	if snap := s.snaps.get(key, seq); snap != nil {
 		return snap, nil
 	}
-	rows, err := q.Query(ctx, `SELECT `+rowCols+` FROM state WHERE room_id = $1 AND sort_key IS NULL ORDER BY scope, key`, roomID)
+	rows, err := q.Query(ctx, sqlSnapshot, roomID)
 	if err != nil {
 		return nil, err
 	}

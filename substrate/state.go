@@ -239,11 +239,11 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		case q.Key != "":
 			return collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND key = $3`+liveSQL, roomID, q.Scope, q.Key)
 		case q.Scope != "":
-			if err := collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND sort_key IS NULL`+liveSQL+` ORDER BY key`, roomID, q.Scope); err != nil {
+			if err := collect(ctx, tx, &out.Entries, sqlScopeEntries, roomID, q.Scope); err != nil {
 				return err
 			}
 			n := len(out.Entries)
-			if err := collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND sort_key > $3`+liveSQL+` ORDER BY sort_key LIMIT $4`,
+			if err := collect(ctx, tx, &out.Entries, sqlScopeLogPage,
 				roomID, q.Scope, q.After, q.Limit+1); err != nil {
 				return err
 			}

@@ -71,9 +71,7 @@ func loadRows(m *mutation, ops []op) (map[entryKey]*row, error) {
 	if len(keys) == 0 {
 		return cur, nil
 	}
-	rows, err := m.tx.Query(m.ctx, `SELECT `+rowCols+` FROM state s
-		JOIN unnest($2::text[], $3::text[]) AS t(sc, k) ON s.scope = t.sc AND s.key = t.k
-		WHERE s.room_id = $1`, m.room, scopes, keys)
+	rows, err := m.tx.Query(m.ctx, sqlLoadRows, m.room, scopes, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -361,8 +359,7 @@ func jsonKind(v json.RawMessage) string {
 func (s *Service) checkScopeCapacity(m *mutation, newKeys map[string]int) error {
 	for scope, n := range newKeys {
 		var have int
-		if err := m.tx.QueryRow(m.ctx, `SELECT count(*) FROM state WHERE room_id = $1 AND scope = $2 AND sort_key IS NULL`,
-			m.room, scope).Scan(&have); err != nil {
+		if err := m.tx.QueryRow(m.ctx, sqlScopeKeys, m.room, scope).Scan(&have); err != nil {
 			return err
 		}
 		if have+n > s.lim.MaxKeysPerScope {

@@ -2,6 +2,7 @@ package rest_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,6 +33,7 @@ import (
 
 type benchEnv struct {
 	b   *testing.B
+	db  *store.DB
 	srv *httptest.Server
 	cli *http.Client
 }
@@ -52,7 +54,7 @@ func newBench(b *testing.B) *benchEnv {
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	b.Cleanup(srv.Close)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	return &benchEnv{b: b, srv: srv, cli: &http.Client{Transport: tr}}
+	return &benchEnv{b: b, db: db, srv: srv, cli: &http.Client{Transport: tr}}
 }
 
 func (e *benchEnv) do(method, path, token string, body any) []byte {
@@ -356,4 +358,49 @@ func BenchmarkContextBesideHeavyViews(b *testing.B) {
 	close(stop)
 	wg.Wait()
 	percentiles(b, "quiet_context", ds)
+}
+
+// A room's history must not slow it down: invocations and lean context
+// reads of a room with 100,000 messages and 100,000 audit entries, in a
+// table of over 1,000,000 rows across other rooms, against the same on an
+// empty room (issue 17 asks for within 10 %). Setup takes a while.
+//
+//	go test ./substrate/rest -run '^$' -bench History -benchtime 3s
+func BenchmarkHistory(b *testing.B) {
+	e := newBench(b)
+	_, emptyToks := e.setupInvokeRoom("fresh", 1)
+	_, oldToks := e.setupInvokeRoom("old", 1)
+	ctx := context.Background()
+	for _, q := range []string{
+		`INSERT INTO rooms (id, token_hash, view_token_hash, seq) SELECT 'other' || i, ('ot' || i)::bytea, ('ov' || i)::bytea, 5000 FROM generate_series(1, 200) i`,
+		`INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer) SELECT 'other' || r, '_messages', s::text, s, '{"body": "hi"}', s, 'a'
+			FROM generate_series(1, 200) r, generate_series(1, 5000) s`,
+		// Old history sits below the room's own seq, which moves on from
+		// 200,001: history entries never collide with new ones.
+		`INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer) SELECT 'old', '_messages', s::text, s, '{"body": "hi"}', s, 'agent0'
+			FROM generate_series(10, 200000, 2) s`,
+		`INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer) SELECT 'old', '_audit', s::text, s, '{"kind": "invoke", "ok": true}', s, 'agent0'
+			FROM generate_series(11, 200001, 2) s`,
+		`UPDATE rooms SET seq = 200002, message_count = message_count + 99996 WHERE id = 'old'`,
+		`UPDATE agents SET last_seen_seq = 200002 WHERE room_id = 'old'`,
+		`ANALYZE state`,
+	} {
+		if _, err := e.db.Exec(ctx, q); err != nil {
+			b.Fatalf("%v\n%s", err, q)
+		}
+	}
+	for _, c := range []struct{ name, room, tok string }{{"empty", "fresh", emptyToks[0]}, {"history", "old", oldToks[0]}} {
+		b.Run(c.name+"/invoke", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				e.do("POST", "/rooms/"+c.room+"/actions/move/invoke", c.tok, map[string]any{"params": map[string]any{"n": i}})
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "invokes/s")
+		})
+		b.Run(c.name+"/context", func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				e.do("GET", "/rooms/"+c.room+"/context", c.tok, nil)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
+		})
+	}
 }

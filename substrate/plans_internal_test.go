@@ -1,0 +1,90 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// The hot statements must not scan the state table or a room's whole
+// history: on a table of realistic size (a busy room with 60,000 log
+// entries among 400,000 rows), every plan reads state through an index.
+// Without the partial index on mutable entries the snapshot load and the
+// scope count were sequential scans of the whole table (72 ms at 194,000
+// rows, and growing), so a plan regression fails here, not in production.
+func TestHotQueryPlans(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	for _, q := range []string{
+		`INSERT INTO rooms (id, token_hash, view_token_hash, seq) SELECT 'r' || i, ('t' || i)::bytea, ('v' || i)::bytea, 2000 FROM generate_series(0, 199) i`,
+		`INSERT INTO rooms (id, token_hash, view_token_hash, seq) VALUES ('hot', 'th', 'vh', 120000)`,
+		// 200 quiet rooms: 40 mutable keys and 1,700 messages each.
+		`INSERT INTO state (room_id, scope, key, value, revision, writer) SELECT 'r' || r, '_shared', 'k' || k, '1', 1, '_room'
+			FROM generate_series(0, 199) r, generate_series(1, 40) k`,
+		`INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer) SELECT 'r' || r, '_messages', s::text, s, '{"body": "hi"}', s, 'a'
+			FROM generate_series(0, 199) r, generate_series(1, 1700) s`,
+		// The busy room: 500 keys, 30,000 messages and 30,000 audit entries.
+		`INSERT INTO state (room_id, scope, key, value, revision, writer) SELECT 'hot', '_shared', 'task-' || k, '{"done": false}', 1, '_room'
+			FROM generate_series(1, 500) k`,
+		`INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer) SELECT 'hot', '_messages', s::text, s, '{"body": "hi", "to": "b"}', s, 'a'
+			FROM generate_series(1, 60000, 2) s`,
+		`INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer) SELECT 'hot', '_audit', s::text, s, '{"kind": "invoke", "action": "x", "ok": true}', s, 'a'
+			FROM generate_series(2, 60000, 2) s`,
+		`ANALYZE state`,
+	} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	cases := []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"snapshot", sqlSnapshot, []any{"hot"}},
+		{"scope keys", sqlScopeKeys, []any{"hot", "_messages"}},
+		{"load rows", sqlLoadRows, []any{"hot", []string{"_shared", "_shared"}, []string{"task-1", "task-2"}}},
+		{"scope entries", sqlScopeEntries, []any{"hot", "_shared"}},
+		{"scope log page", sqlScopeLogPage, []any{"hot", "_messages", int64(59000), 100}},
+		{"recent messages", sqlMessagesRecent, []any{"hot", 100, int64(60000)}},
+		{"messages after", sqlMessagesAfter, []any{"hot", int64(100), 100, int64(60000)}},
+		{"unread", sqlUnread, []any{"hot", int64(59000), "b", int64(60000), maxUnreadCount}},
+		{"log page", sqlLogPage, []any{"hot", "_audit", 100, int64(60000)}},
+		{"invocation counts", sqlInvocationCounts, []any{"hot"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var raw []byte
+			if err := db.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+c.sql, c.args...).Scan(&raw); err != nil {
+				t.Fatal(err)
+			}
+			var plan []struct{ Plan planNode }
+			if err := json.Unmarshal(raw, &plan); err != nil {
+				t.Fatal(err)
+			}
+			if bad := seqScans(plan[0].Plan); len(bad) > 0 {
+				t.Fatalf("plan scans %v sequentially:\n%s", bad, raw)
+			}
+		})
+	}
+}
+
+type planNode struct {
+	NodeType string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Plans    []planNode `json:"Plans"`
+}
+
+func seqScans(n planNode) []string {
+	var out []string
+	if n.NodeType == "Seq Scan" && n.Relation == "state" {
+		out = append(out, fmt.Sprintf("%s on %s", n.NodeType, n.Relation))
+	}
+	for _, c := range n.Plans {
+		out = append(out, seqScans(c)...)
+	}
+	return out
+}
