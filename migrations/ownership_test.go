@@ -18,6 +18,7 @@ var owners = map[string]string{
 	"rooms":                  "substrate",
 	"agents":                 "substrate",
 	"state":                  "substrate",
+	"state_archive":          "substrate",
 	"smcp_user_rooms":        "lobby",
 	"smcp_user_sessions":     "lobby",
 	"smcp_users":             "oauth",

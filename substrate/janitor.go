@@ -2,7 +2,10 @@ package substrate
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // PurgeExpired deletes entries whose "delete" timer ran out more than a
@@ -22,6 +25,65 @@ func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
 	return n, err
 }
 
+// retainedLogs are the logs RetainLogs bounds.
+var retainedLogs = []string{ScopeMessages, ScopeAudit}
+
+// retainBatch bounds one archiving statement, so the janitor never holds
+// a large transaction.
+const retainBatch = 10_000
+
+// RetainLogs moves the entries of each room's _messages and _audit logs
+// beyond the newest Limits.KeepLogEntries to state_archive, keeping each
+// room's message count in step. It takes no room lock: appends only add
+// newer entries, which it never touches. It returns how many entries moved.
+func (s *Service) RetainLogs(ctx context.Context) (int64, error) {
+	keep := s.lim.KeepLogEntries
+	// Every mutation appends one audit entry, so a room whose seq is
+	// below the limit holds fewer entries than that in either log.
+	rows, err := s.db.Query(ctx, `SELECT id FROM rooms WHERE seq > $1`, keep)
+	if err != nil {
+		return 0, err
+	}
+	rooms, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	var moved int64
+	for _, room := range rooms {
+		for _, scope := range retainedLogs {
+			var cutoff *int64
+			err := s.db.QueryRow(ctx, `SELECT sort_key FROM state WHERE room_id = $1 AND scope = $2 AND sort_key IS NOT NULL
+				ORDER BY sort_key DESC OFFSET $3 LIMIT 1`, room, scope, keep-1).Scan(&cutoff)
+			if errors.Is(err, pgx.ErrNoRows) || cutoff == nil {
+				continue
+			}
+			if err != nil {
+				return moved, err
+			}
+			for {
+				var n int64
+				err := s.db.QueryRow(ctx, `WITH gone AS (
+						DELETE FROM state WHERE (room_id, scope, key) IN (
+							SELECT room_id, scope, key FROM state WHERE room_id = $1 AND scope = $2 AND sort_key < $3
+							ORDER BY sort_key LIMIT $4)
+						RETURNING *),
+					kept AS (INSERT INTO state_archive SELECT * FROM gone ON CONFLICT DO NOTHING),
+					fix AS (UPDATE rooms SET message_count = greatest(message_count - (SELECT count(*) FROM gone), 0)
+						WHERE id = $1 AND $2 = '_messages')
+					SELECT count(*) FROM gone`, room, scope, *cutoff, retainBatch).Scan(&n)
+				if err != nil {
+					return moved, err
+				}
+				moved += n
+				if n < retainBatch {
+					break
+				}
+			}
+		}
+	}
+	return moved, nil
+}
+
 // RunJanitor purges expired entries every interval until ctx ends.
 func (s *Service) RunJanitor(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
@@ -35,6 +97,11 @@ func (s *Service) RunJanitor(ctx context.Context, interval time.Duration) {
 				s.log.Warn("purging expired entries failed", "err", err)
 			} else if n > 0 {
 				s.log.Debug("purged expired entries", "count", n)
+			}
+			if n, err := s.RetainLogs(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("archiving old log entries failed", "err", err)
+			} else if n > 0 {
+				s.log.Info("archived old log entries", "count", n)
 			}
 		}
 	}

@@ -46,6 +46,10 @@ type Limits struct {
 	// MaxActions and MaxViews cap the live actions and views of one room
 	// (builtins not counted). Default 256 and 128.
 	MaxActions, MaxViews int
+	// KeepLogEntries is how many of the newest entries of each of a room's
+	// _messages and _audit logs stay in state; older ones move to
+	// state_archive (RetainLogs, run by the janitor). Default 50,000.
+	KeepLogEntries int
 	// ViewCostPerRead caps the cel-go cost of evaluating all of a room's
 	// views (and their enabled expressions) for one read; views past it
 	// show an error instead of a value, and a registration that would
@@ -72,6 +76,7 @@ func (l *Limits) fill() {
 	def(&l.MaxActions, 256)
 	def(&l.MaxViews, 128)
 	def(&l.ViewCostPerRead, 1_000_000)
+	def(&l.KeepLogEntries, 50_000)
 }
 
 // Options configure a Service.
