@@ -50,7 +50,8 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 func TestMigrateFromEmptyDatabase(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
-	if _, err := db.Exec(ctx, `DROP TABLE smcp_user_sessions, smcp_server_keys, smcp_user_rooms, smcp_consents, smcp_oauth_tokens, smcp_oauth_clients, smcp_recovery_codes, smcp_invites, smcp_sessions, smcp_webauthn_sessions, smcp_credentials, smcp_users, state, agents, rooms, schema_migrations`); err != nil {
+	// Every table, whatever the migrations add later.
+	if _, err := db.Exec(ctx, `DROP SCHEMA public CASCADE; CREATE SCHEMA public`); err != nil {
 		t.Fatal(err)
 	}
 	applied, err := db.Migrate(ctx)
