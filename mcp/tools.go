@@ -278,10 +278,13 @@ func tools() []tool {
 				return c.opt.Substrate.Help(ctx, p, room, in.Key)
 			}},
 		{&sdk.Tool{Name: "sync_eval_cel", Title: "Evaluate CEL",
-			Description: "Evaluate a CEL expression against a room with exactly your read authority: for testing conditions, views and action guards before using them.",
-			InputSchema: schema(map[string]any{"expr": str("CEL expression."), "room": roomProp}, "expr"), Annotations: annotations("Evaluate CEL", true, false, true)},
+			Description: "Evaluate a CEL expression against a room with exactly your read authority: for testing conditions, views and action guards before using them. Bind params to try an action's if as an invocation would; a false result names the clause that did not hold.",
+			InputSchema: schema(map[string]any{"expr": str("CEL expression."), "room": roomProp, "params": obj("Values for params.<name>, as in sync_invoke_action.")}, "expr"), Annotations: annotations("Evaluate CEL", true, false, true)},
 			func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
-				var in struct{ Expr, Room string }
+				var in struct {
+					Expr, Room string
+					Params     json.RawMessage
+				}
 				if err := decode(args, &in); err != nil {
 					return nil, err
 				}
@@ -290,7 +293,7 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				return c.opt.Substrate.Eval(ctx, p, room, in.Expr)
+				return c.opt.Substrate.Eval(ctx, p, room, in.Expr, in.Params)
 			}},
 		{&sdk.Tool{Name: "sync_revoke_access", Title: "Drop a room from this connection",
 			Description: "Remove a room from this connection's scope at once (you stop acting there). Only the user can add it back, by reconnecting.",

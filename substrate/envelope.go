@@ -1,5 +1,7 @@
 package substrate
 
+import "github.com/syncsubstrate/sync/substrate/expr"
+
 // Typed results of the context read, wait, eval and help. Sections a
 // request left out are absent (omitzero keeps a present but empty one).
 
@@ -89,7 +91,10 @@ type WaitResult struct {
 	Condition      string         `json:"condition"`
 	ElapsedMS      int64          `json:"elapsed_ms"`
 	ConditionError map[string]any `json:"condition_error,omitempty"`
-	Context        *Envelope      `json:"context"`
+	// Unmet explains, on a timeout, which clause of the condition did not
+	// hold at the last evaluation and what it read.
+	Unmet   *expr.Explanation `json:"unmet,omitempty"`
+	Context *Envelope         `json:"context"`
 }
 
 // EvalResult is an expression's value, read at Seq.
@@ -97,6 +102,9 @@ type EvalResult struct {
 	Expression string `json:"expression"`
 	Value      any    `json:"value"`
 	Seq        int64  `json:"seq"`
+	// Unmet explains a false condition: its first false clause and what
+	// that clause read.
+	Unmet *expr.Explanation `json:"unmet,omitempty"`
 }
 
 // HelpResult is one help key, or (Key empty) the list of keys.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -163,8 +164,15 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			return err
 		}
 		if !ok.(bool) {
-			return errs.New(errs.PreconditionFailed, "the precondition of %q is false: %s", id, def.If).
-				With("expression", def.If).WithHint("read the context to see why, or wait until it holds")
+			e := errs.New(errs.PreconditionFailed, "the precondition of %q does not hold", id).
+				WithHint("change what the failing clause reads, or wait until it holds")
+			if prog, err := s.cel.Compile(def.If); err == nil {
+				if ex := s.cel.Explain(ctx, prog, vars); ex != nil {
+					e.Message = fmt.Sprintf("the precondition of %q does not hold: %s is false", id, ex.Clause)
+					e = e.With("clause", ex.Clause).With("read", ex.Read)
+				}
+			}
+			return e
 		}
 	}
 	r := &renderer{params: params, self: rc.self, now: m.now.UTC().Format(time.RFC3339Nano)}

@@ -50,12 +50,11 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		return out, nil
 	}
 	type roomRow struct {
-		id           string
-		seq, count   int64
-		born         time.Time
-		label        *string
-		summary      *RoomSummary
-		snapshotDone bool
+		id         string
+		seq, count int64
+		born       time.Time
+		label      *string
+		summary    *RoomSummary
 	}
 	var list []*roomRow
 	rows, err := s.db.Query(ctx, `SELECT id, seq, message_count, created_at, meta->>'label' FROM rooms WHERE id = ANY($1)`, ids)

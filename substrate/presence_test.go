@@ -58,7 +58,7 @@ func TestRecreatedRoomIsFresh(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		v, err := svc.Eval(ctx, p, "phoenix", `"era" in state._shared ? state._shared.era : "new"`)
+		v, err := svc.Eval(ctx, p, "phoenix", `"era" in state._shared ? state._shared.era : "new"`, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

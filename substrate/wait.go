@@ -2,9 +2,11 @@ package substrate
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // Wait blocks until condition (CEL, evaluated as p) holds or the timeout
@@ -43,6 +45,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	}
 
 	var lastErr error
+	var lastVars *expr.Vars
 	for {
 		// The condition and, once it holds, the context come from one read.
 		rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages)
@@ -58,8 +61,9 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Context: env}, nil
 		}
 		// An evaluation error (a key that does not exist yet, say) counts
-		// as "not yet"; it is reported if the wait times out.
-		lastErr = evalErr
+		// as "not yet"; it is reported if the wait times out, with the
+		// clause that did not hold.
+		lastErr, lastVars = evalErr, &rc.vars
 
 		next := s.wait.Recheck
 		if t := rc.snap.nextChange(rc.now); !t.IsZero() && t.Sub(rc.now) < next {
@@ -78,6 +82,9 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Context: env}
 			if lastErr != nil {
 				out.ConditionError = errs.From(lastErr).Body()
+			}
+			if lastVars != nil {
+				out.Unmet = s.cel.Explain(ctx, prog, lastVars)
 			}
 			return out, nil
 		case <-ctx.Done():
@@ -115,8 +122,10 @@ func (snap *snapshot) nextChange(now time.Time) time.Time {
 }
 
 // Eval evaluates an expression with exactly p's read authority (POST
-// /rooms/:id/eval).
-func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string) (*EvalResult, error) {
+// /rooms/:id/eval), with params bound as an invocation would bind them, so
+// an action's if can be tried before invoking it. A false boolean result
+// comes with the clause that did not hold.
+func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string, params json.RawMessage) (*EvalResult, error) {
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
@@ -124,13 +133,22 @@ func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string) (*
 	if err != nil {
 		return nil, err
 	}
+	ps, err := decodeParams(params)
+	if err != nil {
+		return nil, err
+	}
 	rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages)
 	if err != nil {
 		return nil, err
 	}
+	rc.vars.Params = celParams(ps)
 	v, err := s.cel.Eval(ctx, prog, &rc.vars)
 	if err != nil {
 		return nil, err
 	}
-	return &EvalResult{Expression: src, Value: v, Seq: rc.snap.seq}, nil
+	out := &EvalResult{Expression: src, Value: v, Seq: rc.snap.seq}
+	if v == false {
+		out.Unmet = s.cel.Explain(ctx, prog, &rc.vars)
+	}
+	return out, nil
 }

@@ -73,6 +73,7 @@ type Program struct {
 	// by a literal name (views[x]): ViewDeps then does not list them all.
 	DynamicViews bool
 	idents       map[string]bool
+	checked      *cel.Ast
 }
 
 // Uses reports whether the expression names the top-level variable name
@@ -227,7 +228,7 @@ func (e *Env) Compile(src string) (*Program, error) {
 	}
 	deps, idents, dynamic := scan(checked)
 	p = &Program{Source: src, prg: prg, ViewDeps: deps, UsesParams: idents["params"], UsesMessages: idents["messages"],
-		DynamicViews: dynamic, idents: idents}
+		DynamicViews: dynamic, idents: idents, checked: checked}
 	e.mu.Lock()
 	if len(e.cache) >= e.opt.CacheSize {
 		n := 0

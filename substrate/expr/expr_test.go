@@ -121,3 +121,31 @@ func TestViewDeps(t *testing.T) {
 		t.Fatalf("deps %v", p.ViewDeps)
 	}
 }
+
+func TestExplain(t *testing.T) {
+	env := expr.MustNew(expr.Options{})
+	p, err := env.Compile(`state._shared.turn == self && !(string(params.cell) in state._shared.board) && state._shared.winner == null`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := &expr.Vars{Self: "O", Params: map[string]any{"cell": int64(4)},
+		State: map[string]any{"_shared": map[string]any{"turn": "X", "board": map[string]any{}, "winner": nil}}}
+	ex := env.Explain(context.Background(), p, vars)
+	if ex == nil || ex.Clause != `state._shared.turn == self` || ex.Read["state._shared.turn"] != "X" {
+		t.Fatalf("out of turn: %+v", ex)
+	}
+	vars.Self = "X"
+	vars.State["_shared"].(map[string]any)["board"] = map[string]any{"4": "O"}
+	if ex := env.Explain(context.Background(), p, vars); ex == nil || ex.Clause != `!(string(params.cell) in state._shared.board)` || ex.Read["params.cell"] != int64(4) {
+		t.Fatalf("cell taken: %+v", ex)
+	}
+	vars.State["_shared"].(map[string]any)["board"] = map[string]any{}
+	delete(vars.State["_shared"].(map[string]any), "winner")
+	if ex := env.Explain(context.Background(), p, vars); ex == nil || ex.Error == "" || ex.Read["state._shared.winner"] != "<missing>" {
+		t.Fatalf("missing key: %+v", ex)
+	}
+	vars.State["_shared"].(map[string]any)["winner"] = nil
+	if ex := env.Explain(context.Background(), p, vars); ex != nil {
+		t.Fatalf("a true condition explained: %+v", ex)
+	}
+}

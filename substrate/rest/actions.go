@@ -108,12 +108,13 @@ func (a *api) wait(w http.ResponseWriter, r *http.Request, p *substrate.Principa
 
 func (a *api) eval(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
 	var body struct {
-		Expr string `json:"expr"`
+		Expr   string          `json:"expr"`
+		Params json.RawMessage `json:"params,omitempty"`
 	}
 	if !a.decode(w, r, &body, false) {
 		return
 	}
-	res, err := a.svc.Eval(r.Context(), p, r.PathValue("room"), body.Expr)
+	res, err := a.svc.Eval(r.Context(), p, r.PathValue("room"), body.Expr, body.Params)
 	a.reply(w, r, http.StatusOK, res, err)
 }
 

@@ -575,3 +575,41 @@ func TestRegistrationDefaultsAreTheSameEverywhere(t *testing.T) {
 		t.Fatalf("action registration seq %d, room seq %d", act.num("seq"), e.seq(rm))
 	}
 }
+
+// A refused precondition names the clause that did not hold and what it
+// read (it repeated the whole if, so out of turn, an occupied cell and a
+// finished game looked the same); eval binds params to try an if, and a
+// wait that times out says which clause was unmet.
+func TestPreconditionExplained(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("ttt", nil)
+	x := e.join(rm, "X")
+	e.do("PUT", "/rooms/ttt/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "turn", "value": "O"},
+		map[string]any{"scope": "_shared", "key": "board", "value": map[string]any{"4": "O"}},
+	}}).must(t, 200)
+	guard := `state._shared.turn == self && !(string(params.cell) in state._shared.board)`
+	e.do("PUT", "/rooms/ttt/actions", rm.token, map[string]any{"id": "move", "params": map[string]any{"cell": map[string]any{"type": "integer"}},
+		"if": guard, "writes": []any{map[string]any{"key": "last", "value": "${params.cell}"}}}).must(t, 201)
+
+	r := e.invoke(rm, x, "move", map[string]any{"cell": 4})
+	if r.str("error") != "precondition_failed" || r.str("clause") != "state._shared.turn == self" || path(r.body, "read", "state._shared.turn") != "O" {
+		t.Fatalf("out of turn: %d %s", r.status, r.raw)
+	}
+	e.do("PUT", "/rooms/ttt/state", rm.token, map[string]any{"scope": "_shared", "key": "turn", "value": "X"}).must(t, 200)
+	r = e.invoke(rm, x, "move", map[string]any{"cell": 4})
+	if r.str("clause") != "!(string(params.cell) in state._shared.board)" || path(r.body, "read", "params.cell") != float64(4) {
+		t.Fatalf("occupied cell: %s", r.raw)
+	}
+	ev := e.do("POST", "/rooms/ttt/eval", x, map[string]any{"expr": guard, "params": map[string]any{"cell": 4}}).must(t, 200)
+	if ev.body["value"] != false || path(ev.body, "unmet", "clause") != "!(string(params.cell) in state._shared.board)" {
+		t.Fatalf("eval with params: %s", ev.raw)
+	}
+	if ev := e.do("POST", "/rooms/ttt/eval", x, map[string]any{"expr": guard, "params": map[string]any{"cell": 5}}).must(t, 200); ev.body["value"] != true {
+		t.Fatalf("eval with a free cell: %s", ev.raw)
+	}
+	w := e.do("GET", "/rooms/ttt/wait?timeout=300&condition="+url.QueryEscape(`state._shared.turn == "O"`), x, nil).must(t, 200)
+	if w.body["timeout"] != true || path(w.body, "unmet", "read", "state._shared.turn") != "X" {
+		t.Fatalf("wait timeout: %s", w.raw)
+	}
+}
