@@ -214,8 +214,11 @@ func strictJSON(raw []byte, v any) error {
 
 // contextRequest builds the substrate's context parameters from tool
 // arguments, with the same validation as the REST query.
-func contextRequest(depth, only, include string, after, limit *int64) (substrate.ContextRequest, error) {
+func contextRequest(depth, only, include string, after, limit *int64, context string) (substrate.ContextRequest, error) {
 	q := url.Values{}
+	if context != "" {
+		q.Set("context", context)
+	}
 	set := func(k, v string) {
 		if v != "" {
 			q.Set(k, v)

@@ -144,7 +144,7 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				q, err := contextRequest(in.Depth, in.Only, in.Include, in.MessagesAfter, in.MessagesLimit)
+				q, err := contextRequest(in.Depth, in.Only, in.Include, in.MessagesAfter, in.MessagesLimit, "")
 				if err != nil {
 					return nil, err
 				}
@@ -188,12 +188,20 @@ func tools() []tool {
 			}},
 		{&sdk.Tool{Name: "sync_wait", Title: "Wait for a condition",
 			Description: "Wait until a CEL condition over the room holds, e.g. state._shared.phase == \"review\" or messages.directed_unread > 0. Returns {triggered: true, context} as soon as it does, or {triggered: false, timeout: true} after timeout_ms (default 25000, at most 45000): then simply call again. Use instead of polling.",
-			InputSchema: schema(map[string]any{"condition": str("CEL condition (see sync_help key expressions)."), "room": roomProp, "timeout_ms": num("How long to wait, ms (default 25000, max 45000).")}, "condition"),
+			InputSchema: schema(map[string]any{"condition": str("CEL condition (see sync_help key expressions)."), "room": roomProp, "timeout_ms": num("How long to wait, ms (default 25000, max 45000)."),
+				"context":        map[string]any{"type": "string", "enum": []string{"full", "none"}, "description": "full (default): the context when the condition holds; none: only that it held, with the room seq."},
+				"depth":          map[string]any{"type": "string", "enum": []string{"lean", "full", "usage"}, "description": "As in sync_read_context (default lean)."},
+				"only":           str("As in sync_read_context: sections to keep."),
+				"messages_limit": num("As in sync_read_context (default 20 here).")}, "condition"),
 			Annotations: annotations("Wait for a condition", true, false, true)},
 			func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
 				var in struct {
 					Condition, Room string
-					TimeoutMS       int64 `json:"timeout_ms"`
+					TimeoutMS       int64  `json:"timeout_ms"`
+					Context         string `json:"context"`
+					Depth           string `json:"depth"`
+					Only            string `json:"only"`
+					MessagesLimit   *int64 `json:"messages_limit"`
 				}
 				if err := decode(args, &in); err != nil {
 					return nil, err
@@ -205,7 +213,15 @@ func tools() []tool {
 				}
 				// The substrate decides the default and the cap (the same
 				// for every surface).
-				return c.opt.Substrate.Wait(ctx, p, room, in.Condition, time.Duration(in.TimeoutMS)*time.Millisecond, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20})
+				if in.MessagesLimit == nil {
+					twenty := int64(20) // a wake-up needs the latest few, not 100
+					in.MessagesLimit = &twenty
+				}
+				q, err := contextRequest(in.Depth, in.Only, "", nil, in.MessagesLimit, in.Context)
+				if err != nil {
+					return nil, err
+				}
+				return c.opt.Substrate.Wait(ctx, p, room, in.Condition, time.Duration(in.TimeoutMS)*time.Millisecond, q)
 			}},
 		{&sdk.Tool{Name: "sync_register_action", Title: "Register an action",
 			Description: "Register or replace an action in the room you are embodied in: a named, parameterised, guarded set of writes anyone may invoke. Fields as in sync_help key standard_library (id, description, intent, params, if, enabled, writes, result, timer, on_invoke). Returns the definition, what changed, and warnings.",

@@ -114,6 +114,9 @@ type ContextRequest struct {
 	// Include adds log scopes (_messages, _audit) to state, newest
 	// MessagesLimit entries each.
 	Include []string
+	// NoContext (context=none) makes a wait return only whether its
+	// condition held, with the room seq: no envelope, nothing marked read.
+	NoContext bool
 }
 
 // ParseContextRequest reads the context parameters from a query string.
@@ -149,6 +152,13 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 		if inc != ScopeMessages && inc != ScopeAudit {
 			return q, errs.New(errs.InvalidField, "include=%s: only _messages and _audit can be included", inc).WithHint("use include=_messages,_audit")
 		}
+	}
+	switch v := get("context"); v {
+	case "", "full":
+	case "none":
+		q.NoContext = true
+	default:
+		return q, errs.New(errs.InvalidField, "context=%q is not full or none", v).WithHint("use context=none to get only whether the condition held")
 	}
 	q.NoActions = get("actions") == "false"
 	q.NoMessages = get("messages") == "false"

@@ -93,8 +93,11 @@ type WaitResult struct {
 	ConditionError map[string]any `json:"condition_error,omitempty"`
 	// Unmet explains, on a timeout, which clause of the condition did not
 	// hold at the last evaluation and what it read.
-	Unmet   *expr.Explanation `json:"unmet,omitempty"`
-	Context *Envelope         `json:"context"`
+	Unmet *expr.Explanation `json:"unmet,omitempty"`
+	// Seq is the room seq the result describes.
+	Seq int64 `json:"seq"`
+	// Context is the envelope, absent with context=none.
+	Context *Envelope `json:"context,omitempty"`
 }
 
 // EvalResult is an expression's value, read at Seq.

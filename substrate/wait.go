@@ -53,6 +53,9 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return nil, err
 		}
 		ok, evalErr := s.cel.EvalBool(ctx, prog, &rc.vars)
+		if evalErr == nil && ok && creq.NoContext {
+			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq}, nil
+		}
 		if evalErr == nil && ok {
 			env, err := s.envelopeOf(ctx, rc, roomID, creq)
 			if err != nil {
@@ -75,11 +78,14 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		case <-recheck.C:
 		case <-deadline.C:
 			recheck.Stop()
-			env, err := s.Context(context.WithoutCancel(ctx), p, roomID, creq)
-			if err != nil {
-				return nil, err
+			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq}
+			if !creq.NoContext {
+				env, err := s.Context(context.WithoutCancel(ctx), p, roomID, creq)
+				if err != nil {
+					return nil, err
+				}
+				out.Context, out.Seq = env, env.Context.Seq
 			}
-			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Context: env}
 			if lastErr != nil {
 				out.ConditionError = errs.From(lastErr).Body()
 			}

@@ -613,3 +613,27 @@ func TestPreconditionExplained(t *testing.T) {
 		t.Fatalf("wait timeout: %s", w.raw)
 	}
 }
+
+// A wait with context=none answers only whether the condition held, with
+// the room seq, and marks nothing read; bad values are refused.
+func TestWaitWithoutContext(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("bare", nil)
+	a := e.join(rm, "a")
+	e.do("PUT", "/rooms/bare/state", rm.token, map[string]any{"scope": "_shared", "key": "go", "value": true}).must(t, 200)
+	e.invoke(rm, rm.token, "_send_message", map[string]any{"body": "hi", "to": "a"}).must(t, 200)
+	w := e.do("GET", "/rooms/bare/wait?context=none&condition="+url.QueryEscape("state._shared.go"), a, nil).must(t, 200)
+	if w.body["triggered"] != true || w.body["context"] != nil || w.num("seq") != e.seq(rm) {
+		t.Fatalf("wait with context=none: %s", w.raw)
+	}
+	if got := path(e.ctx(rm, a, "").body, "messages", "unread"); got != float64(1) {
+		t.Fatalf("unread after a bare wait: %v (it must mark nothing read)", got)
+	}
+	w = e.do("GET", "/rooms/bare/wait?context=none&timeout=100&condition="+url.QueryEscape("!state._shared.go"), a, nil).must(t, 200)
+	if w.body["timeout"] != true || w.body["context"] != nil || w.num("seq") == 0 {
+		t.Fatalf("timed-out bare wait: %s", w.raw)
+	}
+	if r := e.do("GET", "/rooms/bare/wait?context=some&condition=true", a, nil); r.status != 400 {
+		t.Fatalf("context=some: %d %s", r.status, r.raw)
+	}
+}
