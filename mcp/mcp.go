@@ -214,10 +214,21 @@ func strictJSON(raw []byte, v any) error {
 
 // contextRequest builds the substrate's context parameters from tool
 // arguments, with the same validation as the REST query.
-func contextRequest(depth, only, include string, after, limit *int64, context string) (substrate.ContextRequest, error) {
+// DefaultMaxBytes is the size budget of a context in a tool result when
+// the call names none: about 8,000 tokens, well inside what Claude Code
+// (25,000 tokens) and Claude.ai accept, and enough for a room of a few
+// hundred small entries whole.
+const DefaultMaxBytes = 32_000
+
+func contextRequest(depth, only, include string, after, limit *int64, context string, maxBytes *int64) (substrate.ContextRequest, error) {
 	q := url.Values{}
 	if context != "" {
 		q.Set("context", context)
+	}
+	if maxBytes == nil {
+		q.Set("max_bytes", strconv.Itoa(DefaultMaxBytes))
+	} else {
+		q.Set("max_bytes", strconv.FormatInt(*maxBytes, 10))
 	}
 	set := func(k, v string) {
 		if v != "" {

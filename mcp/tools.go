@@ -125,7 +125,8 @@ func tools() []tool {
 				"only":           str("Comma-separated sections to keep: state, views, agents, actions, messages, or state.<scope>."),
 				"messages_after": num("Return messages after this seq (paging)."),
 				"messages_limit": num("Messages to return, 1–500 (default 100)."),
-				"include":        str("Log scopes to add to state: _messages, _audit.")}),
+				"include":        str("Log scopes to add to state: _messages, _audit."),
+				"max_bytes":      num("Size budget of the result in bytes (default 32000); what does not fit is summarised, and _context.budget says how to read it.")}),
 			Annotations: annotations("Read room context", true, false, true)},
 			func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
 				var in struct {
@@ -135,6 +136,7 @@ func tools() []tool {
 					Include       string `json:"include"`
 					MessagesAfter *int64 `json:"messages_after"`
 					MessagesLimit *int64 `json:"messages_limit"`
+					MaxBytes      *int64 `json:"max_bytes"`
 				}
 				if err := decode(args, &in); err != nil {
 					return nil, err
@@ -144,7 +146,7 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				q, err := contextRequest(in.Depth, in.Only, in.Include, in.MessagesAfter, in.MessagesLimit, "")
+				q, err := contextRequest(in.Depth, in.Only, in.Include, in.MessagesAfter, in.MessagesLimit, "", in.MaxBytes)
 				if err != nil {
 					return nil, err
 				}
@@ -171,7 +173,7 @@ func tools() []tool {
 				return c.opt.Lobby.Disembody(ctx, c.sess)
 			}},
 		{&sdk.Tool{Name: "sync_invoke_action", Title: "Invoke an action",
-			Description: "Invoke an action (or a builtin such as _send_message) in the room you are embodied in. It reads and writes with its registrar's authority (never your private scope unless you registered it in your own); failures change nothing and say why (precondition_failed, action_cooldown, invalid_param…). Returns the writes and the action's result.",
+			Description: "Invoke an action (or a builtin such as _send_message) in the room you are embodied in. It reads and writes with its registrar's authority (never your private scope unless you registered it in your own); failures change nothing and say why (precondition_failed, action_cooldown, invalid_param…). Returns what it wrote (scope, key, version, size; read values back with sync_read_context) and the action's result.",
 			InputSchema: schema(map[string]any{"action": str("Action id, as listed in the context's actions."), "params": obj("The action's parameters.")}, "action"),
 			Annotations: annotations("Invoke an action", false, true, false)},
 			func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
@@ -183,7 +185,11 @@ func tools() []tool {
 					return nil, err
 				}
 				return c.acting(ctx, func(p *substrate.Principal, room string) (any, error) {
-					return c.opt.Substrate.Invoke(ctx, p, room, in.Action, in.Params)
+					res, err := c.opt.Substrate.Invoke(ctx, p, room, in.Action, in.Params)
+					if err != nil {
+						return nil, err
+					}
+					return res.Summary(), nil
 				})
 			}},
 		{&sdk.Tool{Name: "sync_wait", Title: "Wait for a condition",
@@ -192,7 +198,8 @@ func tools() []tool {
 				"context":        map[string]any{"type": "string", "enum": []string{"full", "none"}, "description": "full (default): the context when the condition holds; none: only that it held, with the room seq."},
 				"depth":          map[string]any{"type": "string", "enum": []string{"lean", "full", "usage"}, "description": "As in sync_read_context (default lean)."},
 				"only":           str("As in sync_read_context: sections to keep."),
-				"messages_limit": num("As in sync_read_context (default 20 here).")}, "condition"),
+				"messages_limit": num("As in sync_read_context (default 20 here)."),
+				"max_bytes":      num("As in sync_read_context (default 32000).")}, "condition"),
 			Annotations: annotations("Wait for a condition", true, false, true)},
 			func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
 				var in struct {
@@ -202,6 +209,7 @@ func tools() []tool {
 					Depth           string `json:"depth"`
 					Only            string `json:"only"`
 					MessagesLimit   *int64 `json:"messages_limit"`
+					MaxBytes        *int64 `json:"max_bytes"`
 				}
 				if err := decode(args, &in); err != nil {
 					return nil, err
@@ -217,7 +225,7 @@ func tools() []tool {
 					twenty := int64(20) // a wake-up needs the latest few, not 100
 					in.MessagesLimit = &twenty
 				}
-				q, err := contextRequest(in.Depth, in.Only, "", nil, in.MessagesLimit, in.Context)
+				q, err := contextRequest(in.Depth, in.Only, "", nil, in.MessagesLimit, in.Context, in.MaxBytes)
 				if err != nil {
 					return nil, err
 				}

@@ -117,6 +117,9 @@ type ContextRequest struct {
 	// NoContext (context=none) makes a wait return only whether its
 	// condition held, with the room seq: no envelope, nothing marked read.
 	NoContext bool
+	// MaxBytes is the envelope's size budget in bytes of JSON (0: none);
+	// see fitBudget. At most 4 MiB.
+	MaxBytes int
 }
 
 // ParseContextRequest reads the context parameters from a query string.
@@ -152,6 +155,14 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 		if inc != ScopeMessages && inc != ScopeAudit {
 			return q, errs.New(errs.InvalidField, "include=%s: only _messages and _audit can be included", inc).WithHint("use include=_messages,_audit")
 		}
+	}
+	if v := get("max_bytes"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxContextBytes {
+			return q, errs.New(errs.InvalidField, "max_bytes=%q is not between 1 and %d", v, maxContextBytes).
+				WithHint("ask for what you need: the default fits a model's context; raise it to read more at once")
+		}
+		q.MaxBytes = n
 	}
 	switch v := get("context"); v {
 	case "", "full":
@@ -210,6 +221,9 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		rc.msgs, rc.counted = mc, true
 	}
 	env, err := s.envelope(ctx, s.db, rc, roomID, req)
+	if err == nil && req.MaxBytes > 0 {
+		fitBudget(env, rc, req.MaxBytes)
+	}
 	if err == nil && rc.readUpTo > 0 {
 		// Monotonic, so concurrent reads cannot move it back.
 		_, err = s.db.Exec(ctx, `UPDATE agents SET last_seen_seq = $3 WHERE room_id = $1 AND id = $2 AND last_seen_seq < $3`,
@@ -361,6 +375,7 @@ func (r ContextRequest) echo() RequestEcho {
 	if r.MessagesLimit != 100 {
 		e.MessagesLimit = r.MessagesLimit
 	}
+	e.MaxBytes = r.MaxBytes
 	e.Include = strings.Join(r.Include, ",")
 	return e
 }

@@ -66,8 +66,11 @@ type ContextMeta struct {
 	Expand            []string        `json:"_expand,omitempty"`
 	Help              []string        `json:"help,omitempty"`
 	MessagesTruncated *MessagesElided `json:"messages_truncated,omitempty"`
-	Request           RequestEcho     `json:"request"`
-	Seq               int64           `json:"seq"`
+	// Budget says how the envelope was fitted to max_bytes, and what it
+	// left out.
+	Budget  *Budget     `json:"budget,omitempty"`
+	Request RequestEcho `json:"request"`
+	Seq     int64       `json:"seq"`
 }
 
 // RequestEcho repeats the shaping parameters a request set (defaults are
@@ -79,6 +82,7 @@ type RequestEcho struct {
 	Messages      *bool  `json:"messages,omitempty"`
 	MessagesAfter *int64 `json:"messages_after,omitempty"`
 	MessagesLimit int    `json:"messages_limit,omitempty"`
+	MaxBytes      int    `json:"max_bytes,omitempty"`
 	Include       string `json:"include,omitempty"`
 }
 

@@ -31,6 +31,40 @@ type InvokeResult struct {
 	written []*Entry
 }
 
+// WriteRef names what an invocation wrote, without the value: what a
+// caller needs to read it back or to write it again with if_version.
+type WriteRef struct {
+	Scope    string `json:"scope"`
+	Key      string `json:"key"`
+	Version  int64  `json:"version"`
+	SortKey  *int64 `json:"sort_key,omitempty"`
+	Revision int64  `json:"revision"`
+	// Bytes is the value's size (0 for a deletion).
+	Bytes int `json:"bytes"`
+}
+
+// InvokeSummary is an invocation's result with references instead of the
+// written values: a model that invoked an action knows what it sent, and
+// the values can be large.
+type InvokeSummary struct {
+	Invoked bool       `json:"invoked"`
+	Action  string     `json:"action"`
+	Agent   string     `json:"agent"`
+	Seq     int64      `json:"seq"`
+	Writes  []WriteRef `json:"writes"`
+	Result  any        `json:"result,omitempty"`
+	Builtin any        `json:"builtin_result,omitempty"`
+}
+
+// Summary is r with references in place of the written values.
+func (r *InvokeResult) Summary() *InvokeSummary {
+	out := &InvokeSummary{Invoked: r.Invoked, Action: r.Action, Agent: r.Agent, Seq: r.Seq, Result: r.Result, Builtin: r.Builtin, Writes: []WriteRef{}}
+	for _, e := range r.Writes {
+		out.Writes = append(out.Writes, WriteRef{Scope: e.Scope, Key: e.Key, Version: e.Version, SortKey: e.SortKey, Revision: e.Revision, Bytes: len(e.Value)})
+	}
+	return out
+}
+
 // fill copies the written entries into Writes after the commit.
 func (r *InvokeResult) fill(seq int64) {
 	r.Seq = seq

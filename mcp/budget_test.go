@@ -1,0 +1,98 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// rawTool calls a tool and returns its structured result's bytes.
+func rawTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) []byte {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	if res.IsError {
+		t.Fatalf("%s failed: %s", name, raw)
+	}
+	return raw
+}
+
+// What a model gets from a big room fits its client: the lean context of a
+// room with 10 agents and 500 tasks was about 108 KB (36,000 tokens, past
+// Claude Code's 25,000), a wait wake-up about 96 KB, and an invocation
+// echoed every value it wrote. Results now keep to a 32,000-byte budget
+// unless the call asks for more, say what they cut and how to get it, and
+// invocations return references instead of values. The figures are logged
+// (go test ./mcp -run TestResultSizes -v).
+func TestResultSizes(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "board"})
+	tok := room["token"].(string)
+	for i := range 10 {
+		restCall(ctx, srv.base, "POST", "/rooms/board/agents", tok, map[string]any{"id": fmt.Sprintf("worker%d", i), "name": "Worker"})
+	}
+	for batch := range 5 {
+		var writes []any
+		for i := range 100 {
+			writes = append(writes, map[string]any{"scope": "_shared", "key": fmt.Sprintf("task-%03d", batch*100+i),
+				"value": map[string]any{"title": "a small task with a short description", "notes": "to be picked up by whoever is free; report progress in the room and mark it done when finished", "done": i%3 == 0, "owner": fmt.Sprintf("worker%d", i%10)}})
+		}
+		if code, out, _ := restCall(ctx, srv.base, "PUT", "/rooms/board/state/batch", tok, map[string]any{"writes": writes}); code != 200 {
+			t.Fatalf("batch: %d %v", code, out)
+		}
+	}
+	restCall(ctx, srv.base, "PUT", "/rooms/board/actions", tok, map[string]any{"id": "note", "params": map[string]any{"text": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"key": "note", "value": "${params.text}"}}})
+	alice := signup(t, srv, "alice")
+	var aliceID string
+	_ = srv.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = 'alice'`).Scan(&aliceID)
+	if err := srv.lobby.ClaimRoom(ctx, aliceID, "board", tok); err != nil {
+		t.Fatal(err)
+	}
+	cs := connect(t, alice, map[string]string{"board": "admin"})
+	mustTool(t, cs, "sync_embody", map[string]any{"room": "board"})
+
+	full := rawTool(t, cs, "sync_read_context", map[string]any{"max_bytes": 4 << 20})
+	lean := rawTool(t, cs, "sync_read_context", nil)
+	const budget = 32_000
+	if len(full) < 2*budget {
+		t.Fatalf("the room is too small to test the budget: %d bytes whole", len(full))
+	}
+	if len(lean) > budget+512 { // the budget covers the envelope; the session block rides along
+		t.Fatalf("lean context is %d bytes, over the %d budget", len(lean), budget)
+	}
+	var env map[string]any
+	_ = json.Unmarshal(lean, &env)
+	cuts, _ := get(env, "_context", "budget", "cuts").([]any)
+	if len(cuts) == 0 {
+		t.Fatalf("the budget cut nothing it says: %v", get(env, "_context", "budget"))
+	}
+	first := cuts[0].(map[string]any)
+	if first["section"] == nil || first["expand"] == nil {
+		t.Fatalf("a cut without what and how: %v", first)
+	}
+	if get(env, "state", "_shared", "_summary", "keys") != float64(500) {
+		t.Fatalf("the summarised scope does not count its keys: %v", get(env, "state", "_shared", "_summary"))
+	}
+	wake := rawTool(t, cs, "sync_wait", map[string]any{"condition": "true"})
+	if len(wake) > budget+512 {
+		t.Fatalf("wait wake-up is %d bytes", len(wake))
+	}
+	big := strings.Repeat("x", 5000)
+	inv := rawTool(t, cs, "sync_invoke_action", map[string]any{"action": "note", "params": map[string]any{"text": big}})
+	if strings.Contains(string(inv), big) || !strings.Contains(string(inv), `"bytes":5002`) {
+		t.Fatalf("invocation result echoes the value or lacks its size: %.300s", inv)
+	}
+	t.Logf("500-task room: whole context %d bytes (~%d tokens); lean context %d bytes (~%d tokens); wait wake-up %d bytes; invocation of a 5 KB write %d bytes",
+		len(full), len(full)/4, len(lean), len(lean)/4, len(wake), len(inv))
+}
