@@ -81,6 +81,9 @@ func TestResultSizes(t *testing.T) {
 	if first["section"] == nil || first["expand"] == nil {
 		t.Fatalf("a cut without what and how: %v", first)
 	}
+	if now, _ := get(env, "_session", "now").(string); len(now) < 20 {
+		t.Fatalf("result without the server time: %v", env["_session"])
+	}
 	if get(env, "state", "_shared", "_summary", "keys") != float64(500) {
 		t.Fatalf("the summarised scope does not count its keys: %v", get(env, "state", "_shared", "_summary"))
 	}

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -196,7 +197,10 @@ func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
 		if sess.RoomID != "" {
 			level = sess.Scope.Level(sess.RoomID)
 		}
-		block, _ := json.Marshal(map[string]any{"room": sess.RoomID, "agent": sess.AgentID, "scope_level": level})
+		// The server's clock rides along: a model has no other reliable
+		// source for "now" (timers, last heartbeats, deadlines).
+		block, _ := json.Marshal(map[string]any{"room": sess.RoomID, "agent": sess.AgentID, "scope_level": level,
+			"now": time.Now().UTC().Format(time.RFC3339)})
 		sep := []byte(",")
 		if bytes.Equal(body, []byte("{}")) {
 			sep = nil

@@ -315,6 +315,12 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			}
 		}
 		env.Actions = acts
+		if req.Depth == "lean" {
+			env.Builtins = builtinsLine
+			if rc.p != nil && rc.p.ReadOnly() {
+				env.Builtins = "help {key?} (read-only: no other action)"
+			}
+		}
 		present = append(present, "actions")
 	} else {
 		elided = append(elided, "actions")
@@ -462,6 +468,7 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 // actionsSection lists enabled actions with availability, plus builtins.
 func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, roomID, depth string) (map[string]ActionView, error) {
 	out := map[string]ActionView{}
+	readOnly := rc.p != nil && rc.p.ReadOnly()
 	var counts map[string]int
 	if depth == "usage" {
 		var err error
@@ -478,7 +485,8 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 	sort.Strings(ids)
 	for _, id := range ids {
 		def := rc.snap.actions[id].def
-		a := ActionView{Available: rc.actAvail[id], Description: def.Description}
+		// Read-only callers (the view token, observers) can invoke nothing.
+		a := ActionView{Signature: signature(id, def.Params), Available: rc.actAvail[id] && !readOnly, Description: def.Description}
 		if cd := s.cooldownOf(rc.snap, id, rc.now); cd != nil {
 			a.Cooldown = cd.describe(rc.now)
 		}
@@ -493,7 +501,10 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 		}
 		out[id] = a
 	}
-	canAct := rc.p == nil || !rc.p.ReadOnly()
+	canAct := !readOnly
+	if depth == "lean" {
+		return out, nil // builtins are one line: Envelope.Builtins
+	}
 	for id, desc := range builtinDescriptions {
 		if _, overridden := out[id]; overridden {
 			continue
@@ -526,4 +537,43 @@ func invocationCounts(ctx context.Context, q querier, roomID string) (map[string
 		}
 	}
 	return out, rows.Err()
+}
+
+// builtinsLine is the builtins at the lean depth, in one line.
+const builtinsLine = "_send_message {body, to?, kind?}; _register_action {id, writes, params?, if?…}; _register_view {id, expr, scope?}; _delete_action {id}; _delete_view {id}; help {key?}"
+
+// signature renders an action's call in brief, params sorted, required
+// ones marked *: move(cell*: integer 0…8, note: string).
+func signature(id string, params map[string]ParamSpec) string {
+	names := make([]string, 0, len(params))
+	for n := range params {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		p := params[n]
+		t := p.Type
+		if t == "" {
+			t = "any"
+		}
+		mark := ""
+		if p.Required {
+			mark = "*"
+		}
+		part := n + mark + ": " + t
+		if len(p.Enum) > 0 {
+			vals := make([]string, 0, len(p.Enum))
+			for _, v := range p.Enum {
+				raw, _ := json.Marshal(v)
+				vals = append(vals, string(raw))
+			}
+			if len(vals) > 6 {
+				vals = append(vals[:2], "…", vals[len(vals)-1])
+			}
+			part += " " + strings.Join(vals, "|")
+		}
+		parts[i] = part
+	}
+	return id + "(" + strings.Join(parts, ", ") + ")"
 }

@@ -15,15 +15,20 @@ type Envelope struct {
 	// Views maps view ids to values ({"_error": …} for a failing one).
 	Views map[string]any `json:"views,omitzero"`
 	// Agents maps agent ids to their presence.
-	Agents   map[string]any        `json:"agents,omitzero"`
-	Actions  map[string]ActionView `json:"actions,omitzero"`
-	Messages *Messages             `json:"messages,omitempty"`
-	Context  ContextMeta           `json:"_context"`
+	Agents  map[string]any        `json:"agents,omitzero"`
+	Actions map[string]ActionView `json:"actions,omitzero"`
+	// Builtins lists the builtin actions in one line at the lean depth
+	// (in full, they are in Actions).
+	Builtins string      `json:"builtins,omitempty"`
+	Messages *Messages   `json:"messages,omitempty"`
+	Context  ContextMeta `json:"_context"`
 }
 
 // ActionView is an action (or builtin) as the reader sees it; the
 // definition's fields are shown beyond the lean depth.
 type ActionView struct {
+	// Signature is the call in brief: move(cell*: integer 0…8).
+	Signature       string               `json:"signature,omitempty"`
 	Available       bool                 `json:"available"`
 	Builtin         bool                 `json:"builtin,omitempty"`
 	Description     string               `json:"description"`

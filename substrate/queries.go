@@ -26,10 +26,11 @@ const (
 	sqlMessagesAfter = `SELECT sort_key, value, writer, via FROM state WHERE room_id = $1 AND scope = '_messages'
 		AND sort_key > $2 AND sort_key <= $4` + liveSQL + `
 		ORDER BY sort_key LIMIT $3`
-	// sqlUnread counts a reader's unread (and directed) messages, bounded.
+	// sqlUnread counts a reader's unread (and directed) messages, bounded;
+	// its own messages are not unread.
 	sqlUnread = `SELECT count(*), count(*) FILTER (WHERE directed) FROM (
 			SELECT (value->'to') ? $3 AS directed FROM state
-			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2 AND sort_key <= $4` + liveSQL + `
+			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2 AND sort_key <= $4 AND writer <> $3` + liveSQL + `
 			LIMIT $5) t`
 	// sqlLogPage reads the newest entries of a log up to a seq.
 	sqlLogPage = `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND sort_key <= $4` + liveSQL + `

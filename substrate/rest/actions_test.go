@@ -637,3 +637,36 @@ func TestWaitWithoutContext(t *testing.T) {
 		t.Fatalf("context=some: %d %s", r.status, r.raw)
 	}
 }
+
+// The lean context is enough to act and costs little: each action shows a
+// compact signature, builtins are one line, read-only callers see nothing
+// they could invoke as available, and one's own messages are not unread.
+func TestLeanContextEssentials(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("lean", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/lean/actions", rm.token, map[string]any{"id": "move",
+		"params": map[string]any{"cell": map[string]any{"type": "integer", "required": true, "enum": []int{0, 1, 2, 3, 4, 5, 6, 7, 8}}, "note": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"key": "last", "value": "${params.cell}"}}}).must(t, 201)
+	lean := e.ctx(rm, a, "").body
+	if got := path(lean, "actions", "move", "signature"); got != "move(cell*: integer 0|1|…|8, note: string)" {
+		t.Fatalf("signature %v", got)
+	}
+	if path(lean, "actions", "_send_message") != nil || !strings.Contains(fmt.Sprint(lean["builtins"]), "_send_message {body, to?") {
+		t.Fatalf("builtins at lean: %v / %v", path(lean, "actions", "_send_message"), lean["builtins"])
+	}
+	if full := e.ctx(rm, a, "depth=full").body; path(full, "actions", "_send_message", "builtin") != true || full["builtins"] != nil {
+		t.Fatalf("builtins at full: %v", full["actions"])
+	}
+	if got := path(e.ctx(rm, rm.view, "").body, "actions", "move", "available"); got != false {
+		t.Fatalf("move available to the view token: %v", got)
+	}
+	e.invoke(rm, a, "_send_message", map[string]any{"body": "mine"}).must(t, 200)
+	if got := path(e.ctx(rm, a, "").body, "messages", "unread"); got != float64(0) {
+		t.Fatalf("a's own message counts as unread for a: %v", got)
+	}
+	if got := path(e.ctx(rm, b, "").body, "messages", "unread"); got != float64(1) {
+		t.Fatalf("b's unread: %v", got)
+	}
+}
