@@ -65,7 +65,9 @@ func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	if o.publicURL != "" {
 		public = o.publicURL
 	}
-	svc := substrate.New(db, substrate.Options{})
+	// A minute's safety-net re-check: waits the tests see woken were woken
+	// by a notification.
+	svc := substrate.New(db, substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open", RatePerSecond: -1,
@@ -224,11 +226,15 @@ func TestEndToEndWithGoSDKClient(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	rung := time.Now()
 	mustTool(t, bs, "sync_invoke_action", map[string]any{"action": "ring", "params": map[string]any{"by": "bob"}})
 	select {
 	case out := <-waited:
 		if out["triggered"] != true {
 			t.Fatalf("wait: %v", out)
+		}
+		if d := time.Since(rung); d > 3*time.Second {
+			t.Fatalf("alice woken %v after bob's invocation: not by its notification", d)
 		}
 	case <-time.After(25 * time.Second):
 		t.Fatal("bob's invocation did not wake alice's wait")

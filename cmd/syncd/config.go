@@ -38,6 +38,9 @@ type config struct {
 	// whose X-Forwarded-For / Forwarded headers name the client. Default none.
 	TrustedProxies []netip.Prefix
 	AccessLog      bool // SYNC_ACCESS_LOG, -access-log: one log line per request. Default true.
+	// SYNC_WAIT_RECHECK, -wait-recheck: how often a wait re-evaluates its
+	// condition when no notification came (a safety net). Default 5 s.
+	WaitRecheck time.Duration
 }
 
 // defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
@@ -81,6 +84,7 @@ func parseConfig(args []string) (*config, error) {
 	dbConns := fs.String("db-max-conns", env("SYNC_DB_MAX_CONNS", strconv.Itoa(store.DefaultMaxConns)), "database connection pool size (SYNC_DB_MAX_CONNS)")
 	proxies := fs.String("trusted-proxies", env("SYNC_TRUSTED_PROXIES", ""), "reverse proxies whose X-Forwarded-For/Forwarded are believed: addresses or CIDR prefixes, comma-separated (SYNC_TRUSTED_PROXIES)")
 	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
+	recheck := fs.String("wait-recheck", env("SYNC_WAIT_RECHECK", "5s"), "safety-net re-check period of waits (SYNC_WAIT_RECHECK)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -104,6 +108,9 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.AccessLog, err = strconv.ParseBool(*accessLog); err != nil {
 		return nil, fmt.Errorf("access log %q is not true or false", *accessLog)
+	}
+	if c.WaitRecheck, err = time.ParseDuration(*recheck); err != nil || c.WaitRecheck < 100*time.Millisecond {
+		return nil, fmt.Errorf("wait recheck %q is not a duration of at least 100ms", *recheck)
 	}
 	if c.ShutdownIn, err = time.ParseDuration(*shutdown); err != nil {
 		return nil, fmt.Errorf("shutdown timeout %q: %w", *shutdown, err)

@@ -74,7 +74,8 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		slog.Info("migrations done", "applied", applied)
 		return nil
 	}
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue}})
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue},
+		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck}})
 	defer svc.Close()
 	go svc.RunJanitor(ctx, time.Minute)
 	lob := lobby.New(db, svc)

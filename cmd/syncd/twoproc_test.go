@@ -61,13 +61,15 @@ func startChild(t *testing.T, dbURL string, extra ...string) string {
 // by another process on the same database.
 func TestWaitAcrossProcesses(t *testing.T) {
 	dbURL := pgtest.URL(t)
-	cfg := testConfig(t, "-database-url", dbURL, "-rate-limit", "-1")
+	// The safety-net re-check is a minute on both processes: only the
+	// notification can wake the waiter within the test's bound.
+	cfg := testConfig(t, "-database-url", dbURL, "-rate-limit", "-1", "-wait-recheck", "60s")
 	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	a, stop := start(t, cfg)
 	defer stop()
-	b := startChild(t, dbURL)
+	b := startChild(t, dbURL, "-wait-recheck", "60s")
 
 	code, room := call(t, "POST", a+"/rooms", "", `{"id":"twoproc"}`)
 	if code != 201 {
@@ -117,7 +119,11 @@ func TestWaitAcrossProcesses(t *testing.T) {
 		if r.code != 200 || r.body["triggered"] != true {
 			t.Fatalf("wait on process B: %d %v", r.code, r.body)
 		}
-		t.Logf("woken %v after the invocation returned", time.Since(sent))
+		woken := time.Since(sent)
+		t.Logf("woken %v after the invocation returned", woken)
+		if woken > 3*time.Second {
+			t.Fatalf("woken %v after the invocation: not by its notification", woken)
+		}
 	case <-time.After(25 * time.Second):
 		t.Fatal("waiter on process B was not woken by the invocation on process A")
 	}

@@ -123,6 +123,9 @@ func (e *Env) reads(ctx context.Context, x ast.Expr, info *ast.SourceInfo, vars 
 func isPath(x ast.Expr) bool {
 	switch x.Kind() {
 	case ast.SelectKind:
+		if x.AsSelect().IsTestOnly() { // has(a.b): its clause already says it
+			return false
+		}
 		op := x.AsSelect().Operand()
 		return op.Kind() == ast.IdentKind || isPath(op)
 	case ast.CallKind:

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
@@ -34,7 +35,9 @@ func newEnvWith(t *testing.T, opt rest.Options, lim substrate.Limits) *env {
 	if opt.RatePerSecond == 0 {
 		opt.RatePerSecond = -1
 	}
-	svc := substrate.New(db, substrate.Options{Limits: lim})
+	// A minute's safety-net re-check: a wait the tests see woken was woken
+	// by its notification or its timer, never by the re-check.
+	svc := substrate.New(db, substrate.Options{Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, opt))
 	t.Cleanup(srv.Close)
