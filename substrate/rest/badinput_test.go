@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
@@ -44,7 +45,7 @@ func TestBadInput(t *testing.T) {
 		{"oversize value", "PUT", "/rooms/bad/state", rm.token, map[string]any{"scope": "_shared", "key": "k", "value": big}, 413, "value_too_large"},
 		{"oversize body", "PUT", "/rooms/bad/state", rm.token, map[string]any{"scope": "_shared", "key": "k", "value": strings.Repeat("y", 9000)}, 413, "body_too_large"},
 		{"empty batch", "PUT", "/rooms/bad/state/batch", rm.token, map[string]any{"writes": []any{}}, 400, "invalid_field"},
-		{"batch too long", "PUT", "/rooms/bad/state/batch", rm.token, map[string]any{"writes": make([]map[string]any, 101)}, 400, "invalid_field"},
+		{"batch too long", "PUT", "/rooms/bad/state/batch", rm.token, map[string]any{"writes": validWrites(101)}, 400, "invalid_field"},
 		{"unknown room", "GET", "/rooms/nope/state", rm.token, nil, 404, "room_not_found"},
 		{"unknown room write", "PUT", "/rooms/nope/state", rm.token, map[string]any{"scope": "_shared", "key": "k", "value": 1}, 404, "room_not_found"},
 		{"missing token", "GET", "/rooms/bad/state", "", nil, 401, "unauthorized"},
@@ -115,5 +116,26 @@ func TestRateLimit(t *testing.T) {
 	}
 	if !limited {
 		t.Fatal("6 requests at burst 3 and 1/s were never limited")
+	}
+}
+
+// validWrites is a batch of n writes each valid on its own, so that only
+// the batch limit can refuse it.
+func validWrites(n int) []map[string]any {
+	out := make([]map[string]any, n)
+	for i := range out {
+		out[i] = map[string]any{"scope": "_shared", "key": fmt.Sprintf("k%d", i), "value": i}
+	}
+	return out
+}
+
+// The batch limit is exactly 100 writes: the 101st is what is refused.
+func TestBatchLimitBoundary(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{MaxKeysPerScope: 1000})
+	rm := e.room("batch", nil)
+	e.do("PUT", "/rooms/batch/state/batch", rm.token, map[string]any{"writes": validWrites(100)}).must(t, 200)
+	r := e.do("PUT", "/rooms/batch/state/batch", rm.token, map[string]any{"writes": validWrites(101)})
+	if r.status != 400 || !strings.Contains(r.str("message"), "100") {
+		t.Fatalf("101 writes: %d %s", r.status, r.raw)
 	}
 }
