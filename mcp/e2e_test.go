@@ -52,6 +52,9 @@ type serverOpts struct {
 	// cimdRoots, when set, lets client metadata documents come from
 	// loopback TLS servers signed by these roots.
 	cimdRoots *x509.CertPool
+	// accessTTL shortens access tokens (default oauth's 12 h), for tests
+	// that need a client to refresh.
+	accessTTL time.Duration
 }
 
 func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
@@ -71,7 +74,7 @@ func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open", RatePerSecond: -1,
-		HTTP: o.http, AllowPrivateMetadataFetch: o.cimdRoots != nil, MetadataFetchRoots: o.cimdRoots})
+		HTTP: o.http, AllowPrivateMetadataFetch: o.cimdRoots != nil, MetadataFetchRoots: o.cimdRoots, AccessTokenTTL: o.accessTTL})
 	if err != nil {
 		t.Fatal(err)
 	}

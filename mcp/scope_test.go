@@ -2,7 +2,9 @@ package mcp_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -60,9 +62,35 @@ func TestRolesObserversAndScope(t *testing.T) {
 		t.Fatalf("disembody did not free the role: %v", get(ctx, "state", "_shared", "roles"))
 	}
 
-	// An observer reads communal state but cannot embody.
+	// An observer reads communal state, never an agent's private scope,
+	// sees nothing it could invoke, leaves no trace, and cannot embody.
+	mustTool(t, as2, "sync_embody", map[string]any{"room": "guild"})
+	mustTool(t, as2, "sync_register_action", map[string]any{"id": "stash", "scope": "alice:conformance",
+		// The value is made by an expression, so the definition (public)
+		// does not spell it.
+		"writes": []any{map[string]any{"scope": "${self}", "key": "secret", "value": `"hidden" + " " + "plans"`, "expr": true}}})
+	mustTool(t, as2, "sync_invoke_action", map[string]any{"action": "stash"})
+	mustTool(t, as2, "sync_disembody", nil)
 	cs := connectWithToken(t, srv, mintToken(t, srv, carol, map[string]string{"guild": "read"})["access_token"].(string))
-	mustTool(t, cs, "sync_read_context", map[string]any{"room": "guild"})
+	seen := mustTool(t, cs, "sync_read_context", map[string]any{"room": "guild", "depth": "full"})
+	if raw, _ := json.Marshal(seen); strings.Contains(string(raw), "hidden plans") {
+		t.Fatalf("the observer read a private scope: %s", raw)
+	}
+	if get(seen, "state", "_shared", "roles") == nil {
+		t.Fatalf("the observer does not see communal state: %v", seen["state"])
+	}
+	if get(seen, "actions", "stash", "available") != false {
+		t.Fatalf("stash shown available to an observer: %v", get(seen, "actions", "stash"))
+	}
+	if agents := seen["agents"].(map[string]any); len(agents) != 2 {
+		t.Fatalf("observing left a trace (agents %v)", agents)
+	}
+	if out, isErr := callTool(t, cs, "sync_eval_cel", map[string]any{"room": "guild", "expr": `state["alice:conformance"].secret`}); !isErr {
+		t.Fatalf("the observer evaluated a private scope: %v", out)
+	}
+	if out, isErr := callTool(t, cs, "sync_invoke_action", map[string]any{"action": "stash"}); !isErr || out["error"] != "not_embodied" {
+		t.Fatalf("the observer invoked: %v", out)
+	}
 	if out, isErr := callTool(t, cs, "sync_embody", map[string]any{"room": "guild"}); !isErr || out["error"] != "forbidden" {
 		t.Fatalf("observer embodied: %v", out)
 	}

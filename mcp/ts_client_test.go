@@ -20,7 +20,11 @@ import (
 // registration) and uses the tools. CI installs @modelcontextprotocol/sdk
 // next to Node 22 and sets SYNC_NODE_MODULES to that node_modules directory.
 func TestEndToEndWithTypeScriptClient(t *testing.T) {
-	srv := startServer(t, pgtest.New(t))
+	// Access tokens last 3 s here and the client outlives its first one:
+	// refresh: true means the SDK really refreshed and got through (it
+	// used to mean only that a refresh token was saved).
+	srv := startServerOpts(t, pgtest.New(t), serverOpts{accessTTL: 3 * time.Second})
+	t.Setenv("SYNC_TS_OUTLIVE_MS", "4000")
 	got := runTSClient(t, srv, "")
 	if got["note"] != "from typescript" || got["view"] != true || got["agent"] != "alice:ts-sdk-test" || got["tools"] != float64(17) || got["refresh"] != true {
 		t.Fatalf("TypeScript client saw %v", got)
@@ -47,7 +51,7 @@ func TestTypeScriptClientWithMetadataDocument(t *testing.T) {
 	srv := startServerOpts(t, pgtest.New(t), serverOpts{cimdRoots: roots})
 
 	got := runTSClient(t, srv, docURL)
-	if got["client_id"] != docURL || got["note"] != "from typescript" {
+	if got["client_id"] != docURL || got["note"] != "from typescript" || got["refresh"] != false {
 		t.Fatalf("TypeScript client with a metadata document saw %v", got)
 	}
 	var clients, named int

@@ -58,7 +58,13 @@ await call("sync_register_action", { id: "note", params: { text: { type: "string
 await call("sync_register_view", { id: "has_note", expr: "has(state._shared.note)" });
 await call("sync_invoke_action", { action: "note", params: { text: "from typescript" } });
 const ctx = await call("sync_read_context");
+// Outlive the access token (the test server issues short ones), then call
+// again: the SDK must refresh with its refresh token to get through.
+const before = provider.saved && provider.saved.access_token;
+await new Promise(r => setTimeout(r, Number(process.env.SYNC_TS_OUTLIVE_MS || 0)));
+await call("sync_lobby");
+const refreshed = Boolean(provider.saved && provider.saved.access_token && provider.saved.access_token !== before);
 console.log(JSON.stringify({ tools: tools.tools.length, note: ctx.state._shared.note, view: ctx.views.has_note,
-  agent: ctx._session.agent, refresh: Boolean(provider.saved && provider.saved.refresh_token),
+  agent: ctx._session.agent, refresh: refreshed,
   client_id: provider.info && provider.info.client_id }));
 await client.close();
