@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -213,8 +214,13 @@ func TestEndToEndWithGoSDKClient(t *testing.T) {
 	mustTool(t, bs, "sync_embody", map[string]any{"room": "lab"})
 
 	waited := make(chan map[string]any, 1)
-	go func() {
-		out, _ := callTool(t, cs, "sync_wait", map[string]any{"condition": "views.rung", "timeout_ms": 30000})
+	go func() { // no t.Fatal off the test's goroutine: errors travel back
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "sync_wait", Arguments: map[string]any{"condition": "views.rung", "timeout_ms": 30000}})
+		out := map[string]any{"error": fmt.Sprint(err)}
+		if err == nil {
+			raw, _ := json.Marshal(res.StructuredContent)
+			_ = json.Unmarshal(raw, &out)
+		}
 		waited <- out
 	}()
 	deadline := time.Now().Add(20 * time.Second)

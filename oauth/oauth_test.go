@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -493,9 +494,9 @@ func TestAccountRooms(t *testing.T) {
 // address unless the operator allowed it.
 func TestClientMetadataDocument(t *testing.T) {
 	var docURL string
-	fetches := 0
+	var fetches atomic.Int32 // the document server's handler runs on its own goroutines
 	doc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fetches++
+		fetches.Add(1)
 		w.Header().Set("Cache-Control", "max-age=3600")
 		_ = json.NewEncoder(w).Encode(map[string]any{"client_id": docURL, "client_name": "Claude Code",
 			"redirect_uris": []string{"http://localhost/callback", "http://127.0.0.1/callback"}, "token_endpoint_auth_method": "none"})
@@ -512,8 +513,8 @@ func TestClientMetadataDocument(t *testing.T) {
 	if tok.status != 200 || tok.json()["scope"] != "rooms:r:write" {
 		t.Fatalf("exchange: %d %s", tok.status, tok.body)
 	}
-	if fetches != 1 {
-		t.Fatalf("document fetched %d times, want 1 (cached)", fetches)
+	if n := fetches.Load(); n != 1 {
+		t.Fatalf("document fetched %d times, want 1 (cached)", n)
 	}
 	// A document that lies about its client_id is refused.
 	lying := client{id: doc.URL + "/other.json", redirect: c.redirect, verifier: c.verifier}
