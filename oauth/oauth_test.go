@@ -120,7 +120,8 @@ func (h *harness) room(id, owner, access string) {
 }
 
 func TestAuthorizationCodeFlow(t *testing.T) {
-	h := newHarness(t, oauth.Options{RefreshGrace: 300 * time.Millisecond})
+	// Generous enough that a loaded 2-core machine stays within it.
+	h := newHarness(t, oauth.Options{RefreshGrace: 2 * time.Second})
 	alice := h.enrol("alice")
 	uid := h.userID("alice")
 	h.room("plans", uid, "owner")
@@ -169,7 +170,7 @@ func TestAuthorizationCodeFlow(t *testing.T) {
 		t.Fatalf("racing refresh within grace: %d %s", r2.status, r2.body)
 	}
 	// …and after it, reuse revokes the whole grant.
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(2200 * time.Millisecond)
 	if r3, m3 := refresh(m["refresh_token"].(string)); r3.status != 400 || m3["error"] != "invalid_grant" {
 		t.Fatalf("reuse after grace: %d %s", r3.status, r3.body)
 	}
@@ -217,7 +218,9 @@ func sorted(xs []string) []string {
 
 // Attacks that must fail.
 func TestAttacks(t *testing.T) {
-	h := newHarness(t, oauth.Options{AuthorizeCodeTTL: time.Second})
+	// Codes live 3 s here: every other case exchanges its code well
+	// within that on a loaded machine; "expired code" waits it out.
+	h := newHarness(t, oauth.Options{AuthorizeCodeTTL: 3 * time.Second})
 	alice := h.enrol("alice")
 	h.room("r", h.userID("alice"), "owner")
 	c := h.register("none", "http://127.0.0.1:5000/cb")
@@ -313,7 +316,7 @@ func TestAttacks(t *testing.T) {
 	})
 	t.Run("expired code", func(t *testing.T) {
 		code := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false).Query().Get("code")
-		time.Sleep(1200 * time.Millisecond)
+		time.Sleep(3200 * time.Millisecond)
 		if r := h.exchange(c, code); r.status != 400 || r.json()["error"] != "invalid_grant" {
 			t.Fatalf("%d %s", r.status, r.body)
 		}

@@ -278,9 +278,9 @@ func TestCooldownAndTimers(t *testing.T) {
 	e.invoke(rm, aTok, "tock", nil).must(t, 200)
 
 	// A state entry with a delete timer disappears when it runs out.
-	e.do("PUT", "/rooms/cool/state", rm.token, map[string]any{"scope": "_shared", "key": "flash", "value": 1, "timer": map[string]any{"ms": 150}}).must(t, 200)
+	e.do("PUT", "/rooms/cool/state", rm.token, map[string]any{"scope": "_shared", "key": "flash", "value": 1, "timer": map[string]any{"ms": 1500}}).must(t, 200)
 	e.do("GET", "/rooms/cool/state?scope=_shared&key=flash", aTok, nil).must(t, 200)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(1700 * time.Millisecond) // generous: a loaded machine reads late
 	e.do("GET", "/rooms/cool/state?scope=_shared&key=flash", aTok, nil).must(t, 404)
 	if r := e.do("POST", "/rooms/cool/eval", aTok, map[string]any{"expr": `"flash" in state._shared`}).must(t, 200); r.body["value"] != false {
 		t.Fatalf("expired entry visible to CEL: %s", r.raw)
@@ -341,9 +341,9 @@ func TestViewsDependenciesCyclesAndContested(t *testing.T) {
 	}
 	e.do("PUT", "/rooms/views/views", rm.token, map[string]any{"id": "score", "expr": `1`, "render": map[string]any{"type": "metric", "label": "Score"}}).must(t, 201)
 	// A view with a delete timer disappears when it runs out.
-	e.do("PUT", "/rooms/views/views", rm.token, map[string]any{"id": "brief", "expr": `true`, "timer": map[string]any{"ms": 100}}).must(t, 201)
+	e.do("PUT", "/rooms/views/views", rm.token, map[string]any{"id": "brief", "expr": `true`, "timer": map[string]any{"ms": 1500}}).must(t, 201)
 	e.do("GET", "/rooms/views/views/brief", rm.token, nil).must(t, 200)
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(1700 * time.Millisecond)
 	e.do("GET", "/rooms/views/views/brief", rm.token, nil).must(t, 404)
 	if got := path(e.do("GET", "/rooms/views/views/score", rm.token, nil).must(t, 200).body, "render", "label"); got != "Score" {
 		t.Fatalf("render hint: %v", got)
