@@ -120,9 +120,7 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	}
 	params, err := decodeParams(rawParams)
 	if err != nil {
-		if !p.ReadOnly() {
-			s.auditFailure(ctx, p, roomID, actionID, map[string]any{"_unreadable": true, "bytes": len(rawParams)}, err)
-		}
+		s.auditFailure(ctx, p, roomID, actionID, map[string]any{"_unreadable": true, "bytes": len(rawParams)}, err)
 		return nil, err
 	}
 	if actionID == "help" {
@@ -134,8 +132,10 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	// help (answered above) is all they may invoke, not a room's own
 	// action that took its name.
 	if p.ReadOnly() {
-		return nil, errs.New(errs.ReadOnlyToken, "a read-only credential (%s) cannot invoke actions", p.Kind).
+		err := errs.New(errs.ReadOnlyToken, "a read-only credential (%s) cannot invoke actions", p.Kind).
 			WithHint("invoke with an agent token or the room token; read-only callers may read the context and invoke the builtin help")
+		s.auditFailure(ctx, p, roomID, actionID, params, err) // the refusal is audited; nothing else is written
+		return nil, err
 	}
 	if _, ok := builtinDescriptions[actionID]; ok && actionID != "help" {
 		return s.invokeBuiltin(ctx, p, roomID, actionID, rawParams, params)

@@ -73,6 +73,10 @@ func TestAttackViewTokenCannotWriteThroughHelp(t *testing.T) {
 	if r := e.do("GET", "/rooms/ro/state?scope=_shared&key=defaced", rm.token, nil); r.status != 404 {
 		t.Fatalf("the view token's invocation wrote: %d %s", r.status, r.raw)
 	}
+	// The refusal itself is audited (and is the only thing written).
+	if audit := e.do("GET", "/rooms/ro/state?scope=_audit", rm.token, nil).must(t, 200); !strings.Contains(audit.raw, `"error":"read_only_token"`) {
+		t.Fatalf("refused invocation not audited: %s", audit.raw)
+	}
 	// Every other action, and direct writes, are refused too.
 	e.do("PUT", "/rooms/ro/actions", rm.token, map[string]any{"id": "poke",
 		"writes": []any{map[string]any{"key": "poked", "value": true}}}).must(t, 201)
