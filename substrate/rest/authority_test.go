@@ -35,7 +35,6 @@ func TestAuthorityMatrix(t *testing.T) {
 		method string
 		path   string
 		body   any
-		write  bool
 		// allowed lists the credentials that succeed; ok is their status.
 		allowed []string
 		ok      int
@@ -46,25 +45,25 @@ func TestAuthorityMatrix(t *testing.T) {
 		return map[string]any{"scope": scope, "key": "k", "value": "changed"}
 	}
 	ops := []op{
-		{"get room", "GET", "/rooms/matrix", nil, false, all, 200},
-		{"list rooms", "GET", "/rooms", nil, false, append(all, "foreign"), 200}, // each token lists its own room
-		{"list agents", "GET", "/rooms/matrix/agents", nil, false, all, 200},
-		{"read whole state", "GET", "/rooms/matrix/state", nil, false, all, 200},
-		{"read _shared", "GET", "/rooms/matrix/state?scope=_shared", nil, false, all, 200},
-		{"read _messages", "GET", "/rooms/matrix/state?scope=_messages", nil, false, all, 200},
-		{"read scope a", "GET", "/rooms/matrix/state?scope=a&key=k", nil, false, []string{"room", "view", "agentA", "star"}, 200},
-		{"read scope b", "GET", "/rooms/matrix/state?scope=b", nil, false, []string{"room", "view", "agentB", "granted", "star"}, 200},
-		{"read _audit", "GET", "/rooms/matrix/state?scope=_audit", nil, false, []string{"room", "view", "star"}, 200},
-		{"write _shared", "PUT", "/rooms/matrix/state", put("_shared"), true, writers("granted"), 200},
-		{"write scope a", "PUT", "/rooms/matrix/state", put("a"), true, writers("agentA"), 200},
-		{"write scope b", "PUT", "/rooms/matrix/state", put("b"), true, writers("agentB", "granted"), 200},
-		{"write _messages", "PUT", "/rooms/matrix/state", map[string]any{"scope": "_messages", "append": true, "value": "hi"}, true, writers(), 200},
-		{"write _audit", "PUT", "/rooms/matrix/state", put("_audit"), true, nil, 200},
-		{"batch a+b", "PUT", "/rooms/matrix/state/batch", map[string]any{"writes": []any{put("a"), put("b")}}, true, writers(), 200},
-		{"delete a/k", "DELETE", "/rooms/matrix/state?scope=a&key=k", nil, true, writers("agentA"), 200},
-		{"patch agent b", "PATCH", "/rooms/matrix/agents/b", map[string]any{"role": "boss"}, true, writers(), 200},
-		{"heartbeat a", "POST", "/rooms/matrix/agents/a/heartbeat", nil, false, writers("agentA"), 200},
-		{"join new agent", "POST", "/rooms/matrix/agents", map[string]any{"id": "newbie", "name": "N"}, true, writers(), 201},
+		{"get room", "GET", "/rooms/matrix", nil, all, 200},
+		{"list rooms", "GET", "/rooms", nil, append(all, "foreign"), 200}, // each token lists its own room
+		{"list agents", "GET", "/rooms/matrix/agents", nil, all, 200},
+		{"read whole state", "GET", "/rooms/matrix/state", nil, all, 200},
+		{"read _shared", "GET", "/rooms/matrix/state?scope=_shared", nil, all, 200},
+		{"read _messages", "GET", "/rooms/matrix/state?scope=_messages", nil, all, 200},
+		{"read scope a", "GET", "/rooms/matrix/state?scope=a&key=k", nil, []string{"room", "view", "agentA", "star"}, 200},
+		{"read scope b", "GET", "/rooms/matrix/state?scope=b", nil, []string{"room", "view", "agentB", "granted", "star"}, 200},
+		{"read _audit", "GET", "/rooms/matrix/state?scope=_audit", nil, []string{"room", "view", "star"}, 200},
+		{"write _shared", "PUT", "/rooms/matrix/state", put("_shared"), writers("granted"), 200},
+		{"write scope a", "PUT", "/rooms/matrix/state", put("a"), writers("agentA"), 200},
+		{"write scope b", "PUT", "/rooms/matrix/state", put("b"), writers("agentB", "granted"), 200},
+		{"write _messages", "PUT", "/rooms/matrix/state", map[string]any{"scope": "_messages", "append": true, "value": "hi"}, writers(), 200},
+		{"write _audit", "PUT", "/rooms/matrix/state", put("_audit"), nil, 200},
+		{"batch a+b", "PUT", "/rooms/matrix/state/batch", map[string]any{"writes": []any{put("a"), put("b")}}, writers(), 200},
+		{"delete a/k", "DELETE", "/rooms/matrix/state?scope=a&key=k", nil, writers("agentA"), 200},
+		{"patch agent b", "PATCH", "/rooms/matrix/agents/b", map[string]any{"role": "boss"}, writers(), 200},
+		{"heartbeat a", "POST", "/rooms/matrix/agents/a/heartbeat", nil, writers("agentA"), 200},
+		{"join new agent", "POST", "/rooms/matrix/agents", map[string]any{"id": "newbie", "name": "N"}, writers(), 201},
 	}
 	for _, o := range ops {
 		for cred, tok := range creds {
