@@ -203,7 +203,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			if prog, err := s.cel.Compile(def.If); err == nil {
 				if ex := s.cel.Explain(ctx, prog, vars); ex != nil {
 					e.Message = fmt.Sprintf("the precondition of %q does not hold: %s is false", id, ex.Clause)
-					e = e.With("clause", ex.Clause).With("read", ex.Read)
+					e = e.With("clause", ex.Clause).With("read", invokerMayRead(m.p, ex.Read))
 				}
 			}
 			return e
@@ -560,4 +560,44 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, []map
 		return nil, nil, err
 	}
 	return written[0], audit, nil
+}
+
+// invokerMayRead keeps the values an explanation read that the invoker
+// could read itself. The if ran with its registrar's authority, which may
+// include the registrar's private scope: saying that the clause is false
+// is the action's to say; showing the private values it compared is not.
+func invokerMayRead(p *Principal, read map[string]any) map[string]any {
+	out := make(map[string]any, len(read))
+	for path, v := range read {
+		if scope, ok := statePathScope(path); ok && scope != ScopeSelf && p != nil && !canRead(p, scope) {
+			out[path] = "<not yours to read>"
+			continue
+		}
+		out[path] = v
+	}
+	return out
+}
+
+// statePathScope is the scope a state.<scope>… or state["<scope>"]… path
+// reads.
+func statePathScope(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "state")
+	if !ok {
+		return "", false
+	}
+	switch {
+	case strings.HasPrefix(rest, "."):
+		rest = rest[1:]
+		if i := strings.IndexAny(rest, ".["); i >= 0 {
+			rest = rest[:i]
+		}
+		return rest, rest != ""
+	case strings.HasPrefix(rest, `["`):
+		end := strings.Index(rest[2:], `"]`)
+		if end < 0 {
+			return "", false
+		}
+		return rest[2 : 2+end], true
+	}
+	return "", false
 }

@@ -313,3 +313,28 @@ func TestAttackBidiControlsInKeys(t *testing.T) {
 	}
 	e.do("PUT", "/rooms/bidi/state", rm.token, map[string]any{"scope": "_shared", "key": "héllo wörld", "value": 1}).must(t, 200)
 }
+
+// An action's if runs with its registrar's authority; when it fails, the
+// explanation must not show the invoker the registrar's private values it
+// compared.
+func TestAttackPreconditionExplanationDoesNotLeak(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("vaultx", nil)
+	alice := e.join(rm, "alice")
+	mallory := e.join(rm, "mallory")
+	e.do("PUT", "/rooms/vaultx/state", alice, map[string]any{"scope": "alice", "key": "pin", "value": "4321"}).must(t, 200)
+	e.invoke(rm, alice, "_register_action", map[string]any{"id": "open", "scope": "self",
+		"params": map[string]any{"pin": map[string]any{"type": "string"}},
+		"if":     `state["alice"].pin == params.pin`, "writes": []any{map[string]any{"key": "opened", "value": true}}}).must(t, 200)
+	r := e.invoke(rm, mallory, "open", map[string]any{"pin": "0000"})
+	if r.str("error") != "precondition_failed" || r.str("clause") == "" {
+		t.Fatalf("wrong pin: %d %s", r.status, r.raw)
+	}
+	if strings.Contains(r.raw, "4321") {
+		t.Fatalf("the explanation showed alice's pin to mallory: %s", r.raw)
+	}
+	// Alice, who may read it, sees the value.
+	if r := e.invoke(rm, alice, "open", map[string]any{"pin": "0000"}); !strings.Contains(r.raw, "4321") {
+		t.Fatalf("alice's own explanation: %s", r.raw)
+	}
+}
