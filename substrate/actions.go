@@ -249,6 +249,17 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 				"hint": "several actions write this key; see help key contested_actions"})
 		}
 	}
+	// Writes every invocation would refuse: a fixed scope outside the
+	// action's authority.
+	for i, w := range def.Writes {
+		if w.Scope == "" || strings.Contains(w.Scope, "${") {
+			continue
+		}
+		if err := actionMayWrite(&def, "", w.Scope); err != nil && w.Scope != ScopeSelf {
+			res.Warnings = append(res.Warnings, map[string]any{"warning": "write_scope_denied", "write": i, "scope": w.Scope,
+				"hint": "an action writes communal (_) scopes, its own scope (" + def.Scope + ") and the invoker's (${self}); this write would be refused"})
+		}
+	}
 	raw, _ := json.Marshal(def)
 	o := op{Scope: scopeActions, Key: def.ID, Value: raw, Timer: def.Timer}
 	if _, _, err := s.applyOps(m, []op{o}, "register"); err != nil {
@@ -348,6 +359,10 @@ func (s *Service) RegisterView(ctx context.Context, p *Principal, roomID string,
 	// Its value as anyone now sees it (views are public).
 	if rc, err := s.readCtx(ctx, p, roomID, false); err == nil {
 		res.Value = rc.views[def.ID]
+		if m, ok := res.Value.(map[string]any); ok && m["_error"] != nil {
+			res.Warnings = append(res.Warnings, map[string]any{"warning": "view_error", "error": m["_error"],
+				"hint": "the view is registered but its value is an error; fix the expression (try it with eval first)"})
+		}
 	}
 	return res, nil
 }

@@ -670,3 +670,25 @@ func TestLeanContextEssentials(t *testing.T) {
 		t.Fatalf("b's unread: %v", got)
 	}
 }
+
+// Registrations warn about what will not work: a view whose value is an
+// error, a write to a fixed scope the action may not write.
+func TestRegistrationWarnings(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("warn", nil)
+	a := e.join(rm, "a")
+	e.join(rm, "b")
+	v := e.do("PUT", "/rooms/warn/views", a, map[string]any{"id": "broken", "expr": "state._shared.nothing_here"}).must(t, 201)
+	if !strings.Contains(v.raw, `"warning":"view_error"`) {
+		t.Fatalf("broken view registered without a warning: %s", v.raw)
+	}
+	r := e.invoke(rm, a, "_register_action", map[string]any{"id": "poke_b", "writes": []any{
+		map[string]any{"scope": "b", "key": "x", "value": 1}, map[string]any{"scope": "${self}", "key": "y", "value": 1}}}).must(t, 200)
+	if !strings.Contains(r.raw, `"warning":"write_scope_denied"`) || !strings.Contains(r.raw, `"scope":"b"`) {
+		t.Fatalf("action writing another agent's scope registered without a warning: %s", r.raw)
+	}
+	ok := e.invoke(rm, a, "_register_action", map[string]any{"id": "fine", "writes": []any{map[string]any{"key": "z", "value": 1}}}).must(t, 200)
+	if strings.Contains(ok.raw, "write_scope_denied") {
+		t.Fatalf("a _shared write warned: %s", ok.raw)
+	}
+}
