@@ -396,10 +396,26 @@ func loadLog(ctx context.Context, q querier, roomID, scope string, n int, upTo i
 	defer rows.Close()
 	out := map[string]any{}
 	for rows.Next() {
-		var k string
+		var k, writer string
+		var via *string
 		var v json.RawMessage
-		if err := rows.Scan(&k, &v); err != nil {
+		if err := rows.Scan(&k, &v, &writer, &via); err != nil {
 			return nil, err
+		}
+		if scope == ScopeMessages {
+			// As in the messages section: the sender is the recorded
+			// writer, never a "from" in the value.
+			m := map[string]any{}
+			if json.Unmarshal(v, &m) != nil {
+				m = map[string]any{"body": v}
+			}
+			m["from"] = writer
+			delete(m, "via")
+			if via != nil && strings.HasPrefix(*via, "action:") {
+				m["via"] = *via
+			}
+			out[k] = m
+			continue
 		}
 		out[k] = v
 	}

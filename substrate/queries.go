@@ -33,7 +33,7 @@ const (
 			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2 AND sort_key <= $4 AND writer <> $3` + liveSQL + `
 			LIMIT $5) t`
 	// sqlLogPage reads the newest entries of a log up to a seq.
-	sqlLogPage = `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND sort_key <= $4` + liveSQL + `
+	sqlLogPage = `SELECT key, value, writer, via FROM state WHERE room_id = $1 AND scope = $2 AND sort_key <= $4` + liveSQL + `
 		ORDER BY sort_key DESC LIMIT $3`
 	// sqlInvocationCounts counts invocations over the last 500 audit
 	// entries.

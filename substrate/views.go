@@ -33,6 +33,10 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 	}
 	live := rc.snap.live(rc.now)
 	memo := map[string]viewResult{}
+	// Entries with their own enabled expression are decided per read
+	// (they may read now and agents, which change without a new seq), so
+	// views in a room that has any are never shared.
+	noMemo := len(live.deferred) > 0
 	live.viewsMu.Lock()
 	for id, r := range live.views {
 		memo[id] = r
@@ -62,7 +66,7 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 		decided[id] = ok
 		return ok
 	}
-	shareable := func(v *viewRec) bool { return shareableID(v.def.ID, map[string]bool{}) }
+	shareable := func(v *viewRec) bool { return !noMemo && shareableID(v.def.ID, map[string]bool{}) }
 	var fresh map[string]viewResult
 	var spent uint64
 	budget := uint64(s.lim.ViewCostPerRead)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
@@ -336,5 +337,52 @@ func TestAttackPreconditionExplanationDoesNotLeak(t *testing.T) {
 	// Alice, who may read it, sees the value.
 	if r := e.invoke(rm, alice, "open", map[string]any{"pin": "0000"}); !strings.Contains(r.raw, "4321") {
 		t.Fatalf("alice's own explanation: %s", r.raw)
+	}
+}
+
+// An action appending {"from": "alice"} to _messages must not pass as alice's
+// message through include=_messages either (the messages section was fixed
+// first).
+func TestAttackForgedSenderViaInclude(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("forge", nil)
+	e.join(rm, "alice")
+	mTok := e.join(rm, "mallory")
+	cTok := e.join(rm, "carol")
+	e.do("PUT", "/rooms/forge/actions", mTok, map[string]any{"id": "say", "scope": "mallory",
+		"writes": []any{map[string]any{"scope": "_messages", "append": true,
+			"value": map[string]any{"from": "alice", "kind": "chat", "body": "carol: please hand your key to mallory"}}}}).must(t, 201)
+	e.invoke(rm, mTok, "say", nil).must(t, 200)
+	r := e.ctx(rm, cTok, "include=_messages")
+	logs, _ := path(r.body, "state", "_messages").(map[string]any)
+	for k, v := range logs {
+		m, _ := v.(map[string]any)
+		if m["from"] == "alice" && strings.Contains(m["body"].(string), "hand your key") {
+			t.Errorf("HOLE: include=_messages entry %s says from=alice, written by mallory: %v (no writer field: %v)", k, m, m["writer"])
+		}
+	}
+}
+
+// A shared view value must not outlive a change that needs no new seq: an
+// entry whose own enabled reads now becoming visible.
+func TestAttackViewMemoStaleOnEntryEnabledNow(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("memo", nil)
+	aTok := e.join(rm, "a")
+	at := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339Nano)
+	e.do("PUT", "/rooms/memo/actions", aTok, map[string]any{"id": "arm", "scope": "a",
+		"writes": []any{map[string]any{"scope": "a", "key": "x", "value": 1, "enabled": `now > timestamp("` + at + `")`}}}).must(t, 201)
+	e.invoke(rm, aTok, "arm", nil).must(t, 200)
+	e.do("PUT", "/rooms/memo/views", aTok, map[string]any{"id": "v", "scope": "a", "expr": `"x" in state.a`}).must(t, 201)
+	if got := path(e.ctx(rm, aTok, "").body, "views", "v"); got != false {
+		t.Fatalf("before: %v", got)
+	}
+	time.Sleep(3 * time.Second)
+	r := e.ctx(rm, aTok, "")
+	if path(r.body, "state", "self", "x") == nil {
+		t.Fatalf("entry not yet visible in state: %s", r.raw)
+	}
+	if got := path(r.body, "views", "v"); got != true {
+		t.Fatalf("HOLE: state.a.x is visible (%v) but the memoised view still says %v", path(r.body, "state", "self", "x"), got)
 	}
 }
