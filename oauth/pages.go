@@ -80,7 +80,8 @@ func (wb *web) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /signup", wb.signupPage)
 	mux.HandleFunc("GET /recover", wb.page("recover"))
 	mux.HandleFunc("GET /account", wb.account)
-	mux.HandleFunc("GET /authorize", wb.authorize)
+	// Each authorize may fetch a client metadata document and store a client.
+	mux.Handle("GET /authorize", wb.s.limited(http.HandlerFunc(wb.authorize)))
 	// Every state-changing browser request is checked for a cross-site
 	// origin (Sec-Fetch-Site / Origin) before anything else.
 	post := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, wb.csrf.Handler(wb.s.limited(h))) }

@@ -222,7 +222,7 @@ func (s *Server) limited(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if wait, ok := s.limit.Allow(httpmw.ClientIP(r)); !ok {
+		if wait, ok := s.limit.Allow(httpmw.AddressKey(httpmw.ClientIP(r))); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
 			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "rate_limited",
 				"error_description": "too many requests from this address; retry after the Retry-After seconds"})

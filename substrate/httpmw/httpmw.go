@@ -290,7 +290,7 @@ func (s *Stack) Limit(w http.ResponseWriter, r *http.Request, key string) bool {
 	}
 	lim, what := s.byCred, "with this credential"
 	if key == "" {
-		lim, what, key = s.byClient, "from this address without a valid credential", ClientIP(r)
+		lim, what, key = s.byClient, "from this address without a valid credential", AddressKey(ClientIP(r))
 	}
 	wait, ok := lim.Allow(key)
 	if ok {
@@ -310,6 +310,18 @@ func Bearer(r *http.Request) string {
 		return strings.TrimSpace(h[7:])
 	}
 	return ""
+}
+
+// AddressKey is the budget an address draws on: an IPv4 address, or the
+// /64 an IPv6 address belongs to (one host commonly holds a whole /64, so
+// keying on full addresses would give it endless fresh budgets).
+func AddressKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || a.Unmap().Is4() {
+		return ip
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
 }
 
 // Fail writes err as the API's JSON error body with its code's status.

@@ -1,0 +1,49 @@
+package oauth_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync/atomic"
+	"testing"
+
+	"github.com/syncsubstrate/sync/oauth"
+)
+
+// GET /authorize is not rate limited, yet with a metadata-document
+// client_id it makes the server fetch an attacker-chosen URL (up to 5 s
+// each) and store a client row per distinct URL.
+// GET /authorize fetched a client metadata document and stored a client
+// per distinct URL, with no limit: one address could make the server fetch
+// anything and grow the clients table.
+func TestAttackAuthorizeIsRateLimited(t *testing.T) {
+	var fetches atomic.Int64
+	meta := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		id := "http://" + r.Host + r.URL.Path
+		_ = json.NewEncoder(w).Encode(map[string]any{"client_id": id, "client_name": "x", "redirect_uris": []string{"http://127.0.0.1/cb"}})
+	}))
+	defer meta.Close()
+	h := newHarness(t, oauth.Options{RatePerSecond: 1, AllowPrivateMetadataFetch: true})
+	limited := 0
+	const n = 40
+	for i := 0; i < n; i++ {
+		u := h.base + "/authorize?" + url.Values{"client_id": {fmt.Sprintf("%s/c%d", meta.URL, i)}, "response_type": {"code"},
+			"redirect_uri": {"http://127.0.0.1/cb"}, "code_challenge": {"x"}, "code_challenge_method": {"S256"}}.Encode()
+		res, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode == 429 {
+			limited++
+		}
+	}
+	var rows int
+	_ = h.db.QueryRow(t.Context(), `SELECT count(*) FROM smcp_oauth_clients`).Scan(&rows)
+	if limited == 0 {
+		t.Errorf("HOLE: %d GET /authorize from one address at 1 rps: none limited; %d outbound fetches, %d client rows stored", n, fetches.Load(), rows)
+	}
+}
