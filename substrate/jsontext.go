@@ -23,13 +23,46 @@ func CheckJSONText(raw []byte) error {
 		case 0:
 			return errNUL
 		case '\\': // escapes occur only inside strings
-			if i+5 < len(raw) && raw[i+1] == 'u' && string(raw[i+2:i+6]) == "0000" {
-				return errNUL
+			if i+5 < len(raw) && raw[i+1] == 'u' {
+				if string(raw[i+2:i+6]) == "0000" {
+					return errNUL
+				}
+				// A UTF-16 surrogate must come as a high-low pair.
+				if u, ok := hex4(raw[i+2 : i+6]); ok && u >= 0xD800 && u <= 0xDFFF {
+					low, okLow := rune(0), false
+					if u <= 0xDBFF && i+11 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+						low, okLow = hex4(raw[i+8 : i+12])
+					}
+					if !okLow || low < 0xDC00 || low > 0xDFFF {
+						return errSurrogate
+					}
+					i += 6
+				}
 			}
 			i++
 		}
 	}
 	return nil
+}
+
+var errSurrogate = errs.New(errs.InvalidJSON, `the JSON has a lone UTF-16 surrogate escape (\uD800-\uDFFF not in a pair), which is not text`).
+	WithHint("escape characters outside the basic plane as a surrogate pair, or send them as UTF-8")
+
+func hex4(b []byte) (rune, bool) {
+	var r rune
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 var errNUL = errs.New(errs.InvalidJSON, `the JSON has a string holding the NUL character (\u0000), which cannot be stored`).

@@ -386,3 +386,50 @@ func TestAttackViewMemoStaleOnEntryEnabledNow(t *testing.T) {
 		t.Fatalf("HOLE: state.a.x is visible (%v) but the memoised view still says %v", path(r.body, "state", "self", "x"), got)
 	}
 }
+
+// Lone UTF-16 surrogates in JSON and paths or queries that are not text
+// reached PostgreSQL and came back as 500s.
+func TestAttackNoServerErrorForBadText(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("five", nil)
+	aTok := e.join(rm, "a")
+	cases := []struct {
+		method, path, tok string
+		body              any
+	}{
+		{"PUT", "/rooms/five/state", aTok, `{"scope":"self","key":"k","value":"\ud800"}`},
+		{"PUT", "/rooms/five/state", aTok, `{"scope":"self","key":"k","value":{"\udc00x":1}}`},
+		{"POST", "/rooms/five/actions/_send_message/invoke", aTok, `{"params":{"body":"\ud800"}}`},
+		{"POST", "/rooms", "", `{"id":"lone","meta":{"label":"\ud800"}}`},
+		{"POST", "/rooms/five/agents", rm.token, `{"id":"b","name":"b","meta":{"x":"\udfff"}}`},
+		{"GET", "/rooms/%ff", aTok, nil},
+		{"GET", "/rooms/%00", aTok, nil},
+		{"GET", "/rooms/five/state?scope=%ff", aTok, nil},
+		{"GET", "/rooms/five/state?scope=self&key=%00", aTok, nil},
+		{"GET", "/rooms/five/state?scope=self&key=%ff", aTok, nil},
+		{"DELETE", "/rooms/five/state?scope=self&key=%ff", aTok, nil},
+		{"GET", "/rooms/five/actions/%ff", aTok, nil},
+		{"GET", "/rooms/five/views/%00", aTok, nil},
+		{"POST", "/rooms/five/agents/%ff/heartbeat", rm.token, nil},
+		{"PATCH", "/rooms/five/agents/%ff", rm.token, `{"name":"x"}`},
+		{"POST", "/rooms/%ff/agents", "", `{"id":"z","name":"z"}`},
+	}
+	for _, c := range cases {
+		r := e.do(c.method, c.path, c.tok, c.body)
+		if r.status >= 500 {
+			t.Errorf("HOLE: %s %s %v -> %d %s", c.method, c.path, c.body, r.status, r.raw)
+		} else {
+			t.Logf("ok: %s %s -> %d %.120s", c.method, c.path, r.status, r.raw)
+		}
+	}
+}
+
+// A surrogate pair is ordinary text.
+func TestSurrogatePairAccepted(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("pair", nil)
+	r := e.do("PUT", "/rooms/pair/state", rm.token, `{"scope":"_shared","key":"k","value":"\ud83d\ude00 \\ud800"}`).must(t, 200)
+	if !strings.Contains(r.raw, `\ude00`) {
+		t.Fatalf("pair: %s", r.raw)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -96,7 +97,7 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	// The shared stack wraps everything (recovery, request id, body
 	// limit); CORS then answers preflights before any handler. Rate limits
 	// apply in the handlers, once the credential is verified.
-	return a.http.Wrap(a.cors(mux))
+	return a.http.Wrap(a.cors(validText(a, mux)))
 }
 
 func bearer(r *http.Request) string { return httpmw.Bearer(r) }
@@ -416,6 +417,26 @@ func (a *api) cors(next http.Handler) http.Handler {
 			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
 			w.Header().Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// validText refuses a path or query that is not UTF-8 text, or holds NUL,
+// before any handler: ids and keys reach the database, which refuses them
+// with an error that is no fault of the server's.
+func validText(a *api, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bad := !utf8.ValidString(r.URL.Path) || strings.ContainsRune(r.URL.Path, 0)
+		for _, vs := range r.URL.Query() {
+			for _, v := range vs {
+				bad = bad || !utf8.ValidString(v) || strings.ContainsRune(v, 0)
+			}
+		}
+		if bad {
+			a.fail(w, r, errs.New(errs.InvalidField, "the request's path or query is not UTF-8 text, or holds NUL").
+				WithHint("send room ids, agent ids, scopes and keys as UTF-8 text without control characters"))
 			return
 		}
 		next.ServeHTTP(w, r)
