@@ -100,8 +100,6 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	return a.http.Wrap(a.cors(validText(a, mux)))
 }
 
-func bearer(r *http.Request) string { return httpmw.Bearer(r) }
-
 // authed wraps a handler that needs a principal.
 func (a *api) authed(h func(http.ResponseWriter, *http.Request, *substrate.Principal)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -123,7 +121,7 @@ func (a *api) authed(h func(http.ResponseWriter, *http.Request, *substrate.Princ
 // credential, or the client address when there is none or it is not valid.
 // When it reports false it has answered the request.
 func (a *api) principal(w http.ResponseWriter, r *http.Request) (*substrate.Principal, bool) {
-	tok := bearer(r)
+	tok := httpmw.Bearer(r)
 	if tok == "" {
 		return nil, a.http.Limit(w, r, "")
 	}
@@ -140,7 +138,7 @@ func (a *api) principal(w http.ResponseWriter, r *http.Request) (*substrate.Prin
 func (a *api) createRoom(w http.ResponseWriter, r *http.Request) {
 	key := "" // open creation: limited per client address
 	if a.opt.CreateToken != "" {
-		got := sha256.Sum256([]byte(bearer(r)))
+		got := sha256.Sum256([]byte(httpmw.Bearer(r)))
 		if subtle.ConstantTimeCompare(got[:], a.createTokHash[:]) != 1 {
 			if a.http.Limit(w, r, "") {
 				a.fail(w, r, errs.New(errs.Unauthorized, "creating a room needs the server's room-creation token").
@@ -387,7 +385,7 @@ func (a *api) reply(w http.ResponseWriter, r *http.Request, status int, v any, e
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, status, v)
+	httpmw.WriteJSON(w, status, v)
 }
 
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -402,8 +400,6 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	httpmw.Fail(w, r, e)
 }
-
-func writeJSON(w http.ResponseWriter, status int, v any) { httpmw.WriteJSON(w, status, v) }
 
 // --- middleware ---
 
