@@ -179,7 +179,7 @@ func handler(opt *Options, d tool) sdk.ToolHandler {
 func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
 	var v any = out
 	if err != nil {
-		v = errs.From(err).Body()
+		v = errs.From(err).In(Words).Body()
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

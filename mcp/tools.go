@@ -67,7 +67,19 @@ func (c *call) acting(ctx context.Context, fn func(p *substrate.Principal, room 
 	if err != nil {
 		return nil, err
 	}
+	p.Words = Words
 	return fn(p, c.sess.RoomID)
+}
+
+// principal is the caller's authority in room: its agent there when
+// embodied in it, an observer otherwise.
+func (c *call) principal(ctx context.Context, room string) (*substrate.Principal, error) {
+	p, _, err := c.opt.Lobby.Principal(ctx, c.sess, room)
+	if err != nil {
+		return nil, err
+	}
+	p.Words = Words
+	return p, nil
 }
 
 // deleteTool is sync_delete_action or sync_delete_view.
@@ -142,7 +154,7 @@ func tools() []tool {
 					return nil, err
 				}
 				room := c.room(in.Room)
-				p, _, err := c.opt.Lobby.Principal(ctx, c.sess, room)
+				p, err := c.principal(ctx, room)
 				if err != nil {
 					return nil, err
 				}
@@ -215,7 +227,7 @@ func tools() []tool {
 					return nil, err
 				}
 				room := c.room(in.Room)
-				p, _, err := c.opt.Lobby.Principal(ctx, c.sess, room)
+				p, err := c.principal(ctx, room)
 				if err != nil {
 					return nil, err
 				}
@@ -293,9 +305,9 @@ func tools() []tool {
 				}
 				room := c.room(in.Room)
 				if room == "" {
-					return c.opt.Substrate.SystemHelp(in.Key)
+					return c.opt.Substrate.SystemHelp(in.Key, Words)
 				}
-				p, _, err := c.opt.Lobby.Principal(ctx, c.sess, room)
+				p, err := c.principal(ctx, room)
 				if err != nil {
 					return nil, err
 				}
@@ -313,7 +325,7 @@ func tools() []tool {
 					return nil, err
 				}
 				room := c.room(in.Room)
-				p, _, err := c.opt.Lobby.Principal(ctx, c.sess, room)
+				p, err := c.principal(ctx, room)
 				if err != nil {
 					return nil, err
 				}

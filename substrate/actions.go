@@ -329,7 +329,8 @@ func (s *Service) deleteDef(m *mutation, scope, id string) error {
 		}
 	}
 	if !found {
-		return errs.New(notFound, "no %s %q in this room", kind, id).WithHint("list them with GET /rooms/%s/%ss", m.room, kind)
+		return errs.New(notFound, "no %s %q in this room", kind, id).WithHint("the context lists the room's %ss", kind).
+			WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: map[string]any{"only": kind + "s", "depth": "full"}})
 	}
 	if !mayReplace(m.p, defScope, by) {
 		return errs.New(errs.ActionOwned, "%s %q belongs to %s", kind, id, by).WithHint("only its registrar, its scope's agent or the room token may delete it")
@@ -507,7 +508,8 @@ func (s *Service) GetAction(ctx context.Context, p *Principal, roomID, id string
 			return &list[i], nil
 		}
 	}
-	return nil, errs.New(errs.ActionNotFound, "no action %q in this room", id).WithHint("list actions with GET /rooms/%s/actions", roomID)
+	return nil, errs.New(errs.ActionNotFound, "no action %q in this room", id).WithHint("the context lists the room's actions").
+		WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "actions", "depth": "full"}})
 }
 
 // ViewInfo is a view as listed: its definition and current value.
@@ -550,5 +552,6 @@ func (s *Service) GetView(ctx context.Context, p *Principal, roomID, id string) 
 			return &list[i], nil
 		}
 	}
-	return nil, errs.New(errs.ViewNotFound, "no view %q in this room", id).WithHint("list views with GET /rooms/%s/views", roomID)
+	return nil, errs.New(errs.ViewNotFound, "no view %q in this room", id).WithHint("the context lists the room's views").
+		WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "views"}})
 }

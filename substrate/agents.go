@@ -219,7 +219,8 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 			WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns,
 			roomID, agentID, u.Name, u.Role, grants, meta))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("list agents with GET /rooms/%s/agents", roomID)
+			return errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("the context lists the room's agents").
+				WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "agents"}})
 		}
 		if err != nil {
 			return err
@@ -264,7 +265,8 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 			status = coalesce(nullif($3, ''), status)
 		WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns, roomID, agentID, status))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("join first with POST /rooms/%s/agents", roomID)
+		return nil, errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("join the room first").
+			WithNext(errs.Step{Op: errs.OpJoin, Room: roomID})
 	}
 	if err == nil && status != "" {
 		// A status is presence others may wait on: tell them now rather

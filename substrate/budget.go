@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"sort"
 	"unicode/utf8"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // A context has a size budget (ContextRequest.MaxBytes): a model's client
@@ -31,9 +33,9 @@ type Cut struct {
 	Kept  int `json:"kept,omitempty"`
 	Total int `json:"total,omitempty"`
 	Bytes int `json:"bytes,omitempty"`
-	// Expand is the request that returns what was cut: its fields as the
-	// context request names them (only, max_bytes, messages_after…).
-	Expand map[string]any `json:"expand"`
+	// Expand is the read that returns what was cut, in the caller's
+	// vocabulary.
+	Expand string `json:"expand"`
 }
 
 // Budget limits.
@@ -54,7 +56,7 @@ const (
 // keys (the reader's own writes and the most recently changed first) and
 // say how many they left out; views' large values and, last, action
 // descriptions go the same way.
-func fitBudget(env *Envelope, rc *roomCtx, max int) {
+func fitBudget(env *Envelope, rc *roomCtx, roomID string, max int) {
 	b := &Budget{MaxBytes: max}
 	env.Context.Budget = b
 	size := func() int { raw, _ := json.Marshal(env); return len(raw) }
@@ -75,7 +77,7 @@ func fitBudget(env *Envelope, rc *roomCtx, max int) {
 			if len(raw) > largeValue {
 				keys[k] = preview(raw)
 				b.Cuts = append(b.Cuts, Cut{Section: "state." + scope + "." + k, Bytes: len(raw),
-					Expand: map[string]any{"only": "state." + scope, "max_bytes": maxContextBytes}})
+					Expand: expand(rc, roomID, map[string]any{"only": "state." + scope, "max_bytes": maxContextBytes})})
 				changed = true
 			}
 		}
@@ -89,7 +91,7 @@ func fitBudget(env *Envelope, rc *roomCtx, max int) {
 			raw, _ := json.Marshal(v)
 			if len(raw) > largeValue {
 				views[id] = preview(raw)
-				b.Cuts = append(b.Cuts, Cut{Section: "views." + id, Bytes: len(raw), Expand: map[string]any{"only": "views", "max_bytes": maxContextBytes}})
+				b.Cuts = append(b.Cuts, Cut{Section: "views." + id, Bytes: len(raw), Expand: expand(rc, roomID, map[string]any{"only": "views", "max_bytes": maxContextBytes})})
 				continue
 			}
 			views[id] = v
@@ -105,7 +107,7 @@ func fitBudget(env *Envelope, rc *roomCtx, max int) {
 		drop := len(m.Recent) - 5
 		first, _ := m.Recent[0]["seq"].(int64)
 		b.Cuts = append(b.Cuts, Cut{Section: "messages", Kept: 5, Total: len(m.Recent),
-			Expand: map[string]any{"only": "messages", "messages_after": first - 1, "max_bytes": maxContextBytes}})
+			Expand: expand(rc, roomID, map[string]any{"only": "messages", "messages_after": first - 1, "max_bytes": maxContextBytes})})
 		m.Recent = m.Recent[drop:]
 		// Messages the reader was not shown stay unread (and so do the
 		// newer ones it was: the read mark only moves forward).
@@ -156,7 +158,7 @@ func fitBudget(env *Envelope, rc *roomCtx, max int) {
 		sample["_summary"] = summary
 		env.State[sc.name] = sample
 		b.Cuts = append(b.Cuts, Cut{Section: "state." + sc.name, Kept: len(kept), Total: len(keys), Bytes: sc.bytes,
-			Expand: map[string]any{"only": "state." + sc.name, "max_bytes": maxContextBytes}})
+			Expand: expand(rc, roomID, map[string]any{"only": "state." + sc.name, "max_bytes": maxContextBytes})})
 		if !over() {
 			return
 		}
@@ -171,7 +173,7 @@ func fitBudget(env *Envelope, rc *roomCtx, max int) {
 		sort.Strings(ids)
 		raw, _ := json.Marshal(env.Views)
 		env.Views = map[string]any{"_summary": map[string]any{"views": len(ids), "ids": ids}}
-		b.Cuts = append(b.Cuts, Cut{Section: "views", Total: len(ids), Bytes: len(raw), Expand: map[string]any{"only": "views", "max_bytes": maxContextBytes}})
+		b.Cuts = append(b.Cuts, Cut{Section: "views", Total: len(ids), Bytes: len(raw), Expand: expand(rc, roomID, map[string]any{"only": "views", "max_bytes": maxContextBytes})})
 		if !over() {
 			return
 		}
@@ -180,8 +182,13 @@ func fitBudget(env *Envelope, rc *roomCtx, max int) {
 		a.Description = ""
 		env.Actions[id] = a
 	}
-	b.Cuts = append(b.Cuts, Cut{Section: "actions", Expand: map[string]any{"only": "actions", "depth": "full", "max_bytes": maxContextBytes}})
+	b.Cuts = append(b.Cuts, Cut{Section: "actions", Expand: expand(rc, roomID, map[string]any{"only": "actions", "depth": "full", "max_bytes": maxContextBytes})})
 	over()
+}
+
+// expand words the context read with args for the reader.
+func expand(rc *roomCtx, roomID string, args map[string]any) string {
+	return rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
 }
 
 // scopeEntries returns a state scope's entries as key → JSON (a copy).

@@ -129,7 +129,7 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 	switch q.Depth {
 	case "", "lean", "full", "usage":
 	default:
-		return q, errs.New(errs.InvalidField, "depth=%q is not lean, full or usage", q.Depth).WithHint("use depth=lean (default), full or usage")
+		return q, errs.New(errs.InvalidField, "depth %q is not lean, full or usage", q.Depth).With("field", "depth").WithHint("use depth lean (the default), full or usage")
 	}
 	if q.Depth == "" {
 		q.Depth = "lean"
@@ -147,19 +147,19 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 	for _, o := range q.Only {
 		sec, _, _ := strings.Cut(o, ".")
 		if !slices.Contains(sections, sec) {
-			return q, errs.New(errs.InvalidField, "only=%s names no section", o).WithHint("sections are %s; a scope is state.<scope>", strings.Join(sections, ", "))
+			return q, errs.New(errs.InvalidField, "only %q names no section", o).With("field", "only").WithHint("sections are %s; a scope is state.<scope>", strings.Join(sections, ", "))
 		}
 	}
 	q.Include = split(get("include"))
 	for _, inc := range q.Include {
 		if inc != ScopeMessages && inc != ScopeAudit {
-			return q, errs.New(errs.InvalidField, "include=%s: only _messages and _audit can be included", inc).WithHint("use include=_messages,_audit")
+			return q, errs.New(errs.InvalidField, "include %q: only _messages and _audit can be included", inc).With("field", "include").WithHint(`include "_messages", "_audit" or "_messages,_audit"`)
 		}
 	}
 	if v := get("max_bytes"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxContextBytes {
-			return q, errs.New(errs.InvalidField, "max_bytes=%q is not between 1 and %d", v, maxContextBytes).
+			return q, errs.New(errs.InvalidField, "max_bytes %s is not between 1 and %d", v, maxContextBytes).With("field", "max_bytes").
 				WithHint("ask for what you need: the default fits a model's context; raise it to read more at once")
 		}
 		q.MaxBytes = n
@@ -169,14 +169,14 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 	case "none":
 		q.NoContext = true
 	default:
-		return q, errs.New(errs.InvalidField, "context=%q is not full or none", v).WithHint("use context=none to get only whether the condition held")
+		return q, errs.New(errs.InvalidField, "context %q is not full or none", v).With("field", "context").WithHint(`context "none" returns only whether the condition held`)
 	}
 	q.NoActions = get("actions") == "false"
 	q.NoMessages = get("messages") == "false"
 	if v := get("messages_after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return q, errs.New(errs.InvalidField, "messages_after=%q is not a non-negative integer", v).WithHint("pass the seq of the last message you saw")
+			return q, errs.New(errs.InvalidField, "messages_after %s is not a non-negative integer", v).With("field", "messages_after").WithHint("pass the seq of the last message you saw")
 		}
 		q.MessagesAfter = &n
 	}
@@ -184,7 +184,7 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 	if v := get("messages_limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
-			return q, errs.New(errs.InvalidField, "messages_limit=%q is not between 1 and 500", v).WithHint("use 1–500 (default 100)")
+			return q, errs.New(errs.InvalidField, "messages_limit %s is not between 1 and 500", v).With("field", "messages_limit").WithHint("use 1–500 (default 100)")
 		}
 		q.MessagesLimit = n
 	}
@@ -222,7 +222,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 	}
 	env, err := s.envelope(ctx, s.db, rc, roomID, req)
 	if err == nil && req.MaxBytes > 0 {
-		fitBudget(env, rc, req.MaxBytes)
+		fitBudget(env, rc, roomID, req.MaxBytes)
 	}
 	if err == nil && rc.readUpTo > 0 {
 		// Monotonic, so concurrent reads cannot move it back.
@@ -324,7 +324,6 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		present = append(present, "actions")
 	} else {
 		elided = append(elided, "actions")
-		expand = append(expand, "?actions=true")
 		custom = len(rc.snap.actions)
 	}
 	if want("messages") && !req.NoMessages {
@@ -340,7 +339,6 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		}
 	} else {
 		elided = append(elided, "messages")
-		expand = append(expand, "?messages=true")
 	}
 	if custom == 0 {
 		help = append(help, "vocabulary_bootstrap")
@@ -354,9 +352,9 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 	meta.Sections = present
 	if len(elided) > 0 {
 		meta.Elided = elided
-		if len(req.Only) > 0 {
-			expand = append(expand, "?only="+strings.Join(append(append([]string{}, req.Only...), elided...), ","))
-		}
+		// What was left out, read on its own.
+		expand = append(expand, rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
+			Args: map[string]any{"only": strings.Join(elided, ",")}}))
 	}
 	meta.Expand, meta.Help = expand, help
 	meta.Request = req.echo()
@@ -473,7 +471,8 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	truncated := req.MessagesAfter == nil && int64(len(recent)) < rc.msgs.Count
 	if truncated {
 		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
-			Expand: "?messages_after=0&messages_limit=500"}
+			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
+				Args: map[string]any{"only": "messages", "messages_after": 0, "messages_limit": 500}})}
 	}
 	if rc.self != "" {
 		rc.readUpTo = max(rc.readUpTo, maxSeq)

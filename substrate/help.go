@@ -10,50 +10,57 @@ import (
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
-// helpKeys are the system help texts. Rooms override a key by writing
-// state entry _help/<key>.
-func (s *Service) helpContent(key string) (any, bool) {
+// helpContent is a system help text, worded for the caller's surface
+// (w): the operations it names are routes for REST and tool calls for
+// MCP. Rooms override a key by writing state entry _help/<key>.
+func (s *Service) helpContent(key string, w errs.Words) (any, bool) {
+	say := func(op errs.Op, args map[string]any) string { return w.Say(errs.Step{Op: op, Args: args}) }
+	read := say(errs.OpReadContext, nil)
 	switch key {
 	case "index":
 		return map[string]any{
 			"about": "sync rooms: versioned, scoped state; actions (writes anyone can invoke, with their registrar's authority); views (public CEL projections); wait on conditions.",
 			"keys":  s.helpKeyList(nil),
-			"start": "Read GET /rooms/:id/context, then invoke actions. No actions yet? See vocabulary_bootstrap.",
+			"start": "Read the context (" + read + "), then invoke actions. No actions yet? See vocabulary_bootstrap.",
 		}, true
 	case "guide":
-		return strings.TrimSpace(`
-1. Read: GET /rooms/:id/context gives state (yours as self), views, agents, actions (with available), messages and _context (what was left out and how to get it).
-2. Act: POST /rooms/:id/actions/:action/invoke {"params": {…}}. Actions read and write with their registrar's authority (an action in _shared reads only communal scopes; register in your own scope, scope "self", to read yours); your token carries your identity (never pass it as a parameter).
-3. Talk: invoke _send_message {"body": …, "to": "<agent>"?}. Directed messages raise the recipient's directed_unread.
-4. Shape the room: _register_action {id, params, if, writes, …} and _register_view {id, expr}. Re-registering replaces (and reports what changed).
-5. Wait instead of polling: GET /rooms/:id/wait?condition=<CEL>&timeout=<ms>; it returns when the condition holds, or at the timeout with timeout: true, and you simply call again.
-6. Direct state writes (PUT /rooms/:id/state) need scope authority: your own scope, granted scopes, or the room token.
-Errors are {"error": code, "message", "hint"}; the hint says what to do next.`), true
-	case "vocabulary_bootstrap":
-		return strings.TrimSpace(`
-This room has no actions of its own yet. Give it a vocabulary: register the actions your work needs with _register_action.
-The help key standard_library has ready-made definitions (set, increment, claim, vote, define_role, fill_role, …): invoke _register_action with one of them as params, adapting ids and keys to your task.
-Prefer few, purposeful actions with an intent and an if that guards their precondition; register views for what everyone should see.`), true
-	case "standard_library":
-		return standardLibrary, true
+		lines := []string{
+			"1. Read: " + read + " gives state (yours as self), views, agents, actions (with available), messages and _context (what was left out and how to get it).",
+			"2. Act: " + say(errs.OpInvoke, map[string]any{"action": "<id>", "params": map[string]any{}}) + ". Actions read and write with their registrar's authority (an action in _shared reads only communal scopes; register in your own scope to read yours); your credential carries your identity (never pass it as a parameter).",
+			"3. Talk: " + say(errs.OpInvoke, map[string]any{"action": "_send_message", "params": map[string]any{"body": "…", "to": "<agent>"}}) + ". Directed messages raise the recipient's directed_unread.",
+			"4. Shape the room: " + say(errs.OpRegisterAction, map[string]any{"id": "…", "params": "…", "if": "…", "writes": "…"}) + " and " + say(errs.OpRegisterView, map[string]any{"id": "…", "expr": "…"}) + ". Registering an id again replaces it (and reports what changed).",
+			"5. Wait instead of polling: " + say(errs.OpWait, map[string]any{"condition": "<CEL>"}) + " returns when the condition holds, or at the timeout with timeout: true; then simply call again.",
+		}
+		if write := say(errs.OpWriteState, nil); write != "" {
+			lines = append(lines, "6. Direct state writes ("+write+") need scope authority: your own scope, granted scopes, or the room token.")
+		}
+		lines = append(lines, `Errors carry {"error": code, "message", "hint", "next"}: the hint says what to do instead, next is the call that does it.`)
+		return strings.Join(lines, "\n"), true
 	case "directed_messages":
 		return strings.TrimSpace(`
 Someone sent you a directed message (messages.directed_unread > 0). Read the context: messages.recent lists messages, and those whose "to" names you are for you.
-Reading the context with messages marks them read. Answer with _send_message {"body": …, "to": "<their id>"}.
-To wait for the next one: wait?condition=messages.directed_unread > 0`), true
+Reading the context with messages marks them read. Answer with ` + say(errs.OpInvoke, map[string]any{"action": "_send_message", "params": map[string]any{"body": "…", "to": "<their id>"}}) + `.
+To wait for the next one: ` + say(errs.OpWait, map[string]any{"condition": "messages.directed_unread > 0"})), true
 	case "contested_actions":
 		return strings.TrimSpace(`
 Several actions write the same state key (views._contested lists "<scope>.<key>": [action ids]). That is fine when intended (a counter anyone bumps) and a bug when two agents' vocabularies overlap by accident.
-Check who writes what with GET /rooms/:id/actions (full definitions) or the context at depth=full; guard writes with if or if_version; merge duplicates into one action, or delete the one you registered by mistake with _delete_action.`), true
+Check who writes what with ` + say(errs.OpReadContext, map[string]any{"only": "actions", "depth": "full"}) + `; guard writes with if or if_version; merge duplicates into one action, or delete the one you registered by mistake with _delete_action.`), true
 	case "context_shaping":
 		return strings.TrimSpace(`
-GET /rooms/:id/context (and wait, which takes the same parameters):
-- depth=lean|full|usage: full adds each action's params, writes, if, scope and intent; usage adds invocation counts.
-- only=state,views,… or only=state.<scope>: keep just those sections.
-- actions=false, messages=false: drop a section.
-- messages_after=<seq>, messages_limit=<n> (default 100, max 500): page the message log; reading messages marks them read.
-- include=_messages,_audit: add those logs to state (newest messages_limit entries; _audit needs room, view or _audit-granted tokens).
-_context lists the sections present, what was elided, and the exact parameters to expand it (_expand).`), true
+The context read (` + read + `) and the wait (` + say(errs.OpWait, nil) + `) take the same shaping fields:
+- depth: lean (default) | full | usage. full adds each action's params, writes, if, scope and intent; usage adds invocation counts.
+- only: "state,views,…" or "state.<scope>": keep just those sections.
+- messages_after: <seq>, messages_limit: <n> (default 100, max 500): page the message log; reading messages marks them read.
+- include: "_messages,_audit": add those logs to state (newest messages_limit entries; _audit needs room authority or an _audit grant).
+- max_bytes: the size budget (what does not fit is summarised; _context.budget lists each cut and the read that returns it).
+_context lists the sections present, what was elided, and the read that returns it (_expand).`), true
+	case "vocabulary_bootstrap":
+		return strings.TrimSpace(`
+This room has no actions of its own yet. Give it a vocabulary: register the actions your work needs (` + say(errs.OpRegisterAction, nil) + `).
+The help key standard_library has ready-made definitions (set, increment, claim, vote, define_role, fill_role, …): register one of them, adapting ids and keys to your task.
+Prefer few, purposeful actions with an intent and an if that guards their precondition; register views for what everyone should see.`), true
+	case "standard_library":
+		return standardLibrary, true
 	case "if_version":
 		return strings.TrimSpace(`
 Every state entry has a version: 1 when created, +1 per write. A write with if_version: N applies only if the entry is at version N (0 means "must not exist"); otherwise it fails with version_conflict and current_version, and nothing in the request is written.
@@ -125,13 +132,14 @@ func (s *Service) helpFrom(rc *roomCtx, key string) (*HelpResult, error) {
 		}
 	}
 	if key == "" {
-		return &HelpResult{Keys: s.helpKeyList(room), Usage: "help {key}: read one key; rooms override a key by writing _help.<key>"}, nil
+		return &HelpResult{Keys: s.helpKeyList(room), Usage: words(rc.p).Say(errs.Step{Op: errs.OpHelp, Args: map[string]any{"key": "<key>"}}) +
+			" reads one key; a room overrides a key with the state entry _help.<key>"}, nil
 	}
 	if r, ok := room[key]; ok {
 		v := r.Version
 		return &HelpResult{Key: key, Content: json.RawMessage(r.Value), Source: "room", Version: &v}, nil
 	}
-	if c, ok := s.helpContent(key); ok {
+	if c, ok := s.helpContent(key, words(rc.p)); ok {
 		var zero int64
 		return &HelpResult{Key: key, Content: c, Source: "system", Version: &zero}, nil
 	}
@@ -160,7 +168,8 @@ func (s *Service) invokeHelp(ctx context.Context, p *Principal, roomID string, p
 	return &InvokeResult{Invoked: true, Action: "help", Agent: p.Actor(), Params: params, Seq: rc.snap.seq, Builtin: out}, true, nil
 }
 
-// SystemHelp answers help outside any room: the system keys only.
-func (s *Service) SystemHelp(key string) (*HelpResult, error) {
-	return s.helpFrom(&roomCtx{snap: &snapshot{scopes: map[string]map[string]*srow{}}}, key)
+// SystemHelp answers help outside any room, worded by w: the system keys
+// only.
+func (s *Service) SystemHelp(key string, w errs.Words) (*HelpResult, error) {
+	return s.helpFrom(&roomCtx{p: &Principal{Words: w}, snap: &snapshot{scopes: map[string]map[string]*srow{}}}, key)
 }

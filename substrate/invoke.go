@@ -101,7 +101,7 @@ func decodeParams(raw json.RawMessage) (map[string]any, error) {
 		return nil, err.(*errs.Error).With("field", "params")
 	}
 	if err := decodeNumber(raw, &params); err != nil || params == nil {
-		return nil, errs.New(errs.InvalidParam, "params must be a JSON object").WithHint(`send {"params": {"name": value, …}}`)
+		return nil, errs.New(errs.InvalidParam, "params must be a JSON object").WithHint(`params is an object: {"name": value, …}`)
 	}
 	return params, nil
 }
@@ -144,6 +144,9 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	seq, err := s.mutate(ctx, p, roomID, func(m *mutation) error { return s.invoke(m, actionID, params, res) })
 	if err != nil {
 		s.auditFailure(ctx, p, roomID, actionID, params, err)
+		if errs.Is(err, errs.ActionNotFound) {
+			err = s.suggestActions(ctx, p, roomID, actionID, err)
+		}
 		return nil, err
 	}
 	res.fill(seq)
@@ -158,8 +161,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	}
 	a := snap.actions[id]
 	if a == nil {
-		return errs.New(errs.ActionNotFound, "no action %q in this room", id).
-			WithHint("list actions with GET /rooms/%s/actions (or read the context); register one with _register_action", m.room)
+		return errs.New(errs.ActionNotFound, "no action %q in this room", id)
 	}
 	if !a.r.timer.live(m.now) {
 		if a.r.timer != nil && *a.r.timer.Effect == "enable" {
@@ -600,4 +602,77 @@ func statePathScope(path string) (string, bool) {
 		return rest[2 : 2+end], true
 	}
 	return "", false
+}
+
+// suggestActions completes an action_not_found error, outside the room
+// lock, with what the caller could invoke instead: the actions available
+// to it (those it may see: enabled for it) and the nearest id to the one it
+// asked for, as a misspelling usually is.
+func (s *Service) suggestActions(ctx context.Context, p *Principal, roomID, asked string, notFound error) error {
+	e := errs.From(notFound)
+	rc, err := s.readCtx(ctx, p, roomID, false)
+	if err != nil {
+		return notFound
+	}
+	var avail, seen []string
+	for id := range rc.snap.actions {
+		if rc.actEnabled[id] {
+			seen = append(seen, id)
+			if rc.actAvail[id] {
+				avail = append(avail, id)
+			}
+		}
+	}
+	for id := range builtinDescriptions {
+		seen = append(seen, id)
+	}
+	sort.Strings(avail)
+	const listed = 50 // the list is for a reader, not an index
+	if len(avail) > listed {
+		avail = avail[:listed]
+	}
+	out := &errs.Error{Code: e.Code, Message: e.Message, Details: map[string]any{"available": avail}}
+	if near := nearest(asked, seen); near != "" {
+		out.Details["did_you_mean"] = near
+		out.Hint = fmt.Sprintf("did you mean %q? Otherwise pick one of the available actions, or register one", near)
+		return out.WithNext(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": near}})
+	}
+	out.Hint = "pick one of the available actions (their parameters are in the context), or register the one you need"
+	return out.WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "actions", "depth": "full"}})
+}
+
+// nearest is the id in ids closest to asked by edit distance, if it is
+// close enough to be a slip (at most a third of its length, at least 2),
+// or "" when none is.
+func nearest(asked string, ids []string) string {
+	best, bestD := "", max(2, len([]rune(asked))/3)+1
+	sort.Strings(ids)
+	for _, id := range ids {
+		if d := editDistance(strings.ToLower(asked), strings.ToLower(id)); d < bestD {
+			best, bestD = id, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in runes.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
 }

@@ -109,7 +109,8 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		err = cerr
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create it with POST /rooms")
+		return 0, errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create the room").
+			WithNext(errs.Step{Op: errs.OpCreateRoom, Args: map[string]any{"room": roomID}})
 	}
 	if err != nil {
 		return 0, err

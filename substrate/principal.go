@@ -32,6 +32,22 @@ type Principal struct {
 	RoomID  string
 	AgentID string   // set for KindAgent
 	Grants  []string // set for KindAgent; "*" means room authority
+	// Words is the vocabulary of the surface the caller came through: the
+	// substrate words the next steps it suggests (in _context, help and
+	// hints) with it. Default errs.Plain.
+	Words errs.Words
+}
+
+// say words a step in the caller's vocabulary.
+func (p *Principal) say(s errs.Step) string {
+	return words(p).Say(s)
+}
+
+func words(p *Principal) errs.Words {
+	if p == nil || p.Words == nil {
+		return errs.Plain
+	}
+	return p.Words
 }
 
 // Admin reports room-token authority: the room token or a "*" grant.
@@ -119,7 +135,8 @@ func (s *Service) requireRoom(ctx context.Context, p *Principal, roomID string) 
 		return err
 	}
 	if !exists {
-		return errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create it with POST /rooms")
+		return errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create the room").
+			WithNext(errs.Step{Op: errs.OpCreateRoom, Args: map[string]any{"room": roomID}})
 	}
 	return errs.New(errs.Forbidden, "the token belongs to room %q, not %q", p.RoomID, roomID).
 		WithHint("use a token issued for room %q", roomID)

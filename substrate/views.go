@@ -109,7 +109,7 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 		if spent >= budget {
 			rc.viewsCut++
 			rc.views[id] = map[string]any{"_error": fmt.Sprintf("not evaluated: this room's views cost more than %d per read (cel-go cost), the server's limit", budget),
-				"hint": "delete or simplify views (GET the views list shows each one); expensive views can often read a precomputed key instead"}
+				"hint": "delete or simplify views (the context's views section lists them); expensive views can often read a precomputed key instead"}
 			return
 		}
 		res, ok := memo[id]

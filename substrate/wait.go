@@ -20,7 +20,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		return nil, err
 	}
 	if condition == "" {
-		return nil, errs.New(errs.InvalidField, "wait needs a condition").WithHint(`e.g. wait?condition=state._shared.phase == "done"`)
+		return nil, errs.New(errs.InvalidField, "wait needs a condition").WithHint(`give a CEL condition over the room, e.g. state._shared.phase == "done"`)
 	}
 	prog, err := s.cel.Compile(condition)
 	if err != nil {

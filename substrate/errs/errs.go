@@ -5,6 +5,7 @@
 package errs
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -103,6 +104,10 @@ type Error struct {
 	// Details are extra fields merged into the JSON body (for example
 	// current_version on a version_conflict).
 	Details map[string]any
+	// Next is the operation that moves the caller on, worded by the
+	// surface (In) as the body's "next".
+	Next  *Step
+	words Words
 }
 
 func (e *Error) Error() string {
@@ -185,5 +190,100 @@ func (e *Error) Body() map[string]any {
 	if e.Hint != "" {
 		b["hint"] = e.Hint
 	}
+	if e.Next != nil {
+		w := e.words
+		if w == nil {
+			w = Plain
+		}
+		b["next"] = w.Say(*e.Next)
+	}
 	return b
+}
+
+// Step is an operation a caller can make next, named the same way by every
+// surface; each surface words it in its own vocabulary (Words): a route
+// for the REST API, a tool call for MCP. The domain says what to do, never
+// how a surface spells it.
+type Step struct {
+	Op Op
+	// Room is the room the operation applies to ("" for none).
+	Room string
+	// Args are the operation's arguments by the names both surfaces use
+	// (only, depth, messages_after, max_bytes, key, condition, action…).
+	Args map[string]any
+}
+
+// Op names an operation of the substrate.
+type Op string
+
+// The operations steps point to.
+const (
+	// OpReadContext reads the room's context; Args are its shaping fields.
+	OpReadContext Op = "read_context"
+	// OpInvoke invokes Args["action"] with Args["params"].
+	OpInvoke Op = "invoke"
+	// OpWait waits for Args["condition"].
+	OpWait Op = "wait"
+	// OpHelp reads help key Args["key"] (the list without one).
+	OpHelp Op = "help"
+	// OpEval evaluates Args["expr"].
+	OpEval Op = "eval"
+	// OpJoin makes the caller an agent of the room (MCP: embody).
+	OpJoin Op = "join"
+	// OpCreateRoom creates a room.
+	OpCreateRoom Op = "create_room"
+	// OpRegisterAction and OpRegisterView register a definition.
+	OpRegisterAction Op = "register_action"
+	OpRegisterView   Op = "register_view"
+	// OpWriteState writes state directly (REST only; MCP writes through
+	// actions).
+	OpWriteState Op = "write_state"
+)
+
+// Words renders steps in one surface's vocabulary.
+type Words interface {
+	Say(Step) string
+}
+
+// Plain words a step by its operation and arguments as JSON, the form
+// used when no surface is known: read_context {"only":"actions"}.
+var Plain Words = plain{}
+
+type plain struct{}
+
+func (plain) Say(s Step) string { return SayCall(string(s.Op), s, "room") }
+
+// SayCall words a step as name {args}, with the step's room as the
+// argument roomArg when it has one ("" leaves it out). Arguments are
+// sorted (encoding/json sorts map keys), so the text is stable.
+func SayCall(name string, s Step, roomArg string) string {
+	args := make(map[string]any, len(s.Args)+1)
+	for k, v := range s.Args {
+		args[k] = v
+	}
+	if s.Room != "" && roomArg != "" {
+		args[roomArg] = s.Room
+	}
+	if len(args) == 0 {
+		return name
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(args)
+	return name + " " + strings.TrimSpace(b.String())
+}
+
+// WithNext sets the operation that moves the caller on; the surface words
+// it as the body's "next".
+func (e *Error) WithNext(s Step) *Error {
+	e.Next = &s
+	return e
+}
+
+// In returns a copy of e whose next step is worded by w.
+func (e *Error) In(w Words) *Error {
+	c := *e
+	c.words = w
+	return &c
 }

@@ -132,6 +132,7 @@ func (a *api) principal(w http.ResponseWriter, r *http.Request) (*substrate.Prin
 		}
 		return nil, false
 	}
+	p.Words = Words
 	return p, a.http.Limit(w, r, p.Key())
 }
 
@@ -398,7 +399,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errs.Unauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sync"`)
 	}
-	httpmw.Fail(w, r, e)
+	httpmw.Fail(w, r, e.In(Words))
 }
 
 // --- middleware ---

@@ -1,0 +1,36 @@
+package mcp
+
+import "github.com/syncsubstrate/sync/substrate/errs"
+
+// Words are MCP's vocabulary: a step is the tool call that makes it, with
+// its arguments. Direct state writes have no tool (state changes through
+// actions), so that step has no words here.
+var Words errs.Words = words{}
+
+type words struct{}
+
+func (words) Say(s errs.Step) string {
+	switch s.Op {
+	case errs.OpReadContext:
+		return errs.SayCall("sync_read_context", s, "room")
+	case errs.OpWait:
+		return errs.SayCall("sync_wait", s, "room")
+	case errs.OpHelp:
+		return errs.SayCall("sync_help", s, "room")
+	case errs.OpEval:
+		return errs.SayCall("sync_eval_cel", s, "room")
+	case errs.OpInvoke:
+		return errs.SayCall("sync_invoke_action", s, "")
+	case errs.OpJoin:
+		return errs.SayCall("sync_embody", s, "room")
+	case errs.OpCreateRoom:
+		return errs.SayCall("sync_create_room", s, "")
+	case errs.OpRegisterAction:
+		return errs.SayCall("sync_register_action", s, "")
+	case errs.OpRegisterView:
+		return errs.SayCall("sync_register_view", s, "")
+	case errs.OpWriteState:
+		return ""
+	}
+	return errs.Plain.Say(s)
+}
