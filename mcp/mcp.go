@@ -53,7 +53,8 @@ type Options struct {
 const Instructions = `sync is a shared workspace of rooms where agents coordinate through versioned state, actions and views.
 Begin with sync_lobby: it lists the rooms you may use and who is in them. Observe a room with sync_read_context;
 to act, sync_embody an agent there, then sync_invoke_action (the context lists available actions). Use sync_wait
-instead of polling. No actions yet? sync_help key standard_library has ready-made ones for sync_register_action.`
+instead of polling. No actions yet? sync_help key standard_library has ready-made ones for sync_register_action.
+Every result carries _session: the room and agent you act as, your access level there, and the server's time.`
 
 // Handler returns the /mcp endpoint.
 func Handler(opt Options) http.Handler {
@@ -224,29 +225,29 @@ func strictJSON(raw []byte, v any) error {
 // hundred small entries whole.
 const DefaultMaxBytes = 32_000
 
-func contextRequest(depth, only, include string, after, limit *int64, context string, maxBytes *int64) (substrate.ContextRequest, error) {
+func contextRequest(sh shaping, after *int64, include, context string) (substrate.ContextRequest, error) {
 	q := url.Values{}
 	if context != "" {
 		q.Set("context", context)
 	}
-	if maxBytes == nil {
+	if sh.MaxBytes == nil {
 		q.Set("max_bytes", strconv.Itoa(DefaultMaxBytes))
 	} else {
-		q.Set("max_bytes", strconv.FormatInt(*maxBytes, 10))
+		q.Set("max_bytes", strconv.FormatInt(*sh.MaxBytes, 10))
 	}
 	set := func(k, v string) {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
-	set("depth", depth)
-	set("only", only)
+	set("depth", sh.Depth)
+	set("only", sh.Only)
 	set("include", include)
 	if after != nil {
 		q.Set("messages_after", strconv.FormatInt(*after, 10))
 	}
-	if limit != nil {
-		q.Set("messages_limit", strconv.FormatInt(*limit, 10))
+	if sh.MessagesLimit != nil {
+		q.Set("messages_limit", strconv.FormatInt(*sh.MessagesLimit, 10))
 	}
 	return substrate.ParseContextRequest(q.Get)
 }

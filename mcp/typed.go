@@ -1,0 +1,105 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A tool's input and output are Go types; its schemas are derived from
+// them with jsonschema-go, the library the go-sdk derives schemas with.
+// The adapter decodes arguments itself (strictly, into errs codes a model
+// can act on) rather than through sdk.AddTool, whose validation errors are
+// bare text without a code or a next step.
+
+// typed builds a tool from its typed adapter. enums restrict string
+// arguments to a set (jsonschema-go has no struct tag for them).
+func typed[In, Out any](def *sdk.Tool, enums map[string][]string, run func(context.Context, *call, *In) (Out, error)) tool {
+	def.InputSchema = inputSchema[In](enums)
+	def.OutputSchema = outputSchema[Out]()
+	return tool{def, func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
+		var in In
+		if err := decode(args, &in); err != nil {
+			return nil, err
+		}
+		out, err := run(ctx, c, &in)
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}}
+}
+
+// rawObject shows json.RawMessage arguments (params, render) as the
+// objects they are, not as byte arrays.
+var forOptions = &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+	reflect.TypeFor[json.RawMessage](): {Type: "object"},
+}}
+
+// inputSchema derives In's schema. Optional arguments are pointers in Go
+// (to tell 0 from absent), which jsonschema-go types as ["null", T]; a
+// model should simply leave them out, so null is not offered. Nested
+// objects keep their type and description only: their fields are in the
+// tool's description and help, and tools/list is paid for in every
+// conversation.
+func inputSchema[In any](enums map[string][]string) *jsonschema.Schema {
+	s, err := jsonschema.For[In](forOptions)
+	if err != nil {
+		panic(fmt.Sprintf("input schema of %T: %v", *new(In), err))
+	}
+	for name, p := range s.Properties {
+		s.Properties[name] = shallow(p)
+		if e, ok := enums[name]; ok {
+			for _, v := range e {
+				s.Properties[name].Enum = append(s.Properties[name].Enum, v)
+			}
+		}
+	}
+	for name := range enums {
+		if _, ok := s.Properties[name]; !ok {
+			panic(fmt.Sprintf("enum for %q, which %T does not have", name, *new(In)))
+		}
+	}
+	return s
+}
+
+// outputSchema derives Out's schema, kept to its top level: the names of
+// the fields and which are always present. Types and inner shapes are left
+// to the tools' and help's descriptions, and the _session block every
+// result carries to the server's instructions: tools/list is paid for in
+// every conversation, and the names are what a model finds its way by.
+// Other fields are allowed, so _session validates.
+func outputSchema[Out any]() map[string]any {
+	s, err := jsonschema.For[Out](forOptions)
+	if err != nil {
+		panic(fmt.Sprintf("output schema of %T: %v", *new(Out), err))
+	}
+	// Built as a map: jsonschema-go writes an empty schema as true, which
+	// the TypeScript SDK refuses as a property schema.
+	props := make(map[string]any, len(s.Properties))
+	for name := range s.Properties {
+		props[name] = struct{}{}
+	}
+	out := map[string]any{"type": "object", "properties": props}
+	if len(s.Required) > 0 {
+		out["required"] = s.Required
+	}
+	return out
+}
+// shallow is p without its inner structure or null type: its type,
+// description and enum.
+func shallow(p *jsonschema.Schema) *jsonschema.Schema {
+	out := &jsonschema.Schema{Type: p.Type, Types: p.Types, Description: p.Description, Enum: p.Enum}
+	if len(out.Types) > 0 {
+		out.Types = slices.DeleteFunc(slices.Clone(out.Types), func(t string) bool { return t == "null" })
+		if len(out.Types) == 1 {
+			out.Type, out.Types = out.Types[0], nil
+		}
+	}
+	return out
+}
