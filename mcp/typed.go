@@ -91,6 +91,7 @@ func outputSchema[Out any]() map[string]any {
 	}
 	return out
 }
+
 // shallow is p without its inner structure or null type: its type,
 // description and enum.
 func shallow(p *jsonschema.Schema) *jsonschema.Schema {
