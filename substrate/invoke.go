@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
@@ -549,6 +552,9 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, []map
 		default:
 			return nil, nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": "alice"`)
 		}
+		if err := s.checkRecipients(m, list); err != nil {
+			return nil, nil, err
+		}
 		msg["to"] = list
 	}
 	for k := range params {
@@ -562,6 +568,39 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, []map
 		return nil, nil, err
 	}
 	return written[0], audit, nil
+}
+
+// checkRecipients refuses a directed message to an agent the room does
+// not have: it would raise nobody's directed_unread, and the sender would
+// never learn that it went nowhere (a misspelt or guessed agent id is the
+// usual cause, so the error names the nearest one).
+func (s *Service) checkRecipients(m *mutation, to []string) error {
+	rows, err := m.tx.Query(m.ctx, `SELECT id FROM agents WHERE room_id = $1`, m.room)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	sort.Strings(ids)
+	for _, id := range to {
+		if _, ok := slices.BinarySearch(ids, id); ok {
+			continue
+		}
+		e := errs.New(errs.InvalidParam, "to names %q, which is not an agent of this room", id).With("param", "to").
+			WithHint("send to agents listed in the context's agents section; nothing was sent")
+		listed := ids
+		if len(listed) > 50 {
+			listed = listed[:50]
+		}
+		e.With("agents", listed)
+		if near := nearest(id, slices.Clone(ids)); near != "" {
+			e.With("did_you_mean", near)
+		}
+		return e
+	}
+	return nil
 }
 
 // invokerMayRead keeps the values an explanation read that the invoker

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/ast"
@@ -97,6 +98,15 @@ func (e *Env) reads(ctx context.Context, x ast.Expr, info *ast.SourceInfo, vars 
 				v = fmt.Sprintf("<%d bytes>", len(raw))
 			}
 			out[src] = v
+			// A computed index (tasks[params.id]) read its key too.
+			for _, k := range indexKeys(x) {
+				visit(k)
+			}
+			return
+		}
+		if x.Kind() == ast.IdentKind && (x.AsIdent() == "self" || x.AsIdent() == "now") {
+			// The scalar variables explain a comparison by themselves.
+			out[x.AsIdent()] = identValue(x.AsIdent(), vars)
 			return
 		}
 		switch x.Kind() {
@@ -118,8 +128,8 @@ func (e *Env) reads(ctx context.Context, x ast.Expr, info *ast.SourceInfo, vars 
 	return out
 }
 
-// isPath reports a variable path: a select chain or literal index rooted
-// at a variable (not a bare variable: "state" alone explains nothing).
+// isPath reports a variable path: a select chain or index rooted at a
+// variable (not a bare variable: "state" alone explains nothing).
 func isPath(x ast.Expr) bool {
 	switch x.Kind() {
 	case ast.SelectKind:
@@ -130,10 +140,40 @@ func isPath(x ast.Expr) bool {
 		return op.Kind() == ast.IdentKind || isPath(op)
 	case ast.CallKind:
 		c := x.AsCall()
-		if c.FunctionName() == "_[_]" && len(c.Args()) == 2 && c.Args()[1].Kind() == ast.LiteralKind {
+		if c.FunctionName() == "_[_]" && len(c.Args()) == 2 {
 			op := c.Args()[0]
 			return op.Kind() == ast.IdentKind || isPath(op)
 		}
 	}
 	return false
+}
+
+// indexKeys are the computed (non-literal) index keys along path x.
+func indexKeys(x ast.Expr) []ast.Expr {
+	var out []ast.Expr
+	for {
+		switch x.Kind() {
+		case ast.SelectKind:
+			x = x.AsSelect().Operand()
+			continue
+		case ast.CallKind:
+			c := x.AsCall()
+			if c.FunctionName() == "_[_]" && len(c.Args()) == 2 {
+				if c.Args()[1].Kind() != ast.LiteralKind {
+					out = append(out, c.Args()[1])
+				}
+				x = c.Args()[0]
+				continue
+			}
+		}
+		return out
+	}
+}
+
+// identValue is a scalar variable's value as an explanation shows it.
+func identValue(name string, vars *Vars) any {
+	if name == "self" {
+		return vars.Self
+	}
+	return vars.Now.UTC().Format(time.RFC3339)
 }

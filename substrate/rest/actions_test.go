@@ -692,3 +692,22 @@ func TestRegistrationWarnings(t *testing.T) {
 		t.Fatalf("a _shared write warned: %s", ok.raw)
 	}
 }
+
+// A directed message to an agent the room does not have is refused, with
+// the nearest id, and nothing is sent: it would raise nobody's
+// directed_unread, and the sender would never know.
+func TestMessageToUnknownAgentRefused(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("dm", nil)
+	alice := e.join(rm, "alice")
+	e.join(rm, "bob")
+	r := e.invoke(rm, alice, "_send_message", map[string]any{"body": "hi", "to": []any{"bob", "bobb"}}).must(t, 400)
+	if r.str("error") != "invalid_param" || r.str("did_you_mean") != "bob" {
+		t.Errorf("refusal: %v", r.body)
+	}
+	msgs := e.do("GET", "/rooms/dm/context?only=messages", rm.token, nil).must(t, 200).body["messages"].(map[string]any)
+	if msgs["count"].(float64) != 0 {
+		t.Errorf("the refused message was sent: %v", msgs)
+	}
+	e.invoke(rm, alice, "_send_message", map[string]any{"body": "hi", "to": "bob"}).must(t, 200)
+}
