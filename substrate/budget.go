@@ -2,7 +2,10 @@ package substrate
 
 import (
 	"encoding/json"
+	"regexp"
+	"slices"
 	"sort"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -44,6 +47,9 @@ const (
 	// preview when the envelope is over budget.
 	largeValue = 1024
 	previewLen = 160
+	// keptMessages is how many of the newest messages an over-budget
+	// context keeps (plus as many again addressed to the reader).
+	keptMessages = 5
 	// scopeSample is how many keys a summarised scope keeps at least.
 	scopeSample = 20
 	// maxContextBytes caps any requested budget.
@@ -102,13 +108,18 @@ func fitBudget(env *Envelope, rc *roomCtx, roomID string, max int) {
 		return
 	}
 
-	// 2. Messages: the newest few.
-	if m := env.Messages; m != nil && len(m.Recent) > 5 {
-		drop := len(m.Recent) - 5
+	// 2. Messages: the newest few, and those addressed to the reader.
+	if m := env.Messages; m != nil && len(m.Recent) > keptMessages {
 		first, _ := m.Recent[0]["seq"].(int64)
-		b.Cuts = append(b.Cuts, Cut{Section: "messages", Kept: 5, Total: len(m.Recent),
+		var kept []map[string]any
+		for i, msg := range m.Recent {
+			if i >= len(m.Recent)-keptMessages || (addressedTo(msg, rc.self) && len(kept) < 2*keptMessages) {
+				kept = append(kept, msg)
+			}
+		}
+		b.Cuts = append(b.Cuts, Cut{Section: "messages", Kept: len(kept), Total: len(m.Recent),
 			Expand: expand(rc, roomID, map[string]any{"only": "messages", "messages_after": first - 1, "max_bytes": maxContextBytes})})
-		m.Recent = m.Recent[drop:]
+		m.Recent = kept
 		// Messages the reader was not shown stay unread (and so do the
 		// newer ones it was: the read mark only moves forward).
 		rc.readUpTo = min(rc.readUpTo, first-1)
@@ -186,6 +197,22 @@ func fitBudget(env *Envelope, rc *roomCtx, roomID string, max int) {
 	over()
 }
 
+// addressedTo reports a message directed to agent.
+func addressedTo(msg map[string]any, agent string) bool {
+	if agent == "" {
+		return false
+	}
+	switch to := msg["to"].(type) {
+	case string:
+		return to == agent
+	case []string:
+		return slices.Contains(to, agent)
+	case []any:
+		return slices.Contains(to, any(agent))
+	}
+	return false
+}
+
 // expand words the context read with args for the reader.
 func expand(rc *roomCtx, roomID string, args map[string]any) string {
 	return rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
@@ -213,14 +240,17 @@ func scopeEntries(v any) (map[string]json.RawMessage, bool) {
 	return out, true
 }
 
-// rankKeys orders a scope's keys by salience for the reader: entries the
-// reader wrote, then the most recently changed, then by name.
+// rankKeys orders a scope's keys by salience for the reader, as the
+// original's focus tiers did: entries the reader wrote; then entries the
+// room's rules read (action if/enabled, views) or that several actions
+// write (contested); then the most recently changed; then by name.
 func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []string {
 	name := scope
 	if scope == ScopeSelf {
 		name = rc.self
 	}
 	rows := rc.snap.scopes[name]
+	watched := watchedKeys(rc, scope)
 	out := make([]string, 0, len(keys))
 	for k := range keys {
 		out = append(out, k)
@@ -237,11 +267,46 @@ func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []stri
 		if mine(a) != mine(b) {
 			return mine(a)
 		}
+		if watched[a] != watched[b] {
+			return watched[a]
+		}
 		if rev(a) != rev(b) {
 			return rev(a) > rev(b)
 		}
 		return a < b
 	})
+	return out
+}
+
+// statePath finds state.<scope>.<key> (or state.<scope>["key"]) in an
+// expression's source: what the room's rules read.
+var statePath = regexp.MustCompile(`state\.([A-Za-z_][\w:@.-]*?)(?:\.|\[")([A-Za-z_0-9][\w:@.-]*?)(?:"\]|\b)`)
+
+// watchedKeys are the keys of scope that the room's action guards and views
+// read, or that several actions write.
+func watchedKeys(rc *roomCtx, scope string) map[string]bool {
+	out := map[string]bool{}
+	add := func(src string) {
+		for _, m := range statePath.FindAllStringSubmatch(src, -1) {
+			if m[1] == scope {
+				out[m[2]] = true
+			}
+		}
+	}
+	for _, a := range rc.snap.actions {
+		add(a.def.If)
+		add(a.def.Enabled)
+	}
+	for _, v := range rc.snap.views {
+		add(v.def.Expr)
+	}
+	if c, ok := rc.views[viewContested].(map[string]any); ok {
+		for target := range c {
+			if sc, key, ok := strings.Cut(target, "."); ok && sc == scope {
+				out[key] = true
+			}
+		}
+	}
 	return out
 }
 
