@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/syncsubstrate/sync/mcp"
 	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
@@ -96,6 +98,19 @@ func TestResultSizes(t *testing.T) {
 	if strings.Contains(string(inv), big) || !strings.Contains(string(inv), `"bytes":5002`) {
 		t.Fatalf("invocation result echoes the value or lacks its size: %.300s", inv)
 	}
-	t.Logf("500-task room: whole context %d bytes (~%d tokens); lean context %d bytes (~%d tokens); wait wake-up %d bytes; invocation of a 5 KB write %d bytes",
-		len(full), len(full)/4, len(lean), len(lean)/4, len(wake), len(inv))
+	// The text a model reads is the compact rendering of the same JSON.
+	leanText := mcp.Text(lean)
+	if len(leanText) >= len(lean) {
+		t.Errorf("the text rendering (%d bytes) is no smaller than the JSON (%d)", len(leanText), len(lean))
+	}
+	t.Logf("500-task room: whole context %d bytes (~%d tokens); lean context %d bytes JSON (~%d tokens), %d bytes as text (~%d tokens); wait wake-up %d bytes JSON (~%d tokens), %d as text (~%d tokens); invocation of a 5 KB write %d bytes",
+		len(full), approxTokens(string(full)), len(lean), approxTokens(string(lean)), len(leanText), approxTokens(leanText),
+		len(wake), approxTokens(string(wake)), len(mcp.Text(wake)), approxTokens(mcp.Text(wake)), len(inv))
 }
+
+// approxTokens estimates a BPE tokenizer's count without one: a word or
+// number with its leading space is a token, and so is a run of
+// punctuation (`":"`, `},{`). It is a comparison, not a bill.
+func approxTokens(s string) int { return len(tokenish.FindAllStringIndex(s, -1)) }
+
+var tokenish = regexp.MustCompile(`\s?[A-Za-z]+|\s?[0-9]{1,3}|\s?[^\sA-Za-z0-9]+|\s+`)

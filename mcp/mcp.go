@@ -174,7 +174,7 @@ func handler(opt *Options, d tool) sdk.ToolHandler {
 }
 
 // result encodes a tool's answer: the domain's JSON as structured content
-// and as text, with the session block; a domain error as an isError result
+// and its compact rendering (Text) as text, with the session block; a domain error as an isError result
 // with its stable code and the next step. The JSON is encoded once and the
 // session block spliced in, since contexts can be large.
 func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
@@ -208,7 +208,7 @@ func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
 		}
 		body = append(append(append(append(body[:len(body)-1:len(body)-1], sep...), `"_session":`...), block...), '}')
 	}
-	return &sdk.CallToolResult{IsError: err != nil, StructuredContent: json.RawMessage(body), Content: []sdk.Content{&sdk.TextContent{Text: string(body)}}}
+	return &sdk.CallToolResult{IsError: err != nil, StructuredContent: json.RawMessage(body), Content: []sdk.Content{&sdk.TextContent{Text: Text(body)}}}
 }
 
 func strictJSON(raw []byte, v any) error {
