@@ -19,6 +19,7 @@ var owners = map[string]string{
 	"agents":                 "substrate",
 	"state":                  "substrate",
 	"state_archive":          "substrate",
+	"vocabulary_usage":       "substrate",
 	"smcp_user_rooms":        "lobby",
 	"smcp_user_sessions":     "lobby",
 	"smcp_users":             "oauth",

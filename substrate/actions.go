@@ -266,6 +266,7 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 		return nil, err
 	}
 	m.audit = map[string]any{"kind": "register_action", "action": def.ID, "definition": def, "created": res.Created, "changed": res.Changed}
+	m.vocab, m.decay = append(m.vocab, vocabTouch{"action", def.ID, false}), salienceOf(snap).Decay
 	return res, nil
 }
 
@@ -441,6 +442,7 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 			WithHint("simplify the expression (avoid large comprehensions), read a key another action precomputes, or delete views nobody reads")
 	}
 	m.audit = map[string]any{"kind": "register_view", "view": def.ID, "definition": def, "created": res.Created}
+	m.vocab, m.decay = append(m.vocab, vocabTouch{"view", def.ID, false}), salienceOf(snap).Decay
 	return res, nil
 }
 

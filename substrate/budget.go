@@ -278,9 +278,9 @@ func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []stri
 	return out
 }
 
-// statePath finds state.<scope>.<key> (or state.<scope>["key"]) in an
+// statePath finds state.<scope>.<key> (or .?key, or ["key"]) in an
 // expression's source: what the room's rules read.
-var statePath = regexp.MustCompile(`state\.([A-Za-z_][\w:@.-]*?)(?:\.|\[")([A-Za-z_0-9][\w:@.-]*?)(?:"\]|\b)`)
+var statePath = regexp.MustCompile(`state\.([A-Za-z_][\w:@.-]*?)(?:\.\??|\[")([A-Za-z_0-9][\w:@.-]*?)(?:"\]|\b)`)
 
 // watchedKeys are the keys of scope that the room's action guards and views
 // read, or that several actions write.

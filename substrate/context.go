@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -21,7 +22,7 @@ const maxUnreadCount = 1000
 
 // loadPresence reads the room's agents.
 func loadPresence(ctx context.Context, q querier, roomID string) ([]presence, error) {
-	rows, err := q.Query(ctx, `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq
+	rows, err := q.Query(ctx, `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads
 		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, roomID)
 	if err != nil {
 		return nil, err
@@ -30,7 +31,7 @@ func loadPresence(ctx context.Context, q querier, roomID string) ([]presence, er
 	var out []presence
 	for rows.Next() {
 		var a presence
-		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq); err != nil {
+		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads); err != nil {
 			return nil, err
 		}
 		out = append(out, a)
@@ -220,16 +221,58 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		}
 		rc.msgs, rc.counted = mc, true
 	}
-	env, err := s.envelope(ctx, s.db, rc, roomID, req)
-	if err == nil && req.MaxBytes > 0 {
-		fitBudget(env, rc, roomID, req.MaxBytes)
+	sl, err := s.salienceFor(ctx, rc, roomID)
+	if err != nil {
+		return nil, err
 	}
-	if err == nil && rc.readUpTo > 0 {
-		// Monotonic, so concurrent reads cannot move it back.
-		_, err = s.db.Exec(ctx, `UPDATE agents SET last_seen_seq = $3 WHERE room_id = $1 AND id = $2 AND last_seen_seq < $3`,
-			roomID, rc.self, rc.readUpTo)
+	note := ""
+	if sl != nil && sl.self != nil && sl.self.ContextReads == 0 && *sl.cfg.FirstReadFull && req.Depth == "lean" {
+		req.Depth = "full"
+		note = "your first read of this room is at depth full, once, so you see the whole vocabulary; later reads are lean unless you ask"
+	}
+	env, err := s.envelope(ctx, s.db, rc, roomID, req)
+	if err != nil {
+		return nil, err
+	}
+	env.Context.Note = note
+	if sl != nil {
+		s.annotate(ctx, env, rc, sl, roomID, req)
+	}
+	if req.MaxBytes > 0 {
+		fitBudget(env, rc, roomID, req.MaxBytes)
+		if at := env.Context.Attention; at != nil && env.Context.Budget != nil && at.SinceYourLastRead != nil {
+			var cut []string
+			for _, c := range env.Context.Budget.Cuts {
+				if strings.Count(c.Section, ".") <= 1 { // sections and scopes, not single keys
+					cut = append(cut, c.Section)
+				}
+			}
+			for _, sec := range youElided(rc, at.SinceYourLastRead, cut) {
+				if !slices.Contains(at.YouElided, sec) {
+					at.YouElided = append(at.YouElided, sec)
+				}
+			}
+		}
+	}
+	if rc.self != "" {
+		err = s.markRead(ctx, roomID, rc)
 	}
 	return env, err
+}
+
+// markRead records an agent's read: the seq it saw, one more read, the
+// newest message it was shown. The marks are advice (unread counts,
+// salience), so the write does not wait for the disk: losing the last
+// few to a crash costs nothing a later read does not repair.
+func (s *Service) markRead(ctx context.Context, roomID string, rc *roomCtx) error {
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit TO off")
+	b.Queue(sqlMarkRead, roomID, rc.self, rc.snap.seq, rc.readUpTo)
+	b.Queue("COMMIT")
+	return s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return conn.SendBatch(ctx, &b).Close()
+	})
 }
 
 // envelope assembles the context. Adaptive salience (seed 000) extends it

@@ -42,6 +42,11 @@ type ActionView struct {
 	Intent          string               `json:"intent,omitempty"`
 	Result          string               `json:"result,omitempty"`
 	InvocationCount *int                 `json:"invocation_count,omitempty"`
+	// Stale (at depth usage) marks an action registered a while ago and
+	// never invoked since; LowSalience one nobody has used for long. Both
+	// still work.
+	Stale       bool `json:"_stale,omitempty"`
+	LowSalience bool `json:"_low_salience,omitempty"`
 }
 
 // Messages is the messages section: counters and the recent messages.
@@ -73,9 +78,14 @@ type ContextMeta struct {
 	MessagesTruncated *MessagesElided `json:"messages_truncated,omitempty"`
 	// Budget says how the envelope was fitted to max_bytes, and what it
 	// left out.
-	Budget  *Budget     `json:"budget,omitempty"`
-	Request RequestEcho `json:"request"`
-	Seq     int64       `json:"seq"`
+	Budget *Budget `json:"budget,omitempty"`
+	// Attention is adaptive salience's opinion on what deserves the
+	// reader's attention; Note says when the substrate changed the
+	// request (an agent's first read is at depth full).
+	Attention *Attention  `json:"_attention,omitempty"`
+	Note      string      `json:"note,omitempty"`
+	Request   RequestEcho `json:"request"`
+	Seq       int64       `json:"seq"`
 }
 
 // RequestEcho repeats the shaping parameters a request set (defaults are

@@ -61,6 +61,35 @@ The help key standard_library has ready-made definitions (set, increment, claim,
 Prefer few, purposeful actions with an intent and an if that guards their precondition; register views for what everyone should see.`), true
 	case "standard_library":
 		return standardLibrary, true
+	case "vocabulary_review":
+		return strings.TrimSpace(`
+# Vocabulary review
+
+The room's vocabulary (its actions and views) is assessed on every context read: _context._attention says what deserves your attention, and the _vocabulary_health view (in views) gives the assessment with its reasons and suggestions. It is computed from metadata only (registrations, invocations, message kinds, senders and timing, which state keys a message names), never from what messages say, and it never hides anything: what a lean read leaves out is counted, with the read that shows it.
+
+## Progressive vocabulary
+Recently registered actions are being invoked: the room's affordances are growing productively. Keep registering vocabulary as the work needs it.
+
+## Stable vocabulary
+The vocabulary is established and used; nothing new recently.
+
+## Degenerating vocabulary
+Signals: views that fail to evaluate (broken: _attention.broken_views, your own with their errors in your_broken_views); actions registered a while ago and never invoked since (stale); many more messages than invocations (the informal channel dominates); message patterns (_vocabulary_health.patterns): messages that keep coming just before the same invocation, messages after failed invocations, frequent messages about a shared key no action writes.
+
+## Revision patterns
+- Fix a broken view: register it again with the same id and a corrected expression (` + say(errs.OpRegisterView, map[string]any{"id": "<same id>", "expr": "…"}) + `).
+- Retire a stale action the room does not need: _delete_action {id}.
+- Formalise a message pattern: register an action for what agents keep negotiating; messages are for novel situations, not routine coordination.
+- Refactor contested targets: one action with richer parameters, or one key per action and a view that aggregates (help key contested_actions).
+
+## Attention
+_context._attention: broken_views; your_broken_views (always, whatever you asked for); stale_actions (listed at lean when they are more than stale_fraction of the actions); since_your_last_read {from_seq, state_changes, new_actions, actions_invoked, views_changed, new_messages}; you_elided (sections this read left out, by request or budget, that changed since your last read); low_salience (actions and views nobody has used for a long while: they still work); vocabulary_health. An agent's first read of a room is at depth full, once, with _context.note saying so.
+
+## Thresholds
+A room sets them in the state entry _shared._config, under "salience": {"stale_after_mutations": 50, "stale_after_minutes": 60, "stale_fraction": 0.3, "message_ratio": 3, "decay": 0.95, "low_salience": 0.2, "omit_low_salience_at_lean": false, "first_read_full": true, "pattern_min": 3, "off": false} (the defaults). An item's salience score rises by one on each use (an action's invocation; a view read by an invoked action) and is multiplied by decay on each context read of the room.
+
+## The principle
+Vocabulary is a theory about what the room is for. Good theories predict new behaviour; degenerating ones patch old failures. Review it the way a scientist reviews a theory: is it enabling new work, or accommodating old problems?`), true
 	case "if_version":
 		return strings.TrimSpace(`
 Every state entry has a version: 1 when created, +1 per write. A write with if_version: N applies only if the entry is at version N (0 means "must not exist"); otherwise it fails with version_conflict and current_version, and nothing in the request is written.
@@ -98,7 +127,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 }
 
 var systemHelpKeys = []string{"index", "guide", "vocabulary_bootstrap", "standard_library", "directed_messages",
-	"contested_actions", "context_shaping", "if_version", "expressions"}
+	"contested_actions", "context_shaping", "if_version", "expressions", "vocabulary_review"}
 
 func (s *Service) helpKeyList(room map[string]*srow) []string {
 	keys := append([]string{}, systemHelpKeys...)

@@ -255,6 +255,12 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		}
 	}
 	m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
+	// Salience: the action was used, and so were the views it read.
+	m.vocab = append(m.vocab, vocabTouch{"action", id, true})
+	for _, v := range viewsReadBy(def) {
+		m.vocab = append(m.vocab, vocabTouch{"view", v, true})
+	}
+	m.decay = salienceOf(snap).Decay
 	return nil
 }
 

@@ -38,6 +38,10 @@ type mutation struct {
 	// "<scope>.<key>" targets written, which tick logical timers.
 	pending []pendingWrite
 	ticks   []string
+	// vocab are the actions and views this mutation used or registered,
+	// and decay the room's salience decay, for vocabulary_usage.
+	vocab []vocabTouch
+	decay float64
 }
 
 // seq hands out the next room sequence number (for an append entry).
@@ -167,6 +171,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		m.batch.Queue(`UPDATE state SET timer_ticks_left = timer_ticks_left - 1
 			WHERE room_id = $1 AND timer_tick_on = ANY($2) AND timer_ticks_left > 0`, roomID, m.ticks)
 	}
+	m.touchVocabulary(last, m.decay)
 	m.audit["ts"] = m.now.UTC().Format(time.RFC3339Nano)
 	m.audit["by"] = m.actor
 	m.audit["seq"] = last

@@ -54,6 +54,8 @@ func TestHotQueryPlans(t *testing.T) {
 		{"unread", sqlUnread, []any{"hot", int64(59000), "b", int64(60000), maxUnreadCount}},
 		{"log page", sqlLogPage, []any{"hot", "_audit", 100, int64(60000)}},
 		{"invocation counts", sqlInvocationCounts, []any{"hot"}},
+		{"log window", sqlLogWindow, []any{"hot", windowSize, int64(60000)}},
+		{"usage", sqlUsage, []any{"hot"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

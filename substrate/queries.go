@@ -40,4 +40,32 @@ const (
 	sqlInvocationCounts = `SELECT value->>'action' FROM (SELECT value FROM state
 		WHERE room_id = $1 AND scope = '_audit' AND sort_key IS NOT NULL ORDER BY sort_key DESC LIMIT 500) t
 		WHERE value->>'kind' = 'invoke' AND (value->>'ok')::boolean`
+	// sqlUsage reads the room's vocabulary usage (adaptive salience).
+	sqlUsage = `SELECT kind, id, uses, last_used_seq, score, reads_at_use FROM vocabulary_usage WHERE room_id = $1`
+	// sqlTouchVocabulary records uses and registrations of actions and
+	// views at a seq: the score is decayed by the room's context reads
+	// since the item's last use, then reinforced by one.
+	sqlTouchVocabulary = `INSERT INTO vocabulary_usage AS u (room_id, kind, id, uses, last_used_seq, last_used_at, score, reads_at_use)
+		SELECT $1, t.kind, t.id, CASE WHEN t.used THEN 1 ELSE 0 END, CASE WHEN t.used THEN $5::bigint END,
+			CASE WHEN t.used THEN $6::timestamptz END, 1, r.reads
+		FROM unnest($2::text[], $3::text[], $4::bool[]) AS t(kind, id, used),
+			(SELECT coalesce(sum(context_reads), 0)::bigint AS reads FROM agents WHERE room_id = $1) r
+		ON CONFLICT (room_id, kind, id) DO UPDATE SET
+			uses = u.uses + EXCLUDED.uses,
+			last_used_seq = coalesce(EXCLUDED.last_used_seq, u.last_used_seq),
+			last_used_at = coalesce(EXCLUDED.last_used_at, u.last_used_at),
+			score = u.score * power($7::float8, greatest(EXCLUDED.reads_at_use - u.reads_at_use, 0)) + 1,
+			reads_at_use = EXCLUDED.reads_at_use`
+	// sqlLogWindow reads the newest entries of both logs up to a seq
+	// (index state_scope_sort), for message pattern detection.
+	sqlLogWindow = `(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
+			ORDER BY sort_key DESC LIMIT $2)
+		UNION ALL
+		(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
+			ORDER BY sort_key DESC LIMIT $2)`
+	// sqlMarkRead records an agent's context read: the room seq it saw,
+	// one more read, and the newest message it was shown (monotonic, so
+	// concurrent reads cannot move the marks back).
+	sqlMarkRead = `UPDATE agents SET last_context_seq = greatest(last_context_seq, $3), context_reads = context_reads + 1,
+		last_seen_seq = greatest(last_seen_seq, $4) WHERE room_id = $1 AND id = $2`
 )

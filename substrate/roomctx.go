@@ -19,6 +19,9 @@ type presence struct {
 	WaitingOn     *string
 	LastHeartbeat time.Time
 	LastSeenSeq   int64
+	// LastContextSeq and ContextReads are the agent's context reads
+	// (adaptive salience).
+	LastContextSeq, ContextReads int64
 }
 
 // msgCounts are the caller's message counters.

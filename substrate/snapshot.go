@@ -19,6 +19,7 @@ import (
 // it is used, not when it is loaded, so one snapshot serves until the next
 // mutation.
 type snapshot struct {
+	room         string
 	seq          int64
 	messageCount int64
 	// scopes holds every row with sort_key NULL: scope → key → row.
@@ -28,6 +29,13 @@ type snapshot struct {
 
 	msgOnce sync.Once
 	msgUse  bool
+
+	// win is the recent log, read once when salience needs it; usage
+	// the vocabulary's usage at this seq (both change only with it).
+	winOnce sync.Once
+	win     *logWindow
+	usageMu sync.Mutex
+	usage   map[string]*usage
 
 	liveMu    sync.Mutex
 	liveCache *liveState
@@ -115,7 +123,7 @@ func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID, key strin
 		return nil, err
 	}
 	defer rows.Close()
-	snap := &snapshot{seq: seq, messageCount: messageCount, scopes: map[string]map[string]*srow{}, actions: map[string]*actionRec{}}
+	snap := &snapshot{room: roomID, seq: seq, messageCount: messageCount, scopes: map[string]map[string]*srow{}, actions: map[string]*actionRec{}}
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
@@ -165,7 +173,7 @@ func (snap *snapshot) index(s *Service, r *row) {
 // advance returns a copy of snap with the pending writes applied (deleted
 // rows removed, logs skipped), at seq.
 func (snap *snapshot) advance(s *Service, pending []pendingWrite, seq, messageCount int64) *snapshot {
-	out := &snapshot{seq: seq, messageCount: messageCount, scopes: make(map[string]map[string]*srow, len(snap.scopes)), actions: snap.actions}
+	out := &snapshot{room: snap.room, seq: seq, messageCount: messageCount, scopes: make(map[string]map[string]*srow, len(snap.scopes)), actions: snap.actions}
 	for scope, keys := range snap.scopes {
 		out.scopes[scope] = keys
 	}

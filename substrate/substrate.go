@@ -92,6 +92,9 @@ type Options struct {
 	CEL expr.Options
 	// Wait bounds conditional waits.
 	Wait WaitOptions
+	// NoSalience turns adaptive salience off (for comparing its cost);
+	// rooms turn it off with _shared._config.salience.off. Default false.
+	NoSalience bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -119,6 +122,8 @@ type Service struct {
 	snaps  *snapCache
 	wait   WaitOptions
 	hub    *store.Hub
+	// noSalience is Options.NoSalience.
+	noSalience bool
 	// viewEvals counts view evaluations (Stats).
 	viewEvals atomic.Int64
 }
@@ -158,6 +163,8 @@ func New(db *store.DB, opt Options) *Service {
 		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
+
+		noSalience: opt.NoSalience,
 	}
 }
 

@@ -180,6 +180,9 @@ func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewRes
 
 const viewContested = "_contested"
 
+// viewHealth is the system view of the vocabulary's health.
+const viewHealth = "_vocabulary_health"
+
 // contested maps "<scope>.<key>" to the actions that write it, for keys
 // written by more than one action. Templated keys are left out: which key
 // they hit depends on the invocation.

@@ -649,6 +649,7 @@ func TestLeanContextEssentials(t *testing.T) {
 	e.do("PUT", "/rooms/lean/actions", rm.token, map[string]any{"id": "move",
 		"params": map[string]any{"cell": map[string]any{"type": "integer", "required": true, "enum": []int{0, 1, 2, 3, 4, 5, 6, 7, 8}}, "note": map[string]any{"type": "string"}},
 		"writes": []any{map[string]any{"key": "last", "value": "${params.cell}"}}}).must(t, 201)
+	e.ctx(rm, a, "") // an agent's first read is enriched to full (salience_test.go)
 	lean := e.ctx(rm, a, "").body
 	if got := path(lean, "actions", "move", "signature"); got != "move(cell*: integer 0|1|…|8, note: string)" {
 		t.Fatalf("signature %v", got)

@@ -47,9 +47,11 @@ func benchConns() int32 {
 	return store.DefaultMaxConns
 }
 
-func newBench(b *testing.B) *benchEnv {
+func newBench(b *testing.B) *benchEnv { return newBenchWith(b, substrate.Options{}) }
+
+func newBenchWith(b *testing.B, opt substrate.Options) *benchEnv {
 	db := pgtest.NewPool(b, benchConns())
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, opt)
 	b.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	b.Cleanup(srv.Close)
@@ -401,6 +403,46 @@ func BenchmarkHistory(b *testing.B) {
 				e.do("GET", "/rooms/"+c.room+"/context", c.tok, nil)
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
+		})
+	}
+}
+
+// Adaptive salience's cost on the lean context of the 500-task room (ten
+// agents, 500 small tasks, an action invoked now and then, messages),
+// read by eight agents at once, with salience on and off:
+//
+//	go test ./substrate/rest -run '^$' -bench Salience -benchtime 5s
+func BenchmarkSalience(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		off  bool
+	}{{"on", false}, {"off", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			e := newBenchWith(b, substrate.Options{NoSalience: c.off})
+			tok, toks := e.setupInvokeRoom("tasks", 10)
+			for batch := range 5 {
+				writes := make([]any, 100)
+				for i := range writes {
+					writes[i] = map[string]any{"scope": "_shared", "key": fmt.Sprintf("task-%03d", batch*100+i),
+						"value": map[string]any{"title": "a small task with a short description", "done": i%3 == 0, "owner": fmt.Sprintf("a%d", i%10)}}
+				}
+				e.do("PUT", "/rooms/tasks/state/batch", tok, map[string]any{"writes": writes})
+			}
+			for i := range 40 {
+				e.do("POST", "/rooms/tasks/actions/_send_message/invoke", toks[i%len(toks)], map[string]any{"params": map[string]any{"body": fmt.Sprint("note ", i), "kind": "status"}})
+			}
+			var n atomic.Int64
+			b.SetParallelism(4) // 8 readers on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					if i%50 == 0 { // the room moves on now and then
+						e.do("POST", "/rooms/tasks/actions/move/invoke", toks[0], map[string]any{"params": map[string]any{"n": i}})
+					}
+					e.do("GET", "/rooms/tasks/context?max_bytes=32000", toks[i%int64(len(toks))], nil)
+				}
+			})
 		})
 	}
 }

@@ -1,0 +1,287 @@
+package rest_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/syncsubstrate/sync/substrate/rest"
+)
+
+// Adaptive salience (seed 000): what the substrate says deserves a
+// reader's attention, per read and per agent, from metadata only.
+
+func attention(r resp) map[string]any {
+	at, _ := path(r.body, "_context", "_attention").(map[string]any)
+	return at
+}
+
+func strs(v any) []string {
+	var out []string
+	for _, x := range asList(v) {
+		out = append(out, fmt.Sprint(x))
+	}
+	return out
+}
+
+func asList(v any) []any { l, _ := v.([]any); return l }
+
+// salienceConfig sets the room's salience thresholds.
+func salienceConfig(e *env, rm room, cfg map[string]any) {
+	e.t.Helper()
+	e.do("PUT", "/rooms/"+rm.id+"/state", rm.token, map[string]any{"scope": "_shared", "key": "_config", "value": map[string]any{"salience": cfg}}).must(e.t, 200)
+}
+
+// A view whose expression fails is listed as broken for everyone, and its
+// registrar gets the error even when it asked for state only.
+func TestSalienceBrokenViewSurfacesForItsRegistrar(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("broken", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/broken/views", a, map[string]any{"id": "total", "scope": "a", "expr": "state._shared.missing + 1"}).must(t, 201)
+
+	mine := attention(e.ctx(rm, a, "only=state"))
+	if !slices.Contains(strs(mine["broken_views"]), "total") {
+		t.Fatalf("broken view not listed for its registrar: %v", mine)
+	}
+	yours, _ := mine["your_broken_views"].(map[string]any)
+	if yours["total"] == nil || path(yours, "total", "_error") == nil {
+		t.Fatalf("the registrar's broken view is not promoted with its error: %v", mine)
+	}
+	theirs := attention(e.ctx(rm, b, "only=state"))
+	if !slices.Contains(strs(theirs["broken_views"]), "total") || theirs["your_broken_views"] != nil {
+		t.Fatalf("another agent's attention: %v", theirs)
+	}
+	if h := path(e.ctx(rm, b, "only=views").body, "views", "_vocabulary_health", "assessment"); h != "degenerating" {
+		t.Fatalf("a room with a broken view is assessed %v", h)
+	}
+	help := e.do("GET", "/rooms/broken/help?key=vocabulary_review", a, nil).must(t, 200)
+	if help.str("source") != "system" {
+		t.Fatalf("no vocabulary_review help: %s", help.raw)
+	}
+}
+
+// An agent's first context read is at depth full, once, and says so.
+func TestSalienceFirstReadEnrichedOnce(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("first", nil)
+	a := e.join(rm, "a")
+	e.do("PUT", "/rooms/first/actions", rm.token, map[string]any{"id": "go", "writes": []any{map[string]any{"key": "k", "value": 1}}}).must(t, 201)
+	first := e.ctx(rm, a, "")
+	if path(first.body, "_context", "depth") != "full" || path(first.body, "_context", "note") == nil || path(first.body, "actions", "go", "writes") == nil {
+		t.Fatalf("first read not enriched: %v", first.body["_context"])
+	}
+	for i := range 3 {
+		again := e.ctx(rm, a, "")
+		if path(again.body, "_context", "depth") != "lean" || path(again.body, "_context", "note") != nil {
+			t.Fatalf("read %d enriched again: %v", i+2, again.body["_context"])
+		}
+	}
+	if path(e.ctx(rm, rm.token, "").body, "_context", "depth") != "lean" {
+		t.Fatalf("a token (no agent) read enriched")
+	}
+}
+
+// since_your_last_read is each agent's own: agents reading concurrently
+// each get the change since their own previous read.
+func TestSalienceSinceYourLastReadPerAgent(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("since", nil)
+	e.do("PUT", "/rooms/since/actions", rm.token, map[string]any{"id": "bump", "params": map[string]any{"k": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"key": "${params.k}", "increment": 1}}}).must(t, 201)
+	e.do("PUT", "/rooms/since/views", rm.token, map[string]any{"id": "x_view", "scope": "_shared", "expr": "state._shared.?x.orValue(0)"}).must(t, 201)
+	agents := []string{"a", "b", "c", "d"}
+	tok := map[string]string{}
+	for _, id := range agents {
+		tok[id] = e.join(rm, id)
+		e.ctx(rm, tok[id], "") // the first (enriched) read
+	}
+	last := map[string]int64{}
+	var mu sync.Mutex
+	readAll := func() map[string]map[string]any {
+		out := map[string]map[string]any{}
+		var wg sync.WaitGroup
+		for _, id := range agents {
+			wg.Go(func() {
+				r := e.do("GET", "/rooms/since/context?only=state", tok[id], nil)
+				mu.Lock()
+				defer mu.Unlock()
+				if r.status != 200 {
+					t.Errorf("%s: %d %s", id, r.status, r.raw)
+					return
+				}
+				out[id], _ = attention(r)["since_your_last_read"].(map[string]any)
+				last[id] = int64(path(r.body, "_context", "seq").(float64))
+			})
+		}
+		wg.Wait()
+		return out
+	}
+	readAll()
+	// a and b read again after one change; all read after two more.
+	e.invoke(rm, tok["c"], "bump", map[string]any{"k": "x"}).must(t, 200)
+	for _, id := range []string{"a", "b"} {
+		r := e.ctx(rm, tok[id], "only=state")
+		s, _ := attention(r)["since_your_last_read"].(map[string]any)
+		if s["state_changes"] != float64(1) || !slices.Contains(strs(s["actions_invoked"]), "bump") || !slices.Contains(strs(s["views_changed"]), "x_view") {
+			t.Fatalf("%s after one change: %v", id, s)
+		}
+		last[id] = int64(path(r.body, "_context", "seq").(float64))
+	}
+	before := map[string]int64{}
+	for id, s := range last {
+		before[id] = s
+	}
+	e.invoke(rm, tok["d"], "bump", map[string]any{"k": "y"}).must(t, 200)
+	e.invoke(rm, tok["d"], "bump", map[string]any{"k": "z"}).must(t, 200)
+	got := readAll()
+	for _, id := range agents {
+		s := got[id]
+		if s["from_seq"] != float64(before[id]) {
+			t.Errorf("%s: from_seq %v, want its own last read %d", id, s["from_seq"], before[id])
+		}
+		want := float64(2) // y and z
+		if id == "c" || id == "d" {
+			want = 3 // x too: they had not read since
+		}
+		if s["state_changes"] != want {
+			t.Errorf("%s: state_changes %v, want %v (%v)", id, s["state_changes"], want, s)
+		}
+	}
+}
+
+// What a read leaves out and has changed since the reader's last read is
+// named in you_elided.
+func TestSalienceYouElided(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("elided", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/elided/views", rm.token, map[string]any{"id": "score", "scope": "_shared", "expr": "state._shared.?score.orValue(0)"}).must(t, 201)
+	e.ctx(rm, a, "")
+	e.ctx(rm, a, "only=state")
+	e.do("PUT", "/rooms/elided/state", rm.token, map[string]any{"scope": "_shared", "key": "score", "value": 3}).must(t, 200)
+	e.invoke(rm, b, "_send_message", map[string]any{"body": "hello"}).must(t, 200)
+	at := attention(e.ctx(rm, a, "only=state"))
+	if got := strs(at["you_elided"]); !slices.Contains(got, "views") || !slices.Contains(got, "messages") || slices.Contains(got, "state") {
+		t.Fatalf("you_elided = %v (%v)", got, at)
+	}
+	if got := strs(attention(e.ctx(rm, a, "only=state"))["you_elided"]); len(got) != 0 {
+		t.Fatalf("nothing changed since, yet you_elided = %v", got)
+	}
+}
+
+// Rooms built to be progressive, stable and degenerating are assessed so.
+func TestSalienceVocabularyHealth(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	health := func(rm room) map[string]any {
+		h, _ := path(e.ctx(rm, rm.token, "only=views").body, "views", "_vocabulary_health").(map[string]any)
+		return h
+	}
+	action := func(rm room, id string) {
+		e.do("PUT", "/rooms/"+rm.id+"/actions", rm.token, map[string]any{"id": id, "writes": []any{map[string]any{"key": id, "increment": 1}}}).must(t, 201)
+	}
+
+	// Progressive: new vocabulary is being invoked.
+	prog := e.room("progressive", nil)
+	pa := e.join(prog, "a")
+	action(prog, "build")
+	e.invoke(prog, pa, "build", nil).must(t, 200)
+	if h := health(prog); h["assessment"] != "progressive" {
+		t.Errorf("progressive room: %v", h)
+	}
+
+	// Stable: established vocabulary in steady use, nothing new.
+	stable := e.room("stable", nil)
+	sa := e.join(stable, "a")
+	salienceConfig(e, stable, map[string]any{"stale_after_mutations": 5})
+	action(stable, "tick")
+	for range 12 {
+		e.invoke(stable, sa, "tick", nil).must(t, 200)
+	}
+	if h := health(stable); h["assessment"] != "stable" {
+		t.Errorf("stable room: %v", h)
+	}
+
+	// Degenerating: vocabulary registered and never used, and messages
+	// standing in for actions.
+	deg := e.room("degenerating", nil)
+	da := e.join(deg, "a")
+	salienceConfig(e, deg, map[string]any{"stale_after_mutations": 3})
+	for _, id := range []string{"propose", "vote", "tally"} {
+		action(deg, id)
+	}
+	for i := range 12 {
+		e.invoke(deg, da, "_send_message", map[string]any{"body": fmt.Sprintf("shall we vote? %d", i), "kind": "negotiation"}).must(t, 200)
+	}
+	h := health(deg)
+	if h["assessment"] != "degenerating" || h["stale_actions"] != float64(3) || len(asList(h["reasons"])) < 2 || len(asList(h["suggestions"])) < 2 {
+		t.Errorf("degenerating room: %v", h)
+	}
+	if at := attention(e.ctx(deg, da, "")); len(strs(at["stale_actions"])) != 3 || at["vocabulary_health"] != "degenerating" {
+		t.Errorf("attention in the degenerating room: %v", at)
+	}
+	if a := path(e.ctx(deg, da, "depth=usage").body, "actions", "vote", "_stale"); a != true {
+		t.Errorf("stale action not marked at depth=usage: %v", a)
+	}
+}
+
+// Messages that keep coming just before the same invocation, and messages
+// about a shared key no action writes, are suggested as vocabulary gaps.
+func TestSalienceMessagePatterns(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("patterns", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/patterns/state", rm.token, map[string]any{"scope": "_shared", "key": "deadline", "value": "friday"}).must(t, 200)
+	e.do("PUT", "/rooms/patterns/actions", rm.token, map[string]any{"id": "accept", "writes": []any{map[string]any{"key": "accepted", "increment": 1}}}).must(t, 201)
+	for i := range 3 {
+		e.invoke(rm, a, "_send_message", map[string]any{"body": fmt.Sprintf("can we move the deadline? (%d)", i), "kind": "proposal"}).must(t, 200)
+		e.invoke(rm, b, "accept", nil).must(t, 200)
+	}
+	h, _ := path(e.ctx(rm, rm.token, "only=views").body, "views", "_vocabulary_health").(map[string]any)
+	var kinds []string
+	for _, p := range asList(h["patterns"]) {
+		pm := p.(map[string]any)
+		kinds = append(kinds, fmt.Sprintf("%v:%v:%v", pm["pattern"], pm["kind"], pm["action"])+fmt.Sprint(pm["key"]))
+	}
+	if !slices.Contains(kinds, "messages_precede_action:proposal:accept<nil>") || !slices.Contains(kinds, "messages_about_key:proposal:<nil>_shared.deadline") {
+		t.Fatalf("patterns: %v", h["patterns"])
+	}
+}
+
+// Vocabulary nobody uses loses salience (flagged, and left out of lean
+// reads when the room asks, with a count and the read that shows it); it
+// still works, and using it restores it.
+func TestSalienceEvaporates(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("fade", nil)
+	a := e.join(rm, "a")
+	salienceConfig(e, rm, map[string]any{"decay": 0.5, "low_salience": 0.2})
+	e.do("PUT", "/rooms/fade/actions", rm.token, map[string]any{"id": "old", "writes": []any{map[string]any{"key": "k", "increment": 1}}}).must(t, 201)
+	e.ctx(rm, a, "")
+	if path(e.ctx(rm, a, "").body, "actions", "old", "_low_salience") != nil {
+		t.Fatalf("a fresh action is already low")
+	}
+	for range 3 {
+		e.ctx(rm, a, "")
+	}
+	r := e.ctx(rm, a, "")
+	if path(r.body, "actions", "old", "_low_salience") != true || !slices.Contains(strs(attention(r)["low_salience"]), "old") {
+		t.Fatalf("unused action not low after reads: %v / %v", path(r.body, "actions", "old"), attention(r))
+	}
+	salienceConfig(e, rm, map[string]any{"decay": 0.5, "low_salience": 0.2, "omit_low_salience_at_lean": true})
+	r = e.ctx(rm, a, "")
+	if path(r.body, "actions", "old") != nil || path(attention(r), "low_salience_omitted", "actions") != float64(1) || path(attention(r), "low_salience_omitted", "expand") == nil {
+		t.Fatalf("low action not omitted and counted at lean: %v", attention(r))
+	}
+	if path(e.ctx(rm, a, "depth=full").body, "actions", "old", "_low_salience") != true {
+		t.Fatalf("the low action is not shown, annotated, at depth full")
+	}
+	e.invoke(rm, a, "old", nil).must(t, 200) // availability never changes
+	if path(e.ctx(rm, a, "").body, "actions", "old") == nil {
+		t.Fatalf("using the action did not restore it")
+	}
+}
