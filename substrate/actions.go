@@ -233,6 +233,12 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 				WithHint("choose another id; only its registrar, its scope's agent or the room token may replace it")
 		}
 		res.Created = false
+		// The intent is the action's purpose, which outlives its
+		// implementation (seed 000 §7.2): a replacement that does not
+		// restate it keeps it.
+		if def.Intent == "" {
+			def.Intent = old.def.Intent
+		}
 		res.Changed = changedFields(*old.def, def)
 	}
 	// Competing writers of the same static keys.

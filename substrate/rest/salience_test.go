@@ -285,3 +285,21 @@ func TestSalienceEvaporates(t *testing.T) {
 		t.Fatalf("using the action did not restore it")
 	}
 }
+
+// An action's intent is shown at depth full and survives a replacement
+// that does not restate it (its purpose outlives its implementation).
+func TestSalienceIntentKeptThroughReplacement(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("intent", nil)
+	e.do("PUT", "/rooms/intent/actions", rm.token, map[string]any{"id": "advance", "intent": "move the game to its next phase",
+		"writes": []any{map[string]any{"key": "phase", "increment": 1}}}).must(t, 201)
+	e.do("PUT", "/rooms/intent/actions", rm.token, map[string]any{"id": "advance", "if": "state._shared.phase < 3",
+		"writes": []any{map[string]any{"key": "phase", "increment": 1}}}).must(t, 200)
+	full := e.ctx(rm, rm.token, "depth=full").body
+	if got := path(full, "actions", "advance", "intent"); got != "move the game to its next phase" {
+		t.Fatalf("intent after replacement: %v", got)
+	}
+	if got := path(e.ctx(rm, rm.token, "").body, "actions", "advance", "intent"); got != nil {
+		t.Fatalf("intent at lean: %v", got)
+	}
+}
