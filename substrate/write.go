@@ -355,11 +355,16 @@ func jsonKind(v json.RawMessage) string {
 }
 
 // checkScopeCapacity refuses inserts that would take a scope past
-// MaxKeysPerScope mutable keys.
+// MaxKeysPerScope mutable keys. The count comes from the room's snapshot
+// at the locked seq when this process has it (kept up to date by every
+// mutation, so counting costs nothing); only a cold cache counts in SQL.
 func (s *Service) checkScopeCapacity(m *mutation, newKeys map[string]int) error {
+	snap := s.snaps.get(m.cacheKey, m.base)
 	for scope, n := range newKeys {
 		var have int
-		if err := m.tx.QueryRow(m.ctx, sqlScopeKeys, m.room, scope).Scan(&have); err != nil {
+		if snap != nil {
+			have = len(snap.scopes[scope])
+		} else if err := m.tx.QueryRow(m.ctx, sqlScopeKeys, m.room, scope).Scan(&have); err != nil {
 			return err
 		}
 		if have+n > s.lim.MaxKeysPerScope {

@@ -98,6 +98,16 @@ func TestScopeCapacity(t *testing.T) {
 	}
 	// Overwriting an existing key is still fine.
 	e.do("PUT", "/rooms/cap/state", rm.token, map[string]any{"scope": "_shared", "key": "k1", "value": "new"}).must(t, 200)
+
+	// With the room's snapshot cached (a read), the count comes from it
+	// and stays exact through deletions and inserts.
+	e.do("GET", "/rooms/cap/context", rm.token, nil).must(t, 200)
+	e.do("PUT", "/rooms/cap/state", rm.token, map[string]any{"scope": "_shared", "key": "one-more", "value": 1}).must(t, 409)
+	e.do("DELETE", "/rooms/cap/state?scope=_shared&key=k2", rm.token, nil).must(t, 200)
+	e.do("PUT", "/rooms/cap/state", rm.token, map[string]any{"scope": "_shared", "key": "one-more", "value": 1}).must(t, 200)
+	if r := e.do("PUT", "/rooms/cap/state", rm.token, map[string]any{"scope": "_shared", "key": "two-more", "value": 1}); r.status != 409 {
+		t.Fatalf("past capacity with a warm snapshot: %d %s", r.status, r.raw)
+	}
 }
 
 func TestRateLimit(t *testing.T) {
