@@ -549,6 +549,35 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
+// Every endpoint a stranger can call without an account is limited per
+// address: registration, the token and revocation endpoints, and the
+// passkey ceremonies of sign-up, sign-in and recovery (each one costs a
+// database round trip or a challenge kept server-side).
+func TestRateLimitPerEndpoint(t *testing.T) {
+	h := newHarness(t, oauth.Options{RatePerSecond: 1})
+	same := map[string]string{"Origin": h.base, "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}
+	for _, path := range []string{"/register", "/token", "/revoke", "/webauthn/signup/begin", "/webauthn/login/begin", "/webauthn/recover/begin"} {
+		// The budget is the address's, shared by the endpoints: one that is
+		// not limited would never answer 429, however spent it is.
+		t.Run(path, func(t *testing.T) {
+			b := h.browser()
+			limited := false
+			for i := 0; i < 10 && !limited; i++ {
+				var r reply
+				if path == "/token" || path == "/revoke" {
+					r = b.postForm(path, url.Values{"grant_type": {"authorization_code"}, "token": {"x"}}, nil)
+				} else {
+					r = b.do("POST", path, strings.NewReader(`{}`), same)
+				}
+				limited = r.status == 429 && r.header.Get("Retry-After") != ""
+			}
+			if !limited {
+				t.Fatalf("10 requests to %s at 1/s were never limited", path)
+			}
+		})
+	}
+}
+
 // between returns the text of s between the first open and the next close.
 func between(s, open, close string) string {
 	_, rest, ok := strings.Cut(s, open)

@@ -129,6 +129,23 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
+// Requests without a credential spend their address's budget: a client
+// that sends none cannot flood the API (and a credential's budget is its
+// own: the room token still gets through).
+func TestRateLimitPerAddress(t *testing.T) {
+	e := newEnv(t, rest.Options{RatePerSecond: 1, RateBurst: 3})
+	tok := e.room("ip", nil).token
+	limited := false
+	for i := 0; i < 6 && !limited; i++ {
+		res := e.do("GET", "/rooms/ip/context", "", nil)
+		limited = res.status == 429 && res.str("error") == "rate_limited" && res.header.Get("Retry-After") != ""
+	}
+	if !limited {
+		t.Fatal("6 anonymous requests at burst 3 and 1/s were never limited")
+	}
+	e.do("GET", "/rooms/ip/context", tok, nil).must(t, 200)
+}
+
 // validWrites is a batch of n writes each valid on its own, so that only
 // the batch limit can refuse it.
 func validWrites(n int) []map[string]any {
