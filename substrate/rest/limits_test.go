@@ -113,3 +113,27 @@ func TestWaitCap(t *testing.T) {
 		t.Fatalf("a wait asking for an hour ran %v past a 300 ms cap", d)
 	}
 }
+
+// The whole-room read at its real size: a room of 10,001 entries returns
+// the default 10,000 and says there is more (the rest is read scope by
+// scope).
+func TestWholeRoomReadAtRealSize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 10,001 entries")
+	}
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{})
+	rm := e.room("big", nil)
+	for batch := range 101 {
+		writes := make([]map[string]any, 0, 100)
+		for i := range 100 {
+			if n := batch*100 + i; n <= 10_000 {
+				writes = append(writes, map[string]any{"scope": fmt.Sprintf("s%d", n%2), "key": fmt.Sprintf("k%05d", n), "value": n})
+			}
+		}
+		e.do("PUT", "/rooms/big/state/batch", rm.token, map[string]any{"writes": writes}).must(t, 200)
+	}
+	r := e.do("GET", "/rooms/big/state", rm.token, nil).must(t, 200)
+	if n := len(r.body["entries"].([]any)); n != 10_000 || r.body["more"] != true {
+		t.Fatalf("whole-room read of 10,001 entries: %d entries, more %v", n, r.body["more"])
+	}
+}
