@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // Entry is one state entry.
@@ -47,6 +48,13 @@ type Write struct {
 	IfVersion *int64 `json:"if_version,omitempty"`
 	// Timer gives the entry a lifecycle (see Timer).
 	Timer *Timer `json:"timer,omitempty"`
+	// Expr makes Value (or Merge) a CEL expression, given as a JSON
+	// string and evaluated with the writer's read authority under the
+	// room lock; its result is what is stored (or merged).
+	Expr bool `json:"expr,omitempty"`
+	// Enabled is a CEL expression gating the entry's visibility: while
+	// false, readers do not see it (seed 001, universal on entries).
+	Enabled string `json:"enabled,omitempty"`
 }
 
 // WriteResult is what a write returns: the entries as written (a deleted
@@ -89,8 +97,26 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 		return at(errs.New(errs.InvalidField, "a write needs exactly one of value, merge, increment and delete").
 			WithHint(`send {"scope": …, "key": …, "value": …} to replace, "merge": {…} to merge, "increment": n to add, or "delete": true`))
 	}
-	if hasJSON(w.Merge) && w.Merge[0] != '{' {
+	if w.Expr {
+		src := w.Value
+		if !hasJSON(src) {
+			src = w.Merge
+		}
+		var code string
+		if !hasJSON(src) || json.Unmarshal(src, &code) != nil || code == "" {
+			return at(errs.New(errs.InvalidField, "with expr: true, value (or merge) is a CEL expression string").With("field", "expr").
+				WithHint(`e.g. {"scope": "_shared", "key": "total", "value": "state._shared.a + state._shared.b", "expr": true}`))
+		}
+		if err := s.compileField("expr", code); err != nil {
+			return at(errs.From(err))
+		}
+	} else if hasJSON(w.Merge) && w.Merge[0] != '{' {
 		return at(errs.New(errs.InvalidField, "merge must be a JSON object").WithHint(`use "value" to store a non-object`))
+	}
+	if w.Enabled != "" {
+		if err := s.compileField("enabled", w.Enabled); err != nil {
+			return at(errs.From(err))
+		}
 	}
 	if w.Append && !hasJSON(w.Value) {
 		return at(errs.New(errs.InvalidField, "an append write takes a value").WithHint("send append: true with value; merge into an existing append entry by key without append"))
@@ -145,7 +171,7 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 		}
 		w := writes[i]
 		ops[i] = op{Scope: w.Scope, Key: w.Key, Value: w.Value, Merge: w.Merge, Append: w.Append, Delete: w.Delete,
-			Increment: w.Increment, IfVersion: w.IfVersion, Timer: w.Timer}
+			Increment: w.Increment, IfVersion: w.IfVersion, Timer: w.Timer, Enabled: w.Enabled}
 	}
 	res := &WriteResult{}
 	var written []*Entry
@@ -155,6 +181,9 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 			if err := checkWrite(m.p, writes[i].Scope); err != nil {
 				return err
 			}
+		}
+		if err := s.evalWriteExprs(m, writes, ops); err != nil {
+			return err
 		}
 		var audit []map[string]any
 		var err error
@@ -297,4 +326,55 @@ func collect(ctx context.Context, tx pgx.Tx, into *[]Entry, sql string, args ...
 		*into = append(*into, r.Entry)
 	}
 	return rows.Err()
+}
+
+// evalWriteExprs computes the expr: true writes of a direct write, under
+// the room lock, with the writer's own read authority (what it could read
+// in its context, never more).
+func (s *Service) evalWriteExprs(m *mutation, writes []Write, ops []op) error {
+	var rc *roomCtx
+	for i, w := range writes {
+		if !w.Expr {
+			continue
+		}
+		if rc == nil {
+			snap, err := s.lockedSnapshot(m)
+			if err != nil {
+				return err
+			}
+			agents, err := loadPresence(m.ctx, m.tx, m.room)
+			if err != nil {
+				return err
+			}
+			rc = s.build(m.ctx, snap, m.p, agents, msgCounts{Count: snap.messageCount}, m.now, nil)
+		}
+		src := w.Value
+		if !hasJSON(src) {
+			src = w.Merge
+		}
+		var code string
+		_ = json.Unmarshal(src, &code)
+		v, err := s.evalField(m.ctx, "value", code, &rc.vars)
+		if e, ok := err.(*errs.Error); ok {
+			return e.With("write", i)
+		} else if err != nil {
+			return err
+		}
+		out, err := json.Marshal(v)
+		if err != nil {
+			return errs.New(errs.CELError, "the expression's result cannot be stored: %v", err).With("write", i).WithHint("return JSON-shaped values")
+		}
+		if len(out) > s.lim.MaxValueBytes {
+			return s.tooLarge(w.Scope, w.Key, len(out)).With("write", i)
+		}
+		if hasJSON(w.Merge) {
+			if _, isMap := v.(map[string]any); !isMap {
+				return errs.New(errs.CELError, "the merge expression gave %s, not a map", expr.KindOf(v)).With("write", i).WithHint("return a map from a merge expression")
+			}
+			ops[i].Merge = out
+		} else {
+			ops[i].Value = out
+		}
+	}
+	return nil
 }

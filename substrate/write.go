@@ -224,6 +224,7 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 		r := cur[k]
 		m.pending = append(m.pending, pendingWrite{r: r, del: r.Version == 0, via: via})
 		m.ticks = append(m.ticks, k.scope+"."+k.key)
+		r.Timer = r.timer.describe(m.now) // the response says the entry's lifecycle, as a read would
 		out = append(out, &r.Entry)
 	}
 	return out, audit, nil

@@ -309,3 +309,65 @@ func TestPresence(t *testing.T) {
 		t.Fatal("presence shows a token")
 	}
 }
+
+// Direct writes take expr: true (value or merge computed by CEL with the
+// writer's read authority) and enabled (the entry's visibility gate), as
+// action writes do (seed 001: both universal).
+func TestDirectWriteExprAndEnabled(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("dx", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/dx/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "x", "value": 2},
+		map[string]any{"scope": "_shared", "key": "y", "value": 3},
+	}}).must(t, 200)
+	e.do("PUT", "/rooms/dx/state", a, map[string]any{"scope": "a", "key": "secret", "value": 40}).must(t, 200)
+
+	// The seed's example: the CEL result becomes the value, or the merge.
+	r := e.do("PUT", "/rooms/dx/state", a, map[string]any{"scope": "a", "key": "sum", "value": "state._shared.x * state._shared.y + state.self.secret", "expr": true}).must(t, 200)
+	if fmt.Sprint(r.body["value"]) != "46" {
+		t.Fatalf("expr value: %s", r.raw)
+	}
+	e.do("PUT", "/rooms/dx/state", a, map[string]any{"scope": "a", "key": "card", "value": map[string]any{"kept": true}}).must(t, 200)
+	e.do("PUT", "/rooms/dx/state", a, map[string]any{"scope": "a", "key": "card", "merge": `{"n": state._shared.x + 1}`, "expr": true}).must(t, 200)
+	card := e.do("GET", "/rooms/dx/state?scope=a&key=card", a, nil).must(t, 200)
+	if got := card.body["value"]; fmt.Sprint(got) != "map[kept:true n:3]" {
+		t.Fatalf("expr merge: %v", got)
+	}
+
+	// Authority: the expression reads what the writer reads, no more.
+	r = e.do("PUT", "/rooms/dx/state", b, map[string]any{"scope": "b", "key": "stolen", "value": "state.a.secret", "expr": true})
+	if r.status != 400 || r.str("error") != "cel_error" {
+		t.Fatalf("b read a's private scope through expr: %d %s", r.status, r.raw)
+	}
+	// Bad input: not a string, not CEL, merge not a map. Nothing is written.
+	for _, w := range []map[string]any{
+		{"scope": "_shared", "key": "z", "value": 5, "expr": true},
+		{"scope": "_shared", "key": "z", "value": "1 +", "expr": true},
+		{"scope": "_shared", "key": "z", "merge": "1 + 1", "expr": true},
+	} {
+		if r := e.do("PUT", "/rooms/dx/state", rm.token, w); r.status != 400 {
+			t.Fatalf("%v: %d %s", w, r.status, r.raw)
+		}
+	}
+	if r := e.do("GET", "/rooms/dx/state?scope=_shared&key=z", rm.token, nil); r.status != 404 {
+		t.Fatalf("a refused write wrote: %d %s", r.status, r.raw)
+	}
+
+	// A write's response carries the entry's timer.
+	r = e.do("PUT", "/rooms/dx/state", rm.token, map[string]any{"scope": "_shared", "key": "soon", "value": 1, "timer": map[string]any{"ms": 600000}}).must(t, 200)
+	if path(r.body, "timer", "expires_at") == nil && path(r.body, "timer") == nil {
+		t.Fatalf("write response without the entry's timer: %s", r.raw)
+	}
+
+	// enabled on a direct write hides the entry while false.
+	e.do("PUT", "/rooms/dx/state", rm.token, map[string]any{"scope": "_shared", "key": "reveal", "value": "the answer", "enabled": "state._shared.x > 10"}).must(t, 200)
+	if got := path(e.ctx(rm, b, "only=state").body, "state", "_shared", "reveal"); got != nil {
+		t.Fatalf("entry shown while its enabled is false: %v", got)
+	}
+	e.do("PUT", "/rooms/dx/state", rm.token, map[string]any{"scope": "_shared", "key": "x", "value": 11}).must(t, 200)
+	if got := path(e.ctx(rm, b, "only=state").body, "state", "_shared", "reveal"); got != "the answer" {
+		t.Fatalf("entry hidden once its enabled holds: %v", got)
+	}
+}
