@@ -364,15 +364,23 @@ func (s *Service) RegisterView(ctx context.Context, p *Principal, roomID string,
 		return nil, err
 	}
 	res.Seq = seq
-	// Its value as anyone now sees it (views are public).
-	if rc, err := s.readCtx(ctx, p, roomID, false); err == nil {
-		res.Value = rc.views[def.ID]
-		if m, ok := res.Value.(map[string]any); ok && m["_error"] != nil {
-			res.Warnings = append(res.Warnings, map[string]any{"warning": "view_error", "error": m["_error"],
-				"hint": "the view is registered but its value is an error; fix the expression (try it with eval first)"})
-		}
-	}
+	s.valueRegistered(ctx, p, roomID, def.ID, res)
 	return res, nil
+}
+
+// valueRegistered adds a just-registered view's value, as anyone now sees
+// it (views are public), and a warning when it is an error. Both the
+// route and the _register_view builtin answer so.
+func (s *Service) valueRegistered(ctx context.Context, p *Principal, roomID, id string, res *RegisterResult) {
+	rc, err := s.readCtx(ctx, p, roomID, false)
+	if err != nil {
+		return
+	}
+	res.Value = rc.views[id]
+	if m, ok := res.Value.(map[string]any); ok && m["_error"] != nil {
+		res.Warnings = append(res.Warnings, map[string]any{"warning": "view_error", "error": m["_error"],
+			"hint": "the view is registered but its value is an error; fix the expression (try it with eval first)"})
+	}
 }
 
 func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error) {
@@ -497,7 +505,7 @@ func (s *Service) ListActions(ctx context.Context, p *Principal, roomID string) 
 		a := rc.snap.actions[id]
 		info := ActionInfo{ActionDef: *a.def, Available: rc.actAvail[id], Enabled: en, Timer: a.r.timer.describe(rc.now)}
 		if cd := s.cooldownOf(rc.snap, id, rc.now); cd != nil {
-			info.Cooldown = cd.describe(rc.now)
+			info.Cooldown = cd.describeCooldown(rc.now)
 		}
 		out = append(out, info)
 	}

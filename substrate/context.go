@@ -546,7 +546,7 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 		// Read-only callers (the view token, observers) can invoke nothing.
 		a := ActionView{Signature: signature(id, def.Params), Available: rc.actAvail[id] && !readOnly, Description: def.Description}
 		if cd := s.cooldownOf(rc.snap, id, rc.now); cd != nil {
-			a.Cooldown = cd.describe(rc.now)
+			a.Cooldown = cd.describeCooldown(rc.now)
 		}
 		if depth != "lean" {
 			enabled := true

@@ -174,7 +174,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		return errs.New(errs.ActionNotFound, "action %q has expired", id).WithHint("register it again if it is still needed")
 	}
 	if cd := s.cooldownOf(snap, id, m.now); cd != nil {
-		return errs.New(errs.ActionCooldown, "action %q is cooling down", id).With("cooldown", cd.describe(m.now)).
+		return errs.New(errs.ActionCooldown, "action %q is cooling down", id).With("cooldown", cd.describeCooldown(m.now)).
 			WithHint("try again after the cooldown, or wait with condition actions[%q].available", id)
 	}
 	def := a.def
@@ -487,6 +487,7 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 			})
 			if err == nil {
 				r.Seq, res.Builtin = seq, r
+				s.valueRegistered(ctx, p, roomID, def.ID, r)
 			}
 		}
 	case "_delete_action", "_delete_view":

@@ -123,6 +123,22 @@ func (ts *timerState) nextChange(now time.Time) time.Time {
 	return *ts.ExpiresAt
 }
 
+// describeCooldown is an action's cooldown as shown to clients: until
+// when (or for how many ticks) the action cannot be invoked, without the
+// timer mechanics behind it (an entry that deletes itself).
+func (ts *timerState) describeCooldown(now time.Time) map[string]any {
+	d := ts.describe(now)
+	if d == nil {
+		return nil
+	}
+	delete(d, "effect")
+	if at, ok := d["expires_at"]; ok {
+		delete(d, "expires_at")
+		d["until"] = at
+	}
+	return d
+}
+
 // describe is the timer as shown to clients: its definition plus what is
 // left of it.
 func (ts *timerState) describe(now time.Time) map[string]any {

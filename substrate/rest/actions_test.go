@@ -712,3 +712,30 @@ func TestMessageToUnknownAgentRefused(t *testing.T) {
 	}
 	e.invoke(rm, alice, "_send_message", map[string]any{"body": "hi", "to": "bob"}).must(t, 200)
 }
+
+// A cooldown is reported as one (until when, how long left), not as the
+// self-deleting timer entry behind it; the _register_view builtin returns
+// the view's value as the views route does (issue 16, seed 001).
+func TestCooldownShapeAndRegisterViewValue(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("cd", nil)
+	a := e.join(rm, "a")
+	e.do("PUT", "/rooms/cd/actions", rm.token, map[string]any{"id": "shout", "on_invoke": map[string]any{"timer": map[string]any{"ms": 600000}},
+		"writes": []any{map[string]any{"key": "n", "increment": 1}}}).must(t, 201)
+	e.invoke(rm, a, "shout", nil).must(t, 200)
+	for name, cd := range map[string]any{
+		"error":   e.invoke(rm, a, "shout", nil).must(t, 409).body["cooldown"],
+		"context": path(e.ctx(rm, a, "depth=full").body, "actions", "shout", "cooldown"),
+		"actions": path(e.do("GET", "/rooms/cd/actions/shout", a, nil).must(t, 200).body, "cooldown"),
+	} {
+		m, _ := cd.(map[string]any)
+		if m["until"] == nil || m["ms_left"] == nil || m["effect"] != nil || m["expires_at"] != nil {
+			t.Errorf("cooldown in %s: %v", name, cd)
+		}
+	}
+	e.do("PUT", "/rooms/cd/state", rm.token, map[string]any{"scope": "_shared", "key": "n2", "value": 20}).must(t, 200)
+	r := e.invoke(rm, a, "_register_view", map[string]any{"id": "double", "scope": "_shared", "expr": "state._shared.n2 * 2"}).must(t, 200)
+	if v := path(r.body, "builtin_result", "value"); v != float64(40) {
+		t.Fatalf("_register_view value: %v (%s)", v, r.raw)
+	}
+}
