@@ -25,7 +25,11 @@ var standardLibrary = []ActionDef{
 	{ID: "update_status", Description: "Publish your status as _shared.status.<you>.", Intent: "tell others how you are doing",
 		Params: map[string]ParamSpec{"status": {Type: "string", Required: true}},
 		Writes: []WriteTemplate{{Scope: "_shared", Key: "status", Merge: raw(`{"${self}": "${params.status}"}`)}}},
-	{ID: "claim", Description: "Claim an unclaimed object in _shared by merging claimed_by: you.", Intent: "take a task so nobody duplicates it",
+	// claim stays a template rather than the builtin seed 001 lists: what a
+	// room claims (a key, a field of one, a slot in a list) and what counts
+	// as free differ from room to room, and a builtin would fix one shape
+	// that every other room then works around.
+	{ID: "claim", Description: "Claim an unclaimed object in _shared by merging claimed_by: you. A template, not a builtin: adapt the key and what counts as free to your room.", Intent: "take a task so nobody duplicates it",
 		Params: map[string]ParamSpec{"key": {Type: "string", Required: true}},
 		If:     `params.key in state._shared && !("claimed_by" in state._shared[params.key])`,
 		Writes: []WriteTemplate{{Scope: "_shared", Key: "${params.key}", Merge: raw(`{"claimed_by": "${self}", "claimed_at": "${now}"}`)}}},
