@@ -73,9 +73,14 @@ type ContextMeta struct {
 	MessagesTruncated *MessagesElided `json:"messages_truncated,omitempty"`
 	// Budget says how the envelope was fitted to max_bytes, and what it
 	// left out.
-	Budget  *Budget     `json:"budget,omitempty"`
-	Request RequestEcho `json:"request"`
-	Seq     int64       `json:"seq"`
+	Budget *Budget `json:"budget,omitempty"`
+	// EntriesUnevaluated counts the state entries hidden from this read
+	// because the room's entry-level enabled expressions cost more than
+	// the server evaluates per read (Limits.EnabledCostPerRead): their
+	// gates were not evaluated, so they are not shown.
+	EntriesUnevaluated int         `json:"entries_unevaluated,omitempty"`
+	Request            RequestEcho `json:"request"`
+	Seq                int64       `json:"seq"`
 }
 
 // RequestEcho repeats the shaping parameters a request set (defaults are
