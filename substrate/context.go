@@ -402,6 +402,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 	meta.Expand, meta.Help = expand, help
 	meta.Request = req.echo()
 	meta.Seq = rc.snap.seq
+	meta.EntriesUnevaluated = rc.gatesHidden
 	return env, nil
 }
 

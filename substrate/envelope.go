@@ -82,10 +82,15 @@ type ContextMeta struct {
 	// Attention is adaptive salience's opinion on what deserves the
 	// reader's attention; Note says when the substrate changed the
 	// request (an agent's first read is at depth full).
-	Attention *Attention  `json:"_attention,omitempty"`
-	Note      string      `json:"note,omitempty"`
-	Request   RequestEcho `json:"request"`
-	Seq       int64       `json:"seq"`
+	Attention *Attention `json:"_attention,omitempty"`
+	Note      string     `json:"note,omitempty"`
+	// EntriesUnevaluated counts the state entries hidden from this read
+	// because the room's entry-level enabled expressions cost more than
+	// the server evaluates per read (Limits.EnabledCostPerRead): their
+	// gates were not evaluated, so they are not shown.
+	EntriesUnevaluated int         `json:"entries_unevaluated,omitempty"`
+	Request            RequestEcho `json:"request"`
+	Seq                int64       `json:"seq"`
 }
 
 // RequestEcho repeats the shaping parameters a request set (defaults are

@@ -3,6 +3,7 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -53,7 +54,7 @@ The context read (` + read + `) and the wait (` + say(errs.OpWait, nil) + `) tak
 - messages_after: <seq>, messages_limit: <n> (default 100, max 500): page the message log; reading messages marks them read.
 - include: "_messages,_audit": add those logs to state (newest messages_limit entries; _audit needs room authority or an _audit grant).
 - max_bytes: the size budget (what does not fit is summarised; _context.budget lists each cut and the read that returns it).
-_context lists the sections present, what was elided, and the read that returns it (_expand).`), true
+_context lists the sections present, what was elided, and the read that returns it (_expand); _context.entries_unevaluated counts state entries hidden because the room's entry-level enabled expressions cost more than one read evaluates.`), true
 	case "vocabulary_bootstrap":
 		return strings.TrimSpace(`
 This room has no actions of its own yet. Give it a vocabulary: register the actions your work needs (` + say(errs.OpRegisterAction, nil) + `).
@@ -120,7 +121,9 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 				`state.self.health > 50 ? "healthy" : "wounded"`,
 				`agents.exists(a, agents[a].status == "waiting")`,
 			},
-			"limits": map[string]any{"source_bytes": lim.MaxSourceBytes, "cost": lim.CostLimit, "time_ms": lim.Timeout.Milliseconds()},
+			"limits": map[string]any{"source_bytes": lim.MaxSourceBytes, "cost": lim.CostLimit, "time_ms": lim.Timeout.Milliseconds(),
+				"views_cost_per_read":         s.lim.ViewCostPerRead,
+				"entry_enabled_cost_per_read": fmt.Sprintf("%d for all of a room's entry-level enabled expressions together (each counts at least %d; evaluated for the reader and again per registrar); entries past it are hidden (_context.entries_unevaluated), and a write adding a gate past it fails with enabled_budget_exceeded", s.lim.EnabledCostPerRead, gateMinCost)},
 		}, true
 	}
 	return nil, false

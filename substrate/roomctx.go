@@ -5,6 +5,7 @@ package substrate
 
 import (
 	"context"
+	"sort"
 	"strings"
 	"time"
 
@@ -58,6 +59,33 @@ type roomCtx struct {
 	// authority caches, per registrar scope, the state that registrar
 	// reads (views and actions evaluate with their registrar's authority).
 	authority map[string]map[string]any
+	// gates is the read's budget for entry-level enabled expressions,
+	// shared by every state the read builds (the reader's and each
+	// registrar's); gatesHidden counts the entries hidden from the
+	// reader's own state because the budget could not afford their gate.
+	gates       *gateBudget
+	gatesHidden int
+}
+
+// gateBudget is what one read has spent on entry-level enabled
+// expressions (cel-go cost), and how many gated entries it hid unevaluated.
+type gateBudget struct {
+	spent uint64
+	cut   int
+}
+
+// gateMinCost is the least an entry-level gate counts against the read's
+// budget, whatever its cel-go cost (which is 0 for a constant): the fixed
+// cost of an evaluation (activation, deadline, conversion), about 3 µs,
+// is that of some 100 units. It makes the budget bound how many gates run.
+const gateMinCost = 100
+
+// budget returns the read's gate budget (the one its parent read shares).
+func (rc *roomCtx) budget() *gateBudget {
+	if rc.gates == nil {
+		rc.gates = &gateBudget{}
+	}
+	return rc.gates
 }
 
 // stateAs is the state the registrar of a definition in scope reads: the
@@ -73,11 +101,11 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope string, asSelf
 		return st
 	}
 	reg := &Principal{Kind: KindAgent, AgentID: scope}
-	sub := &roomCtx{now: rc.now, snap: rc.snap, p: reg, agents: rc.agents}
+	sub := &roomCtx{now: rc.now, snap: rc.snap, p: reg, agents: rc.agents, gates: rc.budget()}
 	if asSelf && scope != ScopeShared && !strings.HasPrefix(scope, "_") {
 		sub.self = scope
 	}
-	st := s.stateFor(ctx, sub, func(sc string) bool { return canRead(reg, sc) && sc != ScopeAudit })
+	st, _ := s.stateFor(ctx, sub, func(sc string) bool { return canRead(reg, sc) && sc != ScopeAudit })
 	if rc.authority == nil {
 		rc.authority = map[string]map[string]any{}
 	}
@@ -107,7 +135,7 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 	if p != nil && p.Kind == KindAgent {
 		rc.self = p.AgentID
 	}
-	rc.state = s.stateFor(ctx, rc, func(scope string) bool { return rc.visible(scope) })
+	rc.state, rc.gatesHidden = s.stateFor(ctx, rc, func(scope string) bool { return rc.visible(scope) })
 	rc.vars = expr.Vars{
 		State:    rc.state,
 		Agents:   agentsVar(agents),
@@ -116,10 +144,18 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 		Params:   params,
 		Now:      now,
 	}
-	// Action enablement first (it may not read views), then views.
+	// Action enablement first (it may not read views), then views. Both
+	// in id order, so which registrar's state the gate budget runs out in
+	// does not vary between reads.
 	rc.actEnabled = map[string]bool{}
 	actVar := map[string]any{}
-	for id, a := range snap.actions {
+	actIDs := make([]string, 0, len(snap.actions))
+	for id := range snap.actions {
+		actIDs = append(actIDs, id)
+	}
+	sort.Strings(actIDs)
+	for _, id := range actIDs {
+		a := snap.actions[id]
 		if !a.r.timer.live(now) {
 			continue
 		}
@@ -146,10 +182,13 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 }
 
 // stateFor builds the state map for scopes keep admits. An agent's own
-// scope also appears as "self".
-func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) bool) map[string]any {
+// scope also appears as "self". Entries with an `enabled` expression are
+// shown when it holds, as far as the read's gate budget
+// (Limits.EnabledCostPerRead) affords their evaluation; hidden reports how
+// many it could not afford (those are not shown: fail closed).
+func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) bool) (state map[string]any, hidden int) {
 	live := rc.snap.live(rc.now)
-	state := make(map[string]any, len(live.vals)+2)
+	state = make(map[string]any, len(live.vals)+2)
 	for scope, m := range live.vals {
 		if keep(scope) {
 			state[scope] = m
@@ -166,11 +205,38 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		// cached scope maps are shared, so the scopes that gain entries
 		// are copied first.
 		vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+		b := rc.budget()
+		limit := uint64(s.lim.EnabledCostPerRead)
+		key := gateKey(rc.self, state)
+		memo := live.gateResults(key)
+		var fresh map[*srow]gateResult
 		var add []*srow
 		for _, r := range deferred {
-			if s.evalBool(ctx, *r.enabled, vars) {
+			// Counted whether memoised or evaluated, so which entries
+			// the budget hides does not depend on what was cached.
+			if b.spent >= limit {
+				b.cut++
+				hidden++
+				continue
+			}
+			g, ok := memo[r]
+			if !ok {
+				var pure bool
+				g, pure = s.evalGate(ctx, *r.enabled, vars)
+				if pure {
+					if fresh == nil {
+						fresh = map[*srow]gateResult{}
+					}
+					fresh[r] = g
+				}
+			}
+			b.spent += g.cost
+			if g.on {
 				add = append(add, r)
 			}
+		}
+		if len(fresh) > 0 {
+			live.keepGateResults(key, fresh)
 		}
 		for _, r := range add {
 			if rc.modified == nil {
@@ -199,7 +265,33 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 			state[ScopeSelf] = map[string]any{}
 		}
 	}
-	return state
+	return state, hidden
+}
+
+// gateKey names the authority entry-level gates evaluate with: the
+// reader's self and the scopes its state holds (gates see nothing else
+// but now and agents, and gates reading those are not memoised).
+func gateKey(self string, state map[string]any) string {
+	scopes := make([]string, 0, len(state))
+	for sc := range state {
+		scopes = append(scopes, sc)
+	}
+	sort.Strings(scopes)
+	return self + "\x00" + strings.Join(scopes, "\x00")
+}
+
+// evalGate evaluates an entry-level enabled expression: on when it gives
+// true (an error or any other value hides the entry), its cost at least
+// gateMinCost, and pure when it reads neither now nor agents (so its
+// result holds for the same authority until the snapshot changes).
+func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (g gateResult, pure bool) {
+	p, err := s.cel.Compile(src)
+	if err != nil {
+		return gateResult{cost: gateMinCost}, true
+	}
+	v, cost, err := s.cel.EvalCost(ctx, p, vars)
+	b, _ := v.(bool)
+	return gateResult{on: err == nil && b, cost: max(cost, gateMinCost)}, !p.Uses("now") && !p.Uses("agents")
 }
 
 func agentsVar(agents []presence) map[string]any {

@@ -252,8 +252,14 @@ type liveState struct {
 	vals  map[string]map[string]any
 	raw   map[string]map[string]json.RawMessage
 	// deferred are live entries with an `enabled` expression, decided per
-	// reader.
+	// reader, in scope and key order (the order the per-read budget
+	// affords them in).
 	deferred []*srow
+	// gates memoises, per authority (see gateKey), the results of gates
+	// that read neither now nor agents: they depend on nothing else that
+	// changes without a new seq.
+	gatesMu sync.Mutex
+	gates   map[string]map[*srow]gateResult
 	// views memoises the values of views that depend on nothing but this
 	// state (see roomCtx.evalViews): every reader of an unchanged room
 	// shares them, and they are evaluated once.
@@ -301,8 +307,53 @@ func (snap *snapshot) live(now time.Time) *liveState {
 		l.vals[scope] = vals
 		l.raw[scope] = raw
 	}
+	sort.Slice(l.deferred, func(i, j int) bool {
+		a, b := l.deferred[i], l.deferred[j]
+		return a.Scope < b.Scope || (a.Scope == b.Scope && a.Key < b.Key)
+	})
 	snap.liveCache = l
 	return l
+}
+
+// gateResult is one entry-level gate's evaluation: whether it admits the
+// entry, and what it counts against the read's budget.
+type gateResult struct {
+	on   bool
+	cost uint64
+}
+
+// maxGateAuthorities bounds the authorities whose gate results one
+// liveState keeps.
+const maxGateAuthorities = 256
+
+// gateResults returns the memoised gate results for authority key (nil
+// when none), for reading only.
+func (l *liveState) gateResults(key string) map[*srow]gateResult {
+	l.gatesMu.Lock()
+	defer l.gatesMu.Unlock()
+	return l.gates[key]
+}
+
+// keepGateResults stores fresh results for authority key alongside those
+// already kept.
+func (l *liveState) keepGateResults(key string, fresh map[*srow]gateResult) {
+	l.gatesMu.Lock()
+	defer l.gatesMu.Unlock()
+	old := l.gates[key]
+	if old == nil && len(l.gates) >= maxGateAuthorities {
+		return
+	}
+	m := make(map[*srow]gateResult, len(old)+len(fresh))
+	for r, g := range old {
+		m[r] = g
+	}
+	for r, g := range fresh {
+		m[r] = g
+	}
+	if l.gates == nil {
+		l.gates = map[string]map[*srow]gateResult{}
+	}
+	l.gates[key] = m
 }
 
 func isHidden(scope string) bool {

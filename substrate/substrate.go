@@ -56,6 +56,21 @@ type Limits struct {
 	// exceed it is refused. Default 1,000,000 (ten views at the
 	// per-expression limit, thousands of simple ones).
 	ViewCostPerRead int
+	// EnabledCostPerRead caps the cel-go cost of evaluating the room's
+	// entry-level enabled expressions (state entries written with
+	// "enabled") for one read: for the reader's state and once more for
+	// each registrar whose actions and views the read evaluates, all from
+	// one budget. Each evaluation counts at least 100 (its fixed overhead),
+	// so the bound also caps how many run, and counts whether its result
+	// was memoised or not. Gates are afforded in scope and key order; an
+	// entry whose gate the budget could not afford is hidden (fail
+	// closed), and the context's entries_unevaluated counts those hidden
+	// from the reader. A write that gives an entry a new enabled
+	// expression and would take a read by the room token past the budget
+	// is refused (409 enabled_budget_exceeded) and writes nothing.
+	// Default 1,000,000 (ten evaluations at the per-expression cost limit,
+	// 10,000 of simple gates; about 30 ms of CPU at most).
+	EnabledCostPerRead int
 }
 
 func (l *Limits) fill() {
@@ -76,6 +91,7 @@ func (l *Limits) fill() {
 	def(&l.MaxActions, 256)
 	def(&l.MaxViews, 128)
 	def(&l.ViewCostPerRead, 1_000_000)
+	def(&l.EnabledCostPerRead, 1_000_000)
 	def(&l.KeepLogEntries, 50_000)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"sort"
 	"strconv"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -109,6 +110,8 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 		return r
 	}
 	newKeys := map[string]int{}
+	// gated: an entry gets an enabled expression it did not have.
+	gated := false
 	var order []entryKey
 	audit = make([]map[string]any, 0, len(ops))
 	for i := range ops {
@@ -211,6 +214,9 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 			newKeys[o.Scope]++
 		}
 		s.setLifecycle(m, nr, old, o)
+		if o.Enabled != "" && (old == nil || old.enabled == nil || *old.enabled != o.Enabled) {
+			gated = true
+		}
 		cur[k] = nr
 		order = appendKey(order, k)
 		audit = append(audit, map[string]any{"op": opName, "scope": o.Scope, "key": o.Key, "version": nr.Version, "value": value})
@@ -227,7 +233,54 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 		r.Timer = r.timer.describe(m.now) // the response says the entry's lifecycle, as a read would
 		out = append(out, &r.Entry)
 	}
+	if gated {
+		if err := s.checkEnabledBudget(m); err != nil {
+			return nil, nil, err
+		}
+	}
 	return out, audit, nil
+}
+
+// checkEnabledBudget refuses a mutation that writes entries with an
+// `enabled` expression when, with it, a read of the room by the room token
+// could not afford every gate within Limits.EnabledCostPerRead: for its
+// own state and once more for each registrar of a live action or view
+// (whose expressions read with that registrar's authority). The readers
+// that come after never pay for more gates than the server evaluates,
+// and the writer learns now rather than its readers later.
+func (s *Service) checkEnabledBudget(m *mutation) error {
+	snap, err := s.lockedSnapshot(m)
+	if err != nil {
+		return err
+	}
+	agents, err := loadPresence(m.ctx, m.tx, m.room)
+	if err != nil {
+		return err
+	}
+	after := snap.advance(s, m.pending, snap.seq, snap.messageCount)
+	rc := &roomCtx{now: m.now, snap: after, agents: agents}
+	rc.state, _ = s.stateFor(m.ctx, rc, func(string) bool { return true })
+	ids := make([]string, 0, len(after.actions))
+	for id := range after.actions {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if a := after.actions[id]; a.r.timer.live(m.now) {
+			rc.stateAs(m.ctx, s, a.def.Scope, false)
+		}
+	}
+	for _, v := range after.views {
+		if v.r.timer.live(m.now) {
+			rc.stateAs(m.ctx, s, v.def.Scope, true)
+		}
+	}
+	if b := rc.budget(); b.cut > 0 {
+		return errs.New(errs.EnabledBudget, "with this write the room's entry-level enabled expressions would cost more than %d per read (cel-go cost); nothing was written", s.lim.EnabledCostPerRead).
+			With("limit", s.lim.EnabledCostPerRead).With("unevaluated", b.cut).
+			WithHint("every read evaluates each entry's enabled expression, once per reader and once per registrar of an action or view: write the entry without enabled (or with a cheaper one), keep gated data in fewer entries, or delete gated entries nobody needs")
+	}
+	return nil
 }
 
 // setLifecycle gives a written row its timer and enabled expression: the

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -431,5 +433,134 @@ func TestSurrogatePairAccepted(t *testing.T) {
 	r := e.do("PUT", "/rooms/pair/state", rm.token, `{"scope":"_shared","key":"k","value":"\ud83d\ude00 \\ud800"}`).must(t, 200)
 	if !strings.Contains(r.raw, `\ude00`) {
 		t.Fatalf("pair: %s", r.raw)
+	}
+}
+
+// One agent's 640 _shared entries behind expensive entry-level enabled
+// expressions made every context read of the room take over a second
+// (the gates ran for the reader and again for each registrar's authority,
+// outside any budget). The gates of one read now share a cost budget
+// (each counting at least 100): a write that would take a read past it is
+// refused and writes nothing, and a read whose gates grew past it (the
+// data they read grew) hides the entries it could not afford, in key
+// order, and says how many.
+func TestAttackEnabledGatesCannotExhaustReads(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{EnabledCostPerRead: 20_000})
+	arm := func(rm room, tok, prefix string, n int, gate string) {
+		var writes []any
+		for k := range n {
+			writes = append(writes, map[string]any{"key": fmt.Sprintf("%s${params.i}_%02d", prefix, k), "value": k, "enabled": gate})
+		}
+		e.do("PUT", "/rooms/"+rm.id+"/actions", tok, map[string]any{"id": "arm", "scope": "mallory",
+			"params": map[string]any{"i": map[string]any{"type": "integer"}}, "writes": writes}).must(t, 201)
+	}
+	shared := func(rm room, prefix string) []string {
+		var keys []string
+		for _, en := range e.do("GET", "/rooms/"+rm.id+"/state?scope=_shared", rm.token, nil).must(t, 200).body["entries"].([]any) {
+			if k := en.(map[string]any)["key"].(string); strings.HasPrefix(k, prefix) {
+				keys = append(keys, k)
+			}
+		}
+		return keys
+	}
+
+	t.Run("cheap gates count too, and the write past the budget writes nothing", func(t *testing.T) {
+		rm := e.room("flood", nil)
+		mallory, alice := e.join(rm, "mallory"), e.join(rm, "alice")
+		arm(rm, mallory, "f", 16, "true")
+		accepted := -1
+		for i := range 20 {
+			r := e.invoke(rm, mallory, "arm", map[string]any{"i": i})
+			if r.status == 409 {
+				if r.str("error") != "enabled_budget_exceeded" || r.num("limit") != 20_000 || r.str("hint") == "" {
+					t.Fatalf("refused write: %s", r.raw)
+				}
+				if got := shared(rm, fmt.Sprintf("f%d_", i)); len(got) != 0 {
+					t.Fatalf("HOLE: the refused invocation wrote %v", got)
+				}
+				accepted = i
+				break
+			}
+			r.must(t, 200)
+		}
+		if accepted <= 0 {
+			t.Fatalf("HOLE: 20 invocations of 16 gated entries each were all accepted (accepted before the refusal: %d)", accepted)
+		}
+		r := e.ctx(rm, alice, "")
+		st, _ := path(r.body, "state", "_shared").(map[string]any)
+		if len(st) != 16*accepted || path(r.body, "_context", "entries_unevaluated") != nil {
+			t.Fatalf("alice sees %d of the %d accepted gated entries (unevaluated %v)", len(st), 16*accepted, path(r.body, "_context", "entries_unevaluated"))
+		}
+	})
+
+	t.Run("gates whose data grew are cut, fail closed, in key order", func(t *testing.T) {
+		rm := e.room("grows", nil)
+		mallory, alice := e.join(rm, "mallory"), e.join(rm, "alice")
+		e.do("PUT", "/rooms/grows/state", rm.token, map[string]any{"scope": "_shared", "key": "list", "value": []int{}}).must(t, 200)
+		arm(rm, mallory, "h", 4, "state._shared.list.map(x, x * 2).size() >= 0")
+		e.invoke(rm, mallory, "arm", map[string]any{"i": 0}).must(t, 200)
+		e.invoke(rm, mallory, "arm", map[string]any{"i": 1}).must(t, 200)
+		gated := func(r resp) []string {
+			var keys []string
+			for k := range path(r.body, "state", "_shared").(map[string]any) {
+				if strings.HasPrefix(k, "h") {
+					keys = append(keys, k)
+				}
+			}
+			sort.Strings(keys)
+			return keys
+		}
+		if got := gated(e.ctx(rm, alice, "")); len(got) != 8 {
+			t.Fatalf("before the data grew alice sees %v", got)
+		}
+		// An ungated write is not refused: the data the gates read grows.
+		e.do("PUT", "/rooms/grows/state", rm.token, map[string]any{"scope": "_shared", "key": "list", "value": make([]int, 400)}).must(t, 200)
+		r := e.ctx(rm, alice, "")
+		got := gated(r)
+		cut, _ := path(r.body, "_context", "entries_unevaluated").(float64)
+		if cut == 0 || len(got)+int(cut) != 8 {
+			t.Fatalf("HOLE: the read evaluated gates past the budget: alice sees %v, unevaluated %v", got, cut)
+		}
+		want := []string{"h0_00", "h0_01", "h0_02", "h0_03", "h1_00", "h1_01", "h1_02", "h1_03"}[:len(got)]
+		if !slices.Equal(got, want) {
+			t.Fatalf("the budget should afford the gates in key order: alice sees %v, want %v", got, want)
+		}
+		// With the room already past the budget, no new gate is taken.
+		if r := e.invoke(rm, mallory, "arm", map[string]any{"i": 2}); r.status != 409 || r.str("error") != "enabled_budget_exceeded" {
+			t.Fatalf("a new gate in a room past the budget: %d %s", r.status, r.raw)
+		}
+		if got := shared(rm, "h2_"); len(got) != 0 {
+			t.Fatalf("HOLE: the refused invocation wrote %v", got)
+		}
+	})
+}
+
+// Gate results are memoised per snapshot and authority: one reader's must
+// never be served to another who reads differently.
+func TestAttackEnabledGateMemoIsPerReader(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("memo2", nil)
+	alice, bob := e.join(rm, "alice"), e.join(rm, "bob", "carol")
+	e.do("PUT", "/rooms/memo2/state", rm.token, map[string]any{"scope": "carol", "key": "k", "value": 1}).must(t, 200)
+	e.do("PUT", "/rooms/memo2/actions", rm.token, map[string]any{"id": "put", "writes": []any{
+		map[string]any{"key": "for_alice", "value": 1, "enabled": `self == "alice"`},
+		map[string]any{"key": "for_carol_readers", "value": 1, "enabled": `"carol" in state`},
+	}}).must(t, 201)
+	e.invoke(rm, rm.token, "put", nil).must(t, 200)
+	for range 2 {
+		for _, c := range []struct {
+			who, tok string
+			want     map[string]bool
+		}{
+			{"alice", alice, map[string]bool{"for_alice": true, "for_carol_readers": false}},
+			{"bob", bob, map[string]bool{"for_alice": false, "for_carol_readers": true}},
+		} {
+			st, _ := path(e.ctx(rm, c.tok, "").body, "state", "_shared").(map[string]any)
+			for k, want := range c.want {
+				if _, got := st[k]; got != want {
+					t.Fatalf("HOLE: %s sees %s: %v, want %v (%v)", c.who, k, got, want, st)
+				}
+			}
+		}
 	}
 }
