@@ -255,6 +255,9 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		}
 	}
 	m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
+	if def.Result != "" {
+		m.audit["result"] = capAny(res.Result)
+	}
 	return nil
 }
 

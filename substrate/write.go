@@ -108,6 +108,7 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 		}
 		return r
 	}
+	m.notePrior(cur, live)
 	newKeys := map[string]int{}
 	var order []entryKey
 	audit = make([]map[string]any, 0, len(ops))
@@ -135,7 +136,7 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 			if o.Scope == ScopeMessages {
 				m.messages++
 			}
-			audit = append(audit, map[string]any{"op": "append", "scope": o.Scope, "key": o.Key, "version": 1, "value": value})
+			audit = append(audit, map[string]any{"op": "append", "scope": o.Scope, "key": o.Key, "version": 1})
 			continue
 		}
 		k := entryKey{o.Scope, o.Key}
@@ -213,7 +214,7 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 		s.setLifecycle(m, nr, old, o)
 		cur[k] = nr
 		order = appendKey(order, k)
-		audit = append(audit, map[string]any{"op": opName, "scope": o.Scope, "key": o.Key, "version": nr.Version, "value": value})
+		audit = append(audit, map[string]any{"op": opName, "scope": o.Scope, "key": o.Key, "version": nr.Version})
 	}
 	failing = -1
 	if err := s.checkScopeCapacity(m, newKeys); err != nil {
