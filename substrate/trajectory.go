@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -381,9 +382,14 @@ func (s *Service) Replay(ctx context.Context, p *Principal, roomID string, seq i
 	ticking := 0
 	var last int64
 	var at time.Time
+	// A replay starts from the empty room: nothing after a gap can be
+	// rebuilt, only what comes before it.
 	incomplete := func(format string, args ...any) *errs.Error {
-		return errs.New(errs.HistoryIncomplete, format, args...).With("seq", seq).
-			WithHint("replay at a later seq, after the gap; the trajectory shows what was recorded")
+		hint := "the room's state past this point cannot be rebuilt; the trajectory shows what was recorded"
+		if last > 0 {
+			hint = fmt.Sprintf("replay at seq %d or earlier; the trajectory shows what was recorded after", last)
+		}
+		return errs.New(errs.HistoryIncomplete, format, args...).With("seq", seq).WithHint("%s", hint)
 	}
 	for {
 		page, err := s.auditPage(ctx, roomID, last, seq, auditPageRows)

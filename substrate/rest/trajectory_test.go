@@ -277,7 +277,7 @@ func TestTrajectoryCapsLargeValues(t *testing.T) {
 	second := lines[2]["delta"].([]any)[0].(map[string]any)
 	marker, _ := first["after"].(map[string]any)
 	if marker["_truncated"] != true || marker["bytes"] != float64(len(big)+2) || len(fmt.Sprint(marker["sha256"])) != 64 {
-		t.Fatalf("large after recorded as %v", first["after"])
+		t.Fatalf("large after recorded as %.200v", first["after"])
 	}
 	if !reflect.DeepEqual(second["before"], first["after"]) || second["after"] != "small" {
 		t.Fatalf("large before recorded as %v", second["before"])
