@@ -287,3 +287,58 @@ func TestTrajectoryCapsLargeValues(t *testing.T) {
 		t.Fatalf("replay of a truncated value: %s", r.raw)
 	}
 }
+
+// A client that stops reading a long trajectory stalls only its own
+// stream: the server reads the log a page at a time and holds no database
+// connection while it writes, so even with a pool of one connection other
+// requests go on.
+func TestTrajectoryStreamHoldsNoConnection(t *testing.T) {
+	db := pgtest.NewPool(t, 1)
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: 64 << 10}, Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	t.Cleanup(svc.Close)
+	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
+	t.Cleanup(srv.Close)
+	e := &env{t: t, srv: srv}
+	rm := e.room("slow", nil)
+	big := strings.Repeat("y", 15<<10) // each delta holds a before and an after: ~30 KiB a line
+	const writes = 300
+	for i := range writes {
+		e.do("PUT", "/rooms/slow/state", rm.token, map[string]any{"scope": "_shared", "key": fmt.Sprint("k", i%3), "value": fmt.Sprint(big, i)}).must(t, 200)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	req, _ := http.NewRequest("GET", srv.URL+"/rooms/slow/trajectory?limit=10000", nil)
+	req.Header.Set("Authorization", "Bearer "+rm.token)
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	br := bufio.NewReaderSize(res.Body, 1<<20)
+	if _, err := br.ReadBytes('\n'); err != nil {
+		t.Fatal(err)
+	}
+	// ~9 MiB are queued behind a reader that has stopped: the handler is
+	// blocked writing. A write still gets the pool's only connection.
+	done := make(chan resp, 1)
+	go func() {
+		done <- e.do("PUT", "/rooms/slow/state", rm.token, map[string]any{"scope": "_shared", "key": "during", "value": 1})
+	}()
+	select {
+	case r := <-done:
+		if r.status != 200 {
+			t.Fatalf("write beside a stalled stream: %d %s", r.status, r.raw)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write waited for a stalled trajectory stream: the stream holds a database connection")
+	}
+	lines := 1
+	for {
+		if _, err := br.ReadBytes('\n'); err != nil {
+			break
+		}
+		lines++
+	}
+	if lines < writes+1 {
+		t.Fatalf("stream ended after %d lines, want at least %d", lines, writes+1)
+	}
+}
