@@ -76,6 +76,9 @@ type prior struct {
 // notePrior remembers the rows a mutation read before it changes them:
 // the first read of an entry wins, so a delta spans the whole mutation.
 func (m *mutation) notePrior(cur map[entryKey]*row, live func(*row) *row) {
+	if len(cur) == 0 {
+		return
+	}
 	if m.before == nil {
 		m.before = make(map[entryKey]prior, len(cur))
 	}
