@@ -261,6 +261,9 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		m.vocab = append(m.vocab, vocabTouch{"view", v, true})
 	}
 	m.decay = salienceOf(snap).Decay
+	if def.Result != "" {
+		m.audit["result"] = capAny(res.Result)
+	}
 	return nil
 }
 

@@ -42,6 +42,9 @@ type mutation struct {
 	// and decay the room's salience decay, for vocabulary_usage.
 	vocab []vocabTouch
 	decay float64
+	// before holds, per entry the mutation writes, the row as it was
+	// when the mutation first read it (nil: absent), for the audit delta.
+	before map[entryKey]prior
 }
 
 // seq hands out the next room sequence number (for an append entry).
@@ -172,6 +175,8 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 			WHERE room_id = $1 AND timer_tick_on = ANY($2) AND timer_ticks_left > 0`, roomID, m.ticks)
 	}
 	m.touchVocabulary(last, m.decay)
+	m.audit["delta"] = m.delta()
+	m.audit["prev_seq"] = m.base
 	m.audit["ts"] = m.now.UTC().Format(time.RFC3339Nano)
 	m.audit["by"] = m.actor
 	m.audit["seq"] = last

@@ -56,6 +56,9 @@ func TestHotQueryPlans(t *testing.T) {
 		{"invocation counts", sqlInvocationCounts, []any{"hot"}},
 		{"log window", sqlLogWindow, []any{"hot", windowSize, int64(60000)}},
 		{"usage", sqlUsage, []any{"hot"}},
+		{"audit page", sqlAuditPage, []any{"hot", int64(1000), int64(60000), 500}},
+		{"key chain", sqlKeyChain, []any{"hot", "_shared", "task-1", int64(59998), 100}},
+		{"key last write", sqlKeyLastWrite, []any{"hot", int64(60000), `[{"scope": "_shared", "key": "task-1"}]`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

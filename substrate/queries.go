@@ -68,4 +68,39 @@ const (
 	// concurrent reads cannot move the marks back).
 	sqlMarkRead = `UPDATE agents SET last_context_seq = greatest(last_context_seq, $3), context_reads = context_reads + 1,
 		last_seen_seq = greatest(last_seen_seq, $4) WHERE room_id = $1 AND id = $2`
+	// sqlAuditPage reads a page of a room's _audit entries in seq order,
+	// from state and from state_archive, where retention moves old log
+	// entries (indexes state_scope_sort, state_archive_sort).
+	sqlAuditPage = `SELECT sort_key, value FROM (
+		(SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key > $2 AND sort_key <= $3
+			ORDER BY sort_key LIMIT $4)
+		UNION ALL
+		(SELECT sort_key, value FROM state_archive WHERE room_id = $1 AND scope = '_audit' AND sort_key > $2 AND sort_key <= $3
+			ORDER BY sort_key LIMIT $4)) t ORDER BY sort_key LIMIT $4`
+	// sqlKeyChain follows one key's versions back from the audit entry at
+	// seq $4, through each delta's revision_before: two primary-key
+	// lookups (state, state_archive) per version, at most $5 versions.
+	sqlKeyChain = `WITH RECURSIVE chain(seq, value, n) AS (
+			SELECT sort_key, value, 1 FROM (
+				SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_audit' AND key = $4::bigint::text
+				UNION ALL
+				SELECT sort_key, value FROM state_archive WHERE room_id = $1 AND scope = '_audit' AND key = $4::bigint::text) s
+		UNION ALL
+			SELECT a.sort_key, a.value, c.n + 1 FROM chain c
+			CROSS JOIN LATERAL (SELECT (d->>'revision_before')::bigint AS prev FROM jsonb_array_elements(c.value->'delta') d
+				WHERE d->>'scope' = $2::text AND d->>'key' = $3::text LIMIT 1) l
+			CROSS JOIN LATERAL (
+				SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_audit' AND key = l.prev::text
+				UNION ALL
+				SELECT sort_key, value FROM state_archive WHERE room_id = $1 AND scope = '_audit' AND key = l.prev::text) a
+			WHERE c.n < $5 AND l.prev > 0)
+		SELECT seq, value FROM chain ORDER BY n`
+	// sqlKeyLastWrite finds a key's newest write before a seq, where no
+	// link leads to it (across a deletion): a backward walk of the log
+	// (index state_scope_sort) that stops at the first entry touching it.
+	sqlKeyLastWrite = `SELECT sort_key FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key < $2
+		AND value->'delta' @> $3::jsonb ORDER BY sort_key DESC LIMIT 1`
+	// sqlKeyLastWriteArchived is sqlKeyLastWrite over state_archive.
+	sqlKeyLastWriteArchived = `SELECT sort_key FROM state_archive WHERE room_id = $1 AND scope = '_audit' AND sort_key < $2
+		AND value->'delta' @> $3::jsonb ORDER BY sort_key DESC LIMIT 1`
 )

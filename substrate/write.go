@@ -109,6 +109,7 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 		}
 		return r
 	}
+	m.notePrior(cur, live)
 	newKeys := map[string]int{}
 	// gated: an entry gets an enabled expression it did not have.
 	gated := false
@@ -138,7 +139,7 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 			if o.Scope == ScopeMessages {
 				m.messages++
 			}
-			audit = append(audit, map[string]any{"op": "append", "scope": o.Scope, "key": o.Key, "version": 1, "value": value})
+			audit = append(audit, map[string]any{"op": "append", "scope": o.Scope, "key": o.Key, "version": 1})
 			continue
 		}
 		k := entryKey{o.Scope, o.Key}
@@ -219,7 +220,7 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 		}
 		cur[k] = nr
 		order = appendKey(order, k)
-		audit = append(audit, map[string]any{"op": opName, "scope": o.Scope, "key": o.Key, "version": nr.Version, "value": value})
+		audit = append(audit, map[string]any{"op": opName, "scope": o.Scope, "key": o.Key, "version": nr.Version})
 	}
 	failing = -1
 	if err := s.checkScopeCapacity(m, newKeys); err != nil {

@@ -44,6 +44,9 @@ const (
 	NotMergeable    Code = "not_mergeable"
 	ScopeInUse      Code = "scope_in_use"
 	ScopeFull       Code = "scope_full"
+	// HistoryIncomplete: a replay needs audit entries that are missing or
+	// predate state deltas.
+	HistoryIncomplete Code = "history_incomplete"
 	// ViewBudget: a view registration would make the room's views cost
 	// more per read than the server evaluates.
 	ViewBudget Code = "view_budget_exceeded"
@@ -81,7 +84,7 @@ var statusOf = map[Code]int{
 	NotFound: 404, RoomNotFound: 404, AgentNotFound: 404, KeyNotFound: 404,
 	MethodNotAllowed: 405,
 	RoomExists:       409, AgentExists: 409, VersionConflict: 409, KeyExists: 409,
-	AppendOnly: 409, NotMergeable: 409, ScopeInUse: 409, ScopeFull: 409, ViewBudget: 409, EnabledBudget: 409, NotNumeric: 409,
+	AppendOnly: 409, NotMergeable: 409, ScopeInUse: 409, ScopeFull: 409, HistoryIncomplete: 409, ViewBudget: 409, EnabledBudget: 409, NotNumeric: 409,
 	ActionNotFound: 404, ViewNotFound: 404, HelpKeyNotFound: 404,
 	ActionCooldown: 409, ActionDisabled: 409, PreconditionFailed: 409,
 	ActionOwned: 403, InvalidParam: 400, CELError: 400,

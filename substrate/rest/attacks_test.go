@@ -564,3 +564,77 @@ func TestAttackEnabledGateMemoIsPerReader(t *testing.T) {
 		}
 	}
 }
+
+// The trajectory and the replay hold every scope, private ones included:
+// only the room's own token reads them. An agent, the view token and
+// another room's token are refused, and a key's history is readable only
+// by whoever may read its scope, with the same answer as reading the key.
+func TestAttackTrajectoryIsTheRoomTokens(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("tr", nil)
+	other := e.room("tr-other", nil)
+	aTok := e.join(rm, "a")
+	bTok := e.join(rm, "b")
+	e.do("PUT", "/rooms/tr/state", bTok, map[string]any{"scope": "b", "key": "secret", "value": "b's"}).must(t, 200)
+	for _, c := range []struct{ who, tok string }{{"agent", aTok}, {"view token", rm.view}, {"another room's token", other.token}} {
+		for _, p := range []string{"/rooms/tr/trajectory", "/rooms/tr/trajectory?after=0&limit=10", "/rooms/tr/replay?seq=2"} {
+			r := e.do("GET", p, c.tok, nil)
+			if r.status != 403 || strings.Contains(r.raw, "b's") {
+				t.Errorf("%s GET %s: %d %s", c.who, p, r.status, r.raw)
+			}
+		}
+	}
+	// History of another agent's private key: refused exactly as reading
+	// the key is.
+	read := e.do("GET", "/rooms/tr/state?scope=b&key=secret", aTok, nil)
+	hist := e.do("GET", "/rooms/tr/history?scope=b&key=secret", aTok, nil)
+	if read.status != 403 || hist.status != read.status || hist.str("error") != read.str("error") || strings.Contains(hist.raw, "b's") {
+		t.Fatalf("history of b's key as a: %d %s (reading it: %d %s)", hist.status, hist.raw, read.status, read.raw)
+	}
+	if r := e.do("GET", "/rooms/tr/history?scope=b&key=secret", other.token, nil); r.status != 403 {
+		t.Fatalf("history with another room's token: %d %s", r.status, r.raw)
+	}
+	// Whoever may read the scope reads its history.
+	e.do("GET", "/rooms/tr/history?scope=b&key=secret", bTok, nil).must(t, 200)
+	e.do("GET", "/rooms/tr/history?scope=b&key=secret", rm.view, nil).must(t, 200)
+	e.do("GET", "/rooms/tr/replay?seq=2", rm.token, nil).must(t, 200)
+}
+
+// Bad trajectory, replay and history input is a 400 with a stable code
+// and a hint, never a 500.
+func TestAttackTrajectoryBadInput(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("tb", nil)
+	aTok := e.join(rm, "a")
+	for _, c := range []struct{ name, path string }{
+		{"seq not a number", "/rooms/tb/replay?seq=abc"},
+		{"seq negative", "/rooms/tb/replay?seq=-1"},
+		{"seq zero", "/rooms/tb/replay?seq=0"},
+		{"seq missing", "/rooms/tb/replay"},
+		{"seq past the room", "/rooms/tb/replay?seq=999"},
+		{"seq overflow", "/rooms/tb/replay?seq=99999999999999999999"},
+		{"after not a number", "/rooms/tb/trajectory?after=x"},
+		{"after negative", "/rooms/tb/trajectory?after=-5"},
+		{"limit over max", fmt.Sprintf("/rooms/tb/trajectory?limit=%d", substrate.TrajectoryMaxLimit+1)},
+		{"limit zero", "/rooms/tb/trajectory?limit=0"},
+		{"limit not a number", "/rooms/tb/trajectory?limit=1e3"},
+		{"history without key", "/rooms/tb/history?scope=_shared"},
+		{"history without scope", "/rooms/tb/history?key=k"},
+		{"history bad scope", "/rooms/tb/history?scope=a%20b&key=k"},
+		{"history self for room token", "/rooms/tb/history?scope=self&key=k"},
+		{"history long key", "/rooms/tb/history?scope=_shared&key=" + strings.Repeat("k", 300)},
+		{"history limit over max", fmt.Sprintf("/rooms/tb/history?scope=_shared&key=k&limit=%d", substrate.HistoryMaxLimit+1)},
+		{"history before negative", "/rooms/tb/history?scope=_shared&key=k&before=-1"},
+	} {
+		tok := rm.token
+		r := e.do("GET", c.path, tok, nil)
+		if r.status != 400 || r.str("error") != "invalid_field" || r.str("hint") == "" {
+			t.Errorf("%s: %d %s", c.name, r.status, r.raw)
+		}
+	}
+	// An agent asking for a scope that is no scope of its is refused as
+	// reading it would be.
+	if r := e.do("GET", "/rooms/tb/history?scope=nobody&key=k", aTok, nil); r.status != 403 || r.str("error") != "scope_denied" {
+		t.Errorf("agent, unknown scope: %d %s", r.status, r.raw)
+	}
+}

@@ -446,3 +446,29 @@ func BenchmarkSalience(b *testing.B) {
 		})
 	}
 }
+
+// The trajectory endpoints on a room of 2,000 mutations over 50 keys:
+// a replay at the latest seq (reads and applies every delta), the whole
+// trajectory streamed, and one key's 40 versions.
+//
+//	go test ./substrate/rest -run '^$' -bench TrajectoryExport -benchtime 3s
+func BenchmarkTrajectoryExport(b *testing.B) {
+	e := newBench(b)
+	tok := e.room("tx")
+	const mutations = 2000
+	for i := range mutations {
+		e.do("PUT", "/rooms/tx/state", tok, map[string]any{"scope": "_shared", "key": fmt.Sprint("k", i%50), "value": map[string]any{"n": i, "note": "a short value"}})
+	}
+	for _, c := range []struct{ name, path string }{
+		{"replay", fmt.Sprintf("/rooms/tx/replay?seq=%d", mutations+1)},
+		{"trajectory", "/rooms/tx/trajectory?limit=10000"},
+		{"key_history", "/rooms/tx/history?scope=_shared&key=k7"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				e.do("GET", c.path, tok, nil)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
+		})
+	}
+}
