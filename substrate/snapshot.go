@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -306,6 +307,9 @@ func (snap *snapshot) live(now time.Time) *liveState {
 }
 
 func isHidden(scope string) bool {
+	if strings.HasPrefix(scope, scopeLoom+".") {
+		return true // the loom's trees, documents and leases have their own surface
+	}
 	for _, h := range hiddenFromState {
 		if scope == h {
 			return true
