@@ -90,6 +90,7 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	mux.HandleFunc("GET /rooms/{room}/wait", a.authed(a.wait))
 	mux.HandleFunc("POST /rooms/{room}/eval", a.authed(a.eval))
 	mux.HandleFunc("GET /rooms/{room}/help", a.authed(a.help))
+	mux.HandleFunc("POST /rooms/{room}/loom", a.authed(a.loom))
 	mux.HandleFunc("/rooms/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, errs.New(errs.NotFound, "no endpoint %s %s", r.Method, r.URL.Path).
 			WithHint("see the README for the REST API: /rooms, /rooms/:id/agents, /rooms/:id/state"))
