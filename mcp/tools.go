@@ -439,5 +439,6 @@ func tools() []tool {
 				}
 				return &Shared{Shared: true, Room: in.Room, Username: in.Username, Role: in.Role}, nil
 			}),
+		loomTool(),
 	}
 }

@@ -29,7 +29,11 @@ const (
 
 var systemScopes = []string{ScopeAudit, "_agents", "_actions", "_views", "_cooldowns"}
 
-func isSystemScope(scope string) bool { return slices.Contains(systemScopes, scope) }
+// isSystemScope reports scopes only the system writes: the reserved ones
+// and the loom's (_loom, _loom.*), which its operations keep consistent.
+func isSystemScope(scope string) bool {
+	return slices.Contains(systemScopes, scope) || isLoomScope(scope)
+}
 
 // canRead reports whether p may read scope.
 func canRead(p *Principal, scope string) bool {

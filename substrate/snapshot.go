@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -357,6 +358,9 @@ func (l *liveState) keepGateResults(key string, fresh map[*srow]gateResult) {
 }
 
 func isHidden(scope string) bool {
+	if strings.HasPrefix(scope, scopeLoom+".") {
+		return true // the loom's trees, documents and leases have their own surface
+	}
 	for _, h := range hiddenFromState {
 		if scope == h {
 			return true

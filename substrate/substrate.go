@@ -111,6 +111,8 @@ type Options struct {
 	// NoSalience turns adaptive salience off (for comparing its cost);
 	// rooms turn it off with _shared._config.salience.off. Default false.
 	NoSalience bool
+	// Loom configures the loom (seed 002): its generator, leases, result size.
+	Loom LoomOptions
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -140,6 +142,8 @@ type Service struct {
 	hub    *store.Hub
 	// noSalience is Options.NoSalience.
 	noSalience bool
+	// loomOpt is Options.Loom, filled.
+	loomOpt LoomOptions
 	// viewEvals counts view evaluations (Stats).
 	viewEvals atomic.Int64
 }
@@ -181,6 +185,7 @@ func New(db *store.DB, opt Options) *Service {
 		hub:   store.NewHub(db, opt.Logger),
 
 		noSalience: opt.NoSalience,
+		loomOpt:    loomOpts(opt.Loom),
 	}
 }
 

@@ -111,8 +111,26 @@ func (m *mutation) delta() []Delta {
 				d.Timer = &DeltaTimer{Effect: *t.Effect, ExpiresAt: t.ExpiresAt, TicksLeft: t.TicksLeft, TickOn: t.TickOn}
 			}
 		}
+		if loomMemory(r.Scope, r.Key) {
+			d.Before, d.After = redactMemory(d.Before), redactMemory(d.After)
+		}
 		out = append(out, d)
 	}
+	return out
+}
+
+// loomMemory reports an agent's loom operational memory (trace, pins,
+// stashes, thoughts): private to the agent, so the audit records that it
+// changed, never what it holds (replay restores its shape, not its text).
+func loomMemory(scope, key string) bool {
+	return !strings.HasPrefix(scope, "_") && strings.HasPrefix(key, "loom:")
+}
+
+func redactMemory(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return v
+	}
+	out, _ := json.Marshal(map[string]any{"_private": "loom memory", "bytes": len(v)})
 	return out
 }
 

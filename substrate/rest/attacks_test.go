@@ -638,3 +638,95 @@ func TestAttackTrajectoryBadInput(t *testing.T) {
 		t.Errorf("agent, unknown scope: %d %s", r.status, r.raw)
 	}
 }
+
+// loomSetup is a room with a loom tree, the room token having planted it,
+// and agents alice (loom_write) and bob (defaults: look and read only).
+func loomSetup(t *testing.T, e *env) (rm room, alice, bob string) {
+	rm = e.room("loomy", nil)
+	alice, bob = e.join(rm, "alice"), e.join(rm, "bob")
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ new tree \"t\" \"root\"\n→ permit alice loom_write"}).must(t, 200)
+	return rm, alice, bob
+}
+
+func loomNodes(t *testing.T, e *env, rm room) string {
+	res := e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ tree summary"}).must(t, 200)
+	return res.str("text")
+}
+
+// An agent without loom_write cannot add, branch, edit, annotate or link,
+// through the loom or by writing the loom's scopes directly.
+func TestAttackLoomAgentWithoutWriteCannotWrite(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, _, bob := loomSetup(t, e)
+	for _, c := range []string{`→ add "x"`, `→ branch from 1 "x"`, `→ edit 1 "x"`, `→ annotate 1 "x"`, `→ link 1 to 1`, `→ permit bob loom_write`} {
+		res := e.do("POST", "/rooms/loomy/loom", bob, map[string]any{"commands": c})
+		if res.status != 403 || !strings.Contains(res.str("message"), "✗ permission denied") {
+			t.Fatalf("%s by bob: %d %s", c, res.status, res.raw)
+		}
+	}
+	for _, scope := range []string{"_loom", "_loom.1", "_loom.live"} {
+		if r := e.do("PUT", "/rooms/loomy/state", bob, map[string]any{"scope": scope, "key": "n:2", "value": map[string]any{"content": "forged"}}); r.status != 403 {
+			t.Fatalf("bob writing %s directly: %d %s", scope, r.status, r.raw)
+		}
+	}
+	if s := loomNodes(t, e, rm); !strings.Contains(s, "1 nodes, 1 branches, max depth 0, 0 annotations, 0 links") {
+		t.Fatalf("refused writes changed the tree: %s", s)
+	}
+}
+
+// The view token reads the loom and writes nothing to it.
+func TestAttackLoomViewTokenCannotWrite(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, _, _ := loomSetup(t, e)
+	e.do("POST", "/rooms/loomy/loom", rm.view, map[string]any{"commands": "→ view 1"}).must(t, 200)
+	for _, c := range []string{`→ add "x"`, `→ annotate 1 "x"`, `→ new tree "u" "v"`, `→ write doc:"d" append "x"`, `→ continue from 1`, `→ permit bob loom_write`} {
+		res := e.do("POST", "/rooms/loomy/loom", rm.view, map[string]any{"commands": c})
+		if res.status != 403 {
+			t.Fatalf("%s by the view token: %d %s", c, res.status, res.raw)
+		}
+	}
+	if s := loomNodes(t, e, rm); !strings.Contains(s, "1 nodes") {
+		t.Fatalf("view token wrote: %s", s)
+	}
+}
+
+// One agent's operational memory (stashes, pins, trace) is not readable by
+// another, through state reads or through the loom.
+func TestAttackLoomPrivateMemory(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	_, alice, bob := loomSetup(t, e)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ stash \"plan\" \"SECRET-STASH\"\n→ pin 1"}).must(t, 200)
+	if r := e.do("GET", "/rooms/loomy/state?scope=alice", bob, nil); r.status != 403 {
+		t.Fatalf("bob read alice's scope: %d %s", r.status, r.raw)
+	}
+	r := e.do("POST", "/rooms/loomy/loom", bob, map[string]any{"commands": "→ recall \"plan\""})
+	if r.status != 404 || strings.Contains(r.raw, "SECRET-STASH") {
+		t.Fatalf("bob recalled alice's stash: %d %s", r.status, r.raw)
+	}
+	for _, c := range []string{"→ memory", "→ memory stashed", "→ memory trace"} {
+		if r := e.do("POST", "/rooms/loomy/loom", bob, map[string]any{"commands": c}).must(t, 200); strings.Contains(r.raw, "SECRET") || strings.Contains(r.raw, "pinned") {
+			t.Fatalf("%s by bob shows alice's memory: %s", c, r.raw)
+		}
+	}
+}
+
+// Think content stays in the thinker's scope: not in the tree, not in
+// anyone's context or state read, not in the audit log.
+func TestAttackLoomThinkNeverShared(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, alice, bob := loomSetup(t, e)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ think\nSECRET-THOUGHT about the scene\n←\n→ add \"public words\""}).must(t, 200)
+	for _, read := range []struct{ path, tok string }{
+		{"/rooms/loomy/context", bob}, {"/rooms/loomy/state", bob}, {"/rooms/loomy/context", rm.token},
+		{"/rooms/loomy/state?scope=_audit&limit=1000", rm.token}, {"/rooms/loomy/state?scope=_loom.1&limit=1000", bob},
+	} {
+		if r := e.do("GET", read.path, read.tok, nil).must(t, 200); strings.Contains(r.raw, "SECRET-THOUGHT") {
+			t.Fatalf("think content in %s: %s", read.path, r.raw)
+		}
+	}
+	for _, c := range []string{"→ view branch:2 as:prose full", "→ tree", "→ view 2 full"} {
+		if r := e.do("POST", "/rooms/loomy/loom", bob, map[string]any{"commands": c}).must(t, 200); strings.Contains(r.raw, "SECRET-THOUGHT") || !strings.Contains(r.raw, "public words") {
+			t.Fatalf("%s: %s", c, r.raw)
+		}
+	}
+}

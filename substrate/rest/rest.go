@@ -93,6 +93,7 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	mux.HandleFunc("GET /rooms/{room}/trajectory", a.authed(a.trajectory))
 	mux.HandleFunc("GET /rooms/{room}/history", a.authed(a.history))
 	mux.HandleFunc("GET /rooms/{room}/replay", a.authed(a.replay))
+	mux.HandleFunc("POST /rooms/{room}/loom", a.authed(a.loom))
 	mux.HandleFunc("/rooms/", func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, errs.New(errs.NotFound, "no endpoint %s %s", r.Method, r.URL.Path).
 			WithHint("see the README for the REST API: /rooms, /rooms/:id/agents, /rooms/:id/state"))

@@ -1,0 +1,974 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// The loom (seed 002): trees of immutable nodes that people and models
+// navigate and extend with the same commands. A loom lives in a room:
+//
+//   - _loom (mutable, communal, system-written): tree:<id> records (name,
+//     counters), trees (the tree counter), perm:<agent> (loom permissions,
+//     set by room authority), gen:<n> (queued generation requests) and gens.
+//   - _loom.<tree> (append entries, read by key): n:<id> nodes,
+//     c:<parent>:<k> the k-th child of a node, a:<node>:<k> annotations,
+//     l:<node>:<k> links. Append entries are not part of the room's
+//     snapshot, so a tree of 100,000 nodes costs a read nothing until a
+//     command addresses it, and every lookup is by primary key (exact keys,
+//     never ranges, so it does not depend on the database's collation).
+//   - _loom.live (mutable): lease:<tree>:<branch> (the turn on a branch),
+//     at:<tree>:<actor> (presence), bm:<tree>:<label> (bookmarks).
+//   - _loom.doc (mutable): d:<name> documents, as lines.
+//   - the agent's own scope: loom:pos, loom:pins, loom:stash:<label>,
+//     loom:onboarded (mutable) and loom:t:… (trace) and loom:think:…
+//     (append): operational memory nobody else reads.
+//
+// Scopes starting with _loom are written only through these operations
+// and hidden from contexts' state (they have their own surface).
+const (
+	scopeLoom     = "_loom"
+	scopeLoomLive = "_loom.live"
+	scopeLoomDoc  = "_loom.doc"
+)
+
+func treeScope(tree int64) string { return "_loom." + strconv.FormatInt(tree, 10) }
+
+func isLoomScope(scope string) bool {
+	return scope == scopeLoom || strings.HasPrefix(scope, scopeLoom+".")
+}
+
+// Loom permissions (seed 002 §Permissions).
+const (
+	PermAware    = "loom_aware"
+	PermWrite    = "loom_write"
+	PermGenerate = "loom_generate"
+	PermDocRead  = "doc_read"
+	PermDocWrite = "doc_write"
+)
+
+// LoomPermissions are all of them, in the seed's order.
+var LoomPermissions = []string{PermAware, PermWrite, PermGenerate, PermDocRead, PermDocWrite}
+
+// defaultLoomPerms are an agent's permissions until room authority sets
+// them: it may look and read, not write.
+var defaultLoomPerms = []string{PermAware, PermDocRead}
+
+// LoomOptions configure the loom.
+type LoomOptions struct {
+	// GeneratorURL is an OpenAI-compatible completions endpoint
+	// (…/v1/completions). Empty: continue queues a generation request in
+	// room state for an external agent or person (→ fulfil).
+	GeneratorURL string
+	// GeneratorModel is sent as "model". Default "base".
+	GeneratorModel string
+	// GeneratorKey, when set, is sent as a bearer token.
+	GeneratorKey string
+	// MaxTokens caps tokens:N per continuation. Default 256.
+	MaxTokens int
+	// MaxN caps n:N continuations per command. Default 4.
+	MaxN int
+	// GeneratorTimeout bounds one generator call. Default 60 s.
+	GeneratorTimeout time.Duration
+	// LeaseTTL is how long a writer keeps its turn on a branch after its
+	// last write. Default 60 s.
+	LeaseTTL time.Duration
+	// PresenceWindow is how long a participant shows as active after its
+	// last command in a tree. Default 2 min.
+	PresenceWindow time.Duration
+	// ResultChars is the size above which a result is summarised with the
+	// command that returns the rest. Default 4,000.
+	ResultChars int
+	// Client makes generator calls. Default http.DefaultClient.
+	Client *http.Client
+}
+
+func (o *LoomOptions) fill() {
+	if o.GeneratorModel == "" {
+		o.GeneratorModel = "base"
+	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = 256
+	}
+	if o.MaxN <= 0 {
+		o.MaxN = 4
+	}
+	if o.GeneratorTimeout <= 0 {
+		o.GeneratorTimeout = 60 * time.Second
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 60 * time.Second
+	}
+	if o.PresenceWindow <= 0 {
+		o.PresenceWindow = 2 * time.Minute
+	}
+	if o.ResultChars <= 0 {
+		o.ResultChars = 4000
+	}
+	if o.Client == nil {
+		o.Client = http.DefaultClient
+	}
+}
+
+// LoomNode is one node of a tree.
+type LoomNode struct {
+	ID      int64  `json:"id"`
+	Parent  int64  `json:"parent,omitempty"`
+	Content string `json:"content"`
+	// By is the agent (or "_room") that wrote it, or for a configured
+	// generator "gen:<model>".
+	By string `json:"by"`
+	// Model is true for model-written content (continuations, and agents
+	// whose loom kind is model), false for a person's.
+	Model bool `json:"model"`
+	// Edge is primary, context or instruction.
+	Edge string `json:"edge"`
+	// Branch names the line the node is on: the first child of a node
+	// continues its branch, the k-th (k>1) starts branch "<parent>.<k>".
+	Branch     string    `json:"branch"`
+	Depth      int       `json:"depth"`
+	K          int       `json:"k,omitempty"`
+	EditedFrom int64     `json:"edited_from,omitempty"`
+	For        string    `json:"requested_by,omitempty"`
+	At         time.Time `json:"created_at"`
+}
+
+// LoomResult is what a run of commands returns.
+type LoomResult struct {
+	// Text is every step's text, for a model's context.
+	Text  string     `json:"text"`
+	Steps []LoomStep `json:"steps"`
+	// Errors counts the steps that failed.
+	Errors int `json:"errors"`
+	// Position is where the caller is after the run.
+	Position *LoomPosition `json:"position,omitempty"`
+}
+
+// LoomStep is one command's outcome.
+type LoomStep struct {
+	Command string     `json:"command"`
+	Verb    string     `json:"verb"`
+	OK      bool       `json:"ok"`
+	Text    string     `json:"text"`
+	Error   errs.Code  `json:"error,omitempty"`
+	Nodes   []LoomNode `json:"nodes,omitempty"`
+}
+
+// LoomPosition is the ambient metadata of seed 002 §Ambient Context.
+type LoomPosition struct {
+	Tree        int64  `json:"tree"`
+	TreeName    string `json:"tree_name"`
+	Node        int64  `json:"node"`
+	Depth       int    `json:"depth"`
+	Siblings    int    `json:"siblings"`
+	Annotations int    `json:"annotations"`
+	Links       int    `json:"links"`
+	Branch      string `json:"branch"`
+	// Others are the other participants active in this tree.
+	Others []LoomPresence `json:"others,omitempty"`
+	// Ambient is the metadata line: ⟨node:47 depth:12 siblings:2 …⟩.
+	Ambient string `json:"ambient"`
+}
+
+// LoomPresence is another participant active in the tree.
+type LoomPresence struct {
+	Actor  string    `json:"actor"`
+	Kind   string    `json:"kind"`
+	Branch string    `json:"branch"`
+	Node   int64     `json:"node"`
+	At     time.Time `json:"at"`
+}
+
+type loomTree struct {
+	ID          int64     `json:"id"`
+	Name        string    `json:"name"`
+	Next        int64     `json:"next"`
+	Branches    int64     `json:"branches"`
+	MaxDepth    int       `json:"max_depth"`
+	Annotations int64     `json:"annotations"`
+	Links       int64     `json:"links"`
+	By          string    `json:"by"`
+	At          time.Time `json:"created_at"`
+}
+
+type loomPos struct {
+	Tree int64 `json:"tree"`
+	Node int64 `json:"node"`
+}
+
+type loomLease struct {
+	Holder string    `json:"holder"`
+	Until  time.Time `json:"until"`
+}
+
+// run is one command's execution: the connection it reads on, the writes
+// it queues, and what it learnt about the caller.
+type loomRun struct {
+	s     *Service
+	ctx   context.Context
+	q     querier
+	m     *mutation // nil for a read-only run
+	p     *Principal
+	room  string
+	now   time.Time
+	actor string
+	kind  string // "human" or "model"
+	perms []string
+	pos   loomPos
+	// newPos is set when the command moved the caller.
+	newPos *loomPos
+	ops    []op
+	trace  string // the trace line; default the command
+	nodes  []LoomNode
+}
+
+func loomErr(code errs.Code, format string, a ...any) *errs.Error {
+	return errs.New(code, "✗ "+format, a...)
+}
+
+func (r *loomRun) need(perm string) error {
+	if slices.Contains(r.perms, perm) {
+		return nil
+	}
+	return loomErr(errs.Forbidden, "permission denied: %s not enabled", perm).
+		WithHint("ask the room's owner: → permit %s %s", r.actorOrYou(), perm).With("permission", perm)
+}
+
+func (r *loomRun) actorOrYou() string {
+	if r.p.Kind == KindAgent {
+		return r.p.AgentID
+	}
+	return "<agent>"
+}
+
+// needWrite refuses read-only credentials, then checks perm.
+func (r *loomRun) needWrite(perm string) error {
+	if r.p.ReadOnly() || r.m == nil {
+		return loomErr(errs.ReadOnlyToken, "permission denied: this credential is read-only").
+			WithHint("write with an agent token or the room token (over MCP: embody an agent)")
+	}
+	return r.need(perm)
+}
+
+func (r *loomRun) agent() error {
+	if r.p.Kind != KindAgent {
+		return loomErr(errs.InvalidField, "operational memory belongs to an agent, and this credential is not one").
+			WithHint("use an agent token (over MCP: embody an agent)")
+	}
+	return nil
+}
+
+// get reads one entry's value into v; false when absent.
+func (r *loomRun) get(scope, key string, v any) (bool, error) {
+	var raw []byte
+	var exp *time.Time
+	err := r.q.QueryRow(r.ctx, `SELECT value, timer_expires_at FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`,
+		r.room, scope, key).Scan(&raw, &exp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if exp != nil && !exp.After(r.now) {
+		return false, nil
+	}
+	return true, json.Unmarshal(raw, v)
+}
+
+// getMany reads the values of keys that exist, by key.
+func (r *loomRun) getMany(scope string, keys []string) (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND key = ANY($3)
+		AND (timer_expires_at IS NULL OR timer_expires_at > $4)`, r.room, scope, keys, r.now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, rows.Err()
+}
+
+// probe reads prefix1, prefix2, … until a gap: the children, annotations
+// or links of a node, by exact keys.
+func (r *loomRun) probe(scope, prefix string, limit int) ([]json.RawMessage, error) {
+	var out []json.RawMessage
+	for start := 1; ; {
+		n := min(32, limit-len(out))
+		if n <= 0 {
+			return out, nil
+		}
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = prefix + strconv.Itoa(start+i)
+		}
+		got, err := r.getMany(scope, keys)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			v, ok := got[k]
+			if !ok {
+				return out, nil
+			}
+			out = append(out, v)
+		}
+		start += n
+	}
+}
+
+func (r *loomRun) count(scope, prefix string) (int, error) {
+	vs, err := r.probe(scope, prefix, 10_000)
+	return len(vs), err
+}
+
+func (r *loomRun) put(scope, key string, v any) {
+	raw, _ := json.Marshal(v)
+	r.ops = append(r.ops, op{Scope: scope, Key: key, Value: raw})
+}
+
+func (r *loomRun) putTimed(scope, key string, v any, ttl time.Duration) {
+	raw, _ := json.Marshal(v)
+	r.ops = append(r.ops, op{Scope: scope, Key: key, Value: raw, Timer: &Timer{MS: max(1, ttl.Milliseconds()), Effect: "delete"}})
+}
+
+func (r *loomRun) appendEntry(scope, key string, v any) {
+	raw, _ := json.Marshal(v)
+	r.ops = append(r.ops, op{Scope: scope, Key: key, Value: raw, Append: true})
+}
+
+func (r *loomRun) del(scope, key string) {
+	r.ops = append(r.ops, op{Scope: scope, Key: key, Delete: true})
+}
+
+// uniq is a key suffix unique to this mutation: its base seq plus a
+// counter.
+func (r *loomRun) uniq() string {
+	n := len(r.ops)
+	base := int64(0)
+	if r.m != nil {
+		base = r.m.base
+	}
+	return fmt.Sprintf("%012d.%d", base, n)
+}
+
+func (r *loomRun) tree(id int64) (*loomTree, error) {
+	var t loomTree
+	ok, err := r.get(scopeLoom, "tree:"+strconv.FormatInt(id, 10), &t)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, loomErr(errs.NotFound, "tree %d does not exist", id).WithHint("→ tree lists the current tree; → new tree \"name\" plants one")
+	}
+	return &t, nil
+}
+
+func (r *loomRun) treeCount() (int64, error) {
+	var c struct {
+		Next int64 `json:"next"`
+	}
+	if _, err := r.get(scopeLoom, "trees", &c); err != nil {
+		return 0, err
+	}
+	return max(c.Next-1, 0), nil
+}
+
+// currentTree is the tree the caller works in: tree:N of the command, the
+// caller's position, else the room's first tree.
+func (r *loomRun) currentTree(c *LoomCommand) (*loomTree, error) {
+	if v, ok := c.opt("tree"); ok {
+		return r.treeByRef(v)
+	}
+	if r.pos.Tree > 0 {
+		return r.tree(r.pos.Tree)
+	}
+	n, err := r.treeCount()
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, loomErr(errs.NotFound, "this room has no loom tree yet").WithHint(`plant one: → new tree "name" "first words"`)
+	}
+	return r.tree(1)
+}
+
+func (r *loomRun) treeByRef(v string) (*loomTree, error) {
+	if id, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return r.tree(id)
+	}
+	n, err := r.treeCount()
+	if err != nil {
+		return nil, err
+	}
+	for i := int64(1); i <= n; i++ {
+		t, err := r.tree(i)
+		if err != nil {
+			return nil, err
+		}
+		if t.Name == v {
+			return t, nil
+		}
+	}
+	return nil, loomErr(errs.NotFound, "tree %q does not exist", v).WithHint("name a tree by number (tree:1) or by its name")
+}
+
+func (r *loomRun) node(t *loomTree, ref string) (*LoomNode, error) {
+	id, err := strconv.ParseInt(ref, 10, 64)
+	if err != nil || id <= 0 {
+		return nil, loomErr(errs.InvalidField, "%q is not a node id", ref).WithHint("nodes are numbered 1, 2, 3 … in each tree")
+	}
+	var n LoomNode
+	ok, err := r.get(treeScope(t.ID), "n:"+ref, &n)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return &n, nil
+	}
+	// Another tree that has this node number.
+	cnt, err := r.treeCount()
+	if err != nil {
+		return nil, err
+	}
+	for i := int64(1); i <= cnt; i++ {
+		if i == t.ID {
+			continue
+		}
+		o, err := r.tree(i)
+		if err != nil {
+			return nil, err
+		}
+		if o.Next > id {
+			return nil, loomErr(errs.NotFound, "node %d is in a different tree. use: → jump tree:%d node:%d", id, i, id).
+				With("tree", i).With("node", id)
+		}
+	}
+	return nil, loomErr(errs.NotFound, "node %d does not exist", id).
+		WithHint("tree %d has nodes 1–%d; → tree shows them", t.ID, t.Next-1).With("node", id)
+}
+
+// refNode resolves the command's first node reference, or the caller's
+// position when there is none.
+func (r *loomRun) refNode(c *LoomCommand, t *loomTree) (*LoomNode, error) {
+	ref := ""
+	if len(c.Refs) > 0 {
+		ref = c.Refs[0]
+	} else if v, ok := c.opt("node"); ok {
+		ref = v
+	} else if r.pos.Tree == t.ID && r.pos.Node > 0 {
+		ref = strconv.FormatInt(r.pos.Node, 10)
+	} else {
+		ref = "1"
+	}
+	if strings.Contains(ref, ".") {
+		return r.branchHead(t, ref)
+	}
+	return r.node(t, ref)
+}
+
+func (r *loomRun) children(t *loomTree, id int64) ([]LoomNode, error) {
+	raws, err := r.probe(treeScope(t.ID), "c:"+strconv.FormatInt(id, 10)+":", 1000)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(raws))
+	for i, raw := range raws {
+		var c struct {
+			ID int64 `json:"id"`
+		}
+		_ = json.Unmarshal(raw, &c)
+		keys[i] = "n:" + strconv.FormatInt(c.ID, 10)
+	}
+	got, err := r.getMany(treeScope(t.ID), keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LoomNode, 0, len(keys))
+	for _, k := range keys {
+		var n LoomNode
+		if json.Unmarshal(got[k], &n) == nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// ancestors returns the path from the root to n (inclusive), by one
+// recursive query over primary keys.
+func (r *loomRun) ancestors(t *loomTree, n *LoomNode) ([]LoomNode, error) {
+	rows, err := r.q.Query(r.ctx, `WITH RECURSIVE up(v, d) AS (
+			SELECT value, 0 FROM state WHERE room_id = $1 AND scope = $2 AND key = $3
+			UNION ALL
+			SELECT s.value, up.d + 1 FROM up JOIN state s
+			  ON s.room_id = $1 AND s.scope = $2 AND s.key = 'n:' || (up.v->>'parent')
+			WHERE (up.v->>'parent') IS NOT NULL AND up.d < 100000)
+		SELECT v FROM up ORDER BY d DESC`, r.room, treeScope(t.ID), "n:"+strconv.FormatInt(n.ID, 10))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []LoomNode
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return nil, err
+		}
+		var x LoomNode
+		if err := json.Unmarshal(raw, &x); err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// descend follows first children from n to the head of its line.
+func (r *loomRun) descend(t *loomTree, n *LoomNode, limit int) ([]LoomNode, error) {
+	rows, err := r.q.Query(r.ctx, `WITH RECURSIVE down(id, d) AS (
+			SELECT $3::bigint, 0
+			UNION ALL
+			SELECT (s.value->>'id')::bigint, down.d + 1 FROM down JOIN state s
+			  ON s.room_id = $1 AND s.scope = $2 AND s.key = 'c:' || down.id || ':1'
+			WHERE down.d < $4)
+		SELECT n.value FROM down JOIN state n ON n.room_id = $1 AND n.scope = $2 AND n.key = 'n:' || down.id
+		WHERE down.d > 0 ORDER BY down.d`, r.room, treeScope(t.ID), n.ID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []LoomNode
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return nil, err
+		}
+		var x LoomNode
+		if err := json.Unmarshal(raw, &x); err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// branchStart finds the node that starts branch "p.k" (or the node itself
+// for a plain id): the k-th child of p.
+func (r *loomRun) branchStart(t *loomTree, ref string) (*LoomNode, error) {
+	p, k, ok := strings.Cut(ref, ".")
+	if !ok {
+		return r.node(t, ref)
+	}
+	var c struct {
+		ID int64 `json:"id"`
+	}
+	found, err := r.get(treeScope(t.ID), "c:"+p+":"+k, &c)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, loomErr(errs.NotFound, "branch %s does not exist", ref).
+			WithHint("branch p.k is the k-th continuation of node p; → list %s continuations shows them", p)
+	}
+	return r.node(t, strconv.FormatInt(c.ID, 10))
+}
+
+// branchHead is the last node of a branch: its start, then first
+// children down.
+func (r *loomRun) branchHead(t *loomTree, ref string) (*LoomNode, error) {
+	start, err := r.branchStart(t, ref)
+	if err != nil {
+		return nil, err
+	}
+	down, err := r.descend(t, start, 100_000)
+	if err != nil {
+		return nil, err
+	}
+	if len(down) > 0 {
+		return &down[len(down)-1], nil
+	}
+	return start, nil
+}
+
+// position computes the ambient metadata at node n.
+func (r *loomRun) position(t *loomTree, n *LoomNode) (*LoomPosition, error) {
+	ps := &LoomPosition{Tree: t.ID, TreeName: t.Name, Node: n.ID, Depth: n.Depth, Branch: n.Branch}
+	var err error
+	if n.Parent > 0 {
+		if ps.Siblings, err = r.count(treeScope(t.ID), "c:"+strconv.FormatInt(n.Parent, 10)+":"); err != nil {
+			return nil, err
+		}
+	} else {
+		ps.Siblings = 1
+	}
+	id := strconv.FormatInt(n.ID, 10)
+	if ps.Annotations, err = r.count(treeScope(t.ID), "a:"+id+":"); err != nil {
+		return nil, err
+	}
+	if ps.Links, err = r.count(treeScope(t.ID), "l:"+id+":"); err != nil {
+		return nil, err
+	}
+	if ps.Others, err = r.presence(t); err != nil {
+		return nil, err
+	}
+	ps.Ambient = fmt.Sprintf("⟨node:%d depth:%d siblings:%d annotations:%d links:%d⟩", n.ID, n.Depth, ps.Siblings, ps.Annotations, ps.Links)
+	for _, o := range ps.Others {
+		ps.Ambient += fmt.Sprintf(" ⟨%s %s active in branch:%s⟩", o.Kind, o.Actor, o.Branch)
+	}
+	return ps, nil
+}
+
+// presence lists the others active in tree t: the _loom.live scope holds
+// only a few mutable entries, so it is read whole.
+func (r *loomRun) presence(t *loomTree) ([]LoomPresence, error) {
+	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2
+		AND (timer_expires_at IS NULL OR timer_expires_at > $3)`, r.room, scopeLoomLive, r.now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	prefix := "at:" + strconv.FormatInt(t.ID, 10) + ":"
+	var out []LoomPresence
+	for rows.Next() {
+		var k string
+		var v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		var pr LoomPresence
+		if json.Unmarshal(v, &pr) != nil || pr.Actor == r.actor || r.now.Sub(pr.At) > r.s.loomOpt.PresenceWindow {
+			continue
+		}
+		out = append(out, pr)
+	}
+	slices.SortFunc(out, func(a, b LoomPresence) int { return strings.Compare(a.Actor, b.Actor) })
+	return out, rows.Err()
+}
+
+// moveTo records that the caller is now at node n of tree t.
+func (r *loomRun) moveTo(t *loomTree, n *LoomNode) {
+	r.newPos = &loomPos{Tree: t.ID, Node: n.ID}
+	if r.m == nil {
+		return
+	}
+	r.putTimed(scopeLoomLive, "at:"+strconv.FormatInt(t.ID, 10)+":"+r.actor,
+		LoomPresence{Actor: r.actor, Kind: r.kind, Branch: n.Branch, Node: n.ID, At: r.now}, r.s.loomOpt.PresenceWindow)
+}
+
+// lease takes (or extends) the caller's turn on branch b of tree t, or
+// says who holds it and until when.
+func (r *loomRun) lease(t *loomTree, b string) error {
+	key := "lease:" + strconv.FormatInt(t.ID, 10) + ":" + b
+	var l loomLease
+	ok, err := r.get(scopeLoomLive, key, &l)
+	if err != nil {
+		return err
+	}
+	if ok && l.Holder != r.actor && l.Until.After(r.now) {
+		left := l.Until.Sub(r.now).Round(time.Second)
+		return loomErr(errs.BranchHeld, "branch %s is %s's turn until %s (%s left)", b, l.Holder, l.Until.UTC().Format("15:04:05Z"), left).
+			WithHint("wait for them to yield, or write elsewhere: → branch from <node> starts a branch of your own").
+			With("holder", l.Holder).With("until", l.Until.UTC()).With("branch", b)
+	}
+	r.putTimed(scopeLoomLive, key, loomLease{Holder: r.actor, Until: r.now.Add(r.s.loomOpt.LeaseTTL)}, r.s.loomOpt.LeaseTTL)
+	return nil
+}
+
+// addNode creates a child of parent (nil: a root) in tree t and returns
+// it. The caller's turn on the branch is taken first.
+func (r *loomRun) addNode(t *loomTree, parent *LoomNode, n LoomNode) (*LoomNode, error) {
+	n.ID = t.Next
+	n.At = r.now
+	if n.Edge == "" {
+		n.Edge = "primary"
+	}
+	if parent == nil {
+		n.Branch = "1"
+	} else {
+		k, err := r.count(treeScope(t.ID), "c:"+strconv.FormatInt(parent.ID, 10)+":")
+		if err != nil {
+			return nil, err
+		}
+		// Children added earlier in this same command are not yet written.
+		for _, o := range r.ops {
+			if strings.HasPrefix(o.Key, "c:"+strconv.FormatInt(parent.ID, 10)+":") && o.Scope == treeScope(t.ID) {
+				k++
+			}
+		}
+		n.K = k + 1
+		n.Parent = parent.ID
+		n.Depth = parent.Depth + 1
+		if n.K == 1 {
+			n.Branch = parent.Branch
+		} else {
+			n.Branch = fmt.Sprintf("%d.%d", parent.ID, n.K)
+			t.Branches++
+		}
+		r.appendEntry(treeScope(t.ID), fmt.Sprintf("c:%d:%d", parent.ID, n.K), map[string]int64{"id": n.ID})
+	}
+	if parent != nil { // planting a root takes no turn
+		if err := r.lease(t, n.Branch); err != nil {
+			return nil, err
+		}
+	}
+	r.appendEntry(treeScope(t.ID), "n:"+strconv.FormatInt(n.ID, 10), n)
+	t.Next++
+	t.MaxDepth = max(t.MaxDepth, n.Depth)
+	r.nodes = append(r.nodes, n)
+	return &n, nil
+}
+
+func (r *loomRun) saveTree(t *loomTree) {
+	r.put(scopeLoom, "tree:"+strconv.FormatInt(t.ID, 10), t)
+}
+
+// loadCaller reads the caller's permissions, kind and position.
+func (r *loomRun) loadCaller() error {
+	switch {
+	case r.p.Kind == KindRoom || r.p.Admin():
+		r.perms = LoomPermissions
+		r.kind = "human"
+	case r.p.ReadOnly():
+		r.perms = defaultLoomPerms
+		r.kind = "human"
+	default:
+		var rec struct {
+			Perms []string `json:"perms"`
+			Kind  string   `json:"kind"`
+		}
+		ok, err := r.get(scopeLoom, "perm:"+r.p.AgentID, &rec)
+		if err != nil {
+			return err
+		}
+		r.perms, r.kind = defaultLoomPerms, "model"
+		if ok {
+			r.perms = rec.Perms
+			if rec.Kind != "" {
+				r.kind = rec.Kind
+			}
+		}
+	}
+	if r.p.Kind == KindAgent {
+		if _, err := r.get(r.p.AgentID, "loom:pos", &r.pos); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Loom runs one or more → command lines (seed 002) as p in roomID. Each
+// command is its own mutation (or, for a read-only credential, its own
+// read): a failing command changes nothing and is recorded in the caller's
+// trace, and the commands after it still run. When every command fails,
+// the first failure is returned as the error (so REST answers with its
+// status and MCP with isError); otherwise the result lists each step.
+func (s *Service) Loom(ctx context.Context, p *Principal, roomID, text string) (*LoomResult, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	cmds, perr := ParseLoom(text)
+	res := &LoomResult{}
+	var firstErr error
+	var texts []string
+	onboard := ""
+	record := func(st LoomStep, err error) {
+		if err != nil {
+			e := errs.From(err)
+			if e.Code == errs.Internal || e.Code == errs.Unavailable {
+				s.log.Error("loom command failed", "room", roomID, "err", err)
+			}
+			st.OK, st.Error, st.Text = false, e.Code, e.Message
+			if e.Hint != "" {
+				st.Text += "\n  " + e.Hint
+			}
+			res.Errors++
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+		res.Steps = append(res.Steps, st)
+		texts = append(texts, "→ "+st.Command+"\n"+st.Text)
+	}
+	for _, c := range cmds {
+		st, pos, ob, err := s.loomStep(ctx, p, roomID, c)
+		if ob != "" && onboard == "" {
+			onboard = ob
+		}
+		if pos != nil {
+			res.Position = pos
+		}
+		record(st, err)
+	}
+	if perr != nil {
+		line := "(unparsed)"
+		var e *errs.Error
+		if errors.As(perr, &e) {
+			line = fmt.Sprint(e.Details["nearest"])
+		}
+		s.loomTraceError(ctx, p, roomID, line, perr)
+		record(LoomStep{Command: line, Verb: "parse"}, perr)
+	}
+	if res.Errors == len(res.Steps) && firstErr != nil {
+		e := errs.From(firstErr)
+		if len(res.Steps) > 1 {
+			e.Message = strings.Join(texts, "\n\n")
+		}
+		return nil, e
+	}
+	res.Text = strings.Join(texts, "\n\n")
+	if onboard != "" {
+		res.Text = onboard + "\n\n" + res.Text
+	}
+	if res.Position != nil {
+		res.Text = res.Position.Ambient + "\n" + res.Text
+	}
+	return res, nil
+}
+
+// loomWrites are the verbs that change shared content.
+var loomWrites = map[string]bool{"add": true, "branch": true, "annotate": true, "link": true, "edit": true, "write": true,
+	"new": true, "fulfil": true, "yield": true, "bookmark": true, "permit": true, "deny": true, "continue": true}
+
+func (s *Service) loomStep(ctx context.Context, p *Principal, roomID string, c *LoomCommand) (st LoomStep, pos *LoomPosition, onboard string, err error) {
+	if c.Verb == "continue" && s.loomOpt.GeneratorURL != "" {
+		st, pos, onboard, err = s.loomContinue(ctx, p, roomID, c)
+	} else {
+		st, pos, onboard, err = s.loomExec(ctx, p, roomID, c, nil)
+	}
+	if err != nil {
+		s.loomTraceError(ctx, p, roomID, c.Line, err)
+	}
+	return st, pos, onboard, err
+}
+
+// loomExec runs c on one connection: a mutation for agents (whose every
+// command lands in their trace) and for writes, a read transaction
+// otherwise. gen, when set, are generated texts for a continue.
+func (s *Service) loomExec(ctx context.Context, p *Principal, roomID string, c *LoomCommand, gen []string) (st LoomStep, pos *LoomPosition, onboard string, err error) {
+	st = LoomStep{Command: c.Line, Verb: c.Verb, OK: true}
+	body := func(r *loomRun) error {
+		if err := r.loadCaller(); err != nil {
+			return err
+		}
+		if r.p.Kind == KindAgent && r.m != nil {
+			var seen bool
+			if ok, err := r.get(r.p.AgentID, "loom:onboarded", &seen); err != nil {
+				return err
+			} else if !ok {
+				if onboard, err = r.onboarding(); err != nil {
+					return err
+				}
+				r.put(r.p.AgentID, "loom:onboarded", true)
+			}
+		}
+		text, err := r.exec(c, gen)
+		if err != nil {
+			return err
+		}
+		st.Text = text
+		st.Nodes = r.nodes
+		if np := r.newPos; np != nil || r.pos.Tree > 0 {
+			at := r.pos
+			if np != nil {
+				at = *np
+			}
+			if t, err := r.tree(at.Tree); err == nil {
+				if n, err := r.node(t, strconv.FormatInt(at.Node, 10)); err == nil {
+					if pos, err = r.position(t, n); err != nil {
+						return err
+					}
+				}
+			}
+			if np != nil && r.p.Kind == KindAgent && *np != r.pos {
+				r.put(r.p.AgentID, "loom:pos", np)
+			}
+		}
+		return nil
+	}
+	write := p.Kind == KindAgent || (loomWrites[c.Verb] && !p.ReadOnly())
+	if !write {
+		err = s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			r := &loomRun{s: s, ctx: ctx, q: tx, p: p, room: roomID, actor: p.Actor()}
+			if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&r.now); err != nil {
+				return err
+			}
+			return body(r)
+		})
+		return st, pos, onboard, err
+	}
+	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+		r := &loomRun{s: s, ctx: m.ctx, q: m.tx, m: m, p: m.p, room: roomID, now: m.now, actor: m.actor}
+		if err := body(r); err != nil {
+			return err
+		}
+		line := r.trace
+		if line == "" {
+			line = c.Line
+		}
+		if r.p.Kind == KindAgent {
+			r.appendEntry(r.p.AgentID, "loom:t:"+r.uniq(), map[string]any{"line": line, "at": r.now})
+		}
+		written, audit, err := s.applyOps(m, r.ops, "loom")
+		if err != nil {
+			return err
+		}
+		_ = written
+		for _, a := range audit {
+			// Operational memory is the agent's alone: the audit log
+			// records that it changed, not what it holds.
+			if sc, _ := a["scope"].(string); !isLoomScope(sc) {
+				delete(a, "value")
+			}
+		}
+		m.audit = map[string]any{"kind": "loom", "command": c.Verb, "writes": audit}
+		return nil
+	})
+	return st, pos, onboard, err
+}
+
+// loomTraceError appends a failed command to the agent's trace.
+func (s *Service) loomTraceError(ctx context.Context, p *Principal, roomID, line string, err error) {
+	if p == nil || p.Kind != KindAgent {
+		return
+	}
+	msg := errs.From(err).Message
+	_, terr := s.mutate(ctx, p, roomID, func(m *mutation) error {
+		r := &loomRun{s: s, m: m, now: m.now}
+		raw, _ := json.Marshal(map[string]any{"line": line, "error": msg, "at": m.now})
+		_, audit, err := s.applyOps(m, []op{{Scope: p.AgentID, Key: "loom:t:" + r.uniq(), Value: raw, Append: true}}, "loom")
+		for _, a := range audit {
+			delete(a, "value")
+		}
+		m.audit = map[string]any{"kind": "loom", "command": "error", "writes": audit}
+		return err
+	})
+	if terr != nil {
+		s.log.Warn("loom trace of an error failed", "room", roomID, "err", terr)
+	}
+}
+
+func loomOpts(o LoomOptions) LoomOptions { o.fill(); return o }

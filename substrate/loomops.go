@@ -1,0 +1,829 @@
+package substrate
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// exec runs one command and returns its text.
+func (r *loomRun) exec(c *LoomCommand, gen []string) (string, error) {
+	switch c.Verb {
+	case "help":
+		return loomHelp(c), nil
+	case "think":
+		return r.think(c)
+	case "memory", "pin", "stash", "recall", "drop":
+		if err := r.agent(); err != nil {
+			return "", err
+		}
+		if err := r.need(PermAware); err != nil {
+			return "", err
+		}
+		return r.memoryOp(c)
+	case "permit", "deny":
+		return r.permit(c)
+	case "new":
+		return r.newTree(c)
+	case "read", "write":
+		return r.doc(c)
+	case "requests":
+		return r.requests()
+	}
+	if err := r.need(PermAware); err != nil {
+		return "", err
+	}
+	t, err := r.currentTree(c)
+	if err != nil {
+		return "", err
+	}
+	switch c.Verb {
+	case "view":
+		return r.view(c, t)
+	case "list":
+		return r.list(c, t)
+	case "preview", "tree":
+		return r.treeView(c, t)
+	case "switch", "jump":
+		return r.switchTo(c, t)
+	case "bookmarks":
+		return r.bookmarks(t)
+	case "yield":
+		return r.yield(t)
+	}
+	// Writes.
+	perm := PermWrite
+	if c.Verb == "continue" {
+		perm = PermGenerate
+	}
+	if err := r.needWrite(perm); err != nil {
+		return "", err
+	}
+	var text string
+	switch c.Verb {
+	case "add":
+		text, err = r.add(c, t)
+	case "branch":
+		text, err = r.branch(c, t)
+	case "edit":
+		text, err = r.edit(c, t)
+	case "annotate":
+		text, err = r.annotate(c, t)
+	case "link":
+		text, err = r.link(c, t)
+	case "bookmark":
+		text, err = r.bookmark(c, t)
+	case "continue":
+		text, err = r.continueOp(c, t, gen)
+	case "fulfil":
+		text, err = r.fulfil(c, t)
+	default:
+		return "", loomErr(errs.InvalidField, "%s is not implemented", c.Verb)
+	}
+	if err != nil {
+		return "", err
+	}
+	r.saveTree(t)
+	return text, nil
+}
+
+// firstText is the command's first quoted text, or an error naming usage.
+func firstText(c *LoomCommand, what string) (string, error) {
+	if len(c.Texts) == 0 || strings.TrimSpace(c.Texts[0]) == "" {
+		return "", loomErr(errs.InvalidField, "%s needs %s in quotes", c.Verb, what).WithHint("usage: → %s", loomUsage[c.Verb]).With("nearest", c.Verb)
+	}
+	return c.Texts[0], nil
+}
+
+func (r *loomRun) newTree(c *LoomCommand) (string, error) {
+	if err := r.needWrite(PermWrite); err != nil {
+		return "", err
+	}
+	name, err := firstText(c, "the tree's name")
+	if err != nil {
+		return "", err
+	}
+	var cnt struct {
+		Next int64 `json:"next"`
+	}
+	if _, err := r.get(scopeLoom, "trees", &cnt); err != nil {
+		return "", err
+	}
+	if cnt.Next == 0 {
+		cnt.Next = 1
+	}
+	t := &loomTree{ID: cnt.Next, Name: name, Next: 1, Branches: 1, By: r.actor, At: r.now}
+	cnt.Next++
+	r.put(scopeLoom, "trees", cnt)
+	root := ""
+	if len(c.Texts) > 1 {
+		root = c.Texts[1]
+	}
+	n, err := r.addNode(t, nil, LoomNode{Content: root, By: r.actor, Model: r.kind == "model"})
+	if err != nil {
+		return "", err
+	}
+	r.saveTree(t)
+	r.moveTo(t, n)
+	return fmt.Sprintf("✓ planted tree %d %q; you are at its root, node 1", t.ID, name), nil
+}
+
+func (r *loomRun) add(c *LoomCommand, t *loomTree) (string, error) {
+	text, err := firstText(c, "the content")
+	if err != nil {
+		return "", err
+	}
+	parent, err := r.refNode(c, t)
+	if err != nil {
+		return "", err
+	}
+	n, err := r.addNode(t, parent, LoomNode{Content: text, By: r.actor, Model: r.kind == "model", Edge: edgeOf(c)})
+	if err != nil {
+		return "", err
+	}
+	r.moveTo(t, n)
+	return fmt.Sprintf("✓ node %d (child of %d, branch %s)", n.ID, parent.ID, n.Branch), nil
+}
+
+func edgeOf(c *LoomCommand) string {
+	for _, e := range []string{"context", "instruction"} {
+		if c.has(e) {
+			return e
+		}
+	}
+	return "primary"
+}
+
+// branch from N [as context|instruction] ["content"]: with content, a new
+// child of N; without, a move to N, whose next child starts a branch.
+func (r *loomRun) branch(c *LoomCommand, t *loomTree) (string, error) {
+	parent, err := r.refNode(c, t)
+	if err != nil {
+		return "", err
+	}
+	if len(c.Texts) == 0 {
+		r.moveTo(t, parent)
+		k, err := r.count(treeScope(t.ID), "c:"+strconv.FormatInt(parent.ID, 10)+":")
+		if err != nil {
+			return "", err
+		}
+		if k == 0 {
+			return fmt.Sprintf("✓ at node %d: your next → add or → continue extends branch %s", parent.ID, parent.Branch), nil
+		}
+		return fmt.Sprintf("✓ at node %d: your next → add or → continue starts branch %d.%d", parent.ID, parent.ID, k+1), nil
+	}
+	n, err := r.addNode(t, parent, LoomNode{Content: c.Texts[0], By: r.actor, Model: r.kind == "model", Edge: edgeOf(c)})
+	if err != nil {
+		return "", err
+	}
+	r.moveTo(t, n)
+	return fmt.Sprintf("✓ node %d (%s, child of %d, branch %s)", n.ID, n.Edge, parent.ID, n.Branch), nil
+}
+
+func (r *loomRun) edit(c *LoomCommand, t *loomTree) (string, error) {
+	text, err := firstText(c, "the revised content")
+	if err != nil {
+		return "", err
+	}
+	orig, err := r.refNode(c, t)
+	if err != nil {
+		return "", err
+	}
+	var parent *LoomNode
+	if orig.Parent > 0 {
+		if parent, err = r.node(t, strconv.FormatInt(orig.Parent, 10)); err != nil {
+			return "", err
+		}
+	}
+	if parent == nil {
+		return "", loomErr(errs.InvalidField, "the root cannot be edited").WithHint("plant a new tree, or → add below the root")
+	}
+	n, err := r.addNode(t, parent, LoomNode{Content: text, By: r.actor, Model: r.kind == "model", Edge: orig.Edge, EditedFrom: orig.ID})
+	if err != nil {
+		return "", err
+	}
+	r.moveTo(t, n)
+	return fmt.Sprintf("✓ node %d edited from %d (branch %s); %d is unchanged", n.ID, orig.ID, n.Branch, orig.ID), nil
+}
+
+func (r *loomRun) annotate(c *LoomCommand, t *loomTree) (string, error) {
+	text, err := firstText(c, "the annotation")
+	if err != nil {
+		return "", err
+	}
+	n, err := r.refNode(c, t)
+	if err != nil {
+		return "", err
+	}
+	k, err := r.count(treeScope(t.ID), fmt.Sprintf("a:%d:", n.ID))
+	if err != nil {
+		return "", err
+	}
+	r.appendEntry(treeScope(t.ID), fmt.Sprintf("a:%d:%d", n.ID, k+1), map[string]any{"text": text, "by": r.actor, "at": r.now})
+	t.Annotations++
+	return fmt.Sprintf("✓ annotation %d on node %d", k+1, n.ID), nil
+}
+
+func (r *loomRun) link(c *LoomCommand, t *loomTree) (string, error) {
+	src, err := r.refNode(c, t)
+	if err != nil {
+		return "", err
+	}
+	note := c.Opts["note"]
+	if note == "" && len(c.Texts) > 0 {
+		note = c.Texts[0]
+	}
+	addLink := func(at int64, v map[string]any) error {
+		k, err := r.count(treeScope(t.ID), fmt.Sprintf("l:%d:", at))
+		if err != nil {
+			return err
+		}
+		for _, o := range r.ops {
+			if o.Scope == treeScope(t.ID) && strings.HasPrefix(o.Key, fmt.Sprintf("l:%d:", at)) {
+				k++
+			}
+		}
+		v["by"], v["at"], v["note"] = r.actor, r.now, note
+		r.appendEntry(treeScope(t.ID), fmt.Sprintf("l:%d:%d", at, k+1), v)
+		return nil
+	}
+	if doc, ok := c.Opts["doc"]; ok {
+		if err := addLink(src.ID, map[string]any{"doc": doc}); err != nil {
+			return "", err
+		}
+		t.Links++
+		return fmt.Sprintf("✓ linked %d to doc:%q", src.ID, doc), nil
+	}
+	if len(c.Refs) < 2 {
+		return "", loomErr(errs.InvalidField, "link needs a target: another node or doc:\"name\"").WithHint("usage: → %s", loomUsage["link"]).With("nearest", "link")
+	}
+	dst, err := r.node(t, c.Refs[1])
+	if err != nil {
+		return "", err
+	}
+	if err := addLink(src.ID, map[string]any{"to": dst.ID}); err != nil {
+		return "", err
+	}
+	if err := addLink(dst.ID, map[string]any{"from": src.ID}); err != nil {
+		return "", err
+	}
+	t.Links++
+	return fmt.Sprintf("✓ linked %d to %d", src.ID, dst.ID), nil
+}
+
+func (r *loomRun) bookmark(c *LoomCommand, t *loomTree) (string, error) {
+	n, err := r.refNode(c, t)
+	if err != nil {
+		return "", err
+	}
+	label := strconv.FormatInt(n.ID, 10)
+	if len(c.Texts) > 0 {
+		label = c.Texts[0]
+	}
+	r.put(scopeLoomLive, fmt.Sprintf("bm:%d:%s", t.ID, label), map[string]any{"node": n.ID, "by": r.actor, "at": r.now})
+	return fmt.Sprintf("✓ bookmark %q → node %d", label, n.ID), nil
+}
+
+func (r *loomRun) bookmarks(t *loomTree) (string, error) {
+	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2`, r.room, scopeLoomLive)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	prefix := fmt.Sprintf("bm:%d:", t.ID)
+	var lines []string
+	for rows.Next() {
+		var k string
+		var v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return "", err
+		}
+		if after, ok := strings.CutPrefix(k, prefix); ok {
+			var b struct {
+				Node int64  `json:"node"`
+				By   string `json:"by"`
+			}
+			_ = json.Unmarshal(v, &b)
+			lines = append(lines, fmt.Sprintf("%q → node %d (%s)", after, b.Node, b.By))
+		}
+	}
+	sort.Strings(lines)
+	if len(lines) == 0 {
+		return "no bookmarks in this tree. → bookmark 47 \"label\"", rows.Err()
+	}
+	return strings.Join(lines, "\n"), rows.Err()
+}
+
+func (r *loomRun) yield(t *loomTree) (string, error) {
+	if r.m == nil {
+		return "nothing to yield", nil
+	}
+	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2
+		AND (timer_expires_at IS NULL OR timer_expires_at > $3)`, r.room, scopeLoomLive, r.now)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	prefix := fmt.Sprintf("lease:%d:", t.ID)
+	var freed []string
+	for rows.Next() {
+		var k string
+		var v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return "", err
+		}
+		var l loomLease
+		if strings.HasPrefix(k, prefix) && json.Unmarshal(v, &l) == nil && l.Holder == r.actor {
+			freed = append(freed, strings.TrimPrefix(k, prefix))
+			r.del(scopeLoomLive, k)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	if len(freed) == 0 {
+		return "you hold no turn in this tree", nil
+	}
+	sort.Strings(freed)
+	return "✓ yielded branch " + strings.Join(freed, ", "), nil
+}
+
+func (r *loomRun) switchTo(c *LoomCommand, t *loomTree) (string, error) {
+	var n *LoomNode
+	var err error
+	ref := ""
+	if len(c.Refs) > 0 {
+		ref = c.Refs[0]
+	} else if v, ok := c.opt("node"); ok {
+		ref = v
+	} else if v, ok := c.opt("branch"); ok {
+		ref = v
+	}
+	if ref == "" {
+		return "", loomErr(errs.InvalidField, "%s needs a node", c.Verb).WithHint("usage: → %s", loomUsage[c.Verb]).With("nearest", c.Verb)
+	}
+	if c.has("branch") || strings.Contains(ref, ".") {
+		n, err = r.branchHead(t, ref)
+	} else {
+		n, err = r.node(t, ref)
+	}
+	if err != nil {
+		return "", err
+	}
+	r.moveTo(t, n)
+	return fmt.Sprintf("✓ at node %d of tree %d %q (branch %s)\n%s", n.ID, t.ID, t.Name, n.Branch, r.renderNode(n, "summary")), nil
+}
+
+// view N [summary|full|with-annotations|with-links] · view branch:B as:prose|as:nodes
+func (r *loomRun) view(c *LoomCommand, t *loomTree) (string, error) {
+	if b, ok := c.opt("branch"); ok {
+		return r.viewBranch(c, t, b)
+	}
+	n, err := r.refNode(c, t)
+	if err != nil {
+		return "", err
+	}
+	mode := ""
+	for _, m := range []string{"summary", "full"} {
+		if c.has(m) {
+			mode = m
+		}
+	}
+	out := []string{r.renderNode(n, mode)}
+	if c.has("with-annotations") {
+		s, err := r.listAnnotations(t, n)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, s)
+	}
+	if c.has("with-links") {
+		s, err := r.listLinks(t, n)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, s)
+	}
+	r.nodes = append(r.nodes, *n)
+	r.moveTo(t, n)
+	return strings.Join(out, "\n"), nil
+}
+
+// renderNode: "#47 ← 46 · alice› · branch 8.2 · instruction" then the
+// content ("›" marks model-written content).
+func (r *loomRun) renderNode(n *LoomNode, mode string) string {
+	head := fmt.Sprintf("#%d", n.ID)
+	if n.Parent > 0 {
+		head += fmt.Sprintf(" ← %d", n.Parent)
+	}
+	who := n.By
+	if n.Model {
+		who += "›"
+	}
+	head += " · " + who + " · branch " + n.Branch
+	if n.Edge != "primary" {
+		head += " · " + n.Edge
+	}
+	if n.EditedFrom > 0 {
+		head += fmt.Sprintf(" · edited from %d", n.EditedFrom)
+	}
+	content := n.Content
+	switch mode {
+	case "summary":
+		content = clip(content, 160, "")
+	case "full":
+	default:
+		content = clip(content, r.s.loomOpt.ResultChars, fmt.Sprintf("→ view %d full", n.ID))
+	}
+	return head + "\n" + content
+}
+
+// clip shortens s to n characters, saying how much is left and how to get
+// it.
+func clip(s string, n int, more string) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	rs := []rune(s)
+	left := len(rs) - n
+	out := string(rs[:n]) + "…"
+	if more != "" {
+		out += fmt.Sprintf(" (%d more characters: %s)", left, more)
+	}
+	return out
+}
+
+func (r *loomRun) viewBranch(c *LoomCommand, t *loomTree, b string) (string, error) {
+	head, err := r.branchHead(t, b)
+	if err != nil {
+		return "", err
+	}
+	path, err := r.ancestors(t, head)
+	if err != nil {
+		return "", err
+	}
+	r.moveTo(t, head)
+	if c.Opts["as"] == "nodes" {
+		var parts []string
+		for i := range path {
+			parts = append(parts, r.renderNode(&path[i], "summary"))
+		}
+		return r.fit(strings.Join(parts, "\n\n"), c, len(path)), nil
+	}
+	// as:prose (the default): seed 002 §Buffer Mode: "︱" marks a node
+	// boundary, "︱›" one after which model-written content follows.
+	var b2 strings.Builder
+	for i, n := range path {
+		if i > 0 {
+			b2.WriteString(" ︱")
+			if n.Model {
+				b2.WriteString("›")
+			}
+			b2.WriteString(" ")
+		}
+		b2.WriteString(strings.TrimSpace(n.Content))
+	}
+	words := len(strings.Fields(b2.String()))
+	meta := fmt.Sprintf("⟨node:%d mode:buffer branch:%s nodes:%d words:%d⟩\n", head.ID, head.Branch, len(path), words)
+	return meta + r.fit(b2.String(), c, len(path)), nil
+}
+
+// fit keeps a long result to its last ResultChars characters unless the
+// command asked for full.
+func (r *loomRun) fit(s string, c *LoomCommand, items int) string {
+	lim := r.s.loomOpt.ResultChars
+	if c.has("full") || utf8.RuneCountInString(s) <= lim {
+		return s
+	}
+	rs := []rune(s)
+	return fmt.Sprintf("… (%d earlier characters of %d nodes left out: → %s full)\n", len(rs)-lim, items, c.Line) + string(rs[len(rs)-lim:])
+}
+
+func (r *loomRun) list(c *LoomCommand, t *loomTree) (string, error) {
+	n, err := r.refNode(c, t)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case c.has("annotations"):
+		return r.listAnnotations(t, n)
+	case c.has("links"):
+		return r.listLinks(t, n)
+	default:
+		kids, err := r.children(t, n.ID)
+		if err != nil {
+			return "", err
+		}
+		if len(kids) == 0 {
+			return fmt.Sprintf("node %d has no continuations. → continue from %d or → add \"…\"", n.ID, n.ID), nil
+		}
+		lines := []string{fmt.Sprintf("%d continuations of %d:", len(kids), n.ID)}
+		for _, k := range kids {
+			lines = append(lines, "  "+oneLine(&k))
+		}
+		r.nodes = append(r.nodes, kids...)
+		return r.fit(strings.Join(lines, "\n"), c, len(kids)), nil
+	}
+}
+
+func oneLine(n *LoomNode) string {
+	who := n.By
+	if n.Model {
+		who += "›"
+	}
+	extra := ""
+	if n.Edge != "primary" {
+		extra = " [" + n.Edge + "]"
+	}
+	return fmt.Sprintf("%d (branch %s, %s)%s %s", n.ID, n.Branch, who, extra, clip(strings.ReplaceAll(n.Content, "\n", " "), 80, ""))
+}
+
+func (r *loomRun) listAnnotations(t *loomTree, n *LoomNode) (string, error) {
+	raws, err := r.probe(treeScope(t.ID), fmt.Sprintf("a:%d:", n.ID), 200)
+	if err != nil {
+		return "", err
+	}
+	if len(raws) == 0 {
+		return fmt.Sprintf("no annotations on %d", n.ID), nil
+	}
+	lines := []string{fmt.Sprintf("annotations on %d:", n.ID)}
+	for i, raw := range raws {
+		var a struct{ Text, By string }
+		_ = json.Unmarshal(raw, &a)
+		lines = append(lines, fmt.Sprintf("  %d. %s: %q", i+1, a.By, a.Text))
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+func (r *loomRun) listLinks(t *loomTree, n *LoomNode) (string, error) {
+	raws, err := r.probe(treeScope(t.ID), fmt.Sprintf("l:%d:", n.ID), 200)
+	if err != nil {
+		return "", err
+	}
+	if len(raws) == 0 {
+		return fmt.Sprintf("no links on %d", n.ID), nil
+	}
+	lines := []string{fmt.Sprintf("links of %d:", n.ID)}
+	for _, raw := range raws {
+		var l struct {
+			To, From  int64
+			Doc, Note string
+			By        string
+		}
+		_ = json.Unmarshal(raw, &l)
+		s := ""
+		switch {
+		case l.Doc != "":
+			s = fmt.Sprintf("→ doc:%q", l.Doc)
+		case l.To > 0:
+			s = fmt.Sprintf("→ %d", l.To)
+		default:
+			s = fmt.Sprintf("← %d", l.From)
+		}
+		if l.Note != "" {
+			s += fmt.Sprintf(" note:%q", l.Note)
+		}
+		lines = append(lines, "  "+s+" ("+l.By+")")
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// treeView: tree [from:N] [depth:D] [summary] and preview N depth:D. It
+// walks down from one node, level by level, never reading the whole tree:
+// at most 60 nodes are shown, the rest counted.
+func (r *loomRun) treeView(c *LoomCommand, t *loomTree) (string, error) {
+	if c.Verb == "tree" && c.has("summary") {
+		return fmt.Sprintf("tree %d %q: %d nodes, %d branches, max depth %d, %d annotations, %d links (created by %s)",
+			t.ID, t.Name, t.Next-1, t.Branches, t.MaxDepth, t.Annotations, t.Links, t.By), nil
+	}
+	var from *LoomNode
+	var err error
+	if v, ok := c.opt("from"); ok {
+		from, err = r.node(t, v)
+	} else if c.Verb == "preview" || len(c.Refs) > 0 {
+		from, err = r.refNode(c, t)
+	} else {
+		from, err = r.node(t, "1")
+	}
+	if err != nil {
+		return "", err
+	}
+	depth := 3
+	if v, ok := c.opt("depth"); ok {
+		if d, err := strconv.Atoi(v); err == nil && d > 0 {
+			depth = min(d, 20)
+		}
+	}
+	const maxShown = 60
+	lines := []string{fmt.Sprintf("tree %d %q · %d nodes · from %d, depth %d:", t.ID, t.Name, t.Next-1, from.ID, depth), oneLine(from)}
+	shown, hidden := 1, 0
+	var walk func(n *LoomNode, level int) error
+	walk = func(n *LoomNode, level int) error {
+		if level > depth {
+			return nil
+		}
+		kids, err := r.children(t, n.ID)
+		if err != nil {
+			return err
+		}
+		for i := range kids {
+			if shown >= maxShown {
+				hidden++
+				continue
+			}
+			shown++
+			lines = append(lines, strings.Repeat("  ", level)+oneLine(&kids[i]))
+			if err := walk(&kids[i], level+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(from, 1); err != nil {
+		return "", err
+	}
+	if hidden > 0 {
+		lines = append(lines, fmt.Sprintf("… %d more at this depth left out: → tree from:<node> depth:<n> narrows it", hidden))
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// doc: read doc:"name" [summary] [lines:a-b] · write doc:"name" append|at:end|at:start "text"
+func (r *loomRun) doc(c *LoomCommand) (string, error) {
+	name, ok := c.opt("doc")
+	if !ok || name == "" {
+		return "", loomErr(errs.InvalidField, "%s needs doc:\"name\"", c.Verb).WithHint("usage: → %s", loomUsage[c.Verb]).With("nearest", c.Verb)
+	}
+	if err := validKey(name, 200); err != nil {
+		return "", err
+	}
+	var d struct {
+		Lines []string `json:"lines"`
+		By    string   `json:"by"`
+	}
+	found, err := r.get(scopeLoomDoc, "d:"+name, &d)
+	if err != nil {
+		return "", err
+	}
+	if c.Verb == "read" {
+		if err := r.need(PermDocRead); err != nil {
+			return "", err
+		}
+		if !found {
+			return "", loomErr(errs.NotFound, "doc %q does not exist", name).WithHint("write it: → write doc:%q append \"text\"", name)
+		}
+		if c.has("summary") {
+			return fmt.Sprintf("doc %q: %d lines, last written by %s\n%s", name, len(d.Lines), d.By, clip(strings.Join(d.Lines, "\n"), 300, fmt.Sprintf("→ read doc:%q", name))), nil
+		}
+		from, to := 1, len(d.Lines)
+		if v, ok := c.opt("lines"); ok {
+			a, b, _ := strings.Cut(v, "-")
+			if x, err := strconv.Atoi(a); err == nil {
+				from = max(1, x)
+			}
+			if y, err := strconv.Atoi(b); err == nil {
+				to = min(to, y)
+			} else if b == "" {
+				to = min(to, from)
+			}
+		}
+		var out []string
+		for i := from; i <= to; i++ {
+			out = append(out, fmt.Sprintf("%d  %s", i, d.Lines[i-1]))
+		}
+		text := fmt.Sprintf("doc %q lines %d–%d of %d", name, from, to, len(d.Lines))
+		if len(out) > 0 {
+			text += "\n" + strings.Join(out, "\n")
+		}
+		lim := r.s.loomOpt.ResultChars
+		if utf8.RuneCountInString(text) > lim {
+			text = clip(text, lim, fmt.Sprintf("→ read doc:%q lines:<from>-<to>", name))
+		}
+		return text, nil
+	}
+	if err := r.needWrite(PermDocWrite); err != nil {
+		return "", err
+	}
+	text, err := firstText(c, "the text to write")
+	if err != nil {
+		return "", err
+	}
+	add := strings.Split(text, "\n")
+	if c.Opts["at"] == "start" {
+		d.Lines = append(add, d.Lines...)
+	} else {
+		d.Lines = append(d.Lines, add...)
+	}
+	d.By = r.actor
+	r.put(scopeLoomDoc, "d:"+name, d)
+	return fmt.Sprintf("✓ doc %q: %d lines", name, len(d.Lines)), nil
+}
+
+func (r *loomRun) permit(c *LoomCommand) (string, error) {
+	if !r.p.Admin() || r.m == nil {
+		return "", loomErr(errs.Forbidden, "permission denied: only room authority sets loom permissions").
+			WithHint("ask the holder of the room token")
+	}
+	if len(c.Words) == 0 {
+		return "", loomErr(errs.InvalidField, "%s needs an agent", c.Verb).WithHint("usage: → %s", loomUsage[c.Verb]).With("nearest", c.Verb)
+	}
+	agent := c.Words[0]
+	var exists bool
+	if err := r.q.QueryRow(r.ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2)`, r.room, agent).Scan(&exists); err != nil {
+		return "", err
+	}
+	if !exists {
+		return "", loomErr(errs.AgentNotFound, "agent %q is not in this room", agent)
+	}
+	var rec struct {
+		Perms []string `json:"perms"`
+		Kind  string   `json:"kind"`
+	}
+	if ok, err := r.get(scopeLoom, "perm:"+agent, &rec); err != nil {
+		return "", err
+	} else if !ok {
+		rec.Perms = slices.Clone(defaultLoomPerms)
+	}
+	for _, w := range c.Words[1:] {
+		switch {
+		case w == "human" || w == "model":
+			rec.Kind = w
+		case w == "all":
+			if c.Verb == "permit" {
+				rec.Perms = slices.Clone(LoomPermissions)
+			} else {
+				rec.Perms = nil
+			}
+		case slices.Contains(LoomPermissions, w):
+			rec.Perms = slices.DeleteFunc(rec.Perms, func(x string) bool { return x == w })
+			if c.Verb == "permit" {
+				rec.Perms = append(rec.Perms, w)
+			}
+		default:
+			return "", loomErr(errs.InvalidField, "%q is not a loom permission", w).WithHint("permissions: %s; kinds: human, model", strings.Join(LoomPermissions, ", "))
+		}
+	}
+	sorted := make([]string, 0, len(rec.Perms))
+	for _, p := range LoomPermissions {
+		if slices.Contains(rec.Perms, p) {
+			sorted = append(sorted, p)
+		}
+	}
+	rec.Perms = sorted
+	r.put(scopeLoom, "perm:"+agent, rec)
+	kind := rec.Kind
+	if kind == "" {
+		kind = "model"
+	}
+	return fmt.Sprintf("✓ %s (%s): %s", agent, kind, strings.Join(rec.Perms, ", ")), nil
+}
+
+func (r *loomRun) onboarding() (string, error) {
+	where := "no tree yet (→ new tree \"name\" plants one)"
+	if r.pos.Tree > 0 {
+		where = fmt.Sprintf("node %d of tree %d", r.pos.Node, r.pos.Tree)
+	} else if n, err := r.treeCount(); err != nil {
+		return "", err
+	} else if n > 0 {
+		t, err := r.tree(1)
+		if err != nil {
+			return "", err
+		}
+		where = fmt.Sprintf("tree 1 %q (%d nodes); → view 1 starts at its root", t.Name, t.Next-1)
+	}
+	return fmt.Sprintf(`You are now operating in a loom-aware context. This means:
+
+- You are located within a tree structure of branching conversations/documents
+- You can see where you are via metadata at the start of each result: ⟨node:47 depth:12 siblings:2 annotations:1 links:1⟩
+- You can navigate, inspect, annotate, and create branches using tool commands
+- Tool commands start with → on their own line; several may go in one call
+- You share this workspace with human collaborators who have the same capabilities
+- → think … ← is private: it stays in your operational memory, never in shared content
+
+Your current location: %s
+Your permissions: %s
+
+Type → help for available commands.`, where, strings.Join(r.perms, ", ")), nil
+}
+
+func loomHelp(c *LoomCommand) string {
+	if len(c.Words) > 0 {
+		if v, ok := loomVerbs[c.Words[0]]; ok {
+			return "→ " + loomUsage[v]
+		}
+	}
+	order := []string{"view", "list", "preview", "tree", "switch", "jump", "add", "branch", "continue", "edit", "annotate", "link",
+		"bookmark", "bookmarks", "yield", "read", "write", "pin", "stash", "recall", "drop", "memory", "think", "new", "requests", "fulfil", "permit", "deny"}
+	lines := []string{"commands (one per line, after →):"}
+	for _, v := range order {
+		lines = append(lines, "  "+loomUsage[v])
+	}
+	lines = append(lines, "synonyms work: show 23, show me node 23, goto 23, forget stash:\"x\". branch p.k is the k-th continuation of node p.")
+	return strings.Join(lines, "\n")
+}
