@@ -77,7 +77,10 @@ type CreatedRoom struct {
 	Created bool   `json:"created"`
 	Room    string `json:"room"`
 	Access  string `json:"access"`
-	Next    string `json:"next"`
+	// Left is the agent the session stepped out of (now idle) to focus
+	// the new room as an observer; nil when it was not embodied.
+	Left *Embodied `json:"left,omitempty"`
+	Next string    `json:"next"`
 }
 
 // ScopeChange is a session's scope after narrowing it.

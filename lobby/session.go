@@ -318,6 +318,14 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (*Embodiment, error) 
 
 // CreateRoomFor creates a room owned by the session's user and widens the
 // session's scope to it.
+//
+// The session then focuses the new room as an observer. A session embodied
+// elsewhere first steps out of its agent exactly as Disembody does (the
+// agent goes idle, keeps its state and frees its role): an embodiment is
+// an agent in one room, and keeping the old agent while focusing a room it
+// is not in would make the next call fail with "agent … is not in room".
+// Acting in the new room is one explicit sync_embody away, which keeps
+// presence a deliberate act (seed 003 §VII).
 func (l *Lobby) CreateRoomFor(ctx context.Context, s *Session, id, label string) (*CreatedRoom, error) {
 	if !s.Scope.CreateRooms {
 		return nil, errs.New(errs.ScopeDenied, "this connection may not create rooms").
@@ -327,12 +335,20 @@ func (l *Lobby) CreateRoomFor(ctx context.Context, s *Session, id, label string)
 	if err != nil {
 		return nil, err
 	}
+	out := &CreatedRoom{Created: true, Room: room, Access: "admin", Next: `sync_embody {"room": "` + room + `"} to act in it`}
+	if s.AgentID != "" {
+		left, err := l.Disembody(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		out.Left = &Embodied{Room: left.Room, Agent: left.Agent}
+	}
 	s.Scope.Rooms[room] = "admin"
 	s.RoomID = room
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return &CreatedRoom{Created: true, Room: room, Access: "admin", Next: `sync_embody {"room": "` + room + `"} to act in it`}, nil
+	return out, nil
 }
 
 // RevokeAccess removes a room from the session's scope.

@@ -1,0 +1,68 @@
+package lobby_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Tests of the lobby rules of issue 11 item 6. The attacks on them are in
+// attacks_test.go.
+
+func (f *fixture) agentStatus(t *testing.T, room, agent string) substrate.Presence {
+	t.Helper()
+	sums, err := f.svc.RoomSummaries(context.Background(), []string{room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range sums[room].Agents {
+		if a.ID == agent {
+			return a
+		}
+	}
+	t.Fatalf("no agent %q in %q", agent, room)
+	return substrate.Presence{}
+}
+
+// Creating a room while embodied steps out of the old agent (idle, like
+// sync_disembody) and focuses the new room as an observer, so the next
+// call works instead of failing with "agent … is not in room".
+func TestCreateRoomWhileEmbodiedObservesTheNewRoom(t *testing.T) {
+	f := newFixture(t, "alice")
+	ctx := context.Background()
+	if _, err := f.l.CreateRoom(ctx, "user_alice", "old", ""); err != nil {
+		t.Fatal(err)
+	}
+	s := f.session(t, "alice", "g1", "rooms:old:admin create_rooms")
+	if _, err := f.l.Embody(ctx, s, "old", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	created, err := f.l.CreateRoomFor(ctx, s, "fresh", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next call, on a fresh resolve of the session row (stateless).
+	s = f.session(t, "alice", "g1", "")
+	if s.RoomID != "fresh" || s.AgentID != "" {
+		t.Fatalf("session after creating: room %q agent %q", s.RoomID, s.AgentID)
+	}
+	p, level, err := f.l.Principal(ctx, s, "fresh")
+	if err != nil || p.Kind != substrate.KindView || level != "admin" {
+		t.Fatalf("reading the new room: %+v %s %v", p, level, err)
+	}
+	if _, err := f.l.Actor(ctx, s); !errs.Is(err, lobby.NotEmbodied) {
+		t.Fatalf("acting after creating: %v (want not_embodied with the sync_embody call)", err)
+	}
+	if created.Left == nil || created.Left.Agent != "alice:test-client" || created.Left.Room != "old" {
+		t.Fatalf("created %+v: it does not say which agent it left", created)
+	}
+	if a := f.agentStatus(t, "old", "alice:test-client"); a.Status != "idle" {
+		t.Fatalf("the agent left behind is %q, want idle", a.Status)
+	}
+	if _, err := f.l.Embody(ctx, s, "fresh", "", ""); err != nil {
+		t.Fatalf("embodying in the new room: %v", err)
+	}
+}
