@@ -2,6 +2,7 @@ package lobby_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/syncsubstrate/sync/lobby"
@@ -65,4 +66,56 @@ func TestCreateRoomWhileEmbodiedObservesTheNewRoom(t *testing.T) {
 	if _, err := f.l.Embody(ctx, s, "fresh", "", ""); err != nil {
 		t.Fatalf("embodying in the new room: %v", err)
 	}
+}
+
+// plantSecret makes a token agent "bot" with a private value in its scope.
+func (f *fixture) plantSecret(t *testing.T, room string) {
+	t.Helper()
+	ctx := context.Background()
+	admin := substrate.RoomPrincipal(room)
+	if _, err := f.svc.Join(ctx, admin, room, substrate.JoinRequest{ID: "bot", Name: "Bot"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.WriteState(ctx, admin, room, []substrate.Write{{Scope: "bot", Key: "secret", Value: json.RawMessage(`"s3cret"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An owner reads the whole room while observing (admin level); embodied,
+// their reads (context, state, eval) must cover at least that.
+func TestOwnerEmbodiedReadsWhatObservingRead(t *testing.T) {
+	f := newFixture(t, "alice")
+	ctx := context.Background()
+	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.plantSecret(t, room)
+	s := f.session(t, "alice", "g1", "rooms:lab:admin")
+	reads := func(when string) {
+		t.Helper()
+		p, _, err := f.l.Principal(ctx, s, room)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.svc.ReadState(ctx, p, room, substrate.ReadQuery{Scope: "bot", Key: "secret"}); err != nil {
+			t.Fatalf("%s, the owner cannot read bot's scope: %v", when, err)
+		}
+		env, err := f.svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "lean"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := env.State["bot"]; !ok {
+			t.Fatalf("%s, the owner's context lacks bot's scope: %v", when, env.State)
+		}
+		ev, err := f.svc.Eval(ctx, p, room, `state.bot.secret`, nil)
+		if err != nil || ev.Value != "s3cret" {
+			t.Fatalf("%s, the owner's eval: %+v %v", when, ev, err)
+		}
+	}
+	reads("observing")
+	if _, err := f.l.Embody(ctx, s, room, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	reads("embodied")
 }

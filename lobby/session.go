@@ -107,8 +107,15 @@ func (l *Lobby) Access(ctx context.Context, s *Session, room string) (level, rol
 	return minLevel(scopeLevel, roleCap(role)), role, nil
 }
 
-// Principal is the authority the session acts with in room: the embodied
+// Principal is the authority the session reads with in room: the embodied
 // agent there, else an observer (owners with admin scope read everything).
+//
+// An owner's embodied agent (admin level) reads everything too
+// (Principal.ReadsAll): an owner observing reads the whole room, and
+// embodying must not read less. That widens only the caller's own reads
+// (context, eval, wait); Actor, which acting tools use, drops it, and the
+// actions and views the agent registers read with their registrar's
+// authority whatever the invoker may read.
 func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substrate.Principal, string, error) {
 	level, _, err := l.Access(ctx, s, room)
 	if err != nil {
@@ -116,13 +123,18 @@ func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substr
 	}
 	if s.AgentID != "" && s.RoomID == room && levelRank(level) >= levelRank("write") {
 		p, err := l.svc.AgentPrincipal(ctx, room, s.AgentID)
-		if err == nil && level != "admin" {
+		if err != nil {
+			return nil, "", err
+		}
+		if level == "admin" {
+			p.ReadsAll = true
+		} else {
 			// Room authority ("*") comes with the admin level only: an
 			// agent granted it by a token holder does not lift a
 			// participant above their role.
 			p.Grants = slices.DeleteFunc(slices.Clone(p.Grants), func(g string) bool { return g == "*" })
 		}
-		return p, level, err
+		return p, level, nil
 	}
 	if level == "admin" {
 		return substrate.ViewPrincipal(room), level, nil
@@ -149,6 +161,8 @@ func (l *Lobby) Actor(ctx context.Context, s *Session) (*substrate.Principal, er
 		return nil, errs.New(errs.Forbidden, "your access to %q is %s, which cannot act", s.RoomID, level).
 			WithHint("ask the room's owner for a participant role")
 	}
+	// Acting carries the agent's authority, never the owner's wider reads.
+	p.ReadsAll = false
 	return p, nil
 }
 

@@ -32,6 +32,14 @@ type Principal struct {
 	RoomID  string
 	AgentID string   // set for KindAgent
 	Grants  []string // set for KindAgent; "*" means room authority
+	// ReadsAll widens the caller's own reads (context, state reads, eval,
+	// wait conditions) to every scope of the room, as a view token reads.
+	// The lobby sets it on the agent of an owner with admin access, so
+	// embodying never reads less than observing did. It is not authority:
+	// it writes nothing, and actions and views never carry it (they read
+	// with their registrar's authority, built from the registrar's id
+	// alone; see roomCtx.stateAs).
+	ReadsAll bool
 	// Words is the vocabulary of the surface the caller came through: the
 	// substrate words the next steps it suggests (in _context, help and
 	// hints) with it. Default errs.Plain.
