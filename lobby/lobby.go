@@ -35,10 +35,14 @@ type Room struct {
 	Roles  []string // ids of the roles defined in _shared.roles
 }
 
-// Agent is an agent's presence, as shown next to a room.
+// Agent is an agent's presence, as shown next to a room: Status is
+// "idle" once it has lapsed (see substrate.Presence), LastSeen relative
+// ("3m ago"), Client the MCP client it was last embodied through.
 type Agent struct {
 	ID, Name, Status string
 	LastHeartbeat    time.Time
+	LastSeen, Client string
+	IdleForS         *int64
 }
 
 // UserRooms lists the rooms a user belongs to, with their agents and
@@ -85,7 +89,8 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 		}
 		rm.Roles = sum.RoleIDs()
 		for _, a := range sum.Agents {
-			rm.Agents = append(rm.Agents, Agent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat})
+			rm.Agents = append(rm.Agents, Agent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat,
+				LastSeen: a.LastSeen, Client: a.Client, IdleForS: a.IdleForS})
 		}
 		kept = append(kept, rm)
 	}

@@ -36,12 +36,20 @@ type ViewRoom struct {
 
 // ViewAgent is an agent's presence in the lobby.
 type ViewAgent struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	Role          string    `json:"role"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Status is "idle" for an agent unseen for the substrate's IdleAfter
+	// (default 5 minutes), with IdleForS its unseen seconds.
 	Status        string    `json:"status"`
+	IdleForS      *int64    `json:"idle_for_s,omitempty"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
-	WaitingOn     *string   `json:"waiting_on"`
+	// LastSeen is the last heartbeat relative to now ("3m ago").
+	LastSeen string `json:"last_seen"`
+	// Client is the MCP client the agent was last embodied through
+	// (absent for agents made with a token).
+	Client    string  `json:"client,omitempty"`
+	WaitingOn *string `json:"waiting_on"`
 	// Yours marks the user's own agents; for those, Current says whether
 	// the session acts as it and Switchable whether it may.
 	Yours      bool  `json:"yours"`

@@ -3,7 +3,9 @@ package lobby_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate"
@@ -118,4 +120,71 @@ func TestOwnerEmbodiedReadsWhatObservingRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	reads("embodied")
+}
+
+// Presence lapses: an agent unseen for IdleAfter shows idle with
+// idle_for_s in the lobby (and the rooms the consent screen lists), with a
+// relative last-seen time and the client it was embodied through.
+func TestLobbyShowsLapsedPresence(t *testing.T) {
+	f := newFixtureWith(t, substrate.Options{IdleAfter: time.Second, HeartbeatEvery: 100 * time.Millisecond}, "alice")
+	ctx := context.Background()
+	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Join(ctx, substrate.RoomPrincipal(room), room, substrate.JoinRequest{ID: "bot", Name: "Bot"}); err != nil {
+		t.Fatal(err)
+	}
+	s := f.session(t, "alice", "g1", "rooms:lab:admin")
+	if _, err := f.l.Embody(ctx, s, room, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	agent := func(id string) lobby.ViewAgent {
+		t.Helper()
+		view, err := f.l.View(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range view.Rooms[0].Agents {
+			if a.ID == id {
+				return a
+			}
+		}
+		t.Fatalf("no agent %q in the lobby", id)
+		return lobby.ViewAgent{}
+	}
+	a := agent("alice:test-client")
+	if a.Status != "active" || a.IdleForS != nil || a.LastSeen != "just now" || a.Client != "Test Client" {
+		t.Fatalf("a fresh embodiment in the lobby: %+v", a)
+	}
+	if b := agent("bot"); b.Client != "" {
+		t.Fatalf("a token agent shows a client: %+v", b)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	a = agent("alice:test-client")
+	if a.Status != "idle" || a.IdleForS == nil || *a.IdleForS < 1 || a.Client != "Test Client" {
+		t.Fatalf("an agent unseen past IdleAfter: %+v", a)
+	}
+	raw, _ := json.Marshal(a)
+	for _, k := range []string{`"idle_for_s":`, `"last_seen":`, `"client":"Test Client"`} {
+		if !strings.Contains(string(raw), k) {
+			t.Fatalf("lobby agent JSON lacks %s: %s", k, raw)
+		}
+	}
+	rooms, err := f.l.UserRooms(ctx, "user_alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ra := range rooms[0].Agents {
+		if ra.Status != "idle" || ra.IdleForS == nil {
+			t.Fatalf("the consent screen's list shows %q as %+v", ra.ID, ra)
+		}
+	}
+	// A call as the agent is a sighting: it is active again.
+	if _, err := f.l.Actor(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if a := agent("alice:test-client"); a.Status != "active" || a.IdleForS != nil {
+		t.Fatalf("after a call: %+v", a)
+	}
 }

@@ -237,7 +237,7 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	}
 	// The substrate checks ownership again under the room lock: an agent
 	// made meanwhile by a token or another user is refused, not adopted.
-	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: agentRole, User: s.UserID}); err != nil {
+	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: agentRole, User: s.UserID, Client: s.ClientName}); err != nil {
 		return nil, err
 	}
 	if role != "" {
@@ -448,6 +448,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 			Summary: RoomCounts{SharedKeys: sum.SharedKeys, Seq: sum.Seq}}
 		for _, ag := range sum.Agents {
 			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
+				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
 				WaitingOn: ag.WaitingOn, Yours: ag.Owner != "" && ag.Owner == s.UserID}
 			if a.Yours {
 				current := s.RoomID == r.ID && s.AgentID == ag.ID

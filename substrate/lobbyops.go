@@ -3,6 +3,7 @@ package substrate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -18,15 +19,55 @@ import (
 
 // Presence is an agent as the lobby shows it.
 type Presence struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	Role          string    `json:"role"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Status is the agent's status, except that an agent not seen for
+	// Options.IdleAfter (default 5 minutes) shows "idle" whatever it last
+	// said ("done" stays done): presence lapses (seed 003 §II).
 	Status        string    `json:"status"`
 	WaitingOn     *string   `json:"waiting_on"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
+	// LastSeen is LastHeartbeat relative to now: "just now", "42s ago",
+	// "3m ago", "2h ago", "5d ago".
+	LastSeen string `json:"last_seen"`
+	// IdleForS is how many seconds an idle agent has not been seen (set
+	// only when Status is "idle").
+	IdleForS *int64 `json:"idle_for_s,omitempty"`
+	// Client is the MCP client the agent was last embodied through; ""
+	// for agents created with a token.
+	Client string `json:"client,omitempty"`
 	// Owner is the user an agent was made for by embodiment; "" for
 	// agents created with a token.
 	Owner string `json:"-"`
+}
+
+// lapse applies presence lapse to a stored status: unseen for idleAfter
+// (or idle already), the agent is idle for unseen seconds.
+func (a *Presence) lapse(unseen, idleAfter time.Duration) {
+	a.LastSeen = Ago(unseen)
+	if a.Status == "done" || (a.Status != "idle" && unseen < idleAfter) {
+		return
+	}
+	a.Status = "idle"
+	secs := max(int64(unseen/time.Second), 0)
+	a.IdleForS = &secs
+}
+
+// Ago words a duration as a relative time: "just now" under ten seconds,
+// then seconds, minutes, hours and days, rounded down ("3m ago").
+func Ago(d time.Duration) string {
+	switch {
+	case d < 10*time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
 }
 
 // RoomSummary is what the lobby shows of a room.
@@ -78,7 +119,10 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	rows, err = s.db.Query(ctx, `SELECT room_id, id, name, role, status, waiting_on, last_heartbeat, coalesce(user_id, '')
+	// The database's clock says how long each agent has been unseen, as
+	// it stamped last_heartbeat.
+	rows, err = s.db.Query(ctx, `SELECT room_id, id, name, role, status, waiting_on, last_heartbeat, coalesce(user_id, ''),
+			coalesce(client_name, ''), (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint
 		FROM agents WHERE room_id = ANY($1) ORDER BY room_id, joined_at, id`, ids)
 	if err != nil {
 		return nil, err
@@ -86,10 +130,12 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 	for rows.Next() {
 		var room string
 		var a Presence
-		if err := rows.Scan(&room, &a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.Owner); err != nil {
+		var unseenMS int64
+		if err := rows.Scan(&room, &a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.Owner, &a.Client, &unseenMS); err != nil {
 			rows.Close()
 			return nil, err
 		}
+		a.lapse(time.Duration(unseenMS)*time.Millisecond, s.idleAfter)
 		if sum := out[room]; sum != nil {
 			sum.Agents = append(sum.Agents, a)
 		}
@@ -140,6 +186,8 @@ func (s *Service) AgentOwner(ctx context.Context, roomID, agentID string) (owner
 // EmbodyRequest is an embodiment of an agent for a user.
 type EmbodyRequest struct {
 	Room, Agent, Name, Role string
+	// Client is the name of the MCP client embodying (shown in the lobby).
+	Client string
 	// User is the user the agent is made for, or must already belong to.
 	User string
 }
@@ -171,8 +219,8 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 			return errs.New(errs.Forbidden, "agent %q is not yours to embody", req.Agent).
 				WithHint("embody without an agent id to get your own, or pick one marked yours in the lobby")
 		case exists:
-			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = $3, status = 'active', waiting_on = NULL, last_heartbeat = now()
-				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role).
+			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = $3, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4
+				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role, nonEmpty(req.Client)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		case scopeUsed:
 			// Taking this id would hand the newcomer an existing scope's data.
@@ -182,14 +230,14 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 			// The agent's token is never shown: the user acts through the
 			// lobby session, not with a token.
 			_, hash := newToken(AgentTokenPrefix)
-			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id) VALUES ($1, $2, $3, $4, $5, $6)
-				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Name, req.Role, hash, req.User).
+			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name) VALUES ($1, $2, $3, $4, $5, $6, $7)
+				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Name, req.Role, hash, req.User, nonEmpty(req.Client)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		}
 		if err != nil {
 			return err
 		}
-		out.Owner = req.User
+		out.Owner, out.Client, out.LastSeen = req.User, req.Client, Ago(0)
 		m.audit = map[string]any{"kind": "agent_embody", "agent": req.Agent, "role": req.Role, "created": !exists}
 		return nil
 	})
@@ -215,4 +263,12 @@ func (s *Service) setPresence(ctx context.Context, roomID, agentID, status strin
 		return err
 	}
 	return s.db.Notify(ctx, roomID, "presence")
+}
+
+// nonEmpty is s, or NULL when empty.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -92,6 +92,10 @@ type Options struct {
 	CEL expr.Options
 	// Wait bounds conditional waits.
 	Wait WaitOptions
+	// IdleAfter is how long an agent may go unseen (no authenticated call,
+	// heartbeat or embodiment) before the lobby shows it as idle, with
+	// idle_for_s. Default 5 minutes.
+	IdleAfter time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -114,11 +118,13 @@ type Service struct {
 	db     *store.DB
 	lim    Limits
 	hbEach time.Duration
-	log    *slog.Logger
-	cel    *expr.Env
-	snaps  *snapCache
-	wait   WaitOptions
-	hub    *store.Hub
+	// idleAfter is Options.IdleAfter.
+	idleAfter time.Duration
+	log       *slog.Logger
+	cel       *expr.Env
+	snaps     *snapCache
+	wait      WaitOptions
+	hub       *store.Hub
 	// viewEvals counts view evaluations (Stats).
 	viewEvals atomic.Int64
 }
@@ -139,6 +145,9 @@ func New(db *store.DB, opt Options) *Service {
 	if opt.HeartbeatEvery <= 0 {
 		opt.HeartbeatEvery = 2 * time.Second
 	}
+	if opt.IdleAfter <= 0 {
+		opt.IdleAfter = 5 * time.Minute
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
@@ -153,7 +162,7 @@ func New(db *store.DB, opt Options) *Service {
 	if w.Recheck <= 0 {
 		w.Recheck = 5 * time.Second
 	}
-	return &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, log: opt.Logger,
+	return &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger,
 		cel:   expr.MustNew(opt.CEL),
 		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
 		wait:  *w,
