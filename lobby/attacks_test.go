@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -108,5 +109,74 @@ func TestAttackOwnerReadsDoNotFlowIntoActions(t *testing.T) {
 	raw, _ := json.Marshal(env)
 	if strings.Contains(string(raw), "s3cret") {
 		t.Fatalf("bob's context shows the secret through alice's definitions: %s", raw)
+	}
+}
+
+// A user trying to widen a connection beyond its consent through shared
+// rooms: an admin ask is capped at write, an owner's share gives no admin
+// (no room authority, no owner reads), narrowing never widens, a room
+// shared with someone else or made by the user themself does not count,
+// and the caps hold whatever the role.
+func TestAttackSharedRoomsBeyondConsent(t *testing.T) {
+	f := newFixture(t, "alice", "bob", "carol")
+	ctx := context.Background()
+	for _, id := range []string{"lab", "side"} {
+		if _, err := f.l.CreateRoom(ctx, "user_alice", id, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.plantSecret(t, "lab")
+	bob := f.session(t, "bob", "g-bob", "shared_rooms:admin")
+	if bob.Scope.SharedRooms != "write" {
+		t.Fatalf("shared_rooms:admin parsed as %q (consent offers up to write)", bob.Scope.SharedRooms)
+	}
+	f.session(t, "bob", "g-narrow", "shared_rooms:observe")
+	if err := f.l.ShareRoom(ctx, "user_alice", "lab", "user_bob", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.l.ShareRoom(ctx, "user_alice", "side", "user_carol", "participant"); err != nil {
+		t.Fatal(err)
+	}
+	bob = f.session(t, "bob", "g-bob", "")
+	if level, role, err := f.l.Access(ctx, bob, "lab"); err != nil || level != "write" || role != "owner" {
+		t.Fatalf("shared as owner: %s %s %v (want write: admin is never reached through sharing)", level, role, err)
+	}
+	if _, err := f.l.Embody(ctx, bob, "lab", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := f.l.Principal(ctx, bob, "lab")
+	if err != nil || p.ReadsAll || p.Admin() {
+		t.Fatalf("bob's agent in a room shared as owner reads all or has room authority: %+v %v", p, err)
+	}
+	if _, err := f.svc.ReadState(ctx, p, "lab", substrate.ReadQuery{Scope: "bot", Key: "secret"}); !errs.Is(err, errs.ScopeDenied) {
+		t.Fatalf("bob read the bot's scope: %v", err)
+	}
+	if _, _, err := f.l.Access(ctx, bob, "side"); !errs.Is(err, lobby.RoomNotInScope) {
+		t.Fatalf("a room shared with carol reached bob: %v", err)
+	}
+	// Narrowing with a wider ask does not widen.
+	narrow := f.session(t, "bob", "g-narrow", "")
+	if _, err := f.l.RestrictScope(ctx, narrow, "shared_rooms:write rooms:*:admin rooms:lab:admin"); err != nil {
+		t.Fatal(err)
+	}
+	narrow = f.session(t, "bob", "g-narrow", "")
+	if level, _, err := f.l.Access(ctx, narrow, "lab"); err != nil || level != "observe" {
+		t.Fatalf("after a widening restrict: %s %v", level, err)
+	}
+	none := f.session(t, "bob", "g-none", "")
+	if _, err := f.l.RestrictScope(ctx, none, "shared_rooms:write"); err != nil {
+		t.Fatal(err)
+	}
+	if none.Scope.SharedRooms != "" {
+		t.Fatalf("restrict turned shared rooms on: %q", none.Scope.String())
+	}
+	// Rooms the user makes or claims are not "shared with me".
+	if _, err := f.l.CreateRoom(ctx, "user_bob", "own", ""); err != nil {
+		t.Fatal(err)
+	}
+	bob = f.session(t, "bob", "g-bob", "")
+	_, _, err = f.l.Access(ctx, bob, "own")
+	if r, _ := reason(t, err, lobby.RoomNotInScope); r != "not_granted" {
+		t.Fatalf("a room bob made himself reached the session: %s", r)
 	}
 }

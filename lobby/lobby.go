@@ -106,8 +106,13 @@ func (l *Lobby) AddMember(ctx context.Context, userID, roomID, access, label, in
 	if invitedBy != "" {
 		by = &invitedBy
 	}
+	// A new membership, or a changed role, is dated (shared_at) and
+	// attributed to whoever shared it: open sessions whose consent allows
+	// "new rooms shared with me" reach it from their next call.
 	_, err := l.db.Exec(ctx, `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label)`,
+		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label),
+			shared_at = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN now() ELSE smcp_user_rooms.shared_at END,
+			invited_by = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.invited_by ELSE smcp_user_rooms.invited_by END`,
 		userID, roomID, access, lbl, by)
 	return err
 }

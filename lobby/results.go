@@ -27,11 +27,14 @@ type ViewRoom struct {
 	Label string `json:"label"`
 	// Role is the user's role in the room; Access the session's
 	// effective level there (the lesser of its scope and the role).
-	Role    string      `json:"role"`
-	Access  string      `json:"access"`
-	Agents  []ViewAgent `json:"agents"`
-	Roles   []ViewRole  `json:"roles,omitempty"`
-	Summary RoomCounts  `json:"summary"`
+	Role   string `json:"role"`
+	Access string `json:"access"`
+	// SharedSince marks a room shared with the user after this connection
+	// was made, reached through the consent's "new rooms shared with me".
+	SharedSince bool        `json:"shared_since_connect,omitempty"`
+	Agents      []ViewAgent `json:"agents"`
+	Roles       []ViewRole  `json:"roles,omitempty"`
+	Summary     RoomCounts  `json:"summary"`
 }
 
 // ViewAgent is an agent's presence in the lobby.

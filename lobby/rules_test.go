@@ -3,6 +3,7 @@ package lobby_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,115 @@ func TestLobbyShowsLapsedPresence(t *testing.T) {
 	}
 	if a := agent("alice:test-client"); a.Status != "active" || a.IdleForS != nil {
 		t.Fatalf("after a call: %+v", a)
+	}
+}
+
+// reason is the reason detail of a room_not_in_scope or forbidden error.
+func reason(t *testing.T, err error, code errs.Code) (string, string) {
+	t.Helper()
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != code {
+		t.Fatalf("want %s, got %v", code, err)
+	}
+	r, _ := e.Details["reason"].(string)
+	return r, e.Hint
+}
+
+// A room shared with a user reaches their open sessions whose consent
+// allowed new shared rooms, at the lesser of that level and their role;
+// until it is reachable, room_not_in_scope says which case it is.
+func TestSharedRoomReachesOpenSession(t *testing.T) {
+	f := newFixture(t, "alice", "bob")
+	ctx := context.Background()
+	if _, err := f.l.CreateRoom(ctx, "user_alice", "lab", ""); err != nil {
+		t.Fatal(err)
+	}
+	open := f.session(t, "bob", "g-open", "shared_rooms:write")
+	closed := f.session(t, "bob", "g-closed", "")
+	_, _, err := f.l.Access(ctx, open, "lab")
+	if r, hint := reason(t, err, lobby.RoomNotInScope); r != "not_shared" || !strings.Contains(hint, "ask its owner") || !strings.Contains(hint, "at once") {
+		t.Fatalf("before sharing: %s / %s", r, hint)
+	}
+	_, _, err = f.l.Access(ctx, closed, "lab")
+	if r, hint := reason(t, err, lobby.RoomNotInScope); r != "not_shared" || !strings.Contains(hint, "reconnects") {
+		t.Fatalf("before sharing, no shared rooms: %s / %s", r, hint)
+	}
+
+	if err := f.l.ShareRoom(ctx, "user_alice", "lab", "user_bob", "participant"); err != nil {
+		t.Fatal(err)
+	}
+	// The next call of each open session (a fresh resolve of its row).
+	open = f.session(t, "bob", "g-open", "")
+	closed = f.session(t, "bob", "g-closed", "")
+	if level, role, err := f.l.Access(ctx, open, "lab"); err != nil || level != "write" || role != "participant" {
+		t.Fatalf("shared as participant, consent allowed write: %s %s %v", level, role, err)
+	}
+	view, err := f.l.View(ctx, open)
+	if err != nil || len(view.Rooms) != 1 || view.Rooms[0].Room != "lab" || view.Rooms[0].Access != "write" || !view.Rooms[0].SharedSince {
+		t.Fatalf("the lobby after sharing: %+v %v", view, err)
+	}
+	if _, err := f.l.Embody(ctx, open, "lab", "", ""); err != nil {
+		t.Fatalf("embodying in the shared room: %v", err)
+	}
+	_, _, err = f.l.Access(ctx, closed, "lab")
+	if r, hint := reason(t, err, lobby.RoomNotInScope); r != "shared_not_allowed" || !strings.Contains(hint, "new rooms shared with me") {
+		t.Fatalf("shared, consent without shared rooms: %s / %s", r, hint)
+	}
+	if v, _ := f.l.View(ctx, closed); len(v.Rooms) != 0 {
+		t.Fatalf("the lobby of a session without shared rooms shows %+v", v.Rooms)
+	}
+
+	// A session made after the share, which did not tick the room.
+	later := f.session(t, "bob", "g-later", "shared_rooms:write")
+	_, _, err = f.l.Access(ctx, later, "lab")
+	if r, hint := reason(t, err, lobby.RoomNotInScope); r != "not_granted" || !strings.Contains(hint, "ticks lab") {
+		t.Fatalf("shared before the connection, not ticked: %s / %s", r, hint)
+	}
+
+	// A role change reaches the session too, capped by the new role.
+	if err := f.l.ShareRoom(ctx, "user_alice", "lab", "user_bob", "observer"); err != nil {
+		t.Fatal(err)
+	}
+	later = f.session(t, "bob", "g-later", "")
+	if level, _, err := f.l.Access(ctx, later, "lab"); err != nil || level != "read" {
+		t.Fatalf("role changed to observer: %s %v", level, err)
+	}
+	_, err = f.l.Embody(ctx, later, "lab", "", "")
+	if r, hint := reason(t, err, errs.Forbidden); r != "role_below" || !strings.Contains(hint, "participant") {
+		t.Fatalf("embodying as an observer: %s / %s", r, hint)
+	}
+
+	// Revoked stays revoked, even when shared again.
+	if _, err := f.l.RevokeAccess(ctx, later, "lab"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.l.ShareRoom(ctx, "user_alice", "lab", "user_bob", "collaborator"); err != nil {
+		t.Fatal(err)
+	}
+	later = f.session(t, "bob", "g-later", "")
+	_, _, err = f.l.Access(ctx, later, "lab")
+	if r, hint := reason(t, err, lobby.RoomNotInScope); r != "revoked" || !strings.Contains(hint, "reconnect") {
+		t.Fatalf("after revoking: %s / %s", r, hint)
+	}
+}
+
+// The consented level caps a shared room: observe stays observe.
+func TestSharedRoomCappedByConsentedLevel(t *testing.T) {
+	f := newFixture(t, "alice", "bob")
+	ctx := context.Background()
+	if _, err := f.l.CreateRoom(ctx, "user_alice", "lab", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.session(t, "bob", "g", "shared_rooms:observe") // the connection, made before the share
+	if err := f.l.ShareRoom(ctx, "user_alice", "lab", "user_bob", "collaborator"); err != nil {
+		t.Fatal(err)
+	}
+	s := f.session(t, "bob", "g", "")
+	if level, _, err := f.l.Access(ctx, s, "lab"); err != nil || level != "observe" {
+		t.Fatalf("consent allowed observe: %s %v", level, err)
+	}
+	_, err := f.l.Embody(ctx, s, "lab", "", "")
+	if r, hint := reason(t, err, errs.Forbidden); r != "level_below" || !strings.Contains(hint, "new rooms shared with me") {
+		t.Fatalf("embodying above the consented level: %s / %s", r, hint)
 	}
 }

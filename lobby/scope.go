@@ -27,12 +27,27 @@ func roleCap(access string) string {
 	return "read"
 }
 
+// SharedRoomLevels are the levels the consent screen offers for "new
+// rooms shared with me", "none" (the default) first: never admin, which
+// only a room's owner may grant, room by room.
+var SharedRoomLevels = []string{"none", "observe", "read", "write"}
+
 // Scope is a parsed scope string: rooms:<id>[:level], rooms:*[:level],
-// create_rooms (ARCHITECTURE §5). A room with no level means admin.
+// create_rooms, shared_rooms:<level> (ARCHITECTURE §5). A room with no
+// level means admin.
 type Scope struct {
 	Rooms       map[string]string // room id → level
 	AllRooms    string            // level for rooms:*, "" if absent
 	CreateRooms bool
+	// SharedRooms is the level the consent screen allowed for rooms shared
+	// with the user (or whose role in them changed) after the session
+	// began: shared_rooms:<observe|read|write>; "" = none. Such a room
+	// joins the session at the lesser of this level and the user's role.
+	SharedRooms string
+	// Revoked are rooms the session dropped with sync_revoke_access while
+	// shared rooms could widen it (revoked:<id>): sharing them again does
+	// not bring them back; only reconnecting does.
+	Revoked map[string]bool
 }
 
 // ParseScope reads a space-separated scope string; unknown parts are
@@ -42,6 +57,22 @@ func ParseScope(s string) Scope {
 	for _, part := range strings.Fields(s) {
 		if part == "create_rooms" {
 			sc.CreateRooms = true
+			continue
+		}
+		if lvl, ok := strings.CutPrefix(part, "shared_rooms:"); ok {
+			if levelRank(lvl) >= 0 {
+				// Consent offers up to write; a larger ask is capped.
+				sc.SharedRooms = minLevel(maxLevel(sc.SharedRooms, lvl), "write")
+			}
+			continue
+		}
+		if id, ok := strings.CutPrefix(part, "revoked:"); ok {
+			if id != "" {
+				if sc.Revoked == nil {
+					sc.Revoked = map[string]bool{}
+				}
+				sc.Revoked[id] = true
+			}
 			continue
 		}
 		rest, ok := strings.CutPrefix(part, "rooms:")
@@ -75,8 +106,12 @@ func minLevel(a, b string) string {
 	return b
 }
 
-// Level is the scope's level for a room, "" when the room is outside it.
+// Level is the scope's level for a room, "" when the room is outside it
+// (shared rooms aside: see Session.level).
 func (sc Scope) Level(room string) string {
+	if sc.Revoked[room] {
+		return ""
+	}
 	return maxLevel(sc.Rooms[room], sc.AllRooms)
 }
 
@@ -96,6 +131,17 @@ func (sc Scope) String() string {
 	}
 	if sc.CreateRooms {
 		parts = append(parts, "create_rooms")
+	}
+	if sc.SharedRooms != "" {
+		parts = append(parts, "shared_rooms:"+sc.SharedRooms)
+	}
+	revoked := make([]string, 0, len(sc.Revoked))
+	for id := range sc.Revoked {
+		revoked = append(revoked, id)
+	}
+	slices.Sort(revoked)
+	for _, id := range revoked {
+		parts = append(parts, "revoked:"+id)
 	}
 	return strings.Join(parts, " ")
 }

@@ -37,7 +37,25 @@ type Session struct {
 	// roles are the user's roles by room, read with the session row so a
 	// call needs no further query to know its access.
 	roles map[string]string
+	// fresh are the rooms shared with the user (or whose role changed)
+	// since the session began: Scope.SharedRooms reaches them.
+	fresh map[string]bool
 }
+
+// level is the session's scope level for room: its scope's, widened to
+// Scope.SharedRooms for a room shared with the user since the session
+// began (never a revoked one). The user's role still caps it (Access).
+func (s *Session) level(room string) string {
+	l := s.Scope.Level(room)
+	if s.Scope.SharedRooms != "" && s.fresh[room] && !s.Scope.Revoked[room] {
+		l = maxLevel(l, s.Scope.SharedRooms)
+	}
+	return l
+}
+
+// freshSQL is true for a membership shared with the user (by someone, not
+// created or claimed by the user) after the session row was made.
+const freshSQL = `(invited_by IS NOT NULL AND shared_at > sess.created_at)`
 
 // Resolve loads the caller's session row, creating it on first use with
 // the token's scope. It is keyed by the grant id, which survives refresh.
@@ -45,17 +63,23 @@ func (l *Lobby) Resolve(ctx context.Context, c Caller) (*Session, error) {
 	s := &Session{GrantID: c.GrantID, UserID: c.UserID, Username: c.Username, ClientID: c.ClientID, ClientName: c.ClientName}
 	var room, agent *string
 	var scope string
+	var fresh []string
 	err := l.db.QueryRow(ctx, `WITH ins AS (
 			INSERT INTO smcp_user_sessions (grant_id, user_id, client_id, scope) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (grant_id) DO NOTHING RETURNING room_id, agent_id, scope),
-		row AS (SELECT room_id, agent_id, scope FROM ins
-			UNION ALL SELECT room_id, agent_id, scope FROM smcp_user_sessions WHERE grant_id = $1 AND user_id = $2
+			ON CONFLICT (grant_id) DO NOTHING RETURNING room_id, agent_id, scope, created_at),
+		sess AS (SELECT room_id, agent_id, scope, created_at FROM ins
+			UNION ALL SELECT room_id, agent_id, scope, created_at FROM smcp_user_sessions WHERE grant_id = $1 AND user_id = $2
 			LIMIT 1)
-		SELECT room_id, agent_id, scope,
-			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb)
-		FROM row`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " ")).Scan(&room, &agent, &scope, &s.roles)
+		SELECT sess.room_id, sess.agent_id, sess.scope,
+			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb),
+			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND `+freshSQL+`), '{}')
+		FROM sess`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " ")).Scan(&room, &agent, &scope, &s.roles, &fresh)
 	if err != nil {
 		return nil, err
+	}
+	s.fresh = map[string]bool{}
+	for _, id := range fresh {
+		s.fresh[id] = true
 	}
 	if room != nil {
 		s.RoomID = *room
@@ -87,24 +111,81 @@ func (l *Lobby) Access(ctx context.Context, s *Session, room string) (level, rol
 		return "", "", errs.New(errs.InvalidField, "no room given and none in focus").
 			WithHint("pass room (see sync_lobby for your rooms), or sync_create_room")
 	}
-	scopeLevel := s.Scope.Level(room)
 	role, member := s.roles[room]
 	if !member { // a room joined since the session row was read
-		if err := l.db.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, s.UserID, room).Scan(&role); err == nil {
+		var fresh bool
+		err := l.db.QueryRow(ctx, `SELECT access, `+freshSQL+` FROM smcp_user_rooms,
+				(SELECT created_at FROM smcp_user_sessions WHERE grant_id = $3) sess
+			WHERE user_id = $1 AND room_id = $2`, s.UserID, room, s.GrantID).Scan(&role, &fresh)
+		if err == nil {
 			member = true
 			if s.roles == nil {
 				s.roles = map[string]string{}
 			}
 			s.roles[room] = role
+			if fresh {
+				if s.fresh == nil {
+					s.fresh = map[string]bool{}
+				}
+				s.fresh[room] = true
+			}
 		} else if !errors.Is(err, pgx.ErrNoRows) {
 			return "", "", err
 		}
 	}
-	if scopeLevel == "" || !member {
-		return "", "", errs.New(RoomNotInScope, "room %q is not in this connection's scope", room).With("room", room).
-			WithHint("use a room listed by sync_lobby; to add one, the user reconnects the integration and ticks it on the consent screen; or create a new room with sync_create_room")
+	if !member {
+		return "", "", l.notInScope(s, room, "not_shared", "")
+	}
+	scopeLevel := s.level(room)
+	if scopeLevel == "" {
+		switch {
+		case s.Scope.Revoked[room]:
+			return "", "", l.notInScope(s, room, "revoked", role)
+		case s.fresh[room]:
+			return "", "", l.notInScope(s, room, "shared_not_allowed", role)
+		}
+		return "", "", l.notInScope(s, room, "not_granted", role)
 	}
 	return minLevel(scopeLevel, roleCap(role)), role, nil
+}
+
+// notInScope is room_not_in_scope saying which case it is (reason) and
+// what the user can do about it:
+//
+//   - not_shared: the room is not shared with the user (or does not exist:
+//     the two are not told apart).
+//   - not_granted: shared before this connection was made, and not
+//     ticked on its consent screen.
+//   - shared_not_allowed: shared since, and the consent screen did not
+//     allow new shared rooms.
+//   - revoked: dropped with sync_revoke_access.
+func (l *Lobby) notInScope(s *Session, room, reason, role string) error {
+	reconnect := "the user reconnects the integration (disconnect it in the client's settings, connect again) and ticks " + room + " on the consent screen"
+	e := errs.New(RoomNotInScope, "room %q is not in this connection's scope", room).With("room", room).With("reason", reason)
+	if role != "" {
+		e = e.With("role", role)
+	}
+	switch reason {
+	case "not_shared":
+		hint := "the room is not shared with you: ask its owner to share it with you (sync_share_room, or their account page)"
+		if s.Scope.SharedRooms != "" {
+			hint += "; it then joins this connection at once, at up to " + s.Scope.SharedRooms + " access"
+		} else {
+			hint += "; then " + reconnect + ", or allows \"new rooms shared with me\" there"
+		}
+		return e.WithHint("%s; sync_lobby lists the rooms you can use now", hint)
+	case "shared_not_allowed":
+		return errs.New(RoomNotInScope, "room %q was shared with you after this connection was made, and its consent did not allow new shared rooms", room).
+			With("room", room).With("reason", reason).With("role", role).
+			WithHint("%s, or allows \"new rooms shared with me\" on it", reconnect)
+	case "revoked":
+		return errs.New(RoomNotInScope, "room %q was removed from this connection with sync_revoke_access", room).
+			With("room", room).With("reason", reason).With("role", role).
+			WithHint("only reconnecting adds it back: %s", reconnect)
+	}
+	return errs.New(RoomNotInScope, "room %q is shared with you (as %s) but this connection was not granted it", room, role).
+		With("room", room).With("reason", reason).With("role", role).
+		WithHint("%s; or use a room listed by sync_lobby, or create one with sync_create_room", reconnect)
 }
 
 // Principal is the authority the session reads with in room: the embodied
@@ -183,13 +264,24 @@ func clientSlug(name string) string {
 // <username>:<client>, an existing agent of this user, or the agent filling
 // a role defined in _shared.roles.
 func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string) (*Embodiment, error) {
-	level, _, err := l.Access(ctx, s, room)
+	level, userRole, err := l.Access(ctx, s, room)
 	if err != nil {
 		return nil, err
 	}
 	if levelRank(level) < levelRank("write") {
-		return nil, errs.New(errs.Forbidden, "your access to %q is %s: observers cannot embody", room, level).
-			WithHint("keep observing with sync_read_context, or ask an owner for a participant role")
+		// Say which of the two ceilings is too low: the user's role, or
+		// what this connection was granted.
+		if levelRank(roleCap(userRole)) < levelRank("write") {
+			return nil, errs.New(errs.Forbidden, "your role in %q is %s, which can read but not act: observers cannot embody", room, userRole).
+				With("room", room).With("reason", "role_below").With("role", userRole).With("access", level).
+				WithHint("keep observing with sync_read_context, or ask an owner of %q to make you a participant (they share it with you again with role participant)", room)
+		}
+		hint := "keep observing with sync_read_context, or the user reconnects the integration and gives " + room + " the write level on the consent screen"
+		if s.fresh[room] && s.Scope.Level(room) == "" {
+			hint = "keep observing with sync_read_context, or the user reconnects the integration and allows \"new rooms shared with me\" at write (or ticks " + room + " at write)"
+		}
+		return nil, errs.New(errs.Forbidden, "this connection's access to %q is %s: acting needs write", room, level).
+			With("room", room).With("reason", "level_below").With("role", userRole).With("access", level).WithHint("%s", hint)
 	}
 	// Embodying creates an agent for this user or switches to one this
 	// user already owns; it never adopts an agent created with a token or
@@ -367,8 +459,15 @@ func (l *Lobby) CreateRoomFor(ctx context.Context, s *Session, id, label string)
 
 // RevokeAccess removes a room from the session's scope.
 func (l *Lobby) RevokeAccess(ctx context.Context, s *Session, room string) (*ScopeChange, error) {
-	if s.Scope.Level(room) == "" {
+	if s.level(room) == "" {
 		return nil, errs.New(RoomNotInScope, "room %q is not in scope", room).WithHint("nothing to revoke")
+	}
+	if s.Scope.SharedRooms != "" {
+		// Remembered, so sharing it again does not bring it back.
+		if s.Scope.Revoked == nil {
+			s.Scope.Revoked = map[string]bool{}
+		}
+		s.Scope.Revoked[room] = true
 	}
 	if s.Scope.AllRooms != "" {
 		// Turn rooms:* into the explicit list, minus this room.
@@ -393,7 +492,7 @@ func (l *Lobby) RevokeAccess(ctx context.Context, s *Session, room string) (*Sco
 // settle saves the session after its scope narrowed, first leaving a
 // focused room the scope no longer covers (and the agent embodied there).
 func (l *Lobby) settle(ctx context.Context, s *Session) error {
-	if s.RoomID != "" && s.Scope.Level(s.RoomID) == "" {
+	if s.RoomID != "" && s.level(s.RoomID) == "" {
 		if s.AgentID != "" {
 			if _, err := l.Disembody(ctx, s); err != nil {
 				return err
@@ -408,12 +507,15 @@ func (l *Lobby) settle(ctx context.Context, s *Session) error {
 // scope; it never widens it.
 func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*ScopeChange, error) {
 	want := ParseScope(scope)
-	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms}
+	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms, Revoked: s.Scope.Revoked}
 	if s.Scope.AllRooms != "" && want.AllRooms != "" {
 		out.AllRooms = minLevel(s.Scope.AllRooms, want.AllRooms)
 	}
+	if s.Scope.SharedRooms != "" && want.SharedRooms != "" {
+		out.SharedRooms = minLevel(s.Scope.SharedRooms, want.SharedRooms)
+	}
 	for id, lvl := range want.Rooms {
-		if have := s.Scope.Level(id); have != "" {
+		if have := s.level(id); have != "" {
 			out.Rooms[id] = minLevel(have, lvl)
 		}
 	}
@@ -438,14 +540,14 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 	}
 	out := &View{User: s.Username, CanCreateRooms: s.Scope.CreateRooms}
 	for _, r := range rooms {
-		level := s.Scope.Level(r.ID)
+		level := s.level(r.ID)
 		if level == "" {
 			continue
 		}
 		sum := sums[r.ID]
 		access := minLevel(level, roleCap(r.Access))
 		entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access,
-			Summary: RoomCounts{SharedKeys: sum.SharedKeys, Seq: sum.Seq}}
+			SharedSince: s.Scope.Level(r.ID) == "", Summary: RoomCounts{SharedKeys: sum.SharedKeys, Seq: sum.Seq}}
 		for _, ag := range sum.Agents {
 			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
 				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
