@@ -3,7 +3,9 @@ package lobby_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/syncsubstrate/sync/lobby"
@@ -178,5 +180,97 @@ func TestAttackSharedRoomsBeyondConsent(t *testing.T) {
 	_, _, err = f.l.Access(ctx, bob, "own")
 	if r, _ := reason(t, err, lobby.RoomNotInScope); r != "not_granted" {
 		t.Fatalf("a room bob made himself reached the session: %s", r)
+	}
+}
+
+// Role takeovers that must fail: a filled role (by role or by agent id),
+// a role held by a token's agent, a role whose id is no agent id, and two
+// users racing for one vacant role. A session whose role agent was taken
+// over after its role was freed behind its back stops driving it, and
+// stepping out leaves the new occupant's agent alone.
+func TestAttackRoleTakeover(t *testing.T) {
+	f := newFixture(t, "alice", "bob", "carol", "dave")
+	ctx := context.Background()
+	room := f.guild(t, `{"researcher": {"filled_by": null}, "critic": {"filled_by": null}, "_sys": {"filled_by": null}, "lead": {"filled_by": null}}`, "bob", "carol", "dave")
+	bob := f.session(t, "bob", "g-bob", "rooms:guild:write")
+	carol := f.session(t, "carol", "g-carol", "rooms:guild:write")
+	if _, err := f.l.Embody(ctx, bob, room, "", "researcher"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.l.Embody(ctx, carol, room, "", "researcher")
+	if r, _ := reason(t, err, errs.Forbidden); r != "role_filled" {
+		t.Fatalf("carol took a filled role: %s", r)
+	}
+	_, err = f.l.Embody(ctx, carol, room, "researcher", "")
+	if r, _ := reason(t, err, errs.Forbidden); r != "role_filled" {
+		t.Fatalf("carol took a filled role by its agent id: %s", r)
+	}
+	if _, err := f.l.Embody(ctx, carol, room, "bob:test-client", "researcher"); !errs.Is(err, errs.InvalidField) {
+		t.Fatalf("role with another agent id: %v", err)
+	}
+	// A role agent made with a token (an autonomous process).
+	if _, err := f.svc.Join(ctx, substrate.RoomPrincipal(room), room, substrate.JoinRequest{ID: "critic", Name: "bot"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.l.Embody(ctx, carol, room, "", "critic")
+	if r, _ := reason(t, err, errs.Forbidden); r != "token_agent" {
+		t.Fatalf("carol took a token agent's role: %s", r)
+	}
+	var e *errs.Error
+	if _, err := f.l.Embody(ctx, carol, room, "", "_sys"); !errors.As(err, &e) || e.Code != errs.InvalidField || e.Hint == "" {
+		t.Fatalf("a role id that is no agent id: %v", err)
+	}
+	if _, err := f.l.Embody(ctx, carol, room, "", "ghost"); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("an undefined role: %v", err)
+	}
+
+	// The role is freed behind bob's back (the owner rewrites roles);
+	// carol fills it; bob's session no longer drives the agent.
+	if _, err := f.svc.WriteState(ctx, substrate.RoomPrincipal(room), room, []substrate.Write{{Scope: "_shared", Key: "roles",
+		Merge: json.RawMessage(`{"researcher": {"filled_by": null}}`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if emb, err := f.l.Embody(ctx, carol, room, "", "researcher"); err != nil || !emb.TakenOver {
+		t.Fatalf("carol filling the freed role: %+v %v", emb, err)
+	}
+	bob = f.session(t, "bob", "g-bob", "")
+	if _, err := f.l.Actor(ctx, bob); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("bob still acts as the role's agent: %v", err)
+	}
+	if _, _, err := f.l.Principal(ctx, bob, room); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("bob still reads as the role's agent: %v", err)
+	}
+	if dis, err := f.l.Disembody(ctx, bob); err != nil || dis.Status != "taken_over" {
+		t.Fatalf("bob stepping out: %+v %v", dis, err)
+	}
+	if a := f.agentStatus(t, room, "researcher"); a.Status != "active" {
+		t.Fatalf("bob's disembody touched carol's agent: %+v", a)
+	}
+	bob = f.session(t, "bob", "g-bob", "")
+	if _, _, err := f.l.Principal(ctx, bob, room); err != nil {
+		t.Fatalf("bob observing after stepping out: %v", err)
+	}
+
+	// Two users race for one vacant role: one gets it.
+	dave := f.session(t, "dave", "g-dave", "rooms:guild:write")
+	var wg sync.WaitGroup
+	results := map[string]error{}
+	var mu sync.Mutex
+	for who, s := range map[string]*lobby.Session{"bob": bob, "dave": dave} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.l.Embody(ctx, s, room, "", "lead")
+			mu.Lock()
+			results[who] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	owner, _, _ := f.svc.AgentOwner(ctx, room, "lead")
+	for who, err := range results {
+		if (owner == "user_"+who) != (err == nil) {
+			t.Fatalf("racing for lead (owner %s): %s got %v", owner, who, err)
+		}
 	}
 }

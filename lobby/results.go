@@ -79,8 +79,11 @@ type Embodiment struct {
 	Room     string `json:"room"`
 	Agent    string `json:"agent"`
 	Role     string `json:"role,omitempty"`
-	Status   string `json:"status,omitempty"`
-	Next     string `json:"next,omitempty"`
+	// TakenOver is true when embodying a vacated role took over the agent
+	// another user drove before (its state and history come with it).
+	TakenOver bool   `json:"taken_over,omitempty"`
+	Status    string `json:"status,omitempty"`
+	Next      string `json:"next,omitempty"`
 }
 
 // CreatedRoom is the result of creating a room in a session.

@@ -299,3 +299,88 @@ func TestSharedRoomCappedByConsentedLevel(t *testing.T) {
 		t.Fatalf("embodying above the consented level: %s / %s", r, hint)
 	}
 }
+
+// guild is a room of alice's with roles defined, shared with the given
+// users as participants.
+func (f *fixture) guild(t *testing.T, roles string, users ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	room, err := f.l.CreateRoom(ctx, "user_alice", "guild", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.WriteState(ctx, substrate.RoomPrincipal(room), room, []substrate.Write{{Scope: "_shared", Key: "roles", Value: json.RawMessage(roles)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		if err := f.l.ShareRoom(ctx, "user_alice", room, "user_"+u, "participant"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return room
+}
+
+// Embodying a role makes or reuses the agent named for the role; the
+// next user to fill the vacated role embodies that same agent with its
+// scope, and the room's _audit log records who drove it before.
+func TestRoleAgentPassesToTheNextOccupant(t *testing.T) {
+	f := newFixture(t, "alice", "bob", "carol")
+	ctx := context.Background()
+	room := f.guild(t, `{"researcher": {"description": "finds sources", "filled_by": null}}`, "bob", "carol")
+	bob := f.session(t, "bob", "g-bob", "rooms:guild:write")
+	emb, err := f.l.Embody(ctx, bob, room, "", "researcher")
+	if err != nil || emb.Agent != "researcher" || emb.Role != "researcher" || emb.TakenOver {
+		t.Fatalf("bob fills researcher: %+v %v", emb, err)
+	}
+	p, err := f.l.Actor(ctx, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.WriteState(ctx, p, room, []substrate.Write{{Scope: "self", Key: "notes", Value: json.RawMessage(`"three papers"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.l.Disembody(ctx, bob); err != nil {
+		t.Fatal(err)
+	}
+	carol := f.session(t, "carol", "g-carol", "rooms:guild:write")
+	emb, err = f.l.Embody(ctx, carol, room, "", "researcher")
+	if err != nil || emb.Agent != "researcher" || !emb.TakenOver {
+		t.Fatalf("carol fills the vacated role: %+v %v", emb, err)
+	}
+	p, err = f.l.Actor(ctx, carol)
+	if err != nil || p.AgentID != "researcher" {
+		t.Fatalf("carol's authority: %+v %v", p, err)
+	}
+	read, err := f.svc.ReadState(ctx, p, room, substrate.ReadQuery{Scope: "self", Key: "notes"})
+	if err != nil || string(read.Entries[0].Value) != `"three papers"` {
+		t.Fatalf("carol does not inherit the role's scope: %+v %v", read, err)
+	}
+	if owner, _, _ := f.svc.AgentOwner(ctx, room, "researcher"); owner != "user_carol" {
+		t.Fatalf("the role's agent belongs to %q", owner)
+	}
+	audit, err := f.svc.ReadState(ctx, substrate.RoomPrincipal(room), room, substrate.ReadQuery{Scope: "_audit", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, e := range audit.Entries {
+		var a map[string]any
+		_ = json.Unmarshal(e.Value, &a)
+		if a["kind"] == "agent_embody" && a["agent"] == "researcher" && a["user"] == "user_carol" &&
+			a["previous_user"] == "user_bob" && a["previous_name"] == "bob" && a["takeover"] == true {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no _audit entry records bob as the previous occupant: %+v", audit.Entries)
+	}
+	view, err := f.l.View(ctx, carol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range view.Rooms[0].Roles {
+		if r.ID == "researcher" && r.FilledBy != "researcher" {
+			t.Fatalf("the lobby's role: %+v", r)
+		}
+	}
+}

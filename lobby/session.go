@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -203,7 +202,7 @@ func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substr
 		return nil, "", err
 	}
 	if s.AgentID != "" && s.RoomID == room && levelRank(level) >= levelRank("write") {
-		p, err := l.svc.AgentPrincipal(ctx, room, s.AgentID)
+		p, err := l.svc.EmbodiedPrincipal(ctx, room, s.AgentID, s.UserID)
 		if err != nil {
 			return nil, "", err
 		}
@@ -263,6 +262,15 @@ func clientSlug(name string) string {
 // Embody makes the session act as an agent in room: a new agent
 // <username>:<client>, an existing agent of this user, or the agent filling
 // a role defined in _shared.roles.
+//
+// A role's agent is named for the role (seed 003 §XI: "the role IS the
+// identity"): whoever fills role "researcher" embodies agent
+// "researcher", made on first use, and the next user to fill the role
+// after it is vacated (sync_disembody) takes over that same agent with its
+// scope and history; the substrate's EmbodyRole records the previous
+// occupant in the room's _audit log. Naming a role's agent with agent
+// (without role) fills the role too, so an agent that is a role is never
+// driven without holding it.
 func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string) (*Embodiment, error) {
 	level, userRole, err := l.Access(ctx, s, room)
 	if err != nil {
@@ -282,6 +290,18 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 		}
 		return nil, errs.New(errs.Forbidden, "this connection's access to %q is %s: acting needs write", room, level).
 			With("room", room).With("reason", "level_below").With("role", userRole).With("access", level).WithHint("%s", hint)
+	}
+	if role == "" && agent != "" {
+		sums, err := l.svc.RoomSummaries(ctx, []string{room})
+		if err != nil {
+			return nil, err
+		}
+		if sum := sums[room]; sum != nil && sum.Roles[agent] != nil {
+			role = agent
+		}
+	}
+	if role != "" {
+		return l.embodyRole(ctx, s, room, agent, role)
 	}
 	// Embodying creates an agent for this user or switches to one this
 	// user already owns; it never adopts an agent created with a token or
@@ -318,73 +338,58 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 			}
 		}
 	}
-	if s.AgentID != "" && (s.RoomID != room || s.AgentID != id) {
-		if _, err := l.Disembody(ctx, s); err != nil && !errs.Is(err, NotEmbodied) {
-			return nil, err
-		}
-	}
-	agentRole := "agent"
-	if role != "" {
-		agentRole = role
+	if err := l.leaveFor(ctx, s, room, id); err != nil {
+		return nil, err
 	}
 	// The substrate checks ownership again under the room lock: an agent
 	// made meanwhile by a token or another user is refused, not adopted.
-	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: agentRole, User: s.UserID, Client: s.ClientName}); err != nil {
+	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: "agent", User: s.UserID, Client: s.ClientName}); err != nil {
 		return nil, err
-	}
-	if role != "" {
-		if err := l.fillRole(ctx, room, role, id); err != nil {
-			return nil, err
-		}
 	}
 	s.RoomID, s.AgentID = room, id
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return &Embodiment{Embodied: true, Room: room, Agent: id, Role: agentRole,
+	return &Embodiment{Embodied: true, Room: room, Agent: id, Role: "agent",
 		Next: "read the room with sync_read_context, then act with sync_invoke_action"}, nil
 }
 
-// fillRole claims _shared.roles.<role> for agent with a version check, so
-// two users cannot fill one role.
-func (l *Lobby) fillRole(ctx context.Context, room, role, agent string) error {
-	admin := substrate.RoomPrincipal(room)
-	read, err := l.svc.ReadState(ctx, admin, room, substrate.ReadQuery{Scope: substrate.ScopeShared, Key: "roles"})
-	if err != nil {
-		return errs.New(errs.NotFound, "room %q defines no roles", room).WithHint("embody without role, or define one with the define_role action")
+// leaveFor steps out of the session's current agent before it embodies
+// agent in room (unless that is the same one).
+func (l *Lobby) leaveFor(ctx context.Context, s *Session, room, agent string) error {
+	if s.AgentID != "" && (s.RoomID != room || s.AgentID != agent) {
+		if _, err := l.Disembody(ctx, s); err != nil && !errs.Is(err, NotEmbodied) {
+			return err
+		}
 	}
-	e := read.Entries[0]
-	var roles map[string]map[string]any
-	if json.Unmarshal(e.Value, &roles) != nil || roles[role] == nil {
-		return errs.New(errs.NotFound, "room %q has no role %q", room, role).WithHint("sync_lobby lists the defined roles")
-	}
-	if by, _ := roles[role]["filled_by"].(string); by != "" && by != agent {
-		return errs.New(errs.Forbidden, "role %q is filled by %s", role, by).WithHint("pick an unfilled role from sync_lobby")
-	}
-	patch, _ := json.Marshal(map[string]any{role: map[string]any{"filled_by": agent, "filled_at": time.Now().UTC().Format(time.RFC3339)}})
-	v := e.Version
-	_, err = l.svc.WriteState(ctx, admin, room, []substrate.Write{{Scope: substrate.ScopeShared, Key: "roles", Merge: deepPatch(roles, patch), IfVersion: &v}}, false)
-	if errs.Is(err, errs.VersionConflict) {
-		return errs.New(errs.VersionConflict, "role %q changed while you claimed it", role).WithHint("call sync_embody again")
-	}
-	return err
+	return nil
 }
 
-// deepPatch merges a one-role patch into the roles map (direct writes
-// merge shallowly, so the whole roles object is written).
-func deepPatch(roles map[string]map[string]any, patch []byte) json.RawMessage {
-	var p map[string]map[string]any
-	_ = json.Unmarshal(patch, &p)
-	for id, fields := range p {
-		if roles[id] == nil {
-			roles[id] = map[string]any{}
-		}
-		for k, v := range fields {
-			roles[id][k] = v
-		}
+// embodyRole fills role in room: the session embodies the agent named for
+// the role (made, resumed, or taken over when vacated; see
+// substrate.EmbodyRole).
+func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role string) (*Embodiment, error) {
+	if agent != "" && agent != role {
+		return nil, errs.New(errs.InvalidField, "a role's agent is named for the role: role %q is agent %q, not %q", role, role, agent).
+			With("role", role).With("agent", agent).
+			WithHint(`call sync_embody {"room": %q, "role": %q} without agent`, room, role)
 	}
-	out, _ := json.Marshal(roles)
-	return out
+	if err := l.leaveFor(ctx, s, room, role); err != nil {
+		return nil, err
+	}
+	res, err := l.svc.EmbodyRole(ctx, substrate.EmbodyRoleRequest{Room: room, Role: role, Name: s.Username, User: s.UserID, Client: s.ClientName})
+	if err != nil {
+		return nil, err
+	}
+	s.RoomID, s.AgentID = room, res.ID
+	if err := l.save(ctx, s); err != nil {
+		return nil, err
+	}
+	next := "read the room with sync_read_context, then act with sync_invoke_action"
+	if !res.Created {
+		next = "read the room with sync_read_context: the role's agent keeps its state, actions and views from before; then act with sync_invoke_action"
+	}
+	return &Embodiment{Embodied: true, Room: room, Agent: res.ID, Role: role, TakenOver: res.TakenOver, Next: next}, nil
 }
 
 // Disembody returns the session to observing: the agent goes idle, keeps
@@ -394,6 +399,17 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (*Embodiment, error) 
 		return nil, errs.New(NotEmbodied, "you are not embodied").WithHint("nothing to do; sync_embody to act")
 	}
 	room, agent := s.RoomID, s.AgentID
+	// An agent another user has taken over since (a vacated role filled
+	// again) is theirs now: the session only lets go of it.
+	if owner, _, err := l.svc.AgentOwner(ctx, room, agent); err != nil {
+		return nil, err
+	} else if owner != s.UserID {
+		s.AgentID = ""
+		if err := l.save(ctx, s); err != nil {
+			return nil, err
+		}
+		return &Embodiment{Embodied: false, Room: room, Agent: agent, Status: "taken_over"}, nil
+	}
 	if err := l.svc.SetIdle(ctx, room, agent); err != nil {
 		return nil, err
 	}
