@@ -2,6 +2,7 @@ package lobby
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -44,6 +45,10 @@ type Scope struct {
 	// began: shared_rooms:<observe|read|write>; "" = none. Such a room
 	// joins the session at the lesser of this level and the user's role.
 	SharedRooms string
+	// SharedSince is when the consent was given (Unix milliseconds,
+	// shared_rooms:<level>:<ms>): rooms shared after it are new. 0 = not
+	// stamped: the session's start stands in.
+	SharedSince int64
 	// Revoked are rooms the session dropped with sync_revoke_access while
 	// shared rooms could widen it (revoked:<id>): sharing them again does
 	// not bring them back; only reconnecting does.
@@ -60,9 +65,13 @@ func ParseScope(s string) Scope {
 			continue
 		}
 		if lvl, ok := strings.CutPrefix(part, "shared_rooms:"); ok {
+			lvl, stamp, _ := strings.Cut(lvl, ":")
 			if levelRank(lvl) >= 0 {
 				// Consent offers up to write; a larger ask is capped.
 				sc.SharedRooms = minLevel(maxLevel(sc.SharedRooms, lvl), "write")
+				if ms, err := strconv.ParseInt(stamp, 10, 64); err == nil && ms > 0 {
+					sc.SharedSince = ms
+				}
 			}
 			continue
 		}
@@ -133,7 +142,11 @@ func (sc Scope) String() string {
 		parts = append(parts, "create_rooms")
 	}
 	if sc.SharedRooms != "" {
-		parts = append(parts, "shared_rooms:"+sc.SharedRooms)
+		p := "shared_rooms:" + sc.SharedRooms
+		if sc.SharedSince > 0 {
+			p += ":" + strconv.FormatInt(sc.SharedSince, 10)
+		}
+		parts = append(parts, p)
 	}
 	revoked := make([]string, 0, len(sc.Revoked))
 	for id := range sc.Revoked {

@@ -53,8 +53,20 @@ func (s *Session) level(room string) string {
 }
 
 // freshSQL is true for a membership shared with the user (by someone, not
-// created or claimed by the user) after the session row was made.
-const freshSQL = `(invited_by IS NOT NULL AND shared_at > sess.created_at)`
+// created or claimed by the user) after the consent (the millisecond stamp
+// in parameter since, from shared_rooms:<level>:<ms>), or, without one,
+// after the session row was made.
+func freshSQL(since string) string {
+	return `(invited_by IS NOT NULL AND shared_at > coalesce(to_timestamp(` + since + `::bigint / 1000.0), sess.created_at))`
+}
+
+// sinceArg is a scope's consent stamp as a query argument (NULL if none).
+func sinceArg(sc Scope) *int64 {
+	if sc.SharedSince <= 0 {
+		return nil
+	}
+	return &sc.SharedSince
+}
 
 // Resolve loads the caller's session row, creating it on first use with
 // the token's scope. It is keyed by the grant id, which survives refresh.
@@ -71,8 +83,10 @@ func (l *Lobby) Resolve(ctx context.Context, c Caller) (*Session, error) {
 			LIMIT 1)
 		SELECT sess.room_id, sess.agent_id, sess.scope,
 			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb),
-			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND `+freshSQL+`), '{}')
-		FROM sess`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " ")).Scan(&room, &agent, &scope, &s.roles, &fresh)
+			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND `+freshSQL("$5")+`), '{}')
+		FROM sess`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " "),
+		// The consent's stamp is the grant's: the token's scope carries it.
+		sinceArg(ParseScope(strings.Join(c.Scopes, " ")))).Scan(&room, &agent, &scope, &s.roles, &fresh)
 	if err != nil {
 		return nil, err
 	}
@@ -113,9 +127,9 @@ func (l *Lobby) Access(ctx context.Context, s *Session, room string) (level, rol
 	role, member := s.roles[room]
 	if !member { // a room joined since the session row was read
 		var fresh bool
-		err := l.db.QueryRow(ctx, `SELECT access, `+freshSQL+` FROM smcp_user_rooms,
+		err := l.db.QueryRow(ctx, `SELECT access, `+freshSQL("$4")+` FROM smcp_user_rooms,
 				(SELECT created_at FROM smcp_user_sessions WHERE grant_id = $3) sess
-			WHERE user_id = $1 AND room_id = $2`, s.UserID, room, s.GrantID).Scan(&role, &fresh)
+			WHERE user_id = $1 AND room_id = $2`, s.UserID, room, s.GrantID, sinceArg(s.Scope)).Scan(&role, &fresh)
 		if err == nil {
 			member = true
 			if s.roles == nil {
@@ -528,7 +542,7 @@ func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*S
 		out.AllRooms = minLevel(s.Scope.AllRooms, want.AllRooms)
 	}
 	if s.Scope.SharedRooms != "" && want.SharedRooms != "" {
-		out.SharedRooms = minLevel(s.Scope.SharedRooms, want.SharedRooms)
+		out.SharedRooms, out.SharedSince = minLevel(s.Scope.SharedRooms, want.SharedRooms), s.Scope.SharedSince
 	}
 	for id, lvl := range want.Rooms {
 		if have := s.level(id); have != "" {

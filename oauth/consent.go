@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ory/fosite"
 
@@ -112,7 +114,9 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 	switch shared := r.PostForm.Get("shared_rooms"); {
 	case shared == "" || shared == "none":
 	case slices.Contains(lobby.SharedRoomLevels, shared):
-		scopes = append(scopes, "shared_rooms:"+shared)
+		// Stamped with the consent's time (Unix ms): rooms shared after
+		// it are the new ones; the page listed the rest.
+		scopes = append(scopes, "shared_rooms:"+shared+":"+strconv.FormatInt(time.Now().UnixMilli(), 10))
 	default:
 		wb.errorPage(w, 400, "Level not allowed", "New rooms shared with you can be allowed at none, observe, read or write.")
 		return
@@ -162,8 +166,10 @@ func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, 
 	}
 	shared := "none"
 	for _, p := range prev {
-		if lvl, ok := strings.CutPrefix(p, "shared_rooms:"); ok && slices.Contains(lobby.SharedRoomLevels, lvl) {
-			shared = lvl
+		if rest, ok := strings.CutPrefix(p, "shared_rooms:"); ok {
+			if lvl, _, _ := strings.Cut(rest, ":"); slices.Contains(lobby.SharedRoomLevels, lvl) {
+				shared = lvl
+			}
 		}
 	}
 	wb.render(w, http.StatusOK, "consent", map[string]any{

@@ -2,8 +2,10 @@ package oauth_test
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/oauth"
 )
@@ -34,7 +36,11 @@ func TestConsentNewSharedRooms(t *testing.T) {
 	if got := scopeOf(url.Values{"decision": {"allow"}, "room": {"plans"}, "level_plans": {"write"}}); got != "rooms:plans:write" {
 		t.Fatalf("default scope %q: shared rooms must stay off unless chosen", got)
 	}
-	if got := scopeOf(url.Values{"decision": {"allow"}, "room": {"plans"}, "level_plans": {"write"}, "shared_rooms": {"read"}}); got != "rooms:plans:write shared_rooms:read" {
+	// Stamped with the consent's time: rooms shared after it are new.
+	before := time.Now().UnixMilli()
+	got := scopeOf(url.Values{"decision": {"allow"}, "room": {"plans"}, "level_plans": {"write"}, "shared_rooms": {"read"}})
+	stamp, ok := strings.CutPrefix(got, "rooms:plans:write shared_rooms:read:")
+	if ms, err := strconv.ParseInt(stamp, 10, 64); !ok || err != nil || ms < before || ms > time.Now().UnixMilli() {
 		t.Fatalf("scope with shared rooms at read: %q", got)
 	}
 	page = alice.do("GET", h.authorizeURL(c, nil), nil, nil).body
