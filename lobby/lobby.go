@@ -35,10 +35,14 @@ type Room struct {
 	Roles  []string // ids of the roles defined in _shared.roles
 }
 
-// Agent is an agent's presence, as shown next to a room.
+// Agent is an agent's presence, as shown next to a room: Status is
+// "idle" once it has lapsed (see substrate.Presence), LastSeen relative
+// ("3m ago"), Client the MCP client it was last embodied through.
 type Agent struct {
 	ID, Name, Status string
 	LastHeartbeat    time.Time
+	LastSeen, Client string
+	IdleForS         *int64
 }
 
 // UserRooms lists the rooms a user belongs to, with their agents and
@@ -85,7 +89,8 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 		}
 		rm.Roles = sum.RoleIDs()
 		for _, a := range sum.Agents {
-			rm.Agents = append(rm.Agents, Agent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat})
+			rm.Agents = append(rm.Agents, Agent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat,
+				LastSeen: a.LastSeen, Client: a.Client, IdleForS: a.IdleForS})
 		}
 		kept = append(kept, rm)
 	}
@@ -101,8 +106,13 @@ func (l *Lobby) AddMember(ctx context.Context, userID, roomID, access, label, in
 	if invitedBy != "" {
 		by = &invitedBy
 	}
+	// A new membership, or a changed role, is dated (shared_at) and
+	// attributed to whoever shared it: open sessions whose consent allows
+	// "new rooms shared with me" reach it from their next call.
 	_, err := l.db.Exec(ctx, `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label)`,
+		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label),
+			shared_at = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN now() ELSE smcp_user_rooms.shared_at END,
+			invited_by = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.invited_by ELSE smcp_user_rooms.invited_by END`,
 		userID, roomID, access, lbl, by)
 	return err
 }

@@ -26,13 +26,18 @@ type fixture struct {
 
 func newFixture(t *testing.T, users ...string) *fixture {
 	t.Helper()
+	return newFixtureWith(t, substrate.Options{}, users...)
+}
+
+func newFixtureWith(t *testing.T, opt substrate.Options, users ...string) *fixture {
+	t.Helper()
 	db := pgtest.New(t)
 	for _, u := range users {
 		if _, err := db.Exec(context.Background(), `INSERT INTO smcp_users (id, username, webauthn_handle) VALUES ($1, $2, $3)`, "user_"+u, u, []byte(u)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, opt)
 	t.Cleanup(svc.Close)
 	return &fixture{db: db, svc: svc, l: lobby.New(db, svc)}
 }

@@ -27,21 +27,32 @@ type ViewRoom struct {
 	Label string `json:"label"`
 	// Role is the user's role in the room; Access the session's
 	// effective level there (the lesser of its scope and the role).
-	Role    string      `json:"role"`
-	Access  string      `json:"access"`
-	Agents  []ViewAgent `json:"agents"`
-	Roles   []ViewRole  `json:"roles,omitempty"`
-	Summary RoomCounts  `json:"summary"`
+	Role   string `json:"role"`
+	Access string `json:"access"`
+	// SharedSince marks a room shared with the user after this connection
+	// was made, reached through the consent's "new rooms shared with me".
+	SharedSince bool        `json:"shared_since_connect,omitempty"`
+	Agents      []ViewAgent `json:"agents"`
+	Roles       []ViewRole  `json:"roles,omitempty"`
+	Summary     RoomCounts  `json:"summary"`
 }
 
 // ViewAgent is an agent's presence in the lobby.
 type ViewAgent struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	Role          string    `json:"role"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Status is "idle" for an agent unseen for the substrate's IdleAfter
+	// (default 5 minutes), with IdleForS its unseen seconds.
 	Status        string    `json:"status"`
+	IdleForS      *int64    `json:"idle_for_s,omitempty"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
-	WaitingOn     *string   `json:"waiting_on"`
+	// LastSeen is the last heartbeat relative to now ("3m ago").
+	LastSeen string `json:"last_seen"`
+	// Client is the MCP client the agent was last embodied through
+	// (absent for agents made with a token).
+	Client    string  `json:"client,omitempty"`
+	WaitingOn *string `json:"waiting_on"`
 	// Yours marks the user's own agents; for those, Current says whether
 	// the session acts as it and Switchable whether it may.
 	Yours      bool  `json:"yours"`
@@ -68,8 +79,11 @@ type Embodiment struct {
 	Room     string `json:"room"`
 	Agent    string `json:"agent"`
 	Role     string `json:"role,omitempty"`
-	Status   string `json:"status,omitempty"`
-	Next     string `json:"next,omitempty"`
+	// TakenOver is true when embodying a vacated role took over the agent
+	// another user drove before (its state and history come with it).
+	TakenOver bool   `json:"taken_over,omitempty"`
+	Status    string `json:"status,omitempty"`
+	Next      string `json:"next,omitempty"`
 }
 
 // CreatedRoom is the result of creating a room in a session.
@@ -77,7 +91,10 @@ type CreatedRoom struct {
 	Created bool   `json:"created"`
 	Room    string `json:"room"`
 	Access  string `json:"access"`
-	Next    string `json:"next"`
+	// Left is the agent the session stepped out of (now idle) to focus
+	// the new room as an observer; nil when it was not embodied.
+	Left *Embodied `json:"left,omitempty"`
+	Next string    `json:"next"`
 }
 
 // ScopeChange is a session's scope after narrowing it.

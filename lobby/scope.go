@@ -2,6 +2,7 @@ package lobby
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -27,12 +28,31 @@ func roleCap(access string) string {
 	return "read"
 }
 
+// SharedRoomLevels are the levels the consent screen offers for "new
+// rooms shared with me", "none" (the default) first: never admin, which
+// only a room's owner may grant, room by room.
+var SharedRoomLevels = []string{"none", "observe", "read", "write"}
+
 // Scope is a parsed scope string: rooms:<id>[:level], rooms:*[:level],
-// create_rooms (ARCHITECTURE §5). A room with no level means admin.
+// create_rooms, shared_rooms:<level> (ARCHITECTURE §5). A room with no
+// level means admin.
 type Scope struct {
 	Rooms       map[string]string // room id → level
 	AllRooms    string            // level for rooms:*, "" if absent
 	CreateRooms bool
+	// SharedRooms is the level the consent screen allowed for rooms shared
+	// with the user (or whose role in them changed) after the session
+	// began: shared_rooms:<observe|read|write>; "" = none. Such a room
+	// joins the session at the lesser of this level and the user's role.
+	SharedRooms string
+	// SharedSince is when the consent was given (Unix milliseconds,
+	// shared_rooms:<level>:<ms>): rooms shared after it are new. 0 = not
+	// stamped: the session's start stands in.
+	SharedSince int64
+	// Revoked are rooms the session dropped with sync_revoke_access while
+	// shared rooms could widen it (revoked:<id>): sharing them again does
+	// not bring them back; only reconnecting does.
+	Revoked map[string]bool
 }
 
 // ParseScope reads a space-separated scope string; unknown parts are
@@ -42,6 +62,26 @@ func ParseScope(s string) Scope {
 	for _, part := range strings.Fields(s) {
 		if part == "create_rooms" {
 			sc.CreateRooms = true
+			continue
+		}
+		if lvl, ok := strings.CutPrefix(part, "shared_rooms:"); ok {
+			lvl, stamp, _ := strings.Cut(lvl, ":")
+			if levelRank(lvl) >= 0 {
+				// Consent offers up to write; a larger ask is capped.
+				sc.SharedRooms = minLevel(maxLevel(sc.SharedRooms, lvl), "write")
+				if ms, err := strconv.ParseInt(stamp, 10, 64); err == nil && ms > 0 {
+					sc.SharedSince = ms
+				}
+			}
+			continue
+		}
+		if id, ok := strings.CutPrefix(part, "revoked:"); ok {
+			if id != "" {
+				if sc.Revoked == nil {
+					sc.Revoked = map[string]bool{}
+				}
+				sc.Revoked[id] = true
+			}
 			continue
 		}
 		rest, ok := strings.CutPrefix(part, "rooms:")
@@ -75,8 +115,12 @@ func minLevel(a, b string) string {
 	return b
 }
 
-// Level is the scope's level for a room, "" when the room is outside it.
+// Level is the scope's level for a room, "" when the room is outside it
+// (shared rooms aside: see Session.level).
 func (sc Scope) Level(room string) string {
+	if sc.Revoked[room] {
+		return ""
+	}
 	return maxLevel(sc.Rooms[room], sc.AllRooms)
 }
 
@@ -96,6 +140,21 @@ func (sc Scope) String() string {
 	}
 	if sc.CreateRooms {
 		parts = append(parts, "create_rooms")
+	}
+	if sc.SharedRooms != "" {
+		p := "shared_rooms:" + sc.SharedRooms
+		if sc.SharedSince > 0 {
+			p += ":" + strconv.FormatInt(sc.SharedSince, 10)
+		}
+		parts = append(parts, p)
+	}
+	revoked := make([]string, 0, len(sc.Revoked))
+	for id := range sc.Revoked {
+		revoked = append(revoked, id)
+	}
+	slices.Sort(revoked)
+	for _, id := range revoked {
+		parts = append(parts, "revoked:"+id)
 	}
 	return strings.Join(parts, " ")
 }

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,6 +36,36 @@ type Session struct {
 	// roles are the user's roles by room, read with the session row so a
 	// call needs no further query to know its access.
 	roles map[string]string
+	// fresh are the rooms shared with the user (or whose role changed)
+	// since the session began: Scope.SharedRooms reaches them.
+	fresh map[string]bool
+}
+
+// level is the session's scope level for room: its scope's, widened to
+// Scope.SharedRooms for a room shared with the user since the session
+// began (never a revoked one). The user's role still caps it (Access).
+func (s *Session) level(room string) string {
+	l := s.Scope.Level(room)
+	if s.Scope.SharedRooms != "" && s.fresh[room] && !s.Scope.Revoked[room] {
+		l = maxLevel(l, s.Scope.SharedRooms)
+	}
+	return l
+}
+
+// freshSQL is true for a membership shared with the user (by someone, not
+// created or claimed by the user) after the consent (the millisecond stamp
+// in parameter since, from shared_rooms:<level>:<ms>), or, without one,
+// after the session row was made.
+func freshSQL(since string) string {
+	return `(invited_by IS NOT NULL AND shared_at > coalesce(to_timestamp(` + since + `::bigint / 1000.0), sess.created_at))`
+}
+
+// sinceArg is a scope's consent stamp as a query argument (NULL if none).
+func sinceArg(sc Scope) *int64 {
+	if sc.SharedSince <= 0 {
+		return nil
+	}
+	return &sc.SharedSince
 }
 
 // Resolve loads the caller's session row, creating it on first use with
@@ -45,17 +74,25 @@ func (l *Lobby) Resolve(ctx context.Context, c Caller) (*Session, error) {
 	s := &Session{GrantID: c.GrantID, UserID: c.UserID, Username: c.Username, ClientID: c.ClientID, ClientName: c.ClientName}
 	var room, agent *string
 	var scope string
+	var fresh []string
 	err := l.db.QueryRow(ctx, `WITH ins AS (
 			INSERT INTO smcp_user_sessions (grant_id, user_id, client_id, scope) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (grant_id) DO NOTHING RETURNING room_id, agent_id, scope),
-		row AS (SELECT room_id, agent_id, scope FROM ins
-			UNION ALL SELECT room_id, agent_id, scope FROM smcp_user_sessions WHERE grant_id = $1 AND user_id = $2
+			ON CONFLICT (grant_id) DO NOTHING RETURNING room_id, agent_id, scope, created_at),
+		sess AS (SELECT room_id, agent_id, scope, created_at FROM ins
+			UNION ALL SELECT room_id, agent_id, scope, created_at FROM smcp_user_sessions WHERE grant_id = $1 AND user_id = $2
 			LIMIT 1)
-		SELECT room_id, agent_id, scope,
-			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb)
-		FROM row`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " ")).Scan(&room, &agent, &scope, &s.roles)
+		SELECT sess.room_id, sess.agent_id, sess.scope,
+			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb),
+			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND `+freshSQL("$5")+`), '{}')
+		FROM sess`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " "),
+		// The consent's stamp is the grant's: the token's scope carries it.
+		sinceArg(ParseScope(strings.Join(c.Scopes, " ")))).Scan(&room, &agent, &scope, &s.roles, &fresh)
 	if err != nil {
 		return nil, err
+	}
+	s.fresh = map[string]bool{}
+	for _, id := range fresh {
+		s.fresh[id] = true
 	}
 	if room != nil {
 		s.RoomID = *room
@@ -87,42 +124,111 @@ func (l *Lobby) Access(ctx context.Context, s *Session, room string) (level, rol
 		return "", "", errs.New(errs.InvalidField, "no room given and none in focus").
 			WithHint("pass room (see sync_lobby for your rooms), or sync_create_room")
 	}
-	scopeLevel := s.Scope.Level(room)
 	role, member := s.roles[room]
 	if !member { // a room joined since the session row was read
-		if err := l.db.QueryRow(ctx, `SELECT access FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, s.UserID, room).Scan(&role); err == nil {
+		var fresh bool
+		err := l.db.QueryRow(ctx, `SELECT access, `+freshSQL("$4")+` FROM smcp_user_rooms,
+				(SELECT created_at FROM smcp_user_sessions WHERE grant_id = $3) sess
+			WHERE user_id = $1 AND room_id = $2`, s.UserID, room, s.GrantID, sinceArg(s.Scope)).Scan(&role, &fresh)
+		if err == nil {
 			member = true
 			if s.roles == nil {
 				s.roles = map[string]string{}
 			}
 			s.roles[room] = role
+			if fresh {
+				if s.fresh == nil {
+					s.fresh = map[string]bool{}
+				}
+				s.fresh[room] = true
+			}
 		} else if !errors.Is(err, pgx.ErrNoRows) {
 			return "", "", err
 		}
 	}
-	if scopeLevel == "" || !member {
-		return "", "", errs.New(RoomNotInScope, "room %q is not in this connection's scope", room).With("room", room).
-			WithHint("use a room listed by sync_lobby; to add one, the user reconnects the integration and ticks it on the consent screen; or create a new room with sync_create_room")
+	if !member {
+		return "", "", l.notInScope(s, room, "not_shared", "")
+	}
+	scopeLevel := s.level(room)
+	if scopeLevel == "" {
+		switch {
+		case s.Scope.Revoked[room]:
+			return "", "", l.notInScope(s, room, "revoked", role)
+		case s.fresh[room]:
+			return "", "", l.notInScope(s, room, "shared_not_allowed", role)
+		}
+		return "", "", l.notInScope(s, room, "not_granted", role)
 	}
 	return minLevel(scopeLevel, roleCap(role)), role, nil
 }
 
-// Principal is the authority the session acts with in room: the embodied
+// notInScope is room_not_in_scope saying which case it is (reason) and
+// what the user can do about it:
+//
+//   - not_shared: the room is not shared with the user (or does not exist:
+//     the two are not told apart).
+//   - not_granted: shared before this connection was made, and not
+//     ticked on its consent screen.
+//   - shared_not_allowed: shared since, and the consent screen did not
+//     allow new shared rooms.
+//   - revoked: dropped with sync_revoke_access.
+func (l *Lobby) notInScope(s *Session, room, reason, role string) error {
+	reconnect := "the user reconnects the integration (disconnect it in the client's settings, connect again) and ticks " + room + " on the consent screen"
+	e := errs.New(RoomNotInScope, "room %q is not in this connection's scope", room).With("room", room).With("reason", reason)
+	if role != "" {
+		e = e.With("role", role)
+	}
+	switch reason {
+	case "not_shared":
+		hint := "the room is not shared with you: ask its owner to share it with you (sync_share_room, or their account page)"
+		if s.Scope.SharedRooms != "" {
+			hint += "; it then joins this connection at once, at up to " + s.Scope.SharedRooms + " access"
+		} else {
+			hint += "; then " + reconnect + ", or allows \"new rooms shared with me\" there"
+		}
+		return e.WithHint("%s; sync_lobby lists the rooms you can use now", hint)
+	case "shared_not_allowed":
+		return errs.New(RoomNotInScope, "room %q was shared with you after this connection was made, and its consent did not allow new shared rooms", room).
+			With("room", room).With("reason", reason).With("role", role).
+			WithHint("%s, or allows \"new rooms shared with me\" on it", reconnect)
+	case "revoked":
+		return errs.New(RoomNotInScope, "room %q was removed from this connection with sync_revoke_access", room).
+			With("room", room).With("reason", reason).With("role", role).
+			WithHint("only reconnecting adds it back: %s", reconnect)
+	}
+	return errs.New(RoomNotInScope, "room %q is shared with you (as %s) but this connection was not granted it", room, role).
+		With("room", room).With("reason", reason).With("role", role).
+		WithHint("%s; or use a room listed by sync_lobby, or create one with sync_create_room", reconnect)
+}
+
+// Principal is the authority the session reads with in room: the embodied
 // agent there, else an observer (owners with admin scope read everything).
+//
+// An owner's embodied agent (admin level) reads everything too
+// (Principal.ReadsAll): an owner observing reads the whole room, and
+// embodying must not read less. That widens only the caller's own reads
+// (context, eval, wait); Actor, which acting tools use, drops it, and the
+// actions and views the agent registers read with their registrar's
+// authority whatever the invoker may read.
 func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substrate.Principal, string, error) {
 	level, _, err := l.Access(ctx, s, room)
 	if err != nil {
 		return nil, "", err
 	}
 	if s.AgentID != "" && s.RoomID == room && levelRank(level) >= levelRank("write") {
-		p, err := l.svc.AgentPrincipal(ctx, room, s.AgentID)
-		if err == nil && level != "admin" {
+		p, err := l.svc.EmbodiedPrincipal(ctx, room, s.AgentID, s.UserID)
+		if err != nil {
+			return nil, "", err
+		}
+		if level == "admin" {
+			p.ReadsAll = true
+		} else {
 			// Room authority ("*") comes with the admin level only: an
 			// agent granted it by a token holder does not lift a
 			// participant above their role.
 			p.Grants = slices.DeleteFunc(slices.Clone(p.Grants), func(g string) bool { return g == "*" })
 		}
-		return p, level, err
+		return p, level, nil
 	}
 	if level == "admin" {
 		return substrate.ViewPrincipal(room), level, nil
@@ -149,6 +255,8 @@ func (l *Lobby) Actor(ctx context.Context, s *Session) (*substrate.Principal, er
 		return nil, errs.New(errs.Forbidden, "your access to %q is %s, which cannot act", s.RoomID, level).
 			WithHint("ask the room's owner for a participant role")
 	}
+	// Acting carries the agent's authority, never the owner's wider reads.
+	p.ReadsAll = false
 	return p, nil
 }
 
@@ -168,14 +276,46 @@ func clientSlug(name string) string {
 // Embody makes the session act as an agent in room: a new agent
 // <username>:<client>, an existing agent of this user, or the agent filling
 // a role defined in _shared.roles.
+//
+// A role's agent is named for the role (seed 003 §XI: "the role IS the
+// identity"): whoever fills role "researcher" embodies agent
+// "researcher", made on first use, and the next user to fill the role
+// after it is vacated (sync_disembody) takes over that same agent with its
+// scope and history; the substrate's EmbodyRole records the previous
+// occupant in the room's _audit log. Naming a role's agent with agent
+// (without role) fills the role too, so an agent that is a role is never
+// driven without holding it.
 func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string) (*Embodiment, error) {
-	level, _, err := l.Access(ctx, s, room)
+	level, userRole, err := l.Access(ctx, s, room)
 	if err != nil {
 		return nil, err
 	}
 	if levelRank(level) < levelRank("write") {
-		return nil, errs.New(errs.Forbidden, "your access to %q is %s: observers cannot embody", room, level).
-			WithHint("keep observing with sync_read_context, or ask an owner for a participant role")
+		// Say which of the two ceilings is too low: the user's role, or
+		// what this connection was granted.
+		if levelRank(roleCap(userRole)) < levelRank("write") {
+			return nil, errs.New(errs.Forbidden, "your role in %q is %s, which can read but not act: observers cannot embody", room, userRole).
+				With("room", room).With("reason", "role_below").With("role", userRole).With("access", level).
+				WithHint("keep observing with sync_read_context, or ask an owner of %q to make you a participant (they share it with you again with role participant)", room)
+		}
+		hint := "keep observing with sync_read_context, or the user reconnects the integration and gives " + room + " the write level on the consent screen"
+		if s.fresh[room] && s.Scope.Level(room) == "" {
+			hint = "keep observing with sync_read_context, or the user reconnects the integration and allows \"new rooms shared with me\" at write (or ticks " + room + " at write)"
+		}
+		return nil, errs.New(errs.Forbidden, "this connection's access to %q is %s: acting needs write", room, level).
+			With("room", room).With("reason", "level_below").With("role", userRole).With("access", level).WithHint("%s", hint)
+	}
+	if role == "" && agent != "" {
+		sums, err := l.svc.RoomSummaries(ctx, []string{room})
+		if err != nil {
+			return nil, err
+		}
+		if sum := sums[room]; sum != nil && sum.Roles[agent] != nil {
+			role = agent
+		}
+	}
+	if role != "" {
+		return l.embodyRole(ctx, s, room, agent, role)
 	}
 	// Embodying creates an agent for this user or switches to one this
 	// user already owns; it never adopts an agent created with a token or
@@ -212,73 +352,58 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 			}
 		}
 	}
-	if s.AgentID != "" && (s.RoomID != room || s.AgentID != id) {
-		if _, err := l.Disembody(ctx, s); err != nil && !errs.Is(err, NotEmbodied) {
-			return nil, err
-		}
-	}
-	agentRole := "agent"
-	if role != "" {
-		agentRole = role
+	if err := l.leaveFor(ctx, s, room, id); err != nil {
+		return nil, err
 	}
 	// The substrate checks ownership again under the room lock: an agent
 	// made meanwhile by a token or another user is refused, not adopted.
-	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: agentRole, User: s.UserID}); err != nil {
+	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: "agent", User: s.UserID, Client: s.ClientName}); err != nil {
 		return nil, err
-	}
-	if role != "" {
-		if err := l.fillRole(ctx, room, role, id); err != nil {
-			return nil, err
-		}
 	}
 	s.RoomID, s.AgentID = room, id
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return &Embodiment{Embodied: true, Room: room, Agent: id, Role: agentRole,
+	return &Embodiment{Embodied: true, Room: room, Agent: id, Role: "agent",
 		Next: "read the room with sync_read_context, then act with sync_invoke_action"}, nil
 }
 
-// fillRole claims _shared.roles.<role> for agent with a version check, so
-// two users cannot fill one role.
-func (l *Lobby) fillRole(ctx context.Context, room, role, agent string) error {
-	admin := substrate.RoomPrincipal(room)
-	read, err := l.svc.ReadState(ctx, admin, room, substrate.ReadQuery{Scope: substrate.ScopeShared, Key: "roles"})
-	if err != nil {
-		return errs.New(errs.NotFound, "room %q defines no roles", room).WithHint("embody without role, or define one with the define_role action")
+// leaveFor steps out of the session's current agent before it embodies
+// agent in room (unless that is the same one).
+func (l *Lobby) leaveFor(ctx context.Context, s *Session, room, agent string) error {
+	if s.AgentID != "" && (s.RoomID != room || s.AgentID != agent) {
+		if _, err := l.Disembody(ctx, s); err != nil && !errs.Is(err, NotEmbodied) {
+			return err
+		}
 	}
-	e := read.Entries[0]
-	var roles map[string]map[string]any
-	if json.Unmarshal(e.Value, &roles) != nil || roles[role] == nil {
-		return errs.New(errs.NotFound, "room %q has no role %q", room, role).WithHint("sync_lobby lists the defined roles")
-	}
-	if by, _ := roles[role]["filled_by"].(string); by != "" && by != agent {
-		return errs.New(errs.Forbidden, "role %q is filled by %s", role, by).WithHint("pick an unfilled role from sync_lobby")
-	}
-	patch, _ := json.Marshal(map[string]any{role: map[string]any{"filled_by": agent, "filled_at": time.Now().UTC().Format(time.RFC3339)}})
-	v := e.Version
-	_, err = l.svc.WriteState(ctx, admin, room, []substrate.Write{{Scope: substrate.ScopeShared, Key: "roles", Merge: deepPatch(roles, patch), IfVersion: &v}}, false)
-	if errs.Is(err, errs.VersionConflict) {
-		return errs.New(errs.VersionConflict, "role %q changed while you claimed it", role).WithHint("call sync_embody again")
-	}
-	return err
+	return nil
 }
 
-// deepPatch merges a one-role patch into the roles map (direct writes
-// merge shallowly, so the whole roles object is written).
-func deepPatch(roles map[string]map[string]any, patch []byte) json.RawMessage {
-	var p map[string]map[string]any
-	_ = json.Unmarshal(patch, &p)
-	for id, fields := range p {
-		if roles[id] == nil {
-			roles[id] = map[string]any{}
-		}
-		for k, v := range fields {
-			roles[id][k] = v
-		}
+// embodyRole fills role in room: the session embodies the agent named for
+// the role (made, resumed, or taken over when vacated; see
+// substrate.EmbodyRole).
+func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role string) (*Embodiment, error) {
+	if agent != "" && agent != role {
+		return nil, errs.New(errs.InvalidField, "a role's agent is named for the role: role %q is agent %q, not %q", role, role, agent).
+			With("role", role).With("agent", agent).
+			WithHint(`call sync_embody {"room": %q, "role": %q} without agent`, room, role)
 	}
-	out, _ := json.Marshal(roles)
-	return out
+	if err := l.leaveFor(ctx, s, room, role); err != nil {
+		return nil, err
+	}
+	res, err := l.svc.EmbodyRole(ctx, substrate.EmbodyRoleRequest{Room: room, Role: role, Name: s.Username, User: s.UserID, Client: s.ClientName})
+	if err != nil {
+		return nil, err
+	}
+	s.RoomID, s.AgentID = room, res.ID
+	if err := l.save(ctx, s); err != nil {
+		return nil, err
+	}
+	next := "read the room with sync_read_context, then act with sync_invoke_action"
+	if !res.Created {
+		next = "read the room with sync_read_context: the role's agent keeps its state, actions and views from before; then act with sync_invoke_action"
+	}
+	return &Embodiment{Embodied: true, Room: room, Agent: res.ID, Role: role, TakenOver: res.TakenOver, Next: next}, nil
 }
 
 // Disembody returns the session to observing: the agent goes idle, keeps
@@ -288,6 +413,17 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (*Embodiment, error) 
 		return nil, errs.New(NotEmbodied, "you are not embodied").WithHint("nothing to do; sync_embody to act")
 	}
 	room, agent := s.RoomID, s.AgentID
+	// An agent another user has taken over since (a vacated role filled
+	// again) is theirs now: the session only lets go of it.
+	if owner, _, err := l.svc.AgentOwner(ctx, room, agent); err != nil {
+		return nil, err
+	} else if owner != s.UserID {
+		s.AgentID = ""
+		if err := l.save(ctx, s); err != nil {
+			return nil, err
+		}
+		return &Embodiment{Embodied: false, Room: room, Agent: agent, Status: "taken_over"}, nil
+	}
 	if err := l.svc.SetIdle(ctx, room, agent); err != nil {
 		return nil, err
 	}
@@ -318,6 +454,14 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (*Embodiment, error) 
 
 // CreateRoomFor creates a room owned by the session's user and widens the
 // session's scope to it.
+//
+// The session then focuses the new room as an observer. A session embodied
+// elsewhere first steps out of its agent exactly as Disembody does (the
+// agent goes idle, keeps its state and frees its role): an embodiment is
+// an agent in one room, and keeping the old agent while focusing a room it
+// is not in would make the next call fail with "agent … is not in room".
+// Acting in the new room is one explicit sync_embody away, which keeps
+// presence a deliberate act (seed 003 §VII).
 func (l *Lobby) CreateRoomFor(ctx context.Context, s *Session, id, label string) (*CreatedRoom, error) {
 	if !s.Scope.CreateRooms {
 		return nil, errs.New(errs.ScopeDenied, "this connection may not create rooms").
@@ -327,18 +471,33 @@ func (l *Lobby) CreateRoomFor(ctx context.Context, s *Session, id, label string)
 	if err != nil {
 		return nil, err
 	}
+	out := &CreatedRoom{Created: true, Room: room, Access: "admin", Next: `sync_embody {"room": "` + room + `"} to act in it`}
+	if s.AgentID != "" {
+		left, err := l.Disembody(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		out.Left = &Embodied{Room: left.Room, Agent: left.Agent}
+	}
 	s.Scope.Rooms[room] = "admin"
 	s.RoomID = room
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return &CreatedRoom{Created: true, Room: room, Access: "admin", Next: `sync_embody {"room": "` + room + `"} to act in it`}, nil
+	return out, nil
 }
 
 // RevokeAccess removes a room from the session's scope.
 func (l *Lobby) RevokeAccess(ctx context.Context, s *Session, room string) (*ScopeChange, error) {
-	if s.Scope.Level(room) == "" {
+	if s.level(room) == "" {
 		return nil, errs.New(RoomNotInScope, "room %q is not in scope", room).WithHint("nothing to revoke")
+	}
+	if s.Scope.SharedRooms != "" {
+		// Remembered, so sharing it again does not bring it back.
+		if s.Scope.Revoked == nil {
+			s.Scope.Revoked = map[string]bool{}
+		}
+		s.Scope.Revoked[room] = true
 	}
 	if s.Scope.AllRooms != "" {
 		// Turn rooms:* into the explicit list, minus this room.
@@ -363,7 +522,7 @@ func (l *Lobby) RevokeAccess(ctx context.Context, s *Session, room string) (*Sco
 // settle saves the session after its scope narrowed, first leaving a
 // focused room the scope no longer covers (and the agent embodied there).
 func (l *Lobby) settle(ctx context.Context, s *Session) error {
-	if s.RoomID != "" && s.Scope.Level(s.RoomID) == "" {
+	if s.RoomID != "" && s.level(s.RoomID) == "" {
 		if s.AgentID != "" {
 			if _, err := l.Disembody(ctx, s); err != nil {
 				return err
@@ -378,12 +537,15 @@ func (l *Lobby) settle(ctx context.Context, s *Session) error {
 // scope; it never widens it.
 func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*ScopeChange, error) {
 	want := ParseScope(scope)
-	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms}
+	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms, Revoked: s.Scope.Revoked}
 	if s.Scope.AllRooms != "" && want.AllRooms != "" {
 		out.AllRooms = minLevel(s.Scope.AllRooms, want.AllRooms)
 	}
+	if s.Scope.SharedRooms != "" && want.SharedRooms != "" {
+		out.SharedRooms, out.SharedSince = minLevel(s.Scope.SharedRooms, want.SharedRooms), s.Scope.SharedSince
+	}
 	for id, lvl := range want.Rooms {
-		if have := s.Scope.Level(id); have != "" {
+		if have := s.level(id); have != "" {
 			out.Rooms[id] = minLevel(have, lvl)
 		}
 	}
@@ -408,16 +570,17 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 	}
 	out := &View{User: s.Username, CanCreateRooms: s.Scope.CreateRooms}
 	for _, r := range rooms {
-		level := s.Scope.Level(r.ID)
+		level := s.level(r.ID)
 		if level == "" {
 			continue
 		}
 		sum := sums[r.ID]
 		access := minLevel(level, roleCap(r.Access))
 		entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access,
-			Summary: RoomCounts{SharedKeys: sum.SharedKeys, Seq: sum.Seq}}
+			SharedSince: s.Scope.Level(r.ID) == "", Summary: RoomCounts{SharedKeys: sum.SharedKeys, Seq: sum.Seq}}
 		for _, ag := range sum.Agents {
 			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
+				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
 				WaitingOn: ag.WaitingOn, Yours: ag.Owner != "" && ag.Owner == s.UserID}
 			if a.Yours {
 				current := s.RoomID == r.ID && s.AgentID == ag.ID

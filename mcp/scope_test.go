@@ -53,7 +53,8 @@ func TestRolesObserversAndScope(t *testing.T) {
 		t.Fatalf("a filled role was filled again: %v", out)
 	}
 	ctx := mustTool(t, bs, "sync_read_context", nil)
-	if get(ctx, "state", "_shared", "roles", "scribe", "filled_by") != "bob:conformance" {
+	// A role's agent is named for the role (seed 003 §XI; lobby.Embody).
+	if get(ctx, "state", "_shared", "roles", "scribe", "filled_by") != "scribe" || ctx["self"] != "scribe" {
 		t.Fatalf("role not filled: %v", get(ctx, "state", "_shared", "roles"))
 	}
 	mustTool(t, bs, "sync_disembody", nil)

@@ -251,7 +251,7 @@ func tools() []tool {
 				return c.opt.Lobby.View(ctx, c.sess)
 			}),
 		typed(&sdk.Tool{Name: "sync_create_room", Title: "Create room",
-			Description: "Create a room you own and add it to this connection (needs create-rooms consent). Next: sync_embody.",
+			Description: "Create a room you own, in this connection's scope (needs create-rooms consent).",
 			Annotations: annotations(false, false, false)}, nil,
 			func(ctx context.Context, c *call, in *createRoomIn) (*lobby.CreatedRoom, error) {
 				return c.opt.Lobby.CreateRoomFor(ctx, c.sess, in.Room, in.Label)
@@ -396,7 +396,7 @@ func tools() []tool {
 				return c.opt.Substrate.Help(ctx, p, room, in.Key)
 			}),
 		typed(&sdk.Tool{Name: "sync_eval_cel", Title: "Evaluate CEL",
-			Description: "Evaluate CEL against a room with your read authority, to test conditions, views and guards. Bind params to try an action's if; a false result names the clause that failed.",
+			Description: "Evaluate CEL against a room with your read authority, to test conditions. Bind params to try an action's if; a false result names the clause that failed.",
 			Annotations: annotations(true, false, true)}, nil,
 			func(ctx context.Context, c *call, in *evalIn) (*substrate.EvalResult, error) {
 				room := c.room(in.Room)
@@ -407,7 +407,7 @@ func tools() []tool {
 				return c.opt.Substrate.Eval(ctx, p, room, in.Expr, in.Params)
 			}),
 		typed(&sdk.Tool{Name: "sync_revoke_access", Title: "Drop a room",
-			Description: "Remove a room from this connection now; only the user can add it back, by reconnecting.",
+			Description: "Drop a room from this connection now; only reconnecting adds it back.",
 			Annotations: annotations(false, true, true)}, nil,
 			func(ctx context.Context, c *call, in *roomIn) (*lobby.ScopeChange, error) {
 				return c.opt.Lobby.RevokeAccess(ctx, c.sess, in.Room)

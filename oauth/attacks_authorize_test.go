@@ -47,3 +47,19 @@ func TestAttackAuthorizeIsRateLimited(t *testing.T) {
 		t.Errorf("HOLE: %d GET /authorize from one address at 1 rps: none limited; %d outbound fetches, %d client rows stored", n, fetches.Load(), rows)
 	}
 }
+
+// The shared-rooms level comes only from the consent screen's choices:
+// admin (owners grant it room by room) and made-up levels are refused,
+// never stored in a token.
+func TestAttackConsentSharedRoomsLevel(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	c := h.register("none", "http://localhost/callback")
+	alice.do("GET", h.authorizeURL(c, nil), nil, nil)
+	for _, lvl := range []string{"admin", "owner", "write extra", "rooms:*:admin"} {
+		r := alice.postForm(h.authorizeURL(c, nil), url.Values{"decision": {"allow"}, "shared_rooms": {lvl}}, nil)
+		if r.status != 400 || r.header.Get("Location") != "" {
+			t.Fatalf("shared_rooms=%q: %d %v", lvl, r.status, r.header)
+		}
+	}
+}

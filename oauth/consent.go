@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ory/fosite"
 
@@ -106,6 +108,19 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 	if r.PostForm.Get("create_rooms") == "on" {
 		scopes = append(scopes, "create_rooms")
 	}
+	// "New rooms shared with me": none (the default, and what an absent
+	// field means) or a level up to write, which the session enforces on
+	// every call (lobby.Scope.SharedRooms), capped by the user's role.
+	switch shared := r.PostForm.Get("shared_rooms"); {
+	case shared == "" || shared == "none":
+	case slices.Contains(lobby.SharedRoomLevels, shared):
+		// Stamped with the consent's time (Unix ms): rooms shared after
+		// it are the new ones; the page listed the rest.
+		scopes = append(scopes, "shared_rooms:"+shared+":"+strconv.FormatInt(time.Now().UnixMilli(), 10))
+	default:
+		wb.errorPage(w, 400, "Level not allowed", "New rooms shared with you can be allowed at none, observe, read or write.")
+		return
+	}
 	for _, sc := range scopes {
 		ar.GrantScope(sc)
 	}
@@ -149,8 +164,17 @@ func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, 
 		}
 		list = append(list, cr)
 	}
+	shared := "none"
+	for _, p := range prev {
+		if rest, ok := strings.CutPrefix(p, "shared_rooms:"); ok {
+			if lvl, _, _ := strings.Cut(rest, ":"); slices.Contains(lobby.SharedRoomLevels, lvl) {
+				shared = lvl
+			}
+		}
+	}
 	wb.render(w, http.StatusOK, "consent", map[string]any{
 		"Client": client.Name, "RedirectHost": redirectHost, "User": user.Username, "Rooms": list,
 		"CreateRooms": len(prev) == 0 || slices.Contains(prev, "create_rooms"), "Action": action,
+		"SharedLevels": lobby.SharedRoomLevels, "Shared": shared,
 	})
 }

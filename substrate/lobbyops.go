@@ -2,7 +2,9 @@ package substrate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -18,15 +20,55 @@ import (
 
 // Presence is an agent as the lobby shows it.
 type Presence struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	Role          string    `json:"role"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Status is the agent's status, except that an agent not seen for
+	// Options.IdleAfter (default 5 minutes) shows "idle" whatever it last
+	// said ("done" stays done): presence lapses (seed 003 §II).
 	Status        string    `json:"status"`
 	WaitingOn     *string   `json:"waiting_on"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
+	// LastSeen is LastHeartbeat relative to now: "just now", "42s ago",
+	// "3m ago", "2h ago", "5d ago".
+	LastSeen string `json:"last_seen"`
+	// IdleForS is how many seconds an idle agent has not been seen (set
+	// only when Status is "idle").
+	IdleForS *int64 `json:"idle_for_s,omitempty"`
+	// Client is the MCP client the agent was last embodied through; ""
+	// for agents created with a token.
+	Client string `json:"client,omitempty"`
 	// Owner is the user an agent was made for by embodiment; "" for
 	// agents created with a token.
 	Owner string `json:"-"`
+}
+
+// lapse applies presence lapse to a stored status: unseen for idleAfter
+// (or idle already), the agent is idle for unseen seconds.
+func (a *Presence) lapse(unseen, idleAfter time.Duration) {
+	a.LastSeen = Ago(unseen)
+	if a.Status == "done" || (a.Status != "idle" && unseen < idleAfter) {
+		return
+	}
+	a.Status = "idle"
+	secs := max(int64(unseen/time.Second), 0)
+	a.IdleForS = &secs
+}
+
+// Ago words a duration as a relative time: "just now" under ten seconds,
+// then seconds, minutes, hours and days, rounded down ("3m ago").
+func Ago(d time.Duration) string {
+	switch {
+	case d < 10*time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
 }
 
 // RoomSummary is what the lobby shows of a room.
@@ -78,7 +120,10 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	rows, err = s.db.Query(ctx, `SELECT room_id, id, name, role, status, waiting_on, last_heartbeat, coalesce(user_id, '')
+	// The database's clock says how long each agent has been unseen, as
+	// it stamped last_heartbeat.
+	rows, err = s.db.Query(ctx, `SELECT room_id, id, name, role, status, waiting_on, last_heartbeat, coalesce(user_id, ''),
+			coalesce(client_name, ''), (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint
 		FROM agents WHERE room_id = ANY($1) ORDER BY room_id, joined_at, id`, ids)
 	if err != nil {
 		return nil, err
@@ -86,10 +131,12 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 	for rows.Next() {
 		var room string
 		var a Presence
-		if err := rows.Scan(&room, &a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.Owner); err != nil {
+		var unseenMS int64
+		if err := rows.Scan(&room, &a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.Owner, &a.Client, &unseenMS); err != nil {
 			rows.Close()
 			return nil, err
 		}
+		a.lapse(time.Duration(unseenMS)*time.Millisecond, s.idleAfter)
 		if sum := out[room]; sum != nil {
 			sum.Agents = append(sum.Agents, a)
 		}
@@ -140,6 +187,8 @@ func (s *Service) AgentOwner(ctx context.Context, roomID, agentID string) (owner
 // EmbodyRequest is an embodiment of an agent for a user.
 type EmbodyRequest struct {
 	Room, Agent, Name, Role string
+	// Client is the name of the MCP client embodying (shown in the lobby).
+	Client string
 	// User is the user the agent is made for, or must already belong to.
 	User string
 }
@@ -171,8 +220,8 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 			return errs.New(errs.Forbidden, "agent %q is not yours to embody", req.Agent).
 				WithHint("embody without an agent id to get your own, or pick one marked yours in the lobby")
 		case exists:
-			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = $3, status = 'active', waiting_on = NULL, last_heartbeat = now()
-				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role).
+			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = $3, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4
+				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role, nonEmpty(req.Client)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		case scopeUsed:
 			// Taking this id would hand the newcomer an existing scope's data.
@@ -182,14 +231,14 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 			// The agent's token is never shown: the user acts through the
 			// lobby session, not with a token.
 			_, hash := newToken(AgentTokenPrefix)
-			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id) VALUES ($1, $2, $3, $4, $5, $6)
-				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Name, req.Role, hash, req.User).
+			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name) VALUES ($1, $2, $3, $4, $5, $6, $7)
+				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Name, req.Role, hash, req.User, nonEmpty(req.Client)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		}
 		if err != nil {
 			return err
 		}
-		out.Owner = req.User
+		out.Owner, out.Client, out.LastSeen = req.User, req.Client, Ago(0)
 		m.audit = map[string]any{"kind": "agent_embody", "agent": req.Agent, "role": req.Role, "created": !exists}
 		return nil
 	})
@@ -215,4 +264,155 @@ func (s *Service) setPresence(ctx context.Context, roomID, agentID, status strin
 		return err
 	}
 	return s.db.Notify(ctx, roomID, "presence")
+}
+
+// nonEmpty is s, or NULL when empty.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// EmbodyRoleRequest is a user filling a role defined in _shared.roles.
+type EmbodyRoleRequest struct {
+	Room, Role string
+	// Name is the user's name (the agent's name while they drive it),
+	// User their id, Client the MCP client's name.
+	Name, User, Client string
+}
+
+// RoleEmbodiment is the result of EmbodyRole.
+type RoleEmbodiment struct {
+	Presence
+	// Created is true when the role's agent was made now.
+	Created bool `json:"created"`
+	// TakenOver is true when the agent was last driven by another user,
+	// who had vacated the role; the takeover is in the room's _audit log
+	// (kind agent_embody, previous_user).
+	TakenOver bool `json:"taken_over,omitempty"`
+}
+
+// EmbodyRole makes req.User the driver of the agent that fills role
+// req.Role in req.Room (seed 003 §V, §XI): the agent's id is the role's
+// id, so whoever fills a role is the same agent, with its scope, actions,
+// views and history.
+//
+//   - No agent yet: it is made for the user.
+//   - The user's own: resumed.
+//   - Another user's, and the role is vacant (filled_by null, as
+//     sync_disembody leaves it): taken over; its token is rotated and the
+//     _audit entry of this mutation records the previous occupant
+//     (previous_user, previous_name) and the new one (user, name, client).
+//   - Filled by someone else (another user's session, or an agent with
+//     another id), or an agent made with a token (an autonomous process):
+//     errs.Forbidden.
+//
+// The role check, the agent change and the filled_by claim are one
+// mutation under the room lock, so two users cannot fill one role.
+func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleEmbodiment, error) {
+	if req.User == "" {
+		return nil, errs.New(errs.InvalidField, "an embodiment needs a user").WithHint("embody through the lobby")
+	}
+	if err := validName("role id", req.Role, s.lim.MaxScopeBytes, false); err != nil {
+		return nil, err.(*errs.Error).With("role", req.Role).
+			WithHint("a role's id is also its agent's id: the room's roles need ids of 1–%d characters from A–Z a–z 0–9 _ . : @ -, not starting with _", s.lim.MaxScopeBytes)
+	}
+	role := req.Role
+	if err := s.validAgent(req.Role, req.Name, &role); err != nil {
+		return nil, err
+	}
+	out := &RoleEmbodiment{}
+	_, err := s.mutate(ctx, RoomPrincipal(req.Room), req.Room, func(m *mutation) error {
+		rows, err := loadRows(m, []op{{Scope: ScopeShared, Key: "roles"}})
+		if err != nil {
+			return err
+		}
+		var roles map[string]any
+		if r := rows[entryKey{ScopeShared, "roles"}]; r != nil && r.Version != 0 && r.timer.live(m.now) {
+			_ = json.Unmarshal(r.Value, &roles)
+		}
+		def, ok := roles[req.Role].(map[string]any)
+		if !ok {
+			if roles == nil {
+				return errs.New(errs.NotFound, "room %q defines no roles", req.Room).With("role", req.Role).
+					WithHint("embody without role, or define one with the define_role action (help key standard_library)")
+			}
+			return errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).
+				WithHint("the lobby lists the defined roles")
+		}
+		filledBy, _ := def["filled_by"].(string)
+		if filledBy != "" && filledBy != req.Role {
+			return errs.New(errs.Forbidden, "role %q is filled by %s", req.Role, filledBy).With("role", req.Role).With("reason", "role_filled").
+				WithHint("pick an unfilled role from the lobby, or ask %s to vacate it", filledBy)
+		}
+		var owner, prevName *string
+		var exists, scopeUsed bool
+		err = m.tx.QueryRow(m.ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
+				(SELECT user_id FROM agents WHERE room_id = $1 AND id = $2),
+				(SELECT name FROM agents WHERE room_id = $1 AND id = $2),
+				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2)`, req.Room, req.Role).Scan(&exists, &owner, &prevName, &scopeUsed)
+		if err != nil {
+			return err
+		}
+		audit := map[string]any{"kind": "agent_embody", "agent": req.Role, "role": req.Role, "user": req.User, "name": req.Name, "created": !exists}
+		if req.Client != "" {
+			audit["client"] = req.Client
+		}
+		switch {
+		case exists && owner == nil:
+			return errs.New(errs.Forbidden, "role %q is held by agent %q, made with a token (an autonomous agent)", req.Role, req.Role).
+				With("role", req.Role).With("reason", "token_agent").
+				WithHint("embody without role to get your own agent, or ask the room's owner to free the role")
+		case exists && *owner != req.User && filledBy != "":
+			return errs.New(errs.Forbidden, "role %q is filled: another user drives its agent", req.Role).
+				With("role", req.Role).With("reason", "role_filled").
+				WithHint("wait until they leave it (sync_disembody frees it), or pick an unfilled role from the lobby")
+		case exists:
+			q := `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4
+				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
+			args := []any{req.Room, req.Role, nonEmpty(req.Client), role}
+			if *owner != req.User {
+				// A takeover of a vacated role: the agent is the new
+				// occupant's now (its old token stops working).
+				_, hash := newToken(AgentTokenPrefix)
+				q = `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4,
+						user_id = $5, name = $6, token_hash = $7
+					WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
+				args = append(args, req.User, req.Name, hash)
+				out.TakenOver = true
+				audit["takeover"] = true
+				audit["previous_user"] = *owner
+				if prevName != nil {
+					audit["previous_name"] = *prevName
+				}
+			}
+			err = m.tx.QueryRow(m.ctx, q, args...).Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
+		case scopeUsed:
+			return errs.New(errs.ScopeInUse, "scope %q already holds state but no agent, so role %q cannot make its agent", req.Role, req.Role).
+				With("role", req.Role).WithHint("ask the room's owner to clear scope %q or rename the role", req.Role)
+		default:
+			_, hash := newToken(AgentTokenPrefix)
+			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name) VALUES ($1, $2, $3, $4, $5, $6, $7)
+				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Role, req.Name, role, hash, req.User, nonEmpty(req.Client)).
+				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
+			out.Created = true
+		}
+		if err != nil {
+			return err
+		}
+		patch, _ := json.Marshal(map[string]any{req.Role: map[string]any{"filled_by": req.Role, "filled_at": m.now.UTC().Format(time.RFC3339)}})
+		_, writes, err := s.applyOps(m, []op{{Scope: ScopeShared, Key: "roles", Merge: patch, Deep: true}}, "builtin:embody")
+		if err != nil {
+			return err
+		}
+		audit["writes"] = writes
+		m.audit = audit
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Owner, out.Client, out.LastSeen = req.User, req.Client, Ago(0)
+	return out, nil
 }

@@ -32,6 +32,14 @@ type Principal struct {
 	RoomID  string
 	AgentID string   // set for KindAgent
 	Grants  []string // set for KindAgent; "*" means room authority
+	// ReadsAll widens the caller's own reads (context, state reads, eval,
+	// wait conditions) to every scope of the room, as a view token reads.
+	// The lobby sets it on the agent of an owner with admin access, so
+	// embodying never reads less than observing did. It is not authority:
+	// it writes nothing, and actions and views never carry it (they read
+	// with their registrar's authority, built from the registrar's id
+	// alone; see roomCtx.stateAs).
+	ReadsAll bool
 	// Words is the vocabulary of the surface the caller came through: the
 	// substrate words the next steps it suggests (in _context, help and
 	// hints) with it. Default errs.Plain.
@@ -146,15 +154,33 @@ func (s *Service) requireRoom(ctx context.Context, p *Principal, roomID string) 
 // lobby) that established by other means that the caller embodies it. It
 // counts as the agent's heartbeat.
 func (s *Service) AgentPrincipal(ctx context.Context, roomID, agentID string) (*Principal, error) {
+	return s.agentPrincipal(ctx, roomID, agentID, nil)
+}
+
+// EmbodiedPrincipal is AgentPrincipal for a user's embodiment: the agent
+// must still be that user's. When another user has since taken it over (a
+// vacated role filled again, see EmbodyRole) it is errs.Forbidden with
+// reason "taken_over": the old session no longer drives it.
+func (s *Service) EmbodiedPrincipal(ctx context.Context, roomID, agentID, userID string) (*Principal, error) {
+	return s.agentPrincipal(ctx, roomID, agentID, &userID)
+}
+
+func (s *Service) agentPrincipal(ctx context.Context, roomID, agentID string, userID *string) (*Principal, error) {
 	p := &Principal{Kind: KindAgent, RoomID: roomID, AgentID: agentID}
 	var stale bool
-	err := s.db.QueryRow(ctx, `SELECT grants, last_heartbeat < now() - make_interval(secs => $3) FROM agents WHERE room_id = $1 AND id = $2`,
-		roomID, agentID, s.hbEach.Seconds()).Scan(&p.Grants, &stale)
+	var owner *string
+	err := s.db.QueryRow(ctx, `SELECT grants, last_heartbeat < now() - make_interval(secs => $3), user_id FROM agents WHERE room_id = $1 AND id = $2`,
+		roomID, agentID, s.hbEach.Seconds()).Scan(&p.Grants, &stale, &owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("embody an agent again")
 	}
 	if err != nil {
 		return nil, err
+	}
+	if userID != nil && (owner == nil || *owner != *userID) {
+		return nil, errs.New(errs.Forbidden, "agent %q in %q is now driven by someone else: its role was filled again after you left it", agentID, roomID).
+			With("room", roomID).With("agent", agentID).With("reason", "taken_over").
+			WithHint("step out with sync_disembody (it leaves the agent alone), then embody again; sync_lobby shows who holds which role")
 	}
 	if stale {
 		s.touch(ctx, roomID, agentID)

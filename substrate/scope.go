@@ -37,7 +37,7 @@ func isSystemScope(scope string) bool {
 
 // canRead reports whether p may read scope.
 func canRead(p *Principal, scope string) bool {
-	if p.Kind == KindRoom || p.Kind == KindView || p.Admin() {
+	if p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin() {
 		return true
 	}
 	if scope == ScopeAudit {

@@ -283,7 +283,7 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		default:
 			max := s.lim.MaxReadEntries
 			var err error
-			if p.Kind == KindRoom || p.Kind == KindView || p.Admin() {
+			if p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin() {
 				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+` ORDER BY scope, key LIMIT $2`, roomID, max+1)
 			} else {
 				// Everyone else (agents, observers, any kind added later)

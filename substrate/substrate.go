@@ -113,6 +113,10 @@ type Options struct {
 	NoSalience bool
 	// Loom configures the loom (seed 002): its generator, leases, result size.
 	Loom LoomOptions
+	// IdleAfter is how long an agent may go unseen (no authenticated call,
+	// heartbeat or embodiment) before the lobby shows it as idle, with
+	// idle_for_s. Default 5 minutes.
+	IdleAfter time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -135,11 +139,13 @@ type Service struct {
 	db     *store.DB
 	lim    Limits
 	hbEach time.Duration
-	log    *slog.Logger
-	cel    *expr.Env
-	snaps  *snapCache
-	wait   WaitOptions
-	hub    *store.Hub
+	// idleAfter is Options.IdleAfter.
+	idleAfter time.Duration
+	log       *slog.Logger
+	cel       *expr.Env
+	snaps     *snapCache
+	wait      WaitOptions
+	hub       *store.Hub
 	// noSalience is Options.NoSalience.
 	noSalience bool
 	// loomOpt is Options.Loom, filled.
@@ -164,6 +170,9 @@ func New(db *store.DB, opt Options) *Service {
 	if opt.HeartbeatEvery <= 0 {
 		opt.HeartbeatEvery = 2 * time.Second
 	}
+	if opt.IdleAfter <= 0 {
+		opt.IdleAfter = 5 * time.Minute
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
@@ -178,7 +187,7 @@ func New(db *store.DB, opt Options) *Service {
 	if w.Recheck <= 0 {
 		w.Recheck = 5 * time.Second
 	}
-	return &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, log: opt.Logger,
+	return &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger,
 		cel:   expr.MustNew(opt.CEL),
 		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
 		wait:  *w,

@@ -104,6 +104,11 @@ func (p *Person) post(t testing.TB, path, body string) string {
 // Result is what an authorization redirect carried.
 type Result struct{ Code, State, Iss string }
 
+// SharedRooms is the key of Consent's rooms map that sets the consent
+// screen's "new rooms shared with me" level instead of a room's (no room
+// id has a "*").
+const SharedRooms = "*shared_rooms"
+
 // Consent opens an authorize URL in the person's browser and allows the
 // given rooms (id → level) and room creation, as on the consent page.
 func (p *Person) Consent(ctx context.Context, authorizeURL string, rooms map[string]string) (*Result, error) {
@@ -119,6 +124,10 @@ func (p *Person) Consent(ctx context.Context, authorizeURL string, rooms map[str
 	}
 	form := url.Values{"decision": {"allow"}, "create_rooms": {"on"}}
 	for id, level := range rooms {
+		if id == SharedRooms {
+			form.Set("shared_rooms", level)
+			continue
+		}
 		form.Add("room", id)
 		form.Set("level_"+id, level)
 	}

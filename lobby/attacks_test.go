@@ -1,0 +1,276 @@
+package lobby_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Attacks on the lobby's authority rules: scope beyond consent, owner
+// reads for non-owners, role takeovers. Each names what it tries.
+
+// A participant's embodied agent does not get the owner's wider reads, nor
+// does an owner whose connection was granted less than admin.
+func TestAttackNonOwnerGetsOwnerReads(t *testing.T) {
+	f := newFixture(t, "alice", "bob")
+	ctx := context.Background()
+	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.plantSecret(t, room)
+	if err := f.l.ShareRoom(ctx, "user_alice", room, "user_bob", "collaborator"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ who, user, scope string }{
+		{"collaborator bob asking for admin", "bob", "rooms:lab:admin"},
+		{"owner alice connected with write only", "alice", "rooms:lab:write"},
+	} {
+		s := f.session(t, c.user, "g-"+c.user, c.scope)
+		if _, err := f.l.Embody(ctx, s, room, "", ""); err != nil {
+			t.Fatal(err)
+		}
+		p, _, err := f.l.Principal(ctx, s, room)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.ReadsAll {
+			t.Fatalf("%s: the principal reads all", c.who)
+		}
+		if _, err := f.svc.ReadState(ctx, p, room, substrate.ReadQuery{Scope: "bot", Key: "secret"}); !errs.Is(err, errs.ScopeDenied) {
+			t.Fatalf("%s read bot's scope: %v", c.who, err)
+		}
+		if ev, err := f.svc.Eval(ctx, p, room, `state.bot.secret`, nil); err == nil && ev.Value == "s3cret" {
+			t.Fatalf("%s evaluated bot's secret", c.who)
+		}
+	}
+}
+
+// An embodied owner's wider reads are the owner's own: the actions and
+// views their agent registers read with the agent's authority, so nothing
+// they write or show to others carries what only the owner may read; and
+// the principal acting tools get does not read all.
+func TestAttackOwnerReadsDoNotFlowIntoActions(t *testing.T) {
+	f := newFixture(t, "alice", "bob")
+	ctx := context.Background()
+	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.plantSecret(t, room)
+	if err := f.l.ShareRoom(ctx, "user_alice", room, "user_bob", "participant"); err != nil {
+		t.Fatal(err)
+	}
+	alice := f.session(t, "alice", "g-alice", "rooms:lab:admin")
+	if _, err := f.l.Embody(ctx, alice, room, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	actor, err := f.l.Actor(ctx, alice)
+	if err != nil || actor.ReadsAll {
+		t.Fatalf("the acting principal: %+v %v", actor, err)
+	}
+	// Even registered with the reading principal (the widest an adapter
+	// could mistakenly pass), definitions read with the registrar's scope.
+	reader, _, err := f.l.Principal(ctx, alice, room)
+	if err != nil || !reader.ReadsAll {
+		t.Fatalf("the reading principal: %+v %v", reader, err)
+	}
+	for _, scope := range []string{"", alice.AgentID} {
+		def := substrate.ActionDef{ID: "leak" + map[string]string{"": "_shared"}[scope], Scope: scope,
+			Writes: []substrate.WriteTemplate{{Scope: "_shared", Key: "leak", Value: json.RawMessage(`"state.bot.secret"`), Expr: true}}}
+		if _, err := f.svc.RegisterAction(ctx, reader, room, def); err != nil {
+			t.Fatal(err)
+		}
+		res, err := f.svc.Invoke(ctx, reader, room, def.ID, nil)
+		if err == nil {
+			raw, _ := json.Marshal(res)
+			if strings.Contains(string(raw), "s3cret") {
+				t.Fatalf("action %s wrote the secret: %s", def.ID, raw)
+			}
+		}
+	}
+	if _, err := f.svc.RegisterView(ctx, reader, room, substrate.ViewDef{ID: "peek", Expr: `state.bot.secret`}); err != nil {
+		t.Fatal(err)
+	}
+	bob := f.session(t, "bob", "g-bob", "rooms:lab:write")
+	bp, _, err := f.l.Principal(ctx, bob, room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := f.svc.Context(ctx, bp, room, substrate.ContextRequest{Depth: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(env)
+	if strings.Contains(string(raw), "s3cret") {
+		t.Fatalf("bob's context shows the secret through alice's definitions: %s", raw)
+	}
+}
+
+// A user trying to widen a connection beyond its consent through shared
+// rooms: an admin ask is capped at write, an owner's share gives no admin
+// (no room authority, no owner reads), narrowing never widens, a room
+// shared with someone else or made by the user themself does not count,
+// and the caps hold whatever the role.
+func TestAttackSharedRoomsBeyondConsent(t *testing.T) {
+	f := newFixture(t, "alice", "bob", "carol")
+	ctx := context.Background()
+	for _, id := range []string{"lab", "side"} {
+		if _, err := f.l.CreateRoom(ctx, "user_alice", id, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.plantSecret(t, "lab")
+	bob := f.session(t, "bob", "g-bob", "shared_rooms:admin")
+	if bob.Scope.SharedRooms != "write" {
+		t.Fatalf("shared_rooms:admin parsed as %q (consent offers up to write)", bob.Scope.SharedRooms)
+	}
+	f.session(t, "bob", "g-narrow", "shared_rooms:observe")
+	if err := f.l.ShareRoom(ctx, "user_alice", "lab", "user_bob", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.l.ShareRoom(ctx, "user_alice", "side", "user_carol", "participant"); err != nil {
+		t.Fatal(err)
+	}
+	bob = f.session(t, "bob", "g-bob", "")
+	if level, role, err := f.l.Access(ctx, bob, "lab"); err != nil || level != "write" || role != "owner" {
+		t.Fatalf("shared as owner: %s %s %v (want write: admin is never reached through sharing)", level, role, err)
+	}
+	if _, err := f.l.Embody(ctx, bob, "lab", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := f.l.Principal(ctx, bob, "lab")
+	if err != nil || p.ReadsAll || p.Admin() {
+		t.Fatalf("bob's agent in a room shared as owner reads all or has room authority: %+v %v", p, err)
+	}
+	if _, err := f.svc.ReadState(ctx, p, "lab", substrate.ReadQuery{Scope: "bot", Key: "secret"}); !errs.Is(err, errs.ScopeDenied) {
+		t.Fatalf("bob read the bot's scope: %v", err)
+	}
+	if _, _, err := f.l.Access(ctx, bob, "side"); !errs.Is(err, lobby.RoomNotInScope) {
+		t.Fatalf("a room shared with carol reached bob: %v", err)
+	}
+	// Narrowing with a wider ask does not widen.
+	narrow := f.session(t, "bob", "g-narrow", "")
+	if _, err := f.l.RestrictScope(ctx, narrow, "shared_rooms:write rooms:*:admin rooms:lab:admin"); err != nil {
+		t.Fatal(err)
+	}
+	narrow = f.session(t, "bob", "g-narrow", "")
+	if level, _, err := f.l.Access(ctx, narrow, "lab"); err != nil || level != "observe" {
+		t.Fatalf("after a widening restrict: %s %v", level, err)
+	}
+	none := f.session(t, "bob", "g-none", "")
+	if _, err := f.l.RestrictScope(ctx, none, "shared_rooms:write"); err != nil {
+		t.Fatal(err)
+	}
+	if none.Scope.SharedRooms != "" {
+		t.Fatalf("restrict turned shared rooms on: %q", none.Scope.String())
+	}
+	// Rooms the user makes or claims are not "shared with me".
+	if _, err := f.l.CreateRoom(ctx, "user_bob", "own", ""); err != nil {
+		t.Fatal(err)
+	}
+	bob = f.session(t, "bob", "g-bob", "")
+	_, _, err = f.l.Access(ctx, bob, "own")
+	if r, _ := reason(t, err, lobby.RoomNotInScope); r != "not_granted" {
+		t.Fatalf("a room bob made himself reached the session: %s", r)
+	}
+}
+
+// Role takeovers that must fail: a filled role (by role or by agent id),
+// a role held by a token's agent, a role whose id is no agent id, and two
+// users racing for one vacant role. A session whose role agent was taken
+// over after its role was freed behind its back stops driving it, and
+// stepping out leaves the new occupant's agent alone.
+func TestAttackRoleTakeover(t *testing.T) {
+	f := newFixture(t, "alice", "bob", "carol", "dave")
+	ctx := context.Background()
+	room := f.guild(t, `{"researcher": {"filled_by": null}, "critic": {"filled_by": null}, "_sys": {"filled_by": null}, "lead": {"filled_by": null}}`, "bob", "carol", "dave")
+	bob := f.session(t, "bob", "g-bob", "rooms:guild:write")
+	carol := f.session(t, "carol", "g-carol", "rooms:guild:write")
+	if _, err := f.l.Embody(ctx, bob, room, "", "researcher"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.l.Embody(ctx, carol, room, "", "researcher")
+	if r, _ := reason(t, err, errs.Forbidden); r != "role_filled" {
+		t.Fatalf("carol took a filled role: %s", r)
+	}
+	_, err = f.l.Embody(ctx, carol, room, "researcher", "")
+	if r, _ := reason(t, err, errs.Forbidden); r != "role_filled" {
+		t.Fatalf("carol took a filled role by its agent id: %s", r)
+	}
+	if _, err := f.l.Embody(ctx, carol, room, "bob:test-client", "researcher"); !errs.Is(err, errs.InvalidField) {
+		t.Fatalf("role with another agent id: %v", err)
+	}
+	// A role agent made with a token (an autonomous process).
+	if _, err := f.svc.Join(ctx, substrate.RoomPrincipal(room), room, substrate.JoinRequest{ID: "critic", Name: "bot"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.l.Embody(ctx, carol, room, "", "critic")
+	if r, _ := reason(t, err, errs.Forbidden); r != "token_agent" {
+		t.Fatalf("carol took a token agent's role: %s", r)
+	}
+	var e *errs.Error
+	if _, err := f.l.Embody(ctx, carol, room, "", "_sys"); !errors.As(err, &e) || e.Code != errs.InvalidField || e.Hint == "" {
+		t.Fatalf("a role id that is no agent id: %v", err)
+	}
+	if _, err := f.l.Embody(ctx, carol, room, "", "ghost"); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("an undefined role: %v", err)
+	}
+
+	// The role is freed behind bob's back (the owner rewrites roles);
+	// carol fills it; bob's session no longer drives the agent.
+	if _, err := f.svc.WriteState(ctx, substrate.RoomPrincipal(room), room, []substrate.Write{{Scope: "_shared", Key: "roles",
+		Merge: json.RawMessage(`{"researcher": {"filled_by": null}}`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if emb, err := f.l.Embody(ctx, carol, room, "", "researcher"); err != nil || !emb.TakenOver {
+		t.Fatalf("carol filling the freed role: %+v %v", emb, err)
+	}
+	bob = f.session(t, "bob", "g-bob", "")
+	if _, err := f.l.Actor(ctx, bob); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("bob still acts as the role's agent: %v", err)
+	}
+	if _, _, err := f.l.Principal(ctx, bob, room); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("bob still reads as the role's agent: %v", err)
+	}
+	if dis, err := f.l.Disembody(ctx, bob); err != nil || dis.Status != "taken_over" {
+		t.Fatalf("bob stepping out: %+v %v", dis, err)
+	}
+	if a := f.agentStatus(t, room, "researcher"); a.Status != "active" {
+		t.Fatalf("bob's disembody touched carol's agent: %+v", a)
+	}
+	bob = f.session(t, "bob", "g-bob", "")
+	if _, _, err := f.l.Principal(ctx, bob, room); err != nil {
+		t.Fatalf("bob observing after stepping out: %v", err)
+	}
+
+	// Two users race for one vacant role: one gets it.
+	dave := f.session(t, "dave", "g-dave", "rooms:guild:write")
+	var wg sync.WaitGroup
+	results := map[string]error{}
+	var mu sync.Mutex
+	for who, s := range map[string]*lobby.Session{"bob": bob, "dave": dave} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.l.Embody(ctx, s, room, "", "lead")
+			mu.Lock()
+			results[who] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	owner, _, _ := f.svc.AgentOwner(ctx, room, "lead")
+	for who, err := range results {
+		if (owner == "user_"+who) != (err == nil) {
+			t.Fatalf("racing for lead (owner %s): %s got %v", owner, who, err)
+		}
+	}
+}

@@ -1,0 +1,55 @@
+package mcp_test
+
+import (
+	"testing"
+
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// End to end, through the real consent screen and the tools as they are:
+// a room shared mid-connection reaches a connection whose consent allowed
+// new shared rooms (lobby, read, embody by role as the role's agent), and
+// not one whose consent did not, which is told why.
+func TestSharedRoomReachesOpenConnection(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	alice, bob := signup(t, srv, "alice"), signup(t, srv, "bob")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	open := connectWithToken(t, srv, mintToken(t, srv, bob, map[string]string{oauthtest.SharedRooms: "write"})["access_token"].(string))
+	closed := connectWithToken(t, srv, mintToken(t, srv, bob, nil)["access_token"].(string))
+	mustTool(t, closed, "sync_lobby", nil) // the connection's session begins before the share
+	// Consented before the share, first used after it: the consent's time
+	// decides what is new, not the first call's.
+	late := connectWithToken(t, srv, mintToken(t, srv, bob, map[string]string{oauthtest.SharedRooms: "read"})["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "guild"})
+	if out, isErr := callTool(t, open, "sync_read_context", map[string]any{"room": "guild"}); !isErr || out["reason"] != "not_shared" {
+		t.Fatalf("before sharing: %v", out)
+	}
+	mustTool(t, as, "sync_embody", map[string]any{"room": "guild"})
+	mustTool(t, as, "sync_register_action", map[string]any{"id": "define_scribe",
+		"writes": []any{map[string]any{"key": "roles", "merge": map[string]any{"scribe": map[string]any{"filled_by": nil}}}}})
+	mustTool(t, as, "sync_invoke_action", map[string]any{"action": "define_scribe"})
+	mustTool(t, as, "sync_share_room", map[string]any{"room": "guild", "username": "bob", "role": "participant"})
+
+	view := mustTool(t, open, "sync_lobby", nil)
+	rooms, _ := view["rooms"].([]any)
+	if len(rooms) != 1 || get(rooms[0].(map[string]any), "room") != "guild" || get(rooms[0].(map[string]any), "access") != "write" {
+		t.Fatalf("bob's lobby after the share: %v", view)
+	}
+	mustTool(t, open, "sync_read_context", map[string]any{"room": "guild"})
+	emb := mustTool(t, open, "sync_embody", map[string]any{"room": "guild", "role": "scribe"})
+	if emb["agent"] != "scribe" {
+		t.Fatalf("embodying the role: %v", emb)
+	}
+	if out := mustTool(t, late, "sync_lobby", nil); len(asList(get(out, "rooms"))) != 1 {
+		t.Fatalf("a connection consented before the share, first used after: %v", out)
+	}
+	if out, isErr := callTool(t, closed, "sync_read_context", map[string]any{"room": "guild"}); !isErr || out["error"] != "room_not_in_scope" || out["reason"] != "shared_not_allowed" {
+		t.Fatalf("a connection without shared rooms: %v", out)
+	}
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
