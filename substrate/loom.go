@@ -528,6 +528,11 @@ func (r *loomRun) ancestors(t *loomTree, n *LoomNode) ([]LoomNode, error) {
 	if err != nil {
 		return nil, err
 	}
+	return scanNodes(rows)
+}
+
+// scanNodes reads rows of one node value each.
+func scanNodes(rows pgx.Rows) ([]LoomNode, error) {
 	defer rows.Close()
 	var out []LoomNode
 	for rows.Next() {
@@ -557,20 +562,7 @@ func (r *loomRun) descend(t *loomTree, n *LoomNode, limit int) ([]LoomNode, erro
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []LoomNode
-	for rows.Next() {
-		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
-			return nil, err
-		}
-		var x LoomNode
-		if err := json.Unmarshal(raw, &x); err != nil {
-			return nil, err
-		}
-		out = append(out, x)
-	}
-	return out, rows.Err()
+	return scanNodes(rows)
 }
 
 // branchStart finds the node that starts branch "p.k" (or the node itself

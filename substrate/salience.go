@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // Adaptive salience (seed 000 §VII): the substrate's opinion about
@@ -753,11 +752,6 @@ func writtenKeys(rc *roomCtx) map[string]bool {
 	return out
 }
 
-// lowSalienceExpand is the read that shows what a lean read omitted.
-func lowSalienceExpand(rc *roomCtx, roomID string) string {
-	return rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "actions", "depth": "full"}})
-}
-
 // salienceFor loads what the read needs for adaptive salience (nil when it
 // is off for the room or the service).
 func (s *Service) salienceFor(ctx context.Context, rc *roomCtx, roomID string) (*salience, error) {
@@ -807,7 +801,7 @@ func (s *Service) annotate(ctx context.Context, env *Envelope, rc *roomCtx, sl *
 		env.Actions[id] = a
 	}
 	if omitted > 0 {
-		at.Omitted = &Omitted{Actions: omitted, Expand: lowSalienceExpand(rc, roomID)}
+		at.Omitted = &Omitted{Actions: omitted, Expand: expand(rc, roomID, map[string]any{"only": "actions", "depth": "full"})}
 	}
 	if len(at.StaleActions) > 0 && req.Depth == "lean" && float64(len(at.StaleActions)) <= sl.cfg.StaleFraction*float64(max(len(customActions(rc)), 1)) {
 		// At lean, stale actions are listed only when they are a large
@@ -815,7 +809,9 @@ func (s *Service) annotate(ctx context.Context, env *Envelope, rc *roomCtx, sl *
 		at.StaleActions = nil
 	}
 	if len(at.BrokenViews) > 0 || len(at.YouElided) > 0 {
-		env.Context.Help = appendNew(env.Context.Help, "vocabulary_review")
+		if !slices.Contains(env.Context.Help, "vocabulary_review") {
+			env.Context.Help = append(env.Context.Help, "vocabulary_review")
+		}
 	}
 	env.Context.Attention = at
 }
@@ -830,13 +826,4 @@ func (w *logWindow) messagesAfter(seq int64) int64 {
 		}
 	}
 	return n
-}
-
-func appendNew(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
-	}
-	return append(list, s)
 }

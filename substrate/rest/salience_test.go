@@ -303,3 +303,26 @@ func TestSalienceIntentKeptThroughReplacement(t *testing.T) {
 		t.Fatalf("intent at lean: %v", got)
 	}
 }
+
+// Salience never tells a reader about what it cannot read: another
+// agent's private writes are not counted in its since_your_last_read, and
+// another agent's broken private view is not among its
+// your_broken_views.
+func TestAttackSalienceLeaksNothingPrivate(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("leak", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.ctx(rm, b, "")
+	e.ctx(rm, b, "")
+	e.do("PUT", "/rooms/leak/state", a, map[string]any{"scope": "a", "key": "secret", "value": 1}).must(t, 200)
+	e.do("PUT", "/rooms/leak/state", a, map[string]any{"scope": "a", "key": "secret2", "value": 2}).must(t, 200)
+	e.do("PUT", "/rooms/leak/views", a, map[string]any{"id": "mine", "scope": "a", "expr": "state.self.missing"}).must(t, 201)
+	at := attention(e.ctx(rm, b, ""))
+	if s, _ := at["since_your_last_read"].(map[string]any); s["state_changes"] != float64(0) {
+		t.Fatalf("HOLE: b is told of a's private writes: %v", s)
+	}
+	if at["your_broken_views"] != nil {
+		t.Fatalf("HOLE: a's view error shown to b as b's own: %v", at)
+	}
+}
