@@ -41,6 +41,17 @@ type config struct {
 	// SYNC_WAIT_RECHECK, -wait-recheck: how often a wait re-evaluates its
 	// condition when no notification came (a safety net). Default 5 s.
 	WaitRecheck time.Duration
+	// SYNC_LOOM_GENERATOR_URL, -loom-generator-url: an OpenAI-compatible
+	// completions endpoint (…/v1/completions) that → continue calls. Empty
+	// (the default): continue queues a generation request in the room for
+	// an external agent or person to fulfil.
+	LoomGeneratorURL string
+	// SYNC_LOOM_GENERATOR_MODEL, -loom-generator-model: the "model" sent
+	// to the generator. Default "base".
+	LoomGeneratorModel string
+	// SYNC_LOOM_GENERATOR_KEY: bearer token for the generator. Environment
+	// only, so the secret does not appear in the process list.
+	LoomGeneratorKey string
 }
 
 // defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
@@ -85,6 +96,9 @@ func parseConfig(args []string) (*config, error) {
 	proxies := fs.String("trusted-proxies", env("SYNC_TRUSTED_PROXIES", ""), "reverse proxies whose X-Forwarded-For/Forwarded are believed: addresses or CIDR prefixes, comma-separated (SYNC_TRUSTED_PROXIES)")
 	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
 	recheck := fs.String("wait-recheck", env("SYNC_WAIT_RECHECK", "5s"), "safety-net re-check period of waits (SYNC_WAIT_RECHECK)")
+	fs.StringVar(&c.LoomGeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "OpenAI-compatible completions endpoint for loom continuations (SYNC_LOOM_GENERATOR_URL); empty queues requests in the room")
+	fs.StringVar(&c.LoomGeneratorModel, "loom-generator-model", env("SYNC_LOOM_GENERATOR_MODEL", "base"), "model name sent to the loom generator (SYNC_LOOM_GENERATOR_MODEL)")
+	c.LoomGeneratorKey = os.Getenv("SYNC_LOOM_GENERATOR_KEY")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -143,6 +157,11 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("public URL %q has a path; sync must be served at the root of its own host name (e.g. https://sync.example.org, behind a proxy that forwards every path)", c.PublicURL)
 	}
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	if c.LoomGeneratorURL != "" {
+		if u, err := url.Parse(c.LoomGeneratorURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, fmt.Errorf("loom generator URL %q is not an http(s) URL (e.g. http://127.0.0.1:8000/v1/completions)", c.LoomGeneratorURL)
+		}
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}

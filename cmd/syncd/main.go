@@ -75,7 +75,8 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		return nil
 	}
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue},
-		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck}})
+		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck},
+		Loom: substrate.LoomOptions{GeneratorURL: cfg.LoomGeneratorURL, GeneratorModel: cfg.LoomGeneratorModel, GeneratorKey: cfg.LoomGeneratorKey}})
 	defer svc.Close()
 	go svc.RunJanitor(ctx, time.Minute)
 	lob := lobby.New(db, svc)

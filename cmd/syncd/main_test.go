@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,5 +198,58 @@ func TestSecurityHeaders(t *testing.T) {
 			}
 		}
 		stop()
+	}
+}
+
+// SYNC_LOOM_GENERATOR_* reach the loom: → continue calls the configured
+// completions endpoint with the key and model from the environment.
+func TestLoomGeneratorFromEnvironment(t *testing.T) {
+	var mu sync.Mutex
+	var auth string
+	var got map[string]any
+	gen := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		auth = r.Header.Get("Authorization")
+		_ = json.NewDecoder(r.Body).Decode(&got)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"choices":[{"text":" and the wind came in"}]}`))
+	}))
+	defer gen.Close()
+	t.Setenv("SYNC_LOOM_GENERATOR_URL", gen.URL+"/v1/completions")
+	t.Setenv("SYNC_LOOM_GENERATOR_MODEL", "tiny-base")
+	t.Setenv("SYNC_LOOM_GENERATOR_KEY", "gen-secret")
+	base, stop := start(t, testConfig(t, "-database-url", pgtest.URL(t)))
+	defer stop()
+
+	code, room := call(t, "POST", base+"/rooms", "", `{"id":"woven"}`)
+	if code != 201 {
+		t.Fatalf("create room %d %v", code, room)
+	}
+	tok := room["token"].(string)
+	loom := func(cmds string) string {
+		t.Helper()
+		body, _ := json.Marshal(map[string]string{"commands": cmds})
+		code, res := call(t, "POST", base+"/rooms/woven/loom", tok, string(body))
+		if code != 200 {
+			t.Fatalf("%s: %d %v", cmds, code, res)
+		}
+		text, _ := res["text"].(string)
+		return text
+	}
+	loom(`→ new tree "t" "The door was open"`)
+	if text := loom("→ continue from 1"); !strings.Contains(text, "continuation") {
+		t.Fatalf("continue did not generate: %s", text)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if auth != "Bearer gen-secret" || got["model"] != "tiny-base" || got["prompt"] != "The door was open" {
+		t.Fatalf("generator called with auth %q, body %v", auth, got)
+	}
+	if text := loom("→ list 1 continuations"); !strings.Contains(text, "and the wind came in") {
+		t.Fatalf("the continuation is not in the tree: %s", text)
+	}
+	if _, err := parseConfig([]string{"-loom-generator-url", "localhost:8000"}); err == nil {
+		t.Fatal("a generator URL without a scheme was accepted")
 	}
 }
