@@ -201,6 +201,7 @@ func normalise(v any) any {
 		}
 	case string:
 		x = timestamp.ReplaceAllString(x, "<time>")
+		x = clock.ReplaceAllString(x, "<hh:mm:ss>")
 		return ago.ReplaceAllString(x, "<ago>")
 	}
 	return v
@@ -209,6 +210,7 @@ func normalise(v any) any {
 var (
 	timestamp = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
 	ago       = regexp.MustCompile(`\b\d+ ?(ms|s|m|h|d) ago\b`)
+	clock     = regexp.MustCompile(`\b\d\d:\d\d:\d\d\b`) // the loom's action trace
 )
 
 // leaves are the strings and numbers of a JSON value.
