@@ -13,7 +13,8 @@ import (
 // 100,000 nodes (go test ./substrate/... -run '^$' -bench Loom). The tree
 // is a binary tree (node i's parent is i/2, depth ~17) written in bulk with
 // SQL in the loom's layout; the commands run as an agent, so each is a
-// mutation with its trace line. Context is the room's context read, which
+// mutation with its trace line. Each command also reports the size of
+// its result in bytes and estimated tokens. Context is the room's context read, which
 // the tree's nodes (append entries, outside the snapshot) do not slow.
 func BenchmarkLoom(b *testing.B) {
 	for _, size := range []int{1_000, 100_000} {
@@ -67,11 +68,16 @@ func BenchmarkLoom(b *testing.B) {
 			{"annotate", fmt.Sprintf(`→ annotate %d "a note"`, deep)},
 		} {
 			b.Run(fmt.Sprintf("nodes=%d/%s", size, c.name), func(b *testing.B) {
+				var res *substrate.LoomResult
 				for b.Loop() {
-					if _, err := svc.Loom(ctx, w, "loom", c.cmd); err != nil {
+					if res, err = svc.Loom(ctx, w, "loom", c.cmd); err != nil {
 						b.Fatal(err)
 					}
 				}
+				// What the model reads: bytes, and tokens at ~4 bytes each
+				// (the arrows and brackets are 3 bytes, about one token).
+				b.ReportMetric(float64(len(res.Text)), "bytes/result")
+				b.ReportMetric(float64(len(res.Text))/4, "tokens/result")
 			})
 		}
 		b.Run(fmt.Sprintf("nodes=%d/add", size), func(b *testing.B) {
