@@ -19,6 +19,14 @@ const childEnv = "SYNCD_TEST_CHILD"
 
 func startChild(t *testing.T, dbURL string, extra ...string) string {
 	t.Helper()
+	base, _ := startChildProc(t, dbURL, extra...)
+	return base
+}
+
+// startChildProc starts a syncd process and returns its base URL and the
+// process, which a fault test may kill.
+func startChildProc(t *testing.T, dbURL string, extra ...string) (string, *exec.Cmd) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-addr", "127.0.0.1:0", "-database-url", dbURL, "-rate-limit", "-1"}, extra...)...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	stderr, err := cmd.StderrPipe()
@@ -50,11 +58,11 @@ func startChild(t *testing.T, dbURL string, extra ...string) string {
 	}()
 	select {
 	case addr := <-found:
-		return "http://" + addr
+		return "http://" + addr, cmd
 	case <-time.After(60 * time.Second):
 		t.Fatal("second syncd process did not start")
 	}
-	return ""
+	return "", nil
 }
 
 // A waiter served by one server process is woken by an invocation served

@@ -1,0 +1,384 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// burst invokes "record" with fresh ids from clients goroutines through
+// base until stop is closed or a request fails; it returns the ids whose
+// invocations were acknowledged (200).
+func burst(t *testing.T, base func() string, room, token string, clients int, stop <-chan struct{}) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var acked []string
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 10 * time.Second}
+	for c := range clients {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("c%d-%d", c, i)
+				req, _ := http.NewRequest("POST", base()+"/rooms/"+room+"/actions/record/invoke", strings.NewReader(`{"params":{"id":"`+id+`"}}`))
+				req.Header.Set("Authorization", "Bearer "+token)
+				res, err := client.Do(req)
+				if err != nil {
+					continue // the process died: not acknowledged
+				}
+				res.Body.Close()
+				if res.StatusCode == 200 {
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return acked
+}
+
+// recordRoom creates a room with the "record" action: each invocation
+// writes its own key and bumps a counter, so a half-applied invocation
+// shows as a counter that disagrees with the keys.
+func recordRoom(t *testing.T, base, room string) string {
+	t.Helper()
+	code, out := call(t, "POST", base+"/rooms", "", `{"id":"`+room+`"}`)
+	if code != 201 {
+		t.Fatalf("create room: %d %v", code, out)
+	}
+	tok := out["token"].(string)
+	if code, out := call(t, "PUT", base+"/rooms/"+room+"/actions", tok, `{"id":"record","params":{"id":{"type":"string"}},
+		"writes":[{"key":"r-${params.id}","value":true},{"key":"count","increment":1}]}`); code != 201 {
+		t.Fatalf("register: %d %v", code, out)
+	}
+	return tok
+}
+
+// checkRecorded reads the room straight from the database: every
+// acknowledged id is there, the counter and the audit agree with the keys
+// (no invocation half-applied), and no id was applied twice.
+func checkRecorded(t *testing.T, dbURL, room string, acked []string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	keys := map[string]bool{}
+	rows, _ := conn.Query(ctx, `SELECT key FROM state WHERE room_id = $1 AND scope = '_shared' AND key LIKE 'r-%'`, room)
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys[strings.TrimPrefix(k, "r-")] = true
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	var count int
+	_ = conn.QueryRow(ctx, `SELECT coalesce((value)::int, 0) FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'count'`, room).Scan(&count)
+	var audits, distinct int
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT value->'params'->>'id') FROM state
+		WHERE room_id = $1 AND scope = '_audit' AND value->>'action' = 'record' AND value->>'ok' = 'true'`, room).Scan(&audits, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range acked {
+		if !keys[id] {
+			t.Errorf("acknowledged invocation %s is not in state", id)
+		}
+	}
+	if count != len(keys) || audits != len(keys) || distinct != audits {
+		t.Fatalf("half-applied or repeated: %d keys, counter %d, %d audit entries (%d distinct)", len(keys), count, audits, distinct)
+	}
+	t.Logf("%d acknowledged, %d applied (the rest were in flight when the process died)", len(acked), len(keys))
+}
+
+// kill -9 of syncd during a burst of invocations from several clients:
+// after a restart every acknowledged invocation is in state and _audit,
+// none twice, and none half-applied. (Each invocation is one PostgreSQL
+// transaction, acknowledged after its commit.)
+func TestKillDuringBurstLosesNothingAcknowledged(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
+		t.Fatal(err)
+	}
+	a, proc := startChildProc(t, dbURL)
+	tok := recordRoom(t, a, "burst")
+
+	stop := make(chan struct{})
+	var acked []string
+	done := make(chan struct{})
+	go func() { acked = burst(t, func() string { return a }, "burst", tok, 8, stop); close(done) }()
+	waitFor(t, dbURL, "burst", 100) // well into the burst
+	if err := proc.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = proc.Wait()
+	close(stop)
+	<-done
+	if len(acked) < 100 {
+		t.Fatalf("only %d invocations acknowledged before the kill", len(acked))
+	}
+
+	b := startChild(t, dbURL)
+	checkRecorded(t, dbURL, "burst", acked)
+	// The room works after the restart.
+	if code, out := call(t, "POST", b+"/rooms/burst/actions/record/invoke", tok, `{"params":{"id":"after"}}`); code != 200 {
+		t.Fatalf("invoke after restart: %d %v", code, out)
+	}
+}
+
+// waitFor polls the database until room has at least n recorded keys.
+func waitFor(t *testing.T, dbURL, room string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		var got int
+		_ = conn.QueryRow(ctx, `SELECT count(*) FROM state WHERE room_id = $1 AND scope = '_shared' AND key LIKE 'r-%'`, room).Scan(&got)
+		if got >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("room %s never reached %d recorded invocations", room, n)
+}
+
+// roundRobin is a loopback reverse proxy that sends each request to the
+// next backend, as a load balancer without stickiness would.
+func roundRobin(t *testing.T, backends ...string) string {
+	t.Helper()
+	var n atomic.Int64
+	proxies := make([]*httputil.ReverseProxy, len(backends))
+	for i, b := range backends {
+		u, _ := url.Parse(b)
+		proxies[i] = httputil.NewSingleHostReverseProxy(u)
+		proxies[i].ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+			http.Error(w, "backend down: "+err.Error(), http.StatusBadGateway)
+		}
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxies[int(n.Add(1))%len(proxies)].ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// Three syncd processes on one database behind a round-robin proxy: a
+// waiter held by one process is woken by a write served by another, and
+// one process killed mid-load loses nothing acknowledged.
+func TestThreeProcessesBehindRoundRobin(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
+		t.Fatal(err)
+	}
+	var backends []string
+	var procs []*exec.Cmd
+	for range 3 {
+		// A minute's safety-net re-check: only notifications wake waiters
+		// within the test's bound.
+		b, p := startChildProc(t, dbURL, "-wait-recheck", "60s")
+		backends, procs = append(backends, b), append(procs, p)
+	}
+	lb := roundRobin(t, backends...)
+	tok := recordRoom(t, lb, "rr")
+	_, ag := call(t, "POST", lb+"/rooms/rr/agents", tok, `{"id":"waiter","name":"W"}`)
+	waiterTok := ag["token"].(string)
+
+	// Waits: each of three waiters lands on a different process; one write
+	// through the proxy wakes them all.
+	type woke struct {
+		code int
+		body map[string]any
+	}
+	got := make(chan woke, 3)
+	for range 3 {
+		go func() {
+			c, body := call(t, "GET", lb+"/rooms/rr/wait?timeout=30000&condition="+url.QueryEscape(`"r-go" in state._shared`), waiterTok, "")
+			got <- woke{c, body}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the waiters are parked (a missed wake-up would take a minute)
+	sent := time.Now()
+	if code, out := call(t, "POST", lb+"/rooms/rr/actions/record/invoke", tok, `{"params":{"id":"go"}}`); code != 200 {
+		t.Fatalf("invoke: %d %v", code, out)
+	}
+	for range 3 {
+		select {
+		case w := <-got:
+			if w.code != 200 || w.body["triggered"] != true {
+				t.Fatalf("waiter: %d %v", w.code, w.body)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter on another process was not woken by the write")
+		}
+	}
+	t.Logf("three waiters on three processes woken within %v", time.Since(sent))
+
+	// One process killed mid-load.
+	stop := make(chan struct{})
+	var acked []string
+	done := make(chan struct{})
+	go func() { acked = burst(t, func() string { return lb }, "rr", tok, 6, stop); close(done) }()
+	waitFor(t, dbURL, "rr", 60)
+	if err := procs[1].Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = procs[1].Wait()
+	waitFor(t, dbURL, "rr", 160) // the other two carry on
+	close(stop)
+	<-done
+	checkRecorded(t, dbURL, "rr", append(acked, "go"))
+}
+
+// PostgreSQL unreachable under load: requests from many clients fail fast
+// with 503 (none hangs), /readyz says so, and when the database is back
+// the server resumes by itself: requests succeed, and waits are woken by
+// notifications again (the hub re-LISTENs), not by the safety net.
+func TestDatabaseStoppedUnderLoad(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	link := pgtest.NewLink(t, dbURL)
+	cfg := testConfig(t, "-database-url", link.URL(), "-rate-limit", "-1", "-db-max-conns", "2", "-wait-recheck", "60s")
+	base, stop := start(t, cfg)
+	defer stop()
+	tok := recordRoom(t, base, "down")
+	_, ag := call(t, "POST", base+"/rooms/down/agents", tok, `{"id":"waiter","name":"W"}`)
+	waiterTok := ag["token"].(string)
+	// A wait before the outage puts the notification listener in place,
+	// so the outage cuts it.
+	early := make(chan struct{})
+	go func() {
+		call(t, "GET", base+"/rooms/down/wait?timeout=1000&condition="+url.QueryEscape(`"r-never" in state._shared`), waiterTok, "")
+		close(early)
+	}()
+	parked(t, base, "down", tok, "waiter", time.Now().Add(20*time.Second))
+	<-early
+
+	link.Down()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var slowest time.Duration
+	codes := map[int]int{}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for c := range 16 {
+		wg.Go(func() {
+			for i := range 3 {
+				req, _ := http.NewRequest("POST", base+"/rooms/down/actions/record/invoke", strings.NewReader(fmt.Sprintf(`{"params":{"id":"x%d-%d"}}`, c, i)))
+				req.Header.Set("Authorization", "Bearer "+tok)
+				began := time.Now()
+				res, err := client.Do(req)
+				took := time.Since(began)
+				mu.Lock()
+				slowest = max(slowest, took)
+				if err != nil {
+					codes[0]++
+				} else {
+					codes[res.StatusCode]++
+					if res.StatusCode == 503 && res.Header.Get("Retry-After") == "" {
+						t.Errorf("503 without Retry-After")
+					}
+					res.Body.Close()
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if codes[503] != 48 {
+		t.Fatalf("during the outage: %v, want 48 × 503", codes)
+	}
+	// Each request gives up within the pool's connect timeout (2 s) and
+	// its own acquire wait, not whenever the database comes back.
+	if slowest > 10*time.Second {
+		t.Fatalf("a request hung %v during the outage", slowest)
+	}
+	if code, out := call(t, "GET", base+"/readyz", "", ""); code != 503 || out["status"] != "database unavailable" {
+		t.Fatalf("readyz during the outage: %d %v", code, out)
+	}
+
+	link.Up()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, _ := call(t, "GET", base+"/readyz", "", "")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz still %d after the database came back", code)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// A wait parked now is woken by the notification of a write made by
+	// another process (a write in this process wakes its waiters
+	// directly): with a one-minute re-check, only a re-established LISTEN
+	// wakes it in time.
+	other := startChild(t, dbURL, "-wait-recheck", "60s")
+	got := make(chan map[string]any, 1)
+	go func() {
+		for time.Now().Before(deadline) {
+			code, out := call(t, "GET", base+"/rooms/down/wait?timeout=30000&condition="+url.QueryEscape(`"r-back" in state._shared`), waiterTok, "")
+			if code == 200 {
+				got <- out
+				return
+			}
+			time.Sleep(200 * time.Millisecond) // refused before parking: try again
+		}
+		got <- nil
+	}()
+	parked(t, base, "down", tok, "waiter", deadline)
+	if code, out := call(t, "POST", other+"/rooms/down/actions/record/invoke", tok, `{"params":{"id":"back"}}`); code != 200 {
+		t.Fatalf("invoke on the other process: %d %v", code, out)
+	}
+	select {
+	case out := <-got:
+		if out["triggered"] != true {
+			t.Fatalf("wait after recovery: %v", out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a wait after recovery was not woken by the write: the hub did not listen again")
+	}
+}
+
+// parked returns once agent is waiting in room.
+func parked(t *testing.T, base, room, tok, agent string, deadline time.Time) {
+	t.Helper()
+	for {
+		_, list := call(t, "GET", base+"/rooms/"+room+"/agents", tok, "")
+		agents, _ := list["agents"].([]any)
+		for _, x := range agents {
+			if m, _ := x.(map[string]any); m["id"] == agent && m["status"] == "waiting" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never started waiting", agent)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
