@@ -149,7 +149,7 @@ func (l *Lobby) CreateRoom(ctx context.Context, userID, roomID, label string) (s
 // ClaimRoom makes the user an owner of a room created over REST, proven by
 // its room token.
 func (l *Lobby) ClaimRoom(ctx context.Context, userID, roomID, roomToken string) error {
-	p, err := l.svc.Authenticate(ctx, roomToken)
+	p, err := l.svc.AuthenticateIn(ctx, roomID, roomToken)
 	if err != nil || p.Kind != substrate.KindRoom || p.RoomID != roomID {
 		return errs.New(errs.Forbidden, "that is not the room token of %q", roomID).WithHint("paste the room_… token returned when the room was created")
 	}

@@ -13,16 +13,35 @@ import (
 // count in step. It takes no room lock: a mutation that renews such an
 // entry meanwhile makes it no longer match, and one that recreates it
 // inserts afresh. It returns how many entries went.
+//
+// It finds the rooms first and then purges room by room, so every change
+// names its room (one shard when rooms are sharded; README, "Scaling out").
 func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.db.QueryRow(ctx, `WITH gone AS (
-			DELETE FROM state WHERE timer_effect = 'delete'
-				AND (timer_expires_at < now() - interval '1 minute' OR timer_ticks_left <= 0)
-			RETURNING room_id, scope, sort_key),
-		msgs AS (SELECT room_id, count(*) AS n FROM gone WHERE scope = '_messages' AND sort_key IS NOT NULL GROUP BY room_id),
-		fix AS (UPDATE rooms SET message_count = greatest(message_count - msgs.n, 0) FROM msgs WHERE rooms.id = msgs.room_id)
-		SELECT count(*) FROM gone`).Scan(&n)
-	return n, err
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT room_id FROM state WHERE timer_effect = 'delete'
+		AND (timer_expires_at < now() - interval '1 minute' OR timer_ticks_left <= 0)`)
+	if err != nil {
+		return 0, err
+	}
+	rooms, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, room := range rooms {
+		var n int64
+		err := s.db.QueryRow(ctx, `WITH gone AS (
+				DELETE FROM state WHERE room_id = $1 AND timer_effect = 'delete'
+					AND (timer_expires_at < now() - interval '1 minute' OR timer_ticks_left <= 0)
+				RETURNING scope, sort_key),
+			fix AS (UPDATE rooms SET message_count = greatest(message_count -
+				(SELECT count(*) FROM gone WHERE scope = '_messages' AND sort_key IS NOT NULL), 0) WHERE id = $1)
+			SELECT count(*) FROM gone`, room).Scan(&n)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // retainedLogs are the logs RetainLogs bounds.

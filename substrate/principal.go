@@ -85,9 +85,21 @@ func (p *Principal) Key() string {
 	return string(p.Kind) + ":" + p.RoomID + "/" + p.AgentID
 }
 
-// Authenticate resolves a bearer token to its principal. An agent's call
-// also counts as its heartbeat (refreshed at most every HeartbeatEvery).
+// Authenticate resolves a bearer token to its principal, in whichever room
+// it belongs to. It searches every room, so in a sharded deployment (see
+// the README, "Scaling out") it reaches every shard: requests that name
+// their room use AuthenticateIn.
 func (s *Service) Authenticate(ctx context.Context, token string) (*Principal, error) {
+	return s.AuthenticateIn(ctx, "", token)
+}
+
+// AuthenticateIn resolves a bearer token presented to room roomID ("" when
+// the request names no room), looking in that room only: with the room as
+// the shard key, the lookup reaches one shard. A token of another room is
+// still resolved, on this failure path only, so the caller can say whose
+// it is (requireRoom's 403) rather than call it unknown. An agent's call
+// also counts as its heartbeat (refreshed at most every HeartbeatEvery).
+func (s *Service) AuthenticateIn(ctx context.Context, roomID, token string) (*Principal, error) {
 	kind, ok := tokenKind(token)
 	if !ok {
 		return nil, errs.New(errs.Unauthorized, "the bearer token is not a sync token").
@@ -96,20 +108,22 @@ func (s *Service) Authenticate(ctx context.Context, token string) (*Principal, e
 	h := hashToken(token)
 	p := &Principal{Kind: kind}
 	var err error
-	switch kind {
-	case KindRoom:
-		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE token_hash = $1`, h).Scan(&p.RoomID)
-	case KindView:
-		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE view_token_hash = $1`, h).Scan(&p.RoomID)
-	case KindAgent:
-		var stale bool
+	var stale bool
+	switch {
+	case roomID == "":
+		err = pgx.ErrNoRows
+	case kind == KindRoom:
+		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE id = $1 AND token_hash = $2`, roomID, h).Scan(&p.RoomID)
+	case kind == KindView:
+		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE id = $1 AND view_token_hash = $2`, roomID, h).Scan(&p.RoomID)
+	default:
 		err = s.db.QueryRow(ctx,
-			`SELECT room_id, id, grants, last_heartbeat < now() - make_interval(secs => $2)
-			   FROM agents WHERE token_hash = $1`, h, s.hbEach.Seconds()).
+			`SELECT room_id, id, grants, last_heartbeat < now() - make_interval(secs => $3)
+			   FROM agents WHERE room_id = $1 AND token_hash = $2`, roomID, h, s.hbEach.Seconds()).
 			Scan(&p.RoomID, &p.AgentID, &p.Grants, &stale)
-		if err == nil && stale {
-			s.touch(ctx, p.RoomID, p.AgentID)
-		}
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = s.findToken(ctx, p, h, &stale)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errs.New(errs.Unauthorized, "the bearer token is unknown or was rotated").
@@ -118,7 +132,27 @@ func (s *Service) Authenticate(ctx context.Context, token string) (*Principal, e
 	if err != nil {
 		return nil, err
 	}
+	if stale {
+		s.touch(ctx, p.RoomID, p.AgentID)
+	}
 	return p, nil
+}
+
+// findToken looks for a token's hash in every room: for requests that
+// name no room, and for a token presented to a room it does not belong to.
+// These are the substrate's only statements on room-owned tables that do
+// not name a room (store's TestStatementsNameTheirRoom allows them here).
+func (s *Service) findToken(ctx context.Context, p *Principal, h []byte, stale *bool) error {
+	switch p.Kind {
+	case KindRoom:
+		return s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE token_hash = $1`, h).Scan(&p.RoomID)
+	case KindView:
+		return s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE view_token_hash = $1`, h).Scan(&p.RoomID)
+	}
+	return s.db.QueryRow(ctx,
+		`SELECT room_id, id, grants, last_heartbeat < now() - make_interval(secs => $2)
+		   FROM agents WHERE token_hash = $1`, h, s.hbEach.Seconds()).
+		Scan(&p.RoomID, &p.AgentID, &p.Grants, stale)
 }
 
 // touch records a heartbeat. It is best effort: a failed heartbeat must not

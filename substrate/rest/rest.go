@@ -129,7 +129,9 @@ func (a *api) principal(w http.ResponseWriter, r *http.Request) (*substrate.Prin
 	if tok == "" {
 		return nil, a.http.Limit(w, r, "")
 	}
-	p, err := a.svc.Authenticate(r.Context(), tok)
+	// The room the route names ("" for GET /rooms) keeps the token lookup
+	// to that room (one shard, when rooms are sharded).
+	p, err := a.svc.AuthenticateIn(r.Context(), r.PathValue("room"), tok)
 	if err != nil {
 		if a.http.Limit(w, r, "") {
 			a.fail(w, r, err)
