@@ -445,7 +445,7 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 	// Every read evaluates every view: refuse the view that would take the
 	// room's views past the per-read budget now, rather than leave readers
 	// with views that are not evaluated.
-	agents, err := loadPresence(m.ctx, m.tx, m.room)
+	agents, err := m.presence()
 	if err != nil {
 		return nil, err
 	}

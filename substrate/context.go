@@ -20,13 +20,20 @@ import (
 // unread messages, and past this many the exact number does not matter.
 const maxUnreadCount = 1000
 
+// sqlPresence reads a room's agents for presence.
+const sqlPresence = `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads
+		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`
+
 // loadPresence reads the room's agents.
 func loadPresence(ctx context.Context, q querier, roomID string) ([]presence, error) {
-	rows, err := q.Query(ctx, `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads
-		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, roomID)
+	rows, err := q.Query(ctx, sqlPresence, roomID)
 	if err != nil {
 		return nil, err
 	}
+	return scanPresence(rows)
+}
+
+func scanPresence(rows pgx.Rows) ([]presence, error) {
 	defer rows.Close()
 	var out []presence
 	for rows.Next() {

@@ -45,6 +45,30 @@ type mutation struct {
 	// before holds, per entry the mutation writes, the row as it was
 	// when the mutation first read it (nil: absent), for the audit delta.
 	before map[entryKey]prior
+	// agents is the room's presence, read under the lock (see presence).
+	agents       []presence
+	agentsLoaded bool
+}
+
+// presence is the room's agents as of the room lock: read in the locking
+// round trip when the mutation was started with withPresence, else now.
+func (m *mutation) presence() ([]presence, error) {
+	if !m.agentsLoaded {
+		a, err := loadPresence(m.ctx, m.tx, m.room)
+		if err != nil {
+			return nil, err
+		}
+		m.agents, m.agentsLoaded = a, true
+	}
+	return m.agents, nil
+}
+
+// mutateOpts tune what the locking round trip reads.
+type mutateOpts struct {
+	// withPresence reads the room's agents with the lock, for mutations
+	// that evaluate CEL (which sees agents): one round trip fewer while
+	// the room is locked. Default false.
+	withPresence bool
 }
 
 // seq hands out the next room sequence number (for an append entry).
@@ -75,16 +99,21 @@ type querier interface {
 // together. State reads fn needs happen in between, after the lock, so
 // they see every earlier mutation of the room.
 func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn func(m *mutation) error) (seq int64, err error) {
+	return s.mutateWith(ctx, p, roomID, mutateOpts{}, fn)
+}
+
+// mutateWith is mutate with options for the locking round trip.
+func (s *Service) mutateWith(ctx context.Context, p *Principal, roomID string, o mutateOpts, fn func(m *mutation) error) (seq int64, err error) {
 	// A connection left inside a transaction is closed by the pool on
 	// release rather than reused, so a failed ROLLBACK cannot leak state.
 	err = s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		seq, err = s.mutateOn(ctx, conn, p, roomID, fn)
+		seq, err = s.mutateOn(ctx, conn, p, roomID, o, fn)
 		return err
 	})
 	return seq, err
 }
 
-func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal, roomID string, fn func(m *mutation) error) (seq int64, err error) {
+func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal, roomID string, o mutateOpts, fn func(m *mutation) error) (seq int64, err error) {
 	open := false
 	defer func() {
 		if open && err != nil {
@@ -104,6 +133,9 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	lock.Queue("BEGIN")
 	lock.Queue(`SELECT seq, message_count, created_at, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $2)
 		FROM rooms WHERE id = $1 FOR UPDATE`, roomID, agentID)
+	if o.withPresence {
+		lock.Queue(sqlPresence, roomID)
+	}
 	br := conn.SendBatch(ctx, &lock)
 	open = true
 	_, err = br.Exec()
@@ -111,6 +143,13 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		var born time.Time
 		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &m.now, &grants)
 		m.cacheKey = cacheKey(roomID, born)
+	}
+	if err == nil && o.withPresence {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			m.agents, err = scanPresence(rows)
+			m.agentsLoaded = err == nil
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr

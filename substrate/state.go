@@ -342,7 +342,7 @@ func (s *Service) evalWriteExprs(m *mutation, writes []Write, ops []op) error {
 			if err != nil {
 				return err
 			}
-			agents, err := loadPresence(m.ctx, m.tx, m.room)
+			agents, err := m.presence()
 			if err != nil {
 				return err
 			}

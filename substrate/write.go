@@ -254,7 +254,7 @@ func (s *Service) checkEnabledBudget(m *mutation) error {
 	if err != nil {
 		return err
 	}
-	agents, err := loadPresence(m.ctx, m.tx, m.room)
+	agents, err := m.presence()
 	if err != nil {
 		return err
 	}
