@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -380,5 +382,96 @@ func parked(t *testing.T, base, room, tok, agent string, deadline time.Time) {
 			t.Fatalf("%s never started waiting", agent)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rss is a process's resident set and open file descriptors.
+func rss(t *testing.T, pid int) (kib int, fds int) {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kib, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+		}
+	}
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return kib, len(ents)
+}
+
+// 1,000 concurrent waits on one process: all are woken by one write within
+// a second, and the process stays within 100 MiB resident.
+func TestThousandWaits(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector multiplies memory and time")
+	}
+	const n = 1000
+	dbURL := pgtest.URL(t)
+	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
+		t.Fatal(err)
+	}
+	base, proc := startChildProc(t, dbURL, "-access-log", "false")
+	code, room := call(t, "POST", base+"/rooms", "", `{"id":"many"}`)
+	if code != 201 {
+		t.Fatalf("create room: %d", code)
+	}
+	tok := room["token"].(string)
+	idle, _ := rss(t, proc.Process.Pid)
+
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: n + 10, MaxIdleConnsPerHost: n + 10}}
+	cond := url.QueryEscape(`"go" in state._shared`)
+	var mu sync.Mutex
+	var woken []time.Time
+	var failed []string
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequest("GET", base+"/rooms/many/wait?timeout=60000&condition="+cond, nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			res, err := client.Do(req)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, err.Error())
+				return
+			}
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				failed = append(failed, res.Status)
+				return
+			}
+			woken = append(woken, time.Now())
+		})
+	}
+	// Every wait is parked once the server holds n more connections.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, fds := rss(t, proc.Process.Pid); fds >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the last ones reach their wait
+	kib, fds := rss(t, proc.Process.Pid)
+	sent := time.Now()
+	if code, out := call(t, "PUT", base+"/rooms/many/state", tok, `{"scope":"_shared","key":"go","value":1}`); code != 200 {
+		t.Fatalf("write: %d %v", code, out)
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Fatalf("%d waits failed, first: %s", len(failed), failed[0])
+	}
+	last := time.Duration(0)
+	for _, w := range woken {
+		last = max(last, w.Sub(sent))
+	}
+	t.Logf("%d waits: resident %d MiB (idle %d MiB), %d file descriptors; all woken %v after the write", n, kib>>10, idle>>10, fds, last.Round(time.Millisecond))
+	if kib > 100<<10 {
+		t.Errorf("resident %d MiB with %d waits, over 100 MiB", kib>>10, n)
+	}
+	if last > time.Second {
+		t.Errorf("the last wait was woken %v after the write, over a second", last)
 	}
 }
