@@ -32,6 +32,7 @@ var owners = map[string]string{
 	"smcp_oauth_tokens":      "oauth",
 	"smcp_consents":          "oauth",
 	"smcp_server_keys":       "oauth",
+	"syncd_processes":        "store",
 }
 
 // Every table the migrations create has an owner here, and no package but

@@ -30,8 +30,8 @@ var shardKey = map[string]string{
 var crossRoom = map[string]string{
 	// substrate.findToken: a token presented without a room (GET /rooms),
 	// or to a room it does not belong to (to say whose it is).
-	`SELECT id FROM rooms WHERE token_hash = $1`:      "token lookup without a room",
-	`SELECT id FROM rooms WHERE view_token_hash = $1`: "token lookup without a room",
+	`SELECT id FROM rooms WHERE token_hash = $1`:                                                                       "token lookup without a room",
+	`SELECT id FROM rooms WHERE view_token_hash = $1`:                                                                  "token lookup without a room",
 	`SELECT room_id, id, grants, last_heartbeat < now() - make_interval(secs => $2) FROM agents WHERE token_hash = $1`: "token lookup without a room",
 	// substrate.RetainLogs: the janitor picks the rooms whose logs need
 	// trimming, then trims each with statements that name it.

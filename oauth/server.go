@@ -152,11 +152,11 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	if opt.RatePerSecond == 0 {
 		opt.RatePerSecond = 10
 	}
-	if opt.RatePerSecond > 0 {
-		s.limit = httpmw.NewLimiter(opt.RatePerSecond, int(3*opt.RatePerSecond))
-	}
 	if s.http = opt.HTTP; s.http == nil {
 		s.http = httpmw.New(httpmw.Options{RatePerSecond: min(opt.RatePerSecond, 0), Logger: opt.Logger})
+	}
+	if opt.RatePerSecond > 0 {
+		s.limit = httpmw.NewLimiter(opt.RatePerSecond, int(3*opt.RatePerSecond), s.http.Options().Peers)
 	}
 	s.store = &storage{db: db, audience: s.resource, grace: opt.RefreshGrace, allow: opt.RedirectAllowList,
 		cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch, opt.MetadataFetchRoots)}

@@ -475,3 +475,59 @@ func TestThousandWaits(t *testing.T) {
 		t.Errorf("the last wait was woken %v after the write, over a second", last)
 	}
 }
+
+// Behind a round-robin proxy, three processes together hold a credential
+// to the configured rate limit, as one process would: each counts its
+// live peers (syncd_processes) and allows its share.
+func TestRateLimitSharedAcrossProcesses(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
+		t.Fatal(err)
+	}
+	const rate = 5 // per second, burst 10
+	var backends []string
+	for range 3 {
+		b, _ := startChildProc(t, dbURL, "-rate-limit", strconv.Itoa(rate))
+		backends = append(backends, b)
+	}
+	// Each process learns of the others within a heartbeat or two.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, b := range backends {
+		for {
+			_, ready := call(t, "GET", b+"/readyz", "", "")
+			if ready["processes"] == float64(3) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s counts %v processes, want 3", b, ready["processes"])
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	lb := roundRobin(t, backends...)
+	code, room := call(t, "POST", lb+"/rooms", "", `{"id":"limited"}`)
+	if code != 201 {
+		t.Fatalf("create room: %d %v", code, room)
+	}
+	tok := room["token"].(string)
+	began := time.Now()
+	ok, limited := 0, 0
+	for range 60 {
+		switch code, _ := call(t, "GET", lb+"/rooms/limited/state?scope=_shared", tok, ""); code {
+		case 200:
+			ok++
+		case 429:
+			limited++
+		default:
+			t.Fatalf("unexpected %d", code)
+		}
+	}
+	elapsed := time.Since(began).Seconds()
+	// One process would allow its burst (2 × rate) plus the refill; three
+	// unaware of each other would allow three times that.
+	most := 2*rate + int(rate*elapsed) + 2
+	t.Logf("60 requests in %.2fs through 3 processes: %d allowed, %d limited (one process allows at most %d)", elapsed, ok, limited, most)
+	if ok > most || ok == 0 {
+		t.Fatalf("%d of 60 allowed in %.2fs; the limit of %d/s (burst %d) allows at most %d", ok, elapsed, rate, 2*rate, most)
+	}
+}

@@ -86,7 +86,14 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	if cfg.AccessLog {
 		accessLog = slog.Default()
 	}
-	stack := httpmw.New(httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit,
+	// Processes on one database share the rate limits: each counts the
+	// live ones and allows its share.
+	peers := &httpmw.Peers{}
+	pctx, stopPeers := context.WithCancel(ctx)
+	peersDone := make(chan struct{})
+	go func() { db.RunPeers(pctx, store.PeerOptions{OnCount: peers.Set}); close(peersDone) }()
+	defer func() { stopPeers(); <-peersDone }() // before the database closes
+	stack := httpmw.New(httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit, Peers: peers,
 		TrustedProxies: cfg.TrustedProxies, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")})
 	auth, err := oauth.New(ctx, db, oauth.Options{
 		HTTP:              stack,
@@ -142,7 +149,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		// requests queue for the database, which a load balancer taking
 		// this process out of rotation would only make worse elsewhere.
 		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "pool": db.Status()})
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "pool": db.Status(), "processes": peers.N()})
 	})
 	auth.Routes(pages)
 	api := rest.Handler(svc, rest.Options{HTTP: stack, CreateToken: cfg.CreateToken})

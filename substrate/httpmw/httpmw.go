@@ -37,6 +37,9 @@ type Options struct {
 	RatePerSecond float64
 	// RateBurst is the burst above the sustained rate. Default 2× the rate.
 	RateBurst int
+	// Peers, when set, is the number of syncd processes sharing the rate
+	// limits: each allows its share. Default nil: this process alone.
+	Peers *Peers
 	// TrustedProxies are the addresses whose X-Forwarded-For / Forwarded
 	// headers are believed. Default none: the client is the TCP peer.
 	TrustedProxies []netip.Prefix
@@ -75,8 +78,8 @@ func New(opt Options) *Stack {
 	}
 	s := &Stack{opt: opt}
 	if opt.RatePerSecond > 0 {
-		s.byCred = NewLimiter(opt.RatePerSecond, opt.RateBurst)
-		s.byClient = NewLimiter(opt.RatePerSecond, opt.RateBurst)
+		s.byCred = NewLimiter(opt.RatePerSecond, opt.RateBurst, opt.Peers)
+		s.byClient = NewLimiter(opt.RatePerSecond, opt.RateBurst, opt.Peers)
 	}
 	return s
 }

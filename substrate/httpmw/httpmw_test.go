@@ -155,3 +155,30 @@ func TestLimit(t *testing.T) {
 		t.Fatal("negative rate did not disable limiting")
 	}
 }
+
+// With several processes sharing the limits, each allows its share of the
+// rate and burst, and follows the count as it changes.
+func TestLimiterShares(t *testing.T) {
+	peers := &httpmw.Peers{}
+	lim := httpmw.NewLimiter(0.001, 30, peers) // no refill within the test
+	allowed := func(key string, n int) int {
+		ok := 0
+		for range n {
+			if _, yes := lim.Allow(key); yes {
+				ok++
+			}
+		}
+		return ok
+	}
+	if got := allowed("alone", 40); got != 30 {
+		t.Fatalf("one process allowed %d of a burst of 30", got)
+	}
+	peers.Set(3)
+	if got := allowed("shared", 40); got != 10 {
+		t.Fatalf("one of three processes allowed %d, want its share of 10", got)
+	}
+	peers.Set(0) // never fewer than this process
+	if peers.N() != 1 {
+		t.Fatalf("N = %d", peers.N())
+	}
+}

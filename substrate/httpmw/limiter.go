@@ -2,6 +2,7 @@ package httpmw
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -21,6 +22,7 @@ type Limiter struct {
 	mu      sync.Mutex
 	rps     rate.Limit
 	burst   int
+	peers   *Peers
 	buckets map[string]*bucket
 	swept   time.Time
 }
@@ -28,12 +30,31 @@ type Limiter struct {
 type bucket struct {
 	lim  *rate.Limiter
 	seen time.Time
+	n    int // the process count its rate was divided by
+}
+
+// Peers is how many syncd processes share the rate limits. Each process
+// allows its share (the limit divided by the count), so however a load
+// balancer spreads a credential's requests, all processes together allow
+// no more than the configured limit; with even spreading they allow about
+// that much. The zero value, and a nil *Peers, count one process.
+type Peers struct{ n atomic.Int32 }
+
+// Set records the number of live processes (at least one).
+func (p *Peers) Set(n int) { p.n.Store(int32(max(n, 1))) }
+
+// N is the number of live processes, at least one.
+func (p *Peers) N() int {
+	if p == nil {
+		return 1
+	}
+	return max(int(p.n.Load()), 1)
 }
 
 // NewLimiter returns a limiter allowing rps requests per second per key,
-// with bursts of burst.
-func NewLimiter(rps float64, burst int) *Limiter {
-	return &Limiter{rps: rate.Limit(rps), burst: burst, buckets: map[string]*bucket{}, swept: time.Now()}
+// with bursts of burst, shared among peers (nil: this process alone).
+func NewLimiter(rps float64, burst int, peers *Peers) *Limiter {
+	return &Limiter{rps: rate.Limit(rps), burst: burst, peers: peers, buckets: map[string]*bucket{}, swept: time.Now()}
 }
 
 // Allow takes one token for key; when none is left it reports how long
@@ -57,9 +78,14 @@ func (l *Limiter) Allow(key string) (time.Duration, bool) {
 		key = overflowKey
 		b = l.buckets[key]
 	}
+	n := l.peers.N()
 	if b == nil {
-		b = &bucket{lim: rate.NewLimiter(l.rps, l.burst)}
+		b = &bucket{lim: rate.NewLimiter(l.rps/rate.Limit(n), max(l.burst/n, 1)), n: n}
 		l.buckets[key] = b
+	} else if b.n != n {
+		b.lim.SetLimitAt(now, l.rps/rate.Limit(n))
+		b.lim.SetBurstAt(now, max(l.burst/n, 1))
+		b.n = n
 	}
 	b.seen = now
 	res := b.lim.ReserveN(now, 1)
