@@ -292,7 +292,11 @@ func changedFields(a, b ActionDef) []string {
 
 // lockedSnapshot loads the room's snapshot inside a mutation.
 func (s *Service) lockedSnapshot(m *mutation) (*snapshot, error) {
-	return s.loadSnapshot(m.ctx, m.tx, m.room, m.cacheKey, m.base, m.msgCount)
+	snap, err := s.loadSnapshot(m.ctx, m.tx, m.room, m.cacheKey, m.base, m.msgCount)
+	if err == nil {
+		m.snap = snap // loadRows takes the rows it holds from it
+	}
+	return snap, err
 }
 
 // DeleteAction removes an action (its registrar, its scope's agent or room

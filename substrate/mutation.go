@@ -45,6 +45,8 @@ type mutation struct {
 	// before holds, per entry the mutation writes, the row as it was
 	// when the mutation first read it (nil: absent), for the audit delta.
 	before map[entryKey]prior
+	// snap is the room's snapshot at base, once the mutation loaded it.
+	snap *snapshot
 	// agents is the room's presence, read under the lock (see presence).
 	agents       []presence
 	agentsLoaded bool
