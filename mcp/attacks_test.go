@@ -91,12 +91,7 @@ func TestAttackEmbodyCannotAdoptTokenAgents(t *testing.T) {
 	restCall(ctx, srv.base, "PATCH", "/rooms/vault/agents/bob:go-sdk-test", roomTok, map[string]any{"grants": []string{"*"}})
 	restCall(ctx, srv.base, "PUT", "/rooms/vault/state", roomTok, map[string]any{"scope": "keeper", "key": "combination", "value": "12-34-56"})
 
-	alice := signup(t, srv, "alice")
-	var aliceID string
-	_ = srv.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = 'alice'`).Scan(&aliceID)
-	if err := srv.lobby.ClaimRoom(ctx, aliceID, "vault", roomTok); err != nil {
-		t.Fatal(err)
-	}
+	alice := owner(t, srv, "alice", "vault", roomTok)
 	bob := signup(t, srv, "bob")
 	cs := connect(t, alice, map[string]string{"vault": "admin"})
 	mustTool(t, cs, "sync_share_room", map[string]any{"room": "vault", "username": "bob", "role": "participant"})
@@ -130,10 +125,7 @@ func TestAttackGrantedAgentStaysWithinRole(t *testing.T) {
 	roomTok := room["token"].(string)
 	restCall(ctx, srv.base, "POST", "/rooms/den/agents", roomTok, map[string]any{"id": "keeper", "name": "keeper"})
 	restCall(ctx, srv.base, "PUT", "/rooms/den/state", roomTok, map[string]any{"scope": "keeper", "key": "combination", "value": "12-34-56"})
-	alice := signup(t, srv, "alice")
-	var aliceID string
-	_ = srv.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = 'alice'`).Scan(&aliceID)
-	_ = srv.lobby.ClaimRoom(ctx, aliceID, "den", roomTok)
+	alice := owner(t, srv, "alice", "den", roomTok)
 	bob := signup(t, srv, "bob")
 	cs := connect(t, alice, map[string]string{"den": "admin"})
 	mustTool(t, cs, "sync_share_room", map[string]any{"room": "den", "username": "bob", "role": "participant"})

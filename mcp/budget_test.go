@@ -55,12 +55,7 @@ func TestResultSizes(t *testing.T) {
 	}
 	restCall(ctx, srv.base, "PUT", "/rooms/board/actions", tok, map[string]any{"id": "note", "params": map[string]any{"text": map[string]any{"type": "string"}},
 		"writes": []any{map[string]any{"key": "note", "value": "${params.text}"}}})
-	alice := signup(t, srv, "alice")
-	var aliceID string
-	_ = srv.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = 'alice'`).Scan(&aliceID)
-	if err := srv.lobby.ClaimRoom(ctx, aliceID, "board", tok); err != nil {
-		t.Fatal(err)
-	}
+	alice := owner(t, srv, "alice", "board", tok)
 	cs := connect(t, alice, map[string]string{"board": "admin"})
 	mustTool(t, cs, "sync_embody", map[string]any{"room": "board"})
 

@@ -102,6 +102,19 @@ func signup(t testing.TB, srv *server, name string) *person {
 // consent is the go-sdk client's AuthorizationCodeFetcher: the person
 // opens the authorize URL in their (signed-in) browser and allows the
 // given rooms, as on the real consent page.
+// owner signs a person up and makes them an owner of a room created over
+// REST, proven by its room token.
+func owner(t *testing.T, srv *server, username, room, roomToken string) *person {
+	t.Helper()
+	p := signup(t, srv, username)
+	var id string
+	_ = srv.db.QueryRow(context.Background(), `SELECT id FROM smcp_users WHERE username = $1`, username).Scan(&id)
+	if err := srv.lobby.ClaimRoom(context.Background(), id, room, roomToken); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func consent(p *person, rooms map[string]string) auth.AuthorizationCodeFetcher {
 	return func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
 		r, err := p.Consent(ctx, args.URL, rooms)

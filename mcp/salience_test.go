@@ -20,12 +20,7 @@ func TestSalienceOverMCP(t *testing.T) {
 	ctx := context.Background()
 	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "attn"})
 	tok := room["token"].(string)
-	alice := signup(t, srv, "alice")
-	var aliceID string
-	_ = srv.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = 'alice'`).Scan(&aliceID)
-	if err := srv.lobby.ClaimRoom(ctx, aliceID, "attn", tok); err != nil {
-		t.Fatal(err)
-	}
+	alice := owner(t, srv, "alice", "attn", tok)
 	cs := connect(t, alice, map[string]string{"attn": "admin"})
 	mustTool(t, cs, "sync_embody", map[string]any{"room": "attn"})
 

@@ -60,21 +60,7 @@ func TestEachTableHasOneOwner(t *testing.T) {
 	}
 
 	var violations []string
-	root := ".."
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, path)
+	err = walkGo("..", func(path, rel string) error {
 		pkg := filepath.ToSlash(filepath.Dir(rel))
 		raw, err := os.ReadFile(path)
 		if err != nil {
@@ -99,4 +85,26 @@ func TestEachTableHasOneOwner(t *testing.T) {
 	if len(violations) > 0 {
 		t.Fatalf("SQL outside a table's owner (go through the owner's operations):\n  %s", strings.Join(violations, "\n  "))
 	}
+}
+
+// walkGo calls fn for every non-test Go file under root (path, and path
+// relative to root), skipping hidden directories, node_modules and
+// testdata.
+func walkGo(root string, fn func(path, rel string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		return fn(path, rel)
+	})
 }

@@ -81,11 +81,7 @@ func recordRoom(t *testing.T, base, room string) string {
 func checkRecorded(t *testing.T, dbURL, room string, acked []string) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := dial(t, dbURL)
 	keys := map[string]bool{}
 	rows, _ := conn.Query(ctx, `SELECT key FROM state WHERE room_id = $1 AND scope = '_shared' AND key LIKE 'r-%'`, room)
 	for rows.Next() {
@@ -151,15 +147,22 @@ func TestKillDuringBurstLosesNothingAcknowledged(t *testing.T) {
 	}
 }
 
+// dial opens a connection of the test's own, closed when the test ends.
+func dial(t *testing.T, dbURL string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // waitFor polls the database until room has at least n recorded keys.
 func waitFor(t *testing.T, dbURL, room string, n int) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := dial(t, dbURL)
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		var got int
