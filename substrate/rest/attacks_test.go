@@ -565,6 +565,33 @@ func TestAttackEnabledGateMemoIsPerReader(t *testing.T) {
 	}
 }
 
+// GET /state decides an entry's gate per reader, as the context does: an
+// entry meant for one agent, or for readers of a scope, is not read
+// directly by anyone else (the gate is not evaluated with the room's
+// authority, nor once for all readers).
+func TestAttackStateReadGateIsPerReader(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("memo3", nil)
+	alice, bob := e.join(rm, "alice"), e.join(rm, "bob", "carol")
+	e.do("PUT", "/rooms/memo3/state", rm.token, map[string]any{"scope": "carol", "key": "k", "value": 1}).must(t, 200)
+	e.do("PUT", "/rooms/memo3/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "for_alice", "value": "a's", "enabled": `self == "alice"`},
+		map[string]any{"scope": "_shared", "key": "for_carol_readers", "value": "c's", "enabled": `"carol" in state`},
+	}}).must(t, 200)
+	for range 2 {
+		for _, c := range []struct{ who, tok, sees, not string }{
+			{"alice", alice, "a's", "c's"}, {"bob", bob, "c's", "a's"},
+		} {
+			for _, q := range []string{"?scope=_shared", ""} {
+				r := e.do("GET", "/rooms/memo3/state"+q, c.tok, nil).must(t, 200)
+				if !strings.Contains(r.raw, c.sees) || strings.Contains(r.raw, c.not) {
+					t.Fatalf("HOLE: %s reads %q: %s", c.who, q, r.raw)
+				}
+			}
+		}
+	}
+}
+
 // The trajectory and the replay hold every scope, private ones included:
 // only the room's own token reads them. An agent, the view token and
 // another room's token are refused, and a key's history is readable only

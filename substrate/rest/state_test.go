@@ -371,3 +371,50 @@ func TestDirectWriteExprAndEnabled(t *testing.T) {
 		t.Fatalf("entry hidden once its enabled holds: %v", got)
 	}
 }
+
+// GET /state honours entry-level enabled as the context read does (seed
+// 001: enabled gates visibility, on every entry): a disabled entry is
+// absent from scope reads, whole-room reads, key reads (404) and log pages,
+// for every reader, until its expression holds for that reader.
+func TestStateReadHonoursEntryEnabled(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gr", nil)
+	a := e.join(rm, "a")
+	e.do("PUT", "/rooms/gr/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "phase", "value": "setup"},
+		map[string]any{"scope": "_shared", "key": "answer", "value": 42, "enabled": `state._shared.phase == "reveal"`},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"text": "spoiler"}, "enabled": `state._shared.phase == "reveal"`},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"text": "hello"}},
+	}}).must(t, 200)
+	keys := func(tok, q string) string {
+		r := e.do("GET", "/rooms/gr/state"+q, tok, nil).must(t, 200)
+		var out []string
+		for _, x := range r.body["entries"].([]any) {
+			en := x.(map[string]any)
+			out = append(out, fmt.Sprint(en["scope"], "/", en["key"], "=", en["value"]))
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tok := range []string{a, rm.token} {
+		if got := keys(tok, "?scope=_shared"); strings.Contains(got, "answer") {
+			t.Fatalf("scope read shows a disabled entry: %s", got)
+		}
+		if got := keys(tok, ""); strings.Contains(got, "answer") {
+			t.Fatalf("room read shows a disabled entry: %s", got)
+		}
+		if got := keys(tok, "?scope=_messages"); strings.Contains(got, "spoiler") || !strings.Contains(got, "hello") {
+			t.Fatalf("log page: %s", got)
+		}
+		if r := e.do("GET", "/rooms/gr/state?scope=_shared&key=answer", tok, nil); r.status != 404 {
+			t.Fatalf("key read of a disabled entry: %d %s", r.status, r.raw)
+		}
+	}
+	e.do("PUT", "/rooms/gr/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "reveal"}).must(t, 200)
+	if got := keys(a, "?scope=_shared"); !strings.Contains(got, "answer=42") {
+		t.Fatalf("enabled entry not shown: %s", got)
+	}
+	if got := keys(a, "?scope=_messages"); !strings.Contains(got, "spoiler") {
+		t.Fatalf("enabled log entry not shown: %s", got)
+	}
+	e.do("GET", "/rooms/gr/state?scope=_shared&key=answer", a, nil).must(t, 200)
+}
