@@ -289,7 +289,10 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		}
 		return false
 	}
-	env := &Envelope{Self: rc.self}
+	env := &Envelope{Self: rc.self, Params: rc.vars.Params}
+	if env.Params == nil {
+		env.Params = map[string]any{}
+	}
 	meta := &env.Context
 	meta.Depth = req.Depth
 	var present, elided, expand, help []string

@@ -418,3 +418,24 @@ func TestStateReadHonoursEntryEnabled(t *testing.T) {
 	}
 	e.do("GET", "/rooms/gr/state?scope=_shared&key=answer", a, nil).must(t, 200)
 }
+
+// The context envelope has seed 001's shape down to its last field:
+// "self": "agent-a", "params": {} — params are empty on a read and are the
+// invocation's params when an action's expressions see that context.
+func TestContextEnvelopeCarriesParams(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("pe", nil)
+	a := e.join(rm, "agent-a")
+	env := e.ctx(rm, a, "")
+	if env.body["self"] != "agent-a" {
+		t.Fatalf("self: %s", env.raw)
+	}
+	if p, ok := env.body["params"].(map[string]any); !ok || len(p) != 0 {
+		t.Fatalf(`envelope lacks "params": {}: %s`, env.raw)
+	}
+	e.do("PUT", "/rooms/pe/actions", rm.token, map[string]any{"id": "echo", "params": map[string]any{"item": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"scope": "_shared", "key": "last", "value": "${params.item}"}}, "result": `params.item + "!"`}).must(t, 201)
+	if r := e.invoke(rm, a, "echo", map[string]any{"item": "sword"}).must(t, 200); r.body["result"] != "sword!" {
+		t.Fatalf("the invocation's context lacks its params: %s", r.raw)
+	}
+}
