@@ -22,7 +22,7 @@ const maxUnreadCount = 1000
 
 // loadPresence reads the room's agents.
 func loadPresence(ctx context.Context, q querier, roomID string) ([]presence, error) {
-	rows, err := q.Query(ctx, `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads
+	rows, err := q.Query(ctx, `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads, enabled_expr
 		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, roomID)
 	if err != nil {
 		return nil, err
@@ -31,7 +31,7 @@ func loadPresence(ctx context.Context, q querier, roomID string) ([]presence, er
 	var out []presence
 	for rows.Next() {
 		var a presence
-		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads); err != nil {
+		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads, &a.Enabled); err != nil {
 			return nil, err
 		}
 		out = append(out, a)

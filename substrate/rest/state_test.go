@@ -439,3 +439,48 @@ func TestContextEnvelopeCarriesParams(t *testing.T) {
 		t.Fatalf("the invocation's context lacks its params: %s", r.raw)
 	}
 }
+
+// enabled is universal (seed 001 §State schema): agents carry it too, set
+// on join or by PATCH with the room token. While false for a reader, the
+// agent is absent from that reader's context (section and CEL agents) and
+// GET /agents; once it holds, it is there.
+func TestAgentEnabled(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("ae", nil)
+	a := e.join(rm, "agent-a")
+	j := e.do("POST", "/rooms/ae/agents", rm.token, map[string]any{"id": "ghost", "name": "Ghost", "enabled": `state._shared.phase == "night"`}).must(t, 201)
+	if j.body["enabled"] != `state._shared.phase == "night"` {
+		t.Fatalf("join response lacks enabled: %s", j.raw)
+	}
+	listed := func(tok string) bool {
+		r := e.do("GET", "/rooms/ae/agents", tok, nil).must(t, 200)
+		return strings.Contains(r.raw, `"ghost"`)
+	}
+	inCtx := func(tok string) bool {
+		return path(e.ctx(rm, tok, "").body, "agents", "ghost") != nil
+	}
+	inCEL := func(tok string) any {
+		return e.do("POST", "/rooms/ae/eval", tok, map[string]any{"expr": `"ghost" in agents`}).must(t, 200).body["value"]
+	}
+	for _, tok := range []string{a, rm.token} {
+		if listed(tok) || inCtx(tok) || inCEL(tok) != false {
+			t.Fatalf("a disabled agent is shown")
+		}
+	}
+	e.do("PUT", "/rooms/ae/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "night"}).must(t, 200)
+	if !listed(a) || !inCtx(a) || inCEL(a) != true {
+		t.Fatalf("an enabled agent is hidden")
+	}
+	// PATCH changes and clears it; bad CEL is a 400 naming the field.
+	e.do("PATCH", "/rooms/ae/agents/ghost", rm.token, map[string]any{"enabled": "false"}).must(t, 200)
+	if listed(a) {
+		t.Fatal("PATCH enabled false did not hide the agent")
+	}
+	if r := e.do("PATCH", "/rooms/ae/agents/ghost", rm.token, map[string]any{"enabled": "1 +"}); r.status != 400 {
+		t.Fatalf("bad enabled: %d %s", r.status, r.raw)
+	}
+	e.do("PATCH", "/rooms/ae/agents/ghost", rm.token, map[string]any{"enabled": ""}).must(t, 200)
+	if !listed(a) {
+		t.Fatal(`PATCH enabled "" did not clear the gate`)
+	}
+}
