@@ -173,6 +173,33 @@ func (l *Lobby) Access(ctx context.Context, s *Session, room string) (level, rol
 //     allow new shared rooms.
 //   - revoked: dropped with sync_revoke_access.
 func (l *Lobby) notInScope(s *Session, room, reason, role string) error {
+	return l.notInScopeErr(s, room, reason, role).WithOptions(scopeOptions(s, room, reason)...)
+}
+
+// scopeOptions are room_not_in_scope's ways out (seed 003 §IX: ask the
+// owner to share it, re-authorize with the room ticked, create a room),
+// those that can work in this case, each worded by the surface.
+func scopeOptions(s *Session, room, reason string) []errs.Step {
+	var out []errs.Step
+	if reason == "not_shared" {
+		out = append(out, errs.Step{Op: errs.OpShareRoom, Room: room, Args: map[string]any{"username": s.Username}})
+	}
+	// Sharing alone reaches the connection when its consent allows new
+	// shared rooms; otherwise re-authorizing is the way in.
+	if reason != "not_shared" || s.Scope.SharedRooms == "" {
+		re := errs.Step{Op: errs.OpReauthorize, Room: room}
+		if reason != "revoked" {
+			re.Args = map[string]any{"allow_shared": true}
+		}
+		out = append(out, re)
+	}
+	if s.Scope.CreateRooms {
+		out = append(out, errs.Step{Op: errs.OpCreateRoom})
+	}
+	return out
+}
+
+func (l *Lobby) notInScopeErr(s *Session, room, reason, role string) *errs.Error {
 	reconnect := "the user reconnects the integration (disconnect it in the client's settings, connect again) and ticks " + room + " on the consent screen"
 	e := errs.New(RoomNotInScope, "room %q is not in this connection's scope", room).With("room", room).With("reason", reason)
 	if role != "" {
