@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -596,6 +597,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 		return nil, err
 	}
 	out := &View{User: s.Username, CanCreateRooms: s.Scope.CreateRooms}
+	defaultRoom := "" // the user's default room, when in scope
 	for _, r := range rooms {
 		level := s.level(r.ID)
 		if level == "" {
@@ -603,8 +605,11 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 		}
 		sum := sums[r.ID]
 		access := minLevel(level, roleCap(r.Access))
-		entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access,
-			SharedSince: s.Scope.Level(r.ID) == "", Summary: RoomCounts{SharedKeys: sum.SharedKeys, Seq: sum.Seq}}
+		entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access, Default: r.Default,
+			SharedSince: s.Scope.Level(r.ID) == "", Summary: summarise(sum, access)}
+		if r.Default && defaultRoom == "" {
+			defaultRoom = r.ID
+		}
 		for _, ag := range sum.Agents {
 			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
 				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
@@ -623,7 +628,15 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 	}
 	if s.AgentID != "" {
 		out.Embodied = &Embodied{Room: s.RoomID, Agent: s.AgentID}
+	} else if defaultRoom != "" && (s.RoomID == "" || s.level(s.RoomID) == "") {
+		// Nothing (usable) in focus: the default room is, so a call
+		// without a room reads it.
+		s.RoomID = defaultRoom
+		if err := l.save(ctx, s); err != nil {
+			return nil, err
+		}
 	}
+	out.Focus = s.RoomID
 	switch {
 	case len(out.Rooms) == 0 && s.Scope.CreateRooms:
 		out.Next = "no rooms yet: create one with sync_create_room"
@@ -635,4 +648,23 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 		out.Next = "read with sync_read_context, act with sync_invoke_action"
 	}
 	return out, nil
+}
+
+// summarise is a room's state summary as a session at access sees it:
+// scope key counts for the scopes it reads observing (communal ones below
+// admin), open roles, last activity.
+func summarise(sum *substrate.RoomSummary, access string) StateSummary {
+	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
+		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}}
+	for scope, n := range sum.Keys {
+		if access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit) {
+			out.Keys[scope] = n
+		}
+	}
+	for _, id := range sum.RoleIDs() {
+		if sum.Roles[id]["filled_by"] == nil {
+			out.OpenRoles = append(out.OpenRoles, id)
+		}
+	}
+	return out
 }

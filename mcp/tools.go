@@ -245,7 +245,7 @@ func deleteTool(kind, article string, del func(*substrate.Service, context.Conte
 func tools() []tool {
 	return []tool{
 		typed(&sdk.Tool{Name: "sync_lobby", Title: "Lobby",
-			Description: "Start here: the rooms you may use (access, agents, roles), whether you may create rooms, and what you are embodied as. Next: sync_read_context to observe, sync_embody to act, or sync_create_room.",
+			Description: "Start here: your rooms (access, agents, roles), whether you may create rooms, what you embody and focus. Next: sync_read_context to observe, sync_embody to act, or sync_create_room.",
 			Annotations: annotations(true, false, true)}, nil,
 			func(ctx context.Context, c *call, _ *noArgs) (*lobby.View, error) {
 				return c.opt.Lobby.View(ctx, c.sess)

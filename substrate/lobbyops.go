@@ -78,6 +78,14 @@ type RoomSummary struct {
 	Seq   int64
 	// SharedKeys counts the live mutable keys of _shared.
 	SharedKeys int
+	// Keys counts the live mutable keys of each scope (entries an
+	// enabled expression gates are not counted: who may see them depends
+	// on the reader). Messages is the room's message count.
+	Keys     map[string]int
+	Messages int64
+	// LastActivity is when the room last changed (its newest _audit
+	// entry), or its creation.
+	LastActivity time.Time
 	// Roles are the live _shared.roles entries (role id → its object).
 	Roles  map[string]map[string]any
 	Agents []Presence
@@ -97,19 +105,26 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		born       time.Time
 		label      *string
 		summary    *RoomSummary
+		last       *time.Time
 	}
 	var list []*roomRow
-	rows, err := s.db.Query(ctx, `SELECT id, seq, message_count, created_at, meta->>'label' FROM rooms WHERE id = ANY($1)`, ids)
+	rows, err := s.db.Query(ctx, `SELECT id, seq, message_count, created_at, meta->>'label',
+			(SELECT updated_at FROM state s WHERE s.room_id = r.id AND s.scope = '_audit' AND s.sort_key IS NOT NULL ORDER BY s.sort_key DESC LIMIT 1)
+		FROM rooms r WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
 		r := &roomRow{}
-		if err := rows.Scan(&r.id, &r.seq, &r.count, &r.born, &r.label); err != nil {
+		if err := rows.Scan(&r.id, &r.seq, &r.count, &r.born, &r.label, &r.last); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		r.summary = &RoomSummary{ID: r.id, Seq: r.seq, Roles: map[string]map[string]any{}, Agents: []Presence{}}
+		r.summary = &RoomSummary{ID: r.id, Seq: r.seq, Roles: map[string]map[string]any{}, Agents: []Presence{},
+			Keys: map[string]int{}, Messages: r.count, LastActivity: r.born}
+		if r.last != nil {
+			r.summary.LastActivity = *r.last
+		}
 		if r.label != nil {
 			r.summary.Label = *r.label
 		}
@@ -151,7 +166,13 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		if err != nil {
 			return nil, err
 		}
-		shared := snap.live(now).vals[ScopeShared]
+		live := snap.live(now)
+		for scope, keys := range live.vals {
+			if len(keys) > 0 {
+				r.summary.Keys[scope] = len(keys)
+			}
+		}
+		shared := live.vals[ScopeShared]
 		r.summary.SharedKeys = len(shared)
 		if roles, ok := shared["roles"].(map[string]any); ok {
 			for id, v := range roles {
