@@ -1,6 +1,10 @@
 package lobby
 
-import "time"
+import (
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate"
+)
 
 // Typed results of the lobby's operations (the MCP layer encodes them as
 // they are, and can derive output schemas from them).
@@ -99,9 +103,13 @@ type Embodiment struct {
 	Role     string `json:"role,omitempty"`
 	// TakenOver is true when embodying a vacated role took over the agent
 	// another user drove before (its state and history come with it).
-	TakenOver bool   `json:"taken_over,omitempty"`
-	Status    string `json:"status,omitempty"`
-	Next      string `json:"next,omitempty"`
+	TakenOver bool `json:"taken_over,omitempty"`
+	// Bootstrap is what filling the role first registered, as the role's
+	// agent, from its bootstrap_actions and bootstrap_views (the MCP layer
+	// shows it with the embodiment only).
+	Bootstrap []substrate.BootstrapResult `json:"-"`
+	Status    string                      `json:"status,omitempty"`
+	Next      string                      `json:"next,omitempty"`
 }
 
 // CreatedRoom is the result of creating a room in a session.

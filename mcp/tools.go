@@ -195,7 +195,9 @@ type (
 	// further call, the room's context as the agent now sees it.
 	EmbodyResult struct {
 		*lobby.Embodiment
-		Context *substrate.Envelope `json:"context,omitempty"`
+		// Bootstrap: what the role's first fill registered (or why not).
+		Bootstrap []substrate.BootstrapResult `json:"bootstrap,omitempty"`
+		Context   *substrate.Envelope         `json:"context,omitempty"`
 	}
 	// DisembodyResult is the embodiment left and the lobby to pick from.
 	DisembodyResult struct {
@@ -276,14 +278,14 @@ func tools() []tool {
 				return env, c.opt.Lobby.Focus(ctx, c.sess, room)
 			}),
 		typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
-			Description: "Act in a room as your own agent (made on first use), another agent of yours (agent) or a role's agent (role). Observers cannot embody. Returns the context your agent sees. Next: sync_invoke_action.",
+			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role). Observers cannot embody. Returns your agent's context. Next: sync_invoke_action.",
 			Annotations: annotations(false, false, true)}, nil,
 			func(ctx context.Context, c *call, in *embodyIn) (*EmbodyResult, error) {
 				e, err := c.opt.Lobby.Embody(ctx, c.sess, in.Room, in.Agent, in.Role)
 				if err != nil {
 					return nil, err
 				}
-				out := &EmbodyResult{Embodiment: e}
+				out := &EmbodyResult{Embodiment: e, Bootstrap: e.Bootstrap}
 				p, err := c.actor(ctx)
 				if err != nil {
 					return nil, err
