@@ -33,6 +33,9 @@ type Room struct {
 	Access string // owner, collaborator, participant or observer
 	Agents []Agent
 	Roles  []string // ids of the roles defined in _shared.roles
+	// Default marks the user's default room (smcp_user_rooms.is_default),
+	// which sync_lobby focuses when the session has no room in focus.
+	Default bool
 }
 
 // Agent is an agent's presence, as shown next to a room: Status is
@@ -54,7 +57,7 @@ func (l *Lobby) UserRooms(ctx context.Context, userID string) ([]Room, error) {
 
 // userRooms is UserRooms with the substrate's summary of each room.
 func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[string]*substrate.RoomSummary, error) {
-	rows, err := l.db.Query(ctx, `SELECT room_id, coalesce(label, ''), access FROM smcp_user_rooms
+	rows, err := l.db.Query(ctx, `SELECT room_id, coalesce(label, ''), access, is_default FROM smcp_user_rooms
 		WHERE user_id = $1 ORDER BY created_at, room_id`, userID)
 	if err != nil {
 		return nil, nil, err
@@ -63,7 +66,7 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 	var ids []string
 	for rows.Next() {
 		var rm Room
-		if err := rows.Scan(&rm.ID, &rm.Label, &rm.Access); err != nil {
+		if err := rows.Scan(&rm.ID, &rm.Label, &rm.Access, &rm.Default); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}
@@ -109,12 +112,31 @@ func (l *Lobby) AddMember(ctx context.Context, userID, roomID, access, label, in
 	// A new membership, or a changed role, is dated (shared_at) and
 	// attributed to whoever shared it: open sessions whose consent allows
 	// "new rooms shared with me" reach it from their next call.
-	_, err := l.db.Exec(ctx, `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by) VALUES ($1, $2, $3, $4, $5)
+	// A user's first room (or the first since their default went) is
+	// their default room.
+	_, err := l.db.Exec(ctx, `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by, is_default)
+		VALUES ($1, $2, $3, $4, $5, NOT EXISTS (SELECT 1 FROM smcp_user_rooms WHERE user_id = $1 AND is_default))
 		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label),
 			shared_at = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN now() ELSE smcp_user_rooms.shared_at END,
 			invited_by = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.invited_by ELSE smcp_user_rooms.invited_by END`,
 		userID, roomID, access, lbl, by)
 	return err
+}
+
+// SetDefault makes room the user's default room: the one sync_lobby
+// focuses when a session has none. The user must belong to it.
+func (l *Lobby) SetDefault(ctx context.Context, userID, roomID string) error {
+	// Two statements: the one-default index is checked row by row.
+	return l.db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE smcp_user_rooms SET is_default = false WHERE user_id = $1 AND is_default AND room_id <> $2`, userID, roomID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE smcp_user_rooms SET is_default = true WHERE user_id = $1 AND room_id = $2`, userID, roomID)
+		if err == nil && tag.RowsAffected() == 0 {
+			return errs.New(errs.RoomNotFound, "you have no room %q", roomID).With("room", roomID).WithHint("make one of the rooms sync_lobby lists your default")
+		}
+		return err
+	})
 }
 
 // Access levels of users in rooms.

@@ -1,6 +1,10 @@
 package lobby
 
-import "time"
+import (
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate"
+)
 
 // Typed results of the lobby's operations (the MCP layer encodes them as
 // they are, and can derive output schemas from them).
@@ -12,7 +16,10 @@ type View struct {
 	CanCreateRooms bool       `json:"can_create_rooms"`
 	// Embodied is the agent the session acts as, nil while observing.
 	Embodied *Embodied `json:"embodied"`
-	Next     string    `json:"next"`
+	// Focus is the room calls without a room use: the one observed or
+	// acted in last, else the user's default room.
+	Focus string `json:"focus,omitempty"`
+	Next  string `json:"next"`
 }
 
 // Embodied names the agent a session acts as.
@@ -31,10 +38,13 @@ type ViewRoom struct {
 	Access string `json:"access"`
 	// SharedSince marks a room shared with the user after this connection
 	// was made, reached through the consent's "new rooms shared with me".
-	SharedSince bool        `json:"shared_since_connect,omitempty"`
-	Agents      []ViewAgent `json:"agents"`
-	Roles       []ViewRole  `json:"roles,omitempty"`
-	Summary     RoomCounts  `json:"summary"`
+	SharedSince bool `json:"shared_since_connect,omitempty"`
+	// Default marks the user's default room (set on the account page; a
+	// user's first room to begin with).
+	Default bool         `json:"default,omitempty"`
+	Agents  []ViewAgent  `json:"agents"`
+	Roles   []ViewRole   `json:"roles,omitempty"`
+	Summary StateSummary `json:"state_summary"`
 }
 
 // ViewAgent is an agent's presence in the lobby.
@@ -67,10 +77,22 @@ type ViewRole struct {
 	FilledBy    any    `json:"filled_by"`
 }
 
-// RoomCounts summarise a room's size and progress.
-type RoomCounts struct {
-	SharedKeys int   `json:"shared_keys"`
-	Seq        int64 `json:"seq"`
+// StateSummary summarises a room's state (seed 003's state_summary) without
+// its values: how many keys each scope the session reads holds, how many
+// messages, when it last changed, and which roles wait for someone.
+type StateSummary struct {
+	// Keys counts the mutable keys of each scope the session reads when
+	// observing (every scope at the admin level, else the communal ones);
+	// entries gated by an enabled expression are not counted.
+	Keys     map[string]int `json:"keys"`
+	Messages int64          `json:"messages"`
+	Seq      int64          `json:"seq"`
+	// LastActivity is the room's last change (its creation, if none);
+	// LastActive says it relative to now ("3m ago").
+	LastActivity time.Time `json:"last_activity"`
+	LastActive   string    `json:"last_active"`
+	// OpenRoles are the defined roles nobody fills.
+	OpenRoles []string `json:"open_roles"`
 }
 
 // Embodiment is the result of embodying or disembodying.
@@ -81,9 +103,13 @@ type Embodiment struct {
 	Role     string `json:"role,omitempty"`
 	// TakenOver is true when embodying a vacated role took over the agent
 	// another user drove before (its state and history come with it).
-	TakenOver bool   `json:"taken_over,omitempty"`
-	Status    string `json:"status,omitempty"`
-	Next      string `json:"next,omitempty"`
+	TakenOver bool `json:"taken_over,omitempty"`
+	// Bootstrap is what filling the role first registered, as the role's
+	// agent, from its bootstrap_actions and bootstrap_views (the MCP layer
+	// shows it with the embodiment only).
+	Bootstrap []substrate.BootstrapResult `json:"-"`
+	Status    string                      `json:"status,omitempty"`
+	Next      string                      `json:"next,omitempty"`
 }
 
 // CreatedRoom is the result of creating a room in a session.

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -173,6 +174,33 @@ func (l *Lobby) Access(ctx context.Context, s *Session, room string) (level, rol
 //     allow new shared rooms.
 //   - revoked: dropped with sync_revoke_access.
 func (l *Lobby) notInScope(s *Session, room, reason, role string) error {
+	return l.notInScopeErr(s, room, reason, role).WithOptions(scopeOptions(s, room, reason)...)
+}
+
+// scopeOptions are room_not_in_scope's ways out (seed 003 §IX: ask the
+// owner to share it, re-authorize with the room ticked, create a room),
+// those that can work in this case, each worded by the surface.
+func scopeOptions(s *Session, room, reason string) []errs.Step {
+	var out []errs.Step
+	if reason == "not_shared" {
+		out = append(out, errs.Step{Op: errs.OpShareRoom, Room: room, Args: map[string]any{"username": s.Username}})
+	}
+	// Sharing alone reaches the connection when its consent allows new
+	// shared rooms; otherwise re-authorizing is the way in.
+	if reason != "not_shared" || s.Scope.SharedRooms == "" {
+		re := errs.Step{Op: errs.OpReauthorize, Room: room}
+		if reason != "revoked" {
+			re.Args = map[string]any{"allow_shared": true}
+		}
+		out = append(out, re)
+	}
+	if s.Scope.CreateRooms {
+		out = append(out, errs.Step{Op: errs.OpCreateRoom})
+	}
+	return out
+}
+
+func (l *Lobby) notInScopeErr(s *Session, room, reason, role string) *errs.Error {
 	reconnect := "the user reconnects the integration (disconnect it in the client's settings, connect again) and ticks " + room + " on the consent screen"
 	e := errs.New(RoomNotInScope, "room %q is not in this connection's scope", room).With("room", room).With("reason", reason)
 	if role != "" {
@@ -211,7 +239,7 @@ func (l *Lobby) notInScope(s *Session, room, reason, role string) error {
 // actions and views the agent registers read with their registrar's
 // authority whatever the invoker may read.
 func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substrate.Principal, string, error) {
-	level, _, err := l.Access(ctx, s, room)
+	level, role, err := l.Access(ctx, s, room)
 	if err != nil {
 		return nil, "", err
 	}
@@ -222,18 +250,53 @@ func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substr
 		}
 		if level == "admin" {
 			p.ReadsAll = true
-		} else {
-			// Room authority ("*") comes with the admin level only: an
-			// agent granted it by a token holder does not lift a
-			// participant above their role.
-			p.Grants = slices.DeleteFunc(slices.Clone(p.Grants), func(g string) bool { return g == "*" })
 		}
+		// The agent's grants never exceed what the user's role and this
+		// connection give now (grantsFor), whatever it was given before or
+		// by a token holder: room authority ("*") with the admin level
+		// only, communal write grants with a role that has them. The
+		// ceiling holds in mutations too, which re-read the grants.
+		p.Ceiling = grantCeiling(role, level)
+		p.Grants = slices.DeleteFunc(slices.Clone(p.Grants), func(g string) bool { return !p.Ceiling(g) })
 		return p, level, nil
 	}
 	if level == "admin" {
 		return substrate.ViewPrincipal(room), level, nil
 	}
 	return substrate.ObserverPrincipal(room), level, nil
+}
+
+// communalGrants are what collaborators' agents may write directly
+// (seed 001's example grants).
+var communalGrants = []string{substrate.ScopeShared, substrate.ScopeMessages}
+
+// grantsFor is what embodying gives an agent (seed 003 §XI: "set grants
+// per user's access level"): room authority ("*") at the admin level (an
+// owner whose connection has admin), direct writes to the communal scopes
+// for owners and collaborators at the write level, nothing more for
+// participants (their own scope; actions are the front door). Observers
+// cannot embody, so their agents get none.
+func grantsFor(role, level string) []string {
+	switch {
+	case level == "admin":
+		return []string{"*"}
+	case levelRank(level) >= levelRank("write") && (role == "owner" || role == "collaborator"):
+		return slices.Clone(communalGrants)
+	}
+	return []string{}
+}
+
+// grantCeiling admits the grants grantsFor(role, level) gives and any
+// other scope a token holder granted, but never "*" or the communal
+// grants beyond what the role and level allow.
+func grantCeiling(role, level string) func(string) bool {
+	allowed := grantsFor(role, level)
+	return func(g string) bool {
+		if slices.Contains(allowed, g) || slices.Contains(allowed, "*") {
+			return true
+		}
+		return g != "*" && !slices.Contains(communalGrants, g)
+	}
 }
 
 // Actor is the embodied agent's authority; acting without one fails with
@@ -315,7 +378,7 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 		}
 	}
 	if role != "" {
-		return l.embodyRole(ctx, s, room, agent, role)
+		return l.embodyRole(ctx, s, room, agent, role, grantsFor(userRole, level))
 	}
 	// Embodying creates an agent for this user or switches to one this
 	// user already owns; it never adopts an agent created with a token or
@@ -357,14 +420,17 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	}
 	// The substrate checks ownership again under the room lock: an agent
 	// made meanwhile by a token or another user is refused, not adopted.
-	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: "agent", User: s.UserID, Client: s.ClientName}); err != nil {
+	// Seed 003 §XI: a user's own agent has the role mcp-client and the
+	// grants of the user's access level.
+	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: "mcp-client", User: s.UserID, Client: s.ClientName,
+		Grants: grantsFor(userRole, level)}); err != nil {
 		return nil, err
 	}
 	s.RoomID, s.AgentID = room, id
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return &Embodiment{Embodied: true, Room: room, Agent: id, Role: "agent",
+	return &Embodiment{Embodied: true, Room: room, Agent: id, Role: "mcp-client",
 		Next: "read the room with sync_read_context, then act with sync_invoke_action"}, nil
 }
 
@@ -382,7 +448,7 @@ func (l *Lobby) leaveFor(ctx context.Context, s *Session, room, agent string) er
 // embodyRole fills role in room: the session embodies the agent named for
 // the role (made, resumed, or taken over when vacated; see
 // substrate.EmbodyRole).
-func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role string) (*Embodiment, error) {
+func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role string, grants []string) (*Embodiment, error) {
 	if agent != "" && agent != role {
 		return nil, errs.New(errs.InvalidField, "a role's agent is named for the role: role %q is agent %q, not %q", role, role, agent).
 			With("role", role).With("agent", agent).
@@ -391,7 +457,7 @@ func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role st
 	if err := l.leaveFor(ctx, s, room, role); err != nil {
 		return nil, err
 	}
-	res, err := l.svc.EmbodyRole(ctx, substrate.EmbodyRoleRequest{Room: room, Role: role, Name: s.Username, User: s.UserID, Client: s.ClientName})
+	res, err := l.svc.EmbodyRole(ctx, substrate.EmbodyRoleRequest{Room: room, Role: role, Name: s.Username, User: s.UserID, Client: s.ClientName, Grants: grants})
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +469,7 @@ func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role st
 	if !res.Created {
 		next = "read the room with sync_read_context: the role's agent keeps its state, actions and views from before; then act with sync_invoke_action"
 	}
-	return &Embodiment{Embodied: true, Room: room, Agent: res.ID, Role: role, TakenOver: res.TakenOver, Next: next}, nil
+	return &Embodiment{Embodied: true, Room: room, Agent: res.ID, Role: role, TakenOver: res.TakenOver, Bootstrap: res.Bootstrap, Next: next}, nil
 }
 
 // Disembody returns the session to observing: the agent goes idle, keeps
@@ -569,6 +635,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 		return nil, err
 	}
 	out := &View{User: s.Username, CanCreateRooms: s.Scope.CreateRooms}
+	defaultRoom := "" // the user's default room, when in scope
 	for _, r := range rooms {
 		level := s.level(r.ID)
 		if level == "" {
@@ -576,8 +643,11 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 		}
 		sum := sums[r.ID]
 		access := minLevel(level, roleCap(r.Access))
-		entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access,
-			SharedSince: s.Scope.Level(r.ID) == "", Summary: RoomCounts{SharedKeys: sum.SharedKeys, Seq: sum.Seq}}
+		entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access, Default: r.Default,
+			SharedSince: s.Scope.Level(r.ID) == "", Summary: summarise(sum, access)}
+		if r.Default && defaultRoom == "" {
+			defaultRoom = r.ID
+		}
 		for _, ag := range sum.Agents {
 			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
 				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
@@ -596,7 +666,15 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 	}
 	if s.AgentID != "" {
 		out.Embodied = &Embodied{Room: s.RoomID, Agent: s.AgentID}
+	} else if defaultRoom != "" && (s.RoomID == "" || s.level(s.RoomID) == "") {
+		// Nothing (usable) in focus: the default room is, so a call
+		// without a room reads it.
+		s.RoomID = defaultRoom
+		if err := l.save(ctx, s); err != nil {
+			return nil, err
+		}
 	}
+	out.Focus = s.RoomID
 	switch {
 	case len(out.Rooms) == 0 && s.Scope.CreateRooms:
 		out.Next = "no rooms yet: create one with sync_create_room"
@@ -608,4 +686,23 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 		out.Next = "read with sync_read_context, act with sync_invoke_action"
 	}
 	return out, nil
+}
+
+// summarise is a room's state summary as a session at access sees it:
+// scope key counts for the scopes it reads observing (communal ones below
+// admin), open roles, last activity.
+func summarise(sum *substrate.RoomSummary, access string) StateSummary {
+	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
+		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}}
+	for scope, n := range sum.Keys {
+		if access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit) {
+			out.Keys[scope] = n
+		}
+	}
+	for _, id := range sum.RoleIDs() {
+		if sum.Roles[id]["filled_by"] == nil {
+			out.OpenRoles = append(out.OpenRoles, id)
+		}
+	}
+	return out
 }

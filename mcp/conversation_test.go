@@ -187,7 +187,7 @@ func normalise(v any) any {
 		}
 		for k, val := range x {
 			switch k {
-			case "now", "last_heartbeat", "elapsed_ms", "idle_for_s", "created_at", "updated_at", "expires_at", "last_seen", "ts", "at":
+			case "now", "last_heartbeat", "elapsed_ms", "idle_for_s", "created_at", "updated_at", "expires_at", "last_seen", "last_active", "ts", "at":
 				if val != nil {
 					x[k] = "<" + k + ">"
 				}

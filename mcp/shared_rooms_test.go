@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/syncsubstrate/sync/oauth/oauthtest"
@@ -52,4 +53,44 @@ func TestSharedRoomReachesOpenConnection(t *testing.T) {
 func asList(v any) []any {
 	l, _ := v.([]any)
 	return l
+}
+
+// room_not_in_scope carries seed 003's options (§IX: ask the owner to
+// share it, re-authorize with the room ticked, create a room), each in
+// MCP's words and only those that can work in the case at hand.
+func TestRoomNotInScopeOptions(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	alice, bob := signup(t, srv, "alice"), signup(t, srv, "bob")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	open := connectWithToken(t, srv, mintToken(t, srv, bob, map[string]string{oauthtest.SharedRooms: "write"})["access_token"].(string))
+	closed := connectWithToken(t, srv, mintToken(t, srv, bob, nil)["access_token"].(string))
+	mustTool(t, closed, "sync_lobby", nil)
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "guild"})
+	options := func(out map[string]any) string {
+		var b []string
+		for _, o := range asList(out["options"]) {
+			b = append(b, o.(string))
+		}
+		return strings.Join(b, "\n")
+	}
+	// Not shared, and sharing alone would reach this connection: ask the
+	// owner, or create a room; re-authorizing would not help.
+	out, isErr := callTool(t, open, "sync_read_context", map[string]any{"room": "guild"})
+	if got := options(out); !isErr || out["error"] != "room_not_in_scope" || out["room"] != "guild" || out["message"] == nil ||
+		got != `ask an owner of guild to share it with you (they call sync_share_room {"room":"guild","username":"bob"})`+"\nsync_create_room" {
+		t.Fatalf("not shared, open connection: %v", out)
+	}
+	// Not shared, and the connection takes no new shared rooms: share,
+	// then re-authorize.
+	out, _ = callTool(t, closed, "sync_read_context", map[string]any{"room": "guild"})
+	if got := options(out); !strings.Contains(got, "sync_share_room") || !strings.Contains(got, "re-authorizes") || !strings.Contains(got, "ticks guild") {
+		t.Fatalf("not shared, closed connection: %v", out)
+	}
+	mustTool(t, as, "sync_share_room", map[string]any{"room": "guild", "username": "bob", "role": "participant"})
+	// Shared since, not allowed: sharing again is no way out.
+	out, _ = callTool(t, closed, "sync_read_context", map[string]any{"room": "guild"})
+	if got := options(out); out["reason"] != "shared_not_allowed" || strings.Contains(got, "sync_share_room") ||
+		!strings.Contains(got, `ticks guild on the consent screen, or allows "new rooms shared with me"`) || !strings.Contains(got, "sync_create_room") {
+		t.Fatalf("shared, not allowed: %v", out)
+	}
 }

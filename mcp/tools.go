@@ -195,7 +195,9 @@ type (
 	// further call, the room's context as the agent now sees it.
 	EmbodyResult struct {
 		*lobby.Embodiment
-		Context *substrate.Envelope `json:"context,omitempty"`
+		// Bootstrap: what the role's first fill registered (or why not).
+		Bootstrap []substrate.BootstrapResult `json:"bootstrap,omitempty"`
+		Context   *substrate.Envelope         `json:"context,omitempty"`
 	}
 	// DisembodyResult is the embodiment left and the lobby to pick from.
 	DisembodyResult struct {
@@ -245,7 +247,7 @@ func deleteTool(kind, article string, del func(*substrate.Service, context.Conte
 func tools() []tool {
 	return []tool{
 		typed(&sdk.Tool{Name: "sync_lobby", Title: "Lobby",
-			Description: "Start here: the rooms you may use (access, agents, roles), whether you may create rooms, and what you are embodied as. Next: sync_read_context to observe, sync_embody to act, or sync_create_room.",
+			Description: "Start here: your rooms (access, agents, roles), whether you may create rooms, what you embody and focus. Next: sync_read_context to observe, sync_embody to act, or sync_create_room.",
 			Annotations: annotations(true, false, true)}, nil,
 			func(ctx context.Context, c *call, _ *noArgs) (*lobby.View, error) {
 				return c.opt.Lobby.View(ctx, c.sess)
@@ -276,14 +278,14 @@ func tools() []tool {
 				return env, c.opt.Lobby.Focus(ctx, c.sess, room)
 			}),
 		typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
-			Description: "Act in a room as your own agent (made on first use), another agent of yours (agent) or a role's agent (role). Observers cannot embody. Returns the context your agent sees. Next: sync_invoke_action.",
+			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role). Observers cannot embody. Returns your agent's context. Next: sync_invoke_action.",
 			Annotations: annotations(false, false, true)}, nil,
 			func(ctx context.Context, c *call, in *embodyIn) (*EmbodyResult, error) {
 				e, err := c.opt.Lobby.Embody(ctx, c.sess, in.Room, in.Agent, in.Role)
 				if err != nil {
 					return nil, err
 				}
-				out := &EmbodyResult{Embodiment: e}
+				out := &EmbodyResult{Embodiment: e, Bootstrap: e.Bootstrap}
 				p, err := c.actor(ctx)
 				if err != nil {
 					return nil, err

@@ -31,6 +31,14 @@ func (words) Say(s errs.Step) string {
 		return errs.SayCall("sync_register_view", s, "")
 	case errs.OpWriteState:
 		return ""
+	case errs.OpShareRoom:
+		return "ask an owner of " + s.Room + " to share it with you (they call " + errs.SayCall("sync_share_room", s, "room") + ")"
+	case errs.OpReauthorize:
+		out := "the user re-authorizes this integration in the client's settings (disconnect, connect again) and ticks " + s.Room + " on the consent screen"
+		if s.Args["allow_shared"] == true {
+			out += `, or allows "new rooms shared with me"`
+		}
+		return out
 	}
 	return errs.Plain.Say(s)
 }

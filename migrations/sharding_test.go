@@ -45,10 +45,16 @@ var (
 )
 
 // names reports whether a statement names its room on table's shard key:
-// a comparison with a parameter (or ANY of one), or an insert that sets it.
+// a comparison with a parameter (or ANY of one), an insert that sets it,
+// or a join on the room with another room-owned table (co-located: the
+// statement reaches that table's room on the same shard, and the other
+// table's own reference is checked in turn).
 func names(stmt, table string) bool {
 	key := shardKey[table]
 	if regexp.MustCompile(`(?is)\b(?:\w+\.)?` + key + `\s*(?:=\s*(?:\$\d+|ANY\s*\(\s*\$\d+)|IN\s*\()`).MatchString(stmt) {
+		return true
+	}
+	if regexp.MustCompile(`(?is)\b(?:\w+\.)?` + key + `\s*=\s*\w+\.(?:id|room_id)\b`).MatchString(stmt) {
 		return true
 	}
 	return regexp.MustCompile(`(?is)INSERT\s+INTO\s+` + table + `\s*\(\s*` + key + `\b`).MatchString(stmt)

@@ -150,6 +150,8 @@ func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
 		err = rooms.LeaveRoom(ctx, u.ID, room)
 	case "delete":
 		err = rooms.DeleteRoom(ctx, u.ID, room)
+	case "default":
+		err = rooms.SetDefault(ctx, u.ID, room)
 	default:
 		wb.errorPage(w, 404, "Unknown action", "That room action does not exist.")
 		return

@@ -472,6 +472,23 @@ func TestAccountRooms(t *testing.T) {
 		t.Fatalf("claim with a wrong token: %d", r.status)
 	}
 	ok(alice.postForm("/account/rooms/claim", url.Values{"room": {"rest-room"}, "token": {made.Token}}, nil))
+	// Her first room is her default; "Make default" moves it, only to a
+	// room of hers.
+	isDefault := func(room string) bool {
+		var d bool
+		_ = h.db.QueryRow(context.Background(), `SELECT is_default FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, h.userID("alice"), room).Scan(&d)
+		return d
+	}
+	if !isDefault("garden") || isDefault("rest-room") || !strings.Contains(alice.do("GET", "/account", nil, nil).body, "your default room") {
+		t.Fatal("the first room is not the default")
+	}
+	ok(alice.postForm("/account/rooms/default", url.Values{"room": {"rest-room"}}, nil))
+	if isDefault("garden") || !isDefault("rest-room") {
+		t.Fatal("make default did not move the default")
+	}
+	if r := bob.postForm("/account/rooms/default", url.Values{"room": {"garden"}}, nil); r.status != 404 {
+		t.Fatalf("default on a room not yours: %d", r.status)
+	}
 	// Share with bob; bob cannot share or delete it; bob leaves.
 	ok(alice.postForm("/account/rooms/share", url.Values{"room": {"garden"}, "username": {"bob"}, "access": {"observer"}}, nil))
 	if page := bob.do("GET", "/account", nil, nil).body; !strings.Contains(page, "you are observer") {

@@ -95,6 +95,9 @@ type RoomDirectory interface {
 	// LeaveRoom and DeleteRoom end the user's part in a room.
 	LeaveRoom(ctx context.Context, userID, roomID string) error
 	DeleteRoom(ctx context.Context, userID, roomID string) error
+	// SetDefault makes a room the user's default: the one MCP sessions
+	// focus when they have none.
+	SetDefault(ctx context.Context, userID, roomID string) error
 }
 
 // Server is the authorization server.

@@ -24,6 +24,10 @@ type Agent struct {
 	JoinedAt      time.Time       `json:"joined_at"`
 	Grants        []string        `json:"grants"`
 	Meta          json.RawMessage `json:"meta"`
+	// Enabled is the agent's enabled expression, when it has one: while
+	// it is false for a reader, that reader does not see the agent in its
+	// context, CEL `agents` or GET /agents (seed 001: enabled is universal).
+	Enabled string `json:"enabled,omitempty"`
 }
 
 // JoinedAgent is an agent with its token, shown this once.
@@ -40,17 +44,31 @@ type JoinRequest struct {
 	Name string          `json:"name"`
 	Role string          `json:"role,omitempty"`
 	Meta json.RawMessage `json:"meta,omitempty"`
+	// Enabled gates the agent's presence (see Agent.Enabled). Setting it
+	// needs room authority: an agent may not hide itself from the room.
+	Enabled string `json:"enabled,omitempty"`
 }
 
 // Agent statuses a client may set by heartbeat; "waiting" is set by wait.
 var settableStatus = []string{"active", "idle", "busy", "done"}
 
-const agentColumns = `id, name, role, status, waiting_on, last_heartbeat, joined_at, grants, meta`
+const agentColumns = `id, name, role, status, waiting_on, last_heartbeat, joined_at, grants, meta, coalesce(enabled_expr, '')`
 
 func scanAgent(row pgx.Row) (*Agent, error) {
 	a := &Agent{}
-	err := row.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.JoinedAt, &a.Grants, &a.Meta)
+	err := row.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.JoinedAt, &a.Grants, &a.Meta, &a.Enabled)
 	return a, err
+}
+
+// agentEnabled checks an agent's enabled expression; "" clears it.
+func (s *Service) agentEnabled(src string) (*string, error) {
+	if src == "" {
+		return nil, nil
+	}
+	if err := s.compileField("enabled", src); err != nil {
+		return nil, err
+	}
+	return &src, nil
 }
 
 // Join adds an agent to a room, or re-joins an existing one with a fresh
@@ -73,6 +91,10 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 	if err != nil {
 		return nil, err
 	}
+	enabled, err := s.agentEnabled(req.Enabled)
+	if err != nil {
+		return nil, err
+	}
 	token, hash := newToken(AgentTokenPrefix)
 	out := &JoinedAgent{Token: token}
 	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
@@ -85,6 +107,12 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 			return err
 		}
 		admin := m.p != nil && m.p.Admin()
+		if enabled != nil && !admin {
+			// A gate the agent sets itself would let it watch the room
+			// unseen by the others.
+			return errs.New(errs.Forbidden, "setting an agent's enabled needs the room token").With("field", "enabled").
+				WithHint("join without enabled; the room token holder may set it on join or with PATCH")
+		}
 		if exists {
 			self := m.p != nil && m.p.Kind == KindAgent && m.p.AgentID == req.ID
 			if !admin && !self {
@@ -93,9 +121,10 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 			}
 			a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET name = $3, role = $4,
 					meta = CASE WHEN $6 THEN $5 ELSE meta END,
-					token_hash = $7, status = 'active', waiting_on = NULL, last_heartbeat = now()
+					token_hash = $7, status = 'active', waiting_on = NULL, last_heartbeat = now(),
+					enabled_expr = coalesce($8, enabled_expr)
 				WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns,
-				roomID, req.ID, req.Name, req.Role, meta, len(req.Meta) > 0, hash))
+				roomID, req.ID, req.Name, req.Role, meta, len(req.Meta) > 0, hash, enabled))
 			if err != nil {
 				return err
 			}
@@ -114,9 +143,9 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 				return errs.New(errs.ScopeInUse, "scope %q already holds state, so %q cannot be a new agent id", req.ID, req.ID).
 					WithHint("join with another id")
 			}
-			a, err := scanAgent(m.tx.QueryRow(ctx, `INSERT INTO agents (room_id, id, name, role, meta, token_hash)
-				VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+agentColumns,
-				roomID, req.ID, req.Name, req.Role, meta, hash))
+			a, err := scanAgent(m.tx.QueryRow(ctx, `INSERT INTO agents (room_id, id, name, role, meta, token_hash, enabled_expr)
+				VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+agentColumns,
+				roomID, req.ID, req.Name, req.Role, meta, hash, enabled))
 			if err != nil {
 				return err
 			}
@@ -127,6 +156,9 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 			m.actor = req.ID
 		}
 		m.audit = map[string]any{"kind": "agent_join", "agent": req.ID, "name": req.Name, "role": req.Role, "rejoin": exists}
+		if enabled != nil {
+			m.audit["enabled"] = *enabled
+		}
 		return nil
 	})
 	if err != nil {
@@ -146,14 +178,25 @@ func (s *Service) ListAgents(ctx context.Context, p *Principal, roomID string) (
 	}
 	defer rows.Close()
 	out := []Agent{}
+	gated := false
 	for rows.Next() {
 		a, err := scanAgent(rows)
 		if err != nil {
 			return nil, err
 		}
+		gated = gated || a.Enabled != ""
 		out = append(out, *a)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil || !gated {
+		return out, err
+	}
+	rows.Close()
+	// Gated agents are shown as the reader's context shows them.
+	rc, err := s.readCtx(ctx, p, roomID, false)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(out, func(a Agent) bool { _, ok := rc.vars.Agents[a.ID]; return !ok }), nil
 }
 
 // AgentUpdate is the body of PATCH /rooms/:id/agents/:agent. Absent fields
@@ -163,6 +206,8 @@ type AgentUpdate struct {
 	Role   *string         `json:"role,omitempty"`
 	Grants *[]string       `json:"grants,omitempty"`
 	Meta   json.RawMessage `json:"meta,omitempty"`
+	// Enabled sets the agent's enabled expression ("" removes it).
+	Enabled *string `json:"enabled,omitempty"`
 }
 
 // UpdateAgent changes an agent's name, role, grants or meta; room authority
@@ -208,6 +253,13 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 			return nil, err
 		}
 	}
+	var enabled *string
+	if u.Enabled != nil {
+		var err error
+		if enabled, err = s.agentEnabled(*u.Enabled); err != nil {
+			return nil, err
+		}
+	}
 	var out *Agent
 	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		if !m.p.Admin() {
@@ -215,9 +267,10 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 		}
 		a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET
 				name = coalesce($3, name), role = coalesce($4, role),
-				grants = coalesce($5, grants), meta = coalesce($6, meta)
+				grants = coalesce($5, grants), meta = coalesce($6, meta),
+				enabled_expr = CASE WHEN $7 THEN $8 ELSE enabled_expr END
 			WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns,
-			roomID, agentID, u.Name, u.Role, grants, meta))
+			roomID, agentID, u.Name, u.Role, grants, meta, u.Enabled != nil, enabled))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("the context lists the room's agents").
 				WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "agents"}})
@@ -238,6 +291,9 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 		}
 		if meta != nil {
 			change["meta"] = json.RawMessage(meta)
+		}
+		if u.Enabled != nil {
+			change["enabled"] = *u.Enabled
 		}
 		m.audit = map[string]any{"kind": "agent_update", "agent": agentID, "change": change}
 		return nil

@@ -21,7 +21,7 @@ import (
 const maxUnreadCount = 1000
 
 // sqlPresence reads a room's agents for presence.
-const sqlPresence = `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads
+const sqlPresence = `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads, enabled_expr
 		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`
 
 // loadPresence reads the room's agents.
@@ -38,7 +38,7 @@ func scanPresence(rows pgx.Rows) ([]presence, error) {
 	var out []presence
 	for rows.Next() {
 		var a presence
-		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads); err != nil {
+		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads, &a.Enabled); err != nil {
 			return nil, err
 		}
 		out = append(out, a)
@@ -296,7 +296,10 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		}
 		return false
 	}
-	env := &Envelope{Self: rc.self}
+	env := &Envelope{Self: rc.self, Params: rc.vars.Params}
+	if env.Params == nil {
+		env.Params = map[string]any{}
+	}
 	meta := &env.Context
 	meta.Depth = req.Depth
 	var present, elided, expand, help []string

@@ -19,9 +19,13 @@ type Envelope struct {
 	Actions map[string]ActionView `json:"actions,omitzero"`
 	// Builtins lists the builtin actions in one line at the lean depth
 	// (in full, they are in Actions).
-	Builtins string      `json:"builtins,omitempty"`
-	Messages *Messages   `json:"messages,omitempty"`
-	Context  ContextMeta `json:"_context"`
+	Builtins string    `json:"builtins,omitempty"`
+	Messages *Messages `json:"messages,omitempty"`
+	// Params are the invocation's params, as CEL sees them (seed 001's
+	// context example): {} for a context read or wait, which invoke
+	// nothing; an action's expressions read them as params.<name>.
+	Params  map[string]any `json:"params,omitzero"`
+	Context ContextMeta    `json:"_context"`
 }
 
 // ActionView is an action (or builtin) as the reader sees it; the

@@ -78,6 +78,14 @@ type RoomSummary struct {
 	Seq   int64
 	// SharedKeys counts the live mutable keys of _shared.
 	SharedKeys int
+	// Keys counts the live mutable keys of each scope (entries an
+	// enabled expression gates are not counted: who may see them depends
+	// on the reader). Messages is the room's message count.
+	Keys     map[string]int
+	Messages int64
+	// LastActivity is when the room last changed (its newest _audit
+	// entry), or its creation.
+	LastActivity time.Time
 	// Roles are the live _shared.roles entries (role id → its object).
 	Roles  map[string]map[string]any
 	Agents []Presence
@@ -97,19 +105,26 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		born       time.Time
 		label      *string
 		summary    *RoomSummary
+		last       *time.Time
 	}
 	var list []*roomRow
-	rows, err := s.db.Query(ctx, `SELECT id, seq, message_count, created_at, meta->>'label' FROM rooms WHERE id = ANY($1)`, ids)
+	rows, err := s.db.Query(ctx, `SELECT id, seq, message_count, created_at, meta->>'label',
+			(SELECT updated_at FROM state s WHERE s.room_id = r.id AND s.scope = '_audit' AND s.sort_key IS NOT NULL ORDER BY s.sort_key DESC LIMIT 1)
+		FROM rooms r WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
 		r := &roomRow{}
-		if err := rows.Scan(&r.id, &r.seq, &r.count, &r.born, &r.label); err != nil {
+		if err := rows.Scan(&r.id, &r.seq, &r.count, &r.born, &r.label, &r.last); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		r.summary = &RoomSummary{ID: r.id, Seq: r.seq, Roles: map[string]map[string]any{}, Agents: []Presence{}}
+		r.summary = &RoomSummary{ID: r.id, Seq: r.seq, Roles: map[string]map[string]any{}, Agents: []Presence{},
+			Keys: map[string]int{}, Messages: r.count, LastActivity: r.born}
+		if r.last != nil {
+			r.summary.LastActivity = *r.last
+		}
 		if r.label != nil {
 			r.summary.Label = *r.label
 		}
@@ -151,7 +166,13 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		if err != nil {
 			return nil, err
 		}
-		shared := snap.live(now).vals[ScopeShared]
+		live := snap.live(now)
+		for scope, keys := range live.vals {
+			if len(keys) > 0 {
+				r.summary.Keys[scope] = len(keys)
+			}
+		}
+		shared := live.vals[ScopeShared]
 		r.summary.SharedKeys = len(shared)
 		if roles, ok := shared["roles"].(map[string]any); ok {
 			for id, v := range roles {
@@ -191,6 +212,9 @@ type EmbodyRequest struct {
 	Client string
 	// User is the user the agent is made for, or must already belong to.
 	User string
+	// Grants replace the agent's grants: what the user's access level
+	// gives (the lobby decides; seed 003 §XI).
+	Grants []string
 }
 
 // Embody makes agent req.Agent in req.Room for req.User, or resumes it when
@@ -220,8 +244,8 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 			return errs.New(errs.Forbidden, "agent %q is not yours to embody", req.Agent).
 				WithHint("embody without an agent id to get your own, or pick one marked yours in the lobby")
 		case exists:
-			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = $3, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4
-				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role, nonEmpty(req.Client)).
+			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = $3, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4, grants = $5
+				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role, nonEmpty(req.Client), grantsOf(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		case scopeUsed:
 			// Taking this id would hand the newcomer an existing scope's data.
@@ -231,15 +255,15 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 			// The agent's token is never shown: the user acts through the
 			// lobby session, not with a token.
 			_, hash := newToken(AgentTokenPrefix)
-			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name) VALUES ($1, $2, $3, $4, $5, $6, $7)
-				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Name, req.Role, hash, req.User, nonEmpty(req.Client)).
+			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name, grants) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Name, req.Role, hash, req.User, nonEmpty(req.Client), grantsOf(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		}
 		if err != nil {
 			return err
 		}
 		out.Owner, out.Client, out.LastSeen = req.User, req.Client, Ago(0)
-		m.audit = map[string]any{"kind": "agent_embody", "agent": req.Agent, "role": req.Role, "created": !exists}
+		m.audit = map[string]any{"kind": "agent_embody", "agent": req.Agent, "role": req.Role, "created": !exists, "grants": grantsOf(req.Grants)}
 		return nil
 	})
 	if err != nil {
@@ -280,6 +304,8 @@ type EmbodyRoleRequest struct {
 	// Name is the user's name (the agent's name while they drive it),
 	// User their id, Client the MCP client's name.
 	Name, User, Client string
+	// Grants replace the agent's grants, as in EmbodyRequest.
+	Grants []string
 }
 
 // RoleEmbodiment is the result of EmbodyRole.
@@ -291,6 +317,9 @@ type RoleEmbodiment struct {
 	// who had vacated the role; the takeover is in the room's _audit log
 	// (kind agent_embody, previous_user).
 	TakenOver bool `json:"taken_over,omitempty"`
+	// Bootstrap is what the role's first fill registered from its
+	// bootstrap_actions and bootstrap_views (see bootstrapRole).
+	Bootstrap []BootstrapResult `json:"bootstrap,omitempty"`
 }
 
 // EmbodyRole makes req.User the driver of the agent that fills role
@@ -323,6 +352,7 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		return nil, err
 	}
 	out := &RoleEmbodiment{}
+	var bootActions, bootViews []any
 	_, err := s.mutate(ctx, RoomPrincipal(req.Room), req.Room, func(m *mutation) error {
 		rows, err := loadRows(m, []op{{Scope: ScopeShared, Key: "roles"}})
 		if err != nil {
@@ -355,7 +385,7 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		if err != nil {
 			return err
 		}
-		audit := map[string]any{"kind": "agent_embody", "agent": req.Role, "role": req.Role, "user": req.User, "name": req.Name, "created": !exists}
+		audit := map[string]any{"kind": "agent_embody", "agent": req.Role, "role": req.Role, "user": req.User, "name": req.Name, "created": !exists, "grants": grantsOf(req.Grants)}
 		if req.Client != "" {
 			audit["client"] = req.Client
 		}
@@ -369,15 +399,15 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 				With("role", req.Role).With("reason", "role_filled").
 				WithHint("wait until they leave it (sync_disembody frees it), or pick an unfilled role from the lobby")
 		case exists:
-			q := `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4
+			q := `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5
 				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
-			args := []any{req.Room, req.Role, nonEmpty(req.Client), role}
+			args := []any{req.Room, req.Role, nonEmpty(req.Client), role, grantsOf(req.Grants)}
 			if *owner != req.User {
 				// A takeover of a vacated role: the agent is the new
 				// occupant's now (its old token stops working).
 				_, hash := newToken(AgentTokenPrefix)
-				q = `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4,
-						user_id = $5, name = $6, token_hash = $7
+				q = `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5,
+						user_id = $6, name = $7, token_hash = $8
 					WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
 				args = append(args, req.User, req.Name, hash)
 				out.TakenOver = true
@@ -393,10 +423,12 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 				With("role", req.Role).WithHint("ask the room's owner to clear scope %q or rename the role", req.Role)
 		default:
 			_, hash := newToken(AgentTokenPrefix)
-			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name) VALUES ($1, $2, $3, $4, $5, $6, $7)
-				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Role, req.Name, role, hash, req.User, nonEmpty(req.Client)).
+			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name, grants) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Role, req.Name, role, hash, req.User, nonEmpty(req.Client), grantsOf(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 			out.Created = true
+			bootActions, _ = def["bootstrap_actions"].([]any)
+			bootViews, _ = def["bootstrap_views"].([]any)
 		}
 		if err != nil {
 			return err
@@ -413,6 +445,17 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 	if err != nil {
 		return nil, err
 	}
+	if out.Created && len(bootActions)+len(bootViews) > 0 {
+		out.Bootstrap = s.bootstrapRole(ctx, req.Room, req.Role, bootActions, bootViews)
+	}
 	out.Owner, out.Client, out.LastSeen = req.User, req.Client, Ago(0)
 	return out, nil
+}
+
+// grantsOf is grants as stored (never NULL).
+func grantsOf(g []string) []string {
+	if g == nil {
+		return []string{}
+	}
+	return g
 }

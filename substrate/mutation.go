@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -170,6 +171,9 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		}
 		fresh := *p
 		fresh.Grants = grants
+		if p.Ceiling != nil {
+			fresh.Grants = slices.DeleteFunc(slices.Clone(grants), func(g string) bool { return !p.Ceiling(g) })
+		}
 		m.p = &fresh
 	}
 	if m.p != nil {

@@ -40,6 +40,11 @@ type Principal struct {
 	// with their registrar's authority, built from the registrar's id
 	// alone; see roomCtx.stateAs).
 	ReadsAll bool
+	// Ceiling, when set, limits which of an agent's stored grants the
+	// principal may use, including those a mutation re-reads under the
+	// room lock: the lobby caps a user's agent at what the user's role and
+	// connection allow, and a role's bootstrap registers with no grants.
+	Ceiling func(grant string) bool
 	// Words is the vocabulary of the surface the caller came through: the
 	// substrate words the next steps it suggests (in _context, help and
 	// hints) with it. Default errs.Plain.

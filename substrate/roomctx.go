@@ -23,6 +23,8 @@ type presence struct {
 	// LastContextSeq and ContextReads are the agent's context reads
 	// (adaptive salience).
 	LastContextSeq, ContextReads int64
+	// Enabled is the agent's enabled expression (nil: always shown).
+	Enabled *string
 }
 
 // msgCounts are the caller's message counters.
@@ -138,7 +140,7 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 	rc.state, rc.gatesHidden = s.stateFor(ctx, rc, func(scope string) bool { return rc.visible(scope) })
 	rc.vars = expr.Vars{
 		State:    rc.state,
-		Agents:   agentsVar(agents),
+		Agents:   rc.visibleAgents(ctx, s),
 		Messages: map[string]any{"count": msgs.Count, "unread": msgs.Unread, "directed_unread": msgs.Directed},
 		Self:     rc.self,
 		Params:   params,
@@ -292,6 +294,36 @@ func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (g 
 	v, cost, err := s.cel.EvalCost(ctx, p, vars)
 	b, _ := v.(bool)
 	return gateResult{on: err == nil && b, cost: max(cost, gateMinCost)}, !p.Uses("now") && !p.Uses("agents")
+}
+
+// visibleAgents is the agents map (CEL `agents`, the context's agents
+// section) as the reader sees it: an agent with an enabled expression is
+// in it only while the expression holds, evaluated as entry-level gates
+// are (the reader's state, every agent, self and now; counted against the
+// read's gate budget, fail closed past it).
+func (rc *roomCtx) visibleAgents(ctx context.Context, s *Service) map[string]any {
+	all := agentsVar(rc.agents)
+	var vars *expr.Vars
+	b, limit := rc.budget(), uint64(s.lim.EnabledCostPerRead)
+	for _, a := range rc.agents {
+		if a.Enabled == nil {
+			continue
+		}
+		if vars == nil {
+			vars = &expr.Vars{State: rc.state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+		}
+		if b.spent >= limit {
+			b.cut++
+			delete(all, a.ID)
+			continue
+		}
+		g, _ := s.evalGate(ctx, *a.Enabled, vars)
+		b.spent += g.cost
+		if !g.on {
+			delete(all, a.ID)
+		}
+	}
+	return all
 }
 
 func agentsVar(agents []presence) map[string]any {

@@ -260,9 +260,20 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		q.Scope = scope
 	}
 	out := &StateRead{Entries: []Entry{}}
-	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT seq FROM rooms WHERE id = $1`, roomID).Scan(&out.Seq); err != nil {
+	var gated []gatedEntry
+	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+		var born time.Time
+		var msgCount int64
+		if err := tx.QueryRow(ctx, `SELECT seq, created_at, message_count FROM rooms WHERE id = $1`, roomID).Scan(&out.Seq, &born, &msgCount); err != nil {
 			return err
+		}
+		defer func() {
+			if err == nil {
+				err = s.applyEntryGates(ctx, tx, p, roomID, cacheKey(roomID, born), out.Seq, msgCount, &out.Entries, gated)
+			}
+		}()
+		collect := func(ctx context.Context, tx pgx.Tx, into *[]Entry, sql string, args ...any) error {
+			return collectGated(ctx, tx, into, &gated, sql, args...)
 		}
 		switch {
 		case q.Key != "":
@@ -310,7 +321,16 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 	return out, nil
 }
 
-func collect(ctx context.Context, tx pgx.Tx, into *[]Entry, sql string, args ...any) error {
+// gatedEntry is an entry a read collected that has an `enabled`
+// expression: its index in the read's entries and the expression.
+type gatedEntry struct {
+	at      int
+	enabled string
+}
+
+// collectGated appends the rows sql selects to into, noting in gated
+// those with an `enabled` expression (decided per reader afterwards).
+func collectGated(ctx context.Context, tx pgx.Tx, into *[]Entry, gated *[]gatedEntry, sql string, args ...any) error {
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return err
@@ -323,9 +343,68 @@ func collect(ctx context.Context, tx pgx.Tx, into *[]Entry, sql string, args ...
 			return err
 		}
 		r.Timer = r.timer.describe(now)
+		if r.enabled != nil {
+			*gated = append(*gated, gatedEntry{at: len(*into), enabled: *r.enabled})
+		}
 		*into = append(*into, r.Entry)
 	}
 	return rows.Err()
+}
+
+// applyEntryGates drops from entries those whose `enabled` expression does
+// not hold for p, as the context read decides it (seed 001: enabled gates
+// visibility, universally): a mutable entry is shown iff it is in the
+// state p's context would hold (same vars, same per-read budget, fail
+// closed past it); an append entry's gate is evaluated with that state.
+// The room token is no exception, as in the context: a disabled entry is
+// not there until its expression holds.
+func (s *Service) applyEntryGates(ctx context.Context, tx pgx.Tx, p *Principal, roomID, key string, seq, msgCount int64, entries *[]Entry, gated []gatedEntry) error {
+	if len(gated) == 0 {
+		return nil
+	}
+	snap, err := s.loadSnapshot(ctx, tx, roomID, key, seq, msgCount)
+	if err != nil {
+		return err
+	}
+	agents, err := loadPresence(ctx, tx, roomID)
+	if err != nil {
+		return err
+	}
+	rc := &roomCtx{now: time.Now(), snap: snap, p: p, agents: agents}
+	if p.Kind == KindAgent {
+		rc.self = p.AgentID
+	}
+	state, _ := s.stateFor(ctx, rc, func(sc string) bool { return rc.visible(sc) })
+	vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(agents)}
+	b, limit := rc.budget(), uint64(s.lim.EnabledCostPerRead)
+	drop := make(map[int]bool, len(gated))
+	for _, g := range gated {
+		e := (*entries)[g.at]
+		if e.SortKey == nil {
+			m, _ := state[e.Scope].(map[string]any)
+			if _, ok := m[e.Key]; !ok {
+				drop[g.at] = true
+			}
+			continue
+		}
+		if b.spent >= limit {
+			drop[g.at] = true
+			continue
+		}
+		r, _ := s.evalGate(ctx, g.enabled, vars)
+		b.spent += r.cost
+		if !r.on {
+			drop[g.at] = true
+		}
+	}
+	kept := (*entries)[:0]
+	for i, e := range *entries {
+		if !drop[i] {
+			kept = append(kept, e)
+		}
+	}
+	*entries = kept
+	return nil
 }
 
 // evalWriteExprs computes the expr: true writes of a direct write, under

@@ -584,6 +584,20 @@ func (s *Service) History(ctx context.Context, p *Principal, roomID string, q Hi
 		return nil, errs.New(errs.ScopeDenied, "scope %q is private to its agent", scope).
 			WithHint("read your own scope, _shared and communal scopes, or ask the agent to publish a view")
 	}
+	if !p.Admin() {
+		// A key whose enabled is false for the reader is not there for it
+		// (GET /state says 404), and neither are its versions; room
+		// authority reads the trajectory anyway.
+		var gated bool
+		if err := s.db.QueryRow(ctx, `SELECT enabled_expr IS NOT NULL FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`, roomID, scope, q.Key).Scan(&gated); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		if gated {
+			if _, err := s.ReadState(ctx, p, roomID, ReadQuery{Scope: scope, Key: q.Key}); err != nil {
+				return nil, err
+			}
+		}
+	}
 	out := &KeyHistory{Scope: scope, Key: q.Key, Versions: []KeyVersion{}}
 	want := int(q.Limit) + 1
 	touch, _ := json.Marshal([]map[string]string{{"scope": scope, "key": q.Key}})

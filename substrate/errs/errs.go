@@ -114,8 +114,11 @@ type Error struct {
 	Details map[string]any
 	// Next is the operation that moves the caller on, worded by the
 	// surface (In) as the body's "next".
-	Next  *Step
-	words Words
+	Next *Step
+	// Options are the ways out the caller may choose between (seed 003's
+	// room_not_in_scope), worded by the surface as the body's "options".
+	Options []Step
+	words   Words
 }
 
 func (e *Error) Error() string {
@@ -205,6 +208,19 @@ func (e *Error) Body() map[string]any {
 		}
 		b["next"] = w.Say(*e.Next)
 	}
+	if len(e.Options) > 0 {
+		w := e.words
+		if w == nil {
+			w = Plain
+		}
+		opts := make([]string, 0, len(e.Options))
+		for _, s := range e.Options {
+			if said := w.Say(s); said != "" {
+				opts = append(opts, said)
+			}
+		}
+		b["options"] = opts
+	}
 	return b
 }
 
@@ -246,6 +262,13 @@ const (
 	// OpWriteState writes state directly (REST only; MCP writes through
 	// actions).
 	OpWriteState Op = "write_state"
+	// OpShareRoom is an owner of Room sharing it with Args["username"]:
+	// a step for someone else, which the caller asks of them.
+	OpShareRoom Op = "share_room"
+	// OpReauthorize is the user authorizing the client again, ticking
+	// Room on the consent screen (Args["allow_shared"]: or allowing new
+	// shared rooms there).
+	OpReauthorize Op = "reauthorize"
 )
 
 // Words renders steps in one surface's vocabulary.
@@ -280,6 +303,12 @@ func SayCall(name string, s Step, roomArg string) string {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(args)
 	return name + " " + strings.TrimSpace(b.String())
+}
+
+// WithOptions sets the ways out the caller may choose between.
+func (e *Error) WithOptions(steps ...Step) *Error {
+	e.Options = steps
+	return e
 }
 
 // WithNext sets the operation that moves the caller on; the surface words

@@ -388,6 +388,12 @@ func TestStandardLibrary(t *testing.T) {
 		{aTok, "vacate_role", map[string]any{"role_id": "lead"}, 409},
 		{bTok, "vacate_role", map[string]any{"role_id": "lead"}, 200},
 		{aTok, "fill_role", map[string]any{"role_id": "lead"}, 200},
+		// Seed 003 §V: the occupant may fill its own role again; nobody
+		// else may while it holds it.
+		{aTok, "fill_role", map[string]any{"role_id": "lead"}, 200},
+		{bTok, "fill_role", map[string]any{"role_id": "lead"}, 409},
+		{aTok, "define_role", map[string]any{"role_id": "scout", "description": "scouts",
+			"bootstrap_actions": []any{"vote"}, "bootstrap_views": []any{map[string]any{"id": "scout_seen", "expr": "1"}}}, 200},
 		{aTok, "publish_view", map[string]any{"key": "plan"}, 200},
 		{aTok, "delete", map[string]any{"key": "phase"}, 200},
 	}
@@ -405,6 +411,9 @@ func TestStandardLibrary(t *testing.T) {
 		if got := fmt.Sprint(sh[k]); got != want {
 			t.Errorf("_shared.%s = %s, want %s", k, got, want)
 		}
+	}
+	if got := fmt.Sprint(path(sh, "roles", "scout", "bootstrap_actions"), path(sh, "roles", "scout", "bootstrap_views"), path(sh, "roles", "lead", "bootstrap_actions")); got != "[vote] [map[expr:1 id:scout_seen]] []" {
+		t.Errorf("define_role's bootstrap lists: %s", got)
 	}
 	if got := fmt.Sprint(path(sh, "roles", "lead", "filled_by")); got != "a" {
 		t.Errorf("role filled_by = %s", got)

@@ -565,6 +565,61 @@ func TestAttackEnabledGateMemoIsPerReader(t *testing.T) {
 	}
 }
 
+// GET /state decides an entry's gate per reader, as the context does: an
+// entry meant for one agent, or for readers of a scope, is not read
+// directly by anyone else (the gate is not evaluated with the room's
+// authority, nor once for all readers).
+func TestAttackStateReadGateIsPerReader(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("memo3", nil)
+	alice, bob := e.join(rm, "alice"), e.join(rm, "bob", "carol")
+	e.do("PUT", "/rooms/memo3/state", rm.token, map[string]any{"scope": "carol", "key": "k", "value": 1}).must(t, 200)
+	e.do("PUT", "/rooms/memo3/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "for_alice", "value": "a's", "enabled": `self == "alice"`},
+		map[string]any{"scope": "_shared", "key": "for_carol_readers", "value": "c's", "enabled": `"carol" in state`},
+	}}).must(t, 200)
+	// Nor through a key's history.
+	if r := e.do("GET", "/rooms/memo3/history?scope=_shared&key=for_alice", bob, nil); r.status != 404 || strings.Contains(r.raw, "a's") {
+		t.Fatalf("HOLE: bob reads for_alice's history: %d %s", r.status, r.raw)
+	}
+	e.do("GET", "/rooms/memo3/history?scope=_shared&key=for_alice", alice, nil).must(t, 200)
+	for range 2 {
+		for _, c := range []struct{ who, tok, sees, not string }{
+			{"alice", alice, "a's", "c's"}, {"bob", bob, "c's", "a's"},
+		} {
+			for _, q := range []string{"?scope=_shared", ""} {
+				r := e.do("GET", "/rooms/memo3/state"+q, c.tok, nil).must(t, 200)
+				if !strings.Contains(r.raw, c.sees) || strings.Contains(r.raw, c.not) {
+					t.Fatalf("HOLE: %s reads %q: %s", c.who, q, r.raw)
+				}
+			}
+		}
+	}
+}
+
+// An agent cannot hide itself from the room: enabled on an agent is the
+// room token's to set. Joining an open room, or re-joining with its own
+// token, with enabled is refused and changes nothing; PATCH needs the room
+// token as before.
+func TestAttackAgentCannotHideItself(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("hide", map[string]any{"open_join": true})
+	other := e.join(rm, "watcher")
+	if r := e.do("POST", "/rooms/hide/agents", "", map[string]any{"id": "lurker", "name": "L", "enabled": "false"}); r.status/100 != 4 {
+		t.Fatalf("HOLE: open join with enabled: %d %s", r.status, r.raw)
+	}
+	tok := e.do("POST", "/rooms/hide/agents", "", map[string]any{"id": "lurker", "name": "L"}).must(t, 201).str("token")
+	if r := e.do("POST", "/rooms/hide/agents", tok, map[string]any{"id": "lurker", "name": "L", "enabled": "false"}); r.status != 403 {
+		t.Fatalf("HOLE: re-join with own token set enabled: %d %s", r.status, r.raw)
+	}
+	if r := e.do("PATCH", "/rooms/hide/agents/lurker", tok, map[string]any{"enabled": "false"}); r.status != 403 {
+		t.Fatalf("HOLE: agent PATCHed its own enabled: %d %s", r.status, r.raw)
+	}
+	if r := e.do("GET", "/rooms/hide/agents", other, nil).must(t, 200); !strings.Contains(r.raw, `"lurker"`) {
+		t.Fatalf("HOLE: the lurker hid itself: %s", r.raw)
+	}
+}
+
 // The trajectory and the replay hold every scope, private ones included:
 // only the room's own token reads them. An agent, the view token and
 // another room's token are refused, and a key's history is readable only

@@ -371,3 +371,116 @@ func TestDirectWriteExprAndEnabled(t *testing.T) {
 		t.Fatalf("entry hidden once its enabled holds: %v", got)
 	}
 }
+
+// GET /state honours entry-level enabled as the context read does (seed
+// 001: enabled gates visibility, on every entry): a disabled entry is
+// absent from scope reads, whole-room reads, key reads (404) and log pages,
+// for every reader, until its expression holds for that reader.
+func TestStateReadHonoursEntryEnabled(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gr", nil)
+	a := e.join(rm, "a")
+	e.do("PUT", "/rooms/gr/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "phase", "value": "setup"},
+		map[string]any{"scope": "_shared", "key": "answer", "value": 42, "enabled": `state._shared.phase == "reveal"`},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"text": "spoiler"}, "enabled": `state._shared.phase == "reveal"`},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"text": "hello"}},
+	}}).must(t, 200)
+	keys := func(tok, q string) string {
+		r := e.do("GET", "/rooms/gr/state"+q, tok, nil).must(t, 200)
+		var out []string
+		for _, x := range r.body["entries"].([]any) {
+			en := x.(map[string]any)
+			out = append(out, fmt.Sprint(en["scope"], "/", en["key"], "=", en["value"]))
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tok := range []string{a, rm.token} {
+		if got := keys(tok, "?scope=_shared"); strings.Contains(got, "answer") {
+			t.Fatalf("scope read shows a disabled entry: %s", got)
+		}
+		if got := keys(tok, ""); strings.Contains(got, "answer") {
+			t.Fatalf("room read shows a disabled entry: %s", got)
+		}
+		if got := keys(tok, "?scope=_messages"); strings.Contains(got, "spoiler") || !strings.Contains(got, "hello") {
+			t.Fatalf("log page: %s", got)
+		}
+		if r := e.do("GET", "/rooms/gr/state?scope=_shared&key=answer", tok, nil); r.status != 404 {
+			t.Fatalf("key read of a disabled entry: %d %s", r.status, r.raw)
+		}
+	}
+	e.do("PUT", "/rooms/gr/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "reveal"}).must(t, 200)
+	if got := keys(a, "?scope=_shared"); !strings.Contains(got, "answer=42") {
+		t.Fatalf("enabled entry not shown: %s", got)
+	}
+	if got := keys(a, "?scope=_messages"); !strings.Contains(got, "spoiler") {
+		t.Fatalf("enabled log entry not shown: %s", got)
+	}
+	e.do("GET", "/rooms/gr/state?scope=_shared&key=answer", a, nil).must(t, 200)
+}
+
+// The context envelope has seed 001's shape down to its last field:
+// "self": "agent-a", "params": {} — params are empty on a read and are the
+// invocation's params when an action's expressions see that context.
+func TestContextEnvelopeCarriesParams(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("pe", nil)
+	a := e.join(rm, "agent-a")
+	env := e.ctx(rm, a, "")
+	if env.body["self"] != "agent-a" {
+		t.Fatalf("self: %s", env.raw)
+	}
+	if p, ok := env.body["params"].(map[string]any); !ok || len(p) != 0 {
+		t.Fatalf(`envelope lacks "params": {}: %s`, env.raw)
+	}
+	e.do("PUT", "/rooms/pe/actions", rm.token, map[string]any{"id": "echo", "params": map[string]any{"item": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"scope": "_shared", "key": "last", "value": "${params.item}"}}, "result": `params.item + "!"`}).must(t, 201)
+	if r := e.invoke(rm, a, "echo", map[string]any{"item": "sword"}).must(t, 200); r.body["result"] != "sword!" {
+		t.Fatalf("the invocation's context lacks its params: %s", r.raw)
+	}
+}
+
+// enabled is universal (seed 001 §State schema): agents carry it too, set
+// on join or by PATCH with the room token. While false for a reader, the
+// agent is absent from that reader's context (section and CEL agents) and
+// GET /agents; once it holds, it is there.
+func TestAgentEnabled(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("ae", nil)
+	a := e.join(rm, "agent-a")
+	j := e.do("POST", "/rooms/ae/agents", rm.token, map[string]any{"id": "ghost", "name": "Ghost", "enabled": `state._shared.phase == "night"`}).must(t, 201)
+	if j.body["enabled"] != `state._shared.phase == "night"` {
+		t.Fatalf("join response lacks enabled: %s", j.raw)
+	}
+	listed := func(tok string) bool {
+		r := e.do("GET", "/rooms/ae/agents", tok, nil).must(t, 200)
+		return strings.Contains(r.raw, `"ghost"`)
+	}
+	inCtx := func(tok string) bool {
+		return path(e.ctx(rm, tok, "").body, "agents", "ghost") != nil
+	}
+	inCEL := func(tok string) any {
+		return e.do("POST", "/rooms/ae/eval", tok, map[string]any{"expr": `"ghost" in agents`}).must(t, 200).body["value"]
+	}
+	for _, tok := range []string{a, rm.token} {
+		if listed(tok) || inCtx(tok) || inCEL(tok) != false {
+			t.Fatalf("a disabled agent is shown")
+		}
+	}
+	e.do("PUT", "/rooms/ae/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "night"}).must(t, 200)
+	if !listed(a) || !inCtx(a) || inCEL(a) != true {
+		t.Fatalf("an enabled agent is hidden")
+	}
+	// PATCH changes and clears it; bad CEL is a 400 naming the field.
+	e.do("PATCH", "/rooms/ae/agents/ghost", rm.token, map[string]any{"enabled": "false"}).must(t, 200)
+	if listed(a) {
+		t.Fatal("PATCH enabled false did not hide the agent")
+	}
+	if r := e.do("PATCH", "/rooms/ae/agents/ghost", rm.token, map[string]any{"enabled": "1 +"}); r.status != 400 {
+		t.Fatalf("bad enabled: %d %s", r.status, r.raw)
+	}
+	e.do("PATCH", "/rooms/ae/agents/ghost", rm.token, map[string]any{"enabled": ""}).must(t, 200)
+	if !listed(a) {
+		t.Fatal(`PATCH enabled "" did not clear the gate`)
+	}
+}

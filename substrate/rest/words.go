@@ -53,6 +53,10 @@ func (words) Say(s errs.Step) string {
 		return "PUT " + base + "/views" + spaced(body(s.Args))
 	case errs.OpWriteState:
 		return "PUT " + base + "/state" + spaced(body(s.Args))
+	case errs.OpShareRoom:
+		return "ask an owner of " + room + " to share it with you (on their account page)"
+	case errs.OpReauthorize:
+		return "authorize the OAuth client again and tick " + room + " on the consent screen"
 	}
 	return errs.Plain.Say(s)
 }
