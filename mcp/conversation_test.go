@@ -202,6 +202,7 @@ func normalise(v any) any {
 	case string:
 		x = timestamp.ReplaceAllString(x, "<time>")
 		x = clock.ReplaceAllString(x, "<hh:mm:ss>")
+		x = left.ReplaceAllString(x, "(<left>)")
 		return ago.ReplaceAllString(x, "<ago>")
 	}
 	return v
@@ -210,7 +211,8 @@ func normalise(v any) any {
 var (
 	timestamp = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
 	ago       = regexp.MustCompile(`\b\d+ ?(ms|s|m|h|d) ago\b`)
-	clock     = regexp.MustCompile(`\b\d\d:\d\d:\d\d\b`) // the loom's action trace
+	clock     = regexp.MustCompile(`\b\d\d:\d\d:\d\d(Z|\b)`) // the loom's action trace and leases
+	left      = regexp.MustCompile(`\(((\d+h)?(\d+m)?[\d.]+m?s) left\)`)
 )
 
 // leaves are the strings and numbers of a JSON value.

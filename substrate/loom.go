@@ -741,7 +741,7 @@ func (r *loomRun) saveTree(t *loomTree) {
 // loadCaller reads the caller's permissions, kind and position.
 func (r *loomRun) loadCaller() error {
 	switch {
-	case r.p.Kind == KindRoom || r.p.Admin():
+	case r.p.Kind == KindRoom:
 		r.perms = LoomPermissions
 		r.kind = "human"
 	case r.p.ReadOnly():
@@ -762,6 +762,12 @@ func (r *loomRun) loadCaller() error {
 			if rec.Kind != "" {
 				r.kind = rec.Kind
 			}
+		}
+		// Room authority ("*", which an owner's embodied agent has) may do
+		// everything; what writes is still an agent, a model unless marked
+		// a person with → permit <agent> human.
+		if r.p.Admin() {
+			r.perms = LoomPermissions
 		}
 	}
 	if r.p.Kind == KindAgent {

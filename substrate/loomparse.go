@@ -275,7 +275,10 @@ func tokenize(line string) ([]token, error) {
 				toks = append(toks, token{key: strings.ToLower(w), value: s})
 				continue
 			}
-			if k, v, ok := strings.Cut(w, ":"); ok && k != "" {
+			// key:value, when key is one of the commands' options; any
+			// other word with a colon is a word (agent ids such as
+			// alice:claude-ai, in → permit).
+			if k, v, ok := strings.Cut(w, ":"); ok && loomOptKeys[strings.ToLower(k)] {
 				toks = append(toks, token{key: strings.ToLower(k), value: v})
 				continue
 			}
@@ -283,6 +286,13 @@ func tokenize(line string) ([]token, error) {
 		}
 	}
 	return toks, nil
+}
+
+// loomOptKeys are the options the commands read (key:value).
+var loomOptKeys = map[string]bool{
+	"tree": true, "node": true, "branch": true, "doc": true, "as": true, "depth": true, "from": true,
+	"n": true, "tokens": true, "lines": true, "section": true, "stash": true, "content-of": true,
+	"summary-of": true, "note": true, "at": true, "pin": true,
 }
 
 // isRef reports a node or branch reference: 47, 8.2, g12 is not one.

@@ -72,6 +72,8 @@ func TestLoomParserSeedLines(t *testing.T) {
 		{`→ memory errors`, `memory errors`},
 		// §Onboarding
 		{`→ help`, `help`},
+		// Agent ids of people's clients have a colon; they are not options.
+		{`→ permit alice:claude-ai loom_write`, `permit alice:claude-ai loom_write`},
 		// ASCII arrow, curly quotes.
 		{`-> view 23`, `view 23`},
 		{`→ annotate 4 “curly”`, `annotate 4 "curly"`},
