@@ -4,6 +4,7 @@
 //	syncd            run the server
 //	syncd migrate    apply database migrations and exit
 //	syncd invite     print a one-time sign-up link and exit
+//	syncd bench      drive a server with load and print what it sustained
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/syncsubstrate/sync/cmd/syncd/bench"
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/mcp"
 	"github.com/syncsubstrate/sync/oauth"
@@ -34,6 +36,9 @@ import (
 
 func main() {
 	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "bench" {
+		os.Exit(bench.Main(args[1:], os.Stdout, os.Stderr))
+	}
 	cmd := "serve"
 	if len(args) > 0 && (args[0] == "migrate" || args[0] == "serve" || args[0] == "invite") {
 		cmd, args = args[0], args[1:]
