@@ -41,6 +41,13 @@ type config struct {
 	// SYNC_WAIT_RECHECK, -wait-recheck: how often a wait re-evaluates its
 	// condition when no notification came (a safety net). Default 5 s.
 	WaitRecheck time.Duration
+	// SYNC_METRICS_ADDR, -metrics-addr: a separate listener serving
+	// Prometheus metrics at /metrics. Default empty: none.
+	MetricsAddr string
+	// SYNC_METRICS_TOKEN, -metrics-token: a bearer token that /metrics
+	// requires; when set, the public listener serves /metrics too (with
+	// it), and the metrics listener requires it as well. Default empty.
+	MetricsToken string
 }
 
 // defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
@@ -85,6 +92,8 @@ func parseConfig(args []string) (*config, error) {
 	proxies := fs.String("trusted-proxies", env("SYNC_TRUSTED_PROXIES", ""), "reverse proxies whose X-Forwarded-For/Forwarded are believed: addresses or CIDR prefixes, comma-separated (SYNC_TRUSTED_PROXIES)")
 	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
 	recheck := fs.String("wait-recheck", env("SYNC_WAIT_RECHECK", "5s"), "safety-net re-check period of waits (SYNC_WAIT_RECHECK)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SYNC_METRICS_ADDR", ""), "separate listen address for Prometheus /metrics (SYNC_METRICS_ADDR); empty = none")
+	fs.StringVar(&c.MetricsToken, "metrics-token", env("SYNC_METRICS_TOKEN", ""), "bearer token /metrics requires; when set, the public listener serves /metrics with it (SYNC_METRICS_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -117,6 +126,11 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return nil, errors.New("log format must be text or json")
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return nil, fmt.Errorf("metrics address %q: %w", c.MetricsAddr, err)
+		}
 	}
 	c.RedirectAllow = splitList(*redirects)
 	c.MCPOrigins = splitList(*origins)
