@@ -45,6 +45,10 @@ type Options struct {
 	HTTP *httpmw.Stack
 	// Version is reported to clients. Default "dev".
 	Version string
+	// ObserveTool, when set, is called after each tool call with the
+	// tool's name (only the server's own tools reach it), "ok" or the error
+	// code of its result, and its duration (metrics). Default none.
+	ObserveTool func(tool, outcome string, took time.Duration)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -152,25 +156,39 @@ func checkOrigin(opt *Options, next http.Handler) http.Handler {
 
 func handler(opt *Options, d tool) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-		var ti *oauth.TokenInfo
-		if req.Extra != nil && req.Extra.TokenInfo != nil {
-			ti, _ = req.Extra.TokenInfo.Extra[tokenExtra].(*oauth.TokenInfo)
-		}
-		if ti == nil { // RequireBearer guarantees one; never act without it
-			return result(nil, errs.New(errs.Unauthorized, "no verified token").WithHint("reconnect the integration"), nil), nil
-		}
-		sess, err := opt.Lobby.Resolve(ctx, lobby.Caller{GrantID: ti.GrantID, UserID: ti.UserID, Username: ti.Username,
-			ClientID: ti.ClientID, ClientName: ti.ClientName, Scopes: ti.Scopes})
-		if err != nil {
-			opt.Logger.Error("resolve MCP session", "err", err)
-			return result(nil, err, nil), nil
-		}
-		out, err := d.run(ctx, &call{opt: opt, sess: sess}, req.Params.Arguments)
-		if err != nil && errs.From(err).Code == errs.Internal {
-			opt.Logger.Error("tool failed", "tool", d.def.Name, "err", err)
+		start := time.Now()
+		out, sess, err := runTool(ctx, opt, d, req)
+		if opt.ObserveTool != nil {
+			outcome := "ok"
+			if err != nil {
+				outcome = string(errs.From(err).Code)
+			}
+			opt.ObserveTool(d.def.Name, outcome, time.Since(start))
 		}
 		return result(out, err, sess), nil
 	}
+}
+
+// runTool resolves the caller's session and runs the tool.
+func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest) (any, *lobby.Session, error) {
+	var ti *oauth.TokenInfo
+	if req.Extra != nil && req.Extra.TokenInfo != nil {
+		ti, _ = req.Extra.TokenInfo.Extra[tokenExtra].(*oauth.TokenInfo)
+	}
+	if ti == nil { // RequireBearer guarantees one; never act without it
+		return nil, nil, errs.New(errs.Unauthorized, "no verified token").WithHint("reconnect the integration")
+	}
+	sess, err := opt.Lobby.Resolve(ctx, lobby.Caller{GrantID: ti.GrantID, UserID: ti.UserID, Username: ti.Username,
+		ClientID: ti.ClientID, ClientName: ti.ClientName, Scopes: ti.Scopes})
+	if err != nil {
+		opt.Logger.Error("resolve MCP session", "err", err)
+		return nil, nil, err
+	}
+	out, err := d.run(ctx, &call{opt: opt, sess: sess}, req.Params.Arguments)
+	if err != nil && errs.From(err).Code == errs.Internal {
+		opt.Logger.Error("tool failed", "tool", d.def.Name, "err", err)
+	}
+	return out, sess, err
 }
 
 // result encodes a tool's answer: the domain's JSON as structured content

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,12 @@ type Hub struct {
 	ready   chan struct{} // closed once LISTEN is in place
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	received atomic.Int64 // notifications heard
 }
+
+// Received reports how many room notifications the hub has heard.
+func (h *Hub) Received() int64 { return h.received.Load() }
 
 // Sub is one subscription to a room's notifications.
 type Sub struct {
@@ -129,6 +135,7 @@ func (h *Hub) listen(ctx context.Context, ready chan struct{}) {
 			if err != nil {
 				break
 			}
+			h.received.Add(1)
 			room, _, _ := strings.Cut(n.Payload, " ")
 			h.wake(room)
 		}

@@ -250,12 +250,17 @@ type PoolStatus struct {
 	// LastExhaustionMS is how long the last episode of exhaustion that
 	// passed the warning threshold lasted.
 	LastExhaustionMS int64 `json:"last_exhaustion_ms,omitempty"`
+	// Acquires counts connections handed out, and AcquireWait sums the
+	// time callers spent getting them (metrics; not in /readyz).
+	Acquires    int64         `json:"-"`
+	AcquireWait time.Duration `json:"-"`
 }
 
 // Status reports the pool's use now.
 func (db *DB) Status() PoolStatus {
 	st := db.pool.Stat()
-	out := PoolStatus{MaxConns: st.MaxConns(), InUse: st.AcquiredConns(), Idle: st.IdleConns(), WaitedAcquire: st.EmptyAcquireCount()}
+	out := PoolStatus{MaxConns: st.MaxConns(), InUse: st.AcquiredConns(), Idle: st.IdleConns(), WaitedAcquire: st.EmptyAcquireCount(),
+		Acquires: st.AcquireCount(), AcquireWait: st.AcquireDuration()}
 	db.mu.Lock()
 	if !db.exhaustedSince.IsZero() {
 		out.ExhaustedMS = time.Since(db.exhaustedSince).Milliseconds()

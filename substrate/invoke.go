@@ -117,7 +117,8 @@ func celParams(params map[string]any) map[string]any {
 }
 
 // Invoke runs an action (or a builtin) as p.
-func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID string, rawParams json.RawMessage) (*InvokeResult, error) {
+func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID string, rawParams json.RawMessage) (_ *InvokeResult, err error) {
+	defer func() { s.countInvocation(err) }()
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}

@@ -11,10 +11,12 @@ package substrate
 
 import (
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
@@ -152,6 +154,10 @@ type Service struct {
 	loomOpt LoomOptions
 	// viewEvals counts view evaluations (Stats).
 	viewEvals atomic.Int64
+	// waits counts waits open now (Stats).
+	waits atomic.Int64
+	// invocations counts Invoke's outcomes by "ok" or error code (Stats).
+	invocations sync.Map // string → *atomic.Int64
 }
 
 // Stats are counters of the service's work since it started.
@@ -159,10 +165,43 @@ type Stats struct {
 	// ViewEvaluations counts views evaluated; a view whose value depends
 	// only on the room's state is evaluated once per state, whoever reads.
 	ViewEvaluations int64
+	// OpenWaits is the number of waits in progress now.
+	OpenWaits int64
+	// Notifications counts room notifications this process heard.
+	Notifications int64
+	// Invocations counts invocations (actions and builtins, on every
+	// surface) by outcome: "ok" or the error code that refused them. The
+	// codes are errs' fixed set, so the map stays small.
+	Invocations map[string]int64
+	// CELEvaluations counts expression evaluations; CELCost sums their
+	// cel-go runtime cost (what the per-expression limit counts).
+	CELEvaluations, CELCost uint64
 }
 
 // Stats reports the counters now.
-func (s *Service) Stats() Stats { return Stats{ViewEvaluations: s.viewEvals.Load()} }
+func (s *Service) Stats() Stats {
+	st := Stats{ViewEvaluations: s.viewEvals.Load(), OpenWaits: s.waits.Load(), Notifications: s.hub.Received(),
+		Invocations: map[string]int64{}}
+	s.invocations.Range(func(k, v any) bool {
+		st.Invocations[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	st.CELEvaluations, st.CELCost = s.cel.Stats()
+	return st
+}
+
+// countInvocation records an invocation's outcome for Stats.
+func (s *Service) countInvocation(err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = string(errs.From(err).Code)
+	}
+	c, ok := s.invocations.Load(outcome)
+	if !ok {
+		c, _ = s.invocations.LoadOrStore(outcome, new(atomic.Int64))
+	}
+	c.(*atomic.Int64).Add(1)
+}
 
 // New returns a Service over db.
 func New(db *store.DB, opt Options) *Service {

@@ -39,6 +39,8 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		return nil, err
 	}
 	defer sub.Close()
+	s.waits.Add(1)
+	defer s.waits.Add(-1)
 	if p.Kind == KindAgent {
 		s.setWaiting(ctx, roomID, p.AgentID, &condition)
 		defer s.setWaiting(context.WithoutCancel(ctx), roomID, p.AgentID, nil)

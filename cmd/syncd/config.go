@@ -52,6 +52,13 @@ type config struct {
 	// SYNC_LOOM_GENERATOR_KEY: bearer token for the generator. Environment
 	// only, so the secret does not appear in the process list.
 	LoomGeneratorKey string
+	// SYNC_METRICS_ADDR, -metrics-addr: a separate listener serving
+	// Prometheus metrics at /metrics. Default empty: none.
+	MetricsAddr string
+	// SYNC_METRICS_TOKEN, -metrics-token: a bearer token that /metrics
+	// requires; when set, the public listener serves /metrics too (with
+	// it), and the metrics listener requires it as well. Default empty.
+	MetricsToken string
 }
 
 // defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
@@ -99,6 +106,8 @@ func parseConfig(args []string) (*config, error) {
 	fs.StringVar(&c.LoomGeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "OpenAI-compatible completions endpoint for loom continuations (SYNC_LOOM_GENERATOR_URL); empty queues requests in the room")
 	fs.StringVar(&c.LoomGeneratorModel, "loom-generator-model", env("SYNC_LOOM_GENERATOR_MODEL", "base"), "model name sent to the loom generator (SYNC_LOOM_GENERATOR_MODEL)")
 	c.LoomGeneratorKey = os.Getenv("SYNC_LOOM_GENERATOR_KEY")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SYNC_METRICS_ADDR", ""), "separate listen address for Prometheus /metrics (SYNC_METRICS_ADDR); empty = none")
+	fs.StringVar(&c.MetricsToken, "metrics-token", env("SYNC_METRICS_TOKEN", ""), "bearer token /metrics requires; when set, the public listener serves /metrics with it (SYNC_METRICS_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -131,6 +140,11 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return nil, errors.New("log format must be text or json")
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return nil, fmt.Errorf("metrics address %q: %w", c.MetricsAddr, err)
+		}
 	}
 	c.RedirectAllow = splitList(*redirects)
 	c.MCPOrigins = splitList(*origins)

@@ -4,6 +4,7 @@
 //	syncd            run the server
 //	syncd migrate    apply database migrations and exit
 //	syncd invite     print a one-time sign-up link and exit
+//	syncd bench      drive a server with load and print what it sustained
 package main
 
 import (
@@ -22,8 +23,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/syncsubstrate/sync/cmd/syncd/bench"
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/mcp"
+	"github.com/syncsubstrate/sync/metrics"
 	"github.com/syncsubstrate/sync/oauth"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/embedpg"
@@ -34,6 +37,9 @@ import (
 
 func main() {
 	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "bench" {
+		os.Exit(bench.Main(args[1:], os.Stdout, os.Stderr))
+	}
 	cmd := "serve"
 	if len(args) > 0 && (args[0] == "migrate" || args[0] == "serve" || args[0] == "invite") {
 		cmd, args = args[0], args[1:]
@@ -74,6 +80,11 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		slog.Info("migrations done", "applied", applied)
 		return nil
 	}
+	// Metrics are collected only when something may read them.
+	var mx *metrics.Metrics
+	if cfg.MetricsAddr != "" || cfg.MetricsToken != "" {
+		mx = metrics.New()
+	}
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue},
 		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck},
 		Loom: substrate.LoomOptions{GeneratorURL: cfg.LoomGeneratorURL, GeneratorModel: cfg.LoomGeneratorModel, GeneratorKey: cfg.LoomGeneratorKey}})
@@ -93,8 +104,16 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	peersDone := make(chan struct{})
 	go func() { db.RunPeers(pctx, store.PeerOptions{OnCount: peers.Set}); close(peersDone) }()
 	defer func() { stopPeers(); <-peersDone }() // before the database closes
-	stack := httpmw.New(httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit, Peers: peers,
-		TrustedProxies: cfg.TrustedProxies, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")})
+	mwOpt := httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit, Peers: peers,
+		TrustedProxies: cfg.TrustedProxies, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")}
+	var observeTool func(string, string, time.Duration)
+	if mx != nil {
+		mwOpt.Observe, observeTool = mx.ObserveRequest, mx.ObserveTool
+	}
+	stack := httpmw.New(mwOpt)
+	if mx != nil {
+		mx.Watch(metrics.Sources{Service: svc, DB: db, HTTP: stack})
+	}
 	auth, err := oauth.New(ctx, db, oauth.Options{
 		HTTP:              stack,
 		PublicURL:         cfg.PublicURL,
@@ -151,11 +170,14 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "pool": db.Status(), "processes": peers.N()})
 	})
+	if cfg.MetricsToken != "" {
+		pages.Handle("GET /metrics", mx.Handler(cfg.MetricsToken))
+	}
 	auth.Routes(pages)
 	api := rest.Handler(svc, rest.Options{HTTP: stack, CreateToken: cfg.CreateToken})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL,
-		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack}))
+		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack, ObserveTool: observeTool}))
 	mux.Handle("/rooms", api)
 	mux.Handle("/rooms/", api)
 	mux.Handle("/", stack.Wrap(pages))
@@ -174,8 +196,27 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
+	if cfg.MetricsAddr != "" {
+		// Its own listener, so that it can stay on a private interface
+		// while the public one faces the Internet.
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			_ = srv.Close()
+			return fmt.Errorf("listen on %s for metrics: %w", cfg.MetricsAddr, err)
+		}
+		mmux := http.NewServeMux()
+		mmux.Handle("GET /metrics", mx.Handler(cfg.MetricsToken))
+		msrv := &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+		go func() {
+			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+		defer msrv.Close()
+		slog.Info("metrics listening", "addr", mln.Addr().String())
+	}
 	slog.Info("syncd listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL)
 	if ready != nil {
 		ready <- ln.Addr().String()

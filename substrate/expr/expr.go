@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cel.dev/cel-go/cel"
@@ -57,7 +58,13 @@ type Env struct {
 
 	mu    sync.Mutex
 	cache map[string]*Program
+
+	// Evaluations and their summed cel-go cost, for metrics.
+	evals, cost atomic.Uint64
 }
+
+// Stats reports how many evaluations ran and their summed runtime cost.
+func (e *Env) Stats() (evaluations, cost uint64) { return e.evals.Load(), e.cost.Load() }
 
 // Program is a compiled expression.
 type Program struct {
@@ -337,10 +344,12 @@ func (e *Env) EvalCost(ctx context.Context, p *Program, vars *Vars) (any, uint64
 	ctx, cancel := context.WithTimeout(ctx, e.opt.Timeout)
 	defer cancel()
 	out, cost, err := e.safeEval(ctx, p, act)
+	if err != nil && strings.Contains(err.Error(), "cost limit") {
+		cost = e.opt.CostLimit
+	}
+	e.evals.Add(1)
+	e.cost.Add(cost)
 	if err != nil {
-		if strings.Contains(err.Error(), "cost limit") {
-			cost = e.opt.CostLimit
-		}
 		return nil, cost, e.evalError(p.Source, err)
 	}
 	v, err := ToNative(out)

@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -51,6 +52,10 @@ type Options struct {
 	AccessLog *slog.Logger
 	// Logger receives panics and internal failures. Default slog.Default().
 	Logger *slog.Logger
+	// Observe, when set, is called once per request after its response
+	// (metrics): r.Pattern is then the pattern of the ServeMux that served
+	// it ("" when none matched), never the raw path. Default none.
+	Observe func(r *http.Request, status int, took time.Duration)
 }
 
 // Stack is one configured middleware chain, shared by the surfaces of one
@@ -60,6 +65,14 @@ type Stack struct {
 	opt      Options
 	byCred   *Limiter
 	byClient *Limiter
+	// Requests refused over budget, per credential and per address.
+	refusedCred, refusedAddr atomic.Int64
+}
+
+// Refusals reports how many requests Limit has refused, over a verified
+// credential's budget and over an address's (no valid credential).
+func (s *Stack) Refusals() (credential, address int64) {
+	return s.refusedCred.Load(), s.refusedAddr.Load()
 }
 
 // New returns a stack with opt's defaults filled in.
@@ -245,6 +258,9 @@ func (s *Stack) Wrap(next http.Handler) http.Handler {
 					Fail(rec, r, errs.New(errs.Internal, "the server failed on this request (request id %s)", id).WithHint("retry; if it persists, report the request id"))
 				}
 			}
+			if s.opt.Observe != nil {
+				s.opt.Observe(r, rec.status(), time.Since(start))
+			}
 			if s.opt.AccessLog != nil {
 				s.opt.AccessLog.LogAttrs(ctx, slog.LevelInfo, "request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 					slog.Int("status", rec.status()), slog.Int64("bytes", rec.n), slog.Duration("took", time.Since(start)),
@@ -291,14 +307,15 @@ func (s *Stack) Limit(w http.ResponseWriter, r *http.Request, key string) bool {
 	if s.byCred == nil {
 		return true
 	}
-	lim, what := s.byCred, "with this credential"
+	lim, what, refused := s.byCred, "with this credential", &s.refusedCred
 	if key == "" {
-		lim, what, key = s.byClient, "from this address without a valid credential", AddressKey(ClientIP(r))
+		lim, what, key, refused = s.byClient, "from this address without a valid credential", AddressKey(ClientIP(r)), &s.refusedAddr
 	}
 	wait, ok := lim.Allow(key)
 	if ok {
 		return true
 	}
+	refused.Add(1)
 	secs := int(wait/time.Second) + 1
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	Fail(w, r, errs.New(errs.RateLimited, "more than %g requests per second %s", s.opt.RatePerSecond, what).

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// Attacks on the server's own endpoints that must fail.
+
+// /metrics on the public listener is behind SYNC_METRICS_TOKEN: no token,
+// a wrong one, another kind of credential (a room token) and a token in
+// the query string are all refused, and the refusal says nothing of the
+// metrics. The metrics listener requires the token too when it is set.
+func TestAttackMetricsWithoutToken(t *testing.T) {
+	metricsAddr := "127.0.0.1:" + freePort(t)
+	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-metrics-token", "s3cret-metrics", "-metrics-addr", metricsAddr)
+	base, stop := start(t, cfg)
+	defer stop()
+	_, room := call(t, "POST", base+"/rooms", "", `{"id": "a"}`)
+	roomTok, _ := room["token"].(string)
+	for _, c := range []struct{ name, url, token string }{
+		{"no token", base + "/metrics", ""},
+		{"wrong token", base + "/metrics", "s3cret-metric"},
+		{"room token", base + "/metrics", roomTok},
+		{"token in the query", base + "/metrics?token=s3cret-metrics", ""},
+		{"metrics listener, no token", "http://" + metricsAddr + "/metrics", ""},
+		{"metrics listener, wrong token", "http://" + metricsAddr + "/metrics", "nope"},
+	} {
+		code, body := call(t, "GET", c.url, c.token, "")
+		if code != http.StatusUnauthorized || body["error"] != "unauthorized" {
+			t.Errorf("%s: %d %v, want 401 unauthorized", c.name, code, body)
+		}
+	}
+	scrape(t, base+"/metrics", "s3cret-metrics")
+	if m := scrape(t, "http://"+metricsAddr+"/metrics", "s3cret-metrics"); m["sync_db_pool_max"] < 2 {
+		t.Errorf("metrics listener with the token: %v", m)
+	}
+}
+
+// Clients cannot grow the metrics: random paths, methods, room ids and
+// tool-like names add no series (labels come from route patterns and
+// fixed sets), so a scrape's size is bounded whatever is sent.
+func TestAttackMetricsCardinality(t *testing.T) {
+	metricsAddr := "127.0.0.1:" + freePort(t)
+	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-metrics-addr", metricsAddr)
+	base, stop := start(t, cfg)
+	defer stop()
+	series := func() int {
+		n := 0
+		for s := range scrape(t, "http://"+metricsAddr+"/metrics", "") {
+			if strings.HasPrefix(s, "sync_") {
+				n++
+			}
+		}
+		return n
+	}
+	junk := func() {
+		for range 20 {
+			var b [6]byte
+			_, _ = rand.Read(b[:])
+			r := hex.EncodeToString(b[:])
+			for _, m := range []string{"GET", "POST", "BREW" + r[:3], "DELETE"} {
+				for _, p := range []string{"/" + r, "/rooms/" + r, "/rooms/" + r + "/" + r, "/rooms/" + r + "/actions/" + r + "/invoke",
+					"/.well-known/" + r, "/mcp/" + r, "/static/" + r} {
+					req, _ := http.NewRequest(m, base+p, nil)
+					req.Header.Set("Authorization", "Bearer "+r)
+					if res, err := http.DefaultClient.Do(req); err == nil {
+						res.Body.Close()
+					}
+				}
+			}
+		}
+	}
+	junk() // the first round may add the fixed series of its routes and codes
+	n := series()
+	junk()
+	junk()
+	if m := series(); m != n {
+		t.Fatalf("random requests grew the metrics from %d to %d series", n, m)
+	}
+	if n > 400 {
+		t.Fatalf("%d series after junk requests: labels are not bounded", n)
+	}
+}

@@ -1,0 +1,348 @@
+// Package bench is `syncd bench`: a closed-loop load client that drives a
+// sync server over HTTP on loopback through its real REST API, either a
+// server already running (-url) or one it starts as a separate process,
+// and prints what the server sustained (requests/s, latency percentiles,
+// errors, and the server's CPU and memory when it runs on this machine).
+// With -pgbench it first runs PostgreSQL's own bound for the same
+// transaction shape, so the two figures come from one sitting.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Options configure one run. Main fills them from flags.
+type Options struct {
+	// URL is the server to drive. Empty: start one (see Exec, DatabaseURL).
+	URL string
+	// CreateToken is the server's room-creation token (SYNC_CREATE_TOKEN),
+	// when it has one. Default none.
+	CreateToken string
+	// DatabaseURL is the database of the server bench starts, and the one
+	// pgbench runs on. Empty with no URL: an embedded cluster in a temporary
+	// directory (fsync on), removed afterwards. Needed with URL for -pgbench.
+	DatabaseURL string
+	// Exec is the syncd binary to start when URL is empty. Default: the
+	// running executable.
+	Exec string
+	// PID is the server's process id when URL names a server on this
+	// machine, so its CPU and memory can be read from /proc. Default 0
+	// (not reported); set automatically for a server bench starts.
+	PID int
+	// Workloads to run, in this order. Default all of Names.
+	Workloads []string
+	// Duration is each workload's measured time. Default 10 s.
+	Duration time.Duration
+	// Warmup runs each workload this long before measuring. Default 2 s.
+	Warmup time.Duration
+	// Clients is the number of concurrent clients of the "invoke-n" and
+	// "rooms" workloads. Default 8.
+	Clients int
+	// Rooms and Agents shape the "rooms" workload: Rooms rooms of Agents
+	// agents each, which the clients sweep through. Default 8 × 1.
+	Rooms, Agents int
+	// Readers is the number of concurrent readers of the "context"
+	// workload. Default 8.
+	Readers int
+	// ContextQuery is the query string of the context read. Default
+	// "messages=false" (a lean read without messages).
+	ContextQuery string
+	// Waits is the number of concurrent waits of the "waits" workload.
+	// Default 1,000.
+	Waits int
+	// Intervals, when positive, also reports each workload's rate per
+	// interval of its measured time (and pgbench's, with --progress).
+	Intervals time.Duration
+	// PGBench runs pgbench's bound before the invocation workloads.
+	PGBench bool
+	// Log receives progress lines. Default io.Discard.
+	Log io.Writer
+}
+
+// Workload names, in their default order.
+const (
+	Invoke1 = "invoke-1" // one client invoking an action on one room
+	InvokeN = "invoke-n" // Clients clients invoking on one room
+	Rooms   = "rooms"    // Clients clients invoking across Rooms × Agents
+	Context = "context"  // Readers readers of a 500-key room's lean context
+	Wake    = "wake"     // a waiter woken by an invocation
+	Waits   = "waits"    // Waits concurrent waits woken by one write
+)
+
+// Names lists every workload.
+var Names = []string{Invoke1, InvokeN, Rooms, Context, Wake, Waits}
+
+// Report is one run's results (the -json output).
+type Report struct {
+	Started time.Time `json:"started"`
+	// Target is the server's base URL; Local reports whether bench started it.
+	Target string `json:"target"`
+	Local  bool   `json:"started_server"`
+	// PID is the server process whose CPU and memory are reported (0: none).
+	PID     int       `json:"server_pid,omitempty"`
+	Results []*Result `json:"results"`
+	// PGBench holds pgbench's runs, when asked for.
+	PGBench []*PGResult `json:"pgbench,omitempty"`
+}
+
+// Result is one workload's figures over its measured time.
+type Result struct {
+	Workload   string  `json:"workload"`
+	Label      string  `json:"label"`
+	Clients    int     `json:"clients"`
+	Rooms      int     `json:"rooms"`
+	Requests   int64   `json:"requests"`
+	Errors     int64   `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+	Seconds    float64 `json:"seconds"`
+	RPS        float64 `json:"rps"`
+	P50ms      float64 `json:"p50_ms"`
+	P99ms      float64 `json:"p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
+	// AvgBytes is the mean response size, for reads.
+	AvgBytes int64 `json:"avg_bytes,omitempty"`
+	// ServerCPU is the server's CPU time over the measured time, in percent
+	// of one core; ServerRSSMiB its largest resident set seen; ServerFDs its
+	// open file descriptors at the end. Reported when the server's PID is known.
+	ServerCPU    float64 `json:"server_cpu_pct,omitempty"`
+	ServerRSSMiB float64 `json:"server_rss_mib,omitempty"`
+	ServerFDs    int     `json:"server_fds,omitempty"`
+	// BoundTPS is pgbench's rate for the same shape; PctOfBound is RPS as
+	// a percentage of it.
+	BoundTPS   float64 `json:"bound_tps,omitempty"`
+	PctOfBound float64 `json:"pct_of_bound,omitempty"`
+	// Intervals is the rate per Options.Intervals of the measured time.
+	Intervals []Interval `json:"intervals,omitempty"`
+	// Note says what a workload measured beyond the columns.
+	Note string `json:"note,omitempty"`
+}
+
+// Interval is one slice of a measured run.
+type Interval struct {
+	StartS float64 `json:"start_s"`
+	RPS    float64 `json:"rps"`
+	P50ms  float64 `json:"p50_ms,omitempty"`
+	// MeanMs is pgbench's mean latency (it reports no percentiles).
+	MeanMs float64 `json:"mean_ms,omitempty"`
+}
+
+// Main runs `syncd bench` with the arguments after "bench" and returns the
+// process's exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	opt, asJSON, err := parseFlags(args, stderr)
+	if err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		fmt.Fprintln(stderr, "syncd bench:", err)
+		return 2
+	}
+	opt.Log = stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := Run(ctx, opt)
+	if rep != nil {
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(rep)
+		} else {
+			rep.WriteText(stdout)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "syncd bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
+	var o Options
+	fs := flag.NewFlagSet("syncd bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.URL, "url", "", "server to drive; empty starts one (embedded PostgreSQL, or DATABASE_URL)")
+	fs.StringVar(&o.CreateToken, "create-token", os.Getenv("SYNC_CREATE_TOKEN"), "the server's room-creation token (SYNC_CREATE_TOKEN)")
+	fs.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "database of the started server and of pgbench (DATABASE_URL)")
+	fs.StringVar(&o.Exec, "exec", "", "syncd binary to start (default: this one)")
+	fs.IntVar(&o.PID, "pid", 0, "process id of the -url server, to report its CPU and memory")
+	workloads := fs.String("workloads", strings.Join(Names, ","), "workloads to run, comma-separated: "+strings.Join(Names, ", "))
+	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time per workload")
+	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured time before each workload")
+	fs.IntVar(&o.Clients, "clients", 8, "clients of invoke-n and rooms")
+	fs.IntVar(&o.Rooms, "rooms", 8, "rooms of the rooms workload")
+	fs.IntVar(&o.Agents, "agents", 1, "agents per room of the rooms workload")
+	fs.IntVar(&o.Readers, "readers", 8, "readers of the context workload")
+	fs.StringVar(&o.ContextQuery, "context-query", "messages=false", "query string of the context read")
+	fs.IntVar(&o.Waits, "waits", 1000, "concurrent waits of the waits workload")
+	fs.DurationVar(&o.Intervals, "intervals", 0, "also report the rate per interval of each run (e.g. 15s)")
+	fs.BoolVar(&o.PGBench, "pgbench", false, "run pgbench's bound for the same transaction shape first")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return o, false, err
+	}
+	if fs.NArg() > 0 {
+		return o, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for _, w := range strings.Split(*workloads, ",") {
+		if w = strings.TrimSpace(w); w == "" {
+			continue
+		}
+		if !slices.Contains(Names, w) {
+			return o, false, fmt.Errorf("unknown workload %q (known: %s)", w, strings.Join(Names, ", "))
+		}
+		o.Workloads = append(o.Workloads, w)
+	}
+	if o.Duration <= 0 || o.Warmup < 0 || o.Clients < 1 || o.Rooms < 1 || o.Agents < 1 || o.Readers < 1 || o.Waits < 1 || o.Intervals < 0 {
+		return o, false, fmt.Errorf("durations, clients, rooms, agents, readers and waits must be positive")
+	}
+	return o, *asJSON, nil
+}
+
+func (o *Options) defaults() {
+	if len(o.Workloads) == 0 {
+		o.Workloads = Names
+	}
+	if o.Duration <= 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Warmup < 0 {
+		o.Warmup = 0
+	}
+	for _, f := range []struct {
+		v   *int
+		def int
+	}{{&o.Clients, 8}, {&o.Rooms, 8}, {&o.Agents, 1}, {&o.Readers, 8}, {&o.Waits, 1000}} {
+		if *f.v <= 0 {
+			*f.v = f.def
+		}
+	}
+	if o.ContextQuery == "" {
+		o.ContextQuery = "messages=false"
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+}
+
+// Run runs the workloads and returns their report. On an error part-way
+// it returns what it measured so far with the error.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	opt.defaults()
+	rep := &Report{Started: time.Now().UTC(), Target: opt.URL, PID: opt.PID}
+	if opt.URL == "" {
+		srv, err := startServer(ctx, &opt)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.stop()
+		opt.URL, opt.PID, opt.DatabaseURL = srv.url, srv.pid, srv.dbURL
+		rep.Target, rep.PID, rep.Local = srv.url, srv.pid, true
+	}
+	b := newBencher(opt)
+	bounds := map[string]*PGResult{}
+	if opt.PGBench {
+		pg, err := runPGBench(ctx, opt)
+		rep.PGBench = pg
+		if err != nil {
+			return rep, err
+		}
+		for _, r := range pg {
+			bounds[r.Workload] = r
+		}
+	}
+	for _, w := range opt.Workloads {
+		fmt.Fprintf(opt.Log, "syncd bench: %s…\n", w)
+		res, err := b.run(ctx, w)
+		if res != nil {
+			if pg := bounds[w]; pg != nil && pg.TPS > 0 {
+				res.BoundTPS = pg.TPS
+				res.PctOfBound = 100 * res.RPS / pg.TPS
+			}
+			rep.Results = append(rep.Results, res)
+		}
+		if err != nil {
+			return rep, fmt.Errorf("%s: %w", w, err)
+		}
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+	}
+	return rep, nil
+}
+
+// WriteText prints the report as a table, with intervals and notes below.
+func (r *Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "target %s", r.Target)
+	if r.Local {
+		fmt.Fprintf(w, " (started by bench, pid %d)", r.PID)
+	} else if r.PID > 0 {
+		fmt.Fprintf(w, " (pid %d)", r.PID)
+	}
+	fmt.Fprintf(w, ", %s\n\n", r.Started.Format(time.RFC3339))
+	fmt.Fprintf(w, "%-36s %9s %8s %8s %7s %9s %7s %7s %8s\n", "workload", "rps", "p50 ms", "p99 ms", "errors", "bound", "% bound", "cpu %", "rss MiB")
+	for _, x := range r.Results {
+		bound, pct := "-", "-"
+		if x.BoundTPS > 0 {
+			bound, pct = fmt.Sprintf("%.0f", x.BoundTPS), fmt.Sprintf("%.0f", x.PctOfBound)
+		}
+		cpu, rss := "-", "-"
+		if r.PID > 0 {
+			cpu, rss = fmt.Sprintf("%.0f", x.ServerCPU), fmt.Sprintf("%.0f", x.ServerRSSMiB)
+		}
+		fmt.Fprintf(w, "%-36s %9.1f %8.2f %8.2f %7d %9s %7s %7s %8s\n", x.Label, x.RPS, x.P50ms, x.P99ms, x.Errors, bound, pct, cpu, rss)
+	}
+	for _, x := range r.Results {
+		if x.Note != "" || x.FirstError != "" || len(x.Intervals) > 0 {
+			fmt.Fprintf(w, "\n%s:", x.Label)
+			if x.Note != "" {
+				fmt.Fprintf(w, " %s.", x.Note)
+			}
+			if x.FirstError != "" {
+				fmt.Fprintf(w, " first error: %s", x.FirstError)
+			}
+			fmt.Fprintln(w)
+			writeIntervals(w, x.Intervals, "rps")
+		}
+	}
+	for _, p := range r.PGBench {
+		fmt.Fprintf(w, "\npgbench %s: %.1f tps, %d clients, %d rooms, %.0f s: %s\n", p.Workload, p.TPS, p.Clients, p.Rooms, p.Seconds, p.Command)
+		writeIntervals(w, p.Intervals, "tps")
+	}
+}
+
+func writeIntervals(w io.Writer, iv []Interval, unit string) {
+	if len(iv) == 0 {
+		return
+	}
+	parts := make([]string, len(iv))
+	for i, x := range iv {
+		parts[i] = fmt.Sprintf("%.0f", x.RPS)
+	}
+	fmt.Fprintf(w, "  per %s from %.0f s: %s %s", intervalLen(iv), iv[0].StartS, strings.Join(parts, " → "), unit)
+	if first, last := iv[0].RPS, iv[len(iv)-1].RPS; first > 0 {
+		fmt.Fprintf(w, " (last %+.0f %% of first)", 100*(last-first)/first)
+	}
+	fmt.Fprintln(w)
+}
+
+func intervalLen(iv []Interval) string {
+	if len(iv) < 2 {
+		return "interval"
+	}
+	d := time.Duration((iv[1].StartS - iv[0].StartS) * float64(time.Second))
+	if d >= time.Second {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Millisecond).String()
+}

@@ -1,0 +1,154 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/cmd/syncd/bench"
+	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/rest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// server is the real REST API on a fresh database with a tiny pool.
+func server(t *testing.T, opt rest.Options) (*httptest.Server, *store.DB, string) {
+	url := pgtest.URL(t)
+	db, err := store.Open(context.Background(), url, store.Options{MaxConns: pgtest.MaxConns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	srv := httptest.NewServer(rest.Handler(svc, opt))
+	t.Cleanup(srv.Close)
+	return srv, db, url
+}
+
+// Every workload, briefly, against a real server: each sustains requests
+// and none fails; the JSON report has the documented shape.
+func TestEveryWorkloadRuns(t *testing.T) {
+	srv, _, _ := server(t, rest.Options{RatePerSecond: -1, CreateToken: "let-me-create"})
+	rep, err := bench.Run(context.Background(), bench.Options{URL: srv.URL, CreateToken: "let-me-create",
+		Duration: 600 * time.Millisecond, Warmup: 100 * time.Millisecond, Intervals: 300 * time.Millisecond,
+		Clients: 3, Rooms: 2, Agents: 2, Readers: 2, Waits: 6, PID: os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != len(bench.Names) {
+		t.Fatalf("%d results, want one per workload (%d)", len(rep.Results), len(bench.Names))
+	}
+	for _, r := range rep.Results {
+		if r.Requests == 0 || r.Errors != 0 || r.P50ms <= 0 && r.Workload != bench.Wake {
+			t.Errorf("%s: %d requests, %d errors (%s), p50 %.2f ms", r.Workload, r.Requests, r.Errors, r.FirstError, r.P50ms)
+		}
+		if r.Workload != bench.Waits && (r.RPS <= 0 || len(r.Intervals) != 2) {
+			t.Errorf("%s: %.1f rps, %d intervals, want 2", r.Workload, r.RPS, len(r.Intervals))
+		}
+		if r.ServerRSSMiB <= 0 {
+			t.Errorf("%s: no resident set read for pid %d", r.Workload, rep.PID)
+		}
+	}
+	if w := rep.Results[len(rep.Results)-1]; w.Workload != bench.Waits || w.Requests != 6 || !strings.Contains(w.Note, "6 of 6 woken") {
+		t.Errorf("waits: %+v", w)
+	}
+
+	raw, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shape struct {
+		Target  string           `json:"target"`
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(raw, &shape); err != nil || shape.Target != srv.URL || len(shape.Results) == 0 {
+		t.Fatalf("report JSON %s: %v", raw, err)
+	}
+	for _, r := range shape.Results {
+		for _, k := range []string{"workload", "label", "clients", "rooms", "requests", "errors", "rps", "p50_ms", "p99_ms", "server_rss_mib"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("result %v has no %q", r["workload"], k)
+			}
+		}
+	}
+	var text strings.Builder
+	rep.WriteText(&text)
+	if !strings.Contains(text.String(), "invoke, 3 clients, 2 rooms × 2") || !strings.Contains(text.String(), "per 300ms") {
+		t.Errorf("text report:\n%s", text.String())
+	}
+}
+
+// Refused requests are counted as errors, not as throughput: against a
+// server that rate-limits each credential, the closed loop sees 429s.
+func TestErrorsAreCounted(t *testing.T) {
+	srv, _, _ := server(t, rest.Options{RatePerSecond: 20, RateBurst: 4})
+	rep, err := bench.Run(context.Background(), bench.Options{URL: srv.URL, Workloads: []string{bench.Invoke1},
+		Duration: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Results[0]
+	if r.Errors == 0 || !strings.Contains(r.FirstError, "HTTP 429") || r.RPS > 40 {
+		t.Fatalf("against a limit of 20/s: %.1f rps, %d errors (%s)", r.RPS, r.Errors, r.FirstError)
+	}
+}
+
+// A server that wants a room-creation token refuses the set-up, and the
+// run says why instead of reporting zeros.
+func TestCreateTokenRefused(t *testing.T) {
+	srv, _, _ := server(t, rest.Options{RatePerSecond: -1, CreateToken: "secret"})
+	_, err := bench.Run(context.Background(), bench.Options{URL: srv.URL, Workloads: []string{bench.Invoke1}, Duration: 100 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("err = %v, want the 401 of room creation", err)
+	}
+}
+
+// pgbench's script runs on the migrated schema (it fails when a migration
+// changes what the script writes), and its bound lands beside syncd's.
+func TestPGBenchBound(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/pgbench"); err != nil {
+		if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench"); len(m) == 0 {
+			t.Skip("pgbench is not installed")
+		}
+	}
+	srv, db, url := server(t, rest.Options{RatePerSecond: -1})
+	rep, err := bench.Run(context.Background(), bench.Options{URL: srv.URL, DatabaseURL: url, PGBench: true,
+		Workloads: []string{bench.Invoke1, bench.Rooms}, Clients: 2, Rooms: 2, Duration: time.Second, Warmup: 0, Intervals: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.PGBench) != 2 || rep.PGBench[0].TPS <= 0 || rep.PGBench[1].Rooms != 2 {
+		t.Fatalf("pgbench runs: %+v", rep.PGBench)
+	}
+	for _, r := range rep.Results {
+		if r.BoundTPS <= 0 || r.PctOfBound <= 0 {
+			t.Errorf("%s: bound %.1f tps, %.0f %%", r.Workload, r.BoundTPS, r.PctOfBound)
+		}
+	}
+	// pgbench's rooms and rows are gone, so syncd's runs saw the tables as
+	// they were.
+	var left int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM state WHERE room_id LIKE 'pgb%'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d pgbench rows left (%v)", left, err)
+	}
+}
+
+// The copy beside the REST benchmarks is the same script.
+func TestPGBenchScriptCopy(t *testing.T) {
+	raw, err := os.ReadFile("../../../substrate/rest/testdata/pgbench_invoke.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(raw) != bench.InvokeScript {
+		t.Fatal("substrate/rest/testdata/pgbench_invoke.sql differs from cmd/syncd/bench/pgbench_invoke.sql: copy it")
+	}
+}
