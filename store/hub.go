@@ -40,7 +40,15 @@ type Sub struct {
 	C    chan struct{}
 	room string
 	hub  *Hub
+	// presence: also woken by presence-only notifications (PresenceNote).
+	presence bool
 }
+
+// PresenceNote is the payload's second word for a change of presence only
+// (an agent's status, waiting_on or heartbeat), which commits no room seq:
+// "<room> presence". Subscribers that do not read presence skip it, so a
+// thousand agents starting to wait do not wake each other a million times.
+const PresenceNote = "presence"
 
 // NewHub returns a hub; its listener starts with the first subscription.
 func NewHub(db *DB, log *slog.Logger) *Hub {
@@ -49,9 +57,10 @@ func NewHub(db *DB, log *slog.Logger) *Hub {
 
 // Subscribe registers for room's notifications and returns once the
 // listener is in place, so a change committed after Subscribe returns is
-// never missed.
-func (h *Hub) Subscribe(ctx context.Context, room string) (*Sub, error) {
-	s := &Sub{C: make(chan struct{}, 1), room: room, hub: h}
+// never missed. With presence false, presence-only notifications are not
+// delivered.
+func (h *Hub) Subscribe(ctx context.Context, room string, presence bool) (*Sub, error) {
+	s := &Sub{C: make(chan struct{}, 1), room: room, hub: h, presence: presence}
 	h.mu.Lock()
 	if h.subs[room] == nil {
 		h.subs[room] = map[*Sub]struct{}{}
@@ -136,17 +145,20 @@ func (h *Hub) listen(ctx context.Context, ready chan struct{}) {
 				break
 			}
 			h.received.Add(1)
-			room, _, _ := strings.Cut(n.Payload, " ")
-			h.wake(room)
+			room, what, _ := strings.Cut(n.Payload, " ")
+			h.wake(room, what == PresenceNote)
 		}
 		conn.Close(context.Background())
 	}
 }
 
-func (h *Hub) wake(room string) {
+func (h *Hub) wake(room string, presenceOnly bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs[room] {
+		if presenceOnly && !s.presence {
+			continue
+		}
 		select {
 		case s.C <- struct{}{}:
 		default:
@@ -162,6 +174,6 @@ func (h *Hub) wakeAll() {
 	}
 	h.mu.Unlock()
 	for _, r := range rooms {
-		h.wake(r)
+		h.wake(r, false)
 	}
 }

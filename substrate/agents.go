@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -327,7 +328,7 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 	if err == nil && status != "" {
 		// A status is presence others may wait on: tell them now rather
 		// than at their next safety-net re-check.
-		err = s.db.Notify(ctx, roomID, "presence")
+		err = s.db.Notify(ctx, roomID, store.PresenceNote)
 	}
 	return a, err
 }

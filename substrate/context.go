@@ -69,10 +69,28 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 // Unread counts are computed when wantMsgs is set or an action's enabled or
 // if reads messages.
 func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool) (*roomCtx, error) {
-	var snap *snapshot
-	var agents []presence
-	var mc msgCounts
-	var counted bool
+	r, err := s.readRoom(ctx, p, roomID, wantMsgs, true)
+	if err != nil {
+		return nil, err
+	}
+	rc := s.build(ctx, r.snap, p, r.agents, r.msgs, time.Now(), nil)
+	rc.counted = r.counted
+	return rc, nil
+}
+
+// roomRead is what one read transaction took from a room.
+type roomRead struct {
+	snap    *snapshot
+	agents  []presence // nil unless asked for
+	msgs    msgCounts
+	counted bool // msgs holds the reader's unread counts
+}
+
+// readRoom reads, in one read-only transaction, the room's snapshot, its
+// presence when wantAgents, and the reader's unread counts when wantMsgs
+// or an action's gate reads messages.
+func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool) (*roomRead, error) {
+	out := &roomRead{}
 	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var seq, count int64
 		var born time.Time
@@ -83,25 +101,35 @@ func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, want
 			return err
 		}
 		var err error
-		if snap, err = s.loadSnapshot(ctx, tx, roomID, cacheKey(roomID, born), seq, count); err != nil {
+		if out.snap, err = s.loadSnapshot(ctx, tx, roomID, cacheKey(roomID, born), seq, count); err != nil {
 			return err
 		}
-		if agents, err = loadPresence(ctx, tx, roomID); err != nil {
-			return err
+		out.msgs = msgCounts{Count: count}
+		out.counted = wantMsgs || out.snap.actionsUseMessages(s)
+		agents := out.agents
+		switch {
+		case wantAgents:
+			if out.agents, err = loadPresence(ctx, tx, roomID); err != nil {
+				return err
+			}
+			agents = out.agents
+		case out.counted && p != nil && p.Kind == KindAgent:
+			// The counts need only the reader's own last read.
+			a := presence{ID: p.AgentID}
+			if err := tx.QueryRow(ctx, `SELECT last_seen_seq FROM agents WHERE room_id = $1 AND id = $2`, roomID, p.AgentID).Scan(&a.LastSeenSeq); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			agents = []presence{a}
 		}
-		mc = msgCounts{Count: count}
-		counted = wantMsgs || snap.actionsUseMessages(s)
-		if counted {
-			mc, err = countMessages(ctx, tx, roomID, p, agents, count, seq)
+		if out.counted {
+			out.msgs, err = countMessages(ctx, tx, roomID, p, agents, count, seq)
 		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	rc := s.build(ctx, snap, p, agents, mc, time.Now(), nil)
-	rc.counted = counted
-	return rc, nil
+	return out, nil
 }
 
 // ContextRequest shapes a context read (reference §3.1).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -287,7 +288,7 @@ func (s *Service) setPresence(ctx context.Context, roomID, agentID, status strin
 	if err != nil || tag.RowsAffected() == 0 {
 		return err
 	}
-	return s.db.Notify(ctx, roomID, "presence")
+	return s.db.Notify(ctx, roomID, store.PresenceNote)
 }
 
 // nonEmpty is s, or NULL when empty.

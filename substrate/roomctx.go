@@ -43,6 +43,9 @@ type roomCtx struct {
 	msgs   msgCounts
 	// counted reports whether msgs holds the caller's unread counts.
 	counted bool
+	// partial: only state, self, now and messages were read (waitRead);
+	// agents, views and actions are absent, not empty.
+	partial bool
 	// readUpTo is the newest message seq the context returned to its
 	// agent; readCtx marks it read once the read transaction is over.
 	readUpTo int64

@@ -34,7 +34,10 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 
-	sub, err := s.hub.Subscribe(ctx, roomID)
+	// Presence changes (agents starting and ending waits, heartbeats)
+	// matter only to a condition that reads agents, directly or through
+	// views and action availability, which may read them.
+	sub, err := s.hub.Subscribe(ctx, roomID, prog.Uses("agents") || prog.Uses("views") || prog.Uses("actions"))
 	if err != nil {
 		return nil, err
 	}
@@ -46,17 +49,26 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		defer s.setWaiting(context.WithoutCancel(ctx), roomID, p.AgentID, nil)
 	}
 
+	// Nothing of a read is kept while the wait sleeps (a room's context
+	// can be large, and a thousand waits would hold a thousand of them):
+	// only the last evaluation error, for the timeout's report.
 	var lastErr error
-	var lastVars *expr.Vars
 	for {
-		// The condition and, once it holds, the context come from one read.
-		rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages)
+		rc, err := s.waitRead(ctx, p, roomID, prog)
 		if err != nil {
 			return nil, err
 		}
 		ok, evalErr := s.cel.EvalBool(ctx, prog, &rc.vars)
 		if evalErr == nil && ok && creq.NoContext {
 			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq}, nil
+		}
+		if evalErr == nil && ok && rc.partial {
+			// The condition and the context come from one read: the
+			// whole one now, with the condition checked again on it.
+			if rc, err = s.readCtx(ctx, p, roomID, prog.UsesMessages); err != nil {
+				return nil, err
+			}
+			ok, evalErr = s.cel.EvalBool(ctx, prog, &rc.vars)
 		}
 		if evalErr == nil && ok {
 			env, err := s.envelopeOf(ctx, rc, roomID, creq)
@@ -68,19 +80,21 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		// An evaluation error (a key that does not exist yet, say) counts
 		// as "not yet"; it is reported if the wait times out, with the
 		// clause that did not hold.
-		lastErr, lastVars = evalErr, &rc.vars
+		lastErr = evalErr
 
 		next := s.wait.Recheck
 		if t := rc.snap.nextChange(rc.now); !t.IsZero() && t.Sub(rc.now) < next {
 			next = max(t.Sub(rc.now), time.Millisecond)
 		}
+		seq := rc.snap.seq
+		rc = nil // not held while sleeping
 		recheck := time.NewTimer(next)
 		select {
 		case <-sub.C:
 		case <-recheck.C:
 		case <-deadline.C:
 			recheck.Stop()
-			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq}
+			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq}
 			if !creq.NoContext {
 				env, err := s.Context(context.WithoutCancel(ctx), p, roomID, creq)
 				if err != nil {
@@ -91,8 +105,9 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			if lastErr != nil {
 				out.ConditionError = errs.From(lastErr).Body()
 			}
-			if lastVars != nil {
-				out.Unmet = s.cel.Explain(ctx, prog, lastVars)
+			// What did not hold, from a read made now.
+			if rc, err := s.readCtx(context.WithoutCancel(ctx), p, roomID, prog.UsesMessages); err == nil {
+				out.Unmet = s.cel.Explain(ctx, prog, &rc.vars)
 			}
 			return out, nil
 		case <-ctx.Done():
@@ -101,6 +116,40 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		}
 		recheck.Stop()
 	}
+}
+
+// waitRead reads what a wait's condition needs. Most conditions read state
+// only ("state._shared.phase == 'done'"): they need neither presence nor
+// the evaluation of views and action availability, and with a thousand
+// agents waiting in one room, reading and evaluating a thousand agents for
+// each waiter at each wake-up would make one write cost a million rows.
+// Those get a partial read (roomCtx.partial: state, self, now, messages).
+// A condition reading agents, views or actions, and any room with entries
+// gated by `enabled` (a gate may read agents), get the whole read.
+func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, prog *expr.Program) (*roomCtx, error) {
+	if prog.Uses("agents") || prog.Uses("views") || prog.Uses("actions") {
+		return s.readCtx(ctx, p, roomID, prog.UsesMessages)
+	}
+	r, err := s.readRoom(ctx, p, roomID, prog.UsesMessages, false)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if len(r.snap.live(now).deferred) > 0 {
+		return s.readCtx(ctx, p, roomID, prog.UsesMessages)
+	}
+	rc := &roomCtx{now: now, snap: r.snap, p: p, msgs: r.msgs, counted: r.counted, partial: true}
+	if p != nil && p.Kind == KindAgent {
+		rc.self = p.AgentID
+	}
+	rc.state, rc.gatesHidden = s.stateFor(ctx, rc, rc.visible)
+	rc.vars = expr.Vars{
+		State:    rc.state,
+		Messages: map[string]any{"count": r.msgs.Count, "unread": r.msgs.Unread, "directed_unread": r.msgs.Directed},
+		Self:     rc.self,
+		Now:      now,
+	}
+	return rc, nil
 }
 
 // setWaiting marks an agent waiting on a condition (or active again, with
