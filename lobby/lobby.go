@@ -106,6 +106,9 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 		}
 		rm.Roles = sum.RoleIDs()
 		for _, a := range sum.Agents {
+			if a.Gated && rm.Access != "owner" {
+				continue // shown per reader in the room (see View)
+			}
 			rm.Agents = append(rm.Agents, Agent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat,
 				LastSeen: a.LastSeen, Client: a.Client, IdleForS: a.IdleForS})
 		}

@@ -265,3 +265,25 @@ func TestAttackEmbodyGrantsNeverExceedAccess(t *testing.T) {
 		t.Fatalf("HOLE: a participant used a token holder's \"*\": %v", out)
 	}
 }
+
+// An agent a room-token holder gated with enabled is not shown by the
+// lobby to members who do not read the whole room (the room decides per
+// reader who sees it; the lobby does not evaluate it): a participant's
+// lobby leaves it out, the owner's (admin) lists it.
+func TestAttackLobbyShowsNoGatedAgent(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	alice, bob := signup(t, srv, "alice"), signup(t, srv, "bob")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "den"})
+	mustTool(t, as, "sync_share_room", map[string]any{"room": "den", "username": "bob", "role": "participant"})
+	if _, err := srv.svc.Join(context.Background(), substrate.RoomPrincipal("den"), "den", substrate.JoinRequest{ID: "ghost", Name: "G", Enabled: "false"}); err != nil {
+		t.Fatal(err)
+	}
+	bs := connectWithToken(t, srv, mintToken(t, srv, bob, map[string]string{"den": "write"})["access_token"].(string))
+	if v := mustTool(t, bs, "sync_lobby", nil); strings.Contains(fmt.Sprint(v["rooms"]), "ghost") {
+		t.Fatalf("HOLE: the lobby shows a participant a gated agent: %v", v["rooms"])
+	}
+	if v := mustTool(t, as, "sync_lobby", nil); !strings.Contains(fmt.Sprint(v["rooms"]), "ghost") {
+		t.Fatalf("the owner's lobby lacks the agent: %v", v["rooms"])
+	}
+}
