@@ -81,6 +81,20 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 	if err != nil {
 		return nil, nil, err
 	}
+	// With the default room gone (left, deleted), the earliest room is
+	// the default until the user picks another.
+	hasDefault := false
+	for _, rm := range out {
+		hasDefault = hasDefault || (rm.Default && sums[rm.ID] != nil)
+	}
+	if !hasDefault {
+		for i := range out {
+			if sums[out[i].ID] != nil {
+				out[i].Default = true
+				break
+			}
+		}
+	}
 	kept := out[:0]
 	for _, rm := range out {
 		sum := sums[rm.ID]
@@ -92,6 +106,9 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 		}
 		rm.Roles = sum.RoleIDs()
 		for _, a := range sum.Agents {
+			if a.Gated && rm.Access != "owner" {
+				continue // shown per reader in the room (see View)
+			}
 			rm.Agents = append(rm.Agents, Agent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat,
 				LastSeen: a.LastSeen, Client: a.Client, IdleForS: a.IdleForS})
 		}
@@ -112,10 +129,10 @@ func (l *Lobby) AddMember(ctx context.Context, userID, roomID, access, label, in
 	// A new membership, or a changed role, is dated (shared_at) and
 	// attributed to whoever shared it: open sessions whose consent allows
 	// "new rooms shared with me" reach it from their next call.
-	// A user's first room (or the first since their default went) is
-	// their default room.
+	// A user's first room is their default room (until they pick
+	// another; see userRooms for when it is gone).
 	_, err := l.db.Exec(ctx, `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by, is_default)
-		VALUES ($1, $2, $3, $4, $5, NOT EXISTS (SELECT 1 FROM smcp_user_rooms WHERE user_id = $1 AND is_default))
+		VALUES ($1, $2, $3, $4, $5, NOT EXISTS (SELECT 1 FROM smcp_user_rooms WHERE user_id = $1))
 		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label),
 			shared_at = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN now() ELSE smcp_user_rooms.shared_at END,
 			invited_by = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.invited_by ELSE smcp_user_rooms.invited_by END`,

@@ -132,3 +132,52 @@ func TestLeaveRoom(t *testing.T) {
 		t.Fatalf("with the database gone, leave answered %v (a database failure must not read as 'you have no room')", err)
 	}
 }
+
+// A user's first room is their default; SetDefault moves it, only to a room
+// of theirs; with the default room gone, the earliest remaining room is the
+// default (and a new room does not take over silently).
+func TestDefaultRoom(t *testing.T) {
+	f := newFixture(t, "alice", "bob")
+	ctx := context.Background()
+	defaults := func() (out []string) {
+		rooms, err := f.l.UserRooms(ctx, "user_alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rooms {
+			if r.Default {
+				out = append(out, r.ID)
+			}
+		}
+		return out
+	}
+	for _, id := range []string{"one", "two", "three"} {
+		if _, err := f.l.CreateRoom(ctx, "user_alice", id, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := defaults(); len(d) != 1 || d[0] != "one" {
+		t.Fatalf("defaults %v, want [one]", d)
+	}
+	if err := f.l.SetDefault(ctx, "user_alice", "three"); err != nil {
+		t.Fatal(err)
+	}
+	if d := defaults(); len(d) != 1 || d[0] != "three" {
+		t.Fatalf("after SetDefault: %v", d)
+	}
+	if _, err := f.l.CreateRoom(ctx, "user_bob", "bobs", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.l.SetDefault(ctx, "user_alice", "bobs"); !errs.Is(err, errs.RoomNotFound) {
+		t.Fatalf("default on another's room: %v", err)
+	}
+	if err := f.l.DeleteRoom(ctx, "user_alice", "three"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.l.CreateRoom(ctx, "user_alice", "four", ""); err != nil {
+		t.Fatal(err)
+	}
+	if d := defaults(); len(d) != 1 || d[0] != "one" {
+		t.Fatalf("with the default gone: %v, want [one]", d)
+	}
+}

@@ -649,6 +649,11 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 			defaultRoom = r.ID
 		}
 		for _, ag := range sum.Agents {
+			if ag.Gated && access != "admin" {
+				// Its enabled expression decides who sees it, per reader,
+				// in the room; the lobby does not evaluate it.
+				continue
+			}
 			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
 				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
 				WaitingOn: ag.WaitingOn, Yours: ag.Owner != "" && ag.Owner == s.UserID}

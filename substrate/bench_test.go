@@ -112,6 +112,21 @@ func BenchmarkReadGatedEntries(b *testing.B) {
 				}
 			}
 		})
+		// GET /state of the same scope decides the same gates (once per
+		// read, not per registrar).
+		b.Run(c.name+"/state_read", func(b *testing.B) {
+			db := pgtest.New(b)
+			svc := substrate.New(db, substrate.Options{})
+			writer := gateWriter(db)
+			alice := gatedRoom(b, svc, writer, "gated", 640, 3, c.gate)
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := svc.ReadState(ctx, alice, "gated", substrate.ReadQuery{Scope: "_shared"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

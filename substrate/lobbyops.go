@@ -42,6 +42,10 @@ type Presence struct {
 	// Owner is the user an agent was made for by embodiment; "" for
 	// agents created with a token.
 	Owner string `json:"-"`
+	// Gated is true for an agent with an enabled expression, which the
+	// lobby shows only to those who read the whole room (it does not
+	// evaluate it per user).
+	Gated bool `json:"-"`
 }
 
 // lapse applies presence lapse to a stored status: unseen for idleAfter
@@ -139,7 +143,7 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 	// The database's clock says how long each agent has been unseen, as
 	// it stamped last_heartbeat.
 	rows, err = s.db.Query(ctx, `SELECT room_id, id, name, role, status, waiting_on, last_heartbeat, coalesce(user_id, ''),
-			coalesce(client_name, ''), (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint
+			coalesce(client_name, ''), (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint, enabled_expr IS NOT NULL
 		FROM agents WHERE room_id = ANY($1) ORDER BY room_id, joined_at, id`, ids)
 	if err != nil {
 		return nil, err
@@ -148,7 +152,7 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		var room string
 		var a Presence
 		var unseenMS int64
-		if err := rows.Scan(&room, &a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.Owner, &a.Client, &unseenMS); err != nil {
+		if err := rows.Scan(&room, &a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.Owner, &a.Client, &unseenMS, &a.Gated); err != nil {
 			rows.Close()
 			return nil, err
 		}
