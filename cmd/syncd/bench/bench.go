@@ -121,6 +121,10 @@ type Result struct {
 	// a percentage of it.
 	BoundTPS   float64 `json:"bound_tps,omitempty"`
 	PctOfBound float64 `json:"pct_of_bound,omitempty"`
+	// FirstMinuteRPS and LastMinuteRPS are the rates of the measured
+	// time's first and last minute, for runs of two minutes or more.
+	FirstMinuteRPS float64 `json:"first_minute_rps,omitempty"`
+	LastMinuteRPS  float64 `json:"last_minute_rps,omitempty"`
 	// Intervals is the rate per Options.Intervals of the measured time.
 	Intervals []Interval `json:"intervals,omitempty"`
 	// Note says what a workload measured beyond the columns.
@@ -303,13 +307,17 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "%-36s %9.1f %8.2f %8.2f %7d %9s %7s %7s %8s\n", x.Label, x.RPS, x.P50ms, x.P99ms, x.Errors, bound, pct, cpu, rss)
 	}
 	for _, x := range r.Results {
-		if x.Note != "" || x.FirstError != "" || len(x.Intervals) > 0 {
+		if x.Note != "" || x.FirstError != "" || len(x.Intervals) > 0 || x.FirstMinuteRPS > 0 {
 			fmt.Fprintf(w, "\n%s:", x.Label)
 			if x.Note != "" {
 				fmt.Fprintf(w, " %s.", x.Note)
 			}
 			if x.FirstError != "" {
 				fmt.Fprintf(w, " first error: %s", x.FirstError)
+			}
+			if x.FirstMinuteRPS > 0 {
+				fmt.Fprintf(w, " first minute %.1f/s, last minute %.1f/s (%+.1f %%).", x.FirstMinuteRPS, x.LastMinuteRPS,
+					100*(x.LastMinuteRPS-x.FirstMinuteRPS)/x.FirstMinuteRPS)
 			}
 			fmt.Fprintln(w)
 			writeIntervals(w, x.Intervals, "rps")
