@@ -91,8 +91,10 @@ func (m *Metrics) ObserveTool(tool, outcome string, took time.Duration) {
 }
 
 // Handler serves the metrics in Prometheus' text format. With a token, a
-// request must carry it as its bearer token.
-func (m *Metrics) Handler(token string) http.Handler {
+// request must carry it as its bearer token; a wrong one is charged to its
+// address's budget on limits (when not nil), so the token cannot be
+// guessed at speed.
+func (m *Metrics) Handler(token string, limits *httpmw.Stack) http.Handler {
 	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	if token == "" {
 		return h
@@ -101,6 +103,9 @@ func (m *Metrics) Handler(token string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := sha256.Sum256([]byte(httpmw.Bearer(r)))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			if limits != nil && !limits.Limit(w, r, "") {
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sync-metrics"`)
 			httpmw.Fail(w, r, errs.New(errs.Unauthorized, "the metrics need the server's metrics token").
 				WithHint("send Authorization: Bearer <SYNC_METRICS_TOKEN>"))

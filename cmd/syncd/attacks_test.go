@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -85,5 +86,28 @@ func TestAttackMetricsCardinality(t *testing.T) {
 	}
 	if n > 400 {
 		t.Fatalf("%d series after junk requests: labels are not bounded", n)
+	}
+}
+
+// Guessing the metrics token is rate limited like any request without a
+// valid credential, on both listeners.
+func TestAttackMetricsTokenGuessingLimited(t *testing.T) {
+	metricsAddr := "127.0.0.1:" + freePort(t)
+	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "1", "-metrics-token", "s3cret-metrics", "-metrics-addr", metricsAddr)
+	base, stop := start(t, cfg)
+	defer stop()
+	for _, url := range []string{base + "/metrics", "http://" + metricsAddr + "/metrics"} {
+		limited := 0
+		for i := range 10 {
+			code, _ := call(t, "GET", url, "guess-"+strconv.Itoa(i), "")
+			if code == http.StatusTooManyRequests {
+				limited++
+			} else if code != http.StatusUnauthorized {
+				t.Fatalf("%s guess %d: %d", url, i, code)
+			}
+		}
+		if limited < 5 {
+			t.Errorf("%s: only %d of 10 wrong tokens were rate limited", url, limited)
+		}
 	}
 }

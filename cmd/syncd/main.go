@@ -171,7 +171,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "pool": db.Status(), "processes": peers.N()})
 	})
 	if cfg.MetricsToken != "" {
-		pages.Handle("GET /metrics", mx.Handler(cfg.MetricsToken))
+		pages.Handle("GET /metrics", mx.Handler(cfg.MetricsToken, stack))
 	}
 	auth.Routes(pages)
 	api := rest.Handler(svc, rest.Options{HTTP: stack, CreateToken: cfg.CreateToken})
@@ -207,7 +207,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 			return fmt.Errorf("listen on %s for metrics: %w", cfg.MetricsAddr, err)
 		}
 		mmux := http.NewServeMux()
-		mmux.Handle("GET /metrics", mx.Handler(cfg.MetricsToken))
+		mmux.Handle("GET /metrics", mx.Handler(cfg.MetricsToken, stack))
 		msrv := &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
 		go func() {
 			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {

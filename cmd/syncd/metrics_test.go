@@ -156,3 +156,23 @@ func TestMetricsMove(t *testing.T) {
 		t.Errorf("public /metrics without SYNC_METRICS_TOKEN: %d, want 404", code)
 	}
 }
+
+// Every 429 of the shared rate limit is counted, under the budget it
+// came from.
+func TestMetricsRateLimitRefusals(t *testing.T) {
+	metricsAddr := "127.0.0.1:" + freePort(t)
+	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "1", "-metrics-addr", metricsAddr)
+	base, stop := start(t, cfg)
+	defer stop()
+	refused := 0
+	for range 10 {
+		if code, _ := call(t, "GET", base+"/rooms/r/state", "", ""); code == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	m := scrape(t, "http://"+metricsAddr+"/metrics", "")
+	if refused < 5 || m[`sync_rate_limit_refusals_total{budget="address"}`] != float64(refused) || m[`sync_rate_limit_refusals_total{budget="credential"}`] != 0 {
+		t.Fatalf("%d refused; metrics: address %v, credential %v", refused,
+			m[`sync_rate_limit_refusals_total{budget="address"}`], m[`sync_rate_limit_refusals_total{budget="credential"}`])
+	}
+}

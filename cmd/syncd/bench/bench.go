@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -121,8 +122,15 @@ type Result struct {
 	// a percentage of it.
 	BoundTPS   float64 `json:"bound_tps,omitempty"`
 	PctOfBound float64 `json:"pct_of_bound,omitempty"`
+	// FirstMinuteRPS and LastMinuteRPS are the rates of the measured
+	// time's first and last minute, for runs of two minutes or more.
+	FirstMinuteRPS float64 `json:"first_minute_rps,omitempty"`
+	LastMinuteRPS  float64 `json:"last_minute_rps,omitempty"`
 	// Intervals is the rate per Options.Intervals of the measured time.
 	Intervals []Interval `json:"intervals,omitempty"`
+	// Load1 is the machine's one-minute load average when the workload
+	// ended (from /proc/loadavg): a busy machine's figures are noisy.
+	Load1 float64 `json:"load1,omitempty"`
 	// Note says what a workload measured beyond the columns.
 	Note string `json:"note,omitempty"`
 }
@@ -265,6 +273,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		fmt.Fprintf(opt.Log, "syncd bench: %s…\n", w)
 		res, err := b.run(ctx, w)
 		if res != nil {
+			res.Load1 = load1()
 			if pg := bounds[w]; pg != nil && pg.TPS > 0 {
 				res.BoundTPS = pg.TPS
 				res.PctOfBound = 100 * res.RPS / pg.TPS
@@ -281,6 +290,20 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	return rep, nil
 }
 
+// load1 is the one-minute load average, 0 where /proc has none.
+func load1() float64 {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(raw))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
 // WriteText prints the report as a table, with intervals and notes below.
 func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "target %s", r.Target)
@@ -290,7 +313,7 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, " (pid %d)", r.PID)
 	}
 	fmt.Fprintf(w, ", %s\n\n", r.Started.Format(time.RFC3339))
-	fmt.Fprintf(w, "%-36s %9s %8s %8s %7s %9s %7s %7s %8s\n", "workload", "rps", "p50 ms", "p99 ms", "errors", "bound", "% bound", "cpu %", "rss MiB")
+	fmt.Fprintf(w, "%-36s %9s %8s %8s %7s %9s %7s %7s %8s %6s\n", "workload", "rps", "p50 ms", "p99 ms", "errors", "bound", "% bound", "cpu %", "rss MiB", "load")
 	for _, x := range r.Results {
 		bound, pct := "-", "-"
 		if x.BoundTPS > 0 {
@@ -300,10 +323,10 @@ func (r *Report) WriteText(w io.Writer) {
 		if r.PID > 0 {
 			cpu, rss = fmt.Sprintf("%.0f", x.ServerCPU), fmt.Sprintf("%.0f", x.ServerRSSMiB)
 		}
-		fmt.Fprintf(w, "%-36s %9.1f %8.2f %8.2f %7d %9s %7s %7s %8s\n", x.Label, x.RPS, x.P50ms, x.P99ms, x.Errors, bound, pct, cpu, rss)
+		fmt.Fprintf(w, "%-36s %9.1f %8.2f %8.2f %7d %9s %7s %7s %8s %6.1f\n", x.Label, x.RPS, x.P50ms, x.P99ms, x.Errors, bound, pct, cpu, rss, x.Load1)
 	}
 	for _, x := range r.Results {
-		if x.Note != "" || x.FirstError != "" || len(x.Intervals) > 0 {
+		if x.Note != "" || x.FirstError != "" || len(x.Intervals) > 0 || x.FirstMinuteRPS > 0 {
 			fmt.Fprintf(w, "\n%s:", x.Label)
 			if x.Note != "" {
 				fmt.Fprintf(w, " %s.", x.Note)
@@ -311,12 +334,16 @@ func (r *Report) WriteText(w io.Writer) {
 			if x.FirstError != "" {
 				fmt.Fprintf(w, " first error: %s", x.FirstError)
 			}
+			if x.FirstMinuteRPS > 0 {
+				fmt.Fprintf(w, " first minute %.1f/s, last minute %.1f/s (%+.1f %%).", x.FirstMinuteRPS, x.LastMinuteRPS,
+					100*(x.LastMinuteRPS-x.FirstMinuteRPS)/x.FirstMinuteRPS)
+			}
 			fmt.Fprintln(w)
 			writeIntervals(w, x.Intervals, "rps")
 		}
 	}
 	for _, p := range r.PGBench {
-		fmt.Fprintf(w, "\npgbench %s: %.1f tps, %d clients, %d rooms, %.0f s: %s\n", p.Workload, p.TPS, p.Clients, p.Rooms, p.Seconds, p.Command)
+		fmt.Fprintf(w, "\npgbench %s: %.1f tps, %d clients, %d rooms, %.0f s, load %.1f: %s\n", p.Workload, p.TPS, p.Clients, p.Rooms, p.Seconds, p.Load1, p.Command)
 		writeIntervals(w, p.Intervals, "tps")
 	}
 }

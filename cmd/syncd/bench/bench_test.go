@@ -152,3 +152,21 @@ func TestPGBenchScriptCopy(t *testing.T) {
 		t.Fatal("substrate/rest/testdata/pgbench_invoke.sql differs from cmd/syncd/bench/pgbench_invoke.sql: copy it")
 	}
 }
+
+// pgbench's summary and progress lines are read as they are printed by
+// PostgreSQL 15's pgbench; failed transactions are an error, not a rate.
+func TestParsePGBench(t *testing.T) {
+	stdout := "transaction type: x.sql\nnumber of failed transactions: 0 (0.000%)\nlatency average = 1.070 ms\ntps = 934.949153 (without initial connection time)\n"
+	stderr := "progress: 15.0 s, 805.2 tps, lat 1.240 ms stddev 0.3, 0 failed\nprogress: 30.0 s, 754.0 tps, lat 1.320 ms stddev 0.4, 0 failed\n"
+	var r bench.PGResult
+	if err := bench.ParsePGBench(&r, stdout, stderr); err != nil {
+		t.Fatal(err)
+	}
+	if r.TPS != 934.949153 || r.LatencyMs != 1.07 || len(r.Intervals) != 2 || r.Intervals[1].StartS != 15 || r.Intervals[1].RPS != 754 {
+		t.Fatalf("%+v", r)
+	}
+	failed := strings.Replace(stdout, "transactions: 0 (", "transactions: 12 (", 1)
+	if err := bench.ParsePGBench(&r, failed, ""); err == nil || !strings.Contains(err.Error(), "12 transactions failed") {
+		t.Fatalf("failed transactions: err = %v", err)
+	}
+}

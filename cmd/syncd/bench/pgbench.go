@@ -35,6 +35,8 @@ type PGResult struct {
 	TPS       float64    `json:"tps"`
 	LatencyMs float64    `json:"latency_ms"`
 	Intervals []Interval `json:"intervals,omitempty"`
+	// Load1 is the one-minute load average when it ended.
+	Load1 float64 `json:"load1,omitempty"`
 	// Command is how to run it again (the database URL left out).
 	Command string `json:"command"`
 }
@@ -131,7 +133,7 @@ func runPGBench(ctx context.Context, opt Options) ([]*PGResult, error) {
 		if err := parsePGBench(r, stdout.String(), stderr.String()); err != nil {
 			return runs, err
 		}
-		r.Seconds = float64(secs)
+		r.Seconds, r.Load1 = float64(secs), load1()
 	}
 	return runs, nil
 }

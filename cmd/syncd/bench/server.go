@@ -89,7 +89,7 @@ func (b *bencher) watch(from, until time.Time) *watcher {
 		if !p.ok {
 			return
 		}
-		w.cpu0, w.haveCPUStart, w.maxRSS = p.cpu, true, p.rssKB
+		w.cpu0, w.cpu1, w.haveCPUStart, w.maxRSS, w.fds = p.cpu, p.cpu, true, p.rssKB, p.fds
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for time.Now().Before(until) {

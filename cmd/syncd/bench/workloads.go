@@ -260,6 +260,18 @@ func (b *bencher) summarise(res *Result, all []sample) {
 		durs[i] = s.dur
 	}
 	res.P50ms, res.P99ms, res.MaxMs = pct(durs, 0.50), pct(durs, 0.99), pct(durs, 1)
+	if res.Seconds >= 120 { // issue 17: the last minute against the first
+		var first, last int
+		for _, s := range all {
+			switch {
+			case s.at < time.Minute:
+				first++
+			case s.at.Seconds() >= res.Seconds-60:
+				last++
+			}
+		}
+		res.FirstMinuteRPS, res.LastMinuteRPS = float64(first)/60, float64(last)/60
+	}
 	if b.opt.Intervals <= 0 || res.Seconds <= 0 {
 		return
 	}

@@ -1,0 +1,4 @@
+package bench
+
+// ParsePGBench is parsePGBench, for the tests.
+var ParsePGBench = parsePGBench
