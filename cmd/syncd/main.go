@@ -24,9 +24,9 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/cmd/syncd/bench"
+	"github.com/syncsubstrate/sync/cmd/syncd/metrics"
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/mcp"
-	"github.com/syncsubstrate/sync/metrics"
 	"github.com/syncsubstrate/sync/oauth"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/embedpg"
