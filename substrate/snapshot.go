@@ -172,7 +172,8 @@ func (snap *snapshot) index(s *Service, r *row) {
 }
 
 // advance returns a copy of snap with the pending writes applied (deleted
-// rows removed, logs skipped), at seq.
+// rows removed, logs skipped except that one at a mutable row's key
+// removes that row), at seq.
 func (snap *snapshot) advance(s *Service, pending []pendingWrite, seq, messageCount int64) *snapshot {
 	out := &snapshot{room: snap.room, seq: seq, messageCount: messageCount, scopes: make(map[string]map[string]*srow, len(snap.scopes)), actions: snap.actions}
 	for scope, keys := range snap.scopes {
@@ -183,7 +184,12 @@ func (snap *snapshot) advance(s *Service, pending []pendingWrite, seq, messageCo
 	for _, w := range pending {
 		r := w.r
 		if r.SortKey != nil {
-			continue // logs are not part of the snapshot
+			// Logs are not part of the snapshot, but a log row may
+			// replace a mutable row at its key (append over a deleted or
+			// expired entry): that row is gone.
+			if _, ok := out.scopes[r.Scope][r.Key]; !ok {
+				continue
+			}
 		}
 		if !copied[r.Scope] {
 			keys := make(map[string]*srow, len(out.scopes[r.Scope])+1)
@@ -193,7 +199,7 @@ func (snap *snapshot) advance(s *Service, pending []pendingWrite, seq, messageCo
 			out.scopes[r.Scope] = keys
 			copied[r.Scope] = true
 		}
-		if w.del {
+		if w.del || r.SortKey != nil {
 			delete(out.scopes[r.Scope], r.Key)
 		} else {
 			out.scopes[r.Scope][r.Key] = &srow{row: r, val: expr.MustDecode(r.Value)}
