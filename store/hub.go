@@ -40,7 +40,8 @@ type Sub struct {
 	C    chan struct{}
 	room string
 	hub  *Hub
-	// presence: also woken by presence-only notifications (PresenceNote).
+	// presence: also woken by presence-only notifications (PresenceNote);
+	// guarded by hub.mu.
 	presence bool
 }
 
@@ -83,6 +84,23 @@ func (h *Hub) Subscribe(ctx context.Context, room string, presence bool) (*Sub, 
 		s.Close()
 		return nil, ctx.Err()
 	}
+}
+
+// WantPresence turns on delivery of presence-only notifications, for a
+// subscriber that learns after subscribing that what it watches may read
+// presence. A notification sent before the call may have been skipped: read
+// again after calling it.
+func (s *Sub) WantPresence() {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	s.presence = true
+}
+
+// Presence reports whether presence-only notifications are delivered.
+func (s *Sub) Presence() bool {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return s.presence
 }
 
 // Close ends the subscription.

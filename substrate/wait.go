@@ -58,6 +58,14 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		if err != nil {
 			return nil, err
 		}
+		if !rc.partial && !sub.Presence() {
+			// The room has entries gated by `enabled`, and a gate may
+			// read agents: presence changes may now change what the
+			// condition sees. Read again once subscribed to them, so
+			// that none between that read and now is missed.
+			sub.WantPresence()
+			continue
+		}
 		ok, evalErr := s.cel.EvalBool(ctx, prog, &rc.vars)
 		if evalErr == nil && ok && creq.NoContext {
 			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq}, nil
