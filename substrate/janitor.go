@@ -33,8 +33,12 @@ func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
 				DELETE FROM state WHERE room_id = $1 AND timer_effect = 'delete'
 					AND (timer_expires_at < now() - interval '1 minute' OR timer_ticks_left <= 0)
 				RETURNING scope, sort_key),
-			fix AS (UPDATE rooms SET message_count = greatest(message_count -
-				(SELECT count(*) FROM gone WHERE scope = '_messages' AND sort_key IS NOT NULL), 0) WHERE id = $1)
+			msgs AS (SELECT count(*) AS n FROM gone WHERE scope = '_messages' AND sort_key IS NOT NULL),
+			-- The rooms row only when messages went: it is the row every
+			-- mutation of the room updates, and a purge of other entries
+			-- has no business waiting for it.
+			fix AS (UPDATE rooms SET message_count = greatest(message_count - (SELECT n FROM msgs), 0)
+				WHERE id = $1 AND (SELECT n FROM msgs) > 0)
 			SELECT count(*) FROM gone`, room).Scan(&n)
 		if err != nil {
 			return total, err

@@ -332,8 +332,12 @@ func (sl *salience) since(rc *roomCtx) *SinceLastRead {
 		if strings.HasPrefix(scope, "_") && scope != ScopeShared || !rc.visible(scope) {
 			continue
 		}
-		for _, r := range rows {
-			if r.Revision > from {
+		// Only entries this reader sees: a change to one its gate hides
+		// (or whose timer ran out) is not its news, and counting it
+		// would tell it the hidden entry moved.
+		seen, _ := rc.state[scope].(map[string]any)
+		for key, r := range rows {
+			if _, ok := seen[key]; ok && r.Revision > from {
 				out.StateChanges++
 			}
 		}

@@ -24,6 +24,10 @@ type Entry struct {
 	UpdatedAt time.Time       `json:"updated_at"`
 	// Timer is the entry's lifecycle, when it has one.
 	Timer map[string]any `json:"timer,omitempty"`
+	// Withheld: a write's response leaves out the value of an entry gated
+	// by an enabled expression when the writer did not give the whole
+	// value (a merge or an increment), as a read might not show it.
+	Withheld bool `json:"withheld,omitempty"`
 }
 
 // Write is one direct state write (PUT /rooms/:id/state and each element of
@@ -175,6 +179,7 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 	}
 	res := &WriteResult{}
 	var written []*Entry
+	var hidden map[entryKey]bool
 	seq, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		// Authority again, against the grants read under the lock.
 		for i := range writes {
@@ -191,6 +196,9 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 		if err != nil {
 			return err
 		}
+		if !m.p.Admin() {
+			hidden = withheldKeys(m, ops)
+		}
 		m.audit = map[string]any{"kind": "state_write", "via": "direct", "writes": audit}
 		return nil
 	})
@@ -199,9 +207,31 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 	}
 	res.Seq = seq
 	for _, e := range written {
-		res.Entries = append(res.Entries, *e)
+		c := *e
+		if hidden[entryKey{c.Scope, c.Key}] && c.Version > 0 {
+			c.Value, c.Withheld = nil, true
+		}
+		res.Entries = append(res.Entries, c)
 	}
 	return res, nil
+}
+
+// withheldKeys are the entries whose values a write's response leaves
+// out: gated ones the writer did not give whole. Merging {} into an entry
+// whose gate hides it from the writer must not read it.
+func withheldKeys(m *mutation, ops []op) map[entryKey]bool {
+	derived := map[entryKey]bool{}
+	for _, o := range ops {
+		k := entryKey{o.Scope, o.Key}
+		derived[k] = derived[k] || o.Value == nil && !o.Delete
+	}
+	out := map[entryKey]bool{}
+	for _, w := range m.pending {
+		if k := (entryKey{w.r.Scope, w.r.Key}); derived[k] && w.r.enabled != nil {
+			out[k] = true
+		}
+	}
+	return out
 }
 
 // ReadQuery selects what ReadState returns.

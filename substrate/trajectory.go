@@ -56,6 +56,9 @@ type Delta struct {
 	RevisionBefore int64 `json:"revision_before,omitempty"`
 	// Timer is the entry's lifecycle after the write, when it has one.
 	Timer *DeltaTimer `json:"timer,omitempty"`
+	// Gated: the entry had an enabled expression after the write (before
+	// it, for a delete), so its values are not everyone's to read back.
+	Gated bool `json:"gated,omitempty"`
 }
 
 // DeltaTimer is a written entry's timer as stored: what a replay needs to
@@ -105,7 +108,12 @@ func (m *mutation) delta() []Delta {
 				d.SortKey = b.r.SortKey
 			}
 		}
-		if !w.del {
+		if w.del {
+			if b, ok := m.before[entryKey{r.Scope, r.Key}]; ok && b.r != nil {
+				d.Gated = b.r.enabled != nil
+			}
+		} else {
+			d.Gated = r.enabled != nil
 			d.After, d.VersionAfter = capValue(r.Value), r.Version
 			if t := r.timer; t != nil && t.Effect != nil {
 				d.Timer = &DeltaTimer{Effect: *t.Effect, ExpiresAt: t.ExpiresAt, TicksLeft: t.TicksLeft, TickOn: t.TickOn}
@@ -526,6 +534,9 @@ type KeyVersion struct {
 	Version int64           `json:"version"`
 	Value   json.RawMessage `json:"value,omitempty"`
 	Deleted bool            `json:"deleted,omitempty"`
+	// Withheld: the version was gated by an enabled expression the
+	// reader cannot be shown to pass, so its value is left out.
+	Withheld bool `json:"withheld,omitempty"`
 }
 
 // KeyHistory is a page of one key's versions, newest first.
@@ -584,6 +595,10 @@ func (s *Service) History(ctx context.Context, p *Principal, roomID string, q Hi
 		return nil, errs.New(errs.ScopeDenied, "scope %q is private to its agent", scope).
 			WithHint("read your own scope, _shared and communal scopes, or ask the agent to publish a view")
 	}
+	// withhold: gated versions' values are left out, for a reader who
+	// has not just been shown the entry through its gate (a deleted or
+	// since ungated entry says nothing of whom its old gate admitted).
+	withhold := !p.Admin()
 	if !p.Admin() {
 		// A key whose enabled is false for the reader is not there for it
 		// (GET /state says 404), and neither are its versions; room
@@ -596,6 +611,7 @@ func (s *Service) History(ctx context.Context, p *Principal, roomID string, q Hi
 			if _, err := s.ReadState(ctx, p, roomID, ReadQuery{Scope: scope, Key: q.Key}); err != nil {
 				return nil, err
 			}
+			withhold = false
 		}
 	}
 	out := &KeyHistory{Scope: scope, Key: q.Key, Versions: []KeyVersion{}}
@@ -653,6 +669,9 @@ func (s *Service) History(ctx context.Context, p *Principal, roomID string, q Hi
 					break
 				}
 				v := KeyVersion{Seq: a.Seq, TS: a.TS, By: a.By, Action: a.Action, Version: d.VersionAfter, Value: d.After, Deleted: d.After == nil}
+				if withhold && d.Gated {
+					v.Value, v.Withheld = nil, true
+				}
 				if a.Kind != "invoke" {
 					v.Action = "_" + a.Kind
 				}

@@ -785,3 +785,43 @@ func TestAttackLoomThinkNeverShared(t *testing.T) {
 		}
 	}
 }
+
+// A gated entry's history says nothing of its values once the entry is
+// deleted: its gate is gone with it, and a reader it never admitted must
+// not read what it hid through the audit.
+func TestAttackDeletedGatedEntryHistoryWithheld(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gonegate", nil)
+	bob := e.join(rm, "bob")
+	e.do("PUT", "/rooms/gonegate/state", rm.token, map[string]any{"scope": "_shared", "key": "plan", "value": "the secret plan", "enabled": `self == "alice"`}).must(t, 200)
+	e.do("DELETE", "/rooms/gonegate/state?scope=_shared&key=plan", rm.token, nil).must(t, 200)
+	r := e.do("GET", "/rooms/gonegate/history?scope=_shared&key=plan", bob, nil).must(t, 200)
+	if strings.Contains(r.raw, "secret plan") || !strings.Contains(r.raw, `"withheld":true`) {
+		t.Fatalf("HOLE: bob reads the deleted gated entry's history: %s", r.raw)
+	}
+	// Room authority still reads the trajectory.
+	if r := e.do("GET", "/rooms/gonegate/history?scope=_shared&key=plan", rm.token, nil).must(t, 200); !strings.Contains(r.raw, "secret plan") {
+		t.Fatalf("the room token lost the history: %s", r.raw)
+	}
+}
+
+// A writer whose gate hides an entry cannot read it by writing to it:
+// merging {} (or incrementing by 0) answers without the value.
+func TestAttackWriteResponseWithholdsGatedValue(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("mergepeek", nil)
+	bob := e.join(rm, "bob", "_shared")
+	e.do("PUT", "/rooms/mergepeek/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "doc", "value": map[string]any{"secret": "hidden text"}, "enabled": `self == "alice"`},
+		map[string]any{"scope": "_shared", "key": "n", "value": 41, "enabled": `self == "alice"`},
+	}}).must(t, 200)
+	for _, w := range []map[string]any{
+		{"scope": "_shared", "key": "doc", "merge": map[string]any{}},
+		{"scope": "_shared", "key": "n", "increment": 0},
+	} {
+		r := e.do("PUT", "/rooms/mergepeek/state", bob, w).must(t, 200)
+		if strings.Contains(r.raw, "hidden text") || strings.Contains(r.raw, "41") {
+			t.Fatalf("HOLE: bob read a gated entry through %v: %d %s", w, r.status, r.raw)
+		}
+	}
+}

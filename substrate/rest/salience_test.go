@@ -318,9 +318,11 @@ func TestAttackSalienceLeaksNothingPrivate(t *testing.T) {
 	e.do("PUT", "/rooms/leak/state", a, map[string]any{"scope": "a", "key": "secret", "value": 1}).must(t, 200)
 	e.do("PUT", "/rooms/leak/state", a, map[string]any{"scope": "a", "key": "secret2", "value": 2}).must(t, 200)
 	e.do("PUT", "/rooms/leak/views", a, map[string]any{"id": "mine", "scope": "a", "expr": "state.self.missing"}).must(t, 201)
+	// Nor of an entry its gate hides from it.
+	e.do("PUT", "/rooms/leak/state", rm.token, map[string]any{"scope": "_shared", "key": "for_a", "value": 3, "enabled": `self == "a"`}).must(t, 200)
 	at := attention(e.ctx(rm, b, ""))
 	if s, _ := at["since_your_last_read"].(map[string]any); s["state_changes"] != float64(0) {
-		t.Fatalf("HOLE: b is told of a's private writes: %v", s)
+		t.Fatalf("HOLE: b is told of writes it cannot read (a's private scope, a gated entry): %v", s)
 	}
 	if at["your_broken_views"] != nil {
 		t.Fatalf("HOLE: a's view error shown to b as b's own: %v", at)
