@@ -10,9 +10,9 @@ import (
 
 // PurgeExpired deletes entries whose "delete" timer ran out more than a
 // minute ago (they are already invisible), keeping each room's message
-// count in step. It takes no room lock: a mutation that renews such an
-// entry meanwhile makes it no longer match, and one that recreates it
-// inserts afresh. It returns how many entries went.
+// count in step. It takes each room's row lock first, as a mutation or a
+// deletion of the room does (see lockedRoom). It returns how many entries
+// went.
 //
 // It finds the rooms first and then purges room by room, so every change
 // names its room (one shard when rooms are sharded; README, "Scaling out").
@@ -29,7 +29,8 @@ func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
 	var total int64
 	for _, room := range rooms {
 		var n int64
-		err := s.db.QueryRow(ctx, `WITH gone AS (
+		err := s.lockedRoom(ctx, room, func(ctx context.Context, tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `WITH gone AS (
 				DELETE FROM state WHERE room_id = $1 AND timer_effect = 'delete'
 					AND (timer_expires_at < now() - interval '1 minute' OR timer_ticks_left <= 0)
 				RETURNING scope, sort_key),
@@ -40,6 +41,10 @@ func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
 			fix AS (UPDATE rooms SET message_count = greatest(message_count - (SELECT n FROM msgs), 0)
 				WHERE id = $1 AND (SELECT n FROM msgs) > 0)
 			SELECT count(*) FROM gone`, room).Scan(&n)
+		})
+		if errors.Is(err, errRoomGone) {
+			continue
+		}
 		if err != nil {
 			return total, err
 		}
@@ -48,17 +53,41 @@ func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
+// errRoomGone: the room was deleted before the janitor reached it.
+var errRoomGone = errors.New("room deleted")
+
+// lockedRoom runs fn in a transaction holding the room's row lock, taken
+// before anything else. The janitor's statements delete a room's rows and
+// update its row; a mutation, and a deletion of the room (which cascades
+// to its rows), take the room row first. Taken in the other order, each
+// could wait for the other until PostgreSQL aborts one as a deadlock
+// (TestRetainLogsBesideRoomDeletion), and rows archived after the room's
+// deletion would outlive it. The lock is held for one bounded batch.
+func (s *Service) lockedRoom(ctx context.Context, room string, fn func(context.Context, pgx.Tx) error) error {
+	return s.db.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM rooms WHERE id = $1 FOR NO KEY UPDATE`, room).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errRoomGone
+		}
+		if err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	})
+}
+
 // retainedLogs are the logs RetainLogs bounds.
 var retainedLogs = []string{ScopeMessages, ScopeAudit}
 
 // retainBatch bounds one archiving statement, so the janitor never holds
-// a large transaction.
-const retainBatch = 10_000
+// a large transaction, nor the room's lock for long.
+const retainBatch = 2_000
 
 // RetainLogs moves the entries of each room's _messages and _audit logs
 // beyond the newest Limits.KeepLogEntries to state_archive, keeping each
-// room's message count in step. It takes no room lock: appends only add
-// newer entries, which it never touches. It returns how many entries moved.
+// room's message count in step. It holds the room's lock for each batch
+// (see lockedRoom). It returns how many entries moved.
 func (s *Service) RetainLogs(ctx context.Context) (int64, error) {
 	keep := s.lim.KeepLogEntries
 	// Every mutation appends one audit entry, so a room whose seq is
@@ -85,7 +114,8 @@ func (s *Service) RetainLogs(ctx context.Context) (int64, error) {
 			}
 			for {
 				var n int64
-				err := s.db.QueryRow(ctx, `WITH gone AS (
+				err := s.lockedRoom(ctx, room, func(ctx context.Context, tx pgx.Tx) error {
+					return tx.QueryRow(ctx, `WITH gone AS (
 						DELETE FROM state WHERE (room_id, scope, key) IN (
 							SELECT room_id, scope, key FROM state WHERE room_id = $1 AND scope = $2 AND sort_key < $3
 							ORDER BY sort_key LIMIT $4)
@@ -94,6 +124,10 @@ func (s *Service) RetainLogs(ctx context.Context) (int64, error) {
 					fix AS (UPDATE rooms SET message_count = greatest(message_count - (SELECT count(*) FROM gone), 0)
 						WHERE id = $1 AND $2 = '_messages')
 					SELECT count(*) FROM gone`, room, scope, *cutoff, retainBatch).Scan(&n)
+				})
+				if errors.Is(err, errRoomGone) {
+					break
+				}
 				if err != nil {
 					return moved, err
 				}

@@ -3,6 +3,8 @@ package substrate_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
@@ -46,5 +48,74 @@ func TestRetainLogsArchivesOldEntries(t *testing.T) {
 	}
 	if again, err := svc.RetainLogs(ctx); err != nil || again != 0 {
 		t.Fatalf("second run moved %d (%v)", again, err)
+	}
+}
+
+// Archiving a room's messages while the room is deleted finishes both,
+// whichever comes first: the archiver must take the room row before the
+// rows it moves, as a deletion does, or each waits for the other until
+// PostgreSQL aborts one of them as a deadlock.
+func TestRetainLogsBesideRoomDeletion(t *testing.T) {
+	db := pgtest.New(t)
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{KeepLogEntries: 10}})
+	ctx := context.Background()
+	const rooms = 12
+	admins := make([]*substrate.Principal, rooms)
+	for i := range rooms {
+		id := fmt.Sprintf("doomed%d", i)
+		admins[i] = newRoom(t, svc, id)
+		// Many messages, written as the server writes appends, quickly.
+		if _, err := db.Exec(ctx, `INSERT INTO state (room_id, scope, key, sort_key, value, version, revision, writer, via, created_at, updated_at)
+			SELECT $1, '_messages', (1000 + g)::text, 1000 + g, '{"body": "x"}', 1, 1000 + g, '_room', 'direct', now(), now()
+			FROM generate_series(1, 20000) g`, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(ctx, `UPDATE rooms SET seq = 30000, message_count = 20000 WHERE id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.RetainLogs(ctx)
+		done <- err
+	}()
+	for i := range rooms {
+		if err := svc.DeleteRoom(ctx, admins[i], fmt.Sprintf("doomed%d", i)); err != nil {
+			t.Errorf("deleting room %d beside the archiver: %v", i, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("archiving beside room deletions: %v", err)
+	}
+}
+
+// A deleted room's archived history goes with it: a room created later
+// under the same id exports only its own.
+func TestRecreatedRoomExportsOnlyItsOwnHistory(t *testing.T) {
+	db := pgtest.New(t)
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{KeepLogEntries: 10}})
+	ctx := context.Background()
+	admin := newRoom(t, svc, "phoenix")
+	for i := range 30 {
+		raw, _ := json.Marshal(map[string]any{"body": fmt.Sprint("old secret ", i)})
+		if _, err := svc.Invoke(ctx, admin, "phoenix", "_send_message", raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if moved, err := svc.RetainLogs(ctx); err != nil || moved == 0 {
+		t.Fatalf("archived %d (%v)", moved, err)
+	}
+	if err := svc.DeleteRoom(ctx, admin, "phoenix"); err != nil {
+		t.Fatal(err)
+	}
+	admin = newRoom(t, svc, "phoenix")
+	if err := svc.Trajectory(ctx, admin, "phoenix", substrate.TrajectoryQuery{}, func(st *substrate.TrajectoryStep) error {
+		raw, _ := json.Marshal(st)
+		if strings.Contains(string(raw), "old secret") {
+			t.Errorf("the new room exports the deleted room's step %d: %s", st.Seq, raw)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

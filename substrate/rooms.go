@@ -126,12 +126,22 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 	if !p.Admin() {
 		return errs.New(errs.Forbidden, "deleting room %q needs the room token", roomID).WithHint("ask the room's owner")
 	}
-	tag, err := s.db.Exec(ctx, `DELETE FROM rooms WHERE id = $1`, roomID)
+	err := s.db.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM rooms WHERE id = $1`, roomID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+		}
+		// The archive has no foreign key (it is append-only and large):
+		// its rows go with the room, or a room created later under the
+		// same id would export the old one's history.
+		_, err = tx.Exec(ctx, `DELETE FROM state_archive WHERE room_id = $1`, roomID)
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
 	}
 	// Waiters learn that the room is gone.
 	_ = s.db.Notify(ctx, roomID, "deleted")
