@@ -96,10 +96,12 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 		}
 	}
 	kept := out[:0]
+	var gone []string
 	for _, rm := range out {
 		sum := sums[rm.ID]
 		if sum == nil {
-			continue // deleted since (its membership goes with it)
+			gone = append(gone, rm.ID) // deleted other than through the lobby
+			continue
 		}
 		if rm.Label == "" {
 			rm.Label = sum.Label
@@ -113,6 +115,11 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 				LastSeen: a.LastSeen, Client: a.Client, IdleForS: a.IdleForS})
 		}
 		kept = append(kept, rm)
+	}
+	for _, id := range gone {
+		if err := l.forgetRoom(ctx, id); err != nil {
+			return nil, nil, err
+		}
 	}
 	return kept, sums, nil
 }
@@ -179,6 +186,8 @@ func (l *Lobby) CreateRoom(ctx context.Context, userID, roomID, label string) (s
 		return "", err
 	}
 	if err := l.AddMember(ctx, userID, room.ID, "owner", label, ""); err != nil {
+		// The id is retired with the room: a retry needs another id,
+		// which the refusal says.
 		_ = l.svc.DeleteRoom(context.WithoutCancel(ctx), substrate.RoomPrincipal(room.ID), room.ID)
 		return "", err
 	}
@@ -236,7 +245,26 @@ func (l *Lobby) DeleteRoom(ctx context.Context, userID, roomID string) error {
 	} else if a != "owner" {
 		return errs.New(errs.Forbidden, "only an owner can delete %q", roomID).WithHint("leave the room instead")
 	}
-	return l.svc.DeleteRoom(ctx, substrate.RoomPrincipal(roomID), roomID)
+	if err := l.svc.DeleteRoom(ctx, substrate.RoomPrincipal(roomID), roomID); err != nil {
+		return err
+	}
+	return l.forgetRoom(ctx, roomID)
+}
+
+// forgetRoom removes what the lobby keeps about a deleted room: every
+// membership, and the focus of sessions on it. Foreign keys onto rooms did
+// this until the lobby's tables were made ready to be reference tables of a
+// distributed database (migration 0012; README, "Scaling out"). A room
+// deleted other than through the lobby is forgotten lazily (userRooms);
+// its id is retired, so what remains can never reach another room.
+func (l *Lobby) forgetRoom(ctx context.Context, roomID string) error {
+	return l.db.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM smcp_user_rooms WHERE room_id = $1`, roomID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE smcp_user_sessions SET room_id = NULL, agent_id = NULL, updated_at = now() WHERE room_id = $1`, roomID)
+		return err
+	})
 }
 
 func contains(xs []string, x string) bool {

@@ -384,3 +384,46 @@ func TestRoleAgentPassesToTheNextOccupant(t *testing.T) {
 		}
 	}
 }
+
+// A deleted room leaves nothing behind in the lobby, whichever way it was
+// deleted, and its id never names another room: a membership or a
+// session's focus that outlived it (the lobby's tables hold no foreign keys
+// onto rooms, so that they can be reference tables of a distributed
+// database) cannot reach a room someone creates later under that id.
+func TestDeletedRoomIsForgottenAndItsIDRetired(t *testing.T) {
+	f := newFixture(t, "alice", "mallory")
+	ctx := context.Background()
+	for _, id := range []string{"viarest", "vialobby"} {
+		if _, err := f.l.CreateRoom(ctx, "user_alice", id, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := f.session(t, "alice", "g1", "rooms:vialobby:admin rooms:viarest:admin create_rooms")
+	if _, err := f.l.Embody(ctx, s, "vialobby", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.l.DeleteRoom(ctx, "user_alice", "vialobby"); err != nil {
+		t.Fatal(err)
+	}
+	if s = f.session(t, "alice", "g1", ""); s.RoomID != "" || s.AgentID != "" {
+		t.Fatalf("the session still points at the deleted room: room %q agent %q", s.RoomID, s.AgentID)
+	}
+	// Deleted by the substrate directly (an operator, or any path but the
+	// lobby's): the lobby learns it when it next lists the user's rooms.
+	if err := f.svc.DeleteRoom(ctx, substrate.RoomPrincipal("viarest"), "viarest"); err != nil {
+		t.Fatal(err)
+	}
+	rooms, err := f.l.UserRooms(ctx, "user_alice")
+	if err != nil || len(rooms) != 0 {
+		t.Fatalf("alice's rooms after both deletions: %+v %v", rooms, err)
+	}
+	var left int
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM smcp_user_rooms WHERE room_id IN ('viarest', 'vialobby')`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d memberships of deleted rooms left (%v)", left, err)
+	}
+	for _, id := range []string{"viarest", "vialobby"} {
+		if _, err := f.l.CreateRoom(ctx, "user_mallory", id, ""); !errs.Is(err, errs.RoomExists) {
+			t.Fatalf("mallory created a room under the deleted %q: %v", id, err)
+		}
+	}
+}

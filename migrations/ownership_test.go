@@ -16,6 +16,7 @@ import (
 // (ARCHITECTURE §2a): every other package goes through its operations.
 var owners = map[string]string{
 	"rooms":                  "substrate",
+	"rooms_retired":          "substrate",
 	"agents":                 "substrate",
 	"state":                  "substrate",
 	"state_archive":          "substrate",

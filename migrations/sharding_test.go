@@ -17,6 +17,7 @@ import (
 // table.
 var shardKey = map[string]string{
 	"rooms":            "id",
+	"rooms_retired":    "id",
 	"agents":           "room_id",
 	"state":            "room_id",
 	"state_archive":    "room_id",
@@ -40,7 +41,7 @@ var crossRoom = map[string]string{
 }
 
 var (
-	tableRE = regexp.MustCompile(`(?is)\b(?:FROM|JOIN|INTO|UPDATE)\s+(rooms|agents|state_archive|state|vocabulary_usage)\b`)
+	tableRE = regexp.MustCompile(`(?is)\b(?:FROM|JOIN|INTO|UPDATE)\s+(rooms_retired|rooms|agents|state_archive|state|vocabulary_usage)\b`)
 	stmtRE  = regexp.MustCompile(`(?is)^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b`)
 )
 

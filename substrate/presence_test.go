@@ -2,11 +2,13 @@ package substrate_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // Any authenticated call by an agent counts as its heartbeat, refreshed at
@@ -37,40 +39,27 @@ func TestCallsCountAsHeartbeat(t *testing.T) {
 	}
 }
 
-// A room deleted and created again under the same id never shows the old
-// room's cached state, though its seq starts over.
-func TestRecreatedRoomIsFresh(t *testing.T) {
+// A deleted room's id is retired: creating a room under it again is
+// refused, so nothing that still names the old room (a cached snapshot, a
+// lobby membership, a session's focus, a link) can reach a new one.
+func TestDeletedRoomIDIsRetired(t *testing.T) {
 	svc := substrate.New(pgtest.New(t), substrate.Options{})
 	ctx := context.Background()
-	for i, want := range []string{"old", "new"} {
-		room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "phoenix"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, _ := svc.Authenticate(ctx, room.Token)
-		if i == 0 {
-			if _, err := svc.WriteState(ctx, p, "phoenix", []substrate.Write{{Scope: "_shared", Key: "era", Value: []byte(`"old"`)}}, false); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			// Same seq as the old room had when it was cached.
-			if _, err := svc.WriteState(ctx, p, "phoenix", []substrate.Write{{Scope: "_shared", Key: "other", Value: []byte(`1`)}}, false); err != nil {
-				t.Fatal(err)
-			}
-		}
-		v, err := svc.Eval(ctx, p, "phoenix", `"era" in state._shared ? state._shared.era : "new"`, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v.Value != want {
-			t.Fatalf("incarnation %d sees era %v", i, v.Value)
-		}
-		if i == 0 {
-			if err := svc.DeleteRoom(ctx, p, "phoenix"); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Millisecond) // a distinct created_at
-		}
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "phoenix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := svc.Authenticate(ctx, room.Token)
+	if err := svc.DeleteRoom(ctx, p, "phoenix"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "phoenix"})
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != errs.RoomExists || e.Hint == "" {
+		t.Fatalf("creating the deleted room's id again: %v", err)
+	}
+	if _, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "phoenix2"}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -67,6 +67,17 @@ func (s *Service) CreateRoom(ctx context.Context, req CreateRoomRequest) (*Creat
 		if err != nil {
 			return err
 		}
+		// Checked after the insert, in a statement of its own: a deletion
+		// of the same id that committed while the insert waited for it is
+		// seen here, so a retired id never comes back.
+		var retired bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rooms_retired WHERE id = $1)`, out.ID).Scan(&retired); err != nil {
+			return err
+		}
+		if retired {
+			return errs.New(errs.RoomExists, "room id %q belonged to a deleted room, and ids are never reused", req.ID).With("retired", true).
+				WithHint("choose another id, or omit id to get a random one")
+		}
 		audit, _ := json.Marshal(map[string]any{"ts": out.CreatedAt.UTC().Format(time.RFC3339Nano), "kind": "room_create", "by": "_room", "seq": 1,
 			"open_join": req.OpenJoin})
 		_, err = tx.Exec(ctx, `INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer, via, created_at, updated_at)
@@ -135,9 +146,14 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 			return errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
 		}
 		// The archive has no foreign key (it is append-only and large):
-		// its rows go with the room, or a room created later under the
-		// same id would export the old one's history.
-		_, err = tx.Exec(ctx, `DELETE FROM state_archive WHERE room_id = $1`, roomID)
+		// its rows go with the room.
+		if _, err := tx.Exec(ctx, `DELETE FROM state_archive WHERE room_id = $1`, roomID); err != nil {
+			return err
+		}
+		// The id is retired: whatever still names the room outside it
+		// (lobby memberships, a session's focus, consents, links) can
+		// never reach another room created under the same id.
+		_, err = tx.Exec(ctx, `INSERT INTO rooms_retired (id) VALUES ($1) ON CONFLICT DO NOTHING`, roomID)
 		return err
 	})
 	if err != nil {
