@@ -168,6 +168,16 @@ func (wb *web) user(r *http.Request) *User {
 	return u
 }
 
+// SignedIn reports the person signed in on this browser (their session
+// cookie), for other packages' pages.
+func (s *Server) SignedIn(r *http.Request) (userID, username string, ok bool) {
+	u := s.web.user(r)
+	if u == nil {
+		return "", "", false
+	}
+	return u.ID, u.Username, true
+}
+
 // signedIn returns the signed-in user, or sends the browser to sign in
 // (back to the account page) and returns nil.
 func (wb *web) signedIn(w http.ResponseWriter, r *http.Request) *User {

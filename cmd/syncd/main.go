@@ -26,6 +26,7 @@ import (
 	"github.com/syncsubstrate/sync/cmd/syncd/bench"
 	"github.com/syncsubstrate/sync/cmd/syncd/metrics"
 	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/mcp"
 	"github.com/syncsubstrate/sync/oauth"
 	"github.com/syncsubstrate/sync/store"
@@ -174,12 +175,25 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		pages.Handle("GET /metrics", mx.Handler(cfg.MetricsToken, stack))
 	}
 	auth.Routes(pages)
+	people, err := web.New(web.Options{Lobby: lob, Substrate: svc, SignedIn: auth.SignedIn})
+	if err != nil {
+		return err
+	}
+	people.Routes(pages)
 	api := rest.Handler(svc, rest.Options{HTTP: stack, CreateToken: cfg.CreateToken})
+	roomPage := stack.Wrap(http.HandlerFunc(people.RoomPage))
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL,
 		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack, ObserveTool: observeTool}))
 	mux.Handle("/rooms", api)
-	mux.Handle("/rooms/", api)
+	// /rooms/{id} is the REST API's room, and the room page for a browser.
+	mux.Handle("/rooms/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if web.IsPage(r) {
+			roomPage.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
 	mux.Handle("/", stack.Wrap(pages))
 	if cfg.CreateToken == "" {
 		slog.Warn("room creation is open to anyone who can reach the server; set SYNC_CREATE_TOKEN to restrict it", "public_url", cfg.PublicURL)

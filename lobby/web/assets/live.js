@@ -1,0 +1,33 @@
+// Keeps the room page live: on each change notice from the server
+// (server-sent events, fed by the room's commits), fetch the page's main
+// section again and swap it in. EventSource reconnects by itself and
+// sends the last seq it saw, so nothing is missed across a drop.
+(function () {
+  "use strict";
+  var body = document.body, live = document.getElementById("live");
+  var room = body.dataset.room, view = body.dataset.view;
+  var q = view ? "?view=" + encodeURIComponent(view) : "";
+  var shown = body.dataset.seq, pending = false, again = false;
+  function refresh() {
+    if (pending) { again = true; return; }
+    pending = true;
+    var url = "/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "part=main";
+    fetch(url, { headers: { Accept: "text/html" }, credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+      .then(function (html) {
+        var main = document.getElementById("main");
+        var focus = document.activeElement && document.activeElement.id;
+        main.innerHTML = html; // server-rendered, escaped by html/template
+        if (focus && document.getElementById(focus)) document.getElementById(focus).focus();
+        var seq = document.getElementById("seq");
+        if (seq) { shown = seq.textContent; body.dataset.seq = shown; }
+      })
+      .catch(function () { live.textContent = "Could not refresh; retrying on the next change."; })
+      .finally(function () { pending = false; if (again) { again = false; refresh(); } });
+  }
+  var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + q);
+  es.addEventListener("open", function () { live.textContent = "Live"; live.className = "live on"; });
+  es.addEventListener("error", function () { live.textContent = "Reconnecting…"; live.className = "live"; });
+  es.addEventListener("change", function () { refresh(); });
+  es.addEventListener("gone", function () { es.close(); live.textContent = "This room is gone."; });
+})();

@@ -1,0 +1,127 @@
+package web_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/substrate"
+)
+
+// Attacks on the people's pages that must fail.
+
+// Nobody reads a room that is not theirs: not by its page, not by its live
+// stream; the answer does not even say the room exists.
+func TestAttackOtherPersonsRoom(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "mallory")
+	s.write("_shared", "plan", `"the secret plan"`)
+	code, _, body := s.get("mallory", "/rooms/lab")
+	if code != http.StatusNotFound || strings.Contains(body, "secret plan") {
+		t.Fatalf("HOLE: mallory opens alice's room: %d %s", code, body)
+	}
+	if code, _, body := s.get("mallory", "/rooms/nosuchroom"); code != http.StatusNotFound || !strings.Contains(body, "You have no room by that name") {
+		t.Fatalf("a missing room reads differently from another's: %d %s", code, body)
+	}
+	if code, _, _ := s.get("mallory", "/live/rooms/lab"); code != http.StatusNotFound {
+		t.Fatalf("HOLE: mallory follows alice's room live: %d", code)
+	}
+	// Signed out: sent to sign in, and back.
+	code, h, _ := s.get("", "/rooms/lab")
+	if code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/signin?next=%2Frooms%2Flab") {
+		t.Fatalf("signed out: %d %s", code, h.Get("Location"))
+	}
+	if code, h, _ := s.get("", "/"); code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/signin") {
+		t.Fatalf("lobby signed out: %d %s", code, h.Get("Location"))
+	}
+}
+
+// A person shared the room as an observer reads what an observer may:
+// communal state, not an agent's private scope, and no entry its gate hides.
+func TestAttackObserverReadsOnlyWhatObserversMay(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "olga")
+	ctx := context.Background()
+	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "carol", Name: "Carol"}); err != nil {
+		t.Fatal(err)
+	}
+	s.write("_shared", "board", `"public board"`)
+	s.write("carol", "diary", `"carol's private diary"`)
+	if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{{Scope: "_shared", Key: "hidden", Value: []byte(`"gated away"`), Enabled: `self == "carol"`}}, false); err != nil {
+		t.Fatal(err)
+	}
+	code, _, body := s.get("olga", "/rooms/lab")
+	if code != 200 || !strings.Contains(body, "public board") {
+		t.Fatalf("olga's page: %d %s", code, body)
+	}
+	for _, secret := range []string{"private diary", "gated away"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("HOLE: an observer's page shows %q", secret)
+		}
+	}
+	// The owner reads the whole room.
+	if _, _, body := s.get("alice", "/rooms/lab"); !strings.Contains(body, "private diary") {
+		t.Errorf("the owner's page lacks the private scope")
+	}
+}
+
+// A view-token link reads the room without an account, and nothing else:
+// not another room, not with a room or agent token in its place; its pages
+// send no referrer (the token is in the URL).
+func TestAttackViewTokenLink(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	s.write("_shared", "board", `"public board"`)
+	code, h, body := s.get("", "/rooms/lab?view="+s.room.ViewToken)
+	if code != 200 || !strings.Contains(body, "public board") || !strings.Contains(body, "read-only") {
+		t.Fatalf("view link: %d %s", code, body)
+	}
+	if h.Get("Referrer-Policy") != "no-referrer" {
+		t.Errorf("view link page Referrer-Policy %q", h.Get("Referrer-Policy"))
+	}
+	other, err := s.svc.CreateRoom(context.Background(), substrate.CreateRoomRequest{ID: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{
+		"another room's view token": "/rooms/lab?view=" + other.ViewToken,
+		"the room token":            "/rooms/lab?view=" + s.room.Token,
+		"a made-up token":           "/rooms/lab?view=view_nonsense",
+		"the view token elsewhere":  "/rooms/other?view=" + s.room.ViewToken,
+	} {
+		if code, _, body := s.get("", path); code != http.StatusNotFound || strings.Contains(body, "public board") {
+			t.Errorf("HOLE: %s opens a page: %d", name, code)
+		}
+	}
+}
+
+// Values are data, never markup: a value, a key, an agent's name or a
+// message cannot put script or HTML on the page.
+func TestAttackMarkupInRoomData(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	s.write("_shared", `<img src=x onerror=alert(1)>`, `"<script>alert(2)</script>"`)
+	if _, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "evil", Name: `</td><script>alert(3)</script>`}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, body := s.get("alice", "/rooms/lab")
+	for _, bad := range []string{"<script>alert", "<img src=x", "</td><script>"} {
+		if strings.Contains(body, bad) {
+			t.Errorf("HOLE: the page carries %q unescaped", bad)
+		}
+	}
+}
+
+// One person cannot hold the server's connections open without bound:
+// live streams beyond MaxStreams are refused, and a closed one frees its
+// place.
+func TestAttackLiveStreamsAreBounded(t *testing.T) {
+	s := newSite(t, web.Options{MaxStreams: 2}, "alice")
+	s.stream("alice", "/live/rooms/lab", "")
+	s.stream("alice", "/live/rooms/lab", "")
+	if code, _, _ := s.get("alice", "/live/rooms/lab"); code != http.StatusTooManyRequests {
+		t.Fatalf("HOLE: a third stream: %d", code)
+	}
+}

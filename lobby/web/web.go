@@ -1,0 +1,449 @@
+// Package web is the people's side of the lobby: server-rendered pages that
+// show a person their rooms (/) and one room live (/rooms/{id}), fed by
+// the same commit notifications as waits (server-sent events at
+// /live/rooms/{id}). Every page is a thin adapter over lobby and substrate
+// calls, and reads with the person's own authority in the room
+// (lobby.PersonPrincipal) or a view token's.
+//
+// Built so far (issue 14, first part): the lobby, the room page with its
+// agents, state by scope with versions and timers, messages, actions with
+// their availability and views, live updates with resume, and read-only
+// view-token links. Not yet: acting from the page (action forms, message
+// compose), the audit scrubber, the CEL console, the loom pages and the
+// surfaces mode.
+package web
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Options configure the pages.
+type Options struct {
+	// Lobby says which rooms a person has and with what access. Required.
+	Lobby *lobby.Lobby
+	// Substrate reads the rooms. Required.
+	Substrate *substrate.Service
+	// SignedIn names the person signed in on the browser making the
+	// request (oauth.Server.SignedIn). Required.
+	SignedIn func(*http.Request) (userID, username string, ok bool)
+	// MaxStreams bounds the live streams one person (or one view token)
+	// keeps open at once; more are refused with 429. Default 16.
+	MaxStreams int
+	// Heartbeat is how often an idle live stream sends a comment, so
+	// proxies keep it open. Default 25 s.
+	Heartbeat time.Duration
+	// Log receives failures. Default slog.Default().
+	Log *slog.Logger
+}
+
+// Web serves the pages.
+type Web struct {
+	opt  Options
+	tmpl *template.Template
+
+	mu      sync.Mutex
+	streams map[string]int // open live streams per person or view token
+}
+
+// New builds the pages.
+func New(opt Options) (*Web, error) {
+	if opt.Lobby == nil || opt.Substrate == nil || opt.SignedIn == nil {
+		return nil, errors.New("web: Lobby, Substrate and SignedIn are required")
+	}
+	if opt.MaxStreams <= 0 {
+		opt.MaxStreams = 16
+	}
+	if opt.Heartbeat <= 0 {
+		opt.Heartbeat = 25 * time.Second
+	}
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	tmpl, err := template.New("").Funcs(template.FuncMap{
+		"json": prettyJSON,
+		"ago":  ago,
+	}).ParseFS(assets, "assets/*.html")
+	if err != nil {
+		return nil, err
+	}
+	return &Web{opt: opt, tmpl: tmpl, streams: map[string]int{}}, nil
+}
+
+// Routes registers the lobby, the live streams and the static assets. The
+// room page shares its path with the REST API: see IsPage.
+func (wb *Web) Routes(mux *http.ServeMux) {
+	static, _ := fs.Sub(assets, "assets")
+	mux.Handle("GET /web/", http.StripPrefix("/web/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", wb.lobbyPage)
+	mux.HandleFunc("GET /live/rooms/{room}", wb.live)
+}
+
+// IsPage reports whether a request for /rooms/{id} is a browser asking for
+// the room page rather than a REST client asking for the room: a GET that
+// accepts HTML and carries no bearer token. Everything else goes to the
+// API unchanged.
+func IsPage(r *http.Request) bool {
+	if r.Method != http.MethodGet || r.Header.Get("Authorization") != "" {
+		return false
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/rooms/")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return false
+	}
+	return strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+// RoomPage serves /rooms/{id} to a browser (see IsPage).
+func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
+	roomID := strings.TrimPrefix(r.URL.Path, "/rooms/")
+	p, who, viewToken, ok := wb.reader(w, r, roomID)
+	if !ok {
+		return
+	}
+	data, err := wb.roomData(r.Context(), p, roomID)
+	if err != nil {
+		wb.fail(w, r, err)
+		return
+	}
+	data["Who"], data["ViewToken"] = who, viewToken
+	name := "room"
+	if r.URL.Query().Get("part") == "main" {
+		name = "roommain" // the live refresh swaps the page's main section
+	}
+	wb.render(w, r, http.StatusOK, name, data, viewToken != "")
+}
+
+// reader resolves who reads the room: a view token (?view=, read-only, no
+// account) or the signed-in person with their access. Otherwise it answers
+// (sign-in redirect, or 404 for a room that is not theirs) and returns ok
+// false.
+func (wb *Web) reader(w http.ResponseWriter, r *http.Request, roomID string) (p *substrate.Principal, who, viewToken string, ok bool) {
+	if tok := r.URL.Query().Get("view"); tok != "" {
+		p, err := wb.opt.Substrate.AuthenticateIn(r.Context(), roomID, tok)
+		if err != nil || p.Kind != substrate.KindView || p.RoomID != roomID {
+			wb.errorPage(w, r, http.StatusNotFound, "No such room", "That link does not open a room. Ask whoever sent it for a new one.", true)
+			return nil, "", "", false
+		}
+		return p, "view link (read-only)", tok, true
+	}
+	userID, username, signed := wb.opt.SignedIn(r)
+	if !signed {
+		http.Redirect(w, r, "/signin?next="+urlPath(r), http.StatusSeeOther)
+		return nil, "", "", false
+	}
+	p, access, err := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, roomID)
+	if err != nil {
+		wb.fail(w, r, err)
+		return nil, "", "", false
+	}
+	return p, username + " (" + access + ")", "", true
+}
+
+// roomData reads what the room page shows, with p's authority: the
+// context (agents, actions, views, messages) and the state with versions.
+func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID string) (map[string]any, error) {
+	svc := wb.opt.Substrate
+	room, err := svc.GetRoom(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	env, err := svc.Context(ctx, p, roomID, substrate.ContextRequest{Depth: "full", MessagesLimit: 50})
+	if err != nil {
+		return nil, err
+	}
+	st, err := svc.ReadState(ctx, p, roomID, substrate.ReadQuery{})
+	if err != nil {
+		return nil, err
+	}
+	var label string
+	var meta map[string]any
+	if json.Unmarshal(room.Meta, &meta) == nil {
+		label, _ = meta["label"].(string)
+	}
+	return map[string]any{
+		"Room": room, "Label": label, "Seq": st.Seq, "More": st.More,
+		"Scopes": byScope(st.Entries), "Agents": agentsOf(env.Agents), "Actions": actionsOf(env.Actions),
+		"Views": viewsOf(env.Views), "Messages": env.Messages, "Now": time.Now(),
+	}, nil
+}
+
+// scope is one scope's entries, sorted by key.
+type scope struct {
+	Name    string
+	Entries []substrate.Entry
+}
+
+func byScope(entries []substrate.Entry) []scope {
+	m := map[string][]substrate.Entry{}
+	for _, e := range entries {
+		m[e.Scope] = append(m[e.Scope], e)
+	}
+	out := make([]scope, 0, len(m))
+	for name, es := range m {
+		sort.Slice(es, func(i, j int) bool { return es[i].Key < es[j].Key })
+		out = append(out, scope{Name: name, Entries: es})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+type agentRow struct {
+	ID       string
+	Presence map[string]any
+}
+
+func agentsOf(agents map[string]any) []agentRow {
+	out := make([]agentRow, 0, len(agents))
+	for id, a := range agents {
+		m, _ := a.(map[string]any)
+		out = append(out, agentRow{ID: id, Presence: m})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+type actionRow struct {
+	ID string
+	substrate.ActionView
+}
+
+func actionsOf(actions map[string]substrate.ActionView) []actionRow {
+	out := make([]actionRow, 0, len(actions))
+	for id, a := range actions {
+		if a.Builtin {
+			continue
+		}
+		out = append(out, actionRow{ID: id, ActionView: a})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+type viewRow struct {
+	ID    string
+	Value any
+}
+
+func viewsOf(views map[string]any) []viewRow {
+	out := make([]viewRow, 0, len(views))
+	for id, v := range views {
+		out = append(out, viewRow{ID: id, Value: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// lobbyPage lists the signed-in person's rooms.
+func (wb *Web) lobbyPage(w http.ResponseWriter, r *http.Request) {
+	userID, username, ok := wb.opt.SignedIn(r)
+	if !ok {
+		http.Redirect(w, r, "/signin?next=/", http.StatusSeeOther)
+		return
+	}
+	rooms, err := wb.opt.Lobby.UserRooms(r.Context(), userID)
+	if err != nil {
+		wb.fail(w, r, err)
+		return
+	}
+	wb.render(w, r, http.StatusOK, "lobby", map[string]any{"Who": username, "Rooms": rooms}, false)
+}
+
+// live streams change notices for a room as server-sent events: an event
+// "change" whose id is the room's seq after each commit or presence
+// change. A browser reconnecting sends the last id it saw (Last-Event-ID)
+// and is told at once if the room moved past it meanwhile.
+func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
+	roomID := r.PathValue("room")
+	p, _, viewToken, ok := wb.reader(w, r, roomID)
+	if !ok {
+		return
+	}
+	key := viewToken
+	if key == "" {
+		key, _, _ = wb.opt.SignedIn(r)
+	}
+	if !wb.acquire(key) {
+		wb.errorPage(w, r, http.StatusTooManyRequests, "Too many live pages",
+			fmt.Sprintf("At most %d pages can follow rooms live at once. Close some tabs and reload.", wb.opt.MaxStreams), viewToken != "")
+		return
+	}
+	defer wb.release(key)
+	ctx := r.Context()
+	changes, stop, err := wb.opt.Substrate.Watch(ctx, p, roomID)
+	if err != nil {
+		wb.fail(w, r, err)
+		return
+	}
+	defer stop()
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // nginx: pass events on as they come
+	if viewToken != "" {
+		h.Set("Referrer-Policy", "no-referrer")
+	}
+	w.WriteHeader(http.StatusOK)
+	last, _ := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64)
+	// send tells the page the room changed (a presence change keeps the
+	// seq), or that it is gone.
+	send := func() bool {
+		room, err := wb.opt.Substrate.GetRoom(ctx, p, roomID)
+		if err != nil {
+			fmt.Fprintf(w, "event: gone\ndata: {}\n\n")
+			_ = rc.Flush()
+			return false
+		}
+		last = room.Seq
+		fmt.Fprintf(w, "id: %d\nevent: change\ndata: {\"seq\": %d}\n\n", room.Seq, room.Seq)
+		return rc.Flush() == nil
+	}
+	fmt.Fprintf(w, "retry: 2000\n\n")
+	if r.Header.Get("Last-Event-ID") != "" {
+		// A reconnect: tell the page at once if it missed a change.
+		if room, err := wb.opt.Substrate.GetRoom(ctx, p, roomID); err != nil || room.Seq != last {
+			if !send() {
+				return
+			}
+		}
+	}
+	_ = rc.Flush()
+	beat := time.NewTicker(wb.opt.Heartbeat)
+	defer beat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+			if !send() {
+				return
+			}
+		case <-beat.C:
+			fmt.Fprintf(w, ": keep-alive\n\n")
+			if rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+func (wb *Web) acquire(key string) bool {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if wb.streams[key] >= wb.opt.MaxStreams {
+		return false
+	}
+	wb.streams[key]++
+	return true
+}
+
+func (wb *Web) release(key string) {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if wb.streams[key]--; wb.streams[key] <= 0 {
+		delete(wb.streams, key)
+	}
+}
+
+// render writes a page with the headers every page carries: no caching,
+// no framing, scripts and styles from this origin only (no inline script),
+// and no referrer when the URL holds a view token.
+func (wb *Web) render(w http.ResponseWriter, r *http.Request, status int, name string, data map[string]any, tokenInURL bool) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	if tokenInURL {
+		h.Set("Referrer-Policy", "no-referrer")
+	}
+	w.WriteHeader(status)
+	if err := wb.tmpl.ExecuteTemplate(w, name+".html", data); err != nil {
+		wb.opt.Log.Error("render page", "page", name, "err", err)
+	}
+}
+
+func (wb *Web) errorPage(w http.ResponseWriter, r *http.Request, status int, title, msg string, tokenInURL bool) {
+	wb.render(w, r, status, "error", map[string]any{"Title": title, "Message": msg}, tokenInURL)
+}
+
+// fail shows a domain error as a page with its status; a room that is not
+// the person's reads as not found.
+func (wb *Web) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := errs.From(err)
+	if e.Code == errs.Internal {
+		wb.opt.Log.Error("web page failed", "path", r.URL.Path, "err", err)
+		wb.errorPage(w, r, http.StatusInternalServerError, "Something went wrong", "Try again in a moment.", false)
+		return
+	}
+	msg := e.Message
+	if e.Hint != "" {
+		msg += ". " + e.Hint + "."
+	}
+	if e.Code == errs.RoomNotFound {
+		msg = "You have no room by that name. Your rooms are listed in the lobby."
+	}
+	wb.errorPage(w, r, e.Code.Status(), "That did not work", msg, r.URL.Query().Get("view") != "")
+}
+
+// urlPath is the request's path and query, for the sign-in page to return
+// to (it accepts only paths on this site).
+func urlPath(r *http.Request) string {
+	return template.URLQueryEscaper(r.URL.RequestURI())
+}
+
+func prettyJSON(v any) string {
+	var b []byte
+	var err error
+	if raw, ok := v.(json.RawMessage); ok {
+		var x any
+		if json.Unmarshal(raw, &x) == nil {
+			v = x
+		}
+	}
+	b, err = json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	const max = 2000
+	if len(b) > max {
+		return string(b[:max]) + fmt.Sprintf("… (%d bytes)", len(b))
+	}
+	return string(b)
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return t.UTC().Format("2006-01-02")
+}

@@ -1,0 +1,244 @@
+package web_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// site is the pages over a real database, with people who are "signed in"
+// by a test cookie naming them (real sign-in is oauth's, tested there and
+// end to end in cmd/syncd).
+type site struct {
+	t     *testing.T
+	srv   *httptest.Server
+	svc   *substrate.Service
+	lob   *lobby.Lobby
+	room  *substrate.CreatedRoom
+	admin *substrate.Principal
+}
+
+func newSite(t *testing.T, opt web.Options, people ...string) *site {
+	t.Helper()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	for _, u := range people {
+		if _, err := db.Exec(ctx, `INSERT INTO smcp_users (id, username, webauthn_handle) VALUES ($1, $2, $3)`, "user_"+u, u, []byte(u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := substrate.New(db, substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	t.Cleanup(svc.Close)
+	lob := lobby.New(db, svc)
+	opt.Lobby, opt.Substrate = lob, svc
+	opt.SignedIn = func(r *http.Request) (string, string, bool) {
+		c, err := r.Cookie("test_person")
+		if err != nil {
+			return "", "", false
+		}
+		return "user_" + c.Value, c.Value, true
+	}
+	wb, err := web.New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	wb.Routes(mux)
+	mux.HandleFunc("/rooms/", func(w http.ResponseWriter, r *http.Request) {
+		if web.IsPage(r) {
+			wb.RoomPage(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"api": true}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	// Alice owns "lab", made over the API and claimed with its room token.
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "lab"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lob.ClaimRoom(ctx, "user_alice", "lab", room.Token); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := svc.Authenticate(ctx, room.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &site{t: t, srv: srv, svc: svc, lob: lob, room: room, admin: admin}
+}
+
+// get fetches a page as person ("" for nobody), as a browser navigation.
+func (s *site) get(person, path string) (int, http.Header, string) {
+	s.t.Helper()
+	req, _ := http.NewRequest("GET", s.srv.URL+path, nil)
+	req.Header.Set("Accept", "text/html,application/xhtml+xml")
+	if person != "" {
+		req.AddCookie(&http.Cookie{Name: "test_person", Value: person})
+	}
+	res, err := (&http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(b)
+}
+
+func (s *site) write(scope, key, value string) {
+	s.t.Helper()
+	if _, err := s.svc.WriteState(context.Background(), s.admin, "lab", []substrate.Write{{Scope: scope, Key: key, Value: []byte(value)}}, false); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// The room page draws the room as its owner reads it: agents, state by
+// scope with versions, actions with availability, views and messages.
+func TestRoomPageDrawsTheRoom(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	if _, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "robot", Name: "Robot One"}); err != nil {
+		t.Fatal(err)
+	}
+	s.write("_shared", "phase", `"planning"`)
+	s.write("_shared", "phase", `"building"`)
+	if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "finish", Description: "End the build",
+		If: `state._shared.phase == "done"`, Writes: []substrate.WriteTemplate{{Key: "phase", Value: []byte(`"done"`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	code, h, body := s.get("alice", "/rooms/lab")
+	if code != 200 {
+		t.Fatalf("room page: %d %s", code, body)
+	}
+	for _, want := range []string{"Robot One", "phase", "&#34;building&#34;", "<td>2</td>", "finish", "End the build", "Not available to you now", "/web/live.js"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the room page lacks %q", want)
+		}
+	}
+	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("Content-Security-Policy %q", csp)
+	}
+	if strings.Contains(body, "<script>") {
+		t.Error("the page carries an inline script")
+	}
+	// The lobby lists the room.
+	if code, _, body := s.get("alice", "/"); code != 200 || !strings.Contains(body, `href="/rooms/lab"`) {
+		t.Fatalf("lobby: %d %s", code, body)
+	}
+}
+
+// A REST client keeps the API at /rooms/{id}: a bearer token, or a request
+// that does not ask for HTML, never gets the page.
+func TestRoomPathStaysTheAPIForClients(t *testing.T) {
+	for _, c := range []struct {
+		accept, auth string
+		page         bool
+	}{
+		{"text/html", "", true},
+		{"application/json", "", false},
+		{"", "", false},
+		{"text/html", "Bearer room_x", false},
+	} {
+		r := httptest.NewRequest("GET", "/rooms/lab", nil)
+		if c.accept != "" {
+			r.Header.Set("Accept", c.accept)
+		}
+		if c.auth != "" {
+			r.Header.Set("Authorization", c.auth)
+		}
+		if got := web.IsPage(r); got != c.page {
+			t.Errorf("Accept %q, Authorization %q: page %v, want %v", c.accept, c.auth, got, c.page)
+		}
+	}
+	for _, p := range []string{"/rooms/lab/state", "/rooms/"} {
+		r := httptest.NewRequest("GET", p, nil)
+		r.Header.Set("Accept", "text/html")
+		if web.IsPage(r) {
+			t.Errorf("%s is taken for the page", p)
+		}
+	}
+}
+
+// A change committed to the room reaches an open live stream, and a
+// stream reconnecting with the last seq it saw is told at once when the
+// room moved past it.
+func TestLiveStreamFollowsCommits(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	events := s.stream("alice", "/live/rooms/lab", "")
+	s.write("_shared", "x", "1")
+	ev := next(t, events, 5*time.Second)
+	if !strings.Contains(ev, "event: change") || !strings.Contains(ev, "id: ") {
+		t.Fatalf("first event: %q", ev)
+	}
+	// Reconnecting from seq 1 (the room's creation): the room is past it.
+	again := s.stream("alice", "/live/rooms/lab", "1")
+	if ev := next(t, again, 5*time.Second); !strings.Contains(ev, "event: change") {
+		t.Fatalf("resume from seq 1: %q", ev)
+	}
+}
+
+// stream opens a live stream and returns its events (blank-line separated
+// blocks, comments and the retry line dropped).
+func (s *site) stream(person, path, lastID string) <-chan string {
+	s.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.srv.URL+path, nil)
+	req.AddCookie(&http.Cookie{Name: "test_person", Value: person})
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+		b, _ := io.ReadAll(res.Body)
+		s.t.Fatalf("live stream: %d %s", res.StatusCode, b)
+	}
+	out := make(chan string, 16)
+	go func() {
+		defer res.Body.Close()
+		sc := bufio.NewScanner(res.Body)
+		var block []string
+		for sc.Scan() {
+			line := sc.Text()
+			if line != "" {
+				if !strings.HasPrefix(line, ":") && !strings.HasPrefix(line, "retry:") {
+					block = append(block, line)
+				}
+				continue
+			}
+			if len(block) > 0 {
+				out <- strings.Join(block, "\n")
+				block = nil
+			}
+		}
+	}()
+	return out
+}
+
+func next(t *testing.T, events <-chan string, d time.Duration) string {
+	t.Helper()
+	select {
+	case ev := <-events:
+		return ev
+	case <-time.After(d):
+		t.Fatalf("no event within %v", d)
+		return ""
+	}
+}
