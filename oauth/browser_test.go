@@ -7,58 +7,19 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	cdpbrowser "github.com/chromedp/cdproto/browser"
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/webauthn"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/syncsubstrate/sync/oauth"
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
 )
 
-// chrome starts headless Debian Chromium with a CDP virtual authenticator
-// (a platform passkey that always consents).
-func chrome(t *testing.T) context.Context {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not installed; .ci/run installs it")
-		}
-		t.Skip("chromium is not installed (apt-get install chromium)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-background-networking", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	// The first call starts the browser (and must not carry a timeout).
-	err = chromedp.Do(ctx, chromedp.Navigate("about:blank"))
-	if err == nil {
-		_, err = chromedp.Call(ctx, webauthn.Enable, webauthn.EnableParams{})
-	}
-	if err == nil {
-		_, err = chromedp.Call(ctx, webauthn.AddVirtualAuthenticator, webauthn.AddVirtualAuthenticatorParams{Options: &webauthn.VirtualAuthenticatorOptions{
-			Protocol: webauthn.AuthenticatorProtocolCtap2, Transport: webauthn.AuthenticatorTransportInternal,
-			HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
-		}})
-	}
-	if err != nil {
-		t.Fatalf("start chromium with a virtual authenticator: %v", err)
-	}
-	if v, err := chromedp.Call(ctx, cdpbrowser.GetVersion, cdp.Empty{}); err == nil {
-		t.Logf("browser: %s", v.Product)
-	}
-	tctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
-	t.Cleanup(cancelTimeout)
-	return tctx
-}
+// chrome is the browser the page tests drive.
+func chrome(t *testing.T) context.Context { return oauthtest.Chromium(t, 2*time.Minute) }
 
 // signedIn waits up to d for the account page's sign-out form.
 func signedIn(ctx context.Context, d time.Duration) bool {

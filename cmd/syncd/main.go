@@ -210,6 +210,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
+	srv.RegisterOnShutdown(people.Close) // live pages' streams would outlast the drain
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	if cfg.MetricsAddr != "" {

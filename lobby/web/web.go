@@ -63,7 +63,13 @@ type Web struct {
 
 	mu      sync.Mutex
 	streams map[string]int // open live streams per person or view token
+	done    chan struct{}  // closed by Close: live streams end
+	once    sync.Once
 }
+
+// Close ends every live stream, for a graceful shutdown (a stream's
+// request would otherwise outlast it; browsers reconnect elsewhere).
+func (wb *Web) Close() { wb.once.Do(func() { close(wb.done) }) }
 
 // New builds the pages.
 func New(opt Options) (*Web, error) {
@@ -86,7 +92,7 @@ func New(opt Options) (*Web, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Web{opt: opt, tmpl: tmpl, streams: map[string]int{}}, nil
+	return &Web{opt: opt, tmpl: tmpl, streams: map[string]int{}, done: make(chan struct{})}, nil
 }
 
 // Routes registers the lobby, the live streams and the static assets. The
@@ -193,9 +199,14 @@ type scope struct {
 	Entries []substrate.Entry
 }
 
+// byScope groups the state by scope. Action and view definitions are left
+// out: the page shows them as actions and views.
 func byScope(entries []substrate.Entry) []scope {
 	m := map[string][]substrate.Entry{}
 	for _, e := range entries {
+		if e.Scope == "_actions" || e.Scope == "_views" {
+			continue
+		}
 		m[e.Scope] = append(m[e.Scope], e)
 	}
 	out := make([]scope, 0, len(m))
@@ -210,13 +221,20 @@ func byScope(entries []substrate.Entry) []scope {
 type agentRow struct {
 	ID       string
 	Presence map[string]any
+	LastSeen string // relative: "12s ago"
 }
 
 func agentsOf(agents map[string]any) []agentRow {
 	out := make([]agentRow, 0, len(agents))
 	for id, a := range agents {
 		m, _ := a.(map[string]any)
-		out = append(out, agentRow{ID: id, Presence: m})
+		row := agentRow{ID: id, Presence: m}
+		if hb, ok := m["last_heartbeat"].(string); ok {
+			if t, err := time.Parse(time.RFC3339Nano, hb); err == nil {
+				row.LastSeen = ago(t)
+			}
+		}
+		out = append(out, row)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -333,6 +351,8 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-wb.done:
 			return
 		case <-changes:
 			if !send() {

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// artifacts is where browser tests leave their screenshots
+// (SYNC_ARTIFACTS, default sync-artifacts in the temporary directory).
+func artifacts(t *testing.T) string {
+	dir := os.Getenv("SYNC_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "sync-artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 is a PNG; below, a JPEG
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(artifacts(t), name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// restCall calls the REST API with a bearer token and decodes the answer.
+func restCall(t *testing.T, method, url, token string, body any) map[string]any {
+	t.Helper()
+	raw, _ := json.Marshal(body)
+	code, out := call(t, method, url, token, string(raw))
+	if code/100 != 2 {
+		t.Fatalf("%s %s: %d %v", method, url, code, out)
+	}
+	return out
+}
+
+// In a real browser, through the real server: a person signs up with a
+// passkey, claims a room made over the API from the lobby, opens its page,
+// and sees another agent's REST writes appear live, without reloading;
+// the page also fits a phone's width. Screenshots are saved as artefacts;
+// the time from each write's response to the page showing it is logged.
+func TestBrowserRoomPageIsLive(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	port := freePort(t)
+	public := "http://localhost:" + port
+	cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
+	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := start(t, cfg)
+	defer stop()
+	ctx := oauthtest.Chromium(t, 3*time.Minute)
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(public+"/signup"),
+		chromedp.WaitVisible(chromedp.CSS("#username")),
+		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
+		chromedp.Click(chromedp.CSS("#signup")),
+		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
+	); err != nil {
+		t.Fatalf("sign-up with a passkey: %v", err)
+	}
+
+	// A room made over the API, an agent in it, and an action.
+	room := restCall(t, "POST", public+"/rooms", "", map[string]any{"id": "studio", "meta": map[string]any{"label": "The studio"}})
+	roomToken := room["token"].(string)
+	robot := restCall(t, "POST", public+"/rooms/studio/agents", roomToken, map[string]any{"id": "robot", "name": "Robot"})["token"].(string)
+	restCall(t, "PUT", public+"/rooms/studio/actions", roomToken, map[string]any{"id": "ship", "description": "Ship the build",
+		"if": `state._shared.ready == true`, "writes": []any{map[string]any{"key": "shipped", "value": true}}})
+
+	// Claimed from the lobby with its room token.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(public+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#claim-room")),
+		chromedp.SendKeys(chromedp.CSS("#claim-room"), "studio"),
+		chromedp.SendKeys(chromedp.CSS("#claim-token"), roomToken),
+		chromedp.Submit(chromedp.CSS("#claim-token")),
+		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`)),
+		chromedp.Navigate(public+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/rooms/studio"]`)),
+	); err != nil {
+		t.Fatalf("claiming the room from the lobby: %v", err)
+	}
+	screenshot(t, ctx, "lobby")
+
+	// The room page, live.
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`a[href="/rooms/studio"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#live.on")),
+	); err != nil {
+		t.Fatalf("opening the room page: %v", err)
+	}
+	page, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"The studio", "Robot", "ship", "Ship the build", "Not available to you now"} {
+		if !strings.Contains(page, want) {
+			t.Fatalf("the room page lacks %q: %s", want, page)
+		}
+	}
+	// The page notes when it shows each seq.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__seen = {};
+		new MutationObserver(function () { var s = document.getElementById("seq"); if (s) window.__seen[s.textContent] = Date.now(); })
+			.observe(document.getElementById("main"), {childList: true, subtree: true, characterData: true}); true`)); err != nil {
+		t.Fatal(err)
+	}
+	var lat []time.Duration
+	for i := range 100 {
+		w := restCall(t, "PUT", public+"/rooms/studio/state", robot, map[string]any{"scope": "robot", "key": "progress", "value": fmt.Sprintf("step %d of 100", i+1)})
+		acked := time.Now()
+		seq := int64(w["seq"].(float64))
+		seen, err := chromedp.Run(ctx, chromedp.Poll[float64](fmt.Sprintf(`window.__seen["%d"]`, seq), chromedp.WithPollingInterval(5*time.Millisecond), chromedp.WithPollingTimeout(5*time.Second)))
+		if err != nil {
+			t.Fatalf("write %d (seq %d) did not appear on the page within 5 s: %v", i+1, seq, err)
+		}
+		lat = append(lat, max(0, time.UnixMilli(int64(seen)).Sub(acked)))
+	}
+	if page, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main"))); err != nil || !strings.Contains(page, "step 100 of 100") {
+		t.Fatalf("the last write is not on the page (%v)", err)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	t.Logf("from a write's response to the page showing it, over %d writes: p50 %v, p99 %v, max %v", len(lat), lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+	screenshot(t, ctx, "room")
+
+	// Page weight: the page and what it loads.
+	weight := 0
+	for _, p := range []string{"/web/style.css", "/web/live.js"} {
+		res, err := http.Get(public + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		weight += len(b)
+	}
+	html, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("html")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("page weight: %d bytes (the room page's HTML %d, CSS and script %d), no other requests", weight+len(html), len(html), weight)
+
+	// A phone's width.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#live.on"))); err != nil {
+		t.Fatal(err)
+	}
+	if overflow, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth + 1`)); err != nil || overflow {
+		t.Errorf("the room page is wider than a phone (%v)", err)
+	}
+	screenshot(t, ctx, "room-phone")
+}
