@@ -175,19 +175,19 @@ func (l *Lobby) access(ctx context.Context, userID, roomID string) (string, erro
 	return a, err
 }
 
-// PersonPrincipal is the authority a signed-in person reads a room with on
-// its web pages: an owner reads everything, as the room token would
-// (without its power to write); anyone else with access observes, as an
-// observing MCP session does. It returns room_not_found for a room the
-// person has no access to, so pages say nothing of rooms that are not
-// theirs.
+// PersonPrincipal is the authority a signed-in person has in a room on its
+// web pages: an owner holds the room's authority, as with its room token
+// (reading everything, the history and replay included); anyone else with
+// access observes, as an observing MCP session does. It returns
+// room_not_found for a room the person has no access to, so pages say
+// nothing of rooms that are not theirs.
 func (l *Lobby) PersonPrincipal(ctx context.Context, userID, roomID string) (*substrate.Principal, string, error) {
 	access, err := l.access(ctx, userID, roomID)
 	if err != nil {
 		return nil, "", err
 	}
 	if access == "owner" {
-		return substrate.ViewPrincipal(roomID), access, nil
+		return substrate.RoomPrincipal(roomID), access, nil
 	}
 	return substrate.ObserverPrincipal(roomID), access, nil
 }

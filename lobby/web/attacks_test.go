@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -123,5 +124,40 @@ func TestAttackLiveStreamsAreBounded(t *testing.T) {
 	s.stream("alice", "/live/rooms/lab", "")
 	if code, _, _ := s.get("alice", "/live/rooms/lab"); code != http.StatusTooManyRequests {
 		t.Fatalf("HOLE: a third stream: %d", code)
+	}
+}
+
+// The scrubber replays every scope, private ones included: only the room's
+// owners may use it, not an observer nor a view link. The console reads
+// with the reader's authority, so an observer cannot evaluate its way into
+// a private scope.
+func TestAttackScrubberAndConsoleKeepAuthority(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "olga")
+	ctx := context.Background()
+	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "carol", Name: "Carol"}); err != nil {
+		t.Fatal(err)
+	}
+	s.write("carol", "diary", `"carol's private diary"`)
+	at := s.seq()
+	for who, path := range map[string]string{
+		"olga":      "/rooms/lab?at=" + at,
+		"view link": "/rooms/lab?view=" + s.room.ViewToken + "&at=" + at,
+	} {
+		person := "olga"
+		if who == "view link" {
+			person = ""
+		}
+		code, _, body := s.get(person, path)
+		if code != http.StatusForbidden || strings.Contains(body, "private diary") {
+			t.Errorf("HOLE: %s replays the room: %d", who, code)
+		}
+	}
+	// (A view link reads what its view token reads, the whole room; it is
+	// the room's read-only link, given by its owner.)
+	if _, _, body := s.get("olga", "/rooms/lab?eval="+url.QueryEscape("state.carol.diary")); strings.Contains(body, "private diary") || !strings.Contains(body, `id="eval-error"`) {
+		t.Errorf("HOLE: an observer evaluates its way into a private scope: %s", body)
 	}
 }

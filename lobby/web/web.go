@@ -126,12 +126,45 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	q := r.URL.Query()
 	data, err := wb.roomData(r.Context(), p, roomID)
 	if err != nil {
 		wb.fail(w, r, err)
 		return
 	}
 	data["Who"], data["ViewToken"] = who, viewToken
+	data["CanReplay"] = p.Admin()
+	if at := q.Get("at"); at != "" {
+		// The audit scrubber: the state as it was at a seq, from the
+		// audit log (room authority only).
+		seq, err := strconv.ParseInt(at, 10, 64)
+		if err != nil {
+			wb.fail(w, r, errs.New(errs.InvalidField, "at=%q is not a seq", at).WithHint("pick a seq between 1 and the room's current seq"))
+			return
+		}
+		past, err := wb.opt.Substrate.Replay(r.Context(), p, roomID, seq)
+		if err != nil {
+			wb.fail(w, r, err)
+			return
+		}
+		data["At"], data["Scopes"], data["More"] = seq, byScope(past.Entries), past.More
+	}
+	if src := q.Get("eval"); src != "" {
+		// The CEL console: an expression evaluated with the reader's own
+		// authority, as sync_eval_cel would for them.
+		res, err := wb.opt.Substrate.Eval(r.Context(), p, roomID, src, nil)
+		data["Eval"] = src
+		if err != nil {
+			e := errs.From(err)
+			if e.Code == errs.Internal {
+				wb.fail(w, r, err)
+				return
+			}
+			data["EvalError"] = e.Message
+		} else {
+			data["EvalResult"] = res
+		}
+	}
 	name := "room"
 	if r.URL.Query().Get("part") == "main" {
 		name = "roommain" // the live refresh swaps the page's main section

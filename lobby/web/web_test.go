@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -241,4 +243,36 @@ func next(t *testing.T, events <-chan string, d time.Duration) string {
 		t.Fatalf("no event within %v", d)
 		return ""
 	}
+}
+
+// The audit scrubber shows the state as it was at an earlier seq; the CEL
+// console evaluates with the reader's authority.
+func TestScrubberAndConsole(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	s.write("_shared", "phase", `"planning"`)
+	planning := s.seq()
+	s.write("_shared", "phase", `"shipped"`)
+	code, _, body := s.get("alice", "/rooms/lab?at="+planning)
+	if code != 200 || !strings.Contains(body, "as it was at seq "+planning) || !strings.Contains(body, "&#34;planning&#34;") || strings.Contains(body, "shipped") {
+		t.Fatalf("scrubbed to seq %s: %d %s", planning, code, body)
+	}
+	if code, _, body := s.get("alice", "/rooms/lab?at=zero"); code != 400 || !strings.Contains(body, "is not a seq") {
+		t.Fatalf("a bad seq: %d %s", code, body)
+	}
+	code, _, body = s.get("alice", "/rooms/lab?eval="+url.QueryEscape(`state._shared.phase + "!"`))
+	if code != 200 || !strings.Contains(body, "&#34;shipped!&#34;") {
+		t.Fatalf("console: %d %s", code, body)
+	}
+	if _, _, body := s.get("alice", "/rooms/lab?eval="+url.QueryEscape(`state._shared.phase +`)); !strings.Contains(body, `id="eval-error"`) {
+		t.Fatalf("a broken expression shows no error: %s", body)
+	}
+}
+
+func (s *site) seq() string {
+	s.t.Helper()
+	room, err := s.svc.GetRoom(context.Background(), s.admin, "lab")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return strconv.FormatInt(room.Seq, 10)
 }

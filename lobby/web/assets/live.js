@@ -25,6 +25,17 @@
       .catch(function () { live.textContent = "Could not refresh; retrying on the next change."; })
       .finally(function () { pending = false; if (again) { again = false; refresh(); } });
   }
+  // The scrubber's label follows the slider.
+  document.addEventListener("input", function (e) {
+    if (e.target && e.target.id === "at") document.getElementById("at-out").textContent = e.target.value;
+  });
+  // A page showing the past, or a console result, stays as it is: live
+  // refreshes would replace it with the present.
+  var params = new URLSearchParams(location.search);
+  if (params.has("at") || params.has("eval")) {
+    live.textContent = params.has("at") ? "Showing the past; not live." : "Live updates paused while the console shows a result.";
+    return;
+  }
   var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + q);
   es.addEventListener("open", function () { live.textContent = "Live"; live.className = "live on"; });
   es.addEventListener("error", function () { live.textContent = "Reconnecting…"; live.className = "live"; });
