@@ -6,6 +6,7 @@
 package lobby
 
 import (
+	"slices"
 	"context"
 	"encoding/json"
 	"errors"
@@ -175,19 +176,38 @@ func (l *Lobby) access(ctx context.Context, userID, roomID string) (string, erro
 	return a, err
 }
 
-// PersonPrincipal is the authority a signed-in person has in a room on its
-// web pages: an owner holds the room's authority, as with its room token
-// (reading everything, the history and replay included); anyone else with
-// access observes, as an observing MCP session does. It returns
-// room_not_found for a room the person has no access to, so pages say
-// nothing of rooms that are not theirs.
-func (l *Lobby) PersonPrincipal(ctx context.Context, userID, roomID string) (*substrate.Principal, string, error) {
+// PersonPrincipal is the authority a signed-in person reads a room with on
+// its web pages: an owner holds the room's authority, as with its room
+// token (reading everything, the history and replay included); a person
+// who may act reads as their own web agent once they have acted
+// (PersonActor), so the page shows what that agent may do; anyone else
+// observes, as an observing MCP session does. It returns room_not_found
+// for a room the person has no access to, so pages say nothing of rooms
+// that are not theirs. Reading makes nothing.
+func (l *Lobby) PersonPrincipal(ctx context.Context, userID, username, roomID string) (*substrate.Principal, string, error) {
 	access, err := l.access(ctx, userID, roomID)
 	if err != nil {
 		return nil, "", err
 	}
-	if access == "owner" {
+	switch level := roleCap(access); {
+	case access == "owner":
 		return substrate.RoomPrincipal(roomID), access, nil
+	case levelRank(level) >= levelRank("write"):
+		id, err := l.ownAgentID(ctx, roomID, username+":web", userID)
+		if err != nil {
+			return nil, "", err
+		}
+		if owner, exists, err := l.svc.AgentOwner(ctx, roomID, id); err != nil {
+			return nil, "", err
+		} else if exists && owner == userID {
+			p, err := l.svc.EmbodiedPrincipal(ctx, roomID, id, userID)
+			if err != nil {
+				return nil, "", err
+			}
+			p.Ceiling = grantCeiling(access, level)
+			p.Grants = slices.DeleteFunc(slices.Clone(p.Grants), func(g string) bool { return !p.Ceiling(g) })
+			return p, access, nil
+		}
 	}
 	return substrate.ObserverPrincipal(roomID), access, nil
 }

@@ -394,25 +394,9 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 				WithHint("embody without agent to get your own, or pick one marked yours in sync_lobby")
 		}
 	} else {
-		// The default id is <username>:<client>; when someone else's
-		// agent already has it, the next free <…>-2, -3… is used.
-		base := s.Username + ":" + clientSlug(s.ClientName)
-		for n := 1; ; n++ {
-			if n > 9 {
-				return nil, errs.New(errs.Forbidden, "agent ids %s…%s-9 are all taken by agents that are not yours", base, base).
-					WithHint("embody one of your own agents (sync_lobby marks them yours)")
-			}
-			id = base
-			if n > 1 {
-				id = fmt.Sprintf("%s-%d", base, n)
-			}
-			owner, exists, err := l.svc.AgentOwner(ctx, room, id)
-			if err != nil {
-				return nil, err
-			}
-			if !exists || owner == s.UserID {
-				break
-			}
+		var err error
+		if id, err = l.ownAgentID(ctx, room, s.Username+":"+clientSlug(s.ClientName), s.UserID); err != nil {
+			return nil, err
 		}
 	}
 	if err := l.leaveFor(ctx, s, room, id); err != nil {
@@ -432,6 +416,66 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	}
 	return &Embodiment{Embodied: true, Room: room, Agent: id, Role: "mcp-client",
 		Next: "read the room with sync_read_context, then act with sync_invoke_action"}, nil
+}
+
+// ownAgentID is the id of the user's own agent in room: base
+// (<username>:<client>), or when someone else's agent already has it, the
+// next free <base>-2, -3…
+func (l *Lobby) ownAgentID(ctx context.Context, room, base, userID string) (string, error) {
+	for n := 1; n <= 9; n++ {
+		id := base
+		if n > 1 {
+			id = fmt.Sprintf("%s-%d", base, n)
+		}
+		owner, exists, err := l.svc.AgentOwner(ctx, room, id)
+		if err != nil {
+			return "", err
+		}
+		if !exists || owner == userID {
+			return id, nil
+		}
+	}
+	return "", errs.New(errs.Forbidden, "agent ids %s…%s-9 are all taken by agents that are not yours", base, base).
+		WithHint("embody one of your own agents (sync_lobby marks them yours)")
+}
+
+// PersonActor is the authority a signed-in person acts with in a room from
+// its web pages: their own agent there, <username>:web, made on first use
+// with the role mcp-client and the grants of their access (seed 003 §XI,
+// as an MCP embodiment gets them; owners hold the room's authority).
+// Observers cannot act. Like PersonPrincipal, a room the person has no
+// access to is room_not_found.
+func (l *Lobby) PersonActor(ctx context.Context, userID, username, room string) (*substrate.Principal, error) {
+	access, err := l.access(ctx, userID, room)
+	if err != nil {
+		return nil, err
+	}
+	level := roleCap(access)
+	if levelRank(level) < levelRank("write") {
+		return nil, errs.New(errs.Forbidden, "your role in %q is %s, which can read but not act", room, access).
+			With("room", room).With("role", access).WithHint("ask an owner of %q to make you a participant", room)
+	}
+	id, err := l.ownAgentID(ctx, room, username+":web", userID)
+	if err != nil {
+		return nil, err
+	}
+	grants := grantsFor(access, level)
+	p, err := l.svc.EmbodiedPrincipal(ctx, room, id, userID)
+	if err != nil || !slices.Equal(p.Grants, grants) {
+		// First use, or the person's access changed since: (re)embody,
+		// which the room's audit records. The substrate checks ownership
+		// again under the room lock.
+		if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: username, Role: "mcp-client", User: userID, Client: "web",
+			Grants: grants}); err != nil {
+			return nil, err
+		}
+		if p, err = l.svc.EmbodiedPrincipal(ctx, room, id, userID); err != nil {
+			return nil, err
+		}
+	}
+	p.Ceiling = grantCeiling(access, level)
+	p.Grants = slices.DeleteFunc(slices.Clone(p.Grants), func(g string) bool { return !p.Ceiling(g) })
+	return p, nil
 }
 
 // leaveFor steps out of the session's current agent before it embodies

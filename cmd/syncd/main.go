@@ -175,7 +175,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		pages.Handle("GET /metrics", mx.Handler(cfg.MetricsToken, stack))
 	}
 	auth.Routes(pages)
-	people, err := web.New(web.Options{Lobby: lob, Substrate: svc, SignedIn: auth.SignedIn})
+	people, err := web.New(web.Options{Lobby: lob, Substrate: svc, SignedIn: auth.SignedIn, PublicURL: cfg.PublicURL})
 	if err != nil {
 		return err
 	}

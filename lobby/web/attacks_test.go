@@ -161,3 +161,46 @@ func TestAttackScrubberAndConsoleKeepAuthority(t *testing.T) {
 		t.Errorf("HOLE: an observer evaluates its way into a private scope: %s", body)
 	}
 }
+
+// Acting from the pages is for people who may act in the room, from the
+// room's own pages: not observers, not strangers, not a view link, not a
+// form posted from another site; and nothing is written when refused.
+func TestAttackActingFromThePage(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "olga", "mallory")
+	ctx := context.Background()
+	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "wipe", Writes: []substrate.WriteTemplate{{Key: "wiped", Value: []byte(`true`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		who, person string
+		header      []string
+		want        int
+	}{
+		{"an observer", "olga", nil, http.StatusForbidden},
+		{"a stranger", "mallory", nil, http.StatusNotFound},
+		{"nobody signed in", "", nil, http.StatusUnauthorized},
+		{"a cross-site form", "alice", []string{"Sec-Fetch-Site", "cross-site"}, http.StatusForbidden},
+		{"another origin", "alice", []string{"Sec-Fetch-Site", "", "Origin", "https://evil.example"}, http.StatusForbidden},
+	} {
+		code, _ := s.post(c.person, "/web/rooms/lab/invoke/wipe", nil, c.header...)
+		if code != c.want {
+			t.Errorf("HOLE: %s invokes: %d, want %d", c.who, code, c.want)
+		}
+		code, _ = s.post(c.person, "/web/rooms/lab/message", url.Values{"body": {"spam"}}, c.header...)
+		if code != c.want {
+			t.Errorf("HOLE: %s sends a message: %d, want %d", c.who, code, c.want)
+		}
+	}
+	if v := s.value("_shared", "wiped"); v != "" {
+		t.Fatalf("HOLE: a refused invocation wrote %s", v)
+	}
+	if _, _, page := s.get("olga", "/rooms/lab"); strings.Contains(page, `action="/web/rooms/lab/invoke/wipe"`) || strings.Contains(page, `id="compose"`) {
+		t.Error("an observer's page offers forms it cannot use")
+	}
+	if _, _, page := s.get("", "/rooms/lab?view="+s.room.ViewToken); strings.Contains(page, "/invoke/") || strings.Contains(page, `id="compose"`) {
+		t.Error("a view link's page offers forms")
+	}
+}

@@ -54,12 +54,18 @@ type Options struct {
 	Heartbeat time.Duration
 	// Log receives failures. Default slog.Default().
 	Log *slog.Logger
+	// PublicURL is the server's public origin, trusted by the cross-origin
+	// check of the pages' forms besides the request's own Host (as the
+	// authorization server's pages trust it). Optional.
+	PublicURL string
 }
 
 // Web serves the pages.
 type Web struct {
 	opt  Options
 	tmpl *template.Template
+
+	csrf *http.CrossOriginProtection
 
 	mu      sync.Mutex
 	streams map[string]int // open live streams per person or view token
@@ -92,7 +98,13 @@ func New(opt Options) (*Web, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Web{opt: opt, tmpl: tmpl, streams: map[string]int{}, done: make(chan struct{})}, nil
+	csrf := http.NewCrossOriginProtection()
+	if opt.PublicURL != "" {
+		if err := csrf.AddTrustedOrigin(strings.TrimRight(opt.PublicURL, "/")); err != nil {
+			return nil, err
+		}
+	}
+	return &Web{opt: opt, tmpl: tmpl, csrf: csrf, streams: map[string]int{}, done: make(chan struct{})}, nil
 }
 
 // Routes registers the lobby, the live streams and the static assets. The
@@ -102,6 +114,144 @@ func (wb *Web) Routes(mux *http.ServeMux) {
 	mux.Handle("GET /web/", http.StripPrefix("/web/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /{$}", wb.lobbyPage)
 	mux.HandleFunc("GET /live/rooms/{room}", wb.live)
+	// Acting from the page: forms, checked for a cross-site origin
+	// (Sec-Fetch-Site / Origin) before anything else.
+	mux.Handle("POST /web/rooms/{room}/invoke/{action}", wb.csrf.Handler(http.HandlerFunc(wb.invoke)))
+	mux.Handle("POST /web/rooms/{room}/message", wb.csrf.Handler(http.HandlerFunc(wb.message)))
+}
+
+// invoke runs an action from its form, as the person's own agent in the
+// room (lobby.PersonActor), with the params the form's fields give.
+func (wb *Web) invoke(w http.ResponseWriter, r *http.Request) {
+	roomID, action := r.PathValue("room"), r.PathValue("action")
+	p, ok := wb.actor(w, r, roomID)
+	if !ok {
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		wb.roomWithError(w, r, roomID, errs.New(errs.InvalidField, "the form could not be read").WithHint("send the form again"))
+		return
+	}
+	params := map[string]any{}
+	for name, vals := range r.PostForm {
+		pname, ok := strings.CutPrefix(name, "p.")
+		if !ok || len(vals) == 0 {
+			continue
+		}
+		v, err := formValue(vals[len(vals)-1], r.PostForm.Get("t."+pname))
+		if err != nil {
+			wb.roomWithError(w, r, roomID, errs.New(errs.InvalidParam, "%s: %v", pname, err).With("param", pname).WithHint("fix the field and invoke %s again", action))
+			return
+		}
+		if v != nil {
+			params[pname] = v
+		}
+	}
+	raw, _ := json.Marshal(params)
+	if _, err := wb.opt.Substrate.Invoke(r.Context(), p, roomID, action, raw); err != nil {
+		wb.roomWithError(w, r, roomID, err)
+		return
+	}
+	http.Redirect(w, r, "/rooms/"+roomID+"#action-"+action, http.StatusSeeOther)
+}
+
+// message sends a message to the room as the person's own agent.
+func (wb *Web) message(w http.ResponseWriter, r *http.Request) {
+	roomID := r.PathValue("room")
+	p, ok := wb.actor(w, r, roomID)
+	if !ok {
+		return
+	}
+	body := strings.TrimSpace(r.PostFormValue("body"))
+	if body == "" {
+		wb.roomWithError(w, r, roomID, errs.New(errs.InvalidField, "the message is empty").WithHint("write something, then send"))
+		return
+	}
+	raw, _ := json.Marshal(map[string]any{"body": body})
+	if _, err := wb.opt.Substrate.Invoke(r.Context(), p, roomID, "_send_message", raw); err != nil {
+		wb.roomWithError(w, r, roomID, err)
+		return
+	}
+	http.Redirect(w, r, "/rooms/"+roomID+"#h-messages", http.StatusSeeOther)
+}
+
+// actor is the signed-in person's acting authority in the room; view
+// links never act.
+func (wb *Web) actor(w http.ResponseWriter, r *http.Request, roomID string) (*substrate.Principal, bool) {
+	userID, username, signed := wb.opt.SignedIn(r)
+	if !signed {
+		wb.errorPage(w, r, http.StatusUnauthorized, "Sign in to act", "Acting in a room needs you signed in.", false)
+		return nil, false
+	}
+	p, err := wb.opt.Lobby.PersonActor(r.Context(), userID, username, roomID)
+	if err != nil {
+		wb.fail(w, r, err)
+		return nil, false
+	}
+	return p, true
+}
+
+// roomWithError shows the room page again with what went wrong, in the
+// error's status; a room the person cannot read is just the error.
+func (wb *Web) roomWithError(w http.ResponseWriter, r *http.Request, roomID string, err error) {
+	e := errs.From(err)
+	if e.Code == errs.Internal {
+		wb.fail(w, r, err)
+		return
+	}
+	userID, username, _ := wb.opt.SignedIn(r)
+	p, access, perr := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, username, roomID)
+	if perr != nil {
+		wb.fail(w, r, err)
+		return
+	}
+	data, derr := wb.roomData(r.Context(), p, roomID)
+	if derr != nil {
+		wb.fail(w, r, err)
+		return
+	}
+	msg := e.Message
+	if e.Hint != "" {
+		msg += ". " + e.Hint + "."
+	}
+	data["Who"], data["CanReplay"], data["CanAct"], data["Error"] = username+" ("+access+")", p.Admin(), canAct(access), msg
+	wb.render(w, r, e.Code.Status(), "room", data, false)
+}
+
+// formValue turns a form field into a param of the given type (the
+// action's ParamSpec type, sent beside the field): numbers and booleans as
+// such, objects, arrays and untyped values as JSON when they parse, text
+// as text. An empty field is an absent param.
+func formValue(v, typ string) (any, error) {
+	if v == "" {
+		return nil, nil
+	}
+	switch typ {
+	case "string":
+		return v, nil
+	case "integer":
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a whole number", v)
+		}
+		return n, nil
+	case "number":
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", v)
+		}
+		return f, nil
+	case "boolean":
+		return v == "true" || v == "on", nil
+	}
+	var x any
+	if err := json.Unmarshal([]byte(v), &x); err == nil {
+		return x, nil
+	}
+	if typ == "object" || typ == "array" {
+		return nil, fmt.Errorf("%q is not JSON", v)
+	}
+	return v, nil
 }
 
 // IsPage reports whether a request for /rooms/{id} is a browser asking for
@@ -122,7 +272,7 @@ func IsPage(r *http.Request) bool {
 // RoomPage serves /rooms/{id} to a browser (see IsPage).
 func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 	roomID := strings.TrimPrefix(r.URL.Path, "/rooms/")
-	p, who, viewToken, ok := wb.reader(w, r, roomID)
+	p, who, access, viewToken, ok := wb.reader(w, r, roomID)
 	if !ok {
 		return
 	}
@@ -134,6 +284,9 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data["Who"], data["ViewToken"] = who, viewToken
 	data["CanReplay"] = p.Admin()
+	// Acting is for signed-in people who may: not view links, not
+	// observers (the form's post says so if it is tried anyway).
+	data["CanAct"] = viewToken == "" && canAct(access)
 	if at := q.Get("at"); at != "" {
 		// The audit scrubber: the state as it was at a seq, from the
 		// audit log (room authority only).
@@ -176,27 +329,30 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 // account) or the signed-in person with their access. Otherwise it answers
 // (sign-in redirect, or 404 for a room that is not theirs) and returns ok
 // false.
-func (wb *Web) reader(w http.ResponseWriter, r *http.Request, roomID string) (p *substrate.Principal, who, viewToken string, ok bool) {
+func (wb *Web) reader(w http.ResponseWriter, r *http.Request, roomID string) (p *substrate.Principal, who, access, viewToken string, ok bool) {
 	if tok := r.URL.Query().Get("view"); tok != "" {
 		p, err := wb.opt.Substrate.AuthenticateIn(r.Context(), roomID, tok)
 		if err != nil || p.Kind != substrate.KindView || p.RoomID != roomID {
 			wb.errorPage(w, r, http.StatusNotFound, "No such room", "That link does not open a room. Ask whoever sent it for a new one.", true)
-			return nil, "", "", false
+			return nil, "", "", "", false
 		}
-		return p, "view link (read-only)", tok, true
+		return p, "view link (read-only)", "", tok, true
 	}
 	userID, username, signed := wb.opt.SignedIn(r)
 	if !signed {
 		http.Redirect(w, r, "/signin?next="+urlPath(r), http.StatusSeeOther)
-		return nil, "", "", false
+		return nil, "", "", "", false
 	}
-	p, access, err := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, roomID)
+	p, access, err := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, username, roomID)
 	if err != nil {
 		wb.fail(w, r, err)
-		return nil, "", "", false
+		return nil, "", "", "", false
 	}
-	return p, username + " (" + access + ")", "", true
+	return p, username + " (" + access + ")", access, "", true
 }
+
+// canAct reports whether a room access lets a person act from the page.
+func canAct(access string) bool { return access == "owner" || access == "collaborator" || access == "participant" }
 
 // roomData reads what the room page shows, with p's authority: the
 // context (agents, actions, views, messages) and the state with versions.
@@ -325,7 +481,7 @@ func (wb *Web) lobbyPage(w http.ResponseWriter, r *http.Request) {
 // and is told at once if the room moved past it meanwhile.
 func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	roomID := r.PathValue("room")
-	p, _, viewToken, ok := wb.reader(w, r, roomID)
+	p, _, _, viewToken, ok := wb.reader(w, r, roomID)
 	if !ok {
 		return
 	}

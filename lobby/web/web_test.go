@@ -276,3 +276,71 @@ func (s *site) seq() string {
 	}
 	return strconv.FormatInt(room.Seq, 10)
 }
+
+// post sends a form as person, from the page (same origin).
+func (s *site) post(person, path string, form url.Values, header ...string) (int, string) {
+	s.t.Helper()
+	req, _ := http.NewRequest("POST", s.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "text/html")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	if person != "" {
+		req.AddCookie(&http.Cookie{Name: "test_person", Value: person})
+	}
+	res, err := (&http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func (s *site) value(scope, key string) string {
+	s.t.Helper()
+	st, err := s.svc.ReadState(context.Background(), s.admin, "lab", substrate.ReadQuery{Scope: scope, Key: key})
+	if err != nil || len(st.Entries) == 0 {
+		return ""
+	}
+	return string(st.Entries[0].Value) + " by " + st.Entries[0].Writer
+}
+
+// A person acts from the page as their own agent, <username>:web: an
+// action from its form (params typed by the action's spec), a message from
+// the compose box; a refusal comes back on the page with the reason.
+func TestActFromThePage(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "paul")
+	ctx := context.Background()
+	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_paul", "participant"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "move", Description: "Mark a cell",
+		Params: map[string]substrate.ParamSpec{"cell": {Type: "integer", Required: true}},
+		If:     `params.cell >= 0 && params.cell <= 8`,
+		Writes: []substrate.WriteTemplate{{Key: "last", Value: []byte(`"${params.cell}"`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, page := s.get("paul", "/rooms/lab")
+	if !strings.Contains(page, `action="/web/rooms/lab/invoke/move"`) || !strings.Contains(page, `name="p.cell"`) || !strings.Contains(page, `type="number"`) {
+		t.Fatalf("the action has no form: %s", page)
+	}
+	code, _ := s.post("paul", "/web/rooms/lab/invoke/move", url.Values{"p.cell": {"4"}, "t.cell": {"integer"}})
+	if code != http.StatusSeeOther || s.value("_shared", "last") != "4 by paul:web" {
+		t.Fatalf("invoking from the form: %d, _shared.last %q", code, s.value("_shared", "last"))
+	}
+	code, body := s.post("paul", "/web/rooms/lab/invoke/move", url.Values{"p.cell": {"9"}, "t.cell": {"integer"}})
+	if code != http.StatusConflict || !strings.Contains(body, `id="error"`) || !strings.Contains(body, "params.cell") || s.value("_shared", "last") != "4 by paul:web" {
+		t.Fatalf("a refused invocation: %d %s", code, body)
+	}
+	code, body = s.post("paul", "/web/rooms/lab/invoke/move", url.Values{"p.cell": {"four"}, "t.cell": {"integer"}})
+	if code != http.StatusBadRequest || !strings.Contains(body, "not a whole number") {
+		t.Fatalf("a mistyped param: %d %s", code, body)
+	}
+	code, _ = s.post("paul", "/web/rooms/lab/message", url.Values{"body": {"hello from the page"}})
+	if _, _, page := s.get("alice", "/rooms/lab"); code != http.StatusSeeOther || !strings.Contains(page, "hello from the page") || !strings.Contains(page, "paul:web") {
+		t.Fatalf("a message from the page: %d %s", code, page)
+	}
+}

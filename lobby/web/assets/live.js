@@ -16,9 +16,18 @@
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
       .then(function (html) {
         var main = document.getElementById("main");
-        var focus = document.activeElement && document.activeElement.id;
+        // What the person is typing survives the swap: field values and
+        // the focus (with its caret) are carried over by id.
+        var kept = {};
+        main.querySelectorAll("input[id]:not([type=hidden]), textarea[id], select[id]").forEach(function (el) {
+          if (el.id !== "at") kept[el.id] = el.value;
+        });
+        var active = document.activeElement, focus = active && active.id, caret = null;
+        try { caret = focus ? [active.selectionStart, active.selectionEnd] : null; } catch (e) { caret = null; }
         main.innerHTML = html; // server-rendered, escaped by html/template
-        if (focus && document.getElementById(focus)) document.getElementById(focus).focus();
+        Object.keys(kept).forEach(function (id) { var el = document.getElementById(id); if (el) el.value = kept[id]; });
+        var el = focus && document.getElementById(focus);
+        if (el) { el.focus(); if (caret && el.setSelectionRange) try { el.setSelectionRange(caret[0], caret[1]); } catch (e) {} }
         var seq = document.getElementById("seq");
         if (seq) { shown = seq.textContent; body.dataset.seq = shown; }
       })
