@@ -6,10 +6,10 @@
 package lobby
 
 import (
-	"slices"
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"

@@ -352,7 +352,9 @@ func (wb *Web) reader(w http.ResponseWriter, r *http.Request, roomID string) (p 
 }
 
 // canAct reports whether a room access lets a person act from the page.
-func canAct(access string) bool { return access == "owner" || access == "collaborator" || access == "participant" }
+func canAct(access string) bool {
+	return access == "owner" || access == "collaborator" || access == "participant"
+}
 
 // roomData reads what the room page shows, with p's authority: the
 // context (agents, actions, views, messages) and the state with versions.
