@@ -58,8 +58,9 @@ func restCall(t *testing.T, method, url, token string, body any) map[string]any 
 
 // In a real browser, through the real server: a person signs up with a
 // passkey, claims a room made over the API from the lobby, opens its page,
-// and sees another agent's REST writes appear live, without reloading;
-// the page also fits a phone's width. Screenshots are saved as artefacts;
+// sees another agent's REST writes appear live without reloading, invokes
+// an action from its form, scrubs the audit to an earlier seq; the page
+// also fits a phone's width. Screenshots are saved as artefacts;
 // the time from each write's response to the page showing it is logged.
 func TestBrowserRoomPageIsLive(t *testing.T) {
 	dbURL := pgtest.URL(t)
@@ -128,10 +129,14 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lat []time.Duration
+	var firstSeq int64
 	for i := range 100 {
 		w := restCall(t, "PUT", public+"/rooms/studio/state", robot, map[string]any{"scope": "robot", "key": "progress", "value": fmt.Sprintf("step %d of 100", i+1)})
 		acked := time.Now()
 		seq := int64(w["seq"].(float64))
+		if i == 0 {
+			firstSeq = seq
+		}
 		seen, err := chromedp.Run(ctx, chromedp.Poll[float64](fmt.Sprintf(`window.__seen["%d"]`, seq), chromedp.WithPollingInterval(5*time.Millisecond), chromedp.WithPollingTimeout(5*time.Second)))
 		if err != nil {
 			t.Fatalf("write %d (seq %d) did not appear on the page within 5 s: %v", i+1, seq, err)
@@ -144,6 +149,48 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	t.Logf("from a write's response to the page showing it, over %d writes: p50 %v, p99 %v, max %v", len(lat), lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
 	screenshot(t, ctx, "room")
+
+	// An action from its form: once another agent makes it available,
+	// the page offers it live; invoking it acts as alice's own agent.
+	restCall(t, "PUT", public+"/rooms/studio/state", roomToken, map[string]any{"scope": "_shared", "key": "ready", "value": true})
+	if err := chromedp.Do(ctx,
+		chromedp.WaitVisible(chromedp.CSS(`#action-ship:not(.unavailable) button`)),
+		chromedp.Click(chromedp.CSS(`#action-ship button`)),
+	); err != nil {
+		t.Fatalf("invoking ship from its form: %v", err)
+	}
+	var shipped map[string]any
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, shipped = call(t, "GET", public+"/rooms/studio/state?scope=_shared&key=shipped", roomToken, ""); shipped["value"] != nil {
+			break
+		}
+	}
+	if shipped["value"] != true || shipped["writer"] != "alice:web" {
+		t.Fatalf("after invoking from the form, _shared.shipped is %v", shipped)
+	}
+	// Back on the room page (the form's answer sends the browser there).
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#live.on"))); err != nil {
+		t.Fatal(err)
+	}
+	if page, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main"))); err != nil || !strings.Contains(page, "shipped") {
+		t.Fatalf("the page after invoking does not show the write: %s (%v)", page, err)
+	}
+	screenshot(t, ctx, "room-acted")
+
+	// The audit scrubber: the room as it was after the first write.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(fmt.Sprintf("%s/rooms/studio?at=%d", public, firstSeq)),
+		chromedp.WaitVisible(chromedp.CSS(".past")),
+	); err != nil {
+		t.Fatalf("scrubbing: %v", err)
+	}
+	if page, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main"))); err != nil || !strings.Contains(page, "step 1 of 100") || strings.Contains(page, "step 100 of 100") {
+		t.Fatalf("the page scrubbed to seq %d shows: %s (%v)", firstSeq, page, err)
+	}
+	screenshot(t, ctx, "room-scrubbed")
+	if err := chromedp.Do(ctx, chromedp.Navigate(public+"/rooms/studio"), chromedp.WaitVisible(chromedp.CSS("#live.on"))); err != nil {
+		t.Fatal(err)
+	}
 
 	// Page weight: the page and what it loads.
 	weight := 0
