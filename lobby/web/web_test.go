@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // by a test cookie naming them (real sign-in is oauth's, tested there and
 // end to end in cmd/syncd).
 type site struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *httptest.Server
 	svc   *substrate.Service
 	lob   *lobby.Lobby
@@ -34,6 +34,11 @@ type site struct {
 }
 
 func newSite(t *testing.T, opt web.Options, people ...string) *site {
+	t.Helper()
+	return newSiteTB(t, opt, people...)
+}
+
+func newSiteTB(t testing.TB, opt web.Options, people ...string) *site {
 	t.Helper()
 	db := pgtest.New(t)
 	ctx := context.Background()
@@ -234,7 +239,7 @@ func (s *site) stream(person, path, lastID string) <-chan string {
 	return out
 }
 
-func next(t *testing.T, events <-chan string, d time.Duration) string {
+func next(t testing.TB, events <-chan string, d time.Duration) string {
 	t.Helper()
 	select {
 	case ev := <-events:
