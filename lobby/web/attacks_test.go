@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -202,5 +203,27 @@ func TestAttackActingFromThePage(t *testing.T) {
 	}
 	if _, _, page := s.get("", "/rooms/lab?view="+s.room.ViewToken); strings.Contains(page, "/invoke/") || strings.Contains(page, `id="compose"`) {
 		t.Error("a view link's page offers forms")
+	}
+}
+
+// A view's markdown is the registrar's text on the reader's page: no raw
+// HTML and no script links get through.
+func TestAttackMarkdownSurfaceCarriesNoScript(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	md := "Hello <script>alert(1)</script> <img src=x onerror=alert(2)> [click](javascript:alert(3)) <a href=\"javascript:alert(4)\">x</a>"
+	raw, _ := json.Marshal(md)
+	if _, err := s.svc.RegisterView(context.Background(), s.admin, "lab", substrate.ViewDef{ID: "note", Expr: string(raw), Render: []byte(`{"type": "markdown"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, body := s.get("alice", "/rooms/lab")
+	if !strings.Contains(body, `id="surface-note"`) {
+		t.Fatalf("no markdown surface: %s", body)
+	}
+	// (The views section shows the value as escaped text, which is fine;
+	// what must not appear is live markup.)
+	for _, bad := range []string{"<script>alert", "<img", `href="javascript:`, "href=javascript:", `href="javascript&#58;`} {
+		if strings.Contains(body, bad) {
+			t.Errorf("HOLE: the markdown surface carries %q", bad)
+		}
 	}
 }

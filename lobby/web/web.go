@@ -94,6 +94,16 @@ func New(opt Options) (*Web, error) {
 	tmpl, err := template.New("").Funcs(template.FuncMap{
 		"json": prettyJSON,
 		"ago":  ago,
+		// args passes several values to a shared template: args "Room" r "Action" a.
+		"args": func(kv ...any) map[string]any {
+			m := map[string]any{}
+			for i := 0; i+1 < len(kv); i += 2 {
+				m[fmt.Sprint(kv[i])] = kv[i+1]
+			}
+			return m
+		},
+		"compact": compactJSON,
+		"text":    textOf,
 	}).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err
@@ -372,6 +382,11 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 	if err != nil {
 		return nil, err
 	}
+	views, err := svc.ListViews(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	actions := actionsOf(env.Actions)
 	var label string
 	var meta map[string]any
 	if json.Unmarshal(room.Meta, &meta) == nil {
@@ -379,8 +394,9 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 	}
 	return map[string]any{
 		"Room": room, "Label": label, "Seq": st.Seq, "More": st.More,
-		"Scopes": byScope(st.Entries), "Agents": agentsOf(env.Agents), "Actions": actionsOf(env.Actions),
+		"Scopes": byScope(st.Entries), "Agents": agentsOf(env.Agents), "Actions": actions,
 		"Views": viewsOf(env.Views), "Messages": env.Messages, "Now": time.Now(),
+		"Surfaces": surfacesOf(views, actions, env.State),
 	}, nil
 }
 
@@ -639,6 +655,24 @@ func prettyJSON(v any) string {
 	const max = 2000
 	if len(b) > max {
 		return string(b[:max]) + fmt.Sprintf("… (%d bytes)", len(b))
+	}
+	return string(b)
+}
+
+// textOf is a value as a person reads it: text as itself, anything else
+// as JSON on one line.
+func textOf(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return compactJSON(v)
+}
+
+// compactJSON is a value on one line (a button's label, a hidden field).
+func compactJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
 	}
 	return string(b)
 }

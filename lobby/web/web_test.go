@@ -349,3 +349,44 @@ func TestActFromThePage(t *testing.T) {
 		t.Fatalf("a message from the page: %d %s", code, page)
 	}
 }
+
+// Views with a render hint are drawn as surfaces: a metric, markdown, a
+// table, a feed, a watch of state entries, buttons for actions, a choice
+// whose buttons invoke an action with each value.
+func TestSurfacesDrawViewsByRenderHints(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	s.write("_shared", "phase", `"voting"`)
+	s.write("_shared", "tasks", `[{"id": "t1", "title": "Paint"}, {"id": "t2", "title": "Frame"}]`)
+	if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "vote",
+		Params: map[string]substrate.ParamSpec{"option": {Type: "string", Required: true}},
+		Writes: []substrate.WriteTemplate{{Key: "vote", Value: []byte(`"${params.option}"`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "open_tasks", Expr: `size(state._shared.tasks)`, Render: []byte(`{"type": "metric", "label": "Open tasks", "unit": "tasks", "order": 1}`)},
+		{ID: "plan", Expr: `"# The plan\n\nShip **today**."`, Render: []byte(`{"type": "markdown", "order": 2}`)},
+		{ID: "task_table", Expr: `state._shared.tasks`, Render: []byte(`{"type": "table", "columns": [{"key": "title", "label": "Task"}], "order": 3}`)},
+		{ID: "phase_watch", Expr: `true`, Render: []byte(`{"type": "watch", "keys": ["_shared.phase", "_shared.missing"], "order": 4}`)},
+		{ID: "ballot", Expr: `["red", "blue"]`, Render: []byte(`{"type": "choice", "action": "vote", "param": "option", "label": "Vote", "order": 5}`)},
+	} {
+		if _, err := s.svc.RegisterView(ctx, s.admin, "lab", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, body := s.get("alice", "/rooms/lab")
+	if code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	for _, want := range []string{`id="surface-open_tasks"`, `Open tasks`, `<p class="metric-value">2 <span class="muted">tasks</span>`,
+		`<h1>The plan</h1>`, `<strong>today</strong>`, `<th scope="col">Task</th>`, `<td>Paint</td>`,
+		`<dt>_shared.phase</dt><dd>voting</dd>`, `not set`, `action="/web/rooms/lab/invoke/vote"`, `<button>red</button>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the surfaces lack %q", want)
+		}
+	}
+	// A choice's button invokes its action with that value.
+	if code, _ := s.post("alice", "/web/rooms/lab/invoke/vote", url.Values{"p.option": {`"blue"`}}); code != http.StatusSeeOther || s.value("_shared", "vote") != `"blue" by alice:web` {
+		t.Fatalf("voting from the choice: %d, %q", code, s.value("_shared", "vote"))
+	}
+}
