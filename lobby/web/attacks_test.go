@@ -227,3 +227,49 @@ func TestAttackMarkdownSurfaceCarriesNoScript(t *testing.T) {
 		}
 	}
 }
+
+// The loom page keeps the loom's and the room's authority: a stranger sees
+// nothing, an observer and a view link read but run nothing, a participant
+// without loom permission is refused by the loom itself, and node content
+// is text, never markup.
+func TestAttackLoomPage(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "olga", "paul", "mallory")
+	ctx := context.Background()
+	for who, access := range map[string]string{"olga": "observer", "paul": "participant"} {
+		if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_"+who, access); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {`→ new tree "t" "<script>alert(1)</script> root"`}}); code != 200 || strings.Contains(body, "<script>alert") {
+		t.Fatalf("planting: %d", code)
+	}
+	if code, _, body := s.get("mallory", "/web/rooms/lab/loom"); code != http.StatusNotFound || strings.Contains(body, "root") {
+		t.Errorf("HOLE: a stranger reads the loom: %d", code)
+	}
+	for who, person := range map[string]string{"an observer": "olga", "a view link": ""} {
+		path := "/web/rooms/lab/loom?node=1"
+		if person == "" {
+			path += "&view=" + s.room.ViewToken
+		}
+		code, _, body := s.get(person, path)
+		if code != 200 || !strings.Contains(body, "root") || strings.Contains(body, `method="post"`) {
+			t.Errorf("%s's loom page: %d, forms offered: %v", who, code, strings.Contains(body, `method="post"`))
+		}
+		if strings.Contains(body, "<script>alert") {
+			t.Errorf("HOLE: node content as markup on %s's page", who)
+		}
+	}
+	if code, _ := s.post("olga", "/web/rooms/lab/loom", url.Values{"commands": {`→ add "observer was here"`}}); code != http.StatusForbidden {
+		t.Errorf("HOLE: an observer runs loom commands: %d", code)
+	}
+	if code, _ := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {`→ add "x"`}}, "Sec-Fetch-Site", "cross-site"); code != http.StatusForbidden {
+		t.Errorf("HOLE: a cross-site form runs loom commands: %d", code)
+	}
+	code, body := s.post("paul", "/web/rooms/lab/loom", url.Values{"commands": {`→ switch to 1` + "\n" + `→ add "paul was here"`}})
+	if code/100 == 2 && !strings.Contains(body, "✗") {
+		t.Errorf("HOLE: a participant without loom_write adds to the tree: %d", code)
+	}
+	if _, _, page := s.get("alice", "/web/rooms/lab/loom?node=1"); strings.Contains(page, "paul was here") || strings.Contains(page, "observer was here") {
+		t.Error("HOLE: a refused loom command wrote")
+	}
+}

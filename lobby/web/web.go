@@ -128,6 +128,8 @@ func (wb *Web) Routes(mux *http.ServeMux) {
 	// (Sec-Fetch-Site / Origin) before anything else.
 	mux.Handle("POST /web/rooms/{room}/invoke/{action}", wb.csrf.Handler(http.HandlerFunc(wb.invoke)))
 	mux.Handle("POST /web/rooms/{room}/message", wb.csrf.Handler(http.HandlerFunc(wb.message)))
+	mux.HandleFunc("GET /web/rooms/{room}/loom", wb.loomPage)
+	mux.Handle("POST /web/rooms/{room}/loom", wb.csrf.Handler(http.HandlerFunc(wb.loomRun)))
 }
 
 // invoke runs an action from its form, as the person's own agent in the

@@ -390,3 +390,30 @@ func TestSurfacesDrawViewsByRenderHints(t *testing.T) {
 		t.Fatalf("voting from the choice: %d, %q", code, s.value("_shared", "vote"))
 	}
 }
+
+// The loom page works the room's loom with the same → commands as
+// sync_loom: a tree planted from the command box, a branch and an
+// annotation from a node's forms, the tree and the node read back.
+func TestLoomPage(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {`→ new tree "house" "The house stood empty."`}})
+	if code != 200 || !strings.Contains(body, "planted tree 1") {
+		t.Fatalf("planting: %d %s", code, body)
+	}
+	code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {`A door "creaked" \ open.`}})
+	if code != 200 || !strings.Contains(body, "✓") {
+		t.Fatalf("branching from the form: %d %s", code, body)
+	}
+	if code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"annotate"}, "text": {"too quiet"}}); code != 200 {
+		t.Fatalf("annotating: %d %s", code, body)
+	}
+	code, _, page := s.get("alice", "/web/rooms/lab/loom?node=1")
+	for _, want := range []string{"The house stood empty.", "A door &#34;creaked&#34; \\ open.", "too quiet", `action="/web/rooms/lab/loom"`} {
+		if code != 200 || !strings.Contains(page, want) {
+			t.Errorf("the loom page lacks %q (%d)", want, code)
+		}
+	}
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {"two\nlines"}}); code != 400 || !strings.Contains(body, "line break") {
+		t.Fatalf("a text the command cannot carry: %d", code)
+	}
+}
