@@ -475,6 +475,7 @@ func (l *Lobby) PersonActor(ctx context.Context, userID, username, room string) 
 	}
 	p.Ceiling = grantCeiling(access, level)
 	p.Grants = slices.DeleteFunc(slices.Clone(p.Grants), func(g string) bool { return !p.Ceiling(g) })
+	p.Person = true
 	return p, nil
 }
 

@@ -757,6 +757,9 @@ func (r *loomRun) loadCaller() error {
 			return err
 		}
 		r.perms, r.kind = defaultLoomPerms, "model"
+		if r.p.Person {
+			r.kind = "human"
+		}
 		if ok {
 			r.perms = rec.Perms
 			if rec.Kind != "" {
@@ -765,7 +768,8 @@ func (r *loomRun) loadCaller() error {
 		}
 		// Room authority ("*", which an owner's embodied agent has) may do
 		// everything; what writes is still an agent, a model unless marked
-		// a person with → permit <agent> human.
+		// a person with → permit <agent> human or driven by one from the
+		// web pages (Principal.Person).
 		if r.p.Admin() {
 			r.perms = LoomPermissions
 		}

@@ -45,6 +45,10 @@ type Principal struct {
 	// room lock: the lobby caps a user's agent at what the user's role and
 	// connection allow, and a role's bootstrap registers with no grants.
 	Ceiling func(grant string) bool
+	// Person marks an agent driven by a signed-in person on the web pages
+	// (lobby.PersonActor), not by a model: the loom counts its nodes as a
+	// human's (seed 002). Only the lobby sets it; tokens never do.
+	Person bool
 	// Words is the vocabulary of the surface the caller came through: the
 	// substrate words the next steps it suggests (in _context, help and
 	// hints) with it. Default errs.Plain.

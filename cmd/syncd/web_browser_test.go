@@ -59,8 +59,9 @@ func restCall(t *testing.T, method, url, token string, body any) map[string]any 
 // In a real browser, through the real server: a person signs up with a
 // passkey, claims a room made over the API from the lobby, opens its page,
 // sees another agent's REST writes appear live without reloading, invokes
-// an action from its form, scrubs the audit to an earlier seq; the page
-// also fits a phone's width. Screenshots are saved as artefacts;
+// an action from its form, scrubs the audit to an earlier seq, and plants
+// and branches a loom tree on the loom page; the room page also fits a
+// phone's width. Screenshots are saved as artefacts;
 // the time from each write's response to the page showing it is logged.
 func TestBrowserRoomPageIsLive(t *testing.T) {
 	dbURL := pgtest.URL(t)
@@ -188,6 +189,30 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 		t.Fatalf("the page scrubbed to seq %d shows: %s (%v)", firstSeq, page, err)
 	}
 	screenshot(t, ctx, "room-scrubbed")
+	if err := chromedp.Do(ctx, chromedp.Navigate(public+"/rooms/studio"), chromedp.WaitVisible(chromedp.CSS("#live.on"))); err != nil {
+		t.Fatal(err)
+	}
+
+	// The loom page: plant a tree from the command box, branch from its
+	// root with the node's form.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(public+"/web/rooms/studio/loom"),
+		chromedp.WaitVisible(chromedp.CSS("#commands")),
+		chromedp.SendKeys(chromedp.CSS("#commands"), `→ new tree "story" "It began on a Tuesday."`),
+		chromedp.Submit(chromedp.CSS("#commands")),
+		chromedp.WaitVisible(chromedp.CSS("#h-ran")),
+		chromedp.Navigate(public+"/web/rooms/studio/loom?node=1"),
+		chromedp.WaitVisible(chromedp.CSS("#branch-text")),
+		chromedp.SendKeys(chromedp.CSS("#branch-text"), "Or was it a Wednesday?"),
+		chromedp.Submit(chromedp.CSS("#branch-text")),
+		chromedp.WaitVisible(chromedp.CSS("#h-ran")),
+	); err != nil {
+		t.Fatalf("using the loom page: %v", err)
+	}
+	if page, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main"))); err != nil || !strings.Contains(page, "It began on a Tuesday.") || !strings.Contains(page, "Or was it a Wednesday?") {
+		t.Fatalf("the loom page after planting and branching: %s (%v)", page, err)
+	}
+	screenshot(t, ctx, "loom")
 	if err := chromedp.Do(ctx, chromedp.Navigate(public+"/rooms/studio"), chromedp.WaitVisible(chromedp.CSS("#live.on"))); err != nil {
 		t.Fatal(err)
 	}

@@ -413,6 +413,10 @@ func TestLoomPage(t *testing.T) {
 			t.Errorf("the loom page lacks %q (%d)", want, code)
 		}
 	}
+	// A person's nodes are a human's (models' carry ›).
+	if !strings.Contains(page, "alice:web)") || strings.Contains(page, "alice:web›") {
+		t.Errorf("alice's nodes are not marked as a person's: %s", page)
+	}
 	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {"two\nlines"}}); code != 400 || !strings.Contains(body, "line break") {
 		t.Fatalf("a text the command cannot carry: %d", code)
 	}
