@@ -421,3 +421,16 @@ func TestLoomPage(t *testing.T) {
 		t.Fatalf("a text the command cannot carry: %d", code)
 	}
 }
+
+// An entry's timer is a countdown badge the page's script keeps ticking,
+// from the server's expiry time.
+func TestTimerIsACountdown(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	if _, err := s.svc.WriteState(context.Background(), s.admin, "lab", []substrate.Write{{Scope: "_shared", Key: "offer", Value: []byte(`"half price"`), Timer: &substrate.Timer{MS: 600_000}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	_, _, body := s.get("alice", "/rooms/lab")
+	if !strings.Contains(body, `<time class="countdown" datetime="`) || !strings.Contains(body, `data-effect="delete"`) {
+		t.Fatalf("no countdown for the timed entry: %s", body)
+	}
+}

@@ -34,6 +34,17 @@
       .catch(function () { live.textContent = "Could not refresh; retrying on the next change."; })
       .finally(function () { pending = false; if (again) { again = false; refresh(); } });
   }
+  // Timers count down in place, every second, from the server's expiry
+  // time (the page's clock is the person's; a few seconds of skew shows).
+  function tick() {
+    document.querySelectorAll("time.countdown").forEach(function (el) {
+      var left = Math.round((Date.parse(el.getAttribute("datetime")) - Date.now()) / 1000);
+      var verb = el.dataset.effect === "enable" ? "enables" : "expires";
+      el.textContent = left > 0 ? verb + " in " + (left >= 60 ? Math.floor(left / 60) + "m " : "") + (left % 60) + "s" : (el.dataset.effect === "enable" ? "enabled" : "expired");
+    });
+  }
+  tick();
+  setInterval(tick, 1000);
   // The scrubber's label follows the slider.
   document.addEventListener("input", function (e) {
     if (e.target && e.target.id === "at") document.getElementById("at-out").textContent = e.target.value;
