@@ -28,6 +28,11 @@ type Entry struct {
 	// by an enabled expression when the writer did not give the whole
 	// value (a merge or an increment), as a read might not show it.
 	Withheld bool `json:"withheld,omitempty"`
+	// Gated and Disabled, in a state read with ReadQuery.Disabled (room
+	// authority only): the entry has an enabled expression, and it is
+	// false (or was not evaluated within the read's budget) for the room.
+	Gated    bool `json:"gated,omitempty"`
+	Disabled bool `json:"disabled,omitempty"`
 }
 
 // Write is one direct state write (PUT /rooms/:id/state and each element of
@@ -248,6 +253,11 @@ type ReadQuery struct {
 	// Limit caps the append entries returned. Default 100, at most
 	// Limits.MaxLogPage.
 	Limit int
+	// Disabled keeps the entries whose enabled expression hides them,
+	// marked Disabled, and marks every gated entry Gated: an owner's view
+	// of the room (the dashboard). Room authority only; ignored for
+	// anyone else, whom a gate hides an entry from as always.
+	Disabled bool
 }
 
 // StateRead is the result of ReadState.
@@ -299,7 +309,7 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		}
 		defer func() {
 			if err == nil {
-				err = s.applyEntryGates(ctx, tx, p, roomID, cacheKey(roomID, born), out.Seq, msgCount, &out.Entries, gated)
+				err = s.applyEntryGates(ctx, tx, p, roomID, cacheKey(roomID, born), out.Seq, msgCount, &out.Entries, gated, q.Disabled && p.Admin())
 			}
 		}()
 		collect := func(ctx context.Context, tx pgx.Tx, into *[]Entry, sql string, args ...any) error {
@@ -388,7 +398,7 @@ func collectGated(ctx context.Context, tx pgx.Tx, into *[]Entry, gated *[]gatedE
 // closed past it); an append entry's gate is evaluated with that state.
 // The room token is no exception, as in the context: a disabled entry is
 // not there until its expression holds.
-func (s *Service) applyEntryGates(ctx context.Context, tx pgx.Tx, p *Principal, roomID, key string, seq, msgCount int64, entries *[]Entry, gated []gatedEntry) error {
+func (s *Service) applyEntryGates(ctx context.Context, tx pgx.Tx, p *Principal, roomID, key string, seq, msgCount int64, entries *[]Entry, gated []gatedEntry, mark bool) error {
 	if len(gated) == 0 {
 		return nil
 	}
@@ -426,6 +436,12 @@ func (s *Service) applyEntryGates(ctx context.Context, tx pgx.Tx, p *Principal, 
 		if !r.on {
 			drop[g.at] = true
 		}
+	}
+	if mark {
+		for _, g := range gated {
+			(*entries)[g.at].Gated, (*entries)[g.at].Disabled = true, drop[g.at]
+		}
+		return nil
 	}
 	kept := (*entries)[:0]
 	for i, e := range *entries {

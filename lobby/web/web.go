@@ -380,7 +380,7 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 	if err != nil {
 		return nil, err
 	}
-	st, err := svc.ReadState(ctx, p, roomID, substrate.ReadQuery{})
+	st, err := svc.ReadState(ctx, p, roomID, substrate.ReadQuery{Disabled: true})
 	if err != nil {
 		return nil, err
 	}

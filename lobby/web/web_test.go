@@ -434,3 +434,36 @@ func TestTimerIsACountdown(t *testing.T) {
 		t.Fatalf("no countdown for the timed entry: %s", body)
 	}
 }
+
+// An owner sees every entry, those their gate hides marked disabled and
+// gated ones marked so; nobody else sees a disabled entry.
+func TestDisabledEntriesMarkedForOwners(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "olga")
+	ctx := context.Background()
+	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{
+		{Scope: "_shared", Key: "later", Value: []byte(`"not yet"`), Enabled: `"go" in state._shared`},
+		{Scope: "_shared", Key: "now", Value: []byte(`"open"`), Enabled: `true`},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	_, _, body := s.get("alice", "/rooms/lab")
+	if !strings.Contains(body, `<tr class="disabled"><td>later <span class="badge">disabled</span>`) || !strings.Contains(body, `now <span class="badge">gated</span>`) {
+		t.Fatalf("the owner's page does not mark the gated entries: %s", body)
+	}
+	if _, _, body := s.get("olga", "/rooms/lab"); strings.Contains(body, "not yet") {
+		t.Fatal("HOLE: an observer sees a disabled entry")
+	}
+	// The REST read is unchanged for the room token.
+	st, err := s.svc.ReadState(ctx, s.admin, "lab", substrate.ReadQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range st.Entries {
+		if e.Key == "later" || e.Gated || e.Disabled {
+			t.Fatalf("a plain read shows %+v", e)
+		}
+	}
+}
