@@ -37,6 +37,10 @@ type Room struct {
 	// Default marks the user's default room (smcp_user_rooms.is_default),
 	// which sync_lobby focuses when the session has no room in focus.
 	Default bool
+	// OpenRoles are the roles nobody fills; LastActive is when the room
+	// last changed, relative ("3m ago").
+	OpenRoles  []string
+	LastActive string
 }
 
 // Agent is an agent's presence, as shown next to a room: Status is
@@ -108,6 +112,8 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 			rm.Label = sum.Label
 		}
 		rm.Roles = sum.RoleIDs()
+		st := summarise(sum, "")
+		rm.OpenRoles, rm.LastActive = st.OpenRoles, st.LastActive
 		for _, a := range sum.Agents {
 			if a.Gated && rm.Access != "owner" {
 				continue // shown per reader in the room (see View)

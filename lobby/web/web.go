@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -104,6 +105,7 @@ func New(opt Options) (*Web, error) {
 		},
 		"compact": compactJSON,
 		"text":    textOf,
+		"has":     slices.Contains[[]string],
 	}).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err

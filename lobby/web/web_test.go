@@ -142,9 +142,14 @@ func TestRoomPageDrawsTheRoom(t *testing.T) {
 	if strings.Contains(body, "<script>") {
 		t.Error("the page carries an inline script")
 	}
-	// The lobby lists the room.
-	if code, _, body := s.get("alice", "/"); code != 200 || !strings.Contains(body, `href="/rooms/lab"`) {
-		t.Fatalf("lobby: %d %s", code, body)
+	// The lobby lists the room, its agents, its roles filled and free,
+	// and when it was last active.
+	s.write("_shared", "roles", `{"judge": {"filled_by": null}, "scribe": {"filled_by": "robot"}}`)
+	code, _, body = s.get("alice", "/")
+	for _, want := range []string{`href="/rooms/lab"`, "Robot One", `judge <span class="muted">(free)</span>`, `scribe <span class="muted">(filled)</span>`, "last active"} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("the lobby lacks %q (%d)", want, code)
+		}
 	}
 }
 
