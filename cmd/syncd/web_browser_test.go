@@ -243,3 +243,51 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 	}
 	screenshot(t, ctx, "room-phone")
 }
+
+// A live page follows its room across processes: a stream open on one
+// syncd hears a write made through another, by the database's
+// notifications, long before any re-check (an hour here).
+func TestLivePageAcrossProcesses(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	cfg := testConfig(t, "-database-url", dbURL, "-rate-limit", "-1", "-wait-recheck", "1h")
+	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, stop := start(t, cfg)
+	defer stop()
+	b := startChild(t, dbURL, "-wait-recheck", "1h")
+	room := restCall(t, "POST", a+"/rooms", "", map[string]any{"id": "across"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", a+"/live/rooms/across?view="+room["view_token"].(string), nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("live stream on a: %v %v", res, err)
+	}
+	defer res.Body.Close()
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		var seen strings.Builder
+		for {
+			n, err := res.Body.Read(buf)
+			seen.Write(buf[:n])
+			if strings.Contains(seen.String(), "event: change") {
+				got <- seen.String()
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the stream is subscribed by now
+	written := time.Now()
+	restCall(t, "PUT", b+"/rooms/across/state", room["token"].(string), map[string]any{"scope": "_shared", "key": "x", "value": 1})
+	select {
+	case ev := <-got:
+		t.Logf("the stream on a heard b's write after %v: %q", time.Since(written).Round(time.Millisecond), strings.TrimSpace(ev))
+	case <-time.After(10 * time.Second):
+		t.Fatal("a live stream on one process did not hear a write made through another")
+	}
+}
