@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -68,7 +69,8 @@ func (wb *Web) renderLoom(w http.ResponseWriter, r *http.Request, status int, ro
 			return
 		}
 	}
-	data := map[string]any{"RoomID": roomID, "Who": who, "ViewToken": viewToken, "CanAct": canAct, "Node": node, "Commands": commands}
+	data := map[string]any{"RoomID": roomID, "Who": who, "ViewToken": viewToken, "CanAct": canAct, "Node": node, "Commands": commands,
+		"Presence": wb.loomPresence(r, p, roomID)}
 	if read != nil {
 		data["Read"] = read.Steps
 	} else {
@@ -161,4 +163,37 @@ func loomCommand(op, node, text string) (string, error) {
 		return "→ annotate " + node + " " + q, err
 	}
 	return "", errs.New(errs.InvalidField, "%q is not a loom form", op).WithHint("use continue, branch or annotate, or the command box")
+}
+
+// present is someone at work in a tree: on which branch and node, since
+// when.
+type present struct {
+	Tree                string
+	Actor, Kind, Branch string
+	Node                int64
+	Ago                 string
+}
+
+// loomPresence is who is where in the room's trees: the loom keeps each
+// actor's place in _loom.live (a communal scope) for a short while after
+// they last moved.
+func (wb *Web) loomPresence(r *http.Request, p *substrate.Principal, roomID string) []present {
+	st, err := wb.opt.Substrate.ReadState(r.Context(), p, roomID, substrate.ReadQuery{Scope: "_loom.live"})
+	if err != nil {
+		return nil
+	}
+	var out []present
+	for _, e := range st.Entries {
+		rest, ok := strings.CutPrefix(e.Key, "at:")
+		if !ok {
+			continue
+		}
+		tree, _, _ := strings.Cut(rest, ":")
+		var pr substrate.LoomPresence
+		if json.Unmarshal(e.Value, &pr) != nil {
+			continue
+		}
+		out = append(out, present{Tree: tree, Actor: pr.Actor, Kind: pr.Kind, Branch: pr.Branch, Node: pr.Node, Ago: ago(pr.At)})
+	}
+	return out
 }

@@ -390,6 +390,10 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 	if err != nil {
 		return nil, err
 	}
+	feeds, err := wb.logFeeds(ctx, p, roomID, st.Entries)
+	if err != nil {
+		return nil, err
+	}
 	actions := actionsOf(env.Actions)
 	var label string
 	var meta map[string]any
@@ -400,8 +404,47 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 		"Room": room, "Label": label, "Seq": st.Seq, "More": st.More,
 		"Scopes": byScope(st.Entries), "Agents": agentsOf(env.Agents), "Actions": actions,
 		"Views": viewsOf(env.Views), "Messages": env.Messages, "Now": time.Now(),
-		"Surfaces": surfacesOf(views, actions, env.State),
+		"Surfaces": surfacesOf(views, actions, env.State), "Feeds": feeds,
 	}, nil
+}
+
+// feedSize is how many of a log's newest entries the room page shows.
+const feedSize = 20
+
+// logFeeds reads the newest entries of each readable scope's append log
+// (a whole-room read holds mutable entries only), and for room authority
+// the audit log: _messages has its own section. Scopes without a log read
+// empty.
+func (wb *Web) logFeeds(ctx context.Context, p *substrate.Principal, roomID string, mutable []substrate.Entry) ([]scope, error) {
+	names := []string{substrate.ScopeShared}
+	for _, e := range mutable {
+		if !slices.Contains(names, e.Scope) && e.Scope != "_actions" && e.Scope != "_views" {
+			names = append(names, e.Scope)
+		}
+	}
+	if p.Admin() {
+		names = append(names, substrate.ScopeAudit)
+	}
+	var out []scope
+	for _, name := range names {
+		st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, substrate.ReadQuery{Scope: name, Limit: feedSize})
+		if err != nil {
+			if errs.From(err).Code == errs.Internal {
+				return nil, err
+			}
+			continue
+		}
+		var logs []substrate.Entry
+		for _, e := range st.Entries {
+			if e.SortKey != nil {
+				logs = append(logs, e)
+			}
+		}
+		if len(logs) > 0 {
+			out = append(out, scope{Name: name, Entries: logs})
+		}
+	}
+	return out, nil
 }
 
 // scope is one scope's entries, sorted by key.

@@ -418,6 +418,10 @@ func TestLoomPage(t *testing.T) {
 			t.Errorf("the loom page lacks %q (%d)", want, code)
 		}
 	}
+	// Who is where: alice, on the branch she last worked.
+	if !strings.Contains(page, "Who is where") || !strings.Contains(page, "alice:web <span class=\"muted\">(human)</span> in tree 1") {
+		t.Errorf("the loom page shows no presence: %s", page)
+	}
 	// A person's nodes are a human's (models' carry ›).
 	if !strings.Contains(page, "alice:web)") || strings.Contains(page, "alice:web›") {
 		t.Errorf("alice's nodes are not marked as a person's: %s", page)
@@ -470,5 +474,27 @@ func TestDisabledEntriesMarkedForOwners(t *testing.T) {
 		if e.Key == "later" || e.Gated || e.Disabled {
 			t.Fatalf("a plain read shows %+v", e)
 		}
+	}
+}
+
+// Append logs show as feeds, newest last; the audit log too, for owners.
+func TestLogsAsFeeds(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "olga")
+	ctx := context.Background()
+	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{`"first entry"`, `"second entry"`} {
+		if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{{Scope: "_shared", Value: []byte(line), Append: true}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, body := s.get("alice", "/rooms/lab")
+	first, second := strings.Index(body, "first entry"), strings.Index(body, "second entry")
+	if first < 0 || second < first || !strings.Contains(body, "<h3>_audit</h3>") {
+		t.Fatalf("the owner's page shows no log feeds: %s", body)
+	}
+	if _, _, body := s.get("olga", "/rooms/lab"); !strings.Contains(body, "second entry") || strings.Contains(body, "<h3>_audit</h3>") {
+		t.Fatalf("an observer's feeds: %s", body)
 	}
 }
