@@ -33,6 +33,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 //go:embed assets
@@ -395,6 +396,16 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 		return nil, err
 	}
 	actions := actionsOf(env.Actions)
+	for i, a := range actions {
+		// Why not: the first false clause of a precondition that needs
+		// no params, as the reader can evaluate it (an action reads with
+		// its registrar's authority, which may see more).
+		if !a.Available && a.If != "" && !strings.Contains(a.If, "params") {
+			if res, err := svc.Eval(ctx, p, roomID, a.If, nil); err == nil && res.Unmet != nil {
+				actions[i].Why = res.Unmet
+			}
+		}
+	}
 	var label string
 	var meta map[string]any
 	if json.Unmarshal(room.Meta, &meta) == nil {
@@ -497,6 +508,9 @@ func agentsOf(agents map[string]any) []agentRow {
 type actionRow struct {
 	ID string
 	substrate.ActionView
+	// Why is the first clause of the action's if that is false for the
+	// reader, with what it read (when the reader can evaluate it).
+	Why *expr.Explanation
 }
 
 func actionsOf(actions map[string]substrate.ActionView) []actionRow {

@@ -131,7 +131,8 @@ func TestRoomPageDrawsTheRoom(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("room page: %d %s", code, body)
 	}
-	for _, want := range []string{"Robot One", "phase", "&#34;building&#34;", "<td>2</td>", "finish", "End the build", "Not available to you now", "/web/live.js"} {
+	for _, want := range []string{"Robot One", "phase", "&#34;building&#34;", "<td>2</td>", "finish", "End the build", "Not available to you now", "/web/live.js",
+		`Why not: <code>state._shared.phase == &#34;done&#34;</code> · <code>state._shared.phase</code> is <code>building</code>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the room page lacks %q", want)
 		}
