@@ -51,6 +51,8 @@ type Agent struct {
 	LastHeartbeat    time.Time
 	LastSeen, Client string
 	IdleForS         *int64
+	// WaitingOn is the condition a waiting agent waits on.
+	WaitingOn string
 }
 
 // UserRooms lists the rooms a user belongs to, with their agents and
@@ -118,8 +120,12 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 			if a.Gated && rm.Access != "owner" {
 				continue // shown per reader in the room (see View)
 			}
-			rm.Agents = append(rm.Agents, Agent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat,
-				LastSeen: a.LastSeen, Client: a.Client, IdleForS: a.IdleForS})
+			ag := Agent{ID: a.ID, Name: a.Name, Status: a.Status, LastHeartbeat: a.LastHeartbeat,
+				LastSeen: a.LastSeen, Client: a.Client, IdleForS: a.IdleForS}
+			if a.WaitingOn != nil {
+				ag.WaitingOn = *a.WaitingOn
+			}
+			rm.Agents = append(rm.Agents, ag)
 		}
 		kept = append(kept, rm)
 	}
