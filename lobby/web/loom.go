@@ -20,13 +20,25 @@ import (
 // person's own agent: typed in the command box, or composed by the node's
 // forms (continue, branch, annotate).
 
-// loomReads are the commands the page reads with.
-func loomReads(node string) string {
+// loomReads are the commands the page reads with: the trees, and the
+// node or document asked for.
+func loomReads(node, doc string) string {
 	cmds := []string{"→ tree summary", "→ tree depth:6"}
 	if node != "" {
 		cmds = append(cmds, "→ view "+node+" with-annotations", "→ list "+node+" links")
 	}
+	if doc != "" {
+		cmds = append(cmds, `→ read doc:"`+doc+`"`)
+	}
 	return strings.Join(cmds, "\n")
+}
+
+// validDoc refuses a document name a command cannot carry.
+func validDoc(doc string) error {
+	if strings.ContainsAny(doc, "\"\\\n\r”") || len(doc) > 200 {
+		return errs.New(errs.InvalidField, "document name %q cannot be read from here", doc).WithHint("use the command box: → read doc:\"…\"")
+	}
+	return nil
 }
 
 func (wb *Web) loomPage(w http.ResponseWriter, r *http.Request) {
@@ -42,7 +54,12 @@ func (wb *Web) loomPage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	wb.renderLoom(w, r, http.StatusOK, roomID, readOnly(p), who, viewToken, viewToken == "" && canAct(access), node, "", nil)
+	doc := r.URL.Query().Get("doc")
+	if err := validDoc(doc); err != nil {
+		wb.fail(w, r, err)
+		return
+	}
+	wb.renderLoom(w, r, http.StatusOK, roomID, readOnly(p), who, viewToken, viewToken == "" && canAct(access), node, doc, "", nil)
 }
 
 // readOnly is p's authority to read with and nothing more: the room token
@@ -60,8 +77,8 @@ func readOnly(p *substrate.Principal) *substrate.Principal {
 
 // renderLoom reads the loom and shows it, with ran (the result of the
 // commands the person just ran) on top.
-func (wb *Web) renderLoom(w http.ResponseWriter, r *http.Request, status int, roomID string, p *substrate.Principal, who, viewToken string, canAct bool, node, commands string, ran *substrate.LoomResult) {
-	read, err := wb.opt.Substrate.Loom(r.Context(), p, roomID, loomReads(node))
+func (wb *Web) renderLoom(w http.ResponseWriter, r *http.Request, status int, roomID string, p *substrate.Principal, who, viewToken string, canAct bool, node, doc, commands string, ran *substrate.LoomResult) {
+	read, err := wb.opt.Substrate.Loom(r.Context(), p, roomID, loomReads(node, doc))
 	if err != nil && !errs.Is(err, errs.NotFound) {
 		var e *errs.Error
 		if !errors.As(err, &e) || e.Code == errs.Internal {
@@ -69,7 +86,7 @@ func (wb *Web) renderLoom(w http.ResponseWriter, r *http.Request, status int, ro
 			return
 		}
 	}
-	data := map[string]any{"RoomID": roomID, "Who": who, "ViewToken": viewToken, "CanAct": canAct, "Node": node, "Commands": commands,
+	data := map[string]any{"RoomID": roomID, "Who": who, "ViewToken": viewToken, "CanAct": canAct, "Node": node, "Doc": doc, "Commands": commands,
 		"Presence": wb.loomPresence(r, p, roomID)}
 	if read != nil {
 		data["Read"] = read.Steps
@@ -126,7 +143,7 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 		wb.fail(w, r, err)
 		return
 	}
-	wb.renderLoom(w, r, status, roomID, readOnly(rp), username+" ("+access+")", "", true, node, commands, res)
+	wb.renderLoom(w, r, status, roomID, readOnly(rp), username+" ("+access+")", "", true, node, "", commands, res)
 }
 
 func hintOf(e *errs.Error) string {

@@ -427,6 +427,16 @@ func TestLoomPage(t *testing.T) {
 	if !strings.Contains(page, "alice:web)") || strings.Contains(page, "alice:web›") {
 		t.Errorf("alice's nodes are not marked as a person's: %s", page)
 	}
+	// Documents: written with a command, read on the page.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {`→ write doc:"notes" append "Remember the door."`}}); code != 200 || !strings.Contains(body, "✓") {
+		t.Fatalf("writing a document: %d %s", code, body)
+	}
+	if code, _, page := s.get("alice", "/web/rooms/lab/loom?doc=notes"); code != 200 || !strings.Contains(page, "Remember the door.") {
+		t.Errorf("reading a document: %d %s", code, page)
+	}
+	if code, _, _ := s.get("alice", "/web/rooms/lab/loom?doc="+url.QueryEscape(`x" → add "y`)); code != 400 {
+		t.Errorf("a document name that smuggles a command: %d", code)
+	}
 	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {"two\nlines"}}); code != 400 || !strings.Contains(body, "line break") {
 		t.Fatalf("a text the command cannot carry: %d", code)
 	}
