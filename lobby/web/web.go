@@ -29,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate"
@@ -107,6 +108,10 @@ func New(opt Options) (*Web, error) {
 		"compact": compactJSON,
 		"text":    textOf,
 		"has":     slices.Contains[[]string],
+		"short":   func(v any) string { return shorten(textOf(v), 300) },
+		"audit":   auditLine,
+		// The loom's own scopes hold its machinery: folded by default.
+		"loomScope": func(name string) bool { return strings.HasPrefix(name, "_loom") },
 	}).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err
@@ -727,6 +732,47 @@ func textOf(v any) string {
 		return s
 	}
 	return compactJSON(v)
+}
+
+// shorten cuts s to at most n bytes (on a rune boundary), saying so.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// auditLine is an audit entry in a line: its kind, the action, whether it
+// went through, and the keys it wrote.
+func auditLine(v any) string {
+	var a struct {
+		Kind, Action string
+		OK           *bool
+		Delta        []struct{ Scope, Key string }
+	}
+	raw, _ := v.(json.RawMessage)
+	if json.Unmarshal(raw, &a) != nil {
+		return shorten(textOf(v), 200)
+	}
+	line := a.Kind
+	if a.Action != "" {
+		line += " " + a.Action
+	}
+	if a.OK != nil && !*a.OK {
+		line += " (refused)"
+	}
+	var keys []string
+	for _, d := range a.Delta {
+		keys = append(keys, d.Scope+"."+d.Key)
+	}
+	if len(keys) > 0 {
+		line += ": " + shorten(strings.Join(keys, ", "), 200)
+	}
+	return line
 }
 
 // compactJSON is a value on one line (a button's label, a hidden field).

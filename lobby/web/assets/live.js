@@ -24,7 +24,10 @@
         });
         var active = document.activeElement, focus = active && active.id, caret = null;
         try { caret = focus ? [active.selectionStart, active.selectionEnd] : null; } catch (e) { caret = null; }
+        var folded = {};
+        main.querySelectorAll("details[id]").forEach(function (d) { folded[d.id] = d.open; });
         main.innerHTML = html; // server-rendered, escaped by html/template
+        Object.keys(folded).forEach(function (id) { var d = document.getElementById(id); if (d) d.open = folded[id]; });
         Object.keys(kept).forEach(function (id) { var el = document.getElementById(id); if (el) el.value = kept[id]; });
         var el = focus && document.getElementById(focus);
         if (el) { el.focus(); if (caret && el.setSelectionRange) try { el.setSelectionRange(caret[0], caret[1]); } catch (e) {} }
