@@ -44,12 +44,8 @@ func TestAttackOtherPersonsRoom(t *testing.T) {
 func TestAttackObserverReadsOnlyWhatObserversMay(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice", "olga")
 	ctx := context.Background()
-	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "carol", Name: "Carol"}); err != nil {
-		t.Fatal(err)
-	}
+	s.share("olga", "observer")
+	s.join("carol", "Carol")
 	s.write("_shared", "board", `"public board"`)
 	s.write("carol", "diary", `"carol's private diary"`)
 	if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{{Scope: "_shared", Key: "hidden", Value: []byte(`"gated away"`), Enabled: `self == "carol"`}}, false); err != nil {
@@ -134,13 +130,8 @@ func TestAttackLiveStreamsAreBounded(t *testing.T) {
 // a private scope.
 func TestAttackScrubberAndConsoleKeepAuthority(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice", "olga")
-	ctx := context.Background()
-	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "carol", Name: "Carol"}); err != nil {
-		t.Fatal(err)
-	}
+	s.share("olga", "observer")
+	s.join("carol", "Carol")
 	s.write("carol", "diary", `"carol's private diary"`)
 	at := s.seq()
 	for who, path := range map[string]string{
@@ -169,9 +160,7 @@ func TestAttackScrubberAndConsoleKeepAuthority(t *testing.T) {
 func TestAttackActingFromThePage(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice", "olga", "mallory")
 	ctx := context.Background()
-	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
-		t.Fatal(err)
-	}
+	s.share("olga", "observer")
 	if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "wipe", Writes: []substrate.WriteTemplate{{Key: "wiped", Value: []byte(`true`)}}}); err != nil {
 		t.Fatal(err)
 	}

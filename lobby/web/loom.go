@@ -33,6 +33,17 @@ func loomReads(node, doc string) string {
 	return strings.Join(cmds, "\n")
 }
 
+// validNode refuses a node that is not a node number ("" is none).
+func validNode(node string) error {
+	if node == "" {
+		return nil
+	}
+	if _, err := strconv.ParseUint(node, 10, 63); err != nil {
+		return errs.New(errs.InvalidField, "node %q is not a node number", node).WithHint("give a node's number, as the tree shows it")
+	}
+	return nil
+}
+
 // validDoc refuses a document name a command cannot carry.
 func validDoc(doc string) error {
 	if strings.ContainsAny(doc, "\"\\\n\r”") || len(doc) > 200 {
@@ -48,11 +59,9 @@ func (wb *Web) loomPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	node := r.URL.Query().Get("node")
-	if node != "" {
-		if _, err := strconv.ParseUint(node, 10, 63); err != nil {
-			wb.fail(w, r, errs.New(errs.InvalidField, "node %q is not a node number", node).WithHint("give a node's number, as the tree shows it"))
-			return
-		}
+	if err := validNode(node); err != nil {
+		wb.fail(w, r, err)
+		return
 	}
 	doc := r.URL.Query().Get("doc")
 	if err := validDoc(doc); err != nil {
@@ -107,11 +116,9 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	node := strings.TrimSpace(r.PostFormValue("node"))
-	if node != "" {
-		if _, err := strconv.ParseUint(node, 10, 63); err != nil {
-			wb.fail(w, r, errs.New(errs.InvalidField, "node %q is not a node number", node).WithHint("give a node's number, as the tree shows it"))
-			return
-		}
+	if err := validNode(node); err != nil {
+		wb.fail(w, r, err)
+		return
 	}
 	commands := strings.TrimSpace(r.PostFormValue("commands"))
 	if op := r.PostFormValue("op"); op != "" {

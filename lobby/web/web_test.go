@@ -106,6 +106,22 @@ func (s *site) get(person, path string) (int, http.Header, string) {
 	return res.StatusCode, res.Header, string(b)
 }
 
+// share gives person access to alice's room "lab".
+func (s *site) share(person, access string) {
+	s.t.Helper()
+	if err := s.lob.ShareRoom(context.Background(), "user_alice", "lab", "user_"+person, access); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// join adds an agent to "lab" with the room token.
+func (s *site) join(id, name string) {
+	s.t.Helper()
+	if _, err := s.svc.Join(context.Background(), s.admin, "lab", substrate.JoinRequest{ID: id, Name: name}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 func (s *site) write(scope, key, value string) {
 	s.t.Helper()
 	if _, err := s.svc.WriteState(context.Background(), s.admin, "lab", []substrate.Write{{Scope: scope, Key: key, Value: []byte(value)}}, false); err != nil {
@@ -325,9 +341,7 @@ func (s *site) value(scope, key string) string {
 func TestActFromThePage(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice", "paul")
 	ctx := context.Background()
-	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_paul", "participant"); err != nil {
-		t.Fatal(err)
-	}
+	s.share("paul", "participant")
 	if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "move", Description: "Mark a cell",
 		Params: map[string]substrate.ParamSpec{"cell": {Type: "integer", Required: true}},
 		If:     `params.cell >= 0 && params.cell <= 8`,
@@ -460,9 +474,7 @@ func TestTimerIsACountdown(t *testing.T) {
 func TestDisabledEntriesMarkedForOwners(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice", "olga")
 	ctx := context.Background()
-	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
-		t.Fatal(err)
-	}
+	s.share("olga", "observer")
 	if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{
 		{Scope: "_shared", Key: "later", Value: []byte(`"not yet"`), Enabled: `"go" in state._shared`},
 		{Scope: "_shared", Key: "now", Value: []byte(`"open"`), Enabled: `true`},
@@ -492,9 +504,7 @@ func TestDisabledEntriesMarkedForOwners(t *testing.T) {
 func TestLogsAsFeeds(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice", "olga")
 	ctx := context.Background()
-	if err := s.lob.ShareRoom(ctx, "user_alice", "lab", "user_olga", "observer"); err != nil {
-		t.Fatal(err)
-	}
+	s.share("olga", "observer")
 	for _, line := range []string{`"first entry"`, `"second entry"`} {
 		if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{{Scope: "_shared", Value: []byte(line), Append: true}}, false); err != nil {
 			t.Fatal(err)
