@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -172,7 +173,7 @@ func (wb *Web) invoke(w http.ResponseWriter, r *http.Request) {
 		wb.roomWithError(w, r, roomID, err)
 		return
 	}
-	http.Redirect(w, r, "/rooms/"+roomID+"#action-"+action, http.StatusSeeOther)
+	http.Redirect(w, r, "/rooms/"+url.PathEscape(roomID)+"#action-"+url.PathEscape(action), http.StatusSeeOther)
 }
 
 // message sends a message to the room as the person's own agent.
@@ -192,7 +193,7 @@ func (wb *Web) message(w http.ResponseWriter, r *http.Request) {
 		wb.roomWithError(w, r, roomID, err)
 		return
 	}
-	http.Redirect(w, r, "/rooms/"+roomID+"#h-messages", http.StatusSeeOther)
+	http.Redirect(w, r, "/rooms/"+url.PathEscape(roomID)+"#h-messages", http.StatusSeeOther)
 }
 
 // actor is the signed-in person's acting authority in the room; view
