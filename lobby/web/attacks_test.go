@@ -262,3 +262,29 @@ func TestAttackLoomPage(t *testing.T) {
 		t.Error("HOLE: a refused loom command wrote")
 	}
 }
+
+// Bad input gets a 4xx page that says what was wrong, never a 500.
+func TestAttackBadInputIsA4xx(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	for _, path := range []string{
+		"/rooms/lab?at=999999",
+		"/rooms/lab?at=-3",
+		"/rooms/lab?eval=" + url.QueryEscape(strings.Repeat("1 + ", 20_000)+"1"),
+		"/web/rooms/lab/loom?node=x",
+		"/web/rooms/lab/loom?doc=" + url.QueryEscape(strings.Repeat("d", 500)),
+	} {
+		if code, _, body := s.get("alice", path); code/100 != 4 && !(code == 200 && strings.Contains(body, `id="eval-error"`)) {
+			t.Errorf("%s: %d", path[:min(len(path), 60)], code)
+		}
+	}
+	for path, form := range map[string]url.Values{
+		"/web/rooms/lab/invoke/nosuchaction": nil,
+		"/web/rooms/nosuchroom/invoke/x":     nil,
+		"/web/rooms/lab/message":             {"body": {strings.Repeat("x", 100_000)}},
+		"/web/rooms/lab/loom":                {"op": {"explode"}, "node": {"1"}},
+	} {
+		if code, _ := s.post("alice", path, form); code/100 != 4 {
+			t.Errorf("POST %s: %d", path, code)
+		}
+	}
+}
