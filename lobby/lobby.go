@@ -151,12 +151,17 @@ func (l *Lobby) AddMember(ctx context.Context, userID, roomID, access, label, in
 	// "new rooms shared with me" reach it from their next call.
 	// A user's first room is their default room (until they pick
 	// another; see userRooms for when it is gone).
-	_, err := l.db.Exec(ctx, `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by, is_default)
-		VALUES ($1, $2, $3, $4, $5, NOT EXISTS (SELECT 1 FROM smcp_user_rooms WHERE user_id = $1))
+	const upsert = `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by, is_default)
+		VALUES ($1, $2, $3, $4, $5, $6 AND NOT EXISTS (SELECT 1 FROM smcp_user_rooms WHERE user_id = $1))
 		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label),
 			shared_at = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN now() ELSE smcp_user_rooms.shared_at END,
-			invited_by = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.invited_by ELSE smcp_user_rooms.invited_by END`,
-		userID, roomID, access, lbl, by)
+			invited_by = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.invited_by ELSE smcp_user_rooms.invited_by END`
+	_, err := l.db.Exec(ctx, upsert, userID, roomID, access, lbl, by, true)
+	if store.IsUniqueViolation(err) {
+		// Another first room of the user's took the default meanwhile
+		// (the one-default index): this one is not the default.
+		_, err = l.db.Exec(ctx, upsert, userID, roomID, access, lbl, by, false)
+	}
 	return err
 }
 
@@ -263,6 +268,16 @@ func (l *Lobby) ShareRoom(ctx context.Context, userID, roomID, otherID, access s
 	}
 	if !contains(accessLevels, access) {
 		return errs.New(errs.InvalidField, "role %q is not one of %v", access, accessLevels).WithHint("choose owner, collaborator, participant or observer")
+	}
+	// A membership may outlive its room (no foreign key; see forgetRoom):
+	// share only a room that still exists.
+	if _, err := l.svc.GetRoom(ctx, substrate.RoomPrincipal(roomID), roomID); errs.Is(err, errs.RoomNotFound) {
+		if ferr := l.forgetRoom(ctx, roomID); ferr != nil {
+			return ferr
+		}
+		return errs.New(errs.RoomNotFound, "you have no room %q", roomID).WithHint("pick one of your rooms")
+	} else if err != nil {
+		return err
 	}
 	return l.AddMember(ctx, otherID, roomID, access, "", userID)
 }

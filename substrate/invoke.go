@@ -32,6 +32,9 @@ type InvokeResult struct {
 	// written are the entries as the mutation wrote them; their revision
 	// is known only once it commits.
 	written []*Entry
+	// hidden: gated entries the invocation merged into or incremented,
+	// whose values the invoker is not answered with (see withheldKeys).
+	hidden map[entryKey]bool
 }
 
 // WriteRef names what an invocation wrote, without the value: what a
@@ -72,7 +75,11 @@ func (r *InvokeResult) Summary() *InvokeSummary {
 func (r *InvokeResult) fill(seq int64) {
 	r.Seq = seq
 	for _, e := range r.written {
-		r.Writes = append(r.Writes, *e)
+		c := *e
+		if r.hidden[entryKey{c.Scope, c.Key}] && c.Version > 0 {
+			c.Value, c.Withheld = nil, true
+		}
+		r.Writes = append(r.Writes, c)
 	}
 }
 
@@ -209,7 +216,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			if prog, err := s.cel.Compile(def.If); err == nil {
 				if ex := s.cel.Explain(ctx, prog, vars); ex != nil {
 					e.Message = fmt.Sprintf("the precondition of %q does not hold: %s is false", id, ex.Clause)
-					e = e.With("clause", ex.Clause).With("read", invokerMayRead(m.p, ex.Read))
+					e = e.With("clause", ex.Clause).With("read", invokerMayRead(m.p, ex.Read, rc.state, vars.State))
 				}
 			}
 			return e
@@ -247,6 +254,9 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		return err
 	}
 	res.written = written[:userWrites]
+	if !m.p.Admin() {
+		res.hidden = withheldKeys(m, ops[:userWrites])
+	}
 	if def.Result != "" {
 		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, celParams(params))
 		if v, err := s.evalField(ctx, "result", def.Result, after.actionVars(ctx, s, def, celParams(params))); err != nil {
@@ -618,10 +628,14 @@ func (s *Service) checkRecipients(m *mutation, to []string) error {
 // could read itself. The if ran with its registrar's authority, which may
 // include the registrar's private scope: saying that the clause is false
 // is the action's to say; showing the private values it compared is not.
-func invokerMayRead(p *Principal, read map[string]any) map[string]any {
+//
+// mine is the invoker's state and theirs the registrar's, which the
+// clause read: in a scope where an entry's gate hides from the invoker
+// what the registrar sees, nothing read is told.
+func invokerMayRead(p *Principal, read map[string]any, mine, theirs map[string]any) map[string]any {
 	out := make(map[string]any, len(read))
 	for path, v := range read {
-		if scope, ok := statePathScope(path); ok && scope != ScopeSelf && p != nil && !canRead(p, scope) {
+		if scope, ok := statePathScope(path); ok && scope != ScopeSelf && p != nil && (!canRead(p, scope) || gatedAway(mine, theirs, scope)) {
 			out[path] = "<not yours to read>"
 			continue
 		}
@@ -725,4 +739,17 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
+}
+
+// gatedAway reports whether theirs holds an entry of scope that mine does
+// not: one whose enabled gate admits the registrar but not the invoker.
+func gatedAway(mine, theirs map[string]any, scope string) bool {
+	t, _ := theirs[scope].(map[string]any)
+	m, _ := mine[scope].(map[string]any)
+	for k := range t {
+		if _, ok := m[k]; !ok {
+			return true
+		}
+	}
+	return false
 }

@@ -27,12 +27,17 @@ func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	var total int64
-	for _, room := range rooms {
+	for i := 0; i < len(rooms); i++ {
+		room := rooms[i]
 		var n int64
+		// A batch at a time, as RetainLogs does: the room's lock is held
+		// for one bounded statement, however many entries ran out.
 		err := s.lockedRoom(ctx, room, func(ctx context.Context, tx pgx.Tx) error {
 			return tx.QueryRow(ctx, `WITH gone AS (
-				DELETE FROM state WHERE room_id = $1 AND timer_effect = 'delete'
-					AND (timer_expires_at < now() - interval '1 minute' OR timer_ticks_left <= 0)
+				DELETE FROM state WHERE (room_id, scope, key) IN (
+					SELECT room_id, scope, key FROM state WHERE room_id = $1 AND timer_effect = 'delete'
+						AND (timer_expires_at < now() - interval '1 minute' OR timer_ticks_left <= 0)
+					LIMIT $2)
 				RETURNING scope, sort_key),
 			msgs AS (SELECT count(*) AS n FROM gone WHERE scope = '_messages' AND sort_key IS NOT NULL),
 			-- The rooms row only when messages went: it is the row every
@@ -40,7 +45,7 @@ func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
 			-- has no business waiting for it.
 			fix AS (UPDATE rooms SET message_count = greatest(message_count - (SELECT n FROM msgs), 0)
 				WHERE id = $1 AND (SELECT n FROM msgs) > 0)
-			SELECT count(*) FROM gone`, room).Scan(&n)
+			SELECT count(*) FROM gone`, room, retainBatch).Scan(&n)
 		})
 		if errors.Is(err, errRoomGone) {
 			continue
@@ -49,6 +54,9 @@ func (s *Service) PurgeExpired(ctx context.Context) (int64, error) {
 			return total, err
 		}
 		total += n
+		if n == retainBatch {
+			i-- // more in this room
+		}
 	}
 	return total, nil
 }

@@ -71,7 +71,10 @@ func (s *Service) CreateRoom(ctx context.Context, req CreateRoomRequest) (*Creat
 		// of the same id that committed while the insert waited for it is
 		// seen here, so a retired id never comes back.
 		var retired bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rooms_retired WHERE id = $1)`, out.ID).Scan(&retired); err != nil {
+		// Archived entries without a room are a room deleted before ids
+		// were retired (DeleteRoom left its archive): that id is retired too.
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rooms_retired WHERE id = $1)
+				OR EXISTS (SELECT 1 FROM state_archive WHERE room_id = $1)`, out.ID).Scan(&retired); err != nil {
 			return err
 		}
 		if retired {

@@ -59,6 +59,10 @@ type Delta struct {
 	// Gated: the entry had an enabled expression after the write (before
 	// it, for a delete), so its values are not everyone's to read back.
 	Gated bool `json:"gated,omitempty"`
+	// Gate is that enabled expression: a key's history shows a gated
+	// version to a reader the current gate admits only when it was the
+	// same gate (another may have hidden it from them).
+	Gate string `json:"gate,omitempty"`
 }
 
 // DeltaTimer is a written entry's timer as stored: what a replay needs to
@@ -109,11 +113,13 @@ func (m *mutation) delta() []Delta {
 			}
 		}
 		if w.del {
-			if b, ok := m.before[entryKey{r.Scope, r.Key}]; ok && b.r != nil {
-				d.Gated = b.r.enabled != nil
+			if b, ok := m.before[entryKey{r.Scope, r.Key}]; ok && b.r != nil && b.r.enabled != nil {
+				d.Gated, d.Gate = true, *b.r.enabled
 			}
 		} else {
-			d.Gated = r.enabled != nil
+			if r.enabled != nil {
+				d.Gated, d.Gate = true, *r.enabled
+			}
 			d.After, d.VersionAfter = capValue(r.Value), r.Version
 			if t := r.timer; t != nil && t.Effect != nil {
 				d.Timer = &DeltaTimer{Effect: *t.Effect, ExpiresAt: t.ExpiresAt, TicksLeft: t.TicksLeft, TickOn: t.TickOn}
@@ -599,19 +605,35 @@ func (s *Service) History(ctx context.Context, p *Principal, roomID string, q Hi
 	// has not just been shown the entry through its gate (a deleted or
 	// since ungated entry says nothing of whom its old gate admitted).
 	withhold := !p.Admin()
+	// admitted is the gate that has just admitted the reader: versions
+	// gated by it are shown, those gated by another are not.
+	var admitted *string
 	if !p.Admin() {
 		// A key whose enabled is false for the reader is not there for it
 		// (GET /state says 404), and neither are its versions; room
 		// authority reads the trajectory anyway.
-		var gated bool
-		if err := s.db.QueryRow(ctx, `SELECT enabled_expr IS NOT NULL FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`, roomID, scope, q.Key).Scan(&gated); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		gateOf := func() (*string, error) {
+			var gate *string
+			err := s.db.QueryRow(ctx, `SELECT enabled_expr FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`, roomID, scope, q.Key).Scan(&gate)
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = nil
+			}
+			return gate, err
+		}
+		gate, err := gateOf()
+		if err != nil {
 			return nil, err
 		}
-		if gated {
+		if gate != nil {
 			if _, err := s.ReadState(ctx, p, roomID, ReadQuery{Scope: scope, Key: q.Key}); err != nil {
 				return nil, err
 			}
-			withhold = false
+			// The gate the read evaluated, unless it changed meanwhile.
+			if again, err := gateOf(); err != nil {
+				return nil, err
+			} else if again != nil && *again == *gate {
+				admitted = gate
+			}
 		}
 	}
 	out := &KeyHistory{Scope: scope, Key: q.Key, Versions: []KeyVersion{}}
@@ -669,7 +691,7 @@ func (s *Service) History(ctx context.Context, p *Principal, roomID string, q Hi
 					break
 				}
 				v := KeyVersion{Seq: a.Seq, TS: a.TS, By: a.By, Action: a.Action, Version: d.VersionAfter, Value: d.After, Deleted: d.After == nil}
-				if withhold && d.Gated {
+				if withhold && d.Gated && (admitted == nil || d.Gate != *admitted) {
 					v.Value, v.Withheld = nil, true
 				}
 				if a.Kind != "invoke" {

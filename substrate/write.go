@@ -227,6 +227,14 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 			opName = "insert"
 			newKeys[o.Scope]++
 		}
+		// A merge or increment keeps the value, so giving it another gate
+		// would let a writer the old gate hides read it (a merge of {}
+		// with enabled "true"). Only room authority may; others change a
+		// gated entry's gate with a whole value.
+		if o.Value == nil && o.Enabled != "" && old != nil && old.enabled != nil && *old.enabled != o.Enabled && !m.p.Admin() {
+			return nil, nil, errs.New(errs.Forbidden, "%s/%s is gated by an enabled expression, and a merge or increment cannot change its gate", o.Scope, o.Key).
+				With("scope", o.Scope).With("key", o.Key).WithHint("replace the value (\"value\") to give the entry another gate")
+		}
 		s.setLifecycle(m, nr, old, o)
 		if o.Enabled != "" && (old == nil || old.enabled == nil || *old.enabled != o.Enabled) {
 			gated = true

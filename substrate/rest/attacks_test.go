@@ -820,8 +820,113 @@ func TestAttackWriteResponseWithholdsGatedValue(t *testing.T) {
 		{"scope": "_shared", "key": "n", "increment": 0},
 	} {
 		r := e.do("PUT", "/rooms/mergepeek/state", bob, w).must(t, 200)
-		if strings.Contains(r.raw, "hidden text") || strings.Contains(r.raw, "41") {
+		if strings.Contains(r.raw, "hidden text") || strings.Contains(r.raw, `"value":41`) {
 			t.Fatalf("HOLE: bob read a gated entry through %v: %d %s", w, r.status, r.raw)
 		}
+	}
+}
+
+// a writer whose gate hides an entry re-gates it with a merge of {}
+// (the value kept, the gate replaced by one that admits it) and reads it.
+// README: "A merge or increment into a gated entry answers without its
+// value, so writing is no way to read."
+func TestAttackRegateByMergeReadsGatedValue(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("regate", nil)
+	bob := e.join(rm, "bob", "_shared")
+	e.do("PUT", "/rooms/regate/state", rm.token, map[string]any{"scope": "_shared", "key": "doc",
+		"value": map[string]any{"secret": "hidden text"}, "enabled": `self == "alice"`}).must(t, 200)
+	if r := e.do("GET", "/rooms/regate/state?scope=_shared&key=doc", bob, nil); r.status != 404 {
+		t.Fatalf("precondition: bob should not see doc: %d %s", r.status, r.raw)
+	}
+	w := e.do("PUT", "/rooms/regate/state", bob, map[string]any{"scope": "_shared", "key": "doc", "merge": map[string]any{}, "enabled": "true"})
+	if w.status == 200 {
+		if r := e.do("GET", "/rooms/regate/state?scope=_shared&key=doc", bob, nil); strings.Contains(r.raw, "hidden text") {
+			t.Fatalf("HOLE: bob re-gated doc with merge {} and read it: %s", r.raw)
+		}
+	}
+}
+
+// the same through an action any agent may register (actions write
+// communal scopes whatever the registrar's grants): no _shared grant needed.
+func TestAttackRegateByOwnActionReadsGatedValue(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("regate2", nil)
+	bob := e.join(rm, "bob")
+	e.do("PUT", "/rooms/regate2/state", rm.token, map[string]any{"scope": "_shared", "key": "doc",
+		"value": map[string]any{"secret": "hidden text"}, "enabled": `self == "alice"`}).must(t, 200)
+	e.do("PUT", "/rooms/regate2/actions", bob, map[string]any{"id": "open", "writes": []any{
+		map[string]any{"scope": "_shared", "key": "doc", "merge": map[string]any{}, "enabled": "true"}}}).must(t, 201)
+	inv := e.do("POST", "/rooms/regate2/actions/open/invoke", bob, map[string]any{})
+	if strings.Contains(inv.raw, "hidden text") {
+		t.Fatalf("HOLE: the invocation's response carries the gated value: %s", inv.raw)
+	}
+	if r := e.do("GET", "/rooms/regate2/state?scope=_shared&key=doc", bob, nil); strings.Contains(r.raw, "hidden text") {
+		t.Fatalf("HOLE: bob re-gated doc through his own action and read it: %s", r.raw)
+	}
+}
+
+// an invocation's REST response carries the written values in full:
+// a merge or increment into a gated entry tells the invoker its value
+// (here a tally the room hides until the vote closes).
+func TestAttackInvokeResponseWithholdsGatedValue(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("ballot", nil)
+	bob := e.join(rm, "bob")
+	e.do("PUT", "/rooms/ballot/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "yes", "value": 41, "enabled": `state._shared.closed == true`},
+		map[string]any{"scope": "_shared", "key": "closed", "value": false},
+	}}).must(t, 200)
+	e.do("PUT", "/rooms/ballot/actions", rm.token, map[string]any{"id": "vote_yes", "writes": []any{
+		map[string]any{"scope": "_shared", "key": "yes", "increment": 1}}}).must(t, 201)
+	if r := e.do("GET", "/rooms/ballot/state?scope=_shared&key=yes", bob, nil); r.status != 404 {
+		t.Fatalf("precondition: the tally is hidden: %d %s", r.status, r.raw)
+	}
+	inv := e.do("POST", "/rooms/ballot/actions/vote_yes/invoke", bob, map[string]any{}).must(t, 200)
+	if strings.Contains(inv.raw, `"value":42`) {
+		t.Fatalf("HOLE: the invoker reads the hidden tally from the invocation's response: %s", inv.raw)
+	}
+}
+
+// History un-withholds every gated version once the *current* gate
+// admits the reader, though older versions were hidden by another gate. A
+// writer replaces the value with a gate that admits it and reads the old
+// secret values from the history.
+func TestAttackHistoryAfterRegateWithheld(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("regatehist", nil)
+	bob := e.join(rm, "bob", "_shared")
+	e.do("PUT", "/rooms/regatehist/state", rm.token, map[string]any{"scope": "_shared", "key": "plan",
+		"value": "the secret plan", "enabled": `self == "alice"`}).must(t, 200)
+	e.do("PUT", "/rooms/regatehist/state", bob, map[string]any{"scope": "_shared", "key": "plan",
+		"value": "nothing", "enabled": "true"}).must(t, 200)
+	r := e.do("GET", "/rooms/regatehist/history?scope=_shared&key=plan", bob, nil).must(t, 200)
+	if strings.Contains(r.raw, "secret plan") {
+		t.Fatalf("HOLE: bob reads a version another gate hid: %s", r.raw)
+	}
+	// Room authority still reads every version.
+	if r := e.do("GET", "/rooms/regatehist/history?scope=_shared&key=plan", rm.token, nil).must(t, 200); !strings.Contains(r.raw, "secret plan") {
+		t.Fatalf("the room token lost the history: %s", r.raw)
+	}
+}
+
+// a precondition_failed refusal reports what the failing clause
+// read; an action evaluates with its registrar's authority, so a value a
+// gate hides from the invoker (but not from the registrar) is in the
+// refusal.
+func TestAttackPreconditionReadWithholdsGatedValue(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("whynot", nil)
+	bob := e.join(rm, "bob")
+	e.do("PUT", "/rooms/whynot/state", rm.token, map[string]any{"scope": "_shared", "key": "code",
+		"value": 4242, "enabled": `self != "bob"`}).must(t, 200)
+	e.do("PUT", "/rooms/whynot/actions", rm.token, map[string]any{"id": "guess", "if": `state._shared.code == 1`, "writes": []any{
+		map[string]any{"scope": "_shared", "key": "won", "value": true}}}).must(t, 201)
+	if r := e.do("GET", "/rooms/whynot/state?scope=_shared&key=code", bob, nil); r.status != 404 {
+		t.Fatalf("precondition: bob should not see code: %d %s", r.status, r.raw)
+	}
+	inv := e.do("POST", "/rooms/whynot/actions/guess/invoke", bob, map[string]any{})
+	if strings.Contains(inv.raw, `4242`) {
+		t.Fatalf("HOLE: the refusal tells bob the gated value: %d %s", inv.status, inv.raw)
 	}
 }
