@@ -3,10 +3,12 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/substrate"
@@ -121,6 +123,32 @@ func TestAttackLiveStreamsAreBounded(t *testing.T) {
 	s.stream("alice", "/live/rooms/lab", "")
 	if code, _, _ := s.get("alice", "/live/rooms/lab"); code != http.StatusTooManyRequests {
 		t.Fatalf("HOLE: a third stream: %d", code)
+	}
+}
+
+// One client address cannot hold streams open without bound by bringing
+// many credentials: view tokens of rooms it made (room creation is open
+// by default) each have their own MaxStreams, the address has
+// MaxStreamsPerAddress.
+func TestAttackLiveStreamsAreBoundedPerAddress(t *testing.T) {
+	s := newSite(t, web.Options{MaxStreams: 2, MaxStreamsPerAddress: 5}, "alice")
+	opened := 0
+	for i := 0; opened < 5; i++ {
+		room, err := s.svc.CreateRoom(context.Background(), substrate.CreateRoomRequest{ID: fmt.Sprintf("r%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 2 && opened < 5; j++ {
+			s.stream("", "/live/rooms/"+room.ID+"?view="+room.ViewToken, "")
+			opened++
+		}
+	}
+	room, err := s.svc.CreateRoom(context.Background(), substrate.CreateRoomRequest{ID: "one-more"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := s.get("", "/live/rooms/one-more?view="+room.ViewToken); code != http.StatusTooManyRequests {
+		t.Fatalf("HOLE: a sixth stream from one address with a fresh view link: %d", code)
 	}
 }
 
@@ -286,5 +314,26 @@ func TestAttackBadInputIsA4xx(t *testing.T) {
 		if code, _ := s.post("alice", path, form); code/100 != 4 {
 			t.Errorf("POST %s: %d", path, code)
 		}
+	}
+}
+
+// A person who leaves the room hears no more of it on a stream opened
+// before: the next change ends the stream with "gone".
+func TestAttackLiveStreamEndsWhenAccessEnds(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	s.share("bob", "observer")
+	ev := s.stream("bob", "/live/rooms/lab", "")
+	time.Sleep(200 * time.Millisecond)
+	if err := s.lob.LeaveRoom(context.Background(), "user_bob", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	s.write("_shared", "after", `"x"`)
+	select {
+	case e := <-ev:
+		if !strings.Contains(e, "event: gone") {
+			t.Fatalf("HOLE: bob, who left, still hears the room: %q", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream neither ended nor said gone")
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 )
 
 //go:embed assets
@@ -53,6 +54,10 @@ type Options struct {
 	// MaxStreams bounds the live streams one person (or one view token)
 	// keeps open at once; more are refused with 429. Default 16.
 	MaxStreams int
+	// MaxStreamsPerAddress bounds those of one client address, whatever
+	// credentials it brings: rooms (and so view tokens) can be made by
+	// anyone when room creation is open. Default 4 × MaxStreams.
+	MaxStreamsPerAddress int
 	// Heartbeat is how often an idle live stream sends a comment, so
 	// proxies keep it open. Default 25 s.
 	Heartbeat time.Duration
@@ -88,6 +93,9 @@ func New(opt Options) (*Web, error) {
 	}
 	if opt.MaxStreams <= 0 {
 		opt.MaxStreams = 16
+	}
+	if opt.MaxStreamsPerAddress <= 0 {
+		opt.MaxStreamsPerAddress = 4 * opt.MaxStreams
 	}
 	if opt.Heartbeat <= 0 {
 		opt.Heartbeat = 25 * time.Second
@@ -574,12 +582,13 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	if key == "" {
 		key, _, _ = wb.opt.SignedIn(r)
 	}
-	if !wb.acquire(key) {
+	addr := "addr:" + httpmw.ClientIP(r)
+	if !wb.acquire(key, addr) {
 		wb.errorPage(w, r, http.StatusTooManyRequests, "Too many live pages",
 			fmt.Sprintf("At most %d pages can follow rooms live at once. Close some tabs and reload.", wb.opt.MaxStreams), viewToken != "")
 		return
 	}
-	defer wb.release(key)
+	defer wb.release(key, addr)
 	ctx := r.Context()
 	changes, stop, err := wb.opt.Substrate.Watch(ctx, p, roomID)
 	if err != nil {
@@ -599,7 +608,21 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	last, _ := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64)
 	// send tells the page the room changed (a presence change keeps the
 	// seq), or that it is gone.
+	userID, username, _ := wb.opt.SignedIn(r)
 	send := func() bool {
+		// Access is read again at each change: a person who left the room,
+		// or a view token rotated since, hears no more of it.
+		var err error
+		if viewToken != "" {
+			_, err = wb.opt.Substrate.AuthenticateIn(ctx, roomID, viewToken)
+		} else {
+			p, _, err = wb.opt.Lobby.PersonPrincipal(ctx, userID, username, roomID)
+		}
+		if err != nil {
+			fmt.Fprintf(w, "event: gone\ndata: {}\n\n")
+			_ = rc.Flush()
+			return false
+		}
 		room, err := wb.opt.Substrate.GetRoom(ctx, p, roomID)
 		if err != nil {
 			fmt.Fprintf(w, "event: gone\ndata: {}\n\n")
@@ -641,21 +664,24 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (wb *Web) acquire(key string) bool {
+func (wb *Web) acquire(key, addr string) bool {
 	wb.mu.Lock()
 	defer wb.mu.Unlock()
-	if wb.streams[key] >= wb.opt.MaxStreams {
+	if wb.streams[key] >= wb.opt.MaxStreams || wb.streams[addr] >= wb.opt.MaxStreamsPerAddress {
 		return false
 	}
 	wb.streams[key]++
+	wb.streams[addr]++
 	return true
 }
 
-func (wb *Web) release(key string) {
+func (wb *Web) release(keys ...string) {
 	wb.mu.Lock()
 	defer wb.mu.Unlock()
-	if wb.streams[key]--; wb.streams[key] <= 0 {
-		delete(wb.streams, key)
+	for _, key := range keys {
+		if wb.streams[key]--; wb.streams[key] <= 0 {
+			delete(wb.streams, key)
+		}
 	}
 }
 
