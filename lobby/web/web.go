@@ -1,16 +1,12 @@
 // Package web is the people's side of the lobby: server-rendered pages that
-// show a person their rooms (/) and one room live (/rooms/{id}), fed by
-// the same commit notifications as waits (server-sent events at
-// /live/rooms/{id}). Every page is a thin adapter over lobby and substrate
-// calls, and reads with the person's own authority in the room
-// (lobby.PersonPrincipal) or a view token's.
-//
-// Built so far (issue 14, first part): the lobby, the room page with its
-// agents, state by scope with versions and timers, messages, actions with
-// their availability and views, live updates with resume, and read-only
-// view-token links. Not yet: acting from the page (action forms, message
-// compose), the audit scrubber, the CEL console, the loom pages and the
-// surfaces mode.
+// show a person their rooms (/), one room live (/rooms/{id}), fed by the
+// same commit notifications as waits (server-sent events at
+// /live/rooms/{id}), and the room's loom (/web/rooms/{id}/loom). Every page
+// is a thin adapter over lobby and substrate calls: it reads with the
+// person's own authority in the room (lobby.PersonPrincipal) or a view
+// token's, and acts as the person's own agent (lobby.PersonActor), through
+// forms checked for cross-site origins. The README's "The lobby and room
+// pages" says what each page shows.
 package web
 
 import (
@@ -585,7 +581,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	addr := "addr:" + httpmw.ClientIP(r)
 	if !wb.acquire(key, addr) {
 		wb.errorPage(w, r, http.StatusTooManyRequests, "Too many live pages",
-			fmt.Sprintf("At most %d pages can follow rooms live at once. Close some tabs and reload.", wb.opt.MaxStreams), viewToken != "")
+			fmt.Sprintf("At most %d pages per person (%d per address) can follow rooms live at once. Close some tabs and reload.", wb.opt.MaxStreams, wb.opt.MaxStreamsPerAddress), viewToken != "")
 		return
 	}
 	defer wb.release(key, addr)
