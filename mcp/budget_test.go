@@ -23,7 +23,7 @@ func rawTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]a
 	}
 	raw, _ := json.Marshal(res.StructuredContent)
 	if res.IsError {
-		t.Fatalf("%s failed: %s", name, raw)
+		t.Fatalf("%s failed: %s", name, resultText(res))
 	}
 	return raw
 }

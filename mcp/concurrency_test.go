@@ -145,7 +145,7 @@ func TestNoHangWithTinyPool(t *testing.T) {
 			start := time.Now()
 			res, err := cs.CallTool(cctx, &sdk.CallToolParams{Name: "sync_read_context", Arguments: map[string]any{}})
 			if err == nil && res.IsError {
-				err = fmt.Errorf("tool error: %v", res.StructuredContent)
+				err = fmt.Errorf("tool error: %s", resultText(res))
 			}
 			record("mcp", start, err)
 		}()

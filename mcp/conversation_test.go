@@ -32,7 +32,8 @@ func updating() bool {
 // in through the whole OAuth flow, and pin every result. A file's comment
 // says what the session is; then each call is a section named
 // "<user> <tool>" holding the arguments, followed by a "result" (or
-// "error") section with the structured content as the model received it,
+// "error") section with the structured content as the model received it
+// (for an error, the text it read, as errors carry only text),
 // normalised (times, durations). "signup <user>" makes an account;
 // "connect <user> [room=level …]" connects a client as that user (signing
 // up first if needed) and consents to those rooms. Run
@@ -119,12 +120,7 @@ func replay(t *testing.T, file string) {
 		if err != nil {
 			t.Fatalf("%s: %s: protocol error %v", file, f.Name, err)
 		}
-		text := ""
-		for _, c := range res.Content {
-			if tc, ok := c.(*sdk.TextContent); ok {
-				text += tc.Text
-			}
-		}
+		text := resultText(res)
 		if leak := restVocabulary.FindString(text); leak != "" {
 			t.Errorf("%s: %s: the result speaks REST (%q): %s", file, f.Name, leak, text)
 		}
@@ -139,6 +135,9 @@ func replay(t *testing.T, file string) {
 				break
 			}
 		}
+		if res.IsError && res.StructuredContent != nil {
+			t.Errorf("%s: %s: an error with structured content (errors are text only)", file, f.Name)
+		}
 		if !res.IsError {
 			if err := schemas[words[1]].Validate(structured); err != nil {
 				t.Errorf("%s: %s: result does not fit the tool's output schema: %v", file, f.Name, err)
@@ -149,6 +148,9 @@ func replay(t *testing.T, file string) {
 			kind = "error"
 		}
 		got := txtar.File{Name: kind, Data: pretty(normalise(structured))}
+		if res.IsError { // errors are text only: pin what the model reads
+			got.Data = []byte(normalise(text).(string) + "\n")
+		}
 		var want *txtar.File
 		if i+1 < len(ar.Files) && (ar.Files[i+1].Name == "result" || ar.Files[i+1].Name == "error") {
 			i++

@@ -56,6 +56,8 @@ type serverOpts struct {
 	// accessTTL shortens access tokens (default oauth's 12 h), for tests
 	// that need a client to refresh.
 	accessTTL time.Duration
+	// keepAlive is the event streams' keep-alive interval (default 15 s).
+	keepAlive time.Duration
 }
 
 func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
@@ -81,7 +83,11 @@ func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	}
 	mux := http.NewServeMux()
 	a.Routes(mux)
-	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: public, AllowedOrigins: o.origins, HTTP: o.http}))
+	h := mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: public, AllowedOrigins: o.origins, HTTP: o.http, KeepAlive: o.keepAlive})
+	mux.Handle("/mcp", h)
+	mux.Handle("/mcp/{$}", h)
+	mux.Handle("GET "+mcp.IconPath, mcp.Icons())
+	mux.Handle("GET "+mcp.FaviconPath, mcp.Icons())
 	mux.Handle("/", rest.Handler(svc, rest.Options{RatePerSecond: -1, HTTP: o.http}))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()
@@ -159,10 +165,87 @@ func callTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]
 	if err != nil {
 		t.Fatalf("%s: protocol error %v", name, err)
 	}
+	if res.IsError {
+		if res.StructuredContent != nil {
+			t.Fatalf("%s: an error result with structured content (errors are text only): %v", name, res.StructuredContent)
+		}
+		return errorFields(t, resultText(res)), true
+	}
 	var out map[string]any
 	raw, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(raw, &out)
 	return out, res.IsError
+}
+
+func resultText(res *sdk.CallToolResult) string {
+	text := ""
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			text += tc.Text
+		}
+	}
+	return text
+}
+
+// errorFields reads an error result's text (mcp.Text's rendering) back
+// into its top-level fields: scalars, and lists written inline or as
+// "- item" lines. It is what a test needs; a model reads the text.
+func errorFields(t *testing.T, text string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	scalar := func(v string) any {
+		var s string
+		if strings.HasPrefix(v, `"`) && json.Unmarshal([]byte(v), &s) == nil {
+			return s
+		}
+		return v
+	}
+	lines := strings.Split(text, "\n")
+	for i := 0; i < len(lines); i++ {
+		k, v, ok := strings.Cut(lines[i], ":")
+		if !ok || strings.HasPrefix(lines[i], " ") || strings.HasPrefix(lines[i], "-") {
+			continue
+		}
+		k, v = strings.Trim(k, `"`), strings.TrimPrefix(v, " ")
+		switch {
+		case v == "":
+			var list []any
+			for i+1 < len(lines) && strings.HasPrefix(lines[i+1], "  ") {
+				i++
+				if item, ok := strings.CutPrefix(lines[i], "  - "); ok {
+					list = append(list, scalar(item))
+				}
+			}
+			out[k] = list
+		case strings.HasPrefix(v, "[") && strings.HasSuffix(v, "]"):
+			var list []any
+			rest := v[1 : len(v)-1]
+			for rest != "" {
+				item := rest
+				if strings.HasPrefix(rest, `"`) { // a quoted item may hold ", "
+					dec := json.NewDecoder(strings.NewReader(rest))
+					var s string
+					if dec.Decode(&s) != nil {
+						t.Fatalf("unreadable list in %q", v)
+					}
+					item, rest = rest[:dec.InputOffset()], rest[dec.InputOffset():]
+				} else if i := strings.Index(rest, ", "); i >= 0 {
+					item, rest = rest[:i], rest[i:]
+				} else {
+					rest = ""
+				}
+				list = append(list, scalar(item))
+				rest = strings.TrimPrefix(rest, ", ")
+			}
+			out[k] = list
+		default:
+			out[k] = scalar(v)
+		}
+	}
+	if !strings.HasPrefix(text, "error: ") || out["error"] == nil || out["message"] == nil {
+		t.Fatalf("an error result whose text does not begin with its code and message:\n%s", text)
+	}
+	return out
 }
 
 func mustTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) map[string]any {

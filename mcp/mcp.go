@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -49,6 +50,11 @@ type Options struct {
 	// tool's name (only the server's own tools reach it), "ok" or the error
 	// code of its result, and its duration (metrics). Default none.
 	ObserveTool func(tool, outcome string, took time.Duration)
+	// KeepAlive is how long an event stream may stay silent before a
+	// keep-alive comment goes out (proxies cut silent responses). Default
+	// 15 s: a comment at least every 19 s, inside the 30 s read timeout
+	// some proxies and hosts use.
+	KeepAlive time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -68,12 +74,18 @@ func Handler(opt Options) http.Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
+	if opt.KeepAlive <= 0 {
+		opt.KeepAlive = 15 * time.Second
+	}
 	// The SDK logs every stateless connection at info level; keep its
 	// warnings and errors only.
 	sdkLog := slog.New(levelFilter{opt.Logger.Handler(), slog.LevelWarn})
 	// One server for every request: tools find the caller in the request
 	// (RequestExtra.TokenInfo), so nothing is built per call.
-	srv := sdk.NewServer(&sdk.Implementation{Name: "sync", Title: "sync", Version: opt.Version},
+	// Hosts show the icon and link the website next to the connector.
+	public := strings.TrimSuffix(opt.PublicURL, "/")
+	srv := sdk.NewServer(&sdk.Implementation{Name: "sync", Title: "sync", Version: opt.Version, WebsiteURL: public + "/",
+		Icons: []sdk.Icon{{Source: public + IconPath, MIMEType: "image/png", Sizes: []string{"128x128"}}}},
 		&sdk.ServerOptions{Instructions: Instructions, Logger: sdkLog})
 	for _, d := range tools() {
 		srv.AddTool(d.def, handler(&opt, d))
@@ -89,8 +101,10 @@ func Handler(opt Options) http.Handler {
 	// cross-site browsers, before any work; our bearer check then answers
 	// 401 with the challenge clients follow to sign in
 	// (error="invalid_token", which the SDK's own middleware omits) and
-	// applies the grant's rate limit; the SDK's middleware only hands the
-	// verified token to the tools.
+	// applies the grant's rate limit (peekRPC, before it, makes a limited
+	// tool call a result the model reads; batches are refused after it, so
+	// they are charged too); the SDK's middleware only hands the verified
+	// token to the tools; event streams get keep-alives.
 	pass := sdkauth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*sdkauth.TokenInfo, error) {
 		ti := oauth.TokenInfoFrom(ctx)
 		if ti == nil {
@@ -101,7 +115,7 @@ func Handler(opt Options) http.Handler {
 	if opt.HTTP == nil {
 		opt.HTTP = httpmw.New(httpmw.Options{Logger: opt.Logger})
 	}
-	return opt.HTTP.Wrap(checkHost(&opt, checkOrigin(&opt, opt.Auth.RequireBearer("", pass(streamable)))))
+	return opt.HTTP.Wrap(checkHost(&opt, checkOrigin(&opt, peekRPC(opt.Auth.RequireBearer("", refuseBatches(pass(keepAlive(opt.KeepAlive, streamable))))))))
 }
 
 // checkHost is the DNS-rebinding protection: a browser tricked into
@@ -192,22 +206,34 @@ func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest
 }
 
 // result encodes a tool's answer: the domain's JSON as structured content
-// and its compact rendering (Text) as text, with the session block; a domain error as an isError result
-// with its stable code and the next step. The JSON is encoded once and the
-// session block spliced in, since contexts can be large.
+// and its compact rendering (Text) as text, with the session block. The
+// JSON is encoded once and the session block spliced in, since contexts
+// can be large.
+//
+// A domain error is an isError result with text content only: its stable
+// code, what was wrong, the hint and the next call, in that order, then
+// its details and the session block. One rule for every tool: structured
+// content is the tool's successful output and always validates against
+// its outputSchema; an error has none. (Clients validate structured
+// content whenever it is present: the TypeScript SDK, on which most hosts
+// are built, threw -32602 for an error shaped unlike the output schema,
+// and the model never saw the error.) A program reads the code from the
+// text's first line, "error: <code>".
 func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
-	var v any = out
+	var body []byte
 	if err != nil {
-		v = errs.From(err).In(Words).Body()
+		body = errorJSON(errs.From(err).In(Words).Body())
+	} else {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if encErr := enc.Encode(out); encErr != nil {
+			err = encErr
+			body = errorJSON(errs.From(encErr).Body())
+		} else {
+			body = bytes.TrimSpace(buf.Bytes())
+		}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if encErr := enc.Encode(v); encErr != nil {
-		buf.Reset()
-		_ = enc.Encode(errs.From(encErr).Body())
-	}
-	body := bytes.TrimSpace(buf.Bytes())
 	if len(body) == 0 || body[0] != '{' { // not an object: wrap it
 		body = append(append([]byte(`{"result":`), body...), '}')
 	}
@@ -226,7 +252,48 @@ func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
 		}
 		body = append(append(append(append(body[:len(body)-1:len(body)-1], sep...), `"_session":`...), block...), '}')
 	}
-	return &sdk.CallToolResult{IsError: err != nil, StructuredContent: json.RawMessage(body), Content: []sdk.Content{&sdk.TextContent{Text: Text(body)}}}
+	text := []sdk.Content{&sdk.TextContent{Text: Text(body)}}
+	if err != nil {
+		return &sdk.CallToolResult{IsError: true, Content: text}
+	}
+	return &sdk.CallToolResult{StructuredContent: json.RawMessage(body), Content: text}
+}
+
+// errorLead are the fields an error's text begins with, in reading order.
+var errorLead = []string{"error", "message", "hint", "next", "options"}
+
+// errorJSON encodes an error body as one JSON object with errorLead's
+// fields first and the details after them, sorted.
+func errorJSON(b map[string]any) []byte {
+	keys := make([]string, 0, len(b))
+	for k := range b {
+		if !slices.Contains(errorLead, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	buf.WriteByte('{')
+	for _, k := range append(slices.Clone(errorLead), keys...) {
+		v, ok := b[k]
+		if !ok {
+			continue
+		}
+		if buf.Len() > 1 {
+			buf.WriteByte(',')
+		}
+		_ = enc.Encode(k)
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+		buf.WriteByte(':')
+		if enc.Encode(v) != nil {
+			_ = enc.Encode(fmt.Sprint(v))
+		}
+		buf.Truncate(buf.Len() - 1)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes()
 }
 
 func strictJSON(raw []byte, v any) error {

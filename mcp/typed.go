@@ -68,28 +68,67 @@ func inputSchema[In any](enums map[string][]string) *jsonschema.Schema {
 	return s
 }
 
-// outputSchema derives Out's schema, kept to its top level: the names of
-// the fields and which are always present. Types and inner shapes are left
-// to the tools' and help's descriptions, and the _session block every
-// result carries to the server's instructions: tools/list is paid for in
-// every conversation, and the names are what a model finds its way by.
-// Other fields are allowed, so _session validates.
+// outputSchema derives Out's schema, kept to its top level: each field's
+// name and JSON type, and which fields are always present. Inner shapes
+// are left to the tools' and help's descriptions, and the _session block
+// every result carries to the server's instructions: tools/list is paid
+// for in every conversation, and the names are what a model finds its way
+// by. Other fields are allowed, so _session validates.
+//
+// Every property has a type: a property schema of true or {} constrains
+// nothing (the MCP Inspector's --strict run reports each one, and Claude
+// Code refuses a bare true). A field that may be null (a pointer, slice or
+// map that is always present) says so with a second type; an optional
+// field is left out rather than sent as null, so it has one type; a field
+// of any JSON value lists the JSON types. Only successful results carry
+// structured content (see result), so errors need no place here.
 func outputSchema[Out any]() map[string]any {
-	s, err := jsonschema.For[Out](forOptions)
+	s, err := jsonschema.For[Out](outputOptions)
 	if err != nil {
 		panic(fmt.Sprintf("output schema of %T: %v", *new(Out), err))
 	}
 	// Built as a map: jsonschema-go writes an empty schema as true, which
 	// the TypeScript SDK refuses as a property schema.
 	props := make(map[string]any, len(s.Properties))
-	for name := range s.Properties {
-		props[name] = struct{}{}
+	for name, p := range s.Properties {
+		props[name] = map[string]any{"type": jsonType(p, slices.Contains(s.Required, name))}
 	}
 	out := map[string]any{"type": "object", "properties": props}
 	if len(s.Required) > 0 {
 		out["required"] = s.Required
 	}
 	return out
+}
+
+// outputOptions derive output schemas: a json.RawMessage in a result is
+// whatever JSON the domain stored, not necessarily an object.
+var outputOptions = &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+	reflect.TypeFor[json.RawMessage](): {},
+}}
+
+// anyJSON is the type of a field that holds any JSON value.
+var anyJSON = []string{"string", "number", "boolean", "object", "array", "null"}
+
+// jsonType is p's "type" keyword: one type, or a list when it may also be
+// null (present fields only) or is any JSON value.
+func jsonType(p *jsonschema.Schema, present bool) any {
+	types := p.Types
+	if p.Type != "" {
+		types = []string{p.Type}
+	}
+	if len(types) == 0 { // any value: true or {}
+		types = anyJSON
+	}
+	nullable := present && slices.Contains(types, "null") // omitempty: absent, never null
+	// The value's own type first, then null: easier to read.
+	types = slices.DeleteFunc(slices.Clone(types), func(t string) bool { return t == "null" })
+	if nullable {
+		types = append(types, "null")
+	}
+	if len(types) == 1 {
+		return types[0]
+	}
+	return types
 }
 
 // shallow is p without its inner structure or null type: its type,

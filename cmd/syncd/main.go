@@ -183,8 +183,14 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	api := rest.Handler(svc, rest.Options{HTTP: stack, CreateToken: cfg.CreateToken})
 	roomPage := stack.Wrap(http.HandlerFunc(people.RoomPage))
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL,
-		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack, ObserveTool: observeTool}))
+	mcpHandler := mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL,
+		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack, ObserveTool: observeTool})
+	// /mcp/ too: people paste the URL either way, and a 404 there reads as
+	// "the server is down".
+	mux.Handle("/mcp", mcpHandler)
+	mux.Handle("/mcp/{$}", mcpHandler)
+	mux.Handle("GET "+mcp.IconPath, stack.Wrap(mcp.Icons()))
+	mux.Handle("GET "+mcp.FaviconPath, stack.Wrap(mcp.Icons()))
 	mux.Handle("/rooms", api)
 	// /rooms/{id} is the REST API's room, and the room page for a browser.
 	mux.Handle("/rooms/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -78,8 +78,8 @@ func TestMCPSessionAcrossProcesses(t *testing.T) {
 		var out map[string]any
 		raw, _ := json.Marshal(res.StructuredContent)
 		_ = json.Unmarshal(raw, &out)
-		if res.IsError {
-			t.Fatalf("%s: %v", name, out)
+		if res.IsError { // errors are text only
+			t.Fatalf("%s: %v", name, res.Content[0].(*sdk.TextContent).Text)
 		}
 		return out
 	}
