@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 )
 
 // The TypeScript SDK client completes the OAuth flow (dynamic
@@ -66,6 +67,18 @@ func TestTypeScriptClientWithMetadataDocument(t *testing.T) {
 // it prints last.
 func runTSClient(t *testing.T, srv *server, metadataURL string) map[string]any {
 	t.Helper()
+	args := []string{}
+	if metadataURL != "" {
+		args = append(args, metadataURL)
+	}
+	return runTSScript(t, srv, "ts-client.mjs", srv.base+"/mcp", args...)
+}
+
+// runTSScript signs alice up and runs a testdata script as
+// `node <script> <mcpURL> <consent helper URL> [args…]`, returning the JSON
+// line it prints last.
+func runTSScript(t *testing.T, srv *server, script, mcpURL string, args ...string) map[string]any {
+	t.Helper()
 	node, modules := os.Getenv("SYNC_NODE"), os.Getenv("SYNC_NODE_MODULES")
 	if node == "" || modules == "" {
 		if os.Getenv("CI") == "true" {
@@ -87,23 +100,22 @@ func runTSClient(t *testing.T, srv *server, metadataURL string) map[string]any {
 	// ESM resolves packages next to the script: run it from a directory
 	// whose node_modules is the installed one.
 	dir := t.TempDir()
-	script, err := os.ReadFile("testdata/ts-client.mjs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "client.mjs"), script, 0o644); err != nil {
-		t.Fatal(err)
+	scripts, _ := filepath.Glob("testdata/*.mjs")
+	for _, f := range scripts {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args := []string{filepath.Join(dir, "client.mjs"), srv.base + "/mcp", helper.URL}
-	if metadataURL != "" {
-		args = append(args, metadataURL)
-	}
-	out, err := exec.CommandContext(ctx, node, args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, node, append([]string{filepath.Join(dir, script), mcpURL, helper.URL}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("TypeScript client failed: %v\n%s", err, out)
 	}
@@ -113,4 +125,50 @@ func runTSClient(t *testing.T, srv *server, metadataURL string) map[string]any {
 		t.Fatalf("client output: %s", out)
 	}
 	return got
+}
+
+// Every kind of tool error reaches the model through the TypeScript SDK
+// client, the library most hosts are built on: an isError result whose
+// text begins with the error's code and says what was wrong and what to
+// call next. Errors used to carry structured content shaped unlike the
+// tools' output schemas, and the SDK's callTool threw -32602 ("Structured
+// content does not match the tool's output schema") instead. The client
+// connects to /mcp/ (with the slash), which is served as /mcp is, and
+// reads the server's icon and website.
+func TestTypeScriptClientSeesToolErrors(t *testing.T) {
+	// 40 calls at once against a burst of 20: some are rate limited.
+	stack := httpmw.New(httpmw.Options{RatePerSecond: 2, RateBurst: 20})
+	srv := startServerOpts(t, pgtest.New(t), serverOpts{http: stack})
+	got := runTSScript(t, srv, "ts-errors.mjs", srv.base+"/mcp/")
+	errs, _ := got["errors"].(map[string]any)
+	for kind, want := range map[string][]string{
+		"bad_arguments": {"error: invalid_field", "message: ", "unknown field", "timeout", "hint: ", "input schema"},
+		"not_found":     {"error: action_not_found", "message: ", "nope", "claim", "_session: "},
+		"precondition":  {"error: precondition_failed", "message: ", "params.n > 5", "hint: ", "read: "},
+		"scope":         {"error: room_not_in_scope", "message: ", "elsewhere", "sync_create_room"},
+		"rate_limit":    {"error: rate_limited", "message: ", "hint: retry after", "retry_after_ms: "},
+	} {
+		r, _ := errs[kind].(map[string]any)
+		text, _ := r["text"].(string)
+		if r["threw"] != nil || r["isError"] != true || r["structured"] != nil {
+			t.Errorf("%s: the model did not get an error result: %v", kind, r)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: the text lacks %q:\n%s", kind, w, text)
+			}
+		}
+		if !strings.HasPrefix(text, want[0]+"\n") {
+			t.Errorf("%s: the text does not begin with its code:\n%s", kind, text)
+		}
+	}
+	if got["burst_threw"] != float64(0) || got["burst_ok"].(float64) < 5 {
+		t.Errorf("40 calls at once: %v succeeded, %v threw (want some through and none thrown)", got["burst_ok"], got["burst_threw"])
+	}
+	info, _ := got["serverInfo"].(map[string]any)
+	icons, _ := info["icons"].([]any)
+	if info["websiteUrl"] != srv.base+"/" || len(icons) != 1 || icons[0].(map[string]any)["src"] != srv.base+"/icon.png" {
+		t.Errorf("serverInfo without the icon and website: %v", info)
+	}
 }

@@ -131,6 +131,24 @@ func TestHealthAndMigrateWithDatabaseURL(t *testing.T) {
 	if _, got := call(t, "GET", base+"/readyz", "", ""); got["pool"] == nil || got["pool"].(map[string]any)["max_conns"] != float64(16) {
 		t.Fatalf("readyz does not report the pool: %v", got)
 	}
+	// The icon serverInfo names and the favicon are served, and /mcp/ is
+	// /mcp (both ask for a token); nothing under it is.
+	for path, want := range map[string]string{"/favicon.ico": "image/x-icon", "/icon.png": "image/png"} {
+		res, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || res.Header.Get("Content-Type") != want || len(body) < 100 {
+			t.Errorf("%s: %d %q, %d bytes", path, res.StatusCode, res.Header.Get("Content-Type"), len(body))
+		}
+	}
+	for path, want := range map[string]int{"/mcp": 401, "/mcp/": 401, "/mcp/x": 404} {
+		if code, _ := call(t, "POST", base+path, "", `{"jsonrpc":"2.0","id":1,"method":"ping"}`); code != want {
+			t.Errorf("POST %s: %d, want %d", path, code, want)
+		}
+	}
 }
 
 func TestConfigFromEnvAndFlags(t *testing.T) {
