@@ -3,10 +3,12 @@ package mcp_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
@@ -277,5 +279,60 @@ func TestAttackLobbyShowsNoGatedAgent(t *testing.T) {
 	}
 	if v := mustTool(t, as, "sync_lobby", nil); !strings.Contains(fmt.Sprint(v["rooms"]), "ghost") {
 		t.Fatalf("the owner's lobby lacks the agent: %v", v["rooms"])
+	}
+}
+
+// One HTTP request carried 400 tool calls past the per-grant rate limit:
+// JSON-RPC batches (which the protocol removed in 2025-06-18; without a
+// protocol header the SDK took the request as 2025-03-26 and ran them) are
+// refused with -32600 before any call runs, and each refused batch is
+// still charged to its grant's budget (issue 25, item 5).
+func TestAttackBatchesRefused(t *testing.T) {
+	stack := httpmw.New(httpmw.Options{RatePerSecond: 5, RateBurst: 10})
+	srv := startServerOpts(t, pgtest.New(t), serverOpts{http: stack})
+	alice := signup(t, srv, "alice")
+	token := mintToken(t, srv, alice, nil)["access_token"].(string)
+	var calls []string
+	for i := range 400 {
+		calls = append(calls, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"sync_create_room","arguments":{"room":"b%d"}}}`, i, i))
+	}
+	batch := []byte(" [" + strings.Join(calls, ",") + "]")
+	req, _ := http.NewRequest("POST", srv.base+"/mcp", bytes.NewReader(batch))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		ID    any `json:"id"`
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest || body.Error.Code != -32600 || body.ID != nil || !strings.Contains(body.Error.Message, "batch") {
+		t.Fatalf("a batch of 400 calls: %d %+v, want 400 with JSON-RPC error -32600", res.StatusCode, body)
+	}
+	var rooms int
+	_ = srv.db.QueryRow(context.Background(), `SELECT count(*) FROM rooms WHERE id LIKE 'b%'`).Scan(&rooms)
+	if rooms != 0 {
+		t.Fatalf("a refused batch created %d rooms", rooms)
+	}
+	// Refused batches draw on the grant's budget like any request.
+	codes := map[int]int{}
+	for range 30 {
+		codes[postMCP(t, srv.base, token, batch).StatusCode]++
+	}
+	if codes[http.StatusTooManyRequests] < 15 {
+		t.Fatalf("30 batches: %v, want most rate limited", codes)
+	}
+	// A single request still works (once the budget refills).
+	time.Sleep(time.Second)
+	if res := postMCP(t, srv.base, token, []byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)); res.StatusCode != http.StatusOK {
+		t.Fatalf("a single request after: %d", res.StatusCode)
 	}
 }
