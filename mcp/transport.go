@@ -177,6 +177,7 @@ type aliveWriter struct {
 	http.ResponseWriter
 	interval time.Duration
 	mu       sync.Mutex
+	headed   bool
 	stream   bool
 	last     time.Time
 	// tail is the end of what was written: a comment goes only where an
@@ -189,6 +190,15 @@ type aliveWriter struct {
 func (a *aliveWriter) WriteHeader(code int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.writeHeader(code)
+}
+
+// writeHeader starts the beat when the response is an event stream.
+func (a *aliveWriter) writeHeader(code int) {
+	if a.headed {
+		return
+	}
+	a.headed = true
 	if code == http.StatusOK && strings.HasPrefix(a.Header().Get("Content-Type"), "text/event-stream") && !a.stream {
 		a.stream = true
 		a.Header().Set("X-Accel-Buffering", "no")
@@ -203,6 +213,7 @@ func (a *aliveWriter) WriteHeader(code int) {
 func (a *aliveWriter) Write(b []byte) (int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.writeHeader(http.StatusOK) // as net/http does on a first Write
 	n, err := a.ResponseWriter.Write(b)
 	if n > 0 {
 		if n >= 2 {
@@ -218,6 +229,7 @@ func (a *aliveWriter) Write(b []byte) (int, error) {
 func (a *aliveWriter) Flush() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.writeHeader(http.StatusOK)
 	_ = http.NewResponseController(a.ResponseWriter).Flush()
 }
 

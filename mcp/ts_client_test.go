@@ -71,13 +71,13 @@ func runTSClient(t *testing.T, srv *server, metadataURL string) map[string]any {
 	if metadataURL != "" {
 		args = append(args, metadataURL)
 	}
-	return runTSScript(t, srv, "ts-client.mjs", srv.base+"/mcp", args...)
+	return runTSScript(t, signup(t, srv, "alice"), "ts-client.mjs", srv.base+"/mcp", args...)
 }
 
-// runTSScript signs alice up and runs a testdata script as
-// `node <script> <mcpURL> <consent helper URL> [args…]`, returning the JSON
-// line it prints last.
-func runTSScript(t *testing.T, srv *server, script, mcpURL string, args ...string) map[string]any {
+// runTSScript runs a testdata script as `node <script> <mcpURL> <consent
+// helper URL> [args…]`, alice consenting, and returns the JSON line it
+// prints last.
+func runTSScript(t *testing.T, alice *person, script, mcpURL string, args ...string) map[string]any {
 	t.Helper()
 	node, modules := os.Getenv("SYNC_NODE"), os.Getenv("SYNC_NODE_MODULES")
 	if node == "" || modules == "" {
@@ -86,7 +86,6 @@ func runTSScript(t *testing.T, srv *server, script, mcpURL string, args ...strin
 		}
 		t.Skip("set SYNC_NODE and SYNC_NODE_MODULES (with @modelcontextprotocol/sdk) to run the TypeScript client")
 	}
-	alice := signup(t, srv, "alice")
 	helper := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res, err := alice.Consent(r.Context(), r.URL.Query().Get("url"), nil)
 		if err != nil {
@@ -139,7 +138,7 @@ func TestTypeScriptClientSeesToolErrors(t *testing.T) {
 	// 40 calls at once against a burst of 20: some are rate limited.
 	stack := httpmw.New(httpmw.Options{RatePerSecond: 2, RateBurst: 20})
 	srv := startServerOpts(t, pgtest.New(t), serverOpts{http: stack})
-	got := runTSScript(t, srv, "ts-errors.mjs", srv.base+"/mcp/")
+	got := runTSScript(t, signup(t, srv, "alice"), "ts-errors.mjs", srv.base+"/mcp/")
 	errs, _ := got["errors"].(map[string]any)
 	for kind, want := range map[string][]string{
 		"bad_arguments": {"error: invalid_field", "message: ", "unknown field", "timeout", "hint: ", "input schema"},
