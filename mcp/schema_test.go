@@ -48,6 +48,19 @@ func TestToolSchemas(t *testing.T) {
 		if string(want) != string(got) {
 			t.Errorf("%s schema changed; review and run with -update:\n--- golden\n%s\n--- now\n%s", tl.def.Name, want, got)
 		}
+		// No output property that constrains nothing (true or {}): the MCP
+		// Inspector's --strict run reports each, and Claude Code refuses
+		// a bare true.
+		out, _ := tl.def.OutputSchema.(map[string]any)
+		props, _ := out["properties"].(map[string]any)
+		if out["type"] != "object" || len(props) == 0 {
+			t.Errorf("%s: output schema is not an object with properties: %v", tl.def.Name, tl.def.OutputSchema)
+		}
+		for name, p := range props {
+			if m, _ := p.(map[string]any); m["type"] == nil {
+				t.Errorf("%s: output property %q has no type: %v", tl.def.Name, name, p)
+			}
+		}
 		if tl.def.Description == "" || tl.def.Title == "" || tl.def.Annotations == nil || tl.def.InputSchema == nil {
 			t.Errorf("%s lacks a title, description, schema or annotations", tl.def.Name)
 		}
