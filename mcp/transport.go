@@ -13,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 )
 
 // What /mcp does around the SDK's handler at the HTTP level: it refuses
@@ -36,7 +37,9 @@ type rpcInfoKey struct{}
 // host showing an HTTP failure.
 func peekRPC(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.Body == nil {
+		// Without a bearer token the request goes no further than the
+		// bearer check's 401: nothing to learn from its body.
+		if r.Method != http.MethodPost || r.Body == nil || httpmw.Bearer(r) == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
