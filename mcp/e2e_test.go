@@ -28,7 +28,16 @@ import (
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m)
+	// Every tool result of every test: successes fit their output schema,
+	// errors carry no structured content (mcp/export_test.go).
+	if b := mcp.ResultBreaches(); len(b) > 0 {
+		fmt.Fprintf(os.Stderr, "tool results that break the output rule:\n%s\n", strings.Join(b, "\n"))
+		code = 1
+	}
+	os.Exit(code)
+}
 
 // server is a whole sync server on one database: REST, OAuth, /mcp.
 type server struct {

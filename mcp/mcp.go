@@ -179,9 +179,16 @@ func handler(opt *Options, d tool) sdk.ToolHandler {
 			}
 			opt.ObserveTool(d.def.Name, outcome, time.Since(start))
 		}
-		return result(out, err, sess), nil
+		res := result(out, err, sess)
+		if checkResult != nil {
+			checkResult(d.def, res)
+		}
+		return res, nil
 	}
 }
+
+// checkResult, when set (by the package's tests), sees every tool result.
+var checkResult func(*sdk.Tool, *sdk.CallToolResult)
 
 // runTool resolves the caller's session and runs the tool.
 func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest) (any, *lobby.Session, error) {

@@ -80,7 +80,7 @@ func inputSchema[In any](enums map[string][]string) *jsonschema.Schema {
 // Code refuses a bare true). A field that may be null (a pointer, slice or
 // map that is always present) says so with a second type; an optional
 // field is left out rather than sent as null, so it has one type; a field
-// of any JSON value lists the JSON types. Only successful results carry
+// of any JSON value lists the JSON types, null included. Only successful results carry
 // structured content (see result), so errors need no place here.
 func outputSchema[Out any]() map[string]any {
 	s, err := jsonschema.For[Out](outputOptions)
@@ -116,8 +116,10 @@ func jsonType(p *jsonschema.Schema, present bool) any {
 	if p.Type != "" {
 		types = []string{p.Type}
 	}
-	if len(types) == 0 { // any value: true or {}
-		types = anyJSON
+	if len(types) == 0 { // any value: true or {}; an interface holding
+		// a JSON null (json.RawMessage("null")) is not omitted, so null
+		// stays in the list even for an optional field.
+		return anyJSON
 	}
 	nullable := present && slices.Contains(types, "null") // omitempty: absent, never null
 	// The value's own type first, then null: easier to read.
