@@ -106,7 +106,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	go func() { db.RunPeers(pctx, store.PeerOptions{OnCount: peers.Set}); close(peersDone) }()
 	defer func() { stopPeers(); <-peersDone }() // before the database closes
 	mwOpt := httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit, Peers: peers,
-		TrustedProxies: cfg.TrustedProxies, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")}
+		TrustedProxies: cfg.TrustedProxies, ClientIPHeader: cfg.ClientIPHeader, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")}
 	var observeTool func(string, string, time.Duration)
 	if mx != nil {
 		mwOpt.Observe, observeTool = mx.ObserveRequest, mx.ObserveTool

@@ -160,10 +160,14 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 		t.Fatalf("root URL with a slash: %v %+v", err, cfg)
 	}
 	cfg, err = parseConfig([]string{"-trusted-proxies", "10.0.0.0/8, ::1", "-db-max-conns", "40"})
-	if err != nil || len(cfg.TrustedProxies) != 2 || cfg.DBMaxConns != 40 || !cfg.AccessLog {
+	if err != nil || len(cfg.TrustedProxies) != 2 || cfg.DBMaxConns != 40 || !cfg.AccessLog || cfg.ClientIPHeader != "X-Forwarded-For" {
 		t.Fatalf("proxies and pool: %v %+v", err, cfg)
 	}
-	for _, bad := range [][]string{{"-trusted-proxies", "proxy.local"}, {"-db-max-conns", "1"}, {"-access-log", "sometimes"}} {
+	t.Setenv("SYNC_CLIENT_IP_HEADER", "Forwarded")
+	if cfg, err := parseConfig(nil); err != nil || cfg.ClientIPHeader != "Forwarded" {
+		t.Fatalf("client address header from the environment: %v %+v", err, cfg)
+	}
+	for _, bad := range [][]string{{"-trusted-proxies", "proxy.local"}, {"-client-ip-header", "X Forwarded"}, {"-client-ip-header", "Host"}, {"-db-max-conns", "1"}, {"-access-log", "sometimes"}} {
 		if _, err := parseConfig(bad); err == nil {
 			t.Fatalf("%v accepted", bad)
 		}
