@@ -47,9 +47,6 @@ type Options struct {
 	// AuthorizeCodeTTL is how long an authorization code may wait to be
 	// exchanged. Default 10 minutes.
 	AuthorizeCodeTTL time.Duration
-	// RefreshGrace is how long a rotated refresh token keeps working, so
-	// racing refreshes do not kill the grant. Default 30 s.
-	RefreshGrace time.Duration
 	// RedirectAllowList adds redirect URIs (exact, or a prefix ending in
 	// "*") to the built-in policy (Claude's callbacks and loopback).
 	RedirectAllowList []string
@@ -134,9 +131,6 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	if opt.AuthorizeCodeTTL <= 0 {
 		opt.AuthorizeCodeTTL = 10 * time.Minute
 	}
-	if opt.RefreshGrace <= 0 {
-		opt.RefreshGrace = 30 * time.Second
-	}
 	switch opt.Signup {
 	case "":
 		opt.Signup = "invite"
@@ -161,7 +155,7 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	if opt.RatePerSecond > 0 {
 		s.limit = httpmw.NewLimiter(opt.RatePerSecond, int(3*opt.RatePerSecond), s.http.Options().Peers)
 	}
-	s.store = &storage{db: db, audience: s.resource, grace: opt.RefreshGrace, allow: opt.RedirectAllowList,
+	s.store = &storage{db: db, audience: s.resource, log: opt.Logger, allow: opt.RedirectAllowList,
 		cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch, opt.MetadataFetchRoots)}
 	cfg := &fosite.Config{
 		AccessTokenLifespan:   opt.AccessTokenTTL,
@@ -375,7 +369,7 @@ func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
 // --- token and revocation ---
 
 func (s *Server) token(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+	ctx := withGrantEnd(r.Context(), "")
 	w.Header().Set("Access-Control-Allow-Origin", "*")
 	ar, err := s.provider.NewAccessRequest(ctx, r, new(Session))
 	if err != nil {
@@ -401,7 +395,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+	ctx := withGrantEnd(r.Context(), endByClient)
 	w.Header().Set("Access-Control-Allow-Origin", "*")
 	err := s.provider.NewRevocationRequest(ctx, r)
 	s.provider.WriteRevocationResponse(ctx, w, err)
