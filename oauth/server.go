@@ -231,8 +231,16 @@ func (s *Server) limited(next http.Handler) http.Handler {
 
 func writeJSON(w http.ResponseWriter, status int, v any) { httpmw.WriteJSON(w, status, v) }
 
-// ScopesSupported are the scope forms the consent screen grants.
-var ScopesSupported = []string{"rooms:*", "rooms:*:observe", "rooms:*:read", "rooms:*:write", "create_rooms"}
+// ScopesSupported are the scope forms the consent screen grants, and
+// offline_access: every grant gets a refresh token whether or not it is
+// asked for (Claude asks for none), but clients that follow the OpenID
+// convention look for it before asking for one.
+var ScopesSupported = []string{"rooms:*", "rooms:*:observe", "rooms:*:read", "rooms:*:write", "create_rooms", "offline_access"}
+
+// challengeScope is the scope the 401 challenge names (RFC 6750 §3): what
+// a client should ask for to use /mcp. The consent screen decides what is
+// granted; asking for it is only the client's suggestion.
+const challengeScope = "rooms:* create_rooms offline_access"
 
 func (s *Server) metadata(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Access-Control-Allow-Origin", "*")
@@ -465,8 +473,8 @@ func (s *Server) RequireBearer(scope string, next http.Handler) http.Handler {
 			if !s.http.Limit(w, r, "") {
 				return
 			}
-			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="invalid_token", error_description=%q, resource_metadata=%q`,
-				err.Error(), s.ResourceMetadataURL()))
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="invalid_token", error_description=%q, scope=%q, resource_metadata=%q`,
+				err.Error(), challengeScope, s.ResourceMetadataURL()))
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_token", "error_description": err.Error()})
 			return
 		}
