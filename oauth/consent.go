@@ -36,6 +36,13 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ru := q.Get("redirect_uri")
+	if ru != "" && !redirectAllowed(ru, s.opt.RedirectAllowList) {
+		// Checked per request: a metadata document may list a URI this
+		// server does not allow beside ones it does. Never redirected to.
+		wb.errorPage(w, 400, "Redirect not allowed", "The application asked to send you back to "+ru+
+			", which this server does not allow. Connect it again from its own settings; if it is yours, use https://claude.ai/api/mcp/auth_callback, a loopback http://localhost:<port>/… address, or ask the operator to allow it (SYNC_REDIRECT_ALLOW).")
+		return
+	}
 	if ru != "" && !slices.Contains(client.RedirectURIs, ru) && loopbackMatches(client.RedirectURIs, ru) {
 		ctx = withLoopbackRedirect(ctx, ru)
 	}

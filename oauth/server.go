@@ -58,6 +58,16 @@ type Options struct {
 	// when fetching client metadata documents. Tests only (they serve
 	// documents from a local TLS server); default: the system's roots.
 	MetadataFetchRoots *x509.CertPool
+	// DisableMetadataDocuments turns client ID metadata documents off
+	// (SYNC_CIMD=off): they are not advertised, so clients register
+	// dynamically, and none is fetched (clients already stored keep their
+	// stored document). Default: on.
+	DisableMetadataDocuments bool
+	// MetadataProxy, when set, is the HTTP(S) proxy client metadata
+	// documents are fetched through (the operator's egress proxy, trusted
+	// as such); the documents' hosts must still resolve to public
+	// addresses. Default: direct.
+	MetadataProxy *url.URL
 	// Signup is "invite" (default), "open" or "closed".
 	Signup string
 	// Rooms lists a user's rooms for the consent screen.
@@ -156,7 +166,7 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 		s.limit = httpmw.NewLimiter(opt.RatePerSecond, int(3*opt.RatePerSecond), s.http.Options().Peers)
 	}
 	s.store = &storage{db: db, audience: s.resource, log: opt.Logger, allow: opt.RedirectAllowList,
-		cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch, opt.MetadataFetchRoots)}
+		noCIMD: opt.DisableMetadataDocuments, cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch, opt.MetadataFetchRoots, opt.MetadataProxy)}
 	cfg := &fosite.Config{
 		AccessTokenLifespan:   opt.AccessTokenTTL,
 		RefreshTokenLifespan:  opt.RefreshTokenTTL,
@@ -244,7 +254,7 @@ const challengeScope = "rooms:* create_rooms offline_access"
 
 func (s *Server) metadata(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Access-Control-Allow-Origin", "*")
-	writeJSON(w, http.StatusOK, map[string]any{
+	m := map[string]any{
 		"issuer":                                         s.issuer,
 		"authorization_endpoint":                         s.issuer + "/authorize",
 		"token_endpoint":                                 s.issuer + "/token",
@@ -257,9 +267,12 @@ func (s *Server) metadata(w http.ResponseWriter, _ *http.Request) {
 		"token_endpoint_auth_methods_supported":          []string{"none", "client_secret_post", "client_secret_basic"},
 		"revocation_endpoint_auth_methods_supported":     []string{"none", "client_secret_post", "client_secret_basic"},
 		"scopes_supported":                               ScopesSupported,
-		"client_id_metadata_document_supported":          true,
 		"authorization_response_iss_parameter_supported": true,
-	})
+	}
+	if !s.opt.DisableMetadataDocuments {
+		m["client_id_metadata_document_supported"] = true
+	}
+	writeJSON(w, http.StatusOK, m)
 }
 
 func (s *Server) resourceMetadata(w http.ResponseWriter, _ *http.Request) {

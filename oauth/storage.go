@@ -30,6 +30,7 @@ type storage struct {
 	cimd     *cimdFetcher
 	allow    []string // the operator's redirect allow-list
 	audience string   // the MCP resource every client may be granted
+	noCIMD   bool     // client metadata documents turned off: none is fetched
 	log      *slog.Logger
 }
 

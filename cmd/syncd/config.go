@@ -41,7 +41,15 @@ type config struct {
 	// proxy overwrites with the client's address. Default X-Forwarded-For;
 	// Forwarded only when chosen.
 	ClientIPHeader string
-	AccessLog      bool // SYNC_ACCESS_LOG, -access-log: one log line per request. Default true.
+	// SYNC_CIMD, -cimd: on (default) or off. Off: client ID metadata
+	// documents are not advertised nor fetched; clients register
+	// dynamically.
+	CIMD bool
+	// SYNC_OUTBOUND_PROXY, -outbound-proxy: the HTTP(S) proxy client
+	// metadata documents are fetched through. Default: HTTPS_PROXY (or
+	// https_proxy) when set, else direct.
+	OutboundProxy *url.URL
+	AccessLog     bool // SYNC_ACCESS_LOG, -access-log: one log line per request. Default true.
 	// SYNC_WAIT_RECHECK, -wait-recheck: how often a wait re-evaluates its
 	// condition when no notification came (a safety net). Default 5 s.
 	WaitRecheck time.Duration
@@ -106,6 +114,8 @@ func parseConfig(args []string) (*config, error) {
 	dbConns := fs.String("db-max-conns", env("SYNC_DB_MAX_CONNS", strconv.Itoa(store.DefaultMaxConns)), "database connection pool size (SYNC_DB_MAX_CONNS)")
 	proxies := fs.String("trusted-proxies", env("SYNC_TRUSTED_PROXIES", ""), "reverse proxies whose client address header is believed: addresses or CIDR prefixes, comma-separated (SYNC_TRUSTED_PROXIES)")
 	fs.StringVar(&c.ClientIPHeader, "client-ip-header", env("SYNC_CLIENT_IP_HEADER", "X-Forwarded-For"), "the one header trusted proxies overwrite with the client address: X-Forwarded-For, X-Real-IP or Forwarded (SYNC_CLIENT_IP_HEADER)")
+	cimd := fs.String("cimd", env("SYNC_CIMD", "on"), "accept client ID metadata documents: on or off (SYNC_CIMD); off makes clients register dynamically")
+	outboundProxy := fs.String("outbound-proxy", env("SYNC_OUTBOUND_PROXY", firstEnv("HTTPS_PROXY", "https_proxy")), "proxy for fetching client metadata documents, http://host:port or https://host:port (SYNC_OUTBOUND_PROXY; default HTTPS_PROXY)")
 	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
 	recheck := fs.String("wait-recheck", env("SYNC_WAIT_RECHECK", "5s"), "safety-net re-check period of waits (SYNC_WAIT_RECHECK)")
 	fs.StringVar(&c.LoomGeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "OpenAI-compatible completions endpoint for loom continuations (SYNC_LOOM_GENERATOR_URL); empty queues requests in the room")
@@ -136,6 +146,20 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if err := httpmw.ValidClientIPHeader(c.ClientIPHeader); err != nil {
 		return nil, err
+	}
+	switch strings.ToLower(*cimd) {
+	case "on", "true", "1":
+		c.CIMD = true
+	case "off", "false", "0":
+	default:
+		return nil, fmt.Errorf("cimd %q is not on or off", *cimd)
+	}
+	if *outboundProxy != "" {
+		u, err := url.Parse(*outboundProxy)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("outbound proxy %q is not a proxy URL such as http://proxy.internal:3128", *outboundProxy)
+		}
+		c.OutboundProxy = u
 	}
 	if c.AccessLog, err = strconv.ParseBool(*accessLog); err != nil {
 		return nil, fmt.Errorf("access log %q is not true or false", *accessLog)
@@ -188,6 +212,15 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	return c, nil
+}
+
+func firstEnv(names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 func splitList(s string) []string {

@@ -116,12 +116,14 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		mx.Watch(metrics.Sources{Service: svc, DB: db, HTTP: stack})
 	}
 	auth, err := oauth.New(ctx, db, oauth.Options{
-		HTTP:              stack,
-		PublicURL:         cfg.PublicURL,
-		Signup:            cfg.Signup,
-		RedirectAllowList: cfg.RedirectAllow,
-		Rooms:             lob,
-		RatePerSecond:     min(cfg.RateLimit, 0), // 0: its default; negative: off with the REST limit
+		HTTP:                     stack,
+		PublicURL:                cfg.PublicURL,
+		Signup:                   cfg.Signup,
+		RedirectAllowList:        cfg.RedirectAllow,
+		DisableMetadataDocuments: !cfg.CIMD,
+		MetadataProxy:            cfg.OutboundProxy,
+		Rooms:                    lob,
+		RatePerSecond:            min(cfg.RateLimit, 0), // 0: its default; negative: off with the REST limit
 	})
 	if err != nil {
 		return err
