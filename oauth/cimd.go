@@ -241,6 +241,9 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 		}
 		return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
 	}
+	// Info, not debug: this line is how an operator sees that the server
+	// reaches the client's host (README, deployment checklist).
+	s.log.Info("client metadata document fetched", "client_id", id, "client_name", reg.ClientName, "valid_for", ttl)
 	meta, _ := json.Marshal(map[string]any{"cimd_expires": time.Now().Add(ttl), "document": reg})
 	_, err = s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
 		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, redirect_uris = EXCLUDED.redirect_uris, metadata = EXCLUDED.metadata`,

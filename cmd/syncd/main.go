@@ -234,7 +234,15 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		defer msrv.Close()
 		slog.Info("metrics listening", "addr", mln.Addr().String())
 	}
-	slog.Info("syncd listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL)
+	metadataFetch := "direct"
+	if cfg.OutboundProxy != nil {
+		metadataFetch = "via " + cfg.OutboundProxy.Redacted()
+	}
+	if !cfg.CIMD {
+		metadataFetch = "off"
+	}
+	slog.Info("syncd listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "client_ip_header", cfg.ClientIPHeader,
+		"trusted_proxies", len(cfg.TrustedProxies), "client_metadata_documents", metadataFetch)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
