@@ -31,6 +31,9 @@ const (
 	cimdTimeout  = 5 * time.Second
 	cimdMinTTL   = 5 * time.Minute
 	cimdMaxTTL   = 24 * time.Hour
+	// cimdRetry is how long the last good document serves after a failed
+	// fetch before the next attempt.
+	cimdRetry = 5 * time.Minute
 )
 
 func isCIMD(id string) bool {
@@ -232,7 +235,13 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 		var de *docError
 		isDoc := errors.As(err, &de)
 		if c != nil {
-			s.log.Warn("client metadata document could not be refreshed; using the last good one", "client_id", id, "err", err)
+			s.log.Warn("client metadata document could not be refreshed; using the last good one", "client_id", id, "err", err, "retry_in", cimdRetry)
+			// Not again at every request (each could wait out the 5 s
+			// timeout): every process retries after cimdRetry.
+			if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_clients SET metadata = jsonb_set(metadata, '{cimd_expires}', to_jsonb(now() + make_interval(secs => $2)))
+				WHERE id = $1`, id, cimdRetry.Seconds()); err != nil {
+				s.log.Warn("could not postpone the client metadata document's next fetch", "client_id", id, "err", err)
+			}
 			return s.allowedOnly(c), nil
 		}
 		s.log.Warn("client metadata document refused", "client_id", id, "err", err)

@@ -96,9 +96,19 @@ func TestMetadataDocumentStaleIfError(t *testing.T) {
 	if d.fetches.Load() == before {
 		t.Fatal("the expired document was not fetched again")
 	}
+	// The failure postpones the next attempt: requests meanwhile do not
+	// each wait for the document's host.
 	h.s.ForgetClients()
-	if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 200 {
-		t.Fatalf("authorize while the document's host is down: %d %s", r.status, r.body)
+	failed := d.fetches.Load()
+	if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 200 || d.fetches.Load() != failed {
+		t.Fatalf("authorize right after a failed fetch: %d, %d more fetches %s", r.status, d.fetches.Load()-failed, r.body)
+	}
+	if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_clients SET metadata = jsonb_set(metadata, '{cimd_expires}', to_jsonb(now() - interval '1 second'))`); err != nil {
+		t.Fatal(err)
+	}
+	h.s.ForgetClients()
+	if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 200 || d.fetches.Load() == failed {
+		t.Fatalf("authorize while the document's host is down, retry due: %d %s", r.status, r.body)
 	}
 	if !strings.Contains(logs.String(), "using the last good one") || !strings.Contains(logs.String(), "503") {
 		t.Fatalf("the failed fetch was not logged:\n%s", logs.String())
