@@ -1,9 +1,11 @@
 package oauth
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,6 +85,7 @@ func publicAddr(a netip.Addr) bool {
 }
 
 func newCIMDFetcher(allowPrivate bool, roots *x509.CertPool, proxy *url.URL) *cimdFetcher {
+	f := &cimdFetcher{allowPrivate: allowPrivate, roots: roots, proxy: proxy}
 	dialer := &net.Dialer{Timeout: cimdTimeout, Control: func(_, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
@@ -95,56 +98,93 @@ func newCIMDFetcher(allowPrivate bool, roots *x509.CertPool, proxy *url.URL) *ci
 	}}
 	tr := &http.Transport{DialContext: dialer.DialContext, TLSHandshakeTimeout: cimdTimeout, ResponseHeaderTimeout: cimdTimeout,
 		MaxIdleConns: 4, Proxy: nil}
+	if proxy != nil {
+		tr.DialContext = f.dialViaProxy
+	}
 	if roots != nil {
 		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
 	}
-	return &cimdFetcher{allowPrivate: allowPrivate, roots: roots, proxy: proxy, client: &http.Client{Transport: tr, Timeout: cimdTimeout,
-		CheckRedirect: noRedirects}}
+	f.client = &http.Client{Transport: tr, Timeout: cimdTimeout, CheckRedirect: noRedirects}
+	return f
 }
 
 func noRedirects(*http.Request, []*http.Request) error {
 	return errors.New("client metadata documents must not redirect")
 }
 
-// viaProxy prepares a fetch through the operator's proxy. The proxy would
-// resolve the host itself, where the connect-time check cannot see, so
-// the host is resolved here, every address must be public, and the proxy
-// is asked to connect to that address (the certificate is still checked
-// against the host name): DNS cannot rebind between check and use.
-func (f *cimdFetcher) viaProxy(ctx context.Context, u *url.URL) (*http.Client, *http.Request, error) {
-	host, port := u.Hostname(), u.Port()
-	if port == "" {
-		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+// dialViaProxy opens a tunnel to addr through the operator's proxy (HTTP
+// CONNECT). The proxy would resolve a host name itself, where no check of
+// ours can see, so the name is resolved here, every address must be
+// public, and the proxy is asked for the checked address: DNS cannot
+// rebind between check and use. TLS to the document's host then runs over
+// the tunnel, verified against the host name as usual.
+func (f *cimdFetcher) dialViaProxy(ctx context.Context, _, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
 	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
-	} else {
-		rctx, cancel := context.WithTimeout(ctx, cimdTimeout)
-		defer cancel()
-		if addrs, err = net.DefaultResolver.LookupNetIP(rctx, "ip", host); err != nil {
-			return nil, nil, fmt.Errorf("resolving %s: %w", host, err)
-		}
+	} else if addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host); err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", host, err)
 	}
 	if len(addrs) == 0 {
-		return nil, nil, fmt.Errorf("%s has no address", host)
+		return nil, fmt.Errorf("%s has no address", host)
 	}
 	for _, a := range addrs {
 		if !f.allowPrivate && !publicAddr(a) {
-			return nil, nil, fmt.Errorf("refusing to fetch client metadata from %s: it resolves to non-public address %s", host, a)
+			return nil, fmt.Errorf("refusing to fetch client metadata from %s: it resolves to non-public address %s", host, a)
 		}
 	}
-	target := *u
-	target.Host = net.JoinHostPort(addrs[0].Unmap().String(), port)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
-	if err != nil {
-		return nil, nil, err
+	target := net.JoinHostPort(addrs[0].Unmap().String(), port)
+	proxyAddr := f.proxy.Host
+	if f.proxy.Port() == "" {
+		defPort := "80"
+		if f.proxy.Scheme == "https" {
+			defPort = "443"
+		}
+		proxyAddr = net.JoinHostPort(f.proxy.Hostname(), defPort)
 	}
-	req.Host = u.Host
-	tr := &http.Transport{Proxy: http.ProxyURL(f.proxy), DialContext: (&net.Dialer{Timeout: cimdTimeout}).DialContext,
-		TLSHandshakeTimeout: cimdTimeout, ResponseHeaderTimeout: cimdTimeout, DisableKeepAlives: true,
-		TLSClientConfig: &tls.Config{ServerName: host, RootCAs: f.roots}}
-	return &http.Client{Transport: tr, Timeout: cimdTimeout, CheckRedirect: noRedirects}, req, nil
+	conn, err := (&net.Dialer{Timeout: cimdTimeout}).DialContext(ctx, "tcp", proxyAddr)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the outbound proxy: %w", err)
+	}
+	deadline := time.Now().Add(cimdTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = conn.SetDeadline(deadline)
+	if f.proxy.Scheme == "https" {
+		tc := tls.Client(conn, &tls.Config{ServerName: f.proxy.Hostname()})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("TLS to the outbound proxy: %w", err)
+		}
+		conn = tc
+	}
+	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: target}, Host: target, Header: http.Header{}}
+	if u := f.proxy.User; u != nil {
+		pw, _ := u.Password()
+		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw)))
+	}
+	if err := req.Write(conn); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("asking the outbound proxy: %w", err)
+	}
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, req)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("reading the outbound proxy's answer: %w", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || br.Buffered() > 0 {
+		conn.Close()
+		return nil, fmt.Errorf("the outbound proxy answered %s to CONNECT %s", res.Status, target)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, nil
 }
 
 func (f *cimdFetcher) fetch(ctx context.Context, id string) (*registration, time.Duration, error) {
@@ -152,17 +192,9 @@ func (f *cimdFetcher) fetch(ctx context.Context, id string) (*registration, time
 	if err != nil || u.Host == "" || u.Fragment != "" || u.User != nil || (u.Scheme != "https" && !(f.allowPrivate && u.Scheme == "http")) {
 		return nil, 0, &docError{fmt.Sprintf("client_id %q is not an https URL", id)}
 	}
-	client := f.client
-	var req *http.Request
-	if f.proxy != nil {
-		if client, req, err = f.viaProxy(ctx, u); err != nil {
-			return nil, 0, err
-		}
-	} else {
-		req, _ = http.NewRequestWithContext(ctx, http.MethodGet, id, nil)
-	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, id, nil)
 	req.Header.Set("Accept", "application/json")
-	res, err := client.Do(req)
+	res, err := f.client.Do(req)
 	if err != nil {
 		return nil, 0, fmt.Errorf("fetching client metadata: %w", err)
 	}

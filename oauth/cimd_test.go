@@ -152,6 +152,7 @@ func TestMetadataDocumentThroughProxy(t *testing.T) {
 	proxy := newConnectProxy(t)
 	roots := d.srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
 	pu, _ := url.Parse(proxy.srv.URL)
+	pu.User = url.UserPassword("sync", "egress-pass")
 	h := newHarness(t, oauth.Options{AllowPrivateMetadataFetch: true, MetadataFetchRoots: roots, MetadataProxy: pu})
 	alice := h.enrol("alice")
 	h.room("r", h.userID("alice"), "owner")
@@ -163,6 +164,9 @@ func TestMetadataDocumentThroughProxy(t *testing.T) {
 	if got := proxy.targets(); len(got) != 1 || got[0] != strings.TrimPrefix(d.srv.URL, "https://") {
 		t.Fatalf("proxy saw CONNECT %v, want one to %s", got, d.srv.URL)
 	}
+	if proxy.auth != "Basic c3luYzplZ3Jlc3MtcGFzcw==" {
+		t.Fatalf("proxy credentials %q", proxy.auth)
+	}
 }
 
 // connectProxy is a minimal HTTPS (CONNECT) forward proxy that records
@@ -171,6 +175,7 @@ type connectProxy struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
 	seen []string
+	auth string // the last Proxy-Authorization
 }
 
 func newConnectProxy(t *testing.T) *connectProxy {
@@ -182,6 +187,7 @@ func newConnectProxy(t *testing.T) *connectProxy {
 		}
 		p.mu.Lock()
 		p.seen = append(p.seen, r.Host)
+		p.auth = r.Header.Get("Proxy-Authorization")
 		p.mu.Unlock()
 		up, err := net.Dial("tcp", r.Host)
 		if err != nil {
