@@ -216,6 +216,21 @@ func TestAuthorizationCodeFlow(t *testing.T) {
 	if _, err := h.s.Verify(context.Background(), at); err == nil {
 		t.Fatal("revoked token still verifies")
 	}
+	// The account page says who ended each connection.
+	loc = alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
+	mine, err := h.s.Verify(context.Background(), h.exchange(c, loc.Query().Get("code")).json()["access_token"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := alice.postForm("/account/revoke", url.Values{"grant": {mine.GrantID}}, nil); r.status/100 != 3 {
+		t.Fatalf("revoke on the account page: %d %s", r.status, r.body)
+	}
+	page = alice.do("GET", "/account", nil, nil).body
+	for _, why := range []string{"the application revoked it", "you revoked it on this page", "previous refresh token was used again"} {
+		if !strings.Contains(page, why) {
+			t.Errorf("the account page does not say %q", why)
+		}
+	}
 }
 
 func sorted(xs []string) []string {

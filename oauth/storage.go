@@ -63,8 +63,10 @@ func withGrantEnd(ctx context.Context, reason string) context.Context {
 	return context.WithValue(ctx, endKey{}, &grantEnd{reason: reason})
 }
 
+// noteEnd keeps a reason already set: a client revoking its own old
+// refresh token at /revoke ended the grant itself, whatever the token.
 func noteEnd(ctx context.Context, reason string) {
-	if e, ok := ctx.Value(endKey{}).(*grantEnd); ok {
+	if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason == "" {
 		e.reason = reason
 	}
 }
