@@ -193,7 +193,12 @@ func (s *Stack) clientIP(r *http.Request) string {
 	for i := len(hops) - 1; i >= 0; i-- {
 		h, err := netip.ParseAddr(hops[i])
 		if err != nil {
-			break // a garbled chain: trust nothing further back
+			// Some proxies write address:port ([v6]:port).
+			ap, perr := netip.ParseAddrPort(hops[i])
+			if perr != nil {
+				break // a garbled chain: trust nothing further back
+			}
+			h = ap.Addr()
 		}
 		a = h.Unmap()
 		if !s.trusted(a) {

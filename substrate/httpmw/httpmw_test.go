@@ -48,6 +48,8 @@ func TestClientIP(t *testing.T) {
 		{"Forwarded when chosen, v6", "[::1]:4000", map[string]string{"Forwarded": `for="[2001:db8::1]:4711";proto=https`}, "2001:db8::1", "Forwarded"},
 		{"Forwarded when chosen ignores XFF", "127.0.0.1:4000", map[string]string{"Forwarded": "for=192.0.2.60", "X-Forwarded-For": "6.6.6.6"}, "192.0.2.60", "Forwarded"},
 		{"Forwarded chain walked from the right", "127.0.0.1:4000", map[string]string{"Forwarded": "for=6.6.6.6, for=192.0.2.60;proto=https"}, "192.0.2.60", "Forwarded"},
+		{"address with a port", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "6.6.6.6, 198.51.100.9:61000"}, "198.51.100.9", ""},
+		{"v6 address with a port", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "[2001:db8::7]:61000"}, "2001:db8::7", ""},
 		{"X-Real-IP when chosen", "127.0.0.1:4000", map[string]string{"X-Real-IP": "192.0.2.62", "X-Forwarded-For": "6.6.6.6"}, "192.0.2.62", "x-real-ip"},
 	}
 	for _, c := range cases {
