@@ -31,6 +31,7 @@ var owners = map[string]string{
 	"smcp_webauthn_sessions": "oauth",
 	"smcp_oauth_clients":     "oauth",
 	"smcp_oauth_tokens":      "oauth",
+	"smcp_oauth_grant_ends":  "oauth",
 	"smcp_consents":          "oauth",
 	"smcp_server_keys":       "oauth",
 	"syncd_processes":        "store",

@@ -16,6 +16,12 @@ type grantView struct {
 	Created                time.Time
 }
 
+// endedGrant is a connection that ended, and why.
+type endedGrant struct {
+	Client, Reason string
+	Ended          time.Time
+}
+
 func (wb *web) account(w http.ResponseWriter, r *http.Request) {
 	u := wb.signedIn(w, r)
 	if u == nil {
@@ -40,8 +46,12 @@ func (wb *web) account(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		wb.s.log.Warn("list connected applications", "err", err)
 	}
+	ended, err := wb.s.store.endedGrants(ctx, u.ID)
+	if err != nil {
+		wb.s.log.Warn("list ended connections", "err", err)
+	}
 	rooms, _ := wb.s.opt.Rooms.UserRooms(ctx, u.ID)
-	wb.render(w, http.StatusOK, "account", map[string]any{"User": u.Username, "Passkeys": keys, "Grants": grants, "Rooms": rooms,
+	wb.render(w, http.StatusOK, "account", map[string]any{"User": u.Username, "Passkeys": keys, "Grants": grants, "Ended": ended, "Rooms": rooms,
 		"Invite": r.URL.Query().Get("invite")})
 }
 

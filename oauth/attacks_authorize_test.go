@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -61,5 +62,44 @@ func TestAttackConsentSharedRoomsLevel(t *testing.T) {
 		if r.status != 400 || r.header.Get("Location") != "" {
 			t.Fatalf("shared_rooms=%q: %d %v", lvl, r.status, r.header)
 		}
+	}
+}
+
+// A stranger naming a metadata-document URL learned from the error page
+// what its host resolved to ("refusing … non-public address 127.0.0.1",
+// "no such host"): a free internal DNS oracle. The page now says only
+// that the document could not be fetched; the details go to the log.
+func TestAttackMetadataFetchErrorsRevealNothing(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	b := h.browser()
+	for _, id := range []string{"https://localhost:9/client.json", "https://127.0.0.1:9/c.json", "https://[::1]:9/c.json", "https://sync-test-host.invalid/c.json"} {
+		r := b.do("GET", h.authorizeURL(client{id: id, redirect: "http://localhost:40005/callback", verifier: strings.Repeat("a", 50)}, nil), nil, nil)
+		if r.status != 400 || !strings.Contains(r.body, "could not be fetched") {
+			t.Fatalf("%s: %d %s", id, r.status, r.body)
+		}
+		for _, leak := range []string{"127.0.0.1", "::1", "non-public", "dial", "no such host", "refusing"} {
+			if strings.Contains(r.body, leak) && !strings.Contains(id, leak) {
+				t.Errorf("HOLE: the page for %s reveals %q:\n%s", id, leak, r.body)
+			}
+		}
+	}
+}
+
+// With an outbound proxy, the proxy resolves names out of the connect-time
+// check's sight: syncd resolves and checks the document's host itself and
+// never asks the proxy for a non-public one.
+func TestAttackMetadataProxyStillRefusesPrivate(t *testing.T) {
+	proxy := newConnectProxy(t)
+	pu, _ := url.Parse(proxy.srv.URL)
+	h := newHarness(t, oauth.Options{MetadataProxy: pu})
+	b := h.browser()
+	for _, id := range []string{"https://localhost:9/client.json", "https://127.0.0.1:9/c.json", "https://[::ffff:10.0.0.1]:9/c.json", "https://100.64.0.1/c.json"} {
+		r := b.do("GET", h.authorizeURL(client{id: id, redirect: "http://localhost:40006/callback", verifier: strings.Repeat("b", 50)}, nil), nil, nil)
+		if r.status != 400 {
+			t.Fatalf("%s: %d %s", id, r.status, r.body)
+		}
+	}
+	if got := proxy.targets(); len(got) != 0 {
+		t.Fatalf("HOLE: the proxy was asked to connect to %v", got)
 	}
 }

@@ -1,15 +1,18 @@
 package oauth
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -30,49 +33,164 @@ const (
 	cimdTimeout  = 5 * time.Second
 	cimdMinTTL   = 5 * time.Minute
 	cimdMaxTTL   = 24 * time.Hour
+	// cimdRetry is how long the last good document serves after a failed
+	// fetch before the next attempt.
+	cimdRetry = 5 * time.Minute
 )
 
 func isCIMD(id string) bool {
 	return strings.HasPrefix(id, "https://") || strings.HasPrefix(id, "http://")
 }
 
-// cimdFetcher fetches metadata documents.
+// cimdFetcher fetches metadata documents, directly or through the
+// operator's outbound proxy.
 type cimdFetcher struct {
-	client       *http.Client
+	client       *http.Client // direct: the address check runs at connect time
 	allowPrivate bool
+	proxy        *url.URL
+	roots        *x509.CertPool
 }
 
-func newCIMDFetcher(allowPrivate bool, roots *x509.CertPool) *cimdFetcher {
-	dialer := &net.Dialer{Timeout: cimdTimeout, Control: func(_, address string, _ syscall.RawConn) error {
-		host, _, err := net.SplitHostPort(address)
-		if err != nil {
-			return err
+// docError is a fault of the document's content: the client's publisher
+// can fix it, and saying what it is reveals nothing about the network.
+type docError struct{ msg string }
+
+func (e *docError) Error() string { return e.msg }
+
+// errNotFetched is all a caller learns of a failed fetch: the details
+// (resolved addresses, TLS and proxy errors) go to the log only.
+const errNotFetched = "the client metadata document could not be fetched"
+
+// nonPublic are ranges that are not the public internet beyond what net.IP
+// reports: shared address space (carrier-grade NAT), IETF protocol
+// assignments, benchmarking, and the IPv4-translation prefixes.
+var nonPublic = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("2002::/16"), netip.MustParsePrefix("fec0::/10"),
+}
+
+func publicAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsUnspecified() || a.IsMulticast() || a.IsInterfaceLocalMulticast() || !a.IsGlobalUnicast() {
+		return false
+	}
+	for _, p := range nonPublic {
+		if p.Contains(a) {
+			return false
 		}
-		ip := net.ParseIP(host)
-		if ip == nil {
+	}
+	return true
+}
+
+func newCIMDFetcher(allowPrivate bool, roots *x509.CertPool, proxy *url.URL) *cimdFetcher {
+	f := &cimdFetcher{allowPrivate: allowPrivate, roots: roots, proxy: proxy}
+	dialer := &net.Dialer{Timeout: cimdTimeout, Control: func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
 			return fmt.Errorf("refusing to fetch client metadata from %s", address)
 		}
-		if !allowPrivate && (ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-			ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast()) {
-			return fmt.Errorf("refusing to fetch client metadata from non-public address %s", ip)
+		if !allowPrivate && !publicAddr(ap.Addr()) {
+			return fmt.Errorf("refusing to fetch client metadata from non-public address %s", ap.Addr())
 		}
 		return nil
 	}}
 	tr := &http.Transport{DialContext: dialer.DialContext, TLSHandshakeTimeout: cimdTimeout, ResponseHeaderTimeout: cimdTimeout,
 		MaxIdleConns: 4, Proxy: nil}
+	if proxy != nil {
+		tr.DialContext = f.dialViaProxy
+	}
 	if roots != nil {
 		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
 	}
-	return &cimdFetcher{allowPrivate: allowPrivate, client: &http.Client{Transport: tr, Timeout: cimdTimeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return errors.New("client metadata documents must not redirect")
-		}}}
+	f.client = &http.Client{Transport: tr, Timeout: cimdTimeout, CheckRedirect: noRedirects}
+	return f
+}
+
+func noRedirects(*http.Request, []*http.Request) error {
+	return errors.New("client metadata documents must not redirect")
+}
+
+// dialViaProxy opens a tunnel to addr through the operator's proxy (HTTP
+// CONNECT). The proxy would resolve a host name itself, where no check of
+// ours can see, so the name is resolved here, every address must be
+// public, and the proxy is asked for the checked address: DNS cannot
+// rebind between check and use. TLS to the document's host then runs over
+// the tunnel, verified against the host name as usual.
+func (f *cimdFetcher) dialViaProxy(ctx context.Context, _, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	} else if addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host); err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", host, err)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%s has no address", host)
+	}
+	for _, a := range addrs {
+		if !f.allowPrivate && !publicAddr(a) {
+			return nil, fmt.Errorf("refusing to fetch client metadata from %s: it resolves to non-public address %s", host, a)
+		}
+	}
+	target := net.JoinHostPort(addrs[0].Unmap().String(), port)
+	proxyAddr := f.proxy.Host
+	if f.proxy.Port() == "" {
+		defPort := "80"
+		if f.proxy.Scheme == "https" {
+			defPort = "443"
+		}
+		proxyAddr = net.JoinHostPort(f.proxy.Hostname(), defPort)
+	}
+	conn, err := (&net.Dialer{Timeout: cimdTimeout}).DialContext(ctx, "tcp", proxyAddr)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the outbound proxy: %w", err)
+	}
+	deadline := time.Now().Add(cimdTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = conn.SetDeadline(deadline)
+	if f.proxy.Scheme == "https" {
+		tc := tls.Client(conn, &tls.Config{ServerName: f.proxy.Hostname()})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("TLS to the outbound proxy: %w", err)
+		}
+		conn = tc
+	}
+	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: target}, Host: target, Header: http.Header{}}
+	if u := f.proxy.User; u != nil {
+		pw, _ := u.Password()
+		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pw)))
+	}
+	if err := req.Write(conn); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("asking the outbound proxy: %w", err)
+	}
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, req)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("reading the outbound proxy's answer: %w", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || br.Buffered() > 0 {
+		conn.Close()
+		return nil, fmt.Errorf("the outbound proxy answered %s to CONNECT %s", res.Status, target)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, nil
 }
 
 func (f *cimdFetcher) fetch(ctx context.Context, id string) (*registration, time.Duration, error) {
 	u, err := url.Parse(id)
 	if err != nil || u.Host == "" || u.Fragment != "" || u.User != nil || (u.Scheme != "https" && !(f.allowPrivate && u.Scheme == "http")) {
-		return nil, 0, fmt.Errorf("client_id %q is not an https URL", id)
+		return nil, 0, &docError{fmt.Sprintf("client_id %q is not an https URL", id)}
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, id, nil)
 	req.Header.Set("Accept", "application/json")
@@ -89,20 +207,23 @@ func (f *cimdFetcher) fetch(ctx context.Context, id string) (*registration, time
 		return nil, 0, err
 	}
 	if len(body) > cimdMaxBytes {
-		return nil, 0, fmt.Errorf("client metadata document is over %d bytes", cimdMaxBytes)
+		return nil, 0, &docError{fmt.Sprintf("the client metadata document is over %d bytes", cimdMaxBytes)}
 	}
 	var doc struct {
 		ClientID string `json:"client_id"`
 		registration
 	}
 	if err := json.Unmarshal(body, &doc); err != nil {
-		return nil, 0, fmt.Errorf("client metadata document is not JSON: %w", err)
+		return nil, 0, &docError{"the client metadata document is not a JSON object: " + err.Error()}
 	}
 	if doc.ClientID != id {
-		return nil, 0, fmt.Errorf("client metadata document names client_id %q, not its own URL", doc.ClientID)
+		return nil, 0, &docError{fmt.Sprintf("the client metadata document names client_id %q, not its own URL", doc.ClientID)}
 	}
 	if doc.ClientName == "" || len(doc.RedirectURIs) == 0 {
-		return nil, 0, errors.New("client metadata document needs client_name and redirect_uris")
+		return nil, 0, &docError{"the client metadata document needs client_name and redirect_uris"}
+	}
+	if doc.TokenEndpointAuthMethod != "" && doc.TokenEndpointAuthMethod != "none" {
+		return nil, 0, &docError{"metadata-document clients are public: token_endpoint_auth_method must be none"}
 	}
 	return &doc.registration, maxAge(res.Header.Get("Cache-Control")), nil
 }
@@ -120,30 +241,50 @@ func maxAge(cc string) time.Duration {
 }
 
 // cimdClient returns a metadata-document client, from the database while
-// its cached copy is fresh, else fetched anew.
+// its cached copy is fresh, else fetched anew. When a fetch fails, the
+// last good document keeps serving (stale-if-error): the client's host
+// being down must not sign its users out at their next refresh. With
+// documents turned off, stored ones are used as they are and no new one
+// is fetched.
 func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	c, err := s.getClient(ctx, id)
 	if err == nil {
 		var fresh bool
 		_ = s.q(ctx).QueryRow(ctx, `SELECT (metadata->>'cimd_expires')::timestamptz > now() FROM smcp_oauth_clients WHERE id = $1`, id).Scan(&fresh)
-		if fresh {
-			return c, nil
+		if fresh || s.noCIMD {
+			return s.allowedOnly(c), nil
 		}
 	} else if !errors.Is(err, fosite.ErrNotFound) {
 		return nil, err
+	} else {
+		c = nil
+	}
+	if s.noCIMD {
+		return nil, fosite.ErrInvalidClient.WithHint("This server does not accept client metadata documents: register at the registration endpoint.")
 	}
 	reg, ttl, err := s.cimd.fetch(ctx, id)
 	if err != nil {
-		return nil, fosite.ErrInvalidClient.WithHint(err.Error())
-	}
-	for _, u := range reg.RedirectURIs {
-		if !redirectAllowed(u, s.allow) {
-			return nil, fosite.ErrInvalidClient.WithHint(fmt.Sprintf("the client metadata document lists redirect URI %q, which this server does not allow", u))
+		var de *docError
+		isDoc := errors.As(err, &de)
+		if c != nil {
+			s.log.Warn("client metadata document could not be refreshed; using the last good one", "client_id", id, "err", err, "retry_in", cimdRetry)
+			// Not again at every request (each could wait out the 5 s
+			// timeout): every process retries after cimdRetry.
+			if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_clients SET metadata = jsonb_set(metadata, '{cimd_expires}', to_jsonb(now() + make_interval(secs => $2)))
+				WHERE id = $1`, id, cimdRetry.Seconds()); err != nil {
+				s.log.Warn("could not postpone the client metadata document's next fetch", "client_id", id, "err", err)
+			}
+			return s.allowedOnly(c), nil
 		}
+		s.log.Warn("client metadata document refused", "client_id", id, "err", err)
+		if isDoc {
+			return nil, fosite.ErrInvalidClient.WithHint(de.msg)
+		}
+		return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
 	}
-	if reg.TokenEndpointAuthMethod != "" && reg.TokenEndpointAuthMethod != "none" {
-		return nil, fosite.ErrInvalidClient.WithHint("metadata-document clients are public: token_endpoint_auth_method must be none")
-	}
+	// Info, not debug: this line is how an operator sees that the server
+	// reaches the client's host (README, deployment checklist).
+	s.log.Info("client metadata document fetched", "client_id", id, "client_name", reg.ClientName, "valid_for", ttl)
 	meta, _ := json.Marshal(map[string]any{"cimd_expires": time.Now().Add(ttl), "document": reg})
 	_, err = s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
 		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, redirect_uris = EXCLUDED.redirect_uris, metadata = EXCLUDED.metadata`,
@@ -151,5 +292,19 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{ID: id, Name: reg.ClientName, RedirectURIs: reg.RedirectURIs, AuthMethod: "none"}, nil
+	return s.allowedOnly(&Client{ID: id, Name: reg.ClientName, RedirectURIs: reg.RedirectURIs, AuthMethod: "none"}), nil
+}
+
+// allowedOnly keeps the redirect URIs of a document that this server's
+// policy allows: a document listing one it does not allow still works
+// with the others, and a request for that one is refused on its own.
+func (s *storage) allowedOnly(c *Client) *Client {
+	out := *c
+	out.RedirectURIs = nil
+	for _, u := range c.RedirectURIs {
+		if redirectAllowed(u, s.allow) {
+			out.RedirectURIs = append(out.RedirectURIs, u)
+		}
+	}
+	return &out
 }

@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -35,6 +36,13 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ru := q.Get("redirect_uri")
+	if ru != "" && !redirectAllowed(ru, s.opt.RedirectAllowList) {
+		// Checked per request: a metadata document may list a URI this
+		// server does not allow beside ones it does. Never redirected to.
+		wb.errorPage(w, 400, "Redirect not allowed", "The application asked to send you back to "+ru+
+			", which this server does not allow. Connect it again from its own settings; if it is yours, use https://claude.ai/api/mcp/auth_callback, a loopback http://localhost:<port>/… address, or ask the operator to allow it (SYNC_REDIRECT_ALLOW).")
+		return
+	}
 	if ru != "" && !slices.Contains(client.RedirectURIs, ru) && loopbackMatches(client.RedirectURIs, ru) {
 		ctx = withLoopbackRedirect(ctx, ru)
 	}
@@ -45,17 +53,22 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		r.Form.Set("state", "srv-"+randomToken(12))
 	}
 	ar, err := s.provider.NewAuthorizeRequest(ctx, r)
+	if errors.Is(err, fosite.ErrInvalidState) {
+		// fosite's own code (invalid_state) is not one OAuth clients know,
+		// so their error page would say nothing useful.
+		err = fosite.ErrInvalidRequest.WithHint("The state parameter must be at least 8 characters long: send a longer random value, or none at all (PKCE protects the flow).")
+	}
 	if err != nil {
-		s.provider.WriteAuthorizeError(ctx, w, ar, err)
+		wb.authorizeError(ctx, w, ar, err)
 		return
 	}
 	// PKCE S256 is required; fosite would only notice after consent.
 	if q.Get("code_challenge") == "" || q.Get("code_challenge_method") != "S256" {
-		s.provider.WriteAuthorizeError(ctx, w, ar, fosite.ErrInvalidRequest.WithHint("PKCE is required: send code_challenge with code_challenge_method=S256."))
+		wb.authorizeError(ctx, w, ar, fosite.ErrInvalidRequest.WithHint("PKCE is required: send code_challenge with code_challenge_method=S256."))
 		return
 	}
 	if res := q.Get("resource"); res != "" && canonical(res) != s.resource {
-		s.provider.WriteAuthorizeError(ctx, w, ar, &fosite.RFC6749Error{ErrorField: "invalid_target", CodeField: 400,
+		wb.authorizeError(ctx, w, ar, &fosite.RFC6749Error{ErrorField: "invalid_target", CodeField: 400,
 			DescriptionField: "The requested resource is not served here.", HintField: "Use resource=" + s.resource + "."})
 		return
 	}
@@ -84,7 +97,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.PostForm.Get("decision") != "allow" {
-		s.provider.WriteAuthorizeError(ctx, w, ar, fosite.ErrAccessDenied.WithHint("The user denied access."))
+		wb.authorizeError(ctx, w, ar, fosite.ErrAccessDenied.WithHint("The user denied access."))
 		return
 	}
 	var scopes []string
@@ -131,7 +144,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 	sess := &Session{Subject: user.ID, Username: user.Username, Extra: map[string]any{"client_name": client.Name}}
 	resp, err := s.provider.NewAuthorizeResponse(ctx, ar, sess)
 	if err != nil {
-		s.provider.WriteAuthorizeError(ctx, w, ar, err)
+		wb.authorizeError(ctx, w, ar, err)
 		return
 	}
 	resp.AddParameter("iss", s.issuer) // RFC 9207
@@ -177,4 +190,30 @@ func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, 
 		"CreateRooms": len(prev) == 0 || slices.Contains(prev, "create_rooms"), "Action": action,
 		"SharedLevels": lobby.SharedRoomLevels, "Shared": shared,
 	})
+}
+
+// authorizeError answers an authorization request with an error: on the
+// client's redirect URI when it is valid (fosite decides), with the
+// issuer added there, which RFC 9207 requires on error responses too
+// (this server advertises authorization_response_iss_parameter_supported).
+func (wb *web) authorizeError(ctx context.Context, w http.ResponseWriter, ar fosite.AuthorizeRequester, err error) {
+	wb.s.provider.WriteAuthorizeError(ctx, &issWriter{ResponseWriter: w, iss: wb.s.issuer}, ar, err)
+}
+
+// issWriter adds iss to the query of an error redirect as it is written.
+type issWriter struct {
+	http.ResponseWriter
+	iss string
+}
+
+func (iw *issWriter) WriteHeader(code int) {
+	if loc := iw.Header().Get("Location"); loc != "" && code >= 300 && code < 400 {
+		if u, err := url.Parse(loc); err == nil && u.Query().Get("error") != "" && !u.Query().Has("iss") {
+			q := u.Query()
+			q.Set("iss", iw.iss)
+			u.RawQuery = q.Encode()
+			iw.Header().Set("Location", u.String())
+		}
+	}
+	iw.ResponseWriter.WriteHeader(code)
 }

@@ -121,7 +121,7 @@ func (h *harness) room(id, owner, access string) {
 
 func TestAuthorizationCodeFlow(t *testing.T) {
 	// Generous enough that a loaded 2-core machine stays within it.
-	h := newHarness(t, oauth.Options{RefreshGrace: 2 * time.Second})
+	h := newHarness(t, oauth.Options{})
 	alice := h.enrol("alice")
 	uid := h.userID("alice")
 	h.room("plans", uid, "owner")
@@ -152,30 +152,44 @@ func TestAuthorizationCodeFlow(t *testing.T) {
 		t.Fatalf("verify: %+v %v", info, err)
 	}
 
-	// Refresh rotates; the grant id survives; the old refresh token works
-	// within the grace window (racing refreshes)…
+	// Refresh rotates; the grant id survives.
 	refresh := func(rt string) (reply, map[string]any) {
 		r := h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}})
 		return r, r.json()
 	}
-	r1, m1 := refresh(m["refresh_token"].(string))
-	if r1.status != 200 || m1["refresh_token"] == m["refresh_token"] {
+	first := m["refresh_token"].(string)
+	r1, m1 := refresh(first)
+	if r1.status != 200 || m1["refresh_token"] == first {
 		t.Fatalf("refresh: %d %s", r1.status, r1.body)
 	}
 	info2, err := h.s.Verify(context.Background(), m1["access_token"].(string))
 	if err != nil || info2.GrantID != info.GrantID {
 		t.Fatalf("grant id changed on refresh: %v vs %v (%v)", info2, info, err)
 	}
-	if r2, _ := refresh(m["refresh_token"].(string)); r2.status != 200 {
-		t.Fatalf("racing refresh within grace: %d %s", r2.status, r2.body)
+	// The previous refresh token keeps working, however long after, until
+	// its successor is used: a client that lost the response (or a second
+	// process of it) replays it and stays connected.
+	if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_tokens SET rotated_at = now() - interval '1 day' WHERE kind = 'refresh' AND rotated_at IS NOT NULL`); err != nil {
+		t.Fatal(err)
 	}
-	// …and after it, reuse revokes the whole grant.
-	time.Sleep(2200 * time.Millisecond)
-	if r3, m3 := refresh(m["refresh_token"].(string)); r3.status != 400 || m3["error"] != "invalid_grant" {
-		t.Fatalf("reuse after grace: %d %s", r3.status, r3.body)
+	r2, m2 := refresh(first)
+	if r2.status != 200 {
+		t.Fatalf("replay of the previous refresh token before its successor was used: %d %s", r2.status, r2.body)
 	}
-	if _, err := h.s.Verify(context.Background(), m1["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {
+	// Using a successor ends the previous token's grace…
+	if r, _ := refresh(m1["refresh_token"].(string)); r.status != 200 {
+		t.Fatalf("refresh with the successor: %d %s", r.status, r.body)
+	}
+	// …and its reuse then revokes the whole grant, which the account page
+	// explains.
+	if r3, m3 := refresh(first); r3.status != 400 || m3["error"] != "invalid_grant" {
+		t.Fatalf("reuse after the successor was used: %d %s", r3.status, r3.body)
+	}
+	if _, err := h.s.Verify(context.Background(), m2["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {
 		t.Fatalf("grant not revoked after refresh reuse: %v", err)
+	}
+	if page := alice.do("GET", "/account", nil, nil).body; !strings.Contains(page, "Ended connections") || !strings.Contains(page, "previous refresh token was used again") {
+		t.Fatalf("the account page does not say why the connection ended:\n%s", page)
 	}
 
 	// A returning client sees its previous choices pre-selected.
@@ -201,6 +215,21 @@ func TestAuthorizationCodeFlow(t *testing.T) {
 	}
 	if _, err := h.s.Verify(context.Background(), at); err == nil {
 		t.Fatal("revoked token still verifies")
+	}
+	// The account page says who ended each connection.
+	loc = alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
+	mine, err := h.s.Verify(context.Background(), h.exchange(c, loc.Query().Get("code")).json()["access_token"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := alice.postForm("/account/revoke", url.Values{"grant": {mine.GrantID}}, nil); r.status/100 != 3 {
+		t.Fatalf("revoke on the account page: %d %s", r.status, r.body)
+	}
+	page = alice.do("GET", "/account", nil, nil).body
+	for _, why := range []string{"the application revoked it", "you revoked it on this page", "previous refresh token was used again"} {
+		if !strings.Contains(page, why) {
+			t.Errorf("the account page does not say %q", why)
+		}
 	}
 }
 

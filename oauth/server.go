@@ -47,9 +47,6 @@ type Options struct {
 	// AuthorizeCodeTTL is how long an authorization code may wait to be
 	// exchanged. Default 10 minutes.
 	AuthorizeCodeTTL time.Duration
-	// RefreshGrace is how long a rotated refresh token keeps working, so
-	// racing refreshes do not kill the grant. Default 30 s.
-	RefreshGrace time.Duration
 	// RedirectAllowList adds redirect URIs (exact, or a prefix ending in
 	// "*") to the built-in policy (Claude's callbacks and loopback).
 	RedirectAllowList []string
@@ -61,6 +58,16 @@ type Options struct {
 	// when fetching client metadata documents. Tests only (they serve
 	// documents from a local TLS server); default: the system's roots.
 	MetadataFetchRoots *x509.CertPool
+	// DisableMetadataDocuments turns client ID metadata documents off
+	// (SYNC_CIMD=off): they are not advertised, so clients register
+	// dynamically, and none is fetched (clients already stored keep their
+	// stored document). Default: on.
+	DisableMetadataDocuments bool
+	// MetadataProxy, when set, is the HTTP(S) proxy client metadata
+	// documents are fetched through (the operator's egress proxy, trusted
+	// as such); the documents' hosts must still resolve to public
+	// addresses. Default: direct.
+	MetadataProxy *url.URL
 	// Signup is "invite" (default), "open" or "closed".
 	Signup string
 	// Rooms lists a user's rooms for the consent screen.
@@ -134,9 +141,6 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	if opt.AuthorizeCodeTTL <= 0 {
 		opt.AuthorizeCodeTTL = 10 * time.Minute
 	}
-	if opt.RefreshGrace <= 0 {
-		opt.RefreshGrace = 30 * time.Second
-	}
 	switch opt.Signup {
 	case "":
 		opt.Signup = "invite"
@@ -161,8 +165,8 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	if opt.RatePerSecond > 0 {
 		s.limit = httpmw.NewLimiter(opt.RatePerSecond, int(3*opt.RatePerSecond), s.http.Options().Peers)
 	}
-	s.store = &storage{db: db, audience: s.resource, grace: opt.RefreshGrace, allow: opt.RedirectAllowList,
-		cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch, opt.MetadataFetchRoots)}
+	s.store = &storage{db: db, audience: s.resource, log: opt.Logger, allow: opt.RedirectAllowList,
+		noCIMD: opt.DisableMetadataDocuments, cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch, opt.MetadataFetchRoots, opt.MetadataProxy)}
 	cfg := &fosite.Config{
 		AccessTokenLifespan:   opt.AccessTokenTTL,
 		RefreshTokenLifespan:  opt.RefreshTokenTTL,
@@ -237,12 +241,20 @@ func (s *Server) limited(next http.Handler) http.Handler {
 
 func writeJSON(w http.ResponseWriter, status int, v any) { httpmw.WriteJSON(w, status, v) }
 
-// ScopesSupported are the scope forms the consent screen grants.
-var ScopesSupported = []string{"rooms:*", "rooms:*:observe", "rooms:*:read", "rooms:*:write", "create_rooms"}
+// ScopesSupported are the scope forms the consent screen grants, and
+// offline_access: every grant gets a refresh token whether or not it is
+// asked for (Claude asks for none), but clients that follow the OpenID
+// convention look for it before asking for one.
+var ScopesSupported = []string{"rooms:*", "rooms:*:observe", "rooms:*:read", "rooms:*:write", "create_rooms", "offline_access"}
+
+// challengeScope is the scope the 401 challenge names (RFC 6750 §3): what
+// a client should ask for to use /mcp. The consent screen decides what is
+// granted; asking for it is only the client's suggestion.
+const challengeScope = "rooms:* create_rooms offline_access"
 
 func (s *Server) metadata(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Access-Control-Allow-Origin", "*")
-	writeJSON(w, http.StatusOK, map[string]any{
+	m := map[string]any{
 		"issuer":                                         s.issuer,
 		"authorization_endpoint":                         s.issuer + "/authorize",
 		"token_endpoint":                                 s.issuer + "/token",
@@ -255,9 +267,12 @@ func (s *Server) metadata(w http.ResponseWriter, _ *http.Request) {
 		"token_endpoint_auth_methods_supported":          []string{"none", "client_secret_post", "client_secret_basic"},
 		"revocation_endpoint_auth_methods_supported":     []string{"none", "client_secret_post", "client_secret_basic"},
 		"scopes_supported":                               ScopesSupported,
-		"client_id_metadata_document_supported":          true,
 		"authorization_response_iss_parameter_supported": true,
-	})
+	}
+	if !s.opt.DisableMetadataDocuments {
+		m["client_id_metadata_document_supported"] = true
+	}
+	writeJSON(w, http.StatusOK, m)
 }
 
 func (s *Server) resourceMetadata(w http.ResponseWriter, _ *http.Request) {
@@ -375,7 +390,7 @@ func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
 // --- token and revocation ---
 
 func (s *Server) token(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+	ctx := withGrantEnd(r.Context(), "")
 	w.Header().Set("Access-Control-Allow-Origin", "*")
 	ar, err := s.provider.NewAccessRequest(ctx, r, new(Session))
 	if err != nil {
@@ -401,7 +416,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+	ctx := withGrantEnd(r.Context(), endByClient)
 	w.Header().Set("Access-Control-Allow-Origin", "*")
 	err := s.provider.NewRevocationRequest(ctx, r)
 	s.provider.WriteRevocationResponse(ctx, w, err)
@@ -471,8 +486,8 @@ func (s *Server) RequireBearer(scope string, next http.Handler) http.Handler {
 			if !s.http.Limit(w, r, "") {
 				return
 			}
-			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="invalid_token", error_description=%q, resource_metadata=%q`,
-				err.Error(), s.ResourceMetadataURL()))
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer error="invalid_token", error_description=%q, scope=%q, resource_metadata=%q`,
+				err.Error(), challengeScope, s.ResourceMetadataURL()))
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_token", "error_description": err.Error()})
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -27,12 +28,48 @@ type storage struct {
 	db       *store.DB
 	clients  clientCache
 	cimd     *cimdFetcher
-	allow    []string      // the operator's redirect allow-list
-	audience string        // the MCP resource every client may be granted
-	grace    time.Duration // how long a rotated refresh token still works
+	allow    []string // the operator's redirect allow-list
+	audience string   // the MCP resource every client may be granted
+	noCIMD   bool     // client metadata documents turned off: none is fetched
+	log      *slog.Logger
 }
 
 type txKey struct{}
+
+// refreshLinkKey carries, through one fosite refresh transaction, the
+// hashed signature of the refresh token being rotated, so that the new
+// refresh token records it as its parent.
+type refreshLinkKey struct{}
+
+type refreshLink struct{ parent string }
+
+// endKey carries a *grantEnd through one token-endpoint or revocation
+// call: the storage method that learns why a grant ends (a reused refresh
+// token, a replayed code) notes it, and RevokeRefreshToken records it.
+type endKey struct{}
+
+type grantEnd struct{ reason string }
+
+// Reasons a grant ended, as the account page shows them.
+const (
+	endReuse       = "its previous refresh token was used again after the new one had been used (a copied or leaked token); the grant was revoked to be safe. Connect again."
+	endCodeReplay  = "its authorization code was presented twice (a copied or leaked code); the grant was revoked to be safe. Connect again."
+	endByClient    = "the application revoked it (you may have disconnected it there)."
+	endByYou       = "you revoked it on this page."
+	endUnspecified = "it was revoked."
+)
+
+func withGrantEnd(ctx context.Context, reason string) context.Context {
+	return context.WithValue(ctx, endKey{}, &grantEnd{reason: reason})
+}
+
+// noteEnd keeps a reason already set: a client revoking its own old
+// refresh token at /revoke ended the grant itself, whatever the token.
+func noteEnd(ctx context.Context, reason string) {
+	if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason == "" {
+		e.reason = reason
+	}
+}
 
 // querier is the pool, or the transaction carried in ctx.
 type querier interface {
@@ -55,7 +92,7 @@ func (s *storage) BeginTX(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return ctx, err
 	}
-	return context.WithValue(ctx, txKey{}, tx), nil
+	return context.WithValue(context.WithValue(ctx, txKey{}, tx), refreshLinkKey{}, &refreshLink{}), nil
 }
 
 func (s *storage) Commit(ctx context.Context) error {
@@ -207,6 +244,10 @@ type storedRequest struct {
 }
 
 func (s *storage) create(ctx context.Context, kind, sig string, req fosite.Requester) error {
+	var parent *string
+	if l, ok := ctx.Value(refreshLinkKey{}).(*refreshLink); ok && kind == "refresh" && l.parent != "" {
+		parent = &l.parent
+	}
 	sess, err := json.Marshal(req.GetSession())
 	if err != nil {
 		return err
@@ -230,8 +271,8 @@ func (s *storage) create(ctx context.Context, kind, sig string, req fosite.Reque
 			expires = &t
 		}
 	}
-	_, err = s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_tokens (signature, kind, request_id, client_id, subject, request, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, hashSig(sig), kind, req.GetID(), req.GetClient().GetID(), subject, raw, expires)
+	_, err = s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_tokens (signature, kind, request_id, client_id, subject, request, expires_at, parent)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, hashSig(sig), kind, req.GetID(), req.GetClient().GetID(), subject, raw, expires, parent)
 	return err
 }
 
@@ -242,36 +283,44 @@ func hashSig(sig string) string {
 	return string(b64(h[:]))
 }
 
+// tokenState is what get reads besides the request: inactive is a used
+// code, a rotated or revoked token; a rotated refresh token has rotatedAt,
+// and successorUsed once a token issued for it has been used in turn.
+type tokenState struct {
+	active        bool
+	rotatedAt     *time.Time
+	successorUsed bool
+}
+
 // get loads a stored request into a requester whose session is session.
-// inactive reports a used code, a rotated or revoked token.
-func (s *storage) get(ctx context.Context, kind, sig string, session fosite.Session) (req *fosite.Request, active bool, rotatedAt *time.Time, err error) {
+func (s *storage) get(ctx context.Context, kind, sig string, session fosite.Session) (req *fosite.Request, st tokenState, err error) {
 	var raw []byte
-	err = s.q(ctx).QueryRow(ctx, `SELECT request, active, rotated_at FROM smcp_oauth_tokens WHERE kind = $1 AND signature = $2`,
-		kind, hashSig(sig)).Scan(&raw, &active, &rotatedAt)
+	err = s.q(ctx).QueryRow(ctx, `SELECT request, active, rotated_at, successor_used FROM smcp_oauth_tokens WHERE kind = $1 AND signature = $2`,
+		kind, hashSig(sig)).Scan(&raw, &st.active, &st.rotatedAt, &st.successorUsed)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil, fosite.ErrNotFound
+		return nil, st, fosite.ErrNotFound
 	}
 	if err != nil {
-		return nil, false, nil, err
+		return nil, st, err
 	}
 	var sr storedRequest
 	if err := json.Unmarshal(raw, &sr); err != nil {
-		return nil, false, nil, err
+		return nil, st, err
 	}
 	client, err := s.GetClient(ctx, sr.ClientID)
 	if err != nil {
-		return nil, false, nil, err
+		return nil, st, err
 	}
 	if session != nil {
 		if err := json.Unmarshal(sr.Session, session); err != nil {
-			return nil, false, nil, err
+			return nil, st, err
 		}
 	}
 	req = &fosite.Request{ID: sr.ID, RequestedAt: sr.RequestedAt, Client: client,
 		RequestedScope: sr.RequestedScope, GrantedScope: sr.GrantedScope,
 		RequestedAudience: sr.RequestedAudience, GrantedAudience: sr.GrantedAudience,
 		Form: sr.Form, Session: session}
-	return req, active, rotatedAt, nil
+	return req, st, nil
 }
 
 func (s *storage) remove(ctx context.Context, kind, sig string) error {
@@ -284,12 +333,13 @@ func (s *storage) CreateAuthorizeCodeSession(ctx context.Context, code string, r
 }
 
 func (s *storage) GetAuthorizeCodeSession(ctx context.Context, code string, session fosite.Session) (fosite.Requester, error) {
-	req, active, _, err := s.get(ctx, "code", code, session)
+	req, st, err := s.get(ctx, "code", code, session)
 	if err != nil {
 		return nil, err
 	}
-	if !active {
+	if !st.active {
 		// fosite then revokes every token this code issued.
+		noteEnd(ctx, endCodeReplay)
 		return req, fosite.ErrInvalidatedAuthorizeCode
 	}
 	return req, nil
@@ -305,11 +355,11 @@ func (s *storage) CreateAccessTokenSession(ctx context.Context, sig string, req 
 }
 
 func (s *storage) GetAccessTokenSession(ctx context.Context, sig string, session fosite.Session) (fosite.Requester, error) {
-	req, active, _, err := s.get(ctx, "access", sig, session)
+	req, st, err := s.get(ctx, "access", sig, session)
 	if err != nil {
 		return nil, err
 	}
-	if !active {
+	if !st.active {
 		return req, fosite.ErrInactiveToken
 	}
 	return req, nil
@@ -323,18 +373,25 @@ func (s *storage) CreateRefreshTokenSession(ctx context.Context, sig, _ string, 
 	return s.create(ctx, "refresh", sig, req)
 }
 
-// GetRefreshTokenSession treats a refresh token rotated less than the grace
-// window ago as still valid, so two racing refreshes (Claude's backend and
-// its proxy do this) both succeed; after the window, presenting it is reuse
-// and fosite revokes the whole grant.
+// GetRefreshTokenSession keeps a rotated refresh token valid until one of
+// its successors has been used: a client whose refresh response was lost,
+// or two racing refreshes (Claude's backend and its proxy; Claude Code's
+// processes), present the previous token again and must not lose the
+// connection. Once a successor has been used, the client demonstrably has
+// the new token, so presenting the old one means a copy is in other hands:
+// fosite then revokes the whole grant.
 func (s *storage) GetRefreshTokenSession(ctx context.Context, sig string, session fosite.Session) (fosite.Requester, error) {
-	req, active, rotatedAt, err := s.get(ctx, "refresh", sig, session)
+	req, st, err := s.get(ctx, "refresh", sig, session)
 	if err != nil {
 		return nil, err
 	}
-	if !active {
-		if rotatedAt != nil && time.Since(*rotatedAt) < s.grace {
+	if !st.active {
+		if st.rotatedAt != nil && !st.successorUsed {
 			return req, nil
+		}
+		if st.rotatedAt != nil {
+			noteEnd(ctx, endReuse)
+			s.log.Warn("a refresh token was reused after its successor had been used; revoking the grant", "grant", req.GetID(), "client", req.GetClient().GetID())
 		}
 		return req, fosite.ErrInactiveToken
 	}
@@ -345,17 +402,52 @@ func (s *storage) DeleteRefreshTokenSession(ctx context.Context, sig string) err
 	return s.remove(ctx, "refresh", sig)
 }
 
-// RotateRefreshToken retires the presented refresh token (keeping its
-// rotation time for the grace window). Other tokens of the grant, including
-// those a racing refresh just issued, stay valid.
+// RotateRefreshToken retires the presented refresh token (it stays usable
+// until a successor is used) and, since presenting it proves the client
+// holds it, ends the grace of its own parent. Other tokens of the grant,
+// including those a racing refresh just issued, stay valid.
 func (s *storage) RotateRefreshToken(ctx context.Context, _ string, sig string) error {
-	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = coalesce(rotated_at, now())
-		WHERE kind = 'refresh' AND signature = $1`, hashSig(sig))
-	return err
+	h := hashSig(sig)
+	var parent *string
+	err := s.q(ctx).QueryRow(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = coalesce(rotated_at, now())
+		WHERE kind = 'refresh' AND signature = $1 RETURNING parent`, h).Scan(&parent)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if parent != nil {
+		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET successor_used = true
+			WHERE kind = 'refresh' AND signature = $1 AND NOT successor_used`, *parent); err != nil {
+			return err
+		}
+	}
+	if l, ok := ctx.Value(refreshLinkKey{}).(*refreshLink); ok {
+		l.parent = h
+	}
+	return nil
 }
 
+// RevokeRefreshToken ends a grant's refresh tokens (fosite calls it on
+// refresh-token reuse, a replayed code and RFC 7009 revocation) and
+// records why, for the account page.
 func (s *storage) RevokeRefreshToken(ctx context.Context, requestID string) error {
 	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL WHERE kind = 'refresh' AND request_id = $1`, requestID)
+	if err != nil {
+		return err
+	}
+	reason := endUnspecified
+	if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason != "" {
+		reason = e.reason
+	}
+	return s.recordEnd(ctx, requestID, reason)
+}
+
+// recordEnd notes why a grant ended; the first reason stays.
+func (s *storage) recordEnd(ctx context.Context, requestID, reason string) error {
+	_, err := s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_grant_ends (request_id, subject, client_name, reason)
+		SELECT t.request_id, t.subject, coalesce(c.name, t.client_id), $2 FROM smcp_oauth_tokens t
+		LEFT JOIN smcp_oauth_clients c ON c.id = t.client_id
+		WHERE t.request_id = $1 AND t.subject IS NOT NULL LIMIT 1
+		ON CONFLICT (request_id) DO NOTHING`, requestID, reason)
 	return err
 }
 
@@ -369,7 +461,7 @@ func (s *storage) CreatePKCERequestSession(ctx context.Context, sig string, req 
 }
 
 func (s *storage) GetPKCERequestSession(ctx context.Context, sig string, session fosite.Session) (fosite.Requester, error) {
-	req, _, _, err := s.get(ctx, "pkce", sig, session)
+	req, _, err := s.get(ctx, "pkce", sig, session)
 	return req, err
 }
 
@@ -469,6 +561,9 @@ func (s *storage) purge(ctx context.Context) (tokens, clients int64, err error) 
 		return 0, 0, err
 	}
 	tokens = tag.RowsAffected()
+	if _, err := s.db.Exec(ctx, `DELETE FROM smcp_oauth_grant_ends WHERE ended_at < now() - interval '30 days'`); err != nil {
+		return tokens, 0, err
+	}
 	tag, err = s.db.Exec(ctx, `DELETE FROM smcp_oauth_clients c
 		WHERE coalesce(c.last_used_at, c.created_at) < now() - make_interval(secs => $1)
 		AND NOT EXISTS (SELECT 1 FROM smcp_oauth_tokens t WHERE t.client_id = c.id AND t.active
@@ -506,5 +601,28 @@ func (s *storage) revokeGrant(ctx context.Context, userID, grantID string) error
 	if err == nil && tag.RowsAffected() == 0 {
 		return pgx.ErrNoRows
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return s.recordEnd(ctx, grantID, endByYou)
+}
+
+// endedGrants lists why a user's connections ended in the last 30 days,
+// newest first, for the account page.
+func (s *storage) endedGrants(ctx context.Context, userID string) ([]endedGrant, error) {
+	rows, err := s.db.Query(ctx, `SELECT client_name, reason, ended_at FROM smcp_oauth_grant_ends
+		WHERE subject = $1 AND ended_at > now() - interval '30 days' ORDER BY ended_at DESC LIMIT 20`, userID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []endedGrant
+	for rows.Next() {
+		var g endedGrant
+		if err := rows.Scan(&g.Client, &g.Reason, &g.Ended); err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
 }

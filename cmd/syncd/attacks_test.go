@@ -3,12 +3,14 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate/httpmw/proxytest"
 )
 
 // Attacks on the server's own endpoints that must fail.
@@ -109,5 +111,50 @@ func TestAttackMetricsTokenGuessingLimited(t *testing.T) {
 		if limited < 5 {
 			t.Errorf("%s: only %d of 10 wrong tokens were rate limited", url, limited)
 		}
+	}
+}
+
+// Behind the README's nginx and Caddy snippets, a client that invents its
+// address in every forwarding header it can think of is still one client:
+// syncd believes only SYNC_CLIENT_IP_HEADER (X-Forwarded-For, which both
+// snippets overwrite), so 80 quick /token requests with 80 invented
+// addresses meet the per-address limit. Both proxies pass Forwarded on as
+// the client sent it: believed, it gave every request a fresh budget.
+func TestAttackForgedClientAddressThroughProxies(t *testing.T) {
+	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-trusted-proxies", "127.0.0.1,::1", "-access-log", "false")
+	base, stop := start(t, cfg)
+	defer stop()
+	upstream := strings.TrimPrefix(base, "http://")
+	for _, p := range []struct {
+		name  string
+		start func(testing.TB, string, proxytest.Options) string
+	}{{"nginx", proxytest.Nginx}, {"caddy", proxytest.Caddy}} {
+		t.Run(p.name, func(t *testing.T) {
+			proxy := p.start(t, upstream, proxytest.Options{})
+			limited, other := 0, map[int]int{}
+			for i := range 80 {
+				fake := fmt.Sprintf("198.51.%d.%d", i/250, 1+i%250)
+				req, _ := http.NewRequest("POST", proxy+"/token", strings.NewReader("grant_type=authorization_code&code=nope&client_id=nobody&code_verifier=x"))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				req.Header.Set("Forwarded", "for="+fake)
+				req.Header.Set("X-Forwarded-For", fake)
+				for _, h := range []string{"X-Real-IP", "True-Client-IP", "CF-Connecting-IP", "X-Client-IP", "Client-IP", "Fastly-Client-IP", "X-Cluster-Client-IP"} {
+					req.Header.Set(h, fake)
+				}
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if res.StatusCode == http.StatusTooManyRequests {
+					limited++
+				} else {
+					other[res.StatusCode]++
+				}
+			}
+			if limited < 20 {
+				t.Fatalf("HOLE: through %s, 80 /token requests with 80 forged addresses met %d 429s (others %v): the forged address was believed", p.name, limited, other)
+			}
+		})
 	}
 }

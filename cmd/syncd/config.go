@@ -35,9 +35,21 @@ type config struct {
 	MCPOrigins    []string      // SYNC_MCP_ORIGINS, -mcp-origins: browser origins besides the public URL's that may call /mcp.
 	DBMaxConns    int32         // SYNC_DB_MAX_CONNS, -db-max-conns: database connection pool size. Default 16 (store.DefaultMaxConns).
 	// SYNC_TRUSTED_PROXIES, -trusted-proxies: addresses and CIDR prefixes
-	// whose X-Forwarded-For / Forwarded headers name the client. Default none.
+	// whose ClientIPHeader names the client. Default none.
 	TrustedProxies []netip.Prefix
-	AccessLog      bool // SYNC_ACCESS_LOG, -access-log: one log line per request. Default true.
+	// SYNC_CLIENT_IP_HEADER, -client-ip-header: the one header a trusted
+	// proxy overwrites with the client's address. Default X-Forwarded-For;
+	// Forwarded only when chosen.
+	ClientIPHeader string
+	// SYNC_CIMD, -cimd: on (default) or off. Off: client ID metadata
+	// documents are not advertised nor fetched; clients register
+	// dynamically.
+	CIMD bool
+	// SYNC_OUTBOUND_PROXY, -outbound-proxy: the HTTP(S) proxy client
+	// metadata documents are fetched through. Default: HTTPS_PROXY (or
+	// https_proxy) when set, else direct.
+	OutboundProxy *url.URL
+	AccessLog     bool // SYNC_ACCESS_LOG, -access-log: one log line per request. Default true.
 	// SYNC_WAIT_RECHECK, -wait-recheck: how often a wait re-evaluates its
 	// condition when no notification came (a safety net). Default 5 s.
 	WaitRecheck time.Duration
@@ -100,7 +112,10 @@ func parseConfig(args []string) (*config, error) {
 	redirects := fs.String("redirect-allow", env("SYNC_REDIRECT_ALLOW", ""), "extra allowed OAuth redirect URIs, comma-separated; a trailing * allows a prefix (SYNC_REDIRECT_ALLOW)")
 	origins := fs.String("mcp-origins", env("SYNC_MCP_ORIGINS", ""), "browser origins, besides the public URL's, allowed to call /mcp, comma-separated (SYNC_MCP_ORIGINS)")
 	dbConns := fs.String("db-max-conns", env("SYNC_DB_MAX_CONNS", strconv.Itoa(store.DefaultMaxConns)), "database connection pool size (SYNC_DB_MAX_CONNS)")
-	proxies := fs.String("trusted-proxies", env("SYNC_TRUSTED_PROXIES", ""), "reverse proxies whose X-Forwarded-For/Forwarded are believed: addresses or CIDR prefixes, comma-separated (SYNC_TRUSTED_PROXIES)")
+	proxies := fs.String("trusted-proxies", env("SYNC_TRUSTED_PROXIES", ""), "reverse proxies whose client address header is believed: addresses or CIDR prefixes, comma-separated (SYNC_TRUSTED_PROXIES)")
+	fs.StringVar(&c.ClientIPHeader, "client-ip-header", env("SYNC_CLIENT_IP_HEADER", "X-Forwarded-For"), "the one header trusted proxies overwrite with the client address: X-Forwarded-For, X-Real-IP or Forwarded (SYNC_CLIENT_IP_HEADER)")
+	cimd := fs.String("cimd", env("SYNC_CIMD", "on"), "accept client ID metadata documents: on or off (SYNC_CIMD); off makes clients register dynamically")
+	outboundProxy := fs.String("outbound-proxy", env("SYNC_OUTBOUND_PROXY", firstEnv("HTTPS_PROXY", "https_proxy")), "proxy for fetching client metadata documents, http://host:port or https://host:port (SYNC_OUTBOUND_PROXY; default HTTPS_PROXY)")
 	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
 	recheck := fs.String("wait-recheck", env("SYNC_WAIT_RECHECK", "5s"), "safety-net re-check period of waits (SYNC_WAIT_RECHECK)")
 	fs.StringVar(&c.LoomGeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "OpenAI-compatible completions endpoint for loom continuations (SYNC_LOOM_GENERATOR_URL); empty queues requests in the room")
@@ -128,6 +143,23 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.TrustedProxies, err = httpmw.ParseProxies(*proxies); err != nil {
 		return nil, err
+	}
+	if err := httpmw.ValidClientIPHeader(c.ClientIPHeader); err != nil {
+		return nil, err
+	}
+	switch strings.ToLower(*cimd) {
+	case "on", "true", "1":
+		c.CIMD = true
+	case "off", "false", "0":
+	default:
+		return nil, fmt.Errorf("cimd %q is not on or off", *cimd)
+	}
+	if *outboundProxy != "" {
+		u, err := url.Parse(*outboundProxy)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("outbound proxy %q is not a proxy URL such as http://proxy.internal:3128", *outboundProxy)
+		}
+		c.OutboundProxy = u
 	}
 	if c.AccessLog, err = strconv.ParseBool(*accessLog); err != nil {
 		return nil, fmt.Errorf("access log %q is not true or false", *accessLog)
@@ -180,6 +212,15 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	return c, nil
+}
+
+func firstEnv(names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 func splitList(s string) []string {

@@ -106,7 +106,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	go func() { db.RunPeers(pctx, store.PeerOptions{OnCount: peers.Set}); close(peersDone) }()
 	defer func() { stopPeers(); <-peersDone }() // before the database closes
 	mwOpt := httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit, Peers: peers,
-		TrustedProxies: cfg.TrustedProxies, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")}
+		TrustedProxies: cfg.TrustedProxies, ClientIPHeader: cfg.ClientIPHeader, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")}
 	var observeTool func(string, string, time.Duration)
 	if mx != nil {
 		mwOpt.Observe, observeTool = mx.ObserveRequest, mx.ObserveTool
@@ -116,12 +116,14 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		mx.Watch(metrics.Sources{Service: svc, DB: db, HTTP: stack})
 	}
 	auth, err := oauth.New(ctx, db, oauth.Options{
-		HTTP:              stack,
-		PublicURL:         cfg.PublicURL,
-		Signup:            cfg.Signup,
-		RedirectAllowList: cfg.RedirectAllow,
-		Rooms:             lob,
-		RatePerSecond:     min(cfg.RateLimit, 0), // 0: its default; negative: off with the REST limit
+		HTTP:                     stack,
+		PublicURL:                cfg.PublicURL,
+		Signup:                   cfg.Signup,
+		RedirectAllowList:        cfg.RedirectAllow,
+		DisableMetadataDocuments: !cfg.CIMD,
+		MetadataProxy:            cfg.OutboundProxy,
+		Rooms:                    lob,
+		RatePerSecond:            min(cfg.RateLimit, 0), // 0: its default; negative: off with the REST limit
 	})
 	if err != nil {
 		return err
@@ -238,7 +240,15 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		defer msrv.Close()
 		slog.Info("metrics listening", "addr", mln.Addr().String())
 	}
-	slog.Info("syncd listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL)
+	metadataFetch := "direct"
+	if cfg.OutboundProxy != nil {
+		metadataFetch = "via " + cfg.OutboundProxy.Redacted()
+	}
+	if !cfg.CIMD {
+		metadataFetch = "off"
+	}
+	slog.Info("syncd listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "client_ip_header", cfg.ClientIPHeader,
+		"trusted_proxies", len(cfg.TrustedProxies), "client_metadata_documents", metadataFetch)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

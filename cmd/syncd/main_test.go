@@ -152,6 +152,8 @@ func TestHealthAndMigrateWithDatabaseURL(t *testing.T) {
 }
 
 func TestConfigFromEnvAndFlags(t *testing.T) {
+	t.Setenv("HTTPS_PROXY", "")
+	t.Setenv("https_proxy", "")
 	t.Setenv("SYNC_ADDR", "127.0.0.1:9999")
 	t.Setenv("SYNC_RATE_LIMIT", "7")
 	cfg, err := parseConfig([]string{"-rate-limit", "9"})
@@ -178,10 +180,25 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 		t.Fatalf("root URL with a slash: %v %+v", err, cfg)
 	}
 	cfg, err = parseConfig([]string{"-trusted-proxies", "10.0.0.0/8, ::1", "-db-max-conns", "40"})
-	if err != nil || len(cfg.TrustedProxies) != 2 || cfg.DBMaxConns != 40 || !cfg.AccessLog {
+	if err != nil || len(cfg.TrustedProxies) != 2 || cfg.DBMaxConns != 40 || !cfg.AccessLog || cfg.ClientIPHeader != "X-Forwarded-For" {
 		t.Fatalf("proxies and pool: %v %+v", err, cfg)
 	}
-	for _, bad := range [][]string{{"-trusted-proxies", "proxy.local"}, {"-db-max-conns", "1"}, {"-access-log", "sometimes"}} {
+	if cfg.OutboundProxy != nil || !cfg.CIMD {
+		t.Fatalf("outbound proxy and documents by default: %v %v", cfg.OutboundProxy, cfg.CIMD)
+	}
+	t.Setenv("HTTPS_PROXY", "http://egress.internal:3128")
+	if cfg, err := parseConfig([]string{"-cimd", "off"}); err != nil || cfg.CIMD || cfg.OutboundProxy == nil || cfg.OutboundProxy.Host != "egress.internal:3128" {
+		t.Fatalf("cimd off, HTTPS_PROXY: %v %+v", err, cfg)
+	}
+	t.Setenv("SYNC_OUTBOUND_PROXY", "https://proxy.example:8443")
+	if cfg, err := parseConfig(nil); err != nil || cfg.OutboundProxy.String() != "https://proxy.example:8443" {
+		t.Fatalf("SYNC_OUTBOUND_PROXY over HTTPS_PROXY: %v %+v", err, cfg)
+	}
+	t.Setenv("SYNC_CLIENT_IP_HEADER", "Forwarded")
+	if cfg, err := parseConfig(nil); err != nil || cfg.ClientIPHeader != "Forwarded" {
+		t.Fatalf("client address header from the environment: %v %+v", err, cfg)
+	}
+	for _, bad := range [][]string{{"-trusted-proxies", "proxy.local"}, {"-client-ip-header", "X-Forwarded" + " For"}, {"-client-ip-header", "Host"}, {"-cimd", "maybe"}, {"-outbound-proxy", "proxy:3128"}, {"-db-max-conns", "1"}, {"-access-log", "sometimes"}} {
 		if _, err := parseConfig(bad); err == nil {
 			t.Fatalf("%v accepted", bad)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/httpmw/proxytest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -517,5 +518,80 @@ func TestLogsAsFeeds(t *testing.T) {
 	}
 	if _, _, body := s.get("olga", "/rooms/lab"); !strings.Contains(body, "second entry") || strings.Contains(body, "<h3>_audit</h3>") {
 		t.Fatalf("an observer's feeds: %s", body)
+	}
+}
+
+// A live stream outlives a proxy's read timeout: behind the README's nginx
+// and Caddy snippets with a 1 s read timeout, an idle stream kept open by
+// its keep-alive comments still carries a change after 3.5 s, and tells
+// nginx not to buffer it (X-Accel-Buffering: no).
+func TestLiveStreamSurvivesProxyReadTimeout(t *testing.T) {
+	s := newSite(t, web.Options{Heartbeat: 300 * time.Millisecond}, "alice")
+	upstream := strings.TrimPrefix(s.srv.URL, "http://")
+	for _, p := range []struct {
+		name  string
+		start func(testing.TB, string, proxytest.Options) string
+	}{{"nginx", proxytest.Nginx}, {"caddy", proxytest.Caddy}} {
+		t.Run(p.name, func(t *testing.T) {
+			proxy := p.start(t, upstream, proxytest.Options{ReadTimeout: time.Second})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", proxy+"/live/rooms/lab", nil)
+			req.AddCookie(&http.Cookie{Name: "test_person", Value: "alice"})
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+				t.Fatalf("live stream through %s: %d %v", p.name, res.StatusCode, res.Header)
+			}
+			if p.name == "caddy" && res.Header.Get("X-Accel-Buffering") != "no" {
+				// nginx consumes the header; Caddy passes it on.
+				t.Fatalf("X-Accel-Buffering %q", res.Header.Get("X-Accel-Buffering"))
+			}
+			lines := make(chan string, 64)
+			go func() {
+				defer close(lines)
+				sc := bufio.NewScanner(res.Body)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+			}()
+			keepAlives := 0
+			quiet := time.After(3500 * time.Millisecond)
+		idle:
+			for {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						t.Fatalf("the proxy closed the idle stream after %d keep-alives", keepAlives)
+					}
+					if strings.HasPrefix(l, ": keep-alive") {
+						keepAlives++
+					}
+				case <-quiet:
+					break idle
+				}
+			}
+			s.write("_shared", "after-idle-"+p.name, "1")
+			deadline := time.After(5 * time.Second)
+			for {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						t.Fatalf("stream closed before the change arrived (%d keep-alives)", keepAlives)
+					}
+					if strings.HasPrefix(l, "event: change") {
+						if keepAlives < 3 {
+							t.Fatalf("%d keep-alives in 3.5 s at a 300 ms interval", keepAlives)
+						}
+						return
+					}
+				case <-deadline:
+					t.Fatal("no change event within 5 s after the idle period")
+				}
+			}
+		})
 	}
 }

@@ -41,9 +41,16 @@ type Options struct {
 	// Peers, when set, is the number of syncd processes sharing the rate
 	// limits: each allows its share. Default nil: this process alone.
 	Peers *Peers
-	// TrustedProxies are the addresses whose X-Forwarded-For / Forwarded
-	// headers are believed. Default none: the client is the TCP peer.
+	// TrustedProxies are the addresses whose ClientIPHeader is believed.
+	// Default none: the client is the TCP peer.
 	TrustedProxies []netip.Prefix
+	// ClientIPHeader is the one header that names the client behind a
+	// trusted proxy: X-Forwarded-For (the default) or another list of
+	// addresses such as X-Real-IP, or Forwarded (RFC 7239, its for=
+	// parameters). Every other forwarding header is ignored: proxies
+	// overwrite the header they set but pass the others on as the client
+	// sent them, so believing two would let a client pick its address.
+	ClientIPHeader string
 	// HSTS sends Strict-Transport-Security (one year) on every response:
 	// set it when the public URL is https. Default off.
 	HSTS bool
@@ -89,6 +96,10 @@ func New(opt Options) *Stack {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
+	if opt.ClientIPHeader == "" {
+		opt.ClientIPHeader = "X-Forwarded-For"
+	}
+	opt.ClientIPHeader = http.CanonicalHeaderKey(opt.ClientIPHeader)
 	s := &Stack{opt: opt}
 	if opt.RatePerSecond > 0 {
 		s.byCred = NewLimiter(opt.RatePerSecond, opt.RateBurst, opt.Peers)
@@ -178,11 +189,16 @@ func (s *Stack) clientIP(r *http.Request) string {
 		}
 		return a.String()
 	}
-	hops := forwardedFor(r)
+	hops := forwardedFor(r, s.opt.ClientIPHeader)
 	for i := len(hops) - 1; i >= 0; i-- {
 		h, err := netip.ParseAddr(hops[i])
 		if err != nil {
-			break // a garbled chain: trust nothing further back
+			// Some proxies write address:port ([v6]:port).
+			ap, perr := netip.ParseAddrPort(hops[i])
+			if perr != nil {
+				break // a garbled chain: trust nothing further back
+			}
+			h = ap.Addr()
 		}
 		a = h.Unmap()
 		if !s.trusted(a) {
@@ -192,12 +208,32 @@ func (s *Stack) clientIP(r *http.Request) string {
 	return a.String()
 }
 
-// forwardedFor lists the client addresses of the Forwarded header (RFC
-// 7239), or else of X-Forwarded-For, oldest first.
-func forwardedFor(r *http.Request) []string {
+// ValidClientIPHeader reports whether name can be a ClientIPHeader: a
+// header field name, and not one a client controls end to end.
+func ValidClientIPHeader(name string) error {
+	if name == "" {
+		return fmt.Errorf("client address header is empty")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c == '-' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return fmt.Errorf("client address header %q is not a header name (letters, digits and -)", name)
+		}
+	}
+	switch http.CanonicalHeaderKey(name) {
+	case "Host", "Authorization", "Cookie", "Origin", "Referer", "User-Agent", "Content-Type", "Content-Length":
+		return fmt.Errorf("client address header %q is not a forwarding header; use X-Forwarded-For, X-Real-Ip or Forwarded", name)
+	}
+	return nil
+}
+
+// forwardedFor lists the client addresses of header, oldest first: the
+// for= parameters of Forwarded (RFC 7239), or the comma-separated
+// addresses of any other header (X-Forwarded-For, X-Real-IP).
+func forwardedFor(r *http.Request, header string) []string {
 	var out []string
-	if fw := r.Header.Values("Forwarded"); len(fw) > 0 {
-		for _, line := range fw {
+	if header == "Forwarded" {
+		for _, line := range r.Header.Values("Forwarded") {
 			for _, elem := range strings.Split(line, ",") {
 				for _, pair := range strings.Split(elem, ";") {
 					k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
@@ -218,7 +254,7 @@ func forwardedFor(r *http.Request) []string {
 		}
 		return out
 	}
-	for _, line := range r.Header.Values("X-Forwarded-For") {
+	for _, line := range r.Header.Values(header) {
 		for _, v := range strings.Split(line, ",") {
 			out = append(out, strings.TrimSpace(v))
 		}

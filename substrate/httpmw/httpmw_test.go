@@ -29,26 +29,41 @@ func TestClientIP(t *testing.T) {
 	stack := mustProxies(t, "10.0.0.0/8, 127.0.0.1, ::1")
 	cases := []struct {
 		name, peer string
-		header     map[string]string
+		headers    map[string]string
 		want       string
+		header     string // the operator's choice; "" for the default
 	}{
-		{"direct client", "203.0.113.7:5555", nil, "203.0.113.7"},
-		{"untrusted peer forging XFF", "203.0.113.7:5555", map[string]string{"X-Forwarded-For": "1.1.1.1"}, "203.0.113.7"},
-		{"trusted proxy", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "198.51.100.9"}, "198.51.100.9"},
-		{"chain of proxies", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "198.51.100.9, 10.1.2.3"}, "198.51.100.9"},
-		{"client spoofs the start of the chain", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "6.6.6.6, 198.51.100.9"}, "198.51.100.9"},
-		{"garbage in the chain", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "nonsense, 198.51.100.9"}, "198.51.100.9"},
-		{"trusted proxy without header", "[::1]:4000", nil, "::1"},
-		{"Forwarded header v6", "[::1]:4000", map[string]string{"Forwarded": `for="[2001:db8::1]:4711";proto=https`}, "2001:db8::1"},
-		{"Forwarded wins over XFF", "127.0.0.1:4000", map[string]string{"Forwarded": "for=192.0.2.60", "X-Forwarded-For": "6.6.6.6"}, "192.0.2.60"},
+		{"direct client", "203.0.113.7:5555", nil, "203.0.113.7", ""},
+		{"untrusted peer forging XFF", "203.0.113.7:5555", map[string]string{"X-Forwarded-For": "1.1.1.1"}, "203.0.113.7", ""},
+		{"trusted proxy", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "198.51.100.9"}, "198.51.100.9", ""},
+		{"chain of proxies", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "198.51.100.9, 10.1.2.3"}, "198.51.100.9", ""},
+		{"client spoofs the start of the chain", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "6.6.6.6, 198.51.100.9"}, "198.51.100.9", ""},
+		{"garbage in the chain", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "nonsense, 198.51.100.9"}, "198.51.100.9", ""},
+		{"trusted proxy without header", "[::1]:4000", nil, "::1", ""},
+		// Only the operator's one header is believed (X-Forwarded-For by
+		// default): a client-sent Forwarded passes through proxies that
+		// set X-Forwarded-For.
+		{"Forwarded ignored by default", "127.0.0.1:4000", map[string]string{"Forwarded": "for=192.0.2.60", "X-Forwarded-For": "198.51.100.9"}, "198.51.100.9", ""},
+		{"Forwarded alone ignored by default", "127.0.0.1:4000", map[string]string{"Forwarded": "for=192.0.2.60", "X-Real-Ip": "192.0.2.61"}, "127.0.0.1", ""},
+		{"Forwarded when chosen, v6", "[::1]:4000", map[string]string{"Forwarded": `for="[2001:db8::1]:4711";proto=https`}, "2001:db8::1", "Forwarded"},
+		{"Forwarded when chosen ignores XFF", "127.0.0.1:4000", map[string]string{"Forwarded": "for=192.0.2.60", "X-Forwarded-For": "6.6.6.6"}, "192.0.2.60", "Forwarded"},
+		{"Forwarded chain walked from the right", "127.0.0.1:4000", map[string]string{"Forwarded": "for=6.6.6.6, for=192.0.2.60;proto=https"}, "192.0.2.60", "Forwarded"},
+		{"address with a port", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "6.6.6.6, 198.51.100.9:61000"}, "198.51.100.9", ""},
+		{"v6 address with a port", "127.0.0.1:4000", map[string]string{"X-Forwarded-For": "[2001:db8::7]:61000"}, "2001:db8::7", ""},
+		{"X-Real-IP when chosen", "127.0.0.1:4000", map[string]string{"X-Real-IP": "192.0.2.62", "X-Forwarded-For": "6.6.6.6"}, "192.0.2.62", "x-real-ip"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var got string
+			stack := stack
+			if c.header != "" {
+				p, _ := httpmw.ParseProxies("10.0.0.0/8, 127.0.0.1, ::1")
+				stack = httpmw.New(httpmw.Options{TrustedProxies: p, ClientIPHeader: c.header})
+			}
 			h := stack.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = httpmw.ClientIP(r) }))
 			r := httptest.NewRequest("GET", "/", nil)
 			r.RemoteAddr = c.peer
-			for k, v := range c.header {
+			for k, v := range c.headers {
 				r.Header.Set(k, v)
 			}
 			h.ServeHTTP(httptest.NewRecorder(), r)
@@ -59,6 +74,11 @@ func TestClientIP(t *testing.T) {
 	}
 	if _, err := httpmw.ParseProxies("10.0.0.0/33"); err == nil {
 		t.Fatal("bad prefix accepted")
+	}
+	for _, bad := range []string{"", "X Forwarded", "Host", "authorization", "X-Forwarded-For:"} {
+		if httpmw.ValidClientIPHeader(bad) == nil {
+			t.Errorf("client address header %q accepted", bad)
+		}
 	}
 }
 
