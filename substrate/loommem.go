@@ -35,7 +35,7 @@ func (r *loomRun) think(c *LoomCommand) (string, error) {
 	if len(c.Texts) > 0 {
 		text = c.Texts[0]
 	}
-	r.appendEntry(r.p.AgentID, "loom:think:"+r.uniq(), map[string]any{"text": text, "at": r.now})
+	r.appendEntry(r.p.AgentID, thoughtPrefix+r.uniq(), map[string]any{"text": text, "at": r.now})
 	r.trace = fmt.Sprintf("think (%d characters, private)", len([]rune(text)))
 	return fmt.Sprintf("· thought kept in your private memory (%d characters)", len([]rune(text))), nil
 }

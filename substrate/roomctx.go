@@ -70,6 +70,8 @@ type roomCtx struct {
 	// reader's own state because the budget could not afford their gate.
 	gates       *gateBudget
 	gatesHidden int
+	// vis is p's read rule in this read, loaded when first asked.
+	vis *visibility
 }
 
 // gateBudget is what one read has spent on entry-level enabled
@@ -110,7 +112,7 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope string, asSelf
 	if asSelf && scope != ScopeShared && !strings.HasPrefix(scope, "_") {
 		sub.self = scope
 	}
-	st, _ := s.stateFor(ctx, sub, func(sc string) bool { return canRead(reg, sc) && sc != ScopeAudit })
+	st, _ := s.stateFor(ctx, sub, func(sc string) bool { return sub.visible(sc) && sc != ScopeAudit })
 	if rc.authority == nil {
 		rc.authority = map[string]map[string]any{}
 	}
@@ -127,9 +129,26 @@ func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, p
 		Agents: rc.vars.Agents, Actions: rc.vars.Actions, Messages: rc.vars.Messages, Self: rc.self, Params: params, Now: rc.now}
 }
 
-// visible reports whether the context's principal reads scope.
+// visible reports whether the context's principal reads scope (the one
+// read rule, visibilityOf, decided from the read's snapshot).
 func (rc *roomCtx) visible(scope string) bool {
-	return rc.p == nil || canRead(rc.p, scope)
+	if rc.p == nil {
+		return true
+	}
+	if rc.vis == nil {
+		rc.vis = snapVisibility(rc.p, rc.snap)
+	}
+	return rc.vis.scope(scope)
+}
+
+// snapVisibility is p's visibility decided from snap. A snapshot read
+// cannot fail, but if a rule did, p would see only what no rule governs.
+func snapVisibility(p *Principal, snap *snapshot) *visibility {
+	v, err := visibilityOf(p, snapRows(snap))
+	if err != nil {
+		return &visibility{p: p, readers: []Reader{{Sees: func(string, string) bool { return false }}}}
+	}
+	return v
 }
 
 // build assembles the context: state (timers and entry `enabled` applied),

@@ -930,3 +930,99 @@ func TestAttackPreconditionReadWithholdsGatedValue(t *testing.T) {
 		t.Fatalf("HOLE: the refusal tells bob the gated value: %d %s", inv.status, inv.raw)
 	}
 }
+
+// Loom permissions hold on every read path, not only inside the → command
+// interpreter (issue 25 item 3): an agent denied doc_read and loom_aware
+// read documents and nodes through GET /state, GET /history, the context
+// and CEL. A _loom* scope is readable exactly when → view (→ read for
+// _loom.doc) would show it.
+func TestAttackLoomReadsFollowPermissions(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, alice, bob := loomSetup(t, e)
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit alice doc_write\n→ deny bob doc_read loom_aware"}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
+	// → view and → read refuse bob: the rule every read path follows.
+	for _, c := range []string{"→ view 1", `→ read doc:"plan"`} {
+		if r := e.do("POST", "/rooms/loomy/loom", bob, map[string]any{"commands": c}); r.status != 403 {
+			t.Fatalf("%s by bob: %d %s", c, r.status, r.raw)
+		}
+	}
+	for _, path := range []string{
+		"/rooms/loomy/state?scope=_loom.doc", "/rooms/loomy/state?scope=_loom.1", "/rooms/loomy/state?scope=_loom",
+		"/rooms/loomy/state?scope=_loom.live", "/rooms/loomy/state?scope=_loom.doc&key=d:plan",
+		"/rooms/loomy/history?scope=_loom.doc&key=d:plan", "/rooms/loomy/history?scope=_loom.1&key=n:2",
+		"/rooms/loomy/trajectory",
+	} {
+		r := e.do("GET", path, bob, nil)
+		if r.status != 403 || strings.Contains(r.raw, "SECRET") {
+			t.Fatalf("bob read %s: %d %s", path, r.status, r.raw)
+		}
+	}
+	for _, path := range []string{"/rooms/loomy/state", "/rooms/loomy/context", "/rooms/loomy/context?depth=full"} {
+		r := e.do("GET", path, bob, nil).must(t, 200)
+		if strings.Contains(r.raw, "SECRET") || strings.Contains(r.raw, `"_loom`) {
+			t.Fatalf("bob's %s shows the loom: %s", path, r.raw)
+		}
+	}
+	if r := e.do("POST", "/rooms/loomy/eval", bob, map[string]any{"expr": `"_loom" in state ? state["_loom"] : "absent"`}).must(t, 200); !strings.Contains(r.raw, "absent") {
+		t.Fatalf("bob's CEL reads _loom: %s", r.raw)
+	}
+	// Alice, with the defaults, reads what → view and → read show her.
+	for _, path := range []string{"/rooms/loomy/state?scope=_loom.doc", "/rooms/loomy/state?scope=_loom.1", "/rooms/loomy/history?scope=_loom.doc&key=d:plan"} {
+		if r := e.do("GET", path, alice, nil).must(t, 200); !strings.Contains(r.raw, "SECRET") {
+			t.Fatalf("alice's %s: %s", path, r.raw)
+		}
+	}
+	// doc_read alone opens the documents, not the trees.
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit bob doc_read"}).must(t, 200)
+	e.do("GET", "/rooms/loomy/state?scope=_loom.doc", bob, nil).must(t, 200)
+	if r := e.do("GET", "/rooms/loomy/state?scope=_loom.1", bob, nil); r.status != 403 || r.str("error") != "scope_denied" {
+		t.Fatalf("bob with doc_read only read a tree: %d %s", r.status, r.raw)
+	}
+}
+
+// A model's thinking (→ think) is read by the thinker and by room
+// authority (the people who observe the model), never by another agent,
+// even one granted the thinker's scope, nor by a view link (issue 25
+// item 6). It stays out of the thinker's own context too.
+func TestAttackLoomThinkingReaders(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, alice, _ := loomSetup(t, e)
+	carol := e.join(rm, "carol", "alice") // granted alice's scope
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ think\nTHOUGHT-SECRET about the scene\n←\n→ stash \"plan\" \"stashed words\""}).must(t, 200)
+	key := ""
+	for _, who := range []struct {
+		name, tok string
+		sees      bool
+	}{{"alice", alice, true}, {"room token", rm.token, true}, {"carol", carol, false}, {"view token", rm.view, false}} {
+		r := e.do("GET", "/rooms/loomy/state?scope=alice&limit=1000", who.tok, nil).must(t, 200)
+		if strings.Contains(r.raw, "THOUGHT-SECRET") != who.sees {
+			t.Fatalf("%s reading alice's scope (sees thinking: want %v): %s", who.name, who.sees, r.raw)
+		}
+		if !strings.Contains(r.raw, "stashed words") {
+			t.Fatalf("%s no longer reads alice's other entries: %s", who.name, r.raw)
+		}
+		if who.sees {
+			for _, en := range r.body["entries"].([]any) {
+				if k := en.(map[string]any)["key"].(string); strings.HasPrefix(k, "loom:think:") {
+					key = k
+				}
+			}
+		}
+	}
+	if key == "" {
+		t.Fatal("no thinking entry found")
+	}
+	for _, tok := range []string{carol, rm.view} {
+		if r := e.do("GET", "/rooms/loomy/state?scope=alice&key="+key, tok, nil); r.status != 403 || strings.Contains(r.raw, "THOUGHT") {
+			t.Fatalf("thinking by key: %d %s", r.status, r.raw)
+		}
+		if r := e.do("GET", "/rooms/loomy/history?scope=alice&key="+key, tok, nil); r.status != 403 {
+			t.Fatalf("thinking's history: %d %s", r.status, r.raw)
+		}
+	}
+	// Not in the subject model's own context.
+	if r := e.do("GET", "/rooms/loomy/context?depth=full", alice, nil).must(t, 200); strings.Contains(r.raw, "THOUGHT-SECRET") {
+		t.Fatalf("thinking in the thinker's context: %s", r.raw)
+	}
+}
