@@ -88,9 +88,15 @@ func (p *Principal) Actor() string {
 	return "_room"
 }
 
-// Key names the credential for per-credential budgets (rate limits): one
-// per room token, view token and agent.
+// Key names the subject of per-credential budgets (rate limits): one per
+// room token, one per view token, and one for all the agents of a room,
+// for reads and writes alike. The room token mints agent tokens freely, so
+// a budget per agent token would be a budget its holder multiplies at
+// will.
 func (p *Principal) Key() string {
+	if p.Kind == KindAgent {
+		return string(p.Kind) + ":" + p.RoomID + "/*"
+	}
 	return string(p.Kind) + ":" + p.RoomID + "/" + p.AgentID
 }
 

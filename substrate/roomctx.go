@@ -233,7 +233,12 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		limit := uint64(s.lim.EnabledCostPerRead)
 		key := gateKey(rc.self, state)
 		memo := live.gateResults(key)
-		var fresh map[*srow]gateResult
+		var fresh, freshTimed, timed map[*srow]gateResult
+		quantum := int64(-1)
+		if s.lim.GateQuantum > 0 {
+			quantum = rc.now.UnixNano() / int64(s.lim.GateQuantum)
+			timed = live.timedResults(key, quantum)
+		}
 		var add []*srow
 		for _, r := range deferred {
 			// Counted whether memoised or evaluated, so which entries
@@ -245,13 +250,22 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 			}
 			g, ok := memo[r]
 			if !ok {
-				var pure bool
-				g, pure = s.evalGate(ctx, *r.enabled, vars)
-				if pure {
+				g, ok = timed[r]
+			}
+			if !ok {
+				var kind gateMemo
+				g, kind = s.evalGate(ctx, *r.enabled, vars)
+				switch {
+				case kind == memoPure:
 					if fresh == nil {
 						fresh = map[*srow]gateResult{}
 					}
 					fresh[r] = g
+				case kind == memoTimed && quantum >= 0:
+					if freshTimed == nil {
+						freshTimed = map[*srow]gateResult{}
+					}
+					freshTimed[r] = g
 				}
 			}
 			b.spent += g.cost
@@ -261,6 +275,9 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		}
 		if len(fresh) > 0 {
 			live.keepGateResults(key, fresh)
+		}
+		if len(freshTimed) > 0 {
+			live.keepTimedResults(key, quantum, freshTimed)
 		}
 		for _, r := range add {
 			if rc.modified == nil {
@@ -304,18 +321,39 @@ func gateKey(self string, state map[string]any) string {
 	return self + "\x00" + strings.Join(scopes, "\x00")
 }
 
+// gateMemo is how long a gate's result may be reused.
+type gateMemo int
+
+const (
+	// memoNone: reads agents, which change without a new seq (a wait
+	// woken by a presence change must see it at once).
+	memoNone gateMemo = iota
+	// memoPure: reads neither now nor agents, so its result holds for the
+	// same authority until the snapshot changes.
+	memoPure
+	// memoTimed: reads now (not agents): its result is reused for
+	// Limits.GateQuantum.
+	memoTimed
+)
+
 // evalGate evaluates an entry-level enabled expression: on when it gives
 // true (an error or any other value hides the entry), its cost at least
-// gateMinCost, and pure when it reads neither now nor agents (so its
-// result holds for the same authority until the snapshot changes).
-func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (g gateResult, pure bool) {
+// gateMinCost, and how long its result may be reused.
+func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (gateResult, gateMemo) {
 	p, err := s.cel.Compile(src)
 	if err != nil {
-		return gateResult{cost: gateMinCost}, true
+		return gateResult{cost: gateMinCost}, memoPure
 	}
 	v, cost, err := s.cel.EvalCost(ctx, p, vars)
 	b, _ := v.(bool)
-	return gateResult{on: err == nil && b, cost: max(cost, gateMinCost)}, !p.Uses("now") && !p.Uses("agents")
+	g := gateResult{on: err == nil && b, cost: max(cost, gateMinCost)}
+	switch {
+	case p.Uses("agents"):
+		return g, memoNone
+	case p.Uses("now"):
+		return g, memoTimed
+	}
+	return g, memoPure
 }
 
 // visibleAgents is the agents map (CEL `agents`, the context's agents

@@ -298,9 +298,13 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		}
 		q.Scope = scope
 	}
+	ctx, err := s.work(ctx, roomID)
+	if err != nil {
+		return nil, err
+	}
 	out := &StateRead{Entries: []Entry{}}
 	var gated []gatedEntry
-	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+	err = s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
 		vis, err := s.visibilityIn(ctx, tx, p, roomID)
 		if err != nil {
 			return err

@@ -1026,3 +1026,99 @@ func TestAttackLoomThinkingReaders(t *testing.T) {
 		t.Fatalf("thinking in the thinker's context: %s", r.raw)
 	}
 }
+
+// The agents of one room are one rate-limit subject, for reads as for
+// writes (issue 25 item 4): the room token mints agent tokens freely, and
+// six of them used to bring six budgets. The room token keeps its own.
+func TestAttackAgentTokensShareRoomRateLimit(t *testing.T) {
+	e := newEnv(t, rest.Options{RatePerSecond: 1, RateBurst: 8})
+	rm := e.room("manyhands", nil)
+	var agents []string
+	for i := range 6 {
+		agents = append(agents, e.join(rm, fmt.Sprintf("a%d", i)))
+	}
+	limited := 0
+	for _, tok := range agents {
+		for _, req := range []struct{ method, path string }{{"GET", "/rooms/manyhands/context"}, {"PUT", "/rooms/manyhands/state"}} {
+			var body any
+			if req.method == "PUT" {
+				body = map[string]any{"scope": "self", "key": "k", "value": 1}
+			}
+			switch r := e.do(req.method, req.path, tok, body); r.status {
+			case 200:
+			case 429:
+				limited++
+				if r.str("error") != "rate_limited" || r.header.Get("Retry-After") == "" {
+					t.Fatalf("429 without its code or Retry-After: %s", r.raw)
+				}
+			default:
+				t.Fatalf("%s %s: %d %s", req.method, req.path, r.status, r.raw)
+			}
+		}
+	}
+	if limited < 3 {
+		t.Fatalf("12 requests from six agent tokens of one room at burst 8: only %d limited", limited)
+	}
+	e.do("GET", "/rooms/manyhands/context", rm.token, nil).must(t, 200)
+}
+
+// nowGated fills a room with n entries whose enabled gate reads now, so
+// that no read can reuse another's results (GateQuantum -1) or only within
+// a quantum.
+func nowGated(t *testing.T, e *env, rm room, n, cost int) {
+	t.Helper()
+	gate := `now > timestamp("2000-01-01T00:00:00Z")`
+	if cost > 0 {
+		gate += fmt.Sprintf(` && lists.range(%d).filter(x, x %% 7 == now.getSeconds() %% 7).size() >= 0`, cost)
+	}
+	var writes []map[string]any
+	for i := range n {
+		writes = append(writes, map[string]any{"scope": "_shared", "key": fmt.Sprintf("g%04d", i), "value": i, "enabled": gate})
+		if len(writes) == 100 || i == n-1 {
+			e.do("PUT", "/rooms/"+rm.id+"/state/batch", rm.token, map[string]any{"writes": writes}).must(t, 200)
+			writes = nil
+		}
+	}
+}
+
+// Expression work is charged to the room (issue 25 item 4): agents
+// reading a room full of entries gated on now spend its budget per second
+// and are then refused with 429 room_busy and Retry-After, while another
+// room reads as before.
+func TestAttackExpressionFloodIsBudgeted(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{RoomCostPerSecond: 30_000, GateQuantum: -1})
+	rm := e.room("flooded", nil)
+	quiet := e.room("quiet", nil)
+	e.do("PUT", "/rooms/quiet/state", quiet.token, map[string]any{"scope": "_shared", "key": "k", "value": 1}).must(t, 200)
+	nowGated(t, e, rm, 100, 0)
+	var agents []string
+	for i := range 6 {
+		agents = append(agents, e.join(rm, fmt.Sprintf("a%d", i)))
+	}
+	busy := 0
+	for range 5 {
+		for _, tok := range agents {
+			switch r := e.do("GET", "/rooms/flooded/context", tok, nil); r.status {
+			case 200:
+			case 429:
+				busy++
+				if r.str("error") != "room_busy" || r.header.Get("Retry-After") == "" || r.num("retry_after_ms") <= 0 {
+					t.Fatalf("429 without room_busy, Retry-After or retry_after_ms: %v %s", r.header, r.raw)
+				}
+			default:
+				t.Fatalf("flood read: %d %s", r.status, r.raw)
+			}
+		}
+		// Another room's budget is its own.
+		e.do("GET", "/rooms/quiet/context", quiet.token, nil).must(t, 200)
+	}
+	if busy < 15 {
+		t.Fatalf("30 reads of 100 now-gated entries on a budget of 30,000 per second: only %d refused", busy)
+	}
+	// Reads of the state and evaluations are charged and refused alike.
+	for _, path := range []string{"/rooms/flooded/state", "/rooms/flooded/state?scope=_shared"} {
+		if r := e.do("GET", path, agents[0], nil); r.status != 429 || r.str("error") != "room_busy" {
+			t.Fatalf("%s while the room is busy: %d %s", path, r.status, r.raw)
+		}
+	}
+}
