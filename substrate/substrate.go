@@ -78,7 +78,7 @@ type Limits struct {
 	// waits and invocations evaluate, refilled per second, with two
 	// seconds' worth saved up at most. Spent, the room's requests are
 	// refused with 429 room_busy and Retry-After until it refills;
-	// memoised results cost nothing. Default 4,000,000 (some 200 ms of CPU
+	// memoised results cost nothing. Default 2,000,000 (some 100 ms of CPU
 	// per second); negative turns it off.
 	RoomCostPerSecond int
 	// GateQuantum is how long the result of an entry-level enabled
@@ -110,7 +110,7 @@ func (l *Limits) fill() {
 	def(&l.EnabledCostPerRead, 1_000_000)
 	def(&l.KeepLogEntries, 50_000)
 	if l.RoomCostPerSecond == 0 {
-		l.RoomCostPerSecond = 4_000_000
+		l.RoomCostPerSecond = 2_000_000
 	}
 	if l.GateQuantum == 0 {
 		l.GateQuantum = time.Second
