@@ -839,6 +839,11 @@ const thoughtPrefix = "loom:think:"
 
 func isThought(key string) bool { return strings.HasPrefix(key, thoughtPrefix) }
 
+// IsThought reports an agent's thinking (→ think): pages show it folded.
+func IsThought(scope, key string) bool {
+	return !strings.HasPrefix(scope, "_") && isThought(key)
+}
+
 // Loom runs one or more → command lines (seed 002) as p in roomID. Each
 // command is its own mutation (or, for a read-only credential, its own
 // read): a failing command changes nothing and is recorded in the caller's
