@@ -764,6 +764,13 @@ func loomPermsOf(p *Principal, row RowFunc) (perms []string, kind string, err er
 	switch {
 	case p.Kind == KindRoom:
 		return LoomPermissions, "human", nil
+	case p.ReadOnly() && p.readsAs != "":
+		// Read-only for an agent (ReadOnlyOf): its permissions that read.
+		agent, _, err := loomPermsOf(&Principal{Kind: KindAgent, RoomID: p.RoomID, AgentID: p.readsAs}, row)
+		if err != nil {
+			return nil, "", err
+		}
+		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "human", nil
 	case p.ReadOnly():
 		return defaultLoomPerms, "human", nil
 	}

@@ -371,6 +371,13 @@ func TestAttackRoomPageFollowsLoomPermissions(t *testing.T) {
 			t.Errorf("HOLE: the room page shows paul, denied the loom, %q", secret)
 		}
 	}
+	// The loom page reads for him without moving his agent, with his
+	// permissions all the same.
+	for _, path := range []string{"/web/rooms/lab/loom?node=1", "/web/rooms/lab/loom?doc=plan"} {
+		if _, _, body := s.get("paul", path); strings.Contains(body, "NODE-SECRET") || strings.Contains(body, "DOC-SECRET") {
+			t.Errorf("HOLE: %s shows paul, denied the loom, its content", path)
+		}
+	}
 	if _, _, body := s.get("alice", "/rooms/lab"); !strings.Contains(body, "DOC-SECRET") {
 		t.Error("the owner's room page lacks the loom documents")
 	}
