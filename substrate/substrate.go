@@ -178,8 +178,10 @@ type Service struct {
 	waits atomic.Int64
 	// invocations counts Invoke's outcomes by "ok" or error code (Stats).
 	invocations sync.Map // string → *atomic.Int64
-	// workMeter is each room's expression budget (nil: off).
+	// workMeter is each room's expression budget (nil: off); roomBusy
+	// counts its refusals (Stats).
 	workMeter *workMeter
+	roomBusy  atomic.Int64
 }
 
 // Stats are counters of the service's work since it started.
@@ -198,6 +200,9 @@ type Stats struct {
 	// CELEvaluations counts expression evaluations; CELCost sums their
 	// cel-go runtime cost (what the per-expression limit counts).
 	CELEvaluations, CELCost uint64
+	// RoomBusy counts requests refused because their room had spent its
+	// expression budget (Limits.RoomCostPerSecond).
+	RoomBusy int64
 }
 
 // Stats reports the counters now.
@@ -209,6 +214,7 @@ func (s *Service) Stats() Stats {
 		return true
 	})
 	st.CELEvaluations, st.CELCost = s.cel.Stats()
+	st.RoomBusy = s.roomBusy.Load()
 	return st
 }
 

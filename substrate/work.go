@@ -108,6 +108,7 @@ func (s *Service) work(ctx context.Context, roomID string) (context.Context, err
 		return ctx, nil
 	}
 	if wait, ok := s.workMeter.admit(roomID, time.Now()); !ok {
+		s.roomBusy.Add(1)
 		secs := int(wait/time.Second) + 1
 		return ctx, errs.New(errs.RoomBusy, "room %q has spent its expression budget for now (%d cel-go cost per second, shared by everyone reading it)", roomID, s.lim.RoomCostPerSecond).
 			With("retry_after_ms", max(wait.Milliseconds(), 1)).With("limit", s.lim.RoomCostPerSecond).
