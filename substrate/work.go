@@ -3,6 +3,7 @@ package substrate
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -23,7 +24,10 @@ import (
 // cannot take another room's CPU.
 
 // workBucket is one room's budget: a token bucket of cel-go cost.
+// Evaluations add to spent without a lock (a read may run thousands);
+// refill settles it under the meter's lock.
 type workBucket struct {
+	spent  atomic.Int64
 	tokens float64
 	at     time.Time
 }
@@ -46,30 +50,15 @@ func newWorkMeter(perSecond int) *workMeter {
 
 // refill brings b up to now; mu is held.
 func (m *workMeter) refill(b *workBucket, now time.Time) {
-	b.tokens = min(m.burst, b.tokens+now.Sub(b.at).Seconds()*m.rate)
+	b.tokens = min(m.burst, b.tokens+now.Sub(b.at).Seconds()*m.rate) - float64(b.spent.Swap(0))
 	b.at = now
 }
 
 // admit reports whether room may start more work now, and if not, how long
-// until it may.
-func (m *workMeter) admit(room string, now time.Time) (time.Duration, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b, ok := m.rooms[room]
-	if !ok {
-		return 0, true
-	}
-	m.refill(b, now)
-	if b.tokens > 0 {
-		return 0, true
-	}
-	return time.Duration((-b.tokens + 1) / m.rate * float64(time.Second)), false
-}
-
-// charge takes cost from room's budget. A request admitted while the
-// budget lasted finishes even if it overdraws it: the debt delays the
-// room's next requests, never anyone else's.
-func (m *workMeter) charge(room string, cost uint64, now time.Time) {
+// until it may; admitted, it returns the bucket to charge. A request
+// admitted while the budget lasted finishes even if it overdraws it: the
+// debt delays the room's next requests, never anyone else's.
+func (m *workMeter) admit(room string, now time.Time) (*workBucket, time.Duration, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b, ok := m.rooms[room]
@@ -81,7 +70,10 @@ func (m *workMeter) charge(room string, cost uint64, now time.Time) {
 		m.rooms[room] = b
 	}
 	m.refill(b, now)
-	b.tokens -= float64(cost)
+	if b.tokens > 0 {
+		return b, 0, true
+	}
+	return nil, time.Duration((-b.tokens + 1) / m.rate * float64(time.Second)), false
 }
 
 // sweep drops the buckets that have refilled; mu is held.
@@ -107,17 +99,17 @@ func (s *Service) work(ctx context.Context, roomID string) (context.Context, err
 	if r, _ := ctx.Value(workKey{}).(string); r == roomID {
 		return ctx, nil
 	}
-	if wait, ok := s.workMeter.admit(roomID, time.Now()); !ok {
+	b, wait, ok := s.workMeter.admit(roomID, time.Now())
+	if !ok {
 		s.roomBusy.Add(1)
 		secs := int(wait/time.Second) + 1
 		return ctx, errs.New(errs.RoomBusy, "room %q has spent its expression budget for now (%d cel-go cost per second, shared by everyone reading it)", roomID, s.lim.RoomCostPerSecond).
 			With("retry_after_ms", max(wait.Milliseconds(), 1)).With("limit", s.lim.RoomCostPerSecond).
 			WithHint("retry after %d s; wait for changes instead of polling, and keep gates and views that read now or agents few and cheap", secs)
 	}
-	room, meter := roomID, s.workMeter
 	ctx = context.WithValue(ctx, workKey{}, roomID)
 	return expr.WithMeter(ctx, func(cost uint64) {
-		meter.charge(room, max(cost, gateMinCost), time.Now())
+		b.spent.Add(int64(max(cost, gateMinCost)))
 	}), nil
 }
 
