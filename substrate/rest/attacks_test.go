@@ -1128,13 +1128,16 @@ func TestAttackExpressionFloodIsBudgeted(t *testing.T) {
 
 // A flood of expression work in one room does not slow another (issue 25
 // item 4): six agent tokens reading, at 10/s each, a room whose entries
-// are gated on now (each read evaluating its whole gate budget, tens of
+// are gated on now (each read evaluating most of its gate budget, tens of
 // ms of CPU; the gate quantum is off so the room budget alone must hold)
 // used to push an unrelated room's context read from 3 ms to 200–360 ms.
 // With the room's budget spent they get 429 room_busy, and the unrelated
-// room's median latency stays within twice its quiet median. Medians of
-// many samples, quiet phases before and after the flood, so the bound
-// holds on a loaded two-core machine; it fails with the budget off.
+// room's median latency stays within twice its quiet median (plus 1 ms for
+// sub-millisecond medians). For a loaded two-core machine: medians of
+// many samples, quiet phases before and after the flood, and up to three
+// rounds, passing when one holds (a transient load elsewhere can spoil a
+// round; without the budget every round fails by two orders of
+// magnitude).
 func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
 	e := newEnvWith(t, rest.Options{RatePerSecond: 100, RateBurst: 200}, substrate.Limits{GateQuantum: -1})
 	flood := e.room("flood", nil)
@@ -1168,56 +1171,68 @@ func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
 		slices.Sort(s)
 		return s[len(s)/2]
 	}
-	sample(10) // warm
-	quiet := sample(60)
-
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	var busy, served atomic.Int64
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	for _, tok := range agents {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
+	// startFlood starts the six readers; its stop waits for them and says
+	// how many reads were served and refused.
+	startFlood := func() (stop func() (served, busy int64)) {
+		quit := make(chan struct{})
+		done := make(chan struct{})
+		var nBusy, nServed atomic.Int64
+		for _, tok := range agents {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				tick := time.NewTicker(100 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-quit:
+						return
+					case <-tick.C:
+					}
+					req, _ := http.NewRequest("GET", e.srv.URL+"/rooms/flood/context", nil)
+					req.Header.Set("Authorization", "Bearer "+tok)
+					res, err := client.Do(req)
+					if err != nil {
+						continue
+					}
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					switch res.StatusCode {
+					case 429:
+						nBusy.Add(1)
+					case 200:
+						nServed.Add(1)
+					}
 				}
-				req, _ := http.NewRequest("GET", e.srv.URL+"/rooms/flood/context", nil)
-				req.Header.Set("Authorization", "Bearer "+tok)
-				res, err := client.Do(req)
-				if err != nil {
-					continue
-				}
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				switch res.StatusCode {
-				case 429:
-					busy.Add(1)
-				case 200:
-					served.Add(1)
-				}
+			}()
+		}
+		return func() (int64, int64) {
+			close(quit)
+			for range agents {
+				<-done
 			}
-		}()
+			return nServed.Load(), nBusy.Load()
+		}
 	}
-	time.Sleep(time.Second) // the budget saved up is spent
-	flooded := sample(120)
-	close(stop)
-	for range agents {
-		<-done
-	}
-	time.Sleep(300 * time.Millisecond)
-	quiet = append(quiet, sample(60)...)
-
-	q, f := median(quiet), median(flooded)
-	t.Logf("calm room context: quiet median %v, under flood median %v; flood reads served %d, refused %d", q, f, served.Load(), busy.Load())
-	if f > 2*q+time.Millisecond {
-		t.Fatalf("the unrelated room slowed from a median of %v to %v under the flood", q, f)
-	}
-	if busy.Load() == 0 {
-		t.Fatalf("the flood was never refused (served %d)", served.Load())
+	sample(10) // warm
+	for round := 1; ; round++ {
+		quiet := sample(40)
+		stop := startFlood()
+		time.Sleep(time.Second) // the budget saved up is spent
+		flooded := sample(80)
+		served, busy := stop()
+		time.Sleep(300 * time.Millisecond)
+		quiet = append(quiet, sample(40)...)
+		q, f := median(quiet), median(flooded)
+		t.Logf("round %d: calm room context: quiet median %v, under flood median %v; flood reads served %d, refused %d", round, q, f, served, busy)
+		if f <= 2*q+time.Millisecond {
+			if busy == 0 {
+				t.Fatalf("the flood was never refused (served %d)", served)
+			}
+			return
+		}
+		if round == 3 {
+			t.Fatalf("the unrelated room slowed from a median of %v to %v under the flood", q, f)
+		}
 	}
 }
