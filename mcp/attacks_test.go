@@ -336,3 +336,31 @@ func TestAttackBatchesRefused(t *testing.T) {
 		t.Fatalf("a single request after: %d", res.StatusCode)
 	}
 }
+
+// An agent denied the loom does not read it through its context or CEL
+// (issue 25 item 3): the _loom scope (tree names, permissions, generation
+// requests) used to be in every context's state whatever → view said.
+func TestAttackContextFollowsLoomPermissions(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave"})
+	roomTok := room["token"].(string)
+	alice := owner(t, srv, "alice", "weave", roomTok)
+	bob := signup(t, srv, "bob")
+	cs := connect(t, alice, map[string]string{"weave": "admin"})
+	mustTool(t, cs, "sync_share_room", map[string]any{"room": "weave", "username": "bob", "role": "participant"})
+	bs := connect(t, bob, map[string]string{"weave": "write"})
+	agent := mustTool(t, bs, "sync_embody", map[string]any{"room": "weave"})["agent"].(string)
+	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/weave/loom", roomTok, map[string]any{"commands": `→ new tree "TREE-SECRET" "root"` + "\n→ deny " + agent + " loom_aware doc_read"}); code != 200 {
+		t.Fatalf("planting: %d %v", code, out)
+	}
+	if out, isErr := callTool(t, bs, "sync_loom", map[string]any{"commands": "→ view 1"}); !isErr {
+		t.Fatalf("→ view runs for bob's agent: %v", out)
+	}
+	if got := mustTool(t, bs, "sync_read_context", nil); strings.Contains(fmt.Sprint(got), "TREE-SECRET") || strings.Contains(fmt.Sprint(got["state"]), "_loom") {
+		t.Fatalf("HOLE: bob's context shows the loom: %v", got["state"])
+	}
+	if out, isErr := callTool(t, bs, "sync_eval_cel", map[string]any{"expr": `state["_loom"]`}); !isErr || strings.Contains(fmt.Sprint(out), "TREE-SECRET") {
+		t.Fatalf("HOLE: bob's CEL reads _loom: %v", out)
+	}
+}

@@ -123,6 +123,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 			},
 			"limits": map[string]any{"source_bytes": lim.MaxSourceBytes, "cost": lim.CostLimit, "time_ms": lim.Timeout.Milliseconds(),
 				"views_cost_per_read":         s.lim.ViewCostPerRead,
+				"room_cost_per_second":        roomCostHelp(s.lim.RoomCostPerSecond),
 				"entry_enabled_cost_per_read": fmt.Sprintf("%d for all of a room's entry-level enabled expressions together (each counts at least %d; evaluated for the reader and again per registrar); entries past it are hidden (_context.entries_unevaluated), and a write adding a gate past it fails with enabled_budget_exceeded", s.lim.EnabledCostPerRead, gateMinCost)},
 		}, true
 	}
@@ -204,4 +205,12 @@ func (s *Service) invokeHelp(ctx context.Context, p *Principal, roomID string, p
 // only.
 func (s *Service) SystemHelp(key string, w errs.Words) (*HelpResult, error) {
 	return s.helpFrom(&roomCtx{p: &Principal{Words: w}, snap: &snapshot{scopes: map[string]map[string]*srow{}}}, key)
+}
+
+// roomCostHelp words the room's expression budget for help.
+func roomCostHelp(perSecond int) string {
+	if perSecond < 0 {
+		return "off"
+	}
+	return fmt.Sprintf("%d for everything the room's reads, waits and invocations evaluate (each evaluation at least %d; memoised results free); spent, requests get room_busy with Retry-After until it refills", perSecond, gateMinCost)
 }

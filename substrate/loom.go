@@ -740,39 +740,14 @@ func (r *loomRun) saveTree(t *loomTree) {
 
 // loadCaller reads the caller's permissions, kind and position.
 func (r *loomRun) loadCaller() error {
-	switch {
-	case r.p.Kind == KindRoom:
-		r.perms = LoomPermissions
-		r.kind = "human"
-	case r.p.ReadOnly():
-		r.perms = defaultLoomPerms
-		r.kind = "human"
-	default:
-		var rec struct {
-			Perms []string `json:"perms"`
-			Kind  string   `json:"kind"`
-		}
-		ok, err := r.get(scopeLoom, "perm:"+r.p.AgentID, &rec)
-		if err != nil {
-			return err
-		}
-		r.perms, r.kind = defaultLoomPerms, "model"
-		if r.p.Person {
-			r.kind = "human"
-		}
-		if ok {
-			r.perms = rec.Perms
-			if rec.Kind != "" {
-				r.kind = rec.Kind
-			}
-		}
-		// Room authority ("*", which an owner's embodied agent has) may do
-		// everything; what writes is still an agent, a model unless marked
-		// a person with → permit <agent> human or driven by one from the
-		// web pages (Principal.Person).
-		if r.p.Admin() {
-			r.perms = LoomPermissions
-		}
+	row := func(scope, key string) (json.RawMessage, bool, error) {
+		var raw json.RawMessage
+		ok, err := r.get(scope, key, &raw)
+		return raw, ok, err
+	}
+	var err error
+	if r.perms, r.kind, err = loomPermsOf(r.p, row); err != nil {
+		return err
 	}
 	if r.p.Kind == KindAgent {
 		if _, err := r.get(r.p.AgentID, "loom:pos", &r.pos); err != nil {
@@ -780,6 +755,100 @@ func (r *loomRun) loadCaller() error {
 		}
 	}
 	return nil
+}
+
+// loomPermsOf is p's loom permissions and kind (human or model), from its
+// perm record (→ permit) read with row. The → commands and every other
+// read path (loomReadRule) decide with it, so they cannot disagree.
+func loomPermsOf(p *Principal, row RowFunc) (perms []string, kind string, err error) {
+	switch {
+	case p.Kind == KindRoom:
+		return LoomPermissions, "human", nil
+	case p.ReadOnly() && p.readsAs != "":
+		// Read-only for an agent (ReadOnlyOf): its permissions that read.
+		agent, _, err := loomPermsOf(&Principal{Kind: KindAgent, RoomID: p.RoomID, AgentID: p.readsAs}, row)
+		if err != nil {
+			return nil, "", err
+		}
+		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "human", nil
+	case p.ReadOnly():
+		return defaultLoomPerms, "human", nil
+	}
+	var rec struct {
+		Perms []string `json:"perms"`
+		Kind  string   `json:"kind"`
+	}
+	raw, ok, err := row(scopeLoom, "perm:"+p.AgentID)
+	if err != nil {
+		return nil, "", err
+	}
+	perms, kind = defaultLoomPerms, "model"
+	if p.Person {
+		kind = "human"
+	}
+	if ok {
+		// Only → permit writes the record; one that does not decode
+		// grants nothing rather than failing every read.
+		rec.Perms = nil
+		_ = json.Unmarshal(raw, &rec)
+		perms = rec.Perms
+		if rec.Kind != "" {
+			kind = rec.Kind
+		}
+	}
+	// Room authority ("*", which an owner's embodied agent has) may do
+	// everything; what writes is still an agent, a model unless marked
+	// a person with → permit <agent> human or driven by one from the
+	// web pages (Principal.Person).
+	if p.Admin() {
+		perms = LoomPermissions
+	}
+	return perms, kind, nil
+}
+
+// loomReadRule is the loom's read rule: a _loom* scope is visible exactly
+// when the → commands would show it (_loom.doc with doc_read, the other
+// _loom scopes with loom_aware), and a model's thinking (loom:think:… in
+// its own scope) only to the thinker and room authority: people observe
+// models' thinking; other agents, view links and observers do not.
+type loomReadRule struct{}
+
+func (loomReadRule) Reader(p *Principal, row RowFunc) (Reader, error) {
+	perms, _, err := loomPermsOf(p, row)
+	if err != nil {
+		return Reader{}, err
+	}
+	aware, docs := slices.Contains(perms, PermAware), slices.Contains(perms, PermDocRead)
+	thinker := func(scope string) bool { return p.Admin() || (p.Kind == KindAgent && p.AgentID == scope) }
+	return Reader{
+		Sees: func(scope, key string) bool {
+			switch {
+			case scope == scopeLoomDoc:
+				return docs
+			case isLoomScope(scope):
+				return aware
+			case key != "" && !strings.HasPrefix(scope, "_") && isThought(key):
+				return thinker(scope)
+			}
+			return true
+		},
+		HiddenPrefixes: func(scope string) []string {
+			if strings.HasPrefix(scope, "_") || thinker(scope) {
+				return nil
+			}
+			return []string{thoughtPrefix}
+		},
+	}, nil
+}
+
+// thoughtPrefix starts the keys of → think entries in the thinker's scope.
+const thoughtPrefix = "loom:think:"
+
+func isThought(key string) bool { return strings.HasPrefix(key, thoughtPrefix) }
+
+// IsThought reports an agent's thinking (→ think): pages show it folded.
+func IsThought(scope, key string) bool {
+	return !strings.HasPrefix(scope, "_") && isThought(key)
 }
 
 // Loom runs one or more → command lines (seed 002) as p in roomID. Each

@@ -150,7 +150,7 @@ func TestLoomMemory(t *testing.T) {
 private musing about the scene
 ←
 → memory`)
-	has(t, res.Text, "pinned:", "2 (tree 1): second", `stashed: "character arc insight", "key reference"`, "think (30 characters, private)")
+	has(t, res.Text, "pinned:", "2 (tree 1): second", `stashed: "character arc insight", "key reference"`, "think (30 characters)")
 	res = e.run(a, `→ recall "key reference"`)
 	has(t, res.Text, "root words")
 	res = e.run(a, `→ drop stash:"key reference"

@@ -17,7 +17,9 @@ import (
 )
 
 // Operational memory (seed 002 §Memory Tools, §Thinking Tool): every entry
-// lives in the agent's own scope, which no other agent reads.
+// lives in the agent's own scope. Thoughts (→ think) are read by the
+// thinker and room authority only (loomReadRule), even by an agent granted
+// the scope.
 
 type loomPin struct {
 	Ref  string `json:"ref"`
@@ -35,9 +37,9 @@ func (r *loomRun) think(c *LoomCommand) (string, error) {
 	if len(c.Texts) > 0 {
 		text = c.Texts[0]
 	}
-	r.appendEntry(r.p.AgentID, "loom:think:"+r.uniq(), map[string]any{"text": text, "at": r.now})
-	r.trace = fmt.Sprintf("think (%d characters, private)", len([]rune(text)))
-	return fmt.Sprintf("· thought kept in your private memory (%d characters)", len([]rune(text))), nil
+	r.appendEntry(r.p.AgentID, thoughtPrefix+r.uniq(), map[string]any{"text": text, "at": r.now})
+	r.trace = fmt.Sprintf("think (%d characters)", len([]rune(text)))
+	return fmt.Sprintf("· thought kept (%d characters): you and the room's owners read it, other agents never", len([]rune(text))), nil
 }
 
 type traceLine struct {

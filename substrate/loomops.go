@@ -804,7 +804,7 @@ func (r *loomRun) onboarding() (string, error) {
 - You can navigate, inspect, annotate, and create branches using tool commands
 - Tool commands start with → on their own line; several may go in one call
 - You share this workspace with human collaborators who have the same capabilities
-- → think … ← is private: it stays in your operational memory, never in shared content
+- → think … ← is your scratchpad: it stays out of the tree, of other agents' reads and of your own context; you and the room's owners (people with room authority, who observe how models work) can read it
 
 Your current location: %s
 Your permissions: %s

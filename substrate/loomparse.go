@@ -120,7 +120,7 @@ var loomUsage = map[string]string{
 	"recall":    `recall "label"`,
 	"drop":      `drop 47 | drop stash:"label" | drop lines:3-7`,
 	"memory":    "memory [trace|stashed|errors]",
-	"think":     "think … ← (private; never shared)",
+	"think":     "think … ← (read by you and the room's owners, never by other agents)",
 	"help":      "help [command]",
 	"add":       `add "content" (a child of where you are)`,
 	"new":       `new tree "name" ["root content"]`,

@@ -48,7 +48,7 @@ func TestHotQueryPlans(t *testing.T) {
 		{"scope keys", sqlScopeKeys, []any{"hot", "_messages"}},
 		{"load rows", sqlLoadRows, []any{"hot", []string{"_shared", "_shared"}, []string{"task-1", "task-2"}}},
 		{"scope entries", sqlScopeEntries, []any{"hot", "_shared"}},
-		{"scope log page", sqlScopeLogPage, []any{"hot", "_messages", int64(59000), 100}},
+		{"scope log page", sqlScopeLogPage, []any{"hot", "_messages", int64(59000), 100, []string{}}},
 		{"recent messages", sqlMessagesRecent, []any{"hot", 100, int64(60000)}},
 		{"messages after", sqlMessagesAfter, []any{"hot", int64(100), 100, int64(60000)}},
 		{"unread", sqlUnread, []any{"hot", int64(59000), "b", int64(60000), maxUnreadCount}},

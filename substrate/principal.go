@@ -49,6 +49,9 @@ type Principal struct {
 	// (lobby.PersonActor), not by a model: the loom counts its nodes as a
 	// human's (seed 002). Only the lobby sets it; tokens never do.
 	Person bool
+	// readsAs is the agent a read-only principal made by ReadOnlyOf reads
+	// for: it keeps that agent's loom permissions (those that read).
+	readsAs string
 	// Words is the vocabulary of the surface the caller came through: the
 	// substrate words the next steps it suggests (in _context, help and
 	// hints) with it. Default errs.Plain.
@@ -88,9 +91,15 @@ func (p *Principal) Actor() string {
 	return "_room"
 }
 
-// Key names the credential for per-credential budgets (rate limits): one
-// per room token, view token and agent.
+// Key names the subject of per-credential budgets (rate limits): one per
+// room token, one per view token, and one for all the agents of a room,
+// for reads and writes alike. The room token mints agent tokens freely, so
+// a budget per agent token would be a budget its holder multiplies at
+// will.
 func (p *Principal) Key() string {
+	if p.Kind == KindAgent {
+		return string(p.Kind) + ":" + p.RoomID + "/*"
+	}
 	return string(p.Kind) + ":" + p.RoomID + "/" + p.AgentID
 }
 
@@ -234,6 +243,20 @@ func (s *Service) agentPrincipal(ctx context.Context, roomID, agentID string, us
 // ObserverPrincipal reads a room's communal scopes only.
 func ObserverPrincipal(roomID string) *Principal {
 	return &Principal{Kind: KindObserver, RoomID: roomID}
+}
+
+// ReadOnlyOf is p's authority to read with and nothing more: room
+// authority reads as the view token does, an agent as an observer that
+// keeps the agent's loom permissions (doc_read, loom_aware), so a page
+// that reads the loom without moving the agent shows what → view would.
+func ReadOnlyOf(p *Principal) *Principal {
+	switch {
+	case p.Admin():
+		return ViewPrincipal(p.RoomID)
+	case p.Kind == KindAgent:
+		return &Principal{Kind: KindObserver, RoomID: p.RoomID, readsAs: p.AgentID, Words: p.Words}
+	}
+	return p
 }
 
 // ViewPrincipal reads everything in a room and writes nothing.

@@ -17,7 +17,8 @@ const (
 	// sqlScopeEntries reads one scope's mutable entries.
 	sqlScopeEntries = entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key IS NULL` + liveSQL + ` ORDER BY key`
 	// sqlScopeLogPage pages one scope's log (index state_scope_sort).
-	sqlScopeLogPage = entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key > $3` + liveSQL + ` ORDER BY sort_key LIMIT $4`
+	// $5 are key prefixes the reader does not see (visibility.hiddenPrefixes).
+	sqlScopeLogPage = entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key > $3` + liveSQL + ` AND NOT coalesce(key ^@ ANY($5::text[]), false) ORDER BY sort_key LIMIT $4`
 	// sqlMessagesRecent reads the newest messages up to a seq.
 	sqlMessagesRecent = `SELECT sort_key, value, writer, via FROM (SELECT sort_key, value, writer, via FROM state
 		WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3` + liveSQL + `

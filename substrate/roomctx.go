@@ -70,6 +70,8 @@ type roomCtx struct {
 	// reader's own state because the budget could not afford their gate.
 	gates       *gateBudget
 	gatesHidden int
+	// vis is p's read rule in this read, loaded when first asked.
+	vis *visibility
 }
 
 // gateBudget is what one read has spent on entry-level enabled
@@ -110,7 +112,7 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope string, asSelf
 	if asSelf && scope != ScopeShared && !strings.HasPrefix(scope, "_") {
 		sub.self = scope
 	}
-	st, _ := s.stateFor(ctx, sub, func(sc string) bool { return canRead(reg, sc) && sc != ScopeAudit })
+	st, _ := s.stateFor(ctx, sub, func(sc string) bool { return sub.visible(sc) && sc != ScopeAudit })
 	if rc.authority == nil {
 		rc.authority = map[string]map[string]any{}
 	}
@@ -127,9 +129,26 @@ func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, p
 		Agents: rc.vars.Agents, Actions: rc.vars.Actions, Messages: rc.vars.Messages, Self: rc.self, Params: params, Now: rc.now}
 }
 
-// visible reports whether the context's principal reads scope.
+// visible reports whether the context's principal reads scope (the one
+// read rule, visibilityOf, decided from the read's snapshot).
 func (rc *roomCtx) visible(scope string) bool {
-	return rc.p == nil || canRead(rc.p, scope)
+	if rc.p == nil {
+		return true
+	}
+	if rc.vis == nil {
+		rc.vis = snapVisibility(rc.p, rc.snap)
+	}
+	return rc.vis.scope(scope)
+}
+
+// snapVisibility is p's visibility decided from snap. A snapshot read
+// cannot fail, but if a rule did, p would see only what no rule governs.
+func snapVisibility(p *Principal, snap *snapshot) *visibility {
+	v, err := visibilityOf(p, snapRows(snap))
+	if err != nil {
+		return &visibility{p: p, readers: []Reader{{Sees: func(string, string) bool { return false }}}}
+	}
+	return v
 }
 
 // build assembles the context: state (timers and entry `enabled` applied),
@@ -214,7 +233,12 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		limit := uint64(s.lim.EnabledCostPerRead)
 		key := gateKey(rc.self, state)
 		memo := live.gateResults(key)
-		var fresh map[*srow]gateResult
+		var fresh, freshTimed, timed map[*srow]gateResult
+		quantum := int64(-1)
+		if s.lim.GateQuantum > 0 {
+			quantum = rc.now.UnixNano() / int64(s.lim.GateQuantum)
+			timed = live.timedResults(key, quantum)
+		}
 		var add []*srow
 		for _, r := range deferred {
 			// Counted whether memoised or evaluated, so which entries
@@ -226,13 +250,22 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 			}
 			g, ok := memo[r]
 			if !ok {
-				var pure bool
-				g, pure = s.evalGate(ctx, *r.enabled, vars)
-				if pure {
+				g, ok = timed[r]
+			}
+			if !ok {
+				var kind gateMemo
+				g, kind = s.evalGate(ctx, *r.enabled, vars)
+				switch {
+				case kind == memoPure:
 					if fresh == nil {
 						fresh = map[*srow]gateResult{}
 					}
 					fresh[r] = g
+				case kind == memoTimed && quantum >= 0:
+					if freshTimed == nil {
+						freshTimed = map[*srow]gateResult{}
+					}
+					freshTimed[r] = g
 				}
 			}
 			b.spent += g.cost
@@ -242,6 +275,9 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		}
 		if len(fresh) > 0 {
 			live.keepGateResults(key, fresh)
+		}
+		if len(freshTimed) > 0 {
+			live.keepTimedResults(key, quantum, freshTimed)
 		}
 		for _, r := range add {
 			if rc.modified == nil {
@@ -285,18 +321,39 @@ func gateKey(self string, state map[string]any) string {
 	return self + "\x00" + strings.Join(scopes, "\x00")
 }
 
+// gateMemo is how long a gate's result may be reused.
+type gateMemo int
+
+const (
+	// memoNone: reads agents, which change without a new seq (a wait
+	// woken by a presence change must see it at once).
+	memoNone gateMemo = iota
+	// memoPure: reads neither now nor agents, so its result holds for the
+	// same authority until the snapshot changes.
+	memoPure
+	// memoTimed: reads now (not agents): its result is reused for
+	// Limits.GateQuantum.
+	memoTimed
+)
+
 // evalGate evaluates an entry-level enabled expression: on when it gives
 // true (an error or any other value hides the entry), its cost at least
-// gateMinCost, and pure when it reads neither now nor agents (so its
-// result holds for the same authority until the snapshot changes).
-func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (g gateResult, pure bool) {
+// gateMinCost, and how long its result may be reused.
+func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (gateResult, gateMemo) {
 	p, err := s.cel.Compile(src)
 	if err != nil {
-		return gateResult{cost: gateMinCost}, true
+		return gateResult{cost: gateMinCost}, memoPure
 	}
 	v, cost, err := s.cel.EvalCost(ctx, p, vars)
 	b, _ := v.(bool)
-	return gateResult{on: err == nil && b, cost: max(cost, gateMinCost)}, !p.Uses("now") && !p.Uses("agents")
+	g := gateResult{on: err == nil && b, cost: max(cost, gateMinCost)}
+	switch {
+	case p.Uses("agents"):
+		return g, memoNone
+	case p.Uses("now"):
+		return g, memoTimed
+	}
+	return g, memoPure
 }
 
 // visibleAgents is the agents map (CEL `agents`, the context's agents

@@ -267,6 +267,11 @@ type liveState struct {
 	// changes without a new seq.
 	gatesMu sync.Mutex
 	gates   map[string]map[*srow]gateResult
+	// timed keeps, per authority, the results of gates that read now
+	// (not agents) for one time quantum (Limits.GateQuantum): a room of entries
+	// gated on now costs one evaluation of each per reader per quantum,
+	// not one per read.
+	timed map[string]timedGates
 	// views memoises the values of views that depend on nothing but this
 	// state (see roomCtx.evalViews): every reader of an unchanged room
 	// shares them, and they are evaluated once.
@@ -339,6 +344,55 @@ func (l *liveState) gateResults(key string) map[*srow]gateResult {
 	l.gatesMu.Lock()
 	defer l.gatesMu.Unlock()
 	return l.gates[key]
+}
+
+// timedGates are gate results valid during quantum q.
+type timedGates struct {
+	q   int64
+	res map[*srow]gateResult
+}
+
+// timedResults returns the results kept for authority key in quantum q.
+func (l *liveState) timedResults(key string, q int64) map[*srow]gateResult {
+	l.gatesMu.Lock()
+	defer l.gatesMu.Unlock()
+	if t, ok := l.timed[key]; ok && t.q == q {
+		return t.res
+	}
+	return nil
+}
+
+// keepTimedResults stores fresh results for authority key in quantum q,
+// replacing those of an earlier quantum.
+func (l *liveState) keepTimedResults(key string, q int64, fresh map[*srow]gateResult) {
+	l.gatesMu.Lock()
+	defer l.gatesMu.Unlock()
+	old, ok := l.timed[key]
+	if !ok && len(l.timed) >= maxGateAuthorities {
+		// Full: drop the quanta that are over rather than refuse new
+		// readers for the snapshot's lifetime.
+		for k, t := range l.timed {
+			if t.q != q {
+				delete(l.timed, k)
+			}
+		}
+		if len(l.timed) >= maxGateAuthorities {
+			return
+		}
+	}
+	m := make(map[*srow]gateResult, len(fresh))
+	if ok && old.q == q {
+		for r, g := range old.res {
+			m[r] = g
+		}
+	}
+	for r, g := range fresh {
+		m[r] = g
+	}
+	if l.timed == nil {
+		l.timed = map[string]timedGates{}
+	}
+	l.timed[key] = timedGates{q: q, res: m}
 }
 
 // keepGateResults stores fresh results for authority key alongside those

@@ -3,7 +3,7 @@ package substrate
 import (
 	"context"
 	"encoding/json"
-	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -294,14 +294,24 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 			return nil, err
 		}
 		if !canRead(p, scope) {
-			return nil, errs.New(errs.ScopeDenied, "scope %q is private to its agent", scope).
-				WithHint("read your own scope, _shared and communal scopes, or ask the agent to publish a view")
+			return nil, scopeDenied(scope, "")
 		}
 		q.Scope = scope
 	}
+	ctx, err := s.work(ctx, roomID)
+	if err != nil {
+		return nil, err
+	}
 	out := &StateRead{Entries: []Entry{}}
 	var gated []gatedEntry
-	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+	err = s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+		vis, err := s.visibilityIn(ctx, tx, p, roomID)
+		if err != nil {
+			return err
+		}
+		if q.Scope != "" && !vis.entry(q.Scope, q.Key) {
+			return scopeDenied(q.Scope, q.Key)
+		}
 		var born time.Time
 		var msgCount int64
 		if err := tx.QueryRow(ctx, `SELECT seq, created_at, message_count FROM rooms WHERE id = $1`, roomID).Scan(&out.Seq, &born, &msgCount); err != nil {
@@ -309,6 +319,10 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		}
 		defer func() {
 			if err == nil {
+				// What the queries select, the read rule thins (a
+				// mistake in a query cannot show a private scope), before
+				// gates are evaluated for what is left.
+				out.Entries, gated = visibleEntries(vis, out.Entries, gated)
 				err = s.applyEntryGates(ctx, tx, p, roomID, cacheKey(roomID, born), out.Seq, msgCount, &out.Entries, gated, q.Disabled && p.Admin())
 			}
 		}()
@@ -324,7 +338,7 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 			}
 			n := len(out.Entries)
 			if err := collect(ctx, tx, &out.Entries, sqlScopeLogPage,
-				roomID, q.Scope, q.After, q.Limit+1); err != nil {
+				roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope)); err != nil {
 				return err
 			}
 			if len(out.Entries)-n > q.Limit {
@@ -346,9 +360,6 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 			if len(out.Entries) > max {
 				out.Entries, out.More = out.Entries[:max], true
 			}
-			// The query decides what is read; this makes a mistake in it
-			// unable to show a private scope.
-			out.Entries = slices.DeleteFunc(out.Entries, func(e Entry) bool { return !canRead(p, e.Scope) })
 			return err
 		}
 	})
@@ -359,6 +370,43 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		return nil, errs.New(errs.KeyNotFound, "%s/%s does not exist", q.Scope, q.Key).WithHint("read the scope without key to see its keys")
 	}
 	return out, nil
+}
+
+// scopeDenied refuses a read of a scope the reader may not read.
+func scopeDenied(scope, key string) error {
+	switch {
+	case key != "" && !strings.HasPrefix(scope, "_") && isThought(key):
+		return errs.New(errs.ScopeDenied, "%s/%s is %s's thinking (→ think), which only %s and room authority read", scope, key, scope, scope).
+			WithHint("read the agent's other entries, or ask the room's owner")
+	case scope == scopeLoomDoc:
+		return errs.New(errs.ScopeDenied, "scope %q holds the loom's documents, which this reader may not read (%s is not enabled)", scope, PermDocRead).
+			With("permission", PermDocRead).WithHint("ask the room's owner: → permit <agent> %s", PermDocRead)
+	case isLoomScope(scope):
+		return errs.New(errs.ScopeDenied, "scope %q belongs to the loom, which this reader may not see (%s is not enabled)", scope, PermAware).
+			With("permission", PermAware).WithHint("ask the room's owner: → permit <agent> %s", PermAware)
+	}
+	return errs.New(errs.ScopeDenied, "scope %q is private to its agent", scope).
+		WithHint("read your own scope, _shared and communal scopes, or ask the agent to publish a view")
+}
+
+// visibleEntries keeps the entries vis admits, and the gated entries
+// among them (re-indexed).
+func visibleEntries(vis *visibility, entries []Entry, gated []gatedEntry) ([]Entry, []gatedEntry) {
+	gate := make(map[int]string, len(gated))
+	for _, g := range gated {
+		gate[g.at] = g.enabled
+	}
+	kept, keptGated := entries[:0], gated[:0]
+	for i, e := range entries {
+		if !vis.entry(e.Scope, e.Key) {
+			continue
+		}
+		if g, ok := gate[i]; ok {
+			keptGated = append(keptGated, gatedEntry{at: len(kept), enabled: g})
+		}
+		kept = append(kept, e)
+	}
+	return kept, keptGated
 }
 
 // gatedEntry is an entry a read collected that has an `enabled`

@@ -73,6 +73,20 @@ type Limits struct {
 	// Default 1,000,000 (ten evaluations at the per-expression cost limit,
 	// 10,000 of simple gates; about 30 ms of CPU at most).
 	EnabledCostPerRead int
+	// RoomCostPerSecond is each room's budget of expression work: the
+	// cel-go cost (at least 100 per evaluation) of everything its reads,
+	// waits and invocations evaluate, refilled per second, with two
+	// seconds' worth saved up at most. Spent, the room's requests are
+	// refused with 429 room_busy and Retry-After until it refills;
+	// memoised results cost nothing. Default 2,000,000 (some 100 ms of CPU
+	// per second); negative turns it off.
+	RoomCostPerSecond int
+	// GateQuantum is how long the result of an entry-level enabled
+	// expression that reads now (and not agents) is reused for the same
+	// reader:
+	// such a gate may show or hide its entry up to this late. Default 1 s;
+	// negative evaluates them at every read.
+	GateQuantum time.Duration
 }
 
 func (l *Limits) fill() {
@@ -95,6 +109,12 @@ func (l *Limits) fill() {
 	def(&l.ViewCostPerRead, 1_000_000)
 	def(&l.EnabledCostPerRead, 1_000_000)
 	def(&l.KeepLogEntries, 50_000)
+	if l.RoomCostPerSecond == 0 {
+		l.RoomCostPerSecond = 2_000_000
+	}
+	if l.GateQuantum == 0 {
+		l.GateQuantum = time.Second
+	}
 }
 
 // Options configure a Service.
@@ -158,6 +178,10 @@ type Service struct {
 	waits atomic.Int64
 	// invocations counts Invoke's outcomes by "ok" or error code (Stats).
 	invocations sync.Map // string → *atomic.Int64
+	// workMeter is each room's expression budget (nil: off); roomBusy
+	// counts its refusals (Stats).
+	workMeter *workMeter
+	roomBusy  atomic.Int64
 }
 
 // Stats are counters of the service's work since it started.
@@ -176,6 +200,9 @@ type Stats struct {
 	// CELEvaluations counts expression evaluations; CELCost sums their
 	// cel-go runtime cost (what the per-expression limit counts).
 	CELEvaluations, CELCost uint64
+	// RoomBusy counts requests refused because their room had spent its
+	// expression budget (Limits.RoomCostPerSecond).
+	RoomBusy int64
 }
 
 // Stats reports the counters now.
@@ -187,6 +214,7 @@ func (s *Service) Stats() Stats {
 		return true
 	})
 	st.CELEvaluations, st.CELCost = s.cel.Stats()
+	st.RoomBusy = s.roomBusy.Load()
 	return st
 }
 
@@ -226,7 +254,11 @@ func New(db *store.DB, opt Options) *Service {
 	if w.Recheck <= 0 {
 		w.Recheck = 5 * time.Second
 	}
-	return &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger,
+	var wm *workMeter
+	if opt.Limits.RoomCostPerSecond > 0 {
+		wm = newWorkMeter(opt.Limits.RoomCostPerSecond)
+	}
+	return &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
 		cel:   expr.MustNew(opt.CEL),
 		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
 		wait:  *w,

@@ -598,8 +598,12 @@ func (s *Service) History(ctx context.Context, p *Principal, roomID string, q Hi
 		return nil, err
 	}
 	if !canRead(p, scope) {
-		return nil, errs.New(errs.ScopeDenied, "scope %q is private to its agent", scope).
-			WithHint("read your own scope, _shared and communal scopes, or ask the agent to publish a view")
+		return nil, scopeDenied(scope, "")
+	}
+	if vis, err := s.visibilityIn(ctx, s.db, p, roomID); err != nil {
+		return nil, err
+	} else if !vis.entry(scope, q.Key) {
+		return nil, scopeDenied(scope, q.Key)
 	}
 	// withhold: gated versions' values are left out, for a reader who
 	// has not just been shown the entry through its gate (a deleted or

@@ -26,6 +26,11 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	if err != nil {
 		return nil, err.(*errs.Error).With("field", "condition")
 	}
+	// Admitted once: the wait's re-reads are charged to the room, and
+	// a room that spent its budget meanwhile delays others, not this.
+	if ctx, err = s.work(ctx, roomID); err != nil {
+		return nil, err
+	}
 	if timeout <= 0 {
 		timeout = s.wait.DefaultTimeout
 	}

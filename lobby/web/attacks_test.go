@@ -337,3 +337,85 @@ func TestAttackLiveStreamEndsWhenAccessEnds(t *testing.T) {
 		t.Fatal("the stream neither ended nor said gone")
 	}
 }
+
+// The room page shows a loom scope only to a reader the loom would let run
+// → view (→ read for documents), as every read path does (issue 25 item
+// 3): a participant whose agent is denied loom_aware and doc_read sees
+// neither nodes nor documents there.
+func TestAttackRoomPageFollowsLoomPermissions(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "paul")
+	ctx := context.Background()
+	s.share("paul", "participant")
+	if _, err := s.svc.Loom(ctx, s.admin, "lab", `→ new tree "t" "NODE-SECRET root"`+"\n"+`→ write doc:"plan" append "DOC-SECRET line"`); err != nil {
+		t.Fatal(err)
+	}
+	// Paul's agent (paul:web) comes with his first command from the page.
+	if code, body := s.post("paul", "/web/rooms/lab/loom", url.Values{"commands": {"→ view 1"}}); code != 200 || !strings.Contains(body, "NODE-SECRET") {
+		t.Fatalf("paul's first loom command: %d", code)
+	}
+	if _, _, body := s.get("paul", "/rooms/lab"); !strings.Contains(body, "DOC-SECRET") || !strings.Contains(body, "_loom.doc") {
+		t.Fatalf("with the default permissions paul's room page lacks the loom documents")
+	}
+	if _, err := s.svc.Loom(ctx, s.admin, "lab", "→ deny paul:web loom_aware doc_read"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := s.post("paul", "/web/rooms/lab/loom", url.Values{"commands": {"→ view 1"}}); code/100 == 2 && !strings.Contains(body, "✗") {
+		t.Fatalf("→ view still runs for paul: %d", code)
+	}
+	code, _, body := s.get("paul", "/rooms/lab")
+	if code != 200 {
+		t.Fatalf("paul's room page: %d", code)
+	}
+	for _, secret := range []string{"NODE-SECRET", "DOC-SECRET", `id="scope-_loom`} {
+		if strings.Contains(body, secret) {
+			t.Errorf("HOLE: the room page shows paul, denied the loom, %q", secret)
+		}
+	}
+	// The loom page reads for him without moving his agent, with his
+	// permissions all the same.
+	for _, path := range []string{"/web/rooms/lab/loom?node=1", "/web/rooms/lab/loom?doc=plan"} {
+		if _, _, body := s.get("paul", path); strings.Contains(body, "NODE-SECRET") || strings.Contains(body, "DOC-SECRET") {
+			t.Errorf("HOLE: %s shows paul, denied the loom, its content", path)
+		}
+	}
+	if _, _, body := s.get("alice", "/rooms/lab"); !strings.Contains(body, "DOC-SECRET") {
+		t.Error("the owner's room page lacks the loom documents")
+	}
+}
+
+// A model's thinking shows on the owner's room page folded (a details
+// element, closed), and not at all through a view link (issue 25 item 6).
+func TestAttackThinkingOnThePages(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	ag, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "carol", Name: "Carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carol, err := s.svc.Authenticate(ctx, ag.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.Loom(ctx, carol, "lab", "→ think\nTHOUGHT-SECRET <b>about</b> the scene\n←\n→ stash \"plan\" \"STASHED words\""); err != nil {
+		t.Fatal(err)
+	}
+	_, _, owner := s.get("alice", "/rooms/lab")
+	i := strings.Index(owner, "THOUGHT-SECRET")
+	if i < 0 {
+		t.Fatal("the owner's page lacks carol's thinking")
+	}
+	open := strings.LastIndex(owner[:i], `<details class="thought">`)
+	if open < 0 || strings.Contains(owner[open:i], "</details>") || !strings.Contains(owner[open:i], "<summary>thinking (") {
+		t.Fatalf("carol's thinking is not folded on the owner's page: %s", owner[max(0, i-300):i])
+	}
+	if strings.Contains(owner, "<b>about</b>") {
+		t.Error("HOLE: thinking drawn as markup")
+	}
+	_, _, view := s.get("", "/rooms/lab?view="+s.room.ViewToken)
+	if strings.Contains(view, "THOUGHT-SECRET") {
+		t.Error("HOLE: a view link reads carol's thinking")
+	}
+	if !strings.Contains(view, "STASHED words") {
+		t.Error("a view link no longer reads carol's scope")
+	}
+}

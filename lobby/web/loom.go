@@ -72,16 +72,11 @@ func (wb *Web) loomPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // readOnly is p's authority to read with and nothing more: the room token
-// reads as its view token, an agent as an observer would (the loom's
-// reads by an agent write its position and trace).
+// reads as its view token, an agent as an observer that keeps its loom
+// permissions (the loom's reads by an agent write its position and trace;
+// a page read must not, nor show what → view would refuse the agent).
 func readOnly(p *substrate.Principal) *substrate.Principal {
-	switch {
-	case p.Admin():
-		return substrate.ViewPrincipal(p.RoomID)
-	case p.Kind == substrate.KindAgent:
-		return substrate.ObserverPrincipal(p.RoomID)
-	}
-	return p
+	return substrate.ReadOnlyOf(p)
 }
 
 // renderLoom reads the loom and shows it, with ran (the result of the

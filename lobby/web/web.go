@@ -117,6 +117,11 @@ func New(opt Options) (*Web, error) {
 		"audit":   auditLine,
 		// The loom's own scopes hold its machinery: folded by default.
 		"loomScope": func(name string) bool { return strings.HasPrefix(name, "_loom") },
+		// A model's thinking is for those who observe it, on request:
+		// folded, its text whole inside (seed 002: collapsed by default).
+		"thought":     substrate.IsThought,
+		"thoughtText": thoughtText,
+		"runes":       utf8.RuneCountInString,
 	}).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err
@@ -750,6 +755,17 @@ func prettyJSON(v any) string {
 
 // textOf is a value as a person reads it: text as itself, anything else
 // as JSON on one line.
+// thoughtText is the text of a thought entry ({"text": …, "at": …}).
+func thoughtText(v json.RawMessage) string {
+	var t struct {
+		Text *string `json:"text"`
+	}
+	if json.Unmarshal(v, &t) == nil && t.Text != nil {
+		return *t.Text
+	}
+	return string(v)
+}
+
 func textOf(v any) string {
 	if s, ok := v.(string); ok {
 		return s

@@ -74,6 +74,9 @@ const (
 	ValueTooLarge Code = "value_too_large"
 	// 429
 	RateLimited Code = "rate_limited"
+	// RoomBusy: the room spent its expression budget per second (work,
+	// not requests); retry after details.retry_after_ms.
+	RoomBusy Code = "room_busy"
 	// 500, 503
 	Internal    Code = "internal"
 	Unavailable Code = "unavailable"
@@ -92,8 +95,8 @@ var statusOf = map[Code]int{
 	ActionOwned: 403, InvalidParam: 400, CELError: 400,
 	RoomNotInScope: 403, NotEmbodied: 409,
 	BodyTooLarge: 413, ValueTooLarge: 413,
-	RateLimited: 429,
-	Internal:    500, Unavailable: 503,
+	RateLimited: 429, RoomBusy: 429,
+	Internal: 500, Unavailable: 503,
 }
 
 // Status is the HTTP status for code; unknown codes are 500.

@@ -321,6 +321,16 @@ func scan(a *cel.Ast) (deps []string, idents map[string]bool, dynamicViews bool)
 	return deps, idents, viewsIdents > literal
 }
 
+type meterKey struct{}
+
+// WithMeter returns ctx with a meter: every evaluation run with it (or a
+// context derived from it) reports its cel-go cost to charge, so a caller
+// can bill the work of a whole request (a room's budget per second) rather
+// than count requests.
+func WithMeter(ctx context.Context, charge func(cost uint64)) context.Context {
+	return context.WithValue(ctx, meterKey{}, charge)
+}
+
 // Eval runs p against vars and returns a JSON-shaped result.
 func (e *Env) Eval(ctx context.Context, p *Program, vars *Vars) (any, error) {
 	v, _, err := e.EvalCost(ctx, p, vars)
@@ -349,6 +359,9 @@ func (e *Env) EvalCost(ctx context.Context, p *Program, vars *Vars) (any, uint64
 	}
 	e.evals.Add(1)
 	e.cost.Add(cost)
+	if m, ok := ctx.Value(meterKey{}).(func(uint64)); ok {
+		m(cost)
+	}
 	if err != nil {
 		return nil, cost, e.evalError(p.Source, err)
 	}

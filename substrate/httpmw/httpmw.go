@@ -386,6 +386,10 @@ func Fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code == errs.Unavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(errs.RetryAfter))
 	}
+	if ms, ok := e.Details["retry_after_ms"].(int64); ok && e.Code.Status() == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+		// A refusal the domain timed (room_busy): whole seconds, rounded up.
+		w.Header().Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+	}
 	WriteJSON(w, e.Code.Status(), e.Body())
 }
 

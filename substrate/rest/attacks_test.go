@@ -4,9 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -928,5 +931,308 @@ func TestAttackPreconditionReadWithholdsGatedValue(t *testing.T) {
 	inv := e.do("POST", "/rooms/whynot/actions/guess/invoke", bob, map[string]any{})
 	if strings.Contains(inv.raw, `4242`) {
 		t.Fatalf("HOLE: the refusal tells bob the gated value: %d %s", inv.status, inv.raw)
+	}
+}
+
+// Loom permissions hold on every read path, not only inside the → command
+// interpreter (issue 25 item 3): an agent denied doc_read and loom_aware
+// read documents and nodes through GET /state, GET /history, the context
+// and CEL. A _loom* scope is readable exactly when → view (→ read for
+// _loom.doc) would show it.
+func TestAttackLoomReadsFollowPermissions(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, alice, bob := loomSetup(t, e)
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit alice doc_write\n→ deny bob doc_read loom_aware"}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
+	// → view and → read refuse bob: the rule every read path follows.
+	for _, c := range []string{"→ view 1", `→ read doc:"plan"`} {
+		if r := e.do("POST", "/rooms/loomy/loom", bob, map[string]any{"commands": c}); r.status != 403 {
+			t.Fatalf("%s by bob: %d %s", c, r.status, r.raw)
+		}
+	}
+	for _, path := range []string{
+		"/rooms/loomy/state?scope=_loom.doc", "/rooms/loomy/state?scope=_loom.1", "/rooms/loomy/state?scope=_loom",
+		"/rooms/loomy/state?scope=_loom.live", "/rooms/loomy/state?scope=_loom.doc&key=d:plan",
+		"/rooms/loomy/history?scope=_loom.doc&key=d:plan", "/rooms/loomy/history?scope=_loom.1&key=n:2",
+		"/rooms/loomy/trajectory",
+	} {
+		r := e.do("GET", path, bob, nil)
+		if r.status != 403 || strings.Contains(r.raw, "SECRET") {
+			t.Fatalf("bob read %s: %d %s", path, r.status, r.raw)
+		}
+	}
+	for _, path := range []string{"/rooms/loomy/state", "/rooms/loomy/context", "/rooms/loomy/context?depth=full"} {
+		r := e.do("GET", path, bob, nil).must(t, 200)
+		if strings.Contains(r.raw, "SECRET") || strings.Contains(r.raw, `"_loom`) {
+			t.Fatalf("bob's %s shows the loom: %s", path, r.raw)
+		}
+	}
+	if r := e.do("POST", "/rooms/loomy/eval", bob, map[string]any{"expr": `"_loom" in state ? state["_loom"] : "absent"`}).must(t, 200); !strings.Contains(r.raw, "absent") {
+		t.Fatalf("bob's CEL reads _loom: %s", r.raw)
+	}
+	// Alice, with the defaults, reads what → view and → read show her.
+	for _, path := range []string{"/rooms/loomy/state?scope=_loom.doc", "/rooms/loomy/state?scope=_loom.1", "/rooms/loomy/history?scope=_loom.doc&key=d:plan"} {
+		if r := e.do("GET", path, alice, nil).must(t, 200); !strings.Contains(r.raw, "SECRET") {
+			t.Fatalf("alice's %s: %s", path, r.raw)
+		}
+	}
+	// doc_read alone opens the documents, not the trees.
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit bob doc_read"}).must(t, 200)
+	e.do("GET", "/rooms/loomy/state?scope=_loom.doc", bob, nil).must(t, 200)
+	if r := e.do("GET", "/rooms/loomy/state?scope=_loom.1", bob, nil); r.status != 403 || r.str("error") != "scope_denied" {
+		t.Fatalf("bob with doc_read only read a tree: %d %s", r.status, r.raw)
+	}
+}
+
+// A model's thinking (→ think) is read by the thinker and by room
+// authority (the people who observe the model), never by another agent,
+// even one granted the thinker's scope, nor by a view link (issue 25
+// item 6). It stays out of the thinker's own context too.
+func TestAttackLoomThinkingReaders(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, alice, _ := loomSetup(t, e)
+	carol := e.join(rm, "carol", "alice") // granted alice's scope
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ think\nTHOUGHT-SECRET about the scene\n←\n→ stash \"plan\" \"stashed words\""}).must(t, 200)
+	key := ""
+	for _, who := range []struct {
+		name, tok string
+		sees      bool
+	}{{"alice", alice, true}, {"room token", rm.token, true}, {"carol", carol, false}, {"view token", rm.view, false}} {
+		r := e.do("GET", "/rooms/loomy/state?scope=alice&limit=1000", who.tok, nil).must(t, 200)
+		if strings.Contains(r.raw, "THOUGHT-SECRET") != who.sees {
+			t.Fatalf("%s reading alice's scope (sees thinking: want %v): %s", who.name, who.sees, r.raw)
+		}
+		if !strings.Contains(r.raw, "stashed words") {
+			t.Fatalf("%s no longer reads alice's other entries: %s", who.name, r.raw)
+		}
+		if who.sees {
+			for _, en := range r.body["entries"].([]any) {
+				if k := en.(map[string]any)["key"].(string); strings.HasPrefix(k, "loom:think:") {
+					key = k
+				}
+			}
+		}
+	}
+	if key == "" {
+		t.Fatal("no thinking entry found")
+	}
+	for _, tok := range []string{carol, rm.view} {
+		if r := e.do("GET", "/rooms/loomy/state?scope=alice&key="+key, tok, nil); r.status != 403 || strings.Contains(r.raw, "THOUGHT") {
+			t.Fatalf("thinking by key: %d %s", r.status, r.raw)
+		}
+		if r := e.do("GET", "/rooms/loomy/history?scope=alice&key="+key, tok, nil); r.status != 403 {
+			t.Fatalf("thinking's history: %d %s", r.status, r.raw)
+		}
+	}
+	// Not in the subject model's own context.
+	if r := e.do("GET", "/rooms/loomy/context?depth=full", alice, nil).must(t, 200); strings.Contains(r.raw, "THOUGHT-SECRET") {
+		t.Fatalf("thinking in the thinker's context: %s", r.raw)
+	}
+}
+
+// The agents of one room are one rate-limit subject, for reads as for
+// writes (issue 25 item 4): the room token mints agent tokens freely, and
+// six of them used to bring six budgets. The room token keeps its own.
+func TestAttackAgentTokensShareRoomRateLimit(t *testing.T) {
+	e := newEnv(t, rest.Options{RatePerSecond: 1, RateBurst: 8})
+	rm := e.room("manyhands", nil)
+	var agents []string
+	for i := range 6 {
+		agents = append(agents, e.join(rm, fmt.Sprintf("a%d", i)))
+	}
+	limited := 0
+	for _, tok := range agents {
+		for _, req := range []struct{ method, path string }{{"GET", "/rooms/manyhands/context"}, {"PUT", "/rooms/manyhands/state"}} {
+			var body any
+			if req.method == "PUT" {
+				body = map[string]any{"scope": "self", "key": "k", "value": 1}
+			}
+			switch r := e.do(req.method, req.path, tok, body); r.status {
+			case 200:
+			case 429:
+				limited++
+				if r.str("error") != "rate_limited" || r.header.Get("Retry-After") == "" {
+					t.Fatalf("429 without its code or Retry-After: %s", r.raw)
+				}
+			default:
+				t.Fatalf("%s %s: %d %s", req.method, req.path, r.status, r.raw)
+			}
+		}
+	}
+	if limited < 3 {
+		t.Fatalf("12 requests from six agent tokens of one room at burst 8: only %d limited", limited)
+	}
+	e.do("GET", "/rooms/manyhands/context", rm.token, nil).must(t, 200)
+}
+
+// nowGated fills a room with n entries whose enabled gate reads now, so
+// that no read can reuse another's results (GateQuantum -1) or only within
+// a quantum.
+func nowGated(t *testing.T, e *env, rm room, n, cost int) {
+	t.Helper()
+	gate := `now > timestamp("2000-01-01T00:00:00Z")`
+	if cost > 0 {
+		gate += fmt.Sprintf(` && lists.range(%d).filter(x, x %% 7 == now.getSeconds() %% 7).size() >= 0`, cost)
+	}
+	var writes []map[string]any
+	for i := range n {
+		writes = append(writes, map[string]any{"scope": "_shared", "key": fmt.Sprintf("g%04d", i), "value": i, "enabled": gate})
+		if len(writes) == 100 || i == n-1 {
+			e.do("PUT", "/rooms/"+rm.id+"/state/batch", rm.token, map[string]any{"writes": writes}).must(t, 200)
+			writes = nil
+		}
+	}
+}
+
+// Expression work is charged to the room (issue 25 item 4): agents
+// reading a room full of entries gated on now spend its budget per second
+// and are then refused with 429 room_busy and Retry-After, while another
+// room reads as before.
+func TestAttackExpressionFloodIsBudgeted(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{RoomCostPerSecond: 30_000, GateQuantum: -1})
+	rm := e.room("flooded", nil)
+	quiet := e.room("quiet", nil)
+	e.do("PUT", "/rooms/quiet/state", quiet.token, map[string]any{"scope": "_shared", "key": "k", "value": 1}).must(t, 200)
+	nowGated(t, e, rm, 100, 0)
+	var agents []string
+	for i := range 6 {
+		agents = append(agents, e.join(rm, fmt.Sprintf("a%d", i)))
+	}
+	busy := 0
+	for range 5 {
+		for _, tok := range agents {
+			switch r := e.do("GET", "/rooms/flooded/context", tok, nil); r.status {
+			case 200:
+			case 429:
+				busy++
+				if r.str("error") != "room_busy" || r.header.Get("Retry-After") == "" || r.num("retry_after_ms") <= 0 {
+					t.Fatalf("429 without room_busy, Retry-After or retry_after_ms: %v %s", r.header, r.raw)
+				}
+			default:
+				t.Fatalf("flood read: %d %s", r.status, r.raw)
+			}
+		}
+		// Another room's budget is its own.
+		e.do("GET", "/rooms/quiet/context", quiet.token, nil).must(t, 200)
+	}
+	if busy < 15 {
+		t.Fatalf("30 reads of 100 now-gated entries on a budget of 30,000 per second: only %d refused", busy)
+	}
+	// Reads of the state and evaluations are charged and refused alike.
+	for _, path := range []string{"/rooms/flooded/state", "/rooms/flooded/state?scope=_shared"} {
+		if r := e.do("GET", path, agents[0], nil); r.status != 429 || r.str("error") != "room_busy" {
+			t.Fatalf("%s while the room is busy: %d %s", path, r.status, r.raw)
+		}
+	}
+}
+
+// A flood of expression work in one room does not slow another (issue 25
+// item 4): six agent tokens reading, at 10/s each, a room whose entries
+// are gated on now (each read evaluating most of its gate budget, tens of
+// ms of CPU; the gate quantum is off so the room budget alone must hold)
+// used to push an unrelated room's context read from 3 ms to 200–360 ms.
+// With the room's budget spent they get 429 room_busy, and the unrelated
+// room's median latency stays within twice its quiet median (plus 1 ms for
+// sub-millisecond medians). For a loaded two-core machine: medians of
+// many samples, quiet phases before and after the flood, and up to three
+// rounds, passing when one holds (a transient load elsewhere can spoil a
+// round; without the budget every round fails by two orders of
+// magnitude).
+func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
+	e := newEnvWith(t, rest.Options{RatePerSecond: 100, RateBurst: 200}, substrate.Limits{GateQuantum: -1})
+	flood := e.room("flood", nil)
+	calm := e.room("calm", nil)
+	for i := range 20 {
+		e.do("PUT", "/rooms/calm/state", calm.token, map[string]any{"scope": "_shared", "key": fmt.Sprintf("k%d", i), "value": i}).must(t, 200)
+	}
+	nowGated(t, e, flood, 50, 2000)
+	var agents []string
+	for i := range 6 {
+		agents = append(agents, e.join(flood, fmt.Sprintf("a%d", i)))
+	}
+	// One flood read costs what the issue measured: most of the gate
+	// budget per read.
+	start := time.Now()
+	e.do("GET", "/rooms/flood/context", agents[0], nil).must(t, 200)
+	t.Logf("one flood read: %v", time.Since(start))
+
+	sample := func(n int) []time.Duration {
+		out := make([]time.Duration, 0, n)
+		for range n {
+			t0 := time.Now()
+			e.do("GET", "/rooms/calm/context", calm.token, nil).must(t, 200)
+			out = append(out, time.Since(t0))
+			time.Sleep(10 * time.Millisecond)
+		}
+		return out
+	}
+	median := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	// startFlood starts the six readers; its stop waits for them and says
+	// how many reads were served and refused.
+	startFlood := func() (stop func() (served, busy int64)) {
+		quit := make(chan struct{})
+		done := make(chan struct{})
+		var nBusy, nServed atomic.Int64
+		for _, tok := range agents {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				tick := time.NewTicker(100 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-quit:
+						return
+					case <-tick.C:
+					}
+					req, _ := http.NewRequest("GET", e.srv.URL+"/rooms/flood/context", nil)
+					req.Header.Set("Authorization", "Bearer "+tok)
+					res, err := client.Do(req)
+					if err != nil {
+						continue
+					}
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					switch res.StatusCode {
+					case 429:
+						nBusy.Add(1)
+					case 200:
+						nServed.Add(1)
+					}
+				}
+			}()
+		}
+		return func() (int64, int64) {
+			close(quit)
+			for range agents {
+				<-done
+			}
+			return nServed.Load(), nBusy.Load()
+		}
+	}
+	sample(10) // warm
+	for round := 1; ; round++ {
+		quiet := sample(40)
+		stop := startFlood()
+		time.Sleep(time.Second) // the budget saved up is spent
+		flooded := sample(80)
+		served, busy := stop()
+		time.Sleep(300 * time.Millisecond)
+		quiet = append(quiet, sample(40)...)
+		q, f := median(quiet), median(flooded)
+		t.Logf("round %d: calm room context: quiet median %v, under flood median %v; flood reads served %d, refused %d", round, q, f, served, busy)
+		if f <= 2*q+time.Millisecond {
+			if busy == 0 {
+				t.Fatalf("the flood was never refused (served %d)", served)
+			}
+			return
+		}
+		if round == 3 {
+			t.Fatalf("the unrelated room slowed from a median of %v to %v under the flood", q, f)
+		}
 	}
 }

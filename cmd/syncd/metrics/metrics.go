@@ -125,6 +125,7 @@ var (
 	descCELEvals    = prometheus.NewDesc("sync_cel_evaluations_total", "CEL expression evaluations.", nil, nil)
 	descCELCost     = prometheus.NewDesc("sync_cel_cost_total", "Summed cel-go runtime cost of the evaluations (what the per-expression limit counts).", nil, nil)
 	descViewEvals   = prometheus.NewDesc("sync_view_evaluations_total", "View evaluations (a view of state alone is evaluated once per state).", nil, nil)
+	descRoomBusy    = prometheus.NewDesc("sync_room_busy_refusals_total", "Requests refused with room_busy: their room had spent its expression budget per second.", nil, nil)
 	descPoolInUse   = prometheus.NewDesc("sync_db_pool_in_use", "Database connections in use.", nil, nil)
 	descPoolIdle    = prometheus.NewDesc("sync_db_pool_idle", "Idle database connections.", nil, nil)
 	descPoolMax     = prometheus.NewDesc("sync_db_pool_max", "The pool's size (SYNC_DB_MAX_CONNS).", nil, nil)
@@ -135,7 +136,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descWaits, descNotified, descInvocations, descCELEvals, descCELCost, descViewEvals,
+	for _, d := range []*prometheus.Desc{descWaits, descNotified, descInvocations, descCELEvals, descCELCost, descViewEvals, descRoomBusy,
 		descPoolInUse, descPoolIdle, descPoolMax, descAcquires, descWaited, descAcquireWait, descRefusals} {
 		ch <- d
 	}
@@ -163,6 +164,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descCELEvals, float64(st.CELEvaluations))
 		counter(descCELCost, float64(st.CELCost))
 		counter(descViewEvals, float64(st.ViewEvaluations))
+		counter(descRoomBusy, float64(st.RoomBusy))
 	}
 	if db := c.src.DB; db != nil {
 		st := db.Status()

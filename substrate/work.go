@@ -1,0 +1,117 @@
+package substrate
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// Work, not requests, is limited (issue 25 item 4). A request's cost to
+// the server is mostly the expressions it makes it evaluate: a context
+// read of a room full of entries gated on `now` evaluates every gate, up
+// to the per-read budget (Limits.EnabledCostPerRead, tens of ms of CPU),
+// and a handful of agent tokens reading at a modest rate kept two cores
+// busy. So each room has a budget of expression cost per second
+// (Limits.RoomCostPerSecond): every evaluation made for the room's reads
+// and invocations is charged to it (at least gateMinCost each, its fixed
+// overhead), and once it is spent those requests are refused with 429
+// room_busy and Retry-After until it refills. Memoised results cost
+// nothing, so a quiet room never meets the budget, and one room's flood
+// cannot take another room's CPU.
+
+// workBucket is one room's budget: a token bucket of cel-go cost.
+// Evaluations add to spent without a lock (a read may run thousands);
+// refill settles it under the meter's lock.
+type workBucket struct {
+	spent  atomic.Int64
+	tokens float64
+	at     time.Time
+}
+
+// workMeter holds every active room's bucket.
+type workMeter struct {
+	mu    sync.Mutex
+	rooms map[string]*workBucket
+	rate  float64 // cost per second
+	burst float64 // the bucket's size
+}
+
+// maxWorkRooms bounds the buckets kept; past it, full buckets (rooms that
+// spent nothing lately) are dropped, which loses nothing.
+const maxWorkRooms = 4096
+
+func newWorkMeter(perSecond int) *workMeter {
+	return &workMeter{rooms: map[string]*workBucket{}, rate: float64(perSecond), burst: 2 * float64(perSecond)}
+}
+
+// refill brings b up to now; mu is held.
+func (m *workMeter) refill(b *workBucket, now time.Time) {
+	b.tokens = min(m.burst, b.tokens+now.Sub(b.at).Seconds()*m.rate) - float64(b.spent.Swap(0))
+	b.at = now
+}
+
+// admit reports whether room may start more work now, and if not, how long
+// until it may; admitted, it returns the bucket to charge. A request
+// admitted while the budget lasted finishes even if it overdraws it: the
+// debt delays the room's next requests, never anyone else's.
+func (m *workMeter) admit(room string, now time.Time) (*workBucket, time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.rooms[room]
+	if !ok {
+		if len(m.rooms) >= maxWorkRooms {
+			m.sweep(now)
+		}
+		b = &workBucket{tokens: m.burst, at: now}
+		m.rooms[room] = b
+	}
+	m.refill(b, now)
+	if b.tokens > 0 {
+		return b, 0, true
+	}
+	return nil, time.Duration((-b.tokens + 1) / m.rate * float64(time.Second)), false
+}
+
+// sweep drops the buckets that have refilled; mu is held.
+func (m *workMeter) sweep(now time.Time) {
+	for id, b := range m.rooms {
+		if m.refill(b, now); b.tokens >= m.burst {
+			delete(m.rooms, id)
+		}
+	}
+}
+
+// work admits a request that will evaluate expressions in roomID and
+// returns the context that charges them to the room. Refused, it is 429
+// room_busy with the wait in retry_after_ms (the REST adapter's
+// Retry-After).
+//
+// A context already admitted for the room (a wait's re-reads, a read made
+// inside an invocation) is not asked again: a request admitted finishes.
+func (s *Service) work(ctx context.Context, roomID string) (context.Context, error) {
+	if s.workMeter == nil {
+		return ctx, nil
+	}
+	if r, _ := ctx.Value(workKey{}).(string); r == roomID {
+		return ctx, nil
+	}
+	b, wait, ok := s.workMeter.admit(roomID, time.Now())
+	if !ok {
+		s.roomBusy.Add(1)
+		secs := int(wait/time.Second) + 1
+		return ctx, errs.New(errs.RoomBusy, "room %q has spent its expression budget for now (%d cel-go cost per second, shared by everyone reading it)", roomID, s.lim.RoomCostPerSecond).
+			With("retry_after_ms", max(wait.Milliseconds(), 1)).With("limit", s.lim.RoomCostPerSecond).
+			WithHint("retry after %d s; wait for changes instead of polling, and keep gates and views that read now or agents few and cheap", secs)
+	}
+	ctx = context.WithValue(ctx, workKey{}, roomID)
+	return expr.WithMeter(ctx, func(cost uint64) {
+		b.spent.Add(int64(max(cost, gateMinCost)))
+	}), nil
+}
+
+// workKey marks a context admitted (and metered) for a room.
+type workKey struct{}

@@ -1,0 +1,67 @@
+package substrate_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
+)
+
+// A gate that reads now is evaluated once per reader per quantum
+// (Limits.GateQuantum), not at every read: a room full of them no longer
+// costs its whole gate budget per read (issue 25 item 4). With the quantum
+// off, every read evaluates every gate again.
+func TestNowGatesReusedWithinQuantum(t *testing.T) {
+	db := pgtest.New(t)
+	for _, tc := range []struct {
+		quantum time.Duration
+		reused  bool
+	}{{time.Hour, true}, {-1, false}} {
+		svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{GateQuantum: tc.quantum, RoomCostPerSecond: -1}})
+		ctx := context.Background()
+		id := fmt.Sprintf("quantum%d", tc.quantum)
+		room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin, _ := svc.Authenticate(ctx, room.Token)
+		var writes []substrate.Write
+		for i := range 50 {
+			writes = append(writes, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("g%02d", i), Value: []byte(`1`),
+				Enabled: `now > timestamp("2000-01-01T00:00:00Z")`})
+		}
+		if _, err := svc.WriteState(ctx, admin, id, writes, true); err != nil {
+			t.Fatal(err)
+		}
+		ag, err := svc.Join(ctx, admin, id, substrate.JoinRequest{ID: "reader", Name: "reader"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := svc.Authenticate(ctx, ag.Token)
+		read := func() (evals uint64) {
+			before := svc.Stats().CELEvaluations
+			env, err := svc.Context(ctx, p, id, substrate.ContextRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(env.State["_shared"].(map[string]any)); n != 50 {
+				t.Fatalf("quantum %v: %d of 50 now-gated entries shown", tc.quantum, n)
+			}
+			return svc.Stats().CELEvaluations - before
+		}
+		if first := read(); first < 50 {
+			t.Fatalf("quantum %v: the first read evaluated %d expressions, fewer than its 50 gates", tc.quantum, first)
+		}
+		second := read()
+		if tc.reused && second >= 50 {
+			t.Fatalf("a second read within the quantum evaluated %d expressions: the gates' results were not reused", second)
+		}
+		if !tc.reused && second < 50 {
+			t.Fatalf("with the quantum off a second read evaluated %d expressions: now-gates were reused", second)
+		}
+		svc.Close()
+	}
+}
