@@ -10,9 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/syncsubstrate/sync/lobby/roomdir"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -27,33 +27,12 @@ type Lobby struct {
 // New returns a Lobby over db and the substrate.
 func New(db *store.DB, svc *substrate.Service) *Lobby { return &Lobby{db: db, svc: svc} }
 
-// Room is one of a user's rooms.
-type Room struct {
-	ID     string
-	Label  string
-	Access string // owner, collaborator, participant or observer
-	Agents []Agent
-	Roles  []string // ids of the roles defined in _shared.roles
-	// Default marks the user's default room (smcp_user_rooms.is_default),
-	// which sync_lobby focuses when the session has no room in focus.
-	Default bool
-	// OpenRoles are the roles nobody fills; LastActive is when the room
-	// last changed, relative ("3m ago").
-	OpenRoles  []string
-	LastActive string
-}
+// Room is a room as listed for a user (roomdir.Room: the authorization
+// server lists rooms too, without importing the lobby).
+type Room = roomdir.Room
 
-// Agent is an agent's presence, as shown next to a room: Status is
-// "idle" once it has lapsed (see substrate.Presence), LastSeen relative
-// ("3m ago"), Client the MCP client it was last embodied through.
-type Agent struct {
-	ID, Name, Status string
-	LastHeartbeat    time.Time
-	LastSeen, Client string
-	IdleForS         *int64
-	// WaitingOn is the condition a waiting agent waits on.
-	WaitingOn string
-}
+// Agent is an agent's presence, as shown next to a room (roomdir.Agent).
+type Agent = roomdir.Agent
 
 // UserRooms lists the rooms a user belongs to, with their agents and
 // defined roles.

@@ -4,34 +4,24 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/syncsubstrate/sync/lobby/roomdir"
 )
 
-// Access levels a session may hold on a room, weakest first.
-var levels = []string{"observe", "read", "write", "admin"}
-
-func levelRank(l string) int { return slices.Index(levels, l) }
+// The levels and the role → level table are roomdir's (shared with the
+// authorization server's consent screen).
+func levelRank(l string) int { return roomdir.LevelRank(l) }
 
 // RoleLevels are the levels a user's role in a room allows, weakest first:
 // what the consent screen offers for that room.
-func RoleLevels(access string) []string {
-	return slices.Clone(levels[:levelRank(roleCap(access))+1])
-}
+func RoleLevels(access string) []string { return roomdir.RoleLevels(access) }
 
 // roleCap is the highest level a user's role in a room allows.
-func roleCap(access string) string {
-	switch access {
-	case "owner":
-		return "admin"
-	case "collaborator", "participant":
-		return "write"
-	}
-	return "read"
-}
+func roleCap(access string) string { return roomdir.RoleCap(access) }
 
 // SharedRoomLevels are the levels the consent screen offers for "new
-// rooms shared with me", "none" (the default) first: never admin, which
-// only a room's owner may grant, room by room.
-var SharedRoomLevels = []string{"none", "observe", "read", "write"}
+// rooms shared with me" (roomdir.SharedRoomLevels).
+var SharedRoomLevels = roomdir.SharedRoomLevels
 
 // Scope is a parsed scope string: rooms:<id>[:level], rooms:*[:level],
 // create_rooms, shared_rooms:<level> (ARCHITECTURE §5). A room with no

@@ -71,21 +71,58 @@ func sinceArg(sc Scope) *int64 {
 
 // Resolve loads the caller's session row, creating it on first use with
 // the token's scope. It is keyed by the grant id, which survives refresh.
+//
+// A new grant's first calls often arrive at once, on several processes.
+// The usual statement inserts the row or reads it, writing nothing when
+// it exists; but a call whose statement began before another call's
+// insert committed neither inserts (the conflict) nor sees the row (its
+// snapshot is older), so it finds none. That call asks again with the
+// create-or-get statement that returns the row whoever made it
+// (ON CONFLICT DO UPDATE locks and returns the committed row): not the
+// usual statement, since it writes a row version on every call.
 func (l *Lobby) Resolve(ctx context.Context, c Caller) (*Session, error) {
-	s := &Session{GrantID: c.GrantID, UserID: c.UserID, Username: c.Username, ClientID: c.ClientID, ClientName: c.ClientName}
-	var room, agent *string
-	var scope string
-	var fresh []string
-	err := l.db.QueryRow(ctx, `WITH ins AS (
+	s, err := l.resolve(ctx, c, resolveSQL)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s, err = l.resolve(ctx, c, resolveRaceSQL)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The grant's row belongs to another user: never served to this one.
+		return nil, errs.New(errs.Unauthorized, "this token's connection is not yours").
+			WithHint("reconnect the integration")
+	}
+	return s, err
+}
+
+// resolveSQL and resolveRaceSQL read or create the session row (see
+// Resolve) with the user's roles and the rooms shared since the consent.
+var (
+	resolveSQL = resolveQuery(`WITH ins AS (
 			INSERT INTO smcp_user_sessions (grant_id, user_id, client_id, scope) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (grant_id) DO NOTHING RETURNING room_id, agent_id, scope, created_at),
 		sess AS (SELECT room_id, agent_id, scope, created_at FROM ins
 			UNION ALL SELECT room_id, agent_id, scope, created_at FROM smcp_user_sessions WHERE grant_id = $1 AND user_id = $2
-			LIMIT 1)
+			LIMIT 1)`)
+	resolveRaceSQL = resolveQuery(`WITH sess AS (
+			INSERT INTO smcp_user_sessions (grant_id, user_id, client_id, scope) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (grant_id) DO UPDATE SET updated_at = smcp_user_sessions.updated_at
+				WHERE smcp_user_sessions.user_id = EXCLUDED.user_id
+			RETURNING room_id, agent_id, scope, created_at)`)
+)
+
+func resolveQuery(with string) string {
+	return with + `
 		SELECT sess.room_id, sess.agent_id, sess.scope,
 			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb),
-			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND `+freshSQL("$5")+`), '{}')
-		FROM sess`, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " "),
+			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND ` + freshSQL("$5") + `), '{}')
+		FROM sess`
+}
+
+func (l *Lobby) resolve(ctx context.Context, c Caller, query string) (*Session, error) {
+	s := &Session{GrantID: c.GrantID, UserID: c.UserID, Username: c.Username, ClientID: c.ClientID, ClientName: c.ClientName}
+	var room, agent *string
+	var scope string
+	var fresh []string
+	err := l.db.QueryRow(ctx, query, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " "),
 		// The consent's stamp is the grant's: the token's scope carries it.
 		sinceArg(ParseScope(strings.Join(c.Scopes, " ")))).Scan(&room, &agent, &scope, &s.roles, &fresh)
 	if err != nil {

@@ -262,52 +262,35 @@ func tools() []tool {
 			Description: "What you perceive in a room in one read: state (yours as self), views, agents, actions with availability, messages, and _context (what was left out; the call that reads it). Observing focuses the room. Reading messages marks them read.",
 			Annotations: annotations(true, false, true)}, shaped,
 			func(ctx context.Context, c *call, in *readContextIn) (*substrate.Envelope, error) {
-				room := c.room(in.Room)
-				p, err := c.principal(ctx, room)
-				if err != nil {
-					return nil, err
-				}
 				q, err := contextRequest(in.shaping, in.MessagesAfter, in.Include, "")
 				if err != nil {
 					return nil, err
 				}
-				env, err := c.opt.Substrate.Context(ctx, p, room, q)
-				if err != nil {
-					return nil, err
-				}
-				return env, c.opt.Lobby.Focus(ctx, c.sess, room)
+				return c.opt.Lobby.ReadContext(ctx, c.sess, c.room(in.Room), q, Words)
 			}),
 		typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
 			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role). Observers cannot embody. Returns your agent's context. Next: sync_invoke_action.",
 			Annotations: annotations(false, false, true)}, nil,
 			func(ctx context.Context, c *call, in *embodyIn) (*EmbodyResult, error) {
-				e, err := c.opt.Lobby.Embody(ctx, c.sess, in.Room, in.Agent, in.Role)
-				if err != nil {
-					return nil, err
-				}
-				out := &EmbodyResult{Embodiment: e, Bootstrap: e.Bootstrap}
-				p, err := c.actor(ctx)
-				if err != nil {
-					return nil, err
-				}
 				q, err := contextRequest(shaping{}, nil, "", "")
 				if err != nil {
 					return nil, err
 				}
-				out.Context, err = c.opt.Substrate.Context(ctx, p, c.sess.RoomID, q)
-				return out, err
+				e, env, err := c.opt.Lobby.EmbodyAndRead(ctx, c.sess, in.Room, in.Agent, in.Role, q, Words)
+				if err != nil {
+					return nil, err
+				}
+				return &EmbodyResult{Embodiment: e, Bootstrap: e.Bootstrap, Context: env}, nil
 			}),
 		typed(&sdk.Tool{Name: "sync_disembody", Title: "Stop acting",
 			Description: "Return to observing. Your agent goes idle, keeping its state, actions and views; a role it filled is freed. Returns the lobby.",
 			Annotations: annotations(false, false, true)}, nil,
 			func(ctx context.Context, c *call, _ *noArgs) (*DisembodyResult, error) {
-				e, err := c.opt.Lobby.Disembody(ctx, c.sess)
+				e, v, err := c.opt.Lobby.DisembodyToLobby(ctx, c.sess)
 				if err != nil {
 					return nil, err
 				}
-				out := &DisembodyResult{Embodiment: e}
-				out.Lobby, err = c.opt.Lobby.View(ctx, c.sess)
-				return out, err
+				return &DisembodyResult{Embodiment: e, Lobby: v}, nil
 			}),
 		typed(&sdk.Tool{Name: "sync_invoke_action", Title: "Invoke an action",
 			Description: "Invoke an action (or builtin, e.g. _send_message) in your room, with its registrar's authority. A failure changes nothing and says why. Returns what it wrote (scope, key, version, bytes) and its result.",
@@ -424,22 +407,11 @@ func tools() []tool {
 			Description: "Give another sync user a role in a room you own: owner, collaborator, participant or observer.",
 			Annotations: annotations(false, false, true)}, map[string][]string{"role": {"owner", "collaborator", "participant", "observer"}},
 			func(ctx context.Context, c *call, in *shareIn) (*Shared, error) {
-				if in.Role == "" {
-					in.Role = "participant"
-				}
-				if level, _, err := c.opt.Lobby.Access(ctx, c.sess, in.Room); err != nil {
-					return nil, err
-				} else if level != "admin" {
-					return nil, errs.New(errs.Forbidden, "sharing %q needs admin access in this connection", in.Room).WithHint("the user reconnects with admin access to the room, or shares it on the account page")
-				}
-				other, err := c.opt.Auth.UserID(ctx, in.Username)
+				role, err := c.opt.Lobby.ShareRoomByName(ctx, c.sess, in.Room, in.Username, in.Role, c.opt.Auth.UserID)
 				if err != nil {
 					return nil, err
 				}
-				if err := c.opt.Lobby.ShareRoom(ctx, c.sess.UserID, in.Room, other, in.Role); err != nil {
-					return nil, err
-				}
-				return &Shared{Shared: true, Room: in.Room, Username: in.Username, Role: in.Role}, nil
+				return &Shared{Shared: true, Room: in.Room, Username: in.Username, Role: role}, nil
 			}),
 		loomTool(),
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ory/fosite"
 
-	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/lobby/roomdir"
 )
 
 // --- consent ---
@@ -101,7 +101,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var scopes []string
-	byID := map[string]lobby.Room{}
+	byID := map[string]roomdir.Room{}
 	for _, rm := range rooms {
 		byID[rm.ID] = rm
 	}
@@ -112,7 +112,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		level := r.PostForm.Get("level_" + id)
-		if !slices.Contains(lobby.RoleLevels(rm.Access), level) {
+		if !slices.Contains(roomdir.RoleLevels(rm.Access), level) {
 			wb.errorPage(w, 400, "Level not allowed", "Your role in "+id+" does not allow that level of access.")
 			return
 		}
@@ -126,7 +126,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 	// every call (lobby.Scope.SharedRooms), capped by the user's role.
 	switch shared := r.PostForm.Get("shared_rooms"); {
 	case shared == "" || shared == "none":
-	case slices.Contains(lobby.SharedRoomLevels, shared):
+	case slices.Contains(roomdir.SharedRoomLevels, shared):
 		// Stamped with the consent's time (Unix ms): rooms shared after
 		// it are the new ones; the page listed the rest.
 		scopes = append(scopes, "shared_rooms:"+shared+":"+strconv.FormatInt(time.Now().UnixMilli(), 10))
@@ -155,16 +155,16 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 type consentRoom struct {
-	lobby.Room
+	roomdir.Room
 	Levels  []string
 	Checked bool
 	Level   string
 }
 
-func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, redirectHost string, rooms []lobby.Room, prev []string, action string) {
+func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, redirectHost string, rooms []roomdir.Room, prev []string, action string) {
 	var list []consentRoom
 	for _, rm := range rooms {
-		cr := consentRoom{Room: rm, Levels: lobby.RoleLevels(rm.Access)}
+		cr := consentRoom{Room: rm, Levels: roomdir.RoleLevels(rm.Access)}
 		cr.Level = "write"
 		if !slices.Contains(cr.Levels, "write") {
 			cr.Level = "read"
@@ -180,7 +180,7 @@ func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, 
 	shared := "none"
 	for _, p := range prev {
 		if rest, ok := strings.CutPrefix(p, "shared_rooms:"); ok {
-			if lvl, _, _ := strings.Cut(rest, ":"); slices.Contains(lobby.SharedRoomLevels, lvl) {
+			if lvl, _, _ := strings.Cut(rest, ":"); slices.Contains(roomdir.SharedRoomLevels, lvl) {
 				shared = lvl
 			}
 		}
@@ -188,7 +188,7 @@ func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, 
 	wb.render(w, http.StatusOK, "consent", map[string]any{
 		"Client": client.Name, "RedirectHost": redirectHost, "User": user.Username, "Rooms": list,
 		"CreateRooms": len(prev) == 0 || slices.Contains(prev, "create_rooms"), "Action": action,
-		"SharedLevels": lobby.SharedRoomLevels, "Shared": shared,
+		"SharedLevels": roomdir.SharedRoomLevels, "Shared": shared,
 	})
 }
 

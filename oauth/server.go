@@ -23,7 +23,7 @@ import (
 	"github.com/ory/fosite"
 	"github.com/ory/fosite/compose"
 
-	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/lobby/roomdir"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/httpmw"
 )
@@ -89,9 +89,11 @@ type Options struct {
 // RoomDirectory is how the authorization server sees rooms: it lists a
 // user's rooms and carries out the account page's room actions. Errors it
 // returns are shown to the user as they are. *lobby.Lobby implements it.
+// Its types are roomdir's, a leaf package: the authorization server does
+// not import the lobby (nor, through it, the substrate and cel-go).
 type RoomDirectory interface {
 	// UserRooms lists the rooms a user belongs to, for the consent screen.
-	UserRooms(ctx context.Context, userID string) ([]lobby.Room, error)
+	UserRooms(ctx context.Context, userID string) ([]roomdir.Room, error)
 	// CreateRoom makes a room the user owns and returns its id (a random
 	// one when roomID is empty).
 	CreateRoom(ctx context.Context, userID, roomID, label string) (string, error)

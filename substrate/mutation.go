@@ -93,14 +93,16 @@ type querier interface {
 // entries with m.seq(); one more is taken for the _audit entry, whose
 // sort_key becomes the mutation's seq. The room row stays locked from the
 // first statement to commit, so mutations of a room are totally ordered and
-// sequence numbers are gap-free. For an agent principal the agent row is re-read under the
-// lock, so a grant revoked a moment ago is not used.
+// sequence numbers are gap-free. For an agent principal the agent's grants
+// are re-read after the lock, so a grant revoked a moment ago is not used.
 //
 // The transaction is pipelined to keep the room locked for as few round
-// trips as possible: BEGIN goes out with the locking UPDATE, and fn's
-// queued writes, the audit entry, the notification and COMMIT go out
-// together. State reads fn needs happen in between, after the lock, so
-// they see every earlier mutation of the room.
+// trips as possible: BEGIN goes out with SELECT … FROM rooms … FOR UPDATE
+// (which locks the row and reads its seq; the sequence numbers taken are
+// written back with the mutation), and fn's queued writes, the audit
+// entry, the notification and COMMIT go out together. State reads fn
+// needs happen in between, after the lock, so they see every earlier
+// mutation of the room.
 func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn func(m *mutation) error) (seq int64, err error) {
 	return s.mutateWith(ctx, p, roomID, mutateOpts{}, fn)
 }
@@ -134,8 +136,14 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	var grants []string
 	var lock pgx.Batch
 	lock.Queue("BEGIN")
-	lock.Queue(`SELECT seq, message_count, created_at, now(), (SELECT grants FROM agents WHERE room_id = $1 AND id = $2)
-		FROM rooms WHERE id = $1 FOR UPDATE`, roomID, agentID)
+	lock.Queue(`SELECT seq, message_count, created_at, now() FROM rooms WHERE id = $1 FOR UPDATE`, roomID)
+	if agentID != "" {
+		// A statement of its own, after the lock: a statement that waited
+		// for the lock sees the locked row as committed, but reads every
+		// other table as of its start, which would miss a revocation
+		// committed by the mutation it waited for.
+		lock.Queue(`SELECT grants FROM agents WHERE room_id = $1 AND id = $2`, roomID, agentID)
+	}
 	if o.withPresence {
 		lock.Queue(sqlPresence, roomID)
 	}
@@ -144,8 +152,13 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	_, err = br.Exec()
 	if err == nil {
 		var born time.Time
-		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &m.now, &grants)
+		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &m.now)
 		m.cacheKey = cacheKey(roomID, born)
+	}
+	if err == nil && agentID != "" {
+		if err = br.QueryRow().Scan(&grants); errors.Is(err, pgx.ErrNoRows) {
+			err, grants = nil, nil // the agent is gone: refused below
+		}
 	}
 	if err == nil && o.withPresence {
 		var rows pgx.Rows

@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncsubstrate/sync/oauth/oauthtest"
@@ -114,5 +118,99 @@ func TestMCPSessionAcrossProcesses(t *testing.T) {
 	shared, _ := ctx["state"].(map[string]any)["_shared"].(map[string]any)
 	if s, _ := ctx["_session"].(map[string]any); s["agent"] != "alice:two-process" || shared["n"] != float64(5) {
 		t.Fatalf("after restart and refresh: session %v, n=%v", ctx["_session"], shared["n"])
+	}
+}
+
+// A new grant's first MCP calls often arrive at once (a JSON-RPC batch, or
+// a host sending tools/list and a tool call right after connecting). Each
+// resolves the grant's session row, which the first of them creates: 32 at
+// once, split over two processes on one database, must all succeed and
+// leave exactly one row, with the default pool and with a tiny one. Before
+// the fix a call whose statement began before another's insert committed
+// found no row ("resolve MCP session: no rows in result set", an internal
+// error).
+func TestFirstCallsOfNewGrantAtOnce(t *testing.T) {
+	for _, conns := range []string{"16", "2"} {
+		t.Run("pool="+conns, func(t *testing.T) {
+			dbURL := pgtest.URL(t)
+			port := freePort(t)
+			public := "http://localhost:" + port
+			cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open",
+				"-public-url", public, "-db-max-conns", conns)
+			if err := run(context.Background(), "migrate", cfg, nil); err != nil {
+				t.Fatal(err)
+			}
+			a, stopA := start(t, cfg)
+			defer stopA()
+			b := startChild(t, dbURL, "-signup", "open", "-public-url", public, "-db-max-conns", conns)
+			bob := oauthtest.SignUp(t, public, "bob", "")
+			db, err := pgx.Connect(context.Background(), dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close(context.Background())
+
+			const grants, calls = 4, 32
+			for g := range grants {
+				tok := bob.Token(t, fmt.Sprintf("Burst %d", g), nil)["access_token"].(string)
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				failures := make(chan string, calls)
+				for i := range calls {
+					base := a
+					if i%2 == 1 {
+						base = b
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"sync_lobby","arguments":{}}}`, i)
+						req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
+						req.Header.Set("Content-Type", "application/json")
+						req.Header.Set("Accept", "application/json, text/event-stream")
+						req.Header.Set("Authorization", "Bearer "+tok)
+						res, err := http.DefaultClient.Do(req)
+						if err != nil {
+							failures <- err.Error()
+							return
+						}
+						defer res.Body.Close()
+						var out struct {
+							Result struct {
+								IsError bool            `json:"isError"`
+								Content json.RawMessage `json:"structuredContent"`
+							} `json:"result"`
+							Error json.RawMessage `json:"error"`
+						}
+						raw, _ := io.ReadAll(res.Body)
+						if err := json.Unmarshal(raw, &out); err != nil || res.StatusCode != http.StatusOK || out.Error != nil || out.Result.IsError {
+							failures <- fmt.Sprintf("%d %s", res.StatusCode, raw)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				close(failures)
+				n := 0
+				for f := range failures {
+					n++
+					if n <= 3 {
+						t.Errorf("grant %d: a first call failed: %s", g, f)
+					}
+				}
+				if n > 0 {
+					t.Fatalf("grant %d: %d of %d first calls failed", g, n, calls)
+				}
+				var rows int
+				if err := db.QueryRow(context.Background(), `SELECT count(*) FROM smcp_user_sessions s
+					JOIN smcp_oauth_clients c ON c.id = s.client_id WHERE c.name = $1`, fmt.Sprintf("Burst %d", g)).Scan(&rows); err != nil {
+					t.Fatal(err)
+				}
+				if rows != 1 {
+					t.Fatalf("grant %d: %d session rows, want 1", g, rows)
+				}
+			}
+		})
 	}
 }

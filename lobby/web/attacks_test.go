@@ -419,3 +419,25 @@ func TestAttackThinkingOnThePages(t *testing.T) {
 		t.Error("a view link no longer reads carol's scope")
 	}
 }
+
+// A view token's stream ends when the token stops being valid. Today the
+// one way a view token is revoked is deleting its room (rotation, which
+// isolates the token's own re-check, is tested with it): the stream
+// opened with it says "gone" and ends, rather than following a room that
+// no longer exists.
+func TestAttackLiveViewStreamEndsWhenRoomDeleted(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ev := s.stream("", "/live/rooms/lab?view="+s.room.ViewToken, "")
+	time.Sleep(200 * time.Millisecond)
+	if err := s.lob.DeleteRoom(context.Background(), "user_alice", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e, ok := <-ev:
+		if ok && !strings.Contains(e, "event: gone") {
+			t.Fatalf("HOLE: a view token of a deleted room still hears it: %q", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the view token's stream neither ended nor said gone after its room was deleted")
+	}
+}

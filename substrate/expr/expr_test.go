@@ -112,6 +112,35 @@ func TestRunawayStopsFast(t *testing.T) {
 	}
 }
 
+// The cost limit stops an expression by itself: with a time limit of a
+// minute, an expression costing a few times the limit (quick to run in
+// full) must fail with the cost limit, reported as such, at the limit's
+// cost. TestRunawayStopsFast passes through either limit.
+func TestCostLimitStopsExpensiveExpression(t *testing.T) {
+	env := expr.MustNew(expr.Options{Timeout: time.Minute})
+	const src = `lists.range(300).map(i, lists.range(300).map(j, i * j)).size()`
+	p, err := env.Compile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, cost, err := env.EvalCost(context.Background(), p, vars())
+	e, ok := err.(*errs.Error)
+	if !ok || e.Code != expr.CELError || !strings.Contains(e.Message, "cost limit of 100000") {
+		t.Fatalf("an expression over the cost limit: value %v, cost %d, err %v", v, cost, err)
+	}
+	if cost != 100_000 {
+		t.Errorf("a stopped expression is charged %d, want the limit", cost)
+	}
+	// Under the limit the same shape runs.
+	small, err := env.Compile(`lists.range(30).map(i, lists.range(30).map(j, i * j)).size()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := env.Eval(context.Background(), small, vars()); err != nil || v != int64(30) {
+		t.Fatalf("an expression under the cost limit: %v %v", v, err)
+	}
+}
+
 func TestViewDeps(t *testing.T) {
 	p, err := env.Compile(`views.a > 1 && views["b-c"] == "x" && views.a < 9 && state._shared.views == 1`)
 	if err != nil {

@@ -1,6 +1,7 @@
 package rest_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
@@ -1234,5 +1237,79 @@ func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
 		if round == 3 {
 			t.Fatalf("the unrelated room slowed from a median of %v to %v under the flood", q, f)
 		}
+	}
+}
+
+// An agent whose grant is revoked while its writes are on their way must
+// not write with the grant it was authenticated with: a mutation re-reads
+// the agent's grants under the room lock. The test forces the race's worst
+// order: it holds the room row lock, so writes authenticated with the
+// grant queue behind it; the revocation commits in the same transaction
+// that held the lock (what PATCH /agents does under that lock); then the
+// writes take the lock, and every one must be refused.
+func TestAttackWriteWithGrantRevokedInRace(t *testing.T) {
+	e, _, db := newEnvSvc(t, substrate.Limits{})
+	rm := e.room("revoked-race", nil)
+	writer := e.join(rm, "writer", "_shared")
+	e.do("PUT", "/rooms/"+rm.id+"/state", writer, map[string]any{"scope": "_shared", "key": "before", "value": 1}).must(t, 200)
+
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, db.ConnConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	watcher, err := pgx.ConnectConfig(ctx, db.ConnConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM rooms WHERE id = $1 FOR UPDATE`, rm.id); err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	results := make(chan resp, n)
+	for i := range n {
+		go func() {
+			results <- e.do("PUT", "/rooms/"+rm.id+"/state", writer, map[string]any{"scope": "_shared", "key": fmt.Sprintf("after%d", i), "value": i})
+		}()
+	}
+	// Wait until every write is authenticated and queued on the room lock.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var waiting int
+		// Polled on a connection of its own: a transaction sees one
+		// snapshot of pg_stat_activity, and the pool's are all waiting.
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= min(n, 2) { // the pool has two connections: the rest wait for one
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writes never queued on the room lock (%d waiting)", waiting)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE agents SET grants = '{}' WHERE room_id = $1 AND id = 'writer'`, rm.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if r := <-results; r.status != 403 {
+			t.Errorf("a write with a grant revoked while it waited: %d %s", r.status, r.raw)
+		}
+	}
+	shared := e.do("GET", "/rooms/"+rm.id+"/state?scope=_shared", rm.token, nil).must(t, 200).raw
+	if strings.Contains(shared, "after") {
+		t.Errorf("a revoked grant wrote: %s", shared)
 	}
 }

@@ -2,6 +2,7 @@ package rest_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/syncsubstrate/sync/substrate/rest"
@@ -25,6 +26,9 @@ func TestAuthorityMatrix(t *testing.T) {
 		"foreign": other.token,
 		"bogus":   "room_notarealtoken",
 	}
+	// An action for the invoke rows, carrying the room's authority.
+	e.do("PUT", "/rooms/matrix/actions", rm.token, map[string]any{"id": "bump",
+		"writes": []any{map[string]any{"key": "bumps", "increment": 1}}}).must(t, 201)
 	// Seed one entry per scope so reads and deletes have a target.
 	for _, sc := range []string{"_shared", "a", "b", "_messages"} {
 		e.do("PUT", "/rooms/matrix/state", rm.token, map[string]any{"scope": sc, "key": "k", "value": "seed"}).must(t, 200)
@@ -40,6 +44,7 @@ func TestAuthorityMatrix(t *testing.T) {
 		ok      int
 	}
 	all := []string{"room", "view", "agentA", "agentB", "granted", "star"}
+	agents := []string{"room", "agentA", "agentB", "granted", "star"}
 	writers := func(extra ...string) []string { return append([]string{"room", "star"}, extra...) }
 	put := func(scope string) map[string]any {
 		return map[string]any{"scope": scope, "key": "k", "value": "changed"}
@@ -64,14 +69,29 @@ func TestAuthorityMatrix(t *testing.T) {
 		{"patch agent b", "PATCH", "/rooms/matrix/agents/b", map[string]any{"role": "boss"}, writers(), 200},
 		{"heartbeat a", "POST", "/rooms/matrix/agents/a/heartbeat", nil, writers("agentA"), 200},
 		{"join new agent", "POST", "/rooms/matrix/agents", map[string]any{"id": "newbie", "name": "N"}, writers(), 201},
+		// Acting and shaping the room: every credential that can act may
+		// invoke and register (an agent's registrations carry its own
+		// authority); the view token and strangers may do neither.
+		{"invoke action", "POST", "/rooms/matrix/actions/bump/invoke", map[string]any{}, agents, 200},
+		{"register action", "PUT", "/rooms/matrix/actions", nil, agents, 201},
+		{"register view", "PUT", "/rooms/matrix/views", nil, agents, 201},
 	}
 	for _, o := range ops {
 		for cred, tok := range creds {
 			t.Run(fmt.Sprintf("%s/%s", o.name, cred), func(t *testing.T) {
 				before := e.seq(rm)
+				bumpsBefore := 0
+				if n := e.do("GET", "/rooms/matrix/state?scope=_shared&key=bumps", rm.token, nil); n.status == 200 {
+					bumpsBefore = int(n.body["value"].(float64))
+				}
 				body := o.body
-				if o.name == "join new agent" {
+				switch o.name {
+				case "join new agent":
 					body = map[string]any{"id": "newbie-" + cred, "name": "N"}
+				case "register action":
+					body = map[string]any{"id": "act-" + cred, "writes": []any{map[string]any{"key": "n-" + cred, "value": 1}}}
+				case "register view":
+					body = map[string]any{"id": "view-" + cred, "expr": "size(state._shared)"}
 				}
 				r := e.do(o.method, o.path, tok, body)
 				allowed := false
@@ -91,8 +111,23 @@ func TestAuthorityMatrix(t *testing.T) {
 				if r.str("error") == "" || r.str("message") == "" {
 					t.Fatalf("refusal without error code or message: %s", r.raw)
 				}
-				if after := e.seq(rm); after != before {
+				after := e.seq(rm)
+				if o.name == "invoke action" && cred == "view" {
+					// Every refused invocation by a caller the room knows is
+					// audited (and nothing else written): one _audit entry.
+					last := e.do("GET", "/rooms/matrix/state?scope=_audit&after="+fmt.Sprint(before), rm.token, nil).must(t, 200).raw
+					if after != before+1 || !strings.Contains(last, `"ok":false`) || !strings.Contains(last, "read_only_token") {
+						t.Fatalf("refused %s with %s: seq %d → %d, last audit entry %s", o.name, cred, before, after, last)
+					}
+					before++
+				}
+				if after != before {
 					t.Fatalf("refused %s with %s moved the room's seq %d → %d", o.name, cred, before, after)
+				}
+				if o.name == "invoke action" {
+					if n := e.do("GET", "/rooms/matrix/state?scope=_shared&key=bumps", rm.token, nil); n.status != 404 && n.body["value"] != float64(bumpsBefore) {
+						t.Fatalf("refused invocation with %s changed bumps: %s", cred, n.raw)
+					}
 				}
 			})
 		}

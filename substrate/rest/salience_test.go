@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
@@ -326,5 +327,31 @@ func TestAttackSalienceLeaksNothingPrivate(t *testing.T) {
 	}
 	if at["your_broken_views"] != nil {
 		t.Fatalf("HOLE: a's view error shown to b as b's own: %v", at)
+	}
+}
+
+// An action registered long ago and never invoked is stale by age alone,
+// however few mutations the room has seen since (the other test covers
+// "too many mutations since").
+func TestSalienceStaleByAge(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("aging", nil)
+	a := e.join(rm, "a")
+	salienceConfig(e, rm, map[string]any{"stale_after_mutations": 1000, "stale_after_minutes": 0.01}) // 0.6 s
+	e.do("PUT", "/rooms/"+rm.id+"/actions", rm.token, map[string]any{"id": "vote", "writes": []any{map[string]any{"key": "v", "increment": 1}}}).must(t, 201)
+	if s := path(e.ctx(rm, a, "depth=usage").body, "actions", "vote", "_stale"); s == true {
+		t.Fatalf("a just-registered action is stale")
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if s := path(e.ctx(rm, a, "depth=usage").body, "actions", "vote", "_stale"); s != true {
+		t.Errorf("an action older than stale_after_minutes, never invoked, not marked stale: %v", s)
+	}
+	if at := attention(e.ctx(rm, a, "")); !slices.Contains(strs(at["stale_actions"]), "vote") {
+		t.Errorf("attention does not list the aged action: %v", at)
+	}
+	// Invoking it makes it fresh again, whatever its age.
+	e.invoke(rm, a, "vote", nil).must(t, 200)
+	if s := path(e.ctx(rm, a, "depth=usage").body, "actions", "vote", "_stale"); s == true {
+		t.Errorf("an action invoked since it was registered is stale")
 	}
 }
