@@ -5,11 +5,13 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // The loom (seed 002) for models: one tool taking the seed's → command
 // lines as written. The domain (parsing, authority, rendering) is the
-// substrate's Loom, which the REST API calls too: people and models have
+// loom package's (substrate/loom), which the REST API calls too: people and models have
 // the same operations.
 
 type loomIn struct {
@@ -33,7 +35,7 @@ func loomTool() tool {
 			if err != nil {
 				return nil, err
 			}
-			res, err := c.opt.Substrate.Loom(ctx, p, room, in.Commands)
+			res, err := loom.Of(c.opt.Substrate).Run(ctx, p, room, in.Commands)
 			if err != nil {
 				return nil, err
 			}

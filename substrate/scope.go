@@ -30,9 +30,10 @@ const (
 var systemScopes = []string{ScopeAudit, "_agents", "_actions", "_views", "_cooldowns"}
 
 // isSystemScope reports scopes only the system writes: the reserved ones
-// and the loom's (_loom, _loom.*), which its operations keep consistent.
+// and features' (RegisterScopes: the loom's _loom, _loom.*), which their
+// operations keep consistent.
 func isSystemScope(scope string) bool {
-	return slices.Contains(systemScopes, scope) || isLoomScope(scope)
+	return slices.Contains(systemScopes, scope) || featureScope(scope)
 }
 
 // canRead reports whether p may read scope.

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -418,8 +417,8 @@ func (l *liveState) keepGateResults(key string, fresh map[*srow]gateResult) {
 }
 
 func isHidden(scope string) bool {
-	if strings.HasPrefix(scope, scopeLoom+".") {
-		return true // the loom's trees, documents and leases have their own surface
+	if apartScope(scope) {
+		return true // a feature's (the loom's trees, documents and leases) have their own surface
 	}
 	for _, h := range hiddenFromState {
 		if scope == h {

@@ -3,7 +3,6 @@ package substrate
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -310,7 +309,7 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 			return err
 		}
 		if q.Scope != "" && !vis.entry(q.Scope, q.Key) {
-			return scopeDenied(q.Scope, q.Key)
+			return vis.refuse(q.Scope, q.Key)
 		}
 		var born time.Time
 		var msgCount int64
@@ -372,19 +371,9 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 	return out, nil
 }
 
-// scopeDenied refuses a read of a scope the reader may not read.
+// scopeDenied refuses a read of a scope the reader may not read, in the
+// core's words (a feature's refusal comes through visibility.refuse).
 func scopeDenied(scope, key string) error {
-	switch {
-	case key != "" && !strings.HasPrefix(scope, "_") && isThought(key):
-		return errs.New(errs.ScopeDenied, "%s/%s is %s's thinking (→ think), which only %s and room authority read", scope, key, scope, scope).
-			WithHint("read the agent's other entries, or ask the room's owner")
-	case scope == scopeLoomDoc:
-		return errs.New(errs.ScopeDenied, "scope %q holds the loom's documents, which this reader may not read (%s is not enabled)", scope, PermDocRead).
-			With("permission", PermDocRead).WithHint("ask the room's owner: → permit <agent> %s", PermDocRead)
-	case isLoomScope(scope):
-		return errs.New(errs.ScopeDenied, "scope %q belongs to the loom, which this reader may not see (%s is not enabled)", scope, PermAware).
-			With("permission", PermAware).WithHint("ask the room's owner: → permit <agent> %s", PermAware)
-	}
 	return errs.New(errs.ScopeDenied, "scope %q is private to its agent", scope).
 		WithHint("read your own scope, _shared and communal scopes, or ask the agent to publish a view")
 }

@@ -133,8 +133,6 @@ type Options struct {
 	// NoSalience turns adaptive salience off (for comparing its cost);
 	// rooms turn it off with _shared._config.salience.off. Default false.
 	NoSalience bool
-	// Loom configures the loom (seed 002): its generator, leases, result size.
-	Loom LoomOptions
 	// IdleAfter is how long an agent may go unseen (no authenticated call,
 	// heartbeat or embodiment) before the lobby shows it as idle, with
 	// idle_for_s. Default 5 minutes.
@@ -170,8 +168,8 @@ type Service struct {
 	hub       *store.Hub
 	// noSalience is Options.NoSalience.
 	noSalience bool
-	// loomOpt is Options.Loom, filled.
-	loomOpt LoomOptions
+	// feat holds what features attached (Feature).
+	feat features
 	// viewEvals counts view evaluations (Stats).
 	viewEvals atomic.Int64
 	// waits counts waits open now (Stats).
@@ -265,7 +263,6 @@ func New(db *store.DB, opt Options) *Service {
 		hub:   store.NewHub(db, opt.Logger),
 
 		noSalience: opt.NoSalience,
-		loomOpt:    loomOpts(opt.Loom),
 	}
 }
 

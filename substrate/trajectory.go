@@ -603,7 +603,7 @@ func (s *Service) History(ctx context.Context, p *Principal, roomID string, q Hi
 	if vis, err := s.visibilityIn(ctx, s.db, p, roomID); err != nil {
 		return nil, err
 	} else if !vis.entry(scope, q.Key) {
-		return nil, scopeDenied(scope, q.Key)
+		return nil, vis.refuse(scope, q.Key)
 	}
 	// withhold: gated versions' values are left out, for a reader who
 	// has not just been shown the entry through its gate (a deleted or

@@ -15,8 +15,7 @@ import (
 // private scope is its agent's; _audit is room authority's). Features
 // built on rooms add theirs through a ReadRule: the loom decides its
 // _loom* scopes exactly as its → commands do, and who reads a model's
-// thinking. When the loom moves into its own package it registers the
-// same rule from there.
+// thinking; the loom registers it from its own package (RegisterReadRule).
 
 // RowFunc reads one mutable entry of the room being read (nil, false when
 // it does not exist): from the read's snapshot or its transaction, so a
@@ -41,11 +40,15 @@ type Reader struct {
 	// see (Sees agrees), so that a read that pages by position (a log)
 	// leaves them out in its query rather than returning short pages.
 	HiddenPrefixes func(scope string) []string
+	// Refusal, when set, explains in the feature's words why the reader
+	// may not read key of scope ("" the scope), for what Sees refused;
+	// nil leaves it to the core's answer.
+	Refusal func(scope, key string) error
 }
 
-// readRules are the registered rules, consulted in order; each may only
-// narrow what the core admits.
-var readRules = []ReadRule{loomReadRule{}}
+// readRules are the registered rules (RegisterReadRule), consulted in
+// order; each may only narrow what the core admits.
+var readRules []ReadRule
 
 // visibility is what one reader sees in one read.
 type visibility struct {
@@ -60,7 +63,7 @@ func visibilityOf(p *Principal, row RowFunc) (*visibility, error) {
 	if p == nil {
 		return v, nil
 	}
-	for _, r := range readRules {
+	for _, r := range rules() {
 		rd, err := r.Reader(p, row)
 		if err != nil {
 			return nil, err
@@ -89,6 +92,19 @@ func (v *visibility) entry(scope, key string) bool {
 		}
 	}
 	return true
+}
+
+// refuse is the error for a read of key of scope ("" the scope) that
+// the reader may not make: a feature's words when its rule refused.
+func (v *visibility) refuse(scope, key string) error {
+	for _, r := range v.readers {
+		if r.Refusal != nil && r.Sees != nil && !r.Sees(scope, key) {
+			if err := r.Refusal(scope, key); err != nil {
+				return err
+			}
+		}
+	}
+	return scopeDenied(scope, key)
 }
 
 // hiddenPrefixes are the key prefixes of scope the reader does not see

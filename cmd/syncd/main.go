@@ -33,6 +33,7 @@ import (
 	"github.com/syncsubstrate/sync/store/embedpg"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/httpmw"
+	"github.com/syncsubstrate/sync/substrate/loom"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
@@ -87,9 +88,9 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		mx = metrics.New()
 	}
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue},
-		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck},
-		Loom: substrate.LoomOptions{GeneratorURL: cfg.LoomGeneratorURL, GeneratorModel: cfg.LoomGeneratorModel, GeneratorKey: cfg.LoomGeneratorKey}})
+		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck}})
 	defer svc.Close()
+	loom.Attach(svc, loom.Options{GeneratorURL: cfg.LoomGeneratorURL, GeneratorModel: cfg.LoomGeneratorModel, GeneratorKey: cfg.LoomGeneratorKey})
 	go svc.RunJanitor(ctx, time.Minute)
 	lob := lobby.New(db, svc)
 	// One middleware stack for every surface, so that a credential's rate

@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // Attacks on the people's pages that must fail.
@@ -346,7 +347,7 @@ func TestAttackRoomPageFollowsLoomPermissions(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice", "paul")
 	ctx := context.Background()
 	s.share("paul", "participant")
-	if _, err := s.svc.Loom(ctx, s.admin, "lab", `→ new tree "t" "NODE-SECRET root"`+"\n"+`→ write doc:"plan" append "DOC-SECRET line"`); err != nil {
+	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", `→ new tree "t" "NODE-SECRET root"`+"\n"+`→ write doc:"plan" append "DOC-SECRET line"`); err != nil {
 		t.Fatal(err)
 	}
 	// Paul's agent (paul:web) comes with his first command from the page.
@@ -356,7 +357,7 @@ func TestAttackRoomPageFollowsLoomPermissions(t *testing.T) {
 	if _, _, body := s.get("paul", "/rooms/lab"); !strings.Contains(body, "DOC-SECRET") || !strings.Contains(body, "_loom.doc") {
 		t.Fatalf("with the default permissions paul's room page lacks the loom documents")
 	}
-	if _, err := s.svc.Loom(ctx, s.admin, "lab", "→ deny paul:web loom_aware doc_read"); err != nil {
+	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", "→ deny paul:web loom_aware doc_read"); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := s.post("paul", "/web/rooms/lab/loom", url.Values{"commands": {"→ view 1"}}); code/100 == 2 && !strings.Contains(body, "✗") {
@@ -396,7 +397,7 @@ func TestAttackThinkingOnThePages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.svc.Loom(ctx, carol, "lab", "→ think\nTHOUGHT-SECRET <b>about</b> the scene\n←\n→ stash \"plan\" \"STASHED words\""); err != nil {
+	if _, err := loom.Of(s.svc).Run(ctx, carol, "lab", "→ think\nTHOUGHT-SECRET <b>about</b> the scene\n←\n→ stash \"plan\" \"STASHED words\""); err != nil {
 		t.Fatal(err)
 	}
 	_, _, owner := s.get("alice", "/rooms/lab")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // The loom page (seed 002): the room's loom as a person sees and works it,
@@ -81,8 +82,8 @@ func readOnly(p *substrate.Principal) *substrate.Principal {
 
 // renderLoom reads the loom and shows it, with ran (the result of the
 // commands the person just ran) on top.
-func (wb *Web) renderLoom(w http.ResponseWriter, r *http.Request, status int, roomID string, p *substrate.Principal, who, viewToken string, canAct bool, node, doc, commands string, ran *substrate.LoomResult) {
-	read, err := wb.opt.Substrate.Loom(r.Context(), p, roomID, loomReads(node, doc))
+func (wb *Web) renderLoom(w http.ResponseWriter, r *http.Request, status int, roomID string, p *substrate.Principal, who, viewToken string, canAct bool, node, doc, commands string, ran *loom.Result) {
+	read, err := loom.Of(wb.opt.Substrate).Run(r.Context(), p, roomID, loomReads(node, doc))
 	if err != nil && !errs.Is(err, errs.NotFound) {
 		var e *errs.Error
 		if !errors.As(err, &e) || e.Code == errs.Internal {
@@ -128,7 +129,7 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 		wb.fail(w, r, errs.New(errs.InvalidField, "no command").WithHint("type a command such as → tree, or → help for the list"))
 		return
 	}
-	res, err := wb.opt.Substrate.Loom(r.Context(), p, roomID, commands)
+	res, err := loom.Of(wb.opt.Substrate).Run(r.Context(), p, roomID, commands)
 	status := http.StatusOK
 	if err != nil {
 		e := errs.From(err)
@@ -137,7 +138,7 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		status = e.Code.Status()
-		res = &substrate.LoomResult{Steps: []substrate.LoomStep{{Command: commands, Text: e.Message + hintOf(e)}}}
+		res = &loom.Result{Steps: []loom.Step{{Command: commands, Text: e.Message + hintOf(e)}}}
 	}
 	userID, username, _ := wb.opt.SignedIn(r)
 	rp, access, err := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, username, roomID)
@@ -208,7 +209,7 @@ func (wb *Web) loomPresence(r *http.Request, p *substrate.Principal, roomID stri
 			continue
 		}
 		tree, _, _ := strings.Cut(rest, ":")
-		var pr substrate.LoomPresence
+		var pr loom.Presence
 		if json.Unmarshal(e.Value, &pr) != nil {
 			continue
 		}

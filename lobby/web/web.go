@@ -33,6 +33,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/httpmw"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 //go:embed assets
@@ -119,7 +120,7 @@ func New(opt Options) (*Web, error) {
 		"loomScope": func(name string) bool { return strings.HasPrefix(name, "_loom") },
 		// A model's thinking is for those who observe it, on request:
 		// folded, its text whole inside (seed 002: collapsed by default).
-		"thought":     substrate.IsThought,
+		"thought":     loom.IsThought,
 		"thoughtText": thoughtText,
 		"runes":       utf8.RuneCountInString,
 	}).ParseFS(assets, "assets/*.html")

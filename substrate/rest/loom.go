@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // loom runs → command lines (seed 002) in the room's loom:
@@ -18,6 +19,6 @@ func (a *api) loom(w http.ResponseWriter, r *http.Request, p *substrate.Principa
 	if !a.decode(w, r, &body, false) {
 		return
 	}
-	res, err := a.svc.Loom(r.Context(), p, r.PathValue("room"), body.Commands)
+	res, err := loom.Of(a.svc).Run(r.Context(), p, r.PathValue("room"), body.Commands)
 	a.reply(w, r, http.StatusOK, res, err)
 }

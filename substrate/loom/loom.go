@@ -1,18 +1,18 @@
-package substrate
+package loom
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -58,15 +58,15 @@ const (
 	PermDocWrite = "doc_write"
 )
 
-// LoomPermissions are all of them, in the seed's order.
-var LoomPermissions = []string{PermAware, PermWrite, PermGenerate, PermDocRead, PermDocWrite}
+// Permissions are all of them, in the seed's order.
+var Permissions = []string{PermAware, PermWrite, PermGenerate, PermDocRead, PermDocWrite}
 
 // defaultLoomPerms are an agent's permissions until room authority sets
 // them: it may look and read, not write.
 var defaultLoomPerms = []string{PermAware, PermDocRead}
 
-// LoomOptions configure the loom.
-type LoomOptions struct {
+// Options configure the loom.
+type Options struct {
 	// GeneratorURL is an OpenAI-compatible completions endpoint
 	// (…/v1/completions). Empty: continue queues a generation request in
 	// room state for an external agent or person (→ fulfil).
@@ -94,7 +94,7 @@ type LoomOptions struct {
 	Client *http.Client
 }
 
-func (o *LoomOptions) fill() {
+func (o *Options) fill() {
 	if o.GeneratorModel == "" {
 		o.GeneratorModel = "base"
 	}
@@ -121,8 +121,30 @@ func (o *LoomOptions) fill() {
 	}
 }
 
-// LoomNode is one node of a tree.
-type LoomNode struct {
+// Loom runs the → commands of one Service's rooms.
+type Loom struct {
+	svc *substrate.Service
+	opt Options
+	log *slog.Logger
+}
+
+type featureKey struct{}
+
+// Attach configures the loom of svc with opt; call it once, before the
+// service serves (later calls return the loom already attached).
+func Attach(svc *substrate.Service, opt Options) *Loom {
+	return svc.Feature(featureKey{}, func() any {
+		opt.fill()
+		return &Loom{svc: svc, opt: opt, log: svc.Logger()}
+	}).(*Loom)
+}
+
+// Of is the loom of svc: the one Attach configured, else one with the
+// default options (queued generation requests, no generator).
+func Of(svc *substrate.Service) *Loom { return Attach(svc, Options{}) }
+
+// Node is one node of a tree.
+type Node struct {
 	ID      int64  `json:"id"`
 	Parent  int64  `json:"parent,omitempty"`
 	Content string `json:"content"`
@@ -144,29 +166,29 @@ type LoomNode struct {
 	At         time.Time `json:"created_at"`
 }
 
-// LoomResult is what a run of commands returns.
-type LoomResult struct {
+// Result is what a run of commands returns.
+type Result struct {
 	// Text is every step's text, for a model's context.
-	Text  string     `json:"text"`
-	Steps []LoomStep `json:"steps"`
+	Text  string `json:"text"`
+	Steps []Step `json:"steps"`
 	// Errors counts the steps that failed.
 	Errors int `json:"errors"`
 	// Position is where the caller is after the run.
-	Position *LoomPosition `json:"position,omitempty"`
+	Position *Position `json:"position,omitempty"`
 }
 
-// LoomStep is one command's outcome.
-type LoomStep struct {
-	Command string     `json:"command"`
-	Verb    string     `json:"verb"`
-	OK      bool       `json:"ok"`
-	Text    string     `json:"text"`
-	Error   errs.Code  `json:"error,omitempty"`
-	Nodes   []LoomNode `json:"nodes,omitempty"`
+// Step is one command's outcome.
+type Step struct {
+	Command string    `json:"command"`
+	Verb    string    `json:"verb"`
+	OK      bool      `json:"ok"`
+	Text    string    `json:"text"`
+	Error   errs.Code `json:"error,omitempty"`
+	Nodes   []Node    `json:"nodes,omitempty"`
 }
 
-// LoomPosition is the ambient metadata of seed 002 §Ambient Context.
-type LoomPosition struct {
+// Position is the ambient metadata of seed 002 §Ambient Context.
+type Position struct {
 	Tree        int64  `json:"tree"`
 	TreeName    string `json:"tree_name"`
 	Node        int64  `json:"node"`
@@ -176,13 +198,13 @@ type LoomPosition struct {
 	Links       int    `json:"links"`
 	Branch      string `json:"branch"`
 	// Others are the other participants active in this tree.
-	Others []LoomPresence `json:"others,omitempty"`
+	Others []Presence `json:"others,omitempty"`
 	// Ambient is the metadata line: ⟨node:47 depth:12 siblings:2 …⟩.
 	Ambient string `json:"ambient"`
 }
 
-// LoomPresence is another participant active in the tree.
-type LoomPresence struct {
+// Presence is another participant active in the tree.
+type Presence struct {
 	Actor  string    `json:"actor"`
 	Kind   string    `json:"kind"`
 	Branch string    `json:"branch"`
@@ -215,11 +237,9 @@ type loomLease struct {
 // run is one command's execution: the connection it reads on, the writes
 // it queues, and what it learnt about the caller.
 type loomRun struct {
-	s     *Service
-	ctx   context.Context
-	q     querier
-	m     *mutation // nil for a read-only run
-	p     *Principal
+	l     *Loom
+	tx    *substrate.RoomTx
+	p     *substrate.Principal
 	room  string
 	now   time.Time
 	actor string
@@ -228,9 +248,9 @@ type loomRun struct {
 	pos   loomPos
 	// newPos is set when the command moved the caller.
 	newPos *loomPos
-	ops    []op
+	ops    []substrate.Op
 	trace  string // the trace line; default the command
-	nodes  []LoomNode
+	nodes  []Node
 }
 
 func loomErr(code errs.Code, format string, a ...any) *errs.Error {
@@ -246,7 +266,7 @@ func (r *loomRun) need(perm string) error {
 }
 
 func (r *loomRun) actorOrYou() string {
-	if r.p.Kind == KindAgent {
+	if r.p.Kind == substrate.KindAgent {
 		return r.p.AgentID
 	}
 	return "<agent>"
@@ -254,7 +274,7 @@ func (r *loomRun) actorOrYou() string {
 
 // needWrite refuses read-only credentials, then checks perm.
 func (r *loomRun) needWrite(perm string) error {
-	if r.p.ReadOnly() || r.m == nil {
+	if r.p.ReadOnly() || !r.tx.Writes() {
 		return loomErr(errs.ReadOnlyToken, "permission denied: this credential is read-only").
 			WithHint("write with an agent token or the room token (over MCP: embody an agent)")
 	}
@@ -262,7 +282,7 @@ func (r *loomRun) needWrite(perm string) error {
 }
 
 func (r *loomRun) agent() error {
-	if r.p.Kind != KindAgent {
+	if r.p.Kind != substrate.KindAgent {
 		return loomErr(errs.InvalidField, "operational memory belongs to an agent, and this credential is not one").
 			WithHint("use an agent token (over MCP: embody an agent)")
 	}
@@ -271,43 +291,16 @@ func (r *loomRun) agent() error {
 
 // get reads one entry's value into v; false when absent.
 func (r *loomRun) get(scope, key string, v any) (bool, error) {
-	var raw []byte
-	var exp *time.Time
-	err := r.q.QueryRow(r.ctx, `SELECT value, timer_expires_at FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`,
-		r.room, scope, key).Scan(&raw, &exp)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
+	raw, ok, err := r.tx.Get(scope, key)
+	if err != nil || !ok {
 		return false, err
-	}
-	if exp != nil && !exp.After(r.now) {
-		return false, nil
 	}
 	return true, json.Unmarshal(raw, v)
 }
 
 // getMany reads the values of keys that exist, by key.
 func (r *loomRun) getMany(scope string, keys []string) (map[string]json.RawMessage, error) {
-	out := map[string]json.RawMessage{}
-	if len(keys) == 0 {
-		return out, nil
-	}
-	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND key = ANY($3)
-		AND (timer_expires_at IS NULL OR timer_expires_at > $4)`, r.room, scope, keys, r.now)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k string
-		var v []byte
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, err
-		}
-		out[k] = v
-	}
-	return out, rows.Err()
+	return r.tx.GetMany(scope, keys)
 }
 
 // probe reads prefix1, prefix2, … until a gap: the children, annotations
@@ -345,32 +338,27 @@ func (r *loomRun) count(scope, prefix string) (int, error) {
 
 func (r *loomRun) put(scope, key string, v any) {
 	raw, _ := json.Marshal(v)
-	r.ops = append(r.ops, op{Scope: scope, Key: key, Value: raw})
+	r.ops = append(r.ops, substrate.Op{Scope: scope, Key: key, Value: raw})
 }
 
 func (r *loomRun) putTimed(scope, key string, v any, ttl time.Duration) {
 	raw, _ := json.Marshal(v)
-	r.ops = append(r.ops, op{Scope: scope, Key: key, Value: raw, Timer: &Timer{MS: max(1, ttl.Milliseconds()), Effect: "delete"}})
+	r.ops = append(r.ops, substrate.Op{Scope: scope, Key: key, Value: raw, TTL: ttl})
 }
 
 func (r *loomRun) appendEntry(scope, key string, v any) {
 	raw, _ := json.Marshal(v)
-	r.ops = append(r.ops, op{Scope: scope, Key: key, Value: raw, Append: true})
+	r.ops = append(r.ops, substrate.Op{Scope: scope, Key: key, Value: raw, Append: true})
 }
 
 func (r *loomRun) del(scope, key string) {
-	r.ops = append(r.ops, op{Scope: scope, Key: key, Delete: true})
+	r.ops = append(r.ops, substrate.Op{Scope: scope, Key: key, Delete: true})
 }
 
 // uniq is a key suffix unique to this mutation: its base seq plus a
 // counter.
 func (r *loomRun) uniq() string {
-	n := len(r.ops)
-	base := int64(0)
-	if r.m != nil {
-		base = r.m.base
-	}
-	return fmt.Sprintf("%012d.%d", base, n)
+	return fmt.Sprintf("%012d.%d", r.tx.Base(), len(r.ops))
 }
 
 func (r *loomRun) tree(id int64) (*loomTree, error) {
@@ -397,7 +385,7 @@ func (r *loomRun) treeCount() (int64, error) {
 
 // currentTree is the tree the caller works in: tree:N of the command, the
 // caller's position, else the room's first tree.
-func (r *loomRun) currentTree(c *LoomCommand) (*loomTree, error) {
+func (r *loomRun) currentTree(c *Command) (*loomTree, error) {
 	if v, ok := c.opt("tree"); ok {
 		return r.treeByRef(v)
 	}
@@ -434,12 +422,12 @@ func (r *loomRun) treeByRef(v string) (*loomTree, error) {
 	return nil, loomErr(errs.NotFound, "tree %q does not exist", v).WithHint("name a tree by number (tree:1) or by its name")
 }
 
-func (r *loomRun) node(t *loomTree, ref string) (*LoomNode, error) {
+func (r *loomRun) node(t *loomTree, ref string) (*Node, error) {
 	id, err := strconv.ParseInt(ref, 10, 64)
 	if err != nil || id <= 0 {
 		return nil, loomErr(errs.InvalidField, "%q is not a node id", ref).WithHint("nodes are numbered 1, 2, 3 … in each tree")
 	}
-	var n LoomNode
+	var n Node
 	ok, err := r.get(treeScope(t.ID), "n:"+ref, &n)
 	if err != nil {
 		return nil, err
@@ -471,7 +459,7 @@ func (r *loomRun) node(t *loomTree, ref string) (*LoomNode, error) {
 
 // refNode resolves the command's first node reference, or the caller's
 // position when there is none.
-func (r *loomRun) refNode(c *LoomCommand, t *loomTree) (*LoomNode, error) {
+func (r *loomRun) refNode(c *Command, t *loomTree) (*Node, error) {
 	ref := ""
 	if len(c.Refs) > 0 {
 		ref = c.Refs[0]
@@ -488,7 +476,7 @@ func (r *loomRun) refNode(c *LoomCommand, t *loomTree) (*LoomNode, error) {
 	return r.node(t, ref)
 }
 
-func (r *loomRun) children(t *loomTree, id int64) ([]LoomNode, error) {
+func (r *loomRun) children(t *loomTree, id int64) ([]Node, error) {
 	raws, err := r.probe(treeScope(t.ID), "c:"+strconv.FormatInt(id, 10)+":", 1000)
 	if err != nil {
 		return nil, err
@@ -505,9 +493,9 @@ func (r *loomRun) children(t *loomTree, id int64) ([]LoomNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]LoomNode, 0, len(keys))
+	out := make([]Node, 0, len(keys))
 	for _, k := range keys {
-		var n LoomNode
+		var n Node
 		if json.Unmarshal(got[k], &n) == nil {
 			out = append(out, n)
 		}
@@ -516,58 +504,61 @@ func (r *loomRun) children(t *loomTree, id int64) ([]LoomNode, error) {
 }
 
 // ancestors returns the path from the root to n (inclusive), by one
-// recursive query over primary keys.
-func (r *loomRun) ancestors(t *loomTree, n *LoomNode) ([]LoomNode, error) {
-	rows, err := r.q.Query(r.ctx, `WITH RECURSIVE up(v, d) AS (
-			SELECT value, 0 FROM state WHERE room_id = $1 AND scope = $2 AND key = $3
-			UNION ALL
-			SELECT s.value, up.d + 1 FROM up JOIN state s
-			  ON s.room_id = $1 AND s.scope = $2 AND s.key = 'n:' || (up.v->>'parent')
-			WHERE (up.v->>'parent') IS NOT NULL AND up.d < 100000)
-		SELECT v FROM up ORDER BY d DESC`, r.room, treeScope(t.ID), "n:"+strconv.FormatInt(n.ID, 10))
+// bounded walk over primary keys.
+func (r *loomRun) ancestors(t *loomTree, n *Node) ([]Node, error) {
+	raws, err := r.tx.Chain(substrate.ChainQuery{Scope: treeScope(t.ID), Start: "n:" + strconv.FormatInt(n.ID, 10),
+		Prefix: "n:", Field: "parent"})
 	if err != nil {
 		return nil, err
 	}
-	return scanNodes(rows)
+	slices.Reverse(raws)
+	return decodeNodes(raws)
 }
 
-// scanNodes reads rows of one node value each.
-func scanNodes(rows pgx.Rows) ([]LoomNode, error) {
-	defer rows.Close()
-	var out []LoomNode
-	for rows.Next() {
-		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
-			return nil, err
-		}
-		var x LoomNode
+// decodeNodes reads one node from each value.
+func decodeNodes(raws []json.RawMessage) ([]Node, error) {
+	out := make([]Node, 0, len(raws))
+	for _, raw := range raws {
+		var x Node
 		if err := json.Unmarshal(raw, &x); err != nil {
 			return nil, err
 		}
 		out = append(out, x)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // descend follows first children from n to the head of its line.
-func (r *loomRun) descend(t *loomTree, n *LoomNode, limit int) ([]LoomNode, error) {
-	rows, err := r.q.Query(r.ctx, `WITH RECURSIVE down(id, d) AS (
-			SELECT $3::bigint, 0
-			UNION ALL
-			SELECT (s.value->>'id')::bigint, down.d + 1 FROM down JOIN state s
-			  ON s.room_id = $1 AND s.scope = $2 AND s.key = 'c:' || down.id || ':1'
-			WHERE down.d < $4)
-		SELECT n.value FROM down JOIN state n ON n.room_id = $1 AND n.scope = $2 AND n.key = 'n:' || down.id
-		WHERE down.d > 0 ORDER BY down.d`, r.room, treeScope(t.ID), n.ID, limit)
+func (r *loomRun) descend(t *loomTree, n *Node, limit int) ([]Node, error) {
+	links, err := r.tx.Chain(substrate.ChainQuery{Scope: treeScope(t.ID), Start: "c:" + strconv.FormatInt(n.ID, 10) + ":1",
+		Prefix: "c:", Field: "id", Suffix: ":1", Max: limit})
+	if err != nil || len(links) == 0 {
+		return nil, err
+	}
+	keys := make([]string, len(links))
+	for i, raw := range links {
+		var c struct {
+			ID int64 `json:"id"`
+		}
+		_ = json.Unmarshal(raw, &c)
+		keys[i] = "n:" + strconv.FormatInt(c.ID, 10)
+	}
+	got, err := r.getMany(treeScope(t.ID), keys)
 	if err != nil {
 		return nil, err
 	}
-	return scanNodes(rows)
+	raws := make([]json.RawMessage, 0, len(keys))
+	for _, k := range keys {
+		if v, ok := got[k]; ok {
+			raws = append(raws, v)
+		}
+	}
+	return decodeNodes(raws)
 }
 
 // branchStart finds the node that starts branch "p.k" (or the node itself
 // for a plain id): the k-th child of p.
-func (r *loomRun) branchStart(t *loomTree, ref string) (*LoomNode, error) {
+func (r *loomRun) branchStart(t *loomTree, ref string) (*Node, error) {
 	p, k, ok := strings.Cut(ref, ".")
 	if !ok {
 		return r.node(t, ref)
@@ -588,7 +579,7 @@ func (r *loomRun) branchStart(t *loomTree, ref string) (*LoomNode, error) {
 
 // branchHead is the last node of a branch: its start, then first
 // children down.
-func (r *loomRun) branchHead(t *loomTree, ref string) (*LoomNode, error) {
+func (r *loomRun) branchHead(t *loomTree, ref string) (*Node, error) {
 	start, err := r.branchStart(t, ref)
 	if err != nil {
 		return nil, err
@@ -604,8 +595,8 @@ func (r *loomRun) branchHead(t *loomTree, ref string) (*LoomNode, error) {
 }
 
 // position computes the ambient metadata at node n.
-func (r *loomRun) position(t *loomTree, n *LoomNode) (*LoomPosition, error) {
-	ps := &LoomPosition{Tree: t.ID, TreeName: t.Name, Node: n.ID, Depth: n.Depth, Branch: n.Branch}
+func (r *loomRun) position(t *loomTree, n *Node) (*Position, error) {
+	ps := &Position{Tree: t.ID, TreeName: t.Name, Node: n.ID, Depth: n.Depth, Branch: n.Branch}
 	var err error
 	if n.Parent > 0 {
 		if ps.Siblings, err = r.count(treeScope(t.ID), "c:"+strconv.FormatInt(n.Parent, 10)+":"); err != nil {
@@ -632,43 +623,32 @@ func (r *loomRun) position(t *loomTree, n *LoomNode) (*LoomPosition, error) {
 }
 
 // presence lists the others active in tree t: the _loom.live scope holds
-// only a few mutable entries, so it is read whole.
-func (r *loomRun) presence(t *loomTree) ([]LoomPresence, error) {
-	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2
-		AND (timer_expires_at IS NULL OR timer_expires_at > $3)`, r.room, scopeLoomLive, r.now)
+// only a few mutable entries.
+func (r *loomRun) presence(t *loomTree) ([]Presence, error) {
+	kvs, err := r.tx.List(substrate.ListQuery{Scope: scopeLoomLive, Prefix: "at:" + strconv.FormatInt(t.ID, 10) + ":"})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	prefix := "at:" + strconv.FormatInt(t.ID, 10) + ":"
-	var out []LoomPresence
-	for rows.Next() {
-		var k string
-		var v []byte
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, err
-		}
-		if !strings.HasPrefix(k, prefix) {
-			continue
-		}
-		var pr LoomPresence
-		if json.Unmarshal(v, &pr) != nil || pr.Actor == r.actor || r.now.Sub(pr.At) > r.s.loomOpt.PresenceWindow {
+	var out []Presence
+	for _, kv := range kvs {
+		var pr Presence
+		if json.Unmarshal(kv.Value, &pr) != nil || pr.Actor == r.actor || r.now.Sub(pr.At) > r.l.opt.PresenceWindow {
 			continue
 		}
 		out = append(out, pr)
 	}
-	slices.SortFunc(out, func(a, b LoomPresence) int { return strings.Compare(a.Actor, b.Actor) })
-	return out, rows.Err()
+	slices.SortFunc(out, func(a, b Presence) int { return strings.Compare(a.Actor, b.Actor) })
+	return out, nil
 }
 
 // moveTo records that the caller is now at node n of tree t.
-func (r *loomRun) moveTo(t *loomTree, n *LoomNode) {
+func (r *loomRun) moveTo(t *loomTree, n *Node) {
 	r.newPos = &loomPos{Tree: t.ID, Node: n.ID}
-	if r.m == nil {
+	if !r.tx.Writes() {
 		return
 	}
 	r.putTimed(scopeLoomLive, "at:"+strconv.FormatInt(t.ID, 10)+":"+r.actor,
-		LoomPresence{Actor: r.actor, Kind: r.kind, Branch: n.Branch, Node: n.ID, At: r.now}, r.s.loomOpt.PresenceWindow)
+		Presence{Actor: r.actor, Kind: r.kind, Branch: n.Branch, Node: n.ID, At: r.now}, r.l.opt.PresenceWindow)
 }
 
 // lease takes (or extends) the caller's turn on branch b of tree t, or
@@ -686,13 +666,13 @@ func (r *loomRun) lease(t *loomTree, b string) error {
 			WithHint("wait for them to yield, or write elsewhere: → branch from <node> starts a branch of your own").
 			With("holder", l.Holder).With("until", l.Until.UTC()).With("branch", b)
 	}
-	r.putTimed(scopeLoomLive, key, loomLease{Holder: r.actor, Until: r.now.Add(r.s.loomOpt.LeaseTTL)}, r.s.loomOpt.LeaseTTL)
+	r.putTimed(scopeLoomLive, key, loomLease{Holder: r.actor, Until: r.now.Add(r.l.opt.LeaseTTL)}, r.l.opt.LeaseTTL)
 	return nil
 }
 
 // addNode creates a child of parent (nil: a root) in tree t and returns
 // it. The caller's turn on the branch is taken first.
-func (r *loomRun) addNode(t *loomTree, parent *LoomNode, n LoomNode) (*LoomNode, error) {
+func (r *loomRun) addNode(t *loomTree, parent *Node, n Node) (*Node, error) {
 	n.ID = t.Next
 	n.At = r.now
 	if n.Edge == "" {
@@ -749,7 +729,7 @@ func (r *loomRun) loadCaller() error {
 	if r.perms, r.kind, err = loomPermsOf(r.p, row); err != nil {
 		return err
 	}
-	if r.p.Kind == KindAgent {
+	if r.p.Kind == substrate.KindAgent {
 		if _, err := r.get(r.p.AgentID, "loom:pos", &r.pos); err != nil {
 			return err
 		}
@@ -760,13 +740,13 @@ func (r *loomRun) loadCaller() error {
 // loomPermsOf is p's loom permissions and kind (human or model), from its
 // perm record (→ permit) read with row. The → commands and every other
 // read path (loomReadRule) decide with it, so they cannot disagree.
-func loomPermsOf(p *Principal, row RowFunc) (perms []string, kind string, err error) {
+func loomPermsOf(p *substrate.Principal, row substrate.RowFunc) (perms []string, kind string, err error) {
 	switch {
-	case p.Kind == KindRoom:
-		return LoomPermissions, "human", nil
-	case p.ReadOnly() && p.readsAs != "":
+	case p.Kind == substrate.KindRoom:
+		return Permissions, "human", nil
+	case p.ReadOnly() && p.ReadsAs() != "":
 		// Read-only for an agent (ReadOnlyOf): its permissions that read.
-		agent, _, err := loomPermsOf(&Principal{Kind: KindAgent, RoomID: p.RoomID, AgentID: p.readsAs}, row)
+		agent, _, err := loomPermsOf(&substrate.Principal{Kind: substrate.KindAgent, RoomID: p.RoomID, AgentID: p.ReadsAs()}, row)
 		if err != nil {
 			return nil, "", err
 		}
@@ -799,9 +779,9 @@ func loomPermsOf(p *Principal, row RowFunc) (perms []string, kind string, err er
 	// Room authority ("*", which an owner's embodied agent has) may do
 	// everything; what writes is still an agent, a model unless marked
 	// a person with → permit <agent> human or driven by one from the
-	// web pages (Principal.Person).
+	// web pages (substrate.Principal.Person).
 	if p.Admin() {
-		perms = LoomPermissions
+		perms = Permissions
 	}
 	return perms, kind, nil
 }
@@ -813,14 +793,14 @@ func loomPermsOf(p *Principal, row RowFunc) (perms []string, kind string, err er
 // models' thinking; other agents, view links and observers do not.
 type loomReadRule struct{}
 
-func (loomReadRule) Reader(p *Principal, row RowFunc) (Reader, error) {
+func (loomReadRule) Reader(p *substrate.Principal, row substrate.RowFunc) (substrate.Reader, error) {
 	perms, _, err := loomPermsOf(p, row)
 	if err != nil {
-		return Reader{}, err
+		return substrate.Reader{}, err
 	}
 	aware, docs := slices.Contains(perms, PermAware), slices.Contains(perms, PermDocRead)
-	thinker := func(scope string) bool { return p.Admin() || (p.Kind == KindAgent && p.AgentID == scope) }
-	return Reader{
+	thinker := func(scope string) bool { return p.Admin() || (p.Kind == substrate.KindAgent && p.AgentID == scope) }
+	return substrate.Reader{
 		Sees: func(scope, key string) bool {
 			switch {
 			case scope == scopeLoomDoc:
@@ -838,7 +818,33 @@ func (loomReadRule) Reader(p *Principal, row RowFunc) (Reader, error) {
 			}
 			return []string{thoughtPrefix}
 		},
+		Refusal: refusal,
 	}, nil
+}
+
+// refusal says, in the loom's words, why a read its rule refused is
+// refused.
+func refusal(scope, key string) error {
+	switch {
+	case key != "" && !strings.HasPrefix(scope, "_") && isThought(key):
+		return errs.New(errs.ScopeDenied, "%s/%s is %s's thinking (→ think), which only %s and room authority read", scope, key, scope, scope).
+			WithHint("read the agent's other entries, or ask the room's owner")
+	case scope == scopeLoomDoc:
+		return errs.New(errs.ScopeDenied, "scope %q holds the loom's documents, which this reader may not read (%s is not enabled)", scope, PermDocRead).
+			With("permission", PermDocRead).WithHint("ask the room's owner: → permit <agent> %s", PermDocRead)
+	case isLoomScope(scope):
+		return errs.New(errs.ScopeDenied, "scope %q belongs to the loom, which this reader may not see (%s is not enabled)", scope, PermAware).
+			With("permission", PermAware).WithHint("ask the room's owner: → permit <agent> %s", PermAware)
+	}
+	return nil
+}
+
+// The loom's scopes and read rule are the core's to enforce on every
+// surface from the moment a binary can write them (it imports this
+// package).
+func init() {
+	substrate.RegisterScopes(substrate.Scopes{Name: scopeLoom, SubscopesApart: true})
+	substrate.RegisterReadRule(loomReadRule{})
 }
 
 // thoughtPrefix starts the keys of → think entries in the thinker's scope.
@@ -851,26 +857,26 @@ func IsThought(scope, key string) bool {
 	return !strings.HasPrefix(scope, "_") && isThought(key)
 }
 
-// Loom runs one or more → command lines (seed 002) as p in roomID. Each
+// Run runs one or more → command lines (seed 002) as p in roomID. Each
 // command is its own mutation (or, for a read-only credential, its own
 // read): a failing command changes nothing and is recorded in the caller's
 // trace, and the commands after it still run. When every command fails,
 // the first failure is returned as the error (so REST answers with its
 // status and MCP with isError); otherwise the result lists each step.
-func (s *Service) Loom(ctx context.Context, p *Principal, roomID, text string) (*LoomResult, error) {
-	if err := s.requireRoom(ctx, p, roomID); err != nil {
+func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text string) (*Result, error) {
+	if err := l.svc.RequireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	cmds, perr := ParseLoom(text)
-	res := &LoomResult{}
+	cmds, perr := Parse(text)
+	res := &Result{}
 	var firstErr error
 	var texts []string
 	onboard := ""
-	record := func(st LoomStep, err error) {
+	record := func(st Step, err error) {
 		if err != nil {
 			e := errs.From(err)
 			if e.Code == errs.Internal || e.Code == errs.Unavailable {
-				s.log.Error("loom command failed", "room", roomID, "err", err)
+				l.log.Error("loom command failed", "room", roomID, "err", err)
 			}
 			st.OK, st.Error, st.Text = false, e.Code, e.Message
 			if e.Hint != "" {
@@ -885,7 +891,7 @@ func (s *Service) Loom(ctx context.Context, p *Principal, roomID, text string) (
 		texts = append(texts, "→ "+st.Command+"\n"+st.Text)
 	}
 	for _, c := range cmds {
-		st, pos, ob, err := s.loomStep(ctx, p, roomID, c)
+		st, pos, ob, err := l.step(ctx, p, roomID, c)
 		if ob != "" && onboard == "" {
 			onboard = ob
 		}
@@ -900,8 +906,8 @@ func (s *Service) Loom(ctx context.Context, p *Principal, roomID, text string) (
 		if errors.As(perr, &e) {
 			line = fmt.Sprint(e.Details["nearest"])
 		}
-		s.loomTraceError(ctx, p, roomID, line, perr)
-		record(LoomStep{Command: line, Verb: "parse"}, perr)
+		l.traceError(ctx, p, roomID, line, perr)
+		record(Step{Command: line, Verb: "parse"}, perr)
 	}
 	if res.Errors == len(res.Steps) && firstErr != nil {
 		e := errs.From(firstErr)
@@ -924,28 +930,28 @@ func (s *Service) Loom(ctx context.Context, p *Principal, roomID, text string) (
 var loomWrites = map[string]bool{"add": true, "branch": true, "annotate": true, "link": true, "edit": true, "write": true,
 	"new": true, "fulfil": true, "yield": true, "bookmark": true, "permit": true, "deny": true, "continue": true}
 
-func (s *Service) loomStep(ctx context.Context, p *Principal, roomID string, c *LoomCommand) (st LoomStep, pos *LoomPosition, onboard string, err error) {
-	if c.Verb == "continue" && s.loomOpt.GeneratorURL != "" {
-		st, pos, onboard, err = s.loomContinue(ctx, p, roomID, c)
+func (l *Loom) step(ctx context.Context, p *substrate.Principal, roomID string, c *Command) (st Step, pos *Position, onboard string, err error) {
+	if c.Verb == "continue" && l.opt.GeneratorURL != "" {
+		st, pos, onboard, err = l.continueGen(ctx, p, roomID, c)
 	} else {
-		st, pos, onboard, err = s.loomExec(ctx, p, roomID, c, nil)
+		st, pos, onboard, err = l.exec(ctx, p, roomID, c, nil)
 	}
 	if err != nil {
-		s.loomTraceError(ctx, p, roomID, c.Line, err)
+		l.traceError(ctx, p, roomID, c.Line, err)
 	}
 	return st, pos, onboard, err
 }
 
-// loomExec runs c on one connection: a mutation for agents (whose every
+// exec runs c on one connection: a mutation for agents (whose every
 // command lands in their trace) and for writes, a read transaction
 // otherwise. gen, when set, are generated texts for a continue.
-func (s *Service) loomExec(ctx context.Context, p *Principal, roomID string, c *LoomCommand, gen []string) (st LoomStep, pos *LoomPosition, onboard string, err error) {
-	st = LoomStep{Command: c.Line, Verb: c.Verb, OK: true}
+func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, c *Command, gen []string) (st Step, pos *Position, onboard string, err error) {
+	st = Step{Command: c.Line, Verb: c.Verb, OK: true}
 	body := func(r *loomRun) error {
 		if err := r.loadCaller(); err != nil {
 			return err
 		}
-		if r.p.Kind == KindAgent && r.m != nil {
+		if r.p.Kind == substrate.KindAgent && r.tx.Writes() {
 			var seen bool
 			if ok, err := r.get(r.p.AgentID, "loom:onboarded", &seen); err != nil {
 				return err
@@ -974,25 +980,21 @@ func (s *Service) loomExec(ctx context.Context, p *Principal, roomID string, c *
 					}
 				}
 			}
-			if np != nil && r.p.Kind == KindAgent && *np != r.pos {
+			if np != nil && r.p.Kind == substrate.KindAgent && *np != r.pos {
 				r.put(r.p.AgentID, "loom:pos", np)
 			}
 		}
 		return nil
 	}
-	write := p.Kind == KindAgent || (loomWrites[c.Verb] && !p.ReadOnly())
+	write := p.Kind == substrate.KindAgent || (loomWrites[c.Verb] && !p.ReadOnly())
 	if !write {
-		err = s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-			r := &loomRun{s: s, ctx: ctx, q: tx, p: p, room: roomID, actor: p.Actor()}
-			if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&r.now); err != nil {
-				return err
-			}
-			return body(r)
+		err = l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
+			return body(&loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()})
 		})
 		return st, pos, onboard, err
 	}
-	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
-		r := &loomRun{s: s, ctx: m.ctx, q: m.tx, m: m, p: m.p, room: roomID, now: m.now, actor: m.actor}
+	_, err = l.svc.MutateRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
+		r := &loomRun{l: l, tx: tx, p: tx.Principal(), room: roomID, now: tx.Now(), actor: tx.Actor()}
 		if err := body(r); err != nil {
 			return err
 		}
@@ -1000,14 +1002,13 @@ func (s *Service) loomExec(ctx context.Context, p *Principal, roomID string, c *
 		if line == "" {
 			line = c.Line
 		}
-		if r.p.Kind == KindAgent {
+		if r.p.Kind == substrate.KindAgent {
 			r.appendEntry(r.p.AgentID, "loom:t:"+r.uniq(), map[string]any{"line": line, "at": r.now})
 		}
-		written, audit, err := s.applyOps(m, r.ops, "loom")
+		audit, err := tx.Apply(r.ops, "loom")
 		if err != nil {
 			return err
 		}
-		_ = written
 		for _, a := range audit {
 			// Operational memory is the agent's alone: the audit log
 			// records that it changed, not what it holds.
@@ -1015,31 +1016,29 @@ func (s *Service) loomExec(ctx context.Context, p *Principal, roomID string, c *
 				delete(a, "value")
 			}
 		}
-		m.audit = map[string]any{"kind": "loom", "command": c.Verb, "writes": audit}
+		tx.Audit(map[string]any{"kind": "loom", "command": c.Verb, "writes": audit})
 		return nil
 	})
 	return st, pos, onboard, err
 }
 
-// loomTraceError appends a failed command to the agent's trace.
-func (s *Service) loomTraceError(ctx context.Context, p *Principal, roomID, line string, err error) {
-	if p == nil || p.Kind != KindAgent {
+// traceError appends a failed command to the agent's trace.
+func (l *Loom) traceError(ctx context.Context, p *substrate.Principal, roomID, line string, err error) {
+	if p == nil || p.Kind != substrate.KindAgent {
 		return
 	}
 	msg := errs.From(err).Message
-	_, terr := s.mutate(ctx, p, roomID, func(m *mutation) error {
-		r := &loomRun{s: s, m: m, now: m.now}
-		raw, _ := json.Marshal(map[string]any{"line": line, "error": msg, "at": m.now})
-		_, audit, err := s.applyOps(m, []op{{Scope: p.AgentID, Key: "loom:t:" + r.uniq(), Value: raw, Append: true}}, "loom")
+	_, terr := l.svc.MutateRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
+		r := &loomRun{l: l, tx: tx, now: tx.Now()}
+		raw, _ := json.Marshal(map[string]any{"line": line, "error": msg, "at": tx.Now()})
+		audit, err := tx.Apply([]substrate.Op{{Scope: p.AgentID, Key: "loom:t:" + r.uniq(), Value: raw, Append: true}}, "loom")
 		for _, a := range audit {
 			delete(a, "value")
 		}
-		m.audit = map[string]any{"kind": "loom", "command": "error", "writes": audit}
+		tx.Audit(map[string]any{"kind": "loom", "command": "error", "writes": audit})
 		return err
 	})
 	if terr != nil {
-		s.log.Warn("loom trace of an error failed", "room", roomID, "err", terr)
+		l.log.Warn("loom trace of an error failed", "room", roomID, "err", terr)
 	}
 }
-
-func loomOpts(o LoomOptions) LoomOptions { o.fill(); return o }

@@ -1,4 +1,4 @@
-package substrate
+package loom
 
 import (
 	"bytes"
@@ -11,8 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -26,7 +25,7 @@ type loomPin struct {
 	Tree int64  `json:"tree,omitempty"`
 }
 
-func (r *loomRun) think(c *LoomCommand) (string, error) {
+func (r *loomRun) think(c *Command) (string, error) {
 	if err := r.agent(); err != nil {
 		return "", err
 	}
@@ -51,24 +50,18 @@ type traceLine struct {
 
 // trace reads the agent's newest n trace lines, oldest first.
 func (r *loomRun) traceLines(n int) ([]traceLine, error) {
-	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND sort_key IS NOT NULL
-		AND left(key, 7) = 'loom:t:' ORDER BY sort_key DESC LIMIT $3`, r.room, r.p.AgentID, n)
+	kvs, err := r.tx.List(substrate.ListQuery{Scope: r.p.AgentID, Prefix: "loom:t:", Appended: true, Limit: n})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []traceLine
-	for rows.Next() {
-		var tl traceLine
-		var v []byte
-		if err := rows.Scan(&tl.Key, &v); err != nil {
-			return nil, err
-		}
-		_ = json.Unmarshal(v, &tl)
+	out := make([]traceLine, 0, len(kvs))
+	for _, kv := range kvs {
+		tl := traceLine{Key: kv.Key}
+		_ = json.Unmarshal(kv.Value, &tl)
 		out = append(out, tl)
 	}
 	slices.Reverse(out)
-	return out, rows.Err()
+	return out, nil
 }
 
 func (tl traceLine) String() string {
@@ -80,20 +73,14 @@ func (tl traceLine) String() string {
 }
 
 func (r *loomRun) stashes() (map[string]string, []string, error) {
-	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND sort_key IS NULL
-		AND left(key, 11) = 'loom:stash:'`, r.room, r.p.AgentID)
+	kvs, err := r.tx.List(substrate.ListQuery{Scope: r.p.AgentID, Prefix: "loom:stash:"})
 	if err != nil {
 		return nil, nil, err
 	}
-	defer rows.Close()
 	m := map[string]string{}
 	var labels []string
-	for rows.Next() {
-		var k string
-		var v []byte
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, nil, err
-		}
+	for _, kv := range kvs {
+		k, v := kv.Key, kv.Value
 		var s struct {
 			Content string `json:"content"`
 		}
@@ -103,7 +90,7 @@ func (r *loomRun) stashes() (map[string]string, []string, error) {
 		labels = append(labels, l)
 	}
 	slices.Sort(labels)
-	return m, labels, rows.Err()
+	return m, labels, nil
 }
 
 func (r *loomRun) pins() ([]loomPin, error) {
@@ -114,7 +101,7 @@ func (r *loomRun) pins() ([]loomPin, error) {
 	return p.Items, err
 }
 
-func (r *loomRun) memoryOp(c *LoomCommand) (string, error) {
+func (r *loomRun) memoryOp(c *Command) (string, error) {
 	switch c.Verb {
 	case "pin":
 		pins, err := r.pins()
@@ -182,7 +169,7 @@ func (r *loomRun) memoryOp(c *LoomCommand) (string, error) {
 			}
 			var parts []string
 			for _, k := range keys {
-				var n LoomNode
+				var n Node
 				if json.Unmarshal(got[k], &n) == nil {
 					parts = append(parts, fmt.Sprintf("%d: %s", n.ID, clip(strings.ReplaceAll(n.Content, "\n", " "), 80, "")))
 				}
@@ -192,7 +179,7 @@ func (r *loomRun) memoryOp(c *LoomCommand) (string, error) {
 			return "", loomErr(errs.InvalidField, "stash needs content: a second quoted text, content-of:N or summary-of:A-B").
 				WithHint("usage: → %s", loomUsage["stash"]).With("nearest", "stash")
 		}
-		if err := validKey("loom:stash:"+label, 256); err != nil {
+		if err := substrate.ValidKey("loom:stash:"+label, 256); err != nil {
 			return "", err
 		}
 		r.put(r.p.AgentID, "loom:stash:"+label, map[string]any{"content": content, "at": r.now})
@@ -288,7 +275,7 @@ func (r *loomRun) memoryBlock() (string, error) {
 		for _, p := range pins {
 			line := "    " + p.Ref
 			if p.Tree > 0 {
-				var n LoomNode
+				var n Node
 				if ok, err := r.get(treeScope(p.Tree), "n:"+p.Ref, &n); err != nil {
 					return "", err
 				} else if ok {
@@ -325,7 +312,7 @@ func (r *loomRun) memoryBlock() (string, error) {
 	return strings.Join(out, "\n"), nil
 }
 
-func (r *loomRun) drop(c *LoomCommand) (string, error) {
+func (r *loomRun) drop(c *Command) (string, error) {
 	if v, ok := c.opt("stash"); ok {
 		var s json.RawMessage
 		if ok, err := r.get(r.p.AgentID, "loom:stash:"+v, &s); err != nil {
@@ -396,27 +383,27 @@ type loomGenRequest struct {
 	At     time.Time `json:"at"`
 }
 
-func (r *loomRun) genParams(c *LoomCommand) (n, tokens int) {
-	n, tokens = 1, r.s.loomOpt.MaxTokens
+func (r *loomRun) genParams(c *Command) (n, tokens int) {
+	n, tokens = 1, r.l.opt.MaxTokens
 	if v, err := strconv.Atoi(c.Opts["n"]); err == nil && v > 0 {
-		n = min(v, r.s.loomOpt.MaxN)
+		n = min(v, r.l.opt.MaxN)
 	}
 	if v, err := strconv.Atoi(c.Opts["tokens"]); err == nil && v > 0 {
-		tokens = min(v, r.s.loomOpt.MaxTokens)
+		tokens = min(v, r.l.opt.MaxTokens)
 	}
 	return n, tokens
 }
 
-func (r *loomRun) continueOp(c *LoomCommand, t *loomTree, gen []string) (string, error) {
+func (r *loomRun) continueOp(c *Command, t *loomTree, gen []string) (string, error) {
 	parent, err := r.refNode(c, t)
 	if err != nil {
 		return "", err
 	}
 	if gen != nil {
 		var ids []string
-		var last *LoomNode
+		var last *Node
 		for _, text := range gen {
-			n, err := r.addNode(t, parent, LoomNode{Content: text, By: "gen:" + r.s.loomOpt.GeneratorModel, Model: true, For: r.actor})
+			n, err := r.addNode(t, parent, Node{Content: text, By: "gen:" + r.l.opt.GeneratorModel, Model: true, For: r.actor})
 			if err != nil {
 				return "", err
 			}
@@ -447,7 +434,7 @@ func (r *loomRun) continueOp(c *LoomCommand, t *loomTree, gen []string) (string,
 		req.ID, n, parent.ID, tokens, req.ID, key), nil
 }
 
-func (r *loomRun) fulfil(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) fulfil(c *Command, t *loomTree) (string, error) {
 	if len(c.Refs) == 0 || !strings.HasPrefix(c.Refs[0], "g") {
 		return "", loomErr(errs.InvalidField, "fulfil needs a request id like g12").WithHint("→ requests lists the open ones").With("nearest", "fulfil")
 	}
@@ -475,7 +462,7 @@ func (r *loomRun) fulfil(c *LoomCommand, t *loomTree) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	n, err := r.addNode(t, parent, LoomNode{Content: text, By: r.actor, Model: true, For: req.By})
+	n, err := r.addNode(t, parent, Node{Content: text, By: r.actor, Model: true, For: req.By})
 	if err != nil {
 		return "", err
 	}
@@ -492,39 +479,31 @@ func (r *loomRun) requests() (string, error) {
 	if err := r.need(PermAware); err != nil {
 		return "", err
 	}
-	rows, err := r.q.Query(r.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = $2 AND left(key, 4) = 'gen:' ORDER BY key`, r.room, scopeLoom)
+	kvs, err := r.tx.List(substrate.ListQuery{Scope: scopeLoom, Prefix: "gen:"})
 	if err != nil {
 		return "", err
 	}
-	defer rows.Close()
 	var out []string
-	for rows.Next() {
-		var v []byte
-		if err := rows.Scan(&v); err != nil {
-			return "", err
-		}
+	for _, kv := range kvs {
 		var q loomGenRequest
-		_ = json.Unmarshal(v, &q)
+		_ = json.Unmarshal(kv.Value, &q)
 		out = append(out, fmt.Sprintf("g%d: %d of %d continuations of node %d in tree %d (≤%d tokens), asked by %s", q.ID, q.Done, q.N, q.Node, q.Tree, q.Tokens, q.By))
 	}
 	if len(out) == 0 {
-		return "no open generation requests", rows.Err()
+		return "no open generation requests", nil
 	}
-	return strings.Join(out, "\n"), rows.Err()
+	return strings.Join(out, "\n"), nil
 }
 
-// loomContinue runs continue against the configured generator: read the
+// continueGen runs continue against the configured generator: read the
 // prompt (the path to the node) on one connection, release it, call the
 // generator, then write the continuations in a mutation that checks the
 // permission and the branch's turn again.
-func (s *Service) loomContinue(ctx context.Context, p *Principal, roomID string, c *LoomCommand) (LoomStep, *LoomPosition, string, error) {
+func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID string, c *Command) (Step, *Position, string, error) {
 	var prompt string
 	var n, tokens int
-	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		r := &loomRun{s: s, ctx: ctx, q: tx, p: p, room: roomID, actor: p.Actor()}
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&r.now); err != nil {
-			return err
-		}
+	err := l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
+		r := &loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()}
 		if err := r.loadCaller(); err != nil {
 			return err
 		}
@@ -558,18 +537,18 @@ func (s *Service) loomContinue(ctx context.Context, p *Principal, roomID string,
 		return nil
 	})
 	if err != nil {
-		return LoomStep{Command: c.Line, Verb: c.Verb}, nil, "", err
+		return Step{Command: c.Line, Verb: c.Verb}, nil, "", err
 	}
-	texts, err := s.generate(ctx, prompt, n, tokens)
+	texts, err := l.generate(ctx, prompt, n, tokens)
 	if err != nil {
-		return LoomStep{Command: c.Line, Verb: c.Verb}, nil, "", err
+		return Step{Command: c.Line, Verb: c.Verb}, nil, "", err
 	}
-	return s.loomExec(ctx, p, roomID, c, texts)
+	return l.exec(ctx, p, roomID, c, texts)
 }
 
 // generate calls the OpenAI-compatible completions endpoint.
-func (s *Service) generate(ctx context.Context, prompt string, n, tokens int) ([]string, error) {
-	o := s.loomOpt
+func (l *Loom) generate(ctx context.Context, prompt string, n, tokens int) ([]string, error) {
+	o := l.opt
 	ctx, cancel := context.WithTimeout(ctx, o.GeneratorTimeout)
 	defer cancel()
 	body, _ := json.Marshal(map[string]any{"model": o.GeneratorModel, "prompt": prompt, "max_tokens": tokens, "n": n})

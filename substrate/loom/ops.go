@@ -1,4 +1,4 @@
-package substrate
+package loom
 
 import (
 	"encoding/json"
@@ -9,11 +9,12 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // exec runs one command and returns its text.
-func (r *loomRun) exec(c *LoomCommand, gen []string) (string, error) {
+func (r *loomRun) exec(c *Command, gen []string) (string, error) {
 	switch c.Verb {
 	case "help":
 		return loomHelp(c), nil
@@ -94,14 +95,14 @@ func (r *loomRun) exec(c *LoomCommand, gen []string) (string, error) {
 }
 
 // firstText is the command's first quoted text, or an error naming usage.
-func firstText(c *LoomCommand, what string) (string, error) {
+func firstText(c *Command, what string) (string, error) {
 	if len(c.Texts) == 0 || strings.TrimSpace(c.Texts[0]) == "" {
 		return "", loomErr(errs.InvalidField, "%s needs %s in quotes", c.Verb, what).WithHint("usage: → %s", loomUsage[c.Verb]).With("nearest", c.Verb)
 	}
 	return c.Texts[0], nil
 }
 
-func (r *loomRun) newTree(c *LoomCommand) (string, error) {
+func (r *loomRun) newTree(c *Command) (string, error) {
 	if err := r.needWrite(PermWrite); err != nil {
 		return "", err
 	}
@@ -125,7 +126,7 @@ func (r *loomRun) newTree(c *LoomCommand) (string, error) {
 	if len(c.Texts) > 1 {
 		root = c.Texts[1]
 	}
-	n, err := r.addNode(t, nil, LoomNode{Content: root, By: r.actor, Model: r.kind == "model"})
+	n, err := r.addNode(t, nil, Node{Content: root, By: r.actor, Model: r.kind == "model"})
 	if err != nil {
 		return "", err
 	}
@@ -134,7 +135,7 @@ func (r *loomRun) newTree(c *LoomCommand) (string, error) {
 	return fmt.Sprintf("✓ planted tree %d %q; you are at its root, node 1", t.ID, name), nil
 }
 
-func (r *loomRun) add(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) add(c *Command, t *loomTree) (string, error) {
 	text, err := firstText(c, "the content")
 	if err != nil {
 		return "", err
@@ -143,7 +144,7 @@ func (r *loomRun) add(c *LoomCommand, t *loomTree) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	n, err := r.addNode(t, parent, LoomNode{Content: text, By: r.actor, Model: r.kind == "model", Edge: edgeOf(c)})
+	n, err := r.addNode(t, parent, Node{Content: text, By: r.actor, Model: r.kind == "model", Edge: edgeOf(c)})
 	if err != nil {
 		return "", err
 	}
@@ -151,7 +152,7 @@ func (r *loomRun) add(c *LoomCommand, t *loomTree) (string, error) {
 	return fmt.Sprintf("✓ node %d (child of %d, branch %s)", n.ID, parent.ID, n.Branch), nil
 }
 
-func edgeOf(c *LoomCommand) string {
+func edgeOf(c *Command) string {
 	for _, e := range []string{"context", "instruction"} {
 		if c.has(e) {
 			return e
@@ -162,7 +163,7 @@ func edgeOf(c *LoomCommand) string {
 
 // branch from N [as context|instruction] ["content"]: with content, a new
 // child of N; without, a move to N, whose next child starts a branch.
-func (r *loomRun) branch(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) branch(c *Command, t *loomTree) (string, error) {
 	parent, err := r.refNode(c, t)
 	if err != nil {
 		return "", err
@@ -178,7 +179,7 @@ func (r *loomRun) branch(c *LoomCommand, t *loomTree) (string, error) {
 		}
 		return fmt.Sprintf("✓ at node %d: your next → add or → continue starts branch %d.%d", parent.ID, parent.ID, k+1), nil
 	}
-	n, err := r.addNode(t, parent, LoomNode{Content: c.Texts[0], By: r.actor, Model: r.kind == "model", Edge: edgeOf(c)})
+	n, err := r.addNode(t, parent, Node{Content: c.Texts[0], By: r.actor, Model: r.kind == "model", Edge: edgeOf(c)})
 	if err != nil {
 		return "", err
 	}
@@ -186,7 +187,7 @@ func (r *loomRun) branch(c *LoomCommand, t *loomTree) (string, error) {
 	return fmt.Sprintf("✓ node %d (%s, child of %d, branch %s)", n.ID, n.Edge, parent.ID, n.Branch), nil
 }
 
-func (r *loomRun) edit(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) edit(c *Command, t *loomTree) (string, error) {
 	text, err := firstText(c, "the revised content")
 	if err != nil {
 		return "", err
@@ -195,7 +196,7 @@ func (r *loomRun) edit(c *LoomCommand, t *loomTree) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var parent *LoomNode
+	var parent *Node
 	if orig.Parent > 0 {
 		if parent, err = r.node(t, strconv.FormatInt(orig.Parent, 10)); err != nil {
 			return "", err
@@ -204,7 +205,7 @@ func (r *loomRun) edit(c *LoomCommand, t *loomTree) (string, error) {
 	if parent == nil {
 		return "", loomErr(errs.InvalidField, "the root cannot be edited").WithHint("plant a new tree, or → add below the root")
 	}
-	n, err := r.addNode(t, parent, LoomNode{Content: text, By: r.actor, Model: r.kind == "model", Edge: orig.Edge, EditedFrom: orig.ID})
+	n, err := r.addNode(t, parent, Node{Content: text, By: r.actor, Model: r.kind == "model", Edge: orig.Edge, EditedFrom: orig.ID})
 	if err != nil {
 		return "", err
 	}
@@ -212,7 +213,7 @@ func (r *loomRun) edit(c *LoomCommand, t *loomTree) (string, error) {
 	return fmt.Sprintf("✓ node %d edited from %d (branch %s); %d is unchanged", n.ID, orig.ID, n.Branch, orig.ID), nil
 }
 
-func (r *loomRun) annotate(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) annotate(c *Command, t *loomTree) (string, error) {
 	text, err := firstText(c, "the annotation")
 	if err != nil {
 		return "", err
@@ -230,7 +231,7 @@ func (r *loomRun) annotate(c *LoomCommand, t *loomTree) (string, error) {
 	return fmt.Sprintf("✓ annotation %d on node %d", k+1, n.ID), nil
 }
 
-func (r *loomRun) link(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) link(c *Command, t *loomTree) (string, error) {
 	src, err := r.refNode(c, t)
 	if err != nil {
 		return "", err
@@ -277,7 +278,7 @@ func (r *loomRun) link(c *LoomCommand, t *loomTree) (string, error) {
 	return fmt.Sprintf("✓ linked %d to %d", src.ID, dst.ID), nil
 }
 
-func (r *loomRun) bookmark(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) bookmark(c *Command, t *loomTree) (string, error) {
 	n, err := r.refNode(c, t)
 	if err != nil {
 		return "", err
@@ -291,19 +292,14 @@ func (r *loomRun) bookmark(c *LoomCommand, t *loomTree) (string, error) {
 }
 
 func (r *loomRun) bookmarks(t *loomTree) (string, error) {
-	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2`, r.room, scopeLoomLive)
+	prefix := fmt.Sprintf("bm:%d:", t.ID)
+	kvs, err := r.tx.List(substrate.ListQuery{Scope: scopeLoomLive, Prefix: prefix})
 	if err != nil {
 		return "", err
 	}
-	defer rows.Close()
-	prefix := fmt.Sprintf("bm:%d:", t.ID)
 	var lines []string
-	for rows.Next() {
-		var k string
-		var v []byte
-		if err := rows.Scan(&k, &v); err != nil {
-			return "", err
-		}
+	for _, kv := range kvs {
+		k, v := kv.Key, kv.Value
 		if after, ok := strings.CutPrefix(k, prefix); ok {
 			var b struct {
 				Node int64  `json:"node"`
@@ -315,37 +311,28 @@ func (r *loomRun) bookmarks(t *loomTree) (string, error) {
 	}
 	sort.Strings(lines)
 	if len(lines) == 0 {
-		return "no bookmarks in this tree. → bookmark 47 \"label\"", rows.Err()
+		return "no bookmarks in this tree. → bookmark 47 \"label\"", nil
 	}
-	return strings.Join(lines, "\n"), rows.Err()
+	return strings.Join(lines, "\n"), nil
 }
 
 func (r *loomRun) yield(t *loomTree) (string, error) {
-	if r.m == nil {
+	if !r.tx.Writes() {
 		return "nothing to yield", nil
 	}
-	rows, err := r.q.Query(r.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2
-		AND (timer_expires_at IS NULL OR timer_expires_at > $3)`, r.room, scopeLoomLive, r.now)
+	prefix := fmt.Sprintf("lease:%d:", t.ID)
+	kvs, err := r.tx.List(substrate.ListQuery{Scope: scopeLoomLive, Prefix: prefix})
 	if err != nil {
 		return "", err
 	}
-	defer rows.Close()
-	prefix := fmt.Sprintf("lease:%d:", t.ID)
 	var freed []string
-	for rows.Next() {
-		var k string
-		var v []byte
-		if err := rows.Scan(&k, &v); err != nil {
-			return "", err
-		}
+	for _, kv := range kvs {
+		k, v := kv.Key, kv.Value
 		var l loomLease
 		if strings.HasPrefix(k, prefix) && json.Unmarshal(v, &l) == nil && l.Holder == r.actor {
 			freed = append(freed, strings.TrimPrefix(k, prefix))
 			r.del(scopeLoomLive, k)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return "", err
 	}
 	if len(freed) == 0 {
 		return "you hold no turn in this tree", nil
@@ -354,8 +341,8 @@ func (r *loomRun) yield(t *loomTree) (string, error) {
 	return "✓ yielded branch " + strings.Join(freed, ", "), nil
 }
 
-func (r *loomRun) switchTo(c *LoomCommand, t *loomTree) (string, error) {
-	var n *LoomNode
+func (r *loomRun) switchTo(c *Command, t *loomTree) (string, error) {
+	var n *Node
 	var err error
 	ref := ""
 	if len(c.Refs) > 0 {
@@ -381,7 +368,7 @@ func (r *loomRun) switchTo(c *LoomCommand, t *loomTree) (string, error) {
 }
 
 // view N [summary|full|with-annotations|with-links] · view branch:B as:prose|as:nodes
-func (r *loomRun) view(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) view(c *Command, t *loomTree) (string, error) {
 	if b, ok := c.opt("branch"); ok {
 		return r.viewBranch(c, t, b)
 	}
@@ -417,7 +404,7 @@ func (r *loomRun) view(c *LoomCommand, t *loomTree) (string, error) {
 
 // renderNode: "#47 ← 46 · alice› · branch 8.2 · instruction" then the
 // content ("›" marks model-written content).
-func (r *loomRun) renderNode(n *LoomNode, mode string) string {
+func (r *loomRun) renderNode(n *Node, mode string) string {
 	head := fmt.Sprintf("#%d", n.ID)
 	if n.Parent > 0 {
 		head += fmt.Sprintf(" ← %d", n.Parent)
@@ -439,7 +426,7 @@ func (r *loomRun) renderNode(n *LoomNode, mode string) string {
 		content = clip(content, 160, "")
 	case "full":
 	default:
-		content = clip(content, r.s.loomOpt.ResultChars, fmt.Sprintf("→ view %d full", n.ID))
+		content = clip(content, r.l.opt.ResultChars, fmt.Sprintf("→ view %d full", n.ID))
 	}
 	return head + "\n" + content
 }
@@ -459,7 +446,7 @@ func clip(s string, n int, more string) string {
 	return out
 }
 
-func (r *loomRun) viewBranch(c *LoomCommand, t *loomTree, b string) (string, error) {
+func (r *loomRun) viewBranch(c *Command, t *loomTree, b string) (string, error) {
 	head, err := r.branchHead(t, b)
 	if err != nil {
 		return "", err
@@ -496,8 +483,8 @@ func (r *loomRun) viewBranch(c *LoomCommand, t *loomTree, b string) (string, err
 
 // fit keeps a long result to its last ResultChars characters unless the
 // command asked for full.
-func (r *loomRun) fit(s string, c *LoomCommand, items int) string {
-	lim := r.s.loomOpt.ResultChars
+func (r *loomRun) fit(s string, c *Command, items int) string {
+	lim := r.l.opt.ResultChars
 	if c.has("full") || utf8.RuneCountInString(s) <= lim {
 		return s
 	}
@@ -505,7 +492,7 @@ func (r *loomRun) fit(s string, c *LoomCommand, items int) string {
 	return fmt.Sprintf("… (%d earlier characters of %d nodes left out: → %s full)\n", len(rs)-lim, items, c.Line) + string(rs[len(rs)-lim:])
 }
 
-func (r *loomRun) list(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) list(c *Command, t *loomTree) (string, error) {
 	n, err := r.refNode(c, t)
 	if err != nil {
 		return "", err
@@ -532,7 +519,7 @@ func (r *loomRun) list(c *LoomCommand, t *loomTree) (string, error) {
 	}
 }
 
-func oneLine(n *LoomNode) string {
+func oneLine(n *Node) string {
 	who := n.By
 	if n.Model {
 		who += "›"
@@ -544,7 +531,7 @@ func oneLine(n *LoomNode) string {
 	return fmt.Sprintf("%d (branch %s, %s)%s %s", n.ID, n.Branch, who, extra, clip(strings.ReplaceAll(n.Content, "\n", " "), 80, ""))
 }
 
-func (r *loomRun) listAnnotations(t *loomTree, n *LoomNode) (string, error) {
+func (r *loomRun) listAnnotations(t *loomTree, n *Node) (string, error) {
 	raws, err := r.probe(treeScope(t.ID), fmt.Sprintf("a:%d:", n.ID), 200)
 	if err != nil {
 		return "", err
@@ -561,7 +548,7 @@ func (r *loomRun) listAnnotations(t *loomTree, n *LoomNode) (string, error) {
 	return strings.Join(lines, "\n"), nil
 }
 
-func (r *loomRun) listLinks(t *loomTree, n *LoomNode) (string, error) {
+func (r *loomRun) listLinks(t *loomTree, n *Node) (string, error) {
 	raws, err := r.probe(treeScope(t.ID), fmt.Sprintf("l:%d:", n.ID), 200)
 	if err != nil {
 		return "", err
@@ -597,12 +584,12 @@ func (r *loomRun) listLinks(t *loomTree, n *LoomNode) (string, error) {
 // treeView: tree [from:N] [depth:D] [summary] and preview N depth:D. It
 // walks down from one node, level by level, never reading the whole tree:
 // at most 60 nodes are shown, the rest counted.
-func (r *loomRun) treeView(c *LoomCommand, t *loomTree) (string, error) {
+func (r *loomRun) treeView(c *Command, t *loomTree) (string, error) {
 	if c.Verb == "tree" && c.has("summary") {
 		return fmt.Sprintf("tree %d %q: %d nodes, %d branches, max depth %d, %d annotations, %d links (created by %s)",
 			t.ID, t.Name, t.Next-1, t.Branches, t.MaxDepth, t.Annotations, t.Links, t.By), nil
 	}
-	var from *LoomNode
+	var from *Node
 	var err error
 	if v, ok := c.opt("from"); ok {
 		from, err = r.node(t, v)
@@ -623,8 +610,8 @@ func (r *loomRun) treeView(c *LoomCommand, t *loomTree) (string, error) {
 	const maxShown = 60
 	lines := []string{fmt.Sprintf("tree %d %q · %d nodes · from %d, depth %d:", t.ID, t.Name, t.Next-1, from.ID, depth), oneLine(from)}
 	shown, hidden := 1, 0
-	var walk func(n *LoomNode, level int) error
-	walk = func(n *LoomNode, level int) error {
+	var walk func(n *Node, level int) error
+	walk = func(n *Node, level int) error {
 		if level > depth {
 			return nil
 		}
@@ -655,12 +642,12 @@ func (r *loomRun) treeView(c *LoomCommand, t *loomTree) (string, error) {
 }
 
 // doc: read doc:"name" [summary] [lines:a-b] · write doc:"name" append|at:end|at:start "text"
-func (r *loomRun) doc(c *LoomCommand) (string, error) {
+func (r *loomRun) doc(c *Command) (string, error) {
 	name, ok := c.opt("doc")
 	if !ok || name == "" {
 		return "", loomErr(errs.InvalidField, "%s needs doc:\"name\"", c.Verb).WithHint("usage: → %s", loomUsage[c.Verb]).With("nearest", c.Verb)
 	}
-	if err := validKey(name, 200); err != nil {
+	if err := substrate.ValidKey(name, 200); err != nil {
 		return "", err
 	}
 	var d struct {
@@ -701,7 +688,7 @@ func (r *loomRun) doc(c *LoomCommand) (string, error) {
 		if len(out) > 0 {
 			text += "\n" + strings.Join(out, "\n")
 		}
-		lim := r.s.loomOpt.ResultChars
+		lim := r.l.opt.ResultChars
 		if utf8.RuneCountInString(text) > lim {
 			text = clip(text, lim, fmt.Sprintf("→ read doc:%q lines:<from>-<to>", name))
 		}
@@ -725,8 +712,8 @@ func (r *loomRun) doc(c *LoomCommand) (string, error) {
 	return fmt.Sprintf("✓ doc %q: %d lines", name, len(d.Lines)), nil
 }
 
-func (r *loomRun) permit(c *LoomCommand) (string, error) {
-	if !r.p.Admin() || r.m == nil {
+func (r *loomRun) permit(c *Command) (string, error) {
+	if !r.p.Admin() || !r.tx.Writes() {
 		return "", loomErr(errs.Forbidden, "permission denied: only room authority sets loom permissions").
 			WithHint("ask the holder of the room token")
 	}
@@ -734,8 +721,8 @@ func (r *loomRun) permit(c *LoomCommand) (string, error) {
 		return "", loomErr(errs.InvalidField, "%s needs an agent", c.Verb).WithHint("usage: → %s", loomUsage[c.Verb]).With("nearest", c.Verb)
 	}
 	agent := c.Words[0]
-	var exists bool
-	if err := r.q.QueryRow(r.ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2)`, r.room, agent).Scan(&exists); err != nil {
+	exists, err := r.tx.HasAgent(agent)
+	if err != nil {
 		return "", err
 	}
 	if !exists {
@@ -756,21 +743,21 @@ func (r *loomRun) permit(c *LoomCommand) (string, error) {
 			rec.Kind = w
 		case w == "all":
 			if c.Verb == "permit" {
-				rec.Perms = slices.Clone(LoomPermissions)
+				rec.Perms = slices.Clone(Permissions)
 			} else {
 				rec.Perms = nil
 			}
-		case slices.Contains(LoomPermissions, w):
+		case slices.Contains(Permissions, w):
 			rec.Perms = slices.DeleteFunc(rec.Perms, func(x string) bool { return x == w })
 			if c.Verb == "permit" {
 				rec.Perms = append(rec.Perms, w)
 			}
 		default:
-			return "", loomErr(errs.InvalidField, "%q is not a loom permission", w).WithHint("permissions: %s; kinds: human, model", strings.Join(LoomPermissions, ", "))
+			return "", loomErr(errs.InvalidField, "%q is not a loom permission", w).WithHint("permissions: %s; kinds: human, model", strings.Join(Permissions, ", "))
 		}
 	}
 	sorted := make([]string, 0, len(rec.Perms))
-	for _, p := range LoomPermissions {
+	for _, p := range Permissions {
 		if slices.Contains(rec.Perms, p) {
 			sorted = append(sorted, p)
 		}
@@ -812,7 +799,7 @@ Your permissions: %s
 Type → help for available commands.`, where, strings.Join(r.perms, ", ")), nil
 }
 
-func loomHelp(c *LoomCommand) string {
+func loomHelp(c *Command) string {
 	if len(c.Words) > 0 {
 		if v, ok := loomVerbs[c.Words[0]]; ok {
 			return "→ " + loomUsage[v]

@@ -1,4 +1,4 @@
-package substrate_test
+package loom_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // BenchmarkLoom measures one command's latency on trees of 1,000 and
@@ -26,14 +27,14 @@ func BenchmarkLoom(b *testing.B) {
 			b.Fatal(err)
 		}
 		admin, _ := svc.Authenticate(ctx, room.Token)
-		if _, err := svc.Loom(ctx, admin, "loom", `→ new tree "bench" "root"`); err != nil {
+		if _, err := loom.Of(svc).Run(ctx, admin, "loom", `→ new tree "bench" "root"`); err != nil {
 			b.Fatal(err)
 		}
 		j, err := svc.Join(ctx, admin, "loom", substrate.JoinRequest{ID: "w", Name: "w"})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := svc.Loom(ctx, admin, "loom", "→ permit w loom_write"); err != nil {
+		if _, err := loom.Of(svc).Run(ctx, admin, "loom", "→ permit w loom_write"); err != nil {
 			b.Fatal(err)
 		}
 		w, _ := svc.Authenticate(ctx, j.Token)
@@ -68,9 +69,9 @@ func BenchmarkLoom(b *testing.B) {
 			{"annotate", fmt.Sprintf(`→ annotate %d "a note"`, deep)},
 		} {
 			b.Run(fmt.Sprintf("nodes=%d/%s", size, c.name), func(b *testing.B) {
-				var res *substrate.LoomResult
+				var res *loom.Result
 				for b.Loop() {
-					if res, err = svc.Loom(ctx, w, "loom", c.cmd); err != nil {
+					if res, err = loom.Of(svc).Run(ctx, w, "loom", c.cmd); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -81,11 +82,11 @@ func BenchmarkLoom(b *testing.B) {
 			})
 		}
 		b.Run(fmt.Sprintf("nodes=%d/add", size), func(b *testing.B) {
-			if _, err := svc.Loom(ctx, w, "loom", fmt.Sprintf("→ switch to %d", deep)); err != nil {
+			if _, err := loom.Of(svc).Run(ctx, w, "loom", fmt.Sprintf("→ switch to %d", deep)); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				if _, err := svc.Loom(ctx, w, "loom", `→ add "more"`); err != nil {
+				if _, err := loom.Of(svc).Run(ctx, w, "loom", `→ add "more"`); err != nil {
 					b.Fatal(err)
 				}
 			}

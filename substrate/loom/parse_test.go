@@ -1,11 +1,11 @@
-package substrate_test
+package loom_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // Every command line of seed 002, as the seed writes it, and what it
@@ -79,7 +79,7 @@ func TestLoomParserSeedLines(t *testing.T) {
 		{`→ annotate 4 “curly”`, `annotate 4 "curly"`},
 	}
 	for _, c := range cases {
-		cmds, err := substrate.ParseLoom(c.line)
+		cmds, err := loom.Parse(c.line)
 		if err != nil {
 			t.Errorf("%s: %v", c.line, err)
 			continue
@@ -98,7 +98,7 @@ func TestLoomParserSeedLines(t *testing.T) {
 // kept verbatim, between other commands.
 func TestLoomParserThinkBlock(t *testing.T) {
 	text := "Some prose the model wrote.\n→ think\nI notice the human seems stuck on this scene. The problem might be that \nthe motivation for the character's choice isn't clear yet.\n←\n→ view 23\n→ think short one ←"
-	cmds, err := substrate.ParseLoom(text)
+	cmds, err := loom.Parse(text)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestLoomParserThinkBlock(t *testing.T) {
 	if !strings.Contains(cmds[0].Texts[0], "motivation for the character") {
 		t.Fatalf("think text %q", cmds[0].Texts[0])
 	}
-	if _, err := substrate.ParseLoom("→ think\nnever closed"); !errs.Is(err, errs.InvalidField) {
+	if _, err := loom.Parse("→ think\nnever closed"); !errs.Is(err, errs.InvalidField) {
 		t.Fatalf("unclosed think: %v", err)
 	}
 }
@@ -122,13 +122,13 @@ func TestLoomParserNearest(t *testing.T) {
 		"→ frobnicate everything": "help",
 		"→ \"just a quote\"":      "help",
 	} {
-		_, err := substrate.ParseLoom(line)
+		_, err := loom.Parse(line)
 		e := errs.From(err)
 		if e.Code != errs.InvalidField || e.Details["nearest"] != nearest || !strings.HasPrefix(e.Message, "✗ unknown command") {
 			t.Errorf("%s: %v %v", line, err, e.Details)
 		}
 	}
-	if _, err := substrate.ParseLoom("no arrow here"); err == nil {
+	if _, err := loom.Parse("no arrow here"); err == nil {
 		t.Error("text without a command parsed")
 	}
 }

@@ -1,4 +1,4 @@
-package substrate_test
+package loom_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 type loomEnv struct {
@@ -48,9 +49,9 @@ func newLoom(t testing.TB, opt substrate.Options, agents ...string) *loomEnv {
 }
 
 // run runs commands and fails the test on an error.
-func (e *loomEnv) run(p *substrate.Principal, cmds string) *substrate.LoomResult {
+func (e *loomEnv) run(p *substrate.Principal, cmds string) *loom.Result {
 	e.t.Helper()
-	res, err := e.svc.Loom(context.Background(), p, e.room, cmds)
+	res, err := loom.Of(e.svc).Run(context.Background(), p, e.room, cmds)
 	if err != nil {
 		e.t.Fatalf("%s: %v", cmds, err)
 	}
@@ -60,7 +61,7 @@ func (e *loomEnv) run(p *substrate.Principal, cmds string) *substrate.LoomResult
 // fail runs commands that must fail with code.
 func (e *loomEnv) fail(p *substrate.Principal, cmds string, code errs.Code, msg string) {
 	e.t.Helper()
-	_, err := e.svc.Loom(context.Background(), p, e.room, cmds)
+	_, err := loom.Of(e.svc).Run(context.Background(), p, e.room, cmds)
 	if !errs.Is(err, code) || !strings.Contains(err.Error(), msg) {
 		e.t.Fatalf("%s: got %v, want %s %q", cmds, err, code, msg)
 	}
@@ -101,7 +102,7 @@ func TestLoomSession(t *testing.T) {
 	res = e.run(a, "→ show me node 2")
 	has(t, res.Text, "She hadn't visited", "⟨node:2 depth:1 siblings:2")
 	// Errors: readable, in the trace.
-	_, err := e.svc.Loom(context.Background(), a, "loom", "→ view 999")
+	_, err := loom.Of(e.svc).Run(context.Background(), a, "loom", "→ view 999")
 	if !errs.Is(err, errs.NotFound) || !strings.Contains(err.Error(), "✗ node 999 does not exist") {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestLoomSession(t *testing.T) {
 	for range 3 {
 		e.run(e.admin, `→ add "x" tree:2`)
 	}
-	_, err = e.svc.Loom(context.Background(), a, "loom", "→ switch to 4")
+	_, err = loom.Of(e.svc).Run(context.Background(), a, "loom", "→ switch to 4")
 	if err == nil || !strings.Contains(err.Error(), "✗ node 4 is in a different tree. use: → jump tree:2 node:4") {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestLoomParallel(t *testing.T) {
 			if i%2 == 1 {
 				p, at = b, "3"
 			}
-			_, err := e.svc.Loom(context.Background(), p, "loom", `→ add "more" node:`+at)
+			_, err := loom.Of(e.svc).Run(context.Background(), p, "loom", `→ add "more" node:`+at)
 			errCh <- err
 		}()
 	}
@@ -246,7 +247,7 @@ func TestLoomParallel(t *testing.T) {
 	// Same branch: bob is refused while alice holds the turn.
 	e.run(b, "→ switch to branch 1")
 	e.fail(b, `→ add "intrusion"`, errs.BranchHeld, "branch 1 is alice's turn until")
-	_, err := e.svc.Loom(context.Background(), b, "loom", `→ add "intrusion"`)
+	_, err := loom.Of(e.svc).Run(context.Background(), b, "loom", `→ add "intrusion"`)
 	if d := errs.From(err).Details; d["holder"] != "alice" || d["until"] == nil {
 		t.Fatalf("refusal details %v", d)
 	}
@@ -266,7 +267,8 @@ func TestLoomGenerator(t *testing.T) {
 		_, _ = w.Write([]byte(`{"choices":[{"text":" one"},{"text":" two"},{"text":" three"}]}`))
 	}))
 	defer srv.Close()
-	e := newLoom(t, substrate.Options{Loom: substrate.LoomOptions{GeneratorURL: srv.URL, GeneratorModel: "tiny", MaxN: 3}}, "alice")
+	e := newLoom(t, substrate.Options{}, "alice")
+	loom.Attach(e.svc, loom.Options{GeneratorURL: srv.URL, GeneratorModel: "tiny", MaxN: 3})
 	e.run(e.admin, `→ new tree "t" "Once"
 → branch from 1 as instruction "be terse"
 → add "upon a time" node:1

@@ -1,4 +1,4 @@
-package substrate
+package loom
 
 import (
 	"fmt"
@@ -15,8 +15,8 @@ import (
 // are skipped, a trailing "(…)" is a comment, and an unknown verb is
 // answered with the nearest command.
 
-// LoomCommand is one parsed command line.
-type LoomCommand struct {
+// Command is one parsed command line.
+type Command struct {
 	// Verb is the canonical operation (view, list, tree, branch, …).
 	Verb string `json:"verb"`
 	// Refs are node references in order ("47", "8.2" for a branch).
@@ -34,7 +34,7 @@ type LoomCommand struct {
 
 // Canon is the command in one canonical spelling (the parser table's
 // expectation): verb, refs, words, sorted options, quoted texts.
-func (c *LoomCommand) Canon() string {
+func (c *Command) Canon() string {
 	parts := []string{c.Verb}
 	parts = append(parts, c.Refs...)
 	parts = append(parts, c.Words...)
@@ -56,9 +56,9 @@ func (c *LoomCommand) Canon() string {
 	return strings.Join(parts, " ")
 }
 
-func (c *LoomCommand) opt(k string) (string, bool) { v, ok := c.Opts[k]; return v, ok }
+func (c *Command) opt(k string) (string, bool) { v, ok := c.Opts[k]; return v, ok }
 
-func (c *LoomCommand) has(word string) bool {
+func (c *Command) has(word string) bool {
 	for _, w := range c.Words {
 		if w == word {
 			return true
@@ -136,12 +136,12 @@ var loomUsage = map[string]string{
 // loomFiller are words skipped anywhere: "show me node 23" is "view 23".
 var loomFiller = map[string]bool{"me": true, "node": true, "the": true, "please": true, "at": true, "of": true, "on": true, "for": true, "a": true}
 
-// ParseLoom splits text into commands. Lines not starting with an arrow
+// Parse splits text into commands. Lines not starting with an arrow
 // are ignored (a model's prose around its commands), except inside a
 // think block, which runs from "→ think" to a line "←" (or a "←" ending
 // the think line) and keeps its text verbatim.
-func ParseLoom(text string) ([]*LoomCommand, error) {
-	var out []*LoomCommand
+func Parse(text string) ([]*Command, error) {
+	var out []*Command
 	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
 	for i := 0; i < len(lines); i++ {
 		line, ok := arrowLine(lines[i])
@@ -151,7 +151,7 @@ func ParseLoom(text string) ([]*LoomCommand, error) {
 		if w := firstWord(line); w == "think" {
 			body := strings.TrimSpace(line[len(w):])
 			if strings.HasSuffix(body, "←") {
-				out = append(out, &LoomCommand{Verb: "think", Texts: []string{strings.TrimSpace(strings.TrimSuffix(body, "←"))}, Line: line})
+				out = append(out, &Command{Verb: "think", Texts: []string{strings.TrimSpace(strings.TrimSuffix(body, "←"))}, Line: line})
 				continue
 			}
 			var buf []string
@@ -175,7 +175,7 @@ func ParseLoom(text string) ([]*LoomCommand, error) {
 			if !closed {
 				return out, errs.New(errs.InvalidField, "✗ think block is not closed").WithHint("end it with a line holding ← alone").With("nearest", "think … ←")
 			}
-			out = append(out, &LoomCommand{Verb: "think", Texts: []string{strings.TrimSpace(strings.Join(buf, "\n"))}, Line: "think"})
+			out = append(out, &Command{Verb: "think", Texts: []string{strings.TrimSpace(strings.Join(buf, "\n"))}, Line: "think"})
 			continue
 		}
 		c, err := parseLoomLine(line)
@@ -313,12 +313,12 @@ func isRef(w string) bool {
 	return true
 }
 
-func parseLoomLine(line string) (*LoomCommand, error) {
+func parseLoomLine(line string) (*Command, error) {
 	toks, err := tokenize(line)
 	if err != nil {
 		return nil, errs.New(errs.InvalidField, "✗ %v in: %s", err, line).WithHint("close the quote")
 	}
-	c := &LoomCommand{Line: line, Opts: map[string]string{}}
+	c := &Command{Line: line, Opts: map[string]string{}}
 	// The verb: the first bare word that is a known spelling, after filler.
 	j := 0
 	for j < len(toks) && toks[j].word != "" && !toks[j].quoted && loomFiller[strings.ToLower(toks[j].word)] {

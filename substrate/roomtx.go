@@ -1,0 +1,371 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Features built on rooms (the loom, and whatever comes next) reach room
+// state only through a RoomTx: one room, one transaction, reads that are
+// bounded by construction (exact keys, a key prefix with a limit, a chain
+// of links with a limit) and writes that go through the core's write path
+// (sequences, audit, notification). The SQL over state stays here, so
+// one rule (what is live, what an entry is) holds for every reader.
+
+// RoomTx is a feature's handle on one room inside one transaction: a
+// read (ReadRoom) or a mutation (MutateRoom).
+type RoomTx struct {
+	s    *Service
+	ctx  context.Context
+	q    querier
+	m    *mutation // nil for a read
+	p    *Principal
+	room string
+	now  time.Time
+}
+
+// Context is the transaction's context.
+func (t *RoomTx) Context() context.Context { return t.ctx }
+
+// Now is the transaction's time (the database's now()).
+func (t *RoomTx) Now() time.Time { return t.now }
+
+// Principal is who acts: in a mutation, with grants re-read under the
+// room lock.
+func (t *RoomTx) Principal() *Principal { return t.p }
+
+// Room is the room's id.
+func (t *RoomTx) Room() string { return t.room }
+
+// Writes reports whether this is a mutation (Apply may be called).
+func (t *RoomTx) Writes() bool { return t.m != nil }
+
+// Base is the room's sequence number before this mutation (0 in a
+// read): with a counter, a key suffix unique to the mutation.
+func (t *RoomTx) Base() int64 {
+	if t.m == nil {
+		return 0
+	}
+	return t.m.base
+}
+
+// Actor is the principal's actor name as the audit records it.
+func (t *RoomTx) Actor() string {
+	if t.m != nil {
+		return t.m.actor
+	}
+	return t.p.Actor()
+}
+
+// Get reads one live entry (mutable or append) by key.
+func (t *RoomTx) Get(scope, key string) (json.RawMessage, bool, error) {
+	var raw json.RawMessage
+	err := t.q.QueryRow(t.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`+liveSQL,
+		t.room, scope, key).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return raw, true, nil
+}
+
+// MaxKeysPerRead bounds GetMany, List and Chain.
+const MaxKeysPerRead = 100_000
+
+// GetMany reads the live entries of scope with the given keys, by key;
+// absent keys are absent from the map.
+func (t *RoomTx) GetMany(scope string, keys []string) (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	if len(keys) > MaxKeysPerRead {
+		return nil, errs.New(errs.InvalidField, "a read asks for %d keys, more than %d", len(keys), MaxKeysPerRead).WithHint("read fewer keys at a time")
+	}
+	rows, err := t.q.Query(t.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND key = ANY($3)`+liveSQL,
+		t.room, scope, keys)
+	if err != nil {
+		return nil, err
+	}
+	kvs, err := scanKV(rows)
+	for _, kv := range kvs {
+		out[kv.Key] = kv.Value
+	}
+	return out, err
+}
+
+// KeyValue is one entry as List returns it.
+type KeyValue struct {
+	Key   string
+	Value json.RawMessage
+}
+
+// ListQuery asks for the live entries of one scope whose keys start with
+// Prefix (compared exactly, never by collation).
+type ListQuery struct {
+	Scope, Prefix string
+	// Appended lists append entries, newest first; otherwise mutable
+	// entries in key order.
+	Appended bool
+	// Limit is how many at most (1 … MaxKeysPerRead; 0 means the most).
+	Limit int
+}
+
+// List reads entries by key prefix, bounded by q.Limit.
+func (t *RoomTx) List(q ListQuery) ([]KeyValue, error) {
+	if q.Limit <= 0 || q.Limit > MaxKeysPerRead {
+		q.Limit = MaxKeysPerRead
+	}
+	sql := `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND left(key, char_length($3)) = $3` + liveSQL
+	if q.Appended {
+		sql += ` AND sort_key IS NOT NULL ORDER BY sort_key DESC LIMIT $4`
+	} else {
+		sql += ` AND sort_key IS NULL ORDER BY key LIMIT $4`
+	}
+	rows, err := t.q.Query(t.ctx, sql, t.room, q.Scope, q.Prefix, q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanKV(rows)
+}
+
+// ChainQuery follows links stored in the entries of one scope: from the
+// entry at Start, the next entry's key is Prefix + the value's Field +
+// Suffix, until an entry lacks Field, the next key is absent, or Max
+// entries were read. Entries on a chain are immutable (append entries,
+// read without timers), which is what trees are made of.
+type ChainQuery struct {
+	Scope, Start          string
+	Prefix, Field, Suffix string
+	// Max bounds the walk (1 … MaxKeysPerRead; 0 means the most).
+	Max int
+}
+
+// Chain walks q in one round trip and returns the values in walk order
+// (Start first).
+func (t *RoomTx) Chain(q ChainQuery) ([]json.RawMessage, error) {
+	if q.Max <= 0 || q.Max > MaxKeysPerRead {
+		q.Max = MaxKeysPerRead
+	}
+	rows, err := t.q.Query(t.ctx, `WITH RECURSIVE walk(v, d) AS (
+			SELECT value, 1 FROM state WHERE room_id = $1 AND scope = $2 AND key = $3
+			UNION ALL
+			SELECT s.value, walk.d + 1 FROM walk JOIN state s
+			  ON s.room_id = $1 AND s.scope = $2 AND s.key = $4 || (walk.v->>$5) || $6
+			WHERE (walk.v->>$5) IS NOT NULL AND walk.d < $7)
+		SELECT v FROM walk ORDER BY d`, t.room, q.Scope, q.Start, q.Prefix, q.Field, q.Suffix, q.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []json.RawMessage
+	for rows.Next() {
+		var v json.RawMessage
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func scanKV(rows pgx.Rows) ([]KeyValue, error) {
+	defer rows.Close()
+	var out []KeyValue
+	for rows.Next() {
+		var kv KeyValue
+		if err := rows.Scan(&kv.Key, &kv.Value); err != nil {
+			return nil, err
+		}
+		out = append(out, kv)
+	}
+	return out, rows.Err()
+}
+
+// HasAgent reports whether the room has agent id.
+func (t *RoomTx) HasAgent(id string) (bool, error) {
+	var exists bool
+	err := t.q.QueryRow(t.ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2)`, t.room, id).Scan(&exists)
+	return exists, err
+}
+
+// Rows reads the room's mutable entries for a ReadRule on this
+// transaction.
+func (t *RoomTx) Rows() RowFunc { return dbRows(t.ctx, t.q, t.room) }
+
+// Op is one write a feature queues for Apply.
+type Op struct {
+	Scope, Key string
+	Value      json.RawMessage
+	// Append adds an append entry (immutable, read by key).
+	Append bool
+	// Delete removes the entry.
+	Delete bool
+	// TTL, when set, deletes the entry that long after the write.
+	TTL time.Duration
+}
+
+// Apply writes ops through the core's write path (validation, versions,
+// sequences, the audit delta), naming via as the writer's path, and
+// returns the audit record of each write. The feature's own scopes
+// (RegisterScopes) are written only this way.
+func (t *RoomTx) Apply(ops []Op, via string) ([]map[string]any, error) {
+	if t.m == nil {
+		return nil, errs.New(errs.ReadOnlyToken, "this is a read, not a mutation")
+	}
+	in := make([]op, len(ops))
+	for i, o := range ops {
+		in[i] = op{Scope: o.Scope, Key: o.Key, Value: o.Value, Append: o.Append, Delete: o.Delete}
+		if o.TTL > 0 {
+			in[i].Timer = &Timer{MS: max(1, o.TTL.Milliseconds()), Effect: "delete"}
+		}
+	}
+	_, audit, err := t.s.applyOps(t.m, in, via)
+	return audit, err
+}
+
+// Audit sets the mutation's audit record (required once per mutation;
+// the core adds the delta, seq, time and actor).
+func (t *RoomTx) Audit(a map[string]any) {
+	if t.m != nil {
+		t.m.audit = a
+	}
+}
+
+// ReadRoom runs fn on one read-only, repeatable-read transaction of
+// roomID as p. It checks no authority: the feature decides what fn may
+// read for p (with its ReadRule, through RoomTx.Rows).
+func (s *Service) ReadRoom(ctx context.Context, p *Principal, roomID string, fn func(t *RoomTx) error) error {
+	return s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		t := &RoomTx{s: s, ctx: ctx, q: tx, p: p, room: roomID}
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&t.now); err != nil {
+			return err
+		}
+		return fn(t)
+	})
+}
+
+// MutateRoom runs fn as one mutation of roomID by p: the room is locked,
+// an agent's grants are re-read under the lock, and what fn applies
+// commits together with its audit entry and notification, or not at all.
+// A read-only principal writes nothing (the core refuses at commit).
+func (s *Service) MutateRoom(ctx context.Context, p *Principal, roomID string, fn func(t *RoomTx) error) (seq int64, err error) {
+	return s.mutate(ctx, p, roomID, func(m *mutation) error {
+		return fn(&RoomTx{s: s, ctx: m.ctx, q: m.tx, m: m, p: m.p, room: roomID, now: m.now})
+	})
+}
+
+// RequireRoom checks that p may address roomID and that it exists.
+func (s *Service) RequireRoom(ctx context.Context, p *Principal, roomID string) error {
+	return s.requireRoom(ctx, p, roomID)
+}
+
+// Logger is the service's logger, for features.
+func (s *Service) Logger() *slog.Logger { return s.log }
+
+// ReadsAs is the agent a read-only principal made by ReadOnlyOf reads
+// for ("" otherwise): a feature keeps that agent's read permissions.
+func (p *Principal) ReadsAs() string { return p.readsAs }
+
+// Features attach their state to a Service (one loom per service, with
+// its options) under a key of their own.
+type features struct {
+	mu sync.Mutex
+	m  map[any]any
+}
+
+// Feature returns the value attached under key, attaching mk()'s first
+// when there is none (mk nil: nothing is attached, nil is returned).
+func (s *Service) Feature(key any, mk func() any) any {
+	s.feat.mu.Lock()
+	defer s.feat.mu.Unlock()
+	if v, ok := s.feat.m[key]; ok {
+		return v
+	}
+	if mk == nil {
+		return nil
+	}
+	if s.feat.m == nil {
+		s.feat.m = map[any]any{}
+	}
+	v := mk()
+	s.feat.m[key] = v
+	return v
+}
+
+// Scopes is a family of scopes a feature owns: Name itself and every
+// Name+".…". They are written only through the feature's operations
+// (MutateRoom), never by WriteState or actions.
+type Scopes struct {
+	Name string
+	// SubscopesApart keeps Name+".…" out of the room's snapshot and its
+	// state reads (they have their own surface); Name itself stays in.
+	SubscopesApart bool
+}
+
+var (
+	scopesMu      sync.RWMutex
+	featureScopes []Scopes
+)
+
+// RegisterScopes declares a feature's scope family (from the feature
+// package's init, so every binary that can write the scopes knows them).
+func RegisterScopes(sc Scopes) {
+	scopesMu.Lock()
+	defer scopesMu.Unlock()
+	featureScopes = append(featureScopes, sc)
+}
+
+// RegisterReadRule adds a feature's read rule (from its package's init).
+func RegisterReadRule(r ReadRule) {
+	scopesMu.Lock()
+	defer scopesMu.Unlock()
+	readRules = append(readRules, r)
+}
+
+func rules() []ReadRule {
+	scopesMu.RLock()
+	defer scopesMu.RUnlock()
+	return readRules
+}
+
+// featureScope reports scopes of a registered family.
+func featureScope(scope string) bool {
+	scopesMu.RLock()
+	defer scopesMu.RUnlock()
+	for _, f := range featureScopes {
+		if scope == f.Name || strings.HasPrefix(scope, f.Name+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// apartScope reports a registered family's subscopes kept out of the
+// snapshot.
+func apartScope(scope string) bool {
+	scopesMu.RLock()
+	defer scopesMu.RUnlock()
+	for _, f := range featureScopes {
+		if f.SubscopesApart && strings.HasPrefix(scope, f.Name+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidKey checks a key a feature composes (from a label a person gave)
+// as the write path will: not empty, at most max bytes, UTF-8, no
+// control characters.
+func ValidKey(key string, max int) error { return validKey(key, max) }
