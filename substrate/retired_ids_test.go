@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/trajectory"
 )
 
 // a room deleted before this upgrade (DeleteRoom then left its
@@ -43,7 +44,7 @@ func TestOrphanArchiveOfRoomDeletedBeforeUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	var leaked []string
-	err = svc.Trajectory(ctx, newAdmin, "legacy", substrate.TrajectoryQuery{}, func(st *substrate.TrajectoryStep) error {
+	err = trajectory.Stream(ctx, svc, newAdmin, "legacy", trajectory.Query{}, func(st *trajectory.Step) error {
 		b, _ := json.Marshal(st)
 		if strings.Contains(string(b), "private note") {
 			leaked = append(leaked, string(b))

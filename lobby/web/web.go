@@ -34,6 +34,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/httpmw"
 	"github.com/syncsubstrate/sync/substrate/loom"
+	"github.com/syncsubstrate/sync/substrate/trajectory"
 )
 
 //go:embed assets
@@ -326,7 +327,7 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 			wb.fail(w, r, errs.New(errs.InvalidField, "at=%q is not a seq", at).WithHint("pick a seq between 1 and the room's current seq"))
 			return
 		}
-		past, err := wb.opt.Substrate.Replay(r.Context(), p, roomID, seq)
+		past, err := trajectory.Replay(r.Context(), wb.opt.Substrate, p, roomID, seq)
 		if err != nil {
 			wb.fail(w, r, err)
 			return

@@ -845,6 +845,7 @@ func refusal(scope, key string) error {
 func init() {
 	substrate.RegisterScopes(substrate.Scopes{Name: scopeLoom, SubscopesApart: true})
 	substrate.RegisterReadRule(loomReadRule{})
+	substrate.RegisterMemory("loom:", "loom memory")
 }
 
 // thoughtPrefix starts the keys of → think entries in the thinker's scope.

@@ -13,6 +13,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/loom"
+	"github.com/syncsubstrate/sync/substrate/trajectory"
 )
 
 type loomEnv struct {
@@ -186,6 +187,41 @@ private musing about the scene
 	}
 }
 
+// The audit records that an agent's loom memory changed, never what it
+// holds: the loom registers its memory with the core (RegisterMemory), so
+// the trajectory (a separate package) shows its size only.
+func TestLoomMemoryStaysOutOfTheTrajectory(t *testing.T) {
+	e := newLoom(t, substrate.Options{}, "alice")
+	e.run(e.admin, `→ new tree "t" "root words"`)
+	e.run(e.ag["alice"], `→ stash "plan" "STASHED-SECRET words"
+→ think
+THOUGHT-SECRET musing
+←`)
+	var steps []string
+	redacted := 0
+	err := trajectory.Stream(context.Background(), e.svc, e.admin, e.room, trajectory.Query{}, func(st *trajectory.Step) error {
+		b, _ := json.Marshal(st)
+		steps = append(steps, string(b))
+		for _, d := range st.Delta {
+			var m map[string]any
+			if strings.HasPrefix(d.Key, "loom:") && json.Unmarshal(d.After, &m) == nil && m["_private"] == "loom memory" {
+				redacted++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(steps, "\n")
+	if strings.Contains(all, "STASHED-SECRET") || strings.Contains(all, "THOUGHT-SECRET") {
+		t.Fatalf("HOLE: the trajectory holds an agent's loom memory:\n%s", all)
+	}
+	if redacted == 0 {
+		t.Fatalf("no redacted loom memory in the trajectory:\n%s", all)
+	}
+}
+
 func TestLoomPermissions(t *testing.T) {
 	e := newLoom(t, substrate.Options{}, "alice", "helper")
 	e.run(e.admin, `→ new tree "t" "root"`)
@@ -207,6 +243,30 @@ func TestLoomPermissions(t *testing.T) {
 	_, err := e.svc.WriteState(context.Background(), e.ag["alice"], "loom", []substrate.Write{{Scope: "_loom", Key: "perm:alice", Value: []byte(`{"perms":["loom_write"]}`)}}, false)
 	if !errs.Is(err, errs.ScopeDenied) {
 		t.Fatalf("direct write to _loom: %v", err)
+	}
+}
+
+// The loom's scopes are its own (it registers them with the core): not
+// even room authority writes them directly, and the mutable ones beyond
+// _loom (leases, presence, documents) stay out of the room's snapshot,
+// so contexts and CEL do not carry them.
+func TestLoomScopesAreTheLooms(t *testing.T) {
+	e := newLoom(t, substrate.Options{}, "alice")
+	ctx := context.Background()
+	e.run(e.admin, `→ new tree "t" "root"
+→ write doc:"plan" append "a line"`)
+	for _, scope := range []string{"_loom", "_loom.1", "_loom.doc", "_loom.live"} {
+		_, err := e.svc.WriteState(ctx, e.admin, "loom", []substrate.Write{{Scope: scope, Key: "forged", Value: []byte(`1`)}}, false)
+		if !errs.Is(err, errs.ScopeDenied) || !strings.Contains(err.Error(), "written only by the system") {
+			t.Fatalf("room authority wrote %s directly: %v", scope, err)
+		}
+	}
+	res, err := e.svc.Eval(ctx, e.admin, "loom", `["_loom" in state, "_loom.doc" in state]`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(res.Value); string(b) != `[true,false]` {
+		t.Fatalf("the snapshot holds the loom's documents: _loom, _loom.doc in state = %s", b)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
+	"github.com/syncsubstrate/sync/substrate/trajectory"
 )
 
 // Attacks on the REST API that must fail. Each case names the hole it
@@ -676,7 +677,7 @@ func TestAttackTrajectoryBadInput(t *testing.T) {
 		{"seq overflow", "/rooms/tb/replay?seq=99999999999999999999"},
 		{"after not a number", "/rooms/tb/trajectory?after=x"},
 		{"after negative", "/rooms/tb/trajectory?after=-5"},
-		{"limit over max", fmt.Sprintf("/rooms/tb/trajectory?limit=%d", substrate.TrajectoryMaxLimit+1)},
+		{"limit over max", fmt.Sprintf("/rooms/tb/trajectory?limit=%d", trajectory.MaxLimit+1)},
 		{"limit zero", "/rooms/tb/trajectory?limit=0"},
 		{"limit not a number", "/rooms/tb/trajectory?limit=1e3"},
 		{"history without key", "/rooms/tb/history?scope=_shared"},
@@ -684,7 +685,7 @@ func TestAttackTrajectoryBadInput(t *testing.T) {
 		{"history bad scope", "/rooms/tb/history?scope=a%20b&key=k"},
 		{"history self for room token", "/rooms/tb/history?scope=self&key=k"},
 		{"history long key", "/rooms/tb/history?scope=_shared&key=" + strings.Repeat("k", 300)},
-		{"history limit over max", fmt.Sprintf("/rooms/tb/history?scope=_shared&key=k&limit=%d", substrate.HistoryMaxLimit+1)},
+		{"history limit over max", fmt.Sprintf("/rooms/tb/history?scope=_shared&key=k&limit=%d", trajectory.HistoryMaxLimit+1)},
 		{"history before negative", "/rooms/tb/history?scope=_shared&key=k&before=-1"},
 	} {
 		tok := rm.token

@@ -6,6 +6,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/trajectory"
 )
 
 // trajectoryFlushEvery is how many lines go out between flushes.
@@ -15,7 +16,7 @@ const trajectoryFlushEvery = 100
 // ⟨state, action, next-state⟩ step per line.
 func (a *api) trajectory(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
 	q := r.URL.Query()
-	var tq substrate.TrajectoryQuery
+	var tq trajectory.Query
 	var err error
 	if tq.After, err = intParam(q.Get("after"), "after"); err != nil {
 		a.fail(w, r, err)
@@ -26,13 +27,13 @@ func (a *api) trajectory(w http.ResponseWriter, r *http.Request, p *substrate.Pr
 		return
 	}
 	if q.Has("limit") && tq.Limit == 0 {
-		a.fail(w, r, errs.New(errs.InvalidField, "limit=0 asks for nothing").WithHint("send limit between 1 and %d, or omit it", substrate.TrajectoryMaxLimit).With("field", "limit"))
+		a.fail(w, r, errs.New(errs.InvalidField, "limit=0 asks for nothing").WithHint("send limit between 1 and %d, or omit it", trajectory.MaxLimit).With("field", "limit"))
 		return
 	}
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
 	lines := 0
-	err = a.svc.Trajectory(r.Context(), p, r.PathValue("room"), tq, func(st *substrate.TrajectoryStep) error {
+	err = trajectory.Stream(r.Context(), a.svc, p, r.PathValue("room"), tq, func(st *trajectory.Step) error {
 		if lines == 0 {
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.WriteHeader(http.StatusOK)
@@ -63,7 +64,7 @@ func (a *api) trajectory(w http.ResponseWriter, r *http.Request, p *substrate.Pr
 // history lists one key's versions, newest first.
 func (a *api) history(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
 	q := r.URL.Query()
-	hq := substrate.HistoryQuery{Scope: q.Get("scope"), Key: q.Get("key")}
+	hq := trajectory.HistoryQuery{Scope: q.Get("scope"), Key: q.Get("key")}
 	var err error
 	if hq.Before, err = intParam(q.Get("before"), "before"); err != nil {
 		a.fail(w, r, err)
@@ -73,7 +74,7 @@ func (a *api) history(w http.ResponseWriter, r *http.Request, p *substrate.Princ
 		a.fail(w, r, err)
 		return
 	}
-	res, err := a.svc.History(r.Context(), p, r.PathValue("room"), hq)
+	res, err := trajectory.History(r.Context(), a.svc, p, r.PathValue("room"), hq)
 	a.reply(w, r, http.StatusOK, res, err)
 }
 
@@ -89,6 +90,6 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request, p *substrate.Princi
 		a.fail(w, r, err)
 		return
 	}
-	res, err := a.svc.Replay(r.Context(), p, r.PathValue("room"), seq)
+	res, err := trajectory.Replay(r.Context(), a.svc, p, r.PathValue("room"), seq)
 	a.reply(w, r, http.StatusOK, res, err)
 }

@@ -1,0 +1,185 @@
+package substrate
+
+// The write path records, in every mutation's _audit entry, the state
+// delta it made (seed 000 §7.7): the trajectory, a key's history and
+// the replay (substrate/trajectory) read them back through AuditPage and
+// KeyLog.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DeltaValueCap is the most a delta stores of one value (its before or
+// its after, and an action's result), as JSON. A larger value is recorded
+// as {"_truncated": true, "bytes": n, "sha256": "<hex>"}: its size and the
+// SHA-256 of its canonical JSON (object keys sorted), enough to tell
+// whether two recorded values are the same.
+const DeltaValueCap = 16 << 10
+
+// Delta is one entry a mutation changed: its value and version before
+// and after. Before is absent when the entry did not exist (or was not
+// live: its timer had run out); After is absent when the mutation deleted
+// it. An append entry has SortKey and no before.
+type Delta struct {
+	Scope         string          `json:"scope"`
+	Key           string          `json:"key"`
+	SortKey       *int64          `json:"sort_key,omitempty"`
+	Before        json.RawMessage `json:"before,omitempty"`
+	After         json.RawMessage `json:"after,omitempty"`
+	VersionBefore int64           `json:"version_before"`
+	VersionAfter  int64           `json:"version_after"`
+	// RevisionBefore is the seq of the mutation that wrote the row this
+	// one replaced (0: there was none), linking a key's versions.
+	RevisionBefore int64 `json:"revision_before,omitempty"`
+	// Timer is the entry's lifecycle after the write, when it has one.
+	Timer *DeltaTimer `json:"timer,omitempty"`
+	// Gated: the entry had an enabled expression after the write (before
+	// it, for a delete), so its values are not everyone's to read back.
+	Gated bool `json:"gated,omitempty"`
+	// Gate is that enabled expression: a key's history shows a gated
+	// version to a reader the current gate admits only when it was the
+	// same gate (another may have hidden it from them).
+	Gate string `json:"gate,omitempty"`
+}
+
+// DeltaTimer is a written entry's timer as stored: what a replay needs to
+// decide whether the entry is live at a later seq.
+type DeltaTimer struct {
+	Effect    string     `json:"effect"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	TicksLeft *int64     `json:"ticks_left,omitempty"`
+	TickOn    *string    `json:"tick_on,omitempty"`
+}
+
+// prior is a row as a mutation first read it.
+type prior struct {
+	r    *row
+	live bool
+}
+
+// notePrior remembers the rows a mutation read before it changes them:
+// the first read of an entry wins, so a delta spans the whole mutation.
+func (m *mutation) notePrior(cur map[entryKey]*row, live func(*row) *row) {
+	if len(cur) == 0 {
+		return
+	}
+	if m.before == nil {
+		m.before = make(map[entryKey]prior, len(cur))
+	}
+	for k, r := range cur {
+		if _, seen := m.before[k]; !seen {
+			m.before[k] = prior{r: r, live: live(r) != nil}
+		}
+	}
+}
+
+// delta is the change the pending writes make, in write order. It costs
+// no statement: the old rows were read to compute the writes.
+func (m *mutation) delta() []Delta {
+	out := make([]Delta, 0, len(m.pending))
+	for _, w := range m.pending {
+		r := w.r
+		d := Delta{Scope: r.Scope, Key: r.Key, SortKey: r.SortKey}
+		if b, ok := m.before[entryKey{r.Scope, r.Key}]; ok && b.r != nil {
+			d.RevisionBefore = b.r.Revision
+			if b.live {
+				d.Before, d.VersionBefore = capValue(b.r.Value), b.r.Version
+			}
+			if d.SortKey == nil {
+				d.SortKey = b.r.SortKey
+			}
+		}
+		if w.del {
+			if b, ok := m.before[entryKey{r.Scope, r.Key}]; ok && b.r != nil && b.r.enabled != nil {
+				d.Gated, d.Gate = true, *b.r.enabled
+			}
+		} else {
+			if r.enabled != nil {
+				d.Gated, d.Gate = true, *r.enabled
+			}
+			d.After, d.VersionAfter = capValue(r.Value), r.Version
+			if t := r.timer; t != nil && t.Effect != nil {
+				d.Timer = &DeltaTimer{Effect: *t.Effect, ExpiresAt: t.ExpiresAt, TicksLeft: t.TicksLeft, TickOn: t.TickOn}
+			}
+		}
+		if what := memoryOf(r.Scope, r.Key); what != "" {
+			d.Before, d.After = redactMemory(d.Before, what), redactMemory(d.After, what)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// Operational memory (RegisterMemory): keys of an agent's own scope
+// that a feature keeps for that agent alone (the loom's loom:…: trace,
+// pins, stashes, thoughts). The audit records that such an entry
+// changed, never what it holds (a replay restores its shape, not its
+// text).
+var (
+	memoryMu       sync.RWMutex
+	memoryPrefixes = map[string]string{} // key prefix → what it is, as the audit names it
+)
+
+// RegisterMemory declares keys starting with prefix, in agents' own
+// scopes, as a feature's operational memory, named what in the audit
+// (from the feature package's init).
+func RegisterMemory(prefix, what string) {
+	memoryMu.Lock()
+	defer memoryMu.Unlock()
+	memoryPrefixes[prefix] = what
+}
+
+// memoryOf is what the entry is when it is operational memory ("" when
+// it is not).
+func memoryOf(scope, key string) string {
+	if strings.HasPrefix(scope, "_") {
+		return ""
+	}
+	memoryMu.RLock()
+	defer memoryMu.RUnlock()
+	for prefix, what := range memoryPrefixes {
+		if strings.HasPrefix(key, prefix) {
+			return what
+		}
+	}
+	return ""
+}
+
+func redactMemory(v json.RawMessage, what string) json.RawMessage {
+	if len(v) == 0 {
+		return v
+	}
+	out, _ := json.Marshal(map[string]any{"_private": what, "bytes": len(v)})
+	return out
+}
+
+// capValue is v, or its truncation marker when v is over DeltaValueCap.
+func capValue(v json.RawMessage) json.RawMessage {
+	if len(v) <= DeltaValueCap {
+		return v
+	}
+	canon := v
+	var x any
+	if decodeNumber(v, &x) == nil {
+		if b, err := json.Marshal(x); err == nil {
+			canon = b
+		}
+	}
+	sum := sha256.Sum256(canon)
+	out, _ := json.Marshal(map[string]any{"_truncated": true, "bytes": len(canon), "sha256": hex.EncodeToString(sum[:])})
+	return out
+}
+
+// capAny is an action's result as the audit stores it.
+func capAny(v any) json.RawMessage {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return capValue(raw)
+}
