@@ -1,12 +1,3 @@
-// Package substrate is the domain of sync: rooms, agents, scoped versioned
-// state, actions, views, CEL, wait and the context envelope. It knows
-// nothing of OAuth or MCP; callers present a Principal that an adapter
-// authenticated, and the lobby reaches rooms and agents through the
-// operations in lobbyops.go.
-//
-// Every room mutation is one PostgreSQL transaction that locks the room row,
-// takes its sequence numbers from rooms.seq, applies its writes, appends an
-// _audit entry and queues a notification delivered on commit.
 package substrate
 
 import (

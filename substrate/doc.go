@@ -1,0 +1,110 @@
+// Package substrate is the core of sync's domain: rooms, agents, scoped
+// versioned state, the write path, actions and views, invocation, wait,
+// timers, the context envelope and authority. It knows nothing of OAuth
+// or MCP: callers present a Principal that an adapter authenticated.
+//
+// Every room mutation is one PostgreSQL transaction that locks the room
+// row, takes its sequence numbers from rooms.seq, applies its writes,
+// appends an _audit entry (with the state delta it made) and queues a
+// notification delivered on commit.
+//
+// # The core and its features
+//
+// This package is the only code that reads or writes room rows (rooms,
+// agents, state, state_archive, vocabulary_usage); layout_test.go fails
+// when SQL over them appears anywhere else but the store. Features built
+// on rooms are packages of their own that reach rooms only through the
+// operations below: substrate/loom (seed 002), substrate/trajectory
+// (trajectory export, a key's history, replay). Imports point one way
+// (feature → core); where the core must ask a feature something, the
+// feature registers an answer from its package's init:
+//
+//   - RegisterReadRule: what a reader sees of the feature's scopes and
+//     keys (the loom: _loom* by loom_aware and doc_read, a model's
+//     thinking to the thinker and room authority). Every read path (the
+//     context and its CEL, GET /state, a key's history, the room page,
+//     waits) asks the same rule, so a scope is visible through every
+//     surface exactly when its feature says so.
+//   - RegisterScopes: a scope family only the feature writes (through
+//     MutateRoom), optionally kept out of the room's snapshot.
+//   - RegisterMemory: keys of an agent's own scope that are its private
+//     operational memory: the audit records their size, never their text.
+//   - Service.Feature: per-service state (the loom's options).
+//
+// Salience and the lobby's operations (lobbyops.go) still live here.
+//
+// # Operations and the authority each checks
+//
+// "Room principal" means any principal of the room (room, view, agent,
+// observer token); "room authority" the room token or an agent holding
+// the "*" grant; read-only principals (view, observer) never write.
+//
+// Rooms and principals:
+//   - CreateRoom: no principal (the adapter decides who may create; the
+//     caller receives the room and view tokens); creation is the room's
+//     first audited mutation.
+//   - GetRoom, ListRooms: a room principal. DeleteRoom: room authority.
+//   - Authenticate, AuthenticateIn: a token to its Principal (AuthenticateIn
+//     looks it up in the addressed room's shard; a token of another room
+//     is then refused by the operation). AgentPrincipal, EmbodiedPrincipal:
+//     for the lobby, which established the embodiment itself;
+//     EmbodiedPrincipal refuses an agent since taken over.
+//   - RequireRoom: p may address the room and it exists.
+//
+// Agents:
+//   - Join: room authority, or anyone in an open-join room; re-joining
+//     needs room authority or the agent's own token.
+//   - ListAgents: a room principal. UpdateAgent: room authority.
+//   - Heartbeat: the agent itself or room authority (presence, not a
+//     mutation: no seq, no audit).
+//
+// State (the one write path and the one read rule):
+//   - WriteState: all writes or none, as one mutation; a scope is written
+//     by its agent, holders of a grant for it, or room authority; system
+//     and feature scopes never directly.
+//   - ReadState: one consistent snapshot, filtered by the scope rule
+//     (private scopes to their agent and grant holders, _audit to room
+//     authority), features' read rules and enabled gates evaluated as p.
+//   - Watch: change signals for a room principal (a live page's feed).
+//
+// Actions and views:
+//   - RegisterAction, RegisterView: an agent in its own scope, room
+//     authority in any. DeleteAction, DeleteView: the registrar, the
+//     scope's agent or room authority. ListActions, GetAction, ListViews,
+//     GetView: a room principal (availability evaluated as p).
+//   - Invoke: an action's if, cooldown and params checked as p; its
+//     writes are the action's authority, applied as one mutation; a
+//     refusal is audited and changes nothing.
+//
+// Reading the room as a model does:
+//   - Context: the envelope (ARCHITECTURE §7) with p's read authority and
+//     result budgets. Wait: blocks until a CEL condition holds as p, then
+//     returns the context. Eval: an expression with exactly p's read
+//     authority. Help, SystemHelp: help content.
+//
+// For features (bounded by construction, SQL kept here):
+//   - ReadRoom: a repeatable-read transaction of one room; MutateRoom: one
+//     mutation (room locked, an agent's grants re-read under the lock,
+//     writes through the write path with their audit delta). Neither
+//     checks more than that: the feature decides what p may do, with its
+//     read rule through RoomTx.Rows.
+//   - RoomTx.Get, GetMany: live entries by exact key. List: live entries
+//     by key prefix (exact, not by collation), mutable in key order or
+//     append newest first, at most MaxKeysPerRead. Chain: a walk along
+//     links stored in entries (a tree's parents or first children) in one
+//     round trip, at most MaxKeysPerRead steps. HasAgent.
+//   - RoomTx.Apply, Audit: queued writes (Op) through the write path, and
+//     the mutation's audit record.
+//   - AuditPage: pages of the _audit log (archive included), room
+//     authority of that room only. AdmitKeyLog: admits p to one key's
+//     versions exactly when p may read the key now (scope rule, read
+//     rules, enabled gate) and returns a KeyLog that reads that key's
+//     versions and nothing else.
+//
+// For the lobby (lobbyops.go): RoomSummaries, AgentOwner, Embody,
+// EmbodyRole, SetIdle, with the checks each documents; their callers
+// have authenticated the user.
+//
+// Maintenance: PurgeExpired, RetainLogs, RunJanitor (the process's own
+// housekeeping, no principal).
+package substrate

@@ -1,0 +1,130 @@
+package substrate_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The core and its features (ARCHITECTURE §2, issue 27): the core
+// (this package) is the only code that reads or writes room rows; the
+// loom, the trajectory and whatever comes next reach rooms through its
+// exported operations (doc.go is the map).
+
+// roomTables are the tables the core owns.
+var roomTables = []string{"rooms", "rooms_retired", "agents", "state", "state_archive", "vocabulary_usage"}
+
+// mayQueryRooms are the packages whose SQL may name a room table: the
+// core, the store (the pool, the test database helper), and measuring
+// instruments that are not the product.
+var mayQueryRooms = map[string]string{
+	"substrate":       "the core",
+	"store":           "the pool and migrations runner",
+	"store/pgtest":    "the test database helper",
+	"cmd/syncd/bench": "syncd bench -pgbench runs the invocation's transaction shape on the real tables",
+}
+
+// coreLibraries are the packages under substrate/ the core may import:
+// leaf libraries, not features built on rooms.
+var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": true}
+
+const module = "github.com/syncsubstrate/sync/"
+
+// goFiles parses every non-test Go file of the repository (tests may set
+// up and inspect rows), by package directory.
+func goFiles(t *testing.T) map[string][]*ast.File {
+	t.Helper()
+	fset := token.NewFileSet()
+	out := map[string][]*ast.File{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != ".." && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", filepath.Dir(path))
+		out[filepath.ToSlash(rel)] = append(out[filepath.ToSlash(rel)], f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// No package but the core (and the store) names a room table in SQL: a
+// feature that needs a new kind of read gets a core operation (a bounded
+// walk, a prefix list), not SQL of its own.
+func TestOnlyTheCoreQueriesRoomRows(t *testing.T) {
+	sqlRE := regexp.MustCompile(`(?i)\b(FROM|JOIN|INTO|UPDATE|TABLE)\s+(` + strings.Join(roomTables, "|") + `)\b`)
+	var violations []string
+	for dir, files := range goFiles(t) {
+		if mayQueryRooms[dir] != "" {
+			continue
+		}
+		for _, f := range files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				lit, ok := n.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				if s, err := strconv.Unquote(lit.Value); err == nil {
+					if m := sqlRE.FindStringSubmatch(s); m != nil {
+						violations = append(violations, dir+": "+m[0])
+					}
+				}
+				return true
+			})
+		}
+	}
+	sort.Strings(violations)
+	if len(violations) > 0 {
+		t.Fatalf("SQL over room rows outside the core (use or add a core operation: substrate/doc.go):\n  %s", strings.Join(violations, "\n  "))
+	}
+}
+
+// Imports point one way: features import the core, never the other way;
+// features import neither the database driver nor the store, so they
+// cannot open SQL of their own.
+func TestFeaturesReachRoomsOnlyThroughTheCore(t *testing.T) {
+	var violations []string
+	for dir, files := range goFiles(t) {
+		if dir != "substrate" && !strings.HasPrefix(dir, "substrate/") {
+			continue
+		}
+		for _, f := range files {
+			for _, im := range f.Imports {
+				path, _ := strconv.Unquote(im.Path.Value)
+				local := strings.TrimPrefix(path, module)
+				switch {
+				case dir == "substrate" && strings.HasPrefix(local, "substrate/") && !coreLibraries[local]:
+					violations = append(violations, "the core imports "+local+": ask a feature through an interface it registers")
+				case dir != "substrate" && (strings.HasPrefix(path, "github.com/jackc/pgx") || local == "store" || strings.HasPrefix(local, "store/")):
+					violations = append(violations, dir+" imports "+path+": reach rooms through the core's operations")
+				}
+			}
+		}
+	}
+	sort.Strings(violations)
+	if len(violations) > 0 {
+		t.Fatalf("layout broken:\n  %s", strings.Join(violations, "\n  "))
+	}
+}
