@@ -148,6 +148,10 @@ func (t *RoomTx) List(q ListQuery) ([]KeyValue, error) {
 type ChainQuery struct {
 	Scope, Start          string
 	Prefix, Field, Suffix string
+	// Emit, when set, returns for each entry walked the entry at Emit +
+	// its Field instead (absent ones left out): the nodes a list of
+	// links points at, in the same round trip.
+	Emit string
 	// Max bounds the walk (1 … MaxKeysPerRead; 0 means the most).
 	Max int
 }
@@ -158,13 +162,20 @@ func (t *RoomTx) Chain(q ChainQuery) ([]json.RawMessage, error) {
 	if q.Max <= 0 || q.Max > MaxKeysPerRead {
 		q.Max = MaxKeysPerRead
 	}
-	rows, err := t.q.Query(t.ctx, `WITH RECURSIVE walk(v, d) AS (
+	sql := `WITH RECURSIVE walk(v, d) AS (
 			SELECT value, 1 FROM state WHERE room_id = $1 AND scope = $2 AND key = $3
 			UNION ALL
 			SELECT s.value, walk.d + 1 FROM walk JOIN state s
 			  ON s.room_id = $1 AND s.scope = $2 AND s.key = $4 || (walk.v->>$5) || $6
-			WHERE (walk.v->>$5) IS NOT NULL AND walk.d < $7)
-		SELECT v FROM walk ORDER BY d`, t.room, q.Scope, q.Start, q.Prefix, q.Field, q.Suffix, q.Max)
+			WHERE (walk.v->>$5) IS NOT NULL AND walk.d < $7)`
+	args := []any{t.room, q.Scope, q.Start, q.Prefix, q.Field, q.Suffix, q.Max}
+	if q.Emit == "" {
+		sql += ` SELECT v FROM walk ORDER BY d`
+	} else {
+		sql += ` SELECT e.value FROM walk JOIN state e ON e.room_id = $1 AND e.scope = $2 AND e.key = $8 || (walk.v->>$5) ORDER BY walk.d`
+		args = append(args, q.Emit)
+	}
+	rows, err := t.q.Query(t.ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -528,30 +528,13 @@ func decodeNodes(raws []json.RawMessage) ([]Node, error) {
 	return out, nil
 }
 
-// descend follows first children from n to the head of its line.
+// descend follows first children from n to the head of its line, in one
+// round trip: the walk along c:<id>:1 links, each emitting its node.
 func (r *loomRun) descend(t *loomTree, n *Node, limit int) ([]Node, error) {
-	links, err := r.tx.Chain(substrate.ChainQuery{Scope: treeScope(t.ID), Start: "c:" + strconv.FormatInt(n.ID, 10) + ":1",
-		Prefix: "c:", Field: "id", Suffix: ":1", Max: limit})
-	if err != nil || len(links) == 0 {
-		return nil, err
-	}
-	keys := make([]string, len(links))
-	for i, raw := range links {
-		var c struct {
-			ID int64 `json:"id"`
-		}
-		_ = json.Unmarshal(raw, &c)
-		keys[i] = "n:" + strconv.FormatInt(c.ID, 10)
-	}
-	got, err := r.getMany(treeScope(t.ID), keys)
+	raws, err := r.tx.Chain(substrate.ChainQuery{Scope: treeScope(t.ID), Start: "c:" + strconv.FormatInt(n.ID, 10) + ":1",
+		Prefix: "c:", Field: "id", Suffix: ":1", Emit: "n:", Max: limit})
 	if err != nil {
 		return nil, err
-	}
-	raws := make([]json.RawMessage, 0, len(keys))
-	for _, k := range keys {
-		if v, ok := got[k]; ok {
-			raws = append(raws, v)
-		}
 	}
 	return decodeNodes(raws)
 }
