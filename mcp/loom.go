@@ -11,8 +11,8 @@ import (
 
 // The loom (seed 002) for models: one tool taking the seed's → command
 // lines as written. The domain (parsing, authority, rendering) is the
-// loom package's (substrate/loom), which the REST API calls too: people and models have
-// the same operations.
+// loom package's (substrate/loom), which the REST API calls too: people
+// and models have the same operations.
 
 type loomIn struct {
 	Commands string `json:"commands"`
