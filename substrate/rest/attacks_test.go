@@ -930,3 +930,38 @@ func TestAttackPreconditionReadWithholdsGatedValue(t *testing.T) {
 		t.Fatalf("HOLE: the refusal tells bob the gated value: %d %s", inv.status, inv.raw)
 	}
 }
+
+// Issue 25 item 9: ids "." and ".." were accepted, and such a room was
+// then reachable only percent-encoded (URLs resolve the segment away).
+// No room, agent, scope, action or view id may start with a dot.
+func TestAttackDotIDsRefused(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	for _, id := range []string{".", "..", ".hidden"} {
+		if r := e.do("POST", "/rooms", "", map[string]any{"id": id}); r.status != 400 || r.str("error") != "invalid_field" || r.str("hint") == "" {
+			t.Fatalf("room id %q: %d %s", id, r.status, r.raw)
+		}
+	}
+	rm := e.room("dots", map[string]any{"open_join": true})
+	for _, id := range []string{".", "..", ".me"} {
+		for _, tok := range []string{"", rm.token} {
+			if r := e.do("POST", "/rooms/dots/agents", tok, map[string]any{"id": id, "name": "x"}); r.status != 400 || r.str("error") != "invalid_field" {
+				t.Fatalf("agent id %q (token %q): %d %s", id, tok, r.status, r.raw)
+			}
+		}
+		if r := e.do("PUT", "/rooms/dots/state", rm.token, map[string]any{"scope": id, "key": "k", "value": 1}); r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("scope %q: %d %s", id, r.status, r.raw)
+		}
+		if r := e.do("PUT", "/rooms/dots/actions", rm.token, map[string]any{"id": id, "writes": []any{map[string]any{"key": "k", "value": 1}}}); r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("action id %q: %d %s", id, r.status, r.raw)
+		}
+		if r := e.do("PUT", "/rooms/dots/views", rm.token, map[string]any{"id": id, "expr": "1"}); r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("view id %q: %d %s", id, r.status, r.raw)
+		}
+	}
+	e.join(rm, "bob")
+	if r := e.do("PATCH", "/rooms/dots/agents/bob", rm.token, map[string]any{"grants": []string{".."}}); r.status != 400 || r.str("error") != "invalid_field" {
+		t.Fatalf("grant \"..\": %d %s", r.status, r.raw)
+	}
+	// Dots inside an id stay fine.
+	e.room("a.b..c", nil)
+}
