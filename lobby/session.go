@@ -373,7 +373,9 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 		if err != nil {
 			return nil, err
 		}
-		if sum := sums[room]; sum != nil && sum.Roles[agent] != nil {
+		// An id with ":" is a person's agent, never a role's, whatever
+		// _shared.roles says: it is embodied as an agent (yours or not).
+		if sum := sums[room]; sum != nil && sum.Roles[agent] != nil && !strings.Contains(agent, ":") {
 			role = agent
 		}
 	}

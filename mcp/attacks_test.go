@@ -279,3 +279,49 @@ func TestAttackLobbyShowsNoGatedAgent(t *testing.T) {
 		t.Fatalf("the owner's lobby lacks the agent: %v", v["rooms"])
 	}
 }
+
+// Issue 25 item 1: a participant named a role after the owner's agent
+// (<username>:<client>) with an action that writes _shared.roles, then
+// filled it with sync_embody and drove the owner's agent, private scope
+// included, while the owner was embodied. define_role refuses such ids, and
+// filling a role never takes a person's agent, whatever defined the role.
+func TestAttackRoleTakesOverPersonsAgent(t *testing.T) {
+	_, as, bs, _ := roleLab(t)
+	mine := mustTool(t, as, "sync_embody", map[string]any{"room": "lab"})["agent"].(string)
+	mustTool(t, as, "sync_register_action", map[string]any{"id": "note", "scope": mine, "params": map[string]any{"text": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"scope": mine, "key": "diary", "value": "${params.text}"}}})
+	mustTool(t, as, "sync_invoke_action", map[string]any{"action": "note", "params": map[string]any{"text": "alice's secret"}})
+	// A role-defining action of the room's own, without define_role's guard.
+	mustTool(t, as, "sync_register_action", map[string]any{"id": "add_role", "params": map[string]any{"role_id": map[string]any{"type": "string", "required": true}},
+		"writes": []any{map[string]any{"scope": "_shared", "key": "roles", "merge": map[string]any{"${params.role_id}": map[string]any{"filled_by": nil}}}}})
+
+	mustTool(t, bs, "sync_embody", map[string]any{"room": "lab"})
+	if out, isErr := callTool(t, bs, "sync_invoke_action", map[string]any{"action": "define_role", "params": map[string]any{"role_id": mine, "description": "x"}}); !isErr {
+		t.Fatalf("define_role took a person's agent id: %v", out)
+	}
+	for _, id := range []string{mine, "alice:web"} {
+		mustTool(t, bs, "sync_embody", map[string]any{"room": "lab"}) // a refused role fill leaves bob observing
+		mustTool(t, bs, "sync_invoke_action", map[string]any{"action": "add_role", "params": map[string]any{"role_id": id}})
+		for _, args := range []map[string]any{{"room": "lab", "role": id}, {"room": "lab", "agent": id}} {
+			out, isErr := callTool(t, bs, "sync_embody", args)
+			if !isErr {
+				t.Fatalf("HOLE: bob embodied %v: %v", args, out)
+			}
+			if args["role"] != nil && (out["error"] != "invalid_field" || out["reason"] != "person_id" || !strings.Contains(fmt.Sprint(out["hint"]), "roles")) {
+				t.Fatalf("filling role %s: %v", id, out)
+			}
+		}
+	}
+	got := mustTool(t, bs, "sync_read_context", nil)
+	if st := fmt.Sprint(got["state"]); strings.Contains(st, "alice's secret") {
+		t.Fatalf("HOLE: bob reads alice's scope: %v", st)
+	}
+	// Alice still drives her agent.
+	if ctx := mustTool(t, as, "sync_read_context", nil); !strings.Contains(fmt.Sprint(get(ctx, "state", "self")), "alice's secret") {
+		t.Fatalf("alice lost her agent: %v", ctx["state"])
+	}
+	// The rule is in help.
+	if help := mustTool(t, bs, "sync_help", map[string]any{"key": "roles"}); !strings.Contains(fmt.Sprint(help["content"]), `Ids with ":" belong to people`) {
+		t.Fatalf("help key roles: %v", help)
+	}
+}
