@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
@@ -323,5 +325,83 @@ func TestAttackRoleTakesOverPersonsAgent(t *testing.T) {
 	// The rule is in help.
 	if help := mustTool(t, bs, "sync_help", map[string]any{"key": "roles"}); !strings.Contains(fmt.Sprint(help["content"]), `Ids with ":" belong to people`) {
 		t.Fatalf("help key roles: %v", help)
+	}
+}
+
+// Issue 25 item 2: a sync_wait in progress outlived the caller's access:
+// a person who left the room, revoked it from the connection
+// (sync_revoke_access) or whose connection was revoked still received the
+// room's context, including what was written afterwards, when the wait
+// woke. Access and the token are checked again at each wake-up.
+func TestAttackWaitOutlivesLostAccess(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	alice, bob := signup(t, srv, "alice"), signup(t, srv, "bob")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "lab"})
+	mustTool(t, as, "sync_embody", map[string]any{"room": "lab"})
+	lib := mustTool(t, as, "sync_help", map[string]any{"key": "standard_library"})
+	for _, d := range asList(lib["content"]) {
+		if def := d.(map[string]any); def["id"] == "set" {
+			mustTool(t, as, "sync_register_action", def)
+		}
+	}
+	var bobID string
+	if err := srv.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = 'bob'`).Scan(&bobID); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		name   string
+		revoke func(bobToken string)
+		code   string
+	}{
+		{"sync_revoke_access from another call", func(tok string) {
+			mustTool(t, connectWithToken(t, srv, tok), "sync_revoke_access", map[string]any{"room": "lab"})
+		}, "room_not_in_scope"},
+		{"leaving the room", func(string) {
+			if err := srv.lobby.LeaveRoom(ctx, bobID, "lab"); err != nil {
+				t.Fatal(err)
+			}
+		}, "room_not_in_scope"},
+		{"the connection revoked", func(string) {
+			var grant string
+			if err := srv.db.QueryRow(ctx, `SELECT grant_id FROM smcp_user_sessions WHERE user_id = $1 ORDER BY created_at DESC LIMIT 1`, bobID).Scan(&grant); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.auth.RevokeGrant(ctx, bobID, grant); err != nil {
+				t.Fatal(err)
+			}
+		}, "unauthorized"},
+	} {
+		mustTool(t, as, "sync_share_room", map[string]any{"room": "lab", "username": "bob", "role": "participant"})
+		tok := mintToken(t, srv, bob, map[string]string{"lab": "write"})["access_token"].(string)
+		bs := connectWithToken(t, srv, tok)
+		agent := mustTool(t, bs, "sync_embody", map[string]any{"room": "lab"})["agent"].(string)
+		key := fmt.Sprintf("plan%d", i)
+		got := make(chan map[string]any, 1)
+		go func() {
+			out, _ := callTool(t, bs, "sync_wait", map[string]any{"condition": "has(state._shared." + key + ")", "timeout_ms": 30000})
+			got <- out
+		}()
+		for n := 0; ; n++ {
+			a, _ := srv.svc.ListAgents(ctx, substrate.RoomPrincipal("lab"), "lab")
+			if slices.ContainsFunc(a, func(a substrate.Agent) bool { return a.ID == agent && a.Status == "waiting" }) {
+				break
+			}
+			if n > 300 {
+				t.Fatalf("%s: bob's wait never began", c.name)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.revoke(tok)
+		mustTool(t, as, "sync_invoke_action", map[string]any{"action": "set", "params": map[string]any{"key": key, "value": "written after " + c.name}})
+		select {
+		case out := <-got:
+			if out["error"] != c.code || strings.Contains(fmt.Sprint(out), "written after") {
+				t.Fatalf("HOLE: %s: the wait answered %v", c.name, out)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the wait did not end", c.name)
+		}
 	}
 }

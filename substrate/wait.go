@@ -102,6 +102,12 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		case <-recheck.C:
 		case <-deadline.C:
 			recheck.Stop()
+			// The credential and the caller's access are checked again at
+			// every wake-up, this one included: a wait never outlives a
+			// revocation with the room's context.
+			if p, err = s.recheck(ctx, p); err != nil {
+				return nil, err
+			}
 			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq}
 			if !creq.NoContext {
 				env, err := s.Context(context.WithoutCancel(ctx), p, roomID, creq)
@@ -123,6 +129,9 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return nil, ctx.Err()
 		}
 		recheck.Stop()
+		if p, err = s.recheck(ctx, p); err != nil {
+			return nil, err
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -964,4 +965,42 @@ func TestAttackDotIDsRefused(t *testing.T) {
 	}
 	// Dots inside an id stay fine.
 	e.room("a.b..c", nil)
+}
+
+// Issue 25 item 2: a wait in progress outlived the revocation of its
+// credential: an agent whose token was rotated still got the room's
+// context, written after the rotation, when its pending wait woke. The
+// token is looked up again at each wake-up.
+func TestAttackWaitOutlivesTokenRotation(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("w", nil)
+	bob := e.join(rm, "bob")
+	got := make(chan resp, 1)
+	go func() {
+		got <- e.do("GET", "/rooms/w/wait?condition="+url.QueryEscape(`has(state._shared.plan)`)+"&timeout=20000", bob, nil)
+	}()
+	waitingOn(t, e, rm, "bob")
+	// The room token rotates bob's token (a re-join), then the room moves on.
+	e.do("POST", "/rooms/w/agents", rm.token, map[string]any{"id": "bob", "name": "bob"}).must(t, 200)
+	e.do("PUT", "/rooms/w/state", rm.token, map[string]any{"scope": "_shared", "key": "plan", "value": "after the rotation"}).must(t, 200)
+	select {
+	case r := <-got:
+		if r.status != 401 || r.str("error") != "unauthorized" || strings.Contains(r.raw, "after the rotation") {
+			t.Fatalf("HOLE: the wait of a rotated token answered %d %s", r.status, r.raw)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the wait did not end")
+	}
+}
+
+// waitingOn returns once agent is waiting in rm (its wait has begun).
+func waitingOn(t *testing.T, e *env, rm room, agent string) {
+	t.Helper()
+	for range 200 {
+		if strings.Contains(e.do("GET", "/rooms/"+rm.id+"/agents", rm.token, nil).raw, `"status":"waiting"`) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s never waited", agent)
 }
