@@ -1004,3 +1004,64 @@ func waitingOn(t *testing.T, e *env, rm room, agent string) {
 	}
 	t.Fatalf("%s never waited", agent)
 }
+
+// Issue 25 item 8: a leaked room or view token could not be rotated, and
+// a view token reads every scope for as long as the room exists. The room
+// authority rotates either; the old one is refused at once, a wait
+// already open with it included, and the rotation is audited.
+func TestAttackRotatedTokensRefused(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("leak", nil)
+	bob := e.join(rm, "bob")
+	bobAll := e.join(rm, "boss", "*")
+	e.do("PUT", "/rooms/leak/state", rm.token, map[string]any{"scope": "bob", "key": "secret", "value": "s3cret"}).must(t, 200)
+	// Only room authority rotates; bad input is a 400 with the field.
+	for _, tok := range []string{bob, rm.view} {
+		if r := e.do("POST", "/rooms/leak/tokens/rotate", tok, map[string]any{"which": "view"}); r.status != 403 {
+			t.Fatalf("rotation without room authority: %d %s", r.status, r.raw)
+		}
+	}
+	if r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, map[string]any{"which": "agent"}); r.status != 400 || r.str("error") != "invalid_field" || r.str("field") != "which" {
+		t.Fatalf("which agent: %d %s", r.status, r.raw)
+	}
+	if r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, nil); r.status != 400 {
+		t.Fatalf("no body: %d %s", r.status, r.raw)
+	}
+
+	// A wait with the leaked view token is open when it is rotated.
+	got := make(chan resp, 1)
+	go func() {
+		got <- e.do("GET", "/rooms/leak/wait?condition="+url.QueryEscape(`has(state._shared.later)`)+"&timeout=20000", rm.view, nil)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, map[string]any{"which": "view"}).must(t, 200)
+	newView := r.str("token")
+	if !strings.HasPrefix(newView, "view_") || r.str("which") != "view" || newView == rm.view {
+		t.Fatalf("rotation answered %s", r.raw)
+	}
+	e.do("PUT", "/rooms/leak/state", rm.token, map[string]any{"scope": "_shared", "key": "later", "value": "after"}).must(t, 200)
+	select {
+	case w := <-got:
+		if w.status != 401 || strings.Contains(w.raw, "s3cret") {
+			t.Fatalf("HOLE: the rotated view token's wait answered %d %s", w.status, w.raw)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the wait did not end")
+	}
+	if r := e.do("GET", "/rooms/leak/state?scope=bob", rm.view, nil); r.status != 401 {
+		t.Fatalf("HOLE: the old view token still reads: %d %s", r.status, r.raw)
+	}
+	e.do("GET", "/rooms/leak/state?scope=bob", newView, nil).must(t, 200)
+
+	// An agent with "*" rotates the room token; the old one is dead.
+	r = e.do("POST", "/rooms/leak/tokens/rotate", bobAll, map[string]any{"which": "room"}).must(t, 200)
+	newRoom := r.str("token")
+	if r := e.do("GET", "/rooms/leak/context", rm.token, nil); r.status != 401 {
+		t.Fatalf("HOLE: the old room token still works: %d %s", r.status, r.raw)
+	}
+	audit := e.do("GET", "/rooms/leak/state?scope=_audit", newRoom, nil).must(t, 200)
+	if !strings.Contains(audit.raw, `"kind":"token_rotate"`) || !strings.Contains(audit.raw, `"which":"room"`) || !strings.Contains(audit.raw, `"by":"boss"`) ||
+		strings.Contains(audit.raw, newRoom) || strings.Contains(audit.raw, newView) {
+		t.Fatalf("the rotations' audit: %s", audit.raw)
+	}
+}
