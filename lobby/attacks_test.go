@@ -385,3 +385,36 @@ func TestAttackRoleNamedAfterPersonsAgent(t *testing.T) {
 		t.Fatalf("bob taking over the vacated scribe: %+v %v", emb, err)
 	}
 }
+
+// Issue 25 item 8: whoever claims a room made over REST pasted a room
+// token others may have seen; claiming may replace it, and the pasted one
+// then no longer works (nor claims the room again).
+func TestAttackClaimRotatesRoomToken(t *testing.T) {
+	f := newFixture(t, "alice", "mallory")
+	ctx := context.Background()
+	room, err := f.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "api-made"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := f.l.ClaimRoom(ctx, "user_alice", room.ID, room.Token, true)
+	if err != nil || !strings.HasPrefix(tok, substrate.RoomTokenPrefix) || tok == room.Token {
+		t.Fatalf("claim with rotation: %q %v", tok, err)
+	}
+	if _, err := f.svc.AuthenticateIn(ctx, room.ID, room.Token); !errs.Is(err, errs.Unauthorized) {
+		t.Fatalf("HOLE: the pasted room token still works: %v", err)
+	}
+	if _, err := f.l.ClaimRoom(ctx, "user_mallory", room.ID, room.Token, false); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("HOLE: the old token claimed the room again: %v", err)
+	}
+	if p, err := f.svc.AuthenticateIn(ctx, room.ID, tok); err != nil || p.Kind != substrate.KindRoom {
+		t.Fatalf("the new token: %+v %v", p, err)
+	}
+	// Without rotation the token stays (and nothing is returned).
+	other, _ := f.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "api-made-2"})
+	if tok, err := f.l.ClaimRoom(ctx, "user_alice", other.ID, other.Token, false); err != nil || tok != "" {
+		t.Fatalf("claim without rotation: %q %v", tok, err)
+	}
+	if _, err := f.svc.AuthenticateIn(ctx, other.ID, other.Token); err != nil {
+		t.Fatalf("the token of a room claimed without rotation: %v", err)
+	}
+}

@@ -337,3 +337,68 @@ func TestAttackLiveStreamEndsWhenAccessEnds(t *testing.T) {
 		t.Fatal("the stream neither ended nor said gone")
 	}
 }
+
+// Issue 25 item 8 (and issue 35 item 1): a leaked view token read the room
+// for as long as it existed. An owner rotates it (or the room token) from
+// the room page; the old one is refused at once, and a live stream open
+// with it ends at the rotation. Nobody but an owner may rotate.
+func TestAttackRotatedViewTokenEndsLiveStream(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	s.share("bob", "collaborator")
+	s.write("_shared", "board", `"public board"`)
+	ev := s.stream("", "/live/rooms/lab?view="+s.room.ViewToken, "")
+	time.Sleep(200 * time.Millisecond)
+
+	if _, _, body := s.get("bob", "/rooms/lab"); strings.Contains(body, "tokens/rotate") {
+		t.Fatal("a collaborator's page offers token rotation")
+	}
+	for _, who := range []string{"bob", ""} {
+		if code, body := s.post(who, "/web/rooms/lab/tokens/rotate", url.Values{"which": {"view"}}); code/100 != 4 || strings.Contains(body, "view_") {
+			t.Fatalf("HOLE: %q rotated the view token: %d", who, code)
+		}
+	}
+	if code, _ := s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"view"}}, "Sec-Fetch-Site", "cross-site"); code != http.StatusForbidden {
+		t.Fatalf("HOLE: a cross-site form rotated the token: %d", code)
+	}
+	if code, body := s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"everything"}}); code != 400 || !strings.Contains(body, "which") {
+		t.Fatalf("which=everything: %d", code)
+	}
+	if _, _, body := s.get("alice", "/rooms/lab"); !strings.Contains(body, `action="/web/rooms/lab/tokens/rotate"`) {
+		t.Fatal("the owner's page has no rotation form")
+	}
+	code, body := s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"view"}})
+	i := strings.Index(body, "view_")
+	if code != 200 || !strings.Contains(body, "New view token") || i < 0 {
+		t.Fatalf("rotating the view token: %d %s", code, body)
+	}
+	newView := body[i : i+strings.IndexByte(body[i:], '<')]
+	select {
+	case e := <-ev:
+		if !strings.Contains(e, "event: gone") {
+			t.Fatalf("HOLE: the rotated view token's stream still hears the room: %q", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the rotated view token's stream neither ended nor said gone")
+	}
+	if code, _, body := s.get("", "/rooms/lab?view="+s.room.ViewToken); code != http.StatusNotFound || strings.Contains(body, "public board") {
+		t.Fatalf("HOLE: the old view link still opens the room: %d", code)
+	}
+	if code, _, body := s.get("", "/rooms/lab?view="+newView); code != 200 || !strings.Contains(body, "public board") {
+		t.Fatalf("the new view link: %d", code)
+	}
+	// The room token too; the audit names the owner's agent.
+	if code, _ := s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"room"}}); code != 200 {
+		t.Fatalf("rotating the room token: %d", code)
+	}
+	if _, err := s.svc.Authenticate(context.Background(), s.room.Token); err == nil {
+		t.Fatal("HOLE: the old room token still authenticates")
+	}
+	audit, err := s.svc.ReadState(context.Background(), substrate.RoomPrincipal("lab"), "lab", substrate.ReadQuery{Scope: "_audit", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(audit.Entries)
+	if n := strings.Count(string(raw), `token_rotate`); n != 2 || !strings.Contains(string(raw), `alice:web`) {
+		t.Fatalf("%d rotations audited: %s", n, raw)
+	}
+}
