@@ -318,6 +318,10 @@ func TestAttackRoleTakesOverPersonsAgent(t *testing.T) {
 	if st := fmt.Sprint(got["state"]); strings.Contains(st, "alice's secret") {
 		t.Fatalf("HOLE: bob reads alice's scope: %v", st)
 	}
+	// The context says whose account drives each agent (issue 25 item 7).
+	if acct := get(got, "agents", mine, "account"); acct != "alice" {
+		t.Fatalf("the context does not say alice drives %s: %v", mine, got["agents"])
+	}
 	// Alice still drives her agent.
 	if ctx := mustTool(t, as, "sync_read_context", nil); !strings.Contains(fmt.Sprint(get(ctx, "state", "self")), "alice's secret") {
 		t.Fatalf("alice lost her agent: %v", ctx["state"])

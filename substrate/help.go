@@ -108,7 +108,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 			"variables": map[string]string{
 				"state":    "scope → key → value of the scopes you can read; your own scope also as state.self. Logs (_messages, _audit) are not in state: use messages.",
 				"views":    "view id → value (an evaluation error shows as {\"_error\": …}); views._contested lists keys written by several actions.",
-				"agents":   "agent id → {name, role, status, waiting_on, last_heartbeat}.",
+				"agents":   "agent id → {name, role, status, waiting_on, last_heartbeat, account?}: account is the username of the person driving the agent, absent for agents joined with a token.",
 				"actions":  "action id → {enabled, available} (inside views only enabled).",
 				"messages": "{count, unread, directed_unread}.",
 				"self":     "your agent id (\"\" for room and view tokens).",

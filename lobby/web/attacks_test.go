@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // Attacks on the people's pages that must fail.
@@ -402,3 +403,58 @@ func TestAttackRotatedViewTokenEndsLiveStream(t *testing.T) {
 		t.Fatalf("%d rotations audited: %s", n, raw)
 	}
 }
+
+// Issue 25 item 7: in an open room anyone could take bob's web agent id
+// (bob:web) under his name, and bob became bob:web-2. Nobody joins under an
+// id with ":" without the room token; the room page says which account
+// drives each agent (an agent the room token named bob:web-2 shows none);
+// a person's agent gets no token and keeps its account's name.
+func TestAttackImpersonatedPersonInOpenRoom(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	ctx := context.Background()
+	room, err := s.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "square", OpenJoin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.lob.ClaimRoom(ctx, "user_alice", "square", room.Token, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.lob.ShareRoom(ctx, "user_alice", "square", "user_bob", "participant"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.Join(ctx, nil, "square", substrate.JoinRequest{ID: "bob:web", Name: "bob"}); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("HOLE: an anonymous open join took bob:web: %v", err)
+	}
+	admin, _ := s.svc.Authenticate(ctx, room.Token)
+	if _, err := s.svc.Join(ctx, admin, "square", substrate.JoinRequest{ID: "bob:web-2", Name: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	// Bob acts from the page: his agent is bob:web.
+	if code, _ := s.post("bob", "/web/rooms/square/message", url.Values{"body": {"hello"}}); code != http.StatusSeeOther {
+		t.Fatalf("bob's message: %d", code)
+	}
+	_, _, page := s.get("alice", "/rooms/square")
+	if !strings.Contains(page, `bob:web</span> <span class="account">· account bob</span>`) ||
+		!strings.Contains(page, `bob:web-2</span> <span class="muted">· token, no account</span>`) {
+		t.Fatalf("the page does not say which account drives which agent: %s", page)
+	}
+	// The room token neither renames bob's agent nor gets a token for it.
+	if _, err := s.svc.UpdateAgent(ctx, admin, "square", "bob:web", substrate.AgentUpdate{Name: ptr("alice")}); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("HOLE: bob's agent renamed: %v", err)
+	}
+	if _, err := s.svc.Join(ctx, admin, "square", substrate.JoinRequest{ID: "bob:web", Name: "bob"}); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("HOLE: the room token got a token for bob's agent: %v", err)
+	}
+	env, err := s.svc.Context(ctx, admin, "square", substrate.ContextRequest{Depth: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := env.Agents["bob:web"].(map[string]any); a["account"] != "bob" {
+		t.Fatalf("the context does not say bob drives bob:web: %v", env.Agents)
+	}
+	if a, _ := env.Agents["bob:web-2"].(map[string]any); a["account"] != nil {
+		t.Fatalf("the context gives the token agent an account: %v", env.Agents)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

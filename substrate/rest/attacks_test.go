@@ -1065,3 +1065,34 @@ func TestAttackRotatedTokensRefused(t *testing.T) {
 		t.Fatalf("the rotations' audit: %s", audit.raw)
 	}
 }
+
+// Issue 25 item 7: anyone could join an open room as "cyx:web" (a person's
+// web agent id) under that person's name, and the person became
+// "cyx:web-2". Ids with ":" belong to people's accounts: joining under one
+// needs the room token, and presence says which agents an account drives
+// (none joined with a token).
+func TestAttackOpenJoinAsPersonsAgent(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("square", map[string]any{"open_join": true})
+	for _, id := range []string{"cyx:web", "cyx:claude-code", "a:b"} {
+		r := e.do("POST", "/rooms/square/agents", "", map[string]any{"id": id, "name": "cyx"})
+		if r.status != 403 || r.str("error") != "forbidden" || r.str("reason") != "person_id" || r.str("hint") == "" {
+			t.Fatalf("HOLE: open join as %q: %d %s", id, r.status, r.raw)
+		}
+	}
+	// An agent of the room (no room authority) cannot either.
+	mal := e.do("POST", "/rooms/square/agents", "", map[string]any{"id": "mallory", "name": "cyx"}).must(t, 201).str("token")
+	if r := e.do("POST", "/rooms/square/agents", mal, map[string]any{"id": "cyx:web", "name": "cyx"}); r.status != 403 || r.str("reason") != "person_id" {
+		t.Fatalf("HOLE: an agent token joined as cyx:web: %d %s", r.status, r.raw)
+	}
+	// The room token may name its own agents so; neither they nor open
+	// joiners show an account.
+	e.do("POST", "/rooms/square/agents", rm.token, map[string]any{"id": "bot:1", "name": "cyx"}).must(t, 201)
+	ctx := e.do("GET", "/rooms/square/context?depth=full", rm.token, nil).must(t, 200)
+	if strings.Contains(ctx.raw, `"account"`) {
+		t.Fatalf("token agents show an account: %s", ctx.raw)
+	}
+	if r := e.do("GET", "/rooms/square/agents", rm.token, nil).must(t, 200); strings.Contains(r.raw, `"account"`) {
+		t.Fatalf("token agents show an account: %s", r.raw)
+	}
+}
