@@ -280,6 +280,11 @@ func (l *Lobby) RotateToken(ctx context.Context, userID, username, roomID, which
 	} else if a != "owner" {
 		return nil, errs.New(errs.Forbidden, "only an owner of %q can rotate its tokens", roomID).WithHint("ask an owner")
 	}
+	if which != "room" && which != "view" {
+		// Refused before PersonActor, which may make the owner's agent.
+		return nil, errs.New(errs.InvalidField, "which is %q: rotate the \"room\" token or the \"view\" token", which).With("field", "which").
+			WithHint("pick the room token or the view token")
+	}
 	p, err := l.PersonActor(ctx, userID, username, roomID)
 	if err != nil {
 		return nil, err

@@ -347,6 +347,11 @@ func TestAttackRotatedViewTokenEndsLiveStream(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice", "bob")
 	s.share("bob", "collaborator")
 	s.write("_shared", "board", `"public board"`)
+	// Alice has acted from the page before (her web agent exists), so the
+	// rotation is the only change the stream sees.
+	if code, _ := s.post("alice", "/web/rooms/lab/message", url.Values{"body": {"hello"}}); code != http.StatusSeeOther {
+		t.Fatalf("alice's message: %d", code)
+	}
 	ev := s.stream("", "/live/rooms/lab?view="+s.room.ViewToken, "")
 	time.Sleep(200 * time.Millisecond)
 
