@@ -569,11 +569,13 @@ func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role st
 			With("role", role).With("agent", agent).
 			WithHint(`call sync_embody {"room": %q, "role": %q} without agent`, room, role)
 	}
-	if err := l.leaveFor(ctx, s, room, role); err != nil {
-		return nil, err
-	}
 	res, err := l.svc.EmbodyRole(ctx, substrate.EmbodyRoleRequest{Room: room, Role: role, Name: s.Username, User: s.UserID, Client: s.ClientName, Grants: grants})
 	if err != nil {
+		// A refused fill (role_filled, person_id, …) leaves the session
+		// as it was: it steps out of its agent only once it has another.
+		return nil, err
+	}
+	if err := l.leaveFor(ctx, s, room, role); err != nil {
 		return nil, err
 	}
 	s.RoomID, s.AgentID = room, res.ID

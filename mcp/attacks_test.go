@@ -302,7 +302,6 @@ func TestAttackRoleTakesOverPersonsAgent(t *testing.T) {
 		t.Fatalf("define_role took a person's agent id: %v", out)
 	}
 	for _, id := range []string{mine, "alice:web"} {
-		mustTool(t, bs, "sync_embody", map[string]any{"room": "lab"}) // a refused role fill leaves bob observing
 		mustTool(t, bs, "sync_invoke_action", map[string]any{"action": "add_role", "params": map[string]any{"role_id": id}})
 		for _, args := range []map[string]any{{"room": "lab", "role": id}, {"room": "lab", "agent": id}} {
 			out, isErr := callTool(t, bs, "sync_embody", args)
@@ -313,6 +312,10 @@ func TestAttackRoleTakesOverPersonsAgent(t *testing.T) {
 				t.Fatalf("filling role %s: %v", id, out)
 			}
 		}
+	}
+	// Refused fills left bob as he was: embodied as his own agent.
+	if lobby := mustTool(t, bs, "sync_lobby", nil); !strings.Contains(fmt.Sprint(lobby["_session"]), "agent:bob:") {
+		t.Fatalf("a refused role fill changed bob's embodiment: %v", lobby["_session"])
 	}
 	got := mustTool(t, bs, "sync_read_context", nil)
 	if st := fmt.Sprint(got["state"]); strings.Contains(st, "alice's secret") {
