@@ -410,5 +410,13 @@ func TestAttackWaitOutlivesLostAccess(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("%s: the wait did not end", c.name)
 		}
+		// Stepped out by the revocation, bob's agent stays idle: the
+		// refused wait does not mark it active again.
+		if i == 0 {
+			a, _ := srv.svc.ListAgents(ctx, substrate.RoomPrincipal("lab"), "lab")
+			if j := slices.IndexFunc(a, func(a substrate.Agent) bool { return a.ID == agent }); j < 0 || a[j].Status != "idle" {
+				t.Fatalf("%s: bob's agent after the refused wait: %+v", c.name, a)
+			}
+		}
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -172,11 +175,21 @@ func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, pro
 // setWaiting marks an agent waiting on a condition (or active again, with
 // nil) and tells the room's other waiters, who may be waiting on presence.
 func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condition *string) {
-	status := "active"
+	var err error
 	if condition != nil {
-		status = "waiting"
+		err = s.setPresence(ctx, roomID, agentID, "waiting", condition, true)
+	} else {
+		// A status set while the wait ran stays: idle when the person
+		// stepped out of the agent or lost the room (the wait then ended
+		// refused), busy from a heartbeat.
+		var tag pgconn.CommandTag
+		tag, err = s.db.Exec(ctx, `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now()
+			WHERE room_id = $1 AND id = $2 AND status = 'waiting'`, roomID, agentID)
+		if err == nil && tag.RowsAffected() > 0 {
+			err = s.db.Notify(ctx, roomID, store.PresenceNote)
+		}
 	}
-	if err := s.setPresence(ctx, roomID, agentID, status, condition, true); err != nil {
+	if err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
 }
