@@ -276,12 +276,80 @@ func (l *Lobby) notInScopeErr(s *Session, room, reason, role string) *errs.Error
 // actions and views the agent registers read with their registrar's
 // authority whatever the invoker may read.
 func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substrate.Principal, string, error) {
+	agent := ""
+	if s.RoomID == room {
+		agent = s.AgentID
+	}
+	p, level, err := l.principal(ctx, s, room, agent)
+	if err != nil {
+		return nil, "", err
+	}
+	// A call that outlives this moment (a wait) asks again at each
+	// wake-up, from the session as it is then: a person who left the room,
+	// lost it (unshared, sync_revoke_access) or whose connection was
+	// revoked hears no more of it. It keeps the agent it started as (the
+	// session may embody another meanwhile), for as long as the person
+	// may still drive it.
+	p.Refresh = l.refresher(s, room, agent)
+	return p, level, nil
+}
+
+func (l *Lobby) refresher(s *Session, room, agent string) func(context.Context) (*substrate.Principal, error) {
+	return func(ctx context.Context) (*substrate.Principal, error) {
+		now, err := l.reload(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		p, _, err := l.principal(ctx, now, room, agent)
+		if err != nil {
+			return nil, err
+		}
+		p.Refresh = l.refresher(now, room, agent)
+		return p, nil
+	}
+}
+
+// reload reads a session's row again, with the user's rooms and roles as
+// they are now. A session whose grant was revoked (and its row purged) is
+// errs.Unauthorized.
+func (l *Lobby) reload(ctx context.Context, s *Session) (*Session, error) {
+	n := &Session{GrantID: s.GrantID, UserID: s.UserID, Username: s.Username, ClientID: s.ClientID, ClientName: s.ClientName}
+	var room, agent *string
+	var scope string
+	var fresh []string
+	err := l.db.QueryRow(ctx, `SELECT sess.room_id, sess.agent_id, sess.scope,
+			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb),
+			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND `+freshSQL("$3")+`), '{}')
+		FROM smcp_user_sessions sess WHERE grant_id = $1 AND user_id = $2`, s.GrantID, s.UserID, sinceArg(s.Scope)).
+		Scan(&room, &agent, &scope, &n.roles, &fresh)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errs.New(errs.Unauthorized, "this connection was revoked").WithHint("reconnect the integration")
+	}
+	if err != nil {
+		return nil, err
+	}
+	n.fresh = map[string]bool{}
+	for _, id := range fresh {
+		n.fresh[id] = true
+	}
+	if room != nil {
+		n.RoomID = *room
+	}
+	if agent != nil {
+		n.AgentID = *agent
+	}
+	n.Scope = ParseScope(scope)
+	return n, nil
+}
+
+// principal is Principal as agent (or observing, with agent "").
+func (l *Lobby) principal(ctx context.Context, s *Session, room, agent string) (*substrate.Principal, string, error) {
 	level, role, err := l.Access(ctx, s, room)
 	if err != nil {
 		return nil, "", err
 	}
-	if s.AgentID != "" && s.RoomID == room && levelRank(level) >= levelRank("write") {
-		p, err := l.svc.EmbodiedPrincipal(ctx, room, s.AgentID, s.UserID)
+	if agent != "" && levelRank(level) >= levelRank("write") {
+		p, err := l.svc.EmbodiedPrincipal(ctx, room, agent, s.UserID)
 		if err != nil {
 			return nil, "", err
 		}
@@ -410,7 +478,9 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 		if err != nil {
 			return nil, err
 		}
-		if sum := sums[room]; sum != nil && sum.Roles[agent] != nil {
+		// An id with ":" is a person's agent, never a role's, whatever
+		// _shared.roles says: it is embodied as an agent (yours or not).
+		if sum := sums[room]; sum != nil && sum.Roles[agent] != nil && !strings.Contains(agent, ":") {
 			role = agent
 		}
 	}
@@ -536,11 +606,13 @@ func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role st
 			With("role", role).With("agent", agent).
 			WithHint(`call sync_embody {"room": %q, "role": %q} without agent`, room, role)
 	}
-	if err := l.leaveFor(ctx, s, room, role); err != nil {
-		return nil, err
-	}
 	res, err := l.svc.EmbodyRole(ctx, substrate.EmbodyRoleRequest{Room: room, Role: role, Name: s.Username, User: s.UserID, Client: s.ClientName, Grants: grants})
 	if err != nil {
+		// A refused fill (role_filled, person_id, …) leaves the session
+		// as it was: it steps out of its agent only once it has another.
+		return nil, err
+	}
+	if err := l.leaveFor(ctx, s, room, role); err != nil {
 		return nil, err
 	}
 	s.RoomID, s.AgentID = room, res.ID

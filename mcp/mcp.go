@@ -205,7 +205,11 @@ func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest
 		opt.Logger.Error("resolve MCP session", "err", err)
 		return nil, nil, err
 	}
-	out, err := d.run(ctx, &call{opt: opt, sess: sess}, req.Params.Arguments)
+	c := &call{opt: opt, sess: sess}
+	if req.Extra != nil && req.Extra.Header != nil {
+		c.bearer = httpmw.Bearer(&http.Request{Header: req.Extra.Header})
+	}
+	out, err := d.run(ctx, c, req.Params.Arguments)
 	if err != nil && errs.From(err).Code == errs.Internal {
 		opt.Logger.Error("tool failed", "tool", d.def.Name, "err", err)
 	}

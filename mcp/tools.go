@@ -16,6 +16,9 @@ import (
 type call struct {
 	opt  *Options
 	sess *lobby.Session
+	// bearer is the access token the call came with, verified again by
+	// calls that outlive their request's check (sync_wait).
+	bearer string
 }
 
 // tool is a tool's definition and its thin adapter: decode, one lobby or
@@ -66,6 +69,30 @@ func (c *call) principal(ctx context.Context, room string) (*substrate.Principal
 	}
 	p.Words = Words
 	return p, nil
+}
+
+// recheckToken makes a long call's re-checks (Principal.Refresh, at each
+// wake-up of a wait) verify the access token again before the lobby's
+// session and access: a token revoked meanwhile ends the call with
+// unauthorized rather than the room.
+func (c *call) recheckToken(p *substrate.Principal) {
+	inner := p.Refresh
+	if inner == nil || c.opt.Auth == nil || c.bearer == "" {
+		return
+	}
+	var refresh func(ctx context.Context) (*substrate.Principal, error)
+	refresh = func(ctx context.Context) (*substrate.Principal, error) {
+		if ti, err := c.opt.Auth.Verify(ctx, c.bearer); err != nil || ti.GrantID != c.sess.GrantID {
+			return nil, errs.New(errs.Unauthorized, "the access token was revoked while the call ran").WithHint("reconnect the integration")
+		}
+		np, err := inner(ctx)
+		if err != nil {
+			return nil, err
+		}
+		inner, np.Refresh = np.Refresh, refresh
+		return np, nil
+	}
+	p.Refresh = refresh
 }
 
 func (c *call) room(room string) string {
@@ -315,6 +342,7 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
+				c.recheckToken(p)
 				// A wake-up needs the latest few messages, not 100.
 				if in.MessagesLimit == nil {
 					in.MessagesLimit = ptr(int64(20))

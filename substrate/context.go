@@ -21,7 +21,8 @@ import (
 const maxUnreadCount = 1000
 
 // sqlPresence reads a room's agents for presence.
-const sqlPresence = `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads, enabled_expr
+const sqlPresence = `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads, enabled_expr,
+			CASE WHEN user_id IS NOT NULL THEN name END
 		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`
 
 // loadPresence reads the room's agents.
@@ -38,7 +39,7 @@ func scanPresence(rows pgx.Rows) ([]presence, error) {
 	var out []presence
 	for rows.Next() {
 		var a presence
-		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads, &a.Enabled); err != nil {
+		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads, &a.Enabled, &a.Account); err != nil {
 			return nil, err
 		}
 		out = append(out, a)

@@ -62,6 +62,11 @@ The help key standard_library has ready-made definitions (set, increment, claim,
 Prefer few, purposeful actions with an intent and an if that guards their precondition; register views for what everyone should see.`), true
 	case "standard_library":
 		return standardLibrary, true
+	case "roles":
+		return strings.TrimSpace(`
+A role is an entry of _shared.roles: {"<role id>": {"description", "bootstrap_actions", "bootstrap_views", "filled_by"}}. Whoever may write _shared.roles defines roles: the room token, agents granted _shared, and anyone through an action that writes it (define_role in standard_library).
+A role's id is also the id of its agent: filling the role (people fill roles from their MCP client: sync_embody with role) makes that agent on first use, and whoever fills the role after it is vacated takes over the same agent, with its scope, actions and views.
+Ids with ":" belong to people: <username>:<client> and <username>:web are the agents people drive themselves, and a role never takes one (filling such a role is invalid_field, reason person_id). Filling a role never adopts an agent that was not made for that role: not a person's own agent (forbidden, reason personal_agent), not one joined with a token (reason token_agent), and not one another person fills (reason role_filled).`), true
 	case "vocabulary_review":
 		return strings.TrimSpace(`
 # Vocabulary review
@@ -103,7 +108,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 			"variables": map[string]string{
 				"state":    "scope → key → value of the scopes you can read; your own scope also as state.self. Logs (_messages, _audit) are not in state: use messages.",
 				"views":    "view id → value (an evaluation error shows as {\"_error\": …}); views._contested lists keys written by several actions.",
-				"agents":   "agent id → {name, role, status, waiting_on, last_heartbeat}.",
+				"agents":   "agent id → {name, role, status, waiting_on, last_heartbeat, account?}: account is the username of the person driving the agent, absent for agents joined with a token.",
 				"actions":  "action id → {enabled, available} (inside views only enabled).",
 				"messages": "{count, unread, directed_unread}.",
 				"self":     "your agent id (\"\" for room and view tokens).",
@@ -130,7 +135,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 	return nil, false
 }
 
-var systemHelpKeys = []string{"index", "guide", "vocabulary_bootstrap", "standard_library", "directed_messages",
+var systemHelpKeys = []string{"index", "guide", "vocabulary_bootstrap", "standard_library", "roles", "directed_messages",
 	"contested_actions", "context_shaping", "if_version", "expressions", "vocabulary_review"}
 
 func (s *Service) helpKeyList(room map[string]*srow) []string {

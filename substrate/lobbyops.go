@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -249,7 +250,9 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 			return errs.New(errs.Forbidden, "agent %q is not yours to embody", req.Agent).
 				WithHint("embody without an agent id to get your own, or pick one marked yours in the lobby")
 		case exists:
-			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = $3, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4, grants = $5
+			// A role's agent keeps its role (its id): it stays one made for
+			// that role, which EmbodyRole checks.
+			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = CASE WHEN role = id THEN role ELSE $3 END, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4, grants = $5
 				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role, nonEmpty(req.Client), grantsOf(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		case scopeUsed:
@@ -352,6 +355,14 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		return nil, err.(*errs.Error).With("role", req.Role).
 			WithHint("a role's id is also its agent's id: the room's roles need ids of 1–%d characters from A–Z a–z 0–9 _ . : @ -, not starting with _", s.lim.MaxScopeBytes)
 	}
+	if strings.Contains(req.Role, ":") {
+		// <username>:<client> and <username>:web are people's agents: a
+		// role named after one would hand whoever fills it that person's
+		// agent, with its private scope, actions and views.
+		return nil, errs.New(errs.InvalidField, "role id %q contains \":\": ids with \":\" are people's agents (<username>:<client>), never roles", req.Role).
+			With("role", req.Role).With("reason", "person_id").
+			WithHint("define the role again under an id without \":\" (help key roles), or embody without role to get your own agent")
+	}
 	role := req.Role
 	if err := s.validAgent(req.Role, req.Name, &role); err != nil {
 		return nil, err
@@ -381,12 +392,13 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 			return errs.New(errs.Forbidden, "role %q is filled by %s", req.Role, filledBy).With("role", req.Role).With("reason", "role_filled").
 				WithHint("pick an unfilled role from the lobby, or ask %s to vacate it", filledBy)
 		}
-		var owner, prevName *string
+		var owner, prevName, prevRole *string
 		var exists, scopeUsed bool
 		err = m.tx.QueryRow(m.ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT user_id FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT name FROM agents WHERE room_id = $1 AND id = $2),
-				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2)`, req.Room, req.Role).Scan(&exists, &owner, &prevName, &scopeUsed)
+				(SELECT role FROM agents WHERE room_id = $1 AND id = $2),
+				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2)`, req.Room, req.Role).Scan(&exists, &owner, &prevName, &prevRole, &scopeUsed)
 		if err != nil {
 			return err
 		}
@@ -399,6 +411,13 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 			return errs.New(errs.Forbidden, "role %q is held by agent %q, made with a token (an autonomous agent)", req.Role, req.Role).
 				With("role", req.Role).With("reason", "token_agent").
 				WithHint("embody without role to get your own agent, or ask the room's owner to free the role")
+		case exists && (prevRole == nil || *prevRole != req.Role):
+			// A role embodiment makes the role's agent or re-enters one
+			// made for that role (its role is the role's id), never an
+			// agent a person made for themself, whatever the roles say.
+			return errs.New(errs.Forbidden, "agent %q is a person's own agent, not one made for role %q", req.Role, req.Role).
+				With("role", req.Role).With("reason", "personal_agent").
+				WithHint("embody without role to get your own agent; the room's owner may rename the role")
 		case exists && *owner != req.User && filledBy != "":
 			return errs.New(errs.Forbidden, "role %q is filled: another user drives its agent", req.Role).
 				With("role", req.Role).With("reason", "role_filled").

@@ -25,6 +25,9 @@ type presence struct {
 	LastContextSeq, ContextReads int64
 	// Enabled is the agent's enabled expression (nil: always shown).
 	Enabled *string
+	// Account is the username of the person whose account drives the
+	// agent (nil: an agent joined with a token). See Agent.Account.
+	Account *string
 }
 
 // msgCounts are the caller's message counters.
@@ -393,6 +396,9 @@ func agentsVar(agents []presence) map[string]any {
 			"last_heartbeat": a.LastHeartbeat.UTC().Format(time.RFC3339Nano), "waiting_on": nil}
 		if a.WaitingOn != nil {
 			m["waiting_on"] = *a.WaitingOn
+		}
+		if a.Account != nil {
+			m["account"] = *a.Account
 		}
 		out[a.ID] = m
 	}

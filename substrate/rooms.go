@@ -170,3 +170,46 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 // RoomPrincipal is the room's own authority, for layers (the lobby) that
 // have established a user's ownership by other means.
 func RoomPrincipal(roomID string) *Principal { return &Principal{Kind: KindRoom, RoomID: roomID} }
+
+// RotatedToken is a room's new room or view token, shown this once.
+type RotatedToken struct {
+	Room  string `json:"room"`
+	Which string `json:"which"` // room or view
+	Token string `json:"token"`
+}
+
+// RotateToken replaces a room's room token or view token (which) with a
+// new one and returns it; the old one is refused from then on, including
+// by waits and live pages already open with it (they check their
+// credential again at each change, and the rotation is one: audited as
+// token_rotate, without the token). Room authority only.
+func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which string) (*RotatedToken, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	prefix, column := RoomTokenPrefix, "token_hash"
+	switch which {
+	case "room":
+	case "view":
+		prefix, column = ViewTokenPrefix, "view_token_hash"
+	default:
+		return nil, errs.New(errs.InvalidField, "which is %q: rotate the \"room\" token or the \"view\" token", which).With("field", "which").
+			WithHint(`send {"which": "room"} or {"which": "view"}`)
+	}
+	if !p.Admin() {
+		return nil, errs.New(errs.Forbidden, "rotating room %q's tokens needs room authority", roomID).
+			WithHint("ask the room token holder or an owner of the room")
+	}
+	token, hash := newToken(prefix)
+	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+		if _, err := m.tx.Exec(ctx, `UPDATE rooms SET `+column+` = $2 WHERE id = $1`, roomID, hash); err != nil {
+			return err
+		}
+		m.audit = map[string]any{"kind": "token_rotate", "which": which}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &RotatedToken{Room: roomID, Which: which, Token: token}, nil
+}

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -107,6 +110,12 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		case <-recheck.C:
 		case <-deadline.C:
 			recheck.Stop()
+			// The credential and the caller's access are checked again at
+			// every wake-up, this one included: a wait never outlives a
+			// revocation with the room's context.
+			if p, err = s.recheck(ctx, p); err != nil {
+				return nil, err
+			}
 			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq}
 			if !creq.NoContext {
 				env, err := s.Context(context.WithoutCancel(ctx), p, roomID, creq)
@@ -128,6 +137,9 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return nil, ctx.Err()
 		}
 		recheck.Stop()
+		if p, err = s.recheck(ctx, p); err != nil {
+			return nil, err
+		}
 	}
 }
 
@@ -168,11 +180,21 @@ func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, pro
 // setWaiting marks an agent waiting on a condition (or active again, with
 // nil) and tells the room's other waiters, who may be waiting on presence.
 func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condition *string) {
-	status := "active"
+	var err error
 	if condition != nil {
-		status = "waiting"
+		err = s.setPresence(ctx, roomID, agentID, "waiting", condition, true)
+	} else {
+		// A status set while the wait ran stays: idle when the person
+		// stepped out of the agent or lost the room (the wait then ended
+		// refused), busy from a heartbeat.
+		var tag pgconn.CommandTag
+		tag, err = s.db.Exec(ctx, `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now()
+			WHERE room_id = $1 AND id = $2 AND status = 'waiting'`, roomID, agentID)
+		if err == nil && tag.RowsAffected() > 0 {
+			err = s.db.Notify(ctx, roomID, store.PresenceNote)
+		}
 	}
-	if err := s.setPresence(ctx, roomID, agentID, status, condition, true); err != nil {
+	if err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
 }

@@ -80,7 +80,7 @@ func newSiteTB(t testing.TB, opt web.Options, people ...string) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lob.ClaimRoom(ctx, "user_alice", "lab", room.Token); err != nil {
+	if _, err := lob.ClaimRoom(ctx, "user_alice", "lab", room.Token, false); err != nil {
 		t.Fatal(err)
 	}
 	admin, err := svc.Authenticate(ctx, room.Token)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -1311,5 +1312,170 @@ func TestAttackWriteWithGrantRevokedInRace(t *testing.T) {
 	shared := e.do("GET", "/rooms/"+rm.id+"/state?scope=_shared", rm.token, nil).must(t, 200).raw
 	if strings.Contains(shared, "after") {
 		t.Errorf("a revoked grant wrote: %s", shared)
+	}
+}
+
+// Issue 25 item 9: ids "." and ".." were accepted, and such a room was
+// then reachable only percent-encoded (URLs resolve the segment away).
+// No room, agent, scope, action or view id may start with a dot.
+func TestAttackDotIDsRefused(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	for _, id := range []string{".", "..", ".hidden"} {
+		if r := e.do("POST", "/rooms", "", map[string]any{"id": id}); r.status != 400 || r.str("error") != "invalid_field" || r.str("hint") == "" {
+			t.Fatalf("room id %q: %d %s", id, r.status, r.raw)
+		}
+	}
+	rm := e.room("dots", map[string]any{"open_join": true})
+	for _, id := range []string{".", "..", ".me"} {
+		for _, tok := range []string{"", rm.token} {
+			if r := e.do("POST", "/rooms/dots/agents", tok, map[string]any{"id": id, "name": "x"}); r.status != 400 || r.str("error") != "invalid_field" {
+				t.Fatalf("agent id %q (token %q): %d %s", id, tok, r.status, r.raw)
+			}
+		}
+		if r := e.do("PUT", "/rooms/dots/state", rm.token, map[string]any{"scope": id, "key": "k", "value": 1}); r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("scope %q: %d %s", id, r.status, r.raw)
+		}
+		if r := e.do("PUT", "/rooms/dots/actions", rm.token, map[string]any{"id": id, "writes": []any{map[string]any{"key": "k", "value": 1}}}); r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("action id %q: %d %s", id, r.status, r.raw)
+		}
+		if r := e.do("PUT", "/rooms/dots/views", rm.token, map[string]any{"id": id, "expr": "1"}); r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("view id %q: %d %s", id, r.status, r.raw)
+		}
+	}
+	e.join(rm, "bob")
+	if r := e.do("PATCH", "/rooms/dots/agents/bob", rm.token, map[string]any{"grants": []string{".."}}); r.status != 400 || r.str("error") != "invalid_field" {
+		t.Fatalf("grant \"..\": %d %s", r.status, r.raw)
+	}
+	// Dots inside an id stay fine.
+	e.room("a.b..c", nil)
+}
+
+// Issue 25 item 2: a wait in progress outlived the revocation of its
+// credential: an agent whose token was rotated still got the room's
+// context, written after the rotation, when its pending wait woke. The
+// token is looked up again at each wake-up.
+func TestAttackWaitOutlivesTokenRotation(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("w", nil)
+	bob := e.join(rm, "bob")
+	got := make(chan resp, 1)
+	go func() {
+		got <- e.do("GET", "/rooms/w/wait?condition="+url.QueryEscape(`has(state._shared.plan)`)+"&timeout=20000", bob, nil)
+	}()
+	waitingOn(t, e, rm, "bob")
+	// The room token rotates bob's token (a re-join), then the room moves on.
+	e.do("POST", "/rooms/w/agents", rm.token, map[string]any{"id": "bob", "name": "bob"}).must(t, 200)
+	e.do("PUT", "/rooms/w/state", rm.token, map[string]any{"scope": "_shared", "key": "plan", "value": "after the rotation"}).must(t, 200)
+	select {
+	case r := <-got:
+		if r.status != 401 || r.str("error") != "unauthorized" || strings.Contains(r.raw, "after the rotation") {
+			t.Fatalf("HOLE: the wait of a rotated token answered %d %s", r.status, r.raw)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the wait did not end")
+	}
+}
+
+// waitingOn returns once agent is waiting in rm (its wait has begun).
+func waitingOn(t *testing.T, e *env, rm room, agent string) {
+	t.Helper()
+	for range 200 {
+		if strings.Contains(e.do("GET", "/rooms/"+rm.id+"/agents", rm.token, nil).raw, `"status":"waiting"`) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s never waited", agent)
+}
+
+// Issue 25 item 8: a leaked room or view token could not be rotated, and
+// a view token reads every scope for as long as the room exists. The room
+// authority rotates either; the old one is refused at once, a wait
+// already open with it included, and the rotation is audited.
+func TestAttackRotatedTokensRefused(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("leak", nil)
+	bob := e.join(rm, "bob")
+	bobAll := e.join(rm, "boss", "*")
+	e.do("PUT", "/rooms/leak/state", rm.token, map[string]any{"scope": "bob", "key": "secret", "value": "s3cret"}).must(t, 200)
+	// Only room authority rotates; bad input is a 400 with the field.
+	for _, tok := range []string{bob, rm.view} {
+		if r := e.do("POST", "/rooms/leak/tokens/rotate", tok, map[string]any{"which": "view"}); r.status != 403 {
+			t.Fatalf("rotation without room authority: %d %s", r.status, r.raw)
+		}
+	}
+	if r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, map[string]any{"which": "agent"}); r.status != 400 || r.str("error") != "invalid_field" || r.str("field") != "which" {
+		t.Fatalf("which agent: %d %s", r.status, r.raw)
+	}
+	if r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, nil); r.status != 400 {
+		t.Fatalf("no body: %d %s", r.status, r.raw)
+	}
+
+	// A wait with the leaked view token is open when it is rotated.
+	got := make(chan resp, 1)
+	go func() {
+		got <- e.do("GET", "/rooms/leak/wait?condition="+url.QueryEscape(`has(state._shared.later)`)+"&timeout=20000", rm.view, nil)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, map[string]any{"which": "view"}).must(t, 200)
+	newView := r.str("token")
+	if !strings.HasPrefix(newView, "view_") || r.str("which") != "view" || newView == rm.view {
+		t.Fatalf("rotation answered %s", r.raw)
+	}
+	e.do("PUT", "/rooms/leak/state", rm.token, map[string]any{"scope": "_shared", "key": "later", "value": "after"}).must(t, 200)
+	select {
+	case w := <-got:
+		if w.status != 401 || strings.Contains(w.raw, "s3cret") {
+			t.Fatalf("HOLE: the rotated view token's wait answered %d %s", w.status, w.raw)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the wait did not end")
+	}
+	if r := e.do("GET", "/rooms/leak/state?scope=bob", rm.view, nil); r.status != 401 {
+		t.Fatalf("HOLE: the old view token still reads: %d %s", r.status, r.raw)
+	}
+	e.do("GET", "/rooms/leak/state?scope=bob", newView, nil).must(t, 200)
+
+	// An agent with "*" rotates the room token; the old one is dead.
+	r = e.do("POST", "/rooms/leak/tokens/rotate", bobAll, map[string]any{"which": "room"}).must(t, 200)
+	newRoom := r.str("token")
+	if r := e.do("GET", "/rooms/leak/context", rm.token, nil); r.status != 401 {
+		t.Fatalf("HOLE: the old room token still works: %d %s", r.status, r.raw)
+	}
+	audit := e.do("GET", "/rooms/leak/state?scope=_audit", newRoom, nil).must(t, 200)
+	if !strings.Contains(audit.raw, `"kind":"token_rotate"`) || !strings.Contains(audit.raw, `"which":"room"`) || !strings.Contains(audit.raw, `"by":"boss"`) ||
+		strings.Contains(audit.raw, newRoom) || strings.Contains(audit.raw, newView) {
+		t.Fatalf("the rotations' audit: %s", audit.raw)
+	}
+}
+
+// Issue 25 item 7: anyone could join an open room as "cyx:web" (a person's
+// web agent id) under that person's name, and the person became
+// "cyx:web-2". Ids with ":" belong to people's accounts: joining under one
+// needs the room token, and presence says which agents an account drives
+// (none joined with a token).
+func TestAttackOpenJoinAsPersonsAgent(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("square", map[string]any{"open_join": true})
+	for _, id := range []string{"cyx:web", "cyx:claude-code", "a:b"} {
+		r := e.do("POST", "/rooms/square/agents", "", map[string]any{"id": id, "name": "cyx"})
+		if r.status != 403 || r.str("error") != "forbidden" || r.str("reason") != "person_id" || r.str("hint") == "" {
+			t.Fatalf("HOLE: open join as %q: %d %s", id, r.status, r.raw)
+		}
+	}
+	// An agent of the room (no room authority) cannot either.
+	mal := e.do("POST", "/rooms/square/agents", "", map[string]any{"id": "mallory", "name": "cyx"}).must(t, 201).str("token")
+	if r := e.do("POST", "/rooms/square/agents", mal, map[string]any{"id": "cyx:web", "name": "cyx"}); r.status != 403 || r.str("reason") != "person_id" {
+		t.Fatalf("HOLE: an agent token joined as cyx:web: %d %s", r.status, r.raw)
+	}
+	// The room token may name its own agents so; neither they nor open
+	// joiners show an account.
+	e.do("POST", "/rooms/square/agents", rm.token, map[string]any{"id": "bot:1", "name": "cyx"}).must(t, 201)
+	ctx := e.do("GET", "/rooms/square/context?depth=full", rm.token, nil).must(t, 200)
+	if strings.Contains(ctx.raw, `"account"`) {
+		t.Fatalf("token agents show an account: %s", ctx.raw)
+	}
+	if r := e.do("GET", "/rooms/square/agents", rm.token, nil).must(t, 200); strings.Contains(r.raw, `"account"`) {
+		t.Fatalf("token agents show an account: %s", r.raw)
 	}
 }
