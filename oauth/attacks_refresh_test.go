@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/syncsubstrate/sync/oauth"
@@ -50,7 +51,9 @@ func TestAttackStolenRefreshTokenAfterRotation(t *testing.T) {
 
 // Racing refreshes with one token (Claude's backend and its proxy; several
 // Claude Code processes sharing a credentials file), on a pool of 2
-// connections: every one succeeds, and each new token then works.
+// connections: every one succeeds. The client keeps one of the new tokens;
+// using it ends the others (each was a successor of the same token, and
+// only one may carry the grant on), and the kept one goes on working.
 func TestRacingRefreshesAllSucceed(t *testing.T) {
 	h := newHarness(t, oauth.Options{})
 	alice := h.enrol("alice")
@@ -73,9 +76,102 @@ func TestRacingRefreshesAllSucceed(t *testing.T) {
 		}
 		next = append(next, m["refresh_token"].(string))
 	}
-	for _, r := range next {
-		if m := h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {r}}).json(); m["access_token"] == nil {
-			t.Fatalf("a successor of a racing refresh failed: %v", m)
+	kept := next[n/2]
+	for range 3 {
+		m := h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {kept}}).json()
+		if m["refresh_token"] == nil {
+			t.Fatalf("the kept successor of a racing refresh failed: %v", m)
+		}
+		kept = m["refresh_token"].(string)
+	}
+}
+
+// A refresh token copied before its owner used the successor mints a
+// token of its own (the rule keeps an unused-successor token valid), but
+// that token must not carry a second branch of the grant: whichever
+// successor of the same token is used first carries it, and using another
+// one afterwards is reuse: the grant ends, for both holders, and the
+// account page says why. Seen failing with successors left independent:
+// both branches kept refreshing.
+func TestAttackStolenRefreshTokenParallelBranch(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	h.room("plans", h.userID("alice"), "owner")
+	c := h.register("none", "http://localhost/callback")
+	refresh := func(rt string) map[string]any {
+		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
+	}
+	for _, thiefFirst := range []bool{false, true} {
+		loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
+		stolen := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+		owner1 := refresh(stolen)["refresh_token"].(string)
+		thief1 := refresh(stolen)["refresh_token"].(string) // successor unused yet: allowed
+		first, second := owner1, thief1
+		if thiefFirst {
+			first, second = thief1, owner1
+		}
+		ahead := refresh(first)
+		if ahead["access_token"] == nil {
+			t.Fatalf("thief first %v: the first successor used: %v", thiefFirst, ahead)
+		}
+		if m := refresh(second); m["access_token"] != nil {
+			t.Fatalf("HOLE (thief first %v): a second successor of one refresh token carries a parallel branch of the grant: %v", thiefFirst, m)
+		}
+		if _, err := h.s.Verify(context.Background(), ahead["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {
+			t.Fatalf("HOLE (thief first %v): the grant survived two branches: %v", thiefFirst, err)
+		}
+		if m := refresh(ahead["refresh_token"].(string)); m["access_token"] != nil {
+			t.Fatalf("HOLE (thief first %v): the first branch goes on after the reuse: %v", thiefFirst, m)
+		}
+	}
+	if page := alice.do("GET", "/account", nil, nil).body; strings.Count(page, "previous refresh token was used again") < 2 {
+		t.Fatalf("the account page does not say why both connections ended")
+	}
+}
+
+// A replay of a rotated token racing its successor's first use (pool of 2,
+// many requests) must not slip through between the check and the
+// rotation: no token minted by the replays outlives the successor's use.
+// Seen failing with the rotation's re-check under lock removed.
+func TestAttackRefreshReplayRacingSuccessorUse(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	h.room("plans", h.userID("alice"), "owner")
+	c := h.register("none", "http://localhost/callback")
+	refresh := func(rt string) map[string]any {
+		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
+	}
+	for round := range 4 {
+		loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
+		r0 := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+		r1 := refresh(r0)["refresh_token"].(string)
+		const n = 16
+		out := make(chan map[string]any, n+1)
+		for i := range n + 1 {
+			go func() {
+				if i == n/2 {
+					out <- map[string]any{"owner": refresh(r1)}
+					return
+				}
+				out <- refresh(r0)
+			}()
+		}
+		for range n + 1 {
+			if o, ok := (<-out)["owner"].(map[string]any); ok && o["access_token"] == nil {
+				t.Fatalf("owner's refresh: %v", o)
+			}
+		}
+		// Whatever the replays got, no refresh token may still work that
+		// is a successor of the same token as one already used, or that
+		// belongs to a grant the replays' reuse ended.
+		var live int
+		if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM smcp_oauth_tokens a WHERE a.kind = 'refresh' AND a.active AND (
+			EXISTS (SELECT 1 FROM smcp_oauth_grant_ends e WHERE e.request_id = a.request_id)
+			OR EXISTS (SELECT 1 FROM smcp_oauth_tokens b WHERE b.kind = 'refresh' AND b.parent = a.parent AND b.signature <> a.signature AND b.rotated_at IS NOT NULL))`).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+		if live > 0 {
+			t.Fatalf("HOLE (round %d): %d refresh tokens minted by replays racing the successor's use carry the grant on", round, live)
 		}
 	}
 }
