@@ -104,17 +104,25 @@ func TestAttackStolenRefreshTokenParallelBranch(t *testing.T) {
 	for _, thiefFirst := range []bool{false, true} {
 		loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
 		stolen := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
-		owner1 := refresh(stolen)["refresh_token"].(string)
-		thief1 := refresh(stolen)["refresh_token"].(string) // successor unused yet: allowed
-		first, second := owner1, thief1
+		owner := refresh(stolen)
+		thief := refresh(stolen) // successor unused yet: allowed
+		first, second := owner, thief
 		if thiefFirst {
-			first, second = thief1, owner1
+			first, second = thief, owner
 		}
-		ahead := refresh(first)
+		ahead := refresh(first["refresh_token"].(string))
 		if ahead["access_token"] == nil {
 			t.Fatalf("thief first %v: the first successor used: %v", thiefFirst, ahead)
 		}
-		if m := refresh(second); m["access_token"] != nil {
+		// The other successor's access token ends with it; the one issued
+		// with the successor used goes on (its client may still be using it).
+		if _, err := h.s.Verify(context.Background(), second["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {
+			t.Fatalf("HOLE (thief first %v): the access token issued with the retired successor still works: %v", thiefFirst, err)
+		}
+		if _, err := h.s.Verify(context.Background(), first["access_token"].(string)); err != nil {
+			t.Fatalf("thief first %v: the access token issued with the successor used was ended: %v", thiefFirst, err)
+		}
+		if m := refresh(second["refresh_token"].(string)); m["access_token"] != nil {
 			t.Fatalf("HOLE (thief first %v): a second successor of one refresh token carries a parallel branch of the grant: %v", thiefFirst, m)
 		}
 		if _, err := h.s.Verify(context.Background(), ahead["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {

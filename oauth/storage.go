@@ -369,8 +369,19 @@ func (s *storage) DeleteAccessTokenSession(ctx context.Context, sig string) erro
 	return s.remove(ctx, "access", sig)
 }
 
-func (s *storage) CreateRefreshTokenSession(ctx context.Context, sig, _ string, req fosite.Requester) error {
-	return s.create(ctx, "refresh", sig, req)
+// CreateRefreshTokenSession stores a refresh token and notes it as the
+// parent of the access token issued with it (for an access token, parent
+// is that refresh token), so that retiring a refresh token that was never
+// used can retire its access token too.
+func (s *storage) CreateRefreshTokenSession(ctx context.Context, sig, accessSig string, req fosite.Requester) error {
+	if err := s.create(ctx, "refresh", sig, req); err != nil {
+		return err
+	}
+	if accessSig == "" {
+		return nil
+	}
+	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET parent = $1 WHERE kind = 'access' AND signature = $2`, hashSig(sig), hashSig(accessSig))
+	return err
 }
 
 // GetRefreshTokenSession keeps a rotated refresh token valid until one of
@@ -475,9 +486,14 @@ func (s *storage) RotateRefreshToken(ctx context.Context, _ string, sig string) 
 			WHERE kind = 'refresh' AND signature = $1 AND NOT successor_used`, *parent); err != nil {
 			return err
 		}
-		// The parent's other successors, never used: retired, and marked
-		// (successor_used on a token never rotated) so that presenting one
-		// is recognised as reuse.
+		// The parent's other successors, never used: retired with the
+		// access tokens issued with them (a copy's holder keeps nothing),
+		// and marked (successor_used on a token never rotated) so that
+		// presenting one is recognised as reuse.
+		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false WHERE request_id = $1 AND kind = 'access' AND parent IN (
+			SELECT signature FROM smcp_oauth_tokens WHERE request_id = $1 AND kind = 'refresh' AND parent = $2 AND signature <> $3 AND active)`, grant, *parent, h); err != nil {
+			return err
+		}
 		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, successor_used = true
 			WHERE request_id = $1 AND kind = 'refresh' AND parent = $2 AND signature <> $3 AND active`, grant, *parent, h); err != nil {
 			return err
