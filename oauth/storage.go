@@ -509,18 +509,33 @@ func (s *storage) RotateRefreshToken(ctx context.Context, _ string, sig string) 
 // refresh-token reuse, a replayed code and RFC 7009 revocation) and
 // records why, for the account page.
 func (s *storage) RevokeRefreshToken(ctx context.Context, requestID string) error {
-	if err := s.lockGrant(ctx, requestID); err != nil {
-		return err
+	return s.inTx(ctx, func(ctx context.Context) error {
+		// Under the grant's lock for the whole revocation: a rotation
+		// committing while the update waited would otherwise leave its new
+		// refresh token outside the update's snapshot, alive.
+		if err := s.lockGrant(ctx, requestID); err != nil {
+			return err
+		}
+		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL WHERE kind = 'refresh' AND request_id = $1`, requestID); err != nil {
+			return err
+		}
+		reason := endUnspecified
+		if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason != "" {
+			reason = e.reason
+		}
+		return s.recordEnd(ctx, requestID, reason)
+	})
+}
+
+// inTx runs fn in the transaction ctx carries, or else in a new one (fosite
+// calls some storage methods, /revoke's among them, outside any).
+func (s *storage) inTx(ctx context.Context, fn func(ctx context.Context) error) error {
+	if _, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		return fn(ctx)
 	}
-	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL WHERE kind = 'refresh' AND request_id = $1`, requestID)
-	if err != nil {
-		return err
-	}
-	reason := endUnspecified
-	if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason != "" {
-		reason = e.reason
-	}
-	return s.recordEnd(ctx, requestID, reason)
+	return s.db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
+		return fn(context.WithValue(ctx, txKey{}, tx))
+	})
 }
 
 // recordEnd notes why a grant ended; the first reason stays.
@@ -678,12 +693,11 @@ func (s *storage) liveGrants(ctx context.Context, ids []string) (map[string]bool
 
 // revokeGrant revokes every token of a grant.
 func (s *storage) revokeGrant(ctx context.Context, userID, grantID string) error {
-	return s.db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
-		ctx = context.WithValue(ctx, txKey{}, tx)
+	return s.inTx(ctx, func(ctx context.Context) error {
 		if err := s.lockGrant(ctx, grantID); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL
+		tag, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL
 			WHERE request_id = $1 AND subject = $2`, grantID, userID)
 		if err == nil && tag.RowsAffected() == 0 {
 			return pgx.ErrNoRows
