@@ -226,3 +226,33 @@ func TestRevocationRacingRefreshes(t *testing.T) {
 		}
 	}
 }
+
+// A client revoking a grant at /revoke with an older refresh token of it
+// (one whose successor was already used: a copy kept by a second process,
+// a sign-out that read a stale credentials file) asks for the grant to
+// end, and it must end: it was answered 200 while the grant, and whoever
+// holds its newest tokens, went on.
+func TestAttackRevokeWithRetiredRefreshTokenEndsGrant(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	h.room("plans", h.userID("alice"), "owner")
+	c := h.register("none", "http://localhost/callback")
+	refresh := func(rt string) map[string]any {
+		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
+	}
+	loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
+	old := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+	newest := refresh(refresh(old)["refresh_token"].(string))
+	if r := h.browser().postForm("/revoke", url.Values{"token": {old}, "token_type_hint": {"refresh_token"}, "client_id": {c.id}}, nil); r.status != 200 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	if _, err := h.s.Verify(context.Background(), newest["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {
+		t.Fatalf("HOLE: revoking with an older refresh token left the grant working: %v", err)
+	}
+	if m := refresh(newest["refresh_token"].(string)); m["access_token"] != nil {
+		t.Fatalf("HOLE: the grant's newest refresh token works after its revocation: %v", m)
+	}
+	if page := alice.do("GET", "/account", nil, nil).body; !strings.Contains(page, "the application revoked it") {
+		t.Fatalf("the account page does not say the application ended the connection")
+	}
+}

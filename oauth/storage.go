@@ -63,6 +63,12 @@ func withGrantEnd(ctx context.Context, reason string) context.Context {
 	return context.WithValue(ctx, endKey{}, &grantEnd{reason: reason})
 }
 
+// revoking reports whether ctx is a revocation request's (/revoke).
+func revoking(ctx context.Context) bool {
+	e, ok := ctx.Value(endKey{}).(*grantEnd)
+	return ok && e.reason == endByClient
+}
+
 // noteEnd keeps a reason already set: a client revoking its own old
 // refresh token at /revoke ended the grant itself, whatever the token.
 func noteEnd(ctx context.Context, reason string) {
@@ -397,7 +403,9 @@ func (s *storage) GetRefreshTokenSession(ctx context.Context, sig string, sessio
 		return nil, err
 	}
 	if !st.active {
-		if st.rotatedAt != nil && !st.successorUsed {
+		if st.rotatedAt != nil && !st.successorUsed || revoking(ctx) {
+			// At /revoke any token of the grant asks for its end (RFC
+			// 7009): an older one is no reason to leave the grant working.
 			return req, nil
 		}
 		switch {
