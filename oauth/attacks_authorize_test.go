@@ -169,4 +169,17 @@ func TestAttackMetadataDocumentWithdrawnNotServedStale(t *testing.T) {
 			t.Fatalf("%s: the document is back but the client is still refused: %d %s", tc.name, r.status, r.body)
 		}
 	}
+	// A copy stored before fetch times were kept still stands in for a
+	// host that is down (it was fetched at most 24 h before it expired).
+	loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false)
+	rt := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+	d.down.Store(true)
+	if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_clients SET metadata = (metadata - 'cimd_fetched')
+		|| jsonb_build_object('cimd_expires', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	h.s.ForgetClients()
+	if r := refresh(rt); r.status != 200 {
+		t.Fatalf("a copy stored before fetch times were kept, host down: %d %s", r.status, r.body)
+	}
 }

@@ -282,13 +282,11 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	var fetched time.Time
 	if err == nil {
 		var fresh, refused bool
-		var at *time.Time
+		// Rows stored before fetch times were kept: the copy was fetched at
+		// most cimdMaxTTL before it expired.
 		_ = s.q(ctx).QueryRow(ctx, `SELECT (metadata->>'cimd_expires')::timestamptz > now(), coalesce((metadata->>'cimd_refused')::boolean, false),
-			(metadata->>'cimd_fetched')::timestamptz FROM smcp_oauth_clients WHERE id = $1`, id).Scan(&fresh, &refused, &at)
-		fetched = c.CreatedAt // stored before fetch times were kept
-		if at != nil {
-			fetched = *at
-		}
+			coalesce((metadata->>'cimd_fetched')::timestamptz, (metadata->>'cimd_expires')::timestamptz - make_interval(secs => $2), created_at)
+			FROM smcp_oauth_clients WHERE id = $1`, id, cimdMaxTTL.Seconds()).Scan(&fresh, &refused, &fetched)
 		if refused && (fresh || s.noCIMD) {
 			return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
 		}
