@@ -99,12 +99,17 @@ type (
 		shaping
 		MessagesAfter *int64 `json:"messages_after,omitempty" jsonschema:"Return messages after this seq (paging)."`
 		Include       string `json:"include,omitempty" jsonschema:"Log scopes to add to state: _messages, _audit."`
+		KeysAfter     string `json:"keys_after,omitempty" jsonschema:"State keys after this one, in key order (paging)."`
+		Prefix        string `json:"prefix,omitempty" jsonschema:"Only state keys starting with this."`
 	}
 
 	embodyIn struct {
-		Room  string `json:"room" jsonschema:"Room id."`
-		Agent string `json:"agent,omitempty" jsonschema:"An existing agent of yours to switch to."`
-		Role  string `json:"role,omitempty" jsonschema:"A role defined in _shared.roles to fill."`
+		Room     string `json:"room" jsonschema:"Room id."`
+		Agent    string `json:"agent,omitempty" jsonschema:"An existing agent of yours to switch to."`
+		Role     string `json:"role,omitempty" jsonschema:"A role defined in _shared.roles to fill."`
+		Context  string `json:"context,omitempty" jsonschema:"arrival (default: who is here, your actions, what needs attention), full (as sync_read_context) or none."`
+		Only     string `json:"only,omitempty" jsonschema:"As in sync_read_context."`
+		MaxBytes *int64 `json:"max_bytes,omitempty" jsonschema:"Result size budget, bytes (default 6000 for arrival)."`
 	}
 
 	invokeIn struct {
@@ -116,7 +121,8 @@ type (
 		Condition string `json:"condition" jsonschema:"CEL condition (see sync_help key expressions)."`
 		Room      string `json:"room,omitempty" jsonschema:"Room id (default: your current room)."`
 		TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"How long to wait, ms (default 25000, max 45000)."`
-		Context   string `json:"context,omitempty" jsonschema:"full (default) or none: only whether it held, with the room seq."`
+		Context   string `json:"context,omitempty" jsonschema:"delta (default: on wake-up, what changed since your last read; on timeout, only the condition), full (the whole context) or none."`
+		Since     *int64 `json:"since,omitempty" jsonschema:"Seq the delta starts after (default: your last read)."`
 		waitShaping
 	}
 
@@ -222,8 +228,42 @@ type (
 var (
 	depths   = []string{"lean", "full", "usage"}
 	shaped   = map[string][]string{"depth": depths}
-	waitEnum = map[string][]string{"depth": depths, "context": {"full", "none"}}
+	waitEnum   = map[string][]string{"depth": depths, "context": {"delta", "full", "none"}}
+	embodyEnum = map[string][]string{"context": {"arrival", "full", "none"}}
 )
+
+// sessionReserve is the room a budget leaves for the _session block
+// every result carries.
+const sessionReserve = 200
+
+// ArrivalMaxBytes is the budget of an embodiment's arrival.
+const ArrivalMaxBytes = 6000
+
+// arrivalRequest is the context an embodiment answers with: by default
+// the arrival (agents, actions, the newest three messages and
+// _attention, about 2,000 tokens at most), which does not count as the
+// agent's first read of the room (that one, at depth full, is still to
+// come).
+func arrivalRequest(in *embodyIn) (substrate.ContextRequest, error) {
+	sh := shaping{Only: in.Only, MaxBytes: in.MaxBytes}
+	switch in.Context {
+	case "", "arrival":
+		if sh.Only == "" {
+			sh.Only = "agents,actions,messages"
+		}
+		if sh.MaxBytes == nil {
+			sh.MaxBytes = ptr(int64(ArrivalMaxBytes))
+		}
+		sh.MessagesLimit = ptr(int64(3))
+		q, err := contextRequest(sh, nil, "", "")
+		q.Peek = true
+		return q, err
+	case "full", "none":
+		return contextRequest(sh, nil, "", "")
+	}
+	return substrate.ContextRequest{}, errs.New(errs.InvalidField, "context %q is not arrival, full or none", in.Context).With("field", "context").
+		WithHint(`leave context out for the arrival, or pass "full" for the whole context`)
+}
 
 // deleteTool is sync_delete_action or sync_delete_view.
 func deleteTool(kind, article string, del func(*substrate.Service, context.Context, *substrate.Principal, string, string) (int64, error)) tool {
@@ -271,6 +311,7 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
+				q.KeysAfter, q.Prefix, q.Reserve = in.KeysAfter, in.Prefix, sessionReserve
 				env, err := c.opt.Substrate.Context(ctx, p, room, q)
 				if err != nil {
 					return nil, err
@@ -278,22 +319,28 @@ func tools() []tool {
 				return env, c.opt.Lobby.Focus(ctx, c.sess, room)
 			}),
 		typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
-			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role). Observers cannot embody. Returns your agent's context. Next: sync_invoke_action.",
-			Annotations: annotations(false, false, true)}, nil,
+			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role). Observers cannot embody. Returns your arrival: who is here, your actions, what needs attention. Next: sync_read_context, sync_invoke_action.",
+			Annotations: annotations(false, false, true)}, embodyEnum,
 			func(ctx context.Context, c *call, in *embodyIn) (*EmbodyResult, error) {
+				// The arrival's shape is checked before anything changes.
+				q, err := arrivalRequest(in)
+				if err != nil {
+					return nil, err
+				}
 				e, err := c.opt.Lobby.Embody(ctx, c.sess, in.Room, in.Agent, in.Role)
 				if err != nil {
 					return nil, err
 				}
 				out := &EmbodyResult{Embodiment: e, Bootstrap: e.Bootstrap}
+				if in.Context == "none" {
+					return out, nil
+				}
 				p, err := c.actor(ctx)
 				if err != nil {
 					return nil, err
 				}
-				q, err := contextRequest(shaping{}, nil, "", "")
-				if err != nil {
-					return nil, err
-				}
+				frame, _ := json.Marshal(out)
+				q.Reserve = len(frame) + sessionReserve
 				out.Context, err = c.opt.Substrate.Context(ctx, p, c.sess.RoomID, q)
 				return out, err
 			}),
@@ -340,6 +387,8 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
+				q.Since = in.Since
+				q.Reserve = sessionReserve + 2*len(in.Condition) + 200
 				// The substrate decides the default timeout and the cap (the
 				// same for every surface).
 				return c.opt.Substrate.Wait(ctx, p, room, in.Condition, time.Duration(in.TimeoutMS)*time.Millisecond, q)
