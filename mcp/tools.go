@@ -226,8 +226,8 @@ type (
 )
 
 var (
-	depths   = []string{"lean", "full", "usage"}
-	shaped   = map[string][]string{"depth": depths}
+	depths     = []string{"lean", "full", "usage"}
+	shaped     = map[string][]string{"depth": depths}
 	waitEnum   = map[string][]string{"depth": depths, "context": {"delta", "full", "none"}}
 	embodyEnum = map[string][]string{"context": {"arrival", "full", "none"}}
 )

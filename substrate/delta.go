@@ -170,4 +170,3 @@ func readsChangedScope(rc *roomCtx, src string, after int64) bool {
 	}
 	return false
 }
-

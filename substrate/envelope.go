@@ -92,11 +92,11 @@ type ContextMeta struct {
 	// because the room's entry-level enabled expressions cost more than
 	// the server evaluates per read (Limits.EnabledCostPerRead): their
 	// gates were not evaluated, so they are not shown.
-	EntriesUnevaluated int         `json:"entries_unevaluated,omitempty"`
+	EntriesUnevaluated int `json:"entries_unevaluated,omitempty"`
 	// Delta marks a context of changes only: what changed after FromSeq.
-	Delta *ChangesSince `json:"delta,omitempty"`
-	Request            RequestEcho `json:"request"`
-	Seq                int64       `json:"seq"`
+	Delta   *ChangesSince `json:"delta,omitempty"`
+	Request RequestEcho   `json:"request"`
+	Seq     int64         `json:"seq"`
 }
 
 // RequestEcho repeats the shaping parameters a request set (defaults are
