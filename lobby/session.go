@@ -399,15 +399,17 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 			return nil, err
 		}
 	}
-	if err := l.leaveFor(ctx, s, room, id); err != nil {
-		return nil, err
-	}
 	// The substrate checks ownership again under the room lock: an agent
 	// made meanwhile by a token or another user is refused, not adopted.
 	// Seed 003 §XI: a user's own agent has the role mcp-client and the
 	// grants of the user's access level.
 	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: "mcp-client", User: s.UserID, Client: s.ClientName,
 		Grants: grantsFor(userRole, level)}); err != nil {
+		return nil, err
+	}
+	// Only once the new embodiment holds does the session let go of the
+	// old one: a refused embodiment leaves the session as it was.
+	if err := l.leaveFor(ctx, s, room, id); err != nil {
 		return nil, err
 	}
 	s.RoomID, s.AgentID = room, id
@@ -499,11 +501,11 @@ func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role st
 			With("role", role).With("agent", agent).
 			WithHint(`call sync_embody {"room": %q, "role": %q} without agent`, room, role)
 	}
-	if err := l.leaveFor(ctx, s, room, role); err != nil {
-		return nil, err
-	}
 	res, err := l.svc.EmbodyRole(ctx, substrate.EmbodyRoleRequest{Room: room, Role: role, Name: s.Username, User: s.UserID, Client: s.ClientName, Grants: grants})
 	if err != nil {
+		return nil, err // the session keeps its embodiment
+	}
+	if err := l.leaveFor(ctx, s, room, res.ID); err != nil {
 		return nil, err
 	}
 	s.RoomID, s.AgentID = room, res.ID

@@ -35,17 +35,6 @@ func annotations(readOnly, destructive, idempotent bool) *sdk.ToolAnnotations {
 	return a
 }
 
-// decode reads tool arguments strictly: a misspelt argument is an error.
-func decode(args json.RawMessage, v any) error {
-	if len(args) == 0 || string(args) == "null" {
-		args = []byte("{}")
-	}
-	if err := strictJSON(args, v); err != nil {
-		return errs.New(errs.InvalidField, "arguments do not fit the tool's schema: %v", err).WithHint("check the argument names and types against the tool's input schema")
-	}
-	return nil
-}
-
 // actor is the embodied agent's authority in its room (c.sess.RoomID);
 // without an embodiment it fails with the call to make.
 func (c *call) actor(ctx context.Context) (*substrate.Principal, error) {

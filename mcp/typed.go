@@ -24,7 +24,7 @@ func typed[In, Out any](def *sdk.Tool, enums map[string][]string, run func(conte
 	def.OutputSchema = outputSchema[Out]()
 	return tool{def, func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
 		var in In
-		if err := decode(args, &in); err != nil {
+		if err := decodeArgs(def.Name, args, &in); err != nil {
 			return nil, err
 		}
 		out, err := run(ctx, c, &in)

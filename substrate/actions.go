@@ -87,6 +87,23 @@ func (s *Service) validateAction(def *ActionDef) error {
 			return errs.New(errs.InvalidField, "param %q has type %q", name, p.Type).WithHint("types are string, number, integer, boolean, object, array, any")
 		}
 	}
+	if len(def.Writes) == 0 && def.Result == "" {
+		// An action that neither writes nor computes does nothing when
+		// invoked; most often the caller expected a library definition
+		// by its id.
+		for _, lib := range standardLibrary {
+			if lib.ID == def.ID {
+				raw, _ := json.Marshal(lib)
+				var args map[string]any
+				_ = json.Unmarshal(raw, &args)
+				return errs.New(errs.InvalidField, "action %q has no writes and no result: registering an id does not fetch the standard library's %q", def.ID, def.ID).
+					With("field", "writes").WithHint("register the library's definition as it is (next), or adapt it; sync_help key standard_library lists them all").
+					WithNext(errs.Step{Op: errs.OpRegisterAction, Args: args})
+			}
+		}
+		return errs.New(errs.InvalidField, "action %q has no writes and no result, so invoking it would do nothing", def.ID).With("field", "writes").
+			WithHint("give writes (what it changes, e.g. [{\"scope\": \"_shared\", \"key\": \"phase\", \"value\": \"${params.phase}\"}]) or a result (a CEL value it returns); ready-made definitions are in help key standard_library")
+	}
 	if len(def.Writes) > maxWritesPerAction {
 		return errs.New(errs.InvalidField, "%d writes, over the limit of %d per action", len(def.Writes), maxWritesPerAction).WithHint("split the action")
 	}
