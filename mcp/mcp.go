@@ -185,6 +185,9 @@ func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest
 		return nil, nil, err
 	}
 	out, err := d.run(ctx, &call{opt: opt, sess: sess}, req.Params.Arguments)
+	if err != nil {
+		err = withNext(d.def.Name, req.Params.Arguments, sess, err)
+	}
 	if err != nil && errs.From(err).Code == errs.Internal {
 		opt.Logger.Error("tool failed", "tool", d.def.Name, "err", err)
 	}

@@ -465,8 +465,11 @@ func tools() []tool {
 				if in.Role == "" {
 					in.Role = "participant"
 				}
-				if level, _, err := c.opt.Lobby.Access(ctx, c.sess, in.Room); err != nil {
+				if level, role, err := c.opt.Lobby.Access(ctx, c.sess, in.Room); err != nil {
 					return nil, err
+				} else if role != "" && role != "owner" {
+					return nil, errs.New(errs.Forbidden, "only an owner of %q can share it; your role there is %s", in.Room, role).With("role", role).
+						WithHint("ask an owner of %q to share it (sync_lobby shows your rooms and roles)", in.Room)
 				} else if level != "admin" {
 					return nil, errs.New(errs.Forbidden, "sharing %q needs admin access in this connection", in.Room).WithHint("the user reconnects with admin access to the room, or shares it on the account page")
 				}

@@ -73,7 +73,8 @@ func (s *Service) validateAction(def *ActionDef) error {
 	}
 	for _, f := range []struct{ name, v string }{{"description", def.Description}, {"intent", def.Intent}} {
 		if len(f.v) > maxTextField {
-			return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", f.name, len(f.v), maxTextField).WithHint("shorten it")
+			return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", f.name, len(f.v), maxTextField).With("field", f.name).With("limit", maxTextField).
+				WithHint("shorten %s to %d bytes or less and register again", f.name, maxTextField)
 		}
 	}
 	if len(def.Params) > maxParams {

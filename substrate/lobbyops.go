@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -371,10 +372,17 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		if !ok {
 			if roles == nil {
 				return errs.New(errs.NotFound, "room %q defines no roles", req.Room).With("role", req.Role).
-					WithHint("embody without role, or define one with the define_role action (help key standard_library)")
+					WithHint("embody without role (next), or define the role first with the define_role action (help key standard_library)").
+					WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
 			}
-			return errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).
-				WithHint("the lobby lists the defined roles")
+			names := make([]string, 0, len(roles))
+			for n := range roles {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			return errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).With("roles", names).
+				WithHint("the room's roles are %s; embody one of them, or without role (next)", strings.Join(names, ", ")).
+				WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
 		}
 		filledBy, _ := def["filled_by"].(string)
 		if filledBy != "" && filledBy != req.Role {
