@@ -649,6 +649,20 @@ func (l *Lobby) settle(ctx context.Context, s *Session) error {
 // RestrictScope narrows the session's scope to its intersection with
 // scope; it never widens it.
 func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*ScopeChange, error) {
+	// A scope string with nothing recognisable in it would narrow the
+	// connection to nothing: a typo must not cost the person their rooms.
+	if len(strings.Fields(scope)) == 0 {
+		return nil, errs.New(errs.InvalidField, "scope is empty").With("field", "scope").
+			WithHint("name what to keep, e.g. rooms:<id>:read, rooms:*:observe or create_rooms")
+	}
+	for _, part := range strings.Fields(scope) {
+		rest, isRoom := strings.CutPrefix(part, "rooms:")
+		if part == "create_rooms" || isRoom && rest != "" && !strings.HasSuffix(rest, ":") {
+			continue
+		}
+		return nil, errs.New(errs.InvalidField, "scope %q is not a scope item", part).With("field", "scope").
+			WithHint("items are rooms:<id>:<observe|read|write|admin>, rooms:*:<level> and create_rooms, separated by spaces; your current scope is %s", s.Scope.String())
+	}
 	want := ParseScope(scope)
 	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms, Revoked: s.Scope.Revoked}
 	if s.Scope.AllRooms != "" && want.AllRooms != "" {
