@@ -657,11 +657,12 @@ func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*S
 	}
 	for _, part := range strings.Fields(scope) {
 		rest, isRoom := strings.CutPrefix(part, "rooms:")
-		if part == "create_rooms" || isRoom && rest != "" && !strings.HasSuffix(rest, ":") {
+		shared, isShared := strings.CutPrefix(part, "shared_rooms:")
+		if part == "create_rooms" || isRoom && rest != "" && !strings.HasSuffix(rest, ":") || isShared && shared != "" {
 			continue
 		}
 		return nil, errs.New(errs.InvalidField, "scope %q is not a scope item", part).With("field", "scope").
-			WithHint("items are rooms:<id>:<observe|read|write|admin>, rooms:*:<level> and create_rooms, separated by spaces; your current scope is %s", s.Scope.String())
+			WithHint("items are rooms:<id>:<observe|read|write|admin>, rooms:*:<level>, shared_rooms:<level> and create_rooms, separated by spaces; your current scope is %s", s.Scope.String())
 	}
 	want := ParseScope(scope)
 	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms, Revoked: s.Scope.Revoked}
