@@ -50,9 +50,11 @@ func TestToolSchemas(t *testing.T) {
 		}
 	}
 	// A connector's tool list is paid for in every conversation: keep it
-	// within 3,500 tokens (about 4 bytes a token).
-	t.Logf("tools/list: %d tools, %d bytes, ~%d tokens", len(tools()), total, total/4)
-	if total/4 > 3500 {
-		t.Errorf("tool list is ~%d tokens, over the 3,500 budget", total/4)
+	// within 3,000 tokens (issue 26.6). The issue measured 14,040 bytes as
+	// ~3,450 tokens: about 4.07 bytes a token.
+	tokens := total * 100 / 407
+	t.Logf("tools/list: %d tools, %d bytes, ~%d tokens", len(tools()), total, tokens)
+	if tokens > 3000 {
+		t.Errorf("tool list is ~%d tokens, over the 3,000 budget", tokens)
 	}
 }

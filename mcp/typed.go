@@ -52,6 +52,9 @@ func inputSchema[In any](enums map[string][]string) *jsonschema.Schema {
 	if err != nil {
 		panic(fmt.Sprintf("input schema of %T: %v", *new(In), err))
 	}
+	// Unknown arguments are refused by decodeArgs, with the nearest
+	// argument named, which a client's own schema check would not say.
+	s.AdditionalProperties = nil
 	for name, p := range s.Properties {
 		s.Properties[name] = shallow(p)
 		if e, ok := enums[name]; ok {
