@@ -53,6 +53,10 @@ func (s *Session) level(room string) string {
 	return l
 }
 
+// Level is the session's scope level for room, rooms shared with the user
+// since the session began included.
+func (s *Session) Level(room string) string { return s.level(room) }
+
 // freshSQL is true for a membership shared with the user (by someone, not
 // created or claimed by the user) after the consent (the millisecond stamp
 // in parameter since, from shared_rooms:<level>:<ms>), or, without one,
@@ -562,7 +566,8 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (*Embodiment, error) 
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return &Embodiment{Embodied: false, Room: room, Agent: agent, Status: "idle"}, nil
+	return &Embodiment{Embodied: false, Room: room, Agent: agent, Status: "idle",
+		Next: "you observe " + room + " now (it stays focused: calls without room read it); sync_embody {\"room\": \"" + room + "\"} acts again"}, nil
 }
 
 // CreateRoomFor creates a room owned by the session's user and widens the
@@ -719,6 +724,11 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
 				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
 				WaitingOn: ag.WaitingOn, Yours: ag.Owner != "" && ag.Owner == s.UserID}
+			for _, id := range sum.RoleIDs() {
+				if sum.Roles[id]["filled_by"] == ag.ID {
+					a.Fills = id
+				}
+			}
 			if a.Yours {
 				current := s.RoomID == r.ID && s.AgentID == ag.ID
 				switchable := !current && levelRank(access) >= levelRank("write")
@@ -750,7 +760,9 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 	case s.AgentID == "":
 		out.Next = "observe with sync_read_context {room}, or act: sync_embody {room}"
 	default:
-		out.Next = "read with sync_read_context, act with sync_invoke_action"
+		// Reading the lobby leaves nothing: say so, since a model may
+		// expect it to (seed 003's lobby is where one goes between rooms).
+		out.Next = "you are still acting as " + s.AgentID + " in " + s.RoomID + " (the lobby changes nothing): read with sync_read_context, act with sync_invoke_action; sync_disembody stops acting, sync_embody {room} moves you to another room"
 	}
 	return out, nil
 }
@@ -760,7 +772,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 // admin), open roles, last activity.
 func summarise(sum *substrate.RoomSummary, access string) StateSummary {
 	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
-		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}}
+		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values}
 	for scope, n := range sum.Keys {
 		if access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit) {
 			out.Keys[scope] = n

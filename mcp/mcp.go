@@ -217,7 +217,7 @@ func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
 	if sess != nil {
 		level := ""
 		if sess.RoomID != "" {
-			level = sess.Scope.Level(sess.RoomID)
+			level = sess.Level(sess.RoomID) // rooms shared since the consent too
 		}
 		// The server's clock rides along: a model has no other reliable
 		// source for "now" (timers, last heartbeats, deadlines).

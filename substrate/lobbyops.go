@@ -95,7 +95,14 @@ type RoomSummary struct {
 	// Roles are the live _shared.roles entries (role id → its object).
 	Roles  map[string]map[string]any
 	Agents []Presence
+	// Values are a few of _shared's scalar entries (short strings,
+	// numbers, booleans), the most recently changed first: what a person
+	// would choose a room by (a phase, a score, a deadline).
+	Values map[string]any
 }
+
+// summaryValues is how many scalars a summary shows.
+const summaryValues = 5
 
 // RoomSummaries summarises the given rooms (those that exist) in two
 // statements plus a snapshot read for each room not in the cache.
@@ -180,6 +187,7 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		}
 		shared := live.vals[ScopeShared]
 		r.summary.SharedKeys = len(shared)
+		r.summary.Values = scalarsOf(shared, snap.scopes[ScopeShared])
 		if roles, ok := shared["roles"].(map[string]any); ok {
 			for id, v := range roles {
 				if m, ok := v.(map[string]any); ok {
@@ -471,4 +479,39 @@ func grantsOf(g []string) []string {
 		return []string{}
 	}
 	return g
+}
+
+// scalarsOf picks the newest few short scalar entries of a scope.
+func scalarsOf(vals map[string]any, rows map[string]*srow) map[string]any {
+	var keys []string
+	for k, v := range vals {
+		switch x := v.(type) {
+		case string:
+			if len(x) <= 80 {
+				keys = append(keys, k)
+			}
+		case bool, int64, float64:
+			keys = append(keys, k)
+		}
+	}
+	rev := func(k string) int64 {
+		if r := rows[k]; r != nil {
+			return r.Revision
+		}
+		return 0
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if rev(keys[i]) != rev(keys[j]) {
+			return rev(keys[i]) > rev(keys[j])
+		}
+		return keys[i] < keys[j]
+	})
+	if len(keys) == 0 {
+		return nil
+	}
+	out := map[string]any{}
+	for _, k := range keys[:min(len(keys), summaryValues)] {
+		out[k] = vals[k]
+	}
+	return out
 }
