@@ -576,6 +576,10 @@ func (s *Service) ListViews(ctx context.Context, p *Principal, roomID string) ([
 	if c, ok := rc.views[viewContested]; ok {
 		out = append(out, ViewInfo{ViewDef: ViewDef{ID: viewContested, Scope: ScopeShared, Description: "state keys written by more than one action (system)"}, Value: c})
 	}
+	if sl, err := s.salienceFor(ctx, rc, roomID); err == nil && sl != nil {
+		out = append(out, ViewInfo{ViewDef: ViewDef{ID: viewHealth, Scope: ScopeShared, Description: "the vocabulary's health: assessment, reasons, suggestions, message patterns (system)"},
+			Value: s.health(ctx, rc, sl)})
+	}
 	return out, nil
 }
 
