@@ -332,6 +332,7 @@ func normalise(v any) any {
 		x = timestamp.ReplaceAllString(x, "<time>")
 		x = clock.ReplaceAllString(x, "<hh:mm:ss>")
 		x = left.ReplaceAllString(x, "(<left>)")
+		x = sized.ReplaceAllString(x, "<n bytes>") // a summarised value holding times
 		return ago.ReplaceAllString(x, "<ago>")
 	}
 	return v
@@ -342,6 +343,7 @@ var (
 	ago       = regexp.MustCompile(`\b\d+ ?(ms|s|m|h|d) ago\b`)
 	clock     = regexp.MustCompile(`\b\d\d:\d\d:\d\d(Z|\b)`) // the loom's action trace and leases
 	left      = regexp.MustCompile(`\(((\d+h)?(\d+m)?[\d.]+m?s) left\)`)
+	sized     = regexp.MustCompile(`^<\d+ bytes>$`)
 )
 
 // leaves are the strings and numbers of a JSON value.
