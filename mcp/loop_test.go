@@ -151,6 +151,73 @@ func TestModelLoopCosts(t *testing.T) {
 	measure("sync_loom", "sync_loom", map[string]any{"commands": "→ help"})
 	measure("sync_register_view", "sync_register_view", map[string]any{"id": "open", "expr": "size(state._shared)"})
 
+	measure("sync_register_action", "sync_register_action", map[string]any{"id": "finish", "params": map[string]any{"task": map[string]any{"type": "string", "required": true}},
+		"writes": []any{map[string]any{"key": "${params.task}", "merge": map[string]any{"done": true}}}})
+	measure("sync_delete_action", "sync_delete_action", map[string]any{"id": "finish"})
+	measure("sync_delete_view", "sync_delete_view", map[string]any{"id": "open"})
+	measure("sync_create_room", "sync_create_room", map[string]any{"room": "side"})
+	measure("sync_embody (back to board)", "sync_embody", map[string]any{"room": "board"})
+	measure("sync_disembody", "sync_disembody", nil)
+	measure("sync_embody (again)", "sync_embody", map[string]any{"room": "board"})
+	measure("sync_revoke_access", "sync_revoke_access", map[string]any{"room": "side"})
+	measure("sync_restrict_scope", "sync_restrict_scope", map[string]any{"scope": "rooms:board:admin create_rooms"})
+
+	// Pages are exact: following the messages cut from the first message
+	// returns every message once, in order; following a scope's cut
+	// returns every key once.
+	seqs := map[float64]bool{}
+	var last float64
+	hint := `sync_read_context {"only": "messages", "messages_after": 0}`
+	for pages := 0; hint != "" && pages < 100; pages++ {
+		tool, args, _ := parseCall(hint)
+		_, page := toolResult(t, cs, tool, args)
+		for _, m := range asList(get(page, "messages", "recent")) {
+			seq := m.(map[string]any)["seq"].(float64)
+			if seqs[seq] || seq <= last {
+				t.Fatalf("paging messages returned seq %v again or out of order (after %v)", seq, last)
+			}
+			seqs[seq], last = true, seq
+		}
+		hint = ""
+		for _, c := range asList(get(page, "_context", "budget", "cuts")) {
+			if c.(map[string]any)["section"] == "messages" {
+				hint = c.(map[string]any)["expand"].(string)
+			}
+		}
+		if next, ok := get(page, "messages", "_elided", "_expand").(string); ok && hint == "" {
+			hint = next
+		}
+	}
+	if len(seqs) < 1017 {
+		t.Errorf("paging the messages returned %d of at least 1,017", len(seqs))
+	}
+	keys := map[string]bool{}
+	hint = `sync_read_context {"only": "state._shared"}`
+	pages := 0
+	for ; hint != "" && pages < 100; pages++ {
+		tool, args, _ := parseCall(hint)
+		_, page := toolResult(t, cs, tool, args)
+		for k := range get(page, "state", "_shared").(map[string]any) {
+			if k == "_summary" {
+				continue
+			}
+			if keys[k] {
+				t.Fatalf("paging _shared returned %s twice", k)
+			}
+			keys[k] = true
+		}
+		hint = ""
+		for _, c := range asList(get(page, "_context", "budget", "cuts")) {
+			if c.(map[string]any)["section"] == "state._shared" {
+				hint = c.(map[string]any)["expand"].(string)
+			}
+		}
+	}
+	if len(keys) != 509 {
+		t.Errorf("paging _shared returned %d of 509 keys in %d pages", len(keys), pages)
+	}
+	t.Logf("paged %d messages and %d keys (%d pages) by following the cuts", len(seqs), len(keys), pages)
+
 	// Every read the server advises, followed one step (cuts' expand,
 	// elided sections, next pages), and the pages after those.
 	largest, largestCall := 0, ""
@@ -179,12 +246,13 @@ func TestModelLoopCosts(t *testing.T) {
 	}
 	follow(ctxRes, 0)
 	follow(embody, 0)
+	follow(small, 0)
 	t.Logf("largest result by following the server's advice: %d bytes of text (~%d tokens), from %s (%d advised reads followed)",
 		largest, largest/3, largestCall, len(seen))
 
 	// Ten wait cycles: each, another agent changes one task, and the
 	// model's wait wakes on it.
-	waitTokens := 0
+	waitTokens, waitBytes := 0, 0
 	for i := range 10 {
 		done := make(chan struct{})
 		go func() {
@@ -203,6 +271,8 @@ func TestModelLoopCosts(t *testing.T) {
 			t.Logf("a wait cycle's wake-up as the model reads it:\n%s", text)
 		}
 		waitTokens += approxTokens(text)
+		raw, _ := json.Marshal(m)
+		waitBytes += len(text) + len(raw)
 	}
 	sort.Slice(figs, func(i, j int) bool { return figs[i].tokens > figs[j].tokens })
 	var b strings.Builder
@@ -210,7 +280,7 @@ func TestModelLoopCosts(t *testing.T) {
 		fmt.Fprintf(&b, "\n  %-36s %6d bytes text (~%5d tokens), %6d bytes structured", f.name, f.bytes, f.tokens, f.structuredSize)
 	}
 	t.Logf("default results on the 10-agent / 509-task / 1,017-message room:%s", b.String())
-	t.Logf("ten wait cycles, one task changing each: ~%d tokens", waitTokens)
+	t.Logf("ten wait cycles, one task changing each: ~%d tokens (%d bytes of text and structured content together)", waitTokens, waitBytes)
 	embodyText, _ := json.Marshal(embody)
 	t.Logf("embody arrival: ~%d tokens", approxTokens(mcp.Text(embodyText)))
 	if waitTokens > 10_000 {

@@ -666,6 +666,12 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
 				Args: map[string]any{"only": "messages", "messages_after": 0, "messages_limit": 500}})}
 	}
+	if req.MessagesAfter != nil && len(recent) == req.MessagesLimit && req.Since == nil {
+		// A full page: the next one starts right after its last message.
+		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
+			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
+				Args: map[string]any{"only": "messages", "messages_after": maxSeq}})}
+	}
 	if rc.self != "" {
 		rc.readUpTo = max(rc.readUpTo, maxSeq)
 	}
