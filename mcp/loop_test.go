@@ -137,6 +137,20 @@ func TestModelLoopCosts(t *testing.T) {
 	embody := measure("sync_embody (arrival)", "sync_embody", map[string]any{"room": "board"})
 	measure("sync_lobby", "sync_lobby", nil)
 	ctxRes := measure("sync_read_context", "sync_read_context", nil)
+	// The room's strongest signal reaches _attention though the budget
+	// cuts the _vocabulary_health view: 14 task_update messages about a
+	// task no action writes, among a thousand lines of chatter.
+	if f, _ := get(ctxRes, "_context", "_attention", "finding").(string); !strings.Contains(f, "task-042") {
+		t.Errorf("_attention.finding = %q, want the task-042 pattern", f)
+	}
+	_, views := toolResult(t, cs, "sync_read_context", map[string]any{"only": "views._vocabulary_health"})
+	pats := asList(get(views, "views", "_vocabulary_health", "patterns"))
+	for _, p := range pats {
+		if k := get(p.(map[string]any), "key"); k != "_shared.task-042" {
+			t.Errorf("a pattern that is chatter, not a pattern: %v", p)
+		}
+	}
+	t.Logf("patterns on the big room: %v", pats)
 	small := measure("sync_read_context max_bytes 2000", "sync_read_context", map[string]any{"max_bytes": 2000})
 	if raw, _ := json.Marshal(small); len(raw) > 2000 {
 		t.Errorf("max_bytes 2000 returned %d bytes: %s", len(raw), raw)

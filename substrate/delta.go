@@ -59,7 +59,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		}
 		env.State[scope] = entries
 	}
-	changed := viewsChangedSince(rc, from)
+	changed := viewsChangedSince(rc, from, scopeRevisions(rc))
 	for id := range env.Views {
 		if !changed[id] {
 			delete(env.Views, id)
@@ -134,10 +134,10 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 
 // viewsChangedSince are the views whose definition, or a state entry or
 // view they read (by path), changed after seq.
-func viewsChangedSince(rc *roomCtx, seq int64) map[string]bool {
+func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[string]bool {
 	changed := map[string]bool{}
 	for _, v := range rc.snap.views { // in dependency order
-		if v.r.Revision > seq || readsChangedScope(rc, v.def.Expr, seq) {
+		if v.r.Revision > seq || readsChangedScope(rc, v.def.Expr, seq, newest) {
 			changed[v.def.ID] = true
 		}
 		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
@@ -156,17 +156,27 @@ var scopeRef = regexp.MustCompile(`state\.([A-Za-z_][\w:@-]*)`)
 // changed after seq (a view reading one key of a scope is reported when
 // another changed: a delta may show a view that did not change, never
 // miss one that did).
-func readsChangedScope(rc *roomCtx, src string, after int64) bool {
+func readsChangedScope(rc *roomCtx, src string, after int64, newest map[string]int64) bool {
 	for _, m := range scopeRef.FindAllStringSubmatch(src, -1) {
 		scope := m[1]
 		if scope == ScopeSelf {
 			scope = rc.self
 		}
-		for _, r := range rc.snap.scopes[scope] {
-			if r.Revision > after {
-				return true
-			}
+		if newest[scope] > after {
+			return true
 		}
 	}
 	return false
+}
+
+// scopeRevisions is each scope's newest revision (one pass over the
+// snapshot, not one per view).
+func scopeRevisions(rc *roomCtx) map[string]int64 {
+	out := make(map[string]int64, len(rc.snap.scopes))
+	for scope, rows := range rc.snap.scopes {
+		for _, r := range rows {
+			out[scope] = max(out[scope], r.Revision)
+		}
+	}
+	return out
 }
