@@ -98,6 +98,9 @@ type StateSummary struct {
 	// Values are a few of _shared's scalar entries, newest first (what a
 	// person would choose the room by).
 	Values map[string]any `json:"values,omitempty"`
+	// Summary is the value of the room's view named summary, which then
+	// stands for Values.
+	Summary any `json:"summary,omitempty"`
 }
 
 // Embodiment is the result of embodying or disembodying.

@@ -772,7 +772,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 // admin), open roles, last activity.
 func summarise(sum *substrate.RoomSummary, access string) StateSummary {
 	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
-		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values}
+		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values, Summary: sum.View}
 	for scope, n := range sum.Keys {
 		if access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit) {
 			out.Keys[scope] = n

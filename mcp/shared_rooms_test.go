@@ -63,6 +63,12 @@ func TestSharedRoomReachesOpenConnection(t *testing.T) {
 	if !fills {
 		t.Errorf("the lobby does not say which role an agent fills: %v", room["agents"])
 	}
+	// A room's own summary view stands for the scalars.
+	mustTool(t, as, "sync_register_view", map[string]any{"id": "summary", "scope": "_shared", "expr": `{"phase": state._shared.phase, "roles": size(state._shared.roles)}`})
+	room = asList(get(mustTool(t, open, "sync_lobby", nil), "rooms"))[0].(map[string]any)
+	if get(room, "state_summary", "summary", "phase") != "drafting" || get(room, "state_summary", "values") != nil {
+		t.Errorf("the lobby does not show the room's summary view: %v", room["state_summary"])
+	}
 	if out := mustTool(t, late, "sync_lobby", nil); len(asList(get(out, "rooms"))) != 1 {
 		t.Fatalf("a connection consented before the share, first used after: %v", out)
 	}

@@ -99,7 +99,12 @@ type RoomSummary struct {
 	// numbers, booleans), the most recently changed first: what a person
 	// would choose a room by (a phase, a score, a deadline).
 	Values map[string]any
+	// View is the value of the room's view named summary, when it has one.
+	View any
 }
+
+// SummaryView is the id of the view a room shows the lobby, if it has it.
+const SummaryView = "summary"
 
 // summaryValues is how many scalars a summary shows.
 const summaryValues = 5
@@ -188,6 +193,19 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		shared := live.vals[ScopeShared]
 		r.summary.SharedKeys = len(shared)
 		r.summary.Values = scalarsOf(shared, snap.scopes[ScopeShared])
+		// A room that says how it reads at a glance has a view named
+		// summary: its value (public, its registrar's authority) stands
+		// for the scalars. One gated by enabled depends on the reader,
+		// which the lobby does not evaluate.
+		for _, v := range snap.views {
+			if v.def.ID == SummaryView && v.def.Enabled == "" && v.r.timer.live(now) {
+				rc := s.build(ctx, snap, RoomPrincipal(r.id), nil, msgCounts{Count: r.count}, now, nil)
+				if val, ok := rc.views[SummaryView]; ok {
+					r.summary.View, r.summary.Values = val, nil
+				}
+				break
+			}
+		}
 		if roles, ok := shared["roles"].(map[string]any); ok {
 			for id, v := range roles {
 				if m, ok := v.(map[string]any); ok {
