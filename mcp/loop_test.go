@@ -143,6 +143,14 @@ func TestModelLoopCosts(t *testing.T) {
 	if f, _ := get(ctxRes, "_context", "_attention", "finding").(string); !strings.Contains(f, "task-042") {
 		t.Errorf("_attention.finding = %q, want the task-042 pattern", f)
 	}
+	// A cut keeps as much of each section as fits (it kept 5 messages
+	// whatever the budget left), and the budget is used.
+	if n := len(asList(get(ctxRes, "messages", "recent"))); n < 30 {
+		t.Errorf("the default read kept %d messages of 100", n)
+	}
+	if b, _ := get(ctxRes, "_context", "budget", "bytes").(float64); b < 0.85*float64(mcp.DefaultMaxBytes) {
+		t.Errorf("the default read used %v bytes of a %d budget", b, mcp.DefaultMaxBytes)
+	}
 	_, views := toolResult(t, cs, "sync_read_context", map[string]any{"only": "views._vocabulary_health"})
 	pats := asList(get(views, "views", "_vocabulary_health", "patterns"))
 	for _, p := range pats {
@@ -150,7 +158,7 @@ func TestModelLoopCosts(t *testing.T) {
 			t.Errorf("a pattern that is chatter, not a pattern: %v", p)
 		}
 	}
-	t.Logf("patterns on the big room: %v", pats)
+	t.Logf("patterns on the big room: %v; the default read kept %d messages and %v bytes", pats, len(asList(get(ctxRes, "messages", "recent"))), get(ctxRes, "_context", "budget", "bytes"))
 	small := measure("sync_read_context max_bytes 2000", "sync_read_context", map[string]any{"max_bytes": 2000})
 	if raw, _ := json.Marshal(small); len(raw) > 2000 {
 		t.Errorf("max_bytes 2000 returned %d bytes: %s", len(raw), raw)
