@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func TestConversations(t *testing.T) {
 type replayOpts struct {
 	stopAfter int
 	quiet     bool
-	onResult  func(call int, user, tool string, structured map[string]any, isError bool)
+	onResult  func(call int, user, tool string, structured map[string]any, text string)
 }
 
 // replay runs a conversation file; it returns the sessions by user.
@@ -147,7 +148,7 @@ func replay(t *testing.T, file string, o replayOpts) map[string]*sdk.ClientSessi
 		_ = json.Unmarshal(raw, &structured)
 		if o.onResult != nil {
 			m, _ := structured.(map[string]any)
-			o.onResult(calls, words[0], words[1], m, res.IsError)
+			o.onResult(calls, words[0], words[1], m, text)
 		}
 		if o.quiet {
 			if i+1 < len(ar.Files) && (ar.Files[i+1].Name == "result" || ar.Files[i+1].Name == "error") {
@@ -217,8 +218,10 @@ func TestConversationHints(t *testing.T) {
 			}
 			var hints []hint
 			seen := map[string]bool{}
-			replay(t, file, replayOpts{quiet: true, onResult: func(call int, user, tool string, m map[string]any, _ bool) {
-				for _, h := range advisedCalls(m) {
+			replay(t, file, replayOpts{quiet: true, onResult: func(call int, user, tool string, m map[string]any, text string) {
+				// From the structured result, and from the text a model
+				// reads (an error may come as text only).
+				for _, h := range append(advisedCalls(m), textCalls(text)...) {
 					if !seen[user+h] {
 						seen[user+h] = true
 						hints = append(hints, hint{call, user, tool, h})
@@ -283,6 +286,28 @@ func advisedCalls(m map[string]any) []string {
 	}
 	walk(m, "")
 	sort.Strings(out)
+	return out
+}
+
+// textCall finds advice in a result's text rendering: a next, expand,
+// _expand, full or more line (or list item) holding a call.
+var textCall = regexp.MustCompile(`(?m)^\s*(?:- )?(?:next|expand|_expand|full|more): "?(sync_[a-z_]+(?: \{.*)?)$`)
+
+// textCalls are the calls a result's text advises.
+func textCalls(text string) []string {
+	var out []string
+	for _, m := range textCall.FindAllStringSubmatch(text, -1) {
+		c := m[1]
+		if strings.HasSuffix(c, `"`) && strings.Count(c, `"`)%2 == 1 {
+			c = strings.TrimSuffix(c, `"`)
+		}
+		if strings.Contains(c, `\"`) { // a quoted scalar: unquote it
+			if u, err := strconv.Unquote(`"` + c + `"`); err == nil {
+				c = u
+			}
+		}
+		out = append(out, callPart(c))
+	}
 	return out
 }
 
