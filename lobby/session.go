@@ -53,6 +53,10 @@ func (s *Session) level(room string) string {
 	return l
 }
 
+// Level is the session's scope level for room, rooms shared with the user
+// since the session began included.
+func (s *Session) Level(room string) string { return s.level(room) }
+
 // freshSQL is true for a membership shared with the user (by someone, not
 // created or claimed by the user) after the consent (the millisecond stamp
 // in parameter since, from shared_rooms:<level>:<ms>), or, without one,
@@ -506,15 +510,17 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 			return nil, err
 		}
 	}
-	if err := l.leaveFor(ctx, s, room, id); err != nil {
-		return nil, err
-	}
 	// The substrate checks ownership again under the room lock: an agent
 	// made meanwhile by a token or another user is refused, not adopted.
 	// Seed 003 §XI: a user's own agent has the role mcp-client and the
 	// grants of the user's access level.
 	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: "mcp-client", User: s.UserID, Client: s.ClientName,
 		Grants: grantsFor(userRole, level)}); err != nil {
+		return nil, err
+	}
+	// Only once the new embodiment holds does the session let go of the
+	// old one: a refused embodiment leaves the session as it was.
+	if err := l.leaveFor(ctx, s, room, id); err != nil {
 		return nil, err
 	}
 	s.RoomID, s.AgentID = room, id
@@ -608,11 +614,9 @@ func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role st
 	}
 	res, err := l.svc.EmbodyRole(ctx, substrate.EmbodyRoleRequest{Room: room, Role: role, Name: s.Username, User: s.UserID, Client: s.ClientName, Grants: grants})
 	if err != nil {
-		// A refused fill (role_filled, person_id, …) leaves the session
-		// as it was: it steps out of its agent only once it has another.
-		return nil, err
+		return nil, err // the session keeps its embodiment
 	}
-	if err := l.leaveFor(ctx, s, room, role); err != nil {
+	if err := l.leaveFor(ctx, s, room, res.ID); err != nil {
 		return nil, err
 	}
 	s.RoomID, s.AgentID = room, res.ID
@@ -669,7 +673,8 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (*Embodiment, error) 
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return &Embodiment{Embodied: false, Room: room, Agent: agent, Status: "idle"}, nil
+	return &Embodiment{Embodied: false, Room: room, Agent: agent, Status: "idle",
+		Next: "you observe " + room + " now (it stays focused: calls without room read it); sync_embody {\"room\": \"" + room + "\"} acts again"}, nil
 }
 
 // CreateRoomFor creates a room owned by the session's user and widens the
@@ -756,6 +761,21 @@ func (l *Lobby) settle(ctx context.Context, s *Session) error {
 // RestrictScope narrows the session's scope to its intersection with
 // scope; it never widens it.
 func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*ScopeChange, error) {
+	// A scope string with nothing recognisable in it would narrow the
+	// connection to nothing: a typo must not cost the person their rooms.
+	if len(strings.Fields(scope)) == 0 {
+		return nil, errs.New(errs.InvalidField, "scope is empty").With("field", "scope").
+			WithHint("name what to keep, e.g. rooms:<id>:read, rooms:*:observe or create_rooms")
+	}
+	for _, part := range strings.Fields(scope) {
+		rest, isRoom := strings.CutPrefix(part, "rooms:")
+		shared, isShared := strings.CutPrefix(part, "shared_rooms:")
+		if part == "create_rooms" || isRoom && rest != "" && !strings.HasSuffix(rest, ":") || isShared && shared != "" {
+			continue
+		}
+		return nil, errs.New(errs.InvalidField, "scope %q is not a scope item", part).With("field", "scope").
+			WithHint("items are rooms:<id>:<observe|read|write|admin>, rooms:*:<level>, shared_rooms:<level> and create_rooms, separated by spaces; your current scope is %s", s.Scope.String())
+	}
 	want := ParseScope(scope)
 	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms, Revoked: s.Scope.Revoked}
 	if s.Scope.AllRooms != "" && want.AllRooms != "" {
@@ -811,6 +831,11 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
 				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
 				WaitingOn: ag.WaitingOn, Yours: ag.Owner != "" && ag.Owner == s.UserID}
+			for _, id := range sum.RoleIDs() {
+				if sum.Roles[id]["filled_by"] == ag.ID {
+					a.Fills = id
+				}
+			}
 			if a.Yours {
 				current := s.RoomID == r.ID && s.AgentID == ag.ID
 				switchable := !current && levelRank(access) >= levelRank("write")
@@ -842,7 +867,9 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 	case s.AgentID == "":
 		out.Next = "observe with sync_read_context {room}, or act: sync_embody {room}"
 	default:
-		out.Next = "read with sync_read_context, act with sync_invoke_action"
+		// Reading the lobby leaves nothing: say so, since a model may
+		// expect it to (seed 003's lobby is where one goes between rooms).
+		out.Next = "you are still acting as " + s.AgentID + " in " + s.RoomID + " (the lobby changes nothing): read with sync_read_context, act with sync_invoke_action; sync_disembody stops acting, sync_embody {room} moves you to another room"
 	}
 	return out, nil
 }
@@ -852,7 +879,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 // admin), open roles, last activity.
 func summarise(sum *substrate.RoomSummary, access string) StateSummary {
 	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
-		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}}
+		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values, Summary: sum.View}
 	for scope, n := range sum.Keys {
 		if access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit) {
 			out.Keys[scope] = n

@@ -210,6 +210,9 @@ func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest
 		c.bearer = httpmw.Bearer(&http.Request{Header: req.Extra.Header})
 	}
 	out, err := d.run(ctx, c, req.Params.Arguments)
+	if err != nil {
+		err = withNext(d.def.Name, req.Params.Arguments, sess, err)
+	}
 	if err != nil && errs.From(err).Code == errs.Internal {
 		opt.Logger.Error("tool failed", "tool", d.def.Name, "err", err)
 	}
@@ -251,7 +254,7 @@ func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
 	if sess != nil {
 		level := ""
 		if sess.RoomID != "" {
-			level = sess.Scope.Level(sess.RoomID)
+			level = sess.Level(sess.RoomID) // rooms shared since the consent too
 		}
 		// The server's clock rides along: a model has no other reliable
 		// source for "now" (timers, last heartbeats, deadlines).

@@ -95,7 +95,19 @@ type RoomSummary struct {
 	// Roles are the live _shared.roles entries (role id → its object).
 	Roles  map[string]map[string]any
 	Agents []Presence
+	// Values are a few of _shared's scalar entries (short strings,
+	// numbers, booleans), the most recently changed first: what a person
+	// would choose a room by (a phase, a score, a deadline).
+	Values map[string]any
+	// View is the value of the room's view named summary, when it has one.
+	View any
 }
+
+// SummaryView is the id of the view a room shows the lobby, if it has it.
+const SummaryView = "summary"
+
+// summaryValues is how many scalars a summary shows.
+const summaryValues = 5
 
 // RoomSummaries summarises the given rooms (those that exist) in two
 // statements plus a snapshot read for each room not in the cache.
@@ -180,6 +192,20 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		}
 		shared := live.vals[ScopeShared]
 		r.summary.SharedKeys = len(shared)
+		r.summary.Values = scalarsOf(shared, snap.scopes[ScopeShared])
+		// A room that says how it reads at a glance has a view named
+		// summary: its value (public, its registrar's authority) stands
+		// for the scalars. One gated by enabled depends on the reader,
+		// which the lobby does not evaluate.
+		for _, v := range snap.views {
+			if v.def.ID == SummaryView && v.def.Enabled == "" && v.r.timer.live(now) {
+				rc := s.build(ctx, snap, RoomPrincipal(r.id), nil, msgCounts{Count: r.count}, now, nil)
+				if val, ok := rc.views[SummaryView]; ok {
+					r.summary.View, r.summary.Values = val, nil
+				}
+				break
+			}
+		}
 		if roles, ok := shared["roles"].(map[string]any); ok {
 			for id, v := range roles {
 				if m, ok := v.(map[string]any); ok {
@@ -382,10 +408,17 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		if !ok {
 			if roles == nil {
 				return errs.New(errs.NotFound, "room %q defines no roles", req.Room).With("role", req.Role).
-					WithHint("embody without role, or define one with the define_role action (help key standard_library)")
+					WithHint("embody without role (next), or define the role first with the define_role action (help key standard_library)").
+					WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
 			}
-			return errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).
-				WithHint("the lobby lists the defined roles")
+			names := make([]string, 0, len(roles))
+			for n := range roles {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			return errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).With("roles", names).
+				WithHint("the room's roles are %s; embody one of them, or without role (next)", strings.Join(names, ", ")).
+				WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
 		}
 		filledBy, _ := def["filled_by"].(string)
 		if filledBy != "" && filledBy != req.Role {
@@ -482,4 +515,39 @@ func grantsOf(g []string) []string {
 		return []string{}
 	}
 	return g
+}
+
+// scalarsOf picks the newest few short scalar entries of a scope.
+func scalarsOf(vals map[string]any, rows map[string]*srow) map[string]any {
+	var keys []string
+	for k, v := range vals {
+		switch x := v.(type) {
+		case string:
+			if len(x) <= 80 {
+				keys = append(keys, k)
+			}
+		case bool, int64, float64:
+			keys = append(keys, k)
+		}
+	}
+	rev := func(k string) int64 {
+		if r := rows[k]; r != nil {
+			return r.Revision
+		}
+		return 0
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if rev(keys[i]) != rev(keys[j]) {
+			return rev(keys[i]) > rev(keys[j])
+		}
+		return keys[i] < keys[j]
+	})
+	if len(keys) == 0 {
+		return nil
+	}
+	out := map[string]any{}
+	for _, k := range keys[:min(len(keys), summaryValues)] {
+		out[k] = vals[k]
+	}
+	return out
 }

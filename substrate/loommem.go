@@ -443,7 +443,7 @@ func (r *loomRun) continueOp(c *LoomCommand, t *loomTree, gen []string) (string,
 	r.put(scopeLoom, key, req)
 	r.moveTo(t, parent)
 	return fmt.Sprintf("· no generator is configured: queued request g%d for %d continuation(s) of node %d (up to %d tokens).\n"+
-		"  another agent or a person answers with → fulfil g%d \"text\"; wait for it with the condition !has(state._loom[\"%s\"])",
+		"  another agent or a person answers with → fulfil g%d \"text\"; wait for it with the condition !(\"%s\" in state._loom)",
 		req.ID, n, parent.ID, tokens, req.ID, key), nil
 }
 
