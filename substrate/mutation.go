@@ -138,17 +138,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	// room's (or its agent's) under the lock: a write authenticated just
 	// before a rotation that commits while it queues is refused, not
 	// applied with the old token (issue 25 item 8: "refused at once").
-	var roomHash, viewHash, agentHash []byte
-	if p != nil {
-		switch p.Kind {
-		case KindRoom:
-			roomHash = p.tokenHash
-		case KindView:
-			viewHash = p.tokenHash
-		case KindAgent:
-			agentHash = p.tokenHash
-		}
-	}
+	roomHash, viewHash, agentHash := p.tokenHashes()
 	tokenValid := true
 	var lock pgx.Batch
 	lock.Queue("BEGIN")
@@ -199,8 +189,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	}
 	m.next = m.base + 1
 	if !tokenValid {
-		return 0, errs.New(errs.Unauthorized, "the bearer token was rotated while the call waited for the room").
-			WithHint("use the room's current token; an agent re-joins with the room token to get a new one")
+		return 0, errRotatedMeanwhile()
 	}
 	if agentID != "" {
 		if grants == nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
@@ -1484,14 +1485,37 @@ func TestAttackOpenJoinAsPersonsAgent(t *testing.T) {
 // token just before that token was rotated, and queued on the room lock
 // while the rotation committed, was applied with the old token: the
 // mutation re-read the agent's grants under the lock but never the token.
-// The test forces that order: it holds the room row lock while the writes
-// authenticate and queue, replaces both tokens' hashes in the same
-// transaction (what the rotation and a re-join do under that lock), and
-// commits; every queued write must be refused with 401.
+// The test forces that order (rotatedWhileQueued); every queued write must
+// be refused with 401 and none may land.
 func TestAttackWriteWithTokenRotatedInRace(t *testing.T) {
 	e, _, db := newEnvSvc(t, substrate.Limits{})
 	rm := e.room("rotated-race", nil)
 	writer := e.join(rm, "writer", "_shared")
+	results := rotatedWhileQueued(t, db, rm, "writer", func(i int, tok string) resp {
+		return e.do("PUT", "/rooms/"+rm.id+"/state", tok, map[string]any{"scope": "_shared", "key": fmt.Sprintf("after%d", i), "value": i})
+	}, rm.token, writer)
+	for _, r := range results {
+		if r.status != 401 || r.str("error") != "unauthorized" || r.str("hint") == "" {
+			t.Errorf("HOLE: a write with a token rotated while it waited: %d %s", r.status, r.raw)
+		}
+	}
+	var n int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM state WHERE room_id = $1 AND key LIKE 'after%'`, rm.id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("HOLE: %d writes with rotated tokens landed", n)
+	}
+}
+
+// rotatedWhileQueued forces the race's worst order: it holds rm's row lock
+// while each request (send, one per token, on a connection of the pool
+// each) authenticates and queues on that lock, then replaces the room
+// token's and agent's token hashes in the same transaction (what the
+// rotation and a re-join do under the lock) and commits. It returns the
+// requests' answers.
+func rotatedWhileQueued(t *testing.T, db *store.DB, rm room, agent string, send func(i int, tok string) resp, tokens ...string) []resp {
+	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.ConnectConfig(ctx, db.ConnConfig())
 	if err != nil {
@@ -1511,11 +1535,9 @@ func TestAttackWriteWithTokenRotatedInRace(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM rooms WHERE id = $1 FOR UPDATE`, rm.id); err != nil {
 		t.Fatal(err)
 	}
-	results := make(chan resp, 2)
-	for i, tok := range []string{rm.token, writer} {
-		go func() {
-			results <- e.do("PUT", "/rooms/"+rm.id+"/state", tok, map[string]any{"scope": "_shared", "key": fmt.Sprintf("after%d", i), "value": i})
-		}()
+	results := make(chan resp, len(tokens))
+	for i, tok := range tokens {
+		go func() { results <- send(i, tok) }()
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -1524,33 +1546,26 @@ func TestAttackWriteWithTokenRotatedInRace(t *testing.T) {
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting >= 2 {
+		if waiting >= len(tokens) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("writes never queued on the room lock (%d waiting)", waiting)
+			t.Fatalf("requests never queued on the room lock (%d waiting)", waiting)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE rooms SET token_hash = sha256('rotated') WHERE id = $1`, rm.id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE agents SET token_hash = sha256('rotated too') WHERE room_id = $1 AND id = 'writer'`, rm.id); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE agents SET token_hash = sha256('rotated too') WHERE room_id = $1 AND id = $2`, rm.id, agent); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		if r := <-results; r.status != 401 || r.str("error") != "unauthorized" || r.str("hint") == "" {
-			t.Errorf("HOLE: a write with a token rotated while it waited: %d %s", r.status, r.raw)
-		}
+	out := make([]resp, 0, len(tokens))
+	for range tokens {
+		out = append(out, <-results)
 	}
-	var n int
-	if err := watcher.QueryRow(ctx, `SELECT count(*) FROM state WHERE room_id = $1 AND key LIKE 'after%'`, rm.id).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 0 {
-		t.Errorf("HOLE: %d writes with rotated tokens landed", n)
-	}
+	return out
 }
