@@ -1569,3 +1569,30 @@ func rotatedWhileQueued(t *testing.T, db *store.DB, rm room, agent string, send 
 	}
 	return out
 }
+
+// Review of issue 25 item 8: rotating a leaked room token left whoever
+// leaked it in charge through the agents they had made with it: an agent
+// given "*" keeps its own token, so it keeps room authority (and can even
+// rotate the room token back out of the owner's hands). The rotation
+// cannot tell a leaker's agents from the room's own, so it names every
+// token agent holding "*" for the owner to review.
+func TestAttackRotationNamesAgentsWithRoomAuthority(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("leaked", nil)
+	e.join(rm, "helper")
+	mole := e.join(rm, "mole", "*")
+	r := e.do("POST", "/rooms/leaked/tokens/rotate", rm.token, map[string]any{"which": "room"}).must(t, 200)
+	if got := fmt.Sprint(r.body["token_agents_with_room_authority"]); got != "[mole]" {
+		t.Fatalf("HOLE: the rotation does not name the agents that keep room authority: %s", r.raw)
+	}
+	// What the owner then does: the mole's grants go, and with them its
+	// authority (it can no longer rotate).
+	e.do("PATCH", "/rooms/leaked/agents/mole", r.str("token"), map[string]any{"grants": []string{}}).must(t, 200)
+	if r := e.do("POST", "/rooms/leaked/tokens/rotate", mole, map[string]any{"which": "room"}); r.status != 403 {
+		t.Fatalf("HOLE: the mole rotated after losing *: %d %s", r.status, r.raw)
+	}
+	// Rotating the view token names nobody.
+	if r := e.do("POST", "/rooms/leaked/tokens/rotate", r.str("token"), map[string]any{"which": "view"}).must(t, 200); strings.Contains(r.raw, "token_agents_with_room_authority") {
+		t.Fatalf("view rotation: %s", r.raw)
+	}
+}
