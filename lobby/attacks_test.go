@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -339,6 +340,22 @@ func TestAttackRoleNamedAfterPersonsAgent(t *testing.T) {
 	if _, err := f.svc.WriteState(ctx, substrate.RoomPrincipal(room), room, []substrate.Write{{Scope: "_shared", Key: "roles",
 		Value: json.RawMessage(`{"` + emb.Agent + `": {"filled_by": null}, "alice:web": {"filled_by": null}, "alicebot": {"filled_by": null}}`)}}, false); err != nil {
 		t.Fatal(err)
+	}
+	// The lobby does not offer them as roles (people would try to fill
+	// them); alicebot, an id a role may take, it does.
+	view, err := f.l.View(ctx, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rm := range view.Rooms {
+		var offered []string
+		for _, r := range rm.Roles {
+			offered = append(offered, r.ID)
+		}
+		offered = append(offered, rm.Summary.OpenRoles...)
+		if rm.Room == room && (slices.Contains(offered, "alice:web") || slices.Contains(offered, emb.Agent) || !slices.Contains(offered, "alicebot")) {
+			t.Fatalf("HOLE: the lobby offers people's agents as roles: %v", offered)
+		}
 	}
 	for _, id := range []string{emb.Agent, "alice:web"} {
 		for _, c := range []struct{ agent, role string }{{"", id}, {id, ""}, {id, id}} {

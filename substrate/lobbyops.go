@@ -92,7 +92,8 @@ type RoomSummary struct {
 	// LastActivity is when the room last changed (its newest _audit
 	// entry), or its creation.
 	LastActivity time.Time
-	// Roles are the live _shared.roles entries (role id → its object).
+	// Roles are the live _shared.roles entries (role id → its object)
+	// whose ids a role may take (not a person's, see EmbodyRole).
 	Roles  map[string]map[string]any
 	Agents []Presence
 }
@@ -182,6 +183,13 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		r.summary.SharedKeys = len(shared)
 		if roles, ok := shared["roles"].(map[string]any); ok {
 			for id, v := range roles {
+				// An id no role may take (a person's, with ":", or no
+				// agent id at all) is not offered: filling it is refused
+				// (EmbodyRole), and listing "bob:web" as an open role
+				// would invite people to try.
+				if strings.Contains(id, ":") || validName("role id", id, s.lim.MaxScopeBytes, false) != nil {
+					continue
+				}
 				if m, ok := v.(map[string]any); ok {
 					r.summary.Roles[id] = m
 				}
