@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -224,10 +225,19 @@ func TestAttackRoleTakeover(t *testing.T) {
 		t.Fatalf("an undefined role: %v", err)
 	}
 
-	// The role is freed behind bob's back (the owner rewrites roles);
-	// carol fills it; bob's session no longer drives the agent.
+	// The role is freed behind bob's back (the owner rewrites roles):
+	// while bob still drives its agent, carol cannot take it; once bob's
+	// client is gone (his agent unseen for IdleAfter) she can, and bob's
+	// session no longer drives the agent.
 	if _, err := f.svc.WriteState(ctx, substrate.RoomPrincipal(room), room, []substrate.Write{{Scope: "_shared", Key: "roles",
 		Merge: json.RawMessage(`{"researcher": {"filled_by": null}}`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.l.Embody(ctx, carol, room, "", "researcher")
+	if r, _ := reason(t, err, errs.Forbidden); r != "role_filled" {
+		t.Fatalf("carol took the role bob still drives: %s", r)
+	}
+	if _, err := f.db.Exec(ctx, `UPDATE agents SET last_heartbeat = now() - interval '1 hour' WHERE room_id = $1 AND id = 'researcher'`, room); err != nil {
 		t.Fatal(err)
 	}
 	if emb, err := f.l.Embody(ctx, carol, room, "", "researcher"); err != nil || !emb.TakenOver {
@@ -331,6 +341,22 @@ func TestAttackRoleNamedAfterPersonsAgent(t *testing.T) {
 		Value: json.RawMessage(`{"` + emb.Agent + `": {"filled_by": null}, "alice:web": {"filled_by": null}, "alicebot": {"filled_by": null}}`)}}, false); err != nil {
 		t.Fatal(err)
 	}
+	// The lobby does not offer them as roles (people would try to fill
+	// them); alicebot, an id a role may take, it does.
+	view, err := f.l.View(ctx, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rm := range view.Rooms {
+		var offered []string
+		for _, r := range rm.Roles {
+			offered = append(offered, r.ID)
+		}
+		offered = append(offered, rm.Summary.OpenRoles...)
+		if rm.Room == room && (slices.Contains(offered, "alice:web") || slices.Contains(offered, emb.Agent) || !slices.Contains(offered, "alicebot")) {
+			t.Fatalf("HOLE: the lobby offers people's agents as roles: %v", offered)
+		}
+	}
 	for _, id := range []string{emb.Agent, "alice:web"} {
 		for _, c := range []struct{ agent, role string }{{"", id}, {id, ""}, {id, id}} {
 			_, err := f.l.Embody(ctx, bob, room, c.agent, c.role)
@@ -416,5 +442,80 @@ func TestAttackClaimRotatesRoomToken(t *testing.T) {
 	}
 	if _, err := f.svc.AuthenticateIn(ctx, other.ID, other.Token); err != nil {
 		t.Fatalf("the token of a room claimed without rotation: %v", err)
+	}
+}
+
+// Review of issue 25 item 1: a role's filled_by is state that anyone who
+// may write _shared.roles can clear (a collaborator directly, a
+// participant through any action that writes it, such as the standard
+// library's set). Clearing it while a person drove the role's agent let
+// another take that agent over and kicked the person's session off it. A
+// role whose agent another user still drives is filled, whatever
+// filled_by says.
+func TestAttackRoleFreedBehindDriversBack(t *testing.T) {
+	f := newFixture(t, "alice", "bob", "carol")
+	ctx := context.Background()
+	room := f.guild(t, `{"scribe": {"description": "keeps notes", "filled_by": null}}`, "bob", "carol")
+	carol := f.session(t, "carol", "g-carol", "rooms:guild:write")
+	if _, err := f.l.Embody(ctx, carol, room, "", "scribe"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := f.l.Actor(ctx, carol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.WriteState(ctx, cp, room, []substrate.Write{{Scope: "self", Key: "draft", Value: json.RawMessage(`"carol's draft"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	// Bob, a participant, registers the standard library's set and clears
+	// the role's filled_by with it.
+	bob := f.session(t, "bob", "g-bob", "rooms:guild:write")
+	if _, err := f.l.Embody(ctx, bob, room, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	bp, err := f.l.Actor(ctx, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := f.svc.SystemHelp("standard_library", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range raw.Content.([]substrate.ActionDef) {
+		if a.ID == "set" {
+			if _, err := f.svc.RegisterAction(ctx, bp, room, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := f.svc.Invoke(ctx, bp, room, "set", json.RawMessage(`{"key": "roles", "value": {"scribe": {"description": "keeps notes", "filled_by": null}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ agent, role string }{{"", "scribe"}, {"scribe", ""}} {
+		_, err := f.l.Embody(ctx, bob, room, c.agent, c.role)
+		if err == nil {
+			t.Fatalf("HOLE: bob took the scribe carol drives (agent %q role %q)", c.agent, c.role)
+		}
+		if r, _ := reason(t, err, errs.Forbidden); r != "role_filled" {
+			t.Fatalf("bob filling the scribe carol drives: %s", r)
+		}
+	}
+	if owner, _, _ := f.svc.AgentOwner(ctx, room, "scribe"); owner != "user_carol" {
+		t.Fatalf("HOLE: the scribe now belongs to %q", owner)
+	}
+	carol = f.session(t, "carol", "g-carol", "")
+	cp, err = f.l.Actor(ctx, carol)
+	if err != nil || cp.AgentID != "scribe" {
+		t.Fatalf("HOLE: carol was kicked off her role: %+v %v", cp, err)
+	}
+	if read, err := f.svc.ReadState(ctx, cp, room, substrate.ReadQuery{Scope: "self", Key: "draft"}); err != nil || string(read.Entries[0].Value) != `"carol's draft"` {
+		t.Fatalf("carol's draft: %+v %v", read, err)
+	}
+	// Once carol steps out, the role passes on as it should.
+	if _, err := f.l.Disembody(ctx, carol); err != nil {
+		t.Fatal(err)
+	}
+	if emb, err := f.l.Embody(ctx, bob, room, "", "scribe"); err != nil || !emb.TakenOver {
+		t.Fatalf("bob filling the scribe carol left: %+v %v", emb, err)
 	}
 }

@@ -230,8 +230,10 @@ func (l *Lobby) CreateRoom(ctx context.Context, userID, roomID, label string) (s
 // ClaimRoom makes the user an owner of a room created over REST, proven by
 // its room token. With rotate, the room token is replaced as well (the
 // pasted one may have been seen by others: it stops working) and the new
-// one is returned, to be shown once; the rotation is audited as the
-// claimer's.
+// one is returned, to be shown once. The rotation is audited as the
+// room token's (by _room): the lobby knows the claimer's id, not the
+// username its web agent is named for; the claim itself is the
+// membership it adds.
 func (l *Lobby) ClaimRoom(ctx context.Context, userID, roomID, roomToken string, rotate bool) (newToken string, err error) {
 	p, err := l.svc.AuthenticateIn(ctx, roomID, roomToken)
 	if err != nil || p.Kind != substrate.KindRoom || p.RoomID != roomID {

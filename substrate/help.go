@@ -66,7 +66,7 @@ Prefer few, purposeful actions with an intent and an if that guards their precon
 		return strings.TrimSpace(`
 A role is an entry of _shared.roles: {"<role id>": {"description", "bootstrap_actions", "bootstrap_views", "filled_by"}}. Whoever may write _shared.roles defines roles: the room token, agents granted _shared, and anyone through an action that writes it (define_role in standard_library).
 A role's id is also the id of its agent: filling the role (people fill roles from their MCP client: sync_embody with role) makes that agent on first use, and whoever fills the role after it is vacated takes over the same agent, with its scope, actions and views.
-Ids with ":" belong to people: <username>:<client> and <username>:web are the agents people drive themselves, and a role never takes one (filling such a role is invalid_field, reason person_id). Filling a role never adopts an agent that was not made for that role: not a person's own agent (forbidden, reason personal_agent), not one joined with a token (reason token_agent), and not one another person fills (reason role_filled).`), true
+Ids with ":" belong to people: <username>:<client> and <username>:web are the agents people drive themselves, and a role never takes one (filling such a role is invalid_field, reason person_id). Filling a role never adopts an agent that was not made for that role: not a person's own agent (forbidden, reason personal_agent), not one joined with a token (reason token_agent), and not one another person fills (reason role_filled), which includes one whose agent another person still drives (not idle and seen within the idle lapse), whatever filled_by says.`), true
 	case "vocabulary_review":
 		return strings.TrimSpace(`
 # Vocabulary review

@@ -92,7 +92,8 @@ type RoomSummary struct {
 	// LastActivity is when the room last changed (its newest _audit
 	// entry), or its creation.
 	LastActivity time.Time
-	// Roles are the live _shared.roles entries (role id → its object).
+	// Roles are the live _shared.roles entries (role id → its object)
+	// whose ids a role may take (not a person's, see EmbodyRole).
 	Roles  map[string]map[string]any
 	Agents []Presence
 	// Values are a few of _shared's scalar entries (short strings,
@@ -208,6 +209,13 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		}
 		if roles, ok := shared["roles"].(map[string]any); ok {
 			for id, v := range roles {
+				// An id no role may take (a person's, with ":", or no
+				// agent id at all) is not offered: filling it is refused
+				// (EmbodyRole), and listing "bob:web" as an open role
+				// would invite people to try.
+				if strings.Contains(id, ":") || validName("role id", id, s.lim.MaxScopeBytes, false) != nil {
+					continue
+				}
 				if m, ok := v.(map[string]any); ok {
 					r.summary.Roles[id] = m
 				}
@@ -364,7 +372,8 @@ type RoleEmbodiment struct {
 //   - No agent yet: it is made for the user.
 //   - The user's own: resumed.
 //   - Another user's, and the role is vacant (filled_by null, as
-//     sync_disembody leaves it): taken over; its token is rotated and the
+//     sync_disembody leaves it) and its agent no longer driven (idle, as
+//     sync_disembody leaves it, or unseen for IdleAfter): taken over; its token is rotated and the
 //     _audit entry of this mutation records the previous occupant
 //     (previous_user, previous_name) and the new one (user, name, client).
 //   - Filled by someone else (another user's session, or an agent with
@@ -426,12 +435,16 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 				WithHint("pick an unfilled role from the lobby, or ask %s to vacate it", filledBy)
 		}
 		var owner, prevName, prevRole *string
-		var exists, scopeUsed bool
+		var exists, scopeUsed, inUse bool
+		// inUse: its driver has not stepped out (sync_disembody leaves it
+		// idle) and was seen within idleAfter, as presence shows it.
 		err = m.tx.QueryRow(m.ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT user_id FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT name FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT role FROM agents WHERE room_id = $1 AND id = $2),
-				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2)`, req.Room, req.Role).Scan(&exists, &owner, &prevName, &prevRole, &scopeUsed)
+				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2),
+				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND status <> 'idle' AND last_heartbeat > now() - make_interval(secs => $3))`,
+			req.Room, req.Role, s.idleAfter.Seconds()).Scan(&exists, &owner, &prevName, &prevRole, &scopeUsed, &inUse)
 		if err != nil {
 			return err
 		}
@@ -451,7 +464,12 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 			return errs.New(errs.Forbidden, "agent %q is a person's own agent, not one made for role %q", req.Role, req.Role).
 				With("role", req.Role).With("reason", "personal_agent").
 				WithHint("embody without role to get your own agent; the room's owner may rename the role")
-		case exists && *owner != req.User && filledBy != "":
+		case exists && *owner != req.User && (filledBy != "" || inUse):
+			// filled_by is state whoever may write _shared.roles can
+			// clear (a collaborator, any action that writes it): a role
+			// whose agent another user still drives is not vacant,
+			// whatever it says. A driver gone without stepping out
+			// lapses to idle after IdleAfter; the role can then be freed.
 			return errs.New(errs.Forbidden, "role %q is filled: another user drives its agent", req.Role).
 				With("role", req.Role).With("reason", "role_filled").
 				WithHint("wait until they leave it (sync_disembody frees it), or pick an unfilled role from the lobby")

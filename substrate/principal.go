@@ -184,6 +184,32 @@ func (s *Service) findToken(ctx context.Context, p *Principal, h []byte, stale *
 		Scan(&p.RoomID, &p.AgentID, &p.Grants, stale)
 }
 
+// tokenHashes is the hash of the token p was authenticated with, in the
+// slot of the row that must still hold it: the room's token, its view
+// token, or the agent's token. All are nil for principals made without a
+// token (the lobby's, RoomPrincipal), and for a nil p.
+func (p *Principal) tokenHashes() (room, view, agent []byte) {
+	if p == nil {
+		return nil, nil, nil
+	}
+	switch p.Kind {
+	case KindRoom:
+		return p.tokenHash, nil, nil
+	case KindView:
+		return nil, p.tokenHash, nil
+	case KindAgent:
+		return nil, nil, p.tokenHash
+	}
+	return nil, nil, nil
+}
+
+// errRotatedMeanwhile refuses a change whose token was rotated (or its
+// agent re-joined) between its authentication and the room lock.
+func errRotatedMeanwhile() error {
+	return errs.New(errs.Unauthorized, "the bearer token was rotated while the call waited for the room").
+		WithHint("use the room's current token; an agent re-joins with the room token to get a new one")
+}
+
 // recheck establishes p's authority again for a call that outlived its
 // authentication (a wait, at each wake-up): a token rotated or revoked
 // since is errs.Unauthorized, a room deleted since errs.RoomNotFound, and a

@@ -176,6 +176,12 @@ type RotatedToken struct {
 	Room  string `json:"room"`
 	Which string `json:"which"` // room or view
 	Token string `json:"token"`
+	// TokenAgentsWithRoomAuthority (rotating the room token) are the
+	// agents joined with a token that hold "*": the rotation leaves their
+	// tokens working, and whoever held a leaked room token could have made
+	// them. Review them (GET /agents, the _audit log's agent_join), then
+	// narrow their grants or re-join them to rotate their tokens.
+	TokenAgentsWithRoomAuthority []string `json:"token_agents_with_room_authority,omitempty"`
 }
 
 // RotateToken replaces a room's room token or view token (which) with a
@@ -201,9 +207,25 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 			WithHint("ask the room token holder or an owner of the room")
 	}
 	token, hash := newToken(prefix)
+	out := &RotatedToken{Room: roomID, Which: which, Token: token}
 	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+		if !m.p.Admin() {
+			// The grants read again under the lock: a "*" taken away
+			// meanwhile no longer rotates.
+			return errs.New(errs.Forbidden, "rotating room %q's tokens needs room authority", roomID).
+				WithHint("ask the room token holder or an owner of the room")
+		}
 		if _, err := m.tx.Exec(ctx, `UPDATE rooms SET `+column+` = $2 WHERE id = $1`, roomID, hash); err != nil {
 			return err
+		}
+		if which == "room" {
+			rows, err := m.tx.Query(ctx, `SELECT id FROM agents WHERE room_id = $1 AND user_id IS NULL AND '*' = ANY(grants) ORDER BY id`, roomID)
+			if err != nil {
+				return err
+			}
+			if out.TokenAgentsWithRoomAuthority, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return err
+			}
 		}
 		m.audit = map[string]any{"kind": "token_rotate", "which": which}
 		return nil
@@ -211,5 +233,5 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 	if err != nil {
 		return nil, err
 	}
-	return &RotatedToken{Room: roomID, Which: which, Token: token}, nil
+	return out, nil
 }

@@ -496,9 +496,22 @@ func TestAttackRotatedViewTokenEndsLiveStream(t *testing.T) {
 	if code, _, body := s.get("", "/rooms/lab?view="+newView); code != 200 || !strings.Contains(body, "public board") {
 		t.Fatalf("the new view link: %d", code)
 	}
-	// The room token too; the audit names the owner's agent.
-	if code, _ := s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"room"}}); code != 200 {
+	// The room token too; the audit names the owner's agent, and the page
+	// names the token agent holding "*" that the old token could have
+	// made (not the owner's own agent, which also holds it).
+	ctx := context.Background()
+	if _, err := s.svc.Join(ctx, substrate.RoomPrincipal("lab"), "lab", substrate.JoinRequest{ID: "mole", Name: "mole"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.UpdateAgent(ctx, substrate.RoomPrincipal("lab"), "lab", "mole", substrate.AgentUpdate{Grants: &[]string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, body = s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"room"}})
+	if code != 200 {
 		t.Fatalf("rotating the room token: %d", code)
+	}
+	if i := strings.Index(body, `id="authority-agents"`); i < 0 || !strings.Contains(body[i:], "mole") || strings.Contains(body[i:strings.Index(body[i:], "</p>")+i], "alice:web") {
+		t.Fatalf("HOLE: the page does not name the agents that keep room authority: %s", body)
 	}
 	if _, err := s.svc.Authenticate(context.Background(), s.room.Token); err == nil {
 		t.Fatal("HOLE: the old room token still authenticates")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
@@ -1477,5 +1478,121 @@ func TestAttackOpenJoinAsPersonsAgent(t *testing.T) {
 	}
 	if r := e.do("GET", "/rooms/square/agents", rm.token, nil).must(t, 200); strings.Contains(r.raw, `"account"`) {
 		t.Fatalf("token agents show an account: %s", r.raw)
+	}
+}
+
+// Review of issue 25 item 8: a write authenticated with a room or agent
+// token just before that token was rotated, and queued on the room lock
+// while the rotation committed, was applied with the old token: the
+// mutation re-read the agent's grants under the lock but never the token.
+// The test forces that order (rotatedWhileQueued); every queued write must
+// be refused with 401 and none may land.
+func TestAttackWriteWithTokenRotatedInRace(t *testing.T) {
+	e, _, db := newEnvSvc(t, substrate.Limits{})
+	rm := e.room("rotated-race", nil)
+	writer := e.join(rm, "writer", "_shared")
+	results := rotatedWhileQueued(t, db, rm, "writer", func(i int, tok string) resp {
+		return e.do("PUT", "/rooms/"+rm.id+"/state", tok, map[string]any{"scope": "_shared", "key": fmt.Sprintf("after%d", i), "value": i})
+	}, rm.token, writer)
+	for _, r := range results {
+		if r.status != 401 || r.str("error") != "unauthorized" || r.str("hint") == "" {
+			t.Errorf("HOLE: a write with a token rotated while it waited: %d %s", r.status, r.raw)
+		}
+	}
+	var n int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM state WHERE room_id = $1 AND key LIKE 'after%'`, rm.id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("HOLE: %d writes with rotated tokens landed", n)
+	}
+}
+
+// rotatedWhileQueued forces the race's worst order: it holds rm's row lock
+// while each request (send, one per token, on a connection of the pool
+// each) authenticates and queues on that lock, then replaces the room
+// token's and agent's token hashes in the same transaction (what the
+// rotation and a re-join do under the lock) and commits. It returns the
+// requests' answers.
+func rotatedWhileQueued(t *testing.T, db *store.DB, rm room, agent string, send func(i int, tok string) resp, tokens ...string) []resp {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, db.ConnConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	watcher, err := pgx.ConnectConfig(ctx, db.ConnConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM rooms WHERE id = $1 FOR UPDATE`, rm.id); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan resp, len(tokens))
+	for i, tok := range tokens {
+		go func() { results <- send(i, tok) }()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var waiting int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= len(tokens) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests never queued on the room lock (%d waiting)", waiting)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE rooms SET token_hash = sha256('rotated') WHERE id = $1`, rm.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE agents SET token_hash = sha256('rotated too') WHERE room_id = $1 AND id = $2`, rm.id, agent); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]resp, 0, len(tokens))
+	for range tokens {
+		out = append(out, <-results)
+	}
+	return out
+}
+
+// Review of issue 25 item 8: rotating a leaked room token left whoever
+// leaked it in charge through the agents they had made with it: an agent
+// given "*" keeps its own token, so it keeps room authority (and can even
+// rotate the room token back out of the owner's hands). The rotation
+// cannot tell a leaker's agents from the room's own, so it names every
+// token agent holding "*" for the owner to review.
+func TestAttackRotationNamesAgentsWithRoomAuthority(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("leaked", nil)
+	e.join(rm, "helper")
+	mole := e.join(rm, "mole", "*")
+	r := e.do("POST", "/rooms/leaked/tokens/rotate", rm.token, map[string]any{"which": "room"}).must(t, 200)
+	if got := fmt.Sprint(r.body["token_agents_with_room_authority"]); got != "[mole]" {
+		t.Fatalf("HOLE: the rotation does not name the agents that keep room authority: %s", r.raw)
+	}
+	// What the owner then does: the mole's grants go, and with them its
+	// authority (it can no longer rotate).
+	e.do("PATCH", "/rooms/leaked/agents/mole", r.str("token"), map[string]any{"grants": []string{}}).must(t, 200)
+	if r := e.do("POST", "/rooms/leaked/tokens/rotate", mole, map[string]any{"which": "room"}); r.status != 403 {
+		t.Fatalf("HOLE: the mole rotated after losing *: %d %s", r.status, r.raw)
+	}
+	// Rotating the view token names nobody.
+	if r := e.do("POST", "/rooms/leaked/tokens/rotate", r.str("token"), map[string]any{"which": "view"}).must(t, 200); strings.Contains(r.raw, "token_agents_with_room_authority") {
+		t.Fatalf("view rotation: %s", r.raw)
 	}
 }
