@@ -148,7 +148,7 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 		s.auditFailure(ctx, p, roomID, actionID, params, err) // the refusal is audited; nothing else is written
 		return nil, err
 	}
-	if ctx, err = s.work(ctx, roomID); err != nil {
+	if ctx, err = s.work(ctx, p, roomID); err != nil {
 		return nil, err
 	}
 	if _, ok := builtinDescriptions[actionID]; ok && actionID != "help" {

@@ -1313,3 +1313,36 @@ func TestAttackWriteWithGrantRevokedInRace(t *testing.T) {
 		t.Errorf("a revoked grant wrote: %s", shared)
 	}
 }
+
+// Those who only watch a room cannot spend what its members need (review
+// of issue 25 item 4): a view token (a link shared with anyone) reading
+// a room full of entries gated on now used to spend the room's expression
+// budget, after which the room token's and its agents' reads were refused
+// with room_busy. Read-only credentials (view tokens and links,
+// observers) have a budget of their own in the room: they are refused
+// once it is spent, and the members read on.
+func TestAttackViewTokenCannotStarveRoomMembers(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{RoomCostPerSecond: 30_000, GateQuantum: -1})
+	rm := e.room("watched", nil)
+	nowGated(t, e, rm, 100, 0)
+	agent := e.join(rm, "member")
+	busy := 0
+	for range 30 {
+		switch r := e.do("GET", "/rooms/watched/context", rm.view, nil); r.status {
+		case 200:
+		case 429:
+			busy++
+			if r.str("error") != "room_busy" || r.header.Get("Retry-After") == "" {
+				t.Fatalf("429 without room_busy or Retry-After: %v %s", r.header, r.raw)
+			}
+		default:
+			t.Fatalf("view token read: %d %s", r.status, r.raw)
+		}
+	}
+	if busy < 20 {
+		t.Fatalf("30 view-token reads of 100 now-gated entries on a budget of 30,000 per second: only %d refused", busy)
+	}
+	// The members' budget is untouched by the watchers' flood.
+	e.do("GET", "/rooms/watched/context", rm.token, nil).must(t, 200)
+	e.do("GET", "/rooms/watched/context", agent, nil).must(t, 200)
+}
