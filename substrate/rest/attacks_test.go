@@ -1346,3 +1346,31 @@ func TestAttackViewTokenCannotStarveRoomMembers(t *testing.T) {
 	e.do("GET", "/rooms/watched/context", rm.token, nil).must(t, 200)
 	e.do("GET", "/rooms/watched/context", agent, nil).must(t, 200)
 }
+
+// The room's agents are one rate-limit subject (issue 25 item 4), but
+// room authority is not theirs to exhaust (review): an ordinary agent (in
+// an open room, anyone who joined) flooding requests used to lock out the
+// agents holding room authority ("*") too, since every agent token of the
+// room was one subject. Room authority, the room token and its "*"
+// agents, is one subject of its own.
+func TestAttackAgentFloodCannotLockOutRoomAuthority(t *testing.T) {
+	e := newEnv(t, rest.Options{RatePerSecond: 1, RateBurst: 6})
+	rm := e.room("crowded", nil)
+	ordinary := e.join(rm, "ordinary")
+	admin := e.join(rm, "steward", "*")
+	limited := 0
+	for range 12 {
+		switch r := e.do("GET", "/rooms/crowded/context", ordinary, nil); r.status {
+		case 200:
+		case 429:
+			limited++
+		default:
+			t.Fatalf("flood read: %d %s", r.status, r.raw)
+		}
+	}
+	if limited < 4 {
+		t.Fatalf("12 reads at burst 6: only %d limited", limited)
+	}
+	e.do("GET", "/rooms/crowded/context", admin, nil).must(t, 200)
+	e.do("GET", "/rooms/crowded/context", rm.token, nil).must(t, 200)
+}
