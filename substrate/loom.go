@@ -773,6 +773,15 @@ func loomPermsOf(p *Principal, row RowFunc) (perms []string, kind string, err er
 		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "human", nil
 	case p.ReadOnly():
 		return defaultLoomPerms, "human", nil
+	case p.Kind == KindAgent && p.AgentID == ScopeShared && p.readsAs != "" && !strings.HasPrefix(p.readsAs, "_"):
+		// A communal definition registered by an agent (roomCtx.stateAs):
+		// that agent's permissions, never more than the defaults of an
+		// agent "_shared" would give.
+		agent, _, err := loomPermsOf(&Principal{Kind: KindAgent, RoomID: p.RoomID, AgentID: p.readsAs}, row)
+		if err != nil {
+			return nil, "", err
+		}
+		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "model", nil
 	}
 	var rec struct {
 		Perms []string `json:"perms"`

@@ -50,7 +50,9 @@ type Principal struct {
 	// human's (seed 002). Only the lobby sets it; tokens never do.
 	Person bool
 	// readsAs is the agent a read-only principal made by ReadOnlyOf reads
-	// for: it keeps that agent's loom permissions (those that read).
+	// for, or that registered a communal (_shared) definition read with
+	// this principal (roomCtx.stateAs): it keeps that agent's loom
+	// permissions (those that read), never more.
 	readsAs string
 	// Words is the vocabulary of the surface the caller came through: the
 	// substrate words the next steps it suggests (in _context, help and

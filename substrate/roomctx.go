@@ -99,15 +99,24 @@ func (rc *roomCtx) budget() *gateBudget {
 // communal scopes and its own (seen as `self` when asSelf), never the
 // reader's. Views and actions evaluate with it, so what they project or
 // write never carries what their registrar could not read.
-func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope string, asSelf bool) map[string]any {
+//
+// A communal definition (scope _shared) is no agent's, but its registrant
+// (registeredBy) is one: it reads the loom with the registrant's loom
+// permissions, so an agent denied the loom cannot read it through a
+// _shared view or action of its own (a confused deputy).
+func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope, registeredBy string, asSelf bool) map[string]any {
 	key := scope
 	if !asSelf {
 		key += "\x00"
 	}
+	reg := &Principal{Kind: KindAgent, AgentID: scope}
+	if scope == ScopeShared {
+		reg.readsAs = registeredBy
+		key += "\x00" + registeredBy
+	}
 	if st, ok := rc.authority[key]; ok {
 		return st
 	}
-	reg := &Principal{Kind: KindAgent, AgentID: scope}
 	sub := &roomCtx{now: rc.now, snap: rc.snap, p: reg, agents: rc.agents, gates: rc.budget()}
 	if asSelf && scope != ScopeShared && !strings.HasPrefix(scope, "_") {
 		sub.self = scope
@@ -125,7 +134,7 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope string, asSelf
 // and the invoker's identity (self, messages). The invoker's own scope is
 // `state.self` only when the invoker is the registrar.
 func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, params map[string]any) *expr.Vars {
-	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, rc.self != "" && rc.self == def.Scope), Views: rc.vars.Views,
+	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, def.RegisteredBy, rc.self != "" && rc.self == def.Scope), Views: rc.vars.Views,
 		Agents: rc.vars.Agents, Actions: rc.vars.Actions, Messages: rc.vars.Messages, Self: rc.self, Params: params, Now: rc.now}
 }
 

@@ -1374,3 +1374,34 @@ func TestAttackAgentFloodCannotLockOutRoomAuthority(t *testing.T) {
 	e.do("GET", "/rooms/crowded/context", admin, nil).must(t, 200)
 	e.do("GET", "/rooms/crowded/context", rm.token, nil).must(t, 200)
 }
+
+// An agent denied the loom cannot read it through a definition of its own
+// with the communal authority (review of issue 25 item 3, a confused
+// deputy): a view or action registered with scope _shared evaluated with
+// an agent "_shared"'s loom permissions, the defaults, so bob, denied
+// loom_aware, registered state._loom as a _shared view (or an action's
+// result) and read the trees' names and the permission records through
+// it. A _shared definition reads the loom with its registrant's
+// permissions: the room token's are all, an agent's its own.
+func TestAttackLoomDeniedAgentCannotReadThroughSharedDefinition(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, _, bob := loomSetup(t, e)
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ new tree \"TREE-SECRET\" \"root\"\n→ deny bob loom_aware doc_read"}).must(t, 200)
+	if r := e.do("PUT", "/rooms/loomy/views", bob, map[string]any{"id": "peek", "scope": "_shared", "expr": `"_loom" in state ? state["_loom"] : "absent"`}).must(t, 201); strings.Contains(r.raw, "TREE-SECRET") {
+		t.Fatalf("HOLE: bob's _shared view of the loom, registered: %s", r.raw)
+	}
+	e.do("PUT", "/rooms/loomy/actions", bob, map[string]any{"id": "peek_act", "scope": "_shared", "result": `"_loom" in state ? state["_loom"] : "absent"`}).must(t, 201)
+	for _, path := range []string{"/rooms/loomy/views/peek", "/rooms/loomy/context", "/rooms/loomy/views"} {
+		if r := e.do("GET", path, bob, nil).must(t, 200); strings.Contains(r.raw, "TREE-SECRET") {
+			t.Fatalf("HOLE: bob reads the loom through his _shared view at %s: %s", path, r.raw)
+		}
+	}
+	if r := e.do("POST", "/rooms/loomy/actions/peek_act/invoke", bob, map[string]any{}).must(t, 200); strings.Contains(r.raw, "TREE-SECRET") {
+		t.Fatalf("HOLE: bob reads the loom through his _shared action's result: %s", r.raw)
+	}
+	// The room token's _shared view still projects the loom (its choice).
+	e.do("PUT", "/rooms/loomy/views", rm.token, map[string]any{"id": "shown", "expr": `state["_loom"]`}).must(t, 201)
+	if r := e.do("GET", "/rooms/loomy/views/shown", bob, nil).must(t, 200); !strings.Contains(r.raw, "TREE-SECRET") {
+		t.Fatalf("the room token's _shared view of the loom: %s", r.raw)
+	}
+}
