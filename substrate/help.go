@@ -123,6 +123,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 			},
 			"limits": map[string]any{"source_bytes": lim.MaxSourceBytes, "cost": lim.CostLimit, "time_ms": lim.Timeout.Milliseconds(),
 				"views_cost_per_read":         s.lim.ViewCostPerRead,
+				"actions_cost_per_read":       fmt.Sprintf("%d for all of a room's actions' enabled and if together, evaluated for availability at each read (each counts at least %d); actions past it read as unavailable (an invocation still evaluates its own), and a registration past it fails with action_budget_exceeded", s.lim.ActionCostPerRead, gateMinCost),
 				"room_cost_per_second":        roomCostHelp(s.lim.RoomCostPerSecond),
 				"entry_enabled_cost_per_read": fmt.Sprintf("%d for all of a room's entry-level enabled expressions together (each counts at least %d; evaluated for the reader and again per registrar); entries past it are hidden (_context.entries_unevaluated), and a write adding a gate past it fails with enabled_budget_exceeded", s.lim.EnabledCostPerRead, gateMinCost)},
 		}, true

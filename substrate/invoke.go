@@ -203,6 +203,10 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		}
 	}
 	rc := s.build(ctx, snap, m.p, agents, mc, m.now, celParams(params))
+	if rc.actionsCut[id] {
+		// Past the read's action budget: this invocation evaluates it.
+		rc.actEnabled[id] = def.Enabled == "" || s.evalBool(ctx, def.Enabled, rc.actionVars(ctx, s, def, celParams(params)))
+	}
 	if !rc.actEnabled[id] {
 		return errs.New(errs.ActionDisabled, "action %q is disabled: its enabled expression is false", id).
 			With("enabled", def.Enabled).WithHint("it becomes invocable when %s holds", def.Enabled)

@@ -1405,3 +1405,59 @@ func TestAttackLoomDeniedAgentCannotReadThroughSharedDefinition(t *testing.T) {
 		t.Fatalf("the room token's _shared view of the loom: %s", r.raw)
 	}
 }
+
+// One read's work on actions is bounded, as views' and gates' are (review
+// of issue 25 item 4): every read evaluates every action's enabled and if
+// for availability, and nothing capped their sum, so a room of 250
+// actions with expressions near the per-expression limit made one context
+// read cost some 50 million (two seconds of CPU here); the room budget
+// then refused the room's next reads for half a minute, and a few such
+// rooms kept the server's cores busy. Now a registration that would take
+// the room's actions past Limits.ActionCostPerRead is refused (409
+// action_budget_exceeded), and a read past it (the data grew) evaluates
+// no further actions: they show as not available (fail closed), while the
+// one invoked is still evaluated for its invocation.
+func TestAttackActionsCostBoundedPerRead(t *testing.T) {
+	e, svc, _ := newEnvSvc(t, substrate.Limits{RoomCostPerSecond: -1})
+	rm := e.room("heavy", nil)
+	heavy := func(n string) map[string]any {
+		return map[string]any{"id": n, "enabled": `lists.range(4000).filter(x, x % 7 == now.getSeconds() % 7).size() >= 0`,
+			"if":     `lists.range(4000).filter(x, x % 5 == now.getSeconds() % 5).size() >= 0`,
+			"writes": []map[string]any{{"scope": "_shared", "key": "k", "value": 1}}}
+	}
+	refused := false
+	for i := range 60 {
+		r := e.do("PUT", "/rooms/heavy/actions", rm.token, heavy(fmt.Sprintf("a%03d", i)))
+		if r.status == 409 {
+			if r.str("error") != "action_budget_exceeded" {
+				t.Fatalf("refused registration: %s", r.raw)
+			}
+			refused = true
+			break
+		}
+		r.must(t, 201)
+	}
+	if !refused {
+		t.Fatal("HOLE: 60 actions of about 200,000 cost each registered: a read of the room evaluates them all")
+	}
+	// A read past the budget because the data grew: cheap at registration,
+	// each action's expressions grow with a list written afterwards.
+	grow := e.room("grown", nil)
+	for i := range 80 {
+		e.do("PUT", "/rooms/grown/actions", grow.token, map[string]any{"id": fmt.Sprintf("g%03d", i),
+			"enabled": `state._shared.items.filter(x, x % 7 == now.getSeconds() % 7).size() >= 0`,
+			"writes":  []map[string]any{{"scope": "_shared", "key": "k", "value": 1}}}).must(t, 201)
+	}
+	items := make([]int, 6000)
+	for i := range items {
+		items[i] = i
+	}
+	e.do("PUT", "/rooms/grown/state", grow.token, map[string]any{"scope": "_shared", "key": "items", "value": items}).must(t, 200)
+	before := svc.Stats().CELCost
+	e.do("GET", "/rooms/grown/context", grow.token, nil).must(t, 200)
+	if spent := svc.Stats().CELCost - before; spent > 1_500_000 {
+		t.Fatalf("HOLE: one read of 80 actions over a grown list cost %d (cel-go), past the per-read budget", spent)
+	}
+	// The last action, past the budget in reads, is still invocable.
+	e.do("POST", "/rooms/grown/actions/g079/invoke", grow.token, map[string]any{}).must(t, 200)
+}
