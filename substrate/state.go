@@ -378,6 +378,9 @@ func scopeDenied(scope, key string) error {
 	case key != "" && !strings.HasPrefix(scope, "_") && isThought(key):
 		return errs.New(errs.ScopeDenied, "%s/%s is %s's thinking (→ think), which only %s and room authority read", scope, key, scope, scope).
 			WithHint("read the agent's other entries, or ask the room's owner")
+	case key != "" && !strings.HasPrefix(scope, "_") && isTrace(key):
+		return errs.New(errs.ScopeDenied, "%s/%s is %s's loom trace (the commands it ran), which only %s and room authority read", scope, key, scope, scope).
+			WithHint("read the agent's other entries, or ask the room's owner")
 	case scope == scopeLoomDoc:
 		return errs.New(errs.ScopeDenied, "scope %q holds the loom's documents, which this reader may not read (%s is not enabled)", scope, PermDocRead).
 			With("permission", PermDocRead).WithHint("ask the room's owner: → permit <agent> %s", PermDocRead)

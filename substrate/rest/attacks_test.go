@@ -1461,3 +1461,26 @@ func TestAttackActionsCostBoundedPerRead(t *testing.T) {
 	// The last action, past the budget in reads, is still invocable.
 	e.do("POST", "/rooms/grown/actions/g079/invoke", grow.token, map[string]any{}).must(t, 200)
 }
+
+// The loom's memory in an agent's scope is the agent's (review of issue
+// 25 item 3): its trace (loom:t:…) records each command line, which
+// carries what the command wrote (a node's text, a document's line), so
+// an agent granted alice's scope but denied the loom read the loom's
+// content in alice's trace. The trace is read as thoughts are: by its
+// agent and room authority.
+func TestAttackLoomTraceNotReadByGrantees(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, alice, _ := loomSetup(t, e)
+	carol := e.join(rm, "carol", "alice")
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit alice doc_write\n→ deny carol doc_read loom_aware"}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
+	for _, path := range []string{"/rooms/loomy/state?scope=alice", "/rooms/loomy/state", "/rooms/loomy/state?scope=alice&limit=1000"} {
+		if r := e.do("GET", path, carol, nil).must(t, 200); strings.Contains(r.raw, "SECRET") {
+			t.Fatalf("HOLE: carol reads the loom in alice's trace at %s: %s", path, r.raw)
+		}
+	}
+	// Alice and room authority read it.
+	if r := e.do("GET", "/rooms/loomy/state?scope=alice", rm.token, nil).must(t, 200); !strings.Contains(r.raw, "NODE-SECRET") {
+		t.Fatalf("the room token does not read alice's trace: %s", r.raw)
+	}
+}
