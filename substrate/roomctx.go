@@ -116,8 +116,11 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope, registeredBy 
 	}
 	reg := &Principal{Kind: KindAgent, AgentID: scope}
 	if scope == ScopeShared {
+		// Registrants with the same loom permissions read the same state:
+		// one state (and one spend of the gate budget) for all of them.
 		reg.readsAs = registeredBy
-		key += "\x00" + registeredBy
+		perms, _, _ := loomPermsOf(reg, snapRows(rc.snap))
+		key += "\x00" + strings.Join(perms, ",")
 	}
 	if st, ok := rc.authority[key]; ok {
 		return st
