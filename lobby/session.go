@@ -372,7 +372,44 @@ func (l *Lobby) principal(ctx context.Context, s *Session, room, agent string) (
 	if level == "admin" {
 		return substrate.ViewPrincipal(room), level, nil
 	}
-	return substrate.ObserverPrincipal(room), level, nil
+	p, err := l.observer(ctx, s, room)
+	return p, level, err
+}
+
+// observer is how s reads room without acting there: an observer that
+// keeps the loom's reading permissions (loom_aware, doc_read) of the
+// connection's own agent in the room, when it has one, so that a model
+// denied the loom does not read it by ceasing to act (the web pages keep
+// the person's web agent's the same way). Without one, an observer's
+// defaults.
+func (l *Lobby) observer(ctx context.Context, s *Session, room string) (*substrate.Principal, error) {
+	id := ""
+	if s.AgentID != "" && s.RoomID == room {
+		id = s.AgentID
+	} else {
+		base := s.Username + ":" + clientSlug(s.ClientName)
+		for n := 1; n <= 9 && id == ""; n++ {
+			cand := base
+			if n > 1 {
+				cand = fmt.Sprintf("%s-%d", base, n)
+			}
+			owner, exists, err := l.svc.AgentOwner(ctx, room, cand)
+			if err != nil {
+				return nil, err
+			}
+			if !exists {
+				break
+			}
+			if owner == s.UserID {
+				id = cand
+			}
+		}
+	}
+	if id == "" {
+		return substrate.ObserverPrincipal(room), nil
+	}
+	// No grants: read-only, whatever the agent may do when embodied.
+	return substrate.ReadOnlyOf(&substrate.Principal{Kind: substrate.KindAgent, RoomID: room, AgentID: id}), nil
 }
 
 // communalGrants are what collaborators' agents may write directly

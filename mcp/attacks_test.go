@@ -504,3 +504,32 @@ func TestAttackWaitOutlivesLostAccess(t *testing.T) {
 		}
 	}
 }
+
+// A model denied the loom cannot read it by ceasing to act (review of
+// issue 25 item 3): bob's agent is denied loom_aware and doc_read; after
+// sync_disembody the same connection observed with an observer's default
+// loom permissions, and → view showed the tree and the context the _loom
+// scope. Observing keeps the loom permissions of the connection's own
+// agent in the room, as the web pages keep the person's web agent's.
+func TestAttackLoomDenialSurvivesDisembodying(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave2"})
+	roomTok := room["token"].(string)
+	alice := owner(t, srv, "alice", "weave2", roomTok)
+	bob := signup(t, srv, "bob")
+	cs := connect(t, alice, map[string]string{"weave2": "admin"})
+	mustTool(t, cs, "sync_share_room", map[string]any{"room": "weave2", "username": "bob", "role": "participant"})
+	bs := connect(t, bob, map[string]string{"weave2": "write"})
+	agent := mustTool(t, bs, "sync_embody", map[string]any{"room": "weave2"})["agent"].(string)
+	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/weave2/loom", roomTok, map[string]any{"commands": `→ new tree "TREE-SECRET" "root"` + "\n→ deny " + agent + " loom_aware doc_read"}); code != 200 {
+		t.Fatalf("planting: %d %v", code, out)
+	}
+	mustTool(t, bs, "sync_disembody", nil)
+	if out, isErr := callTool(t, bs, "sync_loom", map[string]any{"commands": "→ view 1"}); !isErr || strings.Contains(fmt.Sprint(out), "TREE-SECRET") {
+		t.Fatalf("HOLE: → view runs for bob's connection once disembodied: %v", out)
+	}
+	if got := mustTool(t, bs, "sync_read_context", map[string]any{"room": "weave2"}); strings.Contains(fmt.Sprint(got), "TREE-SECRET") || strings.Contains(fmt.Sprint(got["state"]), "_loom") {
+		t.Fatalf("HOLE: bob's observing context shows the loom: %v", got["state"])
+	}
+}

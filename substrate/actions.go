@@ -289,6 +289,18 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 	if _, _, err := s.applyOps(m, []op{o}, "register"); err != nil {
 		return nil, err
 	}
+	// Every read evaluates every action for availability: refuse the
+	// action that would take them past the per-read budget now, rather
+	// than leave readers with actions that are not evaluated.
+	agents, err := m.presence()
+	if err != nil {
+		return nil, err
+	}
+	if after := s.build(m.ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), nil, agents, msgCounts{Count: snap.messageCount}, m.now, nil); len(after.actionsCut) > 0 {
+		return nil, errs.New(errs.ActionBudget, "with this action the room's actions would cost more than %d per read (cel-go cost) to tell which are available", s.lim.ActionCostPerRead).
+			With("limit", s.lim.ActionCostPerRead).
+			WithHint("simplify enabled and if (avoid large comprehensions), read a key another action precomputes, or delete actions nobody uses")
+	}
 	m.audit = map[string]any{"kind": "register_action", "action": def.ID, "definition": def, "created": res.Created, "changed": res.Changed}
 	m.vocab, m.decay = append(m.vocab, vocabTouch{"action", def.ID, false}), salienceOf(snap).Decay
 	return res, nil

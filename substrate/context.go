@@ -70,7 +70,7 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 // Unread counts are computed when wantMsgs is set or an action's enabled or
 // if reads messages.
 func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool) (*roomCtx, error) {
-	ctx, err := s.work(ctx, roomID)
+	ctx, err := s.work(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}

@@ -148,7 +148,7 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 		s.auditFailure(ctx, p, roomID, actionID, params, err) // the refusal is audited; nothing else is written
 		return nil, err
 	}
-	if ctx, err = s.work(ctx, roomID); err != nil {
+	if ctx, err = s.work(ctx, p, roomID); err != nil {
 		return nil, err
 	}
 	if _, ok := builtinDescriptions[actionID]; ok && actionID != "help" {
@@ -208,6 +208,10 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		}
 	}
 	rc := s.build(ctx, snap, m.p, agents, mc, m.now, celParams(params))
+	if rc.actionsCut[id] {
+		// Past the read's action budget: this invocation evaluates it.
+		rc.actEnabled[id] = def.Enabled == "" || s.evalBool(ctx, def.Enabled, rc.actionVars(ctx, s, def, celParams(params)))
+	}
 	if !rc.actEnabled[id] {
 		return errs.New(errs.ActionDisabled, "action %q is disabled: its enabled expression is false", id).
 			With("enabled", def.Enabled).WithHint("it cannot be invoked while its enabled expression (%s) is false: pick an available action, or wait until it holds", def.Enabled).

@@ -773,6 +773,15 @@ func loomPermsOf(p *Principal, row RowFunc) (perms []string, kind string, err er
 		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "human", nil
 	case p.ReadOnly():
 		return defaultLoomPerms, "human", nil
+	case p.Kind == KindAgent && p.AgentID == ScopeShared && p.readsAs != "" && !strings.HasPrefix(p.readsAs, "_"):
+		// A communal definition registered by an agent (roomCtx.stateAs):
+		// that agent's permissions, never more than the defaults of an
+		// agent "_shared" would give.
+		agent, _, err := loomPermsOf(&Principal{Kind: KindAgent, RoomID: p.RoomID, AgentID: p.readsAs}, row)
+		if err != nil {
+			return nil, "", err
+		}
+		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "model", nil
 	}
 	var rec struct {
 		Perms []string `json:"perms"`
@@ -809,8 +818,9 @@ func loomPermsOf(p *Principal, row RowFunc) (perms []string, kind string, err er
 // loomReadRule is the loom's read rule: a _loom* scope is visible exactly
 // when the → commands would show it (_loom.doc with doc_read, the other
 // _loom scopes with loom_aware), and a model's thinking (loom:think:… in
-// its own scope) only to the thinker and room authority: people observe
-// models' thinking; other agents, view links and observers do not.
+// its own scope) and its trace (loom:t:…) only to the thinker and room
+// authority: people observe models' thinking; other agents, view links
+// and observers do not.
 type loomReadRule struct{}
 
 func (loomReadRule) Reader(p *Principal, row RowFunc) (Reader, error) {
@@ -827,7 +837,7 @@ func (loomReadRule) Reader(p *Principal, row RowFunc) (Reader, error) {
 				return docs
 			case isLoomScope(scope):
 				return aware
-			case key != "" && !strings.HasPrefix(scope, "_") && isThought(key):
+			case key != "" && !strings.HasPrefix(scope, "_") && (isThought(key) || isTrace(key)):
 				return thinker(scope)
 			}
 			return true
@@ -836,7 +846,7 @@ func (loomReadRule) Reader(p *Principal, row RowFunc) (Reader, error) {
 			if strings.HasPrefix(scope, "_") || thinker(scope) {
 				return nil
 			}
-			return []string{thoughtPrefix}
+			return []string{thoughtPrefix, tracePrefix}
 		},
 	}, nil
 }
@@ -845,6 +855,14 @@ func (loomReadRule) Reader(p *Principal, row RowFunc) (Reader, error) {
 const thoughtPrefix = "loom:think:"
 
 func isThought(key string) bool { return strings.HasPrefix(key, thoughtPrefix) }
+
+// tracePrefix starts the keys of an agent's loom trace: each command line
+// it ran, which carries what the command wrote (a node's text, a
+// document's line). It is read as thoughts are, so an agent granted the
+// scope but denied the loom does not read the loom through it.
+const tracePrefix = "loom:t:"
+
+func isTrace(key string) bool { return strings.HasPrefix(key, tracePrefix) }
 
 // IsThought reports an agent's thinking (→ think): pages show it folded.
 func IsThought(scope, key string) bool {
@@ -1001,7 +1019,7 @@ func (s *Service) loomExec(ctx context.Context, p *Principal, roomID string, c *
 			line = c.Line
 		}
 		if r.p.Kind == KindAgent {
-			r.appendEntry(r.p.AgentID, "loom:t:"+r.uniq(), map[string]any{"line": line, "at": r.now})
+			r.appendEntry(r.p.AgentID, tracePrefix+r.uniq(), map[string]any{"line": line, "at": r.now})
 		}
 		written, audit, err := s.applyOps(m, r.ops, "loom")
 		if err != nil {
@@ -1030,7 +1048,7 @@ func (s *Service) loomTraceError(ctx context.Context, p *Principal, roomID, line
 	_, terr := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		r := &loomRun{s: s, m: m, now: m.now}
 		raw, _ := json.Marshal(map[string]any{"line": line, "error": msg, "at": m.now})
-		_, audit, err := s.applyOps(m, []op{{Scope: p.AgentID, Key: "loom:t:" + r.uniq(), Value: raw, Append: true}}, "loom")
+		_, audit, err := s.applyOps(m, []op{{Scope: p.AgentID, Key: tracePrefix + r.uniq(), Value: raw, Append: true}}, "loom")
 		for _, a := range audit {
 			delete(a, "value")
 		}

@@ -50,7 +50,9 @@ type Principal struct {
 	// human's (seed 002). Only the lobby sets it; tokens never do.
 	Person bool
 	// readsAs is the agent a read-only principal made by ReadOnlyOf reads
-	// for: it keeps that agent's loom permissions (those that read).
+	// for, or that registered a communal (_shared) definition read with
+	// this principal (roomCtx.stateAs): it keeps that agent's loom
+	// permissions (those that read), never more.
 	readsAs string
 	// Words is the vocabulary of the surface the caller came through: the
 	// substrate words the next steps it suggests (in _context, help and
@@ -102,13 +104,18 @@ func (p *Principal) Actor() string {
 	return "_room"
 }
 
-// Key names the subject of per-credential budgets (rate limits): one per
-// room token, one per view token, and one for all the agents of a room,
-// for reads and writes alike. The room token mints agent tokens freely, so
-// a budget per agent token would be a budget its holder multiplies at
-// will.
+// Key names the subject of per-credential budgets (rate limits): one for
+// room authority (the room token and agents with "*"), one per view token,
+// and one for all the other agents of a room, for reads and writes alike.
+// The room token mints agent tokens freely, so a budget per agent token
+// would be a budget its holder multiplies at will; and room authority is
+// a subject apart, so that no agent (in an open room, anyone who joined)
+// can exhaust the budget the room's owner acts with.
 func (p *Principal) Key() string {
-	if p.Kind == KindAgent {
+	switch {
+	case p.Admin():
+		return string(KindRoom) + ":" + p.RoomID + "/"
+	case p.Kind == KindAgent:
 		return string(p.Kind) + ":" + p.RoomID + "/*"
 	}
 	return string(p.Kind) + ":" + p.RoomID + "/" + p.AgentID

@@ -298,7 +298,7 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		}
 		q.Scope = scope
 	}
-	ctx, err := s.work(ctx, roomID)
+	ctx, err := s.work(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}
@@ -377,6 +377,9 @@ func scopeDenied(scope, key string) error {
 	switch {
 	case key != "" && !strings.HasPrefix(scope, "_") && isThought(key):
 		return errs.New(errs.ScopeDenied, "%s/%s is %s's thinking (→ think), which only %s and room authority read", scope, key, scope, scope).
+			WithHint("read the agent's other entries, or ask the room's owner")
+	case key != "" && !strings.HasPrefix(scope, "_") && isTrace(key):
+		return errs.New(errs.ScopeDenied, "%s/%s is %s's loom trace (the commands it ran), which only %s and room authority read", scope, key, scope, scope).
 			WithHint("read the agent's other entries, or ask the room's owner")
 	case scope == scopeLoomDoc:
 		return errs.New(errs.ScopeDenied, "scope %q holds the loom's documents, which this reader may not read (%s is not enabled)", scope, PermDocRead).

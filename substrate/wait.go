@@ -35,7 +35,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	}
 	// Admitted once: the wait's re-reads are charged to the room, and
 	// a room that spent its budget meanwhile delays others, not this.
-	if ctx, err = s.work(ctx, roomID); err != nil {
+	if ctx, err = s.work(ctx, p, roomID); err != nil {
 		return nil, err
 	}
 	if timeout <= 0 {

@@ -580,3 +580,31 @@ func TestAttackImpersonatedPersonInOpenRoom(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A room that spent its expression budget answers the page with 429 and
+// Retry-After, as the API does (review of issue 25 item 4): the page said
+// so in words only, with no header a browser, proxy or script could act
+// on.
+func TestAttackBusyRoomPageSaysWhenToRetry(t *testing.T) {
+	s := newSiteLimits(t, web.Options{}, substrate.Limits{RoomCostPerSecond: 30_000, GateQuantum: -1}, "alice")
+	ctx := context.Background()
+	var writes []substrate.Write
+	for i := range 100 {
+		writes = append(writes, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("g%03d", i), Value: []byte(`1`),
+			Enabled: `now > timestamp("2000-01-01T00:00:00Z")`})
+	}
+	if _, err := s.svc.WriteState(ctx, s.admin, "lab", writes, true); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		code, h, body := s.get("", "/rooms/lab?view="+s.room.ViewToken)
+		if code == http.StatusOK {
+			continue
+		}
+		if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(body, "retry after") {
+			t.Fatalf("a busy room's page: %d, Retry-After %q: %s", code, h.Get("Retry-After"), body)
+		}
+		return
+	}
+	t.Fatal("20 page loads of 100 now-gated entries on a budget of 30,000 per second: none refused")
+}

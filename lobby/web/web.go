@@ -752,6 +752,10 @@ func (wb *Web) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code == errs.RoomNotFound {
 		msg = "You have no room by that name. Your rooms are listed in the lobby."
 	}
+	if ms, ok := e.Details["retry_after_ms"].(int64); ok && e.Code.Status() == http.StatusTooManyRequests {
+		// A refusal the domain timed (room_busy): as the API says it.
+		w.Header().Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+	}
 	wb.errorPage(w, r, e.Code.Status(), "That did not work", msg, r.URL.Query().Get("view") != "")
 }
 
@@ -781,8 +785,6 @@ func prettyJSON(v any) string {
 	return string(b)
 }
 
-// textOf is a value as a person reads it: text as itself, anything else
-// as JSON on one line.
 // thoughtText is the text of a thought entry ({"text": …, "at": …}).
 func thoughtText(v json.RawMessage) string {
 	var t struct {
@@ -794,6 +796,8 @@ func thoughtText(v json.RawMessage) string {
 	return string(v)
 }
 
+// textOf is a value as a person reads it: text as itself, anything else
+// as JSON on one line.
 func textOf(v any) string {
 	if s, ok := v.(string); ok {
 		return s

@@ -1596,3 +1596,174 @@ func TestAttackRotationNamesAgentsWithRoomAuthority(t *testing.T) {
 		t.Fatalf("view rotation: %s", r.raw)
 	}
 }
+
+// Those who only watch a room cannot spend what its members need (review
+// of issue 25 item 4): a view token (a link shared with anyone) reading
+// a room full of entries gated on now used to spend the room's expression
+// budget, after which the room token's and its agents' reads were refused
+// with room_busy. Read-only credentials (view tokens and links,
+// observers) have a budget of their own in the room: they are refused
+// once it is spent, and the members read on.
+func TestAttackViewTokenCannotStarveRoomMembers(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{RoomCostPerSecond: 30_000, GateQuantum: -1})
+	rm := e.room("watched", nil)
+	nowGated(t, e, rm, 100, 0)
+	agent := e.join(rm, "member")
+	busy := 0
+	for range 30 {
+		switch r := e.do("GET", "/rooms/watched/context", rm.view, nil); r.status {
+		case 200:
+		case 429:
+			busy++
+			if r.str("error") != "room_busy" || r.header.Get("Retry-After") == "" {
+				t.Fatalf("429 without room_busy or Retry-After: %v %s", r.header, r.raw)
+			}
+		default:
+			t.Fatalf("view token read: %d %s", r.status, r.raw)
+		}
+	}
+	if busy < 20 {
+		t.Fatalf("30 view-token reads of 100 now-gated entries on a budget of 30,000 per second: only %d refused", busy)
+	}
+	// The members' budget is untouched by the watchers' flood.
+	e.do("GET", "/rooms/watched/context", rm.token, nil).must(t, 200)
+	e.do("GET", "/rooms/watched/context", agent, nil).must(t, 200)
+}
+
+// The room's agents are one rate-limit subject (issue 25 item 4), but
+// room authority is not theirs to exhaust (review): an ordinary agent (in
+// an open room, anyone who joined) flooding requests used to lock out the
+// agents holding room authority ("*") too, since every agent token of the
+// room was one subject. Room authority, the room token and its "*"
+// agents, is one subject of its own.
+func TestAttackAgentFloodCannotLockOutRoomAuthority(t *testing.T) {
+	e := newEnv(t, rest.Options{RatePerSecond: 1, RateBurst: 6})
+	rm := e.room("crowded", nil)
+	ordinary := e.join(rm, "ordinary")
+	admin := e.join(rm, "steward", "*")
+	limited := 0
+	for range 12 {
+		switch r := e.do("GET", "/rooms/crowded/context", ordinary, nil); r.status {
+		case 200:
+		case 429:
+			limited++
+		default:
+			t.Fatalf("flood read: %d %s", r.status, r.raw)
+		}
+	}
+	if limited < 4 {
+		t.Fatalf("12 reads at burst 6: only %d limited", limited)
+	}
+	e.do("GET", "/rooms/crowded/context", admin, nil).must(t, 200)
+	e.do("GET", "/rooms/crowded/context", rm.token, nil).must(t, 200)
+}
+
+// An agent denied the loom cannot read it through a definition of its own
+// with the communal authority (review of issue 25 item 3, a confused
+// deputy): a view or action registered with scope _shared evaluated with
+// an agent "_shared"'s loom permissions, the defaults, so bob, denied
+// loom_aware, registered state._loom as a _shared view (or an action's
+// result) and read the trees' names and the permission records through
+// it. A _shared definition reads the loom with its registrant's
+// permissions: the room token's are all, an agent's its own.
+func TestAttackLoomDeniedAgentCannotReadThroughSharedDefinition(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, _, bob := loomSetup(t, e)
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ new tree \"TREE-SECRET\" \"root\"\n→ deny bob loom_aware doc_read"}).must(t, 200)
+	if r := e.do("PUT", "/rooms/loomy/views", bob, map[string]any{"id": "peek", "scope": "_shared", "expr": `"_loom" in state ? state["_loom"] : "absent"`}).must(t, 201); strings.Contains(r.raw, "TREE-SECRET") {
+		t.Fatalf("HOLE: bob's _shared view of the loom, registered: %s", r.raw)
+	}
+	e.do("PUT", "/rooms/loomy/actions", bob, map[string]any{"id": "peek_act", "scope": "_shared", "result": `"_loom" in state ? state["_loom"] : "absent"`}).must(t, 201)
+	for _, path := range []string{"/rooms/loomy/views/peek", "/rooms/loomy/context", "/rooms/loomy/views"} {
+		if r := e.do("GET", path, bob, nil).must(t, 200); strings.Contains(r.raw, "TREE-SECRET") {
+			t.Fatalf("HOLE: bob reads the loom through his _shared view at %s: %s", path, r.raw)
+		}
+	}
+	if r := e.do("POST", "/rooms/loomy/actions/peek_act/invoke", bob, map[string]any{}).must(t, 200); strings.Contains(r.raw, "TREE-SECRET") {
+		t.Fatalf("HOLE: bob reads the loom through his _shared action's result: %s", r.raw)
+	}
+	// The room token's _shared view still projects the loom (its choice).
+	e.do("PUT", "/rooms/loomy/views", rm.token, map[string]any{"id": "shown", "expr": `state["_loom"]`}).must(t, 201)
+	if r := e.do("GET", "/rooms/loomy/views/shown", bob, nil).must(t, 200); !strings.Contains(r.raw, "TREE-SECRET") {
+		t.Fatalf("the room token's _shared view of the loom: %s", r.raw)
+	}
+}
+
+// One read's work on actions is bounded, as views' and gates' are (review
+// of issue 25 item 4): every read evaluates every action's enabled and if
+// for availability, and nothing capped their sum, so a room of 250
+// actions with expressions near the per-expression limit made one context
+// read cost some 50 million (two seconds of CPU here); the room budget
+// then refused the room's next reads for half a minute, and a few such
+// rooms kept the server's cores busy. Now a registration that would take
+// the room's actions past Limits.ActionCostPerRead is refused (409
+// action_budget_exceeded), and a read past it (the data grew) evaluates
+// no further actions: they show as not available (fail closed), while the
+// one invoked is still evaluated for its invocation.
+func TestAttackActionsCostBoundedPerRead(t *testing.T) {
+	e, svc, _ := newEnvSvc(t, substrate.Limits{RoomCostPerSecond: -1})
+	rm := e.room("heavy", nil)
+	heavy := func(n string) map[string]any {
+		return map[string]any{"id": n, "enabled": `lists.range(4000).filter(x, x % 7 == now.getSeconds() % 7).size() >= 0`,
+			"if":     `lists.range(4000).filter(x, x % 5 == now.getSeconds() % 5).size() >= 0`,
+			"writes": []map[string]any{{"scope": "_shared", "key": "k", "value": 1}}}
+	}
+	refused := false
+	for i := range 60 {
+		r := e.do("PUT", "/rooms/heavy/actions", rm.token, heavy(fmt.Sprintf("a%03d", i)))
+		if r.status == 409 {
+			if r.str("error") != "action_budget_exceeded" {
+				t.Fatalf("refused registration: %s", r.raw)
+			}
+			refused = true
+			break
+		}
+		r.must(t, 201)
+	}
+	if !refused {
+		t.Fatal("HOLE: 60 actions of about 200,000 cost each registered: a read of the room evaluates them all")
+	}
+	// A read past the budget because the data grew: cheap at registration,
+	// each action's expressions grow with a list written afterwards.
+	grow := e.room("grown", nil)
+	for i := range 80 {
+		e.do("PUT", "/rooms/grown/actions", grow.token, map[string]any{"id": fmt.Sprintf("g%03d", i),
+			"enabled": `state._shared.items.filter(x, x % 7 == now.getSeconds() % 7).size() >= 0`,
+			"writes":  []map[string]any{{"scope": "_shared", "key": "k", "value": 1}}}).must(t, 201)
+	}
+	items := make([]int, 6000)
+	for i := range items {
+		items[i] = i
+	}
+	e.do("PUT", "/rooms/grown/state", grow.token, map[string]any{"scope": "_shared", "key": "items", "value": items}).must(t, 200)
+	before := svc.Stats().CELCost
+	e.do("GET", "/rooms/grown/context", grow.token, nil).must(t, 200)
+	if spent := svc.Stats().CELCost - before; spent > 1_500_000 {
+		t.Fatalf("HOLE: one read of 80 actions over a grown list cost %d (cel-go), past the per-read budget", spent)
+	}
+	// The last action, past the budget in reads, is still invocable.
+	e.do("POST", "/rooms/grown/actions/g079/invoke", grow.token, map[string]any{}).must(t, 200)
+}
+
+// The loom's memory in an agent's scope is the agent's (review of issue
+// 25 item 3): its trace (loom:t:…) records each command line, which
+// carries what the command wrote (a node's text, a document's line), so
+// an agent granted alice's scope but denied the loom read the loom's
+// content in alice's trace. The trace is read as thoughts are: by its
+// agent and room authority.
+func TestAttackLoomTraceNotReadByGrantees(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, alice, _ := loomSetup(t, e)
+	carol := e.join(rm, "carol", "alice")
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit alice doc_write\n→ deny carol doc_read loom_aware"}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
+	for _, path := range []string{"/rooms/loomy/state?scope=alice", "/rooms/loomy/state", "/rooms/loomy/state?scope=alice&limit=1000"} {
+		if r := e.do("GET", path, carol, nil).must(t, 200); strings.Contains(r.raw, "SECRET") {
+			t.Fatalf("HOLE: carol reads the loom in alice's trace at %s: %s", path, r.raw)
+		}
+	}
+	// Alice and room authority read it.
+	if r := e.do("GET", "/rooms/loomy/state?scope=alice", rm.token, nil).must(t, 200); !strings.Contains(r.raw, "NODE-SECRET") {
+		t.Fatalf("the room token does not read alice's trace: %s", r.raw)
+	}
+}
