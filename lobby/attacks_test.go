@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -224,10 +225,19 @@ func TestAttackRoleTakeover(t *testing.T) {
 		t.Fatalf("an undefined role: %v", err)
 	}
 
-	// The role is freed behind bob's back (the owner rewrites roles);
-	// carol fills it; bob's session no longer drives the agent.
+	// The role is freed behind bob's back (the owner rewrites roles):
+	// while bob still drives its agent, carol cannot take it; once bob's
+	// client is gone (his agent unseen for IdleAfter) she can, and bob's
+	// session no longer drives the agent.
 	if _, err := f.svc.WriteState(ctx, substrate.RoomPrincipal(room), room, []substrate.Write{{Scope: "_shared", Key: "roles",
 		Merge: json.RawMessage(`{"researcher": {"filled_by": null}}`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.l.Embody(ctx, carol, room, "", "researcher")
+	if r, _ := reason(t, err, errs.Forbidden); r != "role_filled" {
+		t.Fatalf("carol took the role bob still drives: %s", r)
+	}
+	if _, err := f.db.Exec(ctx, `UPDATE agents SET last_heartbeat = now() - interval '1 hour' WHERE room_id = $1 AND id = 'researcher'`, room); err != nil {
 		t.Fatal(err)
 	}
 	if emb, err := f.l.Embody(ctx, carol, room, "", "researcher"); err != nil || !emb.TakenOver {
@@ -272,5 +282,240 @@ func TestAttackRoleTakeover(t *testing.T) {
 		if (owner == "user_"+who) != (err == nil) {
 			t.Fatalf("racing for lead (owner %s): %s got %v", owner, who, err)
 		}
+	}
+}
+
+// Issue 25 item 1: a participant defined a role whose id was another
+// person's agent (<username>:<client>, <username>:web) and filled it:
+// sync_embody {"role": id} adopted that agent, with its private scope, and
+// took it from its owner even while they were embodied. A role never takes
+// an id with ":", and filling a role never adopts an agent not made for it.
+func TestAttackRoleNamedAfterPersonsAgent(t *testing.T) {
+	f := newFixture(t, "alice", "bob", "carol")
+	ctx := context.Background()
+	room := f.guild(t, `{}`, "bob", "carol")
+	alice := f.session(t, "alice", "g-alice", "rooms:guild:admin")
+	emb, err := f.l.Embody(ctx, alice, room, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := f.l.Actor(ctx, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.WriteState(ctx, ap, room, []substrate.Write{{Scope: "self", Key: "diary", Value: json.RawMessage(`"private"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	// Alice's web agent exists too (she acted from the room page).
+	if _, err := f.l.PersonActor(ctx, "user_alice", "alice", room); err != nil {
+		t.Fatal(err)
+	}
+	// Bob registers define_role (the standard library's) and uses it; it
+	// refuses ids with ":". He then writes the roles directly, as an agent
+	// with a _shared grant (a collaborator) could.
+	bob := f.session(t, "bob", "g-bob", "rooms:guild:write")
+	if _, err := f.l.Embody(ctx, bob, room, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	bp, err := f.l.Actor(ctx, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defineRole substrate.ActionDef
+	raw, err := f.svc.SystemHelp("standard_library", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range raw.Content.([]substrate.ActionDef) {
+		if a.ID == "define_role" {
+			defineRole = a
+		}
+	}
+	if _, err := f.svc.RegisterAction(ctx, bp, room, defineRole); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Invoke(ctx, bp, room, "define_role", json.RawMessage(`{"role_id": "`+emb.Agent+`", "description": "mine now"}`)); !errs.Is(err, errs.PreconditionFailed) {
+		t.Fatalf("define_role with a person's agent id: %v", err)
+	}
+	if _, err := f.svc.WriteState(ctx, substrate.RoomPrincipal(room), room, []substrate.Write{{Scope: "_shared", Key: "roles",
+		Value: json.RawMessage(`{"` + emb.Agent + `": {"filled_by": null}, "alice:web": {"filled_by": null}, "alicebot": {"filled_by": null}}`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	// The lobby does not offer them as roles (people would try to fill
+	// them); alicebot, an id a role may take, it does.
+	view, err := f.l.View(ctx, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rm := range view.Rooms {
+		var offered []string
+		for _, r := range rm.Roles {
+			offered = append(offered, r.ID)
+		}
+		offered = append(offered, rm.Summary.OpenRoles...)
+		if rm.Room == room && (slices.Contains(offered, "alice:web") || slices.Contains(offered, emb.Agent) || !slices.Contains(offered, "alicebot")) {
+			t.Fatalf("HOLE: the lobby offers people's agents as roles: %v", offered)
+		}
+	}
+	for _, id := range []string{emb.Agent, "alice:web"} {
+		for _, c := range []struct{ agent, role string }{{"", id}, {id, ""}, {id, id}} {
+			_, err := f.l.Embody(ctx, bob, room, c.agent, c.role)
+			if err == nil {
+				t.Fatalf("HOLE: bob took %s (agent %q role %q)", id, c.agent, c.role)
+			}
+			if owner, _, _ := f.svc.AgentOwner(ctx, room, id); owner != "user_alice" {
+				t.Fatalf("HOLE: %s now belongs to %q", id, owner)
+			}
+		}
+		_, err := f.l.Embody(ctx, bob, room, "", id)
+		var e *errs.Error
+		if !errors.As(err, &e) || e.Code != errs.InvalidField || e.Details["reason"] != "person_id" || e.Hint == "" {
+			t.Fatalf("filling role %s: %v", id, err)
+		}
+	}
+	// Alice still drives her agent and reads her diary.
+	if ap, err = f.l.Actor(ctx, alice); err != nil || ap.AgentID != emb.Agent {
+		t.Fatalf("alice lost her agent: %+v %v", ap, err)
+	}
+	if read, err := f.svc.ReadState(ctx, ap, room, substrate.ReadQuery{Scope: "self", Key: "diary"}); err != nil || string(read.Entries[0].Value) != `"private"` {
+		t.Fatalf("alice's diary: %+v %v", read, err)
+	}
+
+	// A person's own agent without ":" in its id (made before ids were
+	// checked) is not a role's agent either: filling the role it names
+	// is refused.
+	if _, err := f.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: "alicebot", Name: "alice", Role: "mcp-client", User: "user_alice"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.l.Embody(ctx, bob, room, "", "alicebot")
+	if r, _ := reason(t, err, errs.Forbidden); r != "personal_agent" {
+		t.Fatalf("bob filled a role named after alice's own agent: %s", r)
+	}
+	if owner, _, _ := f.svc.AgentOwner(ctx, room, "alicebot"); owner != "user_alice" {
+		t.Fatalf("HOLE: alicebot now belongs to %q", owner)
+	}
+	// Roles made for roles still pass on: carol fills a fresh role, leaves
+	// it, and bob takes it over.
+	if _, err := f.svc.WriteState(ctx, substrate.RoomPrincipal(room), room, []substrate.Write{{Scope: "_shared", Key: "roles",
+		Merge: json.RawMessage(`{"scribe": {"filled_by": null}}`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	carol := f.session(t, "carol", "g-carol", "rooms:guild:write")
+	if _, err := f.l.Embody(ctx, carol, room, "", "scribe"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.l.Disembody(ctx, carol); err != nil {
+		t.Fatal(err)
+	}
+	if emb, err := f.l.Embody(ctx, bob, room, "", "scribe"); err != nil || !emb.TakenOver {
+		t.Fatalf("bob taking over the vacated scribe: %+v %v", emb, err)
+	}
+}
+
+// Issue 25 item 8: whoever claims a room made over REST pasted a room
+// token others may have seen; claiming may replace it, and the pasted one
+// then no longer works (nor claims the room again).
+func TestAttackClaimRotatesRoomToken(t *testing.T) {
+	f := newFixture(t, "alice", "mallory")
+	ctx := context.Background()
+	room, err := f.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "api-made"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := f.l.ClaimRoom(ctx, "user_alice", room.ID, room.Token, true)
+	if err != nil || !strings.HasPrefix(tok, substrate.RoomTokenPrefix) || tok == room.Token {
+		t.Fatalf("claim with rotation: %q %v", tok, err)
+	}
+	if _, err := f.svc.AuthenticateIn(ctx, room.ID, room.Token); !errs.Is(err, errs.Unauthorized) {
+		t.Fatalf("HOLE: the pasted room token still works: %v", err)
+	}
+	if _, err := f.l.ClaimRoom(ctx, "user_mallory", room.ID, room.Token, false); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("HOLE: the old token claimed the room again: %v", err)
+	}
+	if p, err := f.svc.AuthenticateIn(ctx, room.ID, tok); err != nil || p.Kind != substrate.KindRoom {
+		t.Fatalf("the new token: %+v %v", p, err)
+	}
+	// Without rotation the token stays (and nothing is returned).
+	other, _ := f.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "api-made-2"})
+	if tok, err := f.l.ClaimRoom(ctx, "user_alice", other.ID, other.Token, false); err != nil || tok != "" {
+		t.Fatalf("claim without rotation: %q %v", tok, err)
+	}
+	if _, err := f.svc.AuthenticateIn(ctx, other.ID, other.Token); err != nil {
+		t.Fatalf("the token of a room claimed without rotation: %v", err)
+	}
+}
+
+// Review of issue 25 item 1: a role's filled_by is state that anyone who
+// may write _shared.roles can clear (a collaborator directly, a
+// participant through any action that writes it, such as the standard
+// library's set). Clearing it while a person drove the role's agent let
+// another take that agent over and kicked the person's session off it. A
+// role whose agent another user still drives is filled, whatever
+// filled_by says.
+func TestAttackRoleFreedBehindDriversBack(t *testing.T) {
+	f := newFixture(t, "alice", "bob", "carol")
+	ctx := context.Background()
+	room := f.guild(t, `{"scribe": {"description": "keeps notes", "filled_by": null}}`, "bob", "carol")
+	carol := f.session(t, "carol", "g-carol", "rooms:guild:write")
+	if _, err := f.l.Embody(ctx, carol, room, "", "scribe"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := f.l.Actor(ctx, carol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.WriteState(ctx, cp, room, []substrate.Write{{Scope: "self", Key: "draft", Value: json.RawMessage(`"carol's draft"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	// Bob, a participant, registers the standard library's set and clears
+	// the role's filled_by with it.
+	bob := f.session(t, "bob", "g-bob", "rooms:guild:write")
+	if _, err := f.l.Embody(ctx, bob, room, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	bp, err := f.l.Actor(ctx, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := f.svc.SystemHelp("standard_library", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range raw.Content.([]substrate.ActionDef) {
+		if a.ID == "set" {
+			if _, err := f.svc.RegisterAction(ctx, bp, room, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := f.svc.Invoke(ctx, bp, room, "set", json.RawMessage(`{"key": "roles", "value": {"scribe": {"description": "keeps notes", "filled_by": null}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ agent, role string }{{"", "scribe"}, {"scribe", ""}} {
+		_, err := f.l.Embody(ctx, bob, room, c.agent, c.role)
+		if err == nil {
+			t.Fatalf("HOLE: bob took the scribe carol drives (agent %q role %q)", c.agent, c.role)
+		}
+		if r, _ := reason(t, err, errs.Forbidden); r != "role_filled" {
+			t.Fatalf("bob filling the scribe carol drives: %s", r)
+		}
+	}
+	if owner, _, _ := f.svc.AgentOwner(ctx, room, "scribe"); owner != "user_carol" {
+		t.Fatalf("HOLE: the scribe now belongs to %q", owner)
+	}
+	carol = f.session(t, "carol", "g-carol", "")
+	cp, err = f.l.Actor(ctx, carol)
+	if err != nil || cp.AgentID != "scribe" {
+		t.Fatalf("HOLE: carol was kicked off her role: %+v %v", cp, err)
+	}
+	if read, err := f.svc.ReadState(ctx, cp, room, substrate.ReadQuery{Scope: "self", Key: "draft"}); err != nil || string(read.Entries[0].Value) != `"carol's draft"` {
+		t.Fatalf("carol's draft: %+v %v", read, err)
+	}
+	// Once carol steps out, the role passes on as it should.
+	if _, err := f.l.Disembody(ctx, carol); err != nil {
+		t.Fatal(err)
+	}
+	if emb, err := f.l.Embody(ctx, bob, room, "", "scribe"); err != nil || !emb.TakenOver {
+		t.Fatalf("bob filling the scribe carol left: %+v %v", emb, err)
 	}
 }

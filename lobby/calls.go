@@ -29,20 +29,26 @@ func (l *Lobby) ReadContext(ctx context.Context, s *Session, room string, q subs
 	return env, l.Focus(ctx, s, room)
 }
 
-// EmbodyAndRead embodies (see Embody) and returns, with the embodiment,
-// the room's context as the agent now sees it, so the next step needs no
-// further call.
-func (l *Lobby) EmbodyAndRead(ctx context.Context, s *Session, room, agent, role string, q substrate.ContextRequest, words errs.Words) (*Embodiment, *substrate.Envelope, error) {
+// EmbodyAndRead embodies (see Embody) and, unless q is nil, returns with
+// the embodiment the room's context as the agent now sees it, shaped by q,
+// so the next step needs no further call. frame, if set, is how many bytes
+// of q's budget the caller's result around the context takes, known only
+// once the embodiment is.
+func (l *Lobby) EmbodyAndRead(ctx context.Context, s *Session, room, agent, role string, q *substrate.ContextRequest,
+	frame func(*Embodiment) int, words errs.Words) (*Embodiment, *substrate.Envelope, error) {
 	e, err := l.Embody(ctx, s, room, agent, role)
-	if err != nil {
-		return nil, nil, err
+	if err != nil || q == nil {
+		return e, nil, err
 	}
 	p, err := l.Actor(ctx, s)
 	if err != nil {
 		return e, nil, err
 	}
 	p.Words = words
-	env, err := l.svc.Context(ctx, p, s.RoomID, q)
+	if frame != nil {
+		q.Reserve = frame(e)
+	}
+	env, err := l.svc.Context(ctx, p, s.RoomID, *q)
 	return e, env, err
 }
 
@@ -68,8 +74,11 @@ func (l *Lobby) ShareRoomByName(ctx context.Context, s *Session, room, username,
 	if role == "" {
 		role = "participant"
 	}
-	if level, _, err := l.Access(ctx, s, room); err != nil {
+	if level, held, err := l.Access(ctx, s, room); err != nil {
 		return "", err
+	} else if held != "" && held != "owner" {
+		return "", errs.New(errs.Forbidden, "only an owner of %q can share it; your role there is %s", room, held).With("role", held).
+			WithHint("ask an owner of %q to share it (sync_lobby shows your rooms and roles)", room)
 	} else if level != "admin" {
 		return "", errs.New(errs.Forbidden, "sharing %q needs admin access in this connection", room).WithHint("the user reconnects with admin access to the room, or shares it on the account page")
 	}

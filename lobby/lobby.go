@@ -228,13 +228,49 @@ func (l *Lobby) CreateRoom(ctx context.Context, userID, roomID, label string) (s
 }
 
 // ClaimRoom makes the user an owner of a room created over REST, proven by
-// its room token.
-func (l *Lobby) ClaimRoom(ctx context.Context, userID, roomID, roomToken string) error {
+// its room token. With rotate, the room token is replaced as well (the
+// pasted one may have been seen by others: it stops working) and the new
+// one is returned, to be shown once. The rotation is audited as the
+// room token's (by _room): the lobby knows the claimer's id, not the
+// username its web agent is named for; the claim itself is the
+// membership it adds.
+func (l *Lobby) ClaimRoom(ctx context.Context, userID, roomID, roomToken string, rotate bool) (newToken string, err error) {
 	p, err := l.svc.AuthenticateIn(ctx, roomID, roomToken)
 	if err != nil || p.Kind != substrate.KindRoom || p.RoomID != roomID {
-		return errs.New(errs.Forbidden, "that is not the room token of %q", roomID).WithHint("paste the room_… token returned when the room was created")
+		return "", errs.New(errs.Forbidden, "that is not the room token of %q", roomID).WithHint("paste the room_… token returned when the room was created")
 	}
-	return l.AddMember(ctx, userID, roomID, "owner", "", "")
+	if err := l.AddMember(ctx, userID, roomID, "owner", "", ""); err != nil {
+		return "", err
+	}
+	if !rotate {
+		return "", nil
+	}
+	rt, err := l.svc.RotateToken(ctx, p, roomID, "room")
+	if err != nil {
+		return "", err
+	}
+	return rt.Token, nil
+}
+
+// RotateToken replaces a room's room or view token (which), for one of its
+// owners, who act as their web agent (the audit names them); the new token
+// is returned, to be shown once.
+func (l *Lobby) RotateToken(ctx context.Context, userID, username, roomID, which string) (*substrate.RotatedToken, error) {
+	if a, err := l.access(ctx, userID, roomID); err != nil {
+		return nil, err
+	} else if a != "owner" {
+		return nil, errs.New(errs.Forbidden, "only an owner of %q can rotate its tokens", roomID).WithHint("ask an owner")
+	}
+	if which != "room" && which != "view" {
+		// Refused before PersonActor, which may make the owner's agent.
+		return nil, errs.New(errs.InvalidField, "which is %q: rotate the \"room\" token or the \"view\" token", which).With("field", "which").
+			WithHint("pick the room token or the view token")
+	}
+	p, err := l.PersonActor(ctx, userID, username, roomID)
+	if err != nil {
+		return nil, err
+	}
+	return l.svc.RotateToken(ctx, p, roomID, which)
 }
 
 // ShareRoom gives another user (otherID, resolved from a username by the

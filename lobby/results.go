@@ -61,7 +61,9 @@ type ViewAgent struct {
 	LastSeen string `json:"last_seen"`
 	// Client is the MCP client the agent was last embodied through
 	// (absent for agents made with a token).
-	Client    string  `json:"client,omitempty"`
+	Client string `json:"client,omitempty"`
+	// Fills is the role (of _shared.roles) the agent fills.
+	Fills     string  `json:"fills,omitempty"`
 	WaitingOn *string `json:"waiting_on"`
 	// Yours marks the user's own agents; for those, Current says whether
 	// the session acts as it and Switchable whether it may.
@@ -93,6 +95,12 @@ type StateSummary struct {
 	LastActive   string    `json:"last_active"`
 	// OpenRoles are the defined roles nobody fills.
 	OpenRoles []string `json:"open_roles"`
+	// Values are a few of _shared's scalar entries, newest first (what a
+	// person would choose the room by).
+	Values map[string]any `json:"values,omitempty"`
+	// Summary is the value of the room's view named summary, which then
+	// stands for Values.
+	Summary any `json:"summary,omitempty"`
 }
 
 // Embodiment is the result of embodying or disembodying.

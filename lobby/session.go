@@ -53,6 +53,10 @@ func (s *Session) level(room string) string {
 	return l
 }
 
+// Level is the session's scope level for room, rooms shared with the user
+// since the session began included.
+func (s *Session) Level(room string) string { return s.level(room) }
+
 // freshSQL is true for a membership shared with the user (by someone, not
 // created or claimed by the user) after the consent (the millisecond stamp
 // in parameter since, from shared_rooms:<level>:<ms>), or, without one,
@@ -276,12 +280,80 @@ func (l *Lobby) notInScopeErr(s *Session, room, reason, role string) *errs.Error
 // actions and views the agent registers read with their registrar's
 // authority whatever the invoker may read.
 func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substrate.Principal, string, error) {
+	agent := ""
+	if s.RoomID == room {
+		agent = s.AgentID
+	}
+	p, level, err := l.principal(ctx, s, room, agent)
+	if err != nil {
+		return nil, "", err
+	}
+	// A call that outlives this moment (a wait) asks again at each
+	// wake-up, from the session as it is then: a person who left the room,
+	// lost it (unshared, sync_revoke_access) or whose connection was
+	// revoked hears no more of it. It keeps the agent it started as (the
+	// session may embody another meanwhile), for as long as the person
+	// may still drive it.
+	p.Refresh = l.refresher(s, room, agent)
+	return p, level, nil
+}
+
+func (l *Lobby) refresher(s *Session, room, agent string) func(context.Context) (*substrate.Principal, error) {
+	return func(ctx context.Context) (*substrate.Principal, error) {
+		now, err := l.reload(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		p, _, err := l.principal(ctx, now, room, agent)
+		if err != nil {
+			return nil, err
+		}
+		p.Refresh = l.refresher(now, room, agent)
+		return p, nil
+	}
+}
+
+// reload reads a session's row again, with the user's rooms and roles as
+// they are now. A session whose grant was revoked (and its row purged) is
+// errs.Unauthorized.
+func (l *Lobby) reload(ctx context.Context, s *Session) (*Session, error) {
+	n := &Session{GrantID: s.GrantID, UserID: s.UserID, Username: s.Username, ClientID: s.ClientID, ClientName: s.ClientName}
+	var room, agent *string
+	var scope string
+	var fresh []string
+	err := l.db.QueryRow(ctx, `SELECT sess.room_id, sess.agent_id, sess.scope,
+			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb),
+			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND `+freshSQL("$3")+`), '{}')
+		FROM smcp_user_sessions sess WHERE grant_id = $1 AND user_id = $2`, s.GrantID, s.UserID, sinceArg(s.Scope)).
+		Scan(&room, &agent, &scope, &n.roles, &fresh)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errs.New(errs.Unauthorized, "this connection was revoked").WithHint("reconnect the integration")
+	}
+	if err != nil {
+		return nil, err
+	}
+	n.fresh = map[string]bool{}
+	for _, id := range fresh {
+		n.fresh[id] = true
+	}
+	if room != nil {
+		n.RoomID = *room
+	}
+	if agent != nil {
+		n.AgentID = *agent
+	}
+	n.Scope = ParseScope(scope)
+	return n, nil
+}
+
+// principal is Principal as agent (or observing, with agent "").
+func (l *Lobby) principal(ctx context.Context, s *Session, room, agent string) (*substrate.Principal, string, error) {
 	level, role, err := l.Access(ctx, s, room)
 	if err != nil {
 		return nil, "", err
 	}
-	if s.AgentID != "" && s.RoomID == room && levelRank(level) >= levelRank("write") {
-		p, err := l.svc.EmbodiedPrincipal(ctx, room, s.AgentID, s.UserID)
+	if agent != "" && levelRank(level) >= levelRank("write") {
+		p, err := l.svc.EmbodiedPrincipal(ctx, room, agent, s.UserID)
 		if err != nil {
 			return nil, "", err
 		}
@@ -300,7 +372,44 @@ func (l *Lobby) Principal(ctx context.Context, s *Session, room string) (*substr
 	if level == "admin" {
 		return substrate.ViewPrincipal(room), level, nil
 	}
-	return substrate.ObserverPrincipal(room), level, nil
+	p, err := l.observer(ctx, s, room)
+	return p, level, err
+}
+
+// observer is how s reads room without acting there: an observer that
+// keeps the loom's reading permissions (loom_aware, doc_read) of the
+// connection's own agent in the room, when it has one, so that a model
+// denied the loom does not read it by ceasing to act (the web pages keep
+// the person's web agent's the same way). Without one, an observer's
+// defaults.
+func (l *Lobby) observer(ctx context.Context, s *Session, room string) (*substrate.Principal, error) {
+	id := ""
+	if s.AgentID != "" && s.RoomID == room {
+		id = s.AgentID
+	} else {
+		base := s.Username + ":" + clientSlug(s.ClientName)
+		for n := 1; n <= 9 && id == ""; n++ {
+			cand := base
+			if n > 1 {
+				cand = fmt.Sprintf("%s-%d", base, n)
+			}
+			owner, exists, err := l.svc.AgentOwner(ctx, room, cand)
+			if err != nil {
+				return nil, err
+			}
+			if !exists {
+				break
+			}
+			if owner == s.UserID {
+				id = cand
+			}
+		}
+	}
+	if id == "" {
+		return substrate.ObserverPrincipal(room), nil
+	}
+	// No grants: read-only, whatever the agent may do when embodied.
+	return substrate.ReadOnlyOf(&substrate.Principal{Kind: substrate.KindAgent, RoomID: room, AgentID: id}), nil
 }
 
 // communalGrants are what collaborators' agents may write directly
@@ -410,7 +519,9 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 		if err != nil {
 			return nil, err
 		}
-		if sum := sums[room]; sum != nil && sum.Roles[agent] != nil {
+		// An id with ":" is a person's agent, never a role's, whatever
+		// _shared.roles says: it is embodied as an agent (yours or not).
+		if sum := sums[room]; sum != nil && sum.Roles[agent] != nil && !strings.Contains(agent, ":") {
 			role = agent
 		}
 	}
@@ -436,15 +547,17 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 			return nil, err
 		}
 	}
-	if err := l.leaveFor(ctx, s, room, id); err != nil {
-		return nil, err
-	}
 	// The substrate checks ownership again under the room lock: an agent
 	// made meanwhile by a token or another user is refused, not adopted.
 	// Seed 003 §XI: a user's own agent has the role mcp-client and the
 	// grants of the user's access level.
 	if _, err := l.svc.Embody(ctx, substrate.EmbodyRequest{Room: room, Agent: id, Name: s.Username, Role: "mcp-client", User: s.UserID, Client: s.ClientName,
 		Grants: grantsFor(userRole, level)}); err != nil {
+		return nil, err
+	}
+	// Only once the new embodiment holds does the session let go of the
+	// old one: a refused embodiment leaves the session as it was.
+	if err := l.leaveFor(ctx, s, room, id); err != nil {
 		return nil, err
 	}
 	s.RoomID, s.AgentID = room, id
@@ -536,11 +649,11 @@ func (l *Lobby) embodyRole(ctx context.Context, s *Session, room, agent, role st
 			With("role", role).With("agent", agent).
 			WithHint(`call sync_embody {"room": %q, "role": %q} without agent`, room, role)
 	}
-	if err := l.leaveFor(ctx, s, room, role); err != nil {
-		return nil, err
-	}
 	res, err := l.svc.EmbodyRole(ctx, substrate.EmbodyRoleRequest{Room: room, Role: role, Name: s.Username, User: s.UserID, Client: s.ClientName, Grants: grants})
 	if err != nil {
+		return nil, err // the session keeps its embodiment
+	}
+	if err := l.leaveFor(ctx, s, room, res.ID); err != nil {
 		return nil, err
 	}
 	s.RoomID, s.AgentID = room, res.ID
@@ -597,7 +710,8 @@ func (l *Lobby) Disembody(ctx context.Context, s *Session) (*Embodiment, error) 
 	if err := l.save(ctx, s); err != nil {
 		return nil, err
 	}
-	return &Embodiment{Embodied: false, Room: room, Agent: agent, Status: "idle"}, nil
+	return &Embodiment{Embodied: false, Room: room, Agent: agent, Status: "idle",
+		Next: "you observe " + room + " now (it stays focused: calls without room read it); sync_embody {\"room\": \"" + room + "\"} acts again"}, nil
 }
 
 // CreateRoomFor creates a room owned by the session's user and widens the
@@ -684,6 +798,21 @@ func (l *Lobby) settle(ctx context.Context, s *Session) error {
 // RestrictScope narrows the session's scope to its intersection with
 // scope; it never widens it.
 func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*ScopeChange, error) {
+	// A scope string with nothing recognisable in it would narrow the
+	// connection to nothing: a typo must not cost the person their rooms.
+	if len(strings.Fields(scope)) == 0 {
+		return nil, errs.New(errs.InvalidField, "scope is empty").With("field", "scope").
+			WithHint("name what to keep, e.g. rooms:<id>:read, rooms:*:observe or create_rooms")
+	}
+	for _, part := range strings.Fields(scope) {
+		rest, isRoom := strings.CutPrefix(part, "rooms:")
+		shared, isShared := strings.CutPrefix(part, "shared_rooms:")
+		if part == "create_rooms" || isRoom && rest != "" && !strings.HasSuffix(rest, ":") || isShared && shared != "" {
+			continue
+		}
+		return nil, errs.New(errs.InvalidField, "scope %q is not a scope item", part).With("field", "scope").
+			WithHint("items are rooms:<id>:<observe|read|write|admin>, rooms:*:<level>, shared_rooms:<level> and create_rooms, separated by spaces; your current scope is %s", s.Scope.String())
+	}
 	want := ParseScope(scope)
 	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms, Revoked: s.Scope.Revoked}
 	if s.Scope.AllRooms != "" && want.AllRooms != "" {
@@ -739,6 +868,11 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
 				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
 				WaitingOn: ag.WaitingOn, Yours: ag.Owner != "" && ag.Owner == s.UserID}
+			for _, id := range sum.RoleIDs() {
+				if sum.Roles[id]["filled_by"] == ag.ID {
+					a.Fills = id
+				}
+			}
 			if a.Yours {
 				current := s.RoomID == r.ID && s.AgentID == ag.ID
 				switchable := !current && levelRank(access) >= levelRank("write")
@@ -770,7 +904,9 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 	case s.AgentID == "":
 		out.Next = "observe with sync_read_context {room}, or act: sync_embody {room}"
 	default:
-		out.Next = "read with sync_read_context, act with sync_invoke_action"
+		// Reading the lobby leaves nothing: say so, since a model may
+		// expect it to (seed 003's lobby is where one goes between rooms).
+		out.Next = "you are still acting as " + s.AgentID + " in " + s.RoomID + " (the lobby changes nothing): read with sync_read_context, act with sync_invoke_action; sync_disembody stops acting, sync_embody {room} moves you to another room"
 	}
 	return out, nil
 }
@@ -780,7 +916,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 // admin), open roles, last activity.
 func summarise(sum *substrate.RoomSummary, access string) StateSummary {
 	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
-		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}}
+		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values, Summary: sum.View}
 	for scope, n := range sum.Keys {
 		if access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit) {
 			out.Keys[scope] = n

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -362,5 +363,173 @@ func TestAttackContextFollowsLoomPermissions(t *testing.T) {
 	}
 	if out, isErr := callTool(t, bs, "sync_eval_cel", map[string]any{"expr": `state["_loom"]`}); !isErr || strings.Contains(fmt.Sprint(out), "TREE-SECRET") {
 		t.Fatalf("HOLE: bob's CEL reads _loom: %v", out)
+	}
+}
+
+// Issue 25 item 1: a participant named a role after the owner's agent
+// (<username>:<client>) with an action that writes _shared.roles, then
+// filled it with sync_embody and drove the owner's agent, private scope
+// included, while the owner was embodied. define_role refuses such ids, and
+// filling a role never takes a person's agent, whatever defined the role.
+func TestAttackRoleTakesOverPersonsAgent(t *testing.T) {
+	_, as, bs, _ := roleLab(t)
+	mine := mustTool(t, as, "sync_embody", map[string]any{"room": "lab"})["agent"].(string)
+	mustTool(t, as, "sync_register_action", map[string]any{"id": "note", "scope": mine, "params": map[string]any{"text": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"scope": mine, "key": "diary", "value": "${params.text}"}}})
+	mustTool(t, as, "sync_invoke_action", map[string]any{"action": "note", "params": map[string]any{"text": "alice's secret"}})
+	// A role-defining action of the room's own, without define_role's guard.
+	mustTool(t, as, "sync_register_action", map[string]any{"id": "add_role", "params": map[string]any{"role_id": map[string]any{"type": "string", "required": true}},
+		"writes": []any{map[string]any{"scope": "_shared", "key": "roles", "merge": map[string]any{"${params.role_id}": map[string]any{"filled_by": nil}}}}})
+
+	mustTool(t, bs, "sync_embody", map[string]any{"room": "lab"})
+	if out, isErr := callTool(t, bs, "sync_invoke_action", map[string]any{"action": "define_role", "params": map[string]any{"role_id": mine, "description": "x"}}); !isErr {
+		t.Fatalf("define_role took a person's agent id: %v", out)
+	}
+	for _, id := range []string{mine, "alice:web"} {
+		mustTool(t, bs, "sync_invoke_action", map[string]any{"action": "add_role", "params": map[string]any{"role_id": id}})
+		for _, args := range []map[string]any{{"room": "lab", "role": id}, {"room": "lab", "agent": id}} {
+			out, isErr := callTool(t, bs, "sync_embody", args)
+			if !isErr {
+				t.Fatalf("HOLE: bob embodied %v: %v", args, out)
+			}
+			if args["role"] != nil && (out["error"] != "invalid_field" || out["reason"] != "person_id" || !strings.Contains(fmt.Sprint(out["hint"]), "roles")) {
+				t.Fatalf("filling role %s: %v", id, out)
+			}
+		}
+	}
+	// Refused fills left bob as he was: embodied as his own agent.
+	if lobby := mustTool(t, bs, "sync_lobby", nil); !strings.Contains(fmt.Sprint(lobby["_session"]), "agent:bob:") {
+		t.Fatalf("a refused role fill changed bob's embodiment: %v", lobby["_session"])
+	}
+	got := mustTool(t, bs, "sync_read_context", nil)
+	if st := fmt.Sprint(got["state"]); strings.Contains(st, "alice's secret") {
+		t.Fatalf("HOLE: bob reads alice's scope: %v", st)
+	}
+	// The context says whose account drives each agent (issue 25 item 7).
+	if acct := get(got, "agents", mine, "account"); acct != "alice" {
+		t.Fatalf("the context does not say alice drives %s: %v", mine, got["agents"])
+	}
+	// Alice still drives her agent.
+	if ctx := mustTool(t, as, "sync_read_context", nil); !strings.Contains(fmt.Sprint(get(ctx, "state", "self")), "alice's secret") {
+		t.Fatalf("alice lost her agent: %v", ctx["state"])
+	}
+	// The rule is in help.
+	if help := mustTool(t, bs, "sync_help", map[string]any{"key": "roles"}); !strings.Contains(fmt.Sprint(help["content"]), `Ids with ":" belong to people`) {
+		t.Fatalf("help key roles: %v", help)
+	}
+}
+
+// Issue 25 item 2: a sync_wait in progress outlived the caller's access:
+// a person who left the room, revoked it from the connection
+// (sync_revoke_access) or whose connection was revoked still received the
+// room's context, including what was written afterwards, when the wait
+// woke. Access and the token are checked again at each wake-up.
+func TestAttackWaitOutlivesLostAccess(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	alice, bob := signup(t, srv, "alice"), signup(t, srv, "bob")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "lab"})
+	mustTool(t, as, "sync_embody", map[string]any{"room": "lab"})
+	lib := mustTool(t, as, "sync_help", map[string]any{"key": "standard_library"})
+	for _, d := range asList(lib["content"]) {
+		if def := d.(map[string]any); def["id"] == "set" {
+			mustTool(t, as, "sync_register_action", def)
+		}
+	}
+	var bobID string
+	if err := srv.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = 'bob'`).Scan(&bobID); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		name   string
+		revoke func(bobToken string)
+		code   string
+	}{
+		{"sync_revoke_access from another call", func(tok string) {
+			mustTool(t, connectWithToken(t, srv, tok), "sync_revoke_access", map[string]any{"room": "lab"})
+		}, "room_not_in_scope"},
+		{"leaving the room", func(string) {
+			if err := srv.lobby.LeaveRoom(ctx, bobID, "lab"); err != nil {
+				t.Fatal(err)
+			}
+		}, "room_not_in_scope"},
+		{"the connection revoked", func(string) {
+			var grant string
+			if err := srv.db.QueryRow(ctx, `SELECT grant_id FROM smcp_user_sessions WHERE user_id = $1 ORDER BY created_at DESC LIMIT 1`, bobID).Scan(&grant); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.auth.RevokeGrant(ctx, bobID, grant); err != nil {
+				t.Fatal(err)
+			}
+		}, "unauthorized"},
+	} {
+		mustTool(t, as, "sync_share_room", map[string]any{"room": "lab", "username": "bob", "role": "participant"})
+		tok := mintToken(t, srv, bob, map[string]string{"lab": "write"})["access_token"].(string)
+		bs := connectWithToken(t, srv, tok)
+		agent := mustTool(t, bs, "sync_embody", map[string]any{"room": "lab"})["agent"].(string)
+		key := fmt.Sprintf("plan%d", i)
+		got := make(chan map[string]any, 1)
+		go func() {
+			out, _ := callTool(t, bs, "sync_wait", map[string]any{"condition": "has(state._shared." + key + ")", "timeout_ms": 30000})
+			got <- out
+		}()
+		for n := 0; ; n++ {
+			a, _ := srv.svc.ListAgents(ctx, substrate.RoomPrincipal("lab"), "lab")
+			if slices.ContainsFunc(a, func(a substrate.Agent) bool { return a.ID == agent && a.Status == "waiting" }) {
+				break
+			}
+			if n > 300 {
+				t.Fatalf("%s: bob's wait never began", c.name)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.revoke(tok)
+		mustTool(t, as, "sync_invoke_action", map[string]any{"action": "set", "params": map[string]any{"key": key, "value": "written after " + c.name}})
+		select {
+		case out := <-got:
+			if out["error"] != c.code || strings.Contains(fmt.Sprint(out), "written after") {
+				t.Fatalf("HOLE: %s: the wait answered %v", c.name, out)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the wait did not end", c.name)
+		}
+		// Stepped out by the revocation, bob's agent stays idle: the
+		// refused wait does not mark it active again.
+		if i == 0 {
+			a, _ := srv.svc.ListAgents(ctx, substrate.RoomPrincipal("lab"), "lab")
+			if j := slices.IndexFunc(a, func(a substrate.Agent) bool { return a.ID == agent }); j < 0 || a[j].Status != "idle" {
+				t.Fatalf("%s: bob's agent after the refused wait: %+v", c.name, a)
+			}
+		}
+	}
+}
+
+// A model denied the loom cannot read it by ceasing to act (review of
+// issue 25 item 3): bob's agent is denied loom_aware and doc_read; after
+// sync_disembody the same connection observed with an observer's default
+// loom permissions, and → view showed the tree and the context the _loom
+// scope. Observing keeps the loom permissions of the connection's own
+// agent in the room, as the web pages keep the person's web agent's.
+func TestAttackLoomDenialSurvivesDisembodying(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave2"})
+	roomTok := room["token"].(string)
+	alice := owner(t, srv, "alice", "weave2", roomTok)
+	bob := signup(t, srv, "bob")
+	cs := connect(t, alice, map[string]string{"weave2": "admin"})
+	mustTool(t, cs, "sync_share_room", map[string]any{"room": "weave2", "username": "bob", "role": "participant"})
+	bs := connect(t, bob, map[string]string{"weave2": "write"})
+	agent := mustTool(t, bs, "sync_embody", map[string]any{"room": "weave2"})["agent"].(string)
+	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/weave2/loom", roomTok, map[string]any{"commands": `→ new tree "TREE-SECRET" "root"` + "\n→ deny " + agent + " loom_aware doc_read"}); code != 200 {
+		t.Fatalf("planting: %d %v", code, out)
+	}
+	mustTool(t, bs, "sync_disembody", nil)
+	if out, isErr := callTool(t, bs, "sync_loom", map[string]any{"commands": "→ view 1"}); !isErr || strings.Contains(fmt.Sprint(out), "TREE-SECRET") {
+		t.Fatalf("HOLE: → view runs for bob's connection once disembodied: %v", out)
+	}
+	if got := mustTool(t, bs, "sync_read_context", map[string]any{"room": "weave2"}); strings.Contains(fmt.Sprint(got), "TREE-SECRET") || strings.Contains(fmt.Sprint(got["state"]), "_loom") {
+		t.Fatalf("HOLE: bob's observing context shows the loom: %v", got["state"])
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,6 +86,7 @@ func TestNoHangWithTinyPool(t *testing.T) {
 	mustTool(t, cs, "sync_create_room", map[string]any{"room": "side"})
 	mustTool(t, cs, "sync_embody", map[string]any{"room": "side"})
 	mustTool(t, cs, "sync_invoke_action", map[string]any{"action": "_send_message", "params": map[string]any{"body": "hi"}})
+	mustTool(t, cs, "sync_register_action", map[string]any{"id": "go", "writes": []any{map[string]any{"scope": "_shared", "key": "go", "value": true}}})
 
 	// Every request gets a client-side limit well above what a healthy
 	// server needs and well below a hang.
@@ -127,6 +129,24 @@ func TestNoHangWithTinyPool(t *testing.T) {
 			rest("wait", "GET", "/rooms/busy/wait?timeout=12000&messages_limit=5&condition="+url.QueryEscape("state._shared.go == true"), waiters[i], nil)
 		}()
 	}
+	// MCP waits too: each wake-up checks the access token, the session and
+	// the person's access again (issue 25 item 2), with the same two
+	// connections.
+	const mcpWaits = 4
+	for range mcpWaits {
+		all.Add(1)
+		go func() {
+			defer all.Done()
+			cctx, cancel := context.WithTimeout(ctx, limit)
+			defer cancel()
+			start := time.Now()
+			res, err := cs.CallTool(cctx, &sdk.CallToolParams{Name: "sync_wait", Arguments: map[string]any{"room": "side", "condition": "has(state._shared.go)", "timeout_ms": 12000}})
+			if err == nil && (res.IsError || !strings.Contains(fmt.Sprint(res.StructuredContent), "triggered:true")) {
+				err = fmt.Errorf("sync_wait: %v", res.StructuredContent)
+			}
+			record("mcp wait", start, err)
+		}()
+	}
 	waitersUp.Wait()
 	for i := range n {
 		all.Add(3)
@@ -162,6 +182,8 @@ func TestNoHangWithTinyPool(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	rest("write", "PUT", "/rooms/busy/state", roomTok, map[string]any{"scope": "_shared", "key": "go", "value": true})
+	time.Sleep(200 * time.Millisecond) // the MCP waits have begun
+	mustTool(t, cs, "sync_invoke_action", map[string]any{"action": "go"})
 	all.Wait()
 	if len(failures) > 0 {
 		t.Fatalf("%d of %d requests failed with a pool of %d connections, e.g.:\n%v", len(failures), requests, pgtest.MaxConns, failures[:min(5, len(failures))])

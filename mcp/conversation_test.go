@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,11 +52,20 @@ func TestConversations(t *testing.T) {
 		t.Fatal("no conversations")
 	}
 	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".txtar"), func(t *testing.T) { replay(t, file) })
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txtar"), func(t *testing.T) { replay(t, file, replayOpts{}) })
 	}
 }
 
-func replay(t *testing.T, file string) {
+// replayOpts make a replay a step of another test: stop after a number of
+// calls (0: none), pin nothing, and see each call's result.
+type replayOpts struct {
+	stopAfter int
+	quiet     bool
+	onResult  func(call int, user, tool string, structured map[string]any, text string)
+}
+
+// replay runs a conversation file; it returns the sessions by user.
+func replay(t *testing.T, file string, o replayOpts) map[string]*sdk.ClientSession {
 	ar, err := txtar.ParseFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +76,7 @@ func replay(t *testing.T, file string) {
 	schemas := map[string]*jsonschema.Resolved{}
 	out := &txtar.Archive{Comment: ar.Comment}
 	changed := false
+	calls := 0
 	for i := 0; i < len(ar.Files); i++ {
 		f := ar.Files[i]
 		out.Files = append(out.Files, f)
@@ -106,6 +117,10 @@ func replay(t *testing.T, file string) {
 		if len(words) != 2 {
 			t.Fatalf("%s: section %q is neither a call (<user> <tool>) nor connect", file, f.Name)
 		}
+		calls++
+		if o.stopAfter > 0 && calls > o.stopAfter {
+			return sessions
+		}
 		cs := sessions[words[0]]
 		if cs == nil {
 			t.Fatalf("%s: %s calls before connecting", file, words[0])
@@ -127,6 +142,20 @@ func replay(t *testing.T, file string) {
 		var structured any
 		raw, _ := json.Marshal(res.StructuredContent)
 		_ = json.Unmarshal(raw, &structured)
+		if o.onResult != nil {
+			m, _ := structured.(map[string]any)
+			o.onResult(calls, words[0], words[1], m, text)
+		}
+		if o.quiet {
+			if i+1 < len(ar.Files) && (ar.Files[i+1].Name == "result" || ar.Files[i+1].Name == "error") {
+				i++
+			}
+			continue
+		}
+		// A refusal names what was wrong and the call to make next.
+		if res.IsError && !strings.Contains(text, "sync_") {
+			t.Errorf("%s: %s: the error names no call to make next: %s", file, f.Name, text)
+		}
 		// The text is a rendering of the same result: nothing in the
 		// JSON is missing from it.
 		for _, leaf := range leaves(structured) {
@@ -168,11 +197,136 @@ func replay(t *testing.T, file string) {
 			}
 		}
 	}
-	if changed && updating() {
+	if changed && updating() && !o.quiet {
 		if err := os.WriteFile(file, txtar.Format(out), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return sessions
+}
+
+// Every call the conversations' results advise (an error's next and
+// options, a cut's expand, a delta's full and more) is a call that
+// succeeds: each is made at the point of the conversation where it was
+// given, on a fresh replay up to there.
+func TestConversationHints(t *testing.T) {
+	files, _ := filepath.Glob("testdata/conversations/*.txtar")
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txtar"), func(t *testing.T) {
+			type hint struct {
+				call       int
+				user, from string
+				text       string
+			}
+			var hints []hint
+			seen := map[string]bool{}
+			replay(t, file, replayOpts{quiet: true, onResult: func(call int, user, tool string, m map[string]any, text string) {
+				// From the structured result, and from the text a model
+				// reads (an error may come as text only).
+				for _, h := range append(advisedCalls(m), textCalls(text)...) {
+					if !seen[user+h] {
+						seen[user+h] = true
+						hints = append(hints, hint{call, user, tool, h})
+					}
+				}
+			}})
+			if len(hints) == 0 {
+				t.Skip("no advised calls")
+			}
+			for _, h := range hints {
+				sessions := replay(t, file, replayOpts{quiet: true, stopAfter: h.call})
+				tool, args, ok := parseCall(h.text)
+				if !ok {
+					t.Errorf("after %s (call %d), the advice %q is not a call", h.from, h.call, h.text)
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				res, err := sessions[h.user].CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+				cancel()
+				if err != nil {
+					t.Errorf("after %s (call %d), %q: protocol error %v", h.from, h.call, h.text, err)
+					continue
+				}
+				if res.IsError {
+					raw, _ := json.Marshal(res.StructuredContent)
+					text := ""
+					if len(res.Content) > 0 {
+						text = res.Content[0].(*sdk.TextContent).Text
+					}
+					t.Errorf("after %s (call %d), the advised %q failed: %s %s", h.from, h.call, h.text, raw, text)
+				}
+			}
+			t.Logf("%d advised calls made", len(hints))
+		})
+	}
+}
+
+// advisedCalls are the calls a result advises: next, options, expand,
+// _expand, a delta's full and more, a message page's _expand.
+func advisedCalls(m map[string]any) []string {
+	var out []string
+	var walk func(v any, key string)
+	walk = func(v any, key string) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, val := range x {
+				walk(val, k)
+			}
+		case []any:
+			for _, val := range x {
+				walk(val, key)
+			}
+		case string:
+			switch key {
+			case "next", "options", "expand", "_expand", "full", "more":
+				if strings.HasPrefix(x, "sync_") {
+					// Prose may follow the call ("… to act in it").
+					out = append(out, callPart(x))
+				}
+			}
+		}
+	}
+	walk(m, "")
+	sort.Strings(out)
+	return out
+}
+
+// textCall finds advice in a result's text rendering: a next, expand,
+// _expand, full or more line (or list item) holding a call.
+var textCall = regexp.MustCompile(`(?m)^\s*(?:- )?(?:next|expand|_expand|full|more): "?(sync_[a-z_]+(?: \{.*)?)$`)
+
+// textCalls are the calls a result's text advises.
+func textCalls(text string) []string {
+	var out []string
+	for _, m := range textCall.FindAllStringSubmatch(text, -1) {
+		c := m[1]
+		if strings.HasSuffix(c, `"`) && strings.Count(c, `"`)%2 == 1 {
+			c = strings.TrimSuffix(c, `"`)
+		}
+		if strings.Contains(c, `\"`) { // a quoted scalar: unquote it
+			if u, err := strconv.Unquote(`"` + c + `"`); err == nil {
+				c = u
+			}
+		}
+		out = append(out, callPart(c))
+	}
+	return out
+}
+
+// callPart is the call at the start of a hint: the tool and its JSON
+// arguments, without prose after them.
+func callPart(s string) string {
+	name, rest, _ := strings.Cut(s, " ")
+	rest = strings.TrimSpace(rest)
+	if !strings.HasPrefix(rest, "{") {
+		return name
+	}
+	dec := json.NewDecoder(strings.NewReader(rest))
+	var v any
+	if dec.Decode(&v) != nil {
+		return s
+	}
+	return name + " " + rest[:dec.InputOffset()]
 }
 
 // restVocabulary finds the REST API's words: a method and a path, a
@@ -205,6 +359,7 @@ func normalise(v any) any {
 		x = timestamp.ReplaceAllString(x, "<time>")
 		x = clock.ReplaceAllString(x, "<hh:mm:ss>")
 		x = left.ReplaceAllString(x, "(<left>)")
+		x = sized.ReplaceAllString(x, "<n bytes>") // a summarised value holding times
 		return ago.ReplaceAllString(x, "<ago>")
 	}
 	return v
@@ -215,6 +370,7 @@ var (
 	ago       = regexp.MustCompile(`\b\d+ ?(ms|s|m|h|d) ago\b`)
 	clock     = regexp.MustCompile(`\b\d\d:\d\d:\d\d(Z|\b)`) // the loom's action trace and leases
 	left      = regexp.MustCompile(`\(((\d+h)?(\d+m)?[\d.]+m?s) left\)`)
+	sized     = regexp.MustCompile(`^<\d+ bytes>$`)
 )
 
 // leaves are the strings and numbers of a JSON value.

@@ -124,7 +124,7 @@ func owner(t *testing.T, srv *server, username, room, roomToken string) *person 
 	p := signup(t, srv, username)
 	var id string
 	_ = srv.db.QueryRow(context.Background(), `SELECT id FROM smcp_users WHERE username = $1`, username).Scan(&id)
-	if err := srv.lobby.ClaimRoom(context.Background(), id, room, roomToken); err != nil {
+	if _, err := srv.lobby.ClaimRoom(context.Background(), id, room, roomToken, false); err != nil {
 		t.Fatal(err)
 	}
 	return p

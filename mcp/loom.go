@@ -15,7 +15,7 @@ import (
 // and models have the same operations.
 
 type loomIn struct {
-	Commands string `json:"commands"`
+	Commands string `json:"commands,omitempty"`
 }
 
 // LoomOut is what sync_loom returns: the text to read, ambient line first

@@ -205,7 +205,14 @@ func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest
 		opt.Logger.Error("resolve MCP session", "err", err)
 		return nil, nil, err
 	}
-	out, err := d.run(ctx, &call{opt: opt, sess: sess}, req.Params.Arguments)
+	c := &call{opt: opt, sess: sess}
+	if req.Extra != nil && req.Extra.Header != nil {
+		c.bearer = httpmw.Bearer(&http.Request{Header: req.Extra.Header})
+	}
+	out, err := d.run(ctx, c, req.Params.Arguments)
+	if err != nil {
+		err = withNext(d.def.Name, req.Params.Arguments, sess, err)
+	}
 	if err != nil && errs.From(err).Code == errs.Internal {
 		opt.Logger.Error("tool failed", "tool", d.def.Name, "err", err)
 	}
@@ -247,7 +254,7 @@ func result(out any, err error, sess *lobby.Session) *sdk.CallToolResult {
 	if sess != nil {
 		level := ""
 		if sess.RoomID != "" {
-			level = sess.Scope.Level(sess.RoomID)
+			level = sess.Level(sess.RoomID) // rooms shared since the consent too
 		}
 		// The server's clock rides along: a model has no other reliable
 		// source for "now" (timers, last heartbeats, deadlines).

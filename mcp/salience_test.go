@@ -24,10 +24,14 @@ func TestSalienceOverMCP(t *testing.T) {
 	cs := connect(t, alice, map[string]string{"attn": "admin"})
 	mustTool(t, cs, "sync_embody", map[string]any{"room": "attn"})
 
-	// sync_embody returned the first context; the next reads are lean.
+	// sync_embody returned the arrival (agents, actions, attention), which
+	// is not the agent's first read: that one is enriched, the next lean.
 	first := mustTool(t, cs, "sync_read_context", nil)
-	if d := get(first, "_context", "depth"); d != "lean" {
-		t.Fatalf("a read after embodying (which returned the enriched context) is %v, want lean", d)
+	if d := get(first, "_context", "depth"); d != "full" {
+		t.Fatalf("the first read after embodying (which returned only the arrival) is %v, want full", d)
+	}
+	if d := get(mustTool(t, cs, "sync_read_context", nil), "_context", "depth"); d != "lean" {
+		t.Fatalf("the second read is %v, want lean", d)
 	}
 
 	mustTool(t, cs, "sync_register_view", map[string]any{"id": "total", "expr": "state._shared.missing + 1"})

@@ -37,10 +37,37 @@ func TestSharedRoomReachesOpenConnection(t *testing.T) {
 	if len(rooms) != 1 || get(rooms[0].(map[string]any), "room") != "guild" || get(rooms[0].(map[string]any), "access") != "write" {
 		t.Fatalf("bob's lobby after the share: %v", view)
 	}
-	mustTool(t, open, "sync_read_context", map[string]any{"room": "guild"})
+	read := mustTool(t, open, "sync_read_context", map[string]any{"room": "guild"})
+	// The session block says the level a shared room entered scope at.
+	if lvl := get(read, "_session", "scope_level"); lvl != "write" {
+		t.Fatalf("_session.scope_level of a room shared since the consent: %v", read["_session"])
+	}
 	emb := mustTool(t, open, "sync_embody", map[string]any{"room": "guild", "role": "scribe"})
 	if emb["agent"] != "scribe" {
 		t.Fatalf("embodying the role: %v", emb)
+	}
+	// The lobby shows what a person would choose the room by (a few
+	// _shared scalars) and which role each agent fills.
+	mustTool(t, as, "sync_register_action", map[string]any{"id": "phase", "writes": []any{map[string]any{"key": "phase", "value": "drafting"}}})
+	mustTool(t, as, "sync_invoke_action", map[string]any{"action": "phase"})
+	room := asList(get(mustTool(t, as, "sync_lobby", nil), "rooms"))[0].(map[string]any)
+	if get(room, "state_summary", "values", "phase") != "drafting" {
+		t.Errorf("the lobby's state summary lacks the room's scalars: %v", room["state_summary"])
+	}
+	fills := false
+	for _, a := range asList(room["agents"]) {
+		if a.(map[string]any)["id"] == "scribe" && a.(map[string]any)["fills"] == "scribe" {
+			fills = true
+		}
+	}
+	if !fills {
+		t.Errorf("the lobby does not say which role an agent fills: %v", room["agents"])
+	}
+	// A room's own summary view stands for the scalars.
+	mustTool(t, as, "sync_register_view", map[string]any{"id": "summary", "scope": "_shared", "expr": `{"phase": state._shared.phase, "roles": size(state._shared.roles)}`})
+	room = asList(get(mustTool(t, open, "sync_lobby", nil), "rooms"))[0].(map[string]any)
+	if get(room, "state_summary", "summary", "phase") != "drafting" || get(room, "state_summary", "values") != nil {
+		t.Errorf("the lobby does not show the room's summary view: %v", room["state_summary"])
 	}
 	if out := mustTool(t, late, "sync_lobby", nil); len(asList(get(out, "rooms"))) != 1 {
 		t.Fatalf("a connection consented before the share, first used after: %v", out)

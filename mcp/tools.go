@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncsubstrate/sync/lobby"
@@ -16,6 +17,9 @@ import (
 type call struct {
 	opt  *Options
 	sess *lobby.Session
+	// bearer is the access token the call came with, verified again by
+	// calls that outlive their request's check (sync_wait).
+	bearer string
 }
 
 // tool is a tool's definition and its thin adapter: decode, one lobby or
@@ -33,17 +37,6 @@ func annotations(readOnly, destructive, idempotent bool) *sdk.ToolAnnotations {
 		a.DestructiveHint = ptr(destructive)
 	}
 	return a
-}
-
-// decode reads tool arguments strictly: a misspelt argument is an error.
-func decode(args json.RawMessage, v any) error {
-	if len(args) == 0 || string(args) == "null" {
-		args = []byte("{}")
-	}
-	if err := strictJSON(args, v); err != nil {
-		return errs.New(errs.InvalidField, "arguments do not fit the tool's schema: %v", err).WithHint("check the argument names and types against the tool's input schema")
-	}
-	return nil
 }
 
 // actor is the embodied agent's authority in its room (c.sess.RoomID);
@@ -68,6 +61,30 @@ func (c *call) principal(ctx context.Context, room string) (*substrate.Principal
 	return p, nil
 }
 
+// recheckToken makes a long call's re-checks (Principal.Refresh, at each
+// wake-up of a wait) verify the access token again before the lobby's
+// session and access: a token revoked meanwhile ends the call with
+// unauthorized rather than the room.
+func (c *call) recheckToken(p *substrate.Principal) {
+	inner := p.Refresh
+	if inner == nil || c.opt.Auth == nil || c.bearer == "" {
+		return
+	}
+	var refresh func(ctx context.Context) (*substrate.Principal, error)
+	refresh = func(ctx context.Context) (*substrate.Principal, error) {
+		if ti, err := c.opt.Auth.Verify(ctx, c.bearer); err != nil || ti.GrantID != c.sess.GrantID {
+			return nil, errs.New(errs.Unauthorized, "the access token was revoked while the call ran").WithHint("reconnect the integration")
+		}
+		np, err := inner(ctx)
+		if err != nil {
+			return nil, err
+		}
+		inner, np.Refresh = np.Refresh, refresh
+		return np, nil
+	}
+	p.Refresh = refresh
+}
+
 func (c *call) room(room string) string {
 	if room != "" {
 		return room
@@ -81,42 +98,48 @@ type (
 	noArgs struct{}
 
 	createRoomIn struct {
-		Room  string `json:"room,omitempty" jsonschema:"Room id (letters, digits, . _ : @ -). Random when omitted."`
-		Label string `json:"label,omitempty" jsonschema:"Human-readable name."`
+		Room  string `json:"room,omitempty" jsonschema:"Letters, digits, . _ : @ - (default random)."`
+		Label string `json:"label,omitempty"`
 	}
 
 	// shaping is how a context is shaped, as sync_read_context and
 	// sync_wait take it.
 	shaping struct {
-		Depth         string `json:"depth,omitempty" jsonschema:"lean (default), full (actions' params, writes, if) or usage (+ invocation counts)."`
-		Only          string `json:"only,omitempty" jsonschema:"Sections to keep, comma-separated: state, views, agents, actions, messages, state.<scope>."`
-		MessagesLimit *int64 `json:"messages_limit,omitempty" jsonschema:"Messages to return, 1–500 (default 100)."`
-		MaxBytes      *int64 `json:"max_bytes,omitempty" jsonschema:"Result size budget, bytes (default 32000); cuts are listed in _context.budget."`
+		Depth         string `json:"depth,omitempty" jsonschema:"lean (default), full (action definitions) or usage."`
+		Only          string `json:"only,omitempty" jsonschema:"Comma-separated: state, views, agents, actions, messages, state.<scope>, views.<id>."`
+		MessagesLimit *int64 `json:"messages_limit,omitempty" jsonschema:"1–500 (default 100)."`
+		MaxBytes      *int64 `json:"max_bytes,omitempty" jsonschema:"Size budget in bytes (default 32000)."`
 	}
 
 	readContextIn struct {
-		Room string `json:"room,omitempty" jsonschema:"Room id (default: your current room)."`
+		Room string `json:"room,omitempty"`
 		shaping
-		MessagesAfter *int64 `json:"messages_after,omitempty" jsonschema:"Return messages after this seq (paging)."`
-		Include       string `json:"include,omitempty" jsonschema:"Log scopes to add to state: _messages, _audit."`
+		MessagesAfter *int64 `json:"messages_after,omitempty" jsonschema:"Messages after this seq (paging)."`
+		Include       string `json:"include,omitempty" jsonschema:"_messages and/or _audit, added to state."`
+		KeysAfter     string `json:"keys_after,omitempty" jsonschema:"State keys after this one (paging)."`
+		Prefix        string `json:"prefix,omitempty" jsonschema:"State keys starting with this."`
 	}
 
 	embodyIn struct {
-		Room  string `json:"room" jsonschema:"Room id."`
-		Agent string `json:"agent,omitempty" jsonschema:"An existing agent of yours to switch to."`
-		Role  string `json:"role,omitempty" jsonschema:"A role defined in _shared.roles to fill."`
+		Room     string `json:"room"`
+		Agent    string `json:"agent,omitempty" jsonschema:"Another agent of yours."`
+		Role     string `json:"role,omitempty" jsonschema:"A role to fill."`
+		Context  string `json:"context,omitempty" jsonschema:"arrival (default), full or none."`
+		Only     string `json:"only,omitempty" jsonschema:"As in sync_read_context."`
+		MaxBytes *int64 `json:"max_bytes,omitempty" jsonschema:"Size budget in bytes (default 6000)."`
 	}
 
 	invokeIn struct {
-		Action string          `json:"action" jsonschema:"Action id, as listed in the context's actions."`
-		Params json.RawMessage `json:"params,omitempty" jsonschema:"The action's parameters."`
+		Action string          `json:"action" `
+		Params json.RawMessage `json:"params,omitempty" `
 	}
 
 	waitIn struct {
-		Condition string `json:"condition" jsonschema:"CEL condition (see sync_help key expressions)."`
-		Room      string `json:"room,omitempty" jsonschema:"Room id (default: your current room)."`
-		TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"How long to wait, ms (default 25000, max 45000)."`
-		Context   string `json:"context,omitempty" jsonschema:"full (default) or none: only whether it held, with the room seq."`
+		Condition string `json:"condition" jsonschema:"CEL condition."`
+		Room      string `json:"room,omitempty"`
+		TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"Default 25000, max 45000."`
+		Context   string `json:"context,omitempty" jsonschema:"delta (default), full or none."`
+		Since     *int64 `json:"since,omitempty" jsonschema:"Seq the delta starts after."`
 		waitShaping
 	}
 
@@ -130,11 +153,11 @@ type (
 	}
 
 	registerActionIn struct {
-		ID          string                         `json:"id" jsonschema:"Action id."`
-		Scope       string                         `json:"scope,omitempty" jsonschema:"_shared (default), or your agent id to write your own scope."`
-		Description string                         `json:"description,omitempty" jsonschema:"What it does."`
-		Intent      string                         `json:"intent,omitempty" jsonschema:"Why it exists."`
-		Params      map[string]substrate.ParamSpec `json:"params,omitempty" jsonschema:"name → {type, enum, required, description, default}."`
+		ID          string                         `json:"id"`
+		Scope       string                         `json:"scope,omitempty" jsonschema:"_shared (default) or your agent id."`
+		Description string                         `json:"description,omitempty"`
+		Intent      string                         `json:"intent,omitempty"`
+		Params      map[string]substrate.ParamSpec `json:"params,omitempty" jsonschema:"name → {type, enum, required, default}."`
 		If          string                         `json:"if,omitempty" jsonschema:"CEL precondition."`
 		Enabled     string                         `json:"enabled,omitempty" jsonschema:"CEL visibility gate."`
 		Writes      []substrate.WriteTemplate      `json:"writes,omitempty" jsonschema:"{scope, key, value|merge|increment|delete, append, expr, if_version, timer}; templates ${params.x}, ${self}, ${now}."`
@@ -144,48 +167,48 @@ type (
 	}
 
 	registerViewIn struct {
-		ID          string           `json:"id" jsonschema:"View id."`
-		Expr        string           `json:"expr" jsonschema:"CEL expression."`
+		ID          string           `json:"id"`
+		Expr        string           `json:"expr"`
 		Scope       string           `json:"scope,omitempty" jsonschema:"Your agent id (default) or _shared."`
-		Description string           `json:"description,omitempty" jsonschema:"What it shows."`
+		Description string           `json:"description,omitempty"`
 		Enabled     string           `json:"enabled,omitempty" jsonschema:"CEL visibility gate."`
 		Render      json.RawMessage  `json:"render,omitempty" jsonschema:"Display hints {type, label, …}."`
 		Timer       *substrate.Timer `json:"timer,omitempty" jsonschema:"Lifecycle: {ms|at|ticks+tick_on, effect}."`
 	}
 
 	deleteIn struct {
-		ID string `json:"id" jsonschema:"Its id."`
+		ID string `json:"id"`
 	}
 
 	sendMessageIn struct {
-		Body any    `json:"body" jsonschema:"The message (text or JSON)."`
-		Kind string `json:"kind,omitempty" jsonschema:"Kind, default chat."`
-		To   any    `json:"to,omitempty" jsonschema:"Agent id or list of agent ids."`
+		Body any    `json:"body" jsonschema:"Text or JSON."`
+		Kind string `json:"kind,omitempty" jsonschema:"Default chat."`
+		To   any    `json:"to,omitempty" jsonschema:"Agent id or ids."`
 	}
 
 	helpIn struct {
-		Key  string `json:"key,omitempty" jsonschema:"Help key."`
-		Room string `json:"room,omitempty" jsonschema:"Room whose overrides to read."`
+		Key  string `json:"key,omitempty"`
+		Room string `json:"room,omitempty" jsonschema:"Its overrides."`
 	}
 
 	evalIn struct {
-		Expr   string          `json:"expr" jsonschema:"CEL expression."`
-		Room   string          `json:"room,omitempty" jsonschema:"Room id (default: your current room)."`
-		Params json.RawMessage `json:"params,omitempty" jsonschema:"Values for params.<name>, as in sync_invoke_action."`
+		Expr   string          `json:"expr"`
+		Room   string          `json:"room,omitempty"`
+		Params json.RawMessage `json:"params,omitempty" jsonschema:"Bound as params."`
 	}
 
 	roomIn struct {
-		Room string `json:"room" jsonschema:"Room id."`
+		Room string `json:"room"`
 	}
 
 	restrictIn struct {
-		Scope string `json:"scope" jsonschema:"The scope to keep."`
+		Scope string `json:"scope" `
 	}
 
 	shareIn struct {
-		Room     string `json:"room" jsonschema:"Room id."`
-		Username string `json:"username" jsonschema:"Their username."`
-		Role     string `json:"role,omitempty" jsonschema:"Their role (default participant)."`
+		Room     string `json:"room"`
+		Username string `json:"username"`
+		Role     string `json:"role,omitempty" jsonschema:"Default participant."`
 	}
 )
 
@@ -220,10 +243,44 @@ type (
 )
 
 var (
-	depths   = []string{"lean", "full", "usage"}
-	shaped   = map[string][]string{"depth": depths}
-	waitEnum = map[string][]string{"depth": depths, "context": {"full", "none"}}
+	depths     = []string{"lean", "full", "usage"}
+	shaped     = map[string][]string{"depth": depths}
+	waitEnum   = map[string][]string{"depth": depths, "context": {"delta", "full", "none"}}
+	embodyEnum = map[string][]string{"context": {"arrival", "full", "none"}}
 )
+
+// sessionReserve is the room a budget leaves for the _session block
+// every result carries.
+const sessionReserve = 200
+
+// ArrivalMaxBytes is the budget of an embodiment's arrival.
+const ArrivalMaxBytes = 6000
+
+// arrivalRequest is the context an embodiment answers with: by default
+// the arrival (agents, actions, the newest three messages and
+// _attention, about 2,000 tokens at most), which does not count as the
+// agent's first read of the room (that one, at depth full, is still to
+// come).
+func arrivalRequest(in *embodyIn) (substrate.ContextRequest, error) {
+	sh := shaping{Only: in.Only, MaxBytes: in.MaxBytes}
+	switch in.Context {
+	case "", "arrival":
+		if sh.Only == "" {
+			sh.Only = "agents,actions,messages"
+		}
+		if sh.MaxBytes == nil {
+			sh.MaxBytes = ptr(int64(ArrivalMaxBytes))
+		}
+		sh.MessagesLimit = ptr(int64(3))
+		q, err := contextRequest(sh, nil, "", "")
+		q.Peek = true
+		return q, err
+	case "full", "none":
+		return contextRequest(sh, nil, "", "")
+	}
+	return substrate.ContextRequest{}, errs.New(errs.InvalidField, "context %q is not arrival, full or none", in.Context).With("field", "context").
+		WithHint(`leave context out for the arrival, or pass "full" for the whole context`)
+}
 
 // deleteTool is sync_delete_action or sync_delete_view.
 func deleteTool(kind, article string, del func(*substrate.Service, context.Context, *substrate.Principal, string, string) (int64, error)) tool {
@@ -243,11 +300,22 @@ func deleteTool(kind, article string, del func(*substrate.Service, context.Conte
 		})
 }
 
+// hide leaves rarely used arguments out of a tool's input schema (tools/list
+// is paid for in every conversation); they are still taken, and the tool's
+// description or help names them.
+func hide(t tool, names ...string) tool {
+	s := t.def.InputSchema.(*jsonschema.Schema)
+	for _, n := range names {
+		delete(s.Properties, n)
+	}
+	return t
+}
+
 // tools are sync's MCP tools, in the order clients list them.
 func tools() []tool {
 	return []tool{
 		typed(&sdk.Tool{Name: "sync_lobby", Title: "Lobby",
-			Description: "Start here: your rooms (access, agents, roles), whether you may create rooms, what you embody and focus. Next: sync_read_context to observe, sync_embody to act, or sync_create_room.",
+			Description: "Start here: your rooms (access, agents, roles), what you embody and focus, whether you may create rooms. Next: sync_read_context to observe, sync_embody to act.",
 			Annotations: annotations(true, false, true)}, nil,
 			func(ctx context.Context, c *call, _ *noArgs) (*lobby.View, error) {
 				return c.opt.Lobby.View(ctx, c.sess)
@@ -258,32 +326,43 @@ func tools() []tool {
 			func(ctx context.Context, c *call, in *createRoomIn) (*lobby.CreatedRoom, error) {
 				return c.opt.Lobby.CreateRoomFor(ctx, c.sess, in.Room, in.Label)
 			}),
-		typed(&sdk.Tool{Name: "sync_read_context", Title: "Read room context",
-			Description: "What you perceive in a room in one read: state (yours as self), views, agents, actions with availability, messages, and _context (what was left out; the call that reads it). Observing focuses the room. Reading messages marks them read.",
+		hide(typed(&sdk.Tool{Name: "sync_read_context", Title: "Read room context",
+			Description: "What you perceive in a room: state (yours as self), views, agents, actions with availability, messages. Use it to look around; waits return only changes. Narrow with only, prefix or keys_after; page messages with messages_after (include adds _messages or _audit to state); _context.budget names the call for what a cut left out. Focuses the room; marks shown messages read.",
 			Annotations: annotations(true, false, true)}, shaped,
 			func(ctx context.Context, c *call, in *readContextIn) (*substrate.Envelope, error) {
 				q, err := contextRequest(in.shaping, in.MessagesAfter, in.Include, "")
 				if err != nil {
 					return nil, err
 				}
+				q.KeysAfter, q.Prefix, q.Reserve = in.KeysAfter, in.Prefix, sessionReserve
 				return c.opt.Lobby.ReadContext(ctx, c.sess, c.room(in.Room), q, Words)
-			}),
-		typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
-			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role). Observers cannot embody. Returns your agent's context. Next: sync_invoke_action.",
-			Annotations: annotations(false, false, true)}, nil,
+			}), "include"),
+		hide(typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
+			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role); observers cannot. Returns your arrival: who is here, your actions, what needs attention (context full: the room; only, max_bytes as sync_read_context).",
+			Annotations: annotations(false, false, true)}, embodyEnum,
 			func(ctx context.Context, c *call, in *embodyIn) (*EmbodyResult, error) {
-				q, err := contextRequest(shaping{}, nil, "", "")
+				// The arrival's shape is checked before anything changes.
+				q, err := arrivalRequest(in)
 				if err != nil {
 					return nil, err
 				}
-				e, env, err := c.opt.Lobby.EmbodyAndRead(ctx, c.sess, in.Room, in.Agent, in.Role, q, Words)
+				read := &q
+				if in.Context == "none" {
+					read = nil
+				}
+				// The result's frame around the context draws on its budget.
+				frame := func(e *lobby.Embodiment) int {
+					b, _ := json.Marshal(&EmbodyResult{Embodiment: e, Bootstrap: e.Bootstrap})
+					return len(b) + sessionReserve
+				}
+				e, env, err := c.opt.Lobby.EmbodyAndRead(ctx, c.sess, in.Room, in.Agent, in.Role, read, frame, Words)
 				if err != nil {
 					return nil, err
 				}
 				return &EmbodyResult{Embodiment: e, Bootstrap: e.Bootstrap, Context: env}, nil
-			}),
+			}), "only", "max_bytes"),
 		typed(&sdk.Tool{Name: "sync_disembody", Title: "Stop acting",
-			Description: "Return to observing. Your agent goes idle, keeping its state, actions and views; a role it filled is freed. Returns the lobby.",
+			Description: "Stop acting and observe: your agent idles, keeping its state, actions and views, and frees its role; the room stays focused. Returns the lobby.",
 			Annotations: annotations(false, false, true)}, nil,
 			func(ctx context.Context, c *call, _ *noArgs) (*DisembodyResult, error) {
 				e, v, err := c.opt.Lobby.DisembodyToLobby(ctx, c.sess)
@@ -293,7 +372,7 @@ func tools() []tool {
 				return &DisembodyResult{Embodiment: e, Lobby: v}, nil
 			}),
 		typed(&sdk.Tool{Name: "sync_invoke_action", Title: "Invoke an action",
-			Description: "Invoke an action (or builtin, e.g. _send_message) in your room, with its registrar's authority. A failure changes nothing and says why. Returns what it wrote (scope, key, version, bytes) and its result.",
+			Description: "Invoke an action (or a builtin) in your room with its registrar's authority. A failure changes nothing and says why. Returns what it wrote and its result.",
 			Annotations: annotations(false, true, false)}, nil,
 			func(ctx context.Context, c *call, in *invokeIn) (*substrate.InvokeSummary, error) {
 				p, err := c.actor(ctx)
@@ -306,8 +385,8 @@ func tools() []tool {
 				}
 				return res.Summary(), nil
 			}),
-		typed(&sdk.Tool{Name: "sync_wait", Title: "Wait for a condition",
-			Description: "Wait, instead of polling, until a CEL condition over the room holds (e.g. messages.directed_unread > 0). Returns {triggered: true, context} when it does, or {timeout: true, unmet} after timeout_ms: then call again.",
+		hide(typed(&sdk.Tool{Name: "sync_wait", Title: "Wait for a condition",
+			Description: "Wait instead of polling until a CEL condition holds (e.g. messages.directed_unread > 0). Wakes with what changed since your last read (or since a seq: since); context full: the whole room. Times out after timeout_ms with only the condition: call again.",
 			Annotations: annotations(true, false, true)}, waitEnum,
 			func(ctx context.Context, c *call, in *waitIn) (*substrate.WaitResult, error) {
 				room := c.room(in.Room)
@@ -315,6 +394,7 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
+				c.recheckToken(p)
 				// A wake-up needs the latest few messages, not 100.
 				if in.MessagesLimit == nil {
 					in.MessagesLimit = ptr(int64(20))
@@ -323,12 +403,14 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
+				q.Since = in.Since
+				q.Reserve = sessionReserve + 2*len(in.Condition) + 200
 				// The substrate decides the default timeout and the cap (the
 				// same for every surface).
 				return c.opt.Substrate.Wait(ctx, p, room, in.Condition, time.Duration(in.TimeoutMS)*time.Millisecond, q)
-			}),
-		typed(&sdk.Tool{Name: "sync_register_action", Title: "Register an action",
-			Description: "Register or replace an action in your room: named, parameterised, guarded writes anyone may invoke. Examples: sync_help key standard_library. Returns the definition, changes and warnings.",
+			}), "depth", "messages_limit", "since"),
+		hide(typed(&sdk.Tool{Name: "sync_register_action", Title: "Register an action",
+			Description: "Register or replace an action in your room: named, parameterised, guarded writes anyone may invoke, with your authority. Ready-made ones: sync_help key standard_library (also timer, on_invoke). Returns the definition, changes and warnings.",
 			Annotations: annotations(false, true, true)}, nil,
 			func(ctx context.Context, c *call, in *registerActionIn) (*substrate.RegisterResult, error) {
 				p, err := c.actor(ctx)
@@ -337,9 +419,9 @@ func tools() []tool {
 				}
 				return c.opt.Substrate.RegisterAction(ctx, p, c.sess.RoomID, substrate.ActionDef{ID: in.ID, Scope: in.Scope, Description: in.Description,
 					Intent: in.Intent, Params: in.Params, If: in.If, Enabled: in.Enabled, Writes: in.Writes, Result: in.Result, Timer: in.Timer, OnInvoke: in.OnInvoke})
-			}),
-		typed(&sdk.Tool{Name: "sync_register_view", Title: "Register a view",
-			Description: "Register or replace a view: a CEL expression evaluated with your read authority whose value is public. Returns its value.",
+			}), "timer", "on_invoke"),
+		hide(typed(&sdk.Tool{Name: "sync_register_view", Title: "Register a view",
+			Description: "Register or replace a view: a CEL expression evaluated with your read authority whose value is public (also enabled, render and timer). Returns its value.",
 			Annotations: annotations(false, true, true)}, nil,
 			func(ctx context.Context, c *call, in *registerViewIn) (*substrate.RegisterResult, error) {
 				p, err := c.actor(ctx)
@@ -348,11 +430,11 @@ func tools() []tool {
 				}
 				return c.opt.Substrate.RegisterView(ctx, p, c.sess.RoomID, substrate.ViewDef{ID: in.ID, Expr: in.Expr, Scope: in.Scope,
 					Description: in.Description, Enabled: in.Enabled, Render: in.Render, Timer: in.Timer})
-			}),
+			}), "render", "timer", "enabled"),
 		deleteTool("action", "an", (*substrate.Service).DeleteAction),
 		deleteTool("view", "a", (*substrate.Service).DeleteView),
 		typed(&sdk.Tool{Name: "sync_send_message", Title: "Send a message",
-			Description: "Post a message as your agent; with to (agent id or list) it is directed and raises their directed_unread.",
+			Description: "Post a message as your agent; with to it is directed and raises their directed_unread.",
 			Annotations: annotations(false, false, false)}, nil,
 			func(ctx context.Context, c *call, in *sendMessageIn) (*substrate.InvokeSummary, error) {
 				p, err := c.actor(ctx)
@@ -367,7 +449,7 @@ func tools() []tool {
 				return res.Summary(), nil
 			}),
 		typed(&sdk.Tool{Name: "sync_help", Title: "Help",
-			Description: "sync's help: without key, the list of keys (guide, standard_library, expressions, context_shaping, …). Rooms may override keys.",
+			Description: "Help: without key, the list of keys (guide, standard_library, expressions, …); rooms may override keys.",
 			Annotations: annotations(true, false, true)}, nil,
 			func(ctx context.Context, c *call, in *helpIn) (*substrate.HelpResult, error) {
 				room := c.room(in.Room)
@@ -381,7 +463,7 @@ func tools() []tool {
 				return c.opt.Substrate.Help(ctx, p, room, in.Key)
 			}),
 		typed(&sdk.Tool{Name: "sync_eval_cel", Title: "Evaluate CEL",
-			Description: "Evaluate CEL against a room with your read authority, to test conditions. Bind params to try an action's if; a false result names the clause that failed.",
+			Description: "Evaluate CEL in a room with your read authority, to test a condition or, binding params, an action's if; false names the failing clause.",
 			Annotations: annotations(true, false, true)}, nil,
 			func(ctx context.Context, c *call, in *evalIn) (*substrate.EvalResult, error) {
 				room := c.room(in.Room)
@@ -398,13 +480,13 @@ func tools() []tool {
 				return c.opt.Lobby.RevokeAccess(ctx, c.sess, in.Room)
 			}),
 		typed(&sdk.Tool{Name: "sync_restrict_scope", Title: "Narrow scope",
-			Description: "Narrow this connection's scope to a scope string (rooms:<id>:<observe|read|write|admin>, rooms:*:<level>, create_rooms); never widens.",
+			Description: "Narrow this connection's scope (rooms:<id>:<level>, rooms:*:<level>, create_rooms); never widens.",
 			Annotations: annotations(false, true, true)}, nil,
 			func(ctx context.Context, c *call, in *restrictIn) (*lobby.ScopeChange, error) {
 				return c.opt.Lobby.RestrictScope(ctx, c.sess, in.Scope)
 			}),
 		typed(&sdk.Tool{Name: "sync_share_room", Title: "Share a room",
-			Description: "Give another sync user a role in a room you own: owner, collaborator, participant or observer.",
+			Description: "Give another sync user a role in a room you own.",
 			Annotations: annotations(false, false, true)}, map[string][]string{"role": {"owner", "collaborator", "participant", "observer"}},
 			func(ctx context.Context, c *call, in *shareIn) (*Shared, error) {
 				role, err := c.opt.Lobby.ShareRoomByName(ctx, c.sess, in.Room, in.Username, in.Role, c.opt.Auth.UserID)

@@ -141,7 +141,7 @@ func TestTypeScriptClientSeesToolErrors(t *testing.T) {
 	got := runTSScript(t, signup(t, srv, "alice"), "ts-errors.mjs", srv.base+"/mcp/")
 	errs, _ := got["errors"].(map[string]any)
 	for kind, want := range map[string][]string{
-		"bad_arguments": {"error: invalid_field", "message: ", "unknown field", "timeout", "hint: ", "input schema"},
+		"bad_arguments": {"error: invalid_field", "message: ", "has no argument", "timeout", "hint: ", "did you mean", "timeout_ms", "next: "},
 		"not_found":     {"error: action_not_found", "message: ", "nope", "claim", "_session: "},
 		"precondition":  {"error: precondition_failed", "message: ", "params.n > 5", "hint: ", "read: "},
 		"scope":         {"error: room_not_in_scope", "message: ", "elsewhere", "sync_create_room"},

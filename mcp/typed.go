@@ -24,7 +24,7 @@ func typed[In, Out any](def *sdk.Tool, enums map[string][]string, run func(conte
 	def.OutputSchema = outputSchema[Out]()
 	return tool{def, func(ctx context.Context, c *call, args json.RawMessage) (any, error) {
 		var in In
-		if err := decode(args, &in); err != nil {
+		if err := decodeArgs(def.Name, args, &in); err != nil {
 			return nil, err
 		}
 		out, err := run(ctx, c, &in)
@@ -52,6 +52,9 @@ func inputSchema[In any](enums map[string][]string) *jsonschema.Schema {
 	if err != nil {
 		panic(fmt.Sprintf("input schema of %T: %v", *new(In), err))
 	}
+	// Unknown arguments are refused by decodeArgs, with the nearest
+	// argument named, which a client's own schema check would not say.
+	s.AdditionalProperties = nil
 	for name, p := range s.Properties {
 		s.Properties[name] = shallow(p)
 		if e, ok := enums[name]; ok {

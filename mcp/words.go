@@ -11,6 +11,13 @@ type words struct{}
 
 func (words) Say(s errs.Step) string {
 	switch s.Op {
+	case opCall:
+		tool, _ := s.Args["tool"].(string)
+		args, _ := s.Args["args"].(map[string]any)
+		if len(args) == 0 {
+			return tool + " {}"
+		}
+		return errs.SayCall(tool, errs.Step{Args: args}, "")
 	case errs.OpReadContext:
 		return errs.SayCall("sync_read_context", s, "room")
 	case errs.OpWait:

@@ -150,7 +150,12 @@ func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
 	case "create":
 		_, err = rooms.CreateRoom(ctx, u.ID, room, strings.TrimSpace(r.PostFormValue("label")))
 	case "claim":
-		err = rooms.ClaimRoom(ctx, u.ID, room, strings.TrimSpace(r.PostFormValue("token")))
+		var token string
+		token, err = rooms.ClaimRoom(ctx, u.ID, room, strings.TrimSpace(r.PostFormValue("token")), r.PostFormValue("rotate") != "")
+		if err == nil && token != "" {
+			wb.render(w, http.StatusOK, "roomtoken", map[string]any{"Room": room, "Token": token})
+			return
+		}
 	case "share":
 		var other string
 		if other, err = wb.s.UserID(ctx, r.PostFormValue("username")); err == nil {

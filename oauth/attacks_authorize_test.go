@@ -1,6 +1,7 @@
 package oauth_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -87,13 +88,20 @@ func TestAttackMetadataFetchErrorsRevealNothing(t *testing.T) {
 
 // With an outbound proxy, the proxy resolves names out of the connect-time
 // check's sight: syncd resolves and checks the document's host itself and
-// never asks the proxy for a non-public one.
+// never asks the proxy for a non-public one. IPv6 forms that embed an
+// IPv4 address (IPv4-compatible ::a.b.c.d, SIIT ::ffff:0:a.b.c.d, Teredo)
+// or are not the public internet (discard 100::/64, documentation) passed
+// the check as "global unicast" before IPv6 was limited to 2000::/3 minus
+// its special ranges: a proxy, or a host with a sit tunnel, may carry
+// ::127.0.0.1 to the loopback.
 func TestAttackMetadataProxyStillRefusesPrivate(t *testing.T) {
 	proxy := newConnectProxy(t)
 	pu, _ := url.Parse(proxy.srv.URL)
 	h := newHarness(t, oauth.Options{MetadataProxy: pu})
 	b := h.browser()
-	for _, id := range []string{"https://localhost:9/client.json", "https://127.0.0.1:9/c.json", "https://[::ffff:10.0.0.1]:9/c.json", "https://100.64.0.1/c.json"} {
+	for _, id := range []string{"https://localhost:9/client.json", "https://127.0.0.1:9/c.json", "https://[::ffff:10.0.0.1]:9/c.json", "https://100.64.0.1/c.json",
+		"https://[::7f00:1]:9/c.json", "https://[::a00:1]/c.json", "https://[::ffff:0:7f00:1]:9/c.json", "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/c.json",
+		"https://[100::1]/c.json", "https://[2001:db8::1]/c.json", "https://[3fff::1]/c.json", "https://[5f00::1]/c.json"} {
 		r := b.do("GET", h.authorizeURL(client{id: id, redirect: "http://localhost:40006/callback", verifier: strings.Repeat("b", 50)}, nil), nil, nil)
 		if r.status != 400 {
 			t.Fatalf("%s: %d %s", id, r.status, r.body)
@@ -101,5 +109,77 @@ func TestAttackMetadataProxyStillRefusesPrivate(t *testing.T) {
 	}
 	if got := proxy.targets(); len(got) != 0 {
 		t.Fatalf("HOLE: the proxy was asked to connect to %v", got)
+	}
+}
+
+// The last good copy of a metadata document stands in while its host
+// fails, but it must not keep a document alive that its publisher
+// withdrew (the host answers 404 or 410), nor one syncd has not managed to
+// fetch for over a week (whoever keeps syncd from the host would keep a
+// changed document, a removed redirect URI, in force): the client is
+// refused, at refresh and at /authorize, until a fetch succeeds again.
+// Seen failing with every failed fetch served from the stored copy.
+func TestAttackMetadataDocumentWithdrawnNotServedStale(t *testing.T) {
+	d := newDocServer(t, false, "http://localhost/callback")
+	h := newHarness(t, oauth.Options{AllowPrivateMetadataFetch: true})
+	alice := h.enrol("alice")
+	h.room("r", h.userID("alice"), "owner")
+	c := client{id: d.id, redirect: "http://localhost:40007/callback", verifier: strings.Repeat("w", 50)}
+	expire := func(fetchedAgo string) {
+		t.Helper()
+		if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_clients SET metadata = metadata
+			|| jsonb_build_object('cimd_expires', now() - interval '1 second', 'cimd_fetched', now() - $1::interval)`, fetchedAgo); err != nil {
+			t.Fatal(err)
+		}
+		h.s.ForgetClients()
+	}
+	refresh := func(rt string) reply {
+		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}})
+	}
+	for _, tc := range []struct {
+		name       string
+		status     int
+		down       bool
+		fetchedAgo string
+	}{{"withdrawn (404)", 404, false, "1 minute"}, {"withdrawn (410)", 410, false, "1 minute"}, {"host down for 8 days", 0, true, "8 days"}} {
+		d.status.Store(0)
+		d.down.Store(false)
+		expire("1 minute")
+		loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false)
+		rt := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+		d.status.Store(int32(tc.status))
+		d.down.Store(tc.down)
+		expire(tc.fetchedAgo)
+		if r := refresh(rt); r.status == 200 {
+			t.Fatalf("HOLE (%s): the stored copy of the document still serves a refresh: %s", tc.name, r.body)
+		}
+		fetches := d.fetches.Load()
+		h.s.ForgetClients()
+		if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 400 || !strings.Contains(r.body, "could not be fetched") {
+			t.Fatalf("HOLE (%s): /authorize with the stored copy: %d %s", tc.name, r.status, r.body)
+		}
+		if d.fetches.Load() != fetches {
+			t.Fatalf("%s: fetched again at once instead of after the retry wait", tc.name)
+		}
+		// Back: the next fetch serves again.
+		d.status.Store(0)
+		d.down.Store(false)
+		expire("1 minute")
+		if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 200 {
+			t.Fatalf("%s: the document is back but the client is still refused: %d %s", tc.name, r.status, r.body)
+		}
+	}
+	// A copy stored before fetch times were kept still stands in for a
+	// host that is down (it was fetched at most 24 h before it expired).
+	loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false)
+	rt := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+	d.down.Store(true)
+	if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_clients SET metadata = (metadata - 'cimd_fetched')
+		|| jsonb_build_object('cimd_expires', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	h.s.ForgetClients()
+	if r := refresh(rt); r.status != 200 {
+		t.Fatalf("a copy stored before fetch times were kept, host down: %d %s", r.status, r.body)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/syncsubstrate/sync/oauth"
@@ -50,7 +51,9 @@ func TestAttackStolenRefreshTokenAfterRotation(t *testing.T) {
 
 // Racing refreshes with one token (Claude's backend and its proxy; several
 // Claude Code processes sharing a credentials file), on a pool of 2
-// connections: every one succeeds, and each new token then works.
+// connections: every one succeeds. The client keeps one of the new tokens;
+// using it ends the others (each was a successor of the same token, and
+// only one may carry the grant on), and the kept one goes on working.
 func TestRacingRefreshesAllSucceed(t *testing.T) {
 	h := newHarness(t, oauth.Options{})
 	alice := h.enrol("alice")
@@ -73,9 +76,183 @@ func TestRacingRefreshesAllSucceed(t *testing.T) {
 		}
 		next = append(next, m["refresh_token"].(string))
 	}
-	for _, r := range next {
-		if m := h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {r}}).json(); m["access_token"] == nil {
-			t.Fatalf("a successor of a racing refresh failed: %v", m)
+	kept := next[n/2]
+	for range 3 {
+		m := h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {kept}}).json()
+		if m["refresh_token"] == nil {
+			t.Fatalf("the kept successor of a racing refresh failed: %v", m)
 		}
+		kept = m["refresh_token"].(string)
+	}
+}
+
+// A refresh token copied before its owner used the successor mints a
+// token of its own (the rule keeps an unused-successor token valid), but
+// that token must not carry a second branch of the grant: whichever
+// successor of the same token is used first carries it, and using another
+// one afterwards is reuse: the grant ends, for both holders, and the
+// account page says why. Seen failing with successors left independent:
+// both branches kept refreshing.
+func TestAttackStolenRefreshTokenParallelBranch(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	h.room("plans", h.userID("alice"), "owner")
+	c := h.register("none", "http://localhost/callback")
+	refresh := func(rt string) map[string]any {
+		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
+	}
+	for _, thiefFirst := range []bool{false, true} {
+		loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
+		stolen := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+		owner := refresh(stolen)
+		thief := refresh(stolen) // successor unused yet: allowed
+		first, second := owner, thief
+		if thiefFirst {
+			first, second = thief, owner
+		}
+		ahead := refresh(first["refresh_token"].(string))
+		if ahead["access_token"] == nil {
+			t.Fatalf("thief first %v: the first successor used: %v", thiefFirst, ahead)
+		}
+		// The other successor's access token ends with it; the one issued
+		// with the successor used goes on (its client may still be using it).
+		if _, err := h.s.Verify(context.Background(), second["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {
+			t.Fatalf("HOLE (thief first %v): the access token issued with the retired successor still works: %v", thiefFirst, err)
+		}
+		if _, err := h.s.Verify(context.Background(), first["access_token"].(string)); err != nil {
+			t.Fatalf("thief first %v: the access token issued with the successor used was ended: %v", thiefFirst, err)
+		}
+		if m := refresh(second["refresh_token"].(string)); m["access_token"] != nil {
+			t.Fatalf("HOLE (thief first %v): a second successor of one refresh token carries a parallel branch of the grant: %v", thiefFirst, m)
+		}
+		if _, err := h.s.Verify(context.Background(), ahead["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {
+			t.Fatalf("HOLE (thief first %v): the grant survived two branches: %v", thiefFirst, err)
+		}
+		if m := refresh(ahead["refresh_token"].(string)); m["access_token"] != nil {
+			t.Fatalf("HOLE (thief first %v): the first branch goes on after the reuse: %v", thiefFirst, m)
+		}
+	}
+	if page := alice.do("GET", "/account", nil, nil).body; strings.Count(page, "previous refresh token was used again") < 2 {
+		t.Fatalf("the account page does not say why both connections ended")
+	}
+}
+
+// A replay of a rotated token racing its successor's first use (pool of 2,
+// many requests) must not slip through between the check and the
+// rotation: no token minted by the replays outlives the successor's use.
+// Seen failing with the rotation's re-check under lock removed.
+func TestAttackRefreshReplayRacingSuccessorUse(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	h.room("plans", h.userID("alice"), "owner")
+	c := h.register("none", "http://localhost/callback")
+	refresh := func(rt string) map[string]any {
+		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
+	}
+	for round := range 4 {
+		loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
+		r0 := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+		r1 := refresh(r0)["refresh_token"].(string)
+		const n = 16
+		out := make(chan map[string]any, n+1)
+		for i := range n + 1 {
+			go func() {
+				if i == n/2 {
+					out <- map[string]any{"owner": refresh(r1)}
+					return
+				}
+				out <- refresh(r0)
+			}()
+		}
+		for range n + 1 {
+			if o, ok := (<-out)["owner"].(map[string]any); ok && o["access_token"] == nil {
+				t.Fatalf("owner's refresh: %v", o)
+			}
+		}
+		// Whatever the replays got, no refresh token may still work that
+		// is a successor of the same token as one already used, or that
+		// belongs to a grant the replays' reuse ended.
+		var live int
+		if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM smcp_oauth_tokens a WHERE a.kind = 'refresh' AND a.active AND (
+			EXISTS (SELECT 1 FROM smcp_oauth_grant_ends e WHERE e.request_id = a.request_id)
+			OR EXISTS (SELECT 1 FROM smcp_oauth_tokens b WHERE b.kind = 'refresh' AND b.parent = a.parent AND b.signature <> a.signature AND b.rotated_at IS NOT NULL))`).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+		if live > 0 {
+			t.Fatalf("HOLE (round %d): %d refresh tokens minted by replays racing the successor's use carry the grant on", round, live)
+		}
+	}
+}
+
+// Revocation at /revoke racing a refresh of the same grant (pool of 2, many
+// grants at once): every answer is a clean OAuth one, never a server
+// error, and no token of a revoked grant works afterwards (a refresh token
+// minted by a rotation that committed while the revocation's update was
+// waiting for its row was outside that update's snapshot).
+func TestRevocationRacingRefreshes(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	h.room("plans", h.userID("alice"), "owner")
+	c := h.register("none", "http://localhost/callback")
+	for round := range 4 {
+		const n = 8
+		var rts, ats []string
+		for range n {
+			loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
+			tok := h.exchange(c, loc.Query().Get("code")).json()
+			rts, ats = append(rts, tok["refresh_token"].(string)), append(ats, tok["access_token"].(string))
+		}
+		out := make(chan reply, 2*n)
+		for i := range n {
+			go func() {
+				out <- h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rts[i]}})
+			}()
+			go func() {
+				out <- h.browser().postForm("/revoke", url.Values{"token": {ats[i]}, "client_id": {c.id}}, nil)
+			}()
+		}
+		for range 2 * n {
+			if r := <-out; r.status >= 500 {
+				t.Fatalf("round %d: %d %s", round, r.status, r.body)
+			}
+		}
+		var live int
+		if err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM smcp_oauth_tokens t JOIN smcp_oauth_grant_ends e USING (request_id)
+			WHERE t.kind IN ('access', 'refresh') AND t.active`).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+		if live > 0 {
+			t.Fatalf("HOLE (round %d): %d tokens of revoked grants still work (minted by a refresh racing the revocation)", round, live)
+		}
+	}
+}
+
+// A client revoking a grant at /revoke with an older refresh token of it
+// (one whose successor was already used: a copy kept by a second process,
+// a sign-out that read a stale credentials file) asks for the grant to
+// end, and it must end: it was answered 200 while the grant, and whoever
+// holds its newest tokens, went on.
+func TestAttackRevokeWithRetiredRefreshTokenEndsGrant(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	h.room("plans", h.userID("alice"), "owner")
+	c := h.register("none", "http://localhost/callback")
+	refresh := func(rt string) map[string]any {
+		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
+	}
+	loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
+	old := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+	newest := refresh(refresh(old)["refresh_token"].(string))
+	if r := h.browser().postForm("/revoke", url.Values{"token": {old}, "token_type_hint": {"refresh_token"}, "client_id": {c.id}}, nil); r.status != 200 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	if _, err := h.s.Verify(context.Background(), newest["access_token"].(string)); !errors.Is(err, oauth.ErrInvalidToken) {
+		t.Fatalf("HOLE: revoking with an older refresh token left the grant working: %v", err)
+	}
+	if m := refresh(newest["refresh_token"].(string)); m["access_token"] != nil {
+		t.Fatalf("HOLE: the grant's newest refresh token works after its revocation: %v", m)
+	}
+	if page := alice.do("GET", "/account", nil, nil).body; !strings.Contains(page, "the application revoked it") {
+		t.Fatalf("the account page does not say the application ended the connection")
 	}
 }

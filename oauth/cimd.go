@@ -36,7 +36,21 @@ const (
 	// cimdRetry is how long the last good document serves after a failed
 	// fetch before the next attempt.
 	cimdRetry = 5 * time.Minute
+	// cimdMaxStale is how long after its last successful fetch the last
+	// good document may stand in for failing fetches: long enough for a
+	// host's outage, short enough that a document its publisher changed
+	// (a redirect URI removed) cannot be kept alive by keeping syncd from
+	// fetching it.
+	cimdMaxStale = 7 * 24 * time.Hour
 )
+
+// goneError is the document's host saying it has no document there (404,
+// 410): its publisher withdrew the client, so no stored copy stands in.
+type goneError struct{ status int }
+
+func (e *goneError) Error() string {
+	return fmt.Sprintf("client metadata document answered %d", e.status)
+}
 
 func isCIMD(id string) bool {
 	return strings.HasPrefix(id, "https://") || strings.HasPrefix(id, "http://")
@@ -63,17 +77,29 @@ const errNotFetched = "the client metadata document could not be fetched"
 
 // nonPublic are ranges that are not the public internet beyond what net.IP
 // reports: shared address space (carrier-grade NAT), IETF protocol
-// assignments, benchmarking, and the IPv4-translation prefixes.
+// assignments, benchmarking, and inside IPv6's global unicast block the
+// IETF protocol assignments (Teredo, which embeds an IPv4 address,
+// among them), documentation and 6to4.
 var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("2002::/16"), netip.MustParsePrefix("fec0::/10"),
+	netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("2001::/23"), netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("2002::/16"), netip.MustParsePrefix("3fff::/20"),
 }
+
+// globalV6 is the only IPv6 block allocated for global unicast. Go calls
+// every other non-special address "global unicast" too, among them the
+// IPv4-compatible ::a.b.c.d and SIIT ::ffff:0:a.b.c.d forms, NAT64's
+// 64:ff9b::/96 and the discard prefix 100::/64, which reach IPv4 or
+// nowhere.
+var globalV6 = netip.MustParsePrefix("2000::/3")
 
 func publicAddr(a netip.Addr) bool {
 	a = a.Unmap()
 	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
 		a.IsUnspecified() || a.IsMulticast() || a.IsInterfaceLocalMulticast() || !a.IsGlobalUnicast() {
+		return false
+	}
+	if a.Is6() && !globalV6.Contains(a) {
 		return false
 	}
 	for _, p := range nonPublic {
@@ -199,6 +225,9 @@ func (f *cimdFetcher) fetch(ctx context.Context, id string) (*registration, time
 		return nil, 0, fmt.Errorf("fetching client metadata: %w", err)
 	}
 	defer res.Body.Close()
+	if res.StatusCode == http.StatusNotFound || res.StatusCode == http.StatusGone {
+		return nil, 0, &goneError{res.StatusCode}
+	}
 	if res.StatusCode != http.StatusOK {
 		return nil, 0, fmt.Errorf("client metadata document answered %d", res.StatusCode)
 	}
@@ -242,15 +271,25 @@ func maxAge(cc string) time.Duration {
 
 // cimdClient returns a metadata-document client, from the database while
 // its cached copy is fresh, else fetched anew. When a fetch fails, the
-// last good document keeps serving (stale-if-error): the client's host
-// being down must not sign its users out at their next refresh. With
-// documents turned off, stored ones are used as they are and no new one
-// is fetched.
+// last good document keeps serving (stale-if-error) for up to
+// cimdMaxStale after it was last fetched: the client's host being down
+// must not sign its users out at their next refresh. A host answering
+// 404 or 410 withdrew the document, and no copy serves. Either way the
+// next attempt waits cimdRetry. With documents turned off, stored ones are
+// used as they are and no new one is fetched.
 func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	c, err := s.getClient(ctx, id)
+	var fetched time.Time
 	if err == nil {
-		var fresh bool
-		_ = s.q(ctx).QueryRow(ctx, `SELECT (metadata->>'cimd_expires')::timestamptz > now() FROM smcp_oauth_clients WHERE id = $1`, id).Scan(&fresh)
+		var fresh, refused bool
+		// Rows stored before fetch times were kept: the copy was fetched at
+		// most cimdMaxTTL before it expired.
+		_ = s.q(ctx).QueryRow(ctx, `SELECT (metadata->>'cimd_expires')::timestamptz > now(), coalesce((metadata->>'cimd_refused')::boolean, false),
+			coalesce((metadata->>'cimd_fetched')::timestamptz, (metadata->>'cimd_expires')::timestamptz - make_interval(secs => $2), created_at)
+			FROM smcp_oauth_clients WHERE id = $1`, id, cimdMaxTTL.Seconds()).Scan(&fresh, &refused, &fetched)
+		if refused && (fresh || s.noCIMD) {
+			return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
+		}
 		if fresh || s.noCIMD {
 			return s.allowedOnly(c), nil
 		}
@@ -266,15 +305,25 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	if err != nil {
 		var de *docError
 		isDoc := errors.As(err, &de)
+		var ge *goneError
 		if c != nil {
-			s.log.Warn("client metadata document could not be refreshed; using the last good one", "client_id", id, "err", err, "retry_in", cimdRetry)
+			stale := !errors.As(err, &ge) && time.Since(fetched) < cimdMaxStale
+			if stale {
+				s.log.Warn("client metadata document could not be refreshed; using the last good one", "client_id", id, "err", err, "retry_in", cimdRetry)
+			} else {
+				s.log.Warn("client metadata document could not be refreshed and the last good one is withdrawn or too old; refusing the client", "client_id", id,
+					"err", err, "last_fetched", fetched, "retry_in", cimdRetry)
+			}
 			// Not again at every request (each could wait out the 5 s
 			// timeout): every process retries after cimdRetry.
-			if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_clients SET metadata = jsonb_set(metadata, '{cimd_expires}', to_jsonb(now() + make_interval(secs => $2)))
-				WHERE id = $1`, id, cimdRetry.Seconds()); err != nil {
+			if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_clients SET metadata = coalesce(metadata, '{}') || jsonb_build_object('cimd_expires', now() + make_interval(secs => $2), 'cimd_refused', $3::boolean)
+				WHERE id = $1`, id, cimdRetry.Seconds(), !stale); err != nil {
 				s.log.Warn("could not postpone the client metadata document's next fetch", "client_id", id, "err", err)
 			}
-			return s.allowedOnly(c), nil
+			if stale {
+				return s.allowedOnly(c), nil
+			}
+			return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
 		}
 		s.log.Warn("client metadata document refused", "client_id", id, "err", err)
 		if isDoc {
@@ -285,7 +334,8 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	// Info, not debug: this line is how an operator sees that the server
 	// reaches the client's host (README, deployment checklist).
 	s.log.Info("client metadata document fetched", "client_id", id, "client_name", reg.ClientName, "valid_for", ttl)
-	meta, _ := json.Marshal(map[string]any{"cimd_expires": time.Now().Add(ttl), "document": reg})
+	now := time.Now()
+	meta, _ := json.Marshal(map[string]any{"cimd_expires": now.Add(ttl), "cimd_fetched": now, "document": reg})
 	_, err = s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
 		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, redirect_uris = EXCLUDED.redirect_uris, metadata = EXCLUDED.metadata`,
 		id, reg.ClientName, reg.RedirectURIs, meta)

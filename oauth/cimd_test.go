@@ -19,11 +19,12 @@ import (
 )
 
 // docServer serves one client metadata document listing uris; down makes
-// it answer 503.
+// it answer 503, status (when set) with that status.
 type docServer struct {
 	srv     *httptest.Server
 	id      string
 	down    atomic.Bool
+	status  atomic.Int32
 	fetches atomic.Int32
 }
 
@@ -33,6 +34,10 @@ func newDocServer(t *testing.T, tlsServer bool, uris ...string) *docServer {
 		d.fetches.Add(1)
 		if d.down.Load() {
 			http.Error(w, "maintenance", http.StatusServiceUnavailable)
+			return
+		}
+		if st := d.status.Load(); st != 0 {
+			http.Error(w, http.StatusText(int(st)), int(st))
 			return
 		}
 		w.Header().Set("Cache-Control", "max-age=3600")

@@ -501,6 +501,22 @@ func TestAccountRooms(t *testing.T) {
 		t.Fatalf("claim with a wrong token: %d", r.status)
 	}
 	ok(alice.postForm("/account/rooms/claim", url.Values{"room": {"rest-room"}, "token": {made.Token}}, nil))
+	// Claiming may replace the pasted room token: the new one is shown
+	// once, the old one is dead.
+	rotated, err := h.svc.CreateRoom(context.Background(), substrate.CreateRoomRequest{ID: "leaked-room"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page := alice.do("GET", "/account", nil, nil).body; !strings.Contains(page, `name="rotate"`) {
+		t.Fatal("the claim form offers no rotation")
+	}
+	r := alice.postForm("/account/rooms/claim", url.Values{"room": {"leaked-room"}, "token": {rotated.Token}, "rotate": {"1"}}, nil)
+	if r.status != 200 || !strings.Contains(r.body, `id="room-token">room_`) || strings.Contains(r.body, rotated.Token) {
+		t.Fatalf("claim with rotation: %d %s", r.status, r.body)
+	}
+	if _, err := h.svc.AuthenticateIn(context.Background(), "leaked-room", rotated.Token); err == nil {
+		t.Fatal("the pasted room token still works after a rotating claim")
+	}
 	// Her first room is her default; "Make default" moves it, only to a
 	// room of hers.
 	isDefault := func(room string) bool {

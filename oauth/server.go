@@ -97,8 +97,9 @@ type RoomDirectory interface {
 	// CreateRoom makes a room the user owns and returns its id (a random
 	// one when roomID is empty).
 	CreateRoom(ctx context.Context, userID, roomID, label string) (string, error)
-	// ClaimRoom makes the user an owner of a room, proven by its room token.
-	ClaimRoom(ctx context.Context, userID, roomID, roomToken string) error
+	// ClaimRoom makes the user an owner of a room, proven by its room token;
+	// with rotate it also replaces the room token and returns the new one.
+	ClaimRoom(ctx context.Context, userID, roomID, roomToken string, rotate bool) (string, error)
 	// ShareRoom gives another user (by id) a role in a room the user owns.
 	ShareRoom(ctx context.Context, userID, roomID, otherID, access string) error
 	// LeaveRoom and DeleteRoom end the user's part in a room.

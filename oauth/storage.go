@@ -63,6 +63,12 @@ func withGrantEnd(ctx context.Context, reason string) context.Context {
 	return context.WithValue(ctx, endKey{}, &grantEnd{reason: reason})
 }
 
+// revoking reports whether ctx is a revocation request's (/revoke).
+func revoking(ctx context.Context) bool {
+	e, ok := ctx.Value(endKey{}).(*grantEnd)
+	return ok && e.reason == endByClient
+}
+
 // noteEnd keeps a reason already set: a client revoking its own old
 // refresh token at /revoke ended the grant itself, whatever the token.
 func noteEnd(ctx context.Context, reason string) {
@@ -369,8 +375,19 @@ func (s *storage) DeleteAccessTokenSession(ctx context.Context, sig string) erro
 	return s.remove(ctx, "access", sig)
 }
 
-func (s *storage) CreateRefreshTokenSession(ctx context.Context, sig, _ string, req fosite.Requester) error {
-	return s.create(ctx, "refresh", sig, req)
+// CreateRefreshTokenSession stores a refresh token and notes it as the
+// parent of the access token issued with it (for an access token, parent
+// is that refresh token), so that retiring a refresh token that was never
+// used can retire its access token too.
+func (s *storage) CreateRefreshTokenSession(ctx context.Context, sig, accessSig string, req fosite.Requester) error {
+	if err := s.create(ctx, "refresh", sig, req); err != nil {
+		return err
+	}
+	if accessSig == "" {
+		return nil
+	}
+	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET parent = $1 WHERE kind = 'access' AND signature = $2`, hashSig(sig), hashSig(accessSig))
+	return err
 }
 
 // GetRefreshTokenSession keeps a rotated refresh token valid until one of
@@ -386,37 +403,107 @@ func (s *storage) GetRefreshTokenSession(ctx context.Context, sig string, sessio
 		return nil, err
 	}
 	if !st.active {
-		if st.rotatedAt != nil && !st.successorUsed {
+		if st.rotatedAt != nil && !st.successorUsed || revoking(ctx) {
+			// At /revoke any token of the grant asks for its end (RFC
+			// 7009): an older one is no reason to leave the grant working.
 			return req, nil
 		}
-		if st.rotatedAt != nil {
+		switch {
+		case st.rotatedAt != nil:
 			noteEnd(ctx, endReuse)
 			s.log.Warn("a refresh token was reused after its successor had been used; revoking the grant", "grant", req.GetID(), "client", req.GetClient().GetID())
+		case st.successorUsed:
+			noteEnd(ctx, endReuse)
+			s.log.Warn("a refresh token was used after another successor of the same token had been used; revoking the grant", "grant", req.GetID(), "client", req.GetClient().GetID())
 		}
 		return req, fosite.ErrInactiveToken
 	}
 	return req, nil
 }
 
+// DeleteRefreshTokenSession removes a reused refresh token (fosite, before
+// revoking its grant), under the grant's lock like every other change to
+// a grant's refresh tokens.
 func (s *storage) DeleteRefreshTokenSession(ctx context.Context, sig string) error {
+	var grant string
+	err := s.q(ctx).QueryRow(ctx, `SELECT request_id FROM smcp_oauth_tokens WHERE kind = 'refresh' AND signature = $1`, hashSig(sig)).Scan(&grant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.lockGrant(ctx, grant); err != nil {
+		return err
+	}
 	return s.remove(ctx, "refresh", sig)
+}
+
+// grantLockClass is the first key of the transaction advisory locks that
+// serialise changes to one grant's refresh tokens (the two-key form, apart
+// from store's migration lock).
+const grantLockClass = 0x0a17
+
+// lockGrant takes a grant's lock for the rest of the transaction. Every
+// change to a grant's refresh tokens (rotation, reuse, revocation) takes
+// it first and only it, so they never wait on each other's row locks in
+// opposite orders, and each sees the others' committed outcome: a check
+// made before fosite's transaction (GetRefreshTokenSession) is made again
+// under it.
+func (s *storage) lockGrant(ctx context.Context, grant string) error {
+	_, err := s.q(ctx).Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, grantLockClass, grant)
+	return err
 }
 
 // RotateRefreshToken retires the presented refresh token (it stays usable
 // until a successor is used) and, since presenting it proves the client
-// holds it, ends the grace of its own parent. Other tokens of the grant,
-// including those a racing refresh just issued, stay valid.
+// holds it, ends the grace of its own parent and retires the parent's
+// other successors: of the tokens minted from one token (racing refreshes,
+// a lost response, or a copy in other hands), the first one used carries
+// the grant on, and using another afterwards is reuse. Without that, a
+// copy of a token presented before its owner's next refresh would carry a
+// second branch of the grant for as long as the grant lives.
+//
+// fosite checked the token before this transaction; under the grant's
+// lock the check is made again, so a replay racing its successor's first
+// use cannot slip between them (it is refused, and its retry revokes).
 func (s *storage) RotateRefreshToken(ctx context.Context, _ string, sig string) error {
 	h := hashSig(sig)
+	var grant string
 	var parent *string
-	err := s.q(ctx).QueryRow(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = coalesce(rotated_at, now())
-		WHERE kind = 'refresh' AND signature = $1 RETURNING parent`, h).Scan(&parent)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	err := s.q(ctx).QueryRow(ctx, `SELECT request_id, parent FROM smcp_oauth_tokens WHERE kind = 'refresh' AND signature = $1`, h).Scan(&grant, &parent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fosite.ErrNotFound
+	}
+	if err != nil {
 		return err
+	}
+	if err := s.lockGrant(ctx, grant); err != nil {
+		return err
+	}
+	tag, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = coalesce(rotated_at, now())
+		WHERE kind = 'refresh' AND signature = $1 AND (active OR (rotated_at IS NOT NULL AND NOT successor_used))`, h)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fosite.ErrInactiveToken
 	}
 	if parent != nil {
 		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET successor_used = true
 			WHERE kind = 'refresh' AND signature = $1 AND NOT successor_used`, *parent); err != nil {
+			return err
+		}
+		// The parent's other successors, never used: retired with the
+		// access tokens issued with them (a copy's holder keeps nothing),
+		// and marked (successor_used on a token never rotated) so that
+		// presenting one is recognised as reuse.
+		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false WHERE request_id = $1 AND kind = 'access' AND parent IN (
+			SELECT signature FROM smcp_oauth_tokens WHERE request_id = $1 AND kind = 'refresh' AND parent = $2 AND signature <> $3 AND active)`, grant, *parent, h); err != nil {
+			return err
+		}
+		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, successor_used = true
+			WHERE request_id = $1 AND kind = 'refresh' AND parent = $2 AND signature <> $3 AND active`, grant, *parent, h); err != nil {
 			return err
 		}
 	}
@@ -430,15 +517,33 @@ func (s *storage) RotateRefreshToken(ctx context.Context, _ string, sig string) 
 // refresh-token reuse, a replayed code and RFC 7009 revocation) and
 // records why, for the account page.
 func (s *storage) RevokeRefreshToken(ctx context.Context, requestID string) error {
-	_, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL WHERE kind = 'refresh' AND request_id = $1`, requestID)
-	if err != nil {
-		return err
+	return s.inTx(ctx, func(ctx context.Context) error {
+		// Under the grant's lock for the whole revocation: a rotation
+		// committing while the update waited would otherwise leave its new
+		// refresh token outside the update's snapshot, alive.
+		if err := s.lockGrant(ctx, requestID); err != nil {
+			return err
+		}
+		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL WHERE kind = 'refresh' AND request_id = $1`, requestID); err != nil {
+			return err
+		}
+		reason := endUnspecified
+		if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason != "" {
+			reason = e.reason
+		}
+		return s.recordEnd(ctx, requestID, reason)
+	})
+}
+
+// inTx runs fn in the transaction ctx carries, or else in a new one (fosite
+// calls some storage methods, /revoke's among them, outside any).
+func (s *storage) inTx(ctx context.Context, fn func(ctx context.Context) error) error {
+	if _, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		return fn(ctx)
 	}
-	reason := endUnspecified
-	if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason != "" {
-		reason = e.reason
-	}
-	return s.recordEnd(ctx, requestID, reason)
+	return s.db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
+		return fn(context.WithValue(ctx, txKey{}, tx))
+	})
 }
 
 // recordEnd notes why a grant ended; the first reason stays.
@@ -596,15 +701,20 @@ func (s *storage) liveGrants(ctx context.Context, ids []string) (map[string]bool
 
 // revokeGrant revokes every token of a grant.
 func (s *storage) revokeGrant(ctx context.Context, userID, grantID string) error {
-	tag, err := s.db.Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL
-		WHERE request_id = $1 AND subject = $2`, grantID, userID)
-	if err == nil && tag.RowsAffected() == 0 {
-		return pgx.ErrNoRows
-	}
-	if err != nil {
-		return err
-	}
-	return s.recordEnd(ctx, grantID, endByYou)
+	return s.inTx(ctx, func(ctx context.Context) error {
+		if err := s.lockGrant(ctx, grantID); err != nil {
+			return err
+		}
+		tag, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = NULL
+			WHERE request_id = $1 AND subject = $2`, grantID, userID)
+		if err == nil && tag.RowsAffected() == 0 {
+			return pgx.ErrNoRows
+		}
+		if err != nil {
+			return err
+		}
+		return s.recordEnd(ctx, grantID, endByYou)
+	})
 }
 
 // endedGrants lists why a user's connections ended in the last 30 days,

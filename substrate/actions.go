@@ -73,7 +73,8 @@ func (s *Service) validateAction(def *ActionDef) error {
 	}
 	for _, f := range []struct{ name, v string }{{"description", def.Description}, {"intent", def.Intent}} {
 		if len(f.v) > maxTextField {
-			return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", f.name, len(f.v), maxTextField).WithHint("shorten it")
+			return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", f.name, len(f.v), maxTextField).With("field", f.name).With("limit", maxTextField).
+				WithHint("shorten %s to %d bytes or less and register again", f.name, maxTextField)
 		}
 	}
 	if len(def.Params) > maxParams {
@@ -86,6 +87,23 @@ func (s *Service) validateAction(def *ActionDef) error {
 		if !slices.Contains(paramTypes, p.Type) {
 			return errs.New(errs.InvalidField, "param %q has type %q", name, p.Type).WithHint("types are string, number, integer, boolean, object, array, any")
 		}
+	}
+	if len(def.Writes) == 0 && def.Result == "" {
+		// An action that neither writes nor computes does nothing when
+		// invoked; most often the caller expected a library definition
+		// by its id.
+		for _, lib := range standardLibrary {
+			if lib.ID == def.ID {
+				raw, _ := json.Marshal(lib)
+				var args map[string]any
+				_ = json.Unmarshal(raw, &args)
+				return errs.New(errs.InvalidField, "action %q has no writes and no result: registering an id does not fetch the standard library's %q", def.ID, def.ID).
+					With("field", "writes").WithHint("register the library's definition as it is (next), or adapt it; sync_help key standard_library lists them all").
+					WithNext(errs.Step{Op: errs.OpRegisterAction, Args: args})
+			}
+		}
+		return errs.New(errs.InvalidField, "action %q has no writes and no result, so invoking it would do nothing", def.ID).With("field", "writes").
+			WithHint("give writes (what it changes, e.g. [{\"scope\": \"_shared\", \"key\": \"phase\", \"value\": \"${params.phase}\"}]) or a result (a CEL value it returns); ready-made definitions are in help key standard_library")
 	}
 	if len(def.Writes) > maxWritesPerAction {
 		return errs.New(errs.InvalidField, "%d writes, over the limit of %d per action", len(def.Writes), maxWritesPerAction).WithHint("split the action")
@@ -270,6 +288,18 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 	o := op{Scope: scopeActions, Key: def.ID, Value: raw, Timer: def.Timer}
 	if _, _, err := s.applyOps(m, []op{o}, "register"); err != nil {
 		return nil, err
+	}
+	// Every read evaluates every action for availability: refuse the
+	// action that would take them past the per-read budget now, rather
+	// than leave readers with actions that are not evaluated.
+	agents, err := m.presence()
+	if err != nil {
+		return nil, err
+	}
+	if after := s.build(m.ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), nil, agents, msgCounts{Count: snap.messageCount}, m.now, nil); len(after.actionsCut) > 0 {
+		return nil, errs.New(errs.ActionBudget, "with this action the room's actions would cost more than %d per read (cel-go cost) to tell which are available", s.lim.ActionCostPerRead).
+			With("limit", s.lim.ActionCostPerRead).
+			WithHint("simplify enabled and if (avoid large comprehensions), read a key another action precomputes, or delete actions nobody uses")
 	}
 	m.audit = map[string]any{"kind": "register_action", "action": def.ID, "definition": def, "created": res.Created, "changed": res.Changed}
 	m.vocab, m.decay = append(m.vocab, vocabTouch{"action", def.ID, false}), salienceOf(snap).Decay
@@ -557,6 +587,10 @@ func (s *Service) ListViews(ctx context.Context, p *Principal, roomID string) ([
 	}
 	if c, ok := rc.views[viewContested]; ok {
 		out = append(out, ViewInfo{ViewDef: ViewDef{ID: viewContested, Scope: ScopeShared, Description: "state keys written by more than one action (system)"}, Value: c})
+	}
+	if sl, err := s.salienceFor(ctx, rc, roomID); err == nil && sl != nil {
+		out = append(out, ViewInfo{ViewDef: ViewDef{ID: viewHealth, Scope: ScopeShared, Description: "the vocabulary's health: assessment, reasons, suggestions, message patterns (system)"},
+			Value: s.health(ctx, rc, sl)})
 	}
 	return out, nil
 }

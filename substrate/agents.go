@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,11 @@ type Agent struct {
 	// it is false for a reader, that reader does not see the agent in its
 	// context, CEL `agents` or GET /agents (seed 001: enabled is universal).
 	Enabled string `json:"enabled,omitempty"`
+	// Account is the username of the person whose account drives the
+	// agent (an MCP embodiment, a role they fill, their web agent); absent
+	// for agents joined with a token, whatever their id or name says. An
+	// account agent's name is its driver's username and cannot be changed.
+	Account string `json:"account,omitempty"`
 }
 
 // JoinedAgent is an agent with its token, shown this once.
@@ -53,11 +59,12 @@ type JoinRequest struct {
 // Agent statuses a client may set by heartbeat; "waiting" is set by wait.
 var settableStatus = []string{"active", "idle", "busy", "done"}
 
-const agentColumns = `id, name, role, status, waiting_on, last_heartbeat, joined_at, grants, meta, coalesce(enabled_expr, '')`
+const agentColumns = `id, name, role, status, waiting_on, last_heartbeat, joined_at, grants, meta, coalesce(enabled_expr, ''),
+	coalesce(CASE WHEN user_id IS NOT NULL THEN name END, '')`
 
 func scanAgent(row pgx.Row) (*Agent, error) {
 	a := &Agent{}
-	err := row.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.JoinedAt, &a.Grants, &a.Meta, &a.Enabled)
+	err := row.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.JoinedAt, &a.Grants, &a.Meta, &a.Enabled, &a.Account)
 	return a, err
 }
 
@@ -99,11 +106,12 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 	token, hash := newToken(AgentTokenPrefix)
 	out := &JoinedAgent{Token: token}
 	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
-		var openJoin, exists, scopeUsed bool
+		var openJoin, exists, scopeUsed, account bool
 		err := m.tx.QueryRow(ctx, `SELECT r.open_join,
 				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
-				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2)
-			FROM rooms r WHERE r.id = $1`, roomID, req.ID).Scan(&openJoin, &exists, &scopeUsed)
+				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2),
+				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)
+			FROM rooms r WHERE r.id = $1`, roomID, req.ID).Scan(&openJoin, &exists, &scopeUsed, &account)
 		if err != nil {
 			return err
 		}
@@ -119,6 +127,13 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 			if !admin && !self {
 				return errs.New(errs.AgentExists, "agent %q already exists in room %q", req.ID, roomID).
 					WithHint("re-join with that agent's token or the room token (this rotates its token), or join with another id")
+			}
+			if account {
+				// A token for a person's agent would let its holder speak as
+				// that person.
+				return errs.New(errs.Forbidden, "agent %q is driven by a person's account: it gets no token", req.ID).
+					With("agent", req.ID).With("reason", "account_agent").
+					WithHint("join with another id")
 			}
 			a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET name = $3, role = $4,
 					meta = CASE WHEN $6 THEN $5 ELSE meta END,
@@ -138,6 +153,13 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 				}
 				return errs.New(errs.Forbidden, "joining room %q needs the room token", roomID).
 					WithHint("ask the room token holder to add the agent; this room does not allow open join")
+			}
+			if !admin && strings.Contains(req.ID, ":") {
+				// <username>:<client> and <username>:web are people's agents:
+				// joining an open room under one would pass for that person.
+				return errs.New(errs.Forbidden, "agent ids with \":\" belong to people's accounts (<username>:<client>); joining as %q needs the room token", req.ID).
+					With("agent", req.ID).With("reason", "person_id").
+					WithHint("join with an id without \":\"")
 			}
 			if scopeUsed {
 				// Taking this id would hand the newcomer an existing scope's data.
@@ -265,6 +287,18 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		if !m.p.Admin() {
 			return errs.New(errs.Forbidden, "changing an agent needs the room token").WithHint("ask the room token holder")
+		}
+		if u.Name != nil {
+			var account bool
+			if err := m.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)`, roomID, agentID).Scan(&account); err != nil {
+				return err
+			}
+			if account {
+				// Its name is the account's username: contexts and pages
+				// show it as the account driving the agent.
+				return errs.New(errs.Forbidden, "agent %q is driven by a person's account, whose username is its name", agentID).
+					With("agent", agentID).With("reason", "account_agent").With("field", "name").WithHint("change its role, grants or meta, not its name")
+			}
 		}
 		a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET
 				name = coalesce($3, name), role = coalesce($4, role),

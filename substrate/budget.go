@@ -2,6 +2,7 @@ package substrate
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"sort"
@@ -47,32 +48,119 @@ const (
 	// preview when the envelope is over budget.
 	largeValue = 1024
 	previewLen = 160
-	// keptMessages is how many of the newest messages an over-budget
-	// context keeps (plus as many again addressed to the reader).
-	keptMessages = 5
-	// scopeSample is how many keys a summarised scope keeps at least.
-	scopeSample = 20
+	// minContextBytes is the smallest budget: the envelope's frame (its
+	// _context, the sections' summaries and the cuts) must fit in it.
+	minContextBytes = 1000
 	// maxContextBytes caps any requested budget.
 	maxContextBytes = 4 << 20
+	// DefaultBudget is the budget a hint's read gets when it names none:
+	// the MCP adapter's default (mcp.DefaultMaxBytes). A value larger than
+	// this can only be read by asking for more, which a hint then says.
+	DefaultBudget = 32_000
 )
 
-// fitBudget shrinks env to at most max bytes of JSON, in steps that keep
-// the most salient first: large single values become previews; messages
-// keep the newest few; then the largest state scopes keep a sample of
-// keys (the reader's own writes and the most recently changed first) and
-// say how many they left out; views' large values and, last, action
-// descriptions go the same way.
-func fitBudget(env *Envelope, rc *roomCtx, roomID string, max int) {
-	b := &Budget{MaxBytes: max}
+// fitBudget shrinks env to at most req.MaxBytes bytes of JSON. A budget is
+// a ceiling on the whole envelope, and every cut names a read whose
+// default answer fits the default budget too (a page, or a narrower
+// read), so that following the server's advice never returns more than
+// a client accepts.
+//
+// The steps: large single values become previews; then the parts that
+// are not lists of items (views, actions, agents) shrink while they take
+// more than half the budget; then the room left is shared fairly
+// (max-min) between the item lists — the messages and each state scope —
+// and each keeps as many of its items as fit, in its order: the newest
+// messages (and those addressed to the reader) and the most salient keys
+// of a scope; in a paged read (messages_after, keys_after, prefix, or only
+// one scope) the items in order, so the next page starts exactly after the
+// last item returned.
+func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
+	b := &Budget{MaxBytes: req.MaxBytes}
+	max := max(req.MaxBytes-req.Reserve, minContextBytes/2)
 	env.Context.Budget = b
 	size := func() int { raw, _ := json.Marshal(env); return len(raw) }
-	b.Bytes = size()
-	if b.Bytes <= max {
+	if b.Bytes = size(); b.Bytes <= max {
 		return
 	}
-	over := func() bool { b.Bytes = size(); return b.Bytes > max }
+	f := &fitter{env: env, rc: rc, room: roomID, req: req, b: b}
+	f.previews()
+	if b.Bytes = size(); b.Bytes <= max {
+		return
+	}
+	groups := f.groups()
+	for _, g := range groups {
+		g.clear(f)
+	}
+	for _, shrink := range []func(){f.shrinkViews, f.leanActions, f.shrinkAgents, f.dropDescriptions, f.shrinkAttention, f.shrinkActions} {
+		if size() <= max/2 {
+			break
+		}
+		shrink()
+	}
+	fixed := len(b.Cuts)
+	slack := 0
+	for attempt := 0; attempt < 5; attempt++ {
+		b.Cuts = b.Cuts[:fixed]
+		for _, g := range groups {
+			g.clear(f)
+		}
+		avail := max - size() - 260*len(groups) - slack
+		f.fill(groups, avail)
+		if b.Bytes = size(); b.Bytes <= max {
+			return
+		}
+		slack += b.Bytes - max + 200
+	}
+	// The frame alone is past the budget (a tiny one): summaries only.
+	b.Cuts = b.Cuts[:fixed]
+	for _, g := range groups {
+		g.clear(f)
+		g.cut(f, 0)
+	}
+	if b.Bytes = size(); b.Bytes > max {
+		f.shrinkAgents()
+		f.shrinkActions()
+		f.shrinkAttention()
+		b.Bytes = size()
+	}
+	if b.Bytes > max {
+		// The least a read can be: counts, the cuts and how to read on.
+		if n := len(f.env.Agents); n > 0 {
+			if s, ok := f.env.Agents["_summary"].(map[string]any); ok {
+				n = s["agents"].(int)
+			}
+			f.env.Agents = map[string]any{"_summary": map[string]any{"agents": n, "shown": 0}}
+		}
+		if f.env.Builtins != "" {
+			f.env.Builtins = "see sync_help"
+		}
+		f.env.Context.Help = nil
+		b.Bytes = size()
+	}
+}
 
-	// 1. Large single values, in state and views.
+// fitter is one envelope being fitted.
+type fitter struct {
+	env  *Envelope
+	rc   *roomCtx
+	room string
+	req  ContextRequest
+	b    *Budget
+}
+
+// expand words a read for the reader, with the budget it needs when the
+// default budget would not hold need bytes.
+func (f *fitter) expand(args map[string]any, need int) string {
+	if need+2000 > DefaultBudget {
+		args["max_bytes"] = min((need+2000+999)/1000*1000, maxContextBytes)
+	}
+	return expand(f.rc, f.room, args)
+}
+
+// previews replaces large single values, in state and views, by
+// previews, each cut naming the narrow read that returns it whole.
+func (f *fitter) previews() {
+	env := f.env
 	for scope, v := range env.State {
 		keys, ok := scopeEntries(v)
 		if !ok {
@@ -82,8 +170,11 @@ func fitBudget(env *Envelope, rc *roomCtx, roomID string, max int) {
 		for k, raw := range keys {
 			if len(raw) > largeValue {
 				keys[k] = preview(raw)
-				b.Cuts = append(b.Cuts, Cut{Section: "state." + scope + "." + k, Bytes: len(raw),
-					Expand: expand(rc, roomID, map[string]any{"only": "state." + scope, "max_bytes": maxContextBytes})})
+				args := map[string]any{"only": "state." + scope, "prefix": k}
+				if len(raw)+1500 > f.req.MaxBytes || f.req.Prefix == k {
+					args["max_bytes"] = min((len(raw)+2000+999)/1000*1000, maxContextBytes)
+				}
+				f.b.Cuts = append(f.b.Cuts, Cut{Section: "state." + scope + "." + k, Bytes: len(raw), Expand: expand(f.rc, f.room, args)})
 				changed = true
 			}
 		}
@@ -97,104 +188,405 @@ func fitBudget(env *Envelope, rc *roomCtx, roomID string, max int) {
 			raw, _ := json.Marshal(v)
 			if len(raw) > largeValue {
 				views[id] = preview(raw)
-				b.Cuts = append(b.Cuts, Cut{Section: "views." + id, Bytes: len(raw), Expand: expand(rc, roomID, map[string]any{"only": "views", "max_bytes": maxContextBytes})})
+				args := map[string]any{"only": "views." + id}
+				if len(raw)+1500 > f.req.MaxBytes || (len(f.req.Only) == 1 && f.req.Only[0] == "views."+id) {
+					args["max_bytes"] = min((len(raw)+2000+999)/1000*1000, maxContextBytes)
+				}
+				f.b.Cuts = append(f.b.Cuts, Cut{Section: "views." + id, Bytes: len(raw), Expand: expand(f.rc, f.room, args)})
 				continue
 			}
 			views[id] = v
 		}
 		env.Views = views
 	}
-	if !over() {
+}
+
+// group is a list of items a cut keeps a part of: the messages, or a
+// state scope's entries.
+type group struct {
+	section string
+	scope   string // the state scope; "" for messages
+	items   []gItem
+	ordered bool // kept in order, stopping at the first that does not fit
+	need    int
+	kept    []gItem
+}
+
+type gItem struct {
+	key  string
+	raw  json.RawMessage
+	msg  map[string]any
+	seq  int64
+	size int
+}
+
+// groups takes the envelope's item lists in keeping order.
+func (f *fitter) groups() []*group {
+	var out []*group
+	paged := f.req.paged()
+	if m := f.env.Messages; m != nil && len(m.Recent) > 0 {
+		g := &group{section: "messages", ordered: true}
+		after := f.req.MessagesAfter != nil
+		for _, msg := range m.Recent {
+			raw, _ := json.Marshal(msg)
+			seq, _ := msg["seq"].(int64)
+			g.items = append(g.items, gItem{msg: msg, seq: seq, size: len(raw) + 1})
+		}
+		if !after {
+			// Newest first; messages addressed to the reader ahead of
+			// them (at most 5: the rest are in the directed count).
+			slices.Reverse(g.items)
+			var to []gItem
+			rest := g.items[:0:0]
+			for _, it := range g.items {
+				if len(to) < 5 && addressedTo(it.msg, f.rc.self) {
+					to = append(to, it)
+				} else {
+					rest = append(rest, it)
+				}
+			}
+			g.items = append(to, rest...)
+		}
+		out = append(out, g)
+	}
+	names := make([]string, 0, len(f.env.State))
+	for scope := range f.env.State {
+		names = append(names, scope)
+	}
+	sort.Strings(names)
+	for _, scope := range names {
+		keys, ok := scopeEntries(f.env.State[scope])
+		if !ok || len(keys) == 0 {
+			continue
+		}
+		g := &group{section: "state." + scope, scope: scope, ordered: paged}
+		var order []string
+		if paged {
+			for k := range keys {
+				order = append(order, k)
+			}
+			sort.Strings(order)
+		} else {
+			order = rankKeys(f.rc, scope, keys)
+		}
+		for _, k := range order {
+			g.items = append(g.items, gItem{key: k, raw: keys[k], size: len(k) + len(keys[k]) + 4})
+		}
+		out = append(out, g)
+	}
+	for _, g := range out {
+		for _, it := range g.items {
+			g.need += it.size
+		}
+	}
+	return out
+}
+
+// clear takes g's items out of the envelope (while the rest is sized).
+func (g *group) clear(f *fitter) {
+	g.kept = nil
+	if g.scope == "" {
+		f.env.Messages.Recent = []map[string]any{}
 		return
 	}
+	f.env.State[g.scope] = map[string]json.RawMessage{}
+}
 
-	// 2. Messages: the newest few, and those addressed to the reader.
-	if m := env.Messages; m != nil && len(m.Recent) > keptMessages {
-		first, _ := m.Recent[0]["seq"].(int64)
-		var kept []map[string]any
-		for i, msg := range m.Recent {
-			if i >= len(m.Recent)-keptMessages || (addressedTo(msg, rc.self) && len(kept) < 2*keptMessages) {
-				kept = append(kept, msg)
+// fill shares avail bytes between the groups, max-min fair, and puts back
+// what each keeps.
+func (f *fitter) fill(groups []*group, avail int) {
+	order := slices.Clone(groups)
+	sort.SliceStable(order, func(i, j int) bool { return order[i].need < order[j].need })
+	left := max(avail, 0)
+	for i, g := range order {
+		share := left / (len(order) - i)
+		room := min(g.need, share)
+		used := 0
+		g.kept = nil
+		for _, it := range g.items {
+			if used+it.size > room {
+				if g.ordered {
+					break
+				}
+				continue
+			}
+			g.kept = append(g.kept, it)
+			used += it.size
+		}
+		left -= used
+		g.cut(f, len(g.kept))
+	}
+}
+
+// cut writes g's kept items into the envelope and, when it left some
+// out, the cut that says what and how to read the rest.
+func (g *group) cut(f *fitter, n int) {
+	kept := g.kept[:min(n, len(g.kept))]
+	if g.scope == "" {
+		g.cutMessages(f, kept)
+		return
+	}
+	entries := make(map[string]json.RawMessage, len(kept)+1)
+	for _, it := range kept {
+		entries[it.key] = it.raw
+	}
+	if len(kept) == len(g.items) {
+		f.env.State[g.scope] = entries
+		return
+	}
+	summary, _ := json.Marshal(map[string]any{"keys": len(g.items), "shown": len(kept), "bytes": g.need})
+	entries["_summary"] = summary
+	f.env.State[g.scope] = entries
+	args := map[string]any{"only": "state." + g.scope}
+	if f.req.Prefix != "" {
+		args["prefix"] = f.req.Prefix
+	}
+	if g.ordered {
+		// The next page starts right after the last key returned.
+		last := f.req.KeysAfter
+		if len(kept) > 0 {
+			last = kept[len(kept)-1].key
+		}
+		if last != "" {
+			args["keys_after"] = last
+		}
+	}
+	next := 0
+	if len(kept) < len(g.items) {
+		next = g.items[len(kept)].size
+	}
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: g.section, Kept: len(kept), Total: len(g.items), Bytes: g.need, Expand: f.expand(args, next)})
+}
+
+// cutMessages writes the kept messages (in seq order) and the cut.
+func (g *group) cutMessages(f *fitter, kept []gItem) {
+	m := f.env.Messages
+	all := len(g.items)
+	msgs := make([]map[string]any, 0, len(kept))
+	for _, it := range kept {
+		msgs = append(msgs, it.msg)
+	}
+	sort.Slice(msgs, func(i, j int) bool { a, _ := msgs[i]["seq"].(int64); b, _ := msgs[j]["seq"].(int64); return a < b })
+	m.Recent = msgs
+	if len(kept) == all {
+		return
+	}
+	// The cut says how to read the rest; the section's own note on the
+	// older messages would say it twice.
+	m.Elided, f.env.Context.MessagesTruncated = nil, nil
+	var args map[string]any
+	if f.req.MessagesAfter != nil {
+		// A page: the next one starts right after the last message
+		// returned; messages not shown stay unread.
+		last := *f.req.MessagesAfter
+		if len(msgs) > 0 {
+			last, _ = msgs[len(msgs)-1]["seq"].(int64)
+		}
+		args = map[string]any{"only": "messages", "messages_after": last}
+		f.rc.readUpTo = min(f.rc.readUpTo, last)
+	} else {
+		// The newest: the older ones the window held are exactly the
+		// messages after the window's first minus one, this many.
+		first, older := int64(0), 0
+		var oldestKept int64 = 1 << 62
+		for _, it := range kept {
+			if !addressedTo(it.msg, f.rc.self) || len(kept) == 0 {
+				oldestKept = min(oldestKept, it.seq)
 			}
 		}
-		b.Cuts = append(b.Cuts, Cut{Section: "messages", Kept: len(kept), Total: len(m.Recent),
-			Expand: expand(rc, roomID, map[string]any{"only": "messages", "messages_after": first - 1, "max_bytes": maxContextBytes})})
-		m.Recent = kept
-		// Messages the reader was not shown stay unread (and so do the
-		// newer ones it was: the read mark only moves forward).
-		rc.readUpTo = min(rc.readUpTo, first-1)
-		if !over() {
-			return
-		}
-	}
-
-	// 3. State scopes, largest first, keep a sample of keys.
-	type scopeSize struct {
-		name  string
-		bytes int
-	}
-	var scopes []scopeSize
-	for scope, v := range env.State {
-		raw, _ := json.Marshal(v)
-		scopes = append(scopes, scopeSize{scope, len(raw)})
-	}
-	sort.Slice(scopes, func(i, j int) bool { return scopes[i].bytes > scopes[j].bytes })
-	for _, sc := range scopes {
-		keys, ok := scopeEntries(env.State[sc.name])
-		if !ok || len(keys) <= scopeSample {
-			continue
-		}
-		// Keep the most salient keys that fit in what the rest of the
-		// envelope leaves (at least scopeSample of them).
-		room := max - (b.Bytes - sc.bytes) - 200
-		ranked := rankKeys(rc, sc.name, keys)
-		var kept []string
-		used := 2
-		for _, k := range ranked {
-			need := len(k) + len(keys[k]) + 4
-			if len(kept) >= scopeSample && used+need > room {
-				break
+		for _, it := range g.items {
+			if first == 0 || it.seq < first {
+				first = it.seq
 			}
-			kept = append(kept, k)
-			used += need
+			if it.seq < oldestKept {
+				older++
+			}
 		}
-		if len(kept) == len(keys) {
+		args = map[string]any{"only": "messages", "messages_after": first - 1}
+		if older > 0 && older < 500 {
+			args["messages_limit"] = older
+		}
+		f.rc.readUpTo = min(f.rc.readUpTo, first-1)
+	}
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: "messages", Kept: len(kept), Total: all, Bytes: g.need, Expand: f.expand(args, 0)})
+}
+
+// shrinkViews keeps the views that fit in a third of the budget, in id
+// order, and lists the others by id with the read that returns them.
+func (f *fitter) shrinkViews() {
+	if len(f.env.Views) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(f.env.Views))
+	for id := range f.env.Views {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	kept := map[string]any{}
+	var omitted []string
+	used, room := 0, f.req.MaxBytes/3
+	total := 0
+	for _, id := range ids {
+		raw, _ := json.Marshal(f.env.Views[id])
+		total += len(raw)
+		if used+len(raw)+len(id)+4 > room {
+			omitted = append(omitted, id)
 			continue
 		}
-		sample := make(map[string]json.RawMessage, len(kept)+1)
-		for _, k := range kept {
-			sample[k] = keys[k]
-		}
-		summary, _ := json.Marshal(map[string]any{"keys": len(keys), "shown": len(kept), "bytes": sc.bytes})
-		sample["_summary"] = summary
-		env.State[sc.name] = sample
-		b.Cuts = append(b.Cuts, Cut{Section: "state." + sc.name, Kept: len(kept), Total: len(keys), Bytes: sc.bytes,
-			Expand: expand(rc, roomID, map[string]any{"only": "state." + sc.name, "max_bytes": maxContextBytes})})
-		if !over() {
-			return
-		}
+		kept[id] = f.env.Views[id]
+		used += len(raw) + len(id) + 4
 	}
+	if len(omitted) == 0 {
+		return
+	}
+	kept["_summary"] = map[string]any{"views": len(ids), "shown": len(ids) - len(omitted), "omitted": omitted}
+	f.env.Views = kept
+	// The read of the omitted ones, as many as a page holds.
+	var only []string
+	for _, id := range omitted {
+		if len(only) >= 20 {
+			break
+		}
+		only = append(only, "views."+id)
+	}
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: "views", Kept: len(ids) - len(omitted), Total: len(ids), Bytes: total,
+		Expand: expand(f.rc, f.room, map[string]any{"only": strings.Join(only, ",")})})
+}
 
-	// 4. Views and action descriptions, as a last resort.
-	if len(env.Views) > 0 {
-		ids := make([]string, 0, len(env.Views))
-		for id := range env.Views {
-			ids = append(ids, id)
+// leanActions shows actions as a lean read does (signature, availability,
+// description).
+func (f *fitter) leanActions() {
+	full := false
+	for id, a := range f.env.Actions {
+		if a.Params != nil || a.Writes != nil || a.If != "" || a.Intent != "" {
+			full = true
 		}
-		sort.Strings(ids)
-		raw, _ := json.Marshal(env.Views)
-		env.Views = map[string]any{"_summary": map[string]any{"views": len(ids), "ids": ids}}
-		b.Cuts = append(b.Cuts, Cut{Section: "views", Total: len(ids), Bytes: len(raw), Expand: expand(rc, roomID, map[string]any{"only": "views", "max_bytes": maxContextBytes})})
-		if !over() {
-			return
+		if a.Builtin {
+			delete(f.env.Actions, id)
+			continue
+		}
+		f.env.Actions[id] = ActionView{Signature: a.Signature, Available: a.Available, Description: a.Description, Cooldown: a.Cooldown}
+	}
+	if full {
+		f.env.Builtins = builtinsLine
+		f.b.Cuts = append(f.b.Cuts, Cut{Section: "actions.definitions", Total: len(f.env.Actions),
+			Expand: expand(f.rc, f.room, map[string]any{"only": "actions", "depth": "full"})})
+	}
+}
+
+// dropDescriptions leaves actions their signatures.
+func (f *fitter) dropDescriptions() {
+	n := 0
+	for id, a := range f.env.Actions {
+		if a.Description != "" {
+			a.Description = ""
+			f.env.Actions[id] = a
+			n++
 		}
 	}
-	for id, a := range env.Actions {
-		a.Description = ""
-		env.Actions[id] = a
+	if n > 0 {
+		f.b.Cuts = append(f.b.Cuts, Cut{Section: "actions.descriptions", Total: n, Expand: expand(f.rc, f.room, map[string]any{"only": "actions"})})
 	}
-	b.Cuts = append(b.Cuts, Cut{Section: "actions", Expand: expand(rc, roomID, map[string]any{"only": "actions", "depth": "full", "max_bytes": maxContextBytes})})
-	over()
+}
+
+// shrinkActions keeps the available actions that fit in a quarter of the
+// budget.
+func (f *fitter) shrinkActions() {
+	if len(f.env.Actions) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(f.env.Actions))
+	for id := range f.env.Actions {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		a, b := f.env.Actions[ids[i]], f.env.Actions[ids[j]]
+		if a.Available != b.Available {
+			return a.Available
+		}
+		return ids[i] < ids[j]
+	})
+	used, room := 0, f.req.MaxBytes/4
+	kept := map[string]ActionView{}
+	for _, id := range ids {
+		raw, _ := json.Marshal(f.env.Actions[id])
+		if used+len(raw)+len(id)+4 > room {
+			break
+		}
+		kept[id] = f.env.Actions[id]
+		used += len(raw) + len(id) + 4
+	}
+	if len(kept) == len(ids) {
+		return
+	}
+	f.env.Actions = kept
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: "actions", Kept: len(kept), Total: len(ids), Expand: expand(f.rc, f.room, map[string]any{"only": "actions"})})
+}
+
+// shrinkAgents keeps the reader and the agents that fit in a quarter of
+// the budget (active ones first) and counts the rest.
+func (f *fitter) shrinkAgents() {
+	if len(f.env.Agents) == 0 {
+		return
+	}
+	if _, done := f.env.Agents["_summary"]; done {
+		return
+	}
+	ids := make([]string, 0, len(f.env.Agents))
+	for id := range f.env.Agents {
+		ids = append(ids, id)
+	}
+	status := func(id string) string {
+		if m, ok := f.env.Agents[id].(map[string]any); ok {
+			s, _ := m["status"].(string)
+			return s
+		}
+		return ""
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		a, b := ids[i], ids[j]
+		if (a == f.rc.self) != (b == f.rc.self) {
+			return a == f.rc.self
+		}
+		if (status(a) == "idle") != (status(b) == "idle") {
+			return status(b) == "idle"
+		}
+		return a < b
+	})
+	used, room := 0, f.req.MaxBytes/5
+	kept := map[string]any{}
+	for _, id := range ids {
+		raw, _ := json.Marshal(f.env.Agents[id])
+		if used+len(raw)+len(id)+4 > room && id != f.rc.self {
+			break
+		}
+		kept[id] = f.env.Agents[id]
+		used += len(raw) + len(id) + 4
+	}
+	if len(kept) == len(ids) {
+		return
+	}
+	kept["_summary"] = map[string]any{"agents": len(ids), "shown": len(kept)}
+	f.env.Agents = kept
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: "agents", Kept: len(kept) - 1, Total: len(ids), Expand: expand(f.rc, f.room, map[string]any{"only": "agents"})})
+}
+
+// shrinkAttention keeps _attention's lists to their first few.
+func (f *fitter) shrinkAttention() {
+	at := f.env.Context.Attention
+	if at == nil {
+		return
+	}
+	trim := func(l []string) []string {
+		if len(l) > 5 {
+			return append(l[:5:5], fmt.Sprintf("… %d more", len(l)-5))
+		}
+		return l
+	}
+	at.StaleActions, at.LowSalience, at.BrokenViews = trim(at.StaleActions), trim(at.LowSalience), trim(at.BrokenViews)
+	if s := at.SinceYourLastRead; s != nil {
+		s.NewActions, s.ActionsInvoked, s.ViewsChanged = trim(s.NewActions), trim(s.ActionsInvoked), trim(s.ViewsChanged)
+	}
 }
 
 // addressedTo reports a message directed to agent.

@@ -21,7 +21,8 @@ import (
 const maxUnreadCount = 1000
 
 // sqlPresence reads a room's agents for presence.
-const sqlPresence = `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads, enabled_expr
+const sqlPresence = `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads, enabled_expr,
+			CASE WHEN user_id IS NOT NULL THEN name END
 		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`
 
 // loadPresence reads the room's agents.
@@ -38,7 +39,7 @@ func scanPresence(rows pgx.Rows) ([]presence, error) {
 	var out []presence
 	for rows.Next() {
 		var a presence
-		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads, &a.Enabled); err != nil {
+		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads, &a.Enabled, &a.Account); err != nil {
 			return nil, err
 		}
 		out = append(out, a)
@@ -69,7 +70,7 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 // Unread counts are computed when wantMsgs is set or an action's enabled or
 // if reads messages.
 func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool) (*roomCtx, error) {
-	ctx, err := s.work(ctx, roomID)
+	ctx, err := s.work(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}
@@ -157,9 +158,50 @@ type ContextRequest struct {
 	// NoContext (context=none) makes a wait return only whether its
 	// condition held, with the room seq: no envelope, nothing marked read.
 	NoContext bool
+	// Full (context=full) makes a wait return the whole context, on a
+	// wake-up and on a timeout; Delta (context=delta) what changed since
+	// the reader's last read, on a timeout too. Without either a wait
+	// wakes with the delta and times out with the condition alone.
+	Full, Delta bool
+	// Since is where a delta starts (default: the reader's last context
+	// read, or for a reader without an agent the room seq when the wait
+	// began). Setting it makes a context read a delta too.
+	Since *int64
 	// MaxBytes is the envelope's size budget in bytes of JSON (0: none);
 	// see fitBudget. At most 4 MiB.
 	MaxBytes int
+	// KeysAfter and Prefix narrow state to the keys after KeysAfter (in
+	// key order) that start with Prefix: how a scope too large for one
+	// budget is read page by page. With either, or with only naming a
+	// single scope, the budget keeps keys in key order, so that the next
+	// page (keys_after the last key returned) starts exactly after it.
+	KeysAfter, Prefix string
+	// Reserve is room the budget leaves for what the caller wraps the
+	// envelope in (a tool result's other fields): MaxBytes is a ceiling
+	// on the whole result.
+	Reserve int
+	// Peek reads without counting as the reader's read: nothing is marked
+	// read and the first read's depth full is kept for the next one (an
+	// embodiment's arrival, which shows a part of the room).
+	Peek bool
+}
+
+// paged reports a read that walks state in key order.
+func (r ContextRequest) paged() bool {
+	if r.KeysAfter != "" || r.Prefix != "" {
+		return true
+	}
+	for _, o := range r.Only {
+		if strings.HasPrefix(o, "state.") {
+			return true
+		}
+	}
+	return false
+}
+
+// keyWanted reports whether a state key is in the read's key range.
+func (r ContextRequest) keyWanted(k string) bool {
+	return (r.KeysAfter == "" || k > r.KeysAfter) && strings.HasPrefix(k, r.Prefix)
 }
 
 // ParseContextRequest reads the context parameters from a query string.
@@ -198,18 +240,31 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 	}
 	if v := get("max_bytes"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxContextBytes {
-			return q, errs.New(errs.InvalidField, "max_bytes %s is not between 1 and %d", v, maxContextBytes).With("field", "max_bytes").
+		if err != nil || n < minContextBytes || n > maxContextBytes {
+			return q, errs.New(errs.InvalidField, "max_bytes %s is not between %d and %d", v, minContextBytes, maxContextBytes).With("field", "max_bytes").
 				WithHint("ask for what you need: the default fits a model's context; raise it to read more at once")
 		}
 		q.MaxBytes = n
 	}
+	q.KeysAfter, q.Prefix = get("keys_after"), get("prefix")
 	switch v := get("context"); v {
 	case "", "full":
 	case "none":
 		q.NoContext = true
+	case "delta":
+		q.Delta = true
 	default:
-		return q, errs.New(errs.InvalidField, "context %q is not full or none", v).With("field", "context").WithHint(`context "none" returns only whether the condition held`)
+		return q, errs.New(errs.InvalidField, "context %q is not delta, full or none", v).With("field", "context").WithHint(`context "delta" (the default) returns what changed, "full" the whole context, "none" only whether the condition held`)
+	}
+	if v := get("context"); v == "full" {
+		q.Full = true
+	}
+	if v := get("since"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return q, errs.New(errs.InvalidField, "since %s is not a non-negative integer", v).With("field", "since").WithHint("pass the seq of your last read (every result carries it)")
+		}
+		q.Since = &n
 	}
 	q.NoActions = get("actions") == "false"
 	q.NoMessages = get("messages") == "false"
@@ -265,7 +320,16 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		return nil, err
 	}
 	note := ""
-	if sl != nil && sl.self != nil && sl.self.ContextReads == 0 && *sl.cfg.FirstReadFull && req.Depth == "lean" {
+	shown := req.MessagesLimit
+	if req.Since != nil {
+		if req.MessagesAfter == nil {
+			req.MessagesAfter = req.Since
+		}
+		// A delta shows the newest of the messages since (deltaOf), so it
+		// reads them all, up to the most a read returns.
+		req.MessagesLimit = 500
+	}
+	if sl != nil && sl.self != nil && sl.self.ContextReads == 0 && *sl.cfg.FirstReadFull && req.Depth == "lean" && req.Since == nil && !req.Peek {
 		req.Depth = "full"
 		note = "your first read of this room is at depth full, once, so you see the whole vocabulary; later reads are lean unless you ask"
 	}
@@ -277,8 +341,12 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 	if sl != nil {
 		s.annotate(ctx, env, rc, sl, roomID, req)
 	}
+	if req.Since != nil {
+		deltaOf(env, rc, roomID, *req.Since, *req.MessagesAfter, shown)
+		env.Context.Request.MessagesLimit = shown
+	}
 	if req.MaxBytes > 0 {
-		fitBudget(env, rc, roomID, req.MaxBytes)
+		fitBudget(env, rc, roomID, req)
 		if at := env.Context.Attention; at != nil && env.Context.Budget != nil && at.SinceYourLastRead != nil {
 			var cut []string
 			for _, c := range env.Context.Budget.Cuts {
@@ -293,7 +361,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 			}
 		}
 	}
-	if rc.self != "" {
+	if rc.self != "" && !req.Peek {
 		err = s.markRead(ctx, roomID, rc)
 	}
 	return env, err
@@ -357,6 +425,9 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			} else {
 				st[scope] = v
 			}
+			if req.KeysAfter != "" || req.Prefix != "" {
+				st[scope] = keyRange(st[scope], req)
+			}
 		}
 		for _, inc := range req.Include {
 			if !rc.visible(inc) {
@@ -375,6 +446,21 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 	}
 	if want("views") {
 		env.Views = rc.views
+		// only views.<id> narrows the section to those views.
+		var ids []string
+		for _, o := range req.Only {
+			if id, ok := strings.CutPrefix(o, "views."); ok {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) > 0 && !slices.Contains(req.Only, "views") {
+			env.Views = map[string]any{}
+			for _, id := range ids {
+				if v, ok := rc.views[id]; ok {
+					env.Views[id] = v
+				}
+			}
+		}
 		present = append(present, "views")
 	} else {
 		elided = append(elided, "views")
@@ -467,7 +553,32 @@ func (r ContextRequest) echo() RequestEcho {
 	}
 	e.MaxBytes = r.MaxBytes
 	e.Include = strings.Join(r.Include, ",")
+	e.KeysAfter, e.Prefix = r.KeysAfter, r.Prefix
 	return e
+}
+
+// keyRange is a scope's entries narrowed to the request's key range (a
+// copy: the snapshot's maps are shared between reads).
+func keyRange(v any, req ContextRequest) any {
+	switch m := v.(type) {
+	case map[string]json.RawMessage:
+		out := map[string]json.RawMessage{}
+		for k, raw := range m {
+			if req.keyWanted(k) {
+				out[k] = raw
+			}
+		}
+		return out
+	case map[string]any:
+		out := map[string]any{}
+		for k, val := range m {
+			if req.keyWanted(k) {
+				out[k] = val
+			}
+		}
+		return out
+	}
+	return v
 }
 
 // loadLog returns the newest n live entries of a log scope, oldest first,
@@ -559,6 +670,12 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
 			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
 				Args: map[string]any{"only": "messages", "messages_after": 0, "messages_limit": 500}})}
+	}
+	if req.MessagesAfter != nil && len(recent) == req.MessagesLimit && req.Since == nil {
+		// A full page: the next one starts right after its last message.
+		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
+			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
+				Args: map[string]any{"only": "messages", "messages_after": maxSeq}})}
 	}
 	if rc.self != "" {
 		rc.readUpTo = max(rc.readUpTo, maxSeq)

@@ -21,10 +21,12 @@
 //
 //   - RegisterReadRule: what a reader sees of the feature's scopes and
 //     keys (the loom: _loom* by loom_aware and doc_read, a model's
-//     thinking to the thinker and room authority). Every read path (the
-//     context and its CEL, GET /state, a key's history, the room page,
-//     waits) asks the same rule, so a scope is visible through every
-//     surface exactly when its feature says so.
+//     thinking and trace to the thinker and room authority). Every read
+//     path (the context and its CEL, GET /state, a key's history, the
+//     room page, waits) asks the same rule, so a scope is visible through
+//     every surface exactly when its feature says so. A _shared
+//     definition reads as its registrant would (Principal.ReadsAs);
+//     Reader.Key lets registrants a rule sees alike share one evaluation.
 //   - RegisterScopes: a scope family only the feature writes (through
 //     MutateRoom), optionally kept out of the room's snapshot.
 //   - RegisterMemory: keys of an agent's own scope that are its private

@@ -92,9 +92,11 @@ type ContextMeta struct {
 	// because the room's entry-level enabled expressions cost more than
 	// the server evaluates per read (Limits.EnabledCostPerRead): their
 	// gates were not evaluated, so they are not shown.
-	EntriesUnevaluated int         `json:"entries_unevaluated,omitempty"`
-	Request            RequestEcho `json:"request"`
-	Seq                int64       `json:"seq"`
+	EntriesUnevaluated int `json:"entries_unevaluated,omitempty"`
+	// Delta marks a context of changes only: what changed after FromSeq.
+	Delta   *ChangesSince `json:"delta,omitempty"`
+	Request RequestEcho   `json:"request"`
+	Seq     int64         `json:"seq"`
 }
 
 // RequestEcho repeats the shaping parameters a request set (defaults are
@@ -108,6 +110,8 @@ type RequestEcho struct {
 	MessagesLimit int    `json:"messages_limit,omitempty"`
 	MaxBytes      int    `json:"max_bytes,omitempty"`
 	Include       string `json:"include,omitempty"`
+	KeysAfter     string `json:"keys_after,omitempty"`
+	Prefix        string `json:"prefix,omitempty"`
 }
 
 // WaitResult is what a wait returns: the context once the condition held,
@@ -124,6 +128,9 @@ type WaitResult struct {
 	Unmet *expr.Explanation `json:"unmet,omitempty"`
 	// Seq is the room seq the result describes.
 	Seq int64 `json:"seq"`
+	// Note says when the wait did not do exactly what was asked (a
+	// timeout past the cap was shortened).
+	Note string `json:"note,omitempty"`
 	// Context is the envelope, absent with context=none.
 	Context *Envelope `json:"context,omitempty"`
 }

@@ -62,6 +62,11 @@ The help key standard_library has ready-made definitions (set, increment, claim,
 Prefer few, purposeful actions with an intent and an if that guards their precondition; register views for what everyone should see.`), true
 	case "standard_library":
 		return standardLibrary, true
+	case "roles":
+		return strings.TrimSpace(`
+A role is an entry of _shared.roles: {"<role id>": {"description", "bootstrap_actions", "bootstrap_views", "filled_by"}}. Whoever may write _shared.roles defines roles: the room token, agents granted _shared, and anyone through an action that writes it (define_role in standard_library).
+A role's id is also the id of its agent: filling the role (people fill roles from their MCP client: sync_embody with role) makes that agent on first use, and whoever fills the role after it is vacated takes over the same agent, with its scope, actions and views.
+Ids with ":" belong to people: <username>:<client> and <username>:web are the agents people drive themselves, and a role never takes one (filling such a role is invalid_field, reason person_id). Filling a role never adopts an agent that was not made for that role: not a person's own agent (forbidden, reason personal_agent), not one joined with a token (reason token_agent), and not one another person fills (reason role_filled), which includes one whose agent another person still drives (not idle and seen within the idle lapse), whatever filled_by says.`), true
 	case "vocabulary_review":
 		return strings.TrimSpace(`
 # Vocabulary review
@@ -75,7 +80,7 @@ Recently registered actions are being invoked: the room's affordances are growin
 The vocabulary is established and used; nothing new recently.
 
 ## Degenerating vocabulary
-Signals: views that fail to evaluate (broken: _attention.broken_views, your own with their errors in your_broken_views); actions registered a while ago and never invoked since (stale); many more messages than invocations (the informal channel dominates); message patterns (_vocabulary_health.patterns): messages that keep coming just before the same invocation, messages after failed invocations, frequent messages about a shared key no action writes.
+Signals: views that fail to evaluate (broken: _attention.broken_views, your own with their errors in your_broken_views); actions registered a while ago and never invoked since (stale); many more messages than invocations (the informal channel dominates); message patterns (_vocabulary_health.patterns): messages that keep coming just before the same invocation (at least pattern_min times, and at least twice as often as the room's message and invocation rates would give by chance: chatter interleaved with work is not a pattern), messages after failed invocations, frequent messages about a shared key no action writes; actions whose descriptions and intents state overlapping purposes (overlapping_purposes). Measured on a scripted room of 150 steps (3 planted patterns among chatter and unrelated work): 3 suggestions, all planted ones (precision 3/3, recall 3/3); without the chance test it made 7 (precision 3/7). The strongest finding is also _attention.finding, which a budget never cuts.
 
 ## Revision patterns
 - Fix a broken view: register it again with the same id and a corrected expression (` + say(errs.OpRegisterView, map[string]any{"id": "<same id>", "expr": "…"}) + `).
@@ -84,7 +89,7 @@ Signals: views that fail to evaluate (broken: _attention.broken_views, your own 
 - Refactor contested targets: one action with richer parameters, or one key per action and a view that aggregates (help key contested_actions).
 
 ## Attention
-_context._attention: broken_views; your_broken_views (always, whatever you asked for); stale_actions (listed at lean when they are more than stale_fraction of the actions); since_your_last_read {from_seq, state_changes, new_actions, actions_invoked, views_changed, new_messages}; you_elided (sections this read left out, by request or budget, that changed since your last read); low_salience (actions and views nobody has used for a long while: they still work); vocabulary_health. An agent's first read of a room is at depth full, once, with _context.note saying so.
+_context._attention: broken_views; your_broken_views (always, whatever you asked for); stale_actions (listed at lean when they are more than stale_fraction of the actions); since_your_last_read {from_seq, state_changes, new_actions, actions_invoked, views_changed, new_messages}; you_elided (sections this read left out, by request or budget, that changed since your last read); finding (the strongest finding of _vocabulary_health, in one line); low_salience (actions and views nobody has used for a long while: they still work); vocabulary_health. An agent's first read of a room is at depth full, once, with _context.note saying so.
 
 ## Thresholds
 A room sets them in the state entry _shared._config, under "salience": {"stale_after_mutations": 50, "stale_after_minutes": 60, "stale_fraction": 0.3, "message_ratio": 3, "decay": 0.95, "low_salience": 0.2, "omit_low_salience_at_lean": false, "first_read_full": true, "pattern_min": 3, "off": false} (the defaults). An item's salience score rises by one on each use (an action's invocation; a view read by an invoked action) and is multiplied by decay on each context read of the room.
@@ -103,7 +108,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 			"variables": map[string]string{
 				"state":    "scope → key → value of the scopes you can read; your own scope also as state.self. Logs (_messages, _audit) are not in state: use messages.",
 				"views":    "view id → value (an evaluation error shows as {\"_error\": …}); views._contested lists keys written by several actions.",
-				"agents":   "agent id → {name, role, status, waiting_on, last_heartbeat}.",
+				"agents":   "agent id → {name, role, status, waiting_on, last_heartbeat, account?}: account is the username of the person driving the agent, absent for agents joined with a token.",
 				"actions":  "action id → {enabled, available} (inside views only enabled).",
 				"messages": "{count, unread, directed_unread}.",
 				"self":     "your agent id (\"\" for room and view tokens).",
@@ -123,6 +128,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 			},
 			"limits": map[string]any{"source_bytes": lim.MaxSourceBytes, "cost": lim.CostLimit, "time_ms": lim.Timeout.Milliseconds(),
 				"views_cost_per_read":         s.lim.ViewCostPerRead,
+				"actions_cost_per_read":       fmt.Sprintf("%d for all of a room's actions' enabled and if together, evaluated for availability at each read (each counts at least %d); actions past it read as unavailable (an invocation still evaluates its own), and a registration past it fails with action_budget_exceeded", s.lim.ActionCostPerRead, gateMinCost),
 				"room_cost_per_second":        roomCostHelp(s.lim.RoomCostPerSecond),
 				"entry_enabled_cost_per_read": fmt.Sprintf("%d for all of a room's entry-level enabled expressions together (each counts at least %d; evaluated for the reader and again per registrar); entries past it are hidden (_context.entries_unevaluated), and a write adding a gate past it fails with enabled_budget_exceeded", s.lim.EnabledCostPerRead, gateMinCost)},
 		}, true
@@ -130,7 +136,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 	return nil, false
 }
 
-var systemHelpKeys = []string{"index", "guide", "vocabulary_bootstrap", "standard_library", "directed_messages",
+var systemHelpKeys = []string{"index", "guide", "vocabulary_bootstrap", "standard_library", "roles", "directed_messages",
 	"contested_actions", "context_shaping", "if_version", "expressions", "vocabulary_review"}
 
 func (s *Service) helpKeyList(room map[string]*srow) []string {
@@ -212,5 +218,5 @@ func roomCostHelp(perSecond int) string {
 	if perSecond < 0 {
 		return "off"
 	}
-	return fmt.Sprintf("%d for everything the room's reads, waits and invocations evaluate (each evaluation at least %d; memoised results free); spent, requests get room_busy with Retry-After until it refills", perSecond, gateMinCost)
+	return fmt.Sprintf("%d for everything the room's reads, waits and invocations evaluate (each evaluation at least %d; memoised results free), and %d more for read-only readers (view links, observers), whose reads never spend the members' part; spent, requests get room_busy with Retry-After until it refills", perSecond, gateMinCost, int(float64(perSecond)*guestShare))
 }

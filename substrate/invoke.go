@@ -148,7 +148,7 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 		s.auditFailure(ctx, p, roomID, actionID, params, err) // the refusal is audited; nothing else is written
 		return nil, err
 	}
-	if ctx, err = s.work(ctx, roomID); err != nil {
+	if ctx, err = s.work(ctx, p, roomID); err != nil {
 		return nil, err
 	}
 	if _, ok := builtinDescriptions[actionID]; ok && actionID != "help" {
@@ -160,6 +160,11 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 		s.auditFailure(ctx, p, roomID, actionID, params, err)
 		if errs.Is(err, errs.ActionNotFound) {
 			err = s.suggestActions(ctx, p, roomID, actionID, err)
+			// The suggested call carries the parameters given: the same
+			// call with the name corrected.
+			if e, ok := err.(*errs.Error); ok && e.Next != nil && e.Next.Op == errs.OpInvoke && len(params) > 0 {
+				e.Next.Args["params"] = params
+			}
 		}
 		return nil, err
 	}
@@ -203,9 +208,14 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		}
 	}
 	rc := s.build(ctx, snap, m.p, agents, mc, m.now, celParams(params))
+	if rc.actionsCut[id] {
+		// Past the read's action budget: this invocation evaluates it.
+		rc.actEnabled[id] = def.Enabled == "" || s.evalBool(ctx, def.Enabled, rc.actionVars(ctx, s, def, celParams(params)))
+	}
 	if !rc.actEnabled[id] {
 		return errs.New(errs.ActionDisabled, "action %q is disabled: its enabled expression is false", id).
-			With("enabled", def.Enabled).WithHint("it becomes invocable when %s holds", def.Enabled)
+			With("enabled", def.Enabled).WithHint("it cannot be invoked while its enabled expression (%s) is false: pick an available action, or wait until it holds", def.Enabled).
+			WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: map[string]any{"only": "actions"}})
 	}
 	vars := rc.actionVars(ctx, s, def, celParams(params))
 	if def.If != "" {
@@ -215,11 +225,18 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		}
 		if !ok.(bool) {
 			e := errs.New(errs.PreconditionFailed, "the precondition of %q does not hold", id).
-				WithHint("change what the failing clause reads, or wait until it holds")
+				WithHint("change what the failing clause reads (another parameter value, or the state it reads), or wait until it holds; test it first")
 			if prog, err := s.cel.Compile(def.If); err == nil {
 				if ex := s.cel.Explain(ctx, prog, vars); ex != nil {
 					e.Message = fmt.Sprintf("the precondition of %q does not hold: %s is false", id, ex.Clause)
 					e = e.With("clause", ex.Clause).With("read", invokerMayRead(m.p, ex.Read, rc.state, vars.State))
+					// The clause can be tried with other values, as the
+					// invocation binds them.
+					args := map[string]any{"expr": ex.Clause}
+					if len(params) > 0 {
+						args["params"] = params
+					}
+					e = e.WithNext(errs.Step{Op: errs.OpEval, Room: m.room, Args: args})
 				}
 			}
 			return e

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,10 +92,23 @@ type RoomSummary struct {
 	// LastActivity is when the room last changed (its newest _audit
 	// entry), or its creation.
 	LastActivity time.Time
-	// Roles are the live _shared.roles entries (role id → its object).
+	// Roles are the live _shared.roles entries (role id → its object)
+	// whose ids a role may take (not a person's, see EmbodyRole).
 	Roles  map[string]map[string]any
 	Agents []Presence
+	// Values are a few of _shared's scalar entries (short strings,
+	// numbers, booleans), the most recently changed first: what a person
+	// would choose a room by (a phase, a score, a deadline).
+	Values map[string]any
+	// View is the value of the room's view named summary, when it has one.
+	View any
 }
+
+// SummaryView is the id of the view a room shows the lobby, if it has it.
+const SummaryView = "summary"
+
+// summaryValues is how many scalars a summary shows.
+const summaryValues = 5
 
 // RoomSummaries summarises the given rooms (those that exist) in two
 // statements plus a snapshot read for each room not in the cache.
@@ -179,8 +193,29 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		}
 		shared := live.vals[ScopeShared]
 		r.summary.SharedKeys = len(shared)
+		r.summary.Values = scalarsOf(shared, snap.scopes[ScopeShared])
+		// A room that says how it reads at a glance has a view named
+		// summary: its value (public, its registrar's authority) stands
+		// for the scalars. One gated by enabled depends on the reader,
+		// which the lobby does not evaluate.
+		for _, v := range snap.views {
+			if v.def.ID == SummaryView && v.def.Enabled == "" && v.r.timer.live(now) {
+				rc := s.build(ctx, snap, RoomPrincipal(r.id), nil, msgCounts{Count: r.count}, now, nil)
+				if val, ok := rc.views[SummaryView]; ok {
+					r.summary.View, r.summary.Values = val, nil
+				}
+				break
+			}
+		}
 		if roles, ok := shared["roles"].(map[string]any); ok {
 			for id, v := range roles {
+				// An id no role may take (a person's, with ":", or no
+				// agent id at all) is not offered: filling it is refused
+				// (EmbodyRole), and listing "bob:web" as an open role
+				// would invite people to try.
+				if strings.Contains(id, ":") || validName("role id", id, s.lim.MaxScopeBytes, false) != nil {
+					continue
+				}
 				if m, ok := v.(map[string]any); ok {
 					r.summary.Roles[id] = m
 				}
@@ -249,7 +284,9 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 			return errs.New(errs.Forbidden, "agent %q is not yours to embody", req.Agent).
 				WithHint("embody without an agent id to get your own, or pick one marked yours in the lobby")
 		case exists:
-			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = $3, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4, grants = $5
+			// A role's agent keeps its role (its id): it stays one made for
+			// that role, which EmbodyRole checks.
+			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = CASE WHEN role = id THEN role ELSE $3 END, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4, grants = $5
 				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role, nonEmpty(req.Client), grantsOf(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		case scopeUsed:
@@ -335,7 +372,8 @@ type RoleEmbodiment struct {
 //   - No agent yet: it is made for the user.
 //   - The user's own: resumed.
 //   - Another user's, and the role is vacant (filled_by null, as
-//     sync_disembody leaves it): taken over; its token is rotated and the
+//     sync_disembody leaves it) and its agent no longer driven (idle, as
+//     sync_disembody leaves it, or unseen for IdleAfter): taken over; its token is rotated and the
 //     _audit entry of this mutation records the previous occupant
 //     (previous_user, previous_name) and the new one (user, name, client).
 //   - Filled by someone else (another user's session, or an agent with
@@ -351,6 +389,14 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 	if err := validName("role id", req.Role, s.lim.MaxScopeBytes, false); err != nil {
 		return nil, err.(*errs.Error).With("role", req.Role).
 			WithHint("a role's id is also its agent's id: the room's roles need ids of 1–%d characters from A–Z a–z 0–9 _ . : @ -, not starting with _", s.lim.MaxScopeBytes)
+	}
+	if strings.Contains(req.Role, ":") {
+		// <username>:<client> and <username>:web are people's agents: a
+		// role named after one would hand whoever fills it that person's
+		// agent, with its private scope, actions and views.
+		return nil, errs.New(errs.InvalidField, "role id %q contains \":\": ids with \":\" are people's agents (<username>:<client>), never roles", req.Role).
+			With("role", req.Role).With("reason", "person_id").
+			WithHint("define the role again under an id without \":\" (help key roles), or embody without role to get your own agent")
 	}
 	role := req.Role
 	if err := s.validAgent(req.Role, req.Name, &role); err != nil {
@@ -371,22 +417,34 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		if !ok {
 			if roles == nil {
 				return errs.New(errs.NotFound, "room %q defines no roles", req.Room).With("role", req.Role).
-					WithHint("embody without role, or define one with the define_role action (help key standard_library)")
+					WithHint("embody without role (next), or define the role first with the define_role action (help key standard_library)").
+					WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
 			}
-			return errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).
-				WithHint("the lobby lists the defined roles")
+			names := make([]string, 0, len(roles))
+			for n := range roles {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			return errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).With("roles", names).
+				WithHint("the room's roles are %s; embody one of them, or without role (next)", strings.Join(names, ", ")).
+				WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
 		}
 		filledBy, _ := def["filled_by"].(string)
 		if filledBy != "" && filledBy != req.Role {
 			return errs.New(errs.Forbidden, "role %q is filled by %s", req.Role, filledBy).With("role", req.Role).With("reason", "role_filled").
 				WithHint("pick an unfilled role from the lobby, or ask %s to vacate it", filledBy)
 		}
-		var owner, prevName *string
-		var exists, scopeUsed bool
+		var owner, prevName, prevRole *string
+		var exists, scopeUsed, inUse bool
+		// inUse: its driver has not stepped out (sync_disembody leaves it
+		// idle) and was seen within idleAfter, as presence shows it.
 		err = m.tx.QueryRow(m.ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT user_id FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT name FROM agents WHERE room_id = $1 AND id = $2),
-				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2)`, req.Room, req.Role).Scan(&exists, &owner, &prevName, &scopeUsed)
+				(SELECT role FROM agents WHERE room_id = $1 AND id = $2),
+				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2),
+				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND status <> 'idle' AND last_heartbeat > now() - make_interval(secs => $3))`,
+			req.Room, req.Role, s.idleAfter.Seconds()).Scan(&exists, &owner, &prevName, &prevRole, &scopeUsed, &inUse)
 		if err != nil {
 			return err
 		}
@@ -399,7 +457,19 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 			return errs.New(errs.Forbidden, "role %q is held by agent %q, made with a token (an autonomous agent)", req.Role, req.Role).
 				With("role", req.Role).With("reason", "token_agent").
 				WithHint("embody without role to get your own agent, or ask the room's owner to free the role")
-		case exists && *owner != req.User && filledBy != "":
+		case exists && (prevRole == nil || *prevRole != req.Role):
+			// A role embodiment makes the role's agent or re-enters one
+			// made for that role (its role is the role's id), never an
+			// agent a person made for themself, whatever the roles say.
+			return errs.New(errs.Forbidden, "agent %q is a person's own agent, not one made for role %q", req.Role, req.Role).
+				With("role", req.Role).With("reason", "personal_agent").
+				WithHint("embody without role to get your own agent; the room's owner may rename the role")
+		case exists && *owner != req.User && (filledBy != "" || inUse):
+			// filled_by is state whoever may write _shared.roles can
+			// clear (a collaborator, any action that writes it): a role
+			// whose agent another user still drives is not vacant,
+			// whatever it says. A driver gone without stepping out
+			// lapses to idle after IdleAfter; the role can then be freed.
 			return errs.New(errs.Forbidden, "role %q is filled: another user drives its agent", req.Role).
 				With("role", req.Role).With("reason", "role_filled").
 				WithHint("wait until they leave it (sync_disembody frees it), or pick an unfilled role from the lobby")
@@ -463,4 +533,39 @@ func grantsOf(g []string) []string {
 		return []string{}
 	}
 	return g
+}
+
+// scalarsOf picks the newest few short scalar entries of a scope.
+func scalarsOf(vals map[string]any, rows map[string]*srow) map[string]any {
+	var keys []string
+	for k, v := range vals {
+		switch x := v.(type) {
+		case string:
+			if len(x) <= 80 {
+				keys = append(keys, k)
+			}
+		case bool, int64, float64:
+			keys = append(keys, k)
+		}
+	}
+	rev := func(k string) int64 {
+		if r := rows[k]; r != nil {
+			return r.Revision
+		}
+		return 0
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if rev(keys[i]) != rev(keys[j]) {
+			return rev(keys[i]) > rev(keys[j])
+		}
+		return keys[i] < keys[j]
+	})
+	if len(keys) == 0 {
+		return nil
+	}
+	out := map[string]any{}
+	for _, k := range keys[:min(len(keys), summaryValues)] {
+		out[k] = vals[k]
+	}
+	return out
 }

@@ -134,15 +134,23 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		agentID = p.AgentID
 	}
 	var grants []string
+	// The token the caller was authenticated with must still be the
+	// room's (or its agent's) under the lock: a write authenticated just
+	// before a rotation that commits while it queues is refused, not
+	// applied with the old token (issue 25 item 8: "refused at once").
+	roomHash, viewHash, agentHash := p.tokenHashes()
+	tokenValid := true
 	var lock pgx.Batch
 	lock.Queue("BEGIN")
-	lock.Queue(`SELECT seq, message_count, created_at, now() FROM rooms WHERE id = $1 FOR UPDATE`, roomID)
+	lock.Queue(`SELECT seq, message_count, created_at, now(),
+			coalesce(($2::bytea IS NULL OR token_hash = $2) AND ($3::bytea IS NULL OR view_token_hash = $3), false)
+		FROM rooms WHERE id = $1 FOR UPDATE`, roomID, roomHash, viewHash)
 	if agentID != "" {
 		// A statement of its own, after the lock: a statement that waited
 		// for the lock sees the locked row as committed, but reads every
 		// other table as of its start, which would miss a revocation
 		// committed by the mutation it waited for.
-		lock.Queue(`SELECT grants FROM agents WHERE room_id = $1 AND id = $2`, roomID, agentID)
+		lock.Queue(`SELECT grants, coalesce($3::bytea IS NULL OR token_hash = $3, false) FROM agents WHERE room_id = $1 AND id = $2`, roomID, agentID, agentHash)
 	}
 	if o.withPresence {
 		lock.Queue(sqlPresence, roomID)
@@ -152,13 +160,15 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	_, err = br.Exec()
 	if err == nil {
 		var born time.Time
-		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &m.now)
+		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &m.now, &tokenValid)
 		m.cacheKey = cacheKey(roomID, born)
 	}
 	if err == nil && agentID != "" {
-		if err = br.QueryRow().Scan(&grants); errors.Is(err, pgx.ErrNoRows) {
+		agentValid := true
+		if err = br.QueryRow().Scan(&grants, &agentValid); errors.Is(err, pgx.ErrNoRows) {
 			err, grants = nil, nil // the agent is gone: refused below
 		}
+		tokenValid = tokenValid && agentValid
 	}
 	if err == nil && o.withPresence {
 		var rows pgx.Rows
@@ -178,6 +188,9 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		return 0, err
 	}
 	m.next = m.base + 1
+	if !tokenValid {
+		return 0, errRotatedMeanwhile()
+	}
 	if agentID != "" {
 		if grants == nil {
 			return 0, errs.New(errs.Unauthorized, "agent %q no longer exists", agentID).WithHint("join the room again")

@@ -50,12 +50,25 @@ type Principal struct {
 	// human's (seed 002). Only the lobby sets it; tokens never do.
 	Person bool
 	// readsAs is the agent a read-only principal made by ReadOnlyOf reads
-	// for: it keeps that agent's loom permissions (those that read).
+	// for, or that registered a communal (_shared) definition read with
+	// this principal (roomCtx.stateAs): it keeps that agent's loom
+	// permissions (those that read), never more.
 	readsAs string
 	// Words is the vocabulary of the surface the caller came through: the
 	// substrate words the next steps it suggests (in _context, help and
 	// hints) with it. Default errs.Plain.
 	Words errs.Words
+	// Refresh, when set, establishes the caller's authority again from
+	// what its surface knows now (the lobby: the person's session, access
+	// and embodiment). A call that outlives the moment it was
+	// authenticated (a wait) calls it at each wake-up, and an error ends
+	// the call: a person who left the room or lost it meanwhile hears
+	// nothing more of it. Principals from tokens need none: their token is
+	// looked up again (Service.recheck).
+	Refresh func(ctx context.Context) (*Principal, error)
+	// tokenHash is the hash of the token the principal was authenticated
+	// with (AuthenticateIn), for recheck.
+	tokenHash []byte
 }
 
 // say words a step in the caller's vocabulary.
@@ -91,13 +104,18 @@ func (p *Principal) Actor() string {
 	return "_room"
 }
 
-// Key names the subject of per-credential budgets (rate limits): one per
-// room token, one per view token, and one for all the agents of a room,
-// for reads and writes alike. The room token mints agent tokens freely, so
-// a budget per agent token would be a budget its holder multiplies at
-// will.
+// Key names the subject of per-credential budgets (rate limits): one for
+// room authority (the room token and agents with "*"), one per view token,
+// and one for all the other agents of a room, for reads and writes alike.
+// The room token mints agent tokens freely, so a budget per agent token
+// would be a budget its holder multiplies at will; and room authority is
+// a subject apart, so that no agent (in an open room, anyone who joined)
+// can exhaust the budget the room's owner acts with.
 func (p *Principal) Key() string {
-	if p.Kind == KindAgent {
+	switch {
+	case p.Admin():
+		return string(KindRoom) + ":" + p.RoomID + "/"
+	case p.Kind == KindAgent:
 		return string(p.Kind) + ":" + p.RoomID + "/*"
 	}
 	return string(p.Kind) + ":" + p.RoomID + "/" + p.AgentID
@@ -124,7 +142,7 @@ func (s *Service) AuthenticateIn(ctx context.Context, roomID, token string) (*Pr
 			WithHint("send Authorization: Bearer room_…, view_… or as_… as returned when the room was created or the agent joined")
 	}
 	h := hashToken(token)
-	p := &Principal{Kind: kind}
+	p := &Principal{Kind: kind, tokenHash: h}
 	var err error
 	var stale bool
 	switch {
@@ -171,6 +189,79 @@ func (s *Service) findToken(ctx context.Context, p *Principal, h []byte, stale *
 		`SELECT room_id, id, grants, last_heartbeat < now() - make_interval(secs => $2)
 		   FROM agents WHERE token_hash = $1`, h, s.hbEach.Seconds()).
 		Scan(&p.RoomID, &p.AgentID, &p.Grants, stale)
+}
+
+// tokenHashes is the hash of the token p was authenticated with, in the
+// slot of the row that must still hold it: the room's token, its view
+// token, or the agent's token. All are nil for principals made without a
+// token (the lobby's, RoomPrincipal), and for a nil p.
+func (p *Principal) tokenHashes() (room, view, agent []byte) {
+	if p == nil {
+		return nil, nil, nil
+	}
+	switch p.Kind {
+	case KindRoom:
+		return p.tokenHash, nil, nil
+	case KindView:
+		return nil, p.tokenHash, nil
+	case KindAgent:
+		return nil, nil, p.tokenHash
+	}
+	return nil, nil, nil
+}
+
+// errRotatedMeanwhile refuses a change whose token was rotated (or its
+// agent re-joined) between its authentication and the room lock.
+func errRotatedMeanwhile() error {
+	return errs.New(errs.Unauthorized, "the bearer token was rotated while the call waited for the room").
+		WithHint("use the room's current token; an agent re-joins with the room token to get a new one")
+}
+
+// recheck establishes p's authority again for a call that outlived its
+// authentication (a wait, at each wake-up): a token rotated or revoked
+// since is errs.Unauthorized, a room deleted since errs.RoomNotFound, and a
+// surface's principal is asked again (Principal.Refresh), which says why it
+// no longer holds (the lobby: room_not_in_scope). An agent's grants are
+// read again too: a narrowing counts at once.
+func (s *Service) recheck(ctx context.Context, p *Principal) (*Principal, error) {
+	switch {
+	case p.Refresh != nil:
+		np, err := p.Refresh(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if np.Words == nil {
+			np.Words = p.Words
+		}
+		return np, nil
+	case p.tokenHash == nil:
+		return p, nil // the system's own principals (RoomPrincipal, …)
+	}
+	np := *p
+	var err error
+	switch p.Kind {
+	case KindRoom:
+		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE id = $1 AND token_hash = $2`, p.RoomID, p.tokenHash).Scan(&np.RoomID)
+	case KindView:
+		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE id = $1 AND view_token_hash = $2`, p.RoomID, p.tokenHash).Scan(&np.RoomID)
+	default:
+		err = s.db.QueryRow(ctx, `SELECT grants FROM agents WHERE room_id = $1 AND id = $2 AND token_hash = $3`, p.RoomID, p.AgentID, p.tokenHash).Scan(&np.Grants)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		var exists bool
+		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rooms WHERE id = $1)`, p.RoomID).Scan(&exists); err != nil {
+			return nil, err
+		}
+		if !exists {
+			return nil, errs.New(errs.RoomNotFound, "room %q was deleted", p.RoomID).WithHint("nothing to wait for: the room is gone")
+		}
+		return nil, errs.New(errs.Unauthorized, "the bearer token was rotated or revoked while the call ran").
+			WithHint("use the room's current token; an agent re-joins with the room token to get a new one")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &np, nil
 }
 
 // touch records a heartbeat. It is best effort: a failed heartbeat must not

@@ -25,6 +25,9 @@ type presence struct {
 	LastContextSeq, ContextReads int64
 	// Enabled is the agent's enabled expression (nil: always shown).
 	Enabled *string
+	// Account is the username of the person whose account drives the
+	// agent (nil: an agent joined with a token). See Agent.Account.
+	Account *string
 }
 
 // msgCounts are the caller's message counters.
@@ -61,6 +64,11 @@ type roomCtx struct {
 	// viewsCut counts the views left unevaluated past the budget.
 	viewCost uint64
 	viewsCut int
+	// actionCost is what evaluating actions' enabled and if for
+	// availability cost this read; actionsCut are the actions left
+	// unevaluated past Limits.ActionCostPerRead.
+	actionCost uint64
+	actionsCut map[string]bool
 	// authority caches, per registrar scope, the state that registrar
 	// reads (views and actions evaluate with their registrar's authority).
 	authority map[string]map[string]any
@@ -99,16 +107,34 @@ func (rc *roomCtx) budget() *gateBudget {
 // communal scopes and its own (seen as `self` when asSelf), never the
 // reader's. Views and actions evaluate with it, so what they project or
 // write never carries what their registrar could not read.
-func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope string, asSelf bool) map[string]any {
+//
+// A communal definition (scope _shared) is no agent's, but its registrant
+// (registeredBy) is one: it reads the loom with the registrant's loom
+// permissions, so an agent denied the loom cannot read it through a
+// _shared view or action of its own (a confused deputy).
+func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope, registeredBy string, asSelf bool) map[string]any {
 	key := scope
 	if !asSelf {
 		key += "\x00"
 	}
+	reg := &Principal{Kind: KindAgent, AgentID: scope}
+	var vis *visibility
+	if scope == ScopeShared {
+		// Registrants the read rules see alike (the loom: the same loom
+		// permissions) read the same state: one state (and one spend of
+		// the gate budget) for all of them.
+		reg.readsAs = registeredBy
+		vis = snapVisibility(reg, rc.snap)
+		if k, ok := vis.shareKey(); ok {
+			key += "\x00\x00" + k
+		} else {
+			key += "\x00" + registeredBy
+		}
+	}
 	if st, ok := rc.authority[key]; ok {
 		return st
 	}
-	reg := &Principal{Kind: KindAgent, AgentID: scope}
-	sub := &roomCtx{now: rc.now, snap: rc.snap, p: reg, agents: rc.agents, gates: rc.budget()}
+	sub := &roomCtx{now: rc.now, snap: rc.snap, p: reg, agents: rc.agents, gates: rc.budget(), vis: vis}
 	if asSelf && scope != ScopeShared && !strings.HasPrefix(scope, "_") {
 		sub.self = scope
 	}
@@ -125,7 +151,7 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope string, asSelf
 // and the invoker's identity (self, messages). The invoker's own scope is
 // `state.self` only when the invoker is the registrar.
 func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, params map[string]any) *expr.Vars {
-	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, rc.self != "" && rc.self == def.Scope), Views: rc.vars.Views,
+	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, def.RegisteredBy, rc.self != "" && rc.self == def.Scope), Views: rc.vars.Views,
 		Agents: rc.vars.Agents, Actions: rc.vars.Actions, Messages: rc.vars.Messages, Self: rc.self, Params: params, Now: rc.now}
 }
 
@@ -185,7 +211,7 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 		}
 		ok := true
 		if a.def.Enabled != "" {
-			ok = s.evalBool(ctx, a.def.Enabled, rc.actionVars(ctx, s, a.def, params))
+			ok = rc.affordAction(ctx, s, id, a.def.Enabled, rc.actionVars(ctx, s, a.def, params), false)
 		}
 		rc.actEnabled[id] = ok
 		actVar[id] = map[string]any{"enabled": ok}
@@ -197,7 +223,7 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 	for id, enabled := range rc.actEnabled {
 		avail := enabled && s.cooldownOf(snap, id, now) == nil
 		if avail && snap.actions[id].def.If != "" {
-			avail = s.availableIf(ctx, snap.actions[id].def.If, rc.actionVars(ctx, s, snap.actions[id].def, params))
+			avail = rc.affordAction(ctx, s, id, snap.actions[id].def.If, rc.actionVars(ctx, s, snap.actions[id].def, params), true)
 		}
 		rc.actAvail[id] = avail
 		actVar[id] = map[string]any{"enabled": enabled, "available": avail}
@@ -394,6 +420,9 @@ func agentsVar(agents []presence) map[string]any {
 		if a.WaitingOn != nil {
 			m["waiting_on"] = *a.WaitingOn
 		}
+		if a.Account != nil {
+			m["account"] = *a.Account
+		}
 		out[a.ID] = m
 	}
 	return out
@@ -436,19 +465,34 @@ func (s *Service) evalBool(ctx context.Context, src string, vars *expr.Vars) boo
 	return err == nil && ok
 }
 
-// availableIf evaluates an action's `if` without params: when it fails
-// because it needs params, availability depends on the invocation, so the
-// action counts as available.
-func (s *Service) availableIf(ctx context.Context, src string, vars *expr.Vars) bool {
-	p, err := s.cel.Compile(src)
-	if err != nil {
+// affordAction evaluates an action's enabled (or, with ifClause, its `if`
+// without params) for this read, within Limits.ActionCostPerRead for all
+// of the read's actions together: each read evaluates every action for
+// availability, and nothing else bounded their sum. Past the budget an
+// action is not evaluated (actionsCut) and reads as not enabled or not
+// available: fail closed; an invocation evaluates its own action anyway.
+// An `if` that fails because it needs params leaves availability to the
+// invocation, so the action counts as available.
+func (rc *roomCtx) affordAction(ctx context.Context, s *Service, id, src string, vars *expr.Vars, ifClause bool) bool {
+	if rc.actionCost >= uint64(s.lim.ActionCostPerRead) {
+		if rc.actionsCut == nil {
+			rc.actionsCut = map[string]bool{}
+		}
+		rc.actionsCut[id] = true
 		return false
 	}
-	ok, err := s.cel.EvalBool(ctx, p, vars)
+	p, err := s.cel.Compile(src)
 	if err != nil {
+		rc.actionCost += gateMinCost
+		return false
+	}
+	v, cost, err := s.cel.EvalCost(ctx, p, vars)
+	rc.actionCost += max(cost, gateMinCost)
+	b, isBool := v.(bool)
+	if err != nil && ifClause {
 		return p.UsesParams
 	}
-	return ok
+	return err == nil && isBool && b
 }
 
 // cooldownOf returns the live cooldown of an action, if any.

@@ -170,3 +170,68 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 // RoomPrincipal is the room's own authority, for layers (the lobby) that
 // have established a user's ownership by other means.
 func RoomPrincipal(roomID string) *Principal { return &Principal{Kind: KindRoom, RoomID: roomID} }
+
+// RotatedToken is a room's new room or view token, shown this once.
+type RotatedToken struct {
+	Room  string `json:"room"`
+	Which string `json:"which"` // room or view
+	Token string `json:"token"`
+	// TokenAgentsWithRoomAuthority (rotating the room token) are the
+	// agents joined with a token that hold "*": the rotation leaves their
+	// tokens working, and whoever held a leaked room token could have made
+	// them. Review them (GET /agents, the _audit log's agent_join), then
+	// narrow their grants or re-join them to rotate their tokens.
+	TokenAgentsWithRoomAuthority []string `json:"token_agents_with_room_authority,omitempty"`
+}
+
+// RotateToken replaces a room's room token or view token (which) with a
+// new one and returns it; the old one is refused from then on, including
+// by waits and live pages already open with it (they check their
+// credential again at each change, and the rotation is one: audited as
+// token_rotate, without the token). Room authority only.
+func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which string) (*RotatedToken, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	prefix, column := RoomTokenPrefix, "token_hash"
+	switch which {
+	case "room":
+	case "view":
+		prefix, column = ViewTokenPrefix, "view_token_hash"
+	default:
+		return nil, errs.New(errs.InvalidField, "which is %q: rotate the \"room\" token or the \"view\" token", which).With("field", "which").
+			WithHint(`send {"which": "room"} or {"which": "view"}`)
+	}
+	if !p.Admin() {
+		return nil, errs.New(errs.Forbidden, "rotating room %q's tokens needs room authority", roomID).
+			WithHint("ask the room token holder or an owner of the room")
+	}
+	token, hash := newToken(prefix)
+	out := &RotatedToken{Room: roomID, Which: which, Token: token}
+	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+		if !m.p.Admin() {
+			// The grants read again under the lock: a "*" taken away
+			// meanwhile no longer rotates.
+			return errs.New(errs.Forbidden, "rotating room %q's tokens needs room authority", roomID).
+				WithHint("ask the room token holder or an owner of the room")
+		}
+		if _, err := m.tx.Exec(ctx, `UPDATE rooms SET `+column+` = $2 WHERE id = $1`, roomID, hash); err != nil {
+			return err
+		}
+		if which == "room" {
+			rows, err := m.tx.Query(ctx, `SELECT id FROM agents WHERE room_id = $1 AND user_id IS NULL AND '*' = ANY(grants) ORDER BY id`, roomID)
+			if err != nil {
+				return err
+			}
+			if out.TokenAgentsWithRoomAuthority, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return err
+			}
+		}
+		m.audit = map[string]any{"kind": "token_rotate", "which": which}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -219,6 +219,9 @@ type Attention struct {
 	// VocabularyHealth is the room's assessment: progressive, stable or
 	// degenerating (details in the _vocabulary_health view).
 	VocabularyHealth string `json:"vocabulary_health,omitempty"`
+	// Finding is the health's strongest finding, in one line, so that a
+	// read whose budget cut the _vocabulary_health view still carries it.
+	Finding string `json:"finding,omitempty"`
 }
 
 // Omitted counts what a lean read left out for low salience, and the read
@@ -389,7 +392,7 @@ func readsChangedState(rc *roomCtx, src string, after int64) bool {
 // attention assembles _context._attention for the envelope (annotate
 // adds what needs the log: new messages and you_elided).
 func (s *Service) attention(rc *roomCtx, sl *salience, health *Health) *Attention {
-	at := &Attention{BrokenViews: brokenViews(rc), VocabularyHealth: health.Assessment}
+	at := &Attention{BrokenViews: brokenViews(rc), VocabularyHealth: health.Assessment, Finding: health.strongest()}
 	for _, id := range at.BrokenViews {
 		for _, v := range rc.snap.views {
 			if v.def.ID == id && rc.self != "" && (v.def.RegisteredBy == rc.self || v.def.Scope == rc.self) {
@@ -469,6 +472,69 @@ type Health struct {
 	Reasons              []string  `json:"reasons"`
 	Suggestions          []string  `json:"suggestions"`
 	Patterns             []Pattern `json:"patterns,omitempty"`
+	// OverlappingPurposes are pairs of actions whose descriptions and
+	// intents say much the same (seed 000 §7.2).
+	OverlappingPurposes [][2]string `json:"overlapping_purposes,omitempty"`
+}
+
+// strongest is the health's one finding most worth a reader's attention,
+// or "": a broken view, else the strongest message pattern, else
+// overlapping purposes, else why the vocabulary is degenerating.
+func (h *Health) strongest() string {
+	switch {
+	case h.BrokenViews > 0:
+		return h.Reasons[0]
+	case len(h.Patterns) > 0:
+		return h.Patterns[0].Suggestion
+	case len(h.OverlappingPurposes) > 0:
+		p := h.OverlappingPurposes[0]
+		return fmt.Sprintf("%s and %s state overlapping purposes: merge them, or say how they differ", p[0], p[1])
+	case h.Assessment == "degenerating" && len(h.Reasons) > 0:
+		return h.Reasons[0]
+	}
+	return ""
+}
+
+// purposeWords are the words of an action's description and intent that
+// say what it is for (short and common words left out).
+func purposeWords(def *ActionDef) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range strings.FieldsFunc(strings.ToLower(def.Description+" "+def.Intent), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
+	}) {
+		if len(w) >= 4 && !stopWords[w] {
+			out[strings.TrimSuffix(w, "s")] = true
+		}
+	}
+	return out
+}
+
+var stopWords = map[string]bool{"that": true, "this": true, "with": true, "from": true, "your": true, "their": true, "when": true, "which": true,
+	"into": true, "them": true, "they": true, "what": true, "only": true, "each": true, "have": true, "will": true, "does": true, "about": true}
+
+// overlappingPurposes pairs the actions whose purpose words mostly
+// coincide (Jaccard index at least 0.6, three words or more in common).
+func overlappingPurposes(rc *roomCtx, acts []string) [][2]string {
+	words := make([]map[string]bool, len(acts))
+	for i, id := range acts {
+		words[i] = purposeWords(rc.snap.actions[id].def)
+	}
+	var out [][2]string
+	for i := range acts {
+		for j := i + 1; j < len(acts); j++ {
+			common := 0
+			for w := range words[i] {
+				if words[j][w] {
+					common++
+				}
+			}
+			union := len(words[i]) + len(words[j]) - common
+			if common >= 3 && float64(common) >= 0.6*float64(union) {
+				out = append(out, [2]string{acts[i], acts[j]})
+			}
+		}
+	}
+	return out
 }
 
 // health assesses the room for the reader (broken views are those it
@@ -528,6 +594,10 @@ func (s *Service) health(ctx context.Context, rc *roomCtx, sl *salience) *Health
 	}
 	for _, p := range h.Patterns {
 		h.Suggestions = append(h.Suggestions, p.Suggestion)
+	}
+	h.OverlappingPurposes = overlappingPurposes(rc, acts)
+	for _, pair := range h.OverlappingPurposes {
+		h.Suggestions = append(h.Suggestions, fmt.Sprintf("%s and %s state overlapping purposes: merge them, or say in their descriptions how they differ", pair[0], pair[1]))
 	}
 	switch {
 	case degenerating:
@@ -662,12 +732,29 @@ const patternGap = 6
 // precede the same invocation; messages after failed invocations; and
 // frequent kinds of message naming the same shared key that no action
 // writes.
-func (w *logWindow) patterns(rc *roomCtx, min int) []Pattern {
+func (w *logWindow) patterns(rc *roomCtx, least int) []Pattern {
 	var out []Pattern
 	precede := map[[2]string]int{}
 	afterFail := map[string]int{}
 	about := map[[2]string]int{}
 	keys := rc.snap.scopes[ScopeShared]
+	// The chance baseline: how many messages of a kind an invocation of an
+	// action would follow within patternGap if the two were unrelated,
+	// given how many of each the window holds over its span of seqs.
+	sent := map[string]int{}    // kind → messages
+	invoked := map[string]int{} // action → invocations
+	var span int64 = 1
+	if len(w.entries) > 1 {
+		span = max(w.entries[len(w.entries)-1].seq-w.entries[0].seq, 1)
+	}
+	for _, e := range w.entries {
+		switch {
+		case e.audit && e.kind == "invoke" && e.ok && e.action != "":
+			invoked[e.action]++
+		case !e.audit && e.kind != "action_invocation":
+			sent[e.kind]++
+		}
+	}
 	for i, e := range w.entries {
 		if e.audit || e.kind == "action_invocation" {
 			continue
@@ -694,20 +781,24 @@ func (w *logWindow) patterns(rc *roomCtx, min int) []Pattern {
 		}
 	}
 	for pk, n := range precede {
-		if n >= min {
+		// More than chance: at least twice as many as unrelated messages
+		// and invocations would give (chatter interleaved with work
+		// precedes every action about as often as chance says).
+		chance := float64(sent[pk[0]]) * min(1, float64(invoked[pk[1]])*patternGap/float64(span))
+		if n >= least && float64(n) >= 2*chance {
 			out = append(out, Pattern{Pattern: "messages_precede_action", Kind: pk[0], Action: pk[1], Count: n,
 				Suggestion: fmt.Sprintf("%q messages often come just before %s is invoked: its precondition may need to carry what they settle", pk[0], pk[1])})
 		}
 	}
 	for a, n := range afterFail {
-		if n >= min {
+		if n >= least {
 			out = append(out, Pattern{Pattern: "messages_after_failure", Action: a, Count: n,
 				Suggestion: fmt.Sprintf("agents message after %s fails: the vocabulary may not cover that case", a)})
 		}
 	}
 	written := writtenKeys(rc)
 	for pk, n := range about {
-		if n >= min && !written[pk[1]] {
+		if n >= least && !written[pk[1]] {
 			out = append(out, Pattern{Pattern: "messages_about_key", Kind: pk[0], Key: ScopeShared + "." + pk[1], Count: n,
 				Suggestion: fmt.Sprintf("agents often send %q messages about _shared.%s, which no action writes: a concept without vocabulary", pk[0], pk[1])})
 		}

@@ -84,7 +84,10 @@ func resolveScope(p *Principal, scope string) (string, error) {
 }
 
 // validName checks room ids, agent ids and scope names: 1..max bytes of
-// letters, digits and _ . : @ -, not "self" and not "*".
+// letters, digits and _ . : @ -, not "self" and not "*", and not starting
+// with ".": "." and ".." are path segments that URLs resolve away (a room
+// called ".." is reachable only percent-encoded, and proxies may rewrite
+// even that), and a leading dot reads as hidden in files and exports.
 func validName(what, s string, max int, allowUnderscore bool) error {
 	hint := "use 1–%d characters from A–Z a–z 0–9 _ . : @ -"
 	switch {
@@ -94,6 +97,9 @@ func validName(what, s string, max int, allowUnderscore bool) error {
 		return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", what, len(s), max).WithHint(hint, max)
 	case s == ScopeSelf || s == "*":
 		return errs.New(errs.InvalidField, "%s %q is reserved", what, s).WithHint("choose another name")
+	case s[0] == '.':
+		return errs.New(errs.InvalidField, "%s %q starts with \".\": \".\" and \"..\" are path segments URLs resolve away, so no id or scope starts with a dot", what, s).
+			With("reason", "leading_dot").WithHint("choose a name that starts with a letter or digit")
 	case !allowUnderscore && s[0] == '_':
 		return errs.New(errs.InvalidField, "%s %q starts with _, which is reserved for communal and system scopes", what, s).WithHint("choose a name that starts with a letter or digit")
 	}

@@ -297,7 +297,7 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		}
 		q.Scope = scope
 	}
-	ctx, err := s.work(ctx, roomID)
+	ctx, err := s.work(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}

@@ -64,6 +64,13 @@ type Limits struct {
 	// Default 1,000,000 (ten evaluations at the per-expression cost limit,
 	// 10,000 of simple gates; about 30 ms of CPU at most).
 	EnabledCostPerRead int
+	// ActionCostPerRead caps the cel-go cost of evaluating the room's
+	// actions' enabled and if expressions for availability in one read
+	// (each counting at least 100), in id order; actions past it are not
+	// evaluated and read as unavailable (an invocation still evaluates its
+	// own), and a registration that would take a read past it is refused
+	// (409 action_budget_exceeded). Default 1,000,000.
+	ActionCostPerRead int
 	// RoomCostPerSecond is each room's budget of expression work: the
 	// cel-go cost (at least 100 per evaluation) of everything its reads,
 	// waits and invocations evaluate, refilled per second, with two
@@ -99,6 +106,7 @@ func (l *Limits) fill() {
 	def(&l.MaxViews, 128)
 	def(&l.ViewCostPerRead, 1_000_000)
 	def(&l.EnabledCostPerRead, 1_000_000)
+	def(&l.ActionCostPerRead, 1_000_000)
 	def(&l.KeepLogEntries, 50_000)
 	if l.RoomCostPerSecond == 0 {
 		l.RoomCostPerSecond = 2_000_000

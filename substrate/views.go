@@ -158,7 +158,7 @@ func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewRes
 	if v.def.Scope != ScopeShared && !strings.HasPrefix(v.def.Scope, "_") {
 		self = v.def.Scope
 	}
-	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
+	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, v.def.RegisteredBy, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
 		Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
 	var res viewResult
 	if v.enabledProg != nil {

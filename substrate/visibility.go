@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -44,6 +45,12 @@ type Reader struct {
 	// may not read key of scope ("" the scope), for what Sees refused;
 	// nil leaves it to the core's answer.
 	Refusal func(scope, key string) error
+	// Key, when set, names what this reader sees: two principals whose
+	// readers of a rule have the same Key see the same under that rule
+	// (the loom's: its reading permissions). Reads that evaluate state
+	// for several principals share one evaluation between those whose
+	// Keys all match; "" shares nothing.
+	Key string
 }
 
 // readRules are the registered rules (RegisterReadRule), consulted in
@@ -117,6 +124,20 @@ func (v *visibility) hiddenPrefixes(scope string) []string {
 		}
 	}
 	return out
+}
+
+// shareKey names what v's principal sees under the registered rules
+// (Reader.Key); ok is false when a rule did not say, and then nothing is
+// shared.
+func (v *visibility) shareKey() (key string, ok bool) {
+	keys := make([]string, 0, len(v.readers))
+	for _, r := range v.readers {
+		if r.Key == "" {
+			return "", false
+		}
+		keys = append(keys, r.Key)
+	}
+	return strings.Join(keys, "\x00"), true
 }
 
 // snapRows reads entries from a snapshot (every mutable row, timers not

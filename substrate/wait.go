@@ -3,8 +3,12 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -26,15 +30,23 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	if err != nil {
 		return nil, err.(*errs.Error).With("field", "condition")
 	}
+	if t := prog.NotBoolean(); t != "" {
+		return nil, notBoolean(condition, t)
+	}
 	// Admitted once: the wait's re-reads are charged to the room, and
 	// a room that spent its budget meanwhile delays others, not this.
-	if ctx, err = s.work(ctx, roomID); err != nil {
+	if ctx, err = s.work(ctx, p, roomID); err != nil {
 		return nil, err
 	}
 	if timeout <= 0 {
 		timeout = s.wait.DefaultTimeout
 	}
+	note := ""
+	if timeout > s.wait.MaxTimeout {
+		note = fmt.Sprintf("timeout shortened to the cap of %d ms (asked %d ms): wait again to wait longer", s.wait.MaxTimeout.Milliseconds(), timeout.Milliseconds())
+	}
 	timeout = min(timeout, s.wait.MaxTimeout)
+	var startSeq int64 = -1
 	start := time.Now()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -72,8 +84,16 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			continue
 		}
 		ok, evalErr := s.cel.EvalBool(ctx, prog, &rc.vars)
+		if evalErr != nil && errs.From(evalErr).Details["gave"] != nil {
+			// Not a boolean now means not a boolean ever: say so now
+			// rather than after the whole timeout.
+			return nil, notBoolean(condition, fmt.Sprint(errs.From(evalErr).Details["gave"]))
+		}
+		if startSeq < 0 {
+			startSeq = rc.snap.seq
+		}
 		if evalErr == nil && ok && creq.NoContext {
-			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq}, nil
+			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq, Note: note}, nil
 		}
 		if evalErr == nil && ok && rc.partial {
 			// The condition and the context come from one read: the
@@ -84,11 +104,11 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			ok, evalErr = s.cel.EvalBool(ctx, prog, &rc.vars)
 		}
 		if evalErr == nil && ok {
-			env, err := s.envelopeOf(ctx, rc, roomID, creq)
+			env, err := s.envelopeOf(ctx, rc, roomID, waitShape(creq, rc, startSeq))
 			if err != nil {
 				return nil, err
 			}
-			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Context: env}, nil
+			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Context: env, Seq: rc.snap.seq, Note: note}, nil
 		}
 		// An evaluation error (a key that does not exist yet, say) counts
 		// as "not yet"; it is reported if the wait times out, with the
@@ -107,8 +127,18 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		case <-recheck.C:
 		case <-deadline.C:
 			recheck.Stop()
-			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq}
-			if !creq.NoContext {
+			// The credential and the caller's access are checked again at
+			// every wake-up, this one included: a wait never outlives a
+			// revocation with the room's context.
+			if p, err = s.recheck(ctx, p); err != nil {
+				return nil, err
+			}
+			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq, Note: note}
+			// A timeout answers with the condition alone unless the
+			// call asked for a context: nothing the waiter was waiting
+			// for happened.
+			if creq.Full || creq.Delta {
+				creq = waitShape(creq, nil, startSeq)
 				env, err := s.Context(context.WithoutCancel(ctx), p, roomID, creq)
 				if err != nil {
 					return nil, err
@@ -128,7 +158,43 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return nil, ctx.Err()
 		}
 		recheck.Stop()
+		if p, err = s.recheck(ctx, p); err != nil {
+			return nil, err
+		}
 	}
+}
+
+// notBoolean is the refusal of a condition that does not give a boolean.
+func notBoolean(condition, gave string) error {
+	return errs.New(errs.InvalidField, "the condition gives %s, and a wait needs true or false", gave).With("field", "condition").With("gave", gave).
+		WithHint("compare or test the value, e.g. %s > 0 or %s != null; try it with sync_eval_cel first", condition, condition)
+}
+
+// waitShape is the context a wait answers with: the delta since the
+// waiter's last read unless the call asked for the whole context.
+func waitShape(creq ContextRequest, rc *roomCtx, startSeq int64) ContextRequest {
+	if creq.Full || creq.Since != nil {
+		return creq
+	}
+	since := startSeq
+	if rc != nil {
+		for _, a := range rc.agents {
+			if a.ID != rc.self {
+				continue
+			}
+			if a.ContextReads > 0 {
+				since = a.LastContextSeq
+			}
+			// Messages: the unread ones, which may be older than the
+			// last read (a read that did not show them).
+			if creq.MessagesAfter == nil {
+				after := min(since, a.LastSeenSeq)
+				creq.MessagesAfter = &after
+			}
+		}
+	}
+	creq.Since = &since
+	return creq
 }
 
 // waitRead reads what a wait's condition needs. Most conditions read state
@@ -168,11 +234,21 @@ func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, pro
 // setWaiting marks an agent waiting on a condition (or active again, with
 // nil) and tells the room's other waiters, who may be waiting on presence.
 func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condition *string) {
-	status := "active"
+	var err error
 	if condition != nil {
-		status = "waiting"
+		err = s.setPresence(ctx, roomID, agentID, "waiting", condition, true)
+	} else {
+		// A status set while the wait ran stays: idle when the person
+		// stepped out of the agent or lost the room (the wait then ended
+		// refused), busy from a heartbeat.
+		var tag pgconn.CommandTag
+		tag, err = s.db.Exec(ctx, `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now()
+			WHERE room_id = $1 AND id = $2 AND status = 'waiting'`, roomID, agentID)
+		if err == nil && tag.RowsAffected() > 0 {
+			err = s.db.Notify(ctx, roomID, store.PresenceNote)
+		}
 	}
-	if err := s.setPresence(ctx, roomID, agentID, status, condition, true); err != nil {
+	if err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
 }

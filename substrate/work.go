@@ -22,6 +22,15 @@ import (
 // room_busy and Retry-After until it refills. Memoised results cost
 // nothing, so a quiet room never meets the budget, and one room's flood
 // cannot take another room's CPU.
+//
+// Those who only watch a room (read-only credentials: view tokens and
+// links, observers) draw on a budget of their own in it, half the
+// members' (guestShare). A view link can be handed to anyone; with one
+// budget for all, its holder's reads would spend what the room's members
+// need and lock the owner out of their own room. Separate buckets, not a
+// reserve in one: requests are charged after they are admitted, so many
+// admitted at once would overdraw a shared bucket far past any reserve.
+// The budgets are per process: each protects its own process's CPU.
 
 // workBucket is one room's budget: a token bucket of cel-go cost.
 // Evaluations add to spent without a lock (a read may run thousands);
@@ -30,7 +39,14 @@ type workBucket struct {
 	spent  atomic.Int64
 	tokens float64
 	at     time.Time
+	// share of the meter's rate this bucket refills at (1 for a room's
+	// members, guestShare for its read-only readers).
+	share float64
 }
+
+// guestShare is the read-only readers' budget in a room, as a share of
+// the members' (Limits.RoomCostPerSecond).
+const guestShare = 0.5
 
 // workMeter holds every active room's bucket.
 type workMeter struct {
@@ -40,8 +56,9 @@ type workMeter struct {
 	burst float64 // the bucket's size
 }
 
-// maxWorkRooms bounds the buckets kept; past it, full buckets (rooms that
-// spent nothing lately) are dropped, which loses nothing.
+// maxWorkRooms bounds the buckets kept (two per room at most); past it,
+// full buckets (budgets nothing spent lately) are dropped, which loses
+// nothing.
 const maxWorkRooms = 4096
 
 func newWorkMeter(perSecond int) *workMeter {
@@ -50,68 +67,75 @@ func newWorkMeter(perSecond int) *workMeter {
 
 // refill brings b up to now; mu is held.
 func (m *workMeter) refill(b *workBucket, now time.Time) {
-	b.tokens = min(m.burst, b.tokens+now.Sub(b.at).Seconds()*m.rate) - float64(b.spent.Swap(0))
+	b.tokens = min(m.burst*b.share, b.tokens+now.Sub(b.at).Seconds()*m.rate*b.share) - float64(b.spent.Swap(0))
 	b.at = now
 }
 
-// admit reports whether room may start more work now, and if not, how long
-// until it may; admitted, it returns the bucket to charge. A request
-// admitted while the budget lasted finishes even if it overdraws it: the
-// debt delays the room's next requests, never anyone else's.
-func (m *workMeter) admit(room string, now time.Time) (*workBucket, time.Duration, bool) {
+// admit reports whether the budget key (a room's members', or its
+// guests') may start more work now, and if not, how long until it may;
+// admitted, it returns the bucket to charge. A request admitted while the
+// budget lasted finishes even if it overdraws it: the debt delays the next
+// requests on the same budget, never anyone else's.
+func (m *workMeter) admit(key string, share float64, now time.Time) (*workBucket, time.Duration, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b, ok := m.rooms[room]
+	b, ok := m.rooms[key]
 	if !ok {
 		if len(m.rooms) >= maxWorkRooms {
 			m.sweep(now)
 		}
-		b = &workBucket{tokens: m.burst, at: now}
-		m.rooms[room] = b
+		b = &workBucket{tokens: m.burst * share, at: now, share: share}
+		m.rooms[key] = b
 	}
 	m.refill(b, now)
 	if b.tokens > 0 {
 		return b, 0, true
 	}
-	return nil, time.Duration((-b.tokens + 1) / m.rate * float64(time.Second)), false
+	return nil, time.Duration((-b.tokens + 1) / (m.rate * b.share) * float64(time.Second)), false
 }
 
 // sweep drops the buckets that have refilled; mu is held.
 func (m *workMeter) sweep(now time.Time) {
 	for id, b := range m.rooms {
-		if m.refill(b, now); b.tokens >= m.burst {
+		if m.refill(b, now); b.tokens >= m.burst*b.share {
 			delete(m.rooms, id)
 		}
 	}
 }
 
-// work admits a request that will evaluate expressions in roomID and
-// returns the context that charges them to the room. Refused, it is 429
-// room_busy with the wait in retry_after_ms (the REST adapter's
-// Retry-After).
+// work admits a request of p that will evaluate expressions in roomID and
+// returns the context that charges them to the room (its members' budget,
+// or its read-only readers'). Refused, it is 429 room_busy with the wait
+// in retry_after_ms (the REST adapter's Retry-After).
 //
-// A context already admitted for the room (a wait's re-reads, a read made
-// inside an invocation) is not asked again: a request admitted finishes.
-func (s *Service) work(ctx context.Context, roomID string) (context.Context, error) {
+// A context already admitted for the same budget (a wait's re-reads, a
+// read made inside an invocation) is not asked again: a request admitted
+// finishes.
+func (s *Service) work(ctx context.Context, p *Principal, roomID string) (context.Context, error) {
 	if s.workMeter == nil {
 		return ctx, nil
 	}
-	if r, _ := ctx.Value(workKey{}).(string); r == roomID {
+	key, share, whose := roomID, 1.0, "its members"
+	if p != nil && p.ReadOnly() {
+		key, share, whose = roomID+"\x00read-only", guestShare, "read-only readers (view links, observers)"
+	}
+	if k, _ := ctx.Value(workKey{}).(string); k == key {
 		return ctx, nil
 	}
-	b, wait, ok := s.workMeter.admit(roomID, time.Now())
+	b, wait, ok := s.workMeter.admit(key, share, time.Now())
 	if !ok {
 		s.roomBusy.Add(1)
 		secs := int(wait/time.Second) + 1
-		return ctx, errs.New(errs.RoomBusy, "room %q has spent its expression budget for now (%d cel-go cost per second, shared by everyone reading it)", roomID, s.lim.RoomCostPerSecond).
-			With("retry_after_ms", max(wait.Milliseconds(), 1)).With("limit", s.lim.RoomCostPerSecond).
+		limit := int(float64(s.lim.RoomCostPerSecond) * share)
+		return ctx, errs.New(errs.RoomBusy, "room %q has spent its expression budget for %s for now (%d cel-go cost per second, shared by all of them)", roomID, whose, limit).
+			With("retry_after_ms", max(wait.Milliseconds(), 1)).With("limit", limit).
 			WithHint("retry after %d s; wait for changes instead of polling, and keep gates and views that read now or agents few and cheap", secs)
 	}
-	ctx = context.WithValue(ctx, workKey{}, roomID)
+	ctx = context.WithValue(ctx, workKey{}, key)
 	return expr.WithMeter(ctx, func(cost uint64) {
 		b.spent.Add(int64(max(cost, gateMinCost)))
 	}), nil
 }
 
-// workKey marks a context admitted (and metered) for a room.
+// workKey marks a context admitted (and metered) for a room's budget.
 type workKey struct{}

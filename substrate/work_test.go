@@ -65,3 +65,46 @@ func TestNowGatesReusedWithinQuantum(t *testing.T) {
 		svc.Close()
 	}
 }
+
+// _shared definitions read the loom with their registrant's permissions
+// (a denied agent's _shared view must not read what it may not), but
+// registrants with the same permissions share one registrar state: ten
+// agents' _shared actions in a room of gated entries do not evaluate the
+// gates ten times more per read.
+func TestSharedRegistrantsShareOneState(t *testing.T) {
+	db := pgtest.New(t)
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{GateQuantum: -1, RoomCostPerSecond: -1}})
+	defer svc.Close()
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "sharers"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	var writes []substrate.Write
+	for i := range 50 {
+		writes = append(writes, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("g%02d", i), Value: []byte(`1`),
+			Enabled: `now > timestamp("2000-01-01T00:00:00Z")`})
+	}
+	if _, err := svc.WriteState(ctx, admin, "sharers", writes, true); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		ag, err := svc.Join(ctx, admin, "sharers", substrate.JoinRequest{ID: fmt.Sprintf("a%d", i), Name: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := svc.Authenticate(ctx, ag.Token)
+		if _, err := svc.RegisterAction(ctx, p, "sharers", substrate.ActionDef{ID: fmt.Sprintf("act%d", i), Scope: "_shared",
+			Enabled: `size(state._shared) > 0`, Writes: []substrate.WriteTemplate{{Scope: "_shared", Key: "k", Value: []byte(`1`)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := svc.Stats().CELEvaluations
+	if _, err := svc.Context(ctx, admin, "sharers", substrate.ContextRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := svc.Stats().CELEvaluations - before; n > 200 {
+		t.Fatalf("one read evaluated %d expressions: each _shared registrant's state evaluated the 50 gates again", n)
+	}
+}

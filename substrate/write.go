@@ -289,12 +289,12 @@ func (s *Service) checkEnabledBudget(m *mutation) error {
 	sort.Strings(ids)
 	for _, id := range ids {
 		if a := after.actions[id]; a.r.timer.live(m.now) {
-			rc.stateAs(m.ctx, s, a.def.Scope, false)
+			rc.stateAs(m.ctx, s, a.def.Scope, a.def.RegisteredBy, false)
 		}
 	}
 	for _, v := range after.views {
 		if v.r.timer.live(m.now) {
-			rc.stateAs(m.ctx, s, v.def.Scope, true)
+			rc.stateAs(m.ctx, s, v.def.Scope, v.def.RegisteredBy, true)
 		}
 	}
 	if b := rc.budget(); b.cut > 0 {

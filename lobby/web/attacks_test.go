@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
@@ -441,4 +442,170 @@ func TestAttackLiveViewStreamEndsWhenRoomDeleted(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the view token's stream neither ended nor said gone after its room was deleted")
 	}
+}
+
+// Issue 25 item 8 (and issue 35 item 1): a leaked view token read the room
+// for as long as it existed. An owner rotates it (or the room token) from
+// the room page; the old one is refused at once, and a live stream open
+// with it ends at the rotation. Nobody but an owner may rotate.
+func TestAttackRotatedViewTokenEndsLiveStream(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	s.share("bob", "collaborator")
+	s.write("_shared", "board", `"public board"`)
+	// Alice has acted from the page before (her web agent exists), so the
+	// rotation is the only change the stream sees.
+	if code, _ := s.post("alice", "/web/rooms/lab/message", url.Values{"body": {"hello"}}); code != http.StatusSeeOther {
+		t.Fatalf("alice's message: %d", code)
+	}
+	ev := s.stream("", "/live/rooms/lab?view="+s.room.ViewToken, "")
+	time.Sleep(200 * time.Millisecond)
+
+	if _, _, body := s.get("bob", "/rooms/lab"); strings.Contains(body, "tokens/rotate") {
+		t.Fatal("a collaborator's page offers token rotation")
+	}
+	for _, who := range []string{"bob", ""} {
+		if code, body := s.post(who, "/web/rooms/lab/tokens/rotate", url.Values{"which": {"view"}}); code/100 != 4 || strings.Contains(body, "view_") {
+			t.Fatalf("HOLE: %q rotated the view token: %d", who, code)
+		}
+	}
+	if code, _ := s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"view"}}, "Sec-Fetch-Site", "cross-site"); code != http.StatusForbidden {
+		t.Fatalf("HOLE: a cross-site form rotated the token: %d", code)
+	}
+	if code, body := s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"everything"}}); code != 400 || !strings.Contains(body, "which") {
+		t.Fatalf("which=everything: %d", code)
+	}
+	if _, _, body := s.get("alice", "/rooms/lab"); !strings.Contains(body, `action="/web/rooms/lab/tokens/rotate"`) {
+		t.Fatal("the owner's page has no rotation form")
+	}
+	code, body := s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"view"}})
+	i := strings.Index(body, "view_")
+	if code != 200 || !strings.Contains(body, "New view token") || i < 0 {
+		t.Fatalf("rotating the view token: %d %s", code, body)
+	}
+	newView := body[i : i+strings.IndexByte(body[i:], '<')]
+	select {
+	case e := <-ev:
+		if !strings.Contains(e, "event: gone") {
+			t.Fatalf("HOLE: the rotated view token's stream still hears the room: %q", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the rotated view token's stream neither ended nor said gone")
+	}
+	if code, _, body := s.get("", "/rooms/lab?view="+s.room.ViewToken); code != http.StatusNotFound || strings.Contains(body, "public board") {
+		t.Fatalf("HOLE: the old view link still opens the room: %d", code)
+	}
+	if code, _, body := s.get("", "/rooms/lab?view="+newView); code != 200 || !strings.Contains(body, "public board") {
+		t.Fatalf("the new view link: %d", code)
+	}
+	// The room token too; the audit names the owner's agent, and the page
+	// names the token agent holding "*" that the old token could have
+	// made (not the owner's own agent, which also holds it).
+	ctx := context.Background()
+	if _, err := s.svc.Join(ctx, substrate.RoomPrincipal("lab"), "lab", substrate.JoinRequest{ID: "mole", Name: "mole"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.UpdateAgent(ctx, substrate.RoomPrincipal("lab"), "lab", "mole", substrate.AgentUpdate{Grants: &[]string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, body = s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"room"}})
+	if code != 200 {
+		t.Fatalf("rotating the room token: %d", code)
+	}
+	if i := strings.Index(body, `id="authority-agents"`); i < 0 || !strings.Contains(body[i:], "mole") || strings.Contains(body[i:strings.Index(body[i:], "</p>")+i], "alice:web") {
+		t.Fatalf("HOLE: the page does not name the agents that keep room authority: %s", body)
+	}
+	if _, err := s.svc.Authenticate(context.Background(), s.room.Token); err == nil {
+		t.Fatal("HOLE: the old room token still authenticates")
+	}
+	audit, err := s.svc.ReadState(context.Background(), substrate.RoomPrincipal("lab"), "lab", substrate.ReadQuery{Scope: "_audit", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(audit.Entries)
+	if n := strings.Count(string(raw), `token_rotate`); n != 2 || !strings.Contains(string(raw), `alice:web`) {
+		t.Fatalf("%d rotations audited: %s", n, raw)
+	}
+}
+
+// Issue 25 item 7: in an open room anyone could take bob's web agent id
+// (bob:web) under his name, and bob became bob:web-2. Nobody joins under an
+// id with ":" without the room token; the room page says which account
+// drives each agent (an agent the room token named bob:web-2 shows none);
+// a person's agent gets no token and keeps its account's name.
+func TestAttackImpersonatedPersonInOpenRoom(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	ctx := context.Background()
+	room, err := s.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "square", OpenJoin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.lob.ClaimRoom(ctx, "user_alice", "square", room.Token, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.lob.ShareRoom(ctx, "user_alice", "square", "user_bob", "participant"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.Join(ctx, nil, "square", substrate.JoinRequest{ID: "bob:web", Name: "bob"}); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("HOLE: an anonymous open join took bob:web: %v", err)
+	}
+	admin, _ := s.svc.Authenticate(ctx, room.Token)
+	if _, err := s.svc.Join(ctx, admin, "square", substrate.JoinRequest{ID: "bob:web-2", Name: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	// Bob acts from the page: his agent is bob:web.
+	if code, _ := s.post("bob", "/web/rooms/square/message", url.Values{"body": {"hello"}}); code != http.StatusSeeOther {
+		t.Fatalf("bob's message: %d", code)
+	}
+	_, _, page := s.get("alice", "/rooms/square")
+	if !strings.Contains(page, `bob:web</span> <span class="account">· account bob</span>`) ||
+		!strings.Contains(page, `bob:web-2</span> <span class="muted">· token, no account</span>`) {
+		t.Fatalf("the page does not say which account drives which agent: %s", page)
+	}
+	// The room token neither renames bob's agent nor gets a token for it.
+	if _, err := s.svc.UpdateAgent(ctx, admin, "square", "bob:web", substrate.AgentUpdate{Name: ptr("alice")}); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("HOLE: bob's agent renamed: %v", err)
+	}
+	if _, err := s.svc.Join(ctx, admin, "square", substrate.JoinRequest{ID: "bob:web", Name: "bob"}); !errs.Is(err, errs.Forbidden) {
+		t.Fatalf("HOLE: the room token got a token for bob's agent: %v", err)
+	}
+	env, err := s.svc.Context(ctx, admin, "square", substrate.ContextRequest{Depth: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := env.Agents["bob:web"].(map[string]any); a["account"] != "bob" {
+		t.Fatalf("the context does not say bob drives bob:web: %v", env.Agents)
+	}
+	if a, _ := env.Agents["bob:web-2"].(map[string]any); a["account"] != nil {
+		t.Fatalf("the context gives the token agent an account: %v", env.Agents)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// A room that spent its expression budget answers the page with 429 and
+// Retry-After, as the API does (review of issue 25 item 4): the page said
+// so in words only, with no header a browser, proxy or script could act
+// on.
+func TestAttackBusyRoomPageSaysWhenToRetry(t *testing.T) {
+	s := newSiteLimits(t, web.Options{}, substrate.Limits{RoomCostPerSecond: 30_000, GateQuantum: -1}, "alice")
+	ctx := context.Background()
+	var writes []substrate.Write
+	for i := range 100 {
+		writes = append(writes, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("g%03d", i), Value: []byte(`1`),
+			Enabled: `now > timestamp("2000-01-01T00:00:00Z")`})
+	}
+	if _, err := s.svc.WriteState(ctx, s.admin, "lab", writes, true); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		code, h, body := s.get("", "/rooms/lab?view="+s.room.ViewToken)
+		if code == http.StatusOK {
+			continue
+		}
+		if code != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(body, "retry after") {
+			t.Fatalf("a busy room's page: %d, Retry-After %q: %s", code, h.Get("Retry-After"), body)
+		}
+		return
+	}
+	t.Fatal("20 page loads of 100 now-gated entries on a budget of 30,000 per second: none refused")
 }

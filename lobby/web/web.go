@@ -10,6 +10,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -148,6 +149,7 @@ func (wb *Web) Routes(mux *http.ServeMux) {
 	// (Sec-Fetch-Site / Origin) before anything else.
 	mux.Handle("POST /web/rooms/{room}/invoke/{action}", wb.csrf.Handler(http.HandlerFunc(wb.invoke)))
 	mux.Handle("POST /web/rooms/{room}/message", wb.csrf.Handler(http.HandlerFunc(wb.message)))
+	mux.Handle("POST /web/rooms/{room}/tokens/rotate", wb.csrf.Handler(http.HandlerFunc(wb.rotateToken)))
 	mux.HandleFunc("GET /web/rooms/{room}/loom", wb.loomPage)
 	mux.Handle("POST /web/rooms/{room}/loom", wb.csrf.Handler(http.HandlerFunc(wb.loomRun)))
 }
@@ -231,23 +233,48 @@ func (wb *Web) roomWithError(w http.ResponseWriter, r *http.Request, roomID stri
 		wb.fail(w, r, err)
 		return
 	}
-	userID, username, _ := wb.opt.SignedIn(r)
-	p, access, perr := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, username, roomID)
-	if perr != nil {
-		wb.fail(w, r, err)
-		return
-	}
-	data, derr := wb.roomData(r.Context(), p, roomID)
-	if derr != nil {
-		wb.fail(w, r, err)
-		return
-	}
 	msg := e.Message
 	if e.Hint != "" {
 		msg += ". " + e.Hint + "."
 	}
-	data["Who"], data["CanReplay"], data["CanAct"], data["Error"] = username+" ("+access+")", p.Admin(), canAct(access), msg
-	wb.render(w, r, e.Code.Status(), "room", data, false)
+	wb.roomWith(w, r, roomID, e.Code.Status(), "Error", msg, err)
+}
+
+// roomWith shows the room page to the signed-in person with one more
+// datum (key: value) in the given status; when the room cannot be read,
+// it shows err (the failure that led here) instead.
+func (wb *Web) roomWith(w http.ResponseWriter, r *http.Request, roomID string, status int, key string, value any, err error) {
+	userID, username, _ := wb.opt.SignedIn(r)
+	p, access, perr := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, username, roomID)
+	if perr != nil {
+		wb.fail(w, r, cmp.Or(err, perr))
+		return
+	}
+	data, derr := wb.roomData(r.Context(), p, roomID)
+	if derr != nil {
+		wb.fail(w, r, cmp.Or(err, derr))
+		return
+	}
+	data["Who"], data["CanReplay"], data["CanAct"], data[key] = username+" ("+access+")", p.Admin(), canAct(access), value
+	data["CanRotate"] = access == "owner"
+	wb.render(w, r, status, "room", data, false)
+}
+
+// rotateToken replaces the room's room or view token (form field which)
+// for an owner, and shows the room page with the new token, this once.
+func (wb *Web) rotateToken(w http.ResponseWriter, r *http.Request) {
+	roomID := r.PathValue("room")
+	userID, username, signed := wb.opt.SignedIn(r)
+	if !signed {
+		wb.errorPage(w, r, http.StatusUnauthorized, "Sign in to rotate tokens", "Rotating a room's tokens needs you signed in as an owner.", false)
+		return
+	}
+	rt, err := wb.opt.Lobby.RotateToken(r.Context(), userID, username, roomID, r.PostFormValue("which"))
+	if err != nil {
+		wb.roomWithError(w, r, roomID, err)
+		return
+	}
+	wb.roomWith(w, r, roomID, http.StatusOK, "NewToken", rt, nil)
 }
 
 // formValue turns a form field into a param of the given type (the
@@ -319,6 +346,7 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 	// Acting is for signed-in people who may: not view links, not
 	// observers (the form's post says so if it is tried anyway).
 	data["CanAct"] = viewToken == "" && canAct(access)
+	data["CanRotate"] = viewToken == "" && access == "owner"
 	if at := q.Get("at"); at != "" {
 		// The audit scrubber: the state as it was at a seq, from the
 		// audit log (room authority only).
@@ -726,6 +754,10 @@ func (wb *Web) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code == errs.RoomNotFound {
 		msg = "You have no room by that name. Your rooms are listed in the lobby."
 	}
+	if ms, ok := e.Details["retry_after_ms"].(int64); ok && e.Code.Status() == http.StatusTooManyRequests {
+		// A refusal the domain timed (room_busy): as the API says it.
+		w.Header().Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+	}
 	wb.errorPage(w, r, e.Code.Status(), "That did not work", msg, r.URL.Query().Get("view") != "")
 }
 
@@ -755,8 +787,6 @@ func prettyJSON(v any) string {
 	return string(b)
 }
 
-// textOf is a value as a person reads it: text as itself, anything else
-// as JSON on one line.
 // thoughtText is the text of a thought entry ({"text": …, "at": …}).
 func thoughtText(v json.RawMessage) string {
 	var t struct {
@@ -768,6 +798,8 @@ func thoughtText(v json.RawMessage) string {
 	return string(v)
 }
 
+// textOf is a value as a person reads it: text as itself, anything else
+// as JSON on one line.
 func textOf(v any) string {
 	if s, ok := v.(string); ok {
 		return s

@@ -41,6 +41,12 @@ func newSite(t *testing.T, opt web.Options, people ...string) *site {
 
 func newSiteTB(t testing.TB, opt web.Options, people ...string) *site {
 	t.Helper()
+	return newSiteLimits(t, opt, substrate.Limits{}, people...)
+}
+
+// newSiteLimits is newSite with the substrate's limits set.
+func newSiteLimits(t testing.TB, opt web.Options, lim substrate.Limits, people ...string) *site {
+	t.Helper()
 	db := pgtest.New(t)
 	ctx := context.Background()
 	for _, u := range people {
@@ -48,7 +54,7 @@ func newSiteTB(t testing.TB, opt web.Options, people ...string) *site {
 			t.Fatal(err)
 		}
 	}
-	svc := substrate.New(db, substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	svc := substrate.New(db, substrate.Options{Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Hour}})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	opt.Lobby, opt.Substrate = lob, svc
@@ -80,7 +86,7 @@ func newSiteTB(t testing.TB, opt web.Options, people ...string) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lob.ClaimRoom(ctx, "user_alice", "lab", room.Token); err != nil {
+	if _, err := lob.ClaimRoom(ctx, "user_alice", "lab", room.Token, false); err != nil {
 		t.Fatal(err)
 	}
 	admin, err := svc.Authenticate(ctx, room.Token)

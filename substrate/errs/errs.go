@@ -53,7 +53,10 @@ const (
 	// EnabledBudget: a write would make the room's entry-level enabled
 	// expressions cost more per read than the server evaluates.
 	EnabledBudget Code = "enabled_budget_exceeded"
-	NotNumeric    Code = "not_numeric"
+	// ActionBudget: an action registration would make the room's actions'
+	// availability cost more per read than the limit.
+	ActionBudget Code = "action_budget_exceeded"
+	NotNumeric   Code = "not_numeric"
 	// BranchHeld: another participant has the turn on a loom branch.
 	BranchHeld Code = "branch_held"
 	// Actions, views, CEL (400/403/404/409 as listed in statusOf).
@@ -89,7 +92,7 @@ var statusOf = map[Code]int{
 	NotFound: 404, RoomNotFound: 404, AgentNotFound: 404, KeyNotFound: 404,
 	MethodNotAllowed: 405,
 	RoomExists:       409, AgentExists: 409, VersionConflict: 409, KeyExists: 409,
-	AppendOnly: 409, NotMergeable: 409, ScopeInUse: 409, ScopeFull: 409, HistoryIncomplete: 409, ViewBudget: 409, EnabledBudget: 409, NotNumeric: 409, BranchHeld: 409,
+	AppendOnly: 409, NotMergeable: 409, ScopeInUse: 409, ScopeFull: 409, HistoryIncomplete: 409, ViewBudget: 409, EnabledBudget: 409, ActionBudget: 409, NotNumeric: 409, BranchHeld: 409,
 	ActionNotFound: 404, ViewNotFound: 404, HelpKeyNotFound: 404,
 	ActionCooldown: 409, ActionDisabled: 409, PreconditionFailed: 409,
 	ActionOwned: 403, InvalidParam: 400, CELError: 400,

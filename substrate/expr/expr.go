@@ -381,7 +381,7 @@ func (e *Env) EvalBool(ctx context.Context, p *Program, vars *Vars) (bool, error
 	b, ok := v.(bool)
 	if !ok {
 		return false, errs.New(CELError, "expression gave %s, and a condition must give true or false", KindOf(v)).
-			With("stage", "evaluate").With("expression", p.Source).WithHint("compare or test something, e.g. size(x) > 0")
+			With("stage", "evaluate").With("gave", KindOf(v)).With("expression", p.Source).WithHint("compare or test something, e.g. size(x) > 0")
 	}
 	return b, nil
 }
@@ -449,4 +449,17 @@ func KindOf(v any) string {
 		return "an object"
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// NotBoolean names the type the expression gives when the checker knows it
+// is not a boolean ("" when it is one, or could be: a dynamic value).
+func (p *Program) NotBoolean() string {
+	if p.checked == nil {
+		return ""
+	}
+	t := p.checked.OutputType()
+	if t == nil || t.IsExactType(cel.BoolType) || t.IsExactType(cel.DynType) || t.Kind() == types.DynKind || t.Kind() == types.AnyKind || t.Kind() == types.ErrorKind {
+		return ""
+	}
+	return t.String()
 }

@@ -736,6 +736,15 @@ func loomPermsOf(p *substrate.Principal, row substrate.RowFunc) (perms []string,
 		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "human", nil
 	case p.ReadOnly():
 		return defaultLoomPerms, "human", nil
+	case p.Kind == substrate.KindAgent && p.AgentID == substrate.ScopeShared && p.ReadsAs() != "" && !strings.HasPrefix(p.ReadsAs(), "_"):
+		// A communal definition registered by an agent (roomCtx.stateAs):
+		// that agent's permissions, never more than the defaults of an
+		// agent "_shared" would give.
+		agent, _, err := loomPermsOf(&substrate.Principal{Kind: substrate.KindAgent, RoomID: p.RoomID, AgentID: p.ReadsAs()}, row)
+		if err != nil {
+			return nil, "", err
+		}
+		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "model", nil
 	}
 	var rec struct {
 		Perms []string `json:"perms"`
@@ -772,8 +781,9 @@ func loomPermsOf(p *substrate.Principal, row substrate.RowFunc) (perms []string,
 // loomReadRule is the loom's read rule: a _loom* scope is visible exactly
 // when the → commands would show it (_loom.doc with doc_read, the other
 // _loom scopes with loom_aware), and a model's thinking (loom:think:… in
-// its own scope) only to the thinker and room authority: people observe
-// models' thinking; other agents, view links and observers do not.
+// its own scope) and its trace (loom:t:…) only to the thinker and room
+// authority: people observe models' thinking; other agents, view links
+// and observers do not.
 type loomReadRule struct{}
 
 func (loomReadRule) Reader(p *substrate.Principal, row substrate.RowFunc) (substrate.Reader, error) {
@@ -790,7 +800,7 @@ func (loomReadRule) Reader(p *substrate.Principal, row substrate.RowFunc) (subst
 				return docs
 			case isLoomScope(scope):
 				return aware
-			case key != "" && !strings.HasPrefix(scope, "_") && isThought(key):
+			case key != "" && !strings.HasPrefix(scope, "_") && (isThought(key) || isTrace(key)):
 				return thinker(scope)
 			}
 			return true
@@ -799,9 +809,13 @@ func (loomReadRule) Reader(p *substrate.Principal, row substrate.RowFunc) (subst
 			if strings.HasPrefix(scope, "_") || thinker(scope) {
 				return nil
 			}
-			return []string{thoughtPrefix}
+			return []string{thoughtPrefix, tracePrefix}
 		},
 		Refusal: refusal,
+		// What the reader sees depends on its permissions and, for
+		// thoughts and traces, on whose they are: only room authority and
+		// the agent itself (never a _shared registrant) read those.
+		Key: shareKey(p, perms),
 	}, nil
 }
 
@@ -812,6 +826,9 @@ func refusal(scope, key string) error {
 	case key != "" && !strings.HasPrefix(scope, "_") && isThought(key):
 		return errs.New(errs.ScopeDenied, "%s/%s is %s's thinking (→ think), which only %s and room authority read", scope, key, scope, scope).
 			WithHint("read the agent's other entries, or ask the room's owner")
+	case key != "" && !strings.HasPrefix(scope, "_") && isTrace(key):
+		return errs.New(errs.ScopeDenied, "%s/%s is %s's loom trace (the commands it ran), which only %s and room authority read", scope, key, scope, scope).
+			WithHint("read the agent's other entries, or ask the room's owner")
 	case scope == scopeLoomDoc:
 		return errs.New(errs.ScopeDenied, "scope %q holds the loom's documents, which this reader may not read (%s is not enabled)", scope, PermDocRead).
 			With("permission", PermDocRead).WithHint("ask the room's owner: → permit <agent> %s", PermDocRead)
@@ -820,6 +837,20 @@ func refusal(scope, key string) error {
 			With("permission", PermAware).WithHint("ask the room's owner: → permit <agent> %s", PermAware)
 	}
 	return nil
+}
+
+// shareKey names what loomReadRule's reader for p sees: its reading
+// permissions, and whose thoughts and traces it reads (room authority
+// all of them; an agent its own).
+func shareKey(p *substrate.Principal, perms []string) string {
+	who := ""
+	switch {
+	case p.Admin():
+		who = "*"
+	case p.Kind == substrate.KindAgent:
+		who = "agent:" + p.AgentID
+	}
+	return who + "\x00" + strings.Join(perms, ",")
 }
 
 // The loom's scopes and read rule are the core's to enforce on every
@@ -835,6 +866,14 @@ func init() {
 const thoughtPrefix = "loom:think:"
 
 func isThought(key string) bool { return strings.HasPrefix(key, thoughtPrefix) }
+
+// tracePrefix starts the keys of an agent's loom trace: each command line
+// it ran, which carries what the command wrote (a node's text, a
+// document's line). It is read as thoughts are, so an agent granted the
+// scope but denied the loom does not read the loom through it.
+const tracePrefix = "loom:t:"
+
+func isTrace(key string) bool { return strings.HasPrefix(key, tracePrefix) }
 
 // IsThought reports an agent's thinking (→ think): pages show it folded.
 func IsThought(scope, key string) bool {
@@ -987,7 +1026,7 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 			line = c.Line
 		}
 		if r.p.Kind == substrate.KindAgent {
-			r.appendEntry(r.p.AgentID, "loom:t:"+r.uniq(), map[string]any{"line": line, "at": r.now})
+			r.appendEntry(r.p.AgentID, tracePrefix+r.uniq(), map[string]any{"line": line, "at": r.now})
 		}
 		audit, err := tx.Apply(r.ops, "loom")
 		if err != nil {
@@ -1015,7 +1054,7 @@ func (l *Loom) traceError(ctx context.Context, p *substrate.Principal, roomID, l
 	_, terr := l.svc.MutateRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
 		r := &loomRun{l: l, tx: tx, now: tx.Now()}
 		raw, _ := json.Marshal(map[string]any{"line": line, "error": msg, "at": tx.Now()})
-		audit, err := tx.Apply([]substrate.Op{{Scope: p.AgentID, Key: "loom:t:" + r.uniq(), Value: raw, Append: true}}, "loom")
+		audit, err := tx.Apply([]substrate.Op{{Scope: p.AgentID, Key: tracePrefix + r.uniq(), Value: raw, Append: true}}, "loom")
 		for _, a := range audit {
 			delete(a, "value")
 		}

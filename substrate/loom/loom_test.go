@@ -3,6 +3,7 @@ package loom_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -342,4 +343,45 @@ func TestLoomGenerator(t *testing.T) {
 	res = e.run(e.ag["alice"], "→ list 3 continuations")
 	has(t, res.Text, "gen:tiny›", "one", "two", "three")
 	e.fail(e.ag["alice"], `→ add "x"`, errs.Forbidden, "loom_write not enabled")
+}
+
+// With the loom's read rule registered, _shared registrants it sees alike
+// (the same loom permissions) still share one registrar state
+// (substrate.Reader.Key): ten agents' _shared actions in a room of gated
+// entries do not evaluate the gates ten times more per read.
+func TestLoomSharedRegistrantsShareOneState(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{GateQuantum: -1, RoomCostPerSecond: -1}})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "sharers"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	var writes []substrate.Write
+	for i := range 50 {
+		writes = append(writes, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("g%02d", i), Value: []byte(`1`),
+			Enabled: `now > timestamp("2000-01-01T00:00:00Z")`})
+	}
+	if _, err := svc.WriteState(ctx, admin, "sharers", writes, true); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		ag, err := svc.Join(ctx, admin, "sharers", substrate.JoinRequest{ID: fmt.Sprintf("a%d", i), Name: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := svc.Authenticate(ctx, ag.Token)
+		if _, err := svc.RegisterAction(ctx, p, "sharers", substrate.ActionDef{ID: fmt.Sprintf("act%d", i), Scope: "_shared",
+			Enabled: `size(state._shared) > 0`, Writes: []substrate.WriteTemplate{{Scope: "_shared", Key: "k", Value: []byte(`1`)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := svc.Stats().CELEvaluations
+	if _, err := svc.Context(ctx, admin, "sharers", substrate.ContextRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := svc.Stats().CELEvaluations - before; n > 200 {
+		t.Fatalf("one read evaluated %d expressions: each _shared registrant's state evaluated the 50 gates again", n)
+	}
 }

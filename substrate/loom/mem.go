@@ -50,7 +50,7 @@ type traceLine struct {
 
 // trace reads the agent's newest n trace lines, oldest first.
 func (r *loomRun) traceLines(n int) ([]traceLine, error) {
-	kvs, err := r.tx.List(substrate.ListQuery{Scope: r.p.AgentID, Prefix: "loom:t:", Appended: true, Limit: n})
+	kvs, err := r.tx.List(substrate.ListQuery{Scope: r.p.AgentID, Prefix: tracePrefix, Appended: true, Limit: n})
 	if err != nil {
 		return nil, err
 	}
@@ -430,7 +430,7 @@ func (r *loomRun) continueOp(c *Command, t *loomTree, gen []string) (string, err
 	r.put(scopeLoom, key, req)
 	r.moveTo(t, parent)
 	return fmt.Sprintf("· no generator is configured: queued request g%d for %d continuation(s) of node %d (up to %d tokens).\n"+
-		"  another agent or a person answers with → fulfil g%d \"text\"; wait for it with the condition !has(state._loom[\"%s\"])",
+		"  another agent or a person answers with → fulfil g%d \"text\"; wait for it with the condition !(\"%s\" in state._loom)",
 		req.ID, n, parent.ID, tokens, req.ID, key), nil
 }
 

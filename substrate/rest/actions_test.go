@@ -535,10 +535,15 @@ func TestWait(t *testing.T) {
 		t.Fatalf("status after wait: %v", ag)
 	}
 
-	// Times out with timeout: true and the context.
+	// Times out with timeout: true and the condition only (nothing it
+	// waited for happened), or the context when asked.
 	r := e.do("GET", "/rooms/wait/wait?timeout=100&condition="+url.QueryEscape(`state._shared.go == false`), aTok, nil).must(t, 200)
-	if r.body["triggered"] != false || r.body["timeout"] != true || r.body["context"] == nil {
+	if r.body["triggered"] != false || r.body["timeout"] != true || r.body["context"] != nil || r.body["unmet"] == nil {
 		t.Fatalf("timeout result %s", r.raw)
+	}
+	r = e.do("GET", "/rooms/wait/wait?timeout=100&context=full&condition="+url.QueryEscape(`state._shared.go == false`), aTok, nil).must(t, 200)
+	if r.body["timeout"] != true || r.body["context"] == nil {
+		t.Fatalf("timeout result with context=full %s", r.raw)
 	}
 
 	// A timer that makes an entry visible wakes the waiter, with no write.

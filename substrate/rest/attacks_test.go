@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
 	"github.com/syncsubstrate/sync/substrate/trajectory"
@@ -1312,5 +1314,457 @@ func TestAttackWriteWithGrantRevokedInRace(t *testing.T) {
 	shared := e.do("GET", "/rooms/"+rm.id+"/state?scope=_shared", rm.token, nil).must(t, 200).raw
 	if strings.Contains(shared, "after") {
 		t.Errorf("a revoked grant wrote: %s", shared)
+	}
+}
+
+// Issue 25 item 9: ids "." and ".." were accepted, and such a room was
+// then reachable only percent-encoded (URLs resolve the segment away).
+// No room, agent, scope, action or view id may start with a dot.
+func TestAttackDotIDsRefused(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	for _, id := range []string{".", "..", ".hidden"} {
+		if r := e.do("POST", "/rooms", "", map[string]any{"id": id}); r.status != 400 || r.str("error") != "invalid_field" || r.str("hint") == "" {
+			t.Fatalf("room id %q: %d %s", id, r.status, r.raw)
+		}
+	}
+	rm := e.room("dots", map[string]any{"open_join": true})
+	for _, id := range []string{".", "..", ".me"} {
+		for _, tok := range []string{"", rm.token} {
+			if r := e.do("POST", "/rooms/dots/agents", tok, map[string]any{"id": id, "name": "x"}); r.status != 400 || r.str("error") != "invalid_field" {
+				t.Fatalf("agent id %q (token %q): %d %s", id, tok, r.status, r.raw)
+			}
+		}
+		if r := e.do("PUT", "/rooms/dots/state", rm.token, map[string]any{"scope": id, "key": "k", "value": 1}); r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("scope %q: %d %s", id, r.status, r.raw)
+		}
+		if r := e.do("PUT", "/rooms/dots/actions", rm.token, map[string]any{"id": id, "writes": []any{map[string]any{"key": "k", "value": 1}}}); r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("action id %q: %d %s", id, r.status, r.raw)
+		}
+		if r := e.do("PUT", "/rooms/dots/views", rm.token, map[string]any{"id": id, "expr": "1"}); r.status != 400 || r.str("error") != "invalid_field" {
+			t.Fatalf("view id %q: %d %s", id, r.status, r.raw)
+		}
+	}
+	e.join(rm, "bob")
+	if r := e.do("PATCH", "/rooms/dots/agents/bob", rm.token, map[string]any{"grants": []string{".."}}); r.status != 400 || r.str("error") != "invalid_field" {
+		t.Fatalf("grant \"..\": %d %s", r.status, r.raw)
+	}
+	// Dots inside an id stay fine.
+	e.room("a.b..c", nil)
+}
+
+// Issue 25 item 2: a wait in progress outlived the revocation of its
+// credential: an agent whose token was rotated still got the room's
+// context, written after the rotation, when its pending wait woke. The
+// token is looked up again at each wake-up.
+func TestAttackWaitOutlivesTokenRotation(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("w", nil)
+	bob := e.join(rm, "bob")
+	got := make(chan resp, 1)
+	go func() {
+		got <- e.do("GET", "/rooms/w/wait?condition="+url.QueryEscape(`has(state._shared.plan)`)+"&timeout=20000", bob, nil)
+	}()
+	waitingOn(t, e, rm, "bob")
+	// The room token rotates bob's token (a re-join), then the room moves on.
+	e.do("POST", "/rooms/w/agents", rm.token, map[string]any{"id": "bob", "name": "bob"}).must(t, 200)
+	e.do("PUT", "/rooms/w/state", rm.token, map[string]any{"scope": "_shared", "key": "plan", "value": "after the rotation"}).must(t, 200)
+	select {
+	case r := <-got:
+		if r.status != 401 || r.str("error") != "unauthorized" || strings.Contains(r.raw, "after the rotation") {
+			t.Fatalf("HOLE: the wait of a rotated token answered %d %s", r.status, r.raw)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the wait did not end")
+	}
+}
+
+// waitingOn returns once agent is waiting in rm (its wait has begun).
+func waitingOn(t *testing.T, e *env, rm room, agent string) {
+	t.Helper()
+	for range 200 {
+		if strings.Contains(e.do("GET", "/rooms/"+rm.id+"/agents", rm.token, nil).raw, `"status":"waiting"`) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s never waited", agent)
+}
+
+// Issue 25 item 8: a leaked room or view token could not be rotated, and
+// a view token reads every scope for as long as the room exists. The room
+// authority rotates either; the old one is refused at once, a wait
+// already open with it included, and the rotation is audited.
+func TestAttackRotatedTokensRefused(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("leak", nil)
+	bob := e.join(rm, "bob")
+	bobAll := e.join(rm, "boss", "*")
+	e.do("PUT", "/rooms/leak/state", rm.token, map[string]any{"scope": "bob", "key": "secret", "value": "s3cret"}).must(t, 200)
+	// Only room authority rotates; bad input is a 400 with the field.
+	for _, tok := range []string{bob, rm.view} {
+		if r := e.do("POST", "/rooms/leak/tokens/rotate", tok, map[string]any{"which": "view"}); r.status != 403 {
+			t.Fatalf("rotation without room authority: %d %s", r.status, r.raw)
+		}
+	}
+	if r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, map[string]any{"which": "agent"}); r.status != 400 || r.str("error") != "invalid_field" || r.str("field") != "which" {
+		t.Fatalf("which agent: %d %s", r.status, r.raw)
+	}
+	if r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, nil); r.status != 400 {
+		t.Fatalf("no body: %d %s", r.status, r.raw)
+	}
+
+	// A wait with the leaked view token is open when it is rotated.
+	got := make(chan resp, 1)
+	go func() {
+		got <- e.do("GET", "/rooms/leak/wait?condition="+url.QueryEscape(`has(state._shared.later)`)+"&timeout=20000", rm.view, nil)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, map[string]any{"which": "view"}).must(t, 200)
+	newView := r.str("token")
+	if !strings.HasPrefix(newView, "view_") || r.str("which") != "view" || newView == rm.view {
+		t.Fatalf("rotation answered %s", r.raw)
+	}
+	e.do("PUT", "/rooms/leak/state", rm.token, map[string]any{"scope": "_shared", "key": "later", "value": "after"}).must(t, 200)
+	select {
+	case w := <-got:
+		if w.status != 401 || strings.Contains(w.raw, "s3cret") {
+			t.Fatalf("HOLE: the rotated view token's wait answered %d %s", w.status, w.raw)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the wait did not end")
+	}
+	if r := e.do("GET", "/rooms/leak/state?scope=bob", rm.view, nil); r.status != 401 {
+		t.Fatalf("HOLE: the old view token still reads: %d %s", r.status, r.raw)
+	}
+	e.do("GET", "/rooms/leak/state?scope=bob", newView, nil).must(t, 200)
+
+	// An agent with "*" rotates the room token; the old one is dead.
+	r = e.do("POST", "/rooms/leak/tokens/rotate", bobAll, map[string]any{"which": "room"}).must(t, 200)
+	newRoom := r.str("token")
+	if r := e.do("GET", "/rooms/leak/context", rm.token, nil); r.status != 401 {
+		t.Fatalf("HOLE: the old room token still works: %d %s", r.status, r.raw)
+	}
+	audit := e.do("GET", "/rooms/leak/state?scope=_audit", newRoom, nil).must(t, 200)
+	if !strings.Contains(audit.raw, `"kind":"token_rotate"`) || !strings.Contains(audit.raw, `"which":"room"`) || !strings.Contains(audit.raw, `"by":"boss"`) ||
+		strings.Contains(audit.raw, newRoom) || strings.Contains(audit.raw, newView) {
+		t.Fatalf("the rotations' audit: %s", audit.raw)
+	}
+}
+
+// Issue 25 item 7: anyone could join an open room as "cyx:web" (a person's
+// web agent id) under that person's name, and the person became
+// "cyx:web-2". Ids with ":" belong to people's accounts: joining under one
+// needs the room token, and presence says which agents an account drives
+// (none joined with a token).
+func TestAttackOpenJoinAsPersonsAgent(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("square", map[string]any{"open_join": true})
+	for _, id := range []string{"cyx:web", "cyx:claude-code", "a:b"} {
+		r := e.do("POST", "/rooms/square/agents", "", map[string]any{"id": id, "name": "cyx"})
+		if r.status != 403 || r.str("error") != "forbidden" || r.str("reason") != "person_id" || r.str("hint") == "" {
+			t.Fatalf("HOLE: open join as %q: %d %s", id, r.status, r.raw)
+		}
+	}
+	// An agent of the room (no room authority) cannot either.
+	mal := e.do("POST", "/rooms/square/agents", "", map[string]any{"id": "mallory", "name": "cyx"}).must(t, 201).str("token")
+	if r := e.do("POST", "/rooms/square/agents", mal, map[string]any{"id": "cyx:web", "name": "cyx"}); r.status != 403 || r.str("reason") != "person_id" {
+		t.Fatalf("HOLE: an agent token joined as cyx:web: %d %s", r.status, r.raw)
+	}
+	// The room token may name its own agents so; neither they nor open
+	// joiners show an account.
+	e.do("POST", "/rooms/square/agents", rm.token, map[string]any{"id": "bot:1", "name": "cyx"}).must(t, 201)
+	ctx := e.do("GET", "/rooms/square/context?depth=full", rm.token, nil).must(t, 200)
+	if strings.Contains(ctx.raw, `"account"`) {
+		t.Fatalf("token agents show an account: %s", ctx.raw)
+	}
+	if r := e.do("GET", "/rooms/square/agents", rm.token, nil).must(t, 200); strings.Contains(r.raw, `"account"`) {
+		t.Fatalf("token agents show an account: %s", r.raw)
+	}
+}
+
+// Review of issue 25 item 8: a write authenticated with a room or agent
+// token just before that token was rotated, and queued on the room lock
+// while the rotation committed, was applied with the old token: the
+// mutation re-read the agent's grants under the lock but never the token.
+// The test forces that order (rotatedWhileQueued); every queued write must
+// be refused with 401 and none may land.
+func TestAttackWriteWithTokenRotatedInRace(t *testing.T) {
+	e, _, db := newEnvSvc(t, substrate.Limits{})
+	rm := e.room("rotated-race", nil)
+	writer := e.join(rm, "writer", "_shared")
+	results := rotatedWhileQueued(t, db, rm, "writer", func(i int, tok string) resp {
+		return e.do("PUT", "/rooms/"+rm.id+"/state", tok, map[string]any{"scope": "_shared", "key": fmt.Sprintf("after%d", i), "value": i})
+	}, rm.token, writer)
+	for _, r := range results {
+		if r.status != 401 || r.str("error") != "unauthorized" || r.str("hint") == "" {
+			t.Errorf("HOLE: a write with a token rotated while it waited: %d %s", r.status, r.raw)
+		}
+	}
+	var n int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM state WHERE room_id = $1 AND key LIKE 'after%'`, rm.id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("HOLE: %d writes with rotated tokens landed", n)
+	}
+}
+
+// rotatedWhileQueued forces the race's worst order: it holds rm's row lock
+// while each request (send, one per token, on a connection of the pool
+// each) authenticates and queues on that lock, then replaces the room
+// token's and agent's token hashes in the same transaction (what the
+// rotation and a re-join do under the lock) and commits. It returns the
+// requests' answers.
+func rotatedWhileQueued(t *testing.T, db *store.DB, rm room, agent string, send func(i int, tok string) resp, tokens ...string) []resp {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, db.ConnConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	watcher, err := pgx.ConnectConfig(ctx, db.ConnConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM rooms WHERE id = $1 FOR UPDATE`, rm.id); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan resp, len(tokens))
+	for i, tok := range tokens {
+		go func() { results <- send(i, tok) }()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var waiting int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= len(tokens) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("requests never queued on the room lock (%d waiting)", waiting)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE rooms SET token_hash = sha256('rotated') WHERE id = $1`, rm.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE agents SET token_hash = sha256('rotated too') WHERE room_id = $1 AND id = $2`, rm.id, agent); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]resp, 0, len(tokens))
+	for range tokens {
+		out = append(out, <-results)
+	}
+	return out
+}
+
+// Review of issue 25 item 8: rotating a leaked room token left whoever
+// leaked it in charge through the agents they had made with it: an agent
+// given "*" keeps its own token, so it keeps room authority (and can even
+// rotate the room token back out of the owner's hands). The rotation
+// cannot tell a leaker's agents from the room's own, so it names every
+// token agent holding "*" for the owner to review.
+func TestAttackRotationNamesAgentsWithRoomAuthority(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("leaked", nil)
+	e.join(rm, "helper")
+	mole := e.join(rm, "mole", "*")
+	r := e.do("POST", "/rooms/leaked/tokens/rotate", rm.token, map[string]any{"which": "room"}).must(t, 200)
+	if got := fmt.Sprint(r.body["token_agents_with_room_authority"]); got != "[mole]" {
+		t.Fatalf("HOLE: the rotation does not name the agents that keep room authority: %s", r.raw)
+	}
+	// What the owner then does: the mole's grants go, and with them its
+	// authority (it can no longer rotate).
+	e.do("PATCH", "/rooms/leaked/agents/mole", r.str("token"), map[string]any{"grants": []string{}}).must(t, 200)
+	if r := e.do("POST", "/rooms/leaked/tokens/rotate", mole, map[string]any{"which": "room"}); r.status != 403 {
+		t.Fatalf("HOLE: the mole rotated after losing *: %d %s", r.status, r.raw)
+	}
+	// Rotating the view token names nobody.
+	if r := e.do("POST", "/rooms/leaked/tokens/rotate", r.str("token"), map[string]any{"which": "view"}).must(t, 200); strings.Contains(r.raw, "token_agents_with_room_authority") {
+		t.Fatalf("view rotation: %s", r.raw)
+	}
+}
+
+// Those who only watch a room cannot spend what its members need (review
+// of issue 25 item 4): a view token (a link shared with anyone) reading
+// a room full of entries gated on now used to spend the room's expression
+// budget, after which the room token's and its agents' reads were refused
+// with room_busy. Read-only credentials (view tokens and links,
+// observers) have a budget of their own in the room: they are refused
+// once it is spent, and the members read on.
+func TestAttackViewTokenCannotStarveRoomMembers(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{RoomCostPerSecond: 30_000, GateQuantum: -1})
+	rm := e.room("watched", nil)
+	nowGated(t, e, rm, 100, 0)
+	agent := e.join(rm, "member")
+	busy := 0
+	for range 30 {
+		switch r := e.do("GET", "/rooms/watched/context", rm.view, nil); r.status {
+		case 200:
+		case 429:
+			busy++
+			if r.str("error") != "room_busy" || r.header.Get("Retry-After") == "" {
+				t.Fatalf("429 without room_busy or Retry-After: %v %s", r.header, r.raw)
+			}
+		default:
+			t.Fatalf("view token read: %d %s", r.status, r.raw)
+		}
+	}
+	if busy < 20 {
+		t.Fatalf("30 view-token reads of 100 now-gated entries on a budget of 30,000 per second: only %d refused", busy)
+	}
+	// The members' budget is untouched by the watchers' flood.
+	e.do("GET", "/rooms/watched/context", rm.token, nil).must(t, 200)
+	e.do("GET", "/rooms/watched/context", agent, nil).must(t, 200)
+}
+
+// The room's agents are one rate-limit subject (issue 25 item 4), but
+// room authority is not theirs to exhaust (review): an ordinary agent (in
+// an open room, anyone who joined) flooding requests used to lock out the
+// agents holding room authority ("*") too, since every agent token of the
+// room was one subject. Room authority, the room token and its "*"
+// agents, is one subject of its own.
+func TestAttackAgentFloodCannotLockOutRoomAuthority(t *testing.T) {
+	e := newEnv(t, rest.Options{RatePerSecond: 1, RateBurst: 6})
+	rm := e.room("crowded", nil)
+	ordinary := e.join(rm, "ordinary")
+	admin := e.join(rm, "steward", "*")
+	limited := 0
+	for range 12 {
+		switch r := e.do("GET", "/rooms/crowded/context", ordinary, nil); r.status {
+		case 200:
+		case 429:
+			limited++
+		default:
+			t.Fatalf("flood read: %d %s", r.status, r.raw)
+		}
+	}
+	if limited < 4 {
+		t.Fatalf("12 reads at burst 6: only %d limited", limited)
+	}
+	e.do("GET", "/rooms/crowded/context", admin, nil).must(t, 200)
+	e.do("GET", "/rooms/crowded/context", rm.token, nil).must(t, 200)
+}
+
+// An agent denied the loom cannot read it through a definition of its own
+// with the communal authority (review of issue 25 item 3, a confused
+// deputy): a view or action registered with scope _shared evaluated with
+// an agent "_shared"'s loom permissions, the defaults, so bob, denied
+// loom_aware, registered state._loom as a _shared view (or an action's
+// result) and read the trees' names and the permission records through
+// it. A _shared definition reads the loom with its registrant's
+// permissions: the room token's are all, an agent's its own.
+func TestAttackLoomDeniedAgentCannotReadThroughSharedDefinition(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, _, bob := loomSetup(t, e)
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ new tree \"TREE-SECRET\" \"root\"\n→ deny bob loom_aware doc_read"}).must(t, 200)
+	if r := e.do("PUT", "/rooms/loomy/views", bob, map[string]any{"id": "peek", "scope": "_shared", "expr": `"_loom" in state ? state["_loom"] : "absent"`}).must(t, 201); strings.Contains(r.raw, "TREE-SECRET") {
+		t.Fatalf("HOLE: bob's _shared view of the loom, registered: %s", r.raw)
+	}
+	e.do("PUT", "/rooms/loomy/actions", bob, map[string]any{"id": "peek_act", "scope": "_shared", "result": `"_loom" in state ? state["_loom"] : "absent"`}).must(t, 201)
+	for _, path := range []string{"/rooms/loomy/views/peek", "/rooms/loomy/context", "/rooms/loomy/views"} {
+		if r := e.do("GET", path, bob, nil).must(t, 200); strings.Contains(r.raw, "TREE-SECRET") {
+			t.Fatalf("HOLE: bob reads the loom through his _shared view at %s: %s", path, r.raw)
+		}
+	}
+	if r := e.do("POST", "/rooms/loomy/actions/peek_act/invoke", bob, map[string]any{}).must(t, 200); strings.Contains(r.raw, "TREE-SECRET") {
+		t.Fatalf("HOLE: bob reads the loom through his _shared action's result: %s", r.raw)
+	}
+	// The room token's _shared view still projects the loom (its choice).
+	e.do("PUT", "/rooms/loomy/views", rm.token, map[string]any{"id": "shown", "expr": `state["_loom"]`}).must(t, 201)
+	if r := e.do("GET", "/rooms/loomy/views/shown", bob, nil).must(t, 200); !strings.Contains(r.raw, "TREE-SECRET") {
+		t.Fatalf("the room token's _shared view of the loom: %s", r.raw)
+	}
+}
+
+// One read's work on actions is bounded, as views' and gates' are (review
+// of issue 25 item 4): every read evaluates every action's enabled and if
+// for availability, and nothing capped their sum, so a room of 250
+// actions with expressions near the per-expression limit made one context
+// read cost some 50 million (two seconds of CPU here); the room budget
+// then refused the room's next reads for half a minute, and a few such
+// rooms kept the server's cores busy. Now a registration that would take
+// the room's actions past Limits.ActionCostPerRead is refused (409
+// action_budget_exceeded), and a read past it (the data grew) evaluates
+// no further actions: they show as not available (fail closed), while the
+// one invoked is still evaluated for its invocation.
+func TestAttackActionsCostBoundedPerRead(t *testing.T) {
+	e, svc, _ := newEnvSvc(t, substrate.Limits{RoomCostPerSecond: -1})
+	rm := e.room("heavy", nil)
+	heavy := func(n string) map[string]any {
+		return map[string]any{"id": n, "enabled": `lists.range(4000).filter(x, x % 7 == now.getSeconds() % 7).size() >= 0`,
+			"if":     `lists.range(4000).filter(x, x % 5 == now.getSeconds() % 5).size() >= 0`,
+			"writes": []map[string]any{{"scope": "_shared", "key": "k", "value": 1}}}
+	}
+	refused := false
+	for i := range 60 {
+		r := e.do("PUT", "/rooms/heavy/actions", rm.token, heavy(fmt.Sprintf("a%03d", i)))
+		if r.status == 409 {
+			if r.str("error") != "action_budget_exceeded" {
+				t.Fatalf("refused registration: %s", r.raw)
+			}
+			refused = true
+			break
+		}
+		r.must(t, 201)
+	}
+	if !refused {
+		t.Fatal("HOLE: 60 actions of about 200,000 cost each registered: a read of the room evaluates them all")
+	}
+	// A read past the budget because the data grew: cheap at registration,
+	// each action's expressions grow with a list written afterwards.
+	grow := e.room("grown", nil)
+	for i := range 80 {
+		e.do("PUT", "/rooms/grown/actions", grow.token, map[string]any{"id": fmt.Sprintf("g%03d", i),
+			"enabled": `state._shared.items.filter(x, x % 7 == now.getSeconds() % 7).size() >= 0`,
+			"writes":  []map[string]any{{"scope": "_shared", "key": "k", "value": 1}}}).must(t, 201)
+	}
+	items := make([]int, 6000)
+	for i := range items {
+		items[i] = i
+	}
+	e.do("PUT", "/rooms/grown/state", grow.token, map[string]any{"scope": "_shared", "key": "items", "value": items}).must(t, 200)
+	before := svc.Stats().CELCost
+	e.do("GET", "/rooms/grown/context", grow.token, nil).must(t, 200)
+	if spent := svc.Stats().CELCost - before; spent > 1_500_000 {
+		t.Fatalf("HOLE: one read of 80 actions over a grown list cost %d (cel-go), past the per-read budget", spent)
+	}
+	// The last action, past the budget in reads, is still invocable.
+	e.do("POST", "/rooms/grown/actions/g079/invoke", grow.token, map[string]any{}).must(t, 200)
+}
+
+// The loom's memory in an agent's scope is the agent's (review of issue
+// 25 item 3): its trace (loom:t:…) records each command line, which
+// carries what the command wrote (a node's text, a document's line), so
+// an agent granted alice's scope but denied the loom read the loom's
+// content in alice's trace. The trace is read as thoughts are: by its
+// agent and room authority.
+func TestAttackLoomTraceNotReadByGrantees(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, alice, _ := loomSetup(t, e)
+	carol := e.join(rm, "carol", "alice")
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit alice doc_write\n→ deny carol doc_read loom_aware"}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
+	for _, path := range []string{"/rooms/loomy/state?scope=alice", "/rooms/loomy/state", "/rooms/loomy/state?scope=alice&limit=1000"} {
+		if r := e.do("GET", path, carol, nil).must(t, 200); strings.Contains(r.raw, "SECRET") {
+			t.Fatalf("HOLE: carol reads the loom in alice's trace at %s: %s", path, r.raw)
+		}
+	}
+	// Alice and room authority read it.
+	if r := e.do("GET", "/rooms/loomy/state?scope=alice", rm.token, nil).must(t, 200); !strings.Contains(r.raw, "NODE-SECRET") {
+		t.Fatalf("the room token does not read alice's trace: %s", r.raw)
 	}
 }

@@ -36,7 +36,7 @@ func TestBudgetKeepsWatchedKeys(t *testing.T) {
 		t.Errorf("an old key nothing reads was kept ahead of newer ones")
 	}
 	cuts := ctx.body["_context"].(map[string]any)["budget"].(map[string]any)["cuts"].([]any)
-	if exp := cuts[0].(map[string]any)["expand"]; exp != "GET /rooms/big/context?max_bytes=4194304&only=state._shared" {
+	if exp := cuts[0].(map[string]any)["expand"]; exp != "GET /rooms/big/context?only=state._shared" {
 		t.Errorf("cut's expand = %v", exp)
 	}
 }

@@ -69,6 +69,7 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	mux.HandleFunc("POST /rooms", a.createRoom)
 	mux.HandleFunc("GET /rooms", a.authed(a.listRooms))
 	mux.HandleFunc("GET /rooms/{room}", a.authed(a.getRoom))
+	mux.HandleFunc("POST /rooms/{room}/tokens/rotate", a.authed(a.rotateToken))
 	mux.HandleFunc("POST /rooms/{room}/agents", a.join)
 	mux.HandleFunc("GET /rooms/{room}/agents", a.authed(a.listAgents))
 	mux.HandleFunc("PATCH /rooms/{room}/agents/{agent}", a.authed(a.updateAgent))
@@ -174,6 +175,17 @@ func (a *api) listRooms(w http.ResponseWriter, r *http.Request, p *substrate.Pri
 func (a *api) getRoom(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
 	room, err := a.svc.GetRoom(r.Context(), p, r.PathValue("room"))
 	a.reply(w, r, http.StatusOK, room, err)
+}
+
+func (a *api) rotateToken(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
+	var body struct {
+		Which string `json:"which"`
+	}
+	if !a.decode(w, r, &body, false) {
+		return
+	}
+	res, err := a.svc.RotateToken(r.Context(), p, r.PathValue("room"), body.Which)
+	a.reply(w, r, http.StatusOK, res, err)
 }
 
 func (a *api) join(w http.ResponseWriter, r *http.Request) {

@@ -63,5 +63,5 @@
   es.addEventListener("open", function () { live.textContent = "Live"; live.className = "live on"; });
   es.addEventListener("error", function () { live.textContent = "Reconnecting…"; live.className = "live"; });
   es.addEventListener("change", function () { refresh(); });
-  es.addEventListener("gone", function () { es.close(); live.textContent = "This room is gone."; });
+  es.addEventListener("gone", function () { es.close(); live.className = "live"; live.textContent = "This room is gone, or this page can no longer read it (you left it, or its view link was replaced)."; });
 })();

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// Issue 25 items 7 and 8 in a real browser, through the real server: a
+// person claims a room made over the API from the lobby and replaces its
+// room token as she does (the new one is shown once, the pasted one is
+// dead); the room page says which account drives each agent; she rotates
+// the view token from the room page, and a page open with the old view
+// link stops following the room at once.
+func TestBrowserTokenRotation(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	port := freePort(t)
+	public := "http://localhost:" + port
+	cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
+	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := start(t, cfg)
+	defer stop()
+	ctx := oauthtest.Chromium(t, 3*time.Minute)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(public+"/signup"),
+		chromedp.WaitVisible(chromedp.CSS("#username")),
+		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
+		chromedp.Click(chromedp.CSS("#signup")),
+		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
+	); err != nil {
+		t.Fatalf("sign-up with a passkey: %v", err)
+	}
+	room := restCall(t, "POST", public+"/rooms", "", map[string]any{"id": "vault"})
+	roomToken, viewToken := room["token"].(string), room["view_token"].(string)
+	restCall(t, "POST", public+"/rooms/vault/agents", roomToken, map[string]any{"id": "alice:web-2", "name": "alice"})
+
+	// Claimed from the lobby, replacing the pasted room token.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(public+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#claim-room")),
+		chromedp.SendKeys(chromedp.CSS("#claim-room"), "vault"),
+		chromedp.SendKeys(chromedp.CSS("#claim-token"), roomToken),
+		chromedp.Click(chromedp.CSS(`input[name="rotate"]`)),
+		chromedp.Submit(chromedp.CSS("#claim-token")),
+		chromedp.WaitVisible(chromedp.CSS("#room-token")),
+	); err != nil {
+		t.Fatalf("claiming with rotation: %v", err)
+	}
+	newRoom, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#room-token")))
+	if err != nil || !strings.HasPrefix(newRoom, "room_") || newRoom == roomToken {
+		t.Fatalf("the claim's new room token: %q %v", newRoom, err)
+	}
+	screenshot(t, ctx, "claim-rotated")
+	if code, _ := call(t, "GET", public+"/rooms/vault", roomToken, ""); code != 401 {
+		t.Fatalf("the pasted room token after a rotating claim: %d", code)
+	}
+	if code, _ := call(t, "GET", public+"/rooms/vault", newRoom, ""); code != 200 {
+		t.Fatalf("the new room token: %d", code)
+	}
+
+	// A second tab follows the room with the view link.
+	viewTab, cancel := chromedp.NewContext(ctx)
+	defer cancel()
+	if err := chromedp.Do(viewTab,
+		chromedp.Navigate(public+"/rooms/vault?view="+viewToken),
+		chromedp.WaitVisible(chromedp.CSS("#live.on")),
+	); err != nil {
+		t.Fatalf("the view link: %v", err)
+	}
+
+	// The owner's room page: who drives which agent, and the rotation form.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(public+"/rooms/vault"),
+		chromedp.WaitVisible(chromedp.CSS("#h-tokens")),
+	); err != nil {
+		t.Fatalf("the owner's room page: %v", err)
+	}
+	page, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main")))
+	if err != nil || !strings.Contains(page, "alice:web-2 · token, no account") {
+		t.Fatalf("the room page does not mark the token agent: %s (%v)", page, err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`button[value="view"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#new-token pre")),
+	); err != nil {
+		t.Fatalf("rotating the view token: %v", err)
+	}
+	newView, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#new-token pre")))
+	if err != nil || !strings.HasPrefix(newView, "view_") || newView == viewToken {
+		t.Fatalf("the new view token: %q %v", newView, err)
+	}
+	page, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main")))
+	if err != nil || !strings.Contains(page, "alice:web · account alice") {
+		t.Fatalf("the room page does not say alice drives alice:web: %s (%v)", page, err)
+	}
+	screenshot(t, ctx, "room-view-token-rotated")
+	// The old view link's page stops following the room.
+	if err := chromedp.Do(viewTab, chromedp.WaitVisible(chromedp.CSS("#live:not(.on)"))); err != nil {
+		t.Fatalf("the old view link's page: %v", err)
+	}
+	if live, err := chromedp.Run(viewTab, chromedp.Text(chromedp.CSS("#live"))); err != nil || !strings.Contains(live, "no longer read it") {
+		t.Fatalf("the old view link's page says %q (%v)", live, err)
+	}
+	if code, _ := call(t, "GET", public+"/rooms/vault/state?scope=_audit", viewToken, ""); code != 401 {
+		t.Fatalf("the old view token after rotation: %d", code)
+	}
+}

@@ -1,0 +1,182 @@
+package substrate
+
+import (
+	"regexp"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// A delta is a context of changes: what a reader who has read the room up
+// to FromSeq has not seen yet. A wait's wake-up answers with one by
+// default, so that waiting in a loop costs what changed, not the room
+// again each time (a room of 500 tasks is ~10,000 tokens whole, and a
+// change to one task ~200).
+
+// ChangesSince says which changes a delta context holds.
+type ChangesSince struct {
+	FromSeq int64 `json:"from_seq"`
+	// Changed maps each changed state entry (scope.key) to the seq of its
+	// change. Deletions are not listed (the room keeps no tombstones);
+	// a full read shows what is there.
+	Changed map[string]int64 `json:"changed"`
+	// OlderMessages counts messages since that the delta left out (it
+	// shows the newest), and More is the read that returns them.
+	OlderMessages int    `json:"older_messages,omitempty"`
+	More          string `json:"more,omitempty"`
+	// Full is the read of the whole context.
+	Full string `json:"full"`
+}
+
+// deltaOf narrows env to what changed after from: state entries written
+// since, the messages after it (the read asked for those), the views whose
+// value may have changed and the actions (re)defined since. Agents are
+// left out (their presence is in _attention and a full read); _attention
+// stays whole.
+func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, limit int) {
+	d := &ChangesSince{FromSeq: from, Changed: map[string]int64{}}
+	for scope, v := range env.State {
+		name := scope
+		if scope == ScopeSelf {
+			name = rc.self
+		}
+		rows := rc.snap.scopes[name]
+		entries, ok := scopeEntries(v)
+		if !ok {
+			delete(env.State, scope)
+			continue
+		}
+		for k := range entries {
+			r := rows[k]
+			if r == nil || r.Revision <= from {
+				delete(entries, k)
+				continue
+			}
+			d.Changed[scope+"."+k] = r.Revision
+		}
+		if len(entries) == 0 {
+			delete(env.State, scope)
+			continue
+		}
+		env.State[scope] = entries
+	}
+	changed := viewsChangedSince(rc, from, scopeRevisions(rc))
+	for id := range env.Views {
+		if !changed[id] {
+			delete(env.Views, id)
+		}
+	}
+	for id := range env.Actions {
+		a := rc.snap.actions[id]
+		if a == nil || a.r.Revision <= from {
+			delete(env.Actions, id)
+		}
+	}
+	env.Builtins = ""
+	env.Agents = nil
+	env.Params = nil
+	if len(env.Actions) == 0 {
+		env.Actions = nil
+	}
+	if len(env.Views) == 0 {
+		env.Views = nil
+	}
+	if m := env.Messages; m != nil {
+		m.Elided = nil
+		// The reader's own messages are not news; of the others, those
+		// addressed to it and then the newest, limit in all. Older ones
+		// stay unread, and the delta says how to read them.
+		var others []map[string]any
+		for _, msg := range m.Recent {
+			if rc.self == "" || msg["from"] != rc.self {
+				others = append(others, msg)
+			}
+		}
+		if len(others) > limit {
+			keep := map[int]bool{}
+			for i := len(others) - 1; i >= 0 && len(keep) < limit; i-- {
+				if addressedTo(others[i], rc.self) {
+					keep[i] = true
+				}
+			}
+			for i := len(others) - 1; i >= 0 && len(keep) < limit; i-- {
+				keep[i] = true
+			}
+			var kept []map[string]any
+			for i, msg := range others {
+				if keep[i] {
+					kept = append(kept, msg)
+				}
+			}
+			d.OlderMessages = len(others) - len(kept)
+			d.More = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "messages_after": msgsAfter}})
+			rc.readUpTo = min(rc.readUpTo, msgsAfter)
+			others = kept
+		}
+		if others == nil {
+			others = []map[string]any{}
+		}
+		m.Recent = others
+	}
+	env.Context.MessagesTruncated = nil
+	env.Context.Help = nil
+	d.Full = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID})
+	env.Context.Delta = d
+	var secs []string
+	for _, s := range env.Context.Sections {
+		if s != "agents" {
+			secs = append(secs, s)
+		}
+	}
+	env.Context.Sections = secs
+	env.Context.Expand = nil
+	env.Context.Elided = nil
+}
+
+// viewsChangedSince are the views whose definition, or a state entry or
+// view they read (by path), changed after seq.
+func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[string]bool {
+	changed := map[string]bool{}
+	for _, v := range rc.snap.views { // in dependency order
+		if v.r.Revision > seq || readsChangedScope(rc, v.def.Expr, seq, newest) {
+			changed[v.def.ID] = true
+		}
+		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
+			if changed[m[1]+m[2]] {
+				changed[v.def.ID] = true
+			}
+		}
+	}
+	return changed
+}
+
+// scopeRef finds the scopes an expression reads.
+var scopeRef = regexp.MustCompile(`state\.([A-Za-z_][\w:@-]*)`)
+
+// readsChangedScope reports whether src reads a scope with an entry
+// changed after seq (a view reading one key of a scope is reported when
+// another changed: a delta may show a view that did not change, never
+// miss one that did).
+func readsChangedScope(rc *roomCtx, src string, after int64, newest map[string]int64) bool {
+	for _, m := range scopeRef.FindAllStringSubmatch(src, -1) {
+		scope := m[1]
+		if scope == ScopeSelf {
+			scope = rc.self
+		}
+		if newest[scope] > after {
+			return true
+		}
+	}
+	return false
+}
+
+// scopeRevisions is each scope's newest revision (one pass over the
+// snapshot, not one per view).
+func scopeRevisions(rc *roomCtx) map[string]int64 {
+	out := make(map[string]int64, len(rc.snap.scopes))
+	for scope, rows := range rc.snap.scopes {
+		for _, r := range rows {
+			out[scope] = max(out[scope], r.Revision)
+		}
+	}
+	return out
+}
