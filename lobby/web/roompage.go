@@ -1,0 +1,271 @@
+// The room page (/rooms/{id}, see IsPage): the room as its reader reads
+// it, with the scrubber (?at=, scrubber.go) and the console (?eval=,
+// console.go) when asked.
+
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// IsPage reports whether a request for /rooms/{id} is a browser asking for
+// the room page rather than a REST client asking for the room: a GET that
+// accepts HTML and carries no bearer token. Everything else goes to the
+// API unchanged.
+func IsPage(r *http.Request) bool {
+	if r.Method != http.MethodGet || r.Header.Get("Authorization") != "" {
+		return false
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/rooms/")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return false
+	}
+	return strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+// RoomPage serves /rooms/{id} to a browser (see IsPage).
+func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
+	roomID := strings.TrimPrefix(r.URL.Path, "/rooms/")
+	p, who, access, viewToken, ok := wb.reader(w, r, roomID)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	data, err := wb.roomData(r.Context(), p, roomID)
+	if err != nil {
+		wb.fail(w, r, err)
+		return
+	}
+	data["Who"], data["ViewToken"] = who, viewToken
+	data["CanReplay"] = p.Admin()
+	// Acting is for signed-in people who may: not view links, not
+	// observers (the form's post says so if it is tried anyway).
+	data["CanAct"] = viewToken == "" && canAct(access)
+	data["CanRotate"] = viewToken == "" && access == "owner"
+	if at := q.Get("at"); at != "" {
+		if err := wb.scrub(r.Context(), p, roomID, at, data); err != nil {
+			wb.fail(w, r, err)
+			return
+		}
+	}
+	if src := q.Get("eval"); src != "" {
+		if err := wb.console(r.Context(), p, roomID, src, data); err != nil {
+			wb.fail(w, r, err)
+			return
+		}
+	}
+	name := "room"
+	if r.URL.Query().Get("part") == "main" {
+		name = "roommain" // the live refresh swaps the page's main section
+	}
+	wb.render(w, r, http.StatusOK, name, data, viewToken != "")
+}
+
+// reader resolves who reads the room: a view token (?view=, read-only, no
+// account) or the signed-in person with their access. Otherwise it answers
+// (sign-in redirect, or 404 for a room that is not theirs) and returns ok
+// false.
+func (wb *Web) reader(w http.ResponseWriter, r *http.Request, roomID string) (p *substrate.Principal, who, access, viewToken string, ok bool) {
+	if tok := r.URL.Query().Get("view"); tok != "" {
+		p, err := wb.opt.Substrate.AuthenticateIn(r.Context(), roomID, tok)
+		if err != nil || p.Kind != substrate.KindView || p.RoomID != roomID {
+			wb.errorPage(w, r, http.StatusNotFound, "No such room", "That link does not open a room. Ask whoever sent it for a new one.", true)
+			return nil, "", "", "", false
+		}
+		return p, "view link (read-only)", "", tok, true
+	}
+	userID, username, signed := wb.opt.SignedIn(r)
+	if !signed {
+		http.Redirect(w, r, "/signin?next="+urlPath(r), http.StatusSeeOther)
+		return nil, "", "", "", false
+	}
+	p, access, err := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, username, roomID)
+	if err != nil {
+		wb.fail(w, r, err)
+		return nil, "", "", "", false
+	}
+	return p, username + " (" + access + ")", access, "", true
+}
+
+// canAct reports whether a room access lets a person act from the page.
+func canAct(access string) bool {
+	return access == "owner" || access == "collaborator" || access == "participant"
+}
+
+// roomData reads what the room page shows, with p's authority: the
+// context (agents, actions, views, messages) and the state with versions.
+func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID string) (map[string]any, error) {
+	svc := wb.opt.Substrate
+	room, err := svc.GetRoom(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	env, err := svc.Context(ctx, p, roomID, substrate.ContextRequest{Depth: "full", MessagesLimit: 50})
+	if err != nil {
+		return nil, err
+	}
+	st, err := svc.ReadState(ctx, p, roomID, substrate.ReadQuery{Disabled: true})
+	if err != nil {
+		return nil, err
+	}
+	views, err := svc.ListViews(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	feeds, err := wb.logFeeds(ctx, p, roomID, st.Entries)
+	if err != nil {
+		return nil, err
+	}
+	actions := actionsOf(env.Actions)
+	for i, a := range actions {
+		// Why not: the first false clause of a precondition that needs
+		// no params, as the reader can evaluate it (an action reads with
+		// its registrar's authority, which may see more).
+		if !a.Available && a.If != "" && !strings.Contains(a.If, "params") {
+			if res, err := svc.Eval(ctx, p, roomID, a.If, nil); err == nil && res.Unmet != nil {
+				actions[i].Why = res.Unmet
+			}
+		}
+	}
+	var label string
+	var meta map[string]any
+	if json.Unmarshal(room.Meta, &meta) == nil {
+		label, _ = meta["label"].(string)
+	}
+	return map[string]any{
+		"Room": room, "Label": label, "Seq": st.Seq, "More": st.More,
+		"Scopes": byScope(st.Entries), "Agents": agentsOf(env.Agents), "Actions": actions,
+		"Views": viewsOf(env.Views), "Messages": env.Messages, "Now": time.Now(),
+		"Surfaces": surfacesOf(views, actions, env.State), "Feeds": feeds,
+	}, nil
+}
+
+// feedSize is how many of a log's newest entries the room page shows.
+const feedSize = 20
+
+// logFeeds reads the newest entries of each readable scope's append log
+// (a whole-room read holds mutable entries only), and for room authority
+// the audit log: _messages has its own section. Scopes without a log read
+// empty.
+func (wb *Web) logFeeds(ctx context.Context, p *substrate.Principal, roomID string, mutable []substrate.Entry) ([]scope, error) {
+	names := []string{substrate.ScopeShared}
+	for _, e := range mutable {
+		if !slices.Contains(names, e.Scope) && e.Scope != "_actions" && e.Scope != "_views" {
+			names = append(names, e.Scope)
+		}
+	}
+	if p.Admin() {
+		names = append(names, substrate.ScopeAudit)
+	}
+	var out []scope
+	for _, name := range names {
+		st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, substrate.ReadQuery{Scope: name, Limit: feedSize})
+		if err != nil {
+			if errs.From(err).Code == errs.Internal {
+				return nil, err
+			}
+			continue
+		}
+		var logs []substrate.Entry
+		for _, e := range st.Entries {
+			if e.SortKey != nil {
+				logs = append(logs, e)
+			}
+		}
+		if len(logs) > 0 {
+			out = append(out, scope{Name: name, Entries: logs})
+		}
+	}
+	return out, nil
+}
+
+// scope is one scope's entries, sorted by key.
+type scope struct {
+	Name    string
+	Entries []substrate.Entry
+}
+
+// byScope groups the state by scope. Action and view definitions are left
+// out: the page shows them as actions and views.
+func byScope(entries []substrate.Entry) []scope {
+	m := map[string][]substrate.Entry{}
+	for _, e := range entries {
+		if e.Scope == "_actions" || e.Scope == "_views" {
+			continue
+		}
+		m[e.Scope] = append(m[e.Scope], e)
+	}
+	out := make([]scope, 0, len(m))
+	for name, es := range m {
+		sort.Slice(es, func(i, j int) bool { return es[i].Key < es[j].Key })
+		out = append(out, scope{Name: name, Entries: es})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+type agentRow struct {
+	ID       string
+	Presence map[string]any
+	LastSeen string // relative: "12s ago"
+}
+
+func agentsOf(agents map[string]any) []agentRow {
+	out := make([]agentRow, 0, len(agents))
+	for id, a := range agents {
+		m, _ := a.(map[string]any)
+		row := agentRow{ID: id, Presence: m}
+		if hb, ok := m["last_heartbeat"].(string); ok {
+			if t, err := time.Parse(time.RFC3339Nano, hb); err == nil {
+				row.LastSeen = ago(t)
+			}
+		}
+		out = append(out, row)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+type actionRow struct {
+	ID string
+	substrate.ActionView
+	// Why is the first clause of the action's if that is false for the
+	// reader, with what it read (when the reader can evaluate it).
+	Why *expr.Explanation
+}
+
+func actionsOf(actions map[string]substrate.ActionView) []actionRow {
+	out := make([]actionRow, 0, len(actions))
+	for id, a := range actions {
+		if a.Builtin {
+			continue
+		}
+		out = append(out, actionRow{ID: id, ActionView: a})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+type viewRow struct {
+	ID    string
+	Value any
+}
+
+func viewsOf(views map[string]any) []viewRow {
+	out := make([]viewRow, 0, len(views))
+	for id, v := range views {
+		out = append(out, viewRow{ID: id, Value: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
