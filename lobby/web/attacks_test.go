@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
@@ -608,4 +611,48 @@ func TestAttackBusyRoomPageSaysWhenToRetry(t *testing.T) {
 		return
 	}
 	t.Fatal("20 page loads of 100 now-gated entries on a budget of 30,000 per second: none refused")
+}
+
+// An IPv6 client holds a whole /64 (and picks any address in it), so the
+// per-address bound counts the /64: varying its address does not open
+// more live streams. Clients reach syncd through a trusted proxy here,
+// which names them in X-Forwarded-For, as in production behind nginx.
+func TestAttackLiveStreamsBoundPerIPv6Prefix(t *testing.T) {
+	s := newSite(t, web.Options{MaxStreams: 2, MaxStreamsPerAddress: 4}, "alice")
+	stack := httpmw.New(httpmw.Options{RatePerSecond: -1, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	proxied := httptest.NewServer(stack.Wrap(s.srv.Config.Handler))
+	t.Cleanup(proxied.Close)
+	open := func(room *substrate.CreatedRoom, client string) int {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", proxied.URL+"/live/rooms/"+room.ID+"?view="+room.ViewToken, nil)
+		req.Header.Set("X-Forwarded-For", client)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		return res.StatusCode
+	}
+	newRoom := func(id string) *substrate.CreatedRoom {
+		room, err := s.svc.CreateRoom(context.Background(), substrate.CreateRoomRequest{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return room
+	}
+	// Four streams, each from a fresh address of one /64 and a fresh
+	// view link (so MaxStreams per credential never binds).
+	for i := range 4 {
+		if code := open(newRoom(fmt.Sprintf("v6-%d", i)), fmt.Sprintf("2001:db8:1:2::%x", i+1)); code != http.StatusOK {
+			t.Fatalf("stream %d: %d", i, code)
+		}
+	}
+	if code := open(newRoom("v6-more"), "2001:db8:1:2:ffff:1:2:3"); code != http.StatusTooManyRequests {
+		t.Fatalf("HOLE: a fifth stream from the same /64 with a fresh address: %d", code)
+	}
+	// Another /64 is another client.
+	if code := open(newRoom("v6-other"), "2001:db8:1:3::1"); code != http.StatusOK {
+		t.Fatalf("a client of another /64 was refused: %d", code)
+	}
 }

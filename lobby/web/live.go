@@ -26,7 +26,9 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	if key == "" {
 		key, _, _ = wb.opt.SignedIn(r)
 	}
-	addr := "addr:" + httpmw.ClientIP(r)
+	// An IPv6 client holds (and picks addresses in) a whole /64: the
+	// bound counts the /64, as the rate limits do.
+	addr := "addr:" + httpmw.AddressKey(httpmw.ClientIP(r))
 	if !wb.acquire(key, addr) {
 		wb.errorPage(w, r, http.StatusTooManyRequests, "Too many live pages",
 			fmt.Sprintf("At most %d pages per person (%d per address) can follow rooms live at once. Close some tabs and reload.", wb.opt.MaxStreams, wb.opt.MaxStreamsPerAddress), viewToken != "")

@@ -51,9 +51,10 @@ type Options struct {
 	// MaxStreams bounds the live streams one person (or one view token)
 	// keeps open at once; more are refused with 429. Default 16.
 	MaxStreams int
-	// MaxStreamsPerAddress bounds those of one client address, whatever
-	// credentials it brings: rooms (and so view tokens) can be made by
-	// anyone when room creation is open. Default 4 × MaxStreams.
+	// MaxStreamsPerAddress bounds those of one client address (an IPv6
+	// client's /64), whatever credentials it brings: rooms (and so view
+	// tokens) can be made by anyone when room creation is open. Default
+	// 4 × MaxStreams.
 	MaxStreamsPerAddress int
 	// Heartbeat is how often an idle live stream sends a comment, so
 	// proxies keep it open. Default 25 s.
