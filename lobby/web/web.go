@@ -118,7 +118,7 @@ func New(opt Options) (*Web, error) {
 		"short":   func(v any) string { return shorten(textOf(v), 300) },
 		"audit":   auditLine,
 		// The loom's own scopes hold its machinery: folded by default.
-		"loomScope": func(name string) bool { return strings.HasPrefix(name, "_loom") },
+		"loomScope": loom.IsScope,
 		// A model's thinking is for those who observe it, on request:
 		// folded, its text whole inside (seed 002: collapsed by default).
 		"thought":     loom.IsThought,

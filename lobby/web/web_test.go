@@ -461,6 +461,13 @@ func TestLoomPage(t *testing.T) {
 	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {"two\nlines"}}); code != 400 || !strings.Contains(body, "line break") {
 		t.Fatalf("a text the command cannot carry: %d", code)
 	}
+	// On the room page the loom's own scopes (its machinery) are folded;
+	// the room's other scopes are open.
+	s.write("_shared", "note", `"hello"`)
+	_, _, room := s.get("alice", "/rooms/lab")
+	if !strings.Contains(room, `<details id="scope-_loom"><summary>`) || !strings.Contains(room, `<details id="scope-_shared" open>`) {
+		t.Errorf("the room page does not fold the loom's scopes alone: %s", room)
+	}
 }
 
 // An entry's timer is a countdown badge the page's script keeps ticking,

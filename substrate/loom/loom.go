@@ -880,6 +880,10 @@ func IsThought(scope, key string) bool {
 	return !strings.HasPrefix(scope, "_") && isThought(key)
 }
 
+// IsScope reports one of the loom's own scopes (_loom, _loom.*), which
+// hold its machinery: pages show them folded.
+func IsScope(scope string) bool { return isLoomScope(scope) }
+
 // Run runs one or more → command lines (seed 002) as p in roomID. Each
 // command is its own mutation (or, for a read-only credential, its own
 // read): a failing command changes nothing and is recorded in the caller's
