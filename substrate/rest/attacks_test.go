@@ -1764,7 +1764,19 @@ func TestAttackLoomTraceNotReadByGrantees(t *testing.T) {
 		}
 	}
 	// Alice and room authority read it.
-	if r := e.do("GET", "/rooms/loomy/state?scope=alice", rm.token, nil).must(t, 200); !strings.Contains(r.raw, "NODE-SECRET") {
+	r := e.do("GET", "/rooms/loomy/state?scope=alice", rm.token, nil).must(t, 200)
+	if !strings.Contains(r.raw, "NODE-SECRET") {
 		t.Fatalf("the room token does not read alice's trace: %s", r.raw)
+	}
+	// By key, carol is refused in the loom's words (the refusal the loom
+	// registers with its read rule, not the core's "private" one).
+	key := ""
+	for _, en := range r.body["entries"].([]any) {
+		if k := en.(map[string]any)["key"].(string); strings.HasPrefix(k, "loom:t:") {
+			key = k
+		}
+	}
+	if r := e.do("GET", "/rooms/loomy/state?scope=alice&key="+url.QueryEscape(key), carol, nil); r.status != 403 || !strings.Contains(r.raw, "loom trace") || strings.Contains(r.raw, "SECRET") {
+		t.Fatalf("carol reading a trace entry by key: %d %s", r.status, r.raw)
 	}
 }
