@@ -155,7 +155,14 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("cimd %q is not on or off", *cimd)
 	}
 	if *outboundProxy != "" {
-		u, err := url.Parse(*outboundProxy)
+		raw := *outboundProxy
+		// host:port alone means an HTTP proxy, as curl and Go's own
+		// HTTPS_PROXY reading take it: the variable is often set that
+		// way for other tools, and refusing it would stop syncd starting.
+		if !strings.Contains(raw, "://") {
+			raw = "http://" + raw
+		}
+		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || (u.Path != "" && u.Path != "/") {
 			return nil, fmt.Errorf("outbound proxy %q is not a proxy URL such as http://proxy.internal:3128", *outboundProxy)
 		}

@@ -190,6 +190,15 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	if cfg, err := parseConfig([]string{"-cimd", "off"}); err != nil || cfg.CIMD || cfg.OutboundProxy == nil || cfg.OutboundProxy.Host != "egress.internal:3128" {
 		t.Fatalf("cimd off, HTTPS_PROXY: %v %+v", err, cfg)
 	}
+	// Without a scheme, as HTTPS_PROXY is often set for other tools:
+	// an HTTP proxy, not a refusal to start.
+	t.Setenv("HTTPS_PROXY", "egress.internal:3128")
+	if cfg, err := parseConfig(nil); err != nil || cfg.OutboundProxy == nil || cfg.OutboundProxy.String() != "http://egress.internal:3128" {
+		t.Fatalf("HTTPS_PROXY without a scheme: %v %+v", err, cfg)
+	}
+	if cfg, err := parseConfig([]string{"-outbound-proxy", "user:pw@proxy:3128"}); err != nil || cfg.OutboundProxy.String() != "http://user:pw@proxy:3128" {
+		t.Fatalf("-outbound-proxy without a scheme: %v %+v", err, cfg)
+	}
 	t.Setenv("SYNC_OUTBOUND_PROXY", "https://proxy.example:8443")
 	if cfg, err := parseConfig(nil); err != nil || cfg.OutboundProxy.String() != "https://proxy.example:8443" {
 		t.Fatalf("SYNC_OUTBOUND_PROXY over HTTPS_PROXY: %v %+v", err, cfg)
@@ -198,7 +207,7 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	if cfg, err := parseConfig(nil); err != nil || cfg.ClientIPHeader != "Forwarded" {
 		t.Fatalf("client address header from the environment: %v %+v", err, cfg)
 	}
-	for _, bad := range [][]string{{"-trusted-proxies", "proxy.local"}, {"-client-ip-header", "X-Forwarded" + " For"}, {"-client-ip-header", "Host"}, {"-cimd", "maybe"}, {"-outbound-proxy", "proxy:3128"}, {"-db-max-conns", "1"}, {"-access-log", "sometimes"}} {
+	for _, bad := range [][]string{{"-trusted-proxies", "proxy.local"}, {"-client-ip-header", "X-Forwarded" + " For"}, {"-client-ip-header", "Host"}, {"-cimd", "maybe"}, {"-outbound-proxy", "socks5://proxy:1080"}, {"-outbound-proxy", "proxy:3128/path"}, {"-db-max-conns", "1"}, {"-access-log", "sometimes"}} {
 		if _, err := parseConfig(bad); err == nil {
 			t.Fatalf("%v accepted", bad)
 		}
