@@ -12,6 +12,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // Attacks on the lobby's authority rules: scope beyond consent, owner
@@ -517,5 +518,60 @@ func TestAttackRoleFreedBehindDriversBack(t *testing.T) {
 	}
 	if emb, err := f.l.Embody(ctx, bob, room, "", "scribe"); err != nil || !emb.TakenOver {
 		t.Fatalf("bob filling the scribe carol left: %+v %v", emb, err)
+	}
+}
+
+// The lobby's state summary counts only what the session reads by the one
+// read rule (review of issue 25 item 3): it showed the key counts of the
+// loom's scopes to a session whose agent is denied the loom, which → view
+// and every read path refuse it.
+func TestAttackSummaryCountsOnlyReadableScopes(t *testing.T) {
+	f := newFixture(t, "alice", "bob", "carol")
+	ctx := context.Background()
+	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := map[string]string{}
+	sessions := map[string]*lobby.Session{}
+	for _, u := range []string{"bob", "carol"} {
+		if err := f.l.ShareRoom(ctx, "user_alice", room, "user_"+u, "collaborator"); err != nil {
+			t.Fatal(err)
+		}
+		sessions[u] = f.session(t, u, "g-"+u, "rooms:lab:write")
+		emb, err := f.l.Embody(ctx, sessions[u], room, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[u] = emb.Agent
+	}
+	if _, err := loom.Of(f.svc).Run(ctx, substrate.RoomPrincipal(room), room, "→ new tree \"t\" \"root\"\n→ deny "+agents["bob"]+" loom_aware doc_read"); err != nil {
+		t.Fatal(err)
+	}
+	loomKeys := func(who string) []string {
+		view, err := f.l.View(ctx, sessions[who])
+		if err != nil || len(view.Rooms) != 1 {
+			t.Fatalf("%s's lobby: %+v %v", who, view, err)
+		}
+		var out []string
+		for scope := range view.Rooms[0].Summary.Keys {
+			if strings.HasPrefix(scope, "_loom") {
+				out = append(out, scope)
+			}
+		}
+		return out
+	}
+	if got := loomKeys("carol"); len(got) == 0 {
+		t.Fatal("carol, who reads the loom, is shown no loom scope in the summary")
+	}
+	if got := loomKeys("bob"); len(got) != 0 {
+		t.Fatalf("HOLE: bob, denied the loom, is shown the key counts of %v", got)
+	}
+	// Observing (not embodied) keeps the agent's denial.
+	if _, err := f.l.Disembody(ctx, sessions["bob"]); err != nil {
+		t.Fatal(err)
+	}
+	if got := loomKeys("bob"); len(got) != 0 {
+		t.Fatalf("HOLE: bob observing, denied the loom, is shown the key counts of %v", got)
 	}
 }

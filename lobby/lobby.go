@@ -93,7 +93,7 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 			rm.Label = sum.Label
 		}
 		rm.Roles = sum.RoleIDs()
-		st := summarise(sum, "")
+		st := summarise(sum, "", func(string) bool { return false }) // its keys are not shown
 		rm.OpenRoles, rm.LastActive = st.OpenRoles, st.LastActive
 		for _, a := range sum.Agents {
 			if a.Gated && rm.Access != "owner" {

@@ -412,6 +412,27 @@ func (l *Lobby) observer(ctx context.Context, s *Session, room string) (*substra
 	return substrate.ReadOnlyOf(&substrate.Principal{Kind: substrate.KindAgent, RoomID: room, AgentID: id}), nil
 }
 
+// summaryReader is the read rule for s in room, for its lobby summary:
+// the scopes its principal there (the one its reads use) reads. _shared
+// and _messages, which every session that sees the room reads, are
+// answered without it, so a room with nothing else costs no principal
+// look-up; if the principal cannot be had, only those are counted.
+func (l *Lobby) summaryReader(ctx context.Context, s *Session, room string, sum *substrate.RoomSummary) func(string) bool {
+	var rule func(string) bool
+	return func(scope string) bool {
+		if scope == substrate.ScopeShared || scope == substrate.ScopeMessages {
+			return true
+		}
+		if rule == nil {
+			rule = func(string) bool { return false }
+			if p, _, err := l.Principal(ctx, s, room); err == nil {
+				rule = sum.Reader(p)
+			}
+		}
+		return rule(scope)
+	}
+}
+
 // communalGrants are what collaborators' agents may write directly
 // (seed 001's example grants).
 var communalGrants = []string{substrate.ScopeShared, substrate.ScopeMessages}
@@ -855,7 +876,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 		sum := sums[r.ID]
 		access := minLevel(level, roleCap(r.Access))
 		entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access, Default: r.Default,
-			SharedSince: s.Scope.Level(r.ID) == "", Summary: summarise(sum, access)}
+			SharedSince: s.Scope.Level(r.ID) == "", Summary: summarise(sum, access, l.summaryReader(ctx, s, r.ID, sum))}
 		if r.Default && defaultRoom == "" {
 			defaultRoom = r.ID
 		}
@@ -913,12 +934,13 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 
 // summarise is a room's state summary as a session at access sees it:
 // scope key counts for the scopes it reads observing (communal ones below
-// admin), open roles, last activity.
-func summarise(sum *substrate.RoomSummary, access string) StateSummary {
+// admin, and of those only what the read rule lets it read: reads), open
+// roles, last activity.
+func summarise(sum *substrate.RoomSummary, access string, reads func(scope string) bool) StateSummary {
 	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
 		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values, Summary: sum.View}
 	for scope, n := range sum.Keys {
-		if access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit) {
+		if (access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit)) && reads(scope) {
 			out.Keys[scope] = n
 		}
 	}

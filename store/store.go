@@ -191,18 +191,19 @@ func (db *DB) tx(ctx context.Context, opts pgx.TxOptions, fn func(context.Contex
 	if err != nil {
 		return fmt.Errorf("store: begin: %w", err)
 	}
+	// Every way out but a commit rolls back: an error, a panic, and also
+	// runtime.Goexit (t.Fatal inside fn), which neither returns an error
+	// nor panics; without this the pool connection would never return.
+	committed := false
 	defer func() {
-		if p := recover(); p != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			panic(p)
-		}
-		if err != nil {
+		if !committed {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
 	if err = fn(Held(ctx), tx); err != nil {
 		return err
 	}
+	committed = true
 	if err = tx.Commit(ctx); err != nil {
 		return fmt.Errorf("store: commit: %w", err)
 	}

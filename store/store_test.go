@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -110,6 +111,53 @@ func TestInTxRollsBackOnError(t *testing.T) {
 	_ = db.QueryRow(ctx, `SELECT count(*) FROM rooms`).Scan(&n)
 	if n != 0 {
 		t.Fatalf("rolled-back insert is visible: %d rooms", n)
+	}
+}
+
+// A callback that leaves through runtime.Goexit (t.Fatal inside a
+// transaction) neither returns nor panics; its transaction must still be
+// rolled back and its connection returned, or a small pool runs dry and
+// everything after it waits forever.
+func TestTxReleasedOnGoexit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := store.Open(ctx, pgtest.URL(t), store.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		// Close waits for every connection to come back: bounded, so a
+		// leak fails the test instead of hanging the binary.
+		closed := make(chan struct{})
+		go func() { db.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Error("the pool did not close: a connection was never released")
+		}
+	}()
+	for i := 0; i < 2; i++ { // both connections, were each one leaked
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
+				if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+					return err
+				}
+				runtime.Goexit()
+				return nil
+			})
+		}()
+		<-done
+	}
+	for i := 0; i < 2; i++ {
+		err := db.ReadTx(ctx, func(ctx context.Context, tx store.Tx) error {
+			var one int
+			return tx.QueryRow(ctx, `SELECT 1`).Scan(&one)
+		})
+		if err != nil {
+			t.Fatalf("transaction %d after two callbacks left through Goexit: %v (pool %+v)", i, err, db.Status())
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
@@ -130,6 +131,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 				"views_cost_per_read":         s.lim.ViewCostPerRead,
 				"actions_cost_per_read":       fmt.Sprintf("%d for all of a room's actions' enabled and if together, evaluated for availability at each read (each counts at least %d); actions past it read as unavailable (an invocation still evaluates its own), and a registration past it fails with action_budget_exceeded", s.lim.ActionCostPerRead, gateMinCost),
 				"room_cost_per_second":        roomCostHelp(s.lim.RoomCostPerSecond),
+				"gate_quantum":                gateQuantumHelp(s.lim.GateQuantum),
 				"entry_enabled_cost_per_read": fmt.Sprintf("%d for all of a room's entry-level enabled expressions together (each counts at least %d; evaluated for the reader and again per registrar); entries past it are hidden (_context.entries_unevaluated), and a write adding a gate past it fails with enabled_budget_exceeded", s.lim.EnabledCostPerRead, gateMinCost)},
 		}, true
 	}
@@ -219,4 +221,11 @@ func roomCostHelp(perSecond int) string {
 		return "off"
 	}
 	return fmt.Sprintf("%d for everything the room's reads, waits and invocations evaluate (each evaluation at least %d; memoised results free), and %d more for read-only readers (view links, observers), whose reads never spend the members' part; spent, requests get room_busy with Retry-After until it refills", perSecond, gateMinCost, int(float64(perSecond)*guestShare))
+}
+
+func gateQuantumHelp(q time.Duration) string {
+	if q < 0 {
+		return "none: entry-level enabled expressions that read now are evaluated at every read"
+	}
+	return fmt.Sprintf("%s: an entry-level enabled expression that reads now (and not agents) is evaluated once per reader per %s, so such a gate may show or hide its entry up to that late", q, q)
 }

@@ -229,7 +229,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			if prog, err := s.cel.Compile(def.If); err == nil {
 				if ex := s.cel.Explain(ctx, prog, vars); ex != nil {
 					e.Message = fmt.Sprintf("the precondition of %q does not hold: %s is false", id, ex.Clause)
-					e = e.With("clause", ex.Clause).With("read", invokerMayRead(m.p, ex.Read, rc.state, vars.State))
+					e = e.With("clause", ex.Clause).With("read", s.invokerMayRead(ctx, rc, ex.Read, vars))
 					// The clause can be tried with other values, as the
 					// invocation binds them.
 					args := map[string]any{"expr": ex.Clause}
@@ -646,46 +646,42 @@ func (s *Service) checkRecipients(m *mutation, to []string) error {
 
 // invokerMayRead keeps the values an explanation read that the invoker
 // could read itself. The if ran with its registrar's authority, which may
-// include the registrar's private scope: saying that the clause is false
-// is the action's to say; showing the private values it compared is not.
+// include the registrar's private scope, a loom the invoker is denied or
+// entries whose gate admits the registrar only: saying that the clause is
+// false is the action's to say; showing the values it compared is not.
 //
-// mine is the invoker's state and theirs the registrar's, which the
-// clause read: in a scope where an entry's gate hides from the invoker
-// what the registrar sees, nothing read is told.
-func invokerMayRead(p *Principal, read map[string]any, mine, theirs map[string]any) map[string]any {
+// Rather than tell from a path's spelling which scope and key it reads
+// (state[params.s] or state["_lo" + "om"] defeat that), each path is read
+// again on the invoker's own state, built by the one read rule (the
+// core's scopes, the features' rules, entry gates), and a value is shown
+// only when the invoker reads the same.
+func (s *Service) invokerMayRead(ctx context.Context, rc *roomCtx, read map[string]any, vars *expr.Vars) map[string]any {
+	if rc.p == nil {
+		return read
+	}
+	paths := make([]string, 0, len(read))
+	for path := range read {
+		paths = append(paths, path)
+	}
+	mine := *vars
+	mine.State = rc.readableState()
+	again := s.cel.ReadAgain(ctx, paths, &mine)
 	out := make(map[string]any, len(read))
 	for path, v := range read {
-		if scope, ok := statePathScope(path); ok && scope != ScopeSelf && p != nil && (!canRead(p, scope) || gatedAway(mine, theirs, scope)) {
-			out[path] = "<not yours to read>"
+		if w, ok := again[path]; ok && sameValue(v, w) {
+			out[path] = v
 			continue
 		}
-		out[path] = v
+		out[path] = "<not yours to read>"
 	}
 	return out
 }
 
-// statePathScope is the scope a state.<scope>… or state["<scope>"]… path
-// reads.
-func statePathScope(path string) (string, bool) {
-	rest, ok := strings.CutPrefix(path, "state")
-	if !ok {
-		return "", false
-	}
-	switch {
-	case strings.HasPrefix(rest, "."):
-		rest = rest[1:]
-		if i := strings.IndexAny(rest, ".["); i >= 0 {
-			rest = rest[:i]
-		}
-		return rest, rest != ""
-	case strings.HasPrefix(rest, `["`):
-		end := strings.Index(rest[2:], `"]`)
-		if end < 0 {
-			return "", false
-		}
-		return rest[2 : 2+end], true
-	}
-	return "", false
+// sameValue compares two explained values as they would be shown.
+func sameValue(a, b any) bool {
+	ra, err1 := json.Marshal(a)
+	rb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ra, rb)
 }
 
 // suggestActions completes an action_not_found error, outside the room
@@ -759,17 +755,4 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
-}
-
-// gatedAway reports whether theirs holds an entry of scope that mine does
-// not: one whose enabled gate admits the registrar but not the invoker.
-func gatedAway(mine, theirs map[string]any, scope string) bool {
-	t, _ := theirs[scope].(map[string]any)
-	m, _ := mine[scope].(map[string]any)
-	for k := range t {
-		if _, ok := m[k]; !ok {
-			return true
-		}
-	}
-	return false
 }

@@ -102,6 +102,7 @@ type RoomSummary struct {
 	Values map[string]any
 	// View is the value of the room's view named summary, when it has one.
 	View any
+	snap *snapshot // for Reader
 }
 
 // SummaryView is the id of the view a room shows the lobby, if it has it.
@@ -185,6 +186,7 @@ func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*
 		if err != nil {
 			return nil, err
 		}
+		r.summary.snap = snap
 		live := snap.live(now)
 		for scope, keys := range live.vals {
 			if len(keys) > 0 {

@@ -142,9 +142,16 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	tokenValid := true
 	var lock pgx.Batch
 	lock.Queue("BEGIN")
-	lock.Queue(`SELECT seq, message_count, created_at, now(),
+	lock.Queue(`SELECT seq, message_count, created_at,
 			coalesce(($2::bytea IS NULL OR token_hash = $2) AND ($3::bytea IS NULL OR view_token_hash = $3), false)
 		FROM rooms WHERE id = $1 FOR UPDATE`, roomID, roomHash, viewHash)
+	// The mutation's time is read once the lock is held, in a statement
+	// of its own: now() is the transaction's start, before any wait for
+	// the lock, and an expression of the locking statement may be
+	// evaluated before the wait too. A queued mutation so stamps its
+	// entries (and starts its timers) no earlier than the mutation that
+	// committed before it: time goes in step with seq.
+	lock.Queue(`SELECT clock_timestamp()`)
 	if agentID != "" {
 		// A statement of its own, after the lock: a statement that waited
 		// for the lock sees the locked row as committed, but reads every
@@ -160,8 +167,11 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	_, err = br.Exec()
 	if err == nil {
 		var born time.Time
-		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &m.now, &tokenValid)
+		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &tokenValid)
 		m.cacheKey = cacheKey(roomID, born)
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&m.now)
 	}
 	if err == nil && agentID != "" {
 		agentValid := true

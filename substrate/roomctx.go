@@ -167,6 +167,41 @@ func (rc *roomCtx) visible(scope string) bool {
 	return rc.vis.scope(scope)
 }
 
+// readableState is the context's state narrowed to the entries the read
+// rule lets its principal see one by one (an agent's thoughts in a scope
+// granted to another, say), for what is shown to it rather than what its
+// expressions compute with.
+func (rc *roomCtx) readableState() map[string]any {
+	if rc.p == nil {
+		return rc.state
+	}
+	out := make(map[string]any, len(rc.state))
+	for scope, m := range rc.state {
+		out[scope] = m
+		entries, ok := m.(map[string]any)
+		if !ok || scope == ScopeSelf || !rc.visible(scope) {
+			continue
+		}
+		var cp map[string]any
+		for k := range entries {
+			if rc.vis.entry(scope, k) {
+				continue
+			}
+			if cp == nil {
+				cp = make(map[string]any, len(entries))
+				for k2, v := range entries {
+					cp[k2] = v
+				}
+			}
+			delete(cp, k)
+		}
+		if cp != nil {
+			out[scope] = cp
+		}
+	}
+	return out
+}
+
 // snapVisibility is p's visibility decided from snap. A snapshot read
 // cannot fail, but if a rule did, p would see only what no rule governs.
 func snapVisibility(p *Principal, snap *snapshot) *visibility {

@@ -64,6 +64,19 @@ type config struct {
 	// SYNC_LOOM_GENERATOR_KEY: bearer token for the generator. Environment
 	// only, so the secret does not appear in the process list.
 	LoomGeneratorKey string
+	// SYNC_ROOM_COST_PER_SECOND, -room-cost-per-second: each room's
+	// budget of expression work per second (substrate
+	// Limits.RoomCostPerSecond). Default 2,000,000; negative turns it off.
+	RoomCostPerSecond int
+	// SYNC_GATE_QUANTUM, -gate-quantum: how long a time-dependent entry
+	// gate's result is reused per reader (substrate Limits.GateQuantum).
+	// Default 1 s; 0 evaluates them at every read (stored as -1, since
+	// the substrate's zero means its default).
+	GateQuantum time.Duration
+	// SYNC_ACTION_COST_PER_READ, -action-cost-per-read: the cost of all of
+	// a room's actions' availability in one read (substrate
+	// Limits.ActionCostPerRead). Default 1,000,000.
+	ActionCostPerRead int
 	// SYNC_METRICS_ADDR, -metrics-addr: a separate listener serving
 	// Prometheus metrics at /metrics. Default empty: none.
 	MetricsAddr string
@@ -121,6 +134,9 @@ func parseConfig(args []string) (*config, error) {
 	fs.StringVar(&c.LoomGeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "OpenAI-compatible completions endpoint for loom continuations (SYNC_LOOM_GENERATOR_URL); empty queues requests in the room")
 	fs.StringVar(&c.LoomGeneratorModel, "loom-generator-model", env("SYNC_LOOM_GENERATOR_MODEL", "base"), "model name sent to the loom generator (SYNC_LOOM_GENERATOR_MODEL)")
 	c.LoomGeneratorKey = os.Getenv("SYNC_LOOM_GENERATOR_KEY")
+	roomCost := fs.String("room-cost-per-second", env("SYNC_ROOM_COST_PER_SECOND", "2000000"), "each room's expression budget (cel-go cost) per second; negative turns it off (SYNC_ROOM_COST_PER_SECOND)")
+	gateQuantum := fs.String("gate-quantum", env("SYNC_GATE_QUANTUM", "1s"), "how long a time-dependent entry gate's result is reused per reader; 0 evaluates at every read (SYNC_GATE_QUANTUM)")
+	actionCost := fs.String("action-cost-per-read", env("SYNC_ACTION_COST_PER_READ", "1000000"), "cel-go cost of all of a room's actions' availability in one read (SYNC_ACTION_COST_PER_READ)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SYNC_METRICS_ADDR", ""), "separate listen address for Prometheus /metrics (SYNC_METRICS_ADDR); empty = none")
 	fs.StringVar(&c.MetricsToken, "metrics-token", env("SYNC_METRICS_TOKEN", ""), "bearer token /metrics requires; when set, the public listener serves /metrics with it (SYNC_METRICS_TOKEN)")
 	if err := fs.Parse(args); err != nil {
@@ -155,7 +171,14 @@ func parseConfig(args []string) (*config, error) {
 		return nil, fmt.Errorf("cimd %q is not on or off", *cimd)
 	}
 	if *outboundProxy != "" {
-		u, err := url.Parse(*outboundProxy)
+		raw := *outboundProxy
+		// host:port alone means an HTTP proxy, as curl and Go's own
+		// HTTPS_PROXY reading take it: the variable is often set that
+		// way for other tools, and refusing it would stop syncd starting.
+		if !strings.Contains(raw, "://") {
+			raw = "http://" + raw
+		}
+		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || (u.Path != "" && u.Path != "/") {
 			return nil, fmt.Errorf("outbound proxy %q is not a proxy URL such as http://proxy.internal:3128", *outboundProxy)
 		}
@@ -166,6 +189,19 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.WaitRecheck, err = time.ParseDuration(*recheck); err != nil || c.WaitRecheck < 100*time.Millisecond {
 		return nil, fmt.Errorf("wait recheck %q is not a duration of at least 100ms", *recheck)
+	}
+	// Each expression evaluation counts at least 100, so a budget below
+	// that could never afford one: refused rather than silently useless.
+	if c.RoomCostPerSecond, err = strconv.Atoi(*roomCost); err != nil || (c.RoomCostPerSecond >= 0 && c.RoomCostPerSecond < 100) {
+		return nil, fmt.Errorf("room cost per second %q is not a whole number of at least 100 (or negative, to turn the budget off)", *roomCost)
+	}
+	if c.GateQuantum, err = time.ParseDuration(*gateQuantum); err != nil || c.GateQuantum < 0 {
+		return nil, fmt.Errorf("gate quantum %q is not a duration such as 1s or 250ms (0: evaluate at every read)", *gateQuantum)
+	} else if c.GateQuantum == 0 {
+		c.GateQuantum = -1
+	}
+	if c.ActionCostPerRead, err = strconv.Atoi(*actionCost); err != nil || c.ActionCostPerRead < 100 {
+		return nil, fmt.Errorf("action cost per read %q is not a whole number of at least 100", *actionCost)
 	}
 	if c.ShutdownIn, err = time.ParseDuration(*shutdown); err != nil {
 		return nil, fmt.Errorf("shutdown timeout %q: %w", *shutdown, err)

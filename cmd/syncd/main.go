@@ -87,7 +87,8 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	if cfg.MetricsAddr != "" || cfg.MetricsToken != "" {
 		mx = metrics.New()
 	}
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue},
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue,
+		RoomCostPerSecond: cfg.RoomCostPerSecond, GateQuantum: cfg.GateQuantum, ActionCostPerRead: cfg.ActionCostPerRead},
 		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck}})
 	defer svc.Close()
 	loom.Attach(svc, loom.Options{GeneratorURL: cfg.LoomGeneratorURL, GeneratorModel: cfg.LoomGeneratorModel, GeneratorKey: cfg.LoomGeneratorKey})

@@ -190,6 +190,15 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	if cfg, err := parseConfig([]string{"-cimd", "off"}); err != nil || cfg.CIMD || cfg.OutboundProxy == nil || cfg.OutboundProxy.Host != "egress.internal:3128" {
 		t.Fatalf("cimd off, HTTPS_PROXY: %v %+v", err, cfg)
 	}
+	// Without a scheme, as HTTPS_PROXY is often set for other tools:
+	// an HTTP proxy, not a refusal to start.
+	t.Setenv("HTTPS_PROXY", "egress.internal:3128")
+	if cfg, err := parseConfig(nil); err != nil || cfg.OutboundProxy == nil || cfg.OutboundProxy.String() != "http://egress.internal:3128" {
+		t.Fatalf("HTTPS_PROXY without a scheme: %v %+v", err, cfg)
+	}
+	if cfg, err := parseConfig([]string{"-outbound-proxy", "user:pw@proxy:3128"}); err != nil || cfg.OutboundProxy.String() != "http://user:pw@proxy:3128" {
+		t.Fatalf("-outbound-proxy without a scheme: %v %+v", err, cfg)
+	}
 	t.Setenv("SYNC_OUTBOUND_PROXY", "https://proxy.example:8443")
 	if cfg, err := parseConfig(nil); err != nil || cfg.OutboundProxy.String() != "https://proxy.example:8443" {
 		t.Fatalf("SYNC_OUTBOUND_PROXY over HTTPS_PROXY: %v %+v", err, cfg)
@@ -198,7 +207,7 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	if cfg, err := parseConfig(nil); err != nil || cfg.ClientIPHeader != "Forwarded" {
 		t.Fatalf("client address header from the environment: %v %+v", err, cfg)
 	}
-	for _, bad := range [][]string{{"-trusted-proxies", "proxy.local"}, {"-client-ip-header", "X-Forwarded" + " For"}, {"-client-ip-header", "Host"}, {"-cimd", "maybe"}, {"-outbound-proxy", "proxy:3128"}, {"-db-max-conns", "1"}, {"-access-log", "sometimes"}} {
+	for _, bad := range [][]string{{"-trusted-proxies", "proxy.local"}, {"-client-ip-header", "X-Forwarded" + " For"}, {"-client-ip-header", "Host"}, {"-cimd", "maybe"}, {"-outbound-proxy", "socks5://proxy:1080"}, {"-outbound-proxy", "proxy:3128/path"}, {"-db-max-conns", "1"}, {"-access-log", "sometimes"}} {
 		if _, err := parseConfig(bad); err == nil {
 			t.Fatalf("%v accepted", bad)
 		}
@@ -286,5 +295,47 @@ func TestLoomGeneratorFromEnvironment(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"-loom-generator-url", "localhost:8000"}); err == nil {
 		t.Fatal("a generator URL without a scheme was accepted")
+	}
+}
+
+// The expression budgets set for syncd reach the service: a room's help
+// reports the configured values, and bad values stop it starting.
+func TestExpressionLimitsReachTheService(t *testing.T) {
+	t.Setenv("SYNC_ROOM_COST_PER_SECOND", "123456")
+	t.Setenv("SYNC_GATE_QUANTUM", "7s")
+	base, stop := start(t, testConfig(t, "-database-url", pgtest.URL(t), "-action-cost-per-read", "54321"))
+	defer stop()
+	code, room := call(t, "POST", base+"/rooms", "", `{"id":"budgets"}`)
+	if code != 201 {
+		t.Fatalf("create room %d %v", code, room)
+	}
+	code, help := call(t, "GET", base+"/rooms/budgets/help?key=expressions", room["token"].(string), "")
+	content, _ := help["content"].(map[string]any)
+	limits, _ := content["limits"].(map[string]any)
+	if code != 200 || limits == nil {
+		t.Fatalf("help %d %v", code, help)
+	}
+	for key, want := range map[string]string{"room_cost_per_second": "123456 ", "gate_quantum": "7s:", "actions_cost_per_read": "54321 "} {
+		if got, _ := limits[key].(string); !strings.HasPrefix(got, want) {
+			t.Errorf("help limit %s = %q, want the configured %q", key, got, want)
+		}
+	}
+
+	t.Setenv("SYNC_ROOM_COST_PER_SECOND", "")
+	t.Setenv("SYNC_GATE_QUANTUM", "")
+	os.Unsetenv("SYNC_ROOM_COST_PER_SECOND")
+	os.Unsetenv("SYNC_GATE_QUANTUM")
+	cfg, err := parseConfig(nil)
+	if err != nil || cfg.RoomCostPerSecond != 2_000_000 || cfg.GateQuantum != time.Second || cfg.ActionCostPerRead != 1_000_000 {
+		t.Fatalf("defaults: %v %+v", err, cfg)
+	}
+	cfg, err = parseConfig([]string{"-room-cost-per-second", "-1", "-gate-quantum", "0"})
+	if err != nil || cfg.RoomCostPerSecond != -1 || cfg.GateQuantum != -1 {
+		t.Fatalf("budget off and no gate reuse: %v %+v", err, cfg)
+	}
+	for _, bad := range [][]string{{"-room-cost-per-second", "lots"}, {"-room-cost-per-second", "0"}, {"-gate-quantum", "5"}, {"-gate-quantum", "-1s"}, {"-action-cost-per-read", "99"}, {"-action-cost-per-read", "-1"}} {
+		if _, err := parseConfig(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }

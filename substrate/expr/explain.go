@@ -85,17 +85,9 @@ func (e *Env) reads(ctx context.Context, x ast.Expr, info *ast.SourceInfo, vars 
 			if err != nil {
 				return
 			}
-			cp, err := e.Compile(src)
-			if err != nil {
+			v, ok := e.readPath(ctx, src, vars)
+			if !ok {
 				return
-			}
-			v, err := e.Eval(ctx, cp, vars)
-			if err != nil {
-				out[src] = "<missing>"
-				return
-			}
-			if raw, _ := json.Marshal(v); len(raw) > maxExplainedValue {
-				v = fmt.Sprintf("<%d bytes>", len(raw))
 			}
 			out[src] = v
 			// A computed index (tasks[params.id]) read its key too.
@@ -125,6 +117,36 @@ func (e *Env) reads(ctx context.Context, x ast.Expr, info *ast.SourceInfo, vars 
 		}
 	}
 	visit(x)
+	return out
+}
+
+// readPath is one path's value as an explanation shows it; false when
+// src does not compile.
+func (e *Env) readPath(ctx context.Context, src string, vars *Vars) (any, bool) {
+	cp, err := e.Compile(src)
+	if err != nil {
+		return nil, false
+	}
+	v, err := e.Eval(ctx, cp, vars)
+	if err != nil {
+		return "<missing>", true
+	}
+	if raw, _ := json.Marshal(v); len(raw) > maxExplainedValue {
+		v = fmt.Sprintf("<%d bytes>", len(raw))
+	}
+	return v, true
+}
+
+// ReadAgain evaluates paths an Explanation read (its Read keys) under
+// other vars, shown the same way; a path that does not compile is left
+// out.
+func (e *Env) ReadAgain(ctx context.Context, paths []string, vars *Vars) map[string]any {
+	out := make(map[string]any, len(paths))
+	for _, src := range paths {
+		if v, ok := e.readPath(ctx, src, vars); ok {
+			out[src] = v
+		}
+	}
 	return out
 }
 

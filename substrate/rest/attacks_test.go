@@ -940,6 +940,54 @@ func TestAttackPreconditionReadWithholdsGatedValue(t *testing.T) {
 	}
 }
 
+// A refused precondition's explanation shows only what the invoker reads
+// by the one read rule (review of issue 25 item 3). The check used to
+// tell the scope from the path's spelling, so a path it could not parse
+// (a computed index, a concatenated scope name) showed the registrar's
+// value: bob, denied the loom, read a tree's name through the room's
+// action by passing the scope as a parameter, and a gated entry's value
+// likewise. Each value is now read again on bob's own state and shown
+// only when he reads the same.
+func TestAttackPreconditionExplanationFollowsReadRule(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm, alice, bob := loomSetup(t, e)
+	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ new tree \"TREE-SECRET\" \"root\"\n→ deny bob loom_aware doc_read"}).must(t, 200)
+	e.do("PUT", "/rooms/loomy/state", rm.token, map[string]any{"scope": "_shared", "key": "code",
+		"value": "GATED-SECRET", "enabled": `self != "bob"`}).must(t, 200)
+	for id, cond := range map[string]string{
+		"probe":  `state[params.s] == "nothing"`,
+		"probe2": `state["_lo" + "om"] == "nothing"`,
+		"probe3": `state[params.s][params.k] == "nothing"`,
+	} {
+		e.do("PUT", "/rooms/loomy/actions", rm.token, map[string]any{"id": id, "if": cond,
+			"params": map[string]any{"s": map[string]any{"type": "string", "required": false}, "k": map[string]any{"type": "string", "required": false}},
+			"writes": []any{map[string]any{"scope": "_shared", "key": "won", "value": true}}}).must(t, 201)
+	}
+	cases := []struct {
+		action string
+		params map[string]any
+		path   string
+	}{
+		{"probe", map[string]any{"s": "_loom"}, "state[params.s]"},
+		{"probe2", map[string]any{}, `state["_lo" + "om"]`},
+		{"probe3", map[string]any{"s": "_shared", "k": "code"}, "state[params.s][params.k]"},
+	}
+	for _, c := range cases {
+		inv := e.do("POST", "/rooms/loomy/actions/"+c.action+"/invoke", bob, map[string]any{"params": c.params})
+		if inv.str("error") != "precondition_failed" {
+			t.Fatalf("%s by bob: %d %s", c.action, inv.status, inv.raw)
+		}
+		if strings.Contains(inv.raw, "SECRET") || path(inv.body, "read", c.path) != "<not yours to read>" {
+			t.Errorf("HOLE: %s's refusal shows bob what he may not read: %s", c.action, inv.raw)
+		}
+		// Alice reads the loom and the entry: her refusal explains.
+		inv = e.do("POST", "/rooms/loomy/actions/"+c.action+"/invoke", alice, map[string]any{"params": c.params})
+		if v := path(inv.body, "read", c.path); inv.str("error") != "precondition_failed" || v == nil || v == "<not yours to read>" {
+			t.Errorf("%s by alice, who may read it: %s", c.action, inv.raw)
+		}
+	}
+}
+
 // Loom permissions hold on every read path, not only inside the → command
 // interpreter (issue 25 item 3): an agent denied doc_read and loom_aware
 // read documents and nodes through GET /state, GET /history, the context
