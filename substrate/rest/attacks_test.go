@@ -1479,3 +1479,65 @@ func TestAttackOpenJoinAsPersonsAgent(t *testing.T) {
 		t.Fatalf("token agents show an account: %s", r.raw)
 	}
 }
+
+// Review r4: a message gated by `enabled` (a spoiler, or a whisper for
+// one agent) was hidden from GET /state's log pages but shown by every
+// context read path: the newest messages, a page by messages_after, a
+// delta (since, and a wait's wake-up), include=_messages and a budget-cut
+// read. Each now shows it exactly when its gate holds for the reader.
+func TestAttackGatedMessagesHiddenInEveryContextRead(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gm", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.ctx(rm, a, "")
+	e.do("PUT", "/rooms/gm/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "phase", "value": "setup"},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "spoiler"}, "enabled": `state._shared.phase == "reveal"`},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "hello"}},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "psst-for-b", "to": "b"}, "enabled": `self == "b"`},
+	}}).must(t, 200)
+	reads := []string{"", "messages_after=0", "messages_after=0&messages_limit=2", "since=0", "include=_messages", "only=messages&max_bytes=1000", "depth=full&messages_limit=500"}
+	seen := func(tok string) []string {
+		var all []string
+		for _, q := range reads {
+			all = append(all, e.ctx(rm, tok, q).raw)
+		}
+		all = append(all, e.do("GET", "/rooms/gm/wait?condition=true&since=0", tok, nil).must(t, 200).raw)
+		all = append(all, e.do("GET", "/rooms/gm/wait?condition=true&context=full", tok, nil).must(t, 200).raw)
+		return all
+	}
+	for i, got := range seen(a) {
+		if strings.Contains(got, "spoiler") || strings.Contains(got, "psst-for-b") {
+			t.Fatalf("HOLE: read %d shows a message whose gate hides it: %s", i, got)
+		}
+	}
+	if got := e.ctx(rm, a, "").raw; !strings.Contains(got, "hello") {
+		t.Fatalf("an ungated message is missing: %s", got)
+	}
+	whispered := false
+	for _, got := range seen(b) {
+		whispered = whispered || strings.Contains(got, "psst-for-b")
+		if strings.Contains(got, "spoiler") {
+			t.Fatalf("HOLE: b sees the spoiler: %s", got)
+		}
+	}
+	if !whispered {
+		t.Fatal("the message gated for b is hidden from b too")
+	}
+	// Paging stays exact: a page whose last message was left out still
+	// names the next page, and following it reaches every visible message.
+	if page := e.ctx(rm, a, "only=messages&messages_after=0&messages_limit=1"); !strings.Contains(page.raw, "messages_after=") {
+		t.Fatalf("a full page names no next page: %s", page.raw)
+	}
+	// The batch numbered its messages spoiler, hello, psst in a row.
+	hello := int(e.do("GET", "/rooms/gm/state?scope=_messages", a, nil).must(t, 200).body["entries"].([]any)[0].(map[string]any)["sort_key"].(float64))
+	page := e.ctx(rm, a, fmt.Sprintf("only=messages&messages_after=%d&messages_limit=1", hello))
+	if !strings.Contains(page.raw, fmt.Sprintf("messages_after=%d", hello+1)) || strings.Contains(page.raw, "psst") {
+		t.Fatalf("a page of one hidden message names no next page: %s", page.raw)
+	}
+	e.do("PUT", "/rooms/gm/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "reveal"}).must(t, 200)
+	if got := e.ctx(rm, a, "messages_after=0").raw; !strings.Contains(got, "spoiler") || strings.Contains(got, "psst-for-b") {
+		t.Fatalf("once its gate holds the spoiler is shown (and only it): %s", got)
+	}
+}
