@@ -2,6 +2,7 @@ package substrate
 
 import (
 	"regexp"
+	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -137,7 +138,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[string]bool {
 	changed := map[string]bool{}
 	for _, v := range rc.snap.views { // in dependency order
-		if v.r.Revision > seq || readsChangedScope(rc, v.def.Expr, seq, newest) {
+		if v.r.Revision > seq || readsChangedScope(v.def.Expr, viewSelf(v.def), seq, newest) {
 			changed[v.def.ID] = true
 		}
 		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
@@ -155,12 +156,15 @@ var scopeRef = regexp.MustCompile(`state\.([A-Za-z_][\w:@-]*)`)
 // readsChangedScope reports whether src reads a scope with an entry
 // changed after seq (a view reading one key of a scope is reported when
 // another changed: a delta may show a view that did not change, never
-// miss one that did).
-func readsChangedScope(rc *roomCtx, src string, after int64, newest map[string]int64) bool {
+// miss one that did). self is the scope src reads as state.self: a
+// view's registrar's, not the reader's.
+func readsChangedScope(src, self string, after int64, newest map[string]int64) bool {
 	for _, m := range scopeRef.FindAllStringSubmatch(src, -1) {
 		scope := m[1]
 		if scope == ScopeSelf {
-			scope = rc.self
+			if scope = self; scope == "" {
+				continue
+			}
 		}
 		if newest[scope] > after {
 			return true
@@ -179,4 +183,13 @@ func scopeRevisions(rc *roomCtx) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// viewSelf is the scope a view reads as state.self: its registrar's
+// agent scope (evalView), none for a communal one.
+func viewSelf(def *ViewDef) string {
+	if def.Scope != ScopeShared && !strings.HasPrefix(def.Scope, "_") {
+		return def.Scope
+	}
+	return ""
 }

@@ -358,7 +358,7 @@ func (sl *salience) since(rc *roomCtx) *SinceLastRead {
 		if _, shown := rc.views[v.def.ID]; !shown {
 			continue
 		}
-		if v.r.Revision > from || readsChangedState(rc, v.def.Expr, from) {
+		if v.r.Revision > from || readsChangedState(rc, v.def.Expr, viewSelf(v.def), from) {
 			changed[v.def.ID] = true
 		}
 		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
@@ -375,12 +375,15 @@ func (sl *salience) since(rc *roomCtx) *SinceLastRead {
 }
 
 // readsChangedState reports whether src reads (by path) a state entry or
-// scope changed after seq.
-func readsChangedState(rc *roomCtx, src string, after int64) bool {
+// scope changed after seq; self is the scope src reads as state.self (a
+// view's registrar's).
+func readsChangedState(rc *roomCtx, src, self string, after int64) bool {
 	for _, m := range statePath.FindAllStringSubmatch(src, -1) {
 		scope := m[1]
 		if scope == ScopeSelf {
-			continue
+			if scope = self; scope == "" {
+				continue
+			}
 		}
 		if r := rc.snap.scopes[scope][m[2]]; r != nil && r.Revision > after {
 			return true

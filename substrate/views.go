@@ -154,10 +154,7 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 // evalView evaluates one view (its dependencies already in rc.views).
 func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewResult {
 	s.viewEvals.Add(1)
-	self := ""
-	if v.def.Scope != ScopeShared && !strings.HasPrefix(v.def.Scope, "_") {
-		self = v.def.Scope
-	}
+	self := viewSelf(v.def)
 	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
 		Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
 	var res viewResult
