@@ -544,10 +544,17 @@ func overlappingPurposes(rc *roomCtx, acts []string) [][2]string {
 // sees).
 func (s *Service) health(ctx context.Context, rc *roomCtx, sl *salience) *Health {
 	h := &Health{Reasons: []string{}, Suggestions: []string{}}
-	acts := customActions(rc)
+	// Only the vocabulary the reader sees: an action or view its enabled
+	// hides is not named, nor counted, in what the reader is told.
+	var acts []string
+	for _, id := range customActions(rc) {
+		if rc.actEnabled[id] {
+			acts = append(acts, id)
+		}
+	}
 	h.TotalActions = len(acts)
-	for _, v := range rc.snap.views {
-		if v.r.timer.live(rc.now) {
+	for id := range rc.views {
+		if !strings.HasPrefix(id, "_") {
 			h.TotalViews++
 		}
 	}
@@ -574,7 +581,13 @@ func (s *Service) health(ctx context.Context, rc *roomCtx, sl *salience) *Health
 	} else {
 		h.MessageToActionRatio = float64(win.messages)
 	}
-	h.Patterns = win.patternsOnce(rc, sl.cfg.PatternMin)
+	for _, p := range win.patternsOnce(rc, sl.cfg.PatternMin) {
+		// Found once for every reader (from the log, _audit included);
+		// one naming an action hidden from this reader is not its news.
+		if p.Action == "" || rc.actEnabled[p.Action] {
+			h.Patterns = append(h.Patterns, p)
+		}
+	}
 
 	degenerating := false
 	if h.BrokenViews > 0 {

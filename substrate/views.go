@@ -146,7 +146,7 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 	for id := range hidden {
 		delete(rc.views, id)
 	}
-	if contested := rc.snap.contested(); len(contested) > 0 {
+	if contested := rc.contested(); len(contested) > 0 {
 		rc.views[viewContested] = contested
 	}
 }
@@ -201,6 +201,25 @@ func (snap *snapshot) contested() map[string]any {
 				list[i] = id
 			}
 			out[t] = list
+		}
+	}
+	return out
+}
+
+// contested is the snapshot's contested targets as the reader sees them:
+// only actions enabled for it (rc.actEnabled), and only targets that
+// two or more of those write.
+func (rc *roomCtx) contested() map[string]any {
+	out := map[string]any{}
+	for t, ids := range rc.snap.contested() {
+		var seen []any
+		for _, id := range ids.([]any) {
+			if rc.actEnabled[id.(string)] {
+				seen = append(seen, id)
+			}
+		}
+		if len(seen) > 1 {
+			out[t] = seen
 		}
 	}
 	return out

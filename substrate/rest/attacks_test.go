@@ -1541,3 +1541,40 @@ func TestAttackGatedMessagesHiddenInEveryContextRead(t *testing.T) {
 		t.Fatalf("once its gate holds the spoiler is shown (and only it): %s", got)
 	}
 }
+
+// Review r4: an action whose `enabled` hides it from a reader was still
+// named to that reader by the salience signals: overlapping_purposes and
+// _attention.finding (issue 26.2's new signals), the message patterns
+// (messages_after_failure names the action, from _audit), the health's
+// counts and the _contested view. Each now names only actions enabled for
+// the reader; the reader they are enabled for still gets them.
+func TestAttackSalienceNamesNoHiddenAction(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("hidden-acts", nil)
+	salienceConfig(e, rm, map[string]any{"pattern_min": 2})
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	for _, id := range []string{"covert_assign", "covert_grab"} {
+		e.do("PUT", "/rooms/hidden-acts/actions", rm.token, map[string]any{"id": id, "enabled": `self == "a"`,
+			"description": "Assign an open task to yourself so nobody duplicates the work", "if": "params.ok == true",
+			"params": map[string]any{"ok": map[string]any{"type": "boolean"}},
+			"writes": []any{map[string]any{"key": "t", "value": 1}}}).must(t, 201)
+	}
+	for range 3 { // a fails covert_assign, then says so
+		if r := e.invoke(rm, a, "covert_assign", map[string]any{"ok": false}); r.status < 400 {
+			t.Fatalf("the precondition held: %s", r.raw)
+		}
+		e.invoke(rm, a, "_send_message", map[string]any{"body": "that failed again"}).must(t, 200)
+	}
+	forB := e.ctx(rm, b, "depth=full").raw + e.ctx(rm, b, "only=views").raw + e.ctx(rm, b, "only=state&max_bytes=1500").raw
+	if strings.Contains(forB, "covert_") {
+		t.Fatalf("HOLE: b is told of actions hidden from it: %s", forB)
+	}
+	if h, _ := path(e.ctx(rm, b, "only=views").body, "views", "_vocabulary_health").(map[string]any); h["total_actions"] != float64(0) {
+		t.Fatalf("HOLE: b's health counts actions hidden from it: %v", h)
+	}
+	forA := e.ctx(rm, a, "only=views").raw
+	if !strings.Contains(forA, "overlapping purposes") || !strings.Contains(forA, "messages_after_failure") || !strings.Contains(forA, "_contested") {
+		t.Fatalf("a, for whom the actions are enabled, is not told: %s", forA)
+	}
+}
