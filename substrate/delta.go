@@ -84,8 +84,9 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	if m := env.Messages; m != nil {
 		m.Elided = nil
 		// The reader's own messages are not news; of the others, those
-		// addressed to it and then the newest, limit in all. Older ones
-		// stay unread, and the delta says how to read them.
+		// addressed to it (oldest first: they are a queue, and each
+		// wake-up moves on through it) and then the newest, limit in all.
+		// The delta counts the older ones and says how to read them.
 		var others []map[string]any
 		for _, msg := range m.Recent {
 			if rc.self == "" || msg["from"] != rc.self {
@@ -94,7 +95,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		}
 		if len(others) > limit {
 			keep := map[int]bool{}
-			for i := len(others) - 1; i >= 0 && len(keep) < limit; i-- {
+			for i := 0; i < len(others) && len(keep) < limit; i++ {
 				if addressedTo(others[i], rc.self) {
 					keep[i] = true
 				}
@@ -110,7 +111,19 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 			}
 			d.OlderMessages = len(others) - len(kept)
 			d.More = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "messages_after": msgsAfter}})
-			rc.readUpTo = min(rc.readUpTo, msgsAfter)
+			// What the delta read counts as read (the older messages it
+			// left out are counted here, with the read that returns them),
+			// except from the oldest message addressed to the reader that
+			// it left out: that one stays unread, and the next wake-up
+			// shows it. Marking nothing read instead left directed_unread
+			// as it was, so a wait on it woke again at once, forever.
+			for i, msg := range others {
+				if !keep[i] && addressedTo(msg, rc.self) {
+					seq, _ := msg["seq"].(int64)
+					rc.readUpTo = min(rc.readUpTo, seq-1)
+					break
+				}
+			}
 			others = kept
 		}
 		if others == nil {

@@ -3,6 +3,7 @@ package rest_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/syncsubstrate/sync/substrate/rest"
@@ -45,5 +46,50 @@ func TestDeltaListsViewOfRegistrarsSelf(t *testing.T) {
 	s, _ := attention(e.ctx(rm, b, ""))["since_your_last_read"].(map[string]any)
 	if !slices.Contains(strs(s["views_changed"]), "a_score") || !slices.Contains(strs(s["views_changed"]), "a_score_path") {
 		t.Fatalf("views_changed misses the view of its registrar's scope: %v", s)
+	}
+}
+
+// A wake-up that shows a directed message marks it read: waiting on
+// messages.directed_unread > 0 (the sync_wait description's own example)
+// woke once per message, not in a loop. With more unread messages than
+// the delta shows, it marked nothing read (older ones "stay unread"), so
+// directed_unread stayed 1 and every later wait woke at once with the same
+// delta. Now the messages a delta read count as read up to the oldest
+// message addressed to the reader that it left out (the older chatter is
+// counted in older_messages, with the read that returns it).
+func TestDeltaWakeUpMarksShownMessagesRead(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("dm", nil)
+	a := e.join(rm, "a")
+	c := e.join(rm, "c")
+	e.ctx(rm, a, "")
+	e.ctx(rm, a, "")
+	for i := range 12 {
+		e.invoke(rm, c, "_send_message", map[string]any{"body": fmt.Sprintf("chatter %d", i)}).must(t, 200)
+	}
+	e.invoke(rm, c, "_send_message", map[string]any{"body": "a, take task 7", "to": "a"}).must(t, 200)
+	w := e.do("GET", "/rooms/dm/wait?condition=messages.directed_unread+%3E+0&messages_limit=5", a, nil).must(t, 200)
+	if w.body["triggered"] != true || !strings.Contains(w.raw, "take task 7") || path(w.body, "context", "_context", "delta", "older_messages") == nil {
+		t.Fatalf("wake-up: %s", w.raw)
+	}
+	again := e.do("GET", "/rooms/dm/wait?condition=messages.directed_unread+%3E+0&messages_limit=5&timeout=300", a, nil).must(t, 200)
+	if again.body["timeout"] != true {
+		t.Fatalf("the directed message shown by the last wake-up is still unread: the wait woke again: %s", again.raw)
+	}
+	// More directed messages than a delta shows: they are shown oldest
+	// first, those left out stay unread, and the next wake-up shows them.
+	for i := range 4 {
+		e.invoke(rm, c, "_send_message", map[string]any{"body": fmt.Sprintf("for a, number %d", i), "to": "a"}).must(t, 200)
+	}
+	w = e.do("GET", "/rooms/dm/wait?condition=messages.directed_unread+%3E+0&messages_limit=2", a, nil).must(t, 200)
+	if !strings.Contains(w.raw, "number 0") || !strings.Contains(w.raw, "number 1") || strings.Contains(w.raw, "number 2") {
+		t.Fatalf("first wake-up shows the oldest two: %s", w.raw)
+	}
+	w = e.do("GET", "/rooms/dm/wait?condition=messages.directed_unread+%3E+0&messages_limit=2&timeout=300", a, nil).must(t, 200)
+	if w.body["triggered"] != true || !strings.Contains(w.raw, "number 2") || !strings.Contains(w.raw, "number 3") || strings.Contains(w.raw, "number 0") {
+		t.Fatalf("the directed messages the first left out are not shown next: %s", w.raw)
+	}
+	if w = e.do("GET", "/rooms/dm/wait?condition=messages.directed_unread+%3E+0&timeout=300", a, nil).must(t, 200); w.body["timeout"] != true {
+		t.Fatalf("every directed message was shown, yet the wait woke: %s", w.raw)
 	}
 }
