@@ -272,11 +272,11 @@ func arrivalRequest(in *embodyIn) (substrate.ContextRequest, error) {
 			sh.MaxBytes = ptr(int64(ArrivalMaxBytes))
 		}
 		sh.MessagesLimit = ptr(int64(3))
-		q, err := contextRequest(sh, nil, "", "")
+		q, err := contextRequest(sh, nil, "", "", nil)
 		q.Peek = true
 		return q, err
 	case "full", "none":
-		return contextRequest(sh, nil, "", "")
+		return contextRequest(sh, nil, "", "", nil)
 	}
 	return substrate.ContextRequest{}, errs.New(errs.InvalidField, "context %q is not arrival, full or none", in.Context).With("field", "context").
 		WithHint(`leave context out for the arrival, or pass "full" for the whole context`)
@@ -330,7 +330,7 @@ func tools() []tool {
 			Description: "What you perceive in a room: state (yours as self), views, agents, actions with availability, messages. Use it to look around; waits return only changes. Narrow with only, prefix or keys_after; page messages with messages_after (include adds _messages or _audit to state); _context.budget names the call for what a cut left out. Focuses the room; marks shown messages read.",
 			Annotations: annotations(true, false, true)}, shaped,
 			func(ctx context.Context, c *call, in *readContextIn) (*substrate.Envelope, error) {
-				q, err := contextRequest(in.shaping, in.MessagesAfter, in.Include, "")
+				q, err := contextRequest(in.shaping, in.MessagesAfter, in.Include, "", nil)
 				if err != nil {
 					return nil, err
 				}
@@ -399,11 +399,10 @@ func tools() []tool {
 				if in.MessagesLimit == nil {
 					in.MessagesLimit = ptr(int64(20))
 				}
-				q, err := contextRequest(shaping(in.waitShaping), nil, "", in.Context)
+				q, err := contextRequest(shaping(in.waitShaping), nil, "", in.Context, in.Since)
 				if err != nil {
 					return nil, err
 				}
-				q.Since = in.Since
 				q.Reserve = sessionReserve + 2*len(in.Condition) + 200
 				// The substrate decides the default timeout and the cap (the
 				// same for every surface).
