@@ -888,7 +888,7 @@ func (s *Service) salienceFor(ctx context.Context, rc *roomCtx, roomID string) (
 // read when the room asks, counted with the read that shows them).
 func (s *Service) annotate(ctx context.Context, env *Envelope, rc *roomCtx, sl *salience, roomID string, req ContextRequest) {
 	h := s.health(ctx, rc, sl)
-	if env.Views != nil {
+	if env.Views != nil && wantsView(req, viewHealth) {
 		env.Views[viewHealth] = h
 	}
 	at := s.attention(rc, sl, h)
@@ -925,6 +925,19 @@ func (s *Service) annotate(ctx context.Context, env *Envelope, rc *roomCtx, sl *
 		}
 	}
 	env.Context.Attention = at
+}
+
+// wantsView reports whether a read that has the views section asked for
+// view id: all views, unless only names single views (views.<id>).
+func wantsView(req ContextRequest, id string) bool {
+	named := false
+	for _, o := range req.Only {
+		if o == "views" || o == "views."+id {
+			return true
+		}
+		named = named || strings.HasPrefix(o, "views.")
+	}
+	return !named
 }
 
 // messagesAfter counts the window's messages after seq (a lower bound

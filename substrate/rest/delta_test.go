@@ -93,3 +93,23 @@ func TestDeltaWakeUpMarksShownMessagesRead(t *testing.T) {
 		t.Fatalf("every directed message was shown, yet the wait woke: %s", w.raw)
 	}
 }
+
+// only=views.<id> is the read a budget cut advises for one large view: it
+// returns that view, not the _vocabulary_health view besides (added to
+// every read that has views).
+func TestOnlyOneViewReturnsThatView(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("ov", nil)
+	a := e.join(rm, "a")
+	e.do("PUT", "/rooms/ov/views", rm.token, map[string]any{"id": "x", "scope": "_shared", "expr": "1"}).must(t, 201)
+	views, _ := e.ctx(rm, a, "only=views.x").body["views"].(map[string]any)
+	if len(views) != 1 || views["x"] != float64(1) {
+		t.Fatalf("only=views.x returned %v", views)
+	}
+	if v, _ := e.ctx(rm, a, "only=views._vocabulary_health").body["views"].(map[string]any); v["_vocabulary_health"] == nil || len(v) != 1 {
+		t.Fatalf("only=views._vocabulary_health returned %v", v)
+	}
+	if v, _ := e.ctx(rm, a, "only=views").body["views"].(map[string]any); v["_vocabulary_health"] == nil || v["x"] == nil {
+		t.Fatalf("only=views returned %v", v)
+	}
+}
