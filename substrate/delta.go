@@ -35,6 +35,7 @@ type ChangesSince struct {
 // stays whole.
 func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, limit int) {
 	d := &ChangesSince{FromSeq: from, Changed: map[string]int64{}}
+	newest := scopeRevisions(rc)
 	for scope, v := range env.State {
 		name := scope
 		if scope == ScopeSelf {
@@ -48,7 +49,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		}
 		for k := range entries {
 			r := rows[k]
-			if r == nil || r.Revision <= from {
+			if r == nil || r.Revision <= from && !mayAppear(r.row, rc.self, from, newest) {
 				delete(entries, k)
 				continue
 			}
@@ -60,7 +61,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		}
 		env.State[scope] = entries
 	}
-	changed := viewsChangedSince(rc, from, scopeRevisions(rc))
+	changed := viewsChangedSince(rc, from, newest)
 	for id := range env.Views {
 		if !changed[id] {
 			delete(env.Views, id)
@@ -206,3 +207,24 @@ func viewSelf(def *ViewDef) string {
 	}
 	return ""
 }
+
+// mayAppear reports an entry that may have become visible since seq
+// after without being written: one whose enabled gate reads something
+// that changed since (or now, agents, or state by a computed name: it
+// may have opened at any time), or one with an enable timer (it may have
+// run out since). A delta shows such entries while the reader sees them,
+// whatever their revision: it may show one the reader had seen, never
+// miss one it had not.
+func mayAppear(r *row, self string, after int64, newest map[string]int64) bool {
+	if r.timer != nil && r.timer.Effect != nil && *r.timer.Effect == "enable" {
+		return true
+	}
+	if r.enabled == nil {
+		return false
+	}
+	src := *r.enabled
+	return gateReadsAnyTime.MatchString(src) || readsChangedScope(src, self, after, newest)
+}
+
+// gateReadsAnyTime finds what changes without a write the delta can see.
+var gateReadsAnyTime = regexp.MustCompile(`\b(now|agents)\b|state\s*\[`)

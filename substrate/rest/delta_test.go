@@ -2,9 +2,11 @@ package rest_test
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
@@ -111,5 +113,29 @@ func TestOnlyOneViewReturnsThatView(t *testing.T) {
 	}
 	if v, _ := e.ctx(rm, a, "only=views").body["views"].(map[string]any); v["_vocabulary_health"] == nil || v["x"] == nil {
 		t.Fatalf("only=views returned %v", v)
+	}
+}
+
+// An entry that becomes visible without being written (its enabled gate
+// opens, or an enable timer runs out) is news to a reader: a delta left it
+// out (its revision is older than the reader's last read), so a waiter on
+// the reveal saw the phase change but not what it revealed.
+func TestDeltaShowsEntriesThatBecameVisible(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("dr", nil)
+	a := e.join(rm, "a")
+	e.do("PUT", "/rooms/dr/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "phase", "value": "setup"},
+		map[string]any{"scope": "_shared", "key": "answer", "value": 42, "enabled": `state._shared.phase == "reveal"`},
+		map[string]any{"scope": "_shared", "key": "later", "value": "soon", "timer": map[string]any{"ms": 300, "effect": "enable"}},
+	}}).must(t, 200)
+	e.ctx(rm, a, "")
+	since := int64(e.ctx(rm, a, "").body["_context"].(map[string]any)["seq"].(float64))
+	time.Sleep(400 * time.Millisecond)
+	e.do("PUT", "/rooms/dr/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "reveal"}).must(t, 200)
+	w := e.do("GET", fmt.Sprintf("/rooms/dr/wait?condition=%s&since=%d", url.QueryEscape(`state._shared.phase == "reveal"`), since), a, nil).must(t, 200)
+	st, _ := path(w.body, "context", "state", "_shared").(map[string]any)
+	if st["answer"] != float64(42) || st["later"] != "soon" || st["phase"] != "reveal" {
+		t.Fatalf("the delta leaves out entries that became visible: %s", w.raw)
 	}
 }
