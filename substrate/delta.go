@@ -29,8 +29,9 @@ type ChangesSince struct {
 }
 
 // deltaOf narrows env to what changed after from: state entries written
-// since, the messages after it (the read asked for those), the views whose
-// value may have changed and the actions (re)defined since. Agents are
+// since (and those that may have become visible unwritten), the messages
+// after it (the read asked for those), the views whose value or gate may
+// have changed and the actions (re)defined or possibly enabled since. Agents are
 // left out (their presence is in _attention and a full read); _attention
 // stays whole.
 func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, limit int) {
@@ -69,7 +70,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	}
 	for id := range env.Actions {
 		a := rc.snap.actions[id]
-		if a == nil || a.r.Revision <= from {
+		if a == nil || a.r.Revision <= from && !gateMayHaveOpened(a.def.Enabled, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) && !readsView(a.def.Enabled, changed) {
 			delete(env.Actions, id)
 		}
 	}
@@ -152,7 +153,8 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[string]bool {
 	changed := map[string]bool{}
 	for _, v := range rc.snap.views { // in dependency order
-		if v.r.Revision > seq || readsChangedScope(v.def.Expr, viewSelf(v.def), seq, newest) {
+		self := viewSelf(v.def)
+		if v.r.Revision > seq || readsChangedScope(v.def.Expr, self, seq, newest) || gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) {
 			changed[v.def.ID] = true
 		}
 		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
@@ -162,6 +164,16 @@ func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[stri
 		}
 	}
 	return changed
+}
+
+// readsView reports whether src reads (by name) one of the views in set.
+func readsView(src string, set map[string]bool) bool {
+	for _, m := range viewRefs.FindAllStringSubmatch(src, -1) {
+		if set[m[1]+m[2]] {
+			return true
+		}
+	}
+	return false
 }
 
 // scopeRef finds the scopes an expression reads.
@@ -201,9 +213,13 @@ func scopeRevisions(rc *roomCtx) map[string]int64 {
 
 // viewSelf is the scope a view reads as state.self: its registrar's
 // agent scope (evalView), none for a communal one.
-func viewSelf(def *ViewDef) string {
-	if def.Scope != ScopeShared && !strings.HasPrefix(def.Scope, "_") {
-		return def.Scope
+func viewSelf(def *ViewDef) string { return viewSelfOf(def.Scope) }
+
+// viewSelfOf is the scope a definition registered in scope reads as
+// state.self: an agent's, none for a communal one.
+func viewSelfOf(scope string) string {
+	if scope != ScopeShared && !strings.HasPrefix(scope, "_") {
+		return scope
 	}
 	return ""
 }
@@ -222,8 +238,26 @@ func mayAppear(r *row, self string, after int64, newest map[string]int64) bool {
 	if r.enabled == nil {
 		return false
 	}
-	src := *r.enabled
-	return gateReadsAnyTime.MatchString(src) || readsChangedScope(src, self, after, newest)
+	return gateMayHaveOpened(*r.enabled, []string{self}, after, newest)
+}
+
+// gateMayHaveOpened reports whether an enabled expression ("" for none)
+// may have changed its answer since seq after: it reads now, agents or
+// state by a computed name, or a scope (state.self as each of selves)
+// that changed since.
+func gateMayHaveOpened(src string, selves []string, after int64, newest map[string]int64) bool {
+	if src == "" {
+		return false
+	}
+	if gateReadsAnyTime.MatchString(src) {
+		return true
+	}
+	for _, self := range selves {
+		if readsChangedScope(src, self, after, newest) {
+			return true
+		}
+	}
+	return false
 }
 
 // gateReadsAnyTime finds what changes without a write the delta can see.

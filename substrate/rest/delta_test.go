@@ -139,3 +139,24 @@ func TestDeltaShowsEntriesThatBecameVisible(t *testing.T) {
 		t.Fatalf("the delta leaves out entries that became visible: %s", w.raw)
 	}
 }
+
+// An action or view whose enabled gate opens is news too: the delta listed
+// only actions (re)defined since and views whose expression read a
+// change, so a model waiting for the game to start did not learn from
+// the wake-up that it may now play.
+func TestDeltaShowsActionsAndViewsThatBecameEnabled(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("de", nil)
+	a := e.join(rm, "a")
+	e.do("PUT", "/rooms/de/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "setup"}).must(t, 200)
+	e.do("PUT", "/rooms/de/actions", rm.token, map[string]any{"id": "play", "enabled": `state._shared.phase == "play"`,
+		"writes": []any{map[string]any{"key": "moves", "increment": 1}}}).must(t, 201)
+	e.do("PUT", "/rooms/de/views", rm.token, map[string]any{"id": "board", "scope": "_shared", "expr": `"empty board"`, "enabled": `state._shared.phase == "play"`}).must(t, 201)
+	e.ctx(rm, a, "")
+	since := int64(e.ctx(rm, a, "").body["_context"].(map[string]any)["seq"].(float64))
+	e.do("PUT", "/rooms/de/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "play"}).must(t, 200)
+	w := e.do("GET", fmt.Sprintf("/rooms/de/wait?condition=%s&since=%d", url.QueryEscape(`state._shared.phase == "play"`), since), a, nil).must(t, 200)
+	if path(w.body, "context", "actions", "play") == nil || path(w.body, "context", "views", "board") != "empty board" {
+		t.Fatalf("the delta does not show the action and view that became enabled: %s", w.raw)
+	}
+}
