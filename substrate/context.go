@@ -726,9 +726,15 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	out := &Messages{Count: rc.msgs.Count, Unread: rc.msgs.Unread, DirectedUnread: rc.msgs.Directed, Recent: recent}
 	truncated := req.MessagesAfter == nil && int64(len(read)) < rc.msgs.Count
 	if truncated {
+		// The rest, read on: after a glimpse of the newest few (an
+		// arrival's three), the newest hundred; after those, the whole
+		// history from its start, page by page.
+		args := map[string]any{"only": "messages", "messages_after": 0, "messages_limit": 500}
+		if req.MessagesLimit < 100 {
+			args = map[string]any{"only": "messages"}
+		}
 		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
-			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
-				Args: map[string]any{"only": "messages", "messages_after": 0, "messages_limit": 500}})}
+			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})}
 	}
 	if req.MessagesAfter != nil && len(read) == req.MessagesLimit && req.Since == nil {
 		// A full page: the next one starts right after its last message.

@@ -160,3 +160,21 @@ func TestDeltaShowsActionsAndViewsThatBecameEnabled(t *testing.T) {
 		t.Fatalf("the delta does not show the action and view that became enabled: %s", w.raw)
 	}
 }
+
+// After a glimpse of the newest few messages (an arrival shows three),
+// the read advised for more is the newest hundred, not the room's oldest
+// five hundred.
+func TestGlimpseOfMessagesAdvisesTheNewest(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gl", nil)
+	a := e.join(rm, "a")
+	for i := range 6 {
+		e.invoke(rm, a, "_send_message", map[string]any{"body": fmt.Sprintf("m%d", i)}).must(t, 200)
+	}
+	if got, _ := path(e.ctx(rm, a, "messages_limit=3").body, "messages", "_elided", "_expand").(string); got != "GET /rooms/gl/context?only=messages" {
+		t.Fatalf("after three messages the advice is %q", got)
+	}
+	if got, _ := path(e.ctx(rm, a, "messages_limit=100&messages=true").body, "messages", "_elided", "_expand").(string); got != "" {
+		t.Fatalf("nothing left out, yet advised %q", got)
+	}
+}
