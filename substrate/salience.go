@@ -704,8 +704,17 @@ func (snap *snapshot) window(ctx context.Context, s *Service) *logWindow {
 			var scope string
 			var raw []byte
 			var writer string
-			if err := rows.Scan(&scope, &e.seq, &raw, &writer); err != nil {
+			var gated bool
+			if err := rows.Scan(&scope, &e.seq, &raw, &writer, &gated); err != nil {
 				return
+			}
+			if gated {
+				// The window is every reader's, and a gated message is
+				// hidden from some: its kind, sender and the keys it names
+				// are not theirs to learn from a pattern. It still counts
+				// as a message.
+				w.messages++
+				continue
 			}
 			var v map[string]any
 			_ = json.Unmarshal(raw, &v)

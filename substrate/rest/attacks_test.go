@@ -1578,3 +1578,23 @@ func TestAttackSalienceNamesNoHiddenAction(t *testing.T) {
 		t.Fatalf("a, for whom the actions are enabled, is not told: %s", forA)
 	}
 }
+
+// Review r4: the message patterns are found once per room from the log,
+// for every reader, so a message gated by enabled (hidden from most) gave
+// its kind and the keys it names away in a pattern ("agents often send
+// \"heist\" messages about _shared.vault"). Gated messages are left out of
+// pattern detection.
+func TestAttackPatternsIgnoreGatedMessages(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gp", nil)
+	salienceConfig(e, rm, map[string]any{"pattern_min": 2})
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/gp/state", rm.token, map[string]any{"scope": "_shared", "key": "vault", "value": "closed"}).must(t, 200)
+	for i := range 4 {
+		e.do("PUT", "/rooms/gp/state", rm.token, map[string]any{"scope": "_messages", "append": true, "enabled": `self == "a"`,
+			"value": map[string]any{"kind": "heist", "body": fmt.Sprintf("open the vault at %d", i)}}).must(t, 200)
+	}
+	if got := e.ctx(rm, b, "depth=full").raw; strings.Contains(got, "heist") || strings.Contains(got, "vault\"") && strings.Contains(got, "messages_about_key") {
+		t.Fatalf("HOLE: b learns of messages hidden from it through the patterns: %s", got)
+	}
+}
