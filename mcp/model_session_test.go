@@ -58,3 +58,48 @@ func TestModelActsFromDeltas(t *testing.T) {
 		t.Fatalf("since -5 is accepted: %v", out)
 	}
 }
+
+// What help key context_shaping tells a model about the shaping fields
+// holds: every field it says the read takes, sync_read_context takes, and
+// every field it says the wait takes, sync_wait takes. (It said the wait
+// took the read's fields, and a model following it had messages_after and
+// include refused.)
+func TestContextShapingHelpMatchesTheTools(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	_, room, _ := restCall(t.Context(), srv.base, "POST", "/rooms", "", map[string]any{"id": "shape"})
+	alice := owner(t, srv, "alice", "shape", room["token"].(string))
+	cs := connect(t, alice, map[string]string{"shape": "admin"})
+	toolResult(t, cs, "sync_embody", map[string]any{"room": "shape"})
+	_, help := toolResult(t, cs, "sync_help", map[string]any{"key": "context_shaping", "room": "shape"})
+	text, _ := help["content"].(string)
+	first, _, _ := strings.Cut(text, "\n")
+	_, waitPart, ok := strings.Cut(first, "sync_wait")
+	if !ok {
+		t.Fatalf("the help does not say what the wait takes: %q", first)
+	}
+	value := map[string]any{"depth": "lean", "only": "state", "prefix": "a", "keys_after": "a", "messages_after": 0,
+		"messages_limit": 5, "include": "_messages", "max_bytes": 5000, "context": "full", "since": 0}
+	listed := func(field string) bool { // in a "- field: …" or "- …, field: …" line
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, "- ") && (strings.HasPrefix(line, "- "+field+":") || strings.Contains(line, ", "+field+":")) {
+				return true
+			}
+		}
+		return false
+	}
+	for field, v := range value {
+		// The wait takes what its part of the first line names, or every
+		// listed field when it says it takes "the same".
+		wait := strings.Contains(waitPart, field) || strings.Contains(waitPart, "same") && listed(field)
+		if listed(field) {
+			if out, isErr := callTool(t, cs, "sync_read_context", map[string]any{field: v}); isErr {
+				t.Errorf("the help names %s for the read; sync_read_context refuses it: %v", field, out)
+			}
+		}
+		if wait {
+			if out, isErr := callTool(t, cs, "sync_wait", map[string]any{"condition": "true", field: v}); isErr {
+				t.Errorf("the help says the wait takes %s; sync_wait refuses it: %v", field, out)
+			}
+		}
+	}
+}
