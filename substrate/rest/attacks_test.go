@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
@@ -1596,5 +1597,29 @@ func TestAttackPatternsIgnoreGatedMessages(t *testing.T) {
 	}
 	if got := e.ctx(rm, b, "depth=full").raw; strings.Contains(got, "heist") || strings.Contains(got, "vault\"") && strings.Contains(got, "messages_about_key") {
 		t.Fatalf("HOLE: b learns of messages hidden from it through the patterns: %s", got)
+	}
+}
+
+// Review r4: a wait checked the caller's access when it began and at each
+// wake-up, but not after its first read, so access lost between the
+// call's start and that read (the lobby's room left, a connection's room
+// revoked while the wait was setting the agent "waiting") still answered
+// with the room's context, including what was written after the loss
+// (TestAttackWaitOutlivesLostAccess in mcp caught it now and then). A wait
+// now checks access again after the read it answers with.
+func TestAttackWaitFirstReadAfterLostAccess(t *testing.T) {
+	e, svc, _ := newEnvSvc(t, substrate.Limits{})
+	rm := e.room("fr", nil)
+	e.do("PUT", "/rooms/fr/state", rm.token, map[string]any{"scope": "_shared", "key": "secret", "value": "written after the loss"}).must(t, 200)
+	lost := func(context.Context) (*substrate.Principal, error) {
+		return nil, errs.New(errs.RoomNotInScope, "you left the room")
+	}
+	for _, cr := range []substrate.ContextRequest{{Depth: "lean", MessagesLimit: 100}, {Depth: "lean", MessagesLimit: 100, Full: true}, {NoContext: true}} {
+		p := substrate.ObserverPrincipal("fr")
+		p.Refresh = lost
+		out, err := svc.Wait(context.Background(), p, "fr", `has(state._shared.secret)`, time.Second, cr)
+		if err == nil || errs.From(err).Code != errs.RoomNotInScope {
+			t.Fatalf("HOLE: a wait whose access was lost before its first read answered %+v (%v)", out, err)
+		}
 	}
 }
