@@ -324,8 +324,12 @@ func strictJSON(raw []byte, v any) error {
 // hundred small entries whole.
 const DefaultMaxBytes = 32_000
 
-func contextRequest(sh shaping, after *int64, include, context string) (substrate.ContextRequest, error) {
+func contextRequest(sh shaping, after *int64, include, context string, since *int64) (substrate.ContextRequest, error) {
 	q := url.Values{}
+	// since is checked as REST's is (a negative seq is refused).
+	if since != nil {
+		q.Set("since", strconv.FormatInt(*since, 10))
+	}
 	if context != "" {
 		q.Set("context", context)
 	}

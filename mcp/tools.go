@@ -272,11 +272,11 @@ func arrivalRequest(in *embodyIn) (substrate.ContextRequest, error) {
 			sh.MaxBytes = ptr(int64(ArrivalMaxBytes))
 		}
 		sh.MessagesLimit = ptr(int64(3))
-		q, err := contextRequest(sh, nil, "", "")
+		q, err := contextRequest(sh, nil, "", "", nil)
 		q.Peek = true
 		return q, err
 	case "full", "none":
-		return contextRequest(sh, nil, "", "")
+		return contextRequest(sh, nil, "", "", nil)
 	}
 	return substrate.ContextRequest{}, errs.New(errs.InvalidField, "context %q is not arrival, full or none", in.Context).With("field", "context").
 		WithHint(`leave context out for the arrival, or pass "full" for the whole context`)
@@ -327,10 +327,10 @@ func tools() []tool {
 				return c.opt.Lobby.CreateRoomFor(ctx, c.sess, in.Room, in.Label)
 			}),
 		hide(typed(&sdk.Tool{Name: "sync_read_context", Title: "Read room context",
-			Description: "What you perceive in a room: state (yours as self), views, agents, actions with availability, messages. Use it to look around; waits return only changes. Narrow with only, prefix or keys_after; page messages with messages_after (include adds _messages or _audit to state); _context.budget names the call for what a cut left out. Focuses the room; marks shown messages read.",
+			Description: "What you perceive in a room: state (yours as self), views, agents, actions with availability, messages. Use it to look around; waits return only changes. Narrow with only, prefix or keys_after; page messages with messages_after (include adds _messages or _audit to state); _context.budget names the call for what a cut left out. Focuses the room (unless you act in another); marks shown messages read.",
 			Annotations: annotations(true, false, true)}, shaped,
 			func(ctx context.Context, c *call, in *readContextIn) (*substrate.Envelope, error) {
-				q, err := contextRequest(in.shaping, in.MessagesAfter, in.Include, "")
+				q, err := contextRequest(in.shaping, in.MessagesAfter, in.Include, "", nil)
 				if err != nil {
 					return nil, err
 				}
@@ -338,7 +338,7 @@ func tools() []tool {
 				return c.opt.Lobby.ReadContext(ctx, c.sess, c.room(in.Room), q, Words)
 			}), "include"),
 		hide(typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
-			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role); observers cannot. Returns your arrival: who is here, your actions, what needs attention (context full: the room; only, max_bytes as sync_read_context).",
+			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role); observers cannot. Returns your arrival: who is here, your actions, the newest messages, what needs attention (context full: the room, none: nothing; only, max_bytes as sync_read_context).",
 			Annotations: annotations(false, false, true)}, embodyEnum,
 			func(ctx context.Context, c *call, in *embodyIn) (*EmbodyResult, error) {
 				// The arrival's shape is checked before anything changes.
@@ -399,11 +399,10 @@ func tools() []tool {
 				if in.MessagesLimit == nil {
 					in.MessagesLimit = ptr(int64(20))
 				}
-				q, err := contextRequest(shaping(in.waitShaping), nil, "", in.Context)
+				q, err := contextRequest(shaping(in.waitShaping), nil, "", in.Context, in.Since)
 				if err != nil {
 					return nil, err
 				}
-				q.Since = in.Since
 				q.Reserve = sessionReserve + 2*len(in.Condition) + 200
 				// The substrate decides the default timeout and the cap (the
 				// same for every surface).
@@ -486,7 +485,7 @@ func tools() []tool {
 				return c.opt.Lobby.RestrictScope(ctx, c.sess, in.Scope)
 			}),
 		typed(&sdk.Tool{Name: "sync_share_room", Title: "Share a room",
-			Description: "Give another sync user a role in a room you own.",
+			Description: "Give another sync user a role in a room you own (needs this connection's admin access to it).",
 			Annotations: annotations(false, false, true)}, map[string][]string{"role": {"owner", "collaborator", "participant", "observer"}},
 			func(ctx context.Context, c *call, in *shareIn) (*Shared, error) {
 				role, err := c.opt.Lobby.ShareRoomByName(ctx, c.sess, in.Room, in.Username, in.Role, c.opt.Auth.UserID)

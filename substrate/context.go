@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // maxUnreadCount caps the unread counters: counting is proportional to the
@@ -433,7 +434,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			if !rc.visible(inc) {
 				continue
 			}
-			logs, err := loadLog(ctx, q, roomID, inc, req.MessagesLimit, rc.snap.seq)
+			logs, err := s.loadLog(ctx, q, rc, roomID, inc, req.MessagesLimit, rc.snap.seq)
 			if err != nil {
 				return nil, err
 			}
@@ -581,40 +582,82 @@ func keyRange(v any, req ContextRequest) any {
 	return v
 }
 
-// loadLog returns the newest n live entries of a log scope, oldest first,
-// as key → value.
-func loadLog(ctx context.Context, q querier, roomID, scope string, n int, upTo int64) (map[string]any, error) {
+// loadLog returns the newest n live entries of a log scope the reader
+// sees (entry gates applied, as shown), oldest first, as key → value.
+func (s *Service) loadLog(ctx context.Context, q querier, rc *roomCtx, roomID, scope string, n int, upTo int64) (map[string]any, error) {
 	rows, err := q.Query(ctx, sqlLogPage, roomID, scope, n, upTo)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := map[string]any{}
+	type logRow struct {
+		key, writer  string
+		via, enabled *string
+		value        json.RawMessage
+	}
+	var read []logRow
 	for rows.Next() {
-		var k, writer string
-		var via *string
-		var v json.RawMessage
-		if err := rows.Scan(&k, &v, &writer, &via); err != nil {
+		var r logRow
+		if err := rows.Scan(&r.key, &r.value, &r.writer, &r.via, &r.enabled); err != nil {
+			rows.Close()
 			return nil, err
+		}
+		read = append(read, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// Gates are evaluated once the rows are read (never holding a
+	// connection while expressions run).
+	shown := s.logGate(ctx, rc)
+	out := map[string]any{}
+	for _, r := range read {
+		if !shown(r.enabled) {
+			continue
 		}
 		if scope == ScopeMessages {
 			// As in the messages section: the sender is the recorded
 			// writer, never a "from" in the value.
 			m := map[string]any{}
-			if json.Unmarshal(v, &m) != nil {
-				m = map[string]any{"body": v}
+			if json.Unmarshal(r.value, &m) != nil {
+				m = map[string]any{"body": r.value}
 			}
-			m["from"] = writer
+			m["from"] = r.writer
 			delete(m, "via")
-			if via != nil && strings.HasPrefix(*via, "action:") {
-				m["via"] = *via
+			if r.via != nil && strings.HasPrefix(*r.via, "action:") {
+				m["via"] = *r.via
 			}
-			out[k] = m
+			out[r.key] = m
 			continue
 		}
-		out[k] = v
+		out[r.key] = r.value
 	}
-	return out, rows.Err()
+	return out, nil
+}
+
+// logGate decides, for one read, whether the reader sees a log entry
+// (a message) with an `enabled` expression (nil: ungated), as GET /state's
+// log pages do (applyEntryGates): evaluated with the reader's state, self,
+// now and agents, against the read's gate budget, failing closed past it.
+// A gated message is absent wherever the reader could read it.
+func (s *Service) logGate(ctx context.Context, rc *roomCtx) func(enabled *string) bool {
+	var vars *expr.Vars
+	return func(enabled *string) bool {
+		if enabled == nil || rc.p == nil {
+			return true
+		}
+		b, limit := rc.budget(), uint64(s.lim.EnabledCostPerRead)
+		if b.spent >= limit {
+			b.cut++
+			return false
+		}
+		if vars == nil {
+			vars = &expr.Vars{State: rc.state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+		}
+		g, _ := s.evalGate(ctx, *enabled, vars)
+		b.spent += g.cost
+		return g.on
+	}
 }
 
 // messagesSection returns the message counters and recent messages, and
@@ -630,48 +673,70 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	if err != nil {
 		return nil, false, err
 	}
-	recent := []map[string]any{}
-	var maxSeq, minSeq int64
+	type msgRow struct {
+		seq          int64
+		raw          json.RawMessage
+		writer       string
+		via, enabled *string
+	}
+	var read []msgRow
 	for rows.Next() {
-		var seq int64
-		var raw json.RawMessage
-		var writer string
-		var via *string
-		if err := rows.Scan(&seq, &raw, &writer, &via); err != nil {
+		var r msgRow
+		if err := rows.Scan(&r.seq, &r.raw, &r.writer, &r.via, &r.enabled); err != nil {
 			rows.Close()
 			return nil, false, err
 		}
-		m := map[string]any{}
-		if json.Unmarshal(raw, &m) != nil {
-			m = map[string]any{"body": raw}
-		}
-		// The sender is who the system recorded as the writer, never a
-		// "from" inside the value (an action can put anything there);
-		// a message an action wrote says which action in via.
-		m["from"] = writer
-		delete(m, "via")
-		if via != nil && strings.HasPrefix(*via, "action:") {
-			m["via"] = *via
-		}
-		m["seq"] = seq
-		recent = append(recent, m)
-		maxSeq = max(maxSeq, seq)
-		if minSeq == 0 {
-			minSeq = seq
-		}
+		read = append(read, r)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, false, err
 	}
-	out := &Messages{Count: rc.msgs.Count, Unread: rc.msgs.Unread, DirectedUnread: rc.msgs.Directed, Recent: recent}
-	truncated := req.MessagesAfter == nil && int64(len(recent)) < rc.msgs.Count
-	if truncated {
-		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
-			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
-				Args: map[string]any{"only": "messages", "messages_after": 0, "messages_limit": 500}})}
+	// The rows read (gated ones included) decide paging: a page is full
+	// when the query filled it, and the next starts after its last row,
+	// whether or not the reader sees that one.
+	var maxSeq, minSeq int64
+	for _, r := range read {
+		maxSeq = max(maxSeq, r.seq)
+		if minSeq == 0 {
+			minSeq = r.seq
+		}
 	}
-	if req.MessagesAfter != nil && len(recent) == req.MessagesLimit && req.Since == nil {
+	shown := s.logGate(ctx, rc)
+	recent := []map[string]any{}
+	for _, r := range read {
+		if !shown(r.enabled) {
+			continue
+		}
+		m := map[string]any{}
+		if json.Unmarshal(r.raw, &m) != nil {
+			m = map[string]any{"body": r.raw}
+		}
+		// The sender is who the system recorded as the writer, never a
+		// "from" inside the value (an action can put anything there);
+		// a message an action wrote says which action in via.
+		m["from"] = r.writer
+		delete(m, "via")
+		if r.via != nil && strings.HasPrefix(*r.via, "action:") {
+			m["via"] = *r.via
+		}
+		m["seq"] = r.seq
+		recent = append(recent, m)
+	}
+	out := &Messages{Count: rc.msgs.Count, Unread: rc.msgs.Unread, DirectedUnread: rc.msgs.Directed, Recent: recent}
+	truncated := req.MessagesAfter == nil && int64(len(read)) < rc.msgs.Count
+	if truncated {
+		// The rest, read on: after a glimpse of the newest few (an
+		// arrival's three), the newest hundred; after those, the whole
+		// history from its start, page by page.
+		args := map[string]any{"only": "messages", "messages_after": 0, "messages_limit": 500}
+		if req.MessagesLimit < 100 {
+			args = map[string]any{"only": "messages"}
+		}
+		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
+			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})}
+	}
+	if req.MessagesAfter != nil && len(read) == req.MessagesLimit && req.Since == nil {
 		// A full page: the next one starts right after its last message.
 		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
 			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,

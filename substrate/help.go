@@ -49,12 +49,14 @@ Several actions write the same state key (views._contested lists "<scope>.<key>"
 Check who writes what with ` + say(errs.OpReadContext, map[string]any{"only": "actions", "depth": "full"}) + `; guard writes with if or if_version; merge duplicates into one action, or delete the one you registered by mistake with _delete_action.`), true
 	case "context_shaping":
 		return strings.TrimSpace(`
-The context read (` + read + `) and the wait (` + say(errs.OpWait, nil) + `) take the same shaping fields:
+The context read (` + read + `) takes these shaping fields; the wait (` + say(errs.OpWait, nil) + `) takes depth, only, messages_limit and max_bytes too, and context and since:
 - depth: lean (default) | full | usage. full adds each action's params, writes, if, scope and intent; usage adds invocation counts.
-- only: "state,views,…" or "state.<scope>": keep just those sections.
+- only: "state,views,…", "state.<scope>" or "views.<id>": keep just those sections, one scope, or single views.
+- prefix: "<start>", keys_after: "<key>": state keys that start with prefix, after keys_after in key order; a scope too large for one read is read page by page (a cut names the next page).
 - messages_after: <seq>, messages_limit: <n> (default 100, max 500): page the message log; reading messages marks them read.
 - include: "_messages,_audit": add those logs to state (newest messages_limit entries; _audit needs room authority or an _audit grant).
-- max_bytes: the size budget (what does not fit is summarised; _context.budget lists each cut and the read that returns it).
+- max_bytes: the size budget, 1000 to 4194304 (what does not fit is summarised; _context.budget lists each cut and the read that returns it, whose own answer fits the default budget).
+- A wait wakes with a delta: what changed since your last read (or since: <seq>), listed in _context.delta, with the unread messages addressed to you first; context "full" returns the whole context, "none" only whether the condition held. A timeout returns the condition alone unless context is given.
 _context lists the sections present, what was elided, and the read that returns it (_expand); _context.entries_unevaluated counts state entries hidden because the room's entry-level enabled expressions cost more than one read evaluates.`), true
 	case "vocabulary_bootstrap":
 		return strings.TrimSpace(`

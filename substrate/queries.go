@@ -20,11 +20,11 @@ const (
 	// $5 are key prefixes the reader does not see (visibility.hiddenPrefixes).
 	sqlScopeLogPage = entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key > $3` + liveSQL + ` AND NOT coalesce(key ^@ ANY($5::text[]), false) ORDER BY sort_key LIMIT $4`
 	// sqlMessagesRecent reads the newest messages up to a seq.
-	sqlMessagesRecent = `SELECT sort_key, value, writer, via FROM (SELECT sort_key, value, writer, via FROM state
+	sqlMessagesRecent = `SELECT sort_key, value, writer, via, enabled_expr FROM (SELECT sort_key, value, writer, via, enabled_expr FROM state
 		WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3` + liveSQL + `
 		ORDER BY sort_key DESC LIMIT $2) t ORDER BY sort_key`
 	// sqlMessagesAfter pages messages after a seq, up to the read's seq.
-	sqlMessagesAfter = `SELECT sort_key, value, writer, via FROM state WHERE room_id = $1 AND scope = '_messages'
+	sqlMessagesAfter = `SELECT sort_key, value, writer, via, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages'
 		AND sort_key > $2 AND sort_key <= $4` + liveSQL + `
 		ORDER BY sort_key LIMIT $3`
 	// sqlUnread counts a reader's unread (and directed) messages, bounded;
@@ -34,7 +34,7 @@ const (
 			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2 AND sort_key <= $4 AND writer <> $3` + liveSQL + `
 			LIMIT $5) t`
 	// sqlLogPage reads the newest entries of a log up to a seq.
-	sqlLogPage = `SELECT key, value, writer, via FROM state WHERE room_id = $1 AND scope = $2 AND sort_key <= $4` + liveSQL + `
+	sqlLogPage = `SELECT key, value, writer, via, enabled_expr FROM state WHERE room_id = $1 AND scope = $2 AND sort_key <= $4` + liveSQL + `
 		ORDER BY sort_key DESC LIMIT $3`
 	// sqlInvocationCounts counts invocations over the last 500 audit
 	// entries.
@@ -59,10 +59,10 @@ const (
 			reads_at_use = EXCLUDED.reads_at_use`
 	// sqlLogWindow reads the newest entries of both logs up to a seq
 	// (index state_scope_sort), for message pattern detection.
-	sqlLogWindow = `(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
+	sqlLogWindow = `(SELECT scope, sort_key, value, writer, enabled_expr IS NOT NULL FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
 			ORDER BY sort_key DESC LIMIT $2)
 		UNION ALL
-		(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
+		(SELECT scope, sort_key, value, writer, enabled_expr IS NOT NULL FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
 			ORDER BY sort_key DESC LIMIT $2)`
 	// sqlMarkRead records an agent's context read: the room seq it saw,
 	// one more read, and the newest message it was shown (monotonic, so

@@ -358,7 +358,7 @@ func (sl *salience) since(rc *roomCtx) *SinceLastRead {
 		if _, shown := rc.views[v.def.ID]; !shown {
 			continue
 		}
-		if v.r.Revision > from || readsChangedState(rc, v.def.Expr, from) {
+		if v.r.Revision > from || readsChangedState(rc, v.def.Expr, viewSelf(v.def), from) {
 			changed[v.def.ID] = true
 		}
 		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
@@ -375,12 +375,15 @@ func (sl *salience) since(rc *roomCtx) *SinceLastRead {
 }
 
 // readsChangedState reports whether src reads (by path) a state entry or
-// scope changed after seq.
-func readsChangedState(rc *roomCtx, src string, after int64) bool {
+// scope changed after seq; self is the scope src reads as state.self (a
+// view's registrar's).
+func readsChangedState(rc *roomCtx, src, self string, after int64) bool {
 	for _, m := range statePath.FindAllStringSubmatch(src, -1) {
 		scope := m[1]
 		if scope == ScopeSelf {
-			continue
+			if scope = self; scope == "" {
+				continue
+			}
 		}
 		if r := rc.snap.scopes[scope][m[2]]; r != nil && r.Revision > after {
 			return true
@@ -541,10 +544,17 @@ func overlappingPurposes(rc *roomCtx, acts []string) [][2]string {
 // sees).
 func (s *Service) health(ctx context.Context, rc *roomCtx, sl *salience) *Health {
 	h := &Health{Reasons: []string{}, Suggestions: []string{}}
-	acts := customActions(rc)
+	// Only the vocabulary the reader sees: an action or view its enabled
+	// hides is not named, nor counted, in what the reader is told.
+	var acts []string
+	for _, id := range customActions(rc) {
+		if rc.actEnabled[id] {
+			acts = append(acts, id)
+		}
+	}
 	h.TotalActions = len(acts)
-	for _, v := range rc.snap.views {
-		if v.r.timer.live(rc.now) {
+	for id := range rc.views {
+		if !strings.HasPrefix(id, "_") {
 			h.TotalViews++
 		}
 	}
@@ -571,7 +581,13 @@ func (s *Service) health(ctx context.Context, rc *roomCtx, sl *salience) *Health
 	} else {
 		h.MessageToActionRatio = float64(win.messages)
 	}
-	h.Patterns = win.patternsOnce(rc, sl.cfg.PatternMin)
+	for _, p := range win.patternsOnce(rc, sl.cfg.PatternMin) {
+		// Found once for every reader (from the log, _audit included);
+		// one naming an action hidden from this reader is not its news.
+		if p.Action == "" || rc.actEnabled[p.Action] {
+			h.Patterns = append(h.Patterns, p)
+		}
+	}
 
 	degenerating := false
 	if h.BrokenViews > 0 {
@@ -688,8 +704,17 @@ func (snap *snapshot) window(ctx context.Context, s *Service) *logWindow {
 			var scope string
 			var raw []byte
 			var writer string
-			if err := rows.Scan(&scope, &e.seq, &raw, &writer); err != nil {
+			var gated bool
+			if err := rows.Scan(&scope, &e.seq, &raw, &writer, &gated); err != nil {
 				return
+			}
+			if gated {
+				// The window is every reader's, and a gated message is
+				// hidden from some: its kind, sender and the keys it names
+				// are not theirs to learn from a pattern. It still counts
+				// as a message.
+				w.messages++
+				continue
 			}
 			var v map[string]any
 			_ = json.Unmarshal(raw, &v)
@@ -872,7 +897,7 @@ func (s *Service) salienceFor(ctx context.Context, rc *roomCtx, roomID string) (
 // read when the room asks, counted with the read that shows them).
 func (s *Service) annotate(ctx context.Context, env *Envelope, rc *roomCtx, sl *salience, roomID string, req ContextRequest) {
 	h := s.health(ctx, rc, sl)
-	if env.Views != nil {
+	if env.Views != nil && wantsView(req, viewHealth) {
 		env.Views[viewHealth] = h
 	}
 	at := s.attention(rc, sl, h)
@@ -909,6 +934,19 @@ func (s *Service) annotate(ctx context.Context, env *Envelope, rc *roomCtx, sl *
 		}
 	}
 	env.Context.Attention = at
+}
+
+// wantsView reports whether a read that has the views section asked for
+// view id: all views, unless only names single views (views.<id>).
+func wantsView(req ContextRequest, id string) bool {
+	named := false
+	for _, o := range req.Only {
+		if o == "views" || o == "views."+id {
+			return true
+		}
+		named = named || strings.HasPrefix(o, "views.")
+	}
+	return !named
 }
 
 // messagesAfter counts the window's messages after seq (a lower bound

@@ -146,7 +146,7 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 	for id := range hidden {
 		delete(rc.views, id)
 	}
-	if contested := rc.snap.contested(); len(contested) > 0 {
+	if contested := rc.contested(); len(contested) > 0 {
 		rc.views[viewContested] = contested
 	}
 }
@@ -154,10 +154,7 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 // evalView evaluates one view (its dependencies already in rc.views).
 func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewResult {
 	s.viewEvals.Add(1)
-	self := ""
-	if v.def.Scope != ScopeShared && !strings.HasPrefix(v.def.Scope, "_") {
-		self = v.def.Scope
-	}
+	self := viewSelf(v.def)
 	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, v.def.RegisteredBy, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
 		Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
 	var res viewResult
@@ -204,6 +201,25 @@ func (snap *snapshot) contested() map[string]any {
 				list[i] = id
 			}
 			out[t] = list
+		}
+	}
+	return out
+}
+
+// contested is the snapshot's contested targets as the reader sees them:
+// only actions enabled for it (rc.actEnabled), and only targets that
+// two or more of those write.
+func (rc *roomCtx) contested() map[string]any {
+	out := map[string]any{}
+	for t, ids := range rc.snap.contested() {
+		var seen []any
+		for _, id := range ids.([]any) {
+			if rc.actEnabled[id.(string)] {
+				seen = append(seen, id)
+			}
+		}
+		if len(seen) > 1 {
+			out[t] = seen
 		}
 	}
 	return out

@@ -92,7 +92,15 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		if startSeq < 0 {
 			startSeq = rc.snap.seq
 		}
+		// Access is checked again after the read the wait answers with
+		// (afterRead): one lost since the call began or since the last
+		// wake-up's check (while the agent was being marked waiting, say)
+		// must not answer with what was written after the loss. Whatever
+		// the read saw was written while the caller still had access.
 		if evalErr == nil && ok && creq.NoContext {
+			if err := s.afterRead(ctx, p); err != nil {
+				return nil, err
+			}
 			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq, Note: note}, nil
 		}
 		if evalErr == nil && ok && rc.partial {
@@ -104,6 +112,9 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			ok, evalErr = s.cel.EvalBool(ctx, prog, &rc.vars)
 		}
 		if evalErr == nil && ok {
+			if err := s.afterRead(ctx, p); err != nil {
+				return nil, err
+			}
 			env, err := s.envelopeOf(ctx, rc, roomID, waitShape(creq, rc, startSeq))
 			if err != nil {
 				return nil, err
@@ -152,6 +163,9 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			if rc, err := s.readCtx(context.WithoutCancel(ctx), p, roomID, prog.UsesMessages); err == nil {
 				out.Unmet = s.cel.Explain(ctx, prog, &rc.vars)
 			}
+			if err := s.afterRead(context.WithoutCancel(ctx), p); err != nil {
+				return nil, err
+			}
 			return out, nil
 		case <-ctx.Done():
 			recheck.Stop()
@@ -162,6 +176,13 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return nil, err
 		}
 	}
+}
+
+// afterRead checks p's access again after a read a wait answers with
+// (its new principal is not needed: the read is done).
+func (s *Service) afterRead(ctx context.Context, p *Principal) error {
+	_, err := s.recheck(ctx, p)
+	return err
 }
 
 // notBoolean is the refusal of a condition that does not give a boolean.

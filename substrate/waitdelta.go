@@ -2,6 +2,7 @@ package substrate
 
 import (
 	"regexp"
+	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -28,12 +29,14 @@ type ChangesSince struct {
 }
 
 // deltaOf narrows env to what changed after from: state entries written
-// since, the messages after it (the read asked for those), the views whose
-// value may have changed and the actions (re)defined since. Agents are
+// since (and those that may have become visible unwritten), the messages
+// after it (the read asked for those), the views whose value or gate may
+// have changed and the actions (re)defined or possibly enabled since. Agents are
 // left out (their presence is in _attention and a full read); _attention
 // stays whole.
 func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, limit int) {
 	d := &ChangesSince{FromSeq: from, Changed: map[string]int64{}}
+	newest := scopeRevisions(rc)
 	for scope, v := range env.State {
 		name := scope
 		if scope == ScopeSelf {
@@ -47,7 +50,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		}
 		for k := range entries {
 			r := rows[k]
-			if r == nil || r.Revision <= from {
+			if r == nil || r.Revision <= from && !mayAppear(r.row, rc.self, from, newest) {
 				delete(entries, k)
 				continue
 			}
@@ -59,7 +62,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		}
 		env.State[scope] = entries
 	}
-	changed := viewsChangedSince(rc, from, scopeRevisions(rc))
+	changed := viewsChangedSince(rc, from, newest)
 	for id := range env.Views {
 		if !changed[id] {
 			delete(env.Views, id)
@@ -67,7 +70,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	}
 	for id := range env.Actions {
 		a := rc.snap.actions[id]
-		if a == nil || a.r.Revision <= from {
+		if a == nil || a.r.Revision <= from && !gateMayHaveOpened(a.def.Enabled, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) && !readsView(a.def.Enabled, changed) {
 			delete(env.Actions, id)
 		}
 	}
@@ -83,8 +86,9 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	if m := env.Messages; m != nil {
 		m.Elided = nil
 		// The reader's own messages are not news; of the others, those
-		// addressed to it and then the newest, limit in all. Older ones
-		// stay unread, and the delta says how to read them.
+		// addressed to it (oldest first: they are a queue, and each
+		// wake-up moves on through it) and then the newest, limit in all.
+		// The delta counts the older ones and says how to read them.
 		var others []map[string]any
 		for _, msg := range m.Recent {
 			if rc.self == "" || msg["from"] != rc.self {
@@ -93,7 +97,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		}
 		if len(others) > limit {
 			keep := map[int]bool{}
-			for i := len(others) - 1; i >= 0 && len(keep) < limit; i-- {
+			for i := 0; i < len(others) && len(keep) < limit; i++ {
 				if addressedTo(others[i], rc.self) {
 					keep[i] = true
 				}
@@ -109,7 +113,19 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 			}
 			d.OlderMessages = len(others) - len(kept)
 			d.More = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "messages_after": msgsAfter}})
-			rc.readUpTo = min(rc.readUpTo, msgsAfter)
+			// What the delta read counts as read (the older messages it
+			// left out are counted here, with the read that returns them),
+			// except from the oldest message addressed to the reader that
+			// it left out: that one stays unread, and the next wake-up
+			// shows it. Marking nothing read instead left directed_unread
+			// as it was, so a wait on it woke again at once, forever.
+			for i, msg := range others {
+				if !keep[i] && addressedTo(msg, rc.self) {
+					seq, _ := msg["seq"].(int64)
+					rc.readUpTo = min(rc.readUpTo, seq-1)
+					break
+				}
+			}
 			others = kept
 		}
 		if others == nil {
@@ -137,7 +153,8 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[string]bool {
 	changed := map[string]bool{}
 	for _, v := range rc.snap.views { // in dependency order
-		if v.r.Revision > seq || readsChangedScope(rc, v.def.Expr, seq, newest) {
+		self := viewSelf(v.def)
+		if v.r.Revision > seq || readsChangedScope(v.def.Expr, self, seq, newest) || gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) {
 			changed[v.def.ID] = true
 		}
 		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
@@ -149,18 +166,31 @@ func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[stri
 	return changed
 }
 
+// readsView reports whether src reads (by name) one of the views in set.
+func readsView(src string, set map[string]bool) bool {
+	for _, m := range viewRefs.FindAllStringSubmatch(src, -1) {
+		if set[m[1]+m[2]] {
+			return true
+		}
+	}
+	return false
+}
+
 // scopeRef finds the scopes an expression reads.
 var scopeRef = regexp.MustCompile(`state\.([A-Za-z_][\w:@-]*)`)
 
 // readsChangedScope reports whether src reads a scope with an entry
 // changed after seq (a view reading one key of a scope is reported when
 // another changed: a delta may show a view that did not change, never
-// miss one that did).
-func readsChangedScope(rc *roomCtx, src string, after int64, newest map[string]int64) bool {
+// miss one that did). self is the scope src reads as state.self: a
+// view's registrar's, not the reader's.
+func readsChangedScope(src, self string, after int64, newest map[string]int64) bool {
 	for _, m := range scopeRef.FindAllStringSubmatch(src, -1) {
 		scope := m[1]
 		if scope == ScopeSelf {
-			scope = rc.self
+			if scope = self; scope == "" {
+				continue
+			}
 		}
 		if newest[scope] > after {
 			return true
@@ -180,3 +210,55 @@ func scopeRevisions(rc *roomCtx) map[string]int64 {
 	}
 	return out
 }
+
+// viewSelf is the scope a view reads as state.self: its registrar's
+// agent scope (evalView), none for a communal one.
+func viewSelf(def *ViewDef) string { return viewSelfOf(def.Scope) }
+
+// viewSelfOf is the scope a definition registered in scope reads as
+// state.self: an agent's, none for a communal one.
+func viewSelfOf(scope string) string {
+	if scope != ScopeShared && !strings.HasPrefix(scope, "_") {
+		return scope
+	}
+	return ""
+}
+
+// mayAppear reports an entry that may have become visible since seq
+// after without being written: one whose enabled gate reads something
+// that changed since (or now, agents, or state by a computed name: it
+// may have opened at any time), or one with an enable timer (it may have
+// run out since). A delta shows such entries while the reader sees them,
+// whatever their revision: it may show one the reader had seen, never
+// miss one it had not.
+func mayAppear(r *row, self string, after int64, newest map[string]int64) bool {
+	if r.timer != nil && r.timer.Effect != nil && *r.timer.Effect == "enable" {
+		return true
+	}
+	if r.enabled == nil {
+		return false
+	}
+	return gateMayHaveOpened(*r.enabled, []string{self}, after, newest)
+}
+
+// gateMayHaveOpened reports whether an enabled expression ("" for none)
+// may have changed its answer since seq after: it reads now, agents or
+// state by a computed name, or a scope (state.self as each of selves)
+// that changed since.
+func gateMayHaveOpened(src string, selves []string, after int64, newest map[string]int64) bool {
+	if src == "" {
+		return false
+	}
+	if gateReadsAnyTime.MatchString(src) {
+		return true
+	}
+	for _, self := range selves {
+		if readsChangedScope(src, self, after, newest) {
+			return true
+		}
+	}
+	return false
+}
+
+// gateReadsAnyTime finds what changes without a write the delta can see.
+var gateReadsAnyTime = regexp.MustCompile(`\b(now|agents)\b|state\s*\[`)

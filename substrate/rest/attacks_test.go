@@ -19,6 +19,7 @@ import (
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/rest"
 	"github.com/syncsubstrate/sync/substrate/trajectory"
 )
@@ -1826,5 +1827,148 @@ func TestAttackLoomTraceNotReadByGrantees(t *testing.T) {
 	}
 	if r := e.do("GET", "/rooms/loomy/state?scope=alice&key="+url.QueryEscape(key), carol, nil); r.status != 403 || !strings.Contains(r.raw, "loom trace") || strings.Contains(r.raw, "SECRET") {
 		t.Fatalf("carol reading a trace entry by key: %d %s", r.status, r.raw)
+	}
+}
+
+// Review r4: a message gated by `enabled` (a spoiler, or a whisper for
+// one agent) was hidden from GET /state's log pages but shown by every
+// context read path: the newest messages, a page by messages_after, a
+// delta (since, and a wait's wake-up), include=_messages and a budget-cut
+// read. Each now shows it exactly when its gate holds for the reader.
+func TestAttackGatedMessagesHiddenInEveryContextRead(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gm", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.ctx(rm, a, "")
+	e.do("PUT", "/rooms/gm/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "phase", "value": "setup"},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "spoiler"}, "enabled": `state._shared.phase == "reveal"`},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "hello"}},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "psst-for-b", "to": "b"}, "enabled": `self == "b"`},
+	}}).must(t, 200)
+	reads := []string{"", "messages_after=0", "messages_after=0&messages_limit=2", "since=0", "include=_messages", "only=messages&max_bytes=1000", "depth=full&messages_limit=500"}
+	seen := func(tok string) []string {
+		var all []string
+		for _, q := range reads {
+			all = append(all, e.ctx(rm, tok, q).raw)
+		}
+		all = append(all, e.do("GET", "/rooms/gm/wait?condition=true&since=0", tok, nil).must(t, 200).raw)
+		all = append(all, e.do("GET", "/rooms/gm/wait?condition=true&context=full", tok, nil).must(t, 200).raw)
+		return all
+	}
+	for i, got := range seen(a) {
+		if strings.Contains(got, "spoiler") || strings.Contains(got, "psst-for-b") {
+			t.Fatalf("HOLE: read %d shows a message whose gate hides it: %s", i, got)
+		}
+	}
+	if got := e.ctx(rm, a, "").raw; !strings.Contains(got, "hello") {
+		t.Fatalf("an ungated message is missing: %s", got)
+	}
+	whispered := false
+	for _, got := range seen(b) {
+		whispered = whispered || strings.Contains(got, "psst-for-b")
+		if strings.Contains(got, "spoiler") {
+			t.Fatalf("HOLE: b sees the spoiler: %s", got)
+		}
+	}
+	if !whispered {
+		t.Fatal("the message gated for b is hidden from b too")
+	}
+	// Paging stays exact: a page whose last message was left out still
+	// names the next page, and following it reaches every visible message.
+	if page := e.ctx(rm, a, "only=messages&messages_after=0&messages_limit=1"); !strings.Contains(page.raw, "messages_after=") {
+		t.Fatalf("a full page names no next page: %s", page.raw)
+	}
+	// The batch numbered its messages spoiler, hello, psst in a row.
+	hello := int(e.do("GET", "/rooms/gm/state?scope=_messages", a, nil).must(t, 200).body["entries"].([]any)[0].(map[string]any)["sort_key"].(float64))
+	page := e.ctx(rm, a, fmt.Sprintf("only=messages&messages_after=%d&messages_limit=1", hello))
+	if !strings.Contains(page.raw, fmt.Sprintf("messages_after=%d", hello+1)) || strings.Contains(page.raw, "psst") {
+		t.Fatalf("a page of one hidden message names no next page: %s", page.raw)
+	}
+	e.do("PUT", "/rooms/gm/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "reveal"}).must(t, 200)
+	if got := e.ctx(rm, a, "messages_after=0").raw; !strings.Contains(got, "spoiler") || strings.Contains(got, "psst-for-b") {
+		t.Fatalf("once its gate holds the spoiler is shown (and only it): %s", got)
+	}
+}
+
+// Review r4: an action whose `enabled` hides it from a reader was still
+// named to that reader by the salience signals: overlapping_purposes and
+// _attention.finding (issue 26.2's new signals), the message patterns
+// (messages_after_failure names the action, from _audit), the health's
+// counts and the _contested view. Each now names only actions enabled for
+// the reader; the reader they are enabled for still gets them.
+func TestAttackSalienceNamesNoHiddenAction(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("hidden-acts", nil)
+	salienceConfig(e, rm, map[string]any{"pattern_min": 2})
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	for _, id := range []string{"covert_assign", "covert_grab"} {
+		e.do("PUT", "/rooms/hidden-acts/actions", rm.token, map[string]any{"id": id, "enabled": `self == "a"`,
+			"description": "Assign an open task to yourself so nobody duplicates the work", "if": "params.ok == true",
+			"params": map[string]any{"ok": map[string]any{"type": "boolean"}},
+			"writes": []any{map[string]any{"key": "t", "value": 1}}}).must(t, 201)
+	}
+	for range 3 { // a fails covert_assign, then says so
+		if r := e.invoke(rm, a, "covert_assign", map[string]any{"ok": false}); r.status < 400 {
+			t.Fatalf("the precondition held: %s", r.raw)
+		}
+		e.invoke(rm, a, "_send_message", map[string]any{"body": "that failed again"}).must(t, 200)
+	}
+	forB := e.ctx(rm, b, "depth=full").raw + e.ctx(rm, b, "only=views").raw + e.ctx(rm, b, "only=state&max_bytes=1500").raw
+	if strings.Contains(forB, "covert_") {
+		t.Fatalf("HOLE: b is told of actions hidden from it: %s", forB)
+	}
+	if h, _ := path(e.ctx(rm, b, "only=views").body, "views", "_vocabulary_health").(map[string]any); h["total_actions"] != float64(0) {
+		t.Fatalf("HOLE: b's health counts actions hidden from it: %v", h)
+	}
+	forA := e.ctx(rm, a, "only=views").raw
+	if !strings.Contains(forA, "overlapping purposes") || !strings.Contains(forA, "messages_after_failure") || !strings.Contains(forA, "_contested") {
+		t.Fatalf("a, for whom the actions are enabled, is not told: %s", forA)
+	}
+}
+
+// Review r4: the message patterns are found once per room from the log,
+// for every reader, so a message gated by enabled (hidden from most) gave
+// its kind and the keys it names away in a pattern ("agents often send
+// \"heist\" messages about _shared.vault"). Gated messages are left out of
+// pattern detection.
+func TestAttackPatternsIgnoreGatedMessages(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gp", nil)
+	salienceConfig(e, rm, map[string]any{"pattern_min": 2})
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/gp/state", rm.token, map[string]any{"scope": "_shared", "key": "vault", "value": "closed"}).must(t, 200)
+	for i := range 4 {
+		e.do("PUT", "/rooms/gp/state", rm.token, map[string]any{"scope": "_messages", "append": true, "enabled": `self == "a"`,
+			"value": map[string]any{"kind": "heist", "body": fmt.Sprintf("open the vault at %d", i)}}).must(t, 200)
+	}
+	if got := e.ctx(rm, b, "depth=full").raw; strings.Contains(got, "heist") || strings.Contains(got, "vault\"") && strings.Contains(got, "messages_about_key") {
+		t.Fatalf("HOLE: b learns of messages hidden from it through the patterns: %s", got)
+	}
+}
+
+// Review r4: a wait checked the caller's access when it began and at each
+// wake-up, but not after its first read, so access lost between the
+// call's start and that read (the lobby's room left, a connection's room
+// revoked while the wait was setting the agent "waiting") still answered
+// with the room's context, including what was written after the loss
+// (TestAttackWaitOutlivesLostAccess in mcp caught it now and then). A wait
+// now checks access again after the read it answers with.
+func TestAttackWaitFirstReadAfterLostAccess(t *testing.T) {
+	e, svc, _ := newEnvSvc(t, substrate.Limits{})
+	rm := e.room("fr", nil)
+	e.do("PUT", "/rooms/fr/state", rm.token, map[string]any{"scope": "_shared", "key": "secret", "value": "written after the loss"}).must(t, 200)
+	lost := func(context.Context) (*substrate.Principal, error) {
+		return nil, errs.New(errs.RoomNotInScope, "you left the room")
+	}
+	for _, cr := range []substrate.ContextRequest{{Depth: "lean", MessagesLimit: 100}, {Depth: "lean", MessagesLimit: 100, Full: true}, {NoContext: true}} {
+		p := substrate.ObserverPrincipal("fr")
+		p.Refresh = lost
+		out, err := svc.Wait(context.Background(), p, "fr", `has(state._shared.secret)`, time.Second, cr)
+		if err == nil || errs.From(err).Code != errs.RoomNotInScope {
+			t.Fatalf("HOLE: a wait whose access was lost before its first read answered %+v (%v)", out, err)
+		}
 	}
 }
