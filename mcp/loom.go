@@ -19,8 +19,9 @@ type loomIn struct {
 	Room     string `json:"room,omitempty" jsonschema:"Room id (default: your current room)."`
 }
 
-// LoomOut is what sync_loom returns: the text to read, ambient line first
-// and failed commands as ✗ lines. (tools/list is paid for in every
+// LoomOut is what sync_loom returns: the text to read, assembled by the
+// loom's intermediary (loom.ForModel: memory block, ambient line, what
+// faded, results within budget, marker) and failed commands as ✗ lines. (tools/list is paid for in every
 // conversation: the schema stays this small; the REST endpoint returns
 // each step's outcome as well.)
 type LoomOut struct {
@@ -48,7 +49,7 @@ func loomTool() tool {
 			if err != nil {
 				return nil, err
 			}
-			res, err := loom.Of(c.opt.Substrate).Run(ctx, p, room, in.Commands)
+			res, err := loom.Of(c.opt.Substrate).ForModel(ctx, p, room, in.Commands)
 			if err != nil {
 				return nil, err
 			}

@@ -35,4 +35,16 @@ func TestLoomTakesRoom(t *testing.T) {
 	if out, isErr := callTool(t, cs, "sync_loom", map[string]any{"commands": "→ view 1"}); !isErr || !strings.Contains(fmt.Sprint(out), "no loom tree yet") {
 		t.Fatalf("sync_loom without room: %v", out)
 	}
+	// The embodied agent's results carry the intermediary's assembly:
+	// memory block, ambient line, marker.
+	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/weave/loom", weave["token"].(string), map[string]any{"commands": `→ new tree "t" "WOVEN"`}); code != 200 {
+		t.Fatalf("planting: %d %v", code, out)
+	}
+	mustTool(t, cs, "sync_loom", map[string]any{"commands": "→ view 1"})
+	got := fmt.Sprint(mustTool(t, cs, "sync_loom", map[string]any{"commands": "→ pin 1\n→ view 1"})["text"])
+	for _, want := range []string{"⟨memory⟩", "pin 1: WOVEN", "⟨node:1 depth:0", "⟨r1 faded: view 1", "⟨r2: shown once"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("missing %q in:\n%s", want, got)
+		}
+	}
 }

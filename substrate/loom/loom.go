@@ -90,6 +90,12 @@ type Options struct {
 	// ResultChars is the size above which a result is summarised with the
 	// command that returns the rest. Default 4,000.
 	ResultChars int
+	// MemoryTokens is the budget of the operational memory block a model
+	// gets with every result (ForModel). Default 400.
+	MemoryTokens int
+	// ResultTokens is the size above which ForModel summarises a
+	// command's result (unless the command asked for full). Default 600.
+	ResultTokens int
 	// Client makes generator calls. Default http.DefaultClient.
 	Client *http.Client
 }
@@ -115,6 +121,12 @@ func (o *Options) fill() {
 	}
 	if o.ResultChars <= 0 {
 		o.ResultChars = 4000
+	}
+	if o.MemoryTokens <= 0 {
+		o.MemoryTokens = 400
+	}
+	if o.ResultTokens <= 0 {
+		o.ResultTokens = 600
 	}
 	if o.Client == nil {
 		o.Client = http.DefaultClient
@@ -175,6 +187,8 @@ type Result struct {
 	Errors int `json:"errors"`
 	// Position is where the caller is after the run.
 	Position *Position `json:"position,omitempty"`
+	// onboard is the orientation an agent's first command brought.
+	onboard string
 }
 
 // Step is one command's outcome.
@@ -933,6 +947,7 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 		return nil, e
 	}
 	res.Text = strings.Join(texts, "\n\n")
+	res.onboard = onboard
 	if onboard != "" {
 		res.Text = onboard + "\n\n" + res.Text
 	}

@@ -207,7 +207,8 @@ func (r *loomRun) memoryOp(c *Command) (string, error) {
 			}
 			return "", loomErr(errs.NotFound, "nothing stashed as %q", label).WithHint("stashed: %s", strings.Join(quoteAll(labels), ", "))
 		}
-		return fmt.Sprintf("recalled %q:\n%s", label, s.Content), nil
+		r.markRecalled(label, true)
+		return fmt.Sprintf("recalled %q (in your memory block until → drop recall:%q):\n%s", label, label, s.Content), nil
 	case "drop":
 		return r.drop(c)
 	}
@@ -325,7 +326,14 @@ func (r *loomRun) drop(c *Command) (string, error) {
 			return "", loomErr(errs.NotFound, "nothing stashed as %q", v).WithHint("→ memory stashed lists the labels")
 		}
 		r.del(r.p.AgentID, "loom:stash:"+v)
+		r.markRecalled(v, false)
 		return fmt.Sprintf("✓ dropped stash %q", v), nil
+	}
+	if v, ok := c.opt("recall"); ok {
+		if !r.markRecalled(v, false) {
+			return "", loomErr(errs.NotFound, "%q is not recalled", v).WithHint("→ memory lists what is")
+		}
+		return fmt.Sprintf("✓ %q leaves your memory block (still stashed: → recall %q)", v, v), nil
 	}
 	if v, ok := c.opt("lines"); ok {
 		a, b, _ := strings.Cut(v, "-")
