@@ -63,3 +63,14 @@ func loomTool() tool {
 	in.Required, in.AdditionalProperties = nil, nil
 	return t
 }
+
+// addLoomPrompt offers the loom-aware addendum (seed 002) as the prompt
+// "loom", for a host to put in the model's system prompt.
+func addLoomPrompt(srv *sdk.Server, opt *Options) {
+	srv.AddPrompt(&sdk.Prompt{Name: "loom", Title: "Loom-aware addendum",
+		Description: "How to work in a room's loom with sync_loom: the environment, what each result holds, the commands."},
+		func(context.Context, *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
+			return &sdk.GetPromptResult{Description: "The loom-aware addendum (seed 002)",
+				Messages: []*sdk.PromptMessage{{Role: "user", Content: &sdk.TextContent{Text: loom.Of(opt.Substrate).Addendum()}}}}, nil
+		})
+}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
@@ -45,6 +47,29 @@ func TestLoomTakesRoom(t *testing.T) {
 	for _, want := range []string{"⟨memory⟩", "pin 1: WOVEN", "⟨node:1 depth:0", "⟨r1 faded: view 1", "⟨r2: shown once"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("missing %q in:\n%s", want, got)
+		}
+	}
+}
+
+// The loom-aware addendum is offered as the prompt "loom".
+func TestLoomPrompt(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, weave, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave"})
+	alice := owner(t, srv, "alice", "weave", weave["token"].(string))
+	cs := connect(t, alice, map[string]string{"weave": "admin"})
+	list, err := cs.ListPrompts(ctx, nil)
+	if err != nil || len(list.Prompts) != 1 || list.Prompts[0].Name != "loom" {
+		t.Fatalf("prompts/list: %v %+v", err, list)
+	}
+	got, err := cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: "loom"})
+	if err != nil || len(got.Messages) != 1 {
+		t.Fatalf("prompts/get: %v %+v", err, got)
+	}
+	text := got.Messages[0].Content.(*sdk.TextContent).Text
+	for _, want := range []string{"You are working in a loom", "⟨memory⟩", "within 400 tokens", "view 23 [summary|full", "recall \"label\""} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("missing %q in the addendum:\n%s", want, text)
 		}
 	}
 }

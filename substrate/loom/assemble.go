@@ -384,3 +384,20 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 	}
 	return render(pruned), nil
 }
+
+// Addendum is seed 002's loom-aware addendum for a model's system prompt:
+// the environment, how results are assembled, and the commands. MCP offers
+// it as the prompt "loom"; sync_loom's description summarises it.
+func (l *Loom) Addendum() string {
+	return fmt.Sprintf(`You are working in a loom (seed 002): trees of text that people, base models and you write together. This means:
+
+- You are located within a tree of branching text; every sync_loom result says where: ⟨node:47 depth:12 siblings:2 annotations:1 links:1⟩, and who else is active and on which branch
+- Commands start with → on their own line; several may go in one call; lines without → are yours and are not kept (a node of the last result you name, #47, or quote is pinned for you)
+- Each result starts with your operational memory ⟨memory⟩ (your turn, pending generations, pins, recalled stashes, last actions) within %d tokens and ends with a marker ⟨rN⟩: results are shown once, and the next one says what faded. Pin what you need (→ pin 47), stash what you may need later (→ stash "label" summary-of:12-34), drop the rest; when the block prunes, it says what and how to recall it
+- A result over %d tokens comes summarised, with the command that shows it whole
+- Writing on a branch takes its turn until %s after your last write (→ yield frees it); → branch from N writes elsewhere without waiting
+- → continue asks the base model (its text is marked ›); annotations, instruction nodes and → think … ← stay out of what the base model reads
+- Permissions (the room's owner sets them with → permit): loom_aware (look, think), loom_write, loom_generate, doc_read, doc_write
+
+%s`, l.opt.MemoryTokens, l.opt.ResultTokens, l.opt.LeaseTTL, loomHelp(&Command{}))
+}
