@@ -150,7 +150,10 @@ func (l *Loom) memoryFor(ctx context.Context, p *substrate.Principal, roomID, te
 		}
 		cur := shownRec{N: prev.N + 1}
 		for _, st := range res.Steps {
-			if st.OK && st.Text != "" && !strings.HasPrefix(st.Text, "✓") {
+			// A thought's command line holds the thought, which only the
+			// thinker and room authority read (loom:think:…): never copy it
+			// into another key.
+			if st.OK && st.Text != "" && !strings.HasPrefix(st.Text, "✓") && st.Verb != "think" {
 				cur.What = append(cur.What, clip(st.Command, 40, ""))
 			}
 			for _, n := range st.Nodes {

@@ -932,7 +932,7 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 			if v, ok := e.Details["line"].(string); ok {
 				line = v
 			}
-			if e.Details["unknown"] == true {
+			if e.Details["verb"] == "unknown" {
 				verb = "unknown"
 			}
 		}

@@ -173,7 +173,7 @@ func Parse(text string) ([]*Command, error) {
 				buf = append(buf, l)
 			}
 			if !closed {
-				return out, errs.New(errs.InvalidField, "✗ think block is not closed").WithHint("end it with a line holding ← alone").With("nearest", "think … ←").With("line", line)
+				return out, errs.New(errs.InvalidField, "✗ think block is not closed").WithHint("end it with a line holding ← alone").With("nearest", "think … ←").With("line", "think (not closed)")
 			}
 			out = append(out, &Command{Verb: "think", Texts: []string{strings.TrimSpace(strings.Join(buf, "\n"))}, Line: "think"})
 			continue
@@ -409,7 +409,7 @@ func unknownCommand(line, w string) error {
 		rest = " " + strings.Join(f[1:], " ")
 	}
 	return errs.New(errs.InvalidField, "✗ unknown command %q. did you mean: → %s%s", firstWord(line), best, rest).
-		WithHint("usage: → %s", loomUsage[best]).With("nearest", best).With("line", line).With("unknown", true)
+		WithHint("usage: → %s", loomUsage[best]).With("nearest", best).With("line", line).With("verb", "unknown")
 }
 
 // loomDistance is the optimal-string-alignment distance: Levenshtein with
