@@ -110,7 +110,7 @@ func init() {
 	for _, s := range strings.Fields(`tools-call-sampling tools-call-elicitation elicitation-sep1034-defaults elicitation-sep1330-enums`) {
 		notApplicable[s] = "a stateless server cannot ask the client (sampling, elicitation)"
 	}
-	notApplicable["completion-complete"] = "no completions capability (sync has no prompts or resource templates to complete)"
+	notApplicable["completion-complete"] = "no completions capability (sync's one prompt, loom, takes no arguments; no resource templates)"
 	notApplicable["resources-subscribe"] = "no resources to subscribe to"
 	notApplicable["resources-unsubscribe"] = "no resources to subscribe to"
 }

@@ -90,6 +90,7 @@ func Handler(opt Options) http.Handler {
 	for _, d := range tools() {
 		srv.AddTool(d.def, handler(&opt, d))
 	}
+	addLoomPrompt(srv, &opt)
 	// The SDK's own DNS-rebinding check refuses every Host but loopback
 	// ones when the listener is on loopback, which is exactly the
 	// deployment behind a reverse proxy or tunnel that keeps the public

@@ -90,6 +90,12 @@ type Options struct {
 	// ResultChars is the size above which a result is summarised with the
 	// command that returns the rest. Default 4,000.
 	ResultChars int
+	// MemoryTokens is the budget of the operational memory block a model
+	// gets with every result (ForModel). Default 400.
+	MemoryTokens int
+	// ResultTokens is the size above which ForModel summarises a
+	// command's result (unless the command asked for full). Default 600.
+	ResultTokens int
 	// Client makes generator calls. Default http.DefaultClient.
 	Client *http.Client
 }
@@ -115,6 +121,12 @@ func (o *Options) fill() {
 	}
 	if o.ResultChars <= 0 {
 		o.ResultChars = 4000
+	}
+	if o.MemoryTokens <= 0 {
+		o.MemoryTokens = 400
+	}
+	if o.ResultTokens <= 0 {
+		o.ResultTokens = 600
 	}
 	if o.Client == nil {
 		o.Client = http.DefaultClient
@@ -175,6 +187,8 @@ type Result struct {
 	Errors int `json:"errors"`
 	// Position is where the caller is after the run.
 	Position *Position `json:"position,omitempty"`
+	// onboard is the orientation an agent's first command brought.
+	onboard string
 }
 
 // Step is one command's outcome.
@@ -251,6 +265,7 @@ type loomRun struct {
 	ops    []substrate.Op
 	trace  string // the trace line; default the command
 	nodes  []Node
+	in     *stepIn
 }
 
 func loomErr(code errs.Code, format string, a ...any) *errs.Error {
@@ -465,6 +480,8 @@ func (r *loomRun) refNode(c *Command, t *loomTree) (*Node, error) {
 		ref = c.Refs[0]
 	} else if v, ok := c.opt("node"); ok {
 		ref = v
+	} else if v, ok := c.opt("from"); ok {
+		ref = v
 	} else if r.pos.Tree == t.ID && r.pos.Node > 0 {
 		ref = strconv.FormatInt(r.pos.Node, 10)
 	} else {
@@ -474,6 +491,25 @@ func (r *loomRun) refNode(c *Command, t *loomTree) (*Node, error) {
 		return r.branchHead(t, ref)
 	}
 	return r.node(t, ref)
+}
+
+// refParent is where a new node goes: the command's node, else the
+// caller's position. A caller with no position in this tree (a room token
+// before its first move in the call, an agent before its first) is refused
+// rather than attached under the root: a script must never misplace a node
+// silently.
+func (r *loomRun) refParent(c *Command, t *loomTree) (*Node, error) {
+	_, node := c.opt("node")
+	_, from := c.opt("from")
+	if len(c.Refs) == 0 && !node && !from && (r.pos.Tree != t.ID || r.pos.Node <= 0) {
+		where := "you have no position in tree %d yet"
+		if r.p.Kind != substrate.KindAgent {
+			where = "this credential is not an agent, so its position lasts one call, and it has none in tree %d in this call"
+		}
+		return nil, loomErr(errs.InvalidField, "%s needs a place: "+where, c.Verb, t.ID).
+			WithHint("name the parent (→ %s from:N …) or move first in the same call (→ switch to N, then → %s …)", c.Verb, c.Verb).With("nearest", c.Verb)
+	}
+	return r.refNode(c, t)
 }
 
 func (r *loomRun) children(t *loomTree, id int64) ([]Node, error) {
@@ -917,8 +953,11 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 		res.Steps = append(res.Steps, st)
 		texts = append(texts, "→ "+st.Command+"\n"+st.Text)
 	}
+	// A credential that is not an agent has no stored position: it gets
+	// one for the call, so "→ switch to 2" then "→ add" attaches under 2.
+	call := &callState{}
 	for _, c := range cmds {
-		st, pos, ob, err := l.step(ctx, p, roomID, c)
+		st, pos, ob, err := l.step(ctx, p, roomID, c, call)
 		if ob != "" && onboard == "" {
 			onboard = ob
 		}
@@ -928,13 +967,20 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 		record(st, err)
 	}
 	if perr != nil {
-		line := "(unparsed)"
+		// Traced as written, with what went wrong: an unknown verb as
+		// "unknown", anything else as "parse" (never as the suggestion).
+		line, verb := "(unparsed)", "parse"
 		var e *errs.Error
 		if errors.As(perr, &e) {
-			line = fmt.Sprint(e.Details["nearest"])
+			if v, ok := e.Details["line"].(string); ok {
+				line = v
+			}
+			if e.Details["verb"] == "unknown" {
+				verb = "unknown"
+			}
 		}
-		l.traceError(ctx, p, roomID, line, perr)
-		record(Step{Command: line, Verb: "parse"}, perr)
+		l.traceError(ctx, p, roomID, verb, line, perr)
+		record(Step{Command: line, Verb: verb}, perr)
 	}
 	if res.Errors == len(res.Steps) && firstErr != nil {
 		e := errs.From(firstErr)
@@ -944,6 +990,7 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 		return nil, e
 	}
 	res.Text = strings.Join(texts, "\n\n")
+	res.onboard = onboard
 	if onboard != "" {
 		res.Text = onboard + "\n\n" + res.Text
 	}
@@ -957,14 +1004,38 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 var loomWrites = map[string]bool{"add": true, "branch": true, "annotate": true, "link": true, "edit": true, "write": true,
 	"new": true, "fulfil": true, "yield": true, "bookmark": true, "permit": true, "deny": true, "continue": true}
 
-func (l *Loom) step(ctx context.Context, p *substrate.Principal, roomID string, c *Command) (st Step, pos *Position, onboard string, err error) {
-	if c.Verb == "continue" && l.opt.GeneratorURL != "" {
-		st, pos, onboard, err = l.continueGen(ctx, p, roomID, c)
-	} else {
-		st, pos, onboard, err = l.exec(ctx, p, roomID, c, nil)
+// callState is what one Run carries from command to command.
+type callState struct {
+	// pos is the position of a credential that is not an agent (whose
+	// position is not stored), for the rest of the call.
+	pos *loomPos
+}
+
+// stepIn is what a command's mutation gets from work done before it with
+// no connection held.
+type stepIn struct {
+	call *callState
+	// gen are generated texts for a continue.
+	gen []string
+	// summary, when set, is the summary a command asked for.
+	summary *string
+	// collect asks the command only to read the text it would summarise
+	// (into collected) and stop.
+	collect   bool
+	collected *string
+}
+
+func (l *Loom) step(ctx context.Context, p *substrate.Principal, roomID string, c *Command, call *callState) (st Step, pos *Position, onboard string, err error) {
+	switch {
+	case c.Verb == "continue" && l.opt.GeneratorURL != "":
+		st, pos, onboard, err = l.continueGen(ctx, p, roomID, c, call)
+	case wantsSummary(c):
+		st, pos, onboard, err = l.summaryStep(ctx, p, roomID, c, call)
+	default:
+		st, pos, onboard, err = l.exec(ctx, p, roomID, c, &stepIn{call: call})
 	}
 	if err != nil {
-		l.traceError(ctx, p, roomID, c.Line, err)
+		l.traceError(ctx, p, roomID, c.Verb, c.Line, err)
 	}
 	return st, pos, onboard, err
 }
@@ -972,13 +1043,17 @@ func (l *Loom) step(ctx context.Context, p *substrate.Principal, roomID string, 
 // exec runs c on one connection: a mutation for agents (whose every
 // command lands in their trace) and for writes, a read transaction
 // otherwise. gen, when set, are generated texts for a continue.
-func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, c *Command, gen []string) (st Step, pos *Position, onboard string, err error) {
+func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, c *Command, in *stepIn) (st Step, pos *Position, onboard string, err error) {
 	st = Step{Command: c.Line, Verb: c.Verb, OK: true}
 	body := func(r *loomRun) error {
 		if err := r.loadCaller(); err != nil {
 			return err
 		}
-		if r.p.Kind == substrate.KindAgent && r.tx.Writes() {
+		r.in = in
+		if r.p.Kind != substrate.KindAgent && in.call != nil && in.call.pos != nil {
+			r.pos = *in.call.pos
+		}
+		if r.p.Kind == substrate.KindAgent && r.tx.Writes() && !in.collect {
 			var seen bool
 			if ok, err := r.get(r.p.AgentID, "loom:onboarded", &seen); err != nil {
 				return err
@@ -989,9 +1064,16 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 				r.put(r.p.AgentID, "loom:onboarded", true)
 			}
 		}
-		text, err := r.exec(c, gen)
+		text, err := r.exec(c, in.gen)
 		if err != nil {
 			return err
+		}
+		if in.collect {
+			return nil
+		}
+		if r.newPos != nil && r.p.Kind != substrate.KindAgent && in.call != nil {
+			np := *r.newPos
+			in.call.pos = &np
 		}
 		st.Text = text
 		st.Nodes = r.nodes
@@ -1013,7 +1095,7 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		}
 		return nil
 	}
-	write := p.Kind == substrate.KindAgent || (loomWrites[c.Verb] && !p.ReadOnly())
+	write := (p.Kind == substrate.KindAgent || (loomWrites[c.Verb] && !p.ReadOnly())) && !in.collect
 	if !write {
 		err = l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
 			return body(&loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()})
@@ -1030,7 +1112,7 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 			line = c.Line
 		}
 		if r.p.Kind == substrate.KindAgent {
-			r.appendEntry(r.p.AgentID, tracePrefix+r.uniq(), map[string]any{"line": line, "at": r.now})
+			r.appendEntry(r.p.AgentID, tracePrefix+r.uniq(), map[string]any{"line": line, "verb": c.Verb, "at": r.now})
 		}
 		audit, err := tx.Apply(r.ops, "loom")
 		if err != nil {
@@ -1050,14 +1132,14 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 }
 
 // traceError appends a failed command to the agent's trace.
-func (l *Loom) traceError(ctx context.Context, p *substrate.Principal, roomID, line string, err error) {
+func (l *Loom) traceError(ctx context.Context, p *substrate.Principal, roomID, verb, line string, err error) {
 	if p == nil || p.Kind != substrate.KindAgent {
 		return
 	}
 	msg := errs.From(err).Message
 	_, terr := l.svc.MutateRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
 		r := &loomRun{l: l, tx: tx, now: tx.Now()}
-		raw, _ := json.Marshal(map[string]any{"line": line, "error": msg, "at": tx.Now()})
+		raw, _ := json.Marshal(map[string]any{"line": line, "verb": verb, "error": msg, "at": tx.Now()})
 		audit, err := tx.Apply([]substrate.Op{{Scope: p.AgentID, Key: tracePrefix + r.uniq(), Value: raw, Append: true}}, "loom")
 		for _, a := range audit {
 			delete(a, "value")

@@ -112,9 +112,7 @@ func TestLoomSession(t *testing.T) {
 	has(t, res.Text, "view 999", "✗ node 999 does not exist")
 	// Cross-tree hint.
 	e.run(e.admin, `→ new tree "notes" "n1"`)
-	for range 3 {
-		e.run(e.admin, `→ add "x" tree:2`)
-	}
+	e.run(e.admin, "→ jump tree:2 node:1\n→ add \"x\"\n→ add \"x\"\n→ add \"x\"")
 	_, err = loom.Of(e.svc).Run(context.Background(), a, "loom", "→ switch to 4")
 	if err == nil || !strings.Contains(err.Error(), "✗ node 4 is in a different tree. use: → jump tree:2 node:4") {
 		t.Fatal(err)
@@ -337,7 +335,7 @@ func TestLoomGenerator(t *testing.T) {
 → yield`)
 	res := e.run(e.ag["alice"], "→ continue from 3 n:3 tokens:40")
 	has(t, res.Text, "3 continuations of 3")
-	if got["prompt"] != "Onceupon a time" || got["model"] != "tiny" || got["max_tokens"] != float64(40) || got["n"] != float64(3) {
+	if got["prompt"] != "Once\n\nupon a time" || got["model"] != "tiny" || got["max_tokens"] != float64(40) || got["n"] != float64(3) {
 		t.Fatalf("generator request %v", got)
 	}
 	res = e.run(e.ag["alice"], "→ list 3 continuations")

@@ -170,11 +170,15 @@ func (r *loomRun) memoryOp(c *Command) (string, error) {
 			var parts []string
 			for _, k := range keys {
 				var n Node
-				if json.Unmarshal(got[k], &n) == nil {
-					parts = append(parts, fmt.Sprintf("%d: %s", n.ID, clip(strings.ReplaceAll(n.Content, "\n", " "), 80, "")))
+				if json.Unmarshal(got[k], &n) == nil && n.Edge != "instruction" {
+					parts = append(parts, fmt.Sprintf("%d: %s", n.ID, strings.ReplaceAll(n.Content, "\n", " ")))
 				}
 			}
-			content = strings.Join(parts, "\n")
+			sum, stop := r.summaryOf(strings.Join(parts, "\n"))
+			if stop {
+				return "", nil
+			}
+			content = fmt.Sprintf("nodes %d–%d, %s", from, to, sum)
 		} else {
 			return "", loomErr(errs.InvalidField, "stash needs content: a second quoted text, content-of:N or summary-of:A-B").
 				WithHint("usage: → %s", loomUsage["stash"]).With("nearest", "stash")
@@ -203,7 +207,8 @@ func (r *loomRun) memoryOp(c *Command) (string, error) {
 			}
 			return "", loomErr(errs.NotFound, "nothing stashed as %q", label).WithHint("stashed: %s", strings.Join(quoteAll(labels), ", "))
 		}
-		return fmt.Sprintf("recalled %q:\n%s", label, s.Content), nil
+		r.markRecalled(label, true)
+		return fmt.Sprintf("recalled %q (in your memory block until → drop recall:%q):\n%s", label, label, s.Content), nil
 	case "drop":
 		return r.drop(c)
 	}
@@ -321,7 +326,14 @@ func (r *loomRun) drop(c *Command) (string, error) {
 			return "", loomErr(errs.NotFound, "nothing stashed as %q", v).WithHint("→ memory stashed lists the labels")
 		}
 		r.del(r.p.AgentID, "loom:stash:"+v)
+		r.markRecalled(v, false)
 		return fmt.Sprintf("✓ dropped stash %q", v), nil
+	}
+	if v, ok := c.opt("recall"); ok {
+		if !r.markRecalled(v, false) {
+			return "", loomErr(errs.NotFound, "%q is not recalled", v).WithHint("→ memory lists what is")
+		}
+		return fmt.Sprintf("✓ %q leaves your memory block (still stashed: → recall %q)", v, v), nil
 	}
 	if v, ok := c.opt("lines"); ok {
 		a, b, _ := strings.Cut(v, "-")
@@ -395,7 +407,7 @@ func (r *loomRun) genParams(c *Command) (n, tokens int) {
 }
 
 func (r *loomRun) continueOp(c *Command, t *loomTree, gen []string) (string, error) {
-	parent, err := r.refNode(c, t)
+	parent, err := r.refParent(c, t)
 	if err != nil {
 		return "", err
 	}
@@ -499,13 +511,16 @@ func (r *loomRun) requests() (string, error) {
 // prompt (the path to the node) on one connection, release it, call the
 // generator, then write the continuations in a mutation that checks the
 // permission and the branch's turn again.
-func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID string, c *Command) (Step, *Position, string, error) {
+func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID string, c *Command, call *callState) (Step, *Position, string, error) {
 	var prompt string
 	var n, tokens int
 	err := l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
 		r := &loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()}
 		if err := r.loadCaller(); err != nil {
 			return err
+		}
+		if p.Kind != substrate.KindAgent && call.pos != nil {
+			r.pos = *call.pos
 		}
 		if p.ReadOnly() {
 			return loomErr(errs.ReadOnlyToken, "permission denied: this credential is read-only")
@@ -517,7 +532,7 @@ func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID s
 		if err != nil {
 			return err
 		}
-		parent, err := r.refNode(c, t)
+		parent, err := r.refParent(c, t)
 		if err != nil {
 			return err
 		}
@@ -525,14 +540,7 @@ func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID s
 		if err != nil {
 			return err
 		}
-		var b strings.Builder
-		for _, x := range path {
-			if x.Edge == "instruction" {
-				continue // instructions steer the collaborator, not the base model
-			}
-			b.WriteString(x.Content)
-		}
-		prompt = b.String()
+		prompt = basePrompt(path)
 		n, tokens = r.genParams(c)
 		return nil
 	})
@@ -543,7 +551,31 @@ func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID s
 	if err != nil {
 		return Step{Command: c.Line, Verb: c.Verb}, nil, "", err
 	}
-	return l.exec(ctx, p, roomID, c, texts)
+	return l.exec(ctx, p, roomID, c, &stepIn{call: call, gen: texts})
+}
+
+// humanBreak keeps a human-typed node apart from the text before it in a
+// base model's prompt.
+const humanBreak = "\n\n"
+
+// basePrompt is the path's text as a base model continues it: model-written
+// nodes are joined verbatim (they continue the text before them exactly as
+// generated), a human-typed node starts after a blank line so two people's
+// words never run together ("Once upon a time" + "there was"). Instruction
+// nodes steer the collaborator, not the base model, and are left out;
+// annotations and thinking are not nodes, so never in it.
+func basePrompt(path []Node) string {
+	var b strings.Builder
+	for _, x := range path {
+		if x.Edge == "instruction" || x.Content == "" {
+			continue
+		}
+		if b.Len() > 0 && !x.Model && !strings.HasSuffix(b.String(), humanBreak) {
+			b.WriteString(humanBreak)
+		}
+		b.WriteString(x.Content)
+	}
+	return b.String()
 }
 
 // generate calls the OpenAI-compatible completions endpoint.

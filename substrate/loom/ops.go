@@ -140,7 +140,7 @@ func (r *loomRun) add(c *Command, t *loomTree) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	parent, err := r.refNode(c, t)
+	parent, err := r.refParent(c, t)
 	if err != nil {
 		return "", err
 	}
@@ -164,7 +164,7 @@ func edgeOf(c *Command) string {
 // branch from N [as context|instruction] ["content"]: with content, a new
 // child of N; without, a move to N, whose next child starts a branch.
 func (r *loomRun) branch(c *Command, t *loomTree) (string, error) {
-	parent, err := r.refNode(c, t)
+	parent, err := r.refParent(c, t)
 	if err != nil {
 		return "", err
 	}
@@ -666,7 +666,11 @@ func (r *loomRun) doc(c *Command) (string, error) {
 			return "", loomErr(errs.NotFound, "doc %q does not exist", name).WithHint("write it: → write doc:%q append \"text\"", name)
 		}
 		if c.has("summary") {
-			return fmt.Sprintf("doc %q: %d lines, last written by %s\n%s", name, len(d.Lines), d.By, clip(strings.Join(d.Lines, "\n"), 300, fmt.Sprintf("→ read doc:%q", name))), nil
+			sum, stop := r.summaryOf(strings.Join(d.Lines, "\n"))
+			if stop {
+				return "", nil
+			}
+			return fmt.Sprintf("doc %q: %d lines, last written by %s (→ read doc:%q for the text)\n%s", name, len(d.Lines), d.By, name, sum), nil
 		}
 		from, to := 1, len(d.Lines)
 		if v, ok := c.opt("lines"); ok {

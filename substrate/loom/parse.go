@@ -173,7 +173,7 @@ func Parse(text string) ([]*Command, error) {
 				buf = append(buf, l)
 			}
 			if !closed {
-				return out, errs.New(errs.InvalidField, "✗ think block is not closed").WithHint("end it with a line holding ← alone").With("nearest", "think … ←")
+				return out, errs.New(errs.InvalidField, "✗ think block is not closed").WithHint("end it with a line holding ← alone").With("nearest", "think … ←").With("line", "think (not closed)")
 			}
 			out = append(out, &Command{Verb: "think", Texts: []string{strings.TrimSpace(strings.Join(buf, "\n"))}, Line: "think"})
 			continue
@@ -186,7 +186,7 @@ func Parse(text string) ([]*Command, error) {
 	}
 	if len(out) == 0 {
 		return nil, errs.New(errs.InvalidField, "✗ no command: put each command on its own line after →").
-			WithHint("for example: → view 23, → tree, → help").With("nearest", "help")
+			WithHint("for example: → view 23, → tree, → help").With("nearest", "help").With("line", "(no → command)")
 	}
 	return out, nil
 }
@@ -316,7 +316,7 @@ func isRef(w string) bool {
 func parseLoomLine(line string) (*Command, error) {
 	toks, err := tokenize(line)
 	if err != nil {
-		return nil, errs.New(errs.InvalidField, "✗ %v in: %s", err, line).WithHint("close the quote")
+		return nil, errs.New(errs.InvalidField, "✗ %v in: %s", err, line).WithHint("close the quote").With("line", line)
 	}
 	c := &Command{Line: line, Opts: map[string]string{}}
 	// The verb: the first bare word that is a known spelling, after filler.
@@ -409,7 +409,7 @@ func unknownCommand(line, w string) error {
 		rest = " " + strings.Join(f[1:], " ")
 	}
 	return errs.New(errs.InvalidField, "✗ unknown command %q. did you mean: → %s%s", firstWord(line), best, rest).
-		WithHint("usage: → %s", loomUsage[best]).With("nearest", best)
+		WithHint("usage: → %s", loomUsage[best]).With("nearest", best).With("line", line).With("verb", "unknown")
 }
 
 // loomDistance is the optimal-string-alignment distance: Levenshtein with

@@ -1,0 +1,75 @@
+package mcp_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// sync_loom acts on the room it is given, not only the focused one.
+func TestLoomTakesRoom(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, weave, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave"})
+	_, spin, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "spin"})
+	spinTok := spin["token"].(string)
+	alice := owner(t, srv, "alice", "weave", weave["token"].(string))
+	var id string
+	_ = srv.db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = 'alice'`).Scan(&id)
+	if _, err := srv.lobby.ClaimRoom(ctx, id, "spin", spinTok, false); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/spin/loom", spinTok, map[string]any{"commands": `→ new tree "t" "SPUN-WORDS"`}); code != 200 {
+		t.Fatalf("planting: %d %v", code, out)
+	}
+	cs := connect(t, alice, map[string]string{"weave": "admin", "spin": "admin"})
+	mustTool(t, cs, "sync_embody", map[string]any{"room": "weave"})
+	out := mustTool(t, cs, "sync_loom", map[string]any{"room": "spin", "commands": "→ view 1"})
+	if !strings.Contains(fmt.Sprint(out["text"]), "SPUN-WORDS") {
+		t.Fatalf("sync_loom in spin: %v", out)
+	}
+	// Without room: the focused room, weave, which has no tree.
+	if out, isErr := callTool(t, cs, "sync_loom", map[string]any{"commands": "→ view 1"}); !isErr || !strings.Contains(fmt.Sprint(out), "no loom tree yet") {
+		t.Fatalf("sync_loom without room: %v", out)
+	}
+	// The embodied agent's results carry the intermediary's assembly:
+	// memory block, ambient line, marker.
+	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/weave/loom", weave["token"].(string), map[string]any{"commands": `→ new tree "t" "WOVEN"`}); code != 200 {
+		t.Fatalf("planting: %d %v", code, out)
+	}
+	mustTool(t, cs, "sync_loom", map[string]any{"commands": "→ view 1"})
+	got := fmt.Sprint(mustTool(t, cs, "sync_loom", map[string]any{"commands": "→ pin 1\n→ view 1"})["text"])
+	for _, want := range []string{"⟨memory⟩", "pin 1: WOVEN", "⟨node:1 depth:0", "⟨r1 faded: view 1", "⟨r2: shown once"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("missing %q in:\n%s", want, got)
+		}
+	}
+}
+
+// The loom-aware addendum is offered as the prompt "loom".
+func TestLoomPrompt(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, weave, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave"})
+	alice := owner(t, srv, "alice", "weave", weave["token"].(string))
+	cs := connect(t, alice, map[string]string{"weave": "admin"})
+	list, err := cs.ListPrompts(ctx, nil)
+	if err != nil || len(list.Prompts) != 1 || list.Prompts[0].Name != "loom" {
+		t.Fatalf("prompts/list: %v %+v", err, list)
+	}
+	got, err := cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: "loom"})
+	if err != nil || len(got.Messages) != 1 {
+		t.Fatalf("prompts/get: %v %+v", err, got)
+	}
+	text := got.Messages[0].Content.(*sdk.TextContent).Text
+	for _, want := range []string{"You are working in a loom", "⟨memory⟩", "within 400 tokens", "view 23 [summary|full", "recall \"label\""} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("missing %q in the addendum:\n%s", want, text)
+		}
+	}
+}

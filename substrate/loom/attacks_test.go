@@ -1,0 +1,55 @@
+package loom_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/loom"
+)
+
+// Attacks on what the intermediary (loom.ForModel) keeps that must fail:
+// a thought never leaves loom:think:… through the memory it writes
+// (loom:shown, the faded line), even to an agent granted the thinker's
+// scope; and one model's memory block never shows another's.
+func TestAttackForModelKeepsThoughtsAndMemoryApart(t *testing.T) {
+	e := newLoom(t, substrate.Options{}, "al")
+	ctx := context.Background()
+	j, err := e.svc.Join(ctx, e.admin, "loom", substrate.JoinRequest{ID: "bo", Name: "bo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := []string{"al"}
+	if _, err := e.svc.UpdateAgent(ctx, e.admin, "loom", "bo", substrate.AgentUpdate{Grants: &grants}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.svc.Authenticate(ctx, j.Token)
+	e.run(e.admin, `→ new tree "t" "root words"`)
+	a := e.ag["al"]
+	e.model(a, "→ view 1\n→ think SECRET-THOUGHT about the scene ←\n→ pin 1\n→ stash \"s\" \"SECRET-STASH\"\n→ recall \"s\"")
+	// An unclosed think block fails; its text must not reach the trace.
+	if _, err := loom.Of(e.svc).ForModel(ctx, a, "loom", "→ think SECRET-THOUGHT unclosed\nmore"); err == nil {
+		t.Fatal("an unclosed think block ran")
+	}
+	out := e.model(a, "→ tree")
+	if strings.Contains(out, "SECRET-THOUGHT") {
+		t.Fatalf("HOLE: the thought is in the faded line or memory block:\n%s", out)
+	}
+	kvs, err := e.svc.ReadState(ctx, b, "loom", substrate.ReadQuery{Scope: "al"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(kvs)
+	if strings.Contains(string(raw), "SECRET-THOUGHT") {
+		t.Fatalf("HOLE: bo, granted al's scope, reads al's thought through the intermediary's keys: %s", raw)
+	}
+	res, err := loom.Of(e.svc).ForModel(ctx, b, "loom", "→ view 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Text, "SECRET-STASH") || strings.Contains(res.Text, "pin 1") {
+		t.Fatalf("HOLE: bo's memory block shows al's memory:\n%s", res.Text)
+	}
+}

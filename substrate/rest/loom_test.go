@@ -1,0 +1,36 @@
+package rest_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/syncsubstrate/sync/substrate/rest"
+)
+
+// The room token has no stored position: "→ switch to 2" then "→ add" in
+// the same call attaches under node 2, and an add with no place in a new
+// call is refused (400, with the way out), never put under the root.
+func TestLoomRoomTokenPosition(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("loomy", nil)
+	post := func(cmds string) resp {
+		return e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": cmds})
+	}
+	post("→ new tree \"t\" \"root\"\n→ add \"two\"\n→ add \"three\"").must(t, 200)
+	res := post("→ switch to 2\n→ add \"under two\"").must(t, 200)
+	if s := res.str("text"); !strings.Contains(s, "✓ at node 2") || !strings.Contains(s, "✓ node 4 (child of 2, branch 2.2)") {
+		t.Fatalf("switch then add: %s", s)
+	}
+	res = post("→ add \"where?\"")
+	if res.status != 400 || res.str("error") != "invalid_field" || !strings.Contains(res.str("message"), "add needs a place") ||
+		!strings.Contains(res.str("hint"), "→ add from:N") {
+		t.Fatalf("add with no position: %d %s", res.status, res.raw)
+	}
+	if s := post("→ tree summary").must(t, 200).str("text"); !strings.Contains(s, "4 nodes") {
+		t.Fatalf("the refused add wrote: %s", s)
+	}
+	res = post("→ add from:4 \"under four\"").must(t, 200)
+	if s := res.str("text"); !strings.Contains(s, "✓ node 5 (child of 4") {
+		t.Fatalf("explicit from: %s", s)
+	}
+}
