@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -237,6 +238,22 @@ func (t *RoomTx) Apply(ops []Op, via string) ([]map[string]any, error) {
 	}
 	in := make([]op, len(ops))
 	for i, o := range ops {
+		// The write rules every write obeys, whatever a feature composed:
+		// names and keys as WriteState checks them, and the core's own
+		// reserved scopes (the audit log, agents, definitions, cooldowns)
+		// left to the core, whose snapshot trusts what they hold.
+		if err := validName("scope", o.Scope, t.s.lim.MaxScopeBytes, true); err != nil {
+			return nil, err.(*errs.Error).With("write", i)
+		}
+		if slices.Contains(systemScopes, o.Scope) {
+			return nil, errs.New(errs.ScopeDenied, "scope %q is written only by the core", o.Scope).With("write", i).
+				WithHint("a feature writes its own scopes (RegisterScopes), _shared, _messages or agents' scopes")
+		}
+		if !(o.Append && o.Key == "") {
+			if err := validKey(o.Key, t.s.lim.MaxKeyBytes); err != nil {
+				return nil, err.(*errs.Error).With("write", i)
+			}
+		}
 		in[i] = op{Scope: o.Scope, Key: o.Key, Value: o.Value, Append: o.Append, Delete: o.Delete}
 		if o.TTL > 0 {
 			in[i].Timer = &Timer{MS: max(1, o.TTL.Milliseconds()), Effect: "delete"}
@@ -255,9 +272,13 @@ func (t *RoomTx) Audit(a map[string]any) {
 }
 
 // ReadRoom runs fn on one read-only, repeatable-read transaction of
-// roomID as p. It checks no authority: the feature decides what fn may
-// read for p (with its ReadRule, through RoomTx.Rows).
+// roomID as p. It checks only that p addresses roomID: the feature
+// decides what fn may read for p (with its ReadRule, through RoomTx.Rows).
 func (s *Service) ReadRoom(ctx context.Context, p *Principal, roomID string, fn func(t *RoomTx) error) error {
+	// Whatever room id a feature passes along, p reads its own room only.
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return err
+	}
 	return s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		t := &RoomTx{s: s, ctx: ctx, q: tx, p: p, room: roomID}
 		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&t.now); err != nil {
@@ -272,6 +293,9 @@ func (s *Service) ReadRoom(ctx context.Context, p *Principal, roomID string, fn 
 // commits together with its audit entry and notification, or not at all.
 // A read-only principal writes nothing (the core refuses at commit).
 func (s *Service) MutateRoom(ctx context.Context, p *Principal, roomID string, fn func(t *RoomTx) error) (seq int64, err error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return 0, err
+	}
 	return s.mutate(ctx, p, roomID, func(m *mutation) error {
 		return fn(&RoomTx{s: s, ctx: m.ctx, q: m.tx, m: m, p: m.p, room: roomID, now: m.now})
 	})
