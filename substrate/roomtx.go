@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -37,7 +38,9 @@ type RoomTx struct {
 // Context is the transaction's context.
 func (t *RoomTx) Context() context.Context { return t.ctx }
 
-// Now is the transaction's time (the database's now()).
+// Now is the transaction's time: the database's now() in a read, the
+// time once the room lock is held in a mutation; Get, GetMany and List
+// judge timers by it.
 func (t *RoomTx) Now() time.Time { return t.now }
 
 // Principal is who acts: in a mutation, with grants re-read under the
@@ -70,8 +73,8 @@ func (t *RoomTx) Actor() string {
 // Get reads one live entry (mutable or append) by key.
 func (t *RoomTx) Get(scope, key string) (json.RawMessage, bool, error) {
 	var raw json.RawMessage
-	err := t.q.QueryRow(t.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`+liveSQL,
-		t.room, scope, key).Scan(&raw)
+	err := t.q.QueryRow(t.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`+liveAt(4),
+		t.room, scope, key, t.now).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -79,6 +82,14 @@ func (t *RoomTx) Get(scope, key string) (json.RawMessage, bool, error) {
 		return nil, false, err
 	}
 	return raw, true, nil
+}
+
+// liveAt is liveSQL judged at the RoomTx's time, bound as parameter $n:
+// in a mutation that is its time once the room lock is held (what the
+// write path judges timers by), not now(), the transaction's start,
+// which precedes any wait for the lock.
+func liveAt(n int) string {
+	return strings.Replace(liveSQL, "now()", fmt.Sprintf("$%d::timestamptz", n), 1)
 }
 
 // MaxKeysPerRead bounds GetMany, List and Chain.
@@ -94,8 +105,8 @@ func (t *RoomTx) GetMany(scope string, keys []string) (map[string]json.RawMessag
 	if len(keys) > MaxKeysPerRead {
 		return nil, errs.New(errs.InvalidField, "a read asks for %d keys, more than %d", len(keys), MaxKeysPerRead).WithHint("read fewer keys at a time")
 	}
-	rows, err := t.q.Query(t.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND key = ANY($3)`+liveSQL,
-		t.room, scope, keys)
+	rows, err := t.q.Query(t.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND key = ANY($3)`+liveAt(4),
+		t.room, scope, keys, t.now)
 	if err != nil {
 		return nil, err
 	}
@@ -128,13 +139,13 @@ func (t *RoomTx) List(q ListQuery) ([]KeyValue, error) {
 	if q.Limit <= 0 || q.Limit > MaxKeysPerRead {
 		q.Limit = MaxKeysPerRead
 	}
-	sql := `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND left(key, char_length($3)) = $3` + liveSQL
+	sql := `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND left(key, char_length($3)) = $3` + liveAt(5)
 	if q.Appended {
 		sql += ` AND sort_key IS NOT NULL ORDER BY sort_key DESC LIMIT $4`
 	} else {
 		sql += ` AND sort_key IS NULL ORDER BY key LIMIT $4`
 	}
-	rows, err := t.q.Query(t.ctx, sql, t.room, q.Scope, q.Prefix, q.Limit)
+	rows, err := t.q.Query(t.ctx, sql, t.room, q.Scope, q.Prefix, q.Limit, t.now)
 	if err != nil {
 		return nil, err
 	}
