@@ -146,3 +146,25 @@ func TestAttackKeyLogReadsOnlyItsKey(t *testing.T) {
 		t.Errorf("refusal: %v, want invalid_field", err)
 	}
 }
+
+// AuditPage bounds its page whatever n its caller passes: a negative n
+// was a database error (a 500 to whoever forwarded it), a huge one a
+// statement without a useful LIMIT.
+func TestAttackAuditPageBoundsItsRows(t *testing.T) {
+	svc, pa, pb := attackRooms(t)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := svc.WriteState(ctx, pa, "atk-a", []substrate.Write{{Scope: "_shared", Key: "k", Value: json.RawMessage(`1`)}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []int{-1, 0, 1 << 30} {
+		page, err := svc.AuditPage(ctx, pa, "atk-a", 0, 1<<62, n)
+		if err != nil || len(page) < 3 {
+			t.Errorf("AuditPage n=%d: %d entries, err %v", n, len(page), err)
+		}
+	}
+	if _, err := svc.AuditPage(ctx, pb, "atk-a", 0, 1<<62, 10); !errs.Is(err, errs.Forbidden) {
+		t.Errorf("HOLE: room atk-b's token paged atk-a's audit log: %v", err)
+	}
+}

@@ -27,14 +27,23 @@ type AuditEntry struct {
 // while it decodes or writes.
 const auditPageBytes = 4 << 20
 
+// MaxAuditPageRows bounds the rows of one AuditPage, whatever n a caller
+// asks for: the statement's own LIMIT, so that stopping at the byte bound
+// never leaves a large result to drain.
+const MaxAuditPageRows = 1000
+
 // AuditPage reads roomID's _audit entries with after < seq ≤ upTo, in seq
 // order, from state and state_archive (where retention moved the old
-// ones): at most n rows and about 4 MiB. The log holds every scope,
+// ones): at most n rows (1 … MaxAuditPageRows; others mean the most)
+// and about 4 MiB. The log holds every scope,
 // private ones included: only room authority of roomID reads it.
 func (s *Service) AuditPage(ctx context.Context, p *Principal, roomID string, after, upTo int64, n int) ([]AuditEntry, error) {
 	if p == nil || p.RoomID != roomID || !p.Admin() {
 		return nil, errs.New(errs.Forbidden, "the audit log holds every scope, private ones included: only the room token reads it").
 			WithHint("read it with the room token")
+	}
+	if n <= 0 || n > MaxAuditPageRows {
+		n = MaxAuditPageRows
 	}
 	rows, err := s.db.Query(ctx, sqlAuditPage, roomID, after, upTo, n)
 	if err != nil {
