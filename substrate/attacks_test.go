@@ -168,3 +168,28 @@ func TestAttackAuditPageBoundsItsRows(t *testing.T) {
 		t.Errorf("HOLE: room atk-b's token paged atk-a's audit log: %v", err)
 	}
 }
+
+// A feature's mutation that forgets its audit record is refused and
+// rolled back (its writes never land unaudited), without a panic.
+func TestMutateRoomWithoutAuditIsAnError(t *testing.T) {
+	svc, pa, _ := attackRooms(t)
+	ctx := context.Background()
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("MutateRoom without an audit record panicked: %v", r)
+			}
+		}()
+		_, err = svc.MutateRoom(ctx, pa, "atk-a", func(tx *substrate.RoomTx) error {
+			_, err := tx.Apply([]substrate.Op{{Scope: "_shared", Key: "unaudited", Value: json.RawMessage(`1`)}}, "test")
+			return err
+		})
+	}()
+	if err == nil && !t.Failed() {
+		t.Error("MutateRoom without an audit record succeeded")
+	}
+	if r, rerr := svc.ReadState(ctx, pa, "atk-a", substrate.ReadQuery{Scope: "_shared", Key: "unaudited"}); rerr == nil && len(r.Entries) > 0 {
+		t.Errorf("the unaudited write landed: %+v", r.Entries)
+	}
+}

@@ -308,7 +308,16 @@ func (s *Service) MutateRoom(ctx context.Context, p *Principal, roomID string, f
 		return 0, err
 	}
 	return s.mutate(ctx, p, roomID, func(m *mutation) error {
-		return fn(&RoomTx{s: s, ctx: m.ctx, q: m.tx, m: m, p: m.p, room: roomID, now: m.now})
+		if err := fn(&RoomTx{s: s, ctx: m.ctx, q: m.tx, m: m, p: m.p, room: roomID, now: m.now}); err != nil {
+			return err
+		}
+		// The core's own paths always set a record (mutate panics on a
+		// missing one); a feature that forgot gets an error and a
+		// rollback, not a panic in the middle of a request.
+		if m.audit == nil {
+			return errors.New("substrate: a feature's mutation set no audit record (RoomTx.Audit)")
+		}
+		return nil
 	})
 }
 
