@@ -27,14 +27,23 @@ type AuditEntry struct {
 // while it decodes or writes.
 const auditPageBytes = 4 << 20
 
+// MaxAuditPageRows bounds the rows of one AuditPage, whatever n a caller
+// asks for: the statement's own LIMIT, so that stopping at the byte bound
+// never leaves a large result to drain.
+const MaxAuditPageRows = 1000
+
 // AuditPage reads roomID's _audit entries with after < seq ≤ upTo, in seq
 // order, from state and state_archive (where retention moved the old
-// ones): at most n rows and about 4 MiB. The log holds every scope,
+// ones): at most n rows (1 … MaxAuditPageRows; others mean the most)
+// and about 4 MiB. The log holds every scope,
 // private ones included: only room authority of roomID reads it.
 func (s *Service) AuditPage(ctx context.Context, p *Principal, roomID string, after, upTo int64, n int) ([]AuditEntry, error) {
 	if p == nil || p.RoomID != roomID || !p.Admin() {
 		return nil, errs.New(errs.Forbidden, "the audit log holds every scope, private ones included: only the room token reads it").
 			WithHint("read it with the room token")
+	}
+	if n <= 0 || n > MaxAuditPageRows {
+		n = MaxAuditPageRows
 	}
 	rows, err := s.db.Query(ctx, sqlAuditPage, roomID, after, upTo, n)
 	if err != nil {
@@ -132,6 +141,10 @@ type KeyLogTx struct {
 	k   *KeyLog
 	ctx context.Context
 	tx  pgx.Tx
+	// starts are the seqs Revision and LastWrite found: the key's own
+	// writes, the only places Chain starts from (an audit record holds
+	// every scope its mutation wrote).
+	starts map[int64]bool
 }
 
 // Read runs fn on one read-only, repeatable-read transaction.
@@ -149,7 +162,18 @@ func (t *KeyLogTx) Revision() (int64, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
+	t.start(rev)
 	return rev, err
+}
+
+func (t *KeyLogTx) start(seq int64) {
+	if seq <= 0 {
+		return
+	}
+	if t.starts == nil {
+		t.starts = map[int64]bool{}
+	}
+	t.starts[seq] = true
 }
 
 // LastWrite is the seq of the key's newest write before seq before (0:
@@ -167,6 +191,7 @@ func (t *KeyLogTx) LastWrite(before int64) (int64, error) {
 			return 0, err
 		}
 		if seq != 0 {
+			t.start(seq)
 			return seq, nil
 		}
 	}
@@ -175,8 +200,14 @@ func (t *KeyLogTx) LastWrite(before int64) (int64, error) {
 
 // Chain reads the audit entries of the key's versions from the one at
 // seq start back through each delta's revision_before, at most n, newest
-// first (two primary-key lookups per version, in one statement).
+// first (two primary-key lookups per version, in one statement). start
+// is a seq Revision or LastWrite returned on this transaction: any other
+// is refused, since it could name another key's write.
 func (t *KeyLogTx) Chain(start int64, n int) ([]AuditEntry, error) {
+	if !t.starts[start] {
+		return nil, errs.New(errs.InvalidField, "seq %d is not a write of %s/%s found on this read", start, t.k.Scope, t.k.Key).
+			WithHint("start from Revision or LastWrite")
+	}
 	rows, err := t.tx.Query(t.ctx, sqlKeyChain, t.k.room, t.k.Scope, t.k.Key, start, n)
 	if err != nil {
 		return nil, err

@@ -87,16 +87,19 @@
 // For features (bounded by construction, SQL kept here):
 //   - ReadRoom: a repeatable-read transaction of one room; MutateRoom: one
 //     mutation (room locked, an agent's grants re-read under the lock,
-//     writes through the write path with their audit delta). Neither
-//     checks more than that: the feature decides what p may do, with its
-//     read rule through RoomTx.Rows.
+//     writes through the write path with their audit delta). Both check
+//     that p addresses the room, and no more: the feature decides what p
+//     may do, with its read rule through RoomTx.Rows.
 //   - RoomTx.Get, GetMany: live entries by exact key. List: live entries
 //     by key prefix (exact, not by collation), mutable in key order or
 //     append newest first, at most MaxKeysPerRead. Chain: a walk along
 //     links stored in entries (a tree's parents or first children) in one
 //     round trip, at most MaxKeysPerRead steps. HasAgent.
 //   - RoomTx.Apply, Audit: queued writes (Op) through the write path, and
-//     the mutation's audit record.
+//     the mutation's audit record. Apply checks names, keys and value
+//     sizes as WriteState does and refuses the core's reserved scopes
+//     (_audit, _agents, _actions, _views, _cooldowns); scope authority is
+//     the feature's.
 //   - AuditPage: pages of the _audit log (archive included), room
 //     authority of that room only. AdmitKeyLog: admits p to one key's
 //     versions exactly when p may read the key now (scope rule, read

@@ -71,3 +71,65 @@ func TestQueuedMutationTimeAfterLock(t *testing.T) {
 			second.UpdatedAt.Format(time.RFC3339Nano), first.UpdatedAt.Format(time.RFC3339Nano), released.Format(time.RFC3339Nano))
 	}
 }
+
+// A feature's reads inside a mutation judge timers at the mutation's
+// time, as the write path does: an entry whose TTL ran out while the
+// mutation waited for the room lock is gone for Get and List too (with
+// the database's now(), the transaction's start, it was still there,
+// while Apply judged it absent).
+func TestRoomTxReadsJudgeTimersAtTheMutationsTime(t *testing.T) {
+	db := pgtest.NewPool(t, 3)
+	svc := substrate.New(db, substrate.Options{})
+	defer svc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "ttl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	if _, err := svc.MutateRoom(ctx, admin, "ttl", func(tx *substrate.RoomTx) error {
+		audit, err := tx.Apply([]substrate.Op{{Scope: "feat.x", Key: "hold", Value: []byte(`1`), TTL: 400 * time.Millisecond}}, "test")
+		tx.Audit(map[string]any{"kind": "test", "writes": audit})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hctx, hold, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(hctx, `SELECT 1 FROM rooms WHERE id = 'ttl' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		get, list bool
+		err       error
+	}
+	done := make(chan seen, 1)
+	go func() {
+		var s seen
+		_, s.err = svc.MutateRoom(ctx, admin, "ttl", func(tx *substrate.RoomTx) error {
+			_, ok, err := tx.Get("feat.x", "hold")
+			if err != nil {
+				return err
+			}
+			kvs, err := tx.List(substrate.ListQuery{Scope: "feat.x", Prefix: "h"})
+			s.get, s.list = ok, len(kvs) > 0
+			tx.Audit(map[string]any{"kind": "test"})
+			return err
+		})
+		done <- s
+	}()
+	time.Sleep(800 * time.Millisecond) // the TTL runs out while it waits
+	if err := hold.Commit(hctx); err != nil {
+		t.Fatal(err)
+	}
+	s := <-done
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	if s.get || s.list {
+		t.Fatalf("an entry whose TTL ran out during the lock wait was read as live (Get %v, List %v)", s.get, s.list)
+	}
+}

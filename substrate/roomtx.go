@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,7 +38,9 @@ type RoomTx struct {
 // Context is the transaction's context.
 func (t *RoomTx) Context() context.Context { return t.ctx }
 
-// Now is the transaction's time (the database's now()).
+// Now is the transaction's time: the database's now() in a read, the
+// time once the room lock is held in a mutation; Get, GetMany and List
+// judge timers by it.
 func (t *RoomTx) Now() time.Time { return t.now }
 
 // Principal is who acts: in a mutation, with grants re-read under the
@@ -69,8 +73,8 @@ func (t *RoomTx) Actor() string {
 // Get reads one live entry (mutable or append) by key.
 func (t *RoomTx) Get(scope, key string) (json.RawMessage, bool, error) {
 	var raw json.RawMessage
-	err := t.q.QueryRow(t.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`+liveSQL,
-		t.room, scope, key).Scan(&raw)
+	err := t.q.QueryRow(t.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = $2 AND key = $3`+liveAt(4),
+		t.room, scope, key, t.now).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -78,6 +82,14 @@ func (t *RoomTx) Get(scope, key string) (json.RawMessage, bool, error) {
 		return nil, false, err
 	}
 	return raw, true, nil
+}
+
+// liveAt is liveSQL judged at the RoomTx's time, bound as parameter $n:
+// in a mutation that is its time once the room lock is held (what the
+// write path judges timers by), not now(), the transaction's start,
+// which precedes any wait for the lock.
+func liveAt(n int) string {
+	return strings.Replace(liveSQL, "now()", fmt.Sprintf("$%d::timestamptz", n), 1)
 }
 
 // MaxKeysPerRead bounds GetMany, List and Chain.
@@ -93,8 +105,8 @@ func (t *RoomTx) GetMany(scope string, keys []string) (map[string]json.RawMessag
 	if len(keys) > MaxKeysPerRead {
 		return nil, errs.New(errs.InvalidField, "a read asks for %d keys, more than %d", len(keys), MaxKeysPerRead).WithHint("read fewer keys at a time")
 	}
-	rows, err := t.q.Query(t.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND key = ANY($3)`+liveSQL,
-		t.room, scope, keys)
+	rows, err := t.q.Query(t.ctx, `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND key = ANY($3)`+liveAt(4),
+		t.room, scope, keys, t.now)
 	if err != nil {
 		return nil, err
 	}
@@ -127,13 +139,13 @@ func (t *RoomTx) List(q ListQuery) ([]KeyValue, error) {
 	if q.Limit <= 0 || q.Limit > MaxKeysPerRead {
 		q.Limit = MaxKeysPerRead
 	}
-	sql := `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND left(key, char_length($3)) = $3` + liveSQL
+	sql := `SELECT key, value FROM state WHERE room_id = $1 AND scope = $2 AND left(key, char_length($3)) = $3` + liveAt(5)
 	if q.Appended {
 		sql += ` AND sort_key IS NOT NULL ORDER BY sort_key DESC LIMIT $4`
 	} else {
 		sql += ` AND sort_key IS NULL ORDER BY key LIMIT $4`
 	}
-	rows, err := t.q.Query(t.ctx, sql, t.room, q.Scope, q.Prefix, q.Limit)
+	rows, err := t.q.Query(t.ctx, sql, t.room, q.Scope, q.Prefix, q.Limit, t.now)
 	if err != nil {
 		return nil, err
 	}
@@ -237,6 +249,22 @@ func (t *RoomTx) Apply(ops []Op, via string) ([]map[string]any, error) {
 	}
 	in := make([]op, len(ops))
 	for i, o := range ops {
+		// The write rules every write obeys, whatever a feature composed:
+		// names and keys as WriteState checks them, and the core's own
+		// reserved scopes (the audit log, agents, definitions, cooldowns)
+		// left to the core, whose snapshot trusts what they hold.
+		if err := validName("scope", o.Scope, t.s.lim.MaxScopeBytes, true); err != nil {
+			return nil, err.(*errs.Error).With("write", i)
+		}
+		if slices.Contains(systemScopes, o.Scope) {
+			return nil, errs.New(errs.ScopeDenied, "scope %q is written only by the core", o.Scope).With("write", i).
+				WithHint("a feature writes its own scopes (RegisterScopes), _shared, _messages or agents' scopes")
+		}
+		if !(o.Append && o.Key == "") {
+			if err := validKey(o.Key, t.s.lim.MaxKeyBytes); err != nil {
+				return nil, err.(*errs.Error).With("write", i)
+			}
+		}
 		in[i] = op{Scope: o.Scope, Key: o.Key, Value: o.Value, Append: o.Append, Delete: o.Delete}
 		if o.TTL > 0 {
 			in[i].Timer = &Timer{MS: max(1, o.TTL.Milliseconds()), Effect: "delete"}
@@ -255,9 +283,13 @@ func (t *RoomTx) Audit(a map[string]any) {
 }
 
 // ReadRoom runs fn on one read-only, repeatable-read transaction of
-// roomID as p. It checks no authority: the feature decides what fn may
-// read for p (with its ReadRule, through RoomTx.Rows).
+// roomID as p. It checks only that p addresses roomID: the feature
+// decides what fn may read for p (with its ReadRule, through RoomTx.Rows).
 func (s *Service) ReadRoom(ctx context.Context, p *Principal, roomID string, fn func(t *RoomTx) error) error {
+	// Whatever room id a feature passes along, p reads its own room only.
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return err
+	}
 	return s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		t := &RoomTx{s: s, ctx: ctx, q: tx, p: p, room: roomID}
 		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&t.now); err != nil {
@@ -272,8 +304,20 @@ func (s *Service) ReadRoom(ctx context.Context, p *Principal, roomID string, fn 
 // commits together with its audit entry and notification, or not at all.
 // A read-only principal writes nothing (the core refuses at commit).
 func (s *Service) MutateRoom(ctx context.Context, p *Principal, roomID string, fn func(t *RoomTx) error) (seq int64, err error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return 0, err
+	}
 	return s.mutate(ctx, p, roomID, func(m *mutation) error {
-		return fn(&RoomTx{s: s, ctx: m.ctx, q: m.tx, m: m, p: m.p, room: roomID, now: m.now})
+		if err := fn(&RoomTx{s: s, ctx: m.ctx, q: m.tx, m: m, p: m.p, room: roomID, now: m.now}); err != nil {
+			return err
+		}
+		// The core's own paths always set a record (mutate panics on a
+		// missing one); a feature that forgot gets an error and a
+		// rollback, not a panic in the middle of a request.
+		if m.audit == nil {
+			return errors.New("substrate: a feature's mutation set no audit record (RoomTx.Audit)")
+		}
+		return nil
 	})
 }
 

@@ -158,3 +158,21 @@ func TestAttackForgedClientAddressThroughProxies(t *testing.T) {
 		})
 	}
 }
+
+// The loom's rules are registered by its package's init (issue 27): a
+// binary that does not import substrate/loom would let room authority
+// write the loom's scopes directly and show them to every reader. syncd
+// imports it (main, and each adapter's loom endpoint); this keeps it so,
+// on the server as it runs.
+func TestAttackSyncdEnforcesTheLoomsScopes(t *testing.T) {
+	base, stop := start(t, testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1"))
+	defer stop()
+	_, room := call(t, "POST", base+"/rooms", "", `{"id": "loomreg"}`)
+	roomTok, _ := room["token"].(string)
+	for _, scope := range []string{"_loom", "_loom.doc"} {
+		code, body := call(t, "PUT", base+"/rooms/loomreg/state", roomTok, `{"scope": "`+scope+`", "key": "forged", "value": 1}`)
+		if code != http.StatusForbidden || body["error"] != "scope_denied" {
+			t.Errorf("HOLE: room authority wrote %s directly: %d %v", scope, code, body)
+		}
+	}
+}

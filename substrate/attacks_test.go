@@ -1,0 +1,195 @@
+package substrate_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Attacks on the core's exported operations for features (ReadRoom,
+// MutateRoom, RoomTx.Apply, AdmitKeyLog): a feature that forwards a
+// caller's principal and arguments must not read or write beyond what
+// the core itself would allow that principal.
+
+func attackRooms(t *testing.T) (*substrate.Service, *substrate.Principal, *substrate.Principal) {
+	t.Helper()
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	a, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "atk-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "atk-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := svc.Authenticate(ctx, a.Token)
+	pb, _ := svc.Authenticate(ctx, b.Token)
+	return svc, pa, pb
+}
+
+// A principal of one room never reads or writes another room through a
+// RoomTx, whatever room id the feature passes along.
+func TestAttackRoomTxStaysInThePrincipalsRoom(t *testing.T) {
+	svc, pa, pb := attackRooms(t)
+	ctx := context.Background()
+	if _, err := svc.WriteState(ctx, pb, "atk-b", []substrate.Write{{Scope: "_shared", Key: "secret", Value: json.RawMessage(`"b's"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	var got json.RawMessage
+	err := svc.ReadRoom(ctx, pa, "atk-b", func(tx *substrate.RoomTx) error {
+		v, _, err := tx.Get("_shared", "secret")
+		got = v
+		return err
+	})
+	if !errs.Is(err, errs.Forbidden) {
+		t.Errorf("HOLE: room atk-a's token read room atk-b through ReadRoom: %s (err %v)", got, err)
+	}
+	_, err = svc.MutateRoom(ctx, pa, "atk-b", func(tx *substrate.RoomTx) error {
+		audit, err := tx.Apply([]substrate.Op{{Scope: "_shared", Key: "secret", Value: json.RawMessage(`"a's"`)}}, "test")
+		tx.Audit(map[string]any{"kind": "test", "writes": audit})
+		return err
+	})
+	if !errs.Is(err, errs.Forbidden) {
+		t.Errorf("HOLE: room atk-a's token wrote room atk-b through MutateRoom (err %v)", err)
+	}
+}
+
+// Apply is the core's write path for features: it keeps the core's own
+// reserved scopes (the audit log, agents, action and view definitions,
+// cooldowns) to the core, and names and keys to the rules every write
+// obeys.
+func TestAttackApplyKeepsTheCoresRules(t *testing.T) {
+	svc, pa, _ := attackRooms(t)
+	ctx := context.Background()
+	for _, o := range []substrate.Op{
+		{Scope: "_actions", Key: "evil", Value: json.RawMessage(`{"writes":[]}`)},
+		{Scope: "_audit", Key: "999999", Value: json.RawMessage(`{}`), Append: true},
+		{Scope: "_agents", Key: "mallory", Value: json.RawMessage(`{}`)},
+		{Scope: "_views", Key: "v", Value: json.RawMessage(`{}`)},
+		{Scope: "_cooldowns", Key: "c", Value: json.RawMessage(`{}`)},
+		{Scope: "_shared", Key: "bad\x01key", Value: json.RawMessage(`1`)},
+		{Scope: "bad scope", Key: "k", Value: json.RawMessage(`1`)},
+		{Scope: "_shared", Key: "", Value: json.RawMessage(`1`)},
+	} {
+		_, err := svc.MutateRoom(ctx, pa, "atk-a", func(tx *substrate.RoomTx) error {
+			audit, err := tx.Apply([]substrate.Op{o}, "test")
+			tx.Audit(map[string]any{"kind": "test", "writes": audit})
+			return err
+		})
+		if e := errs.From(err); e == nil || (e.Code != errs.ScopeDenied && e.Code != errs.InvalidField) {
+			t.Errorf("HOLE: Apply wrote %q/%q: err %v", o.Scope, o.Key, err)
+		}
+	}
+	// What a feature legitimately writes still goes through.
+	_, err := svc.MutateRoom(ctx, pa, "atk-a", func(tx *substrate.RoomTx) error {
+		audit, err := tx.Apply([]substrate.Op{{Scope: "_shared", Key: "ok", Value: json.RawMessage(`1`)}, {Scope: "feat.x", Key: "n:1", Value: json.RawMessage(`1`), Append: true}}, "test")
+		tx.Audit(map[string]any{"kind": "test", "writes": audit})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("a legitimate Apply was refused: %v", err)
+	}
+}
+
+// A KeyLog admits its reader to one key's versions: it cannot be pointed
+// at another mutation's audit record (which holds every scope it wrote,
+// private ones included).
+func TestAttackKeyLogReadsOnlyItsKey(t *testing.T) {
+	svc, pa, _ := attackRooms(t)
+	ctx := context.Background()
+	bob, err := svc.Join(ctx, pa, "atk-a", substrate.JoinRequest{ID: "bob", Name: "Bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pbob, _ := svc.Authenticate(ctx, bob.Token)
+	if _, err := svc.WriteState(ctx, pa, "atk-a", []substrate.Write{{Scope: "_shared", Key: "k", Value: json.RawMessage(`1`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	// A private write of alice's (here room authority's, in scope
+	// "alice"), which bob may not read.
+	w, err := svc.WriteState(ctx, pa, "atk-a", []substrate.Write{{Scope: "alice", Key: "secret", Value: json.RawMessage(`"alice's secret"`)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kl, err := svc.AdmitKeyLog(ctx, pbob, "atk-a", "_shared", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []substrate.AuditEntry
+	var own int
+	err = kl.Read(ctx, func(tx *substrate.KeyLogTx) error {
+		rev, err := tx.Revision()
+		if err != nil {
+			return err
+		}
+		mine, err := tx.Chain(rev, 5)
+		own = len(mine)
+		if err != nil {
+			return err
+		}
+		got, err = tx.Chain(w.Seq, 1)
+		return err
+	})
+	if own != 1 {
+		t.Errorf("the key's own history: %d entries (%v), want 1", own, err)
+	}
+	for _, e := range got {
+		t.Errorf("HOLE: bob's KeyLog of _shared/k read audit entry %d: %s", e.Seq, e.Value)
+	}
+	if len(got) == 0 && err != nil && errs.From(err).Code != errs.InvalidField {
+		t.Errorf("refusal: %v, want invalid_field", err)
+	}
+}
+
+// AuditPage bounds its page whatever n its caller passes: a negative n
+// was a database error (a 500 to whoever forwarded it), a huge one a
+// statement without a useful LIMIT.
+func TestAttackAuditPageBoundsItsRows(t *testing.T) {
+	svc, pa, pb := attackRooms(t)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := svc.WriteState(ctx, pa, "atk-a", []substrate.Write{{Scope: "_shared", Key: "k", Value: json.RawMessage(`1`)}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []int{-1, 0, 1 << 30} {
+		page, err := svc.AuditPage(ctx, pa, "atk-a", 0, 1<<62, n)
+		if err != nil || len(page) < 3 {
+			t.Errorf("AuditPage n=%d: %d entries, err %v", n, len(page), err)
+		}
+	}
+	if _, err := svc.AuditPage(ctx, pb, "atk-a", 0, 1<<62, 10); !errs.Is(err, errs.Forbidden) {
+		t.Errorf("HOLE: room atk-b's token paged atk-a's audit log: %v", err)
+	}
+}
+
+// A feature's mutation that forgets its audit record is refused and
+// rolled back (its writes never land unaudited), without a panic.
+func TestMutateRoomWithoutAuditIsAnError(t *testing.T) {
+	svc, pa, _ := attackRooms(t)
+	ctx := context.Background()
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("MutateRoom without an audit record panicked: %v", r)
+			}
+		}()
+		_, err = svc.MutateRoom(ctx, pa, "atk-a", func(tx *substrate.RoomTx) error {
+			_, err := tx.Apply([]substrate.Op{{Scope: "_shared", Key: "unaudited", Value: json.RawMessage(`1`)}}, "test")
+			return err
+		})
+	}()
+	if err == nil && !t.Failed() {
+		t.Error("MutateRoom without an audit record succeeded")
+	}
+	if r, rerr := svc.ReadState(ctx, pa, "atk-a", substrate.ReadQuery{Scope: "_shared", Key: "unaudited"}); rerr == nil && len(r.Entries) > 0 {
+		t.Errorf("the unaudited write landed: %+v", r.Entries)
+	}
+}
