@@ -383,8 +383,9 @@ func (s *Service) markRead(ctx context.Context, roomID string, rc *roomCtx) erro
 	})
 }
 
-// envelope assembles the context. Adaptive salience (seed 000) extends it
-// here: this is the one place the envelope is put together.
+// envelope assembles the context: this is the one place the envelope is
+// put together (adaptive salience, seed 000, annotates it afterwards in
+// envelopeOf).
 func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (*Envelope, error) {
 	want := func(sec string) bool {
 		if len(req.Only) == 0 {

@@ -42,8 +42,11 @@
 //     records a use with. Without it (Options.NoSalience, or a binary
 //     that does not import it) the envelope carries no salience.
 //
-// The lobby's operations (lobbyops.go) live here: they write agents and
-// presence, which are the core's rows (see the note there).
+// The lobby's operations (lobbyops.go) stay here: Embody, EmbodyRole and
+// SetIdle write agents (ownership, grants, presence) through the write
+// path, AgentOwner reads one agents row, and RoomSummaries reads many
+// rooms' rows and presence in two statements; moved out, each would need
+// a core operation doing the same. Only the summary's shaping could leave.
 //
 // # Operations and the authority each checks
 //

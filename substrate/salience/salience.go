@@ -261,7 +261,7 @@ func readsChangedState(r *substrate.Read, src, self string, after int64) bool {
 	return false
 }
 
-// attention assembles _context._attention for the envelope (annotate
+// attention assembles _context._attention for the envelope (Annotate
 // adds what needs the log: new messages and you_elided).
 func (sl *salience) attention(health *Health) *substrate.Attention {
 	r := sl.r
