@@ -302,7 +302,7 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 			WithHint("simplify enabled and if (avoid large comprehensions), read a key another action precomputes, or delete actions nobody uses")
 	}
 	m.audit = map[string]any{"kind": "register_action", "action": def.ID, "definition": def, "created": res.Created, "changed": res.Changed}
-	m.vocab, m.decay = append(m.vocab, vocabTouch{"action", def.ID, false}), salienceOf(snap).Decay
+	m.vocab, m.decay = append(m.vocab, vocabTouch{"action", def.ID, false}), decayOf(snap)
 	return res, nil
 }
 
@@ -490,7 +490,7 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 			WithHint("simplify the expression (avoid large comprehensions), read a key another action precomputes, or delete views nobody reads")
 	}
 	m.audit = map[string]any{"kind": "register_view", "view": def.ID, "definition": def, "created": res.Created}
-	m.vocab, m.decay = append(m.vocab, vocabTouch{"view", def.ID, false}), salienceOf(snap).Decay
+	m.vocab, m.decay = append(m.vocab, vocabTouch{"view", def.ID, false}), decayOf(snap)
 	return res, nil
 }
 
@@ -589,8 +589,8 @@ func (s *Service) ListViews(ctx context.Context, p *Principal, roomID string) ([
 		out = append(out, ViewInfo{ViewDef: ViewDef{ID: viewContested, Scope: ScopeShared, Description: "state keys written by more than one action (system)"}, Value: c})
 	}
 	if sl, err := s.salienceFor(ctx, rc, roomID); err == nil && sl != nil {
-		out = append(out, ViewInfo{ViewDef: ViewDef{ID: viewHealth, Scope: ScopeShared, Description: "the vocabulary's health: assessment, reasons, suggestions, message patterns (system)"},
-			Value: s.health(ctx, rc, sl)})
+		out = append(out, ViewInfo{ViewDef: ViewDef{ID: ViewHealth, Scope: ScopeShared, Description: "the vocabulary's health: assessment, reasons, suggestions, message patterns (system)"},
+			Value: sl.Health(ctx)})
 	}
 	return out, nil
 }

@@ -330,7 +330,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		// reads them all, up to the most a read returns.
 		req.MessagesLimit = 500
 	}
-	if sl != nil && sl.self != nil && sl.self.ContextReads == 0 && *sl.cfg.FirstReadFull && req.Depth == "lean" && req.Since == nil && !req.Peek {
+	if sl != nil && sl.FirstReadFull() && req.Depth == "lean" && req.Since == nil && !req.Peek {
 		req.Depth = "full"
 		note = "your first read of this room is at depth full, once, so you see the whole vocabulary; later reads are lean unless you ask"
 	}
@@ -340,7 +340,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 	}
 	env.Context.Note = note
 	if sl != nil {
-		s.annotate(ctx, env, rc, sl, roomID, req)
+		sl.Annotate(ctx, env, req)
 	}
 	if req.Since != nil {
 		deltaOf(env, rc, roomID, *req.Since, *req.MessagesAfter, shown)
@@ -355,7 +355,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 					cut = append(cut, c.Section)
 				}
 			}
-			for _, sec := range youElided(rc, at.SinceYourLastRead, cut) {
+			for _, sec := range sl.YouElided(at.SinceYourLastRead, cut) {
 				if !slices.Contains(at.YouElided, sec) {
 					at.YouElided = append(at.YouElided, sec)
 				}
@@ -383,8 +383,9 @@ func (s *Service) markRead(ctx context.Context, roomID string, rc *roomCtx) erro
 	})
 }
 
-// envelope assembles the context. Adaptive salience (seed 000) extends it
-// here: this is the one place the envelope is put together.
+// envelope assembles the context: this is the one place the envelope is
+// put together (adaptive salience, seed 000, annotates it afterwards in
+// envelopeOf).
 func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (*Envelope, error) {
 	want := func(sec string) bool {
 		if len(req.Only) == 0 {

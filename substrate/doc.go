@@ -15,7 +15,8 @@
 // when SQL over them appears anywhere else but the store. Features built
 // on rooms are packages of their own that reach rooms only through the
 // operations below: substrate/loom (seed 002), substrate/trajectory
-// (trajectory export, a key's history, replay). Imports point one way
+// (trajectory export, a key's history, replay), substrate/salience
+// (adaptive salience, seed 000 §VII). Imports point one way
 // (feature → core); where the core must ask a feature something, the
 // feature registers an answer from its package's init:
 //
@@ -32,8 +33,20 @@
 //   - RegisterMemory: keys of an agent's own scope that are its private
 //     operational memory: the audit records their size, never their text.
 //   - Service.Feature: per-service state (the loom's options).
+//   - RegisterSalience: what a context read asks adaptive salience
+//     (salienceport.go): whether the reader's first read goes at full,
+//     to annotate the envelope (_attention, the _vocabulary_health view,
+//     the actions' stale and low-salience marks), which budget-cut
+//     sections changed since the reader's last read, and the health
+//     view GET /views lists; and the room's usage decay the write path
+//     records a use with. Without it (Options.NoSalience, or a binary
+//     that does not import it) the envelope carries no salience.
 //
-// Salience and the lobby's operations (lobbyops.go) still live here.
+// The lobby's operations (lobbyops.go) stay here: Embody, EmbodyRole and
+// SetIdle write agents (ownership, grants, presence) through the write
+// path, AgentOwner reads one agents row, and RoomSummaries reads many
+// rooms' rows and presence in two statements; moved out, each would need
+// a core operation doing the same. Only the summary's shaping could leave.
 //
 // # Operations and the authority each checks
 //
@@ -105,6 +118,15 @@
 //     versions exactly when p may read the key now (scope rule, read
 //     rules, enabled gate) and returns a KeyLog that reads that key's
 //     versions and nothing else.
+//   - Read (salience's view of one context read, read-only): the reader's
+//     room at the read's seq (Action, LiveActions, ActionEnabled,
+//     ViewDefs, Views, Revision, Keys, EachShown: what the reader was
+//     shown), Usage (the vocabulary's usage, read once per snapshot),
+//     RecentLog (the newest 500 entries of each log up to the seq), Memo
+//     (a value computed once per snapshot), Expand. Its checks are the
+//     read's: it exists only inside a context read p was admitted to.
+//     Action, Keys, Revision, Config and RecentLog are the room's, not
+//     narrowed to p: salience narrows what it says to what p was shown.
 //
 // For the lobby (lobbyops.go): RoomSummaries, AgentOwner, Embody,
 // EmbodyRole, SetIdle, with the checks each documents; their callers

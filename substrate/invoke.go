@@ -291,7 +291,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	for _, v := range viewsReadBy(def) {
 		m.vocab = append(m.vocab, vocabTouch{"view", v, true})
 	}
-	m.decay = salienceOf(snap).Decay
+	m.decay = decayOf(snap)
 	if def.Result != "" {
 		m.audit["result"] = capAny(res.Result)
 	}

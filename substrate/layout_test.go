@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,8 +16,21 @@ import (
 
 // The core and its features (ARCHITECTURE §2, issue 27): the core
 // (this package) is the only code that reads or writes room rows; the
-// loom, the trajectory and whatever comes next reach rooms through its
-// exported operations (doc.go is the map).
+// features reach rooms through its exported operations (doc.go is the
+// map).
+
+// features are the packages built on rooms. A new package under
+// substrate/ that imports the core is one (or the REST adapter): listing
+// it here says so, and the rules below hold it.
+var features = map[string]string{
+	"substrate/loom":       "the loom (seed 002)",
+	"substrate/trajectory": "trajectory export, a key's history, replay",
+	"substrate/salience":   "adaptive salience: _attention, _vocabulary_health (seed 000 §VII)",
+}
+
+// adapters are the packages under substrate/ that serve the core to a
+// surface rather than build on rooms.
+var adapters = map[string]bool{"substrate/rest": true}
 
 // roomTables are the tables the core owns.
 var roomTables = []string{"rooms", "rooms_retired", "agents", "state", "state_archive", "vocabulary_usage"}
@@ -126,5 +140,35 @@ func TestFeaturesReachRoomsOnlyThroughTheCore(t *testing.T) {
 	sort.Strings(violations)
 	if len(violations) > 0 {
 		t.Fatalf("layout broken:\n  %s", strings.Join(violations, "\n  "))
+	}
+}
+
+// Every package under substrate/ that imports the core is a listed
+// feature (or an adapter), and every listed feature exists: the list is
+// the map of what is built on rooms.
+func TestFeaturesAreListed(t *testing.T) {
+	files := goFiles(t)
+	var problems []string
+	for dir, fs := range files {
+		if !strings.HasPrefix(dir, "substrate/") || adapters[dir] || features[dir] != "" {
+			continue
+		}
+		for _, f := range fs {
+			for _, im := range f.Imports {
+				if path, _ := strconv.Unquote(im.Path.Value); path == module+"substrate" {
+					problems = append(problems, dir+" imports the core but is not in features")
+					break
+				}
+			}
+		}
+	}
+	for dir := range features {
+		if len(files[dir]) == 0 {
+			problems = append(problems, dir+" is listed in features but has no Go files")
+		}
+	}
+	sort.Strings(problems)
+	if len(problems) > 0 {
+		t.Fatalf("features list out of date (substrate/layout_test.go):\n  %s", strings.Join(slices.Compact(problems), "\n  "))
 	}
 }

@@ -30,12 +30,13 @@ type snapshot struct {
 	msgOnce sync.Once
 	msgUse  bool
 
-	// win is the recent log, read once when salience needs it; usage
-	// the vocabulary's usage at this seq (both change only with it).
-	winOnce sync.Once
-	win     *logWindow
+	// usage is the vocabulary's usage at this seq, and memo what
+	// features compute once per snapshot (Read.Memo): both change only
+	// with the seq.
 	usageMu sync.Mutex
-	usage   map[string]*usage
+	usage   map[string]*Usage
+	memoMu  sync.Mutex
+	memo    map[string]*memoEntry
 
 	liveMu    sync.Mutex
 	liveCache *liveState

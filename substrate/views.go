@@ -177,8 +177,11 @@ func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewRes
 
 const viewContested = "_contested"
 
-// viewHealth is the system view of the vocabulary's health.
-const viewHealth = "_vocabulary_health"
+// ViewHealth is the system view of the vocabulary's health.
+const ViewHealth = "_vocabulary_health"
+
+// ViewContested is the system view of contested state keys.
+const ViewContested = viewContested
 
 // contested maps "<scope>.<key>" to the actions that write it, for keys
 // written by more than one action. Templated keys are left out: which key

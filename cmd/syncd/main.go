@@ -35,6 +35,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/httpmw"
 	"github.com/syncsubstrate/sync/substrate/loom"
 	"github.com/syncsubstrate/sync/substrate/rest"
+	_ "github.com/syncsubstrate/sync/substrate/salience" // the envelope's adaptive salience registers itself
 )
 
 func main() {

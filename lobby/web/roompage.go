@@ -16,6 +16,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	_ "github.com/syncsubstrate/sync/substrate/salience" // the envelope's adaptive salience registers itself
 )
 
 // IsPage reports whether a request for /rooms/{id} is a browser asking for

@@ -1,29 +1,56 @@
-package substrate
+// Package salience is adaptive salience (seed 000 §VII): the substrate's
+// opinion about attention, computed per read and per agent from metadata
+// only. It adds to the envelope (_context._attention, the
+// _vocabulary_health system view, annotations on actions) and never
+// withholds: whatever it leaves out at lean is counted, with the read that
+// shows it, and availability never changes.
+//
+// It reaches rooms only through the core's substrate.Read (the reader's
+// room at the read's seq, the vocabulary's usage, the recent log) and
+// registers itself from its init as what the core asks for salience.
+package salience
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/syncsubstrate/sync/substrate"
 )
 
-// Adaptive salience (seed 000 §VII): the substrate's opinion about
-// attention, computed per read and per agent from metadata only. It adds
-// to the envelope (_context._attention, the _vocabulary_health system
-// view, annotations on actions) and never withholds: whatever it leaves
-// out at lean is counted, with the read that shows it, and availability
-// never changes.
+func init() { substrate.RegisterSalience(feature{}) }
 
-// SalienceConfig are the thresholds of adaptive salience. A room overrides
+// feature is what the core asks (substrate.Salience).
+type feature struct{}
+
+// Decay is the room's usage decay (Config.Decay).
+func (feature) Decay(config json.RawMessage) float64 { return configOf(config).Decay }
+
+// Begin gathers the read's salience, nil when the room turns it off.
+func (feature) Begin(ctx context.Context, r *substrate.Read) (substrate.SalienceRead, error) {
+	cfg := configOf(r.Config())
+	if cfg.Off {
+		return nil, nil
+	}
+	u, err := r.Usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sl := &salience{r: r, cfg: cfg, usage: u}
+	sl.reads, sl.self = r.Reads()
+	return sl, nil
+}
+
+// Config are the thresholds of adaptive salience. A room overrides
 // any of them in the state entry _shared._config under "salience"; the
 // help key vocabulary_review documents them.
-type SalienceConfig struct {
+type Config struct {
 	// Off turns adaptive salience off for the room. Default false.
 	Off bool `json:"off"`
 	// StaleAfterMutations: an action registered more than this many room
@@ -58,27 +85,26 @@ type SalienceConfig struct {
 	PatternMin int `json:"pattern_min"`
 }
 
-func defaultSalience() SalienceConfig {
+func defaultConfig() Config {
 	yes := true
-	return SalienceConfig{StaleAfterMutations: 50, StaleAfterMinutes: 60, StaleFraction: 0.3, MessageRatio: 3,
+	return Config{StaleAfterMutations: 50, StaleAfterMinutes: 60, StaleFraction: 0.3, MessageRatio: 3,
 		Decay: 0.95, LowSalience: 0.2, FirstReadFull: &yes, PatternMin: 3}
 }
 
-// salienceOf is the room's configuration: the defaults with what
+// configOf is the room's configuration: the defaults with what
 // _shared._config.salience sets (fields of the wrong type are ignored).
-func salienceOf(snap *snapshot) SalienceConfig {
-	c := defaultSalience()
-	r := snap.scopes[ScopeShared]["_config"]
-	if r == nil {
+func configOf(config json.RawMessage) Config {
+	c := defaultConfig()
+	if config == nil {
 		return c
 	}
 	var cfg struct {
 		Salience json.RawMessage `json:"salience"`
 	}
-	if json.Unmarshal(r.Value, &cfg) != nil || len(cfg.Salience) == 0 {
+	if json.Unmarshal(config, &cfg) != nil || len(cfg.Salience) == 0 {
 		return c
 	}
-	var o SalienceConfig
+	var o Config
 	if json.Unmarshal(cfg.Salience, &o) != nil {
 		return c
 	}
@@ -108,170 +134,28 @@ func salienceOf(snap *snapshot) SalienceConfig {
 	return c
 }
 
-// usage is one action's or view's row of vocabulary_usage.
-type usage struct {
-	Uses        int64
-	LastUsedSeq int64
-	Score       float64
-	ReadsAtUse  int64
-}
-
-// usageKey names an item of the vocabulary.
-func usageKey(kind, id string) string { return kind + ":" + id }
-
-// loadUsage reads the room's vocabulary usage (a few rows per action and
-// view).
-func loadUsage(ctx context.Context, q querier, roomID string) (map[string]*usage, error) {
-	rows, err := q.Query(ctx, sqlUsage, roomID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]*usage{}
-	for rows.Next() {
-		var kind, id string
-		var u usage
-		var last *int64
-		if err := rows.Scan(&kind, &id, &u.Uses, &last, &u.Score, &u.ReadsAtUse); err != nil {
-			return nil, err
-		}
-		if last != nil {
-			u.LastUsedSeq = *last
-		}
-		out[usageKey(kind, id)] = &u
-	}
-	return out, rows.Err()
-}
-
-// vocabTouch records, in a mutation, that an action or view was used
-// (invoked, or read by an invoked action's expressions) or registered.
-type vocabTouch struct {
-	kind, id string
-	use      bool
-}
-
-// touchVocabulary queues the mutation's vocabulary uses at seq: uses and
-// last use move for what was used; every touched item's score is decayed
-// to now and reinforced by one.
-func (m *mutation) touchVocabulary(seq int64, decay float64) {
-	if len(m.vocab) == 0 {
-		return
-	}
-	kinds := make([]string, len(m.vocab))
-	ids := make([]string, len(m.vocab))
-	uses := make([]bool, len(m.vocab))
-	for i, t := range m.vocab {
-		kinds[i], ids[i], uses[i] = t.kind, t.id, t.use
-	}
-	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay)
-}
-
-// viewRefs finds views.<id> and views["id"] in an expression.
-var viewRefs = regexp.MustCompile(`views(?:\.([A-Za-z_][A-Za-z0-9_]*)|\["([^"\\]+)"\])`)
-
-// viewsReadBy are the ids of the views the action's expressions read.
-func viewsReadBy(def *ActionDef) []string {
-	srcs := []string{def.If, def.Enabled, def.Result}
-	for _, w := range def.Writes {
-		if w.Expr {
-			raw, _ := json.Marshal(w.Value)
-			srcs = append(srcs, string(raw))
-			raw, _ = json.Marshal(w.Merge)
-			srcs = append(srcs, string(raw))
-		}
-	}
-	seen := map[string]bool{}
-	var out []string
-	for _, src := range srcs {
-		for _, m := range viewRefs.FindAllStringSubmatch(src, -1) {
-			id := m[1] + m[2]
-			if !seen[id] && id != viewContested && id != viewHealth {
-				seen[id] = true
-				out = append(out, id)
-			}
-		}
-	}
-	return out
-}
-
-// Attention is _context._attention: what the substrate thinks deserves
-// the reader's attention, from metadata only.
-type Attention struct {
-	// BrokenViews are the views whose value is an error.
-	BrokenViews []string `json:"broken_views,omitempty"`
-	// YourBrokenViews are the reader's own broken views with their
-	// errors, shown whatever the request left out: its model of the room
-	// is wrong, which is always worth knowing.
-	YourBrokenViews map[string]any `json:"your_broken_views,omitempty"`
-	// StaleActions are actions registered a while ago and never invoked
-	// since.
-	StaleActions []string `json:"stale_actions,omitempty"`
-	// SinceYourLastRead is what changed since the reader's previous
-	// context read (absent on its first).
-	SinceYourLastRead *SinceLastRead `json:"since_your_last_read,omitempty"`
-	// YouElided are sections this read left out (by request or budget)
-	// that changed since the reader's last read.
-	YouElided []string `json:"you_elided,omitempty"`
-	// LowSalience are actions and views nobody has used for a long while
-	// (they still work); Omitted counts those a lean read left out.
-	LowSalience []string `json:"low_salience,omitempty"`
-	Omitted     *Omitted `json:"low_salience_omitted,omitempty"`
-	// VocabularyHealth is the room's assessment: progressive, stable or
-	// degenerating (details in the _vocabulary_health view).
-	VocabularyHealth string `json:"vocabulary_health,omitempty"`
-	// Finding is the health's strongest finding, in one line, so that a
-	// read whose budget cut the _vocabulary_health view still carries it.
-	Finding string `json:"finding,omitempty"`
-}
-
-// Omitted counts what a lean read left out for low salience, and the read
-// that shows it.
-type Omitted struct {
-	Actions int    `json:"actions"`
-	Expand  string `json:"expand"`
-}
-
-// SinceLastRead is the room's change since the reader's last context read.
-type SinceLastRead struct {
-	FromSeq        int64    `json:"from_seq"`
-	StateChanges   int      `json:"state_changes"`
-	NewActions     []string `json:"new_actions"`
-	ActionsInvoked []string `json:"actions_invoked"`
-	ViewsChanged   []string `json:"views_changed"`
-	NewMessages    int64    `json:"new_messages"`
-}
-
 // salience is what one read knows for adaptive salience.
 type salience struct {
-	cfg   SalienceConfig
-	usage map[string]*usage
+	r     *substrate.Read
+	cfg   Config
+	usage map[string]*substrate.Usage
 	// reads is the room's context reads so far (the decay clock); self
-	// the reader's presence row (nil for a caller without an agent).
+	// the reader's marks (nil for a caller without an agent).
 	reads int64
-	self  *presence
+	self  *substrate.ReaderMarks
 }
 
-// newSalience gathers the read's salience inputs, nil when it is off.
-func (s *Service) newSalience(rc *roomCtx, u map[string]*usage) *salience {
-	cfg := salienceOf(rc.snap)
-	if s.noSalience || cfg.Off || u == nil {
-		return nil
-	}
-	sl := &salience{cfg: cfg, usage: u}
-	for i := range rc.agents {
-		sl.reads += rc.agents[i].ContextReads
-		if rc.agents[i].ID == rc.self {
-			sl.self = &rc.agents[i]
-		}
-	}
-	return sl
+// FirstReadFull reports a reader on its first read of a room that reads
+// it at depth full once.
+func (sl *salience) FirstReadFull() bool {
+	return sl.self != nil && sl.self.ContextReads == 0 && *sl.cfg.FirstReadFull
 }
 
 // score is an item's reinforcement now: its score at its last use,
 // decayed by the room's reads since. An item without a usage row (made
 // before usage was kept) counts as fresh.
 func (sl *salience) score(kind, id string) float64 {
-	u := sl.usage[usageKey(kind, id)]
+	u := sl.usage[substrate.UsageKey(kind, id)]
 	if u == nil {
 		return 1
 	}
@@ -282,37 +166,25 @@ func (sl *salience) low(kind, id string) bool { return sl.score(kind, id) < sl.c
 
 // stale reports an action registered long enough ago (in mutations or
 // minutes) and not invoked since.
-func (sl *salience) stale(rc *roomCtx, id string) bool {
-	a := rc.snap.actions[id]
-	if a == nil {
+func (sl *salience) stale(id string) bool {
+	a, ok := sl.r.Action(id)
+	if !ok {
 		return false
 	}
-	if u := sl.usage[usageKey("action", id)]; u != nil && u.LastUsedSeq > a.r.Revision {
+	if u := sl.usage[substrate.UsageKey("action", id)]; u != nil && u.LastUsedSeq > a.Revision {
 		return false
 	}
-	old := rc.snap.seq-a.r.Revision > sl.cfg.StaleAfterMutations
-	if !a.r.UpdatedAt.IsZero() && rc.now.Sub(a.r.UpdatedAt) > time.Duration(sl.cfg.StaleAfterMinutes*float64(time.Minute)) {
+	old := sl.r.Seq()-a.Revision > sl.cfg.StaleAfterMutations
+	if !a.UpdatedAt.IsZero() && sl.r.Now().Sub(a.UpdatedAt) > time.Duration(sl.cfg.StaleAfterMinutes*float64(time.Minute)) {
 		old = true
 	}
 	return old
 }
 
-// customActions are the room's live actions (not builtins), sorted.
-func customActions(rc *roomCtx) []string {
-	var out []string
-	for id, a := range rc.snap.actions {
-		if a.r.timer.live(rc.now) {
-			out = append(out, id)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
 // brokenViews are the views this reader sees whose value is an error.
-func brokenViews(rc *roomCtx) []string {
+func brokenViews(r *substrate.Read) []string {
 	var out []string
-	for id, v := range rc.views {
+	for id, v := range r.Views() {
 		if m, ok := v.(map[string]any); ok && m["_error"] != nil && !strings.HasPrefix(id, "_") {
 			out = append(out, id)
 		}
@@ -325,45 +197,42 @@ func brokenViews(rc *roomCtx) []string {
 // snapshot's revisions and the usage's last uses. A view changed when its
 // definition did or a state entry it reads (by path) did; deletions are
 // not counted.
-func (sl *salience) since(rc *roomCtx) *SinceLastRead {
+func (sl *salience) since() *substrate.SinceLastRead {
 	if sl.self == nil || sl.self.ContextReads == 0 {
 		return nil
 	}
+	r := sl.r
 	from := sl.self.LastContextSeq
-	out := &SinceLastRead{FromSeq: from, NewActions: []string{}, ActionsInvoked: []string{}, ViewsChanged: []string{}}
-	for scope, rows := range rc.snap.scopes {
-		if strings.HasPrefix(scope, "_") && scope != ScopeShared || !rc.visible(scope) {
-			continue
-		}
-		// Only entries this reader sees: a change to one its gate hides
-		// (or whose timer ran out) is not its news, and counting it
-		// would tell it the hidden entry moved.
-		seen, _ := rc.state[scope].(map[string]any)
-		for key, r := range rows {
-			if _, ok := seen[key]; ok && r.Revision > from {
+	out := &substrate.SinceLastRead{FromSeq: from, NewActions: []string{}, ActionsInvoked: []string{}, ViewsChanged: []string{}}
+	// Only entries this reader sees: a change to one its gate hides (or
+	// whose timer ran out) is not its news, and counting it would tell it
+	// the hidden entry moved.
+	r.EachShown(func(scope string) bool { return !strings.HasPrefix(scope, "_") || scope == substrate.ScopeShared },
+		func(_, _ string, revision int64) {
+			if revision > from {
 				out.StateChanges++
 			}
-		}
-	}
-	for _, id := range customActions(rc) {
-		if rc.snap.actions[id].r.Revision > from && rc.actEnabled[id] {
+		})
+	for _, id := range r.LiveActions() {
+		if a, _ := r.Action(id); a.Revision > from && r.ActionEnabled(id) {
 			out.NewActions = append(out.NewActions, id)
 		}
-		if u := sl.usage[usageKey("action", id)]; u != nil && u.LastUsedSeq > from {
+		if u := sl.usage[substrate.UsageKey("action", id)]; u != nil && u.LastUsedSeq > from {
 			out.ActionsInvoked = append(out.ActionsInvoked, id)
 		}
 	}
 	changed := map[string]bool{}
-	for _, v := range rc.snap.views { // in dependency order
-		if _, shown := rc.views[v.def.ID]; !shown {
+	views := r.Views()
+	for _, v := range r.ViewDefs() { // in dependency order
+		if _, shown := views[v.Def.ID]; !shown {
 			continue
 		}
-		if v.r.Revision > from || readsChangedState(rc, v.def.Expr, viewSelf(v.def), from) {
-			changed[v.def.ID] = true
+		if v.Revision > from || readsChangedState(r, v.Def.Expr, substrate.ViewSelf(v.Def), from) {
+			changed[v.Def.ID] = true
 		}
-		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
-			if changed[m[1]+m[2]] {
-				changed[v.def.ID] = true
+		for _, id := range substrate.ViewRefs(v.Def.Expr) {
+			if changed[id] {
+				changed[v.Def.ID] = true
 			}
 		}
 	}
@@ -377,57 +246,59 @@ func (sl *salience) since(rc *roomCtx) *SinceLastRead {
 // readsChangedState reports whether src reads (by path) a state entry or
 // scope changed after seq; self is the scope src reads as state.self (a
 // view's registrar's).
-func readsChangedState(rc *roomCtx, src, self string, after int64) bool {
-	for _, m := range statePath.FindAllStringSubmatch(src, -1) {
-		scope := m[1]
-		if scope == ScopeSelf {
+func readsChangedState(r *substrate.Read, src, self string, after int64) bool {
+	for _, m := range substrate.StatePaths(src) {
+		scope := m[0]
+		if scope == substrate.ScopeSelf {
 			if scope = self; scope == "" {
 				continue
 			}
 		}
-		if r := rc.snap.scopes[scope][m[2]]; r != nil && r.Revision > after {
+		if rev, ok := r.Revision(scope, m[1]); ok && rev > after {
 			return true
 		}
 	}
 	return false
 }
 
-// attention assembles _context._attention for the envelope (annotate
+// attention assembles _context._attention for the envelope (Annotate
 // adds what needs the log: new messages and you_elided).
-func (s *Service) attention(rc *roomCtx, sl *salience, health *Health) *Attention {
-	at := &Attention{BrokenViews: brokenViews(rc), VocabularyHealth: health.Assessment, Finding: health.strongest()}
+func (sl *salience) attention(health *Health) *substrate.Attention {
+	r := sl.r
+	at := &substrate.Attention{BrokenViews: brokenViews(r), VocabularyHealth: health.Assessment, Finding: health.strongest()}
+	self, views, defs := r.Self(), r.Views(), r.ViewDefs()
 	for _, id := range at.BrokenViews {
-		for _, v := range rc.snap.views {
-			if v.def.ID == id && rc.self != "" && (v.def.RegisteredBy == rc.self || v.def.Scope == rc.self) {
+		for _, v := range defs {
+			if v.Def.ID == id && self != "" && (v.Def.RegisteredBy == self || v.Def.Scope == self) {
 				if at.YourBrokenViews == nil {
 					at.YourBrokenViews = map[string]any{}
 				}
-				at.YourBrokenViews[id] = rc.views[id]
+				at.YourBrokenViews[id] = views[id]
 			}
 		}
 	}
-	for _, id := range customActions(rc) {
-		if !rc.actEnabled[id] {
+	for _, id := range r.LiveActions() {
+		if !r.ActionEnabled(id) {
 			continue
 		}
-		if sl.stale(rc, id) {
+		if sl.stale(id) {
 			at.StaleActions = append(at.StaleActions, id)
 		}
 		if sl.low("action", id) {
 			at.LowSalience = append(at.LowSalience, id)
 		}
 	}
-	for _, v := range rc.snap.views {
-		if _, shown := rc.views[v.def.ID]; shown && sl.low("view", v.def.ID) {
-			at.LowSalience = append(at.LowSalience, "views."+v.def.ID)
+	for _, v := range defs {
+		if _, shown := views[v.Def.ID]; shown && sl.low("view", v.Def.ID) {
+			at.LowSalience = append(at.LowSalience, "views."+v.Def.ID)
 		}
 	}
-	at.SinceYourLastRead = sl.since(rc)
+	at.SinceYourLastRead = sl.since()
 	return at
 }
 
-// youElided are the sections in elided that changed since the last read.
-func youElided(rc *roomCtx, since *SinceLastRead, elided []string) []string {
+// YouElided are the sections in elided that changed since the last read.
+func (sl *salience) YouElided(since *substrate.SinceLastRead, elided []string) []string {
 	if since == nil {
 		return nil
 	}
@@ -439,15 +310,10 @@ func youElided(rc *roomCtx, since *SinceLastRead, elided []string) []string {
 			changed = since.StateChanges > 0
 		case strings.HasPrefix(sec, "state."):
 			scope := strings.TrimPrefix(sec, "state.")
-			if scope == ScopeSelf {
-				scope = rc.self
+			if scope == substrate.ScopeSelf {
+				scope = sl.r.Self()
 			}
-			for _, r := range rc.snap.scopes[scope] {
-				if r.Revision > since.FromSeq {
-					changed = true
-					break
-				}
-			}
+			changed = sl.r.ScopeChangedAfter(scope, since.FromSeq)
 		case sec == "views":
 			changed = len(since.ViewsChanged) > 0
 		case sec == "actions":
@@ -500,7 +366,7 @@ func (h *Health) strongest() string {
 
 // purposeWords are the words of an action's description and intent that
 // say what it is for (short and common words left out).
-func purposeWords(def *ActionDef) map[string]bool {
+func purposeWords(def *substrate.ActionDef) map[string]bool {
 	out := map[string]bool{}
 	for _, w := range strings.FieldsFunc(strings.ToLower(def.Description+" "+def.Intent), func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
@@ -517,10 +383,11 @@ var stopWords = map[string]bool{"that": true, "this": true, "with": true, "from"
 
 // overlappingPurposes pairs the actions whose purpose words mostly
 // coincide (Jaccard index at least 0.6, three words or more in common).
-func overlappingPurposes(rc *roomCtx, acts []string) [][2]string {
+func overlappingPurposes(r *substrate.Read, acts []string) [][2]string {
 	words := make([]map[string]bool, len(acts))
 	for i, id := range acts {
-		words[i] = purposeWords(rc.snap.actions[id].def)
+		a, _ := r.Action(id)
+		words[i] = purposeWords(a.Def)
 	}
 	var out [][2]string
 	for i := range acts {
@@ -540,51 +407,56 @@ func overlappingPurposes(rc *roomCtx, acts []string) [][2]string {
 	return out
 }
 
+// Health is the _vocabulary_health view's value.
+func (sl *salience) Health(ctx context.Context) any { return sl.health(ctx) }
+
 // health assesses the room for the reader (broken views are those it
 // sees).
-func (s *Service) health(ctx context.Context, rc *roomCtx, sl *salience) *Health {
+func (sl *salience) health(ctx context.Context) *Health {
+	r := sl.r
 	h := &Health{Reasons: []string{}, Suggestions: []string{}}
 	// Only the vocabulary the reader sees: an action or view its enabled
 	// hides is not named, nor counted, in what the reader is told.
 	var acts []string
-	for _, id := range customActions(rc) {
-		if rc.actEnabled[id] {
+	for _, id := range r.LiveActions() {
+		if r.ActionEnabled(id) {
 			acts = append(acts, id)
 		}
 	}
 	h.TotalActions = len(acts)
-	for id := range rc.views {
+	views := r.Views()
+	for id := range views {
 		if !strings.HasPrefix(id, "_") {
 			h.TotalViews++
 		}
 	}
-	h.BrokenViews = len(brokenViews(rc))
+	h.BrokenViews = len(brokenViews(r))
 	recentUsed, recent := 0, 0
 	for _, id := range acts {
-		if sl.stale(rc, id) {
+		if sl.stale(id) {
 			h.StaleActions++
 		}
-		a := rc.snap.actions[id]
-		if rc.snap.seq-a.r.Revision <= sl.cfg.StaleAfterMutations {
+		a, _ := r.Action(id)
+		if r.Seq()-a.Revision <= sl.cfg.StaleAfterMutations {
 			recent++
-			if u := sl.usage[usageKey("action", id)]; u != nil && u.LastUsedSeq > a.r.Revision {
+			if u := sl.usage[substrate.UsageKey("action", id)]; u != nil && u.LastUsedSeq > a.Revision {
 				recentUsed++
 			}
 		}
 	}
-	if c, ok := rc.views[viewContested].(map[string]any); ok {
+	if c, ok := views[substrate.ViewContested].(map[string]any); ok {
 		h.ContestedTargets = len(c)
 	}
-	win := rc.snap.window(ctx, s)
+	win := window(ctx, r)
 	if win.invocations > 0 {
 		h.MessageToActionRatio = math.Round(float64(win.messages)/float64(win.invocations)*10) / 10
 	} else {
 		h.MessageToActionRatio = float64(win.messages)
 	}
-	for _, p := range win.patternsOnce(rc, sl.cfg.PatternMin) {
+	for _, p := range win.patternsOnce(r, sl.cfg.PatternMin) {
 		// Found once for every reader (from the log, _audit included);
 		// one naming an action hidden from this reader is not its news.
-		if p.Action == "" || rc.actEnabled[p.Action] {
+		if p.Action == "" || r.ActionEnabled(p.Action) {
 			h.Patterns = append(h.Patterns, p)
 		}
 	}
@@ -611,7 +483,7 @@ func (s *Service) health(ctx context.Context, rc *roomCtx, sl *salience) *Health
 	for _, p := range h.Patterns {
 		h.Suggestions = append(h.Suggestions, p.Suggestion)
 	}
-	h.OverlappingPurposes = overlappingPurposes(rc, acts)
+	h.OverlappingPurposes = overlappingPurposes(r, acts)
 	for _, pair := range h.OverlappingPurposes {
 		h.Suggestions = append(h.Suggestions, fmt.Sprintf("%s and %s state overlapping purposes: merge them, or say in their descriptions how they differ", pair[0], pair[1]))
 	}
@@ -659,7 +531,7 @@ type logWindow struct {
 }
 
 // patternsOnce is patterns, computed once per window and threshold.
-func (w *logWindow) patternsOnce(rc *roomCtx, min int) []Pattern {
+func (w *logWindow) patternsOnce(r *substrate.Read, min int) []Pattern {
 	w.patMu.Lock()
 	defer w.patMu.Unlock()
 	if p, ok := w.found[min]; ok {
@@ -668,7 +540,7 @@ func (w *logWindow) patternsOnce(rc *roomCtx, min int) []Pattern {
 	if w.found == nil {
 		w.found = map[int][]Pattern{}
 	}
-	w.found[min] = w.patterns(rc, min)
+	w.found[min] = w.patterns(r, min)
 	return w.found[min]
 }
 
@@ -682,33 +554,21 @@ type logEntry struct {
 	body   string // a message's body as JSON text (only for key names)
 }
 
-// windowSize is how many recent entries of each log pattern detection
-// reads.
-const windowSize = 500
-
 // window reads the recent log once per snapshot (the log only changes
 // with the seq). A read that fails leaves an empty window: salience is
 // advice, never a reason to fail a read.
-func (snap *snapshot) window(ctx context.Context, s *Service) *logWindow {
-	snap.winOnce.Do(func() {
+func window(ctx context.Context, r *substrate.Read) *logWindow {
+	return r.Memo("salience.window", func() any {
 		w := &logWindow{}
-		snap.win = w
-		rows, err := s.db.Query(ctx, sqlLogWindow, snap.room, windowSize, snap.seq)
-		if err != nil {
-			s.log.Warn("salience: log window", "room", snap.room, "err", err)
-			return
+		rows, err := r.RecentLog(ctx)
+		if err != nil && len(rows) == 0 {
+			r.Warn("salience: log window", "err", err)
+			return w
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var e logEntry
-			var scope string
-			var raw []byte
-			var writer string
-			var gated bool
-			if err := rows.Scan(&scope, &e.seq, &raw, &writer, &gated); err != nil {
-				return
-			}
-			if gated {
+		for _, row := range rows {
+			e := logEntry{seq: row.Seq}
+			scope, raw, writer := row.Scope, row.Value, row.Writer
+			if row.Gated {
 				// The window is every reader's, and a gated message is
 				// hidden from some: its kind, sender and the keys it names
 				// are not theirs to learn from a pattern. It still counts
@@ -718,7 +578,7 @@ func (snap *snapshot) window(ctx context.Context, s *Service) *logWindow {
 			}
 			var v map[string]any
 			_ = json.Unmarshal(raw, &v)
-			e.audit = scope == ScopeAudit
+			e.audit = scope == substrate.ScopeAudit
 			e.by = writer
 			if e.audit {
 				e.kind, _ = v["kind"].(string)
@@ -745,8 +605,8 @@ func (snap *snapshot) window(ctx context.Context, s *Service) *logWindow {
 			w.entries = append(w.entries, e)
 		}
 		sort.Slice(w.entries, func(i, j int) bool { return w.entries[i].seq < w.entries[j].seq })
-	})
-	return snap.win
+		return w
+	}).(*logWindow)
 }
 
 // patternGap is how many room entries after a message an invocation may
@@ -757,12 +617,12 @@ const patternGap = 6
 // precede the same invocation; messages after failed invocations; and
 // frequent kinds of message naming the same shared key that no action
 // writes.
-func (w *logWindow) patterns(rc *roomCtx, least int) []Pattern {
+func (w *logWindow) patterns(r *substrate.Read, least int) []Pattern {
 	var out []Pattern
 	precede := map[[2]string]int{}
 	afterFail := map[string]int{}
 	about := map[[2]string]int{}
-	keys := rc.snap.scopes[ScopeShared]
+	keys := r.Keys(substrate.ScopeShared)
 	// The chance baseline: how many messages of a kind an invocation of an
 	// action would follow within patternGap if the two were unrelated,
 	// given how many of each the window holds over its span of seqs.
@@ -799,7 +659,7 @@ func (w *logWindow) patterns(rc *roomCtx, least int) []Pattern {
 				break
 			}
 		}
-		for k := range keys {
+		for _, k := range keys {
 			if len(k) >= 3 && !strings.HasPrefix(k, "_") && mentions(e.body, k) {
 				about[[2]string{e.kind, k}]++
 			}
@@ -821,10 +681,10 @@ func (w *logWindow) patterns(rc *roomCtx, least int) []Pattern {
 				Suggestion: fmt.Sprintf("agents message after %s fails: the vocabulary may not cover that case", a)})
 		}
 	}
-	written := writtenKeys(rc)
+	written := writtenKeys(r)
 	for pk, n := range about {
 		if n >= least && !written[pk[1]] {
-			out = append(out, Pattern{Pattern: "messages_about_key", Kind: pk[0], Key: ScopeShared + "." + pk[1], Count: n,
+			out = append(out, Pattern{Pattern: "messages_about_key", Kind: pk[0], Key: substrate.ScopeShared + "." + pk[1], Count: n,
 				Suggestion: fmt.Sprintf("agents often send %q messages about _shared.%s, which no action writes: a concept without vocabulary", pk[0], pk[1])})
 		}
 	}
@@ -860,11 +720,12 @@ func isWordByte(b byte) bool {
 
 // writtenKeys are the _shared keys some action writes (by its templates'
 // literal keys).
-func writtenKeys(rc *roomCtx) map[string]bool {
+func writtenKeys(r *substrate.Read) map[string]bool {
 	out := map[string]bool{}
-	for _, a := range rc.snap.actions {
-		for _, w := range a.def.Writes {
-			if w.Scope == "" || w.Scope == ScopeShared {
+	for _, id := range r.ActionIDs() {
+		a, _ := r.Action(id)
+		for _, w := range a.Def.Writes {
+			if w.Scope == "" || w.Scope == substrate.ScopeShared {
 				out[w.Key] = true
 			}
 		}
@@ -872,38 +733,19 @@ func writtenKeys(rc *roomCtx) map[string]bool {
 	return out
 }
 
-// salienceFor loads what the read needs for adaptive salience (nil when it
-// is off for the room or the service).
-func (s *Service) salienceFor(ctx context.Context, rc *roomCtx, roomID string) (*salience, error) {
-	if s.noSalience || salienceOf(rc.snap).Off {
-		return nil, nil
-	}
-	snap := rc.snap
-	snap.usageMu.Lock()
-	defer snap.usageMu.Unlock()
-	if snap.usage == nil {
-		u, err := loadUsage(ctx, s.db, roomID)
-		if err != nil {
-			return nil, err
-		}
-		snap.usage = u
-	}
-	return s.newSalience(rc, snap.usage), nil
-}
-
-// annotate adds adaptive salience to an assembled envelope: the
+// Annotate adds adaptive salience to an assembled envelope: the
 // _vocabulary_health view, _context._attention, and the stale and
 // low-salience marks on actions (low-salience actions left out of a lean
 // read when the room asks, counted with the read that shows them).
-func (s *Service) annotate(ctx context.Context, env *Envelope, rc *roomCtx, sl *salience, roomID string, req ContextRequest) {
-	h := s.health(ctx, rc, sl)
-	if env.Views != nil && wantsView(req, viewHealth) {
-		env.Views[viewHealth] = h
+func (sl *salience) Annotate(ctx context.Context, env *substrate.Envelope, req substrate.ContextRequest) {
+	h := sl.health(ctx)
+	if env.Views != nil && wantsView(req, substrate.ViewHealth) {
+		env.Views[substrate.ViewHealth] = h
 	}
-	at := s.attention(rc, sl, h)
+	at := sl.attention(h)
 	if at.SinceYourLastRead != nil {
-		at.SinceYourLastRead.NewMessages = rc.snap.window(ctx, s).messagesAfter(at.SinceYourLastRead.FromSeq)
-		at.YouElided = youElided(rc, at.SinceYourLastRead, env.Context.Elided)
+		at.SinceYourLastRead.NewMessages = window(ctx, sl.r).messagesAfter(at.SinceYourLastRead.FromSeq)
+		at.YouElided = sl.YouElided(at.SinceYourLastRead, env.Context.Elided)
 	}
 	omitted := 0
 	for id, a := range env.Actions {
@@ -917,13 +759,13 @@ func (s *Service) annotate(ctx context.Context, env *Envelope, rc *roomCtx, sl *
 			continue
 		}
 		a.LowSalience = low
-		a.Stale = req.Depth == "usage" && sl.stale(rc, id)
+		a.Stale = req.Depth == "usage" && sl.stale(id)
 		env.Actions[id] = a
 	}
 	if omitted > 0 {
-		at.Omitted = &Omitted{Actions: omitted, Expand: expand(rc, roomID, map[string]any{"only": "actions", "depth": "full"})}
+		at.Omitted = &substrate.Omitted{Actions: omitted, Expand: sl.r.Expand(map[string]any{"only": "actions", "depth": "full"})}
 	}
-	if len(at.StaleActions) > 0 && req.Depth == "lean" && float64(len(at.StaleActions)) <= sl.cfg.StaleFraction*float64(max(len(customActions(rc)), 1)) {
+	if len(at.StaleActions) > 0 && req.Depth == "lean" && float64(len(at.StaleActions)) <= sl.cfg.StaleFraction*float64(max(len(sl.r.LiveActions()), 1)) {
 		// At lean, stale actions are listed only when they are a large
 		// part of the vocabulary (seed 000 §7.5); else counted.
 		at.StaleActions = nil
@@ -938,7 +780,7 @@ func (s *Service) annotate(ctx context.Context, env *Envelope, rc *roomCtx, sl *
 
 // wantsView reports whether a read that has the views section asked for
 // view id: all views, unless only names single views (views.<id>).
-func wantsView(req ContextRequest, id string) bool {
+func wantsView(req substrate.ContextRequest, id string) bool {
 	named := false
 	for _, o := range req.Only {
 		if o == "views" || o == "views."+id {

@@ -1,0 +1,450 @@
+package substrate
+
+// What the core asks adaptive salience (seed 000 §VII), which lives in
+// substrate/salience and registers itself from its init, and the read it
+// gets to answer with. The core keeps what salience reads from rows: the
+// vocabulary's usage (written by the write path), the recent log, and the
+// envelope's _attention shape, which the budget shrinks.
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Salience is what the core asks adaptive salience.
+type Salience interface {
+	// Decay is the room's decay of a usage score per context read, from
+	// the value of _shared._config (nil when absent): the write path
+	// records a use with it.
+	Decay(config json.RawMessage) float64
+	// Begin gathers one context read's salience, nil when the room turns
+	// it off. An error fails the read.
+	Begin(ctx context.Context, r *Read) (SalienceRead, error)
+}
+
+// SalienceRead is salience for one context read.
+type SalienceRead interface {
+	// FirstReadFull reports a reader whose first read of the room goes at
+	// depth full.
+	FirstReadFull() bool
+	// Annotate adds salience to the assembled envelope: the
+	// _vocabulary_health view, _context._attention and the actions' marks.
+	Annotate(ctx context.Context, env *Envelope, req ContextRequest)
+	// YouElided are the sections among elided that changed since the
+	// reader's last read.
+	YouElided(since *SinceLastRead, elided []string) []string
+	// Health is the _vocabulary_health view's value.
+	Health(ctx context.Context) any
+}
+
+var salienceFeature Salience
+
+// RegisterSalience is called once, from substrate/salience's init.
+func RegisterSalience(f Salience) { salienceFeature = f }
+
+// defaultDecay is the usage decay when no salience is registered.
+const defaultDecay = 0.95
+
+// decayOf is the room's usage decay, for the write path.
+func decayOf(snap *snapshot) float64 {
+	if salienceFeature == nil {
+		return defaultDecay
+	}
+	return salienceFeature.Decay(snap.config())
+}
+
+// config is the value of _shared._config, nil when absent.
+func (snap *snapshot) config() json.RawMessage {
+	if r := snap.scopes[ScopeShared]["_config"]; r != nil {
+		return r.Value
+	}
+	return nil
+}
+
+// salienceFor begins the read's salience: nil when none is registered or
+// it is off for the service or the room.
+func (s *Service) salienceFor(ctx context.Context, rc *roomCtx, roomID string) (SalienceRead, error) {
+	if s.noSalience || salienceFeature == nil {
+		return nil, nil
+	}
+	return salienceFeature.Begin(ctx, &Read{s: s, rc: rc, room: roomID})
+}
+
+// Attention is _context._attention: what the substrate thinks deserves
+// the reader's attention, from metadata only.
+type Attention struct {
+	// BrokenViews are the views whose value is an error.
+	BrokenViews []string `json:"broken_views,omitempty"`
+	// YourBrokenViews are the reader's own broken views with their
+	// errors, shown whatever the request left out: its model of the room
+	// is wrong, which is always worth knowing.
+	YourBrokenViews map[string]any `json:"your_broken_views,omitempty"`
+	// StaleActions are actions registered a while ago and never invoked
+	// since.
+	StaleActions []string `json:"stale_actions,omitempty"`
+	// SinceYourLastRead is what changed since the reader's previous
+	// context read (absent on its first).
+	SinceYourLastRead *SinceLastRead `json:"since_your_last_read,omitempty"`
+	// YouElided are sections this read left out (by request or budget)
+	// that changed since the reader's last read.
+	YouElided []string `json:"you_elided,omitempty"`
+	// LowSalience are actions and views nobody has used for a long while
+	// (they still work); Omitted counts those a lean read left out.
+	LowSalience []string `json:"low_salience,omitempty"`
+	Omitted     *Omitted `json:"low_salience_omitted,omitempty"`
+	// VocabularyHealth is the room's assessment: progressive, stable or
+	// degenerating (details in the _vocabulary_health view).
+	VocabularyHealth string `json:"vocabulary_health,omitempty"`
+	// Finding is the health's strongest finding, in one line, so that a
+	// read whose budget cut the _vocabulary_health view still carries it.
+	Finding string `json:"finding,omitempty"`
+}
+
+// Omitted counts what a lean read left out for low salience, and the read
+// that shows it.
+type Omitted struct {
+	Actions int    `json:"actions"`
+	Expand  string `json:"expand"`
+}
+
+// SinceLastRead is the room's change since the reader's last context read.
+type SinceLastRead struct {
+	FromSeq        int64    `json:"from_seq"`
+	StateChanges   int      `json:"state_changes"`
+	NewActions     []string `json:"new_actions"`
+	ActionsInvoked []string `json:"actions_invoked"`
+	ViewsChanged   []string `json:"views_changed"`
+	NewMessages    int64    `json:"new_messages"`
+}
+
+// Read is one context read as salience sees it: the reader's room at the
+// read's seq, what it was shown, and the room's metadata salience needs.
+// Everything it returns is shared with the read: read-only.
+type Read struct {
+	s    *Service
+	rc   *roomCtx
+	room string
+}
+
+// Room is the room's id; Seq the read's seq; Now its time; Self the
+// reader's agent id ("" for a caller without an agent).
+func (r *Read) Room() string   { return r.room }
+func (r *Read) Seq() int64     { return r.rc.snap.seq }
+func (r *Read) Now() time.Time { return r.rc.now }
+func (r *Read) Self() string   { return r.rc.self }
+
+// Config is the value of _shared._config (nil when absent), whoever may
+// read it: the room's configuration.
+func (r *Read) Config() json.RawMessage { return r.rc.snap.config() }
+
+// ReaderMarks are an agent's context reads so far.
+type ReaderMarks struct {
+	ContextReads, LastContextSeq int64
+}
+
+// Reads are the room's context reads so far (every agent's) and the
+// reader's own marks (nil for a caller without an agent).
+func (r *Read) Reads() (room int64, self *ReaderMarks) {
+	for _, a := range r.rc.agents {
+		room += a.ContextReads
+		if a.ID == r.rc.self {
+			self = &ReaderMarks{ContextReads: a.ContextReads, LastContextSeq: a.LastContextSeq}
+		}
+	}
+	return room, self
+}
+
+// ActionMeta is a custom action's definition and when it was registered.
+type ActionMeta struct {
+	Def       *ActionDef
+	Revision  int64
+	UpdatedAt time.Time
+}
+
+// Action is a custom action of the room (live or not).
+func (r *Read) Action(id string) (ActionMeta, bool) {
+	a := r.rc.snap.actions[id]
+	if a == nil {
+		return ActionMeta{}, false
+	}
+	return ActionMeta{Def: a.def, Revision: a.r.Revision, UpdatedAt: a.r.UpdatedAt}, true
+}
+
+// ActionIDs are the room's custom actions, live or not, unordered.
+func (r *Read) ActionIDs() []string {
+	out := make([]string, 0, len(r.rc.snap.actions))
+	for id := range r.rc.snap.actions {
+		out = append(out, id)
+	}
+	return out
+}
+
+// LiveActions are the room's live custom actions (not builtins), sorted.
+func (r *Read) LiveActions() []string {
+	var out []string
+	for id, a := range r.rc.snap.actions {
+		if a.r.timer.live(r.rc.now) {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ActionEnabled reports an action the reader's enabled shows it.
+func (r *Read) ActionEnabled(id string) bool { return r.rc.actEnabled[id] }
+
+// ViewMeta is a view's definition and revision.
+type ViewMeta struct {
+	Def      *ViewDef
+	Revision int64
+}
+
+// ViewDefs are the room's views in dependency order.
+func (r *Read) ViewDefs() []ViewMeta {
+	out := make([]ViewMeta, len(r.rc.snap.views))
+	for i, v := range r.rc.snap.views {
+		out[i] = ViewMeta{Def: v.def, Revision: v.r.Revision}
+	}
+	return out
+}
+
+// Views are the values of the views the reader was shown (system views
+// included): id → value, {"_error": …} for a failing one.
+func (r *Read) Views() map[string]any { return r.rc.views }
+
+// Revision is the revision of a mutable state entry, whoever may read it.
+func (r *Read) Revision(scope, key string) (int64, bool) {
+	if row := r.rc.snap.scopes[scope][key]; row != nil {
+		return row.Revision, true
+	}
+	return 0, false
+}
+
+// ScopeChangedAfter reports a mutable entry of scope written after seq.
+func (r *Read) ScopeChangedAfter(scope string, seq int64) bool {
+	for _, row := range r.rc.snap.scopes[scope] {
+		if row.Revision > seq {
+			return true
+		}
+	}
+	return false
+}
+
+// Keys are a scope's mutable keys, whoever may read them, unordered.
+func (r *Read) Keys(scope string) []string {
+	out := make([]string, 0, len(r.rc.snap.scopes[scope]))
+	for k := range r.rc.snap.scopes[scope] {
+		out = append(out, k)
+	}
+	return out
+}
+
+// EachShown calls f for every mutable entry the reader was shown (its
+// scope visible, the entry in its state) whose scope keep accepts.
+func (r *Read) EachShown(keep func(scope string) bool, f func(scope, key string, revision int64)) {
+	for scope, rows := range r.rc.snap.scopes {
+		if !keep(scope) || !r.rc.visible(scope) {
+			continue
+		}
+		seen, _ := r.rc.state[scope].(map[string]any)
+		for key, row := range rows {
+			if _, ok := seen[key]; ok {
+				f(scope, key, row.Revision)
+			}
+		}
+	}
+}
+
+// Expand words the context read with args for the reader.
+func (r *Read) Expand(args map[string]any) string { return expand(r.rc, r.room, args) }
+
+// Memo is a value computed once per room snapshot (it changes only with
+// the seq) under key, shared by every read of that snapshot.
+func (r *Read) Memo(key string, f func() any) any {
+	snap := r.rc.snap
+	snap.memoMu.Lock()
+	if snap.memo == nil {
+		snap.memo = map[string]*memoEntry{}
+	}
+	e := snap.memo[key]
+	if e == nil {
+		e = &memoEntry{}
+		snap.memo[key] = e
+	}
+	snap.memoMu.Unlock()
+	e.once.Do(func() { e.v = f() })
+	return e.v
+}
+
+type memoEntry struct {
+	once sync.Once
+	v    any
+}
+
+// Usage is an action's or view's row of the vocabulary's usage.
+type Usage struct {
+	Uses        int64
+	LastUsedSeq int64
+	Score       float64
+	ReadsAtUse  int64
+}
+
+// UsageKey names an item of the vocabulary in Read.Usage.
+func UsageKey(kind, id string) string { return kind + ":" + id }
+
+// Usage is the room's vocabulary usage at the read's seq (a few rows per
+// action and view), read once per snapshot.
+func (r *Read) Usage(ctx context.Context) (map[string]*Usage, error) {
+	snap := r.rc.snap
+	snap.usageMu.Lock()
+	defer snap.usageMu.Unlock()
+	if snap.usage == nil {
+		u, err := loadUsage(ctx, r.s.db, r.room)
+		if err != nil {
+			return nil, err
+		}
+		snap.usage = u
+	}
+	return snap.usage, nil
+}
+
+// LogRow is an entry of the room's recent log.
+type LogRow struct {
+	Scope  string // _messages or _audit
+	Seq    int64
+	Value  []byte
+	Writer string
+	// Gated: the entry has an enabled gate (hidden from some readers).
+	Gated bool
+}
+
+// windowSize is how many recent entries of each log RecentLog reads.
+const windowSize = 500
+
+// RecentLog is the newest 500 entries of each of the room's logs
+// (_messages, _audit) up to the read's seq, unordered. A read that fails
+// midway returns what it read with the error.
+func (r *Read) RecentLog(ctx context.Context) ([]LogRow, error) {
+	rows, err := r.s.db.Query(ctx, sqlLogWindow, r.room, windowSize, r.rc.snap.seq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []LogRow
+	for rows.Next() {
+		var e LogRow
+		if err := rows.Scan(&e.Scope, &e.Seq, &e.Value, &e.Writer, &e.Gated); err != nil {
+			return out, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Warn logs a feature's problem with the read (advice that could not be
+// given is not a reason to fail it).
+func (r *Read) Warn(msg string, args ...any) {
+	r.s.log.Warn(msg, append([]any{"room", r.room}, args...)...)
+}
+
+// loadUsage reads the room's vocabulary usage.
+func loadUsage(ctx context.Context, q querier, roomID string) (map[string]*Usage, error) {
+	rows, err := q.Query(ctx, sqlUsage, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]*Usage{}
+	for rows.Next() {
+		var kind, id string
+		var u Usage
+		var last *int64
+		if err := rows.Scan(&kind, &id, &u.Uses, &last, &u.Score, &u.ReadsAtUse); err != nil {
+			return nil, err
+		}
+		if last != nil {
+			u.LastUsedSeq = *last
+		}
+		out[UsageKey(kind, id)] = &u
+	}
+	return out, rows.Err()
+}
+
+// vocabTouch records, in a mutation, that an action or view was used
+// (invoked, or read by an invoked action's expressions) or registered.
+type vocabTouch struct {
+	kind, id string
+	use      bool
+}
+
+// touchVocabulary queues the mutation's vocabulary uses at seq: uses and
+// last use move for what was used; every touched item's score is decayed
+// to now and reinforced by one.
+func (m *mutation) touchVocabulary(seq int64, decay float64) {
+	if len(m.vocab) == 0 {
+		return
+	}
+	kinds := make([]string, len(m.vocab))
+	ids := make([]string, len(m.vocab))
+	uses := make([]bool, len(m.vocab))
+	for i, t := range m.vocab {
+		kinds[i], ids[i], uses[i] = t.kind, t.id, t.use
+	}
+	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay)
+}
+
+// viewRefs finds views.<id> and views["id"] in an expression.
+var viewRefs = regexp.MustCompile(`views(?:\.([A-Za-z_][A-Za-z0-9_]*)|\["([^"\\]+)"\])`)
+
+// ViewRefs are the ids of the views src names (views.<id>, views["id"]),
+// in order, repeats included.
+func ViewRefs(src string) []string {
+	var out []string
+	for _, m := range viewRefs.FindAllStringSubmatch(src, -1) {
+		out = append(out, m[1]+m[2])
+	}
+	return out
+}
+
+// StatePaths are the state entries src names by path (state.<scope>.<key>,
+// .?key or ["key"]): scope and key, in order.
+func StatePaths(src string) [][2]string {
+	var out [][2]string
+	for _, m := range statePath.FindAllStringSubmatch(src, -1) {
+		out = append(out, [2]string{m[1], m[2]})
+	}
+	return out
+}
+
+// ViewSelf is the scope a view reads as state.self ("" for a communal
+// one).
+func ViewSelf(def *ViewDef) string { return viewSelf(def) }
+
+// viewsReadBy are the ids of the views the action's expressions read.
+func viewsReadBy(def *ActionDef) []string {
+	srcs := []string{def.If, def.Enabled, def.Result}
+	for _, w := range def.Writes {
+		if w.Expr {
+			raw, _ := json.Marshal(w.Value)
+			srcs = append(srcs, string(raw))
+			raw, _ = json.Marshal(w.Merge)
+			srcs = append(srcs, string(raw))
+		}
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, src := range srcs {
+		for _, id := range ViewRefs(src) {
+			if !seen[id] && id != viewContested && id != ViewHealth {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
