@@ -106,8 +106,16 @@ func TestBrowserTokenRotation(t *testing.T) {
 	if err := chromedp.Do(viewTab, chromedp.WaitVisible(chromedp.CSS("#live:not(.on)"))); err != nil {
 		t.Fatalf("the old view link's page: %v", err)
 	}
-	if live, err := chromedp.Run(viewTab, chromedp.Text(chromedp.CSS("#live"))); err != nil || !strings.Contains(live, "no longer read it") {
-		t.Fatalf("the old view link's page says %q (%v)", live, err)
+	// The stream's "gone" may follow a failed refresh of the change that
+	// ended access: wait for it rather than read the first state shown.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		live, err := chromedp.Run(viewTab, chromedp.Text(chromedp.CSS("#live")))
+		if err == nil && strings.Contains(live, "no longer read it") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old view link's page says %q (%v)", live, err)
+		}
 	}
 	if code, _ := call(t, "GET", public+"/rooms/vault/state?scope=_audit", viewToken, ""); code != 401 {
 		t.Fatalf("the old view token after rotation: %d", code)

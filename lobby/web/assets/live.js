@@ -7,7 +7,7 @@
   var body = document.body, live = document.getElementById("live");
   var room = body.dataset.room, view = body.dataset.view;
   var q = view ? "?view=" + encodeURIComponent(view) : "";
-  var shown = body.dataset.seq, pending = false, again = false;
+  var shown = body.dataset.seq, pending = false, again = false, ended = false;
   function refresh() {
     if (pending) { again = true; return; }
     pending = true;
@@ -34,7 +34,7 @@
         var seq = document.getElementById("seq");
         if (seq) { shown = seq.textContent; body.dataset.seq = shown; }
       })
-      .catch(function () { live.textContent = "Could not refresh; retrying on the next change."; })
+      .catch(function () { if (!ended) live.textContent = "Could not refresh; retrying on the next change."; })
       .finally(function () { pending = false; if (again) { again = false; refresh(); } });
   }
   // Timers count down in place, every second, from the server's expiry
@@ -61,7 +61,10 @@
   }
   var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + q);
   es.addEventListener("open", function () { live.textContent = "Live"; live.className = "live on"; });
-  es.addEventListener("error", function () { live.textContent = "Reconnecting…"; live.className = "live"; });
+  es.addEventListener("error", function () { if (ended) return; live.textContent = "Reconnecting…"; live.className = "live"; });
   es.addEventListener("change", function () { refresh(); });
-  es.addEventListener("gone", function () { es.close(); live.className = "live"; live.textContent = "This room is gone, or this page can no longer read it (you left it, or its view link was replaced)."; });
+  // Once the stream says the page can no longer read the room, a refresh
+  // that fails after it (the change that ended access) must not replace
+  // that with "retrying".
+  es.addEventListener("gone", function () { ended = true; es.close(); live.className = "live"; live.textContent = "This room is gone, or this page can no longer read it (you left it, or its view link was replaced)."; });
 })();
