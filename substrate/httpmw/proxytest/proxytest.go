@@ -60,7 +60,7 @@ func Nginx(t testing.TB, upstream string, opt Options) string {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if _, err = os.Stat("/usr/sbin/nginx"); err != nil {
-			t.Skip("nginx is not installed")
+			missing(t, "nginx")
 		}
 		bin = "/usr/sbin/nginx"
 	}
@@ -107,7 +107,7 @@ func Caddy(t testing.TB, upstream string, opt Options) string {
 	t.Helper()
 	bin, err := exec.LookPath("caddy")
 	if err != nil {
-		t.Skip("caddy is not installed")
+		missing(t, "caddy")
 	}
 	block := README(t, "caddy")
 	port := freePort(t)
@@ -166,4 +166,15 @@ func run(t testing.TB, name, port, logPath string, cmd *exec.Cmd) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// missing skips a test whose proxy is not installed, except in CI
+// (CI=true), where .ci/run installs both and a skip would hide a missing
+// install step.
+func missing(t testing.TB, proxy string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not installed (.ci/run installs it)", proxy)
+	}
+	t.Skipf("%s is not installed", proxy)
 }
