@@ -70,7 +70,7 @@ type config struct {
 	RoomCostPerSecond int
 	// SYNC_GATE_QUANTUM, -gate-quantum: how long a time-dependent entry
 	// gate's result is reused per reader (substrate Limits.GateQuantum).
-	// Default 1 s; 0 evaluates them at every read (stored as -1, since
+	// Default 1 s, at most 1 minute; 0 evaluates them at every read (stored as -1, since
 	// the substrate's zero means its default).
 	GateQuantum time.Duration
 	// SYNC_ACTION_COST_PER_READ, -action-cost-per-read: the cost of all of
@@ -195,8 +195,10 @@ func parseConfig(args []string) (*config, error) {
 	if c.RoomCostPerSecond, err = strconv.Atoi(*roomCost); err != nil || (c.RoomCostPerSecond >= 0 && c.RoomCostPerSecond < 100) {
 		return nil, fmt.Errorf("room cost per second %q is not a whole number of at least 100 (or negative, to turn the budget off)", *roomCost)
 	}
-	if c.GateQuantum, err = time.ParseDuration(*gateQuantum); err != nil || c.GateQuantum < 0 {
-		return nil, fmt.Errorf("gate quantum %q is not a duration such as 1s or 250ms (0: evaluate at every read)", *gateQuantum)
+	// A gate reused longer than a minute would keep `now < deadline`
+	// open (or shut) that long past its deadline.
+	if c.GateQuantum, err = time.ParseDuration(*gateQuantum); err != nil || c.GateQuantum < 0 || c.GateQuantum > time.Minute {
+		return nil, fmt.Errorf("gate quantum %q is not a duration from 0 to 1m such as 1s or 250ms (0: evaluate at every read)", *gateQuantum)
 	} else if c.GateQuantum == 0 {
 		c.GateQuantum = -1
 	}

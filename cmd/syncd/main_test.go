@@ -333,7 +333,7 @@ func TestExpressionLimitsReachTheService(t *testing.T) {
 	if err != nil || cfg.RoomCostPerSecond != -1 || cfg.GateQuantum != -1 {
 		t.Fatalf("budget off and no gate reuse: %v %+v", err, cfg)
 	}
-	for _, bad := range [][]string{{"-room-cost-per-second", "lots"}, {"-room-cost-per-second", "0"}, {"-gate-quantum", "5"}, {"-gate-quantum", "-1s"}, {"-action-cost-per-read", "99"}, {"-action-cost-per-read", "-1"}} {
+	for _, bad := range [][]string{{"-room-cost-per-second", "lots"}, {"-room-cost-per-second", "0"}, {"-gate-quantum", "5"}, {"-gate-quantum", "-1s"}, {"-gate-quantum", "2m"}, {"-action-cost-per-read", "99"}, {"-action-cost-per-read", "-1"}} {
 		if _, err := parseConfig(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
