@@ -42,7 +42,7 @@ func (l *Lobby) UserRooms(ctx context.Context, userID string) ([]Room, error) {
 }
 
 // userRooms is UserRooms with the substrate's summary of each room.
-func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[string]*substrate.RoomSummary, error) {
+func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[string]*RoomSummary, error) {
 	rows, err := l.db.Query(ctx, `SELECT room_id, coalesce(label, ''), access, is_default FROM smcp_user_rooms
 		WHERE user_id = $1 ORDER BY created_at, room_id`, userID)
 	if err != nil {
@@ -63,7 +63,7 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
-	sums, err := l.svc.RoomSummaries(ctx, ids)
+	sums, err := RoomSummaries(ctx, l.svc, ids)
 	if err != nil {
 		return nil, nil, err
 	}

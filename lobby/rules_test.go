@@ -18,7 +18,7 @@ import (
 
 func (f *fixture) agentStatus(t *testing.T, room, agent string) substrate.Presence {
 	t.Helper()
-	sums, err := f.svc.RoomSummaries(context.Background(), []string{room})
+	sums, err := lobby.RoomSummaries(context.Background(), f.svc, []string{room})
 	if err != nil {
 		t.Fatal(err)
 	}

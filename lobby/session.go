@@ -417,7 +417,7 @@ func (l *Lobby) observer(ctx context.Context, s *Session, room string) (*substra
 // and _messages, which every session that sees the room reads, are
 // answered without it, so a room with nothing else costs no principal
 // look-up; if the principal cannot be had, only those are counted.
-func (l *Lobby) summaryReader(ctx context.Context, s *Session, room string, sum *substrate.RoomSummary) func(string) bool {
+func (l *Lobby) summaryReader(ctx context.Context, s *Session, room string, sum *RoomSummary) func(string) bool {
 	var rule func(string) bool
 	return func(scope string) bool {
 		if scope == substrate.ScopeShared || scope == substrate.ScopeMessages {
@@ -536,7 +536,7 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 			With("room", room).With("reason", "level_below").With("role", userRole).With("access", level).WithHint("%s", hint)
 	}
 	if role == "" && agent != "" {
-		sums, err := l.svc.RoomSummaries(ctx, []string{room})
+		sums, err := RoomSummaries(ctx, l.svc, []string{room})
 		if err != nil {
 			return nil, err
 		}
@@ -936,7 +936,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 // scope key counts for the scopes it reads observing (communal ones below
 // admin, and of those only what the read rule lets it read: reads), open
 // roles, last activity.
-func summarise(sum *substrate.RoomSummary, access string, reads func(scope string) bool) StateSummary {
+func summarise(sum *RoomSummary, access string, reads func(scope string) bool) StateSummary {
 	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
 		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values, Summary: sum.View}
 	for scope, n := range sum.Keys {

@@ -42,11 +42,13 @@
 //     records a use with. Without it (Options.NoSalience, or a binary
 //     that does not import it) the envelope carries no salience.
 //
-// The lobby's operations (lobbyops.go) stay here: Embody, EmbodyRole and
-// SetIdle write agents (ownership, grants, presence) through the write
-// path, AgentOwner reads one agents row, and RoomSummaries reads many
-// rooms' rows and presence in two statements; moved out, each would need
-// a core operation doing the same. Only the summary's shaping could leave.
+// The lobby's agent operations (lobbyops.go) stay here: Embody,
+// EmbodyRole and SetIdle are core agent operations that write agents
+// (ownership, grants, presence) and _shared.roles through the write path,
+// and AgentOwner reads one agents row. What the lobby shows of a room
+// (lobby.RoomSummaries: counts, values, roles open and filled, presence
+// lapse) is shaped in the lobby over three reads: RoomHeads, Presences
+// and RoomView.
 //
 // # Operations and the authority each checks
 //
@@ -128,9 +130,19 @@
 //     Action, Keys, Revision, Config and RecentLog are the room's, not
 //     narrowed to p: salience narrows what it says to what p was shown.
 //
-// For the lobby (lobbyops.go): RoomSummaries, AgentOwner, Embody,
-// EmbodyRole, SetIdle, with the checks each documents; their callers
-// have authenticated the user.
+// For the lobby (lobbyops.go), whose callers have authenticated the
+// user and decide which rooms it may see (no principal is checked):
+//   - RoomHeads: many rooms' seq, message count, creation, label and
+//     last activity, in one statement. Presences: their agents as
+//     stored, with how long each is unseen and whether it is gated, in
+//     one statement; IdleAfter says when presence lapses to idle.
+//   - RoomView: one room read-only at its head's seq (the snapshot
+//     cache): Live values by scope (gated entries left out), Revision,
+//     PublicView (an ungated live view evaluated as the room principal),
+//     and Reader (the one read rule's scopes for p). RoleIDValid: the
+//     ids a role may take, as EmbodyRole checks them.
+//   - AgentOwner; Embody, EmbodyRole, SetIdle (mutations, with the
+//     checks each documents).
 //
 // Maintenance: PurgeExpired, RetainLogs, RunJanitor (the process's own
 // housekeeping, no principal).

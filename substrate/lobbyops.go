@@ -18,21 +18,25 @@ import (
 // Operations the lobby needs on rooms and agents. The substrate owns the
 // rooms, agents and state tables; the lobby reaches them only through
 // these, so timers, presence notifications and ownership rules hold
-// whichever layer asks.
+// whichever layer asks. The mutations (Embody, EmbodyRole, SetIdle) are
+// core agent operations; the reads (RoomHeads, Presences, RoomView) give
+// the lobby what it shapes its room summaries from (lobby/summary.go).
 
 // Presence is an agent as the lobby shows it.
 type Presence struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
 	Role string `json:"role"`
-	// Status is the agent's status, except that an agent not seen for
-	// Options.IdleAfter (default 5 minutes) shows "idle" whatever it last
-	// said ("done" stays done): presence lapses (seed 003 §II).
+	// Status is the agent's status as stored. The lobby shows an agent
+	// not seen for Options.IdleAfter (default 5 minutes) as "idle"
+	// whatever it last said ("done" stays done): presence lapses (seed
+	// 003 §II; lobby.RoomSummaries).
 	Status        string    `json:"status"`
 	WaitingOn     *string   `json:"waiting_on"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	// LastSeen is LastHeartbeat relative to now: "just now", "42s ago",
-	// "3m ago", "2h ago", "5d ago".
+	// "3m ago", "2h ago", "5d ago" (Ago; the lobby sets it on what
+	// Presences read).
 	LastSeen string `json:"last_seen"`
 	// IdleForS is how many seconds an idle agent has not been seen (set
 	// only when Status is "idle").
@@ -47,18 +51,9 @@ type Presence struct {
 	// lobby shows only to those who read the whole room (it does not
 	// evaluate it per user).
 	Gated bool `json:"-"`
-}
-
-// lapse applies presence lapse to a stored status: unseen for idleAfter
-// (or idle already), the agent is idle for unseen seconds.
-func (a *Presence) lapse(unseen, idleAfter time.Duration) {
-	a.LastSeen = Ago(unseen)
-	if a.Status == "done" || (a.Status != "idle" && unseen < idleAfter) {
-		return
-	}
-	a.Status = "idle"
-	secs := max(int64(unseen/time.Second), 0)
-	a.IdleForS = &secs
+	// Unseen is how long the agent has not been seen, as Presences read
+	// it.
+	Unseen time.Duration `json:"-"`
 }
 
 // Ago words a duration as a relative time: "just now" under ten seconds,
@@ -77,164 +72,156 @@ func Ago(d time.Duration) string {
 	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
 }
 
-// RoomSummary is what the lobby shows of a room.
-type RoomSummary struct {
+// RoomHead is a room's row as the lobby lists it: RoomHeads reads many at
+// once, and RoomView reads the room's state at Seq.
+type RoomHead struct {
 	ID    string
 	Label string // meta.label
 	Seq   int64
-	// SharedKeys counts the live mutable keys of _shared.
-	SharedKeys int
-	// Keys counts the live mutable keys of each scope (entries an
-	// enabled expression gates are not counted: who may see them depends
-	// on the reader). Messages is the room's message count.
-	Keys     map[string]int
+	// Messages is the room's message count.
 	Messages int64
+	Created  time.Time
 	// LastActivity is when the room last changed (its newest _audit
 	// entry), or its creation.
 	LastActivity time.Time
-	// Roles are the live _shared.roles entries (role id → its object)
-	// whose ids a role may take (not a person's, see EmbodyRole).
-	Roles  map[string]map[string]any
-	Agents []Presence
-	// Values are a few of _shared's scalar entries (short strings,
-	// numbers, booleans), the most recently changed first: what a person
-	// would choose a room by (a phase, a score, a deadline).
-	Values map[string]any
-	// View is the value of the room's view named summary, when it has one.
-	View any
-	snap *snapshot // for Reader
+	read         bool // read by RoomHeads: RoomView trusts only such heads
 }
 
-// SummaryView is the id of the view a room shows the lobby, if it has it.
-const SummaryView = "summary"
-
-// summaryValues is how many scalars a summary shows.
-const summaryValues = 5
-
-// RoomSummaries summarises the given rooms (those that exist) in two
-// statements plus a snapshot read for each room not in the cache.
-// Timers apply: an expired roles entry is not a role.
-func (s *Service) RoomSummaries(ctx context.Context, ids []string) (map[string]*RoomSummary, error) {
-	out := map[string]*RoomSummary{}
+// RoomHeads reads the given rooms' heads (those that exist) in one
+// statement. It checks no authority: its callers (the lobby) have
+// authenticated the user and decide which rooms they may list.
+func (s *Service) RoomHeads(ctx context.Context, ids []string) (map[string]*RoomHead, error) {
+	out := map[string]*RoomHead{}
 	if len(ids) == 0 {
 		return out, nil
 	}
-	type roomRow struct {
-		id         string
-		seq, count int64
-		born       time.Time
-		label      *string
-		summary    *RoomSummary
-		last       *time.Time
-	}
-	var list []*roomRow
 	rows, err := s.db.Query(ctx, `SELECT id, seq, message_count, created_at, meta->>'label',
 			(SELECT updated_at FROM state s WHERE s.room_id = r.id AND s.scope = '_audit' AND s.sort_key IS NOT NULL ORDER BY s.sort_key DESC LIMIT 1)
 		FROM rooms r WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	for rows.Next() {
-		r := &roomRow{}
-		if err := rows.Scan(&r.id, &r.seq, &r.count, &r.born, &r.label, &r.last); err != nil {
-			rows.Close()
+		h := &RoomHead{read: true}
+		var label *string
+		var last *time.Time
+		if err := rows.Scan(&h.ID, &h.Seq, &h.Messages, &h.Created, &label, &last); err != nil {
 			return nil, err
 		}
-		r.summary = &RoomSummary{ID: r.id, Seq: r.seq, Roles: map[string]map[string]any{}, Agents: []Presence{},
-			Keys: map[string]int{}, Messages: r.count, LastActivity: r.born}
-		if r.last != nil {
-			r.summary.LastActivity = *r.last
+		h.LastActivity = h.Created
+		if last != nil {
+			h.LastActivity = *last
 		}
-		if r.label != nil {
-			r.summary.Label = *r.label
+		if label != nil {
+			h.Label = *label
 		}
-		out[r.id] = r.summary
-		list = append(list, r)
+		out[h.ID] = h
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
+	return out, rows.Err()
+}
+
+// Presences reads the agents of the given rooms in one statement, by room
+// in joining order, as stored: Unseen (by the database's clock, which
+// stamped last_heartbeat) says how long each has not been seen; lapsing
+// an unseen agent to idle is the caller's (see IdleAfter). No authority
+// is checked, as for RoomHeads.
+func (s *Service) Presences(ctx context.Context, ids []string) (map[string][]Presence, error) {
+	out := map[string][]Presence{}
+	if len(ids) == 0 {
+		return out, nil
 	}
-	// The database's clock says how long each agent has been unseen, as
-	// it stamped last_heartbeat.
-	rows, err = s.db.Query(ctx, `SELECT room_id, id, name, role, status, waiting_on, last_heartbeat, coalesce(user_id, ''),
+	rows, err := s.db.Query(ctx, `SELECT room_id, id, name, role, status, waiting_on, last_heartbeat, coalesce(user_id, ''),
 			coalesce(client_name, ''), (extract(epoch FROM now() - last_heartbeat) * 1000)::bigint, enabled_expr IS NOT NULL
 		FROM agents WHERE room_id = ANY($1) ORDER BY room_id, joined_at, id`, ids)
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var room string
 		var a Presence
 		var unseenMS int64
 		if err := rows.Scan(&room, &a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.Owner, &a.Client, &unseenMS, &a.Gated); err != nil {
-			rows.Close()
 			return nil, err
 		}
-		a.lapse(time.Duration(unseenMS)*time.Millisecond, s.idleAfter)
-		if sum := out[room]; sum != nil {
-			sum.Agents = append(sum.Agents, a)
-		}
+		a.Unseen = time.Duration(unseenMS) * time.Millisecond
+		out[room] = append(out[room], a)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	return out, rows.Err()
+}
+
+// IdleAfter is Options.IdleAfter: how long an agent goes unseen before
+// its presence lapses to idle.
+func (s *Service) IdleAfter() time.Duration { return s.idleAfter }
+
+// RoleIDValid reports whether a role may take id: an agent id without
+// ":" (ids with ":" are people's agents). EmbodyRole refuses the others.
+func (s *Service) RoleIDValid(id string) bool {
+	return !strings.Contains(id, ":") && validName("role id", id, s.lim.MaxScopeBytes, false) == nil
+}
+
+// RoomView is a read-only view of one room's state at its head's seq,
+// for the lobby's summary of it. Its maps are the room's cached
+// snapshot's: callers must not modify them.
+type RoomView struct {
+	s    *Service
+	id   string
+	msgs int64
+	snap *snapshot
+	now  time.Time
+	live *liveState
+}
+
+// RoomView reads the room of h (from RoomHeads) at h.Seq, from the
+// snapshot cache or one read. Timers apply as of now. No authority is
+// checked: what a reader may see of it is Reader's.
+func (s *Service) RoomView(ctx context.Context, h *RoomHead) (*RoomView, error) {
+	if h == nil || !h.read {
+		return nil, errors.New("substrate: RoomView needs a head read by RoomHeads")
+	}
+	snap, err := s.loadSnapshot(ctx, s.db, h.ID, cacheKey(h.ID, h.Created), h.Seq, h.Messages)
+	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	for _, r := range list {
-		snap, err := s.loadSnapshot(ctx, s.db, r.id, cacheKey(r.id, r.born), r.seq, r.count)
-		if err != nil {
-			return nil, err
-		}
-		r.summary.snap = snap
-		live := snap.live(now)
-		for scope, keys := range live.vals {
-			if len(keys) > 0 {
-				r.summary.Keys[scope] = len(keys)
-			}
-		}
-		shared := live.vals[ScopeShared]
-		r.summary.SharedKeys = len(shared)
-		r.summary.Values = scalarsOf(shared, snap.scopes[ScopeShared])
-		// A room that says how it reads at a glance has a view named
-		// summary: its value (public, its registrar's authority) stands
-		// for the scalars. One gated by enabled depends on the reader,
-		// which the lobby does not evaluate.
-		for _, v := range snap.views {
-			if v.def.ID == SummaryView && v.def.Enabled == "" && v.r.timer.live(now) {
-				rc := s.build(ctx, snap, RoomPrincipal(r.id), nil, msgCounts{Count: r.count}, now, nil)
-				if val, ok := rc.views[SummaryView]; ok {
-					r.summary.View, r.summary.Values = val, nil
-				}
-				break
-			}
-		}
-		if roles, ok := shared["roles"].(map[string]any); ok {
-			for id, v := range roles {
-				// An id no role may take (a person's, with ":", or no
-				// agent id at all) is not offered: filling it is refused
-				// (EmbodyRole), and listing "bob:web" as an open role
-				// would invite people to try.
-				if strings.Contains(id, ":") || validName("role id", id, s.lim.MaxScopeBytes, false) != nil {
-					continue
-				}
-				if m, ok := v.(map[string]any); ok {
-					r.summary.Roles[id] = m
-				}
-			}
-		}
-	}
-	return out, nil
+	return &RoomView{s: s, id: h.ID, msgs: h.Messages, snap: snap, now: now, live: snap.live(now)}, nil
 }
 
-// RoleIDs lists a summary's role ids in order.
-func (r *RoomSummary) RoleIDs() []string {
-	ids := make([]string, 0, len(r.Roles))
-	for id := range r.Roles {
-		ids = append(ids, id)
+// Live is the room's live values by scope and key (entries an enabled
+// expression gates are left out: who sees them depends on the reader).
+func (v *RoomView) Live() map[string]map[string]any { return v.live.vals }
+
+// Revision is the revision of a live or stored entry, 0 for none.
+func (v *RoomView) Revision(scope, key string) int64 {
+	if r := v.snap.scopes[scope][key]; r != nil {
+		return r.Revision
 	}
-	sort.Strings(ids)
-	return ids
+	return 0
+}
+
+// PublicView is the value of the room's view id when it is live and
+// has no enabled gate (whose value would depend on the reader),
+// evaluated as the room principal (its registrar's authority).
+func (v *RoomView) PublicView(ctx context.Context, id string) (any, bool) {
+	for _, d := range v.snap.views {
+		if d.def.ID == id && d.def.Enabled == "" && d.r.timer.live(v.now) {
+			rc := v.s.build(ctx, v.snap, RoomPrincipal(v.id), nil, msgCounts{Count: v.msgs}, v.now, nil)
+			val, ok := rc.views[id]
+			return val, ok
+		}
+	}
+	return nil, false
+}
+
+// Reader reports, by the one read rule, which scopes of the room p
+// reads, so that what the lobby counts of a room is what p may read in
+// it.
+func (v *RoomView) Reader(p *Principal) func(scope string) bool {
+	if v == nil || v.snap == nil {
+		return func(string) bool { return false }
+	}
+	return snapVisibility(p, v.snap).scope
 }
 
 // AgentOwner reports whether agent exists in room and which user owns it
@@ -535,39 +522,4 @@ func grantsOf(g []string) []string {
 		return []string{}
 	}
 	return g
-}
-
-// scalarsOf picks the newest few short scalar entries of a scope.
-func scalarsOf(vals map[string]any, rows map[string]*srow) map[string]any {
-	var keys []string
-	for k, v := range vals {
-		switch x := v.(type) {
-		case string:
-			if len(x) <= 80 {
-				keys = append(keys, k)
-			}
-		case bool, int64, float64:
-			keys = append(keys, k)
-		}
-	}
-	rev := func(k string) int64 {
-		if r := rows[k]; r != nil {
-			return r.Revision
-		}
-		return 0
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if rev(keys[i]) != rev(keys[j]) {
-			return rev(keys[i]) > rev(keys[j])
-		}
-		return keys[i] < keys[j]
-	})
-	if len(keys) == 0 {
-		return nil
-	}
-	out := map[string]any{}
-	for _, k := range keys[:min(len(keys), summaryValues)] {
-		out[k] = vals[k]
-	}
-	return out
 }

@@ -41,37 +41,6 @@ func newRoom(t *testing.T, svc *substrate.Service, id string) *substrate.Princip
 	return admin
 }
 
-// Summaries apply timers: a roles entry whose timer ran out is no role
-// (the lobby read the table directly and listed it).
-func TestRoomSummariesApplyTimers(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
-	ctx := context.Background()
-	admin := newRoom(t, svc, "sum")
-	if _, err := svc.Join(ctx, admin, "sum", substrate.JoinRequest{ID: "tok", Name: "Token agent"}); err != nil {
-		t.Fatal(err)
-	}
-	roles := json.RawMessage(`{"lead": {"description": "leads", "filled_by": null}}`)
-	if _, err := svc.WriteState(ctx, admin, "sum", []substrate.Write{
-		{Scope: "_shared", Key: "roles", Value: roles, Timer: &substrate.Timer{MS: 200}},
-		{Scope: "_shared", Key: "note", Value: json.RawMessage(`1`)},
-	}, true); err != nil {
-		t.Fatal(err)
-	}
-	sums, err := svc.RoomSummaries(ctx, []string{"sum", "missing"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := sums["sum"]
-	if len(sums) != 1 || s.Label != "The sum" || s.SharedKeys != 2 || len(s.Roles) != 1 || len(s.Agents) != 1 || s.Agents[0].Owner != "" {
-		t.Fatalf("summary %+v", s)
-	}
-	time.Sleep(400 * time.Millisecond)
-	sums, _ = svc.RoomSummaries(ctx, []string{"sum"})
-	if s := sums["sum"]; len(s.Roles) != 0 || s.SharedKeys != 1 {
-		t.Fatalf("after the roles entry expired: roles %v, shared keys %d", s.Roles, s.SharedKeys)
-	}
-}
-
 // Embody makes an agent for a user or resumes the user's own; it never
 // adopts a token's agent or another user's, and two users racing for one
 // id cannot both get it.

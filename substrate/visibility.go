@@ -169,13 +169,3 @@ func dbRows(ctx context.Context, q querier, roomID string) RowFunc {
 func (s *Service) visibilityIn(ctx context.Context, q querier, p *Principal, roomID string) (*visibility, error) {
 	return visibilityOf(p, dbRows(ctx, q, roomID))
 }
-
-// Reader reports, by the one read rule, which scopes of the summarised
-// room p reads, so that what the lobby counts of a room is what p may
-// read in it.
-func (r *RoomSummary) Reader(p *Principal) func(scope string) bool {
-	if r.snap == nil {
-		return func(string) bool { return false }
-	}
-	return snapVisibility(p, r.snap).scope
-}
