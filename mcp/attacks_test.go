@@ -533,3 +533,37 @@ func TestAttackLoomDenialSurvivesDisembodying(t *testing.T) {
 		t.Fatalf("HOLE: bob's observing context shows the loom: %v", got["state"])
 	}
 }
+
+// Review r4 (noticed, fixed by h13): a message gated away from its reader
+// still raised the reader's unread counts over MCP too (sync_read_context
+// shows them, sync_wait's conditions read them): a whisper about bob, hidden
+// from bob, told bob it exists and woke his messages.unread wait.
+func TestAttackGatedMessageRaisesNoUnread(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	alice, bob := signup(t, srv, "alice"), signup(t, srv, "bob")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "lab"})
+	mustTool(t, as, "sync_embody", map[string]any{"room": "lab"})
+	mustTool(t, as, "sync_share_room", map[string]any{"room": "lab", "username": "bob", "role": "participant"})
+	bs := connectWithToken(t, srv, mintToken(t, srv, bob, map[string]string{"lab": "write"})["access_token"].(string))
+	agent := mustTool(t, bs, "sync_embody", map[string]any{"room": "lab"})["agent"].(string)
+	mustTool(t, bs, "sync_read_context", map[string]any{"room": "lab"})
+	body, _ := json.Marshal(map[string]any{"body": "about-bob", "to": agent})
+	if _, err := srv.svc.WriteState(ctx, substrate.RoomPrincipal("lab"), "lab", []substrate.Write{
+		{Scope: "_messages", Append: true, Value: body, Enabled: `self != "` + agent + `"`},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	read := mustTool(t, bs, "sync_read_context", map[string]any{"room": "lab", "only": "messages"})
+	raw, _ := json.Marshal(read)
+	if !strings.Contains(string(raw), `"unread":0`) || !strings.Contains(string(raw), `"directed_unread":0`) || strings.Contains(string(raw), "about-bob") {
+		t.Fatalf("HOLE: bob's counts include a message gated away from him: %s", raw)
+	}
+	for _, cond := range []string{"messages.unread > 0", "messages.directed_unread > 0"} {
+		w, _ := callTool(t, bs, "sync_wait", map[string]any{"condition": cond, "timeout_ms": 300})
+		if w["triggered"] == true {
+			t.Fatalf("HOLE: bob's sync_wait on %s woke for a message gated away from him: %v", cond, w)
+		}
+	}
+}

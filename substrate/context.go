@@ -61,8 +61,15 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 			seen = a.LastSeenSeq
 		}
 	}
-	err := q.QueryRow(ctx, sqlUnread, roomID, seen, p.AgentID, upTo, maxUnreadCount).Scan(&mc.Unread, &mc.Directed)
-	return mc, err
+	var gates []string
+	var directed []bool
+	if err := q.QueryRow(ctx, sqlUnread, roomID, seen, p.AgentID, upTo, maxUnreadCount).Scan(&mc.Unread, &mc.Directed, &gates, &directed); err != nil {
+		return mc, err
+	}
+	for i, g := range gates {
+		mc.gated = append(mc.gated, gatedUnread{enabled: g, directed: i < len(directed) && directed[i]})
+	}
+	return mc, nil
 }
 
 // readCtx loads what p perceives of the room now, from one consistent
@@ -315,6 +322,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 			return nil, err
 		}
 		rc.msgs, rc.counted = mc, true
+		s.hideGated(ctx, rc)
 	}
 	sl, err := s.salienceFor(ctx, rc, roomID)
 	if err != nil {

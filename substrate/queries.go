@@ -28,9 +28,12 @@ const (
 		AND sort_key > $2 AND sort_key <= $4` + liveSQL + `
 		ORDER BY sort_key LIMIT $3`
 	// sqlUnread counts a reader's unread (and directed) messages, bounded;
-	// its own messages are not unread.
-	sqlUnread = `SELECT count(*), count(*) FILTER (WHERE directed) FROM (
-			SELECT (value->'to') ? $3 AS directed FROM state
+	// its own messages are not unread. The gated ones among them come back
+	// with their gates (NULL arrays when there are none), for the reader's
+	// gates to take out those it cannot see (msgCounts.hideGated).
+	sqlUnread = `SELECT count(*), count(*) FILTER (WHERE directed),
+			array_agg(gate) FILTER (WHERE gate IS NOT NULL), array_agg(directed) FILTER (WHERE gate IS NOT NULL) FROM (
+			SELECT coalesce((value->'to') ? $3, false) AS directed, enabled_expr AS gate FROM state
 			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2 AND sort_key <= $4 AND writer <> $3` + liveSQL + `
 			LIMIT $5) t`
 	// sqlLogPage reads the newest entries of a log up to a seq.

@@ -33,6 +33,37 @@ type presence struct {
 // msgCounts are the caller's message counters.
 type msgCounts struct {
 	Count, Unread, Directed int64
+	// gated are the gated messages Unread and Directed count, until
+	// hideGated takes out those hidden from the reader.
+	gated []gatedUnread
+}
+
+// gatedUnread is an unread message with an `enabled` gate.
+type gatedUnread struct {
+	enabled  string
+	directed bool
+}
+
+// hideGated takes the unread messages whose gate hides them from rc's
+// reader out of its counts, their gates evaluated as log pages evaluate
+// them (logGate): a message the reader cannot read must not raise its
+// unread counts, nor wake its waits. A room without gated messages pays
+// nothing here.
+func (s *Service) hideGated(ctx context.Context, rc *roomCtx) {
+	if len(rc.msgs.gated) == 0 {
+		return
+	}
+	shown := s.logGate(ctx, rc)
+	for _, g := range rc.msgs.gated {
+		if shown(&g.enabled) {
+			continue
+		}
+		rc.msgs.Unread--
+		if g.directed {
+			rc.msgs.Directed--
+		}
+	}
+	rc.msgs.gated = nil
 }
 
 // roomCtx is everything one principal perceives of a room at one moment:
@@ -221,10 +252,11 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 		rc.self = p.AgentID
 	}
 	rc.state, rc.gatesHidden = s.stateFor(ctx, rc, func(scope string) bool { return rc.visible(scope) })
+	s.hideGated(ctx, rc)
 	rc.vars = expr.Vars{
 		State:    rc.state,
 		Agents:   rc.visibleAgents(ctx, s),
-		Messages: map[string]any{"count": msgs.Count, "unread": msgs.Unread, "directed_unread": msgs.Directed},
+		Messages: map[string]any{"count": rc.msgs.Count, "unread": rc.msgs.Unread, "directed_unread": rc.msgs.Directed},
 		Self:     rc.self,
 		Params:   params,
 		Now:      now,

@@ -1972,3 +1972,65 @@ func TestAttackWaitFirstReadAfterLostAccess(t *testing.T) {
 		}
 	}
 }
+
+// Review r4 (noticed, fixed by h13): the unread counters counted messages
+// whose `enabled` gate hides them from the reader. A whisper addressed to b
+// but gated away from b raised b's unread and directed_unread (telling b it
+// exists) and woke b's `messages.unread > 0` wait with nothing to show.
+// The counts now take out what the reader's gates hide, evaluated as log
+// pages evaluate them, in the envelope, in CEL (`messages`) and in the
+// wait's partial read.
+func TestAttackGatedMessagesNotCountedUnread(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gu", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.ctx(rm, b, "")
+	e.do("PUT", "/rooms/gu/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "about-b", "to": "b"}, "enabled": `self == "a"`},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "spoiler"}, "enabled": `self != "b"`},
+	}}).must(t, 200)
+	counts := func(tok string) (int64, int64) {
+		m := path(e.ctx(rm, tok, "only=messages").body, "messages").(map[string]any)
+		return int64(m["unread"].(float64)), int64(m["directed_unread"].(float64))
+	}
+	if u, d := counts(b); u != 0 || d != 0 {
+		t.Fatalf("HOLE: b's counts include messages gated away from b: unread %d, directed_unread %d", u, d)
+	}
+	for _, cond := range []string{"messages.unread > 0", "messages.directed_unread > 0", "messages.unread > 0 && size(agents) > 0"} {
+		w := e.do("GET", "/rooms/gu/wait?timeout=300&condition="+url.QueryEscape(cond), b, nil).must(t, 200)
+		if w.body["triggered"] == true {
+			t.Fatalf("HOLE: b's wait on %s woke for messages gated away from b: %s", cond, w.raw)
+		}
+	}
+	// A wait woken by a write re-reads only what its condition needs (the
+	// partial read): a gated message written while b waits must not wake
+	// it either.
+	done := make(chan resp, 1)
+	go func() {
+		done <- e.do("GET", "/rooms/gu/wait?timeout=1500&condition="+url.QueryEscape("messages.unread > 0"), b, nil)
+	}()
+	time.Sleep(400 * time.Millisecond)
+	e.do("PUT", "/rooms/gu/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "later", "to": "b"}, "enabled": `self == "a"`},
+	}}).must(t, 200)
+	if w := (<-done).must(t, 200); w.body["triggered"] == true {
+		t.Fatalf("HOLE: b's waiting wait woke for a message gated away from b: %s", w.raw)
+	}
+	// The reader the gate shows them to counts them (a reads all three;
+	// the messages to b are not directed to a).
+	if u, d := counts(a); u != 3 || d != 0 {
+		t.Fatalf("a's counts: unread %d, directed_unread %d, want 3, 0", u, d)
+	}
+	// A gated message b may see still counts and wakes b.
+	e.do("PUT", "/rooms/gu/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "for-b", "to": "b"}, "enabled": `self == "b"`},
+	}}).must(t, 200)
+	w := e.do("GET", "/rooms/gu/wait?timeout=5000&context=none&condition="+url.QueryEscape("messages.directed_unread == 1"), b, nil).must(t, 200)
+	if w.body["triggered"] != true {
+		t.Fatalf("b's wait missed the message gated for b: %s", w.raw)
+	}
+	if u, d := counts(b); u != 1 || d != 1 {
+		t.Fatalf("b's counts: unread %d, directed_unread %d, want 1, 1", u, d)
+	}
+}
