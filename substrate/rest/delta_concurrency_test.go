@@ -1,16 +1,12 @@
 package rest_test
 
 import (
-	"context"
 	"fmt"
-	"net/http/httptest"
 	"net/url"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/syncsubstrate/sync/store"
-	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
@@ -20,16 +16,7 @@ import (
 // agents waiting at once all wake on one write, each with a delta naming
 // the entry that changed (and its seq), while others list the views.
 func TestDeltaWaitsOnATinyPool(t *testing.T) {
-	db, err := store.Open(context.Background(), pgtest.URL(t), store.Options{MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	svc := substrate.New(db, substrate.Options{})
-	t.Cleanup(svc.Close)
-	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
-	t.Cleanup(srv.Close)
-	e := &env{t: t, srv: srv}
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{}) // pgtest.New: a pool of pgtest.MaxConns (2)
 	rm := e.room("tinywait", nil)
 	e.do("PUT", "/rooms/tinywait/state", rm.token, map[string]any{"scope": "_shared", "key": "go", "value": false}).must(t, 200)
 	var agents []string

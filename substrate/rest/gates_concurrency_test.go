@@ -1,14 +1,10 @@
 package rest_test
 
 import (
-	"context"
 	"fmt"
-	"net/http/httptest"
 	"sync"
 	"testing"
 
-	"github.com/syncsubstrate/sync/store"
-	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
@@ -19,16 +15,7 @@ import (
 // read holding a connection while asking for another would hang here) and
 // each answer is consistent with one side of the gate.
 func TestGatedReadsOnATinyPool(t *testing.T) {
-	db, err := store.Open(context.Background(), pgtest.URL(t), store.Options{MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	svc := substrate.New(db, substrate.Options{})
-	t.Cleanup(svc.Close)
-	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
-	t.Cleanup(srv.Close)
-	e := &env{t: t, srv: srv}
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{}) // pgtest.New: a pool of pgtest.MaxConns (2)
 	rm := e.room("tiny", nil)
 	a := e.join(rm, "a")
 	e.do("POST", "/rooms/tiny/agents", rm.token, map[string]any{"id": "ghost", "name": "G", "enabled": "state._shared.on == true"}).must(t, 201)
