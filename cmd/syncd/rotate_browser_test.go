@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/syncsubstrate/sync/oauth/oauthtest"
-	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
 // Issue 25 items 7 and 8 in a real browser, through the real server: a
@@ -19,25 +15,7 @@ import (
 // the view token from the room page, and a page open with the old view
 // link stops following the room at once.
 func TestBrowserTokenRotation(t *testing.T) {
-	dbURL := pgtest.URL(t)
-	port := freePort(t)
-	public := "http://localhost:" + port
-	cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
-	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
-		t.Fatal(err)
-	}
-	_, stop := start(t, cfg)
-	defer stop()
-	ctx := oauthtest.Chromium(t, 3*time.Minute)
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(public+"/signup"),
-		chromedp.WaitVisible(chromedp.CSS("#username")),
-		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
-		chromedp.Click(chromedp.CSS("#signup")),
-		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
-	); err != nil {
-		t.Fatalf("sign-up with a passkey: %v", err)
-	}
+	ctx, public, _ := browserSignedUp(t)
 	room := restCall(t, "POST", public+"/rooms", "", map[string]any{"id": "vault"})
 	roomToken, viewToken := room["token"].(string), room["view_token"].(string)
 	restCall(t, "POST", public+"/rooms/vault/agents", roomToken, map[string]any{"id": "alice:web-2", "name": "alice"})

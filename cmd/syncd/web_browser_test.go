@@ -56,25 +56,22 @@ func restCall(t *testing.T, method, url, token string, body any) map[string]any 
 	return out
 }
 
-// In a real browser, through the real server: a person signs up with a
-// passkey, claims a room made over the API from the lobby, opens its page,
-// sees another agent's REST writes appear live without reloading, invokes
-// an action from its form, scrubs the audit to an earlier seq, and plants
-// and branches a loom tree on the loom page; the room page also fits a
-// phone's width. Screenshots are saved as artefacts;
-// the time from each write's response to the page showing it is logged.
-func TestBrowserRoomPageIsLive(t *testing.T) {
-	dbURL := pgtest.URL(t)
+// browserSignedUp starts syncd on a new database (open sign-up, no rate
+// limit) and a headless Chromium whose virtual authenticator has signed
+// alice up with a passkey. It returns the browser, the public URL and the
+// database URL; both stop when the test ends.
+func browserSignedUp(t *testing.T) (ctx context.Context, public, dbURL string) {
+	t.Helper()
+	dbURL = pgtest.URL(t)
 	port := freePort(t)
-	public := "http://localhost:" + port
+	public = "http://localhost:" + port
 	cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
 	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, stop := start(t, cfg)
-	defer stop()
-	ctx := oauthtest.Chromium(t, 3*time.Minute)
-
+	t.Cleanup(stop)
+	ctx = oauthtest.Chromium(t, 3*time.Minute)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(public+"/signup"),
 		chromedp.WaitVisible(chromedp.CSS("#username")),
@@ -84,6 +81,18 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 	); err != nil {
 		t.Fatalf("sign-up with a passkey: %v", err)
 	}
+	return ctx, public, dbURL
+}
+
+// In a real browser, through the real server: a person signs up with a
+// passkey, claims a room made over the API from the lobby, opens its page,
+// sees another agent's REST writes appear live without reloading, invokes
+// an action from its form, scrubs the audit to an earlier seq, and plants
+// and branches a loom tree on the loom page; the room page also fits a
+// phone's width. Screenshots are saved as artefacts;
+// the time from each write's response to the page showing it is logged.
+func TestBrowserRoomPageIsLive(t *testing.T) {
+	ctx, public, _ := browserSignedUp(t)
 
 	// A room made over the API, an agent in it, and an action.
 	room := restCall(t, "POST", public+"/rooms", "", map[string]any{"id": "studio", "meta": map[string]any{"label": "The studio"}})
