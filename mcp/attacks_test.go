@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/httpmw"
@@ -342,19 +344,7 @@ func TestAttackBatchesRefused(t *testing.T) {
 // (issue 25 item 3): the _loom scope (tree names, permissions, generation
 // requests) used to be in every context's state whatever → view said.
 func TestAttackContextFollowsLoomPermissions(t *testing.T) {
-	srv := startServer(t, pgtest.New(t))
-	ctx := context.Background()
-	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave"})
-	roomTok := room["token"].(string)
-	alice := owner(t, srv, "alice", "weave", roomTok)
-	bob := signup(t, srv, "bob")
-	cs := connect(t, alice, map[string]string{"weave": "admin"})
-	mustTool(t, cs, "sync_share_room", map[string]any{"room": "weave", "username": "bob", "role": "participant"})
-	bs := connect(t, bob, map[string]string{"weave": "write"})
-	agent := mustTool(t, bs, "sync_embody", map[string]any{"room": "weave"})["agent"].(string)
-	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/weave/loom", roomTok, map[string]any{"commands": `→ new tree "TREE-SECRET" "root"` + "\n→ deny " + agent + " loom_aware doc_read"}); code != 200 {
-		t.Fatalf("planting: %d %v", code, out)
-	}
+	bs := loomDeniedParticipant(t, "weave")
 	if out, isErr := callTool(t, bs, "sync_loom", map[string]any{"commands": "→ view 1"}); !isErr {
 		t.Fatalf("→ view runs for bob's agent: %v", out)
 	}
@@ -512,19 +502,7 @@ func TestAttackWaitOutlivesLostAccess(t *testing.T) {
 // scope. Observing keeps the loom permissions of the connection's own
 // agent in the room, as the web pages keep the person's web agent's.
 func TestAttackLoomDenialSurvivesDisembodying(t *testing.T) {
-	srv := startServer(t, pgtest.New(t))
-	ctx := context.Background()
-	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave2"})
-	roomTok := room["token"].(string)
-	alice := owner(t, srv, "alice", "weave2", roomTok)
-	bob := signup(t, srv, "bob")
-	cs := connect(t, alice, map[string]string{"weave2": "admin"})
-	mustTool(t, cs, "sync_share_room", map[string]any{"room": "weave2", "username": "bob", "role": "participant"})
-	bs := connect(t, bob, map[string]string{"weave2": "write"})
-	agent := mustTool(t, bs, "sync_embody", map[string]any{"room": "weave2"})["agent"].(string)
-	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/weave2/loom", roomTok, map[string]any{"commands": `→ new tree "TREE-SECRET" "root"` + "\n→ deny " + agent + " loom_aware doc_read"}); code != 200 {
-		t.Fatalf("planting: %d %v", code, out)
-	}
+	bs := loomDeniedParticipant(t, "weave2")
 	mustTool(t, bs, "sync_disembody", nil)
 	if out, isErr := callTool(t, bs, "sync_loom", map[string]any{"commands": "→ view 1"}); !isErr || strings.Contains(fmt.Sprint(out), "TREE-SECRET") {
 		t.Fatalf("HOLE: → view runs for bob's connection once disembodied: %v", out)
@@ -566,4 +544,26 @@ func TestAttackGatedMessageRaisesNoUnread(t *testing.T) {
 			t.Fatalf("HOLE: bob's sync_wait on %s woke for a message gated away from him: %v", cond, w)
 		}
 	}
+}
+
+// loomDeniedParticipant starts a server with room id owned by alice, where
+// bob is a participant embodied over MCP whose agent the room token has
+// denied loom_aware and doc_read after planting a tree named TREE-SECRET.
+// It returns bob's connection.
+func loomDeniedParticipant(t *testing.T, id string) *sdk.ClientSession {
+	t.Helper()
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": id})
+	roomTok := room["token"].(string)
+	alice := owner(t, srv, "alice", id, roomTok)
+	bob := signup(t, srv, "bob")
+	cs := connect(t, alice, map[string]string{id: "admin"})
+	mustTool(t, cs, "sync_share_room", map[string]any{"room": id, "username": "bob", "role": "participant"})
+	bs := connect(t, bob, map[string]string{id: "write"})
+	agent := mustTool(t, bs, "sync_embody", map[string]any{"room": id})["agent"].(string)
+	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/"+id+"/loom", roomTok, map[string]any{"commands": `→ new tree "TREE-SECRET" "root"` + "\n→ deny " + agent + " loom_aware doc_read"}); code != 200 {
+		t.Fatalf("planting: %d %v", code, out)
+	}
+	return bs
 }
