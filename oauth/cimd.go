@@ -284,9 +284,13 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 		var fresh, refused bool
 		// Rows stored before fetch times were kept: the copy was fetched at
 		// most cimdMaxTTL before it expired.
-		_ = s.q(ctx).QueryRow(ctx, `SELECT (metadata->>'cimd_expires')::timestamptz > now(), coalesce((metadata->>'cimd_refused')::boolean, false),
+		// A failed read must not pass for "stale": it would refuse a client
+		// whose stored copy is good and log the wrong reason.
+		if err := s.q(ctx).QueryRow(ctx, `SELECT coalesce((metadata->>'cimd_expires')::timestamptz > now(), false), coalesce((metadata->>'cimd_refused')::boolean, false),
 			coalesce((metadata->>'cimd_fetched')::timestamptz, (metadata->>'cimd_expires')::timestamptz - make_interval(secs => $2), created_at)
-			FROM smcp_oauth_clients WHERE id = $1`, id, cimdMaxTTL.Seconds()).Scan(&fresh, &refused, &fetched)
+			FROM smcp_oauth_clients WHERE id = $1`, id, cimdMaxTTL.Seconds()).Scan(&fresh, &refused, &fetched); err != nil {
+			return nil, err
+		}
 		if refused && (fresh || s.noCIMD) {
 			return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
 		}
