@@ -24,7 +24,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +32,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/httpmw"
 	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
@@ -191,10 +191,7 @@ func (wb *Web) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code == errs.RoomNotFound {
 		msg = "You have no room by that name. Your rooms are listed in the lobby."
 	}
-	if ms, ok := e.Details["retry_after_ms"].(int64); ok && e.Code.Status() == http.StatusTooManyRequests {
-		// A refusal the domain timed (room_busy): as the API says it.
-		w.Header().Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
-	}
+	httpmw.SetRetryAfter(w, e) // a refusal the domain timed (room_busy), as the API says it
 	wb.errorPage(w, r, e.Code.Status(), "That did not work", msg, r.URL.Query().Get("view") != "")
 }
 

@@ -386,11 +386,19 @@ func Fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Code == errs.Unavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(errs.RetryAfter))
 	}
-	if ms, ok := e.Details["retry_after_ms"].(int64); ok && e.Code.Status() == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
-		// A refusal the domain timed (room_busy): whole seconds, rounded up.
-		w.Header().Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+	if w.Header().Get("Retry-After") == "" {
+		SetRetryAfter(w, e)
 	}
 	WriteJSON(w, e.Code.Status(), e.Body())
+}
+
+// SetRetryAfter sets Retry-After for a 429 the domain timed (room_busy:
+// retry_after_ms), in whole seconds rounded up; other errors set nothing.
+// The API and the pages both answer with it.
+func SetRetryAfter(w http.ResponseWriter, e *errs.Error) {
+	if ms, ok := e.Details["retry_after_ms"].(int64); ok && e.Code.Status() == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+	}
 }
 
 // WriteJSON writes v as the response, never cached.
