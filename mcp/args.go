@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -226,7 +227,7 @@ func nearest(name string, fields []argField) string {
 	}
 	best, bestD := "", len(name)/3+2
 	for _, f := range fields {
-		if d := editDistance(low, f.name); d < bestD {
+		if d := substrate.EditDistance(low, f.name); d < bestD {
 			best, bestD = f.name, d
 		}
 		if strings.Contains(low, f.name) || strings.Contains(f.name, low) && len(low) >= 3 {
@@ -236,24 +237,4 @@ func nearest(name string, fields []argField) string {
 		}
 	}
 	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

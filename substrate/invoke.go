@@ -728,15 +728,16 @@ func nearest(asked string, ids []string) string {
 	best, bestD := "", max(2, len([]rune(asked))/3)+1
 	sort.Strings(ids)
 	for _, id := range ids {
-		if d := editDistance(strings.ToLower(asked), strings.ToLower(id)); d < bestD {
+		if d := EditDistance(strings.ToLower(asked), strings.ToLower(id)); d < bestD {
 			best, bestD = id, d
 		}
 	}
 	return best
 }
 
-// editDistance is the Levenshtein distance between a and b, in runes.
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b, in runes:
+// how every "did you mean" the server offers ranks its candidates.
+func EditDistance(a, b string) int {
 	ra, rb := []rune(a), []rune(b)
 	prev := make([]int, len(rb)+1)
 	cur := make([]int, len(rb)+1)
