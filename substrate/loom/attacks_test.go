@@ -33,6 +33,25 @@ func TestAttackForModelKeepsThoughtsAndMemoryApart(t *testing.T) {
 	if _, err := loom.Of(e.svc).ForModel(ctx, a, "loom", "→ think SECRET-THOUGHT unclosed\nmore"); err == nil {
 		t.Fatal("an unclosed think block ran")
 	}
+	// Read as room authority, which reads traces: the unclosed block's
+	// trace line must not carry its text (bo, below, could not see a
+	// trace entry whatever it held).
+	all, err := e.svc.ReadState(ctx, e.admin, "loom", substrate.ReadQuery{Scope: "al"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	traced := 0
+	for _, en := range all.Entries {
+		if strings.HasPrefix(en.Key, "loom:t:") {
+			traced++
+			if strings.Contains(string(en.Value), "SECRET-THOUGHT") {
+				t.Fatalf("HOLE: a trace line carries a thought: %s", en.Value)
+			}
+		}
+	}
+	if traced == 0 {
+		t.Fatal("no trace lines read: the check above saw nothing")
+	}
 	out := e.model(a, "→ tree")
 	if strings.Contains(out, "SECRET-THOUGHT") {
 		t.Fatalf("HOLE: the thought is in the faded line or memory block:\n%s", out)
