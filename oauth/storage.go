@@ -666,7 +666,7 @@ func (s *storage) purge(ctx context.Context) (tokens, clients int64, err error) 
 		return 0, 0, err
 	}
 	tokens = tag.RowsAffected()
-	if _, err := s.db.Exec(ctx, `DELETE FROM smcp_oauth_grant_ends WHERE ended_at < now() - interval '30 days'`); err != nil {
+	if _, err := s.db.Exec(ctx, `DELETE FROM smcp_oauth_grant_ends WHERE ended_at < now() - make_interval(days => $1)`, grantEndDays); err != nil {
 		return tokens, 0, err
 	}
 	tag, err = s.db.Exec(ctx, `DELETE FROM smcp_oauth_clients c
@@ -717,11 +717,15 @@ func (s *storage) revokeGrant(ctx context.Context, userID, grantID string) error
 	})
 }
 
+// grantEndDays is how long /account says why a connection ended; the
+// hourly purge drops older reasons.
+const grantEndDays = 30
+
 // endedGrants lists why a user's connections ended in the last 30 days,
 // newest first, for the account page.
 func (s *storage) endedGrants(ctx context.Context, userID string) ([]endedGrant, error) {
 	rows, err := s.db.Query(ctx, `SELECT client_name, reason, ended_at FROM smcp_oauth_grant_ends
-		WHERE subject = $1 AND ended_at > now() - interval '30 days' ORDER BY ended_at DESC LIMIT 20`, userID)
+		WHERE subject = $1 AND ended_at > now() - make_interval(days => $2) ORDER BY ended_at DESC LIMIT 20`, userID, grantEndDays)
 	if err != nil {
 		return nil, err
 	}

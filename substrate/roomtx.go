@@ -321,7 +321,10 @@ func (s *Service) MutateRoom(ctx context.Context, p *Principal, roomID string, f
 	})
 }
 
-// RequireRoom checks that p may address roomID and that it exists.
+// RequireRoom checks that p may address roomID: a principal of that room
+// may (without a query: a room deleted since it authenticated is found by
+// the read or write that follows), any other is refused, room_not_found
+// when the room does not exist.
 func (s *Service) RequireRoom(ctx context.Context, p *Principal, roomID string) error {
 	return s.requireRoom(ctx, p, roomID)
 }
