@@ -351,7 +351,11 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		sl.Annotate(ctx, env, req)
 	}
 	if req.Since != nil {
-		deltaOf(env, rc, roomID, *req.Since, *req.MessagesAfter, shown)
+		unseen, err := s.unseenSince(ctx, roomID, *req.Since, rc.snap.seq)
+		if err != nil {
+			return nil, err
+		}
+		deltaOf(env, rc, roomID, *req.Since, *req.MessagesAfter, shown, unseen)
 		env.Context.Request.MessagesLimit = shown
 	}
 	if req.MaxBytes > 0 {
