@@ -299,7 +299,7 @@ func (r *loomRun) needWrite(perm string) error {
 func (r *loomRun) agent() error {
 	if r.p.Kind != substrate.KindAgent {
 		return loomErr(errs.InvalidField, "operational memory belongs to an agent, and this credential is not one").
-			WithHint("use an agent token (over MCP: embody an agent)")
+			WithHint("use an agent token (over MCP: embody an agent)").With("needs", "agent")
 	}
 	return nil
 }
