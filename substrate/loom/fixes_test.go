@@ -167,3 +167,18 @@ func TestLoomSummaries(t *testing.T) {
 		t.Fatalf("prompts %q", p)
 	}
 }
+
+// loom.Of looks the loom up; it does not attach one. It attached the
+// defaults when called first, so a later Attach (the server's, with the
+// generator configured) returned that default loom: continuations were
+// queued for a generator that was configured and never asked.
+func TestLoomOfDoesNotAttach(t *testing.T) {
+	stub := newStub(t, " and then")
+	e := newLoom(t, substrate.Options{}, "al")
+	e.run(e.admin, `→ new tree "t" "Once upon a time"`)
+	loom.Attach(e.svc, loom.Options{GeneratorURL: stub.srv.URL})
+	e.run(e.admin, `→ continue from 1`)
+	if p := stub.got(); len(p) != 1 {
+		t.Fatalf("the generator Attach configured after a use of Of was asked %d times", len(p))
+	}
+}

@@ -152,8 +152,16 @@ func Attach(svc *substrate.Service, opt Options) *Loom {
 }
 
 // Of is the loom of svc: the one Attach configured, else one with the
-// default options (queued generation requests, no generator).
-func Of(svc *substrate.Service) *Loom { return Attach(svc, Options{}) }
+// default options (queued generation requests, no generator) that is not
+// attached, so that Attach, whenever it comes, still configures the loom.
+func Of(svc *substrate.Service) *Loom {
+	if l, ok := svc.Feature(featureKey{}, nil).(*Loom); ok {
+		return l
+	}
+	opt := Options{}
+	opt.fill()
+	return &Loom{svc: svc, opt: opt, log: svc.Logger()}
+}
 
 // Node is one node of a tree.
 type Node struct {
