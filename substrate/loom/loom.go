@@ -771,24 +771,23 @@ func loomPermsOf(p *substrate.Principal, row substrate.RowFunc) (perms []string,
 	switch {
 	case p.Kind == substrate.KindRoom:
 		return Permissions, "human", nil
-	case p.ReadOnly() && p.ReadsAs() != "":
-		// Read-only for an agent (ReadOnlyOf): its permissions that read.
+	case p.ReadOnly() && p.ReadsAs() != "",
+		p.Kind == substrate.KindAgent && p.AgentID == substrate.ScopeShared && p.ReadsAs() != "" && !strings.HasPrefix(p.ReadsAs(), "_"):
+		// Read-only for an agent (ReadOnlyOf), a person: its permissions
+		// that read. A communal definition registered by an agent
+		// (roomCtx.stateAs), a model: that agent's permissions, never more
+		// than the defaults of an agent "_shared" would give.
 		agent, _, err := loomPermsOf(&substrate.Principal{Kind: substrate.KindAgent, RoomID: p.RoomID, AgentID: p.ReadsAs()}, row)
 		if err != nil {
 			return nil, "", err
 		}
-		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "human", nil
+		kind := "model"
+		if p.ReadOnly() {
+			kind = "human"
+		}
+		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), kind, nil
 	case p.ReadOnly():
 		return defaultLoomPerms, "human", nil
-	case p.Kind == substrate.KindAgent && p.AgentID == substrate.ScopeShared && p.ReadsAs() != "" && !strings.HasPrefix(p.ReadsAs(), "_"):
-		// A communal definition registered by an agent (roomCtx.stateAs):
-		// that agent's permissions, never more than the defaults of an
-		// agent "_shared" would give.
-		agent, _, err := loomPermsOf(&substrate.Principal{Kind: substrate.KindAgent, RoomID: p.RoomID, AgentID: p.ReadsAs()}, row)
-		if err != nil {
-			return nil, "", err
-		}
-		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "model", nil
 	}
 	var rec struct {
 		Perms []string `json:"perms"`
@@ -805,8 +804,9 @@ func loomPermsOf(p *substrate.Principal, row substrate.RowFunc) (perms []string,
 	if ok {
 		// Only → permit writes the record; one that does not decode
 		// grants nothing rather than failing every read.
-		rec.Perms = nil
-		_ = json.Unmarshal(raw, &rec)
+		if json.Unmarshal(raw, &rec) != nil {
+			rec.Perms, rec.Kind = nil, ""
+		}
 		perms = rec.Perms
 		if rec.Kind != "" {
 			kind = rec.Kind
