@@ -135,8 +135,11 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 			agents = []presence{a}
 		}
 		if out.counted {
-			out.msgs, err = countMessages(ctx, tx, roomID, p, agents, count, seq)
+			if out.msgs, err = countMessages(ctx, tx, roomID, p, agents, count, seq); err != nil {
+				return err
+			}
 		}
+		out.msgs.hidden, err = s.hiddenMessages(ctx, tx, out.snap, count)
 		return err
 	})
 	if err != nil {

@@ -36,6 +36,9 @@ type msgCounts struct {
 	// gated are the gated messages Unread and Directed count, until
 	// hideGated takes out those hidden from the reader.
 	gated []gatedUnread
+	// hidden are the messages Count counts that a reader may not see,
+	// until hideGated takes out those hidden from this one.
+	hidden []hiddenMsg
 }
 
 // gatedUnread is an unread message with an `enabled` gate.
@@ -50,6 +53,7 @@ type gatedUnread struct {
 // unread counts, nor wake its waits. A room without gated messages pays
 // nothing here.
 func (s *Service) hideGated(ctx context.Context, rc *roomCtx) {
+	s.uncountHidden(ctx, rc)
 	if len(rc.msgs.gated) == 0 {
 		return
 	}
