@@ -98,6 +98,7 @@ var loomVerbs = map[string]string{
 	"permit": "permit", "allow": "permit",
 	"deny": "deny", "disallow": "deny",
 	"requests": "requests",
+	"stop":     "stop",
 }
 
 // loomUsage is one example per verb: help, and the nearest command.
@@ -131,6 +132,7 @@ var loomUsage = map[string]string{
 	"permit":    "permit alice loom_write doc_write (room authority)",
 	"deny":      "deny alice loom_write (room authority)",
 	"requests":  "requests (open generation requests)",
+	"stop":      "stop [agent] (ask a collaborator that runs itself to stop; yourself without an agent)",
 }
 
 // loomFiller are words skipped anywhere: "show me node 23" is "view 23".
