@@ -396,7 +396,13 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 			out = append(out, "  (empty: → pin N keeps a node here, → recall \"label\" a stash)")
 		}
 		if len(pruned) > 0 {
-			out = append(out, "  pruned to fit "+strconv.Itoa(r.l.opt.MemoryTokens)+" tokens: "+strings.Join(pruned, "; "))
+			// The notice itself stays small, or it would take the room
+			// of what it pruned: the first few, then a count.
+			shown := pruned
+			if len(shown) > 3 {
+				shown = append(slices.Clone(pruned[:2]), fmt.Sprintf("%d more (→ memory lists everything)", len(pruned)-2))
+			}
+			out = append(out, "  pruned to fit "+strconv.Itoa(r.l.opt.MemoryTokens)+" tokens: "+strings.Join(shown, "; "))
 		}
 		return strings.Join(out, "\n")
 	}
