@@ -195,6 +195,8 @@ type Result struct {
 	Errors int `json:"errors"`
 	// Position is where the caller is after the run.
 	Position *Position `json:"position,omitempty"`
+	// Parts are ForModel's pieces of Text (nil from Run).
+	Parts *ModelParts `json:"-"`
 	// onboard is the orientation an agent's first command brought.
 	onboard string
 }
@@ -1010,7 +1012,7 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 
 // loomWrites are the verbs that change shared content.
 var loomWrites = map[string]bool{"add": true, "branch": true, "annotate": true, "link": true, "edit": true, "write": true,
-	"new": true, "fulfil": true, "yield": true, "bookmark": true, "permit": true, "deny": true, "continue": true}
+	"new": true, "fulfil": true, "yield": true, "bookmark": true, "permit": true, "deny": true, "continue": true, "stop": true}
 
 // callState is what one Run carries from command to command.
 type callState struct {
