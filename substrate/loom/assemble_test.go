@@ -2,6 +2,7 @@ package loom_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,5 +117,31 @@ func TestLoomForModelPrunes(t *testing.T) {
 	blk = blk[:strings.Index(blk, "\n\n")]
 	if n := (len(blk) + 3) / 4; n > 120 {
 		t.Fatalf("block of ~%d tokens over 120:\n%s", n, blk)
+	}
+}
+
+// The pruning notice stays within the block's budget: it names the first
+// things it pruned and counts the rest (it listed every one, and with a
+// dozen pins the notice alone was several times the budget).
+func TestLoomForModelPruneNoticeFits(t *testing.T) {
+	e := newLoom(t, substrate.Options{}, "al")
+	loom.Attach(e.svc, loom.Options{MemoryTokens: 100})
+	var b strings.Builder
+	b.WriteString(`→ new tree "t" "` + root + `"` + "\n")
+	for i := 2; i <= 14; i++ {
+		b.WriteString(`→ add from:1 "` + second + `"` + "\n")
+	}
+	e.run(e.admin, b.String())
+	a := e.ag["al"]
+	var pins strings.Builder
+	for i := 1; i <= 14; i++ {
+		pins.WriteString("→ pin " + strconv.Itoa(i) + "\n")
+	}
+	out := e.model(a, pins.String()+"→ view 1")
+	blk := out[strings.Index(out, "⟨memory⟩"):]
+	blk = blk[:strings.Index(blk, "\n\n")]
+	has(t, blk, "pruned to fit 100 tokens:", "more (→ memory lists everything)")
+	if n := loom.Tokens(blk); n > 100 {
+		t.Fatalf("block of ~%d tokens over 100:\n%s", n, blk)
 	}
 }
