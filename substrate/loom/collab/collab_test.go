@@ -208,8 +208,16 @@ func TestCollaboratorBudgetsStopRunaway(t *testing.T) {
 			if !strings.Contains(rec.Reason, tc.want) || rec.State != "stopped" {
 				t.Fatalf("reason %q, want %q", rec.Reason, tc.want)
 			}
-			if rec.Tokens() > 6000 && tc.name == "tokens" {
-				t.Fatalf("spent %d tokens over a budget of 6000", rec.Tokens())
+			if tc.name == "tokens" {
+				if rec.Tokens() > 6000 {
+					t.Fatalf("spent %d tokens over a budget of 6000", rec.Tokens())
+				}
+				// The last call's answer was given only what the budget
+				// had left.
+				reqs := chat.requests()
+				if last := reqs[len(reqs)-1]; last.MaxTokens >= 1024 || last.MaxTokens < 16 {
+					t.Fatalf("the last call asked max_tokens %d", last.MaxTokens)
+				}
 			}
 			if time.Since(start) > 20*time.Second {
 				t.Fatal("took too long")
