@@ -205,7 +205,7 @@ func Run(ctx context.Context, svc *substrate.Service, cfg Config) (*loom.CollabR
 		reason, runErr = "stopped: interrupted (signal or shutdown)", nil
 	case rctx.Err() != nil:
 		reason, runErr = fmt.Sprintf("stopped: budget spent: %s of wall time", cfg.MaxTime), nil
-	case runErr != nil:
+	default:
 		reason = "stopped: " + runErr.Error()
 	}
 	// What it says on the way out is written even when ctx has ended.
