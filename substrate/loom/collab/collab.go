@@ -259,7 +259,12 @@ func (c *collaborator) loop(ctx context.Context, changes <-chan struct{}) error 
 		case g.Holder != "":
 			// Someone else's turn: wait for it to end (a yield is a
 			// change; a lease running out is not, hence the deadline).
+			// The lease's end is the database's clock; a little margin
+			// and a floor keep a skewed local clock from spinning.
 			until = g.Until.Add(50 * time.Millisecond)
+			if floor := time.Now().Add(100 * time.Millisecond); until.Before(floor) {
+				until = floor
+			}
 		case g.Head.ID == c.seen:
 		default:
 			if err := c.turn(ctx, p); err != nil {
