@@ -145,3 +145,23 @@ func TestLoomForModelPruneNoticeFits(t *testing.T) {
 		t.Fatalf("block of ~%d tokens over 100:\n%s", n, blk)
 	}
 }
+
+// One assembly of a path's text, read two ways: the base model's prompt
+// (→ continue) and the collaborator's prose (→ view branch:B as:prose and
+// a collaborator's conversation). Human-typed nodes are kept apart in
+// both; instruction nodes steer the collaborator only.
+func TestPathTextForBothModels(t *testing.T) {
+	path := []loom.Node{
+		{ID: 1, Content: "Once upon a time"},
+		{ID: 2, Content: "there was", Edge: "primary"},
+		{ID: 3, Content: " a fox", Model: true},
+		{ID: 4, Content: "make it darker", Edge: "instruction"},
+		{ID: 5, Content: "It hunted."},
+	}
+	if got, want := loom.PathText(path, loom.ForBase), "Once upon a time\n\nthere was a fox\n\nIt hunted."; got != want {
+		t.Fatalf("base: %q, want %q", got, want)
+	}
+	if got, want := loom.PathText(path, loom.ForCollaborator), "Once upon a time ︱ there was ︱› a fox ︱ make it darker ︱ It hunted."; got != want {
+		t.Fatalf("collaborator: %q, want %q", got, want)
+	}
+}
