@@ -72,3 +72,19 @@ func TestAttackForModelKeepsThoughtsAndMemoryApart(t *testing.T) {
 		t.Fatalf("HOLE: bo's memory block shows al's memory:\n%s", res.Text)
 	}
 }
+
+// A command naming another room is refused, on every surface, before it
+// runs: the loom's options are forgiving, and room:x was ignored, so a
+// model that meant another room acted on this one (a node written here,
+// a read answered from here, as if from there).
+func TestAttackLoomCommandNamingAnotherRoomRefused(t *testing.T) {
+	e := newLoom(t, substrate.Options{}, "al")
+	e.run(e.admin, `→ new tree "t" "root words"
+→ permit al loom_write`)
+	for _, cmd := range []string{`→ add from:1 "x" room:secret`, "→ view 1 room:secret", `→ read doc:"plans" ROOM:secret`} {
+		e.fail(e.ag["al"], cmd, "invalid_field", "commands act in the room they are sent to")
+	}
+	if res := e.run(e.admin, "→ tree summary"); !strings.Contains(res.Text, "1 nodes") {
+		t.Fatalf("a refused command wrote: %s", res.Text)
+	}
+}

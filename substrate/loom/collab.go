@@ -59,7 +59,7 @@ type CollabRecord struct {
 func (c *CollabRecord) Tokens() int64 { return c.PromptTokens + c.CompletionTokens }
 
 // CollabUpdate stores p's collaborator record (p must be an agent with
-// loom_aware) and, when line is not empty, appends it to p's trace. A
+// loom_aware, except to record that it stopped) and, when line is not empty, appends it to p's trace. A
 // record with State "starting" begins a run (a stop asked of an earlier
 // run is cleared); otherwise the stored Stop and Started are kept, so an
 // update never undoes → stop. It returns the record as stored.
@@ -73,7 +73,9 @@ func (l *Loom) CollabUpdate(ctx context.Context, p *substrate.Principal, roomID 
 		if err := r.loadCaller(); err != nil {
 			return err
 		}
-		if err := r.need(PermAware); err != nil {
+		// A collaborator whose loom_aware was taken away still records
+		// that it stopped (its own key only).
+		if err := r.need(PermAware); err != nil && rec.State != "stopped" {
 			return err
 		}
 		var old CollabRecord

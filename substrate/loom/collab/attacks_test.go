@@ -211,3 +211,23 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// Taking loom_aware away from a running collaborator stops it at the next
+// change, and its record says why.
+func TestAttackCollaboratorStopsWhenDenied(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	chat := newChat(t, func(r chatReq) string { return "Waiting." })
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
+	r.waiting(t)
+	e.run(e.admin, "→ deny claude loom_aware")
+	<-r.done
+	if r.err == nil || !strings.Contains(r.err.Error(), "loom_aware not enabled") {
+		t.Fatalf("err %v", r.err)
+	}
+	usage, _ := loom.Of(e.svc).CollaboratorUsage(context.Background(), e.admin, e.room)
+	if len(usage) != 1 || usage[0].State != "stopped" || !strings.Contains(usage[0].Reason, "loom_aware not enabled") {
+		t.Fatalf("%+v", usage)
+	}
+}

@@ -67,7 +67,7 @@ type chatAnswer struct {
 func (c *collaborator) chat(ctx context.Context, msgs []Message) (*chatAnswer, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	body, _ := json.Marshal(map[string]any{"model": c.cfg.ChatModel, "messages": msgs, "max_tokens": c.cfg.ReplyTokens})
+	body, _ := json.Marshal(map[string]any{"model": c.cfg.ChatModel, "messages": msgs, "max_tokens": c.replyTokens})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err

@@ -145,6 +145,8 @@ type collaborator struct {
 	// pending are the results of the last call's commands, for the next
 	// call, once.
 	pending string
+	// replyTokens is the next call's max_tokens.
+	replyTokens int
 	// summary caches the summary of the branch's pruned beginning.
 	sumUpTo int64
 	sumText string
@@ -203,7 +205,7 @@ func Run(ctx context.Context, svc *substrate.Service, cfg Config) (*loom.CollabR
 		reason, runErr = "stopped: interrupted (signal or shutdown)", nil
 	case rctx.Err() != nil:
 		reason, runErr = fmt.Sprintf("stopped: budget spent: %s of wall time", cfg.MaxTime), nil
-	case runErr != nil:
+	default:
 		reason = "stopped: " + runErr.Error()
 	}
 	// What it says on the way out is written even when ctx has ended.
@@ -257,7 +259,12 @@ func (c *collaborator) loop(ctx context.Context, changes <-chan struct{}) error 
 		case g.Holder != "":
 			// Someone else's turn: wait for it to end (a yield is a
 			// change; a lease running out is not, hence the deadline).
+			// The lease's end is the database's clock; a little margin
+			// and a floor keep a skewed local clock from spinning.
 			until = g.Until.Add(50 * time.Millisecond)
+			if floor := time.Now().Add(100 * time.Millisecond); until.Before(floor) {
+				until = floor
+			}
 		case g.Head.ID == c.seen:
 		default:
 			if err := c.turn(ctx, p); err != nil {
@@ -342,8 +349,15 @@ func (c *collaborator) turn(ctx context.Context, p *substrate.Principal) error {
 		for _, m := range msgs {
 			est += loom.Tokens(m.Content)
 		}
-		if err := c.budget(est + c.cfg.ReplyTokens/4); err != nil {
+		if err := c.budget(est); err != nil {
 			return err
+		}
+		// The answer may take what the budget has left, up to
+		// ReplyTokens: a call never spends past the budget by more than
+		// the error of the prompt's estimate.
+		c.replyTokens = int(min(int64(c.cfg.ReplyTokens), c.cfg.MaxTokens-c.rec.Tokens()-int64(est)))
+		if c.replyTokens < 16 {
+			return stopWith("stopped: budget spent: %d of %d tokens, and the next call (~%d tokens) leaves no room for an answer", c.rec.Tokens(), c.cfg.MaxTokens, est)
 		}
 		c.seen = pc.Head.ID
 		c.rec.State = "calling"
@@ -395,7 +409,11 @@ func (c *collaborator) turn(ctx context.Context, p *substrate.Principal) error {
 			}
 			continue
 		}
-		c.remember(news, loom.Prose(reply))
+		words := loom.Prose(reply)
+		if strings.TrimSpace(words) == "" && n == 0 {
+			words = "(an empty answer)"
+		}
+		c.remember(news, words)
 		if n == 0 {
 			return nil // prose alone ends the turn
 		}

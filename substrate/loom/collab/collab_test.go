@@ -208,8 +208,16 @@ func TestCollaboratorBudgetsStopRunaway(t *testing.T) {
 			if !strings.Contains(rec.Reason, tc.want) || rec.State != "stopped" {
 				t.Fatalf("reason %q, want %q", rec.Reason, tc.want)
 			}
-			if rec.Tokens() > 6000 && tc.name == "tokens" {
-				t.Fatalf("spent %d tokens over a budget of 6000", rec.Tokens())
+			if tc.name == "tokens" {
+				if rec.Tokens() > 6000 {
+					t.Fatalf("spent %d tokens over a budget of 6000", rec.Tokens())
+				}
+				// The last call's answer was given only what the budget
+				// had left.
+				reqs := chat.requests()
+				if last := reqs[len(reqs)-1]; last.MaxTokens >= 1024 || last.MaxTokens < 16 {
+					t.Fatalf("the last call asked max_tokens %d", last.MaxTokens)
+				}
 			}
 			if time.Since(start) > 20*time.Second {
 				t.Fatal("took too long")
@@ -260,5 +268,70 @@ func TestCollaboratorStopsWhenTold(t *testing.T) {
 	}
 	if _, err := loom.Of(e.svc).Run(context.Background(), e.admin, e.room, "→ stop claude"); err == nil || !strings.Contains(err.Error(), "not a running collaborator") {
 		t.Fatalf("stopping a stopped collaborator: %v", err)
+	}
+}
+
+// Many collaborators in one room, each on its own branch, with a person
+// writing on every branch meanwhile, on the test pool of two connections:
+// nobody holds a connection while waiting or calling its model, so all
+// of them finish their budgets.
+func TestCollaboratorsManyOnTinyPool(t *testing.T) {
+	const n = 6
+	var agents []string
+	for i := 1; i <= n; i++ {
+		agents = append(agents, fmt.Sprintf("c%d", i))
+	}
+	e := newEnv(t, loom.Options{}, append(agents, "alice")...)
+	var b strings.Builder
+	b.WriteString(`→ new tree "many" "` + root + `"` + "\n→ permit alice human loom_write\n")
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "→ add from:1 \"start %d\"\n→ permit c%d loom_write\n", i, i)
+	}
+	b.WriteString("→ yield")
+	e.run(e.admin, b.String())
+	chat := newChat(t, func(r chatReq) string {
+		if cur := r.last(); strings.Contains(cur, "You have joined") || strings.Contains(cur, "New on your branch") {
+			return "→ add \"more\""
+		}
+		return "Over to you."
+	})
+	var rs []*running
+	for i := 1; i <= n; i++ {
+		branch := "1"
+		if i > 1 {
+			branch = fmt.Sprintf("1.%d", i)
+		}
+		rs = append(rs, e.start(collab.Config{Agent: agents[i-1], ChatURL: chat.srv.URL, Branch: branch, MaxCalls: 4}))
+	}
+	// alice writes on every branch, round after round, until all are
+	// done (a write refused because a collaborator holds the branch is
+	// tried again next round).
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			for i := 1; i <= n; i++ {
+				select {
+				case <-quit:
+					return
+				default:
+				}
+				branch := "1"
+				if i > 1 {
+					branch = fmt.Sprintf("1.%d", i)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				_, _ = loom.Of(e.svc).Run(ctx, e.ag["alice"], e.room, "→ switch to branch "+branch+"\n→ add \"alice was here\"\n→ yield")
+				cancel()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	defer func() { close(quit); <-done }()
+	for _, r := range rs {
+		rec := r.wait(t)
+		if rec.Calls != 4 || !strings.Contains(rec.Reason, "4 of 4 calls") {
+			t.Fatalf("%+v", rec)
+		}
 	}
 }

@@ -81,32 +81,6 @@ func (s *chatStub) requests() []chatReq {
 	return append([]chatReq(nil), s.reqs...)
 }
 
-// completions is a scripted OpenAI-compatible completions endpoint (the
-// base model behind → continue).
-type completions struct {
-	srv     *httptest.Server
-	mu      sync.Mutex
-	prompts []string
-	answers []string
-}
-
-func newCompletions(t *testing.T, answers ...string) *completions {
-	c := &completions{answers: answers}
-	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Prompt string `json:"prompt"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		c.mu.Lock()
-		c.prompts = append(c.prompts, req.Prompt)
-		a := c.answers[min(len(c.prompts)-1, len(c.answers)-1)]
-		c.mu.Unlock()
-		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []map[string]string{{"text": a}}})
-	}))
-	t.Cleanup(c.srv.Close)
-	return c
-}
-
 type env struct {
 	t     *testing.T
 	svc   *substrate.Service
