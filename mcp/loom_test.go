@@ -113,4 +113,9 @@ func TestLoomUnreachableRoomAdvisesHowToReachIt(t *testing.T) {
 	if got := advice(writer, `→ new tree "t" "w"`); strings.Contains(got, "sync_loom") {
 		t.Errorf("a write in a deleted room advises %s", got)
 	}
+	// Observing, the read finds the room gone (not an empty loom).
+	out, isErr := callTool(t, reader, "sync_loom", map[string]any{"room": "weave", "commands": "→ view 1"})
+	if !isErr || out["error"] != "room_not_found" || !strings.HasPrefix(fmt.Sprint(out["next"]), "sync_lobby") {
+		t.Errorf("a read of a deleted room's loom: %v", out)
+	}
 }

@@ -5,6 +5,8 @@ package substrate
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -393,6 +395,7 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 			state[r.Scope].(map[string]any)[r.Key] = r.val
 		}
 	}
+	rc.hideEntries(state)
 	if _, ok := state[ScopeShared]; !ok && keep(ScopeShared) {
 		state[ScopeShared] = map[string]any{} // always there, so state._shared.x reads "no such key: x"
 	}
@@ -404,6 +407,45 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		}
 	}
 	return state, hidden
+}
+
+// hideEntries takes out of state the entries of a scope the reader reads
+// that the read rules hide from it one by one (an agent's loom memory, in
+// its scope granted to another): they are hidden from what the context
+// shows and from what the reader's expressions, and those of definitions
+// registered by it, compute with. Scopes a rule hides nothing in cost a
+// call of HiddenPrefixes.
+func (rc *roomCtx) hideEntries(state map[string]any) {
+	if rc.p == nil {
+		return
+	}
+	for scope, m := range state {
+		entries, ok := m.(map[string]any)
+		if !ok || !rc.visible(scope) {
+			continue
+		}
+		prefixes := rc.vis.hiddenPrefixes(scope)
+		if len(prefixes) == 0 {
+			continue
+		}
+		var cp map[string]any
+		for k := range entries {
+			if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) || rc.vis.entry(scope, k) {
+				continue
+			}
+			if cp == nil {
+				cp = maps.Clone(entries)
+			}
+			delete(cp, k)
+		}
+		if cp != nil {
+			state[scope] = cp
+			if rc.modified == nil {
+				rc.modified = map[string]bool{}
+			}
+			rc.modified[scope] = true
+		}
+	}
 }
 
 // gateKey names the authority entry-level gates evaluate with: the

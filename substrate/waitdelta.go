@@ -308,6 +308,10 @@ type unseenChanges struct {
 	deleted []string
 }
 
+// maxUnseenScan bounds the audit entries a read decodes to find the
+// deletions since a seq (one statement, at most this many entries).
+const maxUnseenScan = 1000
+
 // sqlUnseen reads what unseenChanges holds from the audit log, up to the
 // read's seq.
 const sqlUnseen = `SELECT
@@ -375,6 +379,9 @@ func (snap *snapshot) hasView(id string) bool {
 func (s *Service) unseenSince(ctx context.Context, roomID string, from, upTo int64) (*unseenChanges, error) {
 	var at *time.Time
 	u := &unseenChanges{}
+	if upTo-from > maxUnseenScan {
+		return u, nil // not known: a reader that far behind is told every scope may have changed
+	}
 	if err := s.db.QueryRow(ctx, sqlUnseen, roomID, from, upTo).Scan(&at, &u.deleted); err != nil {
 		return nil, err
 	}
@@ -382,4 +389,27 @@ func (s *Service) unseenSince(ctx context.Context, roomID string, from, upTo int
 		u.known, u.at = true, *at
 	}
 	return u, nil
+}
+
+// ViewsChangedUnseen are the views (of ViewDefs) that may have changed
+// after from with no newer revision of what they read by path (which a
+// reader checks itself, key by key): they read now, agents, messages or
+// state whole, or a scope they read lost an entry since (a deletion, a
+// timer run out). The rule of a wait's delta (viewsChangedSince).
+func (r *Read) ViewsChangedUnseen(ctx context.Context, from int64) map[string]bool {
+	unseen, err := r.s.unseenSince(ctx, r.room, from, r.rc.snap.seq)
+	if err != nil {
+		r.s.log.Warn("reading the deletions since a reader's last read", "room", r.room, "err", err)
+		unseen = nil // unknown: every scope may have changed
+	}
+	marks := map[string]int64{}
+	unseen.apply(r.rc, from, marks)
+	out := map[string]bool{}
+	for _, v := range r.rc.snap.views {
+		self := viewSelf(v.def)
+		if readsAnyTime(v.def.Expr) || readsChangedScope(v.def.Expr, self, from, marks) || gateMayHaveOpened(v.def.Enabled, []string{self}, from, marks) {
+			out[v.def.ID] = true
+		}
+	}
+	return out
 }

@@ -182,3 +182,19 @@ func TestLoomOfDoesNotAttach(t *testing.T) {
 		t.Fatalf("the generator Attach configured after a use of Of was asked %d times", len(p))
 	}
 }
+
+// A read-only reader of a room deleted since it authenticated (a view
+// link, an observing person) was told "this room has no loom tree yet"
+// and invited to plant one: the loom's read found no rows and took the
+// room for an empty one. It is room_not_found, as every other read says.
+func TestLoomReadOfDeletedRoom(t *testing.T) {
+	e := newLoom(t, substrate.Options{})
+	e.run(e.admin, `→ new tree "t" "root"`)
+	if err := e.svc.DeleteRoom(context.Background(), e.admin, "loom"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loom.Of(e.svc).Run(context.Background(), e.view, "loom", "→ view 1")
+	if !errs.Is(err, errs.RoomNotFound) {
+		t.Fatalf("a loom read in a deleted room: %v", err)
+	}
+}

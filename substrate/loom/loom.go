@@ -826,9 +826,9 @@ func loomPermsOf(p *substrate.Principal, row substrate.RowFunc) (perms []string,
 
 // loomReadRule is the loom's read rule: a _loom* scope is visible exactly
 // when the → commands would show it (_loom.doc with doc_read, the other
-// _loom scopes with loom_aware), and a model's thinking (loom:think:… in
-// its own scope) and its trace (loom:t:…) only to the thinker and room
-// authority: people observe models' thinking; other agents, view links
+// _loom scopes with loom_aware), and an agent's operational memory (every
+// loom:… key of its scope: its thinking, trace, pins, stashes) only to
+// the agent and room authority: people observe models' thinking; other agents, view links
 // and observers do not.
 type loomReadRule struct{}
 
@@ -846,7 +846,7 @@ func (loomReadRule) Reader(p *substrate.Principal, row substrate.RowFunc) (subst
 				return docs
 			case isLoomScope(scope):
 				return aware
-			case key != "" && !strings.HasPrefix(scope, "_") && (isThought(key) || isTrace(key)):
+			case key != "" && !strings.HasPrefix(scope, "_") && isMemory(key):
 				return thinker(scope)
 			}
 			return true
@@ -855,7 +855,7 @@ func (loomReadRule) Reader(p *substrate.Principal, row substrate.RowFunc) (subst
 			if strings.HasPrefix(scope, "_") || thinker(scope) {
 				return nil
 			}
-			return []string{thoughtPrefix, tracePrefix}
+			return []string{memoryPrefix}
 		},
 		Refusal: refusal,
 		// What the reader sees depends on its permissions and, for
@@ -874,6 +874,9 @@ func refusal(scope, key string) error {
 			WithHint("read the agent's other entries, or ask the room's owner")
 	case key != "" && !strings.HasPrefix(scope, "_") && isTrace(key):
 		return errs.New(errs.ScopeDenied, "%s/%s is %s's loom trace (the commands it ran), which only %s and room authority read", scope, key, scope, scope).
+			WithHint("read the agent's other entries, or ask the room's owner")
+	case key != "" && !strings.HasPrefix(scope, "_") && isMemory(key):
+		return errs.New(errs.ScopeDenied, "%s/%s is %s's operational memory (pins, stashes: → memory), which only %s and room authority read", scope, key, scope, scope).
 			WithHint("read the agent's other entries, or ask the room's owner")
 	case scope == scopeLoomDoc:
 		return errs.New(errs.ScopeDenied, "scope %q holds the loom's documents, which this reader may not read (%s is not enabled)", scope, PermDocRead).
@@ -905,8 +908,15 @@ func shareKey(p *substrate.Principal, perms []string) string {
 func init() {
 	substrate.RegisterScopes(substrate.Scopes{Name: scopeLoom, SubscopesApart: true})
 	substrate.RegisterReadRule(loomReadRule{})
-	substrate.RegisterMemory("loom:", "loom memory")
+	substrate.RegisterMemory(memoryPrefix, "loom memory")
 }
+
+// memoryPrefix starts every key the loom keeps in an agent's scope: its
+// operational memory (seed 002, "Memory Tools": its own working memory),
+// read by the agent and room authority only, as its thoughts and trace.
+const memoryPrefix = "loom:"
+
+func isMemory(key string) bool { return strings.HasPrefix(key, memoryPrefix) }
 
 // thoughtPrefix starts the keys of → think entries in the thinker's scope.
 const thoughtPrefix = "loom:think:"

@@ -1048,6 +1048,7 @@ func TestAttackLoomThinkingReaders(t *testing.T) {
 	rm, alice, _ := loomSetup(t, e)
 	carol := e.join(rm, "carol", "alice") // granted alice's scope
 	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ think\nTHOUGHT-SECRET about the scene\n←\n→ stash \"plan\" \"stashed words\""}).must(t, 200)
+	e.do("PUT", "/rooms/loomy/state", alice, map[string]any{"scope": "alice", "key": "note", "value": "ALICE-NOTE"}).must(t, 200)
 	key := ""
 	for _, who := range []struct {
 		name, tok string
@@ -1057,7 +1058,11 @@ func TestAttackLoomThinkingReaders(t *testing.T) {
 		if strings.Contains(r.raw, "THOUGHT-SECRET") != who.sees {
 			t.Fatalf("%s reading alice's scope (sees thinking: want %v): %s", who.name, who.sees, r.raw)
 		}
-		if !strings.Contains(r.raw, "stashed words") {
+		// A stash is operational memory too (TestAttackMemoryReadOnlyByItsAgent).
+		if strings.Contains(r.raw, "stashed words") != who.sees {
+			t.Fatalf("%s reading alice's scope (sees her stash: want %v): %s", who.name, who.sees, r.raw)
+		}
+		if !strings.Contains(r.raw, "ALICE-NOTE") {
 			t.Fatalf("%s no longer reads alice's other entries: %s", who.name, r.raw)
 		}
 		if who.sees {

@@ -237,3 +237,30 @@ func TestDeltaListsViewsChangedWithoutAWrite(t *testing.T) {
 		t.Errorf("after deleting y: %s", w.raw)
 	}
 }
+
+// since_your_last_read.views_changed follows the wake-up's rule
+// (TestDeltaListsViewsChangedWithoutAWrite): a view changed by a deletion
+// or an expired entry in a scope it reads, or reading now, is listed.
+func TestViewsChangedCountsDeletionsAndTime(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("vc", nil)
+	a := e.join(rm, "a")
+	e.join(rm, "b")
+	e.do("PUT", "/rooms/vc/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "b", "key": "x", "value": 1},
+		map[string]any{"scope": "b", "key": "t", "value": 1, "timer": map[string]any{"ms": 300}},
+	}}).must(t, 200)
+	for id, src := range map[string]string{"has_x": `has(state.b.x)`, "has_t": `has(state.b.t)`, "clock": `string(now)`} {
+		e.do("PUT", "/rooms/vc/views", rm.token, map[string]any{"id": id, "scope": "_shared", "expr": src}).must(t, 201)
+	}
+	e.ctx(rm, a, "")
+	e.ctx(rm, a, "")
+	time.Sleep(400 * time.Millisecond)
+	e.do("DELETE", "/rooms/vc/state?scope=b&key=x", rm.token, nil).must(t, 200)
+	s, _ := attention(e.ctx(rm, a, ""))["since_your_last_read"].(map[string]any)
+	for _, id := range []string{"has_x", "has_t", "clock"} {
+		if !slices.Contains(strs(s["views_changed"]), id) {
+			t.Errorf("views_changed misses %s: %v", id, s)
+		}
+	}
+}
