@@ -102,8 +102,10 @@ func New(opt Options) (*Web, error) {
 		opt.Log = slog.Default()
 	}
 	tmpl, err := template.New("").Funcs(template.FuncMap{
-		"json": prettyJSON,
-		"ago":  ago,
+		"json":  prettyJSON,
+		"ago":   ago,
+		"when":  when,
+		"clock": clock,
 		// args passes several values to a shared template: args "Room" r "Action" a.
 		"args": func(kv ...any) map[string]any {
 			m := map[string]any{}
@@ -124,6 +126,17 @@ func New(opt Options) (*Web, error) {
 		"thought":     loom.IsThought,
 		"thoughtText": thoughtText,
 		"runes":       utf8.RuneCountInString,
+		"cut":         shorten,
+		// internal picks the folded-away scopes or logs (machinery).
+		"internal": func(ss []scope) []scope {
+			var out []scope
+			for _, s := range ss {
+				if s.Internal {
+					out = append(out, s)
+				}
+			}
+			return out
+		},
 	}).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err

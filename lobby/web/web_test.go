@@ -154,7 +154,7 @@ func TestRoomPageDrawsTheRoom(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("room page: %d %s", code, body)
 	}
-	for _, want := range []string{"Robot One", "phase", "&#34;building&#34;", "<td>2</td>", "finish", "End the build", "Not available to you now", "/web/live.js",
+	for _, want := range []string{"Robot One", "phase", "&#34;building&#34;", `<td data-label="Version">2</td>`, "finish", "End the build", "Not available to you now", "/web/live.js",
 		`Why not: <code>state._shared.phase == &#34;done&#34;</code> · <code>state._shared.phase</code> is <code>building</code>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the room page lacks %q", want)
@@ -406,7 +406,7 @@ func TestSurfacesDrawViewsByRenderHints(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	for _, want := range []string{`id="surface-open_tasks"`, `Open tasks`, `<p class="metric-value">2 <span class="muted">tasks</span>`,
-		`<h1>The plan</h1>`, `<strong>today</strong>`, `<th scope="col">Task</th>`, `<td>Paint</td>`,
+		`<h1>The plan</h1>`, `<strong>today</strong>`, `<th scope="col">Task</th>`, `<td data-label="Task">Paint</td>`,
 		`<dt>_shared.phase</dt><dd>voting</dd>`, `not set`, `action="/web/rooms/lab/invoke/vote"`, `<button>red</button>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the surfaces lack %q", want)
@@ -461,11 +461,11 @@ func TestLoomPage(t *testing.T) {
 	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {"two\nlines"}}); code != 400 || !strings.Contains(body, "line break") {
 		t.Fatalf("a text the command cannot carry: %d", code)
 	}
-	// On the room page the loom's own scopes (its machinery) are folded;
-	// the room's other scopes are open.
+	// On the room page the loom's own scopes (its machinery) are folded
+	// away under Internals; the room's other scopes are open.
 	s.write("_shared", "note", `"hello"`)
 	_, _, room := s.get("alice", "/rooms/lab")
-	if !strings.Contains(room, `<details id="scope-_loom"><summary>`) || !strings.Contains(room, `<details id="scope-_shared" open>`) {
+	if !strings.Contains(room, `<details id="internals" class="internals"><summary>`) || strings.Index(room, `id="internal-_loom"`) < strings.Index(room, `id="internals"`) || !strings.Contains(room, `<details id="scope-_shared" open>`) {
 		t.Errorf("the room page does not fold the loom's scopes alone: %s", room)
 	}
 }
@@ -496,7 +496,7 @@ func TestDisabledEntriesMarkedForOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, body := s.get("alice", "/rooms/lab")
-	if !strings.Contains(body, `<tr class="disabled"><td>later <span class="badge">disabled</span>`) || !strings.Contains(body, `now <span class="badge">gated</span>`) {
+	if !strings.Contains(body, `class="disabled"><td data-label="Key">later <span class="badge">disabled</span>`) || !strings.Contains(body, `now <span class="badge">gated</span>`) {
 		t.Fatalf("the owner's page does not mark the gated entries: %s", body)
 	}
 	if _, _, body := s.get("olga", "/rooms/lab"); strings.Contains(body, "not yet") {
