@@ -208,7 +208,7 @@ func summaryOf(agents []agentRow, msgs *substrate.Messages, entries []substrate.
 	}
 	for i := range entries {
 		e := &entries[i]
-		if e.Scope == "_actions" || e.Scope == "_views" || loom.IsScope(e.Scope) {
+		if e.Scope == "_actions" || e.Scope == "_views" || loom.IsScope(e.Scope) || loom.IsMachinery(e.Scope, e.Key) {
 			continue
 		}
 		if s.LastChange == nil || e.UpdatedAt.After(s.LastChange.UpdatedAt) {

@@ -166,12 +166,12 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 		case "board", "kanban":
 			s.Type = "board"
 			rows, _ := v.Value.([]any)
-			s.Lanes = boardOf(rows, h, maxRows)
+			s.Lanes = boardOf(rows, h, boardRows(h.MaxRows))
 		case "table", "array-table", "view-table":
 			s.Type = "table"
 			rows, _ := v.Value.([]any)
 			if h.GroupBy != "" {
-				s.Type, s.Lanes = "board", boardOf(rows, h, maxRows)
+				s.Type, s.Lanes = "board", boardOf(rows, h, boardRows(h.MaxRows))
 				break
 			}
 			s.Columns = h.Columns
@@ -276,6 +276,15 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 		g.Surfaces = append(g.Surfaces, s)
 	}
 	return out
+}
+
+// boardRows is how many cards a board shows: a board is read at a
+// glance across its lanes, so by default all of a real backlog (200).
+func boardRows(n int) int {
+	if n <= 0 || n > 500 {
+		return 200
+	}
+	return n
 }
 
 // wide reports a surface that takes the grid's whole width.

@@ -16,6 +16,7 @@
 package web
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -191,6 +192,9 @@ func (wb *Web) errorPage(w http.ResponseWriter, r *http.Request, status int, tit
 // fail shows a domain error as a page with its status; a room that is not
 // the person's reads as not found.
 func (wb *Web) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the browser went away (a live refresh cut short by a navigation)
+	}
 	e := errs.From(err)
 	if e.Code == errs.Internal {
 		wb.opt.Log.Error("web page failed", "path", r.URL.Path, "err", err)
