@@ -22,13 +22,15 @@ import (
 // never scrolls sideways, and no table cell is so narrow that the first
 // six characters of its longest word (all of a shorter one) break across
 // lines, as they did when one CSS rule let every cell shrink to a letter.
-const layoutProblems = `(() => {
+// A phone widens its layout viewport to fit content wider than the
+// device (innerWidth grows with it), so the width is the device's: %d.
+const layoutProblems = `((width) => {
 	const out = [];
 	const de = document.documentElement;
-	if (de.scrollWidth > window.innerWidth + 1) {
+	if (de.scrollWidth > width + 1 || window.innerWidth > width + 1) {
 		let widest = null;
-		document.querySelectorAll("main *").forEach(el => { const r = el.getBoundingClientRect(); if (r.right > window.innerWidth + 1 && (!widest || r.right > widest.r)) widest = {r: r.right, el}; });
-		out.push("the page scrolls sideways: " + de.scrollWidth + " px in a " + window.innerWidth + " px window" + (widest ? " (" + widest.el.tagName + (widest.el.id ? "#" + widest.el.id : "") + "." + widest.el.className + ")" : ""));
+		document.querySelectorAll("body *").forEach(el => { const r = el.getBoundingClientRect(); if (r.right > width + 1 && r.width > 0 && (!widest || r.right > widest.r)) widest = {r: r.right, el}; });
+		out.push("the page scrolls sideways: " + de.scrollWidth + " px for a " + width + " px screen" + (widest ? " (widest: " + widest.el.tagName + (widest.el.id ? "#" + widest.el.id : "") + "." + widest.el.className + " in #" + (widest.el.closest("[id]") || {}).id + ")" : ""));
 	}
 	document.querySelectorAll("td, th").forEach(cell => {
 		const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
@@ -49,7 +51,7 @@ const layoutProblems = `(() => {
 		}
 	});
 	return out.slice(0, 20);
-})()`
+})(%d)`
 
 // realRoom fills a room the size a team has: 5 agents present, 60 tasks,
 // 10 views with render hints (metrics, a board, a table, an action form
@@ -167,9 +169,10 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 	consentURL := public + "/authorize?" + url.Values{"response_type": {"code"}, "client_id": {reg["client_id"].(string)}, "redirect_uri": {"http://127.0.0.1:9/cb"},
 		"state": {"state-12345678"}, "code_challenge": {"E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"}, "code_challenge_method": {"S256"}, "resource": {public + "/mcp"}}.Encode()
 
+	var width int64
 	check := func(name string) {
 		t.Helper()
-		problems, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](layoutProblems))
+		problems, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](fmt.Sprintf(layoutProblems, width)))
 		if err != nil {
 			t.Fatalf("%s: layout: %v", name, err)
 		}
@@ -179,7 +182,7 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 		oauthtest.RequireAxeClean(t, ctx, name)
 		screenshot(t, ctx, name)
 	}
-	for _, width := range []int64{1366, 390} {
+	for _, width = range []int64{1366, 390} {
 		w := fmt.Sprint(width)
 		view := chromedp.EmulateViewport(width, 900)
 		if width < 600 {
