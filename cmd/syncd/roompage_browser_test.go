@@ -147,6 +147,21 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 		}
 	}()
 
+	// First run: the recovery codes can be copied, and the next step is
+	// the lobby; sign-in and sign-up link to each other.
+	copied, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(async () => {
+		document.querySelector('button[data-copy="codes-text"]').click();
+		for (let i = 0; i < 50 && !document.querySelector('[data-copied="codes-text"]').textContent; i++) await new Promise(r => setTimeout(r, 20));
+		return document.querySelector('[data-copied="codes-text"]').textContent + " " + document.querySelector('#codes a').getAttribute("href"); })()`, chromedp.EvalAwaitPromise))
+	if err != nil || (copied != "Copied. /" && copied != "Selected: copy with your keyboard. /") {
+		t.Errorf("copying the recovery codes: %q (%v)", copied, err)
+	}
+	for page, link := range map[string]string{"/signin": "/signup", "/signup": "/signin"} {
+		if err := chromedp.Do(ctx, chromedp.Navigate(public+page), chromedp.WaitVisible(chromedp.CSS(`a[href="`+link+`"]`))); err != nil {
+			t.Errorf("%s does not link to %s: %v", page, link, err)
+		}
+	}
+
 	roomToken := realRoom(t, public, "release")
 
 	// Claimed from the lobby, which the claim returns to.
@@ -242,7 +257,7 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 
 	// The favicon is served, and no page logged an error (a CSP source
 	// Chromium rejects, a missing favicon, a script error).
-	if res, err := http.Get(public + "/web/favicon.svg"); err != nil || res.StatusCode != 200 || res.Header.Get("Content-Type") != "image/svg+xml" {
+	if res, err := http.Get(public + "/favicon.ico"); err != nil || res.StatusCode != 200 || res.Header.Get("Content-Type") != "image/x-icon" {
 		t.Errorf("favicon: %v %v", res, err)
 	}
 	time.Sleep(200 * time.Millisecond)

@@ -180,7 +180,7 @@ func (wb *Web) render(w http.ResponseWriter, r *http.Request, status int, name s
 		h.Set("Referrer-Policy", "no-referrer")
 	}
 	w.WriteHeader(status)
-	if err := wb.tmpl.ExecuteTemplate(w, name+".html", data); err != nil {
+	if err := wb.tmpl.ExecuteTemplate(w, name+".html", data); err != nil && r.Context().Err() == nil {
 		wb.opt.Log.Error("render page", "page", name, "err", err)
 	}
 }
