@@ -78,8 +78,9 @@
   });
   enhance();
   var main = document.getElementById("main"), busy = false;
-  if (main && window.MutationObserver) new MutationObserver(function () {
-    if (busy) return;
+  if (main && window.MutationObserver) new MutationObserver(function (records) {
+    // The countdowns' ticks (text in <time>) change no table.
+    if (busy || records.every(function (r) { return r.target.nodeName === "TIME"; })) return;
     busy = true;
     try { enhance(); } finally { busy = false; }
   }).observe(main, { childList: true, subtree: true });
