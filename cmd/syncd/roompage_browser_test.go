@@ -212,6 +212,9 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 			t.Fatalf("the room page at %s px: %v", w, err)
 		}
 		check("room-" + w)
+		if size, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.scrollHeight + " px tall, " + document.documentElement.outerHTML.length + " characters"`)); err == nil {
+			t.Logf("the room page at %s px: %s", w, size)
+		}
 		roomChecks(t, ctx, width)
 
 		// Dark: the same contrast rules.

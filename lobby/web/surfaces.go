@@ -9,6 +9,10 @@ import (
 	"strings"
 
 	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/ast"
+	"github.com/yuin/goldmark/parser"
+	"github.com/yuin/goldmark/text"
+	"github.com/yuin/goldmark/util"
 
 	"github.com/syncsubstrate/sync/substrate"
 )
@@ -160,7 +164,7 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 			// goldmark leaves raw HTML out and drops links to dangerous
 			// schemes (javascript:, …) unless told otherwise: the text
 			// is the registrar's, the page the reader's.
-			if goldmark.Convert([]byte(text), &buf) == nil {
+			if markdown.Convert([]byte(text), &buf) == nil {
 				s.HTML = template.HTML(buf.String())
 			}
 		case "board", "kanban":
@@ -430,6 +434,21 @@ func firstOf(m map[string]any, keys ...string) any {
 		}
 	}
 	return nil
+}
+
+// markdown renders a surface's text. Its headings sit under the
+// surface's own (an h3): "# Plan" is an h4, so the page's outline holds.
+var markdown = goldmark.New(goldmark.WithParserOptions(parser.WithASTTransformers(util.Prioritized(headingsBelow{}, 100))))
+
+type headingsBelow struct{}
+
+func (headingsBelow) Transform(doc *ast.Document, _ text.Reader, _ parser.Context) {
+	_ = ast.Walk(doc, func(n ast.Node, entering bool) (ast.WalkStatus, error) {
+		if h, ok := n.(*ast.Heading); ok && entering {
+			h.Level = min(h.Level+3, 6)
+		}
+		return ast.WalkContinue, nil
+	})
 }
 
 // columnsOf are the keys of a table's rows, in order of first appearance

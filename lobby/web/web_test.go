@@ -407,7 +407,7 @@ func TestSurfacesDrawViewsByRenderHints(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	for _, want := range []string{`id="surface-open_tasks"`, `Open tasks`, `<p class="metric-value">2 <span class="muted">tasks</span>`,
-		`<h1>The plan</h1>`, `<strong>today</strong>`, `<th scope="col">Task</th>`, `<td data-label="Task">Paint</td>`,
+		`<h4>The plan</h4>`, `<strong>today</strong>`, `<th scope="col">Task</th>`, `<td data-label="Task">Paint</td>`,
 		`<dt>_shared.phase</dt><dd>voting</dd>`, `not set`, `action="/web/rooms/lab/invoke/vote"`, `<button>red</button>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the surfaces lack %q", want)
