@@ -174,7 +174,7 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 		"Scopes": byScope(st.Entries), "Agents": agents, "Actions": actions,
 		"Views": raw, "Messages": env.Messages, "Now": time.Now(),
 		"Surfaces": surfaces, "Feeds": feeds, "ActionOptions": actionOptions,
-		"Summary": summaryOf(agents, env.Messages, st.Entries, st.Seq),
+		"Summary": summaryOf(agents, env.Messages, st.Entries),
 	}, nil
 }
 
@@ -196,7 +196,7 @@ type summary struct {
 	LastAgo    string
 }
 
-func summaryOf(agents []agentRow, msgs *substrate.Messages, entries []substrate.Entry, seq int64) summary {
+func summaryOf(agents []agentRow, msgs *substrate.Messages, entries []substrate.Entry) summary {
 	s := summary{Agents: len(agents)}
 	for _, a := range agents {
 		if a.present {
