@@ -317,6 +317,15 @@ func roomChecks(t *testing.T, ctx context.Context, width int64) {
 	if err != nil || !strings.HasPrefix(folded, "folded:") || folded == "folded:0" {
 		t.Errorf("internals: %s (%v)", folded, err)
 	}
+	// The writer's loom memory (its trace, its marks) is folded away with
+	// the internals, its own progress is not.
+	memory, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[
+		!!document.querySelector('#internals #internal-writer [id^="entry-writer-loom:"]'),
+		!!document.querySelector('#scope-writer [id^="entry-writer-loom:"]'),
+		!!document.querySelector('#scope-writer #entry-writer-progress')].join(" ")`))
+	if err != nil || memory != "true false true" {
+		t.Errorf("the writer's loom memory folded away, shown with its state, its progress shown: %s (%v)", memory, err)
+	}
 	if views := text("#views"); strings.Contains(views, "task_board") || !strings.Contains(views, "todo_tasks") {
 		t.Errorf("the views section repeats surfaced views or lacks the others: %q", views)
 	}

@@ -208,7 +208,7 @@ func summaryOf(agents []agentRow, msgs *substrate.Messages, entries []substrate.
 	}
 	for i := range entries {
 		e := &entries[i]
-		if e.Scope == "_actions" || e.Scope == "_views" || loom.IsScope(e.Scope) || loom.IsMachinery(e.Scope, e.Key) {
+		if e.Scope == "_actions" || e.Scope == "_views" || loom.IsScope(e.Scope) || substrate.MemoryOf(e.Scope, e.Key) != "" {
 			continue
 		}
 		if s.LastChange == nil || e.UpdatedAt.After(s.LastChange.UpdatedAt) {
@@ -251,7 +251,7 @@ func (wb *Web) logFeeds(ctx context.Context, p *substrate.Principal, roomID stri
 		for _, e := range st.Entries {
 			switch {
 			case e.SortKey == nil:
-			case loom.IsScope(name) || loom.IsMachinery(name, e.Key):
+			case loom.IsScope(name) || substrate.MemoryOf(name, e.Key) != "":
 				internal = append(internal, e)
 			default:
 				logs = append(logs, e)
@@ -268,8 +268,8 @@ func (wb *Web) logFeeds(ctx context.Context, p *substrate.Principal, roomID stri
 }
 
 // scope is one scope's entries, sorted by key. Internal marks machinery
-// (the loom's scopes, an agent's loom traces and marks): the page folds it
-// away under "Internals".
+// (the loom's scopes, features' operational memory in agents' scopes such
+// as their loom traces): the page folds it away under "Internals".
 type scope struct {
 	Name     string
 	Entries  []substrate.Entry
@@ -297,7 +297,7 @@ func byScope(entries []substrate.Entry) []scope {
 		if e.Scope == "_actions" || e.Scope == "_views" {
 			continue
 		}
-		key := k{e.Scope, loom.IsScope(e.Scope) || loom.IsMachinery(e.Scope, e.Key)}
+		key := k{e.Scope, loom.IsScope(e.Scope) || substrate.MemoryOf(e.Scope, e.Key) != ""}
 		m[key] = append(m[key], e)
 	}
 	out := make([]scope, 0, len(m))

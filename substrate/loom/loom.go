@@ -1151,10 +1151,3 @@ func (l *Loom) traceError(ctx context.Context, p *substrate.Principal, roomID, v
 		l.log.Warn("loom trace of an error failed", "room", roomID, "err", terr)
 	}
 }
-
-// IsMachinery reports an entry of an agent's scope that the loom keeps
-// for its own use (the agent's loom trace, thoughts and marks such as
-// loom:onboarded): pages fold it away with the loom's scopes.
-func IsMachinery(scope, key string) bool {
-	return !strings.HasPrefix(scope, "_") && strings.HasPrefix(key, "loom:")
-}
