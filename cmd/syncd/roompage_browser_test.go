@@ -298,6 +298,12 @@ func roomChecks(t *testing.T, ctx context.Context, width int64) {
 	if m := text("#summary-messages"); !strings.Contains(m, "6 in all") {
 		t.Errorf("the summary's messages: %q", m)
 	}
+	// New since the person last had the room open: all six on the first
+	// visit (at 1366 px), none when they come back (at 390 px).
+	fresh, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(e => e.hidden ? "hidden" : e.textContent)(document.getElementById("summary-new"))`))
+	if want := map[bool]string{true: " · 6 new since you last looked", false: "hidden"}[width > 1000]; err != nil || fresh != want {
+		t.Errorf("new messages in the summary at %d px: %q, want %q (%v)", width, fresh, want, err)
+	}
 	if l := text("#summary-last"); !strings.Contains(l, " by ") || !strings.Contains(l, "ago") {
 		t.Errorf("the summary's last change: %q", l)
 	}

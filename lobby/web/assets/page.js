@@ -76,12 +76,36 @@
     var table = document.getElementById(t.dataset.filter);
     if (table) applyFilter(table);
   });
-  enhance();
+  // Messages new since the person last had this room open (the newest
+  // seq they saw, kept in this browser: live.js marks the same messages
+  // new): counted in the header, and leaving the page counts as looking.
+  var seenKey = "sync.seen." + document.body.dataset.room, seen = 0;
+  try { seen = parseInt(localStorage.getItem(seenKey) || "0", 10) || 0; } catch (e) {}
+  function seqs() {
+    return Array.prototype.map.call(document.querySelectorAll("#message-list li[data-seq]"), function (li) { return parseInt(li.dataset.seq, 10) || 0; });
+  }
+  function unread() {
+    var el = document.getElementById("summary-new");
+    if (!el) return;
+    var n = seqs().filter(function (s) { return s > seen; }).length;
+    var text = n ? " · " + n + " new since you last looked" : "";
+    if (el.textContent !== text) el.textContent = text;
+    if (el.hidden !== !n) el.hidden = !n;
+  }
+  function looked() {
+    var max = Math.max.apply(null, [seen].concat(seqs()));
+    try { localStorage.setItem(seenKey, String(max)); } catch (e) {}
+  }
+  document.addEventListener("visibilitychange", function () { if (document.visibilityState === "hidden") looked(); });
+  window.addEventListener("pagehide", looked);
+
+  function refreshed() { enhance(); unread(); }
+  refreshed();
   var main = document.getElementById("main"), busy = false;
   if (main && window.MutationObserver) new MutationObserver(function (records) {
     // The countdowns' ticks (text in <time>) change no table.
     if (busy || records.every(function (r) { return r.target.nodeName === "TIME"; })) return;
     busy = true;
-    try { enhance(); } finally { busy = false; }
+    try { refreshed(); } finally { busy = false; }
   }).observe(main, { childList: true, subtree: true });
 })();
