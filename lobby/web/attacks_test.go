@@ -665,3 +665,57 @@ func TestAttackLiveStreamsBoundPerIPv6Prefix(t *testing.T) {
 		t.Fatalf("a client of another /64 was refused: %d", code)
 	}
 }
+
+// An action form's choices come from a view (render hint "options"),
+// and only from a view of this room that the page's reader reads (views
+// read with their registrar's authority, so every live view of a room is
+// its members'). A hint naming a view of another room, even one the
+// person belongs to, must not fill the form: the choice picked would be
+// written into this room, whose registrar could read it (exfiltration
+// across rooms); nor may a disabled view. Those forms get a text field.
+func TestAttackFormOptionsFromAViewOutsideTheRoom(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	vault, err := s.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "vault"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.lob.ClaimRoom(ctx, "user_alice", "vault", vault.Token, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.RegisterView(ctx, substrate.RoomPrincipal("vault"), "vault", substrate.ViewDef{ID: "codes", Expr: `["v4ult-1", "v4ult-2"]`}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "claim", Description: "Claim a task",
+		Params: map[string]substrate.ParamSpec{"task": {Type: "string", Required: true}},
+		Writes: []substrate.WriteTemplate{{Key: "claim", Value: []byte(`"${params.task}"`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "hidden_ids", Expr: `["h1dden-1"]`, Enabled: `false`},
+		{ID: "open_ids", Expr: `["task:1", "task:2"]`},
+		{ID: "cross_form", Expr: `true`, Render: []byte(`{"type": "action-form", "action": "claim", "options": {"task": "vault/codes"}}`)},
+		{ID: "dotted_form", Expr: `true`, Render: []byte(`{"type": "action-form", "action": "claim", "options": {"task": "vault.codes"}}`)},
+		{ID: "hidden_form", Expr: `true`, Render: []byte(`{"type": "action-form", "action": "claim", "options": {"task": "hidden_ids"}}`)},
+		{ID: "good_form", Expr: `true`, Render: []byte(`{"type": "action-form", "action": "claim", "options": {"task": "open_ids"}}`)},
+	} {
+		if _, err := s.svc.RegisterView(ctx, s.admin, "lab", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, body := s.get("alice", "/rooms/lab")
+	if code != 200 {
+		t.Fatalf("the room page: %d %s", code, body)
+	}
+	if strings.Contains(body, "v4ult") || strings.Contains(body, "h1dden") {
+		t.Fatalf("HOLE: a form's options show a view from outside the room, or a disabled one: %s", body)
+	}
+	for _, form := range []string{"cross_form", "dotted_form", "hidden_form"} {
+		if !strings.Contains(body, `<input id="s-`+form+`-p-claim-task" name="p.task" type="text"`) {
+			t.Errorf("%s does not fall back to a text field: %s", form, body)
+		}
+	}
+	if !strings.Contains(body, `<select id="s-good_form-p-claim-task" name="p.task" required><option value="task:1">task:1</option><option value="task:2">task:2</option></select>`) {
+		t.Errorf("the form naming a view of the room does not offer its choices: %s", body)
+	}
+}

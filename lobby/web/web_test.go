@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -154,7 +155,7 @@ func TestRoomPageDrawsTheRoom(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("room page: %d %s", code, body)
 	}
-	for _, want := range []string{"Robot One", "phase", "&#34;building&#34;", "<td>2</td>", "finish", "End the build", "Not available to you now", "/web/live.js",
+	for _, want := range []string{"Robot One", "phase", "&#34;building&#34;", `<td data-label="Version">2</td>`, "finish", "End the build", "Not available to you now", "/web/live.js",
 		`Why not: <code>state._shared.phase == &#34;done&#34;</code> · <code>state._shared.phase</code> is <code>building</code>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the room page lacks %q", want)
@@ -406,7 +407,7 @@ func TestSurfacesDrawViewsByRenderHints(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	for _, want := range []string{`id="surface-open_tasks"`, `Open tasks`, `<p class="metric-value">2 <span class="muted">tasks</span>`,
-		`<h1>The plan</h1>`, `<strong>today</strong>`, `<th scope="col">Task</th>`, `<td>Paint</td>`,
+		`<h4>The plan</h4>`, `<strong>today</strong>`, `<th scope="col">Task</th>`, `<td data-label="Task">Paint</td>`,
 		`<dt>_shared.phase</dt><dd>voting</dd>`, `not set`, `action="/web/rooms/lab/invoke/vote"`, `<button>red</button>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the surfaces lack %q", want)
@@ -461,11 +462,11 @@ func TestLoomPage(t *testing.T) {
 	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {"two\nlines"}}); code != 400 || !strings.Contains(body, "line break") {
 		t.Fatalf("a text the command cannot carry: %d", code)
 	}
-	// On the room page the loom's own scopes (its machinery) are folded;
-	// the room's other scopes are open.
+	// On the room page the loom's own scopes (its machinery) are folded
+	// away under Internals; the room's other scopes are open.
 	s.write("_shared", "note", `"hello"`)
 	_, _, room := s.get("alice", "/rooms/lab")
-	if !strings.Contains(room, `<details id="scope-_loom"><summary>`) || !strings.Contains(room, `<details id="scope-_shared" open>`) {
+	if !strings.Contains(room, `<details id="internals" class="internals"><summary>`) || strings.Index(room, `id="internal-_loom"`) < strings.Index(room, `id="internals"`) || !strings.Contains(room, `<details id="scope-_shared" open>`) {
 		t.Errorf("the room page does not fold the loom's scopes alone: %s", room)
 	}
 }
@@ -496,7 +497,7 @@ func TestDisabledEntriesMarkedForOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, body := s.get("alice", "/rooms/lab")
-	if !strings.Contains(body, `<tr class="disabled"><td>later <span class="badge">disabled</span>`) || !strings.Contains(body, `now <span class="badge">gated</span>`) {
+	if !strings.Contains(body, `class="disabled"><td data-label="Key">later <span class="badge">disabled</span>`) || !strings.Contains(body, `now <span class="badge">gated</span>`) {
 		t.Fatalf("the owner's page does not mark the gated entries: %s", body)
 	}
 	if _, _, body := s.get("olga", "/rooms/lab"); strings.Contains(body, "not yet") {
@@ -606,5 +607,52 @@ func TestLiveStreamSurvivesProxyReadTimeout(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The room page as a person reads it (issue 30): a timer says how long is
+// left and when, in words, not RFC 3339 with microseconds; JSON shows
+// ">" and "&" as themselves, not Go's \u003e escapes; the live line is
+// shown only by the script that keeps it true (no "Connecting…" forever
+// without JavaScript); surface groups come in their declared order with
+// titles for people; a board hint draws lanes of cards.
+func TestRoomPageReadsForPeople(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{
+		{Scope: "_shared", Key: "offer", Value: []byte(`"half price"`), Timer: &substrate.Timer{MS: 600_000}},
+		{Scope: "_shared", Key: "rule", Value: []byte(`{"when": "points > 3 && owner != none"}`)},
+		{Scope: "_shared", Key: "tasks", Value: []byte(`[{"id": "t1", "title": "Paint", "status": "todo"}, {"id": "t2", "title": "Sand", "status": "done"}, {"id": "t3", "title": "Prime", "status": "todo"}]`)},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "board", Expr: `state._shared.tasks`, Render: []byte(`{"type": "board", "group_by": "status", "lanes": ["todo", "doing", "done"], "order": 5, "group": "task_flow"}`)},
+		{ID: "count", Expr: `size(state._shared.tasks)`, Render: []byte(`{"type": "metric", "label": "Tasks", "order": 1, "group": "progress"}`)},
+		{ID: "zzz_first", Expr: `1`, Render: []byte(`{"type": "metric", "label": "First", "order": 0, "group": "Zed Team"}`)},
+	} {
+		if _, err := s.svc.RegisterView(ctx, s.admin, "lab", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, body := s.get("alice", "/rooms/lab")
+	if !regexp.MustCompile(`data-effect="delete">expires in (9m 5[0-9]s|10m 0s) \(at \d\d:\d\d:\d\d UTC\)</time>`).MatchString(body) {
+		t.Errorf("the timer does not read as a time left and a time of day: %s", body)
+	}
+	if strings.Contains(body, `\u003e`) || strings.Contains(body, `\u0026`) || !strings.Contains(body, `points &gt; 3 &amp;&amp; owner`) {
+		t.Errorf("JSON on the page carries Go's escapes: %s", body)
+	}
+	if !strings.Contains(body, `<p class="live" id="live" role="status" aria-live="polite" hidden>`) || !strings.Contains(body, `<noscript><p class="live">Live updates need JavaScript`) {
+		t.Errorf("the live line shows without the script: %s", body)
+	}
+	zed, progress, flow := strings.Index(body, `<h2 id="group-Zed Team">Zed Team</h2>`), strings.Index(body, `<h2 id="group-progress">Progress</h2>`), strings.Index(body, `<h2 id="group-task_flow">Task flow</h2>`)
+	if zed < 0 || progress < zed || flow < progress {
+		t.Errorf("surface groups not in declared order with human titles (%d %d %d): %s", zed, progress, flow, body)
+	}
+	for _, want := range []string{`<h4 id="lane-board-0">todo <span class="muted">(2)</span></h4>`, `<h4 id="lane-board-1">doing <span class="muted">(0)</span></h4>`,
+		`<h4 id="lane-board-2">done <span class="muted">(1)</span></h4>`, `<li class="bcard"><strong>Paint</strong>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the board lacks %q: %s", want, body)
+		}
 	}
 }
