@@ -419,37 +419,39 @@ func TestSurfacesDrawViewsByRenderHints(t *testing.T) {
 }
 
 // The loom page works the room's loom with the same → commands as
-// sync_loom: a tree planted from the command box, a branch and an
-// annotation from a node's forms, the tree and the node read back.
+// sync_loom: a tree planted from its form, a branch and an annotation from
+// the node's forms, the tree drawn as an ARIA tree, the node read back
+// with its annotations, continuations and presence.
 func TestLoomPage(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice")
-	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {`→ new tree "house" "The house stood empty."`}})
-	if code != 200 || !strings.Contains(body, "planted tree 1") {
+	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"op": {"new"}, "name": {"house"}, "text": {"The house stood empty."}})
+	if code != 200 || !strings.Contains(body, "planted tree 1") || !strings.Contains(body, `id="loom-url" data-url="/web/rooms/lab/loom?tree=1&amp;node=1"`) {
 		t.Fatalf("planting: %d %s", code, body)
 	}
-	code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {`A door "creaked" \ open.`}})
-	if code != 200 || !strings.Contains(body, "✓") {
-		t.Fatalf("branching from the form: %d %s", code, body)
+	code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"branch"}, "text": {`A door "creaked" \ open.`}})
+	if code != 200 || !strings.Contains(body, "✓") || !strings.Contains(body, `data-url="/web/rooms/lab/loom?tree=1&amp;node=2"`) {
+		t.Fatalf("branching from the form does not land on the new node: %d %s", code, body)
 	}
-	if code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"annotate"}, "text": {"too quiet"}}); code != 200 {
+	if code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"annotate"}, "text": {"too quiet"}}); code != 200 {
 		t.Fatalf("annotating: %d %s", code, body)
 	}
-	code, _, page := s.get("alice", "/web/rooms/lab/loom?node=1")
-	for _, want := range []string{"The house stood empty.", "A door &#34;creaked&#34; \\ open.", "too quiet", `action="/web/rooms/lab/loom"`} {
+	code, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=1")
+	for _, want := range []string{"The house stood empty.", "A door &#34;creaked&#34; \\ open.", "too quiet", `action="/web/rooms/lab/loom"`,
+		`role="tree"`, `role="treeitem" id="t-1"`, `aria-selected="true"`, `role="group"`, `id="kids"`, `name="tree" value="1"`} {
 		if code != 200 || !strings.Contains(page, want) {
 			t.Errorf("the loom page lacks %q (%d)", want, code)
 		}
 	}
 	// Who is where: alice, on the branch she last worked.
-	if !strings.Contains(page, "Who is where") || !strings.Contains(page, "alice:web <span class=\"muted\">(human)</span> in tree 1") {
+	if !strings.Contains(page, "Who is where") || !strings.Contains(page, `● alice:web</span> <span class="muted">(human)</span> on branch 1`) {
 		t.Errorf("the loom page shows no presence: %s", page)
 	}
 	// A person's nodes are a human's (models' carry ›).
-	if !strings.Contains(page, "alice:web)") || strings.Contains(page, "alice:web›") {
+	if !strings.Contains(page, "alice:web</span>") || strings.Contains(page, "alice:web›") {
 		t.Errorf("alice's nodes are not marked as a person's: %s", page)
 	}
-	// Documents: written with a command, read on the page.
-	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {`→ write doc:"notes" append "Remember the door."`}}); code != 200 || !strings.Contains(body, "✓") {
+	// Documents: written from the form, read on the page.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"op": {"write"}, "doc": {"notes"}, "text": {"Remember the door."}}); code != 200 || !strings.Contains(body, "✓") {
 		t.Fatalf("writing a document: %d %s", code, body)
 	}
 	if code, _, page := s.get("alice", "/web/rooms/lab/loom?doc=notes"); code != 200 || !strings.Contains(page, "Remember the door.") {
@@ -458,8 +460,16 @@ func TestLoomPage(t *testing.T) {
 	if code, _, _ := s.get("alice", "/web/rooms/lab/loom?doc="+url.QueryEscape(`x" → add "y`)); code != 400 {
 		t.Errorf("a document name that smuggles a command: %d", code)
 	}
-	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {"two\nlines"}}); code != 400 || !strings.Contains(body, "line break") {
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"branch"}, "text": {"two\nlines"}}); code != 400 || !strings.Contains(body, "line break") {
 		t.Fatalf("a text the command cannot carry: %d", code)
+	}
+	// The command box still runs any command.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {"→ tree summary"}}); code != 200 || !strings.Contains(body, "2 nodes") {
+		t.Fatalf("the command box: %d %s", code, body)
+	}
+	// The page's main part alone (what its script swaps in).
+	if code, _, part := s.get("alice", "/web/rooms/lab/loom?tree=1&node=2&part=main"); code != 200 || strings.Contains(part, "<html") || !strings.Contains(part, `id="loom-url"`) {
+		t.Errorf("the main part: %d %s", code, part)
 	}
 	// On the room page the loom's own scopes (its machinery) are folded;
 	// the room's other scopes are open.
@@ -467,6 +477,57 @@ func TestLoomPage(t *testing.T) {
 	_, _, room := s.get("alice", "/rooms/lab")
 	if !strings.Contains(room, `<details id="scope-_loom"><summary>`) || !strings.Contains(room, `<details id="scope-_shared" open>`) {
 		t.Errorf("the room page does not fold the loom's scopes alone: %s", room)
+	}
+}
+
+// "Branch from N" branches from the node on screen: the page showed tree
+// 1 while the person's agent stood in tree 2, and the branch went under
+// tree 2's node of that number, text the person never saw. Every form
+// names its tree, the URL names tree and node, and a page with no tree
+// named opens where the person stands.
+func TestLoomBranchFromTheNodeOnScreen(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	run := func(cmds string) {
+		t.Helper()
+		if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {cmds}}); code != 200 || strings.Contains(body, "✗") {
+			t.Fatalf("%s: %d %s", cmds, code, body)
+		}
+	}
+	run(`→ new tree "one" "ONE-ROOT"` + "\n" + `→ add "ONE-2"` + "\n" + `→ add "ONE-3"`)
+	run(`→ new tree "two" "TWO-ROOT"` + "\n" + `→ add "TWO-2"` + "\n" + `→ add "TWO-3"`)
+	// alice's agent stands in tree 2 now; with no tree named, the page
+	// opens there.
+	if _, _, page := s.get("alice", "/web/rooms/lab/loom"); !strings.Contains(page, `<h2 id="h-tree">Tree 2: two</h2>`) || !strings.Contains(page, "TWO-3") {
+		t.Fatalf("the page does not open where alice stands")
+	}
+	// She opens tree 1's node 3 by its URL and branches from it.
+	_, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=3")
+	if !strings.Contains(page, "ONE-3") || !strings.Contains(page, `<input type="hidden" name="tree" value="1"><input type="hidden" name="node" value="3"><input type="hidden" name="op" value="branch">`) {
+		t.Fatalf("tree 1's node 3 is not on screen with its branch form: %s", page)
+	}
+	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"3"}, "op": {"branch"}, "text": {"UNDER-ONE-3"}})
+	if code != 200 || !strings.Contains(body, `data-url="/web/rooms/lab/loom?tree=1&amp;node=4"`) {
+		t.Fatalf("the branch did not land at tree 1's node 4: %d %s", code, body)
+	}
+	var tree1, tree2 string
+	_, _, tree1 = s.get("alice", "/web/rooms/lab/loom?tree=1&node=4")
+	_, _, tree2 = s.get("alice", "/web/rooms/lab/loom?tree=2&node=3")
+	if !strings.Contains(tree1, "UNDER-ONE-3") || !strings.Contains(tree1, `<a id="go-parent" href="/web/rooms/lab/loom?tree=1&amp;node=3">`) {
+		t.Errorf("the new node is not under tree 1's node 3: %s", tree1)
+	}
+	if strings.Contains(tree2, "UNDER-ONE-3") {
+		t.Errorf("the branch went under tree 2's node 3, which was not on screen")
+	}
+	// A form that names no tree is refused, not guessed.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"3"}, "op": {"branch"}, "text": {"x"}}); code != 400 || !strings.Contains(body, "needs a tree and a node") {
+		t.Errorf("a form without its tree: %d", code)
+	}
+	// A tree or node that does not exist is a 404 that names the trees.
+	if code, _, page := s.get("alice", "/web/rooms/lab/loom?tree=9"); code != 404 || !strings.Contains(page, "tree 9 does not exist") {
+		t.Errorf("tree 9: %d", code)
+	}
+	if code, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=99"); code != 404 || !strings.Contains(page, "node 99 does not exist") {
+		t.Errorf("node 99: %d", code)
 	}
 }
 
