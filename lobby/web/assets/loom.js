@@ -9,6 +9,9 @@
   var room = body.dataset.room, view = body.dataset.view;
   var main = document.getElementById("main");
   var busy = false, again = false, ended = false;
+  // gen counts the person's own moves and submissions: a live refresh
+  // that started before one is stale when it answers, and is dropped.
+  var gen = 0, acting = 0;
 
   function partURL(u) { return u + (u.indexOf("?") >= 0 ? "&" : "?") + "part=main"; }
   function say(t) { live.textContent = t; }
@@ -24,11 +27,15 @@
     main.querySelectorAll('[role=treeitem][aria-expanded=false]').forEach(function (li) { if (li.querySelector("ul")) closed[li.id] = true; });
     var active = document.activeElement, focus = active && active.id, caret = null;
     try { caret = focus ? [active.selectionStart, active.selectionEnd] : null; } catch (e) { caret = null; }
+    // A live refresh keeps the answer to what the person just ran.
+    var ran = keepFocus && document.getElementById("ran");
     var tpl = document.createElement("template");
     tpl.innerHTML = html;
     main.replaceChildren(tpl.content);
+    var anchor = main.querySelector("h1 + p");
+    if (ran && !document.getElementById("ran") && anchor) anchor.after(ran);
     Object.keys(folded).forEach(function (id) { var d = document.getElementById(id); if (d) d.open = folded[id]; });
-    Object.keys(closed).forEach(function (id) { var li = document.getElementById(id); if (li && li.getAttribute("aria-selected") !== "true" && li.querySelector("ul")) li.setAttribute("aria-expanded", "false"); });
+    Object.keys(closed).forEach(function (id) { var li = document.getElementById(id); if (li && !li.classList.contains("path") && li.querySelector("ul")) li.setAttribute("aria-expanded", "false"); });
     var at = document.getElementById("loom-url");
     if (at) main.dataset.url = at.dataset.url;
     if (keepFocus) {
@@ -42,9 +49,11 @@
 
   // go shows another node (or tree, or mode) in place.
   function go(url, focusTree) {
+    gen++;
     return fetch(partURL(url), { headers: { Accept: "text/html" }, credentials: "same-origin" })
       .then(function (r) { return r.text().then(function (t) { return { ok: r.ok, t: t }; }); })
       .then(function (res) {
+        gen++;
         swap(res.t, false);
         history.pushState({ url: current() }, "", current());
         var sel = main.querySelector('[role=treeitem][aria-selected=true]');
@@ -57,12 +66,14 @@
 
   // refresh fetches the page as it is now (a change arrived).
   function refresh() {
-    if (busy) { again = true; return; }
+    if (busy || acting) { again = true; return; }
     busy = true;
+    var mine = gen;
     var treeFocus = document.activeElement && document.activeElement.getAttribute && document.activeElement.getAttribute("role") === "treeitem" ? document.activeElement.id : null;
     fetch(partURL(current()), { headers: { Accept: "text/html" }, credentials: "same-origin" })
       .then(function (r) { if (!r.ok && r.status >= 500) throw new Error(r.status); return r.text(); })
       .then(function (html) {
+        if (mine !== gen) { again = true; return; }
         swap(html, true);
         if (treeFocus) { var li = document.getElementById(treeFocus); if (li) { roving(li); li.focus({ preventScroll: true }); } }
         window.__loomShown = Date.now();
@@ -81,16 +92,19 @@
     var btns = f.querySelectorAll("button");
     btns.forEach(function (b) { b.disabled = true; });
     var data = new URLSearchParams(new FormData(f));
+    gen++; acting++;
     fetch(partURL(f.action), { method: "POST", body: data, credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (r) { return r.text(); })
       .then(function (html) {
+        gen++;
         swap(html, false);
         var ran = document.getElementById("ran");
         history.replaceState({ url: current() }, "", current());
         if (ran) ran.focus();
         say(ran ? ran.innerText.split("\n").slice(0, 3).join(" ") : "Done");
       })
-      .catch(function () { f.submit(); });
+      .catch(function () { f.submit(); })
+      .finally(function () { acting--; if (again && !acting) { again = false; refresh(); } });
   });
 
   // Links inside main open in place.
