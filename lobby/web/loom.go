@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate"
@@ -228,6 +229,7 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 	}
 	if owner && canAct {
 		d["Agents"] = wb.loomAgents(ctx, in)
+		d["Thoughts"] = wb.loomThoughts(ctx, in, v)
 	}
 	if in.q.Doc != "" {
 		found := false
@@ -264,6 +266,11 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 	}
 	if len(v.Children) > 0 {
 		d["FirstChild"] = v.Children[0].ID
+	}
+	for _, l := range v.Leases {
+		if l.Holder == in.me && canAct {
+			d["HoldsTurn"] = true
+		}
 	}
 	// Where a new child of this node lands, and whether that branch is
 	// someone else's turn: the page says so and the loom refuses it.
@@ -332,6 +339,38 @@ func (wb *Web) loomAgents(ctx context.Context, in loomPageIn) []loomAgent {
 			la.Perms, la.Set = loom.Permissions, true
 		}
 		out = append(out, la)
+	}
+	return out
+}
+
+// thought is a model's → think entry, which room authority observes.
+type thought struct {
+	Agent string
+	Text  string
+	At    time.Time
+}
+
+// loomThoughts are the latest thoughts of the models active in the tree,
+// for the room's owner (the loom's read rule lets only room authority and
+// the thinker read them): shown folded, as seed 002 asks.
+func (wb *Web) loomThoughts(ctx context.Context, in loomPageIn, v *loom.View) []thought {
+	var out []thought
+	for _, pr := range v.Presence {
+		if pr.Kind != "model" || strings.HasPrefix(pr.Actor, "_") {
+			continue
+		}
+		st, err := wb.opt.Substrate.ReadState(ctx, in.reader, in.room, substrate.ReadQuery{Scope: pr.Actor, Limit: 200})
+		if err != nil {
+			continue
+		}
+		var mine []thought
+		for _, e := range st.Entries {
+			if loom.IsThought(e.Scope, e.Key) {
+				mine = append(mine, thought{Agent: pr.Actor, Text: thoughtText(e.Value), At: e.UpdatedAt})
+			}
+		}
+		slices.SortFunc(mine, func(a, b thought) int { return b.At.Compare(a.At) })
+		out = append(out, mine[:min(len(mine), 5)]...)
 	}
 	return out
 }
@@ -477,7 +516,7 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 	}
 	commands := strings.TrimSpace(r.PostFormValue("commands"))
 	op := r.PostFormValue("op")
-	moves := op == "" || slices.Contains([]string{"continue", "branch", "edit", "switch", "new", "fulfil"}, op)
+	moves := op == "" || slices.Contains([]string{"continue", "branch", "edit", "switch", "new"}, op)
 	if op != "" {
 		if commands, err = loomCommand(op, q, r.PostFormValue); err != nil {
 			wb.fail(w, r, err)
@@ -655,6 +694,8 @@ func loomCommand(op string, q loomQuery, get func(string) string) (string, error
 		return "→ bookmark " + at + " " + text, err
 	case "switch":
 		return "→ switch to " + at, nil
+	case "yield":
+		return fmt.Sprintf("→ yield tree:%d", q.Tree), nil
 	case "link":
 		target := strings.TrimSpace(get("target"))
 		note := ""

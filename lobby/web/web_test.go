@@ -17,6 +17,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/loom"
 	"github.com/syncsubstrate/sync/substrate/httpmw/proxytest"
 )
 
@@ -667,5 +668,70 @@ func TestLiveStreamSurvivesProxyReadTimeout(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The page and a model share the loom: a continuation the model asks for
+// (no generator here) shows as pending on the node and alice fulfils it
+// from the page; the model's turn on its branch shows as held, with the
+// branch forms refused there; the model's thinking is shown to the owner,
+// folded, and to nobody else; owners set an agent's loom permissions from
+// the page.
+func TestLoomPageSharedWithAModel(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "paul")
+	ctx := context.Background()
+	s.share("paul", "participant")
+	claude, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "claude", Name: "Claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm := loom.Of(s.svc)
+	if _, err := lm.Run(ctx, s.admin, "lab", `→ new tree "t" "ROOT"`+"\n→ permit claude loom_aware loom_generate doc_read"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := s.svc.Authenticate(ctx, claude.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lm.Run(ctx, cp, "lab", "→ continue from 1 tree:1\n→ think the root wants a door ←"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=1")
+	for _, want := range []string{`id="pending-here"`, "Continuation g1 of this node is pending", `id="fulfil-1"`, `<h2 id="h-think">Model thinking</h2>`, `<details class="thought"><summary>claude thought`, "the root wants a door"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("alice's page lacks %q", want)
+		}
+	}
+	if _, _, page := s.get("paul", "/web/rooms/lab/loom?tree=1&node=1"); strings.Contains(page, "the root wants a door") {
+		t.Error("HOLE: a participant reads the model's thinking on the loom page")
+	}
+	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"fulfil"}, "req": {"g1"}, "text": {"A DOOR OPENED"}})
+	if code != 200 || !strings.Contains(body, "✓ node 2 fulfils g1") || strings.Contains(body, `id="pending-here"`) || !strings.Contains(body, `data-url="/web/rooms/lab/loom?tree=1&amp;node=1"`) {
+		t.Fatalf("fulfilling from the page: %d %s", code, body)
+	}
+	// The owner lets claude write, from the page.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"permit"}, "agent": {"claude"},
+		"perm-loom_aware": {"on"}, "perm-loom_write": {"on"}, "perm-loom_generate": {"on"}}); code != 200 || !strings.Contains(body, "claude (model): loom_aware, loom_write, loom_generate") {
+		t.Fatalf("setting claude's permissions: %d %s", code, body)
+	}
+	// Alice's fulfilling took branch 1's turn; she yields it from the
+	// page, and claude writes on under node 2: its turn now.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"yield"}}); code != 200 || !strings.Contains(body, "✓ yielded branch 1") {
+		t.Fatalf("yielding from the page: %d %s", code, body)
+	}
+	if _, err := lm.Run(ctx, cp, "lab", `→ add from:2 tree:1 "CLAUDE-LINE"`); err != nil {
+		t.Fatal(err)
+	}
+	_, _, page = s.get("alice", "/web/rooms/lab/loom?tree=1&node=3")
+	if !strings.Contains(page, `id="held-here"`) || !strings.Contains(page, "which is claude's turn until") || !strings.Contains(page, `<button id="branch-btn" disabled aria-describedby="held-here">`) {
+		t.Fatalf("the held branch is not shown as held: %s", page)
+	}
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"3"}, "op": {"branch"}, "text": {"ON-HELD"}}); code != http.StatusConflict || !strings.Contains(body, "claude&#39;s turn") {
+		t.Fatalf("branching on the held line: %d", code)
+	}
+	// Under node 1, which has a continuation, a branch is a new line of
+	// alice's own: not held.
+	if _, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=1"); strings.Contains(page, `id="held-here"`) {
+		t.Error("a new branch under node 1 is shown as held")
 	}
 }
