@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate"
@@ -343,34 +342,20 @@ func (wb *Web) loomAgents(ctx context.Context, in loomPageIn) []loomAgent {
 	return out
 }
 
-// thought is a model's → think entry, which room authority observes.
-type thought struct {
-	Agent string
-	Text  string
-	At    time.Time
-}
-
 // loomThoughts are the latest thoughts of the models active in the tree,
-// for the room's owner (the loom's read rule lets only room authority and
-// the thinker read them): shown folded, as seed 002 asks.
-func (wb *Web) loomThoughts(ctx context.Context, in loomPageIn, v *loom.View) []thought {
-	var out []thought
+// for the room's owner (the loom lets only room authority and the thinker
+// read them): shown folded, as seed 002 asks.
+func (wb *Web) loomThoughts(ctx context.Context, in loomPageIn, v *loom.View) []loom.Thought {
+	var out []loom.Thought
 	for _, pr := range v.Presence {
 		if pr.Kind != "model" || strings.HasPrefix(pr.Actor, "_") {
 			continue
 		}
-		st, err := wb.opt.Substrate.ReadState(ctx, in.reader, in.room, substrate.ReadQuery{Scope: pr.Actor, Limit: 200})
+		ts, err := loom.Of(wb.opt.Substrate).Thoughts(ctx, in.reader, in.room, pr.Actor, 5)
 		if err != nil {
 			continue
 		}
-		var mine []thought
-		for _, e := range st.Entries {
-			if loom.IsThought(e.Scope, e.Key) {
-				mine = append(mine, thought{Agent: pr.Actor, Text: thoughtText(e.Value), At: e.UpdatedAt})
-			}
-		}
-		slices.SortFunc(mine, func(a, b thought) int { return b.At.Compare(a.At) })
-		out = append(out, mine[:min(len(mine), 5)]...)
+		out = append(out, ts...)
 	}
 	return out
 }

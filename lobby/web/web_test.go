@@ -3,6 +3,7 @@ package web_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,8 +18,8 @@ import (
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
-	"github.com/syncsubstrate/sync/substrate/loom"
 	"github.com/syncsubstrate/sync/substrate/httpmw/proxytest"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -733,5 +734,67 @@ func TestLoomPageSharedWithAModel(t *testing.T) {
 	// alice's own: not held.
 	if _, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=1"); strings.Contains(page, `id="held-here"`) {
 		t.Error("a new branch under node 1 is shown as held")
+	}
+}
+
+// The loom page on the tests' tiny pool (two connections): many people
+// reading it while a model writes never deadlock nor fail; each read holds
+// one connection at a time.
+func TestLoomPageConcurrentTinyPool(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	lm := loom.Of(s.svc)
+	if _, err := lm.Run(ctx, s.admin, "lab", `→ new tree "t" "ROOT"`); err != nil {
+		t.Fatal(err)
+	}
+	claude, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "claude", Name: "Claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lm.Run(ctx, s.admin, "lab", "→ permit claude all"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := s.svc.Authenticate(ctx, claude.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 13)
+	go func() {
+		for i := range 20 {
+			if _, err := lm.Run(ctx, cp, "lab", fmt.Sprintf(`→ add from:%d tree:1 "line %d"`, i+1, i)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for c := range 12 {
+		go func() {
+			for i := range 8 {
+				path := fmt.Sprintf("/web/rooms/lab/loom?tree=1&node=%d", 1+(c+i)%2)
+				if i%2 == 1 {
+					path += "&part=main&as=prose"
+				}
+				if code, _, _ := s.get("alice", path); code != 200 {
+					done <- fmt.Errorf("%s: %d", path, code)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	timeout := time.After(60 * time.Second)
+	for range 13 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			t.Fatal("readers and a writer on two connections did not finish in 60 s")
+		}
+	}
+	if _, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=21"); !strings.Contains(page, "line 19") {
+		t.Fatal("the model's last line is not on the page")
 	}
 }

@@ -405,3 +405,33 @@ func (l *Loom) AgentPerms(ctx context.Context, p *substrate.Principal, roomID st
 // DefaultPerms are an agent's loom permissions until room authority sets
 // them.
 func DefaultPerms() []string { return slices.Clone(defaultLoomPerms) }
+
+// Thought is one → think entry of a model.
+type Thought struct {
+	Agent string    `json:"agent"`
+	Text  string    `json:"text"`
+	At    time.Time `json:"at"`
+}
+
+// Thoughts are agent's latest n thoughts, newest first, for those the
+// loom's read rule lets read them: room authority and the thinker.
+func (l *Loom) Thoughts(ctx context.Context, p *substrate.Principal, roomID, agent string, n int) ([]Thought, error) {
+	if !p.Admin() && (p.Kind != substrate.KindAgent || p.AgentID != agent) {
+		return nil, refusal(agent, thoughtPrefix)
+	}
+	var out []Thought
+	err := l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
+		kvs, err := tx.List(substrate.ListQuery{Scope: agent, Prefix: thoughtPrefix, Appended: true, Limit: n})
+		if err != nil {
+			return err
+		}
+		for _, kv := range kvs {
+			var th Thought
+			_ = json.Unmarshal(kv.Value, &th)
+			th.Agent = agent
+			out = append(out, th)
+		}
+		return nil
+	})
+	return out, err
+}
