@@ -66,7 +66,8 @@ func TestBrowserLoomPage(t *testing.T) {
 		var v string
 		var err error
 		for range 5 {
-			if v, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel))); err == nil || !strings.Contains(err.Error(), "-32000") {
+			v, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+			if (err == nil && v != "") || (err != nil && !strings.Contains(err.Error(), "-32000")) {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -102,6 +103,21 @@ func TestBrowserLoomPage(t *testing.T) {
 		t.Helper()
 		js, _ := json.Marshal(value)
 		evalStr(`(function () { document.getElementById("` + field + `").value = ` + string(js) + `; document.getElementById("` + button + `").click(); return "ok"; })()`)
+	}
+	// open clicks node id's tree item and waits for it to be the node in
+	// view, clicking again if a refresh swallowed the click.
+	open := func(id string) error {
+		var err error
+		for range 4 {
+			sctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+			err = chromedp.Do(sctx, chromedp.Click(chromedp.CSS(`#t-`+id+` > a`)), chromedp.WaitVisible(chromedp.CSS(`#t-`+id+`[aria-selected="true"]`)))
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		screenshot(t, ctx, "loom-failed")
+		return err
 	}
 	loomAs(roomToken, "→ permit claude loom_aware loom_write loom_generate doc_read doc_write")
 
@@ -216,8 +232,10 @@ func TestBrowserLoomPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Alt+↓ shows the next sibling, Alt+← the parent.
-	if err := do(chromedp.Click(chromedp.CSS(`#t-2 > a`)), chromedp.WaitVisible(chromedp.CSS(`#t-2[aria-selected="true"]`)),
-		chromedp.KeyEvent(kb.ArrowDown, chromedp.KeyModifiers(chromedp.ModifierAlt)), chromedp.WaitVisible(chromedp.CSS(`#t-10[aria-selected="true"]`))); err != nil {
+	if err := open("2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(chromedp.KeyEvent(kb.ArrowDown, chromedp.KeyModifiers(chromedp.ModifierAlt)), chromedp.WaitVisible(chromedp.CSS(`#t-10[aria-selected="true"]`))); err != nil {
 		t.Fatalf("Alt+ArrowDown from node 2 (the first branch) to its sibling 10: %v", err)
 	}
 	if err := do(chromedp.KeyEvent(kb.ArrowLeft, chromedp.KeyModifiers(chromedp.ModifierAlt)), chromedp.WaitVisible(chromedp.CSS(`#t-1[aria-selected="true"]`))); err != nil {
@@ -230,7 +248,7 @@ func TestBrowserLoomPage(t *testing.T) {
 
 	// Clicking: open node 12 (the model's second branch), branch from it;
 	// the new node lands under 12, as the tree and the API both say.
-	if err := do(chromedp.Click(chromedp.CSS(`#t-12 > a`)), chromedp.WaitVisible(chromedp.CSS(`#t-12[aria-selected="true"]`))); err != nil {
+	if err := open("12"); err != nil {
 		t.Fatal(err)
 	}
 	if n := nodeInView(); n != "12" {
@@ -251,7 +269,7 @@ func TestBrowserLoomPage(t *testing.T) {
 	// Live: the model adds under node 9 (the end of its first branch)
 	// while alice's page shows the tree; each node appears without a
 	// reload. The page notes when each tree item first shows.
-	if err := do(chromedp.Click(chromedp.CSS(`#t-9 > a`)), chromedp.WaitVisible(chromedp.CSS(`#t-9[aria-selected="true"]`))); err != nil {
+	if err := open("9"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__seen = {}; window.__mark = function () { document.querySelectorAll('[role=treeitem]').forEach(function (li) { if (!window.__seen[li.id]) window.__seen[li.id] = Date.now(); }); };
@@ -286,7 +304,10 @@ func TestBrowserLoomPage(t *testing.T) {
 	// offers no branch button, and a branch forced through is refused
 	// with that reason.
 	head := strconv.Itoa(parent)
-	if err := do(chromedp.Click(chromedp.CSS(`#t-`+head+` > a`)), chromedp.WaitVisible(chromedp.CSS(`#held-here`))); err != nil {
+	if err := open(head); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(chromedp.WaitVisible(chromedp.CSS(`#held-here`))); err != nil {
 		t.Fatalf("the held branch is not shown as held: %v", err)
 	}
 	held := text("#held-here")
@@ -310,8 +331,10 @@ func TestBrowserLoomPage(t *testing.T) {
 	}
 
 	// Buffer mode: node 8's branch as prose, model parts marked.
-	if err := do(chromedp.Click(chromedp.CSS(`#t-8 > a`)), chromedp.WaitVisible(chromedp.CSS(`#t-8[aria-selected="true"]`)),
-		chromedp.Click(chromedp.CSS("#as-prose")), chromedp.WaitVisible(chromedp.CSS("#prose"))); err != nil {
+	if err := open("8"); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(chromedp.Click(chromedp.CSS("#as-prose")), chromedp.WaitVisible(chromedp.CSS("#prose"))); err != nil {
 		t.Fatalf("reading as prose: %v", err)
 	}
 	prose, loc := text("#prose"), evalStr(`location.search`)
@@ -320,8 +343,23 @@ func TestBrowserLoomPage(t *testing.T) {
 	}
 	screenshot(t, ctx, "loom-prose")
 
-	// Accessibility, and the two widths.
+	// Ctrl+Space continues from the node in view: with no generator the
+	// request is queued and shows as pending on the node.
 	if err := do(chromedp.Click(chromedp.CSS("#as-nodes")), chromedp.WaitVisible(chromedp.CSS("#content"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := open("33"); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(chromedp.KeyEvent(" ", chromedp.KeyModifiers(chromedp.ModifierCtrl)), chromedp.WaitVisible(chromedp.CSS("#pending-here"))); err != nil {
+		t.Fatalf("Ctrl+Space on node 33: %v", err)
+	}
+	if p := text("#pending-here"); !strings.Contains(p, "asked by alice:web") {
+		t.Fatalf("the continuation asked with Ctrl+Space: %q", p)
+	}
+
+	// Accessibility, and the two widths.
+	if err := do(chromedp.WaitVisible(chromedp.CSS("#as-prose")), chromedp.WaitVisible(chromedp.CSS("#content"))); err != nil {
 		t.Fatal(err)
 	}
 	oauthtest.RequireAxeClean(t, ctx, "loom page")
@@ -333,7 +371,7 @@ func TestBrowserLoomPage(t *testing.T) {
 		t.Errorf("the loom page is wider than a phone (%v)", err)
 	}
 	// Taps work at that width: a tree item opens its node.
-	if err := do(chromedp.Click(chromedp.CSS(`#t-10 > a`)), chromedp.WaitVisible(chromedp.CSS(`#t-10[aria-selected="true"]`))); err != nil {
+	if err := open("10"); err != nil {
 		t.Fatalf("tapping a node on a phone: %v", err)
 	}
 	oauthtest.RequireAxeClean(t, ctx, "loom page at 390 px")

@@ -12,6 +12,14 @@
   // gen counts the person's own moves and submissions: a live refresh
   // that started before one is stale when it answers, and is dropped.
   var gen = 0, acting = 0;
+  // pressed: a pointer is down on the page; a refresh waits for it, or it
+  // would replace the element between press and release and lose the
+  // click.
+  var pressed = false;
+  document.addEventListener("pointerdown", function () { pressed = true; }, true);
+  function release() { if (!pressed) return; pressed = false; setTimeout(function () { if (again && !busy && !acting) { again = false; refresh(); } }, 50); }
+  document.addEventListener("pointerup", release, true);
+  document.addEventListener("pointercancel", release, true);
 
   function partURL(u) { return u + (u.indexOf("?") >= 0 ? "&" : "?") + "part=main"; }
   function say(t) { live.textContent = t; }
@@ -66,7 +74,7 @@
 
   // refresh fetches the page as it is now (a change arrived).
   function refresh() {
-    if (busy || acting) { again = true; return; }
+    if (busy || acting || pressed) { again = true; return; }
     busy = true;
     var mine = gen;
     var treeFocus = document.activeElement && document.activeElement.getAttribute && document.activeElement.getAttribute("role") === "treeitem" ? document.activeElement.id : null;
