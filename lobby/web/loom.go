@@ -512,7 +512,29 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 		wb.fail(w, r, errs.New(errs.InvalidField, "no command").WithHint("type a command such as → tree, or → help for the list"))
 		return
 	}
-	res, err := loom.Of(wb.opt.Substrate).Run(r.Context(), p, roomID, commands)
+	var res *loom.Result
+	if op == "" {
+		res, err = loom.Of(wb.opt.Substrate).Run(r.Context(), p, roomID, commands)
+	} else {
+		// A form's command: parsed as the line it composed, then given
+		// back the line breaks its texts had.
+		cmds, perr := loom.Parse(commands)
+		if perr != nil {
+			wb.fail(w, r, perr)
+			return
+		}
+		for _, c := range cmds {
+			for i := range c.Texts {
+				c.Texts[i] = restoreText.Replace(c.Texts[i])
+			}
+			for k, v := range c.Opts {
+				c.Opts[k] = restoreText.Replace(v)
+			}
+			c.Line = restoreText.Replace(c.Line)
+		}
+		commands = restoreText.Replace(commands)
+		res, err = loom.Of(wb.opt.Substrate).RunParsed(r.Context(), p, roomID, cmds)
+	}
 	status := http.StatusOK
 	var ranErr *errs.Error
 	if err != nil {
@@ -551,17 +573,27 @@ func hintOf(e *errs.Error) string {
 	return " (" + e.Hint + ")"
 }
 
+// A form's text may hold what a command line cannot carry (line breaks,
+// a closing curly quote): quote writes those as private-use stand-ins,
+// and loomRun puts them back into the parsed command's texts.
+const (
+	standInBreak = "\ue000"
+	standInQuote = "\ue001"
+)
+
+var restoreText = strings.NewReplacer(standInBreak, "\n", standInQuote, "”")
+
 // quote writes text as a loom command's quoted text.
 func quote(what, text string) (string, error) {
-	text = strings.TrimSpace(text)
+	text = strings.TrimSpace(strings.ReplaceAll(text, "\r\n", "\n"))
 	if text == "" {
 		return "", errs.New(errs.InvalidField, "%s is empty", what).WithHint("write the %s, then press the button again", what).With("field", "text")
 	}
-	if strings.ContainsAny(text, "\n\r”") {
-		return "", errs.New(errs.InvalidField, "the %s has a line break or a closing curly quote, which a loom command cannot carry", what).
-			WithHint("keep it to one line; for several paragraphs add one node per paragraph").With("field", "text")
+	if strings.ContainsAny(text, "\r"+standInBreak+standInQuote) {
+		return "", errs.New(errs.InvalidField, "the %s holds a character a loom command cannot carry (a lone carriage return or a private-use character)", what).
+			WithHint("remove it and send again").With("field", "text")
 	}
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(text) + `"`, nil
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", standInBreak, "”", standInQuote).Replace(text) + `"`, nil
 }
 
 // loomCommand composes the → command a form stands for. Every command
