@@ -17,14 +17,15 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncsubstrate/sync/oauth/oauthtest"
 	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
 // The loom page in a real browser, through the real server, shared by a
-// person (alice, on the page) and a model (claude, an agent running the
-// loom's → commands over the API, as sync_loom does): a tree of 30+ nodes
+// person (alice, on the page) and a model (bob's MCP client "Claude",
+// running the loom's → commands with sync_loom): a tree of 30+ nodes
 // from both, navigated with the keyboard and by clicking; a branch from the
 // node on screen lands under it; the model's nodes arrive live (their
 // latency logged); a branch read as prose; a branch the model holds is
@@ -35,7 +36,7 @@ func TestBrowserLoomPage(t *testing.T) {
 
 	room := restCall(t, "POST", public+"/rooms", "", map[string]any{"id": "weave", "meta": map[string]any{"label": "Weave"}})
 	roomToken := room["token"].(string)
-	claude := restCall(t, "POST", public+"/rooms/weave/agents", roomToken, map[string]any{"id": "claude", "name": "Claude"})["token"].(string)
+	bob := oauthtest.SignUp(t, public, "bob", "")
 	loomAs := func(tok, cmds string) map[string]any {
 		t.Helper()
 		body, _ := json.Marshal(map[string]string{"commands": cmds})
@@ -119,7 +120,6 @@ func TestBrowserLoomPage(t *testing.T) {
 		screenshot(t, ctx, "loom-failed")
 		return err
 	}
-	loomAs(roomToken, "→ permit claude loom_aware loom_write loom_generate doc_read doc_write")
 
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(public+"/"),
@@ -131,6 +131,51 @@ func TestBrowserLoomPage(t *testing.T) {
 	); err != nil {
 		t.Fatalf("claiming the room: %v", err)
 	}
+	// Alice shares the room with bob, whose MCP client is the model.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(public+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#share-weave")),
+		chromedp.SendKeys(chromedp.CSS("#share-weave"), "bob"),
+		chromedp.SetValue(chromedp.CSS("#share-role-weave"), "participant"),
+		chromedp.Submit(chromedp.CSS("#share-weave")),
+		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`)),
+	); err != nil {
+		t.Fatalf("sharing the room with bob: %v", err)
+	}
+	tok := bob.Token(t, "Claude", map[string]string{"weave": "write"})["access_token"].(string)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "claude", Version: "1"}, nil).Connect(context.Background(),
+		&sdk.StreamableClientTransport{Endpoint: public + "/mcp", HTTPClient: &http.Client{Transport: oauthtest.Bearer{Token: tok}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	// model runs commands as the model does, over MCP (sync_loom).
+	model := func(cmds string) string {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "sync_loom", Arguments: map[string]any{"room": "weave", "commands": cmds}})
+		if err != nil {
+			t.Fatalf("sync_loom %s: %v", cmds, err)
+		}
+		text := res.Content[0].(*sdk.TextContent).Text
+		if res.IsError {
+			t.Fatalf("sync_loom %s: %s", cmds, text)
+		}
+		return text
+	}
+	if res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "sync_embody", Arguments: map[string]any{"room": "weave"}}); err != nil || res.IsError {
+		t.Fatalf("embodying bob's client in the room: %v %v", err, res)
+	}
+	model("→ help")
+	claude := ""
+	for _, a := range restCall(t, "GET", public+"/rooms/weave/agents", roomToken, nil)["agents"].([]any) {
+		if id := a.(map[string]any)["id"].(string); strings.HasPrefix(id, "bob:") {
+			claude = id
+		}
+	}
+	if claude == "" {
+		t.Fatal("bob's MCP client has no agent in the room")
+	}
+	loomAs(roomToken, "→ permit "+claude+" loom_aware loom_write loom_generate doc_read doc_write")
 
 	// Alice plants the tree from the page's form; the page lands on its
 	// root.
@@ -154,7 +199,7 @@ func TestBrowserLoomPage(t *testing.T) {
 		for i := 2; i <= 8; i++ {
 			cmds = append(cmds, fmt.Sprintf(`→ add "Model branch %d, sentence %d, and the windows watched."`, b, i))
 		}
-		loomAs(claude, strings.Join(cmds, "\n"))
+		model(strings.Join(cmds, "\n"))
 	}
 	// Alice writes hers from the page: a branch from the root, then
 	// continuing it from the node on screen each time (in place).
@@ -261,7 +306,7 @@ func TestBrowserLoomPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	newID := nodeInView()
-	res := loomAs(claude, "→ view "+newID+" tree:1")
+	res := loomAs(roomToken, "→ view "+newID+" tree:1")
 	if text, _ := res["text"].(string); !strings.Contains(text, "#"+newID+" ← 12") || !strings.Contains(text, "ALICE-UNDER-12") {
 		t.Fatalf("alice's branch from node 12 is not under 12: %s", text)
 	}
@@ -279,11 +324,11 @@ func TestBrowserLoomPage(t *testing.T) {
 	var lat []time.Duration
 	parent := 9
 	for i := range 30 {
-		res := loomAs(claude, fmt.Sprintf(`→ add from:%d tree:1 "Live line %d from the model."`, parent, i+1))
+		out := model(fmt.Sprintf(`→ add from:%d tree:1 "Live line %d from the model."`, parent, i+1))
 		acked := time.Now()
-		m := regexp.MustCompile(`✓ node (\d+)`).FindStringSubmatch(res["text"].(string))
+		m := regexp.MustCompile(`✓ node (\d+)`).FindStringSubmatch(out)
 		if m == nil {
-			t.Fatalf("add: %v", res["text"])
+			t.Fatalf("add: %v", out)
 		}
 		parent, _ = strconv.Atoi(m[1])
 		seen, err := chromedp.Run(ctx, chromedp.Poll[float64](fmt.Sprintf(`window.__seen["t-%d"]`, parent), chromedp.WithPollingInterval(5*time.Millisecond), chromedp.WithPollingTimeout(5*time.Second)))
@@ -293,7 +338,7 @@ func TestBrowserLoomPage(t *testing.T) {
 		lat = append(lat, max(0, time.UnixMilli(int64(seen)).Sub(acked)))
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	t.Logf("from a model's → add (its API response) to the node on a person's loom page, over %d adds: p50 %v, p99 %v, max %v", len(lat), lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+	t.Logf("from a model's → add (its sync_loom response over MCP) to the node on a person's loom page, over %d adds: p50 %v, p99 %v, max %v", len(lat), lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
 	// The node in view did not move: alice still reads node 9.
 	if n := nodeInView(); n != "9" {
 		t.Fatalf("a live change moved alice's view to node %s", n)
@@ -312,7 +357,7 @@ func TestBrowserLoomPage(t *testing.T) {
 	}
 	held := text("#held-here")
 	disabled := evalStr(`String(document.getElementById("branch-btn").disabled)`) == "true"
-	if !strings.Contains(held, "claude's turn") || !disabled {
+	if !strings.Contains(held, claude+"'s turn") || !disabled {
 		t.Fatalf("held branch: %q, button disabled %v", held, disabled)
 	}
 	screenshot(t, ctx, "loom-held")
@@ -323,10 +368,10 @@ func TestBrowserLoomPage(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	if refusal := text("#ran"); !strings.Contains(refusal, "claude's turn") {
+	if refusal := text("#ran"); !strings.Contains(refusal, claude+"'s turn") {
 		t.Fatalf("a branch on the held line was not refused with its holder: %q", refusal)
 	}
-	if text := loomAs(claude, "→ list "+head+" tree:1")["text"].(string); strings.Contains(text, "FORCED-ON-HELD") {
+	if text := loomAs(roomToken, "→ list "+head+" tree:1")["text"].(string); strings.Contains(text, "FORCED-ON-HELD") {
 		t.Fatal("HOLE: the page wrote on a held branch")
 	}
 
@@ -392,10 +437,10 @@ func TestBrowserLoomPage(t *testing.T) {
 	}
 	for len(cmds) > 0 {
 		n := min(50, len(cmds))
-		loomAs(claude, strings.Join(cmds[:n], "\n"))
+		model(strings.Join(cmds[:n], "\n"))
 		cmds = cmds[n:]
 	}
-	steps := loomAs(claude, "→ tree summary tree:1")["steps"].([]any)
+	steps := loomAs(roomToken, "→ tree summary tree:1")["steps"].([]any)
 	summary := steps[0].(map[string]any)["text"].(string)
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1366, 900), chromedp.Navigate(public+"/web/rooms/weave/loom?tree=1&node=1"), chromedp.WaitVisible(chromedp.CSS("#live.on"))); err != nil {
 		t.Fatal(err)
