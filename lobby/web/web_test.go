@@ -778,7 +778,12 @@ func TestLoomPageConcurrentTinyPool(t *testing.T) {
 	for c := range 12 {
 		go func() {
 			for i := range 8 {
-				path := fmt.Sprintf("/web/rooms/lab/loom?tree=1&node=%d", 1+(c+i)%2)
+				// Node 1 exists from the start; the rest come as the model
+				// writes.
+				path := "/web/rooms/lab/loom?tree=1&node=1"
+				if (c+i)%2 == 1 {
+					path = "/web/rooms/lab/loom?tree=1"
+				}
 				if i%2 == 1 {
 					path += "&part=main&as=prose"
 				}
