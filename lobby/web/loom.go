@@ -118,6 +118,9 @@ func (wb *Web) renderLoom(w http.ResponseWriter, r *http.Request, status int, in
 	lm := loom.Of(wb.opt.Substrate)
 	agent := in.me
 	v, err := lm.Snapshot(ctx, substrate.ReadOnlyOf(in.reader), in.room, loom.SnapshotQuery{Tree: in.q.Tree, Node: in.q.Node, Agent: agent})
+	if err != nil && ctx.Err() != nil {
+		return // the browser left (a live refresh overtaken, a tab closed): nobody to answer
+	}
 	if err != nil {
 		e := errs.From(err)
 		if e.Code == errs.Internal || e.Code == errs.RoomNotFound || e.Code == errs.Unavailable {
