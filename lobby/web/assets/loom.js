@@ -43,7 +43,13 @@
     var anchor = main.querySelector("h1 + p");
     if (ran && !document.getElementById("ran") && anchor) anchor.after(ran);
     Object.keys(folded).forEach(function (id) { var d = document.getElementById(id); if (d) d.open = folded[id]; });
-    Object.keys(closed).forEach(function (id) { var li = document.getElementById(id); if (li && !li.classList.contains("path") && li.querySelector("ul")) li.setAttribute("aria-expanded", "false"); });
+    // Items the person closed stay closed, unless that would hide the
+    // node in view.
+    var sel = main.querySelector("[role=treeitem][aria-selected=true]");
+    Object.keys(closed).forEach(function (id) {
+      var li = document.getElementById(id);
+      if (li && li.querySelector("ul") && !(sel && li !== sel && li.contains(sel))) li.setAttribute("aria-expanded", "false");
+    });
     var at = document.getElementById("loom-url");
     if (at) main.dataset.url = at.dataset.url;
     if (keepFocus) {
@@ -99,6 +105,14 @@
     e.preventDefault();
     var btns = f.querySelectorAll("button");
     btns.forEach(function (b) { b.disabled = true; });
+    // A continuation may take the generator a while: say it is running.
+    if (f.id === "f-continue") {
+      var note = document.createElement("p");
+      note.className = "pending";
+      note.textContent = "Generating… the continuation shows here when it is written.";
+      f.appendChild(note);
+      say(note.textContent);
+    }
     var data = new URLSearchParams(new FormData(f));
     gen++; acting++;
     fetch(partURL(f.action), { method: "POST", body: data, credentials: "same-origin", headers: { Accept: "text/html" } })
