@@ -719,3 +719,114 @@ func TestAttackFormOptionsFromAViewOutsideTheRoom(t *testing.T) {
 		t.Errorf("the form naming a view of the room does not offer its choices: %s", body)
 	}
 }
+
+// The loom page's forms are composed into the loom's own commands and run
+// as the person's agent, so the loom's permissions decide, not the page: a
+// participant without loom_write, loom_generate, doc_read or doc_write
+// forges each form's POST and is refused, and nothing is written; the page
+// itself offers none of those forms and says why. Loom permissions are
+// room authority's alone, whatever the form says.
+func TestAttackLoomFormsWithoutPermission(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "paul")
+	ctx := context.Background()
+	s.share("paul", "participant")
+	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", `→ new tree "t" "ROOT"`+"\n"+`→ add from:1 "SECOND"`+"\n"+`→ write doc:"plan" append "DOC-SECRET"`+"\n"+`→ continue from 2`); err != nil {
+		t.Fatal(err)
+	}
+	// paul's agent exists once he acted; with the defaults he may look and
+	// read documents only.
+	if code, _ := s.post("paul", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"switch"}}); code != 200 {
+		t.Fatalf("paul standing at node 1: %d", code)
+	}
+	_, _, page := s.get("paul", "/web/rooms/lab/loom?tree=1&node=2")
+	for _, absent := range []string{`id="branch-text"`, `id="continue-btn"`, `id="note-text"`, `id="doc-text"`, `id="tree-name"`, `id="fulfil-1"`, `id="perms"`} {
+		if strings.Contains(page, absent) {
+			t.Errorf("paul, without the permission, is offered %s", absent)
+		}
+	}
+	for _, why := range []string{"loom_write is not enabled for you", "loom_generate is not enabled for you", "doc_write is not enabled for you"} {
+		if !strings.Contains(page, why) {
+			t.Errorf("paul's page does not say %q", why)
+		}
+	}
+	forged := map[string]url.Values{
+		"branch":   {"op": {"branch"}, "text": {"FORGED-BRANCH"}},
+		"continue": {"op": {"continue"}, "n": {"2"}},
+		"annotate": {"op": {"annotate"}, "text": {"FORGED-NOTE"}},
+		"edit":     {"op": {"edit"}, "text": {"FORGED-EDIT"}},
+		"link":     {"op": {"link"}, "target": {"1"}, "note": {"FORGED-LINK"}},
+		"bookmark": {"op": {"bookmark"}, "label": {"FORGED-BM"}},
+		"fulfil":   {"op": {"fulfil"}, "req": {"g1"}, "text": {"FORGED-FULFIL"}},
+		"new":      {"op": {"new"}, "name": {"FORGED-TREE"}},
+		"write":    {"op": {"write"}, "doc": {"plan"}, "text": {"FORGED-DOC"}},
+		"permit":   {"op": {"permit"}, "agent": {"paul:web"}, "perm-loom_write": {"on"}, "perm-doc_write": {"on"}},
+		"commands": {"commands": {`→ add from:2 "FORGED-CMD"`}},
+	}
+	for name, form := range forged {
+		form.Set("tree", "1")
+		form.Set("node", "2")
+		code, body := s.post("paul", "/web/rooms/lab/loom", form)
+		if code != http.StatusForbidden || !strings.Contains(body, "permission denied") {
+			t.Errorf("HOLE: paul's forged %s form: %d", name, code)
+		}
+	}
+	res, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", "→ tree tree:1 depth:5\n→ list 2 annotations tree:1\n→ list 2 links tree:1\n→ bookmarks tree:1\n→ read doc:\"plan\"\n→ requests\n→ permit paul:web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Text, "FORGED") || !strings.Contains(res.Text, "g1:") || strings.Contains(res.Text, "paul:web (human): loom_aware, loom_write") {
+		t.Errorf("HOLE: a refused form wrote: %s", res.Text)
+	}
+	// Denied doc_read, paul's page neither lists nor opens documents.
+	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", "→ deny paul:web doc_read"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, page := s.get("paul", "/web/rooms/lab/loom?tree=1&node=1&doc=plan"); strings.Contains(page, "DOC-SECRET") || !strings.Contains(page, "doc_read is not enabled for you") {
+		t.Error("HOLE: paul, denied doc_read, reads the document on the loom page")
+	}
+	// Denied loom_aware, the page shows no tree, by URL or in its part.
+	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", "→ deny paul:web loom_aware"); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/web/rooms/lab/loom?tree=1&node=2", "/web/rooms/lab/loom?tree=1&node=2&part=main", "/web/rooms/lab/loom?tree=1&node=2&as=prose"} {
+		if _, _, page := s.get("paul", path); strings.Contains(page, "ROOT") || strings.Contains(page, "SECOND") || !strings.Contains(page, "loom_aware is not enabled") {
+			t.Errorf("HOLE: paul, denied loom_aware, reads the tree at %s", path)
+		}
+	}
+}
+
+// A person reads no loom of a room they cannot see, by any of the page's
+// URLs, its main part or its forms; a cross-site form is refused before it
+// runs; a view link reads and offers no form.
+func TestAttackLoomPageOtherRoomAndCrossSite(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "mallory")
+	if _, err := loom.Of(s.svc).Run(context.Background(), s.admin, "lab", `→ new tree "t" "TREE-SECRET"`+"\n"+`→ write doc:"d" append "DOC-SECRET"`); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/web/rooms/lab/loom?tree=1&node=1", "/web/rooms/lab/loom?tree=1&node=1&part=main", "/web/rooms/lab/loom?doc=d", "/web/rooms/lab/loom?tree=1&as=prose"} {
+		if code, _, body := s.get("mallory", path); code != http.StatusNotFound || strings.Contains(body, "SECRET") {
+			t.Errorf("HOLE: a stranger reads %s: %d", path, code)
+		}
+	}
+	if code, body := s.post("mallory", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"branch"}, "text": {"x"}}); code != http.StatusNotFound || strings.Contains(body, "SECRET") {
+		t.Errorf("HOLE: a stranger branches in another's room: %d", code)
+	}
+	for _, op := range []url.Values{
+		{"tree": {"1"}, "node": {"1"}, "op": {"branch"}, "text": {"CSRF"}},
+		{"op": {"write"}, "doc": {"d"}, "text": {"CSRF"}},
+		{"op": {"permit"}, "agent": {"alice:web"}},
+	} {
+		for _, hdr := range [][]string{{"Sec-Fetch-Site", "cross-site"}, {"Sec-Fetch-Site", "", "Origin", "https://evil.example"}} {
+			if code, _ := s.post("alice", "/web/rooms/lab/loom", op, hdr...); code != http.StatusForbidden {
+				t.Errorf("HOLE: a cross-site %s form (%v): %d", op.Get("op"), hdr, code)
+			}
+		}
+	}
+	if res, _ := loom.Of(s.svc).Run(context.Background(), s.admin, "lab", "→ list 1 tree:1\n→ read doc:\"d\""); res == nil || strings.Contains(res.Text, "CSRF") {
+		t.Error("HOLE: a cross-site form wrote")
+	}
+	code, _, body := s.get("", "/web/rooms/lab/loom?tree=1&node=1&view="+s.room.ViewToken)
+	if code != 200 || !strings.Contains(body, "TREE-SECRET") || strings.Contains(body, `method="post"`) {
+		t.Errorf("a view link's loom page: %d, forms offered: %v", code, strings.Contains(body, `method="post"`))
+	}
+}

@@ -951,6 +951,23 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 		return nil, err
 	}
 	cmds, perr := Parse(text)
+	return l.run(ctx, p, roomID, cmds, perr)
+}
+
+// RunParsed runs commands Parse returned, through the same steps as Run:
+// a page composes a command as a line, parses it, then puts back into its
+// Texts what a line cannot carry (a node's paragraphs, line breaks).
+func (l *Loom) RunParsed(ctx context.Context, p *substrate.Principal, roomID string, cmds []*Command) (*Result, error) {
+	if err := l.svc.RequireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if len(cmds) == 0 {
+		return nil, errs.New(errs.InvalidField, "✗ no command").WithHint("for example: → view 23, → tree, → help")
+	}
+	return l.run(ctx, p, roomID, cmds, nil)
+}
+
+func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, cmds []*Command, perr error) (*Result, error) {
 	res := &Result{}
 	var firstErr error
 	var texts []string
