@@ -117,6 +117,9 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 		if out.snap, err = s.loadSnapshot(ctx, tx, roomID, cacheKey(roomID, born), seq, count); err != nil {
 			return err
 		}
+		if err := out.snap.loadUsage(ctx, tx); err != nil {
+			return err
+		}
 		out.msgs = msgCounts{Count: count}
 		out.counted = wantMsgs || out.snap.actionsUseMessages(s)
 		agents := out.agents

@@ -317,6 +317,8 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 			state[scope] = m
 		}
 	}
+	// Before the gates: they compute with what the reader may read.
+	rc.hideEntries(state)
 	var deferred []*srow
 	for _, r := range live.deferred {
 		if keep(r.Scope) {
@@ -395,7 +397,9 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 			state[r.Scope].(map[string]any)[r.Key] = r.val
 		}
 	}
-	rc.hideEntries(state)
+	if len(deferred) > 0 {
+		rc.hideEntries(state) // entries the gates admitted
+	}
 	if _, ok := state[ScopeShared]; !ok && keep(ScopeShared) {
 		state[ScopeShared] = map[string]any{} // always there, so state._shared.x reads "no such key: x"
 	}

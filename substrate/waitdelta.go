@@ -73,7 +73,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	}
 	for id := range env.Actions {
 		a := rc.snap.actions[id]
-		if a == nil || a.r.Revision <= from && !gateMayHaveOpened(a.def.Enabled, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) && !readsView(a.def.Enabled, changed) {
+		if a == nil || a.r.Revision <= from && !gateMayHaveOpened(a.def.Enabled, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) && !readsView(a.def.Enabled, changed) && !unseen.ranOut(rc, a.r, from) {
 			delete(env.Actions, id)
 		}
 	}
@@ -157,7 +157,7 @@ func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[stri
 	changed := map[string]bool{}
 	for _, v := range rc.snap.views { // in dependency order
 		self := viewSelf(v.def)
-		if v.r.Revision > seq || readsAnyTime(v.def.Expr) || readsChangedScope(v.def.Expr, self, seq, newest) || gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) {
+		if v.r.Revision > seq || newest[scopeViews] > seq && v.r.timer != nil || readsAnyTime(v.def.Expr) || readsChangedScope(v.def.Expr, self, seq, newest) || gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) {
 			changed[v.def.ID] = true
 		}
 		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
@@ -333,19 +333,28 @@ func (u *unseenChanges) apply(rc *roomCtx, from int64, newest map[string]int64) 
 	}
 	for scope, rows := range rc.snap.scopes {
 		for _, r := range rows {
-			t := r.timer
-			if t == nil || t.Effect == nil {
-				continue
-			}
-			clock := t.ExpiresAt != nil && t.ExpiresAt.After(u.at) && !t.ExpiresAt.After(rc.now)
-			// Ticks run down with writes to tick_on, not with a
-			// revision of the entry itself.
-			ticked := t.TicksLeft != nil && *t.TicksLeft <= 0 && t.TickOn != nil && tickedSince(rc, *t.TickOn, from)
-			if clock || ticked {
+			if u.ranOut(rc, r.row, from) {
 				newest[scope] = max(newest[scope], from+1)
 			}
 		}
 	}
+}
+
+// ranOut reports whether r's timer may have changed its visibility after
+// from (always, when what happened since is not known).
+func (u *unseenChanges) ranOut(rc *roomCtx, r *row, from int64) bool {
+	t := r.timer
+	if t == nil || t.Effect == nil {
+		return false
+	}
+	if u == nil || !u.known {
+		return true
+	}
+	clock := t.ExpiresAt != nil && t.ExpiresAt.After(u.at) && !t.ExpiresAt.After(rc.now)
+	// Ticks run down with writes to tick_on, not with a revision of the
+	// entry itself.
+	ticked := t.TicksLeft != nil && *t.TicksLeft <= 0 && t.TickOn != nil && tickedSince(rc, *t.TickOn, from)
+	return clock || ticked
 }
 
 // tickedSince reports whether the entry a tick timer counts (scope.key)

@@ -140,4 +140,16 @@ func TestAttackMemoryReadOnlyByItsAgent(t *testing.T) {
 	if v, err := e.svc.Eval(ctx, b, "loom", `state.al`, nil); err == nil && strings.Contains(fmt.Sprint(v), "STASH") {
 		t.Fatalf("HOLE: bo reads al's stash in CEL: %v", v)
 	}
+	// Nor through an entry gated on it (the gate computes with what bo
+	// reads).
+	if _, err := e.svc.WriteState(ctx, e.admin, "loom", []substrate.Write{{Scope: "_shared", Key: "probe", Value: json.RawMessage(`1`),
+		Enabled: `"loom:pins" in state.al`}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.svc.ReadState(ctx, b, "loom", substrate.ReadQuery{Scope: "_shared"}); err != nil || len(st.Entries) != 0 {
+		t.Fatalf("HOLE: a gate reading al's memory opened for bo: %+v %v", st, err)
+	}
+	if st, _ := e.svc.ReadState(ctx, a, "loom", substrate.ReadQuery{Scope: "_shared"}); st == nil || len(st.Entries) != 1 {
+		t.Fatalf("the gate does not open for al, who reads its memory: %+v", st)
+	}
 }

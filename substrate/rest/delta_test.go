@@ -207,6 +207,8 @@ func TestDeltaListsViewsChangedWithoutAWrite(t *testing.T) {
 	}
 	e.do("PUT", "/rooms/dw/actions", rm.token, map[string]any{"id": "reply", "enabled": `messages.count > 0`,
 		"writes": []any{map[string]any{"key": "replies", "increment": 1}}}).must(t, 201)
+	e.do("PUT", "/rooms/dw/actions", rm.token, map[string]any{"id": "later", "timer": map[string]any{"ms": 300, "effect": "enable"},
+		"writes": []any{map[string]any{"key": "late", "value": 1}}}).must(t, 201)
 	e.ctx(rm, a, "")
 	since := int64(e.ctx(rm, a, "").body["_context"].(map[string]any)["seq"].(float64))
 	time.Sleep(400 * time.Millisecond)
@@ -226,6 +228,9 @@ func TestDeltaListsViewsChangedWithoutAWrite(t *testing.T) {
 	}
 	if path(w.body, "context", "actions", "reply") == nil {
 		t.Errorf("the wake-up leaves out the action whose gate reads messages: %s", w.raw)
+	}
+	if path(w.body, "context", "actions", "later") == nil {
+		t.Errorf("the wake-up leaves out the action whose enable timer ran out: %s", w.raw)
 	}
 	// What did not change stays out: a view of a scope nobody touched.
 	e.do("PUT", "/rooms/dw/views", rm.token, map[string]any{"id": "quiet", "scope": "_shared", "expr": `state.?b.?z.orValue(0)`}).must(t, 201)
