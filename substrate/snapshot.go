@@ -277,6 +277,10 @@ type liveState struct {
 	// shares them, and they are evaluated once.
 	viewsMu sync.Mutex
 	views   map[string]viewResult
+	// enc holds raw's scopes encoded as JSON, once each (scopeJSON): the
+	// envelope of every read that shows a scope unmodified reuses them.
+	encMu sync.Mutex
+	enc   map[string][]byte
 }
 
 // viewResult is one view's evaluation: its value (or error value), whether

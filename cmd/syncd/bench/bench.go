@@ -58,6 +58,9 @@ type Options struct {
 	// ContextQuery is the query string of the context read. Default
 	// "messages=false" (a lean read without messages).
 	ContextQuery string
+	// ContextAs is the credential the context's readers read with: agent
+	// (each reader its own agent's token), room or view. Default agent.
+	ContextAs string
 	// Waits is the number of concurrent waits of the "waits" workload.
 	// Default 1,000.
 	Waits int
@@ -192,6 +195,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	fs.IntVar(&o.Agents, "agents", 1, "agents per room of the rooms workload")
 	fs.IntVar(&o.Readers, "readers", 8, "readers of the context workload")
 	fs.StringVar(&o.ContextQuery, "context-query", "messages=false", "query string of the context read")
+	fs.StringVar(&o.ContextAs, "context-as", "agent", "credential of the context's readers: agent, room or view")
 	fs.IntVar(&o.Waits, "waits", 1000, "concurrent waits of the waits workload")
 	fs.DurationVar(&o.Intervals, "intervals", 0, "also report the rate per interval of each run (e.g. 15s)")
 	fs.BoolVar(&o.PGBench, "pgbench", false, "run pgbench's bound for the same transaction shape first")
@@ -213,6 +217,9 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	}
 	if o.Duration <= 0 || o.Warmup < 0 || o.Clients < 1 || o.Rooms < 1 || o.Agents < 1 || o.Readers < 1 || o.Waits < 1 || o.Intervals < 0 {
 		return o, false, fmt.Errorf("durations, clients, rooms, agents, readers and waits must be positive")
+	}
+	if !slices.Contains([]string{"agent", "room", "view"}, o.ContextAs) {
+		return o, false, fmt.Errorf("-context-as %q is not agent, room or view", o.ContextAs)
 	}
 	return o, *asJSON, nil
 }
@@ -237,6 +244,9 @@ func (o *Options) defaults() {
 	}
 	if o.ContextQuery == "" {
 		o.ContextQuery = "messages=false"
+	}
+	if o.ContextAs == "" {
+		o.ContextAs = "agent"
 	}
 	if o.Log == nil {
 		o.Log = io.Discard

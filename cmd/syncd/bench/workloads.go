@@ -93,19 +93,22 @@ func (b *bencher) doJSON(ctx context.Context, method, path, token string, body, 
 
 // room is a room made for a workload, with its agents' tokens.
 type room struct {
-	id, token string
-	agents    []string // agent tokens, agent0 first
+	id, token, viewToken string
+	agents               []string // agent tokens, agent0 first
 }
 
 // newRoom creates a room with the "move" action (an `if` and two writes,
 // as the issue's table measures) and agents agent0…agentN-1.
 func (b *bencher) newRoom(ctx context.Context, name string, agents int) (*room, error) {
 	r := &room{id: b.prefix + "-" + name}
-	var created struct{ Token string }
+	var created struct {
+		Token     string
+		ViewToken string `json:"view_token"`
+	}
 	if err := b.doJSON(ctx, "POST", "/rooms", b.opt.CreateToken, map[string]any{"id": r.id}, &created); err != nil {
 		return nil, err
 	}
-	r.token = created.Token
+	r.token, r.viewToken = created.Token, created.ViewToken
 	if err := b.doJSON(ctx, "PUT", "/rooms/"+r.id+"/actions", r.token, map[string]any{
 		"id": "move", "params": map[string]any{"n": map[string]any{"type": "integer"}},
 		"if": `!has(state._shared.stop) || state._shared.stop == false`,
@@ -328,7 +331,7 @@ func (b *bencher) invoke(ctx context.Context, name, label string, clients, rooms
 // context measures readers reading the lean context of a room of 500 keys
 // (about 52 KB of values), 10 agents and 20 views.
 func (b *bencher) context(ctx context.Context) (*Result, error) {
-	res := &Result{Workload: Context, Label: fmt.Sprintf("context (500 keys), %d readers", b.opt.Readers), Clients: b.opt.Readers, Rooms: 1}
+	res := &Result{Workload: Context, Label: fmt.Sprintf("context (500 keys, %s), %d readers", b.opt.ContextAs, b.opt.Readers), Clients: b.opt.Readers, Rooms: 1}
 	r, err := b.newRoom(ctx, "context", max(10, b.opt.Readers))
 	if err != nil {
 		return nil, fmt.Errorf("setting up: %w", err)
@@ -351,7 +354,14 @@ func (b *bencher) context(ctx context.Context) (*Result, error) {
 	}
 	path := "/rooms/" + r.id + "/context?" + b.opt.ContextQuery
 	b.loop(ctx, res, b.opt.Readers, func(ctx context.Context, c, _ int) (int, error) {
-		out, err := b.do(ctx, "GET", path, r.agents[c%len(r.agents)], nil)
+		tok := r.agents[c%len(r.agents)]
+		switch b.opt.ContextAs {
+		case "room":
+			tok = r.token
+		case "view":
+			tok = r.viewToken
+		}
+		out, err := b.do(ctx, "GET", path, tok, nil)
 		return len(out), err
 	})
 	res.Note = fmt.Sprintf("GET /rooms/:id/context?%s, %d bytes a read", b.opt.ContextQuery, res.AvgBytes)
