@@ -214,7 +214,9 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 	pr, _ := svc.Authenticate(ctx, room.Token)
 	pv, _ := svc.Authenticate(ctx, room.ViewToken)
 	agents := map[string]*substrate.Principal{}
-	for _, id := range []string{"alice", "bob"} {
+	// dave and erin write nothing of their own: they read the same
+	// scopes, and differ only in who they are.
+	for _, id := range []string{"alice", "bob", "dave", "erin"} {
 		j, err := svc.Join(ctx, pr, "cache-x", substrate.JoinRequest{ID: id, Name: id})
 		if err != nil {
 			t.Fatal(err)
@@ -231,6 +233,7 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 		{Scope: "alice", Key: "secret", Value: json.RawMessage(`"alice's"`)},
 		{Scope: "bob", Key: "secret", Value: json.RawMessage(`"bob's"`)},
 		{Scope: "_shared", Key: "for-alice", Value: json.RawMessage(`"gated"`), Enabled: `self == "alice"`},
+		{Scope: "_shared", Key: "for-dave", Value: json.RawMessage(`"gated"`), Enabled: `self == "dave"`},
 		{Scope: "_shared", Key: "k", Value: json.RawMessage(`1`)},
 	}
 	write(writes...)
@@ -239,6 +242,17 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 		pad = append(pad, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("pad-%03d", i), Value: json.RawMessage(`"some text to make the scope large"`)})
 	}
 	write(pad...)
+	if _, err := svc.RegisterAction(ctx, pr, "cache-x", substrate.ActionDef{ID: "alice_only", Enabled: `self == "alice"`,
+		Writes: []substrate.WriteTemplate{{Key: "k", Value: json.RawMessage(`3`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.RegisterAction(ctx, pr, "cache-x", substrate.ActionDef{ID: "dave_only", Enabled: `self == "dave"`,
+		Writes: []substrate.WriteTemplate{{Key: "k", Value: json.RawMessage(`4`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.RegisterView(ctx, pr, "cache-x", substrate.ViewDef{ID: "k_view", Expr: `state._shared.k`}); err != nil {
+		t.Fatal(err)
+	}
 	type readState map[string]map[string]json.RawMessage
 	read := func(who string, p *substrate.Principal, q substrate.ContextRequest) (readState, int) {
 		t.Helper()
@@ -253,9 +267,23 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", who, err)
 		}
-		var out struct{ State readState }
+		var out struct {
+			State   readState
+			Actions map[string]json.RawMessage
+			Views   map[string]json.RawMessage
+		}
 		if err := json.Unmarshal(raw, &out); err != nil {
 			t.Fatalf("%s: %v in %.300s", who, err, raw)
+		}
+		if q.MaxBytes == 0 {
+			for _, id := range []string{"alice", "dave"} {
+				if _, ok := out.Actions[id+"_only"]; ok != (who == id) {
+					t.Errorf("HOLE: %s's actions: %s_only listed %v", who, id, ok)
+				}
+			}
+			if got, want := string(out.Views["k_view"]), string(out.State["_shared"]["k"]); got != want {
+				t.Errorf("HOLE: %s's view k_view is %s, state._shared.k %s", who, got, want)
+			}
 		}
 		return out.State, len(raw)
 	}
@@ -274,6 +302,12 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 				_, gated := st["_shared"]["for-alice"]
 				if gated != (who == "alice") {
 					t.Errorf("HOLE (%s): %s sees the entry gated to alice: %v", round, who, gated)
+				}
+			}
+			for _, who := range []string{"dave", "erin"} {
+				st, _ := read(who, agents[who], substrate.ContextRequest{})
+				if _, gated := st["_shared"]["for-dave"]; gated != (who == "dave") {
+					t.Errorf("HOLE (%s): %s sees the entry gated to dave: %v", round, who, gated)
 				}
 			}
 			st, _ := read("view token", pv, substrate.ContextRequest{})

@@ -86,7 +86,7 @@ func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, want
 	if err != nil {
 		return nil, err
 	}
-	rc := s.build(ctx, r.snap, p, r.agents, r.msgs, time.Now(), nil)
+	rc := s.buildShared(ctx, r.snap, p, r.agents, r.msgs, time.Now())
 	rc.counted = r.counted
 	return rc, nil
 }

@@ -40,6 +40,10 @@ type snapshot struct {
 
 	liveMu    sync.Mutex
 	liveCache *liveState
+
+	// pure is buildPure's answer, decided once.
+	pureOnce sync.Once
+	pure     bool
 }
 
 // actionsUseMessages reports whether any action's enabled or if reads
@@ -281,6 +285,9 @@ type liveState struct {
 	// envelope of every read that shows a scope unmodified reuses them.
 	encMu sync.Mutex
 	enc   map[string][]byte
+	// built keeps context builds per reader authority (buildShared).
+	builtMu sync.Mutex
+	built   map[string]*builtCtx
 }
 
 // viewResult is one view's evaluation: its value (or error value), whether
