@@ -83,8 +83,16 @@ const (
 	Waits   = "waits"    // Waits concurrent waits woken by one write
 )
 
-// Names lists every workload.
+// Soak is a mixed load (invocations, context reads, waits, state reads)
+// for Duration, the server sampled every Intervals (default a minute). It
+// is not among the defaults: it is meant to run for ten minutes.
+const Soak = "soak"
+
+// Names lists every workload run by default.
 var Names = []string{Invoke1, InvokeN, Rooms, Context, Wake, Waits}
+
+// known are the workloads -workloads accepts.
+var known = append(slices.Clone(Names), Soak)
 
 // Report is one run's results (the -json output).
 type Report struct {
@@ -187,7 +195,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	fs.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "database of the started server and of pgbench (DATABASE_URL)")
 	fs.StringVar(&o.Exec, "exec", "", "syncd binary to start (default: this one)")
 	fs.IntVar(&o.PID, "pid", 0, "process id of the -url server, to report its CPU and memory")
-	workloads := fs.String("workloads", strings.Join(Names, ","), "workloads to run, comma-separated: "+strings.Join(Names, ", "))
+	workloads := fs.String("workloads", strings.Join(Names, ","), "workloads to run, comma-separated: "+strings.Join(known, ", "))
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time per workload")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured time before each workload")
 	fs.IntVar(&o.Clients, "clients", 8, "clients of invoke-n and rooms")
@@ -210,8 +218,8 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 		if w = strings.TrimSpace(w); w == "" {
 			continue
 		}
-		if !slices.Contains(Names, w) {
-			return o, false, fmt.Errorf("unknown workload %q (known: %s)", w, strings.Join(Names, ", "))
+		if !slices.Contains(known, w) {
+			return o, false, fmt.Errorf("unknown workload %q (known: %s)", w, strings.Join(known, ", "))
 		}
 		o.Workloads = append(o.Workloads, w)
 	}

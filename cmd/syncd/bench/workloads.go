@@ -181,6 +181,8 @@ func (b *bencher) run(ctx context.Context, w string) (*Result, error) {
 		return b.wake(ctx)
 	case Waits:
 		return b.waits(ctx)
+	case Soak:
+		return b.soak(ctx)
 	}
 	return nil, fmt.Errorf("unknown workload %q", w)
 }
@@ -539,5 +541,97 @@ func (b *bencher) waits(ctx context.Context) (*Result, error) {
 		res.Note += fmt.Sprintf("; server while waiting: RSS %.0f MiB (%.0f before, %.1f KiB a wait), %d file descriptors (%d before)",
 			float64(during.rssKB)/1024, float64(before.rssKB)/1024, float64(during.rssKB-before.rssKB)/float64(n), during.fds, before.fds)
 	}
+	return res, nil
+}
+
+// soak runs a mixed closed-loop load on one room for the measured time:
+// of the clients, in turn, one invokes "move", one reads the context, one
+// waits (up to 2 s, context=none) for the next move, and one reads a
+// state key; at least one of each. Every interval (-intervals, default a
+// minute) it samples the server: resident set, descriptors and threads
+// from /proc, and the database pool from /readyz. The note lists the
+// samples, so a leak shows as a trend.
+func (b *bencher) soak(ctx context.Context) (*Result, error) {
+	clients := max(4, b.opt.Clients)
+	res := &Result{Workload: Soak, Label: fmt.Sprintf("soak, %d clients (invoke, context, wait, state)", clients), Clients: clients, Rooms: 1}
+	r, err := b.newRoom(ctx, "soak", clients)
+	if err != nil {
+		return nil, fmt.Errorf("setting up: %w", err)
+	}
+	every := b.opt.Intervals
+	if every <= 0 {
+		every = time.Minute
+	}
+	type point struct {
+		at          time.Duration
+		rssMiB      float64
+		fds, thr    int
+		inUse, idle int32
+	}
+	var points []point
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	measured := time.Now().Add(b.opt.Warmup)
+	go func() {
+		defer close(sampled)
+		sample := func() {
+			st := readProc(b.opt.PID)
+			var ready struct {
+				Pool struct {
+					InUse int32 `json:"in_use"`
+					Idle  int32 `json:"idle"`
+				}
+			}
+			_ = b.doJSON(ctx, "GET", "/readyz", "", nil, &ready)
+			points = append(points, point{time.Since(measured).Round(time.Second), float64(st.rssKB) / 1024, st.fds, procThreads(b.opt.PID), ready.Pool.InUse, ready.Pool.Idle})
+		}
+		select {
+		case <-time.After(time.Until(measured)):
+		case <-stop:
+			return
+		}
+		sample()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				sample()
+			case <-stop:
+				sample()
+				return
+			}
+		}
+	}()
+	cond := url.QueryEscape(`has(state._shared.moves) && state._shared.moves > `)
+	var moves atomic.Int64
+	ctxPath := "/rooms/" + r.id + "/context?" + b.opt.ContextQuery
+	b.loop(ctx, res, clients, func(ctx context.Context, c, i int) (int, error) {
+		tok := r.agents[c%len(r.agents)]
+		switch c % 4 {
+		case 0:
+			body := fmt.Appendf(nil, `{"params":{"n":%d}}`, i)
+			out, err := b.do(ctx, "POST", "/rooms/"+r.id+"/actions/move/invoke", tok, body)
+			moves.Add(1)
+			return len(out), err
+		case 1:
+			out, err := b.do(ctx, "GET", ctxPath, tok, nil)
+			return len(out), err
+		case 2:
+			var out struct{ Triggered, Timeout bool }
+			err := b.doJSON(ctx, "GET", fmt.Sprintf("/rooms/%s/wait?timeout=2000&context=none&condition=%s%d", r.id, cond, moves.Load()), tok, nil, &out)
+			return 0, err
+		default:
+			out, err := b.do(ctx, "GET", "/rooms/"+r.id+"/state?scope=_shared&key=moves", tok, nil)
+			return len(out), err
+		}
+	})
+	close(stop)
+	<-sampled
+	var notes []string
+	for _, p := range points {
+		notes = append(notes, fmt.Sprintf("%s: %.0f MiB, %d fds, %d threads, pool %d in use/%d idle", p.at, p.rssMiB, p.fds, p.thr, p.inUse, p.idle))
+	}
+	res.Note = "server every " + every.String() + ": " + strings.Join(notes, "; ")
 	return res, nil
 }
