@@ -157,7 +157,8 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 // trip instead of one per statement. ok is false when the snapshot is not
 // cached, and the caller reads the room the long way.
 func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool) (*roomRead, bool, error) {
-	own := !wantAgents && p != nil && p.Kind == KindAgent
+	agent := p != nil && p.Kind == KindAgent
+	own := !wantAgents && agent && wantMsgs
 	var b pgx.Batch
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	b.Queue(`SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID)
@@ -214,6 +215,16 @@ func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID strin
 	out := &roomRead{snap: snap, msgs: msgCounts{Count: count}, counted: wantMsgs || snap.actionsUseMessages(s)}
 	if wantAgents {
 		out.agents = agents
+	}
+	if out.counted && agent && agents == nil {
+		// An action's gate reads messages: the reader's last read after
+		// all (a mark moves it forward only, so reading it now is safe).
+		a := presence{ID: p.AgentID}
+		if err := s.db.QueryRow(ctx, `SELECT last_seen_seq FROM agents WHERE room_id = $1 AND id = $2`, roomID, p.AgentID).Scan(&a.LastSeenSeq); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, err
+		}
+		agents = []presence{a}
+		s.marks.overlay(roomID, agents)
 	}
 	if out.counted {
 		// After the transaction, bounded by its seq: messages up to it do

@@ -109,7 +109,7 @@ func (s *Service) runReadMarks() {
 		select {
 		case <-r.kick:
 		case <-r.stop:
-			s.flushReadMarks(context.Background())
+			s.finalReadMarks()
 			return
 		}
 		if err := s.flushReadMarks(context.Background()); err != nil {
@@ -118,7 +118,7 @@ func (s *Service) runReadMarks() {
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-r.stop:
-				s.flushReadMarks(context.Background())
+				s.finalReadMarks()
 				return
 			}
 			select {
@@ -127,6 +127,14 @@ func (s *Service) runReadMarks() {
 			}
 		}
 	}
+}
+
+// finalReadMarks writes what is queued when the service closes, giving a
+// database that does not answer a few seconds, not the usual ten.
+func (s *Service) finalReadMarks() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = s.flushReadMarks(ctx)
 }
 
 // flushReadMarks writes every queued mark in one statement.
