@@ -23,6 +23,9 @@ import (
 
 type markKey struct{ room, agent string }
 
+// readMarksEvery is the least time between two writes of read marks.
+const readMarksEvery = 10 * time.Millisecond
+
 // readMark is what reads of one agent have marked and not yet written.
 type readMark struct {
 	seq, upTo, reads int64
@@ -101,7 +104,12 @@ const sqlMarkReads = `UPDATE agents AS a SET last_context_seq = greatest(a.last_
 	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS v(room_id, id, seq, reads, up_to)
 	WHERE a.room_id = v.room_id AND a.id = v.id`
 
-// run writes queued marks until stop, then writes what is left.
+// runReadMarks writes queued marks until stop, then writes what is left.
+// Marks that arrive during a write, or within readMarksEvery after it,
+// wait for the next one: under a stream of reads, one small write per
+// interval rather than one per read. A failed write keeps its marks
+// (merged with newer ones) and is retried after a pause, so a database
+// that is down is not spun on.
 func (s *Service) runReadMarks() {
 	r := s.marks
 	defer close(r.done)
@@ -112,15 +120,20 @@ func (s *Service) runReadMarks() {
 			s.finalReadMarks()
 			return
 		}
+		pause := readMarksEvery
 		if err := s.flushReadMarks(context.Background()); err != nil {
-			// Kept for the next try (merged with newer marks); a database
-			// that is down is retried without spinning.
-			select {
-			case <-time.After(100 * time.Millisecond):
-			case <-r.stop:
-				s.finalReadMarks()
-				return
-			}
+			pause = 100 * time.Millisecond
+		}
+		select {
+		case <-time.After(pause):
+		case <-r.stop:
+			s.finalReadMarks()
+			return
+		}
+		r.mu.Lock()
+		more := len(r.pending) > 0
+		r.mu.Unlock()
+		if more {
 			select {
 			case r.kick <- struct{}{}:
 			default:
