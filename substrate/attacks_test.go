@@ -3,7 +3,9 @@ package substrate_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
@@ -192,4 +194,155 @@ func TestMutateRoomWithoutAuditIsAnError(t *testing.T) {
 	if r, rerr := svc.ReadState(ctx, pa, "atk-a", substrate.ReadQuery{Scope: "_shared", Key: "unaudited"}); rerr == nil && len(r.Entries) > 0 {
 		t.Errorf("the unaudited write landed: %+v", r.Entries)
 	}
+}
+
+// A context read reuses the encoding of an unchanged room's scopes
+// between readers (envelope_json.go). The reuse must never hand one reader
+// what another reads: an agent's private scope (its "self") to another
+// agent, an entry gated to one reader to another, state a write replaced,
+// an entry whose timer ended, or a scope a budget cut in full. Each read
+// is checked as encoded, since that is where the reuse happens, and each
+// reader reads after the others have filled the cache.
+func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "cache-x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, room.Token)
+	pv, _ := svc.Authenticate(ctx, room.ViewToken)
+	agents := map[string]*substrate.Principal{}
+	// dave and erin write nothing of their own: they read the same
+	// scopes, and differ only in who they are.
+	for _, id := range []string{"alice", "bob", "dave", "erin"} {
+		j, err := svc.Join(ctx, pr, "cache-x", substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[id], _ = svc.Authenticate(ctx, j.Token)
+	}
+	write := func(ws ...substrate.Write) {
+		t.Helper()
+		if _, err := svc.WriteState(ctx, pr, "cache-x", ws, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writes := []substrate.Write{
+		{Scope: "alice", Key: "secret", Value: json.RawMessage(`"alice's"`)},
+		{Scope: "bob", Key: "secret", Value: json.RawMessage(`"bob's"`)},
+		{Scope: "_shared", Key: "for-alice", Value: json.RawMessage(`"gated"`), Enabled: `self == "alice"`},
+		{Scope: "_shared", Key: "for-dave", Value: json.RawMessage(`"gated"`), Enabled: `self == "dave"`},
+		{Scope: "_shared", Key: "k", Value: json.RawMessage(`1`)},
+	}
+	write(writes...)
+	var pad []substrate.Write
+	for i := range 60 {
+		pad = append(pad, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("pad-%03d", i), Value: json.RawMessage(`"some text to make the scope large"`)})
+	}
+	write(pad...)
+	if _, err := svc.RegisterAction(ctx, pr, "cache-x", substrate.ActionDef{ID: "alice_only", Enabled: `self == "alice"`,
+		Writes: []substrate.WriteTemplate{{Key: "k", Value: json.RawMessage(`3`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.RegisterAction(ctx, pr, "cache-x", substrate.ActionDef{ID: "dave_only", Enabled: `self == "dave"`,
+		Writes: []substrate.WriteTemplate{{Key: "k", Value: json.RawMessage(`4`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.RegisterView(ctx, pr, "cache-x", substrate.ViewDef{ID: "k_view", Expr: `state._shared.k`}); err != nil {
+		t.Fatal(err)
+	}
+	type readState map[string]map[string]json.RawMessage
+	read := func(who string, p *substrate.Principal, q substrate.ContextRequest) (readState, int) {
+		t.Helper()
+		if q.Depth == "" {
+			q.Depth, q.MessagesLimit = "lean", 100
+		}
+		env, err := svc.Context(ctx, p, "cache-x", q)
+		if err != nil {
+			t.Fatalf("%s: %v", who, err)
+		}
+		raw, err := json.Marshal(env)
+		if err != nil {
+			t.Fatalf("%s: %v", who, err)
+		}
+		var out struct {
+			State   readState
+			Actions map[string]json.RawMessage
+			Views   map[string]json.RawMessage
+		}
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s: %v in %.300s", who, err, raw)
+		}
+		if q.MaxBytes == 0 {
+			for _, id := range []string{"alice", "dave"} {
+				if _, ok := out.Actions[id+"_only"]; ok != (who == id) {
+					t.Errorf("HOLE: %s's actions: %s_only listed %v", who, id, ok)
+				}
+			}
+			if got, want := string(out.Views["k_view"]), string(out.State["_shared"]["k"]); got != want {
+				t.Errorf("HOLE: %s's view k_view is %s, state._shared.k %s", who, got, want)
+			}
+		}
+		return out.State, len(raw)
+	}
+	check := func(round string) {
+		t.Helper()
+		for range 2 { // the second pass reads what the first cached
+			for _, who := range []string{"alice", "bob"} {
+				st, _ := read(who, agents[who], substrate.ContextRequest{})
+				other := map[string]string{"alice": "bob", "bob": "alice"}[who]
+				if got := string(st["self"]["secret"]); got != `"`+who+`'s"` {
+					t.Errorf("HOLE (%s): %s's self.secret is %s", round, who, got)
+				}
+				if _, ok := st[other]; ok {
+					t.Errorf("HOLE (%s): %s read %s's private scope: %s", round, who, other, st[other])
+				}
+				_, gated := st["_shared"]["for-alice"]
+				if gated != (who == "alice") {
+					t.Errorf("HOLE (%s): %s sees the entry gated to alice: %v", round, who, gated)
+				}
+			}
+			for _, who := range []string{"dave", "erin"} {
+				st, _ := read(who, agents[who], substrate.ContextRequest{})
+				if _, gated := st["_shared"]["for-dave"]; gated != (who == "dave") {
+					t.Errorf("HOLE (%s): %s sees the entry gated to dave: %v", round, who, gated)
+				}
+			}
+			st, _ := read("view token", pv, substrate.ContextRequest{})
+			if _, ok := st["self"]; ok {
+				t.Errorf("HOLE (%s): the view token read an agent's self: %s", round, st["self"])
+			}
+			if _, ok := st["_shared"]["for-alice"]; ok {
+				t.Errorf("HOLE (%s): the view token sees the entry gated to alice", round)
+			}
+			if got := string(st["alice"]["secret"]); got != `"alice's"` {
+				t.Errorf("(%s): the view token reads alice's scope as %s", round, got)
+			}
+			// A budget's cut is what is encoded, not the cached whole.
+			if _, n := read("bob, budgeted", agents["bob"], substrate.ContextRequest{MaxBytes: 2000}); n > 2000 {
+				t.Errorf("HOLE (%s): bob's read with max_bytes 2000 is %d bytes", round, n)
+			}
+		}
+	}
+	check("first reads")
+	write(substrate.Write{Scope: "_shared", Key: "k", Value: json.RawMessage(`2`)},
+		substrate.Write{Scope: "bob", Key: "secret", Value: json.RawMessage(`"bob's"`)},
+		substrate.Write{Scope: "_shared", Key: "brief", Value: json.RawMessage(`"soon gone"`), Timer: &substrate.Timer{MS: 400}})
+	for _, who := range []string{"alice", "bob"} {
+		st, _ := read(who, agents[who], substrate.ContextRequest{})
+		if string(st["_shared"]["k"]) != "2" || string(st["_shared"]["brief"]) != `"soon gone"` {
+			t.Errorf("HOLE: after a write %s reads k=%s brief=%s", who, st["_shared"]["k"], st["_shared"]["brief"])
+		}
+	}
+	check("after a write")
+	time.Sleep(600 * time.Millisecond) // the timer ends: a new timer epoch at the same seq
+	for _, who := range []string{"alice", "bob"} {
+		st, _ := read(who, agents[who], substrate.ContextRequest{})
+		if b, ok := st["_shared"]["brief"]; ok {
+			t.Errorf("HOLE: after its timer ended %s still reads brief=%s", who, b)
+		}
+	}
+	check("after the timer")
 }

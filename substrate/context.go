@@ -86,7 +86,7 @@ func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, want
 	if err != nil {
 		return nil, err
 	}
-	rc := s.build(ctx, r.snap, p, r.agents, r.msgs, time.Now(), nil)
+	rc := s.buildShared(ctx, r.snap, p, r.agents, r.msgs, time.Now())
 	rc.counted = r.counted
 	return rc, nil
 }
@@ -103,6 +103,9 @@ type roomRead struct {
 // presence when wantAgents, and the reader's unread counts when wantMsgs
 // or an action's gate reads messages.
 func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool) (*roomRead, error) {
+	if out, ok, err := s.readRoomCached(ctx, p, roomID, wantMsgs, wantAgents); ok || err != nil {
+		return out, err
+	}
 	out := &roomRead{}
 	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		var seq, count int64
@@ -128,6 +131,7 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 			if out.agents, err = loadPresence(ctx, tx, roomID); err != nil {
 				return err
 			}
+			s.marks.overlay(roomID, out.agents)
 			agents = out.agents
 		case out.counted && p != nil && p.Kind == KindAgent:
 			// The counts need only the reader's own last read.
@@ -136,6 +140,7 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 				return err
 			}
 			agents = []presence{a}
+			s.marks.overlay(roomID, agents)
 		}
 		if out.counted {
 			if out.msgs, err = countMessages(ctx, tx, roomID, p, agents, count, seq); err != nil {
@@ -149,6 +154,92 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 		return nil, err
 	}
 	return out, nil
+}
+
+// readRoomCached is readRoom for a room whose snapshot this process holds
+// at the room's current seq (an unchanged room, the common case: agents
+// read far more often than anyone writes): the seq, the presence and the
+// reader's last read in one pipelined read-only transaction, one round
+// trip instead of one per statement. ok is false when the snapshot is not
+// cached, and the caller reads the room the long way.
+func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool) (*roomRead, bool, error) {
+	agent := p != nil && p.Kind == KindAgent
+	own := !wantAgents && agent && wantMsgs
+	var b pgx.Batch
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	b.Queue(`SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID)
+	switch {
+	case wantAgents:
+		b.Queue(sqlPresence, roomID)
+	case own:
+		b.Queue(`SELECT last_seen_seq FROM agents WHERE room_id = $1 AND id = $2`, roomID, p.AgentID)
+	}
+	b.Queue("COMMIT")
+	var seq, count int64
+	var born time.Time
+	var agents []presence
+	err := s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		br := conn.SendBatch(ctx, &b)
+		_, err := br.Exec()
+		if err == nil {
+			err = br.QueryRow().Scan(&seq, &count, &born)
+		}
+		if err == nil && (wantAgents || own) {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				if wantAgents {
+					agents, err = scanPresence(rows)
+				} else {
+					a := presence{ID: p.AgentID}
+					for rows.Next() {
+						err = rows.Scan(&a.LastSeenSeq)
+					}
+					rows.Close()
+					if err == nil {
+						err = rows.Err()
+					}
+					agents = []presence{a}
+				}
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	snap := s.snaps.get(cacheKey(roomID, born), seq)
+	if snap == nil {
+		return nil, false, nil
+	}
+	s.marks.overlay(roomID, agents)
+	out := &roomRead{snap: snap, msgs: msgCounts{Count: count}, counted: wantMsgs || snap.actionsUseMessages(s)}
+	if wantAgents {
+		out.agents = agents
+	}
+	if out.counted && agent && agents == nil {
+		// An action's gate reads messages: the reader's last read after
+		// all (a mark moves it forward only, so reading it now is safe).
+		a := presence{ID: p.AgentID}
+		if err := s.db.QueryRow(ctx, `SELECT last_seen_seq FROM agents WHERE room_id = $1 AND id = $2`, roomID, p.AgentID).Scan(&a.LastSeenSeq); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, err
+		}
+		agents = []presence{a}
+		s.marks.overlay(roomID, agents)
+	}
+	if out.counted {
+		// After the transaction, bounded by its seq: messages up to it do
+		// not change, so the counts agree with the snapshot.
+		if out.msgs, err = countMessages(ctx, s.db, roomID, p, agents, count, seq); err != nil {
+			return nil, false, err
+		}
+	}
+	return out, true, nil
 }
 
 // ContextRequest shapes a context read (reference §3.1).
@@ -389,8 +480,13 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 // markRead records an agent's read: the seq it saw, one more read, the
 // newest message it was shown. The marks are advice (unread counts,
 // salience), so the write does not wait for the disk: losing the last
-// few to a crash costs nothing a later read does not repair.
+// few to a crash costs nothing a later read does not repair. It is
+// queued for the background writer (readmarks.go), off the request path;
+// only once the service is closing does the read write it itself.
 func (s *Service) markRead(ctx context.Context, roomID string, rc *roomCtx) error {
+	if s.addReadMark(roomID, rc.self, readMark{seq: rc.snap.seq, upTo: rc.readUpTo, reads: 1}) {
+		return nil
+	}
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL synchronous_commit TO off")
@@ -426,7 +522,8 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 
 	if want("state") {
 		st := map[string]any{}
-		raw := rc.snap.live(rc.now).raw
+		live := rc.snap.live(rc.now)
+		raw := live.raw
 		for scope, v := range rc.state {
 			if rc.self != "" && scope == rc.self {
 				continue // shown as self
@@ -442,6 +539,12 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			}
 			if r, ok := raw[name]; ok && !rc.modified[name] {
 				st[scope] = r
+				if req.KeysAfter == "" && req.Prefix == "" {
+					if env.shared == nil {
+						env.shared = map[string]sharedScope{}
+					}
+					env.shared[scope] = sharedScope{live: live, name: name, m: r}
+				}
 			} else {
 				st[scope] = v
 			}

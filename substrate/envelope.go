@@ -26,6 +26,10 @@ type Envelope struct {
 	// nothing; an action's expressions read them as params.<name>.
 	Params  map[string]any `json:"params,omitzero"`
 	Context ContextMeta    `json:"_context"`
+
+	// shared are the scopes of State shown as the snapshot holds them,
+	// whose encoding is shared between reads (EncodeJSON).
+	shared map[string]sharedScope
 }
 
 // ActionView is an action (or builtin) as the reader sees it; the

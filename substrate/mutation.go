@@ -51,6 +51,8 @@ type mutation struct {
 	// agents is the room's presence, read under the lock (see presence).
 	agents       []presence
 	agentsLoaded bool
+	// marks are the read marks not yet written, laid over presence.
+	marks *readMarks
 }
 
 // presence is the room's agents as of the room lock: read in the locking
@@ -61,6 +63,7 @@ func (m *mutation) presence() ([]presence, error) {
 		if err != nil {
 			return nil, err
 		}
+		m.marks.overlay(m.room, a)
 		m.agents, m.agentsLoaded = a, true
 	}
 	return m.agents, nil
@@ -128,7 +131,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		}
 	}()
 
-	m := &mutation{ctx: ctx, tx: conn, room: roomID, p: p}
+	m := &mutation{ctx: ctx, tx: conn, room: roomID, p: p, marks: s.marks}
 	agentID := ""
 	if p != nil && p.Kind == KindAgent {
 		agentID = p.AgentID
@@ -185,6 +188,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		if rows, err = br.Query(); err == nil {
 			m.agents, err = scanPresence(rows)
 			m.agentsLoaded = err == nil
+			s.marks.overlay(roomID, m.agents)
 		}
 	}
 	if cerr := br.Close(); err == nil {

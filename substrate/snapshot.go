@@ -40,6 +40,10 @@ type snapshot struct {
 
 	liveMu    sync.Mutex
 	liveCache *liveState
+
+	// pure is buildPure's answer, decided once.
+	pureOnce sync.Once
+	pure     bool
 }
 
 // actionsUseMessages reports whether any action's enabled or if reads
@@ -277,6 +281,13 @@ type liveState struct {
 	// shares them, and they are evaluated once.
 	viewsMu sync.Mutex
 	views   map[string]viewResult
+	// enc holds raw's scopes encoded as JSON, once each (scopeJSON): the
+	// envelope of every read that shows a scope unmodified reuses them.
+	encMu sync.Mutex
+	enc   map[string][]byte
+	// built keeps context builds per reader authority (buildShared).
+	builtMu sync.Mutex
+	built   map[string]*builtCtx
 }
 
 // viewResult is one view's evaluation: its value (or error value), whether

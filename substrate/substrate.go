@@ -165,6 +165,8 @@ type Service struct {
 	snaps     *snapCache
 	wait      WaitOptions
 	hub       *store.Hub
+	// marks queues context reads' marks for one background writer.
+	marks *readMarks
 	// noSalience is Options.NoSalience.
 	noSalience bool
 	// feat holds what features attached (Feature).
@@ -260,13 +262,18 @@ func New(db *store.DB, opt Options) *Service {
 		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
+		marks: newReadMarks(),
 
 		noSalience: opt.NoSalience,
 	}
 }
 
-// Close stops the service's notification listener.
-func (s *Service) Close() { s.hub.Close() }
+// Close writes the queued read marks and stops the service's
+// notification listener.
+func (s *Service) Close() {
+	s.closeReadMarks()
+	s.hub.Close()
+}
 
 // Limits returns the limits in force, for help texts and error messages.
 func (s *Service) Limits() Limits { return s.lim }

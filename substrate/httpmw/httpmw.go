@@ -401,10 +401,24 @@ func SetRetryAfter(w http.ResponseWriter, e *errs.Error) {
 	}
 }
 
+// Encoded is a value that encodes itself as valid, compact JSON.
+type Encoded interface {
+	EncodeJSON() ([]byte, error)
+}
+
 // WriteJSON writes v as the response, never cached.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	if e, ok := v.(Encoded); ok {
+		// Its own encoding (large and partly cached: a context envelope),
+		// written as it is rather than scanned again by encoding/json.
+		if b, err := e.EncodeJSON(); err == nil {
+			w.WriteHeader(status)
+			_, _ = w.Write(append(b, '\n'))
+			return
+		}
+	}
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)

@@ -58,6 +58,9 @@ type Options struct {
 	// ContextQuery is the query string of the context read. Default
 	// "messages=false" (a lean read without messages).
 	ContextQuery string
+	// ContextAs is the credential the context's readers read with: agent
+	// (each reader its own agent's token), room or view. Default agent.
+	ContextAs string
 	// Waits is the number of concurrent waits of the "waits" workload.
 	// Default 1,000.
 	Waits int
@@ -80,8 +83,16 @@ const (
 	Waits   = "waits"    // Waits concurrent waits woken by one write
 )
 
-// Names lists every workload.
+// Soak is a mixed load (invocations, context reads, waits, state reads)
+// for Duration, the server sampled every Intervals (default a minute). It
+// is not among the defaults: it is meant to run for ten minutes.
+const Soak = "soak"
+
+// Names lists every workload run by default.
 var Names = []string{Invoke1, InvokeN, Rooms, Context, Wake, Waits}
+
+// known are the workloads -workloads accepts.
+var known = append(slices.Clone(Names), Soak)
 
 // Report is one run's results (the -json output).
 type Report struct {
@@ -184,7 +195,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	fs.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "database of the started server and of pgbench (DATABASE_URL)")
 	fs.StringVar(&o.Exec, "exec", "", "syncd binary to start (default: this one)")
 	fs.IntVar(&o.PID, "pid", 0, "process id of the -url server, to report its CPU and memory")
-	workloads := fs.String("workloads", strings.Join(Names, ","), "workloads to run, comma-separated: "+strings.Join(Names, ", "))
+	workloads := fs.String("workloads", strings.Join(Names, ","), "workloads to run, comma-separated: "+strings.Join(known, ", "))
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time per workload")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured time before each workload")
 	fs.IntVar(&o.Clients, "clients", 8, "clients of invoke-n and rooms")
@@ -192,6 +203,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	fs.IntVar(&o.Agents, "agents", 1, "agents per room of the rooms workload")
 	fs.IntVar(&o.Readers, "readers", 8, "readers of the context workload")
 	fs.StringVar(&o.ContextQuery, "context-query", "messages=false", "query string of the context read")
+	fs.StringVar(&o.ContextAs, "context-as", "agent", "credential of the context's readers: agent, room or view")
 	fs.IntVar(&o.Waits, "waits", 1000, "concurrent waits of the waits workload")
 	fs.DurationVar(&o.Intervals, "intervals", 0, "also report the rate per interval of each run (e.g. 15s)")
 	fs.BoolVar(&o.PGBench, "pgbench", false, "run pgbench's bound for the same transaction shape first")
@@ -206,13 +218,16 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 		if w = strings.TrimSpace(w); w == "" {
 			continue
 		}
-		if !slices.Contains(Names, w) {
-			return o, false, fmt.Errorf("unknown workload %q (known: %s)", w, strings.Join(Names, ", "))
+		if !slices.Contains(known, w) {
+			return o, false, fmt.Errorf("unknown workload %q (known: %s)", w, strings.Join(known, ", "))
 		}
 		o.Workloads = append(o.Workloads, w)
 	}
 	if o.Duration <= 0 || o.Warmup < 0 || o.Clients < 1 || o.Rooms < 1 || o.Agents < 1 || o.Readers < 1 || o.Waits < 1 || o.Intervals < 0 {
 		return o, false, fmt.Errorf("durations, clients, rooms, agents, readers and waits must be positive")
+	}
+	if !slices.Contains([]string{"agent", "room", "view"}, o.ContextAs) {
+		return o, false, fmt.Errorf("-context-as %q is not agent, room or view", o.ContextAs)
 	}
 	return o, *asJSON, nil
 }
@@ -237,6 +252,9 @@ func (o *Options) defaults() {
 	}
 	if o.ContextQuery == "" {
 		o.ContextQuery = "messages=false"
+	}
+	if o.ContextAs == "" {
+		o.ContextAs = "agent"
 	}
 	if o.Log == nil {
 		o.Log = io.Discard

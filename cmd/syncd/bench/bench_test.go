@@ -172,3 +172,22 @@ func TestParsePGBench(t *testing.T) {
 		t.Fatalf("failed transactions: err = %v", err)
 	}
 }
+
+// The soak workload runs its mixed load without errors and samples the
+// server each interval (here with a tiny pool: the waits it holds must not
+// starve the other requests).
+func TestSoakRunsAndSamples(t *testing.T) {
+	srv, _, _ := server(t, rest.Options{RatePerSecond: -1})
+	rep, err := bench.Run(context.Background(), bench.Options{URL: srv.URL, Workloads: []string{bench.Soak},
+		Duration: 1200 * time.Millisecond, Warmup: 100 * time.Millisecond, Intervals: 400 * time.Millisecond, Clients: 8, PID: os.Getpid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Results[0]
+	if r.Requests == 0 || r.Errors != 0 {
+		t.Fatalf("soak: %d requests, %d errors (%s)", r.Requests, r.Errors, r.FirstError)
+	}
+	if n := strings.Count(r.Note, " MiB, "); n < 3 {
+		t.Errorf("soak sampled the server %d times, want at least 3: %s", n, r.Note)
+	}
+}

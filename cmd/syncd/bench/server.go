@@ -223,3 +223,21 @@ func startServer(ctx context.Context, opt *Options) (*server, error) {
 		return nil, ctx.Err()
 	}
 }
+
+// procThreads is pid's thread count (0 when unknown).
+func procThreads(pid int) int {
+	if pid <= 0 {
+		return 0
+	}
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}

@@ -93,19 +93,22 @@ func (b *bencher) doJSON(ctx context.Context, method, path, token string, body, 
 
 // room is a room made for a workload, with its agents' tokens.
 type room struct {
-	id, token string
-	agents    []string // agent tokens, agent0 first
+	id, token, viewToken string
+	agents               []string // agent tokens, agent0 first
 }
 
 // newRoom creates a room with the "move" action (an `if` and two writes,
 // as the issue's table measures) and agents agent0…agentN-1.
 func (b *bencher) newRoom(ctx context.Context, name string, agents int) (*room, error) {
 	r := &room{id: b.prefix + "-" + name}
-	var created struct{ Token string }
+	var created struct {
+		Token     string
+		ViewToken string `json:"view_token"`
+	}
 	if err := b.doJSON(ctx, "POST", "/rooms", b.opt.CreateToken, map[string]any{"id": r.id}, &created); err != nil {
 		return nil, err
 	}
-	r.token = created.Token
+	r.token, r.viewToken = created.Token, created.ViewToken
 	if err := b.doJSON(ctx, "PUT", "/rooms/"+r.id+"/actions", r.token, map[string]any{
 		"id": "move", "params": map[string]any{"n": map[string]any{"type": "integer"}},
 		"if": `!has(state._shared.stop) || state._shared.stop == false`,
@@ -178,6 +181,8 @@ func (b *bencher) run(ctx context.Context, w string) (*Result, error) {
 		return b.wake(ctx)
 	case Waits:
 		return b.waits(ctx)
+	case Soak:
+		return b.soak(ctx)
 	}
 	return nil, fmt.Errorf("unknown workload %q", w)
 }
@@ -328,7 +333,7 @@ func (b *bencher) invoke(ctx context.Context, name, label string, clients, rooms
 // context measures readers reading the lean context of a room of 500 keys
 // (about 52 KB of values), 10 agents and 20 views.
 func (b *bencher) context(ctx context.Context) (*Result, error) {
-	res := &Result{Workload: Context, Label: fmt.Sprintf("context (500 keys), %d readers", b.opt.Readers), Clients: b.opt.Readers, Rooms: 1}
+	res := &Result{Workload: Context, Label: fmt.Sprintf("context (500 keys, %s), %d readers", b.opt.ContextAs, b.opt.Readers), Clients: b.opt.Readers, Rooms: 1}
 	r, err := b.newRoom(ctx, "context", max(10, b.opt.Readers))
 	if err != nil {
 		return nil, fmt.Errorf("setting up: %w", err)
@@ -351,7 +356,14 @@ func (b *bencher) context(ctx context.Context) (*Result, error) {
 	}
 	path := "/rooms/" + r.id + "/context?" + b.opt.ContextQuery
 	b.loop(ctx, res, b.opt.Readers, func(ctx context.Context, c, _ int) (int, error) {
-		out, err := b.do(ctx, "GET", path, r.agents[c%len(r.agents)], nil)
+		tok := r.agents[c%len(r.agents)]
+		switch b.opt.ContextAs {
+		case "room":
+			tok = r.token
+		case "view":
+			tok = r.viewToken
+		}
+		out, err := b.do(ctx, "GET", path, tok, nil)
 		return len(out), err
 	})
 	res.Note = fmt.Sprintf("GET /rooms/:id/context?%s, %d bytes a read", b.opt.ContextQuery, res.AvgBytes)
@@ -529,5 +541,99 @@ func (b *bencher) waits(ctx context.Context) (*Result, error) {
 		res.Note += fmt.Sprintf("; server while waiting: RSS %.0f MiB (%.0f before, %.1f KiB a wait), %d file descriptors (%d before)",
 			float64(during.rssKB)/1024, float64(before.rssKB)/1024, float64(during.rssKB-before.rssKB)/float64(n), during.fds, before.fds)
 	}
+	return res, nil
+}
+
+// soak runs a mixed closed-loop load on one room for the measured time:
+// of the clients, in turn, one invokes "move", one reads the context, one
+// waits (up to 2 s, context=none) for a coming move, and one reads a
+// state key; at least one of each. Every interval (-intervals, default a
+// minute) it samples the server: resident set, descriptors and threads
+// from /proc, and the database pool from /readyz. The note lists the
+// samples, so a leak shows as a trend.
+func (b *bencher) soak(ctx context.Context) (*Result, error) {
+	clients := max(4, b.opt.Clients)
+	res := &Result{Workload: Soak, Label: fmt.Sprintf("soak, %d clients (invoke, context, wait, state)", clients), Clients: clients, Rooms: 1}
+	r, err := b.newRoom(ctx, "soak", clients)
+	if err != nil {
+		return nil, fmt.Errorf("setting up: %w", err)
+	}
+	every := b.opt.Intervals
+	if every <= 0 {
+		every = time.Minute
+	}
+	type point struct {
+		at          time.Duration
+		rssMiB      float64
+		fds, thr    int
+		inUse, idle int32
+	}
+	var points []point
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	measured := time.Now().Add(b.opt.Warmup)
+	go func() {
+		defer close(sampled)
+		sample := func() {
+			st := readProc(b.opt.PID)
+			var ready struct {
+				Pool struct {
+					InUse int32 `json:"in_use"`
+					Idle  int32 `json:"idle"`
+				}
+			}
+			_ = b.doJSON(ctx, "GET", "/readyz", "", nil, &ready)
+			points = append(points, point{time.Since(measured).Round(time.Second), float64(st.rssKB) / 1024, st.fds, procThreads(b.opt.PID), ready.Pool.InUse, ready.Pool.Idle})
+		}
+		select {
+		case <-time.After(time.Until(measured)):
+		case <-stop:
+			return
+		}
+		sample()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				sample()
+			case <-stop:
+				sample()
+				return
+			}
+		}
+	}()
+	ctxPath := "/rooms/" + r.id + "/context?" + b.opt.ContextQuery
+	b.loop(ctx, res, clients, func(ctx context.Context, c, i int) (int, error) {
+		tok := r.agents[c%len(r.agents)]
+		switch c % 4 {
+		case 0:
+			body := fmt.Appendf(nil, `{"params":{"n":%d}}`, i)
+			out, err := b.do(ctx, "POST", "/rooms/"+r.id+"/actions/move/invoke", tok, body)
+			return len(out), err
+		case 1:
+			out, err := b.do(ctx, "GET", ctxPath, tok, nil)
+			return len(out), err
+		case 2:
+			// One of seven conditions, met within seven moves: few
+			// distinct programs, as agents that wait on the same few
+			// things (distinct ones fill the server's program cache,
+			// which a leak would be hard to tell from).
+			cond := url.QueryEscape(fmt.Sprintf("has(state._shared.moves) && state._shared.moves %% 7 == %d", i%7))
+			var out struct{ Triggered, Timeout bool }
+			err := b.doJSON(ctx, "GET", "/rooms/"+r.id+"/wait?timeout=2000&context=none&condition="+cond, tok, nil, &out)
+			return 0, err
+		default:
+			out, err := b.do(ctx, "GET", "/rooms/"+r.id+"/state?scope=_shared&key=moves", tok, nil)
+			return len(out), err
+		}
+	})
+	close(stop)
+	<-sampled
+	var notes []string
+	for _, p := range points {
+		notes = append(notes, fmt.Sprintf("%s: %.0f MiB, %d fds, %d threads, pool %d in use/%d idle", p.at, p.rssMiB, p.fds, p.thr, p.inUse, p.idle))
+	}
+	res.Note = "server every " + every.String() + ": " + strings.Join(notes, "; ")
 	return res, nil
 }

@@ -1,0 +1,175 @@
+package substrate
+
+// Reusing a built context. build() evaluates a room's state gates, action
+// enablement and availability, and views for one reader; in a room whose
+// expressions read neither now, agents nor messages (the common room),
+// the result depends only on the snapshot at its timer epoch (liveState)
+// and on the reader's authority: which scopes it reads and who it is
+// (self). Reads with the same authority then share one build; what
+// changes without a new seq (presence, unread counts) is still read and
+// laid over per read.
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// builtCtx is what build computed for one authority at one liveState.
+// Its maps are shared between reads: read-only.
+type builtCtx struct {
+	state       map[string]any
+	modified    map[string]bool
+	gatesHidden int
+	gates       gateBudget
+	views       map[string]any
+	viewOrder   []string
+	viewCost    uint64
+	actEnabled  map[string]bool
+	actAvail    map[string]bool
+	actions     map[string]any
+	actionCost  uint64
+	authority   map[string]map[string]any
+}
+
+// buildPure reports whether build's result at this snapshot depends on
+// nothing but the liveState and the reader's authority: no action, view or
+// entry gate reads now, agents or (actions) the reader's messages; no
+// definition has a timer of its own and no cooldown runs (their expiry is
+// not part of the liveState's epoch).
+func (snap *snapshot) buildPure(s *Service) bool {
+	snap.pureOnce.Do(func() {
+		snap.pure = snap.computePure(s)
+	})
+	return snap.pure
+}
+
+func (snap *snapshot) computePure(s *Service) bool {
+	if len(snap.scopes[scopeCooldowns]) > 0 {
+		return false
+	}
+	timeless := func(src string, messages bool) bool {
+		if src == "" {
+			return true
+		}
+		p, err := s.cel.Compile(src)
+		if err != nil {
+			return true // a compile error is a constant outcome
+		}
+		return !p.Uses("now") && !p.Uses("agents") && !(messages && p.UsesMessages)
+	}
+	for _, a := range snap.actions {
+		if a.r.timer != nil || !timeless(a.def.Enabled, true) || !timeless(a.def.If, true) {
+			return false
+		}
+	}
+	for _, v := range snap.views {
+		if v.r.timer != nil {
+			return false
+		}
+		for _, p := range []*expr.Program{v.prog, v.enabledProg} {
+			if p != nil && (p.Uses("now") || p.Uses("agents")) {
+				return false
+			}
+		}
+	}
+	for scope, rows := range snap.scopes {
+		if isHidden(scope) {
+			continue
+		}
+		for _, r := range rows {
+			if r.enabled != nil && !timeless(*r.enabled, false) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// maxBuiltAuthorities bounds the builds one liveState keeps.
+const maxBuiltAuthorities = 256
+
+// buildKey names the reader's authority for build: who it is and the
+// scopes it reads (as the read rule decides them, rules included); ok is
+// false when the read cannot share a build (presence with enabled
+// expressions, which spend the read's gate budget per read; gated unread
+// messages, likewise).
+func (rc *roomCtx) buildKey(live *liveState) (string, bool) {
+	for _, a := range rc.agents {
+		if a.Enabled != nil {
+			return "", false
+		}
+	}
+	if len(rc.msgs.gated) > 0 {
+		return "", false
+	}
+	scopes := make([]string, 0, len(live.vals))
+	for sc := range live.vals {
+		if rc.visible(sc) {
+			scopes = append(scopes, sc)
+		}
+	}
+	slices.Sort(scopes)
+	return rc.self + "\x00" + strings.Join(scopes, "\x00"), true
+}
+
+// buildShared is build for a context read: a build of the same authority
+// at the same liveState is reused when the snapshot allows it.
+func (s *Service) buildShared(ctx context.Context, snap *snapshot, p *Principal, agents []presence, msgs msgCounts, now time.Time) *roomCtx {
+	if p == nil || !snap.buildPure(s) {
+		return s.build(ctx, snap, p, agents, msgs, now, nil)
+	}
+	live := snap.live(now)
+	probe := &roomCtx{now: now, snap: snap, p: p, agents: agents, msgs: msgs}
+	if p.Kind == KindAgent {
+		probe.self = p.AgentID
+	}
+	key, ok := probe.buildKey(live)
+	if !ok {
+		return s.build(ctx, snap, p, agents, msgs, now, nil)
+	}
+	live.builtMu.Lock()
+	b := live.built[key]
+	live.builtMu.Unlock()
+	if b == nil {
+		rc := s.build(ctx, snap, p, agents, msgs, now, nil)
+		if snap.live(now) != live || rc.budget().cut > 0 || rc.viewsCut > 0 || len(rc.actionsCut) > 0 {
+			return rc // a budget ran out: what it hid may differ next time
+		}
+		b = &builtCtx{state: rc.state, modified: rc.modified, gatesHidden: rc.gatesHidden, gates: *rc.budget(),
+			views: maps.Clone(rc.views), viewOrder: rc.viewOrder, viewCost: rc.viewCost,
+			actEnabled: rc.actEnabled, actAvail: rc.actAvail, actions: rc.vars.Actions, actionCost: rc.actionCost,
+			authority: maps.Clone(rc.authority)}
+		live.builtMu.Lock()
+		if live.built == nil {
+			live.built = map[string]*builtCtx{}
+		}
+		if len(live.built) < maxBuiltAuthorities {
+			live.built[key] = b
+		}
+		live.builtMu.Unlock()
+		return rc
+	}
+	rc := probe
+	gates := b.gates
+	rc.state, rc.modified, rc.gatesHidden, rc.gates = b.state, b.modified, b.gatesHidden, &gates
+	// The envelope and its annotations may change the views map (a
+	// system view added, a delta's deletions): each read its own copy.
+	rc.views, rc.viewOrder, rc.viewCost = maps.Clone(b.views), b.viewOrder, b.viewCost
+	rc.actEnabled, rc.actAvail, rc.actionCost = b.actEnabled, b.actAvail, b.actionCost
+	rc.authority = maps.Clone(b.authority)
+	rc.vars = expr.Vars{
+		State:    rc.state,
+		Agents:   rc.visibleAgents(ctx, s),
+		Messages: map[string]any{"count": rc.msgs.Count, "unread": rc.msgs.Unread, "directed_unread": rc.msgs.Directed},
+		Self:     rc.self,
+		Now:      now,
+		Actions:  b.actions,
+		Views:    rc.views,
+	}
+	return rc
+}
