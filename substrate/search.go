@@ -1,0 +1,486 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Search (issue 31 item 1): full-text search over what a reader may read
+// of a room: messages, mutable entries (keys and values) and views.
+//
+// PostgreSQL finds and ranks the candidates (state.search_tsv, a
+// generated tsvector with a GIN index: migration 0015); the one read rule
+// then decides each candidate exactly as a context read would show it:
+// a mutable entry matches only when the reader's context holds it (scope
+// rule, features' read rules, entry gates, timers), a message only when
+// the reader's log pages would show it (its gate evaluated as the
+// reader), a view only when the reader's context evaluates it. So a
+// search can never tell a reader that a private entry exists, let alone
+// what it says.
+
+// SearchRequest is one search.
+type SearchRequest struct {
+	// Query is the text to find, in web-search syntax: words (all must
+	// match, stemmed in the search language), "a phrase", or, -word.
+	Query string
+	// Scope keeps hits of one scope (_messages for messages only, self
+	// for the reader's own); "views" keeps views only.
+	Scope string
+	// From keeps messages from one sender and entries last written by
+	// one writer.
+	From string
+	// Kind keeps messages of one kind (chat, proposal…).
+	Kind string
+	// Thread keeps the messages of one thread (its first message's seq).
+	Thread int64
+	// After and Before bound the time of the message or of the entry's
+	// last write.
+	After, Before *time.Time
+	// Limit is the most hits returned: default 10, at most 50.
+	Limit int
+	// Offset skips that many candidates: the next page's offset comes
+	// back in SearchResult.Next.
+	Offset int
+	// MaxBytes bounds the result's JSON (0: the default, 16 KiB).
+	MaxBytes int
+}
+
+// Search limits.
+const (
+	searchDefaultLimit = 10
+	searchMaxLimit     = 50
+	searchMaxQuery     = 500
+	searchSnippetRunes = 240
+	searchDefaultBytes = 16 << 10
+	searchMaxBytes     = 1 << 20
+)
+
+// SearchHit is one match.
+type SearchHit struct {
+	// Kind is message, entry or view.
+	Kind  string `json:"kind"`
+	Scope string `json:"scope,omitempty"`
+	Key   string `json:"key,omitempty"`
+	// Seq is a message's seq; Version an entry's.
+	Seq     int64  `json:"seq,omitempty"`
+	Version int64  `json:"version,omitempty"`
+	From    string `json:"from,omitempty"`
+	MsgKind string `json:"message_kind,omitempty"`
+	Thread  int64  `json:"thread,omitempty"`
+	// Snippet is the text around the match, matched words in «».
+	Snippet string    `json:"snippet"`
+	Rank    float64   `json:"rank"`
+	At      time.Time `json:"at,omitzero"`
+}
+
+// SearchResult is a page of hits, best first.
+type SearchResult struct {
+	Room  string      `json:"room"`
+	Query string      `json:"query"`
+	Hits  []SearchHit `json:"hits"`
+	// Next is the offset of the next page (absent: no more).
+	Next *int `json:"next,omitempty"`
+	// More says how to read the next page, in the caller's words.
+	More string `json:"more,omitempty"`
+	// Seq is the room seq the search read at.
+	Seq int64 `json:"seq"`
+	// Cut counts hits left out to fit the byte budget (they start the
+	// next page).
+	Cut int `json:"cut,omitempty"`
+}
+
+// sqlSearch finds a room's candidates for a query (index state_search),
+// best first. $4..$9 are the filters, $10 the reader's private scopes
+// ($11: whether the scope rule narrows to them; communal scopes always
+// pass, and the audit log is not indexed). The snippet is made only for
+// the page's rows.
+const sqlSearch = `SELECT scope, key, sort_key, version, writer, updated_at, enabled_expr, rank, kind, thread,
+		ts_headline('sync_search', txt, q, 'MaxWords=30, MinWords=12, ShortWord=2, MaxFragments=2, FragmentDelimiter=" … ", StartSel=«, StopSel=»')
+	FROM (SELECT scope, key, sort_key, version, writer, updated_at, enabled_expr, q,
+			ts_rank_cd(search_tsv, q) AS rank, value->>'kind' AS kind,
+			CASE WHEN scope = '_messages' THEN coalesce(value->>'thread', CASE WHEN value ? 'subject' THEN sort_key::text END) END AS thread,
+			CASE WHEN scope = '_messages' AND jsonb_typeof(value->'body') = 'string' THEN coalesce(value->>'subject' || ': ', '') || (value->>'body')
+				WHEN jsonb_typeof(value) = 'string' THEN key || ': ' || (value #>> '{}')
+				ELSE key || ': ' || left(value::text, 20000) END AS txt
+		FROM state, websearch_to_tsquery('sync_search', $2) q
+		WHERE room_id = $1 AND search_tsv @@ q AND revision <= $3` + liveSQL + `
+			AND ($4 = '' OR scope = $4)
+			AND ($5 = '' OR writer = $5)
+			AND ($6 = '' OR (scope = '_messages' AND value->>'kind' = $6))
+			AND ($7 = 0 OR (scope = '_messages' AND (sort_key = $7 OR value->>'thread' = $7::text)))
+			AND ($8::timestamptz IS NULL OR updated_at >= $8) AND ($9::timestamptz IS NULL OR updated_at < $9)
+			AND (NOT $11 OR scope ^@ '_' OR scope = ANY($10::text[]))
+		ORDER BY rank DESC, sort_key DESC NULLS LAST, scope, key
+		LIMIT $12 OFFSET $13) t
+	ORDER BY rank DESC, sort_key DESC NULLS LAST, scope, key`
+
+// Search finds what p may read of the room that matches req.
+func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req SearchRequest) (*SearchResult, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if err := req.check(p, roomID); err != nil {
+		return nil, err
+	}
+	// The reader's context: what it may see, decided once, as a read.
+	rc, err := s.readCtx(ctx, p, roomID, false)
+	if err != nil {
+		return nil, err
+	}
+	scope := req.Scope
+	if scope == ScopeSelf && rc.self != "" {
+		scope = rc.self
+	}
+	res := &SearchResult{Room: roomID, Query: req.Query, Hits: []SearchHit{}, Seq: rc.snap.seq}
+	if scope != "" && scope != "views" && !rc.visible(scope) {
+		return nil, rc.vis.refuse(scope, "")
+	}
+	type cand struct {
+		hit     SearchHit
+		enabled *string
+		pos     int // the candidate's position among the query's rows
+	}
+	var hits []cand
+	more := false // candidates remain past those read
+	scanned := req.Offset
+	if scope != "views" {
+		restricted := p != nil && !(p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin())
+		mine := []string{}
+		if restricted {
+			if p.AgentID != "" {
+				mine = append(mine, p.AgentID)
+			}
+			mine = append(mine, p.Grants...)
+		}
+		// Candidates the reader's rule thins are made up in further
+		// rounds, so that a page fills when it can, never unbounded.
+		want := req.Limit + 1
+		offset := req.Offset
+		for round := 0; len(hits) < want; round++ {
+			if round == 4 {
+				more = true
+				break
+			}
+			batch := max(want*2, 20)
+			rows, err := s.db.Query(ctx, sqlSearch, roomID, req.Query, rc.snap.seq, scope, req.From, req.Kind, req.Thread,
+				req.After, req.Before, mine, restricted, batch, offset)
+			if err != nil {
+				return nil, err
+			}
+			var page []cand
+			for rows.Next() {
+				var c cand
+				var kind, thread *string
+				var sortKey *int64
+				var snippet string
+				if err := rows.Scan(&c.hit.Scope, &c.hit.Key, &sortKey, &c.hit.Version, &c.hit.From, &c.hit.At, &c.enabled,
+					&c.hit.Rank, &kind, &thread, &snippet); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				c.pos = offset + len(page)
+				c.hit.Snippet = clipSnippet(snippet)
+				c.hit.Kind = "entry"
+				if sortKey != nil {
+					c.hit.Kind, c.hit.Seq = "log", *sortKey
+					if c.hit.Scope == ScopeMessages {
+						c.hit.Kind, c.hit.Key, c.hit.Version = "message", "", 0
+						if kind != nil {
+							c.hit.MsgKind = *kind
+						}
+						if thread != nil {
+							c.hit.Thread, _ = strconv.ParseInt(*thread, 10, 64)
+						}
+					}
+				}
+				page = append(page, c)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+			// The rule runs once the connection is released (gates are
+			// expressions).
+			for _, c := range page {
+				if s.searchSees(ctx, rc, &c.hit, c.enabled) {
+					hits = append(hits, c)
+				}
+			}
+			offset += len(page)
+			scanned = offset
+			if len(page) < batch {
+				break
+			}
+		}
+	}
+	if len(hits) > req.Limit {
+		hits, more = hits[:req.Limit], true
+	}
+	// Views the reader's context evaluated, on the first page: there are
+	// few, they are matched in their shown JSON, and the best five are
+	// kept, with room in the budget made for them first.
+	var views []SearchHit
+	if req.Offset == 0 && (scope == "" || scope == "views") && req.From == "" && req.Kind == "" && req.Thread == 0 && req.After == nil && req.Before == nil {
+		views = s.searchViews(rc, req.Query)
+		sort.SliceStable(views, func(i, j int) bool { return views[i].Rank > views[j].Rank })
+		views = views[:min(len(views), 5)]
+	}
+	budget := req.MaxBytes
+	if budget == 0 {
+		budget = searchDefaultBytes
+	}
+	size := 300 + 2*len(req.Query)
+	for _, v := range views {
+		raw, _ := json.Marshal(v)
+		size += len(raw) + 1
+	}
+	lastPos := -1
+	for i, c := range hits {
+		raw, _ := json.Marshal(c.hit)
+		if size+len(raw)+1 > budget && i > 0 {
+			res.Cut, more = len(hits)-i, true
+			break
+		}
+		size += len(raw) + 1
+		res.Hits = append(res.Hits, c.hit)
+		lastPos = c.pos
+	}
+	if len(views) > 0 {
+		res.Hits = append(res.Hits, views...)
+		sort.SliceStable(res.Hits, func(i, j int) bool { return res.Hits[i].Rank > res.Hits[j].Rank })
+	}
+	if more {
+		next := scanned // nothing the reader sees in the candidates read
+		if lastPos >= 0 {
+			next = lastPos + 1
+		}
+		res.Next = &next
+		args := req.args()
+		args["offset"] = next
+		res.More = p.say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: args})
+	}
+	return res, nil
+}
+
+// searchSees reports whether the reader reads the candidate, as a read
+// would show it.
+func (s *Service) searchSees(ctx context.Context, rc *roomCtx, h *SearchHit, enabled *string) bool {
+	if !rc.visible(h.Scope) {
+		return false
+	}
+	if h.Kind != "entry" {
+		key := h.Key
+		if h.Kind == "message" {
+			key = strconv.FormatInt(h.Seq, 10)
+		}
+		if !rc.vis.entry(h.Scope, key) {
+			return false
+		}
+		if rc.logShown == nil {
+			rc.logShown = s.logGate(ctx, rc)
+		}
+		return rc.logShown(enabled)
+	}
+	if isHidden(h.Scope) {
+		// A feature's scope kept apart from state (the loom's): its rule
+		// decides each key; an entry with a gate or a timer is not
+		// searched (features write neither).
+		r, ok := rc.snap.scopes[h.Scope][h.Key]
+		return ok && apartScope(h.Scope) && rc.vis.entry(h.Scope, h.Key) && r.enabled == nil && r.timer == nil
+	}
+	if rc.shown == nil {
+		rc.shown = rc.readableState()
+	}
+	m, ok := rc.shown[h.Scope].(map[string]any)
+	if !ok && h.Scope == rc.self {
+		m, ok = rc.shown[ScopeSelf].(map[string]any)
+	}
+	if !ok {
+		return false
+	}
+	_, ok = m[h.Key]
+	return ok
+}
+
+// searchViews matches the views the reader's context evaluated: every
+// word of the query (lower-cased, operators dropped) in the view's id or
+// its JSON.
+func (s *Service) searchViews(rc *roomCtx, query string) []SearchHit {
+	var words []string
+	for _, w := range strings.Fields(strings.ToLower(query)) {
+		w = strings.Trim(w, `"()`)
+		if w == "" || w == "or" || strings.HasPrefix(w, "-") {
+			continue
+		}
+		words = append(words, w)
+	}
+	if len(words) == 0 {
+		return nil
+	}
+
+	ids := make([]string, 0, len(rc.views))
+	for id := range rc.views {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []SearchHit
+	for _, id := range ids {
+		raw, err := json.Marshal(rc.views[id])
+		if err != nil {
+			continue
+		}
+		text := strings.ToLower(id + ": " + string(raw))
+		at, n := -1, 0
+		for _, w := range words {
+			i := strings.Index(text, w)
+			if i < 0 {
+				n = 0
+				break
+			}
+			n += strings.Count(text, w)
+			if at < 0 || i < at {
+				at = i
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		orig := id + ": " + string(raw)
+		if len(orig) != len(text) {
+			at = 0 // lower-casing changed lengths: show from the start
+		}
+		start := max(0, at-60)
+		for start > 0 && !utf8.RuneStart(orig[start]) {
+			start--
+		}
+		out = append(out, SearchHit{Kind: "view", Key: id, Snippet: clipSnippet(orig[start:]), Rank: 0.1 * float64(min(n, 10))})
+	}
+	return out
+}
+
+// clipSnippet bounds a snippet to searchSnippetRunes.
+func clipSnippet(s string) string {
+	if utf8.RuneCountInString(s) <= searchSnippetRunes {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:searchSnippetRunes]) + "…"
+}
+
+// check validates a request and fills its defaults.
+func (req *SearchRequest) check(p *Principal, roomID string) error {
+	req.Query = strings.TrimSpace(req.Query)
+	example := p.say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: map[string]any{"q": "deadline"}})
+	switch {
+	case req.Query == "":
+		return errs.New(errs.InvalidField, "search needs a query").With("field", "q").WithHint("search for words, e.g. %s", example)
+	case len(req.Query) > searchMaxQuery:
+		return errs.New(errs.InvalidField, "the query is %d bytes, over the limit of %d", len(req.Query), searchMaxQuery).With("field", "q").WithHint("search for fewer words")
+	case !utf8.ValidString(req.Query) || strings.ContainsRune(req.Query, 0):
+		return errs.New(errs.InvalidField, "the query is not valid text").With("field", "q").WithHint("send UTF-8 text without NUL characters")
+	case req.Limit < 0 || req.Limit > searchMaxLimit:
+		return errs.New(errs.InvalidField, "limit %d is not between 1 and %d", req.Limit, searchMaxLimit).With("field", "limit").WithHint("use 1–%d (default %d)", searchMaxLimit, searchDefaultLimit)
+	case req.Offset < 0 || req.Offset > 10_000:
+		return errs.New(errs.InvalidField, "offset %d is not between 0 and 10000", req.Offset).With("field", "offset").WithHint("pass the next offset a search returned; narrow the query to reach further")
+	case req.Thread < 0:
+		return errs.New(errs.InvalidField, "thread %d is not a message seq", req.Thread).With("field", "thread").WithHint("pass the seq of the thread's first message")
+	case req.MaxBytes != 0 && (req.MaxBytes < 1024 || req.MaxBytes > searchMaxBytes):
+		return errs.New(errs.InvalidField, "max_bytes %d is not between 1024 and %d", req.MaxBytes, searchMaxBytes).With("field", "max_bytes").WithHint("leave it out for the default (16 KiB)")
+	case req.After != nil && req.Before != nil && !req.After.Before(*req.Before):
+		return errs.New(errs.InvalidField, "after is not before before").With("field", "after").WithHint("give a time range that is not empty")
+	}
+	if req.Limit == 0 {
+		req.Limit = searchDefaultLimit
+	}
+	if req.Scope != "" && req.Scope != ScopeSelf && req.Scope != "views" {
+		if err := validName("scope", req.Scope, 128, true); err != nil {
+			return err.(*errs.Error).With("field", "scope")
+		}
+	}
+	return nil
+}
+
+// args are the request as a step's arguments (for the next page).
+func (req SearchRequest) args() map[string]any {
+	a := map[string]any{"q": req.Query}
+	if req.Scope != "" {
+		a["scope"] = req.Scope
+	}
+	if req.From != "" {
+		a["from"] = req.From
+	}
+	if req.Kind != "" {
+		a["kind"] = req.Kind
+	}
+	if req.Thread != 0 {
+		a["thread"] = req.Thread
+	}
+	if req.After != nil {
+		a["after"] = req.After.Format(time.RFC3339Nano)
+	}
+	if req.Before != nil {
+		a["before"] = req.Before.Format(time.RFC3339Nano)
+	}
+	if req.Limit != searchDefaultLimit {
+		a["limit"] = req.Limit
+	}
+	return a
+}
+
+// ParseSearchRequest reads a search from a query string (REST, pages).
+func ParseSearchRequest(get func(string) string) (SearchRequest, error) {
+	req := SearchRequest{Query: get("q"), Scope: get("scope"), From: get("from"), Kind: get("kind")}
+	num := func(name string, into *int) error {
+		if v := get(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return errs.New(errs.InvalidField, "%s %q is not a number", name, v).With("field", name).WithHint("pass a whole number")
+			}
+			*into = n
+		}
+		return nil
+	}
+	if err := num("limit", &req.Limit); err != nil {
+		return req, err
+	}
+	if err := num("offset", &req.Offset); err != nil {
+		return req, err
+	}
+	if err := num("max_bytes", &req.MaxBytes); err != nil {
+		return req, err
+	}
+	var thread int
+	if err := num("thread", &thread); err != nil {
+		return req, err
+	}
+	req.Thread = int64(thread)
+	for _, f := range []struct {
+		name string
+		into **time.Time
+	}{{"after", &req.After}, {"before", &req.Before}} {
+		if v := get(f.name); v != "" {
+			t, err := ParseSearchTime(v)
+			if err != nil {
+				return req, errs.New(errs.InvalidField, "%s %q is not a time", f.name, v).With("field", f.name).
+					WithHint("use RFC 3339 (2026-11-26T09:00:00Z) or a date (2026-11-26)")
+			}
+			*f.into = &t
+		}
+	}
+	return req, nil
+}
+
+// ParseSearchTime reads a search's time bound: RFC 3339 or a date (UTC).
+func ParseSearchTime(v string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	return time.Parse("2006-01-02", v)
+}
