@@ -187,6 +187,19 @@ type (
 		To   any    `json:"to,omitempty" jsonschema:"Agent id or ids."`
 	}
 
+	searchIn struct {
+		Q      string `json:"q" jsonschema:"Words, \"a phrase\", or, -word."`
+		Room   string `json:"room,omitempty" jsonschema:"* searches all your rooms."`
+		Scope  string `json:"scope,omitempty" jsonschema:"_messages, self, views or a scope."`
+		From   string `json:"from,omitempty"`
+		Kind   string `json:"kind,omitempty"`
+		Thread int64  `json:"thread,omitempty"`
+		After  string `json:"after,omitempty"`
+		Before string `json:"before,omitempty"`
+		Limit  int    `json:"limit,omitempty"`
+		Offset int    `json:"offset,omitempty"`
+	}
+
 	helpIn struct {
 		Key  string `json:"key,omitempty"`
 		Room string `json:"room,omitempty" jsonschema:"Its overrides."`
@@ -227,6 +240,11 @@ type (
 	DisembodyResult struct {
 		*lobby.Embodiment
 		Lobby *lobby.View `json:"lobby"`
+	}
+	// SearchOut is one room's search, or (room "*") all the rooms'.
+	SearchOut struct {
+		*substrate.SearchResult
+		AllRooms *lobby.RoomsSearch `json:"all_rooms,omitempty"`
 	}
 	// Deleted is the result of deleting an action or a view.
 	Deleted struct {
@@ -338,6 +356,37 @@ func tools() []tool {
 				q.KeysAfter, q.Prefix, q.Reserve = in.KeysAfter, in.Prefix, sessionReserve
 				return c.opt.Lobby.ReadContext(ctx, c.sess, c.room(in.Room), q, Words)
 			}), "include"),
+		hide(typed(&sdk.Tool{Name: "sync_search", Title: "Search",
+			Description: "Full-text search of what you may read: messages, state keys and values, views; best first with snippets. Filters scope, from, kind, thread, after, before (RFC 3339); page with the offset in more.",
+			Annotations: annotations(true, false, true)}, nil,
+			func(ctx context.Context, c *call, in *searchIn) (*SearchOut, error) {
+				req := substrate.SearchRequest{Query: in.Q, Scope: in.Scope, From: in.From, Kind: in.Kind, Thread: in.Thread, Limit: in.Limit, Offset: in.Offset}
+				for _, f := range []struct {
+					name, v string
+					into    **time.Time
+				}{{"after", in.After, &req.After}, {"before", in.Before, &req.Before}} {
+					if f.v == "" {
+						continue
+					}
+					t, err := substrate.ParseSearchTime(f.v)
+					if err != nil {
+						return nil, errs.New(errs.InvalidField, "%s %q is not a time", f.name, f.v).With("field", f.name).WithHint("use RFC 3339 (2026-11-26T09:00:00Z) or a date (2026-11-26)")
+					}
+					*f.into = &t
+				}
+				req.MaxBytes = 16000 - sessionReserve
+				if in.Room == "*" {
+					all, err := c.opt.Lobby.SearchSession(ctx, c.sess, req, Words)
+					return &SearchOut{AllRooms: all}, err
+				}
+				room := c.room(in.Room)
+				p, err := c.principal(ctx, room)
+				if err != nil {
+					return nil, err
+				}
+				res, err := c.opt.Substrate.Search(ctx, p, room, req)
+				return &SearchOut{SearchResult: res}, err
+			}), "from", "kind", "after", "before", "limit"),
 		hide(typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
 			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role); observers cannot. Returns your arrival: who is here, your actions, the newest messages, what needs attention (context full: the room, none: nothing; only, max_bytes as sync_read_context).",
 			Annotations: annotations(false, false, true)}, embodyEnum,
