@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -484,3 +486,68 @@ func ParseSearchTime(v string) (time.Time, error) {
 	}
 	return time.Parse("2006-01-02", v)
 }
+
+// searchTokenTypes are the parser's word tokens a language stems (the
+// others, numbers, URLs and e-mail addresses, are indexed as they are).
+const searchTokenTypes = `asciiword, asciihword, hword_asciipart, word, hword, hword_part`
+
+// ConfigureSearch sets the search language: "simple" (no stemming, no
+// stop words) or a language PostgreSQL stems (english, german, french…:
+// SELECT dictname FROM pg_ts_dict lists them as <language>_stem). When it
+// changes, the text search configuration sync_search is re-mapped and
+// every room's entries are indexed again, one room at a time, so a
+// search finds words as the new language stems them. Processes sharing a
+// database must agree on it (the last to start wins).
+func (s *Service) ConfigureSearch(ctx context.Context, language string) (changed bool, err error) {
+	language = strings.ToLower(strings.TrimSpace(language))
+	if language == "" {
+		return false, nil
+	}
+	dict := language + "_stem"
+	if language == "simple" {
+		dict = "simple"
+	}
+	var exists bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_ts_dict WHERE dictname = $1)`, dict).Scan(&exists); err != nil {
+		return false, err
+	}
+	if !exists {
+		return false, errs.New(errs.InvalidField, "search language %q is not one PostgreSQL has", language).
+			WithHint("use simple or a language with a stemmer: SELECT dictname FROM pg_ts_dict WHERE dictname LIKE '%%_stem'")
+	}
+	var current string
+	err = s.db.QueryRow(ctx, `SELECT d.dictname FROM pg_ts_config_map m JOIN pg_ts_config c ON c.oid = m.mapcfg
+		JOIN pg_ts_dict d ON d.oid = m.mapdict
+		WHERE c.cfgname = 'sync_search' AND m.maptokentype = (SELECT tokid FROM ts_token_type('default') WHERE alias = 'asciiword')
+		ORDER BY m.mapseqno DESC LIMIT 1`).Scan(&current)
+	if err != nil {
+		return false, err
+	}
+	if current == dict {
+		return false, nil
+	}
+	// The dictionary name is one PostgreSQL listed above, so it is safe
+	// to write into the statement (DDL takes no parameters).
+	if _, err := s.db.Exec(ctx, `ALTER TEXT SEARCH CONFIGURATION sync_search ALTER MAPPING FOR `+searchTokenTypes+` WITH `+pgIdent(dict)); err != nil {
+		return false, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT id FROM rooms WHERE seq > $1`, 0)
+	if err != nil {
+		return true, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return true, err
+	}
+	for _, id := range ids {
+		// Rewriting a row recomputes its generated column.
+		if _, err := s.db.Exec(ctx, `UPDATE state SET value = value WHERE room_id = $1 AND search_tsv IS NOT NULL`, id); err != nil {
+			return true, err
+		}
+	}
+	s.log.Info("search language changed; entries indexed again", "language", language, "was", current, "rooms", len(ids))
+	return true, nil
+}
+
+// pgIdent quotes an identifier.
+func pgIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
