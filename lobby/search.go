@@ -146,3 +146,22 @@ func (l *Lobby) SearchPerson(ctx context.Context, userID, username string, req s
 		return p, err
 	}, req, words)
 }
+
+// Search is a session's search: of room (its focus when ""), or with
+// room "*" of every room in its scope.
+func (l *Lobby) Search(ctx context.Context, s *Session, room string, req substrate.SearchRequest, words errs.Words) (*substrate.SearchResult, *RoomsSearch, error) {
+	if room == "*" {
+		all, err := l.SearchSession(ctx, s, req, words)
+		return nil, all, err
+	}
+	if room == "" {
+		room = s.RoomID
+	}
+	p, _, err := l.Principal(ctx, s, room)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.Words = words
+	res, err := l.svc.Search(ctx, p, room, req)
+	return res, nil, err
+}

@@ -112,7 +112,7 @@ const sqlSearch = `SELECT scope, key, sort_key, version, writer, updated_at, ena
 				WHEN jsonb_typeof(value) = 'string' THEN key || ': ' || (value #>> '{}')
 				ELSE key || ': ' || left(value::text, 20000) END AS txt
 		FROM state, websearch_to_tsquery('sync_search', $2) q
-		WHERE room_id = $1 AND search_tsv @@ q AND revision <= $3` + liveSQL + `
+		WHERE room_id = $1 AND search_tsv @@ q AND revision <= $3 AND scope <> '_threads'` + liveSQL + `
 			AND ($4 = '' OR scope = $4)
 			AND ($5 = '' OR writer = $5)
 			AND ($6 = '' OR (scope = '_messages' AND value->>'kind' = $6))
