@@ -493,3 +493,10 @@ func (rc *roomCtx) seenBefore() int64 {
 	}
 	return 0
 }
+
+// MessageThread is the thread a message of the context's messages.recent
+// belongs to (0: none): its thread, or its own seq when it starts one.
+func MessageThread(m map[string]any) int64 {
+	seq, _ := m["seq"].(int64)
+	return threadOfMsg(m, seq)
+}

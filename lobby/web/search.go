@@ -24,6 +24,7 @@ import (
 func (wb *Web) searchRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /web/rooms/{room}/search", wb.roomSearch)
 	mux.HandleFunc("GET /web/search", wb.lobbySearch)
+	mux.HandleFunc("GET /web/rooms/{room}/threads", wb.threadsPage)
 }
 
 // pageHit is a hit as the page shows it.

@@ -3,6 +3,8 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -62,5 +64,53 @@ func TestSearchPages(t *testing.T) {
 	}
 	if _, _, lobbyPage := s.get("alice", "/"); !strings.Contains(lobbyPage, `action="/web/search"`) {
 		t.Error("the lobby has no search box")
+	}
+}
+
+// The threads page folds the room's conversations by thread, with the
+// person's unread marks; ?thread=N opens one; a message asking for
+// acknowledgement says who has.
+func TestThreadsPage(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "carol")
+	ctx := context.Background()
+	s.join("bo", "bo")
+	// carol, a collaborator, has her own agent once she has said
+	// something from the page: its read marks are her unread.
+	s.share("carol", "collaborator")
+	if code, body := s.post("carol", "/web/rooms/lab/message", url.Values{"body": {"hello"}}); code >= 400 {
+		t.Fatalf("carol's message: %d %s", code, body)
+	}
+	bo, err := s.svc.AgentPrincipal(ctx, "lab", "bo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(p *substrate.Principal, params string) int64 {
+		t.Helper()
+		res, err := s.svc.Invoke(ctx, p, "lab", "_send_message", json.RawMessage(params))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *res.Writes[0].SortKey
+	}
+	// carol reads the room first, so what bo says next is unread for her.
+	if code, _, _ := s.get("carol", "/web/rooms/lab/threads"); code != 200 {
+		t.Fatalf("threads page: %d", code)
+	}
+	root := send(bo, `{"body": "Which venue?", "subject": "Offsite venue"}`)
+	send(bo, fmt.Sprintf(`{"body": "The lake house", "reply_to": %d, "ack": true}`, root))
+	send(bo, `{"body": "not in a thread"}`)
+	code, _, page := s.get("carol", "/web/rooms/lab/threads")
+	if code != 200 || !strings.Contains(page, "Offsite venue") || !strings.Contains(page, "● 2 unread") || strings.Contains(page, "not in a thread") {
+		t.Fatalf("threads page: %d %s", code, page)
+	}
+	if !strings.Contains(page, fmt.Sprintf(`<details id="thread-%d" class="card thread">`, root)) {
+		t.Errorf("the thread is not folded: %s", page)
+	}
+	if !strings.Contains(page, "acknowledged by 0 of") {
+		t.Errorf("the message asking for acknowledgement does not say who has: %s", page)
+	}
+	_, _, page = s.get("carol", fmt.Sprintf("/web/rooms/lab/threads?thread=%d", root))
+	if !strings.Contains(page, fmt.Sprintf(`<details id="thread-%d" class="card thread" open>`, root)) || strings.Contains(page, "● 2 unread") {
+		t.Errorf("?thread opens it, and the earlier visit read it: %s", page)
 	}
 }
