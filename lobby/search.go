@@ -17,22 +17,16 @@ import (
 // maxSearchRooms bounds the rooms one cross-room search reads.
 const maxSearchRooms = 25
 
-// RoomHit is a hit and the room it is in.
-type RoomHit struct {
-	Room string `json:"room"`
-	substrate.SearchHit
-}
-
-// RoomsSearch is a search across rooms.
+// RoomsSearch is a search of one room or (Room "*") of several, whose
+// hits then name their room.
 type RoomsSearch struct {
-	Query string    `json:"query"`
-	Hits  []RoomHit `json:"hits"`
-	// Rooms counts the rooms searched; Unsearched names those left out
-	// (past maxSearchRooms, or refused).
+	*substrate.SearchResult
+	// Searched counts the rooms searched; Unsearched names those left
+	// out (past maxSearchRooms, or refused).
 	Searched   int      `json:"rooms_searched"`
 	Unsearched []string `json:"unsearched,omitempty"`
-	// More names, per room with more hits, the call that reads them.
-	More map[string]string `json:"more,omitempty"`
+	// MoreIn names, per room with more hits, the call that reads them.
+	MoreIn map[string]string `json:"more_in,omitempty"`
 }
 
 // searchRooms searches rooms as principal says, req's limit hits in all.
@@ -42,7 +36,7 @@ func searchRooms(ctx context.Context, svc *substrate.Service, rooms []string, pr
 		return nil, errs.New(errs.InvalidField, "a search of all your rooms has no offset").With("field", "offset").
 			WithHint("search one room to page: %s", words.Say(errs.Step{Op: errs.OpSearch, Room: "<room>", Args: map[string]any{"q": req.Query, "offset": req.Offset}}))
 	}
-	out := &RoomsSearch{Query: req.Query, Hits: []RoomHit{}}
+	out := &RoomsSearch{SearchResult: &substrate.SearchResult{Room: "*", Query: req.Query, Hits: []substrate.SearchHit{}}}
 	if req.Limit == 0 {
 		req.Limit = 10
 	}
@@ -68,23 +62,24 @@ func searchRooms(ctx context.Context, svc *substrate.Service, rooms []string, pr
 		}
 		out.Searched++
 		for _, h := range res.Hits {
-			out.Hits = append(out.Hits, RoomHit{Room: room, SearchHit: h})
+			h.Room = room
+			out.Hits = append(out.Hits, h)
 		}
 		if res.More != "" {
-			if out.More == nil {
-				out.More = map[string]string{}
+			if out.MoreIn == nil {
+				out.MoreIn = map[string]string{}
 			}
-			out.More[room] = res.More
+			out.MoreIn[room] = res.More
 		}
 	}
 	sort.SliceStable(out.Hits, func(i, j int) bool { return out.Hits[i].Rank > out.Hits[j].Rank })
 	if len(out.Hits) > req.Limit {
 		for _, h := range out.Hits[req.Limit:] {
-			if out.More == nil {
-				out.More = map[string]string{}
+			if out.MoreIn == nil {
+				out.MoreIn = map[string]string{}
 			}
-			if _, ok := out.More[h.Room]; !ok {
-				out.More[h.Room] = words.Say(errs.Step{Op: errs.OpSearch, Room: h.Room, Args: map[string]any{"q": req.Query}})
+			if _, ok := out.MoreIn[h.Room]; !ok {
+				out.MoreIn[h.Room] = words.Say(errs.Step{Op: errs.OpSearch, Room: h.Room, Args: map[string]any{"q": req.Query}})
 			}
 		}
 		out.Hits = out.Hits[:req.Limit]
@@ -98,12 +93,12 @@ func searchRooms(ctx context.Context, svc *substrate.Service, rooms []string, pr
 	for i, h := range out.Hits {
 		raw, _ := json.Marshal(h)
 		if size += len(raw) + 1; size > budget && i > 0 {
-			if out.More == nil {
-				out.More = map[string]string{}
+			if out.MoreIn == nil {
+				out.MoreIn = map[string]string{}
 			}
 			for _, cut := range out.Hits[i:] {
-				if _, ok := out.More[cut.Room]; !ok {
-					out.More[cut.Room] = words.Say(errs.Step{Op: errs.OpSearch, Room: cut.Room, Args: map[string]any{"q": req.Query}})
+				if _, ok := out.MoreIn[cut.Room]; !ok {
+					out.MoreIn[cut.Room] = words.Say(errs.Step{Op: errs.OpSearch, Room: cut.Room, Args: map[string]any{"q": req.Query}})
 				}
 			}
 			out.Hits = out.Hits[:i]
@@ -149,19 +144,21 @@ func (l *Lobby) SearchPerson(ctx context.Context, userID, username string, req s
 
 // Search is a session's search: of room (its focus when ""), or with
 // room "*" of every room in its scope.
-func (l *Lobby) Search(ctx context.Context, s *Session, room string, req substrate.SearchRequest, words errs.Words) (*substrate.SearchResult, *RoomsSearch, error) {
+func (l *Lobby) Search(ctx context.Context, s *Session, room string, req substrate.SearchRequest, words errs.Words) (*RoomsSearch, error) {
 	if room == "*" {
-		all, err := l.SearchSession(ctx, s, req, words)
-		return nil, all, err
+		return l.SearchSession(ctx, s, req, words)
 	}
 	if room == "" {
 		room = s.RoomID
 	}
 	p, _, err := l.Principal(ctx, s, room)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	p.Words = words
 	res, err := l.svc.Search(ctx, p, room, req)
-	return res, nil, err
+	if err != nil {
+		return nil, err
+	}
+	return &RoomsSearch{SearchResult: res, Searched: 1}, nil
 }

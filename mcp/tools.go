@@ -253,11 +253,6 @@ type (
 		*lobby.Embodiment
 		Lobby *lobby.View `json:"lobby"`
 	}
-	// SearchOut is one room's search, or (room "*") all the rooms'.
-	SearchOut struct {
-		*substrate.SearchResult
-		AllRooms *lobby.RoomsSearch `json:"all_rooms,omitempty"`
-	}
 	// Deleted is the result of deleting an action or a view.
 	Deleted struct {
 		Deleted bool   `json:"deleted"`
@@ -372,9 +367,9 @@ func tools() []tool {
 				return c.opt.Lobby.ReadContext(ctx, c.sess, c.room(in.Room), q, Words)
 			}), "include"),
 		hide(typed(&sdk.Tool{Name: "sync_search", Title: "Search",
-			Description: "Full-text search of what you may read (messages, state, views), best first, with snippets. Filters: scope, from, kind, thread, after, before. Next page: more.",
+			Description: "Full-text search of what you may read (messages, state, views), best first, with snippets; filters scope, from, kind, thread, after, before.",
 			Annotations: annotations(true, false, true)}, nil,
-			func(ctx context.Context, c *call, in *searchIn) (*SearchOut, error) {
+			func(ctx context.Context, c *call, in *searchIn) (*lobby.RoomsSearch, error) {
 				req := substrate.SearchRequest{Query: in.Q, Scope: in.Scope, From: in.From, Kind: in.Kind, Thread: in.Thread, Limit: in.Limit, Offset: in.Offset}
 				for _, f := range []struct {
 					name, v string
@@ -390,8 +385,7 @@ func tools() []tool {
 					*f.into = &t
 				}
 				req.MaxBytes = 16000 - sessionReserve
-				one, all, err := c.opt.Lobby.Search(ctx, c.sess, in.Room, req, Words)
-				return &SearchOut{SearchResult: one, AllRooms: all}, err
+				return c.opt.Lobby.Search(ctx, c.sess, in.Room, req, Words)
 			}), "from", "kind", "after", "before", "limit"),
 		hide(typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
 			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role); observers cannot. Returns your arrival: who is here, your actions, the newest messages, what needs attention (context full: the room, none: nothing; only, max_bytes as sync_read_context).",

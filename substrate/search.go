@@ -66,7 +66,9 @@ const (
 
 // SearchHit is one match.
 type SearchHit struct {
-	// Kind is message, entry or view.
+	// Room is set in a search of several rooms.
+	Room string `json:"room,omitempty"`
+	// Kind is message, entry, log (a log entry of another scope) or view.
 	Kind  string `json:"kind"`
 	Scope string `json:"scope,omitempty"`
 	Key   string `json:"key,omitempty"`
@@ -93,9 +95,6 @@ type SearchResult struct {
 	More string `json:"more,omitempty"`
 	// Seq is the room seq the search read at.
 	Seq int64 `json:"seq"`
-	// Cut counts hits left out to fit the byte budget (they start the
-	// next page).
-	Cut int `json:"cut,omitempty"`
 }
 
 // sqlSearch finds a room's candidates for a query (index state_search),
@@ -247,7 +246,7 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	for i, c := range hits {
 		raw, _ := json.Marshal(c.hit)
 		if size+len(raw)+1 > budget && i > 0 {
-			res.Cut, more = len(hits)-i, true
+			more = true // the rest start the next page
 			break
 		}
 		size += len(raw) + 1

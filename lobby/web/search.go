@@ -126,7 +126,7 @@ func (wb *Web) lobbySearch(w http.ResponseWriter, r *http.Request) {
 		}
 		hits := make([]pageHit, 0, len(res.Hits))
 		for _, h := range res.Hits {
-			hits = append(hits, pageHitOf(h.Room, "", h.SearchHit))
+			hits = append(hits, pageHitOf(h.Room, "", h))
 		}
 		data["Searched"], data["Hits"], data["More"] = true, hits, moreLinks(res, r.URL.Query())
 	}
@@ -137,7 +137,7 @@ func (wb *Web) lobbySearch(w http.ResponseWriter, r *http.Request) {
 func moreLinks(res *lobby.RoomsSearch, q url.Values) []pageHit {
 	var out []pageHit
 	rooms := make([]string, 0, len(res.More))
-	for room := range res.More {
+	for room := range res.MoreIn {
 		rooms = append(rooms, room)
 	}
 	sort.Strings(rooms)
