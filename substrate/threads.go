@@ -500,3 +500,17 @@ func MessageThread(m map[string]any) int64 {
 	seq, _ := m["seq"].(int64)
 	return threadOfMsg(m, seq)
 }
+
+// shrinkThreads leaves the thread list out of a context whose budget is
+// too small for its frame, and says how to read it (the messages read
+// lists the threads again).
+func (f *fitter) shrinkThreads() {
+	m := f.env.Messages
+	if m == nil || len(m.Threads) == 0 {
+		return
+	}
+	raw, _ := json.Marshal(m.Threads)
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: "messages.threads", Total: len(m.Threads), Bytes: len(raw),
+		Expand: f.expand(map[string]any{"only": "messages", "messages_limit": 20}, len(raw))})
+	m.Threads = nil
+}

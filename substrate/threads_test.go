@@ -251,3 +251,27 @@ func TestAcks(t *testing.T) {
 		}
 	}
 }
+
+// The thread list stays within the context's budget: in a budget too
+// small for the frame it is left out, and the cut names the read that
+// lists it.
+func TestThreadsWithinBudget(t *testing.T) {
+	tr := newThreadRoom(t, substrate.Options{}, "al", "bo")
+	for i := range 8 {
+		tr.send("bo", fmt.Sprintf(`{"body": "%s", "subject": "Subject number %d of a long list of subjects"}`, strings.Repeat("word ", 20), i))
+	}
+	env := tr.read("al", substrate.ContextRequest{MaxBytes: 1000, Peek: true})
+	raw, _ := json.Marshal(env)
+	if len(raw) > 1000 {
+		t.Errorf("the context is %d bytes, over its budget of 1000: %s", len(raw), raw)
+	}
+	cut := false
+	if env.Context.Budget != nil {
+		for _, c := range env.Context.Budget.Cuts {
+			cut = cut || c.Section == "messages.threads"
+		}
+	}
+	if !cut || len(env.Messages.Threads) > 0 {
+		t.Errorf("threads not cut to fit: %d shown, cut %v", len(env.Messages.Threads), cut)
+	}
+}
