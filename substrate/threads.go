@@ -94,8 +94,10 @@ func (s *Service) threadOf(m *mutation, replyTo int64) (thread int64, subject st
 		Body    any    `json:"body"`
 	}
 	_ = json.Unmarshal(raw, &v)
+	// A thread starts at or before the message answered; a "thread" an
+	// action wrote into a message's value that says otherwise is not one.
 	thread = v.Thread
-	if thread == 0 {
+	if thread <= 0 || thread > replyTo {
 		thread = replyTo
 	}
 	subject = v.Subject
