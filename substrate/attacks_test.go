@@ -299,6 +299,31 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 	if hits := found(ag["cy"], "quagga"); len(hits) != 1 || hits[0].Kind != "view" {
 		t.Errorf("cy does not find the view once enabled: %+v", hits)
 	}
+	// Many gated matches: no hit, and no "more" that would say they exist.
+	// (More than the candidates one search reads, 4 rounds of 50.)
+	for range 3 {
+		var many []substrate.Write
+		for range 90 {
+			many = append(many, substrate.Write{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"the dingo report"}`), Enabled: "self == 'al'"})
+		}
+		_, err = svc.WriteState(ctx, admin, "srch", many, false)
+		must(err)
+	}
+	for _, limit := range []int{1, 10} {
+		res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: limit})
+		if err != nil || len(res.Hits) > 0 || res.Next != nil || res.More != "" {
+			t.Errorf("HOLE: cy's search for dingo (limit %d) tells of hidden matches: %+v %v", limit, res, err)
+		}
+	}
+	// One it may read, newest: found, and still nothing said of the rest.
+	_, err = svc.Invoke(ctx, ag["bo"], "srch", "_send_message", json.RawMessage(`{"body": "a dingo sighting"}`))
+	must(err)
+	if res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 1}); err != nil || len(res.Hits) != 1 || res.More != "" {
+		t.Errorf("HOLE: cy's search for dingo tells of hidden matches past its one hit: %+v %v", res, err)
+	}
+	if res, _ := svc.Search(ctx, ag["al"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 10}); len(res.Hits) != 10 || res.More == "" {
+		t.Errorf("al, who reads them, pages through the dingo reports: %+v", res)
+	}
 	// The positive control: what everyone reads, everyone finds.
 	if hits := found(ag["cy"], "heron"); len(hits) != 1 || !strings.Contains(hits[0].Snippet, "«heron»") {
 		t.Errorf("cy does not find the open entry: %+v", hits)

@@ -149,8 +149,9 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 		pos     int // the candidate's position among the query's rows
 	}
 	var hits []cand
-	more := false // candidates remain past those read
-	scanned := req.Offset
+	// more is set only when a hit the reader sees lies past the page: a
+	// "more" over candidates it cannot see would tell it they exist.
+	more := false
 	if scope != "views" {
 		restricted := p != nil && !(p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin())
 		mine := []string{}
@@ -166,10 +167,9 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 		offset := req.Offset
 		for round := 0; len(hits) < want; round++ {
 			if round == 4 {
-				more = true
-				break
+				break // hidden matches past these stay unsaid
 			}
-			batch := max(want*2, 20)
+			batch := max(want*4, 50)
 			rows, err := s.db.Query(ctx, sqlSearch, roomID, req.Query, rc.snap.seq, scope, req.From, req.Kind, req.Thread,
 				req.After, req.Before, mine, restricted, batch, offset)
 			if err != nil {
@@ -215,7 +215,6 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 				}
 			}
 			offset += len(page)
-			scanned = offset
 			if len(page) < batch {
 				break
 			}
@@ -257,11 +256,8 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 		res.Hits = append(res.Hits, views...)
 		sort.SliceStable(res.Hits, func(i, j int) bool { return res.Hits[i].Rank > res.Hits[j].Rank })
 	}
-	if more {
-		next := scanned // nothing the reader sees in the candidates read
-		if lastPos >= 0 {
-			next = lastPos + 1
-		}
+	if more && lastPos >= 0 {
+		next := lastPos + 1
 		res.Next = &next
 		args := req.args()
 		args["offset"] = next
