@@ -321,6 +321,31 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 	if res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 1}); err != nil || len(res.Hits) != 1 || res.More != "" {
 		t.Errorf("HOLE: cy's search for dingo tells of hidden matches past its one hit: %+v %v", res, err)
 	}
+	// Hidden matches between those it reads: its pages count only what
+	// it sees (an offset over all candidates would count the others).
+	hidden := func() {
+		var five []substrate.Write
+		for range 5 {
+			five = append(five, substrate.Write{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"dingo"}`), Enabled: "self == 'al'"})
+		}
+		_, err := svc.WriteState(ctx, admin, "srch", five, false)
+		must(err)
+	}
+	hidden()
+	_, err = svc.Invoke(ctx, ag["bo"], "srch", "_send_message", json.RawMessage(`{"body": "dingo again"}`))
+	must(err)
+	hidden()
+	_, err = svc.Invoke(ctx, ag["bo"], "srch", "_send_message", json.RawMessage(`{"body": "dingo once more"}`))
+	must(err)
+	for off := 0; off < 3; off++ {
+		res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 1, Offset: off})
+		if err != nil || len(res.Hits) != 1 {
+			t.Fatalf("cy's page at %d: %+v %v", off, res, err)
+		}
+		if (off < 2 && (res.Next == nil || *res.Next != off+1)) || (off == 2 && res.Next != nil) {
+			t.Errorf("HOLE: cy's page at offset %d says next %v: pages count hidden matches", off, res.Next)
+		}
+	}
 	if res, _ := svc.Search(ctx, ag["al"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 10}); len(res.Hits) != 10 || res.More == "" {
 		t.Errorf("al, who reads them, pages through the dingo reports: %+v", res)
 	}

@@ -47,8 +47,8 @@ type SearchRequest struct {
 	After, Before *time.Time
 	// Limit is the most hits returned: default 10, at most 50.
 	Limit int
-	// Offset skips that many candidates: the next page's offset comes
-	// back in SearchResult.Next.
+	// Offset skips that many hits (of those the reader sees, at most
+	// 1000): the next page's offset comes back in SearchResult.Next.
 	Offset int
 	// MaxBytes bounds the result's JSON (0: the default, 16 KiB).
 	MaxBytes int
@@ -59,6 +59,9 @@ const (
 	searchDefaultLimit = 10
 	searchMaxLimit     = 50
 	searchMaxQuery     = 500
+	// searchMaxOffset bounds paging: the offset counts hits the reader
+	// sees, so a page reads every candidate before it.
+	searchMaxOffset    = 1000
 	searchSnippetRunes = 240
 	searchDefaultBytes = 16 << 10
 	searchMaxBytes     = 1 << 20
@@ -98,18 +101,12 @@ type SearchResult struct {
 }
 
 // sqlSearch finds a room's candidates for a query (index state_search),
-// best first. $4..$9 are the filters, $10 the reader's private scopes
-// ($11: whether the scope rule narrows to them; communal scopes always
-// pass, and the audit log is not indexed). The snippet is made only for
-// the page's rows.
-const sqlSearch = `SELECT scope, key, sort_key, version, writer, updated_at, enabled_expr, rank, kind, thread,
-		ts_headline('sync_search', txt, q, 'MaxWords=30, MinWords=12, ShortWord=2, MaxFragments=2, FragmentDelimiter=" … ", StartSel=«, StopSel=»')
-	FROM (SELECT scope, key, sort_key, version, writer, updated_at, enabled_expr, q,
+// best first, $12 of them after the first $13. $4..$9 are the filters,
+// $10 the reader's private scopes ($11: whether the scope rule narrows to
+// them; communal scopes always pass, and the audit log is not indexed).
+const sqlSearch = `SELECT scope, key, sort_key, version, writer, updated_at, enabled_expr,
 			ts_rank_cd(search_tsv, q) AS rank, value->>'kind' AS kind,
-			CASE WHEN scope = '_messages' THEN coalesce(value->>'thread', CASE WHEN value ? 'subject' THEN sort_key::text END) END AS thread,
-			CASE WHEN scope = '_messages' AND jsonb_typeof(value->'body') = 'string' THEN coalesce(value->>'subject' || ': ', '') || (value->>'body')
-				WHEN jsonb_typeof(value) = 'string' THEN key || ': ' || (value #>> '{}')
-				ELSE key || ': ' || left(value::text, 20000) END AS txt
+			CASE WHEN scope = '_messages' THEN coalesce(value->>'thread', CASE WHEN value ? 'subject' THEN sort_key::text END) END AS thread
 		FROM state, websearch_to_tsquery('sync_search', $2) q
 		WHERE room_id = $1 AND search_tsv @@ q AND revision <= $3 AND scope <> '_threads'` + liveSQL + `
 			AND ($4 = '' OR scope = $4)
@@ -119,8 +116,17 @@ const sqlSearch = `SELECT scope, key, sort_key, version, writer, updated_at, ena
 			AND ($8::timestamptz IS NULL OR updated_at >= $8) AND ($9::timestamptz IS NULL OR updated_at < $9)
 			AND (NOT $11 OR scope ^@ '_' OR scope = ANY($10::text[]))
 		ORDER BY rank DESC, sort_key DESC NULLS LAST, scope, key
-		LIMIT $12 OFFSET $13) t
-	ORDER BY rank DESC, sort_key DESC NULLS LAST, scope, key`
+		LIMIT $12 OFFSET $13`
+
+// sqlSearchSnippets makes the snippets of the hits a page shows (primary
+// key), and only of those: the reader's rule has kept them.
+const sqlSearchSnippets = `SELECT s.scope, s.key, ts_headline('sync_search',
+			CASE WHEN s.scope = '_messages' AND jsonb_typeof(s.value->'body') = 'string' THEN coalesce(s.value->>'subject' || ': ', '') || (s.value->>'body')
+				WHEN jsonb_typeof(s.value) = 'string' THEN s.key || ': ' || (s.value #>> '{}')
+				ELSE s.key || ': ' || left(s.value::text, 20000) END,
+			websearch_to_tsquery('sync_search', $2), 'MaxWords=30, MinWords=12, ShortWord=2, MaxFragments=2, FragmentDelimiter=" … ", StartSel=«, StopSel=»')
+		FROM state s JOIN unnest($3::text[], $4::text[]) AS t(sc, k) ON s.scope = t.sc AND s.key = t.k
+		WHERE s.room_id = $1`
 
 // Search finds what p may read of the room that matches req.
 func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req SearchRequest) (*SearchResult, error) {
@@ -146,7 +152,6 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	type cand struct {
 		hit     SearchHit
 		enabled *string
-		pos     int // the candidate's position among the query's rows
 	}
 	var hits []cand
 	// more is set only when a hit the reader sees lies past the page: a
@@ -161,15 +166,18 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 			}
 			mine = append(mine, p.Grants...)
 		}
-		// Candidates the reader's rule thins are made up in further
-		// rounds, so that a page fills when it can, never unbounded.
-		want := req.Limit + 1
-		offset := req.Offset
-		for round := 0; len(hits) < want; round++ {
+		// The offset counts hits the reader sees, never candidates: an
+		// offset over candidates would tell how many it cannot see. So
+		// candidates are read from the best, in rounds (the reader's rule
+		// thins them), until the page and one more are found; never
+		// unbounded.
+		want := req.Offset + req.Limit + 1
+		offset, seen := 0, 0
+		for round := 0; seen < want; round++ {
 			if round == 4 {
 				break // hidden matches past these stay unsaid
 			}
-			batch := max(want*4, 50)
+			batch := min(max(want*2, 50), 2500)
 			rows, err := s.db.Query(ctx, sqlSearch, roomID, req.Query, rc.snap.seq, scope, req.From, req.Kind, req.Thread,
 				req.After, req.Before, mine, restricted, batch, offset)
 			if err != nil {
@@ -180,14 +188,11 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 				var c cand
 				var kind, thread *string
 				var sortKey *int64
-				var snippet string
 				if err := rows.Scan(&c.hit.Scope, &c.hit.Key, &sortKey, &c.hit.Version, &c.hit.From, &c.hit.At, &c.enabled,
-					&c.hit.Rank, &kind, &thread, &snippet); err != nil {
+					&c.hit.Rank, &kind, &thread); err != nil {
 					rows.Close()
 					return nil, err
 				}
-				c.pos = offset + len(page)
-				c.hit.Snippet = clipSnippet(snippet)
 				c.hit.Kind = "entry"
 				if sortKey != nil {
 					c.hit.Kind, c.hit.Seq = "log", *sortKey
@@ -210,8 +215,11 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 			// The rule runs once the connection is released (gates are
 			// expressions).
 			for _, c := range page {
-				if s.searchSees(ctx, rc, &c.hit, c.enabled) {
-					hits = append(hits, c)
+				if seen < want && s.searchSees(ctx, rc, &c.hit, c.enabled) {
+					if seen >= req.Offset {
+						hits = append(hits, c)
+					}
+					seen++
 				}
 			}
 			offset += len(page)
@@ -222,6 +230,13 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	}
 	if len(hits) > req.Limit {
 		hits, more = hits[:req.Limit], true
+	}
+	page := make([]*SearchHit, len(hits))
+	for i := range hits {
+		page[i] = &hits[i].hit
+	}
+	if err := s.searchSnippets(ctx, roomID, req.Query, page); err != nil {
+		return nil, err
 	}
 	// Views the reader's context evaluated, on the first page: there are
 	// few, they are matched in their shown JSON, and the best five are
@@ -241,7 +256,7 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 		raw, _ := json.Marshal(v)
 		size += len(raw) + 1
 	}
-	lastPos := -1
+	shown := 0
 	for i, c := range hits {
 		raw, _ := json.Marshal(c.hit)
 		if size+len(raw)+1 > budget && i > 0 {
@@ -250,20 +265,54 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 		}
 		size += len(raw) + 1
 		res.Hits = append(res.Hits, c.hit)
-		lastPos = c.pos
+		shown++
 	}
 	if len(views) > 0 {
 		res.Hits = append(res.Hits, views...)
 		sort.SliceStable(res.Hits, func(i, j int) bool { return res.Hits[i].Rank > res.Hits[j].Rank })
 	}
-	if more && lastPos >= 0 {
-		next := lastPos + 1
+	if more && shown > 0 {
+		next := req.Offset + shown
 		res.Next = &next
 		args := req.args()
 		args["offset"] = next
 		res.More = p.say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: args})
 	}
 	return res, nil
+}
+
+// searchSnippets fills the snippets of a page's hits in one statement.
+func (s *Service) searchSnippets(ctx context.Context, roomID, query string, hits []*SearchHit) error {
+	if len(hits) == 0 {
+		return nil
+	}
+	type ref struct{ scope, key string }
+	at := make(map[ref]*SearchHit, len(hits))
+	scopes, keys := make([]string, len(hits)), make([]string, len(hits))
+	for i, h := range hits {
+		key := h.Key
+		if h.Kind == "message" {
+			key = strconv.FormatInt(h.Seq, 10)
+		}
+		scopes[i], keys[i] = h.Scope, key
+		at[ref{h.Scope, key}] = h
+	}
+	rows, err := s.db.Query(ctx, sqlSearchSnippets, roomID, query, scopes, keys)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r ref
+		var snippet string
+		if err := rows.Scan(&r.scope, &r.key, &snippet); err != nil {
+			return err
+		}
+		if h := at[r]; h != nil {
+			h.Snippet = clipSnippet(snippet)
+		}
+	}
+	return rows.Err()
 }
 
 // searchSees reports whether the reader reads the candidate, as a read
@@ -384,8 +433,8 @@ func (req *SearchRequest) check(p *Principal, roomID string) error {
 		return errs.New(errs.InvalidField, "the query is not valid text").With("field", "q").WithHint("send UTF-8 text without NUL characters")
 	case req.Limit < 0 || req.Limit > searchMaxLimit:
 		return errs.New(errs.InvalidField, "limit %d is not between 1 and %d", req.Limit, searchMaxLimit).With("field", "limit").WithHint("use 1–%d (default %d)", searchMaxLimit, searchDefaultLimit)
-	case req.Offset < 0 || req.Offset > 10_000:
-		return errs.New(errs.InvalidField, "offset %d is not between 0 and 10000", req.Offset).With("field", "offset").WithHint("pass the next offset a search returned; narrow the query to reach further")
+	case req.Offset < 0 || req.Offset > searchMaxOffset:
+		return errs.New(errs.InvalidField, "offset %d is not between 0 and %d", req.Offset, searchMaxOffset).With("field", "offset").WithHint("pass the next offset a search returned; narrow the query (scope, from, a time range) to reach further")
 	case req.Thread < 0:
 		return errs.New(errs.InvalidField, "thread %d is not a message seq", req.Thread).With("field", "thread").WithHint("pass the seq of the thread's first message")
 	case req.MaxBytes != 0 && (req.MaxBytes < 1024 || req.MaxBytes > searchMaxBytes):
