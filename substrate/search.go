@@ -141,9 +141,9 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	if err != nil {
 		return nil, err
 	}
-	scope := req.Scope
-	if scope == ScopeSelf && rc.self != "" {
-		scope = rc.self
+	scope, err := resolveScope(p, req.Scope)
+	if err != nil {
+		return nil, err.(*errs.Error).With("field", "scope")
 	}
 	res := &SearchResult{Room: roomID, Query: req.Query, Hits: []SearchHit{}, Seq: rc.snap.seq}
 	if scope != "" && scope != "views" && !rc.visible(scope) {

@@ -88,6 +88,13 @@ func TestSearchRoute(t *testing.T) {
 			t.Errorf("%q: %d %s", bad, r.status, r.raw)
 		}
 	}
+	// "self" is an agent's own scope: the room token has none.
+	if r := get(rm.token, "q=x&scope=self"); r.status != 400 || r.str("error") != "invalid_field" {
+		t.Errorf("scope self with the room token: %d %s", r.status, r.raw)
+	}
+	if r := get(al, "q=x&scope=self"); r.status != 200 {
+		t.Errorf("scope self for an agent: %d %s", r.status, r.raw)
+	}
 	// A scope the reader may not read is refused, not searched empty.
 	if r := get(al, "q=x&scope=bo"); r.status != 403 {
 		t.Errorf("al searching bo's scope: %d %s", r.status, r.raw)
