@@ -32,6 +32,12 @@ type tool struct {
 
 func ptr[T any](v T) *T { return &v }
 
+// badThread refuses a thread that is not a message seq.
+func badThread(n int64) error {
+	return errs.New(errs.InvalidField, "thread %d is not a message seq", n).With("field", "thread").
+		WithHint("pass the seq of the thread's first message (messages.threads lists them)")
+}
+
 func annotations(readOnly, destructive, idempotent bool) *sdk.ToolAnnotations {
 	a := &sdk.ToolAnnotations{ReadOnlyHint: readOnly, IdempotentHint: idempotent, OpenWorldHint: ptr(false)}
 	if !readOnly { // destructiveHint means nothing for a read-only tool
@@ -119,6 +125,7 @@ type (
 		Include       string `json:"include,omitempty" jsonschema:"_messages and/or _audit, added to state."`
 		KeysAfter     string `json:"keys_after,omitempty" jsonschema:"State keys after this one (paging)."`
 		Prefix        string `json:"prefix,omitempty" jsonschema:"State keys starting with this."`
+		Thread        int64  `json:"thread,omitempty" jsonschema:"One thread whole."`
 	}
 
 	embodyIn struct {
@@ -136,11 +143,12 @@ type (
 	}
 
 	waitIn struct {
-		Condition string `json:"condition" jsonschema:"CEL condition."`
+		Condition string `json:"condition,omitempty" jsonschema:"CEL condition."`
 		Room      string `json:"room,omitempty"`
 		TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"Default 25000, max 45000."`
 		Context   string `json:"context,omitempty" jsonschema:"delta (default), full or none."`
 		Since     *int64 `json:"since,omitempty" jsonschema:"Seq the delta starts after."`
+		Thread    int64  `json:"thread,omitempty" jsonschema:"No condition: its next message."`
 		waitShaping
 	}
 
@@ -185,6 +193,23 @@ type (
 		Body any    `json:"body" jsonschema:"Text or JSON."`
 		Kind string `json:"kind,omitempty" jsonschema:"Default chat."`
 		To   any    `json:"to,omitempty" jsonschema:"Agent id or ids."`
+		// ReplyTo, Subject and Ack: threads and acknowledgements.
+		ReplyTo int64  `json:"reply_to,omitempty" jsonschema:"Seq answered."`
+		Subject string `json:"subject,omitempty"`
+		Ack     bool   `json:"ack,omitempty" jsonschema:"Ask for _ack."`
+	}
+
+	searchIn struct {
+		Q      string `json:"q" jsonschema:"Words, \"a phrase\", or, -word."`
+		Room   string `json:"room,omitempty" jsonschema:"* searches all your rooms."`
+		Scope  string `json:"scope,omitempty" jsonschema:"_messages, self, views or a scope."`
+		From   string `json:"from,omitempty"`
+		Kind   string `json:"kind,omitempty"`
+		Thread int64  `json:"thread,omitempty"`
+		After  string `json:"after,omitempty"`
+		Before string `json:"before,omitempty"`
+		Limit  int    `json:"limit,omitempty"`
+		Offset int    `json:"offset,omitempty"`
 	}
 
 	helpIn struct {
@@ -335,9 +360,33 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				q.KeysAfter, q.Prefix, q.Reserve = in.KeysAfter, in.Prefix, sessionReserve
+				if in.Thread < 0 {
+					return nil, badThread(in.Thread)
+				}
+				q.KeysAfter, q.Prefix, q.Reserve, q.Thread = in.KeysAfter, in.Prefix, sessionReserve, in.Thread
 				return c.opt.Lobby.ReadContext(ctx, c.sess, c.room(in.Room), q, Words)
 			}), "include"),
+		hide(typed(&sdk.Tool{Name: "sync_search", Title: "Search",
+			Description: "Full-text search of what you may read (messages, state, views), best first, with snippets; filters scope, from, kind, thread, after, before.",
+			Annotations: annotations(true, false, true)}, nil,
+			func(ctx context.Context, c *call, in *searchIn) (*lobby.RoomsSearch, error) {
+				req := substrate.SearchRequest{Query: in.Q, Scope: in.Scope, From: in.From, Kind: in.Kind, Thread: in.Thread, Limit: in.Limit, Offset: in.Offset}
+				for _, f := range []struct {
+					name, v string
+					into    **time.Time
+				}{{"after", in.After, &req.After}, {"before", in.Before, &req.Before}} {
+					if f.v == "" {
+						continue
+					}
+					t, err := substrate.ParseSearchTime(f.v)
+					if err != nil {
+						return nil, errs.New(errs.InvalidField, "%s %q is not a time", f.name, f.v).With("field", f.name).WithHint("use RFC 3339 (2026-11-26T09:00:00Z) or a date (2026-11-26)")
+					}
+					*f.into = &t
+				}
+				req.MaxBytes = 16000 - sessionReserve
+				return c.opt.Lobby.Search(ctx, c.sess, in.Room, req, Words)
+			}), "from", "kind", "after", "before", "limit"),
 		hide(typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
 			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role); observers cannot. Returns your arrival: who is here, your actions, the newest messages, what needs attention (context full: the room, none: nothing; only, max_bytes as sync_read_context).",
 			Annotations: annotations(false, false, true)}, embodyEnum,
@@ -405,6 +454,10 @@ func tools() []tool {
 					return nil, err
 				}
 				q.Reserve = sessionReserve + 2*len(in.Condition) + 200
+				if in.Thread < 0 {
+					return nil, badThread(in.Thread)
+				}
+				q.Thread = in.Thread
 				// The substrate decides the default timeout and the cap (the
 				// same for every surface).
 				return c.opt.Substrate.Wait(ctx, p, room, in.Condition, time.Duration(in.TimeoutMS)*time.Millisecond, q)

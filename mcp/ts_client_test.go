@@ -27,7 +27,7 @@ func TestEndToEndWithTypeScriptClient(t *testing.T) {
 	srv := startServerOpts(t, pgtest.New(t), serverOpts{accessTTL: 3 * time.Second})
 	t.Setenv("SYNC_TS_OUTLIVE_MS", "4000")
 	got := runTSClient(t, srv, "")
-	if got["note"] != "from typescript" || got["view"] != true || got["agent"] != "alice:ts-sdk-test" || got["tools"] != float64(18) || got["refresh"] != true {
+	if got["note"] != "from typescript" || got["view"] != true || got["agent"] != "alice:ts-sdk-test" || got["tools"] != float64(19) || got["refresh"] != true {
 		t.Fatalf("TypeScript client saw %v", got)
 	}
 }

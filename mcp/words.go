@@ -24,6 +24,8 @@ func (words) Say(s errs.Step) string {
 		return errs.SayCall("sync_wait", s, "room")
 	case errs.OpHelp:
 		return errs.SayCall("sync_help", s, "room")
+	case errs.OpSearch:
+		return errs.SayCall("sync_search", s, "room")
 	case errs.OpEval:
 		return errs.SayCall("sync_eval_cel", s, "room")
 	case errs.OpInvoke:

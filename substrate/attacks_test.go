@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // Attacks on the core's exported operations for features (ReadRoom,
@@ -345,4 +347,163 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 		}
 	}
 	check("after the timer")
+}
+
+// Search (issue 31) answers with exactly what a read would show: a
+// private scope, a gated entry, a gated message, a view the reader's
+// context does not evaluate, the loom's scopes without loom_aware and a
+// model's thinking never match for a reader who may not read them, not
+// even as a hit without its text. Each secret word is found by someone
+// who may read it, so the test cannot pass by finding nothing.
+func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "srch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	ag, tokens := map[string]*substrate.Principal{}, map[string]string{}
+	for _, id := range []string{"al", "bo", "cy"} {
+		j, err := svc.Join(ctx, admin, "srch", substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ag[id], _ = svc.Authenticate(ctx, j.Token)
+		tokens[id] = j.Token
+	}
+	// bo holds a grant for al's scope: it reads al's entries, never al's
+	// thinking.
+	grants := []string{"al"}
+	if _, err := svc.UpdateAgent(ctx, admin, "srch", "bo", substrate.AgentUpdate{Grants: &grants}); err != nil {
+		t.Fatal(err)
+	}
+	ag["bo"], _ = svc.Authenticate(ctx, tokens["bo"])
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = svc.WriteState(ctx, ag["al"], "srch", []substrate.Write{{Scope: "al", Key: "plan", Value: json.RawMessage(`"the zebra plan"`)}}, false)
+	must(err)
+	_, err = svc.WriteState(ctx, admin, "srch", []substrate.Write{
+		{Scope: "_shared", Key: "gated", Value: json.RawMessage(`"walrus terms"`), Enabled: "self == 'al'"},
+		{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"the quokka meeting"}`), Enabled: "self == 'al'"},
+		{Scope: "_shared", Key: "open", Value: json.RawMessage(`"everyone reads the heron note"`)},
+	}, false)
+	must(err)
+	// Views show what their registrar projects, to every reader while
+	// enabled: a disabled view matches for no one, and a view of a
+	// private scope matches only by what it shows (a size, not the plan).
+	_, err = svc.RegisterView(ctx, admin, "srch", substrate.ViewDef{ID: "held_view", Expr: `"the quagga figure"`, Enabled: "has(state._shared.release)"})
+	must(err)
+	_, err = svc.RegisterView(ctx, ag["al"], "srch", substrate.ViewDef{ID: "plan_size", Expr: `size(state.self.plan)`})
+	must(err)
+	// The loom: a tree only loom_aware readers see, and al's thinking.
+	_, err = loom.Of(svc).Run(ctx, admin, "srch", `→ new tree "t" "the narwhal root"`)
+	must(err)
+	_, err = loom.Of(svc).Run(ctx, admin, "srch", "→ permit al loom_aware loom_write\n→ deny bo loom_aware doc_read\n→ deny cy loom_aware doc_read")
+	must(err)
+	_, err = loom.Of(svc).ForModel(ctx, ag["al"], "srch", "→ view 1\n→ think the okapi thought ←")
+	must(err)
+
+	found := func(p *substrate.Principal, q string) []substrate.SearchHit {
+		t.Helper()
+		res, err := svc.Search(ctx, p, "srch", substrate.SearchRequest{Query: q})
+		if err != nil {
+			t.Fatalf("search %q: %v", q, err)
+		}
+		return res.Hits
+	}
+	for _, c := range []struct {
+		word   string
+		reader string // who may read it
+		denied []string
+	}{
+		{"zebra", "al", []string{"cy"}},
+		{"walrus", "al", []string{"bo", "cy"}},
+		{"quokka", "al", []string{"bo", "cy"}},
+		{"quagga", "", []string{"al", "bo", "cy"}},
+		{"narwhal", "al", []string{"bo", "cy"}},
+		{"okapi", "al", []string{"bo", "cy"}},
+	} {
+		if c.reader == "" {
+			// none until released: below
+		} else if hits := found(ag[c.reader], c.word); len(hits) == 0 {
+			t.Errorf("%s, who may read it, does not find %q: the test proves nothing for it", c.reader, c.word)
+		}
+		for _, who := range c.denied {
+			if hits := found(ag[who], c.word); len(hits) > 0 {
+				t.Errorf("HOLE: %s finds %q, which it may not read: %+v", who, c.word, hits)
+			}
+		}
+		// Filters do not open another way in.
+		for _, req := range []substrate.SearchRequest{{Query: c.word, Scope: "al"}, {Query: c.word, Scope: "_shared"}, {Query: c.word, Scope: "_messages"}, {Query: c.word, Scope: "views"}} {
+			res, err := svc.Search(ctx, ag["cy"], "srch", req)
+			if err == nil && len(res.Hits) > 0 {
+				t.Errorf("HOLE: cy finds %q in scope %s: %+v", c.word, req.Scope, res.Hits)
+			}
+		}
+	}
+	_, err = svc.WriteState(ctx, admin, "srch", []substrate.Write{{Scope: "_shared", Key: "release", Value: json.RawMessage(`true`)}}, false)
+	must(err)
+	if hits := found(ag["cy"], "quagga"); len(hits) != 1 || hits[0].Kind != "view" {
+		t.Errorf("cy does not find the view once enabled: %+v", hits)
+	}
+	// Many gated matches: no hit, and no "more" that would say they exist.
+	// (More than the candidates one search reads, 4 rounds of 50.)
+	for range 3 {
+		var many []substrate.Write
+		for range 90 {
+			many = append(many, substrate.Write{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"the dingo report"}`), Enabled: "self == 'al'"})
+		}
+		_, err = svc.WriteState(ctx, admin, "srch", many, false)
+		must(err)
+	}
+	for _, limit := range []int{1, 10} {
+		res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: limit})
+		if err != nil || len(res.Hits) > 0 || res.Next != nil || res.More != "" {
+			t.Errorf("HOLE: cy's search for dingo (limit %d) tells of hidden matches: %+v %v", limit, res, err)
+		}
+	}
+	// One it may read, newest: found, and still nothing said of the rest.
+	_, err = svc.Invoke(ctx, ag["bo"], "srch", "_send_message", json.RawMessage(`{"body": "a dingo sighting"}`))
+	must(err)
+	if res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 1}); err != nil || len(res.Hits) != 1 || res.More != "" {
+		t.Errorf("HOLE: cy's search for dingo tells of hidden matches past its one hit: %+v %v", res, err)
+	}
+	// Hidden matches between those it reads: its pages count only what
+	// it sees (an offset over all candidates would count the others).
+	hidden := func() {
+		var five []substrate.Write
+		for range 5 {
+			five = append(five, substrate.Write{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"dingo"}`), Enabled: "self == 'al'"})
+		}
+		_, err := svc.WriteState(ctx, admin, "srch", five, false)
+		must(err)
+	}
+	hidden()
+	_, err = svc.Invoke(ctx, ag["bo"], "srch", "_send_message", json.RawMessage(`{"body": "dingo again"}`))
+	must(err)
+	hidden()
+	_, err = svc.Invoke(ctx, ag["bo"], "srch", "_send_message", json.RawMessage(`{"body": "dingo once more"}`))
+	must(err)
+	for off := 0; off < 3; off++ {
+		res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 1, Offset: off})
+		if err != nil || len(res.Hits) != 1 {
+			t.Fatalf("cy's page at %d: %+v %v", off, res, err)
+		}
+		if (off < 2 && (res.Next == nil || *res.Next != off+1)) || (off == 2 && res.Next != nil) {
+			t.Errorf("HOLE: cy's page at offset %d says next %v: pages count hidden matches", off, res.Next)
+		}
+	}
+	if res, _ := svc.Search(ctx, ag["al"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 10}); len(res.Hits) != 10 || res.More == "" {
+		t.Errorf("al, who reads them, pages through the dingo reports: %+v", res)
+	}
+	// The positive control: what everyone reads, everyone finds.
+	if hits := found(ag["cy"], "heron"); len(hits) != 1 || !strings.Contains(hits[0].Snippet, "«heron»") {
+		t.Errorf("cy does not find the open entry: %+v", hits)
+	}
 }

@@ -121,6 +121,7 @@ func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
 		f.shrinkAgents()
 		f.shrinkActions()
 		f.shrinkAttention()
+		f.shrinkThreads()
 		b.Bytes = size()
 	}
 	if b.Bytes > max {

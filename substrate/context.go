@@ -289,6 +289,10 @@ type ContextRequest struct {
 	// read and the first read's depth full is kept for the next one (an
 	// embodiment's arrival, which shows a part of the room).
 	Peek bool
+	// Thread narrows messages to one thread (the seq of its first
+	// message), oldest first, paged with MessagesAfter; a wait with a
+	// thread (and no condition) waits for a message in it.
+	Thread int64
 }
 
 // paged reports a read that walks state in key order.
@@ -380,6 +384,13 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 		}
 		q.MessagesAfter = &n
 	}
+	if v := get("thread"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return q, errs.New(errs.InvalidField, "thread %s is not a message seq", v).With("field", "thread").WithHint("pass the seq of the thread's first message (messages.threads lists them)")
+		}
+		q.Thread = n
+	}
 	q.MessagesLimit = 100
 	if v := get("messages_limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -446,6 +457,12 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 	env.Context.Note = note
 	if sl != nil {
 		sl.Annotate(ctx, env, req)
+	}
+	if od := rc.overdueAcks(roomID, s.ackOverdue); len(od) > 0 {
+		if env.Context.Attention == nil {
+			env.Context.Attention = &Attention{}
+		}
+		env.Context.Attention.OverdueAcks = od
 	}
 	if req.Since != nil {
 		unseen, err := s.unseenSince(ctx, roomID, *req.Since, rc.snap.seq)
@@ -787,7 +804,13 @@ func (s *Service) logGate(ctx context.Context, rc *roomCtx) func(enabled *string
 func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (*Messages, bool, error) {
 	var rows pgx.Rows
 	var err error
-	if req.MessagesAfter != nil {
+	if req.Thread != 0 {
+		after := int64(0)
+		if req.MessagesAfter != nil {
+			after = *req.MessagesAfter
+		}
+		rows, err = q.Query(ctx, sqlThreadMessages, roomID, req.Thread, after, req.MessagesLimit, rc.snap.seq)
+	} else if req.MessagesAfter != nil {
 		rows, err = q.Query(ctx, sqlMessagesAfter, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
 	} else {
 		rows, err = q.Query(ctx, sqlMessagesRecent, roomID, req.MessagesLimit, rc.snap.seq)
@@ -843,9 +866,27 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 			m["via"] = *r.via
 		}
 		m["seq"] = r.seq
+		if m["ack"] == true {
+			if rcpt := rc.receiptsOf(r.seq); rcpt != nil {
+				m["receipts"] = rcpt
+			}
+		}
 		recent = append(recent, m)
 	}
 	out := &Messages{Count: rc.msgs.Count, Unread: rc.msgs.Unread, DirectedUnread: rc.msgs.Directed, Recent: recent}
+	if req.Thread != 0 {
+		out.Thread = &req.Thread
+		if len(read) == req.MessagesLimit {
+			out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
+				Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
+					Args: map[string]any{"only": "messages", "thread": req.Thread, "messages_after": maxSeq}})}
+		}
+		if rc.self != "" {
+			rc.readUpTo = max(rc.readUpTo, maxSeq)
+		}
+		return out, false, nil
+	}
+	out.Threads = rc.threadsSection(roomID, recent, rc.seenBefore())
 	truncated := req.MessagesAfter == nil && int64(len(read)) < rc.msgs.Count
 	if truncated {
 		// The rest, read on: after a glimpse of the newest few (an

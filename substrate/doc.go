@@ -94,6 +94,13 @@
 //     refusal is audited and changes nothing.
 //
 // Reading the room as a model does:
+//   - Search (search.go): full-text search with p's read authority: the
+//     candidates PostgreSQL ranks (state.search_tsv, GIN) are kept only
+//     when p's context read would show them (the one read rule, gates,
+//     timers, views as evaluated). ConfigureSearch: the search language.
+//   - Threads and acknowledgements (threads.go): _send_message's
+//     reply_to, subject and ack, the builtin _ack, and the system scopes
+//     _threads and _acks they keep in the same mutation.
 //   - Context: the envelope (ARCHITECTURE §7) with p's read authority and
 //     result budgets. Wait: blocks until a CEL condition holds as p, then
 //     returns the context. Eval: an expression with exactly p's read

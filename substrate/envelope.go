@@ -63,7 +63,11 @@ type Messages struct {
 	Unread         int64            `json:"unread"`
 	DirectedUnread int64            `json:"directed_unread"`
 	Recent         []map[string]any `json:"recent"`
-	Elided         *MessagesElided  `json:"_elided,omitempty"`
+	// Threads are the room's most recently active threads (unread first);
+	// Thread is set when the read asked for one thread whole.
+	Threads []ThreadSummary `json:"threads,omitempty"`
+	Thread  *int64          `json:"thread,omitempty"`
+	Elided  *MessagesElided `json:"_elided,omitempty"`
 }
 
 // MessagesElided says how many messages the section left out and how to

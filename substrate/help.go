@@ -29,7 +29,7 @@ func (s *Service) helpContent(key string, w errs.Words) (any, bool) {
 		lines := []string{
 			"1. Read: " + read + " gives state (yours as self), views, agents, actions (with available), messages and _context (what was left out and how to get it).",
 			"2. Act: " + say(errs.OpInvoke, map[string]any{"action": "<id>", "params": map[string]any{}}) + ". Actions read and write with their registrar's authority (an action in _shared reads only communal scopes; register in your own scope to read yours); your credential carries your identity (never pass it as a parameter).",
-			"3. Talk: " + say(errs.OpInvoke, map[string]any{"action": "_send_message", "params": map[string]any{"body": "…", "to": "<agent>"}}) + ". Directed messages raise the recipient's directed_unread.",
+			"3. Talk: " + say(errs.OpInvoke, map[string]any{"action": "_send_message", "params": map[string]any{"body": "…", "to": "<agent>"}}) + ". Directed messages raise the recipient's directed_unread. Reply in a thread with reply_to, ask for acknowledgement with ack: true, find anything with " + say(errs.OpSearch, map[string]any{"q": "…"}) + " (help keys threads, acknowledgements, search).",
 			"4. Shape the room: " + say(errs.OpRegisterAction, map[string]any{"id": "…", "params": "…", "if": "…", "writes": "…"}) + " and " + say(errs.OpRegisterView, map[string]any{"id": "…", "expr": "…"}) + ". Registering an id again replaces it (and reports what changed).",
 			"5. Wait instead of polling: " + say(errs.OpWait, map[string]any{"condition": "<CEL>"}) + " returns when the condition holds, or at the timeout with timeout: true; then simply call again.",
 		}
@@ -65,6 +65,24 @@ The help key standard_library has ready-made definitions (set, increment, claim,
 Prefer few, purposeful actions with an intent and an if that guards their precondition; register views for what everyone should see.`), true
 	case "standard_library":
 		return standardLibrary, true
+	case "search":
+		return strings.TrimSpace(`
+Find what was said or decided: ` + say(errs.OpSearch, map[string]any{"q": "deadline friday"}) + ` searches the messages, state (keys and values) and views you may read, best first, each hit with a snippet (matches in «»). It finds exactly what a read would show you: never a private scope, a gated entry or message, or loom content you may not read.
+- Words must all appear, in any form ("deciding" finds "decided"); "a phrase" in quotes, or between alternatives, -word leaves one out.
+- Filters: scope ("_messages", "self", "views", a scope), from (the sender or writer), kind (a message kind), thread (a thread's first seq), after and before (RFC 3339 times or dates).
+- Paging: a result with more names the call for the next page (its offset); limit is 1–50 (default 10).` + searchRooms(w)), true
+	case "threads":
+		return strings.TrimSpace(`
+A thread is a conversation under a subject. Start one: ` + say(errs.OpInvoke, map[string]any{"action": "_send_message", "params": map[string]any{"body": "When do we ship?", "subject": "Release date"}}) + `. Answer a message: ` + say(errs.OpInvoke, map[string]any{"action": "_send_message", "params": map[string]any{"body": "Friday", "reply_to": 42}}) + ` (42 is the seq of the message you answer; the reply joins its thread and carries its subject).
+- The context's messages.threads lists the active threads (subject, participants, latest message, unread), unread first; each names the read that returns it whole: ` + say(errs.OpReadContext, map[string]any{"only": "messages", "thread": 42}) + `.
+- Wait for the next message in a thread: ` + say(errs.OpWait, map[string]any{"thread": 42}) + ` (no condition needed; state._threads["42"].latest is the thread's newest seq, for conditions of your own).
+- state._threads holds each thread's record (subject, participants, count, latest); only _send_message writes it. A thread's record lapses 30 days after its last message (the messages stay).`), true
+	case "acknowledgements":
+		return strings.TrimSpace(`
+Ask for acknowledgement when you must know a message landed: ` + say(errs.OpInvoke, map[string]any{"action": "_send_message", "params": map[string]any{"body": "Deploy freeze from 5pm", "to": []string{"bo", "cy"}, "ack": true}}) + ` (without to, every other agent is asked).
+- A recipient acknowledges: ` + say(errs.OpInvoke, map[string]any{"action": "_ack", "params": map[string]any{"seq": 42}}) + `. Acknowledgements not given in time show in the recipient's _context._attention.overdue_acks, each with that call.
+- The message, wherever it is shown, carries receipts: to, read_by (from the recipients' reads), acked_by, pending. state._acks["42"] is the record ({from, to, at, acked}).
+- Wait until all have acknowledged: ` + say(errs.OpWait, map[string]any{"condition": `size(state._acks["42"].acked) == size(state._acks["42"].to)`})), true
 	case "roles":
 		return strings.TrimSpace(`
 A role is an entry of _shared.roles: {"<role id>": {"description", "bootstrap_actions", "bootstrap_views", "filled_by"}}. Whoever may write _shared.roles defines roles: the room token, agents granted _shared, and anyone through an action that writes it (define_role in standard_library).
@@ -141,7 +159,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 }
 
 var systemHelpKeys = []string{"index", "guide", "vocabulary_bootstrap", "standard_library", "roles", "directed_messages",
-	"contested_actions", "context_shaping", "if_version", "expressions", "vocabulary_review"}
+	"contested_actions", "context_shaping", "if_version", "expressions", "vocabulary_review", "search", "threads", "acknowledgements"}
 
 func (s *Service) helpKeyList(room map[string]*srow) []string {
 	keys := append([]string{}, systemHelpKeys...)
@@ -230,4 +248,13 @@ func gateQuantumHelp(q time.Duration) string {
 		return "none: entry-level enabled expressions that read now are evaluated at every read"
 	}
 	return fmt.Sprintf("%s: an entry-level enabled expression that reads now (and not agents) is evaluated once per reader per %s, so such a gate may show or hide its entry up to that late", q, q)
+}
+
+// searchRooms is what a surface adds to the search help: the search of
+// all one's rooms, where it has one.
+func searchRooms(w errs.Words) string {
+	if all := w.Say(errs.Step{Op: errs.OpSearch, Room: "*", Args: map[string]any{"q": "…"}}); strings.Contains(all, `"room":"*"`) {
+		return "\n- " + all + " searches all your rooms at once."
+	}
+	return ""
 }

@@ -88,7 +88,8 @@ var builtinDescriptions = map[string]string{
 	"_delete_action":   "Delete an action you registered: {id}.",
 	"_register_view":   "Register or replace a view, a public CEL projection: {id, expr, scope? (default: your own), description?, enabled?, render?, timer?}.",
 	"_delete_view":     "Delete a view you registered: {id}.",
-	"_send_message":    "Post to _messages: {body, kind? (default chat), to? (agent id or list: directed)}.",
+	"_send_message":    "Post to _messages: {body, kind? (default chat), to? (agent id or list: directed), reply_to? (seq: joins its thread), subject? (starts a thread), ack? (true: recipients acknowledge with _ack)}.",
+	"_ack":             "Acknowledge a message that asked you (ack: true): {seq}.",
 	"help":             "Read the help: {key?}. Without a key, the list of keys.",
 }
 
@@ -97,8 +98,10 @@ var builtinParams = map[string]map[string]ParamSpec{
 	"_delete_action":   {"id": {Type: "string", Required: true}},
 	"_register_view":   {"id": {Type: "string", Required: true}, "expr": {Type: "string", Required: true}, "scope": {Type: "string"}},
 	"_delete_view":     {"id": {Type: "string", Required: true}},
-	"_send_message":    {"body": {Required: true}, "kind": {Type: "string"}, "to": {Description: "agent id or list of agent ids"}},
-	"help":             {"key": {Type: "string"}},
+	"_send_message": {"body": {Required: true}, "kind": {Type: "string"}, "to": {Description: "agent id or list of agent ids"},
+		"reply_to": {Type: "integer", Description: "seq of the message answered"}, "subject": {Type: "string"}, "ack": {Type: "boolean"}},
+	"_ack": {"seq": {Type: "integer", Required: true}},
+	"help": {"key": {Type: "string"}},
 }
 
 // decodeParams reads an invocation's params object.
@@ -543,6 +546,18 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 			}
 			return err
 		})
+	case "_ack":
+		seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+			out, audit, err := s.ack(m, params)
+			if err == nil {
+				res.Builtin = out
+				if audit == nil {
+					audit = []map[string]any{}
+				}
+				m.audit = map[string]any{"kind": "invoke", "action": id, "builtin": true, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
+			}
+			return err
+		})
 	}
 	if err != nil {
 		s.auditFailure(ctx, p, roomID, id, params, err)
@@ -599,14 +614,46 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, []map
 		msg["to"] = list
 	}
 	for k := range params {
-		if k != "body" && k != "kind" && k != "to" {
-			return nil, nil, errs.New(errs.InvalidParam, "_send_message has no parameter %q", k).With("param", k).WithHint("its parameters are body, kind and to")
+		switch k {
+		case "body", "kind", "to", "reply_to", "subject", "ack":
+		default:
+			return nil, nil, errs.New(errs.InvalidParam, "_send_message has no parameter %q", k).With("param", k).WithHint("its parameters are body, kind, to, reply_to, subject and ack")
+		}
+	}
+	thread, err := s.threadFields(m, params, msg)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ackTo []string
+	if v, ok := params["ack"]; ok && v != nil {
+		b, isBool := v.(bool)
+		if !isBool {
+			return nil, nil, errs.New(errs.InvalidParam, "ack must be true or false").With("param", "ack").WithHint(`"ack": true asks the recipients to acknowledge with _ack`)
+		}
+		if b {
+			to, _ := msg["to"].([]string)
+			if ackTo, err = s.ackRecipients(m, to); err != nil {
+				return nil, nil, err
+			}
+			if len(ackTo) == 0 {
+				return nil, nil, errs.New(errs.InvalidParam, "ack: true asks nobody: the room has no other agent").With("param", "ack").WithHint("send it without ack, or once others have joined")
+			}
+			msg["ack"] = true
 		}
 	}
 	raw, _ := json.Marshal(msg)
 	written, audit, err := s.applyOps(m, []op{{Scope: ScopeMessages, Append: true, Value: raw}}, "builtin:_send_message")
 	if err != nil {
 		return nil, nil, err
+	}
+	sent := *written[0].SortKey
+	if err := s.recordThread(m, thread, sent, msg); err != nil {
+		return nil, nil, err
+	}
+	if ackTo != nil {
+		if err := s.recordAck(m, sent, ackTo); err != nil {
+			return nil, nil, err
+		}
 	}
 	return written[0], audit, nil
 }

@@ -92,6 +92,12 @@ var retainedLogs = []string{ScopeMessages, ScopeAudit}
 // a large transaction, nor the room's lock for long.
 const retainBatch = 2_000
 
+// archiveCols are the columns a log entry keeps in state_archive: named,
+// since state has columns the archive does not (search_tsv: archived
+// entries are not searched).
+const archiveCols = `room_id, scope, key, sort_key, value, version, revision, writer, via, created_at, updated_at,
+	timer_json, timer_expires_at, timer_ticks_left, timer_tick_on, timer_effect, timer_started_at, enabled_expr`
+
 // RetainLogs moves the entries of each room's _messages and _audit logs
 // beyond the newest Limits.KeepLogEntries to state_archive, keeping each
 // room's message count in step. It holds the room's lock for each batch
@@ -128,7 +134,7 @@ func (s *Service) RetainLogs(ctx context.Context) (int64, error) {
 							SELECT room_id, scope, key FROM state WHERE room_id = $1 AND scope = $2 AND sort_key < $3
 							ORDER BY sort_key LIMIT $4)
 						RETURNING *),
-					kept AS (INSERT INTO state_archive SELECT * FROM gone ON CONFLICT DO NOTHING),
+					kept AS (INSERT INTO state_archive (`+archiveCols+`) SELECT `+archiveCols+` FROM gone ON CONFLICT DO NOTHING),
 					fix AS (UPDATE rooms SET message_count = greatest(message_count - (SELECT count(*) FROM gone), 0)
 						WHERE id = $1 AND $2 = '_messages')
 					SELECT count(*) FROM gone`, room, scope, *cutoff, retainBatch).Scan(&n)

@@ -43,25 +43,32 @@ func TestHotQueryPlans(t *testing.T) {
 		name string
 		sql  string
 		args []any
+		// index, when set, is an index the plan must read (an index scan
+		// of the room's whole history is no better than a scan).
+		index string
 	}{
-		{"snapshot", sqlSnapshot, []any{"hot"}},
-		{"scope keys", sqlScopeKeys, []any{"hot", "_messages"}},
-		{"load rows", sqlLoadRows, []any{"hot", []string{"_shared", "_shared"}, []string{"task-1", "task-2"}}},
-		{"scope entries", sqlScopeEntries, []any{"hot", "_shared"}},
-		{"scope log page", sqlScopeLogPage, []any{"hot", "_messages", int64(59000), 100, []string{}}},
-		{"recent messages", sqlMessagesRecent, []any{"hot", 100, int64(60000)}},
-		{"messages after", sqlMessagesAfter, []any{"hot", int64(100), 100, int64(60000)}},
-		{"unread", sqlUnread, []any{"hot", int64(59000), "b", int64(60000), maxUnreadCount}},
-		{"log page", sqlLogPage, []any{"hot", "_audit", 100, int64(60000)}},
-		{"invocation counts", sqlInvocationCounts, []any{"hot"}},
-		{"log window", sqlLogWindow, []any{"hot", windowSize, int64(60000)}},
-		{"usage", sqlUsage, []any{"hot"}},
-		{"audit page", sqlAuditPage, []any{"hot", int64(1000), int64(60000), 500}},
-		{"key chain", sqlKeyChain, []any{"hot", "_shared", "task-1", int64(59998), 100}},
-		{"key last write", sqlKeyLastWrite, []any{"hot", int64(60000), `[{"scope": "_shared", "key": "task-1"}]`}},
-		{"hidden messages", sqlHiddenMessages, []any{"hot", int64(60000)}},
-		{"unseen changes", sqlUnseen, []any{"hot", int64(59000), int64(60000)}},
-		{"public messages", `SELECT ` + sqlPublicMessages + ` FROM rooms r WHERE id = ANY($1)`, []any{[]string{"hot", "r1"}}},
+		{"snapshot", sqlSnapshot, []any{"hot"}, ""},
+		{"scope keys", sqlScopeKeys, []any{"hot", "_messages"}, ""},
+		{"load rows", sqlLoadRows, []any{"hot", []string{"_shared", "_shared"}, []string{"task-1", "task-2"}}, ""},
+		{"scope entries", sqlScopeEntries, []any{"hot", "_shared"}, ""},
+		{"scope log page", sqlScopeLogPage, []any{"hot", "_messages", int64(59000), 100, []string{}}, ""},
+		{"recent messages", sqlMessagesRecent, []any{"hot", 100, int64(60000)}, ""},
+		{"messages after", sqlMessagesAfter, []any{"hot", int64(100), 100, int64(60000)}, ""},
+		{"unread", sqlUnread, []any{"hot", int64(59000), "b", int64(60000), maxUnreadCount}, ""},
+		{"log page", sqlLogPage, []any{"hot", "_audit", 100, int64(60000)}, ""},
+		{"invocation counts", sqlInvocationCounts, []any{"hot"}, ""},
+		{"log window", sqlLogWindow, []any{"hot", windowSize, int64(60000)}, ""},
+		{"usage", sqlUsage, []any{"hot"}, ""},
+		{"audit page", sqlAuditPage, []any{"hot", int64(1000), int64(60000), 500}, ""},
+		{"key chain", sqlKeyChain, []any{"hot", "_shared", "task-1", int64(59998), 100}, ""},
+		{"key last write", sqlKeyLastWrite, []any{"hot", int64(60000), `[{"scope": "_shared", "key": "task-1"}]`}, ""},
+		// Search reads the GIN index (state_search), and one thread its
+		// index (state_thread), never a room's log.
+		{"search", sqlSearch, []any{"hot", "task", int64(60000), "", "", "", int64(0), nil, nil, []string{}, false, 21, 0}, "state_search"},
+		{"thread", sqlThreadMessages, []any{"hot", int64(101), int64(0), 100, int64(60000)}, "state_thread"},
+		{"hidden messages", sqlHiddenMessages, []any{"hot", int64(60000)}, ""},
+		{"unseen changes", sqlUnseen, []any{"hot", int64(59000), int64(60000)}, ""},
+		{"public messages", `SELECT ` + sqlPublicMessages + ` FROM rooms r WHERE id = ANY($1)`, []any{[]string{"hot", "r1"}}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -76,6 +83,9 @@ func TestHotQueryPlans(t *testing.T) {
 			if bad := seqScans(plan[0].Plan); len(bad) > 0 {
 				t.Fatalf("plan scans %v sequentially:\n%s", bad, raw)
 			}
+			if c.index != "" && !usesIndex(plan[0].Plan, c.index) {
+				t.Fatalf("plan does not read index %s:\n%s", c.index, raw)
+			}
 		})
 	}
 }
@@ -83,7 +93,21 @@ func TestHotQueryPlans(t *testing.T) {
 type planNode struct {
 	NodeType string     `json:"Node Type"`
 	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
 	Plans    []planNode `json:"Plans"`
+}
+
+// usesIndex reports whether the plan reads index name.
+func usesIndex(n planNode, name string) bool {
+	if n.Index == name {
+		return true
+	}
+	for _, c := range n.Plans {
+		if usesIndex(c, name) {
+			return true
+		}
+	}
+	return false
 }
 
 func seqScans(n planNode) []string {

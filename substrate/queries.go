@@ -27,6 +27,12 @@ const (
 	sqlMessagesAfter = `SELECT sort_key, value, writer, via, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages'
 		AND sort_key > $2 AND sort_key <= $4` + liveSQL + `
 		ORDER BY sort_key LIMIT $3`
+	// sqlThreadMessages pages one thread's messages (its first message
+	// and those whose thread names it) after a seq, up to the read's seq
+	// (index state_thread).
+	sqlThreadMessages = `SELECT sort_key, value, writer, via, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages'
+		AND (sort_key = $2 OR value->>'thread' = $2::text) AND sort_key > $3 AND sort_key <= $5` + liveSQL + `
+		ORDER BY sort_key LIMIT $4`
 	// sqlUnread counts a reader's unread (and directed) messages, bounded;
 	// its own messages are not unread. The gated ones among them come back
 	// with their gates (NULL arrays when there are none), for the reader's

@@ -117,6 +117,10 @@ type roomCtx struct {
 	gatesHidden int
 	// vis is p's read rule in this read, loaded when first asked.
 	vis *visibility
+	// shown and logShown are what a search asks of the read (search.go):
+	// the state shown to p, and whether p sees a gated log entry.
+	shown    map[string]any
+	logShown func(enabled *string) bool
 }
 
 // gateBudget is what one read has spent on entry-level enabled

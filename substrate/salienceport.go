@@ -102,6 +102,9 @@ type Attention struct {
 	// Finding is the health's strongest finding, in one line, so that a
 	// read whose budget cut the _vocabulary_health view still carries it.
 	Finding string `json:"finding,omitempty"`
+	// OverdueAcks are acknowledgements asked of the reader and not given
+	// within Options.AckOverdue (the core's, with or without salience).
+	OverdueAcks []OverdueAck `json:"overdue_acks,omitempty"`
 }
 
 // Omitted counts what a lean read left out for low salience, and the read

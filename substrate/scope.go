@@ -27,7 +27,7 @@ const (
 	ScopeSelf = "self"
 )
 
-var systemScopes = []string{ScopeAudit, "_agents", "_actions", "_views", "_cooldowns"}
+var systemScopes = []string{ScopeAudit, "_agents", "_actions", "_views", "_cooldowns", ScopeThreads, ScopeAcks}
 
 // isSystemScope reports scopes only the system writes: the reserved ones
 // and features' (RegisterScopes: the loom's _loom, _loom.*), which their

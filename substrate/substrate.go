@@ -1,6 +1,7 @@
 package substrate
 
 import (
+	"cmp"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -136,6 +137,10 @@ type Options struct {
 	// heartbeat or embodiment) before the lobby shows it as idle, with
 	// idle_for_s. Default 5 minutes.
 	IdleAfter time.Duration
+	// AckOverdue is how long a message's request for acknowledgement
+	// waits before it shows in the recipient's _attention as overdue.
+	// Default 10 minutes.
+	AckOverdue time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -169,6 +174,8 @@ type Service struct {
 	marks *readMarks
 	// noSalience is Options.NoSalience.
 	noSalience bool
+	// ackOverdue is Options.AckOverdue.
+	ackOverdue time.Duration
 	// feat holds what features attached (Feature).
 	feat features
 	// viewEvals counts view evaluations (Stats).
@@ -265,6 +272,7 @@ func New(db *store.DB, opt Options) *Service {
 		marks: newReadMarks(),
 
 		noSalience: opt.NoSalience,
+		ackOverdue: cmp.Or(opt.AckOverdue, AckOverdue),
 	}
 }
 

@@ -23,6 +23,19 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	if condition == "" && creq.Thread != 0 {
+		// A wait on a thread: for a message in it after since (default:
+		// now), a condition on its _threads record.
+		after := int64(0)
+		if creq.Since != nil {
+			after = *creq.Since
+		} else if seq, err := s.roomSeq(ctx, roomID); err != nil {
+			return nil, err
+		} else {
+			after = seq
+		}
+		condition = threadCondition(creq.Thread, after)
+	}
 	if condition == "" {
 		return nil, errs.New(errs.InvalidField, "wait needs a condition").WithHint(`give a CEL condition over the room, e.g. state._shared.phase == "done"`)
 	}

@@ -61,6 +61,8 @@ type config struct {
 	// SYNC_LOOM_GENERATOR_MODEL, -loom-generator-model: the "model" sent
 	// to the generator. Default "base".
 	LoomGeneratorModel string
+	// SearchLanguage is the language search stems words in (issue 31).
+	SearchLanguage string
 	// SYNC_LOOM_GENERATOR_KEY: bearer token for the generator. Environment
 	// only, so the secret does not appear in the process list.
 	LoomGeneratorKey string
@@ -132,6 +134,7 @@ func parseConfig(args []string) (*config, error) {
 	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
 	recheck := fs.String("wait-recheck", env("SYNC_WAIT_RECHECK", "5s"), "safety-net re-check period of waits (SYNC_WAIT_RECHECK)")
 	fs.StringVar(&c.LoomGeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "OpenAI-compatible completions endpoint for loom continuations (SYNC_LOOM_GENERATOR_URL); empty queues requests in the room")
+	fs.StringVar(&c.SearchLanguage, "search-language", env("SYNC_SEARCH_LANGUAGE", "english"), "language search stems words in: simple or one PostgreSQL stems, e.g. german (SYNC_SEARCH_LANGUAGE); a change indexes every room again at start-up")
 	fs.StringVar(&c.LoomGeneratorModel, "loom-generator-model", env("SYNC_LOOM_GENERATOR_MODEL", "base"), "model name sent to the loom generator (SYNC_LOOM_GENERATOR_MODEL)")
 	c.LoomGeneratorKey = os.Getenv("SYNC_LOOM_GENERATOR_KEY")
 	roomCost := fs.String("room-cost-per-second", env("SYNC_ROOM_COST_PER_SECOND", "2000000"), "each room's expression budget (cel-go cost) per second; negative turns it off (SYNC_ROOM_COST_PER_SECOND)")

@@ -101,6 +101,9 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		RoomCostPerSecond: cfg.RoomCostPerSecond, GateQuantum: cfg.GateQuantum, ActionCostPerRead: cfg.ActionCostPerRead},
 		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck}})
 	defer svc.Close()
+	if _, err := svc.ConfigureSearch(ctx, cfg.SearchLanguage); err != nil {
+		return fmt.Errorf("search language: %w", err)
+	}
 	loom.Attach(svc, loom.Options{GeneratorURL: cfg.LoomGeneratorURL, GeneratorModel: cfg.LoomGeneratorModel, GeneratorKey: cfg.LoomGeneratorKey})
 	go svc.RunJanitor(ctx, time.Minute)
 	lob := lobby.New(db, svc)

@@ -164,6 +164,7 @@ func (wb *Web) Routes(mux *http.ServeMux) {
 	mux.Handle("POST /web/rooms/{room}/message", wb.csrf.Handler(http.HandlerFunc(wb.message)))
 	mux.Handle("POST /web/rooms/{room}/tokens/rotate", wb.csrf.Handler(http.HandlerFunc(wb.rotateToken)))
 	mux.HandleFunc("GET /web/rooms/{room}/loom", wb.loomPage)
+	wb.searchRoutes(mux)
 	mux.Handle("POST /web/rooms/{room}/loom", wb.csrf.Handler(http.HandlerFunc(wb.loomRun)))
 }
 

@@ -275,6 +275,9 @@ const (
 	// Room on the consent screen (Args["allow_shared"]: or allowing new
 	// shared rooms there).
 	OpReauthorize Op = "reauthorize"
+	// OpSearch searches the room for Args["q"] (filters and offset in
+	// Args).
+	OpSearch Op = "search"
 )
 
 // Words renders steps in one surface's vocabulary.

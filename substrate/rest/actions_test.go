@@ -395,6 +395,7 @@ func TestStandardLibrary(t *testing.T) {
 		{aTok, "define_role", map[string]any{"role_id": "scout", "description": "scouts",
 			"bootstrap_actions": []any{"vote"}, "bootstrap_views": []any{map[string]any{"id": "scout_seen", "expr": "1"}}}, 200},
 		{aTok, "publish_view", map[string]any{"key": "plan"}, 200},
+		{aTok, "decide_thread", map[string]any{"thread": 999999, "decision": "no such thread"}, 409},
 		{aTok, "delete", map[string]any{"key": "phase"}, 200},
 	}
 	for _, s := range steps {
@@ -402,7 +403,13 @@ func TestStandardLibrary(t *testing.T) {
 			t.Fatalf("%s %v: %d, want %d: %s", s.action, s.params, r.status, s.status, r.raw)
 		}
 	}
+	// decide_thread records a thread's outcome (issue 31).
+	thread := path(e.invoke(rm, bTok, "_send_message", map[string]any{"body": "which color?", "subject": "Color"}).must(t, 200).body, "writes").([]any)[0].(map[string]any)["sort_key"]
+	e.invoke(rm, aTok, "decide_thread", map[string]any{"thread": thread, "decision": "blue"}).must(t, 200)
 	sh := e.ctx(rm, bTok, "").body["state"].(map[string]any)["_shared"].(map[string]any)
+	if got := fmt.Sprint(path(sh, "decisions", fmt.Sprint(thread), "decision")); got != "blue" {
+		t.Errorf("decide_thread: %v", sh["decisions"])
+	}
 	checks := map[string]string{
 		"count": "3", "status": "map[a:busy]", "votes": "map[a:yes b:no]", "results": "map[a:done]",
 		"public": "map[a:map[plan:ship it]]",

@@ -89,6 +89,7 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	mux.HandleFunc("DELETE /rooms/{room}/views/{view}", a.authed(a.deleteView))
 	mux.HandleFunc("GET /rooms/{room}/context", a.authed(a.context))
 	mux.HandleFunc("GET /rooms/{room}/wait", a.authed(a.wait))
+	mux.HandleFunc("GET /rooms/{room}/search", a.authed(a.search))
 	mux.HandleFunc("POST /rooms/{room}/eval", a.authed(a.eval))
 	mux.HandleFunc("GET /rooms/{room}/help", a.authed(a.help))
 	mux.HandleFunc("GET /rooms/{room}/trajectory", a.authed(a.trajectory))

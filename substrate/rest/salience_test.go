@@ -417,3 +417,30 @@ func TestSalienceStaleByAge(t *testing.T) {
 		t.Errorf("an action invoked since it was registered is stale")
 	}
 }
+
+// Threads feed the message-pattern signal (issue 31, seed 000): a thread
+// whose subject names a shared key no action writes is a conversation
+// about that key, message after message, though the replies never name
+// it.
+func TestSalienceThreadAboutKey(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("threadkey", nil)
+	a, b := e.join(rm, "a"), e.join(rm, "b")
+	e.do("PUT", "/rooms/threadkey/state", rm.token, map[string]any{"scope": "_shared", "key": "release_date", "value": "tbd"}).must(t, 200)
+	root := e.invoke(rm, a, "_send_message", map[string]any{"body": "When?", "subject": "release_date"}).must(t, 200)
+	seq := path(root.body, "writes").([]any)[0].(map[string]any)["sort_key"]
+	for i := range 4 {
+		who := a
+		if i%2 == 0 {
+			who = b
+		}
+		e.invoke(rm, who, "_send_message", map[string]any{"body": fmt.Sprintf("maybe next week (%d)", i), "reply_to": seq}).must(t, 200)
+	}
+	h, _ := path(e.ctx(rm, rm.token, "only=views").body, "views", "_vocabulary_health").(map[string]any)
+	for _, p := range asList(h["patterns"]) {
+		if pm := p.(map[string]any); pm["pattern"] == "messages_about_key" && pm["key"] == "_shared.release_date" {
+			return
+		}
+	}
+	t.Fatalf("the thread about release_date is not a pattern: %v", h["patterns"])
+}

@@ -27,6 +27,8 @@ func (words) Say(s errs.Step) string {
 		return "GET " + base + "/wait" + query(s.Args)
 	case errs.OpHelp:
 		return "GET " + base + "/help" + query(s.Args)
+	case errs.OpSearch:
+		return "GET " + base + "/search" + query(s.Args)
 	case errs.OpInvoke:
 		action, _ := s.Args["action"].(string)
 		if action == "" {

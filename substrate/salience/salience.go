@@ -601,6 +601,12 @@ func window(ctx context.Context, r *substrate.Read) *logWindow {
 					w.messages++
 					b, _ := json.Marshal(v["body"])
 					e.body = string(b)
+					// A thread is about what its subject names: every
+					// message in it (replies carry the subject) counts as
+					// a message about that key, whatever its body says.
+					if subj, ok := v["subject"].(string); ok && subj != "" {
+						e.body += " " + subj
+					}
 				}
 			}
 			w.entries = append(w.entries, e)

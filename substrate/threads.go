@@ -1,0 +1,518 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// Threads and acknowledgements (issue 31 items 2 and 3), on the
+// substrate's own terms: a message stays one append-only entry of
+// _messages, with fields; what a thread or an acknowledgement adds up to
+// is kept in two system scopes every reader (and every CEL expression)
+// sees, written by the builtins alone, in the mutation that sends the
+// message:
+//
+//   - _threads/<thread>: {subject, participants, count, latest,
+//     latest_from, latest_body}. A thread is named by its first message's
+//     seq; a reply (reply_to: seq) joins the thread of the message it
+//     answers and carries its subject. A wait on a thread is a condition
+//     on its latest seq.
+//   - _acks/<seq>: {from, to, at, acked: {agent: {at}}} for a message
+//     sent with ack: true; _ack {"seq": N} adds the caller to acked. Who
+//     has read it comes from the read positions (Agent.LastSeenSeq), as
+//     unread does; "all have acknowledged" is size(acked) == size(to).
+//
+// Both expire a while after their last change (threadTTL), so a room's
+// long history cannot fill the scopes' key limit; the messages stay.
+const (
+	ScopeThreads = "_threads"
+	ScopeAcks    = "_acks"
+	// threadTTL is how long a thread or an ack record outlives its last
+	// change.
+	threadTTL = 30 * 24 * time.Hour
+	// maxSubject bounds a subject (runes).
+	maxSubject = 200
+	// AckOverdue is when, by default, a requested acknowledgement becomes
+	// overdue in the recipient's _attention (Options.AckOverdue).
+	AckOverdue = 10 * time.Minute
+)
+
+// ThreadRecord is a thread's _threads entry.
+type ThreadRecord struct {
+	Subject      string   `json:"subject"`
+	Participants []string `json:"participants"`
+	Count        int64    `json:"count"`
+	Latest       int64    `json:"latest"`
+	LatestFrom   string   `json:"latest_from"`
+	LatestBody   string   `json:"latest_body"`
+}
+
+// AckRecord is an _acks entry.
+type AckRecord struct {
+	From  string              `json:"from"`
+	To    []string            `json:"to"`
+	At    time.Time           `json:"at"`
+	Acked map[string]AckStamp `json:"acked"`
+}
+
+// AckStamp is one acknowledgement.
+type AckStamp struct {
+	At time.Time `json:"at"`
+}
+
+// threadOf reads the message a reply answers, as its sender may read it:
+// its thread, its subject (or the start of its body), and its sender. A
+// message that does not exist, is not a message, or is gated is "no
+// message you can reply to", alike.
+func (s *Service) threadOf(m *mutation, replyTo int64) (thread int64, subject string, err error) {
+	var raw json.RawMessage
+	var enabled *string
+	err = m.tx.QueryRow(m.ctx, `SELECT value, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key = $2`+liveSQL,
+		m.room, replyTo).Scan(&raw, &enabled)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && enabled != nil) {
+		return 0, "", errs.New(errs.InvalidParam, "reply_to %d is not a message you can reply to", replyTo).With("param", "reply_to").
+			WithHint("reply_to is the seq of a message in the room (each message in the context's messages.recent has one); nothing was sent")
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	var v struct {
+		Thread  int64  `json:"thread"`
+		Subject string `json:"subject"`
+		Body    any    `json:"body"`
+	}
+	_ = json.Unmarshal(raw, &v)
+	// A thread starts at or before the message answered; a "thread" an
+	// action wrote into a message's value that says otherwise is not one.
+	thread = v.Thread
+	if thread <= 0 || thread > replyTo {
+		thread = replyTo
+	}
+	subject = v.Subject
+	if subject == "" {
+		subject = clipRunes(bodyText(v.Body), 80)
+	}
+	return thread, subject, nil
+}
+
+// bodyText is a message body as text.
+func bodyText(b any) string {
+	if s, ok := b.(string); ok {
+		return s
+	}
+	raw, _ := json.Marshal(b)
+	return string(raw)
+}
+
+func clipRunes(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}
+
+// intParam reads an integer parameter (a JSON number).
+func intParam(params map[string]any, name string) (int64, bool, error) {
+	v, ok := params[name]
+	if !ok || v == nil {
+		return 0, false, nil
+	}
+	bad := errs.New(errs.InvalidParam, "%s must be a message seq (a positive integer)", name).With("param", name).
+		WithHint(`e.g. "%s": 42, the seq of a message in the context's messages.recent`, name)
+	var n int64
+	switch x := v.(type) {
+	case json.Number:
+		i, err := x.Int64()
+		if err != nil {
+			return 0, true, bad
+		}
+		n = i
+	case float64:
+		if x != float64(int64(x)) {
+			return 0, true, bad
+		}
+		n = int64(x)
+	case string:
+		i, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, true, bad
+		}
+		n = i
+	default:
+		return 0, true, bad
+	}
+	if n <= 0 {
+		return 0, true, bad
+	}
+	return n, true, nil
+}
+
+// threadFields adds reply_to, thread and subject to a message being
+// sent, from params; thread is 0 for a message in no thread.
+func (s *Service) threadFields(m *mutation, params map[string]any, msg map[string]any) (thread int64, err error) {
+	subject := ""
+	if v, ok := params["subject"]; ok && v != nil {
+		str, ok := v.(string)
+		if !ok || strings.TrimSpace(str) == "" || utf8.RuneCountInString(str) > maxSubject || strings.ContainsAny(str, "\x00\r\n") {
+			return 0, errs.New(errs.InvalidParam, "subject must be one line of 1–%d characters", maxSubject).With("param", "subject").
+				WithHint(`e.g. "subject": "Release date"`)
+		}
+		subject = strings.TrimSpace(str)
+	}
+	replyTo, ok, err := intParam(params, "reply_to")
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		t, inherited, err := s.threadOf(m, replyTo)
+		if err != nil {
+			return 0, err
+		}
+		thread = t
+		if subject == "" {
+			subject = inherited
+		}
+		msg["reply_to"], msg["thread"] = replyTo, thread
+	}
+	if subject != "" {
+		msg["subject"] = subject
+	}
+	return thread, nil
+}
+
+// recordThread updates the thread's _threads entry for a message just
+// appended at seq (thread 0: a new thread starts there when the message
+// has a subject).
+func (s *Service) recordThread(m *mutation, thread, seq int64, msg map[string]any) error {
+	subject, _ := msg["subject"].(string)
+	if thread == 0 {
+		if subject == "" {
+			return nil
+		}
+		thread = seq
+	}
+	key := strconv.FormatInt(thread, 10)
+	rec := ThreadRecord{Subject: subject}
+	var raw json.RawMessage
+	err := m.tx.QueryRow(m.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = '_threads' AND key = $2 AND sort_key IS NULL`+liveSQL, m.room, key).Scan(&raw)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if err == nil {
+		_ = json.Unmarshal(raw, &rec)
+	}
+	if rec.Subject == "" {
+		rec.Subject = subject
+	}
+	if !slices.Contains(rec.Participants, m.actor) {
+		rec.Participants = append(rec.Participants, m.actor)
+	}
+	rec.Count++
+	rec.Latest, rec.LatestFrom, rec.LatestBody = seq, m.actor, clipRunes(bodyText(msg["body"]), 120)
+	val, _ := json.Marshal(rec)
+	_, _, err = s.applyOps(m, []op{{Scope: ScopeThreads, Key: key, Value: val, Timer: &Timer{MS: threadTTL.Milliseconds(), Effect: "delete"}}}, "builtin:_send_message")
+	return err
+}
+
+// ackRecipients are who a message asking for acknowledgement asks: its
+// recipients when directed, else every other agent of the room.
+func (s *Service) ackRecipients(m *mutation, to []string) ([]string, error) {
+	if len(to) > 0 {
+		return slices.DeleteFunc(slices.Clone(to), func(a string) bool { return a == m.actor }), nil
+	}
+	agents, err := m.presence()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range agents {
+		if a.ID != m.actor {
+			out = append(out, a.ID)
+		}
+	}
+	return out, nil
+}
+
+// recordAck writes the _acks entry of a message sent with ack: true.
+func (s *Service) recordAck(m *mutation, seq int64, to []string) error {
+	val, _ := json.Marshal(AckRecord{From: m.actor, To: to, At: m.now.UTC(), Acked: map[string]AckStamp{}})
+	_, _, err := s.applyOps(m, []op{{Scope: ScopeAcks, Key: strconv.FormatInt(seq, 10), Value: val,
+		Timer: &Timer{MS: threadTTL.Milliseconds(), Effect: "delete"}}}, "builtin:_send_message")
+	return err
+}
+
+// ack is the builtin _ack {"seq": N}: the caller acknowledges message N,
+// which asked it to. Acknowledging again changes nothing.
+func (s *Service) ack(m *mutation, params map[string]any) (map[string]any, []map[string]any, error) {
+	for k := range params {
+		if k != "seq" {
+			return nil, nil, errs.New(errs.InvalidParam, "_ack has no parameter %q", k).With("param", k).WithHint(`_ack takes {"seq": N}, the seq of the message that asked you`)
+		}
+	}
+	seq, ok, err := intParam(params, "seq")
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok {
+		return nil, nil, errs.New(errs.InvalidParam, "_ack needs seq, the message to acknowledge").With("param", "seq").WithHint(`invoke _ack with {"seq": N}`)
+	}
+	key := strconv.FormatInt(seq, 10)
+	var raw json.RawMessage
+	err = m.tx.QueryRow(m.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = '_acks' AND key = $2 AND sort_key IS NULL`+liveSQL, m.room, key).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, errs.New(errs.InvalidParam, "message %d asks nobody for acknowledgement", seq).With("param", "seq").
+			WithHint("acknowledge messages sent with ack: true (they carry \"ack\": true); nothing was written")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var rec AckRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return nil, nil, err
+	}
+	if !slices.Contains(rec.To, m.actor) {
+		return nil, nil, errs.New(errs.Forbidden, "message %d asks %s for acknowledgement, not %s", seq, strings.Join(rec.To, ", "), m.actor).
+			With("param", "seq").WithHint("only the agents a message asks acknowledge it")
+	}
+	if st, done := rec.Acked[m.actor]; done {
+		return map[string]any{"acked": seq, "already": true, "at": st.At}, nil, nil
+	}
+	patch, _ := json.Marshal(map[string]any{"acked": map[string]any{m.actor: AckStamp{At: m.now.UTC()}}})
+	_, audit, err := s.applyOps(m, []op{{Scope: ScopeAcks, Key: key, Merge: patch, Deep: true,
+		Timer: &Timer{MS: threadTTL.Milliseconds(), Effect: "delete"}}}, "builtin:_ack")
+	if err != nil {
+		return nil, nil, err
+	}
+	pending := 0
+	for _, a := range rec.To {
+		if _, ok := rec.Acked[a]; !ok && a != m.actor {
+			pending++
+		}
+	}
+	return map[string]any{"acked": seq, "pending": pending}, audit, nil
+}
+
+// Receipts is who has read and who has acknowledged a message that asked
+// for acknowledgement.
+type Receipts struct {
+	To      []string `json:"to"`
+	ReadBy  []string `json:"read_by"`
+	AckedBy []string `json:"acked_by"`
+	Pending []string `json:"pending"`
+}
+
+// receiptsOf reads a message's receipts from the read's snapshot and
+// presence (nil: the message asked for none).
+func (rc *roomCtx) receiptsOf(seq int64) *Receipts {
+	r, ok := rc.snap.scopes[ScopeAcks][strconv.FormatInt(seq, 10)]
+	if !ok || !r.timer.live(rc.now) {
+		return nil
+	}
+	var rec AckRecord
+	if json.Unmarshal(r.Value, &rec) != nil {
+		return nil
+	}
+	seen := map[string]int64{}
+	for _, a := range rc.agents {
+		seen[a.ID] = a.LastSeenSeq
+	}
+	out := &Receipts{To: rec.To, ReadBy: []string{}, AckedBy: []string{}, Pending: []string{}}
+	for _, a := range rec.To {
+		_, acked := rec.Acked[a]
+		if seen[a] >= seq || acked {
+			out.ReadBy = append(out.ReadBy, a)
+		}
+		if acked {
+			out.AckedBy = append(out.AckedBy, a)
+		} else {
+			out.Pending = append(out.Pending, a)
+		}
+	}
+	return out
+}
+
+// OverdueAck is an acknowledgement asked of the reader and not given
+// within AckOverdue.
+type OverdueAck struct {
+	Seq  int64  `json:"seq"`
+	From string `json:"from"`
+	// AgoS is how long ago it was asked, in seconds.
+	AgoS int64  `json:"ago_s"`
+	Ack  string `json:"_ack"`
+}
+
+// overdueAcks are the acknowledgements asked of the reader that are
+// overdue, oldest first (at most 10).
+func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck {
+	if rc.self == "" {
+		return nil
+	}
+	var out []OverdueAck
+	for key, r := range rc.snap.scopes[ScopeAcks] {
+		if !r.timer.live(rc.now) {
+			continue
+		}
+		var rec AckRecord
+		if json.Unmarshal(r.Value, &rec) != nil || !slices.Contains(rec.To, rc.self) {
+			continue
+		}
+		if _, done := rec.Acked[rc.self]; done || rc.now.Sub(rec.At) < after {
+			continue
+		}
+		seq, _ := strconv.ParseInt(key, 10, 64)
+		out = append(out, OverdueAck{Seq: seq, From: rec.From, AgoS: int64(rc.now.Sub(rec.At).Seconds()),
+			Ack: rc.p.say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	if len(out) > 10 {
+		out = out[:10]
+	}
+	return out
+}
+
+// ThreadSummary is a thread as the context shows it.
+type ThreadSummary struct {
+	Thread       int64    `json:"thread"`
+	Subject      string   `json:"subject"`
+	Participants []string `json:"participants"`
+	Count        int64    `json:"count"`
+	Latest       int64    `json:"latest"`
+	LatestFrom   string   `json:"latest_from"`
+	LatestBody   string   `json:"latest_body"`
+	// Unread counts the thread's messages after the reader's last read
+	// (among those this read saw).
+	Unread int `json:"unread"`
+	// Read is the call that reads the thread whole.
+	Read string `json:"read"`
+}
+
+// maxThreadsShown bounds the context's thread list.
+const maxThreadsShown = 8
+
+// threadsSection lists the room's most recently active threads, unread
+// ones first, from the read's snapshot; unread counts come from the
+// messages the read returned (recent), after the reader's last read.
+func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBefore int64) []ThreadSummary {
+	recs := rc.snap.scopes[ScopeThreads]
+	if len(recs) == 0 {
+		return nil
+	}
+	unread := map[int64]int{}
+	for _, m := range recent {
+		if rc.self == "" {
+			break // only an agent has read marks
+		}
+		seq, _ := m["seq"].(int64)
+		from, _ := m["from"].(string)
+		if seq <= seenBefore || from == rc.self {
+			continue
+		}
+		if t := threadOfMsg(m, seq); t != 0 {
+			unread[t]++
+		}
+	}
+	var out []ThreadSummary
+	for key, r := range recs {
+		if !r.timer.live(rc.now) {
+			continue
+		}
+		var rec ThreadRecord
+		if json.Unmarshal(r.Value, &rec) != nil {
+			continue
+		}
+		t, _ := strconv.ParseInt(key, 10, 64)
+		out = append(out, ThreadSummary{Thread: t, Subject: clipRunes(rec.Subject, 80), Participants: rec.Participants, Count: rec.Count,
+			Latest: rec.Latest, LatestFrom: rec.LatestFrom, LatestBody: rec.LatestBody, Unread: unread[t]})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if (out[i].Unread > 0) != (out[j].Unread > 0) {
+			return out[i].Unread > 0
+		}
+		return out[i].Latest > out[j].Latest
+	})
+	if len(out) > maxThreadsShown {
+		out = out[:maxThreadsShown]
+	}
+	for i := range out {
+		out[i].Read = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": out[i].Thread}})
+	}
+	return out
+}
+
+// threadOfMsg is the thread a shown message belongs to (0: none).
+func threadOfMsg(m map[string]any, seq int64) int64 {
+	switch t := m["thread"].(type) {
+	case float64:
+		return int64(t)
+	case json.Number:
+		n, _ := t.Int64()
+		return n
+	case int64:
+		return t
+	}
+	if _, ok := m["subject"]; ok {
+		return seq
+	}
+	return 0
+}
+
+// threadCondition is the condition of a wait on a thread: a message in
+// it after seq.
+func threadCondition(thread, after int64) string {
+	return fmt.Sprintf(`"_threads" in state && "%d" in state._threads && state._threads["%d"].latest > %d`, thread, thread, after)
+}
+
+// roomSeq reads a room's seq.
+func (s *Service) roomSeq(ctx context.Context, roomID string) (int64, error) {
+	var seq int64
+	err := s.db.QueryRow(ctx, `SELECT seq FROM rooms WHERE id = $1`, roomID).Scan(&seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+	}
+	return seq, err
+}
+
+// seenBefore is the newest message the reader had been shown before this
+// read (its unread messages come after it).
+func (rc *roomCtx) seenBefore() int64 {
+	for _, a := range rc.agents {
+		if a.ID == rc.self {
+			return a.LastSeenSeq
+		}
+	}
+	return 0
+}
+
+// MessageThread is the thread a message of the context's messages.recent
+// belongs to (0: none): its thread, or its own seq when it starts one.
+func MessageThread(m map[string]any) int64 {
+	seq, _ := m["seq"].(int64)
+	return threadOfMsg(m, seq)
+}
+
+// shrinkThreads leaves the thread list out of a context whose budget is
+// too small for its frame, and says how to read it (the messages read
+// lists the threads again).
+func (f *fitter) shrinkThreads() {
+	m := f.env.Messages
+	if m == nil || len(m.Threads) == 0 {
+		return
+	}
+	raw, _ := json.Marshal(m.Threads)
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: "messages.threads", Total: len(m.Threads), Bytes: len(raw),
+		Expand: f.expand(map[string]any{"only": "messages", "messages_limit": 20}, len(raw))})
+	m.Threads = nil
+}

@@ -1,0 +1,277 @@
+package substrate_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+type threadRoom struct {
+	t   *testing.T
+	svc *substrate.Service
+	ag  map[string]*substrate.Principal
+}
+
+func newThreadRoom(t *testing.T, opt substrate.Options, agents ...string) *threadRoom {
+	t.Helper()
+	svc := substrate.New(pgtest.New(t), opt)
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "thr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	tr := &threadRoom{t: t, svc: svc, ag: map[string]*substrate.Principal{"room": admin}}
+	for _, id := range agents {
+		j, err := svc.Join(ctx, admin, "thr", substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.ag[id], _ = svc.Authenticate(ctx, j.Token)
+	}
+	return tr
+}
+
+// send sends a message as who and returns its seq.
+func (tr *threadRoom) send(who string, params string) int64 {
+	tr.t.Helper()
+	res, err := tr.svc.Invoke(context.Background(), tr.ag[who], "thr", "_send_message", json.RawMessage(params))
+	if err != nil {
+		tr.t.Fatalf("send %s: %v", params, err)
+	}
+	return *res.Writes[0].SortKey
+}
+
+func (tr *threadRoom) read(who string, q substrate.ContextRequest) *substrate.Envelope {
+	tr.t.Helper()
+	if q.MessagesLimit == 0 {
+		q.MessagesLimit = 100
+	}
+	if q.Depth == "" {
+		q.Depth = "lean"
+	}
+	env, err := tr.svc.Context(context.Background(), tr.ag[who], "thr", q)
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	return env
+}
+
+// Threads (issue 31 item 2): a reply joins the thread of the message it
+// answers and carries its subject; the context lists threads compactly
+// with unread counts; a read asks for one thread whole; a wait waits on
+// a thread; a reply to what is not a readable message is refused.
+func TestThreads(t *testing.T) {
+	tr := newThreadRoom(t, substrate.Options{}, "al", "bo", "cy")
+	ctx := context.Background()
+	root := tr.send("al", `{"body": "When do we ship?", "subject": "Release date"}`)
+	r1 := tr.send("bo", fmt.Sprintf(`{"body": "Friday", "reply_to": %d}`, root))
+	tr.send("cy", `{"body": "unrelated chatter"}`)
+	r2 := tr.send("cy", fmt.Sprintf(`{"body": "Friday works", "reply_to": %d}`, r1)) // a reply to a reply stays in the thread
+	plain := tr.send("bo", `{"body": "lunch?"}`)
+	tr.send("al", fmt.Sprintf(`{"body": "sure", "reply_to": %d}`, plain)) // a reply to an unthreaded message starts a thread there
+
+	env := tr.read("al", substrate.ContextRequest{})
+	var rel *substrate.ThreadSummary
+	for i, th := range env.Messages.Threads {
+		if th.Thread == root {
+			rel = &env.Messages.Threads[i]
+		}
+	}
+	if rel == nil {
+		t.Fatalf("the release thread is not listed: %+v", env.Messages.Threads)
+	}
+	if rel.Subject != "Release date" || rel.Count != 3 || rel.Latest != r2 || rel.LatestFrom != "cy" || strings.Join(rel.Participants, ",") != "al,bo,cy" {
+		t.Errorf("thread summary: %+v", rel)
+	}
+	if rel.Unread != 2 || !strings.Contains(rel.Read, `"thread":`) {
+		t.Errorf("al has two unread replies in the thread, and the summary names the read: %+v", rel)
+	}
+	if len(env.Messages.Threads) != 2 {
+		t.Errorf("two threads (release, lunch): %+v", env.Messages.Threads)
+	}
+	for _, m := range env.Messages.Recent {
+		if m["seq"] == r2 && (m["subject"] != "Release date" || fmt.Sprint(m["thread"]) != fmt.Sprint(root)) {
+			t.Errorf("a reply carries its thread and subject: %v", m)
+		}
+	}
+	// After reading, nothing in the thread is unread.
+	env = tr.read("al", substrate.ContextRequest{})
+	for _, th := range env.Messages.Threads {
+		if th.Unread != 0 {
+			t.Errorf("unread after a read: %+v", th)
+		}
+	}
+	// One thread whole, oldest first, nothing else.
+	env = tr.read("bo", substrate.ContextRequest{Thread: root})
+	var seqs []int64
+	for _, m := range env.Messages.Recent {
+		seqs = append(seqs, m["seq"].(int64))
+	}
+	if fmt.Sprint(seqs) != fmt.Sprint([]int64{root, r1, r2}) || env.Messages.Thread == nil {
+		t.Errorf("thread read: %v", seqs)
+	}
+	// A wait on the thread wakes on a message in it, not on others.
+	done := make(chan *substrate.WaitResult, 1)
+	go func() {
+		res, err := tr.svc.Wait(ctx, tr.ag["bo"], "thr", "", 10*time.Second, substrate.ContextRequest{Thread: root, Depth: "lean", MessagesLimit: 20})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	time.Sleep(300 * time.Millisecond)
+	tr.send("cy", `{"body": "more chatter"}`)
+	select {
+	case res := <-done:
+		t.Fatalf("the wait woke on a message outside the thread: %+v", res)
+	case <-time.After(500 * time.Millisecond):
+	}
+	tr.send("al", fmt.Sprintf(`{"body": "Friday it is", "reply_to": %d}`, root))
+	select {
+	case res := <-done:
+		if res == nil || !res.Triggered {
+			t.Fatalf("wait: %+v", res)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait did not wake on a reply in the thread")
+	}
+	// Bad input: refused, nothing sent.
+	for _, bad := range []string{`{"body": "x", "reply_to": 999999}`, `{"body": "x", "reply_to": -1}`, `{"body": "x", "reply_to": "abc"}`,
+		`{"body": "x", "subject": ""}`, `{"body": "x", "subject": "two\nlines"}`, `{"body": "x", "ack": "yes"}`} {
+		_, err := tr.svc.Invoke(ctx, tr.ag["al"], "thr", "_send_message", json.RawMessage(bad))
+		if !errs.Is(err, errs.InvalidParam) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}
+
+// Acknowledgements (issue 31 item 3): ack: true asks the recipients;
+// _ack records one; receipts say who read and who acknowledged; a wait
+// until all have holds once they have; an acknowledgement not given in
+// time is in the recipient's _attention.
+func TestAcks(t *testing.T) {
+	const overdue = 2 * time.Second
+	tr := newThreadRoom(t, substrate.Options{AckOverdue: overdue}, "al", "bo", "cy")
+	ctx := context.Background()
+	seq := tr.send("al", `{"body": "Deploy freeze from 5pm, please confirm", "to": ["bo", "cy"], "ack": true}`)
+	receipts := func(who string) *substrate.Receipts {
+		t.Helper()
+		env := tr.read(who, substrate.ContextRequest{Peek: true})
+		for _, m := range env.Messages.Recent {
+			if m["seq"] == seq {
+				r, _ := m["receipts"].(*substrate.Receipts)
+				return r
+			}
+		}
+		t.Fatalf("message %d not shown", seq)
+		return nil
+	}
+	r := receipts("al")
+	if r == nil || strings.Join(r.Pending, ",") != "bo,cy" || len(r.ReadBy) != 0 {
+		t.Fatalf("receipts before anyone read: %+v", r)
+	}
+	tr.read("bo", substrate.ContextRequest{}) // bo reads it
+	if r := receipts("al"); strings.Join(r.ReadBy, ",") != "bo" || len(r.AckedBy) != 0 {
+		t.Errorf("after bo's read: %+v", r)
+	}
+	// cy is not asked to acknowledge al's own message; al cannot ack it.
+	if _, err := tr.svc.Invoke(ctx, tr.ag["al"], "thr", "_ack", json.RawMessage(fmt.Sprintf(`{"seq": %d}`, seq))); !errs.Is(err, errs.Forbidden) {
+		t.Errorf("the sender acknowledging: %v", err)
+	}
+	for _, bad := range []string{`{}`, `{"seq": "x"}`, `{"seq": 1, "extra": 1}`, `{"seq": 999999}`} {
+		if _, err := tr.svc.Invoke(ctx, tr.ag["bo"], "thr", "_ack", json.RawMessage(bad)); !errs.Is(err, errs.InvalidParam) {
+			t.Errorf("_ack %s: %v", bad, err)
+		}
+	}
+	all := fmt.Sprintf(`size(state._acks["%d"].acked) == size(state._acks["%d"].to)`, seq, seq)
+	done := make(chan *substrate.WaitResult, 1)
+	go func() {
+		res, err := tr.svc.Wait(ctx, tr.ag["al"], "thr", all, 10*time.Second, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20, NoContext: true})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	if _, err := tr.svc.Invoke(ctx, tr.ag["bo"], "thr", "_ack", json.RawMessage(fmt.Sprintf(`{"seq": %d}`, seq))); err != nil {
+		t.Fatal(err)
+	}
+	again, err := tr.svc.Invoke(ctx, tr.ag["bo"], "thr", "_ack", json.RawMessage(fmt.Sprintf(`{"seq": %d}`, seq)))
+	if err != nil || !strings.Contains(fmt.Sprint(again.Builtin), "already") {
+		t.Errorf("acknowledging twice: %v %v", again, err)
+	}
+	select {
+	case res := <-done:
+		t.Fatalf("the wait held with cy pending: %+v", res)
+	case <-time.After(400 * time.Millisecond):
+	}
+	if r := receipts("al"); strings.Join(r.AckedBy, ",") != "bo" || strings.Join(r.Pending, ",") != "cy" {
+		t.Errorf("after bo's ack: %+v", r)
+	}
+	// cy's acknowledgement is overdue once AckOverdue has passed: shown
+	// in cy's _attention with the call that gives it.
+	if at := tr.read("cy", substrate.ContextRequest{Peek: true}).Context.Attention; at != nil && len(at.OverdueAcks) > 0 {
+		t.Errorf("overdue too soon: %+v", at.OverdueAcks)
+	}
+	time.Sleep(overdue)
+	at := tr.read("cy", substrate.ContextRequest{Peek: true}).Context.Attention
+	if at == nil || len(at.OverdueAcks) != 1 || at.OverdueAcks[0].Seq != seq || !strings.Contains(at.OverdueAcks[0].Ack, "_ack") {
+		t.Fatalf("cy's overdue acknowledgement: %+v", at)
+	}
+	if at := tr.read("bo", substrate.ContextRequest{Peek: true}).Context.Attention; at != nil && len(at.OverdueAcks) > 0 {
+		t.Errorf("bo acknowledged, nothing overdue: %+v", at.OverdueAcks)
+	}
+	if _, err := tr.svc.Invoke(ctx, tr.ag["cy"], "thr", "_ack", json.RawMessage(fmt.Sprintf(`{"seq": %d}`, seq))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if !res.Triggered {
+			t.Errorf("wait: %+v", res)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait until all acknowledged did not wake")
+	}
+	// An undirected message asks every other agent.
+	open := tr.send("bo", `{"body": "all hands", "ack": true}`)
+	env := tr.read("bo", substrate.ContextRequest{Thread: 0})
+	for _, m := range env.Messages.Recent {
+		if m["seq"] == open {
+			if r, _ := m["receipts"].(*substrate.Receipts); r == nil || strings.Join(r.To, ",") != "al,cy" {
+				t.Errorf("undirected ack asks the others: %+v", m["receipts"])
+			}
+		}
+	}
+}
+
+// The thread list stays within the context's budget: in a budget too
+// small for the frame it is left out, and the cut names the read that
+// lists it.
+func TestThreadsWithinBudget(t *testing.T) {
+	tr := newThreadRoom(t, substrate.Options{}, "al", "bo")
+	for i := range 8 {
+		tr.send("bo", fmt.Sprintf(`{"body": "%s", "subject": "Subject number %d of a long list of subjects"}`, strings.Repeat("word ", 20), i))
+	}
+	env := tr.read("al", substrate.ContextRequest{MaxBytes: 1000, Peek: true})
+	raw, _ := json.Marshal(env)
+	if len(raw) > 1000 {
+		t.Errorf("the context is %d bytes, over its budget of 1000: %s", len(raw), raw)
+	}
+	cut := false
+	if env.Context.Budget != nil {
+		for _, c := range env.Context.Budget.Cuts {
+			cut = cut || c.Section == "messages.threads"
+		}
+	}
+	if !cut || len(env.Messages.Threads) > 0 {
+		t.Errorf("threads not cut to fit: %d shown, cut %v", len(env.Messages.Threads), cut)
+	}
+}
