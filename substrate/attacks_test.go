@@ -230,6 +230,11 @@ func TestAttackViewGateIsPerReader(t *testing.T) {
 		if _, err := svc.RegisterView(ctx, alice, room, substrate.ViewDef{ID: "secret", Scope: "alice", Expr: `state.self.code`, Enabled: `self != "bob"`}); err != nil {
 			t.Fatal(err)
 		}
+		// Alice's own view of it: its value is alice's, and shown to bob
+		// only without what the gate hides from him, whoever read first.
+		if _, err := svc.RegisterView(ctx, alice, room, substrate.ViewDef{ID: "mirror", Scope: "alice", Expr: `views.secret`}); err != nil {
+			t.Fatal(err)
+		}
 		// Bob's deputies: a view of his and a communal action of his
 		// that copy views.secret; alice's action that answers with it.
 		if _, err := svc.RegisterView(ctx, bob, room, substrate.ViewDef{ID: "copy", Scope: "bob", Expr: `"secret" in views ? views.secret : "none"`}); err != nil {
@@ -264,7 +269,7 @@ func TestAttackViewGateIsPerReader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seen("context", env.Views["secret"])
+			seen("context", env.Views)
 			if _, ok := env.Views["secret"]; ok != shows {
 				t.Errorf("%s: context lists view secret: %v, want %v", who, ok, shows)
 			}
@@ -312,6 +317,16 @@ func TestAttackViewGateIsPerReader(t *testing.T) {
 				t.Fatal(err)
 			}
 			seen("alice's action peek invoked by "+who, res.Result)
+		}
+		// Reads of one state share view values: alice's must not be bob's.
+		for _, who := range readers {
+			env, err := svc.Context(ctx, as[who], room, substrate.ContextRequest{Only: []string{"views"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if raw, _ := json.Marshal(env.Views); strings.Contains(string(raw), "s3cret") != (who == "alice") {
+				t.Errorf("HOLE: %s reading the views of an unchanged room (aliceFirst %v; a value shared across readers): %s", who, aliceFirst, raw)
+			}
 		}
 		// Alice invoking bob's communal action must not copy the view she
 		// sees into state bob reads.
