@@ -3,7 +3,9 @@ package substrate_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -344,5 +346,65 @@ func TestAttackViewGateIsPerReader(t *testing.T) {
 		if raw, _ := json.Marshal(env.Views); strings.Contains(string(raw), "s3cret") {
 			t.Errorf("bob's view copy, read by alice, read a view hidden from its registrar bob: %s", raw)
 		}
+	}
+}
+
+// Many readers at once on one unchanged room (a pool of 2 connections):
+// the view values they share never carry a gated view to bob, and alice
+// always sees it.
+func TestAttackViewGatePerReaderConcurrently(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "atk-gate-many"
+	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, rm.Token)
+	as := map[string]*substrate.Principal{}
+	for _, id := range []string{"alice", "bob"} {
+		j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		as[id], _ = svc.Authenticate(ctx, j.Token)
+	}
+	if _, err := svc.WriteState(ctx, as["alice"], room, []substrate.Write{{Scope: "alice", Key: "code", Value: json.RawMessage(`"s3cret"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "secret", Scope: "alice", Expr: `state.self.code`, Enabled: `self != "bob"`},
+		{ID: "mirror", Scope: "alice", Expr: `views.secret`},
+	} {
+		if _, err := svc.RegisterView(ctx, as["alice"], room, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errc := make(chan string, 64)
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for n := 0; n < 8; n++ {
+				who := []string{"alice", "bob"}[(i+n)%2]
+				list, err := svc.ListViews(ctx, as[who], room)
+				if err != nil {
+					errc <- err.Error()
+					return
+				}
+				raw, _ := json.Marshal(list)
+				if strings.Contains(string(raw), "s3cret") != (who == "alice") {
+					errc <- fmt.Sprintf("HOLE: %s's views: %s", who, raw)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errc)
+	for e := range errc {
+		t.Error(e)
 	}
 }
