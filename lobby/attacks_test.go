@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/loom"
@@ -573,5 +574,56 @@ func TestAttackSummaryCountsOnlyReadableScopes(t *testing.T) {
 	}
 	if got := loomKeys("bob"); len(got) != 0 {
 		t.Fatalf("HOLE: bob observing, denied the loom, is shown the key counts of %v", got)
+	}
+}
+
+// The lobby shows a room's summary view to everyone who may list the room
+// and evaluates no reader's gates: a summary that reads a view whose
+// enabled gate hides it from some reader would show that view's value to
+// them, so such a summary is not shown (the scalars stand for it), while
+// one reading only ungated views is.
+func TestAttackSummaryViewCarriesNoGatedView(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "gated-sum"
+	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, rm.Token)
+	j, err := svc.Join(ctx, admin, room, substrate.JoinRequest{ID: "alice", Name: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := svc.Authenticate(ctx, j.Token)
+	if _, err := svc.WriteState(ctx, alice, room, []substrate.Write{{Scope: "alice", Key: "code", Value: json.RawMessage(`"s3cret"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "secret", Scope: "alice", Expr: `state.self.code`, Enabled: `self != "bob"`},
+		{ID: "open", Scope: "alice", Expr: `"all clear"`},
+		{ID: lobby.SummaryView, Scope: "alice", Expr: `views.open`},
+	} {
+		if _, err := svc.RegisterView(ctx, alice, room, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sums, err := lobby.RoomSummaries(ctx, svc, []string{room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sums[room].View; got != "all clear" {
+		t.Fatalf("a summary reading only an ungated view: %v, want \"all clear\"", got)
+	}
+	if _, err := svc.RegisterView(ctx, alice, room, substrate.ViewDef{ID: lobby.SummaryView, Scope: "alice", Expr: `views.open + " " + views.secret`}); err != nil {
+		t.Fatal(err)
+	}
+	sums, err = lobby.RoomSummaries(ctx, svc, []string{room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(sums[room]); strings.Contains(string(raw), "s3cret") {
+		t.Fatalf("HOLE: the lobby's summary of the room shows a view gated from bob to every lister: %s", raw)
 	}
 }

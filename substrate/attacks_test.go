@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -505,5 +506,216 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 	// The positive control: what everyone reads, everyone finds.
 	if hits := found(ag["cy"], "heron"); len(hits) != 1 || !strings.Contains(hits[0].Snippet, "«heron»") {
 		t.Errorf("cy does not find the open entry: %+v", hits)
+	}
+}
+
+// A view's enabled gate is decided for each reader: a view whose gate is
+// false for bob is absent for bob wherever a view can be read (the
+// context, only=views.<id>, the views list and one view, CEL in eval and
+// waits, a wait's context), while alice, for whom it holds, sees it; and
+// neither a view nor an action reading views.<id> carries its value to a
+// reader or a registrar it is hidden from (a confused deputy). Its value
+// is still shared across readers: reading it first as alice or as bob
+// changes nothing.
+func TestAttackViewGateIsPerReader(t *testing.T) {
+	for _, aliceFirst := range []bool{true, false} {
+		svc := substrate.New(pgtest.New(t), substrate.Options{})
+		t.Cleanup(svc.Close)
+		ctx := context.Background()
+		const room = "atk-gate"
+		rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, _ := svc.Authenticate(ctx, rm.Token)
+		as := map[string]*substrate.Principal{}
+		for _, id := range []string{"alice", "bob"} {
+			j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: id, Name: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			as[id], _ = svc.Authenticate(ctx, j.Token)
+		}
+		alice, bob := as["alice"], as["bob"]
+		if _, err := svc.WriteState(ctx, alice, room, []substrate.Write{{Scope: "alice", Key: "code", Value: json.RawMessage(`"s3cret"`)}}, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.RegisterView(ctx, alice, room, substrate.ViewDef{ID: "secret", Scope: "alice", Expr: `state.self.code`, Enabled: `self != "bob"`}); err != nil {
+			t.Fatal(err)
+		}
+		// Alice's own view of it: its value is alice's, and shown to bob
+		// only without what the gate hides from him, whoever read first.
+		if _, err := svc.RegisterView(ctx, alice, room, substrate.ViewDef{ID: "mirror", Scope: "alice", Expr: `views.secret`}); err != nil {
+			t.Fatal(err)
+		}
+		// Bob's deputies: a view of his and a communal action of his
+		// that copy views.secret; alice's action that answers with it.
+		if _, err := svc.RegisterView(ctx, bob, room, substrate.ViewDef{ID: "copy", Scope: "bob", Expr: `"secret" in views ? views.secret : "none"`}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.RegisterAction(ctx, bob, room, substrate.ActionDef{ID: "leak", Scope: "_shared",
+			Writes: []substrate.WriteTemplate{{Scope: "_shared", Key: "leaked", Value: json.RawMessage(`"\"secret\" in views ? views.secret : \"none\""`), Expr: true}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.RegisterAction(ctx, alice, room, substrate.ActionDef{ID: "peek", Scope: "alice", Result: `"secret" in views ? views.secret : "none"`}); err != nil {
+			t.Fatal(err)
+		}
+		readers := []string{"alice", "bob"}
+		if !aliceFirst {
+			readers = []string{"bob", "alice"}
+		}
+		for _, who := range readers {
+			p := as[who]
+			shows := who == "alice"
+			seen := func(surface string, v any) {
+				t.Helper()
+				raw, _ := json.Marshal(v)
+				if got := strings.Contains(string(raw), "s3cret"); got != shows {
+					if shows {
+						t.Errorf("%s (aliceFirst %v): alice does not see the view: %s", surface, aliceFirst, raw)
+					} else {
+						t.Errorf("HOLE: %s (aliceFirst %v): bob, whose gate is false, read the view: %s", surface, aliceFirst, raw)
+					}
+				}
+			}
+			env, err := svc.Context(ctx, p, room, substrate.ContextRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen("context", env.Views)
+			if _, ok := env.Views["secret"]; ok != shows {
+				t.Errorf("%s: context lists view secret: %v, want %v", who, ok, shows)
+			}
+			env, err = svc.Context(ctx, p, room, substrate.ContextRequest{Only: []string{"views.secret"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen("context only=views.secret", env.Views)
+			list, err := svc.ListViews(ctx, p, room)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen("ListViews", list)
+			one, err := svc.GetView(ctx, p, room, "secret")
+			if shows && err != nil || !shows && !errs.Is(err, errs.ViewNotFound) {
+				t.Errorf("%s: GetView secret: %+v, %v", who, one, err)
+			}
+			ev, err := svc.Eval(ctx, p, room, `"secret" in views ? views.secret : "none"`, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen("eval", ev.Value)
+			w, err := svc.Wait(ctx, p, room, `"secret" in views && views.secret == "s3cret"`, 50*time.Millisecond, substrate.ContextRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Triggered != shows {
+				t.Errorf("%s: a wait on views.secret triggered: %v, want %v", who, w.Triggered, shows)
+			}
+			// A wait's context is a delta: the view's state changes first.
+			if _, err := svc.WriteState(ctx, alice, room, []substrate.Write{{Scope: "alice", Key: "code", Value: json.RawMessage(`"s3cret"`)}}, false); err != nil {
+				t.Fatal(err)
+			}
+			w, err = svc.Wait(ctx, p, room, `true`, 50*time.Millisecond, substrate.ContextRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen("wait's context", w.Context)
+			// The copy is bob's: alice reading it sees what bob may.
+			if !shows {
+				seen("bob's view copy", env.Views["copy"])
+			}
+			res, err := svc.Invoke(ctx, p, room, "peek", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen("alice's action peek invoked by "+who, res.Result)
+		}
+		// Reads of one state share view values: alice's must not be bob's.
+		for _, who := range readers {
+			env, err := svc.Context(ctx, as[who], room, substrate.ContextRequest{Only: []string{"views"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if raw, _ := json.Marshal(env.Views); strings.Contains(string(raw), "s3cret") != (who == "alice") {
+				t.Errorf("HOLE: %s reading the views of an unchanged room (aliceFirst %v; a value shared across readers): %s", who, aliceFirst, raw)
+			}
+		}
+		// Alice invoking bob's communal action must not copy the view she
+		// sees into state bob reads.
+		if _, err := svc.Invoke(ctx, alice, room, "leak", nil); err != nil {
+			t.Fatal(err)
+		}
+		r, err := svc.ReadState(ctx, bob, room, substrate.ReadQuery{Scope: "_shared", Key: "leaked"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raw, _ := json.Marshal(r); strings.Contains(string(raw), "s3cret") {
+			t.Errorf("HOLE: bob's action leak, invoked by alice, copied the view hidden from bob: %s", raw)
+		}
+		env, _ := svc.Context(ctx, alice, room, substrate.ContextRequest{Only: []string{"views.copy"}})
+		if raw, _ := json.Marshal(env.Views); strings.Contains(string(raw), "s3cret") {
+			t.Errorf("bob's view copy, read by alice, read a view hidden from its registrar bob: %s", raw)
+		}
+	}
+}
+
+// Many readers at once on one unchanged room (a pool of 2 connections):
+// the view values they share never carry a gated view to bob, and alice
+// always sees it.
+func TestAttackViewGatePerReaderConcurrently(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "atk-gate-many"
+	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, rm.Token)
+	as := map[string]*substrate.Principal{}
+	for _, id := range []string{"alice", "bob"} {
+		j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		as[id], _ = svc.Authenticate(ctx, j.Token)
+	}
+	if _, err := svc.WriteState(ctx, as["alice"], room, []substrate.Write{{Scope: "alice", Key: "code", Value: json.RawMessage(`"s3cret"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "secret", Scope: "alice", Expr: `state.self.code`, Enabled: `self != "bob"`},
+		{ID: "mirror", Scope: "alice", Expr: `views.secret`},
+	} {
+		if _, err := svc.RegisterView(ctx, as["alice"], room, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errc := make(chan string, 64)
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for n := 0; n < 8; n++ {
+				who := []string{"alice", "bob"}[(i+n)%2]
+				list, err := svc.ListViews(ctx, as[who], room)
+				if err != nil {
+					errc <- err.Error()
+					return
+				}
+				raw, _ := json.Marshal(list)
+				if strings.Contains(string(raw), "s3cret") != (who == "alice") {
+					errc <- fmt.Sprintf("HOLE: %s's views: %s", who, raw)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errc)
+	for e := range errc {
+		t.Error(e)
 	}
 }

@@ -136,3 +136,41 @@ func BenchmarkReadGatedEntries(b *testing.B) {
 func gateWriter(db *store.DB) *substrate.Service {
 	return substrate.New(db, substrate.Options{Limits: substrate.Limits{EnabledCostPerRead: 1 << 40}})
 }
+
+// BenchmarkReadGatedViews reads the views of a room with 50 views, half of
+// them gated by the reader's self: each read decides those 25 gates for
+// its reader (the values are shared).
+func BenchmarkReadGatedViews(b *testing.B) {
+	svc := substrate.New(pgtest.New(b), substrate.Options{})
+	b.Cleanup(svc.Close)
+	ctx := context.Background()
+	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "gv"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, rm.Token)
+	var readers []*substrate.Principal
+	for _, id := range []string{"alice", "bob"} {
+		j, err := svc.Join(ctx, pr, "gv", substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, _ := svc.Authenticate(ctx, j.Token)
+		readers = append(readers, p)
+	}
+	for i := 0; i < 50; i++ {
+		v := substrate.ViewDef{ID: fmt.Sprintf("v%02d", i), Scope: "_shared", Expr: fmt.Sprintf(`"value %d"`, i)}
+		if i%2 == 0 {
+			v.Enabled = `self != "bob"`
+		}
+		if _, err := svc.RegisterView(ctx, pr, "gv", v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := svc.Context(ctx, readers[i%2], "gv", substrate.ContextRequest{Only: []string{"views"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

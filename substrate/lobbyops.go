@@ -201,12 +201,35 @@ func (v *RoomView) Revision(scope, key string) int64 {
 	return 0
 }
 
-// PublicView is the value of the room's view id when it is live and
-// has no enabled gate (whose value would depend on the reader),
-// evaluated as the room principal (its registrar's authority).
+// PublicView is the value of the room's view id when it is live, has
+// no enabled gate and reads no view that has one, directly or through
+// other views (whether such a view is there depends on the reader; the
+// lobby shows the value to every lister), evaluated as the room
+// principal (its registrar's authority).
 func (v *RoomView) PublicView(ctx context.Context, id string) (any, bool) {
+	byID := map[string]*viewRec{}
 	for _, d := range v.snap.views {
-		if d.def.ID == id && d.def.Enabled == "" && d.r.timer.live(v.now) {
+		byID[d.def.ID] = d
+	}
+	var ungated func(id string, seen map[string]bool) bool
+	ungated = func(id string, seen map[string]bool) bool {
+		d := byID[id]
+		if d == nil || seen[id] {
+			return true // absent for everyone alike; a cycle is an error value
+		}
+		seen[id] = true
+		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
+			return false
+		}
+		for _, dep := range d.prog.ViewDeps {
+			if !ungated(dep, seen) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, d := range v.snap.views {
+		if d.def.ID == id && d.r.timer.live(v.now) && ungated(id, map[string]bool{}) {
 			rc := v.s.build(ctx, v.snap, RoomPrincipal(v.id), nil, msgCounts{Count: v.msgs}, v.now, nil)
 			val, ok := rc.views[id]
 			return val, ok

@@ -90,10 +90,18 @@ type roomCtx struct {
 	// agent; readCtx marks it read once the read transaction is over.
 	readUpTo int64
 
-	state      map[string]any  // visible scope → key → value
-	modified   map[string]bool // scopes of state not shared with the snapshot's cache
-	views      map[string]any  // id → value (or {"_error": …})
-	viewOrder  []string
+	state     map[string]any  // visible scope → key → value
+	modified  map[string]bool // scopes of state not shared with the snapshot's cache
+	views     map[string]any  // id → value (or {"_error": …})
+	viewOrder []string
+	// viewByID are the live views; viewGates the decisions of their
+	// gates in this read, by who they were decided for and view id;
+	// viewsOf, once the views are built, the views a definition's
+	// registrar sees in this read (viewsAs).
+	viewByID   map[string]*viewRec
+	viewGates  map[string]bool
+	viewsOf    map[string]map[string]any
+	viewsBuilt bool
 	actEnabled map[string]bool
 	actAvail   map[string]bool
 	vars       expr.Vars
@@ -192,7 +200,14 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope, registeredBy 
 // and the invoker's identity (self, messages). The invoker's own scope is
 // `state.self` only when the invoker is the registrar.
 func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, params map[string]any) *expr.Vars {
-	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, def.RegisteredBy, rc.self != "" && rc.self == def.Scope), Views: rc.vars.Views,
+	views := rc.vars.Views
+	if views != nil {
+		// The views its registrar and the invoker both see: an action
+		// carries a gated view neither to an invoker nor to a registrar
+		// it hides from.
+		views = rc.viewsAs(ctx, s, registrarOf(def.Scope, def.RegisteredBy))
+	}
+	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, def.RegisteredBy, rc.self != "" && rc.self == def.Scope), Views: views,
 		Agents: rc.vars.Agents, Actions: rc.vars.Actions, Messages: rc.vars.Messages, Self: rc.self, Params: params, Now: rc.now}
 }
 

@@ -290,12 +290,12 @@ type liveState struct {
 	built   map[string]*builtCtx
 }
 
-// viewResult is one view's evaluation: its value (or error value), whether
-// its enabled expression hid it, and what it cost.
+// viewResult is one view's evaluation: its value (or error value) and
+// what it cost. Its enabled gate is not part of it: that is decided per
+// reader (roomCtx.viewGate).
 type viewResult struct {
-	val    any
-	hidden bool
-	cost   uint64
+	val  any
+	cost uint64
 }
 
 // live returns the entries visible at now, computing them once per

@@ -6,22 +6,32 @@ package substrate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
-// evalViews evaluates every live, enabled view with its registrar's read
-// authority (communal scopes plus the registrar's own scope), dependencies
-// first. A cycle or an error becomes {"_error": …} on that view only.
+// evalViews evaluates every live view enabled for the reader with its
+// registrar's read authority (communal scopes plus the registrar's own
+// scope), dependencies first. A cycle or an error becomes {"_error": …}
+// on that view only.
 //
-// A view whose expressions read none of now, agents and actions (and,
-// when it reads other views, in a room where every view is so) has the
-// same value for every reader of this state: it is evaluated once per
-// snapshot and timer epoch and shared. The views' total cost per read is
-// bounded by Limits.ViewCostPerRead, counted in order whether a value was
-// shared or computed, so which views are cut does not depend on caching.
+// A view's enabled gate is decided for each reader (viewGate): a view it
+// is false for is absent from that reader's views, and from the views
+// that definitions evaluated in its read see. A definition reads the
+// views both the reader and its registrar may (viewsAs), so neither a view
+// nor an action carries a gated view to a reader or registrar it hides
+// from.
+//
+// A view whose expression reads none of now, agents and actions (and,
+// when it reads other views, only ungated ones that are so) has the same
+// value for every reader of this state: it is evaluated once per
+// snapshot and timer epoch and shared; its gate is evaluated on every
+// read. The views' total cost per read (gates included) is bounded by
+// Limits.ViewCostPerRead, counted in order whether a value was shared or
+// computed, so which views are cut does not depend on caching.
 func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 	rc.views = map[string]any{}
 	byID := map[string]*viewRec{}
@@ -31,6 +41,7 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 			rc.viewOrder = append(rc.viewOrder, v.def.ID)
 		}
 	}
+	rc.viewByID = byID
 	live := rc.snap.live(rc.now)
 	memo := map[string]viewResult{}
 	// Entries with their own enabled expression are decided per read
@@ -46,7 +57,8 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 		return p == nil || !(p.Uses("now") || p.Uses("agents") || p.Uses("actions"))
 	}
 	// shareable: reads only state, and other views only by name and only
-	// shareable ones. Decided once per view (a cycle counts as not).
+	// shareable, ungated ones (whether a gated one is there depends on the
+	// reader). Decided once per view (a cycle counts as not).
 	decided := map[string]bool{}
 	var shareableID func(id string, seen map[string]bool) bool
 	shareableID = func(id string, seen map[string]bool) bool {
@@ -58,17 +70,15 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 			return false
 		}
 		seen[id] = true
-		ok := v.err == nil && pure(v.prog) && pure(v.enabledProg) && !v.prog.DynamicViews &&
-			(v.enabledProg == nil || !v.enabledProg.Uses("views"))
+		ok := v.err == nil && pure(v.prog) && !v.prog.DynamicViews
 		for _, d := range v.prog.ViewDeps {
-			ok = ok && shareableID(d, seen)
+			ok = ok && shareableID(d, seen) && byID[d].enabledProg == nil
 		}
 		decided[id] = ok
 		return ok
 	}
 	shareable := func(v *viewRec) bool { return !noMemo && shareableID(v.def.ID, map[string]bool{}) }
 	var fresh map[string]viewResult
-	var spent uint64
 	budget := uint64(s.lim.ViewCostPerRead)
 	const (
 		todo = iota
@@ -76,7 +86,6 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 		done
 	)
 	mark := map[string]int{}
-	hidden := map[string]bool{}
 	var eval func(id string, path []string)
 	eval = func(id string, path []string) {
 		v := byID[id]
@@ -106,10 +115,13 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 			return
 		}
 		mark[id] = done
-		if spent >= budget {
+		if rc.viewCost >= budget {
 			rc.viewsCut++
 			rc.views[id] = map[string]any{"_error": fmt.Sprintf("not evaluated: this room's views cost more than %d per read (cel-go cost), the server's limit", budget),
 				"hint": "delete or simplify views (the context's views section lists them); expensive views can often read a precomputed key instead"}
+			return
+		}
+		if !rc.viewGate(ctx, s, v, rc.self) {
 			return
 		}
 		res, ok := memo[id]
@@ -122,17 +134,12 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 				fresh[id] = res
 			}
 		}
-		spent += res.cost
-		if res.hidden {
-			hidden[id] = true
-			return
-		}
+		rc.viewCost += res.cost
 		rc.views[id] = res.val
 	}
 	for _, id := range rc.viewOrder {
 		eval(id, nil)
 	}
-	rc.viewCost = spent
 	if len(fresh) > 0 {
 		live.viewsMu.Lock()
 		if live.views == nil {
@@ -143,36 +150,106 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 		}
 		live.viewsMu.Unlock()
 	}
-	for id := range hidden {
-		delete(rc.views, id)
-	}
 	if contested := rc.contested(); len(contested) > 0 {
 		rc.views[viewContested] = contested
 	}
+	rc.viewsBuilt = true
 }
 
-// evalView evaluates one view (its dependencies already in rc.views).
+// viewGate reports whether view v is enabled for who: the reader
+// (rc.self) or the registrar of a definition reading views (viewsAs).
+// The gate reads what the view's value reads (its registrar's
+// authority, state.self the registrar's scope) with who as self, and,
+// for the reader, its unread counts. Its cost counts against the read's
+// views budget; past it, or on an error, the view is hidden (fail
+// closed). Decided once per read and who.
+func (rc *roomCtx) viewGate(ctx context.Context, s *Service, v *viewRec, who string) bool {
+	if v.enabledProg == nil {
+		return true
+	}
+	key := who + "\x00" + v.def.ID
+	if on, ok := rc.viewGates[key]; ok {
+		return on
+	}
+	on := false
+	if rc.viewCost < uint64(s.lim.ViewCostPerRead) {
+		msgs := map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}
+		if who == rc.self && rc.vars.Messages != nil {
+			msgs = rc.vars.Messages
+		}
+		vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, v.def.RegisteredBy, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
+			Messages: msgs, Self: who, Now: rc.now}
+		val, cost, err := s.cel.EvalCost(ctx, v.enabledProg, vars)
+		rc.viewCost += max(cost, gateMinCost)
+		b, _ := val.(bool)
+		on = err == nil && b
+	}
+	if rc.viewGates == nil {
+		rc.viewGates = map[string]bool{}
+	}
+	rc.viewGates[key] = on
+	return on
+}
+
+// registrarOf is who a definition in scope, registered by registeredBy,
+// reads views as: its scope's agent, or for a communal one the agent that
+// registered it ("" for room authority, which reads as the room token).
+func registrarOf(scope, registeredBy string) string {
+	if self := viewSelfOf(scope); self != "" {
+		return self
+	}
+	if strings.HasPrefix(registeredBy, "_") {
+		return ""
+	}
+	return registeredBy
+}
+
+// viewsAs are the views a definition registered by who sees in this read:
+// those shown to the reader whose gates also hold for who. A definition
+// of the reader's own sees the reader's views.
+func (rc *roomCtx) viewsAs(ctx context.Context, s *Service, who string) map[string]any {
+	if who == rc.self || rc.views == nil {
+		return rc.views
+	}
+	if out, ok := rc.viewsOf[who]; ok {
+		return out
+	}
+	out, copied := rc.views, false
+	for id := range rc.views {
+		v := rc.viewByID[id]
+		if v == nil || v.enabledProg == nil || rc.viewGate(ctx, s, v, who) {
+			continue
+		}
+		if !copied {
+			out, copied = maps.Clone(rc.views), true
+		}
+		delete(out, id)
+	}
+	if rc.viewsBuilt {
+		if rc.viewsOf == nil {
+			rc.viewsOf = map[string]map[string]any{}
+		}
+		rc.viewsOf[who] = out
+	}
+	return out
+}
+
+// evalView evaluates one view's value (its dependencies already in
+// rc.views), seeing the views its registrar and the reader both see.
 func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewResult {
 	s.viewEvals.Add(1)
 	self := viewSelf(v.def)
-	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, v.def.RegisteredBy, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
-		Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
-	var res viewResult
-	if v.enabledProg != nil {
-		on, cost, err := s.cel.EvalCost(ctx, v.enabledProg, vars)
-		res.cost += cost
-		if b, _ := on.(bool); err != nil || !b {
-			res.hidden = true
-			return res
-		}
+	views := rc.views
+	if len(v.prog.ViewDeps) > 0 || v.prog.DynamicViews {
+		views = rc.viewsAs(ctx, s, registrarOf(v.def.Scope, v.def.RegisteredBy))
 	}
+	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, v.def.RegisteredBy, true), Views: views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
+		Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
 	val, cost, err := s.cel.EvalCost(ctx, v.prog, vars)
-	res.cost += cost
 	if err != nil {
 		val = map[string]any{"_error": errorText(err)}
 	}
-	res.val = val
-	return res
+	return viewResult{val: val, cost: cost}
 }
 
 const viewContested = "_contested"

@@ -157,7 +157,10 @@ func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[stri
 	changed := map[string]bool{}
 	for _, v := range rc.snap.views { // in dependency order
 		self := viewSelf(v.def)
-		if v.r.Revision > seq || newest[scopeViews] > seq && v.r.timer != nil || readsAnyTime(v.def.Expr) || readsChangedScope(v.def.Expr, self, seq, newest) || gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) {
+		// The gate reads the view's registrar's state (state.self is its
+		// scope) with the reader as self, and may read views.
+		if v.r.Revision > seq || newest[scopeViews] > seq && v.r.timer != nil || readsAnyTime(v.def.Expr) || readsChangedScope(v.def.Expr, self, seq, newest) ||
+			gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) || readsView(v.def.Enabled, changed) {
 			changed[v.def.ID] = true
 		}
 		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {

@@ -830,3 +830,41 @@ func TestAttackLoomPageOtherRoomAndCrossSite(t *testing.T) {
 		t.Errorf("a view link's loom page: %d, forms offered: %v", code, strings.Contains(body, `method="post"`))
 	}
 }
+
+// A view's enabled gate is decided for the person reading the page: a view
+// gated away from bob's person agent (bob:web) is neither listed nor drawn
+// as a surface on bob's page, and is on alice's, for whom it holds (the
+// gate was evaluated once with its registrar's self, and bob read it).
+func TestAttackGatedViewOnThePage(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	ctx := context.Background()
+	s.share("bob", "collaborator")
+	// Bob's page reads as his person agent once he has one (acting makes it).
+	if _, err := s.lob.PersonActor(ctx, "user_bob", "bob", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "plan", Expr: `"the s3cret plan"`, Enabled: `self != "bob:web"`},
+		{ID: "plan_card", Expr: `"the s3cret card"`, Enabled: `self != "bob:web"`, Render: []byte(`{"type": "markdown"}`)},
+		{ID: "board", Expr: `"public board"`},
+	} {
+		if _, err := s.svc.RegisterView(ctx, s.admin, "lab", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, who := range []string{"alice", "bob", "alice"} {
+		code, _, body := s.get(who, "/rooms/lab")
+		if code != 200 || !strings.Contains(body, "public board") {
+			t.Fatalf("%s's page: %d %s", who, code, body)
+		}
+		for _, secret := range []string{"s3cret plan", "s3cret card"} {
+			if got := strings.Contains(body, secret); got != (who == "alice") {
+				if who == "bob" {
+					t.Errorf("HOLE: bob's page shows the view gated away from him: %q", secret)
+				} else {
+					t.Errorf("alice's page lacks the view gated open for her: %q", secret)
+				}
+			}
+		}
+	}
+}
