@@ -1,9 +1,18 @@
-// The audit scrubber on the room page (?at=seq).
+// The audit scrubber (?at=seq): the room as it was at a past seq, on a
+// page of its own so that nothing on it shows the present as if it were
+// the past. It shows the header at that seq, the state (with the agents
+// and actions the state held then), what happened at that seq, the
+// difference from now, and steps back and forth (played by the script).
+// Room authority only (trajectory.Replay).
 
 package web
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
+	"sort"
 	"strconv"
 
 	"github.com/syncsubstrate/sync/substrate"
@@ -11,17 +20,115 @@ import (
 	"github.com/syncsubstrate/sync/substrate/trajectory"
 )
 
-// scrub adds to the room page's data the state as it was at seq at, from
-// the audit log (trajectory.Replay: room authority only).
-func (wb *Web) scrub(ctx context.Context, p *substrate.Principal, roomID, at string, data map[string]any) error {
+// diffRow is one entry that differs between the past seq and now.
+type diffRow struct {
+	Scope, Key string
+	Then, Now  json.RawMessage // nil: absent
+}
+
+// pastPage serves /rooms/{id}?at=seq.
+func (wb *Web) pastPage(w http.ResponseWriter, r *http.Request, p *substrate.Principal, roomID, who, access, viewToken, at string) {
+	data, err := wb.past(r.Context(), p, roomID, at)
+	if err != nil {
+		wb.fail(w, r, err)
+		return
+	}
+	data["Who"], data["ViewToken"] = who, viewToken
+	data["Playing"] = r.URL.Query().Get("play") != ""
+	wb.render(w, r, http.StatusOK, "roompast", data, viewToken != "")
+}
+
+func (wb *Web) past(ctx context.Context, p *substrate.Principal, roomID, at string) (map[string]any, error) {
 	seq, err := strconv.ParseInt(at, 10, 64)
 	if err != nil {
-		return errs.New(errs.InvalidField, "at=%q is not a seq", at).WithHint("pick a seq between 1 and the room's current seq")
+		return nil, errs.New(errs.InvalidField, "at=%q is not a seq", at).WithHint("pick a seq between 1 and the room's current seq")
 	}
-	past, err := trajectory.Replay(ctx, wb.opt.Substrate, p, roomID, seq)
+	svc := wb.opt.Substrate
+	room, err := svc.GetRoom(ctx, p, roomID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	data["At"], data["Scopes"], data["More"] = seq, byScope(past.Entries), past.More
-	return nil
+	if seq < 1 || seq > room.Seq {
+		return nil, errs.New(errs.InvalidField, "at=%d is not a seq of this room", seq).WithHint("pick a seq between 1 and %d, the room's current seq", room.Seq)
+	}
+	then, err := trajectory.Replay(ctx, svc, p, roomID, seq)
+	if err != nil {
+		return nil, err
+	}
+	now, err := svc.ReadState(ctx, p, roomID, substrate.ReadQuery{Disabled: true})
+	if err != nil {
+		return nil, err
+	}
+	var step *trajectory.Step
+	if err := trajectory.Stream(ctx, svc, p, roomID, trajectory.Query{After: seq - 1, Limit: 1}, func(s *trajectory.Step) error {
+		if s.Seq == seq {
+			step = s
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var label string
+	var meta map[string]any
+	if json.Unmarshal(room.Meta, &meta) == nil {
+		label, _ = meta["label"].(string)
+	}
+	data := map[string]any{
+		"Room": room, "Label": label, "At": seq, "Seq": room.Seq, "Step": step,
+		"Scopes": byScope(then.Entries), "More": then.More, "Truncated": then.Truncated,
+		"Diff": diffState(then.Entries, now.Entries), "CanReplay": true,
+	}
+	if seq > 1 {
+		data["Prev"] = seq - 1
+	}
+	if seq < room.Seq {
+		data["Next"] = seq + 1
+	}
+	return data, nil
+}
+
+// diffState lists the entries that differ between then and now, by
+// scope and key.
+func diffState(then, now []substrate.Entry) []diffRow {
+	type k struct{ s, k string }
+	a, b := map[k]json.RawMessage{}, map[k]json.RawMessage{}
+	for _, e := range then {
+		a[k{e.Scope, e.Key}] = e.Value
+	}
+	for _, e := range now {
+		b[k{e.Scope, e.Key}] = e.Value
+	}
+	var out []diffRow
+	for key, v := range a {
+		if w, ok := b[key]; !ok || !sameJSON(v, w) {
+			out = append(out, diffRow{Scope: key.s, Key: key.k, Then: v, Now: w})
+		}
+	}
+	for key, w := range b {
+		if _, ok := a[key]; !ok {
+			out = append(out, diffRow{Scope: key.s, Key: key.k, Now: w})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Scope != out[j].Scope {
+			return out[i].Scope < out[j].Scope
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+// sameJSON compares two JSON values by meaning (stored JSON may differ in
+// spacing or key order).
+func sameJSON(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	ra, _ := json.Marshal(x)
+	rb, _ := json.Marshal(y)
+	return bytes.Equal(ra, rb)
 }

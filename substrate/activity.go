@@ -1,0 +1,168 @@
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// The room's recent activity, as a person watching the room reads it (the
+// room page's feed): who did what and which keys moved, from the audit
+// log, for any reader of the room. Room authority reads every entry; any
+// other reader only the keys it may read now (its scopes, features' read
+// rules, and enabled gates, as a read of each key would decide), and only
+// the entries that moved at least one of them. Values and params never
+// appear: the feed says what moved, the state shows what it holds.
+
+// Activity is one audit entry as the feed shows it.
+type Activity struct {
+	Seq    int64     `json:"seq"`
+	TS     time.Time `json:"ts"`
+	By     string    `json:"by"`
+	Kind   string    `json:"kind"`
+	Action string    `json:"action,omitempty"`
+	// OK is whether an invocation went through (nil for other kinds).
+	OK *bool `json:"ok,omitempty"`
+	// Error is a refused invocation's error code (room authority only).
+	Error string     `json:"error,omitempty"`
+	Keys  []ScopeKey `json:"keys,omitempty"`
+}
+
+// ScopeKey names one entry.
+type ScopeKey struct {
+	Scope string `json:"scope"`
+	Key   string `json:"key"`
+}
+
+// MaxActivity bounds one RecentActivity read.
+const MaxActivity = 100
+
+// RecentActivity reads the newest n (1 … MaxActivity) audit entries of
+// roomID with seq ≤ upTo (0: now) that p may know of, newest first.
+func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID string, upTo int64, n int) ([]Activity, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if n <= 0 || n > MaxActivity {
+		n = MaxActivity
+	}
+	if upTo <= 0 {
+		upTo = 1<<63 - 1
+	}
+	admin := p.Admin()
+	// A reader who sees little may need to look further back to fill n:
+	// at most 4n entries are read.
+	limit := n
+	if !admin {
+		limit = 4 * n
+	}
+	rows, err := s.db.Query(ctx, `SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $2
+		ORDER BY sort_key DESC LIMIT $3`, roomID, upTo, limit)
+	if err != nil {
+		return nil, err
+	}
+	type rec struct {
+		TS     time.Time `json:"ts"`
+		By     string    `json:"by"`
+		Kind   string    `json:"kind"`
+		Action string    `json:"action"`
+		OK     *bool     `json:"ok"`
+		Error  any       `json:"error"`
+		Delta  []struct {
+			Scope string `json:"scope"`
+			Key   string `json:"key"`
+		} `json:"delta"`
+	}
+	var all []Activity
+	for rows.Next() {
+		var seq int64
+		var raw json.RawMessage
+		if err := rows.Scan(&seq, &raw); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		var r rec
+		if json.Unmarshal(raw, &r) != nil {
+			continue
+		}
+		a := Activity{Seq: seq, TS: r.TS, By: r.By, Kind: r.Kind, Action: r.Action, OK: r.OK}
+		if admin {
+			switch e := r.Error.(type) {
+			case string:
+				a.Error = e
+			case map[string]any:
+				a.Error, _ = e["code"].(string)
+			}
+		}
+		for _, d := range r.Delta {
+			if !slices.Contains(a.Keys, ScopeKey{d.Scope, d.Key}) {
+				a.Keys = append(a.Keys, ScopeKey{d.Scope, d.Key})
+			}
+		}
+		all = append(all, a)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if admin {
+		return all, nil
+	}
+	vis, err := s.visibilityIn(ctx, s.db, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	// Each key is decided once: the scope and the features' rules, then
+	// its gate (a gated key is read as p, as GET /state would).
+	seen := map[ScopeKey]bool{}
+	sees := func(k ScopeKey) (bool, error) {
+		if v, ok := seen[k]; ok {
+			return v, nil
+		}
+		v := vis.entry(k.Scope, k.Key)
+		if v {
+			var gated bool
+			if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2 AND key = $3 AND enabled_expr IS NOT NULL)`,
+				roomID, k.Scope, k.Key).Scan(&gated); err != nil {
+				return false, err
+			}
+			if gated {
+				if _, err := s.ReadState(ctx, p, roomID, ReadQuery{Scope: k.Scope, Key: k.Key}); err != nil {
+					if errs.From(err).Code == errs.Internal {
+						return false, err
+					}
+					v = false
+				}
+			}
+		}
+		seen[k] = v
+		return v, nil
+	}
+	var out []Activity
+	for _, a := range all {
+		var keys []ScopeKey
+		for _, k := range a.Keys {
+			ok, err := sees(k)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				keys = append(keys, k)
+			}
+		}
+		// An entry that moved nothing the reader may read is not there
+		// for it: not even that something happened.
+		if len(keys) == 0 {
+			continue
+		}
+		a.Keys = keys
+		out = append(out, a)
+		if len(out) == n {
+			break
+		}
+	}
+	return out, nil
+}
