@@ -69,3 +69,17 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// A refusal reads as a sentence when its clause is a simple comparison.
+func TestRefusalInWords(t *testing.T) {
+	for _, c := range []struct{ clause, want string }{
+		{`state._shared[params.task].status == "open"`, `it needs the status of task:010 to be open, and it is claimed`},
+		{`state._shared.ready == true`, `it needs _shared.ready to be true, and it is not set`},
+		{`size(state._shared) > 3 && x`, ``},
+	} {
+		read := map[string]any{`state._shared[params.task].status`: "claimed"}
+		if got := clauseWords(c.clause, read, map[string]string{"task": "task:010"}); got != c.want {
+			t.Errorf("%s: %q, want %q", c.clause, got, c.want)
+		}
+	}
+}

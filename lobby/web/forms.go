@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -265,7 +266,13 @@ func (wb *Web) refused(w http.ResponseWriter, r *http.Request, roomID, action st
 		wb.fail(w, r, err)
 		return
 	}
-	f := flash{Action: action, Code: string(e.Code), Text: plainRefusal(action, e)}
+	params := map[string]string{}
+	for name, vals := range r.PostForm {
+		if pname, ok := strings.CutPrefix(name, "p."); ok && len(vals) > 0 {
+			params[pname] = vals[len(vals)-1]
+		}
+	}
+	f := flash{Action: action, Code: string(e.Code), Text: plainRefusal(action, e, params)}
 	f.Detail = e.Message
 	if e.Hint != "" {
 		f.Detail += ". " + e.Hint + "."
@@ -284,7 +291,7 @@ func (wb *Web) refused(w http.ResponseWriter, r *http.Request, roomID, action st
 
 // plainRefusal says why the room refused, as a person would: the stable
 // code and the CEL stay available beside it, on demand.
-func plainRefusal(action string, e *errs.Error) string {
+func plainRefusal(action string, e *errs.Error, params map[string]string) string {
 	name := action
 	if action == sendMessage {
 		name = "the message"
@@ -292,7 +299,7 @@ func plainRefusal(action string, e *errs.Error) string {
 	switch e.Code {
 	case errs.PreconditionFailed:
 		if c, ok := e.Details["clause"].(string); ok {
-			if words := clauseWords(c, e.Details["read"]); words != "" {
+			if words := clauseWords(c, e.Details["read"], params); words != "" {
 				return fmt.Sprintf("You can't %s right now: %s.", action, words)
 			}
 		}
@@ -323,16 +330,14 @@ func plainRefusal(action string, e *errs.Error) string {
 
 // clauseWords reads the simplest false clauses (a comparison of what the
 // state holds with a literal) as a sentence; others give "".
-func clauseWords(clause string, read any) string {
+func clauseWords(clause string, read any, params map[string]string) string {
 	for _, op := range []struct{ sym, want string }{{"==", "to be"}, {"!=", "not to be"}, {">=", "to be at least"}, {"<=", "to be at most"}, {">", "to be more than"}, {"<", "to be less than"}} {
 		lhs, rhs, ok := strings.Cut(clause, " "+op.sym+" ")
 		if !ok || strings.ContainsAny(lhs, "()&|?") || strings.ContainsAny(rhs, "()&|?") {
 			continue
 		}
 		lhs, rhs = strings.TrimSpace(lhs), strings.TrimSpace(rhs)
-		what := strings.TrimPrefix(lhs, "state.")
-		what = strings.TrimPrefix(what, "params.")
-		s := fmt.Sprintf("it needs %s %s %s", what, op.want, strings.Trim(rhs, `"'`))
+		s := fmt.Sprintf("it needs %s %s %s", personPath(lhs, params), op.want, strings.Trim(rhs, `"'`))
 		if m, ok := read.(map[string]any); ok {
 			if v, ok := m[lhs]; ok {
 				s += ", and it is " + shorten(textOf(v), 80)
@@ -343,4 +348,29 @@ func clauseWords(clause string, read any) string {
 		return s
 	}
 	return ""
+}
+
+// entryField is state.scope[key].field (or scope.key.field).
+var entryField = regexp.MustCompile(`^state\.\w+(?:\[\s*([^\]]+?)\s*\]|\.([\w:-]+))\.(\w+)$`)
+
+// personPath reads a path of the state as a person would: "the status
+// of task:010" for state._shared[params.task].status invoked with
+// task "task:010".
+func personPath(path string, params map[string]string) string {
+	if m := entryField.FindStringSubmatch(path); m != nil {
+		key := m[2]
+		if m[1] != "" {
+			key = strings.Trim(m[1], `"'`)
+			if p, ok := strings.CutPrefix(key, "params."); ok {
+				if v, ok := params[p]; ok {
+					key = v
+				}
+			}
+		}
+		return "the " + m[3] + " of " + key
+	}
+	if p, ok := strings.CutPrefix(path, "params."); ok {
+		return "the " + p + " you gave"
+	}
+	return strings.TrimPrefix(path, "state.")
 }
