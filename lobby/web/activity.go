@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -42,8 +41,9 @@ type messageRow struct {
 }
 
 // activity adds the recent activity (Activity) and the message log
-// (MessageLog) to the page's data.
-func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID string, data map[string]any) error {
+// (MessageLog) to the page's data; a message directed to one of the
+// person's (userID's) own agents is marked as to them.
+func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID, userID string, data map[string]any) error {
 	acts, err := wb.opt.Substrate.RecentActivity(ctx, p, roomID, 0, activitySize)
 	if err != nil {
 		return err
@@ -58,6 +58,21 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 		return err
 	}
 	var msgs []messageRow
+	owners := map[string]bool{}
+	mine := func(agent string) (bool, error) {
+		if agent == p.AgentID && agent != "" {
+			return true, nil
+		}
+		if userID == "" {
+			return false, nil
+		}
+		if v, ok := owners[agent]; ok {
+			return v, nil
+		}
+		owner, exists, err := wb.opt.Substrate.AgentOwner(ctx, roomID, agent)
+		owners[agent] = err == nil && exists && owner == userID
+		return owners[agent], err
+	}
 	for _, e := range st.Entries {
 		if e.SortKey == nil {
 			continue
@@ -79,7 +94,14 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 				}
 			}
 		}
-		row.ToYou = p.AgentID != "" && slices.Contains(row.To, p.AgentID)
+		for _, to := range row.To {
+			if row.ToYou, err = mine(to); err != nil || row.ToYou {
+				break
+			}
+		}
+		if err != nil {
+			return err
+		}
 		if row.Kind == "" {
 			row.Kind = "chat"
 		}

@@ -88,9 +88,12 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		}
 		var data map[string]any
 		if err == nil {
-			data, err = wb.mainData(ctx, p, roomID, who, access, viewToken)
+			data, err = wb.mainData(ctx, r, p, roomID, who, access, viewToken)
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return false // the page went away meanwhile
+			}
 			if errs.From(err).Code == errs.Internal {
 				wb.opt.Log.Error("live room page", "room", roomID, "err", err)
 				return false // the browser reconnects
@@ -183,7 +186,7 @@ type liveEvent struct {
 // room (roomData), who reads it and what they may do, and the recent
 // activity and messages (activity.go). The page and its live stream both
 // render from it.
-func (wb *Web) mainData(ctx context.Context, p *substrate.Principal, roomID, who, access, viewToken string) (map[string]any, error) {
+func (wb *Web) mainData(ctx context.Context, r *http.Request, p *substrate.Principal, roomID, who, access, viewToken string) (map[string]any, error) {
 	data, err := wb.roomData(ctx, p, roomID)
 	if err != nil {
 		return nil, err
@@ -194,7 +197,11 @@ func (wb *Web) mainData(ctx context.Context, p *substrate.Principal, roomID, who
 	// observers (the form's post says so if it is tried anyway).
 	data["CanAct"] = viewToken == "" && canAct(access)
 	data["CanRotate"] = viewToken == "" && access == "owner"
-	if err := wb.activity(ctx, p, roomID, data); err != nil {
+	userID := ""
+	if viewToken == "" {
+		userID, _, _ = wb.opt.SignedIn(r)
+	}
+	if err := wb.activity(ctx, p, roomID, userID, data); err != nil {
 		return nil, err
 	}
 	return data, nil

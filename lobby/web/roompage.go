@@ -46,7 +46,7 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 		wb.pastPage(w, r, p, roomID, who, access, viewToken, at) // scrubber.go
 		return
 	}
-	data, err := wb.mainData(r.Context(), p, roomID, who, access, viewToken) // live.go
+	data, err := wb.mainData(r.Context(), r, p, roomID, who, access, viewToken) // live.go
 	if err != nil {
 		wb.fail(w, r, err)
 		return

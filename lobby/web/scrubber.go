@@ -14,16 +14,20 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/trajectory"
 )
 
-// diffRow is one entry that differs between the past seq and now.
+// diffRow is one entry that differs between the past seq and now; for
+// two objects, Fields says which of their fields differ (then Then and
+// Now hold just those).
 type diffRow struct {
 	Scope, Key string
 	Then, Now  json.RawMessage // nil: absent
+	Fields     []string
 }
 
 // pastPage serves /rooms/{id}?at=seq.
@@ -78,6 +82,15 @@ func (wb *Web) past(ctx context.Context, p *substrate.Principal, roomID, at stri
 		"Scopes": byScope(then.Entries), "More": then.More, "Truncated": then.Truncated,
 		"Diff": diffState(then.Entries, now.Entries), "CanReplay": true,
 	}
+	if step != nil {
+		// The step in the activity feed's words, at a time people read.
+		at, _ := time.Parse(time.RFC3339Nano, step.TS)
+		row := activityOf(substrate.Activity{Seq: step.Seq, TS: at, By: step.By, Kind: step.Kind, Action: step.Action, OK: step.OK, Error: step.Error})
+		data["Happened"] = row
+		if step.Kind == "invoke" && len(step.Params) > 0 && string(step.Params) != "{}" {
+			data["StepParams"] = step.Params
+		}
+	}
 	if seq > 1 {
 		data["Prev"] = seq - 1
 	}
@@ -101,7 +114,7 @@ func diffState(then, now []substrate.Entry) []diffRow {
 	var out []diffRow
 	for key, v := range a {
 		if w, ok := b[key]; !ok || !sameJSON(v, w) {
-			out = append(out, diffRow{Scope: key.s, Key: key.k, Then: v, Now: w})
+			out = append(out, fieldDiff(diffRow{Scope: key.s, Key: key.k, Then: v, Now: w}))
 		}
 	}
 	for key, w := range b {
@@ -131,4 +144,29 @@ func sameJSON(a, b json.RawMessage) bool {
 	ra, _ := json.Marshal(x)
 	rb, _ := json.Marshal(y)
 	return bytes.Equal(ra, rb)
+}
+
+// fieldDiff narrows a changed object to the fields that changed.
+func fieldDiff(d diffRow) diffRow {
+	var a, b map[string]json.RawMessage
+	if d.Then == nil || d.Now == nil || json.Unmarshal(d.Then, &a) != nil || json.Unmarshal(d.Now, &b) != nil {
+		return d
+	}
+	then, now := map[string]json.RawMessage{}, map[string]json.RawMessage{}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !sameJSON(v, w) {
+			then[k], now[k] = v, w
+			d.Fields = append(d.Fields, k)
+		}
+	}
+	for k, w := range b {
+		if _, ok := a[k]; !ok {
+			now[k] = w
+			d.Fields = append(d.Fields, k)
+		}
+	}
+	sort.Strings(d.Fields)
+	d.Then, _ = json.Marshal(then)
+	d.Now, _ = json.Marshal(now)
+	return d
 }

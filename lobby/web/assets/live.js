@@ -181,7 +181,7 @@
   es.addEventListener("open", function () { if (!said) say("Live"); live.className = "live on"; });
   es.addEventListener("error", function () { if (ended) return; say("Reconnecting…"); live.className = "live"; });
   es.addEventListener("change", function (e) {
-    window.__live.events++; window.__live.bytes += e.data.length;
+    window.__live.events++; window.__live.bytes += e.data.length; window.__live.last = e.data;
     var ev;
     try { ev = JSON.parse(e.data); } catch (x) { refresh(); return; }
     if (ev.html !== undefined && ev.html !== "") { window.__live.full++; replace(main, ev.html); decorate(main); }
