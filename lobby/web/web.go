@@ -125,7 +125,6 @@ func New(opt Options) (*Web, error) {
 		"thought":     loom.IsThought,
 		"thoughtText": thoughtText,
 		"runes":       utf8.RuneCountInString,
-		"deref":       func(b *bool) bool { return b != nil && *b },
 		// flashFor is the last form's outcome for an action's forms: set
 		// per page by render when there is one (forms.go).
 		"flashFor": func(string) *flash { return nil },
