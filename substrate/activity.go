@@ -116,31 +116,51 @@ func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID strin
 		return nil, err
 	}
 	// Each key is decided once: the scope and the features' rules, then
-	// its gate (a gated key is read as p, as GET /state would).
+	// its gate (a gated key is read as p, as GET /state would). The gates
+	// of all the keys are looked up in one statement.
+	var scopes, keys []string
 	seen := map[ScopeKey]bool{}
-	sees := func(k ScopeKey) (bool, error) {
-		if v, ok := seen[k]; ok {
-			return v, nil
-		}
-		v := vis.entry(k.Scope, k.Key)
-		if v {
-			var gated bool
-			if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2 AND key = $3 AND enabled_expr IS NOT NULL)`,
-				roomID, k.Scope, k.Key).Scan(&gated); err != nil {
-				return false, err
+	for _, a := range all {
+		for _, k := range a.Keys {
+			if _, ok := seen[k]; ok {
+				continue
 			}
-			if gated {
-				if _, err := s.ReadState(ctx, p, roomID, ReadQuery{Scope: k.Scope, Key: k.Key}); err != nil {
-					if errs.From(err).Code == errs.Internal {
-						return false, err
-					}
-					v = false
-				}
+			seen[k] = vis.entry(k.Scope, k.Key)
+			if seen[k] {
+				scopes, keys = append(scopes, k.Scope), append(keys, k.Key)
 			}
 		}
-		seen[k] = v
-		return v, nil
 	}
+	if len(keys) > 0 {
+		gated, err := s.db.Query(ctx, `SELECT s.scope, s.key FROM state s JOIN unnest($2::text[], $3::text[]) AS k(scope, key)
+			ON s.scope = k.scope AND s.key = k.key WHERE s.room_id = $1 AND s.enabled_expr IS NOT NULL`, roomID, scopes, keys)
+		if err != nil {
+			return nil, err
+		}
+		var check []ScopeKey
+		for gated.Next() {
+			var k ScopeKey
+			if err := gated.Scan(&k.Scope, &k.Key); err != nil {
+				gated.Close()
+				return nil, err
+			}
+			check = append(check, k)
+		}
+		gated.Close()
+		if err := gated.Err(); err != nil {
+			return nil, err
+		}
+		// No connection is held while the gated keys are read.
+		for _, k := range check {
+			if _, err := s.ReadState(ctx, p, roomID, ReadQuery{Scope: k.Scope, Key: k.Key}); err != nil {
+				if errs.From(err).Code == errs.Internal {
+					return nil, err
+				}
+				seen[k] = false
+			}
+		}
+	}
+	sees := func(k ScopeKey) (bool, error) { return seen[k], nil }
 	var out []Activity
 	for _, a := range all {
 		var keys []ScopeKey
