@@ -132,6 +132,20 @@ func TestBrowserRoomShowsWhatChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// 60 rounds of patches leave the page as a fresh render would be.
+	same, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch("/rooms/ops?part=main", {headers: {Accept: "text/html"}}).then(function (r) { return r.text() }).then(function (html) {
+		var fresh = document.createElement("main"); fresh.innerHTML = html;
+		var bad = [];
+		["#scope-_shared", "#surface-board", "#surface-open-tasks", "#activity-list"].forEach(function (sel) {
+			var a = document.querySelector(sel), b = fresh.querySelector(sel);
+			var norm = function (e) { return e ? Array.from(e.querySelectorAll("td, li code, .metric-value")).map(function (x) { return x.textContent.trim() }).join("|") : "(none)" };
+			if (norm(a) !== norm(b)) bad.push(sel);
+		});
+		return bad.join(", ");
+	})`, chromedp.EvalAwaitPromise))
+	if err != nil || same != "" {
+		t.Errorf("after the live updates, the page differs from a fresh render in %q (%v)", same, err)
+	}
 	var ev, by, sec int
 	fmt.Sscan(events, &ev)
 	fmt.Sscan(bytes, &by)

@@ -7,12 +7,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
-
-	"golang.org/x/net/html"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -72,7 +71,10 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		shown = v
 	}
 	userID, username, _ := wb.opt.SignedIn(r)
-	var prev []*html.Node
+	// prev is the section as last sent, kept as HTML (a few tens of KB)
+	// rather than parsed (several times that), and parsed again at the
+	// next change: streams are many, changes few.
+	var prev string
 	// send renders the section again for the reader and sends what
 	// changed; once the reader can no longer read the room it says so.
 	send := func(first bool) bool {
@@ -107,17 +109,26 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			wb.opt.Log.Error("live room page", "room", roomID, "err", err)
 			return false
 		}
-		nodes, err := parseMain(buf.String())
-		if err != nil {
-			wb.opt.Log.Error("live room page", "room", roomID, "err", err)
-			return false
-		}
 		seq, _ := data["Seq"].(int64)
 		ev := liveEvent{Seq: seq}
-		switch ps, ok := diffMain(prev, nodes); {
+		if buf.String() == prev {
+			return true // nothing the reader sees changed
+		}
+		var ps []patch
+		ok := false
+		if !first {
+			old, err1 := parseMain(prev)
+			nodes, err2 := parseMain(buf.String())
+			if err := errors.Join(err1, err2); err != nil {
+				wb.opt.Log.Error("live room page", "room", roomID, "err", err)
+				return false
+			}
+			ps, ok = diffMain(old, nodes)
+		}
+		switch {
 		case first:
 			if seq == shown || shown < 0 {
-				prev, shown = nodes, seq
+				prev, shown = buf.String(), seq
 				return true // the page shows this already
 			}
 			ev.HTML = buf.String()
@@ -130,7 +141,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		default:
 			ev.HTML = buf.String()
 		}
-		prev = nodes
+		prev = buf.String()
 		ev.Summary = summarize(data, shown)
 		shown = seq
 		raw, _ := json.Marshal(ev)

@@ -3,6 +3,7 @@ package web_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -652,5 +654,46 @@ func TestLiveStreamSurvivesProxyReadTimeout(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Many pages follow one room on a pool of two connections while writes
+// land concurrently: every stream renders its reader's page at each
+// change and ends at the room's last seq (no stream waits on a
+// connection another holds).
+func TestLiveStreamsManyOnTinyPool(t *testing.T) {
+	s := newSite(t, web.Options{MaxStreams: 64}, "alice")
+	seq := s.seq()
+	var streams []<-chan string
+	for i := range 24 {
+		path := "/live/rooms/lab?seq=" + seq
+		who := "alice"
+		if i%3 == 0 {
+			path, who = "/live/rooms/lab?seq="+seq+"&view="+s.room.ViewToken, ""
+		}
+		streams = append(streams, s.stream(who, path, ""))
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { s.write("_shared", fmt.Sprintf("k%d", i), strconv.Itoa(i)) })
+	}
+	wg.Wait()
+	last := "id: " + s.seq() + "\n"
+	for i, ev := range streams {
+		deadline := time.After(15 * time.Second)
+	follow:
+		for {
+			select {
+			case e := <-ev:
+				if strings.HasPrefix(e, last) {
+					if !strings.Contains(e, `"patches"`) && !strings.Contains(e, `"html"`) {
+						t.Fatalf("stream %d: an event without content: %s", i, e)
+					}
+					break follow
+				}
+			case <-deadline:
+				t.Fatalf("stream %d never reached %s", i, last)
+			}
+		}
 	}
 }
