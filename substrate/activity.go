@@ -186,3 +186,45 @@ func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID strin
 	}
 	return out, nil
 }
+
+// AgentJoin is an agent as it first joined the room.
+type AgentJoin struct {
+	Seq  int64  `json:"seq"`
+	ID   string `json:"agent"`
+	Name string `json:"name"`
+	Role string `json:"role,omitempty"`
+}
+
+// AgentsJoinedBy lists the agents roomID had at seq (agents are never
+// removed: those that had joined by then), from the audit log, archived
+// entries included. Room authority only, as the log is.
+func (s *Service) AgentsJoinedBy(ctx context.Context, p *Principal, roomID string, seq int64) ([]AgentJoin, error) {
+	if p == nil || p.RoomID != roomID || !p.Admin() {
+		return nil, errs.New(errs.Forbidden, "the audit log holds every scope, private ones included: only the room token reads it").
+			WithHint("read it with the room token")
+	}
+	rows, err := s.db.Query(ctx, `SELECT sort_key, value->>'agent', coalesce(value->>'name', ''), coalesce(value->>'role', '') FROM (
+		SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $2 AND value->>'kind' = 'agent_join'
+		UNION ALL
+		SELECT sort_key, value FROM state_archive WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $2 AND value->>'kind' = 'agent_join') t
+		ORDER BY sort_key LIMIT 1000`, roomID, seq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []AgentJoin
+	seen := map[string]bool{}
+	for rows.Next() {
+		var a AgentJoin
+		var id *string
+		if err := rows.Scan(&a.Seq, &id, &a.Name, &a.Role); err != nil {
+			return nil, err
+		}
+		if id == nil || seen[*id] {
+			continue // a rejoin
+		}
+		a.ID, seen[*id] = *id, true
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}

@@ -253,6 +253,12 @@ func TestBrowserRoomShowsWhatChanged(t *testing.T) {
 	if !strings.Contains(happened, "robot-") || !strings.Contains(happened, "_shared.task:") {
 		t.Errorf("what happened at seq %d: %q", past, happened)
 	}
+	if agents := eval(`document.getElementById("past-agents").textContent`); !strings.Contains(agents, "robot-5") || strings.Contains(agents, "alice:web") {
+		t.Errorf("the agents at seq %d: %q (alice's agent joined later)", past, agents)
+	}
+	if actions := eval(`document.getElementById("past-actions").textContent`); !strings.Contains(actions, "claim") || !strings.Contains(actions, "Claim an open task") {
+		t.Errorf("the actions at seq %d: %q", past, actions)
+	}
 	if eval(`String(document.querySelectorAll("#diff tbody tr").length > 0)`) != "true" {
 		t.Error("no difference from now is shown")
 	}

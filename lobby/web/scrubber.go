@@ -30,6 +30,14 @@ type diffRow struct {
 	Fields     []string
 }
 
+// pastAction is an action's definition as the past held it.
+type pastAction struct {
+	ID          string `json:"-"`
+	Description string `json:"description"`
+	If          string `json:"if"`
+	Enabled     string `json:"enabled"`
+}
+
 // pastPage serves /rooms/{id}?at=seq.
 func (wb *Web) pastPage(w http.ResponseWriter, r *http.Request, p *substrate.Principal, roomID, who, access, viewToken, at string) {
 	data, err := wb.past(r.Context(), p, roomID, at)
@@ -91,6 +99,21 @@ func (wb *Web) past(ctx context.Context, p *substrate.Principal, roomID, at stri
 			data["StepParams"] = step.Params
 		}
 	}
+	if data["PastAgents"], err = svc.AgentsJoinedBy(ctx, p, roomID, seq); err != nil {
+		return nil, err
+	}
+	// The actions as they were defined then (the replayed _actions scope).
+	var actions []pastAction
+	for _, e := range then.Entries {
+		if e.Scope != "_actions" {
+			continue
+		}
+		a := pastAction{ID: e.Key}
+		_ = json.Unmarshal(e.Value, &a)
+		actions = append(actions, a)
+	}
+	sort.Slice(actions, func(i, j int) bool { return actions[i].ID < actions[j].ID })
+	data["PastActions"] = actions
 	if seq > 1 {
 		data["Prev"] = seq - 1
 	}
