@@ -214,7 +214,7 @@ func formFrom(r *http.Request, action string) string {
 		return !(c == '-' || c == '_' || c == ':' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
 	}) >= 0 {
 		if action == sendMessage {
-			return "messages"
+			return "h-messages"
 		}
 		return "action-" + action
 	}
