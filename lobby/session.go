@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/lobby/roomdir"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -829,6 +831,9 @@ func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*S
 		rest, isRoom := strings.CutPrefix(part, "rooms:")
 		shared, isShared := strings.CutPrefix(part, "shared_rooms:")
 		if part == "create_rooms" || isRoom && rest != "" && !strings.HasSuffix(rest, ":") || isShared && shared != "" {
+			if err := restrictItemHeld(s, part, rest, shared, isShared); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		return nil, errs.New(errs.InvalidField, "scope %q is not a scope item", part).With("field", "scope").
@@ -857,6 +862,65 @@ func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*S
 		return nil, err
 	}
 	return &ScopeChange{Scope: out.String()}, nil
+}
+
+// restrictItemHeld refuses a well-formed restrict item that ParseScope
+// would drop or that names a room this session does not hold: each would
+// narrow the session, silently, to nothing for what the caller meant
+// (rooms:lab:raed reads as a room named "lab:raed").
+func restrictItemHeld(s *Session, part, rest, shared string, isShared bool) error {
+	refuse := func(what, mean string) error {
+		return errs.New(errs.InvalidField, "scope item %q %s; nothing was narrowed", part, what).With("field", "scope").
+			WithHint("did you mean %s? Your current scope is %s", mean, s.Scope.String())
+	}
+	if isShared {
+		lvl, _, _ := strings.Cut(shared, ":")
+		if levelRank(lvl) < 0 {
+			return refuse(fmt.Sprintf("names no level (%s)", strings.Join(SharedRoomLevels, ", ")), "shared_rooms:"+nearestOf(lvl, SharedRoomLevels, "read"))
+		}
+		return nil
+	}
+	if part == "create_rooms" {
+		return nil
+	}
+	id := rest
+	if i := strings.LastIndexByte(rest, ':'); i > 0 {
+		if lvl := rest[i+1:]; levelRank(lvl) >= 0 {
+			id = rest[:i]
+		} else if near := nearestOf(lvl, roomdir.Levels, ""); near != "" {
+			// A room id may hold ":", but not one that is a level
+			// misspelt: that is what the caller meant.
+			return refuse("ends in "+strconv.Quote(lvl)+", which is no level (observe, read, write, admin)", "rooms:"+rest[:i]+":"+near)
+		}
+	}
+	if id == "*" || s.level(id) != "" {
+		return nil
+	}
+	held := make([]string, 0, len(s.Scope.Rooms))
+	for r := range s.Scope.Rooms {
+		if s.level(r) != "" {
+			held = append(held, r)
+		}
+	}
+	slices.Sort(held)
+	mean := "one of the rooms you hold (sync_lobby lists them)"
+	if near := nearestOf(id, held, ""); near != "" {
+		mean = strings.Replace(part, id, near, 1)
+	}
+	return refuse("names a room this connection does not hold", mean)
+}
+
+// nearestOf is the item of set closest to asked if close enough to be a
+// slip (substrate.EditDistance, at most 2; the first of equals), else
+// fallback.
+func nearestOf(asked string, set []string, fallback string) string {
+	best, bestD := fallback, 3
+	for _, c := range set {
+		if d := substrate.EditDistance(strings.ToLower(asked), c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
 }
 
 // View is the lobby: the rooms in scope with access, agents and roles,

@@ -57,3 +57,28 @@ func TestRoomSummariesApplyTimers(t *testing.T) {
 		t.Fatalf("after the roles entry expired: roles %v, shared keys %d", s.Roles, s.SharedKeys)
 	}
 }
+
+// A summary's message total counts the messages everyone sees: it counted
+// those gated by enabled (a whisper) and those whose timer ran out, telling
+// every member of the room that hidden messages were sent.
+func TestRoomSummaryCountsOnlyPublicMessages(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	ctx := context.Background()
+	admin := newSummaryRoom(t, svc, "msgs")
+	gate := `self == "a"`
+	if _, err := svc.WriteState(ctx, admin, "msgs", []substrate.Write{
+		{Scope: "_messages", Append: true, Value: json.RawMessage(`{"body": "hello"}`)},
+		{Scope: "_messages", Append: true, Value: json.RawMessage(`{"body": "psst"}`), Enabled: gate},
+		{Scope: "_messages", Append: true, Value: json.RawMessage(`{"body": "soon gone"}`), Timer: &substrate.Timer{MS: 100}},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	sums, err := lobby.RoomSummaries(ctx, svc, []string{"msgs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sums["msgs"].Messages; n != 1 {
+		t.Fatalf("the summary counts %d messages, want 1", n)
+	}
+}

@@ -73,3 +73,49 @@ func TestLoomPrompt(t *testing.T) {
 		}
 	}
 }
+
+// sync_loom refused for want of reaching the room advises how to reach
+// it, not the loom's own help (→ help in that state is refused the same
+// way): the lobby for a room gone, embodying for a write or the memory
+// an observer cannot have, or the lobby where the connection may not
+// embody.
+func TestLoomUnreachableRoomAdvisesHowToReachIt(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, weave, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave"})
+	alice := owner(t, srv, "alice", "weave", weave["token"].(string))
+	reader, writer := connect(t, alice, map[string]string{"weave": "read"}), connect(t, alice, map[string]string{"weave": "admin"})
+	advice := func(cs *sdk.ClientSession, commands string) string {
+		t.Helper()
+		out, isErr := callTool(t, cs, "sync_loom", map[string]any{"room": "weave", "commands": commands})
+		if !isErr {
+			t.Fatalf("%s was not refused: %v", commands, out)
+		}
+		return fmt.Sprint(out["next"])
+	}
+	if got := advice(writer, `→ new tree "t" "w"`); !strings.HasPrefix(got, `sync_embody {"room":"weave"}`) {
+		t.Errorf("a write while observing advises %s", got)
+	}
+	if got := advice(writer, "→ memory"); !strings.HasPrefix(got, `sync_embody {"room":"weave"}`) {
+		t.Errorf("memory while observing advises %s", got)
+	}
+	if got := advice(reader, "→ memory"); !strings.HasPrefix(got, "sync_lobby") {
+		t.Errorf("memory on a read-only connection advises %s", got)
+	}
+	mustTool(t, writer, "sync_embody", map[string]any{"room": "weave"})
+	rp, err := srv.svc.Authenticate(ctx, weave["token"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.svc.DeleteRoom(ctx, rp, "weave"); err != nil {
+		t.Fatal(err)
+	}
+	if got := advice(writer, `→ new tree "t" "w"`); strings.Contains(got, "sync_loom") {
+		t.Errorf("a write in a deleted room advises %s", got)
+	}
+	// Observing, the read finds the room gone (not an empty loom).
+	out, isErr := callTool(t, reader, "sync_loom", map[string]any{"room": "weave", "commands": "→ view 1"})
+	if !isErr || out["error"] != "room_not_found" || !strings.HasPrefix(fmt.Sprint(out["next"]), "sync_lobby") {
+		t.Errorf("a read of a deleted room's loom: %v", out)
+	}
+}

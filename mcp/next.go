@@ -8,6 +8,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/lobby/roomdir"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -70,7 +71,21 @@ func withNext(tool string, args json.RawMessage, sess *lobby.Session, err error)
 			}
 			return say("sync_eval_cel", args)
 		}
-	case tool == "sync_loom":
+	case tool == "sync_loom" && (e.Code == errs.ReadOnlyToken || e.Code == errs.AgentNotFound || e.Code == lobby.NotEmbodied || e.Details["needs"] == "agent"):
+		// The loom's help does not make an agent: embodying one does,
+		// where the connection may act in the room.
+		var m map[string]any
+		_ = json.Unmarshal(args, &m)
+		if r, ok := m["room"].(string); ok && r != "" {
+			room = r
+		}
+		if room != "" && sess != nil && roomdir.LevelRank(sess.Level(room)) >= roomdir.LevelRank("write") {
+			return say("sync_embody", map[string]any{"room": room})
+		}
+		return say("sync_lobby", map[string]any{})
+	case tool == "sync_loom" && e.Code != errs.RoomNotFound && e.Code != errs.ScopeDenied:
+		// Reaching the room is the lobby's (the last case), not the
+		// loom's help.
 		return say("sync_loom", map[string]any{"commands": "→ help"})
 	case e.Code == errs.InvalidField && e.Details["field"] != nil:
 		// The same call without the optional argument that was wrong:

@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -97,7 +98,11 @@ func TestRolesObserversAndScope(t *testing.T) {
 	}
 
 	// Narrowing: alice keeps only guild at read; side is gone, nothing widens.
-	mustTool(t, as, "sync_restrict_scope", map[string]any{"scope": "rooms:guild:read rooms:other:admin create_rooms"})
+	// A room the connection does not hold is refused, not granted.
+	if out, isErr := callTool(t, as, "sync_restrict_scope", map[string]any{"scope": "rooms:guild:read rooms:other:admin create_rooms"}); !isErr {
+		t.Fatalf("restrict to a room not held: %v", out)
+	}
+	mustTool(t, as, "sync_restrict_scope", map[string]any{"scope": "rooms:guild:read create_rooms"})
 	if out, isErr := callTool(t, as, "sync_read_context", map[string]any{"room": "side"}); !isErr || out["error"] != "room_not_in_scope" {
 		t.Fatalf("side still in scope: %v", out)
 	}
@@ -107,5 +112,35 @@ func TestRolesObserversAndScope(t *testing.T) {
 	view := mustTool(t, as, "sync_lobby", nil)
 	if rooms := view["rooms"].([]any); len(rooms) != 1 || rooms[0].(map[string]any)["access"] != "read" || view["can_create_rooms"] != true {
 		t.Fatalf("lobby after restrict: %v", view)
+	}
+}
+
+// sync_restrict_scope refuses what it cannot honour as asked: a
+// misspelt level (rooms:<id>:raed read as a room named "<id>:raed"), a
+// room this connection does not hold, a shared_rooms level that is none.
+// Each narrowed the connection silently, to nothing for those rooms.
+func TestRestrictScopeRefusesTypos(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	alice := signup(t, srv, "alice")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "guild"})
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "side"})
+	cs := connectWithToken(t, srv, mintToken(t, srv, alice, map[string]string{"guild": "write", "side": "read"})["access_token"].(string))
+	for _, c := range []struct{ scope, mean string }{
+		{"rooms:guild:raed", "rooms:guild:read"},
+		{"rooms:gild:read", "guild"},
+		{"rooms:side:read shared_rooms:wrte", "shared_rooms:write"},
+	} {
+		out, isErr := callTool(t, cs, "sync_restrict_scope", map[string]any{"scope": c.scope})
+		if !isErr || out["error"] != "invalid_field" || !strings.Contains(fmt.Sprint(out), c.mean) {
+			t.Errorf("restrict %q: %v", c.scope, out)
+		}
+	}
+	if rooms := mustTool(t, cs, "sync_lobby", nil)["rooms"].([]any); len(rooms) != 2 {
+		t.Fatalf("a refused restrict narrowed the connection: %v", rooms)
+	}
+	mustTool(t, cs, "sync_restrict_scope", map[string]any{"scope": "rooms:guild:read"})
+	if rooms := mustTool(t, cs, "sync_lobby", nil)["rooms"].([]any); len(rooms) != 1 || rooms[0].(map[string]any)["access"] != "read" {
+		t.Fatalf("after restrict: %v", rooms)
 	}
 }

@@ -145,6 +145,9 @@ func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, rooms := r.Context(), wb.s.opt.Rooms
 	room := strings.TrimSpace(r.PostFormValue("room"))
+	// The form says where it was (the lobby's forms send "/"): the person
+	// returns there, on this site only.
+	next := safeNext(r.PostFormValue("next"))
 	var err error
 	switch r.PathValue("action") {
 	case "create":
@@ -153,7 +156,7 @@ func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
 		var token string
 		token, err = rooms.ClaimRoom(ctx, u.ID, room, strings.TrimSpace(r.PostFormValue("token")), r.PostFormValue("rotate") != "")
 		if err == nil && token != "" {
-			wb.render(w, http.StatusOK, "roomtoken", map[string]any{"Room": room, "Token": token})
+			wb.render(w, http.StatusOK, "roomtoken", map[string]any{"Room": room, "Token": token, "Next": next})
 			return
 		}
 	case "share":
@@ -183,5 +186,5 @@ func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
 		wb.errorPage(w, e.Code.Status(), "That did not work", msg)
 		return
 	}
-	http.Redirect(w, r, "/account", http.StatusSeeOther)
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }

@@ -154,8 +154,17 @@ func TestBrowserSignupSigninConsent(t *testing.T) {
 	if dir := os.Getenv("SYNC_SCREENSHOTS"); dir != "" {
 		_ = os.WriteFile(dir+"/consent.png", shot, 0o644)
 	}
+	// A first consent grants nothing broad: the person's default room
+	// alone is ticked, no other room, no new rooms (issue 30).
+	ticked, err := chromedp.Run(ctx, chromedp.Evaluate[string](`["room-plans", "room-notes", "create_rooms"].map(id => document.getElementById(id).checked).join(" ")`))
+	if err != nil || ticked != "true false false" {
+		t.Fatalf("the first consent ticks plans, notes, create rooms: %s (%v)", ticked, err)
+	}
+	if !strings.Contains(page, "A room is where") || !strings.Contains(page, "What each access level allows") {
+		t.Errorf("the consent page does not say what a room is and what each level allows:\n%s", page)
+	}
+	oauthtest.RequireAxeClean(t, ctx, "consent")
 	err = chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS("#room-plans")),
 		chromedp.SetValue(chromedp.CSS("#level-plans"), "read"),
 		chromedp.Click(chromedp.CSS("#allow")),
 	)
@@ -175,7 +184,7 @@ func TestBrowserSignupSigninConsent(t *testing.T) {
 	if tok.status != 200 {
 		t.Fatalf("exchange: %d %s", tok.status, tok.body)
 	}
-	if scope := strings.Join(sorted(strings.Fields(tok.json()["scope"].(string))), " "); scope != "create_rooms rooms:plans:read" {
+	if scope := strings.Join(sorted(strings.Fields(tok.json()["scope"].(string))), " "); scope != "rooms:plans:read" {
 		t.Fatalf("token scope %q does not match the selection", scope)
 	}
 }

@@ -169,6 +169,9 @@ func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, 
 		if !slices.Contains(cr.Levels, "write") {
 			cr.Level = "read"
 		}
+		// A first consent offers the person's default room, and nothing
+		// broader: no other room, no new rooms, no rooms shared later.
+		cr.Checked = len(prev) == 0 && rm.Default
 		for _, p := range prev {
 			if strings.HasPrefix(p, "rooms:"+rm.ID+":") {
 				cr.Checked = true
@@ -187,7 +190,7 @@ func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, 
 	}
 	wb.render(w, http.StatusOK, "consent", map[string]any{
 		"Client": client.Name, "RedirectHost": redirectHost, "User": user.Username, "Rooms": list,
-		"CreateRooms": len(prev) == 0 || slices.Contains(prev, "create_rooms"), "Action": action,
+		"CreateRooms": slices.Contains(prev, "create_rooms"), "Action": action,
 		"SharedLevels": roomdir.SharedRoomLevels, "Shared": shared,
 	})
 }

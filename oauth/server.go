@@ -393,7 +393,7 @@ func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
 // --- token and revocation ---
 
 func (s *Server) token(w http.ResponseWriter, r *http.Request) {
-	ctx := withGrantEnd(r.Context(), "")
+	ctx := withGrantEnd(r.Context(), endNotYet)
 	w.Header().Set("Access-Control-Allow-Origin", "*")
 	ar, err := s.provider.NewAccessRequest(ctx, r, new(Session))
 	if err != nil {

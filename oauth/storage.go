@@ -48,18 +48,36 @@ type refreshLink struct{ parent string }
 // token, a replayed code) notes it, and RevokeRefreshToken records it.
 type endKey struct{}
 
-type grantEnd struct{ reason string }
+type grantEnd struct{ reason endReason }
 
-// Reasons a grant ended, as the account page shows them.
+// endReason is why a grant ended; its text is what the account page shows.
+type endReason int
+
 const (
-	endReuse       = "its previous refresh token was used again after the new one had been used (a copied or leaked token); the grant was revoked to be safe. Connect again."
-	endCodeReplay  = "its authorization code was presented twice (a copied or leaked code); the grant was revoked to be safe. Connect again."
-	endByClient    = "the application revoked it (you may have disconnected it there)."
-	endByYou       = "you revoked it on this page."
-	endUnspecified = "it was revoked."
+	endNotYet endReason = iota // not known (yet)
+	endReuse
+	endCodeReplay
+	endByClient
+	endByYou
+	endUnspecified
 )
 
-func withGrantEnd(ctx context.Context, reason string) context.Context {
+// text is the reason as the account page shows it (stored with the end).
+func (r endReason) text() string {
+	switch r {
+	case endReuse:
+		return "its previous refresh token was used again after the new one had been used (a copied or leaked token); the grant was revoked to be safe. Connect again."
+	case endCodeReplay:
+		return "its authorization code was presented twice (a copied or leaked code); the grant was revoked to be safe. Connect again."
+	case endByClient:
+		return "the application revoked it (you may have disconnected it there)."
+	case endByYou:
+		return "you revoked it on this page."
+	}
+	return "it was revoked."
+}
+
+func withGrantEnd(ctx context.Context, reason endReason) context.Context {
 	return context.WithValue(ctx, endKey{}, &grantEnd{reason: reason})
 }
 
@@ -71,8 +89,8 @@ func revoking(ctx context.Context) bool {
 
 // noteEnd keeps a reason already set: a client revoking its own old
 // refresh token at /revoke ended the grant itself, whatever the token.
-func noteEnd(ctx context.Context, reason string) {
-	if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason == "" {
+func noteEnd(ctx context.Context, reason endReason) {
+	if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason == endNotYet {
 		e.reason = reason
 	}
 }
@@ -497,13 +515,12 @@ func (s *storage) RotateRefreshToken(ctx context.Context, _ string, sig string) 
 		// The parent's other successors, never used: retired with the
 		// access tokens issued with them (a copy's holder keeps nothing),
 		// and marked (successor_used on a token never rotated) so that
-		// presenting one is recognised as reuse.
-		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false WHERE request_id = $1 AND kind = 'access' AND parent IN (
-			SELECT signature FROM smcp_oauth_tokens WHERE request_id = $1 AND kind = 'refresh' AND parent = $2 AND signature <> $3 AND active)`, grant, *parent, h); err != nil {
-			return err
-		}
-		if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, successor_used = true
-			WHERE request_id = $1 AND kind = 'refresh' AND parent = $2 AND signature <> $3 AND active`, grant, *parent, h); err != nil {
+		// presenting one is recognised as reuse. One statement: the
+		// access tokens are other rows than the successors it retires.
+		if _, err := s.q(ctx).Exec(ctx, `WITH siblings AS (UPDATE smcp_oauth_tokens SET active = false, successor_used = true
+				WHERE request_id = $1 AND kind = 'refresh' AND parent = $2 AND signature <> $3 AND active RETURNING signature)
+			UPDATE smcp_oauth_tokens SET active = false WHERE request_id = $1 AND kind = 'access' AND parent IN (SELECT signature FROM siblings)`,
+			grant, *parent, h); err != nil {
 			return err
 		}
 	}
@@ -528,7 +545,7 @@ func (s *storage) RevokeRefreshToken(ctx context.Context, requestID string) erro
 			return err
 		}
 		reason := endUnspecified
-		if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason != "" {
+		if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason != endNotYet {
 			reason = e.reason
 		}
 		return s.recordEnd(ctx, requestID, reason)
@@ -547,12 +564,12 @@ func (s *storage) inTx(ctx context.Context, fn func(ctx context.Context) error) 
 }
 
 // recordEnd notes why a grant ended; the first reason stays.
-func (s *storage) recordEnd(ctx context.Context, requestID, reason string) error {
+func (s *storage) recordEnd(ctx context.Context, requestID string, reason endReason) error {
 	_, err := s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_grant_ends (request_id, subject, client_name, reason)
 		SELECT t.request_id, t.subject, coalesce(c.name, t.client_id), $2 FROM smcp_oauth_tokens t
 		LEFT JOIN smcp_oauth_clients c ON c.id = t.client_id
 		WHERE t.request_id = $1 AND t.subject IS NOT NULL LIMIT 1
-		ON CONFLICT (request_id) DO NOTHING`, requestID, reason)
+		ON CONFLICT (request_id) DO NOTHING`, requestID, reason.text())
 	return err
 }
 

@@ -27,6 +27,20 @@ type AuditEntry struct {
 // while it decodes or writes.
 const auditPageBytes = 4 << 20
 
+// AuditPageEnds reports whether a page AuditPage returned for n rows ends
+// the log up to its bound: it is short, and not because the page reached
+// its size bound. A reader stops there, without another statement.
+func AuditPageEnds(page []AuditEntry, n int) bool {
+	if n <= 0 || n > MaxAuditPageRows {
+		n = MaxAuditPageRows
+	}
+	size := 0
+	for _, r := range page {
+		size += len(r.Value)
+	}
+	return len(page) < n && size <= auditPageBytes
+}
+
 // MaxAuditPageRows bounds the rows of one AuditPage, whatever n a caller
 // asks for: the statement's own LIMIT, so that stopping at the byte bound
 // never leaves a large result to drain.

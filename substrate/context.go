@@ -117,6 +117,9 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 		if out.snap, err = s.loadSnapshot(ctx, tx, roomID, cacheKey(roomID, born), seq, count); err != nil {
 			return err
 		}
+		if err := out.snap.loadUsage(ctx, tx); err != nil {
+			return err
+		}
 		out.msgs = msgCounts{Count: count}
 		out.counted = wantMsgs || out.snap.actionsUseMessages(s)
 		agents := out.agents
@@ -135,8 +138,11 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 			agents = []presence{a}
 		}
 		if out.counted {
-			out.msgs, err = countMessages(ctx, tx, roomID, p, agents, count, seq)
+			if out.msgs, err = countMessages(ctx, tx, roomID, p, agents, count, seq); err != nil {
+				return err
+			}
 		}
+		out.msgs.hidden, err = s.hiddenMessages(ctx, tx, out.snap, count)
 		return err
 	})
 	if err != nil {
@@ -351,7 +357,11 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		sl.Annotate(ctx, env, req)
 	}
 	if req.Since != nil {
-		deltaOf(env, rc, roomID, *req.Since, *req.MessagesAfter, shown)
+		unseen, err := s.unseenSince(ctx, roomID, *req.Since, rc.snap.seq)
+		if err != nil {
+			return nil, err
+		}
+		deltaOf(env, rc, roomID, *req.Since, *req.MessagesAfter, shown, unseen)
 		env.Context.Request.MessagesLimit = shown
 	}
 	if req.MaxBytes > 0 {

@@ -134,6 +134,11 @@ func RegisterMemory(prefix, what string) {
 	memoryPrefixes[prefix] = what
 }
 
+// MemoryOf is what the entry is when it is a feature's operational memory
+// (RegisterMemory: "loom memory"), "" when it is not: pages fold such
+// entries away with the room's other internals.
+func MemoryOf(scope, key string) string { return memoryOf(scope, key) }
+
 // memoryOf is what the entry is when it is operational memory ("" when
 // it is not).
 func memoryOf(scope, key string) string {

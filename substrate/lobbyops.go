@@ -78,7 +78,8 @@ type RoomHead struct {
 	ID    string
 	Label string // meta.label
 	Seq   int64
-	// Messages is the room's message count.
+	// Messages is the room's message count: those everyone sees (not
+	// gated by enabled, timer not run out).
 	Messages int64
 	Created  time.Time
 	// LastActivity is when the room last changed (its newest _audit
@@ -95,7 +96,7 @@ func (s *Service) RoomHeads(ctx context.Context, ids []string) (map[string]*Room
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.db.Query(ctx, `SELECT id, seq, message_count, created_at, meta->>'label',
+	rows, err := s.db.Query(ctx, `SELECT id, seq, `+sqlPublicMessages+`, created_at, meta->>'label',
 			(SELECT updated_at FROM state s WHERE s.room_id = r.id AND s.scope = '_audit' AND s.sort_key IS NOT NULL ORDER BY s.sort_key DESC LIMIT 1)
 		FROM rooms r WHERE id = ANY($1)`, ids)
 	if err != nil {

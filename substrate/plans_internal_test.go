@@ -59,6 +59,9 @@ func TestHotQueryPlans(t *testing.T) {
 		{"audit page", sqlAuditPage, []any{"hot", int64(1000), int64(60000), 500}},
 		{"key chain", sqlKeyChain, []any{"hot", "_shared", "task-1", int64(59998), 100}},
 		{"key last write", sqlKeyLastWrite, []any{"hot", int64(60000), `[{"scope": "_shared", "key": "task-1"}]`}},
+		{"hidden messages", sqlHiddenMessages, []any{"hot", int64(60000)}},
+		{"unseen changes", sqlUnseen, []any{"hot", int64(59000), int64(60000)}},
+		{"public messages", `SELECT ` + sqlPublicMessages + ` FROM rooms r WHERE id = ANY($1)`, []any{[]string{"hot", "r1"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

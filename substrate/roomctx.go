@@ -5,6 +5,8 @@ package substrate
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -36,6 +38,9 @@ type msgCounts struct {
 	// gated are the gated messages Unread and Directed count, until
 	// hideGated takes out those hidden from the reader.
 	gated []gatedUnread
+	// hidden are the messages Count counts that a reader may not see,
+	// until hideGated takes out those hidden from this one.
+	hidden []hiddenMsg
 }
 
 // gatedUnread is an unread message with an `enabled` gate.
@@ -50,6 +55,7 @@ type gatedUnread struct {
 // unread counts, nor wake its waits. A room without gated messages pays
 // nothing here.
 func (s *Service) hideGated(ctx context.Context, rc *roomCtx) {
+	s.uncountHidden(ctx, rc)
 	if len(rc.msgs.gated) == 0 {
 		return
 	}
@@ -311,6 +317,8 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 			state[scope] = m
 		}
 	}
+	// Before the gates: they compute with what the reader may read.
+	rc.hideEntries(state)
 	var deferred []*srow
 	for _, r := range live.deferred {
 		if keep(r.Scope) {
@@ -389,6 +397,9 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 			state[r.Scope].(map[string]any)[r.Key] = r.val
 		}
 	}
+	if len(deferred) > 0 {
+		rc.hideEntries(state) // entries the gates admitted
+	}
 	if _, ok := state[ScopeShared]; !ok && keep(ScopeShared) {
 		state[ScopeShared] = map[string]any{} // always there, so state._shared.x reads "no such key: x"
 	}
@@ -400,6 +411,45 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		}
 	}
 	return state, hidden
+}
+
+// hideEntries takes out of state the entries of a scope the reader reads
+// that the read rules hide from it one by one (an agent's loom memory, in
+// its scope granted to another): they are hidden from what the context
+// shows and from what the reader's expressions, and those of definitions
+// registered by it, compute with. Scopes a rule hides nothing in cost a
+// call of HiddenPrefixes.
+func (rc *roomCtx) hideEntries(state map[string]any) {
+	if rc.p == nil {
+		return
+	}
+	for scope, m := range state {
+		entries, ok := m.(map[string]any)
+		if !ok || !rc.visible(scope) {
+			continue
+		}
+		prefixes := rc.vis.hiddenPrefixes(scope)
+		if len(prefixes) == 0 {
+			continue
+		}
+		var cp map[string]any
+		for k := range entries {
+			if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) || rc.vis.entry(scope, k) {
+				continue
+			}
+			if cp == nil {
+				cp = maps.Clone(entries)
+			}
+			delete(cp, k)
+		}
+		if cp != nil {
+			state[scope] = cp
+			if rc.modified == nil {
+				rc.modified = map[string]bool{}
+			}
+			rc.modified[scope] = true
+		}
+	}
 }
 
 // gateKey names the authority entry-level gates evaluate with: the

@@ -292,7 +292,13 @@ func (s *Service) ReadRoom(ctx context.Context, p *Principal, roomID string, fn 
 	}
 	return s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		t := &RoomTx{s: s, ctx: ctx, q: tx, p: p, room: roomID}
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&t.now); err != nil {
+		// The room's row too: a room deleted since p authenticated has no
+		// rows, and a feature would take it for an empty one.
+		err := tx.QueryRow(ctx, `SELECT now() FROM rooms WHERE id = $1`, roomID).Scan(&t.now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("the room was deleted; pick another room")
+		}
+		if err != nil {
 			return err
 		}
 		return fn(t)

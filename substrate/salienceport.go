@@ -297,8 +297,27 @@ type Usage struct {
 // UsageKey names an item of the vocabulary in Read.Usage.
 func UsageKey(kind, id string) string { return kind + ":" + id }
 
+// loadUsage reads the vocabulary's usage into the snapshot, once, with q:
+// the read transaction that read the snapshot's seq, so the usage is the
+// one at that seq (a mutation updates it in its own commit). Read after
+// that transaction, it held uses committed since.
+func (snap *snapshot) loadUsage(ctx context.Context, q querier) error {
+	snap.usageMu.Lock()
+	defer snap.usageMu.Unlock()
+	if snap.usage != nil {
+		return nil
+	}
+	u, err := loadUsage(ctx, q, snap.room)
+	if err != nil {
+		return err
+	}
+	snap.usage = u
+	return nil
+}
+
 // Usage is the room's vocabulary usage at the read's seq (a few rows per
-// action and view), read once per snapshot.
+// action and view), read once per snapshot (by the read's transaction,
+// snapshot.loadUsage, when the read made one).
 func (r *Read) Usage(ctx context.Context) (map[string]*Usage, error) {
 	snap := r.rc.snap
 	snap.usageMu.Lock()

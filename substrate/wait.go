@@ -237,7 +237,7 @@ func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, pro
 	now := time.Now()
 	// Unread gated messages are counted only once their gates are
 	// evaluated for the reader, and a gate may read agents.
-	if len(r.snap.live(now).deferred) > 0 || len(r.msgs.gated) > 0 {
+	if len(r.snap.live(now).deferred) > 0 || len(r.msgs.gated) > 0 || len(r.msgs.hidden) > 0 {
 		return s.readCtx(ctx, p, roomID, prog.UsesMessages)
 	}
 	rc := &roomCtx{now: now, snap: r.snap, p: p, msgs: r.msgs, counted: r.counted, partial: true}

@@ -1,8 +1,10 @@
 package substrate
 
 import (
+	"context"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -34,9 +36,10 @@ type ChangesSince struct {
 // have changed and the actions (re)defined or possibly enabled since. Agents are
 // left out (their presence is in _attention and a full read); _attention
 // stays whole.
-func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, limit int) {
+func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, limit int, unseen *unseenChanges) {
 	d := &ChangesSince{FromSeq: from, Changed: map[string]int64{}}
 	newest := scopeRevisions(rc)
+	unseen.apply(rc, from, newest)
 	for scope, v := range env.State {
 		name := scope
 		if scope == ScopeSelf {
@@ -70,7 +73,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	}
 	for id := range env.Actions {
 		a := rc.snap.actions[id]
-		if a == nil || a.r.Revision <= from && !gateMayHaveOpened(a.def.Enabled, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) && !readsView(a.def.Enabled, changed) {
+		if a == nil || a.r.Revision <= from && !gateMayHaveOpened(a.def.Enabled, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) && !readsView(a.def.Enabled, changed) && !unseen.ranOut(rc, a.r, from) {
 			delete(env.Actions, id)
 		}
 	}
@@ -154,11 +157,12 @@ func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[stri
 	changed := map[string]bool{}
 	for _, v := range rc.snap.views { // in dependency order
 		self := viewSelf(v.def)
-		if v.r.Revision > seq || readsChangedScope(v.def.Expr, self, seq, newest) || gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) {
+		if v.r.Revision > seq || newest[scopeViews] > seq && v.r.timer != nil || readsAnyTime(v.def.Expr) || readsChangedScope(v.def.Expr, self, seq, newest) || gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) {
 			changed[v.def.ID] = true
 		}
 		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
-			if changed[m[1]+m[2]] {
+			// A view read that is gone may have been deleted since.
+			if changed[m[1]+m[2]] || !rc.snap.hasView(m[1]+m[2]) && newest[scopeViews] > seq {
 				changed[v.def.ID] = true
 			}
 		}
@@ -176,8 +180,8 @@ func readsView(src string, set map[string]bool) bool {
 	return false
 }
 
-// scopeRef finds the scopes an expression reads.
-var scopeRef = regexp.MustCompile(`state\.([A-Za-z_][\w:@-]*)`)
+// scopeRef finds the scopes an expression reads (state.x, state.?x).
+var scopeRef = regexp.MustCompile(`state\.\??([A-Za-z_][\w:@-]*)`)
 
 // readsChangedScope reports whether src reads a scope with an entry
 // changed after seq (a view reading one key of a scope is reported when
@@ -192,7 +196,7 @@ func readsChangedScope(src, self string, after int64, newest map[string]int64) b
 				continue
 			}
 		}
-		if newest[scope] > after {
+		if newest[scope] > after || newest[anyScope] > after {
 			return true
 		}
 	}
@@ -249,7 +253,7 @@ func gateMayHaveOpened(src string, selves []string, after int64, newest map[stri
 	if src == "" {
 		return false
 	}
-	if gateReadsAnyTime.MatchString(src) {
+	if readsAnyTime(src) {
 		return true
 	}
 	for _, self := range selves {
@@ -260,5 +264,161 @@ func gateMayHaveOpened(src string, selves []string, after int64, newest map[stri
 	return false
 }
 
-// gateReadsAnyTime finds what changes without a write the delta can see.
-var gateReadsAnyTime = regexp.MustCompile(`\b(now|agents)\b|state\s*\[`)
+// gateReadsAnyTime finds what changes without a write the delta can see:
+// the clock, presence, messages (and their read marks), state by a
+// computed name. It may match a string literal: a delta may show too
+// much, never too little.
+var gateReadsAnyTime = regexp.MustCompile(`(^|[^.\w])(now|agents|messages)\b|state\s*\[`)
+
+// stateUse finds each use of state and what follows it.
+var stateUse = regexp.MustCompile(`(^|[^.\w])state\b\s*(\.\s*\??\s*([A-Za-z_]\w*))?`)
+
+// readsAnyTime reports whether src reads something that changes without
+// a write to a scope it names: gateReadsAnyTime, or state whole (passed
+// along, or iterated by a macro such as state.exists).
+func readsAnyTime(src string) bool {
+	if gateReadsAnyTime.MatchString(src) {
+		return true
+	}
+	for _, m := range stateUse.FindAllStringSubmatch(src, -1) {
+		switch m[3] {
+		case "", "all", "exists", "exists_one", "map", "filter":
+			return true
+		}
+	}
+	return false
+}
+
+// anyScope in a scopeRevisions map stands for every scope: the delta
+// cannot tell which changed.
+const anyScope = "*"
+
+// unseenChanges are the changes since a delta's seq that leave no newer
+// revision in the snapshot: deletions (the room keeps no tombstones; the
+// audit log records them) and timers that ran out.
+type unseenChanges struct {
+	// known: the audit log still holds every mutation after the seq
+	// (the janitor archives the oldest first); otherwise any scope may
+	// have lost an entry.
+	known bool
+	// at is when the seq was the room's newest: a clock timer that ran
+	// out after it changed what its scope shows.
+	at time.Time
+	// deleted are the scopes with an entry deleted since.
+	deleted []string
+}
+
+// maxUnseenScan bounds the audit entries a read decodes to find the
+// deletions since a seq (one statement, at most this many entries).
+const maxUnseenScan = 1000
+
+// sqlUnseen reads what unseenChanges holds from the audit log, up to the
+// read's seq.
+const sqlUnseen = `SELECT
+	(SELECT updated_at FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key IS NOT NULL AND sort_key <= $2
+		ORDER BY sort_key DESC LIMIT 1),
+	coalesce((SELECT array_agg(DISTINCT d->>'scope') FROM state a,
+		jsonb_array_elements(CASE jsonb_typeof(a.value->'delta') WHEN 'array' THEN a.value->'delta' ELSE '[]' END) d
+		WHERE a.room_id = $1 AND a.scope = '_audit' AND a.sort_key > $2 AND a.sort_key <= $3 AND NOT d ? 'after'), '{}')`
+
+// apply marks in newest the scopes that changed after from unseen by
+// their revisions.
+func (u *unseenChanges) apply(rc *roomCtx, from int64, newest map[string]int64) {
+	if u == nil || !u.known {
+		newest[anyScope] = from + 1
+		return
+	}
+	for _, scope := range u.deleted {
+		newest[scope] = max(newest[scope], from+1)
+	}
+	for scope, rows := range rc.snap.scopes {
+		for _, r := range rows {
+			if u.ranOut(rc, r.row, from) {
+				newest[scope] = max(newest[scope], from+1)
+			}
+		}
+	}
+}
+
+// ranOut reports whether r's timer may have changed its visibility after
+// from (always, when what happened since is not known).
+func (u *unseenChanges) ranOut(rc *roomCtx, r *row, from int64) bool {
+	t := r.timer
+	if t == nil || t.Effect == nil {
+		return false
+	}
+	if u == nil || !u.known {
+		return true
+	}
+	clock := t.ExpiresAt != nil && t.ExpiresAt.After(u.at) && !t.ExpiresAt.After(rc.now)
+	// Ticks run down with writes to tick_on, not with a revision of the
+	// entry itself.
+	ticked := t.TicksLeft != nil && *t.TicksLeft <= 0 && t.TickOn != nil && tickedSince(rc, *t.TickOn, from)
+	return clock || ticked
+}
+
+// tickedSince reports whether the entry a tick timer counts (scope.key)
+// was written after from (any entry of its scope, when the name is
+// ambiguous).
+func tickedSince(rc *roomCtx, on string, from int64) bool {
+	for scope, rows := range rc.snap.scopes {
+		key, ok := strings.CutPrefix(on, scope+".")
+		if !ok {
+			continue
+		}
+		if r := rows[key]; r != nil && r.Revision > from {
+			return true
+		}
+	}
+	return false
+}
+
+// hasView reports whether the snapshot defines the view id.
+func (snap *snapshot) hasView(id string) bool {
+	for _, v := range snap.views {
+		if v.def.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// unseenSince reads from the audit log what changed after from that the
+// snapshot's revisions do not show (unseenChanges).
+func (s *Service) unseenSince(ctx context.Context, roomID string, from, upTo int64) (*unseenChanges, error) {
+	var at *time.Time
+	u := &unseenChanges{}
+	if upTo-from > maxUnseenScan {
+		return u, nil // not known: a reader that far behind is told every scope may have changed
+	}
+	if err := s.db.QueryRow(ctx, sqlUnseen, roomID, from, upTo).Scan(&at, &u.deleted); err != nil {
+		return nil, err
+	}
+	if at != nil {
+		u.known, u.at = true, *at
+	}
+	return u, nil
+}
+
+// ViewsChangedUnseen are the views (of ViewDefs) that may have changed
+// after from with no newer revision of what they read by path (which a
+// reader checks itself, key by key): they read now, agents, messages or
+// state whole, or a scope they read lost an entry since (a deletion, a
+// timer run out). The rule of a wait's delta (viewsChangedSince).
+func (r *Read) ViewsChangedUnseen(ctx context.Context, from int64) map[string]bool {
+	unseen, err := r.s.unseenSince(ctx, r.room, from, r.rc.snap.seq)
+	if err != nil {
+		r.s.log.Warn("reading the deletions since a reader's last read", "room", r.room, "err", err)
+		unseen = nil // unknown: every scope may have changed
+	}
+	marks := map[string]int64{}
+	unseen.apply(r.rc, from, marks)
+	out := map[string]bool{}
+	for _, v := range r.rc.snap.views {
+		self := viewSelf(v.def)
+		if readsAnyTime(v.def.Expr) || readsChangedScope(v.def.Expr, self, from, marks) || gateMayHaveOpened(v.def.Enabled, []string{self}, from, marks) {
+			out[v.def.ID] = true
+		}
+	}
+	return out
+}

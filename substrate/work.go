@@ -42,7 +42,13 @@ type workBucket struct {
 	// share of the meter's rate this bucket refills at (1 for a room's
 	// members, guestShare for its read-only readers).
 	share float64
+	// inUse counts the requests admitted on this bucket and not yet
+	// done: they charge it, so the sweep keeps it.
+	inUse atomic.Int64
 }
+
+// release ends one admitted request's use of b.
+func (b *workBucket) release() { b.inUse.Add(-1) }
 
 // guestShare is the read-only readers' budget in a room, as a share of
 // the members' (Limits.RoomCostPerSecond).
@@ -89,15 +95,17 @@ func (m *workMeter) admit(key string, share float64, now time.Time) (*workBucket
 	}
 	m.refill(b, now)
 	if b.tokens > 0 {
+		b.inUse.Add(1)
 		return b, 0, true
 	}
 	return nil, time.Duration((-b.tokens + 1) / (m.rate * b.share) * float64(time.Second)), false
 }
 
-// sweep drops the buckets that have refilled; mu is held.
+// sweep drops the buckets that have refilled and that no request still
+// charges; mu is held.
 func (m *workMeter) sweep(now time.Time) {
 	for id, b := range m.rooms {
-		if m.refill(b, now); b.tokens >= m.burst*b.share {
+		if m.refill(b, now); b.tokens >= m.burst*b.share && b.inUse.Load() == 0 {
 			delete(m.rooms, id)
 		}
 	}
@@ -131,6 +139,8 @@ func (s *Service) work(ctx context.Context, p *Principal, roomID string) (contex
 			With("retry_after_ms", max(wait.Milliseconds(), 1)).With("limit", limit).
 			WithHint("retry after %d s; wait for changes instead of polling, and keep gates and views that read now or agents few and cheap", secs)
 	}
+	// The request's context ends when it does (net/http cancels it).
+	context.AfterFunc(ctx, b.release)
 	ctx = context.WithValue(ctx, workKey{}, key)
 	return expr.WithMeter(ctx, func(cost uint64) {
 		b.spent.Add(int64(max(cost, gateMinCost)))

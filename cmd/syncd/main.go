@@ -5,6 +5,7 @@
 //	syncd migrate    apply database migrations and exit
 //	syncd invite     print a one-time sign-up link and exit
 //	syncd bench      drive a server with load and print what it sustained
+//	syncd collaborate  run a loom collaborator against a chat model (README, the loom)
 package main
 
 import (
@@ -43,6 +44,9 @@ func main() {
 	if len(args) > 0 && args[0] == "bench" {
 		os.Exit(bench.Main(args[1:], os.Stdout, os.Stderr))
 	}
+	if len(args) > 0 && args[0] == "collaborate" {
+		os.Exit(collaborateMain(args[1:]))
+	}
 	cmd := "serve"
 	if len(args) > 0 && (args[0] == "migrate" || args[0] == "serve" || args[0] == "invite") {
 		cmd, args = args[0], args[1:]
@@ -58,12 +62,17 @@ func main() {
 	}
 	slog.SetDefault(slog.New(h))
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	if err := run(ctx, cmd, cfg, nil); err != nil {
 		slog.Error("syncd stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// signalContext ends at SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 // run serves until ctx ends. ready, when not nil, receives the listener's

@@ -406,6 +406,9 @@ func TestAttackThinkingOnThePages(t *testing.T) {
 	if _, err := loom.Of(s.svc).Run(ctx, carol, "lab", "→ think\nTHOUGHT-SECRET <b>about</b> the scene\n←\n→ stash \"plan\" \"STASHED words\""); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.svc.WriteState(ctx, carol, "lab", []substrate.Write{{Scope: "carol", Key: "note", Value: json.RawMessage(`"CAROL-NOTE"`)}}, true); err != nil {
+		t.Fatal(err)
+	}
 	_, _, owner := s.get("alice", "/rooms/lab")
 	i := strings.Index(owner, "THOUGHT-SECRET")
 	if i < 0 {
@@ -422,7 +425,13 @@ func TestAttackThinkingOnThePages(t *testing.T) {
 	if strings.Contains(view, "THOUGHT-SECRET") {
 		t.Error("HOLE: a view link reads carol's thinking")
 	}
-	if !strings.Contains(view, "STASHED words") {
+	// A stash is carol's working memory, read by carol and room
+	// authority only (substrate/loom: TestAttackMemoryReadOnlyByItsAgent);
+	// the rest of her scope a view link reads.
+	if strings.Contains(view, "STASHED words") {
+		t.Error("HOLE: a view link reads carol's stash")
+	}
+	if !strings.Contains(view, "CAROL-NOTE") {
 		t.Error("a view link no longer reads carol's scope")
 	}
 }
@@ -729,5 +738,170 @@ func TestAttackActivityFeedLeaksNothing(t *testing.T) {
 		if strings.Contains(string(raw), sec) {
 			t.Errorf("HOLE: RecentActivity tells bob %q: %s", sec, raw)
 		}
+	}
+}
+
+// An action form's choices come from a view (render hint "options"),
+// and only from a view of this room that the page's reader reads (views
+// read with their registrar's authority, so every live view of a room is
+// its members'). A hint naming a view of another room, even one the
+// person belongs to, must not fill the form: the choice picked would be
+// written into this room, whose registrar could read it (exfiltration
+// across rooms); nor may a disabled view. Those forms get a text field.
+func TestAttackFormOptionsFromAViewOutsideTheRoom(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	vault, err := s.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "vault"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.lob.ClaimRoom(ctx, "user_alice", "vault", vault.Token, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.RegisterView(ctx, substrate.RoomPrincipal("vault"), "vault", substrate.ViewDef{ID: "codes", Expr: `["v4ult-1", "v4ult-2"]`}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "claim", Description: "Claim a task",
+		Params: map[string]substrate.ParamSpec{"task": {Type: "string", Required: true}},
+		Writes: []substrate.WriteTemplate{{Key: "claim", Value: []byte(`"${params.task}"`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "hidden_ids", Expr: `["h1dden-1"]`, Enabled: `false`},
+		{ID: "open_ids", Expr: `["task:1", "task:2"]`},
+		{ID: "cross_form", Expr: `true`, Render: []byte(`{"type": "action-form", "action": "claim", "options": {"task": "vault/codes"}}`)},
+		{ID: "dotted_form", Expr: `true`, Render: []byte(`{"type": "action-form", "action": "claim", "options": {"task": "vault.codes"}}`)},
+		{ID: "hidden_form", Expr: `true`, Render: []byte(`{"type": "action-form", "action": "claim", "options": {"task": "hidden_ids"}}`)},
+		{ID: "good_form", Expr: `true`, Render: []byte(`{"type": "action-form", "action": "claim", "options": {"task": "open_ids"}}`)},
+	} {
+		if _, err := s.svc.RegisterView(ctx, s.admin, "lab", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, body := s.get("alice", "/rooms/lab")
+	if code != 200 {
+		t.Fatalf("the room page: %d %s", code, body)
+	}
+	if strings.Contains(body, "v4ult") || strings.Contains(body, "h1dden") {
+		t.Fatalf("HOLE: a form's options show a view from outside the room, or a disabled one: %s", body)
+	}
+	for _, form := range []string{"cross_form", "dotted_form", "hidden_form"} {
+		if !strings.Contains(body, `<input id="s-`+form+`-p-claim-task" name="p.task" type="text"`) {
+			t.Errorf("%s does not fall back to a text field: %s", form, body)
+		}
+	}
+	if !strings.Contains(body, `<select id="s-good_form-p-claim-task" name="p.task" required><option value="task:1">task:1</option><option value="task:2">task:2</option></select>`) {
+		t.Errorf("the form naming a view of the room does not offer its choices: %s", body)
+	}
+}
+
+// The loom page's forms are composed into the loom's own commands and run
+// as the person's agent, so the loom's permissions decide, not the page: a
+// participant without loom_write, loom_generate, doc_read or doc_write
+// forges each form's POST and is refused, and nothing is written; the page
+// itself offers none of those forms and says why. Loom permissions are
+// room authority's alone, whatever the form says.
+func TestAttackLoomFormsWithoutPermission(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "paul")
+	ctx := context.Background()
+	s.share("paul", "participant")
+	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", `→ new tree "t" "ROOT"`+"\n"+`→ add from:1 "SECOND"`+"\n"+`→ write doc:"plan" append "DOC-SECRET"`+"\n"+`→ continue from 2`); err != nil {
+		t.Fatal(err)
+	}
+	// paul's agent exists once he acted; with the defaults he may look and
+	// read documents only.
+	if code, _ := s.post("paul", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"switch"}}); code != 200 {
+		t.Fatalf("paul standing at node 1: %d", code)
+	}
+	_, _, page := s.get("paul", "/web/rooms/lab/loom?tree=1&node=2")
+	for _, absent := range []string{`id="branch-text"`, `id="continue-btn"`, `id="note-text"`, `id="doc-text"`, `id="tree-name"`, `id="fulfil-1"`, `id="perms"`} {
+		if strings.Contains(page, absent) {
+			t.Errorf("paul, without the permission, is offered %s", absent)
+		}
+	}
+	for _, why := range []string{"loom_write is not enabled for you", "loom_generate is not enabled for you", "doc_write is not enabled for you"} {
+		if !strings.Contains(page, why) {
+			t.Errorf("paul's page does not say %q", why)
+		}
+	}
+	forged := map[string]url.Values{
+		"branch":   {"op": {"branch"}, "text": {"FORGED-BRANCH"}},
+		"continue": {"op": {"continue"}, "n": {"2"}},
+		"annotate": {"op": {"annotate"}, "text": {"FORGED-NOTE"}},
+		"edit":     {"op": {"edit"}, "text": {"FORGED-EDIT"}},
+		"link":     {"op": {"link"}, "target": {"1"}, "note": {"FORGED-LINK"}},
+		"bookmark": {"op": {"bookmark"}, "label": {"FORGED-BM"}},
+		"fulfil":   {"op": {"fulfil"}, "req": {"g1"}, "text": {"FORGED-FULFIL"}},
+		"new":      {"op": {"new"}, "name": {"FORGED-TREE"}},
+		"write":    {"op": {"write"}, "doc": {"plan"}, "text": {"FORGED-DOC"}},
+		"permit":   {"op": {"permit"}, "agent": {"paul:web"}, "perm-loom_write": {"on"}, "perm-doc_write": {"on"}},
+		"commands": {"commands": {`→ add from:2 "FORGED-CMD"`}},
+	}
+	for name, form := range forged {
+		form.Set("tree", "1")
+		form.Set("node", "2")
+		code, body := s.post("paul", "/web/rooms/lab/loom", form)
+		if code != http.StatusForbidden || !strings.Contains(body, "permission denied") {
+			t.Errorf("HOLE: paul's forged %s form: %d", name, code)
+		}
+	}
+	res, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", "→ tree tree:1 depth:5\n→ list 2 annotations tree:1\n→ list 2 links tree:1\n→ bookmarks tree:1\n→ read doc:\"plan\"\n→ requests\n→ permit paul:web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Text, "FORGED") || !strings.Contains(res.Text, "g1:") || strings.Contains(res.Text, "paul:web (human): loom_aware, loom_write") {
+		t.Errorf("HOLE: a refused form wrote: %s", res.Text)
+	}
+	// Denied doc_read, paul's page neither lists nor opens documents.
+	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", "→ deny paul:web doc_read"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, page := s.get("paul", "/web/rooms/lab/loom?tree=1&node=1&doc=plan"); strings.Contains(page, "DOC-SECRET") || !strings.Contains(page, "doc_read is not enabled for you") {
+		t.Error("HOLE: paul, denied doc_read, reads the document on the loom page")
+	}
+	// Denied loom_aware, the page shows no tree, by URL or in its part.
+	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", "→ deny paul:web loom_aware"); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/web/rooms/lab/loom?tree=1&node=2", "/web/rooms/lab/loom?tree=1&node=2&part=main", "/web/rooms/lab/loom?tree=1&node=2&as=prose"} {
+		if _, _, page := s.get("paul", path); strings.Contains(page, "ROOT") || strings.Contains(page, "SECOND") || !strings.Contains(page, "loom_aware is not enabled") {
+			t.Errorf("HOLE: paul, denied loom_aware, reads the tree at %s", path)
+		}
+	}
+}
+
+// A person reads no loom of a room they cannot see, by any of the page's
+// URLs, its main part or its forms; a cross-site form is refused before it
+// runs; a view link reads and offers no form.
+func TestAttackLoomPageOtherRoomAndCrossSite(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "mallory")
+	if _, err := loom.Of(s.svc).Run(context.Background(), s.admin, "lab", `→ new tree "t" "TREE-SECRET"`+"\n"+`→ write doc:"d" append "DOC-SECRET"`); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/web/rooms/lab/loom?tree=1&node=1", "/web/rooms/lab/loom?tree=1&node=1&part=main", "/web/rooms/lab/loom?doc=d", "/web/rooms/lab/loom?tree=1&as=prose"} {
+		if code, _, body := s.get("mallory", path); code != http.StatusNotFound || strings.Contains(body, "SECRET") {
+			t.Errorf("HOLE: a stranger reads %s: %d", path, code)
+		}
+	}
+	if code, body := s.post("mallory", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"branch"}, "text": {"x"}}); code != http.StatusNotFound || strings.Contains(body, "SECRET") {
+		t.Errorf("HOLE: a stranger branches in another's room: %d", code)
+	}
+	for _, op := range []url.Values{
+		{"tree": {"1"}, "node": {"1"}, "op": {"branch"}, "text": {"CSRF"}},
+		{"op": {"write"}, "doc": {"d"}, "text": {"CSRF"}},
+		{"op": {"permit"}, "agent": {"alice:web"}},
+	} {
+		for _, hdr := range [][]string{{"Sec-Fetch-Site", "cross-site"}, {"Sec-Fetch-Site", "", "Origin", "https://evil.example"}} {
+			if code, _ := s.post("alice", "/web/rooms/lab/loom", op, hdr...); code != http.StatusForbidden {
+				t.Errorf("HOLE: a cross-site %s form (%v): %d", op.Get("op"), hdr, code)
+			}
+		}
+	}
+	if res, _ := loom.Of(s.svc).Run(context.Background(), s.admin, "lab", "→ list 1 tree:1\n→ read doc:\"d\""); res == nil || strings.Contains(res.Text, "CSRF") {
+		t.Error("HOLE: a cross-site form wrote")
+	}
+	code, _, body := s.get("", "/web/rooms/lab/loom?tree=1&node=1&view="+s.room.ViewToken)
+	if code != 200 || !strings.Contains(body, "TREE-SECRET") || strings.Contains(body, `method="post"`) {
+		t.Errorf("a view link's loom page: %d, forms offered: %v", code, strings.Contains(body, `method="post"`))
 	}
 }

@@ -3,6 +3,7 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -19,7 +20,7 @@ func prettyJSON(v any) string {
 			v = x
 		}
 	}
-	b, err = json.MarshalIndent(v, "", "  ")
+	b, err = marshal(v, "  ")
 	if err != nil {
 		return fmt.Sprint(v)
 	}
@@ -93,11 +94,76 @@ func auditLine(v any) string {
 
 // compactJSON is a value on one line (a button's label, a hidden field).
 func compactJSON(v any) string {
-	b, err := json.Marshal(v)
+	b, err := marshal(v, "")
 	if err != nil {
 		return fmt.Sprint(v)
 	}
 	return string(b)
+}
+
+// marshal is JSON as a person reads it: without the \u003c, \u003e and
+// \u0026 escapes encoding/json adds for script contexts (html/template
+// escapes what the page shows), indented when indent is given.
+func marshal(v any, indent string) ([]byte, error) {
+	if raw, ok := v.(json.RawMessage); ok {
+		var x any
+		if json.Unmarshal(raw, &x) == nil {
+			v = x
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", indent)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// when is a timer's RFC 3339 time as a person reads it: how far off it
+// is, and the time of day in UTC to the second ("in 4m 10s (at 07:12:05
+// UTC)"); the page's script counts it down.
+func when(v any) string {
+	s, _ := v.(string)
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return relative(time.Until(t)) + " (at " + clock(t) + ")"
+}
+
+// relative is a duration from now in words: "in 4m 10s", "3s ago".
+func relative(d time.Duration) string {
+	past := d < 0
+	if past {
+		d = -d
+	}
+	d = d.Round(time.Second)
+	var out string
+	switch {
+	case d < time.Minute:
+		out = fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		out = fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		out = fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		out = fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+	if past {
+		return out + " ago"
+	}
+	return "in " + out
+}
+
+// clock is a time of day in UTC, with the date when it is not today.
+func clock(t time.Time) string {
+	t = t.UTC()
+	if y, m, d := t.Date(); y == time.Now().UTC().Year() && m == time.Now().UTC().Month() && d == time.Now().UTC().Day() {
+		return t.Format("15:04:05 UTC")
+	}
+	return t.Format("2006-01-02 15:04:05 UTC")
 }
 
 func ago(t time.Time) string {

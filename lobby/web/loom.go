@@ -1,54 +1,80 @@
 package web
 
 import (
-	"encoding/json"
-	"errors"
+	"context"
+	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
-// The loom page (seed 002): the room's loom as a person sees and works it,
-// through the same → commands the sync_loom tool runs (substrate.Loom), so
-// people and models share one tree, one set of permissions and one
-// presence. GET shows the tree and, with ?node=N, a node with its
-// annotations and links, read with read-only authority (a read never
-// moves anyone's position nor writes a trace). POST runs commands as the
-// person's own agent: typed in the command box, or composed by the node's
-// forms (continue, branch, annotate).
+// The loom page (seed 002): the room's loom as a person sees and works it.
+// It reads with loom.Snapshot (typed data from the entries the → commands
+// read and write, with read-only authority: a page read never moves anyone
+// nor writes a trace) and acts through the same → commands the sync_loom
+// tool runs (loom.Run), as the person's own agent, so people and models
+// share one tree, one set of permissions, one turn-taking and one presence.
+//
+// The URL names the tree and the node (?tree=T&node=N); every form carries
+// both, and every command it composes names them (tree:T), so a form acts
+// on the node on screen whatever the person's agent did elsewhere since.
 
-// loomReads are the commands the page reads with: the trees, and the
-// node or document asked for.
-func loomReads(node, doc string) string {
-	cmds := []string{"→ tree summary", "→ tree depth:6"}
-	if node != "" {
-		cmds = append(cmds, "→ view "+node+" with-annotations", "→ list "+node+" links")
-	}
-	if doc != "" {
-		cmds = append(cmds, `→ read doc:"`+doc+`"`)
-	}
-	return strings.Join(cmds, "\n")
+// loomFoldAbove is how many tree items the page draws before it folds:
+// past it, subtrees off the path to the node in view are drawn closed,
+// their nodes counted, not sent (opening one opens it as the node in view).
+const loomFoldAbove = 200
+
+// loomLabel is how much of a node's content its tree item shows.
+const loomLabel = 90
+
+// loomQuery is what the URL (or a form) names.
+type loomQuery struct {
+	Tree, Node int64
+	As         string // "prose" or "" (nodes)
+	Doc        string
 }
 
-// validNode refuses a node that is not a node number ("" is none).
-func validNode(node string) error {
-	if node == "" {
-		return nil
+func parseLoomQuery(get func(string) string) (loomQuery, error) {
+	var q loomQuery
+	for _, f := range []struct {
+		name string
+		to   *int64
+	}{{"tree", &q.Tree}, {"node", &q.Node}} {
+		v := strings.TrimSpace(get(f.name))
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return q, errs.New(errs.InvalidField, "%s %q is not a %s number", f.name, v, f.name).WithHint("give a %s's number, as the page shows it", f.name).With("field", f.name)
+		}
+		*f.to = n
 	}
-	if _, err := strconv.ParseUint(node, 10, 63); err != nil {
-		return errs.New(errs.InvalidField, "node %q is not a node number", node).WithHint("give a node's number, as the tree shows it")
+	switch as := get("as"); as {
+	case "", "nodes":
+	case "prose":
+		q.As = as
+	default:
+		return q, errs.New(errs.InvalidField, "as %q is not a way to read a branch", as).WithHint("use as=prose or as=nodes").With("field", "as")
 	}
-	return nil
+	q.Doc = get("doc")
+	if err := validDoc(q.Doc); err != nil {
+		return q, err
+	}
+	return q, nil
 }
 
 // validDoc refuses a document name a command cannot carry.
 func validDoc(doc string) error {
 	if strings.ContainsAny(doc, "\"\\\n\r”") || len(doc) > 200 {
-		return errs.New(errs.InvalidField, "document name %q cannot be read from here", doc).WithHint("use the command box: → read doc:\"…\"")
+		return errs.New(errs.InvalidField, "document name %q cannot be read from here", doc).WithHint("use a name without quotes, backslashes or line breaks, up to 200 characters").With("field", "doc")
 	}
 	return nil
 }
@@ -59,68 +85,428 @@ func (wb *Web) loomPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	node := r.URL.Query().Get("node")
-	if err := validNode(node); err != nil {
+	q, err := parseLoomQuery(r.URL.Query().Get)
+	if err != nil {
 		wb.fail(w, r, err)
 		return
 	}
-	doc := r.URL.Query().Get("doc")
-	if err := validDoc(doc); err != nil {
-		wb.fail(w, r, err)
-		return
+	_, username, _ := wb.opt.SignedIn(r)
+	me := ""
+	if viewToken == "" {
+		me = username + ":web"
 	}
-	wb.renderLoom(w, r, http.StatusOK, roomID, readOnly(p), who, viewToken, viewToken == "" && canAct(access), node, doc, "", nil)
+	wb.renderLoom(w, r, http.StatusOK, loomPageIn{room: roomID, reader: p, who: who, access: access, viewToken: viewToken, me: me, q: q})
 }
 
-// readOnly is p's authority to read with and nothing more: the room token
-// reads as its view token, an agent as an observer that keeps its loom
-// permissions (the loom's reads by an agent write its position and trace;
-// a page read must not, nor show what → view would refuse the agent).
-func readOnly(p *substrate.Principal) *substrate.Principal {
-	return substrate.ReadOnlyOf(p)
+// loomPageIn is what a loom page is drawn from.
+type loomPageIn struct {
+	room      string
+	reader    *substrate.Principal // the person's (or view link's) authority
+	who       string
+	access    string // the person's role in the room; "" for a view link
+	viewToken string
+	me        string // the person's agent id
+	q         loomQuery
+	commands  string
+	ran       *loom.Result
+	ranErr    *errs.Error
 }
 
-// renderLoom reads the loom and shows it, with ran (the result of the
-// commands the person just ran) on top.
-func (wb *Web) renderLoom(w http.ResponseWriter, r *http.Request, status int, roomID string, p *substrate.Principal, who, viewToken string, canAct bool, node, doc, commands string, ran *loom.Result) {
-	read, err := loom.Of(wb.opt.Substrate).Run(r.Context(), p, roomID, loomReads(node, doc))
-	if err != nil && !errs.Is(err, errs.NotFound) {
-		var e *errs.Error
-		if !errors.As(err, &e) || e.Code == errs.Internal {
+// renderLoom reads the loom and draws it.
+func (wb *Web) renderLoom(w http.ResponseWriter, r *http.Request, status int, in loomPageIn) {
+	ctx := r.Context()
+	lm := loom.Of(wb.opt.Substrate)
+	agent := in.me
+	v, err := lm.Snapshot(ctx, substrate.ReadOnlyOf(in.reader), in.room, loom.SnapshotQuery{Tree: in.q.Tree, Node: in.q.Node, Agent: agent})
+	if err != nil && ctx.Err() != nil {
+		return // the browser left (a live refresh overtaken, a tab closed): nobody to answer
+	}
+	if err != nil {
+		e := errs.From(err)
+		if e.Code == errs.Internal || e.Code == errs.RoomNotFound || e.Code == errs.Unavailable {
 			wb.fail(w, r, err)
 			return
 		}
+		// A tree or node that does not exist: the page says so, with the
+		// trees it has, in the error's status.
+		if status == http.StatusOK {
+			status = e.Code.Status()
+		}
+		if v, err = lm.Snapshot(ctx, substrate.ReadOnlyOf(in.reader), in.room, loom.SnapshotQuery{Agent: agent}); err != nil {
+			wb.fail(w, r, err)
+			return
+		}
+		if in.ranErr == nil {
+			in.ranErr = e
+		}
 	}
-	data := map[string]any{"RoomID": roomID, "Who": who, "ViewToken": viewToken, "CanAct": canAct, "Node": node, "Doc": doc, "Commands": commands,
-		"Presence": wb.loomPresence(r, p, roomID)}
-	if read != nil {
-		data["Read"] = read.Steps
-	} else {
-		data["Empty"] = errs.From(err).Message
+	d := wb.loomData(ctx, in, v)
+	if r.URL.Query().Get("part") == "main" {
+		wb.renderPart(w, r, status, "loommain", d, in.viewToken != "")
+		return
 	}
-	if ran != nil {
-		data["Ran"] = ran.Steps
-	}
-	wb.render(w, r, status, "loom", data, viewToken != "")
+	wb.render(w, r, status, "loom", d, in.viewToken != "")
 }
 
-// loomRun runs commands as the person's own agent.
+// renderPart writes one template of a page (what its script swaps in),
+// with the page's headers.
+func (wb *Web) renderPart(w http.ResponseWriter, r *http.Request, status int, name string, data map[string]any, tokenInURL bool) {
+	wb.render(w, r, status, name, data, tokenInURL)
+}
+
+// can is one thing the person may or may not do, with why not.
+type can struct {
+	OK  bool
+	Why string
+}
+
+// treeItem is a node as the tree draws it.
+type treeItem struct {
+	N        loom.Node
+	Label    string
+	Marks    loom.NodeMarks
+	Kids     []*treeItem
+	Folded   int // descendants not drawn (the item is closed)
+	Selected bool
+	OnPath   bool
+	Level    int
+	SetSize  int
+	Pos      int
+	Starts   bool // the node starts a branch (the root, or a k>1 child)
+	Here     []loom.Presence
+	Held     *loom.Lease
+	BM       []string
+	Href     string
+}
+
+func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[string]any {
+	canAct := in.viewToken == "" && canAct(in.access)
+	d := map[string]any{"RoomID": in.room, "Who": in.who, "ViewToken": in.viewToken, "CanAct": canAct, "Me": in.me,
+		"Q": in.q, "Commands": in.commands, "V": v, "Perms": v.Perms, "AllPerms": loom.Permissions,
+		"Clip": func(s string, n int) string { return clipRunes(s, n) }}
+	var tree, node int64
+	if v.Tree != nil && v.Node != nil {
+		tree, node = v.Tree.ID, v.Node.ID
+	}
+	d["Href"] = func(id int64) string { return loomURL(in.room, in.viewToken, tree, id, in.q.As) }
+	d["DocHref"] = func(name string) string {
+		u := loomURL(in.room, in.viewToken, tree, node, in.q.As)
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		return u + sep + "doc=" + url.QueryEscape(name)
+	}
+	// What the person may do: the loom's own decision for their agent.
+	writer := []string{}
+	owner := in.access == "owner"
+	if canAct {
+		if owner {
+			writer = loom.Permissions
+		} else {
+			writer = wb.personLoomPerms(ctx, in)
+		}
+	}
+	reason := func(perm string) can {
+		switch {
+		case in.viewToken != "":
+			return can{Why: "a view link reads only"}
+		case !canAct:
+			return can{Why: "your role in this room (" + in.access + ") reads but does not act"}
+		case !slices.Contains(writer, perm):
+			return can{Why: perm + " is not enabled for you; ask the room's owner to allow it"}
+		}
+		return can{OK: true}
+	}
+	d["CanWrite"], d["CanGenerate"], d["CanDocRead"], d["CanDocWrite"] = reason(loom.PermWrite), reason(loom.PermGenerate), reason(loom.PermDocRead), reason(loom.PermDocWrite)
+	aware := slices.Contains(v.Perms, loom.PermAware)
+	d["Aware"] = aware
+	d["Owner"] = owner && canAct
+	if in.ran != nil {
+		d["Ran"] = in.ran.Steps
+	}
+	if in.ranErr != nil {
+		d["RanErr"] = in.ranErr.Message + hintOf(in.ranErr)
+		d["RanCode"] = string(in.ranErr.Code)
+	}
+	if owner && canAct {
+		d["Agents"] = wb.loomAgents(ctx, in)
+		d["Thoughts"] = wb.loomThoughts(ctx, in, v)
+	}
+	if in.q.Doc != "" {
+		found := false
+		for _, doc := range v.Docs {
+			if doc.Name == in.q.Doc {
+				d["DocOpen"], found = doc, true
+			}
+		}
+		if !found {
+			d["DocMissing"] = in.q.Doc
+		}
+	}
+	if v.Tree == nil || v.Node == nil {
+		d["URL"] = loomURL(in.room, in.viewToken, 0, 0, "")
+		return d
+	}
+	t, n := v.Tree.ID, v.Node.ID
+	d["URL"] = loomURL(in.room, in.viewToken, t, n, in.q.As)
+	d["ProseURL"] = loomURL(in.room, in.viewToken, t, n, "prose")
+	d["NodesURL"] = loomURL(in.room, in.viewToken, t, n, "")
+	d["Tree"], d["Items"] = v.Tree, loomTree(in, v)
+	// The siblings around the node in view, for Alt+↑/↓ and the node's
+	// own navigation.
+	for i, s := range v.Siblings {
+		if s.ID == n {
+			if i > 0 {
+				d["PrevSib"] = v.Siblings[i-1].ID
+			}
+			if i+1 < len(v.Siblings) {
+				d["NextSib"] = v.Siblings[i+1].ID
+			}
+			d["SibPos"] = i + 1
+		}
+	}
+	if len(v.Children) > 0 {
+		d["FirstChild"] = v.Children[0].ID
+	}
+	for _, l := range v.Leases {
+		if l.Holder == in.me && canAct {
+			d["HoldsTurn"] = true
+		}
+	}
+	// Where a new child of this node lands, and whether that branch is
+	// someone else's turn: the page says so and the loom refuses it.
+	next := loom.NextBranch(v.Node, len(v.Children))
+	d["NextBranch"] = next
+	if h := v.Held(next, in.me); h != nil {
+		d["HeldHere"] = h
+	}
+	if h := v.Held(v.Node.Branch, in.me); h != nil {
+		d["HeldNode"] = h
+	}
+	for _, g := range v.Requests {
+		if g.Node == n {
+			d["PendingHere"] = fmt.Sprintf("Continuation g%d of this node is pending (%d of %d written), asked by %s.", g.ID, g.Done, g.N, g.By)
+		}
+	}
+	// Buffer mode: the path as prose.
+	if in.q.As == "prose" {
+		words := 0
+		for _, x := range v.Path {
+			words += len(strings.Fields(x.Content))
+		}
+		d["Words"] = words
+	}
+	return d
+}
+
+// personLoomPerms is what the loom lets the person's agent do, read
+// without creating the agent (a page read writes nothing): an agent not yet
+// made has the defaults.
+func (wb *Web) personLoomPerms(ctx context.Context, in loomPageIn) []string {
+	if in.reader == nil || in.reader.Kind != substrate.KindAgent {
+		return loom.DefaultPerms()
+	}
+	perms, _, err := loom.Of(wb.opt.Substrate).PermsOf(ctx, in.reader, in.room)
+	if err != nil {
+		return nil
+	}
+	return perms
+}
+
+// loomAgent is a room agent with its loom permissions, for the owner.
+type loomAgent struct {
+	ID    string
+	Name  string
+	Perms []string
+	Set   bool // room authority set them (else the defaults)
+}
+
+func (wb *Web) loomAgents(ctx context.Context, in loomPageIn) []loomAgent {
+	agents, err := wb.opt.Substrate.ListAgents(ctx, in.reader, in.room)
+	if err != nil {
+		return nil
+	}
+	perms, err := loom.Of(wb.opt.Substrate).AgentPerms(ctx, in.reader, in.room)
+	if err != nil {
+		return nil
+	}
+	var out []loomAgent
+	for _, a := range agents {
+		la := loomAgent{ID: a.ID, Name: a.Name, Perms: loom.DefaultPerms()}
+		if ps, ok := perms[a.ID]; ok {
+			la.Perms, la.Set = ps, true
+		}
+		if slices.Contains(a.Grants, "*") {
+			la.Perms, la.Set = loom.Permissions, true
+		}
+		out = append(out, la)
+	}
+	return out
+}
+
+// loomThoughts are the latest thoughts of the models active in the tree,
+// for the room's owner (the loom lets only room authority and the thinker
+// read them): shown folded, as seed 002 asks.
+func (wb *Web) loomThoughts(ctx context.Context, in loomPageIn, v *loom.View) []loom.Thought {
+	var out []loom.Thought
+	for _, pr := range v.Presence {
+		if pr.Kind != "model" || strings.HasPrefix(pr.Actor, "_") {
+			continue
+		}
+		ts, err := loom.Of(wb.opt.Substrate).Thoughts(ctx, in.reader, in.room, pr.Actor, 5)
+		if err != nil {
+			continue
+		}
+		out = append(out, ts...)
+	}
+	return out
+}
+
+func loomURL(room, view string, tree, node int64, as string) string {
+	q := []string{}
+	if tree > 0 {
+		q = append(q, "tree="+strconv.FormatInt(tree, 10))
+	}
+	if node > 0 {
+		q = append(q, "node="+strconv.FormatInt(node, 10))
+	}
+	if as != "" {
+		q = append(q, "as="+as)
+	}
+	if view != "" {
+		q = append(q, "view="+view)
+	}
+	u := "/web/rooms/" + room + "/loom"
+	if len(q) > 0 {
+		u += "?" + strings.Join(q, "&")
+	}
+	return u
+}
+
+// loomTree builds the tree's items: every node while the tree is small;
+// past loomFoldAbove, the path to the node in view open and, breadth
+// first, as much else as fits, the rest closed with a count.
+func loomTree(in loomPageIn, v *loom.View) []*treeItem {
+	byID := make(map[int64]*loom.Node, len(v.Nodes))
+	kids := map[int64][]int64{}
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		byID[n.ID] = n
+		if n.Parent > 0 {
+			kids[n.Parent] = append(kids[n.Parent], n.ID)
+		}
+	}
+	// Children in their order (k), which is id order but for edits
+	// racing: sort by K.
+	for p, ks := range kids {
+		slices.SortFunc(ks, func(a, b int64) int { return byID[a].K - byID[b].K })
+		kids[p] = ks
+	}
+	// The node in view and its path, even beyond what was read.
+	for _, x := range append(slices.Clone(v.Path), v.Children...) {
+		if _, ok := byID[x.ID]; !ok {
+			x := x
+			byID[x.ID] = &x
+			if x.Parent > 0 && !slices.Contains(kids[x.Parent], x.ID) {
+				kids[x.Parent] = append(kids[x.Parent], x.ID)
+			}
+		}
+	}
+	onPath := map[int64]bool{}
+	for _, x := range v.Path {
+		onPath[x.ID] = true
+	}
+	var size func(id int64) int
+	memo := map[int64]int{}
+	size = func(id int64) int {
+		if s, ok := memo[id]; ok {
+			return s
+		}
+		s := 0
+		for _, k := range kids[id] {
+			s += 1 + size(k)
+		}
+		memo[id] = s
+		return s
+	}
+	here := map[int64][]loom.Presence{}
+	for _, pr := range v.Presence {
+		here[pr.Node] = append(here[pr.Node], pr)
+	}
+	bms := map[int64][]string{}
+	for _, b := range v.Bookmarks {
+		bms[b.Node] = append(bms[b.Node], b.Label)
+	}
+	held := map[string]*loom.Lease{}
+	for i, l := range v.Leases {
+		held[l.Branch] = &v.Leases[i]
+	}
+	root, ok := byID[1]
+	if !ok {
+		return nil
+	}
+	drawn := 1
+	mk := func(n *loom.Node, level, pos, setSize int) *treeItem {
+		it := &treeItem{N: *n, Label: clipRunes(strings.Join(strings.Fields(n.Content), " "), loomLabel), Marks: v.Marks[n.ID],
+			Selected: n.ID == v.Node.ID, OnPath: onPath[n.ID], Level: level, Pos: pos, SetSize: setSize,
+			Starts: n.Parent == 0 || n.K > 1, Here: here[n.ID], BM: bms[n.ID]}
+		it.Href = loomURL(in.room, in.viewToken, v.Tree.ID, n.ID, in.q.As)
+		if it.Starts {
+			if l, ok := held[n.Branch]; ok {
+				it.Held = l
+			}
+		}
+		return it
+	}
+	top := mk(root, 1, 1, 1)
+	queue := []*treeItem{top}
+	for len(queue) > 0 {
+		it := queue[0]
+		queue = queue[1:]
+		ks := kids[it.N.ID]
+		if len(ks) == 0 {
+			continue
+		}
+		if !it.OnPath && drawn+len(ks) > loomFoldAbove {
+			it.Folded = size(it.N.ID)
+			continue
+		}
+		drawn += len(ks)
+		for i, k := range ks {
+			c := mk(byID[k], it.Level+1, i+1, len(ks))
+			it.Kids = append(it.Kids, c)
+			queue = append(queue, c)
+		}
+	}
+	return []*treeItem{top}
+}
+
+func clipRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}
+
+// loomRun acts as the person's own agent: a form's operation, composed
+// into the → command it stands for, or the command box's commands.
 func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 	roomID := r.PathValue("room")
 	p, ok := wb.actor(w, r, roomID)
 	if !ok {
 		return
 	}
-	node := strings.TrimSpace(r.PostFormValue("node"))
-	if err := validNode(node); err != nil {
+	q, err := parseLoomQuery(r.PostFormValue)
+	if err != nil {
 		wb.fail(w, r, err)
 		return
 	}
 	commands := strings.TrimSpace(r.PostFormValue("commands"))
-	if op := r.PostFormValue("op"); op != "" {
-		text := strings.TrimSpace(r.PostFormValue("text"))
-		var err error
-		if commands, err = loomCommand(op, node, text); err != nil {
+	op := r.PostFormValue("op")
+	moves := op == "" || slices.Contains([]string{"continue", "branch", "edit", "switch", "new"}, op)
+	if op != "" {
+		if commands, err = loomCommand(op, q, r.PostFormValue); err != nil {
 			wb.fail(w, r, err)
 			return
 		}
@@ -129,8 +515,31 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 		wb.fail(w, r, errs.New(errs.InvalidField, "no command").WithHint("type a command such as → tree, or → help for the list"))
 		return
 	}
-	res, err := loom.Of(wb.opt.Substrate).Run(r.Context(), p, roomID, commands)
+	var res *loom.Result
+	if op == "" {
+		res, err = loom.Of(wb.opt.Substrate).Run(r.Context(), p, roomID, commands)
+	} else {
+		// A form's command: parsed as the line it composed, then given
+		// back the line breaks its texts had.
+		cmds, perr := loom.Parse(commands)
+		if perr != nil {
+			wb.fail(w, r, perr)
+			return
+		}
+		for _, c := range cmds {
+			for i := range c.Texts {
+				c.Texts[i] = restoreText.Replace(c.Texts[i])
+			}
+			for k, v := range c.Opts {
+				c.Opts[k] = restoreText.Replace(v)
+			}
+			c.Line = restoreText.Replace(c.Line)
+		}
+		commands = restoreText.Replace(commands)
+		res, err = loom.Of(wb.opt.Substrate).RunParsed(r.Context(), p, roomID, cmds)
+	}
 	status := http.StatusOK
+	var ranErr *errs.Error
 	if err != nil {
 		e := errs.From(err)
 		if e.Code == errs.Internal {
@@ -138,7 +547,14 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		status = e.Code.Status()
-		res = &loom.Result{Steps: []loom.Step{{Command: commands, Text: e.Message + hintOf(e)}}}
+		ranErr = e
+		res = nil
+	}
+	// Land where the command put the person (a new node, a move): the
+	// position the loom stored for their agent, which the page opens when
+	// it names no tree. Anything else stays on the node the form was on.
+	if res != nil && moves {
+		q.Tree, q.Node = 0, 0
 	}
 	userID, username, _ := wb.opt.SignedIn(r)
 	rp, access, err := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, username, roomID)
@@ -146,7 +562,11 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 		wb.fail(w, r, err)
 		return
 	}
-	wb.renderLoom(w, r, status, roomID, readOnly(rp), username+" ("+access+")", "", true, node, "", commands, res)
+	if op != "" {
+		commands = ""
+	}
+	wb.renderLoom(w, r, status, loomPageIn{room: roomID, reader: rp, who: username + " (" + access + ")", access: access, me: username + ":web",
+		q: q, commands: commands, ran: res, ranErr: ranErr})
 }
 
 func hintOf(e *errs.Error) string {
@@ -156,64 +576,180 @@ func hintOf(e *errs.Error) string {
 	return " (" + e.Hint + ")"
 }
 
-// loomCommand composes the command a node's form stands for, quoting the
-// person's text as the loom's parser reads it.
-func loomCommand(op, node, text string) (string, error) {
-	if node == "" {
-		return "", errs.New(errs.InvalidField, "%s needs a node", op).WithHint("open a node first")
+// A form's text may hold what a command line cannot carry (line breaks,
+// a closing curly quote): quote writes those as private-use stand-ins,
+// and loomRun puts them back into the parsed command's texts.
+const (
+	standInBreak = "\ue000"
+	standInQuote = "\ue001"
+)
+
+var restoreText = strings.NewReplacer(standInBreak, "\n", standInQuote, "”")
+
+// quote writes text as a loom command's quoted text.
+func quote(what, text string) (string, error) {
+	text = strings.TrimSpace(strings.ReplaceAll(text, "\r\n", "\n"))
+	if text == "" {
+		return "", errs.New(errs.InvalidField, "%s is empty", what).WithHint("write the %s, then press the button again", what).With("field", "text")
 	}
-	quoted := func() (string, error) {
-		if text == "" {
-			return "", errs.New(errs.InvalidField, "%s needs text", op).WithHint("write the text, then press %s", op)
-		}
-		if strings.ContainsAny(text, "\n\r”") {
-			return "", errs.New(errs.InvalidField, "the text has a line break or a closing curly quote, which a loom command cannot carry").
-				WithHint("keep it to one line, or use the command box")
-		}
-		return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(text) + `"`, nil
+	if strings.ContainsAny(text, "\r"+standInBreak+standInQuote) {
+		return "", errs.New(errs.InvalidField, "the %s holds a character a loom command cannot carry (a lone carriage return or a private-use character)", what).
+			WithHint("remove it and send again").With("field", "text")
 	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", standInBreak, "”", standInQuote).Replace(text) + `"`, nil
+}
+
+// loomCommand composes the → command a form stands for. Every command
+// that addresses a node names the tree too: a form acts on the node on
+// screen, never on wherever the person's agent stands.
+func loomCommand(op string, q loomQuery, get func(string) string) (string, error) {
+	if op == "new" {
+		name, err := quote("tree's name", get("name"))
+		if err != nil {
+			return "", err
+		}
+		cmd := "→ new tree " + name
+		if strings.TrimSpace(get("text")) != "" {
+			root, err := quote("first words", get("text"))
+			if err != nil {
+				return "", err
+			}
+			cmd += " " + root
+		}
+		return cmd, nil
+	}
+	if op == "write" {
+		doc := strings.TrimSpace(get("doc"))
+		if doc == "" {
+			return "", errs.New(errs.InvalidField, "write needs a document name").WithHint("name the document").With("field", "doc")
+		}
+		text, err := quote("text", get("text"))
+		if err != nil {
+			return "", err
+		}
+		at := "append"
+		if get("at") == "start" {
+			at = "at:start"
+		}
+		return `→ write doc:"` + doc + `" ` + at + " " + text, nil
+	}
+	if op == "fulfil" {
+		req := strings.TrimPrefix(strings.TrimSpace(get("req")), "g")
+		if _, err := strconv.ParseUint(req, 10, 63); err != nil {
+			return "", errs.New(errs.InvalidField, "request %q is not a generation request", get("req")).WithHint("pick one of the pending continuations").With("field", "req")
+		}
+		text, err := quote("continuation", get("text"))
+		if err != nil {
+			return "", err
+		}
+		return "→ fulfil g" + req + " " + text, nil
+	}
+	if op == "permit" {
+		agent := strings.TrimSpace(get("agent"))
+		if agent == "" || strings.ContainsAny(agent, " \t\n\r\"") {
+			return "", errs.New(errs.InvalidField, "agent %q is not an agent id", agent).WithHint("pick an agent from the list").With("field", "agent")
+		}
+		var on, off []string
+		for _, perm := range loom.Permissions {
+			if get("perm-"+perm) != "" {
+				on = append(on, perm)
+			} else {
+				off = append(off, perm)
+			}
+		}
+		lines := []string{}
+		if len(on) > 0 {
+			lines = append(lines, "→ permit "+agent+" "+strings.Join(on, " "))
+		}
+		if len(off) > 0 {
+			lines = append(lines, "→ deny "+agent+" "+strings.Join(off, " "))
+		}
+		return strings.Join(lines, "\n"), nil
+	}
+	if q.Tree == 0 || q.Node == 0 {
+		return "", errs.New(errs.InvalidField, "%s needs a tree and a node", op).WithHint("open a node first; its forms name it").With("field", "node")
+	}
+	at := fmt.Sprintf("%d tree:%d", q.Node, q.Tree)
 	switch op {
 	case "continue":
-		return "→ continue from " + node, nil
+		n, err := small(get("n"), "n", 1)
+		if err != nil {
+			return "", err
+		}
+		tokens, err := small(get("tokens"), "tokens", 0)
+		if err != nil {
+			return "", err
+		}
+		cmd := fmt.Sprintf("→ continue from %s n:%d", at, n)
+		if tokens > 0 {
+			cmd += fmt.Sprintf(" tokens:%d", tokens)
+		}
+		return cmd, nil
 	case "branch":
-		q, err := quoted()
-		return "→ branch from " + node + " " + q, err
+		text, err := quote("text", get("text"))
+		if err != nil {
+			return "", err
+		}
+		edge := ""
+		switch e := get("edge"); e {
+		case "", "primary":
+		case "context", "instruction":
+			edge = " as " + e
+		default:
+			return "", errs.New(errs.InvalidField, "%q is not a kind of branch", e).WithHint("use primary, context or instruction").With("field", "edge")
+		}
+		return "→ branch from " + at + edge + " " + text, nil
+	case "edit":
+		text, err := quote("revised text", get("text"))
+		return "→ edit " + at + " " + text, err
 	case "annotate":
-		q, err := quoted()
-		return "→ annotate " + node + " " + q, err
+		text, err := quote("annotation", get("text"))
+		return "→ annotate " + at + " " + text, err
+	case "bookmark":
+		label := strings.TrimSpace(get("label"))
+		if label == "" {
+			return "→ bookmark " + at, nil
+		}
+		text, err := quote("label", label)
+		return "→ bookmark " + at + " " + text, err
+	case "switch":
+		return "→ switch to " + at, nil
+	case "yield":
+		return fmt.Sprintf("→ yield tree:%d", q.Tree), nil
+	case "link":
+		target := strings.TrimSpace(get("target"))
+		note := ""
+		if t := strings.TrimSpace(get("note")); t != "" {
+			qn, err := quote("note", t)
+			if err != nil {
+				return "", err
+			}
+			note = " " + qn
+		}
+		if doc, ok := strings.CutPrefix(target, "doc:"); ok {
+			doc = strings.Trim(doc, `"`)
+			if err := validDoc(doc); err != nil || doc == "" {
+				return "", errs.New(errs.InvalidField, "document name %q cannot be linked from here", doc).WithHint("a name without quotes or backslashes").With("field", "target")
+			}
+			return fmt.Sprintf(`→ link %s doc:"%s"%s`, at, doc, note), nil
+		}
+		if _, err := strconv.ParseUint(target, 10, 63); err != nil {
+			return "", errs.New(errs.InvalidField, "link target %q is neither a node number nor doc:name", target).WithHint("give a node number of this tree, or doc:name").With("field", "target")
+		}
+		return fmt.Sprintf("→ link %d %s tree:%d%s", q.Node, target, q.Tree, note), nil
 	}
-	return "", errs.New(errs.InvalidField, "%q is not a loom form", op).WithHint("use continue, branch or annotate, or the command box")
+	return "", errs.New(errs.InvalidField, "%q is not a loom form", op).WithHint("use the node's forms, or the command box").With("field", "op")
 }
 
-// present is someone at work in a tree: on which branch and node, since
-// when.
-type present struct {
-	Tree                string
-	Actor, Kind, Branch string
-	Node                int64
-	Ago                 string
-}
-
-// loomPresence is who is where in the room's trees: the loom keeps each
-// actor's place in _loom.live (a communal scope) for a short while after
-// they last moved.
-func (wb *Web) loomPresence(r *http.Request, p *substrate.Principal, roomID string) []present {
-	st, err := wb.opt.Substrate.ReadState(r.Context(), p, roomID, substrate.ReadQuery{Scope: "_loom.live"})
-	if err != nil {
-		return nil
+// small reads a small positive count (def when empty).
+func small(v, name string, def int) (int, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return def, nil
 	}
-	var out []present
-	for _, e := range st.Entries {
-		rest, ok := strings.CutPrefix(e.Key, "at:")
-		if !ok {
-			continue
-		}
-		tree, _, _ := strings.Cut(rest, ":")
-		var pr loom.Presence
-		if json.Unmarshal(e.Value, &pr) != nil {
-			continue
-		}
-		out = append(out, present{Tree: tree, Actor: pr.Actor, Kind: pr.Kind, Branch: pr.Branch, Node: pr.Node, Ago: ago(pr.At)})
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > 100_000 {
+		return 0, errs.New(errs.InvalidField, "%s %q is not a positive number", name, v).WithHint("give a whole number such as 1, 2 or 4").With("field", name)
 	}
-	return out
+	return n, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/loom"
 	_ "github.com/syncsubstrate/sync/substrate/salience" // the envelope's adaptive salience registers itself
 )
 
@@ -136,12 +137,81 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 	if json.Unmarshal(room.Meta, &meta) == nil {
 		label, _ = meta["label"].(string)
 	}
+	agents := agentsOf(env.Agents)
+	// A view drawn as a surface is not shown again as JSON.
+	surfaced := map[string]bool{}
+	for _, v := range views {
+		if len(v.Render) > 0 && string(v.Render) != "null" {
+			surfaced[v.ID] = true
+		}
+	}
+	surfaces := surfacesOf(views, actions, env.State)
+	// The Actions section's forms offer the choices an action-form
+	// surface gives its params.
+	actionOptions := map[string]map[string][]option{}
+	for _, g := range surfaces {
+		for _, s := range g.Surfaces {
+			if len(s.Actions) == 1 && s.ParamOptions != nil {
+				actionOptions[s.Actions[0].ID] = s.ParamOptions
+			}
+		}
+	}
+	var raw []viewRow
+	for _, v := range viewsOf(env.Views) {
+		if !surfaced[v.ID] {
+			raw = append(raw, v)
+		}
+	}
 	return map[string]any{
 		"Room": room, "Label": label, "Seq": st.Seq, "More": st.More,
-		"Scopes": byScope(st.Entries), "Agents": agentsOf(env.Agents), "Actions": actions,
-		"Views": viewsOf(env.Views), "Messages": env.Messages, "Now": time.Now(),
-		"Surfaces": surfacesOf(views, actions, env.State), "Feeds": feeds,
+		"Scopes": byScope(st.Entries), "Agents": agents, "Actions": actions,
+		"Views": raw, "Messages": env.Messages, "Now": time.Now(),
+		"Surfaces": surfaces, "Feeds": feeds, "ActionOptions": actionOptions,
+		"Summary": summaryOf(agents, env.Messages, st.Entries),
 	}, nil
+}
+
+// presentWithin is how recently an agent must have been heard from to
+// count as present in the room's summary.
+const presentWithin = 5 * time.Minute
+
+// summary is the room page's header: who is here, what is unread, and
+// the last change the reader can see.
+type summary struct {
+	Present        []agentRow
+	Agents         int
+	Messages       int64
+	Unread         int64
+	DirectedUnread int64
+	// LastChange is the newest state entry the reader reads (a whole-room
+	// read holds mutable entries; a log's newest lines show in Logs).
+	LastChange *substrate.Entry
+	LastAgo    string
+}
+
+func summaryOf(agents []agentRow, msgs *substrate.Messages, entries []substrate.Entry) summary {
+	s := summary{Agents: len(agents)}
+	for _, a := range agents {
+		if a.present {
+			s.Present = append(s.Present, a)
+		}
+	}
+	if msgs != nil {
+		s.Messages, s.Unread, s.DirectedUnread = msgs.Count, msgs.Unread, msgs.DirectedUnread
+	}
+	for i := range entries {
+		e := &entries[i]
+		if e.Scope == "_actions" || e.Scope == "_views" || loom.IsScope(e.Scope) || substrate.MemoryOf(e.Scope, e.Key) != "" {
+			continue
+		}
+		if s.LastChange == nil || e.UpdatedAt.After(s.LastChange.UpdatedAt) {
+			s.LastChange = e
+		}
+	}
+	if s.LastChange != nil {
+		s.LastAgo = ago(s.LastChange.UpdatedAt)
+	}
+	return s
 }
 
 // feedSize is how many of a log's newest entries the room page shows.
@@ -170,41 +240,74 @@ func (wb *Web) logFeeds(ctx context.Context, p *substrate.Principal, roomID stri
 			}
 			continue
 		}
-		var logs []substrate.Entry
+		var logs, internal []substrate.Entry
 		for _, e := range st.Entries {
-			if e.SortKey != nil {
+			switch {
+			case e.SortKey == nil:
+			case loom.IsScope(name) || substrate.MemoryOf(name, e.Key) != "":
+				internal = append(internal, e)
+			default:
 				logs = append(logs, e)
 			}
 		}
 		if len(logs) > 0 {
 			out = append(out, scope{Name: name, Entries: logs})
 		}
+		if len(internal) > 0 {
+			out = append(out, scope{Name: name, Entries: internal, Internal: true})
+		}
 	}
 	return out, nil
 }
 
-// scope is one scope's entries, sorted by key.
+// scope is one scope's entries, sorted by key. Internal marks machinery
+// (the loom's scopes, features' operational memory in agents' scopes such
+// as their loom traces): the page folds it away under "Internals".
 type scope struct {
-	Name    string
-	Entries []substrate.Entry
+	Name     string
+	Entries  []substrate.Entry
+	Internal bool
 }
 
-// byScope groups the state by scope. Action and view definitions are left
-// out: the page shows them as actions and views.
+// ID is the scope's element id on the page.
+func (s scope) ID() string {
+	if s.Internal {
+		return "internal-" + s.Name
+	}
+	return "scope-" + s.Name
+}
+
+// byScope groups the state by scope: _shared first, then the others by
+// name, then the internal ones. Action and view definitions are left out:
+// the page shows them as actions and views.
 func byScope(entries []substrate.Entry) []scope {
-	m := map[string][]substrate.Entry{}
+	type k struct {
+		name     string
+		internal bool
+	}
+	m := map[k][]substrate.Entry{}
 	for _, e := range entries {
 		if e.Scope == "_actions" || e.Scope == "_views" {
 			continue
 		}
-		m[e.Scope] = append(m[e.Scope], e)
+		key := k{e.Scope, loom.IsScope(e.Scope) || substrate.MemoryOf(e.Scope, e.Key) != ""}
+		m[key] = append(m[key], e)
 	}
 	out := make([]scope, 0, len(m))
-	for name, es := range m {
+	for key, es := range m {
 		sort.Slice(es, func(i, j int) bool { return es[i].Key < es[j].Key })
-		out = append(out, scope{Name: name, Entries: es})
+		out = append(out, scope{Name: key.name, Entries: es, Internal: key.internal})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Internal != b.Internal {
+			return b.Internal
+		}
+		if (a.Name == substrate.ScopeShared) != (b.Name == substrate.ScopeShared) {
+			return a.Name == substrate.ScopeShared
+		}
+		return a.Name < b.Name
+	})
 	return out
 }
 
@@ -212,6 +315,15 @@ type agentRow struct {
 	ID       string
 	Presence map[string]any
 	LastSeen string // relative: "12s ago"
+	present  bool   // heard from within presentWithin
+}
+
+// Name is the agent's name, or its id.
+func (a agentRow) Name() string {
+	if n, _ := a.Presence["name"].(string); n != "" {
+		return n
+	}
+	return a.ID
 }
 
 func agentsOf(agents map[string]any) []agentRow {
@@ -222,6 +334,7 @@ func agentsOf(agents map[string]any) []agentRow {
 		if hb, ok := m["last_heartbeat"].(string); ok {
 			if t, err := time.Parse(time.RFC3339Nano, hb); err == nil {
 				row.LastSeen = ago(t)
+				row.present = time.Since(t) < presentWithin && m["status"] != "done"
 			}
 		}
 		out = append(out, row)

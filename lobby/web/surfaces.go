@@ -9,6 +9,10 @@ import (
 	"strings"
 
 	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/ast"
+	"github.com/yuin/goldmark/parser"
+	"github.com/yuin/goldmark/text"
+	"github.com/yuin/goldmark/util"
 
 	"github.com/syncsubstrate/sync/substrate"
 )
@@ -23,13 +27,23 @@ import (
 //	{"type": "feed", "max_rows": 20}                       a list, newest last
 //	{"type": "action-bar", "actions": ["start", "stop"]}   buttons for parameterless actions
 //	{"type": "action-form", "action": "move"}              the action's form
+//	{"type": "action-form", "action": "claim", "options": {"task": "open_tasks"}}
+//	                                                       the task field picks from view open_tasks
+//	{"type": "board", "group_by": "status", "lanes": ["todo", "doing", "done"], "title": "title", "fields": ["owner"]}
+//	                                                       the rows as cards in one column per status
 //	{"type": "choice", "action": "vote", "param": "option"} one button per value in the view's array
 //	{"type": "watch", "keys": ["_shared.phase"]}           those entries of the reader's state
 //	{"type": "section", "label": "…"}                      a heading; its value, if text, under it
 //
 // "array-table" and "view-table" read as table, "action-choice" as choice;
-// an unknown type shows the value as JSON. Surfaces are sorted by group,
-// then order, then id, and each group is a section of the page.
+// an unknown type shows the value as JSON. A table with "group_by" is a
+// board. Each group is a section of the page, titled by the group's name
+// (a bare identifier such as "task_flow" reads "Task flow"); groups come
+// in the order their surfaces declare (the smallest "order" in each, so
+// the metrics a registrar puts first come first), and within a group
+// surfaces go by order, then the small ones (metrics, bars) before the
+// wide ones (tables, boards, feeds), then id. Options for an action
+// form come only from views the reader reads (the list given).
 type surface struct {
 	ID      string
 	Type    string
@@ -47,7 +61,30 @@ type surface struct {
 	Param   string        // choice: the param each button sets
 	Options []any         // choice: the values offered
 	Watched []watched     // watch
+	Lanes   []lane        // board
+	// ParamOptions are the choices an action form offers for a param,
+	// from a view (hint "options"): a select instead of a text field.
+	ParamOptions map[string][]option
 }
+
+// lane is one column of a board: the cards whose group_by field holds
+// its value.
+type lane struct {
+	Name  string
+	Cards []card
+}
+
+// card is one row of a board: its title and the other fields shown.
+type card struct {
+	Title  string
+	Fields []cardField
+}
+
+type cardField struct{ Label, Value string }
+
+// option is one choice of a select: the value sent (JSON for a non-text
+// value, as the hidden type field says) and the label shown.
+type option struct{ Value, Label string }
 
 type column struct{ Key, Label string }
 
@@ -69,11 +106,19 @@ type renderHint struct {
 	Actions []string `json:"actions"`
 	Param   string   `json:"param"`
 	Keys    []string `json:"keys"`
+	// board
+	GroupBy string   `json:"group_by"`
+	Lanes   []string `json:"lanes"`
+	Title   string   `json:"title"`
+	Fields  []string `json:"fields"`
+	// action-form: param name → id of the view whose value lists its choices
+	Options map[string]string `json:"options"`
 }
 
 // surfaceGroup is one section of surfaces.
 type surfaceGroup struct {
 	Name     string
+	Title    string
 	Surfaces []surface
 }
 
@@ -84,6 +129,12 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 	byID := map[string]actionRow{}
 	for _, a := range actions {
 		byID[a.ID] = a
+	}
+	// Options come from the views listed, which are those the reader
+	// reads: a hint naming another view offers nothing.
+	viewByID := map[string]any{}
+	for _, v := range views {
+		viewByID[v.ID] = v.Value
 	}
 	var all []surface
 	for _, v := range views {
@@ -113,12 +164,20 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 			// goldmark leaves raw HTML out and drops links to dangerous
 			// schemes (javascript:, …) unless told otherwise: the text
 			// is the registrar's, the page the reader's.
-			if goldmark.Convert([]byte(text), &buf) == nil {
+			if markdown.Convert([]byte(text), &buf) == nil {
 				s.HTML = template.HTML(buf.String())
 			}
+		case "board", "kanban":
+			s.Type = "board"
+			rows, _ := v.Value.([]any)
+			s.Lanes = boardOf(rows, h, boardRows(h.MaxRows))
 		case "table", "array-table", "view-table":
 			s.Type = "table"
 			rows, _ := v.Value.([]any)
+			if h.GroupBy != "" {
+				s.Type, s.Lanes = "board", boardOf(rows, h, boardRows(h.MaxRows))
+				break
+			}
 			s.Columns = h.Columns
 			if len(s.Columns) == 0 {
 				s.Columns = columnsOf(rows)
@@ -153,6 +212,18 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 		case "action-form":
 			if a, ok := byID[h.Action]; ok {
 				s.Actions = []actionRow{a}
+				for param, viewID := range h.Options {
+					val, ok := viewByID[viewID]
+					if _, declared := a.Params[param]; !ok || !declared {
+						continue
+					}
+					if opts := optionsOf(val); len(opts) > 0 {
+						if s.ParamOptions == nil {
+							s.ParamOptions = map[string][]option{}
+						}
+						s.ParamOptions[param] = opts
+					}
+				}
 			}
 		case "choice", "action-choice":
 			s.Type, s.Param = "choice", h.Param
@@ -177,24 +248,207 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 		}
 		all = append(all, s)
 	}
+	// A group sits where its first-declared surface would.
+	first := map[string]float64{}
+	for _, s := range all {
+		if o, ok := first[s.Group]; !ok || s.Order < o {
+			first[s.Group] = s.Order
+		}
+	}
 	sort.SliceStable(all, func(i, j int) bool {
-		if all[i].Group != all[j].Group {
-			return all[i].Group < all[j].Group
+		a, b := all[i], all[j]
+		if a.Group != b.Group {
+			if first[a.Group] != first[b.Group] {
+				return first[a.Group] < first[b.Group]
+			}
+			return a.Group < b.Group
 		}
-		if all[i].Order != all[j].Order {
-			return all[i].Order < all[j].Order
+		if a.Order != b.Order {
+			return a.Order < b.Order
 		}
-		return all[i].ID < all[j].ID
+		if wa, wb := wide(a.Type), wide(b.Type); wa != wb {
+			return wb
+		}
+		return a.ID < b.ID
 	})
 	var out []surfaceGroup
 	for _, s := range all {
 		if len(out) == 0 || out[len(out)-1].Name != s.Group {
-			out = append(out, surfaceGroup{Name: s.Group})
+			out = append(out, surfaceGroup{Name: s.Group, Title: humanTitle(s.Group)})
 		}
 		g := &out[len(out)-1]
 		g.Surfaces = append(g.Surfaces, s)
 	}
 	return out
+}
+
+// boardRows is how many cards a board shows: a board is read at a
+// glance across its lanes, so by default all of a real backlog (200).
+func boardRows(n int) int {
+	if n <= 0 || n > 500 {
+		return 200
+	}
+	return n
+}
+
+// wide reports a surface that takes the grid's whole width.
+func wide(typ string) bool {
+	switch typ {
+	case "table", "board", "feed", "markdown", "json", "action-form":
+		return true
+	}
+	return false
+}
+
+// humanTitle is a group's name as a heading: a bare identifier
+// ("task_flow", "task-flow") reads "Task flow"; a name written for people
+// (with a space or a capital) stays as it is.
+func humanTitle(name string) string {
+	if name == "" || strings.ContainsAny(name, " ") || strings.ToLower(name) != name {
+		return name
+	}
+	t := strings.NewReplacer("_", " ", "-", " ", ".", " ").Replace(name)
+	return strings.ToUpper(t[:1]) + t[1:]
+}
+
+// boardOf sorts rows into lanes by their group_by field: the lanes the
+// hint names first, in its order (empty ones too), then the others as
+// they first appear; rows without the field go to a lane "(none)".
+func boardOf(rows []any, h renderHint, maxRows int) []lane {
+	var lanes []lane
+	at := map[string]int{}
+	for _, name := range h.Lanes {
+		if _, dup := at[name]; !dup {
+			at[name] = len(lanes)
+			lanes = append(lanes, lane{Name: name})
+		}
+	}
+	title := h.Title
+	shown := 0
+	for _, r := range rows {
+		m, ok := r.(map[string]any)
+		if !ok {
+			continue
+		}
+		if shown == maxRows {
+			break
+		}
+		shown++
+		name := "(none)"
+		if v, ok := m[h.GroupBy]; ok && v != nil {
+			name = textOf(v)
+		}
+		i, ok := at[name]
+		if !ok {
+			i = len(lanes)
+			at[name] = i
+			lanes = append(lanes, lane{Name: name})
+		}
+		if title == "" {
+			title = cardTitleKey(m)
+		}
+		c := card{Title: textOf(m[title])}
+		fields := h.Fields
+		if len(fields) == 0 {
+			for k := range m {
+				if k != title && k != h.GroupBy {
+					fields = append(fields, k)
+				}
+			}
+			sort.Strings(fields)
+		}
+		for _, f := range fields {
+			if v, ok := m[f]; ok && v != nil && f != h.GroupBy && f != title {
+				c.Fields = append(c.Fields, cardField{Label: f, Value: shorten(textOf(v), 200)})
+			}
+		}
+		lanes[i].Cards = append(lanes[i].Cards, c)
+	}
+	return lanes
+}
+
+// cardTitleKey guesses which field of a row names it.
+func cardTitleKey(m map[string]any) string {
+	for _, k := range []string{"title", "name", "label", "summary", "id", "key"} {
+		if _, ok := m[k]; ok {
+			return k
+		}
+	}
+	return ""
+}
+
+// optionsOf reads a view's value as a select's choices: an array of
+// values (text as itself, others as JSON), or of objects whose "id",
+// "value" or "key" is sent and whose "label", "title" or "name" is shown;
+// an object maps values to labels. At most 500 choices.
+func optionsOf(v any) []option {
+	var out []option
+	add := func(val, label any) {
+		if val == nil || len(out) == 500 {
+			return
+		}
+		o := option{Value: compactJSON(val), Label: textOf(label)}
+		if s, ok := val.(string); ok {
+			o.Value = s
+		}
+		out = append(out, o)
+	}
+	switch x := v.(type) {
+	case []any:
+		for _, it := range x {
+			m, ok := it.(map[string]any)
+			if !ok {
+				add(it, it)
+				continue
+			}
+			val := firstOf(m, "id", "value", "key")
+			label := firstOf(m, "label", "title", "name")
+			if label == nil {
+				label = val
+			} else if val != nil && textOf(val) != textOf(label) {
+				label = textOf(val) + " · " + textOf(label)
+			}
+			add(val, label)
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			label := x[k]
+			if _, ok := label.(string); !ok {
+				label = k
+			}
+			add(k, label)
+		}
+	}
+	return out
+}
+
+func firstOf(m map[string]any, keys ...string) any {
+	for _, k := range keys {
+		if v, ok := m[k]; ok && v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+// markdown renders a surface's text. Its headings sit under the
+// surface's own (an h3): "# Plan" is an h4, so the page's outline holds.
+var markdown = goldmark.New(goldmark.WithParserOptions(parser.WithASTTransformers(util.Prioritized(headingsBelow{}, 100))))
+
+type headingsBelow struct{}
+
+func (headingsBelow) Transform(doc *ast.Document, _ text.Reader, _ parser.Context) {
+	_ = ast.Walk(doc, func(n ast.Node, entering bool) (ast.WalkStatus, error) {
+		if h, ok := n.(*ast.Heading); ok && entering {
+			h.Level = min(h.Level+3, 6)
+		}
+		return ast.WalkContinue, nil
+	})
 }
 
 // columnsOf are the keys of a table's rows, in order of first appearance

@@ -16,6 +16,7 @@
 package web
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -103,8 +104,10 @@ func New(opt Options) (*Web, error) {
 		opt.Log = slog.Default()
 	}
 	tmpl, err := template.New("").Funcs(template.FuncMap{
-		"json": prettyJSON,
-		"ago":  ago,
+		"json":  prettyJSON,
+		"ago":   ago,
+		"when":  when,
+		"clock": clock,
 		// args passes several values to a shared template: args "Room" r "Action" a.
 		"args": func(kv ...any) map[string]any {
 			m := map[string]any{}
@@ -125,6 +128,17 @@ func New(opt Options) (*Web, error) {
 		"thought":     loom.IsThought,
 		"thoughtText": thoughtText,
 		"runes":       utf8.RuneCountInString,
+		"cut":         shorten,
+		// internal picks the folded-away scopes or logs (machinery).
+		"internal": func(ss []scope) []scope {
+			var out []scope
+			for _, s := range ss {
+				if s.Internal {
+					out = append(out, s)
+				}
+			}
+			return out
+		},
 		// flashFor is the last form's outcome for an action's forms: set
 		// per page by render when there is one (forms.go).
 		"flashFor": func(string) *flash { return nil },
@@ -187,7 +201,7 @@ func (wb *Web) render(w http.ResponseWriter, r *http.Request, status int, name s
 			}})
 		}
 	}
-	if err := t.ExecuteTemplate(w, name+".html", data); err != nil {
+	if err := t.ExecuteTemplate(w, name+".html", data); err != nil && r.Context().Err() == nil {
 		wb.opt.Log.Error("render page", "page", name, "err", err)
 	}
 }
@@ -199,6 +213,9 @@ func (wb *Web) errorPage(w http.ResponseWriter, r *http.Request, status int, tit
 // fail shows a domain error as a page with its status; a room that is not
 // the person's reads as not found.
 func (wb *Web) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the browser went away (a live refresh cut short by a navigation)
+	}
 	e := errs.From(err)
 	if e.Code == errs.Internal {
 		wb.opt.Log.Error("web page failed", "path", r.URL.Path, "err", err)

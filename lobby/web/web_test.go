@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/httpmw/proxytest"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -156,7 +158,7 @@ func TestRoomPageDrawsTheRoom(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("room page: %d %s", code, body)
 	}
-	for _, want := range []string{"Robot One", "phase", "&#34;building&#34;", "<td>2</td>", "finish", "End the build", "Not available to you now", "/web/live.js",
+	for _, want := range []string{"Robot One", "phase", "&#34;building&#34;", `<td data-label="Version">2</td>`, "finish", "End the build", "Not available to you now", "/web/live.js",
 		`Why not: <code>state._shared.phase == &#34;done&#34;</code> · <code>state._shared.phase</code> is <code>building</code>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the room page lacks %q", want)
@@ -454,7 +456,7 @@ func TestSurfacesDrawViewsByRenderHints(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	for _, want := range []string{`id="surface-open_tasks"`, `Open tasks`, `<p class="metric-value">2 <span class="muted">tasks</span>`,
-		`<h1>The plan</h1>`, `<strong>today</strong>`, `<th scope="col">Task</th>`, `<td>Paint</td>`,
+		`<h4>The plan</h4>`, `<strong>today</strong>`, `<th scope="col">Task</th>`, `<td data-label="Task">Paint</td>`,
 		`<dt>_shared.phase</dt><dd>voting</dd>`, `not set`, `action="/web/rooms/lab/invoke/vote"`, `<button>red</button>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the surfaces lack %q", want)
@@ -467,37 +469,39 @@ func TestSurfacesDrawViewsByRenderHints(t *testing.T) {
 }
 
 // The loom page works the room's loom with the same → commands as
-// sync_loom: a tree planted from the command box, a branch and an
-// annotation from a node's forms, the tree and the node read back.
+// sync_loom: a tree planted from its form, a branch and an annotation from
+// the node's forms, the tree drawn as an ARIA tree, the node read back
+// with its annotations, continuations and presence.
 func TestLoomPage(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice")
-	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {`→ new tree "house" "The house stood empty."`}})
-	if code != 200 || !strings.Contains(body, "planted tree 1") {
+	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"op": {"new"}, "name": {"house"}, "text": {"The house stood empty."}})
+	if code != 200 || !strings.Contains(body, "planted tree 1") || !strings.Contains(body, `id="loom-url" data-url="/web/rooms/lab/loom?tree=1&amp;node=1"`) {
 		t.Fatalf("planting: %d %s", code, body)
 	}
-	code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {`A door "creaked" \ open.`}})
-	if code != 200 || !strings.Contains(body, "✓") {
-		t.Fatalf("branching from the form: %d %s", code, body)
+	code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"branch"}, "text": {`A door "creaked" \ open.`}})
+	if code != 200 || !strings.Contains(body, "✓") || !strings.Contains(body, `data-url="/web/rooms/lab/loom?tree=1&amp;node=2"`) {
+		t.Fatalf("branching from the form does not land on the new node: %d %s", code, body)
 	}
-	if code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"annotate"}, "text": {"too quiet"}}); code != 200 {
+	if code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"annotate"}, "text": {"too quiet"}}); code != 200 {
 		t.Fatalf("annotating: %d %s", code, body)
 	}
-	code, _, page := s.get("alice", "/web/rooms/lab/loom?node=1")
-	for _, want := range []string{"The house stood empty.", "A door &#34;creaked&#34; \\ open.", "too quiet", `action="/web/rooms/lab/loom"`} {
+	code, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=1")
+	for _, want := range []string{"The house stood empty.", "A door &#34;creaked&#34; \\ open.", "too quiet", `action="/web/rooms/lab/loom"`,
+		`role="tree"`, `role="treeitem" id="t-1"`, `aria-selected="true"`, `role="group"`, `id="kids"`, `name="tree" value="1"`} {
 		if code != 200 || !strings.Contains(page, want) {
 			t.Errorf("the loom page lacks %q (%d)", want, code)
 		}
 	}
 	// Who is where: alice, on the branch she last worked.
-	if !strings.Contains(page, "Who is where") || !strings.Contains(page, "alice:web <span class=\"muted\">(human)</span> in tree 1") {
+	if !strings.Contains(page, "Who is where") || !strings.Contains(page, `● alice:web</span> <span class="muted">(human)</span> on branch 1`) {
 		t.Errorf("the loom page shows no presence: %s", page)
 	}
 	// A person's nodes are a human's (models' carry ›).
-	if !strings.Contains(page, "alice:web)") || strings.Contains(page, "alice:web›") {
+	if !strings.Contains(page, "alice:web</span>") || strings.Contains(page, "alice:web›") {
 		t.Errorf("alice's nodes are not marked as a person's: %s", page)
 	}
-	// Documents: written with a command, read on the page.
-	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {`→ write doc:"notes" append "Remember the door."`}}); code != 200 || !strings.Contains(body, "✓") {
+	// Documents: written from the form, read on the page.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"op": {"write"}, "doc": {"notes"}, "text": {"Remember the door."}}); code != 200 || !strings.Contains(body, "✓") {
 		t.Fatalf("writing a document: %d %s", code, body)
 	}
 	if code, _, page := s.get("alice", "/web/rooms/lab/loom?doc=notes"); code != 200 || !strings.Contains(page, "Remember the door.") {
@@ -506,15 +510,81 @@ func TestLoomPage(t *testing.T) {
 	if code, _, _ := s.get("alice", "/web/rooms/lab/loom?doc="+url.QueryEscape(`x" → add "y`)); code != 400 {
 		t.Errorf("a document name that smuggles a command: %d", code)
 	}
-	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"1"}, "op": {"branch"}, "text": {"two\nlines"}}); code != 400 || !strings.Contains(body, "line break") {
-		t.Fatalf("a text the command cannot carry: %d", code)
+	// A node's text may run over several paragraphs and hold curly
+	// quotes, which a command line cannot carry: the form's command gets
+	// them back after parsing, the node holds them as written.
+	code, body = s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"branch"}, "text": {"She said “stay”.\r\n\nHe \"did\" not."}})
+	if code != 200 || !strings.Contains(body, "She said “stay”.\n\nHe &#34;did&#34; not.</div>") {
+		t.Fatalf("a text over two paragraphs: %d %s", code, body)
 	}
-	// On the room page the loom's own scopes (its machinery) are folded;
-	// the room's other scopes are open.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"branch"}, "text": {"odd \ue000 char"}}); code != 400 || !strings.Contains(body, "cannot carry") {
+		t.Fatalf("a text with the form's stand-in character: %d", code)
+	}
+	// The command box still runs any command.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {"→ tree summary"}}); code != 200 || !strings.Contains(body, "3 nodes") {
+		t.Fatalf("the command box: %d %s", code, body)
+	}
+	// The page's main part alone (what its script swaps in).
+	if code, _, part := s.get("alice", "/web/rooms/lab/loom?tree=1&node=2&part=main"); code != 200 || strings.Contains(part, "<html") || !strings.Contains(part, `id="loom-url"`) {
+		t.Errorf("the main part: %d %s", code, part)
+	}
+	// On the room page the loom's own scopes (its machinery) are folded
+	// away under Internals; the room's other scopes are open.
 	s.write("_shared", "note", `"hello"`)
 	_, _, room := s.get("alice", "/rooms/lab")
-	if !strings.Contains(room, `<details id="scope-_loom"><summary>`) || !strings.Contains(room, `<details id="scope-_shared" open>`) {
+	if !strings.Contains(room, `<details id="internals" class="internals"><summary>`) || strings.Index(room, `id="internal-_loom"`) < strings.Index(room, `id="internals"`) || !strings.Contains(room, `<details id="scope-_shared" open>`) {
 		t.Errorf("the room page does not fold the loom's scopes alone: %s", room)
+	}
+}
+
+// "Branch from N" branches from the node on screen: the page showed tree
+// 1 while the person's agent stood in tree 2, and the branch went under
+// tree 2's node of that number, text the person never saw. Every form
+// names its tree, the URL names tree and node, and a page with no tree
+// named opens where the person stands.
+func TestLoomBranchFromTheNodeOnScreen(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	run := func(cmds string) {
+		t.Helper()
+		if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"commands": {cmds}}); code != 200 || strings.Contains(body, "✗") {
+			t.Fatalf("%s: %d %s", cmds, code, body)
+		}
+	}
+	run(`→ new tree "one" "ONE-ROOT"` + "\n" + `→ add "ONE-2"` + "\n" + `→ add "ONE-3"`)
+	run(`→ new tree "two" "TWO-ROOT"` + "\n" + `→ add "TWO-2"` + "\n" + `→ add "TWO-3"`)
+	// alice's agent stands in tree 2 now; with no tree named, the page
+	// opens there.
+	if _, _, page := s.get("alice", "/web/rooms/lab/loom"); !strings.Contains(page, `<h2 id="h-tree">Tree 2: two</h2>`) || !strings.Contains(page, "TWO-3") {
+		t.Fatalf("the page does not open where alice stands")
+	}
+	// She opens tree 1's node 3 by its URL and branches from it.
+	_, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=3")
+	if !strings.Contains(page, "ONE-3") || !strings.Contains(page, `<input type="hidden" name="tree" value="1"><input type="hidden" name="node" value="3"><input type="hidden" name="op" value="branch">`) {
+		t.Fatalf("tree 1's node 3 is not on screen with its branch form: %s", page)
+	}
+	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"3"}, "op": {"branch"}, "text": {"UNDER-ONE-3"}})
+	if code != 200 || !strings.Contains(body, `data-url="/web/rooms/lab/loom?tree=1&amp;node=4"`) {
+		t.Fatalf("the branch did not land at tree 1's node 4: %d %s", code, body)
+	}
+	var tree1, tree2 string
+	_, _, tree1 = s.get("alice", "/web/rooms/lab/loom?tree=1&node=4")
+	_, _, tree2 = s.get("alice", "/web/rooms/lab/loom?tree=2&node=3")
+	if !strings.Contains(tree1, "UNDER-ONE-3") || !strings.Contains(tree1, `<a id="go-parent" href="/web/rooms/lab/loom?tree=1&amp;node=3">`) {
+		t.Errorf("the new node is not under tree 1's node 3: %s", tree1)
+	}
+	if strings.Contains(tree2, "UNDER-ONE-3") {
+		t.Errorf("the branch went under tree 2's node 3, which was not on screen")
+	}
+	// A form that names no tree is refused, not guessed.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"node": {"3"}, "op": {"branch"}, "text": {"x"}}); code != 400 || !strings.Contains(body, "needs a tree and a node") {
+		t.Errorf("a form without its tree: %d", code)
+	}
+	// A tree or node that does not exist is a 404 that names the trees.
+	if code, _, page := s.get("alice", "/web/rooms/lab/loom?tree=9"); code != 404 || !strings.Contains(page, "tree 9 does not exist") {
+		t.Errorf("tree 9: %d", code)
+	}
+	if code, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=99"); code != 404 || !strings.Contains(page, "node 99 does not exist") {
+		t.Errorf("node 99: %d", code)
 	}
 }
 
@@ -544,7 +614,7 @@ func TestDisabledEntriesMarkedForOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, body := s.get("alice", "/rooms/lab")
-	if !strings.Contains(body, `<tr class="disabled"><td>later <span class="badge">disabled</span>`) || !strings.Contains(body, `now <span class="badge">gated</span>`) {
+	if !strings.Contains(body, `class="disabled"><td data-label="Key">later <span class="badge">disabled</span>`) || !strings.Contains(body, `now <span class="badge">gated</span>`) {
 		t.Fatalf("the owner's page does not mark the gated entries: %s", body)
 	}
 	if _, _, body := s.get("olga", "/rooms/lab"); strings.Contains(body, "not yet") {
@@ -695,5 +765,184 @@ func TestLiveStreamsManyOnTinyPool(t *testing.T) {
 				t.Fatalf("stream %d never reached %s", i, last)
 			}
 		}
+	}
+}
+
+// The room page as a person reads it (issue 30): a timer says how long is
+// left and when, in words, not RFC 3339 with microseconds; JSON shows
+// ">" and "&" as themselves, not Go's \u003e escapes; the live line is
+// shown only by the script that keeps it true (no "Connecting…" forever
+// without JavaScript); surface groups come in their declared order with
+// titles for people; a board hint draws lanes of cards.
+func TestRoomPageReadsForPeople(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{
+		{Scope: "_shared", Key: "offer", Value: []byte(`"half price"`), Timer: &substrate.Timer{MS: 600_000}},
+		{Scope: "_shared", Key: "rule", Value: []byte(`{"when": "points > 3 && owner != none"}`)},
+		{Scope: "_shared", Key: "tasks", Value: []byte(`[{"id": "t1", "title": "Paint", "status": "todo"}, {"id": "t2", "title": "Sand", "status": "done"}, {"id": "t3", "title": "Prime", "status": "todo"}]`)},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "board", Expr: `state._shared.tasks`, Render: []byte(`{"type": "board", "group_by": "status", "lanes": ["todo", "doing", "done"], "order": 5, "group": "task_flow"}`)},
+		{ID: "count", Expr: `size(state._shared.tasks)`, Render: []byte(`{"type": "metric", "label": "Tasks", "order": 1, "group": "progress"}`)},
+		{ID: "zzz_first", Expr: `1`, Render: []byte(`{"type": "metric", "label": "First", "order": 0, "group": "Zed Team"}`)},
+	} {
+		if _, err := s.svc.RegisterView(ctx, s.admin, "lab", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, body := s.get("alice", "/rooms/lab")
+	if !regexp.MustCompile(`data-effect="delete">expires in (9m 5[0-9]s|10m 0s) \(at \d\d:\d\d:\d\d UTC\)</time>`).MatchString(body) {
+		t.Errorf("the timer does not read as a time left and a time of day: %s", body)
+	}
+	if strings.Contains(body, `\u003e`) || strings.Contains(body, `\u0026`) || !strings.Contains(body, `points &gt; 3 &amp;&amp; owner`) {
+		t.Errorf("JSON on the page carries Go's escapes: %s", body)
+	}
+	if !strings.Contains(body, `<p class="live" id="live" role="status" aria-live="polite" hidden>`) || !strings.Contains(body, `<noscript><p class="live">Live updates need JavaScript`) {
+		t.Errorf("the live line shows without the script: %s", body)
+	}
+	zed, progress, flow := strings.Index(body, `<h2 id="group-Zed Team">Zed Team</h2>`), strings.Index(body, `<h2 id="group-progress">Progress</h2>`), strings.Index(body, `<h2 id="group-task_flow">Task flow</h2>`)
+	if zed < 0 || progress < zed || flow < progress {
+		t.Errorf("surface groups not in declared order with human titles (%d %d %d): %s", zed, progress, flow, body)
+	}
+	for _, want := range []string{`<h4 id="lane-board-0">todo <span class="muted">(2)</span></h4>`, `<h4 id="lane-board-1">doing <span class="muted">(0)</span></h4>`,
+		`<h4 id="lane-board-2">done <span class="muted">(1)</span></h4>`, `<li class="bcard"><strong>Paint</strong>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the board lacks %q: %s", want, body)
+		}
+	}
+}
+
+// The page and a model share the loom: a continuation the model asks for
+// (no generator here) shows as pending on the node and alice fulfils it
+// from the page; the model's turn on its branch shows as held, with the
+// branch forms refused there; the model's thinking is shown to the owner,
+// folded, and to nobody else; owners set an agent's loom permissions from
+// the page.
+func TestLoomPageSharedWithAModel(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "paul")
+	ctx := context.Background()
+	s.share("paul", "participant")
+	claude, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "claude", Name: "Claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm := loom.Of(s.svc)
+	if _, err := lm.Run(ctx, s.admin, "lab", `→ new tree "t" "ROOT"`+"\n→ permit claude loom_aware loom_generate doc_read"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := s.svc.Authenticate(ctx, claude.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lm.Run(ctx, cp, "lab", "→ continue from 1 tree:1\n→ think the root wants a door ←"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=1")
+	for _, want := range []string{`id="pending-here"`, "Continuation g1 of this node is pending", `id="fulfil-1"`, `<h2 id="h-think">Model thinking</h2>`, `<details class="thought"><summary>claude thought`, "the root wants a door"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("alice's page lacks %q", want)
+		}
+	}
+	if _, _, page := s.get("paul", "/web/rooms/lab/loom?tree=1&node=1"); strings.Contains(page, "the root wants a door") {
+		t.Error("HOLE: a participant reads the model's thinking on the loom page")
+	}
+	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"fulfil"}, "req": {"g1"}, "text": {"A DOOR OPENED"}})
+	if code != 200 || !strings.Contains(body, "✓ node 2 fulfils g1") || strings.Contains(body, `id="pending-here"`) || !strings.Contains(body, `data-url="/web/rooms/lab/loom?tree=1&amp;node=1"`) {
+		t.Fatalf("fulfilling from the page: %d %s", code, body)
+	}
+	// The owner lets claude write, from the page.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"permit"}, "agent": {"claude"},
+		"perm-loom_aware": {"on"}, "perm-loom_write": {"on"}, "perm-loom_generate": {"on"}}); code != 200 || !strings.Contains(body, "claude (model): loom_aware, loom_write, loom_generate") {
+		t.Fatalf("setting claude's permissions: %d %s", code, body)
+	}
+	// Alice's fulfilling took branch 1's turn; she yields it from the
+	// page, and claude writes on under node 2: its turn now.
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"yield"}}); code != 200 || !strings.Contains(body, "✓ yielded branch 1") {
+		t.Fatalf("yielding from the page: %d %s", code, body)
+	}
+	if _, err := lm.Run(ctx, cp, "lab", `→ add from:2 tree:1 "CLAUDE-LINE"`); err != nil {
+		t.Fatal(err)
+	}
+	_, _, page = s.get("alice", "/web/rooms/lab/loom?tree=1&node=3")
+	if !strings.Contains(page, `id="held-here"`) || !strings.Contains(page, "which is claude's turn until") || !strings.Contains(page, `<button id="branch-btn" disabled aria-describedby="held-here">`) {
+		t.Fatalf("the held branch is not shown as held: %s", page)
+	}
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"3"}, "op": {"branch"}, "text": {"ON-HELD"}}); code != http.StatusConflict || !strings.Contains(body, "claude&#39;s turn") {
+		t.Fatalf("branching on the held line: %d", code)
+	}
+	// Under node 1, which has a continuation, a branch is a new line of
+	// alice's own: not held.
+	if _, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=1"); strings.Contains(page, `id="held-here"`) {
+		t.Error("a new branch under node 1 is shown as held")
+	}
+}
+
+// The loom page on the tests' tiny pool (two connections): many people
+// reading it while a model writes never deadlock nor fail; each read holds
+// one connection at a time.
+func TestLoomPageConcurrentTinyPool(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	lm := loom.Of(s.svc)
+	if _, err := lm.Run(ctx, s.admin, "lab", `→ new tree "t" "ROOT"`); err != nil {
+		t.Fatal(err)
+	}
+	claude, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "claude", Name: "Claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lm.Run(ctx, s.admin, "lab", "→ permit claude all"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := s.svc.Authenticate(ctx, claude.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 13)
+	go func() {
+		for i := range 20 {
+			if _, err := lm.Run(ctx, cp, "lab", fmt.Sprintf(`→ add from:%d tree:1 "line %d"`, i+1, i)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for c := range 12 {
+		go func() {
+			for i := range 8 {
+				// Node 1 exists from the start; the rest come as the model
+				// writes.
+				path := "/web/rooms/lab/loom?tree=1&node=1"
+				if (c+i)%2 == 1 {
+					path = "/web/rooms/lab/loom?tree=1"
+				}
+				if i%2 == 1 {
+					path += "&part=main&as=prose"
+				}
+				if code, _, _ := s.get("alice", path); code != 200 {
+					done <- fmt.Errorf("%s: %d", path, code)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	timeout := time.After(60 * time.Second)
+	for range 13 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			t.Fatal("readers and a writer on two connections did not finish in 60 s")
+		}
+	}
+	if _, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=21"); !strings.Contains(page, "line 19") {
+		t.Fatal("the model's last line is not on the page")
 	}
 }

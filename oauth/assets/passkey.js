@@ -97,4 +97,18 @@ document.addEventListener("DOMContentLoaded", () => {
     location.assign("/account");
   });
   on("add-passkey", async () => { await register("/webauthn/add/begin", "/webauthn/add/finish"); location.reload(); });
+  // Copy buttons (recovery codes, a new room token): the text of the
+  // element they name, with a word that it worked.
+  document.addEventListener("click", async ev => {
+    const b = ev.target.closest && ev.target.closest("button[data-copy]");
+    if (!b) return;
+    const src = document.getElementById(b.dataset.copy), said = document.querySelector(`[data-copied="${b.dataset.copy}"]`);
+    try {
+      await navigator.clipboard.writeText(src.textContent.trim());
+      if (said) said.textContent = "Copied.";
+    } catch (e) {
+      getSelection().selectAllChildren(src);
+      if (said) said.textContent = "Selected: copy with your keyboard.";
+    }
+  });
 });

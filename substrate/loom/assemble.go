@@ -31,6 +31,28 @@ import (
 // (the arrows and brackets are 3 bytes, about one token).
 func tokensOf(s string) int { return (len(s) + 3) / 4 }
 
+// Tokens is the loom's estimate of the tokens a model reads for s (about
+// 4 bytes each), which every budget of the intermediary counts with.
+func Tokens(s string) int { return tokensOf(s) }
+
+// ModelParts are the pieces of ForModel's text, in the order it joins
+// them: a collaborator (substrate/loom/collab) assembles its own calls
+// from them, so both kinds of model get one set of memory rules.
+type ModelParts struct {
+	// Onboard is the orientation of an agent's first command.
+	Onboard string
+	// Memory is the operational memory block (⟨memory⟩ …).
+	Memory string
+	// Ambient is the position line.
+	Ambient string
+	// Faded names what the previous result showed ("⟨rN faded: …⟩").
+	Faded string
+	// Body is each command with its result, fitted to the budget.
+	Body string
+	// Marker ends the result ("⟨rN: shown once …⟩").
+	Marker string
+}
+
 type shownRec struct {
 	N     int64    `json:"n"`
 	What  []string `json:"what"`
@@ -58,6 +80,10 @@ func (l *Loom) ForModel(ctx context.Context, p *substrate.Principal, roomID, tex
 			l.log.Warn("loom memory block failed", "room", roomID, "err", err)
 			mem = "(operational memory unavailable this turn: → memory shows it)"
 		}
+	}
+	res.Parts = &ModelParts{Onboard: res.onboard, Memory: mem, Faded: faded, Body: strings.Join(body, "\n\n"), Marker: marker}
+	if res.Position != nil {
+		res.Parts.Ambient = res.Position.Ambient
 	}
 	var out []string
 	if res.onboard != "" {
@@ -105,6 +131,22 @@ var named = regexp.MustCompile(`(?i)(?:#|\bnode\s+)(\d+)\b`)
 
 // quoted finds quotations in a model's prose.
 var quoted = regexp.MustCompile(`"([^"]{20,})"|“([^”]{20,})”`)
+
+// Prose is a model's text without its command lines and think blocks:
+// what of its words a conversation keeps (seed 002: command lines are
+// executed, not persisted in the conversation).
+func Prose(text string) string { return prose(text) }
+
+// CommandLines counts the lines of text that start with an arrow.
+func CommandLines(text string) int {
+	n := 0
+	for _, l := range strings.Split(text, "\n") {
+		if _, ok := arrowLine(l); ok {
+			n++
+		}
+	}
+	return n
+}
 
 // prose is text without its command lines and think blocks.
 func prose(text string) string {
@@ -307,7 +349,7 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 				folded: fmt.Sprintf("recalled %q", lb), recall: fmt.Sprintf("→ recall %q", lb)})
 		}
 	}
-	lines, err := r.traceLines(3)
+	lines, err := r.actionLines(3)
 	if err != nil {
 		return "", err
 	}
@@ -354,7 +396,13 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 			out = append(out, "  (empty: → pin N keeps a node here, → recall \"label\" a stash)")
 		}
 		if len(pruned) > 0 {
-			out = append(out, "  pruned to fit "+strconv.Itoa(r.l.opt.MemoryTokens)+" tokens: "+strings.Join(pruned, "; "))
+			// The notice itself stays small, or it would take the room
+			// of what it pruned: the first few, then a count.
+			shown := pruned
+			if len(shown) > 3 {
+				shown = append(slices.Clone(pruned[:2]), fmt.Sprintf("%d more (→ memory lists everything)", len(pruned)-2))
+			}
+			out = append(out, "  pruned to fit "+strconv.Itoa(r.l.opt.MemoryTokens)+" tokens: "+strings.Join(shown, "; "))
 		}
 		return strings.Join(out, "\n")
 	}

@@ -2,6 +2,7 @@ package loom_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,5 +117,51 @@ func TestLoomForModelPrunes(t *testing.T) {
 	blk = blk[:strings.Index(blk, "\n\n")]
 	if n := (len(blk) + 3) / 4; n > 120 {
 		t.Fatalf("block of ~%d tokens over 120:\n%s", n, blk)
+	}
+}
+
+// The pruning notice stays within the block's budget: it names the first
+// things it pruned and counts the rest (it listed every one, and with a
+// dozen pins the notice alone was several times the budget).
+func TestLoomForModelPruneNoticeFits(t *testing.T) {
+	e := newLoom(t, substrate.Options{}, "al")
+	loom.Attach(e.svc, loom.Options{MemoryTokens: 100})
+	var b strings.Builder
+	b.WriteString(`→ new tree "t" "` + root + `"` + "\n")
+	for i := 2; i <= 14; i++ {
+		b.WriteString(`→ add from:1 "` + second + `"` + "\n")
+	}
+	e.run(e.admin, b.String())
+	a := e.ag["al"]
+	var pins strings.Builder
+	for i := 1; i <= 14; i++ {
+		pins.WriteString("→ pin " + strconv.Itoa(i) + "\n")
+	}
+	out := e.model(a, pins.String()+"→ view 1")
+	blk := out[strings.Index(out, "⟨memory⟩"):]
+	blk = blk[:strings.Index(blk, "\n\n")]
+	has(t, blk, "pruned to fit 100 tokens:", "more (→ memory lists everything)")
+	if n := loom.Tokens(blk); n > 100 {
+		t.Fatalf("block of ~%d tokens over 100:\n%s", n, blk)
+	}
+}
+
+// One assembly of a path's text, read two ways: the base model's prompt
+// (→ continue) and the collaborator's prose (→ view branch:B as:prose and
+// a collaborator's conversation). Human-typed nodes are kept apart in
+// both; instruction nodes steer the collaborator only.
+func TestPathTextForBothModels(t *testing.T) {
+	path := []loom.Node{
+		{ID: 1, Content: "Once upon a time"},
+		{ID: 2, Content: "there was", Edge: "primary"},
+		{ID: 3, Content: " a fox", Model: true},
+		{ID: 4, Content: "make it darker", Edge: "instruction"},
+		{ID: 5, Content: "It hunted."},
+	}
+	if got, want := loom.PathText(path, loom.ForBase), "Once upon a time\n\nthere was a fox\n\nIt hunted."; got != want {
+		t.Fatalf("base: %q, want %q", got, want)
+	}
+	if got, want := loom.PathText(path, loom.ForCollaborator), "Once upon a time ︱ there was ︱› a fox ︱ make it darker ︱ It hunted."; got != want {
+		t.Fatalf("collaborator: %q, want %q", got, want)
 	}
 }

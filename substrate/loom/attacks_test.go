@@ -3,10 +3,12 @@ package loom_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
@@ -70,5 +72,84 @@ func TestAttackForModelKeepsThoughtsAndMemoryApart(t *testing.T) {
 	}
 	if strings.Contains(res.Text, "SECRET-STASH") || strings.Contains(res.Text, "pin 1") {
 		t.Fatalf("HOLE: bo's memory block shows al's memory:\n%s", res.Text)
+	}
+}
+
+// A command naming another room is refused, on every surface, before it
+// runs: the loom's options are forgiving, and room:x was ignored, so a
+// model that meant another room acted on this one (a node written here,
+// a read answered from here, as if from there).
+func TestAttackLoomCommandNamingAnotherRoomRefused(t *testing.T) {
+	e := newLoom(t, substrate.Options{}, "al")
+	e.run(e.admin, `→ new tree "t" "root words"
+→ permit al loom_write`)
+	for _, cmd := range []string{`→ add from:1 "x" room:secret`, "→ view 1 room:secret", `→ read doc:"plans" ROOM:secret`} {
+		e.fail(e.ag["al"], cmd, "invalid_field", "commands act in the room they are sent to")
+	}
+	if res := e.run(e.admin, "→ tree summary"); !strings.Contains(res.Text, "1 nodes") {
+		t.Fatalf("a refused command wrote: %s", res.Text)
+	}
+}
+
+// Review (h7): an agent's operational memory (seed 002, "Memory Tools":
+// its own working memory) is the agent's: its pins, stashes and recalled
+// stashes were read by anyone granted its scope (a read of the scope, of
+// one key, the context, CEL), though thoughts and traces were not. Every
+// loom: key of an agent's scope is now read by the agent and room
+// authority only (the package comment's "operational memory nobody else
+// reads").
+func TestAttackMemoryReadOnlyByItsAgent(t *testing.T) {
+	e := newLoom(t, substrate.Options{}, "al")
+	ctx := context.Background()
+	j, err := e.svc.Join(ctx, e.admin, "loom", substrate.JoinRequest{ID: "bo", Name: "bo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := []string{"al"}
+	if _, err := e.svc.UpdateAgent(ctx, e.admin, "loom", "bo", substrate.AgentUpdate{Grants: &grants}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.svc.Authenticate(ctx, j.Token)
+	e.run(e.admin, `→ new tree "t" "root words"`)
+	a := e.ag["al"]
+	e.model(a, "→ view 1\n→ pin 1\n→ stash \"s\" \"SECRET-STASH\"\n→ stash \"t\" \"OTHER-STASH\"\n→ recall \"t\"")
+	mine, err := e.svc.ReadState(ctx, a, "loom", substrate.ReadQuery{Scope: "al"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(mine); !strings.Contains(string(raw), "SECRET-STASH") || !strings.Contains(string(raw), "loom:pins") {
+		t.Fatalf("al does not read its own memory: %s", raw)
+	}
+	kvs, err := e.svc.ReadState(ctx, b, "loom", substrate.ReadQuery{Scope: "al"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := e.svc.Context(ctx, b, "loom", substrate.ContextRequest{Depth: "full", MessagesLimit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, v := range map[string]any{"the scope": kvs, "the context": env.State} {
+		raw, _ := json.Marshal(v)
+		if s := string(raw); strings.Contains(s, "STASH") || strings.Contains(s, "loom:pins") || strings.Contains(s, "loom:recalled") {
+			t.Fatalf("HOLE: bo, granted al's scope, reads al's memory in %s: %s", what, s)
+		}
+	}
+	if _, err := e.svc.ReadState(ctx, b, "loom", substrate.ReadQuery{Scope: "al", Key: "loom:stash:s"}); !errs.Is(err, errs.ScopeDenied) {
+		t.Fatalf("HOLE: bo reads al's stash by key: %v", err)
+	}
+	if v, err := e.svc.Eval(ctx, b, "loom", `state.al`, nil); err == nil && strings.Contains(fmt.Sprint(v), "STASH") {
+		t.Fatalf("HOLE: bo reads al's stash in CEL: %v", v)
+	}
+	// Nor through an entry gated on it (the gate computes with what bo
+	// reads).
+	if _, err := e.svc.WriteState(ctx, e.admin, "loom", []substrate.Write{{Scope: "_shared", Key: "probe", Value: json.RawMessage(`1`),
+		Enabled: `"loom:pins" in state.al`}}, true); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.svc.ReadState(ctx, b, "loom", substrate.ReadQuery{Scope: "_shared"}); err != nil || len(st.Entries) != 0 {
+		t.Fatalf("HOLE: a gate reading al's memory opened for bo: %+v %v", st, err)
+	}
+	if st, _ := e.svc.ReadState(ctx, a, "loom", substrate.ReadQuery{Scope: "_shared"}); st == nil || len(st.Entries) != 1 {
+		t.Fatalf("the gate does not open for al, who reads its memory: %+v", st)
 	}
 }

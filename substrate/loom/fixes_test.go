@@ -167,3 +167,34 @@ func TestLoomSummaries(t *testing.T) {
 		t.Fatalf("prompts %q", p)
 	}
 }
+
+// loom.Of looks the loom up; it does not attach one. It attached the
+// defaults when called first, so a later Attach (the server's, with the
+// generator configured) returned that default loom: continuations were
+// queued for a generator that was configured and never asked.
+func TestLoomOfDoesNotAttach(t *testing.T) {
+	stub := newStub(t, " and then")
+	e := newLoom(t, substrate.Options{}, "al")
+	e.run(e.admin, `→ new tree "t" "Once upon a time"`)
+	loom.Attach(e.svc, loom.Options{GeneratorURL: stub.srv.URL})
+	e.run(e.admin, `→ continue from 1`)
+	if p := stub.got(); len(p) != 1 {
+		t.Fatalf("the generator Attach configured after a use of Of was asked %d times", len(p))
+	}
+}
+
+// A read-only reader of a room deleted since it authenticated (a view
+// link, an observing person) was told "this room has no loom tree yet"
+// and invited to plant one: the loom's read found no rows and took the
+// room for an empty one. It is room_not_found, as every other read says.
+func TestLoomReadOfDeletedRoom(t *testing.T) {
+	e := newLoom(t, substrate.Options{})
+	e.run(e.admin, `→ new tree "t" "root"`)
+	if err := e.svc.DeleteRoom(context.Background(), e.admin, "loom"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loom.Of(e.svc).Run(context.Background(), e.view, "loom", "→ view 1")
+	if !errs.Is(err, errs.RoomNotFound) {
+		t.Fatalf("a loom read in a deleted room: %v", err)
+	}
+}

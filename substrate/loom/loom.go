@@ -152,8 +152,16 @@ func Attach(svc *substrate.Service, opt Options) *Loom {
 }
 
 // Of is the loom of svc: the one Attach configured, else one with the
-// default options (queued generation requests, no generator).
-func Of(svc *substrate.Service) *Loom { return Attach(svc, Options{}) }
+// default options (queued generation requests, no generator) that is not
+// attached, so that Attach, whenever it comes, still configures the loom.
+func Of(svc *substrate.Service) *Loom {
+	if l, ok := svc.Feature(featureKey{}, nil).(*Loom); ok {
+		return l
+	}
+	opt := Options{}
+	opt.fill()
+	return &Loom{svc: svc, opt: opt, log: svc.Logger()}
+}
 
 // Node is one node of a tree.
 type Node struct {
@@ -187,6 +195,8 @@ type Result struct {
 	Errors int `json:"errors"`
 	// Position is where the caller is after the run.
 	Position *Position `json:"position,omitempty"`
+	// Parts are ForModel's pieces of Text (nil from Run).
+	Parts *ModelParts `json:"-"`
 	// onboard is the orientation an agent's first command brought.
 	onboard string
 }
@@ -299,7 +309,7 @@ func (r *loomRun) needWrite(perm string) error {
 func (r *loomRun) agent() error {
 	if r.p.Kind != substrate.KindAgent {
 		return loomErr(errs.InvalidField, "operational memory belongs to an agent, and this credential is not one").
-			WithHint("use an agent token (over MCP: embody an agent)")
+			WithHint("use an agent token (over MCP: embody an agent)").With("needs", "agent")
 	}
 	return nil
 }
@@ -763,24 +773,23 @@ func loomPermsOf(p *substrate.Principal, row substrate.RowFunc) (perms []string,
 	switch {
 	case p.Kind == substrate.KindRoom:
 		return Permissions, "human", nil
-	case p.ReadOnly() && p.ReadsAs() != "":
-		// Read-only for an agent (ReadOnlyOf): its permissions that read.
+	case p.ReadOnly() && p.ReadsAs() != "",
+		p.Kind == substrate.KindAgent && p.AgentID == substrate.ScopeShared && p.ReadsAs() != "" && !strings.HasPrefix(p.ReadsAs(), "_"):
+		// Read-only for an agent (ReadOnlyOf), a person: its permissions
+		// that read. A communal definition registered by an agent
+		// (roomCtx.stateAs), a model: that agent's permissions, never more
+		// than the defaults of an agent "_shared" would give.
 		agent, _, err := loomPermsOf(&substrate.Principal{Kind: substrate.KindAgent, RoomID: p.RoomID, AgentID: p.ReadsAs()}, row)
 		if err != nil {
 			return nil, "", err
 		}
-		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "human", nil
+		kind := "model"
+		if p.ReadOnly() {
+			kind = "human"
+		}
+		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), kind, nil
 	case p.ReadOnly():
 		return defaultLoomPerms, "human", nil
-	case p.Kind == substrate.KindAgent && p.AgentID == substrate.ScopeShared && p.ReadsAs() != "" && !strings.HasPrefix(p.ReadsAs(), "_"):
-		// A communal definition registered by an agent (roomCtx.stateAs):
-		// that agent's permissions, never more than the defaults of an
-		// agent "_shared" would give.
-		agent, _, err := loomPermsOf(&substrate.Principal{Kind: substrate.KindAgent, RoomID: p.RoomID, AgentID: p.ReadsAs()}, row)
-		if err != nil {
-			return nil, "", err
-		}
-		return slices.DeleteFunc(slices.Clone(agent), func(x string) bool { return !slices.Contains(defaultLoomPerms, x) }), "model", nil
 	}
 	var rec struct {
 		Perms []string `json:"perms"`
@@ -797,8 +806,9 @@ func loomPermsOf(p *substrate.Principal, row substrate.RowFunc) (perms []string,
 	if ok {
 		// Only → permit writes the record; one that does not decode
 		// grants nothing rather than failing every read.
-		rec.Perms = nil
-		_ = json.Unmarshal(raw, &rec)
+		if json.Unmarshal(raw, &rec) != nil {
+			rec.Perms, rec.Kind = nil, ""
+		}
 		perms = rec.Perms
 		if rec.Kind != "" {
 			kind = rec.Kind
@@ -816,9 +826,9 @@ func loomPermsOf(p *substrate.Principal, row substrate.RowFunc) (perms []string,
 
 // loomReadRule is the loom's read rule: a _loom* scope is visible exactly
 // when the → commands would show it (_loom.doc with doc_read, the other
-// _loom scopes with loom_aware), and a model's thinking (loom:think:… in
-// its own scope) and its trace (loom:t:…) only to the thinker and room
-// authority: people observe models' thinking; other agents, view links
+// _loom scopes with loom_aware), and an agent's operational memory (every
+// loom:… key of its scope: its thinking, trace, pins, stashes) only to
+// the agent and room authority: people observe models' thinking; other agents, view links
 // and observers do not.
 type loomReadRule struct{}
 
@@ -836,7 +846,7 @@ func (loomReadRule) Reader(p *substrate.Principal, row substrate.RowFunc) (subst
 				return docs
 			case isLoomScope(scope):
 				return aware
-			case key != "" && !strings.HasPrefix(scope, "_") && (isThought(key) || isTrace(key)):
+			case key != "" && !strings.HasPrefix(scope, "_") && isMemory(key):
 				return thinker(scope)
 			}
 			return true
@@ -845,7 +855,7 @@ func (loomReadRule) Reader(p *substrate.Principal, row substrate.RowFunc) (subst
 			if strings.HasPrefix(scope, "_") || thinker(scope) {
 				return nil
 			}
-			return []string{thoughtPrefix, tracePrefix}
+			return []string{memoryPrefix}
 		},
 		Refusal: refusal,
 		// What the reader sees depends on its permissions and, for
@@ -864,6 +874,9 @@ func refusal(scope, key string) error {
 			WithHint("read the agent's other entries, or ask the room's owner")
 	case key != "" && !strings.HasPrefix(scope, "_") && isTrace(key):
 		return errs.New(errs.ScopeDenied, "%s/%s is %s's loom trace (the commands it ran), which only %s and room authority read", scope, key, scope, scope).
+			WithHint("read the agent's other entries, or ask the room's owner")
+	case key != "" && !strings.HasPrefix(scope, "_") && isMemory(key):
+		return errs.New(errs.ScopeDenied, "%s/%s is %s's operational memory (pins, stashes: → memory), which only %s and room authority read", scope, key, scope, scope).
 			WithHint("read the agent's other entries, or ask the room's owner")
 	case scope == scopeLoomDoc:
 		return errs.New(errs.ScopeDenied, "scope %q holds the loom's documents, which this reader may not read (%s is not enabled)", scope, PermDocRead).
@@ -895,8 +908,15 @@ func shareKey(p *substrate.Principal, perms []string) string {
 func init() {
 	substrate.RegisterScopes(substrate.Scopes{Name: scopeLoom, SubscopesApart: true})
 	substrate.RegisterReadRule(loomReadRule{})
-	substrate.RegisterMemory("loom:", "loom memory")
+	substrate.RegisterMemory(memoryPrefix, "loom memory")
 }
+
+// memoryPrefix starts every key the loom keeps in an agent's scope: its
+// operational memory (seed 002, "Memory Tools": its own working memory),
+// read by the agent and room authority only, as its thoughts and trace.
+const memoryPrefix = "loom:"
+
+func isMemory(key string) bool { return strings.HasPrefix(key, memoryPrefix) }
 
 // thoughtPrefix starts the keys of → think entries in the thinker's scope.
 const thoughtPrefix = "loom:think:"
@@ -931,6 +951,23 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 		return nil, err
 	}
 	cmds, perr := Parse(text)
+	return l.run(ctx, p, roomID, cmds, perr)
+}
+
+// RunParsed runs commands Parse returned, through the same steps as Run:
+// a page composes a command as a line, parses it, then puts back into its
+// Texts what a line cannot carry (a node's paragraphs, line breaks).
+func (l *Loom) RunParsed(ctx context.Context, p *substrate.Principal, roomID string, cmds []*Command) (*Result, error) {
+	if err := l.svc.RequireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if len(cmds) == 0 {
+		return nil, errs.New(errs.InvalidField, "✗ no command").WithHint("for example: → view 23, → tree, → help")
+	}
+	return l.run(ctx, p, roomID, cmds, nil)
+}
+
+func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, cmds []*Command, perr error) (*Result, error) {
 	res := &Result{}
 	var firstErr error
 	var texts []string
@@ -1002,7 +1039,7 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 
 // loomWrites are the verbs that change shared content.
 var loomWrites = map[string]bool{"add": true, "branch": true, "annotate": true, "link": true, "edit": true, "write": true,
-	"new": true, "fulfil": true, "yield": true, "bookmark": true, "permit": true, "deny": true, "continue": true}
+	"new": true, "fulfil": true, "yield": true, "bookmark": true, "permit": true, "deny": true, "continue": true, "stop": true}
 
 // callState is what one Run carries from command to command.
 type callState struct {

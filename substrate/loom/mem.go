@@ -44,6 +44,7 @@ func (r *loomRun) think(c *Command) (string, error) {
 type traceLine struct {
 	Key   string
 	Line  string    `json:"line"`
+	Verb  string    `json:"verb"`
 	Error string    `json:"error"`
 	At    time.Time `json:"at"`
 }
@@ -62,6 +63,18 @@ func (r *loomRun) traceLines(n int) ([]traceLine, error) {
 	}
 	slices.Reverse(out)
 	return out, nil
+}
+
+// actionLines are the newest n trace lines of commands, oldest first: a
+// collaborator's own accounting lines (verb collab) are the room's to
+// read, not the model's memory.
+func (r *loomRun) actionLines(n int) ([]traceLine, error) {
+	lines, err := r.traceLines(n + 12)
+	if err != nil {
+		return nil, err
+	}
+	lines = slices.DeleteFunc(lines, func(tl traceLine) bool { return tl.Verb == collabVerb })
+	return lines[max(0, len(lines)-n):], nil
 }
 
 func (tl traceLine) String() string {
@@ -540,7 +553,7 @@ func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID s
 		if err != nil {
 			return err
 		}
-		prompt = basePrompt(path)
+		prompt = PathText(path, ForBase)
 		n, tokens = r.genParams(c)
 		return nil
 	})
@@ -558,15 +571,41 @@ func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID s
 // base model's prompt.
 const humanBreak = "\n\n"
 
-// basePrompt is the path's text as a base model continues it: model-written
-// nodes are joined verbatim (they continue the text before them exactly as
-// generated), a human-typed node starts after a blank line so two people's
-// words never run together ("Once upon a time" + "there was"). Instruction
-// nodes steer the collaborator, not the base model, and are left out;
-// annotations and thinking are not nodes, so never in it.
-func basePrompt(path []Node) string {
+// Reader is who reads a path's text (PathText).
+type Reader int
+
+const (
+	// ForBase is the base model's prompt for → continue.
+	ForBase Reader = iota
+	// ForCollaborator is the instruct collaborator's reading of the path
+	// (seed 002 §Buffer Mode), the text of → view branch:B as:prose.
+	ForCollaborator
+)
+
+// PathText is the text of a path (root first) as its reader reads it, one
+// assembly for both kinds of model: annotations, links and thinking are
+// not nodes, so never in it; a human-typed node is kept apart from the
+// text before it, so two people's words never run together ("Once upon a
+// time" + "there was"). For the base model, model-written nodes are joined
+// verbatim (they continue the text before them exactly as generated), a
+// human-typed node starts after a blank line, and instruction nodes (which
+// steer the collaborator, not the base model) and empty nodes are left
+// out. For the collaborator, "︱" marks every node boundary and "︱›" one
+// after which model-written content follows; instruction nodes are kept.
+func PathText(path []Node, who Reader) string {
 	var b strings.Builder
-	for _, x := range path {
+	for i, x := range path {
+		if who == ForCollaborator {
+			if i > 0 {
+				b.WriteString(" ︱")
+				if x.Model {
+					b.WriteString("›")
+				}
+				b.WriteString(" ")
+			}
+			b.WriteString(strings.TrimSpace(x.Content))
+			continue
+		}
 		if x.Edge == "instruction" || x.Content == "" {
 			continue
 		}

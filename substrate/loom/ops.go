@@ -36,6 +36,8 @@ func (r *loomRun) exec(c *Command, gen []string) (string, error) {
 		return r.doc(c)
 	case "requests":
 		return r.requests()
+	case "stop":
+		return r.stop(c)
 	}
 	if err := r.need(PermAware); err != nil {
 		return "", err
@@ -463,22 +465,12 @@ func (r *loomRun) viewBranch(c *Command, t *loomTree, b string) (string, error) 
 		}
 		return r.fit(strings.Join(parts, "\n\n"), c, len(path)), nil
 	}
-	// as:prose (the default): seed 002 §Buffer Mode: "︱" marks a node
-	// boundary, "︱›" one after which model-written content follows.
-	var b2 strings.Builder
-	for i, n := range path {
-		if i > 0 {
-			b2.WriteString(" ︱")
-			if n.Model {
-				b2.WriteString("›")
-			}
-			b2.WriteString(" ")
-		}
-		b2.WriteString(strings.TrimSpace(n.Content))
-	}
-	words := len(strings.Fields(b2.String()))
+	// as:prose (the default): seed 002 §Buffer Mode, as the collaborator
+	// reads its branch.
+	prose := PathText(path, ForCollaborator)
+	words := len(strings.Fields(prose))
 	meta := fmt.Sprintf("⟨node:%d mode:buffer branch:%s nodes:%d words:%d⟩\n", head.ID, head.Branch, len(path), words)
-	return meta + r.fit(b2.String(), c, len(path)), nil
+	return meta + r.fit(prose, c, len(path)), nil
 }
 
 // fit keeps a long result to its last ResultChars characters unless the
@@ -810,7 +802,7 @@ func loomHelp(c *Command) string {
 		}
 	}
 	order := []string{"view", "list", "preview", "tree", "switch", "jump", "add", "branch", "continue", "edit", "annotate", "link",
-		"bookmark", "bookmarks", "yield", "read", "write", "pin", "stash", "recall", "drop", "memory", "think", "new", "requests", "fulfil", "permit", "deny"}
+		"bookmark", "bookmarks", "yield", "read", "write", "pin", "stash", "recall", "drop", "memory", "think", "new", "requests", "fulfil", "permit", "deny", "stop"}
 	lines := []string{"commands (one per line, after →):"}
 	for _, v := range order {
 		lines = append(lines, "  "+loomUsage[v])

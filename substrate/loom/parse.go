@@ -98,6 +98,7 @@ var loomVerbs = map[string]string{
 	"permit": "permit", "allow": "permit",
 	"deny": "deny", "disallow": "deny",
 	"requests": "requests",
+	"stop":     "stop",
 }
 
 // loomUsage is one example per verb: help, and the nearest command.
@@ -131,6 +132,7 @@ var loomUsage = map[string]string{
 	"permit":    "permit alice loom_write doc_write (room authority)",
 	"deny":      "deny alice loom_write (room authority)",
 	"requests":  "requests (open generation requests)",
+	"stop":      "stop [agent] (ask a collaborator that runs itself to stop; yourself without an agent)",
 }
 
 // loomFiller are words skipped anywhere: "show me node 23" is "view 23".
@@ -293,6 +295,8 @@ var loomOptKeys = map[string]bool{
 	"tree": true, "node": true, "branch": true, "doc": true, "as": true, "depth": true, "from": true,
 	"n": true, "tokens": true, "lines": true, "section": true, "stash": true, "content-of": true,
 	"summary-of": true, "note": true, "at": true, "pin": true,
+	// Refused (parseLoomLine): recognised so that it is never taken as a word.
+	"room": true,
 }
 
 // isRef reports a node or branch reference: 47, 8.2, g12 is not one.
@@ -337,6 +341,12 @@ func parseLoomLine(line string) (*Command, error) {
 		switch {
 		case t.quoted:
 			c.Texts = append(c.Texts, t.word)
+		case strings.EqualFold(t.key, "room"):
+			// Options are forgiving, but not this one: a command acts in
+			// the room it was sent to, and one that names another room
+			// must not act here as if it had gone there.
+			return nil, errs.New(errs.InvalidField, "✗ commands act in the room they are sent to; room:%s is not an option", t.value).
+				WithHint("send the command to that room (sync_loom's room argument, or POST /rooms/<id>/loom)").With("line", line).With("nearest", verb)
 		case t.key != "":
 			c.Opts[t.key] = t.value
 		case isRef(t.word):

@@ -1048,6 +1048,7 @@ func TestAttackLoomThinkingReaders(t *testing.T) {
 	rm, alice, _ := loomSetup(t, e)
 	carol := e.join(rm, "carol", "alice") // granted alice's scope
 	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ think\nTHOUGHT-SECRET about the scene\n←\n→ stash \"plan\" \"stashed words\""}).must(t, 200)
+	e.do("PUT", "/rooms/loomy/state", alice, map[string]any{"scope": "alice", "key": "note", "value": "ALICE-NOTE"}).must(t, 200)
 	key := ""
 	for _, who := range []struct {
 		name, tok string
@@ -1057,7 +1058,11 @@ func TestAttackLoomThinkingReaders(t *testing.T) {
 		if strings.Contains(r.raw, "THOUGHT-SECRET") != who.sees {
 			t.Fatalf("%s reading alice's scope (sees thinking: want %v): %s", who.name, who.sees, r.raw)
 		}
-		if !strings.Contains(r.raw, "stashed words") {
+		// A stash is operational memory too (TestAttackMemoryReadOnlyByItsAgent).
+		if strings.Contains(r.raw, "stashed words") != who.sees {
+			t.Fatalf("%s reading alice's scope (sees her stash: want %v): %s", who.name, who.sees, r.raw)
+		}
+		if !strings.Contains(r.raw, "ALICE-NOTE") {
 			t.Fatalf("%s no longer reads alice's other entries: %s", who.name, r.raw)
 		}
 		if who.sees {
@@ -2032,5 +2037,44 @@ func TestAttackGatedMessagesNotCountedUnread(t *testing.T) {
 	}
 	if u, d := counts(b); u != 1 || d != 1 {
 		t.Fatalf("b's counts: unread %d, directed_unread %d, want 1, 1", u, d)
+	}
+}
+
+// Review (h7): messages.count counted every message of the room, those
+// whose `enabled` gate hides them from the reader (and those whose timer
+// ran out) included, so a reader learnt a whisper not for it had been
+// sent: in the envelope, in CEL (a wait on messages.count) and in views.
+// The count now follows the read rule of the messages themselves.
+func TestAttackGatedMessagesNotCounted(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gc", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/gc/views", rm.token, map[string]any{"id": "talk", "scope": "_shared", "expr": "messages.count"}).must(t, 201)
+	e.do("PUT", "/rooms/gc/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "hello"}},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "psst", "to": "a"}, "enabled": `self == "a"`},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "soon gone"}, "timer": map[string]any{"ms": 200}},
+	}}).must(t, 200)
+	time.Sleep(300 * time.Millisecond)
+	count := func(tok string) (any, any) {
+		c := e.ctx(rm, tok, "")
+		return path(c.body, "messages", "count"), path(c.body, "views", "talk")
+	}
+	if n, v := count(b); n != float64(1) || v != float64(1) {
+		t.Fatalf("HOLE: b counts messages hidden from it: count %v, view %v", n, v)
+	}
+	if n, _ := count(a); n != float64(2) {
+		t.Fatalf("a, whom the gate admits, counts %v messages, want 2", n)
+	}
+	if w := e.do("GET", "/rooms/gc/wait?timeout=300&condition="+url.QueryEscape("messages.count > 1"), b, nil).must(t, 200); w.body["triggered"] == true {
+		t.Fatalf("HOLE: b's wait on messages.count woke for a message hidden from it: %s", w.raw)
+	}
+	// Whoever reads, the count is what the messages show.
+	for _, tok := range []string{a, b, rm.token} {
+		c := e.ctx(rm, tok, "")
+		if recent, _ := path(c.body, "messages", "recent").([]any); path(c.body, "messages", "count") != float64(len(recent)) {
+			t.Fatalf("the count disagrees with the messages shown: %s", c.raw)
+		}
 	}
 }

@@ -178,3 +178,94 @@ func TestGlimpseOfMessagesAdvisesTheNewest(t *testing.T) {
 		t.Fatalf("nothing left out, yet advised %q", got)
 	}
 }
+
+// A wake-up lists the views that may have changed since: it listed only
+// views reading (by path) a scope with an entry written since, so a view
+// changed by a deletion or an expired entry, or reading now, agents,
+// messages or state by a computed name, was left out, and a model was told
+// nothing it watches changed when it had. Likewise an action whose gate
+// reads messages.
+func TestDeltaListsViewsChangedWithoutAWrite(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("dw", nil)
+	a := e.join(rm, "a")
+	e.join(rm, "b")
+	e.do("PUT", "/rooms/dw/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "b", "key": "x", "value": 1},
+		map[string]any{"scope": "b", "key": "t", "value": 1, "timer": map[string]any{"ms": 300}},
+	}}).must(t, 200)
+	views := map[string]string{
+		"has_x":   `has(state.b.x)`,
+		"has_t":   `has(state.b.t)`,
+		"clock":   `string(now)`,
+		"present": `size(agents)`,
+		"dyn":     `state["_shared"].?y.orValue(0)`,
+		"talk":    `messages.count`,
+	}
+	for id, src := range views {
+		e.do("PUT", "/rooms/dw/views", rm.token, map[string]any{"id": id, "scope": "_shared", "expr": src}).must(t, 201)
+	}
+	e.do("PUT", "/rooms/dw/actions", rm.token, map[string]any{"id": "reply", "enabled": `messages.count > 0`,
+		"writes": []any{map[string]any{"key": "replies", "increment": 1}}}).must(t, 201)
+	e.do("PUT", "/rooms/dw/actions", rm.token, map[string]any{"id": "later", "timer": map[string]any{"ms": 300, "effect": "enable"},
+		"writes": []any{map[string]any{"key": "late", "value": 1}}}).must(t, 201)
+	e.ctx(rm, a, "")
+	since := int64(e.ctx(rm, a, "").body["_context"].(map[string]any)["seq"].(float64))
+	time.Sleep(400 * time.Millisecond)
+	e.do("DELETE", "/rooms/dw/state?scope=b&key=x", rm.token, nil).must(t, 200)
+	e.join(rm, "d")
+	c := e.join(rm, "c")
+	e.invoke(rm, c, "_send_message", map[string]any{"body": "hello"}).must(t, 200)
+	e.do("PUT", "/rooms/dw/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "y", "value": 5},
+	}}).must(t, 200)
+	w := e.do("GET", fmt.Sprintf("/rooms/dw/wait?condition=true&since=%d", since), a, nil).must(t, 200)
+	got, _ := path(w.body, "context", "views").(map[string]any)
+	for id := range views {
+		if _, ok := got[id]; !ok {
+			t.Errorf("the wake-up leaves out view %s: %s", id, w.raw)
+		}
+	}
+	if path(w.body, "context", "actions", "reply") == nil {
+		t.Errorf("the wake-up leaves out the action whose gate reads messages: %s", w.raw)
+	}
+	if path(w.body, "context", "actions", "later") == nil {
+		t.Errorf("the wake-up leaves out the action whose enable timer ran out: %s", w.raw)
+	}
+	// What did not change stays out: a view of a scope nobody touched.
+	e.do("PUT", "/rooms/dw/views", rm.token, map[string]any{"id": "quiet", "scope": "_shared", "expr": `state.?b.?z.orValue(0)`}).must(t, 201)
+	e.ctx(rm, a, "")
+	since = int64(e.ctx(rm, a, "").body["_context"].(map[string]any)["seq"].(float64))
+	e.do("DELETE", "/rooms/dw/state?scope=_shared&key=y", rm.token, nil).must(t, 200)
+	w = e.do("GET", fmt.Sprintf("/rooms/dw/wait?condition=true&since=%d", since), a, nil).must(t, 200)
+	if got, _ := path(w.body, "context", "views").(map[string]any); got["quiet"] != nil || got["dyn"] != float64(0) {
+		t.Errorf("after deleting y: %s", w.raw)
+	}
+}
+
+// since_your_last_read.views_changed follows the wake-up's rule
+// (TestDeltaListsViewsChangedWithoutAWrite): a view changed by a deletion
+// or an expired entry in a scope it reads, or reading now, is listed.
+func TestViewsChangedCountsDeletionsAndTime(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("vc", nil)
+	a := e.join(rm, "a")
+	e.join(rm, "b")
+	e.do("PUT", "/rooms/vc/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "b", "key": "x", "value": 1},
+		map[string]any{"scope": "b", "key": "t", "value": 1, "timer": map[string]any{"ms": 300}},
+	}}).must(t, 200)
+	for id, src := range map[string]string{"has_x": `has(state.b.x)`, "has_t": `has(state.b.t)`, "clock": `string(now)`} {
+		e.do("PUT", "/rooms/vc/views", rm.token, map[string]any{"id": id, "scope": "_shared", "expr": src}).must(t, 201)
+	}
+	e.ctx(rm, a, "")
+	e.ctx(rm, a, "")
+	time.Sleep(400 * time.Millisecond)
+	e.do("DELETE", "/rooms/vc/state?scope=b&key=x", rm.token, nil).must(t, 200)
+	s, _ := attention(e.ctx(rm, a, ""))["since_your_last_read"].(map[string]any)
+	for _, id := range []string{"has_x", "has_t", "clock"} {
+		if !slices.Contains(strs(s["views_changed"]), id) {
+			t.Errorf("views_changed misses %s: %v", id, s)
+		}
+	}
+}

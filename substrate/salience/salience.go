@@ -195,9 +195,9 @@ func brokenViews(r *substrate.Read) []string {
 
 // since computes what changed after the reader's last read, from the
 // snapshot's revisions and the usage's last uses. A view changed when its
-// definition did or a state entry it reads (by path) did; deletions are
-// not counted.
-func (sl *salience) since() *substrate.SinceLastRead {
+// definition did, a state entry it reads (by path) did, or something the
+// snapshot's revisions do not show may have (Read.ViewsChangedUnseen).
+func (sl *salience) since(ctx context.Context) *substrate.SinceLastRead {
 	if sl.self == nil || sl.self.ContextReads == 0 {
 		return nil
 	}
@@ -222,12 +222,13 @@ func (sl *salience) since() *substrate.SinceLastRead {
 		}
 	}
 	changed := map[string]bool{}
+	unseen := r.ViewsChangedUnseen(ctx, from)
 	views := r.Views()
 	for _, v := range r.ViewDefs() { // in dependency order
 		if _, shown := views[v.Def.ID]; !shown {
 			continue
 		}
-		if v.Revision > from || readsChangedState(r, v.Def.Expr, substrate.ViewSelf(v.Def), from) {
+		if v.Revision > from || unseen[v.Def.ID] || readsChangedState(r, v.Def.Expr, substrate.ViewSelf(v.Def), from) {
 			changed[v.Def.ID] = true
 		}
 		for _, id := range substrate.ViewRefs(v.Def.Expr) {
@@ -263,7 +264,7 @@ func readsChangedState(r *substrate.Read, src, self string, after int64) bool {
 
 // attention assembles _context._attention for the envelope (Annotate
 // adds what needs the log: new messages and you_elided).
-func (sl *salience) attention(health *Health) *substrate.Attention {
+func (sl *salience) attention(ctx context.Context, health *Health) *substrate.Attention {
 	r := sl.r
 	at := &substrate.Attention{BrokenViews: brokenViews(r), VocabularyHealth: health.Assessment, Finding: health.strongest()}
 	self, views, defs := r.Self(), r.Views(), r.ViewDefs()
@@ -293,7 +294,7 @@ func (sl *salience) attention(health *Health) *substrate.Attention {
 			at.LowSalience = append(at.LowSalience, "views."+v.Def.ID)
 		}
 	}
-	at.SinceYourLastRead = sl.since()
+	at.SinceYourLastRead = sl.since(ctx)
 	return at
 }
 
@@ -742,7 +743,7 @@ func (sl *salience) Annotate(ctx context.Context, env *substrate.Envelope, req s
 	if env.Views != nil && wantsView(req, substrate.ViewHealth) {
 		env.Views[substrate.ViewHealth] = h
 	}
-	at := sl.attention(h)
+	at := sl.attention(ctx, h)
 	if at.SinceYourLastRead != nil {
 		at.SinceYourLastRead.NewMessages = window(ctx, sl.r).messagesAfter(at.SinceYourLastRead.FromSeq)
 		at.YouElided = sl.YouElided(at.SinceYourLastRead, env.Context.Elided)

@@ -164,10 +164,12 @@ func Stream(ctx context.Context, s *substrate.Service, p *substrate.Principal, r
 	}
 	after, left := q.After, q.Limit
 	for left > 0 {
-		page, err := s.AuditPage(ctx, p, roomID, after, math.MaxInt64, int(min(left, auditPageRows)))
+		want := int(min(left, auditPageRows))
+		page, err := s.AuditPage(ctx, p, roomID, after, math.MaxInt64, want)
 		if err != nil {
 			return err
 		}
+		ends := substrate.AuditPageEnds(page, want)
 		for _, r := range page {
 			st, err := stepOf(r)
 			if err != nil {
@@ -179,7 +181,7 @@ func Stream(ctx context.Context, s *substrate.Service, p *substrate.Principal, r
 			after = r.Seq
 			left--
 		}
-		if len(page) == 0 {
+		if ends {
 			return nil
 		}
 	}
@@ -240,14 +242,12 @@ func Replay(ctx context.Context, s *substrate.Service, p *substrate.Principal, r
 		}
 		return errs.New(errs.HistoryIncomplete, format, args...).With("seq", seq).WithHint("%s", hint)
 	}
-	for {
+	for ends := false; !ends; {
 		page, err := s.AuditPage(ctx, p, roomID, last, seq, auditPageRows)
 		if err != nil {
 			return nil, err
 		}
-		if len(page) == 0 {
-			break
-		}
+		ends = substrate.AuditPageEnds(page, auditPageRows)
 		for _, r := range page {
 			a, err := decodeAudit(r)
 			if err != nil {

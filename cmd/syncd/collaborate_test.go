@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/loom"
+)
+
+func TestCollaborateConfig(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, []byte("sk-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SYNC_COLLAB_ROOM", "env-room")
+	t.Setenv("SYNC_COLLAB_CHAT_KEY", "sk-from-env")
+	t.Setenv("SYNC_COLLAB_MAX_CALLS", "7")
+	c, err := parseCollabConfig([]string{"-room", "story", "-agent", "claude", "-chat-url", "http://127.0.0.1:9/v1", "-chat-model", "m",
+		"-max-tokens", "1000", "-max-time", "90s", "-branch", "8.2", "-tree", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.run
+	if r.Room != "story" || r.Agent != "claude" || r.MaxCalls != 7 || r.MaxTokens != 1000 || r.MaxTime != 90*time.Second ||
+		r.Branch != "8.2" || r.Tree != 2 || r.ChatKey != "sk-from-env" || r.TurnCalls != 8 || r.ContextTokens != 6000 {
+		t.Fatalf("%+v", r)
+	}
+	// The key file wins over the environment; the key is never a flag.
+	if c, err = parseCollabConfig([]string{"-agent", "a", "-chat-url", "http://x", "-chat-model", "m", "-chat-key-file", key}); err != nil || c.run.ChatKey != "sk-from-file" {
+		t.Fatalf("%v %q", err, c.run.ChatKey)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-room", ""}, "missing -room, -agent, -chat-url, -chat-model"},
+		{[]string{"-agent", "a", "-chat-url", "u", "-chat-model", "m", "-chat-key", "sk"}, "flag provided but not defined: -chat-key"},
+		{[]string{"-agent", "a", "-chat-url", "u", "-chat-model", "m", "-max-calls", "0"}, `max calls "0" is not a positive whole number`},
+		{[]string{"-agent", "a", "-chat-url", "u", "-chat-model", "m", "-max-time", "forever"}, `max time "forever" is not a positive duration`},
+		{[]string{"-agent", "a", "-chat-url", "u", "-chat-model", "m", "-chat-key-file", filepath.Join(dir, "absent")}, "chat key file:"},
+	} {
+		if _, err := parseCollabConfig(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// syncd collaborate runs against the server's database: a room made by
+// another process's service, the collaborator's writes visible to it.
+func TestCollaborateAgainstTheServersDatabase(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	db, err := store.Open(ctx, url, store.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "story"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	if _, err := svc.Join(ctx, admin, "story", substrate.JoinRequest{ID: "claude", Name: "Claude"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loom.Of(svc).Run(ctx, admin, "story", "→ new tree \"t\" \"Once.\"\n→ permit claude loom_write"); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	var auth atomic.Value
+	chat := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth.Store(r.Header.Get("Authorization"))
+		text := "→ add \"written by the adapter\""
+		if calls.Add(1) > 1 {
+			text = "→ stop"
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []map[string]any{{"message": map[string]string{"content": text}}}})
+	}))
+	t.Cleanup(chat.Close)
+	keyFile := filepath.Join(t.TempDir(), "key")
+	_ = os.WriteFile(keyFile, []byte("sk-adapter"), 0o600)
+	cc, err := parseCollabConfig([]string{"-database-url", url, "-room", "story", "-agent", "claude", "-chat-url", chat.URL,
+		"-chat-model", "m", "-chat-key-file", keyFile, "-max-time", "30s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- collaborate(ctx, cc) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("syncd collaborate did not stop")
+	}
+	res, err := loom.Of(svc).Run(ctx, admin, "story", "→ view 2")
+	if err != nil || !strings.Contains(res.Text, "claude› · branch 1\nwritten by the adapter") {
+		t.Fatalf("%v %v", res, err)
+	}
+	usage, _ := loom.Of(svc).CollaboratorUsage(ctx, admin, "story")
+	if len(usage) != 1 || usage[0].Calls != 2 || usage[0].Reason != "stopped: asked by claude" {
+		t.Fatalf("%+v", usage)
+	}
+	if a, _ := auth.Load().(string); a != "Bearer sk-adapter" {
+		t.Fatalf("authorization %q", a)
+	}
+}

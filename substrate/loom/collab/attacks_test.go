@@ -1,0 +1,233 @@
+package collab_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/loom"
+	"github.com/syncsubstrate/sync/substrate/loom/collab"
+)
+
+// Attacks that must fail: a collaborator is its agent, no more. Its model
+// is not trusted: whatever it answers runs as the agent would over MCP,
+// within the agent's loom permissions and the branches' turns, and an
+// answer beyond the limits runs not at all.
+
+// A model whose agent may only look cannot write, grant itself
+// permissions or stop another collaborator; a branch another holds is
+// refused to it.
+func TestAttackCollaboratorOnlyItsAgentsPermissions(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "alice", "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit alice human loom_write`)
+	// claude: the defaults (loom_aware, doc_read).
+	var k atomic.Int32
+	chat := newChat(t, func(r chatReq) string {
+		if k.Add(1) == 1 {
+			return "→ add \"forged\"\n→ permit claude all\n→ edit 1 \"rewritten\"\n→ write doc:\"notes\" append \"x\"\n→ stop alice"
+		}
+		return "I cannot, then."
+	})
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
+	r.calls(t, chat, 2)
+	reqs := chat.requests()
+	has(t, reqs[1].last(), "✗ permission denied: loom_write not enabled", "✗ permission denied: only room authority sets loom permissions",
+		"✗ permission denied: doc_write not enabled")
+	res := e.run(e.admin, "→ tree summary\n→ permit claude")
+	has(t, res.Text, "1 nodes", "✓ claude (model): loom_aware, doc_read")
+	r.stop()
+	r.wait(t)
+
+	// A branch whose turn alice holds: the collaborator (now a writer)
+	// follows branch 1 and writes on alice's branch 1.2 by name.
+	e.run(e.admin, "→ permit claude loom_write")
+	e.run(e.ag["alice"], `→ add from:1 "main line"
+→ yield
+→ branch from 1 "alice's own line"`) // node 3, branch 1.2, alice's turn
+	var k2 atomic.Int32
+	chat2 := newChat(t, func(r chatReq) string {
+		if k2.Add(1) == 1 {
+			return "→ add from:3 \"on alice's branch\"\n→ continue from 3"
+		}
+		return "Fine."
+	})
+	r = e.start(collab.Config{Agent: "claude", ChatURL: chat2.srv.URL, Branch: "1"})
+	r.calls(t, chat2, 2)
+	has(t, chat2.requests()[1].last(), "✗ branch 1.2 is alice's turn until")
+	if res := e.run(e.admin, "→ list 3 continuations"); !strings.Contains(res.Text, "no continuations") {
+		t.Fatalf("a node on alice's branch:\n%s", res.Text)
+	}
+}
+
+// An answer over 1 MiB is refused unread (a 10 MB one is not buffered); an
+// answer over the character or command limits is refused whole, and the
+// model is told; commands naming other rooms run in the collaborator's
+// own room only, and read nothing of the other.
+func TestAttackCollaboratorHugeOrMaliciousAnswers(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "claude")
+	ctx := context.Background()
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	sec, err := e.svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secAdmin, _ := e.svc.Authenticate(ctx, sec.Token)
+	if _, err := loom.Of(e.svc).Run(ctx, secAdmin, "secret", `→ new tree "SECRET-TREE" "SECRET-ROOT"`+"\n"+`→ write doc:"plans" append "SECRET-DOC"`); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.svc.GetRoom(ctx, secAdmin, "secret")
+
+	var k atomic.Int32
+	chat := newChat(t, func(r chatReq) string {
+		switch k.Add(1) {
+		case 2:
+			return strings.Repeat("→ view 1\n", 30)
+		case 3:
+			return "→ add \"" + strings.Repeat("x", 40_000) + "\""
+		case 4:
+			return "→ view 1 room:secret\n→ jump tree:1 node:1 room:secret\n→ read doc:\"plans\" room:secret\n→ add \"pwned\" room:secret\n→ new tree \"x\" room:secret"
+		default:
+			return "Done."
+		}
+	})
+	chat.raw = func(w http.ResponseWriter, r chatReq) bool {
+		if k.Load() != 0 {
+			return false
+		}
+		k.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"choices":[{"message":{"content":"`))
+		chunk := bytes.Repeat([]byte("→ add \\\"a\\\"\\n"), 1000)
+		for n := 0; n < 10<<20; n += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return true
+			}
+		}
+		_, _ = w.Write([]byte(`"}}]}`))
+		return true
+	}
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL, TurnCalls: 20})
+	r.calls(t, chat, 5)
+	reqs := chat.requests()
+	has(t, reqs[1].last(), "your last answer was over 1 MiB and was refused: nothing in it ran")
+	has(t, reqs[2].last(), "was refused: at most 32000 characters and 24 commands an answer; nothing in it ran")
+	has(t, reqs[3].last(), "was refused: at most 32000 characters")
+	cur := reqs[4].last()
+	has(t, cur, "✗ commands act in the room they are sent to; room:secret is not an option")
+	for _, rq := range reqs {
+		if strings.Contains(rq.all(), "SECRET") {
+			t.Fatalf("the other room's content reached the model:\n%s", rq.all())
+		}
+	}
+	after, _ := e.svc.GetRoom(ctx, secAdmin, "secret")
+	if after.Seq != before.Seq {
+		t.Fatalf("the other room changed: seq %d → %d", before.Seq, after.Seq)
+	}
+	if res := e.run(e.admin, "→ tree summary"); !strings.Contains(res.Text, "2 nodes") && !strings.Contains(res.Text, "1 nodes") {
+		t.Fatalf("%s", res.Text)
+	}
+	// Nothing of the refused answers ran: no node "a", no 40,000 x's.
+	res := e.run(e.admin, "→ list 1 continuations")
+	if strings.Contains(res.Text, "xxxxxxxx") || strings.Contains(res.Text, "(branch 1, claude›) a") {
+		t.Fatalf("a refused answer ran:\n%s", res.Text)
+	}
+	r.stop()
+	r.wait(t)
+}
+
+// The chat key is sent to the endpoint and appears nowhere else: not in
+// the logs, the trace, the record, the room's state or views.
+func TestAttackCollaboratorKeyNeverShown(t *testing.T) {
+	const key = "sk-TOPSECRET-4242"
+	e := newEnv(t, loom.Options{}, "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var k atomic.Int32
+	chat := newChat(t, func(r chatReq) string { return "→ view 1" })
+	chat.raw = func(w http.ResponseWriter, r chatReq) bool {
+		if k.Add(1) <= 2 {
+			http.Error(w, "invalid key "+key, http.StatusUnauthorized) // an endpoint echoing the key
+			return true
+		}
+		return false
+	}
+	rec := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL + "/v1", ChatKey: key, MaxCalls: 4, Log: log}).wait(t)
+	if rec.Calls != 4 {
+		t.Fatalf("%+v", rec)
+	}
+	chat.mu.Lock()
+	auth := chat.auth[0]
+	chat.mu.Unlock()
+	if auth != "Bearer "+key {
+		t.Fatalf("the endpoint got %q", auth)
+	}
+	// A view over the loom's state, as a room would register it.
+	ctx := context.Background()
+	if _, err := e.svc.RegisterView(ctx, e.admin, e.room, substrate.ViewDef{ID: "collaborators", Expr: `state._loom.filter(k, k.startsWith("collab:")).map(k, state._loom[k])`}); err != nil {
+		t.Fatal(err)
+	}
+	envl, err := e.svc.Context(ctx, e.admin, e.room, substrate.ContextRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := json.Marshal(envl)
+	state, _ := e.svc.ReadState(ctx, e.admin, e.room, substrate.ReadQuery{})
+	st, _ := json.Marshal(state)
+	tr, _ := e.svc.ReadState(ctx, e.admin, e.room, substrate.ReadQuery{Scope: "claude", Limit: 500})
+	trj, _ := json.Marshal(tr)
+	audit, _ := e.svc.AuditPage(ctx, e.admin, e.room, 0, 0, 1000)
+	aj, _ := json.Marshal(audit)
+	mu.Lock()
+	lg := logs.String()
+	mu.Unlock()
+	for name, text := range map[string]string{"logs": lg, "context and views": string(all), "state": string(st), "trace": string(trj), "audit": string(aj)} {
+		if strings.Contains(text, key) || strings.Contains(text, "TOPSECRET") {
+			t.Fatalf("the chat key is in the %s:\n%s", name, text)
+		}
+	}
+	has(t, string(all), `"calls":4`) // the view shows the spend
+	has(t, lg, "401 Unauthorized")
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// Taking loom_aware away from a running collaborator stops it at the next
+// change, and its record says why.
+func TestAttackCollaboratorStopsWhenDenied(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	chat := newChat(t, func(r chatReq) string { return "Waiting." })
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
+	r.waiting(t)
+	e.run(e.admin, "→ deny claude loom_aware")
+	<-r.done
+	if r.err == nil || !strings.Contains(r.err.Error(), "loom_aware not enabled") {
+		t.Fatalf("err %v", r.err)
+	}
+	usage, _ := loom.Of(e.svc).CollaboratorUsage(context.Background(), e.admin, e.room)
+	if len(usage) != 1 || usage[0].State != "stopped" || !strings.Contains(usage[0].Reason, "loom_aware not enabled") {
+		t.Fatalf("%+v", usage)
+	}
+}

@@ -1,0 +1,89 @@
+package substrate
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// messages.count follows the read rule of the messages themselves: a
+// message whose `enabled` gate hides it from the reader, or whose timer
+// ran out, is not counted (the room's message_count holds them all, until
+// the janitor purges expired ones). Rooms seldom gate or time messages,
+// so the few that are are read once per snapshot and message count, and
+// their gates evaluated per reader as log pages evaluate them (logGate).
+
+// hiddenMsg is a message that some reader, at some time, may not see.
+type hiddenMsg struct {
+	gate  *string
+	timer *timerState // nil: none
+}
+
+// sqlHiddenMessages lists the messages up to a seq with a gate or a timer.
+const sqlHiddenMessages = `SELECT enabled_expr, timer_effect, timer_expires_at, timer_ticks_left FROM state
+	WHERE room_id = $1 AND scope = '_messages' AND sort_key IS NOT NULL AND sort_key <= $2
+		AND (enabled_expr IS NOT NULL OR timer_effect IS NOT NULL)`
+
+// hiddenMessages are the room's gated or timed messages at snap, read with
+// q (the caller's transaction) once per snapshot and message count (the
+// janitor changes the count, not the seq).
+func (s *Service) hiddenMessages(ctx context.Context, q querier, snap *snapshot, count int64) ([]hiddenMsg, error) {
+	key := "core:hidden-messages:" + strconv.FormatInt(count, 10)
+	snap.memoMu.Lock()
+	e := snap.memo[key]
+	snap.memoMu.Unlock()
+	if e != nil {
+		return e.v.([]hiddenMsg), nil
+	}
+	rows, err := q.Query(ctx, sqlHiddenMessages, snap.room, snap.seq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []hiddenMsg
+	for rows.Next() {
+		var m hiddenMsg
+		t := &timerState{}
+		if err := rows.Scan(&m.gate, &t.Effect, &t.ExpiresAt, &t.TicksLeft); err != nil {
+			return nil, err
+		}
+		if t.Effect != nil {
+			m.timer = t
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	e = &memoEntry{v: out}
+	e.once.Do(func() {})
+	snap.memoMu.Lock()
+	if snap.memo == nil {
+		snap.memo = map[string]*memoEntry{}
+	}
+	snap.memo[key] = e
+	snap.memoMu.Unlock()
+	return out, nil
+}
+
+// uncountHidden takes the messages rc's reader may not see out of its
+// message count.
+func (s *Service) uncountHidden(ctx context.Context, rc *roomCtx) {
+	if len(rc.msgs.hidden) == 0 {
+		return
+	}
+	shown := s.logGate(ctx, rc)
+	for _, m := range rc.msgs.hidden {
+		if m.timer != nil && !m.timer.live(rc.now) || m.gate != nil && !shown(m.gate) {
+			rc.msgs.Count--
+		}
+	}
+	rc.msgs.Count = max(rc.msgs.Count, 0)
+	rc.msgs.hidden = nil
+}
+
+// sqlPublicMessages counts a room's messages everyone sees (r.id: the
+// room row): the lobby's total, which depends on no reader.
+var sqlPublicMessages = `greatest(r.message_count - (SELECT count(*) FROM state m WHERE m.room_id = r.id AND m.scope = '_messages'
+	AND m.sort_key IS NOT NULL AND (m.enabled_expr IS NOT NULL OR m.timer_effect IS NOT NULL AND NOT ` +
+	strings.TrimPrefix(liveSQL, " AND ") + `)), 0)`
