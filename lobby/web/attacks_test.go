@@ -316,7 +316,9 @@ func TestAttackBadInputIsA4xx(t *testing.T) {
 		"/web/rooms/lab/message":             {"body": {strings.Repeat("x", 100_000)}},
 		"/web/rooms/lab/loom":                {"op": {"explode"}, "node": {"1"}},
 	} {
-		if code, _ := s.post("alice", path, form); code/100 != 4 {
+		// A form the room refuses answers with a redirect to the page,
+		// which says why at the form (never a 500, nothing applied).
+		if code, _, page := s.postFollow("alice", path, form); code/100 != 4 && !(code == http.StatusSeeOther && strings.Contains(page, `class="feedback refused"`)) {
 			t.Errorf("POST %s: %d", path, code)
 		}
 	}
@@ -663,6 +665,79 @@ func TestAttackLiveStreamsBoundPerIPv6Prefix(t *testing.T) {
 	// Another /64 is another client.
 	if code := open(newRoom("v6-other"), "2001:db8:1:3::1"); code != http.StatusOK {
 		t.Fatalf("a client of another /64 was refused: %d", code)
+	}
+}
+
+// What changed is told only as far as the reader may read: the activity
+// feed, the live update (its patches and its spoken summary) and the
+// past never name another agent's private keys, their values, or an
+// entry whose gate hides it from the reader; the past (and its diff
+// against now) is room authority's alone.
+func TestAttackActivityFeedLeaksNothing(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	s.share("bob", "participant")
+	s.join("robot", "Robot")
+	// bob's own agent exists once he has acted from the page.
+	if code, _ := s.post("bob", "/web/rooms/lab/message", url.Values{"body": {"hi"}}); code != http.StatusSeeOther {
+		t.Fatalf("bob's message: %d", code)
+	}
+	ev := s.stream("bob", "/live/rooms/lab?seq="+s.seq(), "")
+	ctx := context.Background()
+	if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{
+		{Scope: "robot", Key: "secret-plan", Value: []byte(`"s3cr3t-value"`)},
+		{Scope: "_shared", Key: "hidden-gate", Value: []byte(`"gated-value"`), Enabled: "false"},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	s.write("_shared", "visible", `"public"`)
+	secrets := []string{"secret-plan", "s3cr3t", "hidden-gate", "gated-value"}
+	// The live stream: the private batch moved nothing bob sees (no
+	// event, or one without it); the public write is told.
+	var told string
+	for deadline := time.After(5 * time.Second); !strings.Contains(told, "visible"); {
+		select {
+		case e := <-ev:
+			told += e
+		case <-deadline:
+			t.Fatalf("the public write never reached bob's stream: %s", told)
+		}
+	}
+	for _, sec := range secrets {
+		if strings.Contains(told, sec) {
+			t.Errorf("HOLE: bob's live stream names %q: %s", sec, told)
+		}
+	}
+	_, _, page := s.get("bob", "/rooms/lab")
+	if !strings.Contains(page, `id="activity"`) || !strings.Contains(page, "_shared.visible") {
+		t.Fatalf("bob's activity feed lacks the public write: %s", page)
+	}
+	for _, sec := range secrets {
+		if strings.Contains(page, sec) {
+			t.Errorf("HOLE: bob's page names %q", sec)
+		}
+	}
+	// The owner sees it all.
+	if _, _, page := s.get("alice", "/rooms/lab"); !strings.Contains(page, "robot.secret-plan") || !strings.Contains(page, "_shared.hidden-gate") {
+		t.Error("the owner's activity feed lacks the private writes")
+	}
+	// The past, with its diff against now: not for bob.
+	if code, _, page := s.get("bob", "/rooms/lab?at=2"); code == http.StatusOK || strings.Contains(page, "s3cr3t") {
+		t.Errorf("HOLE: bob scrubs the past: %d", code)
+	}
+	// Directly, through the substrate: the same.
+	p, _, err := s.lob.PersonPrincipal(ctx, "user_bob", "bob", "lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts, err := s.svc.RecentActivity(ctx, p, "lab", 0, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(acts)
+	for _, sec := range secrets {
+		if strings.Contains(string(raw), sec) {
+			t.Errorf("HOLE: RecentActivity tells bob %q: %s", sec, raw)
+		}
 	}
 }
 

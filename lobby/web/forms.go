@@ -5,10 +5,13 @@ package web
 
 import (
 	"cmp"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,7 +28,7 @@ func (wb *Web) invoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := r.ParseForm(); err != nil {
-		wb.roomWithError(w, r, roomID, errs.New(errs.InvalidField, "the form could not be read").WithHint("send the form again"))
+		wb.refused(w, r, roomID, action, errs.New(errs.InvalidField, "the form could not be read").WithHint("send the form again"))
 		return
 	}
 	params := map[string]any{}
@@ -36,7 +39,7 @@ func (wb *Web) invoke(w http.ResponseWriter, r *http.Request) {
 		}
 		v, err := formValue(vals[len(vals)-1], r.PostForm.Get("t."+pname))
 		if err != nil {
-			wb.roomWithError(w, r, roomID, errs.New(errs.InvalidParam, "%s: %v", pname, err).With("param", pname).WithHint("fix the field and invoke %s again", action))
+			wb.refused(w, r, roomID, action, errs.New(errs.InvalidParam, "%s: %v", pname, err).With("param", pname).WithHint("fix the field and invoke %s again", action))
 			return
 		}
 		if v != nil {
@@ -44,11 +47,13 @@ func (wb *Web) invoke(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	raw, _ := json.Marshal(params)
-	if _, err := wb.opt.Substrate.Invoke(r.Context(), p, roomID, action, raw); err != nil {
-		wb.roomWithError(w, r, roomID, err)
+	res, err := wb.opt.Substrate.Invoke(r.Context(), p, roomID, action, raw)
+	if err != nil {
+		wb.refused(w, r, roomID, action, err)
 		return
 	}
-	http.Redirect(w, r, "/rooms/"+url.PathEscape(roomID)+"#action-"+url.PathEscape(action), http.StatusSeeOther)
+	f := flash{Action: action, OK: true, Seq: res.Seq, Text: fmt.Sprintf("Done: %s went through (seq %d).", action, res.Seq)}
+	wb.setFlash(w, r, roomID, f)
 }
 
 // message sends a message to the room as the person's own agent.
@@ -60,15 +65,16 @@ func (wb *Web) message(w http.ResponseWriter, r *http.Request) {
 	}
 	body := strings.TrimSpace(r.PostFormValue("body"))
 	if body == "" {
-		wb.roomWithError(w, r, roomID, errs.New(errs.InvalidField, "the message is empty").WithHint("write something, then send"))
+		wb.refused(w, r, roomID, sendMessage, errs.New(errs.InvalidField, "the message is empty").WithHint("write something, then send"))
 		return
 	}
 	raw, _ := json.Marshal(map[string]any{"body": body})
-	if _, err := wb.opt.Substrate.Invoke(r.Context(), p, roomID, "_send_message", raw); err != nil {
-		wb.roomWithError(w, r, roomID, err)
+	res, err := wb.opt.Substrate.Invoke(r.Context(), p, roomID, sendMessage, raw)
+	if err != nil {
+		wb.refused(w, r, roomID, sendMessage, err)
 		return
 	}
-	http.Redirect(w, r, "/rooms/"+url.PathEscape(roomID)+"#h-messages", http.StatusSeeOther)
+	wb.setFlash(w, r, roomID, flash{Action: sendMessage, OK: true, Seq: res.Seq, Text: "Sent."})
 }
 
 // actor is the signed-in person's acting authority in the room; view
@@ -173,4 +179,198 @@ func formValue(v, typ string) (any, error) {
 		return nil, fmt.Errorf("%q is not JSON", v)
 	}
 	return v, nil
+}
+
+// sendMessage is the builtin the message box invokes.
+const sendMessage = "_send_message"
+
+// A form's outcome travels to the page it redirects to (POST, then a
+// redirect, then GET: a reload shows the page again and never sends the
+// form twice) in a short-lived cookie the page reads once: the flash.
+// The page shows it next to the form that was used.
+type flash struct {
+	Action string `json:"a"`
+	OK     bool   `json:"ok"`
+	Seq    int64  `json:"s,omitempty"`
+	// Text says what happened in a person's words.
+	Text string `json:"t"`
+	// Code is the refusal's stable code; Detail the developer's wording
+	// (the message and hint), Clause and Read the false clause of the
+	// precondition with what it read: shown on demand.
+	Code   string            `json:"c,omitempty"`
+	Detail string            `json:"d,omitempty"`
+	Clause string            `json:"cl,omitempty"`
+	Read   map[string]string `json:"r,omitempty"`
+	From   string            `json:"f,omitempty"`
+}
+
+const flashCookie = "sync_flash"
+
+// formFrom is the id of the element holding the form used (sent by the
+// page's script), where the browser lands after; else the action's card.
+func formFrom(r *http.Request, action string) string {
+	from := r.PostFormValue("from")
+	if from == "" || len(from) > 100 || strings.IndexFunc(from, func(c rune) bool {
+		return !(c == '-' || c == '_' || c == ':' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
+	}) >= 0 {
+		if action == sendMessage {
+			return "h-messages"
+		}
+		return "action-" + action
+	}
+	return from
+}
+
+// setFlash answers a form: the outcome in the flash cookie, and a
+// redirect (303) to the room page at the form used.
+func (wb *Web) setFlash(w http.ResponseWriter, r *http.Request, roomID string, f flash) {
+	f.From = formFrom(r, f.Action)
+	raw, _ := json.Marshal(f)
+	if len(raw) > 3000 { // a cookie holds about 4 KB: the details go first
+		f.Detail, f.Read = shorten(f.Detail, 300), nil
+		raw, _ = json.Marshal(f)
+	}
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString(raw), Path: "/rooms/" + url.PathEscape(roomID),
+		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil || strings.HasPrefix(wb.opt.PublicURL, "https:")})
+	http.Redirect(w, r, "/rooms/"+url.PathEscape(roomID)+"#"+f.From, http.StatusSeeOther)
+}
+
+// takeFlash reads (and clears) the flash the last form left for this
+// room's page.
+func (wb *Web) takeFlash(w http.ResponseWriter, r *http.Request, roomID string, data map[string]any) {
+	c, err := r.Cookie(flashCookie)
+	if err != nil {
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: "", Path: "/rooms/" + url.PathEscape(roomID), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	raw, err := base64.RawURLEncoding.DecodeString(c.Value)
+	var f flash
+	if err != nil || json.Unmarshal(raw, &f) != nil {
+		return
+	}
+	data["Flash"] = &f
+	// An action without a form on the page (gone since, or never there)
+	// has its answer shown at the top of the activity instead.
+	if f.Action != sendMessage && !slices.ContainsFunc(asRows(data["Actions"]), func(a actionRow) bool { return a.ID == f.Action }) {
+		data["FlashElsewhere"] = &f
+	}
+}
+
+func asRows(v any) []actionRow { rows, _ := v.([]actionRow); return rows }
+
+// refused answers a form the room refused: what went wrong in words, at
+// the form. A failure of ours is the error page.
+func (wb *Web) refused(w http.ResponseWriter, r *http.Request, roomID, action string, err error) {
+	e := errs.From(err)
+	if e.Code == errs.Internal {
+		wb.fail(w, r, err)
+		return
+	}
+	params := map[string]string{}
+	for name, vals := range r.PostForm {
+		if pname, ok := strings.CutPrefix(name, "p."); ok && len(vals) > 0 {
+			params[pname] = vals[len(vals)-1]
+		}
+	}
+	f := flash{Action: action, Code: string(e.Code), Text: plainRefusal(action, e, params)}
+	f.Detail = e.Message
+	if e.Hint != "" {
+		f.Detail += ". " + e.Hint + "."
+	}
+	if c, ok := e.Details["clause"].(string); ok {
+		f.Clause = c
+		if read, ok := e.Details["read"].(map[string]any); ok {
+			f.Read = map[string]string{}
+			for k, v := range read {
+				f.Read[k] = shorten(textOf(v), 200)
+			}
+		}
+	}
+	wb.setFlash(w, r, roomID, f)
+}
+
+// plainRefusal says why the room refused, as a person would: the stable
+// code and the CEL stay available beside it, on demand.
+func plainRefusal(action string, e *errs.Error, params map[string]string) string {
+	name := action
+	if action == sendMessage {
+		name = "the message"
+	}
+	switch e.Code {
+	case errs.PreconditionFailed:
+		if c, ok := e.Details["clause"].(string); ok {
+			if words := clauseWords(c, e.Details["read"], params); words != "" {
+				return fmt.Sprintf("You can't %s right now: %s.", action, words)
+			}
+		}
+		return fmt.Sprintf("You can't %s right now: what it requires is not the case yet.", action)
+	case errs.ActionCooldown:
+		return fmt.Sprintf("%s was used a moment ago and is cooling down: try again shortly.", action)
+	case errs.ActionDisabled:
+		return fmt.Sprintf("%s is switched off in this room for now.", action)
+	case errs.InvalidParam, errs.InvalidField:
+		msg := e.Message
+		if e.Hint != "" {
+			msg += " (" + e.Hint + ")"
+		}
+		return fmt.Sprintf("Please check the form: %s.", msg)
+	case errs.Forbidden, errs.ScopeDenied, errs.ReadOnlyToken:
+		return fmt.Sprintf("You are not allowed to do %s in this room.", name)
+	case errs.RoomBusy:
+		return "The room is busy right now: try again in a moment."
+	case errs.ActionNotFound:
+		return fmt.Sprintf("This room has no action %q (any more): reload the page to see the ones it has.", action)
+	}
+	msg := e.Message
+	if e.Hint != "" {
+		msg += ". " + e.Hint
+	}
+	return fmt.Sprintf("That did not work: %s.", msg)
+}
+
+// clauseWords reads the simplest false clauses (a comparison of what the
+// state holds with a literal) as a sentence; others give "".
+func clauseWords(clause string, read any, params map[string]string) string {
+	for _, op := range []struct{ sym, want string }{{"==", "to be"}, {"!=", "not to be"}, {">=", "to be at least"}, {"<=", "to be at most"}, {">", "to be more than"}, {"<", "to be less than"}} {
+		lhs, rhs, ok := strings.Cut(clause, " "+op.sym+" ")
+		if !ok || strings.ContainsAny(lhs, "()&|?") || strings.ContainsAny(rhs, "()&|?") {
+			continue
+		}
+		lhs, rhs = strings.TrimSpace(lhs), strings.TrimSpace(rhs)
+		s := fmt.Sprintf("it needs %s %s %s", personPath(lhs, params), op.want, strings.Trim(rhs, `"'`))
+		if m, ok := read.(map[string]any); ok {
+			if v, ok := m[lhs]; ok {
+				s += ", and it is " + shorten(textOf(v), 80)
+			} else {
+				s += ", and it is not set"
+			}
+		}
+		return s
+	}
+	return ""
+}
+
+// entryField is state.scope[key].field (or scope.key.field).
+var entryField = regexp.MustCompile(`^state\.\w+(?:\[\s*([^\]]+?)\s*\]|\.([\w:-]+))\.(\w+)$`)
+
+// personPath reads a path of the state as a person would: "the status
+// of task:010" for state._shared[params.task].status invoked with
+// task "task:010".
+func personPath(path string, params map[string]string) string {
+	if m := entryField.FindStringSubmatch(path); m != nil {
+		key := m[2]
+		if m[1] != "" {
+			key = strings.Trim(m[1], `"'`)
+			if p, ok := strings.CutPrefix(key, "params."); ok {
+				if v, ok := params[p]; ok {
+					key = v
+				}
+			}
+		}
+		return "the " + m[3] + " of " + key
+	}
+	if p, ok := strings.CutPrefix(path, "params."); ok {
+		return "the " + p + " you gave"
+	}
+	return strings.TrimPrefix(path, "state.")
 }

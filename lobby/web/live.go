@@ -4,11 +4,17 @@
 package web
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/httpmw"
 )
 
@@ -51,42 +57,100 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		h.Set("Referrer-Policy", "no-referrer")
 	}
 	w.WriteHeader(http.StatusOK)
-	last, _ := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64)
-	// send tells the page the room changed (a presence change keeps the
-	// seq), or that it is gone.
+	// shown is what the page shows: the seq it was rendered at (the
+	// stream's ?seq=), or the last event it received (Last-Event-ID, on a
+	// reconnect). Each event carries only what differs from the section
+	// the stream last sent (or, at first, rendered): patches (diff.go).
+	// A stream that does not say (an older page) takes the room as it is
+	// now for what it shows.
+	shown := int64(-1)
+	if v, err := strconv.ParseInt(r.URL.Query().Get("seq"), 10, 64); err == nil {
+		shown = v
+	}
+	if v, err := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64); err == nil {
+		shown = v
+	}
 	userID, username, _ := wb.opt.SignedIn(r)
-	send := func() bool {
+	// prev is the section as last sent, kept as HTML (a few tens of KB)
+	// rather than parsed (several times that), and parsed again at the
+	// next change: streams are many, changes few.
+	var prev string
+	// send renders the section again for the reader and sends what
+	// changed; once the reader can no longer read the room it says so.
+	send := func(first bool) bool {
 		// Access is read again at each change: a person who left the room,
 		// or a view token rotated since, hears no more of it.
 		var err error
+		who, access := "view link (read-only)", ""
 		if viewToken != "" {
-			_, err = wb.opt.Substrate.AuthenticateIn(ctx, roomID, viewToken)
+			p, err = wb.opt.Substrate.AuthenticateIn(ctx, roomID, viewToken)
 		} else {
-			p, _, err = wb.opt.Lobby.PersonPrincipal(ctx, userID, username, roomID)
+			p, access, err = wb.opt.Lobby.PersonPrincipal(ctx, userID, username, roomID)
+			who = username + " (" + access + ")"
+		}
+		var data map[string]any
+		if err == nil {
+			data, err = wb.mainData(ctx, r, p, roomID, who, access, viewToken)
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return false // the page went away meanwhile
+			}
+			if errs.From(err).Code == errs.Internal {
+				wb.opt.Log.Error("live room page", "room", roomID, "err", err)
+				return false // the browser reconnects
+			}
 			fmt.Fprintf(w, "event: gone\ndata: {}\n\n")
 			_ = rc.Flush()
 			return false
 		}
-		room, err := wb.opt.Substrate.GetRoom(ctx, p, roomID)
-		if err != nil {
-			fmt.Fprintf(w, "event: gone\ndata: {}\n\n")
-			_ = rc.Flush()
+		var buf bytes.Buffer
+		if err := wb.tmpl.ExecuteTemplate(&buf, "roommain.html", data); err != nil {
+			wb.opt.Log.Error("live room page", "room", roomID, "err", err)
 			return false
 		}
-		last = room.Seq
-		fmt.Fprintf(w, "id: %d\nevent: change\ndata: {\"seq\": %d}\n\n", room.Seq, room.Seq)
+		seq, _ := data["Seq"].(int64)
+		ev := liveEvent{Seq: seq}
+		if buf.String() == prev {
+			return true // nothing the reader sees changed
+		}
+		var ps []patch
+		ok := false
+		if !first {
+			old, err1 := parseMain(prev)
+			nodes, err2 := parseMain(buf.String())
+			if err := errors.Join(err1, err2); err != nil {
+				wb.opt.Log.Error("live room page", "room", roomID, "err", err)
+				return false
+			}
+			ps, ok = diffMain(old, nodes)
+		}
+		switch {
+		case first:
+			if seq == shown || shown < 0 {
+				prev, shown = buf.String(), seq
+				return true // the page shows this already
+			}
+			ev.HTML = buf.String()
+		case ok && len(ps) == 0:
+			// Nothing the reader sees changed (a write to what it may not
+			// read): say nothing.
+			return true
+		case ok && patchBytes(ps) < buf.Len():
+			ev.Patches = ps
+		default:
+			ev.HTML = buf.String()
+		}
+		prev = buf.String()
+		ev.Summary = summarize(data, shown)
+		shown = seq
+		raw, _ := json.Marshal(ev)
+		fmt.Fprintf(w, "id: %d\nevent: change\ndata: %s\n\n", seq, raw)
 		return rc.Flush() == nil
 	}
 	fmt.Fprintf(w, "retry: 2000\n\n")
-	if r.Header.Get("Last-Event-ID") != "" {
-		// A reconnect: tell the page at once if it missed a change.
-		if room, err := wb.opt.Substrate.GetRoom(ctx, p, roomID); err != nil || room.Seq != last {
-			if !send() {
-				return
-			}
-		}
+	if !send(true) {
+		return
 	}
 	_ = rc.Flush()
 	beat := time.NewTicker(wb.opt.Heartbeat)
@@ -98,7 +162,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		case <-wb.done:
 			return
 		case <-changes:
-			if !send() {
+			if !send(false) {
 				return
 			}
 		case <-beat.C:
@@ -108,6 +172,50 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+func patchBytes(ps []patch) int {
+	n := 0
+	for _, p := range ps {
+		n += len(p.HTML) + len(p.ID) + 40
+	}
+	return n
+}
+
+// liveEvent is one live update: the room's seq, the patches that bring
+// the page's main section to it, or (when patches would not be smaller,
+// or the page is behind) the whole section as HTML, and a sentence for
+// the page's live region saying what happened.
+type liveEvent struct {
+	Seq     int64   `json:"seq"`
+	Patches []patch `json:"patches,omitempty"`
+	HTML    string  `json:"html,omitempty"`
+	Summary string  `json:"summary,omitempty"`
+}
+
+// mainData is what the room page's main section shows the reader: the
+// room (roomData), who reads it and what they may do, and the recent
+// activity and messages (activity.go). The page and its live stream both
+// render from it.
+func (wb *Web) mainData(ctx context.Context, r *http.Request, p *substrate.Principal, roomID, who, access, viewToken string) (map[string]any, error) {
+	data, err := wb.roomData(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	data["Who"], data["ViewToken"] = who, viewToken
+	data["CanReplay"] = p.Admin()
+	// Acting is for signed-in people who may: not view links, not
+	// observers (the form's post says so if it is tried anyway).
+	data["CanAct"] = viewToken == "" && canAct(access)
+	data["CanRotate"] = viewToken == "" && access == "owner"
+	userID := ""
+	if viewToken == "" {
+		userID, _, _ = wb.opt.SignedIn(r)
+	}
+	if err := wb.activity(ctx, p, roomID, userID, data); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 func (wb *Web) acquire(key, addr string) bool {

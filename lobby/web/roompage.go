@@ -43,23 +43,16 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	data, err := wb.roomData(r.Context(), p, roomID)
+	if at := q.Get("at"); at != "" {
+		wb.pastPage(w, r, p, roomID, who, access, viewToken, at) // scrubber.go
+		return
+	}
+	data, err := wb.mainData(r.Context(), r, p, roomID, who, access, viewToken) // live.go
 	if err != nil {
 		wb.fail(w, r, err)
 		return
 	}
-	data["Who"], data["ViewToken"] = who, viewToken
-	data["CanReplay"] = p.Admin()
-	// Acting is for signed-in people who may: not view links, not
-	// observers (the form's post says so if it is tried anyway).
-	data["CanAct"] = viewToken == "" && canAct(access)
-	data["CanRotate"] = viewToken == "" && access == "owner"
-	if at := q.Get("at"); at != "" {
-		if err := wb.scrub(r.Context(), p, roomID, at, data); err != nil {
-			wb.fail(w, r, err)
-			return
-		}
-	}
+	wb.takeFlash(w, r, roomID, data) // forms.go: what the last form did
 	if src := q.Get("eval"); src != "" {
 		if err := wb.console(r.Context(), p, roomID, src, data); err != nil {
 			wb.fail(w, r, err)

@@ -72,6 +72,7 @@ type Options struct {
 type Web struct {
 	opt  Options
 	tmpl *template.Template
+	base *template.Template // tmpl before any execution, to clone per page
 
 	csrf *http.CrossOriginProtection
 
@@ -138,6 +139,9 @@ func New(opt Options) (*Web, error) {
 			}
 			return out
 		},
+		// flashFor is the last form's outcome for an action's forms: set
+		// per page by render when there is one (forms.go).
+		"flashFor": func(string) *flash { return nil },
 	}).ParseFS(assets, "assets/*.html")
 	if err != nil {
 		return nil, err
@@ -148,7 +152,11 @@ func New(opt Options) (*Web, error) {
 			return nil, err
 		}
 	}
-	return &Web{opt: opt, tmpl: tmpl, csrf: csrf, streams: map[string]int{}, done: make(chan struct{})}, nil
+	base := tmpl
+	if tmpl, err = base.Clone(); err != nil {
+		return nil, err
+	}
+	return &Web{opt: opt, tmpl: tmpl, base: base, csrf: csrf, streams: map[string]int{}, done: make(chan struct{})}, nil
 }
 
 // Routes registers the lobby, the live streams and the static assets. The
@@ -181,7 +189,20 @@ func (wb *Web) render(w http.ResponseWriter, r *http.Request, status int, name s
 		h.Set("Referrer-Policy", "no-referrer")
 	}
 	w.WriteHeader(status)
-	if err := wb.tmpl.ExecuteTemplate(w, name+".html", data); err != nil && r.Context().Err() == nil {
+	t := wb.tmpl
+	if f, ok := data["Flash"].(*flash); ok {
+		// An executed template cannot be cloned: clone the one kept
+		// unexecuted for this.
+		if c, err := wb.base.Clone(); err == nil {
+			t = c.Funcs(template.FuncMap{"flashFor": func(action string) *flash {
+				if f.Action == action {
+					return f
+				}
+				return nil
+			}})
+		}
+	}
+	if err := t.ExecuteTemplate(w, name+".html", data); err != nil && r.Context().Err() == nil {
 		wb.opt.Log.Error("render page", "page", name, "err", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -290,7 +291,8 @@ func TestScrubberAndConsole(t *testing.T) {
 	planning := s.seq()
 	s.write("_shared", "phase", `"shipped"`)
 	code, _, body := s.get("alice", "/rooms/lab?at="+planning)
-	if code != 200 || !strings.Contains(body, "as it was at seq "+planning) || !strings.Contains(body, "&#34;planning&#34;") || strings.Contains(body, "shipped") {
+	state := body[strings.Index(body, `id="state"`)+1:]
+	if code != 200 || !strings.Contains(body, "as it was at <strong>seq "+planning) || !strings.Contains(state, "&#34;planning&#34;") || strings.Contains(state, "shipped") {
 		t.Fatalf("scrubbed to seq %s: %d %s", planning, code, body)
 	}
 	if code, _, body := s.get("alice", "/rooms/lab?at=zero"); code != 400 || !strings.Contains(body, "is not a seq") {
@@ -312,6 +314,40 @@ func (s *site) seq() string {
 		s.t.Fatal(err)
 	}
 	return strconv.FormatInt(room.Seq, 10)
+}
+
+// postFollow sends a form as person and follows its redirect with the
+// cookie it set (the flash), as a browser would: the status and
+// Location of the form's answer, and the page it led to.
+func (s *site) postFollow(person, path string, form url.Values) (int, string, string) {
+	s.t.Helper()
+	req, _ := http.NewRequest("POST", s.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.AddCookie(&http.Cookie{Name: "test_person", Value: person})
+	client := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := client.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	res.Body.Close()
+	loc := res.Header.Get("Location")
+	if res.StatusCode != http.StatusSeeOther {
+		return res.StatusCode, loc, ""
+	}
+	get, _ := http.NewRequest("GET", s.srv.URL+loc, nil)
+	get.Header.Set("Accept", "text/html")
+	get.AddCookie(&http.Cookie{Name: "test_person", Value: person})
+	for _, c := range res.Cookies() {
+		get.AddCookie(c)
+	}
+	page, err := client.Do(get)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer page.Body.Close()
+	b, _ := io.ReadAll(page.Body)
+	return res.StatusCode, loc, string(b)
 }
 
 // post sends a form as person, from the page (same origin).
@@ -366,13 +402,24 @@ func TestActFromThePage(t *testing.T) {
 	if code != http.StatusSeeOther || s.value("_shared", "last") != "4 by paul:web" {
 		t.Fatalf("invoking from the form: %d, _shared.last %q", code, s.value("_shared", "last"))
 	}
-	code, body := s.post("paul", "/web/rooms/lab/invoke/move", url.Values{"p.cell": {"9"}, "t.cell": {"integer"}})
-	if code != http.StatusConflict || !strings.Contains(body, `id="error"`) || !strings.Contains(body, "params.cell") || s.value("_shared", "last") != "4 by paul:web" {
-		t.Fatalf("a refused invocation: %d %s", code, body)
+	// A refusal answers with a redirect too (a reload never sends the
+	// form again); the page it leads to says why, at the form, in words,
+	// with the false clause on demand.
+	code, loc, body := s.postFollow("paul", "/web/rooms/lab/invoke/move", url.Values{"p.cell": {"9"}, "t.cell": {"integer"}})
+	if code != http.StatusSeeOther || loc != "/rooms/lab#action-move" || !strings.Contains(body, `class="feedback refused"`) || !strings.Contains(body, `data-code="precondition_failed"`) ||
+		!strings.Contains(body, "You can&#39;t move right now") || !strings.Contains(body, "params.cell") || s.value("_shared", "last") != "4 by paul:web" {
+		t.Fatalf("a refused invocation: %d %s %s", code, loc, body)
 	}
-	code, body = s.post("paul", "/web/rooms/lab/invoke/move", url.Values{"p.cell": {"four"}, "t.cell": {"integer"}})
-	if code != http.StatusBadRequest || !strings.Contains(body, "not a whole number") {
+	if _, _, again := s.get("paul", "/rooms/lab"); strings.Contains(again, "feedback") {
+		t.Fatal("the refusal is shown again on the next visit")
+	}
+	code, _, body = s.postFollow("paul", "/web/rooms/lab/invoke/move", url.Values{"p.cell": {"four"}, "t.cell": {"integer"}})
+	if code != http.StatusSeeOther || !strings.Contains(body, "not a whole number") || !strings.Contains(body, `data-code="invalid_param"`) {
 		t.Fatalf("a mistyped param: %d %s", code, body)
+	}
+	code, loc, body = s.postFollow("paul", "/web/rooms/lab/invoke/move", url.Values{"p.cell": {"5"}, "t.cell": {"integer"}, "from": {"surface-board"}})
+	if code != http.StatusSeeOther || loc != "/rooms/lab#surface-board" || !strings.Contains(body, `class="feedback ok"`) || !strings.Contains(body, "Done: move went through") {
+		t.Fatalf("a successful invocation's confirmation: %d %s %s", code, loc, body)
 	}
 	code, _ = s.post("paul", "/web/rooms/lab/message", url.Values{"body": {"hello from the page"}})
 	if _, _, page := s.get("alice", "/rooms/lab"); code != http.StatusSeeOther || !strings.Contains(page, "hello from the page") || !strings.Contains(page, "paul:web") {
@@ -677,6 +724,47 @@ func TestLiveStreamSurvivesProxyReadTimeout(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Many pages follow one room on a pool of two connections while writes
+// land concurrently: every stream renders its reader's page at each
+// change and ends at the room's last seq (no stream waits on a
+// connection another holds).
+func TestLiveStreamsManyOnTinyPool(t *testing.T) {
+	s := newSite(t, web.Options{MaxStreams: 64}, "alice")
+	seq := s.seq()
+	var streams []<-chan string
+	for i := range 24 {
+		path := "/live/rooms/lab?seq=" + seq
+		who := "alice"
+		if i%3 == 0 {
+			path, who = "/live/rooms/lab?seq="+seq+"&view="+s.room.ViewToken, ""
+		}
+		streams = append(streams, s.stream(who, path, ""))
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { s.write("_shared", fmt.Sprintf("k%d", i), strconv.Itoa(i)) })
+	}
+	wg.Wait()
+	last := "id: " + s.seq() + "\n"
+	for i, ev := range streams {
+		deadline := time.After(15 * time.Second)
+	follow:
+		for {
+			select {
+			case e := <-ev:
+				if strings.HasPrefix(e, last) {
+					if !strings.Contains(e, `"patches"`) && !strings.Contains(e, `"html"`) {
+						t.Fatalf("stream %d: an event without content: %s", i, e)
+					}
+					break follow
+				}
+			case <-deadline:
+				t.Fatalf("stream %d never reached %s", i, last)
+			}
+		}
 	}
 }
 

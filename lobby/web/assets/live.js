@@ -1,42 +1,70 @@
-// Keeps the room page live: on each change notice from the server
-// (server-sent events, fed by the room's commits), fetch the page's main
-// section again and swap it in. EventSource reconnects by itself and
-// sends the last seq it saw, so nothing is missed across a drop.
+// Keeps the room page live. Each change notice from the server (server-
+// sent events, fed by the room's commits) carries what changed on the
+// page: patches to the main section (an element found by the nearest id
+// and element-child indexes, replaced, inserted or removed), or the whole
+// section when that is smaller. Changed elements are highlighted for a
+// while, and the live region says in words what happened. EventSource
+// reconnects by itself and sends the last seq it saw, so nothing is
+// missed across a drop. The same script steps through the past (?at=).
 (function () {
   "use strict";
   var body = document.body, live = document.getElementById("live");
   var room = body.dataset.room, view = body.dataset.view;
   var q = view ? "?view=" + encodeURIComponent(view) : "";
-  var shown = body.dataset.seq, pending = false, again = false, ended = false;
-  function refresh() {
-    if (pending) { again = true; return; }
-    pending = true;
-    var url = "/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "part=main";
-    fetch(url, { headers: { Accept: "text/html" }, credentials: "same-origin" })
-      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
-      .then(function (html) {
-        var main = document.getElementById("main");
-        // What the person is typing survives the swap: field values and
-        // the focus (with its caret) are carried over by id.
-        var kept = {};
-        main.querySelectorAll("input[id]:not([type=hidden]), textarea[id], select[id]").forEach(function (el) {
-          if (el.id !== "at") kept[el.id] = el.value;
-        });
-        var active = document.activeElement, focus = active && active.id, caret = null;
-        try { caret = focus ? [active.selectionStart, active.selectionEnd] : null; } catch (e) { caret = null; }
-        var folded = {};
-        main.querySelectorAll("details[id]").forEach(function (d) { folded[d.id] = d.open; });
-        main.innerHTML = html; // server-rendered, escaped by html/template
-        Object.keys(folded).forEach(function (id) { var d = document.getElementById(id); if (d) d.open = folded[id]; });
-        Object.keys(kept).forEach(function (id) { var el = document.getElementById(id); if (el) el.value = kept[id]; });
-        var el = focus && document.getElementById(focus);
-        if (el) { el.focus(); if (caret && el.setSelectionRange) try { el.setSelectionRange(caret[0], caret[1]); } catch (e) {} }
-        var seq = document.getElementById("seq");
-        if (seq) { shown = seq.textContent; body.dataset.seq = shown; }
-      })
-      .catch(function () { if (!ended) live.textContent = "Could not refresh; retrying on the next change."; })
-      .finally(function () { pending = false; if (again) { again = false; refresh(); } });
+  var main = document.getElementById("main");
+  var key = "sync.seen." + room;
+  var seenBefore = 0;
+  try { seenBefore = parseInt(localStorage.getItem(key) || "0", 10) || 0; } catch (e) {}
+
+  // Times are written in UTC by the server; the person reads local time.
+  function localTimes(root) {
+    root.querySelectorAll("time.local").forEach(function (t) {
+      var d = new Date(t.getAttribute("datetime"));
+      if (isNaN(d)) return;
+      var today = new Date().toDateString() === d.toDateString();
+      t.textContent = (today ? "" : d.toLocaleDateString([], { month: "short", day: "numeric" }) + " ") +
+        d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: today ? "2-digit" : undefined });
+      t.title = d.toString();
+    });
   }
+  // Messages that arrived since the person last had this room open are
+  // marked new; leaving the page (or hiding it) counts as having looked.
+  function markNew(root) {
+    root.querySelectorAll("#message-list li[data-seq]").forEach(function (li) {
+      if (parseInt(li.dataset.seq, 10) > seenBefore) li.classList.add("new");
+    });
+  }
+  function looked() {
+    var max = seenBefore;
+    document.querySelectorAll("#message-list li[data-seq]").forEach(function (li) { max = Math.max(max, parseInt(li.dataset.seq, 10) || 0); });
+    try { localStorage.setItem(key, String(max)); } catch (e) {}
+  }
+  document.addEventListener("visibilitychange", function () { if (document.visibilityState === "hidden") looked(); });
+  window.addEventListener("pagehide", looked);
+  function decorate(root) { localTimes(root); markNew(root); }
+  decorate(document);
+
+  // A form says which part of the page it was in, so the answer lands
+  // there (the form's feedback shows beside it).
+  document.addEventListener("submit", function (e) {
+    var f = e.target;
+    if (!f || f.method !== "post" || f.querySelector("input[name=from]")) return;
+    var holder = f.parentElement && f.parentElement.closest("[id]");
+    if (!holder || holder === main) return;
+    var i = document.createElement("input");
+    i.type = "hidden"; i.name = "from"; i.value = holder.id;
+    f.appendChild(i);
+  }, true);
+  // The answer of the last form: read out, and in view.
+  var fb = null;
+  if (location.hash.length > 1) { var at = document.getElementById(decodeURIComponent(location.hash.slice(1))); if (at) fb = at.querySelector(".feedback"); }
+  fb = fb || document.querySelector(".feedback");
+  // A form drawn in a surface shares its action's answer with the
+  // action's card: it is shown at the surface used too.
+  var used = location.hash.length > 1 && document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  if (fb && used && !used.contains(fb)) { var copy = fb.cloneNode(true); used.appendChild(copy); fb = copy; }
+  if (fb) { fb.scrollIntoView({ block: "center" }); fb.focus({ preventScroll: true }); }
+
   // Timers count down in place, every second, from the server's expiry
   // time (the page's clock is the person's; a few seconds of skew shows).
   function tick() {
@@ -50,21 +78,143 @@
   setInterval(tick, 1000);
   // The scrubber's label follows the slider.
   document.addEventListener("input", function (e) {
-    if (e.target && e.target.id === "at") document.getElementById("at-out").textContent = e.target.value;
+    if (e.target && e.target.id === "at") { var o = document.getElementById("at-out"); if (o) o.textContent = e.target.value; }
   });
-  // A page showing the past, or a console result, stays as it is: live
-  // refreshes would replace it with the present.
+
   var params = new URLSearchParams(location.search);
-  if (params.has("at") || params.has("eval")) {
-    live.textContent = params.has("at") ? "Showing the past; not live." : "Live updates paused while the console shows a result.";
-    return;
+  if (body.dataset.at) { past(); return; }
+  if (params.has("eval")) { live.textContent = "Live updates paused while the console shows a result."; return; }
+
+  // What the person is typing, the focus and folded sections survive a
+  // replacement of the element holding them.
+  function replace(el, html) {
+    var kept = {}, folded = {};
+    var scope = [el].concat(Array.prototype.slice.call(el.querySelectorAll("[id]")));
+    scope.forEach(function (x) {
+      if ((x.localName === "input" && x.type !== "hidden") || x.localName === "textarea" || x.localName === "select") {
+        if (x.id !== "at") kept[x.id] = x.type === "checkbox" ? x.checked : x.value;
+      }
+      if (x.localName === "details") folded[x.id] = x.open;
+    });
+    var active = document.activeElement, focus = el.contains(active) && active.id, caret = null;
+    try { caret = focus ? [active.selectionStart, active.selectionEnd] : null; } catch (e) { caret = null; }
+    var fresh;
+    if (el === main) { main.innerHTML = html; fresh = main; } else {
+      el.insertAdjacentHTML("beforebegin", html);
+      fresh = el.previousElementSibling;
+      el.remove();
+    }
+    Object.keys(folded).forEach(function (id) { var d = document.getElementById(id); if (d) d.open = folded[id]; });
+    Object.keys(kept).forEach(function (id) {
+      var x = document.getElementById(id);
+      if (!x) return;
+      if (x.type === "checkbox") x.checked = kept[id]; else x.value = kept[id];
+    });
+    var f = focus && document.getElementById(focus);
+    if (f) { f.focus(); if (caret && f.setSelectionRange) try { f.setSelectionRange(caret[0], caret[1]); } catch (e) {} }
+    return fresh;
   }
-  var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + q);
-  es.addEventListener("open", function () { live.textContent = "Live"; live.className = "live on"; });
-  es.addEventListener("error", function () { if (ended) return; live.textContent = "Reconnecting…"; live.className = "live"; });
-  es.addEventListener("change", function () { refresh(); });
+  // A changed element is highlighted with the row, item or card it is
+  // part of (not a whole section), for a few seconds.
+  function mark(el) {
+    if (!el || el === main || el.localName === "time") return;
+    var m = el.closest("tr, li, .surface, article, dd") || el;
+    if (m === main || m.localName === "section") return;
+    m.classList.remove("changed");
+    void m.offsetWidth; // restart the highlight's animation
+    m.classList.add("changed");
+    setTimeout(function () { m.classList.remove("changed"); }, 6000);
+  }
+  function find(p) {
+    var el = p.id ? document.getElementById(p.id) : main;
+    if (!el || !main.contains(el)) return null;
+    (p.path || []).forEach(function (i) { el = el && el.children[i]; });
+    return el && el.localName === p.tag ? el : null;
+  }
+  function apply(ps) {
+    var fresh = [];
+    for (var i = 0; i < ps.length; i++) {
+      var p = ps[i], el = find(p);
+      if (!el) return false;
+      if (p.op === "remove") { el.remove(); continue; }
+      if (p.op === "insert") {
+        var before = p.before ? document.getElementById(p.before) : null;
+        if (p.before && (!before || before.parentElement !== el)) return false;
+        if (before) { before.insertAdjacentHTML("beforebegin", p.html); fresh.push(before.previousElementSibling); }
+        else { el.insertAdjacentHTML("beforeend", p.html); fresh.push(el.lastElementChild); }
+        continue;
+      }
+      fresh.push(replace(el, p.html));
+    }
+    fresh.forEach(function (el) { if (el) { decorate(el.parentElement || el); mark(el); } });
+    return true;
+  }
+  // The whole section again (the fallback when the page's tree is not
+  // the one the patches were made for).
+  var pending = false, again = false, ended = false;
+  function refresh() {
+    if (pending) { again = true; return; }
+    pending = true;
+    var url = "/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "part=main";
+    fetch(url, { headers: { Accept: "text/html" }, credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+      .then(function (html) { replace(main, html); decorate(main); })
+      .catch(function () { if (!ended) say("Could not refresh; retrying on the next change."); })
+      .finally(function () { pending = false; if (again) { again = false; refresh(); } });
+  }
+  // The live region says what changed, at most every 2 s (a busy room
+  // would otherwise talk over itself).
+  var said = 0, queued = [], timer = null;
+  function say(text) { live.textContent = text; said = Date.now(); }
+  function tell(summary) {
+    queued.push(summary);
+    if (timer) return;
+    timer = setTimeout(function () {
+      timer = null;
+      var n = queued.length, last = queued[n - 1];
+      queued = [];
+      say(n > 1 ? "Live · " + n + " updates; latest: " + last : "Live · " + last);
+    }, Math.max(0, 2000 - (Date.now() - said)));
+  }
+  window.__live = { events: 0, bytes: 0, full: 0 };
+  var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "seq=" + encodeURIComponent(body.dataset.seq || "0"));
+  es.addEventListener("open", function () { if (!said) say("Live"); live.className = "live on"; });
+  es.addEventListener("error", function () { if (ended) return; say("Reconnecting…"); live.className = "live"; });
+  es.addEventListener("change", function (e) {
+    window.__live.events++; window.__live.bytes += e.data.length; window.__live.last = e.data;
+    var ev;
+    try { ev = JSON.parse(e.data); } catch (x) { refresh(); return; }
+    if (ev.html !== undefined && ev.html !== "") { window.__live.full++; replace(main, ev.html); decorate(main); }
+    else if (!apply(ev.patches || [])) refresh();
+    body.dataset.seq = String(ev.seq);
+    if (ev.summary) tell(ev.summary);
+  });
   // Once the stream says the page can no longer read the room, a refresh
   // that fails after it (the change that ended access) must not replace
   // that with "retrying".
-  es.addEventListener("gone", function () { ended = true; es.close(); live.className = "live"; live.textContent = "This room is gone, or this page can no longer read it (you left it, or its view link was replaced)."; });
+  es.addEventListener("gone", function () { ended = true; es.close(); live.className = "live"; say("This room is gone, or this page can no longer read it (you left it, or its view link was replaced)."); });
+
+  // The past, step by step: the arrow keys step, Play steps on every
+  // 1.5 s until now or Pause.
+  function past() {
+    var play = document.getElementById("play"), back = document.getElementById("step-back"), fwd = document.getElementById("step-forward");
+    var playing = play && play.dataset.playing === "1", t = null;
+    function go(a, keep) { if (a) location.href = a.href + (keep ? "&play=1" : ""); }
+    if (play) {
+      play.hidden = false;
+      play.addEventListener("click", function () {
+        playing = !playing;
+        play.textContent = playing ? "Pause" : "Play";
+        if (playing) t = setTimeout(function () { go(fwd, true); }, 300); else clearTimeout(t);
+      });
+      if (playing && fwd) t = setTimeout(function () { go(fwd, true); }, 1500);
+      else if (playing) { play.textContent = "Play"; playing = false; }
+    }
+    document.addEventListener("keydown", function (e) {
+      var tag = e.target && e.target.localName;
+      if (tag === "input" || tag === "textarea" || e.altKey || e.ctrlKey || e.metaKey) return;
+      if (e.key === "ArrowLeft") go(back, false);
+      if (e.key === "ArrowRight") go(fwd, false);
+    });
+  }
 })();
