@@ -114,6 +114,7 @@ func (c *Config) fill() error {
 	if c.Client == nil {
 		c.Client = http.DefaultClient
 	}
+	c.Client = noRedirects(c.Client)
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
@@ -397,6 +398,12 @@ func (c *collaborator) turn(ctx context.Context, p *substrate.Principal) error {
 		if err := c.update(ctx, p, fmt.Sprintf("call %d: %d prompt + %d completion tokens (spent %d of %d calls, %d of %d tokens)",
 			c.rec.Calls, ans.PromptTokens, ans.CompletionTokens, c.rec.Calls, c.cfg.MaxCalls, c.rec.Tokens(), c.cfg.MaxTokens)); err != nil {
 			return err
+		}
+		if c.rec.Stop != "" {
+			// Asked to stop while the call was in flight: its answer is
+			// not acted on (the update above read the stored record).
+			c.remember(news, "(an answer not acted on: you were asked to stop)")
+			return stopWith("stopped: asked by %s (the answer in flight was not acted on)", c.rec.Stop)
 		}
 		reply := ans.Text
 		n := loom.CommandLines(reply)
