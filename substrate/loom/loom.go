@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -943,14 +944,24 @@ func IsScope(scope string) bool { return isLoomScope(scope) }
 // Run runs one or more → command lines (seed 002) as p in roomID. Each
 // command is its own mutation (or, for a read-only credential, its own
 // read): a failing command changes nothing and is recorded in the caller's
-// trace, and the commands after it still run. When every command fails,
+// trace, and the commands after it still run. A call in which a line
+// does not parse runs nothing (refuseUnparsed). When every command fails,
 // the first failure is returned as the error (so REST answers with its
 // status and MCP with isError); otherwise the result lists each step.
 func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text string) (*Result, error) {
 	if err := l.svc.RequireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	cmds, perr := Parse(text)
+	lines, perr := ParseLines(text)
+	if perr == nil {
+		if res, err := l.refuseUnparsed(ctx, p, roomID, lines); res != nil || err != nil {
+			return res, err
+		}
+	}
+	cmds := make([]*Command, 0, len(lines))
+	for _, pl := range lines {
+		cmds = append(cmds, pl.Cmd)
+	}
 	res := &Result{}
 	var firstErr error
 	var texts []string
@@ -987,18 +998,7 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 		record(st, err)
 	}
 	if perr != nil {
-		// Traced as written, with what went wrong: an unknown verb as
-		// "unknown", anything else as "parse" (never as the suggestion).
-		line, verb := "(unparsed)", "parse"
-		var e *errs.Error
-		if errors.As(perr, &e) {
-			if v, ok := e.Details["line"].(string); ok {
-				line = v
-			}
-			if e.Details["verb"] == "unknown" {
-				verb = "unknown"
-			}
-		}
+		line, verb := parseFailure(perr)
 		l.traceError(ctx, p, roomID, verb, line, perr)
 		record(Step{Command: line, Verb: verb}, perr)
 	}
@@ -1018,6 +1018,80 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 		res.Text = res.Position.Ambient + "\n" + res.Text
 	}
 	return res, nil
+}
+
+// notRun marks a command that did not run because another line of its
+// call did not parse.
+const notRun errs.Code = "not_run"
+
+// refuseUnparsed answers a call in which some line does not parse: none
+// of its commands runs (a model that mistyped one line of a plan should
+// not have the rest of the plan run without it, from wherever the earlier
+// lines left it), and every line is reported in order: the ones that did
+// not parse with what was wrong and the nearest command, the others as
+// not run. The error is the first failure's, its message every line's
+// outcome, its details the steps. Nil, nil when every line parsed.
+func (l *Loom) refuseUnparsed(ctx context.Context, p *substrate.Principal, roomID string, lines []Parsed) (*Result, error) {
+	var first error
+	bad := 0
+	for _, pl := range lines {
+		if pl.Err != nil {
+			bad++
+			if first == nil {
+				first = pl.Err
+			}
+		}
+	}
+	if first == nil {
+		return nil, nil
+	}
+	if len(lines) == 1 {
+		line, verb := parseFailure(first)
+		l.traceError(ctx, p, roomID, verb, line, first)
+		return nil, first
+	}
+	steps := make([]Step, 0, len(lines))
+	texts := []string{fmt.Sprintf("✗ nothing ran: %d of the %d commands did not parse. Fix %s and send the call again.",
+		bad, len(lines), map[bool]string{true: "it", false: "them"}[bad == 1])}
+	for _, pl := range lines {
+		if pl.Err == nil {
+			st := Step{Command: pl.Line, Verb: pl.Cmd.Verb, Error: notRun, Text: "· not run (another command of this call did not parse)"}
+			steps = append(steps, st)
+			texts = append(texts, fmt.Sprintf("→ %s\n%s", st.Command, st.Text))
+			continue
+		}
+		line, verb := parseFailure(pl.Err)
+		l.traceError(ctx, p, roomID, verb, line, pl.Err)
+		e := errs.From(pl.Err)
+		st := Step{Command: line, Verb: verb, Error: e.Code, Text: e.Message}
+		if e.Hint != "" {
+			st.Text += "\n  " + e.Hint
+		}
+		steps = append(steps, st)
+		texts = append(texts, fmt.Sprintf("→ %s\n%s", st.Command, st.Text))
+	}
+	e := *errs.From(first)
+	e.Details = maps.Clone(e.Details)
+	e.Message = strings.Join(texts, "\n\n")
+	e.Hint = "send the call again with every command line fixed; nothing in it ran"
+	return nil, e.With("steps", steps)
+}
+
+// parseFailure is how a line that did not parse is traced: as written,
+// an unknown verb as "unknown", anything else as "parse" (never as the
+// suggestion).
+func parseFailure(err error) (line, verb string) {
+	line, verb = "(unparsed)", "parse"
+	var e *errs.Error
+	if errors.As(err, &e) {
+		if v, ok := e.Details["line"].(string); ok {
+			line = v
+		}
+		if e.Details["verb"] == "unknown" {
+			verb = "unknown"
+		}
+	}
+	return line, verb
 }
 
 // loomWrites are the verbs that change shared content.
