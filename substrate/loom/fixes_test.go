@@ -3,11 +3,14 @@ package loom_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -237,5 +240,34 @@ func TestLoomCallWithAnUnparsedLineRunsNothing(t *testing.T) {
 	res := e.run(a, "→ add from:1 \"first\"\n→ view 99\n→ add \"second\"")
 	if res.Errors != 1 || !res.Steps[0].OK || res.Steps[1].OK || !res.Steps[2].OK {
 		t.Fatalf("%+v", res.Steps)
+	}
+}
+
+// An extractive summary of text on one long line (a paragraph, prose
+// joined on one line) is sentences spread over all of it, in order, not
+// only its first sentence; text of many lines keeps the first sentence of
+// each; either stays within the summary's bound.
+func TestLoomExtractiveSummaryBySentences(t *testing.T) {
+	var ss []string
+	for i := 1; i <= 40; i++ {
+		ss = append(ss, fmt.Sprintf("Sentence %d tells part %d of the story.", i, i))
+	}
+	one := strings.Join(ss, " ")
+	e := newLoom(t, substrate.Options{}, "al")
+	e.run(e.admin, `→ new tree "t" "`+one+`"`)
+	sum := e.run(e.ag["al"], `→ stash "s" summary-of:1-1
+→ recall "s"`).Text
+	has(t, sum, "extractive summary (sentences spread over the text; no generator is configured)", "Sentence 1 tells", " … ")
+	var got []int
+	for i := 1; i <= 40; i++ {
+		if strings.Contains(sum, fmt.Sprintf("Sentence %d tells", i)) {
+			got = append(got, i)
+		}
+	}
+	if len(got) < 5 || len(got) > 20 || got[len(got)-1] < 30 || !slices.IsSorted(got) {
+		t.Fatalf("sentences %v of 40 in:\n%s", got, sum)
+	}
+	if i := strings.Index(sum, "Sentence 1 tells"); i < 0 || utf8.RuneCountInString(sum[i:]) > 700 {
+		t.Fatalf("a summary over its bound:\n%s", sum)
 	}
 }
