@@ -356,3 +356,31 @@ func TestAttackCollaboratorNoCallWithoutAChangeOnItsBranch(t *testing.T) {
 		t.Fatalf("%d calls for one change", n)
 	}
 }
+
+// Heartbeats and status changes in the room (which commit nothing) do not
+// even wake a waiting collaborator: a room of busy agents costs it no
+// reads. (Seen failing with Watch: a wake and a read per heartbeat.)
+func TestAttackCollaboratorNotWokenByHeartbeats(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "alice", "claude")
+	ctx := context.Background()
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	chat := newChat(t, func(r chatReq) string { return "I wait." })
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
+	r.calls(t, chat, 1)
+	time.Sleep(300 * time.Millisecond)
+	for len(r.waits) > 0 {
+		<-r.waits
+	}
+	for i := 0; i < 20; i++ {
+		status := []string{"busy", "active"}[i%2]
+		if _, err := e.svc.Heartbeat(ctx, e.ag["alice"], e.room, "alice", status); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := len(r.waits); n != 0 {
+		t.Fatalf("woken %d times by 20 heartbeats", n)
+	}
+}

@@ -189,7 +189,7 @@ func Run(ctx context.Context, svc *substrate.Service, cfg Config) (*loom.CollabR
 		return nil, err
 	}
 	c.cfg.Log.Info("collaborator started", "room", cfg.Room, "agent", cfg.Agent, "model", cfg.ChatModel, "tree", g.Tree, "branch", g.Branch)
-	changes, stopWatch, err := svc.Watch(ctx, p, cfg.Room)
+	changes, stopWatch, err := svc.WatchCommits(ctx, p, cfg.Room)
 	if err != nil {
 		return nil, err
 	}
