@@ -575,17 +575,6 @@ func decodeNodes(raws []json.RawMessage) ([]Node, error) {
 	return out, nil
 }
 
-// descend follows first children from n to the head of its line, in one
-// round trip: the walk along c:<id>:1 links, each emitting its node.
-func (r *loomRun) descend(t *loomTree, n *Node, limit int) ([]Node, error) {
-	raws, err := r.tx.Chain(substrate.ChainQuery{Scope: treeScope(t.ID), Start: "c:" + strconv.FormatInt(n.ID, 10) + ":1",
-		Prefix: "c:", Field: "id", Suffix: ":1", Emit: "n:", Max: limit})
-	if err != nil {
-		return nil, err
-	}
-	return decodeNodes(raws)
-}
-
 // branchStart finds the node that starts branch "p.k" (or the node itself
 // for a plain id): the k-th child of p.
 func (r *loomRun) branchStart(t *loomTree, ref string) (*Node, error) {
@@ -614,14 +603,25 @@ func (r *loomRun) branchHead(t *loomTree, ref string) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	down, err := r.descend(t, start, 100_000)
+	// The walk reads the first-child links only ({"id": n}), then the
+	// last node: a collaborator glances at its branch's head after every
+	// change in the room, and reading every node's content on the way
+	// cost a long branch's whole text each time.
+	links, err := r.tx.Chain(substrate.ChainQuery{Scope: treeScope(t.ID), Start: "c:" + strconv.FormatInt(start.ID, 10) + ":1",
+		Prefix: "c:", Field: "id", Suffix: ":1", Max: 100_000})
 	if err != nil {
 		return nil, err
 	}
-	if len(down) > 0 {
-		return &down[len(down)-1], nil
+	if len(links) == 0 {
+		return start, nil
 	}
-	return start, nil
+	var last struct {
+		ID int64 `json:"id"`
+	}
+	if err := json.Unmarshal(links[len(links)-1], &last); err != nil {
+		return nil, err
+	}
+	return r.node(t, strconv.FormatInt(last.ID, 10))
 }
 
 // position computes the ambient metadata at node n.
