@@ -384,3 +384,24 @@ func TestAttackCollaboratorNotWokenByHeartbeats(t *testing.T) {
 		t.Fatalf("woken %d times by 20 heartbeats", n)
 	}
 }
+
+// Why the chat endpoint failed (its address, what the network said) is
+// for room authority, in the trace; the record every loom_aware reader
+// sees says only that it failed.
+func TestAttackCollaboratorEndpointErrorsStayInTheTrace(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	addr := strings.TrimPrefix(dead.URL, "http://")
+	dead.Close()
+	rec := e.start(collab.Config{Agent: "claude", ChatURL: dead.URL}).wait(t)
+	if !strings.Contains(rec.Reason, "the chat endpoint failed 3 times in a row") || strings.Contains(rec.Reason, addr) {
+		t.Fatalf("the record says %q", rec.Reason)
+	}
+	usage, err := loom.Of(e.svc).CollaboratorUsage(context.Background(), e.ag["claude"], e.room)
+	if err != nil || len(usage) != 1 || strings.Contains(usage[0].Reason, addr) {
+		t.Fatalf("%v %+v", err, usage)
+	}
+	has(t, strings.Join(e.trace("claude"), "\n"), addr)
+}

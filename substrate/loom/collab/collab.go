@@ -378,7 +378,10 @@ func (c *collaborator) turn(ctx context.Context, p *substrate.Principal) error {
 			}
 			c.cfg.Log.Warn("collaborator: chat call failed", "room", c.cfg.Room, "agent", c.cfg.Agent, "err", err)
 			if failures >= maxFailures {
-				return stopWith("stopped: the chat endpoint failed %d times in a row (%v)", failures, err)
+				// The record is read by everyone with loom_aware: the
+				// endpoint's address and the network's words stay in the
+				// trace (room authority) and the log.
+				return stopWith("stopped: the chat endpoint failed %d times in a row (the errors are in the collaborator's trace)", failures)
 			}
 			if errors.Is(err, errTooLarge) {
 				c.pending = "⟨your last answer was over 1 MiB and was refused: nothing in it ran⟩"
