@@ -405,3 +405,36 @@ func TestAttackCollaboratorEndpointErrorsStayInTheTrace(t *testing.T) {
 	}
 	has(t, strings.Join(e.trace("claude"), "\n"), addr)
 }
+
+// A node its own agent writes from elsewhere (another session of the same
+// agent) or a continuation it asked for that someone fulfils later is not
+// news: no model call follows it, only someone else's node does. (Seen
+// failing without the check: a call with nothing new per such node.)
+func TestAttackCollaboratorOwnNodesCallNothing(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "alice", "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write loom_generate
+→ permit alice human loom_write`)
+	var k atomic.Int32
+	chat := newChat(t, func(r chatReq) string {
+		if k.Add(1) == 1 {
+			return "→ continue from 1"
+		}
+		return "I wait."
+	})
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
+	r.calls(t, chat, 2)
+	// No generator: the continuation is a request (g1), fulfilled by
+	// alice for claude; then claude's agent writes from another session.
+	e.run(e.ag["alice"], "→ fulfil g1 \"The door was open.\"\n→ yield")
+	r.waiting(t)
+	e.run(e.ag["claude"], "→ add from:2 \"a note from claude's other session\"\n→ yield")
+	r.waiting(t)
+	time.Sleep(300 * time.Millisecond)
+	if n := len(chat.requests()); n != 2 {
+		t.Fatalf("%d calls for its own nodes", n-2)
+	}
+	e.run(e.ag["alice"], "→ add from:3 \"Alice writes.\"\n→ yield")
+	r.calls(t, chat, 3)
+	has(t, chat.requests()[2].last(), "by alice")
+}

@@ -267,6 +267,11 @@ func (c *collaborator) loop(ctx context.Context, changes <-chan struct{}) error 
 				until = floor
 			}
 		case g.Head.ID == c.seen:
+		case c.own(g.Head):
+			// Its agent wrote it (another session of the same agent) or
+			// it is a continuation it asked for, fulfilled later: not
+			// news, so no call.
+			c.seen = g.Head.ID
 		default:
 			if err := c.turn(ctx, p); err != nil {
 				return err
