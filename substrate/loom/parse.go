@@ -400,6 +400,10 @@ func parseLoomLine(line string) (*Command, error) {
 	if c.Verb == "switch" || c.Verb == "branch" || c.Verb == "continue" || c.Verb == "preview" || c.Verb == "jump" {
 		c.Words = without(c.Words, "to", "from")
 	}
+	if (c.Verb == "tree" || c.Verb == "add") && len(c.Refs) > 0 {
+		// "tree from 20", "add from 3 "text"": the node is the ref.
+		c.Words = without(c.Words, "from")
+	}
 	if c.Verb == "view" && len(c.Words) > 0 && c.Words[0] == "branch" && len(c.Refs) > 0 {
 		// "view branch 8" = "view branch:8"
 		c.Opts["branch"] = c.Refs[0]

@@ -155,7 +155,8 @@ func TestLoomParserRefusesUnknownWords(t *testing.T) {
 		}
 	}
 	for _, line := range []string{"→ help view", "→ help", "→ stop", "→ stop claude", "→ permit bob loom_write human", "→ switch to branch 8.2",
-		"→ branch from 4 as context", "→ write doc:\"n\" append \"x\"", "→ view 2 with-links with-annotations full", "→ show me the node 23 please"} {
+		"→ branch from 4 as context", "→ write doc:\"n\" append \"x\"", "→ view 2 with-links with-annotations full", "→ show me the node 23 please",
+		"→ tree from 20", `→ add from 3 "text"`} {
 		if _, err := loom.Parse(line); err != nil {
 			t.Errorf("%s: %v", line, err)
 		}
