@@ -132,6 +132,12 @@ func (o *Options) fill() {
 	if o.Client == nil {
 		o.Client = http.DefaultClient
 	}
+	// Redirects are not followed: Go's client keeps Authorization on a
+	// redirect to another port or scheme of the same host, so the
+	// generator's key would reach a server it was not configured for.
+	c := *o.Client
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	o.Client = &c
 }
 
 // Loom runs the → commands of one Service's rooms.
