@@ -2,10 +2,12 @@ package mcp
 
 import (
 	"context"
+	"maps"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
@@ -51,7 +53,7 @@ func loomTool() tool {
 			}
 			res, err := loom.Of(c.opt.Substrate).ForModel(ctx, p, room, in.Commands)
 			if err != nil {
-				return nil, err
+				return nil, withoutSteps(err)
 			}
 			return &LoomOut{Text: res.Text}, nil
 		})
@@ -62,6 +64,19 @@ func loomTool() tool {
 	in := t.def.InputSchema.(*jsonschema.Schema)
 	in.Required, in.AdditionalProperties = nil, nil
 	return t
+}
+
+// withoutSteps is err without the per-line steps REST returns: a model
+// reads every line's outcome in the message already, once.
+func withoutSteps(err error) error {
+	e := errs.From(err)
+	if _, ok := e.Details["steps"]; !ok {
+		return err
+	}
+	c := *e
+	c.Details = maps.Clone(e.Details)
+	delete(c.Details, "steps")
+	return &c
 }
 
 // addLoomPrompt offers the loom-aware addendum (seed 002) as the prompt

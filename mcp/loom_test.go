@@ -119,3 +119,35 @@ func TestLoomUnreachableRoomAdvisesHowToReachIt(t *testing.T) {
 		t.Errorf("a read of a deleted room's loom: %v", out)
 	}
 }
+
+// sync_loom with a line that does not parse: an error result, nothing
+// ran, every line's outcome in order in its message (once: not repeated
+// as steps).
+func TestLoomUnparsedLineRefusesTheCall(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, weave, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave"})
+	alice := owner(t, srv, "alice", "weave", weave["token"].(string))
+	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/weave/loom", weave["token"].(string), map[string]any{"commands": `→ new tree "t" "root"`}); code != 200 {
+		t.Fatalf("planting: %d %v", code, out)
+	}
+	cs := connect(t, alice, map[string]string{"weave": "admin"})
+	mustTool(t, cs, "sync_embody", map[string]any{"room": "weave"})
+	out, isErr := callTool(t, cs, "sync_loom", map[string]any{"commands": "→ add from:1 \"two\"\n→ memory trase\n→ tree"})
+	msg := fmt.Sprint(out["message"])
+	if !isErr || out["error"] != "invalid_field" || out["steps"] != nil {
+		t.Fatalf("%v", out)
+	}
+	at := 0
+	for _, w := range []string{"✗ nothing ran: 1 of the 3 commands did not parse.", "→ add from:1 \"two\"\n· not run",
+		"→ memory trase\n✗ memory does not take \"trase\"", "did you mean: → memory trace", "→ tree\n· not run"} {
+		i := strings.Index(msg[at:], w)
+		if i < 0 {
+			t.Fatalf("missing %q (in order) in:\n%s", w, msg)
+		}
+		at += i + len(w)
+	}
+	if got := fmt.Sprint(mustTool(t, cs, "sync_loom", map[string]any{"commands": "→ tree summary"})["text"]); !strings.Contains(got, "1 nodes") {
+		t.Fatalf("the refused call wrote:\n%s", got)
+	}
+}

@@ -127,6 +127,12 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 		}
 		c.run.System = strings.TrimSpace(string(raw))
 	}
+	// The keys are read once and leave the environment: a process this
+	// one starts (the embedded cluster, with -data-dir) would inherit
+	// them, readable in its /proc environ.
+	for _, k := range []string{"SYNC_COLLAB_CHAT_KEY", "SYNC_LOOM_GENERATOR_KEY"} {
+		_ = os.Unsetenv(k)
+	}
 	return c, nil
 }
 

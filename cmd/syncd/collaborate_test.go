@@ -37,6 +37,11 @@ func TestCollaborateConfig(t *testing.T) {
 		r.Branch != "8.2" || r.Tree != 2 || r.ChatKey != "sk-from-env" || r.TurnCalls != 8 || r.ContextTokens != 6000 {
 		t.Fatalf("%+v", r)
 	}
+	// Read, the keys leave the environment (a child process, such as the
+	// embedded cluster, would inherit them).
+	if _, ok := os.LookupEnv("SYNC_COLLAB_CHAT_KEY"); ok {
+		t.Fatal("the chat key is still in the environment")
+	}
 	// The key file wins over the environment; the key is never a flag.
 	if c, err = parseCollabConfig([]string{"-agent", "a", "-chat-url", "http://x", "-chat-model", "m", "-chat-key-file", key}); err != nil || c.run.ChatKey != "sk-from-file" {
 		t.Fatalf("%v %q", err, c.run.ChatKey)

@@ -95,7 +95,7 @@ func TestLoomForModelSummarisesLargeResults(t *testing.T) {
 	// Without a generator: extractive, and it says so.
 	e2 := newLoom(t, substrate.Options{}, "al")
 	e2.run(e2.admin, `→ new tree "t" "`+long+`"`)
-	has(t, e2.model(e2.ag["al"], "→ view 1"), "extractive summary (first sentence of each part; no generator is configured)")
+	has(t, e2.model(e2.ag["al"], "→ view 1"), "extractive summary (sentences spread over the text; no generator is configured)")
 }
 
 // Over its budget the memory block prunes, says what it dropped and how

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/syncsubstrate/sync/substrate"
@@ -151,5 +154,34 @@ func TestAttackMemoryReadOnlyByItsAgent(t *testing.T) {
 	}
 	if st, _ := e.svc.ReadState(ctx, a, "loom", substrate.ReadQuery{Scope: "_shared"}); st == nil || len(st.Entries) != 1 {
 		t.Fatalf("the gate does not open for al, who reads its memory: %+v", st)
+	}
+}
+
+// The generator's key goes to the configured URL only: a generator that
+// redirects (to another port of the same host, where Go's client would
+// forward Authorization) is not followed, and the other server never sees
+// the key; the continuation fails as the generator's failure.
+func TestAttackLoomGeneratorKeyNotForwardedOnRedirect(t *testing.T) {
+	const key = "sk-GEN-REDIRECT-9"
+	var got atomic.Value
+	got.Store("")
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("Authorization"))
+		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []map[string]string{{"text": " elsewhere"}}})
+	}))
+	t.Cleanup(other.Close)
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/v1/completions", http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirect.Close)
+	e := newLoom(t, substrate.Options{})
+	loom.Attach(e.svc, loom.Options{GeneratorURL: redirect.URL + "/v1/completions", GeneratorKey: key})
+	_, _ = loom.Of(e.svc).Run(context.Background(), e.admin, "loom", "→ new tree \"t\" \"root\"\n→ continue from 1")
+	if a := got.Load().(string); strings.Contains(a, key) {
+		t.Fatalf("HOLE: the generator's key reached the server redirected to: %q", a)
+	}
+	res, err := loom.Of(e.svc).Run(context.Background(), e.admin, "loom", "→ continue from 1")
+	if err == nil || !strings.Contains(err.Error(), "307") {
+		t.Fatalf("a redirected generator call: %v %+v", err, res)
 	}
 }

@@ -3,11 +3,14 @@ package loom_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -128,10 +131,11 @@ func TestLoomTraceVerbs(t *testing.T) {
 			t.Fatalf("missing %s in the trace entries: %s", want, raw)
 		}
 	}
-	// The step says so too.
-	res2, _ := loom.Of(e.svc).Run(context.Background(), a, "loom", "→ view 1\n→ frobnicate 2")
-	if res2 == nil || res2.Steps[1].Verb != "unknown" || res2.Steps[1].Command != "frobnicate 2" {
-		t.Fatalf("%+v", res2)
+	// The step says so too (and, one line not parsing, nothing ran).
+	_, err = loom.Of(e.svc).Run(context.Background(), a, "loom", "→ view 1\n→ frobnicate 2")
+	steps, _ := errs.From(err).Details["steps"].([]loom.Step)
+	if len(steps) != 2 || steps[1].Verb != "unknown" || steps[1].Command != "frobnicate 2" || steps[0].Error != "not_run" {
+		t.Fatalf("%v %+v", err, steps)
 	}
 }
 
@@ -196,5 +200,74 @@ func TestLoomReadOfDeletedRoom(t *testing.T) {
 	_, err := loom.Of(e.svc).Run(context.Background(), e.view, "loom", "→ view 1")
 	if !errs.Is(err, errs.RoomNotFound) {
 		t.Fatalf("a loom read in a deleted room: %v", err)
+	}
+}
+
+// A call in which a line does not parse runs none of its commands, and
+// reports every line in order: the ones that did not parse with what was
+// wrong and the nearest command, the others as not run. (A model that
+// mistyped one line of a plan must not have the rest run without it.)
+func TestLoomCallWithAnUnparsedLineRunsNothing(t *testing.T) {
+	e := newLoom(t, substrate.Options{}, "al")
+	e.run(e.admin, `→ new tree "t" "root"
+→ permit al loom_write`)
+	a := e.ag["al"]
+	_, err := loom.Of(e.svc).Run(context.Background(), a, "loom", "Here is my plan.\n→ add from:1 \"first\"\n→ veiw 1\n→ add \"second\"\n→ view 1 bogus")
+	x := errs.From(err)
+	if x.Code != errs.InvalidField {
+		t.Fatalf("%v", err)
+	}
+	inOrder := []string{"✗ nothing ran: 2 of the 4 commands did not parse. Fix them and send the call again.",
+		"→ add from:1 \"first\"\n· not run", "→ veiw 1\n✗ unknown command \"veiw\". did you mean: → view 1",
+		"→ add \"second\"\n· not run", "→ view 1 bogus\n✗ view does not take \"bogus\""}
+	at := 0
+	for _, w := range inOrder {
+		i := strings.Index(x.Message[at:], w)
+		if i < 0 {
+			t.Fatalf("missing %q (in order) in:\n%s", w, x.Message)
+		}
+		at += i + len(w)
+	}
+	steps, _ := x.Details["steps"].([]loom.Step)
+	if len(steps) != 4 || steps[0].Error != "not_run" || steps[1].Error != errs.InvalidField || steps[3].Verb != "view" && steps[3].Verb != "parse" {
+		t.Fatalf("%+v", steps)
+	}
+	if res := e.run(e.admin, "→ tree summary"); !strings.Contains(res.Text, "1 nodes") {
+		t.Fatalf("a command of the refused call ran:\n%s", res.Text)
+	}
+	// The same call fixed runs whole; a command that fails when it runs
+	// (not a parse failure) still lets the others run, as before.
+	res := e.run(a, "→ add from:1 \"first\"\n→ view 99\n→ add \"second\"")
+	if res.Errors != 1 || !res.Steps[0].OK || res.Steps[1].OK || !res.Steps[2].OK {
+		t.Fatalf("%+v", res.Steps)
+	}
+}
+
+// An extractive summary of text on one long line (a paragraph, prose
+// joined on one line) is sentences spread over all of it, in order, not
+// only its first sentence; text of many lines keeps the first sentence of
+// each; either stays within the summary's bound.
+func TestLoomExtractiveSummaryBySentences(t *testing.T) {
+	var ss []string
+	for i := 1; i <= 40; i++ {
+		ss = append(ss, fmt.Sprintf("Sentence %d tells part %d of the story.", i, i))
+	}
+	one := strings.Join(ss, " ")
+	e := newLoom(t, substrate.Options{}, "al")
+	e.run(e.admin, `→ new tree "t" "`+one+`"`)
+	sum := e.run(e.ag["al"], `→ stash "s" summary-of:1-1
+→ recall "s"`).Text
+	has(t, sum, "extractive summary (sentences spread over the text; no generator is configured)", "Sentence 1 tells", " … ")
+	var got []int
+	for i := 1; i <= 40; i++ {
+		if strings.Contains(sum, fmt.Sprintf("Sentence %d tells", i)) {
+			got = append(got, i)
+		}
+	}
+	if len(got) < 5 || len(got) > 20 || got[len(got)-1] < 30 || !slices.IsSorted(got) {
+		t.Fatalf("sentences %v of 40 in:\n%s", got, sum)
+	}
+	if i := strings.Index(sum, "Sentence 1 tells"); i < 0 || utf8.RuneCountInString(sum[i:]) > 700 {
+		t.Fatalf("a summary over its bound:\n%s", sum)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -131,6 +132,12 @@ func (o *Options) fill() {
 	if o.Client == nil {
 		o.Client = http.DefaultClient
 	}
+	// Redirects are not followed: Go's client keeps Authorization on a
+	// redirect to another port or scheme of the same host, so the
+	// generator's key would reach a server it was not configured for.
+	c := *o.Client
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	o.Client = &c
 }
 
 // Loom runs the → commands of one Service's rooms.
@@ -574,17 +581,6 @@ func decodeNodes(raws []json.RawMessage) ([]Node, error) {
 	return out, nil
 }
 
-// descend follows first children from n to the head of its line, in one
-// round trip: the walk along c:<id>:1 links, each emitting its node.
-func (r *loomRun) descend(t *loomTree, n *Node, limit int) ([]Node, error) {
-	raws, err := r.tx.Chain(substrate.ChainQuery{Scope: treeScope(t.ID), Start: "c:" + strconv.FormatInt(n.ID, 10) + ":1",
-		Prefix: "c:", Field: "id", Suffix: ":1", Emit: "n:", Max: limit})
-	if err != nil {
-		return nil, err
-	}
-	return decodeNodes(raws)
-}
-
 // branchStart finds the node that starts branch "p.k" (or the node itself
 // for a plain id): the k-th child of p.
 func (r *loomRun) branchStart(t *loomTree, ref string) (*Node, error) {
@@ -613,14 +609,25 @@ func (r *loomRun) branchHead(t *loomTree, ref string) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	down, err := r.descend(t, start, 100_000)
+	// The walk reads the first-child links only ({"id": n}), then the
+	// last node: a collaborator glances at its branch's head after every
+	// change in the room, and reading every node's content on the way
+	// cost a long branch's whole text each time.
+	links, err := r.tx.Chain(substrate.ChainQuery{Scope: treeScope(t.ID), Start: "c:" + strconv.FormatInt(start.ID, 10) + ":1",
+		Prefix: "c:", Field: "id", Suffix: ":1", Max: 100_000})
 	if err != nil {
 		return nil, err
 	}
-	if len(down) > 0 {
-		return &down[len(down)-1], nil
+	if len(links) == 0 {
+		return start, nil
 	}
-	return start, nil
+	var last struct {
+		ID int64 `json:"id"`
+	}
+	if err := json.Unmarshal(links[len(links)-1], &last); err != nil {
+		return nil, err
+	}
+	return r.node(t, strconv.FormatInt(last.ID, 10))
 }
 
 // position computes the ambient metadata at node n.
@@ -943,14 +950,24 @@ func IsScope(scope string) bool { return isLoomScope(scope) }
 // Run runs one or more → command lines (seed 002) as p in roomID. Each
 // command is its own mutation (or, for a read-only credential, its own
 // read): a failing command changes nothing and is recorded in the caller's
-// trace, and the commands after it still run. When every command fails,
+// trace, and the commands after it still run. A call in which a line
+// does not parse runs nothing (refuseUnparsed). When every command fails,
 // the first failure is returned as the error (so REST answers with its
 // status and MCP with isError); otherwise the result lists each step.
 func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text string) (*Result, error) {
 	if err := l.svc.RequireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	cmds, perr := Parse(text)
+	lines, perr := ParseLines(text)
+	if perr == nil {
+		if res, err := l.refuseUnparsed(ctx, p, roomID, lines); res != nil || err != nil {
+			return res, err
+		}
+	}
+	cmds := make([]*Command, 0, len(lines))
+	for _, pl := range lines {
+		cmds = append(cmds, pl.Cmd)
+	}
 	return l.run(ctx, p, roomID, cmds, perr)
 }
 
@@ -1004,18 +1021,7 @@ func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, c
 		record(st, err)
 	}
 	if perr != nil {
-		// Traced as written, with what went wrong: an unknown verb as
-		// "unknown", anything else as "parse" (never as the suggestion).
-		line, verb := "(unparsed)", "parse"
-		var e *errs.Error
-		if errors.As(perr, &e) {
-			if v, ok := e.Details["line"].(string); ok {
-				line = v
-			}
-			if e.Details["verb"] == "unknown" {
-				verb = "unknown"
-			}
-		}
+		line, verb := parseFailure(perr)
 		l.traceError(ctx, p, roomID, verb, line, perr)
 		record(Step{Command: line, Verb: verb}, perr)
 	}
@@ -1035,6 +1041,80 @@ func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, c
 		res.Text = res.Position.Ambient + "\n" + res.Text
 	}
 	return res, nil
+}
+
+// notRun marks a command that did not run because another line of its
+// call did not parse.
+const notRun errs.Code = "not_run"
+
+// refuseUnparsed answers a call in which some line does not parse: none
+// of its commands runs (a model that mistyped one line of a plan should
+// not have the rest of the plan run without it, from wherever the earlier
+// lines left it), and every line is reported in order: the ones that did
+// not parse with what was wrong and the nearest command, the others as
+// not run. The error is the first failure's, its message every line's
+// outcome, its details the steps. Nil, nil when every line parsed.
+func (l *Loom) refuseUnparsed(ctx context.Context, p *substrate.Principal, roomID string, lines []Parsed) (*Result, error) {
+	var first error
+	bad := 0
+	for _, pl := range lines {
+		if pl.Err != nil {
+			bad++
+			if first == nil {
+				first = pl.Err
+			}
+		}
+	}
+	if first == nil {
+		return nil, nil
+	}
+	if len(lines) == 1 {
+		line, verb := parseFailure(first)
+		l.traceError(ctx, p, roomID, verb, line, first)
+		return nil, first
+	}
+	steps := make([]Step, 0, len(lines))
+	texts := []string{fmt.Sprintf("✗ nothing ran: %d of the %d commands did not parse. Fix %s and send the call again.",
+		bad, len(lines), map[bool]string{true: "it", false: "them"}[bad == 1])}
+	for _, pl := range lines {
+		if pl.Err == nil {
+			st := Step{Command: pl.Line, Verb: pl.Cmd.Verb, Error: notRun, Text: "· not run (another command of this call did not parse)"}
+			steps = append(steps, st)
+			texts = append(texts, fmt.Sprintf("→ %s\n%s", st.Command, st.Text))
+			continue
+		}
+		line, verb := parseFailure(pl.Err)
+		l.traceError(ctx, p, roomID, verb, line, pl.Err)
+		e := errs.From(pl.Err)
+		st := Step{Command: line, Verb: verb, Error: e.Code, Text: e.Message}
+		if e.Hint != "" {
+			st.Text += "\n  " + e.Hint
+		}
+		steps = append(steps, st)
+		texts = append(texts, fmt.Sprintf("→ %s\n%s", st.Command, st.Text))
+	}
+	e := *errs.From(first)
+	e.Details = maps.Clone(e.Details)
+	e.Message = strings.Join(texts, "\n\n")
+	e.Hint = "send the call again with every command line fixed; nothing in it ran"
+	return nil, e.With("steps", steps)
+}
+
+// parseFailure is how a line that did not parse is traced: as written,
+// an unknown verb as "unknown", anything else as "parse" (never as the
+// suggestion).
+func parseFailure(err error) (line, verb string) {
+	line, verb = "(unparsed)", "parse"
+	var e *errs.Error
+	if errors.As(err, &e) {
+		if v, ok := e.Details["line"].(string); ok {
+			line = v
+		}
+		if e.Details["verb"] == "unknown" {
+			verb = "unknown"
+		}
+	}
+	return line, verb
 }
 
 // loomWrites are the verbs that change shared content.

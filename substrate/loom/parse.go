@@ -2,6 +2,8 @@ package loom
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -138,12 +140,36 @@ var loomUsage = map[string]string{
 // loomFiller are words skipped anywhere: "show me node 23" is "view 23".
 var loomFiller = map[string]bool{"me": true, "node": true, "the": true, "please": true, "at": true, "of": true, "on": true, "for": true, "a": true}
 
-// Parse splits text into commands. Lines not starting with an arrow
-// are ignored (a model's prose around its commands), except inside a
-// think block, which runs from "→ think" to a line "←" (or a "←" ending
-// the think line) and keeps its text verbatim.
+// Parse splits text into commands: all of them, or the first line that
+// does not parse as the error (with the commands before it).
 func Parse(text string) ([]*Command, error) {
+	lines, err := ParseLines(text)
 	var out []*Command
+	for _, l := range lines {
+		if l.Err != nil {
+			return out, l.Err
+		}
+		out = append(out, l.Cmd)
+	}
+	return out, err
+}
+
+// Parsed is one command line: its command, or why it did not parse.
+type Parsed struct {
+	Cmd *Command
+	Err error
+	// Line is the line as written, without the arrow.
+	Line string
+}
+
+// ParseLines splits text into command lines, each parsed on its own, so
+// that a caller can report every line in order. Lines not starting with
+// an arrow are ignored (a model's prose around its commands), except
+// inside a think block, which runs from "→ think" to a line "←" (or a "←"
+// ending the think line) and keeps its text verbatim. The error is text
+// without any command line.
+func ParseLines(text string) ([]Parsed, error) {
+	var out []Parsed
 	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
 	for i := 0; i < len(lines); i++ {
 		line, ok := arrowLine(lines[i])
@@ -153,7 +179,7 @@ func Parse(text string) ([]*Command, error) {
 		if w := firstWord(line); w == "think" {
 			body := strings.TrimSpace(line[len(w):])
 			if strings.HasSuffix(body, "←") {
-				out = append(out, &Command{Verb: "think", Texts: []string{strings.TrimSpace(strings.TrimSuffix(body, "←"))}, Line: line})
+				out = append(out, Parsed{Cmd: &Command{Verb: "think", Texts: []string{strings.TrimSpace(strings.TrimSuffix(body, "←"))}, Line: line}, Line: line})
 				continue
 			}
 			var buf []string
@@ -175,16 +201,15 @@ func Parse(text string) ([]*Command, error) {
 				buf = append(buf, l)
 			}
 			if !closed {
-				return out, errs.New(errs.InvalidField, "✗ think block is not closed").WithHint("end it with a line holding ← alone").With("nearest", "think … ←").With("line", "think (not closed)")
+				out = append(out, Parsed{Line: "think (not closed)", Err: errs.New(errs.InvalidField, "✗ think block is not closed: it took every line after it").
+					WithHint("end it with a line holding ← alone").With("nearest", "think … ←").With("line", "think (not closed)")})
+				break
 			}
-			out = append(out, &Command{Verb: "think", Texts: []string{strings.TrimSpace(strings.Join(buf, "\n"))}, Line: "think"})
+			out = append(out, Parsed{Cmd: &Command{Verb: "think", Texts: []string{strings.TrimSpace(strings.Join(buf, "\n"))}, Line: "think"}, Line: "think"})
 			continue
 		}
 		c, err := parseLoomLine(line)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, c)
+		out = append(out, Parsed{Cmd: c, Err: err, Line: line})
 	}
 	if len(out) == 0 {
 		return nil, errs.New(errs.InvalidField, "✗ no command: put each command on its own line after →").
@@ -375,6 +400,10 @@ func parseLoomLine(line string) (*Command, error) {
 	if c.Verb == "switch" || c.Verb == "branch" || c.Verb == "continue" || c.Verb == "preview" || c.Verb == "jump" {
 		c.Words = without(c.Words, "to", "from")
 	}
+	if (c.Verb == "tree" || c.Verb == "add") && len(c.Refs) > 0 {
+		// "tree from 20", "add from 3 "text"": the node is the ref.
+		c.Words = without(c.Words, "from")
+	}
 	if c.Verb == "view" && len(c.Words) > 0 && c.Words[0] == "branch" && len(c.Refs) > 0 {
 		// "view branch 8" = "view branch:8"
 		c.Opts["branch"] = c.Refs[0]
@@ -384,7 +413,96 @@ func parseLoomLine(line string) (*Command, error) {
 	if len(c.Opts) == 0 {
 		c.Opts = nil
 	}
+	if err := checkWords(c); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// loomWords are the bare words each verb reads; any other is refused
+// rather than ignored (a model that wrote "view 1 bogus" meant something
+// the command would not do). Verbs naming agents (permit, deny, stop) and
+// help check their words themselves.
+var loomWords = map[string][]string{
+	"view":   {"summary", "full", "with-annotations", "with-links", "branch"},
+	"list":   {"continuations", "annotations", "links"},
+	"tree":   {"summary"},
+	"branch": {"as", "context", "instruction"},
+	"add":    {"as", "context", "instruction"},
+	"link":   {"to"},
+	"switch": {"branch"},
+	"read":   {"summary"},
+	"write":  {"append"},
+	"memory": {"trace", "stashed", "errors"},
+}
+
+func checkWords(c *Command) error {
+	switch c.Verb {
+	case "permit", "deny":
+		return nil
+	case "stop":
+		if len(c.Words)+len(c.Refs) <= 1 {
+			return nil
+		}
+		return errs.New(errs.InvalidField, "✗ stop takes one collaborator: %s", c.Line).
+			WithHint("usage: → %s", loomUsage["stop"]).With("line", c.Line).With("nearest", "stop")
+	case "help":
+		if len(c.Words) == 0 {
+			return nil
+		}
+		if _, ok := loomVerbs[c.Words[0]]; ok && len(c.Words) == 1 {
+			return nil
+		}
+		w := c.Words[len(c.Words)-1]
+		if _, ok := loomVerbs[c.Words[0]]; !ok {
+			w = c.Words[0]
+		}
+		return unknownWord(c, w, slices.Sorted(maps.Keys(loomVerbs)))
+	}
+	allowed := loomWords[c.Verb]
+	for _, w := range c.Words {
+		if !slices.Contains(allowed, w) {
+			return unknownWord(c, w, allowed)
+		}
+	}
+	return nil
+}
+
+// unknownWord refuses a word the command does not take, with the
+// command as it would most likely have been meant.
+func unknownWord(c *Command, w string, allowed []string) error {
+	best, bestD := "", 1<<30
+	for _, a := range allowed {
+		if d := loomDistance(w, a); d < bestD {
+			best, bestD = a, d
+		}
+	}
+	if bestD > max(2, len([]rune(w))/3) {
+		best = ""
+	}
+	fixed := strings.Join(strings.Fields(replaceWord(c.Line, w, best)), " ")
+	takes := "no bare words"
+	if len(allowed) > 0 {
+		takes = "only " + strings.Join(allowed, ", ")
+	}
+	return errs.New(errs.InvalidField, "✗ %s does not take %q (it takes %s). did you mean: → %s", c.Verb, w, takes, fixed).
+		WithHint("usage: → %s", loomUsage[c.Verb]).With("line", c.Line).With("nearest", fixed).With("word", w)
+}
+
+// replaceWord is line with its first word equal (case-insensitively) to
+// w replaced by with (or left out when with is empty).
+func replaceWord(line, w, with string) string {
+	f := strings.Fields(line)
+	for i, x := range f {
+		if strings.EqualFold(x, w) {
+			if with == "" {
+				return strings.Join(append(f[:i:i], f[i+1:]...), " ")
+			}
+			f[i] = with
+			return strings.Join(f, " ")
+		}
+	}
+	return line
 }
 
 func without(ws []string, drop ...string) []string {

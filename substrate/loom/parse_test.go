@@ -132,3 +132,33 @@ func TestLoomParserNearest(t *testing.T) {
 		t.Error("text without a command parsed")
 	}
 }
+
+// A word a command does not take is refused (it used to be ignored, so
+// "view 1 bogus" viewed 1), with what was wrong and the command as most
+// likely meant; the words each verb reads still parse.
+func TestLoomParserRefusesUnknownWords(t *testing.T) {
+	for line, want := range map[string][2]string{
+		"→ view 1 bogus":             {`✗ view does not take "bogus" (it takes only summary, full, with-annotations, with-links, branch). did you mean: → view 1`, "view 1"},
+		"→ view 1 ful":               {`did you mean: → view 1 full`, "view 1 full"},
+		"→ list 47 anotations":       {`✗ list does not take "anotations"`, "list 47 annotations"},
+		"→ memory trase":             {`did you mean: → memory trace`, "memory trace"},
+		"→ continue from 3 quickly":  {`✗ continue does not take "quickly" (it takes no bare words)`, "continue from 3"},
+		"→ tree summry depth:2":      {`did you mean: → tree summary depth:2`, "tree summary depth:2"},
+		"→ help viwe":                {`✗ help does not take "viwe"`, "help view"},
+		"→ stop claude please now":   {`✗ stop takes one collaborator`, "stop"},
+		`→ add "text" as instrucion`: {`did you mean: → add "text" as instruction`, `add "text" as instruction`},
+	} {
+		_, err := loom.Parse(line)
+		e := errs.From(err)
+		if e.Code != errs.InvalidField || !strings.Contains(e.Message, want[0]) || e.Details["nearest"] != want[1] || !strings.HasPrefix(e.Hint, "usage: → ") {
+			t.Errorf("%s:\n got  %v %v (hint %q)\n want %q nearest %q", line, err, e.Details["nearest"], e.Hint, want[0], want[1])
+		}
+	}
+	for _, line := range []string{"→ help view", "→ help", "→ stop", "→ stop claude", "→ permit bob loom_write human", "→ switch to branch 8.2",
+		"→ branch from 4 as context", "→ write doc:\"n\" append \"x\"", "→ view 2 with-links with-annotations full", "→ show me the node 23 please",
+		"→ tree from 20", `→ add from 3 "text"`} {
+		if _, err := loom.Parse(line); err != nil {
+			t.Errorf("%s: %v", line, err)
+		}
+	}
+}

@@ -69,34 +69,105 @@ func (l *Loom) Summarise(ctx context.Context, text string) string {
 	return "summary by " + l.opt.GeneratorModel + ": " + clip(strings.TrimSpace(out[0]), summaryChars, "")
 }
 
-// extractive is the first sentence of each line of text, up to
-// summaryChars, labelled as extractive with why.
+// extractive is sentences of text, up to summaryChars, labelled as
+// extractive with why: the first sentence of each line (part), then, when
+// that leaves room (text of few, long lines: a paragraph, prose joined on
+// one line), more sentences spread evenly over the rest, in text order,
+// "…" marking what was skipped. It stays well shorter than the text: at
+// most a quarter of it beyond the first sentences.
 func extractive(text, why string) string {
-	var parts []string
-	n := 0
-	lines := strings.Split(text, "\n")
-	for i, line := range lines {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
+	type part struct {
+		sents []string
+		pick  []bool
+	}
+	var parts []part
+	total := 0
+	for _, line := range strings.Split(text, "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			ss := sentences(line)
+			parts = append(parts, part{sents: ss, pick: make([]bool, len(ss))})
+			total += utf8.RuneCountInString(line)
 		}
-		s := firstSentence(line)
-		if n+utf8.RuneCountInString(s) > summaryChars {
-			parts = append(parts, fmt.Sprintf("… (%d more lines)", len(lines)-i))
+	}
+	used, shown := 0, 0
+	for i := range parts {
+		n := utf8.RuneCountInString(parts[i].sents[0])
+		if used+n > summaryChars {
 			break
 		}
-		n += utf8.RuneCountInString(s) + 1
-		parts = append(parts, s)
+		parts[i].pick[0] = true
+		used += n + 1
+		shown++
 	}
-	return fmt.Sprintf("extractive summary (first sentence of each part; %s):\n%s", why, strings.Join(parts, "\n"))
-}
-
-// firstSentence is s up to its first sentence end, at most 160 characters.
-func firstSentence(s string) string {
-	for i, r := range s {
-		if (r == '.' || r == '!' || r == '?') && (i+1 == len(s) || s[i+1] == ' ') {
-			return clip(s[:i+1], 160, "")
+	spread := false
+	if shown == len(parts) {
+		// The rest of the budget, spread over the sentences not shown.
+		budget := min(summaryChars, max(used, total/4))
+		type at struct{ p, s int }
+		var rest []at
+		restChars := 0
+		for i, pt := range parts {
+			for j := 1; j < len(pt.sents); j++ {
+				rest = append(rest, at{i, j})
+				restChars += utf8.RuneCountInString(pt.sents[j]) + 1
+			}
+		}
+		if room := budget - used; room > 0 && len(rest) > 0 {
+			want := max(1, room*len(rest)/restChars)
+			step := float64(len(rest)) / float64(want)
+			for k := 0; k < want; k++ {
+				x := rest[min(len(rest)-1, int(step*(float64(k)+0.5)))]
+				n := utf8.RuneCountInString(parts[x.p].sents[x.s])
+				if parts[x.p].pick[x.s] || used+n > budget {
+					continue
+				}
+				parts[x.p].pick[x.s] = true
+				used += n + 1
+				spread = true
+			}
 		}
 	}
-	return clip(s, 160, "")
+	var out []string
+	for _, pt := range parts[:shown] {
+		var b strings.Builder
+		for j, s := range pt.sents {
+			switch {
+			case pt.pick[j]:
+				if b.Len() > 0 {
+					b.WriteString(" ")
+				}
+				b.WriteString(s)
+			case j > 0 && pt.pick[j-1]:
+				b.WriteString(" …")
+			}
+		}
+		out = append(out, b.String())
+	}
+	if shown < len(parts) {
+		out = append(out, fmt.Sprintf("… (%d more lines)", len(parts)-shown))
+	}
+	how := "first sentence of each part"
+	if spread {
+		how = "sentences spread over the text"
+	}
+	return fmt.Sprintf("extractive summary (%s; %s):\n%s", how, why, strings.Join(out, "\n"))
+}
+
+// sentences splits a line at sentence ends (., ! or ? before a space),
+// each at most 160 characters.
+func sentences(s string) []string {
+	var out []string
+	start := 0
+	for i, r := range s {
+		if (r == '.' || r == '!' || r == '?') && (i+1 == len(s) || s[i+1] == ' ') {
+			if t := strings.TrimSpace(s[start : i+1]); t != "" {
+				out = append(out, clip(t, 160, ""))
+			}
+			start = i + 1
+		}
+	}
+	if t := strings.TrimSpace(s[start:]); t != "" {
+		out = append(out, clip(t, 160, ""))
+	}
+	return out
 }

@@ -34,3 +34,32 @@ func TestLoomRoomTokenPosition(t *testing.T) {
 		t.Fatalf("explicit from: %s", s)
 	}
 }
+
+// A call with a line that does not parse: 400 invalid_field, nothing ran,
+// every line's outcome in order in the message and as steps.
+func TestLoomUnparsedLineRefusesTheCall(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("loomz", nil)
+	post := func(cmds string) resp {
+		return e.do("POST", "/rooms/loomz/loom", rm.token, map[string]any{"commands": cmds})
+	}
+	post("→ new tree \"t\" \"root\"").must(t, 200)
+	res := post("→ add from:1 \"two\"\n→ view 1 bogus\n→ tree")
+	msg := res.str("message")
+	if res.status != 400 || res.str("error") != "invalid_field" || !strings.HasPrefix(msg, "✗ nothing ran: 1 of the 3 commands did not parse.") ||
+		!strings.Contains(msg, "→ view 1 bogus\n✗ view does not take \"bogus\"") || !strings.Contains(res.str("hint"), "nothing in it ran") {
+		t.Fatalf("%d %s", res.status, res.raw)
+	}
+	steps, _ := res.body["steps"].([]any)
+	if len(steps) != 3 {
+		t.Fatalf("steps: %s", res.raw)
+	}
+	for i, want := range []string{"not_run", "invalid_field", "not_run"} {
+		if s, _ := steps[i].(map[string]any); s["error"] != want {
+			t.Fatalf("step %d: %v", i, steps[i])
+		}
+	}
+	if s := post("→ tree summary").must(t, 200).str("text"); !strings.Contains(s, "1 nodes") {
+		t.Fatalf("the refused call wrote: %s", s)
+	}
+}

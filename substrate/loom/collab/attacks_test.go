@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/loom"
@@ -230,4 +233,208 @@ func TestAttackCollaboratorStopsWhenDenied(t *testing.T) {
 	if len(usage) != 1 || usage[0].State != "stopped" || !strings.Contains(usage[0].Reason, "loom_aware not enabled") {
 		t.Fatalf("%+v", usage)
 	}
+}
+
+// → stop while a call is in flight: the answer that comes back after the
+// stop runs nothing (a person stops a collaborator because of what it is
+// doing; what it was about to do is not done after all).
+func TestAttackCollaboratorStopDiscardsTheAnswerInFlight(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	inflight, release := make(chan struct{}), make(chan struct{})
+	var k atomic.Int32
+	chat := newChat(t, func(r chatReq) string {
+		if k.Add(1) == 1 {
+			close(inflight)
+			<-release
+			return "→ add \"written after the stop\"\n→ write doc:\"notes\" append \"after the stop\""
+		}
+		return "Done."
+	})
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
+	select {
+	case <-inflight:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no call")
+	}
+	has(t, e.run(e.admin, "→ stop claude").Text, "✓ asked collaborator claude to stop")
+	close(release)
+	rec := r.wait(t)
+	if !strings.Contains(rec.Reason, "asked by") {
+		t.Fatalf("%+v", rec)
+	}
+	if res := e.run(e.admin, "→ list 1 continuations"); strings.Contains(res.Text, "after the stop") {
+		t.Fatalf("the answer in flight ran after → stop:\n%s", res.Text)
+	}
+	if _, err := loom.Of(e.svc).Run(context.Background(), e.admin, e.room, `→ read doc:"notes"`); err == nil {
+		t.Fatal("the answer in flight wrote a doc after → stop")
+	}
+	if len(chat.requests()) != 1 {
+		t.Fatalf("%d calls after the stop", len(chat.requests())-1)
+	}
+}
+
+// The chat key goes to the configured endpoint only: an endpoint that
+// redirects (to another port of the same host, where Go's client would
+// forward the Authorization header) is refused, and the other server
+// never sees the key.
+func TestAttackCollaboratorKeyNotForwardedOnRedirect(t *testing.T) {
+	const key = "sk-REDIRECTED-777"
+	e := newEnv(t, loom.Options{}, "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	other := newChat(t, func(r chatReq) string { return "Hello from elsewhere." })
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.srv.URL+"/v1/chat/completions", http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirect.Close)
+	r := e.start(collab.Config{Agent: "claude", ChatURL: redirect.URL, ChatKey: key, MaxCalls: 3})
+	select {
+	case <-other.got:
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+	}
+	other.mu.Lock()
+	auth := append([]string(nil), other.auth...)
+	other.mu.Unlock()
+	for _, a := range auth {
+		if strings.Contains(a, key) {
+			t.Fatalf("the key reached the server redirected to (%d requests)", len(auth))
+		}
+	}
+	r.stop()
+	rec := r.wait(t)
+	if rec.Calls == 0 || !strings.Contains(rec.Reason, "failed") {
+		t.Fatalf("%+v", rec)
+	}
+	tr := strings.Join(e.trace("claude"), "\n")
+	has(t, tr, "redirect")
+}
+
+// Notifications that are not a change on its branch (heartbeats, state
+// writes, another tree, someone moving about) never lead to a model
+// call: a room busy with other things spends none of the budget. (Seen
+// failing with the head check removed: a call per notification.)
+func TestAttackCollaboratorNoCallWithoutAChangeOnItsBranch(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "alice", "claude")
+	ctx := context.Background()
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ new tree "other" "elsewhere"
+→ permit claude loom_write
+→ permit alice human loom_write`)
+	chat := newChat(t, func(r chatReq) string { return "I wait for you." })
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL, Tree: 1})
+	r.calls(t, chat, 1)
+	for i := 0; i < 20; i++ {
+		if _, err := e.svc.Heartbeat(ctx, e.ag["alice"], e.room, "alice", "busy"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.WriteState(ctx, e.admin, e.room, []substrate.Write{{Scope: "board", Key: "k", Value: json.RawMessage(`{"n":` + strconv.Itoa(i) + `}`)}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.run(e.ag["alice"], "→ jump tree:2 node:1\n→ add \"on the other tree\"\n→ yield\n→ jump tree:1 node:1")
+	// Every notification has been seen once the collaborator waits after
+	// the last one.
+	time.Sleep(500 * time.Millisecond)
+	for len(r.waits) > 0 {
+		<-r.waits
+	}
+	if _, err := e.svc.WriteState(ctx, e.admin, e.room, []substrate.Write{{Scope: "board", Key: "last", Value: json.RawMessage(`1`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	r.waiting(t)
+	if n := len(chat.requests()); n != 1 {
+		t.Fatalf("%d model calls without a change on the branch", n-1)
+	}
+	e.run(e.ag["alice"], "→ add from:1 \"A real change.\"\n→ yield")
+	r.calls(t, chat, 2)
+	r.stop()
+	r.wait(t)
+	if n := len(chat.requests()); n != 2 {
+		t.Fatalf("%d calls for one change", n)
+	}
+}
+
+// Heartbeats and status changes in the room (which commit nothing) do not
+// even wake a waiting collaborator: a room of busy agents costs it no
+// reads. (Seen failing with Watch: a wake and a read per heartbeat.)
+func TestAttackCollaboratorNotWokenByHeartbeats(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "alice", "claude")
+	ctx := context.Background()
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	chat := newChat(t, func(r chatReq) string { return "I wait." })
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
+	r.calls(t, chat, 1)
+	time.Sleep(300 * time.Millisecond)
+	for len(r.waits) > 0 {
+		<-r.waits
+	}
+	for i := 0; i < 20; i++ {
+		status := []string{"busy", "active"}[i%2]
+		if _, err := e.svc.Heartbeat(ctx, e.ag["alice"], e.room, "alice", status); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := len(r.waits); n != 0 {
+		t.Fatalf("woken %d times by 20 heartbeats", n)
+	}
+}
+
+// Why the chat endpoint failed (its address, what the network said) is
+// for room authority, in the trace; the record every loom_aware reader
+// sees says only that it failed.
+func TestAttackCollaboratorEndpointErrorsStayInTheTrace(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write`)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	addr := strings.TrimPrefix(dead.URL, "http://")
+	dead.Close()
+	rec := e.start(collab.Config{Agent: "claude", ChatURL: dead.URL}).wait(t)
+	if !strings.Contains(rec.Reason, "the chat endpoint failed 3 times in a row") || strings.Contains(rec.Reason, addr) {
+		t.Fatalf("the record says %q", rec.Reason)
+	}
+	usage, err := loom.Of(e.svc).CollaboratorUsage(context.Background(), e.ag["claude"], e.room)
+	if err != nil || len(usage) != 1 || strings.Contains(usage[0].Reason, addr) {
+		t.Fatalf("%v %+v", err, usage)
+	}
+	has(t, strings.Join(e.trace("claude"), "\n"), addr)
+}
+
+// A node its own agent writes from elsewhere (another session of the same
+// agent) or a continuation it asked for that someone fulfils later is not
+// news: no model call follows it, only someone else's node does. (Seen
+// failing without the check: a call with nothing new per such node.)
+func TestAttackCollaboratorOwnNodesCallNothing(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "alice", "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write loom_generate
+→ permit alice human loom_write`)
+	var k atomic.Int32
+	chat := newChat(t, func(r chatReq) string {
+		if k.Add(1) == 1 {
+			return "→ continue from 1"
+		}
+		return "I wait."
+	})
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
+	r.calls(t, chat, 2)
+	// No generator: the continuation is a request (g1), fulfilled by
+	// alice for claude; then claude's agent writes from another session.
+	e.run(e.ag["alice"], "→ fulfil g1 \"The door was open.\"\n→ yield")
+	r.waiting(t)
+	e.run(e.ag["claude"], "→ add from:2 \"a note from claude's other session\"\n→ yield")
+	r.waiting(t)
+	time.Sleep(300 * time.Millisecond)
+	if n := len(chat.requests()); n != 2 {
+		t.Fatalf("%d calls for its own nodes", n-2)
+	}
+	e.run(e.ag["alice"], "→ add from:3 \"Alice writes.\"\n→ yield")
+	r.calls(t, chat, 3)
+	has(t, chat.requests()[2].last(), "by alice")
 }

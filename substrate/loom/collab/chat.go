@@ -25,6 +25,15 @@ const maxAnswerBytes = 1 << 20
 // errTooLarge is an answer over maxAnswerBytes.
 var errTooLarge = errors.New("the chat endpoint's answer is over 1 MiB; refused, nothing in it ran")
 
+// noRedirects is client without following redirects: Go's client keeps
+// the Authorization header on a redirect to another port or scheme of the
+// same host, so the key would reach a server it was not configured for.
+func noRedirects(client *http.Client) *http.Client {
+	c := *client
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &c
+}
+
 // chatURL is the endpoint to POST to: a URL ending in /chat/completions as
 // given; a base URL (https://host, https://host/v1) gets the path added.
 func chatURL(raw string) (string, error) {
@@ -87,6 +96,9 @@ func (c *collaborator) chat(ctx context.Context, msgs []Message) (*chatAnswer, e
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswerBytes))
+		if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode/100 == 3 {
+			return nil, fmt.Errorf("the chat endpoint answered %s, a redirect to %s: not followed (the key goes to the configured URL only); give that URL as the chat URL", resp.Status, redactURL(loc))
+		}
 		return nil, fmt.Errorf("the chat endpoint answered %s", resp.Status)
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))

@@ -114,6 +114,7 @@ func (c *Config) fill() error {
 	if c.Client == nil {
 		c.Client = http.DefaultClient
 	}
+	c.Client = noRedirects(c.Client)
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
@@ -188,7 +189,7 @@ func Run(ctx context.Context, svc *substrate.Service, cfg Config) (*loom.CollabR
 		return nil, err
 	}
 	c.cfg.Log.Info("collaborator started", "room", cfg.Room, "agent", cfg.Agent, "model", cfg.ChatModel, "tree", g.Tree, "branch", g.Branch)
-	changes, stopWatch, err := svc.Watch(ctx, p, cfg.Room)
+	changes, stopWatch, err := svc.WatchCommits(ctx, p, cfg.Room)
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +267,11 @@ func (c *collaborator) loop(ctx context.Context, changes <-chan struct{}) error 
 				until = floor
 			}
 		case g.Head.ID == c.seen:
+		case c.own(g.Head):
+			// Its agent wrote it (another session of the same agent) or
+			// it is a continuation it asked for, fulfilled later: not
+			// news, so no call.
+			c.seen = g.Head.ID
 		default:
 			if err := c.turn(ctx, p); err != nil {
 				return err
@@ -377,7 +383,10 @@ func (c *collaborator) turn(ctx context.Context, p *substrate.Principal) error {
 			}
 			c.cfg.Log.Warn("collaborator: chat call failed", "room", c.cfg.Room, "agent", c.cfg.Agent, "err", err)
 			if failures >= maxFailures {
-				return stopWith("stopped: the chat endpoint failed %d times in a row (%v)", failures, err)
+				// The record is read by everyone with loom_aware: the
+				// endpoint's address and the network's words stay in the
+				// trace (room authority) and the log.
+				return stopWith("stopped: the chat endpoint failed %d times in a row (the errors are in the collaborator's trace)", failures)
 			}
 			if errors.Is(err, errTooLarge) {
 				c.pending = "⟨your last answer was over 1 MiB and was refused: nothing in it ran⟩"
@@ -397,6 +406,12 @@ func (c *collaborator) turn(ctx context.Context, p *substrate.Principal) error {
 		if err := c.update(ctx, p, fmt.Sprintf("call %d: %d prompt + %d completion tokens (spent %d of %d calls, %d of %d tokens)",
 			c.rec.Calls, ans.PromptTokens, ans.CompletionTokens, c.rec.Calls, c.cfg.MaxCalls, c.rec.Tokens(), c.cfg.MaxTokens)); err != nil {
 			return err
+		}
+		if c.rec.Stop != "" {
+			// Asked to stop while the call was in flight: its answer is
+			// not acted on (the update above read the stored record).
+			c.remember(news, "(an answer not acted on: you were asked to stop)")
+			return stopWith("stopped: asked by %s (the answer in flight was not acted on)", c.rec.Stop)
 		}
 		reply := ans.Text
 		n := loom.CommandLines(reply)
