@@ -321,15 +321,26 @@ func (snap *snapshot) loadUsage(ctx context.Context, q querier) error {
 // Usage is the room's vocabulary usage at the read's seq (a few rows per
 // action and view), read once per snapshot (by the read's transaction,
 // snapshot.loadUsage, when the read made one).
+//
+// The lock is never held while this asks the pool for a connection: a read
+// holding its transaction's connection waits for the lock in
+// snapshot.loadUsage, so holding it here while waiting for a connection
+// deadlocks a small pool (seen with 2 connections under the soak).
 func (r *Read) Usage(ctx context.Context) (map[string]*Usage, error) {
 	snap := r.rc.snap
 	snap.usageMu.Lock()
+	u := snap.usage
+	snap.usageMu.Unlock()
+	if u != nil {
+		return u, nil
+	}
+	u, err := loadUsage(ctx, r.s.db, r.room)
+	if err != nil {
+		return nil, err
+	}
+	snap.usageMu.Lock()
 	defer snap.usageMu.Unlock()
 	if snap.usage == nil {
-		u, err := loadUsage(ctx, r.s.db, r.room)
-		if err != nil {
-			return nil, err
-		}
 		snap.usage = u
 	}
 	return snap.usage, nil

@@ -127,7 +127,7 @@ func TestBrowserLoomPage(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#claim-room"), "weave"),
 		chromedp.SendKeys(chromedp.CSS("#claim-token"), roomToken),
 		chromedp.Submit(chromedp.CSS("#claim-token")),
-		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/rooms/weave"]`)), // back in the lobby
 	); err != nil {
 		t.Fatalf("claiming the room: %v", err)
 	}
@@ -136,11 +136,27 @@ func TestBrowserLoomPage(t *testing.T) {
 		chromedp.Navigate(public+"/"),
 		chromedp.WaitVisible(chromedp.CSS("#share-weave")),
 		chromedp.SendKeys(chromedp.CSS("#share-weave"), "bob"),
-		chromedp.SetValue(chromedp.CSS("#share-role-weave"), "participant"),
-		chromedp.Submit(chromedp.CSS("#share-weave")),
-		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`)),
 	); err != nil {
 		t.Fatalf("sharing the room with bob: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__sharing = true`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#share-role-weave"), "participant"),
+		chromedp.Submit(chromedp.CSS("#share-weave")),
+	); err != nil {
+		t.Fatalf("sharing the room with bob: %v", err)
+	}
+	// The share returns to the lobby: wait for the new page.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		// An evaluation can meet the navigation itself: try again.
+		if done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!window.__sharing && document.readyState === "complete"`)); err == nil && done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sharing the room with bob: the lobby did not come back")
+		}
 	}
 	tok := bob.Token(t, "Claude", map[string]string{"weave": "write"})["access_token"].(string)
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "claude", Version: "1"}, nil).Connect(context.Background(),

@@ -32,7 +32,7 @@ func TestBrowserSearchAndThreads(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#claim-room"), "harbor"),
 		chromedp.SendKeys(chromedp.CSS("#claim-token"), token),
 		chromedp.Submit(chromedp.CSS("#claim-token")),
-		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/rooms/harbor"]`)), // back in the lobby
 		chromedp.Navigate(public+"/rooms/harbor"),
 		chromedp.WaitVisible(chromedp.CSS(`a[href="/web/rooms/harbor/search"]`)),
 		chromedp.Click(chromedp.CSS(`a[href="/web/rooms/harbor/search"]`)),
