@@ -1139,11 +1139,13 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		})
 		return st, pos, onboard, err
 	}
+	var moved *loomPos
 	_, err = l.svc.MutateRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
 		r := &loomRun{l: l, tx: tx, p: tx.Principal(), room: roomID, now: tx.Now(), actor: tx.Actor()}
 		if err := body(r); err != nil {
 			return err
 		}
+		moved = r.newPos
 		line := r.trace
 		if line == "" {
 			line = c.Line
@@ -1165,6 +1167,27 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		tx.Audit(map[string]any{"kind": "loom", "command": c.Verb, "writes": audit})
 		return nil
 	})
+	if err == nil && pos == nil && moved != nil && !in.collect {
+		// A node the command created is written at commit, so its
+		// position (the result's first line) is read once it exists.
+		perr := l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
+			r := &loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()}
+			t, err := r.tree(moved.Tree)
+			if err != nil {
+				return err
+			}
+			n, err := r.node(t, strconv.FormatInt(moved.Node, 10))
+			if err != nil {
+				return err
+			}
+			pos, err = r.position(t, n)
+			return err
+		})
+		if perr != nil {
+			// The command committed: its result stands without the line.
+			l.log.Warn("loom position after a write unread", "room", roomID, "err", perr)
+		}
+	}
 	return st, pos, onboard, err
 }
 
