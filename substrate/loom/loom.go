@@ -1052,8 +1052,10 @@ type callState struct {
 // no connection held.
 type stepIn struct {
 	call *callState
-	// gen are generated texts for a continue.
-	gen []string
+	// gen are generated texts for a continue; running is the record of
+	// their generation, which the nodes' mutation removes.
+	gen     []string
+	running string
 	// summary, when set, is the summary a command asked for.
 	summary *string
 	// collect asks the command only to read the text it would summarise
@@ -1146,6 +1148,9 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 			return err
 		}
 		moved = r.newPos
+		if in.running != "" {
+			r.ops = append(r.ops, substrate.Op{Scope: scopeLoomLive, Key: in.running, Delete: true})
+		}
 		line := r.trace
 		if line == "" {
 			line = c.Line
