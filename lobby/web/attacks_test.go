@@ -943,3 +943,37 @@ func TestAttackGatedViewOnThePage(t *testing.T) {
 		}
 	}
 }
+
+// A collaborator's usage is for those who see the loom (loom_aware), and
+// only room authority or people with loom_write stop it: a forged stop
+// form from anyone else is refused and the collaborator runs on.
+func TestAttackLoomCollaboratorUsageAndStop(t *testing.T) {
+	s, _ := collabSite(t)
+	ctx := context.Background()
+	// paul acts once (his agent exists), has the defaults: no loom_write.
+	if code, _ := s.post("paul", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"switch"}}); code != 200 {
+		t.Fatalf("paul standing at node 1: %d", code)
+	}
+	for _, form := range []url.Values{
+		{"tree": {"1"}, "node": {"1"}, "op": {"stop"}, "agent": {"claude"}},
+		{"commands": {"→ stop claude"}},
+	} {
+		code, body := s.post("paul", "/web/rooms/lab/loom", form)
+		if code != http.StatusForbidden || !strings.Contains(body, "permission denied") {
+			t.Errorf("HOLE: paul's forged stop (%v): %d", form, code)
+		}
+	}
+	us, err := loom.Of(s.svc).CollaboratorUsage(ctx, s.admin, "lab")
+	if err != nil || len(us) != 1 || us[0].Stop != "" {
+		t.Fatalf("HOLE: a refused stop reached the record: %+v %v", us, err)
+	}
+	// Denied loom_aware, paul sees no usage, on the page or its part.
+	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", "→ deny paul:web loom_aware"); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/web/rooms/lab/loom", "/web/rooms/lab/loom?tree=1&node=1&part=main"} {
+		if _, _, page := s.get("paul", path); strings.Contains(page, "collab-claude") || strings.Contains(page, "3311") || strings.Contains(page, "instruct") {
+			t.Errorf("HOLE: paul, denied loom_aware, sees the collaborator's usage at %s", path)
+		}
+	}
+}

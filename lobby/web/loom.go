@@ -229,6 +229,22 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 		d["RanErr"] = in.ranErr.Message + hintOf(in.ranErr)
 		d["RanCode"] = string(in.ranErr.Code)
 	}
+	if aware {
+		d["Collabs"] = wb.loomCollabs(ctx, in)
+		// → stop: room authority or a person with loom_write (the loom
+		// decides; the page offers it to those it would allow).
+		d["CanStop"] = (owner && canAct) || d["CanWrite"].(can).OK
+		gens := map[int64]loom.Generation{}
+		for _, g := range v.Generating {
+			gens[g.Node] = g
+		}
+		d["Generating"] = v.Generating
+		if v.Node != nil {
+			if g, ok := gens[v.Node.ID]; ok {
+				d["GeneratingHere"] = g
+			}
+		}
+	}
 	if owner && canAct {
 		d["Agents"] = wb.loomAgents(ctx, in)
 		d["Thoughts"] = wb.loomThoughts(ctx, in, v)
@@ -312,6 +328,44 @@ func (wb *Web) personLoomPerms(ctx context.Context, in loomPageIn) []string {
 		return nil
 	}
 	return perms
+}
+
+// collabRow is a collaborator that runs itself, as the page shows it.
+type collabRow struct {
+	loom.CollabRecord
+	Running bool
+	State   string // what it is doing, in words
+}
+
+// loomCollabs are the room's collaborators with their calls and token
+// spend against their budget (the loom lets loom_aware readers see them).
+func (wb *Web) loomCollabs(ctx context.Context, in loomPageIn) []collabRow {
+	recs, err := loom.Of(wb.opt.Substrate).CollaboratorUsage(ctx, substrate.ReadOnlyOf(in.reader), in.room)
+	if err != nil {
+		return nil
+	}
+	out := make([]collabRow, 0, len(recs))
+	for _, c := range recs {
+		row := collabRow{CollabRecord: c, Running: c.State != "stopped"}
+		switch c.State {
+		case "stopped":
+			row.State = "stopped"
+			if c.Reason != "" {
+				row.State = c.Reason
+			}
+		case "calling":
+			row.State = "running: calling its model"
+		case "waiting":
+			row.State = "waiting for its turn or a change on branch " + c.Branch
+		default:
+			row.State = c.State
+		}
+		if row.Running && c.Stop != "" {
+			row.State = "stopping (asked by " + c.Stop + "); " + row.State
+		}
+		out = append(out, row)
+	}
+	return out
 }
 
 // loomAgent is a room agent with its loom permissions, for the owner.
@@ -643,6 +697,13 @@ func loomCommand(op string, q loomQuery, get func(string) string) (string, error
 			return "", err
 		}
 		return "→ fulfil g" + req + " " + text, nil
+	}
+	if op == "stop" {
+		agent := strings.TrimSpace(get("agent"))
+		if agent == "" || strings.ContainsAny(agent, " \t\n\r\"") {
+			return "", errs.New(errs.InvalidField, "agent %q is not an agent id", agent).WithHint("pick a collaborator from the list").With("field", "agent")
+		}
+		return "→ stop " + agent, nil
 	}
 	if op == "permit" {
 		agent := strings.TrimSpace(get("agent"))

@@ -946,3 +946,108 @@ func TestLoomPageConcurrentTinyPool(t *testing.T) {
 		t.Fatal("the model's last line is not on the page")
 	}
 }
+
+// collabSite is a site whose room has a collaborator record (written by
+// the loom op a running collaborator uses) for agent claude.
+func collabSite(t *testing.T) (*site, *substrate.Principal) {
+	s := newSite(t, web.Options{}, "alice", "paul")
+	ctx := context.Background()
+	s.share("paul", "participant")
+	claude, err := s.svc.Join(ctx, s.admin, "lab", substrate.JoinRequest{ID: "claude", Name: "Claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm := loom.Of(s.svc)
+	if _, err := lm.Run(ctx, s.admin, "lab", `→ new tree "t" "ROOT"`+"\n→ permit claude loom_aware loom_write"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := s.svc.Authenticate(ctx, claude.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lm.CollabUpdate(ctx, cp, "lab", loom.CollabRecord{Model: "instruct", State: "starting", Tree: 1, Branch: "1", MaxCalls: 50, MaxTokens: 200000, MaxSeconds: 1800}, "collaborating"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lm.CollabUpdate(ctx, cp, "lab", loom.CollabRecord{Model: "instruct", State: "waiting", Tree: 1, Branch: "1", Calls: 3, PromptTokens: 3311, CompletionTokens: 56, MaxCalls: 50, MaxTokens: 200000, MaxSeconds: 1800}, "call 3"); err != nil {
+		t.Fatal(err)
+	}
+	return s, cp
+}
+
+// The loom page shows each collaborator that runs itself: agent, what it
+// is doing, calls and tokens against its budget; those allowed stop it
+// from the page with a form that needs no script.
+func TestLoomPageCollaborators(t *testing.T) {
+	s, _ := collabSite(t)
+	for _, who := range []string{"alice", "paul"} {
+		_, _, page := s.get(who, "/web/rooms/lab/loom?tree=1&node=1&part=main")
+		for _, want := range []string{`id="collab-claude"`, "waiting for its turn or a change on branch 1", `<span class="calls">3 of 50</span>`, "3311 prompt + 56 completion = 3367 of 200000"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("%s's page lacks %q", who, want)
+			}
+		}
+	}
+	// paul (a participant without loom_write) sees why he cannot stop it.
+	if _, _, page := s.get("paul", "/web/rooms/lab/loom?tree=1&node=1"); strings.Contains(page, `id="stop-claude"`) || !strings.Contains(page, "Stopping a collaborator takes room authority or loom_write") {
+		t.Error("paul is offered the stop form, or not told why not")
+	}
+	_, _, page := s.get("alice", "/web/rooms/lab/loom?tree=1&node=1")
+	if !strings.Contains(page, `id="stop-claude"`) || !strings.Contains(page, `name="op" value="stop"`) {
+		t.Fatalf("the owner is not offered the stop form")
+	}
+	code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"tree": {"1"}, "node": {"1"}, "op": {"stop"}, "agent": {"claude"}})
+	if code != 200 || !strings.Contains(body, "✓ asked collaborator claude to stop") || !strings.Contains(body, "stopping (asked by") || strings.Contains(body, `id="stop-claude"`) {
+		t.Fatalf("stopping from the page: %d %s", code, body)
+	}
+	us, err := loom.Of(s.svc).CollaboratorUsage(context.Background(), s.admin, "lab")
+	if err != nil || len(us) != 1 || us[0].Stop == "" {
+		t.Fatalf("the record after stop: %+v %v", us, err)
+	}
+	if code, body := s.post("alice", "/web/rooms/lab/loom", url.Values{"op": {"stop"}, "agent": {"no body"}}); code != http.StatusBadRequest || !strings.Contains(body, "is not an agent id") {
+		t.Errorf("a stop form naming no agent: %d", code)
+	}
+}
+
+// A generation in flight shows on every participant's page, not only the
+// asker's, and is gone when its nodes land.
+func TestLoomPageShowsRunningGeneration(t *testing.T) {
+	release := make(chan struct{}, 1)
+	arrived := make(chan struct{}, 2)
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-stop:
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"choices":[{"text":" GENERATED-TEXT"}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) })
+	s, cp := collabSite(t)
+	lm := loom.Attach(s.svc, loom.Options{GeneratorURL: srv.URL, GeneratorModel: "tiny"})
+	ctx := context.Background()
+	if _, err := lm.Run(ctx, s.admin, "lab", "→ permit claude loom_aware loom_write loom_generate"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := lm.Run(ctx, cp, "lab", "→ continue from 1 tree:1")
+		done <- err
+	}()
+	<-arrived
+	_, _, page := s.get("paul", "/web/rooms/lab/loom?tree=1&node=1&part=main")
+	if !strings.Contains(page, `id="generating-here"`) || !strings.Contains(page, "Generating 1 continuation(s) of this node for claude") || !strings.Contains(page, `id="generating"`) {
+		t.Fatalf("paul's page does not show claude's generation running: %s", page)
+	}
+	release <- struct{}{}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_, _, page = s.get("paul", "/web/rooms/lab/loom?tree=1&node=1&part=main")
+	if strings.Contains(page, `id="generating-here"`) || !strings.Contains(page, "GENERATED-TEXT") {
+		t.Fatalf("after the answer: still generating, or no node: %s", page)
+	}
+}

@@ -379,6 +379,17 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 			turn = append(turn, memItem{full: fmt.Sprintf("pending g%d: %d of %d continuations of node %d (tree %d)", q.ID, q.Done, q.N, q.Node, q.Tree)})
 		}
 	}
+	running, err := r.generations(0)
+	if err != nil {
+		return "", err
+	}
+	for i, g := range running {
+		if i == 3 {
+			turn = append(turn, memItem{full: fmt.Sprintf("generating: %d more in the room", len(running)-i)})
+			break
+		}
+		turn = append(turn, memItem{full: generatingLine(g, r.actor, r.now)})
+	}
 	head := "⟨memory⟩"
 	if len(auto) > 0 {
 		head += fmt.Sprintf(" · pinned %s automatically (you named or quoted it; → drop N unpins)", strings.Join(auto, ", "))

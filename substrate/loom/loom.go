@@ -1132,8 +1132,10 @@ type callState struct {
 // no connection held.
 type stepIn struct {
 	call *callState
-	// gen are generated texts for a continue.
-	gen []string
+	// gen are generated texts for a continue; running is the record of
+	// their generation, which the nodes' mutation removes.
+	gen     []string
+	running string
 	// summary, when set, is the summary a command asked for.
 	summary *string
 	// collect asks the command only to read the text it would summarise
@@ -1219,10 +1221,15 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		})
 		return st, pos, onboard, err
 	}
+	var moved *loomPos
 	_, err = l.svc.MutateRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
 		r := &loomRun{l: l, tx: tx, p: tx.Principal(), room: roomID, now: tx.Now(), actor: tx.Actor()}
 		if err := body(r); err != nil {
 			return err
+		}
+		moved = r.newPos
+		if in.running != "" {
+			r.ops = append(r.ops, substrate.Op{Scope: scopeLoomLive, Key: in.running, Delete: true})
 		}
 		line := r.trace
 		if line == "" {
@@ -1245,6 +1252,27 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		tx.Audit(map[string]any{"kind": "loom", "command": c.Verb, "writes": audit})
 		return nil
 	})
+	if err == nil && pos == nil && moved != nil && !in.collect {
+		// A node the command created is written at commit, so its
+		// position (the result's first line) is read once it exists.
+		perr := l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
+			r := &loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()}
+			t, err := r.tree(moved.Tree)
+			if err != nil {
+				return err
+			}
+			n, err := r.node(t, strconv.FormatInt(moved.Node, 10))
+			if err != nil {
+				return err
+			}
+			pos, err = r.position(t, n)
+			return err
+		})
+		if perr != nil {
+			// The command committed: its result stands without the line.
+			l.log.Warn("loom position after a write unread", "room", roomID, "err", perr)
+		}
+	}
 	return st, pos, onboard, err
 }
 

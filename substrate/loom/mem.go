@@ -527,6 +527,7 @@ func (r *loomRun) requests() (string, error) {
 func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID string, c *Command, call *callState) (Step, *Position, string, error) {
 	var prompt string
 	var n, tokens int
+	var tree, node int64
 	err := l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
 		r := &loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()}
 		if err := r.loadCaller(); err != nil {
@@ -555,16 +556,23 @@ func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID s
 		}
 		prompt = PathText(path, ForBase)
 		n, tokens = r.genParams(c)
+		tree, node = t.ID, parent.ID
 		return nil
 	})
 	if err != nil {
 		return Step{Command: c.Line, Verb: c.Verb}, nil, "", err
 	}
+	running := l.markGenerating(ctx, p, roomID, tree, node, n)
 	texts, err := l.generate(ctx, prompt, n, tokens)
 	if err != nil {
+		l.unmarkGenerating(ctx, p, roomID, running)
 		return Step{Command: c.Line, Verb: c.Verb}, nil, "", err
 	}
-	return l.exec(ctx, p, roomID, c, &stepIn{call: call, gen: texts})
+	st, pos, onboard, err := l.exec(ctx, p, roomID, c, &stepIn{call: call, gen: texts, running: running})
+	if err != nil {
+		l.unmarkGenerating(ctx, p, roomID, running)
+	}
+	return st, pos, onboard, err
 }
 
 // humanBreak keeps a human-typed node apart from the text before it in a

@@ -135,6 +135,8 @@ type View struct {
 	Leases    []Lease
 	Bookmarks []Bookmark
 	Requests  []GenRequest
+	// Generating are the tree's generator calls in flight, oldest first.
+	Generating []Generation
 	// Docs are the room's loom documents (with doc_read).
 	Docs []Doc
 	Now  time.Time
@@ -322,6 +324,11 @@ func (r *loomRun) snapshot(v *View, q SnapshotQuery) error {
 			if json.Unmarshal(kv.Value, &le) == nil && le.Until.After(r.now) {
 				v.Leases = append(v.Leases, Lease{Branch: strings.TrimPrefix(kv.Key, "lease:"+tp), Holder: le.Holder, Until: le.Until})
 			}
+		case strings.HasPrefix(kv.Key, runPrefix+tp):
+			var g Generation
+			if json.Unmarshal(kv.Value, &g) == nil {
+				v.Generating = append(v.Generating, g)
+			}
 		case strings.HasPrefix(kv.Key, "bm:"+tp):
 			var b Bookmark
 			if json.Unmarshal(kv.Value, &b) == nil {
@@ -331,6 +338,7 @@ func (r *loomRun) snapshot(v *View, q SnapshotQuery) error {
 		}
 	}
 	slices.SortFunc(v.Presence, func(a, b Presence) int { return strings.Compare(a.Actor, b.Actor) })
+	slices.SortFunc(v.Generating, func(a, b Generation) int { return a.At.Compare(b.At) })
 	gens, err := r.tx.List(substrate.ListQuery{Scope: scopeLoom, Prefix: "gen:", Limit: 500})
 	if err != nil {
 		return err
