@@ -11,6 +11,7 @@ package substrate
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -75,6 +76,9 @@ func (snap *snapshot) computePure(s *Service) bool {
 			if p != nil && (p.Uses("now") || p.Uses("agents")) {
 				return false
 			}
+			if p != nil && p.UsesMessages {
+				snap.viewsMsgs = true
+			}
 		}
 	}
 	for scope, rows := range snap.scopes {
@@ -93,8 +97,9 @@ func (snap *snapshot) computePure(s *Service) bool {
 // maxBuiltAuthorities bounds the builds one liveState keeps.
 const maxBuiltAuthorities = 256
 
-// buildKey names the reader's authority for build: who it is and the
-// scopes it reads (as the read rule decides them, rules included); ok is
+// buildKey names the reader's authority for build: who it is, the
+// scopes it reads (as the read rule decides them, rules included) and,
+// when a view reads messages, the reader's message counts; ok is
 // false when the read cannot share a build (presence with enabled
 // expressions, which spend the read's gate budget per read; gated unread
 // messages, likewise).
@@ -107,6 +112,17 @@ func (rc *roomCtx) buildKey(live *liveState) (string, bool) {
 	if len(rc.msgs.gated) > 0 {
 		return "", false
 	}
+	msgs := ""
+	if rc.snap.viewsMsgs {
+		// Views read the reader's own message counts: builds are shared
+		// only by readers with the same counts, and not when a hidden
+		// message may make this reader's count differ from the raw one
+		// (its gate may read now or agents, which the key cannot hold).
+		if len(rc.msgs.hidden) > 0 {
+			return "", false
+		}
+		msgs = fmt.Sprintf("\x00#%d/%d/%d", rc.msgs.Count, rc.msgs.Unread, rc.msgs.Directed)
+	}
 	scopes := make([]string, 0, len(live.vals))
 	for sc := range live.vals {
 		if rc.visible(sc) {
@@ -114,7 +130,7 @@ func (rc *roomCtx) buildKey(live *liveState) (string, bool) {
 		}
 	}
 	slices.Sort(scopes)
-	return rc.self + "\x00" + strings.Join(scopes, "\x00"), true
+	return rc.self + "\x00" + strings.Join(scopes, "\x00") + msgs, true
 }
 
 // buildShared is build for a context read: a build of the same authority
@@ -162,6 +178,10 @@ func (s *Service) buildShared(ctx context.Context, snap *snapshot, p *Principal,
 	rc.views, rc.viewOrder, rc.viewCost = maps.Clone(b.views), b.viewOrder, b.viewCost
 	rc.actEnabled, rc.actAvail, rc.actionCost = b.actEnabled, b.actAvail, b.actionCost
 	rc.authority = maps.Clone(b.authority)
+	// The hidden messages are the snapshot's; which of them this reader
+	// may not see is its own (their gates read self, now, agents): its
+	// messages.count is derived per read, as build does.
+	s.uncountHidden(ctx, rc)
 	rc.vars = expr.Vars{
 		State:    rc.state,
 		Agents:   rc.visibleAgents(ctx, s),

@@ -214,11 +214,15 @@ func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID strin
 		return nil, false, err
 	}
 	snap := s.snaps.get(cacheKey(roomID, born), seq)
-	if snap == nil {
+	if snap == nil || !snap.readReady(count) {
+		// A snapshot advanced by a mutation (or a message count the
+		// janitor changed) has no usage or hidden-message list yet: both
+		// must be read in the transaction that read the seq, so the
+		// long way reads them once and later reads come back here.
 		return nil, false, nil
 	}
 	s.marks.overlay(roomID, agents)
-	out := &roomRead{snap: snap, msgs: msgCounts{Count: count}, counted: wantMsgs || snap.actionsUseMessages(s)}
+	out := &roomRead{snap: snap, msgs: msgCounts{Count: count, hidden: snap.hiddenAt(count)}, counted: wantMsgs || snap.actionsUseMessages(s)}
 	if wantAgents {
 		out.agents = agents
 	}
@@ -235,9 +239,11 @@ func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID strin
 	if out.counted {
 		// After the transaction, bounded by its seq: messages up to it do
 		// not change, so the counts agree with the snapshot.
+		hidden := out.msgs.hidden
 		if out.msgs, err = countMessages(ctx, s.db, roomID, p, agents, count, seq); err != nil {
 			return nil, false, err
 		}
+		out.msgs.hidden = hidden
 	}
 	return out, true, nil
 }

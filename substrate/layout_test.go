@@ -23,9 +23,12 @@ import (
 // substrate/ that imports the core is one (or the REST adapter): listing
 // it here says so, and the rules below hold it.
 var features = map[string]string{
-	"substrate/loom":       "the loom (seed 002)",
-	"substrate/trajectory": "trajectory export, a key's history, replay",
-	"substrate/salience":   "adaptive salience: _attention, _vocabulary_health (seed 000 §VII)",
+	"substrate/loom": "the loom (seed 002)",
+	// It imports the core only for the agent's authority (Service,
+	// Principal, AgentPrincipal); rooms it reaches through the loom.
+	"substrate/loom/collab": "the instruct collaborator that runs itself as an agent (seed 002)",
+	"substrate/trajectory":  "trajectory export, a key's history, replay",
+	"substrate/salience":    "adaptive salience: _attention, _vocabulary_health (seed 000 §VII)",
 }
 
 // adapters are the packages under substrate/ that serve the core to a

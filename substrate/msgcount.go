@@ -24,11 +24,39 @@ const sqlHiddenMessages = `SELECT enabled_expr, timer_effect, timer_expires_at, 
 	WHERE room_id = $1 AND scope = '_messages' AND sort_key IS NOT NULL AND sort_key <= $2
 		AND (enabled_expr IS NOT NULL OR timer_effect IS NOT NULL)`
 
+func hiddenKey(count int64) string {
+	return "core:hidden-messages:" + strconv.FormatInt(count, 10)
+}
+
+// hiddenAt is the hidden-message list hiddenMessages read at this
+// snapshot and message count (nil when none was read, or none is hidden).
+func (snap *snapshot) hiddenAt(count int64) []hiddenMsg {
+	snap.memoMu.Lock()
+	defer snap.memoMu.Unlock()
+	if e := snap.memo[hiddenKey(count)]; e != nil {
+		return e.v.([]hiddenMsg)
+	}
+	return nil
+}
+
+// readReady reports whether a read may take this snapshot without a
+// transaction of its own: what must be read at the snapshot's seq (the
+// vocabulary's usage, the hidden messages at this count) already is.
+func (snap *snapshot) readReady(count int64) bool {
+	snap.usageMu.Lock()
+	usage := snap.usage != nil
+	snap.usageMu.Unlock()
+	snap.memoMu.Lock()
+	hidden := snap.memo[hiddenKey(count)] != nil
+	snap.memoMu.Unlock()
+	return usage && hidden
+}
+
 // hiddenMessages are the room's gated or timed messages at snap, read with
 // q (the caller's transaction) once per snapshot and message count (the
 // janitor changes the count, not the seq).
 func (s *Service) hiddenMessages(ctx context.Context, q querier, snap *snapshot, count int64) ([]hiddenMsg, error) {
-	key := "core:hidden-messages:" + strconv.FormatInt(count, 10)
+	key := hiddenKey(count)
 	snap.memoMu.Lock()
 	e := snap.memo[key]
 	snap.memoMu.Unlock()

@@ -44,6 +44,8 @@ type snapshot struct {
 	// pure is buildPure's answer, decided once.
 	pureOnce sync.Once
 	pure     bool
+	// viewsMsgs: a view reads messages (decided with pure).
+	viewsMsgs bool
 }
 
 // actionsUseMessages reports whether any action's enabled or if reads

@@ -2078,3 +2078,49 @@ func TestAttackGatedMessagesNotCounted(t *testing.T) {
 		}
 	}
 }
+
+// Merge of h6 and h7: a read of an unchanged room takes the snapshot this
+// process holds and may reuse another read's build. Neither may carry
+// another reader's message counts: messages.count leaves out what the
+// reader's gates hide on every read (first, cached, reused build), and a
+// view reading the reader's counts is not served from a build made with
+// other counts.
+func TestAttackCachedBuildCountsEachReadersMessages(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("cc", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/cc/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "hello"}},
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "psst", "to": "a"}, "enabled": `self == "a"`},
+	}}).must(t, 200)
+	for i := range 3 {
+		for _, r := range []struct {
+			tok  string
+			want float64
+		}{{b, 1}, {a, 2}, {rm.view, 1}} {
+			if n := path(e.ctx(rm, r.tok, "").body, "messages", "count"); n != r.want {
+				t.Fatalf("HOLE: read %d counts %v messages, want %v (a message hidden from the reader counted)", i, n, r.want)
+			}
+		}
+	}
+	// A view shown while the reader has unread messages (its gate reads
+	// the reader's counts): the second read, at the same seq, has read
+	// everything. (A room of its own: a hidden message, as above, keeps
+	// such a view's reads from sharing builds at all.)
+	rm = e.room("cv", nil)
+	b = e.join(rm, "b")
+	e.do("PUT", "/rooms/cv/views", rm.token, map[string]any{"id": "news", "scope": "_shared", "expr": `"unread"`, "enabled": "messages.unread > 0"}).must(t, 201)
+	e.do("PUT", "/rooms/cv/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "more"}},
+	}}).must(t, 200)
+	if c := e.ctx(rm, b, ""); path(c.body, "views", "news") != "unread" {
+		t.Fatalf("first read with an unread message: no view news: %s", c.raw)
+	}
+	for i := range 3 {
+		c := e.ctx(rm, b, "")
+		if u, v := path(c.body, "messages", "unread"), path(c.body, "views", "news"); u != float64(0) || v != nil {
+			t.Fatalf("HOLE: read %d after reading everything: unread %v, view %v (a build made with other counts)", i+2, u, v)
+		}
+	}
+}
