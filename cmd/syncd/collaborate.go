@@ -51,6 +51,8 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	systemFile := fs.String("system-file", env("SYNC_COLLAB_SYSTEM_FILE", ""), "file holding the base system prompt; the loom-aware addendum follows it (SYNC_COLLAB_SYSTEM_FILE)")
 	maxCalls := fs.String("max-calls", env("SYNC_COLLAB_MAX_CALLS", "50"), "budget: chat calls (SYNC_COLLAB_MAX_CALLS)")
 	maxTokens := fs.String("max-tokens", env("SYNC_COLLAB_MAX_TOKENS", "200000"), "budget: prompt + completion tokens (SYNC_COLLAB_MAX_TOKENS)")
+	maxGens := fs.String("max-generations", env("SYNC_COLLAB_MAX_GENERATIONS", "40"), "budget: continuations the base model writes for its → continue (SYNC_COLLAB_MAX_GENERATIONS)")
+	modelTurns := fs.String("model-turns", env("SYNC_COLLAB_MODEL_TURNS", "3"), "turns in a row it answers nodes only models wrote before it waits for a person's (SYNC_COLLAB_MODEL_TURNS)")
 	maxTime := fs.String("max-time", env("SYNC_COLLAB_MAX_TIME", "30m"), "budget: wall time (SYNC_COLLAB_MAX_TIME)")
 	replyTokens := fs.String("reply-tokens", env("SYNC_COLLAB_REPLY_TOKENS", "1024"), "max_tokens of each call (SYNC_COLLAB_REPLY_TOKENS)")
 	contextTokens := fs.String("context-tokens", env("SYNC_COLLAB_CONTEXT_TOKENS", "6000"), "tokens of conversation (branch text and earlier words) before older parts are summarised or left out (SYNC_COLLAB_CONTEXT_TOKENS)")
@@ -94,7 +96,8 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	for _, f := range []struct {
 		name, v string
 		dst     *int
-	}{{"reply tokens", *replyTokens, &c.run.ReplyTokens}, {"context tokens", *contextTokens, &c.run.ContextTokens}, {"turn calls", *turnCalls, &c.run.TurnCalls}} {
+	}{{"reply tokens", *replyTokens, &c.run.ReplyTokens}, {"context tokens", *contextTokens, &c.run.ContextTokens}, {"turn calls", *turnCalls, &c.run.TurnCalls},
+		{"max generations", *maxGens, &c.run.MaxGenerations}, {"model turns", *modelTurns, &c.run.ModelTurns}} {
 		if n, err = pos(f.name, f.v); err != nil {
 			return nil, err
 		}

@@ -131,8 +131,9 @@ func TestThreePartySession(t *testing.T) {
 	if err != nil || len(usage) != 1 {
 		t.Fatal(usage, err)
 	}
-	s.add("collaborator usage", fmt.Sprintf("%s (%s): %s, %d calls, %d prompt + %d completion tokens; %s",
-		usage[0].Agent, usage[0].Model, usage[0].State, usage[0].Calls, usage[0].PromptTokens, usage[0].CompletionTokens, usage[0].Reason))
+	s.add("collaborator usage", fmt.Sprintf("%s (%s): %s, %d calls, %d prompt + %d completion tokens, base model %d calls %d continuations %d tokens; %s",
+		usage[0].Agent, usage[0].Model, usage[0].State, usage[0].Calls, usage[0].PromptTokens, usage[0].CompletionTokens,
+		usage[0].GenCalls, usage[0].Generations, usage[0].GenTokens, usage[0].Reason))
 	s.add("claude's trace", strings.Join(e.trace("claude"), "\n"))
 	if rec.Calls != 5 {
 		t.Fatalf("%d calls", rec.Calls)
