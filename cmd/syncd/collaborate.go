@@ -53,6 +53,7 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	maxTokens := fs.String("max-tokens", env("SYNC_COLLAB_MAX_TOKENS", "200000"), "budget: prompt + completion tokens (SYNC_COLLAB_MAX_TOKENS)")
 	maxGens := fs.String("max-generations", env("SYNC_COLLAB_MAX_GENERATIONS", "40"), "budget: continuations the base model writes for its → continue (SYNC_COLLAB_MAX_GENERATIONS)")
 	modelTurns := fs.String("model-turns", env("SYNC_COLLAB_MODEL_TURNS", "3"), "turns in a row it answers nodes only models wrote before it waits for a person's (SYNC_COLLAB_MODEL_TURNS)")
+	lease := fs.String("lease", env("SYNC_COLLAB_LEASE", "90s"), "how long its record shows it alive without news; renewed every third (SYNC_COLLAB_LEASE)")
 	maxTime := fs.String("max-time", env("SYNC_COLLAB_MAX_TIME", "30m"), "budget: wall time (SYNC_COLLAB_MAX_TIME)")
 	replyTokens := fs.String("reply-tokens", env("SYNC_COLLAB_REPLY_TOKENS", "1024"), "max_tokens of each call (SYNC_COLLAB_REPLY_TOKENS)")
 	contextTokens := fs.String("context-tokens", env("SYNC_COLLAB_CONTEXT_TOKENS", "6000"), "tokens of conversation (branch text and earlier words) before older parts are summarised or left out (SYNC_COLLAB_CONTEXT_TOKENS)")
@@ -89,6 +90,9 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	c.run.MaxCalls = int(n)
 	if c.run.MaxTokens, err = pos("max tokens", *maxTokens); err != nil {
 		return nil, err
+	}
+	if c.run.Lease, err = time.ParseDuration(*lease); err != nil || c.run.Lease < 300*time.Millisecond {
+		return nil, fmt.Errorf("lease %q is not a duration of at least 300ms, such as 90s", *lease)
 	}
 	if c.run.MaxTime, err = time.ParseDuration(*maxTime); err != nil || c.run.MaxTime <= 0 {
 		return nil, fmt.Errorf("max time %q is not a positive duration such as 30m", *maxTime)
