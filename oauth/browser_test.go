@@ -28,6 +28,16 @@ func signedIn(ctx context.Context, d time.Duration) bool {
 	return chromedp.Do(wctx, chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`))) == nil
 }
 
+// ready waits until the page's script has run, so its buttons work: a
+// page is shown (WaitVisible passes) before its deferred script runs, and
+// a click then does nothing.
+func ready() chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](`document.readyState === "complete"`)(ctx, t)
+		return err
+	})
+}
+
 // text reads an element's text.
 func text(ctx context.Context, css string) (string, error) {
 	return chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
@@ -38,6 +48,10 @@ func text(ctx context.Context, css string) (string, error) {
 // screen; the code exchanges for tokens with the scope that was chosen.
 func TestBrowserSignupSigninConsent(t *testing.T) {
 	h := newHarness(t, oauth.Options{})
+	// The pages' script comes late, as on a loaded machine (where this
+	// test once hung for its whole 2 minutes): a button clicked before
+	// the script ran does nothing, so every click waits for it (ready).
+	h.scriptDelay.Store(int64(700 * time.Millisecond))
 	ctx := chrome(t)
 	link, err := h.s.EnsureEnrolment(context.Background())
 	if err != nil || link == "" {
@@ -46,7 +60,7 @@ func TestBrowserSignupSigninConsent(t *testing.T) {
 
 	err = chromedp.Do(ctx,
 		chromedp.Navigate(link),
-		chromedp.WaitVisible(chromedp.CSS("#username")),
+		chromedp.WaitVisible(chromedp.CSS("#username")), ready(),
 		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
 		chromedp.Click(chromedp.CSS("#signup")),
 		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
@@ -71,7 +85,7 @@ func TestBrowserSignupSigninConsent(t *testing.T) {
 		chromedp.Navigate(h.base+"/account"),
 		chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"] button`)),
 		chromedp.Click(chromedp.CSS(`form[action="/signout"] button`)),
-		chromedp.WaitVisible(chromedp.CSS("#signin")),
+		chromedp.WaitVisible(chromedp.CSS("#signin")), ready(),
 	)
 	err = chromedp.Do(ctx, signOut,
 		chromedp.Click(chromedp.CSS("#signin")),
@@ -104,7 +118,7 @@ func TestBrowserSignupSigninConsent(t *testing.T) {
 	// "/\t/evil.example" and would go to //evil.example. The server
 	// renders a safe next, and the page's script checks it again.
 	if err := chromedp.Do(ctx, signOut, chromedp.Navigate(h.base+"/signin?next=%2F%09%2Fevil.example"),
-		chromedp.WaitVisible(chromedp.CSS("#signin")), chromedp.Click(chromedp.CSS("#signin"))); err != nil {
+		chromedp.WaitVisible(chromedp.CSS("#signin")), ready(), chromedp.Click(chromedp.CSS("#signin"))); err != nil {
 		t.Fatalf("sign-in with a hostile next: %v", err)
 	}
 	if !signedIn(ctx, 30*time.Second) {
@@ -113,6 +127,9 @@ func TestBrowserSignupSigninConsent(t *testing.T) {
 	}
 	if loc, _ := chromedp.Run(ctx, chromedp.Location()); !strings.HasPrefix(loc, h.base+"/") {
 		t.Fatalf("sign-in with a hostile next went to %q", loc)
+	}
+	if err := chromedp.Do(ctx, ready()); err != nil {
+		t.Fatal(err)
 	}
 	for next, want := range map[string]string{"/\t/evil.example": "/account", "/\\evil.example": "/account",
 		"//evil.example": "/account", "/authorize?x=1": "/authorize?x=1"} {

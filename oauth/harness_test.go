@@ -14,7 +14,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/descope/virtualwebauthn"
 
@@ -36,6 +38,9 @@ type harness struct {
 	s    *oauth.Server
 	db   *store.DB
 	lob  *lobby.Lobby
+	// scriptDelay, when set, holds back the pages' script (a loaded
+	// machine, a slow network): a page is shown before its buttons work.
+	scriptDelay *atomic.Int64
 }
 
 func newHarness(t *testing.T, opt oauth.Options) *harness {
@@ -60,12 +65,18 @@ func newHarness(t *testing.T, opt oauth.Options) *harness {
 	}
 	mux := http.NewServeMux()
 	s.Routes(mux)
-	srv := httptest.NewUnstartedServer(mux)
+	delay := new(atomic.Int64)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d := time.Duration(delay.Load()); d > 0 && strings.HasSuffix(r.URL.Path, ".js") {
+			time.Sleep(d)
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &harness{t: t, base: base, srv: srv, s: s, db: db, lob: lob, svc: svc}
+	return &harness{t: t, base: base, srv: srv, s: s, db: db, lob: lob, svc: svc, scriptDelay: delay}
 }
 
 // browser is a cookie-keeping HTTP client that does not follow redirects,

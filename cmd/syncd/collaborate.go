@@ -51,6 +51,9 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	systemFile := fs.String("system-file", env("SYNC_COLLAB_SYSTEM_FILE", ""), "file holding the base system prompt; the loom-aware addendum follows it (SYNC_COLLAB_SYSTEM_FILE)")
 	maxCalls := fs.String("max-calls", env("SYNC_COLLAB_MAX_CALLS", "50"), "budget: chat calls (SYNC_COLLAB_MAX_CALLS)")
 	maxTokens := fs.String("max-tokens", env("SYNC_COLLAB_MAX_TOKENS", "200000"), "budget: prompt + completion tokens (SYNC_COLLAB_MAX_TOKENS)")
+	maxGens := fs.String("max-generations", env("SYNC_COLLAB_MAX_GENERATIONS", "40"), "budget: continuations the base model writes for its → continue (SYNC_COLLAB_MAX_GENERATIONS)")
+	modelTurns := fs.String("model-turns", env("SYNC_COLLAB_MODEL_TURNS", "3"), "turns in a row it answers nodes only models wrote before it waits for a person's (SYNC_COLLAB_MODEL_TURNS)")
+	lease := fs.String("lease", env("SYNC_COLLAB_LEASE", "90s"), "how long its record shows it alive without news; renewed every third (SYNC_COLLAB_LEASE)")
 	maxTime := fs.String("max-time", env("SYNC_COLLAB_MAX_TIME", "30m"), "budget: wall time (SYNC_COLLAB_MAX_TIME)")
 	replyTokens := fs.String("reply-tokens", env("SYNC_COLLAB_REPLY_TOKENS", "1024"), "max_tokens of each call (SYNC_COLLAB_REPLY_TOKENS)")
 	contextTokens := fs.String("context-tokens", env("SYNC_COLLAB_CONTEXT_TOKENS", "6000"), "tokens of conversation (branch text and earlier words) before older parts are summarised or left out (SYNC_COLLAB_CONTEXT_TOKENS)")
@@ -88,13 +91,17 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	if c.run.MaxTokens, err = pos("max tokens", *maxTokens); err != nil {
 		return nil, err
 	}
+	if c.run.Lease, err = time.ParseDuration(*lease); err != nil || c.run.Lease < 300*time.Millisecond {
+		return nil, fmt.Errorf("lease %q is not a duration of at least 300ms, such as 90s", *lease)
+	}
 	if c.run.MaxTime, err = time.ParseDuration(*maxTime); err != nil || c.run.MaxTime <= 0 {
 		return nil, fmt.Errorf("max time %q is not a positive duration such as 30m", *maxTime)
 	}
 	for _, f := range []struct {
 		name, v string
 		dst     *int
-	}{{"reply tokens", *replyTokens, &c.run.ReplyTokens}, {"context tokens", *contextTokens, &c.run.ContextTokens}, {"turn calls", *turnCalls, &c.run.TurnCalls}} {
+	}{{"reply tokens", *replyTokens, &c.run.ReplyTokens}, {"context tokens", *contextTokens, &c.run.ContextTokens}, {"turn calls", *turnCalls, &c.run.TurnCalls},
+		{"max generations", *maxGens, &c.run.MaxGenerations}, {"model turns", *modelTurns, &c.run.ModelTurns}} {
 		if n, err = pos(f.name, f.v); err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -124,4 +125,66 @@ func TestCollaborateAgainstTheServersDatabase(t *testing.T) {
 	if a, _ := auth.Load().(string); a != "Bearer sk-adapter" {
 		t.Fatalf("authorization %q", a)
 	}
+}
+
+// syncd collaborate killed with -9 says nothing on its way out: its
+// record shows it alive while it runs (the lease renewed), then gone
+// once the lease lapses.
+func TestCollaborateKilledShowsGone(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	db, err := store.Open(ctx, url, store.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "story"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	if _, err := svc.Join(ctx, admin, "story", substrate.JoinRequest{ID: "claude", Name: "Claude"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loom.Of(svc).Run(ctx, admin, "story", "→ new tree \"t\" \"Once.\"\n→ permit claude loom_write"); err != nil {
+		t.Fatal(err)
+	}
+	chat := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []map[string]any{{"message": map[string]string{"content": "I wait."}}}})
+	}))
+	t.Cleanup(chat.Close)
+	cmd := exec.Command(os.Args[0], "collaborate", "-database-url", url, "-room", "story", "-agent", "claude",
+		"-chat-url", chat.URL, "-chat-model", "m", "-lease", "1s", "-max-time", "60s")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	state := func() string {
+		usage, _ := loom.Of(svc).CollaboratorUsage(ctx, admin, "story")
+		if len(usage) != 1 {
+			return ""
+		}
+		return usage[0].State
+	}
+	until := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); state() != want; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the record shows %q, not %q", state(), want)
+			}
+		}
+	}
+	until("waiting")
+	time.Sleep(2500 * time.Millisecond) // over two leases: renewed
+	if s := state(); s != "waiting" {
+		t.Fatalf("a running collaborator shows %q", s)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	until("gone")
 }

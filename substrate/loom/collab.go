@@ -3,6 +3,7 @@ package loom
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -35,28 +36,62 @@ type CollabRecord struct {
 	// Model is the chat model it calls (never the endpoint's key).
 	Model string `json:"model"`
 	// State is starting, calling (a call to the model in flight), waiting
-	// (for a change on its branch or for its turn) or stopped.
+	// (for a change on its branch or for its turn) or stopped; readers
+	// (CollaboratorUsage, → stop) say gone for one whose lease lapsed.
 	State            string `json:"state"`
 	Tree             int64  `json:"tree"`
 	Branch           string `json:"branch"`
 	Calls            int    `json:"calls"`
 	PromptTokens     int64  `json:"prompt_tokens"`
 	CompletionTokens int64  `json:"completion_tokens"`
-	// The budget: at most so many calls, tokens (prompt + completion)
-	// and seconds of wall time; 0 is no limit.
-	MaxCalls   int   `json:"max_calls"`
-	MaxTokens  int64 `json:"max_tokens"`
-	MaxSeconds int64 `json:"max_seconds"`
+	// The base model's spend on its behalf (→ continue): generator
+	// calls, texts generated, and their prompt + completion tokens, which
+	// count against MaxTokens too.
+	GenCalls    int   `json:"gen_calls"`
+	Generations int   `json:"generations"`
+	GenTokens   int64 `json:"gen_tokens"`
+	// The budget: at most so many calls, tokens (both models', prompt +
+	// completion), continuations and seconds of wall time.
+	MaxCalls       int   `json:"max_calls"`
+	MaxTokens      int64 `json:"max_tokens"`
+	MaxGenerations int   `json:"max_generations"`
+	MaxSeconds     int64 `json:"max_seconds"`
 	// Stop is who asked it to stop (→ stop), "" while nobody has.
 	Stop string `json:"stop"`
 	// Reason says why it stopped.
 	Reason  string    `json:"reason,omitempty"`
 	Started time.Time `json:"started_at"`
 	Updated time.Time `json:"updated_at"`
+	// AliveUntil is its lease: a running collaborator renews it (every
+	// update, and a heartbeat a third of Lease apart), so a process that
+	// died without saying so (kill -9, a lost machine) shows as gone once
+	// it lapses instead of waiting forever. Zero once stopped.
+	AliveUntil time.Time `json:"alive_until,omitzero"`
+	// Lease is how long an update keeps it alive (CollabUpdate's input,
+	// not stored). Zero: DefaultCollabLease.
+	Lease time.Duration `json:"-"`
 }
 
-// Tokens is the record's total spend.
-func (c *CollabRecord) Tokens() int64 { return c.PromptTokens + c.CompletionTokens }
+// DefaultCollabLease is how long a collaborator shows as alive after its
+// last update or heartbeat.
+const DefaultCollabLease = 90 * time.Second
+
+// Tokens is the record's total spend: the chat model's and the base
+// model's.
+func (c *CollabRecord) Tokens() int64 { return c.PromptTokens + c.CompletionTokens + c.GenTokens }
+
+// Gone reports a record that says running but whose lease lapsed at now:
+// its process ended without recording it.
+func (c *CollabRecord) Gone(now time.Time) bool {
+	return c.State != "stopped" && c.State != "gone" && !c.AliveUntil.IsZero() && !c.AliveUntil.After(now)
+}
+
+func (c *CollabRecord) markGone(now time.Time) {
+	if c.Gone(now) {
+		c.State = "gone"
+		c.Reason = fmt.Sprintf("gone: no heartbeat since %s (the process ended without stopping: killed or lost)", c.AliveUntil.UTC().Format(time.RFC3339))
+	}
+}
 
 // CollabUpdate stores p's collaborator record (p must be an agent with
 // loom_aware, except to record that it stopped) and, when line is not empty, appends it to p's trace. A
@@ -84,6 +119,14 @@ func (l *Loom) CollabUpdate(ctx context.Context, p *substrate.Principal, roomID 
 			return err
 		}
 		rec.Agent, rec.Updated = r.p.AgentID, r.now
+		rec.AliveUntil = time.Time{}
+		if rec.State != "stopped" {
+			lease := rec.Lease
+			if lease <= 0 {
+				lease = DefaultCollabLease
+			}
+			rec.AliveUntil = r.now.Add(lease)
+		}
 		if rec.State == "starting" || !found {
 			rec.Stop, rec.Started = "", r.now
 		} else {
@@ -112,6 +155,44 @@ func (l *Loom) CollabUpdate(ctx context.Context, p *substrate.Principal, roomID 
 	return &out, nil
 }
 
+// CollabHeartbeat renews p's collaborator lease (lease, or
+// DefaultCollabLease when 0) and nothing else: a running collaborator
+// calls it while it waits or works, apart from its updates. A stopped or
+// absent record is left alone.
+func (l *Loom) CollabHeartbeat(ctx context.Context, p *substrate.Principal, roomID string, lease time.Duration) error {
+	if lease <= 0 {
+		lease = DefaultCollabLease
+	}
+	_, err := l.svc.MutateRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
+		r := &loomRun{l: l, tx: tx, p: tx.Principal(), room: roomID, now: tx.Now(), actor: tx.Actor()}
+		if err := r.agent(); err != nil {
+			return err
+		}
+		var rec CollabRecord
+		found, err := r.get(scopeLoom, collabKey(r.p.AgentID), &rec)
+		if err != nil {
+			return err
+		}
+		if !found || rec.State == "stopped" {
+			return errNoLease // nothing to renew, and no commit
+		}
+		rec.AliveUntil = r.now.Add(lease)
+		r.put(scopeLoom, collabKey(r.p.AgentID), rec)
+		audit, err := tx.Apply(r.ops, "loom")
+		if err != nil {
+			return err
+		}
+		tx.Audit(map[string]any{"kind": "loom", "command": "collab heartbeat", "writes": audit})
+		return nil
+	})
+	if errors.Is(err, errNoLease) {
+		return nil
+	}
+	return err
+}
+
+var errNoLease = errors.New("no running collaborator record")
+
 // CollaboratorUsage lists the room's collaborators (running or stopped)
 // with their calls and token spend, for p, who must see the loom
 // (loom_aware): the loom page shows it. Agents in key order.
@@ -132,6 +213,7 @@ func (l *Loom) CollaboratorUsage(ctx context.Context, p *substrate.Principal, ro
 		for _, kv := range kvs {
 			var c CollabRecord
 			if json.Unmarshal(kv.Value, &c) == nil {
+				c.markGone(r.now)
 				out = append(out, c)
 			}
 		}
@@ -168,6 +250,11 @@ func (r *loomRun) stop(c *Command) (string, error) {
 	ok, err := r.get(scopeLoom, collabKey(who), &rec)
 	if err != nil {
 		return "", err
+	}
+	if ok && rec.Gone(r.now) {
+		rec.markGone(r.now)
+		return "", loomErr(errs.NotFound, "%s is not a running collaborator: %s", who, rec.Reason).
+			WithHint("nothing to stop; start it again with syncd collaborate -agent %s", who)
 	}
 	if !ok || rec.State == "stopped" {
 		return "", loomErr(errs.NotFound, "%s is not a running collaborator", who).

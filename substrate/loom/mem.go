@@ -628,6 +628,13 @@ func PathText(path []Node, who Reader) string {
 // generate calls the OpenAI-compatible completions endpoint.
 func (l *Loom) generate(ctx context.Context, prompt string, n, tokens int) ([]string, error) {
 	o := l.opt
+	meter := meterOf(ctx)
+	promptTokens := tokensOf(prompt)
+	if meter != nil {
+		if err := meter.Allow(n, tokens, promptTokens); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.GeneratorTimeout)
 	defer cancel()
 	body, _ := json.Marshal(map[string]any{"model": o.GeneratorModel, "prompt": prompt, "max_tokens": tokens, "n": n})
@@ -639,16 +646,34 @@ func (l *Loom) generate(ctx context.Context, prompt string, n, tokens int) ([]st
 	if o.GeneratorKey != "" {
 		req.Header.Set("Authorization", "Bearer "+o.GeneratorKey)
 	}
+	var out struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if meter != nil {
+		// A call that was sent is spent, whatever came back: the
+		// endpoint's figures when it gave them, else the estimate.
+		defer func() {
+			sp := GenSpend{Completions: len(out.Choices), PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens}
+			if sp.PromptTokens == 0 && sp.CompletionTokens == 0 {
+				sp.PromptTokens = int64(promptTokens)
+				for _, ch := range out.Choices {
+					sp.CompletionTokens += int64(tokensOf(ch.Text))
+				}
+			}
+			meter.Spent(sp)
+		}()
+	}
 	resp, err := o.Client.Do(req)
 	if err != nil {
 		return nil, loomErr(errs.Unavailable, "the generator did not answer: %v", err).WithHint("retry, or ask a person to write the continuation")
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Choices []struct {
-			Text string `json:"text"`
-		} `json:"choices"`
-	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, loomErr(errs.Unavailable, "the generator answered %s", resp.Status).WithHint("retry later")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -437,4 +438,178 @@ func TestAttackCollaboratorOwnNodesCallNothing(t *testing.T) {
 	e.run(e.ag["alice"], "→ add from:3 \"Alice writes.\"\n→ yield")
 	r.calls(t, chat, 3)
 	has(t, chat.requests()[2].last(), "by alice")
+}
+
+// genStub is a completions endpoint that counts the texts it generates
+// and reports usage (prompt 100, 200 a text).
+type genStub struct {
+	srv          *httptest.Server
+	calls, texts atomic.Int32
+}
+
+func newGen(t *testing.T) *genStub {
+	g := &genStub{}
+	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			N int `json:"n"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		g.calls.Add(1)
+		g.texts.Add(int32(req.N))
+		var ch []map[string]string
+		for i := 0; i < req.N; i++ {
+			ch = append(ch, map[string]string{"text": " and then more happened."})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"choices": ch, "usage": map[string]int{"prompt_tokens": 100, "completion_tokens": 200 * req.N}})
+	}))
+	t.Cleanup(g.srv.Close)
+	return g
+}
+
+// A model that asks the base model for as much as an answer may hold
+// (24 × → continue n:4, call after call) gets what the collaborator's
+// budget of continuations leaves, no more; every generation is counted in
+// its record, its tokens in the token budget, and the refused ones say
+// why.
+func TestAttackCollaboratorBaseModelSpendIsCounted(t *testing.T) {
+	gen := newGen(t)
+	e := newEnv(t, loom.Options{GeneratorURL: gen.srv.URL}, "alice", "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write loom_generate`)
+	greedy := strings.Repeat("→ continue n:4\n", 24)
+	chat := newChat(t, func(r chatReq) string { return greedy })
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL, MaxCalls: 3, MaxGenerations: 10})
+	rec := r.wait(t)
+	if n := gen.texts.Load(); n > 10 {
+		t.Fatalf("the base model generated %d texts for a budget of 10 (%d calls)", n, gen.calls.Load())
+	}
+	if int32(rec.Generations) != gen.texts.Load() || int32(rec.GenCalls) != gen.calls.Load() || rec.GenTokens != int64(100*rec.GenCalls+200*rec.Generations) {
+		t.Fatalf("record %d calls %d texts %d tokens; the generator had %d calls %d texts", rec.GenCalls, rec.Generations, rec.GenTokens, gen.calls.Load(), gen.texts.Load())
+	}
+	if rec.Tokens() != rec.PromptTokens+rec.CompletionTokens+rec.GenTokens {
+		t.Fatalf("tokens %d", rec.Tokens())
+	}
+	reqs := chat.requests()
+	has(t, reqs[1].all(), "the base model was not called", "your budget has 2 left")
+	usage, _ := loom.Of(e.svc).CollaboratorUsage(context.Background(), e.ag["alice"], e.room)
+	if len(usage) != 1 || usage[0].Generations != rec.Generations || usage[0].MaxGenerations != 10 {
+		t.Fatalf("%+v", usage)
+	}
+}
+
+// The base model's tokens count against the token budget before a call
+// is made: a continuation that could pass it is refused, so the record
+// never shows more than the budget.
+func TestAttackCollaboratorBaseModelTokensWithinBudget(t *testing.T) {
+	gen := newGen(t)
+	e := newEnv(t, loom.Options{GeneratorURL: gen.srv.URL}, "claude")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write loom_generate`)
+	chat := newChat(t, func(r chatReq) string { return strings.Repeat("→ continue n:4\n", 24) })
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL, MaxCalls: 2, MaxTokens: 6000, MaxGenerations: 1000})
+	rec := r.wait(t)
+	if rec.Tokens() > 6000 || rec.GenCalls == 0 {
+		t.Fatalf("spent %d tokens of 6000 (%d base-model calls, %d tokens)", rec.Tokens(), rec.GenCalls, rec.GenTokens)
+	}
+	if gen.calls.Load() != int32(rec.GenCalls) {
+		t.Fatalf("generator %d calls, record %d", gen.calls.Load(), rec.GenCalls)
+	}
+}
+
+// A collaborator killed without a word (kill -9: nothing records its
+// stop) shows as gone once its lease lapses, and → stop says so; one
+// that lives renews its lease while it waits.
+func TestAttackCollaboratorKilledShowsGone(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "alice", "claude", "ann")
+	e.run(e.admin, `→ new tree "t" "`+root+`"
+→ permit claude loom_write
+→ permit alice human loom_write`)
+	ctx := context.Background()
+	// What a killed collaborator leaves: its last update, then nothing.
+	if _, err := loom.Of(e.svc).CollabUpdate(ctx, e.ag["ann"], e.room, loom.CollabRecord{State: "starting", Lease: 300 * time.Millisecond}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loom.Of(e.svc).CollabUpdate(ctx, e.ag["ann"], e.room, loom.CollabRecord{State: "waiting", Lease: 300 * time.Millisecond}, ""); err != nil {
+		t.Fatal(err)
+	}
+	chat := newChat(t, func(r chatReq) string { return "Waiting." })
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL, Lease: 300 * time.Millisecond})
+	r.waiting(t)
+	time.Sleep(time.Second)
+	usage, err := loom.Of(e.svc).CollaboratorUsage(ctx, e.ag["alice"], e.room)
+	if err != nil || len(usage) != 2 {
+		t.Fatalf("%v %+v", err, usage)
+	}
+	byAgent := map[string]loom.CollabRecord{}
+	for _, u := range usage {
+		byAgent[u.Agent] = u
+	}
+	if a := byAgent["ann"]; a.State != "gone" || !strings.Contains(a.Reason, "no heartbeat since") {
+		t.Fatalf("the killed collaborator shows %q %q", a.State, a.Reason)
+	}
+	if c := byAgent["claude"]; c.State != "waiting" {
+		t.Fatalf("the live collaborator shows %q %q (alive until %s)", c.State, c.Reason, c.AliveUntil)
+	}
+	_, err = loom.Of(e.svc).Run(ctx, e.ag["alice"], e.room, "→ stop ann")
+	if err == nil || !strings.Contains(err.Error(), "not a running collaborator: gone") {
+		t.Fatalf("stop of a gone collaborator: %v", err)
+	}
+	e.run(e.ag["alice"], "→ stop claude")
+	if rec := r.wait(t); rec.State != "stopped" || !rec.AliveUntil.IsZero() {
+		t.Fatalf("%+v", rec)
+	}
+}
+
+// Two collaborators on one branch answer each other ModelTurns times in
+// a row, then wait for a person: a person's node resumes them.
+func TestAttackCollaboratorsDoNotPingPong(t *testing.T) {
+	e := newEnv(t, loom.Options{}, "alice", "ann", "ben")
+	e.run(e.admin, `→ new tree "duet" "`+root+`"
+→ permit ann loom_write
+→ permit ben loom_write
+→ permit alice human loom_write`)
+	answer := func(name string) func(r chatReq) string {
+		var k atomic.Int32
+		return func(r chatReq) string {
+			cur := r.last()
+			if strings.Contains(cur, "You have joined") || strings.Contains(cur, "New on your branch") {
+				return fmt.Sprintf("→ add \"%s %d\"\n→ yield", name, k.Add(1))
+			}
+			return "Over to you."
+		}
+	}
+	annChat, benChat := newChat(t, answer("ann")), newChat(t, answer("ben"))
+	a := e.start(collab.Config{Agent: "ann", ChatURL: annChat.srv.URL, ModelTurns: 2})
+	b := e.start(collab.Config{Agent: "ben", ChatURL: benChat.srv.URL, ModelTurns: 2})
+	quiet := func() int {
+		// Quiet: no call for a second while both wait.
+		for n := -1; ; {
+			time.Sleep(time.Second)
+			m := len(annChat.requests()) + len(benChat.requests())
+			if m == n {
+				return m
+			}
+			if m > 40 {
+				t.Fatalf("%d calls: the collaborators answer each other on and on", m)
+			}
+			n = m
+		}
+	}
+	first := quiet()
+	// Each: its first look, then 2 turns answering the other model.
+	if first > 6 {
+		t.Fatalf("%d calls before they paused", first)
+	}
+	has(t, strings.Join(e.trace("ann"), "\n")+strings.Join(e.trace("ben"), "\n"), "not answering: 2 turns in a row answered only model-written nodes")
+	g, err := loom.Of(e.svc).Glance(context.Background(), e.ag["alice"], e.room, 1, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(e.ag["alice"], fmt.Sprintf("→ add from:%d \"A person writes.\"\n→ yield", g.Head.ID))
+	second := quiet()
+	if second <= first || second-first > 6 {
+		t.Fatalf("calls %d after the person's node (%d before)", second, first)
+	}
+	a.stop()
+	b.stop()
 }

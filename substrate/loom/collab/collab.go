@@ -46,12 +46,24 @@ type Config struct {
 	// System is the base system prompt; the loom-aware addendum follows.
 	System string
 	// The budget: calls, tokens (prompt + completion, as the endpoint
-	// reports them, else the loom's estimate) and wall time. Zero takes
-	// the default (50 calls, 200,000 tokens, 30 minutes); there is no
-	// unlimited.
-	MaxCalls  int
-	MaxTokens int64
-	MaxTime   time.Duration
+	// reports them, else the loom's estimate; the base model's for the
+	// continuations it asks for count too), continuations (texts the
+	// base model generates for its → continue) and wall time. Zero takes
+	// the default (50 calls, 200,000 tokens, 40 continuations, 30
+	// minutes); there is no unlimited.
+	MaxCalls       int
+	MaxTokens      int64
+	MaxGenerations int
+	MaxTime        time.Duration
+	// ModelTurns is how many turns in a row it takes in answer to nodes
+	// written by models only (another collaborator, the base model):
+	// then it waits for a person's node on its branch, so two
+	// collaborators on one branch do not talk to each other until their
+	// budgets are spent. Default 3.
+	ModelTurns int
+	// Lease is how long its record shows it alive without news from it;
+	// it renews the lease every third of it. Default loom's 90 s.
+	Lease time.Duration
 	// ReplyTokens is max_tokens per call. Default 1,024.
 	ReplyTokens int
 	// ContextTokens bounds the conversation (the branch's text and the
@@ -87,8 +99,17 @@ func (c *Config) fill() error {
 	if c.ChatURL == "" || c.ChatModel == "" {
 		return errors.New("a collaborator needs a chat endpoint and model (-chat-url, -chat-model)")
 	}
-	if c.MaxCalls < 0 || c.MaxTokens < 0 || c.MaxTime < 0 {
-		return errors.New("budgets are positive (0 takes the default: 50 calls, 200000 tokens, 30m)")
+	if c.MaxCalls < 0 || c.MaxTokens < 0 || c.MaxGenerations < 0 || c.MaxTime < 0 || c.ModelTurns < 0 {
+		return errors.New("budgets are positive (0 takes the default: 50 calls, 200000 tokens, 40 continuations, 30m, 3 turns answering models)")
+	}
+	if c.MaxGenerations == 0 {
+		c.MaxGenerations = 40
+	}
+	if c.ModelTurns == 0 {
+		c.ModelTurns = 3
+	}
+	if c.Lease <= 0 {
+		c.Lease = loom.DefaultCollabLease
 	}
 	if c.MaxCalls == 0 {
 		c.MaxCalls = 50
@@ -151,6 +172,10 @@ type collaborator struct {
 	// summary caches the summary of the branch's pruned beginning.
 	sumUpTo int64
 	sumText string
+	// modelTurns counts its turns in a row that answered only
+	// model-written nodes; paused says it stopped answering them.
+	modelTurns int
+	paused     bool
 }
 
 // errStop ends the run; its text is the reason, in the room's trace.
@@ -183,11 +208,14 @@ func Run(ctx context.Context, svc *substrate.Service, cfg Config) (*loom.CollabR
 	}
 	c.cfg.Tree, c.cfg.Branch = g.Tree, g.Branch
 	c.rec = loom.CollabRecord{Model: cfg.ChatModel, State: "starting", Tree: g.Tree, Branch: g.Branch,
-		MaxCalls: cfg.MaxCalls, MaxTokens: cfg.MaxTokens, MaxSeconds: int64(cfg.MaxTime / time.Second)}
-	if err := c.update(ctx, p, fmt.Sprintf("collaborating with model %s on tree %d branch %s; budget %d calls, %d tokens, %s",
-		cfg.ChatModel, g.Tree, g.Branch, cfg.MaxCalls, cfg.MaxTokens, cfg.MaxTime)); err != nil {
+		MaxCalls: cfg.MaxCalls, MaxTokens: cfg.MaxTokens, MaxGenerations: cfg.MaxGenerations, MaxSeconds: int64(cfg.MaxTime / time.Second),
+		Lease: cfg.Lease}
+	if err := c.update(ctx, p, fmt.Sprintf("collaborating with model %s on tree %d branch %s; budget %d calls, %d tokens, %d continuations, %s",
+		cfg.ChatModel, g.Tree, g.Branch, cfg.MaxCalls, cfg.MaxTokens, cfg.MaxGenerations, cfg.MaxTime)); err != nil {
 		return nil, err
 	}
+	stopBeat := c.heartbeat(ctx)
+	defer stopBeat()
 	c.cfg.Log.Info("collaborator started", "room", cfg.Room, "agent", cfg.Agent, "model", cfg.ChatModel, "tree", g.Tree, "branch", g.Branch)
 	changes, stopWatch, err := svc.WatchCommits(ctx, p, cfg.Room)
 	if err != nil {
@@ -215,7 +243,7 @@ func Run(ctx context.Context, svc *substrate.Service, cfg Config) (*loom.CollabR
 	if p, err := c.principal(fctx); err == nil {
 		c.yield(fctx, p)
 		c.rec.State, c.rec.Reason = "stopped", reason
-		if err := c.update(fctx, p, fmt.Sprintf("%s · %d calls, %d prompt + %d completion tokens", reason, c.rec.Calls, c.rec.PromptTokens, c.rec.CompletionTokens)); err != nil {
+		if err := c.update(fctx, p, fmt.Sprintf("%s · %d calls, %d prompt + %d completion tokens, %d base-model tokens", reason, c.rec.Calls, c.rec.PromptTokens, c.rec.CompletionTokens, c.rec.GenTokens)); err != nil {
 			c.cfg.Log.Warn("collaborator: recording its stop failed", "room", cfg.Room, "agent", cfg.Agent, "err", err)
 		}
 	}
@@ -230,12 +258,65 @@ func (c *collaborator) principal(ctx context.Context) (*substrate.Principal, err
 }
 
 func (c *collaborator) update(ctx context.Context, p *substrate.Principal, line string) error {
+	c.rec.Lease = c.cfg.Lease
 	got, err := c.l.CollabUpdate(ctx, p, c.cfg.Room, c.rec, line)
 	if err != nil {
 		return err
 	}
 	c.rec = *got
+	c.rec.Lease = c.cfg.Lease
 	return nil
+}
+
+// heartbeat renews the record's lease every third of it until the
+// returned func is called (on the way out, before the stop is recorded):
+// apart from the loop, so a long model call or a long wait keeps it
+// alive, and only a dead process lets it lapse.
+func (c *collaborator) heartbeat(ctx context.Context) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(c.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			p, err := c.principal(ctx)
+			if err == nil {
+				err = c.l.CollabHeartbeat(ctx, p, c.cfg.Room, c.cfg.Lease)
+			}
+			if err != nil && ctx.Err() == nil {
+				c.cfg.Log.Warn("collaborator: renewing its lease failed", "room", c.cfg.Room, "agent", c.cfg.Agent, "err", err)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Allow and Spent are the collaborator's loom.GenMeter: the base model's
+// calls its answers ask for (→ continue) are counted against its budget,
+// and one that would pass it is refused before it is made. They run on
+// the loop's goroutine (inside ForModel).
+func (c *collaborator) Allow(n, maxTokens, promptTokens int) error {
+	if left := c.cfg.MaxGenerations - c.rec.Generations; n > left {
+		return errs.New(loom.GenBudgetSpent, "the base model was not called: this asks for %d continuation(s) and your budget has %d left (%d of %d used)",
+			n, max(left, 0), c.rec.Generations, c.cfg.MaxGenerations).WithHint("write the text yourself with → add, or ask for fewer with n:%d", max(left, 1))
+	}
+	if need := int64(promptTokens + n*maxTokens); c.rec.Tokens()+need > c.cfg.MaxTokens {
+		return errs.New(loom.GenBudgetSpent, "the base model was not called: it could take ~%d tokens (prompt %d + %d × %d) and your budget has %d left",
+			need, promptTokens, n, maxTokens, max(c.cfg.MaxTokens-c.rec.Tokens(), 0)).WithHint("write the text yourself with → add, or ask for fewer or shorter continuations (n:1 tokens:64)")
+	}
+	return nil
+}
+
+func (c *collaborator) Spent(sp loom.GenSpend) {
+	c.rec.GenCalls++
+	c.rec.Generations += sp.Completions
+	c.rec.GenTokens += sp.PromptTokens + sp.CompletionTokens
 }
 
 // loop waits for a change on the branch, then takes a turn.
@@ -349,6 +430,11 @@ func (c *collaborator) turn(ctx context.Context, p *substrate.Principal) error {
 			// this collaborator again when the branch is free.
 			return nil
 		}
+		if i == 0 {
+			if ok, err := c.answerModels(ctx, p, pc); err != nil || !ok {
+				return err
+			}
+		}
 		news := c.news(pc)
 		msgs := c.assemble(ctx, pc, news)
 		est := 0
@@ -432,7 +518,14 @@ func (c *collaborator) turn(ctx context.Context, p *substrate.Principal) error {
 		if n == 0 {
 			return nil // prose alone ends the turn
 		}
-		res, err := c.l.ForModel(ctx, p, c.cfg.Room, reply)
+		gens, genTokens := c.rec.GenCalls, c.rec.GenTokens
+		res, err := c.l.ForModel(loom.WithGenMeter(ctx, c), p, c.cfg.Room, reply)
+		if c.rec.GenCalls > gens {
+			if uerr := c.update(ctx, p, fmt.Sprintf("call %d: the base model: %d call(s), %d tokens (spent %d of %d continuations, %d of %d tokens)",
+				c.rec.Calls, c.rec.GenCalls-gens, c.rec.GenTokens-genTokens, c.rec.Generations, c.cfg.MaxGenerations, c.rec.Tokens(), c.cfg.MaxTokens)); uerr != nil {
+				return uerr
+			}
+		}
 		switch {
 		case err != nil:
 			e := errs.From(err)
@@ -497,6 +590,34 @@ func (c *collaborator) yield(ctx context.Context, p *substrate.Principal) {
 // own reports a node this collaborator wrote or asked the base model for.
 func (c *collaborator) own(n loom.Node) bool {
 	return n.By == c.cfg.Agent || n.For == c.cfg.Agent
+}
+
+// answerModels decides whether a turn answers what is new on the branch:
+// a person's node (or its first look) always is answered; nodes written
+// by models only are answered ModelTurns times in a row, then it waits
+// for a person (two collaborators on a branch would otherwise answer each
+// other until their budgets are spent). Not answering counts the head as
+// seen.
+func (c *collaborator) answerModels(ctx context.Context, p *substrate.Principal, pc *loom.Perception) (bool, error) {
+	human := c.seen == 0
+	for _, n := range pc.Path {
+		if n.ID > c.seen && !n.Model && !c.own(n) {
+			human = true
+		}
+	}
+	if human {
+		c.modelTurns, c.paused = 0, false
+	}
+	if c.modelTurns < c.cfg.ModelTurns {
+		c.modelTurns++
+		return true, nil
+	}
+	c.seen = pc.Head.ID
+	if c.paused {
+		return false, nil
+	}
+	c.paused = true
+	return false, c.update(ctx, p, fmt.Sprintf("not answering: %d turns in a row answered only model-written nodes; a person's node on branch %s resumes it", c.cfg.ModelTurns, c.cfg.Branch))
 }
 
 // remember keeps one exchange of the conversation.

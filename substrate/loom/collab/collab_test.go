@@ -156,8 +156,10 @@ func TestCollaboratorsTakeTurns(t *testing.T) {
 		}
 	}
 	annChat, benChat := newChat(t, answer("ann")), newChat(t, answer("ben"))
-	a := e.start(collab.Config{Agent: "ann", ChatURL: annChat.srv.URL, MaxCalls: 8})
-	b := e.start(collab.Config{Agent: "ben", ChatURL: benChat.srv.URL, MaxCalls: 8})
+	// ModelTurns above the budget: this test is about turns, not the
+	// guard against two models answering each other (TestAttackCollaboratorsDoNotPingPong).
+	a := e.start(collab.Config{Agent: "ann", ChatURL: annChat.srv.URL, MaxCalls: 8, ModelTurns: 20})
+	b := e.start(collab.Config{Agent: "ben", ChatURL: benChat.srv.URL, MaxCalls: 8, ModelTurns: 20})
 	ra, rb := a.wait(t), b.wait(t)
 	if !strings.Contains(ra.Reason, "budget spent: 8 of 8 calls") || !strings.Contains(rb.Reason, "8 of 8 calls") {
 		t.Fatalf("reasons %q %q", ra.Reason, rb.Reason)

@@ -66,9 +66,16 @@ func TestThreePartySession(t *testing.T) {
 		"A key: the door will matter.\n→ think\nThe key implies a locked door; the base model could open it.\n←\n→ continue n:1",
 		"The lock answering her is right. I will wait for Alice.",
 	}
+	// turn keeps a person's operation and its result together in the
+	// golden: a model call that the operation's writes wake waits until
+	// the result is recorded (the models' calls otherwise interleave with
+	// it by timing alone).
+	var turn sync.Mutex
 	var chatMu sync.Mutex
 	calls := 0
 	chat := newChat(t, func(r chatReq) string {
+		turn.Lock()
+		turn.Unlock()
 		chatMu.Lock()
 		defer chatMu.Unlock()
 		var b strings.Builder
@@ -92,6 +99,8 @@ func TestThreePartySession(t *testing.T) {
 			Prompt string `json:"prompt"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
+		turn.Lock()
+		turn.Unlock()
 		s.add("base model prompt", req.Prompt)
 		a := base[min(gens, len(base)-1)]
 		gens++
@@ -105,6 +114,8 @@ func TestThreePartySession(t *testing.T) {
 		if who != "_room" {
 			p = e.ag[who]
 		}
+		turn.Lock()
+		defer turn.Unlock()
 		s.add(who+" →", cmds)
 		res, err := loom.Of(e.svc).Run(context.Background(), p, e.room, cmds)
 		if err != nil {
@@ -131,8 +142,9 @@ func TestThreePartySession(t *testing.T) {
 	if err != nil || len(usage) != 1 {
 		t.Fatal(usage, err)
 	}
-	s.add("collaborator usage", fmt.Sprintf("%s (%s): %s, %d calls, %d prompt + %d completion tokens; %s",
-		usage[0].Agent, usage[0].Model, usage[0].State, usage[0].Calls, usage[0].PromptTokens, usage[0].CompletionTokens, usage[0].Reason))
+	s.add("collaborator usage", fmt.Sprintf("%s (%s): %s, %d calls, %d prompt + %d completion tokens, base model %d calls %d continuations %d tokens; %s",
+		usage[0].Agent, usage[0].Model, usage[0].State, usage[0].Calls, usage[0].PromptTokens, usage[0].CompletionTokens,
+		usage[0].GenCalls, usage[0].Generations, usage[0].GenTokens, usage[0].Reason))
 	s.add("claude's trace", strings.Join(e.trace("claude"), "\n"))
 	if rec.Calls != 5 {
 		t.Fatalf("%d calls", rec.Calls)

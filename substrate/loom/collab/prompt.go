@@ -134,7 +134,8 @@ func (c *collaborator) branchText(ctx context.Context, pc *loom.Perception) (tex
 		for _, n := range pc.Path[:k] {
 			lines = append(lines, fmt.Sprintf("#%d: %s", n.ID, strings.ReplaceAll(n.Content, "\n", " ")))
 		}
-		c.sumUpTo, c.sumText = last, c.l.Summarise(ctx, strings.Join(lines, "\n"))
+		// The base model writes the summary: its spend is the collaborator's.
+		c.sumUpTo, c.sumText = last, c.l.Summarise(loom.WithGenMeter(ctx, c), strings.Join(lines, "\n"))
 	}
 	note = fmt.Sprintf("⟨pruned to fit %d tokens: the branch's first %d nodes (#%d–#%d) are summarised; → view branch:%s as:prose full reads them⟩\n%s\n…",
 		limit, k, pc.Path[0].ID, last, pc.Branch, c.sumText)
