@@ -64,6 +64,19 @@
   var used = location.hash.length > 1 && document.getElementById(decodeURIComponent(location.hash.slice(1)));
   if (fb && used && !used.contains(fb)) { var copy = fb.cloneNode(true); used.appendChild(copy); fb = copy; }
   if (fb) { fb.scrollIntoView({ block: "center" }); fb.focus({ preventScroll: true }); }
+  // Live updates that land just after (the activity the form itself
+  // caused, above it) would push the answer out of view: for a few
+  // seconds, until the person scrolls or types, it is kept in view.
+  var keepUntil = fb ? Date.now() + 5000 : 0;
+  ["wheel", "touchstart", "keydown", "mousedown"].forEach(function (t) { window.addEventListener(t, function () { keepUntil = 0; }, { once: true, passive: true }); });
+  // (Layout settling after load, the fragment's own scroll, can move it
+  // too: checked a few times a second meanwhile.)
+  if (keepUntil) { var keeper = setInterval(function () { if (!keepUntil || Date.now() > keepUntil) clearInterval(keeper); else keepAnswer(); }, 200); }
+  function keepAnswer() {
+    if (!keepUntil || Date.now() > keepUntil || !fb || !document.contains(fb)) return;
+    var r = fb.getBoundingClientRect();
+    if (r.top < 0 || r.bottom > innerHeight) fb.scrollIntoView({ block: "center" });
+  }
 
   // Timers count down in place, every second, from the server's expiry
   // time (the page's clock is the person's; a few seconds of skew shows).
@@ -96,6 +109,12 @@
       }
       if (x.localName === "details") folded[x.id] = x.open;
     });
+    // A form's answer is the page's, not the room's: the server's render
+    // never has it, so it is carried over into the new element.
+    var answers = Array.prototype.slice.call(el.querySelectorAll(".feedback")).map(function (a) {
+      var h = a.parentElement && a.parentElement.closest("[id]");
+      return { el: a, holder: h && h.id, inForm: !!a.closest("form") };
+    });
     var active = document.activeElement, focus = el.contains(active) && active.id, caret = null;
     try { caret = focus ? [active.selectionStart, active.selectionEnd] : null; } catch (e) { caret = null; }
     var fresh;
@@ -109,6 +128,12 @@
       var x = document.getElementById(id);
       if (!x) return;
       if (x.type === "checkbox") x.checked = kept[id]; else x.value = kept[id];
+    });
+    answers.forEach(function (a) {
+      var h = a.holder && document.getElementById(a.holder);
+      if (!h || h.querySelector(".feedback")) return;
+      var form = a.inForm && h.querySelector("form");
+      (form || h).appendChild(a.el);
     });
     var f = focus && document.getElementById(focus);
     if (f) { f.focus(); if (caret && f.setSelectionRange) try { f.setSelectionRange(caret[0], caret[1]); } catch (e) {} }
@@ -158,7 +183,7 @@
     var url = "/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "part=main";
     fetch(url, { headers: { Accept: "text/html" }, credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
-      .then(function (html) { replace(main, html); decorate(main); })
+      .then(function (html) { replace(main, html); decorate(main); keepAnswer(); })
       .catch(function () { if (!ended) say("Could not refresh; retrying on the next change."); })
       .finally(function () { pending = false; if (again) { again = false; refresh(); } });
   }
@@ -186,6 +211,7 @@
     try { ev = JSON.parse(e.data); } catch (x) { refresh(); return; }
     if (ev.html !== undefined && ev.html !== "") { window.__live.full++; replace(main, ev.html); decorate(main); }
     else if (!apply(ev.patches || [])) refresh();
+    keepAnswer();
     body.dataset.seq = String(ev.seq);
     if (ev.summary) tell(ev.summary);
   });
