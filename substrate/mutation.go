@@ -140,6 +140,8 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 			return
 		}
 		if g != nil {
+			// A failure of the COMMIT sent with the writes leaves no
+			// savepoint to go back to: the transaction is broken.
 			if rbErr := rollbackSavepoint(context.WithoutCancel(ctx), conn); rbErr != nil {
 				s.log.Warn("rollback to savepoint failed", "room", roomID, "err", rbErr)
 				g.broken = rbErr
@@ -166,8 +168,14 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	var lock pgx.Batch
 	forUpdate := " FOR UPDATE"
 	if g != nil {
-		// The group transaction holds the lock; the room row read here
-		// has every earlier invocation of the group's seq.
+		// The group transaction holds the lock (the first invocation
+		// takes it, before its savepoint: a lock taken inside one would
+		// go with its rollback); the room row read here has every
+		// earlier invocation's seq.
+		if !g.open {
+			lock.Queue("BEGIN")
+			lock.Queue(`SELECT FROM rooms WHERE id = $1 FOR UPDATE`, roomID)
+		}
 		lock.Queue("SAVEPOINT invocation")
 		forUpdate = ""
 	} else {
@@ -195,7 +203,18 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	}
 	br := conn.SendBatch(ctx, &lock)
 	open = true
-	_, err = br.Exec()
+	if g != nil && !g.open {
+		g.open = true
+		if _, err = br.Exec(); err == nil { // BEGIN
+			_, err = br.Exec() // the lock
+		}
+		if err != nil {
+			g.broken = err
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		var born time.Time
 		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &tokenValid)
@@ -301,9 +320,11 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		VALUES ($1, '_audit', $2, $3, $4, 1, $3, $5, 'system', $6, $6)`,
 		roomID, strconv.FormatInt(last, 10), last, auditJSON, m.actor, m.now)
 	m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
+	commit := g == nil || g.lastOne()
 	if g != nil {
 		m.batch.Queue("RELEASE SAVEPOINT invocation")
-	} else {
+	}
+	if commit {
 		m.batch.Queue(store.NotifySQL, store.NotifyChannel, roomID+" "+strconv.FormatInt(last, 10))
 		m.batch.Queue("COMMIT")
 	}
@@ -315,6 +336,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	}
 	open = false
 	if g != nil {
+		g.committed = commit
 		s.advanceGroup(m, last)
 	} else {
 		s.advanceSnapshot(m, last)
