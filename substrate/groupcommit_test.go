@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
@@ -177,5 +179,96 @@ func TestGroupCommitFailuresTakeOnlyThemselves(t *testing.T) {
 	t.Logf("%d ok of %d; %d group transactions carried %d invocations, the largest %d", len(ok), workers*each, s.GroupBatches, s.GroupInvocations, s.GroupLargest)
 	if s.GroupLargest < 2 {
 		t.Errorf("no invocations shared a transaction (largest batch %d): the test did not exercise group commit", s.GroupLargest)
+	}
+}
+
+// A group transaction whose COMMIT fails fails every invocation in it,
+// and nothing it applied is seen afterwards: not in the database, and not
+// in this process's snapshot of the room, which reads are served from
+// (the group's snapshot is published only after its commit). The room
+// lock is held by the test while three invocations queue, so they share
+// one transaction; a deferred constraint trigger refuses its commit.
+func TestGroupCommitFailedCommitPublishesNothing(t *testing.T) {
+	db := pgtest.New(t)
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "gc-doom"
+	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, rm.Token)
+	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_doom() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.value = '"doom"'::jsonb THEN RAISE EXCEPTION 'doom refused at commit'; END IF; RETURN NULL; END $$;
+		CREATE CONSTRAINT TRIGGER gc_doom AFTER INSERT OR UPDATE ON state DEFERRABLE INITIALLY DEFERRED
+			FOR EACH ROW EXECUTE FUNCTION gc_doom()`); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []substrate.ActionDef{
+		{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
+		{ID: "doom", Writes: []substrate.WriteTemplate{{Key: "d", Value: json.RawMessage(`"doom"`)}}},
+	} {
+		if _, err := svc.RegisterAction(ctx, pr, room, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.Invoke(ctx, pr, room, "inc", nil); err != nil {
+		t.Fatal(err)
+	}
+	// The context read: served from this process's snapshot of the room
+	// at the room's committed seq.
+	shared := func() (int64, string) {
+		t.Helper()
+		env, err := svc.Context(ctx, pr, room, substrate.ContextRequest{Only: []string{"state._shared"}, NoActions: true, NoMessages: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(env.State["_shared"])
+		return env.Context.Seq, string(raw)
+	}
+	seq0, _ := shared() // the snapshot at seq0 is now cached
+
+	// The test holds the room lock (from the pool's second connection,
+	// released before the invocations need it) while they queue.
+	tctx, tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(tctx, `SELECT FROM rooms WHERE id = $1 FOR UPDATE`, room); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 3)
+	go func() { _, err := svc.Invoke(ctx, pr, room, "inc", nil); errc <- err }()
+	time.Sleep(300 * time.Millisecond) // the leader waits for the lock
+	go func() { _, err := svc.Invoke(ctx, pr, room, "doom", nil); errc <- err }()
+	go func() { _, err := svc.Invoke(ctx, pr, room, "inc", nil); errc <- err }()
+	time.Sleep(300 * time.Millisecond) // both queued behind it
+	if err := tx.Commit(tctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := <-errc; err == nil {
+			t.Error("an invocation of the failed group transaction was answered as applied")
+		}
+	}
+	if s := svc.Stats(); s.GroupLargest < 3 {
+		t.Fatalf("the three invocations did not share a transaction (largest %d)", s.GroupLargest)
+	}
+	seq, raw := shared()
+	if seq != seq0 || strings.Contains(raw, "doom") {
+		t.Fatalf("after the failed commit: seq %d (want %d), _shared %s", seq, seq0, raw)
+	}
+	// The failed group would have reached seq0+6; six writes (one seq
+	// each, not invocations: they do not advance a cached snapshot) reach
+	// it again, and a read there must be what they committed.
+	for i := 1; i <= 6; i++ {
+		if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "w", Value: json.RawMessage(fmt.Sprint(i))}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq, raw = shared()
+	if seq != seq0+6 || strings.Contains(raw, "doom") || !strings.Contains(raw, `"w":6`) || !strings.Contains(raw, `"n":1`) {
+		t.Fatalf("at seq %d (want %d): _shared %s, want n = 1, w = 6 and no d", seq, seq0+6, raw)
 	}
 }
