@@ -6,7 +6,10 @@
 // Every room mutation is one PostgreSQL transaction that locks the room
 // row, takes its sequence numbers from rooms.seq, applies its writes,
 // appends an _audit entry (with the state delta it made) and queues a
-// notification delivered on commit.
+// notification delivered on commit. Invocations of a busy room share one
+// (group commit, groupcommit.go): each is a savepoint of it, with its
+// own sequence numbers, audit entry and outcome, answered after the one
+// commit.
 //
 // # The core and its features
 //

@@ -53,6 +53,9 @@ type mutation struct {
 	agentsLoaded bool
 	// marks are the read marks not yet written, laid over presence.
 	marks *readMarks
+	// group is the group transaction this mutation is one savepoint of
+	// (nil: a transaction of its own).
+	group *groupTx
 }
 
 // presence is the room's agents as of the room lock: read in the locking
@@ -75,6 +78,9 @@ type mutateOpts struct {
 	// that evaluate CEL (which sees agents): one round trip fewer while
 	// the room is locked. Default false.
 	withPresence bool
+	// grouped lets the mutation share its room's group transaction
+	// (groupcommit.go) when the service has group commit on.
+	grouped bool
 }
 
 // seq hands out the next room sequence number (for an append entry).
@@ -114,24 +120,40 @@ func (s *Service) mutate(ctx context.Context, p *Principal, roomID string, fn fu
 func (s *Service) mutateWith(ctx context.Context, p *Principal, roomID string, o mutateOpts, fn func(m *mutation) error) (seq int64, err error) {
 	// A connection left inside a transaction is closed by the pool on
 	// release rather than reused, so a failed ROLLBACK cannot leak state.
+	if o.grouped && s.group != nil {
+		return s.mutateGrouped(ctx, p, roomID, o, fn)
+	}
 	err = s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		seq, err = s.mutateOn(ctx, conn, p, roomID, o, fn)
+		seq, err = s.mutateOn(ctx, conn, p, roomID, o, fn, nil)
 		return err
 	})
 	return seq, err
 }
 
-func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal, roomID string, o mutateOpts, fn func(m *mutation) error) (seq int64, err error) {
+// mutateOn runs one mutation on conn: a transaction of its own, or (g not
+// nil) one savepoint of the group transaction g, which holds the room
+// lock; then nothing is notified, committed or cached here.
+func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal, roomID string, o mutateOpts, fn func(m *mutation) error, g *groupTx) (seq int64, err error) {
 	open := false
 	defer func() {
-		if open && err != nil {
-			if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
-				s.log.Warn("rollback failed", "room", roomID, "err", rbErr)
+		if !open || err == nil {
+			return
+		}
+		if g != nil {
+			// A failure of the COMMIT sent with the writes leaves no
+			// savepoint to go back to: the transaction is broken.
+			if rbErr := rollbackSavepoint(context.WithoutCancel(ctx), conn); rbErr != nil {
+				s.log.Warn("rollback to savepoint failed", "room", roomID, "err", rbErr)
+				g.broken = rbErr
 			}
+			return
+		}
+		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+			s.log.Warn("rollback failed", "room", roomID, "err", rbErr)
 		}
 	}()
 
-	m := &mutation{ctx: ctx, tx: conn, room: roomID, p: p, marks: s.marks}
+	m := &mutation{ctx: ctx, tx: conn, room: roomID, p: p, marks: s.marks, group: g}
 	agentID := ""
 	if p != nil && p.Kind == KindAgent {
 		agentID = p.AgentID
@@ -144,10 +166,24 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	roomHash, viewHash, agentHash := p.tokenHashes()
 	tokenValid := true
 	var lock pgx.Batch
-	lock.Queue("BEGIN")
+	forUpdate := " FOR UPDATE"
+	if g != nil {
+		// The group transaction holds the lock (the first invocation
+		// takes it, before its savepoint: a lock taken inside one would
+		// go with its rollback); the room row read here has every
+		// earlier invocation's seq.
+		if !g.open {
+			lock.Queue("BEGIN")
+			lock.Queue(`SELECT FROM rooms WHERE id = $1 FOR UPDATE`, roomID)
+		}
+		lock.Queue("SAVEPOINT invocation")
+		forUpdate = ""
+	} else {
+		lock.Queue("BEGIN")
+	}
 	lock.Queue(`SELECT seq, message_count, created_at,
 			coalesce(($2::bytea IS NULL OR token_hash = $2) AND ($3::bytea IS NULL OR view_token_hash = $3), false)
-		FROM rooms WHERE id = $1 FOR UPDATE`, roomID, roomHash, viewHash)
+		FROM rooms WHERE id = $1`+forUpdate, roomID, roomHash, viewHash)
 	// The mutation's time is read once the lock is held, in a statement
 	// of its own: now() is the transaction's start, before any wait for
 	// the lock, and an expression of the locking statement may be
@@ -167,7 +203,18 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	}
 	br := conn.SendBatch(ctx, &lock)
 	open = true
-	_, err = br.Exec()
+	if g != nil && !g.open {
+		g.open = true
+		if _, err = br.Exec(); err == nil { // BEGIN
+			_, err = br.Exec() // the lock
+		}
+		if err != nil {
+			g.broken = err
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		var born time.Time
 		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &tokenValid)
@@ -273,8 +320,14 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		VALUES ($1, '_audit', $2, $3, $4, 1, $3, $5, 'system', $6, $6)`,
 		roomID, strconv.FormatInt(last, 10), last, auditJSON, m.actor, m.now)
 	m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
-	m.batch.Queue(store.NotifySQL, store.NotifyChannel, roomID+" "+strconv.FormatInt(last, 10))
-	m.batch.Queue("COMMIT")
+	commit := g == nil || g.lastOne()
+	if g != nil {
+		m.batch.Queue("RELEASE SAVEPOINT invocation")
+	}
+	if commit {
+		m.batch.Queue(store.NotifySQL, store.NotifyChannel, roomID+" "+strconv.FormatInt(last, 10))
+		m.batch.Queue("COMMIT")
+	}
 	if err = conn.SendBatch(ctx, &m.batch).Close(); err != nil {
 		if store.IsUniqueViolation(err) {
 			err = errs.New(errs.KeyExists, "a key written by this request already exists").WithHint("write to another key, or omit the key of an append entry")
@@ -282,7 +335,12 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		return 0, err
 	}
 	open = false
-	s.advanceSnapshot(m, last)
+	if g != nil {
+		g.committed = commit
+		s.advanceGroup(m, last)
+	} else {
+		s.advanceSnapshot(m, last)
+	}
 	return last, nil
 }
 

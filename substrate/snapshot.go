@@ -125,6 +125,16 @@ func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID, key strin
 	if snap := s.snaps.get(key, seq); snap != nil {
 		return snap, nil
 	}
+	snap, err := s.readSnapshot(ctx, q, roomID, seq, messageCount)
+	if err != nil {
+		return nil, err
+	}
+	s.snaps.put(key, snap)
+	return snap, nil
+}
+
+// readSnapshot reads the room's snapshot on q, without the cache.
+func (s *Service) readSnapshot(ctx context.Context, q querier, roomID string, seq, messageCount int64) (*snapshot, error) {
 	rows, err := q.Query(ctx, sqlSnapshot, roomID)
 	if err != nil {
 		return nil, err
@@ -141,7 +151,6 @@ func (s *Service) loadSnapshot(ctx context.Context, q querier, roomID, key strin
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	s.snaps.put(key, snap)
 	return snap, nil
 }
 

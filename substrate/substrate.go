@@ -133,6 +133,10 @@ type Options struct {
 	// NoSalience turns adaptive salience off (for comparing its cost);
 	// rooms turn it off with _shared._config.salience.off. Default false.
 	NoSalience bool
+	// NoGroupCommit gives every invocation a transaction of its own;
+	// by default invocations that arrive for a room while its
+	// transaction is open share the next one (groupcommit.go).
+	NoGroupCommit bool
 	// IdleAfter is how long an agent may go unseen (no authenticated call,
 	// heartbeat or embodiment) before the lobby shows it as idle, with
 	// idle_for_s. Default 5 minutes.
@@ -188,6 +192,8 @@ type Service struct {
 	// counts its refusals (Stats).
 	workMeter *workMeter
 	roomBusy  atomic.Int64
+	// group queues invocations per room for group commit (nil: off).
+	group *groupCommit
 }
 
 // Stats are counters of the service's work since it started.
@@ -209,6 +215,9 @@ type Stats struct {
 	// RoomBusy counts requests refused because their room had spent its
 	// expression budget (Limits.RoomCostPerSecond).
 	RoomBusy int64
+	// GroupBatches counts group transactions, GroupInvocations the
+	// invocations they carried, GroupLargest the most one carried.
+	GroupBatches, GroupInvocations, GroupLargest int64
 }
 
 // Stats reports the counters now.
@@ -221,6 +230,9 @@ func (s *Service) Stats() Stats {
 	})
 	st.CELEvaluations, st.CELCost = s.cel.Stats()
 	st.RoomBusy = s.roomBusy.Load()
+	if g := s.group; g != nil {
+		st.GroupBatches, st.GroupInvocations, st.GroupLargest = g.batches.Load(), g.grouped.Load(), g.largest.Load()
+	}
 	return st
 }
 
@@ -264,7 +276,11 @@ func New(db *store.DB, opt Options) *Service {
 	if opt.Limits.RoomCostPerSecond > 0 {
 		wm = newWorkMeter(opt.Limits.RoomCostPerSecond)
 	}
-	return &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
+	var gc *groupCommit
+	if !opt.NoGroupCommit {
+		gc = &groupCommit{rooms: map[string]*roomQueue{}}
+	}
+	return &Service{group: gc, db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
 		cel:   expr.MustNew(opt.CEL),
 		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
 		wait:  *w,

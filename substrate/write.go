@@ -435,7 +435,7 @@ func jsonKind(v json.RawMessage) string {
 // at the locked seq when this process has it (kept up to date by every
 // mutation, so counting costs nothing); only a cold cache counts in SQL.
 func (s *Service) checkScopeCapacity(m *mutation, newKeys map[string]int) error {
-	snap := s.snaps.get(m.cacheKey, m.base)
+	snap := s.cachedSnap(m)
 	for scope, n := range newKeys {
 		var have int
 		if snap != nil {

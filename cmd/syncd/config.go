@@ -50,6 +50,10 @@ type config struct {
 	// https_proxy) when set, else direct.
 	OutboundProxy *url.URL
 	AccessLog     bool // SYNC_ACCESS_LOG, -access-log: one log line per request. Default true.
+	// GroupCommit (SYNC_GROUP_COMMIT, -group-commit): invocations that
+	// arrive for a room while its transaction is open share the next
+	// one. Default true.
+	GroupCommit bool
 	// SYNC_WAIT_RECHECK, -wait-recheck: how often a wait re-evaluates its
 	// condition when no notification came (a safety net). Default 5 s.
 	WaitRecheck time.Duration
@@ -132,6 +136,7 @@ func parseConfig(args []string) (*config, error) {
 	cimd := fs.String("cimd", env("SYNC_CIMD", "on"), "accept client ID metadata documents: on or off (SYNC_CIMD); off makes clients register dynamically")
 	outboundProxy := fs.String("outbound-proxy", env("SYNC_OUTBOUND_PROXY", firstEnv("HTTPS_PROXY", "https_proxy")), "proxy for fetching client metadata documents, http://host:port or https://host:port (SYNC_OUTBOUND_PROXY; default HTTPS_PROXY)")
 	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
+	groupCommit := fs.String("group-commit", env("SYNC_GROUP_COMMIT", "true"), "invocations queued for a busy room share one transaction: true or false (SYNC_GROUP_COMMIT)")
 	recheck := fs.String("wait-recheck", env("SYNC_WAIT_RECHECK", "5s"), "safety-net re-check period of waits (SYNC_WAIT_RECHECK)")
 	fs.StringVar(&c.LoomGeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "OpenAI-compatible completions endpoint for loom continuations (SYNC_LOOM_GENERATOR_URL); empty queues requests in the room")
 	fs.StringVar(&c.SearchLanguage, "search-language", env("SYNC_SEARCH_LANGUAGE", "english"), "language search stems words in: simple or one PostgreSQL stems, e.g. german (SYNC_SEARCH_LANGUAGE); a change indexes every room again at start-up")
@@ -189,6 +194,9 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.AccessLog, err = strconv.ParseBool(*accessLog); err != nil {
 		return nil, fmt.Errorf("access log %q is not true or false", *accessLog)
+	}
+	if c.GroupCommit, err = strconv.ParseBool(*groupCommit); err != nil {
+		return nil, fmt.Errorf("group commit %q is not true or false", *groupCommit)
 	}
 	if c.WaitRecheck, err = time.ParseDuration(*recheck); err != nil || c.WaitRecheck < 100*time.Millisecond {
 		return nil, fmt.Errorf("wait recheck %q is not a duration of at least 100ms", *recheck)

@@ -36,6 +36,13 @@ type Options struct {
 	// Exec is the syncd binary to start when URL is empty. Default: the
 	// running executable.
 	Exec string
+	// ServerFlags are passed to the server bench starts (for instance
+	// -group-commit=false). Default none.
+	ServerFlags []string
+	// MetricsURL is the server's Prometheus /metrics, read around the
+	// invocation workloads for the group commit batch sizes. Set
+	// automatically for a server bench starts; default none.
+	MetricsURL string
 	// PID is the server's process id when URL names a server on this
 	// machine, so its CPU and memory can be read from /proc. Default 0
 	// (not reported); set automatically for a server bench starts.
@@ -195,6 +202,8 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	fs.StringVar(&o.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "database of the started server and of pgbench (DATABASE_URL)")
 	fs.StringVar(&o.Exec, "exec", "", "syncd binary to start (default: this one)")
 	fs.IntVar(&o.PID, "pid", 0, "process id of the -url server, to report its CPU and memory")
+	serverFlags := fs.String("server-flags", "", "flags for the server bench starts, space-separated (e.g. -group-commit=false)")
+	fs.StringVar(&o.MetricsURL, "metrics-url", "", "the -url server's /metrics (its -metrics-addr), for group commit batch sizes")
 	workloads := fs.String("workloads", strings.Join(Names, ","), "workloads to run, comma-separated: "+strings.Join(known, ", "))
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time per workload")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured time before each workload")
@@ -214,6 +223,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	if fs.NArg() > 0 {
 		return o, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	o.ServerFlags = strings.Fields(*serverFlags)
 	for _, w := range strings.Split(*workloads, ",") {
 		if w = strings.TrimSpace(w); w == "" {
 			continue
@@ -272,7 +282,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			return nil, err
 		}
 		defer srv.stop()
-		opt.URL, opt.PID, opt.DatabaseURL = srv.url, srv.pid, srv.dbURL
+		opt.URL, opt.PID, opt.DatabaseURL, opt.MetricsURL = srv.url, srv.pid, srv.dbURL, srv.metrics
 		rep.Target, rep.PID, rep.Local = srv.url, srv.pid, true
 	}
 	b := newBencher(opt)

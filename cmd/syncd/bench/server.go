@@ -119,6 +119,7 @@ func (w *watcher) finish(res *Result) {
 // server is a syncd process bench started.
 type server struct {
 	url, dbURL string
+	metrics    string // its /metrics ("" if it did not say)
 	pid        int
 	stop       func()
 }
@@ -163,7 +164,8 @@ func startServer(ctx context.Context, opt *Options) (*server, error) {
 		})
 		dbURL = cluster.URL()
 	}
-	cmd := exec.Command(exe, "serve", "-addr", "127.0.0.1:0", "-log-format", "json", "-access-log", "false", "-rate-limit", "-1", "-data-dir", dir)
+	args := append([]string{"serve", "-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-log-format", "json", "-access-log", "false", "-rate-limit", "-1", "-data-dir", dir}, opt.ServerFlags...)
+	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -185,7 +187,7 @@ func startServer(ctx context.Context, opt *Options) (*server, error) {
 			<-exited
 		}
 	})
-	found := make(chan string, 1)
+	found, metrics := make(chan string, 1), make(chan string, 1)
 	go func() {
 		// Read the server's log to the end (so it never blocks on a full
 		// pipe); pass on its warnings and errors.
@@ -202,6 +204,8 @@ func startServer(ctx context.Context, opt *Options) (*server, error) {
 			}
 			if rec.Msg == "syncd listening" {
 				found <- rec.Addr
+			} else if rec.Msg == "metrics listening" {
+				metrics <- "http://" + rec.Addr + "/metrics"
 			} else if rec.Level == "WARN" || rec.Level == "ERROR" {
 				fmt.Fprintf(opt.Log, "syncd: %s\n", sc.Bytes())
 			}
@@ -211,7 +215,12 @@ func startServer(ctx context.Context, opt *Options) (*server, error) {
 	select {
 	case addr := <-found:
 		fmt.Fprintf(opt.Log, "syncd bench: server pid %d listening on %s\n", cmd.Process.Pid, addr)
-		return &server{url: "http://" + addr, dbURL: dbURL, pid: cmd.Process.Pid, stop: cleanup}, nil
+		srv := &server{url: "http://" + addr, dbURL: dbURL, pid: cmd.Process.Pid, stop: cleanup}
+		select {
+		case srv.metrics = <-metrics:
+		case <-time.After(2 * time.Second):
+		}
+		return srv, nil
 	case <-exited:
 		cleanup()
 		return nil, errors.New("the server exited before listening (run it alone to see why)")

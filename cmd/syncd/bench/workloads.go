@@ -11,7 +11,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -320,6 +322,16 @@ func (b *bencher) invoke(ctx context.Context, name, label string, clients, rooms
 		return nil, fmt.Errorf("setting up: %w", err)
 	}
 	pairs := rooms * agents
+	before := b.groupCommits(ctx)
+	defer func() {
+		if before == nil {
+			return
+		}
+		if after := b.groupCommits(ctx); after != nil && after[0] > before[0] {
+			tx, inv := after[0]-before[0], after[1]-before[1]
+			res.Note = fmt.Sprintf("group commit: %.0f transactions carried %.0f invocations (%.2f a transaction, largest so far %.0f; the leader waits 0)", tx, inv, inv/tx, after[2])
+		}
+	}()
 	b.loop(ctx, res, clients, func(ctx context.Context, c, i int) (int, error) {
 		p := (c + i*clients) % pairs
 		r := rs[p/agents]
@@ -643,4 +655,45 @@ func (b *bencher) soak(ctx context.Context) (*Result, error) {
 	}
 	res.Note = "server every " + every.String() + ": " + strings.Join(notes, "; ")
 	return res, nil
+}
+
+// groupCommits reads the server's group commit counters from /metrics:
+// transactions, invocations they carried, the largest batch (nil: no
+// metrics, or a server without group commit).
+func (b *bencher) groupCommits(ctx context.Context) []float64 {
+	if b.opt.MetricsURL == "" {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", b.opt.MetricsURL, nil)
+	if err != nil {
+		return nil
+	}
+	res, err := b.cli.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer res.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil || res.StatusCode != 200 {
+		return nil
+	}
+	v := make([]float64, 3)
+	found := false
+	for _, line := range strings.Split(string(out), "\n") {
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		i := slices.Index([]string{"sync_group_commit_transactions_total", "sync_group_commit_invocations_total", "sync_group_commit_largest"}, name)
+		if i < 0 {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			v[i], found = f, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	return v
 }

@@ -132,12 +132,16 @@ var (
 	descAcquires    = prometheus.NewDesc("sync_db_pool_acquires_total", "Connections handed out by the pool.", nil, nil)
 	descWaited      = prometheus.NewDesc("sync_db_pool_waited_acquires_total", "Acquisitions that had to wait for a connection (none was idle).", nil, nil)
 	descAcquireWait = prometheus.NewDesc("sync_db_pool_acquire_wait_seconds_total", "Time spent acquiring connections.", nil, nil)
+	descGroupTx     = prometheus.NewDesc("sync_group_commit_transactions_total", "Group transactions: one room lock and commit for the invocations that queued while the room's previous one was open.", nil, nil)
+	descGroupInv    = prometheus.NewDesc("sync_group_commit_invocations_total", "Invocations carried by group transactions (divided by the transactions: the mean batch).", nil, nil)
+	descGroupMax    = prometheus.NewDesc("sync_group_commit_largest", "The most invocations one group transaction carried.", nil, nil)
 	descRefusals    = prometheus.NewDesc("sync_rate_limit_refusals_total", "Requests refused over a rate budget, by what the budget belongs to (credential or address).", []string{"budget"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWaits, descNotified, descInvocations, descCELEvals, descCELCost, descViewEvals, descRoomBusy,
-		descPoolInUse, descPoolIdle, descPoolMax, descAcquires, descWaited, descAcquireWait, descRefusals} {
+		descPoolInUse, descPoolIdle, descPoolMax, descAcquires, descWaited, descAcquireWait, descRefusals,
+		descGroupTx, descGroupInv, descGroupMax} {
 		ch <- d
 	}
 }
@@ -165,6 +169,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descCELCost, float64(st.CELCost))
 		counter(descViewEvals, float64(st.ViewEvaluations))
 		counter(descRoomBusy, float64(st.RoomBusy))
+		counter(descGroupTx, float64(st.GroupBatches))
+		counter(descGroupInv, float64(st.GroupInvocations))
+		gauge(descGroupMax, float64(st.GroupLargest))
 	}
 	if db := c.src.DB; db != nil {
 		st := db.Status()
