@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -154,7 +151,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			// The credential and the caller's access are checked again at
 			// every wake-up, this one included: a wait never outlives a
 			// revocation with the room's context.
-			if p, err = s.recheck(ctx, p); err != nil {
+			if p, err = s.recheckBatched(ctx, p); err != nil {
 				return nil, err
 			}
 			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq, Note: note}
@@ -185,7 +182,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return nil, ctx.Err()
 		}
 		recheck.Stop()
-		if p, err = s.recheck(ctx, p); err != nil {
+		if p, err = s.recheckBatched(ctx, p); err != nil {
 			return nil, err
 		}
 	}
@@ -194,7 +191,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 // afterRead checks p's access again after a read a wait answers with
 // (its new principal is not needed: the read is done).
 func (s *Service) afterRead(ctx context.Context, p *Principal) error {
-	_, err := s.recheck(ctx, p)
+	_, err := s.recheckBatched(ctx, p)
 	return err
 }
 
@@ -274,15 +271,8 @@ func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condit
 	if condition != nil {
 		err = s.setPresence(ctx, roomID, agentID, "waiting", condition, true)
 	} else {
-		// A status set while the wait ran stays: idle when the person
-		// stepped out of the agent or lost the room (the wait then ended
-		// refused), busy from a heartbeat.
-		var tag pgconn.CommandTag
-		tag, err = s.db.Exec(ctx, `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now()
-			WHERE room_id = $1 AND id = $2 AND status = 'waiting'`, roomID, agentID)
-		if err == nil && tag.RowsAffected() > 0 {
-			err = s.db.Notify(ctx, roomID, store.PresenceNote)
-		}
+		// One statement for the waits of the room ending together.
+		_, err = s.waitq.done.do(ctx, roomID, agentID)
 	}
 	if err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
