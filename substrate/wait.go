@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -102,18 +103,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		if startSeq < 0 {
 			startSeq = rc.snap.seq
 		}
-		// Access is checked again after the read the wait answers with
-		// (afterRead): one lost since the call began or since the last
-		// wake-up's check (while the agent was being marked waiting, say)
-		// must not answer with what was written after the loss. Whatever
-		// the read saw was written while the caller still had access.
-		if evalErr == nil && ok && creq.NoContext {
-			if err := s.afterRead(ctx, p); err != nil {
-				return nil, err
-			}
-			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq, Note: note}, nil
-		}
-		if evalErr == nil && ok && rc.partial {
+		if evalErr == nil && ok && rc.partial && !creq.NoContext {
 			// The condition and the context come from one read: the
 			// whole one now, with the condition checked again on it.
 			if rc, err = s.readCtx(ctx, p, roomID, prog.UsesMessages); err != nil {
@@ -121,10 +111,30 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			}
 			ok, evalErr = s.cel.EvalBool(ctx, prog, &rc.vars)
 		}
-		if evalErr == nil && ok {
-			if err := s.afterRead(ctx, p); err != nil {
-				return nil, err
+		// Access is checked again after each read, once (with the other
+		// waits of the room woken at the same time: recheckBatched): one
+		// lost since the call began or since the last wake-up (while the
+		// agent was being marked waiting, say) must not answer with what
+		// was written after the loss, and whatever the read saw was
+		// written while the caller still had access. A token's wait whose
+		// grants changed reads again with them before answering; a
+		// principal its surface refreshes (Refresh) was refreshed before
+		// the read, at the wake-up.
+		np, err := s.recheckBatched(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if p.Refresh == nil {
+			if !slices.Equal(np.Grants, p.Grants) {
+				p = np
+				continue
 			}
+			p = np
+		}
+		if evalErr == nil && ok && creq.NoContext {
+			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq, Note: note}, nil
+		}
+		if evalErr == nil && ok {
 			env, err := s.envelopeOf(ctx, rc, roomID, waitShape(creq, rc, startSeq))
 			if err != nil {
 				return nil, err
@@ -182,8 +192,10 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return nil, ctx.Err()
 		}
 		recheck.Stop()
-		if p, err = s.recheckBatched(ctx, p); err != nil {
-			return nil, err
+		if p.Refresh != nil {
+			if p, err = s.recheck(ctx, p); err != nil {
+				return nil, err
+			}
 		}
 	}
 }
