@@ -19,8 +19,13 @@ type Hub struct {
 	db  *DB
 	log *slog.Logger
 
-	mu      sync.Mutex
-	subs    map[string]map[*Sub]struct{}
+	mu   sync.Mutex
+	subs map[string]map[*Sub]struct{}
+	// psubs are the subscribers of subs that take presence-only
+	// notifications: those are the most frequent (an agent starting or
+	// ending a wait, a heartbeat), and with ten thousand waits on state in
+	// a room each one looked at all ten thousand to wake none.
+	psubs   map[string]map[*Sub]struct{}
 	running bool
 	ready   chan struct{} // closed once LISTEN is in place
 	cancel  context.CancelFunc
@@ -53,7 +58,7 @@ const PresenceNote = "presence"
 
 // NewHub returns a hub; its listener starts with the first subscription.
 func NewHub(db *DB, log *slog.Logger) *Hub {
-	return &Hub{db: db, log: log, subs: map[string]map[*Sub]struct{}{}}
+	return &Hub{db: db, log: log, subs: map[string]map[*Sub]struct{}{}, psubs: map[string]map[*Sub]struct{}{}}
 }
 
 // Subscribe registers for room's notifications and returns once the
@@ -67,6 +72,9 @@ func (h *Hub) Subscribe(ctx context.Context, room string, presence bool) (*Sub, 
 		h.subs[room] = map[*Sub]struct{}{}
 	}
 	h.subs[room][s] = struct{}{}
+	if presence {
+		h.addPresence(s)
+	}
 	if !h.running {
 		h.running = true
 		h.ready = make(chan struct{})
@@ -93,7 +101,18 @@ func (h *Hub) Subscribe(ctx context.Context, room string, presence bool) (*Sub, 
 func (s *Sub) WantPresence() {
 	s.hub.mu.Lock()
 	defer s.hub.mu.Unlock()
-	s.presence = true
+	if !s.presence {
+		s.presence = true
+		s.hub.addPresence(s)
+	}
+}
+
+// addPresence indexes s among room's presence subscribers; h.mu is held.
+func (h *Hub) addPresence(s *Sub) {
+	if h.psubs[s.room] == nil {
+		h.psubs[s.room] = map[*Sub]struct{}{}
+	}
+	h.psubs[s.room][s] = struct{}{}
 }
 
 // Presence reports whether presence-only notifications are delivered.
@@ -108,10 +127,12 @@ func (s *Sub) Close() {
 	h := s.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if m := h.subs[s.room]; m != nil {
-		delete(m, s)
-		if len(m) == 0 {
-			delete(h.subs, s.room)
+	for _, all := range []map[string]map[*Sub]struct{}{h.subs, h.psubs} {
+		if m := all[s.room]; m != nil {
+			delete(m, s)
+			if len(m) == 0 {
+				delete(all, s.room)
+			}
 		}
 	}
 }
@@ -173,10 +194,11 @@ func (h *Hub) listen(ctx context.Context, ready chan struct{}) {
 func (h *Hub) wake(room string, presenceOnly bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for s := range h.subs[room] {
-		if presenceOnly && !s.presence {
-			continue
-		}
+	subs := h.subs[room]
+	if presenceOnly {
+		subs = h.psubs[room]
+	}
+	for s := range subs {
 		select {
 		case s.C <- struct{}{}:
 		default:

@@ -719,3 +719,71 @@ func TestAttackViewGatePerReaderConcurrently(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// Issue 32 item 4: woken waits check their tokens together, one query for
+// the room's waits (waitBatches). A batch must answer each waiter for its
+// own token: with half the waiters' tokens rotated while they wait (a
+// re-join), over a pool of two connections, the rotated ones are refused
+// and never see what was written after the rotation, and the others are
+// served.
+func TestAttackBatchedWaitChecksServeNoRevokedToken(t *testing.T) {
+	const n = 40
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "revokedwaits"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	ps := make([]*substrate.Principal, n)
+	for i := range n {
+		ag, err := svc.Join(ctx, admin, "revokedwaits", substrate.JoinRequest{ID: fmt.Sprintf("a%d", i), Name: fmt.Sprintf("a%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps[i], err = svc.Authenticate(ctx, ag.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type out struct {
+		res *substrate.WaitResult
+		err error
+	}
+	outs := make([]out, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := svc.Wait(ctx, ps[i], "revokedwaits", `has(state._shared.plan)`, 10*time.Second, substrate.ContextRequest{Full: true})
+			outs[i] = out{r, err}
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); svc.Stats().OpenWaits < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d waits open", svc.Stats().OpenWaits, n)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i := 0; i < n; i += 2 { // the even ones' tokens rotate
+		if _, err := svc.Join(ctx, admin, "revokedwaits", substrate.JoinRequest{ID: fmt.Sprintf("a%d", i), Name: fmt.Sprintf("a%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.WriteState(ctx, admin, "revokedwaits", []substrate.Write{{Scope: "_shared", Key: "plan", Value: json.RawMessage(`"after the rotation"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, o := range outs {
+		if i%2 == 0 {
+			raw, _ := json.Marshal(o.res)
+			if o.err == nil || errs.From(o.err).Code != errs.Unauthorized || strings.Contains(string(raw), "after the rotation") {
+				t.Errorf("HOLE: a%d's wait, its token rotated, answered %v %.200s", i, o.err, raw)
+			}
+			continue
+		}
+		if o.err != nil || !o.res.Triggered {
+			t.Errorf("a%d (token unchanged): %v %+v", i, o.err, o.res)
+		}
+	}
+}

@@ -165,6 +165,18 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool) (*roomRead, bool, error) {
 	agent := p != nil && p.Kind == KindAgent
 	own := !wantAgents && agent && wantMsgs
+	if !wantAgents && !own {
+		// Nothing of the reader's own in the transaction: the readers of
+		// the room at this moment (the waits one commit woke) share it.
+		h, err := s.waitq.seqs.do(ctx, roomID, struct{}{})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		return s.readRoomCachedAt(ctx, p, roomID, wantMsgs, false, h.seq, h.count, h.born, nil)
+	}
 	var b pgx.Batch
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	b.Queue(`SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID)
@@ -213,6 +225,14 @@ func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID strin
 	if err != nil {
 		return nil, false, err
 	}
+	return s.readRoomCachedAt(ctx, p, roomID, wantMsgs, wantAgents, seq, count, born, agents)
+}
+
+// readRoomCachedAt is the rest of readRoomCached once the room's seq (and
+// the reader's presence rows, if any) are read.
+func (s *Service) readRoomCachedAt(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool, seq, count int64, born time.Time, agents []presence) (*roomRead, bool, error) {
+	agent := p != nil && p.Kind == KindAgent
+	var err error
 	snap := s.snaps.get(cacheKey(roomID, born), seq)
 	if snap == nil || !snap.readReady(count) {
 		// A snapshot advanced by a mutation (or a message count the

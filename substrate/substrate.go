@@ -176,6 +176,8 @@ type Service struct {
 	hub       *store.Hub
 	// marks queues context reads' marks for one background writer.
 	marks *readMarks
+	// waitq shares woken waits' round trips (waitBatches).
+	waitq *waitBatches
 	// noSalience is Options.NoSalience.
 	noSalience bool
 	// ackOverdue is Options.AckOverdue.
@@ -286,6 +288,7 @@ func New(db *store.DB, opt Options) *Service {
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
 		marks: newReadMarks(),
+		waitq: newWaitBatches(db),
 
 		noSalience: opt.NoSalience,
 		ackOverdue: cmp.Or(opt.AckOverdue, AckOverdue),

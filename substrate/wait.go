@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -105,18 +103,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		if startSeq < 0 {
 			startSeq = rc.snap.seq
 		}
-		// Access is checked again after the read the wait answers with
-		// (afterRead): one lost since the call began or since the last
-		// wake-up's check (while the agent was being marked waiting, say)
-		// must not answer with what was written after the loss. Whatever
-		// the read saw was written while the caller still had access.
-		if evalErr == nil && ok && creq.NoContext {
-			if err := s.afterRead(ctx, p); err != nil {
-				return nil, err
-			}
-			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq, Note: note}, nil
-		}
-		if evalErr == nil && ok && rc.partial {
+		if evalErr == nil && ok && rc.partial && !creq.NoContext {
 			// The condition and the context come from one read: the
 			// whole one now, with the condition checked again on it.
 			if rc, err = s.readCtx(ctx, p, roomID, prog.UsesMessages); err != nil {
@@ -124,10 +111,30 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			}
 			ok, evalErr = s.cel.EvalBool(ctx, prog, &rc.vars)
 		}
-		if evalErr == nil && ok {
-			if err := s.afterRead(ctx, p); err != nil {
-				return nil, err
+		// Access is checked again after each read, once (with the other
+		// waits of the room woken at the same time: recheckBatched): one
+		// lost since the call began or since the last wake-up (while the
+		// agent was being marked waiting, say) must not answer with what
+		// was written after the loss, and whatever the read saw was
+		// written while the caller still had access. A token's wait whose
+		// grants changed reads again with them before answering; a
+		// principal its surface refreshes (Refresh) was refreshed before
+		// the read, at the wake-up.
+		np, err := s.recheckBatched(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if p.Refresh == nil {
+			if !slices.Equal(np.Grants, p.Grants) {
+				p = np
+				continue
 			}
+			p = np
+		}
+		if evalErr == nil && ok && creq.NoContext {
+			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq, Note: note}, nil
+		}
+		if evalErr == nil && ok {
 			env, err := s.envelopeOf(ctx, rc, roomID, waitShape(creq, rc, startSeq))
 			if err != nil {
 				return nil, err
@@ -154,7 +161,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			// The credential and the caller's access are checked again at
 			// every wake-up, this one included: a wait never outlives a
 			// revocation with the room's context.
-			if p, err = s.recheck(ctx, p); err != nil {
+			if p, err = s.recheckBatched(ctx, p); err != nil {
 				return nil, err
 			}
 			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq, Note: note}
@@ -185,8 +192,10 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return nil, ctx.Err()
 		}
 		recheck.Stop()
-		if p, err = s.recheck(ctx, p); err != nil {
-			return nil, err
+		if p.Refresh != nil {
+			if p, err = s.recheck(ctx, p); err != nil {
+				return nil, err
+			}
 		}
 	}
 }
@@ -194,7 +203,7 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 // afterRead checks p's access again after a read a wait answers with
 // (its new principal is not needed: the read is done).
 func (s *Service) afterRead(ctx context.Context, p *Principal) error {
-	_, err := s.recheck(ctx, p)
+	_, err := s.recheckBatched(ctx, p)
 	return err
 }
 
@@ -274,15 +283,8 @@ func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condit
 	if condition != nil {
 		err = s.setPresence(ctx, roomID, agentID, "waiting", condition, true)
 	} else {
-		// A status set while the wait ran stays: idle when the person
-		// stepped out of the agent or lost the room (the wait then ended
-		// refused), busy from a heartbeat.
-		var tag pgconn.CommandTag
-		tag, err = s.db.Exec(ctx, `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now()
-			WHERE room_id = $1 AND id = $2 AND status = 'waiting'`, roomID, agentID)
-		if err == nil && tag.RowsAffected() > 0 {
-			err = s.db.Notify(ctx, roomID, store.PresenceNote)
-		}
+		// One statement for the waits of the room ending together.
+		_, err = s.waitq.done.do(ctx, roomID, agentID)
 	}
 	if err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)

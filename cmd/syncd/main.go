@@ -232,6 +232,12 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		// HTTP/2 without TLS (prior knowledge) beside HTTP/1.1: a client
+		// holding many long requests at once (waits) multiplexes them
+		// over a few connections instead of one descriptor each. TLS is
+		// the proxy's in front; what it speaks to syncd is unchanged.
+		Protocols: serverProtocols(),
+		HTTP2:     &http.HTTP2Config{MaxConcurrentStreams: 1000},
 	}
 	srv.RegisterOnShutdown(people.Close) // live pages' streams would outlast the drain
 	errc := make(chan error, 2)
@@ -339,4 +345,12 @@ func version() string {
 		}
 	}
 	return "dev"
+}
+
+// serverProtocols are HTTP/1.1 and unencrypted HTTP/2 (h2c).
+func serverProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }

@@ -71,6 +71,10 @@ type Options struct {
 	// Waits is the number of concurrent waits of the "waits" workload.
 	// Default 1,000.
 	Waits int
+	// HTTP1 makes the "waits" workload's client speak HTTP/1.1, one
+	// connection per wait, as against a server without h2c. Default
+	// false: HTTP/2 without TLS.
+	HTTP1 bool
 	// Intervals, when positive, also reports each workload's rate per
 	// interval of its measured time (and pgbench's, with --progress).
 	Intervals time.Duration
@@ -214,6 +218,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	fs.StringVar(&o.ContextQuery, "context-query", "messages=false", "query string of the context read")
 	fs.StringVar(&o.ContextAs, "context-as", "agent", "credential of the context's readers: agent, room or view")
 	fs.IntVar(&o.Waits, "waits", 1000, "concurrent waits of the waits workload")
+	fs.BoolVar(&o.HTTP1, "http1", false, "waits workload over HTTP/1.1 (one connection per wait) instead of h2c")
 	fs.DurationVar(&o.Intervals, "intervals", 0, "also report the rate per interval of each run (e.g. 15s)")
 	fs.BoolVar(&o.PGBench, "pgbench", false, "run pgbench's bound for the same transaction shape first")
 	asJSON := fs.Bool("json", false, "print the report as JSON")

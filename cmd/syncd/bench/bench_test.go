@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -29,7 +30,14 @@ func server(t *testing.T, opt rest.Options) (*httptest.Server, *store.DB, string
 	t.Cleanup(db.Close)
 	svc := substrate.New(db, substrate.Options{})
 	t.Cleanup(svc.Close)
-	srv := httptest.NewServer(rest.Handler(svc, opt))
+	srv := httptest.NewUnstartedServer(rest.Handler(svc, opt))
+	// As syncd's listener: HTTP/1.1 and HTTP/2 without TLS (the waits
+	// workload's client speaks the latter).
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &protos
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv, db, url
 }

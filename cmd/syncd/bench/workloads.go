@@ -21,9 +21,13 @@ import (
 )
 
 type bencher struct {
-	opt    Options
-	cli    *http.Client
-	prefix string // a per-run prefix, so runs against one server never share rooms
+	opt Options
+	cli *http.Client
+	// waitCli is the waits workload's client: HTTP/2 without TLS (h2c)
+	// unless Options.HTTP1, so ten thousand waits share a few connections
+	// (each up to the server's streams per connection).
+	waitCli *http.Client
+	prefix  string // a per-run prefix, so runs against one server never share rooms
 }
 
 func newBencher(opt Options) *bencher {
@@ -32,7 +36,13 @@ func newBencher(opt Options) *bencher {
 	tr := &http.Transport{MaxIdleConnsPerHost: max(opt.Waits, opt.Clients, opt.Readers) + 16, IdleConnTimeout: time.Minute}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &bencher{opt: opt, cli: &http.Client{Transport: tr}, prefix: "bench-" + hex.EncodeToString(b[:])}
+	wcli := &http.Client{Transport: tr}
+	if !opt.HTTP1 {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		wcli = &http.Client{Transport: &http.Transport{Protocols: &p, IdleConnTimeout: time.Minute}}
+	}
+	return &bencher{opt: opt, cli: &http.Client{Transport: tr}, waitCli: wcli, prefix: "bench-" + hex.EncodeToString(b[:])}
 }
 
 // statusError is a response outside 2xx.
@@ -501,13 +511,15 @@ func (b *bencher) waits(ctx context.Context) (*Result, error) {
 	cond := url.QueryEscape(`has(state._shared.go) && state._shared.go == true`)
 	woke := make([]time.Time, n)
 	errsOf := make([]error, n)
+	wb := *b
+	wb.cli = b.waitCli
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var out struct{ Triggered bool }
-			err := b.doJSON(ctx, "GET", "/rooms/"+r.id+"/wait?timeout=120000&context=none&condition="+cond, r.agents[i], nil, &out)
+			err := wb.doJSON(ctx, "GET", "/rooms/"+r.id+"/wait?timeout=120000&context=none&condition="+cond, r.agents[i], nil, &out)
 			if err == nil && !out.Triggered {
 				err = errors.New("the wait ended without its condition")
 			}

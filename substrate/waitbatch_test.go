@@ -1,0 +1,95 @@
+package substrate_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
+)
+
+// Many waits on one room over a pool of two connections, woken by one
+// write: their round trips are shared (waitBatches), and still each waiter
+// wakes (none answered by a read made before its wake-up, with the safety
+// net's re-check an hour away), with its own delta: from the seq its wait
+// began at, with the write's entries, its own scope's among them.
+func TestManyWaitsTinyPoolEachItsOwnDelta(t *testing.T) {
+	const n = 99 // one write of n + 1 entries: the batch limit is 100
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "manywaits"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	ps := make([]*substrate.Principal, n)
+	for i := range n {
+		ag, err := svc.Join(ctx, admin, "manywaits", substrate.JoinRequest{ID: fmt.Sprintf("a%d", i), Name: fmt.Sprintf("a%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps[i], err = svc.Authenticate(ctx, ag.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start, err := svc.WriteState(ctx, admin, "manywaits", []substrate.Write{{Scope: "_shared", Key: "phase", Value: json.RawMessage(`"wait"`)}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type out struct {
+		res *substrate.WaitResult
+		err error
+	}
+	outs := make([]out, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := svc.Wait(ctx, ps[i], "manywaits", `has(state._shared.go)`, 10*time.Second, substrate.ContextRequest{Delta: true})
+			outs[i] = out{r, err}
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); svc.Stats().OpenWaits < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d waits open", svc.Stats().OpenWaits, n)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // all asleep, past their first read
+	writes := []substrate.Write{{Scope: "_shared", Key: "go", Value: json.RawMessage(`true`)}}
+	for i := range n {
+		writes = append(writes, substrate.Write{Scope: fmt.Sprintf("a%d", i), Key: "mine", Value: json.RawMessage(fmt.Sprint(i))})
+	}
+	w, err := svc.WriteState(ctx, admin, "manywaits", writes, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, o := range outs {
+		if o.err != nil {
+			t.Fatalf("a%d: %v", i, o.err)
+		}
+		r := o.res
+		if !r.Triggered || r.Seq != w.Seq || r.Context == nil || r.Context.Context.Delta == nil {
+			t.Fatalf("a%d: triggered %v at seq %d (the write's %d), context %v", i, r.Triggered, r.Seq, w.Seq, r.Context != nil)
+		}
+		d := r.Context.Context.Delta
+		if d.FromSeq != start.Seq || d.Changed["_shared.go"] != w.Seq || d.Changed["self.mine"] != w.Seq || r.Context.Self != fmt.Sprintf("a%d", i) {
+			t.Fatalf("a%d: delta from %d (want %d), changed %v", i, d.FromSeq, start.Seq, d.Changed)
+		}
+	}
+	// And their status is back to active, in the shared exit statement.
+	list, err := svc.ListAgents(ctx, admin, "manywaits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list {
+		if a.Status != "active" {
+			t.Fatalf("%s is %q after its wait ended", a.ID, a.Status)
+		}
+	}
+}
