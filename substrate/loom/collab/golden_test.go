@@ -69,13 +69,13 @@ func TestThreePartySession(t *testing.T) {
 	// turn keeps a person's operation and its result together in the
 	// golden: a model call that the operation's writes wake waits until
 	// the result is recorded (the models' calls otherwise interleave with
-	// it by timing alone).
+	// it by timing alone). No operation here makes a model call itself.
 	var turn sync.Mutex
 	var chatMu sync.Mutex
 	calls := 0
 	chat := newChat(t, func(r chatReq) string {
 		turn.Lock()
-		turn.Unlock()
+		defer turn.Unlock()
 		chatMu.Lock()
 		defer chatMu.Unlock()
 		var b strings.Builder
@@ -100,7 +100,7 @@ func TestThreePartySession(t *testing.T) {
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		turn.Lock()
-		turn.Unlock()
+		defer turn.Unlock()
 		s.add("base model prompt", req.Prompt)
 		a := base[min(gens, len(base)-1)]
 		gens++
