@@ -39,16 +39,23 @@ type readMarks struct {
 	mu       sync.Mutex
 	pending  map[markKey]readMark
 	inflight map[markKey]readMark
-	kick     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
-	once     sync.Once
-	started  bool // under mu
-	closed   bool // under mu: marks after Close are written by their read
+	// seen is, per agent, the most this process has reported of its
+	// reads and last context seq: a read of the agents' rows that began
+	// before a write of marks committed, overlaid after it finished, saw
+	// neither the write nor the marks, and counts went backwards
+	// (salience decayed, then recovered, TestSalienceEvaporates).
+	seen      map[markKey]seenMark
+	seenSwept time.Time // under mu
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	once      sync.Once
+	started   bool // under mu
+	closed    bool // under mu: marks after Close are written by their read
 }
 
 func newReadMarks() *readMarks {
-	return &readMarks{pending: map[markKey]readMark{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	return &readMarks{pending: map[markKey]readMark{}, seen: map[markKey]seenMark{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // add queues a read's mark and wakes the writer; false when the service
@@ -81,9 +88,7 @@ func (s *Service) addReadMark(room, agent string, m readMark) bool {
 func (r *readMarks) overlay(room string, agents []presence) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.pending) == 0 && len(r.inflight) == 0 {
-		return
-	}
+	now := time.Now()
 	for i := range agents {
 		a := &agents[i]
 		k := markKey{room, a.ID}
@@ -96,7 +101,43 @@ func (r *readMarks) overlay(room string, agents []presence) {
 				a.ContextReads += q.reads
 			}
 		}
+		seen := r.seen[k]
+		seen.seq, seen.reads, seen.at = max(seen.seq, a.LastContextSeq), max(seen.reads, a.ContextReads), now
+		a.LastContextSeq, a.ContextReads = seen.seq, seen.reads
+		r.seen[k] = seen
 	}
+	// What was seen a minute ago is long written: forgotten, so the map
+	// holds only agents read lately.
+	if now.Sub(r.seenSwept) > time.Minute {
+		r.seenSwept = now
+		for k, v := range r.seen {
+			if now.Sub(v.at) > time.Minute {
+				delete(r.seen, k)
+			}
+		}
+	}
+}
+
+// seenMark is the most a process reported of an agent's marks, and when.
+type seenMark struct {
+	seq, reads int64
+	at         time.Time
+}
+
+// pendingReads is the room's context reads queued or in flight (the
+// reads overlay adds to what the agents' rows hold).
+func (r *readMarks) pendingReads(room string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, m := range []map[markKey]readMark{r.inflight, r.pending} {
+		for k, q := range m {
+			if k.room == room {
+				n += q.reads
+			}
+		}
+	}
+	return n
 }
 
 const sqlMarkReads = `UPDATE agents AS a SET last_context_seq = greatest(a.last_context_seq, v.seq),
