@@ -121,16 +121,7 @@ func TestBrowserLoomPage(t *testing.T) {
 		return err
 	}
 
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(public+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#claim-room")),
-		chromedp.SendKeys(chromedp.CSS("#claim-room"), "weave"),
-		chromedp.SendKeys(chromedp.CSS("#claim-token"), roomToken),
-		chromedp.Submit(chromedp.CSS("#claim-token")),
-		chromedp.WaitVisible(chromedp.CSS(`a[href="/rooms/weave"]`)), // back in the lobby
-	); err != nil {
-		t.Fatalf("claiming the room: %v", err)
-	}
+	claimInLobby(t, ctx, public, "weave", roomToken)
 	// Alice shares the room with bob, whose MCP client is the model.
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(public+"/"),

@@ -165,16 +165,7 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 	roomToken := realRoom(t, public, "release")
 
 	// Claimed from the lobby, which the claim returns to.
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(public+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#claim-room")),
-		chromedp.SendKeys(chromedp.CSS("#claim-room"), "release"),
-		chromedp.SendKeys(chromedp.CSS("#claim-token"), roomToken),
-		chromedp.Submit(chromedp.CSS("#claim-token")),
-		chromedp.WaitVisible(chromedp.CSS(`a[href="/rooms/release"]`)),
-	); err != nil {
-		t.Fatalf("claiming the room from the lobby: %v", err)
-	}
+	claimInLobby(t, ctx, public, "release", roomToken)
 	if loc, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.pathname`)); err != nil || loc != "/" {
 		t.Errorf("after claiming from the lobby the browser is at %q, not the lobby (%v)", loc, err)
 	}

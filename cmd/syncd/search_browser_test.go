@@ -26,13 +26,8 @@ func TestBrowserSearchAndThreads(t *testing.T) {
 		map[string]any{"params": map[string]any{"body": "Thursday at dawn, tide permitting", "reply_to": seq, "ack": true}})
 	restCall(t, "PUT", public+"/rooms/harbor/state", token, map[string]any{"scope": "_shared", "key": "departure.day", "value": "Thursday"})
 
+	claimInLobby(t, ctx, public, "harbor", token)
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(public+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#claim-room")),
-		chromedp.SendKeys(chromedp.CSS("#claim-room"), "harbor"),
-		chromedp.SendKeys(chromedp.CSS("#claim-token"), token),
-		chromedp.Submit(chromedp.CSS("#claim-token")),
-		chromedp.WaitVisible(chromedp.CSS(`a[href="/rooms/harbor"]`)), // back in the lobby
 		chromedp.Navigate(public+"/rooms/harbor"),
 		chromedp.WaitVisible(chromedp.CSS(`a[href="/web/rooms/harbor/search"]`)),
 		chromedp.Click(chromedp.CSS(`a[href="/web/rooms/harbor/search"]`)),

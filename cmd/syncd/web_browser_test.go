@@ -84,6 +84,23 @@ func browserSignedUp(t *testing.T) (ctx context.Context, public, dbURL string) {
 	return ctx, public, dbURL
 }
 
+// claimInLobby claims a room made over the API from the lobby's claim
+// form with its room token, and waits for the lobby the claim returns to
+// (the room's link on it).
+func claimInLobby(t *testing.T, ctx context.Context, public, room, token string) {
+	t.Helper()
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(public+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#claim-room")),
+		chromedp.SendKeys(chromedp.CSS("#claim-room"), room),
+		chromedp.SendKeys(chromedp.CSS("#claim-token"), token),
+		chromedp.Submit(chromedp.CSS("#claim-token")),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/rooms/`+room+`"]`)),
+	); err != nil {
+		t.Fatalf("claiming %s from the lobby: %v", room, err)
+	}
+}
+
 // In a real browser, through the real server: a person signs up with a
 // passkey, claims a room made over the API from the lobby, opens its page,
 // sees another agent's REST writes appear live without reloading, invokes
@@ -102,16 +119,7 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 		"if": `state._shared.ready == true`, "writes": []any{map[string]any{"key": "shipped", "value": true}}})
 
 	// Claimed from the lobby with its room token.
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(public+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#claim-room")),
-		chromedp.SendKeys(chromedp.CSS("#claim-room"), "studio"),
-		chromedp.SendKeys(chromedp.CSS("#claim-token"), roomToken),
-		chromedp.Submit(chromedp.CSS("#claim-token")),
-		chromedp.WaitVisible(chromedp.CSS(`a[href="/rooms/studio"]`)), // back in the lobby
-	); err != nil {
-		t.Fatalf("claiming the room from the lobby: %v", err)
-	}
+	claimInLobby(t, ctx, public, "studio", roomToken)
 	screenshot(t, ctx, "lobby")
 
 	// The room page, live.
