@@ -306,7 +306,9 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		m.batch.Queue(`UPDATE state SET timer_ticks_left = timer_ticks_left - 1
 			WHERE room_id = $1 AND timer_tick_on = ANY($2) AND timer_ticks_left > 0`, roomID, m.ticks)
 	}
-	m.touchVocabulary(last, m.decay, s.marks.pendingReads(roomID))
+	if len(m.vocab) > 0 {
+		m.touchVocabulary(last, m.decay, s.marks.pendingReads(roomID))
+	}
 	m.audit["delta"] = m.delta()
 	m.audit["prev_seq"] = m.base
 	m.audit["ts"] = m.now.UTC().Format(time.RFC3339Nano)
