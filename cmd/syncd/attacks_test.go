@@ -45,6 +45,50 @@ func TestAttackMetricsWithoutToken(t *testing.T) {
 	}
 }
 
+// The public listener never serves Go's profiles: not with -pprof on, not
+// with the metrics token (which opens /metrics there), not under another
+// method or a path spelled differently. With the metrics token set, the
+// metrics listener's profiles need it too.
+func TestAttackPprofNotOnPublicListener(t *testing.T) {
+	metricsAddr := "127.0.0.1:" + freePort(t)
+	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-metrics-token", "s3cret-metrics", "-metrics-addr", metricsAddr, "-pprof")
+	base, stop := start(t, cfg)
+	defer stop()
+	for _, p := range []string{"/debug/pprof/", "/debug/pprof", "/debug/pprof/profile?seconds=1", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=2",
+		"/debug/pprof/cmdline", "/debug/pprof/symbol", "/debug/pprof/trace?seconds=1", "//debug/pprof/", "/debug/./pprof/", "/DEBUG/PPROF/"} {
+		for _, tok := range []string{"", "s3cret-metrics"} {
+			for _, m := range []string{"GET", "POST"} {
+				req, _ := http.NewRequest(m, base+p, nil)
+				if tok != "" {
+					req.Header.Set("Authorization", "Bearer "+tok)
+				}
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw := make([]byte, 512)
+				n, _ := res.Body.Read(raw)
+				res.Body.Close()
+				// Whatever answers (404, a redirect, a page), it is not pprof.
+				if res.StatusCode == 200 || strings.Contains(string(raw[:n]), "pprof") || strings.Contains(string(raw[:n]), "goroutine") ||
+					n > 1 && raw[0] == 0x1f && raw[1] == 0x8b {
+					t.Errorf("HOLE: public %s %s (token %q): %d %q", m, p, tok, res.StatusCode, raw[:min(n, 120)])
+				}
+			}
+		}
+	}
+	if code, _ := call(t, "GET", "http://"+metricsAddr+"/debug/pprof/cmdline", "", ""); code != http.StatusUnauthorized {
+		t.Errorf("metrics listener's profiles without the metrics token: %d, want 401", code)
+	}
+	req, _ := http.NewRequest("GET", "http://"+metricsAddr+"/debug/pprof/cmdline", nil)
+	req.Header.Set("Authorization", "Bearer s3cret-metrics")
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 200 {
+		t.Errorf("metrics listener's profiles with the token: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
+}
+
 // Clients cannot grow the metrics: random paths, methods, room ids and
 // tool-like names add no series (labels come from route patterns and
 // fixed sets), so a scrape's size is bounded whatever is sent.

@@ -90,6 +90,11 @@ type config struct {
 	// requires; when set, the public listener serves /metrics too (with
 	// it), and the metrics listener requires it as well. Default empty.
 	MetricsToken string
+	// SYNC_PPROF, -pprof: serve Go's profiles (net/http/pprof) at
+	// /debug/pprof/ on the metrics listener, behind the metrics token
+	// when there is one. Default false; refused without -metrics-addr,
+	// and never on the public listener.
+	Pprof bool
 }
 
 // defaultDataDir is per user: $XDG_DATA_HOME/sync or ~/.local/share/sync.
@@ -147,8 +152,15 @@ func parseConfig(args []string) (*config, error) {
 	actionCost := fs.String("action-cost-per-read", env("SYNC_ACTION_COST_PER_READ", "1000000"), "cel-go cost of all of a room's actions' availability in one read (SYNC_ACTION_COST_PER_READ)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SYNC_METRICS_ADDR", ""), "separate listen address for Prometheus /metrics (SYNC_METRICS_ADDR); empty = none")
 	fs.StringVar(&c.MetricsToken, "metrics-token", env("SYNC_METRICS_TOKEN", ""), "bearer token /metrics requires; when set, the public listener serves /metrics with it (SYNC_METRICS_TOKEN)")
+	// A boolean flag, so that a bare -pprof turns it on.
+	pprofEnv := env("SYNC_PPROF", "false")
+	pprofDefault, pprofErr := strconv.ParseBool(pprofEnv)
+	fs.BoolVar(&c.Pprof, "pprof", pprofDefault, "serve Go's profiles at /debug/pprof/ on the metrics listener (SYNC_PPROF); needs -metrics-addr")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if pprofErr != nil {
+		return nil, fmt.Errorf("SYNC_PPROF %q is not true or false", pprofEnv)
 	}
 	var err error
 	if c.RateLimit, err = strconv.ParseFloat(*rate, 64); err != nil {
@@ -226,6 +238,9 @@ func parseConfig(args []string) (*config, error) {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			return nil, fmt.Errorf("metrics address %q: %w", c.MetricsAddr, err)
 		}
+	} else if c.Pprof {
+		// The profiles are only ever served on the metrics listener.
+		return nil, errors.New("pprof needs a metrics listener: set -metrics-addr (SYNC_METRICS_ADDR), e.g. 127.0.0.1:9090")
 	}
 	c.RedirectAllow = splitList(*redirects)
 	c.MCPOrigins = splitList(*origins)

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -253,6 +254,22 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		mmux := http.NewServeMux()
 		mmux.Handle("GET /metrics", mx.Handler(cfg.MetricsToken, stack))
 		msrv := &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+		if cfg.Pprof {
+			metrics.Profiling(mmux, cfg.MetricsToken, stack)
+			// A CPU profile or trace answers after the time it was asked
+			// for (pprof refuses one longer than the write timeout): each
+			// request's own deadline instead, 30 s past that time.
+			msrv.WriteTimeout = 0
+			msrv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				limit := 30 * time.Second
+				if s, err := strconv.Atoi(r.URL.Query().Get("seconds")); err == nil && s > 0 {
+					limit += time.Duration(min(s, 3600)) * time.Second
+				}
+				_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(limit))
+				mmux.ServeHTTP(w, r)
+			})
+			slog.Warn("profiles served on the metrics listener at /debug/pprof/ (SYNC_PPROF); keep that listener private", "addr", mln.Addr().String())
+		}
 		go func() {
 			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- err

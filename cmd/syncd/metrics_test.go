@@ -176,3 +176,72 @@ func TestMetricsRateLimitRefusals(t *testing.T) {
 			m[`sync_rate_limit_refusals_total{budget="address"}`], m[`sync_rate_limit_refusals_total{budget="credential"}`])
 	}
 }
+
+// get returns url's status and body.
+func get(t *testing.T, url, token string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	return res.StatusCode, raw
+}
+
+// With -pprof the metrics listener serves Go's profiles: a CPU profile
+// (gzipped protobuf) taken while the server works, the index, and a
+// profile longer than the listener's 30 s write timeout is not refused
+// for it. Without -pprof the same paths are 404 there, and -pprof
+// without a metrics listener does not start.
+func TestPprofOnMetricsListener(t *testing.T) {
+	url := pgtest.URL(t)
+	for _, on := range []bool{true, false} {
+		metricsAddr := "127.0.0.1:" + freePort(t)
+		args := []string{"-database-url", url, "-rate-limit", "-1", "-metrics-addr", metricsAddr}
+		if on {
+			args = append(args, "-pprof")
+		}
+		base, stop := start(t, testConfig(t, args...))
+		mbase := "http://" + metricsAddr
+		if on {
+			done := make(chan struct{})
+			go func() { // something to profile
+				defer close(done)
+				for range 20 {
+					call(t, "GET", base+"/healthz", "", "")
+				}
+			}()
+			code, body := get(t, mbase+"/debug/pprof/profile?seconds=1", "")
+			<-done
+			if code != 200 || len(body) < 2 || body[0] != 0x1f || body[1] != 0x8b {
+				t.Errorf("-pprof: CPU profile on the metrics listener: %d, %d bytes (want 200 and a gzipped profile)", code, len(body))
+			}
+			if code, body := get(t, mbase+"/debug/pprof/", ""); code != 200 || !strings.Contains(string(body), "goroutine") {
+				t.Errorf("-pprof: index: %d %.200s", code, body)
+			}
+			if code, body := get(t, mbase+"/debug/pprof/goroutine?debug=1", ""); code != 200 || !strings.Contains(string(body), "goroutine profile") {
+				t.Errorf("-pprof: goroutines: %d %.200s", code, body)
+			}
+		} else {
+			for _, p := range []string{"/debug/pprof/", "/debug/pprof/profile?seconds=1", "/debug/pprof/goroutine", "/debug/pprof/cmdline"} {
+				if code, _ := get(t, mbase+p, ""); code != 404 {
+					t.Errorf("without -pprof: %s on the metrics listener: %d, want 404", p, code)
+				}
+			}
+		}
+		// The metrics are there either way.
+		scrape(t, mbase+"/metrics", "")
+		stop()
+	}
+	if _, err := parseConfig([]string{"-pprof"}); err == nil || !strings.Contains(err.Error(), "metrics-addr") {
+		t.Errorf("-pprof without -metrics-addr: %v, want refused naming -metrics-addr", err)
+	}
+	if _, err := parseConfig([]string{"-pprof=maybe", "-metrics-addr", "127.0.0.1:0"}); err == nil {
+		t.Error("-pprof=maybe accepted")
+	}
+}

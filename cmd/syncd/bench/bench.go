@@ -10,6 +10,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -80,6 +81,14 @@ type Options struct {
 	Intervals time.Duration
 	// PGBench runs pgbench's bound before the invocation workloads.
 	PGBench bool
+	// CPUProfileDir, when set, receives a CPU profile of the server over
+	// each workload's measured time, <workload>.pprof, taken from its
+	// /debug/pprof/profile on the metrics listener: a server bench starts
+	// is started with -pprof; a -url server needs -pprof and MetricsURL.
+	// Default none.
+	CPUProfileDir string
+	// workload is the one running, which names its profile.
+	workload string
 	// Log receives progress lines. Default io.Discard.
 	Log io.Writer
 }
@@ -221,6 +230,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	fs.BoolVar(&o.HTTP1, "http1", false, "waits workload over HTTP/1.1 (one connection per wait) instead of h2c")
 	fs.DurationVar(&o.Intervals, "intervals", 0, "also report the rate per interval of each run (e.g. 15s)")
 	fs.BoolVar(&o.PGBench, "pgbench", false, "run pgbench's bound for the same transaction shape first")
+	fs.StringVar(&o.CPUProfileDir, "cpuprofile-dir", "", "save a CPU profile of the server over each workload's measured time here, as <workload>.pprof (starts the server with -pprof; a -url server needs -pprof and -metrics-url)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		return o, false, err
@@ -290,6 +300,14 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		opt.URL, opt.PID, opt.DatabaseURL, opt.MetricsURL = srv.url, srv.pid, srv.dbURL, srv.metrics
 		rep.Target, rep.PID, rep.Local = srv.url, srv.pid, true
 	}
+	if opt.CPUProfileDir != "" {
+		if opt.MetricsURL == "" {
+			return rep, errors.New("-cpuprofile-dir needs the server's metrics listener (-metrics-url) with -pprof on")
+		}
+		if err := os.MkdirAll(opt.CPUProfileDir, 0o755); err != nil {
+			return rep, err
+		}
+	}
 	b := newBencher(opt)
 	bounds := map[string]*PGResult{}
 	if opt.PGBench {
@@ -304,6 +322,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	for _, w := range opt.Workloads {
 		fmt.Fprintf(opt.Log, "syncd bench: %s…\n", w)
+		b.opt.workload = w
 		res, err := b.run(ctx, w)
 		if res != nil {
 			res.Load1 = load1()

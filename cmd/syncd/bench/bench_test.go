@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/cmd/syncd/bench"
+	"github.com/syncsubstrate/sync/cmd/syncd/metrics"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
@@ -123,6 +124,34 @@ func TestCreateTokenRefused(t *testing.T) {
 	_, err := bench.Run(context.Background(), bench.Options{URL: srv.URL, Workloads: []string{bench.Invoke1}, Duration: 100 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("err = %v, want the 401 of room creation", err)
+	}
+}
+
+// With -cpuprofile-dir each workload leaves a CPU profile of the server
+// over its measured time, read from the metrics listener's
+// /debug/pprof/profile (here this process's, served as syncd serves it);
+// without a metrics listener the run says what it needs.
+func TestCPUProfilePerWorkload(t *testing.T) {
+	srv, _, _ := server(t, rest.Options{RatePerSecond: -1})
+	mux := http.NewServeMux()
+	metrics.Profiling(mux, "", nil)
+	msrv := httptest.NewServer(mux)
+	t.Cleanup(msrv.Close)
+	dir := filepath.Join(t.TempDir(), "profiles")
+	_, err := bench.Run(context.Background(), bench.Options{URL: srv.URL, MetricsURL: msrv.URL + "/metrics", CPUProfileDir: dir,
+		Workloads: []string{bench.Invoke1, bench.Wake}, Duration: time.Second, Warmup: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{bench.Invoke1, bench.Wake} {
+		raw, err := os.ReadFile(filepath.Join(dir, w+".pprof"))
+		if err != nil || len(raw) < 2 || raw[0] != 0x1f || raw[1] != 0x8b {
+			t.Errorf("%s: profile of %d bytes (%v), want a gzipped profile", w, len(raw), err)
+		}
+	}
+	_, err = bench.Run(context.Background(), bench.Options{URL: srv.URL, CPUProfileDir: dir, Workloads: []string{bench.Invoke1}, Duration: 100 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "-metrics-url") {
+		t.Errorf("profiles without a metrics listener: %v, want refused naming -metrics-url", err)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,12 +74,19 @@ type watcher struct {
 	maxRSS       int64
 	fds          int
 	haveCPUStart bool
+	profiled     chan struct{} // closed when the CPU profile is saved (or failed)
 }
 
 // watch samples pid's CPU at from and until, and its resident set every
 // quarter second between.
 func (b *bencher) watch(from, until time.Time) *watcher {
-	w := &watcher{pid: b.opt.PID, start: from, end: until, done: make(chan struct{})}
+	w := &watcher{pid: b.opt.PID, start: from, end: until, done: make(chan struct{}), profiled: make(chan struct{})}
+	go func() {
+		defer close(w.profiled)
+		if err := b.cpuProfile(from, until); err != nil {
+			fmt.Fprintf(b.opt.Log, "syncd bench: %s: CPU profile: %v\n", b.opt.workload, err)
+		}
+	}()
 	if w.pid <= 0 {
 		close(w.done)
 		return w
@@ -108,12 +117,54 @@ func (b *bencher) watch(from, until time.Time) *watcher {
 // finish waits for the window's last sample and puts it in res.
 func (w *watcher) finish(res *Result) {
 	<-w.done
+	<-w.profiled
 	if !w.haveCPUStart {
 		return
 	}
 	res.ServerCPU = 100 * (w.cpu1 - w.cpu0) / w.end.Sub(w.start).Seconds()
 	res.ServerRSSMiB = float64(w.maxRSS) / 1024
 	res.ServerFDs = w.fds
+}
+
+// cpuProfile saves the server's CPU profile from from to until (in whole
+// seconds, at least one) as <workload>.pprof in Options.CPUProfileDir,
+// when that is set.
+func (b *bencher) cpuProfile(from, until time.Time) error {
+	if b.opt.CPUProfileDir == "" || b.opt.MetricsURL == "" {
+		return nil
+	}
+	secs := int(math.Ceil(until.Sub(from).Seconds()))
+	time.Sleep(time.Until(from))
+	url := strings.TrimSuffix(b.opt.MetricsURL, "/metrics") + "/debug/pprof/profile?seconds=" + strconv.Itoa(max(1, secs))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second+time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(res.Body, 512))
+		return fmt.Errorf("%s: HTTP %d %s (is the server's -pprof on?)", url, res.StatusCode, raw)
+	}
+	path := filepath.Join(b.opt.CPUProfileDir, b.opt.workload+".pprof")
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.opt.Log, "syncd bench: %s: CPU profile in %s (go tool pprof -top %s)\n", b.opt.workload, path, path)
+	return nil
 }
 
 // server is a syncd process bench started.
@@ -164,7 +215,11 @@ func startServer(ctx context.Context, opt *Options) (*server, error) {
 		})
 		dbURL = cluster.URL()
 	}
-	args := append([]string{"serve", "-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-log-format", "json", "-access-log", "false", "-rate-limit", "-1", "-data-dir", dir}, opt.ServerFlags...)
+	args := []string{"serve", "-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-log-format", "json", "-access-log", "false", "-rate-limit", "-1", "-data-dir", dir}
+	if opt.CPUProfileDir != "" {
+		args = append(args, "-pprof")
+	}
+	args = append(args, opt.ServerFlags...)
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
 	stderr, err := cmd.StderrPipe()

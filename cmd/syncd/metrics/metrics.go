@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -95,7 +96,12 @@ func (m *Metrics) ObserveTool(tool, outcome string, took time.Duration) {
 // address's budget on limits (when not nil), so the token cannot be
 // guessed at speed.
 func (m *Metrics) Handler(token string, limits *httpmw.Stack) http.Handler {
-	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return Guard(token, limits, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+}
+
+// Guard lets through to h only requests carrying token as their bearer
+// token (any request when token is empty), as Handler does for /metrics.
+func Guard(token string, limits *httpmw.Stack, h http.Handler) http.Handler {
 	if token == "" {
 		return h
 	}
@@ -113,6 +119,21 @@ func (m *Metrics) Handler(token string, limits *httpmw.Stack) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// Profiling registers Go's runtime profiles (net/http/pprof) under
+// /debug/pprof/ on mux, behind token as Guard. It is meant for the
+// metrics listener only: profiles name the code, show request data in
+// goroutine stacks and cost CPU while they run, so they are not for the
+// Internet.
+func Profiling(mux *http.ServeMux, token string, limits *httpmw.Stack) {
+	g := func(h http.Handler) http.Handler { return Guard(token, limits, h) }
+	mux.Handle("GET /debug/pprof/", g(http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/cmdline", g(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("GET /debug/pprof/profile", g(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/symbol", g(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("POST /debug/pprof/symbol", g(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("GET /debug/pprof/trace", g(http.HandlerFunc(pprof.Trace)))
 }
 
 // collector reads the server's counters at scrape time.
