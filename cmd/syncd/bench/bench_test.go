@@ -286,3 +286,12 @@ func TestSoakRunsAndSamples(t *testing.T) {
 		t.Errorf("note: %s", r.Note)
 	}
 }
+
+// A live page stream that receives nothing while its room keeps changing
+// is counted as stalled, once per episode; one that keeps up is not.
+func TestSoakCountsStalledStreams(t *testing.T) {
+	quiet, live, all := bench.StallsCounted(600*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond)
+	if quiet != 1 || live != 0 || all != 1 {
+		t.Fatalf("stalled: quiet stream %d, live stream %d, errors %d; want the quiet one once", quiet, live, all)
+	}
+}

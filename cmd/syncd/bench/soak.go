@@ -295,11 +295,12 @@ func (b *bencher) followOnce(ctx context.Context, pp *people, s *stream, t *tall
 // changed more than stallAfter ago and the stream has had no update since:
 // changed is when the latest successful invocation was sent, so any
 // render that reflects it comes after.
-func watchStalls(ctx context.Context, streams []*stream, changed *atomic.Int64, t *tally) {
-	tick := time.NewTicker(time.Second)
+// It looks every period (stallAfter a multiple of it).
+func watchStalls(ctx context.Context, streams []*stream, changed *atomic.Int64, t *tally, stallAfter, period time.Duration) {
+	tick := time.NewTicker(period)
 	defer tick.Stop()
-	var history []int64 // changed, once a second
-	lag := int(stallAfter / time.Second)
+	var history []int64 // changed, once a period
+	lag := int(stallAfter / period)
 	for {
 		select {
 		case <-ctx.Done():
@@ -410,7 +411,7 @@ func (b *bencher) soak(ctx context.Context) (*Result, error) {
 	}
 	if streams > 0 {
 		swg.Add(1)
-		go func() { defer swg.Done(); watchStalls(sctx, ss, &changed, t) }()
+		go func() { defer swg.Done(); watchStalls(sctx, ss, &changed, t, stallAfter, time.Second) }()
 	}
 
 	var points []Sample
