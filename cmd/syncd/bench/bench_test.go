@@ -192,10 +192,10 @@ func TestParsePGBench(t *testing.T) {
 }
 
 // fullServer is syncd's surfaces as its main composes them (REST, OAuth
-// with open sign-up, MCP, the people's pages and their live streams,
+// with the given sign-up policy, MCP, the people's pages and their live streams,
 // /readyz) on a fresh database with a tiny pool, served at a localhost
 // public URL as passkeys need; metrics is its Prometheus /metrics.
-func fullServer(t *testing.T) (base, metricsURL string) {
+func fullServer(t *testing.T, signup string) (base, metricsURL string) {
 	url := pgtest.URL(t)
 	db, err := store.Open(context.Background(), url, store.Options{MaxConns: pgtest.MaxConns})
 	if err != nil {
@@ -210,7 +210,7 @@ func fullServer(t *testing.T) (base, metricsURL string) {
 	svc := substrate.New(db, substrate.Options{})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
-	auth, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: base, Rooms: lob, Signup: "open", RatePerSecond: -1})
+	auth, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: base, Rooms: lob, Signup: signup, RatePerSecond: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func fullServer(t *testing.T) (base, metricsURL string) {
 // which must have done its part (an MCP call that came back isError, or a
 // page that stopped receiving, is an error).
 func TestSoakRunsAndSamples(t *testing.T) {
-	base, metricsURL := fullServer(t)
+	base, metricsURL := fullServer(t, "open")
 	rep, err := bench.Run(context.Background(), bench.Options{URL: base, MetricsURL: metricsURL, Workloads: []string{bench.Soak},
 		Duration: 3 * time.Second, Warmup: 300 * time.Millisecond, Intervals: time.Second, Clients: 8,
 		MCPClients: 3, PageStreams: 3, PID: os.Getpid()})
@@ -293,5 +293,15 @@ func TestSoakCountsStalledStreams(t *testing.T) {
 	quiet, live, all := bench.StallsCounted(600*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond)
 	if quiet != 1 || live != 0 || all != 1 {
 		t.Fatalf("stalled: quiet stream %d, live stream %d, errors %d; want the quiet one once", quiet, live, all)
+	}
+}
+
+// Against a server whose sign-up is by invitation, the soak says how to
+// give it its person instead of running without one.
+func TestSoakNeedsSignUp(t *testing.T) {
+	base, _ := fullServer(t, "invite")
+	_, err := bench.Run(context.Background(), bench.Options{URL: base, Workloads: []string{bench.Soak}, Duration: 100 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "-signup open") || !strings.Contains(err.Error(), "-invite") {
+		t.Fatalf("err = %v, want the sign-up refused and how to allow it", err)
 	}
 }
