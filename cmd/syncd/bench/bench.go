@@ -89,6 +89,15 @@ type Options struct {
 	CPUProfileDir string
 	// workload is the one running, which names its profile.
 	workload string
+	// MCPClients and PageStreams are the soak's MCP clients and live room
+	// pages, run by a person bench signs up with a software passkey (the
+	// server must allow open sign-up, or Invite must be an invite token).
+	// Default 4 each; negative: none.
+	MCPClients, PageStreams int
+	// Invite is an invite token (from `syncd invite`) for the soak's
+	// person, for a -url server whose sign-up is by invitation. Default
+	// none: open sign-up (which a server bench starts allows).
+	Invite string
 	// Log receives progress lines. Default io.Discard.
 	Log io.Writer
 }
@@ -164,6 +173,10 @@ type Result struct {
 	Load1 float64 `json:"load1,omitempty"`
 	// Note says what a workload measured beyond the columns.
 	Note string `json:"note,omitempty"`
+	// Samples are the soak's samples of the server, one per interval.
+	Samples []Sample `json:"samples,omitempty"`
+	// Surfaces are the soak's requests per kind (REST, MCP, live pages).
+	Surfaces []Surface `json:"surfaces,omitempty"`
 }
 
 // Interval is one slice of a measured run.
@@ -231,6 +244,9 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	fs.DurationVar(&o.Intervals, "intervals", 0, "also report the rate per interval of each run (e.g. 15s)")
 	fs.BoolVar(&o.PGBench, "pgbench", false, "run pgbench's bound for the same transaction shape first")
 	fs.StringVar(&o.CPUProfileDir, "cpuprofile-dir", "", "save a CPU profile of the server over each workload's measured time here, as <workload>.pprof (starts the server with -pprof; a -url server needs -pprof and -metrics-url)")
+	fs.IntVar(&o.MCPClients, "mcp-clients", 4, "MCP clients of the soak, each its own OAuth grant of a person bench signs up (0: none)")
+	fs.IntVar(&o.PageStreams, "page-streams", 4, "live room page streams of the soak's person (0: none; at most 16)")
+	fs.StringVar(&o.Invite, "invite", "", "invite token (syncd invite) for the soak's person when the -url server's sign-up is by invitation")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		return o, false, err
@@ -250,6 +266,15 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	}
 	if o.Duration <= 0 || o.Warmup < 0 || o.Clients < 1 || o.Rooms < 1 || o.Agents < 1 || o.Readers < 1 || o.Waits < 1 || o.Intervals < 0 {
 		return o, false, fmt.Errorf("durations, clients, rooms, agents, readers and waits must be positive")
+	}
+	if o.MCPClients < 0 || o.PageStreams < 0 || o.PageStreams > 16 {
+		return o, false, fmt.Errorf("-mcp-clients must be 0 or more, -page-streams 0 to 16 (a person's live pages are bounded)")
+	}
+	// 0 on the command line is none; in Options it is the default.
+	for _, v := range []*int{&o.MCPClients, &o.PageStreams} {
+		if *v == 0 {
+			*v = -1
+		}
 	}
 	if !slices.Contains([]string{"agent", "room", "view"}, o.ContextAs) {
 		return o, false, fmt.Errorf("-context-as %q is not agent, room or view", o.ContextAs)
@@ -274,6 +299,12 @@ func (o *Options) defaults() {
 		if *f.v <= 0 {
 			*f.v = f.def
 		}
+	}
+	if o.MCPClients == 0 {
+		o.MCPClients = 4
+	}
+	if o.PageStreams == 0 {
+		o.PageStreams = 4
 	}
 	if o.ContextQuery == "" {
 		o.ContextQuery = "messages=false"
@@ -392,6 +423,7 @@ func (r *Report) WriteText(w io.Writer) {
 			}
 			fmt.Fprintln(w)
 			writeIntervals(w, x.Intervals, "rps")
+			writeSoak(w, x)
 		}
 	}
 	for _, p := range r.PGBench {

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,10 @@ import (
 
 	"github.com/syncsubstrate/sync/cmd/syncd/bench"
 	"github.com/syncsubstrate/sync/cmd/syncd/metrics"
+	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/mcp"
+	"github.com/syncsubstrate/sync/oauth"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
@@ -214,21 +219,117 @@ func TestParsePGBench(t *testing.T) {
 	}
 }
 
+// fullServer is syncd's surfaces as its main composes them (REST, OAuth
+// with the given sign-up policy, MCP, the people's pages and their live streams,
+// /readyz) on a fresh database with a tiny pool, served at a localhost
+// public URL as passkeys need; metrics is its Prometheus /metrics.
+func fullServer(t *testing.T, signup string) (base, metricsURL string) {
+	url := pgtest.URL(t)
+	db, err := store.Open(context.Background(), url, store.Options{MaxConns: pgtest.MaxConns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base = "http://localhost:" + strings.Split(ln.Addr().String(), ":")[1]
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	lob := lobby.New(db, svc)
+	auth, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: base, Rooms: lob, Signup: signup, RatePerSecond: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	people, err := web.New(web.Options{Lobby: lob, Substrate: svc, SignedIn: auth.SignedIn, PublicURL: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := http.NewServeMux()
+	pages.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ready", "pool": db.Status()})
+	})
+	auth.Routes(pages)
+	people.Routes(pages)
+	api := rest.Handler(svc, rest.Options{RatePerSecond: -1})
+	mux := http.NewServeMux()
+	h := mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: base})
+	mux.Handle("/mcp", h)
+	mux.Handle("/rooms", api)
+	mux.Handle("/rooms/", api)
+	mux.Handle("/", pages)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Config.RegisterOnShutdown(people.Close)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	mx := metrics.New()
+	mx.Watch(metrics.Sources{Service: svc, DB: db})
+	msrv := httptest.NewServer(mx.Handler("", nil))
+	t.Cleanup(msrv.Close)
+	return base, msrv.URL + "/metrics"
+}
+
 // The soak workload runs its mixed load without errors and samples the
-// server each interval (here with a tiny pool: the waits it holds must not
-// starve the other requests).
+// server each interval, with a tiny pool (the waits it holds must not
+// starve the other requests): REST clients, MCP clients of a person it
+// signed up with a passkey, and that person's live room pages, each of
+// which must have done its part (an MCP call that came back isError, or a
+// page that stopped receiving, is an error).
 func TestSoakRunsAndSamples(t *testing.T) {
-	srv, _, _ := server(t, rest.Options{RatePerSecond: -1})
-	rep, err := bench.Run(context.Background(), bench.Options{URL: srv.URL, Workloads: []string{bench.Soak},
-		Duration: 1200 * time.Millisecond, Warmup: 100 * time.Millisecond, Intervals: 400 * time.Millisecond, Clients: 8, PID: os.Getpid()})
+	base, metricsURL := fullServer(t, "open")
+	rep, err := bench.Run(context.Background(), bench.Options{URL: base, MetricsURL: metricsURL, Workloads: []string{bench.Soak},
+		Duration: 3 * time.Second, Warmup: 300 * time.Millisecond, Intervals: time.Second, Clients: 8,
+		MCPClients: 3, PageStreams: 3, PID: os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := rep.Results[0]
+	var text strings.Builder
+	rep.WriteText(&text)
+	t.Log(text.String())
 	if r.Requests == 0 || r.Errors != 0 {
 		t.Fatalf("soak: %d requests, %d errors (%s)", r.Requests, r.Errors, r.FirstError)
 	}
-	if n := strings.Count(r.Note, " MiB, "); n < 3 {
-		t.Errorf("soak sampled the server %d times, want at least 3: %s", n, r.Note)
+	if len(r.Samples) < 4 {
+		t.Errorf("soak sampled the server %d times, want at least 4: %+v", len(r.Samples), r.Samples)
+	}
+	for _, s := range r.Samples {
+		if s.RSSMiB <= 0 || s.Goroutines <= 0 || s.FDs <= 0 || s.PoolMax != pgtest.MaxConns {
+			t.Errorf("sample %+v: want resident set, goroutines, descriptors and the pool of %d", s, pgtest.MaxConns)
+		}
+	}
+	got := map[string]int64{}
+	for _, s := range r.Surfaces {
+		got[s.Name] = s.Requests
+	}
+	for _, name := range []string{"REST invoke", "REST context", "REST wait", "REST state", "MCP sync_invoke_action", "MCP sync_read_context", "MCP sync_wait", "live page updates"} {
+		if got[name] == 0 {
+			t.Errorf("soak: no %s: %+v", name, r.Surfaces)
+		}
+	}
+	if !strings.Contains(r.Note, "updates per page stream") || strings.Contains(r.Note, "stream 0,") {
+		t.Errorf("note: %s", r.Note)
+	}
+}
+
+// A live page stream that receives nothing while its room keeps changing
+// is counted as stalled, once per episode; one that keeps up is not.
+func TestSoakCountsStalledStreams(t *testing.T) {
+	quiet, live, all := bench.StallsCounted(600*time.Millisecond, 100*time.Millisecond, 20*time.Millisecond)
+	if quiet != 1 || live != 0 || all != 1 {
+		t.Fatalf("stalled: quiet stream %d, live stream %d, errors %d; want the quiet one once", quiet, live, all)
+	}
+}
+
+// Against a server whose sign-up is by invitation, the soak says how to
+// give it its person instead of running without one.
+func TestSoakNeedsSignUp(t *testing.T) {
+	base, _ := fullServer(t, "invite")
+	_, err := bench.Run(context.Background(), bench.Options{URL: base, Workloads: []string{bench.Soak}, Duration: 100 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "-signup open") || !strings.Contains(err.Error(), "-invite") {
+		t.Fatalf("err = %v, want the sign-up refused and how to allow it", err)
 	}
 }

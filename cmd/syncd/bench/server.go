@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -215,7 +216,17 @@ func startServer(ctx context.Context, opt *Options) (*server, error) {
 		})
 		dbURL = cluster.URL()
 	}
-	args := []string{"serve", "-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-log-format", "json", "-access-log", "false", "-rate-limit", "-1", "-data-dir", dir}
+	// A port chosen here rather than by the server: its public URL
+	// (http://localhost:PORT, the OAuth resource and the passkeys' origin)
+	// must name the port it listens on. Open sign-up lets the soak sign
+	// its person up.
+	port, err := freePort()
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	args := []string{"serve", "-addr", "127.0.0.1:" + port, "-metrics-addr", "127.0.0.1:0", "-log-format", "json", "-access-log", "false", "-rate-limit", "-1",
+		"-signup", "open", "-data-dir", dir}
 	if opt.CPUProfileDir != "" {
 		args = append(args, "-pprof")
 	}
@@ -304,4 +315,15 @@ func procThreads(pid int) int {
 		}
 	}
 	return 0
+}
+
+// freePort is a loopback TCP port free a moment ago.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	return port, err
 }

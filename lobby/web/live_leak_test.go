@@ -1,0 +1,109 @@
+package web_test
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/lobby/web"
+)
+
+// heldCtx is a request's context that counts the functions registered to
+// run when it ends (context.AfterFunc, and the children derived from it)
+// and not yet run or stopped.
+type heldCtx struct {
+	context.Context
+	done chan struct{}
+	held *atomic.Int64
+}
+
+func (c *heldCtx) Done() <-chan struct{} { return c.done }
+
+func (c *heldCtx) AfterFunc(f func()) func() bool {
+	c.held.Add(1)
+	var once sync.Once
+	settle := func() { once.Do(func() { c.held.Add(-1) }) }
+	stop := context.AfterFunc(c.Context, func() { settle(); f() })
+	return func() bool {
+		ok := stop()
+		if ok {
+			settle()
+		}
+		return ok
+	}
+}
+
+// A live page holds nothing per update on its request's context: it stays
+// open for hours on a busy room. Each render's reads were admitted to the
+// room's expression budget on the stream's own context, whose release ran
+// only when the page closed: one registration per update kept meanwhile
+// (the soak of issue 32 saw 9,700 goroutines started at once when four
+// pages closed after ten minutes, and the resident set grow).
+func TestLiveStreamHoldsNothingPerUpdate(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	wb, err := web.New(web.Options{Lobby: s.lob, Substrate: s.svc, SignedIn: func(r *http.Request) (string, string, bool) {
+		c, err := r.Cookie("test_person")
+		if err != nil {
+			return "", "", false
+		}
+		return "user_" + c.Value, c.Value, true
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	wb.Routes(mux)
+	var held atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &heldCtx{Context: r.Context(), done: make(chan struct{}), held: &held}
+		go func() { <-r.Context().Done(); close(c.done) }()
+		mux.ServeHTTP(w, r.WithContext(c))
+	}))
+	t.Cleanup(srv.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/live/rooms/lab", nil)
+	req.AddCookie(&http.Cookie{Name: "test_person", Value: "alice"})
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("live stream: %d", res.StatusCode)
+	}
+	updates := make(chan struct{}, 64)
+	go func() {
+		sc := bufio.NewScanner(res.Body)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "event: change") {
+				updates <- struct{}{}
+			}
+		}
+	}()
+	const n = 20
+	for i := range n {
+		s.write("_shared", "x", strings.Repeat("1", i+1))
+		select {
+		case <-updates:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no update %d within 10 s", i)
+		}
+	}
+	// The last render may still be finishing after its event was sent.
+	deadline := time.Now().Add(5 * time.Second)
+	for held.Load() > 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if h := held.Load(); h > 1 {
+		t.Fatalf("after %d updates the stream's context holds %d registrations, want at most 1 (none per update)", n, h)
+	}
+}
