@@ -491,7 +491,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		env.Context.Attention.OverdueAcks = od
 	}
 	if req.Since != nil {
-		unseen, err := s.unseenSince(ctx, roomID, *req.Since, rc.snap.seq)
+		unseen, err := s.unseenAt(ctx, rc.snap, *req.Since)
 		if err != nil {
 			return nil, err
 		}

@@ -41,6 +41,10 @@ type snapshot struct {
 	liveMu    sync.Mutex
 	liveCache *liveState
 
+	// unseen is unseenAt's answers, per "since".
+	unseenMu sync.Mutex
+	unseen   map[int64]*unseenChanges
+
 	// pure is buildPure's answer, decided once.
 	pureOnce sync.Once
 	pure     bool

@@ -2124,3 +2124,52 @@ func TestAttackCachedBuildCountsEachReadersMessages(t *testing.T) {
 		}
 	}
 }
+
+// since_your_last_read of an unchanged room is answered from what its
+// snapshot memoizes: the audit log's deletions since a seq (read once per
+// snapshot and seq) and what each view's expression names (read once per
+// source). Neither may serve one reader's answer to another, nor an
+// answer from before a write: agents whose last reads differ get their
+// own, a deletion is news to those who read before it and to no one
+// after, and a view that reads nothing deleted is never reported.
+func TestAttackSinceYourLastReadIsEachReadersOwn(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("unseen", nil)
+	a := e.join(rm, "alice")
+	b := e.join(rm, "bob")
+	e.do("PUT", "/rooms/unseen/state", rm.token, map[string]any{"scope": "_shared", "key": "gone", "value": 1}).must(t, 200)
+	e.do("PUT", "/rooms/unseen/views", rm.token, map[string]any{"id": "g", "scope": "_shared", "expr": "state._shared.?gone.orValue(0)"}).must(t, 201)
+	e.do("PUT", "/rooms/unseen/views", rm.token, map[string]any{"id": "o", "scope": "_shared", "expr": "1 + 1"}).must(t, 201)
+	since := func(who, tok string) []string {
+		t.Helper()
+		at := attention(e.ctx(rm, tok, "only=state"))
+		s, ok := at["since_your_last_read"].(map[string]any)
+		if !ok {
+			t.Fatalf("%s: no since_your_last_read: %v", who, at)
+		}
+		return strs(s["views_changed"])
+	}
+	for _, tok := range []string{a, b} {
+		e.ctx(rm, tok, "")
+		e.ctx(rm, tok, "only=state")
+	}
+	// Both read the room at its seq: nothing changed since their reads.
+	for who, tok := range map[string]string{"alice": a, "bob": b} {
+		if got := since(who, tok); len(got) != 0 {
+			t.Fatalf("%s: nothing changed, views_changed %v", who, got)
+		}
+	}
+	e.do("DELETE", "/rooms/unseen/state?scope=_shared&key=gone", rm.token, nil).must(t, 200)
+	// alice read before the deletion: g may have changed (o did not).
+	if got := since("alice", a); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("HOLE: alice, who read before the deletion: views_changed %v, want [g] (an answer from before the write)", got)
+	}
+	// alice again, at the same seq: since her last read, nothing.
+	if got := since("alice", a); len(got) != 0 {
+		t.Fatalf("HOLE: alice's read after her read of the deletion: views_changed %v (another read's answer)", got)
+	}
+	// bob, at the same seq, read last before the deletion.
+	if got := since("bob", b); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("HOLE: bob, who read before the deletion: views_changed %v, want [g] (alice's answer)", got)
+	}
+}
