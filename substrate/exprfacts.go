@@ -100,3 +100,26 @@ func (s *Service) unseenAt(ctx context.Context, snap *snapshot, from int64) (*un
 	snap.unseenMu.Unlock()
 	return u, nil
 }
+
+// timedRows are the snapshot's mutable rows with a timer that has an
+// effect (the only ones unseenChanges.ranOut can report), found once per
+// snapshot: every agent's read asks, and most rooms have none among
+// hundreds of rows.
+func (snap *snapshot) timedRows() []scopedRow {
+	snap.timedOnce.Do(func() {
+		for scope, rows := range snap.scopes {
+			for _, r := range rows {
+				if r.timer != nil && r.timer.Effect != nil {
+					snap.timed = append(snap.timed, scopedRow{scope, r.row})
+				}
+			}
+		}
+	})
+	return snap.timed
+}
+
+// scopedRow is a row and the scope the snapshot holds it in.
+type scopedRow struct {
+	scope string
+	r     *row
+}

@@ -44,6 +44,9 @@ type snapshot struct {
 	// unseen is unseenAt's answers, per "since".
 	unseenMu sync.Mutex
 	unseen   map[int64]*unseenChanges
+	// timed is timedRows, found once.
+	timedOnce sync.Once
+	timed     []scopedRow
 
 	// pure is buildPure's answer, decided once.
 	pureOnce sync.Once

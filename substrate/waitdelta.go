@@ -335,11 +335,9 @@ func (u *unseenChanges) apply(rc *roomCtx, from int64, newest map[string]int64) 
 	for _, scope := range u.deleted {
 		newest[scope] = max(newest[scope], from+1)
 	}
-	for scope, rows := range rc.snap.scopes {
-		for _, r := range rows {
-			if u.ranOut(rc, r.row, from) {
-				newest[scope] = max(newest[scope], from+1)
-			}
+	for _, t := range rc.snap.timedRows() {
+		if u.ranOut(rc, t.r, from) {
+			newest[t.scope] = max(newest[t.scope], from+1)
 		}
 	}
 }

@@ -2172,4 +2172,30 @@ func TestAttackSinceYourLastReadIsEachReadersOwn(t *testing.T) {
 	if got := since("bob", b); !slices.Equal(got, []string{"g"}) {
 		t.Fatalf("HOLE: bob, who read before the deletion: views_changed %v, want [g] (alice's answer)", got)
 	}
+	// One write after alice's read (the next seq): her next read counts
+	// it, though it is the read's only news.
+	seq := func(r resp) any { return path(r.body, "_context", "seq") }
+	at := seq(e.ctx(rm, a, "only=state"))
+	e.do("PUT", "/rooms/unseen/state", rm.token, map[string]any{"scope": "_shared", "key": "x", "value": 1}).must(t, 200)
+	r := e.ctx(rm, a, "only=state")
+	if s, _ := attention(r)["since_your_last_read"].(map[string]any); s["state_changes"] != float64(1) || s["from_seq"] != at {
+		t.Fatalf("HOLE: alice's read at seq %v after one write since her read at %v: %v", seq(r), at, s)
+	}
+	// An entry of the scope g reads whose timer deletes it: when it runs
+	// out, with no write and no new seq, g may have changed for a reader
+	// whose last read was at the very seq it reads now.
+	e.do("PUT", "/rooms/unseen/state", rm.token, map[string]any{"scope": "_shared", "key": "brief", "value": 1, "timer": map[string]any{"ms": 600, "effect": "delete"}}).must(t, 200)
+	before := seq(e.ctx(rm, a, "only=state"))
+	if got := since("alice", a); len(got) != 0 {
+		t.Fatalf("alice, nothing changed since her read: views_changed %v", got)
+	}
+	time.Sleep(700 * time.Millisecond)
+	r = e.ctx(rm, a, "only=state")
+	s, _ := attention(r)["since_your_last_read"].(map[string]any)
+	if seq(r) != before {
+		t.Skipf("the timer's run-out moved the seq (%v → %v): not the case this checks", before, seq(r))
+	}
+	if got := strs(s["views_changed"]); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("HOLE: alice, after a timer in the scope g reads ran out at the same seq: views_changed %v, want [g]", got)
+	}
 }
