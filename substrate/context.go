@@ -190,35 +190,16 @@ func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID strin
 	}
 	// One statement is one snapshot: the seq and the rows agree without a
 	// transaction around them (BEGIN and COMMIT were half the statements
-	// of every agent's read of an unchanged room).
+	// of every agent's read of an unchanged room). Presence is read once
+	// for the readers of the room at this moment (presenceread.go).
 	var seq, count int64
 	var born time.Time
 	var agents []presence
 	var err error
 	if wantAgents {
-		var rows pgx.Rows
-		if rows, err = s.db.Query(ctx, sqlRoomPresence, roomID); err == nil {
-			found := false
-			for rows.Next() {
-				var a presence
-				var id *string
-				if err = rows.Scan(&seq, &count, &born, &id, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads, &a.Enabled, &a.Account); err != nil {
-					break
-				}
-				found = true
-				if id != nil {
-					a.ID = *id
-					agents = append(agents, a)
-				}
-			}
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
-			}
-			if err == nil && !found {
-				err = pgx.ErrNoRows
-			}
-		}
+		var h roomPresence
+		h, err = s.readPresence(ctx, roomID)
+		seq, count, born, agents = h.seq, h.count, h.born, h.agents
 	} else {
 		var last *int64
 		err = s.db.QueryRow(ctx, sqlRoomOwnRead, roomID, p.AgentID).Scan(&seq, &count, &born, &last)

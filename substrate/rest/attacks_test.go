@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -2197,5 +2198,51 @@ func TestAttackSinceYourLastReadIsEachReadersOwn(t *testing.T) {
 	}
 	if got := strs(s["views_changed"]); !slices.Equal(got, []string{"g"}) {
 		t.Fatalf("HOLE: alice, after a timer in the scope g reads ran out at the same seq: views_changed %v, want [g]", got)
+	}
+}
+
+// Agents reading a room at once share one read of its presence; a
+// reader is never answered with presence read before its request
+// arrived. An agent sets its status and reads at once, over and over,
+// while six others read the room without pause: every read shows the
+// status it has just set.
+func TestAttackSharedPresenceReadIsNeverOlderThanTheRequest(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("pres", nil)
+	me := e.join(rm, "me")
+	var others []string
+	for i := range 6 {
+		others = append(others, e.join(rm, fmt.Sprint("o", i)))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, tok := range others {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				e.do("GET", "/rooms/pres/context?only=agents", tok, nil)
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	stale := 0
+	for i := range 60 {
+		status := []string{"busy", "idle"}[i%2]
+		e.do("POST", "/rooms/pres/agents/me/heartbeat", me, map[string]any{"status": status}).must(t, 200)
+		if got := path(e.ctx(rm, me, "only=agents").body, "agents", "me", "status"); got != status {
+			stale++
+			t.Errorf("HOLE: read %d right after setting status %s shows %v (presence read before the request)", i, status, got)
+		}
+		if got := path(e.ctx(rm, others[0], "only=agents").body, "agents", "me", "status"); got != status {
+			stale++
+			t.Errorf("HOLE: another agent's read %d after me set status %s shows %v", i, status, got)
+		}
+		if stale > 3 {
+			t.FailNow()
+		}
 	}
 }
