@@ -680,9 +680,9 @@ var statePath = regexp.MustCompile(`state\.([A-Za-z_][\w:@.-]*?)(?:\.\??|\[")([A
 func watchedKeys(rc *roomCtx, scope string) map[string]bool {
 	out := map[string]bool{}
 	add := func(src string) {
-		for _, m := range statePath.FindAllStringSubmatch(src, -1) {
-			if m[1] == scope {
-				out[m[2]] = true
+		for _, m := range factsOf(src).paths {
+			if m[0] == scope {
+				out[m[1]] = true
 			}
 		}
 	}

@@ -26,6 +26,18 @@ const sqlPresence = `SELECT id, name, role, status, waiting_on, last_heartbeat, 
 			CASE WHEN user_id IS NOT NULL THEN name END
 		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`
 
+// sqlRoomPresence is the room's seq with its agents (sqlPresence's
+// columns; one row with no agent when it has none), in one statement.
+const sqlRoomPresence = `SELECT r.seq, r.message_count, r.created_at, a.id, coalesce(a.name, ''), coalesce(a.role, ''), coalesce(a.status, ''), a.waiting_on,
+			coalesce(a.last_heartbeat, r.created_at), coalesce(a.last_seen_seq, 0), coalesce(a.last_context_seq, 0), coalesce(a.context_reads, 0), a.enabled_expr,
+			CASE WHEN a.user_id IS NOT NULL THEN a.name END
+		FROM rooms r LEFT JOIN agents a ON a.room_id = r.id WHERE r.id = $1 ORDER BY a.joined_at, a.id`
+
+// sqlRoomOwnRead is the room's seq with the reader's last read (NULL for
+// a reader with no agents row), in one statement.
+const sqlRoomOwnRead = `SELECT r.seq, r.message_count, r.created_at, a.last_seen_seq
+		FROM rooms r LEFT JOIN agents a ON a.room_id = r.id AND a.id = $2 WHERE r.id = $1`
+
 // loadPresence reads the room's agents.
 func loadPresence(ctx context.Context, q querier, roomID string) ([]presence, error) {
 	rows, err := q.Query(ctx, sqlPresence, roomID)
@@ -159,9 +171,8 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 // readRoomCached is readRoom for a room whose snapshot this process holds
 // at the room's current seq (an unchanged room, the common case: agents
 // read far more often than anyone writes): the seq, the presence and the
-// reader's last read in one pipelined read-only transaction, one round
-// trip instead of one per statement. ok is false when the snapshot is not
-// cached, and the caller reads the room the long way.
+// reader's last read in one statement, one round trip. ok is false when
+// the snapshot is not cached, and the caller reads the room the long way.
 func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool) (*roomRead, bool, error) {
 	agent := p != nil && p.Kind == KindAgent
 	own := !wantAgents && agent && wantMsgs
@@ -177,48 +188,27 @@ func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID strin
 		}
 		return s.readRoomCachedAt(ctx, p, roomID, wantMsgs, false, h.seq, h.count, h.born, nil)
 	}
-	var b pgx.Batch
-	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	b.Queue(`SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID)
-	switch {
-	case wantAgents:
-		b.Queue(sqlPresence, roomID)
-	case own:
-		b.Queue(`SELECT last_seen_seq FROM agents WHERE room_id = $1 AND id = $2`, roomID, p.AgentID)
-	}
-	b.Queue("COMMIT")
+	// One statement is one snapshot: the seq and the rows agree without a
+	// transaction around them (BEGIN and COMMIT were half the statements
+	// of every agent's read of an unchanged room). Presence is read once
+	// for the readers of the room at this moment (presenceread.go).
 	var seq, count int64
 	var born time.Time
 	var agents []presence
-	err := s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		br := conn.SendBatch(ctx, &b)
-		_, err := br.Exec()
-		if err == nil {
-			err = br.QueryRow().Scan(&seq, &count, &born)
+	var err error
+	if wantAgents {
+		var h roomPresence
+		h, err = s.readPresence(ctx, roomID)
+		seq, count, born, agents = h.seq, h.count, h.born, h.agents
+	} else {
+		var last *int64
+		err = s.db.QueryRow(ctx, sqlRoomOwnRead, roomID, p.AgentID).Scan(&seq, &count, &born, &last)
+		a := presence{ID: p.AgentID}
+		if last != nil {
+			a.LastSeenSeq = *last
 		}
-		if err == nil && (wantAgents || own) {
-			var rows pgx.Rows
-			if rows, err = br.Query(); err == nil {
-				if wantAgents {
-					agents, err = scanPresence(rows)
-				} else {
-					a := presence{ID: p.AgentID}
-					for rows.Next() {
-						err = rows.Scan(&a.LastSeenSeq)
-					}
-					rows.Close()
-					if err == nil {
-						err = rows.Err()
-					}
-					agents = []presence{a}
-				}
-			}
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		return err
-	})
+		agents = []presence{a}
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
 	}
@@ -491,7 +481,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		env.Context.Attention.OverdueAcks = od
 	}
 	if req.Since != nil {
-		unseen, err := s.unseenSince(ctx, roomID, *req.Since, rc.snap.seq)
+		unseen, err := s.unseenAt(ctx, rc.snap, *req.Since)
 		if err != nil {
 			return nil, err
 		}

@@ -39,11 +39,13 @@ type readMarks struct {
 	mu       sync.Mutex
 	pending  map[markKey]readMark
 	inflight map[markKey]readMark
-	// seen is, per agent, the most this process has reported of its
-	// reads and last context seq: a read of the agents' rows that began
-	// before a write of marks committed, overlaid after it finished, saw
-	// neither the write nor the marks, and counts went backwards
-	// (salience decayed, then recovered, TestSalienceEvaporates).
+	// seen is, per agent, the most this process has reported or queued
+	// of its reads, last context seq and last seen seq: a read of the
+	// agents' rows that began before a write of marks committed,
+	// overlaid after it finished, saw neither the write nor the marks,
+	// and counts went backwards (salience decayed, then recovered,
+	// TestSalienceEvaporates; since_your_last_read went back a read,
+	// TestSalienceYouElided).
 	seen      map[markKey]seenMark
 	seenSwept time.Time // under mu
 	kick      chan struct{}
@@ -75,6 +77,19 @@ func (s *Service) addReadMark(room, agent string, m readMark) bool {
 	cur := r.pending[k]
 	cur.merge(m)
 	r.pending[k] = cur
+	// The high-water marks take this read's marks now, not at the next
+	// overlay: once written, the marks leave pending and inflight, and a
+	// read whose rows were read before the write committed would find
+	// them nowhere (since_your_last_read started at the read before
+	// last: TestSalienceYouElided, 3 runs in 45 under -race and load).
+	// The reads count on what was reported; an agent not reported lately
+	// gets its seqs only (its count is the rows' then).
+	seen, ok := r.seen[k]
+	seen.seq, seen.upTo, seen.at = max(seen.seq, m.seq), max(seen.upTo, m.upTo), time.Now()
+	if ok {
+		seen.reads += m.reads
+	}
+	r.seen[k] = seen
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
@@ -102,8 +117,8 @@ func (r *readMarks) overlay(room string, agents []presence) {
 			}
 		}
 		seen := r.seen[k]
-		seen.seq, seen.reads, seen.at = max(seen.seq, a.LastContextSeq), max(seen.reads, a.ContextReads), now
-		a.LastContextSeq, a.ContextReads = seen.seq, seen.reads
+		seen.seq, seen.upTo, seen.reads, seen.at = max(seen.seq, a.LastContextSeq), max(seen.upTo, a.LastSeenSeq), max(seen.reads, a.ContextReads), now
+		a.LastContextSeq, a.LastSeenSeq, a.ContextReads = seen.seq, seen.upTo, seen.reads
 		r.seen[k] = seen
 	}
 	// What was seen a minute ago is long written: forgotten, so the map
@@ -118,10 +133,11 @@ func (r *readMarks) overlay(room string, agents []presence) {
 	}
 }
 
-// seenMark is the most a process reported of an agent's marks, and when.
+// seenMark is the most a process reported (or queued) of an agent's
+// marks, and when.
 type seenMark struct {
-	seq, reads int64
-	at         time.Time
+	seq, upTo, reads int64
+	at               time.Time
 }
 
 // pendingReads is the room's context reads queued or in flight (the
@@ -191,17 +207,39 @@ func (s *Service) finalReadMarks() {
 	_ = s.flushReadMarks(ctx)
 }
 
-// flushReadMarks writes every queued mark in one statement.
-func (s *Service) flushReadMarks(ctx context.Context) error {
-	r := s.marks
+// take moves the queued marks in flight, for one write (nil: none).
+func (r *readMarks) take() map[markKey]readMark {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if len(r.pending) == 0 {
-		r.mu.Unlock()
 		return nil
 	}
 	batch := r.pending
 	r.pending, r.inflight = map[markKey]readMark{}, batch
-	r.mu.Unlock()
+	return batch
+}
+
+// land ends the write of batch: written (err nil), or queued again.
+func (r *readMarks) land(batch map[markKey]readMark, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inflight = nil
+	if err != nil {
+		for k, m := range batch {
+			cur := r.pending[k]
+			cur.merge(m)
+			r.pending[k] = cur
+		}
+	}
+}
+
+// flushReadMarks writes every queued mark in one statement.
+func (s *Service) flushReadMarks(ctx context.Context) error {
+	r := s.marks
+	batch := r.take()
+	if batch == nil {
+		return nil
+	}
 	n := len(batch)
 	rooms, ids := make([]string, 0, n), make([]string, 0, n)
 	seqs, reads, upTo := make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
@@ -219,16 +257,7 @@ func (s *Service) flushReadMarks(ctx context.Context) error {
 	err := s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
 		return conn.SendBatch(ctx, &b).Close()
 	})
-	r.mu.Lock()
-	r.inflight = nil
-	if err != nil {
-		for k, m := range batch {
-			cur := r.pending[k]
-			cur.merge(m)
-			r.pending[k] = cur
-		}
-	}
-	r.mu.Unlock()
+	r.land(batch, err)
 	if err != nil {
 		s.log.Warn("writing read marks failed; kept for the next try", slog.Int("marks", n), slog.Any("err", err))
 	}

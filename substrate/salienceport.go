@@ -437,24 +437,13 @@ func (m *mutation) touchVocabulary(seq int64, decay float64, unwritten int64) {
 var viewRefs = regexp.MustCompile(`views(?:\.([A-Za-z_][A-Za-z0-9_]*)|\["([^"\\]+)"\])`)
 
 // ViewRefs are the ids of the views src names (views.<id>, views["id"]),
-// in order, repeats included.
-func ViewRefs(src string) []string {
-	var out []string
-	for _, m := range viewRefs.FindAllStringSubmatch(src, -1) {
-		out = append(out, m[1]+m[2])
-	}
-	return out
-}
+// in order, repeats included. Shared between callers: read-only.
+func ViewRefs(src string) []string { return factsOf(src).views }
 
 // StatePaths are the state entries src names by path (state.<scope>.<key>,
-// .?key or ["key"]): scope and key, in order.
-func StatePaths(src string) [][2]string {
-	var out [][2]string
-	for _, m := range statePath.FindAllStringSubmatch(src, -1) {
-		out = append(out, [2]string{m[1], m[2]})
-	}
-	return out
-}
+// .?key or ["key"]): scope and key, in order. Shared between callers:
+// read-only.
+func StatePaths(src string) [][2]string { return factsOf(src).paths }
 
 // ViewSelf is the scope a view reads as state.self ("" for a communal
 // one).

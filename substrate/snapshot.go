@@ -41,6 +41,13 @@ type snapshot struct {
 	liveMu    sync.Mutex
 	liveCache *liveState
 
+	// unseen is unseenAt's answers, per "since".
+	unseenMu sync.Mutex
+	unseen   map[int64]*unseenChanges
+	// timed is timedRows, found once.
+	timedOnce sync.Once
+	timed     []scopedRow
+
 	// pure is buildPure's answer, decided once.
 	pureOnce sync.Once
 	pure     bool

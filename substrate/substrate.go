@@ -178,6 +178,10 @@ type Service struct {
 	marks *readMarks
 	// waitq shares woken waits' round trips (waitBatches).
 	waitq *waitBatches
+	// presence shares a room's presence read between its readers
+	// (presenceread.go), made on first use.
+	presenceOnce sync.Once
+	presence     *coalescer[string, struct{}, roomPresence]
 	// noSalience is Options.NoSalience.
 	noSalience bool
 	// ackOverdue is Options.AckOverdue.

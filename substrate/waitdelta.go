@@ -163,9 +163,9 @@ func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[stri
 			gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) || readsView(v.def.Enabled, changed) {
 			changed[v.def.ID] = true
 		}
-		for _, m := range viewRefs.FindAllStringSubmatch(v.def.Expr, -1) {
+		for _, id := range factsOf(v.def.Expr).views {
 			// A view read that is gone may have been deleted since.
-			if changed[m[1]+m[2]] || !rc.snap.hasView(m[1]+m[2]) && newest[scopeViews] > seq {
+			if changed[id] || !rc.snap.hasView(id) && newest[scopeViews] > seq {
 				changed[v.def.ID] = true
 			}
 		}
@@ -175,8 +175,8 @@ func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[stri
 
 // readsView reports whether src reads (by name) one of the views in set.
 func readsView(src string, set map[string]bool) bool {
-	for _, m := range viewRefs.FindAllStringSubmatch(src, -1) {
-		if set[m[1]+m[2]] {
+	for _, id := range factsOf(src).views {
+		if set[id] {
 			return true
 		}
 	}
@@ -192,8 +192,7 @@ var scopeRef = regexp.MustCompile(`state\.\??([A-Za-z_][\w:@-]*)`)
 // miss one that did). self is the scope src reads as state.self: a
 // view's registrar's, not the reader's.
 func readsChangedScope(src, self string, after int64, newest map[string]int64) bool {
-	for _, m := range scopeRef.FindAllStringSubmatch(src, -1) {
-		scope := m[1]
+	for _, scope := range factsOf(src).scopes {
 		if scope == ScopeSelf {
 			if scope = self; scope == "" {
 				continue
@@ -279,7 +278,9 @@ var stateUse = regexp.MustCompile(`(^|[^.\w])state\b\s*(\.\s*\??\s*([A-Za-z_]\w*
 // readsAnyTime reports whether src reads something that changes without
 // a write to a scope it names: gateReadsAnyTime, or state whole (passed
 // along, or iterated by a macro such as state.exists).
-func readsAnyTime(src string) bool {
+func readsAnyTime(src string) bool { return factsOf(src).anyTime }
+
+func scanReadsAnyTime(src string) bool {
 	if gateReadsAnyTime.MatchString(src) {
 		return true
 	}
@@ -334,11 +335,9 @@ func (u *unseenChanges) apply(rc *roomCtx, from int64, newest map[string]int64) 
 	for _, scope := range u.deleted {
 		newest[scope] = max(newest[scope], from+1)
 	}
-	for scope, rows := range rc.snap.scopes {
-		for _, r := range rows {
-			if u.ranOut(rc, r.row, from) {
-				newest[scope] = max(newest[scope], from+1)
-			}
+	for _, t := range rc.snap.timedRows() {
+		if u.ranOut(rc, t.r, from) {
+			newest[t.scope] = max(newest[t.scope], from+1)
 		}
 	}
 }
@@ -409,7 +408,7 @@ func (s *Service) unseenSince(ctx context.Context, roomID string, from, upTo int
 // state whole, or a scope they read lost an entry since (a deletion, a
 // timer run out). The rule of a wait's delta (viewsChangedSince).
 func (r *Read) ViewsChangedUnseen(ctx context.Context, from int64) map[string]bool {
-	unseen, err := r.s.unseenSince(ctx, r.room, from, r.rc.snap.seq)
+	unseen, err := r.s.unseenAt(ctx, r.rc.snap, from)
 	if err != nil {
 		r.s.log.Warn("reading the deletions since a reader's last read", "room", r.room, "err", err)
 		unseen = nil // unknown: every scope may have changed

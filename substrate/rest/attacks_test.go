@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -2121,6 +2122,127 @@ func TestAttackCachedBuildCountsEachReadersMessages(t *testing.T) {
 		c := e.ctx(rm, b, "")
 		if u, v := path(c.body, "messages", "unread"), path(c.body, "views", "news"); u != float64(0) || v != nil {
 			t.Fatalf("HOLE: read %d after reading everything: unread %v, view %v (a build made with other counts)", i+2, u, v)
+		}
+	}
+}
+
+// since_your_last_read of an unchanged room is answered from what its
+// snapshot memoizes: the audit log's deletions since a seq (read once per
+// snapshot and seq) and what each view's expression names (read once per
+// source). Neither may serve one reader's answer to another, nor an
+// answer from before a write: agents whose last reads differ get their
+// own, a deletion is news to those who read before it and to no one
+// after, and a view that reads nothing deleted is never reported.
+func TestAttackSinceYourLastReadIsEachReadersOwn(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("unseen", nil)
+	a := e.join(rm, "alice")
+	b := e.join(rm, "bob")
+	e.do("PUT", "/rooms/unseen/state", rm.token, map[string]any{"scope": "_shared", "key": "gone", "value": 1}).must(t, 200)
+	e.do("PUT", "/rooms/unseen/views", rm.token, map[string]any{"id": "g", "scope": "_shared", "expr": "state._shared.?gone.orValue(0)"}).must(t, 201)
+	e.do("PUT", "/rooms/unseen/views", rm.token, map[string]any{"id": "o", "scope": "_shared", "expr": "1 + 1"}).must(t, 201)
+	since := func(who, tok string) []string {
+		t.Helper()
+		at := attention(e.ctx(rm, tok, "only=state"))
+		s, ok := at["since_your_last_read"].(map[string]any)
+		if !ok {
+			t.Fatalf("%s: no since_your_last_read: %v", who, at)
+		}
+		return strs(s["views_changed"])
+	}
+	for _, tok := range []string{a, b} {
+		e.ctx(rm, tok, "")
+		e.ctx(rm, tok, "only=state")
+	}
+	// Both read the room at its seq: nothing changed since their reads.
+	for who, tok := range map[string]string{"alice": a, "bob": b} {
+		if got := since(who, tok); len(got) != 0 {
+			t.Fatalf("%s: nothing changed, views_changed %v", who, got)
+		}
+	}
+	e.do("DELETE", "/rooms/unseen/state?scope=_shared&key=gone", rm.token, nil).must(t, 200)
+	// alice read before the deletion: g may have changed (o did not).
+	if got := since("alice", a); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("HOLE: alice, who read before the deletion: views_changed %v, want [g] (an answer from before the write)", got)
+	}
+	// alice again, at the same seq: since her last read, nothing.
+	if got := since("alice", a); len(got) != 0 {
+		t.Fatalf("HOLE: alice's read after her read of the deletion: views_changed %v (another read's answer)", got)
+	}
+	// bob, at the same seq, read last before the deletion.
+	if got := since("bob", b); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("HOLE: bob, who read before the deletion: views_changed %v, want [g] (alice's answer)", got)
+	}
+	// One write after alice's read (the next seq): her next read counts
+	// it, though it is the read's only news.
+	seq := func(r resp) any { return path(r.body, "_context", "seq") }
+	at := seq(e.ctx(rm, a, "only=state"))
+	e.do("PUT", "/rooms/unseen/state", rm.token, map[string]any{"scope": "_shared", "key": "x", "value": 1}).must(t, 200)
+	r := e.ctx(rm, a, "only=state")
+	if s, _ := attention(r)["since_your_last_read"].(map[string]any); s["state_changes"] != float64(1) || s["from_seq"] != at {
+		t.Fatalf("HOLE: alice's read at seq %v after one write since her read at %v: %v", seq(r), at, s)
+	}
+	// An entry of the scope g reads whose timer deletes it: when it runs
+	// out, with no write and no new seq, g may have changed for a reader
+	// whose last read was at the very seq it reads now.
+	e.do("PUT", "/rooms/unseen/state", rm.token, map[string]any{"scope": "_shared", "key": "brief", "value": 1, "timer": map[string]any{"ms": 600, "effect": "delete"}}).must(t, 200)
+	before := seq(e.ctx(rm, a, "only=state"))
+	if got := since("alice", a); len(got) != 0 {
+		t.Fatalf("alice, nothing changed since her read: views_changed %v", got)
+	}
+	time.Sleep(700 * time.Millisecond)
+	r = e.ctx(rm, a, "only=state")
+	s, _ := attention(r)["since_your_last_read"].(map[string]any)
+	if seq(r) != before {
+		t.Skipf("the timer's run-out moved the seq (%v → %v): not the case this checks", before, seq(r))
+	}
+	if got := strs(s["views_changed"]); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("HOLE: alice, after a timer in the scope g reads ran out at the same seq: views_changed %v, want [g]", got)
+	}
+}
+
+// Agents reading a room at once share one read of its presence; a
+// reader is never answered with presence read before its request
+// arrived. An agent sets its status and reads at once, over and over,
+// while six others read the room without pause: every read shows the
+// status it has just set.
+func TestAttackSharedPresenceReadIsNeverOlderThanTheRequest(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("pres", nil)
+	me := e.join(rm, "me")
+	var others []string
+	for i := range 6 {
+		others = append(others, e.join(rm, fmt.Sprint("o", i)))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, tok := range others {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				e.do("GET", "/rooms/pres/context?only=agents", tok, nil)
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	stale := 0
+	for i := range 60 {
+		status := []string{"busy", "idle"}[i%2]
+		e.do("POST", "/rooms/pres/agents/me/heartbeat", me, map[string]any{"status": status}).must(t, 200)
+		if got := path(e.ctx(rm, me, "only=agents").body, "agents", "me", "status"); got != status {
+			stale++
+			t.Errorf("HOLE: read %d right after setting status %s shows %v (presence read before the request)", i, status, got)
+		}
+		if got := path(e.ctx(rm, others[0], "only=agents").body, "agents", "me", "status"); got != status {
+			stale++
+			t.Errorf("HOLE: another agent's read %d after me set status %s shows %v", i, status, got)
+		}
+		if stale > 3 {
+			t.FailNow()
 		}
 	}
 }

@@ -225,6 +225,46 @@ func BenchmarkInvoke8Clients(b *testing.B) {
 // A lean context read of a room with 10 agents, 500 keys and 20 views.
 func BenchmarkContextLean(b *testing.B) {
 	e := newBench(b)
+	toks := e.setupContextRoom()
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		e.do("GET", "/rooms/ctx/context?messages=false", toks[0], nil)
+		ds = append(ds, time.Since(t0))
+	}
+	percentiles(b, "context", ds)
+}
+
+// The same read by eight agents at once, each with its own token (as
+// syncd bench -workloads context reads): what differs per agent (self,
+// presence, salience's since_your_last_read, read marks) on every read.
+func BenchmarkContextLean8Agents(b *testing.B) {
+	e := newBench(b)
+	toks := e.setupContextRoom()
+	var n atomic.Int64
+	var mu sync.Mutex
+	var ds []time.Duration
+	b.SetParallelism(4) // 4 × GOMAXPROCS(2) = 8 readers on 2 cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		tok := toks[int(n.Add(1)-1)%len(toks)]
+		var mine []time.Duration
+		for pb.Next() {
+			t0 := time.Now()
+			e.do("GET", "/rooms/ctx/context?messages=false", tok, nil)
+			mine = append(mine, time.Since(t0))
+		}
+		mu.Lock()
+		ds = append(ds, mine...)
+		mu.Unlock()
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
+	percentiles(b, "context", ds)
+}
+
+// setupContextRoom makes the room "ctx": 10 agents, 500 keys, 20 views.
+func (e *benchEnv) setupContextRoom() []string {
 	tok, toks := e.setupInvokeRoom("ctx", 10)
 	for batch := 0; batch < 5; batch++ {
 		writes := make([]any, 100)
@@ -238,14 +278,7 @@ func BenchmarkContextLean(b *testing.B) {
 		e.do("PUT", "/rooms/ctx/views", tok, map[string]any{"id": fmt.Sprint("view", i),
 			"expr": fmt.Sprintf(`state._shared["key-%03d"].n + %d`, i, i)})
 	}
-	ds := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		e.do("GET", "/rooms/ctx/context?messages=false", toks[0], nil)
-		ds = append(ds, time.Since(t0))
-	}
-	percentiles(b, "context", ds)
+	return toks
 }
 
 // Sixteen agents reading the context of a room where they have unread

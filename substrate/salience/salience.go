@@ -207,18 +207,28 @@ func (sl *salience) since(ctx context.Context) *substrate.SinceLastRead {
 	// Only entries this reader sees: a change to one its gate hides (or
 	// whose timer ran out) is not its news, and counting it would tell it
 	// the hidden entry moved.
-	r.EachShown(func(scope string) bool { return !strings.HasPrefix(scope, "_") || scope == substrate.ScopeShared },
-		func(_, _ string, revision int64) {
-			if revision > from {
-				out.StateChanges++
+	// Nothing in the snapshot is newer than its seq: a reader whose last
+	// read was at it (the common read of an unchanged room) has no state
+	// change, new action or invocation to count, and no view whose
+	// entries changed; only what revisions do not show (the clock,
+	// presence, timers: ViewsChangedUnseen) is left to look at.
+	moved := from < r.Seq()
+	if moved {
+		r.EachShown(func(scope string) bool { return !strings.HasPrefix(scope, "_") || scope == substrate.ScopeShared },
+			func(_, _ string, revision int64) {
+				if revision > from {
+					out.StateChanges++
+				}
+			})
+	}
+	if moved {
+		for _, id := range r.LiveActions() {
+			if a, _ := r.Action(id); a.Revision > from && r.ActionEnabled(id) {
+				out.NewActions = append(out.NewActions, id)
 			}
-		})
-	for _, id := range r.LiveActions() {
-		if a, _ := r.Action(id); a.Revision > from && r.ActionEnabled(id) {
-			out.NewActions = append(out.NewActions, id)
-		}
-		if u := sl.usage[substrate.UsageKey("action", id)]; u != nil && u.LastUsedSeq > from {
-			out.ActionsInvoked = append(out.ActionsInvoked, id)
+			if u := sl.usage[substrate.UsageKey("action", id)]; u != nil && u.LastUsedSeq > from {
+				out.ActionsInvoked = append(out.ActionsInvoked, id)
+			}
 		}
 	}
 	changed := map[string]bool{}
@@ -228,7 +238,7 @@ func (sl *salience) since(ctx context.Context) *substrate.SinceLastRead {
 		if _, shown := views[v.Def.ID]; !shown {
 			continue
 		}
-		if v.Revision > from || unseen[v.Def.ID] || readsChangedState(r, v.Def.Expr, substrate.ViewSelf(v.Def), from) {
+		if v.Revision > from || unseen[v.Def.ID] || moved && readsChangedState(r, v.Def.Expr, substrate.ViewSelf(v.Def), from) {
 			changed[v.Def.ID] = true
 		}
 		for _, id := range substrate.ViewRefs(v.Def.Expr) {

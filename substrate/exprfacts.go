@@ -1,0 +1,125 @@
+package substrate
+
+// What an expression's source names, found once per source. A context
+// read of an agent asks, for every view of the room, whether it reads the
+// clock, agents or messages, which scopes, views and state entries it names
+// (since_your_last_read, a wait's delta): regular expressions over the same
+// few sources on every read were a seventh of an agent's read. The answers
+// depend on the source text alone, never on a reader or a room, so one
+// process-wide table serves every read.
+
+import (
+	"context"
+	"sync"
+)
+
+// srcFacts is what one expression's source names. Shared: read-only.
+type srcFacts struct {
+	anyTime bool        // readsAnyTime
+	scopes  []string    // scopeRef: the scopes read (state.x, state.?x)
+	views   []string    // viewRefs: the views named, in order, repeats included
+	paths   [][2]string // statePath: scope and key of each entry named
+}
+
+// maxSrcFacts bounds the table; past it the table starts over (sources
+// are few per room, rooms many).
+const maxSrcFacts = 8192
+
+var srcFactsTable = struct {
+	mu sync.RWMutex
+	m  map[string]*srcFacts
+}{m: map[string]*srcFacts{}}
+
+// factsOf is what src names (an empty source names nothing).
+func factsOf(src string) *srcFacts {
+	if src == "" {
+		return &noFacts
+	}
+	t := &srcFactsTable
+	t.mu.RLock()
+	f := t.m[src]
+	t.mu.RUnlock()
+	if f != nil {
+		return f
+	}
+	f = scanFacts(src)
+	t.mu.Lock()
+	if len(t.m) >= maxSrcFacts {
+		t.m = map[string]*srcFacts{}
+	}
+	t.m[src] = f
+	t.mu.Unlock()
+	return f
+}
+
+var noFacts srcFacts
+
+// scanFacts reads src with the regular expressions (the one place they
+// run over an expression's source for these questions).
+func scanFacts(src string) *srcFacts {
+	f := &srcFacts{anyTime: scanReadsAnyTime(src)}
+	for _, m := range scopeRef.FindAllStringSubmatch(src, -1) {
+		f.scopes = append(f.scopes, m[1])
+	}
+	for _, m := range viewRefs.FindAllStringSubmatch(src, -1) {
+		f.views = append(f.views, m[1]+m[2])
+	}
+	for _, m := range statePath.FindAllStringSubmatch(src, -1) {
+		f.paths = append(f.paths, [2]string{m[1], m[2]})
+	}
+	return f
+}
+
+// maxUnseenMemo bounds the unseenChanges a snapshot keeps (one per
+// distinct "since" its readers asked about).
+const maxUnseenMemo = 64
+
+// unseenAt is unseenSince(from, snap.seq), read once per snapshot and
+// from: what the audit log holds up to the snapshot's seq does not change
+// (a mutation makes a new snapshot), and every agent reading an unchanged
+// room asks the same question, since its own last read (the snapshot's
+// seq). An error is not kept.
+func (s *Service) unseenAt(ctx context.Context, snap *snapshot, from int64) (*unseenChanges, error) {
+	snap.unseenMu.Lock()
+	u, ok := snap.unseen[from]
+	snap.unseenMu.Unlock()
+	if ok {
+		return u, nil
+	}
+	u, err := s.unseenSince(ctx, snap.room, from, snap.seq)
+	if err != nil {
+		return nil, err
+	}
+	snap.unseenMu.Lock()
+	if snap.unseen == nil {
+		snap.unseen = map[int64]*unseenChanges{}
+	}
+	if len(snap.unseen) < maxUnseenMemo {
+		snap.unseen[from] = u
+	}
+	snap.unseenMu.Unlock()
+	return u, nil
+}
+
+// timedRows are the snapshot's mutable rows with a timer that has an
+// effect (the only ones unseenChanges.ranOut can report), found once per
+// snapshot: every agent's read asks, and most rooms have none among
+// hundreds of rows.
+func (snap *snapshot) timedRows() []scopedRow {
+	snap.timedOnce.Do(func() {
+		for scope, rows := range snap.scopes {
+			for _, r := range rows {
+				if r.timer != nil && r.timer.Effect != nil {
+					snap.timed = append(snap.timed, scopedRow{scope, r.row})
+				}
+			}
+		}
+	})
+	return snap.timed
+}
+
+// scopedRow is a row and the scope the snapshot holds it in.
+type scopedRow struct {
+	scope string
+	r     *row
+}

@@ -1,0 +1,49 @@
+package substrate
+
+import "testing"
+
+// A read of the agents' rows that began before a write of read marks
+// committed, and is overlaid after that write landed, sees neither the
+// write nor the marks: the marks of the read before it must still hold.
+// This is the order TestSalienceYouElided met under -race (an agent's
+// read, its marks written while the next read was reading the rows):
+// since_your_last_read then started at the read before last, and a read
+// of an unchanged room named views and messages as changed. Played here
+// step by step, the writer being the test.
+func TestReadMarksOverlayKeepsMarksWrittenDuringTheRead(t *testing.T) {
+	s := &Service{marks: newReadMarks()}
+	s.marks.started = true // no background writer: the test is the writer
+	rows := func() []presence {
+		// What the agents' rows hold before the write commits.
+		return []presence{{ID: "a", LastContextSeq: 2, LastSeenSeq: 2, ContextReads: 2}, {ID: "b", LastContextSeq: 1, ContextReads: 1}}
+	}
+	s.marks.overlay("r", rows()) // read 3 reads the rows: reads 2, at seq 2
+	s.addReadMark("r", "a", readMark{seq: 5, upTo: 4, reads: 1})
+	batch := s.marks.take() // the writer takes read 3's mark
+	stale := rows()         // read 4 reads the rows before the write commits
+	s.marks.land(batch, nil)
+	s.marks.overlay("r", stale) // and lays the marks over after it landed
+	a := stale[0]
+	if a.LastContextSeq != 5 || a.LastSeenSeq != 4 || a.ContextReads != 3 {
+		t.Fatalf("read 4 sees last_context_seq %d, last_seen_seq %d, context_reads %d; want 5, 4, 3 (read 3's marks)", a.LastContextSeq, a.LastSeenSeq, a.ContextReads)
+	}
+	if b := stale[1]; b.LastContextSeq != 1 || b.ContextReads != 1 {
+		t.Fatalf("another agent's marks moved: %+v", b)
+	}
+	// A failed write queues the marks again; they are not counted twice.
+	s.addReadMark("r", "a", readMark{seq: 6, upTo: 6, reads: 1})
+	batch = s.marks.take()
+	s.marks.land(batch, errTest)
+	now := rows()
+	now[0].LastContextSeq, now[0].LastSeenSeq, now[0].ContextReads = 5, 4, 3 // read 3's write is in
+	s.marks.overlay("r", now)
+	if a := now[0]; a.LastContextSeq != 6 || a.LastSeenSeq != 6 || a.ContextReads != 4 {
+		t.Fatalf("after a failed write: last_context_seq %d, last_seen_seq %d, context_reads %d; want 6, 6, 4", a.LastContextSeq, a.LastSeenSeq, a.ContextReads)
+	}
+}
+
+var errTest = testErr("write failed")
+
+type testErr string
+
+func (e testErr) Error() string { return string(e) }
