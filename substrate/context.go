@@ -90,10 +90,11 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 // Unread counts are computed when wantMsgs is set or an action's enabled or
 // if reads messages.
 func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool) (*roomCtx, error) {
-	ctx, err := s.work(ctx, p, roomID)
+	ctx, done, err := s.work(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	r, err := s.readRoom(ctx, p, roomID, wantMsgs, true)
 	if err != nil {
 		return nil, err

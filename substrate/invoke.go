@@ -151,9 +151,11 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 		s.auditFailure(ctx, p, roomID, actionID, params, err) // the refusal is audited; nothing else is written
 		return nil, err
 	}
-	if ctx, err = s.work(ctx, p, roomID); err != nil {
+	var done func()
+	if ctx, done, err = s.work(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	defer done()
 	if _, ok := builtinDescriptions[actionID]; ok && actionID != "help" {
 		return s.invokeBuiltin(ctx, p, roomID, actionID, rawParams, params)
 	}

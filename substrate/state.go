@@ -297,10 +297,11 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		}
 		q.Scope = scope
 	}
-	ctx, err := s.work(ctx, p, roomID)
+	ctx, done, err := s.work(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	out := &StateRead{Entries: []Entry{}}
 	var gated []gatedEntry
 	err = s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {

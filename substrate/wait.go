@@ -46,9 +46,11 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	}
 	// Admitted once: the wait's re-reads are charged to the room, and
 	// a room that spent its budget meanwhile delays others, not this.
-	if ctx, err = s.work(ctx, p, roomID); err != nil {
+	var done func()
+	if ctx, done, err = s.work(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	defer done()
 	if timeout <= 0 {
 		timeout = s.wait.DefaultTimeout
 	}

@@ -119,32 +119,37 @@ func (m *workMeter) sweep(now time.Time) {
 // A context already admitted for the same budget (a wait's re-reads, a
 // read made inside an invocation) is not asked again: a request admitted
 // finishes.
-func (s *Service) work(ctx context.Context, p *Principal, roomID string) (context.Context, error) {
+//
+// done ends the request's use of the budget; the caller defers it. It is
+// not tied to ctx's end: a live page or a collaborator makes call after
+// call on one context that lives for hours, and a release registered on it
+// per call (context.AfterFunc) piled up until it ended (the soak of issue
+// 32 saw 9,700 goroutines start when four pages closed).
+func (s *Service) work(ctx context.Context, p *Principal, roomID string) (_ context.Context, done func(), _ error) {
 	if s.workMeter == nil {
-		return ctx, nil
+		return ctx, func() {}, nil
 	}
 	key, share, whose := roomID, 1.0, "its members"
 	if p != nil && p.ReadOnly() {
 		key, share, whose = roomID+"\x00read-only", guestShare, "read-only readers (view links, observers)"
 	}
 	if k, _ := ctx.Value(workKey{}).(string); k == key {
-		return ctx, nil
+		return ctx, func() {}, nil
 	}
 	b, wait, ok := s.workMeter.admit(key, share, time.Now())
 	if !ok {
 		s.roomBusy.Add(1)
 		secs := int(wait/time.Second) + 1
 		limit := int(float64(s.lim.RoomCostPerSecond) * share)
-		return ctx, errs.New(errs.RoomBusy, "room %q has spent its expression budget for %s for now (%d cel-go cost per second, shared by all of them)", roomID, whose, limit).
+		return ctx, func() {}, errs.New(errs.RoomBusy, "room %q has spent its expression budget for %s for now (%d cel-go cost per second, shared by all of them)", roomID, whose, limit).
 			With("retry_after_ms", max(wait.Milliseconds(), 1)).With("limit", limit).
 			WithHint("retry after %d s; wait for changes instead of polling, and keep gates and views that read now or agents few and cheap", secs)
 	}
-	// The request's context ends when it does (net/http cancels it).
-	context.AfterFunc(ctx, b.release)
+	var once sync.Once
 	ctx = context.WithValue(ctx, workKey{}, key)
 	return expr.WithMeter(ctx, func(cost uint64) {
 		b.spent.Add(int64(max(cost, gateMinCost)))
-	}), nil
+	}), func() { once.Do(b.release) }, nil
 }
 
 // workKey marks a context admitted (and metered) for a room's budget.

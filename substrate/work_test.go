@@ -2,7 +2,10 @@ package substrate_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,5 +109,80 @@ func TestSharedRegistrantsShareOneState(t *testing.T) {
 	}
 	if n := svc.Stats().CELEvaluations - before; n > 200 {
 		t.Fatalf("one read evaluated %d expressions: each _shared registrant's state evaluated the 50 gates again", n)
+	}
+}
+
+// countingCtx is a long-lived context that counts the functions registered
+// to run when it ends (context.AfterFunc) and not yet run or stopped.
+// Its own Done channel keeps the context package from registering
+// children on the cancelCtx underneath, past AfterFunc.
+type countingCtx struct {
+	context.Context
+	done chan struct{}
+	held atomic.Int64
+}
+
+func (c *countingCtx) Done() <-chan struct{} { return c.done }
+
+func (c *countingCtx) AfterFunc(f func()) func() bool {
+	c.held.Add(1)
+	var once sync.Once
+	settle := func() { once.Do(func() { c.held.Add(-1) }) }
+	stop := context.AfterFunc(c.Context, func() { settle(); f() })
+	return func() bool {
+		ok := stop()
+		if ok {
+			settle()
+		}
+		return ok
+	}
+}
+
+// A caller that makes call after call on one context (a live page, a
+// collaborator, a bench client) leaves nothing behind per call: each
+// call's use of the room's expression budget ends with the call, not with
+// the context. It was released when the context ended, one registration
+// per call meanwhile (the soak of issue 32 saw 9,700 goroutines start when
+// four live pages closed).
+func TestLongLivedContextHoldsNothingPerCall(t *testing.T) {
+	db := pgtest.New(t)
+	svc := substrate.New(db, substrate.Options{})
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx := &countingCtx{Context: base, done: make(chan struct{})}
+	go func() { <-base.Done(); close(ctx.done) }()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "longlived"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	if _, err := svc.RegisterAction(ctx, admin, "longlived", substrate.ActionDef{ID: "bump", Scope: "_shared",
+		Writes: []substrate.WriteTemplate{{Scope: "_shared", Key: "n", Value: json.RawMessage(`"has(state._shared.n) ? state._shared.n + 1 : 1"`), Expr: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	ag, err := svc.Join(ctx, admin, "longlived", substrate.JoinRequest{ID: "a", Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := svc.Authenticate(ctx, ag.Token)
+	const calls = 20
+	for range calls {
+		if _, err := svc.Context(ctx, p, "longlived", substrate.ContextRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Invoke(ctx, p, "longlived", "bump", nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.ReadState(ctx, p, "longlived", substrate.ReadQuery{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if _, err := svc.Wait(ctx, p, "longlived", `state._shared.n > 1000`, 20*time.Millisecond, substrate.ContextRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := ctx.held.Load(); n > 2 {
+		t.Fatalf("after %d calls on one context, %d functions wait for it to end: each call left its release of the room's budget behind", 3*calls+3, n)
 	}
 }
