@@ -3,9 +3,12 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
@@ -73,8 +76,26 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	s.waits.Add(1)
 	defer s.waits.Add(-1)
 	if p.Kind == KindAgent {
+		// The wait begins before anyone can see it waiting: another
+		// agent may write as soon as it does, and that write, which may
+		// land before the wait's first read, is what the wait's delta is
+		// for. Started at that read, the delta of an agent that never
+		// read the room left it out (the wait triggered at once, with
+		// "changed": {}). The seq is read shared with the room's other
+		// waits starting now.
+		h, err := s.waitq.seqs.do(ctx, roomID, struct{}{})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		startSeq = h.seq
 		s.setWaiting(ctx, roomID, p.AgentID, &condition)
 		defer s.setWaiting(context.WithoutCancel(ctx), roomID, p.AgentID, nil)
+		if s.shownWaiting != nil {
+			s.shownWaiting(roomID, p.AgentID)
+		}
 	}
 
 	// Nothing of a read is kept while the wait sleeps (a room's context
@@ -165,23 +186,27 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 				return nil, err
 			}
 			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq, Note: note}
-			// A timeout answers with the condition alone unless the
-			// call asked for a context: nothing the waiter was waiting
-			// for happened.
-			if creq.Full || creq.Delta {
-				creq = waitShape(creq, nil, startSeq)
-				env, err := s.Context(context.WithoutCancel(ctx), p, roomID, creq)
+			if lastErr != nil {
+				out.ConditionError = errs.From(lastErr).Body()
+			}
+			// What did not hold, from a read made now; a timeout answers
+			// with the condition alone unless the call asked for a
+			// context (nothing the waiter was waiting for happened), then
+			// from the same read, a delta since the agent's last read as
+			// a wake-up's.
+			withCtx := creq.Full || creq.Delta
+			rc, err := s.readCtx(context.WithoutCancel(ctx), p, roomID, prog.UsesMessages || withCtx && !creq.NoMessages)
+			if err == nil {
+				out.Unmet = s.cel.Explain(ctx, prog, &rc.vars)
+			} else if withCtx {
+				return nil, err
+			}
+			if withCtx {
+				env, err := s.envelopeOf(context.WithoutCancel(ctx), rc, roomID, waitShape(creq, rc, startSeq))
 				if err != nil {
 					return nil, err
 				}
 				out.Context, out.Seq = env, env.Context.Seq
-			}
-			if lastErr != nil {
-				out.ConditionError = errs.From(lastErr).Body()
-			}
-			// What did not hold, from a read made now.
-			if rc, err := s.readCtx(context.WithoutCancel(ctx), p, roomID, prog.UsesMessages); err == nil {
-				out.Unmet = s.cel.Explain(ctx, prog, &rc.vars)
 			}
 			if err := s.afterRead(context.WithoutCancel(ctx), p); err != nil {
 				return nil, err
@@ -215,6 +240,8 @@ func notBoolean(condition, gave string) error {
 
 // waitShape is the context a wait answers with: the delta since the
 // waiter's last read unless the call asked for the whole context.
+// An agent that never read the room gets the changes since its wait
+// began (startSeq), the others since the wait's first read.
 func waitShape(creq ContextRequest, rc *roomCtx, startSeq int64) ContextRequest {
 	if creq.Full || creq.Since != nil {
 		return creq
