@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -81,18 +82,12 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		// land before the wait's first read, is what the wait's delta is
 		// for. Started at that read, the delta of an agent that never
 		// read the room left it out (the wait triggered at once, with
-		// "changed": {}). The seq is read shared with the room's other
-		// waits starting now.
-		h, err := s.waitq.seqs.do(ctx, roomID, struct{}{})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+		// "changed": {}). The seq comes with the status, from the
+		// statement that sets it: no extra round trip.
+		if seq, ok := s.showWaiting(ctx, roomID, p.AgentID, condition); ok {
+			startSeq = seq
 		}
-		if err != nil {
-			return nil, err
-		}
-		startSeq = h.seq
-		s.setWaiting(ctx, roomID, p.AgentID, &condition)
-		defer s.setWaiting(context.WithoutCancel(ctx), roomID, p.AgentID, nil)
+		defer s.endWaiting(context.WithoutCancel(ctx), roomID, p.AgentID)
 		if s.shownWaiting != nil {
 			s.shownWaiting(roomID, p.AgentID)
 		}
@@ -303,17 +298,34 @@ func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, pro
 	return rc, nil
 }
 
-// setWaiting marks an agent waiting on a condition (or active again, with
-// nil) and tells the room's other waiters, who may be waiting on presence.
-func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condition *string) {
-	var err error
-	if condition != nil {
-		err = s.setPresence(ctx, roomID, agentID, "waiting", condition, true)
-	} else {
-		// One statement for the waits of the room ending together.
-		_, err = s.waitq.done.do(ctx, roomID, agentID)
+// showWaiting marks an agent waiting on condition and tells the room's
+// other waiters, who may be waiting on presence. It returns the room's
+// seq as the statement setting the status saw it, before its commit made
+// the status visible: no write made by someone who saw the agent waiting
+// comes at or before it. ok is false when the status was not set (the
+// agent is gone, or the write failed: logged, as the status is advice);
+// then nobody saw it, and the wait starts at its first read.
+func (s *Service) showWaiting(ctx context.Context, roomID, agentID, condition string) (seq int64, ok bool) {
+	err := s.db.QueryRow(ctx, `UPDATE agents SET status = 'waiting', waiting_on = $3, last_heartbeat = now()
+		WHERE room_id = $1 AND id = $2 RETURNING (SELECT seq FROM rooms WHERE id = $1)`, roomID, agentID, condition).Scan(&seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false
 	}
 	if err != nil {
+		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
+		return 0, false
+	}
+	if err := s.db.Notify(ctx, roomID, store.PresenceNote); err != nil {
+		s.log.Warn("could not tell the room an agent waits", "room", roomID, "agent", agentID, "err", err)
+	}
+	return seq, true
+}
+
+// endWaiting marks an agent active again at the end of its wait, in one
+// statement for the waits of the room ending together, and tells the
+// room's other waiters.
+func (s *Service) endWaiting(ctx context.Context, roomID, agentID string) {
+	if _, err := s.waitq.done.do(ctx, roomID, agentID); err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
 }
