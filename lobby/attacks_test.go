@@ -24,14 +24,7 @@ import (
 func TestAttackNonOwnerGetsOwnerReads(t *testing.T) {
 	f := newFixture(t, "alice", "bob")
 	ctx := context.Background()
-	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.plantSecret(t, room)
-	if err := f.l.ShareRoom(ctx, "user_alice", room, "user_bob", "collaborator"); err != nil {
-		t.Fatal(err)
-	}
+	room := f.secretLab(t, "collaborator")
 	for _, c := range []struct{ who, user, scope string }{
 		{"collaborator bob asking for admin", "bob", "rooms:lab:admin"},
 		{"owner alice connected with write only", "alice", "rooms:lab:write"},
@@ -63,14 +56,7 @@ func TestAttackNonOwnerGetsOwnerReads(t *testing.T) {
 func TestAttackOwnerReadsDoNotFlowIntoActions(t *testing.T) {
 	f := newFixture(t, "alice", "bob")
 	ctx := context.Background()
-	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.plantSecret(t, room)
-	if err := f.l.ShareRoom(ctx, "user_alice", room, "user_bob", "participant"); err != nil {
-		t.Fatal(err)
-	}
+	room := f.secretLab(t, "participant")
 	alice := f.session(t, "alice", "g-alice", "rooms:lab:admin")
 	if _, err := f.l.Embody(ctx, alice, room, "", ""); err != nil {
 		t.Fatal(err)
@@ -297,17 +283,8 @@ func TestAttackRoleNamedAfterPersonsAgent(t *testing.T) {
 	ctx := context.Background()
 	room := f.guild(t, `{}`, "bob", "carol")
 	alice := f.session(t, "alice", "g-alice", "rooms:guild:admin")
-	emb, err := f.l.Embody(ctx, alice, room, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ap, err := f.l.Actor(ctx, alice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.svc.WriteState(ctx, ap, room, []substrate.Write{{Scope: "self", Key: "diary", Value: json.RawMessage(`"private"`)}}, false); err != nil {
-		t.Fatal(err)
-	}
+	emb, ap := f.embodied(t, alice, room, "")
+	f.writeSelf(t, ap, room, "diary", `"private"`)
 	// Alice's web agent exists too (she acted from the room page).
 	if _, err := f.l.PersonActor(ctx, "user_alice", "alice", room); err != nil {
 		t.Fatal(err)
@@ -316,26 +293,8 @@ func TestAttackRoleNamedAfterPersonsAgent(t *testing.T) {
 	// refuses ids with ":". He then writes the roles directly, as an agent
 	// with a _shared grant (a collaborator) could.
 	bob := f.session(t, "bob", "g-bob", "rooms:guild:write")
-	if _, err := f.l.Embody(ctx, bob, room, "", ""); err != nil {
-		t.Fatal(err)
-	}
-	bp, err := f.l.Actor(ctx, bob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var defineRole substrate.ActionDef
-	raw, err := f.svc.SystemHelp("standard_library", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range raw.Content.([]substrate.ActionDef) {
-		if a.ID == "define_role" {
-			defineRole = a
-		}
-	}
-	if _, err := f.svc.RegisterAction(ctx, bp, room, defineRole); err != nil {
-		t.Fatal(err)
-	}
+	_, bp := f.embodied(t, bob, room, "")
+	f.registerStandard(t, bp, room, "define_role")
 	if _, err := f.svc.Invoke(ctx, bp, room, "define_role", json.RawMessage(`{"role_id": "`+emb.Agent+`", "description": "mine now"}`)); !errs.Is(err, errs.PreconditionFailed) {
 		t.Fatalf("define_role with a person's agent id: %v", err)
 	}
@@ -459,37 +418,13 @@ func TestAttackRoleFreedBehindDriversBack(t *testing.T) {
 	ctx := context.Background()
 	room := f.guild(t, `{"scribe": {"description": "keeps notes", "filled_by": null}}`, "bob", "carol")
 	carol := f.session(t, "carol", "g-carol", "rooms:guild:write")
-	if _, err := f.l.Embody(ctx, carol, room, "", "scribe"); err != nil {
-		t.Fatal(err)
-	}
-	cp, err := f.l.Actor(ctx, carol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.svc.WriteState(ctx, cp, room, []substrate.Write{{Scope: "self", Key: "draft", Value: json.RawMessage(`"carol's draft"`)}}, false); err != nil {
-		t.Fatal(err)
-	}
+	_, cp := f.embodied(t, carol, room, "scribe")
+	f.writeSelf(t, cp, room, "draft", `"carol's draft"`)
 	// Bob, a participant, registers the standard library's set and clears
 	// the role's filled_by with it.
 	bob := f.session(t, "bob", "g-bob", "rooms:guild:write")
-	if _, err := f.l.Embody(ctx, bob, room, "", ""); err != nil {
-		t.Fatal(err)
-	}
-	bp, err := f.l.Actor(ctx, bob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := f.svc.SystemHelp("standard_library", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range raw.Content.([]substrate.ActionDef) {
-		if a.ID == "set" {
-			if _, err := f.svc.RegisterAction(ctx, bp, room, a); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	_, bp := f.embodied(t, bob, room, "")
+	f.registerStandard(t, bp, room, "set")
 	if _, err := f.svc.Invoke(ctx, bp, room, "set", json.RawMessage(`{"key": "roles", "value": {"scribe": {"description": "keeps notes", "filled_by": null}}}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +441,7 @@ func TestAttackRoleFreedBehindDriversBack(t *testing.T) {
 		t.Fatalf("HOLE: the scribe now belongs to %q", owner)
 	}
 	carol = f.session(t, "carol", "g-carol", "")
-	cp, err = f.l.Actor(ctx, carol)
+	cp, err := f.l.Actor(ctx, carol)
 	if err != nil || cp.AgentID != "scribe" {
 		t.Fatalf("HOLE: carol was kicked off her role: %+v %v", cp, err)
 	}
@@ -626,4 +561,63 @@ func TestAttackSummaryViewCarriesNoGatedView(t *testing.T) {
 	if raw, _ := json.Marshal(sums[room]); strings.Contains(string(raw), "s3cret") {
 		t.Fatalf("HOLE: the lobby's summary of the room shows a view gated from bob to every lister: %s", raw)
 	}
+}
+
+// secretLab is alice's room lab with bot's secret planted in it
+// (plantSecret), shared with bob with the given access.
+func (f *fixture) secretLab(t *testing.T, bobAccess string) string {
+	t.Helper()
+	ctx := context.Background()
+	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.plantSecret(t, room)
+	if err := f.l.ShareRoom(ctx, "user_alice", room, "user_bob", bobAccess); err != nil {
+		t.Fatal(err)
+	}
+	return room
+}
+
+// embodied embodies s in room (filling role, if given) and returns the
+// embodiment with the principal it acts as.
+func (f *fixture) embodied(t *testing.T, s *lobby.Session, room, role string) (*lobby.Embodiment, *substrate.Principal) {
+	t.Helper()
+	ctx := context.Background()
+	emb, err := f.l.Embody(ctx, s, room, "", role)
+	if err != nil {
+		t.Fatalf("embodying %s in %s (role %q): %v", s.Username, room, role, err)
+	}
+	p, err := f.l.Actor(ctx, s)
+	if err != nil {
+		t.Fatalf("the actor of %s: %v", s.Username, err)
+	}
+	return emb, p
+}
+
+// writeSelf writes key of p's own scope: something private of its agent
+// an attack must not reach.
+func (f *fixture) writeSelf(t *testing.T, p *substrate.Principal, room, key, value string) {
+	t.Helper()
+	if _, err := f.svc.WriteState(context.Background(), p, room, []substrate.Write{{Scope: "self", Key: key, Value: json.RawMessage(value)}}, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// registerStandard registers the standard library's action id as p.
+func (f *fixture) registerStandard(t *testing.T, p *substrate.Principal, room, id string) {
+	t.Helper()
+	raw, err := f.svc.SystemHelp("standard_library", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range raw.Content.([]substrate.ActionDef) {
+		if a.ID == id {
+			if _, err := f.svc.RegisterAction(context.Background(), p, room, a); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("the standard library has no action %q", id)
 }

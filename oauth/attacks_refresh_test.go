@@ -10,6 +10,35 @@ import (
 	"github.com/syncsubstrate/sync/oauth"
 )
 
+// refreshFixture is the set-up of the refresh attacks: alice, owner of
+// the room plans, and a public client (PKCE, no secret) she connects to
+// it with read access.
+type refreshFixture struct {
+	h     *harness
+	alice *browser
+	c     client
+}
+
+func newRefreshFixture(t *testing.T) *refreshFixture {
+	t.Helper()
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	h.room("plans", h.userID("alice"), "owner")
+	return &refreshFixture{h: h, alice: alice, c: h.register("none", "http://localhost/callback")}
+}
+
+// connect is a new grant: alice's consent, then the code's exchange; its
+// first tokens.
+func (f *refreshFixture) connect() map[string]any {
+	loc := f.alice.consent(f.h.authorizeURL(f.c, nil), map[string]string{"plans": "read"}, false)
+	return f.h.exchange(f.c, loc.Query().Get("code")).json()
+}
+
+// refresh presents rt to the token endpoint.
+func (f *refreshFixture) refresh(rt string) map[string]any {
+	return f.h.token(f.c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
+}
+
 // A refresh token copied before rotation must not outlive its owner's use
 // of the new one: once the successor has been used, the old token is
 // refused, and presenting it revokes the grant, the owner's newest tokens
@@ -17,15 +46,9 @@ import (
 // account page says why). A token nobody used yet was not: a forged or
 // unknown refresh token revokes nothing.
 func TestAttackStolenRefreshTokenAfterRotation(t *testing.T) {
-	h := newHarness(t, oauth.Options{})
-	alice := h.enrol("alice")
-	h.room("plans", h.userID("alice"), "owner")
-	c := h.register("none", "http://localhost/callback")
-	loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
-	tok := h.exchange(c, loc.Query().Get("code")).json()
-	refresh := func(rt string) map[string]any {
-		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
-	}
+	f := newRefreshFixture(t)
+	h, refresh := f.h, f.refresh
+	tok := f.connect()
 	stolen := tok["refresh_token"].(string)
 	owner1 := refresh(stolen)                           // the owner rotates…
 	owner2 := refresh(owner1["refresh_token"].(string)) // …and uses the new token
@@ -55,17 +78,14 @@ func TestAttackStolenRefreshTokenAfterRotation(t *testing.T) {
 // using it ends the others (each was a successor of the same token, and
 // only one may carry the grant on), and the kept one goes on working.
 func TestRacingRefreshesAllSucceed(t *testing.T) {
-	h := newHarness(t, oauth.Options{})
-	alice := h.enrol("alice")
-	h.room("plans", h.userID("alice"), "owner")
-	c := h.register("none", "http://localhost/callback")
-	loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
-	rt := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+	f := newRefreshFixture(t)
+	refresh := f.refresh
+	rt := f.connect()["refresh_token"].(string)
 	const n = 12
 	out := make(chan map[string]any, n)
 	for range n {
 		go func() {
-			out <- h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
+			out <- refresh(rt)
 		}()
 	}
 	var next []string
@@ -78,7 +98,7 @@ func TestRacingRefreshesAllSucceed(t *testing.T) {
 	}
 	kept := next[n/2]
 	for range 3 {
-		m := h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {kept}}).json()
+		m := refresh(kept)
 		if m["refresh_token"] == nil {
 			t.Fatalf("the kept successor of a racing refresh failed: %v", m)
 		}
@@ -94,16 +114,10 @@ func TestRacingRefreshesAllSucceed(t *testing.T) {
 // account page says why. Seen failing with successors left independent:
 // both branches kept refreshing.
 func TestAttackStolenRefreshTokenParallelBranch(t *testing.T) {
-	h := newHarness(t, oauth.Options{})
-	alice := h.enrol("alice")
-	h.room("plans", h.userID("alice"), "owner")
-	c := h.register("none", "http://localhost/callback")
-	refresh := func(rt string) map[string]any {
-		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
-	}
+	f := newRefreshFixture(t)
+	h, alice, refresh := f.h, f.alice, f.refresh
 	for _, thiefFirst := range []bool{false, true} {
-		loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
-		stolen := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+		stolen := f.connect()["refresh_token"].(string)
 		owner := refresh(stolen)
 		thief := refresh(stolen) // successor unused yet: allowed
 		first, second := owner, thief
@@ -142,16 +156,10 @@ func TestAttackStolenRefreshTokenParallelBranch(t *testing.T) {
 // rotation: no token minted by the replays outlives the successor's use.
 // Seen failing with the rotation's re-check under lock removed.
 func TestAttackRefreshReplayRacingSuccessorUse(t *testing.T) {
-	h := newHarness(t, oauth.Options{})
-	alice := h.enrol("alice")
-	h.room("plans", h.userID("alice"), "owner")
-	c := h.register("none", "http://localhost/callback")
-	refresh := func(rt string) map[string]any {
-		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
-	}
+	f := newRefreshFixture(t)
+	h, refresh := f.h, f.refresh
 	for round := range 4 {
-		loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
-		r0 := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+		r0 := f.connect()["refresh_token"].(string)
 		r1 := refresh(r0)["refresh_token"].(string)
 		const n = 16
 		out := make(chan map[string]any, n+1)
@@ -190,16 +198,13 @@ func TestAttackRefreshReplayRacingSuccessorUse(t *testing.T) {
 // minted by a rotation that committed while the revocation's update was
 // waiting for its row was outside that update's snapshot).
 func TestRevocationRacingRefreshes(t *testing.T) {
-	h := newHarness(t, oauth.Options{})
-	alice := h.enrol("alice")
-	h.room("plans", h.userID("alice"), "owner")
-	c := h.register("none", "http://localhost/callback")
+	f := newRefreshFixture(t)
+	h, c := f.h, f.c
 	for round := range 4 {
 		const n = 8
 		var rts, ats []string
 		for range n {
-			loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
-			tok := h.exchange(c, loc.Query().Get("code")).json()
+			tok := f.connect()
 			rts, ats = append(rts, tok["refresh_token"].(string)), append(ats, tok["access_token"].(string))
 		}
 		out := make(chan reply, 2*n)
@@ -233,15 +238,9 @@ func TestRevocationRacingRefreshes(t *testing.T) {
 // end, and it must end: it was answered 200 while the grant, and whoever
 // holds its newest tokens, went on.
 func TestAttackRevokeWithRetiredRefreshTokenEndsGrant(t *testing.T) {
-	h := newHarness(t, oauth.Options{})
-	alice := h.enrol("alice")
-	h.room("plans", h.userID("alice"), "owner")
-	c := h.register("none", "http://localhost/callback")
-	refresh := func(rt string) map[string]any {
-		return h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}}).json()
-	}
-	loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"plans": "read"}, false)
-	old := h.exchange(c, loc.Query().Get("code")).json()["refresh_token"].(string)
+	f := newRefreshFixture(t)
+	h, alice, c, refresh := f.h, f.alice, f.c, f.refresh
+	old := f.connect()["refresh_token"].(string)
 	newest := refresh(refresh(old)["refresh_token"].(string))
 	if r := h.browser().postForm("/revoke", url.Values{"token": {old}, "token_type_hint": {"refresh_token"}, "client_id": {c.id}}, nil); r.status != 200 {
 		t.Fatalf("revoke: %d %s", r.status, r.body)

@@ -9,6 +9,7 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"sort"
 	"sync"
@@ -319,29 +320,20 @@ func (snap *snapshot) loadUsage(ctx context.Context, q querier) error {
 }
 
 // Usage is the room's vocabulary usage at the read's seq (a few rows per
-// action and view), read once per snapshot (by the read's transaction,
-// snapshot.loadUsage, when the read made one).
-//
-// The lock is never held while this asks the pool for a connection: a read
-// holding its transaction's connection waits for the lock in
-// snapshot.loadUsage, so holding it here while waiting for a connection
-// deadlocks a small pool (seen with 2 connections under the soak).
+// action and view), read once per snapshot by the transaction that read
+// the seq (snapshot.loadUsage): readRoom loads it on its long path and
+// takes a cached snapshot only with it (readReady), and every Read is
+// made from a readRoom's snapshot (Context, Wait, ListViews). A snapshot
+// without it did not come from there (one a mutation advanced, say):
+// loading it now could hold uses committed after the read's seq (an
+// invocation named by since_your_last_read whose effects the read does
+// not show), so that is an error, not a late load.
 func (r *Read) Usage(ctx context.Context) (map[string]*Usage, error) {
 	snap := r.rc.snap
 	snap.usageMu.Lock()
-	u := snap.usage
-	snap.usageMu.Unlock()
-	if u != nil {
-		return u, nil
-	}
-	u, err := loadUsage(ctx, r.s.db, r.room)
-	if err != nil {
-		return nil, err
-	}
-	snap.usageMu.Lock()
 	defer snap.usageMu.Unlock()
 	if snap.usage == nil {
-		snap.usage = u
+		return nil, fmt.Errorf("substrate: the vocabulary usage of room %q at seq %d was not read with the snapshot (a read must come from readRoom)", r.room, snap.seq)
 	}
 	return snap.usage, nil
 }

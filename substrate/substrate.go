@@ -192,6 +192,9 @@ type Service struct {
 	viewEvals atomic.Int64
 	// waits counts waits open now (Stats).
 	waits atomic.Int64
+	// shownWaiting, when set (tests only), runs as soon as a wait has
+	// shown its agent waiting: what another agent does on seeing that.
+	shownWaiting func(roomID, agentID string)
 	// invocations counts Invoke's outcomes by "ok" or error code (Stats).
 	invocations sync.Map // string → *atomic.Int64
 	// workMeter is each room's expression budget (nil: off); roomBusy

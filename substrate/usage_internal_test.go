@@ -40,3 +40,50 @@ func TestReadUsageIsAtTheReadsSeq(t *testing.T) {
 		t.Fatalf("the usage of a read at seq %d holds a use at seq %d", rc.snap.seq, b.LastUsedSeq)
 	}
 }
+
+// A Read of a snapshot whose usage was not read with it (one a mutation
+// advanced, say) is refused, not loaded late: Usage loaded it then,
+// outside any read's transaction, so it could hold uses committed after
+// the read's seq. Every read the salience gets goes through readRoom,
+// which reads it in its transaction: a context read right after an
+// invocation (the snapshot that invocation advanced) has it.
+func TestReadUsageNeverLoadedLate(t *testing.T) {
+	s := New(pgtest.New(t), Options{})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	room, err := s.CreateRoom(ctx, CreateRoomRequest{ID: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := s.Authenticate(ctx, room.Token)
+	if _, err := s.RegisterAction(ctx, admin, "late", ActionDef{ID: "bump", Writes: []WriteTemplate{{Key: "n", Value: json.RawMessage(`1`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Invoke(ctx, admin, "late", "bump", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := &snapshot{room: "late", seq: res.Seq}
+	if u, err := (&Read{s: s, rc: &roomCtx{snap: bare}, room: "late"}).Usage(ctx); err == nil || u != nil || bare.usage != nil {
+		t.Fatalf("the usage of a snapshot that holds none was loaded late (%v, err %v)", u, err)
+	}
+
+	// The long way (the snapshot the invocation advanced has no usage),
+	// then the cached snapshot.
+	for range 2 {
+		rc, err := s.readCtx(ctx, admin, "late", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := (&Read{s: s, rc: rc, room: "late"}).Usage(ctx)
+		if err != nil || rc.snap.seq != res.Seq {
+			t.Fatalf("a read at seq %d after the invocation at %d: usage err %v", rc.snap.seq, res.Seq, err)
+		}
+		if b := u[UsageKey("action", "bump")]; b == nil || b.LastUsedSeq != res.Seq {
+			t.Fatalf("the read at seq %d misses the invocation's use: %+v", rc.snap.seq, b)
+		}
+	}
+	if _, err := s.Context(ctx, admin, "late", ContextRequest{Depth: "lean", MessagesLimit: 20}); err != nil {
+		t.Fatalf("a context read after the invocation: %v", err)
+	}
+}

@@ -3,10 +3,14 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -75,8 +79,20 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	s.waits.Add(1)
 	defer s.waits.Add(-1)
 	if p.Kind == KindAgent {
-		s.setWaiting(ctx, roomID, p.AgentID, &condition)
-		defer s.setWaiting(context.WithoutCancel(ctx), roomID, p.AgentID, nil)
+		// The wait begins before anyone can see it waiting: another
+		// agent may write as soon as it does, and that write, which may
+		// land before the wait's first read, is what the wait's delta is
+		// for. Started at that read, the delta of an agent that never
+		// read the room left it out (the wait triggered at once, with
+		// "changed": {}). The seq comes with the status, from the
+		// statement that sets it: no extra round trip.
+		if seq, ok := s.showWaiting(ctx, roomID, p.AgentID, condition); ok {
+			startSeq = seq
+		}
+		defer s.endWaiting(context.WithoutCancel(ctx), roomID, p.AgentID)
+		if s.shownWaiting != nil {
+			s.shownWaiting(roomID, p.AgentID)
+		}
 	}
 
 	// Nothing of a read is kept while the wait sleeps (a room's context
@@ -167,23 +183,27 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 				return nil, err
 			}
 			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq, Note: note}
-			// A timeout answers with the condition alone unless the
-			// call asked for a context: nothing the waiter was waiting
-			// for happened.
-			if creq.Full || creq.Delta {
-				creq = waitShape(creq, nil, startSeq)
-				env, err := s.Context(context.WithoutCancel(ctx), p, roomID, creq)
+			if lastErr != nil {
+				out.ConditionError = errs.From(lastErr).Body()
+			}
+			// What did not hold, from a read made now; a timeout answers
+			// with the condition alone unless the call asked for a
+			// context (nothing the waiter was waiting for happened), then
+			// from the same read, a delta since the agent's last read as
+			// a wake-up's.
+			withCtx := creq.Full || creq.Delta
+			rc, err := s.readCtx(context.WithoutCancel(ctx), p, roomID, prog.UsesMessages || withCtx && !creq.NoMessages)
+			if err == nil {
+				out.Unmet = s.cel.Explain(ctx, prog, &rc.vars)
+			} else if withCtx {
+				return nil, err
+			}
+			if withCtx {
+				env, err := s.envelopeOf(context.WithoutCancel(ctx), rc, roomID, waitShape(creq, rc, startSeq))
 				if err != nil {
 					return nil, err
 				}
 				out.Context, out.Seq = env, env.Context.Seq
-			}
-			if lastErr != nil {
-				out.ConditionError = errs.From(lastErr).Body()
-			}
-			// What did not hold, from a read made now.
-			if rc, err := s.readCtx(context.WithoutCancel(ctx), p, roomID, prog.UsesMessages); err == nil {
-				out.Unmet = s.cel.Explain(ctx, prog, &rc.vars)
 			}
 			if err := s.afterRead(context.WithoutCancel(ctx), p); err != nil {
 				return nil, err
@@ -217,6 +237,8 @@ func notBoolean(condition, gave string) error {
 
 // waitShape is the context a wait answers with: the delta since the
 // waiter's last read unless the call asked for the whole context.
+// An agent that never read the room gets the changes since its wait
+// began (startSeq), the others since the wait's first read.
 func waitShape(creq ContextRequest, rc *roomCtx, startSeq int64) ContextRequest {
 	if creq.Full || creq.Since != nil {
 		return creq
@@ -278,17 +300,34 @@ func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, pro
 	return rc, nil
 }
 
-// setWaiting marks an agent waiting on a condition (or active again, with
-// nil) and tells the room's other waiters, who may be waiting on presence.
-func (s *Service) setWaiting(ctx context.Context, roomID, agentID string, condition *string) {
-	var err error
-	if condition != nil {
-		err = s.setPresence(ctx, roomID, agentID, "waiting", condition, true)
-	} else {
-		// One statement for the waits of the room ending together.
-		_, err = s.waitq.done.do(ctx, roomID, agentID)
+// showWaiting marks an agent waiting on condition and tells the room's
+// other waiters, who may be waiting on presence. It returns the room's
+// seq as the statement setting the status saw it, before its commit made
+// the status visible: no write made by someone who saw the agent waiting
+// comes at or before it. ok is false when the status was not set (the
+// agent is gone, or the write failed: logged, as the status is advice);
+// then nobody saw it, and the wait starts at its first read.
+func (s *Service) showWaiting(ctx context.Context, roomID, agentID, condition string) (seq int64, ok bool) {
+	err := s.db.QueryRow(ctx, `UPDATE agents SET status = 'waiting', waiting_on = $3, last_heartbeat = now()
+		WHERE room_id = $1 AND id = $2 RETURNING (SELECT seq FROM rooms WHERE id = $1)`, roomID, agentID, condition).Scan(&seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false
 	}
 	if err != nil {
+		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
+		return 0, false
+	}
+	if err := s.db.Notify(ctx, roomID, store.PresenceNote); err != nil {
+		s.log.Warn("could not tell the room an agent waits", "room", roomID, "agent", agentID, "err", err)
+	}
+	return seq, true
+}
+
+// endWaiting marks an agent active again at the end of its wait, in one
+// statement for the waits of the room ending together, and tells the
+// room's other waiters.
+func (s *Service) endWaiting(ctx context.Context, roomID, agentID string) {
+	if _, err := s.waitq.done.do(ctx, roomID, agentID); err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
 }

@@ -22,15 +22,7 @@ import (
 func TestAttackForModelKeepsThoughtsAndMemoryApart(t *testing.T) {
 	e := newLoom(t, substrate.Options{}, "al")
 	ctx := context.Background()
-	j, err := e.svc.Join(ctx, e.admin, "loom", substrate.JoinRequest{ID: "bo", Name: "bo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	grants := []string{"al"}
-	if _, err := e.svc.UpdateAgent(ctx, e.admin, "loom", "bo", substrate.AgentUpdate{Grants: &grants}); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := e.svc.Authenticate(ctx, j.Token)
+	b := e.joinGranted("bo", "al")
 	e.run(e.admin, `→ new tree "t" "root words"`)
 	a := e.ag["al"]
 	e.model(a, "→ view 1\n→ think SECRET-THOUGHT about the scene ←\n→ pin 1\n→ stash \"s\" \"SECRET-STASH\"\n→ recall \"s\"")
@@ -104,15 +96,7 @@ func TestAttackLoomCommandNamingAnotherRoomRefused(t *testing.T) {
 func TestAttackMemoryReadOnlyByItsAgent(t *testing.T) {
 	e := newLoom(t, substrate.Options{}, "al")
 	ctx := context.Background()
-	j, err := e.svc.Join(ctx, e.admin, "loom", substrate.JoinRequest{ID: "bo", Name: "bo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	grants := []string{"al"}
-	if _, err := e.svc.UpdateAgent(ctx, e.admin, "loom", "bo", substrate.AgentUpdate{Grants: &grants}); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := e.svc.Authenticate(ctx, j.Token)
+	b := e.joinGranted("bo", "al")
 	e.run(e.admin, `→ new tree "t" "root words"`)
 	a := e.ag["al"]
 	e.model(a, "→ view 1\n→ pin 1\n→ stash \"s\" \"SECRET-STASH\"\n→ stash \"t\" \"OTHER-STASH\"\n→ recall \"t\"")
@@ -184,4 +168,23 @@ func TestAttackLoomGeneratorKeyNotForwardedOnRedirect(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "307") {
 		t.Fatalf("a redirected generator call: %v %+v", err, res)
 	}
+}
+
+// joinGranted joins agent id with grants on the given scopes (an agent
+// holding another's scope: where the attacks on its memory start).
+func (e *loomEnv) joinGranted(id string, grants ...string) *substrate.Principal {
+	e.t.Helper()
+	ctx := context.Background()
+	j, err := e.svc.Join(ctx, e.admin, e.room, substrate.JoinRequest{ID: id, Name: id})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.svc.UpdateAgent(ctx, e.admin, e.room, id, substrate.AgentUpdate{Grants: &grants}); err != nil {
+		e.t.Fatal(err)
+	}
+	p, err := e.svc.Authenticate(ctx, j.Token)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
 }

@@ -269,3 +269,30 @@ func TestViewsChangedCountsDeletionsAndTime(t *testing.T) {
 		}
 	}
 }
+
+// A wait's delta, on a wake-up and on a timeout that asks for one
+// (context=delta), starts at the agent's last read: a timeout's delta
+// started at the wait's first read and left out what was written between
+// the agent's last read and its wait.
+func TestWaitDeltaStartsAtTheAgentsLastRead(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("wd", nil)
+	reader := e.join(rm, "reader")
+	w := e.join(rm, "w", "_shared")
+
+	since := e.ctx(rm, reader, "").body["_context"].(map[string]any)["seq"].(float64)
+	e.do("PUT", "/rooms/wd/state", w, map[string]any{"scope": "_shared", "key": "go", "value": 1}).must(t, 200)
+	got := e.do("GET", "/rooms/wd/wait?timeout=5000&condition="+url.QueryEscape(`has(state._shared.go)`), reader, nil).must(t, 200)
+	changed, _ := path(got.body, "context", "_context", "delta", "changed").(map[string]any)
+	if changed["_shared.go"] == nil || path(got.body, "context", "_context", "delta", "from_seq") != since {
+		t.Fatalf("the delta does not start at the agent's last read (seq %v): %s", since, got.raw)
+	}
+
+	e.ctx(rm, reader, "")
+	e.do("PUT", "/rooms/wd/state", w, map[string]any{"scope": "_shared", "key": "go2", "value": 1}).must(t, 200)
+	got = e.do("GET", "/rooms/wd/wait?timeout=100&context=delta&condition="+url.QueryEscape(`state._shared.go == 2`), reader, nil).must(t, 200)
+	changed, _ = path(got.body, "context", "_context", "delta", "changed").(map[string]any)
+	if got.body["timeout"] != true || changed["_shared.go2"] == nil {
+		t.Fatalf("a timeout's delta misses a write made after the agent's last read: %s", got.raw)
+	}
+}

@@ -33,13 +33,7 @@ func TestAttackCollaboratorOnlyItsAgentsPermissions(t *testing.T) {
 	e.run(e.admin, `→ new tree "t" "`+root+`"
 → permit alice human loom_write`)
 	// claude: the defaults (loom_aware, doc_read).
-	var k atomic.Int32
-	chat := newChat(t, func(r chatReq) string {
-		if k.Add(1) == 1 {
-			return "→ add \"forged\"\n→ permit claude all\n→ edit 1 \"rewritten\"\n→ write doc:\"notes\" append \"x\"\n→ stop alice"
-		}
-		return "I cannot, then."
-	})
+	chat := newChat(t, answers("→ add \"forged\"\n→ permit claude all\n→ edit 1 \"rewritten\"\n→ write doc:\"notes\" append \"x\"\n→ stop alice", "I cannot, then."))
 	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
 	r.calls(t, chat, 2)
 	reqs := chat.requests()
@@ -56,13 +50,7 @@ func TestAttackCollaboratorOnlyItsAgentsPermissions(t *testing.T) {
 	e.run(e.ag["alice"], `→ add from:1 "main line"
 → yield
 → branch from 1 "alice's own line"`) // node 3, branch 1.2, alice's turn
-	var k2 atomic.Int32
-	chat2 := newChat(t, func(r chatReq) string {
-		if k2.Add(1) == 1 {
-			return "→ add from:3 \"on alice's branch\"\n→ continue from 3"
-		}
-		return "Fine."
-	})
+	chat2 := newChat(t, answers("→ add from:3 \"on alice's branch\"\n→ continue from 3", "Fine."))
 	r = e.start(collab.Config{Agent: "claude", ChatURL: chat2.srv.URL, Branch: "1"})
 	r.calls(t, chat2, 2)
 	has(t, chat2.requests()[1].last(), "✗ branch 1.2 is alice's turn until")
@@ -90,24 +78,14 @@ func TestAttackCollaboratorHugeOrMaliciousAnswers(t *testing.T) {
 	}
 	before, _ := e.svc.GetRoom(ctx, secAdmin, "secret")
 
-	var k atomic.Int32
-	chat := newChat(t, func(r chatReq) string {
-		switch k.Add(1) {
-		case 2:
-			return strings.Repeat("→ view 1\n", 30)
-		case 3:
-			return "→ add \"" + strings.Repeat("x", 40_000) + "\""
-		case 4:
-			return "→ view 1 room:secret\n→ jump tree:1 node:1 room:secret\n→ read doc:\"plans\" room:secret\n→ add \"pwned\" room:secret\n→ new tree \"x\" room:secret"
-		default:
-			return "Done."
-		}
-	})
+	// The first call is answered raw (below); answers gives the others.
+	chat := newChat(t, answers(strings.Repeat("→ view 1\n", 30), "→ add \""+strings.Repeat("x", 40_000)+"\"",
+		"→ view 1 room:secret\n→ jump tree:1 node:1 room:secret\n→ read doc:\"plans\" room:secret\n→ add \"pwned\" room:secret\n→ new tree \"x\" room:secret", "Done."))
+	var rawDone atomic.Bool
 	chat.raw = func(w http.ResponseWriter, r chatReq) bool {
-		if k.Load() != 0 {
+		if rawDone.Swap(true) {
 			return false
 		}
-		k.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"choices":[{"message":{"content":"`))
 		chunk := bytes.Repeat([]byte("→ add \\\"a\\\"\\n"), 1000)
@@ -416,13 +394,7 @@ func TestAttackCollaboratorOwnNodesCallNothing(t *testing.T) {
 	e.run(e.admin, `→ new tree "t" "`+root+`"
 → permit claude loom_write loom_generate
 → permit alice human loom_write`)
-	var k atomic.Int32
-	chat := newChat(t, func(r chatReq) string {
-		if k.Add(1) == 1 {
-			return "→ continue from 1"
-		}
-		return "I wait."
-	})
+	chat := newChat(t, answers("→ continue from 1", "I wait."))
 	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
 	r.calls(t, chat, 2)
 	// No generator: the continuation is a request (g1), fulfilled by

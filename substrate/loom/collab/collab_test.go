@@ -24,19 +24,8 @@ func TestCollaboratorAssemblyOrderAndFading(t *testing.T) {
 → permit claude loom_write`)
 	e.run(e.ag["alice"], `→ add from:1 "`+second+`"
 → yield`)
-	var calls atomic.Int32
-	chat := newChat(t, func(r chatReq) string {
-		switch calls.Add(1) {
-		case 1:
-			return "I want to look at the root first.\n→ view 1"
-		case 2:
-			return "Now the second node.\n→ view 2"
-		case 3:
-			return "The door could be open. → not a command mid-line\n→ add \"The door was open.\""
-		default:
-			return "Your turn, Alice."
-		}
-	})
+	chat := newChat(t, answers("I want to look at the root first.\n→ view 1", "Now the second node.\n→ view 2",
+		"The door could be open. → not a command mid-line\n→ add \"The door was open.\"", "Your turn, Alice."))
 	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
 	r.waiting(t)
 	reqs := chat.requests()

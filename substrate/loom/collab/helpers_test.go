@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,15 @@ func (r chatReq) all() string {
 		b.WriteString("[" + m.Role + "]\n" + m.Content + "\n")
 	}
 	return b.String()
+}
+
+// answers is a chat model that gives replies in order, one a call, and
+// the last one to every call after them.
+func answers(replies ...string) func(chatReq) string {
+	var k atomic.Int32
+	return func(chatReq) string {
+		return replies[min(int(k.Add(1)), len(replies))-1]
+	}
 }
 
 func newChat(t *testing.T, answer func(r chatReq) string) *chatStub {

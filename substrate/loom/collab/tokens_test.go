@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/syncsubstrate/sync/substrate/loom"
@@ -37,14 +36,11 @@ func TestCollaboratorTokensPerCall(t *testing.T) {
 		"Node 256 reads well.\n→ view 256", "→ list 1 continuations", "→ view branch:300 as:nodes", "→ tree summary",
 		"→ preview 4 depth:3", "→ memory trace", `→ drop recall:"rooms"`, "→ view 2",
 	}
-	var k atomic.Int32
-	chat := newChat(t, func(r chatReq) string {
-		i := int(k.Add(1)) - 1
-		if i < len(script) {
-			return "Looking around the tree.\n" + script[i]
-		}
-		return "Done for now."
-	})
+	var replies []string
+	for _, s := range script {
+		replies = append(replies, "Looking around the tree.\n"+s)
+	}
+	chat := newChat(t, answers(append(replies, "Done for now.")...))
 	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL, TurnCalls: 100})
 	r.calls(t, chat, len(script)+1)
 	var toks, sys []int
