@@ -160,6 +160,9 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	res := &InvokeResult{Invoked: true, Action: actionID, Agent: p.Actor(), Params: params}
 	seq, err := s.mutateWith(ctx, p, roomID, mutateOpts{withPresence: true, grouped: true}, func(m *mutation) error { return s.invoke(m, actionID, params, res) })
 	if err != nil {
+		if errs.Is(err, errs.Unauthorized) {
+			s.forgetToken(p) // found dead under the lock: look it up next time
+		}
 		s.auditFailure(ctx, p, roomID, actionID, params, err)
 		if errs.Is(err, errs.ActionNotFound) {
 			err = s.suggestActions(ctx, p, roomID, actionID, err)
