@@ -227,7 +227,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: map[string]any{"only": "actions"}})
 	}
 	vars := rc.actionVars(ctx, s, def, cp)
-	if def.If != "" {
+	if def.If != "" && !rc.ifHeld[id] {
 		ok, err := s.evalField(ctx, "if", def.If, vars)
 		if err != nil {
 			return err

@@ -2220,3 +2220,34 @@ func TestRememberedTokenHeartbeat(t *testing.T) {
 		t.Errorf("4.5 s of invocations moved bob's heartbeat by %v, want at least 2 s", last.Sub(first))
 	}
 }
+
+// Issue 32: an invocation reuses the result of its precondition from the
+// availability pass that built its context, when that evaluation saw what
+// the invocation's does. A precondition that reads actions.* does not:
+// the pass fills availability as it goes, so it may have seen another
+// action without "available". This one holds only then, so it must be
+// refused every time.
+func TestAttackPreconditionReadingActionsIsEvaluatedAgain(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("avail", nil)
+	for _, id := range []string{"b", "c", "d", "e"} {
+		e.do("PUT", "/rooms/avail/actions", rm.token, map[string]any{"id": id, "if": "true", "writes": []any{map[string]any{"key": id, "value": 1}}}).must(t, 201)
+	}
+	e.do("PUT", "/rooms/avail/actions", rm.token, map[string]any{"id": "a",
+		"if":     `!has(actions.b.available) || !has(actions.c.available) || !has(actions.d.available) || !has(actions.e.available)`,
+		"writes": []any{map[string]any{"key": "a", "value": 1}}}).must(t, 201)
+	bob := e.join(rm, "bob")
+	for i := range 30 {
+		if r := e.do("POST", "/rooms/avail/actions/a/invoke", bob, map[string]any{}); r.status != 409 && r.status != 412 && r.status != 422 || r.str("error") != "precondition_failed" {
+			t.Fatalf("HOLE: invocation %d of a precondition that does not hold: %d %s", i, r.status, r.raw)
+		}
+	}
+	// A precondition that holds is still applied (reused or not).
+	e.do("PUT", "/rooms/avail/actions", rm.token, map[string]any{"id": "f", "if": `params.n > 1 && state._shared.b == 1`,
+		"params": map[string]any{"n": map[string]any{"type": "integer"}}, "writes": []any{map[string]any{"key": "f", "increment": 1}}}).must(t, 201)
+	e.do("POST", "/rooms/avail/actions/b/invoke", bob, map[string]any{}).must(t, 200)
+	e.do("POST", "/rooms/avail/actions/f/invoke", bob, map[string]any{"params": map[string]any{"n": 2}}).must(t, 200)
+	if r := e.do("POST", "/rooms/avail/actions/f/invoke", bob, map[string]any{"params": map[string]any{"n": 1}}); r.str("error") != "precondition_failed" {
+		t.Fatalf("f with n=1: %d %s", r.status, r.raw)
+	}
+}
