@@ -193,9 +193,7 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 			base := json.Number("0")
 			if old != nil {
 				var n json.Number
-				dec := json.NewDecoder(bytes.NewReader(old.Value))
-				dec.UseNumber()
-				if err := dec.Decode(&n); err != nil {
+				if err := decodeNumber(old.Value, &n); err != nil {
 					return nil, nil, errs.New(errs.NotNumeric, "%s/%s holds a %s, and increment needs a number", o.Scope, o.Key, jsonKind(old.Value)).
 						WithHint("replace it with a number first, or increment another key")
 				}
