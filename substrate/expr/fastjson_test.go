@@ -86,7 +86,7 @@ func TestMarshalJSONMatchesEncodingJSON(t *testing.T) {
 	}
 	cases := []any{
 		nil, true, false, "", "plain", string(all), "<a href='x'>&</a>", "\u2028\u2029", "\xff\xfe", "é✓😀", "\x00\x1f\x7f",
-		int64(0), int64(-9223372036854775808), 7, 0.0, -0.0, 1.5, 1e20, 1e21, 1e-6, 1e-7, 123456789.125, -2.5e-300, 1.7976931348623157e308,
+		int64(0), int64(-9223372036854775808), 7, 0.0, math.Copysign(0, -1), 1.5, 1e20, 1e21, 1e-6, 1e-7, 123456789.125, -2.5e-300, 1.7976931348623157e308,
 		math.NaN(), math.Inf(1), json.Number(""), json.Number("12.50"), json.Number("1e5"), json.Number("x1"), json.Number("01"),
 		json.RawMessage(`{"b": 1, "a" : "<"}`), json.RawMessage(`{bad`), json.RawMessage(nil),
 		map[string]any(nil), []any(nil), map[string]any{}, []any{},
