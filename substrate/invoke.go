@@ -121,7 +121,7 @@ func decodeParams(raw json.RawMessage) (map[string]any, error) {
 
 // celParams converts params (json.Number numbers) to expression values.
 func celParams(params map[string]any) map[string]any {
-	raw, _ := json.Marshal(params)
+	raw, _ := expr.MarshalJSON(params)
 	m, _ := expr.MustDecode(raw).(map[string]any)
 	return m
 }
@@ -162,6 +162,9 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	res := &InvokeResult{Invoked: true, Action: actionID, Agent: p.Actor(), Params: params}
 	seq, err := s.mutateWith(ctx, p, roomID, mutateOpts{withPresence: true, grouped: true}, func(m *mutation) error { return s.invoke(m, actionID, params, res) })
 	if err != nil {
+		if errs.Is(err, errs.Unauthorized) {
+			s.forgetToken(p) // found dead under the lock: look it up next time
+		}
 		s.auditFailure(ctx, p, roomID, actionID, params, err)
 		if errs.Is(err, errs.ActionNotFound) {
 			err = s.suggestActions(ctx, p, roomID, actionID, err)
@@ -212,18 +215,21 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			return err
 		}
 	}
-	rc := s.build(ctx, snap, m.p, agents, mc, m.now, celParams(params))
+	// The parameters as expressions see them, converted once: nothing
+	// that evaluates with them changes them.
+	cp := celParams(params)
+	rc := s.build(ctx, snap, m.p, agents, mc, m.now, cp)
 	if rc.actionsCut[id] {
 		// Past the read's action budget: this invocation evaluates it.
-		rc.actEnabled[id] = def.Enabled == "" || s.evalBool(ctx, def.Enabled, rc.actionVars(ctx, s, def, celParams(params)))
+		rc.actEnabled[id] = def.Enabled == "" || s.evalBool(ctx, def.Enabled, rc.actionVars(ctx, s, def, cp))
 	}
 	if !rc.actEnabled[id] {
 		return errs.New(errs.ActionDisabled, "action %q is disabled: its enabled expression is false", id).
 			With("enabled", def.Enabled).WithHint("it cannot be invoked while its enabled expression (%s) is false: pick an available action, or wait until it holds", def.Enabled).
 			WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: map[string]any{"only": "actions"}})
 	}
-	vars := rc.actionVars(ctx, s, def, celParams(params))
-	if def.If != "" {
+	vars := rc.actionVars(ctx, s, def, cp)
+	if def.If != "" && !rc.ifHeld[id] {
 		ok, err := s.evalField(ctx, "if", def.If, vars)
 		if err != nil {
 			return err
@@ -272,7 +278,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			ops = append(ops, op{Scope: scopeCooldowns, Key: id, Value: v, Timer: &timer})
 		}
 	}
-	msg, _ := json.Marshal(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": s.auditParams(params), "body": callText(id, params)})
+	msg, _ := expr.MarshalJSON(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": s.auditParams(params), "body": callText(id, params)})
 	ops = append(ops, op{Scope: ScopeMessages, Append: true, Value: msg})
 	written, audit, err := s.applyOps(m, ops, "action:"+id)
 	if err != nil {
@@ -283,8 +289,8 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		res.hidden = withheldKeys(m, ops[:userWrites])
 	}
 	if def.Result != "" {
-		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, celParams(params))
-		if v, err := s.evalField(ctx, "result", def.Result, after.actionVars(ctx, s, def, celParams(params))); err != nil {
+		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, cp)
+		if v, err := s.evalField(ctx, "result", def.Result, after.actionVars(ctx, s, def, cp)); err != nil {
 			res.Result = map[string]any{"_error": errorText(err)}
 		} else {
 			res.Result = v

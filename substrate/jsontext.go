@@ -1,11 +1,11 @@
 package substrate
 
 import (
-	"encoding/json"
 	"sort"
 	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // CheckJSONText refuses JSON that PostgreSQL cannot store as jsonb: bytes
@@ -74,7 +74,7 @@ var errNUL = errs.New(errs.InvalidJSON, `the JSON has a string holding the NUL c
 // refused 800 KB call costs the log a few bytes, and an unstorable one
 // is still audited.
 func (s *Service) auditParams(params map[string]any) any {
-	raw, err := json.Marshal(params)
+	raw, err := expr.MarshalJSON(params)
 	if err == nil && len(raw) <= s.lim.MaxValueBytes/4 && CheckJSONText(raw) == nil {
 		return params
 	}

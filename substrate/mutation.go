@@ -2,7 +2,6 @@ package substrate
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // mutation is one room mutation in flight: the locked room, the sequence
@@ -314,7 +314,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	m.audit["ts"] = m.now.UTC().Format(time.RFC3339Nano)
 	m.audit["by"] = m.actor
 	m.audit["seq"] = last
-	auditJSON, err := json.Marshal(m.audit)
+	auditJSON, err := expr.MarshalJSON(m.audit) // json.Marshal's bytes, without reflection (issue 32)
 	if err != nil {
 		return 0, err
 	}

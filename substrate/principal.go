@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -69,6 +71,11 @@ type Principal struct {
 	// tokenHash is the hash of the token the principal was authenticated
 	// with (AuthenticateIn), for recheck.
 	tokenHash []byte
+	// remembered marks a principal AuthenticateInvoke answered from
+	// memory; heartbeatAge is how old the agent's heartbeat was when it
+	// was looked up.
+	remembered   bool
+	heartbeatAge time.Duration
 }
 
 // say words a step in the caller's vocabulary.
@@ -153,10 +160,13 @@ func (s *Service) AuthenticateIn(ctx context.Context, roomID, token string) (*Pr
 	case kind == KindView:
 		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE id = $1 AND view_token_hash = $2`, roomID, h).Scan(&p.RoomID)
 	default:
+		var age float64
 		err = s.db.QueryRow(ctx,
-			`SELECT room_id, id, grants, last_heartbeat < now() - make_interval(secs => $3)
-			   FROM agents WHERE room_id = $1 AND token_hash = $2`, roomID, h, s.hbEach.Seconds()).
-			Scan(&p.RoomID, &p.AgentID, &p.Grants, &stale)
+			`SELECT room_id, id, grants, coalesce(extract(epoch FROM now() - last_heartbeat)::float8, 1e9)
+			   FROM agents WHERE room_id = $1 AND token_hash = $2`, roomID, h).
+			Scan(&p.RoomID, &p.AgentID, &p.Grants, &age)
+		stale = age > s.hbEach.Seconds()
+		p.heartbeatAge = time.Duration(age * float64(time.Second))
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = s.findToken(ctx, p, h, &stale)
@@ -170,8 +180,113 @@ func (s *Service) AuthenticateIn(ctx context.Context, roomID, token string) (*Pr
 	}
 	if stale {
 		s.touch(ctx, p.RoomID, p.AgentID)
+		p.heartbeatAge = 0
 	}
 	return p, nil
+}
+
+// AuthenticateInvoke is AuthenticateIn for an invocation of the room's
+// action actionID, answered from memory when the same token was looked up
+// for the same room a moment ago (issue 32: the lookup was a round trip of
+// every invocation). That is safe for an invocation only: it verifies the
+// token again under the room lock, before it reads or writes anything
+// (mutateOn: the room's token hashes and the agent's row with its grants),
+// and nothing before the lock reads the room. The builtin help and the
+// underscore builtins, which may read before any lock, are always looked
+// up. A remembered agent token is looked up again when its heartbeat is
+// due, so the heartbeat (and its check of the token) is as without memory.
+func (s *Service) AuthenticateInvoke(ctx context.Context, roomID, actionID, token string) (*Principal, error) {
+	if _, builtin := builtinDescriptions[actionID]; builtin || roomID == "" {
+		return s.AuthenticateIn(ctx, roomID, token)
+	}
+	kind, ok := tokenKind(token)
+	if !ok {
+		return s.AuthenticateIn(ctx, roomID, token)
+	}
+	h := hashToken(token)
+	if p := s.tokens.get(roomID, h, time.Now()); p != nil {
+		return p, nil
+	}
+	p, err := s.AuthenticateIn(ctx, roomID, token)
+	if err != nil || p.RoomID != roomID || p.Kind != kind {
+		return p, err
+	}
+	// Remembered until the heartbeat is due (agents), or as long (the
+	// room's and view tokens), whichever way the principal was found.
+	s.tokens.put(roomID, h, p, time.Now().Add(s.hbEach-p.heartbeatAge))
+	return p, nil
+}
+
+// forgetToken drops p's token from memory (AuthenticateInvoke): an
+// invocation found it dead under the room lock.
+func (s *Service) forgetToken(p *Principal) {
+	if p != nil && p.remembered {
+		s.tokens.forget(p.RoomID, p.tokenHash)
+	}
+}
+
+// tokenMemory is AuthenticateInvoke's memory of recent lookups, per room
+// and token hash. It holds who a token named (its kind, room and agent,
+// which never change for a token: a rotation or re-join makes a new one)
+// and, for rate budgets only, the grants it had; the invocation re-reads
+// the grants under the lock.
+type tokenMemory struct {
+	mu sync.Mutex
+	m  map[memoryKey]tokenEntry
+}
+
+type memoryKey struct {
+	room string
+	hash [32]byte
+}
+
+type tokenEntry struct {
+	p     Principal
+	until time.Time
+}
+
+// maxRememberedTokens bounds the memory; when full, it starts afresh.
+const maxRememberedTokens = 8192
+
+func (t *tokenMemory) get(room string, h []byte, now time.Time) *Principal {
+	k := memoryKey{room: room, hash: [32]byte(h)}
+	t.mu.Lock()
+	e, ok := t.m[k]
+	if ok && !now.Before(e.until) {
+		delete(t.m, k)
+		ok = false
+	}
+	t.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	p := e.p
+	p.Grants = slices.Clone(e.p.Grants)
+	p.tokenHash = h
+	p.remembered = true
+	return &p
+}
+
+func (t *tokenMemory) put(room string, h []byte, p *Principal, until time.Time) {
+	if !time.Now().Before(until) {
+		return
+	}
+	e := tokenEntry{p: Principal{Kind: p.Kind, RoomID: p.RoomID, AgentID: p.AgentID, Grants: slices.Clone(p.Grants)}, until: until}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil || len(t.m) >= maxRememberedTokens {
+		t.m = map[memoryKey]tokenEntry{}
+	}
+	t.m[memoryKey{room: room, hash: [32]byte(h)}] = e
+}
+
+func (t *tokenMemory) forget(room string, h []byte) {
+	if len(h) != 32 {
+		return
+	}
+	t.mu.Lock()
+	delete(t.m, memoryKey{room: room, hash: [32]byte(h)})
+	t.mu.Unlock()
 }
 
 // findToken looks for a token's hash in every room: for requests that

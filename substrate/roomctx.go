@@ -104,7 +104,12 @@ type roomCtx struct {
 	viewsBuilt bool
 	actEnabled map[string]bool
 	actAvail   map[string]bool
-	vars       expr.Vars
+	// ifHeld are the actions whose `if` build evaluated to true, without
+	// an error, in an expression that does not read actions (which build
+	// fills as it goes): an invocation of one evaluates the same `if` on
+	// the same variables, so it takes the result (issue 32).
+	ifHeld map[string]bool
+	vars   expr.Vars
 	// viewCost is what evaluating the views cost this read (cel-go cost);
 	// viewsCut counts the views left unevaluated past the budget.
 	viewCost uint64
@@ -627,6 +632,12 @@ func (rc *roomCtx) affordAction(ctx context.Context, s *Service, id, src string,
 	b, isBool := v.(bool)
 	if err != nil && ifClause {
 		return p.UsesParams
+	}
+	if ifClause && err == nil && isBool && b && !p.Uses("actions") {
+		if rc.ifHeld == nil {
+			rc.ifHeld = map[string]bool{}
+		}
+		rc.ifHeld[id] = true
 	}
 	return err == nil && isBool && b
 }

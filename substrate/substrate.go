@@ -203,6 +203,8 @@ type Service struct {
 	roomBusy  atomic.Int64
 	// group queues invocations per room for group commit (nil: off).
 	group *groupCommit
+	// tokens remembers invocations' token lookups (AuthenticateInvoke).
+	tokens tokenMemory
 }
 
 // Stats are counters of the service's work since it started.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // op is one resolved state write, from a direct write or an action. Exactly
@@ -192,9 +193,7 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 			base := json.Number("0")
 			if old != nil {
 				var n json.Number
-				dec := json.NewDecoder(bytes.NewReader(old.Value))
-				dec.UseNumber()
-				if err := dec.Decode(&n); err != nil {
+				if err := decodeNumber(old.Value, &n); err != nil {
 					return nil, nil, errs.New(errs.NotNumeric, "%s/%s holds a %s, and increment needs a number", o.Scope, o.Key, jsonKind(old.Value)).
 						WithHint("replace it with a number first, or increment another key")
 				}
@@ -379,6 +378,31 @@ func mergeMaps(dst, src map[string]any, deep bool) {
 }
 
 func decodeNumber(raw []byte, v any) error {
+	// The targets invocations use, without a json.Decoder each
+	// (expr.DecodeJSON); a result of another shape goes to encoding/json
+	// below, for its error.
+	switch t := v.(type) {
+	case *any:
+		x, err := expr.DecodeJSON(raw)
+		if err == nil {
+			*t = x
+		}
+		return err
+	case *map[string]any:
+		if x, err := expr.DecodeJSON(raw); err != nil {
+			return err
+		} else if m, ok := x.(map[string]any); ok || x == nil {
+			*t = m
+			return nil
+		}
+	case *json.Number:
+		if x, err := expr.DecodeJSON(raw); err == nil {
+			if n, ok := x.(json.Number); ok {
+				*t = n
+				return nil
+			}
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	return dec.Decode(v)

@@ -1,7 +1,6 @@
 package expr
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -16,10 +15,8 @@ import (
 // Decode parses JSON into the shapes expressions see: whole numbers become
 // int64 (so counters add with integer literals), other numbers float64.
 func Decode(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := DecodeJSON(raw)
+	if err != nil {
 		return nil, err
 	}
 	return normalize(v), nil

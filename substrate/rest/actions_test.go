@@ -766,3 +766,26 @@ func TestCooldownShapeAndRegisterViewValue(t *testing.T) {
 		t.Fatalf("_register_view value: %v (%s)", v, r.raw)
 	}
 }
+
+// An increment reads the stored value as a number as it always did
+// (issue 32 moved that decoding off json.Decoder): a number, a number in
+// a string, and anything else refused as not_numeric.
+func TestIncrementReadsStoredNumber(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("incr", nil)
+	for k, v := range map[string]any{"n": 41, "f": 1.5, "s": "12", "word": "abc", "obj": map[string]any{"a": 1}, "big": 9007199254740993} {
+		e.do("PUT", "/rooms/incr/state", rm.token, map[string]any{"scope": "_shared", "key": k, "value": v}).must(t, 200)
+	}
+	for k, want := range map[string]string{"n": "42", "f": "2.5", "s": "13", "big": "9007199254740994", "word": "not_numeric", "obj": "not_numeric"} {
+		r := e.do("PUT", "/rooms/incr/state", rm.token, map[string]any{"scope": "_shared", "key": k, "increment": 1})
+		if want == "not_numeric" {
+			if r.status != 409 && r.status != 422 && r.status != 400 || r.str("error") != want {
+				t.Errorf("%s: %d %s, want %s", k, r.status, r.raw, want)
+			}
+			continue
+		}
+		if r.status != 200 || !strings.Contains(r.raw, `"value":`+want+`,`) {
+			t.Errorf("%s: %d %s, want the value %s", k, r.status, r.raw, want)
+		}
+	}
+}

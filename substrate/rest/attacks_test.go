@@ -2246,3 +2246,130 @@ func TestAttackSharedPresenceReadIsNeverOlderThanTheRequest(t *testing.T) {
 		}
 	}
 }
+
+// Issue 32: an invocation's token lookup comes from memory (the
+// invocation verifies the token again under the room lock). A token
+// remembered there and then rotated, re-joined away or used on another
+// room still does nothing: no write, no help read, no builtin, no
+// heartbeat, and after the first refusal it is not remembered (so a dead
+// token cannot make the server take a room's lock again and again).
+func TestAttackRememberedTokenRevoked(t *testing.T) {
+	e, _, db := newEnvSvc(t, substrate.Limits{})
+	ctx := context.Background()
+	rm := e.room("remember", nil)
+	other := e.room("remember-other", nil)
+	for _, r := range []room{rm, other} {
+		e.do("PUT", "/rooms/"+r.id+"/actions", r.token, map[string]any{"id": "tick", "writes": []any{map[string]any{"key": "n", "increment": 1}}}).must(t, 201)
+	}
+	bob := e.join(rm, "bob")
+	e.join(other, "bob")
+	invoke := func(r room, action, tok string) resp {
+		return e.do("POST", "/rooms/"+r.id+"/actions/"+action+"/invoke", tok, map[string]any{})
+	}
+	for range 3 { // remembered
+		invoke(rm, "tick", bob).must(t, 200)
+		invoke(rm, "tick", rm.token).must(t, 200)
+	}
+	// Another room: the token is bob's of rm, not of other's bob.
+	before := e.seq(other)
+	if r := invoke(other, "tick", bob); r.status != 403 || r.str("error") != "forbidden" {
+		t.Errorf("HOLE: room %s's agent token invoked in another room: %d %s", rm.id, r.status, r.raw)
+	}
+	if e.seq(other) != before {
+		t.Error("HOLE: another room's token wrote")
+	}
+
+	// bob re-joins (a new token); the room token is rotated.
+	bob2 := e.do("POST", "/rooms/"+rm.id+"/agents", rm.token, map[string]any{"id": "bob", "name": "bob"}).must(t, 200).str("token")
+	newRoom := e.do("POST", "/rooms/"+rm.id+"/tokens/rotate", rm.token, map[string]any{"which": "room"}).must(t, 200).str("token")
+	before = e.seq(room{id: rm.id, token: newRoom})
+	var hb0 time.Time
+	if err := db.QueryRow(ctx, `SELECT last_heartbeat FROM agents WHERE room_id = $1 AND id = 'bob'`, rm.id).Scan(&hb0); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, action, tok string }{
+		// help and the builtins first, while the dead tokens are remembered.
+		{"old agent token, help", "help", bob}, {"old room token, help", "help", rm.token},
+		{"old agent token, builtin", "_register_action", bob}, {"old room token, builtin", "_register_action", rm.token},
+		{"old agent token", "tick", bob}, {"old room token", "tick", rm.token},
+	} {
+		for i := range 2 {
+			r := invoke(rm, c.action, c.tok)
+			if r.status != 401 || r.str("error") != "unauthorized" || strings.Contains(r.raw, "tick") {
+				t.Errorf("HOLE: %s (call %d): %d %s", c.name, i, r.status, r.raw)
+			}
+			// The second call is refused by the lookup, not at the room lock.
+			if i == 1 && !strings.Contains(r.str("message"), "unknown or was rotated") {
+				t.Errorf("%s: a dead token is still remembered (call %d): %s", c.name, i, r.raw)
+			}
+		}
+	}
+	if got := e.seq(room{id: rm.id, token: newRoom}); got != before {
+		t.Errorf("HOLE: dead tokens moved the room from seq %d to %d", before, got)
+	}
+	time.Sleep(2100 * time.Millisecond) // past the heartbeat interval (2 s)
+	invoke(rm, "tick", bob)
+	var hb1 time.Time
+	if err := db.QueryRow(ctx, `SELECT last_heartbeat FROM agents WHERE room_id = $1 AND id = 'bob'`, rm.id).Scan(&hb1); err != nil {
+		t.Fatal(err)
+	}
+	if !hb1.Equal(hb0) {
+		t.Errorf("HOLE: bob's dead token kept its presence alive (heartbeat %v → %v)", hb0, hb1)
+	}
+	invoke(rm, "tick", bob2).must(t, 200)
+	invoke(rm, "tick", newRoom).must(t, 200)
+}
+
+// A remembered token lookup still counts as the agent's heartbeat: one
+// invocation after another keeps last_heartbeat within the interval (2 s).
+func TestRememberedTokenHeartbeat(t *testing.T) {
+	e, _, db := newEnvSvc(t, substrate.Limits{})
+	rm := e.room("beat", nil)
+	e.do("PUT", "/rooms/beat/actions", rm.token, map[string]any{"id": "tick", "writes": []any{map[string]any{"key": "n", "increment": 1}}}).must(t, 201)
+	bob := e.join(rm, "bob")
+	heartbeat := func() time.Time {
+		var hb time.Time
+		if err := db.QueryRow(context.Background(), `SELECT last_heartbeat FROM agents WHERE room_id = 'beat' AND id = 'bob'`).Scan(&hb); err != nil {
+			t.Fatal(err)
+		}
+		return hb
+	}
+	first := heartbeat()
+	for end := time.Now().Add(4500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		e.do("POST", "/rooms/beat/actions/tick/invoke", bob, map[string]any{}).must(t, 200)
+	}
+	if last := heartbeat(); last.Sub(first) < 2*time.Second {
+		t.Errorf("4.5 s of invocations moved bob's heartbeat by %v, want at least 2 s", last.Sub(first))
+	}
+}
+
+// Issue 32: an invocation reuses the result of its precondition from the
+// availability pass that built its context, when that evaluation saw what
+// the invocation's does. A precondition that reads actions.* does not:
+// the pass fills availability as it goes, so it may have seen another
+// action without "available". This one holds only then, so it must be
+// refused every time.
+func TestAttackPreconditionReadingActionsIsEvaluatedAgain(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("avail", nil)
+	for _, id := range []string{"b", "c", "d", "e"} {
+		e.do("PUT", "/rooms/avail/actions", rm.token, map[string]any{"id": id, "if": "true", "writes": []any{map[string]any{"key": id, "value": 1}}}).must(t, 201)
+	}
+	e.do("PUT", "/rooms/avail/actions", rm.token, map[string]any{"id": "a",
+		"if":     `!has(actions.b.available) || !has(actions.c.available) || !has(actions.d.available) || !has(actions.e.available)`,
+		"writes": []any{map[string]any{"key": "a", "value": 1}}}).must(t, 201)
+	bob := e.join(rm, "bob")
+	for i := range 30 {
+		if r := e.do("POST", "/rooms/avail/actions/a/invoke", bob, map[string]any{}); r.status != 409 && r.status != 412 && r.status != 422 || r.str("error") != "precondition_failed" {
+			t.Fatalf("HOLE: invocation %d of a precondition that does not hold: %d %s", i, r.status, r.raw)
+		}
+	}
+	// A precondition that holds is still applied (reused or not).
+	e.do("PUT", "/rooms/avail/actions", rm.token, map[string]any{"id": "f", "if": `params.n > 1 && state._shared.b == 1`,
+		"params": map[string]any{"n": map[string]any{"type": "integer"}}, "writes": []any{map[string]any{"key": "f", "increment": 1}}}).must(t, 201)
+	e.do("POST", "/rooms/avail/actions/b/invoke", bob, map[string]any{}).must(t, 200)
+	e.do("POST", "/rooms/avail/actions/f/invoke", bob, map[string]any{"params": map[string]any{"n": 2}}).must(t, 200)
+	if r := e.do("POST", "/rooms/avail/actions/f/invoke", bob, map[string]any{"params": map[string]any{"n": 1}}); r.str("error") != "precondition_failed" {
+		t.Fatalf("f with n=1: %d %s", r.status, r.raw)
+	}
+}

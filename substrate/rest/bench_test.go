@@ -222,6 +222,39 @@ func BenchmarkInvoke8Clients(b *testing.B) {
 	percentiles(b, "invoke", ds)
 }
 
+// Eight clients over eight rooms, one agent each (syncd bench's "rooms"):
+// no room is shared, so each invocation is a transaction of its own and
+// what it costs outside its round trips shows (issue 32 item 3).
+func BenchmarkInvoke8Rooms(b *testing.B) {
+	e := newBench(b)
+	const rooms = 8
+	toks := make([]string, rooms)
+	for i := range toks {
+		_, agents := e.setupInvokeRoom(fmt.Sprint("inv", i), 1)
+		toks[i] = agents[0]
+	}
+	var n atomic.Int64
+	var mu sync.Mutex
+	var ds []time.Duration
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		r := int(n.Add(1)-1) % rooms
+		path := fmt.Sprintf("/rooms/inv%d/actions/move/invoke", r)
+		var mine []time.Duration
+		for i := 0; pb.Next(); i++ {
+			t0 := time.Now()
+			e.do("POST", path, toks[r], map[string]any{"params": map[string]any{"n": i}})
+			mine = append(mine, time.Since(t0))
+		}
+		mu.Lock()
+		ds = append(ds, mine...)
+		mu.Unlock()
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "invokes/s")
+	percentiles(b, "invoke", ds)
+}
+
 // A lean context read of a room with 10 agents, 500 keys and 20 views.
 func BenchmarkContextLean(b *testing.B) {
 	e := newBench(b)

@@ -82,7 +82,7 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	mux.HandleFunc("GET /rooms/{room}/actions", a.authed(a.listActions))
 	mux.HandleFunc("GET /rooms/{room}/actions/{action}", a.authed(a.getAction))
 	mux.HandleFunc("DELETE /rooms/{room}/actions/{action}", a.authed(a.deleteAction))
-	mux.HandleFunc("POST /rooms/{room}/actions/{action}/invoke", a.authed(a.invoke))
+	mux.HandleFunc("POST /rooms/{room}/actions/{action}/invoke", a.authedInvoke(a.invoke))
 	mux.HandleFunc("PUT /rooms/{room}/views", a.authed(a.registerView))
 	mux.HandleFunc("GET /rooms/{room}/views", a.authed(a.listViews))
 	mux.HandleFunc("GET /rooms/{room}/views/{view}", a.authed(a.getView))
@@ -108,8 +108,12 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 
 // authed wraps a handler that needs a principal.
 func (a *api) authed(h func(http.ResponseWriter, *http.Request, *substrate.Principal)) http.HandlerFunc {
+	return a.authedBy(h, false)
+}
+
+func (a *api) authedBy(h func(http.ResponseWriter, *http.Request, *substrate.Principal), invoke bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, ok := a.principal(w, r)
+		p, ok := a.principalFor(w, r, invoke)
 		if !ok {
 			return
 		}
@@ -122,18 +126,36 @@ func (a *api) authed(h func(http.ResponseWriter, *http.Request, *substrate.Princ
 	}
 }
 
+// authedInvoke is authed for an invocation, whose token lookup may come
+// from memory (substrate.Service.AuthenticateInvoke).
+func (a *api) authedInvoke(h func(http.ResponseWriter, *http.Request, *substrate.Principal)) http.HandlerFunc {
+	return a.authedBy(h, true)
+}
+
 // principal authenticates the request's bearer token (nil without one)
 // and takes the request from the rate budget of what it verified: the
 // credential, or the client address when there is none or it is not valid.
 // When it reports false it has answered the request.
 func (a *api) principal(w http.ResponseWriter, r *http.Request) (*substrate.Principal, bool) {
+	return a.principalFor(w, r, false)
+}
+
+// principalFor is principal; invoke says the request invokes the action
+// its route names (see authedInvoke).
+func (a *api) principalFor(w http.ResponseWriter, r *http.Request, invoke bool) (*substrate.Principal, bool) {
 	tok := httpmw.Bearer(r)
 	if tok == "" {
 		return nil, a.http.Limit(w, r, "")
 	}
 	// The room the route names ("" for GET /rooms) keeps the token lookup
 	// to that room (one shard, when rooms are sharded).
-	p, err := a.svc.AuthenticateIn(r.Context(), r.PathValue("room"), tok)
+	var p *substrate.Principal
+	var err error
+	if invoke {
+		p, err = a.svc.AuthenticateInvoke(r.Context(), r.PathValue("room"), r.PathValue("action"), tok)
+	} else {
+		p, err = a.svc.AuthenticateIn(r.Context(), r.PathValue("room"), tok)
+	}
 	if err != nil {
 		if a.http.Limit(w, r, "") {
 			a.fail(w, r, err)
