@@ -59,7 +59,27 @@ func TestManyWaitsTinyPoolEachItsOwnDelta(t *testing.T) {
 			t.Fatalf("%d of %d waits open", svc.Stats().OpenWaits, n)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // all asleep, past their first read
+	// Every agent shown waiting: each wait's start seq was read by the
+	// statement that showed it (a sleep here was not enough under load:
+	// "delta from 102, want 101").
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		list, err := svc.ListAgents(ctx, admin, "manywaits")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := 0
+		for _, a := range list {
+			if a.Status == "waiting" {
+				waiting++
+			}
+		}
+		if waiting == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d agents shown waiting", waiting, n)
+		}
+	}
 	writes := []substrate.Write{{Scope: "_shared", Key: "go", Value: json.RawMessage(`true`)}}
 	for i := range n {
 		writes = append(writes, substrate.Write{Scope: fmt.Sprintf("a%d", i), Key: "mine", Value: json.RawMessage(fmt.Sprint(i))})
