@@ -134,6 +134,9 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	}
 	params, err := decodeParams(rawParams)
 	if err != nil {
+		if dead := s.deadRemembered(ctx, p); dead != nil {
+			return nil, dead
+		}
 		s.auditFailure(ctx, p, roomID, actionID, map[string]any{"_unreadable": true, "bytes": len(rawParams)}, err)
 		return nil, err
 	}
@@ -153,6 +156,9 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	}
 	var done func()
 	if ctx, done, err = s.work(ctx, p, roomID); err != nil {
+		if dead := s.deadRemembered(ctx, p); dead != nil {
+			return nil, dead
+		}
 		return nil, err
 	}
 	defer done()
@@ -162,7 +168,7 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	res := &InvokeResult{Invoked: true, Action: actionID, Agent: p.Actor(), Params: params}
 	seq, err := s.mutateWith(ctx, p, roomID, mutateOpts{withPresence: true, grouped: true}, func(m *mutation) error { return s.invoke(m, actionID, params, res) })
 	if err != nil {
-		if errs.Is(err, errs.Unauthorized) {
+		if errs.Is(err, errs.Unauthorized) || errs.Is(err, errs.RoomNotFound) {
 			s.forgetToken(p) // found dead under the lock: look it up next time
 		}
 		s.auditFailure(ctx, p, roomID, actionID, params, err)

@@ -191,9 +191,11 @@ func (s *Service) AuthenticateIn(ctx context.Context, roomID, token string) (*Pr
 // every invocation). That is safe for an invocation only: it verifies the
 // token again under the room lock, before it reads or writes anything
 // (mutateOn: the room's token hashes and the agent's row with its grants),
-// and nothing before the lock reads the room. The builtin help and the
-// underscore builtins, which may read before any lock, are always looked
-// up. A remembered agent token is looked up again when its heartbeat is
+// and nothing before the lock reads the room; a refusal Invoke gives
+// before the lock looks the token up first (deadRemembered). The builtin
+// help and the underscore builtins, which may read before any lock, and
+// read-only credentials, which invoke nothing, are always looked up. A
+// remembered agent token is looked up again when its heartbeat is
 // due, so the heartbeat (and its check of the token) is as without memory.
 func (s *Service) AuthenticateInvoke(ctx context.Context, roomID, actionID, token string) (*Principal, error) {
 	if _, builtin := builtinDescriptions[actionID]; builtin || roomID == "" {
@@ -208,11 +210,14 @@ func (s *Service) AuthenticateInvoke(ctx context.Context, roomID, actionID, toke
 		return p, nil
 	}
 	p, err := s.AuthenticateIn(ctx, roomID, token)
-	if err != nil || p.RoomID != roomID || p.Kind != kind {
+	if err != nil || p.RoomID != roomID || p.Kind != kind || p.ReadOnly() {
+		// A read-only credential invokes nothing of the room's: it is
+		// refused before the lock (Invoke), which is no place for a
+		// remembered answer, so it is looked up each time.
 		return p, err
 	}
 	// Remembered until the heartbeat is due (agents), or as long (the
-	// room's and view tokens), whichever way the principal was found.
+	// room's token), whichever way the principal was found.
 	s.tokens.put(roomID, h, p, time.Now().Add(s.hbEach-p.heartbeatAge))
 	return p, nil
 }
@@ -223,6 +228,26 @@ func (s *Service) forgetToken(p *Principal) {
 	if p != nil && p.remembered {
 		s.tokens.forget(p.RoomID, p.tokenHash)
 	}
+}
+
+// deadRemembered looks a remembered principal's token up again before
+// Invoke refuses it for something else ahead of the room lock (params
+// that are not an object, the room's budget spent): only the lock checks
+// a remembered token, and a dead one must hear that it is dead, not how to
+// fix a call it can no longer make. It returns the refusal of a token
+// rotated or revoked (or of a deleted room), and forgets the token; nil
+// when the token still holds, for principals not remembered, and when the
+// lookup itself fails (the caller's own refusal stands).
+func (s *Service) deadRemembered(ctx context.Context, p *Principal) error {
+	if p == nil || !p.remembered {
+		return nil
+	}
+	_, err := s.recheck(ctx, p)
+	if errs.Is(err, errs.Unauthorized) || errs.Is(err, errs.RoomNotFound) {
+		s.forgetToken(p)
+		return err
+	}
+	return nil
 }
 
 // tokenMemory is AuthenticateInvoke's memory of recent lookups, per room

@@ -2373,3 +2373,70 @@ func TestAttackPreconditionReadingActionsIsEvaluatedAgain(t *testing.T) {
 		t.Fatalf("f with n=1: %d %s", r.status, r.raw)
 	}
 }
+
+// A remembered invocation token (AuthenticateInvoke) is checked again
+// under the room lock, but some refusals come before the lock: params
+// that are not an object, a read-only credential. A dead token must hear
+// that it is dead (401), not be told to fix its params or that it may
+// not write, as if it still named someone; and its refusal writes no
+// audit entry in its name.
+func TestAttackRememberedDeadTokenRefusedBeforeTheLock(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("dead-early", nil)
+	e.do("PUT", "/rooms/"+rm.id+"/actions", rm.token, map[string]any{"id": "tick", "writes": []any{map[string]any{"key": "n", "increment": 1}}}).must(t, 201)
+	bob := e.join(rm, "bob")
+	path := "/rooms/" + rm.id + "/actions/tick/invoke"
+	for range 2 { // remembered
+		e.do("POST", path, bob, map[string]any{}).must(t, 200)
+		if r := e.do("POST", path, rm.view, map[string]any{}); r.status != 403 || r.str("error") != "read_only_token" {
+			t.Fatalf("live view token: %d %s", r.status, r.raw)
+		}
+	}
+	e.do("POST", "/rooms/"+rm.id+"/agents", rm.token, map[string]any{"id": "bob", "name": "bob"}).must(t, 200) // bob's old token dies
+	newView := e.do("POST", "/rooms/"+rm.id+"/tokens/rotate", rm.token, map[string]any{"which": "view"}).must(t, 200).str("token")
+	before := e.seq(rm)
+	for _, c := range []struct {
+		name, tok string
+		body      any
+	}{
+		{"old agent token, params not an object", bob, `{"params": 5}`},
+		{"old agent token, params an array", bob, `{"params": [1]}`},
+		{"old view token", rm.view, map[string]any{}},
+	} {
+		if r := e.do("POST", path, c.tok, c.body); r.status != 401 || r.str("error") != "unauthorized" {
+			t.Errorf("HOLE: %s: %d %s (want 401 unauthorized)", c.name, r.status, r.raw)
+		}
+	}
+	if got := e.seq(rm); got != before {
+		t.Errorf("HOLE: refusals of dead tokens wrote (seq %d → %d)", before, got)
+	}
+	if r := e.do("POST", path, newView, map[string]any{}); r.status != 403 || r.str("error") != "read_only_token" {
+		t.Errorf("current view token: %d %s", r.status, r.raw)
+	}
+}
+
+// The same when the refusal before the lock is the room's spent
+// expression budget: a dead remembered token is told it is dead, not to
+// retry later.
+func TestAttackRememberedDeadTokenOfABusyRoom(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{RoomCostPerSecond: 1000, GateQuantum: -1})
+	rm := e.room("dead-busy", nil)
+	nowGated(t, e, rm, 100, 0)
+	e.do("PUT", "/rooms/"+rm.id+"/actions", rm.token, map[string]any{"id": "tick", "writes": []any{map[string]any{"key": "n", "increment": 1}}}).must(t, 201)
+	bob := e.join(rm, "bob")
+	path := "/rooms/" + rm.id + "/actions/tick/invoke"
+	busy := false
+	for range 5 { // remembered, and the budget spent
+		if r := e.do("POST", path, bob, map[string]any{}); r.status == 429 {
+			busy = true
+			break
+		}
+	}
+	if !busy {
+		t.Fatal("the room's budget was never spent")
+	}
+	e.do("POST", "/rooms/"+rm.id+"/agents", rm.token, map[string]any{"id": "bob", "name": "bob"}).must(t, 200) // bob's old token dies
+	if r := e.do("POST", path, bob, map[string]any{}); r.status != 401 || r.str("error") != "unauthorized" {
+		t.Errorf("HOLE: a dead remembered token of a busy room: %d %s (want 401 unauthorized)", r.status, r.raw)
+	}
+}
