@@ -10,6 +10,7 @@ package substrate
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -67,6 +68,10 @@ func scanFacts(src string) *srcFacts {
 	for _, m := range statePath.FindAllStringSubmatch(src, -1) {
 		f.paths = append(f.paths, [2]string{m[1], m[2]})
 	}
+	// Every reader gets these very slices (ViewRefs, StatePaths): clipped,
+	// an append by one of them copies instead of writing into the
+	// table's spare capacity under another reader.
+	f.scopes, f.views, f.paths = slices.Clip(f.scopes), slices.Clip(f.views), slices.Clip(f.paths)
 	return f
 }
 

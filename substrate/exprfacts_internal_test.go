@@ -24,3 +24,19 @@ func TestFactsOfAnswersForItsSource(t *testing.T) {
 		}
 	}
 }
+
+// The table's slices are every reader's: one reader's append must not
+// land in what another reader appended to its own.
+func TestFactsOfSlicesAreAppendSafe(t *testing.T) {
+	src := `views.a + views.b + views.c + state.s.?k.orValue(0) + state.t.?k.orValue(0) + state.u.?k.orValue(0)`
+	a := append(ViewRefs(src), "mine")
+	b := append(ViewRefs(src), "yours")
+	if a[3] != "mine" || b[3] != "yours" {
+		t.Errorf("two readers' appends share the table's array: %v, %v", a, b)
+	}
+	p := append(StatePaths(src), [2]string{"mine"})
+	q := append(StatePaths(src), [2]string{"yours"})
+	if p[3][0] != "mine" || q[3][0] != "yours" {
+		t.Errorf("two readers' appends share the table's array: %v, %v", p, q)
+	}
+}

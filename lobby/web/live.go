@@ -78,13 +78,13 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	// send renders the section again for the reader and sends what
 	// changed; once the reader can no longer read the room it says so.
 	send := func(first bool) bool {
-		// Each render reads with a context of its own, ended with it. What
-		// a read holds until its context ends (its admission to the room's
-		// expression budget, substrate/work.go) is then let go at once;
-		// on the stream's context it was let go only when the page closed,
-		// one registration kept per update for hours (issue 32's soak: 9,700
+		// Each render reads with a context of its own, ended with it:
+		// anything a read ties to its context's end is let go with the
+		// render, not kept per update until the page closes, hours later.
+		// The room's expression budget did so (issue 32's soak: 9,700
 		// goroutines released at once when four pages closed after ten
-		// minutes, and the resident set growing meanwhile).
+		// minutes); substrate/work.go now ends each call's use itself, so
+		// this is the stream's guard for whatever else might.
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		// Access is read again at each change: a person who left the room,
