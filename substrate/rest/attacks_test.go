@@ -2440,3 +2440,69 @@ func TestAttackRememberedDeadTokenOfABusyRoom(t *testing.T) {
 		t.Errorf("HOLE: a dead remembered token of a busy room: %d %s (want 401 unauthorized)", r.status, r.raw)
 	}
 }
+
+// A revocation racing remembered uses of the token (group commit on, a
+// pool of 2): no invocation begun after the revocation's answer is
+// applied, and only the applied ones wrote.
+func TestAttackRememberedTokenRevokedUnderLoad(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{}) // pgtest.New: a pool of 2
+	rm := e.room("race-revoke", nil)
+	e.do("PUT", "/rooms/"+rm.id+"/actions", rm.token, map[string]any{"id": "tick", "writes": []any{map[string]any{"key": "n", "increment": 1}}}).must(t, 201)
+	bob := e.join(rm, "bob")
+	path := "/rooms/" + rm.id + "/actions/tick/invoke"
+	e.do("POST", path, bob, map[string]any{}).must(t, 200) // remembered
+	type call struct {
+		began  time.Time
+		status int
+		raw    string
+	}
+	var mu sync.Mutex
+	var calls []call
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				began := time.Now()
+				r := e.do("POST", path, bob, map[string]any{})
+				mu.Lock()
+				calls = append(calls, call{began, r.status, r.raw})
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	e.do("POST", "/rooms/"+rm.id+"/agents", rm.token, map[string]any{"id": "bob", "name": "bob"}).must(t, 200) // bob's old token dies
+	revoked := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	applied, after := 1, 0
+	for _, c := range calls {
+		switch {
+		case c.status == 200 && c.began.After(revoked):
+			t.Errorf("HOLE: an invocation begun %v after the revocation was applied: %s", c.began.Sub(revoked), c.raw)
+		case c.status == 200:
+			applied++
+		case c.status != 401:
+			t.Errorf("an invocation racing the revocation: %d %s", c.status, c.raw)
+		}
+		if c.began.After(revoked) {
+			after++
+		}
+	}
+	if after == 0 {
+		t.Fatal("no invocation began after the revocation")
+	}
+	r := e.do("GET", "/rooms/"+rm.id+"/state?scope=_shared&key=n", rm.token, nil).must(t, 200)
+	if !strings.Contains(r.raw, fmt.Sprintf(`"value":%d`, applied)) {
+		t.Errorf("HOLE: %d invocations applied, state: %s", applied, r.raw)
+	}
+}
