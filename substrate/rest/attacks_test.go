@@ -2506,3 +2506,39 @@ func TestAttackRememberedTokenRevokedUnderLoad(t *testing.T) {
 		t.Errorf("HOLE: %d invocations applied, state: %s", applied, r.raw)
 	}
 }
+
+// An invocation's precondition is taken from the availability pass of its
+// own build (issue 32), never from before an earlier invocation of the
+// same group commit changed what it reads: a limit of 5 admits 5 of 24
+// invocations racing for it, and the counter stops at 5.
+func TestAttackPreconditionHoldsUnderGroupCommit(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{}) // a pool of 2: invocations queue and group
+	rm := e.room("limit", nil)
+	e.do("PUT", "/rooms/"+rm.id+"/actions", rm.token, map[string]any{"id": "take", "if": "state._shared.?n.orValue(0) < 5",
+		"writes": []any{map[string]any{"key": "n", "increment": 1}}}).must(t, 201)
+	var tokens []string
+	for i := range 8 {
+		tokens = append(tokens, e.join(rm, fmt.Sprintf("a%d", i)))
+	}
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch r := e.do("POST", "/rooms/"+rm.id+"/actions/take/invoke", tokens[i%len(tokens)], map[string]any{}); {
+			case r.status == 200:
+				ok.Add(1)
+			case r.str("error") != "precondition_failed":
+				t.Errorf("take: %d %s", r.status, r.raw)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 5 {
+		t.Errorf("HOLE: %d invocations passed a precondition that admits 5", ok.Load())
+	}
+	if r := e.do("GET", "/rooms/"+rm.id+"/state?scope=_shared&key=n", rm.token, nil).must(t, 200); !strings.Contains(r.raw, `"value":5,`) {
+		t.Errorf("HOLE: the counter: %s", r.raw)
+	}
+}
