@@ -125,11 +125,14 @@ func Guard(token string, limits *httpmw.Stack, h http.Handler) http.Handler {
 // /debug/pprof/ on mux, behind token as Guard. It is meant for the
 // metrics listener only: profiles name the code, show request data in
 // goroutine stacks and cost CPU while they run, so they are not for the
-// Internet.
+// Internet. pprof's cmdline is left out: the command line holds what
+// operators pass as flags (-database-url with its password,
+// -create-token), which a profile never needs and a listener without a
+// token would give anyone who reaches it; /debug/pprof/cmdline answers
+// 404 (pprof.Index: no such profile).
 func Profiling(mux *http.ServeMux, token string, limits *httpmw.Stack) {
 	g := func(h http.Handler) http.Handler { return Guard(token, limits, h) }
 	mux.Handle("GET /debug/pprof/", g(http.HandlerFunc(pprof.Index)))
-	mux.Handle("GET /debug/pprof/cmdline", g(http.HandlerFunc(pprof.Cmdline)))
 	mux.Handle("GET /debug/pprof/profile", g(http.HandlerFunc(pprof.Profile)))
 	mux.Handle("GET /debug/pprof/symbol", g(http.HandlerFunc(pprof.Symbol)))
 	mux.Handle("POST /debug/pprof/symbol", g(http.HandlerFunc(pprof.Symbol)))
