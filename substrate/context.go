@@ -427,6 +427,14 @@ func (s *Service) Context(ctx context.Context, p *Principal, roomID string, q Co
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	// Admitted here, not only in readCtx: the envelope's own evaluations
+	// (the gates of the messages it shows and of the unread ones it takes
+	// out of the counts) are charged to the room too.
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	rc, err := s.readCtx(ctx, p, roomID, !q.NoMessages)
 	if err != nil {
 		return nil, err

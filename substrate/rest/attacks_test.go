@@ -2542,3 +2542,43 @@ func TestAttackPreconditionHoldsUnderGroupCommit(t *testing.T) {
 		t.Errorf("HOLE: the counter: %s", r.raw)
 	}
 }
+
+// Message gates are charged to the room's expression budget like every
+// other evaluation made for a read (issue 25 item 4). The envelope's own
+// evaluations (the gates of the messages it shows, and again of the unread
+// ones it takes out of the counts) ran on the request's context, outside
+// the budget; only the counting pass was charged, so such a read cost the
+// room about half what it spent. This guard fails with the read's
+// metering removed; it did not see that half.
+func TestAttackMessageGateFloodIsBudgeted(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{RoomCostPerSecond: 30_000, GateQuantum: -1})
+	rm := e.room("msgflood", nil)
+	var writes []any
+	for i := range 100 {
+		writes = append(writes, map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": fmt.Sprintf("m%d", i)},
+			"enabled": `now > timestamp("2000-01-01T00:00:00Z")`})
+	}
+	e.do("PUT", "/rooms/msgflood/state/batch", rm.token, map[string]any{"writes": writes}).must(t, 200)
+	var agents []string
+	for i := range 6 {
+		agents = append(agents, e.join(rm, fmt.Sprintf("a%d", i)))
+	}
+	busy := 0
+	for range 5 {
+		for _, tok := range agents {
+			switch r := e.do("GET", "/rooms/msgflood/context", tok, nil); r.status {
+			case 200:
+			case 429:
+				busy++
+				if r.str("error") != "room_busy" {
+					t.Fatalf("429 without room_busy: %s", r.raw)
+				}
+			default:
+				t.Fatalf("read: %d %s", r.status, r.raw)
+			}
+		}
+	}
+	if busy < 10 {
+		t.Fatalf("HOLE: 30 reads of 100 now-gated unread messages on a budget of 30,000 per second: only %d refused (message gates not charged)", busy)
+	}
+}
