@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,10 @@ type groupTx struct {
 	key           string
 	seq, msgCount int64
 	snap          *snapshot
+	// rowSeq and rowCount are the room row's seq and message_count as
+	// the statements sent so far leave them: the row is written once for
+	// the invocations since (syncRoom), not once for each.
+	rowSeq, rowCount int64
 	// open: BEGIN went out.
 	open bool
 	// What the current round read under the lock: the room's token
@@ -148,6 +153,17 @@ func (g *groupTx) queueRead(read func(br pgx.BatchResults) error, sql string, ar
 	g.pend = append(g.pend, groupStmt{q: &pgx.QueuedQuery{SQL: sql, Arguments: args}, read: read})
 }
 
+// syncRoom queues the write of the room row's seq and message count, if
+// invocations moved them since the last one: before any statement that
+// might read the row (an invocation's own reads) and before the commit.
+func (g *groupTx) syncRoom() {
+	if g.rowSeq == g.seq && g.rowCount == g.msgCount {
+		return
+	}
+	g.queue(nil, `UPDATE rooms SET seq = $2, message_count = $3 WHERE id = $1`, g.room, g.seq, g.msgCount)
+	g.rowSeq, g.rowCount = g.seq, g.msgCount
+}
+
 // now is an invocation's time: the clock the round read under the lock,
 // moved on by the time elapsed since (so at most one response's travel
 // behind the database's clock, and never behind an earlier invocation's
@@ -191,35 +207,25 @@ func sameHash(stored, presented []byte) bool {
 // go out after the statements of the invocations already evaluated, so
 // they see them.
 func (s *Service) queueReads(g *groupTx, todo []*groupJob) {
-	forUpdate := ""
 	if !g.open {
 		g.queue(nil, "BEGIN")
 		g.open = true
-		forUpdate = " FOR UPDATE"
 	}
 	first := g.rounds == 0
 	g.rounds++
-	g.queueRead(func(br pgx.BatchResults) error {
-		var seq, msgCount int64
-		var born time.Time
-		err := br.QueryRow().Scan(&seq, &msgCount, &born, &g.roomHash, &g.viewHash)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return errNoRoom(g.room)
-		}
-		if err != nil {
+	if first {
+		// The row is the transaction's from here on: only its own
+		// invocations change it, and the token hashes are read once.
+		g.queueRead(func(br pgx.BatchResults) error {
+			var born time.Time
+			err := br.QueryRow().Scan(&g.seq, &g.msgCount, &born, &g.roomHash, &g.viewHash)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errNoRoom(g.room)
+			}
+			g.key, g.rowSeq, g.rowCount = cacheKey(g.room, born), g.seq, g.msgCount
 			return err
-		}
-		if first {
-			g.key, g.seq, g.msgCount = cacheKey(g.room, born), seq, msgCount
-		} else if seq != g.seq || msgCount != g.msgCount {
-			// Only this transaction writes the row it holds locked:
-			// something else changed it. Go on from what it holds.
-			s.log.Error("group commit: the room row is not where the transaction left it", "room", g.room,
-				"seq", seq, "want", g.seq, "message_count", msgCount, "want_count", g.msgCount)
-			g.seq, g.msgCount, g.snap = seq, msgCount, nil
-		}
-		return nil
-	}, `SELECT seq, message_count, created_at, token_hash, view_token_hash FROM rooms WHERE id = $1`+forUpdate, g.room)
+		}, `SELECT seq, message_count, created_at, token_hash, view_token_hash FROM rooms WHERE id = $1 FOR UPDATE`, g.room)
+	}
 	// The time, the grants and the presence each in a statement of their
 	// own, after the lock (see mutateOn).
 	g.queueRead(func(br pgx.BatchResults) error {
@@ -291,6 +297,7 @@ func (g *groupTx) flush() error {
 	}
 	pend := g.pend
 	g.pend = nil
+	rowSeq, rowCount := g.rowSeq, g.rowCount
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(pend))}
 	for i, st := range pend {
 		b.QueuedQueries[i] = st.q
@@ -319,6 +326,13 @@ func (g *groupTx) flush() error {
 	if rbErr := rollbackSavepoint(context.WithoutCancel(g.ctx), g.conn); rbErr != nil {
 		g.broken = rbErr
 		return rbErr
+	}
+	// A write of the room row queued in this flush followed the refused
+	// statement: it did not run.
+	for _, st := range pend[failed+1:] {
+		if st.job == nil && st.read == nil && strings.HasPrefix(st.q.SQL, "UPDATE rooms") {
+			g.rowSeq, g.rowCount = rowSeq, rowCount
+		}
 	}
 	j.applied, j.seq, j.err = false, 0, writeErr(err)
 	g.seq, g.msgCount, g.snap = j.before.seq, j.before.msgCount, j.before.snap
@@ -355,6 +369,7 @@ type groupQuerier struct {
 
 func (q *groupQuerier) ready() error {
 	if !q.j.spSent {
+		q.g.syncRoom()
 		q.g.queue(q.j, "SAVEPOINT invocation")
 		q.j.spSent = true
 	}
@@ -601,6 +616,7 @@ func (s *Service) runGroup(ctx context.Context, conn *pgxpool.Conn, roomID strin
 		if !applied {
 			break
 		}
+		g.syncRoom()
 		g.queue(nil, store.NotifySQL, store.NotifyChannel, roomID+" "+strconv.FormatInt(g.seq, 10))
 		g.queue(nil, "COMMIT")
 		if err := g.flush(); errors.Is(err, errReplay) {

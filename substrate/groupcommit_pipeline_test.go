@@ -123,13 +123,20 @@ func TestGroupCommitRefusedMidGroupRedoesTheRest(t *testing.T) {
 	if env.Context.Seq != seqs[len(seqs)-1] || string(raw) != `{"n":5}` {
 		t.Errorf("context at %d (want %d): _shared %s, want {\"n\":5}", env.Context.Seq, seqs[len(seqs)-1], raw)
 	}
-	var n, b int
+	var n, b, roomSeq, roomMsgs, msgs int64
 	if err := db.QueryRow(ctx, `SELECT (SELECT value::text::int FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'n'),
-		(SELECT count(*) FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'b')`, room).Scan(&n, &b); err != nil {
+		(SELECT count(*) FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'b'),
+		seq, message_count, (SELECT count(*) FROM state WHERE room_id = $1 AND scope = '_messages')
+		FROM rooms WHERE id = $1`, room).Scan(&n, &b, &roomSeq, &roomMsgs, &msgs); err != nil {
 		t.Fatal(err)
 	}
 	if n != 5 || b != 0 {
 		t.Errorf("stored: n = %d, %d b, want 5 and none", n, b)
+	}
+	// The room row, written once for the group, where its last
+	// invocation left it.
+	if roomSeq != seqs[len(seqs)-1] || roomMsgs != msgs {
+		t.Errorf("room row: seq %d, message_count %d; want %d and %d", roomSeq, roomMsgs, seqs[len(seqs)-1], msgs)
 	}
 	// The audit entry of the invocation after the refused one records the
 	// counter as the one before it left it.

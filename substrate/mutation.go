@@ -273,8 +273,8 @@ func (m *mutation) admit(tokenValid bool, grants []string) error {
 }
 
 // seal runs fn on m and queues on m.batch the mutation's statements: its
-// writes, the audit entry and the room's new seq (not the commit). It
-// returns the mutation's seq.
+// writes, the audit entry and (not in a group transaction) the room's new
+// seq; not the commit. It returns the mutation's seq.
 func (s *Service) seal(m *mutation, fn func(m *mutation) error) (int64, error) {
 	roomID := m.room
 	if err := fn(m); err != nil {
@@ -332,7 +332,11 @@ func (s *Service) seal(m *mutation, fn func(m *mutation) error) (int64, error) {
 	m.batch.Queue(`INSERT INTO state (room_id, scope, key, sort_key, value, version, revision, writer, via, created_at, updated_at)
 		VALUES ($1, '_audit', $2, $3, $4, 1, $3, $5, 'system', $6, $6)`,
 		roomID, strconv.FormatInt(last, 10), last, auditJSON, m.actor, m.now)
-	m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
+	if m.group == nil {
+		// A group transaction writes the room's row once for all of its
+		// invocations (groupTx.syncRoom).
+		m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
+	}
 	return last, nil
 }
 
