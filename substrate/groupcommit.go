@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,6 +132,8 @@ type groupStmt struct {
 	q    *pgx.QueuedQuery
 	job  *groupJob
 	read func(br pgx.BatchResults) error
+	// undo, if set, undoes what queueing it noted, when it did not run.
+	undo func()
 }
 
 // chainAt is the group's view of the room at one point of the transaction.
@@ -160,7 +161,9 @@ func (g *groupTx) syncRoom() {
 	if g.rowSeq == g.seq && g.rowCount == g.msgCount {
 		return
 	}
+	seq, count := g.rowSeq, g.rowCount
 	g.queue(nil, `UPDATE rooms SET seq = $2, message_count = $3 WHERE id = $1`, g.room, g.seq, g.msgCount)
+	g.pend[len(g.pend)-1].undo = func() { g.rowSeq, g.rowCount = seq, count }
 	g.rowSeq, g.rowCount = g.seq, g.msgCount
 }
 
@@ -297,7 +300,6 @@ func (g *groupTx) flush() error {
 	}
 	pend := g.pend
 	g.pend = nil
-	rowSeq, rowCount := g.rowSeq, g.rowCount
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(pend))}
 	for i, st := range pend {
 		b.QueuedQueries[i] = st.q
@@ -327,11 +329,10 @@ func (g *groupTx) flush() error {
 		g.broken = rbErr
 		return rbErr
 	}
-	// A write of the room row queued in this flush followed the refused
-	// statement: it did not run.
-	for _, st := range pend[failed+1:] {
-		if st.job == nil && st.read == nil && strings.HasPrefix(st.q.SQL, "UPDATE rooms") {
-			g.rowSeq, g.rowCount = rowSeq, rowCount
+	// The statements after the refused one did not run.
+	for i := len(pend) - 1; i > failed; i-- {
+		if pend[i].undo != nil {
+			pend[i].undo()
 		}
 	}
 	j.applied, j.seq, j.err = false, 0, writeErr(err)
@@ -620,6 +621,9 @@ func (s *Service) runGroup(ctx context.Context, conn *pgxpool.Conn, roomID strin
 		g.queue(nil, store.NotifySQL, store.NotifyChannel, roomID+" "+strconv.FormatInt(g.seq, 10))
 		g.queue(nil, "COMMIT")
 		if err := g.flush(); errors.Is(err, errReplay) {
+			if groupRedoHook != nil {
+				groupRedoHook(roomID)
+			}
 			todo = s.redoing(g)
 			continue
 		} else if err != nil {
@@ -641,8 +645,12 @@ func (s *Service) runGroup(ctx context.Context, conn *pgxpool.Conn, roomID strin
 	return nil
 }
 
-// groupRoundHook, when set (by tests), runs after each round's reads.
-var groupRoundHook func(roomID string, round int)
+// groupRoundHook, when set (by tests), runs after each round's reads;
+// groupRedoHook when the commit's flush found a statement refused.
+var (
+	groupRoundHook func(roomID string, round int)
+	groupRedoHook  func(roomID string)
+)
 
 // groupEval evaluates job j in the group transaction g: its statements
 // queue (g.pend), and the group's view of the room moves past it; or it

@@ -140,3 +140,114 @@ func TestGroupCommitRoundsReadWhatChangedMeanwhile(t *testing.T) {
 		t.Fatalf("invocation with w's replaced token: %v, want unauthorized", err)
 	}
 }
+
+// The room row is written once per group, before the commit, where the
+// group's last invocation left it. When PostgreSQL refuses an invocation
+// in the commit's flush, the row's write sent with it did not run either:
+// after the rest are evaluated again and another invocation joins (here
+// one taking as many seqs as the refused one), the row is still written,
+// though the group's seq is again where that unrun write would have put it.
+func TestGroupCommitRoomRowAfterARefusedCommitFlush(t *testing.T) {
+	db := pgtest.New(t)
+	svc := New(db, Options{})
+	t.Cleanup(svc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const room = "gc-row"
+	rm, err := svc.CreateRoom(ctx, CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, rm.Token)
+	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_row() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER gc_row BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_row()`); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []ActionDef{
+		{ID: "inc", Writes: []WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
+		{ID: "boom", Writes: []WriteTemplate{{Key: "b", Value: json.RawMessage(`"boom"`)}}},
+	} {
+		if _, err := svc.RegisterAction(ctx, pr, room, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queued := func() int {
+		svc.group.mu.Lock()
+		defer svc.group.mu.Unlock()
+		if q := svc.group.rooms[room]; q != nil {
+			return len(q.jobs)
+		}
+		return 0
+	}
+	type answer struct {
+		res *InvokeResult
+		err error
+	}
+	invoke := func(action string) chan answer {
+		c := make(chan answer, 1)
+		go func() {
+			res, err := svc.Invoke(ctx, pr, room, action, nil)
+			c <- answer{res, err}
+		}()
+		return c
+	}
+	var late chan answer
+	groupRedoHook = func(roomID string) {
+		if roomID == room && late == nil {
+			late = invoke("inc")
+			for queued() == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	t.Cleanup(func() { groupRedoHook = nil })
+
+	// The test holds the room lock while three invocations queue: the
+	// first leads, the other two share its second round.
+	tctx, tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(tctx, `SELECT FROM rooms WHERE id = $1 FOR UPDATE`, room); err != nil {
+		t.Fatal(err)
+	}
+	var answers []chan answer
+	for _, action := range []string{"inc", "boom", "inc"} {
+		answers = append(answers, invoke(action))
+		time.Sleep(150 * time.Millisecond)
+	}
+	if err := tx.Commit(tctx); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for i, c := range append(answers, nil) {
+		if c == nil {
+			c = late
+		}
+		a := <-c
+		switch {
+		case i == 1 && a.err == nil:
+			t.Fatal("boom was applied")
+		case i != 1 && a.err != nil:
+			t.Fatalf("invocation %d: %v", i, a.err)
+		case i != 1:
+			last = max(last, a.res.Seq)
+		}
+	}
+	if svc.Stats().GroupRedone == 0 || late == nil {
+		t.Fatal("no invocation was evaluated again")
+	}
+	var roomSeq, entries int64
+	if err := db.QueryRow(ctx, `SELECT seq, (SELECT count(*) FROM state WHERE room_id = $1 AND sort_key IS NOT NULL) FROM rooms WHERE id = $1`, room).
+		Scan(&roomSeq, &entries); err != nil {
+		t.Fatal(err)
+	}
+	if roomSeq != last || entries != last {
+		t.Fatalf("room row at seq %d, %d sequence entries, last invocation at %d", roomSeq, entries, last)
+	}
+	// And the next mutation carries on from there.
+	if res, err := svc.Invoke(ctx, pr, room, "inc", nil); err != nil || res.Seq != last+2 {
+		t.Fatalf("next invocation: %v at %v, want seq %d", err, res, last+2)
+	}
+}
