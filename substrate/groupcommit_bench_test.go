@@ -92,4 +92,3 @@ func benchGroupCommit(b *testing.B, clients int) {
 		b.ReportMetric(float64(after.GroupRounds-before.GroupRounds)/float64(tx), "rounds/tx")
 	}
 }
-
