@@ -600,9 +600,15 @@ func (s *Service) runGroup(ctx context.Context, conn *pgxpool.Conn, roomID strin
 				return g.broken
 			}
 			if g.replay {
+				// j is evaluated again, once: when its own SAVEPOINT went
+				// out with the refused statement, it is among the redone.
 				g.replay = false
-				s.group.redone.Add(1)
-				todo = append(append(s.redoing(g), j), todo...)
+				redo := s.redoing(g)
+				if !slices.Contains(redo, j) {
+					s.group.redone.Add(1)
+					redo = append(redo, j)
+				}
+				todo = append(redo, todo...)
 			}
 			if len(todo) > 0 || !s.group.empty(roomID) && len(*batch) < maxGroup {
 				continue

@@ -156,3 +156,80 @@ func TestGroupCommitRefusedMidGroupRedoesTheRest(t *testing.T) {
 		t.Errorf("audit at %d: %s, want n from 3 to 4 after seq %d", seqs[2], page[0].Value, seqs[1])
 	}
 }
+
+// An invocation that needs a read the group's snapshot lacks (here a key
+// that does not exist yet) first sends what is queued before it. When
+// that shows an earlier invocation's statement refused, the reading one
+// is evaluated again, once: its writes, seqs and audit entry appear once.
+func TestGroupCommitOwnReadAfterARefusal(t *testing.T) {
+	db := pgtest.New(t)
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "gc-own-read"
+	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, rm.Token)
+	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_own() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER gc_own BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_own()`); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []substrate.ActionDef{
+		{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
+		{ID: "boom", Writes: []substrate.WriteTemplate{{Key: "b", Value: json.RawMessage(`"boom"`)}}},
+		{ID: "fresh", Params: map[string]substrate.ParamSpec{"k": {Type: "string", Required: true}},
+			Writes: []substrate.WriteTemplate{{Key: "${params.k}", Increment: json.RawMessage(`1`)}}},
+	} {
+		if _, err := svc.RegisterAction(ctx, pr, room, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.Invoke(ctx, pr, room, "inc", nil); err != nil {
+		t.Fatal(err)
+	}
+	tctx, tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(tctx, `SELECT FROM rooms WHERE id = $1 FOR UPDATE`, room); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res *substrate.InvokeResult
+		err error
+	}
+	calls := []struct{ action, params string }{{"inc", `{}`}, {"boom", `{}`}, {"fresh", `{"k": "x1"}`}}
+	answers := make([]chan answer, len(calls))
+	for i, c := range calls {
+		answers[i] = make(chan answer, 1)
+		go func() {
+			res, err := svc.Invoke(ctx, pr, room, c.action, json.RawMessage(c.params))
+			answers[i] <- answer{res, err}
+		}()
+		time.Sleep(150 * time.Millisecond)
+	}
+	if err := tx.Commit(tctx); err != nil {
+		t.Fatal(err)
+	}
+	first, boom, fresh := <-answers[0], <-answers[1], <-answers[2]
+	if first.err != nil || fresh.err != nil || boom.err == nil {
+		t.Fatalf("inc: %v, boom: %v, fresh: %v", first.err, boom.err, fresh.err)
+	}
+	if fresh.res.Seq != first.res.Seq+2 {
+		t.Errorf("fresh at seq %d, want %d (right after inc)", fresh.res.Seq, first.res.Seq+2)
+	}
+	var x1, roomSeq, entries int64
+	if err := db.QueryRow(ctx, `SELECT (SELECT value::text::int FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'x1'),
+		seq, (SELECT count(*) FROM state WHERE room_id = $1 AND sort_key IS NOT NULL) FROM rooms WHERE id = $1`, room).Scan(&x1, &roomSeq, &entries); err != nil {
+		t.Fatal(err)
+	}
+	if x1 != 1 || roomSeq != fresh.res.Seq || entries != roomSeq {
+		t.Errorf("x1 = %d (want 1), room seq %d (want %d), %d sequence entries", x1, roomSeq, fresh.res.Seq, entries)
+	}
+	if s := svc.Stats(); s.GroupRedone == 0 || s.GroupLargest < 3 {
+		t.Fatalf("not exercised: redone %d, largest %d", s.GroupRedone, s.GroupLargest)
+	}
+}
