@@ -106,12 +106,14 @@ type groupTx struct {
 	presenceLoaded     bool
 	// pend are the statements queued and not yet sent.
 	pend []groupStmt
-	// redo are the invocations a flush found undone (PostgreSQL skipped
-	// their statements after refusing an earlier one's): they are
-	// evaluated again, in order, before anything else. replay says that
-	// the invocation being evaluated must be too.
-	redo   []*groupJob
-	replay bool
+	// evaluated are the invocations evaluated, in order. redo are those a
+	// flush found judged on writes PostgreSQL refused (evaluated after
+	// the refused invocation): they are evaluated again, in order, before
+	// anything else. replay says that the invocation being evaluated must
+	// be too.
+	evaluated []*groupJob
+	redo      []*groupJob
+	replay    bool
 	// broken: the transaction cannot go on (a rollback to a savepoint
 	// failed); every invocation in it fails.
 	broken error
@@ -287,12 +289,13 @@ func (s *Service) queueReads(g *groupTx, todo []*groupJob) {
 }
 
 // flush sends the queued statements in one round trip and reads their
-// results. When PostgreSQL refuses a statement of an invocation, that
-// invocation alone fails: the transaction goes back to its savepoint, the
-// group's view of the room to where it was before it, and the
-// invocations whose statements followed (PostgreSQL skipped them) are to
-// be evaluated again (g.redo; flush returns errReplay, and none of the
-// transaction's own statements of this flush ran). Any other failure is
+// results. When PostgreSQL
+// refuses a statement of an invocation, that invocation alone fails: the
+// transaction goes back to its savepoint, the group's view of the room to
+// where it was before it, and the invocations whose statements followed
+// (PostgreSQL skipped them, or they were not sent yet) are to be
+// evaluated again (g.redo; flush returns errReplay, and none of the
+// transaction's own statements queued for it ran). Any other failure is
 // the transaction's.
 func (g *groupTx) flush() error {
 	if len(g.pend) == 0 {
@@ -300,11 +303,21 @@ func (g *groupTx) flush() error {
 	}
 	pend := g.pend
 	g.pend = nil
+	failed, err := readResults(g.conn.SendBatch(g.ctx, batchOf(pend)), pend)
+	return g.settled(pend, failed, err)
+}
+
+func batchOf(pend []groupStmt) *pgx.Batch {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(pend))}
 	for i, st := range pend {
 		b.QueuedQueries[i] = st.q
 	}
-	br := g.conn.SendBatch(g.ctx, b)
+	return b
+}
+
+// readResults reads a batch's results: the index of the first statement
+// that failed (-1: none) and the error.
+func readResults(br pgx.BatchResults, pend []groupStmt) (int, error) {
 	failed := -1
 	var err error
 	for i, st := range pend {
@@ -319,7 +332,16 @@ func (g *groupTx) flush() error {
 		}
 	}
 	if cerr := br.Close(); failed < 0 {
-		return cerr
+		return -1, cerr
+	}
+	return failed, err
+}
+
+// settled acts on the results of pend (see flush). Statements queued
+// since (g.pend) would follow pend's: after a refusal they are not sent.
+func (g *groupTx) settled(pend []groupStmt, failed int, err error) error {
+	if failed < 0 {
+		return err
 	}
 	j := pend[failed].job
 	if j == nil {
@@ -329,20 +351,25 @@ func (g *groupTx) flush() error {
 		g.broken = rbErr
 		return rbErr
 	}
-	// The statements after the refused one did not run.
-	for i := len(pend) - 1; i > failed; i-- {
-		if pend[i].undo != nil {
-			pend[i].undo()
+	// The statements after the refused one did not run, nor will those
+	// queued since.
+	after := append(slices.Clone(pend[failed+1:]), g.pend...)
+	g.pend = nil
+	for i := len(after) - 1; i >= 0; i-- {
+		if after[i].undo != nil {
+			after[i].undo()
 		}
 	}
 	j.applied, j.seq, j.err = false, 0, writeErr(err)
 	g.seq, g.msgCount, g.snap = j.before.seq, j.before.msgCount, j.before.snap
-	for _, st := range pend[failed+1:] {
-		if k := st.job; k != nil && k != j && !slices.Contains(g.redo, k) {
-			k.applied, k.seq = false, 0
-			g.redo = append(g.redo, k)
-		}
+	// Every invocation evaluated after it was judged on a view that had
+	// its writes, whether it queued statements or was refused on its own.
+	i := slices.Index(g.evaluated, j)
+	for _, k := range g.evaluated[i+1:] {
+		k.applied, k.seq, k.err = false, 0, nil
+		g.redo = append(g.redo, k)
 	}
+	g.evaluated = g.evaluated[:i+1]
 	return errReplay
 }
 
@@ -662,6 +689,7 @@ var (
 // queue (g.pend), and the group's view of the room moves past it; or it
 // fails alone; or (g.replay) it is to be evaluated again.
 func (s *Service) groupEval(g *groupTx, j *groupJob) {
+	g.evaluated = append(g.evaluated, j)
 	j.before = chainAt{seq: g.seq, msgCount: g.msgCount, snap: g.snap}
 	j.applied, j.spSent, j.seq, j.err = false, false, 0, nil
 	ctx := store.Held(context.WithoutCancel(j.ctx))

@@ -233,3 +233,74 @@ func TestGroupCommitOwnReadAfterARefusal(t *testing.T) {
 		t.Fatalf("not exercised: redone %d, largest %d", s.GroupRedone, s.GroupLargest)
 	}
 }
+
+// An invocation refused on its own (here its precondition) after one
+// whose statement PostgreSQL then refuses was judged on a view that had
+// the refused writes: it is judged again without them. The precondition
+// holds without boom's increment, so check succeeds.
+func TestGroupCommitRefusalJudgedAgain(t *testing.T) {
+	db := pgtest.New(t)
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "gc-judged"
+	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, rm.Token)
+	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_judged() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER gc_judged BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_judged()`); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []substrate.ActionDef{
+		{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}, {Key: "b", Value: json.RawMessage(`"ok"`)}}},
+		{ID: "boom", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1000`)}, {Key: "b", Value: json.RawMessage(`"boom"`)}}},
+		{ID: "check", If: `state._shared.n < 1000`, Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
+	} {
+		if _, err := svc.RegisterAction(ctx, pr, room, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.Invoke(ctx, pr, room, "inc", nil); err != nil { // n and b exist: no invocation reads on its own
+		t.Fatal(err)
+	}
+	tctx, tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(tctx, `SELECT FROM rooms WHERE id = $1 FOR UPDATE`, room); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res *substrate.InvokeResult
+		err error
+	}
+	actions := []string{"inc", "boom", "check"}
+	answers := make([]chan answer, len(actions))
+	for i, a := range actions {
+		answers[i] = make(chan answer, 1)
+		go func() {
+			res, err := svc.Invoke(ctx, pr, room, a, nil)
+			answers[i] <- answer{res, err}
+		}()
+		time.Sleep(150 * time.Millisecond)
+	}
+	if err := tx.Commit(tctx); err != nil {
+		t.Fatal(err)
+	}
+	first, boom, check := <-answers[0], <-answers[1], <-answers[2]
+	if first.err != nil || boom.err == nil || !strings.Contains(boom.err.Error(), "boom refused") {
+		t.Fatalf("inc: %v, boom: %v", first.err, boom.err)
+	}
+	if check.err != nil {
+		t.Fatalf("check was judged on boom's refused writes: %v", check.err)
+	}
+	if check.res.Seq != first.res.Seq+2 {
+		t.Errorf("check at seq %d, want %d", check.res.Seq, first.res.Seq+2)
+	}
+	if s := svc.Stats(); s.GroupRedone == 0 || s.GroupLargest < 3 {
+		t.Fatalf("not exercised: redone %d, largest %d", s.GroupRedone, s.GroupLargest)
+	}
+}
