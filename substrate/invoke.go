@@ -166,7 +166,13 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 		return s.invokeBuiltin(ctx, p, roomID, actionID, rawParams, params)
 	}
 	res := &InvokeResult{Invoked: true, Action: actionID, Agent: p.Actor(), Params: params}
-	seq, err := s.mutateWith(ctx, p, roomID, mutateOpts{withPresence: true, grouped: true}, func(m *mutation) error { return s.invoke(m, actionID, params, res) })
+	seq, err := s.mutateWith(ctx, p, roomID, mutateOpts{withPresence: true, grouped: true}, func(m *mutation) error {
+		// A group transaction may evaluate an invocation again (another
+		// one's statement refused before it): nothing of a first
+		// evaluation stays in the answer.
+		*res = InvokeResult{Invoked: true, Action: actionID, Agent: p.Actor(), Params: params}
+		return s.invoke(m, actionID, params, res)
+	})
 	if err != nil {
 		if errs.Is(err, errs.Unauthorized) || errs.Is(err, errs.RoomNotFound) {
 			s.forgetToken(p) // found dead under the lock: look it up next time

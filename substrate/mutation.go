@@ -124,28 +124,17 @@ func (s *Service) mutateWith(ctx context.Context, p *Principal, roomID string, o
 		return s.mutateGrouped(ctx, p, roomID, o, fn)
 	}
 	err = s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		seq, err = s.mutateOn(ctx, conn, p, roomID, o, fn, nil)
+		seq, err = s.mutateOn(ctx, conn, p, roomID, o, fn)
 		return err
 	})
 	return seq, err
 }
 
-// mutateOn runs one mutation on conn: a transaction of its own, or (g not
-// nil) one savepoint of the group transaction g, which holds the room
-// lock; then nothing is notified, committed or cached here.
-func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal, roomID string, o mutateOpts, fn func(m *mutation) error, g *groupTx) (seq int64, err error) {
+// mutateOn runs one mutation on conn, in a transaction of its own.
+func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal, roomID string, o mutateOpts, fn func(m *mutation) error) (seq int64, err error) {
 	open := false
 	defer func() {
 		if !open || err == nil {
-			return
-		}
-		if g != nil {
-			// A failure of the COMMIT sent with the writes leaves no
-			// savepoint to go back to: the transaction is broken.
-			if rbErr := rollbackSavepoint(context.WithoutCancel(ctx), conn); rbErr != nil {
-				s.log.Warn("rollback to savepoint failed", "room", roomID, "err", rbErr)
-				g.broken = rbErr
-			}
 			return
 		}
 		if _, rbErr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
@@ -153,7 +142,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		}
 	}()
 
-	m := &mutation{ctx: ctx, tx: conn, room: roomID, p: p, marks: s.marks, group: g}
+	m := &mutation{ctx: ctx, tx: conn, room: roomID, p: p, marks: s.marks}
 	agentID := ""
 	if p != nil && p.Kind == KindAgent {
 		agentID = p.AgentID
@@ -166,24 +155,10 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	roomHash, viewHash, agentHash := p.tokenHashes()
 	tokenValid := true
 	var lock pgx.Batch
-	forUpdate := " FOR UPDATE"
-	if g != nil {
-		// The group transaction holds the lock (the first invocation
-		// takes it, before its savepoint: a lock taken inside one would
-		// go with its rollback); the room row read here has every
-		// earlier invocation's seq.
-		if !g.open {
-			lock.Queue("BEGIN")
-			lock.Queue(`SELECT FROM rooms WHERE id = $1 FOR UPDATE`, roomID)
-		}
-		lock.Queue("SAVEPOINT invocation")
-		forUpdate = ""
-	} else {
-		lock.Queue("BEGIN")
-	}
+	lock.Queue("BEGIN")
 	lock.Queue(`SELECT seq, message_count, created_at,
 			coalesce(($2::bytea IS NULL OR token_hash = $2) AND ($3::bytea IS NULL OR view_token_hash = $3), false)
-		FROM rooms WHERE id = $1`+forUpdate, roomID, roomHash, viewHash)
+		FROM rooms WHERE id = $1 FOR UPDATE`, roomID, roomHash, viewHash)
 	// The mutation's time is read once the lock is held, in a statement
 	// of its own: now() is the transaction's start, before any wait for
 	// the lock, and an expression of the locking statement may be
@@ -196,25 +171,14 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		// for the lock sees the locked row as committed, but reads every
 		// other table as of its start, which would miss a revocation
 		// committed by the mutation it waited for.
-		lock.Queue(`SELECT grants, coalesce($3::bytea IS NULL OR token_hash = $3, false) FROM agents WHERE room_id = $1 AND id = $2`, roomID, agentID, agentHash)
+		lock.Queue(sqlAgentGrant, roomID, agentID, agentHash)
 	}
 	if o.withPresence {
 		lock.Queue(sqlPresence, roomID)
 	}
 	br := conn.SendBatch(ctx, &lock)
 	open = true
-	if g != nil && !g.open {
-		g.open = true
-		if _, err = br.Exec(); err == nil { // BEGIN
-			_, err = br.Exec() // the lock
-		}
-		if err != nil {
-			g.broken = err
-		}
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
+	_, err = br.Exec()
 	if err == nil {
 		var born time.Time
 		err = br.QueryRow().Scan(&m.base, &m.msgCount, &born, &tokenValid)
@@ -242,19 +206,58 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		err = cerr
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create the room").
-			WithNext(errs.Step{Op: errs.OpCreateRoom, Args: map[string]any{"room": roomID}})
+		return 0, errNoRoom(roomID)
 	}
 	if err != nil {
 		return 0, err
 	}
+	if err = m.admit(tokenValid, grants); err != nil {
+		return 0, err
+	}
+	last, err := s.seal(m, fn)
+	if err != nil {
+		return 0, err
+	}
+	m.batch.Queue(store.NotifySQL, store.NotifyChannel, roomID+" "+strconv.FormatInt(last, 10))
+	m.batch.Queue("COMMIT")
+	if err = conn.SendBatch(ctx, &m.batch).Close(); err != nil {
+		return 0, writeErr(err)
+	}
+	open = false
+	s.advanceSnapshot(m, last)
+	return last, nil
+}
+
+// sqlAgentGrant reads an agent's grants and whether its token ($3) is
+// still its own.
+const sqlAgentGrant = `SELECT grants, coalesce($3::bytea IS NULL OR token_hash = $3, false) FROM agents WHERE room_id = $1 AND id = $2`
+
+// errNoRoom is the refusal of a mutation of a room that does not exist.
+func errNoRoom(roomID string) error {
+	return errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create the room").
+		WithNext(errs.Step{Op: errs.OpCreateRoom, Args: map[string]any{"room": roomID}})
+}
+
+// writeErr is the caller's error for a refused write statement.
+func writeErr(err error) error {
+	if store.IsUniqueViolation(err) {
+		return errs.New(errs.KeyExists, "a key written by this request already exists").WithHint("write to another key, or omit the key of an append entry")
+	}
+	return err
+}
+
+// admit decides, from what was read under the room lock (m.base set),
+// whether the caller's credential still holds (tokenValid) and, for an
+// agent, with which grants (nil: the agent is gone).
+func (m *mutation) admit(tokenValid bool, grants []string) error {
 	m.next = m.base + 1
 	if !tokenValid {
-		return 0, errRotatedMeanwhile()
+		return errRotatedMeanwhile()
 	}
-	if agentID != "" {
+	p := m.p
+	if p != nil && p.Kind == KindAgent && p.AgentID != "" {
 		if grants == nil {
-			return 0, errs.New(errs.Unauthorized, "agent %q no longer exists", agentID).WithHint("join the room again")
+			return errs.New(errs.Unauthorized, "agent %q no longer exists", p.AgentID).WithHint("join the room again")
 		}
 		fresh := *p
 		fresh.Grants = grants
@@ -266,7 +269,15 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	if m.p != nil {
 		m.actor = m.p.Actor()
 	}
-	if err = fn(m); err != nil {
+	return nil
+}
+
+// seal runs fn on m and queues on m.batch the mutation's statements: its
+// writes, the audit entry and (not in a group transaction) the room's new
+// seq; not the commit. It returns the mutation's seq.
+func (s *Service) seal(m *mutation, fn func(m *mutation) error) (int64, error) {
+	roomID := m.room
+	if err := fn(m); err != nil {
 		return 0, err
 	}
 	// Defence in depth: whatever path led here, a read-only credential
@@ -321,27 +332,10 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	m.batch.Queue(`INSERT INTO state (room_id, scope, key, sort_key, value, version, revision, writer, via, created_at, updated_at)
 		VALUES ($1, '_audit', $2, $3, $4, 1, $3, $5, 'system', $6, $6)`,
 		roomID, strconv.FormatInt(last, 10), last, auditJSON, m.actor, m.now)
-	m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
-	commit := g == nil || g.lastOne()
-	if g != nil {
-		m.batch.Queue("RELEASE SAVEPOINT invocation")
-	}
-	if commit {
-		m.batch.Queue(store.NotifySQL, store.NotifyChannel, roomID+" "+strconv.FormatInt(last, 10))
-		m.batch.Queue("COMMIT")
-	}
-	if err = conn.SendBatch(ctx, &m.batch).Close(); err != nil {
-		if store.IsUniqueViolation(err) {
-			err = errs.New(errs.KeyExists, "a key written by this request already exists").WithHint("write to another key, or omit the key of an append entry")
-		}
-		return 0, err
-	}
-	open = false
-	if g != nil {
-		g.committed = commit
-		s.advanceGroup(m, last)
-	} else {
-		s.advanceSnapshot(m, last)
+	if m.group == nil {
+		// A group transaction writes the room's row once for all of its
+		// invocations (groupTx.syncRoom).
+		m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
 	}
 	return last, nil
 }

@@ -227,8 +227,11 @@ type Stats struct {
 	// expression budget (Limits.RoomCostPerSecond).
 	RoomBusy int64
 	// GroupBatches counts group transactions, GroupInvocations the
-	// invocations they carried, GroupLargest the most one carried.
-	GroupBatches, GroupInvocations, GroupLargest int64
+	// invocations they carried, GroupLargest the most one carried;
+	// GroupRounds their rounds of reads under the lock, GroupRedone the
+	// invocations evaluated again after PostgreSQL refused an earlier
+	// one's statement.
+	GroupBatches, GroupInvocations, GroupLargest, GroupRounds, GroupRedone int64
 }
 
 // Stats reports the counters now.
@@ -243,6 +246,7 @@ func (s *Service) Stats() Stats {
 	st.RoomBusy = s.roomBusy.Load()
 	if g := s.group; g != nil {
 		st.GroupBatches, st.GroupInvocations, st.GroupLargest = g.batches.Load(), g.grouped.Load(), g.largest.Load()
+		st.GroupRounds, st.GroupRedone = g.rounds.Load(), g.redone.Load()
 	}
 	return st
 }

@@ -340,6 +340,9 @@ func (b *bencher) invoke(ctx context.Context, name, label string, clients, rooms
 		if after := b.groupCommits(ctx); after != nil && after[0] > before[0] {
 			tx, inv := after[0]-before[0], after[1]-before[1]
 			res.Note = fmt.Sprintf("group commit: %.0f transactions carried %.0f invocations (%.2f a transaction, largest so far %.0f; the leader waits 0)", tx, inv, inv/tx, after[2])
+			if rounds := after[3] - before[3]; rounds > 0 {
+				res.Note += fmt.Sprintf("; %.2f rounds of reads a transaction", rounds/tx)
+			}
 		}
 	}()
 	b.loop(ctx, res, clients, func(ctx context.Context, c, i int) (int, error) {
@@ -576,8 +579,8 @@ func (b *bencher) waits(ctx context.Context) (*Result, error) {
 const waitsTarget = time.Second
 
 // groupCommits reads the server's group commit counters from /metrics:
-// transactions, invocations they carried, the largest batch (nil: no
-// metrics, or a server without group commit).
+// transactions, invocations they carried, the largest batch, their
+// rounds of reads (nil: no metrics, or a server without group commit).
 func (b *bencher) groupCommits(ctx context.Context) []float64 {
 	if b.opt.MetricsURL == "" {
 		return nil
@@ -595,14 +598,15 @@ func (b *bencher) groupCommits(ctx context.Context) []float64 {
 	if err != nil || res.StatusCode != 200 {
 		return nil
 	}
-	v := make([]float64, 3)
+	v := make([]float64, 4)
 	found := false
 	for _, line := range strings.Split(string(out), "\n") {
 		name, val, ok := strings.Cut(line, " ")
 		if !ok {
 			continue
 		}
-		i := slices.Index([]string{"sync_group_commit_transactions_total", "sync_group_commit_invocations_total", "sync_group_commit_largest"}, name)
+		i := slices.Index([]string{"sync_group_commit_transactions_total", "sync_group_commit_invocations_total", "sync_group_commit_largest",
+			"sync_group_commit_rounds_total"}, name)
 		if i < 0 {
 			continue
 		}

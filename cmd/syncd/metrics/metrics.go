@@ -159,13 +159,15 @@ var (
 	descGroupTx     = prometheus.NewDesc("sync_group_commit_transactions_total", "Group transactions: one room lock and commit for the invocations that queued while the room's previous one was open.", nil, nil)
 	descGroupInv    = prometheus.NewDesc("sync_group_commit_invocations_total", "Invocations carried by group transactions (divided by the transactions: the mean batch).", nil, nil)
 	descGroupMax    = prometheus.NewDesc("sync_group_commit_largest", "The most invocations one group transaction carried.", nil, nil)
+	descGroupRounds = prometheus.NewDesc("sync_group_commit_rounds_total", "Rounds of reads under the lock of group transactions: one round trip each, for the invocations queued by then.", nil, nil)
+	descGroupRedone = prometheus.NewDesc("sync_group_commit_redone_total", "Invocations of group transactions evaluated again after PostgreSQL refused an earlier invocation's statement.", nil, nil)
 	descRefusals    = prometheus.NewDesc("sync_rate_limit_refusals_total", "Requests refused over a rate budget, by what the budget belongs to (credential or address).", []string{"budget"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descWaits, descNotified, descInvocations, descCELEvals, descCELCost, descViewEvals, descRoomBusy,
 		descPoolInUse, descPoolIdle, descPoolMax, descAcquires, descWaited, descAcquireWait, descRefusals,
-		descGroupTx, descGroupInv, descGroupMax} {
+		descGroupTx, descGroupInv, descGroupMax, descGroupRounds, descGroupRedone} {
 		ch <- d
 	}
 }
@@ -196,6 +198,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descGroupTx, float64(st.GroupBatches))
 		counter(descGroupInv, float64(st.GroupInvocations))
 		gauge(descGroupMax, float64(st.GroupLargest))
+		counter(descGroupRounds, float64(st.GroupRounds))
+		counter(descGroupRedone, float64(st.GroupRedone))
 	}
 	if db := c.src.DB; db != nil {
 		st := db.Status()
