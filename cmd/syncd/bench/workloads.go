@@ -11,9 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -582,40 +580,15 @@ const waitsTarget = time.Second
 // transactions, invocations they carried, the largest batch, their
 // rounds of reads (nil: no metrics, or a server without group commit).
 func (b *bencher) groupCommits(ctx context.Context) []float64 {
-	if b.opt.MetricsURL == "" {
+	names := []string{"sync_group_commit_transactions_total", "sync_group_commit_invocations_total", "sync_group_commit_largest",
+		"sync_group_commit_rounds_total"}
+	m := b.metricValues(ctx, names...)
+	if len(m) == 0 {
 		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, "GET", b.opt.MetricsURL, nil)
-	if err != nil {
-		return nil
-	}
-	res, err := b.cli.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer res.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-	if err != nil || res.StatusCode != 200 {
-		return nil
-	}
-	v := make([]float64, 4)
-	found := false
-	for _, line := range strings.Split(string(out), "\n") {
-		name, val, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		i := slices.Index([]string{"sync_group_commit_transactions_total", "sync_group_commit_invocations_total", "sync_group_commit_largest",
-			"sync_group_commit_rounds_total"}, name)
-		if i < 0 {
-			continue
-		}
-		if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-			v[i], found = f, true
-		}
-	}
-	if !found {
-		return nil
+	v := make([]float64, len(names))
+	for i, n := range names {
+		v[i] = m[n]
 	}
 	return v
 }
