@@ -3,14 +3,10 @@ package substrate
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -308,19 +304,16 @@ func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, pro
 // agent is gone, or the write failed: logged, as the status is advice);
 // then nobody saw it, and the wait starts at its first read.
 func (s *Service) showWaiting(ctx context.Context, roomID, agentID, condition string) (seq int64, ok bool) {
-	err := s.db.QueryRow(ctx, `UPDATE agents SET status = 'waiting', waiting_on = $3, last_heartbeat = now()
-		WHERE room_id = $1 AND id = $2 RETURNING (SELECT seq FROM rooms WHERE id = $1)`, roomID, agentID, condition).Scan(&seq)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false
-	}
+	// In one statement with the waits of the room starting together (a
+	// thousand agents told to wait at once made a thousand round trips
+	// for their statuses, and as many notifications, each holding a
+	// connection the others queued for).
+	st, err := s.waitq.start.do(ctx, roomID, waitStart{agent: agentID, condition: condition})
 	if err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 		return 0, false
 	}
-	if err := s.db.Notify(ctx, roomID, store.PresenceNote); err != nil {
-		s.log.Warn("could not tell the room an agent waits", "room", roomID, "agent", agentID, "err", err)
-	}
-	return seq, true
+	return st.seq, st.ok
 }
 
 // endWaiting marks an agent active again at the end of its wait, in one

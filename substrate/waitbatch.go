@@ -22,8 +22,21 @@ type waitBatches struct {
 	seqs coalescer[string, struct{}, roomHead]
 	// tokens checks principals' tokens, per room and kind.
 	tokens coalescer[tokenKey, *Principal, tokenCheck]
+	// start marks agents waiting at the start of their waits, per room,
+	// each with the room's seq the statement saw.
+	start coalescer[string, waitStart, startedAt]
 	// done marks agents active again at the end of their waits, per room.
 	done coalescer[string, string, struct{}]
+}
+
+// waitStart is one agent's wait beginning on a condition.
+type waitStart struct{ agent, condition string }
+
+// startedAt is the room's seq as the statement that showed the agent
+// waiting saw it; ok is false when the agent is gone.
+type startedAt struct {
+	seq int64
+	ok  bool
 }
 
 type roomHead struct {
@@ -111,6 +124,47 @@ func newWaitBatches(db *store.DB) *waitBatches {
 			if a, ok := found[p.AgentID]; ok && a.hash != nil && bytes.Equal(a.hash, p.tokenHash) {
 				out[i] = tokenCheck{ok: true, grants: a.grants}
 			}
+		}
+		return out, nil
+	}
+	w.start.max = batchMax
+	w.start.run = func(ctx context.Context, roomID string, reqs []waitStart) ([]startedAt, error) {
+		ids, conds := make([]string, len(reqs)), make([]string, len(reqs))
+		for i, r := range reqs {
+			ids[i], conds[i] = r.agent, r.condition
+		}
+		// An agent twice in one batch (two waits at once) is updated once,
+		// with one of its conditions: as if the two had run one after the
+		// other. The seq is read by the statement that sets the status.
+		rows, err := db.Query(ctx, `UPDATE agents AS a SET status = 'waiting', waiting_on = u.cond, last_heartbeat = now()
+			FROM (SELECT DISTINCT ON (id) id, cond FROM unnest($2::text[], $3::text[]) AS u(id, cond)) AS u
+			WHERE a.room_id = $1 AND a.id = u.id
+			RETURNING a.id, (SELECT seq FROM rooms WHERE id = $1)`, roomID, ids, conds)
+		if err != nil {
+			return nil, err
+		}
+		seqs := map[string]int64{}
+		for rows.Next() {
+			var id string
+			var seq int64
+			if err := rows.Scan(&id, &seq); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			seqs[id] = seq
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if len(seqs) > 0 {
+			if err := db.Notify(ctx, roomID, store.PresenceNote); err != nil {
+				return nil, err
+			}
+		}
+		out := make([]startedAt, len(reqs))
+		for i, r := range reqs {
+			out[i].seq, out[i].ok = seqs[r.agent]
 		}
 		return out, nil
 	}

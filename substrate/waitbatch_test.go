@@ -44,6 +44,7 @@ func TestManyWaitsTinyPoolEachItsOwnDelta(t *testing.T) {
 		res *substrate.WaitResult
 		err error
 	}
+	heard := svc.Stats().Notifications
 	outs := make([]out, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -79,6 +80,19 @@ func TestManyWaitsTinyPoolEachItsOwnDelta(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d agents shown waiting", waiting, n)
 		}
+	}
+	// Their statuses were set in shared statements, each with one
+	// notification: one per wait was a round trip per wait for its status
+	// and another for its notification.
+	for last := int64(-1); ; time.Sleep(300 * time.Millisecond) {
+		now := svc.Stats().Notifications
+		if now == last {
+			break
+		}
+		last = now
+	}
+	if shown := svc.Stats().Notifications - heard; shown > n/3 {
+		t.Fatalf("%d waits starting together made %d notifications: their statuses were not set together", n, shown)
 	}
 	writes := []substrate.Write{{Scope: "_shared", Key: "go", Value: json.RawMessage(`true`)}}
 	for i := range n {

@@ -134,23 +134,32 @@ func (e *env) run(p *substrate.Principal, cmds string) *loom.Result {
 // start runs a collaborator in the background; the returned func waits
 // for its end (failing the test after 30 s).
 type running struct {
-	done  chan struct{}
-	rec   *loom.CollabRecord
-	err   error
-	waits chan struct{}
+	done chan struct{}
+	rec  *loom.CollabRecord
+	err  error
+	// waits has a value each time the collaborator begins to wait: how
+	// many calls the stub in chat had had by then (-1: none set).
+	waits chan int
+	chat  atomic.Pointer[chatStub]
 	stop  context.CancelFunc
 }
 
 func (e *env) start(cfg collab.Config) *running {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{done: make(chan struct{}), waits: make(chan struct{}, 1000), stop: cancel}
+	r := &running{done: make(chan struct{}), waits: make(chan int, 1000), stop: cancel}
 	if cfg.Room == "" {
 		cfg.Room = e.room
 	}
 	if cfg.ChatModel == "" {
 		cfg.ChatModel = "instruct"
 	}
-	cfg.OnWait = func() { r.waits <- struct{}{} }
+	cfg.OnWait = func() {
+		n := -1
+		if c := r.chat.Load(); c != nil {
+			n = len(c.requests())
+		}
+		r.waits <- n
+	}
 	go func() {
 		defer close(r.done)
 		r.rec, r.err = collab.Run(ctx, e.svc, cfg)
@@ -175,27 +184,29 @@ func (r *running) wait(t *testing.T) *loom.CollabRecord {
 	return r.rec
 }
 
-// waiting blocks until the collaborator waits for a change (n times).
-func (r *running) waiting(t *testing.T) {
+// waiting blocks until the collaborator waits for a change; it returns
+// the stub's calls by then (-1 when calls has not named the stub).
+func (r *running) waiting(t *testing.T) int {
 	t.Helper()
 	select {
-	case <-r.waits:
+	case n := <-r.waits:
+		return n
 	case <-r.done:
 		t.Fatalf("the collaborator stopped: %v %+v", r.err, r.rec)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the collaborator did not come to wait")
 	}
+	return 0
 }
 
 // calls blocks until the stub has had n calls and the collaborator waits
-// again.
+// again after them. A wait signalled before the n-th call was done is not
+// enough (the signals queue): counted when the collaborator began to
+// wait, the calls it had made by then must be n.
 func (r *running) calls(t *testing.T, chat *chatStub, n int) {
 	t.Helper()
-	for {
-		r.waiting(t)
-		if len(chat.requests()) >= n {
-			return
-		}
+	r.chat.Store(chat)
+	for r.waiting(t) < n {
 	}
 }
 
