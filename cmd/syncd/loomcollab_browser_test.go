@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -186,11 +185,17 @@ func sectionShot(t *testing.T, ctx context.Context, sel, name string) {
 // collabRan is the text of the page's #ran (what the last command did).
 func collabRan(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS("#ran")))
-	if err != nil {
-		t.Fatalf("reading #ran: %v", err)
+	// Read in the page, not through a node id: a live update may replace
+	// the element between finding it and reading it ("No node with given
+	// id found"; the page carries the answer into the new element).
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector("#ran") || {}).textContent || ""`))
+		if err == nil && v != "" {
+			return v
+		}
+		last = err
 	}
-	return fmt.Sprint(v)
+	t.Fatalf("reading #ran: nothing there within 10 s (%v)", last)
+	return ""
 }
