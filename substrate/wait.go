@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -17,7 +18,80 @@ import (
 // that changes what is visible, and by a slow safety-net re-check; it does
 // not poll the database in a loop. While it waits, an agent's status is
 // "waiting" and its waiting_on holds the condition.
+//
+// Wait itself only sleeps; the wait's state is a waiter on the heap, and
+// its reads and answers are the waiter's methods, which have returned by
+// the time it sleeps. A parked wait keeps its goroutine's stack, and what
+// that stack holds where it parks is what ten thousand waits cost: with
+// the reads' frames below the select (4.5 KiB in use), a stack grown to
+// 16 KiB while the wait began never shrank, and every collection scanned
+// them all.
 func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition string, timeout time.Duration, creq ContextRequest) (*WaitResult, error) {
+	w, err := s.beginWait(ctx, p, roomID, condition, timeout, creq)
+	if err != nil {
+		return nil, err
+	}
+	defer w.end()
+	for {
+		res, next, err := w.check()
+		if res != nil || err != nil {
+			return res, err
+		}
+		// One timer for both the next re-check and the timeout.
+		last := false
+		if left := time.Until(w.deadline); left <= next {
+			next, last = left, true
+		}
+		w.timer.Reset(next)
+		select {
+		case <-w.sub.C:
+			w.timer.Stop()
+		case <-w.timer.C:
+			if last {
+				return w.timedOut()
+			}
+		case <-w.ctx.Done():
+			return nil, w.ctx.Err()
+		}
+		if err := w.woken(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waiter is a wait in progress (see Wait).
+type waiter struct {
+	s *Service
+	// ctx is the call's, admitted to the room's expression budget once:
+	// the wait's re-reads are charged to the room, and a room that spent
+	// its budget meanwhile delays others, not this.
+	ctx  context.Context
+	done func()
+
+	p                       *Principal
+	roomID, condition, note string
+	creq                    ContextRequest
+	prog                    *expr.Program
+	sub                     *store.Sub
+	start, deadline         time.Time
+	timer                   *time.Timer // stopped while the wait reads
+	agent                   bool        // shown waiting: shown active again at the end
+
+	// startSeq is where the wait's delta starts for an agent that never
+	// read the room (-1: at its first read).
+	startSeq int64
+	// Nothing of a read is kept while the wait sleeps (a room's context
+	// can be large, and a thousand waits would hold a thousand of them):
+	// only the last read's seq and evaluation error, for the timeout's
+	// report.
+	seq     int64
+	lastErr error
+}
+
+// beginWait checks the call, subscribes to the room's changes and shows
+// an agent waiting. Everything it set up is undone by end, or by itself
+// when it fails.
+func (s *Service) beginWait(ctx context.Context, p *Principal, roomID, condition string, timeout time.Duration, creq ContextRequest) (*waiter, error) {
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
@@ -44,36 +118,29 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 	if t := prog.NotBoolean(); t != "" {
 		return nil, notBoolean(condition, t)
 	}
-	// Admitted once: the wait's re-reads are charged to the room, and
-	// a room that spent its budget meanwhile delays others, not this.
-	var done func()
-	if ctx, done, err = s.work(ctx, p, roomID); err != nil {
+	w := &waiter{s: s, p: p, roomID: roomID, condition: condition, creq: creq, prog: prog, startSeq: -1}
+	if w.ctx, w.done, err = s.work(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	defer done()
 	if timeout <= 0 {
 		timeout = s.wait.DefaultTimeout
 	}
-	note := ""
 	if timeout > s.wait.MaxTimeout {
-		note = fmt.Sprintf("timeout shortened to the cap of %d ms (asked %d ms): wait again to wait longer", s.wait.MaxTimeout.Milliseconds(), timeout.Milliseconds())
+		w.note = fmt.Sprintf("timeout shortened to the cap of %d ms (asked %d ms): wait again to wait longer", s.wait.MaxTimeout.Milliseconds(), timeout.Milliseconds())
 	}
 	timeout = min(timeout, s.wait.MaxTimeout)
-	var startSeq int64 = -1
-	start := time.Now()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-
+	w.start = time.Now()
 	// Presence changes (agents starting and ending waits, heartbeats)
 	// matter only to a condition that reads agents, directly or through
 	// views and action availability, which may read them.
-	sub, err := s.hub.Subscribe(ctx, roomID, prog.Uses("agents") || prog.Uses("views") || prog.Uses("actions"))
-	if err != nil {
+	if w.sub, err = s.hub.Subscribe(w.ctx, roomID, prog.Uses("agents") || prog.Uses("views") || prog.Uses("actions")); err != nil {
+		w.done()
 		return nil, err
 	}
-	defer sub.Close()
+	w.deadline = w.start.Add(timeout)
+	w.timer = time.NewTimer(timeout)
+	w.timer.Stop()
 	s.waits.Add(1)
-	defer s.waits.Add(-1)
 	if p.Kind == KindAgent {
 		// The wait begins before anyone can see it waiting: another
 		// agent may write as soon as it does, and that write, which may
@@ -82,48 +149,62 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		// read the room left it out (the wait triggered at once, with
 		// "changed": {}). The seq comes with the status, from the
 		// statement that sets it: no extra round trip.
-		if seq, ok := s.showWaiting(ctx, roomID, p.AgentID, condition); ok {
-			startSeq = seq
+		w.agent = true
+		if seq, ok := s.showWaiting(w.ctx, roomID, p.AgentID, condition); ok {
+			w.startSeq = seq
 		}
-		defer s.endWaiting(context.WithoutCancel(ctx), roomID, p.AgentID)
 		if s.shownWaiting != nil {
 			s.shownWaiting(roomID, p.AgentID)
 		}
 	}
+	return w, nil
+}
 
-	// Nothing of a read is kept while the wait sleeps (a room's context
-	// can be large, and a thousand waits would hold a thousand of them):
-	// only the last evaluation error, for the timeout's report.
-	var lastErr error
+// end undoes beginWait.
+func (w *waiter) end() {
+	if w.agent {
+		w.s.endWaiting(context.WithoutCancel(w.ctx), w.roomID, w.p.AgentID)
+	}
+	w.s.waits.Add(-1)
+	w.sub.Close()
+	w.timer.Stop()
+	w.done()
+}
+
+// check reads the room and evaluates the condition, reading again at once
+// when what it read calls for it. It returns the wait's answer, or how
+// long to sleep before the next safety-net re-check.
+func (w *waiter) check() (*WaitResult, time.Duration, error) {
+	s, ctx := w.s, w.ctx
 	for {
-		rc, err := s.waitRead(ctx, p, roomID, prog)
+		rc, err := s.waitRead(ctx, w.p, w.roomID, w.prog)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if !rc.partial && !sub.Presence() {
+		if !rc.partial && !w.sub.Presence() {
 			// The room has entries gated by `enabled`, and a gate may
 			// read agents: presence changes may now change what the
 			// condition sees. Read again once subscribed to them, so
 			// that none between that read and now is missed.
-			sub.WantPresence()
+			w.sub.WantPresence()
 			continue
 		}
-		ok, evalErr := s.cel.EvalBool(ctx, prog, &rc.vars)
+		ok, evalErr := s.cel.EvalBool(ctx, w.prog, &rc.vars)
 		if evalErr != nil && errs.From(evalErr).Details["gave"] != nil {
 			// Not a boolean now means not a boolean ever: say so now
 			// rather than after the whole timeout.
-			return nil, notBoolean(condition, fmt.Sprint(errs.From(evalErr).Details["gave"]))
+			return nil, 0, notBoolean(w.condition, fmt.Sprint(errs.From(evalErr).Details["gave"]))
 		}
-		if startSeq < 0 {
-			startSeq = rc.snap.seq
+		if w.startSeq < 0 {
+			w.startSeq = rc.snap.seq
 		}
-		if evalErr == nil && ok && rc.partial && !creq.NoContext {
+		if evalErr == nil && ok && rc.partial && !w.creq.NoContext {
 			// The condition and the context come from one read: the
 			// whole one now, with the condition checked again on it.
-			if rc, err = s.readCtx(ctx, p, roomID, prog.UsesMessages); err != nil {
-				return nil, err
+			if rc, err = s.readCtx(ctx, w.p, w.roomID, w.prog.UsesMessages); err != nil {
+				return nil, 0, err
 			}
-			ok, evalErr = s.cel.EvalBool(ctx, prog, &rc.vars)
+			ok, evalErr = s.cel.EvalBool(ctx, w.prog, &rc.vars)
 		}
 		// Access is checked again after each read, once (with the other
 		// waits of the room woken at the same time: recheckBatched): one
@@ -134,88 +215,91 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 		// grants changed reads again with them before answering; a
 		// principal its surface refreshes (Refresh) was refreshed before
 		// the read, at the wake-up.
-		np, err := s.recheckBatched(ctx, p)
+		np, err := s.recheckBatched(ctx, w.p)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if p.Refresh == nil {
-			if !slices.Equal(np.Grants, p.Grants) {
-				p = np
+		if w.p.Refresh == nil {
+			changed := !slices.Equal(np.Grants, w.p.Grants)
+			w.p = np
+			if changed {
 				continue
 			}
-			p = np
 		}
-		if evalErr == nil && ok && creq.NoContext {
-			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: rc.snap.seq, Note: note}, nil
+		if evalErr == nil && ok && w.creq.NoContext {
+			return &WaitResult{Triggered: true, Condition: w.condition, ElapsedMS: time.Since(w.start).Milliseconds(), Seq: rc.snap.seq, Note: w.note}, 0, nil
 		}
 		if evalErr == nil && ok {
-			env, err := s.envelopeOf(ctx, rc, roomID, waitShape(creq, rc, startSeq))
+			env, err := s.envelopeOf(ctx, rc, w.roomID, waitShape(w.creq, rc, w.startSeq))
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
-			return &WaitResult{Triggered: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Context: env, Seq: rc.snap.seq, Note: note}, nil
+			return &WaitResult{Triggered: true, Condition: w.condition, ElapsedMS: time.Since(w.start).Milliseconds(), Context: env, Seq: rc.snap.seq, Note: w.note}, 0, nil
 		}
 		// An evaluation error (a key that does not exist yet, say) counts
 		// as "not yet"; it is reported if the wait times out, with the
 		// clause that did not hold.
-		lastErr = evalErr
-
+		w.lastErr = evalErr
+		w.seq = rc.snap.seq
 		next := s.wait.Recheck
 		if t := rc.snap.nextChange(rc.now); !t.IsZero() && t.Sub(rc.now) < next {
 			next = max(t.Sub(rc.now), time.Millisecond)
 		}
-		seq := rc.snap.seq
-		rc = nil // not held while sleeping
-		recheck := time.NewTimer(next)
-		select {
-		case <-sub.C:
-		case <-recheck.C:
-		case <-deadline.C:
-			recheck.Stop()
-			// The credential and the caller's access are checked again at
-			// every wake-up, this one included: a wait never outlives a
-			// revocation with the room's context.
-			if p, err = s.recheckBatched(ctx, p); err != nil {
-				return nil, err
-			}
-			out := &WaitResult{Timeout: true, Condition: condition, ElapsedMS: time.Since(start).Milliseconds(), Seq: seq, Note: note}
-			if lastErr != nil {
-				out.ConditionError = errs.From(lastErr).Body()
-			}
-			// What did not hold, from a read made now; a timeout answers
-			// with the condition alone unless the call asked for a
-			// context (nothing the waiter was waiting for happened), then
-			// from the same read, a delta since the agent's last read as
-			// a wake-up's.
-			withCtx := creq.Full || creq.Delta
-			rc, err := s.readCtx(context.WithoutCancel(ctx), p, roomID, prog.UsesMessages || withCtx && !creq.NoMessages)
-			if err == nil {
-				out.Unmet = s.cel.Explain(ctx, prog, &rc.vars)
-			} else if withCtx {
-				return nil, err
-			}
-			if withCtx {
-				env, err := s.envelopeOf(context.WithoutCancel(ctx), rc, roomID, waitShape(creq, rc, startSeq))
-				if err != nil {
-					return nil, err
-				}
-				out.Context, out.Seq = env, env.Context.Seq
-			}
-			if err := s.afterRead(context.WithoutCancel(ctx), p); err != nil {
-				return nil, err
-			}
-			return out, nil
-		case <-ctx.Done():
-			recheck.Stop()
-			return nil, ctx.Err()
-		}
-		recheck.Stop()
-		if p.Refresh != nil {
-			if p, err = s.recheck(ctx, p); err != nil {
-				return nil, err
-			}
-		}
+		return nil, next, nil
 	}
+}
+
+// woken refreshes, after a wake-up, a principal its surface refreshes.
+func (w *waiter) woken() error {
+	if w.p.Refresh == nil {
+		return nil
+	}
+	p, err := w.s.recheck(w.ctx, w.p)
+	if err != nil {
+		return err
+	}
+	w.p = p
+	return nil
+}
+
+// timedOut is the answer of a wait whose timeout passed.
+func (w *waiter) timedOut() (*WaitResult, error) {
+	s, ctx := w.s, w.ctx
+	// The credential and the caller's access are checked again at
+	// every wake-up, this one included: a wait never outlives a
+	// revocation with the room's context.
+	p, err := s.recheckBatched(ctx, w.p)
+	if err != nil {
+		return nil, err
+	}
+	out := &WaitResult{Timeout: true, Condition: w.condition, ElapsedMS: time.Since(w.start).Milliseconds(), Seq: w.seq, Note: w.note}
+	if w.lastErr != nil {
+		out.ConditionError = errs.From(w.lastErr).Body()
+	}
+	// What did not hold, from a read made now; a timeout answers
+	// with the condition alone unless the call asked for a
+	// context (nothing the waiter was waiting for happened), then
+	// from the same read, a delta since the agent's last read as
+	// a wake-up's.
+	creq := w.creq
+	withCtx := creq.Full || creq.Delta
+	rc, err := s.readCtx(context.WithoutCancel(ctx), p, w.roomID, w.prog.UsesMessages || withCtx && !creq.NoMessages)
+	if err == nil {
+		out.Unmet = s.cel.Explain(ctx, w.prog, &rc.vars)
+	} else if withCtx {
+		return nil, err
+	}
+	if withCtx {
+		env, err := s.envelopeOf(context.WithoutCancel(ctx), rc, w.roomID, waitShape(creq, rc, w.startSeq))
+		if err != nil {
+			return nil, err
+		}
+		out.Context, out.Seq = env, env.Context.Seq
+	}
+	if err := s.afterRead(context.WithoutCancel(ctx), p); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // afterRead checks p's access again after a read a wait answers with

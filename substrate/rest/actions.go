@@ -88,23 +88,39 @@ func (a *api) context(w http.ResponseWriter, r *http.Request, p *substrate.Princ
 }
 
 func (a *api) wait(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
-	query := r.URL.Query()
-	q, err := substrate.ParseContextRequest(query.Get)
+	// The request is parsed in a call that has returned by the time the
+	// wait sleeps: whatever this frame holds, each parked wait's stack
+	// holds too (substrate.Service.Wait).
+	q, err := waitRequest(r)
 	if err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	res, err := a.svc.Wait(r.Context(), p, q.room, q.condition, q.timeout, q.ctx)
+	a.reply(w, r, http.StatusOK, res, err)
+}
+
+type waitReq struct {
+	room, condition string
+	timeout         time.Duration
+	ctx             substrate.ContextRequest
+}
+
+func waitRequest(r *http.Request) (*waitReq, error) {
+	query := r.URL.Query()
+	q, err := substrate.ParseContextRequest(query.Get)
+	if err != nil {
+		return nil, err
 	}
 	var timeout time.Duration
 	if v := query.Get("timeout"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms < 0 {
-			a.fail(w, r, errs.New(errs.InvalidField, "timeout=%q is not a number of milliseconds", v).WithHint("e.g. timeout=25000 (capped at the server's maximum)"))
-			return
+			return nil, errs.New(errs.InvalidField, "timeout=%q is not a number of milliseconds", v).WithHint("e.g. timeout=25000 (capped at the server's maximum)")
 		}
 		timeout = time.Duration(ms) * time.Millisecond
 	}
-	res, err := a.svc.Wait(r.Context(), p, r.PathValue("room"), query.Get("condition"), timeout, q)
-	a.reply(w, r, http.StatusOK, res, err)
+	return &waitReq{room: r.PathValue("room"), condition: query.Get("condition"), timeout: timeout, ctx: q}, nil
 }
 
 func (a *api) eval(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {

@@ -38,7 +38,13 @@ func newBencher(opt Options) *bencher {
 	if !opt.HTTP1 {
 		var p http.Protocols
 		p.SetUnencryptedHTTP2(true)
-		wcli = &http.Client{Transport: &http.Transport{Protocols: &p, IdleConnTimeout: time.Minute}}
+		// At most the connections the waits need (the server takes up to
+		// 1,000 streams on each) and a few more: with no limit, each wait
+		// that found every connection busy or still being dialled dialled
+		// its own, and ten thousand waits opened at once made the server
+		// accept thousands of connections it then closed.
+		conns := opt.Waits/1000 + 4
+		wcli = &http.Client{Transport: &http.Transport{Protocols: &p, IdleConnTimeout: time.Minute, MaxConnsPerHost: conns}}
 	}
 	return &bencher{opt: opt, cli: &http.Client{Transport: tr}, waitCli: wcli, prefix: "bench-" + hex.EncodeToString(b[:])}
 }
@@ -428,6 +434,32 @@ func (b *bencher) untilWaiting(ctx context.Context, r *room, n int, limit time.D
 	}
 }
 
+// untilOpen waits until n waits are open on the server and n agents of
+// r are shown waiting. With the server's metrics it polls its count of open
+// waits, and lists the agents once: listing ten thousand agents every
+// millisecond, as untilWaiting does, made the server allocate megabytes a
+// list while the workload measured its memory.
+func (b *bencher) untilOpen(ctx context.Context, r *room, n int, limit time.Duration) error {
+	if b.opt.MetricsURL == "" {
+		return b.untilWaiting(ctx, r, n, limit)
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		open, ok := b.metricValues(ctx, "sync_waits_open")["sync_waits_open"]
+		if !ok {
+			return b.untilWaiting(ctx, r, n, limit)
+		}
+		if int(open) >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%.0f of %d waits open after %s", open, n, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return b.untilWaiting(ctx, r, n, time.Until(deadline))
+}
+
 // wake measures, round after round, how long after an invocation's
 // response a waiter whose condition it satisfied gets its own.
 func (b *bencher) wake(ctx context.Context) (*Result, error) {
@@ -527,10 +559,11 @@ func (b *bencher) waits(ctx context.Context) (*Result, error) {
 			woke[i], errsOf[i] = time.Now(), err
 		}()
 	}
-	if err := b.untilWaiting(ctx, r, n, 2*time.Minute); err != nil {
+	if err := b.untilOpen(ctx, r, n, 2*time.Minute); err != nil {
 		return res, err
 	}
 	during := readProc(b.opt.PID)
+	mem := b.metricValues(ctx, "go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes")
 	t0 := time.Now()
 	werr := b.doJSON(ctx, "PUT", "/rooms/"+r.id+"/state", r.token, map[string]any{"scope": "_shared", "key": "go", "value": true}, nil)
 	t1 := time.Now()
@@ -565,6 +598,9 @@ func (b *bencher) waits(ctx context.Context) (*Result, error) {
 		res.ServerCPU = 100 * float64(after.cpu-cpu0) / time.Since(t00).Seconds()
 		res.Note += fmt.Sprintf("; server while waiting: RSS %.0f MiB (%.0f before, %.1f KiB a wait), %d file descriptors (%d before)",
 			float64(during.rssKB)/1024, float64(before.rssKB)/1024, float64(during.rssKB-before.rssKB)/float64(n), during.fds, before.fds)
+	}
+	if st, ok := mem["go_memstats_stack_inuse_bytes"]; ok {
+		res.Note += fmt.Sprintf(", goroutine stacks %.0f MiB, heap in use %.0f MiB", st/(1<<20), mem["go_memstats_heap_inuse_bytes"]/(1<<20))
 	}
 	if n <= 1000 && last.Sub(t1) > waitsTarget {
 		res.Note += fmt.Sprintf("; over the target: up to 1,000 waits woken within %v", waitsTarget)
