@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strconv"
@@ -462,6 +463,10 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		return nil, err
 	}
 	note := ""
+	if req.Since != nil && mostlyChanged(rc, *req.Since) {
+		note = fmt.Sprintf("most of what you see changed since seq %d: this is the whole context, not a delta", *req.Since)
+		req.Since = nil
+	}
 	shown := req.MessagesLimit
 	if req.Since != nil {
 		if req.MessagesAfter == nil {
@@ -471,7 +476,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		// reads them all, up to the most a read returns.
 		req.MessagesLimit = 500
 	}
-	if sl != nil && sl.FirstReadFull() && req.Depth == "lean" && req.Since == nil && !req.Peek {
+	if sl != nil && sl.FirstReadFull() && req.Depth == "lean" && req.Since == nil && !req.Peek && note == "" {
 		req.Depth = "full"
 		note = "your first read of this room is at depth full, once, so you see the whole vocabulary; later reads are lean unless you ask"
 	}
@@ -1047,4 +1052,40 @@ func signature(id string, params map[string]ParamSpec) string {
 		parts[i] = part
 	}
 	return id + "(" + strings.Join(parts, ", ") + ")"
+}
+
+// deltaWholeAt is the share of the entries a reader sees that, changed
+// since a delta's start, make it answer with the whole context instead:
+// the delta would repeat nearly the whole room, and its list of changed
+// keys made it larger than the room (the 500-key room with every key
+// changed since the reader's last read: 52,136 bytes as a delta, 43,404
+// whole). Rooms with fewer entries than deltaWholeMin always get deltas.
+const (
+	deltaWholeAt  = 0.8
+	deltaWholeMin = 20
+)
+
+// mostlyChanged reports whether at least deltaWholeAt of the state
+// entries rc shows its reader changed after from.
+func mostlyChanged(rc *roomCtx, from int64) bool {
+	total, changed := 0, 0
+	count := func(scope, key string) {
+		total++
+		if r := rc.snap.scopes[scope][key]; r != nil && r.Revision > from {
+			changed++
+		}
+	}
+	for scope, v := range rc.state {
+		switch m := v.(type) {
+		case map[string]any:
+			for k := range m {
+				count(scope, k)
+			}
+		case map[string]json.RawMessage:
+			for k := range m {
+				count(scope, k)
+			}
+		}
+	}
+	return total >= deltaWholeMin && float64(changed) >= deltaWholeAt*float64(total)
 }

@@ -3,6 +3,8 @@ package substrate_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,5 +64,86 @@ func TestWaitDeltaHoldsAWriteMadeOnSeeingTheWaiter(t *testing.T) {
 	shared, _ := json.Marshal(res.Context.State["_shared"])
 	if wrote == 0 || d.Changed["_shared.go"] != wrote || string(shared) != `{"go":true}` {
 		t.Fatalf("the wake-up's delta (from %d) lacks the write at seq %d that satisfied the condition: changed %v, state %v", d.FromSeq, wrote, d.Changed, res.Context.State)
+	}
+}
+
+// A delta exists to cost less than reading the room again. When most of
+// what the reader sees changed since its last read, it repeated nearly
+// the whole room plus a list of every changed key, larger than the room
+// itself (a 500-key room: 52,136 bytes as a delta, 43,404 whole). Then the
+// answer is the whole context, which says so; a room where a few entries
+// changed still gets a delta.
+func TestDeltaOfMostOfTheRoomIsTheWholeContext(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "most"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	ag, err := svc.Join(ctx, admin, "most", substrate.JoinRequest{ID: "reader", Name: "reader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := svc.Authenticate(ctx, ag.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(from, to int, v string) int64 {
+		var ws []substrate.Write
+		for i := from; i < to; i++ {
+			ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("k%02d", i), Value: json.RawMessage(`"` + v + `"`)})
+		}
+		w, err := svc.WriteState(ctx, admin, "most", ws, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.Seq
+	}
+	lean := substrate.ContextRequest{Depth: "lean", MessagesLimit: 20}
+	read := func() int64 {
+		env, err := svc.Context(ctx, reader, "most", lean)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env.Context.Seq
+	}
+	write(0, 40, "a")
+	read()
+	for _, tc := range []struct {
+		name      string
+		changed   int
+		wantDelta bool
+	}{
+		{"a few changed", 4, true},
+		{"most changed", 34, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seq := write(0, tc.changed, tc.name)
+			res, err := svc.Wait(ctx, reader, "most", fmt.Sprintf("state._shared.k00 == %q", tc.name), time.Second, lean)
+			if err != nil || !res.Triggered || res.Context == nil {
+				t.Fatalf("wait: %+v, %v", res, err)
+			}
+			shared, _ := res.Context.State["_shared"].(map[string]any)
+			if raw, ok := res.Context.State["_shared"].(map[string]json.RawMessage); ok {
+				shared = map[string]any{}
+				for k, v := range raw {
+					shared[k] = v
+				}
+			}
+			if d := res.Context.Context.Delta; tc.wantDelta {
+				if d == nil || len(d.Changed) != tc.changed || len(shared) != tc.changed {
+					t.Fatalf("%d of 40 changed: want a delta of them, got delta %+v and %d entries", tc.changed, d, len(shared))
+				}
+			} else {
+				if d != nil || len(shared) != 40 || !strings.Contains(res.Context.Context.Note, "whole context") {
+					t.Fatalf("%d of 40 changed: want the whole context (40 entries) saying so, got delta %v, %d entries, note %q", tc.changed, d != nil, len(shared), res.Context.Context.Note)
+				}
+			}
+			if res.Context.Context.Seq != seq {
+				t.Fatalf("seq %d, want %d", res.Context.Context.Seq, seq)
+			}
+		})
 	}
 }
