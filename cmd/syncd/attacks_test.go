@@ -246,3 +246,36 @@ func TestAttackPprofNeverShowsTheCommandLine(t *testing.T) {
 		t.Errorf("goroutines on the metrics listener: %d %.200s", code, body)
 	}
 }
+
+// Profiles show the server's memory and code paths, and a long one costs
+// CPU: -pprof without the metrics token is refused at start on a metrics
+// address other hosts can reach, and allowed on loopback (where syncd
+// bench starts its servers) or with a token.
+func TestAttackPprofReachableFromOtherHostsNeedsAToken(t *testing.T) {
+	for _, tc := range []struct {
+		addr, token string
+		ok          bool
+	}{
+		{":9090", "", false},
+		{"0.0.0.0:9090", "", false},
+		{"[::]:9090", "", false},
+		{"10.1.2.3:9090", "", false},
+		{"metrics.internal:9090", "", false},
+		{"0.0.0.0:9090", "s3cret-metrics", true},
+		{"127.0.0.1:0", "", true},
+		{"[::1]:0", "", true},
+		{"localhost:0", "", true},
+	} {
+		args := []string{"-addr", "127.0.0.1:0", "-metrics-addr", tc.addr, "-pprof"}
+		if tc.token != "" {
+			args = append(args, "-metrics-token", tc.token)
+		}
+		_, err := parseConfig(args)
+		if tc.ok && err != nil {
+			t.Errorf("-pprof -metrics-addr %s (token %q): refused: %v", tc.addr, tc.token, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "-metrics-token")) {
+			t.Errorf("-pprof -metrics-addr %s without a token: %v, want refused naming -metrics-token", tc.addr, err)
+		}
+	}
+}

@@ -93,6 +93,7 @@ type config struct {
 	// SYNC_PPROF, -pprof: serve Go's profiles (net/http/pprof) at
 	// /debug/pprof/ on the metrics listener, behind the metrics token
 	// when there is one. Default false; refused without -metrics-addr,
+	// or on a metrics address other hosts reach without -metrics-token,
 	// and never on the public listener.
 	Pprof bool
 }
@@ -235,8 +236,14 @@ func parseConfig(args []string) (*config, error) {
 		return nil, errors.New("log format must be text or json")
 	}
 	if c.MetricsAddr != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+		host, _, err := net.SplitHostPort(c.MetricsAddr)
+		if err != nil {
 			return nil, fmt.Errorf("metrics address %q: %w", c.MetricsAddr, err)
+		}
+		// A profile shows the server's memory and code paths, and a long
+		// one costs CPU: from other hosts only with the metrics token.
+		if c.Pprof && c.MetricsToken == "" && !loopbackHost(host) {
+			return nil, fmt.Errorf("pprof on metrics address %q, reachable from other hosts, needs a token: set -metrics-token (SYNC_METRICS_TOKEN), or listen on loopback, e.g. 127.0.0.1:9090", c.MetricsAddr)
 		}
 	} else if c.Pprof {
 		// The profiles are only ever served on the metrics listener.
@@ -295,4 +302,14 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// loopbackHost reports whether a listener on host is reachable from this
+// machine only (an empty host listens on every interface).
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
