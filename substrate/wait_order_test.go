@@ -24,22 +24,8 @@ import (
 // (this package's tests do not import a surface: rest would attach
 // salience to every test of the package).
 func TestWaitDeltaHoldsAWriteMadeOnSeeingTheWaiter(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
-	t.Cleanup(svc.Close)
+	svc, admin, waiter := roomWithAgent(t, "shown", "waiter")
 	ctx := context.Background()
-	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "shown"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, _ := svc.Authenticate(ctx, room.Token)
-	ag, err := svc.Join(ctx, admin, "shown", substrate.JoinRequest{ID: "waiter", Name: "waiter"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, err := svc.Authenticate(ctx, ag.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	var once sync.Once
 	var wrote int64
@@ -74,22 +60,8 @@ func TestWaitDeltaHoldsAWriteMadeOnSeeingTheWaiter(t *testing.T) {
 // answer is the whole context, which says so; a room where a few entries
 // changed still gets a delta.
 func TestDeltaOfMostOfTheRoomIsTheWholeContext(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
-	t.Cleanup(svc.Close)
+	svc, admin, reader := roomWithAgent(t, "most", "reader")
 	ctx := context.Background()
-	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "most"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, _ := svc.Authenticate(ctx, room.Token)
-	ag, err := svc.Join(ctx, admin, "most", substrate.JoinRequest{ID: "reader", Name: "reader"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader, err := svc.Authenticate(ctx, ag.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
 	write := func(from, to int, v string) int64 {
 		var ws []substrate.Write
 		for i := from; i < to; i++ {
@@ -146,4 +118,29 @@ func TestDeltaOfMostOfTheRoomIsTheWholeContext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// roomWithAgent makes a service (waits re-checked only on notifications)
+// with room roomID, and returns it with the room's principal and that of
+// agent agentID, joined.
+func roomWithAgent(t *testing.T, roomID, agentID string) (svc *substrate.Service, admin, agent *substrate.Principal) {
+	t.Helper()
+	svc = substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: roomID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if admin, err = svc.Authenticate(ctx, room.Token); err != nil {
+		t.Fatal(err)
+	}
+	ag, err := svc.Join(ctx, admin, roomID, substrate.JoinRequest{ID: agentID, Name: agentID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agent, err = svc.Authenticate(ctx, ag.Token); err != nil {
+		t.Fatal(err)
+	}
+	return svc, admin, agent
 }
