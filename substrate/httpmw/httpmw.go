@@ -268,22 +268,25 @@ func forwardedFor(r *http.Request, header string) []string {
 // the recovered panic's 500; the body limit refuses oversized requests
 // before any work.
 func (s *Stack) Wrap(next http.Handler) http.Handler {
+	return s.WrapWithHeaders(nil, next)
+}
+
+// WrapWithHeaders is Wrap that also sets headers on every response (the
+// REST API's Access-Control-Allow-Origin).
+//
+// The stack's headers are set when the response starts (its first
+// WriteHeader, Write or Flush), not when the request arrives, unless the
+// handler set them itself: a request that waits (a long poll, an event
+// stream) then holds no header map while it waits; ten thousand waits
+// held ten thousand.
+func (s *Stack) WrapWithHeaders(headers map[string]string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := s.requestID(r)
 		client := s.clientIP(r)
 		ctx := context.WithValue(context.WithValue(r.Context(), requestIDKey, id), clientKey, client)
 		r = r.WithContext(ctx)
-		h := w.Header()
-		h.Set("X-Request-Id", id)
-		// Responses are what they say they are, and no page leaks its URL
-		// (an authorization code, a next=) to the next site.
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
-		if s.opt.HSTS {
-			h.Set("Strict-Transport-Security", "max-age=31536000")
-		}
-		rec := &recorder{ResponseWriter: w}
+		rec := &recorder{ResponseWriter: w, stack: s, id: id, extra: headers}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
@@ -293,6 +296,11 @@ func (s *Stack) Wrap(next http.Handler) http.Handler {
 				if !rec.wrote {
 					Fail(rec, r, errs.New(errs.Internal, "the server failed on this request (request id %s)", id).WithHint("retry; if it persists, report the request id"))
 				}
+			}
+			if !rec.wrote {
+				// A handler that wrote nothing: net/http sends its 200
+				// once this returns, with the headers as they are now.
+				rec.stamp()
 			}
 			if s.opt.Observe != nil {
 				s.opt.Observe(r, rec.status(), time.Since(start))
@@ -431,17 +439,48 @@ type recorder struct {
 	code  int
 	n     int64
 	wrote bool
+
+	// What the response starts with (stamp).
+	stack *Stack
+	id    string
+	extra map[string]string
+}
+
+// stamp sets the stack's headers on a response about to start, where the
+// handler did not set them.
+func (r *recorder) stamp() {
+	h := r.ResponseWriter.Header()
+	set := func(k, v string) {
+		if _, ok := h[k]; !ok {
+			h[k] = []string{v}
+		}
+	}
+	set("X-Request-Id", r.id)
+	// Responses are what they say they are, and no page leaks its URL
+	// (an authorization code, a next=) to the next site.
+	set("X-Content-Type-Options", "nosniff")
+	set("Referrer-Policy", "no-referrer")
+	if r.stack.opt.HSTS {
+		set("Strict-Transport-Security", "max-age=31536000")
+	}
+	for k, v := range r.extra {
+		set(http.CanonicalHeaderKey(k), v)
+	}
 }
 
 func (r *recorder) WriteHeader(code int) {
 	if !r.wrote {
 		r.code, r.wrote = code, true
+		r.stamp()
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
-	r.wrote = true
+	if !r.wrote {
+		r.wrote = true
+		r.stamp()
+	}
 	n, err := r.ResponseWriter.Write(b)
 	r.n += int64(n)
 	return n, err
@@ -460,6 +499,11 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // Flush forwards to the underlying writer (SSE responses).
 func (r *recorder) Flush() {
+	if !r.wrote {
+		// Flushing starts the response (200) without a WriteHeader.
+		r.wrote = true
+		r.stamp()
+	}
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}

@@ -202,3 +202,55 @@ func TestLimiterShares(t *testing.T) {
 		t.Fatalf("N = %d", peers.N())
 	}
 }
+
+// Every response carries the stack's headers however it starts (a write,
+// a status alone, a flush, nothing at all, a panic), a handler's own value
+// wins, and a request that has not started its response (a wait, a long
+// poll) holds no header map meanwhile: ten thousand waits held ten
+// thousand, each set on arrival.
+func TestWrapHeadersAtTheResponsesStart(t *testing.T) {
+	stack := httpmw.New(httpmw.Options{HSTS: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	want := map[string]string{"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+		"Strict-Transport-Security": "max-age=31536000", "Access-Control-Allow-Origin": "*"}
+	for _, tc := range []struct {
+		name    string
+		handler func(w http.ResponseWriter, r *http.Request)
+		own     map[string]string // headers the handler set itself
+	}{
+		{"write", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("hi")) }, nil},
+		{"status alone", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }, nil},
+		{"flush first", func(w http.ResponseWriter, r *http.Request) { _ = http.NewResponseController(w).Flush() }, nil},
+		{"nothing written", func(w http.ResponseWriter, r *http.Request) {}, nil},
+		{"http.Error", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusTeapot) }, nil},
+		{"panic", func(w http.ResponseWriter, r *http.Request) { panic("boom") }, nil},
+		{"handler's own value", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Referrer-Policy", "same-origin")
+			_, _ = w.Write([]byte("hi"))
+		}, map[string]string{"Referrer-Policy": "same-origin"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			var before int
+			h := stack.WrapWithHeaders(map[string]string{"Access-Control-Allow-Origin": "*"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				before = len(rec.HeaderMap)
+				tc.handler(w, r)
+			}))
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			if before != 0 {
+				t.Errorf("%d headers set before the response started (%v)", before, rec.HeaderMap)
+			}
+			got := rec.Result().Header
+			for k, v := range want {
+				if own, ok := tc.own[k]; ok {
+					v = own
+				}
+				if got.Get(k) != v {
+					t.Errorf("%s: %q, want %q", k, got.Get(k), v)
+				}
+			}
+			if got.Get("X-Request-Id") == "" {
+				t.Error("no X-Request-Id")
+			}
+		})
+	}
+}

@@ -103,7 +103,7 @@ func Handler(svc *substrate.Service, opt Options) http.Handler {
 	// The shared stack wraps everything (recovery, request id, body
 	// limit); CORS then answers preflights before any handler. Rate limits
 	// apply in the handlers, once the credential is verified.
-	return a.http.Wrap(a.cors(validText(a, mux)))
+	return a.http.WrapWithHeaders(corsHeaders, a.cors(validText(a, mux)))
 }
 
 // authed wraps a handler that needs a principal.
@@ -445,11 +445,13 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // --- middleware ---
 
-// cors lets browser clients call the API with bearer tokens. No cookies
-// are involved, so any origin is safe.
+// corsHeaders let browser clients call the API with bearer tokens. No
+// cookies are involved, so any origin is safe. The stack sets them on
+// every response; cors answers the preflights.
+var corsHeaders = map[string]string{"Access-Control-Allow-Origin": "*"}
+
 func (a *api) cors(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Access-Control-Allow-Origin", "*")
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			w.Header().Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE")
 			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
