@@ -100,12 +100,14 @@ func (a *api) wait(w http.ResponseWriter, r *http.Request, p *substrate.Principa
 	a.reply(w, r, http.StatusOK, res, err)
 }
 
+// waitReq is what GET /rooms/:id/wait asks for.
 type waitReq struct {
 	room, condition string
 	timeout         time.Duration
 	ctx             substrate.ContextRequest
 }
 
+// waitRequest parses a wait's query: its context parameters and timeout.
 func waitRequest(r *http.Request) (*waitReq, error) {
 	query := r.URL.Query()
 	q, err := substrate.ParseContextRequest(query.Get)
