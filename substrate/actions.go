@@ -213,6 +213,13 @@ func (s *Service) RegisterAction(ctx context.Context, p *Principal, roomID strin
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	// The registration evaluates the room's actions under the lock (the
+	// per-read budget).
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	var res *RegisterResult
 	seq, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		var err error
@@ -401,6 +408,13 @@ func (s *Service) RegisterView(ctx context.Context, p *Principal, roomID string,
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	// The registration evaluates the room's views and actions under the
+	// lock (the per-read budgets), then the view's value.
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	var res *RegisterResult
 	seq, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		var err error
@@ -543,6 +557,11 @@ func (s *Service) ListActions(ctx context.Context, p *Principal, roomID string) 
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {
 		return nil, err
@@ -586,6 +605,11 @@ func (s *Service) ListViews(ctx context.Context, p *Principal, roomID string) ([
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {
 		return nil, err

@@ -195,6 +195,13 @@ func (s *Service) ListAgents(ctx context.Context, p *Principal, roomID string) (
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	// Admitted at the start, as every entry that may evaluate: whether
+	// it will (an agent's enabled gate) is known only from the rows.
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	rows, err := s.db.Query(ctx, `SELECT `+agentColumns+` FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, roomID)
 	if err != nil {
 		return nil, err

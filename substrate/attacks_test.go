@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -785,5 +786,188 @@ func TestAttackBatchedWaitChecksServeNoRevokedToken(t *testing.T) {
 		if o.err != nil || !o.res.Triggered {
 			t.Errorf("a%d (token unchanged): %v %+v", i, o.err, o.res)
 		}
+	}
+}
+
+// Every public entry that evaluates expressions for a room charges them to
+// the room's expression budget (Limits.RoomCostPerSecond) and is refused
+// with room_busy once it is spent. readCtx admitted the request only for
+// the evaluations it made itself while building the room's context: what
+// its callers evaluated after it (the expression given to eval, the gates
+// of search's hits) ran free, and the entries that evaluate under the
+// room lock (writes with expression values, registrations, which evaluate
+// the room's actions and views) were not admitted at all.
+
+// budgetRoom makes a room whose reads evaluate nothing (the budget's
+// spending comes from what the entry under test evaluates): a list for
+// costly to walk, and log entries gated on now for search to find (their
+// gates run for the hits only; gated messages would run at every read, to
+// take them out of the counts). It returns the room token's principal.
+func budgetRoom(t *testing.T, svc *substrate.Service, id string) *substrate.Principal {
+	t.Helper()
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	big := make([]int, 2000)
+	for i := range big {
+		big[i] = i
+	}
+	raw, _ := json.Marshal(big)
+	writes := []substrate.Write{{Scope: "_shared", Key: "big", Value: raw}}
+	for i := range 60 {
+		writes = append(writes, substrate.Write{Scope: "_shared", Append: true,
+			Value:   json.RawMessage(fmt.Sprintf(`"needle %d"`, i)),
+			Enabled: `now > timestamp("2000-01-01T00:00:00Z")`})
+	}
+	if _, err := svc.WriteState(ctx, admin, id, writes, true); err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
+// budgetEntries are the public entries that evaluate expressions for a
+// room, each called once. evaluates marks those that evaluate what no
+// read of the room does (a caller's expression, search's gates, a write's
+// expression value, a registration's evaluation of the room's actions or
+// views): in a room whose reads cost nothing, calling them alone spends
+// the budget.
+var budgetEntries = []struct {
+	name      string
+	evaluates bool
+	call      func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error
+}{
+	{"eval", true, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.Eval(ctx, p, room, costly, nil)
+		return err
+	}},
+	{"search", true, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.Search(ctx, p, room, substrate.SearchRequest{Query: "needle", Limit: 50})
+		return err
+	}},
+	{"write", true, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.WriteState(ctx, p, room, []substrate.Write{{Scope: "_shared", Key: "n", Value: json.RawMessage(strconv.Quote(costlyValue)), Expr: true}}, false)
+		return err
+	}},
+	{"register action", true, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.RegisterAction(ctx, p, room, substrate.ActionDef{ID: "walk", If: costly,
+			Writes: []substrate.WriteTemplate{{Scope: "_shared", Key: "w", Value: json.RawMessage(`1`)}}})
+		return err
+	}},
+	{"register view", true, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.RegisterView(ctx, p, room, substrate.ViewDef{ID: "walked", Expr: costlyValue})
+		return err
+	}},
+	{"actions", false, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.ListActions(ctx, p, room)
+		return err
+	}},
+	{"action", false, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.GetAction(ctx, p, room, "walk")
+		return err
+	}},
+	{"views", false, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.ListViews(ctx, p, room)
+		return err
+	}},
+	{"view", false, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.GetView(ctx, p, room, "spend")
+		return err
+	}},
+	{"help", false, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.Help(ctx, p, room, "")
+		return err
+	}},
+	{"invoke help", false, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.Invoke(ctx, p, room, "help", nil)
+		return err
+	}},
+	{"agents", false, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
+		_, err := svc.ListAgents(ctx, p, room)
+		return err
+	}},
+}
+
+// costly walks the room's big list (budgetRoom): about 58,000 cel-go
+// cost, costlyValue's number as a boolean.
+const (
+	costlyValue = `state._shared.big.map(x, x * 2).filter(y, y > 3).size()`
+	costly      = costlyValue + ` > 0`
+)
+
+// roomBusy fails t unless err is the room's refusal: 429 room_busy with
+// the wait in retry_after_ms.
+func roomBusy(t *testing.T, what string, err error) {
+	t.Helper()
+	e, ok := err.(*errs.Error)
+	if !ok || e.Code != errs.RoomBusy {
+		t.Fatalf("HOLE: %s: %v, not room_busy (the room's expression budget is spent)", what, err)
+	}
+	if ms, _ := e.Details["retry_after_ms"].(int64); ms <= 0 {
+		t.Fatalf("%s: room_busy without retry_after_ms: %+v", what, e.Details)
+	}
+}
+
+// In a room whose budget is spent, every entry that evaluates is refused,
+// those that evaluate only what a read of the room evaluates included
+// (they were refused before too, by readCtx's own admission; a forgotten
+// admission now fails them loudly). Without the admission at each entry,
+// writes, registrations and the agents list ran on.
+func TestAttackSpentRoomRefusesEveryEntry(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	admin := budgetRoom(t, svc, "spent")
+	// A view read at every read (it reads now, so no read reuses
+	// another's value): each context read spends the budget.
+	if _, err := svc.RegisterView(ctx, admin, "spent", substrate.ViewDef{ID: "spend", Expr: `now > timestamp("2000-01-01T00:00:00Z") && ` + costly}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range budgetEntries {
+		t.Run(e.name, func(t *testing.T) {
+			spent := false
+			for range 10 {
+				if _, err := svc.Context(ctx, admin, "spent", substrate.ContextRequest{}); errs.Is(err, errs.RoomBusy) {
+					spent = true
+					break
+				} else if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !spent {
+				t.Fatal("ten context reads of a view costing about 58,000 on a budget of 5,000 per second: none refused")
+			}
+			roomBusy(t, e.name, e.call(ctx, svc, admin, "spent"))
+		})
+	}
+}
+
+// What an entry evaluates after its read of the room (or without one) is
+// charged to the room: calling it again and again in a room whose reads
+// cost nothing spends the budget, and it is refused. readCtx admitted and
+// released the request itself, so eval's expression and search's gates ran
+// outside the budget, and writes and registrations were not admitted at
+// all: none of them was ever refused.
+func TestAttackEntriesChargeWhatTheyEvaluate(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	for i, e := range budgetEntries {
+		if !e.evaluates {
+			continue
+		}
+		t.Run(e.name, func(t *testing.T) {
+			room := fmt.Sprintf("charged%d", i)
+			admin := budgetRoom(t, svc, room)
+			var err error
+			for range 20 {
+				if err = e.call(ctx, svc, admin, room); err != nil {
+					break
+				}
+			}
+			roomBusy(t, e.name+", called 20 times", err)
+		})
 	}
 }

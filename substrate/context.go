@@ -90,12 +90,17 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 // the connection is released: evaluating expressions never holds one.
 // Unread counts are computed when wantMsgs is set or an action's enabled or
 // if reads messages.
+//
+// ctx must be admitted to the room's expression budget (work) by the
+// public entry that reads: what the caller evaluates after the read (an
+// action's if, a caller's expression, search's gates) is charged to the
+// room and refused with it. readCtx admitting on its own behalf metered
+// only its own evaluations and let the rest run free; now a read on a
+// context no entry admitted is an internal error.
 func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool) (*roomCtx, error) {
-	ctx, done, err := s.work(ctx, p, roomID)
-	if err != nil {
-		return nil, err
+	if !admitted(ctx, p, roomID) {
+		return nil, s.notAdmitted(roomID)
 	}
-	defer done()
 	r, err := s.readRoom(ctx, p, roomID, wantMsgs, true)
 	if err != nil {
 		return nil, err

@@ -178,6 +178,11 @@ func (s *Service) Help(ctx context.Context, p *Principal, roomID, key string) (*
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {
 		return nil, err
@@ -209,8 +214,18 @@ func (s *Service) helpFrom(rc *roomCtx, key string) (*HelpResult, error) {
 }
 
 // invokeHelp answers the help builtin, unless the room registered its own
-// help action (then handled is false and the action runs).
+// help action (then handled is false and the action runs). It admits on
+// its own: Invoke answers help before it admits (read-only callers may
+// invoke help, and nothing else).
 func (s *Service) invokeHelp(ctx context.Context, p *Principal, roomID string, params map[string]any) (*InvokeResult, bool, error) {
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		if dead := s.deadRemembered(ctx, p); dead != nil {
+			return nil, true, dead
+		}
+		return nil, true, err
+	}
+	defer done()
 	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {
 		return nil, true, err

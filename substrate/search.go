@@ -136,6 +136,13 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	if err := req.check(p, roomID); err != nil {
 		return nil, err
 	}
+	// Admitted for the whole search: the gates of the hits are evaluated
+	// after the read.
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	// The reader's context: what it may see, decided once, as a read.
 	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {

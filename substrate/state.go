@@ -181,6 +181,13 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 		ops[i] = op{Scope: w.Scope, Key: w.Key, Value: w.Value, Merge: w.Merge, Append: w.Append, Delete: w.Delete,
 			Increment: w.Increment, IfVersion: w.IfVersion, Timer: w.Timer, Enabled: w.Enabled}
 	}
+	// Writes evaluate under the lock (expression values, the gates of
+	// the entries they replace).
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	res := &WriteResult{}
 	var written []*Entry
 	var hidden map[entryKey]bool

@@ -25,7 +25,7 @@ func TestReadUsageIsAtTheReadsSeq(t *testing.T) {
 	if _, err := s.RegisterAction(ctx, admin, "u", ActionDef{ID: "bump", Writes: []WriteTemplate{{Key: "n", Value: json.RawMessage(`1`)}}}); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := s.readCtx(ctx, admin, "u", true)
+	rc, err := s.readCtx(admittedCtx(t, s, ctx, admin, "u"), admin, "u", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestReadUsageNeverLoadedLate(t *testing.T) {
 	// The long way (the snapshot the invocation advanced has no usage),
 	// then the cached snapshot.
 	for range 2 {
-		rc, err := s.readCtx(ctx, admin, "late", true)
+		rc, err := s.readCtx(admittedCtx(t, s, ctx, admin, "late"), admin, "late", true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,4 +86,17 @@ func TestReadUsageNeverLoadedLate(t *testing.T) {
 	if _, err := s.Context(ctx, admin, "late", ContextRequest{Depth: "lean", MessagesLimit: 20}); err != nil {
 		t.Fatalf("a context read after the invocation: %v", err)
 	}
+}
+
+// admittedCtx is ctx admitted to the room's expression budget for p, as
+// the public entries admit before they read (readCtx refuses a context
+// that was not); the admission ends with the test.
+func admittedCtx(t *testing.T, s *Service, ctx context.Context, p *Principal, roomID string) context.Context {
+	t.Helper()
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(done)
+	return ctx
 }

@@ -439,6 +439,11 @@ func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string, pa
 	if err != nil {
 		return nil, err
 	}
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	rc, err := s.readCtx(ctx, p, roomID, prog.UsesMessages)
 	if err != nil {
 		return nil, err

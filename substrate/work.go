@@ -125,16 +125,20 @@ func (m *workMeter) sweep(now time.Time) {
 // call on one context that lives for hours, and a release registered on it
 // per call (context.AfterFunc) piled up until it ended (the soak of issue
 // 32 saw 9,700 goroutines start when four pages closed).
+//
+// Every public entry that evaluates expressions for a room admits once, at
+// its start, and passes the returned context down; readCtx refuses a
+// context that was not (admitted), so an entry that forgets is an error in
+// every test that calls it, not an unmetered read.
 func (s *Service) work(ctx context.Context, p *Principal, roomID string) (_ context.Context, done func(), _ error) {
-	if s.workMeter == nil {
-		return ctx, func() {}, nil
-	}
-	key, share, whose := roomID, 1.0, "its members"
-	if p != nil && p.ReadOnly() {
-		key, share, whose = roomID+"\x00read-only", guestShare, "read-only readers (view links, observers)"
-	}
+	key, share, whose := budgetKey(p, roomID)
 	if k, _ := ctx.Value(workKey{}).(string); k == key {
 		return ctx, func() {}, nil
+	}
+	if s.workMeter == nil {
+		// Marked all the same: with the budget off, admitted still tells
+		// an entry that admitted from one that forgot to.
+		return context.WithValue(ctx, workKey{}, key), func() {}, nil
 	}
 	b, wait, ok := s.workMeter.admit(key, share, time.Now())
 	if !ok {
@@ -154,3 +158,29 @@ func (s *Service) work(ctx context.Context, p *Principal, roomID string) (_ cont
 
 // workKey marks a context admitted (and metered) for a room's budget.
 type workKey struct{}
+
+// budgetKey is the budget p's requests in roomID draw on: the room's
+// members', or its read-only readers'.
+func budgetKey(p *Principal, roomID string) (key string, share float64, whose string) {
+	if p != nil && p.ReadOnly() {
+		return roomID + "\x00read-only", guestShare, "read-only readers (view links, observers)"
+	}
+	return roomID, 1, "its members"
+}
+
+// admitted reports whether ctx was admitted (work) for the budget p's
+// requests in roomID draw on.
+func admitted(ctx context.Context, p *Principal, roomID string) bool {
+	key, _, _ := budgetKey(p, roomID)
+	k, _ := ctx.Value(workKey{}).(string)
+	return k == key
+}
+
+// notAdmitted is readCtx's answer to a context no entry admitted: a bug
+// (an entry that reads a room without charging it), loud in every test
+// that reaches it, and logged in production rather than served unmetered.
+func (s *Service) notAdmitted(roomID string) error {
+	s.log.Error("a room context was read on a request not admitted to the room's expression budget: its entry must call work first", "room", roomID)
+	return errs.New(errs.Internal, "internal error: the read was not admitted to room %q's expression budget", roomID).
+		WithHint("retry later; if it persists, report it with the time of the request")
+}

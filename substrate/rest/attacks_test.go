@@ -2421,8 +2421,10 @@ func TestAttackRememberedDeadTokenRefusedBeforeTheLock(t *testing.T) {
 func TestAttackRememberedDeadTokenOfABusyRoom(t *testing.T) {
 	e := newEnvWith(t, rest.Options{}, substrate.Limits{RoomCostPerSecond: 1000, GateQuantum: -1})
 	rm := e.room("dead-busy", nil)
-	nowGated(t, e, rm, 100, 0)
+	// The action first: writing the gated entries evaluates their gates
+	// (charged to the room), which may spend the budget already.
 	e.do("PUT", "/rooms/"+rm.id+"/actions", rm.token, map[string]any{"id": "tick", "writes": []any{map[string]any{"key": "n", "increment": 1}}}).must(t, 201)
+	nowGated(t, e, rm, 100, 0)
 	bob := e.join(rm, "bob")
 	path := "/rooms/" + rm.id + "/actions/tick/invoke"
 	busy := false
