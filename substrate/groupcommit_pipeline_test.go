@@ -1,14 +1,11 @@
 package substrate_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 )
 
@@ -22,66 +19,16 @@ import (
 // invocations queue, so that (after the first, which leads and waits for
 // the lock) they share the transaction's second round in a known order.
 func TestGroupCommitRefusedMidGroupRedoesTheRest(t *testing.T) {
-	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
-	t.Cleanup(svc.Close)
-	ctx := context.Background()
-	const room = "gc-mid"
-	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, _ := svc.Authenticate(ctx, rm.Token)
-	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_mid() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
-		CREATE TRIGGER gc_mid BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_mid()`); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []substrate.ActionDef{
-		{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}},
+	r := newGCRoom(t, "gc-mid", refuseBoom,
+		substrate.ActionDef{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}},
 			Result: `{"n": state._shared.n, "b": has(state._shared.b)}`},
-		// boom's increment is valid; its second write is what PostgreSQL
-		// refuses, after the increment went out.
-		{ID: "boom", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1000`)}, {Key: "b", Value: json.RawMessage(`"boom"`)}}},
-	} {
-		if _, err := svc.RegisterAction(ctx, pr, room, a); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := svc.Invoke(ctx, pr, room, "inc", nil); err != nil { // n = 1
-		t.Fatal(err)
-	}
+		boomAction)
+	db, svc, ctx, room, pr := r.db, r.svc, r.ctx, r.id, r.pr
+	r.invoke("inc", nil) // n = 1
 	before := svc.Stats()
 
-	tctx, tx, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(tctx, `SELECT FROM rooms WHERE id = $1 FOR UPDATE`, room); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		res *substrate.InvokeResult
-		err error
-	}
 	order := []string{"inc", "inc", "boom", "inc", "inc"}
-	answers := make([]chan answer, len(order))
-	for i, action := range order {
-		answers[i] = make(chan answer, 1)
-		go func() {
-			res, err := svc.Invoke(ctx, pr, room, action, nil)
-			answers[i] <- answer{res, err}
-		}()
-		// The first leads and waits for the lock; the others queue in order.
-		time.Sleep(150 * time.Millisecond)
-	}
-	if err := tx.Commit(tctx); err != nil {
-		t.Fatal(err)
-	}
-	var got []answer
-	for i := range order {
-		got = append(got, <-answers[i])
-	}
+	got := r.queued(invocations(order...)...)
 	if got[2].err == nil || !strings.Contains(got[2].err.Error(), "boom refused") {
 		t.Fatalf("boom: %v, want PostgreSQL's refusal", got[2].err)
 	}
@@ -115,13 +62,9 @@ func TestGroupCommitRefusedMidGroupRedoesTheRest(t *testing.T) {
 	}
 	// The room as read (from this process's snapshot, which the group
 	// published) and as stored.
-	env, err := svc.Context(ctx, pr, room, substrate.ContextRequest{Only: []string{"state._shared"}, NoActions: true, NoMessages: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := json.Marshal(env.State["_shared"])
-	if env.Context.Seq != seqs[len(seqs)-1] || string(raw) != `{"n":5}` {
-		t.Errorf("context at %d (want %d): _shared %s, want {\"n\":5}", env.Context.Seq, seqs[len(seqs)-1], raw)
+	seq, raw := r.shared()
+	if seq != seqs[len(seqs)-1] || raw != `{"n":5}` {
+		t.Errorf("context at %d (want %d): _shared %s, want {\"n\":5}", seq, seqs[len(seqs)-1], raw)
 	}
 	var n, b, roomSeq, roomMsgs, msgs int64
 	if err := db.QueryRow(ctx, `SELECT (SELECT value::text::int FROM state WHERE room_id = $1 AND scope = '_shared' AND key = 'n'),
@@ -162,59 +105,15 @@ func TestGroupCommitRefusedMidGroupRedoesTheRest(t *testing.T) {
 // that shows an earlier invocation's statement refused, the reading one
 // is evaluated again, once: its writes, seqs and audit entry appear once.
 func TestGroupCommitOwnReadAfterARefusal(t *testing.T) {
-	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
-	t.Cleanup(svc.Close)
-	ctx := context.Background()
-	const room = "gc-own-read"
-	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, _ := svc.Authenticate(ctx, rm.Token)
-	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_own() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
-		CREATE TRIGGER gc_own BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_own()`); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []substrate.ActionDef{
-		{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
-		{ID: "boom", Writes: []substrate.WriteTemplate{{Key: "b", Value: json.RawMessage(`"boom"`)}}},
-		{ID: "fresh", Params: map[string]substrate.ParamSpec{"k": {Type: "string", Required: true}},
-			Writes: []substrate.WriteTemplate{{Key: "${params.k}", Increment: json.RawMessage(`1`)}}},
-	} {
-		if _, err := svc.RegisterAction(ctx, pr, room, a); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := svc.Invoke(ctx, pr, room, "inc", nil); err != nil {
-		t.Fatal(err)
-	}
-	tctx, tx, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(tctx, `SELECT FROM rooms WHERE id = $1 FOR UPDATE`, room); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		res *substrate.InvokeResult
-		err error
-	}
-	calls := []struct{ action, params string }{{"inc", `{}`}, {"boom", `{}`}, {"fresh", `{"k": "x1"}`}}
-	answers := make([]chan answer, len(calls))
-	for i, c := range calls {
-		answers[i] = make(chan answer, 1)
-		go func() {
-			res, err := svc.Invoke(ctx, pr, room, c.action, json.RawMessage(c.params))
-			answers[i] <- answer{res, err}
-		}()
-		time.Sleep(150 * time.Millisecond)
-	}
-	if err := tx.Commit(tctx); err != nil {
-		t.Fatal(err)
-	}
-	first, boom, fresh := <-answers[0], <-answers[1], <-answers[2]
+	r := newGCRoom(t, "gc-own-read", refuseBoom,
+		substrate.ActionDef{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
+		substrate.ActionDef{ID: "boom", Writes: []substrate.WriteTemplate{{Key: "b", Value: json.RawMessage(`"boom"`)}}},
+		substrate.ActionDef{ID: "fresh", Params: map[string]substrate.ParamSpec{"k": {Type: "string", Required: true}},
+			Writes: []substrate.WriteTemplate{{Key: "${params.k}", Increment: json.RawMessage(`1`)}}})
+	db, svc, ctx, room := r.db, r.svc, r.ctx, r.id
+	r.invoke("inc", nil)
+	answers := r.queued(gcCall{"inc", json.RawMessage(`{}`)}, gcCall{"boom", json.RawMessage(`{}`)}, gcCall{"fresh", json.RawMessage(`{"k": "x1"}`)})
+	first, boom, fresh := answers[0], answers[1], answers[2]
 	if first.err != nil || fresh.err != nil || boom.err == nil {
 		t.Fatalf("inc: %v, boom: %v, fresh: %v", first.err, boom.err, fresh.err)
 	}
@@ -239,58 +138,13 @@ func TestGroupCommitOwnReadAfterARefusal(t *testing.T) {
 // the refused writes: it is judged again without them. The precondition
 // holds without boom's increment, so check succeeds.
 func TestGroupCommitRefusalJudgedAgain(t *testing.T) {
-	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
-	t.Cleanup(svc.Close)
-	ctx := context.Background()
-	const room = "gc-judged"
-	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, _ := svc.Authenticate(ctx, rm.Token)
-	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_judged() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
-		CREATE TRIGGER gc_judged BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_judged()`); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []substrate.ActionDef{
-		{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}, {Key: "b", Value: json.RawMessage(`"ok"`)}}},
-		{ID: "boom", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1000`)}, {Key: "b", Value: json.RawMessage(`"boom"`)}}},
-		{ID: "check", If: `state._shared.n < 1000`, Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
-	} {
-		if _, err := svc.RegisterAction(ctx, pr, room, a); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := svc.Invoke(ctx, pr, room, "inc", nil); err != nil { // n and b exist: no invocation reads on its own
-		t.Fatal(err)
-	}
-	tctx, tx, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(tctx, `SELECT FROM rooms WHERE id = $1 FOR UPDATE`, room); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		res *substrate.InvokeResult
-		err error
-	}
-	actions := []string{"inc", "boom", "check"}
-	answers := make([]chan answer, len(actions))
-	for i, a := range actions {
-		answers[i] = make(chan answer, 1)
-		go func() {
-			res, err := svc.Invoke(ctx, pr, room, a, nil)
-			answers[i] <- answer{res, err}
-		}()
-		time.Sleep(150 * time.Millisecond)
-	}
-	if err := tx.Commit(tctx); err != nil {
-		t.Fatal(err)
-	}
-	first, boom, check := <-answers[0], <-answers[1], <-answers[2]
+	r := newGCRoom(t, "gc-judged", refuseBoom,
+		substrate.ActionDef{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}, {Key: "b", Value: json.RawMessage(`"ok"`)}}},
+		boomAction,
+		substrate.ActionDef{ID: "check", If: `state._shared.n < 1000`, Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}})
+	r.invoke("inc", nil) // n and b exist: no invocation reads on its own
+	answers := r.queued(invocations("inc", "boom", "check")...)
+	first, boom, check := answers[0], answers[1], answers[2]
 	if first.err != nil || boom.err == nil || !strings.Contains(boom.err.Error(), "boom refused") {
 		t.Fatalf("inc: %v, boom: %v", first.err, boom.err)
 	}
@@ -300,7 +154,7 @@ func TestGroupCommitRefusalJudgedAgain(t *testing.T) {
 	if check.res.Seq != first.res.Seq+2 {
 		t.Errorf("check at seq %d, want %d", check.res.Seq, first.res.Seq+2)
 	}
-	if s := svc.Stats(); s.GroupRedone == 0 || s.GroupLargest < 3 {
+	if s := r.svc.Stats(); s.GroupRedone == 0 || s.GroupLargest < 3 {
 		t.Fatalf("not exercised: redone %d, largest %d", s.GroupRedone, s.GroupLargest)
 	}
 }

@@ -1,7 +1,6 @@
 package substrate_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -23,39 +21,18 @@ import (
 // with its own seq, result and audit entry, the counter counts exactly
 // the successes in seq order, and the room's sequence has no gap.
 func TestGroupCommitFailuresTakeOnlyThemselves(t *testing.T) {
-	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
-	t.Cleanup(svc.Close)
-	ctx := context.Background()
-	const room = "gc-room"
-	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, _ := svc.Authenticate(ctx, rm.Token)
 	// PostgreSQL itself refuses the write of "boom": the failure comes
 	// from the pipeline, after the invocation's increment went out.
-	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_boom() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
-		CREATE TRIGGER gc_boom BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_boom()`); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []substrate.ActionDef{
-		{ID: "inc", Params: map[string]substrate.ParamSpec{"v": {Type: "integer", Required: true}}, If: `params.v != 13`,
+	r := newGCRoom(t, "gc-room", refuseBoom,
+		substrate.ActionDef{ID: "inc", Params: map[string]substrate.ParamSpec{"v": {Type: "integer", Required: true}}, If: `params.v != 13`,
 			Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}, {Key: "last", Value: json.RawMessage(`"${params.v}"`)}},
 			Result: `state._shared.n`},
-		{ID: "stale", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1000`), IfVersion: json.RawMessage(`1`)}}},
-		{ID: "boom", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1000`)}, {Key: "b", Value: json.RawMessage(`"boom"`)}}},
-	} {
-		if _, err := svc.RegisterAction(ctx, pr, room, a); err != nil {
-			t.Fatal(err)
-		}
-	}
+		substrate.ActionDef{ID: "stale", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1000`), IfVersion: json.RawMessage(`1`)}}},
+		boomAction)
+	db, svc, ctx, room, pr := r.db, r.svc, r.ctx, r.id, r.pr
 	// n exists before the run, so "stale" (if_version 1) always conflicts
 	// once the first inc has written it.
-	if _, err := svc.Invoke(ctx, pr, room, "inc", json.RawMessage(`{"v": 0}`)); err != nil {
-		t.Fatal(err)
-	}
+	r.invoke("inc", json.RawMessage(`{"v": 0}`))
 	const workers, each = 16, 12
 	type call struct {
 		agent, action string
@@ -68,11 +45,7 @@ func TestGroupCommitFailuresTakeOnlyThemselves(t *testing.T) {
 	calls := make([][]call, workers)
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
-		j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: fmt.Sprintf("w%d", w), Name: "w"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, _ := svc.Authenticate(ctx, j.Token)
+		p := r.join(fmt.Sprintf("w%d", w))
 		wg.Add(1)
 		go func(w int, p *substrate.Principal) {
 			defer wg.Done()
@@ -189,64 +162,23 @@ func TestGroupCommitFailuresTakeOnlyThemselves(t *testing.T) {
 // lock is held by the test while three invocations queue, so they share
 // one transaction; a deferred constraint trigger refuses its commit.
 func TestGroupCommitFailedCommitPublishesNothing(t *testing.T) {
-	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
-	t.Cleanup(svc.Close)
-	ctx := context.Background()
-	const room = "gc-doom"
-	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, _ := svc.Authenticate(ctx, rm.Token)
-	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_doom() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.value = '"doom"'::jsonb THEN RAISE EXCEPTION 'doom refused at commit'; END IF; RETURN NULL; END $$;
-		CREATE CONSTRAINT TRIGGER gc_doom AFTER INSERT OR UPDATE ON state DEFERRABLE INITIALLY DEFERRED
-			FOR EACH ROW EXECUTE FUNCTION gc_doom()`); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []substrate.ActionDef{
-		{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
-		{ID: "doom", Writes: []substrate.WriteTemplate{{Key: "d", Value: json.RawMessage(`"doom"`)}}},
-	} {
-		if _, err := svc.RegisterAction(ctx, pr, room, a); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := svc.Invoke(ctx, pr, room, "inc", nil); err != nil {
-		t.Fatal(err)
-	}
-	// The context read: served from this process's snapshot of the room
-	// at the room's committed seq.
-	shared := func() (int64, string) {
-		t.Helper()
-		env, err := svc.Context(ctx, pr, room, substrate.ContextRequest{Only: []string{"state._shared"}, NoActions: true, NoMessages: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := json.Marshal(env.State["_shared"])
-		return env.Context.Seq, string(raw)
-	}
-	seq0, _ := shared() // the snapshot at seq0 is now cached
+	r := newGCRoom(t, "gc-doom", refuseDoomAtCommit,
+		substrate.ActionDef{ID: "inc", Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
+		substrate.ActionDef{ID: "doom", Writes: []substrate.WriteTemplate{{Key: "d", Value: json.RawMessage(`"doom"`)}}})
+	svc, ctx, room, pr := r.svc, r.ctx, r.id, r.pr
+	r.invoke("inc", nil)
+	seq0, _ := r.shared() // the snapshot at seq0 is now cached
 
 	// The test holds the room lock (from the pool's second connection,
 	// released before the invocations need it) while they queue.
-	tctx, tx, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(tctx, `SELECT FROM rooms WHERE id = $1 FOR UPDATE`, room); err != nil {
-		t.Fatal(err)
-	}
+	release := r.lockRoom()
 	errc := make(chan error, 3)
 	go func() { _, err := svc.Invoke(ctx, pr, room, "inc", nil); errc <- err }()
 	time.Sleep(300 * time.Millisecond) // the leader waits for the lock
 	go func() { _, err := svc.Invoke(ctx, pr, room, "doom", nil); errc <- err }()
 	go func() { _, err := svc.Invoke(ctx, pr, room, "inc", nil); errc <- err }()
 	time.Sleep(300 * time.Millisecond) // both queued behind it
-	if err := tx.Commit(tctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	for range 3 {
 		if err := <-errc; err == nil {
 			t.Error("an invocation of the failed group transaction was answered as applied")
@@ -255,7 +187,7 @@ func TestGroupCommitFailedCommitPublishesNothing(t *testing.T) {
 	if s := svc.Stats(); s.GroupLargest < 3 {
 		t.Fatalf("the three invocations did not share a transaction (largest %d)", s.GroupLargest)
 	}
-	seq, raw := shared()
+	seq, raw := r.shared()
 	if seq != seq0 || strings.Contains(raw, "doom") {
 		t.Fatalf("after the failed commit: seq %d (want %d), _shared %s", seq, seq0, raw)
 	}
@@ -267,7 +199,7 @@ func TestGroupCommitFailedCommitPublishesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	seq, raw = shared()
+	seq, raw = r.shared()
 	if seq != seq0+6 || strings.Contains(raw, "doom") || !strings.Contains(raw, `"w":6`) || !strings.Contains(raw, `"n":1`) {
 		t.Fatalf("at seq %d (want %d): _shared %s, want n = 1, w = 6 and no d", seq, seq0+6, raw)
 	}

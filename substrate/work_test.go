@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/ctxtest"
 )
 
 // A gate that reads now is evaluated once per reader per quantum
@@ -112,32 +112,6 @@ func TestSharedRegistrantsShareOneState(t *testing.T) {
 	}
 }
 
-// countingCtx is a long-lived context that counts the functions registered
-// to run when it ends (context.AfterFunc) and not yet run or stopped.
-// Its own Done channel keeps the context package from registering
-// children on the cancelCtx underneath, past AfterFunc.
-type countingCtx struct {
-	context.Context
-	done chan struct{}
-	held atomic.Int64
-}
-
-func (c *countingCtx) Done() <-chan struct{} { return c.done }
-
-func (c *countingCtx) AfterFunc(f func()) func() bool {
-	c.held.Add(1)
-	var once sync.Once
-	settle := func() { once.Do(func() { c.held.Add(-1) }) }
-	stop := context.AfterFunc(c.Context, func() { settle(); f() })
-	return func() bool {
-		ok := stop()
-		if ok {
-			settle()
-		}
-		return ok
-	}
-}
-
 // A caller that makes call after call on one context (a live page, a
 // collaborator, a bench client) leaves nothing behind per call: each
 // call's use of the room's expression budget ends with the call, not with
@@ -149,8 +123,8 @@ func TestLongLivedContextHoldsNothingPerCall(t *testing.T) {
 	svc := substrate.New(db, substrate.Options{})
 	base, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ctx := &countingCtx{Context: base, done: make(chan struct{})}
-	go func() { <-base.Done(); close(ctx.done) }()
+	var held atomic.Int64
+	ctx := ctxtest.NewCounting(base, &held)
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "longlived"})
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +169,7 @@ func TestLongLivedContextHoldsNothingPerCall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := ctx.held.Load(); n > 2 {
+	if n := held.Load(); n > 2 {
 		t.Fatalf("after %d calls on one context, %d functions wait for it to end: each call left its release of the room's budget behind", 7*calls+3, n)
 	}
 }

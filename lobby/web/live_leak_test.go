@@ -6,38 +6,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/substrate/ctxtest"
 )
-
-// heldCtx is a request's context that counts the functions registered to
-// run when it ends (context.AfterFunc, and the children derived from it)
-// and not yet run or stopped.
-type heldCtx struct {
-	context.Context
-	done chan struct{}
-	held *atomic.Int64
-}
-
-func (c *heldCtx) Done() <-chan struct{} { return c.done }
-
-func (c *heldCtx) AfterFunc(f func()) func() bool {
-	c.held.Add(1)
-	var once sync.Once
-	settle := func() { once.Do(func() { c.held.Add(-1) }) }
-	stop := context.AfterFunc(c.Context, func() { settle(); f() })
-	return func() bool {
-		ok := stop()
-		if ok {
-			settle()
-		}
-		return ok
-	}
-}
 
 // A live page holds nothing per update on its request's context: it stays
 // open for hours on a busy room. Each render's reads were admitted to the
@@ -61,9 +36,7 @@ func TestLiveStreamHoldsNothingPerUpdate(t *testing.T) {
 	wb.Routes(mux)
 	var held atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := &heldCtx{Context: r.Context(), done: make(chan struct{}), held: &held}
-		go func() { <-r.Context().Done(); close(c.done) }()
-		mux.ServeHTTP(w, r.WithContext(c))
+		mux.ServeHTTP(w, r.WithContext(ctxtest.NewCounting(r.Context(), &held)))
 	}))
 	t.Cleanup(srv.Close)
 
