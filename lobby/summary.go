@@ -119,7 +119,7 @@ func roomSummaries(ctx context.Context, svc *substrate.Service, ids []string, vi
 			case errs.Is(err, errs.RoomBusy):
 				ms, _ := errs.From(err).Details["retry_after_ms"].(int64)
 				sum.Busy = &SummaryBusy{Code: errs.RoomBusy, RetryAfterMs: ms,
-					Hint: "the room has spent its expression budget for now, so its summary view was not evaluated: values shows its newest scalars meanwhile; read the lobby again after retry_after_ms"}
+					Hint: "the room has spent its expression budget for now, so its summary view was not evaluated: values shows its newest scalars meanwhile; call sync_lobby again after retry_after_ms to see it"}
 			case err != nil:
 				return nil, err
 			case ok:
