@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -620,4 +621,182 @@ func (f *fixture) registerStandard(t *testing.T, p *substrate.Principal, room, i
 		}
 	}
 	t.Fatalf("the standard library has no action %q", id)
+}
+
+// The lobby's summary of a room is evaluated for every member's lobby, on
+// every read, and any member who may register views decides what it
+// costs. These rooms make it expensive: a list to walk (costlySum) and
+// views that walk it reading now (so no read reuses another's value).
+
+// costlySum walks the room's _shared.big (summaryBudgetRoom): about 58,000
+// cel-go cost.
+const costlySum = `state._shared.big.map(x, x * 2).filter(y, y > 3).size()`
+
+// summaryBudgetRoom is one of alice's rooms (f.l.CreateRoom) with a 2,000
+// number list in _shared.big, a scalar _shared.phase, and views: the
+// given summary, a cheap "base" it may read, and walkers other views
+// that walk the list reading now.
+func summaryBudgetRoom(t *testing.T, f *fixture, id, summary string, walkers int) string {
+	t.Helper()
+	ctx := context.Background()
+	room, err := f.l.CreateRoom(ctx, "user_alice", id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := substrate.RoomPrincipal(room)
+	big := make([]int, 2000)
+	for i := range big {
+		big[i] = i
+	}
+	raw, _ := json.Marshal(big)
+	if _, err := f.svc.WriteState(ctx, admin, room, []substrate.Write{{Scope: "_shared", Key: "big", Value: raw},
+		{Scope: "_shared", Key: "phase", Value: json.RawMessage(`"play"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	defs := []substrate.ViewDef{{ID: "base", Expr: `state._shared.phase`}}
+	for i := range walkers {
+		defs = append(defs, substrate.ViewDef{ID: fmt.Sprintf("walk%d", i), Expr: `now > timestamp("2000-01-01T00:00:00Z") && ` + costlySum + ` > 0`})
+	}
+	defs = append(defs, substrate.ViewDef{ID: lobby.SummaryView, Expr: summary})
+	for _, d := range defs {
+		if _, err := f.svc.RegisterView(ctx, admin, room, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return room
+}
+
+// stateSummary is the lobby's state_summary of room as its JSON (what
+// sync_lobby shows).
+func stateSummary(t *testing.T, v *lobby.View, room string) map[string]any {
+	t.Helper()
+	for _, r := range v.Rooms {
+		if r.Room != room {
+			continue
+		}
+		raw, _ := json.Marshal(r.Summary)
+		var out map[string]any
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	t.Fatalf("room %s is not in the lobby", room)
+	return nil
+}
+
+// The summary evaluates the summary view and the views it reads, nothing
+// else, and once for an unchanged room: the lobby evaluated all of the
+// room's views as the room principal on every read (five walks of the
+// list per member per read), and the lobby page, which shows no summary,
+// evaluated them too.
+func TestAttackSummaryEvaluatesOnlyItsViews(t *testing.T) {
+	f := newFixture(t, "alice")
+	ctx := context.Background()
+	room := summaryBudgetRoom(t, f, "walks", `"phase " + views.base`, 5)
+	// A gated entry: context reads share no view value in such a room
+	// (gates are decided per reader), but the summary's, read as the
+	// room principal through a gate that reads only state, holds for the
+	// room's state.
+	if _, err := f.svc.WriteState(ctx, substrate.RoomPrincipal(room), room, []substrate.Write{{Scope: "_shared", Key: "gated",
+		Value: json.RawMessage(`1`), Enabled: `state._shared.phase == "play"`}}, false); err != nil {
+		t.Fatal(err)
+	}
+	before := f.svc.Stats().ViewEvaluations
+	for range 10 {
+		if _, err := f.l.UserRooms(ctx, "user_alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.svc.Stats().ViewEvaluations - before; n > 0 {
+		t.Fatalf("HOLE: ten renders of the lobby page, which shows no summary, evaluated %d views", n)
+	}
+	s := f.session(t, "alice", "g-alice", "rooms:*:admin")
+	before = f.svc.Stats().ViewEvaluations
+	for range 10 {
+		v, err := f.l.View(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := stateSummary(t, v, room)["summary"]; got != "phase play" {
+			t.Fatalf("summary %v, want \"phase play\"", got)
+		}
+	}
+	if n := f.svc.Stats().ViewEvaluations - before; n > 2 {
+		t.Fatalf("HOLE: ten lobby reads of a room whose summary reads one view evaluated %d views (want at most 2: summary and base, once)", n)
+	}
+}
+
+// The summary's evaluation is charged to the room's expression budget:
+// reading the lobby again and again spends it, and then the summary is
+// not evaluated (the lobby says the room is busy); the room's own reads
+// are refused with room_busy too, the budget being one. Before, the
+// lobby evaluated the room's views on no budget: every read walked.
+func TestAttackSummaryChargedToTheRoom(t *testing.T) {
+	f := newFixtureWith(t, substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}}, "alice")
+	ctx := context.Background()
+	room := summaryBudgetRoom(t, f, "hot", `now > timestamp("2000-01-01T00:00:00Z") && `+costlySum+` > 0`, 0)
+	s := f.session(t, "alice", "g-alice", "rooms:*:admin")
+	before := f.svc.Stats().ViewEvaluations
+	busy := 0
+	for range 20 {
+		v, err := f.l.View(ctx, s)
+		if err != nil {
+			t.Fatalf("a lobby read with a busy room failed: %v", err)
+		}
+		if sum := stateSummary(t, v, room); sum["summary_busy"] != nil {
+			busy++
+		}
+	}
+	n := f.svc.Stats().ViewEvaluations - before
+	if busy == 0 || n >= 10 {
+		t.Fatalf("HOLE: twenty lobby reads of a summary costing about 58,000 on a budget of 5,000 per second: %d evaluations, %d reads shown busy", n, busy)
+	}
+	if _, err := f.svc.Context(ctx, substrate.RoomPrincipal(room), room, substrate.ContextRequest{}); !errs.Is(err, errs.RoomBusy) {
+		t.Fatalf("the lobby spent the room's budget, yet the room's own read was not refused: %v", err)
+	}
+}
+
+// A busy room does not break the lobby: its entry shows its scalars and
+// says why its summary is not there (room_busy, when to look again), and
+// the person's other rooms show theirs. Before, nothing was refused, so
+// nothing said so: the busy room's summary was evaluated on no budget.
+func TestAttackBusyRoomKeepsTheLobby(t *testing.T) {
+	f := newFixtureWith(t, substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}}, "alice")
+	ctx := context.Background()
+	hot := summaryBudgetRoom(t, f, "hot", `now > timestamp("2000-01-01T00:00:00Z") && `+costlySum+` > 0`, 0)
+	calm := summaryBudgetRoom(t, f, "calm", `"calm " + views.base`, 0)
+	// Spent by reads of the room itself (its summary view reads now).
+	spent := false
+	for range 10 {
+		if _, err := f.svc.Context(ctx, substrate.RoomPrincipal(hot), hot, substrate.ContextRequest{}); errs.Is(err, errs.RoomBusy) {
+			spent = true
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !spent {
+		t.Fatal("ten context reads of a view costing about 58,000 on a budget of 5,000 per second: none refused")
+	}
+	s := f.session(t, "alice", "g-alice", "rooms:*:admin")
+	before := f.svc.Stats().ViewEvaluations
+	v, err := f.l.View(ctx, s)
+	if err != nil {
+		t.Fatalf("HOLE: one busy room failed the whole lobby: %v", err)
+	}
+	sum := stateSummary(t, v, hot)
+	busy, _ := sum["summary_busy"].(map[string]any)
+	if busy == nil || busy["code"] != "room_busy" || busy["retry_after_ms"].(float64) <= 0 {
+		t.Fatalf("HOLE: the busy room's summary: %v (want summary_busy with room_busy and retry_after_ms)", sum)
+	}
+	if vals, _ := sum["values"].(map[string]any); vals["phase"] != "play" || sum["summary"] != nil {
+		t.Fatalf("a busy room shows its scalars instead of its summary: %v", sum)
+	}
+	if got := stateSummary(t, v, calm)["summary"]; got != "calm play" {
+		t.Fatalf("the calm room's summary next to a busy one: %v", got)
+	}
+	if n := f.svc.Stats().ViewEvaluations - before; n > 2 {
+		t.Fatalf("HOLE: the busy room's summary was evaluated: %d view evaluations (the calm room's are 2 at most)", n)
+	}
 }

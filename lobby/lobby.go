@@ -37,12 +37,14 @@ type Agent = roomdir.Agent
 // UserRooms lists the rooms a user belongs to, with their agents and
 // defined roles.
 func (l *Lobby) UserRooms(ctx context.Context, userID string) ([]Room, error) {
-	rooms, _, err := l.userRooms(ctx, userID)
+	rooms, _, err := l.userRooms(ctx, userID, nil)
 	return rooms, err
 }
 
-// userRooms is UserRooms with the substrate's summary of each room.
-func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[string]*RoomSummary, error) {
+// userRooms is UserRooms with the substrate's summary of each room, its
+// summary view evaluated for the rooms view admits (nil: none; a Room
+// does not show it).
+func (l *Lobby) userRooms(ctx context.Context, userID string, view func(room string) bool) ([]Room, map[string]*RoomSummary, error) {
 	rows, err := l.db.Query(ctx, `SELECT room_id, coalesce(label, ''), access, is_default FROM smcp_user_rooms
 		WHERE user_id = $1 ORDER BY created_at, room_id`, userID)
 	if err != nil {
@@ -63,7 +65,10 @@ func (l *Lobby) userRooms(ctx context.Context, userID string) ([]Room, map[strin
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
-	sums, err := RoomSummaries(ctx, l.svc, ids)
+	if view == nil {
+		view = func(string) bool { return false }
+	}
+	sums, err := roomSummaries(ctx, l.svc, ids, view)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -101,6 +101,9 @@ type StateSummary struct {
 	// Summary is the value of the room's view named summary, which then
 	// stands for Values.
 	Summary any `json:"summary,omitempty"`
+	// SummaryBusy is set instead of Summary when the room's summary view
+	// was not evaluated: the room has spent its expression budget.
+	SummaryBusy *SummaryBusy `json:"summary_busy,omitempty"`
 }
 
 // Embodiment is the result of embodying or disembodying.

@@ -111,7 +111,7 @@ func searchRooms(ctx context.Context, svc *substrate.Service, rooms []string, pr
 // SearchSession searches every room of the session's scope as the
 // session reads each (its agent where embodied, an observer elsewhere).
 func (l *Lobby) SearchSession(ctx context.Context, s *Session, req substrate.SearchRequest, words errs.Words) (*RoomsSearch, error) {
-	v, err := l.View(ctx, s)
+	v, err := l.view(ctx, s, false) // its rooms, not their summaries
 	if err != nil {
 		return nil, err
 	}

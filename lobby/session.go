@@ -538,7 +538,7 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 			With("room", room).With("reason", "level_below").With("role", userRole).With("access", level).WithHint("%s", hint)
 	}
 	if role == "" && agent != "" {
-		sums, err := RoomSummaries(ctx, l.svc, []string{room})
+		sums, err := roomSummaries(ctx, l.svc, []string{room}, func(string) bool { return false }) // its roles only
 		if err != nil {
 			return nil, err
 		}
@@ -926,7 +926,14 @@ func nearestOf(asked string, set []string, fallback string) string {
 // View is the lobby: the rooms in scope with access, agents and roles,
 // whether rooms can be created, and what the session is embodied as.
 func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
-	rooms, sums, err := l.userRooms(ctx, s.UserID)
+	return l.view(ctx, s, true)
+}
+
+// view is View, the rooms' summary views evaluated when summaries is
+// set (only for the rooms in the session's scope, which it shows).
+func (l *Lobby) view(ctx context.Context, s *Session, summaries bool) (*View, error) {
+	shown := func(room string) bool { return summaries && s.level(room) != "" }
+	rooms, sums, err := l.userRooms(ctx, s.UserID, shown)
 	if err != nil {
 		return nil, err
 	}
@@ -1002,7 +1009,7 @@ func (l *Lobby) View(ctx context.Context, s *Session) (*View, error) {
 // roles, last activity.
 func summarise(sum *RoomSummary, access string, reads func(scope string) bool) StateSummary {
 	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
-		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values, Summary: sum.View}
+		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values, Summary: sum.View, SummaryBusy: sum.Busy}
 	for scope, n := range sum.Keys {
 		if (access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit)) && reads(scope) {
 			out.Keys[scope] = n

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // The lobby's summary of a room, shaped here from the core's reads
@@ -37,6 +38,10 @@ type RoomSummary struct {
 	Values map[string]any
 	// View is the value of the room's view named summary, when it has one.
 	View any
+	// Busy is set when the room has a summary view the lobby did not
+	// evaluate because the room has spent its expression budget: Values
+	// stand in for it until the budget refills.
+	Busy *SummaryBusy
 	view *substrate.RoomView // for Reader
 }
 
@@ -46,10 +51,25 @@ const SummaryView = "summary"
 // summaryValues is how many scalars a summary shows.
 const summaryValues = 5
 
+// SummaryBusy says why a room's summary view is not shown: the room has
+// spent its expression budget (errs.RoomBusy), and when to look again.
+type SummaryBusy struct {
+	Code         errs.Code `json:"code"`
+	RetryAfterMs int64     `json:"retry_after_ms"`
+	Hint         string    `json:"hint"`
+}
+
 // RoomSummaries summarises the given rooms (those that exist) in two
 // statements plus a snapshot read for each room not in the core's cache.
 // Timers apply: an expired roles entry is not a role.
 func RoomSummaries(ctx context.Context, svc *substrate.Service, ids []string) (map[string]*RoomSummary, error) {
+	return roomSummaries(ctx, svc, ids, func(string) bool { return true })
+}
+
+// roomSummaries is RoomSummaries evaluating the summary view only of the
+// rooms view admits: those whose summary is shown (a listing that shows
+// none, like the lobby page's, costs the rooms no evaluation).
+func roomSummaries(ctx context.Context, svc *substrate.Service, ids []string, view func(room string) bool) (map[string]*RoomSummary, error) {
 	out := map[string]*RoomSummary{}
 	if len(ids) == 0 {
 		return out, nil
@@ -88,8 +108,23 @@ func RoomSummaries(ctx context.Context, svc *substrate.Service, ids []string) (m
 		// summary: its value (public, its registrar's authority) stands
 		// for the scalars. One gated by enabled depends on the reader,
 		// which the lobby does not evaluate.
-		if val, ok := v.PublicView(ctx, SummaryView); ok {
-			sum.View, sum.Values = val, nil
+		//
+		// Its evaluation is the room's to pay (substrate's PublicView):
+		// once the room has spent its budget, the lobby shows the room's
+		// scalars and says why, rather than failing the whole lobby, or
+		// a stale value that would read as current.
+		if view(id) {
+			val, ok, err := v.PublicView(ctx, SummaryView)
+			switch {
+			case errs.Is(err, errs.RoomBusy):
+				ms, _ := errs.From(err).Details["retry_after_ms"].(int64)
+				sum.Busy = &SummaryBusy{Code: errs.RoomBusy, RetryAfterMs: ms,
+					Hint: "the room has spent its expression budget for now, so its summary view was not evaluated: values shows its newest scalars meanwhile; call sync_lobby again after retry_after_ms to see it"}
+			case err != nil:
+				return nil, err
+			case ok:
+				sum.View, sum.Values = val, nil
+			}
 		}
 		if roles, ok := shared["roles"].(map[string]any); ok {
 			for id, r := range roles {

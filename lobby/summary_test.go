@@ -3,6 +3,7 @@ package lobby_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +82,55 @@ func TestRoomSummaryCountsOnlyPublicMessages(t *testing.T) {
 	if n := sums["msgs"].Messages; n != 1 {
 		t.Fatalf("the summary counts %d messages, want 1", n)
 	}
+}
+
+// A summary view is evaluated alone (with the views it reads), as the
+// room principal, and its value follows the room: one reading actions
+// sees their enabled as a context read would, and a value shared between
+// renders is the state's, never an older one's.
+func TestRoomSummaryViewFollowsTheRoom(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	admin := newSummaryRoom(t, svc, "sv")
+	if _, err := svc.WriteState(ctx, admin, "sv", []substrate.Write{{Scope: "_shared", Key: "phase", Value: json.RawMessage(`"play"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.RegisterAction(ctx, admin, "sv", substrate.ActionDef{ID: "move", Enabled: `state._shared.phase == "play"`,
+		Writes: []substrate.WriteTemplate{{Scope: "_shared", Key: "moved", Value: json.RawMessage(`true`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "phase", Expr: `state._shared.phase`},
+		{ID: lobby.SummaryView, Expr: `views.phase + (actions.move.enabled ? ", moves open" : ", moves closed")`},
+	} {
+		if _, err := svc.RegisterView(ctx, admin, "sv", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(what, summary string) {
+		t.Helper()
+		for range 2 { // the second render takes the first's value
+			sums, err := lobby.RoomSummaries(ctx, svc, []string{"sv"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sums["sv"].View; got != summary || sums["sv"].Busy != nil {
+				t.Fatalf("%s: summary %v (busy %v), want %q", what, got, sums["sv"].Busy, summary)
+			}
+		}
+		env, err := svc.Context(ctx, admin, "sv", substrate.ContextRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(env)
+		if !strings.Contains(string(raw), `"summary":"`+summary+`"`) {
+			t.Fatalf("%s: the room's own read disagrees with the lobby's %q: %s", what, summary, raw)
+		}
+	}
+	want("playing", "play, moves open")
+	if _, err := svc.WriteState(ctx, admin, "sv", []substrate.Write{{Scope: "_shared", Key: "phase", Value: json.RawMessage(`"over"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	want("over", "over, moves closed")
 }

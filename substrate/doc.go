@@ -148,7 +148,8 @@
 //     one statement; IdleAfter says when presence lapses to idle.
 //   - RoomView: one room read-only at its head's seq (the snapshot
 //     cache): Live values by scope (gated entries left out), Revision,
-//     PublicView (an ungated live view, reading no gated view, evaluated as the room principal),
+//     PublicView (an ungated live view, reading no gated view, evaluated
+//     alone as the room principal on the room's budget, once per state),
 //     and Reader (the one read rule's scopes for p). RoleIDValid: the
 //     ids a role may take, as EmbodyRole checks them.
 //   - AgentOwner; Embody, EmbodyRole, SetIdle (mutations, with the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // Operations the lobby needs on rooms and agents. The substrate owns the
@@ -205,37 +206,128 @@ func (v *RoomView) Revision(scope, key string) int64 {
 // no enabled gate and reads no view that has one, directly or through
 // other views (whether such a view is there depends on the reader; the
 // lobby shows the value to every lister), evaluated as the room
-// principal (its registrar's authority).
-func (v *RoomView) PublicView(ctx context.Context, id string) (any, bool) {
+// principal (its registrar's authority). ok is false when the room has
+// no such view.
+//
+// Every member's lobby shows it, on every render, and any member who may
+// register views decides what it costs: so only the view and the views
+// it reads are evaluated (not the room's other views, actions or gated
+// entries), and that evaluation is charged to the room's expression
+// budget (its members', as the room principal's reads are). Refused, err
+// is room_busy (work) and nothing is evaluated. A value that depends on
+// nothing but the room's state at this seq and timer epoch is evaluated
+// once and shared by every render, and one a context read with the room's
+// authority built at the same state is taken as it is (buildShared): a
+// value taken costs nothing, so it is shown even while the room is busy.
+func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool, err error) {
 	byID := map[string]*viewRec{}
 	for _, d := range v.snap.views {
 		byID[d.def.ID] = d
 	}
-	var ungated func(id string, seen map[string]bool) bool
-	ungated = func(id string, seen map[string]bool) bool {
+	// reads collects the view and those it reads, and reports whether
+	// none of them has an enabled gate.
+	reads := map[string]*viewRec{}
+	var ungated func(id string) bool
+	ungated = func(id string) bool {
 		d := byID[id]
-		if d == nil || seen[id] {
+		if d == nil || reads[id] != nil {
 			return true // absent for everyone alike; a cycle is an error value
 		}
-		seen[id] = true
+		reads[id] = d
 		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
 			return false
 		}
 		for _, dep := range d.prog.ViewDeps {
-			if !ungated(dep, seen) {
+			if !ungated(dep) {
 				return false
 			}
 		}
 		return true
 	}
-	for _, d := range v.snap.views {
-		if d.def.ID == id && d.r.timer.live(v.now) && ungated(id, map[string]bool{}) {
-			rc := v.s.build(ctx, v.snap, RoomPrincipal(v.id), nil, msgCounts{Count: v.msgs}, v.now, nil)
-			val, ok := rc.views[id]
-			return val, ok
+	if d := byID[id]; d == nil || !d.r.timer.live(v.now) || !ungated(id) {
+		return nil, false, nil
+	}
+	if val, ok := v.sharedPublic(id); ok {
+		return val, true, nil
+	}
+	p := RoomPrincipal(v.id)
+	ctx, done, err := v.s.work(ctx, p, v.id)
+	if err != nil {
+		return nil, false, err
+	}
+	defer done()
+	rc := &roomCtx{now: v.now, snap: v.snap, p: p, msgs: msgCounts{Count: v.msgs}}
+	// What build gives the room principal's views to read, with no
+	// agents (the lobby reads no presence for it): the actions' enabled
+	// only when one of these views reads actions.
+	rc.vars = expr.Vars{Agents: map[string]any{}, Actions: map[string]any{}, Now: v.now,
+		Messages: map[string]any{"count": v.msgs, "unread": int64(0), "directed_unread": int64(0)}}
+	timeless, actions := true, false
+	for _, d := range reads {
+		actions = actions || d.prog.Uses("actions")
+		timeless = timeless && d.r.timer == nil && !d.prog.Uses("now") && !d.prog.Uses("agents")
+	}
+	if actions {
+		rc.vars.Actions = rc.enableActions(ctx, v.s, nil)
+	}
+	rc.evalViewsOf(ctx, v.s, []string{id})
+	val, ok = rc.views[id]
+	cut := rc.budget().cut > 0 || rc.viewsCut > 0 || len(rc.actionsCut) > 0
+	if ok && !cut && v.snap.live(v.now) == v.live && v.timeless(timeless, actions) {
+		v.live.viewsMu.Lock()
+		if v.live.public == nil {
+			v.live.public = map[string]any{}
+		}
+		v.live.public[id] = val
+		v.live.viewsMu.Unlock()
+	}
+	return val, ok, nil
+}
+
+// timeless reports whether a public view's value, evaluated at this
+// state, holds for the whole of it: the views read neither now nor
+// agents and have no timer (views), the gated entries their registrars'
+// state is made with read neither (as the actions' gates, when they read
+// actions: then the whole snapshot must be, buildPure).
+func (v *RoomView) timeless(views, actions bool) bool {
+	if actions {
+		return views && v.snap.buildPure(v.s)
+	}
+	if !views {
+		return false
+	}
+	for _, r := range v.live.deferred {
+		p, err := v.s.cel.Compile(*r.enabled)
+		if err == nil && (p.Uses("now") || p.Uses("agents")) {
+			return false
 		}
 	}
-	return nil, false
+	return true
+}
+
+// sharedPublic is the value of view id as PublicView would evaluate it,
+// when a render or a context read with the room's authority already did
+// at this state.
+func (v *RoomView) sharedPublic(id string) (any, bool) {
+	v.live.viewsMu.Lock()
+	val, ok := v.live.public[id]
+	v.live.viewsMu.Unlock()
+	if ok || !v.snap.buildPure(v.s) {
+		return val, ok
+	}
+	probe := &roomCtx{now: v.now, snap: v.snap, p: RoomPrincipal(v.id), msgs: msgCounts{Count: v.msgs}}
+	key, shareable := probe.buildKey(v.live)
+	if !shareable {
+		return nil, false
+	}
+	v.live.builtMu.Lock()
+	b := v.live.built[key]
+	v.live.builtMu.Unlock()
+	if b == nil {
+		return nil, false
+	}
+	val, ok = b.views[id]
+	return val, ok
 }
 
 // Reader reports, by the one read rule, which scopes of the room p

@@ -291,28 +291,8 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 		Params:   params,
 		Now:      now,
 	}
-	// Action enablement first (it may not read views), then views. Both
-	// in id order, so which registrar's state the gate budget runs out in
-	// does not vary between reads.
-	rc.actEnabled = map[string]bool{}
-	actVar := map[string]any{}
-	actIDs := make([]string, 0, len(snap.actions))
-	for id := range snap.actions {
-		actIDs = append(actIDs, id)
-	}
-	sort.Strings(actIDs)
-	for _, id := range actIDs {
-		a := snap.actions[id]
-		if !a.r.timer.live(now) {
-			continue
-		}
-		ok := true
-		if a.def.Enabled != "" {
-			ok = rc.affordAction(ctx, s, id, a.def.Enabled, rc.actionVars(ctx, s, a.def, params), false)
-		}
-		rc.actEnabled[id] = ok
-		actVar[id] = map[string]any{"enabled": ok}
-	}
+	// Action enablement first (it may not read views), then views.
+	actVar := rc.enableActions(ctx, s, params)
 	rc.vars.Actions = actVar
 	rc.evalViews(ctx, s)
 	rc.vars.Views = rc.views
@@ -326,6 +306,33 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 		actVar[id] = map[string]any{"enabled": enabled, "available": avail}
 	}
 	return rc
+}
+
+// enableActions decides which live actions are enabled for the reader
+// (rc.actEnabled) and returns the actions variable views see, in id
+// order, so which registrar's state the gate budget runs out in does not
+// vary between reads.
+func (rc *roomCtx) enableActions(ctx context.Context, s *Service, params map[string]any) map[string]any {
+	rc.actEnabled = map[string]bool{}
+	actVar := map[string]any{}
+	actIDs := make([]string, 0, len(rc.snap.actions))
+	for id := range rc.snap.actions {
+		actIDs = append(actIDs, id)
+	}
+	sort.Strings(actIDs)
+	for _, id := range actIDs {
+		a := rc.snap.actions[id]
+		if !a.r.timer.live(rc.now) {
+			continue
+		}
+		ok := true
+		if a.def.Enabled != "" {
+			ok = rc.affordAction(ctx, s, id, a.def.Enabled, rc.actionVars(ctx, s, a.def, params), false)
+		}
+		rc.actEnabled[id] = ok
+		actVar[id] = map[string]any{"enabled": ok}
+	}
+	return actVar
 }
 
 // stateFor builds the state map for scopes keep admits. An agent's own

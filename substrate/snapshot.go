@@ -299,6 +299,10 @@ type liveState struct {
 	// shares them, and they are evaluated once.
 	viewsMu sync.Mutex
 	views   map[string]viewResult
+	// public keeps the values of views the lobby shows every lister
+	// (RoomView.PublicView), when they depend on nothing but this state:
+	// every render of every member's lobby shares one evaluation.
+	public map[string]any
 	// enc holds raw's scopes encoded as JSON, once each (scopeJSON): the
 	// envelope of every read that shows a scope unmodified reuses them.
 	encMu sync.Mutex

@@ -33,6 +33,13 @@ import (
 // Limits.ViewCostPerRead, counted in order whether a value was shared or
 // computed, so which views are cut does not depend on caching.
 func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
+	rc.evalViewsOf(ctx, s, nil)
+}
+
+// evalViewsOf is evalViews for the views roots and those they read
+// (every live view when roots is nil): the lobby's summary of a room
+// evaluates its summary view, not all the room's views.
+func (rc *roomCtx) evalViewsOf(ctx context.Context, s *Service, roots []string) {
 	rc.views = map[string]any{}
 	byID := map[string]*viewRec{}
 	for _, v := range rc.snap.views {
@@ -137,8 +144,13 @@ func (rc *roomCtx) evalViews(ctx context.Context, s *Service) {
 		rc.viewCost += res.cost
 		rc.views[id] = res.val
 	}
-	for _, id := range rc.viewOrder {
-		eval(id, nil)
+	if roots == nil {
+		roots = rc.viewOrder
+	}
+	for _, id := range roots {
+		if byID[id] != nil {
+			eval(id, nil)
+		}
 	}
 	if len(fresh) > 0 {
 		live.viewsMu.Lock()
