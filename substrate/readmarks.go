@@ -54,10 +54,15 @@ type landedWrite struct {
 	at             time.Time
 }
 
-// landedKeep is how many landed writes are kept per agent: a read spans
-// that many writes (readMarksEvery apart) before its count can be short
-// (never over; seen then holds what was reported).
-const landedKeep = 64
+// landedKeep and landedFor bound the landed writes kept per agent: a
+// read whose rows are older than all of them (64 writes, readMarksEvery
+// apart at least, or ten seconds) may count short, never over, and seen
+// then holds what this process reported. An agent read without pause
+// keeps 2 KiB.
+const (
+	landedKeep = 64
+	landedFor  = 10 * time.Second
+)
 
 func (m *readMark) merge(o readMark) {
 	m.seq, m.upTo, m.reads = max(m.seq, o.seq), max(m.upTo, o.upTo), m.reads+o.reads
@@ -316,11 +321,11 @@ func (r *readMarks) land(batch map[markKey]readMark, err error) {
 		if m.written == 0 {
 			continue
 		}
-		ws := append(r.landed[k], landedWrite{written: m.written, reads: m.reads, at: now})
-		if len(ws) > landedKeep {
-			ws = ws[len(ws)-landedKeep:]
+		ws := r.landed[k]
+		for len(ws) > 0 && (len(ws) >= landedKeep || now.Sub(ws[0].at) > landedFor) {
+			ws = ws[1:]
 		}
-		r.landed[k] = ws
+		r.landed[k] = append(ws, landedWrite{written: m.written, reads: m.reads, at: now})
 	}
 }
 

@@ -103,3 +103,32 @@ func TestReadMarksInFlightWriteCountsOnce(t *testing.T) {
 	s.marks.land(batch, errTest)
 	check("a write that failed", rows(3), 4)
 }
+
+// The landed writes kept per agent are bounded; rows older than all of
+// them count short (never over), and what this process reported holds.
+func TestReadMarksLandedWritesAreBounded(t *testing.T) {
+	s := &Service{marks: newReadMarks()}
+	s.marks.started = true
+	k := markKey{"r", "a"}
+	const writes = landedKeep + 6
+	for i := int64(1); i <= writes; i++ {
+		s.addReadMark("r", "a", readMark{seq: i, upTo: i, reads: 1})
+		batch := s.marks.take()
+		s.marks.wrote(map[markKey]int64{k: i})
+		s.marks.land(batch, nil)
+	}
+	if n := len(s.marks.landed[k]); n != landedKeep {
+		t.Fatalf("%d landed writes kept, want %d", n, landedKeep)
+	}
+	fresh := []presence{{ID: "a"}} // rows from before every write
+	s.marks.overlay("r", fresh)
+	if got := fresh[0].ContextReads; got < landedKeep || got > writes {
+		t.Fatalf("rows older than the writes kept: context_reads %d, want %d to %d (short, never over)", got, landedKeep, writes)
+	}
+	s.marks.overlay("r", []presence{{ID: "a", ContextReads: writes}})
+	again := []presence{{ID: "a"}}
+	s.marks.overlay("r", again)
+	if got := again[0].ContextReads; got != writes {
+		t.Fatalf("after %d reads were reported, rows older than the writes kept: context_reads %d", writes, got)
+	}
+}
