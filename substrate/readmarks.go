@@ -10,9 +10,21 @@ package substrate
 // never counts as unread what its last read showed it; another process
 // sees them once written (a few milliseconds), and a crash loses at most
 // those in flight, which the next read repairs.
+//
+// The seqs are maxima: laying a mark over rows that already hold it
+// changes nothing. The reads are a count, so the overlay must know
+// whether the rows it lays marks over already hold a write of them. The
+// writer's UPDATE returns each row's context_reads with the write in it
+// (written), and commits only after this process knows it: context_reads
+// only grows and the UPDATE holds the row until COMMIT, so a row read
+// holds the write exactly when its count is at least written. An outcome
+// of COMMIT the writer did not hear is asked of the server
+// (pg_xact_status) before anything else is written: retried blindly, a
+// write that did commit would count twice in the rows themselves.
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -29,7 +41,28 @@ const readMarksEvery = 10 * time.Millisecond
 // readMark is what reads of one agent have marked and not yet written.
 type readMark struct {
 	seq, upTo, reads int64
+	// written is, once the writer's UPDATE of an in-flight mark has run,
+	// the row's context_reads with the mark in it; 0 before (the write
+	// is then in no row: it commits only after written is known).
+	written int64
 }
+
+// landedWrite is a write of read marks that committed: a row read before
+// it committed holds fewer than written reads.
+type landedWrite struct {
+	written, reads int64
+	at             time.Time
+}
+
+// landedKeep and landedFor bound the landed writes kept per agent: a
+// read whose rows are older than all of them (64 writes, readMarksEvery
+// apart at least, or ten seconds) may count short, never over, and seen
+// then holds what this process reported. An agent read without pause
+// keeps 2 KiB.
+const (
+	landedKeep = 64
+	landedFor  = 10 * time.Second
+)
 
 func (m *readMark) merge(o readMark) {
 	m.seq, m.upTo, m.reads = max(m.seq, o.seq), max(m.upTo, o.upTo), m.reads+o.reads
@@ -48,6 +81,18 @@ type readMarks struct {
 	// TestSalienceYouElided).
 	seen      map[markKey]seenMark
 	seenSwept time.Time // under mu
+	// landed is, per agent, the writes of its marks that committed lately
+	// (oldest first): a read of rows from before one, overlaid after it
+	// landed, adds its reads.
+	landed map[markKey][]landedWrite
+	// doubt is the transaction of the write in flight whose COMMIT was
+	// sent and not answered ("" when none): the writer learns its
+	// outcome before taking more marks.
+	doubt string
+	// committed, when set (tests), runs between a write's COMMIT and its
+	// landing: a slow answer from the server, the time in which reads
+	// find the write both in the rows and in flight.
+	committed func()
 	kick      chan struct{}
 	stop      chan struct{}
 	done      chan struct{}
@@ -57,7 +102,7 @@ type readMarks struct {
 }
 
 func newReadMarks() *readMarks {
-	return &readMarks{pending: map[markKey]readMark{}, seen: map[markKey]seenMark{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	return &readMarks{pending: map[markKey]readMark{}, seen: map[markKey]seenMark{}, landed: map[markKey][]landedWrite{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // add queues a read's mark and wakes the writer; false when the service
@@ -99,7 +144,9 @@ func (s *Service) addReadMark(room, agent string, m readMark) bool {
 }
 
 // overlay applies the marks not yet written to presence read from the
-// database.
+// database. An agent's reads are its row's plus those of this process
+// the row does not hold: queued, in flight and not yet in the row
+// (written above the row's count), or landed after the row was read.
 func (r *readMarks) overlay(room string, agents []presence) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -107,27 +154,43 @@ func (r *readMarks) overlay(room string, agents []presence) {
 	for i := range agents {
 		a := &agents[i]
 		k := markKey{room, a.ID}
-		for _, m := range []map[markKey]readMark{r.inflight, r.pending} {
-			if q, ok := m[k]; ok {
-				// A write in flight may already be in what was read:
-				// reads then count twice until it lands, which only
-				// salience's decay sees; "read before or not" is exact.
-				a.LastContextSeq, a.LastSeenSeq = max(a.LastContextSeq, q.seq), max(a.LastSeenSeq, q.upTo)
+		rows := a.ContextReads
+		for _, w := range r.landed[k] {
+			if w.written > rows {
+				a.ContextReads += w.reads
+			}
+		}
+		if q, ok := r.inflight[k]; ok {
+			a.LastContextSeq, a.LastSeenSeq = max(a.LastContextSeq, q.seq), max(a.LastSeenSeq, q.upTo)
+			if q.written == 0 || q.written > rows {
 				a.ContextReads += q.reads
 			}
 		}
+		if q, ok := r.pending[k]; ok {
+			a.LastContextSeq, a.LastSeenSeq = max(a.LastContextSeq, q.seq), max(a.LastSeenSeq, q.upTo)
+			a.ContextReads += q.reads
+		}
+		// The count above is exact, or short when the rows are older
+		// than the landed writes kept; seen, never above the truth
+		// either, keeps what this process reported and queued since (and
+		// the reads of other processes a newer read saw).
 		seen := r.seen[k]
 		seen.seq, seen.upTo, seen.reads, seen.at = max(seen.seq, a.LastContextSeq), max(seen.upTo, a.LastSeenSeq), max(seen.reads, a.ContextReads), now
 		a.LastContextSeq, a.LastSeenSeq, a.ContextReads = seen.seq, seen.upTo, seen.reads
 		r.seen[k] = seen
 	}
-	// What was seen a minute ago is long written: forgotten, so the map
-	// holds only agents read lately.
+	// What was seen a minute ago is long written: forgotten, so the maps
+	// hold only agents read lately.
 	if now.Sub(r.seenSwept) > time.Minute {
 		r.seenSwept = now
 		for k, v := range r.seen {
 			if now.Sub(v.at) > time.Minute {
 				delete(r.seen, k)
+			}
+		}
+		for k, ws := range r.landed {
+			if now.Sub(ws[len(ws)-1].at) > time.Minute {
+				delete(r.landed, k)
 			}
 		}
 	}
@@ -156,10 +219,13 @@ func (r *readMarks) pendingReads(room string) int64 {
 	return n
 }
 
+// sqlMarkReads writes queued marks and returns each row's context_reads
+// with them (written).
 const sqlMarkReads = `UPDATE agents AS a SET last_context_seq = greatest(a.last_context_seq, v.seq),
 		context_reads = a.context_reads + v.reads, last_seen_seq = greatest(a.last_seen_seq, v.up_to)
 	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS v(room_id, id, seq, reads, up_to)
-	WHERE a.room_id = v.room_id AND a.id = v.id`
+	WHERE a.room_id = v.room_id AND a.id = v.id
+	RETURNING a.room_id, a.id, a.context_reads`
 
 // runReadMarks writes queued marks until stop, then writes what is left.
 // Marks that arrive during a write, or within readMarksEvery after it,
@@ -188,7 +254,7 @@ func (s *Service) runReadMarks() {
 			return
 		}
 		r.mu.Lock()
-		more := len(r.pending) > 0
+		more := len(r.pending) > 0 || r.doubt != ""
 		r.mu.Unlock()
 		if more {
 			select {
@@ -207,11 +273,12 @@ func (s *Service) finalReadMarks() {
 	_ = s.flushReadMarks(ctx)
 }
 
-// take moves the queued marks in flight, for one write (nil: none).
+// take moves the queued marks in flight, for one write (nil: none, or a
+// write whose outcome is not known yet is still in flight).
 func (r *readMarks) take() map[markKey]readMark {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.pending) == 0 {
+	if len(r.pending) == 0 || r.inflight != nil {
 		return nil
 	}
 	batch := r.pending
@@ -219,23 +286,67 @@ func (r *readMarks) take() map[markKey]readMark {
 	return batch
 }
 
-// land ends the write of batch: written (err nil), or queued again.
+// wrote records what the write in flight's UPDATE returned: each row's
+// context_reads with the write in it. It must be called before COMMIT is
+// sent: a row read then holds the write exactly when it holds as many.
+func (r *readMarks) wrote(written map[markKey]int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, n := range written {
+		if m, ok := r.inflight[k]; ok {
+			m.written = n
+			r.inflight[k] = m
+		}
+	}
+}
+
+// land ends the write of batch: committed (err nil), or not (queued
+// again).
 func (r *readMarks) land(batch map[markKey]readMark, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.inflight = nil
+	r.inflight, r.doubt = nil, ""
 	if err != nil {
 		for k, m := range batch {
 			cur := r.pending[k]
 			cur.merge(m)
 			r.pending[k] = cur
 		}
+		return
+	}
+	// batch is the in-flight map wrote filled in. A mark without written
+	// updated no row (the agent is gone): nothing to keep.
+	now := time.Now()
+	for k, m := range batch {
+		if m.written == 0 {
+			continue
+		}
+		ws := r.landed[k]
+		for len(ws) > 0 && (len(ws) >= landedKeep || now.Sub(ws[0].at) > landedFor) {
+			ws = ws[1:]
+		}
+		r.landed[k] = append(ws, landedWrite{written: m.written, reads: m.reads, at: now})
 	}
 }
 
-// flushReadMarks writes every queued mark in one statement.
+// errReadMarksInDoubt: a write's COMMIT went unanswered and the server
+// has not told its outcome yet; nothing more is written until it does.
+var errReadMarksInDoubt = errors.New("the outcome of a write of read marks is not known yet")
+
+// errReadMarksRolledBack: the server ended a write of read marks without
+// committing it.
+var errReadMarksRolledBack = errors.New("a write of read marks was rolled back")
+
+// flushReadMarks writes every queued mark in one transaction: the UPDATE
+// (its rows' new counts recorded with wrote), then COMMIT. A write whose
+// COMMIT went unanswered is settled first.
 func (s *Service) flushReadMarks(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	r := s.marks
+	if err := s.settleReadMarks(ctx); err != nil {
+		return err
+	}
 	batch := r.take()
 	if batch == nil {
 		return nil
@@ -247,21 +358,117 @@ func (s *Service) flushReadMarks(ctx context.Context) error {
 		rooms, ids = append(rooms, k.room), append(ids, k.agent)
 		seqs, reads, upTo = append(seqs, m.seq), append(reads, m.reads), append(upTo, m.upTo)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var b pgx.Batch
-	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit TO off")
-	b.Queue(sqlMarkReads, rooms, ids, seqs, reads, upTo)
-	b.Queue("COMMIT")
+	var xact string
+	var commitErr error
 	err := s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		return conn.SendBatch(ctx, &b).Close()
+		var b pgx.Batch
+		b.Queue("BEGIN")
+		b.Queue("SET LOCAL synchronous_commit TO off")
+		b.Queue(sqlMarkReads, rooms, ids, seqs, reads, upTo)
+		b.Queue("SELECT pg_current_xact_id()::text")
+		br := conn.SendBatch(ctx, &b)
+		written, err := scanMarkReads(br, &xact)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			// COMMIT was not sent: the transaction ends with the
+			// connection (the pool drops one left in a transaction).
+			return err
+		}
+		r.wrote(written)
+		tag, err := conn.Exec(ctx, "COMMIT")
+		if err != nil {
+			// Whether the server committed is not known (an error it
+			// sent may have been its last word after committing): it
+			// is asked, below.
+			commitErr = err
+			return nil
+		}
+		if tag.String() != "COMMIT" {
+			return errReadMarksRolledBack
+		}
+		if r.committed != nil {
+			r.committed()
+		}
+		return nil
 	})
+	if err == nil && commitErr != nil {
+		r.mu.Lock()
+		r.doubt = xact
+		r.mu.Unlock()
+		s.log.Warn("the outcome of a write of read marks is unknown; asking the server", slog.Int("marks", n), slog.Any("err", commitErr))
+		return s.settleReadMarks(ctx)
+	}
 	r.land(batch, err)
 	if err != nil {
 		s.log.Warn("writing read marks failed; kept for the next try", slog.Int("marks", n), slog.Any("err", err))
 	}
 	return err
+}
+
+// scanMarkReads reads the UPDATE's rows (the rows' new counts) and the
+// transaction's id.
+func scanMarkReads(br pgx.BatchResults, xact *string) (map[markKey]int64, error) {
+	for range 2 { // BEGIN, SET LOCAL
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	written := map[markKey]int64{}
+	for rows.Next() {
+		var k markKey
+		var n int64
+		if err := rows.Scan(&k.room, &k.agent, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		written[k] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return written, br.QueryRow().Scan(xact)
+}
+
+// settleReadMarks asks the server the outcome of the write in flight
+// whose COMMIT went unanswered, and lands it accordingly. Until it is
+// known the write stays in flight and this process writes no other
+// marks, which would lift the rows past written: a row holds the write
+// exactly when it holds written reads, unless another process wrote the
+// agent's marks after this write was rolled back (then the count is
+// short, never over, until the write is settled and queued again).
+func (s *Service) settleReadMarks(ctx context.Context) error {
+	r := s.marks
+	r.mu.Lock()
+	xact, batch := r.doubt, r.inflight
+	r.mu.Unlock()
+	if xact == "" {
+		return nil
+	}
+	var status *string
+	if err := s.db.QueryRow(ctx, `SELECT pg_xact_status($1::xid8)`, xact).Scan(&status); err != nil {
+		return err
+	}
+	switch {
+	case status == nil:
+		// Too old to be known (not within the minutes a server keeps):
+		// counted as written, as a crash would lose it.
+		s.log.Warn("the outcome of a write of read marks is lost; counted as written", slog.String("xact", xact))
+		r.land(batch, nil)
+	case *status == "committed":
+		r.land(batch, nil)
+	case *status == "aborted":
+		r.land(batch, errReadMarksRolledBack)
+	default: // in progress: the server has not yet seen the connection go
+		return errReadMarksInDoubt
+	}
+	return nil
 }
 
 // closeReadMarks writes what is queued and stops the writer.

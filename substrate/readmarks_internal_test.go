@@ -21,6 +21,7 @@ func TestReadMarksOverlayKeepsMarksWrittenDuringTheRead(t *testing.T) {
 	s.addReadMark("r", "a", readMark{seq: 5, upTo: 4, reads: 1})
 	batch := s.marks.take() // the writer takes read 3's mark
 	stale := rows()         // read 4 reads the rows before the write commits
+	s.marks.wrote(map[markKey]int64{{"r", "a"}: 3})
 	s.marks.land(batch, nil)
 	s.marks.overlay("r", stale) // and lays the marks over after it landed
 	a := stale[0]
@@ -47,3 +48,87 @@ var errTest = testErr("write failed")
 type testErr string
 
 func (e testErr) Error() string { return string(e) }
+
+// A read whose rows were read after a write of read marks committed, and
+// overlaid before the writer heard back, finds the write's reads both in
+// the rows and in flight: they must count once. Reported twice, the high
+// water mark (seen) kept the overcount after the write landed, and the
+// agent's context_reads in this process stayed a read too high until it
+// was forgotten (salience decays by it). Played step by step, the writer
+// being the test.
+func TestReadMarksInFlightWriteCountsOnce(t *testing.T) {
+	s := &Service{marks: newReadMarks()}
+	s.marks.started = true
+	rows := func(reads int64) []presence {
+		return []presence{{ID: "a", LastContextSeq: 2, LastSeenSeq: 2, ContextReads: reads}}
+	}
+	check := func(step string, agents []presence, want int64) {
+		t.Helper()
+		s.marks.overlay("r", agents)
+		if got := agents[0].ContextReads; got != want {
+			t.Fatalf("%s: context_reads %d, want %d", step, got, want)
+		}
+	}
+	check("before read 3", rows(2), 2)
+	s.addReadMark("r", "a", readMark{seq: 3, upTo: 3, reads: 1}) // read 3's mark
+	batch := s.marks.take()
+	check("rows read before the write's UPDATE", rows(2), 3)
+	// The writer's UPDATE has run: the row holds 3 once it commits.
+	s.marks.wrote(map[markKey]int64{{"r", "a"}: 3})
+	check("rows read before the write committed", rows(2), 3)
+	check("rows read after the write committed, before it landed", rows(3), 3)
+	s.marks.land(batch, nil)
+	check("rows read after it landed", rows(3), 3)
+	check("rows read before it committed, overlaid after it landed", rows(2), 3)
+	s.addReadMark("r", "a", readMark{seq: 4, upTo: 4, reads: 1}) // read 4's mark
+	check("read 4 queued", rows(3), 4)
+	check("read 4 queued, rows from before read 3's write", rows(2), 4)
+
+	// An agent this process has not reported: nothing in seen holds its
+	// count, the landed write must.
+	s = &Service{marks: newReadMarks()}
+	s.marks.started = true
+	s.addReadMark("r", "a", readMark{seq: 3, upTo: 3, reads: 1})
+	batch = s.marks.take()
+	s.marks.wrote(map[markKey]int64{{"r", "a"}: 3})
+	s.marks.land(batch, nil)
+	check("an agent not reported before, rows from before the write", rows(2), 3)
+	check("an agent not reported before, rows with the write", rows(3), 3)
+
+	// A failed write is queued again and counted once, written or not.
+	s.addReadMark("r", "a", readMark{seq: 5, upTo: 5, reads: 1})
+	batch = s.marks.take()
+	s.marks.wrote(map[markKey]int64{{"r", "a"}: 4})
+	check("a write not committed yet", rows(3), 4)
+	s.marks.land(batch, errTest)
+	check("a write that failed", rows(3), 4)
+}
+
+// The landed writes kept per agent are bounded; rows older than all of
+// them count short (never over), and what this process reported holds.
+func TestReadMarksLandedWritesAreBounded(t *testing.T) {
+	s := &Service{marks: newReadMarks()}
+	s.marks.started = true
+	k := markKey{"r", "a"}
+	const writes = landedKeep + 6
+	for i := int64(1); i <= writes; i++ {
+		s.addReadMark("r", "a", readMark{seq: i, upTo: i, reads: 1})
+		batch := s.marks.take()
+		s.marks.wrote(map[markKey]int64{k: i})
+		s.marks.land(batch, nil)
+	}
+	if n := len(s.marks.landed[k]); n != landedKeep {
+		t.Fatalf("%d landed writes kept, want %d", n, landedKeep)
+	}
+	fresh := []presence{{ID: "a"}} // rows from before every write
+	s.marks.overlay("r", fresh)
+	if got := fresh[0].ContextReads; got < landedKeep || got > writes {
+		t.Fatalf("rows older than the writes kept: context_reads %d, want %d to %d (short, never over)", got, landedKeep, writes)
+	}
+	s.marks.overlay("r", []presence{{ID: "a", ContextReads: writes}})
+	again := []presence{{ID: "a"}}
+	s.marks.overlay("r", again)
+	if got := again[0].ContextReads; got != writes {
+		t.Fatalf("after %d reads were reported, rows older than the writes kept: context_reads %d", writes, got)
+	}
+}
