@@ -100,6 +100,9 @@ func (rc *roomCtx) evalViewsOf(ctx context.Context, s *Service, roots []string) 
 	// their reads by name form no cycle.)
 	var readsMsgs func(v *viewRec) bool
 	readsMsgs = func(v *viewRec) bool {
+		if v == nil || v.prog == nil {
+			return false
+		}
 		if v.prog.UsesMessages {
 			return true
 		}
