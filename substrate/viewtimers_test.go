@@ -211,13 +211,44 @@ func TestTimersEndCachedViewValues(t *testing.T) {
 			}
 		}
 	}
+	seqs := map[string]int64{}
 	for _, r := range rooms {
 		check("before the timers", r, r.before, r.actBefore)
+		heads, err := svc.RoomHeads(ctx, []string{r.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[r.id] = heads[r.id].Seq
 	}
 	if left := time.Until(at); left < 200*time.Millisecond {
 		t.Fatalf("the reads before the timers ended %v before them: too slow a machine for this test's margin", left)
 	}
 	time.Sleep(time.Until(at) + 100*time.Millisecond)
+	// A delta since the last read before the timers (a model's next read
+	// of its room, which carried that seq) shows each view whose value
+	// the timer changed, with its new value. Not yet for views that read
+	// actions: a delta misses those whenever an action's enablement
+	// changes, by a timer or a write (viewsChangedSince, waitdelta.go,
+	// follows the scopes and views a view reads, not the actions).
+	for _, r := range rooms {
+		if r.id == "vt-actions" {
+			continue
+		}
+		since := seqs[r.id]
+		env, err := svc.Context(ctx, rs[r.id].ps["agent"], r.id, substrate.ContextRequest{Depth: "full", MessagesLimit: 10, Since: &since})
+		if err != nil {
+			t.Fatalf("%s: %v", r.id, err)
+		}
+		for id, w := range r.after {
+			if w == "" || w == r.before[id] {
+				continue
+			}
+			v, ok := env.Views[id]
+			if got := asJSON(v, ok); got != w {
+				t.Errorf("%s, a delta since seq %d after the timers: view %s is %q, want %q", r.id, seqs[r.id], id, got, w)
+			}
+		}
+	}
 	for _, r := range rooms {
 		check("after the timers", r, r.after, r.actAfter)
 	}
