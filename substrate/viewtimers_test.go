@@ -3,6 +3,7 @@ package substrate_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -252,4 +253,105 @@ func TestTimersEndCachedViewValues(t *testing.T) {
 	for _, r := range rooms {
 		check("after the timers", r, r.after, r.actAfter)
 	}
+}
+
+// A timer of ticks ends (or starts) its item with a write to the key it
+// ticks on: the write makes a new seq, and the snapshot a mutation
+// derives from its own writes must carry the ticks it ran down on other
+// rows (a view, an action, an entry), or every cache built on it keeps
+// them.
+func TestTickTimersEndCachedViewValues(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "vt-ticks"
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	pv, _ := svc.Authenticate(ctx, made.ViewToken)
+	j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: "alice", Name: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := svc.Authenticate(ctx, j.Token)
+	ticks := func(effect string) *substrate.Timer {
+		return &substrate.Timer{Ticks: 2, TickOn: "_shared.turn", Effect: effect}
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{
+		{Scope: "_shared", Key: "n", Value: json.RawMessage(`1`)},
+		{Scope: "_shared", Key: "brief", Value: json.RawMessage(`"soon gone"`), Timer: ticks("")},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.RegisterAction(ctx, pr, room, substrate.ActionDef{ID: "go", Timer: ticks(""),
+		Writes: []substrate.WriteTemplate{{Key: "n", Value: json.RawMessage(`2`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{
+		{ID: "v1", Expr: `state._shared.n`, Timer: ticks("")},
+		{ID: "v2", Expr: `has(views.v1) ? views.v1 * 10 : -1`},
+		{ID: "v3", Expr: `state._shared.n + 5`, Timer: ticks("enable")},
+		{ID: "v4", Expr: `has(views.v3) ? views.v3 * 10 : -1`},
+		{ID: "v5", Expr: `has(state._shared.brief) ? state._shared.brief : "gone"`},
+		{ID: "v6", Expr: `has(actions.go) ? "go open" : "go closed"`},
+	} {
+		if _, err := svc.RegisterView(ctx, pr, room, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when string, want map[string]string) {
+		t.Helper()
+		for pass := 1; pass <= 2; pass++ {
+			for who, p := range map[string]*substrate.Principal{"agent": pa, "room token": pr, "view token": pv} {
+				env, err := svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "full", MessagesLimit: 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for id, w := range want {
+					got := ""
+					if v, ok := env.Views[id]; ok {
+						b, _ := json.Marshal(v)
+						got = string(b)
+					}
+					if got != w {
+						t.Errorf("%s, read %d by the %s: view %s is %q, want %q", when, pass, who, id, got, w)
+					}
+				}
+			}
+			heads, err := svc.RoomHeads(ctx, []string{room})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rv, err := svc.RoomView(ctx, heads[room])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for id, w := range want {
+				got := ""
+				if v, ok, err := rv.PublicView(ctx, id); err != nil {
+					t.Fatal(err)
+				} else if ok {
+					b, _ := json.Marshal(v)
+					got = string(b)
+				}
+				if got != w {
+					t.Errorf("%s, lobby render %d: PublicView(%s) is %q, want %q", when, pass, id, got, w)
+				}
+			}
+		}
+	}
+	turn := func(n int) {
+		t.Helper()
+		if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "turn", Value: json.RawMessage(fmt.Sprint(n))}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := map[string]string{"v1": `1`, "v2": `10`, "v3": ``, "v4": `-1`, "v5": `"soon gone"`, "v6": `"go open"`}
+	check("before any turn", before)
+	turn(1)
+	check("after one of two ticks", before)
+	turn(2)
+	check("after the last tick", map[string]string{"v1": ``, "v2": `-1`, "v3": `6`, "v4": `60`, "v5": `"gone"`, "v6": `"go closed"`})
 }
