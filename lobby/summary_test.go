@@ -134,3 +134,75 @@ func TestRoomSummaryViewFollowsTheRoom(t *testing.T) {
 	}
 	want("over", "over, moves closed")
 }
+
+// A timer changes what a room shows without a write: a summary that
+// reads a view a timer ends, a view a timer starts, or messages.count
+// when a message's timer ends, shows the room after the timer, not the
+// value the renders before it shared.
+func TestRoomSummaryViewFollowsTimers(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	at := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
+	rooms := map[string]struct {
+		writes        []substrate.Write
+		views         []substrate.ViewDef
+		before, after string
+	}{
+		"st-views": {
+			writes: []substrate.Write{{Scope: "_shared", Key: "phase", Value: json.RawMessage(`"play"`)}},
+			views: []substrate.ViewDef{
+				{ID: "banner", Expr: `"sale on"`, Timer: &substrate.Timer{At: at}},
+				{ID: "phase", Expr: `state._shared.phase`, Timer: &substrate.Timer{At: at, Effect: "enable"}},
+				{ID: lobby.SummaryView, Expr: `(has(views.banner) ? views.banner : "no banner") + ", " + (has(views.phase) ? views.phase : "no phase")`},
+			},
+			before: "sale on, no phase", after: "no banner, play",
+		},
+		"st-messages": {
+			writes: []substrate.Write{
+				{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"soon gone"}`), Timer: &substrate.Timer{At: at}},
+				{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"stays"}`)},
+			},
+			views:  []substrate.ViewDef{{ID: lobby.SummaryView, Expr: `string(messages.count) + " messages"`}},
+			before: "2 messages", after: "1 messages",
+		},
+	}
+	ids := []string{}
+	for id, r := range rooms {
+		ids = append(ids, id)
+		admin := newSummaryRoom(t, svc, id)
+		if _, err := svc.WriteState(ctx, admin, id, r.writes, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range r.views {
+			if _, err := svc.RegisterView(ctx, admin, id, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := func(when string, after bool) {
+		t.Helper()
+		for range 2 { // the second render takes what the first shared
+			sums, err := lobby.RoomSummaries(ctx, svc, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for id, r := range rooms {
+				w := r.before
+				if after {
+					w = r.after
+				}
+				if got := sums[id].View; got != w || sums[id].Busy != nil {
+					t.Errorf("%s, %s: summary %v (busy %v), want %q", id, when, got, sums[id].Busy, w)
+				}
+			}
+		}
+	}
+	want("before the timers", false)
+	end, _ := time.Parse(time.RFC3339Nano, at)
+	if time.Until(end) < 200*time.Millisecond {
+		t.Fatal("the renders before the timers ended too close to them for this test's margin")
+	}
+	time.Sleep(time.Until(end) + 100*time.Millisecond)
+	want("after the timers", true)
+}

@@ -971,3 +971,58 @@ func TestAttackEntriesChargeWhatTheyEvaluate(t *testing.T) {
 		})
 	}
 }
+
+// A view of messages.count sees the count of its reader's read (gated
+// messages it may not read left out). The values of views are shared
+// between the readers of one state; one that reads messages must not
+// hand a reader the count another reader's read saw, which would tell
+// bob how many messages are gated to alice.
+func TestAttackSharedViewCountsNoGatedMessage(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "count-x"
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	ps := map[string]*substrate.Principal{}
+	for _, id := range []string{"alice", "bob"} {
+		j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[id], _ = svc.Authenticate(ctx, j.Token)
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{
+		{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"for everyone"}`)},
+		{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"for alice"}`), Enabled: `self == "alice"`},
+		{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"for alice too"}`), Enabled: `self == "alice"`},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []substrate.ViewDef{{ID: "count", Expr: `messages.count`}, {ID: "count10", Expr: `views.count * 10`}} {
+		if _, err := svc.RegisterView(ctx, pr, room, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pass := range 2 {
+		for _, who := range []string{"alice", "bob"} {
+			env, err := svc.Context(ctx, ps[who], room, substrate.ContextRequest{Depth: "full", MessagesLimit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int64{"alice": 3, "bob": 1}[who]
+			if env.Messages == nil || env.Messages.Count != want {
+				t.Fatalf("%s's messages: %+v, want count %d", who, env.Messages, want)
+			}
+			if got := env.Views["count"]; got != want {
+				t.Errorf("HOLE (read %d): %s's view of messages.count is %v, its own count %d", pass+1, who, got, want)
+			}
+			if got := env.Views["count10"]; got != want*10 {
+				t.Errorf("HOLE (read %d): %s's view of that view is %v, want %d", pass+1, who, got, want*10)
+			}
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -247,7 +248,17 @@ func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool,
 	if d := byID[id]; d == nil || !d.r.timer.live(v.now) || !ungated(id) {
 		return nil, false, nil
 	}
-	if val, ok := v.sharedPublic(id); ok {
+	// A view that reads messages sees the count of the read (here: the
+	// messages everyone sees), which a message's timer changes without a
+	// new seq or timer epoch: its value is shared only at the same count.
+	key := id
+	for _, d := range reads {
+		if d.prog.UsesMessages {
+			key += "\x00#" + strconv.FormatInt(v.msgs, 10)
+			break
+		}
+	}
+	if val, ok := v.sharedPublic(id, key); ok {
 		return val, true, nil
 	}
 	p := RoomPrincipal(v.id)
@@ -278,7 +289,7 @@ func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool,
 		if v.live.public == nil {
 			v.live.public = map[string]any{}
 		}
-		v.live.public[id] = val
+		v.live.public[key] = val
 		v.live.viewsMu.Unlock()
 	}
 	return val, ok, nil
@@ -306,11 +317,12 @@ func (v *RoomView) timeless(views, actions bool) bool {
 }
 
 // sharedPublic is the value of view id as PublicView would evaluate it,
-// when a render or a context read with the room's authority already did
-// at this state.
-func (v *RoomView) sharedPublic(id string) (any, bool) {
+// when a render (kept under key) or a context read with the room's
+// authority (its build's key holds the message count its views read)
+// already did at this state.
+func (v *RoomView) sharedPublic(id, key string) (any, bool) {
 	v.live.viewsMu.Lock()
-	val, ok := v.live.public[id]
+	val, ok := v.live.public[key]
 	v.live.viewsMu.Unlock()
 	if ok || !v.snap.buildPure(v.s) {
 		return val, ok

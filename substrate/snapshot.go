@@ -296,11 +296,14 @@ type liveState struct {
 	timed map[string]timedGates
 	// views memoises the values of views that depend on nothing but this
 	// state (see roomCtx.evalViews): every reader of an unchanged room
-	// shares them, and they are evaluated once.
+	// shares them, and they are evaluated once. They are kept by view id,
+	// and for a view that reads messages by id and messages.count (which
+	// gates and message timers change without a new liveState).
 	viewsMu sync.Mutex
 	views   map[string]viewResult
 	// public keeps the values of views the lobby shows every lister
-	// (RoomView.PublicView), when they depend on nothing but this state:
+	// (RoomView.PublicView), when they depend on nothing but this state
+	// (and the public message count, part of the key when they read it):
 	// every render of every member's lobby shares one evaluation.
 	public map[string]any
 	// enc holds raw's scopes encoded as JSON, once each (scopeJSON): the

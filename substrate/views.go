@@ -8,10 +8,15 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
+
+// maxViewMemo bounds the view values one liveState keeps: one per view,
+// and per messages.count for views that read it (views.go).
+const maxViewMemo = 4096
 
 // evalViews evaluates every live view enabled for the reader with its
 // registrar's read authority (communal scopes plus the registrar's own
@@ -27,8 +32,9 @@ import (
 //
 // A view whose expression reads none of now, agents and actions (and,
 // when it reads other views, only ungated ones that are so) has the same
-// value for every reader of this state: it is evaluated once per
-// snapshot and timer epoch and shared; its gate is evaluated on every
+// value for every reader of this state (and, when it reads messages,
+// of the same messages.count): it is evaluated once per snapshot, timer
+// epoch (and count) and shared; its gate is evaluated on every
 // read. The views' total cost per read (gates included) is bounded by
 // Limits.ViewCostPerRead, counted in order whether a value was shared or
 // computed, so which views are cut does not depend on caching.
@@ -85,6 +91,34 @@ func (rc *roomCtx) evalViewsOf(ctx context.Context, s *Service, roots []string) 
 		return ok
 	}
 	shareable := func(v *viewRec) bool { return !noMemo && shareableID(v.def.ID, map[string]bool{}) }
+	// A shareable view that reads messages, or reads one that does, sees
+	// the reader's messages.count, which is not the state's: gated
+	// messages the reader may not read are left out of it, and a
+	// message's timer ends it without a new seq or timer epoch (the
+	// liveState knows only keyed entries). Its value is shared only
+	// between reads of the same count. (Only called for shareable views:
+	// their reads by name form no cycle.)
+	var readsMsgs func(v *viewRec) bool
+	readsMsgs = func(v *viewRec) bool {
+		if v == nil || v.prog == nil {
+			return false
+		}
+		if v.prog.UsesMessages {
+			return true
+		}
+		for _, d := range v.prog.ViewDeps {
+			if readsMsgs(byID[d]) {
+				return true
+			}
+		}
+		return false
+	}
+	memoKey := func(v *viewRec) string {
+		if readsMsgs(v) {
+			return v.def.ID + "\x00#" + strconv.FormatInt(rc.msgs.Count, 10)
+		}
+		return v.def.ID
+	}
 	var fresh map[string]viewResult
 	budget := uint64(s.lim.ViewCostPerRead)
 	const (
@@ -131,15 +165,19 @@ func (rc *roomCtx) evalViewsOf(ctx context.Context, s *Service, roots []string) 
 		if !rc.viewGate(ctx, s, v, rc.self) {
 			return
 		}
-		res, ok := memo[id]
-		if !ok || !shareable(v) {
-			res = rc.evalView(ctx, s, v)
-			if shareable(v) {
+		var res viewResult
+		if shareable(v) {
+			key := memoKey(v)
+			var ok bool
+			if res, ok = memo[key]; !ok {
+				res = rc.evalView(ctx, s, v)
 				if fresh == nil {
 					fresh = map[string]viewResult{}
 				}
-				fresh[id] = res
+				fresh[key] = res
 			}
+		} else {
+			res = rc.evalView(ctx, s, v)
 		}
 		rc.viewCost += res.cost
 		rc.views[id] = res.val
@@ -157,8 +195,10 @@ func (rc *roomCtx) evalViewsOf(ctx context.Context, s *Service, roots []string) 
 		if live.views == nil {
 			live.views = map[string]viewResult{}
 		}
-		for id, r := range fresh {
-			live.views[id] = r
+		for key, r := range fresh {
+			if _, ok := live.views[key]; ok || len(live.views) < maxViewMemo {
+				live.views[key] = r
+			}
 		}
 		live.viewsMu.Unlock()
 	}
