@@ -100,6 +100,11 @@ func (s *Service) uncountHidden(ctx context.Context, rc *roomCtx) {
 	if len(rc.msgs.hidden) == 0 {
 		return
 	}
+	for _, m := range rc.msgs.hidden {
+		if t := m.timer.nextChange(rc.now); !t.IsZero() && (rc.msgs.next.IsZero() || t.Before(rc.msgs.next)) {
+			rc.msgs.next = t
+		}
+	}
 	shown := s.logGate(ctx, rc)
 	for _, m := range rc.msgs.hidden {
 		if m.timer != nil && !m.timer.live(rc.now) || m.gate != nil && !shown(m.gate) {

@@ -41,6 +41,11 @@ type msgCounts struct {
 	// hidden are the messages Count counts that a reader may not see,
 	// until hideGated takes out those hidden from this one.
 	hidden []hiddenMsg
+	// next is when the timer of one of the hidden messages next changes
+	// Count or the unread counts (zero: none pending), kept when hidden
+	// is dropped: no write, so no notification, marks that moment, and a
+	// wait on messages must read again then (roomCtx.nextChange).
+	next time.Time
 }
 
 // gatedUnread is an unread message with an `enabled` gate.

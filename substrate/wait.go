@@ -242,7 +242,7 @@ func (w *waiter) check() (*WaitResult, time.Duration, error) {
 		w.lastErr = evalErr
 		w.seq = rc.snap.seq
 		next := s.wait.Recheck
-		if t := rc.snap.nextChange(rc.now); !t.IsZero() && t.Sub(rc.now) < next {
+		if t := rc.nextChange(w.prog.UsesMessages || w.prog.Uses("views") || w.prog.Uses("actions")); !t.IsZero() && t.Sub(rc.now) < next {
 			next = max(t.Sub(rc.now), time.Millisecond)
 		}
 		return nil, next, nil
@@ -407,6 +407,19 @@ func (s *Service) endWaiting(ctx context.Context, roomID, agentID string) {
 	if _, err := s.waitq.done.do(ctx, roomID, agentID); err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
+}
+
+// nextChange is the earliest moment after the read at which a timer
+// changes what it read (zero if none is pending): an entry's, an action's
+// or a view's, and with msgs (the condition reads messages, or views or
+// actions, which may) a message's, which changes messages.count and the
+// unread counts.
+func (rc *roomCtx) nextChange(msgs bool) time.Time {
+	next := rc.snap.nextChange(rc.now)
+	if t := rc.msgs.next; msgs && !t.IsZero() && (next.IsZero() || t.Before(next)) {
+		next = t
+	}
+	return next
 }
 
 // nextChange is the earliest moment after now at which a timer changes
