@@ -10,6 +10,7 @@ package substrate
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"sync"
 )
@@ -20,7 +21,17 @@ type srcFacts struct {
 	scopes  []string    // scopeRef: the scopes read (state.x, state.?x)
 	views   []string    // viewRefs: the views named, in order, repeats included
 	paths   [][2]string // statePath: scope and key of each entry named
+	// actions are the actions named (actions.<id>, actions.?<id>,
+	// actions["id"]); allActions: actions read whole (passed along,
+	// iterated, counted), which any action's change may change.
+	actions    []string
+	allActions bool
 }
+
+// actionRef finds each use of actions and the action it names, if any.
+// It may match a string literal: a delta may show too much, never too
+// little.
+var actionRef = regexp.MustCompile(`(^|[^.\w])actions\b\s*(?:\.\s*\??\s*([A-Za-z_]\w*)|\[\s*"([^"\\]+)"\s*\])?`)
 
 // maxSrcFacts bounds the table; past it the table starts over (sources
 // are few per room, rooms many).
@@ -67,6 +78,14 @@ func scanFacts(src string) *srcFacts {
 	}
 	for _, m := range statePath.FindAllStringSubmatch(src, -1) {
 		f.paths = append(f.paths, [2]string{m[1], m[2]})
+	}
+	for _, m := range actionRef.FindAllStringSubmatch(src, -1) {
+		switch id := m[2] + m[3]; id {
+		case "", "all", "exists", "exists_one", "map", "filter":
+			f.allActions = true
+		default:
+			f.actions = append(f.actions, id)
+		}
 	}
 	// Every reader gets these very slices (ViewRefs, StatePaths): clipped,
 	// an append by one of them copies instead of writing into the

@@ -65,15 +65,15 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		}
 		env.State[scope] = entries
 	}
-	changed := viewsChangedSince(rc, from, newest)
+	acts := actionsChangedSince(rc, from, newest, unseen)
+	changed := viewsChangedSince(rc, from, newest, acts)
 	for id := range env.Views {
 		if !changed[id] {
 			delete(env.Views, id)
 		}
 	}
 	for id := range env.Actions {
-		a := rc.snap.actions[id]
-		if a == nil || a.r.Revision <= from && !gateMayHaveOpened(a.def.Enabled, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) && !readsView(a.def.Enabled, changed) && !unseen.ranOut(rc, a.r, from) {
+		if a := rc.snap.actions[id]; a == nil || !acts.ids[id] && !readsView(a.def.Enabled, changed) && !availabilityMayHaveChanged(rc, a, from, newest, unseen, acts, changed) {
 			delete(env.Actions, id)
 		}
 	}
@@ -151,15 +151,83 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	env.Context.Elided = nil
 }
 
-// viewsChangedSince are the views whose definition, or a state entry or
-// view they read (by path), changed after seq.
-func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64) map[string]bool {
+// actionChanges are the actions whose enablement for a reader may have
+// changed after a seq: what a view or a gate reading actions reads.
+type actionChanges struct {
+	// ids are the live actions whose definition changed, whose enabled
+	// gate may have changed its answer, or whose timer may have ended or
+	// started them.
+	ids map[string]bool
+	// defs: an action may have been registered or deleted since (which
+	// actions exist may differ).
+	defs bool
+}
+
+// actionsChangedSince are the actions whose enablement may have changed
+// after from (newest and unseen as deltaOf has them).
+func actionsChangedSince(rc *roomCtx, from int64, newest map[string]int64, unseen *unseenChanges) *actionChanges {
+	c := &actionChanges{ids: map[string]bool{}, defs: newest[scopeActions] > from || newest[anyScope] > from}
+	for id, a := range rc.snap.actions {
+		// The gate reads its registrar's state, and the reader's own as
+		// self (actionVars).
+		if a.r.Revision > from || gateMayHaveOpened(a.def.Enabled, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) || unseen.ranOut(rc, a.r, from) {
+			c.ids[id] = true
+		}
+	}
+	// A gate may read other actions' enablement: until nothing is added.
+	for more := true; more; {
+		more = false
+		for id, a := range rc.snap.actions {
+			if !c.ids[id] && c.read(rc, a.def.Enabled) {
+				c.ids[id], more = true, true
+			}
+		}
+	}
+	return c
+}
+
+// read reports whether src reads an action that may have changed: one it
+// names that changed or may have been deleted, or any when it reads
+// actions whole.
+func (c *actionChanges) read(rc *roomCtx, src string) bool {
+	f := factsOf(src)
+	if f.allActions && (c.defs || len(c.ids) > 0) {
+		return true
+	}
+	for _, id := range f.actions {
+		if c.ids[id] || c.defs && rc.snap.actions[id] == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// availabilityMayHaveChanged reports whether an action's availability
+// beyond its enablement may have changed after from: its if (which may
+// read views and actions) or its cooldown (set by an invocation, ended by
+// its timer).
+func availabilityMayHaveChanged(rc *roomCtx, a *actionRec, from int64, newest map[string]int64, unseen *unseenChanges, acts *actionChanges, views map[string]bool) bool {
+	if gateMayHaveOpened(a.def.If, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) || readsView(a.def.If, views) || acts.read(rc, a.def.If) {
+		return true
+	}
+	if cd := rc.snap.scopes[scopeCooldowns][a.def.ID]; cd != nil && (cd.Revision > from || unseen.ranOut(rc, cd.row, from)) {
+		return true
+	}
+	// A cooldown's entry deleted since (its timer ran out and the janitor
+	// purged it): the scope's mark says so, not which action's.
+	return rc.snap.scopes[scopeCooldowns][a.def.ID] == nil && (newest[scopeCooldowns] > from || newest[anyScope] > from) && a.def.OnInvoke != nil
+}
+
+// viewsChangedSince are the views whose definition, or a state entry,
+// view or action they read, may have changed after seq.
+func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64, acts *actionChanges) map[string]bool {
 	changed := map[string]bool{}
 	for _, v := range rc.snap.views { // in dependency order
 		self := viewSelf(v.def)
 		// The gate reads the view's registrar's state (state.self is its
 		// scope) with the reader as self, and may read views.
 		if v.r.Revision > seq || newest[scopeViews] > seq && v.r.timer != nil || readsAnyTime(v.def.Expr) || readsChangedScope(v.def.Expr, self, seq, newest) ||
+			acts.read(rc, v.def.Expr) || acts.read(rc, v.def.Enabled) ||
 			gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) || readsView(v.def.Enabled, changed) {
 			changed[v.def.ID] = true
 		}
@@ -406,7 +474,10 @@ func (s *Service) unseenSince(ctx context.Context, roomID string, from, upTo int
 // after from with no newer revision of what they read by path (which a
 // reader checks itself, key by key): they read now, agents, messages or
 // state whole, or a scope they read lost an entry since (a deletion, a
-// timer run out). The rule of a wait's delta (viewsChangedSince).
+// timer run out), or they read an action whose enablement may have
+// changed (by anything its gate reads, a timer, a registration or a
+// deletion: not a path the reader checks). The rule of a wait's delta
+// (viewsChangedSince).
 func (r *Read) ViewsChangedUnseen(ctx context.Context, from int64) map[string]bool {
 	unseen, err := r.s.unseenAt(ctx, r.rc.snap, from)
 	if err != nil {
@@ -415,12 +486,32 @@ func (r *Read) ViewsChangedUnseen(ctx context.Context, from int64) map[string]bo
 	}
 	marks := map[string]int64{}
 	unseen.apply(r.rc, from, marks)
+	var acts *actionChanges
 	out := map[string]bool{}
 	for _, v := range r.rc.snap.views {
 		self := viewSelf(v.def)
 		if readsAnyTime(v.def.Expr) || readsChangedScope(v.def.Expr, self, from, marks) || gateMayHaveOpened(v.def.Enabled, []string{self}, from, marks) {
 			out[v.def.ID] = true
+			continue
+		}
+		if readsActions(v.def.Expr) || readsActions(v.def.Enabled) {
+			if acts == nil {
+				// Once, and only for a room with such a view: the action
+				// gates need every scope's newest revision.
+				newest := scopeRevisions(r.rc)
+				unseen.apply(r.rc, from, newest)
+				acts = actionsChangedSince(r.rc, from, newest, unseen)
+			}
+			if acts.read(r.rc, v.def.Expr) || acts.read(r.rc, v.def.Enabled) {
+				out[v.def.ID] = true
+			}
 		}
 	}
 	return out
+}
+
+// readsActions reports whether src reads actions at all.
+func readsActions(src string) bool {
+	f := factsOf(src)
+	return f.allActions || len(f.actions) > 0
 }

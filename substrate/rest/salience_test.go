@@ -444,3 +444,24 @@ func TestSalienceThreadAboutKey(t *testing.T) {
 	}
 	t.Fatalf("the thread about release_date is not a pattern: %v", h["patterns"])
 }
+
+// A view that reads an action's enablement changed when a write its gate
+// reads opened it: since_your_last_read names it, though the view reads
+// no state entry by path.
+func TestSalienceSinceYourLastReadViewOfAnAction(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("sinceact", nil)
+	e.do("PUT", "/rooms/sinceact/state", rm.token, map[string]any{"scope": "_shared", "key": "open", "value": false}).must(t, 200)
+	e.do("PUT", "/rooms/sinceact/actions", rm.token, map[string]any{"id": "go", "enabled": "state._shared.open == true",
+		"writes": []any{map[string]any{"key": "n", "value": 1}}}).must(t, 201)
+	e.do("PUT", "/rooms/sinceact/views", rm.token, map[string]any{"id": "go_view", "scope": "_shared", "expr": `actions.go.enabled ? "open" : "closed"`}).must(t, 201)
+	tok := e.join(rm, "a")
+	e.ctx(rm, tok, "") // the first (enriched) read
+	e.ctx(rm, tok, "only=state")
+	e.do("PUT", "/rooms/sinceact/state", rm.token, map[string]any{"scope": "_shared", "key": "open", "value": true}).must(t, 200)
+	r := e.ctx(rm, tok, "only=state")
+	s, _ := attention(r)["since_your_last_read"].(map[string]any)
+	if !slices.Contains(strs(s["views_changed"]), "go_view") {
+		t.Fatalf("since_your_last_read after the gate opened: %v, want views_changed to name go_view", s)
+	}
+}
