@@ -434,30 +434,26 @@ func (b *bencher) untilWaiting(ctx context.Context, r *room, n int, limit time.D
 	}
 }
 
-// untilOpen waits until n waits are open on the server and n agents of
-// r are shown waiting. With the server's metrics it polls its count of open
-// waits, and lists the agents once: listing ten thousand agents every
-// millisecond, as untilWaiting does, made the server allocate megabytes a
+// untilOpen waits until the server counts n waits open (its
+// sync_waits_open on /metrics); false without the server's metrics.
+// Listing ten thousand agents every millisecond until all showed
+// waiting, as untilWaiting does, made the server allocate megabytes a
 // list while the workload measured its memory.
-func (b *bencher) untilOpen(ctx context.Context, r *room, n int, limit time.Duration) error {
-	if b.opt.MetricsURL == "" {
-		return b.untilWaiting(ctx, r, n, limit)
-	}
+func (b *bencher) untilOpen(ctx context.Context, n int, limit time.Duration) (bool, error) {
 	deadline := time.Now().Add(limit)
 	for {
 		open, ok := b.metricValues(ctx, "sync_waits_open")["sync_waits_open"]
 		if !ok {
-			return b.untilWaiting(ctx, r, n, limit)
+			return false, nil
 		}
 		if int(open) >= n {
-			break
+			return true, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%.0f of %d waits open after %s", open, n, limit)
+			return true, fmt.Errorf("%.0f of %d waits open after %s", open, n, limit)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return b.untilWaiting(ctx, r, n, time.Until(deadline))
 }
 
 // wake measures, round after round, how long after an invocation's
@@ -559,11 +555,35 @@ func (b *bencher) waits(ctx context.Context) (*Result, error) {
 			woke[i], errsOf[i] = time.Now(), err
 		}()
 	}
-	if err := b.untilOpen(ctx, r, n, 2*time.Minute); err != nil {
+	counted, err := b.untilOpen(ctx, n, 2*time.Minute)
+	if err != nil {
 		return res, err
 	}
+	if !counted {
+		if err := b.untilWaiting(ctx, r, n, 2*time.Minute); err != nil {
+			return res, err
+		}
+	}
+	// The server's memory with the waits open, before the list below
+	// (the room's ten thousand agents, some megabytes of the server's
+	// heap while it answers) adds the workload's own load to it: the
+	// larger of two readings, as the count reaches n (the last waits
+	// still starting) and a second later.
 	during := readProc(b.opt.PID)
 	mem := b.metricValues(ctx, "go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes")
+	if counted {
+		time.Sleep(time.Second)
+		if later := readProc(b.opt.PID); later.ok && later.rssKB > during.rssKB {
+			during = later
+			mem = b.metricValues(ctx, "go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes")
+		}
+	}
+	if counted {
+		// Open and shown waiting, before the write that wakes them.
+		if err := b.untilWaiting(ctx, r, n, 2*time.Minute); err != nil {
+			return res, err
+		}
+	}
 	t0 := time.Now()
 	werr := b.doJSON(ctx, "PUT", "/rooms/"+r.id+"/state", r.token, map[string]any{"scope": "_shared", "key": "go", "value": true}, nil)
 	t1 := time.Now()
