@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 )
 
@@ -17,20 +16,9 @@ import (
 // messages change without a write to anything they name: a delta shows
 // them too.
 func TestDeltaShowsViewsThatReadActions(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
-	t.Cleanup(svc.Close)
-	ctx := context.Background()
 	const room = "vd-actions"
-	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, _ := svc.Authenticate(ctx, made.Token)
-	j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: "alice", Name: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice, _ := svc.Authenticate(ctx, j.Token)
+	svc, pr, alice := roomWithAgent(t, room, "alice")
+	ctx := context.Background()
 	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{
 		{Scope: "_shared", Key: "open", Value: json.RawMessage(`false`)},
 	}, true); err != nil {

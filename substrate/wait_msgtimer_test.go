@@ -33,16 +33,7 @@ func TestWaitWakesWhenAMessageTimerRunsOut(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.room, func(t *testing.T) {
 			t.Parallel()
-			made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: c.room})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pr, _ := svc.Authenticate(ctx, made.Token)
-			j, err := svc.Join(ctx, pr, c.room, substrate.JoinRequest{ID: "alice", Name: "alice"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			alice, _ := svc.Authenticate(ctx, j.Token)
+			pr, alice := joinedRoom(t, svc, c.room, "alice")
 			for _, v := range c.views {
 				if _, err := svc.RegisterView(ctx, pr, c.room, v); err != nil {
 					t.Fatal(err)

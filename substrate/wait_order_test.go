@@ -127,6 +127,14 @@ func roomWithAgent(t *testing.T, roomID, agentID string) (svc *substrate.Service
 	t.Helper()
 	svc = substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
+	admin, agent = joinedRoom(t, svc, roomID, agentID)
+	return svc, admin, agent
+}
+
+// joinedRoom makes room roomID in svc and returns the room's principal and
+// that of agent agentID, joined.
+func joinedRoom(t *testing.T, svc *substrate.Service, roomID, agentID string) (admin, agent *substrate.Principal) {
+	t.Helper()
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: roomID})
 	if err != nil {
@@ -142,5 +150,5 @@ func roomWithAgent(t *testing.T, roomID, agentID string) (svc *substrate.Service
 	if agent, err = svc.Authenticate(ctx, ag.Token); err != nil {
 		t.Fatal(err)
 	}
-	return svc, admin, agent
+	return admin, agent
 }
