@@ -313,6 +313,7 @@ func TestBrowserRoomShowsWhatChanged(t *testing.T) {
 // (a full-page screenshot of a real-sized room is too tall to read).
 func viewShot(t *testing.T, ctx context.Context, name, sel string) {
 	t.Helper()
+	untilLaidOut(t, ctx, name)
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(function(){var e=document.querySelector(`+strconv.Quote(sel)+`);if(e)e.scrollIntoView({block:"start"});return true})()`)); err != nil {
 		t.Fatal(err)
 	}

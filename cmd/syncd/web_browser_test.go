@@ -34,6 +34,7 @@ func artifacts(t *testing.T) string {
 
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
+	untilLaidOut(t, ctx, name)
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 is a PNG; below, a JPEG
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
@@ -43,6 +44,26 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+}
+
+// untilLaidOut waits until the page shown has finished loading and has a
+// layout. A test that waits for an element can find it while a
+// navigation's new document is still being parsed, its stylesheets not yet
+// applied; Chromium then refuses a screenshot ("Cannot take screenshot
+// with 0 width"). Errors are retried: a navigation may replace the
+// document between two polls.
+func untilLaidOut(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	const js = `document.readyState === "complete" && document.documentElement.clientWidth > 0`
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("screenshot %s: the page did not finish loading within 10 s (%v)", name, err)
+		}
+	}
 }
 
 // restCall calls the REST API with a bearer token and decodes the answer.
