@@ -280,6 +280,15 @@ func (s *Stack) Wrap(next http.Handler) http.Handler {
 // stream) then holds no header map while it waits; ten thousand waits
 // held ten thousand.
 func (s *Stack) WrapWithHeaders(headers map[string]string, next http.Handler) http.Handler {
+	// Canonical once here, so that a handler's own value (set under the
+	// canonical key) wins and no header goes out twice.
+	if len(headers) > 0 {
+		canon := make(map[string]string, len(headers))
+		for k, v := range headers {
+			canon[http.CanonicalHeaderKey(k)] = v
+		}
+		headers = canon
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := s.requestID(r)
@@ -464,7 +473,7 @@ func (r *recorder) stamp() {
 		set("Strict-Transport-Security", "max-age=31536000")
 	}
 	for k, v := range r.extra {
-		set(http.CanonicalHeaderKey(k), v)
+		set(k, v)
 	}
 }
 

@@ -227,11 +227,17 @@ func TestWrapHeadersAtTheResponsesStart(t *testing.T) {
 			w.Header().Set("Referrer-Policy", "same-origin")
 			_, _ = w.Write([]byte("hi"))
 		}, map[string]string{"Referrer-Policy": "same-origin"}},
+		{"handler's own value of an extra header", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Access-Control-Allow-Origin", "https://app.example")
+			_, _ = w.Write([]byte("hi"))
+		}, map[string]string{"Access-Control-Allow-Origin": "https://app.example"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			var before int
-			h := stack.WrapWithHeaders(map[string]string{"Access-Control-Allow-Origin": "*"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The extra header's key as a caller may spell it: the stack
+			// sends it once, under its canonical name.
+			h := stack.WrapWithHeaders(map[string]string{"access-control-allow-origin": "*"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				before = len(rec.Header())
 				tc.handler(w, r)
 			}))
@@ -250,6 +256,11 @@ func TestWrapHeadersAtTheResponsesStart(t *testing.T) {
 			}
 			if got.Get("X-Request-Id") == "" {
 				t.Error("no X-Request-Id")
+			}
+			for k, v := range got {
+				if k != http.CanonicalHeaderKey(k) {
+					t.Errorf("header %q: %q sent under a non-canonical key", k, v)
+				}
 			}
 		})
 	}
