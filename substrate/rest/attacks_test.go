@@ -1200,6 +1200,13 @@ func TestAttackExpressionFloodIsBudgeted(t *testing.T) {
 // round; without the budget every round fails by two orders of
 // magnitude).
 func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
+	if raceEnabled {
+		// Under the detector one flood read took 1.8 s instead of 60 ms and
+		// whether the budget refused any depended on the machine's load
+		// (CI: a race run failed with the calm room at 470 ms). The budget's
+		// races are exercised by the budget tests in substrate.
+		t.Skip("compares latencies; the race detector slows evaluation several-fold")
+	}
 	e := newEnvWith(t, rest.Options{RatePerSecond: 100, RateBurst: 200}, substrate.Limits{GateQuantum: -1})
 	flood := e.room("flood", nil)
 	calm := e.room("calm", nil)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rest_test
+
+const raceEnabled = false
