@@ -396,7 +396,8 @@ func tools() []tool {
 				req.MaxBytes = 16000 - sessionReserve
 				return c.opt.Lobby.Search(ctx, c.sess, in.Room, req, Words)
 			}), "from", "kind", "after", "before", "limit").unlisted("more", "query").retyped("hits", "array"),
-		// embodied: always true; status: only a disembodiment has one.
+		// embodied: always true; status: only a disembodiment has one; room:
+		// an echo.
 		hide(typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
 			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role); observers cannot. Returns your arrival: who is here, your actions, the newest messages, what needs attention (context full: the room, none: nothing; only, max_bytes as sync_read_context).",
 			Annotations: annotations(false, false, true)}, embodyEnum,
@@ -420,7 +421,7 @@ func tools() []tool {
 					return nil, err
 				}
 				return &EmbodyResult{Embodiment: e, Bootstrap: e.Bootstrap, Context: env}, nil
-			}), "only", "max_bytes").unlisted("embodied", "status", "next"),
+			}), "only", "max_bytes").unlisted("embodied", "status", "next", "room"),
 		// embodied: always false; role and taken_over: only an embodiment
 		// has them.
 		typed(&sdk.Tool{Name: "sync_disembody", Title: "Stop acting",
@@ -519,7 +520,7 @@ func tools() []tool {
 				}
 				return res.Summary(), nil
 			}).unlisted("invoked", "action", "result", "builtin_result").retyped("writes", "array"),
-		// usage: how to call sync_help, in the model's words.
+		// usage: how to call sync_help, in the model's words; key: an echo.
 		typed(&sdk.Tool{Name: "sync_help", Title: "Help",
 			Description: "Help: without key, the list of keys (guide, standard_library, expressions, …); rooms may override keys.",
 			Annotations: annotations(true, false, true)}, nil,
@@ -533,7 +534,7 @@ func tools() []tool {
 					return nil, err
 				}
 				return c.opt.Substrate.Help(ctx, p, room, in.Key)
-			}).unlisted("usage"),
+			}).unlisted("usage", "key"),
 		typed(&sdk.Tool{Name: "sync_eval_cel", Title: "Evaluate CEL",
 			Description: "Evaluate CEL in a room with your read authority, to test a condition or, binding params, an action's if; false names the failing clause.",
 			Annotations: annotations(true, false, true)}, nil,
