@@ -32,8 +32,12 @@ func TestToolSchemas(t *testing.T) {
 		if err := enc.Encode(tl.def); err != nil {
 			t.Fatal(err)
 		}
-		total += compact.Len() - 1
-		shown += modelVisible(t, tl.def)
+		all, vis := compact.Len()-1, modelVisible(t, tl.def)
+		total += all
+		shown += vis
+		// Per tool under -v: where the bytes are when the budget is tight.
+		t.Logf("%-20s %5d bytes ~%4d tokens; shown %5d bytes ~%4d tokens; output schema %4d bytes, annotations %3d",
+			tl.def.Name, all, all*100/407, vis, vis*100/407, compactLen(t, tl.def.OutputSchema), compactLen(t, tl.def.Annotations))
 		path := filepath.Join("testdata", tl.def.Name+".json")
 		if *update {
 			if err := os.WriteFile(path, got, 0o644); err != nil {
@@ -86,10 +90,15 @@ func TestToolSchemas(t *testing.T) {
 
 // modelVisible is the compact size of what a host shows a model of d.
 func modelVisible(t *testing.T, d *sdk.Tool) int {
+	return compactLen(t, map[string]any{"name": d.Name, "description": d.Description, "input_schema": d.InputSchema})
+}
+
+// compactLen is v's size as compact JSON without HTML escapes.
+func compactLen(t *testing.T, v any) int {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(map[string]any{"name": d.Name, "description": d.Description, "input_schema": d.InputSchema}); err != nil {
+	if err := enc.Encode(v); err != nil {
 		t.Fatal(err)
 	}
 	return b.Len() - 1

@@ -100,7 +100,8 @@ func (c *call) room(room string) string {
 }
 
 // Tool inputs. Optional arguments are omitempty (pointers where 0 differs
-// from absent); descriptions are the schema's.
+// from absent); descriptions are the schema's. A description does not
+// repeat what the schema says (an enum's values).
 type (
 	noArgs struct{}
 
@@ -112,7 +113,7 @@ type (
 	// shaping is how a context is shaped, as sync_read_context and
 	// sync_wait take it.
 	shaping struct {
-		Depth         string `json:"depth,omitempty" jsonschema:"lean (default), full (action definitions) or usage."`
+		Depth         string `json:"depth,omitempty" jsonschema:"Default lean; full adds action definitions."`
 		Only          string `json:"only,omitempty" jsonschema:"Comma-separated: state, views, agents, actions, messages, state.<scope>, views.<id>."`
 		MessagesLimit *int64 `json:"messages_limit,omitempty" jsonschema:"1–500 (default 100)."`
 		MaxBytes      *int64 `json:"max_bytes,omitempty" jsonschema:"Size budget in bytes (default 32000)."`
@@ -132,7 +133,7 @@ type (
 		Room     string `json:"room"`
 		Agent    string `json:"agent,omitempty" jsonschema:"Another agent of yours."`
 		Role     string `json:"role,omitempty" jsonschema:"A role to fill."`
-		Context  string `json:"context,omitempty" jsonschema:"arrival (default), full or none."`
+		Context  string `json:"context,omitempty" jsonschema:"Default arrival."`
 		Only     string `json:"only,omitempty" jsonschema:"As in sync_read_context."`
 		MaxBytes *int64 `json:"max_bytes,omitempty" jsonschema:"Size budget in bytes (default 6000)."`
 	}
@@ -146,7 +147,7 @@ type (
 		Condition string `json:"condition,omitempty" jsonschema:"CEL condition."`
 		Room      string `json:"room,omitempty"`
 		TimeoutMS int64  `json:"timeout_ms,omitempty" jsonschema:"Default 25000, max 45000."`
-		Context   string `json:"context,omitempty" jsonschema:"delta (default), full or none."`
+		Context   string `json:"context,omitempty" jsonschema:"Default delta."`
 		Since     *int64 `json:"since,omitempty" jsonschema:"Seq the delta starts after."`
 		Thread    int64  `json:"thread,omitempty" jsonschema:"No condition: its next message."`
 		waitShaping
@@ -158,7 +159,7 @@ type (
 		Depth         string `json:"depth,omitempty" jsonschema:"As in sync_read_context."`
 		Only          string `json:"only,omitempty" jsonschema:"As in sync_read_context."`
 		MessagesLimit *int64 `json:"messages_limit,omitempty" jsonschema:"As in sync_read_context (default 20 here)."`
-		MaxBytes      *int64 `json:"max_bytes,omitempty" jsonschema:"As in sync_read_context (default 32000)."`
+		MaxBytes      *int64 `json:"max_bytes,omitempty" jsonschema:"As in sync_read_context."`
 	}
 
 	registerActionIn struct {
@@ -311,6 +312,7 @@ func arrivalRequest(in *embodyIn) (substrate.ContextRequest, error) {
 // deleteTool is sync_delete_action or sync_delete_view.
 func deleteTool(kind, article string, del func(*substrate.Service, context.Context, *substrate.Principal, string, string) (int64, error)) tool {
 	title := "Delete " + article + " " + kind
+	// deleted: always true (a failure is an error); id: an echo.
 	return typed(&sdk.Tool{Name: "sync_delete_" + kind, Title: title,
 		Description: "Delete " + article + " " + kind + " you registered (or any, with room authority).", Annotations: annotations(false, true, true)}, nil,
 		func(ctx context.Context, c *call, in *deleteIn) (*Deleted, error) {
@@ -323,7 +325,7 @@ func deleteTool(kind, article string, del func(*substrate.Service, context.Conte
 				return nil, err
 			}
 			return &Deleted{Deleted: true, ID: in.ID, Seq: seq}, nil
-		})
+		}).unlisted("deleted", "id")
 }
 
 // hide leaves rarely used arguments out of a tool's input schema (tools/list
@@ -340,18 +342,23 @@ func hide(t tool, names ...string) tool {
 // tools are sync's MCP tools, in the order clients list them.
 func tools() []tool {
 	return []tool{
+		// Result fields left out of the output schemas (see unlisted):
+		// next is the call the model makes next, in its words; an echo is
+		// an argument the caller sent, returned as sent.
 		typed(&sdk.Tool{Name: "sync_lobby", Title: "Lobby",
 			Description: "Start here: your rooms (access, agents, roles), what you embody and focus, whether you may create rooms. Next: sync_read_context to observe, sync_embody to act.",
 			Annotations: annotations(true, false, true)}, nil,
 			func(ctx context.Context, c *call, _ *noArgs) (*lobby.View, error) {
 				return c.opt.Lobby.View(ctx, c.sess)
-			}),
+			}).unlisted("next"),
 		typed(&sdk.Tool{Name: "sync_create_room", Title: "Create room",
 			Description: "Create a room you own, in this connection's scope (needs create-rooms consent).",
 			Annotations: annotations(false, false, false)}, nil,
 			func(ctx context.Context, c *call, in *createRoomIn) (*lobby.CreatedRoom, error) {
 				return c.opt.Lobby.CreateRoomFor(ctx, c.sess, in.Room, in.Label)
-			}),
+			}).unlisted("created", "next"), // created: always true
+		// builtins: their signatures in one line for the model (depth
+		// full lists them in actions); params: always {} (no invocation).
 		hide(typed(&sdk.Tool{Name: "sync_read_context", Title: "Read room context",
 			Description: "What you perceive in a room: state (yours as self), views, agents, actions with availability, messages. Use it to look around; waits return only changes. Narrow with only, prefix or keys_after; page messages with messages_after (include adds _messages or _audit to state); _context.budget names the call for what a cut left out. Focuses the room (unless you act in another); marks shown messages read.",
 			Annotations: annotations(true, false, true)}, shaped,
@@ -365,7 +372,9 @@ func tools() []tool {
 				}
 				q.KeysAfter, q.Prefix, q.Reserve, q.Thread = in.KeysAfter, in.Prefix, sessionReserve, in.Thread
 				return c.opt.Lobby.ReadContext(ctx, c.sess, c.room(in.Room), q, Words)
-			}), "include"),
+			}), "include").unlisted("builtins", "params"),
+		// more: the next page's call in the model's words (next has its
+		// offset); query: an echo. hits is never null.
 		hide(typed(&sdk.Tool{Name: "sync_search", Title: "Search",
 			Description: "Full-text search of what you may read (messages, state, views), best first, with snippets; filters scope, from, kind, thread, after, before.",
 			Annotations: annotations(true, false, true)}, nil,
@@ -386,7 +395,9 @@ func tools() []tool {
 				}
 				req.MaxBytes = 16000 - sessionReserve
 				return c.opt.Lobby.Search(ctx, c.sess, in.Room, req, Words)
-			}), "from", "kind", "after", "before", "limit"),
+			}), "from", "kind", "after", "before", "limit").unlisted("more", "query").retyped("hits", "array"),
+		// embodied: always true; status: only a disembodiment has one; room:
+		// an echo.
 		hide(typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
 			Description: "Act in a room as your own agent (made on first use), another of yours (agent) or a role's agent (role); observers cannot. Returns your arrival: who is here, your actions, the newest messages, what needs attention (context full: the room, none: nothing; only, max_bytes as sync_read_context).",
 			Annotations: annotations(false, false, true)}, embodyEnum,
@@ -410,7 +421,9 @@ func tools() []tool {
 					return nil, err
 				}
 				return &EmbodyResult{Embodiment: e, Bootstrap: e.Bootstrap, Context: env}, nil
-			}), "only", "max_bytes"),
+			}), "only", "max_bytes").unlisted("embodied", "status", "next", "room"),
+		// embodied: always false; role and taken_over: only an embodiment
+		// has them.
 		typed(&sdk.Tool{Name: "sync_disembody", Title: "Stop acting",
 			Description: "Stop acting and observe: your agent idles, keeping its state, actions and views, and frees its role; the room stays focused. Returns the lobby.",
 			Annotations: annotations(false, false, true)}, nil,
@@ -420,7 +433,10 @@ func tools() []tool {
 					return nil, err
 				}
 				return &DisembodyResult{Embodiment: e, Lobby: v}, nil
-			}),
+			}).unlisted("embodied", "role", "taken_over", "next"),
+		// invoked: always true (a failure is an error); action: an echo; a
+		// builtin's result is an object, and writes is never null
+		// (InvokeResult.Summary).
 		typed(&sdk.Tool{Name: "sync_invoke_action", Title: "Invoke an action",
 			Description: "Invoke an action (or a builtin) in your room with its registrar's authority. A failure changes nothing and says why. Returns what it wrote and its result.",
 			Annotations: annotations(false, true, false)}, nil,
@@ -434,7 +450,8 @@ func tools() []tool {
 					return nil, err
 				}
 				return res.Summary(), nil
-			}),
+			}).unlisted("invoked", "action").retyped("builtin_result", "object").retyped("writes", "array"),
+		// note: for the model, when a timeout past the cap was shortened.
 		hide(typed(&sdk.Tool{Name: "sync_wait", Title: "Wait for a condition",
 			Description: "Wait instead of polling until a CEL condition holds (e.g. messages.directed_unread > 0). Wakes with what changed since your last read (or since a seq: since); context full: the whole room. Times out after timeout_ms with only the condition: call again.",
 			Annotations: annotations(true, false, true)}, waitEnum,
@@ -461,7 +478,8 @@ func tools() []tool {
 				// The substrate decides the default timeout and the cap (the
 				// same for every surface).
 				return c.opt.Substrate.Wait(ctx, p, room, in.Condition, time.Duration(in.TimeoutMS)*time.Millisecond, q)
-			}), "depth", "messages_limit", "since"),
+			}), "depth", "messages_limit", "since").unlisted("note"),
+		// value: a view's (an action has none).
 		hide(typed(&sdk.Tool{Name: "sync_register_action", Title: "Register an action",
 			Description: "Register or replace an action in your room: named, parameterised, guarded writes anyone may invoke, with your authority. Ready-made ones: sync_help key standard_library (also timer, on_invoke). Returns the definition, changes and warnings.",
 			Annotations: annotations(false, true, true)}, nil,
@@ -472,7 +490,7 @@ func tools() []tool {
 				}
 				return c.opt.Substrate.RegisterAction(ctx, p, c.sess.RoomID, substrate.ActionDef{ID: in.ID, Scope: in.Scope, Description: in.Description,
 					Intent: in.Intent, Params: in.Params, If: in.If, Enabled: in.Enabled, Writes: in.Writes, Result: in.Result, Timer: in.Timer, OnInvoke: in.OnInvoke})
-			}), "timer", "on_invoke"),
+			}), "timer", "on_invoke").retyped("definition", "object").unlisted("value"),
 		hide(typed(&sdk.Tool{Name: "sync_register_view", Title: "Register a view",
 			Description: "Register or replace a view: a CEL expression evaluated with your read authority whose value is public (also enabled, render and timer). Returns its value.",
 			Annotations: annotations(false, true, true)}, nil,
@@ -483,9 +501,10 @@ func tools() []tool {
 				}
 				return c.opt.Substrate.RegisterView(ctx, p, c.sess.RoomID, substrate.ViewDef{ID: in.ID, Expr: in.Expr, Scope: in.Scope,
 					Description: in.Description, Enabled: in.Enabled, Render: in.Render, Timer: in.Timer})
-			}), "render", "timer", "enabled"),
+			}), "render", "timer", "enabled").retyped("definition", "object"),
 		deleteTool("action", "an", (*substrate.Service).DeleteAction),
 		deleteTool("view", "a", (*substrate.Service).DeleteView),
+		// The builtin _send_message: no result of either kind.
 		typed(&sdk.Tool{Name: "sync_send_message", Title: "Send a message",
 			Description: "Post a message as your agent; with to it is directed and raises their directed_unread.",
 			Annotations: annotations(false, false, false)}, nil,
@@ -500,7 +519,8 @@ func tools() []tool {
 					return nil, err
 				}
 				return res.Summary(), nil
-			}),
+			}).unlisted("invoked", "action", "result", "builtin_result").retyped("writes", "array"),
+		// usage: how to call sync_help, in the model's words; key: an echo.
 		typed(&sdk.Tool{Name: "sync_help", Title: "Help",
 			Description: "Help: without key, the list of keys (guide, standard_library, expressions, …); rooms may override keys.",
 			Annotations: annotations(true, false, true)}, nil,
@@ -514,7 +534,7 @@ func tools() []tool {
 					return nil, err
 				}
 				return c.opt.Substrate.Help(ctx, p, room, in.Key)
-			}),
+			}).unlisted("usage", "key"),
 		typed(&sdk.Tool{Name: "sync_eval_cel", Title: "Evaluate CEL",
 			Description: "Evaluate CEL in a room with your read authority, to test a condition or, binding params, an action's if; false names the failing clause.",
 			Annotations: annotations(true, false, true)}, nil,
@@ -525,7 +545,7 @@ func tools() []tool {
 					return nil, err
 				}
 				return c.opt.Substrate.Eval(ctx, p, room, in.Expr, in.Params)
-			}),
+			}).unlisted("expression"), // an echo
 		typed(&sdk.Tool{Name: "sync_revoke_access", Title: "Drop a room",
 			Description: "Drop a room from this connection now; only reconnecting adds it back.",
 			Annotations: annotations(false, true, true)}, nil,
@@ -547,7 +567,7 @@ func tools() []tool {
 					return nil, err
 				}
 				return &Shared{Shared: true, Room: in.Room, Username: in.Username, Role: role}, nil
-			}),
+			}).unlisted("shared", "room", "username"), // always true; echoes
 		loomTool(),
 	}
 }

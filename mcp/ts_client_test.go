@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -29,6 +30,13 @@ func TestEndToEndWithTypeScriptClient(t *testing.T) {
 	got := runTSClient(t, srv, "")
 	if got["note"] != "from typescript" || got["view"] != true || got["agent"] != "alice:ts-sdk-test" || got["tools"] != float64(19) || got["refresh"] != true {
 		t.Fatalf("TypeScript client saw %v", got)
+	}
+	// The SDK validated each of these results against its tool's output
+	// schema (it throws on a mismatch): the schemas' narrowed types and
+	// left-out fields are ones it accepts.
+	want := "sync_create_room sync_delete_action sync_delete_view sync_disembody sync_embody sync_eval_cel sync_help sync_invoke_action sync_lobby sync_read_context sync_register_action sync_register_view sync_search sync_send_message sync_wait"
+	if called := fmt.Sprint(got["called"]); called != "["+want+"]" {
+		t.Fatalf("TypeScript client called %s, want [%s]", called, want)
 	}
 }
 

@@ -84,7 +84,9 @@ func inputSchema[In any](enums map[string][]string) *jsonschema.Schema {
 // map that is always present) says so with a second type; an optional
 // field is left out rather than sent as null, so it has one type; a field
 // of any JSON value lists the JSON types, null included. Only successful results carry
-// structured content (see result), so errors need no place here.
+// structured content (see result), so errors need no place here. A tool
+// leaves out fields a program has no use for (unlisted) and narrows those
+// the Go type cannot (retyped).
 func outputSchema[Out any]() map[string]any {
 	s, err := jsonschema.For[Out](outputOptions)
 	if err != nil {
@@ -147,4 +149,45 @@ func shallow(p *jsonschema.Schema) *jsonschema.Schema {
 		}
 	}
 	return out
+}
+
+// unlisted leaves result fields out of t's output schema that a client
+// program has no use for: a value every success has (invoked: true), a
+// field the tool never fills (the Go type is shared with another tool),
+// one that is always empty, or prose addressed to the model (next: the
+// call to make). The fields stay in the result, which a model reads in
+// full; the output schema allows fields it does not list. tools/list
+// crosses the wire at every connection, and every listed field is paid
+// for there.
+func (t tool) unlisted(names ...string) tool {
+	out := t.def.OutputSchema.(map[string]any)
+	props := out["properties"].(map[string]any)
+	for _, n := range names {
+		if _, ok := props[n]; !ok {
+			panic(fmt.Sprintf("%s: no result field %q to leave out", t.def.Name, n))
+		}
+		delete(props, n)
+		if req, ok := out["required"].([]string); ok {
+			req = slices.DeleteFunc(slices.Clone(req), func(r string) bool { return r == n })
+			if len(req) == 0 {
+				delete(out, "required")
+			} else {
+				out["required"] = req
+			}
+		}
+	}
+	return t
+}
+
+// retyped narrows a result field the Go type holds as any to the JSON
+// type it always has (a registration's definition is always an object).
+// Every result of the package's tests is checked against its schema
+// (export_test.go), so a narrowing that is not true fails them.
+func (t tool) retyped(name, typ string) tool {
+	props := t.def.OutputSchema.(map[string]any)["properties"].(map[string]any)
+	if _, ok := props[name]; !ok {
+		panic(fmt.Sprintf("%s: no result field %q to retype", t.def.Name, name))
+	}
+	props[name] = map[string]any{"type": typ}
+	return t
 }
