@@ -43,6 +43,10 @@ const loomDescription = "The loom (seed 002): trees of text that people, base mo
 	"think … ← (private) · yield (end your turn) · help"
 
 func loomTool() tool {
+	// Annotations left at MCP's defaults on purpose, since they are what
+	// the loom is: it writes (not read-only), "write doc" replaces a
+	// document (destructive), a repeated add adds again (not idempotent),
+	// and "continue from" asks a base model outside sync (open world).
 	t := typed(&sdk.Tool{Name: "sync_loom", Title: "Loom", Annotations: &sdk.ToolAnnotations{},
 		Description: loomDescription}, nil,
 		func(ctx context.Context, c *call, in *loomIn) (*LoomOut, error) {
