@@ -51,7 +51,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	}
 	// own names this stream's renders when its reader shares them with
 	// no one (readKey "").
-	own := fmt.Sprintf("stream %p", f) + "/" + strconv.FormatInt(wb.streamIDs.Add(1), 10)
+	own := "stream " + strconv.FormatInt(wb.streamIDs.Add(1), 10)
 	var readAs, pageAs string // the keys of the stream's last render
 	defer func() { wb.leaveFeed(f, changes, []string{readAs, pageAs}) }()
 	rc := http.NewResponseController(w)
@@ -130,22 +130,23 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			f.retain(pageAs, pk)
 			pageAs = pk
 			reader := p
-			pr, err = get(ctx, f, f.pages, pk, notBefore, func(ctx context.Context) (*pageRender, error) {
-				rr, err := get(ctx, f, f.reads, rk, notBefore, func(ctx context.Context) (*roomRead, error) {
+			pr, _, err = get(ctx, f, f.pages, pk, notBefore, func(ctx context.Context) (*pageRender, time.Time, error) {
+				rr, read, err := get(ctx, f, f.reads, rk, notBefore, func(ctx context.Context) (*roomRead, time.Time, error) {
 					wb.liveReads.Add(1)
-					return wb.readRoom(ctx, reader, roomID, viewToken == "")
+					rr, err := wb.readRoom(ctx, reader, roomID, viewToken == "")
+					return rr, time.Time{}, err
 				})
 				if err != nil {
-					return nil, err
+					return nil, read, err
 				}
 				data := rr.page(reader.AgentID, pageUser, who, access, viewToken)
 				var buf bytes.Buffer
 				if err := wb.tmpl.ExecuteTemplate(&buf, "roommain.html", data); err != nil {
-					return nil, fmt.Errorf("rendering the section: %w", err) // internal: logged, the browser reconnects
+					return nil, read, fmt.Errorf("rendering the section: %w", err) // internal: logged, the browser reconnects
 				}
 				wb.liveRenders.Add(1)
 				seq, _ := data["Seq"].(int64)
-				return &pageRender{html: buf.String(), seq: seq, data: data, diffs: map[string]*diffResult{}}, nil
+				return &pageRender{html: buf.String(), seq: seq, data: data, diffs: map[string]*diffResult{}}, read, nil
 			})
 		}
 		if err != nil {

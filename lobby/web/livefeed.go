@@ -51,6 +51,7 @@ type feed struct {
 type flight[T any] struct {
 	epoch uint64
 	start time.Time
+	read  time.Time // when the reads it rests on began (set with val)
 	done  chan struct{}
 	val   T
 	err   error
@@ -206,48 +207,65 @@ func (f *feed) retain(old, key string) {
 }
 
 // get returns the render for key in m that started at the feed's current
-// epoch and not before notBefore, joining one under way or done, or starts
-// one (compute, on a context of its own: the render goes on while any
-// stream waits for it, whichever left).
-func get[T any](ctx context.Context, f *feed, m map[string]*flight[T], key string, notBefore time.Time, compute func(context.Context) (T, error)) (T, error) {
-	f.mu.Lock()
-	fl := m[key]
-	if fl == nil || fl.epoch != f.epoch || fl.abandoned || fl.start.Before(notBefore) {
-		// The render's own context keeps the values of the stream that
-		// started it, not its end.
-		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		fl = &flight[T]{epoch: f.epoch, start: time.Now(), done: make(chan struct{}), cancel: cancel}
-		m[key] = fl
-		go func() {
-			defer cancel()
-			fl.val, fl.err = compute(rctx)
-			close(fl.done)
-		}()
-	}
-	fl.waiters++
-	f.mu.Unlock()
-	select {
-	case <-fl.done:
+// epoch and read the room not before notBefore, joining one under way or
+// done, or starts one (compute, on a context of its own: the render goes on
+// while any stream waits for it, whichever left). compute returns when the
+// reads its value rests on began (zero: when it began itself); get returns
+// that too.
+func get[T any](ctx context.Context, f *feed, m map[string]*flight[T], key string, notBefore time.Time, compute func(context.Context) (T, time.Time, error)) (T, time.Time, error) {
+	for {
 		f.mu.Lock()
-		fl.waiters--
+		fl := m[key]
+		if fl == nil || fl.epoch != f.epoch || fl.abandoned || fl.start.Before(notBefore) || (fl.isDone() && fl.read.Before(notBefore)) {
+			// The render's own context keeps the values of the stream that
+			// started it, not its end.
+			rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			fl = &flight[T]{epoch: f.epoch, start: time.Now(), done: make(chan struct{}), cancel: cancel}
+			m[key] = fl
+			go func() {
+				defer cancel()
+				fl.val, fl.read, fl.err = compute(rctx)
+				if fl.read.IsZero() {
+					fl.read = fl.start
+				}
+				close(fl.done)
+			}()
+		}
+		fl.waiters++
 		f.mu.Unlock()
-		return fl.val, fl.err
-	case <-ctx.Done():
-		f.mu.Lock()
-		if fl.waiters--; fl.waiters == 0 {
-			select {
-			case <-fl.done:
-			default:
+		select {
+		case <-fl.done:
+			f.mu.Lock()
+			fl.waiters--
+			f.mu.Unlock()
+			if fl.read.Before(notBefore) {
+				// It rests on a read begun before this stream's first
+				// section may be read: another render, after it.
+				continue
+			}
+			return fl.val, fl.read, fl.err
+		case <-ctx.Done():
+			f.mu.Lock()
+			if fl.waiters--; fl.waiters == 0 && !fl.isDone() {
 				fl.abandoned = true
 				fl.cancel()
 				if m[key] == fl {
 					delete(m, key)
 				}
 			}
+			f.mu.Unlock()
+			var zero T
+			return zero, time.Time{}, ctx.Err()
 		}
-		f.mu.Unlock()
-		var zero T
-		return zero, ctx.Err()
+	}
+}
+
+func (fl *flight[T]) isDone() bool {
+	select {
+	case <-fl.done:
+		return true
+	default:
+		return false
 	}
 }
 
