@@ -5,3 +5,20 @@ package web
 func LiveCounts(wb *Web) (reads, renders int64) {
 	return wb.liveReads.Load(), wb.liveRenders.Load()
 }
+
+// LiveFeeds reports the rooms followed live and the renders their feeds
+// hold (reads and sections of the current epoch).
+func LiveFeeds(wb *Web) (feeds, renders int) {
+	wb.mu.Lock()
+	fs := make([]*feed, 0, len(wb.feeds))
+	for _, f := range wb.feeds {
+		fs = append(fs, f)
+	}
+	wb.mu.Unlock()
+	for _, f := range fs {
+		f.mu.Lock()
+		renders += len(f.reads) + len(f.pages)
+		f.mu.Unlock()
+	}
+	return len(fs), renders
+}
