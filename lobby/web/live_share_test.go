@@ -3,8 +3,10 @@ package web_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,4 +104,81 @@ func TestLiveFeedMemoryBounded(t *testing.T) {
 		cancel()
 	}
 	settles("every stream closed", 0, 0)
+}
+
+// Streams come and go while the room changes, on a two-connection pool:
+// a feed is made, shared and ended concurrently (the race detector
+// watches), every stream that stays hears the last write, and nothing is
+// left once all have gone.
+func TestLiveFeedChurn(t *testing.T) {
+	s := newSite(t, web.Options{MaxStreams: 64}, "alice", "bob")
+	s.share("bob", "observer")
+	open := func(ctx context.Context, i int) (*http.Response, error) {
+		path, who := "/live/rooms/lab", []string{"alice", "bob", ""}[i%3]
+		if who == "" {
+			path += "?view=" + s.room.ViewToken
+		}
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.srv.URL+path, nil)
+		req.AddCookie(&http.Cookie{Name: "test_person", Value: who})
+		return http.DefaultClient.Do(req)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s.write("_shared", "churn", fmt.Sprint(i))
+			time.Sleep(15 * time.Millisecond)
+		}
+	})
+	for g := range 12 {
+		wg.Go(func() {
+			for round := range 4 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(20+10*((g+round)%5))*time.Millisecond)
+				if res, err := open(ctx, g+round); err == nil {
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+				}
+				cancel()
+			}
+		})
+	}
+	// Those that stay.
+	var stay []<-chan string
+	for i := range 6 {
+		who, path := []string{"alice", "bob", ""}[i%3], "/live/rooms/lab"
+		if who == "" {
+			path += "?view=" + s.room.ViewToken
+		}
+		stay = append(stay, s.stream(who, path, ""))
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	s.write("_shared", "last", `"done"`)
+	want := "id: " + s.seq() + "\n"
+	for k, ev := range stay {
+		deadline := time.After(10 * time.Second)
+	follow:
+		for {
+			select {
+			case e := <-ev:
+				if strings.HasPrefix(e, want) {
+					if !strings.Contains(e, "last") {
+						t.Errorf("stream %d: the last write's event does not name it: %s", k, e)
+					}
+					break follow
+				}
+			case <-deadline:
+				t.Fatalf("stream %d never heard the last write (%s)", k, want)
+			}
+		}
+	}
+	if feeds, _ := web.LiveFeeds(s.wb); feeds != 1 {
+		t.Fatalf("%d feeds for one room", feeds)
+	}
 }
