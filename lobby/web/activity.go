@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,39 +41,23 @@ type messageRow struct {
 	Action string
 }
 
-// activity adds the recent activity (Activity) and the message log
-// (MessageLog) to the page's data; a message directed to one of the
-// person's (userID's) own agents is marked as to them.
-func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID, userID string, data map[string]any) error {
+// activity reads the recent activity and the message log (ToYou unset:
+// toYou marks them per reader), and, for people (owners true), who owns
+// each agent a message is directed to.
+func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID string, people bool) (rows []activityRow, msgs []messageRow, owners map[string]string, err error) {
 	acts, err := wb.opt.Substrate.RecentActivity(ctx, p, roomID, 0, activitySize)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	rows := make([]activityRow, 0, len(acts))
+	rows = make([]activityRow, 0, len(acts))
 	for _, a := range acts {
 		rows = append(rows, activityOf(a))
 	}
-	data["Activity"] = rows
 	st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, substrate.ReadQuery{Scope: substrate.ScopeMessages, Limit: 50})
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	var msgs []messageRow
-	owners := map[string]bool{}
-	mine := func(agent string) (bool, error) {
-		if agent == p.AgentID && agent != "" {
-			return true, nil
-		}
-		if userID == "" {
-			return false, nil
-		}
-		if v, ok := owners[agent]; ok {
-			return v, nil
-		}
-		owner, exists, err := wb.opt.Substrate.AgentOwner(ctx, roomID, agent)
-		owners[agent] = err == nil && exists && owner == userID
-		return owners[agent], err
-	}
+	owners = map[string]string{}
 	for _, e := range st.Entries {
 		if e.SortKey == nil {
 			continue
@@ -95,20 +80,41 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID, use
 			}
 		}
 		for _, to := range row.To {
-			if row.ToYou, err = mine(to); err != nil || row.ToYou {
-				break
+			if _, ok := owners[to]; ok || !people || to == p.AgentID {
+				continue
 			}
-		}
-		if err != nil {
-			return err
+			owner, exists, err := wb.opt.Substrate.AgentOwner(ctx, roomID, to)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if !exists {
+				owner = ""
+			}
+			owners[to] = owner
 		}
 		if row.Kind == "" {
 			row.Kind = "chat"
 		}
 		msgs = append(msgs, row)
 	}
-	data["MessageLog"] = msgs
-	return nil
+	return rows, msgs, owners, nil
+}
+
+// toYou is the message log as one reader sees it: a message directed to
+// the reader's own agent (agentID), or to an agent the person (userID)
+// owns, is marked as to them. msgs is shared between readers: a marked
+// log is a copy.
+func toYou(msgs []messageRow, owners map[string]string, agentID, userID string) []messageRow {
+	out := slices.Clone(msgs)
+	for i := range out {
+		for _, to := range out[i].To {
+			if (to == agentID && to != "") || (userID != "" && owners[to] == userID) {
+				out[i].ToYou = true
+				break
+			}
+		}
+	}
+	return out
 }
 
 func activityOf(a substrate.Activity) activityRow {

@@ -977,3 +977,67 @@ func TestAttackLoomCollaboratorUsageAndStop(t *testing.T) {
 		}
 	}
 }
+
+// Live streams share renders (livefeed.go) only between readers who would
+// see the same section: the owner (room authority) and an observer follow
+// the same room in several tabs each, changes come that only the owner
+// may see (an agent's private key, an entry whose gate hides it), and the
+// observer's streams never carry any of
+// them while the owner's carry each. Were the sharing keyed without the
+// reader's authority, whichever stream read first would serve the other:
+// the observer would be told the owner's secrets, or the owner would miss
+// them.
+func TestAttackLiveStreamsShareNoRenderAcrossAuthority(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	s.share("bob", "observer")
+	s.join("robot", "Robot")
+	ctx := context.Background()
+	seq := s.seq()
+	type tab struct {
+		who string
+		ev  <-chan string
+	}
+	var tabs []tab
+	for range 3 {
+		for _, who := range []string{"alice", "bob"} {
+			tabs = append(tabs, tab{who, s.stream(who, "/live/rooms/lab?seq="+seq, "")})
+		}
+	}
+	for round := range 4 {
+		secret := []string{fmt.Sprintf("s3cr3t-%d", round), fmt.Sprintf("gated-%d", round)}
+		if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{
+			{Scope: "robot", Key: "plan", Value: []byte(`"` + secret[0] + `"`)},
+			{Scope: "_shared", Key: "hidden", Value: []byte(`"` + secret[1] + `"`), Enabled: "false"},
+			{Scope: "_shared", Key: "visible", Value: []byte(fmt.Sprintf(`"public-%d"`, round))},
+		}, true); err != nil {
+			t.Fatal(err)
+		}
+		s.write("_shared", "tick", fmt.Sprint(round))
+		last := "id: " + s.seq() + "\n"
+		for i, tb := range tabs {
+			var told string
+			for deadline := time.After(10 * time.Second); ; {
+				select {
+				case e := <-tb.ev:
+					told += e + "\n"
+				case <-deadline:
+					t.Fatalf("round %d: %s's tab %d never reached %s: %s", round, tb.who, i, last, told)
+				}
+				if strings.Contains(told, last) {
+					break
+				}
+			}
+			for _, sec := range secret {
+				switch has := strings.Contains(told, sec); {
+				case tb.who == "bob" && has:
+					t.Fatalf("HOLE: round %d: the observer's tab %d was told %q (an owner's render): %s", round, i, sec, told)
+				case tb.who == "alice" && !has:
+					t.Fatalf("round %d: the owner's tab %d was not told %q (an observer's render?): %s", round, i, sec, told)
+				}
+			}
+		}
+	}
+	if reads, renders := web.LiveCounts(s.wb); reads == 0 || renders == 0 {
+		t.Fatalf("no live renders counted: %d reads, %d renders", reads, renders)
+	}
+}

@@ -1,7 +1,11 @@
 package web_test
 
 import (
+	"context"
 	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,3 +51,79 @@ func BenchmarkHundredLiveStreams(b *testing.B) {
 }
 
 func newSiteB(b *testing.B) *site { return newSiteTB(b, web.Options{MaxStreams: 200}, "alice") }
+
+// BenchmarkLiveStreamsOneRoom follows one room with 20 live streams and
+// reports what one write costs the process: CPU (server and client share
+// the process; PostgreSQL runs apart), database pool acquisitions, and the
+// time until all 20 streams hold the write, and how many times the room
+// was read and its section rendered for them (livefeed.go). "tabs" is one person's 20
+// tabs (one view of the room); "people" is 5 tabs each of two owners, an
+// observer and a view link (four views, three authorities):
+//
+//	go test ./lobby/web -run '^$' -bench LiveStreamsOneRoom -benchtime 20x
+func BenchmarkLiveStreamsOneRoom(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		viewers []string // person, or "" for the view link
+	}{
+		{"tabs", []string{"alice"}},
+		{"people", []string{"alice", "carol", "bob", ""}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := newSiteTB(b, web.Options{MaxStreams: 64}, "alice", "bob", "carol")
+			ctx := context.Background()
+			if err := s.lob.AddMember(ctx, "user_carol", "lab", "owner", "", ""); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.lob.AddMember(ctx, "user_bob", "lab", "observer", "", ""); err != nil {
+				b.Fatal(err)
+			}
+			s.write("_shared", "x", "0")
+			seq := s.seq()
+			var streams []<-chan string
+			for i := range 20 {
+				who := c.viewers[i%len(c.viewers)]
+				path := "/live/rooms/lab?seq=" + seq
+				if who == "" {
+					path += "&view=" + s.room.ViewToken
+				}
+				streams = append(streams, s.stream(who, path, ""))
+			}
+			time.Sleep(300 * time.Millisecond) // first renders done
+			var r0, r1 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
+			a0 := s.db.Status().Acquires
+			reads0, renders0 := web.LiveCounts(s.wb)
+			start := time.Now()
+			b.ResetTimer()
+			for i := range b.N {
+				s.write("_shared", "x", strconv.Itoa(i+1))
+				want := "id: " + s.seq() + "\n"
+				for k, ev := range streams {
+					deadline := time.After(10 * time.Second)
+				follow:
+					for {
+						select {
+						case e := <-ev:
+							if strings.HasPrefix(e, want) {
+								break follow
+							}
+						case <-deadline:
+							b.Fatalf("stream %d missed write %d", k, i)
+						}
+					}
+				}
+			}
+			b.StopTimer()
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
+			cpu := time.Duration(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()) * time.Nanosecond
+			n := float64(b.N)
+			b.ReportMetric(float64(cpu.Microseconds())/1000/n, "cpu_ms/write")
+			b.ReportMetric(float64(s.db.Status().Acquires-a0)/n, "acquires/write")
+			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/n, "ms/write")
+			reads, renders := web.LiveCounts(s.wb)
+			b.ReportMetric(float64(reads-reads0)/n, "reads/write")
+			b.ReportMetric(float64(renders-renders0)/n, "renders/write")
+		})
+	}
+}

@@ -7,8 +7,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -42,12 +42,18 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	}
 	defer wb.release(key, addr)
 	ctx := r.Context()
-	changes, stop, err := wb.opt.Substrate.Watch(ctx, p, roomID)
+	// The room's feed (livefeed.go) wakes the stream after each change
+	// and shares its renders with the room's other streams.
+	f, changes, err := wb.joinFeed(ctx, p, roomID)
 	if err != nil {
 		wb.fail(w, r, err)
 		return
 	}
-	defer stop()
+	// own names this stream's renders when its reader shares them with
+	// no one (readKey "").
+	own := "stream " + strconv.FormatInt(wb.streamIDs.Add(1), 10)
+	var readAs, pageAs string // the keys of the stream's last render
+	defer func() { wb.leaveFeed(f, changes, []string{readAs, pageAs}) }()
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -73,10 +79,12 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	userID, username, _ := wb.opt.SignedIn(r)
 	// prev is the section as last sent, kept as HTML (a few tens of KB)
 	// rather than parsed (several times that), and parsed again at the
-	// next change: streams are many, changes few.
+	// next change: streams are many, changes few. Streams that last sent
+	// the same section share the string.
 	var prev string
-	// send renders the section again for the reader and sends what
-	// changed; once the reader can no longer read the room it says so.
+	// send renders the section again for the reader (or takes the render
+	// of a stream that reads alike) and sends what changed; once the
+	// reader can no longer read the room it says so.
 	send := func(first bool) bool {
 		// Each render reads with a context of its own, ended with it:
 		// anything a read ties to its context's end is let go with the
@@ -84,11 +92,20 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		// The room's expression budget did so (issue 32's soak: 9,700
 		// goroutines released at once when four pages closed after ten
 		// minutes); substrate/work.go now ends each call's use itself, so
-		// this is the stream's guard for whatever else might.
+		// this is the stream's guard for whatever else might. A shared
+		// render runs on a context of its own (livefeed.go: get).
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		// Access is read again at each change: a person who left the room,
-		// or a view token rotated since, hears no more of it.
+		// A stream's first section is read after it joined the feed, as
+		// before it shared: a render started earlier (at the same epoch)
+		// may predate what the page shows.
+		var notBefore time.Time
+		if first {
+			notBefore = time.Now()
+		}
+		// Access is read again at each change, per stream: a person who
+		// left the room, or a view token rotated since, hears no more of
+		// it, and the keys below are those of the reader's authority now.
 		var err error
 		who, access := "view link (read-only)", ""
 		if viewToken != "" {
@@ -97,9 +114,40 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			p, access, err = wb.opt.Lobby.PersonPrincipal(ctx, userID, username, roomID)
 			who = username + " (" + access + ")"
 		}
-		var data map[string]any
+		var pr *pageRender
 		if err == nil {
-			data, err = wb.mainData(ctx, r, p, roomID, who, access, viewToken)
+			pageUser := ""
+			if viewToken == "" {
+				pageUser = userID
+			}
+			rk := readKey(p, access, viewToken)
+			if rk == "" {
+				rk = own
+			}
+			pk := pageKey(rk, who, pageUser, access, viewToken)
+			f.retain(readAs, rk)
+			readAs = rk
+			f.retain(pageAs, pk)
+			pageAs = pk
+			reader := p
+			pr, _, err = get(ctx, f, f.pages, pk, notBefore, func(ctx context.Context) (*pageRender, time.Time, error) {
+				rr, read, err := get(ctx, f, f.reads, rk, notBefore, func(ctx context.Context) (*roomRead, time.Time, error) {
+					wb.liveReads.Add(1)
+					rr, err := wb.readRoom(ctx, reader, roomID, viewToken == "")
+					return rr, time.Time{}, err
+				})
+				if err != nil {
+					return nil, read, err
+				}
+				data := rr.page(reader.AgentID, pageUser, who, access, viewToken)
+				var buf bytes.Buffer
+				if err := wb.tmpl.ExecuteTemplate(&buf, "roommain.html", data); err != nil {
+					return nil, read, fmt.Errorf("rendering the section: %w", err) // internal: logged, the browser reconnects
+				}
+				wb.liveRenders.Add(1)
+				seq, _ := data["Seq"].(int64)
+				return &pageRender{html: buf.String(), seq: seq, data: data, diffs: map[string]*diffResult{}}, read, nil
+			})
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -113,45 +161,36 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			_ = rc.Flush()
 			return false
 		}
-		var buf bytes.Buffer
-		if err := wb.tmpl.ExecuteTemplate(&buf, "roommain.html", data); err != nil {
-			wb.opt.Log.Error("live room page", "room", roomID, "err", err)
-			return false
-		}
-		seq, _ := data["Seq"].(int64)
+		seq := pr.seq
 		ev := liveEvent{Seq: seq}
-		if buf.String() == prev {
+		if pr.html == prev {
 			return true // nothing the reader sees changed
-		}
-		var ps []patch
-		ok := false
-		if !first {
-			old, err1 := parseMain(prev)
-			nodes, err2 := parseMain(buf.String())
-			if err := errors.Join(err1, err2); err != nil {
-				wb.opt.Log.Error("live room page", "room", roomID, "err", err)
-				return false
-			}
-			ps, ok = diffMain(old, nodes)
 		}
 		switch {
 		case first:
 			if seq == shown || shown < 0 {
-				prev, shown = buf.String(), seq
+				prev, shown = pr.html, seq
 				return true // the page shows this already
 			}
-			ev.HTML = buf.String()
-		case ok && len(ps) == 0:
-			// Nothing the reader sees changed (a write to what it may not
-			// read): say nothing.
-			return true
-		case ok && patchBytes(ps) < buf.Len():
-			ev.Patches = ps
+			ev.HTML = pr.html
 		default:
-			ev.HTML = buf.String()
+			d := pr.diff(prev)
+			switch {
+			case d.err != nil:
+				wb.opt.Log.Error("live room page", "room", roomID, "err", d.err)
+				return false
+			case d.ok && d.none:
+				// Nothing the reader sees changed (a write to what it may
+				// not read): say nothing.
+				return true
+			case d.ok && d.size < len(pr.html):
+				ev.Patches = d.patches
+			default:
+				ev.HTML = pr.html
+			}
 		}
-		prev = buf.String()
-		ev.Summary = summarize(data, shown)
+		prev = pr.html
+		ev.Summary = summarize(pr.data, shown)
 		shown = seq
 		raw, _ := json.Marshal(ev)
 		fmt.Fprintf(w, "id: %d\nevent: change\ndata: %s\n\n", seq, raw)
@@ -196,35 +235,62 @@ func patchBytes(ps []patch) int {
 // or the page is behind) the whole section as HTML, and a sentence for
 // the page's live region saying what happened.
 type liveEvent struct {
-	Seq     int64   `json:"seq"`
-	Patches []patch `json:"patches,omitempty"`
-	HTML    string  `json:"html,omitempty"`
-	Summary string  `json:"summary,omitempty"`
+	Seq     int64           `json:"seq"`
+	Patches json.RawMessage `json:"patches,omitempty"` // []patch, marshalled once per diff
+	HTML    string          `json:"html,omitempty"`
+	Summary string          `json:"summary,omitempty"`
 }
 
-// mainData is what the room page's main section shows the reader: the
-// room (roomData), who reads it and what they may do, and the recent
-// activity and messages (activity.go). The page and its live stream both
-// render from it.
-func (wb *Web) mainData(ctx context.Context, r *http.Request, p *substrate.Principal, roomID, who, access, viewToken string) (map[string]any, error) {
+// roomRead is what the room page's main section shows every reader
+// with one authority: the room (roomData) and the recent activity and
+// messages (activity.go). Live streams that read alike share one
+// (livefeed.go): it is read-only.
+type roomRead struct {
+	data   map[string]any
+	msgs   []messageRow      // ToYou unset: page marks them per reader
+	owners map[string]string // an agent messages are directed to → the person who owns it ("" none)
+}
+
+func (wb *Web) readRoom(ctx context.Context, p *substrate.Principal, roomID string, people bool) (*roomRead, error) {
 	data, err := wb.roomData(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}
-	data["Who"], data["ViewToken"] = who, viewToken
 	data["CanReplay"] = p.Admin()
+	rows, msgs, owners, err := wb.activity(ctx, p, roomID, people)
+	if err != nil {
+		return nil, err
+	}
+	data["Activity"] = rows
+	return &roomRead{data: data, msgs: msgs, owners: owners}, nil
+}
+
+// page is the section's data for one reader: who reads (who, with their
+// access, or a view token), what they may do, and the messages directed
+// to them (to their agent, agentID, or to any the person, userID, owns).
+func (rr *roomRead) page(agentID, userID, who, access, viewToken string) map[string]any {
+	data := maps.Clone(rr.data)
+	data["Who"], data["ViewToken"] = who, viewToken
 	// Acting is for signed-in people who may: not view links, not
 	// observers (the form's post says so if it is tried anyway).
 	data["CanAct"] = viewToken == "" && canAct(access)
 	data["CanRotate"] = viewToken == "" && access == "owner"
+	data["MessageLog"] = toYou(rr.msgs, rr.owners, agentID, userID)
+	return data
+}
+
+// mainData is what the room page's main section shows the reader (see
+// roomRead). The page and its live stream both render from it.
+func (wb *Web) mainData(ctx context.Context, r *http.Request, p *substrate.Principal, roomID, who, access, viewToken string) (map[string]any, error) {
 	userID := ""
 	if viewToken == "" {
 		userID, _, _ = wb.opt.SignedIn(r)
 	}
-	if err := wb.activity(ctx, p, roomID, userID, data); err != nil {
+	rr, err := wb.readRoom(ctx, p, roomID, viewToken == "")
+	if err != nil {
 		return nil, err
 	}
-	return data, nil
+	return rr.page(p.AgentID, userID, who, access, viewToken), nil
 }
 
 func (wb *Web) acquire(key, addr string) bool {

@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -77,9 +78,14 @@ type Web struct {
 	csrf *http.CrossOriginProtection
 
 	mu      sync.Mutex
-	streams map[string]int // open live streams per person or view token
-	done    chan struct{}  // closed by Close: live streams end
-	once    sync.Once
+	streams map[string]int   // open live streams per person or view token
+	feeds   map[string]*feed // followed rooms (livefeed.go)
+
+	streamIDs   atomic.Int64
+	liveReads   atomic.Int64  // rooms read for live streams
+	liveRenders atomic.Int64  // sections rendered for live streams
+	done        chan struct{} // closed by Close: live streams end
+	once        sync.Once
 }
 
 // Close ends every live stream, for a graceful shutdown (a stream's
@@ -156,7 +162,7 @@ func New(opt Options) (*Web, error) {
 	if tmpl, err = base.Clone(); err != nil {
 		return nil, err
 	}
-	return &Web{opt: opt, tmpl: tmpl, base: base, csrf: csrf, streams: map[string]int{}, done: make(chan struct{})}, nil
+	return &Web{opt: opt, tmpl: tmpl, base: base, csrf: csrf, streams: map[string]int{}, feeds: map[string]*feed{}, done: make(chan struct{})}, nil
 }
 
 // Routes registers the lobby, the live streams and the static assets. The

@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/httpmw/proxytest"
@@ -36,6 +37,8 @@ type site struct {
 	lob   *lobby.Lobby
 	room  *substrate.CreatedRoom
 	admin *substrate.Principal
+	db    *store.DB
+	wb    *web.Web
 }
 
 func newSite(t *testing.T, opt web.Options, people ...string) *site {
@@ -97,7 +100,7 @@ func newSiteLimits(t testing.TB, opt web.Options, lim substrate.Limits, people .
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &site{t: t, srv: srv, svc: svc, lob: lob, room: room, admin: admin}
+	return &site{t: t, srv: srv, svc: svc, lob: lob, room: room, admin: admin, db: db, wb: wb}
 }
 
 // get fetches a page as person ("" for nobody), as a browser navigation.

@@ -1,0 +1,24 @@
+package web
+
+// LiveCounts reports how many times live streams read the room and
+// rendered its section so far (livefeed.go shares both between streams).
+func LiveCounts(wb *Web) (reads, renders int64) {
+	return wb.liveReads.Load(), wb.liveRenders.Load()
+}
+
+// LiveFeeds reports the rooms followed live and the renders their feeds
+// hold (reads and sections of the current epoch).
+func LiveFeeds(wb *Web) (feeds, renders int) {
+	wb.mu.Lock()
+	fs := make([]*feed, 0, len(wb.feeds))
+	for _, f := range wb.feeds {
+		fs = append(fs, f)
+	}
+	wb.mu.Unlock()
+	for _, f := range fs {
+		f.mu.Lock()
+		renders += len(f.reads) + len(f.pages)
+		f.mu.Unlock()
+	}
+	return len(fs), renders
+}

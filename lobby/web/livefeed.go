@@ -1,0 +1,325 @@
+// Sharing live renders. Every live stream of a room used to render the
+// room's section and diff it on each change: N pages on one room cost N
+// renders per write. Here a process holds one feed per followed room: one
+// subscription to its changes, which it numbers (the epoch), and the
+// renders of the current epoch, shared by the streams that read alike.
+// Streams share a read of the room (readRoom) when they read with the
+// same authority (readKey), and a rendered section and its diffs when
+// everything else the section shows them is the same too (pageKey); what
+// differs per reader (who reads, the messages directed to them, what they
+// may do) is part of pageKey, so two readers who would see different
+// sections never share one. Memory stays bounded: a feed keeps only the
+// renders of its current epoch, only for keys an open stream last used,
+// and goes with its last stream.
+
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate"
+)
+
+// feed is one room's live streams in this process.
+type feed struct {
+	room  string
+	n     int           // streams on it (and joining); guarded by Web.mu
+	ready chan struct{} // closed once subscribed; err says if that failed
+	err   error
+	stop  func()
+	quit  chan struct{}
+
+	mu    sync.Mutex
+	epoch uint64 // changes heard
+	wakes map[chan struct{}]struct{}
+	// reads and pages are the renders started at the current epoch, by
+	// key; refs counts the streams whose last render used a key, so a key
+	// no open stream uses is let go at once.
+	reads map[string]*flight[*roomRead]
+	pages map[string]*flight[*pageRender]
+	refs  map[string]int
+}
+
+// flight is one render, joined by every stream that asks for its key at
+// its epoch meanwhile or after (see get).
+type flight[T any] struct {
+	epoch uint64
+	start time.Time
+	read  time.Time // when the reads it rests on began (set with val)
+	done  chan struct{}
+	val   T
+	err   error
+	// waiters and abandoned are guarded by feed.mu: a render every
+	// waiter left before it ended is cancelled and joined no more.
+	waiters   int
+	abandoned bool
+	cancel    context.CancelFunc
+}
+
+// pageRender is the room's section as the readers of one pageKey see it at
+// one epoch, and its diffs from what their pages show, computed once per
+// distinct previous section.
+type pageRender struct {
+	html  string
+	seq   int64
+	data  map[string]any // read-only: summarize reads its activity
+	mu    sync.Mutex
+	diffs map[string]*diffResult
+}
+
+// diffResult is what turns a previous section into pageRender's: ok false
+// when only the whole section will do; patches marshalled once for all.
+type diffResult struct {
+	once    sync.Once
+	patches json.RawMessage
+	size    int // patchBytes
+	none    bool
+	ok      bool
+	err     error
+}
+
+// joinFeed adds a stream to roomID's feed, subscribing to the room's
+// changes (as p) if no stream follows it yet. wake receives a value after
+// each change from then on.
+func (wb *Web) joinFeed(ctx context.Context, p *substrate.Principal, roomID string) (f *feed, wake chan struct{}, err error) {
+	for {
+		wb.mu.Lock()
+		f = wb.feeds[roomID]
+		create := f == nil
+		if create {
+			f = &feed{room: roomID, ready: make(chan struct{}), quit: make(chan struct{}), wakes: map[chan struct{}]struct{}{},
+				reads: map[string]*flight[*roomRead]{}, pages: map[string]*flight[*pageRender]{}, refs: map[string]int{}}
+			wb.feeds[roomID] = f
+		}
+		f.n++
+		wb.mu.Unlock()
+		if create {
+			changes, stop, err := wb.opt.Substrate.Watch(ctx, p, roomID)
+			f.err, f.stop = err, stop
+			if err != nil {
+				wb.mu.Lock()
+				if wb.feeds[roomID] == f {
+					delete(wb.feeds, roomID) // the next stream subscribes anew
+				}
+				wb.mu.Unlock()
+			} else {
+				go f.run(changes)
+			}
+			close(f.ready)
+		}
+		select {
+		case <-f.ready:
+		case <-ctx.Done():
+			wb.leaveFeed(f, nil, nil)
+			return nil, nil, ctx.Err()
+		}
+		if f.err != nil {
+			wb.leaveFeed(f, nil, nil)
+			if create || ctx.Err() != nil {
+				return nil, nil, f.err
+			}
+			continue // another stream's subscription failed (it went away): try ours
+		}
+		wake = make(chan struct{}, 1)
+		f.mu.Lock()
+		f.wakes[wake] = struct{}{}
+		f.mu.Unlock()
+		return f, wake, nil
+	}
+}
+
+// leaveFeed takes a stream (its wake, and the keys it last rendered with)
+// off its feed, and ends the feed with its last stream.
+func (wb *Web) leaveFeed(f *feed, wake chan struct{}, keys []string) {
+	f.mu.Lock()
+	delete(f.wakes, wake)
+	f.unref(keys...)
+	f.mu.Unlock()
+	wb.mu.Lock()
+	f.n--
+	last := f.n == 0
+	if last && wb.feeds[f.room] == f {
+		delete(wb.feeds, f.room)
+	}
+	wb.mu.Unlock()
+	if last {
+		<-f.ready
+		if f.err == nil {
+			close(f.quit)
+			f.stop()
+		}
+	}
+}
+
+// run numbers the room's changes and wakes the streams.
+func (f *feed) run(changes <-chan struct{}) {
+	for {
+		select {
+		case <-f.quit:
+			return
+		case <-changes:
+			f.mu.Lock()
+			f.epoch++
+			// Renders of an older epoch serve no stream from now on
+			// (those waiting for one hold it).
+			clear(f.reads)
+			clear(f.pages)
+			for w := range f.wakes {
+				select {
+				case w <- struct{}{}:
+				default:
+				}
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// unref drops keys a stream no longer renders with; f.mu is held.
+func (f *feed) unref(keys ...string) {
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		if f.refs[k]--; f.refs[k] <= 0 {
+			delete(f.refs, k)
+			delete(f.reads, k)
+			delete(f.pages, k)
+		}
+	}
+}
+
+// retain records that a stream now renders with key instead of old.
+func (f *feed) retain(old, key string) {
+	if old == key {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refs[key]++
+	f.unref(old)
+}
+
+// get returns the render for key in m that started at the feed's current
+// epoch and read the room not before notBefore, joining one under way or
+// done, or starts one (compute, on a context of its own: the render goes on
+// while any stream waits for it, whichever left). compute returns when the
+// reads its value rests on began (zero: when it began itself); get returns
+// that too.
+func get[T any](ctx context.Context, f *feed, m map[string]*flight[T], key string, notBefore time.Time, compute func(context.Context) (T, time.Time, error)) (T, time.Time, error) {
+	for {
+		f.mu.Lock()
+		fl := m[key]
+		if fl == nil || fl.epoch != f.epoch || fl.abandoned || fl.start.Before(notBefore) || (fl.isDone() && fl.read.Before(notBefore)) {
+			// The render's own context keeps the values of the stream that
+			// started it, not its end.
+			rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			fl = &flight[T]{epoch: f.epoch, start: time.Now(), done: make(chan struct{}), cancel: cancel}
+			m[key] = fl
+			go func() {
+				defer cancel()
+				fl.val, fl.read, fl.err = compute(rctx)
+				if fl.read.IsZero() {
+					fl.read = fl.start
+				}
+				close(fl.done)
+			}()
+		}
+		fl.waiters++
+		f.mu.Unlock()
+		select {
+		case <-fl.done:
+			f.mu.Lock()
+			fl.waiters--
+			f.mu.Unlock()
+			if fl.read.Before(notBefore) {
+				// It rests on a read begun before this stream's first
+				// section may be read: another render, after it.
+				continue
+			}
+			return fl.val, fl.read, fl.err
+		case <-ctx.Done():
+			f.mu.Lock()
+			if fl.waiters--; fl.waiters == 0 && !fl.isDone() {
+				fl.abandoned = true
+				fl.cancel()
+				if m[key] == fl {
+					delete(m, key)
+				}
+			}
+			f.mu.Unlock()
+			var zero T
+			return zero, time.Time{}, ctx.Err()
+		}
+	}
+}
+
+func (fl *flight[T]) isDone() bool {
+	select {
+	case <-fl.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// readKey names the authority a stream reads the room with: streams with
+// the same key share a read (readRoom). The principal's ReadsKey holds
+// what decides its reads but its Ceiling, which the lobby sets from the
+// person's access: access is in the key. A principal carrying what the key
+// cannot name (Refresh, Words) shares with no one ("").
+func readKey(p *substrate.Principal, access, viewToken string) string {
+	if p.Refresh != nil || p.Words != nil {
+		return ""
+	}
+	mode := "person"
+	if viewToken != "" {
+		mode = "view" // reads no owners of agents (activity)
+	}
+	return mode + " " + strconv.Quote(access) + " " + p.ReadsKey()
+}
+
+// pageKey names everything the section shows one reader beyond the room
+// as read with readKey: who they are (the header), the person whose
+// agents' messages are marked "to you", what they may do (access, in
+// readKey too), and the view token the section's links carry.
+func pageKey(readKey, who, userID, access, viewToken string) string {
+	return fmt.Sprintf("%s\x00%q %q %q %q", readKey, who, userID, access, viewToken)
+}
+
+// diff returns what turns prev into the section (computed once per prev).
+func (pr *pageRender) diff(prev string) *diffResult {
+	pr.mu.Lock()
+	d := pr.diffs[prev]
+	if d == nil {
+		d = &diffResult{}
+		pr.diffs[prev] = d
+	}
+	pr.mu.Unlock()
+	d.once.Do(func() {
+		if prev == pr.html {
+			d.none, d.ok = true, true
+			return
+		}
+		old, err1 := parseMain(prev)
+		nodes, err2 := parseMain(pr.html)
+		if d.err = errors.Join(err1, err2); d.err != nil {
+			return
+		}
+		ps, ok := diffMain(old, nodes)
+		switch {
+		case ok && len(ps) == 0:
+			d.none, d.ok = true, true
+		case ok:
+			d.ok, d.size = true, patchBytes(ps)
+			d.patches, d.err = json.Marshal(ps)
+		}
+	})
+	return d
+}
