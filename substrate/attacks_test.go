@@ -1026,3 +1026,72 @@ func TestAttackSharedViewCountsNoGatedMessage(t *testing.T) {
 		}
 	}
 }
+
+// A built context is shared between readers of one state with the same
+// authority (buildcache.go). The room token and the view token read the
+// same scopes and are both no agent, but the read rules tell them apart:
+// an agent's operational memory (the loom's loom:… keys: stashes, pins)
+// is read by the agent and room authority only, never by a view link.
+// Whichever reads first, the other must be served its own view: the
+// stash itself, and an entry whose gate reads the stash (the gate memo
+// is shared by authority too).
+func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "rules-x"
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	pv, _ := svc.Authenticate(ctx, made.ViewToken)
+	j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: "alice", Name: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := svc.Authenticate(ctx, j.Token)
+	if _, err := loom.Of(svc).Run(ctx, pr, room, "→ permit alice loom_aware loom_write"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loom.Of(svc).Run(ctx, alice, room, `→ stash "plan" "STASHED-SECRET"`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{
+		{Scope: "_shared", Key: "tell", Value: json.RawMessage(`"GATE-SAYS-STASH"`), Enabled: `"loom:stash:plan" in state.alice`},
+		{Scope: "_shared", Key: "k", Value: json.RawMessage(`1`)},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p *substrate.Principal) string {
+		t.Helper()
+		env, err := svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "lean", MessagesLimit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	check := func(round string, order []string) {
+		t.Helper()
+		for range 2 {
+			for _, who := range order {
+				p := map[string]*substrate.Principal{"room token": pr, "view token": pv}[who]
+				got := read(p)
+				for _, secret := range []string{"STASHED-SECRET", "GATE-SAYS-STASH"} {
+					if sees := strings.Contains(got, secret); sees != (who == "room token") {
+						t.Errorf("HOLE (%s): the %s's context shows %s: %v", round, who, secret, sees)
+					}
+				}
+			}
+		}
+	}
+	check("room token first", []string{"room token", "view token"})
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "k", Value: json.RawMessage(`2`)}}, true); err != nil {
+		t.Fatal(err)
+	}
+	check("view token first", []string{"view token", "room token"})
+}

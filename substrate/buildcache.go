@@ -98,7 +98,8 @@ func (snap *snapshot) computePure(s *Service) bool {
 const maxBuiltAuthorities = 256
 
 // buildKey names the reader's authority for build: who it is, the
-// scopes it reads (as the read rule decides them, rules included) and,
+// scopes it reads (as the read rule decides them, rules included), what
+// the read rules let it see within them (ruleKey) and,
 // when a view reads messages, the reader's message counts; ok is
 // false when the read cannot share a build (presence with enabled
 // expressions, which spend the read's gate budget per read; gated unread
@@ -123,6 +124,14 @@ func (rc *roomCtx) buildKey(live *liveState) (string, bool) {
 		}
 		msgs = fmt.Sprintf("\x00#%d/%d/%d", rc.msgs.Count, rc.msgs.Unread, rc.msgs.Directed)
 	}
+	// What the read rules hide within the scopes read (an agent's
+	// operational memory, from all but the agent and room authority) is
+	// part of the authority: the room token and a view link read the same
+	// scopes and see different entries in them.
+	rules, ok := rc.ruleKey()
+	if !ok {
+		return "", false
+	}
 	scopes := make([]string, 0, len(live.vals))
 	for sc := range live.vals {
 		if rc.visible(sc) {
@@ -130,7 +139,7 @@ func (rc *roomCtx) buildKey(live *liveState) (string, bool) {
 		}
 	}
 	slices.Sort(scopes)
-	return rc.self + "\x00" + strings.Join(scopes, "\x00") + msgs, true
+	return rc.self + "\x00" + strings.Join(scopes, "\x00") + msgs + "\x00\x00" + rules, true
 }
 
 // buildShared is build for a context read: a build of the same authority
