@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -1094,4 +1095,73 @@ func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("view token first", []string{"view token", "room token"})
+}
+
+// The builds a room's readers share are kept per authority, at most
+// maxBuiltAuthorities per state, and a build holds its own copy of every
+// scope a gate added an entry to. Anyone with the room token mints
+// agents (each its own authority) for free, and a read's budget charges
+// the gates, not the copy: 150 agents reading a room of 4,000 keys with
+// one gated entry pinned 150 copies of the scope in memory until the
+// next write (and the snapshot cache keeps a thousand rooms). What the
+// kept builds copy is bounded by the size of the room itself.
+func TestAttackSharedBuildsDoNotMultiplyTheRoom(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room, keys, readers = "copies-x", 4000, 150
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	for i := 0; i < keys; i += 100 {
+		var ws []substrate.Write
+		for k := i; k < i+100; k++ {
+			ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("k%05d", k), Value: json.RawMessage(`1`)})
+		}
+		if _, err := svc.WriteState(ctx, pr, room, ws, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ps []*substrate.Principal
+	for i := range readers {
+		j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: fmt.Sprintf("a%03d", i), Name: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := svc.Authenticate(ctx, j.Token)
+		ps = append(ps, p)
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "gated", Value: json.RawMessage(`1`), Enabled: `true`}}, true); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p *substrate.Principal) {
+		t.Helper()
+		env, err := svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "lean", Only: []string{"views"}, NoMessages: true, NoActions: true, MessagesLimit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.Context.Seq == 0 {
+			t.Fatal("no seq")
+		}
+	}
+	read(pr) // the snapshot, loaded once for everyone
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	for _, p := range ps {
+		read(p)
+	}
+	grown := int64(heap()) - int64(before)
+	// One copy of the scope is some 300 KB; 150 kept copies some 45 MB.
+	t.Logf("%d readers of a %d-key scope with a gated entry: heap grew %.1f MB", readers, keys, float64(grown)/(1<<20))
+	if grown > 10<<20 {
+		t.Errorf("HOLE: %d readers of a room of %d keys pinned %.1f MB of copies of it", readers, keys, float64(grown)/(1<<20))
+	}
 }

@@ -310,9 +310,14 @@ type liveState struct {
 	// envelope of every read that shows a scope unmodified reuses them.
 	encMu sync.Mutex
 	enc   map[string][]byte
-	// built keeps context builds per reader authority (buildShared).
-	builtMu sync.Mutex
-	built   map[string]*builtCtx
+	// built keeps context builds per reader authority (buildShared);
+	// builtCopies counts the entries they hold in maps of their own, and
+	// liveEntries the state's live entries (-1 until counted), its bound
+	// (copiesAllowed).
+	builtMu     sync.Mutex
+	built       map[string]*builtCtx
+	builtCopies int
+	liveEntries int
 }
 
 // viewResult is one view's evaluation: its value (or error value) and
@@ -331,7 +336,7 @@ func (snap *snapshot) live(now time.Time) *liveState {
 	if l := snap.liveCache; l != nil && (l.until.IsZero() || now.Before(l.until)) {
 		return l
 	}
-	l := &liveState{vals: map[string]map[string]any{}, raw: map[string]map[string]json.RawMessage{}}
+	l := &liveState{vals: map[string]map[string]any{}, raw: map[string]map[string]json.RawMessage{}, liveEntries: -1}
 	for scope, keys := range snap.scopes {
 		if isHidden(scope) {
 			continue
