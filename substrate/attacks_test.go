@@ -1165,3 +1165,79 @@ func TestAttackSharedBuildsDoNotMultiplyTheRoom(t *testing.T) {
 		t.Errorf("HOLE: %d readers of a room of %d keys pinned %.1f MB of copies of it", readers, keys, float64(grown)/(1<<20))
 	}
 }
+
+// The results of entry gates are memoised per authority (self, scopes,
+// read rules), at most 256 authorities per state. Each authority kept a
+// result for every gated entry its reads afforded, some 10,000 at the
+// default budget: readers being free to make, a room of gated entries
+// read by many agents kept authorities × entries results until the next
+// write. The room's expression budget only slows this down (the test
+// turns it off so as not to wait): what the memo keeps in all is bounded
+// by the size of the room itself.
+func TestAttackGateMemoDoesNotMultiplyTheRoom(t *testing.T) {
+	// Gates that read neither now nor agents are kept for the state;
+	// those that read now for a second (Limits.GateQuantum).
+	for name, gate := range map[string]string{"pure": `self != "nobody"`, "timed": `now > timestamp("2000-01-01T00:00:00Z")`} {
+		t.Run(name, func(t *testing.T) { gateMemoBounded(t, gate) })
+	}
+}
+
+func gateMemoBounded(t *testing.T, gate string) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: -1}})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room, gated, readers = "gatememo-x", 3000, 120
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	for i := 0; i < gated; i += 100 {
+		var ws []substrate.Write
+		for k := i; k < i+100; k++ {
+			ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("g%05d", k), Value: json.RawMessage(`1`), Enabled: gate})
+		}
+		if _, err := svc.WriteState(ctx, pr, room, ws, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ps []*substrate.Principal
+	for i := range readers {
+		j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: fmt.Sprintf("a%03d", i), Name: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := svc.Authenticate(ctx, j.Token)
+		ps = append(ps, p)
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "last", Value: json.RawMessage(`1`)}}, true); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p *substrate.Principal) {
+		t.Helper()
+		env, err := svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "lean", Only: []string{"views"}, NoMessages: true, NoActions: true, MessagesLimit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.Context.EntriesUnevaluated != 0 {
+			t.Fatalf("%d entries unevaluated: the test means every gate to run", env.Context.EntriesUnevaluated)
+		}
+	}
+	read(pr)
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	for _, p := range ps {
+		read(p)
+	}
+	grown := int64(heap()) - int64(before)
+	t.Logf("%d readers of %d gated entries: heap grew %.1f MB", readers, gated, float64(grown)/(1<<20))
+	if grown > 5<<20 {
+		t.Errorf("HOLE: %d readers of a room of %d gated entries pinned %.1f MB of gate results", readers, gated, float64(grown)/(1<<20))
+	}
+}

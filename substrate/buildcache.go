@@ -108,21 +108,12 @@ const minBuiltCopies = 4096
 // copiesAllowed is how many copied entries the builds kept at live may
 // hold in all: as many as the state has live entries, or minBuiltCopies.
 // Authorities are free to make (the room token mints agents), so a bound
-// on their number alone let 200 agents' reads of a room whose big scope
-// has one gated entry keep 200 copies of that scope until the next
+// on their number alone let 150 agents' reads of a room whose big scope
+// has one gated entry keep 150 copies of that scope until the next
 // write; this keeps the cache's memory within the size of the room
 // itself. Builds past it are not kept (each read builds its own, as
-// without the cache). builtMu is held.
-func (l *liveState) copiesAllowed() int {
-	if l.liveEntries < 0 {
-		n := 0
-		for _, m := range l.vals {
-			n += len(m)
-		}
-		l.liveEntries = n
-	}
-	return max(l.liveEntries, minBuiltCopies)
-}
+// without the cache).
+func (l *liveState) copiesAllowed() int { return max(l.liveEntries, minBuiltCopies) }
 
 // copiedEntries counts the entries of the given states (the reader's and
 // its registrars') held in maps that are not the liveState's own: what a

@@ -311,13 +311,17 @@ type liveState struct {
 	encMu sync.Mutex
 	enc   map[string][]byte
 	// built keeps context builds per reader authority (buildShared);
-	// builtCopies counts the entries they hold in maps of their own, and
-	// liveEntries the state's live entries (-1 until counted), its bound
-	// (copiesAllowed).
+	// builtCopies counts the entries they hold in maps of their own.
 	builtMu     sync.Mutex
 	built       map[string]*builtCtx
 	builtCopies int
+	// liveEntries counts the state's live entries, gated ones included:
+	// what the caches of one state may keep per reader, in all, is
+	// bounded by it (copiesAllowed, gatesAllowed), since readers are free
+	// to make and the state's own size is what its writers paid for.
 	liveEntries int
+	// gateEntries counts the results gates and timed hold.
+	gateEntries int
 }
 
 // viewResult is one view's evaluation: its value (or error value) and
@@ -336,7 +340,7 @@ func (snap *snapshot) live(now time.Time) *liveState {
 	if l := snap.liveCache; l != nil && (l.until.IsZero() || now.Before(l.until)) {
 		return l
 	}
-	l := &liveState{vals: map[string]map[string]any{}, raw: map[string]map[string]json.RawMessage{}, liveEntries: -1}
+	l := &liveState{vals: map[string]map[string]any{}, raw: map[string]map[string]json.RawMessage{}}
 	for scope, keys := range snap.scopes {
 		if isHidden(scope) {
 			continue
@@ -359,7 +363,9 @@ func (snap *snapshot) live(now time.Time) *liveState {
 		}
 		l.vals[scope] = vals
 		l.raw[scope] = raw
+		l.liveEntries += len(vals)
 	}
+	l.liveEntries += len(l.deferred)
 	sort.Slice(l.deferred, func(i, j int) bool {
 		a, b := l.deferred[i], l.deferred[j]
 		return a.Scope < b.Scope || (a.Scope == b.Scope && a.Key < b.Key)
@@ -409,15 +415,17 @@ func (l *liveState) keepTimedResults(key string, q int64, fresh map[*srow]gateRe
 	l.gatesMu.Lock()
 	defer l.gatesMu.Unlock()
 	old, ok := l.timed[key]
-	if !ok && len(l.timed) >= maxGateAuthorities {
+	if !ok && len(l.timed) >= maxGateAuthorities || l.gateEntries+len(fresh) > l.gatesAllowed() {
 		// Full: drop the quanta that are over rather than refuse new
 		// readers for the snapshot's lifetime.
 		for k, t := range l.timed {
 			if t.q != q {
+				l.gateEntries -= len(t.res)
 				delete(l.timed, k)
 			}
 		}
-		if len(l.timed) >= maxGateAuthorities {
+		old, ok = l.timed[key]
+		if !ok && len(l.timed) >= maxGateAuthorities || l.gateEntries+len(fresh) > l.gatesAllowed() {
 			return
 		}
 	}
@@ -433,8 +441,24 @@ func (l *liveState) keepTimedResults(key string, q int64, fresh map[*srow]gateRe
 	if l.timed == nil {
 		l.timed = map[string]timedGates{}
 	}
+	if ok {
+		l.gateEntries -= len(old.res)
+	}
+	l.gateEntries += len(m)
 	l.timed[key] = timedGates{q: q, res: m}
 }
+
+// minGateEntries is what the gate results one liveState keeps may number
+// in all however small the state (gatesAllowed).
+const minGateEntries = 4096
+
+// gatesAllowed is how many gate results one liveState may keep in all,
+// for every authority together: as many as the state has live entries,
+// or minGateEntries. A bound on authorities alone let each of 256 agents
+// (free to make) keep a result for each of the room's gated entries, some
+// 10,000 each, until the next write. Results past it are evaluated per
+// read, as without the memo. gatesMu is held.
+func (l *liveState) gatesAllowed() int { return max(l.liveEntries, minGateEntries) }
 
 // keepGateResults stores fresh results for authority key alongside those
 // already kept.
@@ -442,9 +466,10 @@ func (l *liveState) keepGateResults(key string, fresh map[*srow]gateResult) {
 	l.gatesMu.Lock()
 	defer l.gatesMu.Unlock()
 	old := l.gates[key]
-	if old == nil && len(l.gates) >= maxGateAuthorities {
+	if old == nil && len(l.gates) >= maxGateAuthorities || l.gateEntries+len(fresh) > l.gatesAllowed() {
 		return
 	}
+	l.gateEntries += len(fresh)
 	m := make(map[*srow]gateResult, len(old)+len(fresh))
 	for r, g := range old {
 		m[r] = g
