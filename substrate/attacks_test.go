@@ -1241,3 +1241,101 @@ func gateMemoBounded(t *testing.T, gate string) {
 		t.Errorf("HOLE: %d readers of a room of %d gated entries pinned %.1f MB of gate results", readers, gated, float64(grown)/(1<<20))
 	}
 }
+
+// A view that reads messages.count is memoised per count (a message's
+// timer changes the count without a new state). Each value is a copy of
+// what the view returns: a view returning a whole scope, read once per
+// count while messages' timers run out one after the other, kept one
+// copy of the scope per count, up to 4,096 of them, for one reader
+// reading at its leisure and almost no expression cost. The lobby keeps
+// its rooms' summary views the same way, per public count. What each
+// keeps in all is bounded by the size of the room itself.
+func TestAttackViewMemoDoesNotMultiplyTheRoom(t *testing.T) {
+	t.Run("context", func(t *testing.T) { viewMemoBounded(t, false) })
+	t.Run("lobby summary", func(t *testing.T) { viewMemoBounded(t, true) })
+}
+
+func viewMemoBounded(t *testing.T, lobby bool) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room, keys, timed = "viewmemo-x", 4000, 40
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	for i := 0; i < keys; i += 100 {
+		var ws []substrate.Write
+		for k := i; k < i+100; k++ {
+			ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("k%05d", k), Value: json.RawMessage(`{"n":1}`)})
+		}
+		if _, err := svc.WriteState(ctx, pr, room, ws, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.RegisterView(ctx, pr, room, substrate.ViewDef{ID: "summary", Expr: `[messages.count, state._shared]`}); err != nil {
+		t.Fatal(err)
+	}
+	const step = 60 * time.Millisecond
+	var ws []substrate.Write
+	for i := range timed {
+		ws = append(ws, substrate.Write{Scope: "_messages", Append: true, Value: json.RawMessage(`{"body":"brief"}`),
+			Timer: &substrate.Timer{MS: int64(300*time.Millisecond+time.Duration(i)*step) / int64(time.Millisecond)}})
+	}
+	if _, err := svc.WriteState(ctx, pr, room, ws, true); err != nil {
+		t.Fatal(err)
+	}
+	pv, _ := svc.Authenticate(ctx, made.ViewToken)
+	read := func() int64 {
+		t.Helper()
+		var val any
+		if lobby {
+			heads, err := svc.RoomHeads(ctx, []string{room})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := svc.RoomView(ctx, heads[room])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if val, _, err = v.PublicView(ctx, "summary"); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			env, err := svc.Context(ctx, pv, room, substrate.ContextRequest{Depth: "lean", Only: []string{"views"}, NoMessages: true, NoActions: true, MessagesLimit: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			val = env.Views["summary"]
+		}
+		all, _ := val.([]any)
+		if len(all) != 2 {
+			t.Fatalf("view summary: %v", val)
+		}
+		n, _ := all[0].(int64)
+		return n
+	}
+	read()
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	counts := map[int64]bool{}
+	for deadline := time.Now().Add(300*time.Millisecond + timed*step + 200*time.Millisecond); time.Now().Before(deadline); {
+		counts[read()] = true
+		time.Sleep(step / 4)
+	}
+	grown := int64(heap()) - int64(before)
+	t.Logf("%d counts of a view returning a %d-key scope read: heap grew %.1f MB", len(counts), keys, float64(grown)/(1<<20))
+	if len(counts) < timed/2 {
+		t.Fatalf("the reads saw %d counts: the test proves nothing", len(counts))
+	}
+	if grown > 8<<20 {
+		t.Errorf("HOLE: one reader of a room of %d keys pinned %.1f MB of one view's values", keys, float64(grown)/(1<<20))
+	}
+}

@@ -301,6 +301,9 @@ type liveState struct {
 	// gates and message timers change without a new liveState).
 	viewsMu sync.Mutex
 	views   map[string]viewResult
+	// viewNodes is the size of the values views and public hold
+	// (valueNodes), bounded by viewNodesAllowed.
+	viewNodes int
 	// public keeps the values of views the lobby shows every lister
 	// (RoomView.PublicView), when they depend on nothing but this state
 	// (and the public message count, part of the key when they read it):
