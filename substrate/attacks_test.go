@@ -1087,6 +1087,23 @@ func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
 						t.Errorf("HOLE (%s): the %s's context shows %s: %v", round, who, secret, sees)
 					}
 				}
+				// GET /state and search read the same memoised gates and
+				// shared builds.
+				st, err := svc.ReadState(ctx, p, room, substrate.ReadQuery{Scope: "_shared"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := json.Marshal(st)
+				if sees := strings.Contains(string(raw), "GATE-SAYS-STASH"); sees != (who == "room token") {
+					t.Errorf("HOLE (%s): the %s's state read shows GATE-SAYS-STASH: %v", round, who, sees)
+				}
+				res, err := svc.Search(ctx, p, room, substrate.SearchRequest{Query: "STASHED"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if found := len(res.Hits) > 0; found != (who == "room token") {
+					t.Errorf("HOLE (%s): the %s's search finds the stash: %v", round, who, found)
+				}
 			}
 		}
 	}
