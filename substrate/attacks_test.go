@@ -1356,3 +1356,64 @@ func viewMemoBounded(t *testing.T, lobby bool) {
 		t.Errorf("HOLE: one reader of a room of %d keys pinned %.1f MB of one view's values", keys, float64(grown)/(1<<20))
 	}
 }
+
+// One agent may be read through principals of different authority at
+// the same state: its own token, and the lobby's embodiment of it, whose
+// Ceiling caps its grants at what the person's access and connection
+// allow (and changes without a write to the room). A build shared by
+// the agent's id must not carry a granted scope to the capped principal.
+func TestAttackSharedBuildFollowsEachPrincipalsGrants(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "grants-x"
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	for _, id := range []string{"bob", "carol"} {
+		if _, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: id, Name: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grants := []string{"bob"}
+	if _, err := svc.UpdateAgent(ctx, pr, room, "carol", substrate.AgentUpdate{Grants: &grants}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "bob", Key: "plan", Value: json.RawMessage(`"BOB-PLAN"`)}}, true); err != nil {
+		t.Fatal(err)
+	}
+	full, err := svc.AgentPrincipal(ctx, room, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped, err := svc.AgentPrincipal(ctx, room, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped.Ceiling = func(string) bool { return false }
+	capped.Grants = nil
+	read := func(p *substrate.Principal) string {
+		t.Helper()
+		env, err := svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "lean", MessagesLimit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(env)
+		return string(raw)
+	}
+	for _, order := range [][]string{{"full", "capped"}, {"capped", "full"}} {
+		if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "turn", Value: json.RawMessage(`"` + order[0] + `"`)}}, true); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			for _, who := range order {
+				p := map[string]*substrate.Principal{"full": full, "capped": capped}[who]
+				if sees := strings.Contains(read(p), "BOB-PLAN"); sees != (who == "full") {
+					t.Errorf("HOLE (%s first): carol %s reads bob's granted scope: %v", order[0], who, sees)
+				}
+			}
+		}
+	}
+}
