@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -1022,6 +1023,396 @@ func TestAttackSharedViewCountsNoGatedMessage(t *testing.T) {
 			}
 			if got := env.Views["count10"]; got != want*10 {
 				t.Errorf("HOLE (read %d): %s's view of that view is %v, want %d", pass+1, who, got, want*10)
+			}
+		}
+	}
+}
+
+// A built context is shared between readers of one state with the same
+// authority (buildcache.go). The room token and the view token read the
+// same scopes and are both no agent, but the read rules tell them apart:
+// an agent's operational memory (the loom's loom:… keys: stashes, pins)
+// is read by the agent and room authority only, never by a view link.
+// Whichever reads first, the other must be served its own view: the
+// stash itself, and an entry whose gate reads the stash (the gate memo
+// is shared by authority too).
+func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "rules-x"
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	pv, _ := svc.Authenticate(ctx, made.ViewToken)
+	j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: "alice", Name: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := svc.Authenticate(ctx, j.Token)
+	if _, err := loom.Of(svc).Run(ctx, pr, room, "→ permit alice loom_aware loom_write"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loom.Of(svc).Run(ctx, alice, room, `→ stash "plan" "STASHED-SECRET"`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{
+		{Scope: "_shared", Key: "tell", Value: json.RawMessage(`"GATE-SAYS-STASH"`), Enabled: `"loom:stash:plan" in state.alice`},
+		{Scope: "_shared", Key: "k", Value: json.RawMessage(`1`)},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p *substrate.Principal) string {
+		t.Helper()
+		env, err := svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "lean", MessagesLimit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	check := func(round string, order []string) {
+		t.Helper()
+		for range 2 {
+			for _, who := range order {
+				p := map[string]*substrate.Principal{"room token": pr, "view token": pv}[who]
+				got := read(p)
+				for _, secret := range []string{"STASHED-SECRET", "GATE-SAYS-STASH"} {
+					if sees := strings.Contains(got, secret); sees != (who == "room token") {
+						t.Errorf("HOLE (%s): the %s's context shows %s: %v", round, who, secret, sees)
+					}
+				}
+				// GET /state and search read the same memoised gates and
+				// shared builds.
+				st, err := svc.ReadState(ctx, p, room, substrate.ReadQuery{Scope: "_shared"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := json.Marshal(st)
+				if sees := strings.Contains(string(raw), "GATE-SAYS-STASH"); sees != (who == "room token") {
+					t.Errorf("HOLE (%s): the %s's state read shows GATE-SAYS-STASH: %v", round, who, sees)
+				}
+				res, err := svc.Search(ctx, p, room, substrate.SearchRequest{Query: "STASHED"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if found := len(res.Hits) > 0; found != (who == "room token") {
+					t.Errorf("HOLE (%s): the %s's search finds the stash: %v", round, who, found)
+				}
+			}
+		}
+	}
+	check("room token first", []string{"room token", "view token"})
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "k", Value: json.RawMessage(`2`)}}, true); err != nil {
+		t.Fatal(err)
+	}
+	check("view token first", []string{"view token", "room token"})
+}
+
+// The builds a room's readers share are kept per authority, at most
+// maxBuiltAuthorities per state, and a build holds its own copy of every
+// scope a gate added an entry to. Anyone with the room token mints
+// agents (each its own authority) for free, and a read's budget charges
+// the gates, not the copy: 150 agents reading a room of 4,000 keys with
+// one gated entry pinned 150 copies of the scope in memory until the
+// next write (and the snapshot cache keeps a thousand rooms). What the
+// kept builds copy is bounded by the size of the room itself.
+func TestAttackSharedBuildsDoNotMultiplyTheRoom(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room, keys, readers = "copies-x", 4000, 150
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	for i := 0; i < keys; i += 100 {
+		var ws []substrate.Write
+		for k := i; k < i+100; k++ {
+			ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("k%05d", k), Value: json.RawMessage(`1`)})
+		}
+		if _, err := svc.WriteState(ctx, pr, room, ws, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ps []*substrate.Principal
+	for i := range readers {
+		j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: fmt.Sprintf("a%03d", i), Name: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := svc.Authenticate(ctx, j.Token)
+		ps = append(ps, p)
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "gated", Value: json.RawMessage(`1`), Enabled: `true`}}, true); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p *substrate.Principal) {
+		t.Helper()
+		env, err := svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "lean", Only: []string{"views"}, NoMessages: true, NoActions: true, MessagesLimit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.Context.Seq == 0 {
+			t.Fatal("no seq")
+		}
+	}
+	read(pr) // the snapshot, loaded once for everyone
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	for _, p := range ps {
+		read(p)
+	}
+	grown := int64(heap()) - int64(before)
+	// One copy of the scope is some 300 KB; 150 kept copies some 45 MB.
+	t.Logf("%d readers of a %d-key scope with a gated entry: heap grew %.1f MB", readers, keys, float64(grown)/(1<<20))
+	if grown > 10<<20 {
+		t.Errorf("HOLE: %d readers of a room of %d keys pinned %.1f MB of copies of it", readers, keys, float64(grown)/(1<<20))
+	}
+}
+
+// The results of entry gates are memoised per authority (self, scopes,
+// read rules), at most 256 authorities per state. Each authority kept a
+// result for every gated entry its reads afforded, some 10,000 at the
+// default budget: readers being free to make, a room of gated entries
+// read by many agents kept authorities × entries results until the next
+// write. The room's expression budget only slows this down (the test
+// turns it off so as not to wait): what the memo keeps in all is bounded
+// by the size of the room itself.
+func TestAttackGateMemoDoesNotMultiplyTheRoom(t *testing.T) {
+	// Gates that read neither now nor agents are kept for the state;
+	// those that read now for a second (Limits.GateQuantum).
+	for name, gate := range map[string]string{"pure": `self != "nobody"`, "timed": `now > timestamp("2000-01-01T00:00:00Z")`} {
+		t.Run(name, func(t *testing.T) { gateMemoBounded(t, gate) })
+	}
+}
+
+func gateMemoBounded(t *testing.T, gate string) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: -1}})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room, gated, readers = "gatememo-x", 3000, 120
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	for i := 0; i < gated; i += 100 {
+		var ws []substrate.Write
+		for k := i; k < i+100; k++ {
+			ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("g%05d", k), Value: json.RawMessage(`1`), Enabled: gate})
+		}
+		if _, err := svc.WriteState(ctx, pr, room, ws, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ps []*substrate.Principal
+	for i := range readers {
+		j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: fmt.Sprintf("a%03d", i), Name: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := svc.Authenticate(ctx, j.Token)
+		ps = append(ps, p)
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "last", Value: json.RawMessage(`1`)}}, true); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p *substrate.Principal) {
+		t.Helper()
+		env, err := svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "lean", Only: []string{"views"}, NoMessages: true, NoActions: true, MessagesLimit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.Context.EntriesUnevaluated != 0 {
+			t.Fatalf("%d entries unevaluated: the test means every gate to run", env.Context.EntriesUnevaluated)
+		}
+	}
+	read(pr)
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	for _, p := range ps {
+		read(p)
+	}
+	grown := int64(heap()) - int64(before)
+	t.Logf("%d readers of %d gated entries: heap grew %.1f MB", readers, gated, float64(grown)/(1<<20))
+	if grown > 5<<20 {
+		t.Errorf("HOLE: %d readers of a room of %d gated entries pinned %.1f MB of gate results", readers, gated, float64(grown)/(1<<20))
+	}
+}
+
+// A view that reads messages.count is memoised per count (a message's
+// timer changes the count without a new state). Each value is a copy of
+// what the view returns: a view returning a whole scope, read once per
+// count while messages' timers run out one after the other, kept one
+// copy of the scope per count, up to 4,096 of them, for one reader
+// reading at its leisure and almost no expression cost. The lobby keeps
+// its rooms' summary views the same way, per public count. What each
+// keeps in all is bounded by the size of the room itself.
+func TestAttackViewMemoDoesNotMultiplyTheRoom(t *testing.T) {
+	t.Run("context", func(t *testing.T) { viewMemoBounded(t, false) })
+	t.Run("lobby summary", func(t *testing.T) { viewMemoBounded(t, true) })
+}
+
+func viewMemoBounded(t *testing.T, lobby bool) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room, keys, timed = "viewmemo-x", 4000, 40
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	for i := 0; i < keys; i += 100 {
+		var ws []substrate.Write
+		for k := i; k < i+100; k++ {
+			ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("k%05d", k), Value: json.RawMessage(`{"n":1}`)})
+		}
+		if _, err := svc.WriteState(ctx, pr, room, ws, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.RegisterView(ctx, pr, room, substrate.ViewDef{ID: "summary", Expr: `[messages.count, state._shared]`}); err != nil {
+		t.Fatal(err)
+	}
+	const step = 60 * time.Millisecond
+	var ws []substrate.Write
+	for i := range timed {
+		ws = append(ws, substrate.Write{Scope: "_messages", Append: true, Value: json.RawMessage(`{"body":"brief"}`),
+			Timer: &substrate.Timer{MS: int64(300*time.Millisecond+time.Duration(i)*step) / int64(time.Millisecond)}})
+	}
+	if _, err := svc.WriteState(ctx, pr, room, ws, true); err != nil {
+		t.Fatal(err)
+	}
+	pv, _ := svc.Authenticate(ctx, made.ViewToken)
+	read := func() int64 {
+		t.Helper()
+		var val any
+		if lobby {
+			heads, err := svc.RoomHeads(ctx, []string{room})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := svc.RoomView(ctx, heads[room])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if val, _, err = v.PublicView(ctx, "summary"); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			env, err := svc.Context(ctx, pv, room, substrate.ContextRequest{Depth: "lean", Only: []string{"views"}, NoMessages: true, NoActions: true, MessagesLimit: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			val = env.Views["summary"]
+		}
+		all, _ := val.([]any)
+		if len(all) != 2 {
+			t.Fatalf("view summary: %v", val)
+		}
+		n, _ := all[0].(int64)
+		return n
+	}
+	read()
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	counts := map[int64]bool{}
+	for deadline := time.Now().Add(300*time.Millisecond + timed*step + 200*time.Millisecond); time.Now().Before(deadline); {
+		counts[read()] = true
+		time.Sleep(step / 4)
+	}
+	grown := int64(heap()) - int64(before)
+	t.Logf("%d counts of a view returning a %d-key scope read: heap grew %.1f MB", len(counts), keys, float64(grown)/(1<<20))
+	if len(counts) < timed/2 {
+		t.Fatalf("the reads saw %d counts: the test proves nothing", len(counts))
+	}
+	if grown > 8<<20 {
+		t.Errorf("HOLE: one reader of a room of %d keys pinned %.1f MB of one view's values", keys, float64(grown)/(1<<20))
+	}
+}
+
+// One agent may be read through principals of different authority at
+// the same state: its own token, and the lobby's embodiment of it, whose
+// Ceiling caps its grants at what the person's access and connection
+// allow (and changes without a write to the room). A build shared by
+// the agent's id must not carry a granted scope to the capped principal.
+func TestAttackSharedBuildFollowsEachPrincipalsGrants(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	const room = "grants-x"
+	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := svc.Authenticate(ctx, made.Token)
+	for _, id := range []string{"bob", "carol"} {
+		if _, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: id, Name: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grants := []string{"bob"}
+	if _, err := svc.UpdateAgent(ctx, pr, room, "carol", substrate.AgentUpdate{Grants: &grants}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "bob", Key: "plan", Value: json.RawMessage(`"BOB-PLAN"`)}}, true); err != nil {
+		t.Fatal(err)
+	}
+	full, err := svc.AgentPrincipal(ctx, room, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped, err := svc.AgentPrincipal(ctx, room, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped.Ceiling = func(string) bool { return false }
+	capped.Grants = nil
+	read := func(p *substrate.Principal) string {
+		t.Helper()
+		env, err := svc.Context(ctx, p, room, substrate.ContextRequest{Depth: "lean", MessagesLimit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(env)
+		return string(raw)
+	}
+	for _, order := range [][]string{{"full", "capped"}, {"capped", "full"}} {
+		if _, err := svc.WriteState(ctx, pr, room, []substrate.Write{{Scope: "_shared", Key: "turn", Value: json.RawMessage(`"` + order[0] + `"`)}}, true); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			for _, who := range order {
+				p := map[string]*substrate.Principal{"full": full, "capped": capped}[who]
+				if sees := strings.Contains(read(p), "BOB-PLAN"); sees != (who == "full") {
+					t.Errorf("HOLE (%s first): carol %s reads bob's granted scope: %v", order[0], who, sees)
+				}
 			}
 		}
 	}

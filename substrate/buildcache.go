@@ -13,9 +13,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -97,8 +99,53 @@ func (snap *snapshot) computePure(s *Service) bool {
 // maxBuiltAuthorities bounds the builds one liveState keeps.
 const maxBuiltAuthorities = 256
 
+// minBuiltCopies is what the builds one liveState keeps may copy in all
+// (entries of scopes a gate added to or a read rule took from, which a
+// build holds in maps of its own) however small the state: see
+// copiesAllowed.
+const minBuiltCopies = 4096
+
+// copiesAllowed is how many copied entries the builds kept at live may
+// hold in all: as many as the state has live entries, or minBuiltCopies.
+// Authorities are free to make (the room token mints agents), so a bound
+// on their number alone let 150 agents' reads of a room whose big scope
+// has one gated entry keep 150 copies of that scope until the next
+// write; this keeps the cache's memory within the size of the room
+// itself. Builds past it are not kept (each read builds its own, as
+// without the cache).
+func (l *liveState) copiesAllowed() int { return max(l.liveEntries, minBuiltCopies) }
+
+// copiedEntries counts the entries of the given states (the reader's and
+// its registrars') held in maps that are not the liveState's own: what a
+// kept build adds to memory beyond the snapshot. A map shared by several
+// states (self and the agent's scope) counts once.
+func copiedEntries(live *liveState, states ...map[string]any) int {
+	own := make(map[unsafe.Pointer]bool, len(live.vals))
+	for _, m := range live.vals {
+		own[reflect.ValueOf(m).UnsafePointer()] = true
+	}
+	seen := map[unsafe.Pointer]bool{}
+	n := 0
+	for _, st := range states {
+		for _, v := range st {
+			m, ok := v.(map[string]any)
+			if !ok {
+				continue
+			}
+			ptr := reflect.ValueOf(m).UnsafePointer()
+			if own[ptr] || seen[ptr] {
+				continue
+			}
+			seen[ptr] = true
+			n += len(m)
+		}
+	}
+	return n
+}
+
 // buildKey names the reader's authority for build: who it is, the
-// scopes it reads (as the read rule decides them, rules included) and,
+// scopes it reads (as the read rule decides them, rules included), what
+// the read rules let it see within them (ruleKey) and,
 // when a view reads messages, the reader's message counts; ok is
 // false when the read cannot share a build (presence with enabled
 // expressions, which spend the read's gate budget per read; gated unread
@@ -123,6 +170,14 @@ func (rc *roomCtx) buildKey(live *liveState) (string, bool) {
 		}
 		msgs = fmt.Sprintf("\x00#%d/%d/%d", rc.msgs.Count, rc.msgs.Unread, rc.msgs.Directed)
 	}
+	// What the read rules hide within the scopes read (an agent's
+	// operational memory, from all but the agent and room authority) is
+	// part of the authority: the room token and a view link read the same
+	// scopes and see different entries in them.
+	rules, ok := rc.ruleKey()
+	if !ok {
+		return "", false
+	}
 	scopes := make([]string, 0, len(live.vals))
 	for sc := range live.vals {
 		if rc.visible(sc) {
@@ -130,7 +185,7 @@ func (rc *roomCtx) buildKey(live *liveState) (string, bool) {
 		}
 	}
 	slices.Sort(scopes)
-	return rc.self + "\x00" + strings.Join(scopes, "\x00") + msgs, true
+	return rc.self + "\x00" + strings.Join(scopes, "\x00") + msgs + "\x00\x00" + rules, true
 }
 
 // buildShared is build for a context read: a build of the same authority
@@ -160,12 +215,14 @@ func (s *Service) buildShared(ctx context.Context, snap *snapshot, p *Principal,
 			views: maps.Clone(rc.views), viewOrder: rc.viewOrder, viewCost: rc.viewCost,
 			actEnabled: rc.actEnabled, actAvail: rc.actAvail, actions: rc.vars.Actions, actionCost: rc.actionCost,
 			authority: maps.Clone(rc.authority)}
+		copies := copiedEntries(live, append([]map[string]any{rc.state}, slices.Collect(maps.Values(rc.authority))...)...)
 		live.builtMu.Lock()
 		if live.built == nil {
 			live.built = map[string]*builtCtx{}
 		}
-		if len(live.built) < maxBuiltAuthorities {
+		if _, dup := live.built[key]; !dup && len(live.built) < maxBuiltAuthorities && live.builtCopies+copies <= live.copiesAllowed() {
 			live.built[key] = b
+			live.builtCopies += copies
 		}
 		live.builtMu.Unlock()
 		return rc

@@ -285,11 +285,18 @@ func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool,
 	val, ok = rc.views[id]
 	cut := rc.budget().cut > 0 || rc.viewsCut > 0 || len(rc.actionsCut) > 0
 	if ok && !cut && v.snap.live(v.now) == v.live && v.timeless(timeless, actions) {
+		// Kept within the views memo's bound (viewNodesAllowed): the
+		// key holds the public message count, which messages' timers
+		// change one after the other without a new state.
+		n := valueNodes(val)
 		v.live.viewsMu.Lock()
 		if v.live.public == nil {
 			v.live.public = map[string]any{}
 		}
-		v.live.public[key] = val
+		if _, dup := v.live.public[key]; !dup && len(v.live.public) < maxViewMemo && v.live.viewNodes+n <= v.live.viewNodesAllowed() {
+			v.live.public[key] = val
+			v.live.viewNodes += n
+		}
 		v.live.viewsMu.Unlock()
 	}
 	return val, ok, nil

@@ -368,11 +368,13 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
 		b := rc.budget()
 		limit := uint64(s.lim.EnabledCostPerRead)
-		key := gateKey(rc.self, state)
-		memo := live.gateResults(key)
-		var fresh, freshTimed, timed map[*srow]gateResult
+		key, shared := rc.gateKey(state)
+		var memo, fresh, freshTimed, timed map[*srow]gateResult
+		if shared {
+			memo = live.gateResults(key)
+		}
 		quantum := int64(-1)
-		if s.lim.GateQuantum > 0 {
+		if s.lim.GateQuantum > 0 && shared {
 			quantum = rc.now.UnixNano() / int64(s.lim.GateQuantum)
 			timed = live.timedResults(key, quantum)
 		}
@@ -393,6 +395,7 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 				var kind gateMemo
 				g, kind = s.evalGate(ctx, *r.enabled, vars)
 				switch {
+				case !shared:
 				case kind == memoPure:
 					if fresh == nil {
 						fresh = map[*srow]gateResult{}
@@ -489,15 +492,35 @@ func (rc *roomCtx) hideEntries(state map[string]any) {
 }
 
 // gateKey names the authority entry-level gates evaluate with: the
-// reader's self and the scopes its state holds (gates see nothing else
-// but now and agents, and gates reading those are not memoised).
-func gateKey(self string, state map[string]any) string {
+// reader's self, the scopes its state holds and what the read rules let
+// it see in them (ruleKey: the room token and a view link read the same
+// scopes, but only the first an agent's operational memory). Gates see
+// nothing else but now and agents, and gates reading those are not
+// memoised. ok is false when a rule cannot say: nothing is shared.
+func (rc *roomCtx) gateKey(state map[string]any) (string, bool) {
+	rules, ok := rc.ruleKey()
+	if !ok {
+		return "", false
+	}
 	scopes := make([]string, 0, len(state))
 	for sc := range state {
 		scopes = append(scopes, sc)
 	}
 	sort.Strings(scopes)
-	return self + "\x00" + strings.Join(scopes, "\x00")
+	return rc.self + "\x00" + strings.Join(scopes, "\x00") + "\x00\x00" + rules, true
+}
+
+// ruleKey names what the read rules let rc's principal see within the
+// scopes it reads (visibility.shareKey); ok is false when a rule does not
+// say, and then no evaluation made with its state may be shared.
+func (rc *roomCtx) ruleKey() (string, bool) {
+	if rc.p == nil {
+		return "\x00system", true
+	}
+	if rc.vis == nil {
+		rc.vis = snapVisibility(rc.p, rc.snap)
+	}
+	return rc.vis.shareKey()
 }
 
 // gateMemo is how long a gate's result may be reused.

@@ -301,6 +301,9 @@ type liveState struct {
 	// gates and message timers change without a new liveState).
 	viewsMu sync.Mutex
 	views   map[string]viewResult
+	// viewNodes is the size of the values views and public hold
+	// (valueNodes), bounded by viewNodesAllowed.
+	viewNodes int
 	// public keeps the values of views the lobby shows every lister
 	// (RoomView.PublicView), when they depend on nothing but this state
 	// (and the public message count, part of the key when they read it):
@@ -310,9 +313,18 @@ type liveState struct {
 	// envelope of every read that shows a scope unmodified reuses them.
 	encMu sync.Mutex
 	enc   map[string][]byte
-	// built keeps context builds per reader authority (buildShared).
-	builtMu sync.Mutex
-	built   map[string]*builtCtx
+	// built keeps context builds per reader authority (buildShared);
+	// builtCopies counts the entries they hold in maps of their own.
+	builtMu     sync.Mutex
+	built       map[string]*builtCtx
+	builtCopies int
+	// liveEntries counts the state's live entries, gated ones included:
+	// what the caches of one state may keep per reader, in all, is
+	// bounded by it (copiesAllowed, gatesAllowed), since readers are free
+	// to make and the state's own size is what its writers paid for.
+	liveEntries int
+	// gateEntries counts the results gates and timed hold.
+	gateEntries int
 }
 
 // viewResult is one view's evaluation: its value (or error value) and
@@ -354,7 +366,9 @@ func (snap *snapshot) live(now time.Time) *liveState {
 		}
 		l.vals[scope] = vals
 		l.raw[scope] = raw
+		l.liveEntries += len(vals)
 	}
+	l.liveEntries += len(l.deferred)
 	sort.Slice(l.deferred, func(i, j int) bool {
 		a, b := l.deferred[i], l.deferred[j]
 		return a.Scope < b.Scope || (a.Scope == b.Scope && a.Key < b.Key)
@@ -404,15 +418,17 @@ func (l *liveState) keepTimedResults(key string, q int64, fresh map[*srow]gateRe
 	l.gatesMu.Lock()
 	defer l.gatesMu.Unlock()
 	old, ok := l.timed[key]
-	if !ok && len(l.timed) >= maxGateAuthorities {
+	if !ok && len(l.timed) >= maxGateAuthorities || l.gateEntries+len(fresh) > l.gatesAllowed() {
 		// Full: drop the quanta that are over rather than refuse new
 		// readers for the snapshot's lifetime.
 		for k, t := range l.timed {
 			if t.q != q {
+				l.gateEntries -= len(t.res)
 				delete(l.timed, k)
 			}
 		}
-		if len(l.timed) >= maxGateAuthorities {
+		old, ok = l.timed[key]
+		if !ok && len(l.timed) >= maxGateAuthorities || l.gateEntries+len(fresh) > l.gatesAllowed() {
 			return
 		}
 	}
@@ -428,8 +444,24 @@ func (l *liveState) keepTimedResults(key string, q int64, fresh map[*srow]gateRe
 	if l.timed == nil {
 		l.timed = map[string]timedGates{}
 	}
+	if ok {
+		l.gateEntries -= len(old.res)
+	}
+	l.gateEntries += len(m)
 	l.timed[key] = timedGates{q: q, res: m}
 }
+
+// minGateEntries is what the gate results one liveState keeps may number
+// in all however small the state (gatesAllowed).
+const minGateEntries = 4096
+
+// gatesAllowed is how many gate results one liveState may keep in all,
+// for every authority together: as many as the state has live entries,
+// or minGateEntries. A bound on authorities alone let each of 256 agents
+// (free to make) keep a result for each of the room's gated entries, some
+// 10,000 each, until the next write. Results past it are evaluated per
+// read, as without the memo. gatesMu is held.
+func (l *liveState) gatesAllowed() int { return max(l.liveEntries, minGateEntries) }
 
 // keepGateResults stores fresh results for authority key alongside those
 // already kept.
@@ -437,9 +469,10 @@ func (l *liveState) keepGateResults(key string, fresh map[*srow]gateResult) {
 	l.gatesMu.Lock()
 	defer l.gatesMu.Unlock()
 	old := l.gates[key]
-	if old == nil && len(l.gates) >= maxGateAuthorities {
+	if old == nil && len(l.gates) >= maxGateAuthorities || l.gateEntries+len(fresh) > l.gatesAllowed() {
 		return
 	}
+	l.gateEntries += len(fresh)
 	m := make(map[*srow]gateResult, len(old)+len(fresh))
 	for r, g := range old {
 		m[r] = g

@@ -18,6 +18,37 @@ import (
 // and per messages.count for views that read it (views.go).
 const maxViewMemo = 4096
 
+// minViewNodes is what the view values one liveState keeps may hold in
+// all (valueNodes) however small the state (viewNodesAllowed).
+const minViewNodes = 1 << 14
+
+// viewNodesAllowed is how large the view values kept at l may be in all:
+// as many nodes as the state has live entries, or minViewNodes. A value
+// is a copy of what the view returns, and a view reading messages.count
+// is kept once per count, which messages' timers change one after the
+// other without a new state: a view returning a whole scope, read once
+// per count, kept a copy of the scope per count (TestAttackViewMemo-
+// DoesNotMultiplyTheRoom). Values past it are evaluated per read, as
+// without the memo. viewsMu is held.
+func (l *liveState) viewNodesAllowed() int { return max(l.liveEntries, minViewNodes) }
+
+// valueNodes counts a view value's nodes: one for it, and those of each
+// element of a list or entry of a map (what copying it costs).
+func valueNodes(v any) int {
+	n := 1
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			n += valueNodes(e)
+		}
+	case []any:
+		for _, e := range x {
+			n += valueNodes(e)
+		}
+	}
+	return n
+}
+
 // evalViews evaluates every live view enabled for the reader with its
 // registrar's read authority (communal scopes plus the registrar's own
 // scope), dependencies first. A cycle or an error becomes {"_error": …}
@@ -191,14 +222,20 @@ func (rc *roomCtx) evalViewsOf(ctx context.Context, s *Service, roots []string) 
 		}
 	}
 	if len(fresh) > 0 {
+		nodes := make(map[string]int, len(fresh))
+		for key, r := range fresh {
+			nodes[key] = valueNodes(r.val)
+		}
 		live.viewsMu.Lock()
 		if live.views == nil {
 			live.views = map[string]viewResult{}
 		}
 		for key, r := range fresh {
-			if _, ok := live.views[key]; ok || len(live.views) < maxViewMemo {
-				live.views[key] = r
+			if _, ok := live.views[key]; ok || len(live.views) >= maxViewMemo || live.viewNodes+nodes[key] > live.viewNodesAllowed() {
+				continue
 			}
+			live.views[key] = r
+			live.viewNodes += nodes[key]
 		}
 		live.viewsMu.Unlock()
 	}

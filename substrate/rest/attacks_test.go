@@ -2591,3 +2591,27 @@ func TestAttackMessageGateFloodIsBudgeted(t *testing.T) {
 		t.Fatalf("HOLE: 30 reads of 100 now-gated unread messages on a budget of 30,000 per second: only %d refused (message gates not charged)", busy)
 	}
 }
+
+// The message patterns are found once per state from the log, for every
+// reader, with the room's _shared keys whoever may read them: a key
+// gated from a reader was named to it as "messages about _shared.<key>",
+// telling it the hidden entry exists. A pattern names only keys the
+// reader is shown; the reader who sees the key still gets it.
+func TestAttackPatternsNameNoGatedKey(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gk", nil)
+	salienceConfig(e, rm, map[string]any{"pattern_min": 2})
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/gk/state", rm.token, map[string]any{"scope": "_shared", "key": "vaultcode", "value": "1234", "enabled": `self == "a"`}).must(t, 200)
+	for i := range 4 {
+		e.invoke(rm, b, "_send_message", map[string]any{"kind": "ask", "body": fmt.Sprintf("does anyone know a vaultcode? (%d)", i)}).must(t, 200)
+	}
+	forA := e.ctx(rm, a, "only=views").raw
+	if !strings.Contains(forA, "_shared.vaultcode") {
+		t.Fatalf("a, who reads _shared.vaultcode, is not told of the pattern: %s", forA)
+	}
+	if forB := e.ctx(rm, b, "only=views").raw; strings.Contains(forB, "_shared.vaultcode") {
+		t.Fatalf("HOLE: b learns that _shared.vaultcode, hidden from it, exists: %s", forB)
+	}
+}

@@ -464,9 +464,21 @@ func (sl *salience) health(ctx context.Context) *Health {
 	} else {
 		h.MessageToActionRatio = float64(win.messages)
 	}
+	var shown map[string]bool // the _shared keys the reader is shown
 	for _, p := range win.patternsOnce(r, sl.cfg.PatternMin) {
 		// Found once for every reader (from the log, _audit included);
-		// one naming an action hidden from this reader is not its news.
+		// one naming an action hidden from this reader is not its news,
+		// nor one naming a key it is not shown (an entry gated from it:
+		// the pattern would tell it the entry exists).
+		if p.Key != "" && shown == nil {
+			shown = map[string]bool{}
+			r.EachShown(func(scope string) bool { return scope == substrate.ScopeShared }, func(scope, key string, _ int64) {
+				shown[scope+"."+key] = true
+			})
+		}
+		if p.Key != "" && !shown[p.Key] {
+			continue
+		}
 		if p.Action == "" || r.ActionEnabled(p.Action) {
 			h.Patterns = append(h.Patterns, p)
 		}
