@@ -1,0 +1,54 @@
+package expr_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
+
+// An evaluation with a clock reports when now next changes a comparison
+// of now, solved from the expression, or that it cannot tell.
+func TestClockForeseesComparisonsOfNow(t *testing.T) {
+	v := vars()
+	v.State["_shared"].(map[string]any)["due"] = "2026-01-02T03:10:00Z"
+	at := func(s string) time.Time { t, _ := time.Parse(time.RFC3339, s); return t }
+	cases := []struct {
+		src    string
+		next   time.Time // zero: none
+		opaque bool
+	}{
+		{src: `now > timestamp("2026-01-02T03:05:00Z")`, next: at("2026-01-02T03:05:00Z")},
+		{src: `timestamp("2026-01-02T03:05:00Z") <= now`, next: at("2026-01-02T03:05:00Z")},
+		{src: `now < timestamp("2026-01-01T00:00:00Z")`}, // past: nothing to come
+		{src: `timestamp(state._shared.due) < now`, next: at("2026-01-02T03:10:00Z")},
+		{src: `now - timestamp(state._shared.due) > duration("5m")`, next: at("2026-01-02T03:15:00Z")},
+		{src: `now + duration("1h") >= timestamp(state._shared.due)`, next: at("2026-01-02T02:10:00Z").Add(0)}, // already past
+		{src: `duration("30s") + now > timestamp("2026-01-02T03:05:00Z")`, next: at("2026-01-02T03:04:30Z")},
+		{src: `state._shared.turn > 5 || now > timestamp("2026-01-02T04:00:00Z") && now > timestamp("2026-01-02T03:30:00Z")`, next: at("2026-01-02T03:30:00Z")},
+		{src: `timestamp(state._shared.missing) < now`}, // an error: a write must come first
+		{src: `now.getHours() > 5`, opaque: true},
+		{src: `int(now) > 0`, opaque: true},
+		{src: `now - now > duration("1s")`, opaque: true},
+		{src: `[state._shared.due].exists(d, timestamp(d) < now)`, opaque: true},
+		{src: `state._shared.turn > 5`},
+	}
+	for _, c := range cases {
+		p, err := env.Compile(c.src)
+		if err != nil {
+			t.Fatalf("%s: %v", c.src, err)
+		}
+		clk := &expr.Clock{}
+		if _, err := env.Eval(expr.WithClock(context.Background(), clk), p, v); err != nil && !c.opaque && c.src != `timestamp(state._shared.missing) < now` {
+			t.Fatalf("%s: %v", c.src, err)
+		}
+		next, opaque := clk.Next()
+		if c.next.Before(v.Now) {
+			c.next = time.Time{}
+		}
+		if !next.Equal(c.next) || opaque != c.opaque {
+			t.Errorf("%s: next %v opaque %v, want %v %v", c.src, next, opaque, c.next, c.opaque)
+		}
+	}
+}
