@@ -156,9 +156,9 @@ type WaitOptions struct {
 	// MaxTimeout caps any requested timeout. Default and upper bound 45 s,
 	// so an MCP client with a 60 s tool limit can simply call again.
 	MaxTimeout time.Duration
-	// Recheck is the safety-net re-evaluation period, for changes that
-	// arrive without a notification (presence, clock-driven conditions).
-	// Default 5 s.
+	// Recheck is the safety-net re-evaluation period, for changes whose
+	// notification was lost (timers and moments of now wake waits
+	// themselves: waitclock.go). Default 5 s.
 	Recheck time.Duration
 	// NowRecheck is how often a wait re-checks a condition that depends
 	// on now in a way it cannot foresee (a function of now such as

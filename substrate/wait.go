@@ -15,7 +15,8 @@ import (
 // Wait blocks until condition (CEL, evaluated as p) holds or the timeout
 // passes, then returns the context. It is driven by commit notifications
 // (PostgreSQL LISTEN/NOTIFY through the process's hub), by the next timer
-// that changes what is visible, and by a slow safety-net re-check; it does
+// that changes what is visible or moment at which now changes the outcome
+// (waitclock.go), and by a slow safety-net re-check; it does
 // not poll the database in a loop. While it waits, an agent's status is
 // "waiting" and its waiting_on holds the condition.
 //

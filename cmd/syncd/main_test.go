@@ -166,6 +166,18 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	if _, err := parseConfig([]string{"-max-body-bytes", "lots"}); err == nil {
 		t.Fatal("bad number accepted")
 	}
+	if cfg.WaitNowRecheck != time.Second {
+		t.Fatalf("wait now recheck %v, want 1s by default", cfg.WaitNowRecheck)
+	}
+	t.Setenv("SYNC_WAIT_NOW_RECHECK", "250ms")
+	if cfg, err := parseConfig(nil); err != nil || cfg.WaitNowRecheck != 250*time.Millisecond {
+		t.Fatalf("SYNC_WAIT_NOW_RECHECK=250ms: %v %+v", err, cfg)
+	}
+	for _, bad := range []string{"10ms", "2m", "soon"} {
+		if _, err := parseConfig([]string{"-wait-now-recheck", bad}); err == nil {
+			t.Fatalf("-wait-now-recheck %s accepted", bad)
+		}
+	}
 	if _, err := parseConfig([]string{"-public-url", "http://10.1.2.3:8080"}); err == nil {
 		t.Fatal("an IP public URL was accepted (passkeys cannot use it)")
 	}

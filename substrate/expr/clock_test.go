@@ -52,3 +52,29 @@ func TestClockForeseesComparisonsOfNow(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkClock is what foreseeing the moment adds to an evaluation of
+// a comparison of now: go test -run - -bench Clock ./substrate/expr/
+func BenchmarkClock(b *testing.B) {
+	v := vars()
+	v.State["_shared"].(map[string]any)["due"] = "2026-01-02T03:10:00Z"
+	p, err := env.Compile(`timestamp(state._shared.due) < now`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("plain", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := env.Eval(ctx, p, v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("clock", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := env.Eval(expr.WithClock(ctx, &expr.Clock{}), p, v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
