@@ -232,16 +232,30 @@ func momentSource(other ast.Expr, terms []nowTerm, info *ast.SourceInfo) (string
 }
 
 // noteMoments tells c the moments after now at which p's comparisons of
-// now may flip, evaluated with act (the evaluation's own variables); their
-// cost is charged as the evaluation's is.
+// now may flip, evaluated with act (the evaluation's own variables). Their
+// cost is charged to the meter as the evaluation's is, but not returned
+// with it: a read's budgets (gates, views, actions) decide what a reader
+// sees, and a wait's read must see what any other read sees. Together
+// they may cost the per-expression limit once more at most (the last
+// one started may take it past): past it, the clock is told it cannot
+// foresee.
 func (e *Env) noteMoments(ctx context.Context, p *Program, act map[string]any, now time.Time, c *Clock) {
 	plan := e.clockPlan(p)
 	if plan.opaque {
 		c.Opaque()
 	}
 	meter, _ := ctx.Value(meterKey{}).(func(uint64))
+	spent := uint64(0)
 	for _, prg := range plan.moments {
+		if spent >= e.opt.CostLimit {
+			c.Opaque()
+			return
+		}
 		out, cost, err := safeRun(ctx, prg, act)
+		if err != nil && strings.Contains(err.Error(), "cost limit") {
+			cost = e.opt.CostLimit
+		}
+		spent += max(cost, 1)
 		e.evals.Add(1)
 		e.cost.Add(cost)
 		if meter != nil {

@@ -2,6 +2,8 @@ package expr_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +35,11 @@ func TestClockForeseesComparisonsOfNow(t *testing.T) {
 		{src: `now - now > duration("1s")`, opaque: true},
 		{src: `[state._shared.due].exists(d, timestamp(d) < now)`, opaque: true},
 		{src: `state._shared.turn > 5`},
+		{src: `now > timestamp(state._shared.?due.orValue("2030-01-01T00:00:00Z"))`, next: at("2026-01-02T03:10:00Z")},
+		{src: `has(state._shared.due) && now >= timestamp(state._shared.due) - duration("1m")`, next: at("2026-01-02T03:09:00Z")},
+		// A comprehension on the other side cannot be written back as
+		// an expression of its own (macros are not tracked): the cadence.
+		{src: `now > timestamp("2030-01-01T00:00:00Z") + duration(string([1].map(x, x).size()) + "s")`, opaque: true},
 	}
 	for _, c := range cases {
 		p, err := env.Compile(c.src)
@@ -77,4 +84,32 @@ func BenchmarkClock(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The moments of an expression with many comparisons of now cost, all
+// together, about one more evaluation at most: past it the clock cannot
+// foresee (the reader re-checks on its cadence).
+func TestClockMomentsAreBounded(t *testing.T) {
+	small := expr.MustNew(expr.Options{CostLimit: 50})
+	src := `false`
+	for i := range 30 {
+		src += fmt.Sprintf(` || now > timestamp(state._shared.due) + duration("%ds")`, i)
+	}
+	p, err := small.Compile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := vars()
+	v.State["_shared"].(map[string]any)["due"] = "2030-01-01T00:00:00Z"
+	clk := &expr.Clock{}
+	var cost uint64
+	ctx := expr.WithMeter(expr.WithClock(context.Background(), clk), func(c uint64) { cost += c })
+	if _, err := small.Eval(ctx, p, v); err != nil && !strings.Contains(err.Error(), "cost limit") {
+		t.Fatal(err)
+	}
+	next, opaque := clk.Next()
+	t.Logf("charged %d, next %v, opaque %v", cost, next, opaque)
+	if !opaque || cost > 3*50 {
+		t.Errorf("30 moments at a cost limit of 50: charged %d, opaque %v; want at most about twice the limit and opaque", cost, opaque)
+	}
 }
