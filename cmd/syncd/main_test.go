@@ -315,7 +315,7 @@ func TestLoomGeneratorFromEnvironment(t *testing.T) {
 func TestExpressionLimitsReachTheService(t *testing.T) {
 	t.Setenv("SYNC_ROOM_COST_PER_SECOND", "123456")
 	t.Setenv("SYNC_GATE_QUANTUM", "7s")
-	base, stop := start(t, testConfig(t, "-database-url", pgtest.URL(t), "-action-cost-per-read", "54321"))
+	base, stop := start(t, testConfig(t, "-database-url", pgtest.URL(t), "-action-cost-per-read", "54321", "-wait-now-recheck", "3s"))
 	defer stop()
 	code, room := call(t, "POST", base+"/rooms", "", `{"id":"budgets"}`)
 	if code != 201 {
@@ -331,6 +331,10 @@ func TestExpressionLimitsReachTheService(t *testing.T) {
 		if got, _ := limits[key].(string); !strings.HasPrefix(got, want) {
 			t.Errorf("help limit %s = %q, want the configured %q", key, got, want)
 		}
+	}
+	vars, _ := content["variables"].(map[string]any)
+	if now, _ := vars["now"].(string); !strings.Contains(now, "re-checks every 3s") {
+		t.Errorf("help variable now = %q, want the configured re-check of waits on now (3s)", now)
 	}
 
 	t.Setenv("SYNC_ROOM_COST_PER_SECOND", "")
