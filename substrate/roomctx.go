@@ -388,14 +388,19 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 				continue
 			}
 			g, ok := memo[r]
-			if !ok && clk == nil {
-				// A wait's read evaluates a gate on now afresh: the
-				// memo cannot say when its result changes.
+			gctx := ctx
+			if clk != nil {
+				gctx = clockFor(ctx, "state."+r.Scope)
+			}
+			if !ok && expr.ClockOf(gctx) == nil {
+				// A wait's read evaluates a gate on now afresh where
+				// the wait reads its scope: the memo cannot say when
+				// its result changes.
 				g, ok = timed[r]
 			}
 			if !ok {
 				var kind gateMemo
-				g, kind = s.evalGate(ctx, *r.enabled, vars)
+				g, kind = s.evalGate(gctx, *r.enabled, vars)
 				switch {
 				case kind == memoPure:
 					if fresh == nil {

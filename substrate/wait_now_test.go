@@ -66,6 +66,18 @@ func nowCases() []nowCase {
 					Enabled: fmt.Sprintf(`now > timestamp(%q)`, at)}}, true)
 				must(t, err)
 			}},
+		{room: "now-entry-gate-computed", late: exact, cond: `"secret" in state["_sh" + "ared"]`,
+			set: func(t *testing.T, svc *substrate.Service, pr *substrate.Principal, at string) {
+				_, err := svc.WriteState(ctx, pr, "now-entry-gate-computed", []substrate.Write{{Scope: "_shared", Key: "secret", Value: json.RawMessage(`1`),
+					Enabled: fmt.Sprintf(`now > timestamp(%q)`, at)}}, true)
+				must(t, err)
+			}},
+		{room: "now-entry-gate-self", late: exact, cond: `has(state.self.secret)`,
+			set: func(t *testing.T, svc *substrate.Service, pr *substrate.Principal, at string) {
+				_, err := svc.WriteState(ctx, pr, "now-entry-gate-self", []substrate.Write{{Scope: "alice", Key: "secret", Value: json.RawMessage(`1`),
+					Enabled: fmt.Sprintf(`now > timestamp(%q)`, at)}}, true)
+				must(t, err)
+			}},
 		{room: "now-message-gate", late: exact, cond: `messages.count == 1`,
 			set: func(t *testing.T, svc *substrate.Service, pr *substrate.Principal, at string) {
 				_, err := svc.WriteState(ctx, pr, "now-message-gate", []substrate.Write{{Scope: "_messages", Append: true,
@@ -131,9 +143,10 @@ func TestWaitWakesWhenNowReachesTheMoment(t *testing.T) {
 }
 
 // Waits whose outcome does not depend on now re-check no more often for
-// the room's uses of now they do not read: a wait on state in a room whose
-// views, actions, agents and messages read now in ways no moment can be
-// found for, or whose entry gate on now opens far in the future.
+// the room's uses of now they do not read: a wait on a scope in a room
+// whose views, actions, agents, messages and entries of another scope read
+// now in ways no moment can be found for, or whose entry gate on now in
+// the scope opens far in the future.
 func TestWaitNotOnNowDoesNotRecheck(t *testing.T) {
 	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
@@ -153,6 +166,7 @@ func TestWaitNotOnNowDoesNotRecheck(t *testing.T) {
 	if _, err := svc.WriteState(ctx, pr, "now-not", []substrate.Write{
 		{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"x"}`), Enabled: opaque},
 		{Scope: "_shared", Key: "later", Value: json.RawMessage(`1`), Enabled: `now > timestamp("2099-01-01T00:00:00Z")`},
+		{Scope: "_notes", Key: "tick", Value: json.RawMessage(`1`), Enabled: opaque},
 	}, true); err != nil {
 		t.Fatal(err)
 	}

@@ -12,14 +12,16 @@ package substrate
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
-// clockFor is ctx for evaluating part (messages, agents, actions, views)
-// of a read: without the read's clock when its reader's outcome does not
-// depend on that part, whose changes then must not wake it.
+// clockFor is ctx for evaluating part (messages, agents, actions, views,
+// state.<scope>) of a read: without the read's clock when its reader's
+// outcome does not depend on that part, whose changes then must not wake
+// it.
 func clockFor(ctx context.Context, part string) context.Context {
 	if c := expr.ClockOf(ctx); c != nil && c.Reads != nil && !c.Reads(part) {
 		return expr.WithClock(ctx, nil)
@@ -29,10 +31,24 @@ func clockFor(ctx context.Context, part string) context.Context {
 
 // reads reports whether the wait's outcome depends on part of a read:
 // directly, or through views and action availability, which may read
-// each other, messages and agents.
+// each other, messages, agents and any scope. "state.<scope>" is a scope's
+// gated entries: read by name (state.self as the agent's own), whole or
+// by a computed name.
 func (w *waiter) reads(part string) bool {
 	p := w.prog
 	indirect := p.Uses("views") || p.Uses("actions")
+	if scope, ok := strings.CutPrefix(part, "state."); ok {
+		f := factsOf(w.condition)
+		if indirect || f.wholeState {
+			return true
+		}
+		for _, sc := range f.scopes {
+			if sc == scope || sc == ScopeSelf && w.p.Kind == KindAgent && scope == w.p.AgentID {
+				return true
+			}
+		}
+		return false
+	}
 	switch part {
 	case "messages":
 		return p.UsesMessages || indirect
