@@ -238,10 +238,10 @@ func (s *Service) buildShared(ctx context.Context, snap *snapshot, p *Principal,
 	// The hidden messages are the snapshot's; which of them this reader
 	// may not see is its own (their gates read self, now, agents): its
 	// messages.count is derived per read, as build does.
-	s.uncountHidden(ctx, rc)
+	s.uncountHidden(clockFor(ctx, "messages"), rc)
 	rc.vars = expr.Vars{
 		State:    rc.state,
-		Agents:   rc.visibleAgents(ctx, s),
+		Agents:   rc.visibleAgents(clockFor(ctx, "agents"), s),
 		Messages: map[string]any{"count": rc.msgs.Count, "unread": rc.msgs.Unread, "directed_unread": rc.msgs.Directed},
 		Self:     rc.self,
 		Now:      now,

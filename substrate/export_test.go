@@ -1,6 +1,12 @@
 package substrate
 
+import "time"
+
 // SetShownWaiting makes f run as soon as a wait has shown its agent
 // waiting, before the wait's first read: a test writes there as another
 // agent would on seeing the status.
 func SetShownWaiting(s *Service, f func(roomID, agentID string)) { s.shownWaiting = f }
+
+// SetWaitSleeps makes f hear how long each check of a wait that did not
+// hold lets it sleep before its next re-check.
+func SetWaitSleeps(s *Service, f func(roomID string, next time.Duration)) { s.waitSleeps = f }

@@ -26,12 +26,18 @@ type srcFacts struct {
 	// iterated, counted), which any action's change may change.
 	actions    []string
 	allActions bool
+	// wholeState: state read whole (passed along, iterated) or by a
+	// computed name (state[x]), so any scope may be read.
+	wholeState bool
 }
 
 // actionRef finds each use of actions and the action it names, if any.
 // It may match a string literal: a delta may show too much, never too
 // little.
 var actionRef = regexp.MustCompile(`(^|[^.\w])actions\b\s*(?:\.\s*\??\s*([A-Za-z_]\w*)|\[\s*"([^"\\]+)"\s*\])?`)
+
+// stateComputed finds state read by a computed scope name.
+var stateComputed = regexp.MustCompile(`(^|[^.\w])state\s*\[`)
 
 // maxSrcFacts bounds the table; past it the table starts over (sources
 // are few per room, rooms many).
@@ -69,7 +75,13 @@ var noFacts srcFacts
 // scanFacts reads src with the regular expressions (the one place they
 // run over an expression's source for these questions).
 func scanFacts(src string) *srcFacts {
-	f := &srcFacts{anyTime: scanReadsAnyTime(src)}
+	f := &srcFacts{anyTime: scanReadsAnyTime(src), wholeState: stateComputed.MatchString(src)}
+	for _, m := range stateUse.FindAllStringSubmatch(src, -1) {
+		switch m[3] {
+		case "", "all", "exists", "exists_one", "map", "filter":
+			f.wholeState = true
+		}
+	}
 	for _, m := range scopeRef.FindAllStringSubmatch(src, -1) {
 		f.scopes = append(f.scopes, m[1])
 	}

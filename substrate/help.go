@@ -134,7 +134,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 				"messages": "{count, unread, directed_unread}.",
 				"self":     "your agent id (\"\" for room and view tokens).",
 				"params":   "the invocation's parameters (in if, result and expr writes).",
-				"now":      "the current time (timestamp): now.getHours(), now - duration(\"1h\").",
+				"now":      "the current time (timestamp): now.getHours(), now - duration(\"1h\"). A wait comparing now with a moment (now > timestamp(\"2026-05-01T09:00:00Z\"), now - timestamp(state._shared.at) > duration(\"5m\")), directly or through views and gates, wakes at that moment; one using now otherwise (now.getHours()) re-checks every " + s.wait.NowRecheck.String() + ".",
 			},
 			"functions": append(append([]string{}, expr.Functions...),
 				"cel-go extensions: strings (lowerAscii, split, join, replace, format, …), lists (lists.range, slice, flatten, sort, distinct, …), math (math.greatest, math.least, …), sets (sets.contains, …), base64, optional values (state._shared.?x.orValue(default))"),

@@ -287,25 +287,26 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 		rc.self = p.AgentID
 	}
 	rc.state, rc.gatesHidden = s.stateFor(ctx, rc, func(scope string) bool { return rc.visible(scope) })
-	s.hideGated(ctx, rc)
+	s.hideGated(clockFor(ctx, "messages"), rc)
 	rc.vars = expr.Vars{
 		State:    rc.state,
-		Agents:   rc.visibleAgents(ctx, s),
+		Agents:   rc.visibleAgents(clockFor(ctx, "agents"), s),
 		Messages: map[string]any{"count": rc.msgs.Count, "unread": rc.msgs.Unread, "directed_unread": rc.msgs.Directed},
 		Self:     rc.self,
 		Params:   params,
 		Now:      now,
 	}
 	// Action enablement first (it may not read views), then views.
-	actVar := rc.enableActions(ctx, s, params)
+	actx := clockFor(ctx, "actions")
+	actVar := rc.enableActions(actx, s, params)
 	rc.vars.Actions = actVar
-	rc.evalViews(ctx, s)
+	rc.evalViews(clockFor(ctx, "views"), s)
 	rc.vars.Views = rc.views
 	rc.actAvail = map[string]bool{}
 	for id, enabled := range rc.actEnabled {
 		avail := enabled && s.cooldownOf(snap, id, now) == nil
 		if avail && snap.actions[id].def.If != "" {
-			avail = rc.affordAction(ctx, s, id, snap.actions[id].def.If, rc.actionVars(ctx, s, snap.actions[id].def, params), true)
+			avail = rc.affordAction(actx, s, id, snap.actions[id].def.If, rc.actionVars(actx, s, snap.actions[id].def, params), true)
 		}
 		rc.actAvail[id] = avail
 		actVar[id] = map[string]any{"enabled": enabled, "available": avail}
@@ -373,6 +374,7 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		if shared {
 			memo = live.gateResults(key)
 		}
+		clk := expr.ClockOf(ctx)
 		quantum := int64(-1)
 		if s.lim.GateQuantum > 0 && shared {
 			quantum = rc.now.UnixNano() / int64(s.lim.GateQuantum)
@@ -388,12 +390,19 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 				continue
 			}
 			g, ok := memo[r]
-			if !ok {
+			gctx := ctx
+			if clk != nil {
+				gctx = clockFor(ctx, "state."+r.Scope)
+			}
+			if !ok && expr.ClockOf(gctx) == nil {
+				// A wait's read evaluates a gate on now afresh where
+				// the wait reads its scope: the memo cannot say when
+				// its result changes.
 				g, ok = timed[r]
 			}
 			if !ok {
 				var kind gateMemo
-				g, kind = s.evalGate(ctx, *r.enabled, vars)
+				g, kind = s.evalGate(gctx, *r.enabled, vars)
 				switch {
 				case !shared:
 				case kind == memoPure:

@@ -156,10 +156,16 @@ type WaitOptions struct {
 	// MaxTimeout caps any requested timeout. Default and upper bound 45 s,
 	// so an MCP client with a 60 s tool limit can simply call again.
 	MaxTimeout time.Duration
-	// Recheck is the safety-net re-evaluation period, for changes that
-	// arrive without a notification (presence, clock-driven conditions).
-	// Default 5 s.
+	// Recheck is the safety-net re-evaluation period, for changes whose
+	// notification was lost (timers and moments of now wake waits
+	// themselves: waitclock.go). Default 5 s.
 	Recheck time.Duration
+	// NowRecheck is how often a wait re-checks a condition that depends
+	// on now in a way it cannot foresee (a function of now such as
+	// now.getHours(), a comparison inside a comprehension), directly or
+	// through a view or gate; waits comparing now with a moment wake at
+	// that moment instead. Aligned on the wall clock. Default 1 s.
+	NowRecheck time.Duration
 }
 
 // Service is the substrate over one database.
@@ -195,6 +201,9 @@ type Service struct {
 	// shownWaiting, when set (tests only), runs as soon as a wait has
 	// shown its agent waiting: what another agent does on seeing that.
 	shownWaiting func(roomID, agentID string)
+	// waitSleeps, when set (tests only), is told how long each check of a
+	// wait that did not hold lets it sleep.
+	waitSleeps func(roomID string, next time.Duration)
 	// invocations counts Invoke's outcomes by "ok" or error code (Stats).
 	invocations sync.Map // string → *atomic.Int64
 	// workMeter is each room's expression budget (nil: off); roomBusy
@@ -286,6 +295,9 @@ func New(db *store.DB, opt Options) *Service {
 	w.DefaultTimeout = min(w.DefaultTimeout, w.MaxTimeout)
 	if w.Recheck <= 0 {
 		w.Recheck = 5 * time.Second
+	}
+	if w.NowRecheck <= 0 {
+		w.NowRecheck = time.Second
 	}
 	var wm *workMeter
 	if opt.Limits.RoomCostPerSecond > 0 {

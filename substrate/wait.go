@@ -15,7 +15,8 @@ import (
 // Wait blocks until condition (CEL, evaluated as p) holds or the timeout
 // passes, then returns the context. It is driven by commit notifications
 // (PostgreSQL LISTEN/NOTIFY through the process's hub), by the next timer
-// that changes what is visible, and by a slow safety-net re-check; it does
+// that changes what is visible or moment at which now changes the outcome
+// (waitclock.go), and by a slow safety-net re-check; it does
 // not poll the database in a loop. While it waits, an agent's status is
 // "waiting" and its waiting_on holds the condition.
 //
@@ -175,8 +176,12 @@ func (w *waiter) end() {
 // when what it read calls for it. It returns the wait's answer, or how
 // long to sleep before the next safety-net re-check.
 func (w *waiter) check() (*WaitResult, time.Duration, error) {
-	s, ctx := w.s, w.ctx
+	s := w.s
 	for {
+		// What now changes (see waitclock.go), found by this read's
+		// evaluations.
+		clk := &expr.Clock{Reads: w.reads}
+		ctx := expr.WithClock(w.ctx, clk)
 		rc, err := s.waitRead(ctx, w.p, w.roomID, w.prog)
 		if err != nil {
 			return nil, 0, err
@@ -230,7 +235,7 @@ func (w *waiter) check() (*WaitResult, time.Duration, error) {
 			return &WaitResult{Triggered: true, Condition: w.condition, ElapsedMS: time.Since(w.start).Milliseconds(), Seq: rc.snap.seq, Note: w.note}, 0, nil
 		}
 		if evalErr == nil && ok {
-			env, err := s.envelopeOf(ctx, rc, w.roomID, waitShape(w.creq, rc, w.startSeq))
+			env, err := s.envelopeOf(w.ctx, rc, w.roomID, waitShape(w.creq, rc, w.startSeq))
 			if err != nil {
 				return nil, 0, err
 			}
@@ -242,8 +247,13 @@ func (w *waiter) check() (*WaitResult, time.Duration, error) {
 		w.lastErr = evalErr
 		w.seq = rc.snap.seq
 		next := s.wait.Recheck
-		if t := rc.nextChange(w.prog.UsesMessages || w.prog.Uses("views") || w.prog.Uses("actions")); !t.IsZero() && t.Sub(rc.now) < next {
-			next = max(t.Sub(rc.now), time.Millisecond)
+		for _, t := range [2]time.Time{rc.nextChange(w.prog.UsesMessages || w.prog.Uses("views") || w.prog.Uses("actions")), s.nowNext(rc.now, clk)} {
+			if !t.IsZero() && t.Sub(rc.now) < next {
+				next = max(t.Sub(rc.now), time.Millisecond)
+			}
+		}
+		if s.waitSleeps != nil {
+			s.waitSleeps(w.roomID, next)
 		}
 		return nil, next, nil
 	}

@@ -57,6 +57,10 @@ type config struct {
 	// SYNC_WAIT_RECHECK, -wait-recheck: how often a wait re-evaluates its
 	// condition when no notification came (a safety net). Default 5 s.
 	WaitRecheck time.Duration
+	// SYNC_WAIT_NOW_RECHECK, -wait-now-recheck: how often a wait whose
+	// condition depends on now in a way no moment can be solved for
+	// re-checks it (substrate WaitOptions.NowRecheck). Default 1 s.
+	WaitNowRecheck time.Duration
 	// SYNC_LOOM_GENERATOR_URL, -loom-generator-url: an OpenAI-compatible
 	// completions endpoint (…/v1/completions) that → continue calls. Empty
 	// (the default): continue queues a generation request in the room for
@@ -144,6 +148,7 @@ func parseConfig(args []string) (*config, error) {
 	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
 	groupCommit := fs.String("group-commit", env("SYNC_GROUP_COMMIT", "true"), "invocations queued for a busy room share one transaction: true or false (SYNC_GROUP_COMMIT)")
 	recheck := fs.String("wait-recheck", env("SYNC_WAIT_RECHECK", "5s"), "safety-net re-check period of waits (SYNC_WAIT_RECHECK)")
+	nowRecheck := fs.String("wait-now-recheck", env("SYNC_WAIT_NOW_RECHECK", "1s"), "re-check period of waits that depend on now in a way no moment can be solved for (SYNC_WAIT_NOW_RECHECK)")
 	fs.StringVar(&c.LoomGeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "OpenAI-compatible completions endpoint for loom continuations (SYNC_LOOM_GENERATOR_URL); empty queues requests in the room")
 	fs.StringVar(&c.SearchLanguage, "search-language", env("SYNC_SEARCH_LANGUAGE", "english"), "language search stems words in: simple or one PostgreSQL stems, e.g. german (SYNC_SEARCH_LANGUAGE); a change indexes every room again at start-up")
 	fs.StringVar(&c.LoomGeneratorModel, "loom-generator-model", env("SYNC_LOOM_GENERATOR_MODEL", "base"), "model name sent to the loom generator (SYNC_LOOM_GENERATOR_MODEL)")
@@ -213,6 +218,9 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.WaitRecheck, err = time.ParseDuration(*recheck); err != nil || c.WaitRecheck < 100*time.Millisecond {
 		return nil, fmt.Errorf("wait recheck %q is not a duration of at least 100ms", *recheck)
+	}
+	if c.WaitNowRecheck, err = time.ParseDuration(*nowRecheck); err != nil || c.WaitNowRecheck < 100*time.Millisecond || c.WaitNowRecheck > time.Minute {
+		return nil, fmt.Errorf("wait now recheck %q is not a duration from 100ms to 1m such as 1s", *nowRecheck)
 	}
 	// Each expression evaluation counts at least 100, so a budget below
 	// that could never afford one: refused rather than silently useless.

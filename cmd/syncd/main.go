@@ -100,7 +100,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	}
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue,
 		RoomCostPerSecond: cfg.RoomCostPerSecond, GateQuantum: cfg.GateQuantum, ActionCostPerRead: cfg.ActionCostPerRead},
-		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck}, NoGroupCommit: !cfg.GroupCommit})
+		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck, NowRecheck: cfg.WaitNowRecheck}, NoGroupCommit: !cfg.GroupCommit})
 	defer svc.Close()
 	if _, err := svc.ConfigureSearch(ctx, cfg.SearchLanguage); err != nil {
 		return fmt.Errorf("search language: %w", err)

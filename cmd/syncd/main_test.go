@@ -166,6 +166,18 @@ func TestConfigFromEnvAndFlags(t *testing.T) {
 	if _, err := parseConfig([]string{"-max-body-bytes", "lots"}); err == nil {
 		t.Fatal("bad number accepted")
 	}
+	if cfg.WaitNowRecheck != time.Second {
+		t.Fatalf("wait now recheck %v, want 1s by default", cfg.WaitNowRecheck)
+	}
+	t.Setenv("SYNC_WAIT_NOW_RECHECK", "250ms")
+	if cfg, err := parseConfig(nil); err != nil || cfg.WaitNowRecheck != 250*time.Millisecond {
+		t.Fatalf("SYNC_WAIT_NOW_RECHECK=250ms: %v %+v", err, cfg)
+	}
+	for _, bad := range []string{"10ms", "2m", "soon"} {
+		if _, err := parseConfig([]string{"-wait-now-recheck", bad}); err == nil {
+			t.Fatalf("-wait-now-recheck %s accepted", bad)
+		}
+	}
 	if _, err := parseConfig([]string{"-public-url", "http://10.1.2.3:8080"}); err == nil {
 		t.Fatal("an IP public URL was accepted (passkeys cannot use it)")
 	}
@@ -303,7 +315,7 @@ func TestLoomGeneratorFromEnvironment(t *testing.T) {
 func TestExpressionLimitsReachTheService(t *testing.T) {
 	t.Setenv("SYNC_ROOM_COST_PER_SECOND", "123456")
 	t.Setenv("SYNC_GATE_QUANTUM", "7s")
-	base, stop := start(t, testConfig(t, "-database-url", pgtest.URL(t), "-action-cost-per-read", "54321"))
+	base, stop := start(t, testConfig(t, "-database-url", pgtest.URL(t), "-action-cost-per-read", "54321", "-wait-now-recheck", "3s"))
 	defer stop()
 	code, room := call(t, "POST", base+"/rooms", "", `{"id":"budgets"}`)
 	if code != 201 {
@@ -319,6 +331,10 @@ func TestExpressionLimitsReachTheService(t *testing.T) {
 		if got, _ := limits[key].(string); !strings.HasPrefix(got, want) {
 			t.Errorf("help limit %s = %q, want the configured %q", key, got, want)
 		}
+	}
+	vars, _ := content["variables"].(map[string]any)
+	if now, _ := vars["now"].(string); !strings.Contains(now, "re-checks every 3s") {
+		t.Errorf("help variable now = %q, want the configured re-check of waits on now (3s)", now)
 	}
 
 	t.Setenv("SYNC_ROOM_COST_PER_SECOND", "")

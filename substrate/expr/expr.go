@@ -81,6 +81,10 @@ type Program struct {
 	DynamicViews bool
 	idents       map[string]bool
 	checked      *cel.Ast
+	// clock is how to foresee when now changes the result (clock.go),
+	// planned on first need.
+	clockOnce sync.Once
+	clock     *clockPlan
 }
 
 // Uses reports whether the expression names the top-level variable name
@@ -353,7 +357,12 @@ func (e *Env) EvalCost(ctx context.Context, p *Program, vars *Vars) (any, uint64
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opt.Timeout)
 	defer cancel()
-	out, cost, err := e.safeEval(ctx, p, act)
+	out, cost, err := safeRun(ctx, p.prg, act)
+	if p.idents["now"] {
+		if c := ClockOf(ctx); c != nil {
+			e.noteMoments(ctx, p, act, vars.Now, c)
+		}
+	}
 	if err != nil && strings.Contains(err.Error(), "cost limit") {
 		cost = e.opt.CostLimit
 	}
@@ -386,15 +395,15 @@ func (e *Env) EvalBool(ctx context.Context, p *Program, vars *Vars) (bool, error
 	return b, nil
 }
 
-// safeEval turns a panic inside cel-go into an error: a bad expression must
+// safeRun turns a panic inside cel-go into an error: a bad expression must
 // never take the server down.
-func (e *Env) safeEval(ctx context.Context, p *Program, act map[string]any) (out ref.Val, cost uint64, err error) {
+func safeRun(ctx context.Context, prg cel.Program, act map[string]any) (out ref.Val, cost uint64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal evaluation failure: %v", r)
 		}
 	}()
-	out, det, err := p.prg.ContextEval(ctx, act)
+	out, det, err := prg.ContextEval(ctx, act)
 	if det != nil {
 		if c := det.ActualCost(); c != nil {
 			cost = *c
