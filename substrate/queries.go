@@ -54,13 +54,14 @@ const (
 	sqlUsage = `SELECT kind, id, uses, last_used_seq, score, reads_at_use FROM vocabulary_usage WHERE room_id = $1`
 	// sqlTouchVocabulary records uses and registrations of actions and
 	// views at a seq: the score is decayed by the room's context reads
-	// since the item's last use, then reinforced by one. $8 adds the reads
-	// queued in this process and not yet written to the agents' rows.
+	// since the item's last use, then reinforced by one. $8 is the room's
+	// context reads now (mutation.roomReads), counted in Go from the
+	// overlaid presence, not summed here from the agents' rows: a write of
+	// read marks that commits between the two would count twice.
 	sqlTouchVocabulary = `INSERT INTO vocabulary_usage AS u (room_id, kind, id, uses, last_used_seq, last_used_at, score, reads_at_use)
 		SELECT $1, t.kind, t.id, CASE WHEN t.used THEN 1 ELSE 0 END, CASE WHEN t.used THEN $5::bigint END,
-			CASE WHEN t.used THEN $6::timestamptz END, 1, r.reads
-		FROM unnest($2::text[], $3::text[], $4::bool[]) AS t(kind, id, used),
-			(SELECT coalesce(sum(context_reads), 0)::bigint + $8::bigint AS reads FROM agents WHERE room_id = $1) r
+			CASE WHEN t.used THEN $6::timestamptz END, 1, $8::bigint
+		FROM unnest($2::text[], $3::text[], $4::bool[]) AS t(kind, id, used)
 		ON CONFLICT (room_id, kind, id) DO UPDATE SET
 			uses = u.uses + EXCLUDED.uses,
 			last_used_seq = coalesce(EXCLUDED.last_used_seq, u.last_used_seq),

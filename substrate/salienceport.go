@@ -409,10 +409,9 @@ type vocabTouch struct {
 
 // touchVocabulary queues the mutation's vocabulary uses at seq: uses and
 // last use move for what was used; every touched item's score is decayed
-// to now and reinforced by one. unwritten are the room's context reads
-// this process has queued and not yet written (readMarks.pendingReads):
-// salience counts them, so the reads at a use must too.
-func (m *mutation) touchVocabulary(seq int64, decay float64, unwritten int64) {
+// to now and reinforced by one. reads are the room's context reads as a
+// read's salience counts them (mutation.roomReads): the reads at the use.
+func (m *mutation) touchVocabulary(seq int64, decay float64, reads int64) {
 	if len(m.vocab) == 0 {
 		return
 	}
@@ -422,7 +421,7 @@ func (m *mutation) touchVocabulary(seq int64, decay float64, unwritten int64) {
 	for i, t := range m.vocab {
 		kinds[i], ids[i], uses[i] = t.kind, t.id, t.use
 	}
-	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay, unwritten)
+	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay, reads)
 }
 
 // viewRefs finds views.<id> and views["id"] in an expression.
