@@ -69,11 +69,14 @@ const (
 			score = u.score * power($7::float8, greatest(EXCLUDED.reads_at_use - u.reads_at_use, 0)) + 1,
 			reads_at_use = EXCLUDED.reads_at_use`
 	// sqlLogWindow reads the newest entries of both logs up to a seq
-	// (index state_scope_sort), for message pattern detection.
-	sqlLogWindow = `(SELECT scope, sort_key, value, writer, enabled_expr IS NOT NULL FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
+	// (index state_scope_sort), for message pattern detection: of the
+	// messages, those the reader sees ($4: the seqs of those it does not,
+	// msgCounts.unseen).
+	sqlLogWindow = `(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
+			AND sort_key <> ALL($4::bigint[])
 			ORDER BY sort_key DESC LIMIT $2)
 		UNION ALL
-		(SELECT scope, sort_key, value, writer, enabled_expr IS NOT NULL FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
+		(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
 			ORDER BY sort_key DESC LIMIT $2)`
 	// sqlMarkRead records an agent's context read: the room seq it saw,
 	// one more read, and the newest message it was shown (monotonic, so
