@@ -460,6 +460,10 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 		if err != nil {
 			return nil, err
 		}
+		// The hidden messages were taken out of the count when the
+		// context was built: which they are, and when a timer next
+		// changes them, stay the read's.
+		mc.unseen, mc.next = rc.msgs.unseen, rc.msgs.next
 		rc.msgs, rc.counted = mc, true
 		s.hideGated(ctx, rc)
 	}

@@ -134,7 +134,8 @@
 //     room at the read's seq (Action, LiveActions, ActionEnabled,
 //     ViewDefs, Views, Revision, Keys, EachShown: what the reader was
 //     shown), Usage (the vocabulary's usage, read once per snapshot),
-//     RecentLog (the newest 500 entries of each log up to the seq), Memo
+//     RecentLog (the newest 500 entries of each log up to the seq, the
+//     messages among them those the reader sees; LogKey names them), Memo
 //     (a value computed once per snapshot), Expand. Its checks are the
 //     read's: it exists only inside a context read p was admitted to.
 //     Action, Keys, Revision, Config and RecentLog are the room's, not

@@ -2,6 +2,7 @@ package substrate
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -15,12 +16,13 @@ import (
 
 // hiddenMsg is a message that some reader, at some time, may not see.
 type hiddenMsg struct {
+	seq   int64
 	gate  *string
 	timer *timerState // nil: none
 }
 
 // sqlHiddenMessages lists the messages up to a seq with a gate or a timer.
-const sqlHiddenMessages = `SELECT enabled_expr, timer_effect, timer_expires_at, timer_ticks_left FROM state
+const sqlHiddenMessages = `SELECT sort_key, enabled_expr, timer_effect, timer_expires_at, timer_ticks_left FROM state
 	WHERE room_id = $1 AND scope = '_messages' AND sort_key IS NOT NULL AND sort_key <= $2
 		AND (enabled_expr IS NOT NULL OR timer_effect IS NOT NULL)`
 
@@ -72,7 +74,7 @@ func (s *Service) hiddenMessages(ctx context.Context, q querier, snap *snapshot,
 	for rows.Next() {
 		var m hiddenMsg
 		t := &timerState{}
-		if err := rows.Scan(&m.gate, &t.Effect, &t.ExpiresAt, &t.TicksLeft); err != nil {
+		if err := rows.Scan(&m.seq, &m.gate, &t.Effect, &t.ExpiresAt, &t.TicksLeft); err != nil {
 			return nil, err
 		}
 		if t.Effect != nil {
@@ -95,7 +97,8 @@ func (s *Service) hiddenMessages(ctx context.Context, q querier, snap *snapshot,
 }
 
 // uncountHidden takes the messages rc's reader may not see out of its
-// message count.
+// message count, and keeps which they are (msgCounts.unseen) for what
+// else reads the log as the reader sees it (Read.RecentLog).
 func (s *Service) uncountHidden(ctx context.Context, rc *roomCtx) {
 	if len(rc.msgs.hidden) == 0 {
 		return
@@ -106,13 +109,16 @@ func (s *Service) uncountHidden(ctx context.Context, rc *roomCtx) {
 		}
 	}
 	shown := s.logGate(ctx, rc)
+	var unseen []int64
 	for _, m := range rc.msgs.hidden {
 		if m.timer != nil && !m.timer.live(rc.now) || m.gate != nil && !shown(m.gate) {
 			rc.msgs.Count--
+			unseen = append(unseen, m.seq)
 		}
 	}
+	slices.Sort(unseen)
 	rc.msgs.Count = max(rc.msgs.Count, 0)
-	rc.msgs.hidden = nil
+	rc.msgs.hidden, rc.msgs.unseen = nil, unseen
 }
 
 // sqlPublicMessages counts a room's messages everyone sees (r.id: the

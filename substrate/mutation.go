@@ -72,6 +72,24 @@ func (m *mutation) presence() ([]presence, error) {
 	return m.agents, nil
 }
 
+// roomReads is the room's context reads as of the presence the mutation
+// read under the lock: every agent's count with this process's marks laid
+// over (readMarks.overlay), the count a read's salience decays by. Taken
+// from the overlaid rows, not from the rows the vocabulary statement
+// reads later: a write of marks that committed in between would be in
+// those rows and in the marks queued before it, counted twice.
+func (m *mutation) roomReads() (int64, error) {
+	agents, err := m.presence()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, a := range agents {
+		n += a.ContextReads
+	}
+	return n, nil
+}
+
 // mutateOpts tune what the locking round trip reads.
 type mutateOpts struct {
 	// withPresence reads the room's agents with the lock, for mutations
@@ -318,7 +336,11 @@ func (s *Service) seal(m *mutation, fn func(m *mutation) error) (int64, error) {
 			WHERE room_id = $1 AND timer_tick_on = ANY($2) AND timer_ticks_left > 0`, roomID, m.ticks)
 	}
 	if len(m.vocab) > 0 {
-		m.touchVocabulary(last, m.decay, s.marks.pendingReads(roomID))
+		reads, err := m.roomReads()
+		if err != nil {
+			return 0, err
+		}
+		m.touchVocabulary(last, m.decay, reads)
 	}
 	m.audit["delta"] = m.delta()
 	m.audit["prev_seq"] = m.base

@@ -57,7 +57,7 @@ func TestHotQueryPlans(t *testing.T) {
 		{"unread", sqlUnread, []any{"hot", int64(59000), "b", int64(60000), maxUnreadCount}, ""},
 		{"log page", sqlLogPage, []any{"hot", "_audit", 100, int64(60000)}, ""},
 		{"invocation counts", sqlInvocationCounts, []any{"hot"}, ""},
-		{"log window", sqlLogWindow, []any{"hot", windowSize, int64(60000)}, ""},
+		{"log window", sqlLogWindow, []any{"hot", windowSize, int64(60000), []int64{59990, 59995}}, ""},
 		{"usage", sqlUsage, []any{"hot"}, ""},
 		{"audit page", sqlAuditPage, []any{"hot", int64(1000), int64(60000), 500}, ""},
 		{"key chain", sqlKeyChain, []any{"hot", "_shared", "task-1", int64(59998), 100}, ""},

@@ -54,13 +54,14 @@ const (
 	sqlUsage = `SELECT kind, id, uses, last_used_seq, score, reads_at_use FROM vocabulary_usage WHERE room_id = $1`
 	// sqlTouchVocabulary records uses and registrations of actions and
 	// views at a seq: the score is decayed by the room's context reads
-	// since the item's last use, then reinforced by one. $8 adds the reads
-	// queued in this process and not yet written to the agents' rows.
+	// since the item's last use, then reinforced by one. $8 is the room's
+	// context reads now (mutation.roomReads), counted in Go from the
+	// overlaid presence, not summed here from the agents' rows: a write of
+	// read marks that commits between the two would count twice.
 	sqlTouchVocabulary = `INSERT INTO vocabulary_usage AS u (room_id, kind, id, uses, last_used_seq, last_used_at, score, reads_at_use)
 		SELECT $1, t.kind, t.id, CASE WHEN t.used THEN 1 ELSE 0 END, CASE WHEN t.used THEN $5::bigint END,
-			CASE WHEN t.used THEN $6::timestamptz END, 1, r.reads
-		FROM unnest($2::text[], $3::text[], $4::bool[]) AS t(kind, id, used),
-			(SELECT coalesce(sum(context_reads), 0)::bigint + $8::bigint AS reads FROM agents WHERE room_id = $1) r
+			CASE WHEN t.used THEN $6::timestamptz END, 1, $8::bigint
+		FROM unnest($2::text[], $3::text[], $4::bool[]) AS t(kind, id, used)
 		ON CONFLICT (room_id, kind, id) DO UPDATE SET
 			uses = u.uses + EXCLUDED.uses,
 			last_used_seq = coalesce(EXCLUDED.last_used_seq, u.last_used_seq),
@@ -68,11 +69,14 @@ const (
 			score = u.score * power($7::float8, greatest(EXCLUDED.reads_at_use - u.reads_at_use, 0)) + 1,
 			reads_at_use = EXCLUDED.reads_at_use`
 	// sqlLogWindow reads the newest entries of both logs up to a seq
-	// (index state_scope_sort), for message pattern detection.
-	sqlLogWindow = `(SELECT scope, sort_key, value, writer, enabled_expr IS NOT NULL FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
+	// (index state_scope_sort), for message pattern detection: of the
+	// messages, those the reader sees ($4: the seqs of those it does not,
+	// msgCounts.unseen).
+	sqlLogWindow = `(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
+			AND sort_key <> ALL($4::bigint[])
 			ORDER BY sort_key DESC LIMIT $2)
 		UNION ALL
-		(SELECT scope, sort_key, value, writer, enabled_expr IS NOT NULL FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
+		(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
 			ORDER BY sort_key DESC LIMIT $2)`
 	// sqlMarkRead records an agent's context read: the room seq it saw,
 	// one more read, and the newest message it was shown (monotonic, so

@@ -203,22 +203,6 @@ type seenMark struct {
 	at               time.Time
 }
 
-// pendingReads is the room's context reads queued or in flight (the
-// reads overlay adds to what the agents' rows hold).
-func (r *readMarks) pendingReads(room string) int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var n int64
-	for _, m := range []map[markKey]readMark{r.inflight, r.pending} {
-		for k, q := range m {
-			if k.room == room {
-				n += q.reads
-			}
-		}
-	}
-	return n
-}
-
 // sqlMarkReads writes queued marks and returns each row's context_reads
 // with them (written).
 const sqlMarkReads = `UPDATE agents AS a SET last_context_seq = greatest(a.last_context_seq, v.seq),

@@ -218,3 +218,19 @@ func TestReadMarksWriteInDoubtIsSettledByTheServer(t *testing.T) {
 		t.Fatalf("a rolled back write settled and written again: a read reports %d, the row %d; want 3, 3", got, row)
 	}
 }
+
+// pendingReads is the room's context reads queued or in flight in this
+// process (the tests' view of what the writer has yet to land).
+func (r *readMarks) pendingReads(room string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n int64
+	for _, m := range []map[markKey]readMark{r.inflight, r.pending} {
+		for k, q := range m {
+			if k.room == room {
+				n += q.reads
+			}
+		}
+	}
+	return n
+}

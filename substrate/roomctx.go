@@ -39,8 +39,10 @@ type msgCounts struct {
 	// hideGated takes out those hidden from the reader.
 	gated []gatedUnread
 	// hidden are the messages Count counts that a reader may not see,
-	// until hideGated takes out those hidden from this one.
+	// until hideGated takes out those hidden from this one; unseen are
+	// then the seqs of those (ascending; nil: it sees them all).
 	hidden []hiddenMsg
+	unseen []int64
 	// next is when the timer of one of the hidden messages next changes
 	// Count or the unread counts (zero: none pending), kept when hidden
 	// is dropped: no write, so no notification, marks that moment, and a

@@ -8,6 +8,9 @@ package substrate
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -344,18 +347,24 @@ type LogRow struct {
 	Seq    int64
 	Value  []byte
 	Writer string
-	// Gated: the entry has an enabled gate (hidden from some readers).
-	Gated bool
 }
 
 // windowSize is how many recent entries of each log RecentLog reads.
 const windowSize = 500
 
 // RecentLog is the newest 500 entries of each of the room's logs
-// (_messages, _audit) up to the read's seq, unordered. A read that fails
-// midway returns what it read with the error.
+// (_messages, _audit) up to the read's seq, unordered. The messages are
+// those the reader sees, as its messages section and messages.count
+// count them: a message whose timer ended (or has not started) at the
+// read's time, or whose enabled gate hides it from the reader, is not
+// among them. Reads with the same LogKey get the same rows. A read that
+// fails midway returns what it read with the error.
 func (r *Read) RecentLog(ctx context.Context) ([]LogRow, error) {
-	rows, err := r.s.db.Query(ctx, sqlLogWindow, r.room, windowSize, r.rc.snap.seq)
+	unseen := r.rc.msgs.unseen
+	if unseen == nil {
+		unseen = []int64{}
+	}
+	rows, err := r.s.db.Query(ctx, sqlLogWindow, r.room, windowSize, r.rc.snap.seq, unseen)
 	if err != nil {
 		return nil, err
 	}
@@ -363,12 +372,30 @@ func (r *Read) RecentLog(ctx context.Context) ([]LogRow, error) {
 	var out []LogRow
 	for rows.Next() {
 		var e LogRow
-		if err := rows.Scan(&e.Scope, &e.Seq, &e.Value, &e.Writer, &e.Gated); err != nil {
+		if err := rows.Scan(&e.Scope, &e.Seq, &e.Value, &e.Writer); err != nil {
 			return out, err
 		}
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// LogKey names, within the read's snapshot, the messages RecentLog gives
+// this read: "" when the reader sees every message up to the read's seq
+// (the usual room, which has no gated or timed messages); else a digest
+// of those it does not see (a timer's end, or another reader's gates,
+// give another key).
+func (r *Read) LogKey() string {
+	unseen := r.rc.msgs.unseen
+	if len(unseen) == 0 {
+		return ""
+	}
+	h := sha256.New()
+	var b [binary.MaxVarintLen64]byte
+	for _, seq := range unseen {
+		h.Write(b[:binary.PutVarint(b[:], seq)])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Warn logs a feature's problem with the read (advice that could not be
@@ -409,10 +436,9 @@ type vocabTouch struct {
 
 // touchVocabulary queues the mutation's vocabulary uses at seq: uses and
 // last use move for what was used; every touched item's score is decayed
-// to now and reinforced by one. unwritten are the room's context reads
-// this process has queued and not yet written (readMarks.pendingReads):
-// salience counts them, so the reads at a use must too.
-func (m *mutation) touchVocabulary(seq int64, decay float64, unwritten int64) {
+// to now and reinforced by one. reads are the room's context reads as a
+// read's salience counts them (mutation.roomReads): the reads at the use.
+func (m *mutation) touchVocabulary(seq int64, decay float64, reads int64) {
 	if len(m.vocab) == 0 {
 		return
 	}
@@ -422,7 +448,7 @@ func (m *mutation) touchVocabulary(seq int64, decay float64, unwritten int64) {
 	for i, t := range m.vocab {
 		kinds[i], ids[i], uses[i] = t.kind, t.id, t.use
 	}
-	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay, unwritten)
+	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay, reads)
 }
 
 // viewRefs finds views.<id> and views["id"] in an expression.

@@ -1946,12 +1946,17 @@ func TestAttackSalienceNamesNoHiddenAction(t *testing.T) {
 // for every reader, so a message gated by enabled (hidden from most) gave
 // its kind and the keys it names away in a pattern ("agents often send
 // \"heist\" messages about _shared.vault"). Gated messages are left out of
-// pattern detection.
+// pattern detection. They still counted, for every reader, in the health's
+// message_to_action_ratio (and so told a reader how many messages were
+// hidden from it): the log window is now the messages the reader sees, so
+// b's counts leave them out, and a, who sees them, is told of them.
 func TestAttackPatternsIgnoreGatedMessages(t *testing.T) {
 	e := newEnv(t, rest.Options{})
 	rm := e.room("gp", nil)
 	salienceConfig(e, rm, map[string]any{"pattern_min": 2})
+	a := e.join(rm, "a")
 	b := e.join(rm, "b")
+	e.ctx(rm, b, "") // b's first read: its next counts what came since
 	e.do("PUT", "/rooms/gp/state", rm.token, map[string]any{"scope": "_shared", "key": "vault", "value": "closed"}).must(t, 200)
 	for i := range 4 {
 		e.do("PUT", "/rooms/gp/state", rm.token, map[string]any{"scope": "_messages", "append": true, "enabled": `self == "a"`,
@@ -1959,6 +1964,19 @@ func TestAttackPatternsIgnoreGatedMessages(t *testing.T) {
 	}
 	if got := e.ctx(rm, b, "depth=full").raw; strings.Contains(got, "heist") || strings.Contains(got, "vault\"") && strings.Contains(got, "messages_about_key") {
 		t.Fatalf("HOLE: b learns of messages hidden from it through the patterns: %s", got)
+	}
+	e.ctx(rm, b, "")
+	e.do("PUT", "/rooms/gp/state", rm.token, map[string]any{"scope": "_messages", "append": true, "enabled": `self == "a"`,
+		"value": map[string]any{"kind": "heist", "body": "now"}}).must(t, 200)
+	r := e.ctx(rm, b, "depth=full")
+	if h := path(r.body, "views", "_vocabulary_health", "message_to_action_ratio"); h != float64(0) {
+		t.Fatalf("HOLE: b's message_to_action_ratio %v counts messages hidden from it", h)
+	}
+	if n := path(attention(r), "since_your_last_read", "new_messages"); n != float64(0) {
+		t.Fatalf("HOLE: b's new_messages %v counts a message hidden from it", n)
+	}
+	if got := e.ctx(rm, a, "depth=full").raw; !strings.Contains(got, `"heist"`) || !strings.Contains(got, "messages_about_key") {
+		t.Fatalf("a, who sees the messages, is not told of their pattern: %s", got)
 	}
 }
 

@@ -465,3 +465,68 @@ func TestSalienceSinceYourLastReadViewOfAnAction(t *testing.T) {
 		t.Fatalf("since_your_last_read after the gate opened: %v, want views_changed to name go_view", s)
 	}
 }
+
+// Salience's log window holds the messages the reader sees: a message
+// whose timer has run out, or has not started yet, feeds neither the
+// message-to-invocation ratio, nor the patterns, nor new_messages, as it
+// is in neither the messages section nor messages.count. The window was
+// read once per snapshot from every message up to its seq, so expired
+// messages went on feeding it, and a timer that ran out without a write
+// (same snapshot) changed nothing.
+func TestSalienceWindowFollowsMessageTimers(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("msg-timers", nil)
+	salienceConfig(e, rm, map[string]any{"pattern_min": 3})
+	a, b := e.join(rm, "a"), e.join(rm, "b")
+	e.do("PUT", "/rooms/msg-timers/state", rm.token, map[string]any{"scope": "_shared", "key": "deadline", "value": "friday"}).must(t, 200)
+	e.ctx(rm, a, "") // a's first read: its next counts what came since
+	e.ctx(rm, b, "")
+	const ends, starts = 12, 3
+	var writes []any
+	for i := range ends { // end 2 s from now
+		writes = append(writes, map[string]any{"scope": "_messages", "append": true, "timer": map[string]any{"ms": 2000},
+			"value": map[string]any{"kind": "negotiation", "body": fmt.Sprintf("move the deadline? %d", i)}})
+	}
+	for i := range starts { // start 2 s from now
+		writes = append(writes, map[string]any{"scope": "_messages", "append": true, "timer": map[string]any{"ms": 2000, "effect": "enable"},
+			"value": map[string]any{"kind": "later", "body": fmt.Sprintf("announcement %d", i)}})
+	}
+	writes = append(writes, map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "plain"}})
+	e.do("PUT", "/rooms/msg-timers/state/batch", rm.token, map[string]any{"writes": writes}).must(t, 200)
+	at := time.Now().Add(2 * time.Second)
+
+	health := func(tok string) map[string]any {
+		h, _ := path(e.ctx(rm, tok, "only=views").body, "views", "_vocabulary_health").(map[string]any)
+		return h
+	}
+	hasPattern := func(h map[string]any) bool {
+		for _, p := range asList(h["patterns"]) {
+			if pm, _ := p.(map[string]any); pm["pattern"] == "messages_about_key" && pm["key"] == "_shared.deadline" {
+				return true
+			}
+		}
+		return false
+	}
+	// Before the timers: the 12 negotiation messages and the plain one.
+	h := health(b)
+	if h["message_to_action_ratio"] != float64(ends+1) || !hasPattern(h) {
+		t.Fatalf("before the timers: ratio %v (want %d: messages whose timer has not started are not seen), patterns %v", h["message_to_action_ratio"], ends+1, h["patterns"])
+	}
+	time.Sleep(time.Until(at) + 300*time.Millisecond)
+	// After, with no write since (the same snapshot): the plain message
+	// and the 3 that started.
+	h = health(b)
+	if h["message_to_action_ratio"] != float64(starts+1) || hasPattern(h) {
+		t.Fatalf("after the timers: ratio %v (want %d: messages whose timer ran out are gone), patterns %v", h["message_to_action_ratio"], starts+1, h["patterns"])
+	}
+	// A wait's full context counts the reader's messages after its
+	// condition was read: the same messages.
+	w := e.do("GET", "/rooms/msg-timers/wait?condition=true&context=full", b, nil).must(t, 200)
+	if r := path(w.body, "context", "views", "_vocabulary_health", "message_to_action_ratio"); r != float64(starts+1) {
+		t.Fatalf("after the timers, a wait's context: ratio %v, want %d", r, starts+1)
+	}
+	since, _ := attention(e.ctx(rm, a, "only=state"))["since_your_last_read"].(map[string]any)
+	if since["new_messages"] != float64(starts+1) {
+		t.Fatalf("after the timers, a's new_messages %v, want %d: %v", since["new_messages"], starts+1, since)
+	}
+}

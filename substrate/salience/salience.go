@@ -577,65 +577,91 @@ type logEntry struct {
 	body   string // a message's body as JSON text (only for key names)
 }
 
-// window reads the recent log once per snapshot (the log only changes
-// with the seq). A read that fails leaves an empty window: salience is
-// advice, never a reason to fail a read.
+// maxWindows bounds the windows kept per snapshot: one per set of
+// messages readers see (LogKey), which timers and gates multiply. Past
+// it a read computes its own.
+const maxWindows = 64
+
+// windows are a snapshot's log windows by LogKey.
+type windows struct {
+	mu sync.Mutex
+	by map[string]*windowOnce
+}
+
+type windowOnce struct {
+	once sync.Once
+	w    *logWindow
+}
+
+// window reads the recent log as the reader sees it (RecentLog: messages
+// whose timer ended or has not started, or whose gate hides them from the
+// reader, are not in it), once per snapshot and set of messages seen
+// (LogKey): the log only changes with the seq, which messages a reader
+// sees with the time and the reader. A read that fails leaves an empty
+// window: salience is advice, never a reason to fail a read.
 func window(ctx context.Context, r *substrate.Read) *logWindow {
-	return r.Memo("salience.window", func() any {
-		w := &logWindow{}
-		rows, err := r.RecentLog(ctx)
-		if err != nil && len(rows) == 0 {
-			r.Warn("salience: log window", "err", err)
-			return w
+	ws := r.Memo("salience.windows", func() any { return &windows{by: map[string]*windowOnce{}} }).(*windows)
+	key := r.LogKey()
+	ws.mu.Lock()
+	e := ws.by[key]
+	if e == nil {
+		e = &windowOnce{}
+		if len(ws.by) < maxWindows {
+			ws.by[key] = e
 		}
-		for _, row := range rows {
-			e := logEntry{seq: row.Seq}
-			scope, raw, writer := row.Scope, row.Value, row.Writer
-			if row.Gated {
-				// The window is every reader's, and a gated message is
-				// hidden from some: its kind, sender and the keys it names
-				// are not theirs to learn from a pattern. It still counts
-				// as a message.
-				w.messages++
-				continue
-			}
-			var v map[string]any
-			_ = json.Unmarshal(raw, &v)
-			e.audit = scope == substrate.ScopeAudit
-			e.by = writer
-			if e.audit {
-				e.kind, _ = v["kind"].(string)
-				e.ok, _ = v["ok"].(bool)
-				if v["builtin"] == true || e.kind != "invoke" {
-					e.kind = "other" // builtins (messages, registrations) are not vocabulary use
-				} else {
-					e.action, _ = v["action"].(string)
-					if e.ok {
-						w.invocations++
-					}
-				}
-			} else {
-				e.kind, _ = v["kind"].(string)
-				if e.kind == "" {
-					e.kind = "chat"
-				}
-				if e.kind != "action_invocation" {
-					w.messages++
-					b, _ := json.Marshal(v["body"])
-					e.body = string(b)
-					// A thread is about what its subject names: every
-					// message in it (replies carry the subject) counts as
-					// a message about that key, whatever its body says.
-					if subj, ok := v["subject"].(string); ok && subj != "" {
-						e.body += " " + subj
-					}
-				}
-			}
-			w.entries = append(w.entries, e)
-		}
-		sort.Slice(w.entries, func(i, j int) bool { return w.entries[i].seq < w.entries[j].seq })
+	}
+	ws.mu.Unlock()
+	e.once.Do(func() { e.w = readWindow(ctx, r) })
+	return e.w
+}
+
+// readWindow reads and summarises the log window for r.
+func readWindow(ctx context.Context, r *substrate.Read) *logWindow {
+	w := &logWindow{}
+	rows, err := r.RecentLog(ctx)
+	if err != nil && len(rows) == 0 {
+		r.Warn("salience: log window", "err", err)
 		return w
-	}).(*logWindow)
+	}
+	for _, row := range rows {
+		e := logEntry{seq: row.Seq}
+		scope, raw, writer := row.Scope, row.Value, row.Writer
+		var v map[string]any
+		_ = json.Unmarshal(raw, &v)
+		e.audit = scope == substrate.ScopeAudit
+		e.by = writer
+		if e.audit {
+			e.kind, _ = v["kind"].(string)
+			e.ok, _ = v["ok"].(bool)
+			if v["builtin"] == true || e.kind != "invoke" {
+				e.kind = "other" // builtins (messages, registrations) are not vocabulary use
+			} else {
+				e.action, _ = v["action"].(string)
+				if e.ok {
+					w.invocations++
+				}
+			}
+		} else {
+			e.kind, _ = v["kind"].(string)
+			if e.kind == "" {
+				e.kind = "chat"
+			}
+			if e.kind != "action_invocation" {
+				w.messages++
+				b, _ := json.Marshal(v["body"])
+				e.body = string(b)
+				// A thread is about what its subject names: every
+				// message in it (replies carry the subject) counts as
+				// a message about that key, whatever its body says.
+				if subj, ok := v["subject"].(string); ok && subj != "" {
+					e.body += " " + subj
+				}
+			}
+		}
+		w.entries = append(w.entries, e)
+	}
+	sort.Slice(w.entries, func(i, j int) bool { return w.entries[i].seq < w.entries[j].seq })
+	return w
 }
 
 // patternGap is how many room entries after a message an invocation may
