@@ -181,20 +181,15 @@ func (r *Read) Action(id string) (ActionMeta, bool) {
 	return ActionMeta{Def: a.def, Revision: a.r.Revision, UpdatedAt: a.r.UpdatedAt}, true
 }
 
-// ActionIDs are the room's custom actions, live or not, unordered.
-func (r *Read) ActionIDs() []string {
-	out := make([]string, 0, len(r.rc.snap.actions))
-	for id := range r.rc.snap.actions {
-		out = append(out, id)
-	}
-	return out
-}
-
-// LiveActions are the room's live custom actions (not builtins), sorted.
-func (r *Read) LiveActions() []string {
+// ShownActions are the custom actions (not builtins) the reader's action
+// list shows: live, and enabled for it; sorted. What salience tells a
+// reader about the vocabulary is computed from these only: counting an
+// action hidden from the reader (its enabled, its timer) would tell the
+// reader it exists.
+func (r *Read) ShownActions() []string {
 	var out []string
-	for id, a := range r.rc.snap.actions {
-		if a.r.timer.live(r.rc.now) {
+	for id, on := range r.rc.actEnabled {
+		if on {
 			out = append(out, id)
 		}
 	}
@@ -232,14 +227,15 @@ func (r *Read) Revision(scope, key string) (int64, bool) {
 	return 0, false
 }
 
-// ScopeChangedAfter reports a mutable entry of scope written after seq.
+// ScopeChangedAfter reports a mutable entry of scope the reader was shown
+// written after seq (one gated from it, or kept from it by a read rule,
+// is not its news: counting it would tell it the entry was written).
 func (r *Read) ScopeChangedAfter(scope string, seq int64) bool {
-	for _, row := range r.rc.snap.scopes[scope] {
-		if row.Revision > seq {
-			return true
-		}
-	}
-	return false
+	changed := false
+	r.EachShown(func(sc string) bool { return sc == scope }, func(_, _ string, revision int64) {
+		changed = changed || revision > seq
+	})
+	return changed
 }
 
 // Keys are a scope's mutable keys, whoever may read them, unordered.
@@ -252,7 +248,8 @@ func (r *Read) Keys(scope string) []string {
 }
 
 // EachShown calls f for every mutable entry the reader was shown (its
-// scope visible, the entry in its state) whose scope keep accepts.
+// scope visible, the entry in its state and readable to it one by one)
+// whose scope keep accepts.
 func (r *Read) EachShown(keep func(scope string) bool, f func(scope, key string, revision int64)) {
 	for scope, rows := range r.rc.snap.scopes {
 		if !keep(scope) || !r.rc.visible(scope) {
@@ -260,7 +257,9 @@ func (r *Read) EachShown(keep func(scope string) bool, f func(scope, key string,
 		}
 		seen, _ := r.rc.state[scope].(map[string]any)
 		for key, row := range rows {
-			if _, ok := seen[key]; ok {
+			// The state expressions compute with may hold entries the
+			// read rule does not show the principal (readableState).
+			if _, ok := seen[key]; ok && (r.rc.p == nil || r.rc.vis.entry(scope, key)) {
 				f(scope, key, row.Revision)
 			}
 		}

@@ -2633,3 +2633,115 @@ func TestAttackPatternsNameNoGatedKey(t *testing.T) {
 		t.Fatalf("HOLE: b learns that _shared.vaultcode, hidden from it, exists: %s", forB)
 	}
 }
+
+// Review h32: the "messages about _shared.X, which no action writes"
+// pattern asked whether any action of the room writes X, including
+// actions whose enabled hides them from the reader (and actions no longer
+// live), so whether b was given the hint told it whether an action it
+// cannot see writes the key. Each reader is now told from the actions its
+// own action list shows: b's health is the same with the hidden writer
+// registered as without it, and a, who sees the writer, is not told that
+// no action writes the key.
+func TestAttackNoActionWritesHintCountsNoHiddenAction(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("hw", nil)
+	salienceConfig(e, rm, map[string]any{"pattern_min": 2})
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/hw/state", rm.token, map[string]any{"scope": "_shared", "key": "vault", "value": "closed"}).must(t, 200)
+	for i := range 4 {
+		e.invoke(rm, b, "_send_message", map[string]any{"kind": "ask", "body": fmt.Sprintf("who opens the vault? (%d)", i)}).must(t, 200)
+	}
+	hint := func(tok string) bool {
+		t.Helper()
+		h, _ := path(e.ctx(rm, tok, "only=views").body, "views", "_vocabulary_health").(map[string]any)
+		ps, _ := h["patterns"].([]any)
+		for _, p := range ps {
+			if m, _ := p.(map[string]any); m["pattern"] == "messages_about_key" && m["key"] == "_shared.vault" {
+				return true
+			}
+		}
+		return false
+	}
+	if !hint(b) {
+		t.Fatal("b, with no action in the room, is not told that no action writes _shared.vault")
+	}
+	e.do("PUT", "/rooms/hw/actions", rm.token, map[string]any{"id": "covert_open", "enabled": `self == "a"`,
+		"description": "open it", "writes": []any{map[string]any{"key": "vault", "value": "open"}}}).must(t, 201)
+	if !hint(b) {
+		t.Fatal("HOLE: b's hint that no action writes _shared.vault went away when an action hidden from it that writes the key was registered")
+	}
+	if hint(a) {
+		t.Fatal("a, who sees covert_open, is told that no action writes _shared.vault")
+	}
+}
+
+// Review h32 follow-up: what since_your_last_read, the health's
+// message_to_action_ratio and the lean stale_actions list said depended
+// on actions hidden from the reader: actions_invoked named a hidden action
+// a invoked, the ratio counted its invocations (from _audit, which b may
+// not read), and whether stale actions were listed at lean was decided
+// against every live action. Each now counts only the actions the
+// reader's action list shows.
+func TestAttackSalienceCountsNoHiddenAction(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("hc", nil)
+	salienceConfig(e, rm, map[string]any{"stale_after_mutations": 1, "stale_fraction": 0.5})
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/hc/actions", rm.token, map[string]any{"id": "open_vote", "description": "vote",
+		"writes": []any{map[string]any{"key": "vote", "value": 1}}}).must(t, 201)
+	for i := range 3 {
+		e.do("PUT", "/rooms/hc/actions", rm.token, map[string]any{"id": fmt.Sprint("covert_", i), "enabled": `self == "a"`,
+			"description": "covert work", "writes": []any{map[string]any{"key": fmt.Sprint("c", i), "value": 1}}}).must(t, 201)
+	}
+	for i := range 3 {
+		e.invoke(rm, b, "_send_message", map[string]any{"body": fmt.Sprint("hello ", i)}).must(t, 200)
+	}
+	e.ctx(rm, b, "") // b's first read: its next counts what came since
+	e.invoke(rm, a, "covert_0", nil).must(t, 200)
+	e.invoke(rm, a, "covert_1", nil).must(t, 200)
+	r := e.ctx(rm, b, "")
+	at := attention(r)
+	if got := strs(path(at, "since_your_last_read", "actions_invoked")); len(got) != 0 {
+		t.Fatalf("HOLE: b's actions_invoked names actions hidden from it: %v", got)
+	}
+	if !slices.Contains(strs(at["stale_actions"]), "open_vote") {
+		t.Fatalf("HOLE: b's lean read, whose only action is stale, does not list it (hidden actions counted in the fraction): %v", at)
+	}
+	if h := path(e.ctx(rm, b, "only=views").body, "views", "_vocabulary_health", "message_to_action_ratio"); h != float64(3) {
+		t.Fatalf("HOLE: b's message_to_action_ratio %v counts invocations of actions hidden from it (want 3: three messages, no invocation b can see)", h)
+	}
+	if got := strs(path(attention(e.ctx(rm, a, "")), "since_your_last_read", "actions_invoked")); len(got) != 0 && !slices.Contains(got, "covert_0") {
+		t.Fatalf("a's actions_invoked: %v", got)
+	}
+	if h := path(e.ctx(rm, a, "only=views").body, "views", "_vocabulary_health", "message_to_action_ratio"); h != 1.5 {
+		t.Fatalf("a's message_to_action_ratio %v, want 1.5 (three messages, its two invocations)", h)
+	}
+}
+
+// Review h32 follow-up: you_elided named a state scope the budget cut
+// when any entry of it was written since the reader's last read,
+// including an entry gated from the reader, so b learned that the hidden
+// entry had been written. Only entries the reader is shown count.
+func TestAttackYouElidedCountsNoGatedEntry(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("ye", nil)
+	e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/ye/state", rm.token, map[string]any{"scope": "_shared", "key": "big", "value": strings.Repeat("x", 4000)}).must(t, 200)
+	e.ctx(rm, b, "")
+	e.do("PUT", "/rooms/ye/state", rm.token, map[string]any{"scope": "_shared", "key": "hidden", "value": 1, "enabled": `self == "a"`}).must(t, 200)
+	r := e.ctx(rm, b, "max_bytes=1500")
+	at := attention(r)
+	if !strings.Contains(r.raw, `"state._shared"`) {
+		t.Fatalf("the budget did not cut state._shared: not the case this checks: %s", r.raw)
+	}
+	if slices.Contains(strs(at["you_elided"]), "state._shared") {
+		t.Fatalf("HOLE: b is told state._shared changed, when only an entry gated from it was written: %v", at)
+	}
+	e.do("PUT", "/rooms/ye/state", rm.token, map[string]any{"scope": "_shared", "key": "seen", "value": 1}).must(t, 200)
+	if at := attention(e.ctx(rm, b, "max_bytes=1500")); !slices.Contains(strs(at["you_elided"]), "state._shared") {
+		t.Fatalf("b is not told state._shared changed after an entry it sees was written: %v", at)
+	}
+}

@@ -222,8 +222,10 @@ func (sl *salience) since(ctx context.Context) *substrate.SinceLastRead {
 			})
 	}
 	if moved {
-		for _, id := range r.LiveActions() {
-			if a, _ := r.Action(id); a.Revision > from && r.ActionEnabled(id) {
+		// Only the actions the reader's list shows: naming, or counting, an
+		// action hidden from it (invoked by another) tells it it exists.
+		for _, id := range r.ShownActions() {
+			if a, _ := r.Action(id); a.Revision > from {
 				out.NewActions = append(out.NewActions, id)
 			}
 			if u := sl.usage[substrate.UsageKey("action", id)]; u != nil && u.LastUsedSeq > from {
@@ -288,10 +290,7 @@ func (sl *salience) attention(ctx context.Context, health *Health) *substrate.At
 			}
 		}
 	}
-	for _, id := range r.LiveActions() {
-		if !r.ActionEnabled(id) {
-			continue
-		}
+	for _, id := range r.ShownActions() {
 		if sl.stale(id) {
 			at.StaleActions = append(at.StaleActions, id)
 		}
@@ -428,12 +427,7 @@ func (sl *salience) health(ctx context.Context) *Health {
 	h := &Health{Reasons: []string{}, Suggestions: []string{}}
 	// Only the vocabulary the reader sees: an action or view its enabled
 	// hides is not named, nor counted, in what the reader is told.
-	var acts []string
-	for _, id := range r.LiveActions() {
-		if r.ActionEnabled(id) {
-			acts = append(acts, id)
-		}
-	}
+	acts := r.ShownActions()
 	h.TotalActions = len(acts)
 	views := r.Views()
 	for id := range views {
@@ -459,12 +453,20 @@ func (sl *salience) health(ctx context.Context) *Health {
 		h.ContestedTargets = len(c)
 	}
 	win := window(ctx, r)
-	if win.invocations > 0 {
-		h.MessageToActionRatio = math.Round(float64(win.messages)/float64(win.invocations)*10) / 10
+	// Invocations of the actions the reader sees: the window is read from
+	// _audit, which it may not read, and counting the invocations of an
+	// action hidden from it would tell it how often that one is invoked.
+	invocations := 0
+	for _, id := range acts {
+		invocations += win.invoked[id]
+	}
+	if invocations > 0 {
+		h.MessageToActionRatio = math.Round(float64(win.messages)/float64(invocations)*10) / 10
 	} else {
 		h.MessageToActionRatio = float64(win.messages)
 	}
-	var shown map[string]bool // the _shared keys the reader is shown
+	var shown map[string]bool   // the _shared keys the reader is shown
+	var written map[string]bool // the _shared keys an action it sees writes
 	for _, p := range win.patternsOnce(r, sl.cfg.PatternMin) {
 		// Found once for every reader (from the log, _audit included);
 		// one naming an action hidden from this reader is not its news,
@@ -478,6 +480,17 @@ func (sl *salience) health(ctx context.Context) *Health {
 		}
 		if p.Key != "" && !shown[p.Key] {
 			continue
+		}
+		// "No action writes" is said of the actions the reader sees:
+		// whether it is said must not tell it of a hidden action that
+		// writes the key.
+		if p.Pattern == "messages_about_key" {
+			if written == nil {
+				written = writtenKeys(r, acts)
+			}
+			if written[strings.TrimPrefix(p.Key, substrate.ScopeShared+".")] {
+				continue
+			}
 		}
 		if p.Action == "" || r.ActionEnabled(p.Action) {
 			h.Patterns = append(h.Patterns, p)
@@ -544,8 +557,11 @@ type Pattern struct {
 // logWindow is the room's recent log (messages and audit), summarised for
 // pattern detection; computed once per snapshot.
 type logWindow struct {
-	messages, invocations int
-	entries               []logEntry
+	messages int
+	// invoked are the successful invocations by action: each reader
+	// counts those of the actions it sees.
+	invoked map[string]int
+	entries []logEntry
 
 	// found are the patterns, found once (they depend on the snapshot
 	// and the room's configuration only).
@@ -637,8 +653,11 @@ func readWindow(ctx context.Context, r *substrate.Read) *logWindow {
 				e.kind = "other" // builtins (messages, registrations) are not vocabulary use
 			} else {
 				e.action, _ = v["action"].(string)
-				if e.ok {
-					w.invocations++
+				if e.ok && e.action != "" {
+					if w.invoked == nil {
+						w.invoked = map[string]int{}
+					}
+					w.invoked[e.action]++
 				}
 			}
 		} else {
@@ -670,8 +689,10 @@ const patternGap = 6
 
 // patterns finds, in the window: messages of a kind that repeatedly
 // precede the same invocation; messages after failed invocations; and
-// frequent kinds of message naming the same shared key that no action
-// writes.
+// frequent kinds of message naming the same shared key. They are found
+// once for every reader: each reader keeps those that name only what it
+// sees, and of the messages about a key, those about one no action it
+// sees writes (Salience.health).
 func (w *logWindow) patterns(r *substrate.Read, least int) []Pattern {
 	var out []Pattern
 	precede := map[[2]string]int{}
@@ -736,9 +757,8 @@ func (w *logWindow) patterns(r *substrate.Read, least int) []Pattern {
 				Suggestion: fmt.Sprintf("agents message after %s fails: the vocabulary may not cover that case", a)})
 		}
 	}
-	written := writtenKeys(r)
 	for pk, n := range about {
-		if n >= least && !written[pk[1]] {
+		if n >= least {
 			out = append(out, Pattern{Pattern: "messages_about_key", Kind: pk[0], Key: substrate.ScopeShared + "." + pk[1], Count: n,
 				Suggestion: fmt.Sprintf("agents often send %q messages about _shared.%s, which no action writes: a concept without vocabulary", pk[0], pk[1])})
 		}
@@ -773,11 +793,11 @@ func isWordByte(b byte) bool {
 	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
 }
 
-// writtenKeys are the _shared keys some action writes (by its templates'
+// writtenKeys are the _shared keys one of acts writes (by its templates'
 // literal keys).
-func writtenKeys(r *substrate.Read) map[string]bool {
+func writtenKeys(r *substrate.Read, acts []string) map[string]bool {
 	out := map[string]bool{}
-	for _, id := range r.ActionIDs() {
+	for _, id := range acts {
 		a, _ := r.Action(id)
 		for _, w := range a.Def.Writes {
 			if w.Scope == "" || w.Scope == substrate.ScopeShared {
@@ -820,7 +840,7 @@ func (sl *salience) Annotate(ctx context.Context, env *substrate.Envelope, req s
 	if omitted > 0 {
 		at.Omitted = &substrate.Omitted{Actions: omitted, Expand: sl.r.Expand(map[string]any{"only": "actions", "depth": "full"})}
 	}
-	if len(at.StaleActions) > 0 && req.Depth == "lean" && float64(len(at.StaleActions)) <= sl.cfg.StaleFraction*float64(max(len(sl.r.LiveActions()), 1)) {
+	if len(at.StaleActions) > 0 && req.Depth == "lean" && float64(len(at.StaleActions)) <= sl.cfg.StaleFraction*float64(max(len(sl.r.ShownActions()), 1)) {
 		// At lean, stale actions are listed only when they are a large
 		// part of the vocabulary (seed 000 §7.5); else counted.
 		at.StaleActions = nil
