@@ -567,3 +567,107 @@ func loomDeniedParticipant(t *testing.T, id string) *sdk.ClientSession {
 	}
 	return bs
 }
+
+// h32's hole 1, through MCP: the builds and gate results a room's readers
+// share were keyed by self and visible scopes, which the room token and a
+// read with no agent and no room authority (the view token, and an owner
+// observing over MCP, who reads as it does) have in common; but only room
+// authority reads an agent's loom memory. Whichever read an unchanged room
+// first decided what the other was served: after a room-token read, the
+// observing owner's context, state and search showed the agent's stash
+// and an entry whose gate reads the stash; read the other way round, the
+// room token lost them. The shared computations now carry the read rules'
+// key.
+func TestAttackObservingOwnerGetsNoRoomAuthorityBuild(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	const id = "rules"
+	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": id})
+	roomTok := room["token"].(string)
+	alice := owner(t, srv, "alice", id, roomTok)
+	code, joined, _ := restCall(ctx, srv.base, "POST", "/rooms/"+id+"/agents", roomTok, map[string]any{"id": "worker", "name": "worker"})
+	if code/100 != 2 {
+		t.Fatalf("join: %d %v", code, joined)
+	}
+	workerTok := joined["token"].(string)
+	for _, step := range []struct{ tok, cmd string }{
+		{roomTok, "→ permit worker loom_aware loom_write"},
+		{workerTok, `→ stash "plan" "STASHED-SECRET"`},
+	} {
+		if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/"+id+"/loom", step.tok, map[string]any{"commands": step.cmd}); code != 200 {
+			t.Fatalf("%s: %d %v", step.cmd, code, out)
+		}
+	}
+	put := func(key string, value any, enabled string) {
+		t.Helper()
+		body := map[string]any{"scope": "_shared", "key": key, "value": value}
+		if enabled != "" {
+			body["enabled"] = enabled
+		}
+		if code, out, _ := restCall(ctx, srv.base, "PUT", "/rooms/"+id+"/state", roomTok, body); code != 200 {
+			t.Fatalf("put %s: %d %v", key, code, out)
+		}
+	}
+	put("tell", "GATE-SAYS-STASH", `"loom:stash:plan" in state.worker`)
+	put("k", 1, "")
+	cs := connect(t, alice, map[string]string{id: "admin"}) // observes: she embodies no agent
+	roomRead := func() string {
+		t.Helper()
+		code, out, _ := restCall(ctx, srv.base, "GET", "/rooms/"+id+"/context?depth=lean", roomTok, nil)
+		if code != 200 {
+			t.Fatalf("room token context: %d %v", code, out)
+		}
+		raw, _ := json.Marshal(out)
+		return string(raw)
+	}
+	ownerReads := func() map[string]string {
+		t.Helper()
+		out := map[string]string{}
+		for name, call := range map[string]struct {
+			tool string
+			args map[string]any
+		}{
+			"context": {"sync_read_context", map[string]any{"room": id}},
+			"state":   {"sync_read_context", map[string]any{"room": id, "only": "state"}},
+			"search":  {"sync_search", map[string]any{"room": id, "q": "STASHED"}},
+		} {
+			raw, _ := json.Marshal(mustTool(t, cs, call.tool, call.args))
+			// Search marks the matched words in its snippets.
+			out[name] = strings.NewReplacer("«", "", "»", "").Replace(string(raw))
+		}
+		return out
+	}
+	checkOwner := func(round string) {
+		t.Helper()
+		for name, got := range ownerReads() {
+			for _, secret := range []string{"STASHED-SECRET", "GATE-SAYS-STASH"} {
+				if strings.Contains(got, secret) {
+					t.Errorf("HOLE (%s): the observing owner's %s shows %s: %s", round, name, secret, got)
+				}
+			}
+		}
+	}
+	checkRoom := func(round string) {
+		t.Helper()
+		got := roomRead()
+		for _, secret := range []string{"STASHED-SECRET", "GATE-SAYS-STASH"} {
+			if !strings.Contains(got, secret) {
+				t.Errorf("HOLE (%s): the room token's context lost %s: %s", round, secret, got)
+			}
+		}
+	}
+	// The room token reads the unchanged room first, then the owner.
+	checkRoom("room token first")
+	checkOwner("room token first")
+	checkRoom("room token first, again")
+	// A write (a new state) and the other order.
+	put("k", 2, "")
+	checkOwner("owner first")
+	checkRoom("owner first")
+	checkOwner("owner first, again")
+	// Checked last: a read of hers before the room token's would make the
+	// first round "owner first".
+	if s := get(mustTool(t, cs, "sync_read_context", map[string]any{"room": id, "only": "agents"}), "_session", "agent"); s != "" {
+		t.Fatalf("alice reads %s as agent %v: not the case this checks", id, s)
+	}
+}
