@@ -227,6 +227,15 @@ func (r *Read) Revision(scope, key string) (int64, bool) {
 	return 0, false
 }
 
+// Computes reports an entry in the state the reader's expressions (and
+// the communal views it is shown) compute with: one its gate hides from
+// the reader is not, and neither is one of a scope it may not read.
+func (r *Read) Computes(scope, key string) bool {
+	m, _ := r.rc.state[scope].(map[string]any)
+	_, ok := m[key]
+	return ok
+}
+
 // ScopeChangedAfter reports a mutable entry of scope the reader was shown
 // written after seq (one gated from it, or kept from it by a read rule,
 // is not its news: counting it would tell it the entry was written).

@@ -2745,3 +2745,29 @@ func TestAttackYouElidedCountsNoGatedEntry(t *testing.T) {
 		t.Fatalf("b is not told state._shared changed after an entry it sees was written: %v", at)
 	}
 }
+
+// Review h32 follow-up: since_your_last_read.views_changed named a view
+// when an entry it reads by path was rewritten, though the entry's gate
+// hid it from the reader (so the view, computed with the reader's state,
+// could not have changed for it): b learned the hidden entry was written.
+func TestAttackViewsChangedCountsNoGatedEntry(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("vc", nil)
+	a := e.join(rm, "a")
+	b := e.join(rm, "b")
+	e.do("PUT", "/rooms/vc/state", rm.token, map[string]any{"scope": "_shared", "key": "secret", "value": 1, "enabled": `self == "a"`}).must(t, 200)
+	e.do("PUT", "/rooms/vc/views", rm.token, map[string]any{"id": "g", "scope": "_shared", "expr": "state._shared.?secret.orValue(0)"}).must(t, 201)
+	e.ctx(rm, a, "")
+	e.ctx(rm, b, "")
+	e.do("PUT", "/rooms/vc/state", rm.token, map[string]any{"scope": "_shared", "key": "secret", "value": 2, "enabled": `self == "a"`}).must(t, 200)
+	changed := func(tok string) []string {
+		t.Helper()
+		return strs(path(attention(e.ctx(rm, tok, "")), "since_your_last_read", "views_changed"))
+	}
+	if got := changed(b); len(got) != 0 {
+		t.Fatalf("HOLE: b is told view g changed after a write to an entry gated from it (g is 0 for b either way): %v", got)
+	}
+	if got := changed(a); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("a, who sees the entry g reads, is not told g changed: %v", got)
+	}
+}

@@ -258,7 +258,11 @@ func (sl *salience) since(ctx context.Context) *substrate.SinceLastRead {
 
 // readsChangedState reports whether src reads (by path) a state entry or
 // scope changed after seq; self is the scope src reads as state.self (a
-// view's registrar's).
+// view's registrar's). Outside the registrar's own scope (which a view
+// reads with its registrar's authority) only entries the reader's state
+// holds count: a view computes with the reader's state, so an entry
+// hidden from the reader cannot change its value for it, and flagging the
+// view would tell the reader the hidden entry was written.
 func readsChangedState(r *substrate.Read, src, self string, after int64) bool {
 	for _, m := range substrate.StatePaths(src) {
 		scope := m[0]
@@ -266,6 +270,9 @@ func readsChangedState(r *substrate.Read, src, self string, after int64) bool {
 			if scope = self; scope == "" {
 				continue
 			}
+		}
+		if scope != self && !r.Computes(scope, m[1]) {
+			continue
 		}
 		if rev, ok := r.Revision(scope, m[1]); ok && rev > after {
 			return true
