@@ -2698,7 +2698,8 @@ func TestAttackSalienceCountsNoHiddenAction(t *testing.T) {
 	for i := range 3 {
 		e.invoke(rm, b, "_send_message", map[string]any{"body": fmt.Sprint("hello ", i)}).must(t, 200)
 	}
-	e.ctx(rm, b, "") // b's first read: its next counts what came since
+	e.ctx(rm, b, "") // first reads: the next count what came since
+	e.ctx(rm, a, "")
 	e.invoke(rm, a, "covert_0", nil).must(t, 200)
 	e.invoke(rm, a, "covert_1", nil).must(t, 200)
 	r := e.ctx(rm, b, "")
@@ -2712,7 +2713,7 @@ func TestAttackSalienceCountsNoHiddenAction(t *testing.T) {
 	if h := path(e.ctx(rm, b, "only=views").body, "views", "_vocabulary_health", "message_to_action_ratio"); h != float64(3) {
 		t.Fatalf("HOLE: b's message_to_action_ratio %v counts invocations of actions hidden from it (want 3: three messages, no invocation b can see)", h)
 	}
-	if got := strs(path(attention(e.ctx(rm, a, "")), "since_your_last_read", "actions_invoked")); len(got) != 0 && !slices.Contains(got, "covert_0") {
+	if got := strs(path(attention(e.ctx(rm, a, "")), "since_your_last_read", "actions_invoked")); !slices.Equal(got, []string{"covert_0", "covert_1"}) {
 		t.Fatalf("a's actions_invoked: %v", got)
 	}
 	if h := path(e.ctx(rm, a, "only=views").body, "views", "_vocabulary_health", "message_to_action_ratio"); h != 1.5 {
