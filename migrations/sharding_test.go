@@ -46,7 +46,8 @@ var (
 )
 
 // names reports whether a statement names its room on table's shard key:
-// a comparison with a parameter (or ANY of one), an insert that sets it,
+// a comparison with a parameter (or ANY of one), an insert that sets it
+// (its table aliased or not),
 // or a join on the room with another room-owned table (co-located: the
 // statement reaches that table's room on the same shard, and the other
 // table's own reference is checked in turn).
@@ -58,7 +59,7 @@ func names(stmt, table string) bool {
 	if regexp.MustCompile(`(?is)\b(?:\w+\.)?` + key + `\s*=\s*\w+\.(?:id|room_id)\b`).MatchString(stmt) {
 		return true
 	}
-	return regexp.MustCompile(`(?is)INSERT\s+INTO\s+` + table + `\s*\(\s*` + key + `\b`).MatchString(stmt)
+	return regexp.MustCompile(`(?is)INSERT\s+INTO\s+` + table + `(?:\s+AS\s+\w+)?\s*\(\s*` + key + `\b`).MatchString(stmt)
 }
 
 // Every SQL statement in the code that touches a room-owned table names
