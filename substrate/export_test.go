@@ -4,3 +4,15 @@ package substrate
 // waiting, before the wait's first read: a test writes there as another
 // agent would on seeing the status.
 func SetShownWaiting(s *Service, f func(roomID, agentID string)) { s.shownWaiting = f }
+
+// GroupQueue says whether a caller of roomID leads a group transaction
+// now and how many callers are queued for it: a test starts its callers
+// in a known order by waiting for each to be queued, not by sleeping.
+func GroupQueue(s *Service, roomID string) (leading bool, queued int) {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	if q := s.group.rooms[roomID]; q != nil {
+		return q.leading, len(q.jobs)
+	}
+	return false, 0
+}
