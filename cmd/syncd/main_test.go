@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +28,16 @@ func TestMain(m *testing.M) {
 // function that stops it and waits for a clean exit.
 func start(t *testing.T, cfg *config) (string, func()) {
 	t.Helper()
+	base, stop, err := startErr(t, cfg)
+	if err != nil {
+		t.Fatalf("server did not start: %v", err)
+	}
+	return base, stop
+}
+
+// startErr is start answering the server's failure to start.
+func startErr(t *testing.T, cfg *config) (string, func(), error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
@@ -38,15 +49,14 @@ func start(t *testing.T, cfg *config) (string, func()) {
 			if err := <-done; err != nil {
 				t.Fatalf("run: %v", err)
 			}
-		}
+		}, nil
 	case err := <-done:
 		cancel()
-		t.Fatalf("server did not start: %v", err)
+		return "", nil, err
 	case <-time.After(90 * time.Second):
 		cancel()
-		t.Fatal("server did not start in 90 s")
+		return "", nil, errors.New("not started in 90 s")
 	}
-	return "", nil
 }
 
 func testConfig(t *testing.T, extra ...string) *config {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,14 +99,7 @@ func restCall(t *testing.T, method, url, token string, body any) map[string]any 
 func browserSignedUp(t *testing.T) (ctx context.Context, public, dbURL string) {
 	t.Helper()
 	dbURL = pgtest.URL(t)
-	port := freePort(t)
-	public = "http://localhost:" + port
-	cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
-	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
-		t.Fatal(err)
-	}
-	_, stop := start(t, cfg)
-	t.Cleanup(stop)
+	public = startOnFreePort(t, dbURL)
 	// The browser's budget is the whole test's, a guard against a hang,
 	// not a measure: TestBrowserRoomShowsWhatChanged, 25 s on a quiet
 	// machine, took 185 s on a loaded one and ran out of 3 minutes.
@@ -119,6 +114,33 @@ func browserSignedUp(t *testing.T) (ctx context.Context, public, dbURL string) {
 		t.Fatalf("sign-up with a passkey: %v", err)
 	}
 	return ctx, public, dbURL
+}
+
+// startOnFreePort migrates dbURL and starts syncd on it (open sign-up,
+// no rate limit) at a loopback port its public URL names, and returns that
+// URL; the server stops when the test ends. The port is picked free, then
+// bound by the server: another process (an outgoing connection's local
+// port, on a machine running other tests) can take it in between, and
+// the server then cannot listen. A port taken is tried again with another.
+func startOnFreePort(t *testing.T, dbURL string) string {
+	t.Helper()
+	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; ; attempt++ {
+		port := freePort(t)
+		public := "http://localhost:" + port
+		cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
+		_, stop, err := startErr(t, cfg)
+		if err == nil {
+			t.Cleanup(stop)
+			return public
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
+			t.Fatalf("server did not start: %v", err)
+		}
+		t.Logf("port %s was taken before the server could listen on it (%v): another", port, err)
+	}
 }
 
 // claimInLobby claims a room made over the API from the lobby's claim
