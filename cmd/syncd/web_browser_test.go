@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -121,26 +119,19 @@ func browserSignedUp(t *testing.T) (ctx context.Context, public, dbURL string) {
 // URL; the server stops when the test ends. The port is picked free, then
 // bound by the server: another process (an outgoing connection's local
 // port, on a machine running other tests) can take it in between, and
-// the server then cannot listen. A port taken is tried again with another.
+// the server then cannot listen. A port taken is tried again with another
+// (startOnFreePorts).
 func startOnFreePort(t *testing.T, dbURL string) string {
 	t.Helper()
 	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
 		t.Fatal(err)
 	}
-	for attempt := 1; ; attempt++ {
-		port := freePort(t)
-		public := "http://localhost:" + port
-		cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
-		_, stop, err := startErr(t, cfg)
-		if err == nil {
-			t.Cleanup(stop)
-			return public
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
-			t.Fatalf("server did not start: %v", err)
-		}
-		t.Logf("port %s was taken before the server could listen on it (%v): another", port, err)
-	}
+	_, stop, ports := startOnFreePorts(t, 1, func(ports []string) *config {
+		public := "http://localhost:" + ports[0]
+		return testConfig(t, "-addr", "127.0.0.1:"+ports[0], "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
+	})
+	t.Cleanup(stop)
+	return "http://localhost:" + ports[0]
 }
 
 // claimInLobby claims a room made over the API from the lobby's claim
