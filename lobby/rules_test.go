@@ -127,7 +127,11 @@ func TestOwnerEmbodiedReadsWhatObservingRead(t *testing.T) {
 // idle_for_s in the lobby (and the rooms the consent screen lists), with a
 // relative last-seen time and the client it was embodied through.
 func TestLobbyShowsLapsedPresence(t *testing.T) {
-	f := newFixtureWith(t, substrate.Options{IdleAfter: time.Second, HeartbeatEvery: 100 * time.Millisecond}, "alice")
+	// IdleAfter is long enough for the reads of the fresh embodiment to
+	// come first on a loaded machine (with 1 s a stall there showed it
+	// idle already, as if the lobby were wrong).
+	const idleAfter = 3 * time.Second
+	f := newFixtureWith(t, substrate.Options{IdleAfter: idleAfter, HeartbeatEvery: 100 * time.Millisecond}, "alice")
 	ctx := context.Background()
 	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
 	if err != nil {
@@ -137,9 +141,11 @@ func TestLobbyShowsLapsedPresence(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.session(t, "alice", "g1", "rooms:lab:admin")
+	embodying := time.Now()
 	if _, err := f.l.Embody(ctx, s, room, "", ""); err != nil {
 		t.Fatal(err)
 	}
+	embodied := time.Now()
 	agent := func(id string) lobby.ViewAgent {
 		t.Helper()
 		view, err := f.l.View(ctx, s)
@@ -161,7 +167,10 @@ func TestLobbyShowsLapsedPresence(t *testing.T) {
 	if b := agent("bot"); b.Client != "" {
 		t.Fatalf("a token agent shows a client: %+v", b)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	if time.Since(embodying) >= idleAfter {
+		t.Fatalf("the reads of the fresh embodiment took longer than IdleAfter (%v): too slow a machine for this test", idleAfter)
+	}
+	time.Sleep(time.Until(embodied.Add(idleAfter + 500*time.Millisecond)))
 	a = agent("alice:test-client")
 	if a.Status != "idle" || a.IdleForS == nil || *a.IdleForS < 1 || a.Client != "Test Client" {
 		t.Fatalf("an agent unseen past IdleAfter: %+v", a)

@@ -38,21 +38,30 @@ func TestRoomSummariesApplyTimers(t *testing.T) {
 		t.Fatal(err)
 	}
 	roles := json.RawMessage(`{"lead": {"description": "leads", "filled_by": null}}`)
+	// The timer runs long enough for the read before it runs out to come
+	// first on a loaded machine (with 200 ms it did not always: the
+	// summary then lacked the role as if the product had dropped it).
+	const ms = 3000
+	earliest := time.Now().Add(ms * time.Millisecond)
 	if _, err := svc.WriteState(ctx, admin, "sum", []substrate.Write{
-		{Scope: "_shared", Key: "roles", Value: roles, Timer: &substrate.Timer{MS: 200}},
+		{Scope: "_shared", Key: "roles", Value: roles, Timer: &substrate.Timer{MS: ms}},
 		{Scope: "_shared", Key: "note", Value: json.RawMessage(`1`)},
 	}, true); err != nil {
 		t.Fatal(err)
 	}
+	latest := time.Now().Add(ms * time.Millisecond)
 	sums, err := lobby.RoomSummaries(ctx, svc, []string{"sum", "missing"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if time.Now().After(earliest) {
+		t.Fatalf("the summary before the timer ran out took longer than its %d ms: too slow a machine for this test", ms)
 	}
 	s := sums["sum"]
 	if len(sums) != 1 || s.Label != "The sum" || s.SharedKeys != 2 || len(s.Roles) != 1 || len(s.Agents) != 1 || s.Agents[0].Owner != "" {
 		t.Fatalf("summary %+v", s)
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(time.Until(latest) + 100*time.Millisecond)
 	sums, _ = lobby.RoomSummaries(ctx, svc, []string{"sum"})
 	if s := sums["sum"]; len(s.Roles) != 0 || s.SharedKeys != 1 {
 		t.Fatalf("after the roles entry expired: roles %v, shared keys %d", s.Roles, s.SharedKeys)

@@ -332,17 +332,26 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 		}
 	}
 	check("first reads")
+	// brief lives long enough for the reads before it runs out to come
+	// first on a loaded machine (with 400 ms they did not always: brief
+	// was gone, reported as a HOLE).
+	const briefMS = 3000
+	earliest := time.Now().Add(briefMS * time.Millisecond)
 	write(substrate.Write{Scope: "_shared", Key: "k", Value: json.RawMessage(`2`)},
 		substrate.Write{Scope: "bob", Key: "secret", Value: json.RawMessage(`"bob's"`)},
-		substrate.Write{Scope: "_shared", Key: "brief", Value: json.RawMessage(`"soon gone"`), Timer: &substrate.Timer{MS: 400}})
+		substrate.Write{Scope: "_shared", Key: "brief", Value: json.RawMessage(`"soon gone"`), Timer: &substrate.Timer{MS: briefMS}})
+	latest := time.Now().Add(briefMS * time.Millisecond)
 	for _, who := range []string{"alice", "bob"} {
 		st, _ := read(who, agents[who], substrate.ContextRequest{})
+		if time.Now().After(earliest) {
+			t.Fatalf("the reads before brief's %d ms timer ran out took longer: too slow a machine for this test", briefMS)
+		}
 		if string(st["_shared"]["k"]) != "2" || string(st["_shared"]["brief"]) != `"soon gone"` {
 			t.Errorf("HOLE: after a write %s reads k=%s brief=%s", who, st["_shared"]["k"], st["_shared"]["brief"])
 		}
 	}
 	check("after a write")
-	time.Sleep(600 * time.Millisecond) // the timer ends: a new timer epoch at the same seq
+	time.Sleep(time.Until(latest) + 100*time.Millisecond) // the timer ends: a new timer epoch at the same seq
 	for _, who := range []string{"alice", "bob"} {
 		st, _ := read(who, agents[who], substrate.ContextRequest{})
 		if b, ok := st["_shared"]["brief"]; ok {

@@ -10,3 +10,14 @@ func SetShownWaiting(s *Service, f func(roomID, agentID string)) { s.shownWaitin
 // SetWaitSleeps makes f hear how long each check of a wait that did not
 // hold lets it sleep before its next re-check.
 func SetWaitSleeps(s *Service, f func(roomID string, next time.Duration)) { s.waitSleeps = f }
+// GroupQueue says whether a caller of roomID leads a group transaction
+// now and how many callers are queued for it: a test starts its callers
+// in a known order by waiting for each to be queued, not by sleeping.
+func GroupQueue(s *Service, roomID string) (leading bool, queued int) {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	if q := s.group.rooms[roomID]; q != nil {
+		return q.leading, len(q.jobs)
+	}
+	return false, 0
+}

@@ -131,9 +131,10 @@ type gcAnswer struct {
 }
 
 // queued invokes calls as the admin while the test holds the room lock,
-// 150 ms apart: the first leads and waits for the lock, the others queue
-// behind it in order, so (after the first) they share the transaction's
-// second round in a known order. The answers are in the calls' order.
+// each once the one before is queued: the first leads and waits for the
+// lock, the others queue behind it in order, so (after the first) they
+// share the transaction's second round in a known order. The answers are
+// in the calls' order.
 func (r *gcRoom) queued(calls ...gcCall) []gcAnswer {
 	r.t.Helper()
 	release := r.lockRoom()
@@ -144,7 +145,7 @@ func (r *gcRoom) queued(calls ...gcCall) []gcAnswer {
 			res, err := r.svc.Invoke(r.ctx, r.pr, r.id, c.action, c.params)
 			answers[i] <- gcAnswer{res, err}
 		}()
-		time.Sleep(150 * time.Millisecond)
+		r.untilQueued(i)
 	}
 	release()
 	got := make([]gcAnswer, len(calls))
@@ -164,4 +165,22 @@ func (r *gcRoom) shared() (seq int64, raw string) {
 	}
 	b, _ := json.Marshal(env.State["_shared"])
 	return env.Context.Seq, string(b)
+}
+
+// untilQueued waits until the room's group transaction has a leader that
+// took its own invocation and n more callers are queued behind it.
+// (Sleeping 150 ms between callers instead let a caller starved on a
+// loaded machine queue after the one started next: the order the tests
+// assert then differed.)
+func (r *gcRoom) untilQueued(n int) {
+	r.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if leading, queued := substrate.GroupQueue(r.svc, r.id); leading && queued == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			leading, queued := substrate.GroupQueue(r.svc, r.id)
+			r.t.Fatalf("the room's group transaction: leading %v, %d queued, want %d queued behind a leader", leading, queued, n)
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -174,10 +173,10 @@ func TestGroupCommitFailedCommitPublishesNothing(t *testing.T) {
 	release := r.lockRoom()
 	errc := make(chan error, 3)
 	go func() { _, err := svc.Invoke(ctx, pr, room, "inc", nil); errc <- err }()
-	time.Sleep(300 * time.Millisecond) // the leader waits for the lock
+	r.untilQueued(0) // the leader waits for the lock
 	go func() { _, err := svc.Invoke(ctx, pr, room, "doom", nil); errc <- err }()
 	go func() { _, err := svc.Invoke(ctx, pr, room, "inc", nil); errc <- err }()
-	time.Sleep(300 * time.Millisecond) // both queued behind it
+	r.untilQueued(2) // both queued behind it
 	release()
 	for range 3 {
 		if err := <-errc; err == nil {

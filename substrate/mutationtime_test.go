@@ -47,11 +47,37 @@ func TestQueuedMutationTimeAfterLock(t *testing.T) {
 	if _, err := hold.Exec(hctx, `SELECT 1 FROM state WHERE room_id = 'clock' AND scope = '_shared' AND key = 'first' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
+	// A failure below must not leave the row locked: the pool's close
+	// would wait for the mutations forever.
+	t.Cleanup(func() { _ = hold.Rollback(context.Background()) })
+	// lockWaits waits until n sessions of the test's database wait for a
+	// lock. (Sleeping 200 ms for the first to hold the room lock let a
+	// starved first goroutine come after the second on a loaded machine:
+	// the second then committed first.)
+	lockWaits := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			// pg_stat_activity is read once per transaction unless cleared.
+			var got int
+			if _, err := hold.Exec(hctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+				t.Fatal(err)
+			}
+			if err := hold.QueryRow(hctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d sessions wait for a lock, want %d", got, n)
+			}
+		}
+	}
 	firstDone, secondDone := make(chan substrate.Entry, 1), make(chan substrate.Entry, 1)
 	go func() { firstDone <- write("first") }()
-	time.Sleep(200 * time.Millisecond) // the first holds the room lock
+	lockWaits(1) // the first holds the room lock and waits for hold's row lock
 	go func() { secondDone <- write("second") }()
-	time.Sleep(300 * time.Millisecond) // the second queues behind it
+	lockWaits(2) // the second queues behind it for the room lock
 	var released time.Time
 	if err := hold.QueryRow(hctx, `SELECT clock_timestamp()`).Scan(&released); err != nil {
 		t.Fatal(err)

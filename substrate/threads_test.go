@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,7 +120,18 @@ func TestThreads(t *testing.T) {
 	if fmt.Sprint(seqs) != fmt.Sprint([]int64{root, r1, r2}) || env.Messages.Thread == nil {
 		t.Errorf("thread read: %v", seqs)
 	}
-	// A wait on the thread wakes on a message in it, not on others.
+	// A wait on the thread wakes on a message in it, not on others. The
+	// messages are sent once the wait has begun (bo shown waiting): a
+	// reply sent before is what the wait starts after, and it never
+	// wakes. (A 300 ms sleep stood for that; a wait starved longer on a
+	// loaded machine missed the reply.)
+	waiting := make(chan struct{})
+	var once sync.Once
+	substrate.SetShownWaiting(tr.svc, func(_, agentID string) {
+		if agentID == "bo" {
+			once.Do(func() { close(waiting) })
+		}
+	})
 	done := make(chan *substrate.WaitResult, 1)
 	go func() {
 		res, err := tr.svc.Wait(ctx, tr.ag["bo"], "thr", "", 10*time.Second, substrate.ContextRequest{Thread: root, Depth: "lean", MessagesLimit: 20})
@@ -128,7 +140,11 @@ func TestThreads(t *testing.T) {
 		}
 		done <- res
 	}()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-waiting:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the wait on the thread did not begin within 20 s")
+	}
 	tr.send("cy", `{"body": "more chatter"}`)
 	select {
 	case res := <-done:

@@ -21,9 +21,9 @@ import (
 // the query string are all refused, and the refusal says nothing of the
 // metrics. The metrics listener requires the token too when it is set.
 func TestAttackMetricsWithoutToken(t *testing.T) {
-	metricsAddr := "127.0.0.1:" + freePort(t)
-	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-metrics-token", "s3cret-metrics", "-metrics-addr", metricsAddr)
-	base, stop := start(t, cfg)
+	base, stop, metricsAddr := startWithMetrics(t, func(metricsAddr string) *config {
+		return testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-metrics-token", "s3cret-metrics", "-metrics-addr", metricsAddr)
+	})
 	defer stop()
 	_, room := call(t, "POST", base+"/rooms", "", `{"id": "a"}`)
 	roomTok, _ := room["token"].(string)
@@ -51,9 +51,9 @@ func TestAttackMetricsWithoutToken(t *testing.T) {
 // method or a path spelled differently. With the metrics token set, the
 // metrics listener's profiles need it too.
 func TestAttackPprofNotOnPublicListener(t *testing.T) {
-	metricsAddr := "127.0.0.1:" + freePort(t)
-	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-metrics-token", "s3cret-metrics", "-metrics-addr", metricsAddr, "-pprof")
-	base, stop := start(t, cfg)
+	base, stop, metricsAddr := startWithMetrics(t, func(metricsAddr string) *config {
+		return testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-metrics-token", "s3cret-metrics", "-metrics-addr", metricsAddr, "-pprof")
+	})
 	defer stop()
 	for _, p := range []string{"/debug/pprof/", "/debug/pprof", "/debug/pprof/profile?seconds=1", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=2",
 		"/debug/pprof/cmdline", "/debug/pprof/symbol", "/debug/pprof/trace?seconds=1", "//debug/pprof/", "/debug/./pprof/", "/DEBUG/PPROF/"} {
@@ -94,9 +94,9 @@ func TestAttackPprofNotOnPublicListener(t *testing.T) {
 // tool-like names add no series (labels come from route patterns and
 // fixed sets), so a scrape's size is bounded whatever is sent.
 func TestAttackMetricsCardinality(t *testing.T) {
-	metricsAddr := "127.0.0.1:" + freePort(t)
-	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-metrics-addr", metricsAddr)
-	base, stop := start(t, cfg)
+	base, stop, metricsAddr := startWithMetrics(t, func(metricsAddr string) *config {
+		return testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-metrics-addr", metricsAddr)
+	})
 	defer stop()
 	series := func() int {
 		n := 0
@@ -139,9 +139,9 @@ func TestAttackMetricsCardinality(t *testing.T) {
 // Guessing the metrics token is rate limited like any request without a
 // valid credential, on both listeners.
 func TestAttackMetricsTokenGuessingLimited(t *testing.T) {
-	metricsAddr := "127.0.0.1:" + freePort(t)
-	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "1", "-metrics-token", "s3cret-metrics", "-metrics-addr", metricsAddr)
-	base, stop := start(t, cfg)
+	base, stop, metricsAddr := startWithMetrics(t, func(metricsAddr string) *config {
+		return testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "1", "-metrics-token", "s3cret-metrics", "-metrics-addr", metricsAddr)
+	})
 	defer stop()
 	for _, url := range []string{base + "/metrics", "http://" + metricsAddr + "/metrics"} {
 		limited := 0
@@ -228,10 +228,10 @@ func TestAttackSyncdEnforcesTheLoomsScopes(t *testing.T) {
 // who reaches it (a local process, a request forged through another
 // service). With the metrics token the command line is not served either.
 func TestAttackPprofNeverShowsTheCommandLine(t *testing.T) {
-	metricsAddr := "127.0.0.1:" + freePort(t)
 	dbURL := pgtest.URL(t)
-	cfg := testConfig(t, "-database-url", dbURL, "-rate-limit", "-1", "-create-token", "s3cret-create", "-metrics-addr", metricsAddr, "-pprof")
-	_, stop := start(t, cfg)
+	_, stop, metricsAddr := startWithMetrics(t, func(metricsAddr string) *config {
+		return testConfig(t, "-database-url", dbURL, "-rate-limit", "-1", "-create-token", "s3cret-create", "-metrics-addr", metricsAddr, "-pprof")
+	})
 	defer stop()
 	for _, p := range []string{"/debug/pprof/cmdline", "/debug/pprof/cmdline?debug=1", "/debug/pprof/cmdline/", "/debug/pprof/", "/debug/pprof/goroutine?debug=2"} {
 		code, raw := get(t, "http://"+metricsAddr+p, "")

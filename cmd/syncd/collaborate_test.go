@@ -155,8 +155,12 @@ func TestCollaborateKilledShowsGone(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []map[string]any{{"message": map[string]string{"content": "I wait."}}}})
 	}))
 	t.Cleanup(chat.Close)
+	// The lease outlasts a renewal (a write of the room, every third of
+	// the lease) delayed on a loaded machine: with 1 s, a room lock or a
+	// database held 700 ms made the running collaborator show gone.
+	const lease = 2 * time.Second
 	cmd := exec.Command(os.Args[0], "collaborate", "-database-url", url, "-room", "story", "-agent", "claude",
-		"-chat-url", chat.URL, "-chat-model", "m", "-lease", "1s", "-max-time", "60s")
+		"-chat-url", chat.URL, "-chat-model", "m", "-lease", lease.String(), "-max-time", "60s")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -178,7 +182,7 @@ func TestCollaborateKilledShowsGone(t *testing.T) {
 		}
 	}
 	until("waiting")
-	time.Sleep(2500 * time.Millisecond) // over two leases: renewed
+	time.Sleep(2*lease + 500*time.Millisecond) // over two leases: renewed
 	if s := state(); s != "waiting" {
 		t.Fatalf("a running collaborator shows %q", s)
 	}

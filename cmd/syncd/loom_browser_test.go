@@ -490,15 +490,7 @@ func nodeCountAfter(cmds int) int { return 63 + cmds }
 // loomBrowser is browserSignedUp with the time the loom test needs.
 func loomBrowser(t *testing.T) (context.Context, string) {
 	t.Helper()
-	dbURL := pgtest.URL(t)
-	port := freePort(t)
-	public := "http://localhost:" + port
-	cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open", "-public-url", public)
-	if err := run(context.Background(), "migrate", cfg, nil); err != nil {
-		t.Fatal(err)
-	}
-	_, stop := start(t, cfg)
-	t.Cleanup(stop)
+	public := startOnFreePort(t, pgtest.URL(t))
 	ctx := oauthtest.Chromium(t, 8*time.Minute)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(public+"/signup"),

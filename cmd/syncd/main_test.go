@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +29,48 @@ func TestMain(m *testing.M) {
 // function that stops it and waits for a clean exit.
 func start(t *testing.T, cfg *config) (string, func()) {
 	t.Helper()
+	base, stop, err := startErr(t, cfg)
+	if err != nil {
+		t.Fatalf("server did not start: %v", err)
+	}
+	return base, stop
+}
+
+// startOnFreePorts starts the server with the config mk makes from n
+// free loopback ports (listeners the test names before the server binds
+// them: its metrics listener, its own address when the public URL must
+// name it). Another process can take a port in between (an outgoing
+// connection's local port, on a machine running other tests): the server
+// then cannot listen, and it is started again with other ports.
+func startOnFreePorts(t *testing.T, n int, mk func(ports []string) *config) (base string, stop func(), ports []string) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		ports = make([]string, n)
+		for i := range ports {
+			ports[i] = freePort(t)
+		}
+		base, stop, err := startErr(t, mk(ports))
+		if err == nil {
+			return base, stop, ports
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 5 {
+			t.Fatalf("server did not start: %v", err)
+		}
+		t.Logf("a port of %v was taken before the server could listen on it (%v): others", ports, err)
+	}
+}
+
+// startWithMetrics is startOnFreePorts for a metrics listener: it returns
+// the server's base URL, its stop and the metrics listener's address.
+func startWithMetrics(t *testing.T, mk func(metricsAddr string) *config) (string, func(), string) {
+	t.Helper()
+	base, stop, ports := startOnFreePorts(t, 1, func(ports []string) *config { return mk("127.0.0.1:" + ports[0]) })
+	return base, stop, "127.0.0.1:" + ports[0]
+}
+
+// startErr is start answering the server's failure to start.
+func startErr(t *testing.T, cfg *config) (string, func(), error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
@@ -38,15 +82,14 @@ func start(t *testing.T, cfg *config) (string, func()) {
 			if err := <-done; err != nil {
 				t.Fatalf("run: %v", err)
 			}
-		}
+		}, nil
 	case err := <-done:
 		cancel()
-		t.Fatalf("server did not start: %v", err)
+		return "", nil, err
 	case <-time.After(90 * time.Second):
 		cancel()
-		t.Fatal("server did not start in 90 s")
+		return "", nil, errors.New("not started in 90 s")
 	}
-	return "", nil
 }
 
 func testConfig(t *testing.T, extra ...string) *config {

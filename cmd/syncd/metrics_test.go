@@ -55,13 +55,13 @@ func scrape(t *testing.T, url, token string) map[string]float64 {
 // surface: REST routes by pattern, invocations by outcome, a wait open
 // and its notification, MCP tools by name, the pool, CEL cost.
 func TestMetricsMove(t *testing.T) {
-	metricsURL := "http://127.0.0.1:" + freePort(t) + "/metrics"
-	port := freePort(t)
-	public := "http://localhost:" + port
-	cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-signup", "open",
-		"-public-url", public, "-metrics-addr", strings.TrimSuffix(strings.TrimPrefix(metricsURL, "http://"), "/metrics"))
-	base, stop := start(t, cfg)
+	dbURL := pgtest.URL(t)
+	base, stop, ports := startOnFreePorts(t, 2, func(ports []string) *config {
+		return testConfig(t, "-addr", "127.0.0.1:"+ports[0], "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open",
+			"-public-url", "http://localhost:"+ports[0], "-metrics-addr", "127.0.0.1:"+ports[1])
+	})
 	defer stop()
+	public, metricsURL := "http://localhost:"+ports[0], "http://127.0.0.1:"+ports[1]+"/metrics"
 
 	before := scrape(t, metricsURL, "")
 	if before[`sync_invocations_total{outcome="ok"}`] != 0 || before["sync_waits_open"] != 0 || before["sync_db_pool_max"] < 2 {
@@ -160,9 +160,9 @@ func TestMetricsMove(t *testing.T) {
 // Every 429 of the shared rate limit is counted, under the budget it
 // came from.
 func TestMetricsRateLimitRefusals(t *testing.T) {
-	metricsAddr := "127.0.0.1:" + freePort(t)
-	cfg := testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "1", "-metrics-addr", metricsAddr)
-	base, stop := start(t, cfg)
+	base, stop, metricsAddr := startWithMetrics(t, func(metricsAddr string) *config {
+		return testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "1", "-metrics-addr", metricsAddr)
+	})
 	defer stop()
 	refused := 0
 	for range 10 {
@@ -201,12 +201,13 @@ func get(t *testing.T, url, token string) (int, []byte) {
 func TestPprofOnMetricsListener(t *testing.T) {
 	url := pgtest.URL(t)
 	for _, on := range []bool{true, false} {
-		metricsAddr := "127.0.0.1:" + freePort(t)
-		args := []string{"-database-url", url, "-rate-limit", "-1", "-metrics-addr", metricsAddr}
-		if on {
-			args = append(args, "-pprof")
-		}
-		base, stop := start(t, testConfig(t, args...))
+		base, stop, metricsAddr := startWithMetrics(t, func(metricsAddr string) *config {
+			args := []string{"-database-url", url, "-rate-limit", "-1", "-metrics-addr", metricsAddr}
+			if on {
+				args = append(args, "-pprof")
+			}
+			return testConfig(t, args...)
+		})
 		mbase := "http://" + metricsAddr
 		if on {
 			done := make(chan struct{})

@@ -67,11 +67,14 @@ func TestBrowserRoomShowsWhatChanged(t *testing.T) {
 		}
 		return v
 	}
-	// waitFor polls the page until js holds, across navigations.
+	// waitFor polls the page until js holds, across navigations, in a
+	// document parsed whole: found while the rest of a new document was
+	// still arriving, the refusal beside the form read "You can" and had
+	// no details yet (the page held back 1.5 s after those words).
 	waitFor := func(what, js string) {
 		t.Helper()
 		for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("(function(){try{return !!("+js+")}catch(e){return false}})()")); err == nil && ok {
+			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("(function(){try{return document.readyState !== \"loading\" && !!("+js+")}catch(e){return false}})()")); err == nil && ok {
 				return
 			}
 		}
@@ -255,7 +258,7 @@ func TestBrowserRoomShowsWhatChanged(t *testing.T) {
 	past := seq - 30
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(fmt.Sprintf("%s/rooms/ops?at=%d", public, past)),
-		chromedp.WaitVisible(chromedp.CSS("#past-banner")),
+		chromedp.WaitVisible(chromedp.CSS("#past-banner")), parsed(),
 	); err != nil {
 		t.Fatalf("scrubbing: %v", err)
 	}

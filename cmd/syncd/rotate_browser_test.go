@@ -28,7 +28,7 @@ func TestBrowserTokenRotation(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#claim-token"), roomToken),
 		chromedp.Click(chromedp.CSS(`input[name="rotate"]`)),
 		chromedp.Submit(chromedp.CSS("#claim-token")),
-		chromedp.WaitVisible(chromedp.CSS("#room-token")),
+		chromedp.WaitVisible(chromedp.CSS("#room-token")), parsed(),
 	); err != nil {
 		t.Fatalf("claiming with rotation: %v", err)
 	}
@@ -67,7 +67,7 @@ func TestBrowserTokenRotation(t *testing.T) {
 	}
 	if err := chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`button[value="view"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#new-token pre")),
+		chromedp.WaitVisible(chromedp.CSS("#new-token pre")), parsed(),
 	); err != nil {
 		t.Fatalf("rotating the view token: %v", err)
 	}

@@ -34,7 +34,7 @@ func TestBrowserSearchAndThreads(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#q")),
 		chromedp.SendKeys(chromedp.CSS("#q"), "thursday"),
 		chromedp.Submit(chromedp.CSS("#q")),
-		chromedp.WaitVisible(chromedp.CSS("#h-hits")),
+		chromedp.WaitVisible(chromedp.CSS("#h-hits")), parsed(),
 	); err != nil {
 		t.Fatalf("searching the room from its page: %v", err)
 	}
@@ -53,7 +53,7 @@ func TestBrowserSearchAndThreads(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#lobby-q")),
 		chromedp.SendKeys(chromedp.CSS("#lobby-q"), "harbor ships"),
 		chromedp.Submit(chromedp.CSS("#lobby-q")),
-		chromedp.WaitVisible(chromedp.CSS("#h-hits")),
+		chromedp.WaitVisible(chromedp.CSS("#h-hits")), parsed(),
 	); err != nil {
 		t.Fatalf("searching from the lobby: %v", err)
 	}
@@ -68,7 +68,7 @@ func TestBrowserSearchAndThreads(t *testing.T) {
 
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(fmt.Sprintf("%s/web/rooms/harbor/threads?thread=%d", public, seq)),
-		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf("#thread-%d[open]", seq))),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf("#thread-%d[open]", seq))), parsed(),
 	); err != nil {
 		t.Fatalf("the threads page: %v", err)
 	}

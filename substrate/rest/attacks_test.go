@@ -2210,12 +2210,21 @@ func TestAttackSinceYourLastReadIsEachReadersOwn(t *testing.T) {
 	// An entry of the scope g reads whose timer deletes it: when it runs
 	// out, with no write and no new seq, g may have changed for a reader
 	// whose last read was at the very seq it reads now.
-	e.do("PUT", "/rooms/unseen/state", rm.token, map[string]any{"scope": "_shared", "key": "brief", "value": 1, "timer": map[string]any{"ms": 600, "effect": "delete"}}).must(t, 200)
+	// The timer runs long enough for the reads before it runs out to come
+	// first on a loaded machine (with 600 ms they did not always: the
+	// run-out then came before alice's read, reported as a HOLE).
+	const briefMS = 3000
+	earliest := time.Now().Add(briefMS * time.Millisecond)
+	e.do("PUT", "/rooms/unseen/state", rm.token, map[string]any{"scope": "_shared", "key": "brief", "value": 1, "timer": map[string]any{"ms": briefMS, "effect": "delete"}}).must(t, 200)
+	latest := time.Now().Add(briefMS * time.Millisecond)
 	before := seq(e.ctx(rm, a, "only=state"))
 	if got := since("alice", a); len(got) != 0 {
 		t.Fatalf("alice, nothing changed since her read: views_changed %v", got)
 	}
-	time.Sleep(700 * time.Millisecond)
+	if time.Now().After(earliest) {
+		t.Fatalf("the reads before brief's %d ms timer ran out took longer: too slow a machine for this test", briefMS)
+	}
+	time.Sleep(time.Until(latest) + 100*time.Millisecond)
 	r = e.ctx(rm, a, "only=state")
 	s, _ := attention(r)["since_your_last_read"].(map[string]any)
 	if seq(r) != before {

@@ -505,9 +505,15 @@ func TestAttackCollaboratorKilledShowsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	chat := newChat(t, func(r chatReq) string { return "Waiting." })
-	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL, Lease: 300 * time.Millisecond})
+	// The live one's lease is long enough to outlast a renewal delayed on
+	// a loaded machine (a renewal is a write of the room, every third of
+	// the lease: with 300 ms, a room lock or a database held 200 ms made
+	// it lapse), and the test waits past it, so it shows alive only by
+	// renewing.
+	const lease = 1500 * time.Millisecond
+	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL, Lease: lease})
 	r.waiting(t)
-	time.Sleep(time.Second)
+	time.Sleep(lease + 500*time.Millisecond)
 	usage, err := loom.Of(e.svc).CollaboratorUsage(ctx, e.ag["alice"], e.room)
 	if err != nil || len(usage) != 2 {
 		t.Fatalf("%v %+v", err, usage)
