@@ -10,6 +10,7 @@ func SetShownWaiting(s *Service, f func(roomID, agentID string)) { s.shownWaitin
 // SetWaitSleeps makes f hear how long each check of a wait that did not
 // hold lets it sleep before its next re-check.
 func SetWaitSleeps(s *Service, f func(roomID string, next time.Duration)) { s.waitSleeps = f }
+
 // GroupQueue says whether a caller of roomID leads a group transaction
 // now and how many callers are queued for it: a test starts its callers
 // in a known order by waiting for each to be queued, not by sleeping.
