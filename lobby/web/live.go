@@ -133,7 +133,14 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			pr, _, err = get(ctx, f, f.pages, pk, notBefore, func(ctx context.Context) (*pageRender, time.Time, error) {
 				rr, read, err := get(ctx, f, f.reads, rk, notBefore, func(ctx context.Context) (*roomRead, time.Time, error) {
 					wb.liveReads.Add(1)
+					// The read says when the room as it read it changes
+					// next with no commit (a timer, a moment of now): the
+					// feed wakes its streams then.
+					ctx, fs := wb.opt.Substrate.Foresee(ctx)
 					rr, err := wb.readRoom(ctx, reader, roomID, viewToken == "")
+					if err == nil {
+						f.foresee(fs.Next())
+					}
 					return rr, time.Time{}, err
 				})
 				if err != nil {

@@ -44,7 +44,21 @@ type feed struct {
 	reads map[string]*flight[*roomRead]
 	pages map[string]*flight[*pageRender]
 	refs  map[string]int
+	// A room also changes with no commit (a timer, now passing a moment a
+	// gate compares it with): its reads foresee when (foresee), and one
+	// timer per feed makes that moment a change like a commit. next is
+	// the moment it is set for (zero: none); changed is when the epoch
+	// last moved; ended stops it for good.
+	next    time.Time
+	timer   *time.Timer
+	changed time.Time
+	ended   bool
 }
+
+// timerFloor is the least time between two changes the clock makes a
+// feed take: a room whose timers end a millisecond apart costs its
+// readers a render per floor at most, not one per timer.
+const timerFloor = 100 * time.Millisecond
 
 // flight is one render, joined by every stream that asks for its key at
 // its epoch meanwhile or after (see get).
@@ -149,6 +163,7 @@ func (wb *Web) leaveFeed(f *feed, wake chan struct{}, keys []string) {
 	}
 	wb.mu.Unlock()
 	if last {
+		f.end()
 		<-f.ready
 		if f.err == nil {
 			close(f.quit)
@@ -165,20 +180,74 @@ func (f *feed) run(changes <-chan struct{}) {
 			return
 		case <-changes:
 			f.mu.Lock()
-			f.epoch++
-			// Renders of an older epoch serve no stream from now on
-			// (those waiting for one hold it).
-			clear(f.reads)
-			clear(f.pages)
-			for w := range f.wakes {
-				select {
-				case w <- struct{}{}:
-				default:
-				}
-			}
+			f.change()
 			f.mu.Unlock()
 		}
 	}
+}
+
+// change starts a new epoch and wakes the streams; f.mu is held.
+func (f *feed) change() {
+	f.epoch++
+	f.changed = time.Now()
+	// Renders of an older epoch serve no stream from now on (those
+	// waiting for one hold it).
+	clear(f.reads)
+	clear(f.pages)
+	// What the clock was to change is read again by the streams now
+	// woken, whose reads foresee it anew.
+	f.next = time.Time{}
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	for w := range f.wakes {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// foresee notes that a read of the room (at this epoch or just before)
+// changes at t with no commit (zero: never), and sets the feed's timer
+// for the earliest such moment: then the streams are woken as for a
+// commit, and render once per distinct view as they do for one.
+func (f *feed) foresee(t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended || !f.next.IsZero() && !t.Before(f.next) {
+		return
+	}
+	f.next = t
+	d := max(time.Until(t), time.Until(f.changed.Add(timerFloor)), 0)
+	if f.timer == nil {
+		f.timer = time.AfterFunc(d, f.tick)
+	} else {
+		f.timer.Reset(d)
+	}
+}
+
+// tick is the feed's timer: the moment foreseen came.
+func (f *feed) tick() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended || f.next.IsZero() || time.Now().Before(f.next) {
+		return // stopped, or set for a later moment meanwhile
+	}
+	f.change()
+}
+
+// end stops the feed's timer for good (its last stream left).
+func (f *feed) end() {
+	f.mu.Lock()
+	f.ended = true
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.mu.Unlock()
 }
 
 // unref drops keys a stream no longer renders with; f.mu is held.

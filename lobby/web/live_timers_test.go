@@ -1,0 +1,180 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/substrate"
+)
+
+// timerWake is how late after the moment a timer changes the room a live
+// page may hear of it: the feed's timer, a read and a render (on a
+// two-connection pool, under the race detector, on a shared machine).
+const timerWake = time.Second
+
+// What a timer or now changes reaches a live page at that moment, with
+// no write: an entry's timer ending, an action's cooldown ending, a
+// message's timer ending, and an entry gate on now opening. The streams
+// of the room hear it once per distinct view, as for a commit.
+func TestLiveStreamHearsWhatTheClockChanges(t *testing.T) {
+	s := newSite(t, web.Options{MaxStreams: 64}, "alice")
+	ctx := context.Background()
+	// Three tabs of alice and one view link: two views.
+	alice := s.stream("alice", "/live/rooms/lab?seq="+s.seq(), "")
+	var others []<-chan string
+	for range 2 {
+		others = append(others, s.stream("alice", "/live/rooms/lab?seq="+s.seq(), ""))
+	}
+	viewer := s.stream("", "/live/rooms/lab?seq="+s.seq()+"&view="+s.room.ViewToken, "")
+	all := append([]<-chan string{alice, viewer}, others...)
+	// settle takes the events of what the case wrote (up to the room's
+	// seq now), so that what follows is the clock's alone.
+	settle := func() {
+		t.Helper()
+		want := `"seq":` + s.seq() + ","
+		for i, ev := range all {
+			deadline := time.After(10 * time.Second)
+		follow:
+			for {
+				select {
+				case e := <-ev:
+					if strings.Contains(e, want) {
+						break follow
+					}
+				case <-deadline:
+					t.Fatalf("stream %d missed the case's writes (seq %s)", i, want)
+				}
+			}
+		}
+		time.Sleep(150 * time.Millisecond) // the reads of the last write are done
+	}
+	cases := []struct {
+		name string
+		// set writes what the clock changes at the moment it returns;
+		// heard checks that an event of the stream carries the change.
+		set   func() time.Time
+		who   <-chan string
+		heard func(ev string) bool
+	}{
+		{"an entry's timer ends", func() time.Time {
+			at := time.Now().Add(1500 * time.Millisecond)
+			if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{{Scope: "_shared", Key: "flash", Value: []byte(`"soon gone"`),
+				Timer: &substrate.Timer{At: at.UTC().Format(time.RFC3339Nano)}}}, false); err != nil {
+				t.Fatal(err)
+			}
+			return at
+		}, alice, func(ev string) bool {
+			return !strings.Contains(ev, "soon gone") && (strings.Contains(ev, `"id":"entry-_shared-flash"`) || strings.Contains(ev, `"id":"state"`))
+		}},
+		{"an action's cooldown ends", func() time.Time {
+			if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "ring", Description: "Ring the bell",
+				OnInvoke: &substrate.OnInvoke{Timer: &substrate.Timer{MS: 1500}}, Writes: []substrate.WriteTemplate{{Key: "rung", Value: []byte(`true`)}}}); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if _, err := s.svc.Invoke(ctx, s.admin, "lab", "ring", nil); err != nil {
+				t.Fatal(err)
+			}
+			return start.Add(1500 * time.Millisecond)
+		}, alice, func(ev string) bool {
+			return strings.Contains(ev, "Available") && !strings.Contains(ev, "cooling down")
+		}},
+		{"a message's timer ends", func() time.Time {
+			at := time.Now().Add(1500 * time.Millisecond)
+			if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{{Scope: "_messages", Append: true,
+				Value: json.RawMessage(`{"kind":"chat","body":"this vanishes"}`), Timer: &substrate.Timer{At: at.UTC().Format(time.RFC3339Nano)}}}, true); err != nil {
+				t.Fatal(err)
+			}
+			return at
+		}, alice, func(ev string) bool {
+			return strings.Contains(ev, `"id":"msg-`) && strings.Contains(ev, `"op":"remove"`)
+		}},
+		{"an entry gate on now opens", func() time.Time {
+			at := time.Now().Add(1500 * time.Millisecond)
+			gate := `now >= timestamp("` + at.UTC().Format(time.RFC3339Nano) + `")`
+			if _, err := s.svc.WriteState(ctx, s.admin, "lab", []substrate.Write{{Scope: "_shared", Key: "door", Value: []byte(`"open at last"`), Enabled: gate}}, false); err != nil {
+				t.Fatal(err)
+			}
+			return at
+		}, viewer, func(ev string) bool {
+			return strings.Contains(ev, "entry-_shared-door") && strings.Contains(ev, "open at last")
+		}},
+	}
+	for _, c := range cases {
+		at := c.set()
+		seq := s.seq()
+		settle()
+		reads0, renders0 := web.LiveCounts(s.wb)
+		if time.Now().After(at) {
+			t.Fatalf("%s: the case took past its moment to set up", c.name)
+		}
+		select {
+		case ev := <-c.who:
+			heard := time.Now()
+			if heard.Before(at) {
+				t.Fatalf("%s: an event %v before the moment: %s", c.name, at.Sub(heard), ev)
+			}
+			if late := heard.Sub(at); late > timerWake {
+				t.Errorf("%s: the page heard of it %v after the moment, want within %v", c.name, late, timerWake)
+			}
+			if !strings.Contains(ev, `"seq":`+seq+",") {
+				t.Errorf("%s: the event is at another seq than %s (a write?): %s", c.name, seq, ev)
+			}
+			if !c.heard(ev) {
+				t.Errorf("%s: the event does not carry the change: %s", c.name, ev)
+			}
+			t.Logf("%s: heard %v after the moment", c.name, heard.Sub(at).Round(time.Millisecond))
+		case <-time.After(time.Until(at) + 5*time.Second):
+			t.Errorf("%s: no event within 5 s after the moment, with no write", c.name)
+			continue
+		}
+		time.Sleep(300 * time.Millisecond)
+		// Once per view: alice's three tabs share a read, the view link
+		// reads apart.
+		if reads, renders := web.LiveCounts(s.wb); reads-reads0 > 2 || renders-renders0 > 2 {
+			t.Errorf("%s: %d reads and %d renders for four streams of two views, want at most 2 each", c.name, reads-reads0, renders-renders0)
+		}
+		for _, ev := range all {
+			for len(ev) > 0 {
+				<-ev
+			}
+		}
+	}
+}
+
+// A room in which nothing changes by the clock soon is not read again
+// until something does: no periodic re-renders, whether it has no timer
+// at all or one an hour away.
+func TestLiveStreamWithNoTimerIsNotReread(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	s.write("_shared", "x", "1")
+	ev := s.stream("alice", "/live/rooms/lab?seq="+s.seq(), "")
+	view := s.stream("", "/live/rooms/lab?seq="+s.seq()+"&view="+s.room.ViewToken, "")
+	quiet := func(what string) {
+		t.Helper()
+		time.Sleep(300 * time.Millisecond) // the first reads
+		reads0, _ := web.LiveCounts(s.wb)
+		select {
+		case e := <-ev:
+			t.Fatalf("%s: an event with no change: %s", what, e)
+		case e := <-view:
+			t.Fatalf("%s: an event with no change: %s", what, e)
+		case <-time.After(3 * time.Second):
+		}
+		if reads, _ := web.LiveCounts(s.wb); reads != reads0 {
+			t.Fatalf("%s: the room was read %d times in 3 s with no change", what, reads-reads0)
+		}
+	}
+	quiet("no timer")
+	if _, err := s.svc.WriteState(context.Background(), s.admin, "lab", []substrate.Write{{Scope: "_shared", Key: "later", Value: []byte(`1`),
+		Timer: &substrate.Timer{MS: time.Hour.Milliseconds()}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ev, 5*time.Second)
+	next(t, view, 5*time.Second)
+	quiet("a timer an hour away")
+}
