@@ -178,3 +178,36 @@ func TestLiveStreamWithNoTimerIsNotReread(t *testing.T) {
 	next(t, view, 5*time.Second)
 	quiet("a timer an hour away")
 }
+
+// A view whose use of now no moment can be solved for (the parity of the
+// second) is read again on the waits' cadence (1 s by default), aligned
+// on the wall clock: the page follows it with no write, about once a
+// second, once per view.
+func TestLiveStreamOnAnOpaqueNowFollowsTheCadence(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	if _, err := s.svc.RegisterView(context.Background(), s.admin, "lab", substrate.ViewDef{ID: "tick", Expr: `now.getSeconds() % 2 == 0 ? "even" : "odd"`}); err != nil {
+		t.Fatal(err)
+	}
+	ev := s.stream("alice", "/live/rooms/lab?seq="+s.seq(), "")
+	time.Sleep(300 * time.Millisecond)
+	reads0, _ := web.LiveCounts(s.wb)
+	start := time.Now()
+	var heard []time.Duration
+	for len(heard) < 3 {
+		select {
+		case e := <-ev:
+			if !strings.Contains(e, "even") && !strings.Contains(e, "odd") {
+				t.Fatalf("an event that does not carry the view: %s", e)
+			}
+			heard = append(heard, time.Since(start))
+		case <-time.After(3 * time.Second):
+			t.Fatalf("no event within 3 s of a view that changes every second (heard %v)", heard)
+		}
+	}
+	// Three changes took about three seconds, read once each (the
+	// cadence's steps, not a tighter loop).
+	if reads, _ := web.LiveCounts(s.wb); reads-reads0 > 4 {
+		t.Errorf("%d reads for 3 changes of a view on the cadence, want at most 4", reads-reads0)
+	}
+	t.Logf("heard at %v", heard)
+}
