@@ -48,10 +48,27 @@ func foresightOf(ctx context.Context) *Foresight {
 	return f
 }
 
-// noteRead notes when a timer next changes what rc read: its entries',
-// actions', views' and cooldowns' timers, and its messages'.
+// noteRead notes when a timer next changes what rc's reader sees: the
+// timers of the entries it may read, of actions, views and cooldowns
+// (which every reader of the room sees), and of messages. A timer in a
+// scope hidden from the reader is left out: its end changes nothing the
+// reader is shown, and waking the reader then would tell when it ran out.
 func (f *Foresight) noteRead(rc *roomCtx) {
-	t := rc.nextChange(true)
+	t := rc.msgs.next
+	for scope, keys := range rc.snap.scopes {
+		shown := scope == scopeActions || scope == scopeViews || scope == scopeCooldowns
+		if !shown && !rc.visible(scope) {
+			continue
+		}
+		for key, r := range keys {
+			if !shown && rc.vis != nil && !rc.vis.entry(scope, key) {
+				continue
+			}
+			if n := r.timer.nextChange(rc.now); !n.IsZero() && (t.IsZero() || n.Before(t)) {
+				t = n
+			}
+		}
+	}
 	if t.IsZero() {
 		return
 	}

@@ -126,6 +126,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			}
 			pk := pageKey(rk, who, pageUser, access, viewToken)
 			f.retain(readAs, rk)
+			f.readsAs(changes, rk)
 			readAs = rk
 			f.retain(pageAs, pk)
 			pageAs = pk
@@ -136,10 +137,11 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 					// The read says when the room as it read it changes
 					// next with no commit (a timer, a moment of now): the
 					// feed wakes its streams then.
+					epoch := f.current()
 					ctx, fs := wb.opt.Substrate.Foresee(ctx)
 					rr, err := wb.readRoom(ctx, reader, roomID, viewToken == "")
 					if err == nil {
-						f.foresee(fs.Next())
+						f.foresee(rk, epoch, fs.Next())
 					}
 					return rr, time.Time{}, err
 				})

@@ -50,7 +50,15 @@ func TestLiveStreamHearsWhatTheClockChanges(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(150 * time.Millisecond) // the reads of the last write are done
+		// The reads of the last writes are done, and what they sent is
+		// taken (a render of a running cooldown differs from the last by
+		// its ms_left: two notifications of one seq send two events).
+		time.Sleep(300 * time.Millisecond)
+		for _, ev := range all {
+			for len(ev) > 0 {
+				<-ev
+			}
+		}
 	}
 	cases := []struct {
 		name string
@@ -210,4 +218,41 @@ func TestLiveStreamOnAnOpaqueNowFollowsTheCadence(t *testing.T) {
 		t.Errorf("%d reads for 3 changes of a view on the cadence, want at most 4", reads-reads0)
 	}
 	t.Logf("heard at %v", heard)
+}
+
+// A moment one reader's read foresees wakes that reader's streams only:
+// an agent's private entry whose timer runs out changes the owner's page
+// at that moment, and neither reads nor tells an observer's, who cannot
+// see it (nor when it went).
+func TestLiveClockWakesOnlyWhoSeesIt(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	s.share("bob", "observer")
+	s.join("robot", "Robot")
+	at := time.Now().Add(1500 * time.Millisecond)
+	if _, err := s.svc.WriteState(context.Background(), s.admin, "lab", []substrate.Write{{Scope: "robot", Key: "secret-plan", Value: []byte(`"gone soon"`),
+		Timer: &substrate.Timer{At: at.UTC().Format(time.RFC3339Nano)}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	owner := s.stream("alice", "/live/rooms/lab?seq="+s.seq(), "")
+	view := s.stream("bob", "/live/rooms/lab?seq="+s.seq(), "")
+	time.Sleep(300 * time.Millisecond)
+	reads0, _ := web.LiveCounts(s.wb)
+	select {
+	case e := <-owner:
+		if late := time.Since(at); late < 0 || late > timerWake || !strings.Contains(e, "entry-robot-secret-plan") && !strings.Contains(e, `"id":"state"`) {
+			t.Fatalf("the owner's page heard %v after the moment: %s", late, e)
+		}
+	case e := <-view:
+		t.Fatalf("the observer's page heard of a private timer: %s", e)
+	case <-time.After(time.Until(at) + 5*time.Second):
+		t.Fatal("the owner's page did not hear the private entry go")
+	}
+	select {
+	case e := <-view:
+		t.Fatalf("the observer's page heard of a private timer: %s", e)
+	case <-time.After(time.Second):
+	}
+	if reads, _ := web.LiveCounts(s.wb); reads-reads0 != 1 {
+		t.Fatalf("%d reads when the owner's private timer ran out, want 1 (the owner's; the observer's page is not read again)", reads-reads0)
+	}
 }
