@@ -3,6 +3,8 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -254,5 +256,44 @@ func TestLiveClockWakesOnlyWhoSeesIt(t *testing.T) {
 	}
 	if reads, _ := web.LiveCounts(s.wb); reads-reads0 != 1 {
 		t.Fatalf("%d reads when the owner's private timer ran out, want 1 (the owner's; the observer's page is not read again)", reads-reads0)
+	}
+}
+
+// A timer that runs out between the page's read and its stream's start
+// (the page loading, or a dropped connection) is not missed: the page
+// says when what it shows next changes (data-until, passed as ?until=;
+// an event's id carries it for a reconnect), and a stream starting at the
+// page's seq past that moment sends the section all the same.
+func TestLiveStreamStartingPastAMomentSendsTheSection(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	at := time.Now().Add(800 * time.Millisecond)
+	if _, err := s.svc.WriteState(context.Background(), s.admin, "lab", []substrate.Write{{Scope: "_shared", Key: "flash", Value: []byte(`"soon gone"`),
+		Timer: &substrate.Timer{At: at.UTC().Format(time.RFC3339Nano)}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	_, _, page := s.get("alice", "/rooms/lab")
+	m := regexp.MustCompile(`data-seq="(\d+)" data-until="(\d+)"`).FindStringSubmatch(page)
+	if m == nil || !strings.Contains(page, "soon gone") {
+		t.Fatalf("the page does not say when what it shows changes: %.400s", page)
+	}
+	if until, _ := strconv.ParseInt(m[2], 10, 64); time.UnixMilli(until).Before(at) || time.UnixMilli(until).After(at.Add(100*time.Millisecond)) {
+		t.Fatalf("data-until %s, want the entry's end %d", m[2], at.UnixMilli())
+	}
+	time.Sleep(time.Until(at) + 100*time.Millisecond)
+	late := s.stream("alice", "/live/rooms/lab?seq="+m[1]+"&until="+m[2], "")
+	if e := next(t, late, 5*time.Second); !strings.Contains(e, `"html":`) || strings.Contains(e, "soon gone") {
+		t.Fatalf("a stream started past the page's moment: %s", e)
+	}
+	// A reconnect whose last event foresaw a moment now past, likewise;
+	// one whose last event foresaw none is up to date.
+	again := s.stream("alice", "/live/rooms/lab", m[1]+"-"+m[2])
+	if e := next(t, again, 5*time.Second); !strings.Contains(e, `"html":`) || strings.Contains(e, "soon gone") {
+		t.Fatalf("a reconnect past its last event's moment: %s", e)
+	}
+	current := s.stream("alice", "/live/rooms/lab", m[1])
+	select {
+	case e := <-current:
+		t.Fatalf("a reconnect that foresaw nothing was sent: %s", e)
+	case <-time.After(time.Second):
 	}
 }

@@ -93,6 +93,7 @@ type flight[T any] struct {
 type pageRender struct {
 	html  string
 	seq   int64
+	until time.Time      // as its read foresaw (roomRead.until)
 	data  map[string]any // read-only: summarize reads its activity
 	mu    sync.Mutex
 	diffs map[string]*diffResult
