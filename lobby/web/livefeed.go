@@ -1,8 +1,10 @@
 // Sharing live renders. Every live stream of a room used to render the
 // room's section and diff it on each change: N pages on one room cost N
 // renders per write. Here a process holds one feed per followed room: one
-// subscription to its changes, which it numbers (the epoch), and the
-// renders of the current epoch, shared by the streams that read alike.
+// subscription to its changes, which it numbers (the epoch), with the
+// moments its reads foresee it changing with no commit (a timer, now
+// passing a moment: see foresee), and the renders of the current epoch,
+// shared by the streams that read alike.
 // Streams share a read of the room (readRoom) when they read with the
 // same authority (readKey), and a rendered section and its diffs when
 // everything else the section shows them is the same too (pageKey); what
