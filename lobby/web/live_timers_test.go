@@ -257,6 +257,23 @@ func TestLiveClockWakesOnlyWhoSeesIt(t *testing.T) {
 	if reads, _ := web.LiveCounts(s.wb); reads-reads0 != 1 {
 		t.Fatalf("%d reads when the owner's private timer ran out, want 1 (the owner's; the observer's page is not read again)", reads-reads0)
 	}
+	// A message whose gate hides it from the observer: its timer's end is
+	// not the observer's either.
+	at = time.Now().Add(1500 * time.Millisecond)
+	if _, err := s.svc.WriteState(context.Background(), s.admin, "lab", []substrate.Write{{Scope: "_messages", Append: true, Enabled: "false",
+		Value: json.RawMessage(`{"kind":"chat","body":"for nobody"}`), Timer: &substrate.Timer{At: at.UTC().Format(time.RFC3339Nano)}}}, true); err != nil {
+		t.Fatal(err)
+	}
+	next(t, view, 5*time.Second) // the write's own event (its activity row)
+	time.Sleep(300 * time.Millisecond)
+	for len(view) > 0 {
+		<-view
+	}
+	select {
+	case e := <-view:
+		t.Fatalf("the observer's page heard of a message it cannot see running out: %s", e)
+	case <-time.After(time.Until(at) + time.Second):
+	}
 }
 
 // A timer that runs out between the page's read and its stream's start
