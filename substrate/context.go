@@ -107,6 +107,9 @@ func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, want
 	}
 	rc := s.buildShared(ctx, r.snap, p, r.agents, r.msgs, time.Now())
 	rc.counted = r.counted
+	if f := foresightOf(ctx); f != nil {
+		f.noteRead(rc)
+	}
 	return rc, nil
 }
 

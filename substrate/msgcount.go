@@ -103,17 +103,24 @@ func (s *Service) uncountHidden(ctx context.Context, rc *roomCtx) {
 	if len(rc.msgs.hidden) == 0 {
 		return
 	}
-	for _, m := range rc.msgs.hidden {
-		if t := m.timer.nextChange(rc.now); !t.IsZero() && (rc.msgs.next.IsZero() || t.Before(rc.msgs.next)) {
-			rc.msgs.next = t
-		}
-	}
 	shown := s.logGate(ctx, rc)
 	var unseen []int64
 	for _, m := range rc.msgs.hidden {
-		if m.timer != nil && !m.timer.live(rc.now) || m.gate != nil && !shown(m.gate) {
+		// The gate is evaluated as before (only for a message its timer
+		// does not hide), so every read hides the same messages.
+		byTimer := m.timer != nil && !m.timer.live(rc.now)
+		seen := !byTimer && (m.gate == nil || shown(m.gate))
+		if !seen {
 			rc.msgs.Count--
 			unseen = append(unseen, m.seq)
+		}
+		// A message whose gate hides it from the reader is not seen when
+		// its timer runs out either: that moment is not the reader's (a
+		// page woken then would tell it when).
+		if byTimer || seen {
+			if t := m.timer.nextChange(rc.now); !t.IsZero() && (rc.msgs.next.IsZero() || t.Before(rc.msgs.next)) {
+				rc.msgs.next = t
+			}
 		}
 	}
 	slices.Sort(unseen)

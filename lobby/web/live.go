@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
@@ -73,8 +74,24 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	if v, err := strconv.ParseInt(r.URL.Query().Get("seq"), 10, 64); err == nil {
 		shown = v
 	}
-	if v, err := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64); err == nil {
-		shown = v
+	// until is when what the page shows next changes with no write, as
+	// the read it rests on foresaw (zero: never): the page's (?until=, in
+	// ms), or the last event's (its id, "<seq>-<until ms>"). A stream that
+	// starts at the seq the page shows past that moment sends the section
+	// all the same: a timer ran out between the page's read and now (the
+	// page loading, a dropped connection).
+	var until time.Time
+	if v, err := strconv.ParseInt(r.URL.Query().Get("until"), 10, 64); err == nil && v > 0 {
+		until = time.UnixMilli(v)
+	}
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		s, u, _ := strings.Cut(id, "-")
+		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+			shown, until = v, time.Time{}
+			if v, err := strconv.ParseInt(u, 10, 64); err == nil && v > 0 {
+				until = time.UnixMilli(v)
+			}
+		}
 	}
 	userID, username, _ := wb.opt.SignedIn(r)
 	// prev is the section as last sent, kept as HTML (a few tens of KB)
@@ -126,6 +143,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			}
 			pk := pageKey(rk, who, pageUser, access, viewToken)
 			f.retain(readAs, rk)
+			f.readsAs(changes, rk)
 			readAs = rk
 			f.retain(pageAs, pk)
 			pageAs = pk
@@ -133,7 +151,16 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			pr, _, err = get(ctx, f, f.pages, pk, notBefore, func(ctx context.Context) (*pageRender, time.Time, error) {
 				rr, read, err := get(ctx, f, f.reads, rk, notBefore, func(ctx context.Context) (*roomRead, time.Time, error) {
 					wb.liveReads.Add(1)
+					// The read says when the room as it read it changes
+					// next with no commit (a timer, a moment of now): the
+					// feed wakes its streams then.
+					epoch := f.current()
+					ctx, fs := wb.opt.Substrate.Foresee(ctx)
 					rr, err := wb.readRoom(ctx, reader, roomID, viewToken == "")
+					if err == nil {
+						rr.until = fs.Next()
+						f.foresee(rk, epoch, rr.until)
+					}
 					return rr, time.Time{}, err
 				})
 				if err != nil {
@@ -146,7 +173,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 				}
 				wb.liveRenders.Add(1)
 				seq, _ := data["Seq"].(int64)
-				return &pageRender{html: buf.String(), seq: seq, data: data, diffs: map[string]*diffResult{}}, read, nil
+				return &pageRender{html: buf.String(), seq: seq, until: rr.until, data: data, diffs: map[string]*diffResult{}}, read, nil
 			})
 		}
 		if err != nil {
@@ -168,7 +195,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case first:
-			if seq == shown || shown < 0 {
+			if shown < 0 || seq == shown && (until.IsZero() || time.Now().Before(until)) {
 				prev, shown = pr.html, seq
 				return true // the page shows this already
 			}
@@ -193,7 +220,11 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		ev.Summary = summarize(pr.data, shown)
 		shown = seq
 		raw, _ := json.Marshal(ev)
-		fmt.Fprintf(w, "id: %d\nevent: change\ndata: %s\n\n", seq, raw)
+		id := strconv.FormatInt(seq, 10)
+		if !pr.until.IsZero() {
+			id += "-" + strconv.FormatInt(pr.until.UnixMilli(), 10)
+		}
+		fmt.Fprintf(w, "id: %s\nevent: change\ndata: %s\n\n", id, raw)
 		return rc.Flush() == nil
 	}
 	fmt.Fprintf(w, "retry: 2000\n\n")
@@ -246,6 +277,9 @@ type liveEvent struct {
 // messages (activity.go). Live streams that read alike share one
 // (livefeed.go): it is read-only.
 type roomRead struct {
+	// until is when the room as read next changes with no write, as the
+	// read foresaw (zero: never, or not asked).
+	until  time.Time
 	data   map[string]any
 	msgs   []messageRow      // ToYou unset: page marks them per reader
 	owners map[string]string // an agent messages are directed to → the person who owns it ("" none)
@@ -286,11 +320,18 @@ func (wb *Web) mainData(ctx context.Context, r *http.Request, p *substrate.Princ
 	if viewToken == "" {
 		userID, _, _ = wb.opt.SignedIn(r)
 	}
+	// The page says when what it shows next changes with no write, so
+	// that its live stream, starting later, knows if it did meanwhile.
+	ctx, fs := wb.opt.Substrate.Foresee(ctx)
 	rr, err := wb.readRoom(ctx, p, roomID, viewToken == "")
 	if err != nil {
 		return nil, err
 	}
-	return rr.page(p.AgentID, userID, who, access, viewToken), nil
+	data := rr.page(p.AgentID, userID, who, access, viewToken)
+	if t := fs.Next(); !t.IsZero() {
+		data["Until"] = t.UnixMilli()
+	}
+	return data, nil
 }
 
 func (wb *Web) acquire(key, addr string) bool {

@@ -1,8 +1,10 @@
 // Sharing live renders. Every live stream of a room used to render the
 // room's section and diff it on each change: N pages on one room cost N
 // renders per write. Here a process holds one feed per followed room: one
-// subscription to its changes, which it numbers (the epoch), and the
-// renders of the current epoch, shared by the streams that read alike.
+// subscription to its changes, which it numbers (the epoch), with the
+// moments its reads foresee it changing with no commit (a timer, now
+// passing a moment: see foresee), and the renders of the current epoch,
+// shared by the streams that read alike.
 // Streams share a read of the room (readRoom) when they read with the
 // same authority (readKey), and a rendered section and its diffs when
 // everything else the section shows them is the same too (pageKey); what
@@ -37,14 +39,39 @@ type feed struct {
 
 	mu    sync.Mutex
 	epoch uint64 // changes heard
-	wakes map[chan struct{}]struct{}
+	// wakes are the streams' wake channels, each with the readKey of the
+	// stream's last render ("" before its first).
+	wakes map[chan struct{}]string
 	// reads and pages are the renders started at the current epoch, by
 	// key; refs counts the streams whose last render used a key, so a key
 	// no open stream uses is let go at once.
 	reads map[string]*flight[*roomRead]
 	pages map[string]*flight[*pageRender]
 	refs  map[string]int
+	// A room also changes with no commit (a timer, now passing a moment a
+	// gate compares it with): each read foresees when for its authority
+	// (foresee), due keeps the moment by readKey, and one timer per feed,
+	// set for the earliest, makes it a change like a commit for the
+	// streams that read with those keys: a private timer of the owner's
+	// wakes no observer's page. changed is when the epoch last moved;
+	// ended stops the timer for good.
+	due     map[string]foreseen
+	timer   *time.Timer
+	changed time.Time
+	ended   bool
 }
+
+// foreseen is the moment a read with some key foresaw (see foresee), and
+// the epoch the read began at or after.
+type foreseen struct {
+	at    time.Time
+	epoch uint64
+}
+
+// timerFloor is the least time between two changes the clock makes a
+// feed take: a room whose timers end a millisecond apart costs its
+// readers a render per floor at most, not one per timer.
+const timerFloor = 100 * time.Millisecond
 
 // flight is one render, joined by every stream that asks for its key at
 // its epoch meanwhile or after (see get).
@@ -68,6 +95,7 @@ type flight[T any] struct {
 type pageRender struct {
 	html  string
 	seq   int64
+	until time.Time      // as its read foresaw (roomRead.until)
 	data  map[string]any // read-only: summarize reads its activity
 	mu    sync.Mutex
 	diffs map[string]*diffResult
@@ -93,7 +121,7 @@ func (wb *Web) joinFeed(ctx context.Context, p *substrate.Principal, roomID stri
 		f = wb.feeds[roomID]
 		create := f == nil
 		if create {
-			f = &feed{room: roomID, ready: make(chan struct{}), quit: make(chan struct{}), wakes: map[chan struct{}]struct{}{},
+			f = &feed{room: roomID, ready: make(chan struct{}), quit: make(chan struct{}), wakes: map[chan struct{}]string{}, due: map[string]foreseen{},
 				reads: map[string]*flight[*roomRead]{}, pages: map[string]*flight[*pageRender]{}, refs: map[string]int{}}
 			wb.feeds[roomID] = f
 		}
@@ -128,7 +156,7 @@ func (wb *Web) joinFeed(ctx context.Context, p *substrate.Principal, roomID stri
 		}
 		wake = make(chan struct{}, 1)
 		f.mu.Lock()
-		f.wakes[wake] = struct{}{}
+		f.wakes[wake] = ""
 		f.mu.Unlock()
 		return f, wake, nil
 	}
@@ -149,6 +177,7 @@ func (wb *Web) leaveFeed(f *feed, wake chan struct{}, keys []string) {
 	}
 	wb.mu.Unlock()
 	if last {
+		f.end()
 		<-f.ready
 		if f.err == nil {
 			close(f.quit)
@@ -165,20 +194,130 @@ func (f *feed) run(changes <-chan struct{}) {
 			return
 		case <-changes:
 			f.mu.Lock()
-			f.epoch++
-			// Renders of an older epoch serve no stream from now on
-			// (those waiting for one hold it).
-			clear(f.reads)
-			clear(f.pages)
-			for w := range f.wakes {
-				select {
-				case w <- struct{}{}:
-				default:
-				}
-			}
+			// Every stream reads again, and foresees anew.
+			clear(f.due)
+			f.change(nil)
 			f.mu.Unlock()
 		}
 	}
+}
+
+// change starts a new epoch and wakes the streams (those reading with a
+// key in only, when set); f.mu is held.
+func (f *feed) change(only map[string]bool) {
+	f.epoch++
+	f.changed = time.Now()
+	// Renders of an older epoch serve no stream from now on (those
+	// waiting for one hold it).
+	clear(f.reads)
+	clear(f.pages)
+	for w, key := range f.wakes {
+		if only != nil && !only[key] {
+			continue
+		}
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+	f.arm()
+}
+
+// foresee notes that the room as read with key, by a read begun at epoch
+// or after, changes at t with no commit (zero: never): then the streams
+// reading with key are woken as for a commit, and render once per
+// distinct view as they do for one. A read older than the one that last
+// said is not heard (it may not have seen what was since written).
+func (f *feed) foresee(key string, epoch uint64, t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d, ok := f.due[key]; f.ended || ok && epoch < d.epoch || f.refs[key] == 0 {
+		return
+	}
+	if t.IsZero() {
+		delete(f.due, key)
+	} else {
+		f.due[key] = foreseen{t, epoch}
+	}
+	f.arm()
+}
+
+// current is the feed's epoch.
+func (f *feed) current() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.epoch
+}
+
+// arm sets the feed's timer for the earliest moment due (stopped when
+// none is), no sooner than timerFloor after the last change; f.mu is
+// held.
+func (f *feed) arm() {
+	var next time.Time
+	for _, d := range f.due {
+		if next.IsZero() || d.at.Before(next) {
+			next = d.at
+		}
+	}
+	switch {
+	case f.ended:
+	case next.IsZero():
+		if f.timer != nil {
+			f.timer.Stop()
+		}
+	default:
+		d := max(time.Until(next), time.Until(f.changed.Add(timerFloor)), 0)
+		if f.timer == nil {
+			f.timer = time.AfterFunc(d, f.tick)
+		} else {
+			f.timer.Reset(d)
+		}
+	}
+}
+
+// tick is the feed's timer: the streams whose reads foresaw a moment now
+// past are woken (a stale firing, for a moment since moved, finds none).
+func (f *feed) tick() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended {
+		return
+	}
+	now := time.Now()
+	var only map[string]bool
+	for key, d := range f.due {
+		if !now.Before(d.at) {
+			if only == nil {
+				only = map[string]bool{}
+			}
+			only[key] = true
+			delete(f.due, key)
+		}
+	}
+	if only == nil {
+		f.arm()
+		return
+	}
+	f.change(only)
+}
+
+// readsAs records the key a stream (its wake channel) reads with.
+func (f *feed) readsAs(wake chan struct{}, key string) {
+	f.mu.Lock()
+	if _, ok := f.wakes[wake]; ok {
+		f.wakes[wake] = key
+	}
+	f.mu.Unlock()
+}
+
+// end stops the feed's timer for good (its last stream left).
+func (f *feed) end() {
+	f.mu.Lock()
+	f.ended = true
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.mu.Unlock()
 }
 
 // unref drops keys a stream no longer renders with; f.mu is held.
@@ -191,6 +330,7 @@ func (f *feed) unref(keys ...string) {
 			delete(f.refs, k)
 			delete(f.reads, k)
 			delete(f.pages, k)
+			delete(f.due, k)
 		}
 	}
 }

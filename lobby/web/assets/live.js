@@ -202,7 +202,10 @@
     }, Math.max(0, 2000 - (Date.now() - said)));
   }
   window.__live = { events: 0, bytes: 0, full: 0 };
-  var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "seq=" + encodeURIComponent(body.dataset.seq || "0"));
+  var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "seq=" + encodeURIComponent(body.dataset.seq || "0") +
+    // When what the page shows next changes with no write: a stream that
+    // starts past it sends the section even at the same seq.
+    (body.dataset.until ? "&until=" + encodeURIComponent(body.dataset.until) : ""));
   es.addEventListener("open", function () { if (!said) say("Live"); live.className = "live on"; });
   es.addEventListener("error", function () { if (ended) return; say("Reconnecting…"); live.className = "live"; });
   es.addEventListener("change", function (e) {
