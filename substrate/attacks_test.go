@@ -1173,18 +1173,11 @@ func TestAttackSharedBuildsDoNotMultiplyTheRoom(t *testing.T) {
 		}
 	}
 	read(pr) // the snapshot, loaded once for everyone
-	heap := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := liveHeap()
 	for _, p := range ps {
 		read(p)
 	}
-	grown := int64(heap()) - int64(before)
+	grown := int64(liveHeap()) - int64(before)
 	// One copy of the scope is some 300 KB; 150 kept copies some 45 MB.
 	t.Logf("%d readers of a %d-key scope with a gated entry: heap grew %.1f MB", readers, keys, float64(grown)/(1<<20))
 	if grown > 10<<20 {
@@ -1250,18 +1243,11 @@ func gateMemoBounded(t *testing.T, gate string) {
 		}
 	}
 	read(pr)
-	heap := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := liveHeap()
 	for _, p := range ps {
 		read(p)
 	}
-	grown := int64(heap()) - int64(before)
+	grown := int64(liveHeap()) - int64(before)
 	t.Logf("%d readers of %d gated entries: heap grew %.1f MB", readers, gated, float64(grown)/(1<<20))
 	if grown > 5<<20 {
 		t.Errorf("HOLE: %d readers of a room of %d gated entries pinned %.1f MB of gate results", readers, gated, float64(grown)/(1<<20))
@@ -1343,20 +1329,13 @@ func viewMemoBounded(t *testing.T, lobby bool) {
 		return n
 	}
 	read()
-	heap := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := liveHeap()
 	counts := map[int64]bool{}
 	for deadline := time.Now().Add(300*time.Millisecond + timed*step + 200*time.Millisecond); time.Now().Before(deadline); {
 		counts[read()] = true
 		time.Sleep(step / 4)
 	}
-	grown := int64(heap()) - int64(before)
+	grown := int64(liveHeap()) - int64(before)
 	t.Logf("%d counts of a view returning a %d-key scope read: heap grew %.1f MB", len(counts), keys, float64(grown)/(1<<20))
 	if len(counts) < timed/2 {
 		t.Fatalf("the reads saw %d counts: the test proves nothing", len(counts))
@@ -1425,4 +1404,14 @@ func TestAttackSharedBuildFollowsEachPrincipalsGrants(t *testing.T) {
 			}
 		}
 	}
+}
+
+// liveHeap is the heap in use after two collections: what caches keep,
+// not garbage waiting to be collected.
+func liveHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
