@@ -330,7 +330,7 @@ func TestAttackLiveStreamEndsWhenAccessEnds(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice", "bob")
 	s.share("bob", "observer")
 	ev := s.stream("bob", "/live/rooms/lab", "")
-	time.Sleep(200 * time.Millisecond)
+	s.liveSettled()
 	if err := s.lob.LeaveRoom(context.Background(), "user_bob", "lab"); err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +444,7 @@ func TestAttackThinkingOnThePages(t *testing.T) {
 func TestAttackLiveViewStreamEndsWhenRoomDeleted(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice")
 	ev := s.stream("", "/live/rooms/lab?view="+s.room.ViewToken, "")
-	time.Sleep(200 * time.Millisecond)
+	s.liveSettled()
 	if err := s.lob.DeleteRoom(context.Background(), "user_alice", "lab"); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +472,7 @@ func TestAttackRotatedViewTokenEndsLiveStream(t *testing.T) {
 		t.Fatalf("alice's message: %d", code)
 	}
 	ev := s.stream("", "/live/rooms/lab?view="+s.room.ViewToken, "")
-	time.Sleep(200 * time.Millisecond)
+	s.liveSettled()
 
 	if _, _, body := s.get("bob", "/rooms/lab"); strings.Contains(body, "tokens/rotate") {
 		t.Fatal("a collaborator's page offers token rotation")

@@ -30,7 +30,7 @@ func BenchmarkHundredLiveStreams(b *testing.B) {
 		for i := range streams {
 			streams[i] = s.stream("alice", "/live/rooms/lab", "")
 		}
-		time.Sleep(200 * time.Millisecond)
+		s.liveSettled()
 		runtime.GC()
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
@@ -89,7 +89,7 @@ func BenchmarkLiveStreamsOneRoom(b *testing.B) {
 				}
 				streams = append(streams, s.stream(who, path, ""))
 			}
-			time.Sleep(300 * time.Millisecond) // first renders done
+			s.liveSettled() // first renders done
 			var r0, r1 syscall.Rusage
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
 			a0 := s.db.Status().Acquires

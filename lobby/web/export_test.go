@@ -22,3 +22,19 @@ func LiveFeeds(wb *Web) (feeds, renders int) {
 	}
 	return len(fs), renders
 }
+
+// LiveSettled reports how many live streams got past their first section
+// so far, and how many wakes (after a change) streams have not yet
+// answered: none means no live render is under way or due.
+func LiveSettled(wb *Web) (started, unsent int64) {
+	wb.mu.Lock()
+	fs := make([]*feed, 0, len(wb.feeds))
+	for _, f := range wb.feeds {
+		fs = append(fs, f)
+	}
+	wb.mu.Unlock()
+	for _, f := range fs {
+		unsent += f.unsent.Load()
+	}
+	return wb.liveStarted.Load(), unsent
+}

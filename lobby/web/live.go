@@ -231,6 +231,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 	if !send(true) {
 		return
 	}
+	wb.liveStarted.Add(1)
 	_ = rc.Flush()
 	beat := time.NewTicker(wb.opt.Heartbeat)
 	defer beat.Stop()
@@ -241,7 +242,9 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		case <-wb.done:
 			return
 		case <-changes:
-			if !send(false) {
+			ok := send(false)
+			f.unsent.Add(-1)
+			if !ok {
 				return
 			}
 		case <-beat.C:

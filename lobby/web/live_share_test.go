@@ -29,7 +29,7 @@ func TestLiveStreamsRenderOncePerView(t *testing.T) {
 		}
 		streams = append(streams, s.stream(who, path, ""))
 	}
-	time.Sleep(200 * time.Millisecond) // the first sections are read
+	s.liveSettled() // the first sections are read
 	reads0, renders0 := web.LiveCounts(s.wb)
 	const writes = 5
 	for i := range writes {
@@ -73,11 +73,12 @@ func TestLiveFeedMemoryBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { res.Body.Close() })
+		s.opened++
 	}
 	for i := range 30 {
 		s.write("_shared", "x", fmt.Sprint(i))
 	}
-	time.Sleep(300 * time.Millisecond)
+	s.liveSettled()
 	// Three readers (alice twice): two authorities (the owners share
 	// one), three sections.
 	if feeds, held := web.LiveFeeds(s.wb); feeds != 1 || held > 5 {

@@ -55,7 +55,7 @@ func TestLiveStreamHearsWhatTheClockChanges(t *testing.T) {
 		// The reads of the last writes are done, and what they sent is
 		// taken (a render of a running cooldown differs from the last by
 		// its ms_left: two notifications of one seq send two events).
-		time.Sleep(300 * time.Millisecond)
+		s.liveSettled()
 		for _, ev := range all {
 			for len(ev) > 0 {
 				<-ev
@@ -142,7 +142,7 @@ func TestLiveStreamHearsWhatTheClockChanges(t *testing.T) {
 			t.Errorf("%s: no event within 5 s after the moment, with no write", c.name)
 			continue
 		}
-		time.Sleep(300 * time.Millisecond)
+		s.liveSettled()
 		// Once per view: alice's three tabs share a read, the view link
 		// reads apart.
 		if reads, renders := web.LiveCounts(s.wb); reads-reads0 > 2 || renders-renders0 > 2 {
@@ -166,7 +166,7 @@ func TestLiveStreamWithNoTimerIsNotReread(t *testing.T) {
 	view := s.stream("", "/live/rooms/lab?seq="+s.seq()+"&view="+s.room.ViewToken, "")
 	quiet := func(what string) {
 		t.Helper()
-		time.Sleep(300 * time.Millisecond) // the first reads
+		s.liveSettled() // the first reads
 		reads0, _ := web.LiveCounts(s.wb)
 		select {
 		case e := <-ev:
@@ -199,7 +199,7 @@ func TestLiveStreamOnAnOpaqueNowFollowsTheCadence(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := s.stream("alice", "/live/rooms/lab?seq="+s.seq(), "")
-	time.Sleep(300 * time.Millisecond)
+	s.liveSettled()
 	reads0, _ := web.LiveCounts(s.wb)
 	start := time.Now()
 	var heard []time.Duration
@@ -237,7 +237,7 @@ func TestLiveClockWakesOnlyWhoSeesIt(t *testing.T) {
 	}
 	owner := s.stream("alice", "/live/rooms/lab?seq="+s.seq(), "")
 	view := s.stream("bob", "/live/rooms/lab?seq="+s.seq(), "")
-	time.Sleep(300 * time.Millisecond)
+	s.liveSettled()
 	reads0, _ := web.LiveCounts(s.wb)
 	select {
 	case e := <-owner:
@@ -265,7 +265,7 @@ func TestLiveClockWakesOnlyWhoSeesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(t, view, 5*time.Second) // the write's own event (its activity row)
-	time.Sleep(300 * time.Millisecond)
+	s.liveSettled()
 	for len(view) > 0 {
 		<-view
 	}

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
@@ -59,6 +60,10 @@ type feed struct {
 	timer   *time.Timer
 	changed time.Time
 	ended   bool
+	// unsent counts the wakes given to streams that they have not yet
+	// answered (rendered, sent or found nothing to send): tests wait for
+	// none before measuring what a change costs.
+	unsent atomic.Int64
 }
 
 // foreseen is the moment a read with some key foresaw (see foresee), and
@@ -167,6 +172,9 @@ func (wb *Web) joinFeed(ctx context.Context, p *substrate.Principal, roomID stri
 func (wb *Web) leaveFeed(f *feed, wake chan struct{}, keys []string) {
 	f.mu.Lock()
 	delete(f.wakes, wake)
+	if len(wake) > 0 {
+		f.unsent.Add(-1) // a wake the stream leaves unanswered
+	}
 	f.unref(keys...)
 	f.mu.Unlock()
 	wb.mu.Lock()
@@ -217,6 +225,7 @@ func (f *feed) change(only map[string]bool) {
 		}
 		select {
 		case w <- struct{}{}:
+			f.unsent.Add(1)
 		default:
 		}
 	}

@@ -84,6 +84,7 @@ type Web struct {
 	streamIDs   atomic.Int64
 	liveReads   atomic.Int64  // rooms read for live streams
 	liveRenders atomic.Int64  // sections rendered for live streams
+	liveStarted atomic.Int64  // live streams past their first section (tests wait on it)
 	done        chan struct{} // closed by Close: live streams end
 	once        sync.Once
 }

@@ -39,6 +39,9 @@ type site struct {
 	admin *substrate.Principal
 	db    *store.DB
 	wb    *web.Web
+	// opened counts the live streams the test opened (stream, or by hand):
+	// liveSettled waits until that many have started.
+	opened int64
 }
 
 func newSite(t *testing.T, opt web.Options, people ...string) *site {
@@ -253,6 +256,7 @@ func (s *site) stream(person, path, lastID string) <-chan string {
 		b, _ := io.ReadAll(res.Body)
 		s.t.Fatalf("live stream: %d %s", res.StatusCode, b)
 	}
+	s.opened++
 	out := make(chan string, 16)
 	go func() {
 		defer res.Body.Close()
@@ -273,6 +277,26 @@ func (s *site) stream(person, path, lastID string) <-chan string {
 		}
 	}()
 	return out
+}
+
+// liveSettled waits until every stream the test opened has sent its first
+// section and answered every change it was woken for: from then on, reads
+// and renders counted (LiveCounts) are work begun later, never a late
+// first section or the tail of an earlier change. A slow machine waits
+// longer; it never measures too early.
+func (s *site) liveSettled() {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		started, unsent := web.LiveSettled(s.wb)
+		if started >= s.opened && unsent == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("live streams not settled after 30 s: %d of %d started, %d wakes unanswered", started, s.opened, unsent)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func next(t testing.TB, events <-chan string, d time.Duration) string {
