@@ -62,6 +62,16 @@ func TestLiveStreamHoldsNothingPerUpdate(t *testing.T) {
 			}
 		}
 	}()
+	// The first section is read before the first write: the stream, which
+	// said no seq, takes the room as it reads it for what the page shows.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if started, _ := web.LiveSettled(wb); started >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the live stream did not send its first section within 30 s")
+		}
+	}
 	const n = 20
 	for i := range n {
 		s.write("_shared", "x", strings.Repeat("1", i+1))
