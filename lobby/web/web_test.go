@@ -225,6 +225,7 @@ func TestRoomPathStaysTheAPIForClients(t *testing.T) {
 func TestLiveStreamFollowsCommits(t *testing.T) {
 	s := newSite(t, web.Options{}, "alice")
 	events := s.stream("alice", "/live/rooms/lab", "")
+	s.liveSettled() // the page (no seq) shows the room as first read: write after
 	s.write("_shared", "x", "1")
 	ev := next(t, events, 5*time.Second)
 	if !strings.Contains(ev, "event: change") || !strings.Contains(ev, "id: ") {
