@@ -2,9 +2,9 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -98,20 +98,9 @@ func BenchmarkLiveStreamsOneRoom(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				s.write("_shared", "x", strconv.Itoa(i+1))
-				want := "id: " + s.seq() + "\n"
+				seq := s.seq()
 				for k, ev := range streams {
-					deadline := time.After(10 * time.Second)
-				follow:
-					for {
-						select {
-						case e := <-ev:
-							if strings.HasPrefix(e, want) {
-								break follow
-							}
-						case <-deadline:
-							b.Fatalf("stream %d missed write %d", k, i)
-						}
-					}
+					nextAt(b, ev, seq, fmt.Sprintf("stream %d, write %d", k, i))
 				}
 			}
 			b.StopTimer()

@@ -34,20 +34,9 @@ func TestLiveStreamsRenderOncePerView(t *testing.T) {
 	const writes = 5
 	for i := range writes {
 		s.write("_shared", "x", fmt.Sprint(i))
-		want := "id: " + s.seq() + "\n"
+		seq := s.seq()
 		for k, ev := range streams {
-			deadline := time.After(10 * time.Second)
-		follow:
-			for {
-				select {
-				case e := <-ev:
-					if strings.HasPrefix(e, want) {
-						break follow
-					}
-				case <-deadline:
-					t.Fatalf("stream %d missed write %d", k, i)
-				}
-			}
+			nextAt(t, ev, seq, fmt.Sprintf("stream %d, write %d", k, i))
 		}
 	}
 	reads, renders := web.LiveCounts(s.wb)
@@ -161,22 +150,10 @@ func TestLiveFeedChurn(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	s.write("_shared", "last", `"done"`)
-	want := "id: " + s.seq() + "\n"
+	seq := s.seq()
 	for k, ev := range stay {
-		deadline := time.After(10 * time.Second)
-	follow:
-		for {
-			select {
-			case e := <-ev:
-				if strings.HasPrefix(e, want) {
-					if !strings.Contains(e, "last") {
-						t.Errorf("stream %d: the last write's event does not name it: %s", k, e)
-					}
-					break follow
-				}
-			case <-deadline:
-				t.Fatalf("stream %d never heard the last write (%s)", k, want)
-			}
+		if e := nextAt(t, ev, seq, fmt.Sprintf("stream %d, the last write", k)); !strings.Contains(e, "last") {
+			t.Errorf("stream %d: the last write's event does not name it: %s", k, e)
 		}
 	}
 	if feeds, _ := web.LiveFeeds(s.wb); feeds != 1 {

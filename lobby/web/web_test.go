@@ -311,6 +311,25 @@ func next(t testing.TB, events <-chan string, d time.Duration) string {
 	}
 }
 
+// nextAt skips events until the one whose id is seq and returns it; what
+// it waits for is named in a failure.
+func nextAt(t testing.TB, events <-chan string, seq, what string) string {
+	t.Helper()
+	want := "id: " + seq + "\n"
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case e := <-events:
+			if strings.HasPrefix(e, want) {
+				return e
+			}
+		case <-deadline:
+			t.Fatalf("%s: no event at seq %s within 10 s", what, seq)
+			return ""
+		}
+	}
+}
+
 // The audit scrubber shows the state as it was at an earlier seq; the CEL
 // console evaluates with the reader's authority.
 func TestScrubberAndConsole(t *testing.T) {
