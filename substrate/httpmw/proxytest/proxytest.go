@@ -5,6 +5,7 @@
 package proxytest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,17 +42,6 @@ type Options struct {
 	ReadTimeout time.Duration
 }
 
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}
-
 // Nginx starts nginx with the README's nginx server block, listening on a
 // loopback port over plain HTTP and proxying to upstream (host:port). It
 // returns the proxy's base URL; the test's cleanup stops it. Skips when
@@ -64,21 +55,22 @@ func Nginx(t testing.TB, upstream string, opt Options) string {
 		}
 		bin = "/usr/sbin/nginx"
 	}
-	block := README(t, "nginx")
-	port := freePort(t)
-	// TLS is the proxy's business and not under test: the listener is
-	// plain HTTP on loopback; everything inside location is the README's.
-	block = regexp.MustCompile(`listen [^;]*;`).ReplaceAllString(block, "listen 127.0.0.1:"+port+";")
-	block = strings.ReplaceAll(block, "http://127.0.0.1:8080", "http://"+upstream)
-	if opt.ReadTimeout > 0 {
-		block = regexp.MustCompile(`proxy_read_timeout [^;]*;`).ReplaceAllString(block, fmt.Sprintf("proxy_read_timeout %dms;", opt.ReadTimeout.Milliseconds()))
-	}
-	dir := t.TempDir()
-	for _, d := range []string{"logs", "tmp"} {
-		_ = os.MkdirAll(filepath.Join(dir, d), 0o777)
-	}
-	_ = os.Chmod(dir, 0o777)
-	conf := fmt.Sprintf(`daemon off;
+	readme := README(t, "nginx")
+	return "http://127.0.0.1:" + Start(t, "nginx", false, func(port string) (*exec.Cmd, string) {
+		block := readme
+		// TLS is the proxy's business and not under test: the listener is
+		// plain HTTP on loopback; everything inside location is the README's.
+		block = regexp.MustCompile(`listen [^;]*;`).ReplaceAllString(block, "listen 127.0.0.1:"+port+";")
+		block = strings.ReplaceAll(block, "http://127.0.0.1:8080", "http://"+upstream)
+		if opt.ReadTimeout > 0 {
+			block = regexp.MustCompile(`proxy_read_timeout [^;]*;`).ReplaceAllString(block, fmt.Sprintf("proxy_read_timeout %dms;", opt.ReadTimeout.Milliseconds()))
+		}
+		dir := t.TempDir()
+		for _, d := range []string{"logs", "tmp"} {
+			_ = os.MkdirAll(filepath.Join(dir, d), 0o777)
+		}
+		_ = os.Chmod(dir, 0o777)
+		conf := fmt.Sprintf(`daemon off;
 master_process off;
 pid %[1]s/nginx.pid;
 error_log %[1]s/logs/error.log warn;
@@ -93,11 +85,12 @@ http {
 %[2]s
 }
 `, dir, block)
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return run(t, "nginx", port, filepath.Join(dir, "logs", "error.log"), exec.Command(bin, "-p", dir, "-c", path))
+		path := filepath.Join(dir, "nginx.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return exec.Command(bin, "-p", dir, "-c", path), filepath.Join(dir, "logs", "error.log")
+	})
 }
 
 // Caddy starts Caddy with the README's Caddyfile site block, serving
@@ -109,63 +102,163 @@ func Caddy(t testing.TB, upstream string, opt Options) string {
 	if err != nil {
 		missing(t, "caddy")
 	}
-	block := README(t, "caddy")
-	port := freePort(t)
-	block = strings.Replace(block, "sync.example.org", "http://127.0.0.1:"+port, 1)
-	block = strings.ReplaceAll(block, "127.0.0.1:8080", upstream)
-	if opt.ReadTimeout > 0 {
-		block = regexp.MustCompile(`read_timeout \S+`).ReplaceAllString(block, fmt.Sprintf("read_timeout %dms", opt.ReadTimeout.Milliseconds()))
-	}
-	dir := t.TempDir()
-	conf := "{\n\tadmin off\n\tauto_https off\n}\n\n" + block + "\n"
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "--adapter", "caddyfile", "--config", path)
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	logPath := filepath.Join(dir, "caddy.log")
-	return run(t, "caddy", port, logPath, cmd)
+	readme := README(t, "caddy")
+	return "http://127.0.0.1:" + Start(t, "caddy", false, func(port string) (*exec.Cmd, string) {
+		block := readme
+		block = strings.Replace(block, "sync.example.org", "http://127.0.0.1:"+port, 1)
+		block = strings.ReplaceAll(block, "127.0.0.1:8080", upstream)
+		if opt.ReadTimeout > 0 {
+			block = regexp.MustCompile(`read_timeout \S+`).ReplaceAllString(block, fmt.Sprintf("read_timeout %dms", opt.ReadTimeout.Milliseconds()))
+		}
+		dir := t.TempDir()
+		// default_bind: Caddy would listen on every address (":port"),
+		// and a loopback listener someone else holds on that port would
+		// still take the test's connections.
+		conf := "{\n\tadmin off\n\tauto_https off\n\tdefault_bind 127.0.0.1\n}\n\n" + block + "\n"
+		path := filepath.Join(dir, "Caddyfile")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "run", "--adapter", "caddyfile", "--config", path)
+		cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+		logPath := filepath.Join(dir, "caddy.log")
+		return cmd, logPath
+	})
 }
 
-// run starts cmd, waits until port accepts connections, and stops the
-// process (by its own pid) when the test ends.
-func run(t testing.TB, name, port, logPath string, cmd *exec.Cmd) string {
+// Start starts a proxy that binds its own loopback port (it cannot be
+// handed a listener): mk makes the command and its log's path for a port.
+// The port is picked free and then bound by the proxy, and another
+// process (an outgoing connection's local port, on a machine running other
+// tests in parallel) can take it in between. The proxy then exits saying
+// so, and it is started again on another port, only for that reason and
+// up to 5 times. It returns the port the proxy listens on; the process
+// stops when the test ends (graceful: SIGINT first, then SIGKILL after
+// 5 s, for an nginx with worker processes that a SIGKILL would orphan).
+func Start(t testing.TB, name string, graceful bool, mk func(port string) (cmd *exec.Cmd, logPath string)) string {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		port := freePort(t)
+		cmd, logPath := mk(port)
+		err := startOn(t, name, port, logPath, graceful, cmd)
+		if err == nil {
+			return port
+		}
+		if attempt == 5 {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Logf("%s: %v: another port", name, err)
+	}
+}
+
+// errInUse is a proxy's exit because its port was taken.
+var errInUse = errors.New("port taken before the proxy could listen on it")
+
+func freePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// startOn starts cmd and waits until it listens on port. Accepting a
+// connection is not proof: whoever took the port accepts too, so on Linux
+// the listening socket must be one of the process's own. It answers
+// errInUse when the process exits with "address already in use" in its
+// log, and fails the test on any other exit.
+func startOn(t testing.TB, name, port, logPath string, graceful bool, cmd *exec.Cmd) error {
 	t.Helper()
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
+	if cmd.Stdout == nil {
+		cmd.Stdout = logf
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = logf
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	stop := func() {
+		if graceful {
+			_ = cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+			}
+		}
 		_ = cmd.Process.Kill()
 		<-exited
 		logf.Close()
-	})
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
-		if err == nil {
-			c.Close()
-			return "http://127.0.0.1:" + port
+		if listens(cmd.Process.Pid, port) {
+			t.Cleanup(stop)
+			return nil
 		}
 		select {
 		case <-exited:
+			stop()
 			out, _ := os.ReadFile(logPath)
+			if strings.Contains(strings.ToLower(string(out)), "address already in use") {
+				return fmt.Errorf("%w: 127.0.0.1:%s", errInUse, port)
+			}
 			t.Fatalf("%s exited at start:\n%s", name, out)
 		default:
 		}
 		if time.Now().After(deadline) {
+			stop()
 			out, _ := os.ReadFile(logPath)
 			t.Fatalf("%s did not listen on %s in 20 s:\n%s", name, port, out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// listens tells whether process pid holds a socket listening on the
+// loopback port (Linux: /proc/net/tcp and the process's descriptors).
+// Elsewhere it falls back to a connection being accepted.
+func listens(pid int, port string) bool {
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return false
+	}
+	local := fmt.Sprintf("0100007F:%04X", n)
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		f := strings.Fields(line)
+		if len(f) >= 10 && f[1] == local && f[3] == "0A" {
+			inodes["socket:["+f[9]+"]"] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return false
+	}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err == nil && inodes[target] {
+			return true
+		}
+	}
+	return false
 }
 
 // missing skips a test whose proxy is not installed, except in CI
