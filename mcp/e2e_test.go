@@ -67,13 +67,19 @@ type serverOpts struct {
 	accessTTL time.Duration
 	// keepAlive is the event streams' keep-alive interval (default 15 s).
 	keepAlive time.Duration
+	// ln, when set, is the listener to serve on (bound by the test
+	// before the server starts, e.g. for a proxy in front of it).
+	ln net.Listener
 }
 
 func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ln := o.ln
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	base := "http://localhost:" + strings.Split(ln.Addr().String(), ":")[1]
 	public := base

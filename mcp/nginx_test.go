@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncsubstrate/sync/oauth/oauthtest"
 	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate/httpmw/proxytest"
 )
 
 // readmeNginx is the nginx server block the README's deployment section
@@ -40,12 +41,12 @@ func directive(name string) *regexp.Regexp {
 }
 
 // nginxProxy runs Debian's nginx with the README's server block in front
-// of the backend at addr, listening on the loopback port listen. Only
+// of the backend at addr, listening on a loopback port it returns. Only
 // what a test machine must change is changed: the listener (plain HTTP on
 // loopback; TLS is not what is tested) and the upstream address; edit
 // changes the block further (a test's shorter timeout). The block's
 // headers, timeouts and buffering are the README's.
-func nginxProxy(t *testing.T, listen, addr string, edit func(string) string) {
+func nginxProxy(t *testing.T, addr string, edit func(string) string) string {
 	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
@@ -57,22 +58,25 @@ func nginxProxy(t *testing.T, listen, addr string, edit func(string) string) {
 			t.Skip("nginx is not installed")
 		}
 	}
-	block := readmeNginx(t)
+	readme := readmeNginx(t)
 	for _, d := range []string{"listen", "proxy_pass"} {
-		if !directive(d).MatchString(block) {
-			t.Fatalf("the README's nginx block has no %s directive:\n%s", d, block)
+		if !directive(d).MatchString(readme) {
+			t.Fatalf("the README's nginx block has no %s directive:\n%s", d, readme)
 		}
 	}
-	// TLS is the one thing a loopback test cannot have as documented
-	// (certificates for the public name): its directives go.
-	block = regexp.MustCompile(`(?m)^\s*ssl_\w+\s[^;]*;`).ReplaceAllString(block, "")
-	block = directive("listen").ReplaceAllString(block, "${1}listen "+listen+";")
-	block = directive("proxy_pass").ReplaceAllString(block, "${1}proxy_pass http://"+addr+";")
-	if edit != nil {
-		block = edit(block)
-	}
-	dir := t.TempDir()
-	conf := fmt.Sprintf(`daemon off;
+	// nginx binds its port itself: proxytest.Start tries another when it
+	// is taken between picking and binding.
+	return proxytest.Start(t, "nginx", true, func(port string) (*exec.Cmd, string) {
+		// TLS is the one thing a loopback test cannot have as documented
+		// (certificates for the public name): its directives go.
+		block := regexp.MustCompile(`(?m)^\s*ssl_\w+\s[^;]*;`).ReplaceAllString(readme, "")
+		block = directive("listen").ReplaceAllString(block, "${1}listen 127.0.0.1:"+port+";")
+		block = directive("proxy_pass").ReplaceAllString(block, "${1}proxy_pass http://"+addr+";")
+		if edit != nil {
+			block = edit(block)
+		}
+		dir := t.TempDir()
+		conf := fmt.Sprintf(`daemon off;
 worker_processes 1;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log warn;
@@ -87,61 +91,33 @@ http {
 %[2]s
 }
 `, dir, block)
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt) // nginx's fast shutdown (SIGINT)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
+		if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
 		}
+		return exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log")), filepath.Join(dir, "error.log")
 	})
-	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", listen); err == nil {
-			c.Close()
-			return
-		}
-		if time.Since(start) > 10*time.Second {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx did not start:\n%s\n%s", conf, log)
-		}
-	}
 }
 
-// freeAddr is a loopback address nothing listens on (for a proxy whose
-// address the server must know before it starts).
-func freeAddr(t *testing.T) string {
+// behindNginx starts the test server behind nginxProxy: the server's
+// listener is bound first (nothing can take it), nginx is started on a
+// port of its own in front of it, then the server is served on that
+// listener with nginx's address as its public URL.
+func behindNginx(t *testing.T, o serverOpts, edit func(string) string) (srv *server, public string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func backendAddr(srv *server) string {
-	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.base, "http://"))
-	return "127.0.0.1:" + port
+	port := nginxProxy(t, ln.Addr().String(), edit)
+	o.publicURL, o.ln = "http://localhost:"+port, ln
+	return startServerOpts(t, pgtest.New(t), o), o.publicURL
 }
 
 // The TypeScript SDK client through Debian's nginx configured with the
 // README's own snippet: OAuth discovery, registration, consent and token
 // through the proxy, then the tools, then a refresh.
 func TestTypeScriptClientThroughNginx(t *testing.T) {
-	listen := freeAddr(t)
-	public := "http://localhost:" + strings.Split(listen, ":")[1]
-	srv := startServerOpts(t, pgtest.New(t), serverOpts{publicURL: public, accessTTL: 3 * time.Second})
-	nginxProxy(t, listen, backendAddr(srv), nil)
+	_, public := behindNginx(t, serverOpts{accessTTL: 3 * time.Second}, nil)
 	t.Setenv("SYNC_TS_OUTLIVE_MS", "4000")
 	// The person signs up and consents through the proxy too.
 	alice := oauthtest.SignUpVia(t, public, "alice", "", http.DefaultTransport)
@@ -159,10 +135,7 @@ func TestTypeScriptClientThroughNginx(t *testing.T) {
 // Scaled down for speed: keep-alives every 300 ms against a 1.5 s read
 // timeout (production: every 15 s, inside the 30 s some proxies use).
 func TestListenStreamSurvivesProxyTimeout(t *testing.T) {
-	listen := freeAddr(t)
-	public := "http://localhost:" + strings.Split(listen, ":")[1]
-	srv := startServerOpts(t, pgtest.New(t), serverOpts{publicURL: public, keepAlive: 300 * time.Millisecond})
-	nginxProxy(t, listen, backendAddr(srv), func(b string) string {
+	srv, public := behindNginx(t, serverOpts{keepAlive: 300 * time.Millisecond}, func(b string) string {
 		b = directive("proxy_read_timeout").ReplaceAllString(b, "")
 		return regexp.MustCompile(`(?m)^(\s*)location [^{]*\{`).ReplaceAllString(b, "$0\n${1}    proxy_read_timeout 1500ms;")
 	})
