@@ -133,15 +133,17 @@ func TestFirstCallsOfNewGrantAtOnce(t *testing.T) {
 	for _, conns := range []string{"16", "2"} {
 		t.Run("pool="+conns, func(t *testing.T) {
 			dbURL := pgtest.URL(t)
-			port := freePort(t)
-			public := "http://localhost:" + port
-			cfg := testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open",
-				"-public-url", public, "-db-max-conns", conns)
-			if err := run(context.Background(), "migrate", cfg, nil); err != nil {
+			if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
 				t.Fatal(err)
 			}
-			a, stopA := start(t, cfg)
+			// The public URL names the port: picked before the server
+			// binds it, it is tried again with another when taken.
+			a, stopA, ports := startOnFreePorts(t, 1, func(ports []string) *config {
+				return testConfig(t, "-addr", "127.0.0.1:"+ports[0], "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open",
+					"-public-url", "http://localhost:"+ports[0], "-db-max-conns", conns)
+			})
 			defer stopA()
+			public := "http://localhost:" + ports[0]
 			b := startChild(t, dbURL, "-signup", "open", "-public-url", public, "-db-max-conns", conns)
 			bob := oauthtest.SignUp(t, public, "bob", "")
 			db, err := pgx.Connect(context.Background(), dbURL)
