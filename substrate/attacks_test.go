@@ -1046,21 +1046,9 @@ func TestAttackSharedViewCountsNoGatedMessage(t *testing.T) {
 // stash itself, and an entry whose gate reads the stash (the gate memo
 // is shared by authority too).
 func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
-	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room = "rules-x"
-	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, _ := svc.Authenticate(ctx, made.Token)
-	pv, _ := svc.Authenticate(ctx, made.ViewToken)
-	j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: "alice", Name: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice, _ := svc.Authenticate(ctx, j.Token)
+	svc, pr, pv, alice := roomWithViewer(t, room, "alice")
 	if _, err := loom.Of(svc).Run(ctx, pr, room, "→ permit alice loom_aware loom_write"); err != nil {
 		t.Fatal(err)
 	}

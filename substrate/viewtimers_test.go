@@ -256,21 +256,9 @@ func TestTimersEndCachedViewValues(t *testing.T) {
 // rows (a view, an action, an entry), or every cache built on it keeps
 // them.
 func TestTickTimersEndCachedViewValues(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
-	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room = "vt-ticks"
-	made, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: room})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, _ := svc.Authenticate(ctx, made.Token)
-	pv, _ := svc.Authenticate(ctx, made.ViewToken)
-	j, err := svc.Join(ctx, pr, room, substrate.JoinRequest{ID: "alice", Name: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pa, _ := svc.Authenticate(ctx, j.Token)
+	svc, pr, pv, pa := roomWithViewer(t, room, "alice")
 	ticks := func(effect string) *substrate.Timer {
 		return &substrate.Timer{Ticks: 2, TickOn: "_shared.turn", Effect: effect}
 	}

@@ -131,6 +131,33 @@ func roomWithAgent(t *testing.T, roomID, agentID string) (svc *substrate.Service
 	return svc, admin, agent
 }
 
+// roomWithViewer is a service (default options) with room roomID, its
+// room and view-token principals and agent agentID, joined.
+func roomWithViewer(t *testing.T, roomID, agentID string) (svc *substrate.Service, admin, viewer, agent *substrate.Principal) {
+	t.Helper()
+	svc = substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: roomID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if viewer, err = svc.Authenticate(ctx, room.ViewToken); err != nil {
+		t.Fatal(err)
+	}
+	if admin, err = svc.Authenticate(ctx, room.Token); err != nil {
+		t.Fatal(err)
+	}
+	ag, err := svc.Join(ctx, admin, roomID, substrate.JoinRequest{ID: agentID, Name: agentID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agent, err = svc.Authenticate(ctx, ag.Token); err != nil {
+		t.Fatal(err)
+	}
+	return svc, admin, viewer, agent
+}
+
 // joinedRoom makes room roomID in svc and returns the room's principal and
 // that of agent agentID, joined.
 func joinedRoom(t *testing.T, svc *substrate.Service, roomID, agentID string) (admin, agent *substrate.Principal) {
