@@ -55,6 +55,13 @@ type Options struct {
 	// 15 s: a comment at least every 19 s, inside the 30 s read timeout
 	// some proxies and hosts use.
 	KeepAlive time.Duration
+	// Shutdown, when it ends, ends every event stream (the listen stream):
+	// a server ends it as its shutdown begins, so that clients reconnect
+	// to another process at once instead of holding the drain for its
+	// whole timeout; ordinary requests are not cut. A stream that begins
+	// after it ended ends as soon as it began. Default nil: streams end
+	// only when their client leaves.
+	Shutdown context.Context
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -116,7 +123,7 @@ func Handler(opt Options) http.Handler {
 	if opt.HTTP == nil {
 		opt.HTTP = httpmw.New(httpmw.Options{Logger: opt.Logger})
 	}
-	return opt.HTTP.Wrap(checkHost(&opt, checkOrigin(&opt, peekRPC(opt.Auth.RequireBearer("", refuseBatches(pass(keepAlive(opt.KeepAlive, streamable))))))))
+	return opt.HTTP.Wrap(checkHost(&opt, checkOrigin(&opt, peekRPC(opt.Auth.RequireBearer("", refuseBatches(pass(keepAlive(opt.KeepAlive, opt.Shutdown, streamable))))))))
 }
 
 // checkHost is the DNS-rebinding protection: a browser tricked into

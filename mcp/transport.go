@@ -166,11 +166,19 @@ func (l *limitedCall) finish(id json.RawMessage) {
 // until the client leaves): proxies close a response that is silent for
 // their read timeout (nginx and Caddy cut it at 75 s, many hosts at 30 s
 // or 60 s). X-Accel-Buffering: no keeps nginx from holding events back.
-func keepAlive(interval time.Duration, next http.Handler) http.Handler {
+// When shutdown ends (the server's shutdown begins), an event stream's
+// request is cancelled, so the stream ends cleanly and its client
+// reconnects to another process; a response that is not a stream goes on.
+func keepAlive(interval time.Duration, shutdown context.Context, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		kw := &aliveWriter{ResponseWriter: w, interval: interval, stop: make(chan struct{})}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		kw := &aliveWriter{ResponseWriter: w, interval: interval, stop: make(chan struct{}), cancel: cancel}
 		defer kw.close()
-		next.ServeHTTP(kw, r)
+		if shutdown != nil {
+			defer context.AfterFunc(shutdown, kw.shuttingDown)()
+		}
+		next.ServeHTTP(kw, r.WithContext(ctx))
 	})
 }
 
@@ -179,15 +187,28 @@ func keepAlive(interval time.Duration, next http.Handler) http.Handler {
 type aliveWriter struct {
 	http.ResponseWriter
 	interval time.Duration
+	cancel   context.CancelFunc // ends the request: the stream's end at shutdown
 	mu       sync.Mutex
 	headed   bool
 	stream   bool
+	closing  bool // the server's shutdown began
 	last     time.Time
 	// tail is the end of what was written: a comment goes only where an
 	// event ended (after a blank line), never inside one.
 	tail    [2]byte
 	stop    chan struct{}
 	stopped sync.WaitGroup
+}
+
+// shuttingDown cancels the request when the shutdown begins, if by then
+// (or later, in writeHeader) the response is an event stream.
+func (a *aliveWriter) shuttingDown() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closing = true
+	if a.stream {
+		a.cancel()
+	}
 }
 
 func (a *aliveWriter) WriteHeader(code int) {
@@ -209,6 +230,9 @@ func (a *aliveWriter) writeHeader(code int) {
 		a.last = time.Now()
 		a.stopped.Add(1)
 		go a.beat()
+		if a.closing {
+			a.cancel() // begun during the shutdown: end it at once
+		}
 	}
 	a.ResponseWriter.WriteHeader(code)
 }

@@ -201,8 +201,13 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 	api := rest.Handler(svc, rest.Options{HTTP: stack, CreateToken: cfg.CreateToken})
 	roomPage := stack.Wrap(http.HandlerFunc(people.RoomPage))
 	mux := http.NewServeMux()
+	// Event streams end as the shutdown begins (RegisterOnShutdown below):
+	// a client holds its listen stream for its whole session, which would
+	// hold every stop for the whole SYNC_SHUTDOWN_TIMEOUT.
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
 	mcpHandler := mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL,
-		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack, ObserveTool: observeTool})
+		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack, ObserveTool: observeTool, Shutdown: streams})
 	// /mcp/ too: people paste the URL either way, and a 404 there reads as
 	// "the server is down".
 	mux.Handle("/mcp", mcpHandler)
@@ -240,7 +245,10 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) erro
 		Protocols: serverProtocols(),
 		HTTP2:     &http.HTTP2Config{MaxConcurrentStreams: 1000},
 	}
-	srv.RegisterOnShutdown(people.Close) // live pages' streams would outlast the drain
+	// Event streams would outlast the drain; their clients reconnect to
+	// another process. Ordinary requests drain.
+	srv.RegisterOnShutdown(people.Close)
+	srv.RegisterOnShutdown(endStreams)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	if cfg.MetricsAddr != "" {
