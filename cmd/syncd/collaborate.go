@@ -169,12 +169,12 @@ func collaborateMain(args []string) int {
 
 // collaborate opens the server's database and runs the collaborator on it.
 func collaborate(ctx context.Context, cc *collabConfig) error {
-	db, closeDB, err := openDatabase(ctx, &cc.db)
+	db, closeDB, explain, err := openDatabase(ctx, &cc.db, true)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	return collaborateOn(ctx, db, cc)
+	return explain(collaborateOn(ctx, db, cc))
 }
 
 func collaborateOn(ctx context.Context, db *store.DB, cc *collabConfig) error {

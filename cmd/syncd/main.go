@@ -78,12 +78,13 @@ func signalContext() (context.Context, context.CancelFunc) {
 
 // run serves until ctx ends. ready, when not nil, receives the listener's
 // address once the server accepts connections (tests use it).
-func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) error {
-	db, closeDB, err := openDatabase(ctx, cfg)
+func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err error) {
+	db, closeDB, explain, err := openDatabase(ctx, cfg, cmd != "serve")
 	if err != nil {
 		return err
 	}
 	defer closeDB()
+	defer func() { err = explain(err) }()
 
 	applied, err := db.Migrate(ctx)
 	if err != nil {
@@ -327,33 +328,47 @@ func every(ctx context.Context, interval time.Duration, fn func(context.Context)
 }
 
 // openDatabase connects to DATABASE_URL, or starts the embedded cluster
-// when it is unset. The returned func closes the pool and stops the cluster.
-func openDatabase(ctx context.Context, cfg *config) (*store.DB, func(), error) {
+// when it is unset. The returned closeDB closes the pool and stops the
+// cluster; explain adds to a command's error that the cluster it attached
+// to was stopped under it.
+//
+// A server owns its embedded cluster: started while a previous server
+// still drains, it waits for that one to stop its cluster (up to the
+// previous one's drain, if its timeout is this one's, plus the cluster's
+// stop), then starts it itself. A command that ends by itself (attach:
+// migrate, invite, collaborate) uses a running server's cluster instead.
+func openDatabase(ctx context.Context, cfg *config, attach bool) (db *store.DB, closeDB func(), explain func(error) error, err error) {
+	explain = func(err error) error { return err }
 	if cfg.DatabaseURL != "" {
 		db, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: cfg.DBMaxConns})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return db, db.Close, nil
+		return db, db.Close, explain, nil
 	}
-	cluster, err := embedpg.Start(ctx, embedpg.Options{Dir: filepath.Join(cfg.DataDir, "postgres")})
+	cluster, err := embedpg.Start(ctx, embedpg.Options{Dir: filepath.Join(cfg.DataDir, "postgres"), Attach: attach,
+		OwnerWait: cfg.ShutdownIn + clusterStopIn + 15*time.Second})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stopCluster := func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), clusterStopIn)
 		defer cancel()
 		if err := cluster.Stop(sctx); err != nil {
 			slog.Warn("embedded PostgreSQL did not stop cleanly", "err", err)
 		}
 	}
-	db, err := store.Open(ctx, cluster.URL(), store.Options{MaxConns: cfg.DBMaxConns})
+	db, err = store.Open(ctx, cluster.URL(), store.Options{MaxConns: cfg.DBMaxConns})
 	if err != nil {
 		stopCluster()
-		return nil, nil, err
+		return nil, nil, nil, cluster.Explain(err)
 	}
-	return db, func() { db.Close(); stopCluster() }, nil
+	return db, func() { db.Close(); stopCluster() }, cluster.Explain, nil
 }
+
+// clusterStopIn bounds the embedded cluster's stop, after which it is
+// killed.
+const clusterStopIn = 30 * time.Second
 
 // version is the build's module version, or its VCS revision.
 func version() string {

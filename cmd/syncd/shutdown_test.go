@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +200,166 @@ func openListen(t *testing.T, base, token string) *http.Response {
 		t.Fatalf("listen stream: %d", res.StatusCode)
 	}
 	return res
+}
+
+// proc is a syncd process with its log, line by line.
+type proc struct {
+	cmd *exec.Cmd
+	log chan string
+}
+
+// startEmbedded starts a syncd process on the embedded cluster in dir
+// (no DATABASE_URL), without waiting for it to listen.
+func startEmbedded(t *testing.T, dir string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-addr", "127.0.0.1:0", "-database-url=", "-data-dir", dir, "-rate-limit", "-1"}, args...)...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, childEnv+"=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, log: make(chan string, 1000)}
+	go func() {
+		defer close(p.log)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.log <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	return p
+}
+
+// expect reads p's log until a line containing want, failing if a line
+// containing any of refused comes first. It returns the line.
+func (p *proc) expect(t *testing.T, within time.Duration, want string, refused ...string) string {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case line, ok := <-p.log:
+			if !ok {
+				t.Fatalf("syncd (pid %d) ended its log without %q", p.cmd.Process.Pid, want)
+			}
+			for _, r := range refused {
+				if strings.Contains(line, r) {
+					t.Fatalf("syncd (pid %d) logged %q before %q: %s", p.cmd.Process.Pid, r, want, line)
+				}
+			}
+			if strings.Contains(line, want) {
+				return line
+			}
+		case <-deadline:
+			t.Fatalf("syncd (pid %d) did not log %q within %v", p.cmd.Process.Pid, want, within)
+		}
+	}
+}
+
+var listeningRE = regexp.MustCompile(`msg="syncd listening" addr=(\S+)`)
+
+// A server started while the previous one drains does not serve on the
+// previous one's embedded cluster (which that one is about to stop): it
+// waits for it to exit, then starts the cluster itself, and stays ready.
+// A short command (syncd invite) beside it still uses its cluster.
+func TestServerWaitsForTheDrainingOwnersCluster(t *testing.T) {
+	dir, err := os.MkdirTemp("", "syncd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// As root the cluster runs as the postgres account, which must be able
+	// to enter the directory.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	a := startEmbedded(t, dir, "-shutdown-timeout", "60s")
+	baseA := "http://" + listeningRE.FindStringSubmatch(a.expect(t, 90*time.Second, `msg="syncd listening"`))[1]
+	code, room := call(t, "POST", baseA+"/rooms", "", `{"id":"handover"}`)
+	if code != 201 {
+		t.Fatalf("create room: %d", code)
+	}
+	roomTok := room["token"].(string)
+	_, ag := call(t, "POST", baseA+"/rooms/handover/agents", roomTok, `{"id":"waiter","name":"W"}`)
+	waiterTok := ag["token"].(string)
+
+	// A wait in flight holds A in its drain until the test lets it go.
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	req, _ := http.NewRequestWithContext(ctx, "GET", baseA+"/rooms/handover/wait?timeout=45000&condition="+url.QueryEscape(`"never" in state._shared`), nil)
+	req.Header.Set("Authorization", "Bearer "+waiterTok)
+	waitDone := make(chan struct{})
+	go func() {
+		defer close(waitDone)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	parked(t, baseA, "handover", roomTok, "waiter", time.Now().Add(20*time.Second))
+	if err := a.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	a.expect(t, 20*time.Second, `msg="shutting down"`)
+
+	b := startEmbedded(t, dir)
+	b.expect(t, 60*time.Second, fmt.Sprintf("waiting for the previous syncd (pid %d) to stop its embedded PostgreSQL", a.cmd.Process.Pid),
+		"using the embedded PostgreSQL another process runs", `msg="syncd listening"`)
+
+	// A drains (the waiter leaves), stops its cluster and exits.
+	leave()
+	<-waitDone
+	aExited := make(chan error, 1)
+	go func() { aExited <- a.cmd.Wait() }()
+	select {
+	case err := <-aExited:
+		if err != nil {
+			t.Fatalf("the first syncd exited: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the first syncd did not exit within 60 s of its drain ending")
+	}
+
+	b.expect(t, 90*time.Second, "started embedded PostgreSQL", "using the embedded PostgreSQL another process runs", `msg="syncd listening"`)
+	baseB := "http://" + listeningRE.FindStringSubmatch(b.expect(t, 60*time.Second, `msg="syncd listening"`))[1]
+	for i := 0; i < 5; i++ {
+		if code, body := call(t, "GET", baseB+"/readyz", "", ""); code != 200 {
+			t.Fatalf("/readyz of the second syncd, after the first exited: %d %v", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code, _ := call(t, "GET", baseB+"/rooms/handover", roomTok, ""); code != 200 {
+		t.Fatalf("the room written through the first syncd, read through the second: %d", code)
+	}
+
+	// syncd invite beside the running server uses its cluster, and
+	// leaves it running.
+	inv := exec.Command(os.Args[0], "invite", "-database-url=", "-data-dir", dir)
+	inv.Env = b.cmd.Env
+	out, err := inv.Output()
+	if err != nil {
+		t.Fatalf("syncd invite beside the server: %v", err)
+	}
+	if !strings.Contains(string(out), "/signup?invite=") {
+		t.Fatalf("syncd invite printed %q", out)
+	}
+	if code, body := call(t, "GET", baseB+"/readyz", "", ""); code != 200 {
+		t.Fatalf("/readyz after syncd invite: %d %v", code, body)
+	}
 }

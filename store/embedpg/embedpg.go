@@ -3,6 +3,11 @@
 // listening only on a Unix socket inside its own directory, and stops it
 // cleanly. The server uses it when DATABASE_URL is unset; tests use it for
 // their throwaway clusters.
+//
+// The process that runs the cluster owns it, holding an exclusive lock on
+// Dir/owner.lock (which names its pid) until the cluster has stopped; the
+// kernel releases the lock if the process dies. Another Start waits for the
+// owner to stop, or, with Options.Attach, uses the owner's running cluster.
 package embedpg
 
 import (
@@ -42,20 +47,34 @@ type Options struct {
 	NoSync bool
 	// StartTimeout bounds initdb plus start-up. Default 60 s.
 	StartTimeout time.Duration
+	// Attach lets Start use the cluster another process owns and runs (a
+	// short command beside a running server: `syncd invite`); Stop then
+	// leaves it running, and the command loses its database if the owner
+	// stops meanwhile (Explain says so). Without it, Start waits up to
+	// OwnerWait for the owner to stop its cluster and then runs its own:
+	// a server must not depend on a cluster another process will stop.
+	Attach bool
+	// OwnerWait bounds the wait for another process's cluster: for the
+	// owner to stop it (without Attach), or to accept connections (with
+	// Attach). Past it, Start fails saying which process holds it.
+	// Default 60 s.
+	OwnerWait time.Duration
 	// Logger receives progress. Default slog.Default().
 	Logger *slog.Logger
 }
 
 // Cluster is a running embedded PostgreSQL server.
 type Cluster struct {
-	opt     Options
-	shared  bool // run by another process; Stop leaves it running
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
-	url     string
-	stop    sync.Once
-	stopErr error
+	opt      Options
+	shared   bool     // run by another process; Stop leaves it running
+	ownerPID int      // that process, when known
+	lock     *os.File // Dir/owner.lock, locked while we own the cluster
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	waitErr  error
+	url      string
+	stop     sync.Once
+	stopErr  error
 }
 
 const superuser = "sync"
@@ -148,10 +167,29 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		}
 	}
 
+	if opt.OwnerWait == 0 {
+		opt.OwnerWait = 60 * time.Second
+	}
+	dataDir := filepath.Join(dir, "data")
+	c := &Cluster{opt: opt, exited: make(chan struct{})}
+	c.url = (&url.URL{Scheme: "postgres", User: url.User(superuser), Path: "/" + opt.Database,
+		RawQuery: url.Values{"host": {sockDir}, "sslmode": {"disable"}}.Encode()}).String()
+	if err := c.claim(ctx, dataDir); err != nil {
+		return nil, err
+	}
+	if c.shared {
+		return c, nil
+	}
+	started := false
+	defer func() {
+		if !started {
+			c.release()
+		}
+	}()
+
 	ctx, cancel := context.WithTimeout(ctx, opt.StartTimeout)
 	defer cancel()
 
-	dataDir := filepath.Join(dir, "data")
 	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		opt.Logger.Info("initialising embedded PostgreSQL cluster", "dir", dataDir, "bin", opt.BinDir)
 		args := []string{"-D", dataDir, "-U", superuser, "-A", "trust", "-E", "UTF8", "--locale=C"}
@@ -165,22 +203,6 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 			_ = os.RemoveAll(dataDir) // a half-made cluster would block the next start
 			return nil, fmt.Errorf("embedpg: initdb failed: %w\n%s", err, out)
 		}
-	}
-
-	c := &Cluster{opt: opt, exited: make(chan struct{})}
-	c.url = (&url.URL{Scheme: "postgres", User: url.User(superuser), Path: "/" + opt.Database,
-		RawQuery: url.Values{"host": {sockDir}, "sslmode": {"disable"}}.Encode()}).String()
-
-	// Another process (a running syncd, when this is `syncd invite`)
-	// already runs the cluster: use it, and leave stopping it to its owner.
-	if conn, err := pgx.Connect(ctx, c.URLFor("postgres")); err == nil {
-		defer conn.Close(ctx)
-		opt.Logger.Info("using the embedded PostgreSQL another process runs", "socket_dir", sockDir)
-		c.shared = true
-		if err := ensureDatabase(ctx, conn, opt.Database); err != nil {
-			return nil, err
-		}
-		return c, nil
 	}
 
 	logPath := filepath.Join(dir, "postgres.log")
@@ -205,23 +227,24 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	// die without a chance to.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
 
-	started := make(chan error, 1)
+	running := make(chan error, 1)
 	go func() {
 		// Pdeathsig fires when the starting OS thread exits, so pin this
 		// goroutine (and thread) for the server's lifetime.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		err := c.cmd.Start()
-		started <- err
+		running <- err
 		if err == nil {
 			c.waitErr = c.cmd.Wait()
 		}
 		logf.Close()
 		close(c.exited)
 	}()
-	if err := <-started; err != nil {
+	if err := <-running; err != nil {
 		return nil, fmt.Errorf("embedpg: start postgres: %w", err)
 	}
+	started = true // Stop releases the lock from here on
 	opt.Logger.Info("started embedded PostgreSQL", "pid", c.cmd.Process.Pid, "socket_dir", sockDir)
 
 	if err := c.waitReady(ctx, sockDir, logPath); err != nil {
@@ -229,6 +252,164 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// claim makes this process the cluster's owner (c.lock), once the previous
+// owner has stopped its cluster; with Attach, it uses a running owner's
+// cluster instead (c.shared). It gives up after OwnerWait.
+func (c *Cluster) claim(ctx context.Context, dataDir string) error {
+	lockPath := filepath.Join(c.opt.Dir, "owner.lock")
+	deadline := time.Now().Add(c.opt.OwnerWait)
+	logged := false
+	pause := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+			return nil
+		}
+	}
+	for c.lock == nil {
+		f, holder, err := tryLock(lockPath)
+		if err != nil {
+			return err
+		}
+		if f != nil {
+			c.lock = f
+			break
+		}
+		if c.opt.Attach {
+			if ok, err := c.attach(ctx, holder); ok || err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("embedpg: the embedded PostgreSQL in %s belongs to process %d, which did not accept connections within %v "+
+					"(it is starting or stopping); run this again once that syncd is up, or has stopped", c.opt.Dir, holder, c.opt.OwnerWait)
+			}
+		} else {
+			if !logged {
+				c.opt.Logger.Info(fmt.Sprintf("waiting for the previous syncd (pid %d) to stop its embedded PostgreSQL", holder),
+					"dir", c.opt.Dir, "pid", holder, "up_to", c.opt.OwnerWait)
+				logged = true
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("embedpg: the embedded PostgreSQL in %s still belongs to process %d after %v; "+
+					"stop that syncd first (kill %d), give this one a data directory of its own (SYNC_DATA_DIR), "+
+					"or, for several processes on one database, run PostgreSQL yourself and set DATABASE_URL", c.opt.Dir, holder, c.opt.OwnerWait, holder)
+			}
+		}
+		if err := pause(); err != nil {
+			return err
+		}
+	}
+	if err := writePID(c.lock); err != nil {
+		c.release()
+		return err
+	}
+	// A PostgreSQL nobody owns may still run: one of a syncd that locked
+	// nothing (an older version, stopping during an upgrade), or one still
+	// exiting after its owner died.
+	logged = false
+	for {
+		pm := livePostmaster(dataDir)
+		if pm == 0 {
+			return nil
+		}
+		if c.opt.Attach {
+			if ok, err := c.attach(ctx, 0); ok || err != nil {
+				c.release()
+				return err
+			}
+		}
+		if !logged {
+			c.opt.Logger.Info(fmt.Sprintf("waiting for the PostgreSQL (pid %d) that another process started to stop", pm), "dir", dataDir, "up_to", c.opt.OwnerWait)
+			logged = true
+		}
+		if time.Now().After(deadline) {
+			c.release()
+			return fmt.Errorf("embedpg: a PostgreSQL (pid %d) another process started still runs in %s after %v; "+
+				"stop the syncd that runs it, or PostgreSQL itself (kill -INT %d), and start again", pm, dataDir, c.opt.OwnerWait, pm)
+		}
+		if err := pause(); err != nil {
+			c.release()
+			return err
+		}
+	}
+}
+
+// attach uses the cluster another process runs, if it accepts
+// connections: ok reports whether it did.
+func (c *Cluster) attach(ctx context.Context, owner int) (ok bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, c.URLFor("postgres"))
+	if err != nil {
+		return false, nil
+	}
+	defer conn.Close(context.Background())
+	c.opt.Logger.Info("using the embedded PostgreSQL another process runs", "socket_dir", filepath.Join(c.opt.Dir, "run"), "owner_pid", owner)
+	c.shared, c.ownerPID = true, owner
+	return true, ensureDatabase(ctx, conn, c.opt.Database)
+}
+
+// tryLock takes the owner's lock without waiting: f is the locked file, or
+// nil with holder the pid the holder wrote (0 if not yet written).
+func tryLock(path string) (f *os.File, holder int, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, 0, fmt.Errorf("embedpg: %w", err)
+	}
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		return f, 0, nil
+	}
+	defer f.Close()
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return nil, 0, fmt.Errorf("embedpg: lock %s: %w", path, err)
+	}
+	b := make([]byte, 32)
+	n, _ := f.ReadAt(b, 0)
+	holder, _ = strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	return nil, holder, nil
+}
+
+// writePID names this process in the lock it holds, for whoever waits.
+func writePID(f *os.File) error {
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("embedpg: %w", err)
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		return fmt.Errorf("embedpg: %w", err)
+	}
+	return nil
+}
+
+// livePostmaster is the pid of the PostgreSQL server that postmaster.pid
+// names, if that process lives; 0 otherwise (a stale file is PostgreSQL's
+// own to clear).
+func livePostmaster(dataDir string) int {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+		return pid
+	}
+	return 0
+}
+
+// release gives up the ownership, once the cluster has stopped (or never
+// started).
+func (c *Cluster) release() {
+	if c.lock != nil {
+		_ = c.lock.Close()
+		c.lock = nil
+	}
 }
 
 // runAs returns the credential to run PostgreSQL under: nil when we are not
@@ -330,6 +511,27 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// Explain adds to err, the failure of a command that attached to another
+// process's cluster (Options.Attach), that the owner stopped the cluster
+// while the command ran, when it did.
+func (c *Cluster) Explain(err error) error {
+	if err == nil || !c.shared {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if conn, cerr := pgx.Connect(ctx, c.URLFor("postgres")); cerr == nil {
+		conn.Close(ctx)
+		return err
+	}
+	owner := "another process"
+	if c.ownerPID != 0 {
+		owner = fmt.Sprintf("process %d", c.ownerPID)
+	}
+	return fmt.Errorf("%w (the embedded PostgreSQL this command used is run by %s, a syncd, which stopped it while the command ran: "+
+		"run the command again; with no syncd running, it starts the cluster itself)", err, owner)
+}
+
 // URL is the connection string for the cluster's database (Unix socket).
 func (c *Cluster) URL() string { return c.url }
 
@@ -348,6 +550,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		return nil
 	}
 	c.stop.Do(func() {
+		defer c.release() // after the cluster has exited: the next owner may start it
 		select {
 		case <-c.exited:
 			return
