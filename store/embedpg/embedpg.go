@@ -264,7 +264,7 @@ func (c *Cluster) claim(ctx context.Context, dataDir string) error {
 	pause := func() error {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("embedpg: stopped while waiting for the process that runs the embedded PostgreSQL in %s: %w", c.opt.Dir, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 			return nil
 		}
@@ -287,7 +287,8 @@ func (c *Cluster) claim(ctx context.Context, dataDir string) error {
 					"(it is starting or stopping); run this again once that syncd is up, or has stopped", c.opt.Dir, holder, c.opt.OwnerWait)
 			}
 		} else {
-			if !logged {
+			// The pid is written just after the lock is taken.
+			if !logged && (holder != 0 || time.Until(deadline) < c.opt.OwnerWait-time.Second) {
 				c.opt.Logger.Info(fmt.Sprintf("waiting for the previous syncd (pid %d) to stop its embedded PostgreSQL", holder),
 					"dir", c.opt.Dir, "pid", holder, "up_to", c.opt.OwnerWait)
 				logged = true
