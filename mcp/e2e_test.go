@@ -70,6 +70,8 @@ type serverOpts struct {
 	// ln, when set, is the listener to serve on (bound by the test
 	// before the server starts, e.g. for a proxy in front of it).
 	ln net.Listener
+	// shutdown is mcp.Options.Shutdown (default none).
+	shutdown context.Context
 }
 
 func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
@@ -98,7 +100,8 @@ func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	}
 	mux := http.NewServeMux()
 	a.Routes(mux)
-	h := mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: public, AllowedOrigins: o.origins, HTTP: o.http, KeepAlive: o.keepAlive})
+	h := mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: public, AllowedOrigins: o.origins, HTTP: o.http, KeepAlive: o.keepAlive,
+		Shutdown: o.shutdown})
 	mux.Handle("/mcp", h)
 	mux.Handle("/mcp/{$}", h)
 	mux.Handle("GET "+mcp.IconPath, mcp.Icons())
