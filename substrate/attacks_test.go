@@ -1403,3 +1403,132 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// searchRoomOf makes a room with the room token's principal and agents
+// al, bo and cy, for the search attacks of issue 41.
+func searchRoomOf(t *testing.T, svc *substrate.Service, id string) (admin *substrate.Principal, ag map[string]*substrate.Principal) {
+	t.Helper()
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ = svc.Authenticate(ctx, room.Token)
+	ag = map[string]*substrate.Principal{}
+	for _, a := range []string{"al", "bo", "cy"} {
+		j, err := svc.Join(ctx, admin, id, substrate.JoinRequest{ID: a, Name: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ag[a], _ = svc.Authenticate(ctx, j.Token)
+	}
+	return admin, ag
+}
+
+// A search's snippet is cut from the version of the row its reader was
+// judged to see (issue 41 item 2). An entry cy reads is rewritten, gated
+// to al, between the search's judging and its reading of the text: cy
+// must not get the new text. The snippets were read by a second
+// statement from the row as it was then, so cy got al's text.
+func TestAttackSearchSnippetIsTheVersionJudged(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	admin, ag := searchRoomOf(t, svc, "torn")
+	write := func(value, enabled string) {
+		t.Helper()
+		if _, err := svc.WriteState(ctx, admin, "torn", []substrate.Write{{Scope: "_shared", Key: "note", Value: json.RawMessage(value), Enabled: enabled}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`"the heron was seen at noon"`, "")
+	if res, err := svc.Search(ctx, ag["cy"], "torn", substrate.SearchRequest{Query: "heron"}); err != nil || len(res.Hits) != 1 || !strings.Contains(res.Hits[0].Snippet, "noon") {
+		t.Fatalf("cy does not find the open note: the test proves nothing: %+v %v", res, err)
+	}
+	for i := range 5 {
+		secret := fmt.Sprintf("walrus%d", i)
+		rewrite := true
+		substrate.SetSearchJudged(svc, func(string) {
+			if rewrite {
+				rewrite = false
+				write(`"the heron nests by the `+secret+` den"`, "self == 'al'")
+			}
+		})
+		res, err := svc.Search(ctx, ag["cy"], "torn", substrate.SearchRequest{Query: "heron"})
+		substrate.SetSearchJudged(svc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rewrite {
+			t.Fatal("the hook did not run: the test proves nothing")
+		}
+		for _, h := range res.Hits {
+			if strings.Contains(h.Snippet, secret) {
+				t.Fatalf("HOLE: cy's snippet shows the version gated to al: %+v", h)
+			}
+		}
+		if res, err := svc.Search(ctx, ag["al"], "torn", substrate.SearchRequest{Query: secret}); err != nil || len(res.Hits) != 1 {
+			t.Fatalf("al does not find the rewritten note: %+v %v", res, err)
+		}
+		write(`"the heron was seen at noon"`, "")
+	}
+}
+
+// What a reader finds does not depend on what it may not see (issue 41
+// item 4): 200 gated entries that match a word better than cy's own
+// entry, and 250 gated messages newer than a message cy reads, left cy
+// with no hit at all, since the hidden ones filled the candidates one
+// search read. cy finds both, and its pages count only them.
+func TestAttackSearchHiddenMatchesDoNotHideVisibleOnes(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	admin, ag := searchRoomOf(t, svc, "crowd")
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(svc.WriteState(ctx, ag["cy"], "crowd", []substrate.Write{{Scope: "cy", Key: "plan", Value: json.RawMessage(`"my own dingo plan, among other things to do this week"`)}}, false))
+	must(svc.Invoke(ctx, ag["bo"], "crowd", "_send_message", json.RawMessage(`{"body":"a dingo was seen"}`)))
+	for b := range 2 {
+		var writes []substrate.Write
+		for i := range 100 {
+			writes = append(writes, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("gated%d", b*100+i),
+				Value: json.RawMessage(`"dingo dingo dingo"`), Enabled: "self == 'al'"})
+		}
+		must(svc.WriteState(ctx, admin, "crowd", writes, false))
+	}
+	for range 3 {
+		var writes []substrate.Write
+		for range 84 {
+			writes = append(writes, substrate.Write{Scope: "_messages", Append: true,
+				Value: json.RawMessage(`{"kind":"chat","body":"dingo"}`), Enabled: "self == 'al'"})
+		}
+		must(svc.WriteState(ctx, admin, "crowd", writes, false))
+	}
+	if res, err := svc.Search(ctx, ag["al"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 50}); err != nil || len(res.Hits) != 50 || res.Next == nil {
+		t.Fatalf("al, who reads the gated ones, does not find them: the test proves nothing: %d hits, %v", len(res.Hits), err)
+	}
+	res, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, h := range res.Hits {
+		kinds[h.Kind] = true
+	}
+	if len(res.Hits) != 2 || !kinds["entry"] || !kinds["message"] || res.Next != nil || res.More != "" {
+		t.Fatalf("HOLE: hidden matches change what cy finds (want its entry and the message, and no more): %+v", res)
+	}
+	// Paged one at a time: two pages, the first saying there is a second.
+	first, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 1})
+	if err != nil || len(first.Hits) != 1 || first.Next == nil || *first.Next != 1 {
+		t.Fatalf("HOLE: cy's first page of one: %+v %v", first, err)
+	}
+	second, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 1, Offset: 1})
+	if err != nil || len(second.Hits) != 1 || second.Next != nil || second.Hits[0].Kind == first.Hits[0].Kind {
+		t.Fatalf("HOLE: cy's second page of one: %+v %v", second, err)
+	}
+}

@@ -22,3 +22,8 @@ func GroupQueue(s *Service, roomID string) (leading bool, queued int) {
 	}
 	return false, 0
 }
+
+// SetSearchJudged makes f run once a search has decided what its reader
+// may see and before it reads the text it shows (the snippets): a test
+// rewrites an entry there as a concurrent writer would.
+func SetSearchJudged(s *Service, f func(roomID string)) { s.searchJudged = f }

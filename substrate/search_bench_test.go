@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // searchWords is the vocabulary the benchmark room's text is drawn from:
@@ -157,4 +160,85 @@ func BenchmarkSearchWriteCost(b *testing.B) {
 			b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
 		})
 	}
+}
+
+// BenchmarkSearchFlood is issue 41 item 3's measurement: one agent token
+// runs 16 searches at once, again and again, over a room of 20,000
+// messages, while another room's context is read; it reports that read's
+// p50 and p90 before the flood and during it, and how many of the
+// flood's searches were answered and refused (room_busy). The pool is
+// the server's default (16 connections).
+//
+//	go test -run '^$' -bench BenchmarkSearchFlood -benchtime 200x ./substrate/
+func BenchmarkSearchFlood(b *testing.B) {
+	db := pgtest.NewPool(b, store.DefaultMaxConns)
+	svc := substrate.New(db, substrate.Options{})
+	b.Cleanup(svc.Close)
+	reader := searchRoom(b, db, svc, "big", 20_000, 1_000)
+	ctx := context.Background()
+	calm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "calm"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, calm.Token)
+	var writes []substrate.Write
+	for i := range 50 {
+		writes = append(writes, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("k%d", i), Value: json.RawMessage(`"a calm room's note"`)})
+	}
+	if _, err := svc.WriteState(ctx, admin, "calm", writes, false); err != nil {
+		b.Fatal(err)
+	}
+	reads := func(n int) (p50, p90 float64) {
+		lat := make([]time.Duration, 0, n)
+		for range n {
+			t0 := time.Now()
+			if _, err := svc.Context(ctx, admin, "calm", substrate.ContextRequest{}); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		return float64(lat[n/2].Microseconds()) / 1000, float64(lat[n*9/10].Microseconds()) / 1000
+	}
+	b.ResetTimer()
+	quiet50, quiet90 := reads(b.N)
+	stop := make(chan struct{})
+	var answered, busy, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := svc.Search(ctx, reader, "big", substrate.SearchRequest{Query: "deadline", Limit: 50})
+				switch {
+				case err == nil:
+					answered.Add(1)
+				case errs.Is(err, errs.RoomBusy):
+					busy.Add(1)
+				default:
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	t0 := time.Now()
+	flood50, flood90 := reads(b.N)
+	elapsed := time.Since(t0)
+	close(stop)
+	wg.Wait()
+	if failed.Load() > 0 {
+		b.Fatalf("%d searches failed otherwise than room_busy", failed.Load())
+	}
+	b.ReportMetric(quiet50, "quiet-p50-ms")
+	b.ReportMetric(quiet90, "quiet-p90-ms")
+	b.ReportMetric(flood50, "flood-p50-ms")
+	b.ReportMetric(flood90, "flood-p90-ms")
+	b.ReportMetric(float64(answered.Load())/elapsed.Seconds(), "answered/s")
+	b.ReportMetric(float64(busy.Load())/elapsed.Seconds(), "busy/s")
 }

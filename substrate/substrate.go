@@ -204,6 +204,10 @@ type Service struct {
 	// waitSleeps, when set (tests only), is told how long each check of a
 	// wait that did not hold lets it sleep.
 	waitSleeps func(roomID string, next time.Duration)
+	// searchJudged, when set (tests only), runs once a search has decided
+	// what its reader may see and before it reads the text it shows: a
+	// test rewrites an entry there as a concurrent writer would.
+	searchJudged func(roomID string)
 	// invocations counts Invoke's outcomes by "ok" or error code (Stats).
 	invocations sync.Map // string → *atomic.Int64
 	// workMeter is each room's expression budget (nil: off); roomBusy
