@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1530,5 +1531,75 @@ func TestAttackSearchHiddenMatchesDoNotHideVisibleOnes(t *testing.T) {
 	second, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 1, Offset: 1})
 	if err != nil || len(second.Hits) != 1 || second.Next != nil || second.Hits[0].Kind == first.Hits[0].Kind {
 		t.Fatalf("HOLE: cy's second page of one: %+v %v", second, err)
+	}
+}
+
+// One credential runs at most two searches at once (issue 41 item 3): 16
+// concurrent searches from one agent token were all answered and held
+// the pool. Two of cy's searches are held after their first statement; a
+// third of cy's is refused with room_busy and a wait, while al's runs.
+// The pool is two connections: the held searches hold none.
+func TestAttackSearchesAtOnceAreCappedPerCredential(t *testing.T) {
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	_, ag := searchRoomOf(t, svc, "queue")
+	if _, err := svc.Invoke(ctx, ag["bo"], "queue", "_send_message", json.RawMessage(`{"body":"the heron report"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var holds atomic.Int32
+	held, free := make(chan struct{}, 2), make(chan struct{})
+	substrate.SetSearchJudged(svc, func(string) {
+		if holds.Add(1) <= 2 {
+			held <- struct{}{}
+			<-free
+		}
+	})
+	t.Cleanup(func() { substrate.SetSearchJudged(svc, nil) })
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := svc.Search(ctx, ag["cy"], "queue", substrate.SearchRequest{Query: "heron"})
+			errc <- err
+		}()
+	}
+	<-held
+	<-held
+	_, err := svc.Search(ctx, ag["cy"], "queue", substrate.SearchRequest{Query: "heron"})
+	roomBusy(t, "cy's third search at once", err)
+	if res, err := svc.Search(ctx, ag["al"], "queue", substrate.SearchRequest{Query: "heron"}); err != nil || len(res.Hits) != 1 {
+		t.Fatalf("al's search while cy's two run: %+v %v", res, err)
+	}
+	close(free)
+	wg.Wait()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatalf("a held search: %v", err)
+		}
+	}
+	if res, err := svc.Search(ctx, ag["cy"], "queue", substrate.SearchRequest{Query: "heron"}); err != nil || len(res.Hits) != 1 {
+		t.Fatalf("cy's search once the others answered: %+v %v", res, err)
+	}
+}
+
+// A query's words are bounded (issue 41 item 3): each is a posting list
+// the index reads. Past the limit the search is refused, naming it.
+func TestAttackSearchTermsAreBounded(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	_, ag := searchRoomOf(t, svc, "terms")
+	words := strings.Fields("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec")
+	q := `"` + strings.Join(words[:8], " ") + `" or ` + strings.Join(words[8:], " -")
+	_, err := svc.Search(ctx, ag["cy"], "terms", substrate.SearchRequest{Query: q})
+	e, ok := err.(*errs.Error)
+	if !ok || e.Code != errs.InvalidField || !strings.Contains(e.Message, "17 words") || !strings.Contains(e.Message, "16") {
+		t.Fatalf("HOLE: a query of 17 words: %v", err)
+	}
+	if _, err := svc.Search(ctx, ag["cy"], "terms", substrate.SearchRequest{Query: strings.Join(words[:16], " or ")}); err != nil {
+		t.Fatalf("a query of 16 words: %v", err)
 	}
 }

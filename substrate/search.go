@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -62,6 +63,14 @@ const (
 	searchDefaultLimit = 10
 	searchMaxLimit     = 50
 	searchMaxQuery     = 500
+	// searchMaxTerms bounds a query's words (those of its phrases
+	// included): each is a posting list the index reads.
+	searchMaxTerms = 16
+	// searchesAtOnce is the most searches one credential runs at once;
+	// past it a search is refused with room_busy. Sixteen at once from
+	// one agent token held the pool and slowed every other room
+	// (issue 41 item 3).
+	searchesAtOnce = 2
 	// searchMaxOffset bounds paging: the offset counts hits the reader
 	// sees, so a page reads every candidate before it.
 	searchMaxOffset    = 1000
@@ -250,8 +259,13 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	if err := req.check(p, roomID); err != nil {
 		return nil, err
 	}
+	release, err := s.searchSlot(p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	// Admitted for the whole search: the gates of the hits are evaluated
-	// after the read.
+	// after the read, and its statements' time is charged as they end.
 	ctx, done, err := s.work(ctx, p, roomID)
 	if err != nil {
 		return nil, err
@@ -482,6 +496,9 @@ func (req *SearchRequest) check(p *Principal, roomID string) error {
 		return errs.New(errs.InvalidField, "search needs a query").With("field", "q").WithHint("search for words, e.g. %s", example)
 	case len(req.Query) > searchMaxQuery:
 		return errs.New(errs.InvalidField, "the query is %d bytes, over the limit of %d", len(req.Query), searchMaxQuery).With("field", "q").WithHint("search for fewer words")
+	case searchTerms(req.Query) > searchMaxTerms:
+		return errs.New(errs.InvalidField, "the query has %d words, over the limit of %d", searchTerms(req.Query), searchMaxTerms).With("field", "q").With("limit", searchMaxTerms).
+			WithHint("search for at most %d words: the rarest ones find the most", searchMaxTerms)
 	case !utf8.ValidString(req.Query) || strings.ContainsRune(req.Query, 0):
 		return errs.New(errs.InvalidField, "the query is not valid text").With("field", "q").WithHint("send UTF-8 text without NUL characters")
 	case req.Limit < 0 || req.Limit > searchMaxLimit:
@@ -691,4 +708,46 @@ func (s *Service) searchQuery(ctx context.Context, sql string, args []any, scan 
 		}
 		return err
 	})
+}
+
+// searchTerms counts a query's words, those of its phrases included, and
+// not its operators (or, a lone -).
+func searchTerms(q string) int {
+	n := 0
+	for _, w := range strings.FieldsFunc(q, func(r rune) bool { return unicode.IsSpace(r) || r == '"' }) {
+		if w = strings.TrimLeft(w, "-"); w != "" && !strings.EqualFold(w, "or") {
+			n++
+		}
+	}
+	return n
+}
+
+// searchSlot takes one of the searches p's credential may run at once
+// (searchesAtOnce), or refuses it with room_busy; release gives it back.
+// A credential is a token (its hash), else the principal's kind and
+// agent: the lobby's principals carry no token.
+func (s *Service) searchSlot(p *Principal, roomID string) (release func(), _ error) {
+	key := roomID + "\x00system"
+	if p != nil {
+		key = roomID + "\x00" + string(p.Kind) + "\x00" + p.AgentID + "\x00" + p.readsAs + "\x00" + string(p.tokenHash)
+	}
+	s.searchMu.Lock()
+	defer s.searchMu.Unlock()
+	if s.searching[key] >= searchesAtOnce {
+		s.roomBusy.Add(1)
+		return nil, errs.New(errs.RoomBusy, "%d searches of yours are running in room %q, the most one credential runs at once", searchesAtOnce, roomID).
+			With("retry_after_ms", int64(1000)).With("limit", searchesAtOnce).
+			WithHint("retry after 1 s, once one of them has answered; search one query at a time")
+	}
+	if s.searching == nil {
+		s.searching = map[string]int{}
+	}
+	s.searching[key]++
+	return func() {
+		s.searchMu.Lock()
+		defer s.searchMu.Unlock()
+		if s.searching[key]--; s.searching[key] <= 0 {
+			delete(s.searching, key)
+		}
+	}, nil
 }

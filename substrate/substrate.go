@@ -214,6 +214,10 @@ type Service struct {
 	// counts its refusals (Stats).
 	workMeter *workMeter
 	roomBusy  atomic.Int64
+	// searching counts each credential's searches running now
+	// (searchSlot), under searchMu.
+	searchMu  sync.Mutex
+	searching map[string]int
 	// group queues invocations per room for group commit (nil: off).
 	group *groupCommit
 	// tokens remembers invocations' token lookups (AuthenticateInvoke).
