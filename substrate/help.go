@@ -255,7 +255,7 @@ func roomCostHelp(perSecond int) string {
 	if perSecond < 0 {
 		return "off"
 	}
-	return fmt.Sprintf("%d for everything the room's reads, waits and invocations evaluate (each evaluation at least %d; memoised results free), and %d more for read-only readers (view links, observers), whose reads never spend the members' part; spent, requests get room_busy with Retry-After until it refills", perSecond, gateMinCost, int(float64(perSecond)*guestShare))
+	return fmt.Sprintf("%d for everything the room's reads, waits and invocations evaluate (each evaluation at least %d; memoised results free), %d more for signed-in observers and %d more for the view link, neither of whose reads spends the members' part or the other's; spent, requests get room_busy with Retry-After until it refills", perSecond, gateMinCost, int(float64(perSecond)*guestShare), int(float64(perSecond)*viewLinkShare))
 }
 
 func gateQuantumHelp(q time.Duration) string {
