@@ -21,15 +21,23 @@ import (
 // Search (issue 31 item 1): full-text search over what a reader may read
 // of a room: messages, mutable entries (keys and values) and views.
 //
-// PostgreSQL finds and ranks the candidates (state.search_tsv, a
-// generated tsvector with a GIN index: migration 0015); the one read rule
-// then decides each candidate exactly as a context read would show it:
-// a mutable entry matches only when the reader's context holds it (scope
+// PostgreSQL finds and ranks the matches (state.search_tsv, a generated
+// tsvector with a GIN index: migration 0015) among those the one read
+// rule lets the reader see, decided as a context read would show them: a
+// mutable entry matches only when the reader's context holds it (scope
 // rule, features' read rules, entry gates, timers), a message only when
 // the reader's log pages would show it (its gate evaluated as the
-// reader), a view only when the reader's context evaluates it. So a
-// search can never tell a reader that a private entry exists, let alone
-// what it says.
+// reader), a view only when the reader's context evaluates it. The rule
+// is applied before ranking and paging (issue 41 item 4: hidden matches
+// ranked first had pushed the reader's own out of the rows read), and
+// snippets are cut in the same statement, from the rows it admitted
+// (item 2). So a search can never tell a reader that a private entry
+// exists, let alone what it says.
+//
+// A search costs the database more than any evaluation it makes: each
+// statement's time is charged to the room's expression budget (work),
+// one credential runs at most searchesAtOnce, and a query has at most
+// searchMaxTerms words (issue 41 item 3).
 
 // SearchRequest is one search.
 type SearchRequest struct {
