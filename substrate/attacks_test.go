@@ -466,7 +466,7 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 		t.Errorf("cy does not find the view once enabled: %+v", hits)
 	}
 	// Many gated matches: no hit, and no "more" that would say they exist.
-	// (More than the candidates one search reads, 4 rounds of 50.)
+	// (More than a search once read, 4 rounds of 50 candidates.)
 	for range 3 {
 		var many []substrate.Write
 		for range 90 {

@@ -209,9 +209,23 @@ func (s *Service) searchRule(ctx context.Context, rc *roomCtx, p *Principal, roo
 			hiddenScopes = append(hiddenScopes, sc)
 			continue
 		}
-		for k, r := range rows {
-			h := SearchHit{Kind: "entry", Scope: sc, Key: k}
-			if !s.searchSees(ctx, rc, &h, r.enabled) {
+		if isHidden(sc) {
+			for k, r := range rows {
+				if h := (SearchHit{Kind: "entry", Scope: sc, Key: k}); !s.searchSees(ctx, rc, &h, r.enabled) {
+					hiddenIn, hiddenKeys = append(hiddenIn, sc), append(hiddenKeys, k)
+				}
+			}
+			continue
+		}
+		// What the reader's context shows of the scope is drawn from the
+		// snapshot's rows: when it shows as many, it shows them all (the
+		// common case, decided without a look at each key).
+		shown, _ := rc.shownEntries(sc)
+		if len(shown) == len(rows) {
+			continue
+		}
+		for k := range rows {
+			if _, ok := shown[k]; !ok {
 				hiddenIn, hiddenKeys = append(hiddenIn, sc), append(hiddenKeys, k)
 			}
 		}
@@ -416,18 +430,25 @@ func (s *Service) searchSees(ctx context.Context, rc *roomCtx, h *SearchHit, ena
 		r, ok := rc.snap.scopes[h.Scope][h.Key]
 		return ok && apartScope(h.Scope) && rc.vis.entry(h.Scope, h.Key) && r.enabled == nil && r.timer == nil
 	}
-	if rc.shown == nil {
-		rc.shown = rc.readableState()
-	}
-	m, ok := rc.shown[h.Scope].(map[string]any)
-	if !ok && h.Scope == rc.self {
-		m, ok = rc.shown[ScopeSelf].(map[string]any)
-	}
+	m, ok := rc.shownEntries(h.Scope)
 	if !ok {
 		return false
 	}
 	_, ok = m[h.Key]
 	return ok
+}
+
+// shownEntries are the entries of scope the reader's context shows (ok
+// false: none, the scope is not shown).
+func (rc *roomCtx) shownEntries(scope string) (map[string]any, bool) {
+	if rc.shown == nil {
+		rc.shown = rc.readableState()
+	}
+	m, ok := rc.shown[scope].(map[string]any)
+	if !ok && scope == rc.self {
+		m, ok = rc.shown[ScopeSelf].(map[string]any)
+	}
+	return m, ok
 }
 
 // searchViews matches the views the reader's context evaluated: every
@@ -683,8 +704,9 @@ func pgIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + 
 const searchCostPerMS = 20_000
 
 // searchStatementTime bounds one search statement: past it the search is
-// cancelled and the caller told to narrow it.
-const searchStatementTime = 5 * time.Second
+// cancelled and the caller told to narrow it. It also bounds the debt one
+// search can leave its room's budget (some 30 s of it at the default).
+const searchStatementTime = 3 * time.Second
 
 // searchQuery runs one search statement on a connection of its own, hands
 // each row to scan and charges the statement's database time (from the
