@@ -87,8 +87,8 @@ func (m *workMeter) refill(b *workBucket, now time.Time) {
 }
 
 // admit reports whether the budget key (a room's members', its
-// observers' or its view link's) may start more work now, and if not, how long until it may;
-// admitted, it returns the bucket to charge. A request admitted while the
+// observers' or its view link's) may start more work now, and if not,
+// how long until it may; admitted, it returns the bucket to charge. A request admitted while the
 // budget lasted finishes even if it overdraws it: the debt delays the next
 // requests on the same budget, never anyone else's.
 func (m *workMeter) admit(key string, share float64, now time.Time) (*workBucket, time.Duration, bool) {
@@ -122,8 +122,9 @@ func (m *workMeter) sweep(now time.Time) {
 
 // work admits a request of p that will evaluate expressions in roomID and
 // returns the context that charges them to the room (its members' budget,
-// its observers' or its view link's: budgetKey). Refused, it is 429 room_busy with the wait
-// in retry_after_ms (the REST adapter's Retry-After).
+// its observers' or its view link's: budgetKey). Refused, it is 429
+// room_busy with the wait in retry_after_ms (the REST adapter's
+// Retry-After).
 //
 // A context already admitted for the same budget (a wait's re-reads, a
 // read made inside an invocation) is not asked again: a request admitted
@@ -175,7 +176,7 @@ type workKey struct{}
 func budgetKey(p *Principal, roomID string) (key string, share float64, whose string) {
 	switch {
 	case p != nil && p.Kind == KindView && p.tokenHash != nil:
-		return roomID + "\x00view-link", viewLinkShare, "its view link"
+		return roomID + "\x00view-link", viewLinkShare, "its view link (all who hold it)"
 	case p != nil && p.ReadOnly():
 		return roomID + "\x00read-only", guestShare, "its signed-in observers"
 	}
