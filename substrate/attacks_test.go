@@ -1603,3 +1603,31 @@ func TestAttackSearchTermsAreBounded(t *testing.T) {
 		t.Fatalf("a query of 16 words: %v", err)
 	}
 }
+
+// A search statement's time is bounded (issue 41 item 3): past it the
+// search is stopped and refused as too broad, with how to narrow it,
+// rather than held for as long as PostgreSQL takes to rank every match.
+// The bound is made a microsecond here, so every search passes it.
+func TestAttackSearchTimeIsBounded(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	_, ag := searchRoomOf(t, svc, "slow")
+	var writes []substrate.Write
+	for i := range 100 {
+		writes = append(writes, substrate.Write{Scope: "_messages", Append: true, Value: json.RawMessage(fmt.Sprintf(`{"kind":"chat","body":"report %d"}`, i))})
+	}
+	if _, err := svc.WriteState(ctx, substrate.RoomPrincipal("slow"), "slow", writes, false); err != nil {
+		t.Fatal(err)
+	}
+	substrate.SetSearchTimeout(svc, time.Microsecond)
+	_, err := svc.Search(ctx, ag["cy"], "slow", substrate.SearchRequest{Query: "report"})
+	substrate.SetSearchTimeout(svc, 0)
+	e, ok := err.(*errs.Error)
+	if !ok || e.Code != errs.InvalidField || !strings.Contains(e.Message, "longer than") || e.Hint == "" {
+		t.Fatalf("HOLE: a search past its time: %v", err)
+	}
+	if res, err := svc.Search(ctx, ag["cy"], "slow", substrate.SearchRequest{Query: "report"}); err != nil || len(res.Hits) != 10 {
+		t.Fatalf("the same search in its time: %+v %v", res, err)
+	}
+}

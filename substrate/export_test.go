@@ -27,3 +27,7 @@ func GroupQueue(s *Service, roomID string) (leading bool, queued int) {
 // may see and before it reads the text it shows (the snippets): a test
 // rewrites an entry there as a concurrent writer would.
 func SetSearchJudged(s *Service, f func(roomID string)) { s.searchJudged = f }
+
+// SetSearchTimeout replaces the time one search statement may run (3 s):
+// a test makes every search too slow.
+func SetSearchTimeout(s *Service, d time.Duration) { s.searchTimeout = d }

@@ -714,7 +714,11 @@ const searchStatementTime = 3 * time.Second
 // to the room's budget.
 func (s *Service) searchQuery(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
 	return s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		qctx, cancel := context.WithTimeout(ctx, searchStatementTime)
+		limit := searchStatementTime
+		if s.searchTimeout > 0 {
+			limit = s.searchTimeout
+		}
+		qctx, cancel := context.WithTimeout(ctx, limit)
 		defer cancel()
 		t0 := time.Now()
 		defer func() {
@@ -733,7 +737,7 @@ func (s *Service) searchQuery(ctx context.Context, sql string, args []any, scan 
 			}
 		}
 		if err != nil && qctx.Err() != nil && ctx.Err() == nil {
-			return errs.New(errs.InvalidField, "the search took longer than %s and was stopped", searchStatementTime).With("field", "q").
+			return errs.New(errs.InvalidField, "the search took longer than %s and was stopped", limit).With("field", "q").
 				WithHint("narrow it: rarer words, a scope, from, or a time range (after, before)")
 		}
 		return err
