@@ -800,3 +800,53 @@ func TestAttackBusyRoomKeepsTheLobby(t *testing.T) {
 		t.Fatalf("HOLE: the busy room's summary was evaluated: %d view evaluations (the calm room's are 2 at most)", n)
 	}
 }
+
+// A view link cannot lock a room's signed-in observers out (issue 41
+// item 5): view links and observers drew on one read-only budget, so
+// reads with the view token that spent it left bob, who observes the
+// room, and alice, its owner reading with admin access (a read-only
+// principal too), with room_busy. The view link has a budget of its own:
+// it is refused once that is spent, and they read on.
+func TestAttackViewLinkCannotStarveObservers(t *testing.T) {
+	// The members' budget pays for the registrations (each evaluates the
+	// walker); the observers' affords two reads, the view link's one.
+	f := newFixtureWith(t, substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: 100_000, GateQuantum: -1}}, "alice", "bob")
+	ctx := context.Background()
+	room := summaryBudgetRoom(t, f, "watched", `"phase " + views.base`, 1)
+	if err := f.l.ShareRoom(ctx, "user_alice", room, "user_bob", "observer"); err != nil {
+		t.Fatal(err)
+	}
+	rot, err := f.svc.RotateToken(ctx, substrate.RoomPrincipal(room), room, "view")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := f.svc.AuthenticateIn(ctx, room, rot.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent := false
+	for range 10 {
+		if _, err := f.svc.Context(ctx, link, room, substrate.ContextRequest{}); errs.Is(err, errs.RoomBusy) {
+			spent = true
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !spent {
+		t.Fatal("ten view-link reads of a view costing about 58,000 on a budget of 25,000 per second: none refused")
+	}
+	for _, c := range []struct{ user, scope string }{{"bob", "rooms:" + room + ":read"}, {"alice", "rooms:" + room + ":admin"}} {
+		s := f.session(t, c.user, "g-"+c.user, c.scope)
+		p, _, err := f.l.Principal(ctx, s, room)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.ReadOnly() {
+			t.Fatalf("%s's principal is not read-only: the test proves nothing", c.user)
+		}
+		if _, err := f.svc.Context(ctx, p, room, substrate.ContextRequest{}); err != nil {
+			t.Fatalf("HOLE: %s, observing the room, after the view link spent its budget: %v", c.user, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -465,7 +466,7 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 		t.Errorf("cy does not find the view once enabled: %+v", hits)
 	}
 	// Many gated matches: no hit, and no "more" that would say they exist.
-	// (More than the candidates one search reads, 4 rounds of 50.)
+	// (More than a search once read, 4 rounds of 50 candidates.)
 	for range 3 {
 		var many []substrate.Write
 		for range 90 {
@@ -1402,4 +1403,231 @@ func liveHeap() uint64 {
 	runtime.GC()
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// searchRoomOf makes a room with the room token's principal and agents
+// al, bo and cy, for the search attacks of issue 41.
+func searchRoomOf(t *testing.T, svc *substrate.Service, id string) (admin *substrate.Principal, ag map[string]*substrate.Principal) {
+	t.Helper()
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ = svc.Authenticate(ctx, room.Token)
+	ag = map[string]*substrate.Principal{}
+	for _, a := range []string{"al", "bo", "cy"} {
+		j, err := svc.Join(ctx, admin, id, substrate.JoinRequest{ID: a, Name: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ag[a], _ = svc.Authenticate(ctx, j.Token)
+	}
+	return admin, ag
+}
+
+// A search's snippet is cut from the version of the row its reader was
+// judged to see (issue 41 item 2). An entry cy reads is rewritten, gated
+// to al, between the search's judging and its reading of the text: cy
+// must not get the new text. The snippets were read by a second
+// statement from the row as it was then, so cy got al's text.
+func TestAttackSearchSnippetIsTheVersionJudged(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	admin, ag := searchRoomOf(t, svc, "torn")
+	write := func(value, enabled string) {
+		t.Helper()
+		if _, err := svc.WriteState(ctx, admin, "torn", []substrate.Write{{Scope: "_shared", Key: "note", Value: json.RawMessage(value), Enabled: enabled}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`"the heron was seen at noon"`, "")
+	if res, err := svc.Search(ctx, ag["cy"], "torn", substrate.SearchRequest{Query: "heron"}); err != nil || len(res.Hits) != 1 || !strings.Contains(res.Hits[0].Snippet, "noon") {
+		t.Fatalf("cy does not find the open note: the test proves nothing: %+v %v", res, err)
+	}
+	for i := range 5 {
+		secret := fmt.Sprintf("walrus%d", i)
+		rewrite := true
+		substrate.SetSearchJudged(svc, func(string) {
+			if rewrite {
+				rewrite = false
+				write(`"the heron nests by the `+secret+` den"`, "self == 'al'")
+			}
+		})
+		res, err := svc.Search(ctx, ag["cy"], "torn", substrate.SearchRequest{Query: "heron"})
+		substrate.SetSearchJudged(svc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rewrite {
+			t.Fatal("the hook did not run: the test proves nothing")
+		}
+		for _, h := range res.Hits {
+			if strings.Contains(h.Snippet, secret) {
+				t.Fatalf("HOLE: cy's snippet shows the version gated to al: %+v", h)
+			}
+		}
+		if res, err := svc.Search(ctx, ag["al"], "torn", substrate.SearchRequest{Query: secret}); err != nil || len(res.Hits) != 1 {
+			t.Fatalf("al does not find the rewritten note: %+v %v", res, err)
+		}
+		write(`"the heron was seen at noon"`, "")
+	}
+}
+
+// What a reader finds does not depend on what it may not see (issue 41
+// item 4): 200 gated entries that match a word better than cy's own
+// entry, and 250 gated messages newer than a message cy reads, left cy
+// with no hit at all, since the hidden ones filled the candidates one
+// search read. cy finds both, and its pages count only them.
+func TestAttackSearchHiddenMatchesDoNotHideVisibleOnes(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	admin, ag := searchRoomOf(t, svc, "crowd")
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(svc.WriteState(ctx, ag["cy"], "crowd", []substrate.Write{{Scope: "cy", Key: "plan", Value: json.RawMessage(`"my own dingo plan, among other things to do this week"`)}}, false))
+	must(svc.Invoke(ctx, ag["bo"], "crowd", "_send_message", json.RawMessage(`{"body":"a dingo was seen"}`)))
+	for b := range 2 {
+		var writes []substrate.Write
+		for i := range 100 {
+			writes = append(writes, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("gated%d", b*100+i),
+				Value: json.RawMessage(`"dingo dingo dingo"`), Enabled: "self == 'al'"})
+		}
+		must(svc.WriteState(ctx, admin, "crowd", writes, false))
+	}
+	for range 3 {
+		var writes []substrate.Write
+		for range 84 {
+			writes = append(writes, substrate.Write{Scope: "_messages", Append: true,
+				Value: json.RawMessage(`{"kind":"chat","body":"dingo"}`), Enabled: "self == 'al'"})
+		}
+		must(svc.WriteState(ctx, admin, "crowd", writes, false))
+	}
+	if res, err := svc.Search(ctx, ag["al"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 50}); err != nil || len(res.Hits) != 50 || res.Next == nil {
+		t.Fatalf("al, who reads the gated ones, does not find them: the test proves nothing: %d hits, %v", len(res.Hits), err)
+	}
+	res, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, h := range res.Hits {
+		kinds[h.Kind] = true
+	}
+	if len(res.Hits) != 2 || !kinds["entry"] || !kinds["message"] || res.Next != nil || res.More != "" {
+		t.Fatalf("HOLE: hidden matches change what cy finds (want its entry and the message, and no more): %+v", res)
+	}
+	// Paged one at a time: two pages, the first saying there is a second.
+	first, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 1})
+	if err != nil || len(first.Hits) != 1 || first.Next == nil || *first.Next != 1 {
+		t.Fatalf("HOLE: cy's first page of one: %+v %v", first, err)
+	}
+	second, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 1, Offset: 1})
+	if err != nil || len(second.Hits) != 1 || second.Next != nil || second.Hits[0].Kind == first.Hits[0].Kind {
+		t.Fatalf("HOLE: cy's second page of one: %+v %v", second, err)
+	}
+}
+
+// One credential runs at most two searches at once (issue 41 item 3): 16
+// concurrent searches from one agent token were all answered and held
+// the pool. Two of cy's searches are held after their first statement; a
+// third of cy's is refused with room_busy and a wait, while al's runs.
+// The pool is two connections: the held searches hold none.
+func TestAttackSearchesAtOnceAreCappedPerCredential(t *testing.T) {
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	_, ag := searchRoomOf(t, svc, "queue")
+	if _, err := svc.Invoke(ctx, ag["bo"], "queue", "_send_message", json.RawMessage(`{"body":"the heron report"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var holds atomic.Int32
+	held, free := make(chan struct{}, 2), make(chan struct{})
+	substrate.SetSearchJudged(svc, func(string) {
+		if holds.Add(1) <= 2 {
+			held <- struct{}{}
+			<-free
+		}
+	})
+	t.Cleanup(func() { substrate.SetSearchJudged(svc, nil) })
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := svc.Search(ctx, ag["cy"], "queue", substrate.SearchRequest{Query: "heron"})
+			errc <- err
+		}()
+	}
+	<-held
+	<-held
+	_, err := svc.Search(ctx, ag["cy"], "queue", substrate.SearchRequest{Query: "heron"})
+	roomBusy(t, "cy's third search at once", err)
+	if res, err := svc.Search(ctx, ag["al"], "queue", substrate.SearchRequest{Query: "heron"}); err != nil || len(res.Hits) != 1 {
+		t.Fatalf("al's search while cy's two run: %+v %v", res, err)
+	}
+	close(free)
+	wg.Wait()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatalf("a held search: %v", err)
+		}
+	}
+	if res, err := svc.Search(ctx, ag["cy"], "queue", substrate.SearchRequest{Query: "heron"}); err != nil || len(res.Hits) != 1 {
+		t.Fatalf("cy's search once the others answered: %+v %v", res, err)
+	}
+}
+
+// A query's words are bounded (issue 41 item 3): each is a posting list
+// the index reads. Past the limit the search is refused, naming it.
+func TestAttackSearchTermsAreBounded(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	_, ag := searchRoomOf(t, svc, "terms")
+	words := strings.Fields("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec")
+	q := `"` + strings.Join(words[:8], " ") + `" or ` + strings.Join(words[8:], " -")
+	_, err := svc.Search(ctx, ag["cy"], "terms", substrate.SearchRequest{Query: q})
+	e, ok := err.(*errs.Error)
+	if !ok || e.Code != errs.InvalidField || !strings.Contains(e.Message, "17 words") || !strings.Contains(e.Message, "16") {
+		t.Fatalf("HOLE: a query of 17 words: %v", err)
+	}
+	if _, err := svc.Search(ctx, ag["cy"], "terms", substrate.SearchRequest{Query: strings.Join(words[:16], " or ")}); err != nil {
+		t.Fatalf("a query of 16 words: %v", err)
+	}
+}
+
+// A search statement's time is bounded (issue 41 item 3): past it the
+// search is stopped and refused as too broad, with how to narrow it,
+// rather than held for as long as PostgreSQL takes to rank every match.
+// The bound is made a microsecond here, so every search passes it.
+func TestAttackSearchTimeIsBounded(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	_, ag := searchRoomOf(t, svc, "slow")
+	var writes []substrate.Write
+	for i := range 100 {
+		writes = append(writes, substrate.Write{Scope: "_messages", Append: true, Value: json.RawMessage(fmt.Sprintf(`{"kind":"chat","body":"report %d"}`, i))})
+	}
+	if _, err := svc.WriteState(ctx, substrate.RoomPrincipal("slow"), "slow", writes, false); err != nil {
+		t.Fatal(err)
+	}
+	substrate.SetSearchTimeout(svc, time.Microsecond)
+	_, err := svc.Search(ctx, ag["cy"], "slow", substrate.SearchRequest{Query: "report"})
+	substrate.SetSearchTimeout(svc, 0)
+	e, ok := err.(*errs.Error)
+	if !ok || e.Code != errs.InvalidField || !strings.Contains(e.Message, "longer than") || e.Hint == "" {
+		t.Fatalf("HOLE: a search past its time: %v", err)
+	}
+	if res, err := svc.Search(ctx, ag["cy"], "slow", substrate.SearchRequest{Query: "report"}); err != nil || len(res.Hits) != 10 {
+		t.Fatalf("the same search in its time: %+v %v", res, err)
+	}
 }

@@ -22,3 +22,12 @@ func GroupQueue(s *Service, roomID string) (leading bool, queued int) {
 	}
 	return false, 0
 }
+
+// SetSearchJudged makes f run once a search has decided what its reader
+// may see and before it reads the text it shows (the snippets): a test
+// rewrites an entry there as a concurrent writer would.
+func SetSearchJudged(s *Service, f func(roomID string)) { s.searchJudged = f }
+
+// SetSearchTimeout replaces the time one search statement may run (3 s):
+// a test makes every search too slow.
+func SetSearchTimeout(s *Service, d time.Duration) { s.searchTimeout = d }

@@ -70,7 +70,8 @@ Prefer few, purposeful actions with an intent and an if that guards their precon
 Find what was said or decided: ` + say(errs.OpSearch, map[string]any{"q": "deadline friday"}) + ` searches the messages, state (keys and values) and views you may read, best first, each hit with a snippet (matches in «»). It finds exactly what a read would show you: never a private scope, a gated entry or message, or loom content you may not read.
 - Words must all appear, in any form ("deciding" finds "decided"); "a phrase" in quotes, or between alternatives, -word leaves one out.
 - Filters: scope ("_messages", "self", "views", a scope), from (the sender or writer), kind (a message kind), thread (a thread's first seq), after and before (RFC 3339 times or dates).
-- Paging: a result with more names the call for the next page (its offset); limit is 1–50 (default 10).` + searchRooms(w)), true
+- Paging: a result with more names the call for the next page (its offset); limit is 1–50 (default 10).
+- Cost: a query has at most 16 words; one credential runs at most 2 searches at once; a search's database time is charged to the room's expression budget (a common word in a big room costs the most: narrow with scope, from or a time range). Past any of these, room_busy with retry_after_ms.` + searchRooms(w)), true
 	case "threads":
 		return strings.TrimSpace(`
 A thread is a conversation under a subject. Start one: ` + say(errs.OpInvoke, map[string]any{"action": "_send_message", "params": map[string]any{"body": "When do we ship?", "subject": "Release date"}}) + `. Answer a message: ` + say(errs.OpInvoke, map[string]any{"action": "_send_message", "params": map[string]any{"body": "Friday", "reply_to": 42}}) + ` (42 is the seq of the message you answer; the reply joins its thread and carries its subject).
@@ -255,7 +256,7 @@ func roomCostHelp(perSecond int) string {
 	if perSecond < 0 {
 		return "off"
 	}
-	return fmt.Sprintf("%d for everything the room's reads, waits and invocations evaluate (each evaluation at least %d; memoised results free), and %d more for read-only readers (view links, observers), whose reads never spend the members' part; spent, requests get room_busy with Retry-After until it refills", perSecond, gateMinCost, int(float64(perSecond)*guestShare))
+	return fmt.Sprintf("%d for everything the room's reads, waits and invocations evaluate (each evaluation at least %d; memoised results free), %d more for signed-in observers and %d more for the view link, neither of whose reads spends the members' part or the other's; spent, requests get room_busy with Retry-After until it refills", perSecond, gateMinCost, int(float64(perSecond)*guestShare), int(float64(perSecond)*viewLinkShare))
 }
 
 func gateQuantumHelp(q time.Duration) string {

@@ -64,7 +64,9 @@ func TestHotQueryPlans(t *testing.T) {
 		{"key last write", sqlKeyLastWrite, []any{"hot", int64(60000), `[{"scope": "_shared", "key": "task-1"}]`}, ""},
 		// Search reads the GIN index (state_search), and one thread its
 		// index (state_thread), never a room's log.
-		{"search", sqlSearch, []any{"hot", "task", int64(60000), "", "", "", int64(0), nil, nil, []string{}, false, 21, 0}, "state_search"},
+		{"search", sqlSearch, []any{"hot", "task", int64(60000), "", "", "", int64(0), nil, nil, []string{}, false,
+			[]string{"_shared"}, []string{"task-1"}, []string{}, []string{"_messages"}, []*string{nil}, []string{}, []string{}, 21, 0}, "state_search"},
+		{"search gates", sqlSearchGates, []any{"hot", "task", int64(60000), "", "", "", int64(0), nil, nil, []string{}, false}, "state_search"},
 		{"thread", sqlThreadMessages, []any{"hot", int64(101), int64(0), 100, int64(60000)}, "state_thread"},
 		{"hidden messages", sqlHiddenMessages, []any{"hot", int64(60000)}, ""},
 		{"unseen changes", sqlUnseen, []any{"hot", int64(59000), int64(60000)}, ""},

@@ -3,29 +3,41 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // Search (issue 31 item 1): full-text search over what a reader may read
 // of a room: messages, mutable entries (keys and values) and views.
 //
-// PostgreSQL finds and ranks the candidates (state.search_tsv, a
-// generated tsvector with a GIN index: migration 0015); the one read rule
-// then decides each candidate exactly as a context read would show it:
-// a mutable entry matches only when the reader's context holds it (scope
+// PostgreSQL finds and ranks the matches (state.search_tsv, a generated
+// tsvector with a GIN index: migration 0015) among those the one read
+// rule lets the reader see, decided as a context read would show them: a
+// mutable entry matches only when the reader's context holds it (scope
 // rule, features' read rules, entry gates, timers), a message only when
 // the reader's log pages would show it (its gate evaluated as the
-// reader), a view only when the reader's context evaluates it. So a
-// search can never tell a reader that a private entry exists, let alone
-// what it says.
+// reader), a view only when the reader's context evaluates it. The rule
+// is applied before ranking and paging (issue 41 item 4: hidden matches
+// ranked first had pushed the reader's own out of the rows read), and
+// snippets are cut in the same statement, from the rows it admitted
+// (item 2). So a search can never tell a reader that a private entry
+// exists, let alone what it says.
+//
+// A search costs the database more than any evaluation it makes: each
+// statement's time is charged to the room's expression budget (work),
+// one credential runs at most searchesAtOnce, and a query has at most
+// searchMaxTerms words (issue 41 item 3).
 
 // SearchRequest is one search.
 type SearchRequest struct {
@@ -59,6 +71,14 @@ const (
 	searchDefaultLimit = 10
 	searchMaxLimit     = 50
 	searchMaxQuery     = 500
+	// searchMaxTerms bounds a query's words (those of its phrases
+	// included): each is a posting list the index reads.
+	searchMaxTerms = 16
+	// searchesAtOnce is the most searches one credential runs at once;
+	// past it a search is refused with room_busy. Sixteen at once from
+	// one agent token held the pool and slowed every other room
+	// (issue 41 item 3).
+	searchesAtOnce = 2
 	// searchMaxOffset bounds paging: the offset counts hits the reader
 	// sees, so a page reads every candidate before it.
 	searchMaxOffset    = 1000
@@ -100,33 +120,158 @@ type SearchResult struct {
 	Seq int64 `json:"seq"`
 }
 
-// sqlSearch finds a room's candidates for a query (index state_search),
-// best first, $12 of them after the first $13. $4..$9 are the filters,
-// $10 the reader's private scopes ($11: whether the scope rule narrows to
-// them; communal scopes always pass, and the audit log is not indexed).
-const sqlSearch = `SELECT scope, key, sort_key, version, writer, updated_at, enabled_expr,
-			ts_rank_cd(search_tsv, q) AS rank, value->>'kind' AS kind,
-			CASE WHEN scope = '_messages' THEN coalesce(value->>'thread', CASE WHEN value ? 'subject' THEN sort_key::text END) END AS thread
-		FROM state, websearch_to_tsquery('sync_search', $2) q
-		WHERE room_id = $1 AND search_tsv @@ q AND revision <= $3 AND scope <> '_threads'` + liveSQL + `
+// searchFilters are the conditions every search statement shares: the
+// room's indexed rows matching the query q ($2), at the reader's snapshot
+// ($3), through the request's filters ($4..$9), the scope rule ($10 the
+// reader's private scopes; $11 whether it narrows to them: communal
+// scopes always pass, and the audit log is not indexed).
+const searchFilters = `room_id = $1 AND search_tsv @@ q AND revision <= $3 AND scope <> '_threads'` + liveSQL + `
 			AND ($4 = '' OR scope = $4)
 			AND ($5 = '' OR writer = $5)
 			AND ($6 = '' OR (scope = '_messages' AND value->>'kind' = $6))
 			AND ($7 = 0 OR (scope = '_messages' AND (sort_key = $7 OR value->>'thread' = $7::text)))
 			AND ($8::timestamptz IS NULL OR updated_at >= $8) AND ($9::timestamptz IS NULL OR updated_at < $9)
-			AND (NOT $11 OR scope ^@ '_' OR scope = ANY($10::text[]))
-		ORDER BY rank DESC, sort_key DESC NULLS LAST, scope, key
-		LIMIT $12 OFFSET $13`
+			AND (NOT $11 OR scope ^@ '_' OR scope = ANY($10::text[]))`
 
-// sqlSearchSnippets makes the snippets of the hits a page shows (primary
-// key), and only of those: the reader's rule has kept them.
-const sqlSearchSnippets = `SELECT s.scope, s.key, ts_headline('sync_search',
-			CASE WHEN s.scope = '_messages' AND jsonb_typeof(s.value->'body') = 'string' THEN coalesce(s.value->>'subject' || ': ', '') || (s.value->>'body')
-				WHEN jsonb_typeof(s.value) = 'string' THEN s.key || ': ' || (s.value #>> '{}')
-				ELSE s.key || ': ' || left(s.value::text, 20000) END,
-			websearch_to_tsquery('sync_search', $2), 'MaxWords=30, MinWords=12, ShortWord=2, MaxFragments=2, FragmentDelimiter=" … ", StartSel=«, StopSel=»')
-		FROM state s JOIN unnest($3::text[], $4::text[]) AS t(sc, k) ON s.scope = t.sc AND s.key = t.k
-		WHERE s.room_id = $1`
+// sqlSearchGates lists the log scopes and the gates of the log entries a
+// search matches (at most searchMaxGates pairs): the reader's rule
+// decides each pair once, in Go, before the search statement. A log
+// entry's gate reads the room, never the entry, so its answer is the
+// same for every entry it gates.
+const sqlSearchGates = `SELECT DISTINCT scope, enabled_expr FROM state, websearch_to_tsquery('sync_search', $2) q
+		WHERE ` + searchFilters + ` AND sort_key IS NOT NULL
+		LIMIT 1025`
+
+// sqlSearch finds, ranks and pages a room's hits for a query (index
+// state_search) among the rows the reader may see, and cuts their
+// snippets, in one statement: the text a hit shows is the row version the
+// rule admitted. Past the filters, the rule: mutable entries not in the
+// snapshot's hidden entries ($12, $13) nor hidden scopes ($14); log
+// entries of an admitted (scope, gate) pair ($15, $16) and outside their
+// scope's hidden key prefixes ($17, $18). Then $19 hits after the first
+// $20 the reader sees.
+const sqlSearch = `WITH hits AS (
+		SELECT scope, key, sort_key, version, writer, updated_at, enabled_expr, value, q,
+			ts_rank_cd(search_tsv, q) AS rank, value->>'kind' AS kind,
+			CASE WHEN scope = '_messages' THEN coalesce(value->>'thread', CASE WHEN value ? 'subject' THEN sort_key::text END) END AS thread
+		FROM state, websearch_to_tsquery('sync_search', $2) q
+		WHERE ` + searchFilters + `
+			AND CASE WHEN sort_key IS NULL THEN
+				scope <> ALL($14::text[])
+				AND NOT EXISTS (SELECT 1 FROM unnest($12::text[], $13::text[]) h(sc, k) WHERE h.sc = state.scope AND h.k = state.key)
+			ELSE
+				EXISTS (SELECT 1 FROM unnest($15::text[], $16::text[]) g(sc, gate) WHERE g.sc = state.scope AND g.gate IS NOT DISTINCT FROM state.enabled_expr)
+				AND NOT EXISTS (SELECT 1 FROM unnest($17::text[], $18::text[]) hp(sc, pre) WHERE hp.sc = state.scope AND state.key ^@ hp.pre)
+			END
+		ORDER BY rank DESC, sort_key DESC NULLS LAST, scope, key
+		LIMIT $19 OFFSET $20)
+	SELECT scope, key, sort_key, version, writer, updated_at, enabled_expr, rank, kind, thread,
+		ts_headline('sync_search',
+			CASE WHEN scope = '_messages' AND jsonb_typeof(value->'body') = 'string' THEN coalesce(value->>'subject' || ': ', '') || (value->>'body')
+				WHEN jsonb_typeof(value) = 'string' THEN key || ': ' || (value #>> '{}')
+				ELSE key || ': ' || left(value::text, 20000) END,
+			q, 'MaxWords=30, MinWords=12, ShortWord=2, MaxFragments=2, FragmentDelimiter=" … ", StartSel=«, StopSel=»')
+	FROM hits
+	ORDER BY rank DESC, sort_key DESC NULLS LAST, scope, key`
+
+// searchMaxGates bounds the (log scope, gate) pairs one search decides
+// (sqlSearchGates' limit less one): the entries of pairs past it are left
+// out (fail closed), as a read leaves out the gates its budget could not
+// afford.
+const searchMaxGates = 1024
+
+// notIndexed are the scopes migration 0015 does not index: the rule need
+// not say anything of them.
+var notIndexed = map[string]bool{"_audit": true, scopeActions: true, scopeViews: true, "_agents": true, scopeCooldowns: true, "_acks": true, "_threads": true}
+
+// searchRule decides what the reader may see of the room for a search
+// and returns the search statements' arguments ($1..$18) that say it: the
+// reader's snapshot decides mutable entries (those it holds that the
+// reader's context does not show are named), and the log entries' (scope,
+// gate) pairs the query matches are decided one by one, as a log page
+// decides them.
+func (s *Service) searchRule(ctx context.Context, rc *roomCtx, p *Principal, roomID, scope string, req SearchRequest) ([]any, error) {
+	restricted := p != nil && !(p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin())
+	mine := []string{}
+	if restricted {
+		if p.AgentID != "" {
+			mine = append(mine, p.AgentID)
+		}
+		mine = append(mine, p.Grants...)
+	}
+	args := []any{roomID, req.Query, rc.snap.seq, scope, req.From, req.Kind, req.Thread, req.After, req.Before, mine, restricted}
+	hiddenScopes, hiddenKeys, hiddenIn := []string{}, []string{}, []string{}
+	for sc, rows := range rc.snap.scopes {
+		if notIndexed[sc] || (scope != "" && sc != scope) || (restricted && !strings.HasPrefix(sc, "_") && !slices.Contains(mine, sc)) {
+			continue // the statement's filters leave it out already
+		}
+		if !rc.visible(sc) {
+			hiddenScopes = append(hiddenScopes, sc)
+			continue
+		}
+		if isHidden(sc) {
+			for k, r := range rows {
+				if h := (SearchHit{Kind: "entry", Scope: sc, Key: k}); !s.searchSees(ctx, rc, &h, r.enabled) {
+					hiddenIn, hiddenKeys = append(hiddenIn, sc), append(hiddenKeys, k)
+				}
+			}
+			continue
+		}
+		// What the reader's context shows of the scope is drawn from the
+		// snapshot's rows: when it shows as many, it shows them all (the
+		// common case, decided without a look at each key).
+		shown, _ := rc.shownEntries(sc)
+		if len(shown) == len(rows) {
+			continue
+		}
+		for k := range rows {
+			if _, ok := shown[k]; !ok {
+				hiddenIn, hiddenKeys = append(hiddenIn, sc), append(hiddenKeys, k)
+			}
+		}
+	}
+	type pair struct {
+		scope string
+		gate  *string
+	}
+	var pairs []pair
+	err := s.searchQuery(ctx, sqlSearchGates, args, func(rows pgx.Rows) error {
+		var pr pair
+		if err := rows.Scan(&pr.scope, &pr.gate); err != nil {
+			return err
+		}
+		pairs = append(pairs, pr)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	pairs = pairs[:min(len(pairs), searchMaxGates)]
+	logScopes, logGates := []string{}, []*string{}
+	prefixIn, prefixes := []string{}, []string{}
+	seen := map[string]bool{}
+	for _, pr := range pairs {
+		if !rc.visible(pr.scope) {
+			continue
+		}
+		if !seen[pr.scope] {
+			seen[pr.scope] = true
+			for _, pre := range rc.vis.hiddenPrefixes(pr.scope) {
+				prefixIn, prefixes = append(prefixIn, pr.scope), append(prefixes, pre)
+			}
+		}
+		if pr.gate != nil {
+			if rc.logShown == nil {
+				rc.logShown = s.logGate(ctx, rc)
+			}
+			if !rc.logShown(pr.gate) {
+				continue
+			}
+		}
+		logScopes, logGates = append(logScopes, pr.scope), append(logGates, pr.gate)
+	}
+	return append(args, hiddenIn, hiddenKeys, hiddenScopes, logScopes, logGates, prefixIn, prefixes), nil
+}
 
 // Search finds what p may read of the room that matches req.
 func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req SearchRequest) (*SearchResult, error) {
@@ -136,8 +281,13 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	if err := req.check(p, roomID); err != nil {
 		return nil, err
 	}
+	release, err := s.searchSlot(p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	// Admitted for the whole search: the gates of the hits are evaluated
-	// after the read.
+	// after the read, and its statements' time is charged as they end.
 	ctx, done, err := s.work(ctx, p, roomID)
 	if err != nil {
 		return nil, err
@@ -165,85 +315,51 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	// "more" over candidates it cannot see would tell it they exist.
 	more := false
 	if scope != "views" {
-		restricted := p != nil && !(p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin())
-		mine := []string{}
-		if restricted {
-			if p.AgentID != "" {
-				mine = append(mine, p.AgentID)
-			}
-			mine = append(mine, p.Grants...)
+		args, err := s.searchRule(ctx, rc, p, roomID, scope, req)
+		if err != nil {
+			return nil, err
 		}
-		// The offset counts hits the reader sees, never candidates: an
-		// offset over candidates would tell how many it cannot see. So
-		// candidates are read from the best, in rounds (the reader's rule
-		// thins them), until the page and one more are found; never
-		// unbounded.
-		want := req.Offset + req.Limit + 1
-		offset, seen := 0, 0
-		for round := 0; seen < want; round++ {
-			if round == 4 {
-				break // hidden matches past these stay unsaid
+		if s.searchJudged != nil {
+			s.searchJudged(roomID)
+		}
+		// One statement finds, ranks, pages and cuts the snippets: the
+		// text shown is the row version the rule admitted (revision at
+		// most the snapshot's), never one written since.
+		err = s.searchQuery(ctx, sqlSearch, append(args, req.Limit+1, req.Offset), func(rows pgx.Rows) error {
+			var c cand
+			var kind, thread *string
+			var sortKey *int64
+			if err := rows.Scan(&c.hit.Scope, &c.hit.Key, &sortKey, &c.hit.Version, &c.hit.From, &c.hit.At, &c.enabled,
+				&c.hit.Rank, &kind, &thread, &c.hit.Snippet); err != nil {
+				return err
 			}
-			batch := min(max(want*2, 50), 2500)
-			rows, err := s.db.Query(ctx, sqlSearch, roomID, req.Query, rc.snap.seq, scope, req.From, req.Kind, req.Thread,
-				req.After, req.Before, mine, restricted, batch, offset)
-			if err != nil {
-				return nil, err
-			}
-			var page []cand
-			for rows.Next() {
-				var c cand
-				var kind, thread *string
-				var sortKey *int64
-				if err := rows.Scan(&c.hit.Scope, &c.hit.Key, &sortKey, &c.hit.Version, &c.hit.From, &c.hit.At, &c.enabled,
-					&c.hit.Rank, &kind, &thread); err != nil {
-					rows.Close()
-					return nil, err
-				}
-				c.hit.Kind = "entry"
-				if sortKey != nil {
-					c.hit.Kind, c.hit.Seq = "log", *sortKey
-					if c.hit.Scope == ScopeMessages {
-						c.hit.Kind, c.hit.Key, c.hit.Version = "message", "", 0
-						if kind != nil {
-							c.hit.MsgKind = *kind
-						}
-						if thread != nil {
-							c.hit.Thread, _ = strconv.ParseInt(*thread, 10, 64)
-						}
+			c.hit.Snippet = clipSnippet(c.hit.Snippet)
+			c.hit.Kind = "entry"
+			if sortKey != nil {
+				c.hit.Kind, c.hit.Seq = "log", *sortKey
+				if c.hit.Scope == ScopeMessages {
+					c.hit.Kind, c.hit.Key, c.hit.Version = "message", "", 0
+					if kind != nil {
+						c.hit.MsgKind = *kind
+					}
+					if thread != nil {
+						c.hit.Thread, _ = strconv.ParseInt(*thread, 10, 64)
 					}
 				}
-				page = append(page, c)
 			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return nil, err
-			}
-			// The rule runs once the connection is released (gates are
-			// expressions).
-			for _, c := range page {
-				if seen < want && s.searchSees(ctx, rc, &c.hit, c.enabled) {
-					if seen >= req.Offset {
-						hits = append(hits, c)
-					}
-					seen++
-				}
-			}
-			offset += len(page)
-			if len(page) < batch {
-				break
-			}
+			hits = append(hits, c)
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
+		// The statement applied the rule; each hit is asked again, as a
+		// guard (a feature's rule may decide log keys beyond the prefixes
+		// it declares). Nothing is expected to be left out here.
+		hits = slices.DeleteFunc(hits, func(c cand) bool { return !s.searchSees(ctx, rc, &c.hit, c.enabled) })
 	}
 	if len(hits) > req.Limit {
 		hits, more = hits[:req.Limit], true
-	}
-	page := make([]*SearchHit, len(hits))
-	for i := range hits {
-		page[i] = &hits[i].hit
-	}
-	if err := s.searchSnippets(ctx, roomID, req.Query, page); err != nil {
-		return nil, err
 	}
 	// Views the reader's context evaluated, on the first page: there are
 	// few, they are matched in their shown JSON, and the best five are
@@ -288,40 +404,6 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	return res, nil
 }
 
-// searchSnippets fills the snippets of a page's hits in one statement.
-func (s *Service) searchSnippets(ctx context.Context, roomID, query string, hits []*SearchHit) error {
-	if len(hits) == 0 {
-		return nil
-	}
-	type ref struct{ scope, key string }
-	at := make(map[ref]*SearchHit, len(hits))
-	scopes, keys := make([]string, len(hits)), make([]string, len(hits))
-	for i, h := range hits {
-		key := h.Key
-		if h.Kind == "message" {
-			key = strconv.FormatInt(h.Seq, 10)
-		}
-		scopes[i], keys[i] = h.Scope, key
-		at[ref{h.Scope, key}] = h
-	}
-	rows, err := s.db.Query(ctx, sqlSearchSnippets, roomID, query, scopes, keys)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r ref
-		var snippet string
-		if err := rows.Scan(&r.scope, &r.key, &snippet); err != nil {
-			return err
-		}
-		if h := at[r]; h != nil {
-			h.Snippet = clipSnippet(snippet)
-		}
-	}
-	return rows.Err()
-}
-
 // searchSees reports whether the reader reads the candidate, as a read
 // would show it.
 func (s *Service) searchSees(ctx context.Context, rc *roomCtx, h *SearchHit, enabled *string) bool {
@@ -348,18 +430,25 @@ func (s *Service) searchSees(ctx context.Context, rc *roomCtx, h *SearchHit, ena
 		r, ok := rc.snap.scopes[h.Scope][h.Key]
 		return ok && apartScope(h.Scope) && rc.vis.entry(h.Scope, h.Key) && r.enabled == nil && r.timer == nil
 	}
-	if rc.shown == nil {
-		rc.shown = rc.readableState()
-	}
-	m, ok := rc.shown[h.Scope].(map[string]any)
-	if !ok && h.Scope == rc.self {
-		m, ok = rc.shown[ScopeSelf].(map[string]any)
-	}
+	m, ok := rc.shownEntries(h.Scope)
 	if !ok {
 		return false
 	}
 	_, ok = m[h.Key]
 	return ok
+}
+
+// shownEntries are the entries of scope the reader's context shows (ok
+// false: none, the scope is not shown).
+func (rc *roomCtx) shownEntries(scope string) (map[string]any, bool) {
+	if rc.shown == nil {
+		rc.shown = rc.readableState()
+	}
+	m, ok := rc.shown[scope].(map[string]any)
+	if !ok && scope == rc.self {
+		m, ok = rc.shown[ScopeSelf].(map[string]any)
+	}
+	return m, ok
 }
 
 // searchViews matches the views the reader's context evaluated: every
@@ -436,6 +525,9 @@ func (req *SearchRequest) check(p *Principal, roomID string) error {
 		return errs.New(errs.InvalidField, "search needs a query").With("field", "q").WithHint("search for words, e.g. %s", example)
 	case len(req.Query) > searchMaxQuery:
 		return errs.New(errs.InvalidField, "the query is %d bytes, over the limit of %d", len(req.Query), searchMaxQuery).With("field", "q").WithHint("search for fewer words")
+	case searchTerms(req.Query) > searchMaxTerms:
+		return errs.New(errs.InvalidField, "the query has %d words, over the limit of %d", searchTerms(req.Query), searchMaxTerms).With("field", "q").With("limit", searchMaxTerms).
+			WithHint("search for at most %d words: the rarest ones find the most", searchMaxTerms)
 	case !utf8.ValidString(req.Query) || strings.ContainsRune(req.Query, 0):
 		return errs.New(errs.InvalidField, "the query is not valid text").With("field", "q").WithHint("send UTF-8 text without NUL characters")
 	case req.Limit < 0 || req.Limit > searchMaxLimit:
@@ -602,3 +694,94 @@ func (s *Service) ConfigureSearch(ctx context.Context, language string) (changed
 
 // pgIdent quotes an identifier.
 func pgIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// searchCostPerMS is what a millisecond of a search statement's database
+// time costs the room's expression budget (work): the budget's own scale,
+// whose default 2,000,000 a second is some 100 ms of CPU. A search's
+// work is mostly PostgreSQL's (the index, ranking, snippets), which no
+// evaluation counts; billed so, a flood of searches spends its room's
+// budget, not the whole server's database.
+const searchCostPerMS = 20_000
+
+// searchStatementTime bounds one search statement: past it the search is
+// cancelled and the caller told to narrow it. It also bounds the debt one
+// search can leave its room's budget (some 30 s of it at the default).
+const searchStatementTime = 3 * time.Second
+
+// searchQuery runs one search statement on a connection of its own, hands
+// each row to scan and charges the statement's database time (from the
+// query's start to its last row, the wait for a connection not counted)
+// to the room's budget.
+func (s *Service) searchQuery(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
+	return s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		limit := searchStatementTime
+		if s.searchTimeout > 0 {
+			limit = s.searchTimeout
+		}
+		qctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
+		t0 := time.Now()
+		defer func() {
+			expr.Charge(ctx, uint64(time.Since(t0).Microseconds()*searchCostPerMS/1000))
+		}()
+		rows, err := conn.Query(qctx, sql, args...)
+		if err == nil {
+			for rows.Next() {
+				if err = scan(rows); err != nil {
+					break
+				}
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil && qctx.Err() != nil && ctx.Err() == nil {
+			return errs.New(errs.InvalidField, "the search took longer than %s and was stopped", limit).With("field", "q").
+				WithHint("narrow it: rarer words, a scope, from, or a time range (after, before)")
+		}
+		return err
+	})
+}
+
+// searchTerms counts a query's words, those of its phrases included, and
+// not its operators (or, a lone -).
+func searchTerms(q string) int {
+	n := 0
+	for _, w := range strings.FieldsFunc(q, func(r rune) bool { return unicode.IsSpace(r) || r == '"' }) {
+		if w = strings.TrimLeft(w, "-"); w != "" && !strings.EqualFold(w, "or") {
+			n++
+		}
+	}
+	return n
+}
+
+// searchSlot takes one of the searches p's credential may run at once
+// (searchesAtOnce), or refuses it with room_busy; release gives it back.
+// A credential is a token (its hash), else the principal's kind and
+// agent: the lobby's principals carry no token.
+func (s *Service) searchSlot(p *Principal, roomID string) (release func(), _ error) {
+	key := roomID + "\x00system"
+	if p != nil {
+		key = roomID + "\x00" + string(p.Kind) + "\x00" + p.AgentID + "\x00" + p.readsAs + "\x00" + string(p.tokenHash)
+	}
+	s.searchMu.Lock()
+	defer s.searchMu.Unlock()
+	if s.searching[key] >= searchesAtOnce {
+		s.roomBusy.Add(1)
+		return nil, errs.New(errs.RoomBusy, "%d searches of yours are running in room %q, the most one credential runs at once", searchesAtOnce, roomID).
+			With("retry_after_ms", int64(1000)).With("limit", searchesAtOnce).
+			WithHint("retry after 1 s, once one of them has answered; search one query at a time")
+	}
+	if s.searching == nil {
+		s.searching = map[string]int{}
+	}
+	s.searching[key]++
+	return func() {
+		s.searchMu.Lock()
+		defer s.searchMu.Unlock()
+		if s.searching[key]--; s.searching[key] <= 0 {
+			delete(s.searching, key)
+		}
+	}, nil
+}

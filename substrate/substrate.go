@@ -204,12 +204,22 @@ type Service struct {
 	// waitSleeps, when set (tests only), is told how long each check of a
 	// wait that did not hold lets it sleep.
 	waitSleeps func(roomID string, next time.Duration)
+	// searchJudged, when set (tests only), runs once a search has decided
+	// what its reader may see and before it reads the text it shows: a
+	// test rewrites an entry there as a concurrent writer would.
+	searchJudged func(roomID string)
+	// searchTimeout, when set (tests only), replaces searchStatementTime.
+	searchTimeout time.Duration
 	// invocations counts Invoke's outcomes by "ok" or error code (Stats).
 	invocations sync.Map // string → *atomic.Int64
 	// workMeter is each room's expression budget (nil: off); roomBusy
 	// counts its refusals (Stats).
 	workMeter *workMeter
 	roomBusy  atomic.Int64
+	// searching counts each credential's searches running now
+	// (searchSlot), under searchMu.
+	searchMu  sync.Mutex
+	searching map[string]int
 	// group queues invocations per room for group commit (nil: off).
 	group *groupCommit
 	// tokens remembers invocations' token lookups (AuthenticateInvoke).

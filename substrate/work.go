@@ -23,13 +23,17 @@ import (
 // nothing, so a quiet room never meets the budget, and one room's flood
 // cannot take another room's CPU.
 //
-// Those who only watch a room (read-only credentials: view tokens and
-// links, observers) draw on a budget of their own in it, half the
-// members' (guestShare). A view link can be handed to anyone; with one
-// budget for all, its holder's reads would spend what the room's members
-// need and lock the owner out of their own room. Separate buckets, not a
-// reserve in one: requests are charged after they are admitted, so many
-// admitted at once would overdraw a shared bucket far past any reserve.
+// Those who only watch a room draw on budgets of their own in it: its
+// signed-in observers (read-only principals the lobby makes: observers,
+// owners reading with admin access) half the members' (guestShare), and
+// its view link (the view token, on the room page or the API) a quarter
+// (viewLinkShare). A view link can be handed to anyone; with one budget
+// for all, its holder's reads would spend what the room's members need
+// and lock the owner out of their own room, and with one for every
+// watcher, what its signed-in observers need (issue 41 item 5). Separate
+// buckets, not a reserve in one: requests are charged after they are
+// admitted, so many admitted at once would overdraw a shared bucket far
+// past any reserve.
 // The budgets are per process: each protects its own process's CPU.
 
 // workBucket is one room's budget: a token bucket of cel-go cost.
@@ -40,7 +44,8 @@ type workBucket struct {
 	tokens float64
 	at     time.Time
 	// share of the meter's rate this bucket refills at (1 for a room's
-	// members, guestShare for its read-only readers).
+	// members, guestShare for its observers, viewLinkShare for its view
+	// link).
 	share float64
 	// inUse counts the requests admitted on this bucket and not yet
 	// done: they charge it, so the sweep keeps it.
@@ -50,9 +55,13 @@ type workBucket struct {
 // release ends one admitted request's use of b.
 func (b *workBucket) release() { b.inUse.Add(-1) }
 
-// guestShare is the read-only readers' budget in a room, as a share of
-// the members' (Limits.RoomCostPerSecond).
-const guestShare = 0.5
+// guestShare is the signed-in observers' budget in a room, and
+// viewLinkShare its view link's, as shares of the members'
+// (Limits.RoomCostPerSecond).
+const (
+	guestShare    = 0.5
+	viewLinkShare = 0.25
+)
 
 // workMeter holds every active room's bucket.
 type workMeter struct {
@@ -62,7 +71,7 @@ type workMeter struct {
 	burst float64 // the bucket's size
 }
 
-// maxWorkRooms bounds the buckets kept (two per room at most); past it,
+// maxWorkRooms bounds the buckets kept (three per room at most); past it,
 // full buckets (budgets nothing spent lately) are dropped, which loses
 // nothing.
 const maxWorkRooms = 4096
@@ -77,9 +86,9 @@ func (m *workMeter) refill(b *workBucket, now time.Time) {
 	b.at = now
 }
 
-// admit reports whether the budget key (a room's members', or its
-// guests') may start more work now, and if not, how long until it may;
-// admitted, it returns the bucket to charge. A request admitted while the
+// admit reports whether the budget key (a room's members', its
+// observers' or its view link's) may start more work now, and if not,
+// how long until it may; admitted, it returns the bucket to charge. A request admitted while the
 // budget lasted finishes even if it overdraws it: the debt delays the next
 // requests on the same budget, never anyone else's.
 func (m *workMeter) admit(key string, share float64, now time.Time) (*workBucket, time.Duration, bool) {
@@ -113,8 +122,9 @@ func (m *workMeter) sweep(now time.Time) {
 
 // work admits a request of p that will evaluate expressions in roomID and
 // returns the context that charges them to the room (its members' budget,
-// or its read-only readers'). Refused, it is 429 room_busy with the wait
-// in retry_after_ms (the REST adapter's Retry-After).
+// its observers' or its view link's: budgetKey). Refused, it is 429
+// room_busy with the wait in retry_after_ms (the REST adapter's
+// Retry-After).
 //
 // A context already admitted for the same budget (a wait's re-reads, a
 // read made inside an invocation) is not asked again: a request admitted
@@ -160,10 +170,15 @@ func (s *Service) work(ctx context.Context, p *Principal, roomID string) (_ cont
 type workKey struct{}
 
 // budgetKey is the budget p's requests in roomID draw on: the room's
-// members', or its read-only readers'.
+// members', its view link's (a principal authenticated with the view
+// token) or its observers' (every other read-only principal: the lobby's,
+// which carry no token).
 func budgetKey(p *Principal, roomID string) (key string, share float64, whose string) {
-	if p != nil && p.ReadOnly() {
-		return roomID + "\x00read-only", guestShare, "read-only readers (view links, observers)"
+	switch {
+	case p != nil && p.Kind == KindView && p.tokenHash != nil:
+		return roomID + "\x00view-link", viewLinkShare, "its view link (all who hold it)"
+	case p != nil && p.ReadOnly():
+		return roomID + "\x00read-only", guestShare, "its signed-in observers"
 	}
 	return roomID, 1, "its members"
 }

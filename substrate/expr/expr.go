@@ -335,6 +335,15 @@ func WithMeter(ctx context.Context, charge func(cost uint64)) context.Context {
 	return context.WithValue(ctx, meterKey{}, charge)
 }
 
+// Charge reports cost to ctx's meter (WithMeter), if it has one: work
+// that is not an evaluation but is billed with them (a search's database
+// time, in the same units).
+func Charge(ctx context.Context, cost uint64) {
+	if m, ok := ctx.Value(meterKey{}).(func(uint64)); ok {
+		m(cost)
+	}
+}
+
 // Eval runs p against vars and returns a JSON-shaped result.
 func (e *Env) Eval(ctx context.Context, p *Program, vars *Vars) (any, error) {
 	v, _, err := e.EvalCost(ctx, p, vars)

@@ -2781,3 +2781,43 @@ func TestAttackViewsChangedCountsNoGatedEntry(t *testing.T) {
 		t.Fatalf("a, who sees the entry g reads, is not told g changed: %v", got)
 	}
 }
+
+// A search's database work is charged to its room's budget (issue 41
+// item 3): searches were charged only the gates they evaluated, so a room
+// without gates could be searched without end (16 at once over 20,000
+// messages slowed every other room). One agent searching a room of 500
+// messages again and again is refused with 429 room_busy and Retry-After
+// once the room's budget is spent, while another room's search is
+// answered.
+func TestAttackSearchFloodIsBudgeted(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{RoomCostPerSecond: 30_000})
+	rm := e.room("searched", nil)
+	quiet := e.room("unsearched", nil)
+	for b := range 5 {
+		var writes []map[string]any
+		for i := range 100 {
+			writes = append(writes, map[string]any{"scope": "_messages", "append": true,
+				"value": map[string]any{"kind": "chat", "body": fmt.Sprintf("status report %d on the release", b*100+i)}})
+		}
+		e.do("PUT", "/rooms/searched/state/batch", rm.token, map[string]any{"writes": writes}).must(t, 200)
+	}
+	e.do("PUT", "/rooms/unsearched/state", quiet.token, map[string]any{"scope": "_shared", "key": "note", "value": "a report"}).must(t, 200)
+	agent := e.join(rm, "searcher")
+	busy := 0
+	for range 30 {
+		switch r := e.do("GET", "/rooms/searched/search?q=report&limit=50", agent, nil); r.status {
+		case 200:
+		case 429:
+			busy++
+			if r.str("error") != "room_busy" || r.header.Get("Retry-After") == "" || r.num("retry_after_ms") <= 0 {
+				t.Fatalf("429 without room_busy, Retry-After or retry_after_ms: %v %s", r.header, r.raw)
+			}
+		default:
+			t.Fatalf("search: %d %s", r.status, r.raw)
+		}
+	}
+	if busy < 15 {
+		t.Fatalf("HOLE: 30 searches of 500 messages on a budget of 30,000 per second: only %d refused", busy)
+	}
+	e.do("GET", "/rooms/unsearched/search?q=report", quiet.token, nil).must(t, 200)
+}
