@@ -506,9 +506,9 @@ func tools() []tool {
 		deleteTool("view", "a", (*substrate.Service).DeleteView),
 		// The builtin _send_message: no result of either kind.
 		typed(&sdk.Tool{Name: "sync_send_message", Title: "Send a message",
-			Description: "Post a message as your agent; with to it is directed and raises their directed_unread.",
+			Description: "Post a message as your agent; answers with its seq, which reply_to and _ack take. With to it is directed and raises their directed_unread.",
 			Annotations: annotations(false, false, false)}, nil,
-			func(ctx context.Context, c *call, in *sendMessageIn) (*substrate.InvokeSummary, error) {
+			func(ctx context.Context, c *call, in *sendMessageIn) (*substrate.SentMessage, error) {
 				p, err := c.actor(ctx)
 				if err != nil {
 					return nil, err
@@ -518,8 +518,10 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				return res.Summary(), nil
-			}).unlisted("invoked", "action", "result", "builtin_result").retyped("writes", "array"),
+				// The message's own seq, which reply_to and _ack name it
+				// by, not the invocation's (the room's, past it).
+				return res.Builtin.(*substrate.SentMessage), nil
+			}),
 		// usage: how to call sync_help, in the model's words; key: an echo.
 		typed(&sdk.Tool{Name: "sync_help", Title: "Help",
 			Description: "Help: without key, the list of keys (guide, standard_library, expressions, …); rooms may override keys.",
@@ -553,7 +555,7 @@ func tools() []tool {
 				return c.opt.Lobby.RevokeAccess(ctx, c.sess, in.Room)
 			}),
 		typed(&sdk.Tool{Name: "sync_restrict_scope", Title: "Narrow scope",
-			Description: "Narrow this connection's scope (rooms:<id>:<level>, rooms:*:<level>, create_rooms); never widens.",
+			Description: "Narrow this connection's scope to part of it (rooms:<id>:<level>, rooms:*:<level>, create_rooms); a wider one is refused, nothing changes: widening takes the person's consent.",
 			Annotations: annotations(false, true, true)}, nil,
 			func(ctx context.Context, c *call, in *restrictIn) (*lobby.ScopeChange, error) {
 				return c.opt.Lobby.RestrictScope(ctx, c.sess, in.Scope)

@@ -3,6 +3,7 @@ package substrate_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -289,5 +290,41 @@ func TestThreadsWithinBudget(t *testing.T) {
 	}
 	if !cut || len(env.Messages.Threads) > 0 {
 		t.Errorf("threads not cut to fit: %d shown, cut %v", len(env.Messages.Threads), cut)
+	}
+}
+
+// One number per message (issue 43 item 3): _send_message answers with
+// the message's own seq, the one reply_to and _ack take, not only the
+// invocation's (the room's, past it once a thread record is written). A
+// reply to a number that is no message names the nearest message.
+func TestSendAnswersMessageSeq(t *testing.T) {
+	tr := newThreadRoom(t, substrate.Options{}, "al", "bo")
+	ctx := context.Background()
+	for range 300 {
+		tr.send("bo", `{"body": "backlog"}`)
+	}
+	res, err := tr.svc.Invoke(ctx, tr.ag["al"], "thr", "_send_message", json.RawMessage(`{"body": "When do we ship?", "subject": "Release date", "to": "bo"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, ok := res.Builtin.(*substrate.SentMessage)
+	if !ok || sent.Seq != *res.Writes[0].SortKey || sent.Thread != sent.Seq {
+		t.Fatalf("the send answers %#v (invocation seq %d, message %d): want the message's own seq and thread", res.Builtin, res.Seq, *res.Writes[0].SortKey)
+	}
+	if res.Seq == sent.Seq {
+		t.Fatalf("the invocation's seq is the message's (%d): not the case this checks", res.Seq)
+	}
+	reply, err := tr.svc.Invoke(ctx, tr.ag["bo"], "thr", "_send_message", json.RawMessage(fmt.Sprintf(`{"body": "Friday", "reply_to": %d}`, sent.Seq)))
+	if err != nil {
+		t.Fatalf("reply_to the seq the send answered: %v", err)
+	}
+	if r := reply.Builtin.(*substrate.SentMessage); r.Thread != sent.Seq || r.Seq <= sent.Seq {
+		t.Fatalf("the reply: %+v", r)
+	}
+	// The invocation's seq is no message: the error names the message.
+	_, err = tr.svc.Invoke(ctx, tr.ag["bo"], "thr", "_send_message", json.RawMessage(fmt.Sprintf(`{"body": "Friday", "reply_to": %d}`, res.Seq)))
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != errs.InvalidParam || e.Details["did_you_mean"] != sent.Seq || !strings.Contains(e.Hint, fmt.Sprint(sent.Seq)) {
+		t.Fatalf("reply_to the invocation's seq %d: %v %+v (want did_you_mean %d)", res.Seq, err, e, sent.Seq)
 	}
 }
