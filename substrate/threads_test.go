@@ -328,3 +328,66 @@ func TestSendAnswersMessageSeq(t *testing.T) {
 		t.Fatalf("reply_to the invocation's seq %d: %v %+v (want did_you_mean %d)", res.Seq, err, e, sent.Seq)
 	}
 }
+
+// A directed message is what wakes its reader (issue 43 item 2), whatever
+// the backlog: a reader with more than a thousand unread messages was
+// never woken by one addressed to her (the unread count looked at the
+// oldest thousand), a wake-up listed the oldest unread while the message
+// to her was elsewhere, and once she had seen, acknowledged and answered
+// it the next wait fired again at once on that same message.
+func TestDirectedWakesThroughBacklog(t *testing.T) {
+	// 600: counted, but past the 500 oldest a wake-up read; 1,200: past
+	// the thousand the count looked at.
+	for _, backlog := range []int{600, 1200} {
+		t.Run(fmt.Sprint(backlog), func(t *testing.T) { directedThroughBacklog(t, backlog) })
+	}
+}
+
+func directedThroughBacklog(t *testing.T, backlog int) {
+	tr := newThreadRoom(t, substrate.Options{}, "al", "bo", "cy")
+	ctx := context.Background()
+	tr.read("al", substrate.ContextRequest{})
+	for i := range backlog {
+		tr.send([]string{"bo", "cy"}[i%2], fmt.Sprintf(`{"body": "chatter %d"}`, i))
+	}
+	asked := tr.send("bo", `{"body": "al, can you take the release?", "to": "al", "ack": true}`)
+	for i := range 30 {
+		tr.send("cy", fmt.Sprintf(`{"body": "more chatter %d"}`, i))
+	}
+	cond := "messages.directed_unread > 0"
+	res, err := tr.svc.Wait(ctx, tr.ag["al"], "thr", cond, 2*time.Second, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Triggered || res.Context == nil || res.Context.Messages == nil {
+		t.Fatalf("HOLE: a message to al behind %d unread did not wake her: %+v", backlog+30, res)
+	}
+	m := res.Context.Messages
+	if len(m.Recent) == 0 || m.Recent[0]["seq"] != asked {
+		var seqs []any
+		for _, msg := range m.Recent {
+			seqs = append(seqs, msg["seq"])
+		}
+		t.Fatalf("HOLE: the wake-up does not show the message to al (%d) first: %v", asked, seqs)
+	}
+	if m.DirectedUnread != 1 {
+		t.Errorf("directed_unread in the wake-up: %d", m.DirectedUnread)
+	}
+	if _, err := tr.svc.Invoke(ctx, tr.ag["al"], "thr", "_ack", json.RawMessage(fmt.Sprintf(`{"seq": %d}`, asked))); err != nil {
+		t.Fatal(err)
+	}
+	tr.send("al", fmt.Sprintf(`{"body": "yes", "reply_to": %d}`, asked))
+	res, err = tr.svc.Wait(ctx, tr.ag["al"], "thr", cond, 300*time.Millisecond, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Triggered {
+		t.Fatalf("HOLE: the message al saw, acknowledged and answered woke her again (%d ms): %+v", res.ElapsedMS, res.Context.Messages)
+	}
+	// The next one to her wakes her, first again.
+	again := tr.send("cy", `{"body": "al, one more", "to": ["al", "bo"]}`)
+	res, err = tr.svc.Wait(ctx, tr.ag["al"], "thr", cond, 2*time.Second, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20})
+	if err != nil || !res.Triggered || res.Context.Messages.Recent[0]["seq"] != again {
+		t.Fatalf("the next message to al: %v %+v", err, res)
+	}
+}
