@@ -812,12 +812,28 @@ func (s *Service) loadLog(ctx context.Context, q querier, rc *roomCtx, roomID, s
 			if r.via != nil && strings.HasPrefix(*r.via, "action:") {
 				m["via"] = *r.via
 			}
+			sayInvocationOnce(m)
 			out[r.key] = m
 			continue
 		}
 		out[r.key] = r.value
 	}
 	return out, nil
+}
+
+// sayInvocationOnce leaves out of an action_invocation message, as a read
+// shows it, what its body and via already say: the action (via names it,
+// from the system's record) and the params (the body is the call, unless
+// it was cut short). The stored message keeps them, for expressions.
+func sayInvocationOnce(m map[string]any) {
+	action, _ := m["action"].(string)
+	if m["kind"] != "action_invocation" || action == "" || m["via"] != "action:"+action {
+		return
+	}
+	delete(m, "action")
+	if body, _ := m["body"].(string); strings.HasPrefix(body, action+"(") && !strings.HasSuffix(body, "…)") {
+		delete(m, "params")
+	}
 }
 
 // logGate decides, for one read, whether the reader sees a log entry
@@ -959,6 +975,7 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 		if r.via != nil && strings.HasPrefix(*r.via, "action:") {
 			m["via"] = *r.via
 		}
+		sayInvocationOnce(m)
 		m["seq"] = r.seq
 		if m["ack"] == true {
 			if rcpt := rc.receiptsOf(r.seq); rcpt != nil {

@@ -391,3 +391,35 @@ func directedThroughBacklog(t *testing.T, backlog int) {
 		t.Fatalf("the next message to al: %v %+v", err, res)
 	}
 }
+
+// An action_invocation message says the call once (issue 43 item 7): its
+// body is the call and via names the action, so a read leaves out the
+// action and params fields that repeated them; the stored message keeps
+// them for expressions.
+func TestInvocationMessageSaysItOnce(t *testing.T) {
+	tr := newThreadRoom(t, substrate.Options{}, "al")
+	ctx := context.Background()
+	if _, err := tr.svc.RegisterAction(ctx, tr.ag["room"], "thr", substrate.ActionDef{ID: "claim",
+		Params: map[string]substrate.ParamSpec{"task": {Type: "string", Required: true}},
+		Writes: []substrate.WriteTemplate{{Key: "${params.task}", Value: json.RawMessage(`"al"`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.svc.Invoke(ctx, tr.ag["al"], "thr", "claim", json.RawMessage(`{"task": "task-007"}`)); err != nil {
+		t.Fatal(err)
+	}
+	env := tr.read("al", substrate.ContextRequest{})
+	m := env.Messages.Recent[len(env.Messages.Recent)-1]
+	if m["kind"] != "action_invocation" || m["body"] != `claim(task="task-007")` || m["via"] != "action:claim" {
+		t.Fatalf("the invocation message: %v", m)
+	}
+	if _, ok := m["params"]; ok {
+		t.Errorf("the invocation message repeats its params: %v", m)
+	}
+	if _, ok := m["action"]; ok {
+		t.Errorf("the invocation message repeats its action: %v", m)
+	}
+	read, err := tr.svc.ReadState(ctx, tr.ag["al"], "thr", substrate.ReadQuery{Scope: substrate.ScopeMessages})
+	if err != nil || len(read.Entries) == 0 || !strings.Contains(string(read.Entries[len(read.Entries)-1].Value), `"params": {"task": "task-007"}`) {
+		t.Fatalf("the stored message lost its params: %v %+v", err, read)
+	}
+}
