@@ -373,6 +373,8 @@ func directedThroughBacklog(t *testing.T, backlog int) {
 	if m.DirectedUnread != 1 {
 		t.Errorf("directed_unread in the wake-up: %d", m.DirectedUnread)
 	}
+	raw, _ := json.Marshal(res.Context)
+	t.Logf("the wake-up behind %d unread: %d bytes, %d messages", backlog+30, len(raw), len(m.Recent))
 	if _, err := tr.svc.Invoke(ctx, tr.ag["al"], "thr", "_ack", json.RawMessage(fmt.Sprintf(`{"seq": %d}`, asked))); err != nil {
 		t.Fatal(err)
 	}
