@@ -146,20 +146,20 @@ func TestAttackSharedRoomsBeyondConsent(t *testing.T) {
 	if _, _, err := f.l.Access(ctx, bob, "side"); !errs.Is(err, lobby.RoomNotInScope) {
 		t.Fatalf("a room shared with carol reached bob: %v", err)
 	}
-	// Narrowing with a wider ask does not widen.
+	// Narrowing with a wider ask is refused and does not widen.
 	narrow := f.session(t, "bob", "g-narrow", "")
-	if _, err := f.l.RestrictScope(ctx, narrow, "shared_rooms:write rooms:*:admin rooms:lab:admin"); err != nil {
-		t.Fatal(err)
+	if _, err := f.l.RestrictScope(ctx, narrow, "shared_rooms:write rooms:*:admin rooms:lab:admin"); !errs.Is(err, errs.ScopeDenied) {
+		t.Fatalf("a widening restrict: %v", err)
 	}
 	narrow = f.session(t, "bob", "g-narrow", "")
 	if level, _, err := f.l.Access(ctx, narrow, "lab"); err != nil || level != "observe" {
 		t.Fatalf("after a widening restrict: %s %v", level, err)
 	}
 	none := f.session(t, "bob", "g-none", "")
-	if _, err := f.l.RestrictScope(ctx, none, "shared_rooms:write"); err != nil {
-		t.Fatal(err)
+	if _, err := f.l.RestrictScope(ctx, none, "shared_rooms:write"); !errs.Is(err, errs.ScopeDenied) {
+		t.Fatalf("restrict to shared rooms on a connection without: %v", err)
 	}
-	if none.Scope.SharedRooms != "" {
+	if none = f.session(t, "bob", "g-none", ""); none.Scope.SharedRooms != "" {
 		t.Fatalf("restrict turned shared rooms on: %q", none.Scope.String())
 	}
 	// Rooms the user makes or claims are not "shared with me".
@@ -564,65 +564,6 @@ func TestAttackSummaryViewCarriesNoGatedView(t *testing.T) {
 	}
 }
 
-// secretLab is alice's room lab with bot's secret planted in it
-// (plantSecret), shared with bob with the given access.
-func (f *fixture) secretLab(t *testing.T, bobAccess string) string {
-	t.Helper()
-	ctx := context.Background()
-	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.plantSecret(t, room)
-	if err := f.l.ShareRoom(ctx, "user_alice", room, "user_bob", bobAccess); err != nil {
-		t.Fatal(err)
-	}
-	return room
-}
-
-// embodied embodies s in room (filling role, if given) and returns the
-// embodiment with the principal it acts as.
-func (f *fixture) embodied(t *testing.T, s *lobby.Session, room, role string) (*lobby.Embodiment, *substrate.Principal) {
-	t.Helper()
-	ctx := context.Background()
-	emb, err := f.l.Embody(ctx, s, room, "", role)
-	if err != nil {
-		t.Fatalf("embodying %s in %s (role %q): %v", s.Username, room, role, err)
-	}
-	p, err := f.l.Actor(ctx, s)
-	if err != nil {
-		t.Fatalf("the actor of %s: %v", s.Username, err)
-	}
-	return emb, p
-}
-
-// writeSelf writes key of p's own scope: something private of its agent
-// an attack must not reach.
-func (f *fixture) writeSelf(t *testing.T, p *substrate.Principal, room, key, value string) {
-	t.Helper()
-	if _, err := f.svc.WriteState(context.Background(), p, room, []substrate.Write{{Scope: "self", Key: key, Value: json.RawMessage(value)}}, false); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// registerStandard registers the standard library's action id as p.
-func (f *fixture) registerStandard(t *testing.T, p *substrate.Principal, room, id string) {
-	t.Helper()
-	raw, err := f.svc.SystemHelp("standard_library", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range raw.Content.([]substrate.ActionDef) {
-		if a.ID == id {
-			if _, err := f.svc.RegisterAction(context.Background(), p, room, a); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	t.Fatalf("the standard library has no action %q", id)
-}
-
 // The lobby's summary of a room is evaluated for every member's lobby, on
 // every read, and any member who may register views decides what it
 // costs. These rooms make it expensive: a list to walk (costlySum) and
@@ -847,6 +788,134 @@ func TestAttackViewLinkCannotStarveObservers(t *testing.T) {
 		}
 		if _, err := f.svc.Context(ctx, p, room, substrate.ContextRequest{}); err != nil {
 			t.Fatalf("HOLE: %s, observing the room, after the view link spent its budget: %v", c.user, err)
+		}
+	}
+}
+
+// secretLab is alice's room lab with bot's secret planted in it
+// (plantSecret), shared with bob with the given access.
+func (f *fixture) secretLab(t *testing.T, bobAccess string) string {
+	t.Helper()
+	ctx := context.Background()
+	room, err := f.l.CreateRoom(ctx, "user_alice", "lab", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.plantSecret(t, room)
+	if err := f.l.ShareRoom(ctx, "user_alice", room, "user_bob", bobAccess); err != nil {
+		t.Fatal(err)
+	}
+	return room
+}
+
+// embodied embodies s in room (filling role, if given) and returns the
+// embodiment with the principal it acts as.
+func (f *fixture) embodied(t *testing.T, s *lobby.Session, room, role string) (*lobby.Embodiment, *substrate.Principal) {
+	t.Helper()
+	ctx := context.Background()
+	emb, err := f.l.Embody(ctx, s, room, "", role)
+	if err != nil {
+		t.Fatalf("embodying %s in %s (role %q): %v", s.Username, room, role, err)
+	}
+	p, err := f.l.Actor(ctx, s)
+	if err != nil {
+		t.Fatalf("the actor of %s: %v", s.Username, err)
+	}
+	return emb, p
+}
+
+// writeSelf writes key of p's own scope: something private of its agent
+// an attack must not reach.
+func (f *fixture) writeSelf(t *testing.T, p *substrate.Principal, room, key, value string) {
+	t.Helper()
+	if _, err := f.svc.WriteState(context.Background(), p, room, []substrate.Write{{Scope: "self", Key: key, Value: json.RawMessage(value)}}, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// registerStandard registers the standard library's action id as p.
+func (f *fixture) registerStandard(t *testing.T, p *substrate.Principal, room, id string) {
+	t.Helper()
+	raw, err := f.svc.SystemHelp("standard_library", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range raw.Content.([]substrate.ActionDef) {
+		if a.ID == id {
+			if _, err := f.svc.RegisterAction(context.Background(), p, room, a); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("the standard library has no action %q", id)
+}
+
+// Restricting may only narrow. A scope reaching past the connection's (a
+// wildcard it does not hold, a higher level, create_rooms or shared
+// rooms it lacks) once answered scope "" and cost the connection every
+// room, room creation and its agent; only a person's consent gave them
+// back. Each is refused with the current scope and the way to widen, and
+// the session row, the agent and the rooms are as before.
+func TestAttackRestrictScopeWidens(t *testing.T) {
+	f := newFixture(t, "alice", "bob")
+	ctx := context.Background()
+	for _, id := range []string{"lab", "side", "shared"} {
+		owner := "user_alice"
+		if id == "shared" {
+			owner = "user_bob"
+		}
+		if _, err := f.l.CreateRoom(ctx, owner, id, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const granted = "rooms:lab:admin rooms:side:read create_rooms shared_rooms:write"
+	// The session begins before bob shares his room: it reaches the
+	// connection as shared since.
+	f.session(t, "alice", "g-alice", granted)
+	if err := f.l.ShareRoom(ctx, "user_bob", "shared", "user_alice", "participant"); err != nil {
+		t.Fatal(err)
+	}
+	s := f.session(t, "alice", "g-alice", "")
+	if _, err := f.l.Embody(ctx, s, "lab", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	agent := s.AgentID
+	before := s.Scope.String()
+	for _, ask := range []struct{ scope, beyond string }{
+		{"rooms:*:admin", "rooms:*:admin"},
+		{"rooms:*:observe", "rooms:*:observe"},
+		{"rooms:side:write", "rooms:side:write"},
+		{"rooms:lab:admin rooms:shared:admin", "rooms:shared:admin"},
+		{"rooms:lab:read create_rooms shared_rooms:write", ""},
+	} {
+		_, err := f.l.RestrictScope(ctx, s, ask.scope)
+		if ask.beyond == "" {
+			// Within the scope: it narrows.
+			if err != nil {
+				t.Fatalf("restrict %q: %v", ask.scope, err)
+			}
+			if row := f.session(t, "alice", "g-alice", ""); row.Scope.String() != "rooms:lab:read create_rooms shared_rooms:write" {
+				t.Fatalf("restrict %q: %q", ask.scope, row.Scope.String())
+			}
+			continue
+		}
+		var e *errs.Error
+		if !errors.As(err, &e) || e.Code != errs.ScopeDenied {
+			t.Fatalf("HOLE: restrict %q widened (or failed otherwise): %v; scope now %q", ask.scope, err, s.Scope.String())
+		}
+		if e.Details["scope"] != before || !slices.Contains(e.Details["beyond"].([]string), ask.beyond) ||
+			!strings.Contains(e.Hint, "consent") {
+			t.Fatalf("restrict %q: the refusal does not say the current scope, what is beyond it and how to widen: %+v", ask.scope, e)
+		}
+		s = f.session(t, "alice", "g-alice", "")
+		if got := s.Scope.String(); got != before || s.AgentID != agent || s.RoomID != "lab" || !s.Scope.CreateRooms {
+			t.Fatalf("HOLE: a refused restrict %q changed the session: scope %q (was %q), embodied %q in %q", ask.scope, got, before, s.AgentID, s.RoomID)
+		}
+		for room, want := range map[string]string{"lab": "admin", "side": "read", "shared": "write"} {
+			if level, _, err := f.l.Access(ctx, s, room); err != nil || level != want {
+				t.Fatalf("HOLE: after a refused restrict %q, %s: %s %v (want %s)", ask.scope, room, level, err, want)
+			}
 		}
 	}
 }

@@ -148,3 +148,37 @@ func (sc Scope) String() string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// Beyond lists, canonically and sorted, the items of want that reach past
+// sc, the scope a session holds: restricting to want would widen the
+// session by them, so RestrictScope refuses it. held is the session's
+// level for a room (its explicit item, rooms:*, or shared rooms reaching
+// it; "" when not held). Levels order observe < read < write < admin, and
+// want is within sc item by item:
+//
+//   - rooms:<id>:L when the room is held at L or above;
+//   - rooms:*:L only when sc holds rooms:*:L' with L ≤ L': the wildcard
+//     covers rooms made or shared later, which no list of rooms does;
+//   - shared_rooms:L only when sc holds shared_rooms:L' with L ≤ L';
+//   - create_rooms only when sc holds it.
+//
+// Widening is a person's act, on the consent screen, never a tool call's.
+func (sc Scope) Beyond(want Scope, held func(room string) string) []string {
+	var out []string
+	if want.AllRooms != "" && levelRank(want.AllRooms) > levelRank(sc.AllRooms) {
+		out = append(out, "rooms:*:"+want.AllRooms)
+	}
+	for id, lvl := range want.Rooms {
+		if levelRank(lvl) > levelRank(held(id)) {
+			out = append(out, "rooms:"+id+":"+lvl)
+		}
+	}
+	if want.SharedRooms != "" && levelRank(want.SharedRooms) > levelRank(sc.SharedRooms) {
+		out = append(out, "shared_rooms:"+want.SharedRooms)
+	}
+	if want.CreateRooms && !sc.CreateRooms {
+		out = append(out, "create_rooms")
+	}
+	slices.Sort(out)
+	return out
+}

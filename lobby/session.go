@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -818,8 +819,9 @@ func (l *Lobby) settle(ctx context.Context, s *Session) error {
 	return l.save(ctx, s)
 }
 
-// RestrictScope narrows the session's scope to its intersection with
-// scope; it never widens it.
+// RestrictScope narrows the session's scope to scope. It never widens
+// it: a scope reaching past the session's (Scope.Beyond) is refused and
+// nothing changes.
 func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*ScopeChange, error) {
 	// A scope string with nothing recognisable in it would narrow the
 	// connection to nothing: a typo must not cost the person their rooms.
@@ -840,6 +842,34 @@ func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*S
 			WithHint("items are rooms:<id>:<observe|read|write|admin>, rooms:*:<level>, shared_rooms:<level> and create_rooms, separated by spaces; your current scope is %s", s.Scope.String())
 	}
 	want := ParseScope(scope)
+	if wider := s.Scope.Beyond(want, s.level); len(wider) > 0 {
+		return nil, widening(s, want, wider)
+	}
+	out := s.narrowed(want)
+	s.Scope = out
+	if err := l.settle(ctx, s); err != nil {
+		return nil, err
+	}
+	return &ScopeChange{Scope: out.String()}, nil
+}
+
+// widening refuses a restrict that would widen the session (Scope.Beyond):
+// once, one such call answered scope "" and cost the connection its
+// rooms, room creation and agent, which only a person's consent gave back.
+func widening(s *Session, want Scope, wider []string) error {
+	cur := s.Scope.String()
+	hint := "restricting only narrows: name part of your current scope (" + cur + ")"
+	if kept := s.narrowed(want).String(); kept != "" && kept != cur {
+		hint += `, e.g. sync_restrict_scope {"scope": "` + kept + `"} keeps what this connection holds of what you asked`
+	}
+	hint += "; widening takes the person's consent: the user reconnects the integration (disconnect it in the client's settings, connect again) and ticks what it should reach on the consent screen"
+	return errs.New(errs.ScopeDenied, "%s would widen this connection's scope; nothing changed", strings.Join(wider, " ")).
+		With("field", "scope").With("scope", cur).With("beyond", wider).WithHint("%s", hint)
+}
+
+// narrowed is the session's scope intersected with want: what
+// RestrictScope keeps when want is within it.
+func (s *Session) narrowed(want Scope) Scope {
 	out := Scope{Rooms: map[string]string{}, CreateRooms: s.Scope.CreateRooms && want.CreateRooms, Revoked: s.Scope.Revoked}
 	if s.Scope.AllRooms != "" && want.AllRooms != "" {
 		out.AllRooms = minLevel(s.Scope.AllRooms, want.AllRooms)
@@ -852,16 +882,16 @@ func (l *Lobby) RestrictScope(ctx context.Context, s *Session, scope string) (*S
 			out.Rooms[id] = minLevel(have, lvl)
 		}
 	}
-	for id, lvl := range s.Scope.Rooms {
-		if want.AllRooms != "" {
-			out.Rooms[id] = minLevel(lvl, maxLevel(want.Rooms[id], want.AllRooms))
+	if want.AllRooms != "" {
+		// Each room held, explicitly or as shared since, at most at the
+		// wildcard's level.
+		for _, id := range slices.Concat(slices.Collect(maps.Keys(s.Scope.Rooms)), slices.Collect(maps.Keys(s.fresh))) {
+			if lvl := s.level(id); lvl != "" {
+				out.Rooms[id] = minLevel(lvl, maxLevel(want.Rooms[id], want.AllRooms))
+			}
 		}
 	}
-	s.Scope = out
-	if err := l.settle(ctx, s); err != nil {
-		return nil, err
-	}
-	return &ScopeChange{Scope: out.String()}, nil
+	return out
 }
 
 // restrictItemHeld refuses a well-formed restrict item that ParseScope

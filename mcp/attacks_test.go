@@ -671,3 +671,44 @@ func TestAttackObservingOwnerGetsNoRoomAuthorityBuild(t *testing.T) {
 		t.Fatalf("alice reads %s as agent %v: not the case this checks", id, s)
 	}
 }
+
+// sync_restrict_scope {"scope": "rooms:*:admin"} on a connection holding
+// two rooms once answered scope "": the connection lost every room and its
+// agent, and only a person's consent gave them back. A restrict reaching
+// past the connection's scope is an error result (scope_denied) with the
+// current scope and the way to widen, and nothing changes.
+func TestAttackRestrictScopeWidening(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	alice := signup(t, srv, "alice")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "guild"})
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "side"})
+	cs := connectWithToken(t, srv, mintToken(t, srv, alice, map[string]string{"guild": "admin", "side": "read"})["access_token"].(string))
+	mustTool(t, cs, "sync_embody", map[string]any{"room": "guild"})
+	lobbyOf := func() string {
+		t.Helper()
+		v := mustTool(t, cs, "sync_lobby", nil)
+		raw, _ := json.Marshal([]any{v["rooms"], v["embodied"], v["can_create_rooms"]})
+		return string(raw)
+	}
+	before := lobbyOf()
+	for _, scope := range []string{"rooms:*:admin", "rooms:side:write", "rooms:guild:read rooms:*:observe"} {
+		out, isErr := callTool(t, cs, "sync_restrict_scope", map[string]any{"scope": scope})
+		if !isErr || out["error"] != "scope_denied" {
+			t.Fatalf("HOLE: restrict %q widened the connection: %v", scope, out)
+		}
+		if cur, _ := out["scope"].(string); !strings.Contains(cur, "rooms:guild:admin") || !strings.Contains(cur, "rooms:side:read") ||
+			!strings.Contains(fmt.Sprint(out["hint"]), "consent") {
+			t.Fatalf("restrict %q: the refusal names neither the current scope nor how to widen: %v", scope, out)
+		}
+		if got := lobbyOf(); got != before {
+			t.Fatalf("HOLE: a refused restrict %q changed the connection:\n%s\nwas\n%s", scope, got, before)
+		}
+	}
+	if !strings.Contains(before, `"agent":"alice`) {
+		t.Fatalf("not embodied before: %s", before)
+	}
+	if out := mustTool(t, cs, "sync_restrict_scope", map[string]any{"scope": "rooms:guild:admin"}); out["scope"] != "rooms:guild:admin" {
+		t.Fatalf("a narrowing restrict: %v", out)
+	}
+}

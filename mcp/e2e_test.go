@@ -379,3 +379,33 @@ func TestEndToEndWithGoSDKClient(t *testing.T) {
 		t.Fatalf("out-of-scope room: %v", out)
 	}
 }
+
+// One number per message (issue 43 item 3): sync_send_message answers
+// with the message's own seq, and reply_to takes it. A reply to a seq that
+// is no message (the room's, a read's) names the nearest message, and its
+// next call is that reply, which succeeds.
+func TestSendMessageAnswersItsSeq(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	alice := signup(t, srv, "alice")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "guild"})
+	mustTool(t, as, "sync_embody", map[string]any{"room": "guild"})
+	sent := mustTool(t, as, "sync_send_message", map[string]any{"body": "When do we ship?", "subject": "Release date"})
+	seq, ok := sent["seq"].(float64)
+	if !ok || sent["thread"] != seq || sent["writes"] != nil {
+		t.Fatalf("the send answers %v: want the message's seq and thread, one number", sent)
+	}
+	recent := get(mustTool(t, as, "sync_read_context", map[string]any{"only": "messages"}), "messages", "recent").([]any)
+	if got := recent[len(recent)-1].(map[string]any)["seq"]; got != seq {
+		t.Fatalf("the send answered %v, the message reads as seq %v", seq, got)
+	}
+	reply := mustTool(t, as, "sync_send_message", map[string]any{"body": "Friday", "reply_to": seq})
+	if reply["thread"] != seq {
+		t.Fatalf("reply_to the answered seq: %v", reply)
+	}
+	out, isErr := callTool(t, as, "sync_send_message", map[string]any{"body": "Friday", "reply_to": reply["seq"].(float64) + 1})
+	want := fmt.Sprintf(`sync_send_message {"body":"Friday","reply_to":%d}`, int64(reply["seq"].(float64)))
+	if !isErr || fmt.Sprint(out["did_you_mean"]) != fmt.Sprint(reply["seq"]) || out["next"] != want {
+		t.Fatalf("reply_to a seq past the last message: %v (want did_you_mean %v, next %s)", out, reply["seq"], want)
+	}
+}

@@ -100,6 +100,27 @@ func withNext(tool string, args json.RawMessage, sess *lobby.Session, err error)
 		}
 		delete(m, field)
 		return say(tool, m)
+	case tool == "sync_send_message" && e.Code == errs.InvalidParam && (e.Details["param"] == "to" || e.Details["param"] == "reply_to"):
+		// The same message to the agent, or in reply to the message,
+		// nearest what was given; else where the agents or the
+		// messages are listed (not the actions: it is no action's
+		// parameter a model got wrong).
+		param := e.Details["param"].(string)
+		var m map[string]any
+		if near, ok := e.Details["did_you_mean"]; ok && json.Unmarshal(args, &m) == nil {
+			switch v := m[param].(type) {
+			case []any:
+				for i, x := range v {
+					if x == e.Details["not_agent"] {
+						v[i] = near
+					}
+				}
+			default:
+				m[param] = near
+			}
+			return say(tool, m)
+		}
+		return say("sync_read_context", map[string]any{"only": map[string]string{"to": "agents", "reply_to": "messages"}[param]})
 	case e.Code == errs.CELError:
 		return say("sync_help", map[string]any{"key": "expressions"})
 	case (e.Code == errs.InvalidParam || e.Code == errs.ActionDisabled) && room != "":

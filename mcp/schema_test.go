@@ -103,3 +103,25 @@ func compactLen(t *testing.T, v any) int {
 	}
 	return b.Len() - 1
 }
+
+// An argument a tool's description or help names, and the server takes,
+// is in its input schema: sync_search's help named from, kind, after,
+// before and limit while its schema left them out (issue 43 item 7), so a
+// client that validates arguments against the schema could not send them.
+func TestSearchSchemaListsItsFilters(t *testing.T) {
+	for _, tl := range tools() {
+		if tl.def.Name != "sync_search" {
+			continue
+		}
+		raw, _ := json.Marshal(tl.def.InputSchema)
+		var s struct{ Properties map[string]any }
+		_ = json.Unmarshal(raw, &s)
+		for _, name := range []string{"q", "room", "scope", "from", "kind", "thread", "after", "before", "limit", "offset"} {
+			if s.Properties[name] == nil {
+				t.Errorf("sync_search's input schema has no %q: %s", name, raw)
+			}
+		}
+		return
+	}
+	t.Fatal("no sync_search")
+}

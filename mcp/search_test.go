@@ -26,7 +26,7 @@ func TestSearchThreadsAcksOverMCP(t *testing.T) {
 	bobTok := bob["token"].(string)
 
 	root := mustTool(t, cs, "sync_send_message", map[string]any{"body": "When does the ferry leave?", "subject": "Ferry"})
-	seq := get(root, "writes").([]any)[0].(map[string]any)["sort_key"].(float64)
+	seq := root["seq"].(float64)
 	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/ship/actions/_send_message/invoke", bobTok,
 		map[string]any{"params": map[string]any{"body": "At noon, please confirm", "reply_to": seq, "ack": true}}); code != 200 {
 		t.Fatalf("bob's reply: %d %v", code, out)

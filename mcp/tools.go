@@ -207,9 +207,9 @@ type (
 		From   string `json:"from,omitempty"`
 		Kind   string `json:"kind,omitempty"`
 		Thread int64  `json:"thread,omitempty"`
-		After  string `json:"after,omitempty"`
+		After  string `json:"after,omitempty" jsonschema:"RFC 3339 or a date, as before."`
 		Before string `json:"before,omitempty"`
-		Limit  int    `json:"limit,omitempty"`
+		Limit  int    `json:"limit,omitempty" jsonschema:"Up to 50."`
 		Offset int    `json:"offset,omitempty"`
 	}
 
@@ -375,8 +375,8 @@ func tools() []tool {
 			}), "include").unlisted("builtins", "params"),
 		// more: the next page's call in the model's words (next has its
 		// offset); query: an echo. hits is never null.
-		hide(typed(&sdk.Tool{Name: "sync_search", Title: "Search",
-			Description: "Full-text search of what you may read (messages, state, views), best first, with snippets; filters scope, from, kind, thread, after, before.",
+		typed(&sdk.Tool{Name: "sync_search", Title: "Search",
+			Description: "Full-text search of what you may read (messages, state, views), best first, with snippets.",
 			Annotations: annotations(true, false, true)}, nil,
 			func(ctx context.Context, c *call, in *searchIn) (*lobby.RoomsSearch, error) {
 				req := substrate.SearchRequest{Query: in.Q, Scope: in.Scope, From: in.From, Kind: in.Kind, Thread: in.Thread, Limit: in.Limit, Offset: in.Offset}
@@ -395,7 +395,7 @@ func tools() []tool {
 				}
 				req.MaxBytes = 16000 - sessionReserve
 				return c.opt.Lobby.Search(ctx, c.sess, in.Room, req, Words)
-			}), "from", "kind", "after", "before", "limit").unlisted("more", "query").retyped("hits", "array"),
+			}).unlisted("more", "query").retyped("hits", "array"),
 		// embodied: always true; status: only a disembodiment has one; room:
 		// an echo.
 		hide(typed(&sdk.Tool{Name: "sync_embody", Title: "Embody an agent",
@@ -453,7 +453,7 @@ func tools() []tool {
 			}).unlisted("invoked", "action").retyped("builtin_result", "object").retyped("writes", "array"),
 		// note: for the model, when a timeout past the cap was shortened.
 		hide(typed(&sdk.Tool{Name: "sync_wait", Title: "Wait for a condition",
-			Description: "Wait instead of polling until a CEL condition holds (e.g. messages.directed_unread > 0). Wakes with what changed since your last read (or since a seq: since); context full: the whole room. Times out after timeout_ms with only the condition: call again.",
+			Description: "Wait instead of polling until a CEL condition holds (e.g. messages.directed_unread > 0). Wakes with what changed since your last read (or since a seq: since); context full: the whole room. Times out after timeout_ms with only the condition: call again. Never wait for what your own next call causes: make that call first.",
 			Annotations: annotations(true, false, true)}, waitEnum,
 			func(ctx context.Context, c *call, in *waitIn) (*substrate.WaitResult, error) {
 				room := c.room(in.Room)
@@ -506,9 +506,9 @@ func tools() []tool {
 		deleteTool("view", "a", (*substrate.Service).DeleteView),
 		// The builtin _send_message: no result of either kind.
 		typed(&sdk.Tool{Name: "sync_send_message", Title: "Send a message",
-			Description: "Post a message as your agent; with to it is directed and raises their directed_unread.",
+			Description: "Post a message as your agent; answers with its seq, which reply_to and _ack take. With to it is directed and raises their directed_unread.",
 			Annotations: annotations(false, false, false)}, nil,
-			func(ctx context.Context, c *call, in *sendMessageIn) (*substrate.InvokeSummary, error) {
+			func(ctx context.Context, c *call, in *sendMessageIn) (*substrate.SentMessage, error) {
 				p, err := c.actor(ctx)
 				if err != nil {
 					return nil, err
@@ -518,8 +518,10 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				return res.Summary(), nil
-			}).unlisted("invoked", "action", "result", "builtin_result").retyped("writes", "array"),
+				// The message's own seq, which reply_to and _ack name it
+				// by, not the invocation's (the room's, past it).
+				return res.Builtin.(*substrate.SentMessage), nil
+			}),
 		// usage: how to call sync_help, in the model's words; key: an echo.
 		typed(&sdk.Tool{Name: "sync_help", Title: "Help",
 			Description: "Help: without key, the list of keys (guide, standard_library, expressions, …); rooms may override keys.",
@@ -553,7 +555,7 @@ func tools() []tool {
 				return c.opt.Lobby.RevokeAccess(ctx, c.sess, in.Room)
 			}),
 		typed(&sdk.Tool{Name: "sync_restrict_scope", Title: "Narrow scope",
-			Description: "Narrow this connection's scope (rooms:<id>:<level>, rooms:*:<level>, create_rooms); never widens.",
+			Description: "Narrow this connection's scope to part of it (rooms:<id>:<level>, rooms:*:<level>, create_rooms); a wider one is refused, nothing changes: widening takes the person's consent.",
 			Annotations: annotations(false, true, true)}, nil,
 			func(ctx context.Context, c *call, in *restrictIn) (*lobby.ScopeChange, error) {
 				return c.opt.Lobby.RestrictScope(ctx, c.sess, in.Scope)

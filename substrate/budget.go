@@ -367,7 +367,17 @@ func (g *group) cutMessages(f *fitter, kept []gItem) {
 	for _, it := range kept {
 		msgs = append(msgs, it.msg)
 	}
-	sort.Slice(msgs, func(i, j int) bool { a, _ := msgs[i]["seq"].(int64); b, _ := msgs[j]["seq"].(int64); return a < b })
+	// A wake-up (a delta) shows the messages to its reader first, as
+	// deltaOf orders them; each part is in seq order.
+	first := func(msg map[string]any) bool { return f.req.Since != nil && addressedTo(msg, f.rc.self) }
+	sort.SliceStable(msgs, func(i, j int) bool {
+		if a, b := first(msgs[i]), first(msgs[j]); a != b {
+			return a
+		}
+		a, _ := msgs[i]["seq"].(int64)
+		b, _ := msgs[j]["seq"].(int64)
+		return a < b
+	})
 	m.Recent = msgs
 	if len(kept) == all {
 		return
@@ -380,8 +390,9 @@ func (g *group) cutMessages(f *fitter, kept []gItem) {
 		// A page: the next one starts right after the last message
 		// returned; messages not shown stay unread.
 		last := *f.req.MessagesAfter
-		if len(msgs) > 0 {
-			last, _ = msgs[len(msgs)-1]["seq"].(int64)
+		for _, msg := range msgs {
+			seq, _ := msg["seq"].(int64)
+			last = max(last, seq)
 		}
 		args = map[string]any{"only": "messages", "messages_after": last}
 		f.rc.readUpTo = min(f.rc.readUpTo, last)

@@ -74,13 +74,17 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 			seen = a.LastSeenSeq
 		}
 	}
-	var gates []string
+	mc.seen = seen
+	var gates, beyond []string
 	var directed []bool
-	if err := q.QueryRow(ctx, sqlUnread, roomID, seen, p.AgentID, upTo, maxUnreadCount).Scan(&mc.Unread, &mc.Directed, &gates, &directed); err != nil {
+	if err := q.QueryRow(ctx, sqlUnread, roomID, seen, p.AgentID, upTo, maxUnreadCount).Scan(&mc.Unread, &mc.Directed, &gates, &directed, &beyond); err != nil {
 		return mc, err
 	}
 	for i, g := range gates {
 		mc.gated = append(mc.gated, gatedUnread{enabled: g, directed: i < len(directed) && directed[i]})
+	}
+	for _, g := range beyond {
+		mc.gated = append(mc.gated, gatedUnread{enabled: g, directed: true, uncounted: true})
 	}
 	return mc, nil
 }
@@ -808,12 +812,28 @@ func (s *Service) loadLog(ctx context.Context, q querier, rc *roomCtx, roomID, s
 			if r.via != nil && strings.HasPrefix(*r.via, "action:") {
 				m["via"] = *r.via
 			}
+			sayInvocationOnce(m)
 			out[r.key] = m
 			continue
 		}
 		out[r.key] = r.value
 	}
 	return out, nil
+}
+
+// sayInvocationOnce leaves out of an action_invocation message, as a read
+// shows it, what its body and via already say: the action (via names it,
+// from the system's record) and the params (the body is the call, unless
+// it was cut short). The stored message keeps them, for expressions.
+func sayInvocationOnce(m map[string]any) {
+	action, _ := m["action"].(string)
+	if m["kind"] != "action_invocation" || action == "" || m["via"] != "action:"+action {
+		return
+	}
+	delete(m, "action")
+	if body, _ := m["body"].(string); strings.HasPrefix(body, action+"(") && !strings.HasSuffix(body, "…)") {
+		delete(m, "params")
+	}
 }
 
 // logGate decides, for one read, whether the reader sees a log entry
@@ -852,6 +872,10 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 			after = *req.MessagesAfter
 		}
 		rows, err = q.Query(ctx, sqlThreadMessages, roomID, req.Thread, after, req.MessagesLimit, rc.snap.seq)
+	} else if req.MessagesAfter != nil && req.Since != nil {
+		// A delta shows the newest since (deltaOf); the older ones are
+		// counted as read, with the read that returns them.
+		rows, err = q.Query(ctx, sqlMessagesNewestAfter, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
 	} else if req.MessagesAfter != nil {
 		rows, err = q.Query(ctx, sqlMessagesAfter, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
 	} else {
@@ -889,6 +913,50 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 			minSeq = r.seq
 		}
 	}
+	// Messages to the reader come first, whatever the backlog: a read of
+	// the newest (or a delta) that marks older messages read must not
+	// pass over one addressed to it unshown. Those it has not read are
+	// added ahead of the page (they are older than it), oldest first; if
+	// there are more than a page holds, the read stops short of the first
+	// left out, which the next read shows. A page read in order
+	// (messages_after) reaches them in turn.
+	upTo := int64(-1) // no cap
+	if rc.self != "" && req.Thread == 0 && rc.counted && rc.msgs.Directed > 0 && (req.MessagesAfter == nil || req.Since != nil) {
+		in := make(map[int64]bool, len(read))
+		for _, r := range read {
+			in[r.seq] = true
+		}
+		drows, err := q.Query(ctx, sqlDirectedUnread, roomID, rc.self, rc.msgs.seen, rc.snap.seq, req.MessagesLimit+1)
+		if err != nil {
+			return nil, false, err
+		}
+		var directed []msgRow
+		for drows.Next() {
+			var r msgRow
+			if err := drows.Scan(&r.seq, &r.raw, &r.writer, &r.via, &r.enabled); err != nil {
+				drows.Close()
+				return nil, false, err
+			}
+			directed = append(directed, r)
+		}
+		drows.Close()
+		if err := drows.Err(); err != nil {
+			return nil, false, err
+		}
+		if len(directed) > req.MessagesLimit {
+			if next := directed[req.MessagesLimit].seq; !in[next] {
+				upTo = next - 1
+			}
+			directed = directed[:req.MessagesLimit]
+		}
+		var ahead []msgRow
+		for _, r := range directed {
+			if !in[r.seq] {
+				ahead = append(ahead, r)
+			}
+		}
+		read = append(ahead, read...)
+	}
 	shown := s.logGate(ctx, rc)
 	recent := []map[string]any{}
 	for _, r := range read {
@@ -907,6 +975,7 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 		if r.via != nil && strings.HasPrefix(*r.via, "action:") {
 			m["via"] = *r.via
 		}
+		sayInvocationOnce(m)
 		m["seq"] = r.seq
 		if m["ack"] == true {
 			if rcpt := rc.receiptsOf(r.seq); rcpt != nil {
@@ -949,6 +1018,9 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 	}
 	if rc.self != "" {
 		rc.readUpTo = max(rc.readUpTo, maxSeq)
+		if upTo >= 0 {
+			rc.readUpTo = min(rc.readUpTo, upTo)
+		}
 	}
 	return out, truncated, nil
 }

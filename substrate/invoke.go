@@ -559,9 +559,9 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 		}
 	case "_send_message":
 		seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
-			written, audit, err := s.sendMessage(m, params)
+			written, sent, audit, err := s.sendMessage(m, params)
 			if err == nil {
-				res.written = []*Entry{written}
+				res.written, res.Builtin = []*Entry{written}, sent
 				m.audit = map[string]any{"kind": "invoke", "action": id, "builtin": true, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
 			}
 			return err
@@ -599,16 +599,27 @@ func strictDecode(raw json.RawMessage, v any) error {
 	return nil
 }
 
+// SentMessage is what _send_message answers: the message's own seq, the
+// one number reply_to, _ack and the context's messages name it by (the
+// invocation's seq is the room's, one or more past it: a thread or an ack
+// record is written after the message).
+type SentMessage struct {
+	Seq int64 `json:"seq"`
+	// Thread is the thread the message is in (its first message's seq),
+	// 0 for none.
+	Thread int64 `json:"thread,omitempty"`
+}
+
 // sendMessage appends a message from the caller to _messages.
-func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, []map[string]any, error) {
+func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, *SentMessage, []map[string]any, error) {
 	body, ok := params["body"]
 	if !ok || body == nil {
-		return nil, nil, errs.New(errs.InvalidParam, "_send_message needs a body").With("param", "body").WithHint(`invoke _send_message with {"body": "…"}`)
+		return nil, nil, nil, errs.New(errs.InvalidParam, "_send_message needs a body").With("param", "body").WithHint(`invoke _send_message with {"body": "…"}`)
 	}
 	kind := "chat"
 	if k, ok := params["kind"]; ok {
 		if kind, ok = k.(string); !ok || kind == "" || kind == "action_invocation" {
-			return nil, nil, errs.New(errs.InvalidParam, "kind must be a non-empty string other than action_invocation").With("param", "kind").WithHint(`e.g. "chat", "proposal", "status"`)
+			return nil, nil, nil, errs.New(errs.InvalidParam, "kind must be a non-empty string other than action_invocation").With("param", "kind").WithHint(`e.g. "chat", "proposal", "status"`)
 		}
 	}
 	msg := map[string]any{"from": m.actor, "kind": kind, "body": body}
@@ -621,15 +632,15 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, []map
 			for _, e := range x {
 				s, ok := e.(string)
 				if !ok {
-					return nil, nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": ["alice", "bob"]`)
+					return nil, nil, nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": ["alice", "bob"]`)
 				}
 				list = append(list, s)
 			}
 		default:
-			return nil, nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": "alice"`)
+			return nil, nil, nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": "alice"`)
 		}
 		if err := s.checkRecipients(m, list); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		msg["to"] = list
 	}
@@ -637,26 +648,26 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, []map
 		switch k {
 		case "body", "kind", "to", "reply_to", "subject", "ack":
 		default:
-			return nil, nil, errs.New(errs.InvalidParam, "_send_message has no parameter %q", k).With("param", k).WithHint("its parameters are body, kind, to, reply_to, subject and ack")
+			return nil, nil, nil, errs.New(errs.InvalidParam, "_send_message has no parameter %q", k).With("param", k).WithHint("its parameters are body, kind, to, reply_to, subject and ack")
 		}
 	}
 	thread, err := s.threadFields(m, params, msg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var ackTo []string
 	if v, ok := params["ack"]; ok && v != nil {
 		b, isBool := v.(bool)
 		if !isBool {
-			return nil, nil, errs.New(errs.InvalidParam, "ack must be true or false").With("param", "ack").WithHint(`"ack": true asks the recipients to acknowledge with _ack`)
+			return nil, nil, nil, errs.New(errs.InvalidParam, "ack must be true or false").With("param", "ack").WithHint(`"ack": true asks the recipients to acknowledge with _ack`)
 		}
 		if b {
 			to, _ := msg["to"].([]string)
 			if ackTo, err = s.ackRecipients(m, to); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if len(ackTo) == 0 {
-				return nil, nil, errs.New(errs.InvalidParam, "ack: true asks nobody: the room has no other agent").With("param", "ack").WithHint("send it without ack, or once others have joined")
+				return nil, nil, nil, errs.New(errs.InvalidParam, "ack: true asks nobody: the room has no other agent").With("param", "ack").WithHint("send it without ack, or once others have joined")
 			}
 			msg["ack"] = true
 		}
@@ -664,18 +675,21 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, []map
 	raw, _ := json.Marshal(msg)
 	written, audit, err := s.applyOps(m, []op{{Scope: ScopeMessages, Append: true, Value: raw}}, "builtin:_send_message")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	sent := *written[0].SortKey
 	if err := s.recordThread(m, thread, sent, msg); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if ackTo != nil {
 		if err := s.recordAck(m, sent, ackTo); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return written[0], audit, nil
+	if _, subject := msg["subject"]; thread == 0 && subject {
+		thread = sent
+	}
+	return written[0], &SentMessage{Seq: sent, Thread: thread}, audit, nil
 }
 
 // checkRecipients refuses a directed message to an agent the room does
@@ -696,7 +710,7 @@ func (s *Service) checkRecipients(m *mutation, to []string) error {
 		if _, ok := slices.BinarySearch(ids, id); ok {
 			continue
 		}
-		e := errs.New(errs.InvalidParam, "to names %q, which is not an agent of this room", id).With("param", "to").
+		e := errs.New(errs.InvalidParam, "to names %q, which is not an agent of this room", id).With("param", "to").With("not_agent", id).
 			WithHint("send to agents listed in the context's agents section; nothing was sent")
 		listed := ids
 		if len(listed) > 50 {

@@ -33,15 +33,34 @@ const (
 	sqlThreadMessages = `SELECT sort_key, value, writer, via, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages'
 		AND (sort_key = $2 OR value->>'thread' = $2::text) AND sort_key > $3 AND sort_key <= $5` + liveSQL + `
 		ORDER BY sort_key LIMIT $4`
-	// sqlUnread counts a reader's unread (and directed) messages, bounded;
-	// its own messages are not unread. The gated ones among them come back
-	// with their gates (NULL arrays when there are none), for the reader's
-	// gates to take out those it cannot see (msgCounts.hideGated).
-	sqlUnread = `SELECT count(*), count(*) FILTER (WHERE directed),
-			array_agg(gate) FILTER (WHERE gate IS NOT NULL), array_agg(directed) FILTER (WHERE gate IS NOT NULL) FROM (
-			SELECT coalesce((value->'to') ? $3, false) AS directed, enabled_expr AS gate FROM state
+	// sqlUnread counts a reader's unread messages and, apart, those
+	// addressed to it (index state_directed), each bounded; its own
+	// messages are not unread. Counted among the unread, the directed
+	// ones past the first thousand were missed: a reader with that
+	// backlog was never woken by a message to it. The gated ones come back
+	// with their gates (the unread's, then the directed ones' not among
+	// them), for the reader's gates to take out those it cannot see
+	// (msgCounts.hideGated).
+	sqlUnread = `WITH u AS (SELECT sort_key, coalesce((value->'to') ? $3, false) AS directed, enabled_expr AS gate FROM state
 			WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2 AND sort_key <= $4 AND writer <> $3` + liveSQL + `
-			LIMIT $5) t`
+			LIMIT $5),
+		d AS (SELECT sort_key, enabled_expr AS gate FROM state
+			WHERE room_id = $1 AND scope = '_messages' AND value ? 'to' AND (value->'to') ? $3 AND sort_key > $2 AND sort_key <= $4 AND writer <> $3` + liveSQL + `
+			LIMIT $5)
+		SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM d), g.gates, g.directed,
+			coalesce((SELECT array_agg(gate) FROM d WHERE gate IS NOT NULL AND sort_key NOT IN (SELECT sort_key FROM u)), '{}')
+		FROM (SELECT coalesce(array_agg(gate), '{}') AS gates, coalesce(array_agg(directed), '{}') AS directed FROM u WHERE gate IS NOT NULL) g`
+	// sqlDirectedUnread reads the messages addressed to a reader ($2)
+	// after its last read ($3), oldest first, up to the read's seq
+	// (index state_directed).
+	sqlDirectedUnread = `SELECT sort_key, value, writer, via, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages'
+		AND value ? 'to' AND (value->'to') ? $2 AND sort_key > $3 AND sort_key <= $4 AND writer <> $2` + liveSQL + `
+		ORDER BY sort_key LIMIT $5`
+	// sqlMessagesNewestAfter reads the newest messages after a seq, up to
+	// the read's seq, oldest first: what a delta shows.
+	sqlMessagesNewestAfter = `SELECT sort_key, value, writer, via, enabled_expr FROM (SELECT sort_key, value, writer, via, enabled_expr FROM state
+		WHERE room_id = $1 AND scope = '_messages' AND sort_key > $2 AND sort_key <= $4` + liveSQL + `
+		ORDER BY sort_key DESC LIMIT $3) t ORDER BY sort_key`
 	// sqlLogPage reads the newest entries of a log up to a seq.
 	sqlLogPage = `SELECT key, value, writer, via, enabled_expr FROM state WHERE room_id = $1 AND scope = $2 AND sort_key <= $4` + liveSQL + `
 		ORDER BY sort_key DESC LIMIT $3`

@@ -35,6 +35,9 @@ type presence struct {
 // msgCounts are the caller's message counters.
 type msgCounts struct {
 	Count, Unread, Directed int64
+	// seen is the reader's last read message (Agent.LastSeenSeq) the
+	// counts start after.
+	seen int64
 	// gated are the gated messages Unread and Directed count, until
 	// hideGated takes out those hidden from the reader.
 	gated []gatedUnread
@@ -54,6 +57,9 @@ type msgCounts struct {
 type gatedUnread struct {
 	enabled  string
 	directed bool
+	// uncounted: a directed message Unread does not count (past its
+	// bound), only Directed.
+	uncounted bool
 }
 
 // hideGated takes the unread messages whose gate hides them from rc's
@@ -71,7 +77,9 @@ func (s *Service) hideGated(ctx context.Context, rc *roomCtx) {
 		if shown(&g.enabled) {
 			continue
 		}
-		rc.msgs.Unread--
+		if !g.uncounted {
+			rc.msgs.Unread--
+		}
 		if g.directed {
 			rc.msgs.Directed--
 		}

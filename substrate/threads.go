@@ -82,8 +82,19 @@ func (s *Service) threadOf(m *mutation, replyTo int64) (thread int64, subject st
 	err = m.tx.QueryRow(m.ctx, `SELECT value, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key = $2`+liveSQL,
 		m.room, replyTo).Scan(&raw, &enabled)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && enabled != nil) {
-		return 0, "", errs.New(errs.InvalidParam, "reply_to %d is not a message you can reply to", replyTo).With("param", "reply_to").
-			WithHint("reply_to is the seq of a message in the room (each message in the context's messages.recent has one); nothing was sent")
+		e := errs.New(errs.InvalidParam, "reply_to %d is not a message you can reply to", replyTo).With("param", "reply_to")
+		hint := "reply_to is the seq of a message in the room (each message in the context's messages.recent has one, and sending one answers with it); nothing was sent"
+		near, err := nearestMessage(m, replyTo)
+		if err != nil {
+			return 0, "", err
+		}
+		if near > 0 {
+			// The usual slip is a room seq (an invocation's, a read's)
+			// for the message's own, one or two past it.
+			e.With("did_you_mean", near)
+			hint = fmt.Sprintf("the nearest message is %d; %s", near, hint)
+		}
+		return 0, "", e.WithHint("%s", hint)
 	}
 	if err != nil {
 		return 0, "", err
@@ -105,6 +116,21 @@ func (s *Service) threadOf(m *mutation, replyTo int64) (thread int64, subject st
 		subject = clipRunes(bodyText(v.Body), 80)
 	}
 	return thread, subject, nil
+}
+
+// nearestMessage is the seq of the ungated message nearest seq, the
+// earlier of two as near; 0 when the room has none.
+func nearestMessage(m *mutation, seq int64) (int64, error) {
+	side := func(cmp, order string) string {
+		return `(SELECT sort_key FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key ` + cmp + ` $2 AND enabled_expr IS NULL` + liveSQL + ` ORDER BY sort_key ` + order + ` LIMIT 1)`
+	}
+	var near int64
+	err := m.tx.QueryRow(m.ctx, `SELECT sort_key FROM (`+side("<", "DESC")+` UNION ALL `+side(">", "ASC")+`) n
+		ORDER BY abs(sort_key - $2), sort_key LIMIT 1`, m.room, seq).Scan(&near)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return near, err
 }
 
 // bodyText is a message body as text.

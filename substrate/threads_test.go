@@ -3,6 +3,7 @@ package substrate_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -289,5 +290,138 @@ func TestThreadsWithinBudget(t *testing.T) {
 	}
 	if !cut || len(env.Messages.Threads) > 0 {
 		t.Errorf("threads not cut to fit: %d shown, cut %v", len(env.Messages.Threads), cut)
+	}
+}
+
+// One number per message (issue 43 item 3): _send_message answers with
+// the message's own seq, the one reply_to and _ack take, not only the
+// invocation's (the room's, past it once a thread record is written). A
+// reply to a number that is no message names the nearest message.
+func TestSendAnswersMessageSeq(t *testing.T) {
+	tr := newThreadRoom(t, substrate.Options{}, "al", "bo")
+	ctx := context.Background()
+	for range 300 {
+		tr.send("bo", `{"body": "backlog"}`)
+	}
+	res, err := tr.svc.Invoke(ctx, tr.ag["al"], "thr", "_send_message", json.RawMessage(`{"body": "When do we ship?", "subject": "Release date", "to": "bo"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, ok := res.Builtin.(*substrate.SentMessage)
+	if !ok || sent.Seq != *res.Writes[0].SortKey || sent.Thread != sent.Seq {
+		t.Fatalf("the send answers %#v (invocation seq %d, message %d): want the message's own seq and thread", res.Builtin, res.Seq, *res.Writes[0].SortKey)
+	}
+	if res.Seq == sent.Seq {
+		t.Fatalf("the invocation's seq is the message's (%d): not the case this checks", res.Seq)
+	}
+	reply, err := tr.svc.Invoke(ctx, tr.ag["bo"], "thr", "_send_message", json.RawMessage(fmt.Sprintf(`{"body": "Friday", "reply_to": %d}`, sent.Seq)))
+	if err != nil {
+		t.Fatalf("reply_to the seq the send answered: %v", err)
+	}
+	if r := reply.Builtin.(*substrate.SentMessage); r.Thread != sent.Seq || r.Seq <= sent.Seq {
+		t.Fatalf("the reply: %+v", r)
+	}
+	// The invocation's seq is no message: the error names the message.
+	_, err = tr.svc.Invoke(ctx, tr.ag["bo"], "thr", "_send_message", json.RawMessage(fmt.Sprintf(`{"body": "Friday", "reply_to": %d}`, res.Seq)))
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != errs.InvalidParam || e.Details["did_you_mean"] != sent.Seq || !strings.Contains(e.Hint, fmt.Sprint(sent.Seq)) {
+		t.Fatalf("reply_to the invocation's seq %d: %v %+v (want did_you_mean %d)", res.Seq, err, e, sent.Seq)
+	}
+}
+
+// A directed message is what wakes its reader (issue 43 item 2), whatever
+// the backlog: a reader with more than a thousand unread messages was
+// never woken by one addressed to her (the unread count looked at the
+// oldest thousand), a wake-up listed the oldest unread while the message
+// to her was elsewhere, and once she had seen, acknowledged and answered
+// it the next wait fired again at once on that same message.
+func TestDirectedWakesThroughBacklog(t *testing.T) {
+	// 600: counted, but past the 500 oldest a wake-up read; 1,200: past
+	// the thousand the count looked at.
+	for _, backlog := range []int{600, 1200} {
+		t.Run(fmt.Sprint(backlog), func(t *testing.T) { directedThroughBacklog(t, backlog) })
+	}
+}
+
+func directedThroughBacklog(t *testing.T, backlog int) {
+	tr := newThreadRoom(t, substrate.Options{}, "al", "bo", "cy")
+	ctx := context.Background()
+	tr.read("al", substrate.ContextRequest{})
+	for i := range backlog {
+		tr.send([]string{"bo", "cy"}[i%2], fmt.Sprintf(`{"body": "chatter %d"}`, i))
+	}
+	asked := tr.send("bo", `{"body": "al, can you take the release?", "to": "al", "ack": true}`)
+	for i := range 30 {
+		tr.send("cy", fmt.Sprintf(`{"body": "more chatter %d"}`, i))
+	}
+	cond := "messages.directed_unread > 0"
+	res, err := tr.svc.Wait(ctx, tr.ag["al"], "thr", cond, 2*time.Second, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Triggered || res.Context == nil || res.Context.Messages == nil {
+		t.Fatalf("HOLE: a message to al behind %d unread did not wake her: %+v", backlog+30, res)
+	}
+	m := res.Context.Messages
+	if len(m.Recent) == 0 || m.Recent[0]["seq"] != asked {
+		var seqs []any
+		for _, msg := range m.Recent {
+			seqs = append(seqs, msg["seq"])
+		}
+		t.Fatalf("HOLE: the wake-up does not show the message to al (%d) first: %v", asked, seqs)
+	}
+	if m.DirectedUnread != 1 {
+		t.Errorf("directed_unread in the wake-up: %d", m.DirectedUnread)
+	}
+	raw, _ := json.Marshal(res.Context)
+	t.Logf("the wake-up behind %d unread: %d bytes, %d messages", backlog+30, len(raw), len(m.Recent))
+	if _, err := tr.svc.Invoke(ctx, tr.ag["al"], "thr", "_ack", json.RawMessage(fmt.Sprintf(`{"seq": %d}`, asked))); err != nil {
+		t.Fatal(err)
+	}
+	tr.send("al", fmt.Sprintf(`{"body": "yes", "reply_to": %d}`, asked))
+	res, err = tr.svc.Wait(ctx, tr.ag["al"], "thr", cond, 300*time.Millisecond, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Triggered {
+		t.Fatalf("HOLE: the message al saw, acknowledged and answered woke her again (%d ms): %+v", res.ElapsedMS, res.Context.Messages)
+	}
+	// The next one to her wakes her, first again.
+	again := tr.send("cy", `{"body": "al, one more", "to": ["al", "bo"]}`)
+	res, err = tr.svc.Wait(ctx, tr.ag["al"], "thr", cond, 2*time.Second, substrate.ContextRequest{Depth: "lean", MessagesLimit: 20})
+	if err != nil || !res.Triggered || res.Context.Messages.Recent[0]["seq"] != again {
+		t.Fatalf("the next message to al: %v %+v", err, res)
+	}
+}
+
+// An action_invocation message says the call once (issue 43 item 7): its
+// body is the call and via names the action, so a read leaves out the
+// action and params fields that repeated them; the stored message keeps
+// them for expressions.
+func TestInvocationMessageSaysItOnce(t *testing.T) {
+	tr := newThreadRoom(t, substrate.Options{}, "al")
+	ctx := context.Background()
+	if _, err := tr.svc.RegisterAction(ctx, tr.ag["room"], "thr", substrate.ActionDef{ID: "claim",
+		Params: map[string]substrate.ParamSpec{"task": {Type: "string", Required: true}},
+		Writes: []substrate.WriteTemplate{{Key: "${params.task}", Value: json.RawMessage(`"al"`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.svc.Invoke(ctx, tr.ag["al"], "thr", "claim", json.RawMessage(`{"task": "task-007"}`)); err != nil {
+		t.Fatal(err)
+	}
+	env := tr.read("al", substrate.ContextRequest{})
+	m := env.Messages.Recent[len(env.Messages.Recent)-1]
+	if m["kind"] != "action_invocation" || m["body"] != `claim(task="task-007")` || m["via"] != "action:claim" {
+		t.Fatalf("the invocation message: %v", m)
+	}
+	if _, ok := m["params"]; ok {
+		t.Errorf("the invocation message repeats its params: %v", m)
+	}
+	if _, ok := m["action"]; ok {
+		t.Errorf("the invocation message repeats its action: %v", m)
+	}
+	read, err := tr.svc.ReadState(ctx, tr.ag["al"], "thr", substrate.ReadQuery{Scope: substrate.ScopeMessages})
+	if err != nil || len(read.Entries) == 0 || !strings.Contains(string(read.Entries[len(read.Entries)-1].Value), `"params": {"task": "task-007"}`) {
+		t.Fatalf("the stored message lost its params: %v %+v", err, read)
 	}
 }

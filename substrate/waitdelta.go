@@ -131,10 +131,17 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 			}
 			others = kept
 		}
-		if others == nil {
-			others = []map[string]any{}
+		// Messages to the reader come first in a wake-up: they are what
+		// it waited for, whatever else arrived.
+		ordered := make([]map[string]any, 0, len(others))
+		for _, to := range []bool{true, false} {
+			for _, msg := range others {
+				if addressedTo(msg, rc.self) == to {
+					ordered = append(ordered, msg)
+				}
+			}
 		}
-		m.Recent = others
+		m.Recent = ordered
 	}
 	env.Context.MessagesTruncated = nil
 	env.Context.Help = nil
