@@ -25,10 +25,6 @@ import (
 // keysFDEnv names the descriptor of that pipe in the new image.
 const keysFDEnv = "SYNC_COLLAB_KEYS_FD"
 
-// maxKeysBytes bounds the keys handed over: the pipe is written in full
-// before the exec, so it must fit in a pipe's buffer (64 KiB on Linux).
-const maxKeysBytes = 16 << 10
-
 // reexecWithoutKeys starts the process again without secretEnv in its
 // environment when any of them is there; it returns only when there is
 // nothing to take out (nil) or the exec failed.

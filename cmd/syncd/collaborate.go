@@ -156,6 +156,11 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	return c, nil
 }
 
+// maxKeysBytes bounds the keys read from standard input or handed over
+// across the re-exec (collabkeys_unix.go: the pipe is written in full
+// before the exec, so they must fit in its buffer, 64 KiB on Linux).
+const maxKeysBytes = 16 << 10
+
 // secretEnv are the keys syncd collaborate may be given in its
 // environment.
 var secretEnv = []string{"SYNC_COLLAB_CHAT_KEY", "SYNC_LOOM_GENERATOR_KEY"}
