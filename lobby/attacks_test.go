@@ -919,3 +919,106 @@ func TestAttackRestrictScopeWidens(t *testing.T) {
 		}
 	}
 }
+
+// The last owner demotes herself (issue 41, 6): sharing the room with her
+// own username as collaborator left it with no owner and no way back.
+// Every path that changes a membership keeps one, and two owners changing
+// roles at once cannot both leave: a pool of two connections, the pairs
+// started together, many rounds.
+func TestAttackLastOwnerLeavesNoOwner(t *testing.T) {
+	db := pgtest.NewPool(t, 2)
+	ctx := context.Background()
+	for _, u := range []string{"alice", "bob"} {
+		if _, err := db.Exec(ctx, `INSERT INTO smcp_users (id, username, webauthn_handle) VALUES ($1, $2, $3)`, "user_"+u, u, []byte(u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	l := lobby.New(db, svc)
+	room, err := l.CreateRoom(ctx, "user_alice", "lab", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := func() []string {
+		t.Helper()
+		rows, err := db.Query(ctx, `SELECT user_id FROM smcp_user_rooms WHERE room_id = $1 AND access = 'owner' ORDER BY user_id`, room)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for rows.Next() {
+			var u string
+			_ = rows.Scan(&u)
+			out = append(out, u)
+		}
+		return out
+	}
+	for _, role := range []string{"collaborator", "participant", "observer"} {
+		err := l.ShareRoom(ctx, "user_alice", room, "user_alice", role)
+		if e := errs.From(err); e.Code != errs.LastOwner || e.Code.Status() != 409 || !strings.Contains(e.Hint, "owner") || !strings.Contains(e.Hint, "delete the room") {
+			t.Fatalf("HOLE: the only owner made herself %s: %v (want last_owner, 409, a hint naming the way out)", role, err)
+		}
+	}
+	if err := l.LeaveRoom(ctx, "user_alice", room); !errs.Is(err, errs.LastOwner) {
+		t.Fatalf("the only owner leaving: %v (want last_owner)", err)
+	}
+	if got := owners(); !slices.Equal(got, []string{"user_alice"}) {
+		t.Fatalf("HOLE: after the refusals the owners are %v", got)
+	}
+	// Keeping the owner role, or being one of two, is no refusal.
+	if err := l.ShareRoom(ctx, "user_alice", room, "user_alice", "owner"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two owners at once, each way of leaving the room ownerless.
+	type move func(who, other string) error
+	moves := map[string]move{
+		"both demote themselves": func(who, _ string) error { return l.ShareRoom(ctx, who, room, who, "collaborator") },
+		"each demotes the other": func(who, other string) error { return l.ShareRoom(ctx, who, room, other, "observer") },
+		"both leave":             func(who, _ string) error { return l.LeaveRoom(ctx, who, room) },
+		"one leaves, one demotes herself": func(who, _ string) error {
+			if who == "user_alice" {
+				return l.LeaveRoom(ctx, who, room)
+			}
+			return l.ShareRoom(ctx, who, room, who, "participant")
+		},
+	}
+	for name, m := range moves {
+		for round := range 25 {
+			for _, u := range []string{"user_alice", "user_bob"} {
+				if err := l.AddMember(ctx, u, room, "owner", "", ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			results := make([]error, 2)
+			for i, pair := range [][2]string{{"user_alice", "user_bob"}, {"user_bob", "user_alice"}} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					results[i] = m(pair[0], pair[1])
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if got := owners(); len(got) == 0 {
+				t.Fatalf("HOLE: %s, round %d: the room has no owner (results %v)", name, round, results)
+			}
+			ok := 0
+			for _, err := range results {
+				switch {
+				case err == nil:
+					ok++
+				case !errs.Is(err, errs.LastOwner) && !errs.Is(err, errs.Forbidden):
+					t.Fatalf("%s, round %d: %v (want last_owner, or forbidden for a sharer demoted meanwhile)", name, round, err)
+				}
+			}
+			if ok != 1 {
+				t.Fatalf("%s, round %d: %d of the two changes went through, want exactly one (results %v)", name, round, ok, results)
+			}
+		}
+	}
+}

@@ -86,5 +86,12 @@ func (l *Lobby) ShareRoomByName(ctx context.Context, s *Session, room, username,
 	if err != nil {
 		return "", err
 	}
-	return role, l.ShareRoom(ctx, s.UserID, room, other, role)
+	if err := l.ShareRoom(ctx, s.UserID, room, other, role); errs.Is(err, errs.LastOwner) {
+		// The way out in tool calls: deleting a room is the account
+		// page's (no tool deletes one).
+		return "", errs.From(err).WithHint(`%q must keep an owner: first make another member an owner (sync_share_room {"room": %q, "username": "<their username>", "role": "owner"}), then change your own role; or the user deletes the room on the account page`, room, room)
+	} else if err != nil {
+		return "", err
+	}
+	return role, nil
 }

@@ -122,7 +122,59 @@ func (l *Lobby) userRooms(ctx context.Context, userID string, view func(room str
 }
 
 // AddMember gives a user access to a room (owner when they created it).
+// It keeps the rule every membership change keeps (setMember): the room
+// keeps an owner.
 func (l *Lobby) AddMember(ctx context.Context, userID, roomID, access, label, invitedBy string) error {
+	return l.setMember(ctx, roomID, userID, access, label, invitedBy, nil)
+}
+
+// setMember is the one way a membership is made, changed or removed: it
+// gives userID the role access in roomID (with label and invitedBy, as
+// AddMember), or removes the membership when access is "". may, when
+// set, decides whether the change is the caller's to make, from the
+// room's owners (sorted) as they are under the lock.
+//
+// It keeps the rule every path keeps: a room that has an owner keeps
+// one. The room's owner rows are locked for the check and the change,
+// in user order so that any two changes lock alike and cannot deadlock:
+// two owners demoting each other (or leaving) at once are serialised,
+// and the second finds the first's change made (PostgreSQL re-reads a
+// locked row once its locker commits: a demoted owner is no longer
+// among the owners) and is refused with last_owner. A single
+// conditional statement would not do: under READ COMMITTED both would
+// see the other still an owner.
+func (l *Lobby) setMember(ctx context.Context, roomID, userID, access, label, invitedBy string, may func(owners []string) error) error {
+	return l.db.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT user_id FROM smcp_user_rooms WHERE room_id = $1 AND access = 'owner' ORDER BY user_id FOR UPDATE`, roomID)
+		if err != nil {
+			return err
+		}
+		owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if may != nil {
+			if err := may(owners); err != nil {
+				return err
+			}
+		}
+		if access != "owner" && len(owners) == 1 && owners[0] == userID {
+			return errs.New(errs.LastOwner, "%q would be left with no owner: you are its only one", roomID).With("room", roomID).
+				WithHint("make another member an owner first (share the room with them as owner), then change your own role or leave; or delete the room")
+		}
+		if access == "" {
+			tag, err := tx.Exec(ctx, `DELETE FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, userID, roomID)
+			if err == nil && tag.RowsAffected() == 0 {
+				return errs.New(errs.RoomNotFound, "you have no room %q", roomID).WithHint("pick one of your rooms")
+			}
+			return err
+		}
+		return upsertMember(ctx, tx, userID, roomID, access, label, invitedBy)
+	})
+}
+
+// upsertMember writes a membership in tx.
+func upsertMember(ctx context.Context, tx pgx.Tx, userID, roomID, access, label, invitedBy string) error {
 	var lbl, by *string
 	if label != "" {
 		lbl = &label
@@ -140,12 +192,22 @@ func (l *Lobby) AddMember(ctx context.Context, userID, roomID, access, label, in
 		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label),
 			shared_at = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN now() ELSE smcp_user_rooms.shared_at END,
 			invited_by = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.invited_by ELSE smcp_user_rooms.invited_by END`
-	_, err := l.db.Exec(ctx, upsert, userID, roomID, access, lbl, by, true)
-	if store.IsUniqueViolation(err) {
-		// Another first room of the user's took the default meanwhile
-		// (the one-default index): this one is not the default.
-		_, err = l.db.Exec(ctx, upsert, userID, roomID, access, lbl, by, false)
+	// The first try runs in a savepoint: its failure must not abort the
+	// transaction that holds the owners' locks.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
 	}
+	if _, err = sp.Exec(ctx, upsert, userID, roomID, access, lbl, by, true); err == nil {
+		return sp.Commit(ctx)
+	}
+	_ = sp.Rollback(ctx)
+	if !store.IsUniqueViolation(err) {
+		return err
+	}
+	// Another first room of the user's took the default meanwhile
+	// (the one-default index): this one is not the default.
+	_, err = tx.Exec(ctx, upsert, userID, roomID, access, lbl, by, false)
 	return err
 }
 
@@ -279,12 +341,14 @@ func (l *Lobby) RotateToken(ctx context.Context, userID, username, roomID, which
 }
 
 // ShareRoom gives another user (otherID, resolved from a username by the
-// account's owner, oauth) access to a room; owners only.
+// account's owner, oauth) access to a room; owners only. An owner may
+// change her own role, or another owner's, as long as the room keeps an
+// owner (setMember): else last_owner.
 func (l *Lobby) ShareRoom(ctx context.Context, userID, roomID, otherID, access string) error {
 	if a, err := l.access(ctx, userID, roomID); err != nil {
 		return err
 	} else if a != "owner" {
-		return errs.New(errs.Forbidden, "only an owner of %q can share it", roomID).WithHint("ask an owner")
+		return notOwner(roomID)
 	}
 	if !contains(accessLevels, access) {
 		return errs.New(errs.InvalidField, "role %q is not one of %v", access, accessLevels).WithHint("choose owner, collaborator, participant or observer")
@@ -299,27 +363,27 @@ func (l *Lobby) ShareRoom(ctx context.Context, userID, roomID, otherID, access s
 	} else if err != nil {
 		return err
 	}
-	return l.AddMember(ctx, otherID, roomID, access, "", userID)
+	// The sharer is an owner still, under the lock: one demoted
+	// meanwhile by another owner shares no more.
+	return l.setMember(ctx, roomID, otherID, access, "", userID, func(owners []string) error {
+		if !slices.Contains(owners, userID) {
+			return notOwner(roomID)
+		}
+		return nil
+	})
 }
 
-// LeaveRoom removes the user from a room; a room's last owner deletes it
-// instead.
+func notOwner(roomID string) error {
+	return errs.New(errs.Forbidden, "only an owner of %q can share it", roomID).WithHint("ask an owner")
+}
+
+// LeaveRoom removes the user from a room; a room's last owner is refused
+// (last_owner): she makes someone else an owner first, or deletes it.
 func (l *Lobby) LeaveRoom(ctx context.Context, userID, roomID string) error {
-	a, err := l.access(ctx, userID, roomID)
-	if err != nil {
+	if _, err := l.access(ctx, userID, roomID); err != nil {
 		return err
 	}
-	if a == "owner" {
-		var owners int
-		if err := l.db.QueryRow(ctx, `SELECT count(*) FROM smcp_user_rooms WHERE room_id = $1 AND access = 'owner'`, roomID).Scan(&owners); err != nil {
-			return err
-		}
-		if owners == 1 {
-			return errs.New(errs.Forbidden, "you are the last owner of %q", roomID).WithHint("make someone else an owner first, or delete the room")
-		}
-	}
-	_, err = l.db.Exec(ctx, `DELETE FROM smcp_user_rooms WHERE user_id = $1 AND room_id = $2`, userID, roomID)
-	return err
+	return l.setMember(ctx, roomID, userID, "", "", "", nil)
 }
 
 // DeleteRoom deletes a room the user owns, with everything in it.

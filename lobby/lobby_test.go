@@ -120,7 +120,7 @@ func TestLeaveRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.l.LeaveRoom(ctx, "user_alice", room); !errs.Is(err, errs.Forbidden) {
+	if err := f.l.LeaveRoom(ctx, "user_alice", room); !errs.Is(err, errs.LastOwner) {
 		t.Fatalf("last owner leaving: %v", err)
 	}
 	if err := f.l.LeaveRoom(ctx, "user_alice", "nope"); !errs.Is(err, errs.RoomNotFound) {

@@ -712,3 +712,29 @@ func TestAttackRestrictScopeWidening(t *testing.T) {
 		t.Fatalf("a narrowing restrict: %v", out)
 	}
 }
+
+// The last owner demotes herself with sync_share_room (issue 41, 6): she
+// named her own username with a lesser role and the room was left with
+// no owner. Refused with last_owner and the tool call that is the way out.
+func TestAttackShareRoomDemotesLastOwner(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "keep"})
+	alice := owner(t, srv, "alice", "keep", room["token"].(string))
+	cs := connect(t, alice, map[string]string{"keep": "admin"})
+	for _, role := range []string{"collaborator", "participant", "observer"} {
+		out, isErr := callTool(t, cs, "sync_share_room", map[string]any{"room": "keep", "username": "alice", "role": role})
+		hint, _ := out["hint"].(string)
+		if !isErr || out["error"] != "last_owner" || !strings.Contains(hint, `sync_share_room {"room": "keep"`) || !strings.Contains(hint, `"role": "owner"`) {
+			t.Fatalf("HOLE: the only owner made herself %s: isError %v, %v", role, isErr, out)
+		}
+	}
+	var access string
+	if err := srv.db.QueryRow(ctx, `SELECT r.access FROM smcp_user_rooms r JOIN smcp_users u ON u.id = r.user_id WHERE u.username = 'alice' AND r.room_id = 'keep'`).Scan(&access); err != nil || access != "owner" {
+		t.Fatalf("HOLE: after the refusals alice is %q (%v)", access, err)
+	}
+	// With a second owner she may step down.
+	signup(t, srv, "bob")
+	mustTool(t, cs, "sync_share_room", map[string]any{"room": "keep", "username": "bob", "role": "owner"})
+	mustTool(t, cs, "sync_share_room", map[string]any{"room": "keep", "username": "alice", "role": "collaborator"})
+}

@@ -180,7 +180,11 @@ func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
 		if e.Code == errs.Internal {
 			wb.s.log.Error("room action failed", "action", r.PathValue("action"), "err", err)
 		}
-		if e.Hint != "" {
+		switch {
+		case e.Code == errs.LastOwner:
+			// The way out in the page's own words: its forms.
+			msg += ". A room always keeps an owner: first share it with another person as owner (the Share form, role “owner”), then change your own role or leave; or delete the room with its Delete button on your account page."
+		case e.Hint != "":
 			msg += ". " + e.Hint + "."
 		}
 		wb.errorPage(w, e.Code.Status(), "That did not work", msg)

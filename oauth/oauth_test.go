@@ -542,7 +542,7 @@ func TestAccountRooms(t *testing.T) {
 	if r := bob.postForm("/account/rooms/delete", url.Values{"room": {"garden"}}, nil); r.status != 403 {
 		t.Fatalf("observer deleted the room: %d", r.status)
 	}
-	if r := alice.postForm("/account/rooms/leave", url.Values{"room": {"garden"}}, nil); r.status != 403 {
+	if r := alice.postForm("/account/rooms/leave", url.Values{"room": {"garden"}}, nil); r.status != 409 || !strings.Contains(r.body, "keeps an owner") {
 		t.Fatalf("last owner left: %d", r.status)
 	}
 	ok(bob.postForm("/account/rooms/leave", url.Values{"room": {"garden"}}, nil))

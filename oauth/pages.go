@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -168,6 +169,14 @@ func (wb *web) user(r *http.Request) *User {
 		return nil
 	}
 	return u
+}
+
+// PageKey is a key of size bytes named name, made once and shared by
+// every server process on this database (smcp_server_keys), for other
+// packages' pages to seal what a browser carries from one request to the
+// next (the lobby's one showing of a rotated token).
+func (s *Server) PageKey(ctx context.Context, name string, size int) ([]byte, error) {
+	return serverKey(ctx, s.db, "page_"+name, size)
 }
 
 // SignedIn reports the person signed in on this browser (their session

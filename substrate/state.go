@@ -61,8 +61,13 @@ type Write struct {
 	// room lock; its result is what is stored (or merged).
 	Expr bool `json:"expr,omitempty"`
 	// Enabled is a CEL expression gating the entry's visibility: while
-	// false, readers do not see it (seed 001, universal on entries).
+	// false, readers do not see it (seed 001, universal on entries). A
+	// write that gives none keeps the gate of the entry it replaces.
 	Enabled string `json:"enabled,omitempty"`
+	// Ungate removes the entry's gate (REST: "enabled": ""). Room
+	// authority may with any write; others with a whole value, since a
+	// merge or increment keeps the value the gate hid. Not with Enabled.
+	Ungate bool `json:"-"`
 }
 
 // WriteResult is what a write returns: the entries as written (a deleted
@@ -120,6 +125,10 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 		}
 	} else if hasJSON(w.Merge) && w.Merge[0] != '{' {
 		return at(errs.New(errs.InvalidField, "merge must be a JSON object").WithHint(`use "value" to store a non-object`))
+	}
+	if w.Ungate && w.Enabled != "" {
+		return at(errs.New(errs.InvalidField, "a write cannot both give the entry a gate and remove it").With("field", "enabled").
+			WithHint(`give "enabled" an expression to gate the entry, or "" to remove its gate`))
 	}
 	if w.Enabled != "" {
 		if err := s.compileField("enabled", w.Enabled); err != nil {
@@ -179,7 +188,7 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 		}
 		w := writes[i]
 		ops[i] = op{Scope: w.Scope, Key: w.Key, Value: w.Value, Merge: w.Merge, Append: w.Append, Delete: w.Delete,
-			Increment: w.Increment, IfVersion: w.IfVersion, Timer: w.Timer, Enabled: w.Enabled}
+			Increment: w.Increment, IfVersion: w.IfVersion, Timer: w.Timer, Enabled: w.Enabled, Ungate: w.Ungate}
 	}
 	// Writes evaluate under the lock (expression values, the gates of
 	// the entries they replace).

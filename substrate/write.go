@@ -24,6 +24,7 @@ type op struct {
 	IfVersion  *int64
 	Timer      *Timer
 	Enabled    string
+	Ungate     bool // remove the entry's gate (Write.Ungate)
 }
 
 // row is a stored entry with its lifecycle.
@@ -228,11 +229,16 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 		}
 		// A merge or increment keeps the value, so giving it another gate
 		// would let a writer the old gate hides read it (a merge of {}
-		// with enabled "true"). Only room authority may; others change a
-		// gated entry's gate with a whole value.
-		if o.Value == nil && o.Enabled != "" && old != nil && old.enabled != nil && *old.enabled != o.Enabled && !m.p.Admin() {
-			return nil, nil, errs.New(errs.Forbidden, "%s/%s is gated by an enabled expression, and a merge or increment cannot change its gate", o.Scope, o.Key).
-				With("scope", o.Scope).With("key", o.Key).WithHint("replace the value (\"value\") to give the entry another gate")
+		// with enabled "true", or removing the gate). Only room authority
+		// may; others change or remove a gated entry's gate with a whole
+		// value.
+		if o.Value == nil && (o.Ungate || o.Enabled != "") && old != nil && old.enabled != nil && (o.Ungate || *old.enabled != o.Enabled) && !m.p.Admin() {
+			change, hint := "change", "replace the value (\"value\") to give the entry another gate"
+			if o.Ungate {
+				change, hint = "remove", "replace the value (\"value\") with \"enabled\": \"\" to remove the gate"
+			}
+			return nil, nil, errs.New(errs.Forbidden, "%s/%s is gated by an enabled expression, and a merge or increment cannot %s its gate", o.Scope, o.Key, change).
+				With("scope", o.Scope).With("key", o.Key).WithHint("%s", hint)
 		}
 		s.setLifecycle(m, nr, old, o)
 		if o.Enabled != "" && (old == nil || old.enabled == nil || *old.enabled != o.Enabled) {
@@ -312,10 +318,13 @@ func (s *Service) setLifecycle(m *mutation, nr, old *row, o *op) {
 	} else if old != nil {
 		nr.timer = old.timer
 	}
-	if o.Enabled != "" {
+	switch {
+	case o.Ungate:
+		nr.enabled = nil
+	case o.Enabled != "":
 		e := o.Enabled
 		nr.enabled = &e
-	} else if old != nil {
+	case old != nil:
 		nr.enabled = old.enabled
 	}
 }

@@ -1,17 +1,26 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
+	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/httpmw/proxytest"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // Attacks on the server's own endpoints that must fail.
@@ -276,6 +285,79 @@ func TestAttackPprofReachableFromOtherHostsNeedsAToken(t *testing.T) {
 		}
 		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "-metrics-token")) {
 			t.Errorf("-pprof -metrics-addr %s without a token: %v, want refused naming -metrics-token", tc.addr, err)
+		}
+	}
+}
+
+// syncd collaborate's chat key stayed readable in /proc/<pid>/environ
+// (issue 41, 9), though the README said it left the environment:
+// os.Unsetenv does not change the kernel's copy. The real process, given
+// its keys in the environment, runs without them there (and still calls
+// the chat endpoint with its key).
+func TestAttackCollaborateKeyInProcEnviron(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc/<pid>/environ is Linux's")
+	}
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	db, err := store.Open(ctx, url, store.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "story"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	if _, err := svc.Join(ctx, admin, "story", substrate.JoinRequest{ID: "claude", Name: "Claude"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loom.Of(svc).Run(ctx, admin, "story", "→ new tree \"t\" \"Once.\"\n→ permit claude loom_write"); err != nil {
+		t.Fatal(err)
+	}
+	// The chat endpoint holds the collaborator's first call while the
+	// test reads its environment: it is running, past reading its keys.
+	auth := make(chan string, 1)
+	release := make(chan struct{})
+	chat := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case auth <- r.Header.Get("Authorization"):
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"choices": []map[string]any{{"message": map[string]string{"content": "→ stop"}}}})
+	}))
+	t.Cleanup(chat.Close)
+	t.Cleanup(func() { close(release) })
+	const chatKey, genKey = "sk-env-7f3a9c1e-SENTINEL", "gen-env-2b8d4e6f-SENTINEL"
+	cmd := exec.Command(os.Args[0], "collaborate", "-database-url", url, "-room", "story", "-agent", "claude",
+		"-chat-url", chat.URL, "-chat-model", "m", "-max-time", "60s")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "SYNC_COLLAB_CHAT_KEY="+chatKey, "SYNC_LOOM_GENERATOR_KEY="+genKey)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	select {
+	case a := <-auth:
+		if a != "Bearer "+chatKey {
+			t.Fatalf("the chat endpoint got authorization %q, want the key from the environment", a)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the collaborator never called the chat endpoint")
+	}
+	for _, f := range []string{"environ", "cmdline"} {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", cmd.Process.Pid, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), "SENTINEL") {
+			t.Fatalf("HOLE: a key of syncd collaborate is readable in /proc/%d/%s", cmd.Process.Pid, f)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -47,7 +48,7 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	fs.StringVar(&c.run.Branch, "branch", env("SYNC_COLLAB_BRANCH", ""), "branch it follows, e.g. 1 or 8.2; empty: the agent's (SYNC_COLLAB_BRANCH)")
 	fs.StringVar(&c.run.ChatURL, "chat-url", env("SYNC_COLLAB_CHAT_URL", ""), "OpenAI-compatible chat endpoint: …/v1/chat/completions or a base URL (SYNC_COLLAB_CHAT_URL)")
 	fs.StringVar(&c.run.ChatModel, "chat-model", env("SYNC_COLLAB_CHAT_MODEL", ""), "model name sent to the chat endpoint (SYNC_COLLAB_CHAT_MODEL)")
-	keyFile := fs.String("chat-key-file", env("SYNC_COLLAB_CHAT_KEY_FILE", ""), "file holding the chat endpoint's API key (SYNC_COLLAB_CHAT_KEY_FILE; or the key itself in SYNC_COLLAB_CHAT_KEY)")
+	keyFile := fs.String("chat-key-file", env("SYNC_COLLAB_CHAT_KEY_FILE", ""), "file holding the chat endpoint's API key, - for standard input (SYNC_COLLAB_CHAT_KEY_FILE; or the key itself in SYNC_COLLAB_CHAT_KEY)")
 	systemFile := fs.String("system-file", env("SYNC_COLLAB_SYSTEM_FILE", ""), "file holding the base system prompt; the loom-aware addendum follows it (SYNC_COLLAB_SYSTEM_FILE)")
 	maxCalls := fs.String("max-calls", env("SYNC_COLLAB_MAX_CALLS", "50"), "budget: chat calls (SYNC_COLLAB_MAX_CALLS)")
 	maxTokens := fs.String("max-tokens", env("SYNC_COLLAB_MAX_TOKENS", "200000"), "budget: prompt + completion tokens (SYNC_COLLAB_MAX_TOKENS)")
@@ -62,7 +63,6 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	fs.StringVar(&c.db.DataDir, "data-dir", env("SYNC_DATA_DIR", defaultDataDir()), "the server's data directory, when it runs the embedded cluster (SYNC_DATA_DIR)")
 	fs.StringVar(&c.loom.GeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "the base model → continue calls, as the server's (SYNC_LOOM_GENERATOR_URL)")
 	fs.StringVar(&c.loom.GeneratorModel, "loom-generator-model", env("SYNC_LOOM_GENERATOR_MODEL", "base"), "model name sent to the loom generator (SYNC_LOOM_GENERATOR_MODEL)")
-	c.loom.GeneratorKey = os.Getenv("SYNC_LOOM_GENERATOR_KEY")
 	logFormat := fs.String("log-format", env("SYNC_LOG_FORMAT", "text"), "log format, text or json (SYNC_LOG_FORMAT)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -116,9 +116,20 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("missing %s (see syncd collaborate -h)", strings.Join(missing, ", "))
 	}
-	c.run.ChatKey = os.Getenv("SYNC_COLLAB_CHAT_KEY")
+	c.run.ChatKey, c.loom.GeneratorKey = os.Getenv("SYNC_COLLAB_CHAT_KEY"), os.Getenv("SYNC_LOOM_GENERATOR_KEY")
+	if handed, err := handedKeys(); err != nil {
+		return nil, err
+	} else if handed != nil {
+		c.run.ChatKey, c.loom.GeneratorKey = handed["SYNC_COLLAB_CHAT_KEY"], handed["SYNC_LOOM_GENERATOR_KEY"]
+	}
 	if *keyFile != "" {
-		raw, err := os.ReadFile(*keyFile)
+		var raw []byte
+		var err error
+		if *keyFile == "-" { // standard input: a pipe from a secret store
+			raw, err = io.ReadAll(io.LimitReader(os.Stdin, maxKeysBytes))
+		} else {
+			raw, err = os.ReadFile(*keyFile)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("chat key file: %w", err)
 		}
@@ -134,17 +145,41 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 		}
 		c.run.System = strings.TrimSpace(string(raw))
 	}
-	// The keys are read once and leave the environment: a process this
-	// one starts (the embedded cluster, with -data-dir) would inherit
-	// them, readable in its /proc environ.
-	for _, k := range []string{"SYNC_COLLAB_CHAT_KEY", "SYNC_LOOM_GENERATOR_KEY"} {
+	// The keys are read once and leave the Go environment: a process
+	// this one starts (the embedded cluster, with -data-dir) would
+	// inherit them. The process's own /proc environ is the kernel's copy,
+	// which Unsetenv does not change: collaborateMain started the process
+	// again without them before this (collabkeys_unix.go).
+	for _, k := range secretEnv {
 		_ = os.Unsetenv(k)
 	}
 	return c, nil
 }
 
+// maxKeysBytes bounds the keys read from standard input or handed over
+// across the re-exec (collabkeys_unix.go: the pipe is written in full
+// before the exec, so they must fit in its buffer, 64 KiB on Linux).
+const maxKeysBytes = 16 << 10
+
+// secretEnv are the keys syncd collaborate may be given in its
+// environment.
+var secretEnv = []string{"SYNC_COLLAB_CHAT_KEY", "SYNC_LOOM_GENERATOR_KEY"}
+
+func isSecretEnv(name string) bool {
+	for _, k := range secretEnv {
+		if name == k {
+			return true
+		}
+	}
+	return false
+}
+
 // collaborateMain runs syncd collaborate until it stops; its exit code.
 func collaborateMain(args []string) int {
+	if err := reexecWithoutKeys(); err != nil {
+		fmt.Fprintln(os.Stderr, "syncd collaborate: cannot take the keys out of the environment:", err, "(give the chat key with -chat-key-file instead)")
+		return 2
+	}
 	cc, err := parseCollabConfig(args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

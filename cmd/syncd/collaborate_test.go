@@ -192,3 +192,21 @@ func TestCollaborateKilledShowsGone(t *testing.T) {
 	_ = cmd.Wait()
 	until("gone")
 }
+
+// -chat-key-file - reads the key from standard input (a pipe from a
+// secret store), so it is in neither the environment nor a file.
+func TestCollaborateKeyFromStdin(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.WriteString("sk-from-stdin\n")
+	_ = w.Close()
+	stdin := os.Stdin
+	os.Stdin = r
+	t.Cleanup(func() { os.Stdin = stdin; _ = r.Close() })
+	c, err := parseCollabConfig([]string{"-agent", "a", "-room", "r", "-chat-url", "http://x", "-chat-model", "m", "-chat-key-file", "-"})
+	if err != nil || c.run.ChatKey != "sk-from-stdin" {
+		t.Fatalf("%v %q", err, c.run.ChatKey)
+	}
+}

@@ -194,7 +194,13 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 		pages.Handle("GET /metrics", mx.Handler(cfg.MetricsToken, stack))
 	}
 	auth.Routes(pages)
-	people, err := web.New(web.Options{Lobby: lob, Substrate: svc, SignedIn: auth.SignedIn, PublicURL: cfg.PublicURL})
+	// One key for every process on the database: a rotated token sealed
+	// by one is shown by whichever answers the redirect.
+	showOnce, err := auth.PageKey(ctx, "show_once", 32)
+	if err != nil {
+		return err
+	}
+	people, err := web.New(web.Options{Lobby: lob, Substrate: svc, SignedIn: auth.SignedIn, PublicURL: cfg.PublicURL, ShowOnceKey: showOnce})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +98,23 @@ func TestBrowserTokenRotation(t *testing.T) {
 	}
 	if code, _ := call(t, "GET", public+"/rooms/vault/state?scope=_audit", viewToken, ""); code != 401 {
 		t.Fatalf("the old view token after rotation: %d", code)
+	}
+	// A reload (issue 41, 9) neither shows the token again nor rotates it:
+	// the one just shown still reads the room.
+	if err := chromedp.Do(ctx,
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS("#token-shown")),
+	); err != nil {
+		t.Fatalf("reloading the page that showed the token: %v", err)
+	}
+	shownAgain, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector("#new-token") !== null || document.body.innerText.includes(%q)`, newView)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shownAgain {
+		t.Fatal("the reload shows the new view token again")
+	}
+	if code, _ := call(t, "GET", public+"/rooms/vault/state?scope=_shared", newView, ""); code != 200 {
+		t.Fatalf("after a reload the view token just shown answers %d: the reload rotated it again", code)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
@@ -491,9 +493,9 @@ func TestAttackRotatedViewTokenEndsLiveStream(t *testing.T) {
 	if _, _, body := s.get("alice", "/rooms/lab"); !strings.Contains(body, `action="/web/rooms/lab/tokens/rotate"`) {
 		t.Fatal("the owner's page has no rotation form")
 	}
-	code, body := s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"view"}})
+	code, _, body := s.postFollow("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"view"}})
 	i := strings.Index(body, "view_")
-	if code != 200 || !strings.Contains(body, "New view token") || i < 0 {
+	if code != http.StatusSeeOther || !strings.Contains(body, "New view token") || i < 0 {
 		t.Fatalf("rotating the view token: %d %s", code, body)
 	}
 	newView := body[i : i+strings.IndexByte(body[i:], '<')]
@@ -521,8 +523,8 @@ func TestAttackRotatedViewTokenEndsLiveStream(t *testing.T) {
 	if _, err := s.svc.UpdateAgent(ctx, substrate.RoomPrincipal("lab"), "lab", "mole", substrate.AgentUpdate{Grants: &[]string{"*"}}); err != nil {
 		t.Fatal(err)
 	}
-	code, body = s.post("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"room"}})
-	if code != 200 {
+	code, _, body = s.postFollow("alice", "/web/rooms/lab/tokens/rotate", url.Values{"which": {"room"}})
+	if code != http.StatusSeeOther {
 		t.Fatalf("rotating the room token: %d", code)
 	}
 	if i := strings.Index(body, `id="authority-agents"`); i < 0 || !strings.Contains(body[i:], "mole") || strings.Contains(body[i:strings.Index(body[i:], "</p>")+i], "alice:web") {
@@ -1039,5 +1041,95 @@ func TestAttackLiveStreamsShareNoRenderAcrossAuthority(t *testing.T) {
 	}
 	if reads, renders := web.LiveCounts(s.wb); reads == 0 || renders == 0 {
 		t.Fatalf("no live renders counted: %d reads, %d renders", reads, renders)
+	}
+}
+
+// A reload of the page that answered the token rotation sent the form
+// again (issue 41, 9): the token just shown was rotated away, dead before
+// it was copied. The rotation now answers with a redirect; the page it
+// leads to shows the token once (it never is in a URL), a reload shows it
+// neither again nor rotates it, and says how to get another. The sealed
+// cookie that carries it is another person's nothing.
+func TestAttackReloadRotatesTheTokenAgain(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice", "bob")
+	s.share("bob", "owner")
+	ctx := context.Background()
+	base, _ := url.Parse(s.srv.URL)
+	jar, _ := cookiejar.New(nil)
+	jar.SetCookies(base, []*http.Cookie{{Name: "test_person", Value: "alice", Path: "/"}})
+	browser := &http.Client{Jar: jar, Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	load := func(c *http.Client, path string) string {
+		t.Helper()
+		req, _ := http.NewRequest("GET", s.srv.URL+path, nil)
+		req.Header.Set("Accept", "text/html")
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", path, res.StatusCode, b)
+		}
+		return string(b)
+	}
+	req, _ := http.NewRequest("POST", s.srv.URL+"/web/rooms/lab/tokens/rotate", strings.NewReader(url.Values{"which": {"view"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "text/html")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	res, err := browser.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	loc := res.Header.Get("Location")
+	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/rooms/lab") {
+		t.Fatalf("HOLE: the rotation answered %d (Location %q): a reload of its answer sends the form again and rotates the token shown", res.StatusCode, loc)
+	}
+	var sealed *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == "sync_new_token" {
+			sealed = c
+		}
+	}
+	if strings.Contains(loc, "view_") || strings.Contains(string(answer), "view_") || sealed == nil || strings.Contains(sealed.Value, "view_") || !sealed.HttpOnly {
+		t.Fatalf("HOLE: the new token travels in the clear: Location %q, body %q, cookie %+v", loc, answer, sealed)
+	}
+	page := load(browser, loc)
+	i := strings.Index(page, "view_")
+	if i < 0 || !strings.Contains(page, "New view token") {
+		t.Fatalf("the page after the rotation does not show the new token: %s", page)
+	}
+	shown := page[i : i+strings.IndexByte(page[i:], '<')]
+	if _, err := s.svc.AuthenticateIn(ctx, "lab", shown); err != nil {
+		t.Fatalf("the token shown does not work: %v", err)
+	}
+	// The reload: the token is not shown again, nor rotated.
+	again := load(browser, loc)
+	if strings.Contains(again, shown) || strings.Contains(again, "New view token") {
+		t.Fatal("HOLE: a reload shows the token again")
+	}
+	if !strings.Contains(again, "was shown once") || !strings.Contains(again, "Rotate the view token again") {
+		t.Fatalf("the reload does not say the token was shown, nor how to get another: %s", again)
+	}
+	if _, err := s.svc.AuthenticateIn(ctx, "lab", shown); err != nil {
+		t.Fatalf("HOLE: after a reload the token just shown is dead: %v", err)
+	}
+	if third := load(browser, loc); strings.Contains(third, "was shown once") || strings.Contains(third, shown) {
+		t.Fatal("the note (or the token) is shown on every load")
+	}
+	audit, err := s.svc.ReadState(ctx, substrate.RoomPrincipal("lab"), "lab", substrate.ReadQuery{Scope: "_audit", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(audit.Entries); strings.Count(string(raw), "token_rotate") != 1 {
+		t.Fatalf("HOLE: %d rotations for one form sent", strings.Count(string(raw), "token_rotate"))
+	}
+	// Alice's sealed cookie in another owner's browser opens nothing.
+	bobJar, _ := cookiejar.New(nil)
+	bobJar.SetCookies(base, []*http.Cookie{{Name: "test_person", Value: "bob", Path: "/"}, {Name: "sync_new_token", Value: sealed.Value, Path: "/rooms/lab"}})
+	if p := load(&http.Client{Jar: bobJar, Timeout: 5 * time.Second}, "/rooms/lab"); strings.Contains(p, shown) || !strings.Contains(p, "could not be shown here") {
+		t.Fatalf("HOLE: another person's browser opens the sealed token: %s", p)
 	}
 }

@@ -129,7 +129,8 @@ func (wb *Web) roomWith(w http.ResponseWriter, r *http.Request, roomID string, s
 }
 
 // rotateToken replaces the room's room or view token (form field which)
-// for an owner, and shows the room page with the new token, this once.
+// for an owner, and redirects to the room page, which shows the new token
+// this once (showonce.go): a reload rotates nothing.
 func (wb *Web) rotateToken(w http.ResponseWriter, r *http.Request) {
 	roomID := r.PathValue("room")
 	userID, username, signed := wb.opt.SignedIn(r)
@@ -142,7 +143,7 @@ func (wb *Web) rotateToken(w http.ResponseWriter, r *http.Request) {
 		wb.roomWithError(w, r, roomID, err)
 		return
 	}
-	wb.roomWith(w, r, roomID, http.StatusOK, "NewToken", rt, nil)
+	wb.showTokenOnce(w, r, userID, roomID, rt)
 }
 
 // formValue turns a form field into a param of the given type (the

@@ -53,6 +53,11 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wb.takeFlash(w, r, roomID, data) // forms.go: what the last form did
+	// Full page loads only: the live refresh (part=main) would take the
+	// token, or the marker a reload reads, from the page it refreshes.
+	if userID, _, signed := wb.opt.SignedIn(r); signed && viewToken == "" && q.Get("part") != "main" {
+		wb.takeNewToken(w, r, userID, roomID, data) // showonce.go: a rotated token, once
+	}
 	if src := q.Get("eval"); src != "" {
 		if err := wb.console(r.Context(), p, roomID, src, data); err != nil {
 			wb.fail(w, r, err)

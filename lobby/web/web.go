@@ -17,6 +17,7 @@ package web
 
 import (
 	"context"
+	"crypto/cipher"
 	"embed"
 	"errors"
 	"fmt"
@@ -67,6 +68,12 @@ type Options struct {
 	// check of the pages' forms besides the request's own Host (as the
 	// authorization server's pages trust it). Optional.
 	PublicURL string
+	// ShowOnceKey (16, 24 or 32 bytes) seals a rotated token into the
+	// cookie that carries it across the redirect to its one showing
+	// (showonce.go). Processes serving one site must share it, or a
+	// rotation answered by one and shown by another says the token could
+	// not be shown. Default: a random key of this Web's.
+	ShowOnceKey []byte
 }
 
 // Web serves the pages.
@@ -76,6 +83,7 @@ type Web struct {
 	base *template.Template // tmpl before any execution, to clone per page
 
 	csrf *http.CrossOriginProtection
+	seal cipher.AEAD // ShowOnceKey's
 
 	mu      sync.Mutex
 	streams map[string]int   // open live streams per person or view token
@@ -163,7 +171,11 @@ func New(opt Options) (*Web, error) {
 	if tmpl, err = base.Clone(); err != nil {
 		return nil, err
 	}
-	return &Web{opt: opt, tmpl: tmpl, base: base, csrf: csrf, streams: map[string]int{}, feeds: map[string]*feed{}, done: make(chan struct{})}, nil
+	seal, err := newSealer(opt.ShowOnceKey)
+	if err != nil {
+		return nil, err
+	}
+	return &Web{opt: opt, tmpl: tmpl, base: base, csrf: csrf, seal: seal, streams: map[string]int{}, feeds: map[string]*feed{}, done: make(chan struct{})}, nil
 }
 
 // Routes registers the lobby, the live streams and the static assets. The

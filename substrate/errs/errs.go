@@ -59,6 +59,9 @@ const (
 	NotNumeric   Code = "not_numeric"
 	// BranchHeld: another participant has the turn on a loom branch.
 	BranchHeld Code = "branch_held"
+	// LastOwner: a membership change (a share, a leave) would leave a
+	// room with no owner (lobby).
+	LastOwner Code = "last_owner"
 	// Actions, views, CEL (400/403/404/409 as listed in statusOf).
 	ActionNotFound     Code = "action_not_found"
 	ActionCooldown     Code = "action_cooldown"
@@ -92,7 +95,7 @@ var statusOf = map[Code]int{
 	NotFound: 404, RoomNotFound: 404, AgentNotFound: 404, KeyNotFound: 404,
 	MethodNotAllowed: 405,
 	RoomExists:       409, AgentExists: 409, VersionConflict: 409, KeyExists: 409,
-	AppendOnly: 409, NotMergeable: 409, ScopeInUse: 409, ScopeFull: 409, HistoryIncomplete: 409, ViewBudget: 409, EnabledBudget: 409, ActionBudget: 409, NotNumeric: 409, BranchHeld: 409,
+	AppendOnly: 409, NotMergeable: 409, ScopeInUse: 409, ScopeFull: 409, HistoryIncomplete: 409, ViewBudget: 409, EnabledBudget: 409, ActionBudget: 409, NotNumeric: 409, BranchHeld: 409, LastOwner: 409,
 	ActionNotFound: 404, ViewNotFound: 404, HelpKeyNotFound: 404,
 	ActionCooldown: 409, ActionDisabled: 409, PreconditionFailed: 409,
 	ActionOwned: 403, InvalidParam: 400, CELError: 400,

@@ -2821,3 +2821,68 @@ func TestAttackSearchFloodIsBudgeted(t *testing.T) {
 	}
 	e.do("GET", "/rooms/unsearched/search?q=report", quiet.token, nil).must(t, 200)
 }
+
+// PUT /state with "enabled": "" answered 200 and left the gate (issue 41,
+// 9): the writer believed the entry public while its readers still could
+// not see it. An empty enabled removes the gate, as PATCH …/agents/:agent
+// does; an absent one keeps it. A writer without room authority removes
+// a gate only with a whole value: a merge or increment would show the
+// value the gate hid.
+func TestAttackEmptyEnabledKeepsTheGate(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("ungate", nil)
+	a := e.join(rm, "a", "_shared")
+	b := e.join(rm, "b")
+	read := func(tok, key string) resp {
+		t.Helper()
+		return e.do("GET", "/rooms/ungate/state?scope=_shared&key="+key, tok, nil)
+	}
+	put := func(tok string, w map[string]any) resp {
+		t.Helper()
+		return e.do("PUT", "/rooms/ungate/state", tok, w)
+	}
+	put(rm.token, map[string]any{"scope": "_shared", "key": "notice", "value": "draft", "enabled": `self == "a"`}).must(t, 200)
+	read(b, "notice").must(t, 404)
+	// A write without enabled keeps the gate.
+	put(rm.token, map[string]any{"scope": "_shared", "key": "notice", "value": "draft 2"}).must(t, 200)
+	read(b, "notice").must(t, 404)
+	// With "", the gate goes: b reads the entry.
+	put(rm.token, map[string]any{"scope": "_shared", "key": "notice", "value": "published", "enabled": ""}).must(t, 200)
+	if r := read(b, "notice"); r.status != 200 || r.body["value"] != "published" {
+		t.Fatalf("HOLE: \"enabled\": \"\" answered 200 and left the gate: b reads %d %s", r.status, r.raw)
+	}
+	// In a batch as well, and by a merge of the room token's.
+	e.do("PUT", "/rooms/ungate/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "m1", "value": 1, "enabled": "false"},
+		map[string]any{"scope": "_shared", "key": "m2", "value": map[string]any{"x": 1}, "enabled": "false"}}}).must(t, 200)
+	e.do("PUT", "/rooms/ungate/state/batch", rm.token, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "m1", "value": 2, "enabled": ""},
+		map[string]any{"scope": "_shared", "key": "m2", "merge": map[string]any{"y": 2}, "enabled": ""}}}).must(t, 200)
+	for _, k := range []string{"m1", "m2"} {
+		if r := read(b, k); r.status != 200 {
+			t.Fatalf("HOLE: the batch's \"enabled\": \"\" left %s's gate: %d %s", k, r.status, r.raw)
+		}
+	}
+	// Agent a writes _shared: a gate of hers goes with a whole value, not
+	// with a merge or an increment (nothing changes then).
+	put(a, map[string]any{"scope": "_shared", "key": "hers", "value": map[string]any{"secret": "s3"}, "enabled": `self == "a"`}).must(t, 200)
+	put(a, map[string]any{"scope": "_shared", "key": "count", "value": 1, "enabled": `self == "a"`}).must(t, 200)
+	for _, w := range []map[string]any{
+		{"scope": "_shared", "key": "hers", "merge": map[string]any{"more": 1}, "enabled": ""},
+		{"scope": "_shared", "key": "count", "increment": 1, "enabled": ""},
+	} {
+		if r := put(a, w); r.status != 403 || r.str("error") != "forbidden" || !strings.Contains(r.str("message"), "cannot remove its gate") {
+			t.Fatalf("HOLE: a merge or increment removed a gate without room authority: %d %s", r.status, r.raw)
+		}
+	}
+	read(b, "hers").must(t, 404)
+	read(b, "count").must(t, 404)
+	put(a, map[string]any{"scope": "_shared", "key": "hers", "value": "public now", "enabled": ""}).must(t, 200)
+	if r := read(b, "hers"); r.status != 200 || r.body["value"] != "public now" {
+		t.Fatalf("a whole value with \"enabled\": \"\" left the gate: %d %s", r.status, r.raw)
+	}
+	// A wrong type is still the field's error.
+	if r := put(rm.token, map[string]any{"scope": "_shared", "key": "x", "value": 1, "enabled": 5}); r.status != 400 || !strings.Contains(r.raw, "enabled") {
+		t.Fatalf("enabled 5: %d %s", r.status, r.raw)
+	}
+}

@@ -276,11 +276,28 @@ func (a *api) readState(w http.ResponseWriter, r *http.Request, p *substrate.Pri
 	a.reply(w, r, http.StatusOK, res, err)
 }
 
+// writeBody is a write as REST clients send it. Its "enabled" tells an
+// empty string (remove the entry's gate, as PATCH …/agents/:agent does)
+// from an absent one (keep it), which substrate.Write's string cannot.
+type writeBody struct {
+	substrate.Write
+	Enabled *string `json:"enabled,omitempty"`
+}
+
+func (b writeBody) write() substrate.Write {
+	w := b.Write
+	if b.Enabled != nil {
+		w.Enabled, w.Ungate = *b.Enabled, *b.Enabled == ""
+	}
+	return w
+}
+
 func (a *api) writeState(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
-	var wr substrate.Write
-	if !a.decode(w, r, &wr, false) {
+	var body writeBody
+	if !a.decode(w, r, &body, false) {
 		return
 	}
+	wr := body.write()
 	if wr.Delete {
 		a.fail(w, r, errs.New(errs.InvalidField, "delete is not a field of a single write").WithHint("use DELETE /rooms/:id/state?scope=…&key=…, or delete: true inside a batch"))
 		return
@@ -299,12 +316,16 @@ func (a *api) writeState(w http.ResponseWriter, r *http.Request, p *substrate.Pr
 
 func (a *api) writeBatch(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {
 	var body struct {
-		Writes []substrate.Write `json:"writes"`
+		Writes []writeBody `json:"writes"`
 	}
 	if !a.decode(w, r, &body, false) {
 		return
 	}
-	res, err := a.svc.WriteState(r.Context(), p, r.PathValue("room"), body.Writes, true)
+	writes := make([]substrate.Write, len(body.Writes))
+	for i, b := range body.Writes {
+		writes[i] = b.write()
+	}
+	res, err := a.svc.WriteState(r.Context(), p, r.PathValue("room"), writes, true)
 	a.reply(w, r, http.StatusOK, res, err)
 }
 
