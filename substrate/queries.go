@@ -19,6 +19,10 @@ const (
 	// sqlScopeLogPage pages one scope's log (index state_scope_sort).
 	// $5 are key prefixes the reader does not see (visibility.hiddenPrefixes).
 	sqlScopeLogPage = entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key > $3` + liveSQL + ` AND NOT coalesce(key ^@ ANY($5::text[]), false) ORDER BY sort_key LIMIT $4`
+	// sqlScopeLogNewest is sqlScopeLogPage from the log's newest end:
+	// the newest $4 with $3 < sort_key < $6, oldest first.
+	sqlScopeLogNewest = `SELECT ` + rowCols + ` FROM (` + entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key > $3 AND sort_key < $6` + liveSQL +
+		` AND NOT coalesce(key ^@ ANY($5::text[]), false) ORDER BY sort_key DESC LIMIT $4) t ORDER BY sort_key`
 	// sqlMessagesRecent reads the newest messages up to a seq.
 	sqlMessagesRecent = `SELECT sort_key, value, writer, via, enabled_expr FROM (SELECT sort_key, value, writer, via, enabled_expr FROM state
 		WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3` + liveSQL + `

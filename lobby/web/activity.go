@@ -9,7 +9,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,21 +44,97 @@ type messageRow struct {
 	Action string
 }
 
-// activity reads the recent activity and the message log (ToYou unset:
-// toYou marks them per reader), and, for people (owners true), who owns
-// each agent a message is directed to.
-func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID string, people bool) (rows []activityRow, msgs []messageRow, owners map[string]string, err error) {
+// messagePageSize is how many messages the room page lists at once.
+const messagePageSize = 50
+
+// msgPage is which messages the room page lists: the newest (zero), the
+// page before a seq (?before=N: the "older" link) or after one (?after=N:
+// "newer"). Only the newest page is live: the others are history.
+type msgPage struct {
+	Before, After int64
+}
+
+// msgPageOf reads ?before= or ?after= (a seq; anything else is the
+// newest page).
+func msgPageOf(q url.Values) msgPage {
+	if v, err := strconv.ParseInt(q.Get("before"), 10, 64); err == nil && v > 0 {
+		return msgPage{Before: v}
+	}
+	if v, err := strconv.ParseInt(q.Get("after"), 10, 64); err == nil && v > 0 {
+		return msgPage{After: v}
+	}
+	return msgPage{}
+}
+
+// newest reports the page that follows the room as it goes.
+func (pg msgPage) newest() bool { return pg == msgPage{} }
+
+// messagesShown is where the listed messages sit in the log: the links
+// to the pages around them and the counts the list's header says.
+type messagesShown struct {
+	// Older is the seq to page back from (?before=), 0 when the list
+	// starts at the room's first message; Newer the seq to page on from
+	// (?after=), 0 when it ends at the newest.
+	Older, Newer int64
+	// Newest is true on the live page (no ?before=, ?after=).
+	Newest bool
+	Shown   int
+}
+
+// activity reads the recent activity and a page of the message log
+// (ToYou unset: toYou marks them per reader), and, for people (owners
+// true), who owns each agent a message is directed to.
+func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID string, people bool, pg msgPage) (rows []activityRow, msgs []messageRow, shown messagesShown, owners map[string]string, err error) {
 	acts, err := wb.opt.Substrate.RecentActivity(ctx, p, roomID, 0, activitySize)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, shown, nil, err
 	}
 	rows = make([]activityRow, 0, len(acts))
 	for _, a := range acts {
 		rows = append(rows, activityOf(a))
 	}
-	st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, substrate.ReadQuery{Scope: substrate.ScopeMessages, Limit: 50})
+	// The newest page reads the log from its end (issue 42: the list
+	// read its first page, and a room past 50 messages froze on its
+	// oldest); "newer" pages forward from a seq, "older" back from one.
+	q := substrate.ReadQuery{Scope: substrate.ScopeMessages, Limit: messagePageSize, Before: math.MaxInt64}
+	switch {
+	case pg.Before > 0:
+		q.Before = pg.Before
+	case !pg.newest():
+		q.Before, q.After = 0, pg.After
+	}
+	st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, q)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, shown, nil, err
+	}
+	shown.Newest = pg.newest()
+	var first, last int64
+	for _, e := range st.Entries {
+		if e.SortKey != nil {
+			if first == 0 {
+				first = *e.SortKey
+			}
+			last = *e.SortKey
+		}
+	}
+	// A page paged to from another has that one beside it, readable or
+	// not.
+	at := func(seq, otherwise int64) int64 {
+		if seq > 0 {
+			return seq
+		}
+		return otherwise
+	}
+	switch {
+	case pg.Before > 0:
+		shown.Newer = at(last, pg.Before-1)
+	case pg.After > 0:
+		shown.Older = at(first, pg.After+1)
+	}
+	if st.More && q.Before > 0 {
+		shown.Older = first
+	} else if st.More {
+		shown.Newer = last
 	}
 	owners = map[string]string{}
 	for _, e := range st.Entries {
@@ -85,7 +164,7 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 			}
 			owner, exists, err := wb.opt.Substrate.AgentOwner(ctx, roomID, to)
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, shown, nil, err
 			}
 			if !exists {
 				owner = ""
@@ -97,7 +176,8 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 		}
 		msgs = append(msgs, row)
 	}
-	return rows, msgs, owners, nil
+	shown.Shown = len(msgs)
+	return rows, msgs, shown, owners, nil
 }
 
 // toYou is the message log as one reader sees it: a message directed to

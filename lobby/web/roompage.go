@@ -7,6 +7,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -233,7 +234,7 @@ func (wb *Web) logFeeds(ctx context.Context, p *substrate.Principal, roomID stri
 	}
 	var out []scope
 	for _, name := range names {
-		st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, substrate.ReadQuery{Scope: name, Limit: feedSize})
+		st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, substrate.ReadQuery{Scope: name, Limit: feedSize, Before: math.MaxInt64})
 		if err != nil {
 			if errs.From(err).Code == errs.Internal {
 				return nil, err
