@@ -81,17 +81,17 @@ type messagesShown struct {
 	Shown   int
 }
 
-// activity reads the recent activity and a page of the message log
-// (ToYou unset: toYou marks them per reader), and, for people (owners
-// true), who owns each agent a message is directed to.
-func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID string, people bool, pg msgPage) (rows []activityRow, msgs []messageRow, shown messagesShown, owners map[string]string, err error) {
+// activity reads the recent activity (in the words of w) and a page of
+// the message log (ToYou unset: toYou marks them per reader), and, for
+// people (owners true), who owns each agent a message is directed to.
+func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID string, people bool, pg msgPage, w *roomWords) (rows []activityRow, msgs []messageRow, shown messagesShown, owners map[string]string, err error) {
 	acts, err := wb.opt.Substrate.RecentActivity(ctx, p, roomID, 0, activitySize)
 	if err != nil {
 		return nil, nil, shown, nil, err
 	}
 	rows = make([]activityRow, 0, len(acts))
 	for _, a := range acts {
-		rows = append(rows, activityOf(a))
+		rows = append(rows, activityOf(a, w))
 	}
 	// The newest page reads the log from its end (issue 42: the list
 	// read its first page, and a room past 50 messages froze on its
@@ -197,51 +197,11 @@ func toYou(msgs []messageRow, owners map[string]string, agentID, userID string) 
 	return out
 }
 
-func activityOf(a substrate.Activity) activityRow {
-	r := activityRow{Seq: a.Seq, At: a.TS, By: a.By, Refused: a.OK != nil && !*a.OK}
-	switch a.Kind {
-	case "invoke":
-		switch a.Action {
-		case "_send_message":
-			r.What = "sent a message"
-		case "_state_write", "":
-			r.What = "wrote"
-		default:
-			r.What = "invoked " + a.Action
-		}
-		if r.Refused {
-			r.What = "tried " + strings.TrimPrefix(r.What, "invoked ")
-			if a.Error != "" {
-				r.What += " (refused: " + strings.ReplaceAll(a.Error, "_", " ") + ")"
-			} else {
-				r.What += " (refused)"
-			}
-		}
-	case "state_write":
-		r.What = "wrote"
-	case "agent_join":
-		r.What = "joined"
-	case "agent_update", "agent_embody":
-		r.What = "updated an agent"
-	case "register_action":
-		r.What = "registered an action"
-	case "register_view":
-		r.What = "registered a view"
-	case "room_create":
-		r.What = "created the room"
-	case "token_rotate":
-		r.What = "rotated a token"
-	default:
-		r.What = strings.ReplaceAll(a.Kind, "_", " ")
-	}
-	for i, k := range a.Keys {
-		if i == 4 {
-			r.More = len(a.Keys) - i
-			break
-		}
-		r.Keys = append(r.Keys, k.Scope+"."+k.Key)
-	}
-	return r
+// activityOf is an audit entry as the feed shows it, in the room's
+// words (describe.go; w nil: agents by id, internals in general words).
+func activityOf(a substrate.Activity, w *roomWords) activityRow {
+	d := describe(a, w)
+	return activityRow{Seq: a.Seq, At: a.TS, By: w.who(a.By), What: d.What, Keys: d.Keys, More: d.More, Refused: a.OK != nil && !*a.OK}
 }
 
 // summarize says in a sentence what happened after seq since, for the

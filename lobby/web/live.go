@@ -296,7 +296,9 @@ func (wb *Web) readRoom(ctx context.Context, p *substrate.Principal, roomID stri
 		return nil, err
 	}
 	data["CanReplay"] = p.Admin()
-	rows, msgs, shown, owners, err := wb.activity(ctx, p, roomID, people, pg)
+	words, _ := data[wordsKey].(*roomWords)
+	delete(data, wordsKey)
+	rows, msgs, shown, owners, err := wb.activity(ctx, p, roomID, people, pg, words)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
 // talkativeRoom fills "lab" with a team's week of talk, through the
@@ -177,3 +178,85 @@ func between(page, from, to string) string {
 	return rest
 }
 
+
+// Issue 42, bug 7: Recent activity and "Last change" showed storage keys
+// (_loom.2.c:13:1, _acks.825, maya:web.loom:t:…), and after some loom work
+// the whole feed was internals. They say what happened in the room's
+// words; ordinary keys stay named in their scope.
+func TestActivityInPeoplesWords(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	ctx := context.Background()
+	lm := loom.Of(s.svc)
+	for _, a := range [][2]string{{"raj", "raj"}, {"planner", "planner"}, {"ana", "Ana"}} {
+		s.join(a[0], a[1])
+	}
+	agent := func(id string) *substrate.Principal {
+		p, err := s.svc.AgentPrincipal(ctx, "lab", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	raj, planner, ana := agent("raj"), agent("planner"), agent("ana")
+	run := func(p *substrate.Principal, cmds string) {
+		t.Helper()
+		res, err := lm.Run(ctx, p, "lab", cmds)
+		if err != nil {
+			t.Fatalf("%s: %v", cmds, err)
+		}
+		if strings.Contains(res.Text, "✗") {
+			t.Fatalf("%s: %s", cmds, res.Text)
+		}
+	}
+	invoke := func(p *substrate.Principal, action, params string) *substrate.InvokeResult {
+		t.Helper()
+		res, err := s.svc.Invoke(ctx, p, "lab", action, json.RawMessage(params))
+		if err != nil {
+			t.Fatalf("%s %s: %v", action, params, err)
+		}
+		return res
+	}
+	s.write("tasks", "t12", `{"title": "write the launch note"}`)
+	run(s.admin, `→ new tree "checkout-launch" "The launch, from the top"`+"\n"+"→ permit raj loom_write loom_generate\n→ permit planner loom_write")
+	run(raj, `→ add from:1 "What the customer sees first"`)
+	run(raj, "→ continue from 2\n→ yield")
+	run(planner, `→ fulfil g1 "A cart that remembers them"`)
+	run(raj, "→ jump 3")
+	sent := invoke(ana, "_send_message", `{"body": "Can you take the launch note?", "to": "planner", "ack": true, "subject": "Launch note"}`)
+	invoke(planner, "_ack", fmt.Sprintf(`{"seq": %d}`, *sent.Writes[0].SortKey))
+
+	_, _, page := s.get("alice", "/rooms/lab")
+	feed := text(between(page, `<section id="activity"`, "</section>"))
+	last := text(between(page, `id="summary-last"`, "</div>"))
+	for _, raw := range []string{"_loom", "_acks", "_threads", "_messages", ":t:", "loom:", "n:", "c:", "gen:", "_cooldowns", "_agents"} {
+		if strings.Contains(feed, raw) {
+			t.Errorf("Recent activity shows %q:\n%s", raw, feed)
+		}
+		if strings.Contains(last, raw) {
+			t.Errorf("Last change shows %q: %s", raw, last)
+		}
+	}
+	for _, want := range []string{
+		"raj added node 2 after node 1 in checkout-launch",
+		"raj asked for a continuation in checkout-launch", // its request, fulfilled, is gone
+		"the room added raj",
+		"planner wrote the continuation of node 2 in checkout-launch",
+		"raj moved to another place in checkout-launch",
+		"Ana sent a message in “Launch note”",
+		"planner acknowledged Ana’s message",
+		"the room wrote tasks.t12",
+	} {
+		if !strings.Contains(feed, want) {
+			t.Errorf("Recent activity lacks %q:\n%s", want, feed)
+		}
+	}
+	if want := "planner acknowledged Ana’s message"; !strings.Contains(last, want) {
+		t.Errorf("Last change says %q, want %q", last, want)
+	}
+}
+
+// text is HTML's text: tags dropped, entities read, spaces folded.
+func text(h string) string {
+	h = regexp.MustCompile(`<[^>]*>`).ReplaceAllString(h, " ")
+	return strings.Join(strings.Fields(html.UnescapeString(h)), " ")
+}

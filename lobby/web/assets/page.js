@@ -87,7 +87,7 @@
   function unread() {
     var el = document.getElementById("summary-new");
     if (!el) return;
-    var list = document.getElementById("message-list"), all = seqs();
+    var list = document.getElementById("messages-shown"), all = seqs();
     var n = all.filter(function (s) { return s > seen; }).length, more = "";
     if (list && list.dataset.page === "earlier") n = 0; // history, not news
     // The list is a page of the log: when the new ones reach back past
