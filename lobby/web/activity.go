@@ -19,7 +19,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 )
 
-// activitySize is how many audit entries the feed shows.
+// activitySize is how many lines the feed shows.
 const activitySize = 15
 
 type activityRow struct {
@@ -85,12 +85,23 @@ type messagesShown struct {
 // the message log (ToYou unset: toYou marks them per reader), and, for
 // people (owners true), who owns each agent a message is directed to.
 func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID string, people bool, pg msgPage, w *roomWords) (rows []activityRow, msgs []messageRow, shown messagesShown, owners map[string]string, err error) {
-	acts, err := wb.opt.Substrate.RecentActivity(ctx, p, roomID, 0, activitySize)
+	// Twice the feed is read: a turn given up right after a loom command
+	// of the same person is said with it (yieldsWith), not on a line of
+	// its own.
+	acts, err := wb.opt.Substrate.RecentActivity(ctx, p, roomID, 0, 2*activitySize)
 	if err != nil {
 		return nil, nil, shown, nil, err
 	}
-	rows = make([]activityRow, 0, len(acts))
-	for _, a := range acts {
+	rows = make([]activityRow, 0, activitySize)
+	for i := 0; i < len(acts) && len(rows) < activitySize; i++ {
+		a := acts[i]
+		if i+1 < len(acts) && yieldsWith(a, acts[i+1]) {
+			row := activityOf(acts[i+1], w)
+			row.What += ", then gave up the turn"
+			rows = append(rows, row)
+			i++
+			continue
+		}
 		rows = append(rows, activityOf(a, w))
 	}
 	// The newest page reads the log from its end (issue 42: the list
@@ -195,6 +206,13 @@ func toYou(msgs []messageRow, owners map[string]string, agentID, userID string) 
 		}
 	}
 	return out
+}
+
+// yieldsWith reports a loom yield right after another loom command of
+// the same actor (the audit is newest first: before is older).
+func yieldsWith(yield, before substrate.Activity) bool {
+	return yield.Kind == "loom" && yield.Command == "yield" && before.Kind == "loom" && before.Command != "yield" &&
+		before.By == yield.By && before.Seq < yield.Seq
 }
 
 // activityOf is an audit entry as the feed shows it, in the room's

@@ -7,69 +7,59 @@ import (
 	"html"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/syncsubstrate/sync/lobby/teamroom"
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
-// talkativeRoom fills "lab" with a team's week of talk, through the
-// product's own operations: 10 agents, 313 messages in 8 threads. The
-// bodies are "note #0001" … "note #0313", in order.
-func talkativeRoom(t *testing.T, s *site) {
+// teamSite is the pages over the real-size room of issue 42
+// (lobby/teamroom: "launch", owned by maya, raj a collaborator; 10
+// agents, 313 messages in 8 threads and 12 invocations' messages, a
+// loom of 75 nodes), beside alice's small "lab".
+func teamSite(t *testing.T) (*site, *teamroom.Room) {
 	t.Helper()
-	ctx := context.Background()
-	var agents []*substrate.Principal
-	for i := range 10 {
-		id := fmt.Sprintf("agent%02d", i)
-		s.join(id, fmt.Sprintf("Agent %d", i))
-		p, err := s.svc.AgentPrincipal(ctx, "lab", id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agents = append(agents, p)
+	s := newSite(t, web.Options{}, "alice", "maya", "raj")
+	room, err := teamroom.Build(context.Background(), s.svc, s.lob, teamroom.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	var roots []int64
-	for n := 1; n <= 313; n++ {
-		params := map[string]any{"body": fmt.Sprintf("note #%04d", n)}
-		switch th := n % 8; {
-		case len(roots) < 8:
-			params["subject"] = fmt.Sprintf("thread %d", th)
-		default:
-			params["reply_to"] = roots[th]
-		}
-		raw, _ := json.Marshal(params)
-		res, err := s.svc.Invoke(ctx, agents[n%len(agents)], "lab", "_send_message", raw)
-		if err != nil {
-			t.Fatalf("message %d: %v", n, err)
-		}
-		if len(roots) < 8 {
-			roots = append(roots, *res.Writes[0].SortKey)
-		}
-	}
+	return s, room
 }
 
-// notes are the "note #NNNN" bodies in the page's message list, in order.
-func notes(page string) []string {
-	list := page
-	if i := strings.Index(list, `id="message-list"`); i >= 0 {
-		list = list[i:]
-		if j := strings.Index(list, "</ol>"); j >= 0 {
-			list = list[:j]
-		}
-	} else {
-		return nil
+// listed are the seqs of the page's message list, in order.
+func listed(page string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`<li id="msg-(\d+)"`).FindAllStringSubmatch(between(page, `id="message-list"`, "</ol>"), -1) {
+		out = append(out, m[1])
 	}
-	return regexp.MustCompile(`note #\d{4}|from the box \d+`).FindAllString(list, -1)
+	return out
 }
 
-// link is the href of the message pager's link with rel (prev, next).
-func link(t *testing.T, page, rel string) string {
+// newestSeqs are the seqs of the room's newest n messages, oldest first,
+// as the context reads them (its own query, not the page's).
+func newestSeqs(t *testing.T, s *site, room string, n int) []string {
 	t.Helper()
-	m := regexp.MustCompile(`<a rel="` + rel + `" href="([^"]+)"`).FindStringSubmatch(page)
+	env, err := s.svc.Context(context.Background(), substrate.RoomPrincipal(room), room, substrate.ContextRequest{Only: []string{"messages"}, MessagesLimit: n, Peek: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range env.Messages.Recent {
+		out = append(out, fmt.Sprint(m["seq"]))
+	}
+	return out
+}
+
+// link is the href of the message pager's link with rel (prev, next),
+// without its fragment.
+func link(page, rel string) string {
+	m := regexp.MustCompile(`<a rel="` + rel + `" href="([^"#]+)`).FindStringSubmatch(page)
 	if m == nil {
 		return ""
 	}
@@ -78,77 +68,94 @@ func link(t *testing.T, page, rel string) string {
 
 // Issue 42, bug 1: on a room of 313 messages the list showed the oldest
 // 50 for good; a message sent from the page's box answered "Sent." and
-// never appeared, on reload or live. The list is the newest, pages back
-// and forth with plain links, and follows the room live.
+// never appeared, on reload or live; the header said "313 in all · 50
+// new". The list is the newest, pages back and forth with plain links,
+// follows the room live, and its counts are true.
 func TestMessagesAtRealSizeShowTheNewest(t *testing.T) {
-	s := newSite(t, web.Options{}, "alice")
-	talkativeRoom(t, s)
-	code, _, page := s.get("alice", "/rooms/lab")
+	s, room := teamSite(t)
+	path := "/rooms/" + room.ID
+	total := teamroom.Messages + teamroom.Invocations
+	code, _, page := s.get("maya", path)
 	if code != 200 {
 		t.Fatalf("room page: %d", code)
 	}
-	got := notes(page)
-	if len(got) != 50 || got[0] != "note #0264" || got[49] != "note #0313" {
-		t.Fatalf("the list shows %d messages, %v … %v; want the newest 50, note #0264 … note #0313", len(got), first(got), last(got))
+	got, want := listed(page), newestSeqs(t, s, room.ID, 50)
+	if len(got) != 50 || first(got) != first(want) || last(got) != last(want) {
+		t.Fatalf("the list shows %d messages, #%s … #%s; want the newest 50, #%s … #%s", len(got), first(got), last(got), first(want), last(want))
 	}
-	if !strings.Contains(page, "313 in all") || !strings.Contains(page, "The newest 50 of 313.") {
-		t.Errorf("the counts: %s", between(page, `id="summary-messages"`, "</div>"))
-	}
-
-	// Sent from the box: there on the page it leads back to.
-	code, _, page = s.postFollow("alice", "/web/rooms/lab/message", url.Values{"body": {"from the box 1"}})
-	if got := notes(page); code != 303 || len(got) != 50 || last(got) != "from the box 1" {
-		t.Fatalf("after sending from the box (%d) the list ends with %q", code, last(got))
-	}
-	if !strings.Contains(page, "314 in all") {
-		t.Errorf("after a message the header says %s", between(page, `id="summary-messages"`, "</div>"))
+	if !strings.Contains(page, fmt.Sprintf("%d in all", total)) || !strings.Contains(page, fmt.Sprintf("The newest 50 of %d.", total)) ||
+		!strings.Contains(page, fmt.Sprintf(`data-total="%d"`, total)) {
+		t.Errorf("the counts: %s %s", text(between(page, `id="summary-messages"`, "</div>")), between(page, `id="messages-shown"`, "</p>"))
 	}
 
-	// Live: the next message reaches the open page.
-	events := s.stream("alice", "/live/rooms/lab?seq="+s.seq(), "")
+	// Sent from the box: there on the page it leads back to, counted.
+	code, _, page = s.postFollow("maya", "/web/rooms/"+room.ID+"/message", url.Values{"body": {"from the box, once"}})
+	if body := between(page, `<li id="msg-`+last(listed(page))+`"`, "</li>"); code != 303 || len(listed(page)) != 50 || !strings.Contains(body, "from the box, once") {
+		t.Fatalf("after sending from the box (%d) the list ends with %q", code, body)
+	}
+	if !strings.Contains(page, fmt.Sprintf("%d in all", total+1)) {
+		t.Errorf("after a message the header says %s", text(between(page, `id="summary-messages"`, "</div>")))
+	}
+
+	// Live: the next one reaches the open page.
+	events := s.stream("maya", "/live/rooms/"+room.ID+"?seq="+seqOf(t, s, room.ID), "")
 	s.liveSettled()
-	if code, body := s.post("alice", "/web/rooms/lab/message", url.Values{"body": {"from the box 2"}}); code != 303 {
+	if code, body := s.post("maya", "/web/rooms/"+room.ID+"/message", url.Values{"body": {"from the box, twice"}}); code != 303 {
 		t.Fatalf("second message: %d %s", code, body)
 	}
-	for ev := ""; !strings.Contains(ev, "from the box 2"); {
+	for ev := ""; !strings.Contains(ev, "from the box, twice"); {
 		ev = next(t, events, 10*time.Second)
 	}
 
-	// Earlier: the 50 before the list's first, then back, with links
-	// that need no script.
-	older := link(t, page, "prev")
+	// Earlier: the 50 before the list's first, with links that need no
+	// script, back to the room's first message and forward again.
+	shownFirst := first(listed(page))
+	older := link(page, "prev")
 	if older == "" {
 		t.Fatalf("no link to earlier messages: %s", between(page, `id="message-pager"`, "</nav>"))
 	}
-	_, _, page = s.get("alice", "/rooms/lab"+strings.TrimSuffix(older, "#messages"))
-	if got := notes(page); len(got) != 50 || got[0] != "note #0215" || got[49] != "note #0264" {
-		t.Fatalf("earlier messages (%s): %v … %v", older, first(got), last(got))
+	_, _, page = s.get("maya", path+older)
+	all := newestSeqs(t, s, room.ID, 500)
+	at := slices.Index(all, shownFirst)
+	if at < 50 {
+		t.Fatalf("the list's first, #%s, is not among the room's messages past the 50th", shownFirst)
 	}
-	if !strings.Contains(page, "Earlier messages: 50 of 315, not live.") || !strings.Contains(page, `data-page="earlier"`) {
+	want = all[at-50 : at]
+	if got := listed(page); len(got) != 50 || last(got) == shownFirst || first(got) != first(want) || last(got) != last(want) {
+		t.Fatalf("earlier messages (%s): #%s … #%s, want #%s … #%s", older, first(got), last(got), first(want), last(want))
+	}
+	if !strings.Contains(page, fmt.Sprintf("Earlier messages: 50 of %d, not live.", total+2)) || !strings.Contains(page, `data-page="earlier"`) {
 		t.Errorf("an earlier page does not say so: %s", between(page, `id="messages-shown"`, "</p>"))
 	}
-	// Back to the start of the log: no link further back.
-	for range 10 {
-		prev := link(t, page, "prev")
-		if prev == "" {
-			break
+	pages := 1
+	for prev := link(page, "prev"); prev != ""; prev = link(page, "prev") {
+		_, _, page = s.get("maya", path+prev)
+		if pages++; pages > 10 {
+			t.Fatal("paging back does not end")
 		}
-		_, _, page = s.get("alice", "/rooms/lab"+strings.TrimSuffix(prev, "#messages"))
 	}
-	if got := notes(page); len(got) == 0 || got[0] != "note #0001" || link(t, page, "prev") != "" {
-		t.Fatalf("the earliest page starts %v, earlier link %q", first(got), link(t, page, "prev"))
+	if got := listed(page); first(got) != all[0] || pages != 6 {
+		t.Fatalf("the earliest page (after %d) starts at #%s, want #%s", pages, first(got), all[0])
 	}
-	// And forward again to the newest.
-	for range 10 {
-		nxt := link(t, page, "next")
-		if nxt == "" {
-			break
+	for nxt := link(page, "next"); nxt != ""; nxt = link(page, "next") {
+		_, _, page = s.get("maya", path+nxt)
+		if pages--; pages < -3 {
+			t.Fatal("paging forward does not end")
 		}
-		_, _, page = s.get("alice", "/rooms/lab"+strings.TrimSuffix(nxt, "#messages"))
 	}
-	if got := notes(page); last(got) != "from the box 2" {
-		t.Fatalf("paging forward ends at %v", last(got))
+	if body := between(page, `<li id="msg-`+last(listed(page))+`"`, "</li>"); !strings.Contains(body, "from the box, twice") {
+		t.Fatalf("paging forward ends at %q", body)
 	}
+}
+
+// seqOf is a room's seq.
+func seqOf(t *testing.T, s *site, room string) string {
+	t.Helper()
+	r, err := s.svc.GetRoom(context.Background(), substrate.RoomPrincipal(room), room)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(r.Seq)
 }
 
 func first(xs []string) string {
@@ -238,7 +245,7 @@ func TestActivityInPeoplesWords(t *testing.T) {
 	}
 	for _, want := range []string{
 		"raj added node 2 after node 1 in checkout-launch",
-		"raj asked for a continuation in checkout-launch", // its request, fulfilled, is gone
+		"raj asked for a continuation in checkout-launch, then gave up the turn", // its request, fulfilled, is gone
 		"the room added raj",
 		"planner wrote the continuation of node 2 in checkout-launch",
 		"raj moved to another place in checkout-launch",
@@ -259,4 +266,39 @@ func TestActivityInPeoplesWords(t *testing.T) {
 func text(h string) string {
 	h = regexp.MustCompile(`<[^>]*>`).ReplaceAllString(h, " ")
 	return strings.Join(strings.Fields(html.UnescapeString(h)), " ")
+}
+
+// On the real-size room, after its loom work and more of raj's, neither
+// its owner nor a collaborator reads a storage key of the system's in
+// Recent activity or Last change: they read who did what, in the loom's
+// trees by name.
+func TestActivityAtRealSizeInPeoplesWords(t *testing.T) {
+	s, room := teamSite(t)
+	ctx := context.Background()
+	raj, err := s.lob.PersonActor(ctx, room.Member.UserID, room.Member.Username, room.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := loom.Of(s.svc).Run(ctx, raj, room.ID, "→ add tree:1 from:13 \"Raj's take on node 13\"\n→ annotate 13 \"worth a second look\"\n→ yield"); err != nil || res.Errors > 0 {
+		t.Fatalf("raj's loom work: %v %+v", err, res)
+	}
+	for _, person := range []string{"maya", "raj"} {
+		_, _, page := s.get(person, "/rooms/"+room.ID)
+		feed := text(between(page, `<section id="activity"`, "</section>"))
+		last := text(between(page, `id="summary-last"`, "</div>"))
+		for _, raw := range []string{"_loom", "_acks", "_threads", "_messages", ":t:", "loom:", "n:", "c:", "lease:", "at:", "_cooldowns", "_agents", room.Member.Username + ":web."} {
+			if strings.Contains(feed, raw) {
+				t.Errorf("%s: Recent activity shows %q:\n%s", person, raw, feed)
+			}
+			if strings.Contains(last, raw) {
+				t.Errorf("%s: Last change shows %q: %s", person, raw, last)
+			}
+		}
+		for _, want := range []string{"raj added node 51 after node 13 in checkout-launch", "raj annotated node 13 in checkout-launch, then gave up the turn", "Claude added node 25 after node 24 in retro, then gave up the turn"} {
+			if !strings.Contains(feed, want) {
+				t.Errorf("%s: Recent activity lacks %q:\n%s", person, want, feed)
+			}
+		}
+		t.Logf("%s reads: Last change: %s", person, last)
+	}
 }
