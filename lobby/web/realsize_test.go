@@ -112,7 +112,7 @@ func TestMessagesAtRealSizeShowTheNewest(t *testing.T) {
 	shownFirst := first(listed(page))
 	older := link(page, "prev")
 	if older == "" {
-		t.Fatalf("no link to earlier messages: %s", between(page, `id="message-pager"`, "</nav>"))
+		t.Fatalf("no link to earlier messages: %s", between(page, `id="messages-shown"`, "</ol>"))
 	}
 	_, _, page = s.get("maya", path+older)
 	all := newestSeqs(t, s, room.ID, 500)
