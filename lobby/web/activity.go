@@ -70,7 +70,7 @@ func msgPageOf(q url.Values) msgPage {
 func (pg msgPage) newest() bool { return pg == msgPage{} }
 
 // messagesShown is where the listed messages sit in the log: the links
-// to the pages around them and the counts the list's header says.
+// to the pages around them.
 type messagesShown struct {
 	// Older is the seq to page back from (?before=), 0 when the list
 	// starts at the room's first message; Newer the seq to page on from
@@ -78,7 +78,6 @@ type messagesShown struct {
 	Older, Newer int64
 	// Newest is true on the live page (no ?before=, ?after=).
 	Newest bool
-	Shown   int
 }
 
 // activity reads the recent activity (in the words of w) and a page of
@@ -187,7 +186,6 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 		}
 		msgs = append(msgs, row)
 	}
-	shown.Shown = len(msgs)
 	return rows, msgs, shown, owners, nil
 }
 

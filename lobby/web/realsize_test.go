@@ -185,7 +185,6 @@ func between(page, from, to string) string {
 	return rest
 }
 
-
 // Issue 42, bug 7: Recent activity and "Last change" showed storage keys
 // (_loom.2.c:13:1, _acks.825, maya:web.loom:t:…), and after some loom work
 // the whole feed was internals. They say what happened in the room's
