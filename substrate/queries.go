@@ -75,12 +75,17 @@ const (
 	// sqlLogWindow reads the newest entries of both logs up to a seq
 	// (index state_scope_sort), for message pattern detection: of the
 	// messages, those the reader sees ($4: the seqs of those it does not,
-	// msgCounts.unseen).
-	sqlLogWindow = `(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
+	// msgCounts.unseen). Of each value only the fields read (LogRow): an
+	// audit entry holds whole values written and definitions registered,
+	// and sending and decoding 500 of them whole at every read was the
+	// room page's largest cost at real size (issue 42).
+	sqlLogWindow = `(SELECT scope, sort_key, jsonb_build_object('kind', value->'kind', 'body', value->'body', 'subject', value->'subject'), writer
+			FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
 			AND sort_key <> ALL($4::bigint[])
 			ORDER BY sort_key DESC LIMIT $2)
 		UNION ALL
-		(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
+		(SELECT scope, sort_key, jsonb_build_object('kind', value->'kind', 'ok', value->'ok', 'builtin', value->'builtin', 'action', value->'action'), writer
+			FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
 			ORDER BY sort_key DESC LIMIT $2)`
 	// sqlMarkRead records an agent's context read: the room seq it saw,
 	// one more read, and the newest message it was shown (monotonic, so
