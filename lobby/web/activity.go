@@ -25,7 +25,8 @@ const activitySize = 15
 type activityRow struct {
 	Seq     int64
 	At      time.Time
-	By      string
+	By      string // the actor's name (ByID when it has none)
+	ByID    string
 	What    string   // in words: "invoked claim", "wrote", "joined"
 	Keys    []string // scope.key, at most a few
 	More    int      // keys beyond those
@@ -217,7 +218,7 @@ func yieldsWith(yield, before substrate.Activity) bool {
 // words (describe.go; w nil: agents by id, internals in general words).
 func activityOf(a substrate.Activity, w *roomWords) activityRow {
 	d := describe(a, w)
-	return activityRow{Seq: a.Seq, At: a.TS, By: w.who(a.By), What: d.What, Keys: d.Keys, More: d.More, Refused: a.OK != nil && !*a.OK}
+	return activityRow{Seq: a.Seq, At: a.TS, By: w.who(a.By), ByID: a.By, What: d.What, Keys: d.Keys, More: d.More, Refused: a.OK != nil && !*a.OK}
 }
 
 // summarize says in a sentence what happened after seq since, for the

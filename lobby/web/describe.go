@@ -393,14 +393,14 @@ func (w *roomWords) loomDid(verb string, keys []substrate.ScopeKey) string {
 // lastChange is the header's last change: who, what, and the key when it
 // is the room's own.
 type lastChange struct {
-	By, What, Key string
+	By, ByID, What, Key string
 }
 
 // describeEntry says what the newest version of a state entry was, in
 // the room's words: an ordinary key is named, a system's record says
 // what it is.
 func describeEntry(e *substrate.Entry, w *roomWords) lastChange {
-	c := lastChange{By: w.who(e.Writer), What: "wrote"}
+	c := lastChange{By: w.who(e.Writer), ByID: e.Writer, What: "wrote"}
 	if !internal(e.Scope, e.Key) {
 		c.Key = e.Scope + "." + e.Key
 		return c
