@@ -92,14 +92,12 @@ func (w *roomWords) tree(id int64) string {
 	return "tree " + strconv.FormatInt(id, 10)
 }
 
-// internal reports a key of the system's (reserved scopes, the loom's,
-// features' operational memory in agents' scopes) rather than the room's
-// own: the page never shows it as a key.
+// internal reports a key of the system's (its reserved scopes and
+// features', such as the loom's; the message log; features' operational
+// memory in agents' scopes) rather than the room's own, which a communal
+// scope such as _tasks is: the page never shows it as a key.
 func internal(scope, key string) bool {
-	if substrate.MemoryOf(scope, key) != "" || loom.IsScope(scope) {
-		return true
-	}
-	return strings.HasPrefix(scope, "_") && scope != substrate.ScopeShared
+	return substrate.IsSystemScope(scope) || loom.IsScope(scope) || scope == substrate.ScopeMessages || substrate.MemoryOf(scope, key) != ""
 }
 
 // sentence is what one audit entry did, after its actor: a phrase and the
@@ -115,6 +113,9 @@ const keysAtMost = 4
 
 // describe says what an audit entry did, in the room's words.
 func describe(a substrate.Activity, w *roomWords) sentence {
+	if w == nil {
+		w = &roomWords{} // no names: ids, and general words
+	}
 	var s sentence
 	var ordinary, system []substrate.ScopeKey
 	for _, k := range a.Keys {
@@ -400,6 +401,9 @@ type lastChange struct {
 // the room's words: an ordinary key is named, a system's record says
 // what it is.
 func describeEntry(e *substrate.Entry, w *roomWords) lastChange {
+	if w == nil {
+		w = &roomWords{}
+	}
 	c := lastChange{By: w.who(e.Writer), ByID: e.Writer, What: "wrote"}
 	if !internal(e.Scope, e.Key) {
 		c.Key = e.Scope + "." + e.Key

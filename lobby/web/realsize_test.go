@@ -223,6 +223,7 @@ func TestActivityInPeoplesWords(t *testing.T) {
 		return res
 	}
 	s.write("tasks", "t12", `{"title": "write the launch note"}`)
+	s.write("_tasks", "t13", `{"title": "a communal scope of the room's own"}`)
 	run(s.admin, `→ new tree "checkout-launch" "The launch, from the top"`+"\n"+"→ permit raj loom_write loom_generate\n→ permit planner loom_write")
 	run(raj, `→ add from:1 "What the customer sees first"`)
 	run(raj, "→ continue from 2\n→ yield")
@@ -251,6 +252,7 @@ func TestActivityInPeoplesWords(t *testing.T) {
 		"Ana sent a message in “Launch note”",
 		"planner acknowledged Ana’s message",
 		"the room wrote tasks.t12",
+		"the room wrote _tasks.t13",
 	} {
 		if !strings.Contains(feed, want) {
 			t.Errorf("Recent activity lacks %q:\n%s", want, feed)
@@ -299,5 +301,27 @@ func TestActivityAtRealSizeInPeoplesWords(t *testing.T) {
 			}
 		}
 		t.Logf("%s reads: Last change: %s", person, last)
+	}
+}
+
+// What the describer knows no words for still reads as words: a record
+// of the system's in general terms, never its storage key; a communal
+// scope of the room's own (_tasks) stays named as a key.
+func TestDescribeUnknownInternalsInGeneralWords(t *testing.T) {
+	for _, c := range []struct {
+		a    substrate.Activity
+		what string
+		keys []string
+	}{
+		{substrate.Activity{By: "ops", Kind: "state_write", Keys: []substrate.ScopeKey{{Scope: "_cooldowns", Key: "deploy_preview:ops"}}}, "updated the room’s own records", nil},
+		{substrate.Activity{By: "ops", Kind: "state_write", Keys: []substrate.ScopeKey{{Scope: "_tasks", Key: "t1"}, {Scope: "_acks", Key: "825"}}}, "wrote", []string{"_tasks.t1"}},
+		{substrate.Activity{By: "ops", Kind: "loom", Command: "teleport", Keys: []substrate.ScopeKey{{Scope: "_loom.7", Key: "x:1"}, {Scope: "ops", Key: "loom:t:000000000001.1"}}}, "used the loom (teleport) in tree 7", nil},
+		{substrate.Activity{By: "ops", Kind: "invoke", Action: "_ack", Keys: []substrate.ScopeKey{{Scope: "_acks", Key: "825"}}}, "acknowledged a message", nil},
+		{substrate.Activity{By: "ops", Kind: "loom", Command: "pin", Keys: []substrate.ScopeKey{{Scope: "ops", Key: "loom:pins"}}}, "updated their loom notes", nil},
+	} {
+		by, what, keys := web.Describe(c.a)
+		if by != "ops" || what != c.what || !slices.Equal(keys, c.keys) {
+			t.Errorf("%+v: %s %q %v, want %q %v", c.a, by, what, keys, c.what, c.keys)
+		}
 	}
 }
