@@ -141,6 +141,12 @@ func describe(a substrate.Activity, w *roomWords) sentence {
 			}
 		case "_state_write", "":
 			s.What = "wrote"
+		case "_register_action", "_register_view", "_delete_action", "_delete_view":
+			s.What = map[string]string{"_register_action": "registered an action", "_register_view": "registered a view",
+				"_delete_action": "removed an action", "_delete_view": "removed a view"}[a.Action]
+			if refused {
+				s.What = "tried to change the room’s actions or views"
+			}
 		default:
 			s.What = "invoked " + a.Action
 			if refused {
@@ -165,6 +171,8 @@ func describe(a substrate.Activity, w *roomWords) sentence {
 			s.What = "joined"
 		case a.Kind == "agent_join":
 			s.What = "added " + w.who(whom)
+		case a.Kind == "agent_embody" && (whom == "" || whom == a.By):
+			s.What = "joined through a client"
 		case whom == "" || whom == a.By:
 			s.What = "updated their agent"
 		default:
