@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -24,6 +25,11 @@ type Activity struct {
 	By     string    `json:"by"`
 	Kind   string    `json:"kind"`
 	Action string    `json:"action,omitempty"`
+	// Command is a loom entry's verb (add, continue, fulfil, …).
+	Command string `json:"command,omitempty"`
+	// Agent is the agent an agent_join, agent_update or agent_embody is
+	// about (By may be whoever made it).
+	Agent string `json:"agent,omitempty"`
 	// OK is whether an invocation went through (nil for other kinds).
 	OK *bool `json:"ok,omitempty"`
 	// Error is a refused invocation's error code (room authority only).
@@ -69,6 +75,8 @@ func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID strin
 		By     string    `json:"by"`
 		Kind   string    `json:"kind"`
 		Action string    `json:"action"`
+		Cmd    string    `json:"command"`
+		Agent  string    `json:"agent"`
 		OK     *bool     `json:"ok"`
 		Error  any       `json:"error"`
 		Delta  []struct {
@@ -88,7 +96,10 @@ func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID strin
 		if json.Unmarshal(raw, &r) != nil {
 			continue
 		}
-		a := Activity{Seq: seq, TS: r.TS, By: r.By, Kind: r.Kind, Action: r.Action, OK: r.OK}
+		a := Activity{Seq: seq, TS: r.TS, By: r.By, Kind: r.Kind, Action: r.Action, Command: r.Cmd, OK: r.OK}
+		if strings.HasPrefix(r.Kind, "agent_") {
+			a.Agent = r.Agent
+		}
 		if admin {
 			switch e := r.Error.(type) {
 			case string:

@@ -19,6 +19,10 @@ const (
 	// sqlScopeLogPage pages one scope's log (index state_scope_sort).
 	// $5 are key prefixes the reader does not see (visibility.hiddenPrefixes).
 	sqlScopeLogPage = entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key > $3` + liveSQL + ` AND NOT coalesce(key ^@ ANY($5::text[]), false) ORDER BY sort_key LIMIT $4`
+	// sqlScopeLogNewest is sqlScopeLogPage from the log's newest end:
+	// the newest $4 with $3 < sort_key < $6, oldest first.
+	sqlScopeLogNewest = `SELECT ` + rowCols + ` FROM (` + entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key > $3 AND sort_key < $6` + liveSQL +
+		` AND NOT coalesce(key ^@ ANY($5::text[]), false) ORDER BY sort_key DESC LIMIT $4) t ORDER BY sort_key`
 	// sqlMessagesRecent reads the newest messages up to a seq.
 	sqlMessagesRecent = `SELECT sort_key, value, writer, via, enabled_expr FROM (SELECT sort_key, value, writer, via, enabled_expr FROM state
 		WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3` + liveSQL + `
@@ -90,12 +94,17 @@ const (
 	// sqlLogWindow reads the newest entries of both logs up to a seq
 	// (index state_scope_sort), for message pattern detection: of the
 	// messages, those the reader sees ($4: the seqs of those it does not,
-	// msgCounts.unseen).
-	sqlLogWindow = `(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
+	// msgCounts.unseen). Of each value only the fields read (LogRow): an
+	// audit entry holds whole values written and definitions registered,
+	// and sending and decoding 500 of them whole at every read was the
+	// room page's largest cost at real size (issue 42).
+	sqlLogWindow = `(SELECT scope, sort_key, jsonb_build_object('kind', value->'kind', 'body', value->'body', 'subject', value->'subject'), writer
+			FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
 			AND sort_key <> ALL($4::bigint[])
 			ORDER BY sort_key DESC LIMIT $2)
 		UNION ALL
-		(SELECT scope, sort_key, value, writer FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
+		(SELECT scope, sort_key, jsonb_build_object('kind', value->'kind', 'ok', value->'ok', 'builtin', value->'builtin', 'action', value->'action'), writer
+			FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
 			ORDER BY sort_key DESC LIMIT $2)`
 	// sqlMarkRead records an agent's context read: the room seq it saw,
 	// one more read, and the newest message it was shown (monotonic, so

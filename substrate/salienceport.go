@@ -351,8 +351,11 @@ func (r *Read) Usage(ctx context.Context) (map[string]*Usage, error) {
 
 // LogRow is an entry of the room's recent log.
 type LogRow struct {
-	Scope  string // _messages or _audit
-	Seq    int64
+	Scope string // _messages or _audit
+	Seq   int64
+	// Value holds the fields of the entry's value that pattern detection
+	// reads, null when absent: a message's kind, body and subject, an
+	// audit entry's kind, ok, builtin and action.
 	Value  []byte
 	Writer string
 }

@@ -36,6 +36,11 @@ func isSystemScope(scope string) bool {
 	return slices.Contains(systemScopes, scope) || featureScope(scope)
 }
 
+// IsSystemScope reports scopes only the system writes (the reserved ones
+// and features'), whose keys are its records, not the room's vocabulary:
+// pages say what they are rather than name them.
+func IsSystemScope(scope string) bool { return isSystemScope(scope) }
+
 // canRead reports whether p may read scope.
 func canRead(p *Principal, scope string) bool {
 	if p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin() {

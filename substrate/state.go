@@ -3,6 +3,7 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -265,6 +266,12 @@ type ReadQuery struct {
 	Key string
 	// After pages a log: append entries with sort_key > After.
 	After int64
+	// Before, when set, reads a log from its newest end: the newest Limit
+	// append entries with After < sort_key < Before, still oldest first
+	// (math.MaxInt64 for the very newest); More then says older entries
+	// were left out (page back with before=<first sort_key>). Zero: the
+	// oldest Limit after After.
+	Before int64
 	// Limit caps the append entries returned. Default 100, at most
 	// Limits.MaxLogPage.
 	Limit int
@@ -353,6 +360,18 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 				return err
 			}
 			n := len(out.Entries)
+			if q.Before > 0 {
+				if err := collect(ctx, tx, &out.Entries, sqlScopeLogNewest,
+					roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope), q.Before); err != nil {
+					return err
+				}
+				if len(out.Entries)-n > q.Limit {
+					// The one read beyond the page is its oldest, first.
+					out.Entries, gated = dropEntry(out.Entries, gated, n)
+					out.More = true
+				}
+				return nil
+			}
 			if err := collect(ctx, tx, &out.Entries, sqlScopeLogPage,
 				roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope)); err != nil {
 				return err
@@ -413,6 +432,23 @@ func visibleEntries(vis *visibility, entries []Entry, gated []gatedEntry) ([]Ent
 		kept = append(kept, e)
 	}
 	return kept, keptGated
+}
+
+// dropEntry removes entries[i], keeping gated's indices on the entries
+// they name.
+func dropEntry(entries []Entry, gated []gatedEntry, i int) ([]Entry, []gatedEntry) {
+	entries = slices.Delete(entries, i, i+1)
+	kept := gated[:0]
+	for _, g := range gated {
+		switch {
+		case g.at == i:
+			continue
+		case g.at > i:
+			g.at--
+		}
+		kept = append(kept, g)
+	}
+	return entries, kept
 }
 
 // gatedEntry is an entry a read collected that has an `enabled`

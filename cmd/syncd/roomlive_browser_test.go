@@ -113,9 +113,9 @@ func TestBrowserRoomShowsWhatChanged(t *testing.T) {
 	}
 	w := restCall(t, "PUT", public+"/rooms/ops/state", agents["robot-1"], map[string]any{"scope": "_shared", "key": "task:007", "merge": map[string]any{"status": "in progress", "owner": "robot-1"}})
 	seq := int64(w["seq"].(float64))
-	waitFor("the write in the activity feed", fmt.Sprintf(`(function(){var li=document.getElementById("act-%d");return !!li && li.textContent.includes("_shared.task:007") && li.textContent.includes("robot-1")})()`, seq))
+	waitFor("the write in the activity feed", fmt.Sprintf(`(function(){var li=document.getElementById("act-%d");return !!li && li.textContent.includes("_shared.task:007") && li.textContent.includes("Ada wrote")})()`, seq))
 	waitFor("the written entry highlighted", `Array.from(document.querySelectorAll(".changed")).some(function(e){return e.textContent.includes("in progress")})`)
-	waitFor("the live region saying what changed", `document.getElementById("live").textContent.includes("robot-1 wrote _shared.task:007")`)
+	waitFor("the live region saying what changed", `document.getElementById("live").textContent.includes("Ada wrote _shared.task:007")`)
 	screenshot(t, ctx, "room-live-changed")
 	viewShot(t, ctx, "room-live-activity", "#activity")
 	if full := eval(`String(window.__live.full)`); full != "0" {

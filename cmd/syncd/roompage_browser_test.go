@@ -295,7 +295,7 @@ func roomChecks(t *testing.T, ctx context.Context, width int64) {
 	if want := map[bool]string{true: " · 6 new since you last looked", false: "hidden"}[width > 1000]; err != nil || fresh != want {
 		t.Errorf("new messages in the summary at %d px: %q, want %q (%v)", width, fresh, want, err)
 	}
-	if l := text("#summary-last"); !strings.Contains(l, " by ") || !strings.Contains(l, "ago") {
+	if l := text("#summary-last"); !strings.Contains(l, " wrote ") || !strings.Contains(l, "ago") || strings.Contains(l, " by ") {
 		t.Errorf("the summary's last change: %q", l)
 	}
 	// Sections in order: presence and messages above the dashboard, the

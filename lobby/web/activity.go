@@ -9,20 +9,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
 )
 
-// activitySize is how many audit entries the feed shows.
+// activitySize is how many lines the feed shows.
 const activitySize = 15
 
 type activityRow struct {
 	Seq     int64
 	At      time.Time
-	By      string
+	By      string // the actor's name (ByID when it has none)
+	ByID    string
 	What    string   // in words: "invoked claim", "wrote", "joined"
 	Keys    []string // scope.key, at most a few
 	More    int      // keys beyond those
@@ -41,21 +45,107 @@ type messageRow struct {
 	Action string
 }
 
-// activity reads the recent activity and the message log (ToYou unset:
-// toYou marks them per reader), and, for people (owners true), who owns
-// each agent a message is directed to.
-func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID string, people bool) (rows []activityRow, msgs []messageRow, owners map[string]string, err error) {
-	acts, err := wb.opt.Substrate.RecentActivity(ctx, p, roomID, 0, activitySize)
-	if err != nil {
-		return nil, nil, nil, err
+// messagePageSize is how many messages the room page lists at once.
+const messagePageSize = 50
+
+// msgPage is which messages the room page lists: the newest (zero), the
+// page before a seq (?before=N: the "older" link) or after one (?after=N:
+// "newer"). Only the newest page is live: the others are history.
+type msgPage struct {
+	Before, After int64
+}
+
+// msgPageOf reads ?before= or ?after= (a seq; anything else is the
+// newest page).
+func msgPageOf(q url.Values) msgPage {
+	if v, err := strconv.ParseInt(q.Get("before"), 10, 64); err == nil && v > 0 {
+		return msgPage{Before: v}
 	}
-	rows = make([]activityRow, 0, len(acts))
-	for _, a := range acts {
-		rows = append(rows, activityOf(a))
+	if v, err := strconv.ParseInt(q.Get("after"), 10, 64); err == nil && v > 0 {
+		return msgPage{After: v}
 	}
-	st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, substrate.ReadQuery{Scope: substrate.ScopeMessages, Limit: 50})
+	return msgPage{}
+}
+
+// newest reports the page that follows the room as it goes.
+func (pg msgPage) newest() bool { return pg == msgPage{} }
+
+// messagesShown is where the listed messages sit in the log: the links
+// to the pages around them.
+type messagesShown struct {
+	// Older is the seq to page back from (?before=), 0 when the list
+	// starts at the room's first message; Newer the seq to page on from
+	// (?after=), 0 when it ends at the newest.
+	Older, Newer int64
+	// Newest is true on the live page (no ?before=, ?after=).
+	Newest bool
+}
+
+// activity reads the recent activity (in the words of w) and a page of
+// the message log (ToYou unset: toYou marks them per reader), and, for
+// people (owners true), who owns each agent a message is directed to.
+func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID string, people bool, pg msgPage, w *roomWords) (rows []activityRow, msgs []messageRow, shown messagesShown, owners map[string]string, err error) {
+	// Twice the feed is read: a turn given up right after a loom command
+	// of the same person is said with it (yieldsWith), not on a line of
+	// its own.
+	acts, err := wb.opt.Substrate.RecentActivity(ctx, p, roomID, 0, 2*activitySize)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, shown, nil, err
+	}
+	rows = make([]activityRow, 0, activitySize)
+	for i := 0; i < len(acts) && len(rows) < activitySize; i++ {
+		a := acts[i]
+		if i+1 < len(acts) && yieldsWith(a, acts[i+1]) {
+			row := activityOf(acts[i+1], w)
+			row.What += ", then gave up the turn"
+			rows = append(rows, row)
+			i++
+			continue
+		}
+		rows = append(rows, activityOf(a, w))
+	}
+	// The newest page reads the log from its end (issue 42: the list
+	// read its first page, and a room past 50 messages froze on its
+	// oldest); "newer" pages forward from a seq, "older" back from one.
+	q := substrate.ReadQuery{Scope: substrate.ScopeMessages, Limit: messagePageSize, Before: math.MaxInt64}
+	switch {
+	case pg.Before > 0:
+		q.Before = pg.Before
+	case !pg.newest():
+		q.Before, q.After = 0, pg.After
+	}
+	st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, q)
+	if err != nil {
+		return nil, nil, shown, nil, err
+	}
+	shown.Newest = pg.newest()
+	var first, last int64
+	for _, e := range st.Entries {
+		if e.SortKey != nil {
+			if first == 0 {
+				first = *e.SortKey
+			}
+			last = *e.SortKey
+		}
+	}
+	// A page paged to from another has that one beside it, readable or
+	// not.
+	at := func(seq, otherwise int64) int64 {
+		if seq > 0 {
+			return seq
+		}
+		return otherwise
+	}
+	switch {
+	case pg.Before > 0:
+		shown.Newer = at(last, pg.Before-1)
+	case pg.After > 0:
+		shown.Older = at(first, pg.After+1)
+	}
+	if st.More && q.Before > 0 {
+		shown.Older = first
+	} else if st.More {
+		shown.Newer = last
 	}
 	owners = map[string]string{}
 	for _, e := range st.Entries {
@@ -85,7 +175,7 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 			}
 			owner, exists, err := wb.opt.Substrate.AgentOwner(ctx, roomID, to)
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, shown, nil, err
 			}
 			if !exists {
 				owner = ""
@@ -97,7 +187,7 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 		}
 		msgs = append(msgs, row)
 	}
-	return rows, msgs, owners, nil
+	return rows, msgs, shown, owners, nil
 }
 
 // toYou is the message log as one reader sees it: a message directed to
@@ -117,51 +207,18 @@ func toYou(msgs []messageRow, owners map[string]string, agentID, userID string) 
 	return out
 }
 
-func activityOf(a substrate.Activity) activityRow {
-	r := activityRow{Seq: a.Seq, At: a.TS, By: a.By, Refused: a.OK != nil && !*a.OK}
-	switch a.Kind {
-	case "invoke":
-		switch a.Action {
-		case "_send_message":
-			r.What = "sent a message"
-		case "_state_write", "":
-			r.What = "wrote"
-		default:
-			r.What = "invoked " + a.Action
-		}
-		if r.Refused {
-			r.What = "tried " + strings.TrimPrefix(r.What, "invoked ")
-			if a.Error != "" {
-				r.What += " (refused: " + strings.ReplaceAll(a.Error, "_", " ") + ")"
-			} else {
-				r.What += " (refused)"
-			}
-		}
-	case "state_write":
-		r.What = "wrote"
-	case "agent_join":
-		r.What = "joined"
-	case "agent_update", "agent_embody":
-		r.What = "updated an agent"
-	case "register_action":
-		r.What = "registered an action"
-	case "register_view":
-		r.What = "registered a view"
-	case "room_create":
-		r.What = "created the room"
-	case "token_rotate":
-		r.What = "rotated a token"
-	default:
-		r.What = strings.ReplaceAll(a.Kind, "_", " ")
-	}
-	for i, k := range a.Keys {
-		if i == 4 {
-			r.More = len(a.Keys) - i
-			break
-		}
-		r.Keys = append(r.Keys, k.Scope+"."+k.Key)
-	}
-	return r
+// yieldsWith reports a loom yield right after another loom command of
+// the same actor (the audit is newest first: before is older).
+func yieldsWith(yield, before substrate.Activity) bool {
+	return yield.Kind == "loom" && yield.Command == "yield" && before.Kind == "loom" && before.Command != "yield" &&
+		before.By == yield.By && before.Seq < yield.Seq
+}
+
+// activityOf is an audit entry as the feed shows it, in the room's
+// words (describe.go; w nil: agents by id, internals in general words).
+func activityOf(a substrate.Activity, w *roomWords) activityRow {
+	d := describe(a, w)
+	return activityRow{Seq: a.Seq, At: a.TS, By: w.who(a.By), ByID: a.By, What: d.What, Keys: d.Keys, More: d.More, Refused: a.OK != nil && !*a.OK}
 }
 
 // summarize says in a sentence what happened after seq since, for the

@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/syncsubstrate/sync/lobby/teamroom"
 	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/substrate"
 )
 
 // BenchmarkHundredLiveStreams opens 100 live streams on one room and
@@ -113,6 +117,63 @@ func BenchmarkLiveStreamsOneRoom(b *testing.B) {
 			reads, renders := web.LiveCounts(s.wb)
 			b.ReportMetric(float64(reads-reads0)/n, "reads/write")
 			b.ReportMetric(float64(renders-renders0)/n, "renders/write")
+		})
+	}
+}
+
+// BenchmarkWriteToPageRealSize measures, in one sitting, how long a write
+// takes to reach an open room page's live stream (the write, the read and
+// render for the page, the diff, the event) on the real-size room of
+// issue 42 (lobby/teamroom) beside a room of one key, and how big the
+// page's first load is (the HTML; its script and stylesheet are the same
+// for every room):
+//
+//	go test ./lobby/web -run '^$' -bench WriteToPageRealSize -benchtime 30x
+func BenchmarkWriteToPageRealSize(b *testing.B) {
+	for _, c := range []struct{ name, room, person string }{{"one-key", "lab", "alice"}, {"launch", "launch", "maya"}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := newSiteTB(b, web.Options{}, "alice", "maya", "raj")
+			ctx := context.Background()
+			if c.room == "launch" {
+				if _, err := teamroom.Build(ctx, s.svc, s.lob, teamroom.Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			admin := substrate.RoomPrincipal(c.room)
+			write := func(v string) string {
+				if _, err := s.svc.WriteState(ctx, admin, c.room, []substrate.Write{{Scope: "_shared", Key: "x", Value: []byte(v)}}, false); err != nil {
+					b.Fatal(err)
+				}
+				r, err := s.svc.GetRoom(ctx, admin, c.room)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return strconv.FormatInt(r.Seq, 10)
+			}
+			seq := write("0")
+			_, _, page := s.get(c.person, "/rooms/"+c.room)
+			events := s.stream(c.person, "/live/rooms/"+c.room+"?seq="+seq, "")
+			s.liveSettled()
+			var took []time.Duration
+			var bytes int
+			b.ResetTimer()
+			for i := range b.N {
+				start := time.Now()
+				seq := write(strconv.Itoa(i + 1))
+				// The id is "<seq>" or, when a timer is due, "<seq>-<ms>".
+				var ev string
+				for !strings.HasPrefix(ev, "id: "+seq+"\n") && !strings.HasPrefix(ev, "id: "+seq+"-") {
+					ev = next(b, events, 10*time.Second)
+				}
+				took = append(took, time.Since(start))
+				bytes += len(ev)
+			}
+			b.StopTimer()
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50_ms")
+			b.ReportMetric(float64(took[len(took)*9/10].Microseconds())/1000, "p90_ms")
+			b.ReportMetric(float64(bytes)/float64(b.N)/1024, "event_KiB")
+			b.ReportMetric(float64(len(page))/1024, "page_KiB")
 		})
 	}
 }

@@ -1,5 +1,7 @@
 package web
 
+import "github.com/syncsubstrate/sync/substrate"
+
 // LiveCounts reports how many times live streams read the room and
 // rendered its section so far (livefeed.go shares both between streams).
 func LiveCounts(wb *Web) (reads, renders int64) {
@@ -37,4 +39,11 @@ func LiveSettled(wb *Web) (started, unsent int64) {
 		unsent += f.unsent.Load()
 	}
 	return wb.liveStarted.Load(), unsent
+}
+
+// Describe is an audit entry as the activity feed says it, knowing no
+// names: the actor, the sentence and the keys it names.
+func Describe(a substrate.Activity) (by, what string, keys []string) {
+	r := activityOf(a, nil)
+	return r.By, r.What, r.Keys
 }

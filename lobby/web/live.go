@@ -156,7 +156,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 					// feed wakes its streams then.
 					epoch := f.current()
 					ctx, fs := wb.opt.Substrate.Foresee(ctx)
-					rr, err := wb.readRoom(ctx, reader, roomID, viewToken == "")
+					rr, err := wb.readRoom(ctx, reader, roomID, viewToken == "", msgPage{})
 					if err == nil {
 						rr.until = fs.Next()
 						f.foresee(rk, epoch, rr.until)
@@ -288,17 +288,21 @@ type roomRead struct {
 	owners map[string]string // an agent messages are directed to → the person who owns it ("" none)
 }
 
-func (wb *Web) readRoom(ctx context.Context, p *substrate.Principal, roomID string, people bool) (*roomRead, error) {
+// readRoom reads the room with the messages of page pg (live streams:
+// the newest).
+func (wb *Web) readRoom(ctx context.Context, p *substrate.Principal, roomID string, people bool, pg msgPage) (*roomRead, error) {
 	data, err := wb.roomData(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}
 	data["CanReplay"] = p.Admin()
-	rows, msgs, owners, err := wb.activity(ctx, p, roomID, people)
+	words, _ := data[wordsKey].(*roomWords)
+	delete(data, wordsKey)
+	rows, msgs, shown, owners, err := wb.activity(ctx, p, roomID, people, pg, words)
 	if err != nil {
 		return nil, err
 	}
-	data["Activity"] = rows
+	data["Activity"], data["MessagesShown"] = rows, shown
 	return &roomRead{data: data, msgs: msgs, owners: owners}, nil
 }
 
@@ -326,7 +330,7 @@ func (wb *Web) mainData(ctx context.Context, r *http.Request, p *substrate.Princ
 	// The page says when what it shows next changes with no write, so
 	// that its live stream, starting later, knows if it did meanwhile.
 	ctx, fs := wb.opt.Substrate.Foresee(ctx)
-	rr, err := wb.readRoom(ctx, p, roomID, viewToken == "")
+	rr, err := wb.readRoom(ctx, p, roomID, viewToken == "", msgPageOf(r.URL.Query()))
 	if err != nil {
 		return nil, err
 	}

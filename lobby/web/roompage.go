@@ -7,6 +7,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -143,6 +144,7 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 		label, _ = meta["label"].(string)
 	}
 	agents := agentsOf(env.Agents)
+	words := wordsOf(st.Entries, agents)
 	// A view drawn as a surface is not shown again as JSON.
 	surfaced := map[string]bool{}
 	for _, v := range views {
@@ -172,9 +174,14 @@ func (wb *Web) roomData(ctx context.Context, p *substrate.Principal, roomID stri
 		"Scopes": byScope(st.Entries), "Agents": agents, "Actions": actions,
 		"Views": raw, "Messages": env.Messages, "Now": time.Now(),
 		"Surfaces": surfaces, "Feeds": feeds, "ActionOptions": actionOptions,
-		"Summary": summaryOf(agents, env.Messages, st.Entries),
+		"Summary": summaryOf(agents, env.Messages, st.Entries, words),
+		wordsKey:  words,
 	}, nil
 }
+
+// wordsKey holds roomData's names (roomWords) for readRoom, which takes
+// them out: the page's data is for templates.
+const wordsKey = "\x00words"
 
 // presentWithin is how recently an agent must have been heard from to
 // count as present in the room's summary.
@@ -189,12 +196,14 @@ type summary struct {
 	Unread         int64
 	DirectedUnread int64
 	// LastChange is the newest state entry the reader reads (a whole-room
-	// read holds mutable entries; a log's newest lines show in Logs).
+	// read holds mutable entries; a log's newest lines show in Logs), and
+	// Last what it was, in the room's words.
 	LastChange *substrate.Entry
+	Last       lastChange
 	LastAgo    string
 }
 
-func summaryOf(agents []agentRow, msgs *substrate.Messages, entries []substrate.Entry) summary {
+func summaryOf(agents []agentRow, msgs *substrate.Messages, entries []substrate.Entry, w *roomWords) summary {
 	s := summary{Agents: len(agents)}
 	for _, a := range agents {
 		if a.present {
@@ -214,6 +223,7 @@ func summaryOf(agents []agentRow, msgs *substrate.Messages, entries []substrate.
 		}
 	}
 	if s.LastChange != nil {
+		s.Last = describeEntry(s.LastChange, w)
 		s.LastAgo = ago(s.LastChange.UpdatedAt)
 	}
 	return s
@@ -238,7 +248,7 @@ func (wb *Web) logFeeds(ctx context.Context, p *substrate.Principal, roomID stri
 	}
 	var out []scope
 	for _, name := range names {
-		st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, substrate.ReadQuery{Scope: name, Limit: feedSize})
+		st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, substrate.ReadQuery{Scope: name, Limit: feedSize, Before: math.MaxInt64})
 		if err != nil {
 			if errs.From(err).Code == errs.Internal {
 				return nil, err

@@ -93,7 +93,7 @@ func (wb *Web) past(ctx context.Context, p *substrate.Principal, roomID, at stri
 	if step != nil {
 		// The step in the activity feed's words, at a time people read.
 		at, _ := time.Parse(time.RFC3339Nano, step.TS)
-		row := activityOf(substrate.Activity{Seq: step.Seq, TS: at, By: step.By, Kind: step.Kind, Action: step.Action, OK: step.OK, Error: step.Error})
+		row := activityOf(substrate.Activity{Seq: step.Seq, TS: at, By: step.By, Kind: step.Kind, Action: step.Action, OK: step.OK, Error: step.Error}, wordsOf(then.Entries, nil))
 		data["Happened"] = row
 		if step.Kind == "invoke" && len(step.Params) > 0 && string(step.Params) != "{}" {
 			data["StepParams"] = step.Params

@@ -649,17 +649,21 @@ func readWindow(ctx context.Context, r *substrate.Read) *logWindow {
 	for _, row := range rows {
 		e := logEntry{seq: row.Seq}
 		scope, raw, writer := row.Scope, row.Value, row.Writer
-		var v map[string]any
+		// Only the top level is decoded, and of it the few fields read:
+		// an audit entry holds whole values written and definitions
+		// registered, and decoding 1,000 of them whole at every read was
+		// the room page's largest cost at real size (issue 42).
+		var v map[string]json.RawMessage
 		_ = json.Unmarshal(raw, &v)
 		e.audit = scope == substrate.ScopeAudit
 		e.by = writer
 		if e.audit {
-			e.kind, _ = v["kind"].(string)
-			e.ok, _ = v["ok"].(bool)
-			if v["builtin"] == true || e.kind != "invoke" {
+			e.kind = field[string](v, "kind")
+			e.ok = field[bool](v, "ok")
+			if field[bool](v, "builtin") || e.kind != "invoke" {
 				e.kind = "other" // builtins (messages, registrations) are not vocabulary use
 			} else {
-				e.action, _ = v["action"].(string)
+				e.action = field[string](v, "action")
 				if e.ok && e.action != "" {
 					if w.invoked == nil {
 						w.invoked = map[string]int{}
@@ -668,18 +672,18 @@ func readWindow(ctx context.Context, r *substrate.Read) *logWindow {
 				}
 			}
 		} else {
-			e.kind, _ = v["kind"].(string)
+			e.kind = field[string](v, "kind")
 			if e.kind == "" {
 				e.kind = "chat"
 			}
 			if e.kind != "action_invocation" {
 				w.messages++
-				b, _ := json.Marshal(v["body"])
+				b, _ := json.Marshal(field[any](v, "body"))
 				e.body = string(b)
 				// A thread is about what its subject names: every
 				// message in it (replies carry the subject) counts as
 				// a message about that key, whatever its body says.
-				if subj, ok := v["subject"].(string); ok && subj != "" {
+				if subj := field[string](v, "subject"); subj != "" {
 					e.body += " " + subj
 				}
 			}
@@ -688,6 +692,17 @@ func readWindow(ctx context.Context, r *substrate.Read) *logWindow {
 	}
 	sort.Slice(w.entries, func(i, j int) bool { return w.entries[i].seq < w.entries[j].seq })
 	return w
+}
+
+// field is v's field name as a T, the zero T when it is absent or not
+// one.
+func field[T any](v map[string]json.RawMessage, name string) T {
+	var out T
+	if raw, ok := v[name]; ok && json.Unmarshal(raw, &out) != nil {
+		var zero T
+		return zero
+	}
+	return out
 }
 
 // patternGap is how many room entries after a message an invocation may

@@ -97,6 +97,9 @@
   var params = new URLSearchParams(location.search);
   if (body.dataset.at) { past(); return; }
   if (params.has("eval")) { live.textContent = "Live updates paused while the console shows a result."; return; }
+  // A page of earlier messages is history: a live update would put the
+  // newest back in its place.
+  if (params.has("before") || params.has("after")) { live.textContent = "Live updates paused while you read earlier messages."; return; }
 
   // What the person is typing, the focus and folded sections survive a
   // replacement of the element holding them.

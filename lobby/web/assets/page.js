@@ -87,8 +87,17 @@
   function unread() {
     var el = document.getElementById("summary-new");
     if (!el) return;
-    var n = seqs().filter(function (s) { return s > seen; }).length;
-    var text = n ? " · " + n + " new since you last looked" : "";
+    var list = document.getElementById("messages-shown"), all = seqs();
+    var n = all.filter(function (s) { return s > seen; }).length, more = "";
+    if (list && list.dataset.page === "earlier") n = 0; // history, not news
+    // The list is a page of the log: when the new ones reach back past
+    // its start, the whole room's count says how many (a first visit:
+    // all of them), or the page says at least.
+    var older = list && parseInt(list.dataset.older || "0", 10);
+    if (older && n === all.length) {
+      if (!seen) n = parseInt(list.dataset.total || "0", 10) || n; else more = " or more";
+    }
+    var text = n ? " · " + n + more + " new since you last looked" : "";
     if (el.textContent !== text) el.textContent = text;
     if (el.hidden !== !n) el.hidden = !n;
   }

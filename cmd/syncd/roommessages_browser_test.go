@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/lobby/teamroom"
+	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate"
+)
+
+// launchRoomFor builds the real-size room (lobby/teamroom) in the
+// server's database for owner, a person already signed up, shared with
+// raj (an account row the test adds), by a service of its own, as
+// another process of the server would write.
+func launchRoomFor(t *testing.T, dbURL, owner string) *teamroom.Room {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, dbURL, store.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var ownerID string
+	if err := db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = $1`, owner).Scan(&ownerID); err != nil {
+		t.Fatalf("the account of %s: %v", owner, err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO smcp_users (id, username, webauthn_handle) VALUES ('user_raj', 'raj', 'raj') ON CONFLICT DO NOTHING`); err != nil {
+		t.Fatal(err)
+	}
+	svc := substrate.New(db, substrate.Options{})
+	defer svc.Close()
+	room, err := teamroom.Build(ctx, svc, lobby.New(db, svc), teamroom.Options{Owner: teamroom.Person{UserID: ownerID, Username: owner}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return room
+}
+
+// Issue 42, bugs 1 and 7, in a browser on the real-size room: the list
+// ends with the newest message; one sent from the box is there after the
+// page reloads, one sent by an agent arrives live; "Earlier messages"
+// pages back without a script's help; Recent activity and Last change
+// read as sentences, with no storage key of the system's.
+func TestBrowserRoomMessagesAtRealSize(t *testing.T) {
+	ctx, public, dbURL := browserSignedUp(t)
+	room := launchRoomFor(t, dbURL, "alice")
+	eval := func(js string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		return s
+	}
+	waitFor := func(what, js string) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("(function(){try{return document.readyState !== \"loading\" && !!("+js+")}catch(e){return false}})()")); err == nil && ok {
+				return
+			}
+		}
+		t.Fatalf("%s (%s): not within 15 s", what, js)
+	}
+	lastBody := `(function(){var l=document.querySelectorAll("#message-list li");return l.length?l[l.length-1].textContent:""})()`
+	page := public + "/rooms/" + room.ID
+	for _, width := range []int64{1366, 390} {
+		w := fmt.Sprint(width)
+		view := chromedp.EmulateViewport(width, 900)
+		if width < 600 {
+			view = chromedp.EmulateViewport(width, 844, chromedp.EmulateMobile)
+		}
+		if err := chromedp.Do(ctx, view, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#live.on"))); err != nil {
+			t.Fatalf("the room page at %s px: %v", w, err)
+		}
+		// From the box: the answer's page (a reload) lists it last.
+		said := "from the box at " + w + " px"
+		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#compose"), said), chromedp.Submit(chromedp.CSS("#compose"))); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("the message sent from the box, last in the list", lastBody+`.includes(`+jsString(said)+`)`)
+		waitFor("the live stream again", `document.querySelector("#live.on")`)
+		// From an agent: it arrives live.
+		live := "planner, live at " + w + " px"
+		restCall(t, "POST", page+"/actions/_send_message/invoke", room.Agents["planner"], map[string]any{"params": map[string]any{"body": live}})
+		waitFor("the agent's message, live", lastBody+`.includes(`+jsString(live)+`)`)
+		if shown := eval(`document.getElementById("messages-shown").textContent`); !strings.HasPrefix(shown, "The newest 50 of ") {
+			t.Errorf("at %s px the list says %q", w, shown)
+		}
+		for _, sel := range []string{"#activity", "#summary-last"} {
+			got := eval(`document.querySelector(` + jsString(sel) + `).innerText`)
+			for _, raw := range []string{"_loom", "_acks", "_threads", ":t:", "loom:", "lease:"} {
+				if strings.Contains(got, raw) {
+					t.Errorf("at %s px %s shows %q: %s", w, sel, raw, got)
+				}
+			}
+		}
+		viewShot(t, ctx, "realsize-room-"+w+"-top", "#summary")
+		viewShot(t, ctx, "realsize-room-"+w+"-messages", "#messages-shown")
+		viewShot(t, ctx, "realsize-room-"+w+"-activity", "#activity")
+		// Earlier, by the link, which needs no script.
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#message-pager-earlier a[rel="prev"]`), chromedp.NodeVisible)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("the earlier page", `document.getElementById("messages-shown").textContent.startsWith("Earlier messages: 50 of ")`)
+		if l := eval(`document.getElementById("live").textContent`); !strings.Contains(l, "paused") {
+			t.Errorf("an earlier page says %q in its live line", l)
+		}
+		viewShot(t, ctx, "realsize-room-"+w+"-earlier", "#messages-shown")
+	}
+}
+
+func jsString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
