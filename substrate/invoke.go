@@ -104,14 +104,19 @@ var builtinParams = map[string]map[string]ParamSpec{
 	"help": {"key": {Type: "string"}},
 }
 
-// decodeParams reads an invocation's params object.
-func decodeParams(raw json.RawMessage) (map[string]any, error) {
+// decodeParams reads an invocation's params object: a value like any
+// other, so no deeper than Limits.MaxValueDepth (the object itself is
+// one level).
+func (s *Service) decodeParams(raw json.RawMessage) (map[string]any, error) {
 	params := map[string]any{}
 	if len(raw) == 0 || string(raw) == "null" {
 		return params, nil
 	}
 	if err := CheckJSONText(raw); err != nil {
 		return nil, err.(*errs.Error).With("field", "params")
+	}
+	if JSONDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+		return nil, s.tooDeep("params").With("field", "params")
 	}
 	if err := decodeNumber(raw, &params); err != nil || params == nil {
 		return nil, errs.New(errs.InvalidParam, "params must be a JSON object").WithHint(`params is an object: {"name": value, …}`)
@@ -132,7 +137,7 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	params, err := decodeParams(rawParams)
+	params, err := s.decodeParams(rawParams)
 	if err != nil {
 		if dead := s.deadRemembered(ctx, p); dead != nil {
 			return nil, dead
