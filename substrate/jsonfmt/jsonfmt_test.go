@@ -242,7 +242,9 @@ func TestNotJSON(t *testing.T) {
 		}
 		for _, f := range []func() (string, bool){
 			func() (string, bool) { return jsonfmt.Raw(text, jsonfmt.Options{MaxBytes: 300}) },
-			func() (string, bool) { return jsonfmt.Format(json.RawMessage(text), jsonfmt.Options{MaxBytes: 300, Indent: "  "}) },
+			func() (string, bool) {
+				return jsonfmt.Format(json.RawMessage(text), jsonfmt.Options{MaxBytes: 300, Indent: "  "})
+			},
 		} {
 			if got, _ := f(); len(got) > 300+len("… (over 300 bytes)") {
 				t.Fatalf("%q: %d bytes", text, len(got))
