@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -114,5 +115,25 @@ func BenchmarkLiveStreamsOneRoom(b *testing.B) {
 			b.ReportMetric(float64(reads-reads0)/n, "reads/write")
 			b.ReportMetric(float64(renders-renders0)/n, "renders/write")
 		})
+	}
+}
+
+// BenchmarkRoomPageDeepValue renders the room page of a room holding
+// issue 41's value (some 60 KB nested 9,900 levels, stored before values'
+// nesting was bounded) beside ordinary entries, as its owner:
+//
+//	go test ./lobby/web -run '^$' -bench RoomPageDeepValue -benchmem
+func BenchmarkRoomPageDeepValue(b *testing.B) {
+	s := newSiteB(b)
+	for i := range 20 {
+		s.write("_shared", fmt.Sprint("k", i), fmt.Sprintf(`{"n": %d, "s": "ordinary"}`, i))
+	}
+	s.legacyValue("_shared", "deep", deepJSON(9900))
+	if code, _, page := s.get("alice", "/rooms/lab"); code != 200 || !strings.Contains(page, "deep") {
+		b.Fatalf("%d: %.300s", code, page)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.get("alice", "/rooms/lab")
 	}
 }
