@@ -115,7 +115,7 @@ func (s *Service) decodeParams(raw json.RawMessage) (map[string]any, error) {
 	if err := CheckJSONText(raw); err != nil {
 		return nil, err.(*errs.Error).With("field", "params")
 	}
-	if JSONDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+	if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
 		return nil, s.tooDeep("params").With("field", "params")
 	}
 	if err := decodeNumber(raw, &params); err != nil || params == nil {

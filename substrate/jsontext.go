@@ -78,7 +78,7 @@ func (s *Service) auditParams(params map[string]any) any {
 	raw, err := expr.MarshalJSON(params)
 	// The invocation message holds params one level down: within the
 	// depth limit only when params are under it.
-	if err == nil && len(raw) <= s.lim.MaxValueBytes/4 && CheckJSONText(raw) == nil && JSONDepth(raw, s.lim.MaxValueDepth) < s.lim.MaxValueDepth {
+	if err == nil && len(raw) <= s.lim.MaxValueBytes/4 && CheckJSONText(raw) == nil && jsonDepth(raw, s.lim.MaxValueDepth) < s.lim.MaxValueDepth {
 		return params
 	}
 	names := make([]string, 0, len(params))
@@ -95,10 +95,10 @@ func (s *Service) auditParams(params map[string]any) any {
 	return map[string]any{"_elided": true, "bytes": len(raw), "names": names}
 }
 
-// JSONDepth is how deeply raw's arrays and objects nest (0 for a
+// jsonDepth is how deeply raw's arrays and objects nest (0 for a
 // scalar), read from its bytes without decoding them; it stops at the
 // first level past limit and returns limit+1. raw is valid JSON.
-func JSONDepth(raw []byte, limit int) int {
+func jsonDepth(raw []byte, limit int) int {
 	depth, deepest := 0, 0
 	for i := 0; i < len(raw); i++ {
 		switch raw[i] {
@@ -122,7 +122,7 @@ func JSONDepth(raw []byte, limit int) int {
 	return deepest
 }
 
-// valueDepth is JSONDepth for a decoded value (maps, slices, scalars,
+// valueDepth is jsonDepth for a decoded value (maps, slices, scalars,
 // json.RawMessage), stopping past limit the same way.
 func valueDepth(v any, limit int) int {
 	if limit < 0 {
@@ -147,7 +147,7 @@ func valueDepth(v any, limit int) int {
 			}
 		}
 	case json.RawMessage:
-		return JSONDepth(x, limit)
+		return jsonDepth(x, limit)
 	default:
 		return 0
 	}

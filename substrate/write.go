@@ -343,7 +343,7 @@ func (s *Service) checkValue(scope, key string, raw json.RawMessage) (json.RawMe
 	// Every stored value passes here (direct writes, actions' writes and
 	// expression values, messages, definitions, features' documents), so
 	// no surface stores one deeper than the limit.
-	if JSONDepth(b.Bytes(), s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+	if jsonDepth(b.Bytes(), s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
 		return nil, s.tooDeep("the value for "+scope+"/"+key).With("scope", scope).With("key", key)
 	}
 	return b.Bytes(), nil
