@@ -309,6 +309,10 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, cp)
 		if v, err := s.evalField(ctx, "result", def.Result, after.actionVars(ctx, s, def, cp)); err != nil {
 			res.Result = map[string]any{"_error": errorText(err)}
+		} else if valueDepth(v, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+			// The audit log keeps the result: held to the depth limit,
+			// as a view's value is.
+			res.Result = map[string]any{"_error": fmt.Sprintf("the result nests arrays and objects more than %d levels deep, the server's limit (invalid_value): return a flatter value", s.lim.MaxValueDepth)}
 		} else {
 			res.Result = v
 		}

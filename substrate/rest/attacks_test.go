@@ -2863,6 +2863,11 @@ func TestAttackDeepValueRefusedOnEveryWritePath(t *testing.T) {
 	lit := strings.Repeat("[", 70) + "1" + strings.Repeat("]", 70)
 	refused("an expression's value", e.do("PUT", "/rooms/deep/state", rm.token, map[string]any{"scope": "_shared", "key": "x", "value": lit, "expr": true}))
 	absent("_shared", "x")
+	// An action's result expression, kept in the audit log, likewise.
+	e.do("PUT", "/rooms/deep/actions", rm.token, map[string]any{"id": "deep_result", "writes": []any{}, "result": lit}).must(t, 201)
+	if r := e.do("POST", "/rooms/deep/actions/deep_result/invoke", a, `{}`).must(t, 200); !strings.Contains(fmt.Sprint(path(r.body, "result", "_error")), "64 levels") {
+		t.Errorf("HOLE: an action's result 70 levels deep is kept: %s", shorten(r.raw))
+	}
 	// Meta of a room and of an agent.
 	refused("room meta", e.do("POST", "/rooms", "", `{"id":"deep2","meta":{"m":`+nested(64)+`}}`))
 	refused("agent meta", e.do("PATCH", "/rooms/deep/agents/a", rm.token, `{"meta":{"m":`+nested(64)+`}}`))
