@@ -3,6 +3,8 @@ package web_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
@@ -152,15 +154,30 @@ func BenchmarkRoomPageDeepValue(b *testing.B) {
 		if _, err := s.lob.ClaimRoom(context.Background(), "user_alice", "calm", other.Token, false); err != nil {
 			b.Fatal(err)
 		}
+		// site.get gives up after 5 s, which six loads of the deep value
+		// took before pages formatted within their budget.
+		client := &http.Client{Timeout: 5 * time.Minute}
+		load := func(path string) {
+			req, _ := http.NewRequest("GET", s.srv.URL+path, nil)
+			req.Header.Set("Accept", "text/html")
+			req.AddCookie(&http.Cookie{Name: "test_person", Value: "alice"})
+			res, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
 		b.ReportAllocs()
 		var calm []time.Duration
 		for b.Loop() {
 			var wg sync.WaitGroup
 			for range 6 {
-				wg.Go(func() { s.get("alice", "/rooms/lab") })
+				wg.Go(func() { load("/rooms/lab") })
 			}
 			start := time.Now()
-			s.get("alice", "/rooms/calm")
+			load("/rooms/calm")
 			calm = append(calm, time.Since(start))
 			wg.Wait()
 		}
