@@ -24,7 +24,11 @@ type Limits struct {
 	// expression's result too), messages, params, meta, loom documents;
 	// and for what a view returns. Readers, pages and the model's text
 	// walk values level by level, so depth, not only size, decides what
-	// a value costs them. Default 64.
+	// a value costs them. Default 64: PostgreSQL fixes no jsonb depth of
+	// its own and stops only at its stack depth (between 10,000 and
+	// 20,000 levels with the default max_stack_depth of 2 MB), far past
+	// what a reader should walk; stores that fix one choose 100 (BSON)
+	// or 250, and no room document comes near 64.
 	MaxValueDepth int
 	// MaxKeyBytes caps a state key. Default 256.
 	MaxKeyBytes int
