@@ -1044,7 +1044,7 @@ func TestAttackLiveStreamsShareNoRenderAcrossAuthority(t *testing.T) {
 	}
 }
 
-// Issue 41.1: one value of some 60 KB nested 9,900 levels (stored
+// Issue 41.1: one value of some 40 KB nested 9,900 levels (stored
 // before values' nesting was bounded) made the room page indent all of
 // it before cutting it to 2,000 bytes: 1.3 s and about a gigabyte a load.
 // A page costs what it shows: formatting stops when its budget is spent

@@ -124,7 +124,7 @@ func BenchmarkLiveStreamsOneRoom(b *testing.B) {
 }
 
 // BenchmarkRoomPageDeepValue renders the room page of a room holding
-// issue 41's value (some 60 KB nested 9,900 levels, stored before values'
+// issue 41's value (some 40 KB nested 9,900 levels, stored before values'
 // nesting was bounded) beside ordinary entries, as its owner: one load at
 // a time ("one"), and six at once ("six", reporting the process's peak
 // RSS and the page time of an unrelated room loaded meanwhile):
