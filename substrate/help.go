@@ -36,6 +36,7 @@ func (s *Service) helpContent(key string, w errs.Words) (any, bool) {
 		if write := say(errs.OpWriteState, nil); write != "" {
 			lines = append(lines, "6. Direct state writes ("+write+") need scope authority: your own scope, granted scopes, or the room token.")
 		}
+		lines = append(lines, fmt.Sprintf("Values (state, params, message bodies) are JSON of at most %d bytes (value_too_large), nested at most %d levels of arrays and objects (invalid_value); a view returning a deeper value shows an _error.", s.lim.MaxValueBytes, s.lim.MaxValueDepth))
 		lines = append(lines, `Errors carry {"error": code, "message", "hint", "next"}: the hint says what to do instead, next is the call that does it.`)
 		return strings.Join(lines, "\n"), true
 	case "directed_messages":
@@ -150,6 +151,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 			},
 			"limits": map[string]any{"source_bytes": lim.MaxSourceBytes, "cost": lim.CostLimit, "time_ms": lim.Timeout.Milliseconds(),
 				"views_cost_per_read":         s.lim.ViewCostPerRead,
+				"value_depth":                 fmt.Sprintf("%d levels of arrays and objects in any value stored or returned by a view (a scalar is 0); deeper: invalid_value, or the view's _error", s.lim.MaxValueDepth),
 				"actions_cost_per_read":       fmt.Sprintf("%d for all of a room's actions' enabled and if together, evaluated for availability at each read (each counts at least %d); actions past it read as unavailable (an invocation still evaluates its own), and a registration past it fails with action_budget_exceeded", s.lim.ActionCostPerRead, gateMinCost),
 				"room_cost_per_second":        roomCostHelp(s.lim.RoomCostPerSecond),
 				"gate_quantum":                gateQuantumHelp(s.lim.GateQuantum),

@@ -509,11 +509,16 @@ func (s *Service) searchViews(rc *roomCtx, query string) []SearchHit {
 
 // clipSnippet bounds a snippet to searchSnippetRunes.
 func clipSnippet(s string) string {
-	if utf8.RuneCountInString(s) <= searchSnippetRunes {
-		return s
+	// Counted up to the cut, not over the whole text: a view's JSON may
+	// be long, and a snippet costs what it shows.
+	n := 0
+	for i := range s {
+		if n == searchSnippetRunes {
+			return s[:i] + "…"
+		}
+		n++
 	}
-	r := []rune(s)
-	return string(r[:searchSnippetRunes]) + "…"
+	return s
 }
 
 // check validates a request and fills its defaults.

@@ -99,7 +99,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	if cfg.MetricsAddr != "" || cfg.MetricsToken != "" {
 		mx = metrics.New()
 	}
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue,
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue, MaxValueDepth: cfg.MaxValueDepth,
 		RoomCostPerSecond: cfg.RoomCostPerSecond, GateQuantum: cfg.GateQuantum, ActionCostPerRead: cfg.ActionCostPerRead},
 		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck, NowRecheck: cfg.WaitNowRecheck}, NoGroupCommit: !cfg.GroupCommit})
 	defer svc.Close()

@@ -283,7 +283,7 @@ func (wb *Web) refused(w http.ResponseWriter, r *http.Request, roomID, action st
 		if read, ok := e.Details["read"].(map[string]any); ok {
 			f.Read = map[string]string{}
 			for k, v := range read {
-				f.Read[k] = shorten(textOf(v), 200)
+				f.Read[k] = textCut(v, 200)
 			}
 		}
 	}
@@ -341,7 +341,7 @@ func clauseWords(clause string, read any, params map[string]string) string {
 		s := fmt.Sprintf("it needs %s %s %s", personPath(lhs, params), op.want, strings.Trim(rhs, `"'`))
 		if m, ok := read.(map[string]any); ok {
 			if v, ok := m[lhs]; ok {
-				s += ", and it is " + shorten(textOf(v), 80)
+				s += ", and it is " + textCut(v, 80)
 			} else {
 				s += ", and it is not set"
 			}

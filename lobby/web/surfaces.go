@@ -359,7 +359,7 @@ func boardOf(rows []any, h renderHint, maxRows int) []lane {
 		}
 		for _, f := range fields {
 			if v, ok := m[f]; ok && v != nil && f != h.GroupBy && f != title {
-				c.Fields = append(c.Fields, cardField{Label: f, Value: shorten(textOf(v), 200)})
+				c.Fields = append(c.Fields, cardField{Label: f, Value: textCut(v, 200)})
 			}
 		}
 		lanes[i].Cards = append(lanes[i].Cards, c)

@@ -134,7 +134,8 @@ func New(opt Options) (*Web, error) {
 		"compact": compactJSON,
 		"text":    textOf,
 		"has":     slices.Contains[[]string],
-		"short":   func(v any) string { return shorten(textOf(v), 300) },
+		"short":   func(v any) string { return textCut(v, 300) },
+		"brief":   brief,
 		"audit":   auditLine,
 		// The loom's own scopes hold its machinery: folded by default.
 		"loomScope": loom.IsScope,
