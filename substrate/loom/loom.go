@@ -283,6 +283,8 @@ type loomRun struct {
 	trace  string // the trace line; default the command
 	nodes  []Node
 	in     *stepIn
+	// caught are the trees whose counter catchUp checked.
+	caught map[int64]bool
 }
 
 func loomErr(code errs.Code, format string, a ...any) *errs.Error {
@@ -709,6 +711,9 @@ func (r *loomRun) lease(t *loomTree, b string) error {
 // addNode creates a child of parent (nil: a root) in tree t and returns
 // it. The caller's turn on the branch is taken first.
 func (r *loomRun) addNode(t *loomTree, parent *Node, n Node) (*Node, error) {
+	if err := r.catchUp(t); err != nil {
+		return nil, err
+	}
 	n.ID = t.Next
 	n.At = r.now
 	if n.Edge == "" {
@@ -748,6 +753,44 @@ func (r *loomRun) addNode(t *loomTree, parent *Node, n Node) (*Node, error) {
 	t.MaxDepth = max(t.MaxDepth, n.Depth)
 	r.nodes = append(r.nodes, n)
 	return &n, nil
+}
+
+// catchUp moves t's node counter past nodes that already exist, once per
+// command and tree. A fulfil in another tree than the caller's once wrote
+// a node without saving its tree's counter, and every later node of that
+// tree then collided with it; a tree left so is repaired by its next
+// write instead of refusing every one.
+func (r *loomRun) catchUp(t *loomTree) error {
+	if r.caught[t.ID] {
+		return nil
+	}
+	from := t.Next
+	for {
+		keys := make([]string, 32)
+		for i := range keys {
+			keys[i] = "n:" + strconv.FormatInt(t.Next+int64(i), 10)
+		}
+		got, err := r.getMany(treeScope(t.ID), keys)
+		if err != nil {
+			return err
+		}
+		i := 0
+		for i < len(keys) && got[keys[i]] != nil {
+			i++
+		}
+		t.Next += int64(i)
+		if i < len(keys) {
+			break
+		}
+	}
+	if t.Next != from {
+		r.l.log.Warn("loom tree counter behind its nodes, caught up", "room", r.room, "tree", t.ID, "from", from, "to", t.Next)
+	}
+	if r.caught == nil {
+		r.caught = map[int64]bool{}
+	}
+	r.caught[t.ID] = true
+	return nil
 }
 
 func (r *loomRun) saveTree(t *loomTree) {
@@ -1240,7 +1283,7 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		}
 		audit, err := tx.Apply(r.ops, "loom")
 		if err != nil {
-			return err
+			return l.inLoomWords(roomID, c, err)
 		}
 		for _, a := range audit {
 			// Operational memory is the agent's alone: the audit log
@@ -1274,6 +1317,27 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		}
 	}
 	return st, pos, onboard, err
+}
+
+// inLoomWords is a refusal of the core's storage (which names scopes and
+// keys: _loom.2/n:15) in the words of the person or model who ran c: what
+// was too big or full, or, for records that disagree, a fault of sync's
+// own, logged. Nothing of the command was written either way.
+func (l *Loom) inLoomWords(roomID string, c *Command, err error) error {
+	e := errs.From(err)
+	switch e.Code {
+	case errs.ValueTooLarge:
+		return loomErr(errs.ValueTooLarge, "%s was not saved: its text is too long for one entry of this room's loom", c.Verb).
+			WithHint("shorten it, or split it over several nodes (→ add, then → add again), and send it again")
+	case errs.ScopeFull:
+		return loomErr(errs.ScopeFull, "%s was not saved: this room's loom holds as many records as its limits allow", c.Verb).
+			WithHint("ask the room's owner to raise the room's limits, or remove bookmarks and documents no longer needed")
+	case errs.KeyExists, errs.AppendOnly, errs.VersionConflict, errs.NotMergeable:
+		l.log.Error("loom records disagree", "room", roomID, "verb", c.Verb, "err", err)
+		return loomErr(errs.Internal, "%s was not saved: the loom's records disagree, a fault in sync and not in the command; nothing was written", c.Verb).
+			WithHint("send it again; if it fails again, tell the room's owner")
+	}
+	return err
 }
 
 // traceError appends a failed command to the agent's trace.

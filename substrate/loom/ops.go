@@ -38,6 +38,16 @@ func (r *loomRun) exec(c *Command, gen []string) (string, error) {
 		return r.requests()
 	case "stop":
 		return r.stop(c)
+	case "fulfil":
+		// A request names its tree: the fulfil writes there, whatever
+		// tree the caller stands in, and saves that tree.
+		if err := r.need(PermAware); err != nil {
+			return "", err
+		}
+		if err := r.needWrite(PermWrite); err != nil {
+			return "", err
+		}
+		return r.fulfil(c)
 	}
 	if err := r.need(PermAware); err != nil {
 		return "", err
@@ -84,8 +94,6 @@ func (r *loomRun) exec(c *Command, gen []string) (string, error) {
 		text, err = r.bookmark(c, t)
 	case "continue":
 		text, err = r.continueOp(c, t, gen)
-	case "fulfil":
-		text, err = r.fulfil(c, t)
 	default:
 		return "", loomErr(errs.InvalidField, "%s is not implemented", c.Verb)
 	}
