@@ -276,7 +276,11 @@ type loomRun struct {
 	actor string
 	kind  string // "human" or "model"
 	perms []string
-	pos   loomPos
+	// pos is where the caller is for this command: the call's position
+	// (callState.pos) once the call has one, else the stored one.
+	pos loomPos
+	// stored is the agent's stored position (loom:pos), as read.
+	stored loomPos
 	// newPos is set when the command moved the caller.
 	newPos *loomPos
 	ops    []substrate.Op
@@ -809,9 +813,10 @@ func (r *loomRun) loadCaller() error {
 		return err
 	}
 	if r.p.Kind == substrate.KindAgent {
-		if _, err := r.get(r.p.AgentID, "loom:pos", &r.pos); err != nil {
+		if _, err := r.get(r.p.AgentID, "loom:pos", &r.stored); err != nil {
 			return err
 		}
+		r.pos = r.stored
 	}
 	return nil
 }
@@ -1011,7 +1016,37 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 	for _, pl := range lines {
 		cmds = append(cmds, pl.Cmd)
 	}
-	return l.run(ctx, p, roomID, cmds, perr)
+	return l.run(ctx, p, roomID, cmds, perr, nil)
+}
+
+// Place is a node of a tree.
+type Place struct {
+	Tree, Node int64
+}
+
+// RunAt is Run for commands issued against a node on screen (the loom
+// page's command box): the call starts at at instead of where the
+// caller's agent stands, so a plain → add lands under the node the person
+// looks at, whatever the agent did elsewhere since the page was drawn.
+// The caller's stored position moves only as the commands move it.
+func (l *Loom) RunAt(ctx context.Context, p *substrate.Principal, roomID, text string, at Place) (*Result, error) {
+	if err := l.svc.RequireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if at.Tree <= 0 || at.Node <= 0 {
+		return l.Run(ctx, p, roomID, text)
+	}
+	lines, perr := ParseLines(text)
+	if perr == nil {
+		if res, err := l.refuseUnparsed(ctx, p, roomID, lines); res != nil || err != nil {
+			return res, err
+		}
+	}
+	cmds := make([]*Command, 0, len(lines))
+	for _, pl := range lines {
+		cmds = append(cmds, pl.Cmd)
+	}
+	return l.run(ctx, p, roomID, cmds, perr, &loomPos{Tree: at.Tree, Node: at.Node})
 }
 
 // RunParsed runs commands Parse returned, through the same steps as Run:
@@ -1024,10 +1059,10 @@ func (l *Loom) RunParsed(ctx context.Context, p *substrate.Principal, roomID str
 	if len(cmds) == 0 {
 		return nil, errs.New(errs.InvalidField, "✗ no command").WithHint("for example: → view 23, → tree, → help")
 	}
-	return l.run(ctx, p, roomID, cmds, nil)
+	return l.run(ctx, p, roomID, cmds, nil, nil)
 }
 
-func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, cmds []*Command, perr error) (*Result, error) {
+func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, cmds []*Command, perr error, start *loomPos) (*Result, error) {
 	res := &Result{}
 	var firstErr error
 	var texts []string
@@ -1050,9 +1085,11 @@ func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, c
 		res.Steps = append(res.Steps, st)
 		texts = append(texts, "→ "+st.Command+"\n"+st.Text)
 	}
-	// A credential that is not an agent has no stored position: it gets
-	// one for the call, so "→ switch to 2" then "→ add" attaches under 2.
-	call := &callState{}
+	// A call carries its position from command to command: "→ jump 5"
+	// then "→ add" attaches under 5 even while another call of the same
+	// agent moves it elsewhere, and a credential that is not an agent
+	// (which has no stored position) has one for the call.
+	call := &callState{pos: start}
 	for _, c := range cmds {
 		st, pos, ob, err := l.step(ctx, p, roomID, c, call)
 		if ob != "" && onboard == "" {
@@ -1166,8 +1203,12 @@ var loomWrites = map[string]bool{"add": true, "branch": true, "annotate": true, 
 
 // callState is what one Run carries from command to command.
 type callState struct {
-	// pos is the position of a credential that is not an agent (whose
-	// position is not stored), for the rest of the call.
+	// pos is the caller's position for the rest of the call: where the
+	// call started (RunAt), else the agent's stored position as its first
+	// command read it, then wherever the call's commands moved it. Each
+	// command is its own transaction, and re-reading the stored position
+	// in each let another call of the same agent move it in between (a
+	// jump, then an add under the other call's node).
 	pos *loomPos
 }
 
@@ -1212,8 +1253,13 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 			return err
 		}
 		r.in = in
-		if r.p.Kind != substrate.KindAgent && in.call != nil && in.call.pos != nil {
-			r.pos = *in.call.pos
+		if in.call != nil {
+			if in.call.pos != nil {
+				r.pos = *in.call.pos
+			} else if !in.collect {
+				np := r.pos
+				in.call.pos = &np
+			}
 		}
 		if r.p.Kind == substrate.KindAgent && r.tx.Writes() && !in.collect {
 			var seen bool
@@ -1233,7 +1279,7 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		if in.collect {
 			return nil
 		}
-		if r.newPos != nil && r.p.Kind != substrate.KindAgent && in.call != nil {
+		if r.newPos != nil && in.call != nil {
 			np := *r.newPos
 			in.call.pos = &np
 		}
@@ -1251,7 +1297,7 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 					}
 				}
 			}
-			if np != nil && r.p.Kind == substrate.KindAgent && *np != r.pos {
+			if np != nil && r.p.Kind == substrate.KindAgent && *np != r.stored {
 				r.put(r.p.AgentID, "loom:pos", np)
 			}
 		}

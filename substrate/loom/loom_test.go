@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -27,7 +28,12 @@ type loomEnv struct {
 }
 
 func newLoom(t testing.TB, opt substrate.Options, agents ...string) *loomEnv {
-	svc := substrate.New(pgtest.New(t), opt)
+	return newLoomOn(t, pgtest.New(t), opt, agents...)
+}
+
+// newLoomOn is newLoom on db (a tiny pool, for concurrency tests).
+func newLoomOn(t testing.TB, db *store.DB, opt substrate.Options, agents ...string) *loomEnv {
+	svc := substrate.New(db, opt)
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "loom"})

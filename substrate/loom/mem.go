@@ -543,7 +543,7 @@ func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID s
 		if err := r.loadCaller(); err != nil {
 			return err
 		}
-		if p.Kind != substrate.KindAgent && call.pos != nil {
+		if call.pos != nil {
 			r.pos = *call.pos
 		}
 		if p.ReadOnly() {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/loom"
 	"github.com/syncsubstrate/sync/substrate/loom/loomtest"
@@ -26,7 +29,13 @@ func (e *loomEnv) runner(p *substrate.Principal) loomtest.Runner {
 // and bob people, claude a model.
 func realSize(t *testing.T, opt substrate.Options) (*loomEnv, *loomtest.Fixture) {
 	t.Helper()
-	e := newLoom(t, opt, "alice", "bob", "claude")
+	return realSizeOn(t, newLoom(t, opt, "alice", "bob", "claude"))
+}
+
+// realSizeOn builds the fixture in e, which has agents alice, bob and
+// claude.
+func realSizeOn(t *testing.T, e *loomEnv) (*loomEnv, *loomtest.Fixture) {
+	t.Helper()
 	f, err := loomtest.Build(loomtest.Who{Admin: e.runner(e.admin), Alice: e.runner(e.ag["alice"]), Bob: e.runner(e.ag["bob"]),
 		Model: e.runner(e.ag["claude"]), AliceID: "alice", BobID: "bob", ModelID: "claude"})
 	if err != nil {
@@ -98,4 +107,58 @@ func TestLoomTreeCounterBehindIsCaughtUp(t *testing.T) {
 	res := e.run(e.ag["alice"], fmt.Sprintf(`→ add from:%d tree:1 "after the damage"`, f.Trees[0].AliceLeaf))
 	has(t, res.Text, fmt.Sprintf("✓ node %d (child of %d", f.Trees[0].Nodes+1, f.Trees[0].AliceLeaf))
 	has(t, e.run(e.ag["bob"], fmt.Sprintf(`→ add from:%d tree:1 "and on"`, f.Trees[0].BobLeaf)).Text, fmt.Sprintf("✓ node %d", f.Trees[0].Nodes+2))
+}
+
+// One agent's calls sent at once, each "→ jump N" then "→ add": every
+// node lands under the node its own call jumped to, on a two-connection
+// pool, round after round. Each call carries its position from its jump
+// to its add; before, each command re-read the agent's stored position,
+// which the other calls moved in between.
+func TestLoomOneAgentsParallelCallsLandWhereMeant(t *testing.T) {
+	e, f := realSizeOn(t, newLoomOn(t, pgtest.NewPool(t, 2), substrate.Options{}, "alice", "bob", "claude"))
+	one := f.Trees[0]
+	targets := []int64{2, one.AliceLeaf, 10, one.ModelLeaf}
+	ctx := context.Background()
+	const rounds = 5
+	for round := range rounds {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errc := make(chan error, len(targets))
+		for i, target := range targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				text := fmt.Sprintf("round %d, call %d, under %d", round, i, target)
+				res, err := loom.Of(e.svc).Run(ctx, e.ag["claude"], e.room, fmt.Sprintf("→ jump tree:1 node:%d\n→ add %q", target, text))
+				if err != nil {
+					errc <- err
+					return
+				}
+				if len(res.Steps) != 2 || len(res.Steps[1].Nodes) != 1 || res.Steps[1].Nodes[0].Parent != target {
+					errc <- fmt.Errorf("round %d: %q landed elsewhere: %s", round, text, res.Text)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errc)
+		for err := range errc {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	// What the results said is what the tree holds.
+	has(t, e.run(e.admin, "→ tree summary tree:1").Text, fmt.Sprintf("%d nodes", one.Nodes+rounds*len(targets)))
+	for _, target := range targets {
+		text := e.run(e.admin, fmt.Sprintf("→ list %d tree:1", target)).Text
+		for round := range rounds {
+			has(t, text, fmt.Sprintf("round %d, call", round))
+			if n := strings.Count(text, fmt.Sprintf("under %d", target)); n != rounds {
+				t.Fatalf("%d of %d nodes under %d:\n%s", n, rounds, target, text)
+			}
+		}
+	}
 }
