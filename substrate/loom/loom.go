@@ -1090,7 +1090,17 @@ func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, c
 	// agent moves it elsewhere, and a credential that is not an agent
 	// (which has no stored position) has one for the call.
 	call := &callState{pos: start}
-	for _, c := range cmds {
+	failed := -1
+	for i, c := range cmds {
+		if failed >= 0 {
+			// The lines after a failed one do not run: they were written
+			// for where it would have left the caller ("→ jump 99" that
+			// failed, then "→ add" at the old place).
+			st := Step{Command: c.Line, Verb: c.Verb, Error: notRun, Text: fmt.Sprintf("· not run (line %d failed before it)", failed+1)}
+			res.Steps = append(res.Steps, st)
+			texts = append(texts, "→ "+st.Command+"\n"+st.Text)
+			continue
+		}
 		st, pos, ob, err := l.step(ctx, p, roomID, c, call)
 		if ob != "" && onboard == "" {
 			onboard = ob
@@ -1099,18 +1109,20 @@ func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, c
 			res.Position = pos
 		}
 		record(st, err)
+		if err != nil {
+			failed = i
+		}
 	}
-	if perr != nil {
+	if perr != nil && failed < 0 {
 		line, verb := parseFailure(perr)
 		l.traceError(ctx, p, roomID, verb, line, perr)
 		record(Step{Command: line, Verb: verb}, perr)
 	}
-	if res.Errors == len(res.Steps) && firstErr != nil {
-		e := errs.From(firstErr)
-		if len(res.Steps) > 1 {
-			e.Message = strings.Join(texts, "\n\n")
+	if firstErr != nil {
+		if len(res.Steps) == 1 {
+			return nil, firstErr
 		}
-		return nil, e
+		return nil, batchFailure(firstErr, res.Steps, texts)
 	}
 	res.Text = strings.Join(texts, "\n\n")
 	res.onboard = onboard
@@ -1124,8 +1136,68 @@ func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, c
 }
 
 // notRun marks a command that did not run because another line of its
-// call did not parse.
+// call did not parse, or failed before it.
 const notRun errs.Code = "not_run"
+
+// batchFailure is the error of a call of several lines in which one
+// failed: the failed line's code (so REST answers with its status and MCP
+// with isError), a message that says which line failed, which lines ran
+// (their writes stand: sending them again would do them twice) and which
+// did not run, then every line's outcome; its details the same as
+// numbers (failed_line, done, not_run) and the steps.
+func batchFailure(first error, steps []Step, texts []string) error {
+	e := *errs.From(first)
+	e.Details = maps.Clone(e.Details)
+	failed := 0
+	var done, skipped []int
+	for i, st := range steps {
+		switch {
+		case st.OK:
+			done = append(done, i+1)
+		case st.Error == notRun:
+			skipped = append(skipped, i+1)
+		default:
+			failed = i + 1
+		}
+	}
+	head := fmt.Sprintf("✗ line %d of %d failed (→ %s)", failed, len(steps), steps[failed-1].Command)
+	if len(done) == 0 {
+		head += "; nothing was done"
+	} else {
+		head += fmt.Sprintf("; %s ran and stand%s", lineList(done), map[bool]string{true: "s", false: ""}[len(done) == 1])
+	}
+	if len(skipped) > 0 {
+		head += fmt.Sprintf("; %s did not run", lineList(skipped))
+	}
+	e.Message = head + ".\n\n" + strings.Join(texts, "\n\n")
+	if len(done) == 0 {
+		e.Hint = fmt.Sprintf("fix line %d and send the call again", failed)
+	} else {
+		e.Hint = fmt.Sprintf("fix line %d and send it with the lines after it; do not send %s again", failed, lineList(done))
+	}
+	if done == nil {
+		done = []int{}
+	}
+	if skipped == nil {
+		skipped = []int{}
+	}
+	return e.With("failed_line", failed).With("done", done).With("not_run", skipped).With("steps", steps)
+}
+
+// lineList names line numbers: "line 2", "lines 1–3", "lines 1, 3".
+func lineList(ns []int) string {
+	if len(ns) == 1 {
+		return fmt.Sprintf("line %d", ns[0])
+	}
+	if ns[len(ns)-1]-ns[0] == len(ns)-1 {
+		return fmt.Sprintf("lines %d–%d", ns[0], ns[len(ns)-1])
+	}
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	return "lines " + strings.Join(parts, ", ")
+}
 
 // refuseUnparsed answers a call in which some line does not parse: none
 // of its commands runs (a model that mistyped one line of a plan should

@@ -90,7 +90,7 @@ func TestLoomSession(t *testing.T) {
 → permit alice human loom_write loom_generate doc_write
 → permit bob loom_write`)
 	a := e.ag["alice"]
-	res := e.run(a, `→ view 1
+	res := e.run(a, `→ switch to 1
 → add "She hadn't visited since her mother's death,"
 → annotate 2 "key turning point"
 → link 2 to 1 note:"echo"
@@ -108,7 +108,7 @@ func TestLoomSession(t *testing.T) {
 	res = e.run(a, `→ edit 2 "She had not been back since the funeral,"`)
 	has(t, res.Text, "node 3 edited from 2 (branch 1.2)")
 	res = e.run(a, "→ show me node 2")
-	has(t, res.Text, "She hadn't visited", "⟨node:2 depth:1 siblings:2")
+	has(t, res.Text, "She hadn't visited", "⟨node:3 depth:1 siblings:2") // viewing does not move
 	// Errors: readable, in the trace.
 	_, err := loom.Of(e.svc).Run(context.Background(), a, "loom", "→ view 999")
 	if !errs.Is(err, errs.NotFound) || !strings.Contains(err.Error(), "✗ node 999 does not exist") {

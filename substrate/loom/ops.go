@@ -265,6 +265,18 @@ func (r *loomRun) link(c *Command, t *loomTree) (string, error) {
 		return nil
 	}
 	if doc, ok := c.Opts["doc"]; ok {
+		// A link is a reference a reader follows: to a document that
+		// does not exist it would lead nowhere (a misspelt name).
+		if err := substrate.ValidKey(doc, 200); err != nil {
+			return "", err
+		}
+		var d json.RawMessage
+		if found, err := r.get(scopeLoomDoc, "d:"+doc, &d); err != nil {
+			return "", err
+		} else if !found {
+			return "", loomErr(errs.NotFound, "doc %q does not exist, so nothing links to it", doc).
+				WithHint("write it first (→ write doc:%q append \"…\"), or link an existing one; → read doc:\"name\" reads one", doc).With("doc", doc)
+		}
 		if err := addLink(src.ID, map[string]any{"doc": doc}); err != nil {
 			return "", err
 		}
@@ -407,8 +419,9 @@ func (r *loomRun) view(c *Command, t *loomTree) (string, error) {
 		}
 		out = append(out, s)
 	}
+	// Viewing never moves the caller: "→ switch to 5", "→ view 2",
+	// "→ add" adds under 5, as a reader who glanced elsewhere means.
 	r.nodes = append(r.nodes, *n)
-	r.moveTo(t, n)
 	return strings.Join(out, "\n"), nil
 }
 
@@ -465,7 +478,6 @@ func (r *loomRun) viewBranch(c *Command, t *loomTree, b string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	r.moveTo(t, head)
 	if c.Opts["as"] == "nodes" {
 		var parts []string
 		for i := range path {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/loom"
 	"github.com/syncsubstrate/sync/substrate/loom/loomtest"
 )
@@ -161,4 +162,31 @@ func TestLoomOneAgentsParallelCallsLandWhereMeant(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The loom for models (issue 43): viewing never moves the caller, a link
+// to a document or node that does not exist and a bare "branch from" are
+// refused and change nothing, on the real-size loom.
+func TestLoomViewsDoNotMoveAndBadReferencesAreRefused(t *testing.T) {
+	e, f := realSize(t, substrate.Options{})
+	one := f.Trees[0]
+	m := e.ag["claude"]
+	e.run(m, "→ switch to 5 tree:1")
+	for _, look := range []string{"→ view 2", "→ view 2 full with-annotations with-links", "→ view branch:3.2 as:prose", "→ view branch:1 as:nodes", "→ show me node 7"} {
+		res := e.run(m, look)
+		if res.Position == nil || res.Position.Tree != 1 || res.Position.Node != 5 {
+			t.Fatalf("%s moved the caller: %+v", look, res.Position)
+		}
+	}
+	res := e.run(m, `→ add "after looking around"`)
+	if len(res.Steps[0].Nodes) != 1 || res.Steps[0].Nodes[0].Parent != 5 {
+		t.Fatalf("the add after the views: %s", res.Text)
+	}
+	e.fail(m, `→ link 7 tree:1 to doc:"charcter notes"`, errs.NotFound, `doc "charcter notes" does not exist`)
+	e.fail(m, "→ link 7 tree:1 to 999", errs.NotFound, "node 999 does not exist")
+	e.fail(m, "→ branch from", errs.InvalidField, "branch from needs a node")
+	e.fail(m, `→ branch from "text"`, errs.InvalidField, "branch from needs a node")
+	e.fail(m, "→ continue from", errs.InvalidField, "continue from needs a node")
+	has(t, e.run(m, `→ link 7 tree:1 to doc:"character notes"`).Text, `✓ linked 7 to doc:"character notes"`)
+	has(t, e.run(e.admin, "→ tree summary tree:1").Text, fmt.Sprintf("%d nodes", one.Nodes+1), "3 links")
 }
