@@ -798,7 +798,7 @@ func (r *loomRun) onboarding() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		where = fmt.Sprintf("tree 1 %q (%d nodes); → view 1 starts at its root", t.Name, t.Next-1)
+		where = fmt.Sprintf("tree 1 %q (%d nodes); → switch to 1 goes to its root", t.Name, t.Next-1)
 	}
 	return fmt.Sprintf(`You are now operating in a loom-aware context. This means:
 
