@@ -115,7 +115,7 @@ func lines(text, pad string) []string {
 // onboarding of an agent's first call give the rest).
 const loomDescription = "The loom (seed 002): trees of text that people, base models and you write together, " +
 	"branching and comparing continuations. Use it to read or extend a story or document tree, annotate, and keep your own working memory. " +
-	"Put commands one per line after →; each result starts with your memory and position ⟨node depth siblings …⟩. " +
+	"Put commands one per line after →; a result gives your position, each command's result and your memory; a failed line stops the call. " +
 	"view N [full] · view branch:B as:prose · list N continuations|annotations|links · tree · switch to N · " +
 	"add \"text\" (child of your node) · branch from N · continue from N [n:3] (base model writes) · annotate N \"note\" · link N to M · " +
 	"edit N \"text\" · read|write doc:\"name\" · pin N (keep in memory) · stash \"label\" \"text\" · recall \"label\" · drop … · memory · " +

@@ -998,25 +998,12 @@ func IsScope(scope string) bool { return isLoomScope(scope) }
 // Run runs one or more → command lines (seed 002) as p in roomID. Each
 // command is its own mutation (or, for a read-only credential, its own
 // read): a failing command changes nothing and is recorded in the caller's
-// trace, and the commands after it still run. A call in which a line
-// does not parse runs nothing (refuseUnparsed). When every command fails,
-// the first failure is returned as the error (so REST answers with its
-// status and MCP with isError); otherwise the result lists each step.
+// trace, and the commands after it do not run (batchFailure: the error
+// says which line failed and which ran). A call in which a line does not
+// parse runs nothing (refuseUnparsed). The call carries the caller's
+// position from command to command (callState).
 func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text string) (*Result, error) {
-	if err := l.svc.RequireRoom(ctx, p, roomID); err != nil {
-		return nil, err
-	}
-	lines, perr := ParseLines(text)
-	if perr == nil {
-		if res, err := l.refuseUnparsed(ctx, p, roomID, lines); res != nil || err != nil {
-			return res, err
-		}
-	}
-	cmds := make([]*Command, 0, len(lines))
-	for _, pl := range lines {
-		cmds = append(cmds, pl.Cmd)
-	}
-	return l.run(ctx, p, roomID, cmds, perr, nil)
+	return l.RunAt(ctx, p, roomID, text, Place{})
 }
 
 // Place is a node of a tree.
@@ -1025,16 +1012,14 @@ type Place struct {
 }
 
 // RunAt is Run for commands issued against a node on screen (the loom
-// page's command box): the call starts at at instead of where the
-// caller's agent stands, so a plain → add lands under the node the person
-// looks at, whatever the agent did elsewhere since the page was drawn.
-// The caller's stored position moves only as the commands move it.
+// page's command box, a REST call that names tree and node): the call
+// starts at at instead of where the caller's agent stands, so a plain
+// → add lands under the node the person looks at, whatever the agent did
+// elsewhere since the page was drawn. The caller's stored position moves
+// only as the commands move it. A zero Place is Run.
 func (l *Loom) RunAt(ctx context.Context, p *substrate.Principal, roomID, text string, at Place) (*Result, error) {
 	if err := l.svc.RequireRoom(ctx, p, roomID); err != nil {
 		return nil, err
-	}
-	if at.Tree <= 0 || at.Node <= 0 {
-		return l.Run(ctx, p, roomID, text)
 	}
 	lines, perr := ParseLines(text)
 	if perr == nil {
@@ -1046,7 +1031,11 @@ func (l *Loom) RunAt(ctx context.Context, p *substrate.Principal, roomID, text s
 	for _, pl := range lines {
 		cmds = append(cmds, pl.Cmd)
 	}
-	return l.run(ctx, p, roomID, cmds, perr, &loomPos{Tree: at.Tree, Node: at.Node})
+	var start *loomPos
+	if at.Tree > 0 && at.Node > 0 {
+		start = &loomPos{Tree: at.Tree, Node: at.Node}
+	}
+	return l.run(ctx, p, roomID, cmds, perr, start)
 }
 
 // RunParsed runs commands Parse returned, through the same steps as Run:
