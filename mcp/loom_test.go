@@ -2,8 +2,10 @@ package mcp_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -197,4 +199,66 @@ func TestLoomBatchFailureSaysWhichLine(t *testing.T) {
 	if !strings.Contains(got, "2 nodes") {
 		t.Fatalf("line 2 did not stand, or line 4 ran: %s", got)
 	}
+}
+
+// One model's sync_loom calls sent at once over one session, each
+// "→ jump N" then "→ add", on a two-connection pool: every node lands
+// under the node its own call jumped to, round after round.
+func TestLoomParallelCallsLandWhereMeant(t *testing.T) {
+	srv := startServer(t, pgtest.NewPool(t, 2))
+	ctx := context.Background()
+	_, weave, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "weave"})
+	alice := owner(t, srv, "alice", "weave", weave["token"].(string))
+	plant := `→ new tree "t" "root"` + strings.Repeat("\n→ add \"a line\"", 7) + "\n→ yield"
+	if code, out, _ := restCall(ctx, srv.base, "POST", "/rooms/weave/loom", weave["token"].(string), map[string]any{"commands": plant}); code != 200 {
+		t.Fatalf("planting: %d %v", code, out)
+	}
+	cs := connect(t, alice, map[string]string{"weave": "admin"})
+	mustTool(t, cs, "sync_embody", map[string]any{"room": "weave"})
+	targets := []int{2, 4, 6, 8}
+	for round := range 3 {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errc := make(chan error, len(targets))
+		for _, target := range targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "sync_loom", Arguments: map[string]any{
+					"commands": fmt.Sprintf("→ jump tree:1 node:%d\n→ add \"round %d under %d\"", target, round, target)}})
+				if err != nil || res.IsError {
+					text := ""
+					if res != nil {
+						text = resultText(res)
+					}
+					errc <- fmt.Errorf("round %d, under %d: %v %s", round, target, err, text)
+					return
+				}
+				raw, _ := json.Marshal(res.StructuredContent)
+				var out LoomOutForTest
+				_ = json.Unmarshal(raw, &out)
+				if len(out.Results) != 2 || len(out.Results[1].Result) == 0 || !strings.Contains(out.Results[1].Result[0], fmt.Sprintf("(child of %d,", target)) {
+					errc <- fmt.Errorf("round %d: the add meant for %d: %s", round, target, raw)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errc)
+		for err := range errc {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+}
+
+// LoomOutForTest is sync_loom's result as a client decodes it.
+type LoomOutForTest struct {
+	Results []struct {
+		Command string   `json:"command"`
+		Result  []string `json:"result"`
+	} `json:"results"`
 }

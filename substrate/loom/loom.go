@@ -1159,9 +1159,12 @@ func batchFailure(first error, steps []Step, texts []string) error {
 		head += fmt.Sprintf("; %s did not run", lineList(skipped))
 	}
 	e.Message = head + ".\n\n" + strings.Join(texts, "\n\n")
-	if len(done) == 0 {
+	switch {
+	case len(done) == 0:
 		e.Hint = fmt.Sprintf("fix line %d and send the call again", failed)
-	} else {
+	case len(skipped) == 0:
+		e.Hint = fmt.Sprintf("fix line %d and send it again; do not send %s again", failed, lineList(done))
+	default:
 		e.Hint = fmt.Sprintf("fix line %d and send it with the lines after it; do not send %s again", failed, lineList(done))
 	}
 	if done == nil {
