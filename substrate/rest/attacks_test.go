@@ -781,7 +781,7 @@ func TestAttackLoomPrivateMemory(t *testing.T) {
 func TestAttackLoomThinkNeverShared(t *testing.T) {
 	e := newEnv(t, rest.Options{})
 	rm, alice, bob := loomSetup(t, e)
-	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ think\nSECRET-THOUGHT about the scene\n←\n→ add \"public words\""}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ switch to 1\n→ think\nSECRET-THOUGHT about the scene\n←\n→ add \"public words\""}).must(t, 200)
 	for _, read := range []struct{ path, tok string }{
 		{"/rooms/loomy/context", bob}, {"/rooms/loomy/state", bob}, {"/rooms/loomy/context", rm.token},
 		{"/rooms/loomy/state?scope=_audit&limit=1000", rm.token}, {"/rooms/loomy/state?scope=_loom.1&limit=1000", bob},
@@ -999,7 +999,7 @@ func TestAttackLoomReadsFollowPermissions(t *testing.T) {
 	e := newEnv(t, rest.Options{})
 	rm, alice, bob := loomSetup(t, e)
 	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit alice doc_write\n→ deny bob doc_read loom_aware"}).must(t, 200)
-	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ switch to 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
 	// → view and → read refuse bob: the rule every read path follows.
 	for _, c := range []string{"→ view 1", `→ read doc:"plan"`} {
 		if r := e.do("POST", "/rooms/loomy/loom", bob, map[string]any{"commands": c}); r.status != 403 {
@@ -1819,7 +1819,7 @@ func TestAttackLoomTraceNotReadByGrantees(t *testing.T) {
 	rm, alice, _ := loomSetup(t, e)
 	carol := e.join(rm, "carol", "alice")
 	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit alice doc_write\n→ deny carol doc_read loom_aware"}).must(t, 200)
-	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ switch to 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
 	for _, path := range []string{"/rooms/loomy/state?scope=alice", "/rooms/loomy/state", "/rooms/loomy/state?scope=alice&limit=1000"} {
 		if r := e.do("GET", path, carol, nil).must(t, 200); strings.Contains(r.raw, "SECRET") {
 			t.Fatalf("HOLE: carol reads the loom in alice's trace at %s: %s", path, r.raw)
