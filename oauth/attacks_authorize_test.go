@@ -281,3 +281,51 @@ func TestAttackFetchedMetadataDocumentBeatsBuiltin(t *testing.T) {
 		t.Fatalf("built-in copy within an old fetched document: %d %s", r.status, r.body)
 	}
 }
+
+// claude.ai answering that the document is withdrawn (404, 410) or
+// serving one that is not valid is an answer, not an outage: the built-in
+// copy does not override it, whether or not it was serving before.
+func TestAttackBuiltinMetadataDocumentDoesNotOverrideAnswer(t *testing.T) {
+	var answer atomic.Value
+	docs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch a := answer.Load().(string); a {
+		case "404", "410":
+			http.Error(w, "gone", map[string]int{"404": 404, "410": 410}[a])
+		default:
+			_, _ = w.Write([]byte(`{"client_id": "` + claudeCodeID + `", "client_name": "Claude Code", "redirect_uris": []}`))
+		}
+	}))
+	defer docs.Close()
+	h := newHarness(t, oauth.Options{})
+	dead := deadAddr(t)
+	alice := h.enrol("alice")
+	c := client{id: claudeCodeID, redirect: "http://127.0.0.1:53682/callback", verifier: strings.Repeat("q", 50)}
+	for _, a := range []string{"404", "410", "invalid"} {
+		if _, err := h.db.Exec(context.Background(), `DELETE FROM smcp_oauth_clients`); err != nil {
+			t.Fatal(err)
+		}
+		h.s.ForgetClients()
+		answer.Store(a)
+		h.s.SendMetadataFetchesTo(strings.TrimPrefix(docs.URL, "https://"), &tls.Config{InsecureSkipVerify: true})
+		if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 400 {
+			t.Fatalf("HOLE: claude.ai answering %s, nothing stored: the built-in copy served: %d %s", a, r.status, r.body)
+		}
+		// Served from the built-in copy first, then the host answers.
+		if _, err := h.db.Exec(context.Background(), `DELETE FROM smcp_oauth_clients`); err != nil {
+			t.Fatal(err)
+		}
+		h.s.ForgetClients()
+		h.s.SendMetadataFetchesTo(dead, nil)
+		if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 200 {
+			t.Fatalf("built-in copy while claude.ai is unreachable: %d %s", r.status, r.body)
+		}
+		h.s.SendMetadataFetchesTo(strings.TrimPrefix(docs.URL, "https://"), &tls.Config{InsecureSkipVerify: true})
+		if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_clients SET metadata = jsonb_set(metadata, '{cimd_expires}', to_jsonb(now() - interval '1 second'))`); err != nil {
+			t.Fatal(err)
+		}
+		h.s.ForgetClients()
+		if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 400 {
+			t.Fatalf("HOLE: claude.ai answering %s after the built-in copy served: still served: %d %s", a, r.status, r.body)
+		}
+	}
+}

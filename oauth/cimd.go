@@ -56,7 +56,7 @@ func (e *goneError) Error() string {
 }
 
 // builtinFS holds last-known-good copies of Claude's published client
-// metadata documents (README, "Client metadata documents"). A server
+// metadata documents (README, "Deploying behind a proxy", item 4). A server
 // that cannot reach claude.ai, with nothing stored, signs Claude in from
 // them instead of failing closed: Claude has no fallback of its own.
 //
@@ -347,7 +347,8 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	c, err := s.getClient(ctx, id)
 	var fetched time.Time
 	// fromBuiltin: the stored row is served from the built-in copy (its
-	// redirect URIs are those it may serve at most).
+	// redirect URIs are those it may serve at most) until a fetch
+	// succeeds; it never passes for a fetched copy.
 	var fromBuiltin bool
 	if err == nil {
 		var fresh, refused bool
@@ -405,7 +406,7 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 			// Not again at every request (each could wait out the 5 s
 			// timeout): every process retries after cimdRetry.
 			if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_clients SET metadata = coalesce(metadata, '{}') || jsonb_build_object('cimd_expires', now() + make_interval(secs => $2),
-				'cimd_refused', $3::boolean, 'cimd_builtin', $4::boolean)
+				'cimd_refused', $3::boolean, 'cimd_builtin', $4::boolean OR coalesce((metadata->>'cimd_builtin')::boolean, false))
 				WHERE id = $1`, id, cimdRetry.Seconds(), !stale && !builtin, !stale && builtin); err != nil {
 				s.log.Warn("could not postpone the client metadata document's next fetch", "client_id", id, "err", err)
 			}

@@ -190,10 +190,6 @@ func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, 
 	})
 }
 
-// authorizeError answers an authorization request with an error: on the
-// client's redirect URI when it is valid (fosite decides), with the
-// issuer added there, which RFC 9207 requires on error responses too
-// (this server advertises authorization_response_iss_parameter_supported).
 // removeAndAdd is the next step for a client id this server does not
 // accept: Claude keeps the client id it first used with a server (a
 // dynamic registration or a metadata document) until the server is
@@ -240,6 +236,10 @@ func (wb *web) unknownClient(w http.ResponseWriter, id string, err error) {
 	wb.errorPage(w, 400, "Unknown application", msg)
 }
 
+// authorizeError answers an authorization request with an error: on the
+// client's redirect URI when it is valid (fosite decides), with the
+// issuer added there, which RFC 9207 requires on error responses too
+// (this server advertises authorization_response_iss_parameter_supported).
 func (wb *web) authorizeError(ctx context.Context, w http.ResponseWriter, ar fosite.AuthorizeRequester, err error) {
 	wb.s.provider.WriteAuthorizeError(ctx, &issWriter{ResponseWriter: w, iss: wb.s.issuer}, ar, err)
 }
