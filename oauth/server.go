@@ -168,7 +168,11 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	if opt.RatePerSecond > 0 {
 		s.limit = httpmw.NewLimiter(opt.RatePerSecond, int(3*opt.RatePerSecond), s.http.Options().Peers)
 	}
-	s.store = &storage{db: db, audience: s.resource, log: opt.Logger, allow: opt.RedirectAllowList,
+	builtin, err := loadBuiltinDocuments(builtinFS)
+	if err != nil {
+		return nil, fmt.Errorf("oauth: built-in client metadata document: %w", err)
+	}
+	s.store = &storage{db: db, audience: s.resource, log: opt.Logger, allow: opt.RedirectAllowList, builtin: builtin,
 		noCIMD: opt.DisableMetadataDocuments, cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch, opt.MetadataFetchRoots, opt.MetadataProxy)}
 	cfg := &fosite.Config{
 		AccessTokenLifespan:   opt.AccessTokenTTL,

@@ -31,7 +31,10 @@ type storage struct {
 	allow    []string // the operator's redirect allow-list
 	audience string   // the MCP resource every client may be granted
 	noCIMD   bool     // client metadata documents turned off: none is fetched
-	log      *slog.Logger
+	// builtin are the last-known-good copies of Claude's documents, by
+	// exact client id, used when their fetch fails (cimdClient).
+	builtin map[string]*registration
+	log     *slog.Logger
 }
 
 type txKey struct{}
