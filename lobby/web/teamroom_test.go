@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby/teamroom"
 	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/substrate"
 )
 
 // newTeamSite is the pages over the real-size room (lobby/teamroom),
@@ -99,4 +100,82 @@ func TestLiveSectionKeepsTheTablesPage(t *testing.T) {
 			t.Fatalf("the %s stream sent nothing", name)
 		}
 	}
+}
+
+// Refusals the page can explain (issue 42 bug 8): a precondition names
+// its false clause and what it read, a cooldown the time left; a refused
+// form shows what was typed again; an enum param is offered as choices.
+func TestRefusalsSayWhyAndKeepWhatWasTyped(t *testing.T) {
+	s, room := newTeamSite(t, web.Options{})
+	path := "/web/rooms/" + room.ID + "/invoke/"
+	// The false clause, said as it is (no sentence reads it).
+	_, _, page := s.postFollow("maya", path+"ship", url.Values{})
+	if want := `You can&#39;t ship right now: it needs size(state._shared.tasks.filter(t, t.status != &#34;done&#34;)) == 0, which is not the case`; !strings.Contains(page, want) {
+		t.Errorf("the ship refusal does not name its clause: %s", feedbackOf(page))
+	}
+	// The cooldown's time left (ops deployed the preview while the room
+	// was built: some 10 minutes).
+	_, _, page = s.postFollow("maya", path+"deploy_preview", url.Values{})
+	if fb := feedbackOf(page); !strings.Contains(fb, "deploy_preview is cooling down: it can be used again in 9m") && !strings.Contains(fb, "deploy_preview is cooling down: it can be used again in 10m") {
+		t.Errorf("the cooldown refusal does not say the time left: %s", fb)
+	}
+	// A refused form keeps what was typed; the enum is a select.
+	_, _, page = s.postFollow("maya", path+"note", url.Values{"p.text": {"Keep THIS text"}, "t.text": {"string"}, "p.kind": {"rumour"}, "t.kind": {"string"}})
+	if fb := feedbackOf(page); !strings.Contains(fb, "Please check the form") {
+		t.Errorf("the note with a kind not offered was not refused: %s", fb)
+	}
+	form := formOf(t, page, "note")
+	if !strings.Contains(form, `name="p.text" type="text" required value="Keep THIS text"`) {
+		t.Errorf("the refused form lost what was typed:\n%s", form)
+	}
+	for _, want := range []string{`<select id="p-note-kind" name="p.kind" required>`, `<option value="decision">decision</option>`, `<option value="idea">idea</option>`} {
+		if !strings.Contains(form, want) {
+			t.Errorf("the note form lacks %q:\n%s", want, form)
+		}
+	}
+	// The choice made survives a refusal too.
+	_, _, page = s.postFollow("maya", path+"note", url.Values{"p.text": {""}, "t.text": {"string"}, "p.kind": {"risk"}, "t.kind": {"string"}})
+	if form := formOf(t, page, "note"); !strings.Contains(form, `<option value="risk" selected>risk</option>`) {
+		t.Errorf("the refused form lost the choice made:\n%s", form)
+	}
+}
+
+// A refused message keeps its text in the box.
+func TestRefusedMessageKeepsItsText(t *testing.T) {
+	s := newSiteLimits(t, web.Options{}, substrate.Limits{MaxValueBytes: 300}, "alice")
+	body := strings.Repeat("a long message that the room refuses ", 10)
+	_, _, page := s.postFollow("alice", "/web/rooms/lab/message", url.Values{"body": {body}})
+	if !strings.Contains(feedbackOf(page), "That did not work") && !strings.Contains(feedbackOf(page), "check") {
+		t.Fatalf("the message was not refused: %s", feedbackOf(page))
+	}
+	if !strings.Contains(page, `name="body" type="text" required maxlength="4000" value="`+body+`"`) {
+		t.Errorf("the refused message is not in the box again: %s", page[strings.Index(page, `id="compose"`):][:300])
+	}
+}
+
+// feedbackOf is the page's answer to the last form (or "").
+func feedbackOf(page string) string {
+	i := strings.Index(page, `<div class="feedback`)
+	if i < 0 {
+		return ""
+	}
+	rest := page[i:]
+	if j := strings.Index(rest, "</div>"); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
+}
+
+// formOf is the Actions section's form of action id.
+func formOf(t testing.TB, page, id string) string {
+	t.Helper()
+	i := strings.Index(page, `action="/web/rooms/launch/invoke/`+id+`" class="invoke"`)
+	if i < 0 {
+		t.Fatalf("the page has no form for %s", id)
+	}
+	rest := page[i:]
+	if j := strings.Index(rest, "</form>"); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
 }
