@@ -179,3 +179,27 @@ func formOf(t testing.TB, page, id string) string {
 	}
 	return rest
 }
+
+// The present list tells namesakes apart (issue 42 bug 10): maya's web
+// agent and her model's agent are both named "maya"; the lobby's share
+// form offers participant first, as the account page does.
+func TestPresentListTellsNamesakesApart(t *testing.T) {
+	s, room := newTeamSite(t, web.Options{})
+	_, _, page := s.get("raj", "/rooms/"+room.ID)
+	i := strings.Index(page, `<div id="summary-present">`)
+	if i < 0 {
+		t.Fatal("no present list")
+	}
+	present := page[i : i+strings.Index(page[i:], "</div>")]
+	for _, want := range []string{`maya <span class="muted">(web)</span>`, `maya <span class="muted">(claude-ai)</span>`, "Ada Planner"} {
+		if !strings.Contains(present, want) {
+			t.Errorf("the present list lacks %q: %s", want, present)
+		}
+	}
+	if strings.Contains(present, "maya, maya") {
+		t.Errorf("the present list names maya twice alike: %s", present)
+	}
+	if _, _, lobby := s.get("maya", "/"); !strings.Contains(lobby, `name="access"><option selected>participant</option>`) {
+		t.Error("the lobby's share form does not offer participant first")
+	}
+}
