@@ -364,8 +364,14 @@ func roomChecks(t *testing.T, ctx context.Context, width int64) {
 		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#tbl-task_table-filter"), "flaky"+kb.Enter)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`location.search.includes("tq.task_table=flaky") && document.readyState === "complete"`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
-			t.Fatalf("the filter's form did not load its page: %v", err)
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`location.search.includes("tq.task_table=flaky") && document.readyState === "complete"`))
+			if err == nil && done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the filter's form did not load its page: %v", err)
+			}
 		}
 		shown, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#tbl-task_table tbody tr:not([hidden])").length`))
 		if err != nil || shown != 8 {
