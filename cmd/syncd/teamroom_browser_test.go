@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,23 @@ func TestBrowserTeamRoomPages(t *testing.T) {
 		}
 		screenshot(t, ctx, name)
 	}
+	// near keeps, beside the whole page, the screen around one element:
+	// what a person sees there, at the size they see it.
+	near := func(name, selector string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.ScrollIntoView(chromedp.CSS(selector))); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		path := filepath.Join(artifacts(t), name+".png")
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", path)
+	}
 	text := func(js string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
@@ -63,6 +82,7 @@ func TestBrowserTeamRoomPages(t *testing.T) {
 			t.Errorf("at %s px the present list reads %q", w, got)
 		}
 		check("team-room-" + w)
+		near("team-room-present-"+w, "#summary-present")
 		// The pager's link, followed as a person would.
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#surface-task_table a[rel="next"]`)), chromedp.WaitVisible(chromedp.CSS(`#surface-task_table a[rel="prev"]`))); err != nil {
 			t.Fatalf("page 2 of the table at %s px: %v", w, err)
@@ -71,6 +91,7 @@ func TestBrowserTeamRoomPages(t *testing.T) {
 			t.Errorf("at %s px page 2 of the table: %q", w, got)
 		}
 		check("team-table-page2-" + w)
+		near("team-table-page2-near-"+w, "#surface-task_table nav.pager")
 		// The filter, sent with Enter, answered over all 60 rows.
 		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#tbl-task_table-filter"), "payment provider"+kb.Enter)); err != nil {
 			t.Fatal(err)
@@ -89,6 +110,7 @@ func TestBrowserTeamRoomPages(t *testing.T) {
 			t.Errorf("at %s px filtering for the payment provider keys: %q", w, got)
 		}
 		check("team-table-filter-" + w)
+		near("team-table-filter-near-"+w, "#surface-task_table")
 		// A refusal that names its false clause, at the bar used.
 		if err := chromedp.Do(ctx, chromedp.Navigate(roomURL), chromedp.WaitVisible(chromedp.CSS("#live.on")),
 			chromedp.Click(chromedp.CSS(`#surface-controls form[action$="/invoke/ship"] button`)), chromedp.WaitVisible(chromedp.CSS(".feedback.refused"))); err != nil {
@@ -98,6 +120,7 @@ func TestBrowserTeamRoomPages(t *testing.T) {
 			t.Errorf("at %s px the ship refusal reads %q", w, got)
 		}
 		check("team-refusal-" + w)
+		near("team-refusal-near-"+w, ".feedback.refused")
 		if err := chromedp.Do(ctx, chromedp.Navigate(public+"/account"), chromedp.WaitVisible(chromedp.CSS(`form[action="/signout"]`))); err != nil {
 			t.Fatal(err)
 		}
