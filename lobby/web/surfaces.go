@@ -220,7 +220,10 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 				}
 				s.all = append(s.all, row)
 			}
-			s.Rows = s.all[:min(len(s.all), maxRows)]
+			// The first page, unfiltered, for pages drawn without a
+			// reader's query (a refusal's page, the past): pageTables
+			// replaces it with the page asked for.
+			s.Rows, s.Table = pageOf(&s, nil)
 		case "feed":
 			items, _ := v.Value.([]any)
 			if len(items) > maxRows {

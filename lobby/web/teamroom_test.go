@@ -73,6 +73,11 @@ func TestTableSurfacePagesAndFiltersEveryRow(t *testing.T) {
 	if n := strings.Count(table, "<tr id="); n != 1 || !strings.Contains(table, teamroom.DeepTaskTitle) || !strings.Contains(table, "1 of 60 match") || !strings.Contains(table, "Show all") {
 		t.Errorf("filtering for row 57 shows %d rows:\n%s", n, table)
 	}
+	// A page drawn without the reader's query (the answer to a token
+	// rotation) shows the first page.
+	if code, page := s.post("maya", "/web/rooms/"+room.ID+"/tokens/rotate", url.Values{"which": {"room"}}); code != 200 || !strings.Contains(tableOf(t, page, "task_table"), "rows 1–50 of 60") {
+		t.Errorf("the rotation's page (%d) draws no table:\n%s", code, tableOf(t, page, "task_table"))
+	}
 	// A view link's token rides along on the pager's links.
 	_, _, page = s.get("", "/rooms/"+room.ID+"?view="+room.ViewToken)
 	if table = tableOf(t, page, "task_table"); !strings.Contains(table, `href="?tp.task_table=2&amp;view=`+url.QueryEscape(room.ViewToken)) {
