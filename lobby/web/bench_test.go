@@ -246,3 +246,22 @@ func BenchmarkRoomPageDeepValue(b *testing.B) {
 		b.ReportMetric(float64(ru.Maxrss)/1024, "peak_rss_MB")
 	})
 }
+
+// BenchmarkRoomPageTeamRoom renders the real-size room's page
+// (lobby/teamroom) for its owner, as a browser asks for it, and reports
+// its size:
+//
+//	go test ./lobby/web -run '^$' -bench RoomPageTeamRoom -benchtime 20x
+func BenchmarkRoomPageTeamRoom(b *testing.B) {
+	s, room := newTeamSite(b, web.Options{})
+	var size int
+	b.ResetTimer()
+	for range b.N {
+		code, _, page := s.get("maya", "/rooms/"+room.ID)
+		if code != 200 {
+			b.Fatalf("the room page: %d", code)
+		}
+		size = len(page)
+	}
+	b.ReportMetric(float64(size)/1024, "page_KiB")
+}

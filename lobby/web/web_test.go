@@ -262,6 +262,8 @@ func (s *site) stream(person, path, lastID string) <-chan string {
 	go func() {
 		defer res.Body.Close()
 		sc := bufio.NewScanner(res.Body)
+		// A real-size room's section is one data line of a few hundred KB.
+		sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 		var block []string
 		for sc.Scan() {
 			line := sc.Text()
