@@ -59,7 +59,9 @@ func TestResultSizes(t *testing.T) {
 	cs := connect(t, alice, map[string]string{"board": "admin"})
 	mustTool(t, cs, "sync_embody", map[string]any{"room": "board"})
 
-	full := rawTool(t, cs, "sync_read_context", map[string]any{"max_bytes": 4 << 20})
+	// The whole context, as REST (which has no result limit) returns it.
+	_, whole, _ := restCall(ctx, srv.base, "GET", "/rooms/board/context?max_bytes=4194304", tok, nil)
+	full, _ := json.Marshal(whole)
 	lean := rawTool(t, cs, "sync_read_context", nil)
 	const budget = 32_000
 	if len(full) < 2*budget {
@@ -109,3 +111,113 @@ func TestResultSizes(t *testing.T) {
 func approxTokens(s string) int { return len(tokenish.FindAllStringIndex(s, -1)) }
 
 var tokenish = regexp.MustCompile(`\s?[A-Za-z]+|\s?[0-9]{1,3}|\s?[^\sA-Za-z0-9]+|\s+`)
+
+// No result a model can reach passes what Claude Code shows it whole
+// (mcp.MaxResultChars, as text and as JSON): on the big room with a value
+// and a view past that size, every default and widest read, and every
+// read the results advise (cuts' expand, pages, an evaluation's next
+// page), followed to three steps, stays under it, and a budget past the
+// cap is refused with the way to page.
+func TestAdviceStaysUnderResultLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a room of 1,017 messages")
+	}
+	srv := startServer(t, pgtest.New(t))
+	tok, _ := bigRoom(t, srv)
+	ctx := context.Background()
+	spec := strings.Repeat("the specification of the board, one long paragraph after another. ", 900)
+	if code, out, _ := restCall(ctx, srv.base, "PUT", "/rooms/board/state/batch", tok, map[string]any{"writes": []any{
+		map[string]any{"scope": "_shared", "key": "spec", "value": spec}}}); code != 200 {
+		t.Fatalf("spec: %d %v", code, out)
+	}
+	alice := owner(t, srv, "alice", "board", tok)
+	cs := connect(t, alice, map[string]string{"board": "admin"})
+	mustTool(t, cs, "sync_embody", map[string]any{"room": "board"})
+
+	type call struct {
+		tool string
+		args map[string]any
+	}
+	calls := []call{
+		{"sync_register_view", map[string]any{"id": "everything", "expr": "state._shared"}},
+		{"sync_read_context", nil},
+		{"sync_read_context", map[string]any{"depth": "full", "max_bytes": mcp.MaxContextBytes}},
+		{"sync_read_context", map[string]any{"only": "views.everything"}},
+		{"sync_read_context", map[string]any{"only": "state._shared", "prefix": "spec"}},
+		{"sync_read_context", map[string]any{"only": "messages", "messages_limit": 500, "max_bytes": mcp.MaxContextBytes}},
+		{"sync_read_context", map[string]any{"include": "_messages,_audit", "max_bytes": mcp.MaxContextBytes}},
+		{"sync_embody", map[string]any{"room": "board", "context": "full", "max_bytes": mcp.MaxContextBytes}},
+		{"sync_wait", map[string]any{"condition": "true", "context": "full", "max_bytes": mcp.MaxContextBytes}},
+		{"sync_eval_cel", map[string]any{"expr": "state._shared"}},
+		{"sync_eval_cel", map[string]any{"expr": `state._shared["spec"]`}},
+		{"sync_eval_cel", map[string]any{"expr": "state._shared.map(k, state._shared[k])"}},
+		{"sync_search", map[string]any{"q": "progress", "limit": 50}},
+		{"sync_lobby", nil},
+		{"sync_help", nil},
+	}
+	for _, k := range []string{"guide", "standard_library", "expressions", "context_shaping", "threads", "search"} {
+		calls = append(calls, call{"sync_help", map[string]any{"key": k}})
+	}
+	readOnly := map[string]bool{"sync_read_context": true, "sync_eval_cel": true, "sync_search": true, "sync_help": true, "sync_lobby": true}
+	seen := map[string]bool{}
+	largest, largestCall, followed := 0, "", 0
+	var run func(c call, depth int, from string)
+	run = func(c call, depth int, from string) {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: c.tool, Arguments: c.args})
+		if err != nil {
+			t.Fatalf("%s %v: %v", c.tool, c.args, err)
+		}
+		text := resultText(res)
+		raw, _ := json.Marshal(res.StructuredContent)
+		label := fmt.Sprintf("%s %v", c.tool, c.args)
+		if from != "" {
+			label += " (advised by " + from + ")"
+		}
+		if res.IsError {
+			t.Errorf("%s failed: %.400s", label, text)
+			return
+		}
+		for what, n := range map[string]int{"text": len(text), "JSON": len(raw)} {
+			if n > mcp.MaxResultChars {
+				t.Errorf("%s: %d characters of %s, past %d", label, n, what, mcp.MaxResultChars)
+			}
+			if n > largest {
+				largest, largestCall = n, label
+			}
+		}
+		if depth >= 3 {
+			return
+		}
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		for _, hint := range advisedCalls(m) {
+			tool, args, ok := parseCall(hint)
+			if !ok || !readOnly[tool] || seen[hint] {
+				continue
+			}
+			seen[hint] = true
+			followed++
+			run(call{tool, args}, depth+1, c.tool)
+		}
+	}
+	for _, c := range calls {
+		run(c, 0, "")
+	}
+	if followed < 20 {
+		t.Errorf("only %d advised reads followed: the room is too small to test the limit", followed)
+	}
+	t.Logf("largest result, following %d advised reads: %d characters, %s", followed, largest, largestCall)
+
+	// A budget past what a result holds is refused, saying to page.
+	for _, c := range []call{{"sync_read_context", map[string]any{"max_bytes": 100_000}}, {"sync_wait", map[string]any{"condition": "true", "max_bytes": 4 << 20}}} {
+		out, isErr := callTool(t, cs, c.tool, c.args)
+		if !isErr || out["error"] != "invalid_field" || !strings.Contains(fmt.Sprint(out["hint"]), "page") {
+			t.Errorf("%s %v: want invalid_field saying to page, got %v", c.tool, c.args, out)
+		}
+	}
+	// The help says so.
+	help := mustTool(t, cs, "sync_help", map[string]any{"key": "context_shaping"})
+	if s := fmt.Sprint(help["content"]); !strings.Contains(s, "48000 characters") || !strings.Contains(s, "page instead") {
+		t.Errorf("context_shaping does not say to page past the result limit: %s", s)
+	}
+}

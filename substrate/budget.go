@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -153,7 +154,22 @@ type fitter struct {
 // default budget would not hold need bytes.
 func (f *fitter) expand(args map[string]any, need int) string {
 	if need+2000 > DefaultBudget {
-		args["max_bytes"] = min((need+2000+999)/1000*1000, maxContextBytes)
+		args["max_bytes"] = min((need+2000+999)/1000*1000, f.req.adviseMax())
+	}
+	return expand(f.rc, f.room, args)
+}
+
+// wholeValue words the read that returns one large value whole: a read
+// of just it with the budget it needs, or, past the largest budget the
+// caller may be advised (AdviseMax), the expression that evaluates to it,
+// whose result a surface with a result limit pages.
+func (f *fitter) wholeValue(args map[string]any, size int, force bool, ref string) string {
+	need := (size + 2000 + 999) / 1000 * 1000
+	if need > f.req.adviseMax() {
+		return f.rc.p.say(errs.Step{Op: errs.OpEval, Room: f.room, Args: map[string]any{"expr": ref}})
+	}
+	if size+1500 > f.req.MaxBytes || force {
+		args["max_bytes"] = need
 	}
 	return expand(f.rc, f.room, args)
 }
@@ -172,10 +188,8 @@ func (f *fitter) previews() {
 			if len(raw) > largeValue {
 				keys[k] = preview(raw)
 				args := map[string]any{"only": "state." + scope, "prefix": k}
-				if len(raw)+1500 > f.req.MaxBytes || f.req.Prefix == k {
-					args["max_bytes"] = min((len(raw)+2000+999)/1000*1000, maxContextBytes)
-				}
-				f.b.Cuts = append(f.b.Cuts, Cut{Section: "state." + scope + "." + k, Bytes: len(raw), Expand: expand(f.rc, f.room, args)})
+				ref := "state[" + strconv.Quote(scope) + "][" + strconv.Quote(k) + "]"
+				f.b.Cuts = append(f.b.Cuts, Cut{Section: "state." + scope + "." + k, Bytes: len(raw), Expand: f.wholeValue(args, len(raw), f.req.Prefix == k, ref)})
 				changed = true
 			}
 		}
@@ -190,10 +204,8 @@ func (f *fitter) previews() {
 			if len(raw) > largeValue {
 				views[id] = preview(raw)
 				args := map[string]any{"only": "views." + id}
-				if len(raw)+1500 > f.req.MaxBytes || (len(f.req.Only) == 1 && f.req.Only[0] == "views."+id) {
-					args["max_bytes"] = min((len(raw)+2000+999)/1000*1000, maxContextBytes)
-				}
-				f.b.Cuts = append(f.b.Cuts, Cut{Section: "views." + id, Bytes: len(raw), Expand: expand(f.rc, f.room, args)})
+				only := len(f.req.Only) == 1 && f.req.Only[0] == "views."+id
+				f.b.Cuts = append(f.b.Cuts, Cut{Section: "views." + id, Bytes: len(raw), Expand: f.wholeValue(args, len(raw), only, "views["+strconv.Quote(id)+"]")})
 				continue
 			}
 			views[id] = v
