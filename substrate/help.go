@@ -56,7 +56,7 @@ The context read (`+read+`) takes these shaping fields; the wait (`+say(errs.OpW
 - prefix: "<start>", keys_after: "<key>": state keys that start with prefix, after keys_after in key order; a scope too large for one read is read page by page (a cut names the next page).
 - messages_after: <seq>, messages_limit: <n> (default 100, max 500): page the message log; reading messages marks them read.
 - include: "_messages,_audit": add those logs to state (newest messages_limit entries; _audit needs room authority or an _audit grant).
-- max_bytes: the size budget, 1000 to ` + strconv.Itoa(maxBudget(w)) + ` (what does not fit is summarised; _context.budget lists each cut and the read that returns it, whose own answer fits the default budget).
+- max_bytes: the size budget, 1000 to `+strconv.Itoa(maxBudget(w))+` (what does not fit is summarised; _context.budget lists each cut and the read that returns it, whose own answer fits the default budget).
 - A wait wakes with a delta: what changed since your last read (or since: <seq>), listed in _context.delta, with the unread messages addressed to you first; context "full" returns the whole context, "none" only whether the condition held. A timeout returns the condition alone unless context is given.
 _context lists the sections present, what was elided, and the read that returns it (_expand); _context.entries_unevaluated counts state entries hidden because the room's entry-level enabled expressions cost more than one read evaluates.`) + resultLimit(w), true
 	case "vocabulary_bootstrap":
