@@ -221,3 +221,63 @@ func TestAdviceStaysUnderResultLimit(t *testing.T) {
 		t.Errorf("context_shaping does not say to page past the result limit: %s", s)
 	}
 }
+
+// The default read of a busy board says what the room is for (the
+// description its creator gave over REST) and shows a sample of its
+// open work, counted against the board's, within the same budget: the
+// board's 300 open tasks were written before the 100 finished ones were
+// changed last, and the read kept the most recently changed first (all
+// 100 finished ones, then 108 of the open), never counted the open work,
+// and never said what the room was for.
+func TestDefaultReadSaysPurposeAndOpenWork(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	const purpose = "Review of the payments rewrite: claim an open task, review it, mark it done."
+	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "review", "meta": map[string]any{"label": "Payments review", "description": purpose}})
+	tok := room["token"].(string)
+	write := func(from, to int, done bool) {
+		var writes []any
+		for i := from; i < to; i++ {
+			writes = append(writes, map[string]any{"scope": "_shared", "key": fmt.Sprintf("task-%03d", i),
+				"value": map[string]any{"title": "review one part of the rewrite", "notes": "read the diff, run the tests, leave comments in the room", "done": done}})
+		}
+		if code, out, _ := restCall(ctx, srv.base, "PUT", "/rooms/review/state/batch", tok, map[string]any{"writes": writes}); code != 200 {
+			t.Fatalf("batch: %d %v", code, out)
+		}
+	}
+	for i := 0; i < 400; i += 100 {
+		write(i, i+100, false)
+	}
+	write(300, 400, true)
+	alice := owner(t, srv, "alice", "review", tok)
+	cs := connect(t, alice, map[string]string{"review": "admin"})
+	mustTool(t, cs, "sync_embody", map[string]any{"room": "review"})
+	text, m := toolResult(t, cs, "sync_read_context", nil)
+	raw, _ := json.Marshal(m)
+	if len(raw) > mcp.DefaultMaxBytes+512 {
+		t.Errorf("the default read is %d bytes, past its budget", len(raw))
+	}
+	if get(m, "about", "description") != purpose || !strings.HasPrefix(text, "about:") {
+		t.Errorf("the default read does not begin with what the room is for: %.300s", text)
+	}
+	shared, _ := get(m, "state", "_shared").(map[string]any)
+	open := 0
+	for k, v := range shared {
+		if e, ok := v.(map[string]any); ok && k != "_summary" {
+			if e["done"] == false {
+				open++
+			} else {
+				t.Errorf("finished %s shown while open tasks were left out", k)
+			}
+		}
+	}
+	sum, _ := shared["_summary"].(map[string]any)
+	if open < 3 || sum["open"] != float64(300) || sum["open_shown"] != float64(open) {
+		t.Errorf("the default read shows %d open tasks of 300 (summary %v)", open, sum)
+	}
+	// Pages and deltas do not repeat the purpose.
+	if _, page := toolResult(t, cs, "sync_read_context", map[string]any{"only": "state._shared"}); page["about"] != nil {
+		t.Errorf("a page repeats the room's purpose")
+	}
+	t.Logf("default read of the 400-task board: %d bytes JSON (~%d tokens), %d bytes text (~%d tokens), %d open tasks shown", len(raw), approxTokens(string(raw)), len(text), approxTokens(text), open)
+}

@@ -585,6 +585,10 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		return false
 	}
 	env := &Envelope{Self: rc.self, Params: rc.vars.Params}
+	if len(req.Only) == 0 && !req.paged() && req.MessagesAfter == nil && req.Thread == 0 {
+		// A whole read says what the room is for; its pages need not.
+		env.About = rc.snap.about
+	}
 	if env.Params == nil {
 		env.Params = map[string]any{}
 	}

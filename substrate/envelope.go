@@ -7,6 +7,9 @@ import "github.com/syncsubstrate/sync/substrate/expr"
 
 // Envelope is what a context read returns (ARCHITECTURE §7).
 type Envelope struct {
+	// About is what the room is for (its meta's description), first: it
+	// frames everything after it. Absent for a room without one.
+	About *RoomAbout `json:"about,omitempty"`
 	// Self is the reader's agent id ("" for tokens and observers).
 	Self string `json:"self"`
 	// State maps each visible scope to its entries (key → value; the
@@ -30,6 +33,12 @@ type Envelope struct {
 	// shared are the scopes of State shown as the snapshot holds them,
 	// whose encoding is shared between reads (EncodeJSON).
 	shared map[string]sharedScope
+}
+
+// RoomAbout is a room's label and description, as its meta holds them.
+type RoomAbout struct {
+	Label       string `json:"label,omitempty"`
+	Description string `json:"description"`
 }
 
 // ActionView is an action (or builtin) as the reader sees it; the

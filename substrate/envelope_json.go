@@ -76,12 +76,16 @@ func (e *Envelope) EncodeJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	self, err := encodeJSON(e.Self)
+	// The fields in declaration order: about and self, then state, then
+	// the rest.
+	head, err := encodeJSON(struct {
+		About *RoomAbout `json:"about,omitempty"`
+		Self  string     `json:"self"`
+	}{e.About, e.Self})
 	if err != nil {
 		return nil, err
 	}
-	// The fields in declaration order: self, then state, then the rest.
-	head := append(append([]byte(`{"self":`), self...), ',')
+	head = append(head[:len(head)-1], ',')
 	if !bytes.HasPrefix(tail, head) {
 		return encodeJSON((*envelopeFields)(e))
 	}
