@@ -76,12 +76,13 @@ func (e *Envelope) EncodeJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The fields in declaration order: about and self, then state, then
-	// the rest.
+	// The fields in declaration order: about, self and _context, then
+	// state, then the rest.
 	head, err := encodeJSON(struct {
-		About *RoomAbout `json:"about,omitempty"`
-		Self  string     `json:"self"`
-	}{e.About, e.Self})
+		About   *RoomAbout   `json:"about,omitempty"`
+		Self    string       `json:"self"`
+		Context *ContextMeta `json:"_context"`
+	}{e.About, e.Self, &e.Context})
 	if err != nil {
 		return nil, err
 	}
