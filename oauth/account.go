@@ -58,7 +58,17 @@ func (wb *web) accountPage(w http.ResponseWriter, r *http.Request, u *User, invi
 	}
 	rooms, _ := wb.s.opt.Rooms.UserRooms(ctx, u.ID)
 	wb.render(w, http.StatusOK, "account", map[string]any{"User": u.Username, "Passkeys": keys, "Grants": grants, "Ended": ended, "Rooms": rooms,
-		"Invite": invite})
+		"Invite": invite, "Revoked": justRevoked(r, ended)})
+}
+
+// justRevoked is the application whose connection the person revoked
+// just before this page (its newest ended connection, ended here), or "".
+// The name comes from the server, never from the link.
+func justRevoked(r *http.Request, ended []endedGrant) string {
+	if r.URL.Query().Get("revoked") == "" || len(ended) == 0 || ended[0].Reason != endByYou.text() {
+		return ""
+	}
+	return ended[0].Client
 }
 
 func (wb *web) createInvite(w http.ResponseWriter, r *http.Request) {
@@ -83,7 +93,9 @@ func (wb *web) revokeClient(w http.ResponseWriter, r *http.Request) {
 		wb.errorPage(w, 404, "Nothing to revoke", "That connection no longer exists.")
 		return
 	}
-	http.Redirect(w, r, "/account", http.StatusSeeOther)
+	// The page after says what the client will show and how to undo it:
+	// Claude Code drops every sync tool without a word.
+	http.Redirect(w, r, "/account?revoked=1", http.StatusSeeOther)
 }
 
 func (wb *web) deletePasskey(w http.ResponseWriter, r *http.Request) {
