@@ -135,7 +135,7 @@ func claimsOf(seq int64, writer string, v map[string]any) []claim {
 		op, _ := m["op"].(string)
 		scope, _ := m["scope"].(string)
 		key, _ := m["key"].(string)
-		if (op == "set" || op == "merge" || op == "delete") && (scope == substrate.ScopeShared || !strings.HasPrefix(scope, "_")) {
+		if (op == "insert" || op == "set" || op == "merge" || op == "delete") && (scope == substrate.ScopeShared || !strings.HasPrefix(scope, "_")) {
 			entries = append(entries, scope+"."+key)
 		}
 	}

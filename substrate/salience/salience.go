@@ -195,12 +195,12 @@ func (sl *salience) stale(id string) bool {
 
 // brokenViews are the views this reader sees whose value is an error,
 // sorted: mine those the reader is to fix (its own, and the room's: a
-// view registered with room authority is everyone's; room those of
-// them), others' those another agent registered. An agent's broken view
-// is that agent's mistake, not the room's: it is counted in
-// _vocabulary_health and told to its registrar, but it neither outranks
-// the room's findings for others nor rates the room degenerating (unless
-// broken views are a large part of the room's views).
+// view registered with room authority is everyone's; room counts those),
+// others' those another agent registered. An agent's broken view is that
+// agent's mistake, not the room's: it is counted in _vocabulary_health
+// and told to its registrar, but it neither outranks the room's findings
+// for others nor rates the room degenerating (unless several agents'
+// views break and are a large part of the room's views).
 func brokenViews(r *substrate.Read) (mine, others []string, room int) {
 	views := r.Views()
 	for _, v := range r.ViewDefs() {
@@ -560,10 +560,14 @@ func (sl *salience) health(ctx context.Context) *Health {
 
 	degenerating := false
 	// The room's broken views say its model is wrong; an agent's (the
-	// reader's own included) say that agent's is, unless broken views
-	// are a large part of the room's views. The reader's own lead its
-	// findings either way.
-	if room > 0 || h.TotalViews > 0 && float64(h.BrokenViews)/float64(h.TotalViews) > sl.cfg.StaleFraction {
+	// reader's own included) say that agent's is, unless the views of
+	// several agents break and are a large part of the room's views. The
+	// reader's own lead its findings either way.
+	registrars := len(h.BrokenViewsBy)
+	if h.mine > room {
+		registrars++
+	}
+	if room > 0 || registrars > 1 && float64(h.BrokenViews)/float64(max(h.TotalViews, 1)) > sl.cfg.StaleFraction {
 		degenerating = true
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%d views fail to evaluate: their model of the room is wrong", h.BrokenViews))
 		h.Suggestions = append(h.Suggestions, "fix a broken view by registering it again with the same id and a corrected expression")
