@@ -563,7 +563,7 @@ func TestSalienceContestedClaimsAndBlockedWork(t *testing.T) {
 	e.do("PUT", "/rooms/claims/actions", rm.token, map[string]any{"id": "claim", "params": map[string]any{"task": map[string]any{"type": "string"}},
 		"writes": []any{map[string]any{"key": "${params.task}", "merge": map[string]any{"owner": "${self}"}}}}).must(t, 201)
 	e.do("PUT", "/rooms/claims/actions", rm.token, map[string]any{"id": "take", "params": map[string]any{"task": map[string]any{"type": "string"}},
-		"if": `state._shared[params.task].?owner.orValue("") == ""`,
+		"if":     `state._shared[params.task].?owner.orValue("") == ""`,
 		"writes": []any{map[string]any{"key": "${params.task}", "merge": map[string]any{"owner": "${self}"}}}}).must(t, 201)
 	e.do("PUT", "/rooms/claims/actions", rm.token, map[string]any{"id": "vote", "params": map[string]any{"task": map[string]any{"type": "string"}},
 		"writes": []any{map[string]any{"key": "votes", "increment": 1}}}).must(t, 201)
