@@ -388,8 +388,9 @@ type Health struct {
 	BrokenViews  int `json:"broken_views"`
 	// BrokenViewsBy are the broken views other agents registered, by
 	// registrar: theirs to fix, counted in BrokenViews.
-	BrokenViewsBy        map[string][]string `json:"broken_views_by,omitempty"`
-	mine                 int
+	BrokenViewsBy map[string][]string `json:"broken_views_by,omitempty"`
+	// ContestedClaims and BlockedItems count _attention's contested and
+	// blocked (all of them).
 	ContestedClaims      int       `json:"contested_claims"`
 	BlockedItems         int       `json:"blocked_items"`
 	StaleActions         int       `json:"stale_actions"`
@@ -402,12 +403,16 @@ type Health struct {
 	// OverlappingPurposes are pairs of actions whose descriptions and
 	// intents say much the same (seed 000 §7.2).
 	OverlappingPurposes [][2]string `json:"overlapping_purposes,omitempty"`
+
+	// mine counts the broken views the reader is to fix (its own and the
+	// room's).
+	mine int
 }
 
 // strongest is the health's one finding most worth a reader's attention,
 // or "": a broken view the reader is to fix, else the strongest message
-// pattern, else
-// overlapping purposes, else why the vocabulary is degenerating.
+// pattern, else overlapping purposes, else why the vocabulary is
+// degenerating.
 func (h *Health) strongest() string {
 	switch {
 	case h.mine > 0:
@@ -567,7 +572,8 @@ func (sl *salience) health(ctx context.Context) *Health {
 	if h.mine > room {
 		registrars++
 	}
-	if room > 0 || registrars > 1 && float64(h.BrokenViews)/float64(max(h.TotalViews, 1)) > sl.cfg.StaleFraction {
+	roomWide := room > 0 || registrars > 1 && float64(h.BrokenViews)/float64(max(h.TotalViews, 1)) > sl.cfg.StaleFraction
+	if roomWide {
 		degenerating = true
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%d views fail to evaluate: their model of the room is wrong", h.BrokenViews))
 		h.Suggestions = append(h.Suggestions, "fix a broken view by registering it again with the same id and a corrected expression")
@@ -597,7 +603,7 @@ func (sl *salience) health(ctx context.Context) *Health {
 	for _, pair := range h.OverlappingPurposes {
 		h.Suggestions = append(h.Suggestions, fmt.Sprintf("%s and %s state overlapping purposes: merge them, or say in their descriptions how they differ", pair[0], pair[1]))
 	}
-	if h.BrokenViews > h.mine && !degenerating {
+	if h.BrokenViews > h.mine && !roomWide {
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%d views of other agents fail to evaluate: theirs to fix (broken_views_by)", h.BrokenViews-h.mine))
 	}
 	switch {
