@@ -46,10 +46,10 @@ func (sl *salience) contestedOnce(ctx context.Context) []substrate.Contest {
 // contested finds, in the recent log, targets two or more agents claimed
 // within cfg.ContestWithin mutations of each other: the same action
 // invoked successfully with the same arguments by different agents
-// (both claimed task 42), where the action replaces, merges or deletes
-// an entry (appends and increments add up: votes, notes and counters are
-// not contests); or the same entry written directly (set, merge or
-// delete) by different agents. A claim the vocabulary refused (a failed
+// (both claimed task 42), where the action inserts, replaces, merges or
+// deletes an entry (appends and increments add up: votes, notes and
+// counters are not contests); or the same entry written directly
+// (inserted, set, merged or deleted) by different agents. A claim the vocabulary refused (a failed
 // precondition) contests nothing: the room settled it. Only actions the
 // reader sees and entries it is shown count. Newest first.
 func contested(ctx context.Context, sl *salience) []substrate.Contest {
@@ -120,8 +120,8 @@ func appendNew(l []string, s string) []string {
 }
 
 // claimsOf are the claims an _audit record makes, if any: a successful
-// custom invocation that replaces, merges or deletes an entry, or a
-// direct write (one claim per entry it sets, merges or deletes).
+// custom invocation that inserts, replaces, merges or deletes an entry, or a
+// direct write (one claim per entry it inserts, sets, merges or deletes).
 func claimsOf(seq int64, writer string, v map[string]any) []claim {
 	ok, _ := v["ok"].(bool)
 	kind, _ := v["kind"].(string)
