@@ -97,13 +97,17 @@ const (
 	// msgCounts.unseen). Of each value only the fields read (LogRow): an
 	// audit entry holds whole values written and definitions registered,
 	// and sending and decoding 500 of them whole at every read was the
-	// room page's largest cost at real size (issue 42).
+	// room page's largest cost at real size (issue 42); of an audit entry's
+	// writes only where they went (contested claims).
 	sqlLogWindow = `(SELECT scope, sort_key, jsonb_build_object('kind', value->'kind', 'body', value->'body', 'subject', value->'subject'), writer
 			FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key <= $3
 			AND sort_key <> ALL($4::bigint[])
 			ORDER BY sort_key DESC LIMIT $2)
 		UNION ALL
-		(SELECT scope, sort_key, jsonb_build_object('kind', value->'kind', 'ok', value->'ok', 'builtin', value->'builtin', 'action', value->'action'), writer
+		(SELECT scope, sort_key, jsonb_build_object('kind', value->'kind', 'ok', value->'ok', 'builtin', value->'builtin', 'action', value->'action',
+				'agent', value->'agent', 'params', value->'params',
+				'writes', (SELECT jsonb_agg(jsonb_build_object('op', w->'op', 'scope', w->'scope', 'key', w->'key'))
+					FROM jsonb_array_elements(CASE WHEN jsonb_typeof(value->'writes') = 'array' THEN value->'writes' ELSE '[]' END) w)), writer
 			FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $3
 			ORDER BY sort_key DESC LIMIT $2)`
 	// sqlMarkRead records an agent's context read: the room seq it saw,

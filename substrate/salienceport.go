@@ -96,8 +96,15 @@ type Attention struct {
 	// YouElided are sections this read left out (by request or budget)
 	// that changed since the reader's last read.
 	YouElided []string `json:"you_elided,omitempty"`
-	// LowSalience are actions and views nobody has used for a long while
-	// (they still work); Omitted counts those a lean read left out.
+	// Contested are claims two or more agents made on the same thing in a
+	// short while (help key vocabulary_review says how they are found).
+	Contested []Contest `json:"contested,omitempty"`
+	// Blocked are the work items whose fields say they are blocked or
+	// waiting on something (at most a few; BlockedMore counts the rest).
+	Blocked     []Blocked `json:"blocked,omitempty"`
+	BlockedMore int       `json:"blocked_more,omitempty"`
+	// LowSalience are actions nobody has invoked for a long while (they
+	// still work); Omitted counts those a lean read left out.
 	LowSalience []string `json:"low_salience,omitempty"`
 	Omitted     *Omitted `json:"low_salience_omitted,omitempty"`
 	// VocabularyHealth is the room's assessment: progressive, stable or
@@ -109,6 +116,27 @@ type Attention struct {
 	// OverdueAcks are acknowledgements asked of the reader and not given
 	// within Options.AckOverdue (the core's, with or without salience).
 	OverdueAcks []OverdueAck `json:"overdue_acks,omitempty"`
+}
+
+// Contest is a claim several agents made on one target: the same action
+// invoked with the same arguments by each (Params), or the same entry
+// written directly by each (Entry).
+type Contest struct {
+	Action string         `json:"action,omitempty"`
+	Params map[string]any `json:"params,omitempty"`
+	Entry  string         `json:"entry,omitempty"`
+	Agents []string       `json:"agents"`
+	// Seq is the latest of the competing claims.
+	Seq int64 `json:"seq"`
+}
+
+// Blocked is a work item whose status says it is blocked or waiting, or
+// that names what it waits on: Entry is scope.key, and [id] (or [index])
+// for an item of a list.
+type Blocked struct {
+	Entry     string `json:"entry"`
+	Status    string `json:"status,omitempty"`
+	WaitingOn any    `json:"waiting_on,omitempty"`
 }
 
 // Omitted counts what a lean read left out for low salience, and the read
@@ -274,6 +302,18 @@ func (r *Read) EachShown(keep func(scope string) bool, f func(scope, key string,
 		}
 	}
 }
+
+// Value is the value of an entry EachShown gave the reader (nil for
+// another).
+func (r *Read) Value(scope, key string) any {
+	m, _ := r.rc.state[scope].(map[string]any)
+	return m[key]
+}
+
+// ViewOwner is the agent whose view def is, to fix when it breaks: the
+// agent of its scope, or the agent that registered a communal one; ""
+// for a view registered with room authority (the room's own).
+func ViewOwner(def *ViewDef) string { return registrarOf(def.Scope, def.RegisteredBy) }
 
 // Expand words the context read with args for the reader.
 func (r *Read) Expand(args map[string]any) string { return expand(r.rc, r.room, args) }

@@ -1,9 +1,11 @@
 package rest_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,8 +37,11 @@ func salienceConfig(e *env, rm room, cfg map[string]any) {
 	e.do("PUT", "/rooms/"+rm.id+"/state", rm.token, map[string]any{"scope": "_shared", "key": "_config", "value": map[string]any{"salience": cfg}}).must(e.t, 200)
 }
 
-// A view whose expression fails is listed as broken for everyone, and its
-// registrar gets the error even when it asked for state only.
+// A view whose expression fails is its registrar's to fix: the registrar
+// gets it listed, with the error, even when it asked for state only;
+// another agent is not pointed at it (it is counted, by registrar, in
+// _vocabulary_health) and the room is not rated degenerating for it. A
+// broken view of the room's own is everyone's, and rates the room.
 func TestSalienceBrokenViewSurfacesForItsRegistrar(t *testing.T) {
 	e := newEnv(t, rest.Options{})
 	rm := e.room("broken", nil)
@@ -52,12 +57,22 @@ func TestSalienceBrokenViewSurfacesForItsRegistrar(t *testing.T) {
 	if yours["total"] == nil || path(yours, "total", "_error") == nil {
 		t.Fatalf("the registrar's broken view is not promoted with its error: %v", mine)
 	}
-	theirs := attention(e.ctx(rm, b, "only=state"))
-	if !slices.Contains(strs(theirs["broken_views"]), "total") || theirs["your_broken_views"] != nil {
-		t.Fatalf("another agent's attention: %v", theirs)
+	if f, _ := mine["finding"].(string); !strings.Contains(f, "your views fail") {
+		t.Fatalf("the registrar's finding is not its broken view: %v", mine)
 	}
-	if h := path(e.ctx(rm, b, "only=views").body, "views", "_vocabulary_health", "assessment"); h != "degenerating" {
-		t.Fatalf("a room with a broken view is assessed %v", h)
+	theirs := attention(e.ctx(rm, b, "only=state"))
+	if theirs["broken_views"] != nil || theirs["your_broken_views"] != nil || theirs["finding"] != nil || theirs["vocabulary_health"] == "degenerating" {
+		t.Fatalf("another agent is pointed at a's broken view: %v", theirs)
+	}
+	h, _ := path(e.ctx(rm, b, "only=views").body, "views", "_vocabulary_health").(map[string]any)
+	if h["assessment"] == "degenerating" || !slices.Contains(strs(path(h, "broken_views_by", "a")), "total") || h["broken_views"] != float64(1) {
+		t.Fatalf("one agent's broken view in _vocabulary_health: %v", h)
+	}
+
+	e.do("PUT", "/rooms/broken/views", rm.token, map[string]any{"id": "board", "expr": "state._shared.board.size()"}).must(t, 201)
+	theirs = attention(e.ctx(rm, b, "only=state"))
+	if !slices.Contains(strs(theirs["broken_views"]), "board") || theirs["vocabulary_health"] != "degenerating" {
+		t.Fatalf("the room's own broken view is not everyone's: %v", theirs)
 	}
 	help := e.do("GET", "/rooms/broken/help?key=vocabulary_review", a, nil).must(t, 200)
 	if help.str("source") != "system" {
@@ -528,5 +543,65 @@ func TestSalienceWindowFollowsMessageTimers(t *testing.T) {
 	since, _ := attention(e.ctx(rm, a, "only=state"))["since_your_last_read"].(map[string]any)
 	if since["new_messages"] != float64(starts+1) {
 		t.Fatalf("after the timers, a's new_messages %v, want %d: %v", since["new_messages"], starts+1, since)
+	}
+}
+
+// Contested claims and blocked work reach _attention by the rules help
+// key vocabulary_review states: the same action with the same arguments
+// by two agents (a refused one, the same agent twice, and increments
+// contest nothing), an entry written directly by two agents, and an item
+// whose status says blocked or that names what it waits on (a done one
+// does not), in an entry or in a list.
+func TestSalienceContestedClaimsAndBlockedWork(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("claims", nil)
+	a, b, c := e.join(rm, "a", "_shared"), e.join(rm, "b", "_shared"), e.join(rm, "c")
+	e.do("PUT", "/rooms/claims/state", rm.token, map[string]any{"scope": "_shared", "key": "t1", "value": map[string]any{"status": "todo"}}).must(t, 200)
+	e.do("PUT", "/rooms/claims/state", rm.token, map[string]any{"scope": "_shared", "key": "board", "value": []any{
+		map[string]any{"id": "B-1", "status": "doing", "waiting_on": "legal"}, map[string]any{"id": "B-2", "status": "done", "waiting_on": "legal"},
+		map[string]any{"id": "B-3", "status": "todo"}}}).must(t, 200)
+	e.do("PUT", "/rooms/claims/actions", rm.token, map[string]any{"id": "claim", "params": map[string]any{"task": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"key": "${params.task}", "merge": map[string]any{"owner": "${self}"}}}}).must(t, 201)
+	e.do("PUT", "/rooms/claims/actions", rm.token, map[string]any{"id": "take", "params": map[string]any{"task": map[string]any{"type": "string"}},
+		"if":     `state._shared[params.task].?owner.orValue("") == ""`,
+		"writes": []any{map[string]any{"key": "${params.task}", "merge": map[string]any{"owner": "${self}"}}}}).must(t, 201)
+	e.do("PUT", "/rooms/claims/actions", rm.token, map[string]any{"id": "vote", "params": map[string]any{"task": map[string]any{"type": "string"}},
+		"writes": []any{map[string]any{"key": "votes", "increment": 1}}}).must(t, 201)
+	invoke := func(tok, action, task string) int {
+		return e.do("POST", "/rooms/claims/actions/"+action+"/invoke", tok, map[string]any{"params": map[string]any{"task": task}}).status
+	}
+	for _, call := range []struct {
+		tok, action, task string
+	}{{a, "vote", "t1"}, {b, "vote", "t1"}, {a, "claim", "t2"}, {a, "claim", "t2"}, {a, "take", "t3"}, {b, "claim", "t1"}, {c, "claim", "t1"}} {
+		invoke(call.tok, call.action, call.task)
+	}
+	if code := invoke(b, "take", "t3"); code == 200 {
+		t.Fatalf("the second take of t3 succeeded")
+	}
+	e.do("PUT", "/rooms/claims/state", a, map[string]any{"scope": "_shared", "key": "owner_of_t9", "value": "a"}).must(t, 200)
+	e.do("PUT", "/rooms/claims/state", b, map[string]any{"scope": "_shared", "key": "owner_of_t9", "value": "b"}).must(t, 200)
+	e.do("PUT", "/rooms/claims/state", a, map[string]any{"scope": "_shared", "key": "t5", "value": map[string]any{"status": "Blocked"}}).must(t, 200)
+
+	at := attention(e.ctx(rm, c, ""))
+	raw, _ := json.Marshal(at)
+	var got []string
+	for _, x := range asList(at["contested"]) {
+		m, _ := x.(map[string]any)
+		got = append(got, fmt.Sprintf("%v %v %v %v", m["action"], path(m, "params", "task"), m["entry"], m["agents"]))
+	}
+	want := []string{"<nil> <nil> _shared.owner_of_t9 [a b]", "claim t1 <nil> [b c]"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("contested = %q, want %q: %s", got, want, raw)
+	}
+	got = nil
+	for _, x := range asList(at["blocked"]) {
+		got = append(got, fmt.Sprint(path(x.(map[string]any), "entry")))
+	}
+	if want := []string{"_shared.board[B-1]", "_shared.t5"}; !slices.Equal(got, want) {
+		t.Fatalf("blocked = %q, want %q: %s", got, want, raw)
+	}
+	h, _ := path(e.ctx(rm, c, "only=views").body, "views", "_vocabulary_health").(map[string]any)
+	if h["contested_claims"] != float64(2) || h["blocked_items"] != float64(2) {
+		t.Fatalf("_vocabulary_health counts: %v", h)
 	}
 }

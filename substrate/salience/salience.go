@@ -83,12 +83,16 @@ type Config struct {
 	// PatternMin is how often a message pattern must recur to be
 	// suggested as a vocabulary gap. Default 3.
 	PatternMin int `json:"pattern_min"`
+	// ContestWithin is how many room mutations apart two agents' claims
+	// on one target may be to contest it (the same action with the same
+	// arguments, or direct writes of the same entry). Default 20.
+	ContestWithin int64 `json:"contest_within"`
 }
 
 func defaultConfig() Config {
 	yes := true
 	return Config{StaleAfterMutations: 50, StaleAfterMinutes: 60, StaleFraction: 0.3, MessageRatio: 3,
-		Decay: 0.95, LowSalience: 0.2, FirstReadFull: &yes, PatternMin: 3}
+		Decay: 0.95, LowSalience: 0.2, FirstReadFull: &yes, PatternMin: 3, ContestWithin: 20}
 }
 
 // configOf is the room's configuration: the defaults with what
@@ -131,6 +135,9 @@ func configOf(config json.RawMessage) Config {
 	if o.PatternMin > 0 {
 		c.PatternMin = o.PatternMin
 	}
+	if o.ContestWithin > 0 {
+		c.ContestWithin = o.ContestWithin
+	}
 	return c
 }
 
@@ -143,6 +150,11 @@ type salience struct {
 	// the reader's marks (nil for a caller without an agent).
 	reads int64
 	self  *substrate.ReaderMarks
+
+	// contests and blockedItems are found once per read (attention and
+	// health both tell them).
+	contests     *[]substrate.Contest
+	blockedItems *[]substrate.Blocked
 }
 
 // FirstReadFull reports a reader on its first read of a room that reads
@@ -181,16 +193,34 @@ func (sl *salience) stale(id string) bool {
 	return old
 }
 
-// brokenViews are the views this reader sees whose value is an error.
-func brokenViews(r *substrate.Read) []string {
-	var out []string
-	for id, v := range r.Views() {
-		if m, ok := v.(map[string]any); ok && m["_error"] != nil && !strings.HasPrefix(id, "_") {
-			out = append(out, id)
+// brokenViews are the views this reader sees whose value is an error,
+// sorted: mine those the reader is to fix (its own, and the room's: a
+// view registered with room authority is everyone's; room counts those),
+// others' those another agent registered. An agent's broken view is that
+// agent's mistake, not the room's: it is counted in _vocabulary_health
+// and told to its registrar, but it neither outranks the room's findings
+// for others nor rates the room degenerating (unless several agents'
+// views break and are a large part of the room's views).
+func brokenViews(r *substrate.Read) (mine, others []string, room int) {
+	views := r.Views()
+	for _, v := range r.ViewDefs() {
+		id := v.Def.ID
+		m, ok := views[id].(map[string]any)
+		if !ok || m["_error"] == nil || strings.HasPrefix(id, "_") {
+			continue
+		}
+		if owner := substrate.ViewOwner(v.Def); owner == "" || owner == r.Self() {
+			mine = append(mine, id)
+			if owner == "" {
+				room++
+			}
+		} else {
+			others = append(others, id)
 		}
 	}
-	sort.Strings(out)
-	return out
+	sort.Strings(mine)
+	sort.Strings(others)
+	return mine, others, room
 }
 
 // since computes what changed after the reader's last read, from the
@@ -285,11 +315,12 @@ func readsChangedState(r *substrate.Read, src, self string, after int64) bool {
 // adds what needs the log: new messages and you_elided).
 func (sl *salience) attention(ctx context.Context, health *Health) *substrate.Attention {
 	r := sl.r
-	at := &substrate.Attention{BrokenViews: brokenViews(r), VocabularyHealth: health.Assessment, Finding: health.strongest()}
+	mine, _, _ := brokenViews(r)
+	at := &substrate.Attention{BrokenViews: mine, VocabularyHealth: health.Assessment, Finding: health.strongest()}
 	self, views, defs := r.Self(), r.Views(), r.ViewDefs()
 	for _, id := range at.BrokenViews {
 		for _, v := range defs {
-			if v.Def.ID == id && self != "" && (v.Def.RegisteredBy == self || v.Def.Scope == self) {
+			if v.Def.ID == id && self != "" && substrate.ViewOwner(v.Def) == self {
 				if at.YourBrokenViews == nil {
 					at.YourBrokenViews = map[string]any{}
 				}
@@ -305,10 +336,14 @@ func (sl *salience) attention(ctx context.Context, health *Health) *substrate.At
 			at.LowSalience = append(at.LowSalience, id)
 		}
 	}
-	for _, v := range defs {
-		if _, shown := views[v.Def.ID]; shown && sl.low("view", v.Def.ID) {
-			at.LowSalience = append(at.LowSalience, "views."+v.Def.ID)
-		}
+	// Views are not marked: a view's value is shown, and read, with every
+	// context read, so reads that no action's expression used it are no
+	// evidence that nobody does (a quiet, healthy view is not a signal).
+	at.Contested = sl.contestedOnce(ctx)
+	if b := sl.blockedOnce(); len(b) > maxBlocked {
+		at.Blocked, at.BlockedMore = b[:maxBlocked], len(b)-maxBlocked
+	} else {
+		at.Blocked = b
 	}
 	at.SinceYourLastRead = sl.since(ctx)
 	return at
@@ -348,9 +383,16 @@ func (sl *salience) YouElided(since *substrate.SinceLastRead, elided []string) [
 // Health is the _vocabulary_health system view: the room's vocabulary
 // assessed as a theory of what the room is for (seed 000 §7.3).
 type Health struct {
-	TotalActions         int       `json:"total_actions"`
-	TotalViews           int       `json:"total_views"`
-	BrokenViews          int       `json:"broken_views"`
+	TotalActions int `json:"total_actions"`
+	TotalViews   int `json:"total_views"`
+	BrokenViews  int `json:"broken_views"`
+	// BrokenViewsBy are the broken views other agents registered, by
+	// registrar: theirs to fix, counted in BrokenViews.
+	BrokenViewsBy map[string][]string `json:"broken_views_by,omitempty"`
+	// ContestedClaims and BlockedItems count _attention's contested and
+	// blocked (all of them).
+	ContestedClaims      int       `json:"contested_claims"`
+	BlockedItems         int       `json:"blocked_items"`
 	StaleActions         int       `json:"stale_actions"`
 	ContestedTargets     int       `json:"contested_targets"`
 	MessageToActionRatio float64   `json:"message_to_action_ratio"`
@@ -361,14 +403,19 @@ type Health struct {
 	// OverlappingPurposes are pairs of actions whose descriptions and
 	// intents say much the same (seed 000 §7.2).
 	OverlappingPurposes [][2]string `json:"overlapping_purposes,omitempty"`
+
+	// mine counts the broken views the reader is to fix (its own and the
+	// room's).
+	mine int
 }
 
 // strongest is the health's one finding most worth a reader's attention,
-// or "": a broken view, else the strongest message pattern, else
-// overlapping purposes, else why the vocabulary is degenerating.
+// or "": a broken view the reader is to fix, else the strongest message
+// pattern, else overlapping purposes, else why the vocabulary is
+// degenerating.
 func (h *Health) strongest() string {
 	switch {
-	case h.BrokenViews > 0:
+	case h.mine > 0:
 		return h.Reasons[0]
 	case len(h.Patterns) > 0:
 		return h.Patterns[0].Suggestion
@@ -442,7 +489,19 @@ func (sl *salience) health(ctx context.Context) *Health {
 			h.TotalViews++
 		}
 	}
-	h.BrokenViews = len(brokenViews(r))
+	mine, others, room := brokenViews(r)
+	h.mine, h.BrokenViews = len(mine), len(mine)+len(others)
+	for _, id := range others {
+		for _, v := range r.ViewDefs() {
+			if v.Def.ID == id {
+				if h.BrokenViewsBy == nil {
+					h.BrokenViewsBy = map[string][]string{}
+				}
+				owner := substrate.ViewOwner(v.Def)
+				h.BrokenViewsBy[owner] = append(h.BrokenViewsBy[owner], id)
+			}
+		}
+	}
 	recentUsed, recent := 0, 0
 	for _, id := range acts {
 		if sl.stale(id) {
@@ -472,8 +531,8 @@ func (sl *salience) health(ctx context.Context) *Health {
 	} else {
 		h.MessageToActionRatio = float64(win.messages)
 	}
-	var shown map[string]bool   // the _shared keys the reader is shown
-	var written map[string]bool // the _shared keys an action it sees writes
+	var shown map[string]bool     // the _shared keys the reader is shown
+	var written func(string) bool // the _shared keys an action it sees writes
 	for _, p := range win.patternsOnce(r, sl.cfg.PatternMin) {
 		// Found once for every reader (from the log, _audit included);
 		// one naming an action hidden from this reader is not its news,
@@ -493,9 +552,9 @@ func (sl *salience) health(ctx context.Context) *Health {
 		// writes the key.
 		if p.Pattern == "messages_about_key" {
 			if written == nil {
-				written = writtenKeys(r, acts)
+				written = writtenKeys(r, acts, win)
 			}
-			if written[strings.TrimPrefix(p.Key, substrate.ScopeShared+".")] {
+			if written(strings.TrimPrefix(p.Key, substrate.ScopeShared+".")) {
 				continue
 			}
 		}
@@ -505,11 +564,25 @@ func (sl *salience) health(ctx context.Context) *Health {
 	}
 
 	degenerating := false
-	if h.BrokenViews > 0 {
+	// The room's broken views say its model is wrong; an agent's (the
+	// reader's own included) say that agent's is, unless the views of
+	// several agents break and are a large part of the room's views. The
+	// reader's own lead its findings either way.
+	registrars := len(h.BrokenViewsBy)
+	if h.mine > room {
+		registrars++
+	}
+	roomWide := room > 0 || registrars > 1 && float64(h.BrokenViews)/float64(max(h.TotalViews, 1)) > sl.cfg.StaleFraction
+	if roomWide {
 		degenerating = true
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%d views fail to evaluate: their model of the room is wrong", h.BrokenViews))
 		h.Suggestions = append(h.Suggestions, "fix a broken view by registering it again with the same id and a corrected expression")
+	} else if h.mine > 0 {
+		h.Reasons = append(h.Reasons, fmt.Sprintf("%d of your views fail to evaluate: your model of the room is wrong (your_broken_views)", h.mine))
+		h.Suggestions = append(h.Suggestions, "fix a broken view by registering it again with the same id and a corrected expression")
 	}
+	h.ContestedClaims = len(sl.contestedOnce(ctx))
+	h.BlockedItems = len(sl.blockedOnce())
 	if h.TotalActions > 0 && float64(h.StaleActions)/float64(h.TotalActions) > sl.cfg.StaleFraction {
 		degenerating = true
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%d of %d actions were registered and never invoked since: the vocabulary is not load-bearing", h.StaleActions, h.TotalActions))
@@ -529,6 +602,9 @@ func (sl *salience) health(ctx context.Context) *Health {
 	h.OverlappingPurposes = overlappingPurposes(r, acts)
 	for _, pair := range h.OverlappingPurposes {
 		h.Suggestions = append(h.Suggestions, fmt.Sprintf("%s and %s state overlapping purposes: merge them, or say in their descriptions how they differ", pair[0], pair[1]))
+	}
+	if h.BrokenViews > h.mine && !roomWide {
+		h.Reasons = append(h.Reasons, fmt.Sprintf("%d views of other agents fail to evaluate: theirs to fix (broken_views_by)", h.BrokenViews-h.mine))
 	}
 	switch {
 	case degenerating:
@@ -569,6 +645,8 @@ type logWindow struct {
 	// counts those of the actions it sees.
 	invoked map[string]int
 	entries []logEntry
+	// claims are the window's claims on targets (claimsOf), in seq order.
+	claims []claim
 
 	// found are the patterns, found once (they depend on the snapshot
 	// and the room's configuration only).
@@ -658,6 +736,11 @@ func readWindow(ctx context.Context, r *substrate.Read) *logWindow {
 		e.audit = scope == substrate.ScopeAudit
 		e.by = writer
 		if e.audit {
+			// The window's audit values are small (sqlLogWindow sends
+			// only the fields read), so the claims' decode is cheap.
+			var full map[string]any
+			_ = json.Unmarshal(raw, &full)
+			w.claims = append(w.claims, claimsOf(row.Seq, writer, full)...)
 			e.kind = field[string](v, "kind")
 			e.ok = field[bool](v, "ok")
 			if field[bool](v, "builtin") || e.kind != "invoke" {
@@ -691,6 +774,7 @@ func readWindow(ctx context.Context, r *substrate.Read) *logWindow {
 		w.entries = append(w.entries, e)
 	}
 	sort.Slice(w.entries, func(i, j int) bool { return w.entries[i].seq < w.entries[j].seq })
+	sort.SliceStable(w.claims, func(i, j int) bool { return w.claims[i].seq < w.claims[j].seq })
 	return w
 }
 
@@ -813,21 +897,6 @@ func mentions(body, key string) bool {
 
 func isWordByte(b byte) bool {
 	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
-}
-
-// writtenKeys are the _shared keys one of acts writes (by its templates'
-// literal keys).
-func writtenKeys(r *substrate.Read, acts []string) map[string]bool {
-	out := map[string]bool{}
-	for _, id := range acts {
-		a, _ := r.Action(id)
-		for _, w := range a.Def.Writes {
-			if w.Scope == "" || w.Scope == substrate.ScopeShared {
-				out[w.Key] = true
-			}
-		}
-	}
-	return out
 }
 
 // Annotate adds adaptive salience to an assembled envelope: the
