@@ -1657,3 +1657,55 @@ func TestAttackApplyRefusesDeepValues(t *testing.T) {
 		t.Fatalf("HOLE: the refused mutation's first write was stored: %s", raw)
 	}
 }
+
+// The cap on searches at once is one person's, not everyone's who reads
+// alike: the lobby's observers (and an owner's room authority on the
+// pages) carry no token, so every person observing a room had the one
+// key, and one person's two held searches refused every other observer's
+// with room_busy. Two of ann's are held; bea's runs; ann's third is
+// refused.
+func TestAttackSearchCapIsNotSharedByObservers(t *testing.T) {
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	_, ag := searchRoomOf(t, svc, "watched")
+	if _, err := svc.Invoke(ctx, ag["bo"], "watched", "_send_message", json.RawMessage(`{"body":"the egret report"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var holds atomic.Int32
+	held, free := make(chan struct{}, 2), make(chan struct{})
+	substrate.SetSearchJudged(svc, func(string) {
+		if holds.Add(1) <= 2 {
+			held <- struct{}{}
+			<-free
+		}
+	})
+	t.Cleanup(func() { substrate.SetSearchJudged(svc, nil) })
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := svc.Search(ctx, substrate.ObserverPrincipal("watched"), "watched", substrate.SearchRequest{Query: "egret", Caller: "ann"})
+			errc <- err
+		}()
+	}
+	<-held
+	<-held
+	res, err := svc.Search(ctx, substrate.ObserverPrincipal("watched"), "watched", substrate.SearchRequest{Query: "egret", Caller: "bea"})
+	if err != nil || len(res.Hits) != 1 {
+		close(free)
+		wg.Wait()
+		t.Fatalf("HOLE: bea's search while another observer's two run: %+v %v", res, err)
+	}
+	_, err = svc.Search(ctx, substrate.ObserverPrincipal("watched"), "watched", substrate.SearchRequest{Query: "egret", Caller: "ann"})
+	roomBusy(t, "ann's third search at once", err)
+	close(free)
+	wg.Wait()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatalf("a held search: %v", err)
+		}
+	}
+}
