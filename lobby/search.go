@@ -119,6 +119,7 @@ func (l *Lobby) SearchSession(ctx context.Context, s *Session, req substrate.Sea
 	for _, r := range v.Rooms {
 		rooms = append(rooms, r.Room)
 	}
+	req.Caller = s.UserID // the cap on searches at once is the person's
 	return searchRooms(ctx, l.svc, rooms, func(room string) (*substrate.Principal, error) {
 		p, _, err := l.Principal(ctx, s, room)
 		return p, err
@@ -136,6 +137,7 @@ func (l *Lobby) SearchPerson(ctx context.Context, userID, username string, req s
 	for _, r := range rooms {
 		ids = append(ids, r.ID)
 	}
+	req.Caller = userID // the cap on searches at once is the person's
 	return searchRooms(ctx, l.svc, ids, func(room string) (*substrate.Principal, error) {
 		p, _, err := l.PersonPrincipal(ctx, userID, username, room)
 		return p, err
@@ -156,6 +158,7 @@ func (l *Lobby) Search(ctx context.Context, s *Session, room string, req substra
 		return nil, err
 	}
 	p.Words = words
+	req.Caller = s.UserID // the cap on searches at once is the person's
 	res, err := l.svc.Search(ctx, p, room, req)
 	if err != nil {
 		return nil, err

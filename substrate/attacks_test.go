@@ -1657,3 +1657,120 @@ func TestAttackApplyRefusesDeepValues(t *testing.T) {
 		t.Fatalf("HOLE: the refused mutation's first write was stored: %s", raw)
 	}
 }
+
+// The cap on searches at once is one person's, not everyone's who reads
+// alike: the lobby's observers (and an owner's room authority on the
+// pages) carry no token, so every person observing a room had the one
+// key, and one person's two held searches refused every other observer's
+// with room_busy. Two of ann's are held; bea's runs; ann's third is
+// refused.
+func TestAttackSearchCapIsNotSharedByObservers(t *testing.T) {
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	_, ag := searchRoomOf(t, svc, "watched")
+	if _, err := svc.Invoke(ctx, ag["bo"], "watched", "_send_message", json.RawMessage(`{"body":"the egret report"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var holds atomic.Int32
+	held, free := make(chan struct{}, 2), make(chan struct{})
+	substrate.SetSearchJudged(svc, func(string) {
+		if holds.Add(1) <= 2 {
+			held <- struct{}{}
+			<-free
+		}
+	})
+	t.Cleanup(func() { substrate.SetSearchJudged(svc, nil) })
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := svc.Search(ctx, substrate.ObserverPrincipal("watched"), "watched", substrate.SearchRequest{Query: "egret", Caller: "ann"})
+			errc <- err
+		}()
+	}
+	<-held
+	<-held
+	res, err := svc.Search(ctx, substrate.ObserverPrincipal("watched"), "watched", substrate.SearchRequest{Query: "egret", Caller: "bea"})
+	if err != nil || len(res.Hits) != 1 {
+		close(free)
+		wg.Wait()
+		t.Fatalf("HOLE: bea's search while another observer's two run: %+v %v", res, err)
+	}
+	_, err = svc.Search(ctx, substrate.ObserverPrincipal("watched"), "watched", substrate.SearchRequest{Query: "egret", Caller: "ann"})
+	roomBusy(t, "ann's third search at once", err)
+	close(free)
+	wg.Wait()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatalf("a held search: %v", err)
+		}
+	}
+}
+
+// A flood of messages directed to one agent must not cost every other
+// agent's read (issue 43's directed count): state_directed holds every
+// directed message, so a reader's count and its directed read filtered
+// all of them after its last read to find its own. 20,000 messages to al
+// made bo's context read cost 110 ms instead of 21 ms (measured with
+// ANALYZE'd statistics; 20,000 rows removed by filter per read). The
+// statements bo's read runs must look at about as many rows as are his.
+func TestAttackDirectedFloodCostsOnlyItsRecipient(t *testing.T) {
+	db := pgtest.New(t)
+	svc := substrate.New(db, substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	searchRoomOf(t, svc, "flood")
+	for _, q := range []string{
+		`INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer) VALUES ('flood', '_messages', '100', 100, '{"kind": "chat", "body": "for bo", "to": ["bo"]}', 100, 'cy')`,
+		`INSERT INTO state (room_id, scope, key, sort_key, value, revision, writer) SELECT 'flood', '_messages', s::text, s, '{"kind": "chat", "body": "for al", "to": ["al"]}', s, 'cy'
+			FROM generate_series(101, 20100) s`,
+		`UPDATE rooms SET seq = 20100, message_count = message_count + 20001 WHERE id = 'flood'`,
+		`ANALYZE state`,
+	} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	var unread, directed int64
+	var gates, beyond []string
+	var dir []bool
+	if err := db.QueryRow(ctx, substrate.SQLUnread, "flood", int64(0), "bo", int64(20100), 1000).Scan(&unread, &directed, &gates, &dir, &beyond); err != nil || directed != 1 {
+		t.Fatalf("bo's directed count: %d %v (want 1)", directed, err)
+	}
+	for name, c := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"unread count":  {substrate.SQLUnread, []any{"flood", int64(0), "bo", int64(20100), 1000}},
+		"directed read": {substrate.SQLDirectedUnread, []any{"flood", "bo", int64(0), int64(20100), 21}},
+	} {
+		var raw []byte
+		if err := db.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+c.sql, c.args...).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var removed func(n map[string]any) float64
+		removed = func(n map[string]any) float64 {
+			r, _ := n["Rows Removed by Filter"].(float64)
+			x, _ := n["Rows Removed by Index Recheck"].(float64)
+			r += x
+			kids, _ := n["Plans"].([]any)
+			for _, k := range kids {
+				if m, ok := k.(map[string]any); ok {
+					r += removed(m)
+				}
+			}
+			return r
+		}
+		var plan []map[string]any
+		if err := json.Unmarshal(raw, &plan); err != nil {
+			t.Fatal(err)
+		}
+		top, _ := plan[0]["Plan"].(map[string]any)
+		if n := removed(top); n > 1100 {
+			t.Errorf("HOLE: bo's %s looks at %.0f rows of messages to al to find his one:\n%s", name, n, raw)
+		}
+	}
+}

@@ -31,3 +31,10 @@ func SetSearchJudged(s *Service, f func(roomID string)) { s.searchJudged = f }
 // SetSearchTimeout replaces the time one search statement may run (3 s):
 // a test makes every search too slow.
 func SetSearchTimeout(s *Service, d time.Duration) { s.searchTimeout = d }
+
+// SQLUnread and SQLDirectedUnread are a reader's unread count and its
+// directed messages' read: an attack test reads what their plans cost.
+const (
+	SQLUnread         = sqlUnread
+	SQLDirectedUnread = sqlDirectedUnread
+)

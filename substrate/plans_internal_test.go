@@ -70,8 +70,9 @@ func TestHotQueryPlans(t *testing.T) {
 		{"thread", sqlThreadMessages, []any{"hot", int64(101), int64(0), 100, int64(60000)}, "state_thread"},
 		{"hidden messages", sqlHiddenMessages, []any{"hot", int64(60000)}, ""},
 		// Messages to a reader are read through their own index
-		// (state_directed), whatever its backlog.
-		{"directed unread", sqlDirectedUnread, []any{"hot", "b", int64(1000), int64(60000), 21}, "state_directed"},
+		// (state_directed_to, by recipient), whatever its backlog and
+		// whatever is directed to others.
+		{"directed unread", sqlDirectedUnread, []any{"hot", "b", int64(1000), int64(60000), 21}, "state_directed_to"},
 		{"newest messages after", sqlMessagesNewestAfter, []any{"hot", int64(1000), 500, int64(60000)}, ""},
 		{"unseen changes", sqlUnseen, []any{"hot", int64(59000), int64(60000)}, ""},
 		{"public messages", `SELECT ` + sqlPublicMessages + ` FROM rooms r WHERE id = ANY($1)`, []any{[]string{"hot", "r1"}}, ""},

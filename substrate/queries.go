@@ -38,7 +38,7 @@ const (
 		AND (sort_key = $2 OR value->>'thread' = $2::text) AND sort_key > $3 AND sort_key <= $5` + liveSQL + `
 		ORDER BY sort_key LIMIT $4`
 	// sqlUnread counts a reader's unread messages and, apart, those
-	// addressed to it (index state_directed), each bounded; its own
+	// addressed to it (index state_directed_to), each bounded; its own
 	// messages are not unread. Counted among the unread, the directed
 	// ones past the first thousand were missed: a reader with that
 	// backlog was never woken by a message to it. The gated ones come back
@@ -56,10 +56,13 @@ const (
 		FROM (SELECT coalesce(array_agg(gate), '{}') AS gates, coalesce(array_agg(directed), '{}') AS directed FROM u WHERE gate IS NOT NULL) g`
 	// sqlDirectedUnread reads the messages addressed to a reader ($2)
 	// after its last read ($3), oldest first, up to the read's seq
-	// (index state_directed).
+	// (index state_directed_to). Ordered by sort_key itself, the plan
+	// walked state_directed in order through every message directed to
+	// others (a flood of them to one agent cost every reader); sort_key + 0
+	// is sorted after the reader's own are found.
 	sqlDirectedUnread = `SELECT sort_key, value, writer, via, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages'
 		AND value ? 'to' AND (value->'to') ? $2 AND sort_key > $3 AND sort_key <= $4 AND writer <> $2` + liveSQL + `
-		ORDER BY sort_key LIMIT $5`
+		ORDER BY sort_key + 0 LIMIT $5`
 	// sqlMessagesNewestAfter reads the newest messages after a seq, up to
 	// the read's seq, oldest first: what a delta shows.
 	sqlMessagesNewestAfter = `SELECT sort_key, value, writer, via, enabled_expr FROM (SELECT sort_key, value, writer, via, enabled_expr FROM state

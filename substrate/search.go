@@ -64,6 +64,13 @@ type SearchRequest struct {
 	Offset int
 	// MaxBytes bounds the result's JSON (0: the default, 16 KiB).
 	MaxBytes int
+	// Caller is whose searches this one counts among (searchesAtOnce)
+	// beside the credential: the lobby's user id. Principals without a
+	// token of their own (the lobby's observers, an owner's room
+	// authority on the pages) are alike for every person, so without it
+	// one person's two searches refused everyone else's. "" for a
+	// token's caller, whom its token tells apart. Not read from requests.
+	Caller string
 }
 
 // Search limits.
@@ -281,7 +288,7 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	if err := req.check(p, roomID); err != nil {
 		return nil, err
 	}
-	release, err := s.searchSlot(p, roomID)
+	release, err := s.searchSlot(p, roomID, req.Caller)
 	if err != nil {
 		return nil, err
 	}
@@ -768,11 +775,12 @@ func searchTerms(q string) int {
 // searchSlot takes one of the searches p's credential may run at once
 // (searchesAtOnce), or refuses it with room_busy; release gives it back.
 // A credential is a token (its hash), else the principal's kind and
-// agent: the lobby's principals carry no token.
-func (s *Service) searchSlot(p *Principal, roomID string) (release func(), _ error) {
-	key := roomID + "\x00system"
+// agent: the lobby's principals carry no token, so the caller it names
+// (SearchRequest.Caller) tells its people apart.
+func (s *Service) searchSlot(p *Principal, roomID, caller string) (release func(), _ error) {
+	key := roomID + "\x00system\x00" + caller
 	if p != nil {
-		key = roomID + "\x00" + string(p.Kind) + "\x00" + p.AgentID + "\x00" + p.readsAs + "\x00" + string(p.tokenHash)
+		key = roomID + "\x00" + string(p.Kind) + "\x00" + p.AgentID + "\x00" + p.readsAs + "\x00" + string(p.tokenHash) + "\x00" + caller
 	}
 	s.searchMu.Lock()
 	defer s.searchMu.Unlock()

@@ -87,6 +87,10 @@ func (wb *Web) roomSearch(w http.ResponseWriter, r *http.Request) {
 			wb.fail(w, r, err)
 			return
 		}
+		if viewToken == "" {
+			// The person's searches: theirs alone count against the cap.
+			req.Caller, _, _ = wb.opt.SignedIn(r)
+		}
 		res, err := wb.opt.Substrate.Search(r.Context(), p, roomID, req)
 		if err != nil {
 			wb.fail(w, r, err)
