@@ -189,7 +189,8 @@ func (wb *web) user(r *http.Request) *User {
 // PageKey is a key of size bytes named name, made once and shared by
 // every server process on this database (smcp_server_keys), for other
 // packages' pages to seal what a browser carries from one request to the
-// next (the lobby's one showing of a rotated token).
+// next (a secret shown once, package showonce: the lobby's rotated tokens;
+// oauth's own pages use the same "show_once" key).
 func (s *Server) PageKey(ctx context.Context, name string, size int) ([]byte, error) {
 	return serverKey(ctx, s.db, "page_"+name, size)
 }
