@@ -3,9 +3,10 @@
 // does not send the form again (which rotated the token again and killed
 // the one just shown). The token crosses the redirect sealed in a
 // short-lived cookie (package oauth/showonce, which the account page's
-// new recovery codes and rotating claims use too), never in a URL; the room page opens it and clears
-// it, and leaves a marker in its place, so that the next load says the
-// token was shown and how to get another instead of showing it again.
+// new recovery codes and rotating claims use too), never in a URL; the
+// room page opens it and clears it, and leaves a marker in its place, so
+// that the next load says the token was shown and how to get another
+// instead of showing it again.
 
 package web
 
