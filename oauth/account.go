@@ -139,8 +139,9 @@ func (wb *web) renamePasskey(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/account", http.StatusSeeOther)
 }
 
-// newRecoveryCodes replaces the user's recovery codes and shows the new
-// ones once.
+// newRecoveryCodes replaces the user's recovery codes and redirects to
+// the page that shows the new ones once (showonce.go): a reload of that
+// page sends no form, so it makes no new codes and kills none.
 func (wb *web) newRecoveryCodes(w http.ResponseWriter, r *http.Request) {
 	u := wb.signedIn(w, r)
 	if u == nil {
@@ -151,7 +152,43 @@ func (wb *web) newRecoveryCodes(w http.ResponseWriter, r *http.Request) {
 		wb.errorPage(w, 500, "Something went wrong", "New recovery codes could not be made. Your old ones still work.")
 		return
 	}
+	if !wb.showOnce(w, codesCookie, codesPath, "recovery codes\x00"+u.ID, codes) {
+		wb.errorPage(w, 500, "Something went wrong", "Your new recovery codes could not be shown. Make new ones again from your account page; that ends these.")
+		return
+	}
+	http.Redirect(w, r, codesPath, http.StatusSeeOther)
+}
+
+// showRecoveryCodes shows the codes the last form made, once; a reload
+// says they were shown and how to get others.
+func (wb *web) showRecoveryCodes(w http.ResponseWriter, r *http.Request) {
+	u := wb.signedIn(w, r)
+	if u == nil {
+		return
+	}
+	var codes []string
+	if !wb.takeOnce(w, r, codesCookie, codesPath, "recovery codes\x00"+u.ID, &codes) {
+		codes = nil
+	}
 	wb.render(w, http.StatusOK, "codes", map[string]any{"Codes": codes})
+}
+
+// claimedToken is a rotating claim's outcome, for its one showing.
+type claimedToken struct{ Room, Token, Next string }
+
+// showClaimedToken shows the room token the last rotating claim made,
+// once; a reload says it was shown and how to get another.
+func (wb *web) showClaimedToken(w http.ResponseWriter, r *http.Request) {
+	u := wb.signedIn(w, r)
+	if u == nil {
+		return
+	}
+	var c claimedToken
+	if !wb.takeOnce(w, r, claimedCookie, claimedPath, "room token\x00"+u.ID, &c) {
+		wb.render(w, http.StatusOK, "roomtoken", map[string]any{"Next": "/account"})
+		return
+	}
+	wb.render(w, http.StatusOK, "roomtoken", map[string]any{"Room": c.Room, "Token": c.Token, "Next": safeNext(c.Next)})
 }
 
 // roomAction carries out the account page's room forms through the
@@ -174,7 +211,13 @@ func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
 		var token string
 		token, err = rooms.ClaimRoom(ctx, u.ID, room, strings.TrimSpace(r.PostFormValue("token")), r.PostFormValue("rotate") != "")
 		if err == nil && token != "" {
-			wb.render(w, http.StatusOK, "roomtoken", map[string]any{"Room": room, "Token": token, "Next": next})
+			// The new token is shown once after a redirect: a reload of its
+			// page sends the claim again with the pasted token, dead by now.
+			if !wb.showOnce(w, claimedCookie, claimedPath, "room token\x00"+u.ID, claimedToken{Room: room, Token: token, Next: next}) {
+				wb.errorPage(w, 500, "Something went wrong", "Room "+room+" is yours, but its new room token could not be shown: rotate the room token on the room's page to get one.")
+				return
+			}
+			http.Redirect(w, r, claimedPath, http.StatusSeeOther)
 			return
 		}
 	case "share":

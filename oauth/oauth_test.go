@@ -511,7 +511,10 @@ func TestAccountRooms(t *testing.T) {
 		t.Fatal("the claim form offers no rotation")
 	}
 	r := alice.postForm("/account/rooms/claim", url.Values{"room": {"leaked-room"}, "token": {rotated.Token}, "rotate": {"1"}}, nil)
-	if r.status != 200 || !strings.Contains(r.body, `id="room-token">room_`) || strings.Contains(r.body, rotated.Token) {
+	if r.status != 303 {
+		t.Fatalf("claim with rotation: %d %s", r.status, r.body)
+	}
+	if r = alice.do("GET", r.header.Get("Location"), nil, nil); r.status != 200 || !strings.Contains(r.body, `id="room-token">room_`) || strings.Contains(r.body, rotated.Token) {
 		t.Fatalf("claim with rotation: %d %s", r.status, r.body)
 	}
 	if _, err := h.svc.AuthenticateIn(context.Background(), "leaked-room", rotated.Token); err == nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-webauthn/webauthn/webauthn"
+
+	"github.com/syncsubstrate/sync/oauth/showonce"
 )
 
 //go:embed assets
@@ -29,13 +31,14 @@ type web struct {
 	secure bool
 	cookie string
 	csrf   *http.CrossOriginProtection
+	once   *showonce.Sealer // new recovery codes and a claim's new token (showonce.go)
 }
 
 // ceremonyCookie names the cookie of a ceremony kind: an autofill sign-in
 // waiting in the background and a button sign-in must not share one.
 func ceremonyCookie(kind string) string { return "sync_webauthn_" + kind }
 
-func newWeb(s *Server) (*web, error) {
+func newWeb(ctx context.Context, s *Server) (*web, error) {
 	u, err := url.Parse(s.issuer)
 	if err != nil {
 		return nil, err
@@ -64,7 +67,17 @@ func newWeb(s *Server) (*web, error) {
 	if err != nil {
 		return nil, err
 	}
-	wb := &web{s: s, wa: wa, tmpl: tmpl, secure: u.Scheme == "https", cookie: "sync_session", csrf: http.NewCrossOriginProtection()}
+	// The lobby's key too (its rotated tokens): the cookies' names and
+	// binds differ, so one never opens as another.
+	key, err := serverKey(ctx, s.db, "page_show_once", 32)
+	if err != nil {
+		return nil, err
+	}
+	once, err := showonce.New(key)
+	if err != nil {
+		return nil, err
+	}
+	wb := &web{s: s, wa: wa, tmpl: tmpl, secure: u.Scheme == "https", cookie: "sync_session", csrf: http.NewCrossOriginProtection(), once: once}
 	if wb.secure {
 		wb.cookie = "__Host-sync_session"
 	}
@@ -81,6 +94,8 @@ func (wb *web) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /signup", wb.signupPage)
 	mux.HandleFunc("GET /recover", wb.page("recover"))
 	mux.HandleFunc("GET /account", wb.account)
+	mux.HandleFunc("GET "+codesPath, wb.showRecoveryCodes)
+	mux.HandleFunc("GET "+claimedPath, wb.showClaimedToken)
 	// Each authorize may fetch a client metadata document and store a client.
 	mux.Handle("GET /authorize", wb.s.limited(http.HandlerFunc(wb.authorize)))
 	// Every state-changing browser request is checked for a cross-site
@@ -101,7 +116,7 @@ func (wb *web) routes(mux *http.ServeMux) {
 	post("POST /account/revoke", wb.revokeClient)
 	post("POST /account/passkeys/delete", wb.deletePasskey)
 	post("POST /account/passkeys/rename", wb.renamePasskey)
-	post("POST /account/recovery", wb.newRecoveryCodes)
+	post("POST "+codesPath, wb.newRecoveryCodes)
 	post("POST /account/rooms/{action}", wb.roomAction)
 }
 
@@ -174,7 +189,8 @@ func (wb *web) user(r *http.Request) *User {
 // PageKey is a key of size bytes named name, made once and shared by
 // every server process on this database (smcp_server_keys), for other
 // packages' pages to seal what a browser carries from one request to the
-// next (the lobby's one showing of a rotated token).
+// next (a secret shown once, package showonce: the lobby's rotated tokens;
+// oauth's own pages use the same "show_once" key).
 func (s *Server) PageKey(ctx context.Context, name string, size int) ([]byte, error) {
 	return serverKey(ctx, s.db, "page_"+name, size)
 }

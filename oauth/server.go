@@ -200,7 +200,7 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 		compose.OAuth2TokenIntrospectionFactory,
 		compose.OAuth2TokenRevocationFactory,
 	)
-	if s.web, err = newWeb(s); err != nil {
+	if s.web, err = newWeb(ctx, s); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -38,6 +38,14 @@ func TestBrowserTokenRotation(t *testing.T) {
 		t.Fatalf("the claim's new room token: %q %v", newRoom, err)
 	}
 	screenshot(t, ctx, "claim-rotated")
+	// A reload (the browser would send a POST's answer again) shows the
+	// token not again and claims nothing: the token shown still works.
+	if err := chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("h1")), parsed()); err != nil {
+		t.Fatalf("reloading the claim's answer: %v", err)
+	}
+	if again, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main"))); err != nil || strings.Contains(again, newRoom) || !strings.Contains(again, "shown once") {
+		t.Fatalf("HOLE: a reload of the claim's answer shows the token again, or not how to get another: %q (%v)", again, err)
+	}
 	if code, _ := call(t, "GET", public+"/rooms/vault", roomToken, ""); code != 401 {
 		t.Fatalf("the pasted room token after a rotating claim: %d", code)
 	}

@@ -2,19 +2,16 @@
 // redirect (POST, 303, GET), so a reload of the page that shows the token
 // does not send the form again (which rotated the token again and killed
 // the one just shown). The token crosses the redirect sealed in a
-// short-lived cookie, never in a URL; the room page opens it and clears
-// it, and leaves a marker in its place, so that the next load says the
-// token was shown and how to get another instead of showing it again.
+// short-lived cookie (package oauth/showonce, which the account page's
+// new recovery codes and rotating claims use too), never in a URL; the
+// room page opens it and clears it, and leaves a marker in its place, so
+// that the next load says the token was shown and how to get another
+// instead of showing it again.
 
 package web
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -31,8 +28,10 @@ const (
 	newTokenTTL = 2 * time.Minute
 	// maxSealedToken keeps the cookie under browsers' 4 KB: the list of
 	// agents keeping room authority is cut to fit (the page says how many
-	// more, and GET /rooms/:id/agents lists them).
-	maxSealedToken = 3000
+	// more, and GET /rooms/:id/agents lists them). It counts the token's
+	// JSON: the seal's envelope, nonce and tag and base64 make it about
+	// 4/3 of this plus 80.
+	maxSealedToken = 2950
 )
 
 // newToken is a rotated token as the room page shows it.
@@ -43,28 +42,9 @@ type newToken struct {
 	MoreAgents int `json:"more,omitempty"`
 }
 
-type sealedToken struct {
-	T   newToken `json:"t"`
-	Exp int64    `json:"exp"`
-}
-
-func newSealer(key []byte) (cipher.AEAD, error) {
-	if len(key) == 0 {
-		key = make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			return nil, err
-		}
-	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, errors.New("web: ShowOnceKey must be 16, 24 or 32 bytes")
-	}
-	return cipher.NewGCM(block)
-}
-
 // sealedFor binds a sealed token to its person and room: a cookie copied
 // to another person's browser, or to another room's path, opens nothing.
-func sealedFor(userID, roomID string) []byte { return []byte(userID + "\x00" + roomID) }
+func sealedFor(userID, roomID string) string { return userID + "\x00" + roomID }
 
 func (wb *Web) secureCookies(r *http.Request) bool {
 	return r.TLS != nil || strings.HasPrefix(wb.opt.PublicURL, "https:")
@@ -78,7 +58,7 @@ func (wb *Web) showTokenOnce(w http.ResponseWriter, r *http.Request, userID, roo
 	t := newToken{RotatedToken: rt}
 	var raw []byte
 	for {
-		raw, _ = json.Marshal(sealedToken{T: t, Exp: time.Now().Add(newTokenTTL).Unix()})
+		raw, _ = json.Marshal(t)
 		if len(raw) <= maxSealedToken || len(t.TokenAgentsWithRoomAuthority) == 0 {
 			break
 		}
@@ -88,14 +68,13 @@ func (wb *Web) showTokenOnce(w http.ResponseWriter, r *http.Request, userID, roo
 		cut.TokenAgentsWithRoomAuthority = cut.TokenAgentsWithRoomAuthority[:n]
 		t.RotatedToken = &cut
 	}
-	nonce := make([]byte, wb.seal.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
+	sealed, err := wb.seal.Seal(t, sealedFor(userID, roomID), newTokenTTL)
+	if err != nil {
 		wb.fail(w, r, err)
 		return
 	}
-	sealed := wb.seal.Seal(nonce, nonce, raw, sealedFor(userID, roomID))
 	path := roomCookiePath(roomID)
-	http.SetCookie(w, &http.Cookie{Name: newTokenCookie, Value: base64.RawURLEncoding.EncodeToString(sealed), Path: path,
+	http.SetCookie(w, &http.Cookie{Name: newTokenCookie, Value: sealed, Path: path,
 		MaxAge: int(newTokenTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: wb.secureCookies(r)})
 	http.SetCookie(w, &http.Cookie{Name: shownCookie, Value: "", Path: path, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, path+"#new-token", http.StatusSeeOther)
@@ -130,18 +109,9 @@ func (wb *Web) takeNewToken(w http.ResponseWriter, r *http.Request, userID, room
 }
 
 func (wb *Web) openToken(value, userID, roomID string) (*newToken, bool) {
-	sealed, err := base64.RawURLEncoding.DecodeString(value)
-	n := wb.seal.NonceSize()
-	if err != nil || len(sealed) < n {
+	var t newToken
+	if !wb.seal.Open(value, sealedFor(userID, roomID), &t) || t.RotatedToken == nil || t.Room != roomID {
 		return nil, false
 	}
-	raw, err := wb.seal.Open(nil, sealed[:n], sealed[n:], sealedFor(userID, roomID))
-	if err != nil {
-		return nil, false
-	}
-	var s sealedToken
-	if json.Unmarshal(raw, &s) != nil || s.T.RotatedToken == nil || time.Now().Unix() > s.Exp || s.T.Room != roomID {
-		return nil, false
-	}
-	return &s.T, true
+	return &t, true
 }

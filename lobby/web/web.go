@@ -17,7 +17,6 @@ package web
 
 import (
 	"context"
-	"crypto/cipher"
 	"embed"
 	"errors"
 	"fmt"
@@ -33,6 +32,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/oauth/showonce"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/httpmw"
@@ -83,7 +83,7 @@ type Web struct {
 	base *template.Template // tmpl before any execution, to clone per page
 
 	csrf *http.CrossOriginProtection
-	seal cipher.AEAD // ShowOnceKey's
+	seal *showonce.Sealer // ShowOnceKey's
 
 	mu      sync.Mutex
 	streams map[string]int   // open live streams per person or view token
@@ -182,7 +182,7 @@ func New(opt Options) (*Web, error) {
 	if tmpl, err = base.Clone(); err != nil {
 		return nil, err
 	}
-	seal, err := newSealer(opt.ShowOnceKey)
+	seal, err := showonce.New(opt.ShowOnceKey)
 	if err != nil {
 		return nil, err
 	}
