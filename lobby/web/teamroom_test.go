@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -73,10 +74,13 @@ func TestTableSurfacePagesAndFiltersEveryRow(t *testing.T) {
 	if n := strings.Count(table, "<tr id="); n != 1 || !strings.Contains(table, teamroom.DeepTaskTitle) || !strings.Contains(table, "1 of 60 match") || !strings.Contains(table, "Show all") {
 		t.Errorf("filtering for row 57 shows %d rows:\n%s", n, table)
 	}
-	// A page drawn without the reader's query (the answer to a token
-	// rotation) shows the first page.
-	if code, page := s.post("maya", "/web/rooms/"+room.ID+"/tokens/rotate", url.Values{"which": {"room"}}); code != 200 || !strings.Contains(tableOf(t, page, "task_table"), "rows 1–50 of 60") {
-		t.Errorf("the rotation's page (%d) draws no table:\n%s", code, tableOf(t, page, "task_table"))
+	// A page drawn without the reader's query (the page a token
+	// rotation's redirect leads to) shows the first page.
+	if code, _ := s.post("maya", "/web/rooms/"+room.ID+"/tokens/rotate", url.Values{"which": {"room"}}); code != http.StatusSeeOther {
+		t.Errorf("the rotation answered %d, want 303 (post, redirect, show once)", code)
+	}
+	if _, _, page := s.get("maya", "/rooms/"+room.ID); !strings.Contains(tableOf(t, page, "task_table"), "rows 1–50 of 60") {
+		t.Errorf("the page after the rotation draws no table:\n%s", tableOf(t, page, "task_table"))
 	}
 	// A view link's token rides along on the pager's links.
 	_, _, page = s.get("", "/rooms/"+room.ID+"?view="+room.ViewToken)
