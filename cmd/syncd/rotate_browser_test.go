@@ -59,6 +59,9 @@ func TestBrowserTokenRotation(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(public+"/rooms/vault"),
 		chromedp.WaitVisible(chromedp.CSS("#h-tokens")),
+		// The agents and the tokens are folded behind their headings.
+		chromedp.Click(chromedp.CSS("#fold-agents > summary")),
+		chromedp.Click(chromedp.CSS("#fold-tokens > summary")),
 	); err != nil {
 		t.Fatalf("the owner's room page: %v", err)
 	}
