@@ -576,11 +576,16 @@ func TestLoomPage(t *testing.T) {
 		t.Errorf("the main part: %d %s", code, part)
 	}
 	// On the room page the loom's own scopes (its machinery) are folded
-	// away under Internals; the room's other scopes are open.
+	// away under Internals, sent only when asked for (?internals); the
+	// room's other scopes are folded behind their counts, there.
 	s.write("_shared", "note", `"hello"`)
 	_, _, room := s.get("alice", "/rooms/lab")
-	if !strings.Contains(room, `<details id="internals" class="internals"><summary>`) || strings.Index(room, `id="internal-_loom"`) < strings.Index(room, `id="internals"`) || !strings.Contains(room, `<details id="scope-_shared" open>`) {
+	if !strings.Contains(room, `<details id="internals" class="internals"><summary>`) || strings.Contains(room, `id="internal-_loom"`) || !strings.Contains(room, `internals=1#internals`) || !strings.Contains(room, `<details id="scope-_shared">`) {
 		t.Errorf("the room page does not fold the loom's scopes alone: %s", room)
+	}
+	_, _, room = s.get("alice", "/rooms/lab?internals=1")
+	if !strings.Contains(room, `<details id="internals" class="internals" open><summary>`) || strings.Index(room, `id="internal-_loom"`) < strings.Index(room, `id="internals"`) || !strings.Contains(room, `<details id="scope-_shared">`) {
+		t.Errorf("the room page asked for its internals does not show them: %s", room)
 	}
 }
 
