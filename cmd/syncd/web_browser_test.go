@@ -72,6 +72,15 @@ func untilLaidOut(t *testing.T, ctx context.Context, name string) {
 // reads beside it is not there yet. (With the rest of a search page held
 // back 1.5 s after its "2 found", TestBrowserSearchAndThreads read a main
 // section without the hits.)
+// unfolded opens the room page's folded sections (and its actions'
+// forms), as a person does before reading or using what they hold.
+func unfolded() chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Evaluate[bool](`document.querySelectorAll("details.fold, details.use").forEach(d => d.open = true), true`)(ctx, t)
+		return err
+	})
+}
+
 func parsed() chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
 		_, err := chromedp.Poll[bool](`document.readyState !== "loading"`)(ctx, t)
@@ -178,6 +187,9 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#live.on")),
 	); err != nil {
 		t.Fatalf("opening the room page: %v", err)
+	}
+	if err := chromedp.Do(ctx, unfolded()); err != nil {
+		t.Fatal(err)
 	}
 	page, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main")))
 	if err != nil {
