@@ -53,7 +53,7 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 		wb.fail(w, r, err)
 		return
 	}
-	wb.takeFlash(w, r, roomID, data) // forms.go: what the last form did
+	wb.takeFlash(w, r, roomID, data)           // forms.go: what the last form did
 	data["ShowInternals"] = q.Has("internals") // roommain.html: sent only when asked for
 	// Full page loads only: the live refresh (part=main) would take the
 	// token, or the marker a reload reads, from the page it refreshes.
