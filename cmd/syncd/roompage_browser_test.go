@@ -320,7 +320,7 @@ func roomChecks(t *testing.T, ctx context.Context, width int64) {
 	// not.
 	memory, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(async () => {
 		const m = document.createElement("main");
-		m.innerHTML = await (await fetch(location.pathname + "?internals=1&part=main")).text();
+		m.innerHTML = await (await fetch(location.pathname + "?internals=1&part=main", { headers: { Accept: "text/html" }, credentials: "same-origin" })).text();
 		return [!!m.querySelector('#internals #internal-writer [id^="entry-writer-loom:"]'),
 			!!document.querySelector('#scope-writer [id^="entry-writer-loom:"]'),
 			!!document.querySelector('#scope-writer #entry-writer-progress')].join(" "); })()`, chromedp.EvalAwaitPromise))
