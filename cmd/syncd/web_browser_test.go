@@ -262,7 +262,7 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 	// The audit scrubber: the room as it was after the first write.
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(fmt.Sprintf("%s/rooms/studio?at=%d", public, firstSeq)),
-		chromedp.WaitVisible(chromedp.CSS(".past")), parsed(),
+		chromedp.WaitVisible(chromedp.CSS(".past")), parsed(), unfolded(),
 	); err != nil {
 		t.Fatalf("scrubbing: %v", err)
 	}
