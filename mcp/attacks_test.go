@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/syncsubstrate/sync/mcp"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -737,4 +739,91 @@ func TestAttackShareRoomDemotesLastOwner(t *testing.T) {
 	signup(t, srv, "bob")
 	mustTool(t, cs, "sync_share_room", map[string]any{"room": "keep", "username": "bob", "role": "owner"})
 	mustTool(t, cs, "sync_share_room", map[string]any{"room": "keep", "username": "alice", "role": "collaborator"})
+}
+
+// deepValue is issue 41's value: nested 9,900 levels (some 40 KB).
+func deepValue(levels int) string {
+	var b strings.Builder
+	for i := range levels {
+		if i%2 == 0 {
+			b.WriteString(`[`)
+		} else {
+			b.WriteString(`{"k":`)
+		}
+	}
+	b.WriteString(`"x"`)
+	for i := levels - 1; i >= 0; i-- {
+		if i%2 == 0 {
+			b.WriteString(`]`)
+		} else {
+			b.WriteString(`}`)
+		}
+	}
+	return b.String()
+}
+
+// Issue 41.1: a context holding one value nested 9,900 levels deep
+// (stored before values' nesting was bounded) became a text of some
+// 100 MB for the model: every level indented every line below it. The
+// text costs what the JSON does: levels past the text's depth are written
+// as their JSON on one line.
+func TestAttackDeepValueTextCostsWhatTheJSONDoes(t *testing.T) {
+	body := []byte(`{"state":{"_shared":{"deep":` + deepValue(9900) + `,"after":"shown"}}}`)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	text := mcp.Text(body)
+	runtime.ReadMemStats(&after)
+	if len(text) > 2*len(body) {
+		t.Fatalf("HOLE: %d bytes of JSON made %d bytes of text", len(body), len(text))
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64*uint64(len(body)) {
+		t.Fatalf("HOLE: rendering %d bytes of JSON allocated %d MB", len(body), n>>20)
+	}
+	if !strings.Contains(text, "after: shown") || !strings.Contains(text, `{"k":[{"k":[`) {
+		t.Fatalf("the text lost the value: %.600s", text)
+	}
+}
+
+// Issue 41.1, over MCP: a value nested past the limit (64) is refused with
+// invalid_value naming the limit when an action's params carry it, when
+// an action builds it from shallow params, and in a message body; a view
+// computing one shows an error in its slot.
+func TestAttackDeepValueRefusedOverMCP(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	alice := signup(t, srv, "alice")
+	as := connectWithToken(t, srv, mintToken(t, srv, alice, nil)["access_token"].(string))
+	mustTool(t, as, "sync_create_room", map[string]any{"room": "deep"})
+	mustTool(t, as, "sync_embody", map[string]any{"room": "deep"})
+	mustTool(t, as, "sync_register_action", map[string]any{"id": "wrap", "params": map[string]any{"v": map[string]any{}},
+		"writes": []any{map[string]any{"scope": "_shared", "key": "wrapped", "value": map[string]any{"x": map[string]any{"y": "${params.v}"}}}}})
+	nested := func(n int) any {
+		var v any
+		if err := json.Unmarshal([]byte(deepValue(n)), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	refused := func(what string, out map[string]any, isErr bool) {
+		t.Helper()
+		if !isErr || out["error"] != "invalid_value" || fmt.Sprint(out["limit"]) != "64" || !strings.Contains(fmt.Sprint(out["message"]), "64") {
+			t.Errorf("HOLE: %s: %v %.400v", what, isErr, out)
+		}
+	}
+	out, isErr := callTool(t, as, "sync_invoke_action", map[string]any{"action": "wrap", "params": map[string]any{"v": nested(63)}})
+	refused("an action wrapping params", out, isErr)
+	out, isErr = callTool(t, as, "sync_invoke_action", map[string]any{"action": "wrap", "params": map[string]any{"v": nested(200)}})
+	refused("params", out, isErr)
+	out, isErr = callTool(t, as, "sync_send_message", map[string]any{"body": nested(64)})
+	refused("a message body", out, isErr)
+	ctx := mustTool(t, as, "sync_read_context", map[string]any{"depth": "full"})
+	if s := fmt.Sprint(ctx["state"]); strings.Contains(s, "wrapped") {
+		t.Errorf("HOLE: a refused invocation wrote: %.400s", s)
+	}
+	lit := strings.Repeat("[", 70) + "1" + strings.Repeat("]", 70)
+	mustTool(t, as, "sync_register_view", map[string]any{"id": "deepview", "expr": lit})
+	views := mustTool(t, as, "sync_read_context", map[string]any{"only": "views"})
+	if msg := fmt.Sprint(get(views, "views", "deepview", "_error")); !strings.Contains(msg, "64 levels") {
+		t.Errorf("HOLE: a view 70 levels deep is not an error in its slot: %.400v", views["views"])
+	}
 }

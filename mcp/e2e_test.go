@@ -371,7 +371,12 @@ func TestEndToEndWithGoSDKClient(t *testing.T) {
 	}
 
 	// Narrowing takes effect on the next call.
-	mustTool(t, cs, "sync_revoke_access", map[string]any{"room": "lab"})
+	// Its result tells the model what the person must do to undo it: no
+	// tool widens a connection.
+	rev := mustTool(t, cs, "sync_revoke_access", map[string]any{"room": "lab"})
+	if r, _ := rev["restore"].(string); !strings.Contains(r, "Tell the person") || !strings.Contains(r, "connect again") || !strings.Contains(r, "ticks lab") {
+		t.Fatalf("the revocation does not say how the person restores the room: %v", rev)
+	}
 	if out, isErr := callTool(t, cs, "sync_read_context", map[string]any{"room": "lab"}); !isErr || out["error"] != "room_not_in_scope" {
 		t.Fatalf("revoked room still readable: %v", out)
 	}

@@ -118,12 +118,16 @@ func TestModelLoopCosts(t *testing.T) {
 		name           string
 		bytes, tokens  int
 		structuredSize int
+		// structuredTokens: what Claude Code's model reads (it is handed
+		// the structured content as JSON, not the text).
+		structuredTokens int
 	}
 	var figs []figure
 	measure := func(label, tool string, args map[string]any) map[string]any {
 		text, m := toolResult(t, cs, tool, args)
 		b, tk := resultBytes(text, m)
-		figs = append(figs, figure{label, len(text), tk, b})
+		raw, _ := json.Marshal(m)
+		figs = append(figs, figure{label, len(text), tk, b, approxTokens(string(raw))})
 		return m
 	}
 	list, err := cs.ListTools(ctx, nil)
@@ -299,7 +303,7 @@ func TestModelLoopCosts(t *testing.T) {
 	sort.Slice(figs, func(i, j int) bool { return figs[i].tokens > figs[j].tokens })
 	var b strings.Builder
 	for _, f := range figs {
-		fmt.Fprintf(&b, "\n  %-36s %6d bytes text (~%5d tokens), %6d bytes structured", f.name, f.bytes, f.tokens, f.structuredSize)
+		fmt.Fprintf(&b, "\n  %-36s %6d bytes text (~%5d tokens), %6d bytes JSON (~%5d tokens)", f.name, f.bytes, f.tokens, f.structuredSize, f.structuredTokens)
 	}
 	t.Logf("default results on the 10-agent / 509-task / 1,017-message room:%s", b.String())
 	t.Logf("ten wait cycles, one task changing each: ~%d tokens (%d bytes of text and structured content together)", waitTokens, waitBytes)
@@ -350,4 +354,40 @@ func parseCall(hint string) (string, map[string]any, bool) {
 		}
 	}
 	return name, args, strings.HasPrefix(name, "sync_")
+}
+
+// Results are in reading order, in the JSON Claude Code's model reads as
+// in the text rendered from it (same order): a context's _context (what
+// needs attention, what the budget cut) before its sections, and inside
+// it _attention first and the request echo last; an evaluation's value
+// before the echoed expression; a registration's outcome before the
+// definition it echoes. Before, a 31 KB context ended with _context and
+// began it with depth and sections.
+func TestResultsInReadingOrder(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	ctx := context.Background()
+	_, room, _ := restCall(ctx, srv.base, "POST", "/rooms", "", map[string]any{"id": "board", "meta": map[string]any{"description": "a board"}})
+	tok := room["token"].(string)
+	restCall(ctx, srv.base, "PUT", "/rooms/board/state/batch", tok, map[string]any{"writes": []any{map[string]any{"scope": "_shared", "key": "task", "value": map[string]any{"done": false}}}})
+	alice := owner(t, srv, "alice", "board", tok)
+	cs := connect(t, alice, map[string]string{"board": "admin"})
+	mustTool(t, cs, "sync_embody", map[string]any{"room": "board"})
+	inOrder := func(what, text string, keys ...string) {
+		t.Helper()
+		at := -1
+		for _, k := range keys {
+			i := strings.Index(text, k)
+			if i < 0 || i < at {
+				t.Errorf("%s: %q missing or out of order (want %q):\n%.600s", what, k, keys, text)
+				return
+			}
+			at = i
+		}
+	}
+	text, _ := toolResult(t, cs, "sync_read_context", nil)
+	inOrder("context", text, "about:", "\nself:", "\n_context:", "\n  _attention:", "\n  depth:", "\n  request:", "\nstate:", "\n_session:")
+	text, _ = toolResult(t, cs, "sync_eval_cel", map[string]any{"expr": "1 + 1"})
+	inOrder("evaluation", text, "value:", "\nexpression:")
+	text, _ = toolResult(t, cs, "sync_register_view", map[string]any{"id": "open", "expr": "size(state._shared)"})
+	inOrder("registration", text, "created:", "\nvalue:", "\ndefinition:")
 }

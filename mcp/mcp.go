@@ -188,6 +188,10 @@ func handler(opt *Options, d tool) sdk.ToolHandler {
 			opt.ObserveTool(d.def.Name, outcome, time.Since(start))
 		}
 		res := result(out, err, sess)
+		if n := resultSize(res); n > MaxResultChars {
+			opt.Logger.Warn("tool result past the limit", "tool", d.def.Name, "chars", n)
+			res = tooLarge(d.def.Name, n, d.def.Annotations != nil && d.def.Annotations.ReadOnlyHint)
+		}
 		if checkResult != nil {
 			checkResult(d.def, res)
 		}
@@ -332,6 +336,20 @@ func strictJSON(raw []byte, v any) error {
 // hundred small entries whole.
 const DefaultMaxBytes = 32_000
 
+// MaxResultChars is the most a tool result holds, as text and as
+// structured JSON alike: past about 48,000 characters Claude Code hands
+// its model a 2 KB preview and a file path instead (MAX_MCP_OUTPUT_TOKENS
+// does not change that), and a model without file tools cannot read on.
+// Bytes are counted, which is never fewer than characters.
+const MaxResultChars = 48_000
+
+// MaxContextBytes is the largest max_bytes a read, a wait or an
+// embodiment takes, and the largest any advice names: the result's frame
+// (the _session block, an embodiment) and a text rendering somewhat
+// longer than its JSON stay within MaxResultChars. What is larger is
+// read page by page.
+const MaxContextBytes = 40_000
+
 func contextRequest(sh shaping, after *int64, include, context string, since *int64) (substrate.ContextRequest, error) {
 	q := url.Values{}
 	// since is checked as REST's is (a negative seq is refused).
@@ -343,6 +361,9 @@ func contextRequest(sh shaping, after *int64, include, context string, since *in
 	}
 	if sh.MaxBytes == nil {
 		q.Set("max_bytes", strconv.Itoa(DefaultMaxBytes))
+	} else if *sh.MaxBytes > MaxContextBytes {
+		return substrate.ContextRequest{}, errs.New(errs.InvalidField, "max_bytes %d is past %d, the most a tool result holds (a client shows its model only a preview of a larger one)", *sh.MaxBytes, MaxContextBytes).
+			With("field", "max_bytes").WithHint("leave max_bytes out and read page by page: each cut in _context.budget names the read of its next page (keys_after, messages_after, prefix)")
 	} else {
 		q.Set("max_bytes", strconv.FormatInt(*sh.MaxBytes, 10))
 	}
@@ -360,5 +381,7 @@ func contextRequest(sh shaping, after *int64, include, context string, since *in
 	if sh.MessagesLimit != nil {
 		q.Set("messages_limit", strconv.FormatInt(*sh.MessagesLimit, 10))
 	}
-	return substrate.ParseContextRequest(q.Get)
+	r, err := substrate.ParseContextRequest(q.Get)
+	r.AdviseMax = MaxContextBytes
+	return r, err
 }

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -116,7 +117,7 @@ type (
 		Depth         string `json:"depth,omitempty" jsonschema:"Default lean; full adds action definitions."`
 		Only          string `json:"only,omitempty" jsonschema:"Comma-separated: state, views, agents, actions, messages, state.<scope>, views.<id>."`
 		MessagesLimit *int64 `json:"messages_limit,omitempty" jsonschema:"1–500 (default 100)."`
-		MaxBytes      *int64 `json:"max_bytes,omitempty" jsonschema:"Size budget in bytes (default 32000)."`
+		MaxBytes      *int64 `json:"max_bytes,omitempty" jsonschema:"Size budget in bytes (default 32000, at most 40000: page for more)."`
 	}
 
 	readContextIn struct {
@@ -259,6 +260,12 @@ type (
 		Deleted bool   `json:"deleted"`
 		ID      string `json:"id"`
 		Seq     int64  `json:"seq"`
+	}
+	// Revoked is a room dropped from the connection, and what the person
+	// (not the model: no tool widens a connection) does to add it back.
+	Revoked struct {
+		*lobby.ScopeChange
+		Restore string `json:"restore"`
 	}
 	// Shared is the result of sharing a room.
 	Shared struct {
@@ -449,7 +456,9 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				return res.Summary(), nil
+				sum := res.Summary()
+				sum.Result, sum.Builtin = pageValue(sum.Result, ""), pageValue(sum.Builtin, "")
+				return sum, nil
 			}).unlisted("invoked", "action").retyped("builtin_result", "object").retyped("writes", "array"),
 		// note: for the model, when a timeout past the cap was shortened.
 		hide(typed(&sdk.Tool{Name: "sync_wait", Title: "Wait for a condition",
@@ -499,8 +508,12 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				return c.opt.Substrate.RegisterView(ctx, p, c.sess.RoomID, substrate.ViewDef{ID: in.ID, Expr: in.Expr, Scope: in.Scope,
+				out, err := c.opt.Substrate.RegisterView(ctx, p, c.sess.RoomID, substrate.ViewDef{ID: in.ID, Expr: in.Expr, Scope: in.Scope,
 					Description: in.Description, Enabled: in.Enabled, Render: in.Render, Timer: in.Timer})
+				if err == nil {
+					out.Value = pageValue(out.Value, "views["+strconv.Quote(in.ID)+"]")
+				}
+				return out, err
 			}), "render", "timer", "enabled").retyped("definition", "object"),
 		deleteTool("action", "an", (*substrate.Service).DeleteAction),
 		deleteTool("view", "a", (*substrate.Service).DeleteView),
@@ -546,13 +559,26 @@ func tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				return c.opt.Substrate.Eval(ctx, p, room, in.Expr, in.Params)
+				out, err := c.opt.Substrate.Eval(ctx, p, room, in.Expr, in.Params)
+				if err == nil {
+					out.Value = pageValue(out.Value, in.Expr)
+				}
+				return out, err
 			}).unlisted("expression"), // an echo
 		typed(&sdk.Tool{Name: "sync_revoke_access", Title: "Drop a room",
-			Description: "Drop a room from this connection now; only reconnecting adds it back.",
+			Description: "Drop a room from this connection now; only the person reconnecting adds it back (the result says how).",
 			Annotations: annotations(false, true, true)}, nil,
-			func(ctx context.Context, c *call, in *roomIn) (*lobby.ScopeChange, error) {
-				return c.opt.Lobby.RevokeAccess(ctx, c.sess, in.Room)
+			func(ctx context.Context, c *call, in *roomIn) (*Revoked, error) {
+				ch, err := c.opt.Lobby.RevokeAccess(ctx, c.sess, in.Room)
+				if err != nil {
+					return nil, err
+				}
+				out := &Revoked{ScopeChange: ch, Restore: "Tell the person: to give this connection " + in.Room + " again, " +
+					Words.Say(errs.Step{Op: errs.OpReauthorize, Room: in.Room}) + "; you cannot undo it with a tool."}
+				if ch.Scope == "" {
+					out.Restore = "This connection has no rooms left. " + out.Restore
+				}
+				return out, nil
 			}),
 		typed(&sdk.Tool{Name: "sync_restrict_scope", Title: "Narrow scope",
 			Description: "Narrow this connection's scope to part of it (rooms:<id>:<level>, rooms:*:<level>, create_rooms); a wider one is refused, nothing changes: widening takes the person's consent.",

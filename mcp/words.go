@@ -9,6 +9,9 @@ var Words errs.Words = words{}
 
 type words struct{}
 
+// ResultLimit: see MaxResultChars (substrate.ResultLimiter).
+func (words) ResultLimit() (int, int) { return MaxResultChars, MaxContextBytes }
+
 func (words) Say(s errs.Step) string {
 	switch s.Op {
 	case opCall:

@@ -2,7 +2,6 @@ package oauth
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -27,6 +26,13 @@ func (wb *web) account(w http.ResponseWriter, r *http.Request) {
 	if u == nil {
 		return
 	}
+	wb.accountPage(w, r, u, "")
+}
+
+// accountPage draws the account page, with an invite link just made (or
+// ""): it is shown in the answer to the form's POST, never put in a URL,
+// where the browser's history and the server's access log would keep it.
+func (wb *web) accountPage(w http.ResponseWriter, r *http.Request, u *User, invite string) {
 	ctx := r.Context()
 	type passkey struct {
 		ID       string
@@ -52,7 +58,17 @@ func (wb *web) account(w http.ResponseWriter, r *http.Request) {
 	}
 	rooms, _ := wb.s.opt.Rooms.UserRooms(ctx, u.ID)
 	wb.render(w, http.StatusOK, "account", map[string]any{"User": u.Username, "Passkeys": keys, "Grants": grants, "Ended": ended, "Rooms": rooms,
-		"Invite": r.URL.Query().Get("invite")})
+		"Invite": invite, "Revoked": justRevoked(r, ended)})
+}
+
+// justRevoked is the application whose connection the person revoked
+// just before this page (its newest ended connection, ended here), or "".
+// The name comes from the server, never from the link.
+func justRevoked(r *http.Request, ended []endedGrant) string {
+	if r.URL.Query().Get("revoked") == "" || len(ended) == 0 || ended[0].Reason != endByYou.text() {
+		return ""
+	}
+	return ended[0].Client
 }
 
 func (wb *web) createInvite(w http.ResponseWriter, r *http.Request) {
@@ -65,7 +81,7 @@ func (wb *web) createInvite(w http.ResponseWriter, r *http.Request) {
 		wb.errorPage(w, 500, "Something went wrong", "The invite could not be created. Try again.")
 		return
 	}
-	http.Redirect(w, r, "/account?invite="+url.QueryEscape(link), http.StatusSeeOther)
+	wb.accountPage(w, r, u, link)
 }
 
 func (wb *web) revokeClient(w http.ResponseWriter, r *http.Request) {
@@ -77,7 +93,9 @@ func (wb *web) revokeClient(w http.ResponseWriter, r *http.Request) {
 		wb.errorPage(w, 404, "Nothing to revoke", "That connection no longer exists.")
 		return
 	}
-	http.Redirect(w, r, "/account", http.StatusSeeOther)
+	// The page after says what the client will show and how to undo it:
+	// Claude Code drops every sync tool without a word.
+	http.Redirect(w, r, "/account?revoked=1", http.StatusSeeOther)
 }
 
 func (wb *web) deletePasskey(w http.ResponseWriter, r *http.Request) {
@@ -167,6 +185,12 @@ func (wb *web) roomAction(w http.ResponseWriter, r *http.Request) {
 	case "leave":
 		err = rooms.LeaveRoom(ctx, u.ID, room)
 	case "delete":
+		// Deleting is for everyone in the room and cannot be undone: the
+		// form asks the person to confirm by ticking the room's box.
+		if r.PostFormValue("confirm") != room {
+			wb.errorPage(w, http.StatusBadRequest, "Not deleted", "Deleting a room needs its box ticked, to confirm: go back, tick it and press Delete room again.")
+			return
+		}
 		err = rooms.DeleteRoom(ctx, u.ID, room)
 	case "default":
 		err = rooms.SetDefault(ctx, u.ID, room)

@@ -2,6 +2,7 @@ package oauth_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -181,5 +182,150 @@ func TestAttackMetadataDocumentWithdrawnNotServedStale(t *testing.T) {
 	h.s.ForgetClients()
 	if r := refresh(rt); r.status != 200 {
 		t.Fatalf("a copy stored before fetch times were kept, host down: %d %s", r.status, r.body)
+	}
+}
+
+// The built-in copies of Claude's documents stand in for their own exact
+// client id URLs only: an id that merely resembles one is an attacker's
+// document like any other, and with its host unreachable it is refused.
+func TestAttackBuiltinMetadataDocumentExactIDOnly(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	h.s.SendMetadataFetchesTo(deadAddr(t), nil)
+	b := h.browser()
+	for _, id := range []string{claudeCodeID + "/", claudeCodeID + "?v=2", claudeCodeID + "%20", "https://claude.ai.example.net/oauth/claude-code-client-metadata",
+		"https://Claude.ai/oauth/claude-code-client-metadata", "https://claude.ai:443/oauth/claude-code-client-metadata", "http://claude.ai/oauth/claude-code-client-metadata",
+		"https://claude.ai/oauth/Claude-Code-Client-Metadata", "https://claude.ai/oauth/../oauth/claude-code-client-metadata", "https://claude.com/oauth/mcp-oauth-client-metadata"} {
+		r := b.do("GET", h.authorizeURL(client{id: id, redirect: "http://127.0.0.1:53682/callback", verifier: strings.Repeat("x", 50)}, nil), nil, nil)
+		if r.status != 400 || !strings.Contains(r.body, "Unknown application") {
+			t.Fatalf("HOLE: %s was served from a built-in copy: %d %s", id, r.status, r.body)
+		}
+	}
+}
+
+// A built-in copy allows the redirect URIs its document lists and no
+// more: Claude Code's may not send the code to Claude.ai's callback, nor
+// Claude.ai's to a loopback address, though the server's policy allows
+// both.
+func TestAttackBuiltinMetadataDocumentNoWiderRedirects(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	h.s.SendMetadataFetchesTo(deadAddr(t), nil)
+	alice := h.enrol("alice")
+	for _, c := range []client{{id: claudeCodeID, redirect: "https://claude.ai/api/mcp/auth_callback"}, {id: claudeCodeID, redirect: "http://127.0.0.1:53682/other"},
+		{id: claudeAIID, redirect: "http://localhost:41234/callback"}, {id: claudeAIID, redirect: "https://claude.ai/api/mcp/auth_callback/x"}} {
+		c.verifier = strings.Repeat("y", 50)
+		r := alice.do("GET", h.authorizeURL(c, nil), nil, nil)
+		if r.status == 200 || r.header.Get("Location") != "" {
+			t.Fatalf("HOLE: %s with redirect %s from the built-in copy: %d %v %s", c.id, c.redirect, r.status, r.header, r.body)
+		}
+	}
+}
+
+// A document actually fetched wins over the built-in copy: it replaces
+// the built-in one as soon as a fetch succeeds, and while later fetches
+// fail its stored copy (here narrower: 127.0.0.1 only) is what serves,
+// not the built-in one. Seen failing with the built-in copy tried first.
+func TestAttackFetchedMetadataDocumentBeatsBuiltin(t *testing.T) {
+	var narrow atomic.Bool
+	docs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		uris := []string{"http://localhost/callback", "http://127.0.0.1/callback"}
+		if narrow.Load() {
+			uris = uris[1:]
+		}
+		w.Header().Set("Cache-Control", "max-age=3600")
+		_ = json.NewEncoder(w).Encode(map[string]any{"client_id": claudeCodeID, "client_name": "Claude Code (fetched)", "redirect_uris": uris, "token_endpoint_auth_method": "none"})
+	}))
+	defer docs.Close()
+	h := newHarness(t, oauth.Options{})
+	dead := deadAddr(t)
+	h.s.SendMetadataFetchesTo(dead, nil)
+	alice := h.enrol("alice")
+	lo := client{id: claudeCodeID, redirect: "http://localhost:41234/callback", verifier: strings.Repeat("z", 50)}
+	ip := lo
+	ip.redirect = "http://127.0.0.1:53682/callback"
+	expire := func() {
+		t.Helper()
+		if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_clients SET metadata = jsonb_set(metadata, '{cimd_expires}', to_jsonb(now() - interval '1 second'))`); err != nil {
+			t.Fatal(err)
+		}
+		h.s.ForgetClients()
+	}
+	if r := alice.do("GET", h.authorizeURL(lo, nil), nil, nil); r.status != 200 || strings.Contains(r.body, "(fetched)") {
+		t.Fatalf("built-in copy while claude.ai is unreachable: %d %s", r.status, r.body)
+	}
+	// claude.ai answers again, now listing only 127.0.0.1.
+	narrow.Store(true)
+	h.s.SendMetadataFetchesTo(strings.TrimPrefix(docs.URL, "https://"), &tls.Config{InsecureSkipVerify: true})
+	expire()
+	if r := alice.do("GET", h.authorizeURL(ip, nil), nil, nil); r.status != 200 || !strings.Contains(r.body, "(fetched)") {
+		t.Fatalf("the fetched document did not replace the built-in copy: %d %s", r.status, r.body)
+	}
+	// Unreachable again: the stored fetched copy serves, not the built-in.
+	h.s.SendMetadataFetchesTo(dead, nil)
+	expire()
+	if r := alice.do("GET", h.authorizeURL(ip, nil), nil, nil); r.status != 200 || !strings.Contains(r.body, "(fetched)") {
+		t.Fatalf("stored fetched copy while claude.ai is unreachable: %d %s", r.status, r.body)
+	}
+	if r := alice.do("GET", h.authorizeURL(lo, nil), nil, nil); r.status == 200 || r.header.Get("Location") != "" {
+		t.Fatalf("HOLE: the built-in copy widened the fetched document's redirect URIs: %d %s", r.status, r.body)
+	}
+	// Even once the fetched copy is too old to stand in, the built-in one
+	// allows only what the fetched one listed.
+	if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_clients SET metadata = metadata || jsonb_build_object('cimd_fetched', now() - interval '8 days')`); err != nil {
+		t.Fatal(err)
+	}
+	expire()
+	if r := alice.do("GET", h.authorizeURL(lo, nil), nil, nil); r.status == 200 || r.header.Get("Location") != "" {
+		t.Fatalf("HOLE: the built-in copy widened an old fetched document's redirect URIs: %d %s", r.status, r.body)
+	}
+	if r := alice.do("GET", h.authorizeURL(ip, nil), nil, nil); r.status != 200 {
+		t.Fatalf("built-in copy within an old fetched document: %d %s", r.status, r.body)
+	}
+}
+
+// claude.ai answering that the document is withdrawn (404, 410) or
+// serving one that is not valid is an answer, not an outage: the built-in
+// copy does not override it, whether or not it was serving before.
+func TestAttackBuiltinMetadataDocumentDoesNotOverrideAnswer(t *testing.T) {
+	var answer atomic.Value
+	docs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch a := answer.Load().(string); a {
+		case "404", "410":
+			http.Error(w, "gone", map[string]int{"404": 404, "410": 410}[a])
+		default:
+			_, _ = w.Write([]byte(`{"client_id": "` + claudeCodeID + `", "client_name": "Claude Code", "redirect_uris": []}`))
+		}
+	}))
+	defer docs.Close()
+	h := newHarness(t, oauth.Options{})
+	dead := deadAddr(t)
+	alice := h.enrol("alice")
+	c := client{id: claudeCodeID, redirect: "http://127.0.0.1:53682/callback", verifier: strings.Repeat("q", 50)}
+	for _, a := range []string{"404", "410", "invalid"} {
+		if _, err := h.db.Exec(context.Background(), `DELETE FROM smcp_oauth_clients`); err != nil {
+			t.Fatal(err)
+		}
+		h.s.ForgetClients()
+		answer.Store(a)
+		h.s.SendMetadataFetchesTo(strings.TrimPrefix(docs.URL, "https://"), &tls.Config{InsecureSkipVerify: true})
+		if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 400 {
+			t.Fatalf("HOLE: claude.ai answering %s, nothing stored: the built-in copy served: %d %s", a, r.status, r.body)
+		}
+		// Served from the built-in copy first, then the host answers.
+		if _, err := h.db.Exec(context.Background(), `DELETE FROM smcp_oauth_clients`); err != nil {
+			t.Fatal(err)
+		}
+		h.s.ForgetClients()
+		h.s.SendMetadataFetchesTo(dead, nil)
+		if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 200 {
+			t.Fatalf("built-in copy while claude.ai is unreachable: %d %s", r.status, r.body)
+		}
+		h.s.SendMetadataFetchesTo(strings.TrimPrefix(docs.URL, "https://"), &tls.Config{InsecureSkipVerify: true})
+		if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_clients SET metadata = jsonb_set(metadata, '{cimd_expires}', to_jsonb(now() - interval '1 second'))`); err != nil {
+			t.Fatal(err)
+		}
+		h.s.ForgetClients()
+		if r := alice.do("GET", h.authorizeURL(c, nil), nil, nil); r.status != 400 {
+			t.Fatalf("HOLE: claude.ai answering %s after the built-in copy served: still served: %d %s", a, r.status, r.body)
+		}
 	}
 }

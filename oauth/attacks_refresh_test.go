@@ -3,6 +3,9 @@ package oauth_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -254,4 +257,60 @@ func TestAttackRevokeWithRetiredRefreshTokenEndsGrant(t *testing.T) {
 	if page := alice.do("GET", "/account", nil, nil).body; !strings.Contains(page, "the application revoked it") {
 		t.Fatalf("the account page does not say the application ended the connection")
 	}
+}
+
+// A grant that ends says so where the person reads it, naming what ended
+// it and how to reconnect (Claude Code hides every sync tool from its
+// model without a word): the token endpoint's refusal of the reused
+// refresh token and of the owner's next refresh, the 401 of the
+// connection's next call (WWW-Authenticate's error_description, which the
+// client shows), and after a revocation on the account page that page,
+// that 401 and that refusal too.
+func TestEndedGrantSaysWhyAndHowToReconnect(t *testing.T) {
+	f := newRefreshFixture(t)
+	call := httptest.NewServer(f.h.s.RequireBearer("", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {})))
+	defer call.Close()
+	challenge := func(at string) string {
+		req, _ := http.NewRequest("POST", call.URL, nil)
+		req.Header.Set("Authorization", "Bearer "+at)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 401 {
+			t.Fatalf("a call with an ended grant's token: %d", res.StatusCode)
+		}
+		return res.Header.Get("WWW-Authenticate")
+	}
+	says := func(where, got string, want ...string) {
+		t.Helper()
+		for _, w := range append(want, "/mcp", "Connectors") {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s does not say %q: %s", where, w, got)
+			}
+		}
+	}
+	tok := f.connect()
+	stolen := tok["refresh_token"].(string)
+	owner1 := f.refresh(stolen)
+	owner2 := f.refresh(owner1["refresh_token"].(string))
+	m := f.refresh(stolen)
+	says("the reused refresh token's refusal", fmt.Sprint(m["error_description"]), "used again after its successor")
+	says("the owner's next refresh", fmt.Sprint(f.refresh(owner2["refresh_token"].(string))["error_description"]), "used again after its successor")
+	says("the owner's next call", challenge(owner2["access_token"].(string)), `error="invalid_token"`, "used again after its successor")
+
+	tok = f.connect()
+	ti, err := f.h.s.Verify(context.Background(), tok["access_token"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.alice.postForm("/account/revoke", url.Values{"grant": {ti.GrantID}}, nil)
+	page := f.alice.do("GET", r.header.Get("Location"), nil, nil).body
+	says("the account page after revoking", page, "hides every sync tool", "stop working now")
+	if strings.Contains(f.alice.do("GET", "/account", nil, nil).body, "hides every sync tool") {
+		t.Errorf("the account page says a connection was just revoked on a later visit")
+	}
+	says("the call after a revocation on the account page", challenge(tok["access_token"].(string)), "account page")
+	says("the refresh after a revocation on the account page", fmt.Sprint(f.refresh(tok["refresh_token"].(string))["error_description"]), "account page")
 }

@@ -5,15 +5,18 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"embed"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,6 +53,47 @@ type goneError struct{ status int }
 
 func (e *goneError) Error() string {
 	return fmt.Sprintf("client metadata document answered %d", e.status)
+}
+
+// builtinFS holds last-known-good copies of Claude's published client
+// metadata documents (README, "Deploying behind a proxy", item 4). A server
+// that cannot reach claude.ai, with nothing stored, signs Claude in from
+// them instead of failing closed: Claude has no fallback of its own.
+//
+//go:embed assets/cimd/*.json
+var builtinFS embed.FS
+
+// loadBuiltinDocuments reads and checks the built-in copies, keyed by
+// their exact client id: each must pass what a fetched document passes,
+// served at its own client_id over https.
+func loadBuiltinDocuments(fsys fs.FS) (map[string]*registration, error) {
+	names, err := fs.Glob(fsys, "assets/cimd/*.json")
+	if err != nil {
+		return nil, err
+	}
+	docs := map[string]*registration{}
+	for _, name := range names {
+		body, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		var head struct {
+			ClientID string `json:"client_id"`
+		}
+		_ = json.Unmarshal(body, &head) // parseDocument says what is wrong
+		if err := checkDocumentURL(head.ClientID, false); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		reg, err := parseDocument(head.ClientID, body)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		if docs[head.ClientID] != nil {
+			return nil, fmt.Errorf("%s: a second document for %s", name, head.ClientID)
+		}
+		docs[head.ClientID] = reg
+	}
+	return docs, nil
 }
 
 func isCIMD(id string) bool {
@@ -214,9 +258,8 @@ func (f *cimdFetcher) dialViaProxy(ctx context.Context, _, addr string) (net.Con
 }
 
 func (f *cimdFetcher) fetch(ctx context.Context, id string) (*registration, time.Duration, error) {
-	u, err := url.Parse(id)
-	if err != nil || u.Host == "" || u.Fragment != "" || u.User != nil || (u.Scheme != "https" && !(f.allowPrivate && u.Scheme == "http")) {
-		return nil, 0, &docError{fmt.Sprintf("client_id %q is not an https URL", id)}
+	if err := checkDocumentURL(id, f.allowPrivate); err != nil {
+		return nil, 0, err
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, id, nil)
 	req.Header.Set("Accept", "application/json")
@@ -235,26 +278,44 @@ func (f *cimdFetcher) fetch(ctx context.Context, id string) (*registration, time
 	if err != nil {
 		return nil, 0, err
 	}
+	reg, err := parseDocument(id, body)
+	if err != nil {
+		return nil, 0, err
+	}
+	return reg, maxAge(res.Header.Get("Cache-Control")), nil
+}
+
+func checkDocumentURL(id string, allowHTTP bool) error {
+	u, err := url.Parse(id)
+	if err != nil || u.Host == "" || u.Fragment != "" || u.User != nil || (u.Scheme != "https" && !(allowHTTP && u.Scheme == "http")) {
+		return &docError{fmt.Sprintf("client_id %q is not an https URL", id)}
+	}
+	return nil
+}
+
+// parseDocument checks a client metadata document served at id: what a
+// fetched one must pass, and the built-in copies too, at start-up.
+func parseDocument(id string, body []byte) (*registration, error) {
 	if len(body) > cimdMaxBytes {
-		return nil, 0, &docError{fmt.Sprintf("the client metadata document is over %d bytes", cimdMaxBytes)}
+		return nil, &docError{fmt.Sprintf("the client metadata document is over %d bytes", cimdMaxBytes)}
 	}
 	var doc struct {
 		ClientID string `json:"client_id"`
 		registration
 	}
 	if err := json.Unmarshal(body, &doc); err != nil {
-		return nil, 0, &docError{"the client metadata document is not a JSON object: " + err.Error()}
+		return nil, &docError{"the client metadata document is not a JSON object: " + err.Error()}
 	}
 	if doc.ClientID != id {
-		return nil, 0, &docError{fmt.Sprintf("the client metadata document names client_id %q, not its own URL", doc.ClientID)}
+		return nil, &docError{fmt.Sprintf("the client metadata document names client_id %q, not its own URL", doc.ClientID)}
 	}
 	if doc.ClientName == "" || len(doc.RedirectURIs) == 0 {
-		return nil, 0, &docError{"the client metadata document needs client_name and redirect_uris"}
+		return nil, &docError{"the client metadata document needs client_name and redirect_uris"}
 	}
 	if doc.TokenEndpointAuthMethod != "" && doc.TokenEndpointAuthMethod != "none" {
-		return nil, 0, &docError{"metadata-document clients are public: token_endpoint_auth_method must be none"}
+		return nil, &docError{"metadata-document clients are public: token_endpoint_auth_method must be none"}
 	}
-	return &doc.registration, maxAge(res.Header.Get("Cache-Control")), nil
+	return &doc.registration, nil
 }
 
 func maxAge(cc string) time.Duration {
@@ -273,13 +334,22 @@ func maxAge(cc string) time.Duration {
 // its cached copy is fresh, else fetched anew. When a fetch fails, the
 // last good document keeps serving (stale-if-error) for up to
 // cimdMaxStale after it was last fetched: the client's host being down
-// must not sign its users out at their next refresh. A host answering
-// 404 or 410 withdrew the document, and no copy serves. Either way the
+// must not sign its users out at their next refresh. Failing that, a
+// client with a built-in copy (Claude's) is served from it, limited to
+// the redirect URIs the last fetched copy listed if there is one: a
+// fetched document always wins, and the built-in copy never widens it. A
+// host answering 404 or 410 withdrew the document, and no copy serves;
+// nor does the built-in one when the host served a document that is not
+// valid (the host answered; its answer is not overridden). Either way the
 // next attempt waits cimdRetry. With documents turned off, stored ones are
 // used as they are and no new one is fetched.
 func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	c, err := s.getClient(ctx, id)
 	var fetched time.Time
+	// fromBuiltin: the stored row is served from the built-in copy (its
+	// redirect URIs are those it may serve at most) until a fetch
+	// succeeds; it never passes for a fetched copy.
+	var fromBuiltin bool
 	if err == nil {
 		var fresh, refused bool
 		// Rows stored before fetch times were kept: the copy was fetched at
@@ -287,14 +357,23 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 		// A failed read must not pass for "stale": it would refuse a client
 		// whose stored copy is good and log the wrong reason.
 		if err := s.q(ctx).QueryRow(ctx, `SELECT coalesce((metadata->>'cimd_expires')::timestamptz > now(), false), coalesce((metadata->>'cimd_refused')::boolean, false),
-			coalesce((metadata->>'cimd_fetched')::timestamptz, (metadata->>'cimd_expires')::timestamptz - make_interval(secs => $2), created_at)
-			FROM smcp_oauth_clients WHERE id = $1`, id, cimdMaxTTL.Seconds()).Scan(&fresh, &refused, &fetched); err != nil {
+			coalesce((metadata->>'cimd_fetched')::timestamptz, (metadata->>'cimd_expires')::timestamptz - make_interval(secs => $2), created_at),
+			coalesce((metadata->>'cimd_builtin')::boolean, false)
+			FROM smcp_oauth_clients WHERE id = $1`, id, cimdMaxTTL.Seconds()).Scan(&fresh, &refused, &fetched, &fromBuiltin); err != nil {
 			return nil, err
 		}
 		if refused && (fresh || s.noCIMD) {
 			return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
 		}
 		if fresh || s.noCIMD {
+			if fromBuiltin {
+				if b := s.builtinClient(id, c.RedirectURIs); b != nil {
+					return b, nil
+				}
+				// Marked so by a release that had a built-in copy this one
+				// lacks: only a fetch may serve it now.
+				return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
+			}
 			return s.allowedOnly(c), nil
 		}
 	} else if !errors.Is(err, fosite.ErrNotFound) {
@@ -303,31 +382,55 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 		c = nil
 	}
 	if s.noCIMD {
-		return nil, fosite.ErrInvalidClient.WithHint("This server does not accept client metadata documents: register at the registration endpoint.")
+		return nil, fosite.ErrInvalidClient.WithHint(errCIMDOff)
 	}
 	reg, ttl, err := s.cimd.fetch(ctx, id)
 	if err != nil {
 		var de *docError
 		isDoc := errors.As(err, &de)
 		var ge *goneError
+		gone := errors.As(err, &ge)
+		builtin := s.builtin[id] != nil && !isDoc && !gone
 		if c != nil {
-			stale := !errors.As(err, &ge) && time.Since(fetched) < cimdMaxStale
-			if stale {
+			stale := !gone && !fromBuiltin && time.Since(fetched) < cimdMaxStale
+			switch {
+			case stale:
 				s.log.Warn("client metadata document could not be refreshed; using the last good one", "client_id", id, "err", err, "retry_in", cimdRetry)
-			} else {
+			case builtin:
+				s.log.Warn("client metadata document could not be refreshed; using the built-in copy, within what the last fetched one allowed", "client_id", id,
+					"err", err, "last_fetched", fetched, "retry_in", cimdRetry)
+			default:
 				s.log.Warn("client metadata document could not be refreshed and the last good one is withdrawn or too old; refusing the client", "client_id", id,
 					"err", err, "last_fetched", fetched, "retry_in", cimdRetry)
 			}
 			// Not again at every request (each could wait out the 5 s
 			// timeout): every process retries after cimdRetry.
-			if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_clients SET metadata = coalesce(metadata, '{}') || jsonb_build_object('cimd_expires', now() + make_interval(secs => $2), 'cimd_refused', $3::boolean)
-				WHERE id = $1`, id, cimdRetry.Seconds(), !stale); err != nil {
+			if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_clients SET metadata = coalesce(metadata, '{}') || jsonb_build_object('cimd_expires', now() + make_interval(secs => $2),
+				'cimd_refused', $3::boolean, 'cimd_builtin', $4::boolean OR coalesce((metadata->>'cimd_builtin')::boolean, false))
+				WHERE id = $1`, id, cimdRetry.Seconds(), !stale && !builtin, !stale && builtin); err != nil {
 				s.log.Warn("could not postpone the client metadata document's next fetch", "client_id", id, "err", err)
 			}
-			if stale {
+			switch {
+			case stale:
 				return s.allowedOnly(c), nil
+			case builtin:
+				return s.builtinClient(id, c.RedirectURIs), nil
 			}
 			return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
+		}
+		if builtin {
+			b := s.builtin[id]
+			s.log.Warn("client metadata document could not be fetched; using the built-in copy (give syncd outbound HTTPS to the document's host, or SYNC_OUTBOUND_PROXY, to use the published one)",
+				"client_id", id, "err", err, "retry_in", cimdRetry)
+			// Stored like a fetched copy, so grants can refer to the client
+			// and the next fetch waits cimdRetry; a fetch that succeeds
+			// replaces it.
+			meta, _ := json.Marshal(map[string]any{"cimd_expires": time.Now().Add(cimdRetry), "cimd_builtin": true})
+			if _, err := s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
+				ON CONFLICT (id) DO NOTHING`, id, b.ClientName, b.RedirectURIs, meta); err != nil {
+				return nil, err
+			}
+			return s.builtinClient(id, b.RedirectURIs), nil
 		}
 		s.log.Warn("client metadata document refused", "client_id", id, "err", err)
 		if isDoc {
@@ -347,6 +450,28 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 		return nil, err
 	}
 	return s.allowedOnly(&Client{ID: id, Name: reg.ClientName, RedirectURIs: reg.RedirectURIs, AuthMethod: "none"}), nil
+}
+
+// errCIMDOff is the hint for a metadata-document client id while
+// documents are off.
+const errCIMDOff = "This server does not accept client metadata documents: register at the registration endpoint."
+
+// builtinClient is the client of id's built-in copy, with only those of
+// its redirect URIs that within also lists (the last fetched copy's, or
+// the built-in copy's own) and this server's policy allows; nil if id has
+// no built-in copy.
+func (s *storage) builtinClient(id string, within []string) *Client {
+	b := s.builtin[id]
+	if b == nil {
+		return nil
+	}
+	c := &Client{ID: id, Name: b.ClientName, AuthMethod: "none"}
+	for _, u := range b.RedirectURIs {
+		if slices.Contains(within, u) {
+			c.RedirectURIs = append(c.RedirectURIs, u)
+		}
+	}
+	return s.allowedOnly(c)
 }
 
 // allowedOnly keeps the redirect URIs of a document that this server's

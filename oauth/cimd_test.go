@@ -235,3 +235,84 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+const (
+	claudeCodeID = "https://claude.ai/oauth/claude-code-client-metadata"
+	claudeAIID   = "https://claude.ai/oauth/mcp-oauth-client-metadata"
+)
+
+// deadAddr is a loopback address with nothing listening: a fetch sent
+// there fails at once, as on a server without egress.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// A server that cannot fetch Claude's documents (no egress, or claude.ai
+// down) with nothing stored signs Claude Code in from the built-in copy:
+// the whole flow, consent to token to refresh, and the log says why.
+// Seen failing before the built-in copies: 400 "Unknown application … the
+// client metadata document could not be fetched; retry later".
+func TestBuiltinMetadataDocumentWithoutEgress(t *testing.T) {
+	var logs syncBuffer
+	h := newHarness(t, oauth.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	h.s.SendMetadataFetchesTo(deadAddr(t), nil)
+	alice := h.enrol("alice")
+	h.room("r", h.userID("alice"), "owner")
+	// Claude Code's callback is on a random port; its document lists it
+	// portless.
+	for _, redirect := range []string{"http://127.0.0.1:53682/callback", "http://localhost:41234/callback"} {
+		c := client{id: claudeCodeID, redirect: redirect, verifier: strings.Repeat("c", 50)}
+		loc := alice.consent(h.authorizeURL(c, nil), map[string]string{"r": "read"}, false)
+		tok := h.exchange(c, loc.Query().Get("code"))
+		if tok.status != 200 {
+			t.Fatalf("%s: token: %d %s", redirect, tok.status, tok.body)
+		}
+		if _, err := h.db.Exec(context.Background(), `UPDATE smcp_oauth_clients SET metadata = jsonb_set(metadata, '{cimd_expires}', to_jsonb(now() - interval '1 second'))`); err != nil {
+			t.Fatal(err)
+		}
+		h.s.ForgetClients()
+		if r := h.token(c, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.json()["refresh_token"].(string)}}); r.status != 200 {
+			t.Fatalf("%s: refresh from the built-in copy: %d %s", redirect, r.status, r.body)
+		}
+	}
+	r := alice.do("GET", h.authorizeURL(client{id: claudeAIID, redirect: "https://claude.ai/api/mcp/auth_callback", verifier: strings.Repeat("d", 50)}, nil), nil, nil)
+	if r.status != 200 || !strings.Contains(r.body, "Claude") {
+		t.Fatalf("Claude.ai from the built-in copy: %d %s", r.status, r.body)
+	}
+	if !strings.Contains(logs.String(), "built-in copy") || !strings.Contains(logs.String(), claudeCodeID) {
+		t.Fatalf("the fallback to the built-in copy was not logged:\n%s", logs.String())
+	}
+}
+
+// A client id this server does not accept (a dynamic registration from
+// before SYNC_CIMD changed, or a metadata-document id after SYNC_CIMD=off)
+// gets a page that says what to do: Claude keeps sending the id it once
+// used until the server is removed and added again. The log names the
+// setting that decides it. Seen failing before: "Go back and connect it
+// again", which Claude answers with the same id.
+func TestUnknownApplicationSaysRemoveAndAdd(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		off  bool
+		id   string
+	}{{"stale dynamic registration", false, "3f1c9a0e-stale-registration"}, {"document id with documents off", true, claudeCodeID}} {
+		var logs syncBuffer
+		h := newHarness(t, oauth.Options{DisableMetadataDocuments: tc.off, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		h.s.SendMetadataFetchesTo(deadAddr(t), nil)
+		b := h.browser()
+		r := b.do("GET", h.authorizeURL(client{id: tc.id, redirect: "http://127.0.0.1:53682/callback", verifier: strings.Repeat("u", 50)}, nil), nil, nil)
+		if r.status != 400 || !strings.Contains(r.body, "Unknown application") || !strings.Contains(r.body, "remove this server") ||
+			!strings.Contains(r.body, "add it again") {
+			t.Fatalf("%s: %d %s", tc.name, r.status, r.body)
+		}
+		if !strings.Contains(logs.String(), "SYNC_CIMD") || !strings.Contains(logs.String(), tc.id) {
+			t.Fatalf("%s: the log does not name the setting:\n%s", tc.name, logs.String())
+		}
+	}
+}

@@ -27,12 +27,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	client, cerr := s.store.client(ctx, q.Get("client_id"))
 	if cerr != nil {
-		msg := "The application that sent you here is not registered with this server. Go back and connect it again."
-		var fe *fosite.RFC6749Error
-		if errors.As(cerr, &fe) && fe.HintField != "" && isCIMD(q.Get("client_id")) {
-			msg = "The application's metadata could not be used: " + fe.HintField
-		}
-		wb.errorPage(w, 400, "Unknown application", msg)
+		wb.unknownClient(w, q.Get("client_id"), cerr)
 		return
 	}
 	ru := q.Get("redirect_uri")
@@ -193,6 +188,52 @@ func (wb *web) renderConsent(w http.ResponseWriter, user *User, client *Client, 
 		"CreateRooms": slices.Contains(prev, "create_rooms"), "Action": action,
 		"SharedLevels": roomdir.SharedRoomLevels, "Shared": shared,
 	})
+}
+
+// removeAndAdd is the next step for a client id this server does not
+// accept: Claude keeps the client id it first used with a server (a
+// dynamic registration or a metadata document) until the server is
+// removed and added again, so connecting again alone sends the same id.
+const removeAndAdd = "If it is Claude, remove this server in Claude and add it again (Claude.ai: Settings → Connectors; Claude Code: claude mcp remove, then claude mcp add): " +
+	"Claude keeps the identity it first used here, so connecting again alone does not help."
+
+// unknownClient answers an authorization request whose client this server
+// does not accept: the page says what the person can do, the log which
+// setting decides it.
+func (wb *web) unknownClient(w http.ResponseWriter, id string, err error) {
+	cimd := "on"
+	if wb.s.opt.DisableMetadataDocuments {
+		cimd = "off"
+	}
+	var fe *fosite.RFC6749Error
+	hint := ""
+	if errors.As(err, &fe) {
+		hint = fe.HintField
+	}
+	var msg string
+	switch {
+	case !isCIMD(id):
+		msg = "This server does not know the application that sent you here. " + removeAndAdd
+		wb.s.log.Warn("authorization request from a client id this server does not know (a registration from before the database was reset, purged, or never made here)",
+			"client_id", id, "SYNC_CIMD", cimd,
+			"decided_by", "SYNC_CIMD: how Claude identifies itself when the server is added (on: its metadata document; off: dynamic registration); Claude keeps that id until the person removes the server in Claude and adds it again")
+	case hint == errCIMDOff:
+		msg = "This server does not accept client metadata documents, which is how the application that sent you here identifies itself. " + removeAndAdd
+		wb.s.log.Warn("authorization request with a client metadata document refused: documents are off",
+			"client_id", id, "SYNC_CIMD", cimd,
+			"decided_by", "SYNC_CIMD=off refuses metadata-document client ids not stored before; set SYNC_CIMD=on, or the person removes the server in Claude and adds it again to register dynamically")
+	case strings.HasPrefix(hint, errNotFetched):
+		msg = "The application's metadata could not be used: " + hint + ". If it keeps failing, tell the operator of this server."
+		wb.s.log.Warn("authorization request refused: the client metadata document could not be fetched",
+			"client_id", id, "SYNC_CIMD", cimd,
+			"decided_by", "outbound HTTPS to the document's host (SYNC_OUTBOUND_PROXY), or SYNC_CIMD=off to have Claude register dynamically (people who added the server before then remove it in Claude and add it again)")
+	default:
+		msg = "The application's metadata could not be used: " + hint
+		if hint == "" {
+			msg = "The application's metadata could not be used."
+		}
+	}
+	wb.errorPage(w, 400, "Unknown application", msg)
 }
 
 // authorizeError answers an authorization request with an error: on the

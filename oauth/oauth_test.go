@@ -539,14 +539,14 @@ func TestAccountRooms(t *testing.T) {
 	if page := bob.do("GET", "/account", nil, nil).body; !strings.Contains(page, "you are observer") {
 		t.Fatal("shared room not on bob's page")
 	}
-	if r := bob.postForm("/account/rooms/delete", url.Values{"room": {"garden"}}, nil); r.status != 403 {
+	if r := bob.postForm("/account/rooms/delete", url.Values{"room": {"garden"}, "confirm": {"garden"}}, nil); r.status != 403 {
 		t.Fatalf("observer deleted the room: %d", r.status)
 	}
 	if r := alice.postForm("/account/rooms/leave", url.Values{"room": {"garden"}}, nil); r.status != 409 || !strings.Contains(r.body, "keeps an owner") {
 		t.Fatalf("last owner left: %d", r.status)
 	}
 	ok(bob.postForm("/account/rooms/leave", url.Values{"room": {"garden"}}, nil))
-	ok(alice.postForm("/account/rooms/delete", url.Values{"room": {"garden"}}, nil))
+	ok(alice.postForm("/account/rooms/delete", url.Values{"room": {"garden"}, "confirm": {"garden"}}, nil))
 	var n int
 	_ = h.db.QueryRow(context.Background(), `SELECT count(*) FROM rooms WHERE id = 'garden'`).Scan(&n)
 	if n != 0 {
@@ -648,4 +648,48 @@ func between(s, open, close string) string {
 	}
 	v, _, _ := strings.Cut(rest, close)
 	return v
+}
+
+// The account page at issue 42 (bug 10): it has the site's header (skip
+// link, nav) as the lobby has; an invite link is shown in the answer to
+// its form, never put in the page's URL (browser history, access logs);
+// sharing offers participant first, as the lobby does; Delete is not a
+// button like Leave: it is red, behind a confirmation the server checks.
+func TestAccountPageHeaderInviteShareAndDelete(t *testing.T) {
+	h := newHarness(t, oauth.Options{})
+	alice := h.enrol("alice")
+	page := alice.do("GET", "/account", nil, nil).body
+	for _, want := range []string{`<a class="skip" href="#main">Skip to content</a>`, `<nav aria-label="Site"><a href="/">Lobby</a>`, `<main id="main"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the account page lacks %q", want)
+		}
+	}
+	r := alice.postForm("/account/invite", url.Values{}, nil)
+	if strings.Contains(r.header.Get("Location"), "invite") {
+		t.Errorf("HOLE: the invite secret goes into a URL: Location %s", r.header.Get("Location"))
+	}
+	if r.status != 200 || !strings.Contains(r.body, "/signup?invite=") {
+		t.Errorf("the invite form's answer does not show the link: %d", r.status)
+	}
+	if r := alice.postForm("/account/rooms/create", url.Values{"room": {"garden"}}, nil); r.status != 303 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	page = alice.do("GET", "/account", nil, nil).body
+	if !strings.Contains(page, `<select id="access-garden" name="access"><option selected>participant</option>`) {
+		t.Error("sharing does not offer participant first")
+	}
+	for _, want := range []string{`<details class="danger"><summary>Delete…</summary>`, `name="confirm" value="garden" required`, `<button class="danger">Delete room garden</button>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the delete form lacks %q", want)
+		}
+	}
+	// Without the box ticked, nothing is deleted.
+	if r := alice.postForm("/account/rooms/delete", url.Values{"room": {"garden"}}, nil); r.status != 400 {
+		t.Errorf("an unconfirmed delete: %d", r.status)
+	}
+	var n int
+	_ = h.db.QueryRow(context.Background(), `SELECT count(*) FROM rooms WHERE id = 'garden'`).Scan(&n)
+	if n != 1 {
+		t.Fatal("an unconfirmed delete deleted the room")
+	}
 }

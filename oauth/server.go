@@ -168,7 +168,11 @@ func New(ctx context.Context, db *store.DB, opt Options) (*Server, error) {
 	if opt.RatePerSecond > 0 {
 		s.limit = httpmw.NewLimiter(opt.RatePerSecond, int(3*opt.RatePerSecond), s.http.Options().Peers)
 	}
-	s.store = &storage{db: db, audience: s.resource, log: opt.Logger, allow: opt.RedirectAllowList,
+	builtin, err := loadBuiltinDocuments(builtinFS)
+	if err != nil {
+		return nil, fmt.Errorf("oauth: built-in client metadata document: %w", err)
+	}
+	s.store = &storage{db: db, audience: s.resource, log: opt.Logger, allow: opt.RedirectAllowList, builtin: builtin,
 		noCIMD: opt.DisableMetadataDocuments, cimd: newCIMDFetcher(opt.AllowPrivateMetadataFetch, opt.MetadataFetchRoots, opt.MetadataProxy)}
 	cfg := &fosite.Config{
 		AccessTokenLifespan:   opt.AccessTokenTTL,
@@ -397,7 +401,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Access-Control-Allow-Origin", "*")
 	ar, err := s.provider.NewAccessRequest(ctx, r, new(Session))
 	if err != nil {
-		s.provider.WriteAccessError(ctx, w, ar, err)
+		s.provider.WriteAccessError(ctx, w, ar, s.endedRefresh(ctx, r, err))
 		return
 	}
 	// RFC 8707: every grant here is bound to the one MCP resource; a token
@@ -460,6 +464,10 @@ func (s *Server) Verify(ctx context.Context, token string) (*TokenInfo, error) {
 	// tokens too and says which it found. Only access tokens authenticate.
 	use, ar, err := s.provider.IntrospectToken(ctx, token, fosite.AccessToken, sess)
 	if err != nil || use != fosite.AccessToken {
+		// A token its grant's end made invalid says what ended it.
+		if reason, ended := s.store.endOf(ctx, "access", token); ended {
+			return nil, &GrantEndedError{reason}
+		}
 		return nil, ErrInvalidToken
 	}
 	if !ar.GetGrantedAudience().Has(s.resource) {
@@ -521,6 +529,25 @@ func hasScope(scopes []string, want string) bool {
 // 30 days that hold no live token. It returns how many of each went.
 func (s *Server) Purge(ctx context.Context) (tokens, clients int64, err error) {
 	return s.store.purge(ctx)
+}
+
+// endedRefresh is a refresh refused because its grant ended (this very
+// request's reuse, or an end before it) worded as what ended it and how
+// to reconnect; any other refusal is err.
+func (s *Server) endedRefresh(ctx context.Context, r *http.Request, err error) error {
+	if r.PostFormValue("grant_type") != "refresh_token" {
+		return err
+	}
+	reason, ended := endNotYet, false
+	if e, ok := ctx.Value(endKey{}).(*grantEnd); ok && e.reason != endNotYet {
+		reason, ended = e.reason, true
+	} else {
+		reason, ended = s.store.endOf(ctx, "refresh", r.PostFormValue("refresh_token"))
+	}
+	if !ended {
+		return err
+	}
+	return &fosite.RFC6749Error{ErrorField: "invalid_grant", CodeField: http.StatusBadRequest, DescriptionField: reason.forClient()}
 }
 
 // LiveGrants reports which of ids still have a usable access or refresh

@@ -31,7 +31,10 @@ type storage struct {
 	allow    []string // the operator's redirect allow-list
 	audience string   // the MCP resource every client may be granted
 	noCIMD   bool     // client metadata documents turned off: none is fetched
-	log      *slog.Logger
+	// builtin are the last-known-good copies of Claude's documents, by
+	// exact client id, used when their fetch fails (cimdClient).
+	builtin map[string]*registration
+	log     *slog.Logger
 }
 
 type txKey struct{}
@@ -75,6 +78,60 @@ func (r endReason) text() string {
 		return "you revoked it on this page."
 	}
 	return "it was revoked."
+}
+
+// reconnect is how a person connects a client to sync again, in the
+// words of the clients they use.
+const reconnect = "To use sync from it again, the person connects it again: in Claude Code run /mcp, choose sync and authenticate; in Claude.ai open Settings, Connectors and connect sync; then approve the rooms on sync's consent page."
+
+// forClient is the reason as the client's error_description says it
+// (the 401 of a call, the token endpoint's refusal): the client shows it,
+// or logs it, where the person reads why sync's tools went away.
+func (r endReason) forClient() string {
+	why := "This connection to sync was revoked."
+	switch r {
+	case endReuse:
+		why = "sync ended this connection: a refresh token was used again after its successor had been used (a copied or leaked token), so every token of the connection was revoked."
+	case endCodeReplay:
+		why = "sync ended this connection: its authorization code was presented twice (a copied or leaked code), so every token of the connection was revoked."
+	case endByClient:
+		why = "The application ended this connection to sync (it revoked its tokens, as disconnecting does)."
+	case endByYou:
+		why = "This connection was revoked by its person on sync's account page (/account)."
+	}
+	return why + " " + reconnect
+}
+
+// reasonOf reads back a reason recorded by its text.
+func reasonOf(text string) endReason {
+	for r := endReuse; r <= endUnspecified; r++ {
+		if r.text() == text {
+			return r
+		}
+	}
+	return endUnspecified
+}
+
+// GrantEndedError is a token refused because its grant ended: the
+// error says what ended it and how to reconnect.
+type GrantEndedError struct{ reason endReason }
+
+func (e *GrantEndedError) Error() string { return e.reason.forClient() }
+
+// Is makes it an ErrInvalidToken to callers that only check that.
+func (e *GrantEndedError) Is(target error) bool { return target == ErrInvalidToken }
+
+// endOf reports why the grant of a token (kind access or refresh) ended;
+// false when it did not, or the token is unknown.
+func (s *storage) endOf(ctx context.Context, kind, token string) (endReason, bool) {
+	sig := token[strings.LastIndexByte(token, '.')+1:]
+	var text string
+	err := s.db.QueryRow(ctx, `SELECT e.reason FROM smcp_oauth_tokens t JOIN smcp_oauth_grant_ends e ON e.request_id = t.request_id
+		WHERE t.kind = $1 AND t.signature = $2`, kind, hashSig(sig)).Scan(&text)
+	if err != nil {
+		return 0, false
+	}
+	return reasonOf(text), true
 }
 
 func withGrantEnd(ctx context.Context, reason endReason) context.Context {
@@ -433,6 +490,13 @@ func (s *storage) GetRefreshTokenSession(ctx context.Context, sig string, sessio
 		case st.successorUsed:
 			noteEnd(ctx, endReuse)
 			s.log.Warn("a refresh token was used after another successor of the same token had been used; revoking the grant", "grant", req.GetID(), "client", req.GetClient().GetID())
+		default:
+			// The grant ended before: its refusal says why (fosite
+			// deletes this token before the refusal is written).
+			var text string
+			if s.q(ctx).QueryRow(ctx, `SELECT reason FROM smcp_oauth_grant_ends WHERE request_id = $1`, req.GetID()).Scan(&text) == nil {
+				noteEnd(ctx, reasonOf(text))
+			}
 		}
 		return req, fosite.ErrInactiveToken
 	}

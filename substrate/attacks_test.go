@@ -1631,3 +1631,29 @@ func TestAttackSearchTimeIsBounded(t *testing.T) {
 		t.Fatalf("the same search in its time: %+v %v", res, err)
 	}
 }
+
+// Issue 41.1: a feature's documents (the loom's nodes, say) are values
+// like any other: Apply refuses one nested past the depth limit with
+// invalid_value, and nothing of the mutation is written, the writes
+// before it included.
+func TestAttackApplyRefusesDeepValues(t *testing.T) {
+	svc, pa, _ := attackRooms(t)
+	ctx := context.Background()
+	deep := strings.Repeat(`{"n":`, 65) + "1" + strings.Repeat("}", 65)
+	_, err := svc.MutateRoom(ctx, pa, "atk-a", func(tx *substrate.RoomTx) error {
+		audit, err := tx.Apply([]substrate.Op{{Scope: "_shared", Key: "first", Value: json.RawMessage(`1`)},
+			{Scope: "_shared", Key: "doc", Value: json.RawMessage(deep)}}, "test")
+		tx.Audit(map[string]any{"kind": "test", "writes": audit})
+		return err
+	})
+	if e, ok := err.(*errs.Error); !ok || e.Code != errs.InvalidValue || e.Details["limit"] != 64 {
+		t.Fatalf("HOLE: Apply stored a value 65 levels deep: %v", err)
+	}
+	st, err := svc.ReadState(ctx, pa, "atk-a", substrate.ReadQuery{Scope: "_shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(st); strings.Contains(string(raw), `"first"`) {
+		t.Fatalf("HOLE: the refused mutation's first write was stored: %s", raw)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -48,6 +49,9 @@ const (
 	// preview when the envelope is over budget.
 	largeValue = 1024
 	previewLen = 160
+	// sampleItems is how many of a scope's first items a cut keeps
+	// whatever its fair share.
+	sampleItems = 3
 	// minContextBytes is the smallest budget: the envelope's frame (its
 	// _context, the sections' summaries and the cuts) must fit in it.
 	minContextBytes = 1000
@@ -153,7 +157,22 @@ type fitter struct {
 // default budget would not hold need bytes.
 func (f *fitter) expand(args map[string]any, need int) string {
 	if need+2000 > DefaultBudget {
-		args["max_bytes"] = min((need+2000+999)/1000*1000, maxContextBytes)
+		args["max_bytes"] = min((need+2000+999)/1000*1000, f.req.adviseMax())
+	}
+	return expand(f.rc, f.room, args)
+}
+
+// wholeValue words the read that returns one large value whole: a read
+// of just it with the budget it needs, or, past the largest budget the
+// caller may be advised (AdviseMax), the expression that evaluates to it,
+// whose result a surface with a result limit pages.
+func (f *fitter) wholeValue(args map[string]any, size int, force bool, ref string) string {
+	need := (size + 2000 + 999) / 1000 * 1000
+	if need > f.req.adviseMax() {
+		return f.rc.p.say(errs.Step{Op: errs.OpEval, Room: f.room, Args: map[string]any{"expr": ref}})
+	}
+	if size+1500 > f.req.MaxBytes || force {
+		args["max_bytes"] = need
 	}
 	return expand(f.rc, f.room, args)
 }
@@ -172,10 +191,8 @@ func (f *fitter) previews() {
 			if len(raw) > largeValue {
 				keys[k] = preview(raw)
 				args := map[string]any{"only": "state." + scope, "prefix": k}
-				if len(raw)+1500 > f.req.MaxBytes || f.req.Prefix == k {
-					args["max_bytes"] = min((len(raw)+2000+999)/1000*1000, maxContextBytes)
-				}
-				f.b.Cuts = append(f.b.Cuts, Cut{Section: "state." + scope + "." + k, Bytes: len(raw), Expand: expand(f.rc, f.room, args)})
+				ref := "state[" + strconv.Quote(scope) + "][" + strconv.Quote(k) + "]"
+				f.b.Cuts = append(f.b.Cuts, Cut{Section: "state." + scope + "." + k, Bytes: len(raw), Expand: f.wholeValue(args, len(raw), f.req.Prefix == k, ref)})
 				changed = true
 			}
 		}
@@ -190,10 +207,8 @@ func (f *fitter) previews() {
 			if len(raw) > largeValue {
 				views[id] = preview(raw)
 				args := map[string]any{"only": "views." + id}
-				if len(raw)+1500 > f.req.MaxBytes || (len(f.req.Only) == 1 && f.req.Only[0] == "views."+id) {
-					args["max_bytes"] = min((len(raw)+2000+999)/1000*1000, maxContextBytes)
-				}
-				f.b.Cuts = append(f.b.Cuts, Cut{Section: "views." + id, Bytes: len(raw), Expand: expand(f.rc, f.room, args)})
+				only := len(f.req.Only) == 1 && f.req.Only[0] == "views."+id
+				f.b.Cuts = append(f.b.Cuts, Cut{Section: "views." + id, Bytes: len(raw), Expand: f.wholeValue(args, len(raw), only, "views["+strconv.Quote(id)+"]")})
 				continue
 			}
 			views[id] = v
@@ -211,6 +226,7 @@ type group struct {
 	ordered bool // kept in order, stopping at the first that does not fit
 	need    int
 	kept    []gItem
+	open    int // openCount's memo; -1 until counted
 }
 
 type gItem struct {
@@ -260,7 +276,7 @@ func (f *fitter) groups() []*group {
 		if !ok || len(keys) == 0 {
 			continue
 		}
-		g := &group{section: "state." + scope, scope: scope, ordered: paged}
+		g := &group{section: "state." + scope, scope: scope, ordered: paged, open: -1}
 		var order []string
 		if paged {
 			for k := range keys {
@@ -283,6 +299,19 @@ func (f *fitter) groups() []*group {
 	return out
 }
 
+// openCount counts g's entries that are open work.
+func (g *group) openCount() int {
+	if g.open < 0 {
+		g.open = 0
+		for _, it := range g.items {
+			if openWork(it.raw) > 0 {
+				g.open++
+			}
+		}
+	}
+	return g.open
+}
+
 // clear takes g's items out of the envelope (while the rest is sized).
 func (g *group) clear(f *fitter) {
 	g.kept = nil
@@ -302,6 +331,16 @@ func (f *fitter) fill(groups []*group, avail int) {
 	for i, g := range order {
 		share := left / (len(order) - i)
 		room := min(g.need, share)
+		if g.scope != "" && !g.ordered {
+			// A sample of a scope's first items, open work first
+			// (rankKeys), whatever its share: a board whose items lost
+			// to the messages still shows what is to do.
+			floor := 0
+			for _, it := range g.items[:min(sampleItems, len(g.items))] {
+				floor += it.size
+			}
+			room = max(room, min(floor, left))
+		}
 		used := 0
 		g.kept = nil
 		for _, it := range g.items {
@@ -335,7 +374,19 @@ func (g *group) cut(f *fitter, n int) {
 		f.env.State[g.scope] = entries
 		return
 	}
-	summary, _ := json.Marshal(map[string]any{"keys": len(g.items), "shown": len(kept), "bytes": g.need})
+	sum := map[string]any{"keys": len(g.items), "shown": len(kept), "bytes": g.need}
+	// How much of the scope is open work, and how much of it was shown:
+	// the sample's size against the board's.
+	if open := g.openCount(); open > 0 {
+		shown := 0
+		for _, it := range kept {
+			if openWork(it.raw) > 0 {
+				shown++
+			}
+		}
+		sum["open"], sum["open_shown"] = open, shown
+	}
+	summary, _ := json.Marshal(sum)
 	entries["_summary"] = summary
 	f.env.State[g.scope] = entries
 	args := map[string]any{"only": "state." + g.scope}
@@ -647,7 +698,9 @@ func scopeEntries(v any) (map[string]json.RawMessage, bool) {
 // rankKeys orders a scope's keys by salience for the reader, as the
 // original's focus tiers did: entries the reader wrote; then entries the
 // room's rules read (action if/enabled, views) or that several actions
-// write (contested); then the most recently changed; then by name.
+// write (contested); then open work (openWork), so that a cut board shows
+// a sample of what is still to do rather than what is done; then the
+// most recently changed; then by name.
 func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []string {
 	name := scope
 	if scope == ScopeSelf {
@@ -666,6 +719,10 @@ func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []stri
 		}
 		return 0
 	}
+	open := make(map[string]bool, len(keys))
+	for k, raw := range keys {
+		open[k] = openWork(raw) > 0
+	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if mine(a) != mine(b) {
@@ -674,12 +731,49 @@ func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []stri
 		if watched[a] != watched[b] {
 			return watched[a]
 		}
+		if open[a] != open[b] {
+			return open[a]
+		}
 		if rev(a) != rev(b) {
 			return rev(a) > rev(b)
 		}
 		return a < b
 	})
 	return out
+}
+
+// closedStatus are the status words of work that is over.
+var closedStatus = map[string]bool{"done": true, "closed": true, "complete": true, "completed": true, "resolved": true, "finished": true,
+	"cancelled": true, "canceled": true, "merged": true, "rejected": true, "wontfix": true, "archived": true}
+
+// openWork tells, from an entry's value alone, whether it is work still
+// open (1), work that is over (-1), or not work at all (0): an object
+// with done false or true, or a status (or state) word, closedStatus or
+// not.
+func openWork(raw json.RawMessage) int {
+	if len(raw) == 0 || raw[0] != '{' {
+		return 0
+	}
+	var v struct {
+		Done   *bool   `json:"done"`
+		Status *string `json:"status"`
+		State  *string `json:"state"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return 0
+	}
+	switch {
+	case v.Done != nil && *v.Done, v.Status != nil && closedStatus[strings.ToLower(*v.Status)]:
+		return -1
+	case v.Done != nil, v.Status != nil:
+		return 1
+	case v.State != nil:
+		if closedStatus[strings.ToLower(*v.State)] {
+			return -1
+		}
+		return 1
+	}
+	return 0
 }
 
 // statePath finds state.<scope>.<key> (or .?key, or ["key"]) in an

@@ -311,6 +311,11 @@ type ContextRequest struct {
 	// single scope, the budget keeps keys in key order, so that the next
 	// page (keys_after the last key returned) starts exactly after it.
 	KeysAfter, Prefix string
+	// AdviseMax is the largest max_bytes a cut's read may advise (0: the
+	// 4 MiB any request may ask): a surface whose results have a limit
+	// sets what it can hold, and a value larger than that is advised as
+	// the expression that evaluates to it, which that surface pages.
+	AdviseMax int
 	// Reserve is room the budget leaves for what the caller wraps the
 	// envelope in (a tool result's other fields): MaxBytes is a ceiling
 	// on the whole result.
@@ -323,6 +328,14 @@ type ContextRequest struct {
 	// message), oldest first, paged with MessagesAfter; a wait with a
 	// thread (and no condition) waits for a message in it.
 	Thread int64
+}
+
+// adviseMax is the largest budget a cut's read may name.
+func (r ContextRequest) adviseMax() int {
+	if r.AdviseMax > 0 {
+		return min(r.AdviseMax, maxContextBytes)
+	}
+	return maxContextBytes
 }
 
 // paged reports a read that walks state in key order.
@@ -576,6 +589,10 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		return false
 	}
 	env := &Envelope{Self: rc.self, Params: rc.vars.Params}
+	if len(req.Only) == 0 && !req.paged() && req.MessagesAfter == nil && req.Thread == 0 {
+		// A whole read says what the room is for; its pages need not.
+		env.About = rc.snap.about
+	}
 	if env.Params == nil {
 		env.Params = map[string]any{}
 	}

@@ -7,8 +7,14 @@ import "github.com/syncsubstrate/sync/substrate/expr"
 
 // Envelope is what a context read returns (ARCHITECTURE §7).
 type Envelope struct {
+	// About is what the room is for (its meta's description), first: it
+	// frames everything after it. Absent for a room without one.
+	About *RoomAbout `json:"about,omitempty"`
 	// Self is the reader's agent id ("" for tokens and observers).
 	Self string `json:"self"`
+	// Context comes before the sections: what deserves attention, what
+	// changed and what the budget left out frame what follows.
+	Context ContextMeta `json:"_context"`
 	// State maps each visible scope to its entries (key → value; the
 	// stored JSON is passed through as json.RawMessage).
 	State map[string]any `json:"state,omitzero"`
@@ -24,12 +30,17 @@ type Envelope struct {
 	// Params are the invocation's params, as CEL sees them (seed 001's
 	// context example): {} for a context read or wait, which invoke
 	// nothing; an action's expressions read them as params.<name>.
-	Params  map[string]any `json:"params,omitzero"`
-	Context ContextMeta    `json:"_context"`
+	Params map[string]any `json:"params,omitzero"`
 
 	// shared are the scopes of State shown as the snapshot holds them,
 	// whose encoding is shared between reads (EncodeJSON).
 	shared map[string]sharedScope
+}
+
+// RoomAbout is a room's label and description, as its meta holds them.
+type RoomAbout struct {
+	Label       string `json:"label,omitempty"`
+	Description string `json:"description"`
 }
 
 // ActionView is an action (or builtin) as the reader sees it; the
@@ -79,32 +90,35 @@ type MessagesElided struct {
 	Expand    string `json:"_expand"`
 }
 
-// ContextMeta describes the read: its sections, what it left out and how
-// to expand it, help keys worth reading, the request and the room seq.
+// ContextMeta describes the read: what deserves attention, what changed,
+// what it left out and how to expand it, help keys worth reading, the
+// request and the room seq. Fields are in reading order (Claude Code's
+// model reads the JSON): what the reader acts on first, the echo of the
+// request last.
 type ContextMeta struct {
-	Depth             string          `json:"depth"`
-	Sections          []string        `json:"sections"`
-	Elided            []string        `json:"elided,omitempty"`
-	Expand            []string        `json:"_expand,omitempty"`
-	Help              []string        `json:"help,omitempty"`
-	MessagesTruncated *MessagesElided `json:"messages_truncated,omitempty"`
-	// Budget says how the envelope was fitted to max_bytes, and what it
-	// left out.
-	Budget *Budget `json:"budget,omitempty"`
 	// Attention is adaptive salience's opinion on what deserves the
 	// reader's attention; Note says when the substrate changed the
 	// request (an agent's first read is at depth full).
 	Attention *Attention `json:"_attention,omitempty"`
 	Note      string     `json:"note,omitempty"`
+	// Delta marks a context of changes only: what changed after FromSeq.
+	Delta *ChangesSince `json:"delta,omitempty"`
+	// Budget says how the envelope was fitted to max_bytes, and what it
+	// left out.
+	Budget            *Budget         `json:"budget,omitempty"`
+	Elided            []string        `json:"elided,omitempty"`
+	Expand            []string        `json:"_expand,omitempty"`
+	MessagesTruncated *MessagesElided `json:"messages_truncated,omitempty"`
+	Help              []string        `json:"help,omitempty"`
 	// EntriesUnevaluated counts the state entries hidden from this read
 	// because the room's entry-level enabled expressions cost more than
 	// the server evaluates per read (Limits.EnabledCostPerRead): their
 	// gates were not evaluated, so they are not shown.
-	EntriesUnevaluated int `json:"entries_unevaluated,omitempty"`
-	// Delta marks a context of changes only: what changed after FromSeq.
-	Delta   *ChangesSince `json:"delta,omitempty"`
-	Request RequestEcho   `json:"request"`
-	Seq     int64         `json:"seq"`
+	EntriesUnevaluated int         `json:"entries_unevaluated,omitempty"`
+	Depth              string      `json:"depth"`
+	Sections           []string    `json:"sections"`
+	Request            RequestEcho `json:"request"`
+	Seq                int64       `json:"seq"`
 }
 
 // RequestEcho repeats the shaping parameters a request set (defaults are
@@ -144,13 +158,16 @@ type WaitResult struct {
 }
 
 // EvalResult is an expression's value, read at Seq.
+//
+// Fields are in reading order (a model reads the JSON): the value and why
+// it is false first, the echo of the expression last.
 type EvalResult struct {
-	Expression string `json:"expression"`
-	Value      any    `json:"value"`
-	Seq        int64  `json:"seq"`
+	Value any `json:"value"`
 	// Unmet explains a false condition: its first false clause and what
 	// that clause read.
-	Unmet *expr.Explanation `json:"unmet,omitempty"`
+	Unmet      *expr.Explanation `json:"unmet,omitempty"`
+	Seq        int64             `json:"seq"`
+	Expression string            `json:"expression"`
 }
 
 // HelpResult is one help key, or (Key empty) the list of keys.

@@ -76,12 +76,17 @@ func (e *Envelope) EncodeJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	self, err := encodeJSON(e.Self)
+	// The fields in declaration order: about, self and _context, then
+	// state, then the rest.
+	head, err := encodeJSON(struct {
+		About   *RoomAbout   `json:"about,omitempty"`
+		Self    string       `json:"self"`
+		Context *ContextMeta `json:"_context"`
+	}{e.About, e.Self, &e.Context})
 	if err != nil {
 		return nil, err
 	}
-	// The fields in declaration order: self, then state, then the rest.
-	head := append(append([]byte(`{"self":`), self...), ',')
+	head = append(head[:len(head)-1], ',')
 	if !bytes.HasPrefix(tail, head) {
 		return encodeJSON((*envelopeFields)(e))
 	}

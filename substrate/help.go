@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ func (s *Service) helpContent(key string, w errs.Words) (any, bool) {
 		if write := say(errs.OpWriteState, nil); write != "" {
 			lines = append(lines, "6. Direct state writes ("+write+") need scope authority: your own scope, granted scopes, or the room token.")
 		}
+		lines = append(lines, fmt.Sprintf("Values (state, params, message bodies) are JSON of at most %d bytes (value_too_large), nested at most %d levels of arrays and objects (invalid_value); a view returning a deeper value shows an _error.", s.lim.MaxValueBytes, s.lim.MaxValueDepth))
 		lines = append(lines, `Errors carry {"error": code, "message", "hint", "next"}: the hint says what to do instead, next is the call that does it.`)
 		return strings.Join(lines, "\n"), true
 	case "directed_messages":
@@ -49,15 +51,15 @@ Several actions write the same state key (views._contested lists "<scope>.<key>"
 Check who writes what with ` + say(errs.OpReadContext, map[string]any{"only": "actions", "depth": "full"}) + `; guard writes with if or if_version; merge duplicates into one action, or delete the one you registered by mistake with _delete_action.`), true
 	case "context_shaping":
 		return strings.TrimSpace(`
-The context read (` + read + `) takes these shaping fields; the wait (` + say(errs.OpWait, nil) + `) takes depth, only, messages_limit and max_bytes too, and context and since:
+The context read (`+read+`) takes these shaping fields; the wait (`+say(errs.OpWait, nil)+`) takes depth, only, messages_limit and max_bytes too, and context and since:
 - depth: lean (default) | full | usage. full adds each action's params, writes, if, scope and intent; usage adds invocation counts.
 - only: "state,views,…", "state.<scope>" or "views.<id>": keep just those sections, one scope, or single views.
 - prefix: "<start>", keys_after: "<key>": state keys that start with prefix, after keys_after in key order; a scope too large for one read is read page by page (a cut names the next page).
 - messages_after: <seq>, messages_limit: <n> (default 100, max 500): page the message log; reading messages marks them read.
 - include: "_messages,_audit": add those logs to state (newest messages_limit entries; _audit needs room authority or an _audit grant).
-- max_bytes: the size budget, 1000 to 4194304 (what does not fit is summarised; _context.budget lists each cut and the read that returns it, whose own answer fits the default budget).
+- max_bytes: the size budget, 1000 to `+strconv.Itoa(maxBudget(w))+` (what does not fit is summarised; _context.budget lists each cut and the read that returns it, whose own answer fits the default budget).
 - A wait wakes with a delta: what changed since your last read (or since: <seq>), listed in _context.delta, with the unread messages addressed to you first; context "full" returns the whole context, "none" only whether the condition held. A timeout returns the condition alone unless context is given.
-_context lists the sections present, what was elided, and the read that returns it (_expand); _context.entries_unevaluated counts state entries hidden because the room's entry-level enabled expressions cost more than one read evaluates.`), true
+_context lists the sections present, what was elided, and the read that returns it (_expand); _context.entries_unevaluated counts state entries hidden because the room's entry-level enabled expressions cost more than one read evaluates.`) + resultLimit(w), true
 	case "vocabulary_bootstrap":
 		return strings.TrimSpace(`
 This room has no actions of its own yet. Give it a vocabulary: register the actions your work needs (` + say(errs.OpRegisterAction, nil) + `).
@@ -150,6 +152,7 @@ Action writes take if_version too, also as a template: "if_version": "${params.v
 			},
 			"limits": map[string]any{"source_bytes": lim.MaxSourceBytes, "cost": lim.CostLimit, "time_ms": lim.Timeout.Milliseconds(),
 				"views_cost_per_read":         s.lim.ViewCostPerRead,
+				"value_depth":                 fmt.Sprintf("%d levels of arrays and objects in any value stored or returned by a view (a scalar is 0); deeper: invalid_value, or the view's _error", s.lim.MaxValueDepth),
 				"actions_cost_per_read":       fmt.Sprintf("%d for all of a room's actions' enabled and if together, evaluated for availability at each read (each counts at least %d); actions past it read as unavailable (an invocation still evaluates its own), and a registration past it fails with action_budget_exceeded", s.lim.ActionCostPerRead, gateMinCost),
 				"room_cost_per_second":        roomCostHelp(s.lim.RoomCostPerSecond),
 				"gate_quantum":                gateQuantumHelp(s.lim.GateQuantum),
@@ -268,6 +271,35 @@ func gateQuantumHelp(q time.Duration) string {
 
 // searchRooms is what a surface adds to the search help: the search of
 // all one's rooms, where it has one.
+// ResultLimiter is a surface's vocabulary whose results have a size
+// limit (MCP: what a client shows its model whole).
+type ResultLimiter interface {
+	// ResultLimit is the most characters a result holds and the largest
+	// max_bytes a read there takes.
+	ResultLimit() (chars, maxBytes int)
+}
+
+// maxBudget is the largest max_bytes a read on w's surface takes.
+func maxBudget(w errs.Words) int {
+	if l, ok := w.(ResultLimiter); ok {
+		_, n := l.ResultLimit()
+		return n
+	}
+	return maxContextBytes
+}
+
+// resultLimit says, on a surface with a result limit, to page rather
+// than ask for more.
+func resultLimit(w errs.Words) string {
+	l, ok := w.(ResultLimiter)
+	if !ok {
+		return ""
+	}
+	chars, maxBytes := l.ResultLimit()
+	return fmt.Sprintf("\nHere a result holds at most %d characters (past that a client shows its model only a preview), so max_bytes goes up to %d and no advice names more: page instead. A cut names its next page (keys_after, messages_after, prefix); a single value larger than a result is read by evaluating it (%s), which returns it page by page (substring, slice, its keys), each page naming the next.",
+		chars, maxBytes, w.Say(errs.Step{Op: errs.OpEval, Args: map[string]any{"expr": `state._shared["<key>"]`}}))
+}
+
 func searchRooms(w errs.Words) string {
 	if all := w.Say(errs.Step{Op: errs.OpSearch, Room: "*", Args: map[string]any{"q": "…"}}); strings.Contains(all, `"room":"*"`) {
 		return "\n- " + all + " searches all your rooms at once."

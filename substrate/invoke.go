@@ -104,14 +104,19 @@ var builtinParams = map[string]map[string]ParamSpec{
 	"help": {"key": {Type: "string"}},
 }
 
-// decodeParams reads an invocation's params object.
-func decodeParams(raw json.RawMessage) (map[string]any, error) {
+// decodeParams reads an invocation's params object: a value like any
+// other, so no deeper than Limits.MaxValueDepth (the object itself is
+// one level).
+func (s *Service) decodeParams(raw json.RawMessage) (map[string]any, error) {
 	params := map[string]any{}
 	if len(raw) == 0 || string(raw) == "null" {
 		return params, nil
 	}
 	if err := CheckJSONText(raw); err != nil {
 		return nil, err.(*errs.Error).With("field", "params")
+	}
+	if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+		return nil, s.tooDeep("params").With("field", "params")
 	}
 	if err := decodeNumber(raw, &params); err != nil || params == nil {
 		return nil, errs.New(errs.InvalidParam, "params must be a JSON object").WithHint(`params is an object: {"name": value, …}`)
@@ -132,7 +137,7 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	params, err := decodeParams(rawParams)
+	params, err := s.decodeParams(rawParams)
 	if err != nil {
 		if dead := s.deadRemembered(ctx, p); dead != nil {
 			return nil, dead
@@ -304,6 +309,10 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, cp)
 		if v, err := s.evalField(ctx, "result", def.Result, after.actionVars(ctx, s, def, cp)); err != nil {
 			res.Result = map[string]any{"_error": errorText(err)}
+		} else if valueDepth(v, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+			// The audit log keeps the result: held to the depth limit,
+			// as a view's value is.
+			res.Result = map[string]any{"_error": fmt.Sprintf("the result nests arrays and objects more than %d levels deep, the server's limit (invalid_value): return a flatter value", s.lim.MaxValueDepth)}
 		} else {
 			res.Result = v
 		}

@@ -1,6 +1,7 @@
 package substrate
 
 import (
+	"encoding/json"
 	"sort"
 	"unicode/utf8"
 
@@ -70,12 +71,14 @@ var errNUL = errs.New(errs.InvalidJSON, `the JSON has a string holding the NUL c
 
 // auditParams is what an audit entry or invocation message records of
 // params: the params themselves when they are storable and within the
-// value limit, else a summary (their size and top-level names), so a
-// refused 800 KB call costs the log a few bytes, and an unstorable one
-// is still audited.
+// value limits (size and depth), else a summary (their size and
+// top-level names), so a refused 800 KB call costs the log a few bytes,
+// and an unstorable one is still audited.
 func (s *Service) auditParams(params map[string]any) any {
 	raw, err := expr.MarshalJSON(params)
-	if err == nil && len(raw) <= s.lim.MaxValueBytes/4 && CheckJSONText(raw) == nil {
+	// The invocation message holds params one level down: within the
+	// depth limit only when params are under it.
+	if err == nil && len(raw) <= s.lim.MaxValueBytes/4 && CheckJSONText(raw) == nil && jsonDepth(raw, s.lim.MaxValueDepth) < s.lim.MaxValueDepth {
 		return params
 	}
 	names := make([]string, 0, len(params))
@@ -90,4 +93,70 @@ func (s *Service) auditParams(params map[string]any) any {
 	}
 	sort.Strings(names)
 	return map[string]any{"_elided": true, "bytes": len(raw), "names": names}
+}
+
+// jsonDepth is how deeply raw's arrays and objects nest (0 for a
+// scalar), read from its bytes without decoding them; it stops at the
+// first level past limit and returns limit+1. raw is valid JSON.
+func jsonDepth(raw []byte, limit int) int {
+	depth, deepest := 0, 0
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case '"':
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+		case '[', '{':
+			depth++
+			if depth > deepest {
+				if deepest = depth; deepest > limit {
+					return deepest
+				}
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// valueDepth is jsonDepth for a decoded value (maps, slices, scalars,
+// json.RawMessage), stopping past limit the same way.
+func valueDepth(v any, limit int) int {
+	if limit < 0 {
+		return 0
+	}
+	deepest := 0
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			if d := valueDepth(e, limit-1); d > deepest {
+				if deepest = d; d > limit-1 {
+					break
+				}
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if d := valueDepth(e, limit-1); d > deepest {
+				if deepest = d; d > limit-1 {
+					break
+				}
+			}
+		}
+	case json.RawMessage:
+		return jsonDepth(x, limit)
+	default:
+		return 0
+	}
+	return deepest + 1
+}
+
+// tooDeep is the error for a value nested past Limits.MaxValueDepth.
+func (s *Service) tooDeep(what string) *errs.Error {
+	return errs.New(errs.InvalidValue, "%s nests arrays and objects more than %d levels deep, the server's limit", what, s.lim.MaxValueDepth).
+		With("limit", s.lim.MaxValueDepth).
+		WithHint("flatten it: keep nested parts under keys of their own (or in a list of records that name their parent), or send a deep structure as a string")
 }

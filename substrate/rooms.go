@@ -129,6 +129,9 @@ func (s *Service) validMeta(field string, raw json.RawMessage) ([]byte, error) {
 		return nil, errs.New(errs.ValueTooLarge, "%s is %d bytes, over the limit of %d", field, len(raw), s.lim.MaxMetaBytes).
 			WithHint("keep %s small; put data in state instead", field)
 	}
+	if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+		return nil, s.tooDeep(field).With("field", field)
+	}
 	return raw, nil
 }
 

@@ -509,11 +509,16 @@ func (s *Service) searchViews(rc *roomCtx, query string) []SearchHit {
 
 // clipSnippet bounds a snippet to searchSnippetRunes.
 func clipSnippet(s string) string {
-	if utf8.RuneCountInString(s) <= searchSnippetRunes {
-		return s
+	// Counted up to the cut, not over the whole text: a view's JSON may
+	// be long, and a snippet costs what it shows.
+	n := 0
+	for i := range s {
+		if n == searchSnippetRunes {
+			return s[:i] + "…"
+		}
+		n++
 	}
-	r := []rune(s)
-	return string(r[:searchSnippetRunes]) + "…"
+	return s
 }
 
 // check validates a request and fills its defaults.
@@ -696,12 +701,16 @@ func (s *Service) ConfigureSearch(ctx context.Context, language string) (changed
 func pgIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // searchCostPerMS is what a millisecond of a search statement's database
-// time costs the room's expression budget (work): the budget's own scale,
-// whose default 2,000,000 a second is some 100 ms of CPU. A search's
-// work is mostly PostgreSQL's (the index, ranking, snippets), which no
-// evaluation counts; billed so, a flood of searches spends its room's
-// budget, not the whole server's database.
-const searchCostPerMS = 20_000
+// time costs the room's expression budget (work). A search's work is
+// mostly PostgreSQL's (the index, ranking, snippets), which no evaluation
+// counts; billed so, a flood of searches spends its room's budget, not
+// the whole server's database. A quarter of the budget's CPU scale
+// (2,000,000 a second is some 100 ms of CPU): the time is wall time,
+// which a loaded machine inflates, and at the full scale one observer's
+// few ordinary searches in a second already spent the observers' share;
+// at this rate a room affords some 400 ms of search statements a second,
+// and the two-at-once cap per credential keeps one flood from taking it.
+const searchCostPerMS = 5_000
 
 // searchStatementTime bounds one search statement: past it the search is
 // cancelled and the caller told to narrow it. It also bounds the debt one

@@ -6,10 +6,15 @@ package substrate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -26,6 +31,8 @@ type snapshot struct {
 	scopes  map[string]map[string]*srow
 	actions map[string]*actionRec
 	views   []*viewRec // in key order
+	// about is what the room is for, from its meta (fixed at creation).
+	about *RoomAbout
 
 	msgOnce sync.Once
 	msgUse  bool
@@ -158,7 +165,41 @@ func (s *Service) readSnapshot(ctx context.Context, q querier, roomID string, se
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	var meta []byte
+	if err := q.QueryRow(ctx, `SELECT meta FROM rooms WHERE id = $1`, roomID).Scan(&meta); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+	snap.about = aboutOf(meta)
 	return snap, nil
+}
+
+// aboutLen caps the description a read shows: a room's meta may hold
+// 16 KiB, a read's budget is shared with the room itself.
+const aboutLen = 600
+
+// aboutOf is a room meta's label and description, nil without a
+// description (a label alone is in the lobby already).
+func aboutOf(meta []byte) *RoomAbout {
+	var m struct {
+		Label       any `json:"label"`
+		Description any `json:"description"`
+	}
+	if json.Unmarshal(meta, &m) != nil {
+		return nil
+	}
+	desc, _ := m.Description.(string)
+	if desc = strings.TrimSpace(desc); desc == "" {
+		return nil
+	}
+	if len(desc) > aboutLen {
+		cut := aboutLen
+		for cut > 0 && !utf8.RuneStart(desc[cut]) {
+			cut--
+		}
+		desc = desc[:cut] + "…"
+	}
+	label, _ := m.Label.(string)
+	return &RoomAbout{Label: label, Description: desc}
 }
 
 // add stores one row and indexes it.
@@ -197,7 +238,7 @@ func (snap *snapshot) index(s *Service, r *row) {
 // rows removed, logs skipped except that one at a mutable row's key
 // removes that row), at seq.
 func (snap *snapshot) advance(s *Service, pending []pendingWrite, seq, messageCount int64) *snapshot {
-	out := &snapshot{room: snap.room, seq: seq, messageCount: messageCount, scopes: make(map[string]map[string]*srow, len(snap.scopes)), actions: snap.actions}
+	out := &snapshot{room: snap.room, seq: seq, messageCount: messageCount, scopes: make(map[string]map[string]*srow, len(snap.scopes)), actions: snap.actions, about: snap.about}
 	for scope, keys := range snap.scopes {
 		out.scopes[scope] = keys
 	}

@@ -154,6 +154,9 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 		if len(raw) > s.lim.MaxValueBytes {
 			return at(s.tooLarge(w.Scope, w.Key, len(raw)))
 		}
+		if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+			return at(s.tooDeep("the value for "+w.Scope+"/"+w.Key).With("scope", w.Scope).With("key", w.Key))
+		}
 	}
 	return nil
 }

@@ -18,6 +18,18 @@ type Limits struct {
 	// MaxValueBytes caps one state value as compact JSON (after a merge is
 	// applied). Default 64 KiB.
 	MaxValueBytes int
+	// MaxValueDepth caps how deeply one value's arrays and objects nest
+	// (a scalar is depth 0, [1] and {"a": 1} depth 1), for every value
+	// the server stores: state written directly or by an action (an
+	// expression's result too), messages, params, meta, loom documents;
+	// and for what a view returns. Readers, pages and the model's text
+	// walk values level by level, so depth, not only size, decides what
+	// a value costs them. Default 64: PostgreSQL fixes no jsonb depth of
+	// its own and stops only at its stack depth (between 10,000 and
+	// 20,000 levels with the default max_stack_depth of 2 MB), far past
+	// what a reader should walk; stores that fix one choose 100 (BSON)
+	// or 250, and no room document comes near 64.
+	MaxValueDepth int
 	// MaxKeyBytes caps a state key. Default 256.
 	MaxKeyBytes int
 	// MaxScopeBytes caps a scope name, a room id and an agent id. Default 128.
@@ -95,6 +107,7 @@ func (l *Limits) fill() {
 		}
 	}
 	def(&l.MaxValueBytes, 64<<10)
+	def(&l.MaxValueDepth, 64)
 	def(&l.MaxKeyBytes, 256)
 	def(&l.MaxScopeBytes, 128)
 	def(&l.MaxBatchWrites, 100)

@@ -337,6 +337,11 @@ func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewRes
 	val, cost, err := s.cel.EvalCost(ctx, v.prog, vars)
 	if err != nil {
 		val = map[string]any{"_error": errorText(err)}
+	} else if valueDepth(val, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+		// Literals nest a view's result deeper than the state it reads:
+		// held to the limit every stored value keeps, so what reads views
+		// (other views, pages, the model's text) never meets a deeper one.
+		val = map[string]any{"_error": fmt.Sprintf("the view's value nests arrays and objects more than %d levels deep, the server's limit (invalid_value): return a flatter value", s.lim.MaxValueDepth)}
 	}
 	return viewResult{val: val, cost: cost}
 }

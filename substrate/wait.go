@@ -458,7 +458,7 @@ func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string, pa
 	if err != nil {
 		return nil, err
 	}
-	ps, err := decodeParams(params)
+	ps, err := s.decodeParams(params)
 	if err != nil {
 		return nil, err
 	}

@@ -144,6 +144,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		m.Recent = ordered
 	}
 	env.Context.MessagesTruncated = nil
+	env.About = nil // a delta is what changed; the room's purpose did not
 	env.Context.Help = nil
 	d.Full = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID})
 	env.Context.Delta = d

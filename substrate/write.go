@@ -349,6 +349,12 @@ func (s *Service) checkValue(scope, key string, raw json.RawMessage) (json.RawMe
 	if b.Len() > s.lim.MaxValueBytes {
 		return nil, s.tooLarge(scope, key, b.Len())
 	}
+	// Every stored value passes here (direct writes, actions' writes and
+	// expression values, messages, definitions, features' documents), so
+	// no surface stores one deeper than the limit.
+	if jsonDepth(b.Bytes(), s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
+		return nil, s.tooDeep("the value for "+scope+"/"+key).With("scope", scope).With("key", key)
+	}
 	return b.Bytes(), nil
 }
 

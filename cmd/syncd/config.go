@@ -28,6 +28,7 @@ type config struct {
 	RateLimit     float64       // SYNC_RATE_LIMIT, -rate-limit: requests/s per credential; negative disables. Default 100.
 	MaxBody       int64         // SYNC_MAX_BODY_BYTES, -max-body-bytes: request body cap. Default 1 MiB.
 	MaxValue      int           // SYNC_MAX_VALUE_BYTES, -max-value-bytes: one state value cap. Default 64 KiB.
+	MaxValueDepth int           // SYNC_MAX_VALUE_DEPTH, -max-value-depth: how deeply one value may nest. Default 64.
 	ShutdownIn    time.Duration // SYNC_SHUTDOWN_TIMEOUT, -shutdown-timeout: drain time. Default 15 s.
 	LogFormat     string        // SYNC_LOG_FORMAT, -log-format: text or json. Default text.
 	Signup        string        // SYNC_SIGNUP, -signup: invite, open or closed. Default invite.
@@ -135,6 +136,7 @@ func parseConfig(args []string) (*config, error) {
 	rate := fs.String("rate-limit", env("SYNC_RATE_LIMIT", "100"), "requests per second per credential; negative disables (SYNC_RATE_LIMIT)")
 	maxBody := fs.String("max-body-bytes", env("SYNC_MAX_BODY_BYTES", "1048576"), "request body limit (SYNC_MAX_BODY_BYTES)")
 	maxValue := fs.String("max-value-bytes", env("SYNC_MAX_VALUE_BYTES", "65536"), "state value limit (SYNC_MAX_VALUE_BYTES)")
+	maxValueDepth := fs.String("max-value-depth", env("SYNC_MAX_VALUE_DEPTH", "64"), "how deeply one value's arrays and objects may nest (SYNC_MAX_VALUE_DEPTH)")
 	shutdown := fs.String("shutdown-timeout", env("SYNC_SHUTDOWN_TIMEOUT", "15s"), "graceful shutdown limit (SYNC_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.LogFormat, "log-format", env("SYNC_LOG_FORMAT", "text"), "log format, text or json (SYNC_LOG_FORMAT)")
 	fs.StringVar(&c.Signup, "signup", env("SYNC_SIGNUP", "invite"), "who may create an account: invite, open or closed (SYNC_SIGNUP)")
@@ -177,6 +179,9 @@ func parseConfig(args []string) (*config, error) {
 	}
 	if c.MaxValue, err = strconv.Atoi(*maxValue); err != nil || c.MaxValue <= 0 {
 		return nil, fmt.Errorf("max value bytes %q is not a positive integer", *maxValue)
+	}
+	if c.MaxValueDepth, err = strconv.Atoi(*maxValueDepth); err != nil || c.MaxValueDepth <= 0 {
+		return nil, fmt.Errorf("max value depth %q is not a positive integer", *maxValueDepth)
 	}
 	if n, err := strconv.ParseInt(*dbConns, 10, 32); err != nil || n < 2 {
 		return nil, fmt.Errorf("database max connections %q must be a whole number of at least 2", *dbConns)

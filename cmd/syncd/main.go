@@ -99,7 +99,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	if cfg.MetricsAddr != "" || cfg.MetricsToken != "" {
 		mx = metrics.New()
 	}
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue,
+	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue, MaxValueDepth: cfg.MaxValueDepth,
 		RoomCostPerSecond: cfg.RoomCostPerSecond, GateQuantum: cfg.GateQuantum, ActionCostPerRead: cfg.ActionCostPerRead},
 		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck, NowRecheck: cfg.WaitNowRecheck}, NoGroupCommit: !cfg.GroupCommit})
 	defer svc.Close()
@@ -300,7 +300,9 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	if !cfg.CIMD {
 		metadataFetch = "off"
 	}
-	slog.Info("syncd listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "client_ip_header", cfg.ClientIPHeader,
+	// The message names the URL a person opens: passkeys refuse an IP
+	// address ("This is an invalid domain"), so not the listen address.
+	slog.Info("syncd listening: open "+cfg.PublicURL, "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "client_ip_header", cfg.ClientIPHeader,
 		"trusted_proxies", len(cfg.TrustedProxies), "client_metadata_documents", metadataFetch)
 	if ready != nil {
 		ready <- ln.Addr().String()

@@ -18,7 +18,7 @@ import (
 // folded section opens it.
 func TestBrowserRoomPageHeightsAtRealSize(t *testing.T) {
 	ctx, public, dbURL := browserSignedUp(t)
-	room := launchRoomFor(t, dbURL, "alice")
+	room := teamRoomFor(t, dbURL, "alice")
 	num := func(js string) float64 {
 		t.Helper()
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[float64](js))

@@ -1,47 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/syncsubstrate/sync/lobby"
-	"github.com/syncsubstrate/sync/lobby/teamroom"
-	"github.com/syncsubstrate/sync/store"
-	"github.com/syncsubstrate/sync/substrate"
 )
-
-// launchRoomFor builds the real-size room (lobby/teamroom) in the
-// server's database for owner, a person already signed up, shared with
-// raj (an account row the test adds), by a service of its own, as
-// another process of the server would write.
-func launchRoomFor(t *testing.T, dbURL, owner string) *teamroom.Room {
-	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, dbURL, store.Options{MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var ownerID string
-	if err := db.QueryRow(ctx, `SELECT id FROM smcp_users WHERE username = $1`, owner).Scan(&ownerID); err != nil {
-		t.Fatalf("the account of %s: %v", owner, err)
-	}
-	if _, err := db.Exec(ctx, `INSERT INTO smcp_users (id, username, webauthn_handle) VALUES ('user_raj', 'raj', 'raj') ON CONFLICT DO NOTHING`); err != nil {
-		t.Fatal(err)
-	}
-	svc := substrate.New(db, substrate.Options{})
-	defer svc.Close()
-	room, err := teamroom.Build(ctx, svc, lobby.New(db, svc), teamroom.Options{Owner: teamroom.Person{UserID: ownerID, Username: owner}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return room
-}
 
 // Issue 42, bugs 1 and 7, in a browser on the real-size room: the list
 // ends with the newest message; one sent from the box is there after the
@@ -50,7 +16,7 @@ func launchRoomFor(t *testing.T, dbURL, owner string) *teamroom.Room {
 // read as sentences, with no storage key of the system's.
 func TestBrowserRoomMessagesAtRealSize(t *testing.T) {
 	ctx, public, dbURL := browserSignedUp(t)
-	room := launchRoomFor(t, dbURL, "alice")
+	room := teamRoomFor(t, dbURL, "alice")
 	eval := func(js string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))

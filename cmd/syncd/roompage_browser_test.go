@@ -367,8 +367,18 @@ func roomChecks(t *testing.T, ctx context.Context, width int64) {
 		if err != nil || first != "5" {
 			t.Errorf("sorted by points, descending, the first row has %q (%v)", first, err)
 		}
-		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#tbl-task_table-filter"), "flaky")); err != nil {
+		// The filter is the server's, over every row: Enter sends it.
+		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#tbl-task_table-filter"), "flaky"+kb.Enter)); err != nil {
 			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`location.search.includes("tq.task_table=flaky") && document.readyState === "complete"`))
+			if err == nil && done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the filter's form did not load its page: %v", err)
+			}
 		}
 		shown, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#tbl-task_table tbody tr:not([hidden])").length`))
 		if err != nil || shown != 8 {

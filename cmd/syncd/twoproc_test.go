@@ -46,7 +46,7 @@ func startChildProc(t *testing.T, dbURL string, extra ...string) (string, *exec.
 			_ = cmd.Process.Kill()
 		}
 	})
-	addrRE := regexp.MustCompile(`msg="syncd listening" addr=(\S+)`)
+	addrRE := regexp.MustCompile(`msg="syncd listening[^"]*" addr=(\S+)`)
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -134,5 +134,55 @@ func TestWaitAcrossProcesses(t *testing.T) {
 		}
 	case <-time.After(25 * time.Second):
 		t.Fatal("waiter on process B was not woken by the invocation on process A")
+	}
+}
+
+// The first minute (issue 42 bug 11): the start-up log names the URL to
+// open, http://localhost:PORT, not the listen address 127.0.0.1:PORT
+// where passkey sign-up fails, and, before it, the first account's
+// enrolment link on the same host.
+func TestStartupLogNamesLocalhostAndTheEnrolmentLink(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-database-url", pgtest.URL(t))
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() })
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var enrol string
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("syncd ended before it listened")
+			}
+			if regexp.MustCompile(`create the first one .* at http://localhost:0/signup\?invite=`).MatchString(line) {
+				enrol = line
+			}
+			if !regexp.MustCompile(`msg="syncd listening`).MatchString(line) {
+				continue
+			}
+			if !regexp.MustCompile(`msg="syncd listening: open http://localhost:0"`).MatchString(line) {
+				t.Errorf("the listening line does not say to open http://localhost: %s", line)
+			}
+			if enrol == "" {
+				t.Error("no enrolment link on localhost was logged before the listening line")
+			}
+			return
+		case <-deadline:
+			t.Fatal("syncd did not start")
+		}
 	}
 }

@@ -29,8 +29,8 @@
 //     look for beyond a table's first 50 rows.
 //   - 7 actions: add_task (title, priority enum), claim (task),
 //     set_status (task, status enum todo|doing|review|done; overrides go
-//     to _shared.status), ship (if: phase is "ready" and nothing is open:
-//     refused while _shared.phase is "stabilising"), deploy_preview (a
+//     to _shared.status), ship (if: no task is open: a clause no simple
+//     sentence reads, false), deploy_preview (a
 //     10-minute cooldown, invoked once by ops, so it is cooling down when
 //     Build returns), vote (option enum), note (text, kind enum).
 //   - 15 views, 14 with render hints: the metrics open_count, done_count,
@@ -396,7 +396,7 @@ func actionDefs() []substrate.ActionDef {
 			Writes: []substrate.WriteTemplate{{Key: "claim:${params.task}", Value: mustJSON("${self}")}}},
 		{ID: "set_status", Description: "Move a task along", Params: map[string]substrate.ParamSpec{"task": str("the task's id", true), "status": enum("where it is now", "todo", "doing", "review", "done")},
 			Writes: []substrate.WriteTemplate{{Key: "status", Merge: mustJSON(map[string]string{"${params.task}": "${params.status}"})}}},
-		{ID: "ship", Description: "Ship the release", If: `state._shared.phase == "ready" && size(state._shared.tasks.filter(t, t.status != "done")) == 0`,
+		{ID: "ship", Description: "Ship the release", If: `size(state._shared.tasks.filter(t, t.status != "done")) == 0`,
 			Writes: []substrate.WriteTemplate{{Key: "shipped", Value: []byte(`true`)}}},
 		{ID: "deploy_preview", Description: "Deploy a preview build (once every 10 minutes)", OnInvoke: &substrate.OnInvoke{Timer: &substrate.Timer{MS: 600_000, Effect: "enable"}},
 			Writes: []substrate.WriteTemplate{{Key: "preview", Value: mustJSON("${now}")}}},

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -1131,5 +1133,32 @@ func TestAttackReloadRotatesTheTokenAgain(t *testing.T) {
 	bobJar.SetCookies(base, []*http.Cookie{{Name: "test_person", Value: "bob", Path: "/"}, {Name: "sync_new_token", Value: sealed.Value, Path: "/rooms/lab"}})
 	if p := load(&http.Client{Jar: bobJar, Timeout: 5 * time.Second}, "/rooms/lab"); strings.Contains(p, shown) || !strings.Contains(p, "could not be shown here") {
 		t.Fatalf("HOLE: another person's browser opens the sealed token: %s", p)
+	}
+}
+
+// Issue 41.1: one value of some 40 KB nested 9,900 levels (stored
+// before values' nesting was bounded) made the room page indent all of
+// it before cutting it to 2,000 bytes: 1.3 s and about a gigabyte a load.
+// A page costs what it shows: formatting stops when its budget is spent
+// and at the depth it shows, so the page allocates no more than a few
+// megabytes, and shows the value's beginning.
+func TestAttackDeepLegacyValueCostsThePageWhatItShows(t *testing.T) {
+	s := newSite(t, web.Options{}, "alice")
+	s.legacyValue("_shared", "deep", deepJSON(9900))
+	s.write("_shared", "after", `"still shown"`)
+	s.get("alice", "/rooms/lab") // caches warm
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	code, _, page := s.get("alice", "/rooms/lab")
+	runtime.ReadMemStats(&after)
+	if code != 200 || !strings.Contains(page, "still shown") || !strings.Contains(page, html.EscapeString(`[{"k":[{"k":`)) {
+		t.Fatalf("the page does not show the room: %d %.500s", code, page)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
+		t.Fatalf("HOLE: one room page with one deep value allocated %d MB (client and server)", n>>20)
+	}
+	if len(page) > 1<<20 {
+		t.Fatalf("HOLE: the page is %d KB", len(page)>>10)
 	}
 }

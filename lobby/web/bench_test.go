@@ -3,10 +3,13 @@ package web_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -176,4 +179,89 @@ func BenchmarkWriteToPageRealSize(b *testing.B) {
 			b.ReportMetric(float64(len(page))/1024, "page_KiB")
 		})
 	}
+}
+
+// BenchmarkRoomPageDeepValue renders the room page of a room holding
+// issue 41's value (some 40 KB nested 9,900 levels, stored before values'
+// nesting was bounded) beside ordinary entries, as its owner: one load at
+// a time ("one"), and six at once ("six", reporting the process's peak
+// RSS and the page time of an unrelated room loaded meanwhile):
+//
+//	go test ./lobby/web -run '^$' -bench RoomPageDeepValue -benchmem -benchtime 5x
+func BenchmarkRoomPageDeepValue(b *testing.B) {
+	s := newSiteB(b)
+	for i := range 20 {
+		s.write("_shared", fmt.Sprint("k", i), fmt.Sprintf(`{"n": %d, "s": "ordinary"}`, i))
+	}
+	s.legacyValue("_shared", "deep", deepJSON(9900))
+	if code, _, page := s.get("alice", "/rooms/lab"); code != 200 || !strings.Contains(page, "deep") {
+		b.Fatalf("%d: %.300s", code, page)
+	}
+	b.Run("one", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.get("alice", "/rooms/lab")
+		}
+	})
+	b.Run("six", func(b *testing.B) {
+		// The unrelated room: alice's own, with ordinary entries only.
+		other, err := s.svc.CreateRoom(context.Background(), substrate.CreateRoomRequest{ID: "calm"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.lob.ClaimRoom(context.Background(), "user_alice", "calm", other.Token, false); err != nil {
+			b.Fatal(err)
+		}
+		// site.get gives up after 5 s, which six loads of the deep value
+		// took before pages formatted within their budget.
+		client := &http.Client{Timeout: 5 * time.Minute}
+		load := func(path string) {
+			req, _ := http.NewRequest("GET", s.srv.URL+path, nil)
+			req.Header.Set("Accept", "text/html")
+			req.AddCookie(&http.Cookie{Name: "test_person", Value: "alice"})
+			res, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		b.ReportAllocs()
+		var calm []time.Duration
+		for b.Loop() {
+			var wg sync.WaitGroup
+			for range 6 {
+				wg.Go(func() { load("/rooms/lab") })
+			}
+			start := time.Now()
+			load("/rooms/calm")
+			calm = append(calm, time.Since(start))
+			wg.Wait()
+		}
+		slices.Sort(calm)
+		b.ReportMetric(float64(calm[len(calm)/2].Microseconds())/1000, "calm_p50_ms")
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		b.ReportMetric(float64(ru.Maxrss)/1024, "peak_rss_MB")
+	})
+}
+
+// BenchmarkRoomPageTeamRoom renders the real-size room's page
+// (lobby/teamroom) for its owner, as a browser asks for it, and reports
+// its size:
+//
+//	go test ./lobby/web -run '^$' -bench RoomPageTeamRoom -benchtime 20x
+func BenchmarkRoomPageTeamRoom(b *testing.B) {
+	s, room := newTeamSite(b, web.Options{})
+	var size int
+	b.ResetTimer()
+	for range b.N {
+		code, _, page := s.get("maya", "/rooms/"+room.ID)
+		if code != 200 {
+			b.Fatalf("the room page: %d", code)
+		}
+		size = len(page)
+	}
+	b.ReportMetric(float64(size)/1024, "page_KiB")
 }

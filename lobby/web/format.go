@@ -9,26 +9,34 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/syncsubstrate/sync/substrate/jsonfmt"
 )
 
+// The pages' budgets for one value: what a <pre> shows, and what a line
+// (a label, a summary) may hold before it is cut. Formatting stops when
+// the budget is spent (jsonfmt), so a value costs the page what it shows
+// however large or deep it is stored.
+const (
+	preBytes  = 2000
+	lineBytes = 2000
+)
+
+// prettyJSON is a value indented, within preBytes.
 func prettyJSON(v any) string {
-	var b []byte
-	var err error
+	return budgeted(v, "  ", preBytes)
+}
+
+// budgeted is v as JSON within n bytes (raw JSON is read as decoded,
+// keys sorted), said to be cut when it is.
+func budgeted(v any, indent string, n int) string {
+	o := jsonfmt.Options{Indent: indent, MaxBytes: n}
 	if raw, ok := v.(json.RawMessage); ok {
-		var x any
-		if json.Unmarshal(raw, &x) == nil {
-			v = x
-		}
+		out, _ := jsonfmt.Raw(raw, o)
+		return out
 	}
-	b, err = marshal(v, "  ")
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	const max = 2000
-	if len(b) > max {
-		return string(b[:max]) + fmt.Sprintf("… (%d bytes)", len(b))
-	}
-	return string(b)
+	out, _ := jsonfmt.Format(v, o)
+	return out
 }
 
 // thoughtText is the text of a thought entry ({"text": …, "at": …}).
@@ -43,13 +51,26 @@ func thoughtText(v json.RawMessage) string {
 }
 
 // textOf is a value as a person reads it: text as itself, anything else
-// as JSON on one line.
+// as JSON on one line, within lineBytes.
 func textOf(v any) string {
 	if s, ok := v.(string); ok {
 		return s
 	}
-	return compactJSON(v)
+	return budgeted(v, "", lineBytes)
 }
+
+// textCut is textOf within n bytes: a label, a summary line.
+func textCut(v any, n int) string {
+	if s, ok := v.(string); ok {
+		return shorten(s, n)
+	}
+	return budgeted(v, "", n)
+}
+
+// brief is a value on one line as far as a page shows one inline (the
+// value block shows 120 characters, or 100 and the whole one folded):
+// compactJSON within lineBytes.
+func brief(v any) string { return budgeted(v, "", lineBytes) }
 
 // shorten cuts s to at most n bytes (on a rune boundary), saying so.
 func shorten(s string, n int) string {
@@ -73,7 +94,7 @@ func auditLine(v any) string {
 	}
 	raw, _ := v.(json.RawMessage)
 	if json.Unmarshal(raw, &a) != nil {
-		return shorten(textOf(v), 200)
+		return textCut(v, 200)
 	}
 	line := a.Kind
 	if a.Action != "" {
@@ -92,7 +113,8 @@ func auditLine(v any) string {
 	return line
 }
 
-// compactJSON is a value on one line (a button's label, a hidden field).
+// compactJSON is a whole value on one line, for a form to send back (a
+// hidden field, an option's value); pages show values with brief.
 func compactJSON(v any) string {
 	b, err := marshal(v, "")
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -203,6 +204,19 @@ type flash struct {
 	Clause string            `json:"cl,omitempty"`
 	Read   map[string]string `json:"r,omitempty"`
 	From   string            `json:"f,omitempty"`
+	// Typed are the form's fields as the person typed them (params by
+	// name; the message box's "body"), kept by a refusal so that the form
+	// shows them again to be fixed, not typed anew.
+	Typed map[string]string `json:"p,omitempty"`
+}
+
+// typed is what the person typed into field name of the form whose
+// refusal f is ("" when f is no refusal, or has none for it).
+func typed(f *flash, name string) string {
+	if f == nil || f.OK {
+		return ""
+	}
+	return f.Typed[name]
 }
 
 const flashCookie = "sync_flash"
@@ -229,6 +243,11 @@ func (wb *Web) setFlash(w http.ResponseWriter, r *http.Request, roomID string, f
 	raw, _ := json.Marshal(f)
 	if len(raw) > 3000 { // a cookie holds about 4 KB: the details go first
 		f.Detail, f.Read = shorten(f.Detail, 300), nil
+		raw, _ = json.Marshal(f)
+	}
+	if len(raw) > 3000 { // then what was typed, which the text then says
+		f.Typed = nil
+		f.Text += " (What you typed was too long to keep: type it again.)"
 		raw, _ = json.Marshal(f)
 	}
 	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString(raw), Path: "/rooms/" + url.PathEscape(roomID),
@@ -273,7 +292,10 @@ func (wb *Web) refused(w http.ResponseWriter, r *http.Request, roomID, action st
 			params[pname] = vals[len(vals)-1]
 		}
 	}
-	f := flash{Action: action, Code: string(e.Code), Text: plainRefusal(action, e, params)}
+	f := flash{Action: action, Code: string(e.Code), Text: plainRefusal(action, e, params), Typed: maps.Clone(params)}
+	if action == sendMessage {
+		f.Typed = map[string]string{"body": r.PostFormValue("body")}
+	}
 	f.Detail = e.Message
 	if e.Hint != "" {
 		f.Detail += ". " + e.Hint + "."
@@ -283,7 +305,7 @@ func (wb *Web) refused(w http.ResponseWriter, r *http.Request, roomID, action st
 		if read, ok := e.Details["read"].(map[string]any); ok {
 			f.Read = map[string]string{}
 			for k, v := range read {
-				f.Read[k] = shorten(textOf(v), 200)
+				f.Read[k] = textCut(v, 200)
 			}
 		}
 	}
@@ -304,8 +326,36 @@ func plainRefusal(action string, e *errs.Error, params map[string]string) string
 				return fmt.Sprintf("You can't %s right now: %s.", action, words)
 			}
 		}
+		if c, ok := e.Details["clause"].(string); ok {
+			// A clause the sentence above cannot read is said as it is,
+			// with the short values it read.
+			s := fmt.Sprintf("You can't %s right now: it needs %s, which is not the case", action, c)
+			if read, ok := e.Details["read"].(map[string]any); ok {
+				var facts []string
+				for _, k := range slices.Sorted(maps.Keys(read)) {
+					if v := textOf(read[k]); len(v) <= 80 {
+						facts = append(facts, personPath(k, params)+" is "+v)
+					}
+				}
+				if len(facts) > 0 {
+					s += " (" + strings.Join(facts, ", ") + ")"
+				}
+			}
+			return s + "."
+		}
 		return fmt.Sprintf("You can't %s right now: what it requires is not the case yet.", action)
 	case errs.ActionCooldown:
+		for _, key := range []string{"cooldown", "timer"} {
+			if t, ok := e.Details[key].(map[string]any); ok {
+				until, _ := t["until"].(string)
+				if until == "" {
+					until, _ = t["expires_at"].(string)
+				}
+				if until != "" {
+					return fmt.Sprintf("%s is cooling down: it can be used again %s.", action, when(until))
+				}
+			}
+		}
 		return fmt.Sprintf("%s was used a moment ago and is cooling down: try again shortly.", action)
 	case errs.ActionDisabled:
 		return fmt.Sprintf("%s is switched off in this room for now.", action)
@@ -341,7 +391,7 @@ func clauseWords(clause string, read any, params map[string]string) string {
 		s := fmt.Sprintf("it needs %s %s %s", personPath(lhs, params), op.want, strings.Trim(rhs, `"'`))
 		if m, ok := read.(map[string]any); ok {
 			if v, ok := m[lhs]; ok {
-				s += ", and it is " + shorten(textOf(v), 80)
+				s += ", and it is " + textCut(v, 80)
 			} else {
 				s += ", and it is not set"
 			}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -141,7 +142,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			if rk == "" {
 				rk = own
 			}
-			pk := pageKey(rk, who, pageUser, access, viewToken)
+			pk := pageKey(rk, who, pageUser, access, viewToken, tableQuery(r.URL.Query()).Encode())
 			f.retain(readAs, rk)
 			f.readsAs(changes, rk)
 			readAs = rk
@@ -166,7 +167,7 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 				if err != nil {
 					return nil, read, err
 				}
-				data := rr.page(reader.AgentID, pageUser, who, access, viewToken)
+				data := rr.page(reader.AgentID, pageUser, who, access, viewToken, r.URL.Query())
 				var buf bytes.Buffer
 				if err := wb.tmpl.ExecuteTemplate(&buf, "roommain.html", data); err != nil {
 					return nil, read, fmt.Errorf("rendering the section: %w", err) // internal: logged, the browser reconnects
@@ -309,8 +310,12 @@ func (wb *Web) readRoom(ctx context.Context, p *substrate.Principal, roomID stri
 // page is the section's data for one reader: who reads (who, with their
 // access, or a view token), what they may do, and the messages directed
 // to them (to their agent, agentID, or to any the person, userID, owns).
-func (rr *roomRead) page(agentID, userID, who, access, viewToken string) map[string]any {
+// q is the page's query: the tables show the pages it asks for.
+func (rr *roomRead) page(agentID, userID, who, access, viewToken string, q url.Values) map[string]any {
 	data := maps.Clone(rr.data)
+	if groups, ok := data["Surfaces"].([]surfaceGroup); ok {
+		data["Surfaces"] = pageTables(groups, q)
+	}
 	data["Who"], data["ViewToken"] = who, viewToken
 	// Acting is for signed-in people who may: not view links, not
 	// observers (the form's post says so if it is tried anyway).
@@ -334,7 +339,7 @@ func (wb *Web) mainData(ctx context.Context, r *http.Request, p *substrate.Princ
 	if err != nil {
 		return nil, err
 	}
-	data := rr.page(p.AgentID, userID, who, access, viewToken)
+	data := rr.page(p.AgentID, userID, who, access, viewToken, r.URL.Query())
 	if t := fs.Next(); !t.IsZero() {
 		data["Until"] = t.UnixMilli()
 	}

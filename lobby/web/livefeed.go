@@ -437,9 +437,10 @@ func readKey(p *substrate.Principal, access, viewToken string) string {
 // pageKey names everything the section shows one reader beyond the room
 // as read with readKey: who they are (the header), the person whose
 // agents' messages are marked "to you", what they may do (access, in
-// readKey too), and the view token the section's links carry.
-func pageKey(readKey, who, userID, access, viewToken string) string {
-	return fmt.Sprintf("%s\x00%q %q %q %q", readKey, who, userID, access, viewToken)
+// readKey too), the view token the section's links carry, and the pages
+// of the tables they asked for (tableQuery, encoded).
+func pageKey(readKey, who, userID, access, viewToken, tables string) string {
+	return fmt.Sprintf("%s\x00%q %q %q %q %q", readKey, who, userID, access, viewToken, tables)
 }
 
 // diff returns what turns prev into the section (computed once per prev).

@@ -571,7 +571,10 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 	}
 	var res *loom.Result
 	if op == "" {
-		res, err = loom.Of(wb.opt.Substrate).Run(r.Context(), p, roomID, commands)
+		// The command box acts on the node on screen (its form names it),
+		// not wherever the person's agent last stood: a plain → add typed
+		// under node 4 of tree 1 lands there.
+		res, err = loom.Of(wb.opt.Substrate).RunAt(r.Context(), p, roomID, commands, loom.Place{Tree: q.Tree, Node: q.Node})
 	} else {
 		// A form's command: parsed as the line it composed, then given
 		// back the line breaks its texts had.
@@ -604,11 +607,15 @@ func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
 		ranErr = e
 		res = nil
 	}
-	// Land where the command put the person (a new node, a move): the
-	// position the loom stored for their agent, which the page opens when
-	// it names no tree. Anything else stays on the node the form was on.
+	// Land where the command put the person (a new node, a move): where
+	// the call left them, which is the node on screen unless a command
+	// moved them. Anything else stays on the node the form was on.
 	if res != nil && moves {
-		q.Tree, q.Node = 0, 0
+		if res.Position != nil {
+			q.Tree, q.Node = res.Position.Tree, res.Position.Node
+		} else {
+			q.Tree, q.Node = 0, 0
+		}
 	}
 	userID, username, _ := wb.opt.SignedIn(r)
 	rp, access, err := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, username, roomID)
@@ -696,7 +703,13 @@ func loomCommand(op string, q loomQuery, get func(string) string) (string, error
 		if err != nil {
 			return "", err
 		}
-		return "→ fulfil g" + req + " " + text, nil
+		// The request knows its tree; naming the tree on screen too
+		// refuses a request of another tree rather than writing there.
+		cmd := "→ fulfil g" + req + " " + text
+		if q.Tree > 0 {
+			cmd = fmt.Sprintf("→ fulfil g%s tree:%d %s", req, q.Tree, text)
+		}
+		return cmd, nil
 	}
 	if op == "stop" {
 		agent := strings.TrimSpace(get("agent"))

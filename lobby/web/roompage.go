@@ -211,6 +211,7 @@ func summaryOf(agents []agentRow, msgs *substrate.Messages, entries []substrate.
 			s.Present = append(s.Present, a)
 		}
 	}
+	tagNamesakes(s.Present)
 	if msgs != nil {
 		s.Messages, s.Unread, s.DirectedUnread = msgs.Count, msgs.Unread, msgs.DirectedUnread
 	}
@@ -335,6 +336,27 @@ type agentRow struct {
 	Presence map[string]any
 	LastSeen string // relative: "12s ago"
 	present  bool   // heard from within presentWithin
+	// Tag tells the agent from another of the same name in a list (a
+	// person's web agent and their model's agent are both named for the
+	// person): the client its id names ("web", "claude-ai"), else its id.
+	Tag string
+}
+
+// tagNamesakes sets Tag on each agent of rows whose name another shares.
+func tagNamesakes(rows []agentRow) {
+	n := map[string]int{}
+	for _, a := range rows {
+		n[a.Name()]++
+	}
+	for i, a := range rows {
+		if n[a.Name()] < 2 {
+			continue
+		}
+		rows[i].Tag = a.ID
+		if client, ok := strings.CutPrefix(a.ID, a.Name()+":"); ok && client != "" {
+			rows[i].Tag = client
+		}
+	}
 }
 
 // Name is the agent's name, or its id.

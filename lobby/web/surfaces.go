@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"net/url"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/yuin/goldmark"
@@ -65,7 +68,29 @@ type surface struct {
 	// ParamOptions are the choices an action form offers for a param,
 	// from a view (hint "options"): a select instead of a text field.
 	ParamOptions map[string][]option
+	// A table's rows are all kept (all) and shown a page at a time
+	// (pageTables): its heading counts all of them, and its filter
+	// searches all of them, on the server, so it works without a script.
+	all      [][]any
+	PageSize int
+	Table    *tablePage
 }
+
+// tablePage is what a table surface shows of its rows: the reader's
+// filter (?tq.<view>=) and page (?tp.<view>=, from 1), and the links to
+// the pages beside it.
+type tablePage struct {
+	Total, Matched  int
+	Filter          string
+	Page, Pages     int
+	First, Last     int // the rows shown, counted from 1 (0, 0: none)
+	Prev, Next, All string
+	// Keep are the query's other fields, carried by the filter's form
+	// (a view token, other tables' pages).
+	Keep []keptField
+}
+
+type keptField struct{ Name, Value string }
 
 // lane is one column of a board: the cards whose group_by field holds
 // its value.
@@ -154,7 +179,7 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 		}
 		maxRows := h.MaxRows
 		if maxRows <= 0 || maxRows > 500 {
-			maxRows = 50
+			maxRows = tablePageSize
 		}
 		switch s.Type {
 		case "metric", "section", "error":
@@ -182,10 +207,8 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 			if len(s.Columns) == 0 {
 				s.Columns = columnsOf(rows)
 			}
-			for i, r := range rows {
-				if i == maxRows {
-					break
-				}
+			s.PageSize = maxRows
+			for _, r := range rows {
 				m, _ := r.(map[string]any)
 				row := make([]any, len(s.Columns))
 				for j, c := range s.Columns {
@@ -195,8 +218,12 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 						row[j] = r
 					}
 				}
-				s.Rows = append(s.Rows, row)
+				s.all = append(s.all, row)
 			}
+			// The first page, unfiltered, for pages drawn without a
+			// reader's query (a refusal's page, the past): pageTables
+			// replaces it with the page asked for.
+			s.Rows, s.Table = pageOf(&s, nil)
 		case "feed":
 			items, _ := v.Value.([]any)
 			if len(items) > maxRows {
@@ -282,6 +309,118 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 	return out
 }
 
+// tablePageSize is how many rows a table shows at a time unless its hint
+// says (max_rows, at most 500).
+const tablePageSize = 50
+
+// pageTables returns groups with each table cut to the page the reader
+// asked for in q (tq.<view> filters, tp.<view> pages), the links to the
+// others carrying the rest of q. groups are shared by every reader of
+// one read of the room (livefeed.go): they are copied, never changed.
+func pageTables(groups []surfaceGroup, q url.Values) []surfaceGroup {
+	out := slices.Clone(groups)
+	for gi := range out {
+		cloned := false
+		for si := range out[gi].Surfaces {
+			if out[gi].Surfaces[si].Type != "table" {
+				continue
+			}
+			if !cloned {
+				out[gi].Surfaces, cloned = slices.Clone(out[gi].Surfaces), true
+			}
+			s := &out[gi].Surfaces[si]
+			s.Rows, s.Table = pageOf(s, q)
+		}
+	}
+	return out
+}
+
+// pageOf is the page of table s that q asks for.
+func pageOf(s *surface, q url.Values) ([][]any, *tablePage) {
+	fq, pq := "tq."+s.ID, "tp."+s.ID
+	t := &tablePage{Total: len(s.all), Filter: strings.TrimSpace(q.Get(fq))}
+	rows := s.all
+	if t.Filter != "" {
+		needle := strings.ToLower(t.Filter)
+		rows = nil
+		for _, r := range s.all {
+			for _, v := range r {
+				if strings.Contains(strings.ToLower(textOf(v)), needle) {
+					rows = append(rows, r)
+					break
+				}
+			}
+		}
+	}
+	t.Matched = len(rows)
+	size := max(s.PageSize, 1)
+	t.Pages = max(1, (len(rows)+size-1)/size)
+	t.Page, _ = strconv.Atoi(q.Get(pq))
+	t.Page = min(max(t.Page, 1), t.Pages)
+	from := (t.Page - 1) * size
+	shown := rows[from:min(len(rows), from+size)]
+	if len(shown) > 0 {
+		t.First, t.Last = from+1, from+len(shown)
+	}
+	link := func(page int, filter string) string {
+		v := url.Values{}
+		for k, vs := range q {
+			if k != fq && k != pq && keptParam(k) {
+				v[k] = vs
+			}
+		}
+		if filter != "" {
+			v.Set(fq, filter)
+		}
+		if page > 1 {
+			v.Set(pq, strconv.Itoa(page))
+		}
+		return "?" + v.Encode() + "#surface-" + s.ID
+	}
+	if t.Page > 1 {
+		t.Prev = link(t.Page-1, t.Filter)
+	}
+	if t.Page < t.Pages {
+		t.Next = link(t.Page+1, t.Filter)
+	}
+	if t.Filter != "" {
+		t.All = link(1, "")
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		if k != fq && k != pq && keptParam(k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range q[k] {
+			t.Keep = append(t.Keep, keptField{k, v})
+		}
+	}
+	return shown, t
+}
+
+// keptParam reports a query field the room page's links carry along: the
+// view token and the tables' filters and pages (not a form's one-off
+// fields, nor the console's expression).
+func keptParam(k string) bool {
+	return k == "view" || strings.HasPrefix(k, "tq.") || strings.HasPrefix(k, "tp.")
+}
+
+// tableQuery is the part of q that decides what the tables show, in one
+// canonical form: streams whose readers ask for the same pages share a
+// render (livefeed.go pageKey).
+func tableQuery(q url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range q {
+		if strings.HasPrefix(k, "tq.") || strings.HasPrefix(k, "tp.") {
+			out[k] = vs[:1]
+		}
+	}
+	return out
+}
+
 // boardRows is how many cards a board shows: a board is read at a
 // glance across its lanes, so by default all of a real backlog (200).
 func boardRows(n int) int {
@@ -359,7 +498,7 @@ func boardOf(rows []any, h renderHint, maxRows int) []lane {
 		}
 		for _, f := range fields {
 			if v, ok := m[f]; ok && v != nil && f != h.GroupBy && f != title {
-				c.Fields = append(c.Fields, cardField{Label: f, Value: shorten(textOf(v), 200)})
+				c.Fields = append(c.Fields, cardField{Label: f, Value: textCut(v, 200)})
 			}
 		}
 		lanes[i].Cards = append(lanes[i].Cards, c)

@@ -132,10 +132,21 @@ func New(opt Options) (*Web, error) {
 			return m
 		},
 		"compact": compactJSON,
-		"text":    textOf,
-		"has":     slices.Contains[[]string],
-		"short":   func(v any) string { return shorten(textOf(v), 300) },
-		"audit":   auditLine,
+		"typed":   typed,
+		// optValue is an enum value as a select's option sends it: text
+		// as itself where the field's type says string, else JSON (which
+		// formValue reads back as the value it was).
+		"optValue": func(v any, typ string) string {
+			if s, ok := v.(string); ok && typ == "string" {
+				return s
+			}
+			return compactJSON(v)
+		},
+		"text":  textOf,
+		"has":   slices.Contains[[]string],
+		"short": func(v any) string { return textCut(v, 300) },
+		"brief": brief,
+		"audit": auditLine,
 		// The loom's own scopes hold its machinery: folded by default.
 		"loomScope": loom.IsScope,
 		// A model's thinking is for those who observe it, on request:

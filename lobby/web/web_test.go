@@ -262,6 +262,8 @@ func (s *site) stream(person, path, lastID string) <-chan string {
 	go func() {
 		defer res.Body.Close()
 		sc := bufio.NewScanner(res.Body)
+		// A real-size room's section is one data line of a few hundred KB.
+		sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 		var block []string
 		for sc.Scan() {
 			line := sc.Text()
@@ -1102,4 +1104,42 @@ func TestLoomPageShowsRunningGeneration(t *testing.T) {
 	if strings.Contains(page, `id="generating-here"`) || !strings.Contains(page, "GENERATED-TEXT") {
 		t.Fatalf("after the answer: still generating, or no node: %s", page)
 	}
+}
+
+// legacyValue stores raw in scope/key of lab with SQL of its own, past
+// the substrate's write rules (its depth limit above all): a row written
+// before a rule existed. It bumps the room's seq with it, so no snapshot
+// cached at the old seq hides it.
+func (s *site) legacyValue(scope, key string, raw []byte) {
+	s.t.Helper()
+	ctx := context.Background()
+	_, err := s.db.Exec(ctx, `WITH r AS (UPDATE rooms SET seq = seq + 1 WHERE id = 'lab' RETURNING seq)
+		INSERT INTO state (room_id, scope, key, value, version, revision, writer, via, created_at, updated_at)
+		SELECT 'lab', $1, $2, $3::jsonb, 1, r.seq, '_room', 'direct', now(), now() FROM r`, scope, key, string(raw))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// deepJSON is issue 41's value: levels arrays and objects nested
+// alternately, 4 bytes a level on average ([{"k":…}]), so 9,900 levels are
+// some 40 KB (the issue's was 60 KB, its depth the same).
+func deepJSON(levels int) []byte {
+	var b strings.Builder
+	for i := range levels {
+		if i%2 == 0 {
+			b.WriteString(`[`)
+		} else {
+			b.WriteString(`{"k":`)
+		}
+	}
+	b.WriteString(`"x"`)
+	for i := levels - 1; i >= 0; i-- {
+		if i%2 == 0 {
+			b.WriteString(`]`)
+		} else {
+			b.WriteString(`}`)
+		}
+	}
+	return []byte(b.String())
 }

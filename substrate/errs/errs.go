@@ -22,6 +22,9 @@ const (
 	// 400
 	InvalidJSON  Code = "invalid_json"
 	InvalidField Code = "invalid_field"
+	// InvalidValue: well-formed JSON the server does not store (nested
+	// deeper than Limits.MaxValueDepth).
+	InvalidValue Code = "invalid_value"
 	// 401
 	Unauthorized Code = "unauthorized"
 	// 403
@@ -89,7 +92,7 @@ const (
 )
 
 var statusOf = map[Code]int{
-	InvalidJSON: 400, InvalidField: 400,
+	InvalidJSON: 400, InvalidField: 400, InvalidValue: 400,
 	Unauthorized: 401,
 	Forbidden:    403, ScopeDenied: 403, ReadOnlyToken: 403,
 	NotFound: 404, RoomNotFound: 404, AgentNotFound: 404, KeyNotFound: 404,

@@ -138,6 +138,10 @@ func New(opt Options) (*Env, error) {
 		cel.OptionalTypes(),
 		cel.ParserRecursionLimit(100),
 		cel.ParserExpressionSizeLimit(opt.MaxSourceBytes),
+		// Explain prints a false clause back as source: without the macro
+		// calls kept, a clause with filter, map, exists… cannot be, and
+		// the explanation skipped it (issue 42 bug 8).
+		cel.EnableMacroCallTracking(),
 		ext.Strings(),
 		ext.Lists(ext.ListsMaxRangeSize(10_000)),
 		ext.Math(),

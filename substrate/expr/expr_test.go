@@ -178,3 +178,18 @@ func TestExplain(t *testing.T) {
 		t.Fatalf("a true condition explained: %+v", ex)
 	}
 }
+
+// A clause with a macro (filter, map, exists…) is explained too: it was
+// skipped, since it could not be printed back as source, and the next
+// false clause (or none) was named instead (issue 42 bug 8).
+func TestExplainNamesAClauseWithAMacro(t *testing.T) {
+	env := expr.MustNew(expr.Options{})
+	p, err := env.Compile(`size(state._shared.tasks.filter(t, t.status != "done")) == 0 && state._shared.phase == "ready"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := &expr.Vars{State: map[string]any{"_shared": map[string]any{"tasks": []any{map[string]any{"status": "todo"}}, "phase": "stabilising"}}}
+	if ex := env.Explain(context.Background(), p, vars); ex == nil || ex.Clause != `size(state._shared.tasks.filter(t, t.status != "done")) == 0` {
+		t.Fatalf("the open tasks' clause is not the one explained: %+v", ex)
+	}
+}

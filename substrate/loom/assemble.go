@@ -49,6 +49,9 @@ type ModelParts struct {
 	Faded string
 	// Body is each command with its result, fitted to the budget.
 	Body string
+	// Steps are the results in Body, one per command (Result.Steps'
+	// order), each fitted to the budget.
+	Steps []string
 	// Marker ends the result ("⟨rN: shown once …⟩").
 	Marker string
 }
@@ -68,9 +71,11 @@ func (l *Loom) ForModel(ctx context.Context, p *substrate.Principal, roomID, tex
 	if err != nil {
 		return nil, err
 	}
-	var body []string
+	var body, fitted []string
 	for _, st := range res.Steps {
-		body = append(body, "→ "+st.Command+"\n"+l.fitResult(ctx, st))
+		fit := l.fitResult(ctx, st)
+		fitted = append(fitted, fit)
+		body = append(body, "→ "+st.Command+"\n"+fit)
 	}
 	mem, faded, marker := "", "", ""
 	if p.Kind == substrate.KindAgent && !p.ReadOnly() {
@@ -81,7 +86,7 @@ func (l *Loom) ForModel(ctx context.Context, p *substrate.Principal, roomID, tex
 			mem = "(operational memory unavailable this turn: → memory shows it)"
 		}
 	}
-	res.Parts = &ModelParts{Onboard: res.onboard, Memory: mem, Faded: faded, Body: strings.Join(body, "\n\n"), Marker: marker}
+	res.Parts = &ModelParts{Onboard: res.onboard, Memory: mem, Faded: faded, Body: strings.Join(body, "\n\n"), Steps: fitted, Marker: marker}
 	if res.Position != nil {
 		res.Parts.Ambient = res.Position.Ambient
 	}

@@ -46,7 +46,7 @@ func TestLoomForModelAssemblesMemory(t *testing.T) {
 → permit al loom_write loom_generate
 → yield`)
 	a := e.ag["al"]
-	e.model(a, "→ view 1") // onboarding
+	e.model(a, "→ switch to 1") // onboarding
 	out := e.model(a, `→ pin 2
 → stash "arc" "Marie's reluctance stems from the funeral."
 → recall "arc"

@@ -188,3 +188,19 @@ func (e *loomEnv) joinGranted(id string, grants ...string) *substrate.Principal 
 	}
 	return p
 }
+
+// A node too long for the room's limits is refused in the loom's words:
+// the core's storage key (_loom.1/n:2) never reaches the person, and
+// nothing is written.
+func TestAttackLoomStorageErrorNotShownVerbatim(t *testing.T) {
+	e := newLoom(t, substrate.Options{Limits: substrate.Limits{MaxValueBytes: 2048}}, "alice")
+	e.run(e.admin, `→ new tree "t" "root"`+"\n→ permit alice human all")
+	_, err := loom.Of(e.svc).Run(context.Background(), e.ag["alice"], e.room, `→ add from:1 tree:1 "`+strings.Repeat("long words ", 300)+`"`)
+	if !errs.Is(err, errs.ValueTooLarge) {
+		t.Fatalf("a too long node: %v", err)
+	}
+	if msg := errs.From(err).Message + errs.From(err).Hint; strings.Contains(msg, "_loom") || strings.Contains(msg, "n:2") || !strings.Contains(msg, "too long") {
+		t.Fatalf("the refusal is the storage's, not the loom's: %s", msg)
+	}
+	has(t, e.run(e.admin, "→ tree summary tree:1").Text, "1 nodes")
+}

@@ -235,11 +235,20 @@ func TestLoomCallWithAnUnparsedLineRunsNothing(t *testing.T) {
 	if res := e.run(e.admin, "→ tree summary"); !strings.Contains(res.Text, "1 nodes") {
 		t.Fatalf("a command of the refused call ran:\n%s", res.Text)
 	}
-	// The same call fixed runs whole; a command that fails when it runs
-	// (not a parse failure) still lets the others run, as before.
-	res := e.run(a, "→ add from:1 \"first\"\n→ view 99\n→ add \"second\"")
-	if res.Errors != 1 || !res.Steps[0].OK || res.Steps[1].OK || !res.Steps[2].OK {
-		t.Fatalf("%+v", res.Steps)
+	// A command that fails when it runs (not a parse failure) stops the
+	// call: the error names the failed line, the lines that ran (their
+	// writes stand) and those that did not run.
+	_, err = loom.Of(e.svc).Run(context.Background(), a, e.room, "→ add from:1 \"first\"\n→ view 99\n→ add \"second\"")
+	x = errs.From(err)
+	if x.Code != errs.NotFound || !strings.HasPrefix(x.Message, "✗ line 2 of 3 failed (→ view 99); line 1 ran and stands; line 3 did not run.") ||
+		!strings.Contains(x.Message, "· not run (line 2 failed before it)") || !strings.Contains(x.Hint, "do not send line 1 again") {
+		t.Fatalf("%v (hint %q)", err, x.Hint)
+	}
+	if x.Details["failed_line"] != 2 || fmt.Sprint(x.Details["done"]) != "[1]" || fmt.Sprint(x.Details["not_run"]) != "[3]" {
+		t.Fatalf("%v", x.Details)
+	}
+	if res := e.run(e.admin, "→ tree summary"); !strings.Contains(res.Text, "2 nodes") {
+		t.Fatalf("line 3 ran, or line 1 did not:\n%s", res.Text)
 	}
 }
 

@@ -276,13 +276,19 @@ type loomRun struct {
 	actor string
 	kind  string // "human" or "model"
 	perms []string
-	pos   loomPos
+	// pos is where the caller is for this command: the call's position
+	// (callState.pos) once the call has one, else the stored one.
+	pos loomPos
+	// stored is the agent's stored position (loom:pos), as read.
+	stored loomPos
 	// newPos is set when the command moved the caller.
 	newPos *loomPos
 	ops    []substrate.Op
 	trace  string // the trace line; default the command
 	nodes  []Node
 	in     *stepIn
+	// caught are the trees whose counter catchUp checked.
+	caught map[int64]bool
 }
 
 func loomErr(code errs.Code, format string, a ...any) *errs.Error {
@@ -709,6 +715,9 @@ func (r *loomRun) lease(t *loomTree, b string) error {
 // addNode creates a child of parent (nil: a root) in tree t and returns
 // it. The caller's turn on the branch is taken first.
 func (r *loomRun) addNode(t *loomTree, parent *Node, n Node) (*Node, error) {
+	if err := r.catchUp(t); err != nil {
+		return nil, err
+	}
 	n.ID = t.Next
 	n.At = r.now
 	if n.Edge == "" {
@@ -750,6 +759,44 @@ func (r *loomRun) addNode(t *loomTree, parent *Node, n Node) (*Node, error) {
 	return &n, nil
 }
 
+// catchUp moves t's node counter past nodes that already exist, once per
+// command and tree. A fulfil in another tree than the caller's once wrote
+// a node without saving its tree's counter, and every later node of that
+// tree then collided with it; a tree left so is repaired by its next
+// write instead of refusing every one.
+func (r *loomRun) catchUp(t *loomTree) error {
+	if r.caught[t.ID] {
+		return nil
+	}
+	from := t.Next
+	for {
+		keys := make([]string, 32)
+		for i := range keys {
+			keys[i] = "n:" + strconv.FormatInt(t.Next+int64(i), 10)
+		}
+		got, err := r.getMany(treeScope(t.ID), keys)
+		if err != nil {
+			return err
+		}
+		i := 0
+		for i < len(keys) && got[keys[i]] != nil {
+			i++
+		}
+		t.Next += int64(i)
+		if i < len(keys) {
+			break
+		}
+	}
+	if t.Next != from {
+		r.l.log.Warn("loom tree counter behind its nodes, caught up", "room", r.room, "tree", t.ID, "from", from, "to", t.Next)
+	}
+	if r.caught == nil {
+		r.caught = map[int64]bool{}
+	}
+	r.caught[t.ID] = true
+	return nil
+}
+
 func (r *loomRun) saveTree(t *loomTree) {
 	r.put(scopeLoom, "tree:"+strconv.FormatInt(t.ID, 10), t)
 }
@@ -766,9 +813,10 @@ func (r *loomRun) loadCaller() error {
 		return err
 	}
 	if r.p.Kind == substrate.KindAgent {
-		if _, err := r.get(r.p.AgentID, "loom:pos", &r.pos); err != nil {
+		if _, err := r.get(r.p.AgentID, "loom:pos", &r.stored); err != nil {
 			return err
 		}
+		r.pos = r.stored
 	}
 	return nil
 }
@@ -950,11 +998,26 @@ func IsScope(scope string) bool { return isLoomScope(scope) }
 // Run runs one or more → command lines (seed 002) as p in roomID. Each
 // command is its own mutation (or, for a read-only credential, its own
 // read): a failing command changes nothing and is recorded in the caller's
-// trace, and the commands after it still run. A call in which a line
-// does not parse runs nothing (refuseUnparsed). When every command fails,
-// the first failure is returned as the error (so REST answers with its
-// status and MCP with isError); otherwise the result lists each step.
+// trace, and the commands after it do not run (batchFailure: the error
+// says which line failed and which ran). A call in which a line does not
+// parse runs nothing (refuseUnparsed). The call carries the caller's
+// position from command to command (callState).
 func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text string) (*Result, error) {
+	return l.RunAt(ctx, p, roomID, text, Place{})
+}
+
+// Place is a node of a tree.
+type Place struct {
+	Tree, Node int64
+}
+
+// RunAt is Run for commands issued against a node on screen (the loom
+// page's command box, a REST call that names tree and node): the call
+// starts at at instead of where the caller's agent stands, so a plain
+// → add lands under the node the person looks at, whatever the agent did
+// elsewhere since the page was drawn. The caller's stored position moves
+// only as the commands move it. A zero Place is Run.
+func (l *Loom) RunAt(ctx context.Context, p *substrate.Principal, roomID, text string, at Place) (*Result, error) {
 	if err := l.svc.RequireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
@@ -968,7 +1031,11 @@ func (l *Loom) Run(ctx context.Context, p *substrate.Principal, roomID, text str
 	for _, pl := range lines {
 		cmds = append(cmds, pl.Cmd)
 	}
-	return l.run(ctx, p, roomID, cmds, perr)
+	var start *loomPos
+	if at.Tree > 0 && at.Node > 0 {
+		start = &loomPos{Tree: at.Tree, Node: at.Node}
+	}
+	return l.run(ctx, p, roomID, cmds, perr, start)
 }
 
 // RunParsed runs commands Parse returned, through the same steps as Run:
@@ -981,10 +1048,10 @@ func (l *Loom) RunParsed(ctx context.Context, p *substrate.Principal, roomID str
 	if len(cmds) == 0 {
 		return nil, errs.New(errs.InvalidField, "✗ no command").WithHint("for example: → view 23, → tree, → help")
 	}
-	return l.run(ctx, p, roomID, cmds, nil)
+	return l.run(ctx, p, roomID, cmds, nil, nil)
 }
 
-func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, cmds []*Command, perr error) (*Result, error) {
+func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, cmds []*Command, perr error, start *loomPos) (*Result, error) {
 	res := &Result{}
 	var firstErr error
 	var texts []string
@@ -1007,10 +1074,22 @@ func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, c
 		res.Steps = append(res.Steps, st)
 		texts = append(texts, "→ "+st.Command+"\n"+st.Text)
 	}
-	// A credential that is not an agent has no stored position: it gets
-	// one for the call, so "→ switch to 2" then "→ add" attaches under 2.
-	call := &callState{}
-	for _, c := range cmds {
+	// A call carries its position from command to command: "→ jump 5"
+	// then "→ add" attaches under 5 even while another call of the same
+	// agent moves it elsewhere, and a credential that is not an agent
+	// (which has no stored position) has one for the call.
+	call := &callState{pos: start}
+	failed := -1
+	for i, c := range cmds {
+		if failed >= 0 {
+			// The lines after a failed one do not run: they were written
+			// for where it would have left the caller ("→ jump 99" that
+			// failed, then "→ add" at the old place).
+			st := Step{Command: c.Line, Verb: c.Verb, Error: notRun, Text: fmt.Sprintf("· not run (line %d failed before it)", failed+1)}
+			res.Steps = append(res.Steps, st)
+			texts = append(texts, "→ "+st.Command+"\n"+st.Text)
+			continue
+		}
 		st, pos, ob, err := l.step(ctx, p, roomID, c, call)
 		if ob != "" && onboard == "" {
 			onboard = ob
@@ -1019,18 +1098,20 @@ func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, c
 			res.Position = pos
 		}
 		record(st, err)
+		if err != nil {
+			failed = i
+		}
 	}
-	if perr != nil {
+	if perr != nil && failed < 0 {
 		line, verb := parseFailure(perr)
 		l.traceError(ctx, p, roomID, verb, line, perr)
 		record(Step{Command: line, Verb: verb}, perr)
 	}
-	if res.Errors == len(res.Steps) && firstErr != nil {
-		e := errs.From(firstErr)
-		if len(res.Steps) > 1 {
-			e.Message = strings.Join(texts, "\n\n")
+	if firstErr != nil {
+		if len(res.Steps) == 1 {
+			return nil, firstErr
 		}
-		return nil, e
+		return nil, batchFailure(firstErr, res.Steps, texts)
 	}
 	res.Text = strings.Join(texts, "\n\n")
 	res.onboard = onboard
@@ -1044,8 +1125,71 @@ func (l *Loom) run(ctx context.Context, p *substrate.Principal, roomID string, c
 }
 
 // notRun marks a command that did not run because another line of its
-// call did not parse.
+// call did not parse, or failed before it.
 const notRun errs.Code = "not_run"
+
+// batchFailure is the error of a call of several lines in which one
+// failed: the failed line's code (so REST answers with its status and MCP
+// with isError), a message that says which line failed, which lines ran
+// (their writes stand: sending them again would do them twice) and which
+// did not run, then every line's outcome; its details the same as
+// numbers (failed_line, done, not_run) and the steps.
+func batchFailure(first error, steps []Step, texts []string) error {
+	e := *errs.From(first)
+	e.Details = maps.Clone(e.Details)
+	failed := 0
+	var done, skipped []int
+	for i, st := range steps {
+		switch {
+		case st.OK:
+			done = append(done, i+1)
+		case st.Error == notRun:
+			skipped = append(skipped, i+1)
+		default:
+			failed = i + 1
+		}
+	}
+	head := fmt.Sprintf("✗ line %d of %d failed (→ %s)", failed, len(steps), steps[failed-1].Command)
+	if len(done) == 0 {
+		head += "; nothing was done"
+	} else {
+		head += fmt.Sprintf("; %s ran and stand%s", lineList(done), map[bool]string{true: "s", false: ""}[len(done) == 1])
+	}
+	if len(skipped) > 0 {
+		head += fmt.Sprintf("; %s did not run", lineList(skipped))
+	}
+	e.Message = head + ".\n\n" + strings.Join(texts, "\n\n")
+	switch {
+	case len(done) == 0:
+		e.Hint = fmt.Sprintf("fix line %d and send the call again", failed)
+	case len(skipped) == 0:
+		e.Hint = fmt.Sprintf("fix line %d and send it again; do not send %s again", failed, lineList(done))
+	default:
+		e.Hint = fmt.Sprintf("fix line %d and send it with the lines after it; do not send %s again", failed, lineList(done))
+	}
+	if done == nil {
+		done = []int{}
+	}
+	if skipped == nil {
+		skipped = []int{}
+	}
+	return e.With("failed_line", failed).With("done", done).With("not_run", skipped).With("steps", steps)
+}
+
+// lineList names line numbers: "line 2", "lines 1–3", "lines 1, 3".
+func lineList(ns []int) string {
+	if len(ns) == 1 {
+		return fmt.Sprintf("line %d", ns[0])
+	}
+	if ns[len(ns)-1]-ns[0] == len(ns)-1 {
+		return fmt.Sprintf("lines %d–%d", ns[0], ns[len(ns)-1])
+	}
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	return "lines " + strings.Join(parts, ", ")
+}
 
 // refuseUnparsed answers a call in which some line does not parse: none
 // of its commands runs (a model that mistyped one line of a plan should
@@ -1123,8 +1267,12 @@ var loomWrites = map[string]bool{"add": true, "branch": true, "annotate": true, 
 
 // callState is what one Run carries from command to command.
 type callState struct {
-	// pos is the position of a credential that is not an agent (whose
-	// position is not stored), for the rest of the call.
+	// pos is the caller's position for the rest of the call: where the
+	// call started (RunAt), else the agent's stored position as its first
+	// command read it, then wherever the call's commands moved it. Each
+	// command is its own transaction, and re-reading the stored position
+	// in each let another call of the same agent move it in between (a
+	// jump, then an add under the other call's node).
 	pos *loomPos
 }
 
@@ -1169,8 +1317,13 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 			return err
 		}
 		r.in = in
-		if r.p.Kind != substrate.KindAgent && in.call != nil && in.call.pos != nil {
-			r.pos = *in.call.pos
+		if in.call != nil {
+			if in.call.pos != nil {
+				r.pos = *in.call.pos
+			} else if !in.collect {
+				np := r.pos
+				in.call.pos = &np
+			}
 		}
 		if r.p.Kind == substrate.KindAgent && r.tx.Writes() && !in.collect {
 			var seen bool
@@ -1190,7 +1343,7 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		if in.collect {
 			return nil
 		}
-		if r.newPos != nil && r.p.Kind != substrate.KindAgent && in.call != nil {
+		if r.newPos != nil && in.call != nil {
 			np := *r.newPos
 			in.call.pos = &np
 		}
@@ -1208,7 +1361,7 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 					}
 				}
 			}
-			if np != nil && r.p.Kind == substrate.KindAgent && *np != r.pos {
+			if np != nil && r.p.Kind == substrate.KindAgent && *np != r.stored {
 				r.put(r.p.AgentID, "loom:pos", np)
 			}
 		}
@@ -1240,7 +1393,7 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		}
 		audit, err := tx.Apply(r.ops, "loom")
 		if err != nil {
-			return err
+			return l.inLoomWords(roomID, c, err)
 		}
 		for _, a := range audit {
 			// Operational memory is the agent's alone: the audit log
@@ -1274,6 +1427,27 @@ func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, 
 		}
 	}
 	return st, pos, onboard, err
+}
+
+// inLoomWords is a refusal of the core's storage (which names scopes and
+// keys: _loom.2/n:15) in the words of the person or model who ran c: what
+// was too big or full, or, for records that disagree, a fault of sync's
+// own, logged. Nothing of the command was written either way.
+func (l *Loom) inLoomWords(roomID string, c *Command, err error) error {
+	e := errs.From(err)
+	switch e.Code {
+	case errs.ValueTooLarge:
+		return loomErr(errs.ValueTooLarge, "%s was not saved: its text is too long for one entry of this room's loom", c.Verb).
+			WithHint("shorten it, or split it over several nodes (→ add, then → add again), and send it again")
+	case errs.ScopeFull:
+		return loomErr(errs.ScopeFull, "%s was not saved: this room's loom holds as many records as its limits allow", c.Verb).
+			WithHint("ask the room's owner to raise the room's limits, or remove bookmarks and documents no longer needed")
+	case errs.KeyExists, errs.AppendOnly, errs.VersionConflict, errs.NotMergeable:
+		l.log.Error("loom records disagree", "room", roomID, "verb", c.Verb, "err", err)
+		return loomErr(errs.Internal, "%s was not saved: the loom's records disagree, a fault in sync and not in the command; nothing was written", c.Verb).
+			WithHint("send it again; if it fails again, tell the room's owner")
+	}
+	return err
 }
 
 // traceError appends a failed command to the agent's trace.

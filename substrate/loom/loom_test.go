@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -27,7 +28,12 @@ type loomEnv struct {
 }
 
 func newLoom(t testing.TB, opt substrate.Options, agents ...string) *loomEnv {
-	svc := substrate.New(pgtest.New(t), opt)
+	return newLoomOn(t, pgtest.New(t), opt, agents...)
+}
+
+// newLoomOn is newLoom on db (a tiny pool, for concurrency tests).
+func newLoomOn(t testing.TB, db *store.DB, opt substrate.Options, agents ...string) *loomEnv {
+	svc := substrate.New(db, opt)
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "loom"})
@@ -84,7 +90,7 @@ func TestLoomSession(t *testing.T) {
 → permit alice human loom_write loom_generate doc_write
 → permit bob loom_write`)
 	a := e.ag["alice"]
-	res := e.run(a, `→ view 1
+	res := e.run(a, `→ switch to 1
 → add "She hadn't visited since her mother's death,"
 → annotate 2 "key turning point"
 → link 2 to 1 note:"echo"
@@ -102,7 +108,7 @@ func TestLoomSession(t *testing.T) {
 	res = e.run(a, `→ edit 2 "She had not been back since the funeral,"`)
 	has(t, res.Text, "node 3 edited from 2 (branch 1.2)")
 	res = e.run(a, "→ show me node 2")
-	has(t, res.Text, "She hadn't visited", "⟨node:2 depth:1 siblings:2")
+	has(t, res.Text, "She hadn't visited", "⟨node:3 depth:1 siblings:2") // viewing does not move
 	// Errors: readable, in the trace.
 	_, err := loom.Of(e.svc).Run(context.Background(), a, "loom", "→ view 999")
 	if !errs.Is(err, errs.NotFound) || !strings.Contains(err.Error(), "✗ node 999 does not exist") {

@@ -459,7 +459,7 @@ func (r *loomRun) continueOp(c *Command, t *loomTree, gen []string) (string, err
 		req.ID, n, parent.ID, tokens, req.ID, key), nil
 }
 
-func (r *loomRun) fulfil(c *Command, t *loomTree) (string, error) {
+func (r *loomRun) fulfil(c *Command) (string, error) {
 	if len(c.Refs) == 0 || !strings.HasPrefix(c.Refs[0], "g") {
 		return "", loomErr(errs.InvalidField, "fulfil needs a request id like g12").WithHint("→ requests lists the open ones").With("nearest", "fulfil")
 	}
@@ -478,9 +478,18 @@ func (r *loomRun) fulfil(c *Command, t *loomTree) (string, error) {
 		return "", loomErr(errs.Forbidden, "permission denied: %s asked for %s; a continuation comes from someone else", r.actor, c.Refs[0]).
 			WithHint("write your own text with → add \"…\", or let a generator or another participant fulfil it")
 	}
-	if req.Tree != t.ID {
-		if t, err = r.tree(req.Tree); err != nil {
+	t, err := r.tree(req.Tree)
+	if err != nil {
+		return "", err
+	}
+	if v, ok := c.opt("tree"); ok {
+		named, err := r.treeByRef(v)
+		if err != nil {
 			return "", err
+		}
+		if named.ID != t.ID {
+			return "", loomErr(errs.InvalidField, "%s continues node %d of tree %d, not of tree %d", c.Refs[0], req.Node, req.Tree, named.ID).
+				WithHint("→ fulfil %s tree:%d \"…\", or leave tree: out (a request knows its tree)", c.Refs[0], req.Tree).With("tree", req.Tree)
 		}
 	}
 	parent, err := r.node(t, strconv.FormatInt(req.Node, 10))
@@ -497,7 +506,8 @@ func (r *loomRun) fulfil(c *Command, t *loomTree) (string, error) {
 	} else {
 		r.put(scopeLoom, key, req)
 	}
-	return fmt.Sprintf("✓ node %d fulfils %s (%d of %d)", n.ID, c.Refs[0], req.Done, req.N), nil
+	r.saveTree(t)
+	return fmt.Sprintf("✓ node %d fulfils %s (%d of %d), in tree %d %q", n.ID, c.Refs[0], req.Done, req.N, t.ID, t.Name), nil
 }
 
 func (r *loomRun) requests() (string, error) {
@@ -533,7 +543,7 @@ func (l *Loom) continueGen(ctx context.Context, p *substrate.Principal, roomID s
 		if err := r.loadCaller(); err != nil {
 			return err
 		}
-		if p.Kind != substrate.KindAgent && call.pos != nil {
+		if call.pos != nil {
 			r.pos = *call.pos
 		}
 		if p.ReadOnly() {

@@ -38,6 +38,16 @@ func (r *loomRun) exec(c *Command, gen []string) (string, error) {
 		return r.requests()
 	case "stop":
 		return r.stop(c)
+	case "fulfil":
+		// A request names its tree: the fulfil writes there, whatever
+		// tree the caller stands in, and saves that tree.
+		if err := r.need(PermAware); err != nil {
+			return "", err
+		}
+		if err := r.needWrite(PermWrite); err != nil {
+			return "", err
+		}
+		return r.fulfil(c)
 	}
 	if err := r.need(PermAware); err != nil {
 		return "", err
@@ -84,8 +94,6 @@ func (r *loomRun) exec(c *Command, gen []string) (string, error) {
 		text, err = r.bookmark(c, t)
 	case "continue":
 		text, err = r.continueOp(c, t, gen)
-	case "fulfil":
-		text, err = r.fulfil(c, t)
 	default:
 		return "", loomErr(errs.InvalidField, "%s is not implemented", c.Verb)
 	}
@@ -257,6 +265,18 @@ func (r *loomRun) link(c *Command, t *loomTree) (string, error) {
 		return nil
 	}
 	if doc, ok := c.Opts["doc"]; ok {
+		// A link is a reference a reader follows: to a document that
+		// does not exist it would lead nowhere (a misspelt name).
+		if err := substrate.ValidKey(doc, 200); err != nil {
+			return "", err
+		}
+		var d json.RawMessage
+		if found, err := r.get(scopeLoomDoc, "d:"+doc, &d); err != nil {
+			return "", err
+		} else if !found {
+			return "", loomErr(errs.NotFound, "doc %q does not exist, so nothing links to it", doc).
+				WithHint("write it first (→ write doc:%q append \"…\"), or link an existing one; → read doc:\"name\" reads one", doc).With("doc", doc)
+		}
 		if err := addLink(src.ID, map[string]any{"doc": doc}); err != nil {
 			return "", err
 		}
@@ -399,8 +419,9 @@ func (r *loomRun) view(c *Command, t *loomTree) (string, error) {
 		}
 		out = append(out, s)
 	}
+	// Viewing never moves the caller: "→ switch to 5", "→ view 2",
+	// "→ add" adds under 5, as a reader who glanced elsewhere means.
 	r.nodes = append(r.nodes, *n)
-	r.moveTo(t, n)
 	return strings.Join(out, "\n"), nil
 }
 
@@ -457,7 +478,6 @@ func (r *loomRun) viewBranch(c *Command, t *loomTree, b string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	r.moveTo(t, head)
 	if c.Opts["as"] == "nodes" {
 		var parts []string
 		for i := range path {
@@ -778,7 +798,7 @@ func (r *loomRun) onboarding() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		where = fmt.Sprintf("tree 1 %q (%d nodes); → view 1 starts at its root", t.Name, t.Next-1)
+		where = fmt.Sprintf("tree 1 %q (%d nodes); → switch to 1 goes to its root", t.Name, t.Next-1)
 	}
 	return fmt.Sprintf(`You are now operating in a loom-aware context. This means:
 

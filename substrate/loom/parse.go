@@ -398,6 +398,19 @@ func parseLoomLine(line string) (*Command, error) {
 		c.Words = without(c.Words, "tree")
 	}
 	if c.Verb == "switch" || c.Verb == "branch" || c.Verb == "continue" || c.Verb == "preview" || c.Verb == "jump" {
+		// "branch from" with no node would act wherever the caller
+		// stands: a model that meant a node and left it out must not
+		// branch somewhere it did not name.
+		_, node := c.Opts["node"]
+		_, from := c.Opts["from"]
+		if (c.has("from") || c.has("to")) && len(c.Refs) == 0 && !node && !from && c.Opts["branch"] == "" && !c.has("branch") {
+			w := "from"
+			if !c.has("from") {
+				w = "to"
+			}
+			return nil, errs.New(errs.InvalidField, "✗ %s %s needs a node: %s", c.Verb, w, c.Line).
+				WithHint("name it: → %s", loomUsage[c.Verb]).With("line", c.Line).With("nearest", c.Verb)
+		}
 		c.Words = without(c.Words, "to", "from")
 	}
 	if (c.Verb == "tree" || c.Verb == "add") && len(c.Refs) > 0 {

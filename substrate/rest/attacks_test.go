@@ -781,7 +781,7 @@ func TestAttackLoomPrivateMemory(t *testing.T) {
 func TestAttackLoomThinkNeverShared(t *testing.T) {
 	e := newEnv(t, rest.Options{})
 	rm, alice, bob := loomSetup(t, e)
-	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ think\nSECRET-THOUGHT about the scene\n←\n→ add \"public words\""}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ switch to 1\n→ think\nSECRET-THOUGHT about the scene\n←\n→ add \"public words\""}).must(t, 200)
 	for _, read := range []struct{ path, tok string }{
 		{"/rooms/loomy/context", bob}, {"/rooms/loomy/state", bob}, {"/rooms/loomy/context", rm.token},
 		{"/rooms/loomy/state?scope=_audit&limit=1000", rm.token}, {"/rooms/loomy/state?scope=_loom.1&limit=1000", bob},
@@ -999,7 +999,7 @@ func TestAttackLoomReadsFollowPermissions(t *testing.T) {
 	e := newEnv(t, rest.Options{})
 	rm, alice, bob := loomSetup(t, e)
 	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit alice doc_write\n→ deny bob doc_read loom_aware"}).must(t, 200)
-	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ switch to 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
 	// → view and → read refuse bob: the rule every read path follows.
 	for _, c := range []string{"→ view 1", `→ read doc:"plan"`} {
 		if r := e.do("POST", "/rooms/loomy/loom", bob, map[string]any{"commands": c}); r.status != 403 {
@@ -1819,7 +1819,7 @@ func TestAttackLoomTraceNotReadByGrantees(t *testing.T) {
 	rm, alice, _ := loomSetup(t, e)
 	carol := e.join(rm, "carol", "alice")
 	e.do("POST", "/rooms/loomy/loom", rm.token, map[string]any{"commands": "→ permit alice doc_write\n→ deny carol doc_read loom_aware"}).must(t, 200)
-	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ view 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
+	e.do("POST", "/rooms/loomy/loom", alice, map[string]any{"commands": "→ switch to 1\n→ add \"NODE-SECRET words\"\n→ write doc:\"plan\" append \"DOC-SECRET line\""}).must(t, 200)
 	for _, path := range []string{"/rooms/loomy/state?scope=alice", "/rooms/loomy/state", "/rooms/loomy/state?scope=alice&limit=1000"} {
 		if r := e.do("GET", path, carol, nil).must(t, 200); strings.Contains(r.raw, "SECRET") {
 			t.Fatalf("HOLE: carol reads the loom in alice's trace at %s: %s", path, r.raw)
@@ -2885,4 +2885,117 @@ func TestAttackEmptyEnabledKeepsTheGate(t *testing.T) {
 	if r := put(rm.token, map[string]any{"scope": "_shared", "key": "x", "value": 1, "enabled": 5}); r.status != 400 || !strings.Contains(r.raw, "enabled") {
 		t.Fatalf("enabled 5: %d %s", r.status, r.raw)
 	}
+}
+
+// nested is a JSON value nesting depth arrays, alternating with objects
+// so that both kinds count: [{"n":[{"n":…0…}]}].
+func nested(depth int) string {
+	var b strings.Builder
+	for i := range depth {
+		if i%2 == 0 {
+			b.WriteString("[")
+		} else {
+			b.WriteString(`{"n":`)
+		}
+	}
+	b.WriteString("0")
+	for i := depth - 1; i >= 0; i-- {
+		if i%2 == 0 {
+			b.WriteString("]")
+		} else {
+			b.WriteString("}")
+		}
+	}
+	return b.String()
+}
+
+// Issue 41.1: any agent stored a value nested ~9,900 levels deep in its
+// own scope, and every page and text that showed it cost seconds and
+// gigabytes. A value nested past the limit (64 by default) is refused
+// with invalid_value naming the limit on every path that stores one:
+// direct writes (one, batch, merge), an action's write computed from
+// shallow params, an expression's value, params and message bodies,
+// meta; nothing of the refused request is written. A view computing a
+// deeper value shows an error in its slot.
+func TestAttackDeepValueRefusedOnEveryWritePath(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{MaxValueBytes: 64 << 10})
+	rm := e.room("deep", nil)
+	a := e.join(rm, "a")
+	refused := func(what string, r resp) {
+		t.Helper()
+		if r.status != 400 || r.str("error") != "invalid_value" || r.num("limit") != 64 || !strings.Contains(r.str("message"), "64") || r.str("hint") == "" {
+			t.Errorf("HOLE: %s: %d %s", what, r.status, shorten(r.raw))
+		}
+	}
+	absent := func(scope, key string) {
+		t.Helper()
+		if r := e.do("GET", "/rooms/deep/state?scope="+scope+"&key="+key, rm.token, nil); r.status != 404 {
+			t.Errorf("HOLE: %s/%s was written by a refused request: %d %s", scope, key, r.status, shorten(r.raw))
+		}
+	}
+	// The attack's own depth: 9,900 levels (some 40 KB), in the
+	// agent's own scope, with no grant.
+	put := func(tok, key, raw string) resp {
+		return e.do("PUT", "/rooms/deep/state", tok, `{"scope":"a","key":"`+key+`","value":`+raw+`}`)
+	}
+	refused("9,900 levels in the agent's own scope", put(a, "attack", nested(9900)))
+	absent("a", "attack")
+	refused("65 levels", put(a, "k65", nested(65)))
+	absent("a", "k65")
+	put(a, "k64", nested(64)).must(t, 200) // the limit itself is stored
+	// A batch with one deep write writes none of it.
+	refused("a batch's second write", e.do("PUT", "/rooms/deep/state/batch", rm.token,
+		`{"writes":[{"scope":"_shared","key":"fine","value":1},{"scope":"_shared","key":"bad","value":`+nested(65)+`}]}`))
+	absent("_shared", "fine")
+	// A merge deepens the entry past the limit: {"n": <64 levels>} is 65.
+	e.do("PUT", "/rooms/deep/state", rm.token, map[string]any{"scope": "_shared", "key": "m", "value": map[string]any{}}).must(t, 200)
+	refused("a merge", e.do("PUT", "/rooms/deep/state", rm.token, `{"scope":"_shared","key":"m","merge":{"n":`+nested(64)+`}}`))
+	// An action builds a deep value from a shallow template and params
+	// each within the limit.
+	e.do("PUT", "/rooms/deep/actions", rm.token, map[string]any{"id": "wrap", "params": map[string]any{"v": map[string]any{}},
+		"writes": []any{map[string]any{"scope": "_shared", "key": "wrapped", "value": map[string]any{"x": map[string]any{"y": "${params.v}"}}}}}).must(t, 201)
+	refused("an action wrapping params", e.do("POST", "/rooms/deep/actions/wrap/invoke", a, `{"params":{"v":`+nested(63)+`}}`))
+	absent("_shared", "wrapped")
+	e.do("POST", "/rooms/deep/actions/wrap/invoke", a, `{"params":{"v":`+nested(61)+`}}`).must(t, 200)
+	// Params themselves, and a message body, nest past the limit.
+	refused("params", e.do("POST", "/rooms/deep/actions/wrap/invoke", a, `{"params":{"v":`+nested(64)+`}}`))
+	refused("a message body", e.do("POST", "/rooms/deep/actions/_send_message/invoke", a, `{"params":{"body":`+nested(64)+`}}`))
+	e.do("POST", "/rooms/deep/actions/_send_message/invoke", a, `{"params":{"body":`+nested(63)+`}}`).must(t, 200)
+	if got := e.do("GET", "/rooms/deep/context?only=messages", a, nil).must(t, 200); !strings.Contains(got.raw, nested(63)) {
+		t.Errorf("the message at the limit is not in the log: %s", shorten(got.raw))
+	}
+	// An expression computes a deep value from nothing: literals alone.
+	lit := strings.Repeat("[", 70) + "1" + strings.Repeat("]", 70)
+	refused("an expression's value", e.do("PUT", "/rooms/deep/state", rm.token, map[string]any{"scope": "_shared", "key": "x", "value": lit, "expr": true}))
+	absent("_shared", "x")
+	// An action's result expression, kept in the audit log, likewise.
+	e.do("PUT", "/rooms/deep/actions", rm.token, map[string]any{"id": "deep_result", "writes": []any{}, "result": lit}).must(t, 201)
+	if r := e.do("POST", "/rooms/deep/actions/deep_result/invoke", a, `{}`).must(t, 200); !strings.Contains(fmt.Sprint(path(r.body, "result", "_error")), "64 levels") {
+		t.Errorf("HOLE: an action's result 70 levels deep is kept: %s", shorten(r.raw))
+	}
+	// Meta of a room and of an agent.
+	refused("room meta", e.do("POST", "/rooms", "", `{"id":"deep2","meta":{"m":`+nested(64)+`}}`))
+	refused("agent meta", e.do("PATCH", "/rooms/deep/agents/a", rm.token, `{"meta":{"m":`+nested(64)+`}}`))
+	// A view returning a deeper value shows an error in its slot; the
+	// read still answers, and other views keep their values.
+	e.do("PUT", "/rooms/deep/views", rm.token, map[string]any{"id": "deepview", "expr": lit}).must(t, 201)
+	e.do("PUT", "/rooms/deep/views", rm.token, map[string]any{"id": "fine", "expr": "1 + 1"}).must(t, 201)
+	views := e.do("GET", "/rooms/deep/context?only=views", a, nil).must(t, 200)
+	if msg, _ := path(views.body, "views", "deepview", "_error").(string); !strings.Contains(msg, "64 levels") {
+		t.Errorf("HOLE: a view 70 levels deep is not an error in its slot: %s", shorten(views.raw))
+	}
+	if v := path(views.body, "views", "fine"); v != float64(2) {
+		t.Errorf("the other view: %v", v)
+	}
+	// Help says the limit.
+	if h := e.do("GET", "/rooms/deep/help?key=guide", a, nil).must(t, 200); !strings.Contains(h.raw, "nested at most 64 levels") {
+		t.Errorf("the guide does not name the depth limit: %s", shorten(h.raw))
+	}
+}
+
+func shorten(s string) string {
+	if len(s) > 600 {
+		return s[:600] + "…"
+	}
+	return s
 }

@@ -1,9 +1,12 @@
 package rest_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/loom/loomtest"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
@@ -61,5 +64,58 @@ func TestLoomUnparsedLineRefusesTheCall(t *testing.T) {
 	}
 	if s := post("→ tree summary").must(t, 200).str("text"); !strings.Contains(s, "1 nodes") {
 		t.Fatalf("the refused call wrote: %s", s)
+	}
+}
+
+// restRunner posts commands to the room's loom with token.
+func (e *env) restRunner(rm room, token string) loomtest.Runner {
+	return func(cmds string) (string, error) {
+		res := e.do("POST", "/rooms/"+rm.id+"/loom", token, map[string]any{"commands": cmds})
+		if res.status != 200 {
+			return "", fmt.Errorf("%d %s", res.status, res.raw)
+		}
+		return res.str("text"), nil
+	}
+}
+
+// The real-size loom over REST: a fulfil of tree 1's request by a person
+// standing in tree 3, then more nodes in tree 1 from both people, each a
+// new node; a call that names its start (tree, node) adds there; a start
+// that is half given is refused.
+func TestLoomFulfilThenGrowOverREST(t *testing.T) {
+	e := newEnvWith(t, rest.Options{}, substrate.Limits{})
+	rm := e.room("weave", nil)
+	tok := map[string]string{}
+	for _, id := range []string{"alice", "bob", "claude"} {
+		tok[id] = e.join(rm, id)
+	}
+	f, err := loomtest.Build(loomtest.Who{Admin: e.restRunner(rm, rm.token), Alice: e.restRunner(rm, tok["alice"]), Bob: e.restRunner(rm, tok["bob"]),
+		Model: e.restRunner(rm, tok["claude"]), AliceID: "alice", BobID: "bob", ModelID: "claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := f.Trees[0]
+	post := func(who string, body map[string]any) resp {
+		return e.do("POST", "/rooms/weave/loom", tok[who], body)
+	}
+	res := post("alice", map[string]any{"commands": fmt.Sprintf(`→ fulfil %s "alice writes it"`, one.Request)}).must(t, 200)
+	if s := res.str("text"); !strings.Contains(s, fmt.Sprintf("✓ node %d fulfils %s", one.Nodes+1, one.Request)) {
+		t.Fatalf("fulfil: %s", s)
+	}
+	res = post("alice", map[string]any{"commands": fmt.Sprintf(`→ add from:%d tree:1 "alice goes on"`, one.AliceLeaf)})
+	if res.status != 200 || !strings.Contains(res.str("text"), fmt.Sprintf("✓ node %d (child of %d", one.Nodes+2, one.AliceLeaf)) {
+		t.Fatalf("alice's next node: %d %s", res.status, res.raw)
+	}
+	// bob names the node he reads; his agent stands in tree 3.
+	res = post("bob", map[string]any{"commands": `→ add "bob goes on"`, "tree": 1, "node": one.BobLeaf})
+	if res.status != 200 || !strings.Contains(res.str("text"), fmt.Sprintf("✓ node %d (child of %d", one.Nodes+3, one.BobLeaf)) {
+		t.Fatalf("bob's next node: %d %s", res.status, res.raw)
+	}
+	if s := post("bob", map[string]any{"commands": "→ tree summary tree:1"}).must(t, 200).str("text"); !strings.Contains(s, fmt.Sprintf("%d nodes", one.Nodes+3)) {
+		t.Fatalf("tree 1: %s", s)
+	}
+	res = post("bob", map[string]any{"commands": `→ add "where?"`, "tree": 1})
+	if res.status != 400 || res.str("error") != "invalid_field" || !strings.Contains(res.str("hint"), "give both") {
+		t.Fatalf("a half-given start: %d %s", res.status, res.raw)
 	}
 }

@@ -186,7 +186,7 @@
   function refresh() {
     if (pending) { again = true; return; }
     pending = true;
-    var url = "/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "part=main";
+    var url = "/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "part=main" + tables;
     fetch(url, { headers: { Accept: "text/html" }, credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
       .then(function (html) { replace(main, html); decorate(main); keepAnswer(); })
@@ -208,7 +208,13 @@
     }, Math.max(0, 2000 - (Date.now() - said)));
   }
   window.__live = { events: 0, bytes: 0, full: 0 };
-  var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "seq=" + encodeURIComponent(body.dataset.seq || "0") +
+  // The tables' pages and filters the page asks for (?tp.<view>=,
+  // ?tq.<view>=): the live section shows the same ones.
+  var tables = "";
+  new URLSearchParams(location.search).forEach(function (v, k) {
+    if (/^t[pq]\./.test(k)) tables += "&" + encodeURIComponent(k) + "=" + encodeURIComponent(v);
+  });
+  var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + (q ? q + "&" : "?") + "seq=" + encodeURIComponent(body.dataset.seq || "0") + tables +
     // When what the page shows next changes with no write: a stream that
     // starts past it sends the section even at the same seq.
     (body.dataset.until ? "&until=" + encodeURIComponent(body.dataset.until) : ""));

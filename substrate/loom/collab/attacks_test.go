@@ -33,11 +33,16 @@ func TestAttackCollaboratorOnlyItsAgentsPermissions(t *testing.T) {
 	e.run(e.admin, `→ new tree "t" "`+root+`"
 → permit alice human loom_write`)
 	// claude: the defaults (loom_aware, doc_read).
-	chat := newChat(t, answers("→ add \"forged\"\n→ permit claude all\n→ edit 1 \"rewritten\"\n→ write doc:\"notes\" append \"x\"\n→ stop alice", "I cannot, then."))
+	// One forbidden line per answer: the lines after a failed one do not
+	// run.
+	chat := newChat(t, answers("→ add \"forged\"", "→ permit claude all", "→ edit 1 \"rewritten\"", "→ write doc:\"notes\" append \"x\"", "→ stop alice", "I cannot, then."))
 	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
-	r.calls(t, chat, 2)
-	reqs := chat.requests()
-	has(t, reqs[1].last(), "✗ permission denied: loom_write not enabled", "✗ permission denied: only room authority sets loom permissions",
+	r.calls(t, chat, 6)
+	var told []string
+	for _, req := range chat.requests() {
+		told = append(told, req.last())
+	}
+	has(t, strings.Join(told, "\n"), "✗ permission denied: loom_write not enabled", "✗ permission denied: only room authority sets loom permissions",
 		"✗ permission denied: doc_write not enabled")
 	res := e.run(e.admin, "→ tree summary\n→ permit claude")
 	has(t, res.Text, "1 nodes", "✓ claude (model): loom_aware, doc_read")
