@@ -127,9 +127,9 @@
   // The message list scrolls in its own box, newest last: it opens at the
   // newest, and stays there as messages arrive unless the person has
   // scrolled up to read.
-  var list = document.getElementById("message-list"), atEnd = true;
+  var atEnd = true;
   function toEnd() {
-    list = document.getElementById("message-list");
+    var list = document.getElementById("message-list");
     if (list && atEnd && list.scrollHeight > list.clientHeight) list.scrollTop = list.scrollHeight;
   }
   document.addEventListener("scroll", function (e) {
