@@ -175,7 +175,7 @@ func TestBrowserRoomShowsWhatChanged(t *testing.T) {
 
 	// Acting from a form: the answer beside the form, in view; a reload
 	// does not send it again.
-	if err := chromedp.Do(ctx,
+	if err := chromedp.Do(ctx, unfolded(),
 		chromedp.SendKeys(chromedp.CSS("#action-claim input[name='p.task']"), "task:010"),
 		chromedp.Submit(chromedp.CSS("#action-claim input[name='p.task']")),
 	); err != nil {
@@ -214,7 +214,7 @@ func TestBrowserRoomShowsWhatChanged(t *testing.T) {
 	}
 
 	// A refusal, in words, with the clause on demand.
-	if err := chromedp.Do(ctx,
+	if err := chromedp.Do(ctx, unfolded(),
 		chromedp.SendKeys(chromedp.CSS("#action-claim input[name='p.task']"), "task:010"),
 		chromedp.Submit(chromedp.CSS("#action-claim input[name='p.task']")),
 	); err != nil {

@@ -233,7 +233,7 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 
 	// Acting from the dashboard's form: the task is picked from the view's
 	// choices, not typed.
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1366, 900), chromedp.Navigate(public+"/rooms/release"), chromedp.WaitVisible(chromedp.CSS("#live.on")),
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1366, 900), chromedp.Navigate(public+"/rooms/release"), chromedp.WaitVisible(chromedp.CSS("#live.on")), unfolded(),
 		chromedp.SetValue(chromedp.CSS("#s-claim_form-p-claim-task"), "task:005"),
 		chromedp.Submit(chromedp.CSS("#s-claim_form-p-claim-task")),
 	); err != nil {
@@ -298,30 +298,37 @@ func roomChecks(t *testing.T, ctx context.Context, width int64) {
 	if l := text("#summary-last"); !strings.Contains(l, " wrote ") || !strings.Contains(l, "ago") || strings.Contains(l, " by ") {
 		t.Errorf("the summary's last change: %q", l)
 	}
-	// Sections in order: presence and messages above the dashboard, the
-	// actions and the raw state; surface groups in their declared order,
-	// titled for people; internals folded; surfaced views not repeated.
-	order, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`["summary", "sections", "messages", "agents", "surfaces", "actions", "state", "logs", "views", "console"]
+	// Sections in order: the dashboard first, then what changed, presence
+	// and messages, the actions and the raw state; surface groups in
+	// their declared order, titled for people; internals folded and sent
+	// only when asked for; surfaced views not repeated.
+	order, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`["summary", "sections", "surfaces", "activity", "messages", "agents", "actions", "state", "logs", "views", "console"]
 		.filter(id => document.getElementById(id)).sort((a, b) => document.getElementById(a).compareDocumentPosition(document.getElementById(b)) & 2 ? 1 : -1)`))
-	if want := []string{"summary", "sections", "messages", "agents", "surfaces", "actions", "state", "logs", "views", "console"}; err != nil || !slices.Equal(order, want) {
+	if want := []string{"summary", "sections", "surfaces", "activity", "messages", "agents", "actions", "state", "logs", "views", "console"}; err != nil || !slices.Equal(order, want) {
 		t.Errorf("sections in the order %v, want %v (%v)", order, want, err)
 	}
-	groups, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#surfaces > h2:not(.visually-hidden)")).map(h => h.textContent)`))
+	groups, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#surfaces > details.group > summary > h2")).map(h => h.firstChild.textContent.trim())`))
 	if want := []string{"Progress", "Task flow", "Notes"}; err != nil || !slices.Equal(groups, want) {
 		t.Errorf("surface groups %v, want %v (%v)", groups, want, err)
 	}
-	folded, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const d = document.getElementById("internals"); return d ? (d.open ? "open" : "folded") + ":" + d.querySelectorAll("details[id^=internal-]").length : "none"; })()`))
-	if err != nil || !strings.HasPrefix(folded, "folded:") || folded == "folded:0" {
+	folded, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const d = document.getElementById("internals"); return d ? (d.open ? "open" : "folded") + ":" + d.querySelectorAll("details[id^=internal-]").length + ":" + !!d.querySelector('a[href*="internals=1"]') : "none"; })()`))
+	if err != nil || folded != "folded:0:true" {
 		t.Errorf("internals: %s (%v)", folded, err)
 	}
 	// The writer's loom memory (its trace, its marks) is folded away with
-	// the internals, its own progress is not.
-	memory, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[
-		!!document.querySelector('#internals #internal-writer [id^="entry-writer-loom:"]'),
-		!!document.querySelector('#scope-writer [id^="entry-writer-loom:"]'),
-		!!document.querySelector('#scope-writer #entry-writer-progress')].join(" ")`))
+	// the internals (on the page that asks for them), its own progress is
+	// not.
+	memory, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(async () => {
+		const m = document.createElement("main");
+		m.innerHTML = await (await fetch(location.pathname + "?internals=1&part=main", { headers: { Accept: "text/html" }, credentials: "same-origin" })).text();
+		return [!!m.querySelector('#internals #internal-writer [id^="entry-writer-loom:"]'),
+			!!document.querySelector('#scope-writer [id^="entry-writer-loom:"]'),
+			!!document.querySelector('#scope-writer #entry-writer-progress')].join(" "); })()`, chromedp.EvalAwaitPromise))
 	if err != nil || memory != "true false true" {
 		t.Errorf("the writer's loom memory folded away, shown with its state, its progress shown: %s (%v)", memory, err)
+	}
+	if err := chromedp.Do(ctx, unfolded()); err != nil {
+		t.Fatal(err)
 	}
 	if views := text("#views"); strings.Contains(views, "task_board") || !strings.Contains(views, "todo_tasks") {
 		t.Errorf("the views section repeats surfaced views or lacks the others: %q", views)

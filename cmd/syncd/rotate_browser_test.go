@@ -67,6 +67,8 @@ func TestBrowserTokenRotation(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(public+"/rooms/vault"),
 		chromedp.WaitVisible(chromedp.CSS("#h-tokens")),
+		// The agents and the tokens are folded behind their headings.
+		unfolded(),
 	); err != nil {
 		t.Fatalf("the owner's room page: %v", err)
 	}
@@ -83,6 +85,9 @@ func TestBrowserTokenRotation(t *testing.T) {
 	newView, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#new-token pre")))
 	if err != nil || !strings.HasPrefix(newView, "view_") || newView == viewToken {
 		t.Fatalf("the new view token: %q %v", newView, err)
+	}
+	if err := chromedp.Do(ctx, unfolded()); err != nil {
+		t.Fatal(err)
 	}
 	page, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main")))
 	if err != nil || !strings.Contains(page, "alice:web · account alice") {

@@ -72,6 +72,16 @@ func untilLaidOut(t *testing.T, ctx context.Context, name string) {
 // reads beside it is not there yet. (With the rest of a search page held
 // back 1.5 s after its "2 found", TestBrowserSearchAndThreads read a main
 // section without the hits.)
+// unfolded opens everything the room page folds (its sections, their
+// scopes and logs, its actions' forms), as a person does before reading
+// or using what they hold.
+func unfolded() chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Evaluate[bool](`document.querySelectorAll("details").forEach(d => d.open = true), true`)(ctx, t)
+		return err
+	})
+}
+
 func parsed() chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
 		_, err := chromedp.Poll[bool](`document.readyState !== "loading"`)(ctx, t)
@@ -179,6 +189,9 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 	); err != nil {
 		t.Fatalf("opening the room page: %v", err)
 	}
+	if err := chromedp.Do(ctx, unfolded()); err != nil {
+		t.Fatal(err)
+	}
 	page, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main")))
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +221,9 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 			t.Fatalf("write %d (seq %d) did not appear on the page within 5 s: %v", i+1, seq, err)
 		}
 		lat = append(lat, max(0, time.UnixMilli(int64(seen)).Sub(acked)))
+	}
+	if err := chromedp.Do(ctx, unfolded()); err != nil {
+		t.Fatal(err)
 	}
 	if page, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#main"))); err != nil || !strings.Contains(page, "step 100 of 100") {
 		t.Fatalf("the last write is not on the page (%v)", err)
@@ -246,7 +262,7 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 	// The audit scrubber: the room as it was after the first write.
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(fmt.Sprintf("%s/rooms/studio?at=%d", public, firstSeq)),
-		chromedp.WaitVisible(chromedp.CSS(".past")), parsed(),
+		chromedp.WaitVisible(chromedp.CSS(".past")), parsed(), unfolded(),
 	); err != nil {
 		t.Fatalf("scrubbing: %v", err)
 	}

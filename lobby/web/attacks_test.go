@@ -364,7 +364,7 @@ func TestAttackRoomPageFollowsLoomPermissions(t *testing.T) {
 	if code, body := s.post("paul", "/web/rooms/lab/loom", url.Values{"commands": {"→ view 1"}}); code != 200 || !strings.Contains(body, "NODE-SECRET") {
 		t.Fatalf("paul's first loom command: %d", code)
 	}
-	if _, _, body := s.get("paul", "/rooms/lab"); !strings.Contains(body, "DOC-SECRET") || !strings.Contains(body, "_loom.doc") {
+	if _, _, body := s.get("paul", "/rooms/lab?internals=1"); !strings.Contains(body, "DOC-SECRET") || !strings.Contains(body, "_loom.doc") {
 		t.Fatalf("with the default permissions paul's room page lacks the loom documents")
 	}
 	if _, err := loom.Of(s.svc).Run(ctx, s.admin, "lab", "→ deny paul:web loom_aware doc_read"); err != nil {
@@ -373,11 +373,11 @@ func TestAttackRoomPageFollowsLoomPermissions(t *testing.T) {
 	if code, body := s.post("paul", "/web/rooms/lab/loom", url.Values{"commands": {"→ view 1"}}); code/100 == 2 && !strings.Contains(body, "✗") {
 		t.Fatalf("→ view still runs for paul: %d", code)
 	}
-	code, _, body := s.get("paul", "/rooms/lab")
+	code, _, body := s.get("paul", "/rooms/lab?internals=1")
 	if code != 200 {
 		t.Fatalf("paul's room page: %d", code)
 	}
-	for _, secret := range []string{"NODE-SECRET", "DOC-SECRET", `id="scope-_loom`} {
+	for _, secret := range []string{"NODE-SECRET", "DOC-SECRET", `id="scope-_loom`, `id="internal-_loom`} {
 		if strings.Contains(body, secret) {
 			t.Errorf("HOLE: the room page shows paul, denied the loom, %q", secret)
 		}
@@ -389,7 +389,7 @@ func TestAttackRoomPageFollowsLoomPermissions(t *testing.T) {
 			t.Errorf("HOLE: %s shows paul, denied the loom, its content", path)
 		}
 	}
-	if _, _, body := s.get("alice", "/rooms/lab"); !strings.Contains(body, "DOC-SECRET") {
+	if _, _, body := s.get("alice", "/rooms/lab?internals=1"); !strings.Contains(body, "DOC-SECRET") {
 		t.Error("the owner's room page lacks the loom documents")
 	}
 }
@@ -413,7 +413,7 @@ func TestAttackThinkingOnThePages(t *testing.T) {
 	if _, err := s.svc.WriteState(ctx, carol, "lab", []substrate.Write{{Scope: "carol", Key: "note", Value: json.RawMessage(`"CAROL-NOTE"`)}}, true); err != nil {
 		t.Fatal(err)
 	}
-	_, _, owner := s.get("alice", "/rooms/lab")
+	_, _, owner := s.get("alice", "/rooms/lab?internals=1") // thinking is an internal
 	i := strings.Index(owner, "THOUGHT-SECRET")
 	if i < 0 {
 		t.Fatal("the owner's page lacks carol's thinking")
@@ -425,7 +425,7 @@ func TestAttackThinkingOnThePages(t *testing.T) {
 	if strings.Contains(owner, "<b>about</b>") {
 		t.Error("HOLE: thinking drawn as markup")
 	}
-	_, _, view := s.get("", "/rooms/lab?view="+s.room.ViewToken)
+	_, _, view := s.get("", "/rooms/lab?internals=1&view="+s.room.ViewToken)
 	if strings.Contains(view, "THOUGHT-SECRET") {
 		t.Error("HOLE: a view link reads carol's thinking")
 	}

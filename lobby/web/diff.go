@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/net/html"
 	"golang.org/x/net/html/atom"
@@ -38,6 +39,47 @@ type patch struct {
 // innerHTML.
 func parseMain(s string) ([]*html.Node, error) {
 	return html.ParseFragment(strings.NewReader(s), &html.Node{Type: html.ElementNode, Data: "main", DataAtom: atom.Main})
+}
+
+// parsedSections keeps the last few sections parsed: the section a write
+// renders is the one the next write's diff starts from, so each write
+// parses one section, not two (at real size, a parse of the 100 KB
+// section is much of a write's way to the page). The trees are only read
+// (diffMain, html.Render), so the streams share them.
+var parsedSections = struct {
+	sync.Mutex
+	order []string
+	trees map[string][]*html.Node
+}{trees: map[string][]*html.Node{}}
+
+// parsedKept bounds parsedSections: a section parsed is a few times its
+// size in memory, and each reader's section differs.
+const parsedKept = 8
+
+// parseMainKept is parseMain through parsedSections.
+func parseMainKept(s string) ([]*html.Node, error) {
+	c := &parsedSections
+	c.Lock()
+	nodes, ok := c.trees[s]
+	c.Unlock()
+	if ok {
+		return nodes, nil
+	}
+	nodes, err := parseMain(s)
+	if err != nil {
+		return nil, err
+	}
+	c.Lock()
+	defer c.Unlock()
+	if _, ok := c.trees[s]; !ok {
+		if len(c.order) >= parsedKept {
+			delete(c.trees, c.order[0])
+			c.order = c.order[1:]
+		}
+		c.trees[s] = nodes
+		c.order = append(c.order, s)
+	}
+	return nodes, nil
 }
 
 // diffMain returns the patches that turn old into new, or ok false when

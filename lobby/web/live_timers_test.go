@@ -78,7 +78,7 @@ func TestLiveStreamHearsWhatTheClockChanges(t *testing.T) {
 			}
 			return at
 		}, alice, func(ev string) bool {
-			return !strings.Contains(ev, "soon gone") && (strings.Contains(ev, `"id":"entry-_shared-flash"`) || strings.Contains(ev, `"id":"state"`))
+			return !strings.Contains(ev, "soon gone") && (strings.Contains(ev, `"id":"entry-_shared-flash"`) || strings.Contains(ev, `"id":"state"`) || strings.Contains(ev, `"id":"fold-state"`))
 		}},
 		{"an action's cooldown ends", func() time.Time {
 			if _, err := s.svc.RegisterAction(ctx, s.admin, "lab", substrate.ActionDef{ID: "ring", Description: "Ring the bell",
@@ -241,7 +241,7 @@ func TestLiveClockWakesOnlyWhoSeesIt(t *testing.T) {
 	reads0, _ := web.LiveCounts(s.wb)
 	select {
 	case e := <-owner:
-		if late := time.Since(at); late < 0 || late > timerWake || !strings.Contains(e, "entry-robot-secret-plan") && !strings.Contains(e, `"id":"state"`) {
+		if late := time.Since(at); late < 0 || late > timerWake || !strings.Contains(e, "entry-robot-secret-plan") && !strings.Contains(e, `"id":"state"`) && !strings.Contains(e, `"id":"fold-state"`) {
 			t.Fatalf("the owner's page heard %v after the moment: %s", late, e)
 		}
 	case e := <-view:

@@ -457,8 +457,8 @@ func (pr *pageRender) diff(prev string) *diffResult {
 			d.none, d.ok = true, true
 			return
 		}
-		old, err1 := parseMain(prev)
-		nodes, err2 := parseMain(pr.html)
+		old, err1 := parseMainKept(prev)
+		nodes, err2 := parseMainKept(pr.html)
 		if d.err = errors.Join(err1, err2); d.err != nil {
 			return
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"io"
+	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
@@ -323,5 +325,53 @@ func TestDescribeUnknownInternalsInGeneralWords(t *testing.T) {
 		if by != "ops" || what != c.what || !slices.Equal(keys, c.keys) {
 			t.Errorf("%+v: %s %q %v, want %q %v", c.a, by, what, keys, c.what, c.keys)
 		}
+	}
+}
+
+// Issue 42, item 9: the room page's first load on the real-size room,
+// the HTML and every script and stylesheet it loads, as a browser that
+// accepts gzip receives them, is at most 100 KB. The scripts and the
+// stylesheet travel gzipped (the same bytes for everyone), the page's
+// HTML as it is (it shows tokens and echoes ?eval=: no compression
+// there, against BREACH).
+func TestFirstLoadAtRealSize(t *testing.T) {
+	s, room := teamSite(t)
+	code, h, page := s.get("maya", "/rooms/"+room.ID)
+	if code != 200 {
+		t.Fatalf("the room page: %d", code)
+	}
+	if h.Get("Content-Encoding") != "" {
+		t.Errorf("the page's HTML is sent with Content-Encoding %q", h.Get("Content-Encoding"))
+	}
+	total, parts := len(page), []string{fmt.Sprintf("HTML %d", len(page))}
+	for _, m := range regexp.MustCompile(`<(?:script src|link rel="stylesheet" href)="(/web/[^"]+)"`).FindAllStringSubmatch(page, -1) {
+		req, _ := http.NewRequest("GET", s.srv.URL+m[1], nil)
+		req.Header.Set("Accept-Encoding", "gzip, deflate, br")
+		res, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || res.Header.Get("Content-Encoding") != "gzip" || !strings.Contains(res.Header.Get("Vary"), "Accept-Encoding") {
+			t.Errorf("%s: %d, Content-Encoding %q, Vary %q", m[1], res.StatusCode, res.Header.Get("Content-Encoding"), res.Header.Get("Vary"))
+		}
+		total += len(b)
+		parts = append(parts, fmt.Sprintf("%s %d", m[1], len(b)))
+	}
+	t.Logf("first load: %d bytes (%s)", total, strings.Join(parts, ", "))
+	secs := regexp.MustCompile(`<(?:section|details) id="([^"]+)"`).FindAllStringSubmatchIndex(page, -1)
+	for i, m := range secs {
+		end := len(page)
+		if i+1 < len(secs) {
+			end = secs[i+1][0]
+		}
+		t.Logf("  %s: %d bytes to the next", page[m[2]:m[3]], end-m[0])
+	}
+	if len(parts) < 4 {
+		t.Errorf("the page loads %d parts, expected its HTML, style.css, page.js and live.js: %v", len(parts), parts)
+	}
+	if total > 100_000 {
+		t.Errorf("the first load is %d bytes, more than 100 KB: %s", total, strings.Join(parts, ", "))
 	}
 }

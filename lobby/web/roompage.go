@@ -53,7 +53,8 @@ func (wb *Web) RoomPage(w http.ResponseWriter, r *http.Request) {
 		wb.fail(w, r, err)
 		return
 	}
-	wb.takeFlash(w, r, roomID, data) // forms.go: what the last form did
+	wb.takeFlash(w, r, roomID, data)           // forms.go: what the last form did
+	data["ShowInternals"] = q.Has("internals") // roommain.html: sent only when asked for
 	// Full page loads only: the live refresh (part=main) would take the
 	// token, or the marker a reload reads, from the page it refreshes.
 	if userID, _, signed := wb.opt.SignedIn(r); signed && viewToken == "" && q.Get("part") != "main" {
@@ -306,7 +307,10 @@ func byScope(entries []substrate.Entry) []scope {
 		if e.Scope == "_actions" || e.Scope == "_views" {
 			continue
 		}
-		key := k{e.Scope, loom.IsScope(e.Scope) || substrate.MemoryOf(e.Scope, e.Key) != ""}
+		// The system's own records (threads, acknowledgements, cooldowns)
+		// go with the loom's and the agents' traces: the pages say them in
+		// words (activity, threads), and they are much of a busy room.
+		key := k{e.Scope, loom.IsScope(e.Scope) || substrate.IsSystemScope(e.Scope) || substrate.MemoryOf(e.Scope, e.Key) != ""}
 		m[key] = append(m[key], e)
 	}
 	out := make([]scope, 0, len(m))

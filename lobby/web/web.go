@@ -193,7 +193,7 @@ func New(opt Options) (*Web, error) {
 // room page shares its path with the REST API: see IsPage.
 func (wb *Web) Routes(mux *http.ServeMux) {
 	static, _ := fs.Sub(assets, "assets")
-	mux.Handle("GET /web/", http.StripPrefix("/web/", http.FileServerFS(static)))
+	mux.Handle("GET /web/", http.StripPrefix("/web/", staticAssets(static)))
 	mux.HandleFunc("GET /{$}", wb.lobbyPage)
 	mux.HandleFunc("GET /live/rooms/{room}", wb.live)
 	// Acting from the page: forms, checked for a cross-site origin

@@ -100,6 +100,9 @@
   // A page of earlier messages is history: a live update would put the
   // newest back in its place.
   if (params.has("before") || params.has("after")) { live.textContent = "Live updates paused while you read earlier messages."; return; }
+  // The internals are sent only to the page that asks for them: a live
+  // update, rendered without them, would take them away again.
+  if (params.has("internals")) { live.textContent = "Live updates paused while the internals are shown."; return; }
 
   // What the person is typing, the focus and folded sections survive a
   // replacement of the element holding them.

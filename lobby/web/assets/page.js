@@ -108,7 +108,36 @@
   document.addEventListener("visibilitychange", function () { if (document.visibilityState === "hidden") looked(); });
   window.addEventListener("pagehide", looked);
 
-  function refreshed() { enhance(); unread(); }
+  // A link into a folded section (#state, a scope's entry, a log) opens
+  // the folds on its way, and the section's own fold when it names the
+  // section: a folded target is not where the browser can scroll to.
+  function unfold() {
+    if (location.hash.length < 2) return;
+    var el = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    if (!el) return;
+    var own = el.querySelector(":scope > details.fold"), opened = false;
+    if (own && !own.open) { own.open = true; opened = true; }
+    for (var d = el.closest("details"); d; d = d.parentElement && d.parentElement.closest("details")) {
+      if (!d.open) { d.open = true; opened = true; }
+    }
+    if (opened) el.scrollIntoView();
+  }
+  unfold();
+  window.addEventListener("hashchange", unfold);
+  // The message list scrolls in its own box, newest last: it opens at the
+  // newest, and stays there as messages arrive unless the person has
+  // scrolled up to read.
+  var atEnd = true;
+  function toEnd() {
+    var list = document.getElementById("message-list");
+    if (list && atEnd && list.scrollHeight > list.clientHeight) list.scrollTop = list.scrollHeight;
+  }
+  document.addEventListener("scroll", function (e) {
+    if (e.target && e.target.id === "message-list") atEnd = e.target.scrollTop + e.target.clientHeight >= e.target.scrollHeight - 8;
+  }, true);
+  if (!document.body.dataset.at && !document.querySelector("#messages-shown[data-page=earlier]")) toEnd();
+
+  function refreshed() { enhance(); unread(); toEnd(); }
   refreshed();
   var main = document.getElementById("main"), busy = false;
   if (main && window.MutationObserver) new MutationObserver(function (records) {
