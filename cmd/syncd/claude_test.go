@@ -3,15 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncsubstrate/sync/mcp/claudetest"
 	"github.com/syncsubstrate/sync/oauth/oauthtest"
@@ -190,18 +194,29 @@ func (c *claudeCode) session(script ...claudetest.Step) []claudetest.ToolResult 
 
 // claudeServer starts syncd (open sign-up, cimd as given) with alice
 // signed up in a headless Chromium, and Claude Code with the server added.
-func claudeServer(t *testing.T, cimd string) (browser context.Context, public string, cc *claudeCode) {
+// restart stops the server and starts it again on the same port and
+// database, as an operator's restart would.
+func claudeServer(t *testing.T, cimd string) (browser context.Context, public string, cc *claudeCode, restart func()) {
 	t.Helper()
 	cc = newClaudeCode(t)
 	dbURL := pgtest.URL(t)
 	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
 		t.Fatal(err)
 	}
-	_, stop, ports := startOnFreePorts(t, 1, func(ports []string) *config {
-		return testConfig(t, "-addr", "127.0.0.1:"+ports[0], "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open",
-			"-public-url", "http://localhost:"+ports[0], "-cimd", cimd)
-	})
-	t.Cleanup(stop)
+	mk := func(port string) *config {
+		return testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open",
+			"-public-url", "http://localhost:"+port, "-cimd", cimd)
+	}
+	_, stop, ports := startOnFreePorts(t, 1, func(ports []string) *config { return mk(ports[0]) })
+	t.Cleanup(func() { stop() })
+	restart = func() {
+		stop()
+		_, again, err := startErr(t, mk(ports[0]))
+		if err != nil {
+			t.Fatalf("restart on port %s: %v", ports[0], err)
+		}
+		stop = again
+	}
 	public = "http://localhost:" + ports[0]
 	browser = oauthtest.Chromium(t, 4*time.Minute)
 	if err := chromedp.Do(browser,
@@ -214,18 +229,197 @@ func claudeServer(t *testing.T, cimd string) (browser context.Context, public st
 		t.Fatalf("sign-up with a passkey: %v", err)
 	}
 	cc.run("mcp", "add", "--transport", "http", "sync", public+"/mcp")
-	return browser, public, cc
+	return browser, public, cc, restart
 }
 
-func TestClaudeCodeSession(t *testing.T) {
-	browser, _, cc := claudeServer(t, "off")
-	cc.signIn(browser)
-	t.Log(cc.run("mcp", "list"))
-	res := cc.session(
-		claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": "select:mcp__sync__sync_lobby"}}}},
-		claudetest.Step{Calls: []claudetest.Call{{Name: "mcp__sync__sync_lobby"}}},
-	)
-	for _, r := range res {
-		t.Logf("%s error=%v: %.300s", r.Call.Name, r.IsError, r.Text)
+// expireTokens sets every stored MCP access token's expiry in the past, so
+// that Claude Code refreshes before its next call.
+func (c *claudeCode) expireTokens() {
+	c.t.Helper()
+	path := filepath.Join(c.home, ".claude", ".credentials.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		c.t.Fatalf("Claude Code's credentials: %v", err)
 	}
+	var creds map[string]any
+	if err := json.Unmarshal(raw, &creds); err != nil {
+		c.t.Fatal(err)
+	}
+	servers, _ := creds["mcpOAuth"].(map[string]any)
+	if len(servers) == 0 {
+		c.t.Fatalf("no MCP credentials stored: %s", raw)
+	}
+	for _, v := range servers {
+		v.(map[string]any)["expiresAt"] = time.Now().Add(-time.Hour).UnixMilli()
+	}
+	raw, _ = json.Marshal(creds)
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// accessToken is the access token Claude Code holds for sync.
+func (c *claudeCode) accessToken() string {
+	c.t.Helper()
+	raw, _ := os.ReadFile(filepath.Join(c.home, ".claude", ".credentials.json"))
+	var creds struct {
+		MCPOAuth map[string]struct{ AccessToken string } `json:"mcpOAuth"`
+	}
+	_ = json.Unmarshal(raw, &creds)
+	for _, v := range creds.MCPOAuth {
+		return v.AccessToken
+	}
+	c.t.Fatalf("no MCP access token stored: %s", raw)
+	return ""
+}
+
+func call1(name string, input map[string]any) claudetest.Step {
+	return claudetest.Step{Calls: []claudetest.Call{{Name: "mcp__sync__" + name, Input: input}}}
+}
+
+// checkResults asserts what reached the model: structured content (JSON)
+// for a success, is_error with the error's code for a failure, nothing
+// persisted to a file, each result inside the inline limit.
+func checkResults(t *testing.T, res []claudetest.ToolResult, wantErr map[string]string) (total int) {
+	t.Helper()
+	for _, r := range res {
+		total += len(r.Text)
+		name := strings.TrimPrefix(r.Call.Name, "mcp__sync__")
+		t.Logf("step %d %s error=%v %d chars: %.200s", r.Step, name, r.IsError, len(r.Text), r.Text)
+		if strings.Contains(r.Text, "<persisted-output>") || strings.Contains(r.Text, "exceeds maximum allowed tokens") {
+			t.Errorf("step %d %s: the result was persisted to a file, not shown: %.300s", r.Step, name, r.Text)
+		}
+		// Claude Code 2.1.328 persists a result of about 48,000
+		// characters or more; sync's budgets (32,000 bytes by default,
+		// max_bytes at most 45,000 here) keep every result under it.
+		if len(r.Text) > 45000 {
+			t.Errorf("step %d %s: %d characters, past the result budget", r.Step, name, len(r.Text))
+		}
+		if r.Call.Name == "ToolSearch" {
+			continue
+		}
+		key := fmt.Sprintf("%d", r.Step)
+		if code, ok := wantErr[key]; ok {
+			if !r.IsError || !strings.Contains(r.Text, code) {
+				t.Errorf("step %d %s: want an error %s, got is_error=%v %.300s", r.Step, name, code, r.IsError, r.Text)
+			}
+			continue
+		}
+		var out map[string]any
+		if r.IsError || json.Unmarshal([]byte(r.Text), &out) != nil {
+			t.Errorf("step %d %s: want structured content, got is_error=%v %.300s", r.Step, name, r.IsError, r.Text)
+		}
+	}
+	return total
+}
+
+var allTools = "select:" + strings.Join([]string{"mcp__sync__sync_lobby", "mcp__sync__sync_create_room", "mcp__sync__sync_embody",
+	"mcp__sync__sync_read_context", "mcp__sync__sync_register_action", "mcp__sync__sync_invoke_action", "mcp__sync__sync_wait",
+	"mcp__sync__sync_search", "mcp__sync__sync_send_message", "mcp__sync__sync_loom", "mcp__sync__sync_share_room"}, ",")
+
+// A scripted session through the real Claude Code, what reached the model
+// at each step; then a refresh and a restart between sessions.
+func TestClaudeCodeSession(t *testing.T) {
+	browser, public, cc, restart := claudeServer(t, "off")
+	cc.signIn(browser)
+	if out := cc.run("mcp", "list"); !strings.Contains(out, "Connected") {
+		t.Fatalf("claude mcp list after the sign-in:\n%s", out)
+	}
+	bob := oauthtest.SignUp(t, public, "bob", "")
+	bobTok := bob.Token(t, "Bob's client", map[string]string{oauthtest.SharedRooms: "write"})
+
+	big := strings.Repeat("a long note about the release plan ", 140) // ~5,000 characters
+	var fill []claudetest.Call
+	for i := range 12 {
+		fill = append(fill, claudetest.Call{Name: "mcp__sync__sync_invoke_action", Input: map[string]any{"action": "note", "params": map[string]any{"key": fmt.Sprintf("n%02d", i), "text": big}}})
+	}
+	script := []claudetest.Step{
+		{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}},
+		call1("sync_lobby", nil),                                    // 1
+		call1("sync_create_room", map[string]any{"room": "plans"}),  // 2
+		call1("sync_read_context", map[string]any{"room": "plans"}), // 3 observe
+		call1("sync_embody", map[string]any{"room": "plans"}),       // 4
+		call1("sync_register_action", map[string]any{"id": "note", "params": map[string]any{"key": map[string]any{"type": "string"}, "text": map[string]any{"type": "string"}},
+			"writes": []any{map[string]any{"scope": "_shared", "key": "notes.${params.key}", "value": "${params.text}"}}}), // 5
+		{Calls: fill}, // 6: a big room
+		call1("sync_read_context", map[string]any{}), // 7: read it
+		call1("sync_register_action", map[string]any{"id": "ring", "writes": []any{map[string]any{"scope": "_shared", "key": "rung", "value": true}}}), // 8
+		call1("sync_share_room", map[string]any{"room": "plans", "username": "bob"}),                                                                   // 9
+		call1("sync_wait", map[string]any{"condition": "has(state._shared.rung)", "timeout_ms": 40000}),                                                // 10: bob rings
+		call1("sync_invoke_action", map[string]any{"action": "nope"}),                                                                                  // 11: not found
+		call1("sync_read_context", map[string]any{"depth": "bogus"}),                                                                                   // 12: invalid field
+		call1("sync_wait", map[string]any{"condition": "state._shared.(((", "timeout_ms": 1000}),                                                       // 13: bad CEL
+		call1("sync_embody", map[string]any{"room": "nowhere"}),                                                                                        // 14: no such room
+		call1("sync_search", map[string]any{"q": "release plan"}),                                                                                      // 15
+		call1("sync_send_message", map[string]any{"body": "Please confirm the plan", "ack": true, "to": "bob:bob-s-client"}),                           // 16
+		call1("sync_loom", map[string]any{"commands": "→ new tree \"plan\" \"Once upon a release\"\n→ view 1"}),                                        // 17
+		call1("sync_read_context", map[string]any{"max_bytes": 45000}),                                                                                 // 18: a large result
+		{Text: "All done."},
+	}
+	// Bob rings once the model has asked for the wait: before or after
+	// syncd sees it, the wait must end satisfied, not time out.
+	rung := make(chan error, 1)
+	go func() {
+		for {
+			for _, r := range cc.model.Requests() {
+				if r.Main && r.Step == 10 {
+					rung <- bobRings(public, bobTok["access_token"].(string))
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	res := cc.session(script...)
+	if err := <-rung; err != nil {
+		t.Fatalf("bob's ring: %v", err)
+	}
+	total := checkResults(t, res, map[string]string{"11": "action_not_found", "12": "invalid_field", "13": "cel_error", "14": "room_not_in_scope"})
+	t.Logf("the session's %d tool results: %d characters", len(res), total)
+	// A read at the default budget fits it; the big room was cut, not
+	// handed over whole.
+	for _, r := range res {
+		if r.Step == 7 && (len(r.Text) > 32000 || !strings.Contains(r.Text, `"_truncated":true`)) {
+			t.Errorf("reading the big room at the default budget: %d characters, cut: %v", len(r.Text), strings.Contains(r.Text, `"_truncated":true`))
+		}
+	}
+
+	// A refresh mid-session: the next call works.
+	cc.expireTokens()
+	before := cc.accessToken()
+	res = cc.session(claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}}, call1("sync_lobby", nil), claudetest.Step{Text: "ok"})
+	checkResults(t, res, nil)
+	if cc.accessToken() == before {
+		t.Error("Claude Code did not refresh an expired access token")
+	}
+	// A restart: the next call works.
+	restart()
+	res = cc.session(claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}}, call1("sync_read_context", map[string]any{"room": "plans", "only": "state"}), claudetest.Step{Text: "ok"})
+	checkResults(t, res, nil)
+}
+
+// bobRings invokes ring in plans as bob, over MCP: another client.
+func bobRings(public, token string) error {
+	rt := &rotate{hosts: make([]atomic.Value, 1)}
+	rt.hosts[0].Store(strings.TrimPrefix(public, "http://"))
+	rt.token.Store(token)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "bob", Version: "1"}, nil).Connect(context.Background(),
+		&sdk.StreamableClientTransport{Endpoint: public + "/mcp", HTTPClient: &http.Client{Transport: rt}}, nil)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	for _, c := range []struct {
+		name string
+		args map[string]any
+	}{{"sync_embody", map[string]any{"room": "plans"}}, {"sync_invoke_action", map[string]any{"action": "ring"}}} {
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: c.name, Arguments: c.args})
+		if err != nil {
+			return err
+		}
+		if res.IsError {
+			return fmt.Errorf("%s: %v", c.name, res.Content[0].(*sdk.TextContent).Text)
+		}
+	}
+	return nil
 }
