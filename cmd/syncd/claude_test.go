@@ -396,6 +396,30 @@ func TestClaudeCodeSession(t *testing.T) {
 	restart()
 	res = cc.session(claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}}, call1("sync_read_context", map[string]any{"room": "plans", "only": "state"}), claudetest.Step{Text: "ok"})
 	checkResults(t, res, nil)
+
+	// The person revokes the grant on their account page: Claude Code
+	// loses the tools (the model is not told why) and its list says the
+	// server needs a sign-in again.
+	if err := chromedp.Do(browser,
+		chromedp.Navigate(public+"/account"),
+		chromedp.WaitVisible(chromedp.CSS(`form[action="/account/revoke"] button`)),
+		chromedp.Click(chromedp.CSS(`form[action="/account/revoke"] button`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`form[action="/account/revoke"]`)),
+	); err != nil {
+		t.Fatalf("revoke on /account: %v", err)
+	}
+	res = cc.session(claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}}, call1("sync_lobby", nil), claudetest.Step{Text: "ok"})
+	for _, r := range res {
+		t.Logf("after the revocation: step %d %s error=%v: %.300s", r.Step, r.Call.Name, r.IsError, r.Text)
+	}
+	if len(res) != 2 || !res[1].IsError || !strings.Contains(res[1].Text, "No such tool available") {
+		t.Errorf("after the revocation the model got %+v, want sync_lobby gone (No such tool available)", res)
+	}
+	out := cc.run("mcp", "list")
+	t.Logf("claude mcp list after the revocation:\n%s", out)
+	if strings.Contains(out, "Connected") || !strings.Contains(strings.ToLower(out), "auth") {
+		t.Errorf("claude mcp list after the revocation does not ask for a sign-in:\n%s", out)
+	}
 }
 
 // bobRings invokes ring in plans as bob, over MCP: another client.
