@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -52,7 +53,6 @@ type claudeCode struct {
 	dir   string
 	model *claudetest.Server
 	env   []string
-	urls  string // the file its BROWSER script appends each URL it is asked to open to
 }
 
 var authorizeRE = regexp.MustCompile(`http://\S+/authorize\?\S+`)
@@ -72,11 +72,10 @@ func newClaudeCode(t *testing.T) *claudeCode {
 	if err := os.WriteFile(filepath.Join(c.home, ".claude.json"), seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The browser it opens for a sign-in only records the URL: the test
-	// hands it to Chromium.
-	c.urls = filepath.Join(c.home, "browser-urls")
+	// No browser of the machine's: the sign-in URL is read from what
+	// Claude Code prints and handed to the test's Chromium.
 	browser := filepath.Join(c.home, "browser")
-	if err := os.WriteFile(browser, []byte("#!/bin/sh\necho \"$1\" >> '"+c.urls+"'\n"), 0o755); err != nil {
+	if err := os.WriteFile(browser, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	path := os.Getenv("PATH")
@@ -111,8 +110,8 @@ func (c *claudeCode) run(args ...string) string {
 // signIn runs `claude mcp login sync` (Claude Code's own OAuth client:
 // discovery, registration or a metadata document, PKCE, its loopback
 // callback) in a terminal of its own (tmux: it refuses to sign in without
-// one) and completes the consent in the browser, signed in already, that
-// the URL it asks to open is handed to.
+// one), hands the authorization URL it prints to the browser (signed in
+// already), ticks new rooms on the consent page and allows.
 func (c *claudeCode) signIn(browser context.Context) {
 	c.t.Helper()
 	tmux, err := exec.LookPath("tmux")
@@ -150,8 +149,7 @@ func (c *claudeCode) signIn(browser context.Context) {
 			c.t.Fatalf("claude mcp login opened no browser within 2 minutes:\n%s", output())
 		}
 		time.Sleep(50 * time.Millisecond)
-		// It prints the URL as well as asking BROWSER to open it (which
-		// 2.1.328 does not do under tmux).
+		// It prints the URL as well as opening a browser.
 		if m := authorizeRE.FindString(output()); m != "" {
 			authURL = m
 		}
@@ -358,7 +356,7 @@ func TestClaudeCodeSession(t *testing.T) {
 	}
 	// Bob rings once the model has asked for the wait: before or after
 	// syncd sees it, the wait must end satisfied, not time out.
-	rung := make(chan error, 1)
+	rung, ended := make(chan error, 1), make(chan struct{})
 	go func() {
 		for {
 			for _, r := range cc.model.Requests() {
@@ -367,10 +365,16 @@ func TestClaudeCodeSession(t *testing.T) {
 					return
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-ended:
+				rung <- errors.New("the model never asked for the wait")
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 	}()
 	res := cc.session(script...)
+	close(ended)
 	if err := <-rung; err != nil {
 		t.Fatalf("bob's ring: %v", err)
 	}
