@@ -391,6 +391,9 @@ func TestClaudeCodeSession(t *testing.T) {
 	// A read at the default budget fits it; the big room was cut, not
 	// handed over whole.
 	for _, r := range res {
+		if r.Step == 10 && !strings.Contains(r.Text, `"triggered":true`) {
+			t.Errorf("the wait bob's ring satisfies did not end triggered: %.300s", r.Text)
+		}
 		if r.Step == 7 && (len(r.Text) > 32000 || !strings.Contains(r.Text, `"_truncated":true`)) {
 			t.Errorf("reading the big room at the default budget: %d characters, cut: %v", len(r.Text), strings.Contains(r.Text, `"_truncated":true`))
 		}
@@ -400,14 +403,18 @@ func TestClaudeCodeSession(t *testing.T) {
 	cc.expireTokens()
 	before := cc.accessToken()
 	res = cc.session(claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}}, call1("sync_lobby", nil), claudetest.Step{Text: "ok"})
-	checkResults(t, res, nil)
+	if checkResults(t, res, nil); len(res) != 2 {
+		t.Fatalf("want the tool search and one sync call to reach the model, got %+v", res)
+	}
 	if cc.accessToken() == before {
 		t.Error("Claude Code did not refresh an expired access token")
 	}
 	// A restart: the next call works.
 	restart()
 	res = cc.session(claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}}, call1("sync_read_context", map[string]any{"room": "plans", "only": "state"}), claudetest.Step{Text: "ok"})
-	checkResults(t, res, nil)
+	if checkResults(t, res, nil); len(res) != 2 {
+		t.Fatalf("want the tool search and one sync call to reach the model, got %+v", res)
+	}
 
 	// The person revokes the grant on their account page: Claude Code
 	// loses the tools (the model is not told why) and its list says the
@@ -475,8 +482,7 @@ func TestClaudeCodeSignInWithMetadataDocument(t *testing.T) {
 		t.Fatalf("claude mcp list after the sign-in:\n%s", out)
 	}
 	res := cc.session(claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}}, call1("sync_lobby", nil), claudetest.Step{Text: "ok"})
-	checkResults(t, res, nil)
-	if len(res) != 2 {
-		t.Fatalf("tool results %+v", res)
+	if checkResults(t, res, nil); len(res) != 2 {
+		t.Fatalf("want the tool search and one sync call to reach the model, got %+v", res)
 	}
 }
