@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -209,9 +210,18 @@ func claudeServer(t *testing.T, cimd string) (browser context.Context, public st
 	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
 		t.Fatal(err)
 	}
+	// Metadata documents are fetched through a proxy on loopback that
+	// refuses every connection: no test sends traffic past this machine,
+	// and claude.ai's document is then taken from the built-in copy.
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadProxy := "http://" + dead.Addr().String()
+	dead.Close()
 	mk := func(port string) *config {
 		return testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open",
-			"-public-url", "http://localhost:"+port, "-cimd", cimd)
+			"-public-url", "http://localhost:"+port, "-cimd", cimd, "-outbound-proxy", deadProxy)
 	}
 	_, stop, ports := startOnFreePorts(t, 1, func(ports []string) *config { return mk(ports[0]) })
 	t.Cleanup(func() { stop() })
@@ -469,13 +479,8 @@ func bobRings(public, token string) error {
 
 // With client ID metadata documents on and no network, Claude Code signs
 // in with Claude's published document for its client id, which the server
-// must then take from its built-in copy. Not passing on this branch alone:
-// the server has no built-in copy yet (issue 44 item 1) and answers 400
-// "Unknown application"; set SYNC_CLAUDE_CIMD=1 to run it.
+// must then take from its built-in copy (issue 44 item 1).
 func TestClaudeCodeSignInWithMetadataDocument(t *testing.T) {
-	if os.Getenv("SYNC_CLAUDE_CIMD") != "1" {
-		t.Skip("needs the built-in copy of Claude Code's client metadata document (issue 44 item 1); SYNC_CLAUDE_CIMD=1 runs it")
-	}
 	browser, _, cc, _ := claudeServer(t, "on")
 	cc.signIn(browser)
 	if out := cc.run("mcp", "list"); !strings.Contains(out, "Connected") {
