@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -307,7 +306,8 @@ func checkResults(t *testing.T, res []claudetest.ToolResult, wantErr map[string]
 		}
 		// Claude Code 2.1.328 persists a result of about 48,000
 		// characters or more; sync's budgets (32,000 bytes by default,
-		// max_bytes at most 45,000 here) keep every result under it.
+		// max_bytes at most 40,000 over MCP, the text rendering a little
+		// longer) keep every result under it.
 		if len(r.Text) > 45000 {
 			t.Errorf("step %d %s: %d characters, past the result budget", r.Step, name, len(r.Text))
 		}
@@ -369,32 +369,60 @@ func TestClaudeCodeSession(t *testing.T) {
 		call1("sync_search", map[string]any{"q": "release plan"}),                                                                                      // 15
 		call1("sync_send_message", map[string]any{"body": "Please confirm the plan", "ack": true, "to": "bob:bob-s-client"}),                           // 16
 		call1("sync_loom", map[string]any{"commands": "→ new tree \"plan\" \"Once upon a release\"\n→ view 1"}),                                        // 17
-		call1("sync_read_context", map[string]any{"max_bytes": 45000}),                                                                                 // 18: a large result
+		call1("sync_read_context", map[string]any{"max_bytes": 40000}),                                                                                 // 18: the largest result
+		call1("sync_wait", map[string]any{"condition": `state._acks.exists(k, size(state._acks[k].acked) > 0)`, "timeout_ms": 40000}),                  // 19: bob acknowledges and replies
+		call1("sync_read_context", map[string]any{"only": "messages"}),                                                                                 // 20: the reply
 		{Text: "All done."},
 	}
-	// Bob rings once the model has asked for the wait: before or after
-	// syncd sees it, the wait must end satisfied, not time out.
-	rung, ended := make(chan error, 1), make(chan struct{})
+	// Bob rings once the model has asked for the wait, and acknowledges
+	// and answers its message once it waits for that: before or after
+	// syncd sees the wait, it must end satisfied, not time out.
+	rung, acked, ended := make(chan error, 1), make(chan error, 1), make(chan struct{})
+	asked := func(step int) bool {
+		for _, r := range cc.model.Requests() {
+			if r.Main && r.Step == step {
+				return true
+			}
+		}
+		return false
+	}
 	go func() {
-		for {
-			for _, r := range cc.model.Requests() {
-				if r.Main && r.Step == 10 {
-					rung <- bobRings(public, bobTok["access_token"].(string))
+		for _, c := range []struct {
+			step int
+			out  chan error
+			do   func() error
+		}{
+			{10, rung, func() error {
+				return asBob(public, bobTok["access_token"].(string), tool{"sync_invoke_action", map[string]any{"action": "ring"}})
+			}},
+			{19, acked, func() error {
+				seq, err := sentSeq(cc.model.ToolResults(), 16)
+				if err != nil {
+					return err
+				}
+				return asBob(public, bobTok["access_token"].(string),
+					tool{"sync_invoke_action", map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}},
+					tool{"sync_send_message", map[string]any{"body": "Confirmed: the plan stands", "reply_to": seq}})
+			}},
+		} {
+			for !asked(c.step) {
+				select {
+				case <-ended:
+					c.out <- fmt.Errorf("the model never asked for step %d", c.step)
 					return
+				case <-time.After(20 * time.Millisecond):
 				}
 			}
-			select {
-			case <-ended:
-				rung <- errors.New("the model never asked for the wait")
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
+			c.out <- c.do()
 		}
 	}()
 	res := cc.session(script...)
 	close(ended)
 	if err := <-rung; err != nil {
 		t.Fatalf("bob's ring: %v", err)
+	}
+	if err := <-acked; err != nil {
+		t.Fatalf("bob's acknowledgement and reply: %v", err)
 	}
 	total := checkResults(t, res, map[string]string{"11": "action_not_found", "12": "invalid_field", "13": "cel_error", "14": "room_not_in_scope"})
 	t.Logf("the session's %d tool results: %d characters", len(res), total)
@@ -403,6 +431,12 @@ func TestClaudeCodeSession(t *testing.T) {
 	for _, r := range res {
 		if r.Step == 10 && !strings.Contains(r.Text, `"triggered":true`) {
 			t.Errorf("the wait bob's ring satisfies did not end triggered: %.300s", r.Text)
+		}
+		if r.Step == 19 && !strings.Contains(r.Text, `"triggered":true`) {
+			t.Errorf("the wait bob's acknowledgement satisfies did not end triggered: %.300s", r.Text)
+		}
+		if r.Step == 20 && (!strings.Contains(r.Text, "Confirmed: the plan stands") || !strings.Contains(r.Text, `"acked_by":["bob`)) {
+			t.Errorf("the model's read after bob's acknowledgement shows neither his reply nor his receipt: %.600s", r.Text)
 		}
 		if r.Step == 7 && (len(r.Text) > 32000 || !strings.Contains(r.Text, `"_truncated":true`)) {
 			t.Errorf("reading the big room at the default budget: %d characters, cut: %v", len(r.Text), strings.Contains(r.Text, `"_truncated":true`))
@@ -451,8 +485,31 @@ func TestClaudeCodeSession(t *testing.T) {
 	}
 }
 
-// bobRings invokes ring in plans as bob, over MCP: another client.
-func bobRings(public, token string) error {
+// tool is one call another client makes.
+type tool struct {
+	name string
+	args map[string]any
+}
+
+// sentSeq is the seq sync_send_message answered at the script's step.
+func sentSeq(res []claudetest.ToolResult, step int) (int64, error) {
+	for _, r := range res {
+		if r.Step == step {
+			var out struct {
+				Seq int64 `json:"seq"`
+			}
+			if err := json.Unmarshal([]byte(r.Text), &out); err != nil || out.Seq == 0 {
+				return 0, fmt.Errorf("step %d's result has no seq (%v): %.300s", step, err, r.Text)
+			}
+			return out.Seq, nil
+		}
+	}
+	return 0, fmt.Errorf("no result of step %d reached the model", step)
+}
+
+// asBob embodies bob's agent in plans and makes the calls, over MCP: another
+// client.
+func asBob(public, token string, calls ...tool) error {
 	rt := &rotate{hosts: make([]atomic.Value, 1)}
 	rt.hosts[0].Store(strings.TrimPrefix(public, "http://"))
 	rt.token.Store(token)
@@ -462,10 +519,7 @@ func bobRings(public, token string) error {
 		return err
 	}
 	defer cs.Close()
-	for _, c := range []struct {
-		name string
-		args map[string]any
-	}{{"sync_embody", map[string]any{"room": "plans"}}, {"sync_invoke_action", map[string]any{"action": "ring"}}} {
+	for _, c := range append([]tool{{"sync_embody", map[string]any{"room": "plans"}}}, calls...) {
 		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: c.name, Arguments: c.args})
 		if err != nil {
 			return err
