@@ -272,7 +272,7 @@ func (p *proc) expect(t *testing.T, within time.Duration, want string, refused .
 	}
 }
 
-var listeningRE = regexp.MustCompile(`msg="syncd listening" addr=(\S+)`)
+var listeningRE = regexp.MustCompile(`msg="syncd listening[^"]*" addr=(\S+)`)
 
 // A server started while the previous one drains does not serve on the
 // previous one's embedded cluster (which that one is about to stop): it
@@ -291,7 +291,7 @@ func TestServerWaitsForTheDrainingOwnersCluster(t *testing.T) {
 	}
 
 	a := startEmbedded(t, dir, "-shutdown-timeout", "60s")
-	baseA := "http://" + listeningRE.FindStringSubmatch(a.expect(t, 90*time.Second, `msg="syncd listening"`))[1]
+	baseA := "http://" + listeningRE.FindStringSubmatch(a.expect(t, 90*time.Second, `msg="syncd listening`))[1]
 	code, room := call(t, "POST", baseA+"/rooms", "", `{"id":"handover"}`)
 	if code != 201 {
 		t.Fatalf("create room: %d", code)
@@ -320,7 +320,7 @@ func TestServerWaitsForTheDrainingOwnersCluster(t *testing.T) {
 
 	b := startEmbedded(t, dir)
 	b.expect(t, 60*time.Second, fmt.Sprintf("waiting for the previous syncd (pid %d) to stop its embedded PostgreSQL", a.cmd.Process.Pid),
-		"using the embedded PostgreSQL another process runs", `msg="syncd listening"`)
+		"using the embedded PostgreSQL another process runs", `msg="syncd listening`)
 
 	// A drains (the waiter leaves), stops its cluster and exits.
 	leave()
@@ -336,8 +336,8 @@ func TestServerWaitsForTheDrainingOwnersCluster(t *testing.T) {
 		t.Fatal("the first syncd did not exit within 60 s of its drain ending")
 	}
 
-	b.expect(t, 90*time.Second, "started embedded PostgreSQL", "using the embedded PostgreSQL another process runs", `msg="syncd listening"`)
-	baseB := "http://" + listeningRE.FindStringSubmatch(b.expect(t, 60*time.Second, `msg="syncd listening"`))[1]
+	b.expect(t, 90*time.Second, "started embedded PostgreSQL", "using the embedded PostgreSQL another process runs", `msg="syncd listening`)
+	baseB := "http://" + listeningRE.FindStringSubmatch(b.expect(t, 60*time.Second, `msg="syncd listening`))[1]
 	// The first has exited: nothing is left to stop the second's cluster.
 	if code, body := call(t, "GET", baseB+"/readyz", "", ""); code != 200 {
 		t.Fatalf("/readyz of the second syncd, after the first exited: %d %v", code, body)

@@ -111,7 +111,9 @@ func task(n int) string { return fmt.Sprintf("task_%03d", n) }
 func owner(n int) string { return AgentIDs[n%(len(AgentIDs)-1)] }
 
 // Build makes the room. It fails on the first operation that fails, with
-// that operation named.
+// that operation named. Its some 2,000 calls in a few seconds spend a
+// room's default expression budget (room_busy): build it on a service
+// whose Limits.RoomCostPerSecond is negative.
 func Build(ctx context.Context, svc *substrate.Service, opt Options) (*Room, error) {
 	if opt.Room == "" {
 		opt.Room = "review"
