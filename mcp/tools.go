@@ -533,7 +533,13 @@ func tools() []tool {
 				}
 				// The message's own seq, which reply_to and _ack name it
 				// by, not the invocation's (the room's, past it).
-				return res.Builtin.(*substrate.SentMessage), nil
+				sent, ok := res.Builtin.(*substrate.SentMessage)
+				if !ok {
+					// The message was sent: a retry would send it twice.
+					return nil, errs.New(errs.Internal, "the message was sent, but sync could not say its seq").
+						WithHint("read the room's messages to find it; do not send it again")
+				}
+				return sent, nil
 			}),
 		// usage: how to call sync_help, in the model's words; key: an echo.
 		typed(&sdk.Tool{Name: "sync_help", Title: "Help",
