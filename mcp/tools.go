@@ -171,7 +171,7 @@ type (
 		Params      map[string]substrate.ParamSpec `json:"params,omitempty" jsonschema:"name → {type, enum, required, default}."`
 		If          string                         `json:"if,omitempty" jsonschema:"CEL precondition."`
 		Enabled     string                         `json:"enabled,omitempty" jsonschema:"CEL visibility gate."`
-		Writes      []substrate.WriteTemplate      `json:"writes,omitempty" jsonschema:"{scope, key, value|merge|increment|delete, append, expr, if_version, timer}; templates ${params.x}, ${self}, ${now}."`
+		Writes      []substrate.WriteTemplate      `json:"writes,omitempty" jsonschema:"{scope, key, value|merge|increment|delete, append, expr, if_version, timer}; templates ${params.x}, ${self}, ${now}. if_version: the version sync_read_context {only: \"state.<scope>\"} shows as versions.<scope>.<key>."`
 		Result      string                         `json:"result,omitempty" jsonschema:"CEL evaluated after the writes."`
 		Timer       *substrate.Timer               `json:"timer,omitempty" jsonschema:"Lifecycle: {ms|at|ticks+tick_on, effect}."`
 		OnInvoke    *substrate.OnInvoke            `json:"on_invoke,omitempty" jsonschema:"{timer: …} started at each invocation (a cooldown)."`
@@ -400,7 +400,7 @@ func createRoomTool() tool {
 // full lists them in actions); params: always {} (no invocation).
 func readContextTool() tool {
 	return hide(typed(&sdk.Tool{Name: "sync_read_context", Title: "Read room context",
-		Description: "What you perceive in a room: state (yours as self), views, agents, actions with availability, messages. Use it to look around; waits return only changes. Narrow with only, prefix or keys_after; page messages with messages_after (include adds _messages or _audit to state); _context.budget names the call for what a cut left out. Focuses the room (unless you act in another); marks shown messages read.",
+		Description: "What you perceive in a room: state (yours as self), views, agents, actions with availability, messages. Use it to look around; waits return only changes. Narrow with only, prefix or keys_after (only \"state.<scope>\" also shows its entries' versions, for if_version); page messages with messages_after (include adds _messages or _audit to state); _context.budget names the call for what a cut left out. Focuses the room (unless you act in another); marks shown messages read.",
 		Annotations: annotations(true, false, true)}, shaped,
 		func(ctx context.Context, c *call, in *readContextIn) (*substrate.Envelope, error) {
 			q, err := contextRequest(in.shaping, in.MessagesAfter, in.Include, "", nil)

@@ -727,6 +727,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			st[inc] = logs
 		}
 		env.State = st
+		env.setVersions(rc, req)
 		present = append(present, "state")
 	} else {
 		elided = append(elided, "state")
