@@ -132,115 +132,119 @@ func quote(what, text string) (string, error) {
 // that addresses a node names the tree too: a form acts on the node on
 // screen, never on wherever the person's agent stands.
 func loomCommand(op string, q loomQuery, get func(string) string) (string, error) {
-	if op == "new" {
-		name, err := quote("tree's name", get("name"))
-		if err != nil {
-			return "", err
-		}
-		cmd := "→ new tree " + name
-		if strings.TrimSpace(get("text")) != "" {
-			root, err := quote("first words", get("text"))
-			if err != nil {
-				return "", err
-			}
-			cmd += " " + root
-		}
-		return cmd, nil
-	}
-	if op == "write" {
-		doc := strings.TrimSpace(get("doc"))
-		if doc == "" {
-			return "", errs.New(errs.InvalidField, "write needs a document name").WithHint("name the document").With("field", "doc")
-		}
-		text, err := quote("text", get("text"))
-		if err != nil {
-			return "", err
-		}
-		at := "append"
-		if get("at") == "start" {
-			at = "at:start"
-		}
-		return `→ write doc:"` + doc + `" ` + at + " " + text, nil
-	}
-	if op == "fulfil" {
-		req := strings.TrimPrefix(strings.TrimSpace(get("req")), "g")
-		if _, err := strconv.ParseUint(req, 10, 63); err != nil {
-			return "", errs.New(errs.InvalidField, "request %q is not a generation request", get("req")).WithHint("pick one of the pending continuations").With("field", "req")
-		}
-		text, err := quote("continuation", get("text"))
-		if err != nil {
-			return "", err
-		}
-		// The request knows its tree; naming the tree on screen too
-		// refuses a request of another tree rather than writing there.
-		cmd := "→ fulfil g" + req + " " + text
-		if q.Tree > 0 {
-			cmd = fmt.Sprintf("→ fulfil g%s tree:%d %s", req, q.Tree, text)
-		}
-		return cmd, nil
-	}
-	if op == "stop" {
-		agent := strings.TrimSpace(get("agent"))
-		if agent == "" || strings.ContainsAny(agent, " \t\n\r\"") {
-			return "", errs.New(errs.InvalidField, "agent %q is not an agent id", agent).WithHint("pick a collaborator from the list").With("field", "agent")
-		}
-		return "→ stop " + agent, nil
-	}
-	if op == "permit" {
-		agent := strings.TrimSpace(get("agent"))
-		if agent == "" || strings.ContainsAny(agent, " \t\n\r\"") {
-			return "", errs.New(errs.InvalidField, "agent %q is not an agent id", agent).WithHint("pick an agent from the list").With("field", "agent")
-		}
-		var on, off []string
-		for _, perm := range loom.Permissions {
-			if get("perm-"+perm) != "" {
-				on = append(on, perm)
-			} else {
-				off = append(off, perm)
-			}
-		}
-		lines := []string{}
-		if len(on) > 0 {
-			lines = append(lines, "→ permit "+agent+" "+strings.Join(on, " "))
-		}
-		if len(off) > 0 {
-			lines = append(lines, "→ deny "+agent+" "+strings.Join(off, " "))
-		}
-		return strings.Join(lines, "\n"), nil
+	switch op {
+	case "new":
+		return newTreeCommand(get)
+	case "write":
+		return writeCommand(get)
+	case "fulfil":
+		return fulfilCommand(q, get)
+	case "stop":
+		return stopCommand(get)
+	case "permit":
+		return permitCommand(get)
 	}
 	if q.Tree == 0 || q.Node == 0 {
 		return "", errs.New(errs.InvalidField, "%s needs a tree and a node", op).WithHint("open a node first; its forms name it").With("field", "node")
 	}
+	return nodeCommand(op, q, get)
+}
+
+// newTreeCommand is the form that plants a tree.
+func newTreeCommand(get func(string) string) (string, error) {
+	name, err := quote("tree's name", get("name"))
+	if err != nil {
+		return "", err
+	}
+	cmd := "→ new tree " + name
+	if strings.TrimSpace(get("text")) != "" {
+		root, err := quote("first words", get("text"))
+		if err != nil {
+			return "", err
+		}
+		cmd += " " + root
+	}
+	return cmd, nil
+}
+
+// writeCommand is the form that writes a line into a document.
+func writeCommand(get func(string) string) (string, error) {
+	doc := strings.TrimSpace(get("doc"))
+	if doc == "" {
+		return "", errs.New(errs.InvalidField, "write needs a document name").WithHint("name the document").With("field", "doc")
+	}
+	text, err := quote("text", get("text"))
+	if err != nil {
+		return "", err
+	}
+	at := "append"
+	if get("at") == "start" {
+		at = "at:start"
+	}
+	return `→ write doc:"` + doc + `" ` + at + " " + text, nil
+}
+
+// fulfilCommand is the form that answers a queued generation request.
+func fulfilCommand(q loomQuery, get func(string) string) (string, error) {
+	req := strings.TrimPrefix(strings.TrimSpace(get("req")), "g")
+	if _, err := strconv.ParseUint(req, 10, 63); err != nil {
+		return "", errs.New(errs.InvalidField, "request %q is not a generation request", get("req")).WithHint("pick one of the pending continuations").With("field", "req")
+	}
+	text, err := quote("continuation", get("text"))
+	if err != nil {
+		return "", err
+	}
+	// The request knows its tree; naming the tree on screen too
+	// refuses a request of another tree rather than writing there.
+	cmd := "→ fulfil g" + req + " " + text
+	if q.Tree > 0 {
+		cmd = fmt.Sprintf("→ fulfil g%s tree:%d %s", req, q.Tree, text)
+	}
+	return cmd, nil
+}
+
+// stopCommand is the form that stops a collaborator.
+func stopCommand(get func(string) string) (string, error) {
+	agent := strings.TrimSpace(get("agent"))
+	if agent == "" || strings.ContainsAny(agent, " \t\n\r\"") {
+		return "", errs.New(errs.InvalidField, "agent %q is not an agent id", agent).WithHint("pick a collaborator from the list").With("field", "agent")
+	}
+	return "→ stop " + agent, nil
+}
+
+// permitCommand is the form that sets an agent's loom permissions: the
+// ticked ones permitted, the others denied.
+func permitCommand(get func(string) string) (string, error) {
+	agent := strings.TrimSpace(get("agent"))
+	if agent == "" || strings.ContainsAny(agent, " \t\n\r\"") {
+		return "", errs.New(errs.InvalidField, "agent %q is not an agent id", agent).WithHint("pick an agent from the list").With("field", "agent")
+	}
+	var on, off []string
+	for _, perm := range loom.Permissions {
+		if get("perm-"+perm) != "" {
+			on = append(on, perm)
+		} else {
+			off = append(off, perm)
+		}
+	}
+	lines := []string{}
+	if len(on) > 0 {
+		lines = append(lines, "→ permit "+agent+" "+strings.Join(on, " "))
+	}
+	if len(off) > 0 {
+		lines = append(lines, "→ deny "+agent+" "+strings.Join(off, " "))
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// nodeCommand is a form of the node on screen, q's.
+func nodeCommand(op string, q loomQuery, get func(string) string) (string, error) {
 	at := fmt.Sprintf("%d tree:%d", q.Node, q.Tree)
 	switch op {
 	case "continue":
-		n, err := small(get("n"), "n", 1)
-		if err != nil {
-			return "", err
-		}
-		tokens, err := small(get("tokens"), "tokens", 0)
-		if err != nil {
-			return "", err
-		}
-		cmd := fmt.Sprintf("→ continue from %s n:%d", at, n)
-		if tokens > 0 {
-			cmd += fmt.Sprintf(" tokens:%d", tokens)
-		}
-		return cmd, nil
+		return continueCommand(at, get)
 	case "branch":
-		text, err := quote("text", get("text"))
-		if err != nil {
-			return "", err
-		}
-		edge := ""
-		switch e := get("edge"); e {
-		case "", "primary":
-		case "context", "instruction":
-			edge = " as " + e
-		default:
-			return "", errs.New(errs.InvalidField, "%q is not a kind of branch", e).WithHint("use primary, context or instruction").With("field", "edge")
-		}
-		return "→ branch from " + at + edge + " " + text, nil
+		return branchCommand(at, get)
 	case "edit":
 		text, err := quote("revised text", get("text"))
 		return "→ edit " + at + " " + text, err
@@ -259,31 +263,70 @@ func loomCommand(op string, q loomQuery, get func(string) string) (string, error
 	case "yield":
 		return fmt.Sprintf("→ yield tree:%d", q.Tree), nil
 	case "link":
-		target := strings.TrimSpace(get("target"))
-		note := ""
-		if t := strings.TrimSpace(get("note")); t != "" {
-			qn, err := quote("note", t)
-			if err != nil {
-				return "", err
-			}
-			note = " " + qn
-		}
-		if doc, ok := strings.CutPrefix(target, "doc:"); ok {
-			doc = strings.Trim(doc, `"`)
-			if err := validDoc(doc); err != nil || doc == "" {
-				return "", errs.New(errs.InvalidField, "document name %q cannot be linked from here", doc).WithHint("a name without quotes or backslashes").With("field", "target")
-			}
-			return fmt.Sprintf(`→ link %s doc:"%s"%s`, at, doc, note), nil
-		}
-		if _, err := strconv.ParseUint(target, 10, 63); err != nil {
-			return "", errs.New(errs.InvalidField, "link target %q is neither a node number nor doc:name", target).WithHint("give a node number of this tree, or doc:name").With("field", "target")
-		}
-		return fmt.Sprintf("→ link %d %s tree:%d%s", q.Node, target, q.Tree, note), nil
+		return linkCommand(q, at, get)
 	}
 	return "", errs.New(errs.InvalidField, "%q is not a loom form", op).WithHint("use the node's forms, or the command box").With("field", "op")
 }
 
-// small reads a small positive count (def when empty).
+// continueCommand asks for continuations of the node at at.
+func continueCommand(at string, get func(string) string) (string, error) {
+	n, err := small(get("n"), "n", 1)
+	if err != nil {
+		return "", err
+	}
+	tokens, err := small(get("tokens"), "tokens", 0)
+	if err != nil {
+		return "", err
+	}
+	cmd := fmt.Sprintf("→ continue from %s n:%d", at, n)
+	if tokens > 0 {
+		cmd += fmt.Sprintf(" tokens:%d", tokens)
+	}
+	return cmd, nil
+}
+
+// branchCommand starts a branch from the node at at.
+func branchCommand(at string, get func(string) string) (string, error) {
+	text, err := quote("text", get("text"))
+	if err != nil {
+		return "", err
+	}
+	edge := ""
+	switch e := get("edge"); e {
+	case "", "primary":
+	case "context", "instruction":
+		edge = " as " + e
+	default:
+		return "", errs.New(errs.InvalidField, "%q is not a kind of branch", e).WithHint("use primary, context or instruction").With("field", "edge")
+	}
+	return "→ branch from " + at + edge + " " + text, nil
+}
+
+// linkCommand links the node at at to another node of its tree or to a
+// document.
+func linkCommand(q loomQuery, at string, get func(string) string) (string, error) {
+	target := strings.TrimSpace(get("target"))
+	note := ""
+	if t := strings.TrimSpace(get("note")); t != "" {
+		qn, err := quote("note", t)
+		if err != nil {
+			return "", err
+		}
+		note = " " + qn
+	}
+	if doc, ok := strings.CutPrefix(target, "doc:"); ok {
+		doc = strings.Trim(doc, `"`)
+		if err := validDoc(doc); err != nil || doc == "" {
+			return "", errs.New(errs.InvalidField, "document name %q cannot be linked from here", doc).WithHint("a name without quotes or backslashes").With("field", "target")
+		}
+		return fmt.Sprintf(`→ link %s doc:"%s"%s`, at, doc, note), nil
+	}
+	if _, err := strconv.ParseUint(target, 10, 63); err != nil {
+		return "", errs.New(errs.InvalidField, "link target %q is neither a node number nor doc:name", target).WithHint("give a node number of this tree, or doc:name").With("field", "target")
+	}
+	return fmt.Sprintf("→ link %d %s tree:%d%s", q.Node, target, q.Tree, note), nil
+}
+
 func small(v, name string, def int) (int, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
