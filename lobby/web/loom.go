@@ -197,28 +197,8 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 		}
 		return u + sep + "doc=" + url.QueryEscape(name)
 	}
-	// What the person may do: the loom's own decision for their agent.
-	writer := []string{}
 	owner := in.access == "owner"
-	if canAct {
-		if owner {
-			writer = loom.Permissions
-		} else {
-			writer = wb.personLoomPerms(ctx, in)
-		}
-	}
-	reason := func(perm string) can {
-		switch {
-		case in.viewToken != "":
-			return can{Why: "a view link reads only"}
-		case !canAct:
-			return can{Why: "your role in this room (" + in.access + ") reads but does not act"}
-		case !slices.Contains(writer, perm):
-			return can{Why: perm + " is not enabled for you; ask the room's owner to allow it"}
-		}
-		return can{OK: true}
-	}
-	d["CanWrite"], d["CanGenerate"], d["CanDocRead"], d["CanDocWrite"] = reason(loom.PermWrite), reason(loom.PermGenerate), reason(loom.PermDocRead), reason(loom.PermDocWrite)
+	wb.loomAbilities(ctx, d, in, canAct, owner)
 	aware := slices.Contains(v.Perms, loom.PermAware)
 	d["Aware"] = aware
 	d["Owner"] = owner && canAct
@@ -230,20 +210,7 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 		d["RanCode"] = string(in.ranErr.Code)
 	}
 	if aware {
-		d["Collabs"] = wb.loomCollabs(ctx, in)
-		// → stop: room authority or a person with loom_write (the loom
-		// decides; the page offers it to those it would allow).
-		d["CanStop"] = (owner && canAct) || d["CanWrite"].(can).OK
-		gens := map[int64]loom.Generation{}
-		for _, g := range v.Generating {
-			gens[g.Node] = g
-		}
-		d["Generating"] = v.Generating
-		if v.Node != nil {
-			if g, ok := gens[v.Node.ID]; ok {
-				d["GeneratingHere"] = g
-			}
-		}
+		wb.loomAware(ctx, d, in, v, owner && canAct)
 	}
 	if owner && canAct {
 		d["Agents"] = wb.loomAgents(ctx, in)
@@ -264,6 +231,58 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 		d["URL"] = loomURL(in.room, in.viewToken, 0, 0, "")
 		return d
 	}
+	loomNodeData(d, in, v, canAct)
+	return d
+}
+
+// loomAbilities puts into d what the person may do (CanWrite and the
+// like, each with why not): the loom's own decision for their agent.
+func (wb *Web) loomAbilities(ctx context.Context, d map[string]any, in loomPageIn, canAct, owner bool) {
+	writer := []string{}
+	if canAct {
+		if owner {
+			writer = loom.Permissions
+		} else {
+			writer = wb.personLoomPerms(ctx, in)
+		}
+	}
+	reason := func(perm string) can {
+		switch {
+		case in.viewToken != "":
+			return can{Why: "a view link reads only"}
+		case !canAct:
+			return can{Why: "your role in this room (" + in.access + ") reads but does not act"}
+		case !slices.Contains(writer, perm):
+			return can{Why: perm + " is not enabled for you; ask the room's owner to allow it"}
+		}
+		return can{OK: true}
+	}
+	d["CanWrite"], d["CanGenerate"], d["CanDocRead"], d["CanDocWrite"] = reason(loom.PermWrite), reason(loom.PermGenerate), reason(loom.PermDocRead), reason(loom.PermDocWrite)
+}
+
+// loomAware puts into d what a person aware of the loom sees of others:
+// its collaborators and the generations running. authority is room
+// authority acting on the page.
+func (wb *Web) loomAware(ctx context.Context, d map[string]any, in loomPageIn, v *loom.View, authority bool) {
+	d["Collabs"] = wb.loomCollabs(ctx, in)
+	// → stop: room authority or a person with loom_write (the loom
+	// decides; the page offers it to those it would allow).
+	d["CanStop"] = authority || d["CanWrite"].(can).OK
+	gens := map[int64]loom.Generation{}
+	for _, g := range v.Generating {
+		gens[g.Node] = g
+	}
+	d["Generating"] = v.Generating
+	if v.Node != nil {
+		if g, ok := gens[v.Node.ID]; ok {
+			d["GeneratingHere"] = g
+		}
+	}
+}
+
+// loomNodeData puts into d the node in view: its links, the tree drawn
+// around it, its neighbours, and who holds the turn where it would grow.
+func loomNodeData(d map[string]any, in loomPageIn, v *loom.View, canAct bool) {
 	t, n := v.Tree.ID, v.Node.ID
 	d["URL"] = loomURL(in.room, in.viewToken, t, n, in.q.As)
 	d["ProseURL"] = loomURL(in.room, in.viewToken, t, n, "prose")
@@ -313,7 +332,6 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 		}
 		d["Words"] = words
 	}
-	return d
 }
 
 // personLoomPerms is what the loom lets the person's agent do, read
@@ -442,6 +460,45 @@ func loomURL(room, view string, tree, node int64, as string) string {
 // past loomFoldAbove, the path to the node in view open and, breadth
 // first, as much else as fits, the rest closed with a count.
 func loomTree(in loomPageIn, v *loom.View) []*treeItem {
+	sh := shapeOf(v)
+	dr := newTreeDrawer(in, v)
+	root, ok := sh.byID[1]
+	if !ok {
+		return nil
+	}
+	drawn := 1
+	top := dr.item(root, 1, 1, 1)
+	queue := []*treeItem{top}
+	for len(queue) > 0 {
+		it := queue[0]
+		queue = queue[1:]
+		ks := sh.kids[it.N.ID]
+		if len(ks) == 0 {
+			continue
+		}
+		if !it.OnPath && drawn+len(ks) > loomFoldAbove {
+			it.Folded = sh.size(it.N.ID)
+			continue
+		}
+		drawn += len(ks)
+		for i, k := range ks {
+			c := dr.item(sh.byID[k], it.Level+1, i+1, len(ks))
+			it.Kids = append(it.Kids, c)
+			queue = append(queue, c)
+		}
+	}
+	return []*treeItem{top}
+}
+
+// treeShape is the tree as the view read it: its nodes by id and each
+// node's children in order.
+type treeShape struct {
+	byID map[int64]*loom.Node
+	kids map[int64][]int64
+	memo map[int64]int // size's
+}
+
+func shapeOf(v *loom.View) *treeShape {
 	byID := make(map[int64]*loom.Node, len(v.Nodes))
 	kids := map[int64][]int64{}
 	for i := range v.Nodes {
@@ -467,73 +524,63 @@ func loomTree(in loomPageIn, v *loom.View) []*treeItem {
 			}
 		}
 	}
-	onPath := map[int64]bool{}
-	for _, x := range v.Path {
-		onPath[x.ID] = true
-	}
-	var size func(id int64) int
-	memo := map[int64]int{}
-	size = func(id int64) int {
-		if s, ok := memo[id]; ok {
-			return s
-		}
-		s := 0
-		for _, k := range kids[id] {
-			s += 1 + size(k)
-		}
-		memo[id] = s
+	return &treeShape{byID: byID, kids: kids, memo: map[int64]int{}}
+}
+
+// size counts the descendants of id that were read.
+func (sh *treeShape) size(id int64) int {
+	if s, ok := sh.memo[id]; ok {
 		return s
 	}
-	here := map[int64][]loom.Presence{}
+	s := 0
+	for _, k := range sh.kids[id] {
+		s += 1 + sh.size(k)
+	}
+	sh.memo[id] = s
+	return s
+}
+
+// treeDrawer draws a tree's items: what marks each node (on the path,
+// who is there, bookmarks, a held turn).
+type treeDrawer struct {
+	in     loomPageIn
+	v      *loom.View
+	onPath map[int64]bool
+	here   map[int64][]loom.Presence
+	bms    map[int64][]string
+	held   map[string]*loom.Lease
+}
+
+func newTreeDrawer(in loomPageIn, v *loom.View) *treeDrawer {
+	dr := &treeDrawer{in: in, v: v, onPath: map[int64]bool{}, here: map[int64][]loom.Presence{},
+		bms: map[int64][]string{}, held: map[string]*loom.Lease{}}
+	for _, x := range v.Path {
+		dr.onPath[x.ID] = true
+	}
 	for _, pr := range v.Presence {
-		here[pr.Node] = append(here[pr.Node], pr)
+		dr.here[pr.Node] = append(dr.here[pr.Node], pr)
 	}
-	bms := map[int64][]string{}
 	for _, b := range v.Bookmarks {
-		bms[b.Node] = append(bms[b.Node], b.Label)
+		dr.bms[b.Node] = append(dr.bms[b.Node], b.Label)
 	}
-	held := map[string]*loom.Lease{}
 	for i, l := range v.Leases {
-		held[l.Branch] = &v.Leases[i]
+		dr.held[l.Branch] = &v.Leases[i]
 	}
-	root, ok := byID[1]
-	if !ok {
-		return nil
-	}
-	drawn := 1
-	mk := func(n *loom.Node, level, pos, setSize int) *treeItem {
-		it := &treeItem{N: *n, Label: clipRunes(strings.Join(strings.Fields(n.Content), " "), loomLabel), Marks: v.Marks[n.ID],
-			Selected: n.ID == v.Node.ID, OnPath: onPath[n.ID], Level: level, Pos: pos, SetSize: setSize,
-			Starts: n.Parent == 0 || n.K > 1, Here: here[n.ID], BM: bms[n.ID]}
-		it.Href = loomURL(in.room, in.viewToken, v.Tree.ID, n.ID, in.q.As)
-		if it.Starts {
-			if l, ok := held[n.Branch]; ok {
-				it.Held = l
-			}
-		}
-		return it
-	}
-	top := mk(root, 1, 1, 1)
-	queue := []*treeItem{top}
-	for len(queue) > 0 {
-		it := queue[0]
-		queue = queue[1:]
-		ks := kids[it.N.ID]
-		if len(ks) == 0 {
-			continue
-		}
-		if !it.OnPath && drawn+len(ks) > loomFoldAbove {
-			it.Folded = size(it.N.ID)
-			continue
-		}
-		drawn += len(ks)
-		for i, k := range ks {
-			c := mk(byID[k], it.Level+1, i+1, len(ks))
-			it.Kids = append(it.Kids, c)
-			queue = append(queue, c)
+	return dr
+}
+
+func (dr *treeDrawer) item(n *loom.Node, level, pos, setSize int) *treeItem {
+	in, v := dr.in, dr.v
+	it := &treeItem{N: *n, Label: clipRunes(strings.Join(strings.Fields(n.Content), " "), loomLabel), Marks: v.Marks[n.ID],
+		Selected: n.ID == v.Node.ID, OnPath: dr.onPath[n.ID], Level: level, Pos: pos, SetSize: setSize,
+		Starts: n.Parent == 0 || n.K > 1, Here: dr.here[n.ID], BM: dr.bms[n.ID]}
+	it.Href = loomURL(in.room, in.viewToken, v.Tree.ID, n.ID, in.q.As)
+	if it.Starts {
+		if l, ok := dr.held[n.Branch]; ok {
+			it.Held = l
 		}
 	}
-	return []*treeItem{top}
+	return it
 }
 
 func clipRunes(s string, n int) string {
