@@ -43,29 +43,11 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 		return nil, err
 	}
 	if levelRank(level) < levelRank("write") {
-		// Say which of the two ceilings is too low: the user's role, or
-		// what this connection was granted.
-		if levelRank(roleCap(userRole)) < levelRank("write") {
-			return nil, errs.New(errs.Forbidden, "your role in %q is %s, which can read but not act: observers cannot embody", room, userRole).
-				With("room", room).With("reason", "role_below").With("role", userRole).With("access", level).
-				WithHint("keep observing with sync_read_context, or ask an owner of %q to make you a participant (they share it with you again with role participant)", room)
-		}
-		hint := "keep observing with sync_read_context, or the user reconnects the integration and gives " + room + " the write level on the consent screen"
-		if s.fresh[room] && s.Scope.Level(room) == "" {
-			hint = "keep observing with sync_read_context, or the user reconnects the integration and allows \"new rooms shared with me\" at write (or ticks " + room + " at write)"
-		}
-		return nil, errs.New(errs.Forbidden, "this connection's access to %q is %s: acting needs write", room, level).
-			With("room", room).With("reason", "level_below").With("role", userRole).With("access", level).WithHint("%s", hint)
+		return nil, s.cannotAct(room, level, userRole)
 	}
 	if role == "" && agent != "" {
-		sums, err := roomSummaries(ctx, l.svc, []string{room}, func(string) bool { return false }) // its roles only
-		if err != nil {
+		if role, err = l.roleNamed(ctx, room, agent); err != nil {
 			return nil, err
-		}
-		// An id with ":" is a person's agent, never a role's, whatever
-		// _shared.roles says: it is embodied as an agent (yours or not).
-		if sum := sums[room]; sum != nil && sum.Roles[agent] != nil && !strings.Contains(agent, ":") {
-			role = agent
 		}
 	}
 	if role != "" {
@@ -74,21 +56,9 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	// Embodying creates an agent for this user or switches to one this
 	// user already owns; it never adopts an agent created with a token or
 	// by another user, whatever its id.
-	id := agent
-	if agent != "" {
-		owner, exists, err := l.svc.AgentOwner(ctx, room, agent)
-		if err != nil {
-			return nil, err
-		}
-		if !exists || owner != s.UserID {
-			return nil, errs.New(errs.Forbidden, "agent %q is not yours to embody", agent).
-				WithHint("embody without agent to get your own, or pick one marked yours in sync_lobby")
-		}
-	} else {
-		var err error
-		if id, err = l.ownAgentID(ctx, room, s.Username+":"+clientSlug(s.ClientName), s.UserID); err != nil {
-			return nil, err
-		}
+	id, err := l.agentToEmbody(ctx, s, room, agent)
+	if err != nil {
+		return nil, err
 	}
 	// The substrate checks ownership again under the room lock: an agent
 	// made meanwhile by a token or another user is refused, not adopted.
@@ -109,6 +79,53 @@ func (l *Lobby) Embody(ctx context.Context, s *Session, room, agent, role string
 	}
 	return &Embodiment{Embodied: true, Room: room, Agent: id, Role: "mcp-client",
 		Next: "read the room with sync_read_context, then act with sync_invoke_action"}, nil
+}
+
+// cannotAct says which of the two ceilings is too low to act in room: the
+// user's role, or what this connection was granted.
+func (s *Session) cannotAct(room, level, userRole string) error {
+	if levelRank(roleCap(userRole)) < levelRank("write") {
+		return errs.New(errs.Forbidden, "your role in %q is %s, which can read but not act: observers cannot embody", room, userRole).
+			With("room", room).With("reason", "role_below").With("role", userRole).With("access", level).
+			WithHint("keep observing with sync_read_context, or ask an owner of %q to make you a participant (they share it with you again with role participant)", room)
+	}
+	hint := "keep observing with sync_read_context, or the user reconnects the integration and gives " + room + " the write level on the consent screen"
+	if s.fresh[room] && s.Scope.Level(room) == "" {
+		hint = "keep observing with sync_read_context, or the user reconnects the integration and allows \"new rooms shared with me\" at write (or ticks " + room + " at write)"
+	}
+	return errs.New(errs.Forbidden, "this connection's access to %q is %s: acting needs write", room, level).
+		With("room", room).With("reason", "level_below").With("role", userRole).With("access", level).WithHint("%s", hint)
+}
+
+// roleNamed is agent when it names one of room's roles, else "".
+func (l *Lobby) roleNamed(ctx context.Context, room, agent string) (string, error) {
+	sums, err := roomSummaries(ctx, l.svc, []string{room}, func(string) bool { return false }) // its roles only
+	if err != nil {
+		return "", err
+	}
+	// An id with ":" is a person's agent, never a role's, whatever
+	// _shared.roles says: it is embodied as an agent (yours or not).
+	if sum := sums[room]; sum != nil && sum.Roles[agent] != nil && !strings.Contains(agent, ":") {
+		return agent, nil
+	}
+	return "", nil
+}
+
+// agentToEmbody is the agent the session embodies in room: agent when it
+// is the user's, else (agent "") the user's own agent for this client.
+func (l *Lobby) agentToEmbody(ctx context.Context, s *Session, room, agent string) (string, error) {
+	if agent != "" {
+		owner, exists, err := l.svc.AgentOwner(ctx, room, agent)
+		if err != nil {
+			return "", err
+		}
+		if !exists || owner != s.UserID {
+			return "", errs.New(errs.Forbidden, "agent %q is not yours to embody", agent).
+				WithHint("embody without agent to get your own, or pick one marked yours in sync_lobby")
+		}
+		return agent, nil
+	}
+	return l.ownAgentID(ctx, room, s.Username+":"+clientSlug(s.ClientName), s.UserID)
 }
 
 // ownAgentID is the id of the user's own agent in room: base

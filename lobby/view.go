@@ -29,38 +29,10 @@ func (l *Lobby) view(ctx context.Context, s *Session, summaries bool) (*View, er
 		if level == "" {
 			continue
 		}
-		sum := sums[r.ID]
-		access := minLevel(level, roleCap(r.Access))
-		entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access, Default: r.Default,
-			SharedSince: s.Scope.Level(r.ID) == "", Summary: summarise(sum, access, l.summaryReader(ctx, s, r.ID, sum))}
 		if r.Default && defaultRoom == "" {
 			defaultRoom = r.ID
 		}
-		for _, ag := range sum.Agents {
-			if ag.Gated && access != "admin" {
-				// Its enabled expression decides who sees it, per reader,
-				// in the room; the lobby does not evaluate it.
-				continue
-			}
-			a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
-				LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
-				WaitingOn: ag.WaitingOn, Yours: ag.Owner != "" && ag.Owner == s.UserID}
-			for _, id := range sum.RoleIDs() {
-				if sum.Roles[id]["filled_by"] == ag.ID {
-					a.Fills = id
-				}
-			}
-			if a.Yours {
-				current := s.RoomID == r.ID && s.AgentID == ag.ID
-				switchable := !current && levelRank(access) >= levelRank("write")
-				a.Current, a.Switchable = &current, &switchable
-			}
-			entry.Agents = append(entry.Agents, a)
-		}
-		for _, id := range sum.RoleIDs() {
-			entry.Roles = append(entry.Roles, ViewRole{ID: id, Description: sum.Roles[id]["description"], FilledBy: sum.Roles[id]["filled_by"]})
-		}
-		out.Rooms = append(out.Rooms, entry)
+		out.Rooms = append(out.Rooms, l.viewRoom(ctx, s, r, level, sums[r.ID]))
 	}
 	if s.AgentID != "" {
 		out.Embodied = &Embodied{Room: s.RoomID, Agent: s.AgentID}
@@ -73,19 +45,58 @@ func (l *Lobby) view(ctx context.Context, s *Session, summaries bool) (*View, er
 		}
 	}
 	out.Focus = s.RoomID
+	out.Next = viewNext(s, len(out.Rooms))
+	return out, nil
+}
+
+// viewRoom is room r as the session sees it at level: its summary, agents
+// and roles.
+func (l *Lobby) viewRoom(ctx context.Context, s *Session, r Room, level string, sum *RoomSummary) ViewRoom {
+	access := minLevel(level, roleCap(r.Access))
+	entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access, Default: r.Default,
+		SharedSince: s.Scope.Level(r.ID) == "", Summary: summarise(sum, access, l.summaryReader(ctx, s, r.ID, sum))}
+	for _, ag := range sum.Agents {
+		if ag.Gated && access != "admin" {
+			// Its enabled expression decides who sees it, per reader,
+			// in the room; the lobby does not evaluate it.
+			continue
+		}
+		a := ViewAgent{ID: ag.ID, Name: ag.Name, Role: ag.Role, Status: ag.Status, LastHeartbeat: ag.LastHeartbeat,
+			LastSeen: ag.LastSeen, IdleForS: ag.IdleForS, Client: ag.Client,
+			WaitingOn: ag.WaitingOn, Yours: ag.Owner != "" && ag.Owner == s.UserID}
+		for _, id := range sum.RoleIDs() {
+			if sum.Roles[id]["filled_by"] == ag.ID {
+				a.Fills = id
+			}
+		}
+		if a.Yours {
+			current := s.RoomID == r.ID && s.AgentID == ag.ID
+			switchable := !current && levelRank(access) >= levelRank("write")
+			a.Current, a.Switchable = &current, &switchable
+		}
+		entry.Agents = append(entry.Agents, a)
+	}
+	for _, id := range sum.RoleIDs() {
+		entry.Roles = append(entry.Roles, ViewRole{ID: id, Description: sum.Roles[id]["description"], FilledBy: sum.Roles[id]["filled_by"]})
+	}
+	return entry
+}
+
+// viewNext is the lobby view's next step for a session that sees rooms
+// rooms.
+func viewNext(s *Session, rooms int) string {
 	switch {
-	case len(out.Rooms) == 0 && s.Scope.CreateRooms:
-		out.Next = "no rooms yet: create one with sync_create_room"
-	case len(out.Rooms) == 0:
-		out.Next = "no rooms in scope: the user reconnects and ticks rooms on the consent screen"
+	case rooms == 0 && s.Scope.CreateRooms:
+		return "no rooms yet: create one with sync_create_room"
+	case rooms == 0:
+		return "no rooms in scope: the user reconnects and ticks rooms on the consent screen"
 	case s.AgentID == "":
-		out.Next = "observe with sync_read_context {room}, or act: sync_embody {room}"
+		return "observe with sync_read_context {room}, or act: sync_embody {room}"
 	default:
 		// Reading the lobby leaves nothing: say so, since a model may
 		// expect it to (seed 003's lobby is where one goes between rooms).
-		out.Next = "you are still acting as " + s.AgentID + " in " + s.RoomID + " (the lobby changes nothing): read with sync_read_context, act with sync_invoke_action; sync_disembody stops acting, sync_embody {room} moves you to another room"
+		return "you are still acting as " + s.AgentID + " in " + s.RoomID + " (the lobby changes nothing): read with sync_read_context, act with sync_invoke_action; sync_disembody stops acting, sync_embody {room} moves you to another room"
 	}
-	return out, nil
 }
 
 // summarise is a room's state summary as a session at access sees it:

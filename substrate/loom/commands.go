@@ -329,122 +329,169 @@ func (l *Loom) step(ctx context.Context, p *substrate.Principal, roomID string, 
 // command lands in their trace) and for writes, a read transaction
 // otherwise. gen, when set, are generated texts for a continue.
 func (l *Loom) exec(ctx context.Context, p *substrate.Principal, roomID string, c *Command, in *stepIn) (st Step, pos *Position, onboard string, err error) {
-	st = Step{Command: c.Line, Verb: c.Verb, OK: true}
-	body := func(r *loomRun) error {
-		if err := r.loadCaller(); err != nil {
-			return err
-		}
-		r.in = in
-		if in.call != nil {
-			if in.call.pos != nil {
-				r.pos = *in.call.pos
-			} else if !in.collect {
-				np := r.pos
-				in.call.pos = &np
-			}
-		}
-		if r.p.Kind == substrate.KindAgent && r.tx.Writes() && !in.collect {
-			var seen bool
-			if ok, err := r.get(r.p.AgentID, "loom:onboarded", &seen); err != nil {
-				return err
-			} else if !ok {
-				if onboard, err = r.onboarding(); err != nil {
-					return err
-				}
-				r.put(r.p.AgentID, "loom:onboarded", true)
-			}
-		}
-		text, err := r.exec(c, in.gen)
-		if err != nil {
-			return err
-		}
-		if in.collect {
-			return nil
-		}
-		if r.newPos != nil && in.call != nil {
-			np := *r.newPos
-			in.call.pos = &np
-		}
-		st.Text = text
-		st.Nodes = r.nodes
-		if np := r.newPos; np != nil || r.pos.Tree > 0 {
-			at := r.pos
-			if np != nil {
-				at = *np
-			}
-			if t, err := r.tree(at.Tree); err == nil {
-				if n, err := r.node(t, strconv.FormatInt(at.Node, 10)); err == nil {
-					if pos, err = r.position(t, n); err != nil {
-						return err
-					}
-				}
-			}
-			if np != nil && r.p.Kind == substrate.KindAgent && *np != r.stored {
-				r.put(r.p.AgentID, "loom:pos", np)
-			}
-		}
-		return nil
-	}
+	e := &execution{l: l, c: c, in: in, roomID: roomID, st: Step{Command: c.Line, Verb: c.Verb, OK: true}}
 	write := (p.Kind == substrate.KindAgent || (loomWrites[c.Verb] && !p.ReadOnly())) && !in.collect
 	if !write {
 		err = l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
-			return body(&loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()})
+			return e.body(&loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()})
 		})
-		return st, pos, onboard, err
+		return e.st, e.pos, e.onboard, err
 	}
-	var moved *loomPos
-	_, err = l.svc.MutateRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
-		r := &loomRun{l: l, tx: tx, p: tx.Principal(), room: roomID, now: tx.Now(), actor: tx.Actor()}
-		if err := body(r); err != nil {
-			return err
-		}
-		moved = r.newPos
-		if in.running != "" {
-			r.ops = append(r.ops, substrate.Op{Scope: scopeLoomLive, Key: in.running, Delete: true})
-		}
-		line := r.trace
-		if line == "" {
-			line = c.Line
-		}
-		if r.p.Kind == substrate.KindAgent {
-			r.appendEntry(r.p.AgentID, tracePrefix+r.uniq(), map[string]any{"line": line, "verb": c.Verb, "at": r.now})
-		}
-		audit, err := tx.Apply(r.ops, "loom")
-		if err != nil {
-			return l.inLoomWords(roomID, c, err)
-		}
-		for _, a := range audit {
-			// Operational memory is the agent's alone: the audit log
-			// records that it changed, not what it holds.
-			if sc, _ := a["scope"].(string); !isLoomScope(sc) {
-				delete(a, "value")
-			}
-		}
-		tx.Audit(map[string]any{"kind": "loom", "command": c.Verb, "writes": audit})
+	_, err = l.svc.MutateRoom(ctx, p, roomID, e.mutate)
+	if err == nil && e.pos == nil && e.moved != nil && !in.collect {
+		e.readPosition(ctx, p)
+	}
+	return e.st, e.pos, e.onboard, err
+}
+
+// execution is one command's run through its transaction (run again
+// when the transaction is): what it has found so far for the step.
+type execution struct {
+	l      *Loom
+	c      *Command
+	in     *stepIn
+	roomID string
+	st     Step
+	// pos is where the caller is after the command; onboard the
+	// orientation an agent's first command brings.
+	pos     *Position
+	onboard string
+	// moved is where a write moved the caller (loomRun.newPos).
+	moved *loomPos
+}
+
+// body runs the command in r's transaction.
+func (e *execution) body(r *loomRun) error {
+	in := e.in
+	if err := e.begin(r); err != nil {
+		return err
+	}
+	text, err := r.exec(e.c, in.gen)
+	if err != nil {
+		return err
+	}
+	if in.collect {
 		return nil
-	})
-	if err == nil && pos == nil && moved != nil && !in.collect {
-		// A node the command created is written at commit, so its
-		// position (the result's first line) is read once it exists.
-		perr := l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
-			r := &loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()}
-			t, err := r.tree(moved.Tree)
-			if err != nil {
-				return err
-			}
-			n, err := r.node(t, strconv.FormatInt(moved.Node, 10))
-			if err != nil {
-				return err
-			}
-			pos, err = r.position(t, n)
-			return err
-		})
-		if perr != nil {
-			// The command committed: its result stands without the line.
-			l.log.Warn("loom position after a write unread", "room", roomID, "err", perr)
+	}
+	if r.newPos != nil && in.call != nil {
+		np := *r.newPos
+		in.call.pos = &np
+	}
+	e.st.Text = text
+	e.st.Nodes = r.nodes
+	return e.settle(r)
+}
+
+// begin reads the caller, places it where the call stands, and onboards
+// an agent at its first command.
+func (e *execution) begin(r *loomRun) error {
+	in := e.in
+	if err := r.loadCaller(); err != nil {
+		return err
+	}
+	r.in = in
+	if in.call != nil {
+		if in.call.pos != nil {
+			r.pos = *in.call.pos
+		} else if !in.collect {
+			np := r.pos
+			in.call.pos = &np
 		}
 	}
-	return st, pos, onboard, err
+	if r.p.Kind == substrate.KindAgent && r.tx.Writes() && !in.collect {
+		var seen bool
+		if ok, err := r.get(r.p.AgentID, "loom:onboarded", &seen); err != nil {
+			return err
+		} else if !ok {
+			if e.onboard, err = r.onboarding(); err != nil {
+				return err
+			}
+			r.put(r.p.AgentID, "loom:onboarded", true)
+		}
+	}
+	return nil
+}
+
+// settle reads the position the command left the caller at, and stores
+// an agent's when the command moved it.
+func (e *execution) settle(r *loomRun) error {
+	np := r.newPos
+	if np == nil && r.pos.Tree <= 0 {
+		return nil
+	}
+	at := r.pos
+	if np != nil {
+		at = *np
+	}
+	if t, err := r.tree(at.Tree); err == nil {
+		if n, err := r.node(t, strconv.FormatInt(at.Node, 10)); err == nil {
+			if e.pos, err = r.position(t, n); err != nil {
+				return err
+			}
+		}
+	}
+	if np != nil && r.p.Kind == substrate.KindAgent && *np != r.stored {
+		r.put(r.p.AgentID, "loom:pos", np)
+	}
+	return nil
+}
+
+// mutate runs the command as a mutation: its writes, the agent's trace
+// line, and the audit record.
+func (e *execution) mutate(tx *substrate.RoomTx) error {
+	c, in := e.c, e.in
+	r := &loomRun{l: e.l, tx: tx, p: tx.Principal(), room: e.roomID, now: tx.Now(), actor: tx.Actor()}
+	if err := e.body(r); err != nil {
+		return err
+	}
+	e.moved = r.newPos
+	if in.running != "" {
+		r.ops = append(r.ops, substrate.Op{Scope: scopeLoomLive, Key: in.running, Delete: true})
+	}
+	line := r.trace
+	if line == "" {
+		line = c.Line
+	}
+	if r.p.Kind == substrate.KindAgent {
+		r.appendEntry(r.p.AgentID, tracePrefix+r.uniq(), map[string]any{"line": line, "verb": c.Verb, "at": r.now})
+	}
+	audit, err := tx.Apply(r.ops, "loom")
+	if err != nil {
+		return e.l.inLoomWords(e.roomID, c, err)
+	}
+	for _, a := range audit {
+		// Operational memory is the agent's alone: the audit log
+		// records that it changed, not what it holds.
+		if sc, _ := a["scope"].(string); !isLoomScope(sc) {
+			delete(a, "value")
+		}
+	}
+	tx.Audit(map[string]any{"kind": "loom", "command": c.Verb, "writes": audit})
+	return nil
+}
+
+// readPosition reads the position of a node the command created: it is
+// written at commit, so its position (the result's first line) is read
+// once it exists.
+func (e *execution) readPosition(ctx context.Context, p *substrate.Principal) {
+	l, roomID, moved := e.l, e.roomID, e.moved
+	perr := l.svc.ReadRoom(ctx, p, roomID, func(tx *substrate.RoomTx) error {
+		r := &loomRun{l: l, tx: tx, p: p, room: roomID, now: tx.Now(), actor: p.Actor()}
+		t, err := r.tree(moved.Tree)
+		if err != nil {
+			return err
+		}
+		n, err := r.node(t, strconv.FormatInt(moved.Node, 10))
+		if err != nil {
+			return err
+		}
+		e.pos, err = r.position(t, n)
+		return err
+	})
+	if perr != nil {
+		// The command committed: its result stands without the line.
+		l.log.Warn("loom position after a write unread", "room", roomID, "err", perr)
+	}
 }
 
 // inLoomWords is a refusal of the core's storage (which names scopes and

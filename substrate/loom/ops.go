@@ -48,6 +48,12 @@ func (r *loomRun) exec(c *Command, gen []string) (string, error) {
 		}
 		return r.fulfil(c)
 	}
+	return r.execInTree(c, gen)
+}
+
+// execInTree runs a command on the tree the caller stands in (or the one
+// the command names).
+func (r *loomRun) execInTree(c *Command, gen []string) (string, error) {
 	if err := r.need(PermAware); err != nil {
 		return "", err
 	}
@@ -69,7 +75,11 @@ func (r *loomRun) exec(c *Command, gen []string) (string, error) {
 	case "yield":
 		return r.yield(t)
 	}
-	// Writes.
+	return r.execWrite(c, t, gen)
+}
+
+// execWrite runs a command that writes to tree t, then saves the tree.
+func (r *loomRun) execWrite(c *Command, t *loomTree, gen []string) (string, error) {
 	perm := PermWrite
 	if c.Verb == "continue" {
 		perm = PermGenerate
@@ -78,6 +88,7 @@ func (r *loomRun) exec(c *Command, gen []string) (string, error) {
 		return "", err
 	}
 	var text string
+	var err error
 	switch c.Verb {
 	case "add":
 		text, err = r.add(c, t)
