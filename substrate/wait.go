@@ -1,6 +1,7 @@
 package substrate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
 )
 
 // Wait blocks until condition (CEL, evaluated as p) holds or the timeout
@@ -319,6 +321,36 @@ func (s *Service) afterRead(ctx context.Context, p *Principal) error {
 	return err
 }
 
+// recheckBatched is recheck for a principal authenticated by a token of
+// its own: the credential is read with those of the other waits of the
+// room woken at the same time, in one query, and the token holds when it
+// is still the one stored.
+func (s *Service) recheckBatched(ctx context.Context, p *Principal) (*Principal, error) {
+	if p.Refresh != nil || p.tokenHash == nil {
+		return s.recheck(ctx, p)
+	}
+	kind := waitbatch.AgentToken
+	switch p.Kind {
+	case KindRoom:
+		kind = waitbatch.RoomToken
+	case KindView:
+		kind = waitbatch.ViewToken
+	}
+	c, err := s.waitq.Cred(ctx, p.RoomID, kind, p.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	if c.Hash == nil || !bytes.Equal(c.Hash, p.tokenHash) {
+		// The long way, for its error: deleted room or revoked token.
+		return s.recheck(ctx, p)
+	}
+	np := *p
+	if p.Kind == KindAgent {
+		np.Grants = c.Grants
+	}
+	return &np, nil
+}
+
 // notBoolean is the refusal of a condition that does not give a boolean.
 func notBoolean(condition, gave string) error {
 	return errs.New(errs.InvalidField, "the condition gives %s, and a wait needs true or false", gave).With("field", "condition").With("gave", gave).
@@ -402,19 +434,19 @@ func (s *Service) showWaiting(ctx context.Context, roomID, agentID, condition st
 	// thousand agents told to wait at once made a thousand round trips
 	// for their statuses, and as many notifications, each holding a
 	// connection the others queued for).
-	st, err := s.waitq.start.do(ctx, roomID, waitStart{agent: agentID, condition: condition})
+	seq, ok, err := s.waitq.Start(ctx, roomID, agentID, condition)
 	if err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 		return 0, false
 	}
-	return st.seq, st.ok
+	return seq, ok
 }
 
 // endWaiting marks an agent active again at the end of its wait, in one
 // statement for the waits of the room ending together, and tells the
 // room's other waiters.
 func (s *Service) endWaiting(ctx context.Context, roomID, agentID string) {
-	if _, err := s.waitq.done.do(ctx, roomID, agentID); err != nil {
+	if err := s.waitq.Done(ctx, roomID, agentID); err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
 }
