@@ -67,7 +67,9 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 // feature nor a surface.
 var machinery = map[string][]string{
 	"substrate/internal/coalesce":  {"presenceread.go", "substrate.go"},
+	"substrate/internal/sweep":     {"janitor.go"},
 	"substrate/internal/waitbatch": {"wait.go", "substrate.go"},
+	"substrate/internal/waitclock": {"wait.go"},
 }
 
 const module = "github.com/syncsubstrate/sync/"

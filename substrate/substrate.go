@@ -173,7 +173,7 @@ type WaitOptions struct {
 	MaxTimeout time.Duration
 	// Recheck is the safety-net re-evaluation period, for changes whose
 	// notification was lost (timers and moments of now wake waits
-	// themselves: waitclock.go). Default 5 s.
+	// themselves: clockFor in wait.go). Default 5 s.
 	Recheck time.Duration
 	// NowRecheck is how often a wait re-checks a condition that depends
 	// on now in a way it cannot foresee (a function of now such as
