@@ -196,10 +196,11 @@ func (w *waiter) check() (*WaitResult, time.Duration, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		if again, err := w.recheck(ctx); err != nil || again {
-			if err != nil {
-				return nil, 0, err
-			}
+		again, err := w.recheckAccess(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		if again {
 			continue
 		}
 		if evalErr == nil && ok {
@@ -239,7 +240,7 @@ func (w *waiter) evaluate(ctx context.Context, rc *roomCtx) (_ *roomCtx, ok bool
 	return rc, ok, evalErr, nil
 }
 
-// recheck checks the waiter's access again after a read; again is true
+// recheckAccess checks the waiter's access again after a read; again is true
 // when its grants changed, and the wait must read again with them.
 //
 // Access is checked again after each read, once (with the other waits of
@@ -249,7 +250,7 @@ func (w *waiter) evaluate(ctx context.Context, rc *roomCtx) (_ *roomCtx, ok bool
 // whatever the read saw was written while the caller still had access. A
 // principal its surface refreshes (Refresh) was refreshed before the
 // read, at the wake-up.
-func (w *waiter) recheck(ctx context.Context) (again bool, err error) {
+func (w *waiter) recheckAccess(ctx context.Context) (again bool, err error) {
 	np, err := w.s.recheckBatched(ctx, w.p)
 	if err != nil {
 		return false, err
