@@ -62,7 +62,15 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 // owner says decides it; it cannot decide what a reader sees, because it
 // cannot name a rule: a machinery package imports neither the core nor a
 // feature nor a surface.
-var machinery = map[string][]string{}
+var machinery = map[string][]string{
+	"substrate/internal/buildcache": {"buildshare.go", "snapshot.go"},
+	"substrate/internal/memo":       {"exprfacts.go", "snapshot.go"},
+	"substrate/internal/jsoncache":  {"envelope_json.go", "snapshot.go"},
+	"substrate/internal/jsontext":   {"envelope_json.go", "valuelimits.go"},
+	"substrate/internal/workmeter":  {"substrate.go"},
+	"substrate/internal/earliest":   {"foresee.go"},
+	"substrate/internal/fairshare":  {"contextsize.go"},
+}
 
 const module = "github.com/syncsubstrate/sync/"
 
