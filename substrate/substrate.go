@@ -12,6 +12,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
 	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
+	"github.com/syncsubstrate/sync/substrate/internal/workmeter"
 )
 
 // Limits bound what one client can make the server do. Every breach is a
@@ -229,7 +230,7 @@ type Service struct {
 	invocations sync.Map // string → *atomic.Int64
 	// workMeter is each room's expression budget (nil: off); roomBusy
 	// counts its refusals (Stats).
-	workMeter *workMeter
+	workMeter *workmeter.Meter
 	roomBusy  atomic.Int64
 	// searching counts each credential's searches running now
 	// (searchSlot), under searchMu.
@@ -324,9 +325,9 @@ func New(db *store.DB, opt Options) *Service {
 	if w.NowRecheck <= 0 {
 		w.NowRecheck = time.Second
 	}
-	var wm *workMeter
+	var wm *workmeter.Meter
 	if opt.Limits.RoomCostPerSecond > 0 {
-		wm = newWorkMeter(opt.Limits.RoomCostPerSecond)
+		wm = workmeter.New(opt.Limits.RoomCostPerSecond)
 	}
 	var gc *groupCommit
 	if !opt.NoGroupCommit {
