@@ -1774,3 +1774,66 @@ func TestAttackDirectedFloodCostsOnlyItsRecipient(t *testing.T) {
 		}
 	}
 }
+
+// The versions a read of one scope shows beside its entries name only the
+// entries that reader is shown: not an entry gated from it, not another
+// agent's scope, not a key the budget cut. A version map built from the
+// snapshot's rows would list every key of the scope, which says that a
+// hidden entry exists and how often it was written.
+func TestAttackVersionsNameOnlyShownEntries(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	pr := newRoom(t, svc, "vers")
+	j, err := svc.Join(ctx, pr, "vers", substrate.JoinRequest{ID: "bob", Name: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, _ := svc.Authenticate(ctx, j.Token)
+	ws := []substrate.Write{
+		{Scope: "_shared", Key: "open", Value: json.RawMessage(`1`)},
+		{Scope: "_shared", Key: "for-alice", Value: json.RawMessage(`"gated"`), Enabled: `self == "alice"`},
+	}
+	for i := range 80 {
+		ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("pad-%03d", i), Value: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`)})
+	}
+	if _, err := svc.WriteState(ctx, pr, "vers", ws, true); err != nil {
+		t.Fatal(err)
+	}
+	env, err := svc.Context(ctx, bob, "vers", substrate.ContextRequest{Depth: "lean", Only: []string{"state._shared"}, MessagesLimit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := env.Versions.Of("_shared", "open"); !ok || n != 1 {
+		t.Fatalf("the read of _shared shows no version of open: %v %v", n, ok)
+	}
+	raw, _ := json.Marshal(env)
+	if strings.Contains(string(raw), "for-alice") {
+		t.Fatalf("HOLE: bob's read names the entry gated from him: %s", raw)
+	}
+	// A budget that cuts the scope drops the versions of what it cut.
+	env, err = svc.Context(ctx, bob, "vers", substrate.ContextRequest{Depth: "lean", Only: []string{"state._shared"}, MessagesLimit: 100, MaxBytes: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		State    map[string]map[string]json.RawMessage `json:"state"`
+		Versions map[string]map[string]int64           `json:"versions"`
+	}
+	raw, _ = json.Marshal(env)
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	shown := got.State["_shared"]
+	if _, cut := shown["_summary"]; !cut || len(got.Versions["_shared"]) == 0 {
+		t.Fatalf("a 4,000-byte read of 80 entries of 200 bytes: no cut, or no versions: %s", raw)
+	}
+	for k := range got.Versions["_shared"] {
+		if _, ok := shown[k]; !ok {
+			t.Fatalf("the versions name %s, which the read does not show: %s", k, raw)
+		}
+	}
+	if len(raw) > 4000 {
+		t.Fatalf("the read with its versions is %d bytes, past its 4,000-byte budget", len(raw))
+	}
+}
