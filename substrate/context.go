@@ -193,7 +193,7 @@ func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID strin
 	if !wantAgents && !own {
 		// Nothing of the reader's own in the transaction: the readers of
 		// the room at this moment (the waits one commit woke) share it.
-		h, err := s.waitq.seqs.do(ctx, roomID, struct{}{})
+		h, err := s.waitq.seqs.Do(ctx, roomID, struct{}{})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, false, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
 )
 
 // Limits bound what one client can make the server do. Every breach is a
@@ -200,7 +201,7 @@ type Service struct {
 	// presence shares a room's presence read between its readers
 	// (presenceread.go), made on first use.
 	presenceOnce sync.Once
-	presence     *coalescer[string, struct{}, roomPresence]
+	presence     *coalesce.Coalescer[string, struct{}, roomPresence]
 	// noSalience is Options.NoSalience.
 	noSalience bool
 	// ackOverdue is Options.AckOverdue.

@@ -402,7 +402,7 @@ func (s *Service) showWaiting(ctx context.Context, roomID, agentID, condition st
 	// thousand agents told to wait at once made a thousand round trips
 	// for their statuses, and as many notifications, each holding a
 	// connection the others queued for).
-	st, err := s.waitq.start.do(ctx, roomID, waitStart{agent: agentID, condition: condition})
+	st, err := s.waitq.start.Do(ctx, roomID, waitStart{agent: agentID, condition: condition})
 	if err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 		return 0, false
@@ -414,7 +414,7 @@ func (s *Service) showWaiting(ctx context.Context, roomID, agentID, condition st
 // statement for the waits of the room ending together, and tells the
 // room's other waiters.
 func (s *Service) endWaiting(ctx context.Context, roomID, agentID string) {
-	if _, err := s.waitq.done.do(ctx, roomID, agentID); err != nil {
+	if _, err := s.waitq.done.Do(ctx, roomID, agentID); err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
 }

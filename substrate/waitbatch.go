@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
 )
 
 // waitBatches are the round trips a woken wait makes, shared by the
@@ -19,14 +20,14 @@ import (
 type waitBatches struct {
 	// seqs reads a room's seq, message count and birth, for readers that
 	// need nothing of their own from the same transaction.
-	seqs coalescer[string, struct{}, roomHead]
+	seqs coalesce.Coalescer[string, struct{}, roomHead]
 	// tokens checks principals' tokens, per room and kind.
-	tokens coalescer[tokenKey, *Principal, tokenCheck]
+	tokens coalesce.Coalescer[tokenKey, *Principal, tokenCheck]
 	// start marks agents waiting at the start of their waits, per room,
 	// each with the room's seq the statement saw.
-	start coalescer[string, waitStart, startedAt]
+	start coalesce.Coalescer[string, waitStart, startedAt]
 	// done marks agents active again at the end of their waits, per room.
-	done coalescer[string, string, struct{}]
+	done coalesce.Coalescer[string, string, struct{}]
 }
 
 // waitStart is one agent's wait beginning on a condition.
@@ -61,7 +62,7 @@ const batchMax = 5000
 
 func newWaitBatches(db *store.DB) *waitBatches {
 	w := &waitBatches{}
-	w.seqs.run = func(ctx context.Context, roomID string, reqs []struct{}) ([]roomHead, error) {
+	w.seqs.Run = func(ctx context.Context, roomID string, reqs []struct{}) ([]roomHead, error) {
 		var h roomHead
 		err := db.QueryRow(ctx, `SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID).Scan(&h.seq, &h.count, &h.born)
 		if err != nil {
@@ -73,8 +74,8 @@ func newWaitBatches(db *store.DB) *waitBatches {
 		}
 		return out, nil
 	}
-	w.tokens.max = batchMax
-	w.tokens.run = func(ctx context.Context, k tokenKey, reqs []*Principal) ([]tokenCheck, error) {
+	w.tokens.Max = batchMax
+	w.tokens.Run = func(ctx context.Context, k tokenKey, reqs []*Principal) ([]tokenCheck, error) {
 		out := make([]tokenCheck, len(reqs))
 		if k.kind == KindRoom || k.kind == KindView {
 			var room, view []byte
@@ -127,8 +128,8 @@ func newWaitBatches(db *store.DB) *waitBatches {
 		}
 		return out, nil
 	}
-	w.start.max = batchMax
-	w.start.run = func(ctx context.Context, roomID string, reqs []waitStart) ([]startedAt, error) {
+	w.start.Max = batchMax
+	w.start.Run = func(ctx context.Context, roomID string, reqs []waitStart) ([]startedAt, error) {
 		ids, conds := make([]string, len(reqs)), make([]string, len(reqs))
 		for i, r := range reqs {
 			ids[i], conds[i] = r.agent, r.condition
@@ -168,8 +169,8 @@ func newWaitBatches(db *store.DB) *waitBatches {
 		}
 		return out, nil
 	}
-	w.done.max = batchMax
-	w.done.run = func(ctx context.Context, roomID string, ids []string) ([]struct{}, error) {
+	w.done.Max = batchMax
+	w.done.Run = func(ctx context.Context, roomID string, ids []string) ([]struct{}, error) {
 		// A status set while the wait ran stays: idle when the person
 		// stepped out of the agent or lost the room (the wait then ended
 		// refused), busy from a heartbeat.
@@ -193,7 +194,7 @@ func (s *Service) recheckBatched(ctx context.Context, p *Principal) (*Principal,
 	if p.Refresh != nil || p.tokenHash == nil {
 		return s.recheck(ctx, p)
 	}
-	c, err := s.waitq.tokens.do(ctx, tokenKey{p.RoomID, p.Kind}, p)
+	c, err := s.waitq.tokens.Do(ctx, tokenKey{p.RoomID, p.Kind}, p)
 	if err != nil {
 		return nil, err
 	}
