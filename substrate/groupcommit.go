@@ -281,7 +281,7 @@ func (s *Service) queueReads(g *groupTx, todo []*groupJob) {
 			if g.presence, err = scanPresence(rows); err != nil {
 				return err
 			}
-			s.marks.overlay(g.room, g.presence)
+			s.marks.Overlay(g.room, presenceRows(g.presence))
 			g.presenceLoaded = true
 			return nil
 		}, sqlPresence, g.room)

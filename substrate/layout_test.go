@@ -64,6 +64,7 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 // feature nor a surface.
 var machinery = map[string][]string{
 	"substrate/internal/coalesce": {"presenceread.go", "substrate.go", "waitbatch.go"},
+	"substrate/internal/readmarks": {"context.go", "mutation.go", "substrate.go"},
 }
 
 const module = "github.com/syncsubstrate/sync/"

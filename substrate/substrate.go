@@ -11,6 +11,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
+	"github.com/syncsubstrate/sync/substrate/internal/readmarks"
 )
 
 // Limits bound what one client can make the server do. Every breach is a
@@ -195,7 +196,7 @@ type Service struct {
 	wait      WaitOptions
 	hub       *store.Hub
 	// marks queues context reads' marks for one background writer.
-	marks *readMarks
+	marks *readmarks.Marks
 	// waitq shares woken waits' round trips (waitBatches).
 	waitq *waitBatches
 	// presence shares a room's presence read between its readers
@@ -336,7 +337,7 @@ func New(db *store.DB, opt Options) *Service {
 		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
-		marks: newReadMarks(),
+		marks: readmarks.New(db, sqlMarkReads, opt.Logger),
 		waitq: newWaitBatches(db),
 
 		noSalience: opt.NoSalience,
@@ -347,7 +348,7 @@ func New(db *store.DB, opt Options) *Service {
 // Close writes the queued read marks and stops the service's
 // notification listener.
 func (s *Service) Close() {
-	s.closeReadMarks()
+	s.marks.Close()
 	s.hub.Close()
 }
 
