@@ -63,8 +63,9 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 // cannot name a rule: a machinery package imports neither the core nor a
 // feature nor a surface.
 var machinery = map[string][]string{
-	"substrate/internal/coalesce":  {"presenceread.go", "substrate.go", "waitbatch.go"},
-	"substrate/internal/readmarks": {"context.go", "mutation.go", "substrate.go"},
+	"substrate/internal/coalesce":    {"presenceread.go", "substrate.go", "waitbatch.go"},
+	"substrate/internal/groupcommit": {"groupcommit.go"},
+	"substrate/internal/readmarks":   {"context.go", "mutation.go", "substrate.go"},
 }
 
 const module = "github.com/syncsubstrate/sync/"

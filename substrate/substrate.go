@@ -279,8 +279,9 @@ func (s *Service) Stats() Stats {
 	st.CELEvaluations, st.CELCost = s.cel.Stats()
 	st.RoomBusy = s.roomBusy.Load()
 	if g := s.group; g != nil {
-		st.GroupBatches, st.GroupInvocations, st.GroupLargest = g.batches.Load(), g.grouped.Load(), g.largest.Load()
-		st.GroupRounds, st.GroupRedone = g.rounds.Load(), g.redone.Load()
+		gs := g.Stats()
+		st.GroupBatches, st.GroupInvocations, st.GroupLargest = gs.Batches, gs.Invocations, gs.Largest
+		st.GroupRounds, st.GroupRedone = gs.Rounds, gs.Redone
 	}
 	return st
 }
@@ -328,11 +329,7 @@ func New(db *store.DB, opt Options) *Service {
 	if opt.Limits.RoomCostPerSecond > 0 {
 		wm = newWorkMeter(opt.Limits.RoomCostPerSecond)
 	}
-	var gc *groupCommit
-	if !opt.NoGroupCommit {
-		gc = &groupCommit{rooms: map[string]*roomQueue{}}
-	}
-	return &Service{group: gc, db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
+	s := &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
 		cel:   expr.MustNew(opt.CEL),
 		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
 		wait:  *w,
@@ -343,6 +340,10 @@ func New(db *store.DB, opt Options) *Service {
 		noSalience: opt.NoSalience,
 		ackOverdue: cmp.Or(opt.AckOverdue, AckOverdue),
 	}
+	if !opt.NoGroupCommit {
+		s.group = newGroupCommit(s)
+	}
+	return s
 }
 
 // Close writes the queued read marks and stops the service's
