@@ -357,7 +357,7 @@ func (s *Service) seal(m *mutation, fn func(m *mutation) error) (int64, error) {
 		roomID, strconv.FormatInt(last, 10), last, auditJSON, m.actor, m.now)
 	if m.group == nil {
 		// A group transaction writes the room's row once for all of its
-		// invocations (groupTx.syncRoom).
+		// invocations (groupTx.Sync).
 		m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
 	}
 	return last, nil
