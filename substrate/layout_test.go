@@ -48,6 +48,9 @@ var mayQueryRooms = map[string]string{
 	"store":           "the pool and migrations runner",
 	"store/pgtest":    "the test database helper",
 	"cmd/syncd/bench": "syncd bench -pgbench runs the invocation's transaction shape on the real tables",
+	// Machinery running the core's statements in batches: the rule that
+	// asks for them stays in the core file named in machinery.
+	"substrate/internal/waitbatch": "the woken waits' shared statements (rule: wait.go)",
 }
 
 // coreLibraries are the packages under substrate/ the core may import:
@@ -62,7 +65,12 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 // owner says decides it; it cannot decide what a reader sees, because it
 // cannot name a rule: a machinery package imports neither the core nor a
 // feature nor a surface.
-var machinery = map[string][]string{}
+var machinery = map[string][]string{
+	"substrate/internal/coalesce":  {"presenceread.go", "substrate.go"},
+	"substrate/internal/sweep":     {"janitor.go"},
+	"substrate/internal/waitbatch": {"wait.go", "substrate.go"},
+	"substrate/internal/waitclock": {"wait.go"},
+}
 
 const module = "github.com/syncsubstrate/sync/"
 
