@@ -347,6 +347,13 @@ func (g *groupTx) settled(pend []groupStmt, failed int, err error) error {
 	if j == nil {
 		return err
 	}
+	if aborted(err) {
+		// The transaction refuses everything: a rollback to a savepoint
+		// before did not take. Evaluating the rest again would meet the
+		// same refusal, round after round, and never answer the callers.
+		g.broken = err
+		return err
+	}
 	if rbErr := rollbackSavepoint(context.WithoutCancel(g.ctx), g.conn); rbErr != nil {
 		g.broken = rbErr
 		return rbErr
@@ -737,6 +744,13 @@ func (s *Service) groupEval(g *groupTx, j *groupJob) {
 	j.applied, j.seq = true, last
 	s.advanceGroup(m, last)
 	g.seq, g.msgCount = last, m.msgCount+m.messages
+}
+
+// aborted says err is PostgreSQL refusing a statement because the
+// transaction is already aborted (in_failed_sql_transaction).
+func aborted(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25P02"
 }
 
 // rollbackSavepoint undoes one invocation of a group transaction.
