@@ -1774,3 +1774,73 @@ func TestAttackDirectedFloodCostsOnlyItsRecipient(t *testing.T) {
 		}
 	}
 }
+
+// An action whose enabled gate is false for the caller is refused with
+// action_disabled (409), whose details and hint name the gate and whose
+// next step reads the actions available; none of its writes is made (the
+// refusal itself is audited). The gate is judged per caller and on the room's state now: it
+// opens for alice alone once open is true, and her invocation closes it.
+func TestAttackDisabledActionIsRefusedAndRunsNothing(t *testing.T) {
+	svc, admin, _ := attackRooms(t)
+	ctx := context.Background()
+	const gate = `state._shared.open == true && self == "alice"`
+	if _, err := svc.RegisterAction(ctx, admin, "atk-a", substrate.ActionDef{ID: "take", Enabled: gate,
+		Writes: []substrate.WriteTemplate{{Key: "taken", Value: json.RawMessage(`"${self}"`)}, {Key: "open", Value: json.RawMessage(`false`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	agents := map[string]*substrate.Principal{}
+	for _, id := range []string{"alice", "bob"} {
+		j, err := svc.Join(ctx, admin, "atk-a", substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[id], _ = svc.Authenticate(ctx, j.Token)
+	}
+	open := func(v string) {
+		t.Helper()
+		if _, err := svc.WriteState(ctx, admin, "atk-a", []substrate.Write{{Scope: "_shared", Key: "open", Value: json.RawMessage(v)}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shared := func() map[string]any {
+		t.Helper()
+		env, err := svc.Context(ctx, admin, "atk-a", substrate.ContextRequest{Only: []string{"state._shared"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st map[string]any
+		b, _ := json.Marshal(env.State["_shared"])
+		_ = json.Unmarshal(b, &st)
+		return st
+	}
+	refused := func(who, when string) {
+		t.Helper()
+		st := shared()
+		res, err := svc.Invoke(ctx, agents[who], "atk-a", "take", nil)
+		if !errs.Is(err, errs.ActionDisabled) {
+			t.Fatalf("HOLE: %s %s invoked take past its gate: %+v, %v", who, when, res, err)
+		}
+		e := errs.From(err)
+		if e.Code.Status() != 409 || e.Details["enabled"] != gate || !strings.Contains(e.Hint, gate) {
+			t.Errorf("%s %s: status %d, enabled %v, hint %q: want 409 naming the gate %s", who, when, e.Code.Status(), e.Details["enabled"], e.Hint, gate)
+		}
+		if e.Next == nil || e.Next.Op != errs.OpReadContext || e.Next.Room != "atk-a" || e.Next.Args["only"] != "actions" {
+			t.Errorf("%s %s: next %+v, want a read of atk-a's actions", who, when, e.Next)
+		}
+		if now := shared(); fmt.Sprint(now) != fmt.Sprint(st) {
+			t.Errorf("HOLE: the refused invocation wrote: _shared was %v, is %v", st, now)
+		}
+	}
+	open(`false`)
+	refused("alice", "while closed")
+	refused("bob", "while closed")
+	open(`true`)
+	refused("bob", "while open (the gate names alice)")
+	if _, err := svc.Invoke(ctx, agents["alice"], "atk-a", "take", nil); err != nil {
+		t.Fatalf("alice, gate open: %v", err)
+	}
+	if st := shared(); st["taken"] != "alice" || st["open"] != false {
+		t.Fatalf("after alice's take: %v", st)
+	}
+	refused("alice", "after her take closed it")
+}

@@ -3,6 +3,7 @@ package rest_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -2998,4 +2999,48 @@ func shorten(s string) string {
 		return s[:600] + "…"
 	}
 	return s
+}
+
+// POST /rooms/:id/actions/:action/invoke of an action whose enabled gate
+// is false for the caller answers 409 action_disabled, naming the gate
+// (enabled, hint) and the route that lists the actions available (next);
+// none of its writes is made. The gate opens for alice alone.
+func TestAttackDisabledActionRefusedOverREST(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gated", nil)
+	alice, bob := e.join(rm, "alice"), e.join(rm, "bob")
+	const gate = `state._shared.open == true && self == "alice"`
+	e.do("PUT", "/rooms/gated/actions", rm.token, map[string]any{"id": "take", "enabled": gate,
+		"writes": []any{map[string]any{"key": "taken", "value": "${self}"}, map[string]any{"key": "open", "value": false}}}).must(t, 201)
+	open := func(v bool) {
+		e.do("PUT", "/rooms/gated/state", rm.token, map[string]any{"scope": "_shared", "key": "open", "value": v}).must(t, 200)
+	}
+	shared := func() string {
+		b, _ := json.Marshal(path(e.ctx(rm, rm.token, "only=state._shared").body, "state", "_shared"))
+		return string(b)
+	}
+	refused := func(tok, who, when string) {
+		t.Helper()
+		before := shared()
+		r := e.invoke(rm, tok, "take", nil)
+		if r.status != 409 || r.str("error") != "action_disabled" {
+			t.Fatalf("HOLE: %s %s invoked take past its gate: %d %s", who, when, r.status, r.raw)
+		}
+		if r.str("enabled") != gate || !strings.Contains(r.str("hint"), gate) || r.str("next") != "GET /rooms/gated/context?only=actions" {
+			t.Errorf("%s %s: the refusal does not name the gate and the way on: %s", who, when, r.raw)
+		}
+		if after := shared(); after != before {
+			t.Errorf("HOLE: the refused invocation wrote: _shared was %s, is %s", before, after)
+		}
+	}
+	open(false)
+	refused(alice, "alice", "while closed")
+	refused(bob, "bob", "while closed")
+	open(true)
+	refused(bob, "bob", "while open (the gate names alice)")
+	e.invoke(rm, alice, "take", nil).must(t, 200)
+	if got := shared(); !strings.Contains(got, `"taken":"alice"`) || !strings.Contains(got, `"open":false`) {
+		t.Fatalf("after alice's take: %s", got)
+	}
+	refused(alice, "alice", "after her take closed it")
 }
