@@ -352,7 +352,10 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 		}
 	}
 	check("after a write")
-	time.Sleep(time.Until(latest) + 100*time.Millisecond) // the timer ends: a new timer epoch at the same seq
+	// Stays: the timer ends on the real clock at a known time (a new timer
+	// epoch at the same seq); polling a read until then would put another
+	// reader's read in the cache this test controls.
+	time.Sleep(time.Until(latest) + 100*time.Millisecond)
 	for _, who := range []string{"alice", "bob"} {
 		st, _ := read(who, agents[who], substrate.ContextRequest{})
 		if b, ok := st["_shared"]["brief"]; ok {
@@ -771,11 +774,10 @@ func TestAttackBatchedWaitChecksServeNoRevokedToken(t *testing.T) {
 			outs[i] = out{r, err}
 		}()
 	}
-	for deadline := time.Now().Add(20 * time.Second); svc.Stats().OpenWaits < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d waits open", svc.Stats().OpenWaits, n)
-		}
-	}
+	pgtest.Eventually(t, 20*time.Second, func() bool { return svc.Stats().OpenWaits >= n }, "%d waits open", n)
+	// Stays: nothing signals that a wait's first read is done, and the
+	// rotation is to land while the waits are parked (a rotation before a
+	// first read is refused as well, but not by the batched check).
 	time.Sleep(200 * time.Millisecond)
 	for i := 0; i < n; i += 2 { // the even ones' tokens rotate
 		if _, err := svc.Join(ctx, admin, "revokedwaits", substrate.JoinRequest{ID: fmt.Sprintf("a%d", i), Name: fmt.Sprintf("a%d", i)}); err != nil {
@@ -1322,7 +1324,8 @@ func viewMemoBounded(t *testing.T, lobby bool) {
 	counts := map[int64]bool{}
 	for deadline := time.Now().Add(300*time.Millisecond + timed*step + 200*time.Millisecond); time.Now().Before(deadline); {
 		counts[read()] = true
-		time.Sleep(step / 4)
+		time.Sleep(step / 4) // pacing: reads through the view's timed steps, not a wait
+
 	}
 	grown := int64(liveHeap()) - int64(before)
 	t.Logf("%d counts of a view returning a %d-key scope read: heap grew %.1f MB", len(counts), keys, float64(grown)/(1<<20))

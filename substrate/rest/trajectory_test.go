@@ -27,7 +27,7 @@ func newEnvSvc(t *testing.T, lim substrate.Limits) (*env, *substrate.Service, *s
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv}, svc, db
+	return &env{t: t, srv: srv, svc: svc}, svc, db
 }
 
 // trajectoryLines reads GET …/trajectory?query as JSON Lines.
