@@ -1234,7 +1234,6 @@ func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
 			e.do("GET", "/rooms/calm/context", calm.token, nil).must(t, 200)
 			out = append(out, time.Since(t0))
 			time.Sleep(10 * time.Millisecond) // pacing the samples: one reader's rhythm, not a wait
-
 		}
 		return out
 	}
@@ -1246,7 +1245,7 @@ func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	// startFlood starts the six readers; its stop waits for them and says
 	// how many reads were served and refused.
-	startFlood := func() (stop func() (served, busy int64), refused func() int64) {
+	startFlood := func() (stop func() (served, busy int64)) {
 		quit := make(chan struct{})
 		done := make(chan struct{})
 		var nBusy, nServed atomic.Int64
@@ -1279,24 +1278,25 @@ func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
 			}()
 		}
 		return func() (int64, int64) {
-				close(quit)
-				for range agents {
-					<-done
-				}
-				return nServed.Load(), nBusy.Load()
-			}, func() int64 {
-				return nBusy.Load()
+			close(quit)
+			for range agents {
+				<-done
 			}
+			return nServed.Load(), nBusy.Load()
+		}
 	}
 	sample(10) // warm
 	for round := 1; ; round++ {
 		quiet := sample(40)
-		stop, refused := startFlood()
-		pgtest.Eventually(t, 30*time.Second, func() bool { return refused() > 0 }, "the flood's first refusal (the budget saved up spent)")
+		stop := startFlood()
+		// Stays: the flood spends the budget saved up over a second of the
+		// real clock. (Its first refusal is no signal: on a loaded machine
+		// the reads are slow enough that none may come.)
+		time.Sleep(time.Second)
 		flooded := sample(80)
 		served, busy := stop()
-		// The gate's budget refills on the real clock: the quiet samples
-		// after the flood are taken once it has.
+		// Stays: the quiet samples after the flood are taken once the
+		// room's expression budget has had time to refill (the real clock).
 		time.Sleep(300 * time.Millisecond)
 		quiet = append(quiet, sample(40)...)
 		q, f := median(quiet), median(flooded)
