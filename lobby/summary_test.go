@@ -61,6 +61,8 @@ func TestRoomSummariesApplyTimers(t *testing.T) {
 	if len(sums) != 1 || s.Label != "The sum" || s.SharedKeys != 2 || len(s.Roles) != 1 || len(s.Agents) != 1 || s.Agents[0].Owner != "" {
 		t.Fatalf("summary %+v", s)
 	}
+	// Stays (and in the tests below): what the summary says once the timer
+	// has ended, at a known time, is what this checks.
 	time.Sleep(time.Until(latest) + 100*time.Millisecond)
 	sums, _ = lobby.RoomSummaries(ctx, svc, []string{"sum"})
 	if s := sums["sum"]; len(s.Roles) != 0 || s.SharedKeys != 1 {
@@ -83,7 +85,7 @@ func TestRoomSummaryCountsOnlyPublicMessages(t *testing.T) {
 	}, true); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // Stays: soon gone's 100 ms timer has ended
 	sums, err := lobby.RoomSummaries(ctx, svc, []string{"msgs"})
 	if err != nil {
 		t.Fatal(err)

@@ -352,7 +352,10 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 		}
 	}
 	check("after a write")
-	time.Sleep(time.Until(latest) + 100*time.Millisecond) // the timer ends: a new timer epoch at the same seq
+	// Stays: the timer ends on the real clock at a known time (a new timer
+	// epoch at the same seq); polling a read until then would put another
+	// reader's read in the cache this test controls.
+	time.Sleep(time.Until(latest) + 100*time.Millisecond)
 	for _, who := range []string{"alice", "bob"} {
 		st, _ := read(who, agents[who], substrate.ContextRequest{})
 		if b, ok := st["_shared"]["brief"]; ok {
@@ -771,11 +774,10 @@ func TestAttackBatchedWaitChecksServeNoRevokedToken(t *testing.T) {
 			outs[i] = out{r, err}
 		}()
 	}
-	for deadline := time.Now().Add(20 * time.Second); svc.Stats().OpenWaits < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d waits open", svc.Stats().OpenWaits, n)
-		}
-	}
+	pgtest.Eventually(t, 20*time.Second, func() bool { return svc.Stats().OpenWaits >= n }, "%d waits open", n)
+	// Stays: nothing signals that a wait's first read is done, and the
+	// rotation is to land while the waits are parked (a rotation before a
+	// first read is refused as well, but not by the batched check).
 	time.Sleep(200 * time.Millisecond)
 	for i := 0; i < n; i += 2 { // the even ones' tokens rotate
 		if _, err := svc.Join(ctx, admin, "revokedwaits", substrate.JoinRequest{ID: fmt.Sprintf("a%d", i), Name: fmt.Sprintf("a%d", i)}); err != nil {
@@ -1322,7 +1324,8 @@ func viewMemoBounded(t *testing.T, lobby bool) {
 	counts := map[int64]bool{}
 	for deadline := time.Now().Add(300*time.Millisecond + timed*step + 200*time.Millisecond); time.Now().Before(deadline); {
 		counts[read()] = true
-		time.Sleep(step / 4)
+		time.Sleep(step / 4) // pacing: reads through the view's timed steps, not a wait
+
 	}
 	grown := int64(liveHeap()) - int64(before)
 	t.Logf("%d counts of a view returning a %d-key scope read: heap grew %.1f MB", len(counts), keys, float64(grown)/(1<<20))
@@ -1836,4 +1839,74 @@ func TestAttackVersionsNameOnlyShownEntries(t *testing.T) {
 	if len(raw) > 4000 {
 		t.Fatalf("the read with its versions is %d bytes, past its 4,000-byte budget", len(raw))
 	}
+}
+
+// An action whose enabled gate is false for the caller is refused with
+// action_disabled (409), whose details and hint name the gate and whose
+// next step reads the actions available; none of its writes is made (the
+// refusal itself is audited). The gate is judged per caller and on the room's state now: it
+// opens for alice alone once open is true, and her invocation closes it.
+func TestAttackDisabledActionIsRefusedAndRunsNothing(t *testing.T) {
+	svc, admin, _ := attackRooms(t)
+	ctx := context.Background()
+	const gate = `state._shared.open == true && self == "alice"`
+	if _, err := svc.RegisterAction(ctx, admin, "atk-a", substrate.ActionDef{ID: "take", Enabled: gate,
+		Writes: []substrate.WriteTemplate{{Key: "taken", Value: json.RawMessage(`"${self}"`)}, {Key: "open", Value: json.RawMessage(`false`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	agents := map[string]*substrate.Principal{}
+	for _, id := range []string{"alice", "bob"} {
+		j, err := svc.Join(ctx, admin, "atk-a", substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[id], _ = svc.Authenticate(ctx, j.Token)
+	}
+	open := func(v string) {
+		t.Helper()
+		if _, err := svc.WriteState(ctx, admin, "atk-a", []substrate.Write{{Scope: "_shared", Key: "open", Value: json.RawMessage(v)}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shared := func() map[string]any {
+		t.Helper()
+		env, err := svc.Context(ctx, admin, "atk-a", substrate.ContextRequest{Only: []string{"state._shared"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st map[string]any
+		b, _ := json.Marshal(env.State["_shared"])
+		_ = json.Unmarshal(b, &st)
+		return st
+	}
+	refused := func(who, when string) {
+		t.Helper()
+		st := shared()
+		res, err := svc.Invoke(ctx, agents[who], "atk-a", "take", nil)
+		if !errs.Is(err, errs.ActionDisabled) {
+			t.Fatalf("HOLE: %s %s invoked take past its gate: %+v, %v", who, when, res, err)
+		}
+		e := errs.From(err)
+		if e.Code.Status() != 409 || e.Details["enabled"] != gate || !strings.Contains(e.Hint, gate) {
+			t.Errorf("%s %s: status %d, enabled %v, hint %q: want 409 naming the gate %s", who, when, e.Code.Status(), e.Details["enabled"], e.Hint, gate)
+		}
+		if e.Next == nil || e.Next.Op != errs.OpReadContext || e.Next.Room != "atk-a" || e.Next.Args["only"] != "actions" {
+			t.Errorf("%s %s: next %+v, want a read of atk-a's actions", who, when, e.Next)
+		}
+		if now := shared(); fmt.Sprint(now) != fmt.Sprint(st) {
+			t.Errorf("HOLE: the refused invocation wrote: _shared was %v, is %v", st, now)
+		}
+	}
+	open(`false`)
+	refused("alice", "while closed")
+	refused("bob", "while closed")
+	open(`true`)
+	refused("bob", "while open (the gate names alice)")
+	if _, err := svc.Invoke(ctx, agents["alice"], "atk-a", "take", nil); err != nil {
+		t.Fatalf("alice, gate open: %v", err)
+	}
+	if st := shared(); st["taken"] != "alice" || st["open"] != false {
+		t.Fatalf("after alice's take: %v", st)
+	}
+	refused("alice", "after her take closed it")
 }

@@ -38,7 +38,7 @@ func TestAppendOverExpiredEntryStaysAppendOnly(t *testing.T) {
 	if _, err := svc.Eval(ctx, p, "snaprows", `size(state._shared)`, nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // Stays: brief's 1 ms timer runs out on the real clock
 	if err := write(substrate.Write{Scope: "_shared", Key: "k", Value: []byte(`"logged"`), Append: true}); err != nil {
 		t.Fatal(err)
 	}
