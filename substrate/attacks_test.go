@@ -25,7 +25,7 @@ import (
 
 func attackRooms(t *testing.T) (*substrate.Service, *substrate.Principal, *substrate.Principal) {
 	t.Helper()
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	a, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "atk-a"})
@@ -210,7 +210,7 @@ func TestMutateRoomWithoutAuditIsAnError(t *testing.T) {
 // is checked as encoded, since that is where the reuse happens, and each
 // reader reads after the others have filled the cache.
 func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "cache-x"})
@@ -369,7 +369,7 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 // even as a hit without its text. Each secret word is found by someone
 // who may read it, so the test cannot pass by finding nothing.
 func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "srch"})
@@ -531,7 +531,7 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 // changes nothing.
 func TestAttackViewGateIsPerReader(t *testing.T) {
 	for _, aliceFirst := range []bool{true, false} {
-		svc := substrate.New(pgtest.New(t), substrate.Options{})
+		svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 		t.Cleanup(svc.Close)
 		ctx := context.Background()
 		const room = "atk-gate"
@@ -676,7 +676,7 @@ func TestAttackViewGateIsPerReader(t *testing.T) {
 // the view values they share never carry a gated view to bob, and alice
 // always sees it.
 func TestAttackViewGatePerReaderConcurrently(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room = "atk-gate-many"
@@ -740,7 +740,7 @@ func TestAttackViewGatePerReaderConcurrently(t *testing.T) {
 // served.
 func TestAttackBatchedWaitChecksServeNoRevokedToken(t *testing.T) {
 	const n = 40
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Hour}})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "revokedwaits"})
 	if err != nil {
@@ -927,7 +927,7 @@ func roomBusy(t *testing.T, what string, err error) {
 // admission now fails them loudly). Without the admission at each entry,
 // writes, registrations and the agents list ran on.
 func TestAttackSpentRoomRefusesEveryEntry(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	admin := budgetRoom(t, svc, "spent")
@@ -962,7 +962,7 @@ func TestAttackSpentRoomRefusesEveryEntry(t *testing.T) {
 // outside the budget, and writes and registrations were not admitted at
 // all: none of them was ever refused.
 func TestAttackEntriesChargeWhatTheyEvaluate(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	for i, e := range budgetEntries {
@@ -989,7 +989,7 @@ func TestAttackEntriesChargeWhatTheyEvaluate(t *testing.T) {
 // hand a reader the count another reader's read saw, which would tell
 // bob how many messages are gated to alice.
 func TestAttackSharedViewCountsNoGatedMessage(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room = "count-x"
@@ -1121,7 +1121,7 @@ func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
 // next write (and the snapshot cache keeps a thousand rooms). What the
 // kept builds copy is bounded by the size of the room itself.
 func TestAttackSharedBuildsDoNotMultiplyTheRoom(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room, keys, readers = "copies-x", 4000, 150
@@ -1191,7 +1191,7 @@ func TestAttackGateMemoDoesNotMultiplyTheRoom(t *testing.T) {
 }
 
 func gateMemoBounded(t *testing.T, gate string) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: -1}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Limits: substrate.Limits{RoomCostPerSecond: -1}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room, gated, readers = "gatememo-x", 3000, 120
@@ -1257,7 +1257,7 @@ func TestAttackViewMemoDoesNotMultiplyTheRoom(t *testing.T) {
 }
 
 func viewMemoBounded(t *testing.T, lobby bool) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room, keys, timed = "viewmemo-x", 4000, 40
@@ -1340,7 +1340,7 @@ func viewMemoBounded(t *testing.T, lobby bool) {
 // allow (and changes without a write to the room). A build shared by
 // the agent's id must not carry a granted scope to the capped principal.
 func TestAttackSharedBuildFollowsEachPrincipalsGrants(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room = "grants-x"
@@ -1432,7 +1432,7 @@ func searchRoomOf(t *testing.T, svc *substrate.Service, id string) (admin *subst
 // must not get the new text. The snippets were read by a second
 // statement from the row as it was then, so cy got al's text.
 func TestAttackSearchSnippetIsTheVersionJudged(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	admin, ag := searchRoomOf(t, svc, "torn")
@@ -1481,7 +1481,7 @@ func TestAttackSearchSnippetIsTheVersionJudged(t *testing.T) {
 // with no hit at all, since the hidden ones filled the candidates one
 // search read. cy finds both, and its pages count only them.
 func TestAttackSearchHiddenMatchesDoNotHideVisibleOnes(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	admin, ag := searchRoomOf(t, svc, "crowd")
@@ -1540,7 +1540,7 @@ func TestAttackSearchHiddenMatchesDoNotHideVisibleOnes(t *testing.T) {
 // third of cy's is refused with room_busy and a wait, while al's runs.
 // The pool is two connections: the held searches hold none.
 func TestAttackSearchesAtOnceAreCappedPerCredential(t *testing.T) {
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	_, ag := searchRoomOf(t, svc, "queue")
@@ -1588,7 +1588,7 @@ func TestAttackSearchesAtOnceAreCappedPerCredential(t *testing.T) {
 // A query's words are bounded (issue 41 item 3): each is a posting list
 // the index reads. Past the limit the search is refused, naming it.
 func TestAttackSearchTermsAreBounded(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	_, ag := searchRoomOf(t, svc, "terms")
@@ -1609,7 +1609,7 @@ func TestAttackSearchTermsAreBounded(t *testing.T) {
 // rather than held for as long as PostgreSQL takes to rank every match.
 // The bound is made a microsecond here, so every search passes it.
 func TestAttackSearchTimeIsBounded(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	_, ag := searchRoomOf(t, svc, "slow")
@@ -1665,7 +1665,7 @@ func TestAttackApplyRefusesDeepValues(t *testing.T) {
 // with room_busy. Two of ann's are held; bea's runs; ann's third is
 // refused.
 func TestAttackSearchCapIsNotSharedByObservers(t *testing.T) {
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	_, ag := searchRoomOf(t, svc, "watched")
@@ -1719,7 +1719,7 @@ func TestAttackSearchCapIsNotSharedByObservers(t *testing.T) {
 // statements bo's read runs must look at about as many rows as are his.
 func TestAttackDirectedFloodCostsOnlyItsRecipient(t *testing.T) {
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	searchRoomOf(t, svc, "flood")
@@ -1772,5 +1772,122 @@ func TestAttackDirectedFloodCostsOnlyItsRecipient(t *testing.T) {
 		if n := removed(top); n > 1100 {
 			t.Errorf("HOLE: bo's %s looks at %.0f rows of messages to al to find his one:\n%s", name, n, raw)
 		}
+	}
+}
+
+// A Service built without the loom (Options.Features leaves it out) over
+// a database a loom wrote must not read the loom's rows as ordinary ones.
+// Before features were wired explicitly, a binary that did not link the
+// loom never heard of its read rule: _loom.doc was a communal scope every
+// agent read, and a model's thinking (loom:think:… in its scope) was an
+// ordinary entry the view link and observers read. The core reserves the
+// loom's names and seals them when no feature claims them: nobody reads
+// or writes the loom's scopes, and an agent's loom memory is the agent's
+// and room authority's only.
+func TestAttackServiceWithoutTheLoomSealsItsRows(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	withLoom := substrate.New(db, substrate.Options{Features: testFeatures})
+	t.Cleanup(withLoom.Close)
+	room, err := withLoom.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "sealed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := withLoom.Authenticate(ctx, room.Token)
+	tokens := map[string]string{}
+	for _, a := range []string{"alice", "bob"} {
+		j, err := withLoom.Join(ctx, admin, "sealed", substrate.JoinRequest{ID: a, Name: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[a] = j.Token
+	}
+	alice, _ := withLoom.Authenticate(ctx, tokens["alice"])
+	run := func(p *substrate.Principal, cmds string) {
+		t.Helper()
+		if _, err := loom.Of(withLoom).Run(ctx, p, "sealed", cmds); err != nil {
+			t.Fatalf("%s: %v", cmds, err)
+		}
+	}
+	run(admin, "→ new tree \"t\" \"root words\"\n→ permit alice loom_write doc_write\n→ permit bob loom_write")
+	run(alice, "→ write doc:\"plan\" append \"DOC-SECRET line\"\n→ think\nTHINK-SECRET musing\n←")
+	// alice's own words, so that what follows reads a scope that holds
+	// something besides her thinking.
+	if _, err := withLoom.WriteState(ctx, alice, "sealed", []substrate.Write{{Scope: "alice", Key: "note", Value: []byte(`"plain"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+
+	bare := substrate.New(db, substrate.Options{})
+	t.Cleanup(bare.Close)
+	if got := bare.Features(); len(got) != 0 {
+		t.Fatalf("a Service built with no features runs %v", got)
+	}
+	auth := func(token string) *substrate.Principal {
+		p, err := bare.Authenticate(ctx, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bob, view, bAdmin, bAlice := auth(tokens["bob"]), auth(room.ViewToken), auth(room.Token), auth(tokens["alice"])
+	leaks := func(who string, v any) {
+		t.Helper()
+		b, _ := json.Marshal(v)
+		for _, secret := range []string{"DOC-SECRET", "THINK-SECRET"} {
+			if strings.Contains(string(b), secret) {
+				t.Errorf("HOLE: %s reads %s through a Service without the loom: %.300s", who, secret, b)
+			}
+		}
+	}
+	// The loom's documents: bob has no doc_read, and nobody reads them
+	// where the loom does not run (not even room authority: the loom's
+	// rule is not here to say who may).
+	for who, p := range map[string]*substrate.Principal{"bob": bob, "the view link": view, "room authority": bAdmin} {
+		res, err := bare.ReadState(ctx, p, "sealed", substrate.ReadQuery{Scope: "_loom.doc"})
+		if !errs.Is(err, errs.ScopeDenied) || !strings.Contains(err.Error(), "does not run") {
+			t.Errorf("HOLE: %s read _loom.doc through a Service without the loom: %v", who, err)
+		}
+		leaks(who+"'s _loom.doc", res)
+		all, err := bare.ReadState(ctx, p, "sealed", substrate.ReadQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaks(who+"'s state", all)
+		env, err := bare.Context(ctx, p, "sealed", substrate.ContextRequest{Depth: "full"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaks(who+"'s context", env)
+	}
+	// A model's thinking: the view link reads alice's scope, but not her
+	// thinking in it, here as where the loom runs.
+	res, err := bare.ReadState(ctx, view, "sealed", substrate.ReadQuery{Scope: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaks("the view link's read of alice's scope", res)
+	if b, _ := json.Marshal(res); !strings.Contains(string(b), "plain") {
+		t.Fatalf("the view link no longer reads alice's scope: %s", b)
+	}
+	// Her own thinking stays hers to read.
+	mine, err := bare.ReadState(ctx, bAlice, "sealed", substrate.ReadQuery{Scope: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(mine); !strings.Contains(string(b), "THINK-SECRET") {
+		t.Fatalf("alice does not read her own thinking without the loom: %s", b)
+	}
+	// Nor are the loom's scopes written where the loom does not run: not
+	// by a write, and not by a feature's Apply.
+	if _, err := bare.WriteState(ctx, bAdmin, "sealed", []substrate.Write{{Scope: "_loom.doc", Key: "forged", Value: []byte(`1`)}}, false); !errs.Is(err, errs.ScopeDenied) {
+		t.Errorf("HOLE: room authority wrote _loom.doc through a Service without the loom: %v", err)
+	}
+	_, err = bare.MutateRoom(ctx, bAdmin, "sealed", func(tx *substrate.RoomTx) error {
+		tx.Audit(map[string]any{"kind": "forge"})
+		_, err := tx.Apply([]substrate.Op{{Scope: "_loom.doc", Key: "plan", Value: []byte(`"forged"`)}}, "forge")
+		return err
+	})
+	if !errs.Is(err, errs.ScopeDenied) || !strings.Contains(err.Error(), "does not run") {
+		t.Errorf("HOLE: a feature's Apply wrote _loom.doc through a Service without the loom: %v", err)
 	}
 }

@@ -1,8 +1,8 @@
 package substrate
 
 // What the core asks adaptive salience (seed 000 §VII), which lives in
-// substrate/salience and registers itself from its init, and the read it
-// gets to answer with. The core keeps what salience reads from rows: the
+// substrate/salience and is wired into a Service as a Feature (its
+// Salience), and the read it gets to answer with. The core keeps what salience reads from rows: the
 // vocabulary's usage (written by the write path), the recent log, and the
 // envelope's _attention shape, which the budget shrinks.
 
@@ -45,20 +45,15 @@ type SalienceRead interface {
 	Health(ctx context.Context) any
 }
 
-var salienceFeature Salience
-
-// RegisterSalience is called once, from substrate/salience's init.
-func RegisterSalience(f Salience) { salienceFeature = f }
-
-// defaultDecay is the usage decay when no salience is registered.
+// defaultDecay is the usage decay when no feature is salience.
 const defaultDecay = 0.95
 
 // decayOf is the room's usage decay, for the write path.
-func decayOf(snap *snapshot) float64 {
-	if salienceFeature == nil {
+func (s *Service) decayOf(snap *snapshot) float64 {
+	if s.wired.salience == nil {
 		return defaultDecay
 	}
-	return salienceFeature.Decay(snap.config())
+	return s.wired.salience.Decay(snap.config())
 }
 
 // config is the value of _shared._config, nil when absent.
@@ -69,13 +64,13 @@ func (snap *snapshot) config() json.RawMessage {
 	return nil
 }
 
-// salienceFor begins the read's salience: nil when none is registered or
-// it is off for the service or the room.
+// salienceFor begins the read's salience: nil when no feature is
+// salience or it is off for the service or the room.
 func (s *Service) salienceFor(ctx context.Context, rc *roomCtx, roomID string) (SalienceRead, error) {
-	if s.noSalience || salienceFeature == nil {
+	if s.noSalience || s.wired.salience == nil {
 		return nil, nil
 	}
-	return salienceFeature.Begin(ctx, &Read{s: s, rc: rc, room: roomID})
+	return s.wired.salience.Begin(ctx, &Read{s: s, rc: rc, room: roomID})
 }
 
 // Attention is _context._attention: what the substrate thinks deserves

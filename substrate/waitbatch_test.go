@@ -19,7 +19,7 @@ import (
 // began at, with the write's entries, its own scope's among them.
 func TestManyWaitsTinyPoolEachItsOwnDelta(t *testing.T) {
 	const n = 99 // one write of n + 1 entries: the batch limit is 100
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Hour}})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "manywaits"})
 	if err != nil {

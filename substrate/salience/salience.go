@@ -6,8 +6,8 @@
 // shows it, and availability never changes.
 //
 // It reaches rooms only through the core's substrate.Read (the reader's
-// room at the read's seq, the vocabulary's usage, the recent log) and
-// registers itself from its init as what the core asks for salience.
+// room at the read's seq, the vocabulary's usage, the recent log), and a
+// Service runs it when its Options.Features list Feature().
 package salience
 
 import (
@@ -24,7 +24,9 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 )
 
-func init() { substrate.RegisterSalience(feature{}) }
+// Feature is adaptive salience as a Service runs it
+// (substrate.Options.Features).
+func Feature() substrate.Feature { return substrate.Feature{Name: "salience", Salience: feature{}} }
 
 // feature is what the core asks (substrate.Salience).
 type feature struct{}
