@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -1889,5 +1891,132 @@ func TestAttackServiceWithoutTheLoomSealsItsRows(t *testing.T) {
 	})
 	if !errs.Is(err, errs.ScopeDenied) || !strings.Contains(err.Error(), "does not run") {
 		t.Errorf("HOLE: a feature's Apply wrote _loom.doc through a Service without the loom: %v", err)
+	}
+}
+
+// portProbe is a salience that records what the core's Read hands it for
+// one reader's context read.
+type portProbe struct {
+	mu     sync.Mutex
+	reader string
+	seen   map[string]any
+}
+
+func (*portProbe) Decay(json.RawMessage) float64 { return 0.95 }
+
+func (pp *portProbe) Begin(ctx context.Context, r *substrate.Read) (substrate.SalienceRead, error) {
+	if r.Self() != pp.reader {
+		return nil, nil
+	}
+	seen := map[string]any{}
+	for _, id := range []string{"for_alice", "open"} {
+		_, ok := r.Action(id)
+		seen["action "+id] = ok
+	}
+	var views []string
+	for _, v := range r.ViewDefs() {
+		views = append(views, v.Def.ID)
+	}
+	seen["views"] = views
+	for _, e := range [][2]string{{"carol", "secret"}, {"_shared", "for-alice"}, {"_shared", "n"}} {
+		_, ok := r.Revision(e[0], e[1])
+		seen["revision "+e[0]+"."+e[1]] = ok
+	}
+	u, err := r.Usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var usage []string
+	for k := range u {
+		usage = append(usage, k)
+	}
+	sort.Strings(usage)
+	seen["usage"] = usage
+	var shown []string
+	r.EachShown(func(string) bool { return true }, func(scope, key string, _ int64) { shown = append(shown, scope+"."+key) })
+	seen["shown"] = shown
+	pp.mu.Lock()
+	pp.seen = seen
+	pp.mu.Unlock()
+	return nil, nil
+}
+
+// The salience port hands salience only what the reader may see: the
+// core applies the read rule once, by the envelope's own answers, and
+// salience keeps no read rule of its own. Before, Read gave any action
+// (hidden or not), every view, the revision of any entry and the whole
+// room's usage, and salience filtered each itself: one filter forgotten
+// there told a reader of an action, view or entry it may not see. A probe
+// wired as the Service's salience (Options.Features) records what it is
+// handed for bob, who may not see alice's action and view, the entry
+// gated to alice, or carol's scope.
+func TestAttackSaliencePortHandsOnlyWhatTheReaderSees(t *testing.T) {
+	probe := &portProbe{reader: "bob"}
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: append(slices.Clone(testFeatures), substrate.Feature{Name: "probe", Salience: probe})})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "port"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	ag := map[string]*substrate.Principal{}
+	for _, a := range []string{"alice", "bob", "carol"} {
+		j, err := svc.Join(ctx, admin, "port", substrate.JoinRequest{ID: a, Name: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ag[a], _ = svc.Authenticate(ctx, j.Token)
+	}
+	for _, def := range []substrate.ActionDef{
+		{ID: "for_alice", Enabled: `self == "alice"`, Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
+		{ID: "open", Writes: []substrate.WriteTemplate{{Key: "m", Increment: json.RawMessage(`1`)}}},
+	} {
+		if _, err := svc.RegisterAction(ctx, admin, "port", def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, def := range []substrate.ViewDef{
+		{ID: "alice_view", Expr: `1`, Enabled: `self == "alice"`},
+		{ID: "open_view", Expr: `state._shared.?m.orValue(0)`},
+	} {
+		if _, err := svc.RegisterView(ctx, admin, "port", def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.WriteState(ctx, admin, "port", []substrate.Write{
+		{Scope: "_shared", Key: "for-alice", Value: json.RawMessage(`"gated"`), Enabled: `self == "alice"`},
+		{Scope: "_shared", Key: "n", Value: json.RawMessage(`0`)},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.WriteState(ctx, ag["carol"], "port", []substrate.Write{{Scope: "carol", Key: "secret", Value: json.RawMessage(`"x"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for who, id := range map[string]string{"alice": "for_alice", "bob": "open"} {
+		if _, err := svc.Invoke(ctx, ag[who], "port", id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.Context(ctx, ag["bob"], "port", substrate.ContextRequest{Depth: "full"}); err != nil {
+		t.Fatal(err)
+	}
+	probe.mu.Lock()
+	seen := probe.seen
+	probe.mu.Unlock()
+	if seen == nil {
+		t.Fatal("the probe was not asked for bob's read")
+	}
+	got, _ := json.Marshal(seen)
+	for _, hidden := range []string{`"action for_alice":true`, `alice_view`, `"revision carol.secret":true`, `"revision _shared.for-alice":true`, `action:for_alice`, `view:alice_view`, `"carol.secret"`, `"_shared.for-alice"`} {
+		if strings.Contains(string(got), hidden) {
+			t.Errorf("HOLE: salience was handed %s for bob, who may not see it: %s", hidden, got)
+		}
+	}
+	// What bob does see, it is handed.
+	for _, want := range []string{`"action open":true`, `open_view`, `"revision _shared.n":true`, `action:open`, `"_shared.n"`} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("salience was not handed %s for bob: %s", want, got)
+		}
 	}
 }
