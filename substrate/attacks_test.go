@@ -735,7 +735,7 @@ func TestAttackViewGatePerReaderConcurrently(t *testing.T) {
 }
 
 // Issue 32 item 4: woken waits check their tokens together, one query for
-// the room's waits (waitBatches). A batch must answer each waiter for its
+// the room's waits (package waitbatch). A batch must answer each waiter for its
 // own token: with half the waiters' tokens rotated while they wait (a
 // re-join), over a pool of two connections, the rotated ones are refused
 // and never see what was written after the rotation, and the others are

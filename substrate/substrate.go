@@ -10,6 +10,8 @@ import (
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
+	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
 )
 
 // Limits bound what one client can make the server do. Every breach is a
@@ -179,7 +181,7 @@ type WaitOptions struct {
 	MaxTimeout time.Duration
 	// Recheck is the safety-net re-evaluation period, for changes whose
 	// notification was lost (timers and moments of now wake waits
-	// themselves: waitclock.go). Default 5 s.
+	// themselves: clockFor in wait.go). Default 5 s.
 	Recheck time.Duration
 	// NowRecheck is how often a wait re-checks a condition that depends
 	// on now in a way it cannot foresee (a function of now such as
@@ -203,12 +205,12 @@ type Service struct {
 	hub       *store.Hub
 	// marks queues context reads' marks for one background writer.
 	marks *readMarks
-	// waitq shares woken waits' round trips (waitBatches).
-	waitq *waitBatches
+	// waitq shares woken waits' round trips (package waitbatch).
+	waitq *waitbatch.Batches
 	// presence shares a room's presence read between its readers
 	// (presenceread.go), made on first use.
 	presenceOnce sync.Once
-	presence     *coalescer[string, struct{}, roomPresence]
+	presence     *coalesce.Batcher[string, struct{}, roomPresence]
 	// wired is what Options.Features add to the core.
 	wired wiring
 	// noSalience is Options.NoSalience.
@@ -346,7 +348,7 @@ func New(db *store.DB, opt Options) *Service {
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
 		marks: newReadMarks(),
-		waitq: newWaitBatches(db),
+		waitq: waitbatch.New(db),
 
 		wired:      wire(opt.Features),
 		noSalience: opt.NoSalience,

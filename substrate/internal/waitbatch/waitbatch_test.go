@@ -1,4 +1,4 @@
-package substrate_test
+package waitbatch_test
 
 import (
 	"context"
@@ -13,13 +13,13 @@ import (
 )
 
 // Many waits on one room over a pool of two connections, woken by one
-// write: their round trips are shared (waitBatches), and still each waiter
+// write: their round trips are shared (package waitbatch), and still each waiter
 // wakes (none answered by a read made before its wake-up, with the safety
 // net's re-check an hour away), with its own delta: from the seq its wait
 // began at, with the write's entries, its own scope's among them.
 func TestManyWaitsTinyPoolEachItsOwnDelta(t *testing.T) {
 	const n = 99 // one write of n + 1 entries: the batch limit is 100
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "manywaits"})
 	if err != nil {
