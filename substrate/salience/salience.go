@@ -267,11 +267,7 @@ func (sl *salience) since(ctx context.Context) *substrate.SinceLastRead {
 	}
 	changed := map[string]bool{}
 	unseen := r.ViewsChangedUnseen(ctx, from)
-	views := r.Views()
-	for _, v := range r.ViewDefs() { // in dependency order
-		if _, shown := views[v.Def.ID]; !shown {
-			continue
-		}
+	for _, v := range r.ViewDefs() { // the views shown, in dependency order
 		if v.Revision > from || unseen[v.Def.ID] || moved && readsChangedState(r, v.Def, from) {
 			changed[v.Def.ID] = true
 		}
@@ -303,9 +299,12 @@ func readsChangedState(r *substrate.Read, def *substrate.ViewDef, after int64) b
 				continue
 			}
 		}
-		rev, ok := r.Revision(scope, m[1])
+		var rev int64
+		var ok bool
 		if scope == self {
 			rev, ok = r.ViewSelfRevision(def, m[1])
+		} else {
+			rev, ok = r.Revision(scope, m[1])
 		}
 		if ok && rev > after {
 			return true
