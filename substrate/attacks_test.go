@@ -1041,7 +1041,7 @@ func TestAttackSharedViewCountsNoGatedMessage(t *testing.T) {
 }
 
 // A built context is shared between readers of one state with the same
-// authority (buildcache.go). The room token and the view token read the
+// authority (buildshare.go). The room token and the view token read the
 // same scopes and are both no agent, but the read rules tell them apart:
 // an agent's operational memory (the loom's loom:… keys: stashes, pins)
 // is read by the agent and room authority only, never by a view link.
@@ -1115,7 +1115,7 @@ func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
 }
 
 // The builds a room's readers share are kept per authority, at most
-// maxBuiltAuthorities per state, and a build holds its own copy of every
+// buildcache.MaxAuthorities per state, and a build holds its own copy of every
 // scope a gate added an entry to. Anyone with the room token mints
 // agents (each its own authority) for free, and a read's budget charges
 // the gates, not the copy: 150 agents reading a room of 4,000 keys with

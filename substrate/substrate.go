@@ -11,7 +11,9 @@ import (
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
+	"github.com/syncsubstrate/sync/substrate/internal/readmarks"
 	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
+	"github.com/syncsubstrate/sync/substrate/internal/workmeter"
 )
 
 // Limits bound what one client can make the server do. Every breach is a
@@ -204,7 +206,7 @@ type Service struct {
 	wait      WaitOptions
 	hub       *store.Hub
 	// marks queues context reads' marks for one background writer.
-	marks *readMarks
+	marks *readmarks.Marks
 	// waitq shares woken waits' round trips (package waitbatch).
 	waitq *waitbatch.Batches
 	// presence shares a room's presence read between its readers
@@ -239,7 +241,7 @@ type Service struct {
 	invocations sync.Map // string → *atomic.Int64
 	// workMeter is each room's expression budget (nil: off); roomBusy
 	// counts its refusals (Stats).
-	workMeter *workMeter
+	workMeter *workmeter.Meter
 	roomBusy  atomic.Int64
 	// searching counts each credential's searches running now
 	// (searchSlot), under searchMu.
@@ -289,8 +291,9 @@ func (s *Service) Stats() Stats {
 	st.CELEvaluations, st.CELCost = s.cel.Stats()
 	st.RoomBusy = s.roomBusy.Load()
 	if g := s.group; g != nil {
-		st.GroupBatches, st.GroupInvocations, st.GroupLargest = g.batches.Load(), g.grouped.Load(), g.largest.Load()
-		st.GroupRounds, st.GroupRedone = g.rounds.Load(), g.redone.Load()
+		gs := g.Stats()
+		st.GroupBatches, st.GroupInvocations, st.GroupLargest = gs.Batches, gs.Invocations, gs.Largest
+		st.GroupRounds, st.GroupRedone = gs.Rounds, gs.Redone
 	}
 	return st
 }
@@ -334,32 +337,32 @@ func New(db *store.DB, opt Options) *Service {
 	if w.NowRecheck <= 0 {
 		w.NowRecheck = time.Second
 	}
-	var wm *workMeter
+	var wm *workmeter.Meter
 	if opt.Limits.RoomCostPerSecond > 0 {
-		wm = newWorkMeter(opt.Limits.RoomCostPerSecond)
+		wm = workmeter.New(opt.Limits.RoomCostPerSecond)
 	}
-	var gc *groupCommit
-	if !opt.NoGroupCommit {
-		gc = &groupCommit{rooms: map[string]*roomQueue{}}
-	}
-	return &Service{group: gc, db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
+	s := &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
 		cel:   expr.MustNew(opt.CEL),
 		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
-		marks: newReadMarks(),
+		marks: readmarks.New(db, sqlMarkReads, opt.Logger),
 		waitq: waitbatch.New(db),
 
 		wired:      wire(opt.Features),
 		noSalience: opt.NoSalience,
 		ackOverdue: cmp.Or(opt.AckOverdue, AckOverdue),
 	}
+	if !opt.NoGroupCommit {
+		s.group = newGroupCommit(s)
+	}
+	return s
 }
 
 // Close writes the queued read marks and stops the service's
 // notification listener.
 func (s *Service) Close() {
-	s.closeReadMarks()
+	s.marks.Close()
 	s.hub.Close()
 }
 
