@@ -90,7 +90,7 @@ func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	}
 	// A minute's safety-net re-check: waits the tests see woken were woken
 	// by a notification.
-	svc := substrate.New(db, substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open", RatePerSecond: -1,

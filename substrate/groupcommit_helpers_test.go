@@ -52,7 +52,7 @@ type gcRoom struct {
 func newGCRoom(t *testing.T, id, trigger string, actions ...substrate.ActionDef) *gcRoom {
 	t.Helper()
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: id})

@@ -25,6 +25,9 @@ func withUsers(t *testing.T, opt substrate.Options, users ...string) *substrate.
 			t.Fatal(err)
 		}
 	}
+	if opt.Features == nil {
+		opt.Features = testFeatures
+	}
 	return substrate.New(db, opt)
 }
 

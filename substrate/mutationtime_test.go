@@ -20,7 +20,7 @@ func TestQueuedMutationTimeAfterLock(t *testing.T) {
 	// (with two, the second mutation would wait for a connection instead
 	// of the room lock).
 	db := pgtest.NewPool(t, 3)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	defer svc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -100,7 +100,7 @@ func TestQueuedMutationTimeAfterLock(t *testing.T) {
 // while Apply judged it absent).
 func TestRoomTxReadsJudgeTimersAtTheMutationsTime(t *testing.T) {
 	db := pgtest.NewPool(t, 3)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	defer svc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -16,7 +16,7 @@ import (
 // what the first showed as read, and the marks land once the locks go.
 func TestContextReadMarksOffTheRequestPath(t *testing.T) {
 	db := pgtest.NewPool(t, 4)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "marks"})

@@ -16,7 +16,7 @@ import (
 // a log entry, not the expired value: a replace is refused as it would be
 // on a fresh server, and the log entry is not overwritten.
 func TestAppendOverExpiredEntryStaysAppendOnly(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "snaprows"})
 	if err != nil {

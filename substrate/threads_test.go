@@ -23,6 +23,9 @@ type threadRoom struct {
 
 func newThreadRoom(t *testing.T, opt substrate.Options, agents ...string) *threadRoom {
 	t.Helper()
+	if opt.Features == nil {
+		opt.Features = testFeatures
+	}
 	svc := substrate.New(pgtest.New(t), opt)
 	t.Cleanup(svc.Close)
 	ctx := context.Background()

@@ -21,7 +21,7 @@ import (
 // it twice before the timer (the second read takes what the first
 // cached) and twice after.
 func TestTimersEndCachedViewValues(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	// One moment for every timer: the reads before it all happen before

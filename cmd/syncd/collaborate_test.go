@@ -73,7 +73,7 @@ func TestCollaborateAgainstTheServersDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: features()})
 	t.Cleanup(svc.Close)
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "story"})
 	if err != nil {
@@ -138,7 +138,7 @@ func TestCollaborateKilledShowsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: features()})
 	t.Cleanup(svc.Close)
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "story"})
 	if err != nil {

@@ -64,7 +64,7 @@ func newSiteLimits(t testing.TB, opt web.Options, lim substrate.Limits, people .
 			t.Fatal(err)
 		}
 	}
-	svc := substrate.New(db, substrate.Options{Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Hour}})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	opt.Lobby, opt.Substrate = lob, svc

@@ -38,7 +38,7 @@ func newEnvWith(t *testing.T, opt rest.Options, lim substrate.Limits) *env {
 	}
 	// A minute's safety-net re-check: a wait the tests see woken was woken
 	// by its notification or its timer, never by the re-check.
-	svc := substrate.New(db, substrate.Options{Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, opt))
 	t.Cleanup(srv.Close)

@@ -23,7 +23,7 @@ func TestDatabaseOutageAnswers503(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	t.Cleanup(srv.Close)

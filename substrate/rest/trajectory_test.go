@@ -23,7 +23,7 @@ import (
 func newEnvSvc(t *testing.T, lim substrate.Limits) (*env, *substrate.Service, *store.DB) {
 	t.Helper()
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	t.Cleanup(srv.Close)
@@ -294,7 +294,7 @@ func TestTrajectoryCapsLargeValues(t *testing.T) {
 // requests go on.
 func TestTrajectoryStreamHoldsNoConnection(t *testing.T) {
 	db := pgtest.NewPool(t, 1)
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: 64 << 10}, Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{MaxValueBytes: 64 << 10}, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	t.Cleanup(srv.Close)
