@@ -51,8 +51,18 @@ var mayQueryRooms = map[string]string{
 }
 
 // coreLibraries are the packages under substrate/ the core may import:
-// leaf libraries, not features built on rooms.
+// leaf libraries, not features built on rooms. The machinery beneath the
+// rules (substrate/internal/...) is listed in machinery below.
 var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": true}
+
+// machinery are the packages beneath the rules (issue 45): each makes one
+// rule fast (group commit, a cache, a memo, a batch, a coalescer, a
+// clock) and is consulted only by the core files that own that rule,
+// listed here. A cache stores what its owner computed, keyed by what the
+// owner says decides it; it cannot decide what a reader sees, because it
+// cannot name a rule: a machinery package imports neither the core nor a
+// feature nor a surface.
+var machinery = map[string][]string{}
 
 const module = "github.com/syncsubstrate/sync/"
 
@@ -134,9 +144,9 @@ func TestFeaturesReachRoomsOnlyThroughTheCore(t *testing.T) {
 				path, _ := strconv.Unquote(im.Path.Value)
 				local := strings.TrimPrefix(path, module)
 				switch {
-				case dir == "substrate" && strings.HasPrefix(local, "substrate/") && !coreLibraries[local]:
+				case dir == "substrate" && strings.HasPrefix(local, "substrate/") && !coreLibraries[local] && machinery[local] == nil:
 					violations = append(violations, "the core imports "+local+": ask a feature through an interface it registers")
-				case dir != "substrate" && (strings.HasPrefix(path, "github.com/jackc/pgx") || local == "store" || strings.HasPrefix(local, "store/")):
+				case dir != "substrate" && machinery[dir] == nil && (strings.HasPrefix(path, "github.com/jackc/pgx") || local == "store" || strings.HasPrefix(local, "store/")):
 					violations = append(violations, dir+" imports "+path+": reach rooms through the core's operations")
 				}
 			}
@@ -175,5 +185,73 @@ func TestFeaturesAreListed(t *testing.T) {
 	sort.Strings(problems)
 	if len(problems) > 0 {
 		t.Fatalf("features list out of date (substrate/layout_test.go):\n  %s", strings.Join(slices.Compact(problems), "\n  "))
+	}
+}
+
+// The machinery stays beneath the rules: every package under
+// substrate/internal/ is listed with the core files that own it; it
+// imports nothing of the module but errs, the store and other machinery;
+// and only its owners import it (no feature, adapter or surface reaches
+// a cache around the rule that fills it).
+func TestMachineryStaysBeneathTheRules(t *testing.T) {
+	fset := token.NewFileSet()
+	var problems []string
+	seen := map[string]bool{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != ".." && (strings.HasPrefix(name, ".") || name == "node_modules" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		rel = filepath.ToSlash(rel)
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		if strings.HasPrefix(dir, "substrate/internal/") {
+			seen[dir] = true
+			if machinery[dir] == nil {
+				problems = append(problems, dir+" is not listed in machinery: name the core files that own it")
+			}
+		}
+		for _, im := range f.Imports {
+			imp, _ := strconv.Unquote(im.Path.Value)
+			local, ours := strings.CutPrefix(imp, module)
+			if !ours {
+				continue
+			}
+			if machinery[dir] != nil && local != "substrate/errs" && local != "store" && machinery[local] == nil {
+				problems = append(problems, rel+" (machinery) imports "+local+": machinery takes what it needs through its own interface")
+			}
+			owners, isMachinery := machinery[local]
+			if !isMachinery || machinery[dir] != nil {
+				continue
+			}
+			if dir != "substrate" || !slices.Contains(owners, filepath.Base(rel)) {
+				problems = append(problems, rel+" imports "+local+", which only "+strings.Join(owners, ", ")+" may consult")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir := range machinery {
+		if !seen[dir] {
+			problems = append(problems, dir+" is listed in machinery but has no Go files")
+		}
+	}
+	sort.Strings(problems)
+	if len(problems) > 0 {
+		t.Fatalf("machinery out of place (substrate/layout_test.go):\n  %s", strings.Join(slices.Compact(problems), "\n  "))
 	}
 }
