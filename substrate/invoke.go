@@ -178,22 +178,10 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	if err != nil {
 		return err
 	}
-	a := snap.actions[id]
-	if a == nil {
-		return errs.New(errs.ActionNotFound, "no action %q in this room", id)
+	def, err := s.invocable(snap, id, m.now)
+	if err != nil {
+		return err
 	}
-	if !a.r.timer.live(m.now) {
-		if a.r.timer != nil && *a.r.timer.Effect == "enable" {
-			return errs.New(errs.ActionCooldown, "action %q is dormant until its timer runs out", id).
-				With("timer", a.r.timer.describe(m.now)).WithHint("wait until then, or wait on actions.%s.available", id)
-		}
-		return errs.New(errs.ActionNotFound, "action %q has expired", id).WithHint("register it again if it is still needed")
-	}
-	if cd := s.cooldownOf(snap, id, m.now); cd != nil {
-		return errs.New(errs.ActionCooldown, "action %q is cooling down", id).With("cooldown", cd.describeCooldown(m.now)).
-			WithHint("try again after the cooldown, or wait with condition actions[%q].available", id)
-	}
-	def := a.def
 	if err := checkParams(def, params); err != nil {
 		return err
 	}
@@ -227,37 +215,55 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 			return err
 		}
 		if !ok.(bool) {
-			e := errs.New(errs.PreconditionFailed, "the precondition of %q does not hold", id).
-				WithHint("change what the failing clause reads (another parameter value, or the state it reads), or wait until it holds; test it first")
-			if prog, err := s.cel.Compile(def.If); err == nil {
-				if ex := s.cel.Explain(ctx, prog, vars); ex != nil {
-					e.Message = fmt.Sprintf("the precondition of %q does not hold: %s is false", id, ex.Clause)
-					e = e.With("clause", ex.Clause).With("read", s.invokerMayRead(ctx, rc, ex.Read, vars))
-					// The clause can be tried with other values, as the
-					// invocation binds them.
-					args := map[string]any{"expr": ex.Clause}
-					if len(params) > 0 {
-						args["params"] = params
-					}
-					e = e.WithNext(errs.Step{Op: errs.OpEval, Room: m.room, Args: args})
-				}
-			}
-			return e
+			return s.preconditionFailed(ctx, rc, m.room, id, def, params, vars)
 		}
 	}
+	ops, userWrites, err := s.invocationOps(m, rc, vars, id, def, params)
+	if err != nil {
+		return err
+	}
+	written, audit, err := s.applyOps(m, ops, "action:"+id)
+	if err != nil {
+		return err
+	}
+	res.written = written[:userWrites]
+	if !m.p.Admin() {
+		res.hidden = withheldKeys(m, ops[:userWrites])
+	}
+	if def.Result != "" {
+		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, cp)
+		res.Result = s.actionResult(ctx, after, def, cp)
+	}
+	m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
+	// Salience: the action was used, and so were the views it read.
+	m.vocab = append(m.vocab, vocabTouch{"action", id, true})
+	for _, v := range viewsReadBy(def) {
+		m.vocab = append(m.vocab, vocabTouch{"view", v, true})
+	}
+	m.decay = decayOf(snap)
+	if def.Result != "" {
+		m.audit["result"] = capAny(res.Result)
+	}
+	return nil
+}
+
+// invocationOps are the writes an invocation makes: the action's own
+// (the first userWrites), the timer its on_invoke sets, and the message
+// that says it was invoked.
+func (s *Service) invocationOps(m *mutation, rc *roomCtx, vars *expr.Vars, id string, def *ActionDef, params map[string]any) (ops []op, userWrites int, _ error) {
 	r := &renderer{params: params, self: rc.self, now: m.now.UTC().Format(time.RFC3339Nano)}
-	ops := make([]op, 0, len(def.Writes)+2)
+	ops = make([]op, 0, len(def.Writes)+2)
 	for i, w := range def.Writes {
-		o, err := s.renderWrite(ctx, rc, vars, r, def, w)
+		o, err := s.renderWrite(m.ctx, rc, vars, r, def, w)
 		if err != nil {
 			if e, ok := err.(*errs.Error); ok {
-				return e.With("write", i)
+				return nil, 0, e.With("write", i)
 			}
-			return err
+			return nil, 0, err
 		}
 		ops = append(ops, o)
 	}
-	userWrites := len(ops)
+	userWrites = len(ops)
 	if t := def.OnInvoke; t != nil && t.Timer != nil {
 		if t.Timer.Effect == "delete" {
 			timer := *t.Timer
@@ -271,38 +277,22 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		}
 	}
 	msg, _ := expr.MarshalJSON(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": s.auditParams(params), "body": callText(id, params)})
-	ops = append(ops, op{Scope: ScopeMessages, Append: true, Value: msg})
-	written, audit, err := s.applyOps(m, ops, "action:"+id)
-	if err != nil {
-		return err
+	return append(ops, op{Scope: ScopeMessages, Append: true, Value: msg}), userWrites, nil
+}
+
+// actionResult is the action's result expression evaluated on the room
+// after its writes (after), or the error it met, as the caller sees it.
+func (s *Service) actionResult(ctx context.Context, after *roomCtx, def *ActionDef, cp map[string]any) any {
+	v, err := s.evalField(ctx, "result", def.Result, after.actionVars(ctx, s, def, cp))
+	switch {
+	case err != nil:
+		return map[string]any{"_error": errorText(err)}
+	case valueDepth(v, s.lim.MaxValueDepth) > s.lim.MaxValueDepth:
+		// The audit log keeps the result: held to the depth limit, as a
+		// view's value is.
+		return map[string]any{"_error": fmt.Sprintf("the result nests arrays and objects more than %d levels deep, the server's limit (invalid_value): return a flatter value", s.lim.MaxValueDepth)}
 	}
-	res.written = written[:userWrites]
-	if !m.p.Admin() {
-		res.hidden = withheldKeys(m, ops[:userWrites])
-	}
-	if def.Result != "" {
-		after := s.build(ctx, snap.advance(s, m.pending, snap.seq, snap.messageCount), m.p, agents, mc, m.now, cp)
-		if v, err := s.evalField(ctx, "result", def.Result, after.actionVars(ctx, s, def, cp)); err != nil {
-			res.Result = map[string]any{"_error": errorText(err)}
-		} else if valueDepth(v, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
-			// The audit log keeps the result: held to the depth limit,
-			// as a view's value is.
-			res.Result = map[string]any{"_error": fmt.Sprintf("the result nests arrays and objects more than %d levels deep, the server's limit (invalid_value): return a flatter value", s.lim.MaxValueDepth)}
-		} else {
-			res.Result = v
-		}
-	}
-	m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
-	// Salience: the action was used, and so were the views it read.
-	m.vocab = append(m.vocab, vocabTouch{"action", id, true})
-	for _, v := range viewsReadBy(def) {
-		m.vocab = append(m.vocab, vocabTouch{"view", v, true})
-	}
-	m.decay = decayOf(snap)
-	if def.Result != "" {
-		m.audit["result"] = capAny(res.Result)
-	}
-	return nil
+	return v
 }
 
 // needMessages reports whether an invocation evaluates an expression that
@@ -387,28 +377,7 @@ func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars,
 	var err error
 	switch {
 	case w.Expr:
-		src := w.Value
-		if len(src) == 0 {
-			src = w.Merge
-		}
-		var code string
-		_ = json.Unmarshal(src, &code)
-		v, err := s.evalField(ctx, "writes.value", code, vars)
-		if err != nil {
-			return o, err
-		}
-		out, err := json.Marshal(v)
-		if err != nil {
-			return o, errs.New(errs.CELError, "write expression result cannot be stored: %v", err).WithHint("return JSON-shaped values")
-		}
-		if len(w.Merge) > 0 {
-			if _, isMap := v.(map[string]any); !isMap {
-				return o, errs.New(errs.CELError, "merge expression gave %s, not a map", expr.KindOf(v)).WithHint("return a map from a merge expression")
-			}
-			o.Merge = out
-		} else {
-			o.Value = out
-		}
+		err = s.evalWrite(ctx, vars, w, &o)
 	case len(w.Value) > 0:
 		o.Value, err = r.json(w.Value)
 	case len(w.Merge) > 0:
@@ -433,6 +402,34 @@ func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars,
 		o.IfVersion = &v
 	}
 	return o, nil
+}
+
+// evalWrite sets o's value (or merge) to what the write's expression
+// evaluates to.
+func (s *Service) evalWrite(ctx context.Context, vars *expr.Vars, w WriteTemplate, o *op) error {
+	src := w.Value
+	if len(src) == 0 {
+		src = w.Merge
+	}
+	var code string
+	_ = json.Unmarshal(src, &code)
+	v, err := s.evalField(ctx, "writes.value", code, vars)
+	if err != nil {
+		return err
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return errs.New(errs.CELError, "write expression result cannot be stored: %v", err).WithHint("return JSON-shaped values")
+	}
+	if len(w.Merge) == 0 {
+		o.Value = out
+		return nil
+	}
+	if _, isMap := v.(map[string]any); !isMap {
+		return errs.New(errs.CELError, "merge expression gave %s, not a map", expr.KindOf(v)).WithHint("return a map from a merge expression")
+	}
+	o.Merge = out
+	return nil
 }
 
 // callText renders an invocation as id(k=v, …) for the message log.

@@ -143,30 +143,17 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, *Sent
 	if !ok || body == nil {
 		return nil, nil, nil, errs.New(errs.InvalidParam, "_send_message needs a body").With("param", "body").WithHint(`invoke _send_message with {"body": "…"}`)
 	}
-	kind := "chat"
-	if k, ok := params["kind"]; ok {
-		if kind, ok = k.(string); !ok || kind == "" || kind == "action_invocation" {
-			return nil, nil, nil, errs.New(errs.InvalidParam, "kind must be a non-empty string other than action_invocation").With("param", "kind").WithHint(`e.g. "chat", "proposal", "status"`)
-		}
+	kind, err := messageKind(params)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	msg := map[string]any{"from": m.actor, "kind": kind, "body": body}
 	if to, ok := params["to"]; ok && to != nil {
-		var list []string
-		switch x := to.(type) {
-		case string:
-			list = []string{x}
-		case []any:
-			for _, e := range x {
-				s, ok := e.(string)
-				if !ok {
-					return nil, nil, nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": ["alice", "bob"]`)
-				}
-				list = append(list, s)
-			}
-		default:
-			return nil, nil, nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": "alice"`)
+		list, err := recipients(to)
+		if err == nil {
+			err = s.checkRecipients(m, list)
 		}
-		if err := s.checkRecipients(m, list); err != nil {
+		if err != nil {
 			return nil, nil, nil, err
 		}
 		msg["to"] = list
@@ -182,22 +169,9 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, *Sent
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var ackTo []string
-	if v, ok := params["ack"]; ok && v != nil {
-		b, isBool := v.(bool)
-		if !isBool {
-			return nil, nil, nil, errs.New(errs.InvalidParam, "ack must be true or false").With("param", "ack").WithHint(`"ack": true asks the recipients to acknowledge with _ack`)
-		}
-		if b {
-			to, _ := msg["to"].([]string)
-			if ackTo, err = s.ackRecipients(m, to); err != nil {
-				return nil, nil, nil, err
-			}
-			if len(ackTo) == 0 {
-				return nil, nil, nil, errs.New(errs.InvalidParam, "ack: true asks nobody: the room has no other agent").With("param", "ack").WithHint("send it without ack, or once others have joined")
-			}
-			msg["ack"] = true
-		}
+	ackTo, err := s.ackAsked(m, params, msg)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	raw, _ := json.Marshal(msg)
 	written, audit, err := s.applyOps(m, []op{{Scope: ScopeMessages, Append: true, Value: raw}}, "builtin:_send_message")
@@ -217,6 +191,64 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, *Sent
 		thread = sent
 	}
 	return written[0], &SentMessage{Seq: sent, Thread: thread}, audit, nil
+}
+
+// messageKind is the kind a message's params give it, chat by default.
+func messageKind(params map[string]any) (string, error) {
+	k, ok := params["kind"]
+	if !ok {
+		return "chat", nil
+	}
+	if kind, ok := k.(string); ok && kind != "" && kind != "action_invocation" {
+		return kind, nil
+	}
+	return "", errs.New(errs.InvalidParam, "kind must be a non-empty string other than action_invocation").With("param", "kind").WithHint(`e.g. "chat", "proposal", "status"`)
+}
+
+// recipients are the agents a message's to names: one id or a list.
+func recipients(to any) ([]string, error) {
+	switch x := to.(type) {
+	case string:
+		return []string{x}, nil
+	case []any:
+		var list []string
+		for _, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": ["alice", "bob"]`)
+			}
+			list = append(list, s)
+		}
+		return list, nil
+	}
+	return nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": "alice"`)
+}
+
+// ackAsked are the agents a message asks to acknowledge it when its
+// params say "ack": true (its recipients, or every other agent), marking
+// msg so; nil when it asks none.
+func (s *Service) ackAsked(m *mutation, params, msg map[string]any) ([]string, error) {
+	v, ok := params["ack"]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	b, isBool := v.(bool)
+	if !isBool {
+		return nil, errs.New(errs.InvalidParam, "ack must be true or false").With("param", "ack").WithHint(`"ack": true asks the recipients to acknowledge with _ack`)
+	}
+	if !b {
+		return nil, nil
+	}
+	to, _ := msg["to"].([]string)
+	ackTo, err := s.ackRecipients(m, to)
+	if err != nil {
+		return nil, err
+	}
+	if len(ackTo) == 0 {
+		return nil, errs.New(errs.InvalidParam, "ack: true asks nobody: the room has no other agent").With("param", "ack").WithHint("send it without ack, or once others have joined")
+	}
+	msg["ack"] = true
+	return ackTo, nil
 }
 
 // checkRecipients refuses a directed message to an agent the room does

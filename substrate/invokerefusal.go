@@ -11,10 +11,58 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
+
+// invocable is the definition of the action id if it may be invoked at
+// now, or the refusal that says why not: no such action, dormant or
+// expired by its timer, cooling down.
+func (s *Service) invocable(snap *snapshot, id string, now time.Time) (*ActionDef, error) {
+	a := snap.actions[id]
+	if a == nil {
+		return nil, errs.New(errs.ActionNotFound, "no action %q in this room", id)
+	}
+	if !a.r.timer.live(now) {
+		if a.r.timer != nil && *a.r.timer.Effect == "enable" {
+			return nil, errs.New(errs.ActionCooldown, "action %q is dormant until its timer runs out", id).
+				With("timer", a.r.timer.describe(now)).WithHint("wait until then, or wait on actions.%s.available", id)
+		}
+		return nil, errs.New(errs.ActionNotFound, "action %q has expired", id).WithHint("register it again if it is still needed")
+	}
+	if cd := s.cooldownOf(snap, id, now); cd != nil {
+		return nil, errs.New(errs.ActionCooldown, "action %q is cooling down", id).With("cooldown", cd.describeCooldown(now)).
+			WithHint("try again after the cooldown, or wait with condition actions[%q].available", id)
+	}
+	return a.def, nil
+}
+
+// preconditionFailed is the refusal of an invocation whose if is false:
+// the clause that failed, the values it read that the invoker may read
+// itself, and the eval step that tries the clause with other values.
+func (s *Service) preconditionFailed(ctx context.Context, rc *roomCtx, roomID, id string, def *ActionDef, params map[string]any, vars *expr.Vars) error {
+	e := errs.New(errs.PreconditionFailed, "the precondition of %q does not hold", id).
+		WithHint("change what the failing clause reads (another parameter value, or the state it reads), or wait until it holds; test it first")
+	prog, err := s.cel.Compile(def.If)
+	if err != nil {
+		return e
+	}
+	ex := s.cel.Explain(ctx, prog, vars)
+	if ex == nil {
+		return e
+	}
+	e.Message = fmt.Sprintf("the precondition of %q does not hold: %s is false", id, ex.Clause)
+	e = e.With("clause", ex.Clause).With("read", s.invokerMayRead(ctx, rc, ex.Read, vars))
+	// The clause can be tried with other values, as the invocation binds
+	// them.
+	args := map[string]any{"expr": ex.Clause}
+	if len(params) > 0 {
+		args["params"] = params
+	}
+	return e.WithNext(errs.Step{Op: errs.OpEval, Room: roomID, Args: args})
+}
 
 // actionMayWrite applies the registrar's authority: communal scopes, the
 // action's own scope, and the invoker's own scope.

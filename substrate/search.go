@@ -140,7 +140,42 @@ func (s *Service) searchRule(ctx context.Context, rc *roomCtx, p *Principal, roo
 		mine = append(mine, p.Grants...)
 	}
 	args := []any{roomID, req.Query, rc.snap.seq, scope, req.From, req.Kind, req.Thread, req.After, req.Before, mine, restricted}
-	hiddenScopes, hiddenKeys, hiddenIn := []string{}, []string{}, []string{}
+	hiddenScopes, hiddenIn, hiddenKeys := s.searchHidden(ctx, rc, scope, restricted, mine)
+	pairs, err := s.searchGatePairs(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	logScopes, logGates := []string{}, []*string{}
+	prefixIn, prefixes := []string{}, []string{}
+	seen := map[string]bool{}
+	for _, pr := range pairs {
+		if !rc.visible(pr.scope) {
+			continue
+		}
+		if !seen[pr.scope] {
+			seen[pr.scope] = true
+			for _, pre := range rc.vis.hiddenPrefixes(pr.scope) {
+				prefixIn, prefixes = append(prefixIn, pr.scope), append(prefixes, pre)
+			}
+		}
+		if pr.gate != nil {
+			if rc.logShown == nil {
+				rc.logShown = s.logGate(ctx, rc)
+			}
+			if !rc.logShown(pr.gate) {
+				continue
+			}
+		}
+		logScopes, logGates = append(logScopes, pr.scope), append(logGates, pr.gate)
+	}
+	return append(args, hiddenIn, hiddenKeys, hiddenScopes, logScopes, logGates, prefixIn, prefixes), nil
+}
+
+// searchHidden names what the reader's snapshot holds of the mutable
+// scopes the search statement reaches that its context does not show:
+// whole scopes, and (scope, key) pairs as hiddenIn[i], hiddenKeys[i].
+func (s *Service) searchHidden(ctx context.Context, rc *roomCtx, scope string, restricted bool, mine []string) (hiddenScopes, hiddenIn, hiddenKeys []string) {
+	hiddenScopes, hiddenKeys, hiddenIn = []string{}, []string{}, []string{}
 	for sc, rows := range rc.snap.scopes {
 		if notIndexed[sc] || (scope != "" && sc != scope) || (restricted && !strings.HasPrefix(sc, "_") && !slices.Contains(mine, sc)) {
 			continue // the statement's filters leave it out already
@@ -170,13 +205,22 @@ func (s *Service) searchRule(ctx context.Context, rc *roomCtx, p *Principal, roo
 			}
 		}
 	}
-	type pair struct {
-		scope string
-		gate  *string
-	}
-	var pairs []pair
+	return hiddenScopes, hiddenIn, hiddenKeys
+}
+
+// searchGatePair is a log scope and one gate of its entries a search
+// matches.
+type searchGatePair struct {
+	scope string
+	gate  *string
+}
+
+// searchGatePairs are the (log scope, gate) pairs the query matches, at
+// most searchMaxGates.
+func (s *Service) searchGatePairs(ctx context.Context, args []any) ([]searchGatePair, error) {
+	var pairs []searchGatePair
 	err := s.searchQuery(ctx, sqlSearchGates, args, func(rows pgx.Rows) error {
-		var pr pair
+		var pr searchGatePair
 		if err := rows.Scan(&pr.scope, &pr.gate); err != nil {
 			return err
 		}
@@ -186,31 +230,7 @@ func (s *Service) searchRule(ctx context.Context, rc *roomCtx, p *Principal, roo
 	if err != nil {
 		return nil, err
 	}
-	pairs = pairs[:min(len(pairs), searchMaxGates)]
-	logScopes, logGates := []string{}, []*string{}
-	prefixIn, prefixes := []string{}, []string{}
-	seen := map[string]bool{}
-	for _, pr := range pairs {
-		if !rc.visible(pr.scope) {
-			continue
-		}
-		if !seen[pr.scope] {
-			seen[pr.scope] = true
-			for _, pre := range rc.vis.hiddenPrefixes(pr.scope) {
-				prefixIn, prefixes = append(prefixIn, pr.scope), append(prefixes, pre)
-			}
-		}
-		if pr.gate != nil {
-			if rc.logShown == nil {
-				rc.logShown = s.logGate(ctx, rc)
-			}
-			if !rc.logShown(pr.gate) {
-				continue
-			}
-		}
-		logScopes, logGates = append(logScopes, pr.scope), append(logGates, pr.gate)
-	}
-	return append(args, hiddenIn, hiddenKeys, hiddenScopes, logScopes, logGates, prefixIn, prefixes), nil
+	return pairs[:min(len(pairs), searchMaxGates)], nil
 }
 
 // Search finds what p may read of the room that matches req.
@@ -246,70 +266,108 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	if scope != "" && scope != "views" && !rc.visible(scope) {
 		return nil, rc.vis.refuse(scope, "")
 	}
-	type cand struct {
-		hit     SearchHit
-		enabled *string
+	var hits []searchCand
+	if scope != "views" {
+		if hits, err = s.searchHits(ctx, rc, p, roomID, scope, req); err != nil {
+			return nil, err
+		}
 	}
-	var hits []cand
 	// more is set only when a hit the reader sees lies past the page: a
 	// "more" over candidates it cannot see would tell it they exist.
 	more := false
-	if scope != "views" {
-		args, err := s.searchRule(ctx, rc, p, roomID, scope, req)
-		if err != nil {
-			return nil, err
-		}
-		if s.searchJudged != nil {
-			s.searchJudged(roomID)
-		}
-		// One statement finds, ranks, pages and cuts the snippets: the
-		// text shown is the row version the rule admitted (revision at
-		// most the snapshot's), never one written since.
-		err = s.searchQuery(ctx, sqlSearch, append(args, req.Limit+1, req.Offset), func(rows pgx.Rows) error {
-			var c cand
-			var kind, thread *string
-			var sortKey *int64
-			if err := rows.Scan(&c.hit.Scope, &c.hit.Key, &sortKey, &c.hit.Version, &c.hit.From, &c.hit.At, &c.enabled,
-				&c.hit.Rank, &kind, &thread, &c.hit.Snippet); err != nil {
-				return err
-			}
-			c.hit.Snippet = clipSnippet(c.hit.Snippet)
-			c.hit.Kind = "entry"
-			if sortKey != nil {
-				c.hit.Kind, c.hit.Seq = "log", *sortKey
-				if c.hit.Scope == ScopeMessages {
-					c.hit.Kind, c.hit.Key, c.hit.Version = "message", "", 0
-					if kind != nil {
-						c.hit.MsgKind = *kind
-					}
-					if thread != nil {
-						c.hit.Thread, _ = strconv.ParseInt(*thread, 10, 64)
-					}
-				}
-			}
-			hits = append(hits, c)
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		// The statement applied the rule; each hit is asked again, as a
-		// guard (a feature's rule may decide log keys beyond the prefixes
-		// it declares). Nothing is expected to be left out here.
-		hits = slices.DeleteFunc(hits, func(c cand) bool { return !s.searchSees(ctx, rc, &c.hit, c.enabled) })
-	}
 	if len(hits) > req.Limit {
 		hits, more = hits[:req.Limit], true
 	}
-	// Views the reader's context evaluated, on the first page: there are
-	// few, they are matched in their shown JSON, and the best five are
-	// kept, with room in the budget made for them first.
-	var views []SearchHit
-	if req.Offset == 0 && (scope == "" || scope == "views") && req.From == "" && req.Kind == "" && req.Thread == 0 && req.After == nil && req.Before == nil {
-		views = s.searchViews(rc, req.Query)
-		sort.SliceStable(views, func(i, j int) bool { return views[i].Rank > views[j].Rank })
-		views = views[:min(len(views), 5)]
+	shown, full := res.page(req, hits, s.bestViews(rc, scope, req))
+	if (more || full) && shown > 0 {
+		next := req.Offset + shown
+		res.Next = &next
+		args := req.args()
+		args["offset"] = next
+		res.More = p.say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: args})
 	}
+	return res, nil
+}
+
+// bestViews are the views the reader's context evaluated that match, on
+// a first page the request does not narrow to entries or messages: there
+// are few, they are matched in their shown JSON, and the best five are
+// kept, with room in the budget made for them first.
+func (s *Service) bestViews(rc *roomCtx, scope string, req SearchRequest) []SearchHit {
+	if req.Offset != 0 || (scope != "" && scope != "views") || req.From != "" || req.Kind != "" || req.Thread != 0 || req.After != nil || req.Before != nil {
+		return nil
+	}
+	views := s.searchViews(rc, req.Query)
+	sort.SliceStable(views, func(i, j int) bool { return views[i].Rank > views[j].Rank })
+	return views[:min(len(views), 5)]
+}
+
+// searchCand is a hit the statement found, with the gate of its entry.
+type searchCand struct {
+	hit     SearchHit
+	enabled *string
+}
+
+// searchHits runs the search statement under the reader's rule: at most
+// req.Limit+1 hits past req.Offset, each one the reader sees.
+func (s *Service) searchHits(ctx context.Context, rc *roomCtx, p *Principal, roomID, scope string, req SearchRequest) ([]searchCand, error) {
+	args, err := s.searchRule(ctx, rc, p, roomID, scope, req)
+	if err != nil {
+		return nil, err
+	}
+	if s.searchJudged != nil {
+		s.searchJudged(roomID)
+	}
+	// One statement finds, ranks, pages and cuts the snippets: the
+	// text shown is the row version the rule admitted (revision at
+	// most the snapshot's), never one written since.
+	var hits []searchCand
+	err = s.searchQuery(ctx, sqlSearch, append(args, req.Limit+1, req.Offset), func(rows pgx.Rows) error {
+		c, err := scanSearchHit(rows)
+		if err == nil {
+			hits = append(hits, c)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The statement applied the rule; each hit is asked again, as a
+	// guard (a feature's rule may decide log keys beyond the prefixes
+	// it declares). Nothing is expected to be left out here.
+	return slices.DeleteFunc(hits, func(c searchCand) bool { return !s.searchSees(ctx, rc, &c.hit, c.enabled) }), nil
+}
+
+// scanSearchHit reads one row of sqlSearch.
+func scanSearchHit(rows pgx.Rows) (searchCand, error) {
+	var c searchCand
+	var kind, thread *string
+	var sortKey *int64
+	if err := rows.Scan(&c.hit.Scope, &c.hit.Key, &sortKey, &c.hit.Version, &c.hit.From, &c.hit.At, &c.enabled,
+		&c.hit.Rank, &kind, &thread, &c.hit.Snippet); err != nil {
+		return c, err
+	}
+	c.hit.Snippet = clipSnippet(c.hit.Snippet)
+	c.hit.Kind = "entry"
+	if sortKey != nil {
+		c.hit.Kind, c.hit.Seq = "log", *sortKey
+		if c.hit.Scope == ScopeMessages {
+			c.hit.Kind, c.hit.Key, c.hit.Version = "message", "", 0
+			if kind != nil {
+				c.hit.MsgKind = *kind
+			}
+			if thread != nil {
+				c.hit.Thread, _ = strconv.ParseInt(*thread, 10, 64)
+			}
+		}
+	}
+	return c, nil
+}
+
+// page fills res with the views and as many hits as the request's bytes
+// hold (the first always), ranked together; shown is the number of hits
+// kept, full whether the bytes left some out (they start the next page).
+func (res *SearchResult) page(req SearchRequest, hits []searchCand, views []SearchHit) (shown int, full bool) {
 	budget := req.MaxBytes
 	if budget == 0 {
 		budget = searchDefaultBytes
@@ -319,11 +377,10 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 		raw, _ := json.Marshal(v)
 		size += len(raw) + 1
 	}
-	shown := 0
 	for i, c := range hits {
 		raw, _ := json.Marshal(c.hit)
 		if size+len(raw)+1 > budget && i > 0 {
-			more = true // the rest start the next page
+			full = true
 			break
 		}
 		size += len(raw) + 1
@@ -334,14 +391,7 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 		res.Hits = append(res.Hits, views...)
 		sort.SliceStable(res.Hits, func(i, j int) bool { return res.Hits[i].Rank > res.Hits[j].Rank })
 	}
-	if more && shown > 0 {
-		next := req.Offset + shown
-		res.Next = &next
-		args := req.args()
-		args["offset"] = next
-		res.More = p.say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: args})
-	}
-	return res, nil
+	return shown, full
 }
 
 // searchSees reports whether the reader reads the candidate, as a read
@@ -463,18 +513,10 @@ func clipSnippet(s string) string {
 
 // check validates a request and fills its defaults.
 func (req *SearchRequest) check(p *Principal, roomID string) error {
-	req.Query = strings.TrimSpace(req.Query)
-	example := p.say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: map[string]any{"q": "deadline"}})
+	if err := req.checkQuery(p, roomID); err != nil {
+		return err
+	}
 	switch {
-	case req.Query == "":
-		return errs.New(errs.InvalidField, "search needs a query").With("field", "q").WithHint("search for words, e.g. %s", example)
-	case len(req.Query) > searchMaxQuery:
-		return errs.New(errs.InvalidField, "the query is %d bytes, over the limit of %d", len(req.Query), searchMaxQuery).With("field", "q").WithHint("search for fewer words")
-	case searchTerms(req.Query) > searchMaxTerms:
-		return errs.New(errs.InvalidField, "the query has %d words, over the limit of %d", searchTerms(req.Query), searchMaxTerms).With("field", "q").With("limit", searchMaxTerms).
-			WithHint("search for at most %d words: the rarest ones find the most", searchMaxTerms)
-	case !utf8.ValidString(req.Query) || strings.ContainsRune(req.Query, 0):
-		return errs.New(errs.InvalidField, "the query is not valid text").With("field", "q").WithHint("send UTF-8 text without NUL characters")
 	case req.Limit < 0 || req.Limit > searchMaxLimit:
 		return errs.New(errs.InvalidField, "limit %d is not between 1 and %d", req.Limit, searchMaxLimit).With("field", "limit").WithHint("use 1–%d (default %d)", searchMaxLimit, searchDefaultLimit)
 	case req.Offset < 0 || req.Offset > searchMaxOffset:
@@ -493,6 +535,24 @@ func (req *SearchRequest) check(p *Principal, roomID string) error {
 		if err := validName("scope", req.Scope, 128, true); err != nil {
 			return err.(*errs.Error).With("field", "scope")
 		}
+	}
+	return nil
+}
+
+// checkQuery trims the request's query and validates it.
+func (req *SearchRequest) checkQuery(p *Principal, roomID string) error {
+	req.Query = strings.TrimSpace(req.Query)
+	example := p.say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: map[string]any{"q": "deadline"}})
+	switch {
+	case req.Query == "":
+		return errs.New(errs.InvalidField, "search needs a query").With("field", "q").WithHint("search for words, e.g. %s", example)
+	case len(req.Query) > searchMaxQuery:
+		return errs.New(errs.InvalidField, "the query is %d bytes, over the limit of %d", len(req.Query), searchMaxQuery).With("field", "q").WithHint("search for fewer words")
+	case searchTerms(req.Query) > searchMaxTerms:
+		return errs.New(errs.InvalidField, "the query has %d words, over the limit of %d", searchTerms(req.Query), searchMaxTerms).With("field", "q").With("limit", searchMaxTerms).
+			WithHint("search for at most %d words: the rarest ones find the most", searchMaxTerms)
+	case !utf8.ValidString(req.Query) || strings.ContainsRune(req.Query, 0):
+		return errs.New(errs.InvalidField, "the query is not valid text").With("field", "q").WithHint("send UTF-8 text without NUL characters")
 	}
 	return nil
 }
