@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -351,37 +352,27 @@ const MaxResultChars = 48_000
 const MaxContextBytes = 40_000
 
 func contextRequest(sh shaping, after *int64, include, context string, since *int64) (substrate.ContextRequest, error) {
-	q := url.Values{}
-	// since is checked as REST's is (a negative seq is refused).
-	if since != nil {
-		q.Set("since", strconv.FormatInt(*since, 10))
-	}
-	if context != "" {
-		q.Set("context", context)
-	}
-	if sh.MaxBytes == nil {
-		q.Set("max_bytes", strconv.Itoa(DefaultMaxBytes))
-	} else if *sh.MaxBytes > MaxContextBytes {
+	p := substrate.ContextParams{Depth: sh.Depth, Only: sh.Only, Include: include, Context: context, Since: since, MessagesAfter: after}
+	switch {
+	case sh.MaxBytes == nil:
+		p.MaxBytes = ptr(DefaultMaxBytes)
+	case *sh.MaxBytes > MaxContextBytes:
 		return substrate.ContextRequest{}, errs.New(errs.InvalidField, "max_bytes %d is past %d, the most a tool result holds (a client shows its model only a preview of a larger one)", *sh.MaxBytes, MaxContextBytes).
 			With("field", "max_bytes").WithHint("leave max_bytes out and read page by page: each cut in _context.budget names the read of its next page (keys_after, messages_after, prefix)")
-	} else {
-		q.Set("max_bytes", strconv.FormatInt(*sh.MaxBytes, 10))
-	}
-	set := func(k, v string) {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	set("depth", sh.Depth)
-	set("only", sh.Only)
-	set("include", include)
-	if after != nil {
-		q.Set("messages_after", strconv.FormatInt(*after, 10))
+	default:
+		p.MaxBytes = ptr(clampInt(*sh.MaxBytes))
 	}
 	if sh.MessagesLimit != nil {
-		q.Set("messages_limit", strconv.FormatInt(*sh.MessagesLimit, 10))
+		p.MessagesLimit = ptr(clampInt(*sh.MessagesLimit))
 	}
-	r, err := substrate.ParseContextRequest(q.Get)
+	r, err := p.Request()
 	r.AdviseMax = MaxContextBytes
 	return r, err
+}
+
+// clampInt narrows a tool's int64 argument to an int: one past int's
+// range is refused by the range check it then fails, never wrapped into
+// one that passes.
+func clampInt(n int64) int {
+	return int(max(min(n, math.MaxInt32), math.MinInt32))
 }

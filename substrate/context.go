@@ -356,10 +356,100 @@ func (r ContextRequest) keyWanted(k string) bool {
 	return (r.KeysAfter == "" || k > r.KeysAfter) && strings.HasPrefix(k, r.Prefix)
 }
 
+// ContextParams are a read's parameters as a surface received them,
+// before they are checked: a query string's words parsed into numbers
+// (ParseContextRequest), or a tool's typed arguments as they are. A field
+// left zero (nil) takes the read's default.
+type ContextParams struct {
+	Depth string // lean (default), full or usage
+	// Only and Include are comma-separated lists: sections (a scope is
+	// state.<scope>) and the log scopes _messages and _audit.
+	Only, Include string
+	// Context is full (default), delta or none.
+	Context           string
+	MaxBytes          *int
+	KeysAfter, Prefix string
+	Since             *int64
+	NoActions         bool
+	NoMessages        bool
+	MessagesAfter     *int64
+	Thread            *int64
+	MessagesLimit     *int // default 100
+}
+
 // ParseContextRequest reads the context parameters from a query string.
 func ParseContextRequest(get func(string) string) (ContextRequest, error) {
+	p := ContextParams{Depth: get("depth"), Only: get("only"), Include: get("include"), Context: get("context"),
+		KeysAfter: get("keys_after"), Prefix: get("prefix"),
+		NoActions: get("actions") == "false", NoMessages: get("messages") == "false"}
+	// A word that is not a number is refused with the same words as a
+	// number out of range.
+	if v := get("max_bytes"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return ContextRequest{}, maxBytesRefused(v)
+		}
+		p.MaxBytes = &n
+	}
+	var err error
+	if p.Since, err = queryInt(get, "since", sinceRefused); err != nil {
+		return ContextRequest{}, err
+	}
+	if p.MessagesAfter, err = queryInt(get, "messages_after", messagesAfterRefused); err != nil {
+		return ContextRequest{}, err
+	}
+	if p.Thread, err = queryInt(get, "thread", threadRefused); err != nil {
+		return ContextRequest{}, err
+	}
+	if v := get("messages_limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return ContextRequest{}, messagesLimitRefused(v)
+		}
+		p.MessagesLimit = &n
+	}
+	return p.Request()
+}
+
+// queryInt reads an optional whole number from a query string.
+func queryInt(get func(string) string, name string, refused func(string) error) (*int64, error) {
+	v := get(name)
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return nil, refused(v)
+	}
+	return &n, nil
+}
+
+func maxBytesRefused(v string) error {
+	return errs.New(errs.InvalidField, "max_bytes %s is not between %d and %d", v, minContextBytes, maxContextBytes).With("field", "max_bytes").
+		WithHint("ask for what you need: the default fits a model's context; raise it to read more at once")
+}
+
+func sinceRefused(v string) error {
+	return errs.New(errs.InvalidField, "since %s is not a non-negative integer", v).With("field", "since").WithHint("pass the seq of your last read (every result carries it)")
+}
+
+func messagesAfterRefused(v string) error {
+	return errs.New(errs.InvalidField, "messages_after %s is not a non-negative integer", v).With("field", "messages_after").WithHint("pass the seq of the last message you saw")
+}
+
+func threadRefused(v string) error {
+	return errs.New(errs.InvalidField, "thread %s is not a message seq", v).With("field", "thread").WithHint("pass the seq of the thread's first message (messages.threads lists them)")
+}
+
+func messagesLimitRefused(v string) error {
+	return errs.New(errs.InvalidField, "messages_limit %s is not between 1 and 500", v).With("field", "messages_limit").WithHint("use 1–500 (default 100)")
+}
+
+// Request checks the parameters and makes the read they ask for: the
+// one place a read's parameters are judged, whichever surface sent them.
+func (p ContextParams) Request() (ContextRequest, error) {
 	var q ContextRequest
-	q.Depth = get("depth")
+	q.Depth = p.Depth
 	switch q.Depth {
 	case "", "lean", "full", "usage":
 	default:
@@ -368,81 +458,75 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 	if q.Depth == "" {
 		q.Depth = "lean"
 	}
-	split := func(s string) []string {
-		var out []string
-		for _, p := range strings.Split(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
-	q.Only = split(get("only"))
+	q.Only = splitList(p.Only)
 	for _, o := range q.Only {
 		sec, _, _ := strings.Cut(o, ".")
 		if !slices.Contains(sections, sec) {
 			return q, errs.New(errs.InvalidField, "only %q names no section", o).With("field", "only").WithHint("sections are %s; a scope is state.<scope>", strings.Join(sections, ", "))
 		}
 	}
-	q.Include = split(get("include"))
+	q.Include = splitList(p.Include)
 	for _, inc := range q.Include {
 		if inc != ScopeMessages && inc != ScopeAudit {
 			return q, errs.New(errs.InvalidField, "include %q: only _messages and _audit can be included", inc).With("field", "include").WithHint(`include "_messages", "_audit" or "_messages,_audit"`)
 		}
 	}
-	if v := get("max_bytes"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < minContextBytes || n > maxContextBytes {
-			return q, errs.New(errs.InvalidField, "max_bytes %s is not between %d and %d", v, minContextBytes, maxContextBytes).With("field", "max_bytes").
-				WithHint("ask for what you need: the default fits a model's context; raise it to read more at once")
+	if p.MaxBytes != nil {
+		if n := *p.MaxBytes; n < minContextBytes || n > maxContextBytes {
+			return q, maxBytesRefused(strconv.Itoa(n))
 		}
-		q.MaxBytes = n
+		q.MaxBytes = *p.MaxBytes
 	}
-	q.KeysAfter, q.Prefix = get("keys_after"), get("prefix")
-	switch v := get("context"); v {
-	case "", "full":
+	q.KeysAfter, q.Prefix = p.KeysAfter, p.Prefix
+	switch p.Context {
+	case "":
+	case "full":
+		q.Full = true
 	case "none":
 		q.NoContext = true
 	case "delta":
 		q.Delta = true
 	default:
-		return q, errs.New(errs.InvalidField, "context %q is not delta, full or none", v).With("field", "context").WithHint(`context "delta" (the default) returns what changed, "full" the whole context, "none" only whether the condition held`)
+		return q, errs.New(errs.InvalidField, "context %q is not delta, full or none", p.Context).With("field", "context").WithHint(`context "delta" (the default) returns what changed, "full" the whole context, "none" only whether the condition held`)
 	}
-	if v := get("context"); v == "full" {
-		q.Full = true
-	}
-	if v := get("since"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return q, errs.New(errs.InvalidField, "since %s is not a non-negative integer", v).With("field", "since").WithHint("pass the seq of your last read (every result carries it)")
+	if p.Since != nil {
+		if *p.Since < 0 {
+			return q, sinceRefused(strconv.FormatInt(*p.Since, 10))
 		}
-		q.Since = &n
+		q.Since = p.Since
 	}
-	q.NoActions = get("actions") == "false"
-	q.NoMessages = get("messages") == "false"
-	if v := get("messages_after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return q, errs.New(errs.InvalidField, "messages_after %s is not a non-negative integer", v).With("field", "messages_after").WithHint("pass the seq of the last message you saw")
+	q.NoActions, q.NoMessages = p.NoActions, p.NoMessages
+	if p.MessagesAfter != nil {
+		if *p.MessagesAfter < 0 {
+			return q, messagesAfterRefused(strconv.FormatInt(*p.MessagesAfter, 10))
 		}
-		q.MessagesAfter = &n
+		q.MessagesAfter = p.MessagesAfter
 	}
-	if v := get("thread"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return q, errs.New(errs.InvalidField, "thread %s is not a message seq", v).With("field", "thread").WithHint("pass the seq of the thread's first message (messages.threads lists them)")
+	if p.Thread != nil {
+		if *p.Thread <= 0 {
+			return q, threadRefused(strconv.FormatInt(*p.Thread, 10))
 		}
-		q.Thread = n
+		q.Thread = *p.Thread
 	}
 	q.MessagesLimit = 100
-	if v := get("messages_limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			return q, errs.New(errs.InvalidField, "messages_limit %s is not between 1 and 500", v).With("field", "messages_limit").WithHint("use 1–500 (default 100)")
+	if p.MessagesLimit != nil {
+		if n := *p.MessagesLimit; n < 1 || n > 500 {
+			return q, messagesLimitRefused(strconv.Itoa(n))
 		}
-		q.MessagesLimit = n
+		q.MessagesLimit = *p.MessagesLimit
 	}
 	return q, nil
+}
+
+// splitList reads a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 var sections = []string{"state", "views", "agents", "actions", "messages"}
@@ -643,6 +727,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			st[inc] = logs
 		}
 		env.State = st
+		env.setVersions(rc, req)
 		present = append(present, "state")
 	} else {
 		elided = append(elided, "state")

@@ -18,6 +18,10 @@ type Envelope struct {
 	// State maps each visible scope to its entries (key → value; the
 	// stored JSON is passed through as json.RawMessage).
 	State map[string]any `json:"state,omitzero"`
+	// Versions are, on a read of single scopes (only: "state.<scope>"),
+	// the versions of the entries it shows, scope → key → version: what
+	// a write's if_version names. Absent from every other read.
+	Versions *EntryVersions `json:"versions,omitzero"`
 	// Views maps view ids to values ({"_error": …} for a failing one).
 	Views map[string]any `json:"views,omitzero"`
 	// Agents maps agent ids to their presence.

@@ -127,7 +127,8 @@ Vocabulary is a theory about what the room is for. Good theories predict new beh
 	case "if_version":
 		return strings.TrimSpace(`
 Every state entry has a version: 1 when created, +1 per write. A write with if_version: N applies only if the entry is at version N (0 means "must not exist"); otherwise it fails with version_conflict and current_version, and nothing in the request is written.
-Read-modify-write safely: read the entry, compute, write with if_version set to the version you read, and on version_conflict read again and retry.
+Read an entry's version with ` + say(errs.OpReadContext, versionsRead("<scope>")) + `: a read of one scope shows, beside its entries, versions.<scope>.<key> (no other read shows versions).
+Read-modify-write safely: read the scope so, compute, write with if_version set to the version you read, and on version_conflict read it again and retry.
 Action writes take if_version too, also as a template: "if_version": "${params.version}".`), true
 	case "expressions":
 		lim := s.cel.Limits()

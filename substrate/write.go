@@ -164,8 +164,15 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 			curVersion = old.Version
 		}
 		if o.IfVersion != nil && *o.IfVersion != curVersion {
+			// The read named is the one that shows versions (versions.go),
+			// in the reader's name for the scope.
+			read := o.Scope
+			if m.p != nil && m.p.AgentID != "" && read == m.p.AgentID {
+				read = ScopeSelf
+			}
 			return nil, nil, errs.New(errs.VersionConflict, "%s/%s is at version %d, not %d", o.Scope, o.Key, curVersion, *o.IfVersion).
-				WithHint("read the entry again and retry with if_version: %d", curVersion).
+				WithHint("someone wrote it since you read it: read it again with next (its version is versions.%s.%s), redo your change on its value, and retry with if_version: %d", read, o.Key, curVersion).
+				WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: versionsRead(read)}).
 				With("scope", o.Scope).With("key", o.Key).With("current_version", curVersion).With("expected_version", *o.IfVersion)
 		}
 		if o.Delete {

@@ -119,183 +119,301 @@ func defaultDataDir() string {
 	return filepath.Join(os.TempDir(), "sync-"+strconv.Itoa(os.Getuid()))
 }
 
-func parseConfig(args []string) (*config, error) {
-	c := &config{}
-	fs := flag.NewFlagSet("syncd", flag.ContinueOnError)
-	env := func(name, def string) string {
-		if v, ok := os.LookupEnv(name); ok {
-			return v
+// option is one row of the configuration: a flag, the environment
+// variable that is its default, and how its text sets the config. The
+// table below is the whole of what syncd reads; parseConfig walks it.
+type option struct {
+	flag  string // the flag's name; empty: environment only (secrets)
+	env   string // the environment variable read when the flag is absent
+	def   func() string
+	usage string
+	// boolFlag makes a bare -flag mean true (only for flags that were
+	// always boolean, so that `-access-log false` keeps its meaning).
+	boolFlag bool
+	set      func(c *config, v string) error
+}
+
+// fixed is a default that does not depend on the machine.
+func fixed(v string) func() string { return func() string { return v } }
+
+// text sets a string field as given.
+func text(field func(*config) *string) func(*config, string) error {
+	return func(c *config, v string) error { *field(c) = v; return nil }
+}
+
+// truth sets a boolean field from true or false; what names it in errors.
+func truth(what string, field func(*config) *bool) func(*config, string) error {
+	return func(c *config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%s %q is not true or false", what, v)
 		}
-		return def
+		*field(c) = b
+		return nil
 	}
-	fs.StringVar(&c.Addr, "addr", env("SYNC_ADDR", "127.0.0.1:8080"), "listen address (SYNC_ADDR)")
-	fs.StringVar(&c.PublicURL, "public-url", env("SYNC_PUBLIC_URL", ""), "externally visible base URL (SYNC_PUBLIC_URL); default http://<addr>")
-	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL); empty starts the embedded cluster")
-	fs.StringVar(&c.DataDir, "data-dir", env("SYNC_DATA_DIR", defaultDataDir()), "data directory for the embedded cluster (SYNC_DATA_DIR)")
-	fs.StringVar(&c.CreateToken, "create-token", env("SYNC_CREATE_TOKEN", ""), "bearer token required to create rooms over REST (SYNC_CREATE_TOKEN); empty = open")
-	rate := fs.String("rate-limit", env("SYNC_RATE_LIMIT", "100"), "requests per second per credential; negative disables (SYNC_RATE_LIMIT)")
-	maxBody := fs.String("max-body-bytes", env("SYNC_MAX_BODY_BYTES", "1048576"), "request body limit (SYNC_MAX_BODY_BYTES)")
-	maxValue := fs.String("max-value-bytes", env("SYNC_MAX_VALUE_BYTES", "65536"), "state value limit (SYNC_MAX_VALUE_BYTES)")
-	maxValueDepth := fs.String("max-value-depth", env("SYNC_MAX_VALUE_DEPTH", "64"), "how deeply one value's arrays and objects may nest (SYNC_MAX_VALUE_DEPTH)")
-	shutdown := fs.String("shutdown-timeout", env("SYNC_SHUTDOWN_TIMEOUT", "15s"), "graceful shutdown limit (SYNC_SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&c.LogFormat, "log-format", env("SYNC_LOG_FORMAT", "text"), "log format, text or json (SYNC_LOG_FORMAT)")
-	fs.StringVar(&c.Signup, "signup", env("SYNC_SIGNUP", "invite"), "who may create an account: invite, open or closed (SYNC_SIGNUP)")
-	redirects := fs.String("redirect-allow", env("SYNC_REDIRECT_ALLOW", ""), "extra allowed OAuth redirect URIs, comma-separated; a trailing * allows a prefix (SYNC_REDIRECT_ALLOW)")
-	origins := fs.String("mcp-origins", env("SYNC_MCP_ORIGINS", ""), "browser origins, besides the public URL's, allowed to call /mcp, comma-separated (SYNC_MCP_ORIGINS)")
-	dbConns := fs.String("db-max-conns", env("SYNC_DB_MAX_CONNS", strconv.Itoa(store.DefaultMaxConns)), "database connection pool size (SYNC_DB_MAX_CONNS)")
-	proxies := fs.String("trusted-proxies", env("SYNC_TRUSTED_PROXIES", ""), "reverse proxies whose client address header is believed: addresses or CIDR prefixes, comma-separated (SYNC_TRUSTED_PROXIES)")
-	fs.StringVar(&c.ClientIPHeader, "client-ip-header", env("SYNC_CLIENT_IP_HEADER", "X-Forwarded-For"), "the one header trusted proxies overwrite with the client address: X-Forwarded-For, X-Real-IP or Forwarded (SYNC_CLIENT_IP_HEADER)")
-	cimd := fs.String("cimd", env("SYNC_CIMD", "on"), "accept client ID metadata documents: on or off (SYNC_CIMD); off makes clients register dynamically")
-	outboundProxy := fs.String("outbound-proxy", env("SYNC_OUTBOUND_PROXY", firstEnv("HTTPS_PROXY", "https_proxy")), "proxy for fetching client metadata documents, http://host:port or https://host:port (SYNC_OUTBOUND_PROXY; default HTTPS_PROXY)")
-	accessLog := fs.String("access-log", env("SYNC_ACCESS_LOG", "true"), "log one line per request: true or false (SYNC_ACCESS_LOG)")
-	groupCommit := fs.String("group-commit", env("SYNC_GROUP_COMMIT", "true"), "invocations queued for a busy room share one transaction: true or false (SYNC_GROUP_COMMIT)")
-	recheck := fs.String("wait-recheck", env("SYNC_WAIT_RECHECK", "5s"), "safety-net re-check period of waits (SYNC_WAIT_RECHECK)")
-	nowRecheck := fs.String("wait-now-recheck", env("SYNC_WAIT_NOW_RECHECK", "1s"), "re-check period of waits that depend on now in a way no moment can be solved for (SYNC_WAIT_NOW_RECHECK)")
-	fs.StringVar(&c.LoomGeneratorURL, "loom-generator-url", env("SYNC_LOOM_GENERATOR_URL", ""), "OpenAI-compatible completions endpoint for loom continuations (SYNC_LOOM_GENERATOR_URL); empty queues requests in the room")
-	fs.StringVar(&c.SearchLanguage, "search-language", env("SYNC_SEARCH_LANGUAGE", "english"), "language search stems words in: simple or one PostgreSQL stems, e.g. german (SYNC_SEARCH_LANGUAGE); a change indexes every room again at start-up")
-	fs.StringVar(&c.LoomGeneratorModel, "loom-generator-model", env("SYNC_LOOM_GENERATOR_MODEL", "base"), "model name sent to the loom generator (SYNC_LOOM_GENERATOR_MODEL)")
-	c.LoomGeneratorKey = os.Getenv("SYNC_LOOM_GENERATOR_KEY")
-	roomCost := fs.String("room-cost-per-second", env("SYNC_ROOM_COST_PER_SECOND", "2000000"), "each room's expression budget (cel-go cost) per second; negative turns it off (SYNC_ROOM_COST_PER_SECOND)")
-	gateQuantum := fs.String("gate-quantum", env("SYNC_GATE_QUANTUM", "1s"), "how long a time-dependent entry gate's result is reused per reader; 0 evaluates at every read (SYNC_GATE_QUANTUM)")
-	actionCost := fs.String("action-cost-per-read", env("SYNC_ACTION_COST_PER_READ", "1000000"), "cel-go cost of all of a room's actions' availability in one read (SYNC_ACTION_COST_PER_READ)")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", env("SYNC_METRICS_ADDR", ""), "separate listen address for Prometheus /metrics (SYNC_METRICS_ADDR); empty = none")
-	fs.StringVar(&c.MetricsToken, "metrics-token", env("SYNC_METRICS_TOKEN", ""), "bearer token /metrics requires; when set, the public listener serves /metrics with it (SYNC_METRICS_TOKEN)")
-	// A boolean flag, so that a bare -pprof turns it on.
-	pprofEnv := env("SYNC_PPROF", "false")
-	pprofDefault, pprofErr := strconv.ParseBool(pprofEnv)
-	fs.BoolVar(&c.Pprof, "pprof", pprofDefault, "serve Go's profiles at /debug/pprof/ on the metrics listener (SYNC_PPROF); needs -metrics-addr")
+}
+
+// positive sets an int field from a positive whole number.
+func positive(what string, field func(*config) *int) func(*config, string) error {
+	return func(c *config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%s %q is not a positive integer", what, v)
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+var options = []option{
+	{flag: "addr", env: "SYNC_ADDR", def: fixed("127.0.0.1:8080"), usage: "listen address", set: text(func(c *config) *string { return &c.Addr })},
+	{flag: "public-url", env: "SYNC_PUBLIC_URL", def: fixed(""), usage: "externally visible base URL; default http://<addr>", set: text(func(c *config) *string { return &c.PublicURL })},
+	{flag: "database-url", env: "DATABASE_URL", def: fixed(""), usage: "PostgreSQL URL; empty starts the embedded cluster", set: text(func(c *config) *string { return &c.DatabaseURL })},
+	{flag: "data-dir", env: "SYNC_DATA_DIR", def: defaultDataDir, usage: "data directory for the embedded cluster", set: text(func(c *config) *string { return &c.DataDir })},
+	{flag: "create-token", env: "SYNC_CREATE_TOKEN", def: fixed(""), usage: "bearer token required to create rooms over REST; empty = open", set: text(func(c *config) *string { return &c.CreateToken })},
+	{flag: "rate-limit", env: "SYNC_RATE_LIMIT", def: fixed("100"), usage: "requests per second per credential; negative disables", set: func(c *config, v string) (err error) {
+		if c.RateLimit, err = strconv.ParseFloat(v, 64); err != nil {
+			return fmt.Errorf("rate limit %q: %w", v, err)
+		}
+		return nil
+	}},
+	{flag: "max-body-bytes", env: "SYNC_MAX_BODY_BYTES", def: fixed("1048576"), usage: "request body limit", set: func(c *config, v string) (err error) {
+		if c.MaxBody, err = strconv.ParseInt(v, 10, 64); err != nil || c.MaxBody <= 0 {
+			return fmt.Errorf("max body bytes %q is not a positive integer", v)
+		}
+		return nil
+	}},
+	{flag: "max-value-bytes", env: "SYNC_MAX_VALUE_BYTES", def: fixed("65536"), usage: "state value limit", set: positive("max value bytes", func(c *config) *int { return &c.MaxValue })},
+	{flag: "max-value-depth", env: "SYNC_MAX_VALUE_DEPTH", def: fixed("64"), usage: "how deeply one value's arrays and objects may nest", set: positive("max value depth", func(c *config) *int { return &c.MaxValueDepth })},
+	{flag: "db-max-conns", env: "SYNC_DB_MAX_CONNS", def: fixed(strconv.Itoa(store.DefaultMaxConns)), usage: "database connection pool size", set: func(c *config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 2 {
+			return fmt.Errorf("database max connections %q must be a whole number of at least 2", v)
+		}
+		c.DBMaxConns = int32(n)
+		return nil
+	}},
+	{flag: "trusted-proxies", env: "SYNC_TRUSTED_PROXIES", def: fixed(""), usage: "reverse proxies whose client address header is believed: addresses or CIDR prefixes, comma-separated", set: func(c *config, v string) (err error) {
+		c.TrustedProxies, err = httpmw.ParseProxies(v)
+		return err
+	}},
+	{flag: "client-ip-header", env: "SYNC_CLIENT_IP_HEADER", def: fixed("X-Forwarded-For"), usage: "the one header trusted proxies overwrite with the client address: X-Forwarded-For, X-Real-IP or Forwarded", set: func(c *config, v string) error {
+		c.ClientIPHeader = v
+		return httpmw.ValidClientIPHeader(v)
+	}},
+	{flag: "cimd", env: "SYNC_CIMD", def: fixed("on"), usage: "accept client ID metadata documents: on or off; off makes clients register dynamically", set: func(c *config, v string) error {
+		switch strings.ToLower(v) {
+		case "on", "true", "1":
+			c.CIMD = true
+		case "off", "false", "0":
+			c.CIMD = false
+		default:
+			return fmt.Errorf("cimd %q is not on or off", v)
+		}
+		return nil
+	}},
+	{flag: "outbound-proxy", env: "SYNC_OUTBOUND_PROXY", def: func() string { return firstEnv("HTTPS_PROXY", "https_proxy") }, usage: "proxy for fetching client metadata documents, http://host:port or https://host:port (default HTTPS_PROXY)", set: setOutboundProxy},
+	{flag: "access-log", env: "SYNC_ACCESS_LOG", def: fixed("true"), usage: "log one line per request: true or false", set: truth("access log", func(c *config) *bool { return &c.AccessLog })},
+	{flag: "group-commit", env: "SYNC_GROUP_COMMIT", def: fixed("true"), usage: "invocations queued for a busy room share one transaction: true or false", set: truth("group commit", func(c *config) *bool { return &c.GroupCommit })},
+	{flag: "wait-recheck", env: "SYNC_WAIT_RECHECK", def: fixed("5s"), usage: "safety-net re-check period of waits", set: func(c *config, v string) (err error) {
+		if c.WaitRecheck, err = time.ParseDuration(v); err != nil || c.WaitRecheck < 100*time.Millisecond {
+			return fmt.Errorf("wait recheck %q is not a duration of at least 100ms", v)
+		}
+		return nil
+	}},
+	{flag: "wait-now-recheck", env: "SYNC_WAIT_NOW_RECHECK", def: fixed("1s"), usage: "re-check period of waits that depend on now in a way no moment can be solved for", set: func(c *config, v string) (err error) {
+		if c.WaitNowRecheck, err = time.ParseDuration(v); err != nil || c.WaitNowRecheck < 100*time.Millisecond || c.WaitNowRecheck > time.Minute {
+			return fmt.Errorf("wait now recheck %q is not a duration from 100ms to 1m such as 1s", v)
+		}
+		return nil
+	}},
+	// Each expression evaluation counts at least 100, so a budget below
+	// that could never afford one: refused rather than silently useless.
+	{flag: "room-cost-per-second", env: "SYNC_ROOM_COST_PER_SECOND", def: fixed("2000000"), usage: "each room's expression budget (cel-go cost) per second; negative turns it off", set: func(c *config, v string) (err error) {
+		if c.RoomCostPerSecond, err = strconv.Atoi(v); err != nil || (c.RoomCostPerSecond >= 0 && c.RoomCostPerSecond < 100) {
+			return fmt.Errorf("room cost per second %q is not a whole number of at least 100 (or negative, to turn the budget off)", v)
+		}
+		return nil
+	}},
+	// A gate reused longer than a minute would keep `now < deadline`
+	// open (or shut) that long past its deadline.
+	{flag: "gate-quantum", env: "SYNC_GATE_QUANTUM", def: fixed("1s"), usage: "how long a time-dependent entry gate's result is reused per reader; 0 evaluates at every read", set: func(c *config, v string) (err error) {
+		if c.GateQuantum, err = time.ParseDuration(v); err != nil || c.GateQuantum < 0 || c.GateQuantum > time.Minute {
+			return fmt.Errorf("gate quantum %q is not a duration from 0 to 1m such as 1s or 250ms (0: evaluate at every read)", v)
+		}
+		if c.GateQuantum == 0 {
+			c.GateQuantum = -1
+		}
+		return nil
+	}},
+	{flag: "action-cost-per-read", env: "SYNC_ACTION_COST_PER_READ", def: fixed("1000000"), usage: "cel-go cost of all of a room's actions' availability in one read", set: func(c *config, v string) (err error) {
+		if c.ActionCostPerRead, err = strconv.Atoi(v); err != nil || c.ActionCostPerRead < 100 {
+			return fmt.Errorf("action cost per read %q is not a whole number of at least 100", v)
+		}
+		return nil
+	}},
+	{flag: "shutdown-timeout", env: "SYNC_SHUTDOWN_TIMEOUT", def: fixed("15s"), usage: "graceful shutdown limit", set: func(c *config, v string) (err error) {
+		if c.ShutdownIn, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("shutdown timeout %q: %w", v, err)
+		}
+		return nil
+	}},
+	{flag: "log-format", env: "SYNC_LOG_FORMAT", def: fixed("text"), usage: "log format, text or json", set: func(c *config, v string) error {
+		if c.LogFormat = v; v != "text" && v != "json" {
+			return errors.New("log format must be text or json")
+		}
+		return nil
+	}},
+	{flag: "signup", env: "SYNC_SIGNUP", def: fixed("invite"), usage: "who may create an account: invite, open or closed", set: text(func(c *config) *string { return &c.Signup })},
+	{flag: "redirect-allow", env: "SYNC_REDIRECT_ALLOW", def: fixed(""), usage: "extra allowed OAuth redirect URIs, comma-separated; a trailing * allows a prefix", set: func(c *config, v string) error { c.RedirectAllow = splitList(v); return nil }},
+	{flag: "mcp-origins", env: "SYNC_MCP_ORIGINS", def: fixed(""), usage: "browser origins, besides the public URL's, allowed to call /mcp, comma-separated", set: func(c *config, v string) error { c.MCPOrigins = splitList(v); return nil }},
+	{flag: "loom-generator-url", env: "SYNC_LOOM_GENERATOR_URL", def: fixed(""), usage: "OpenAI-compatible completions endpoint for loom continuations; empty queues requests in the room", set: func(c *config, v string) error {
+		if c.LoomGeneratorURL = v; v != "" {
+			if u, err := url.Parse(v); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+				return fmt.Errorf("loom generator URL %q is not an http(s) URL (e.g. http://127.0.0.1:8000/v1/completions)", v)
+			}
+		}
+		return nil
+	}},
+	{flag: "loom-generator-model", env: "SYNC_LOOM_GENERATOR_MODEL", def: fixed("base"), usage: "model name sent to the loom generator", set: text(func(c *config) *string { return &c.LoomGeneratorModel })},
+	// Environment only, so the secret does not appear in the process list.
+	{env: "SYNC_LOOM_GENERATOR_KEY", def: fixed(""), set: text(func(c *config) *string { return &c.LoomGeneratorKey })},
+	{flag: "search-language", env: "SYNC_SEARCH_LANGUAGE", def: fixed("english"), usage: "language search stems words in: simple or one PostgreSQL stems, e.g. german; a change indexes every room again at start-up", set: text(func(c *config) *string { return &c.SearchLanguage })},
+	{flag: "metrics-addr", env: "SYNC_METRICS_ADDR", def: fixed(""), usage: "separate listen address for Prometheus /metrics; empty = none", set: text(func(c *config) *string { return &c.MetricsAddr })},
+	{flag: "metrics-token", env: "SYNC_METRICS_TOKEN", def: fixed(""), usage: "bearer token /metrics requires; when set, the public listener serves /metrics with it", set: text(func(c *config) *string { return &c.MetricsToken })},
+	{flag: "pprof", env: "SYNC_PPROF", def: fixed("false"), boolFlag: true, usage: "serve Go's profiles at /debug/pprof/ on the metrics listener; needs -metrics-addr", set: func(c *config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("SYNC_PPROF %q is not true or false", v)
+		}
+		c.Pprof = b
+		return nil
+	}},
+}
+
+// flagText is a flag that keeps its text for its row to parse after all
+// flags are read; a boolean one may stand bare.
+type flagText struct {
+	v        *string
+	boolFlag bool
+}
+
+func (f flagText) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return *f.v
+}
+func (f flagText) Set(v string) error { *f.v = v; return nil }
+func (f flagText) IsBoolFlag() bool   { return f.boolFlag }
+
+func parseConfig(args []string) (*config, error) {
+	fs := flag.NewFlagSet("syncd", flag.ContinueOnError)
+	values := make([]string, len(options))
+	for i, o := range options {
+		values[i] = o.def()
+		if v, ok := os.LookupEnv(o.env); ok {
+			values[i] = v
+		}
+		if o.flag == "" {
+			continue
+		}
+		// The environment's text is checked as the flag's would be,
+		// except that a boolean flag's default must itself be a boolean
+		// for the flag package: that one is checked by its row below.
+		fs.Var(flagText{v: &values[i], boolFlag: o.boolFlag}, o.flag, o.usage+" ("+o.env+")")
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if pprofErr != nil {
-		return nil, fmt.Errorf("SYNC_PPROF %q is not true or false", pprofEnv)
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	var err error
-	if c.RateLimit, err = strconv.ParseFloat(*rate, 64); err != nil {
-		return nil, fmt.Errorf("rate limit %q: %w", *rate, err)
+	c := &config{}
+	for i, o := range options {
+		if err := o.set(c, values[i]); err != nil {
+			return nil, err
+		}
 	}
-	if c.MaxBody, err = strconv.ParseInt(*maxBody, 10, 64); err != nil || c.MaxBody <= 0 {
-		return nil, fmt.Errorf("max body bytes %q is not a positive integer", *maxBody)
-	}
-	if c.MaxValue, err = strconv.Atoi(*maxValue); err != nil || c.MaxValue <= 0 {
-		return nil, fmt.Errorf("max value bytes %q is not a positive integer", *maxValue)
-	}
-	if c.MaxValueDepth, err = strconv.Atoi(*maxValueDepth); err != nil || c.MaxValueDepth <= 0 {
-		return nil, fmt.Errorf("max value depth %q is not a positive integer", *maxValueDepth)
-	}
-	if n, err := strconv.ParseInt(*dbConns, 10, 32); err != nil || n < 2 {
-		return nil, fmt.Errorf("database max connections %q must be a whole number of at least 2", *dbConns)
-	} else {
-		c.DBMaxConns = int32(n)
-	}
-	if c.TrustedProxies, err = httpmw.ParseProxies(*proxies); err != nil {
+	if err := c.checkMetrics(); err != nil {
 		return nil, err
 	}
-	if err := httpmw.ValidClientIPHeader(c.ClientIPHeader); err != nil {
+	if err := c.settlePublicURL(); err != nil {
 		return nil, err
 	}
-	switch strings.ToLower(*cimd) {
-	case "on", "true", "1":
-		c.CIMD = true
-	case "off", "false", "0":
-	default:
-		return nil, fmt.Errorf("cimd %q is not on or off", *cimd)
+	return c, nil
+}
+
+// setOutboundProxy reads the proxy client metadata documents are fetched
+// through. host:port alone means an HTTP proxy, as curl and Go's own
+// HTTPS_PROXY reading take it: the variable is often set that way for
+// other tools, and refusing it would stop syncd starting.
+func setOutboundProxy(c *config, v string) error {
+	if v == "" {
+		return nil
 	}
-	if *outboundProxy != "" {
-		raw := *outboundProxy
-		// host:port alone means an HTTP proxy, as curl and Go's own
-		// HTTPS_PROXY reading take it: the variable is often set that
-		// way for other tools, and refusing it would stop syncd starting.
-		if !strings.Contains(raw, "://") {
-			raw = "http://" + raw
+	raw := v
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || (u.Path != "" && u.Path != "/") {
+		return fmt.Errorf("outbound proxy %q is not a proxy URL such as http://proxy.internal:3128", v)
+	}
+	c.OutboundProxy = u
+	return nil
+}
+
+// checkMetrics holds the metrics listener and the profiles together: a
+// profile shows the server's memory and code paths, and a long one costs
+// CPU, so from other hosts only with the metrics token, and never on the
+// public listener.
+func (c *config) checkMetrics() error {
+	if c.MetricsAddr == "" {
+		if c.Pprof {
+			return errors.New("pprof needs a metrics listener: set -metrics-addr (SYNC_METRICS_ADDR), e.g. 127.0.0.1:9090")
 		}
-		u, err := url.Parse(raw)
-		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || (u.Path != "" && u.Path != "/") {
-			return nil, fmt.Errorf("outbound proxy %q is not a proxy URL such as http://proxy.internal:3128", *outboundProxy)
-		}
-		c.OutboundProxy = u
+		return nil
 	}
-	if c.AccessLog, err = strconv.ParseBool(*accessLog); err != nil {
-		return nil, fmt.Errorf("access log %q is not true or false", *accessLog)
+	host, _, err := net.SplitHostPort(c.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("metrics address %q: %w", c.MetricsAddr, err)
 	}
-	if c.GroupCommit, err = strconv.ParseBool(*groupCommit); err != nil {
-		return nil, fmt.Errorf("group commit %q is not true or false", *groupCommit)
+	if c.Pprof && c.MetricsToken == "" && !loopbackHost(host) {
+		return fmt.Errorf("pprof on metrics address %q, reachable from other hosts, needs a token: set -metrics-token (SYNC_METRICS_TOKEN), or listen on loopback, e.g. 127.0.0.1:9090", c.MetricsAddr)
 	}
-	if c.WaitRecheck, err = time.ParseDuration(*recheck); err != nil || c.WaitRecheck < 100*time.Millisecond {
-		return nil, fmt.Errorf("wait recheck %q is not a duration of at least 100ms", *recheck)
-	}
-	if c.WaitNowRecheck, err = time.ParseDuration(*nowRecheck); err != nil || c.WaitNowRecheck < 100*time.Millisecond || c.WaitNowRecheck > time.Minute {
-		return nil, fmt.Errorf("wait now recheck %q is not a duration from 100ms to 1m such as 1s", *nowRecheck)
-	}
-	// Each expression evaluation counts at least 100, so a budget below
-	// that could never afford one: refused rather than silently useless.
-	if c.RoomCostPerSecond, err = strconv.Atoi(*roomCost); err != nil || (c.RoomCostPerSecond >= 0 && c.RoomCostPerSecond < 100) {
-		return nil, fmt.Errorf("room cost per second %q is not a whole number of at least 100 (or negative, to turn the budget off)", *roomCost)
-	}
-	// A gate reused longer than a minute would keep `now < deadline`
-	// open (or shut) that long past its deadline.
-	if c.GateQuantum, err = time.ParseDuration(*gateQuantum); err != nil || c.GateQuantum < 0 || c.GateQuantum > time.Minute {
-		return nil, fmt.Errorf("gate quantum %q is not a duration from 0 to 1m such as 1s or 250ms (0: evaluate at every read)", *gateQuantum)
-	} else if c.GateQuantum == 0 {
-		c.GateQuantum = -1
-	}
-	if c.ActionCostPerRead, err = strconv.Atoi(*actionCost); err != nil || c.ActionCostPerRead < 100 {
-		return nil, fmt.Errorf("action cost per read %q is not a whole number of at least 100", *actionCost)
-	}
-	if c.ShutdownIn, err = time.ParseDuration(*shutdown); err != nil {
-		return nil, fmt.Errorf("shutdown timeout %q: %w", *shutdown, err)
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return nil, errors.New("log format must be text or json")
-	}
-	if c.MetricsAddr != "" {
-		host, _, err := net.SplitHostPort(c.MetricsAddr)
-		if err != nil {
-			return nil, fmt.Errorf("metrics address %q: %w", c.MetricsAddr, err)
-		}
-		// A profile shows the server's memory and code paths, and a long
-		// one costs CPU: from other hosts only with the metrics token.
-		if c.Pprof && c.MetricsToken == "" && !loopbackHost(host) {
-			return nil, fmt.Errorf("pprof on metrics address %q, reachable from other hosts, needs a token: set -metrics-token (SYNC_METRICS_TOKEN), or listen on loopback, e.g. 127.0.0.1:9090", c.MetricsAddr)
-		}
-	} else if c.Pprof {
-		// The profiles are only ever served on the metrics listener.
-		return nil, errors.New("pprof needs a metrics listener: set -metrics-addr (SYNC_METRICS_ADDR), e.g. 127.0.0.1:9090")
-	}
-	c.RedirectAllow = splitList(*redirects)
-	c.MCPOrigins = splitList(*origins)
+	return nil
+}
+
+// settlePublicURL defaults the public URL from the listen address and
+// refuses one passkeys or OAuth discovery cannot work under.
+func (c *config) settlePublicURL() error {
 	if c.PublicURL == "" {
 		// Passkeys need a host name, not an IP address: a loopback or
 		// wildcard listener is reached as localhost.
 		host, port, err := net.SplitHostPort(c.Addr)
 		if err != nil {
-			return nil, fmt.Errorf("listen address %q: %w", c.Addr, err)
+			return fmt.Errorf("listen address %q: %w", c.Addr, err)
 		}
 		if ip := net.ParseIP(host); host == "" || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
 			host = "localhost"
 		}
 		c.PublicURL = "http://" + net.JoinHostPort(host, port)
 	}
-	if u, err := url.Parse(c.PublicURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("public URL %q is not an http(s) URL", c.PublicURL)
-	} else if net.ParseIP(strings.Trim(u.Hostname(), "[]")) != nil {
-		return nil, fmt.Errorf("public URL %q uses an IP address; passkeys need a host name (use http://localhost:PORT locally)", c.PublicURL)
-	} else if strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+	u, err := url.Parse(c.PublicURL)
+	switch {
+	case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+		return fmt.Errorf("public URL %q is not an http(s) URL", c.PublicURL)
+	case net.ParseIP(strings.Trim(u.Hostname(), "[]")) != nil:
+		return fmt.Errorf("public URL %q uses an IP address; passkeys need a host name (use http://localhost:PORT locally)", c.PublicURL)
+	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "":
 		// OAuth discovery (RFC 8414, RFC 9728) and passkeys are per host:
 		// a sub-path would need the proxy to route well-known documents
 		// at the host's root as well. Refused rather than half working.
-		return nil, fmt.Errorf("public URL %q has a path; sync must be served at the root of its own host name (e.g. https://sync.example.org, behind a proxy that forwards every path)", c.PublicURL)
+		return fmt.Errorf("public URL %q has a path; sync must be served at the root of its own host name (e.g. https://sync.example.org, behind a proxy that forwards every path)", c.PublicURL)
 	}
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
-	if c.LoomGeneratorURL != "" {
-		if u, err := url.Parse(c.LoomGeneratorURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			return nil, fmt.Errorf("loom generator URL %q is not an http(s) URL (e.g. http://127.0.0.1:8000/v1/completions)", c.LoomGeneratorURL)
-		}
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return c, nil
+	return nil
 }
 
 func firstEnv(names ...string) string {

@@ -51,12 +51,10 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		wb.fail(w, r, err)
 		return
 	}
-	// own names this stream's renders when its reader shares them with
-	// no one (readKey "").
-	own := "stream " + strconv.FormatInt(wb.streamIDs.Add(1), 10)
-	var readAs, pageAs string // the keys of the stream's last render
-	defer func() { wb.leaveFeed(f, changes, []string{readAs, pageAs}) }()
-	rc := http.NewResponseController(w)
+	s := &liveStream{wb: wb, w: w, r: r, ctx: ctx, roomID: roomID, viewToken: viewToken, f: f, changes: changes,
+		own: "stream " + strconv.FormatInt(wb.streamIDs.Add(1), 10)}
+	defer func() { wb.leaveFeed(f, changes, []string{s.readAs, s.pageAs}) }()
+	s.rc = http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -65,23 +63,57 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		h.Set("Referrer-Policy", "no-referrer")
 	}
 	w.WriteHeader(http.StatusOK)
+	s.shown, s.until = shownOf(r)
+	s.userID, s.username, _ = wb.opt.SignedIn(r)
+	s.run()
+}
+
+// liveStream is one live page's stream: what it sent last, under which
+// of the feed's keys, for whom.
+type liveStream struct {
+	wb        *Web
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	r         *http.Request
+	ctx       context.Context
+	roomID    string
+	viewToken string
+	// userID and username are the signed-in person's ("" for a view link).
+	userID, username string
+	f                *feed
+	changes          chan struct{}
+	// own names this stream's renders when its reader shares them with
+	// no one (readKey "").
+	own            string
+	readAs, pageAs string // the keys of the stream's last render
 	// shown is what the page shows: the seq it was rendered at (the
 	// stream's ?seq=), or the last event it received (Last-Event-ID, on a
 	// reconnect). Each event carries only what differs from the section
 	// the stream last sent (or, at first, rendered): patches (diff.go).
 	// A stream that does not say (an older page) takes the room as it is
 	// now for what it shows.
-	shown := int64(-1)
-	if v, err := strconv.ParseInt(r.URL.Query().Get("seq"), 10, 64); err == nil {
-		shown = v
-	}
+	shown int64
 	// until is when what the page shows next changes with no write, as
 	// the read it rests on foresaw (zero: never): the page's (?until=, in
 	// ms), or the last event's (its id, "<seq>-<until ms>"). A stream that
 	// starts at the seq the page shows past that moment sends the section
 	// all the same: a timer ran out between the page's read and now (the
 	// page loading, a dropped connection).
-	var until time.Time
+	until time.Time
+	// prev is the section as last sent, kept as HTML (a few tens of KB)
+	// rather than parsed (several times that), and parsed again at the
+	// next change: streams are many, changes few. Streams that last sent
+	// the same section share the string.
+	prev string
+}
+
+// shownOf reads what the page shows from the stream's request (see
+// liveStream.shown and until).
+func shownOf(r *http.Request) (shown int64, until time.Time) {
+	shown = int64(-1)
+	if v, err := strconv.ParseInt(r.URL.Query().Get("seq"), 10, 64); err == nil {
+		shown = v
+	}
 	if v, err := strconv.ParseInt(r.URL.Query().Get("until"), 10, 64); err == nil && v > 0 {
 		until = time.UnixMilli(v)
 	}
@@ -94,167 +126,188 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	userID, username, _ := wb.opt.SignedIn(r)
-	// prev is the section as last sent, kept as HTML (a few tens of KB)
-	// rather than parsed (several times that), and parsed again at the
-	// next change: streams are many, changes few. Streams that last sent
-	// the same section share the string.
-	var prev string
-	// send renders the section again for the reader (or takes the render
-	// of a stream that reads alike) and sends what changed; once the
-	// reader can no longer read the room it says so.
-	send := func(first bool) bool {
-		// Each render reads with a context of its own, ended with it:
-		// anything a read ties to its context's end is let go with the
-		// render, not kept per update until the page closes, hours later.
-		// The room's expression budget did so (issue 32's soak: 9,700
-		// goroutines released at once when four pages closed after ten
-		// minutes); substrate/work.go now ends each call's use itself, so
-		// this is the stream's guard for whatever else might. A shared
-		// render runs on a context of its own (livefeed.go: get).
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		// A stream's first section is read after it joined the feed, as
-		// before it shared: a render started earlier (at the same epoch)
-		// may predate what the page shows.
-		var notBefore time.Time
-		if first {
-			notBefore = time.Now()
-		}
-		// Access is read again at each change, per stream: a person who
-		// left the room, or a view token rotated since, hears no more of
-		// it, and the keys below are those of the reader's authority now.
-		var err error
-		who, access := "view link (read-only)", ""
-		if viewToken != "" {
-			p, err = wb.opt.Substrate.AuthenticateIn(ctx, roomID, viewToken)
-		} else {
-			p, access, err = wb.opt.Lobby.PersonPrincipal(ctx, userID, username, roomID)
-			who = username + " (" + access + ")"
-		}
-		var pr *pageRender
-		if err == nil {
-			pageUser := ""
-			if viewToken == "" {
-				pageUser = userID
-			}
-			rk := readKey(p, access, viewToken)
-			if rk == "" {
-				rk = own
-			}
-			pk := pageKey(rk, who, pageUser, access, viewToken, tableQuery(r.URL.Query()).Encode())
-			f.retain(readAs, rk)
-			f.readsAs(changes, rk)
-			readAs = rk
-			f.retain(pageAs, pk)
-			pageAs = pk
-			reader := p
-			pr, _, err = get(ctx, f, f.pages, pk, notBefore, func(ctx context.Context) (*pageRender, time.Time, error) {
-				rr, read, err := get(ctx, f, f.reads, rk, notBefore, func(ctx context.Context) (*roomRead, time.Time, error) {
-					wb.liveReads.Add(1)
-					// The read says when the room as it read it changes
-					// next with no commit (a timer, a moment of now): the
-					// feed wakes its streams then.
-					epoch := f.current()
-					ctx, fs := wb.opt.Substrate.Foresee(ctx)
-					rr, err := wb.readRoom(ctx, reader, roomID, viewToken == "", msgPage{})
-					if err == nil {
-						rr.until = fs.Next()
-						f.foresee(rk, epoch, rr.until)
-					}
-					return rr, time.Time{}, err
-				})
-				if err != nil {
-					return nil, read, err
-				}
-				data := rr.page(reader.AgentID, pageUser, who, access, viewToken, r.URL.Query())
-				var buf bytes.Buffer
-				if err := wb.tmpl.ExecuteTemplate(&buf, "roommain.html", data); err != nil {
-					return nil, read, fmt.Errorf("rendering the section: %w", err) // internal: logged, the browser reconnects
-				}
-				wb.liveRenders.Add(1)
-				seq, _ := data["Seq"].(int64)
-				return &pageRender{html: buf.String(), seq: seq, until: rr.until, data: data, diffs: map[string]*diffResult{}}, read, nil
-			})
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return false // the page went away meanwhile
-			}
-			if errs.From(err).Code == errs.Internal {
-				wb.opt.Log.Error("live room page", "room", roomID, "err", err)
-				return false // the browser reconnects
-			}
-			fmt.Fprintf(w, "event: gone\ndata: {}\n\n")
-			_ = rc.Flush()
-			return false
-		}
-		seq := pr.seq
-		ev := liveEvent{Seq: seq}
-		if pr.html == prev {
-			return true // nothing the reader sees changed
-		}
-		switch {
-		case first:
-			if shown < 0 || seq == shown && (until.IsZero() || time.Now().Before(until)) {
-				prev, shown = pr.html, seq
-				return true // the page shows this already
-			}
-			ev.HTML = pr.html
-		default:
-			d := pr.diff(prev)
-			switch {
-			case d.err != nil:
-				wb.opt.Log.Error("live room page", "room", roomID, "err", d.err)
-				return false
-			case d.ok && d.none:
-				// Nothing the reader sees changed (a write to what it may
-				// not read): say nothing.
-				return true
-			case d.ok && d.size < len(pr.html):
-				ev.Patches = d.patches
-			default:
-				ev.HTML = pr.html
-			}
-		}
-		prev = pr.html
-		ev.Summary = summarize(pr.data, shown)
-		shown = seq
-		raw, _ := json.Marshal(ev)
-		id := strconv.FormatInt(seq, 10)
-		if !pr.until.IsZero() {
-			id += "-" + strconv.FormatInt(pr.until.UnixMilli(), 10)
-		}
-		fmt.Fprintf(w, "id: %s\nevent: change\ndata: %s\n\n", id, raw)
-		return rc.Flush() == nil
-	}
-	fmt.Fprintf(w, "retry: 2000\n\n")
-	if !send(true) {
+	return shown, until
+}
+
+// run sends the first section, then one at each change the feed wakes
+// the stream for, with a heartbeat in between, until the page goes away.
+func (s *liveStream) run() {
+	fmt.Fprintf(s.w, "retry: 2000\n\n")
+	if !s.send(true) {
 		return
 	}
-	wb.liveStarted.Add(1)
-	_ = rc.Flush()
-	beat := time.NewTicker(wb.opt.Heartbeat)
+	s.wb.liveStarted.Add(1)
+	_ = s.rc.Flush()
+	beat := time.NewTicker(s.wb.opt.Heartbeat)
 	defer beat.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-s.ctx.Done():
 			return
-		case <-wb.done:
+		case <-s.wb.done:
 			return
-		case <-changes:
-			ok := send(false)
-			f.unsent.Add(-1)
+		case <-s.changes:
+			ok := s.send(false)
+			s.f.unsent.Add(-1)
 			if !ok {
 				return
 			}
 		case <-beat.C:
-			fmt.Fprintf(w, ": keep-alive\n\n")
-			if rc.Flush() != nil {
+			fmt.Fprintf(s.w, ": keep-alive\n\n")
+			if s.rc.Flush() != nil {
 				return
 			}
 		}
 	}
+}
+
+// send renders the section again for the reader (or takes the render
+// of a stream that reads alike) and sends what changed; once the
+// reader can no longer read the room it says so. false ends the stream.
+func (s *liveStream) send(first bool) bool {
+	// Each render reads with a context of its own, ended with it:
+	// anything a read ties to its context's end is let go with the
+	// render, not kept per update until the page closes, hours later.
+	// The room's expression budget did so (issue 32's soak: 9,700
+	// goroutines released at once when four pages closed after ten
+	// minutes); substrate/work.go now ends each call's use itself, so
+	// this is the stream's guard for whatever else might. A shared
+	// render runs on a context of its own (livefeed.go: get).
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	pr, err := s.render(ctx, first)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false // the page went away meanwhile
+		}
+		if errs.From(err).Code == errs.Internal {
+			s.wb.opt.Log.Error("live room page", "room", s.roomID, "err", err)
+			return false // the browser reconnects
+		}
+		fmt.Fprintf(s.w, "event: gone\ndata: {}\n\n")
+		_ = s.rc.Flush()
+		return false
+	}
+	seq := pr.seq
+	ev := liveEvent{Seq: seq}
+	if pr.html == s.prev {
+		return true // nothing the reader sees changed
+	}
+	if first {
+		if s.shown < 0 || seq == s.shown && (s.until.IsZero() || time.Now().Before(s.until)) {
+			s.prev, s.shown = pr.html, seq
+			return true // the page shows this already
+		}
+		ev.HTML = pr.html
+	} else if quiet, ok := s.changed(pr, &ev); !ok || quiet {
+		return ok
+	}
+	s.prev = pr.html
+	ev.Summary = summarize(pr.data, s.shown)
+	s.shown = seq
+	raw, _ := json.Marshal(ev)
+	id := strconv.FormatInt(seq, 10)
+	if !pr.until.IsZero() {
+		id += "-" + strconv.FormatInt(pr.until.UnixMilli(), 10)
+	}
+	fmt.Fprintf(s.w, "id: %s\nevent: change\ndata: %s\n\n", id, raw)
+	return s.rc.Flush() == nil
+}
+
+// changed puts into ev what differs between the section last sent and
+// pr: patches when they are smaller than the section, else the section.
+// quiet is true when nothing the reader sees changed (a write to what it
+// may not read), ok false when the diff failed.
+func (s *liveStream) changed(pr *pageRender, ev *liveEvent) (quiet, ok bool) {
+	d := pr.diff(s.prev)
+	switch {
+	case d.err != nil:
+		s.wb.opt.Log.Error("live room page", "room", s.roomID, "err", d.err)
+		return false, false
+	case d.ok && d.none:
+		// Nothing the reader sees changed (a write to what it may
+		// not read): say nothing.
+		return true, true
+	case d.ok && d.size < len(pr.html):
+		ev.Patches = d.patches
+	default:
+		ev.HTML = pr.html
+	}
+	return false, true
+}
+
+// render is the section as the reader sees it now, shared with the
+// streams that read alike.
+func (s *liveStream) render(ctx context.Context, first bool) (*pageRender, error) {
+	// A stream's first section is read after it joined the feed, as
+	// before it shared: a render started earlier (at the same epoch)
+	// may predate what the page shows.
+	var notBefore time.Time
+	if first {
+		notBefore = time.Now()
+	}
+	// Access is read again at each change, per stream: a person who
+	// left the room, or a view token rotated since, hears no more of
+	// it, and the keys below are those of the reader's authority now.
+	var p *substrate.Principal
+	var err error
+	who, access := "view link (read-only)", ""
+	if s.viewToken != "" {
+		p, err = s.wb.opt.Substrate.AuthenticateIn(ctx, s.roomID, s.viewToken)
+	} else {
+		p, access, err = s.wb.opt.Lobby.PersonPrincipal(ctx, s.userID, s.username, s.roomID)
+		who = s.username + " (" + access + ")"
+	}
+	if err != nil {
+		return nil, err
+	}
+	pageUser := ""
+	if s.viewToken == "" {
+		pageUser = s.userID
+	}
+	rk := readKey(p, access, s.viewToken)
+	if rk == "" {
+		rk = s.own
+	}
+	pk := pageKey(rk, who, pageUser, access, s.viewToken, tableQuery(s.r.URL.Query()).Encode())
+	f := s.f
+	f.retain(s.readAs, rk)
+	f.readsAs(s.changes, rk)
+	s.readAs = rk
+	f.retain(s.pageAs, pk)
+	s.pageAs = pk
+	pr, _, err := get(ctx, f, f.pages, pk, notBefore, func(ctx context.Context) (*pageRender, time.Time, error) {
+		rr, read, err := get(ctx, f, f.reads, rk, notBefore, func(ctx context.Context) (*roomRead, time.Time, error) {
+			return s.read(ctx, p, rk)
+		})
+		if err != nil {
+			return nil, read, err
+		}
+		data := rr.page(p.AgentID, pageUser, who, access, s.viewToken, s.r.URL.Query())
+		var buf bytes.Buffer
+		if err := s.wb.tmpl.ExecuteTemplate(&buf, "roommain.html", data); err != nil {
+			return nil, read, fmt.Errorf("rendering the section: %w", err) // internal: logged, the browser reconnects
+		}
+		s.wb.liveRenders.Add(1)
+		seq, _ := data["Seq"].(int64)
+		return &pageRender{html: buf.String(), seq: seq, until: rr.until, data: data, diffs: map[string]*diffResult{}}, read, nil
+	})
+	return pr, err
+}
+
+// read reads the room as reader for the feed's renders under rk. The
+// read says when the room as it read it changes next with no commit (a
+// timer, a moment of now): the feed wakes its streams then.
+func (s *liveStream) read(ctx context.Context, reader *substrate.Principal, rk string) (*roomRead, time.Time, error) {
+	s.wb.liveReads.Add(1)
+	epoch := s.f.current()
+	ctx, fs := s.wb.opt.Substrate.Foresee(ctx)
+	rr, err := s.wb.readRoom(ctx, reader, s.roomID, s.viewToken == "", msgPage{})
+	if err == nil {
+		rr.until = fs.Next()
+		s.f.foresee(rk, epoch, rr.until)
+	}
+	return rr, time.Time{}, err
 }
 
 func patchBytes(ps []patch) int {

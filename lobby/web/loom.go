@@ -197,28 +197,8 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 		}
 		return u + sep + "doc=" + url.QueryEscape(name)
 	}
-	// What the person may do: the loom's own decision for their agent.
-	writer := []string{}
 	owner := in.access == "owner"
-	if canAct {
-		if owner {
-			writer = loom.Permissions
-		} else {
-			writer = wb.personLoomPerms(ctx, in)
-		}
-	}
-	reason := func(perm string) can {
-		switch {
-		case in.viewToken != "":
-			return can{Why: "a view link reads only"}
-		case !canAct:
-			return can{Why: "your role in this room (" + in.access + ") reads but does not act"}
-		case !slices.Contains(writer, perm):
-			return can{Why: perm + " is not enabled for you; ask the room's owner to allow it"}
-		}
-		return can{OK: true}
-	}
-	d["CanWrite"], d["CanGenerate"], d["CanDocRead"], d["CanDocWrite"] = reason(loom.PermWrite), reason(loom.PermGenerate), reason(loom.PermDocRead), reason(loom.PermDocWrite)
+	wb.loomAbilities(ctx, d, in, canAct, owner)
 	aware := slices.Contains(v.Perms, loom.PermAware)
 	d["Aware"] = aware
 	d["Owner"] = owner && canAct
@@ -230,20 +210,7 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 		d["RanCode"] = string(in.ranErr.Code)
 	}
 	if aware {
-		d["Collabs"] = wb.loomCollabs(ctx, in)
-		// → stop: room authority or a person with loom_write (the loom
-		// decides; the page offers it to those it would allow).
-		d["CanStop"] = (owner && canAct) || d["CanWrite"].(can).OK
-		gens := map[int64]loom.Generation{}
-		for _, g := range v.Generating {
-			gens[g.Node] = g
-		}
-		d["Generating"] = v.Generating
-		if v.Node != nil {
-			if g, ok := gens[v.Node.ID]; ok {
-				d["GeneratingHere"] = g
-			}
-		}
+		wb.loomAware(ctx, d, in, v, owner && canAct)
 	}
 	if owner && canAct {
 		d["Agents"] = wb.loomAgents(ctx, in)
@@ -264,6 +231,58 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 		d["URL"] = loomURL(in.room, in.viewToken, 0, 0, "")
 		return d
 	}
+	loomNodeData(d, in, v, canAct)
+	return d
+}
+
+// loomAbilities puts into d what the person may do (CanWrite and the
+// like, each with why not): the loom's own decision for their agent.
+func (wb *Web) loomAbilities(ctx context.Context, d map[string]any, in loomPageIn, canAct, owner bool) {
+	writer := []string{}
+	if canAct {
+		if owner {
+			writer = loom.Permissions
+		} else {
+			writer = wb.personLoomPerms(ctx, in)
+		}
+	}
+	reason := func(perm string) can {
+		switch {
+		case in.viewToken != "":
+			return can{Why: "a view link reads only"}
+		case !canAct:
+			return can{Why: "your role in this room (" + in.access + ") reads but does not act"}
+		case !slices.Contains(writer, perm):
+			return can{Why: perm + " is not enabled for you; ask the room's owner to allow it"}
+		}
+		return can{OK: true}
+	}
+	d["CanWrite"], d["CanGenerate"], d["CanDocRead"], d["CanDocWrite"] = reason(loom.PermWrite), reason(loom.PermGenerate), reason(loom.PermDocRead), reason(loom.PermDocWrite)
+}
+
+// loomAware puts into d what a person aware of the loom sees of others:
+// its collaborators and the generations running. authority is room
+// authority acting on the page.
+func (wb *Web) loomAware(ctx context.Context, d map[string]any, in loomPageIn, v *loom.View, authority bool) {
+	d["Collabs"] = wb.loomCollabs(ctx, in)
+	// → stop: room authority or a person with loom_write (the loom
+	// decides; the page offers it to those it would allow).
+	d["CanStop"] = authority || d["CanWrite"].(can).OK
+	gens := map[int64]loom.Generation{}
+	for _, g := range v.Generating {
+		gens[g.Node] = g
+	}
+	d["Generating"] = v.Generating
+	if v.Node != nil {
+		if g, ok := gens[v.Node.ID]; ok {
+			d["GeneratingHere"] = g
+		}
+	}
+}
+
+// loomNodeData puts into d the node in view: its links, the tree drawn
+// around it, its neighbours, and who holds the turn where it would grow.
+func loomNodeData(d map[string]any, in loomPageIn, v *loom.View, canAct bool) {
 	t, n := v.Tree.ID, v.Node.ID
 	d["URL"] = loomURL(in.room, in.viewToken, t, n, in.q.As)
 	d["ProseURL"] = loomURL(in.room, in.viewToken, t, n, "prose")
@@ -313,7 +332,6 @@ func (wb *Web) loomData(ctx context.Context, in loomPageIn, v *loom.View) map[st
 		}
 		d["Words"] = words
 	}
-	return d
 }
 
 // personLoomPerms is what the loom lets the person's agent do, read
@@ -442,6 +460,45 @@ func loomURL(room, view string, tree, node int64, as string) string {
 // past loomFoldAbove, the path to the node in view open and, breadth
 // first, as much else as fits, the rest closed with a count.
 func loomTree(in loomPageIn, v *loom.View) []*treeItem {
+	sh := shapeOf(v)
+	dr := newTreeDrawer(in, v)
+	root, ok := sh.byID[1]
+	if !ok {
+		return nil
+	}
+	drawn := 1
+	top := dr.item(root, 1, 1, 1)
+	queue := []*treeItem{top}
+	for len(queue) > 0 {
+		it := queue[0]
+		queue = queue[1:]
+		ks := sh.kids[it.N.ID]
+		if len(ks) == 0 {
+			continue
+		}
+		if !it.OnPath && drawn+len(ks) > loomFoldAbove {
+			it.Folded = sh.size(it.N.ID)
+			continue
+		}
+		drawn += len(ks)
+		for i, k := range ks {
+			c := dr.item(sh.byID[k], it.Level+1, i+1, len(ks))
+			it.Kids = append(it.Kids, c)
+			queue = append(queue, c)
+		}
+	}
+	return []*treeItem{top}
+}
+
+// treeShape is the tree as the view read it: its nodes by id and each
+// node's children in order.
+type treeShape struct {
+	byID map[int64]*loom.Node
+	kids map[int64][]int64
+	memo map[int64]int // size's
+}
+
+func shapeOf(v *loom.View) *treeShape {
 	byID := make(map[int64]*loom.Node, len(v.Nodes))
 	kids := map[int64][]int64{}
 	for i := range v.Nodes {
@@ -467,73 +524,63 @@ func loomTree(in loomPageIn, v *loom.View) []*treeItem {
 			}
 		}
 	}
-	onPath := map[int64]bool{}
-	for _, x := range v.Path {
-		onPath[x.ID] = true
-	}
-	var size func(id int64) int
-	memo := map[int64]int{}
-	size = func(id int64) int {
-		if s, ok := memo[id]; ok {
-			return s
-		}
-		s := 0
-		for _, k := range kids[id] {
-			s += 1 + size(k)
-		}
-		memo[id] = s
+	return &treeShape{byID: byID, kids: kids, memo: map[int64]int{}}
+}
+
+// size counts the descendants of id that were read.
+func (sh *treeShape) size(id int64) int {
+	if s, ok := sh.memo[id]; ok {
 		return s
 	}
-	here := map[int64][]loom.Presence{}
+	s := 0
+	for _, k := range sh.kids[id] {
+		s += 1 + sh.size(k)
+	}
+	sh.memo[id] = s
+	return s
+}
+
+// treeDrawer draws a tree's items: what marks each node (on the path,
+// who is there, bookmarks, a held turn).
+type treeDrawer struct {
+	in     loomPageIn
+	v      *loom.View
+	onPath map[int64]bool
+	here   map[int64][]loom.Presence
+	bms    map[int64][]string
+	held   map[string]*loom.Lease
+}
+
+func newTreeDrawer(in loomPageIn, v *loom.View) *treeDrawer {
+	dr := &treeDrawer{in: in, v: v, onPath: map[int64]bool{}, here: map[int64][]loom.Presence{},
+		bms: map[int64][]string{}, held: map[string]*loom.Lease{}}
+	for _, x := range v.Path {
+		dr.onPath[x.ID] = true
+	}
 	for _, pr := range v.Presence {
-		here[pr.Node] = append(here[pr.Node], pr)
+		dr.here[pr.Node] = append(dr.here[pr.Node], pr)
 	}
-	bms := map[int64][]string{}
 	for _, b := range v.Bookmarks {
-		bms[b.Node] = append(bms[b.Node], b.Label)
+		dr.bms[b.Node] = append(dr.bms[b.Node], b.Label)
 	}
-	held := map[string]*loom.Lease{}
 	for i, l := range v.Leases {
-		held[l.Branch] = &v.Leases[i]
+		dr.held[l.Branch] = &v.Leases[i]
 	}
-	root, ok := byID[1]
-	if !ok {
-		return nil
-	}
-	drawn := 1
-	mk := func(n *loom.Node, level, pos, setSize int) *treeItem {
-		it := &treeItem{N: *n, Label: clipRunes(strings.Join(strings.Fields(n.Content), " "), loomLabel), Marks: v.Marks[n.ID],
-			Selected: n.ID == v.Node.ID, OnPath: onPath[n.ID], Level: level, Pos: pos, SetSize: setSize,
-			Starts: n.Parent == 0 || n.K > 1, Here: here[n.ID], BM: bms[n.ID]}
-		it.Href = loomURL(in.room, in.viewToken, v.Tree.ID, n.ID, in.q.As)
-		if it.Starts {
-			if l, ok := held[n.Branch]; ok {
-				it.Held = l
-			}
-		}
-		return it
-	}
-	top := mk(root, 1, 1, 1)
-	queue := []*treeItem{top}
-	for len(queue) > 0 {
-		it := queue[0]
-		queue = queue[1:]
-		ks := kids[it.N.ID]
-		if len(ks) == 0 {
-			continue
-		}
-		if !it.OnPath && drawn+len(ks) > loomFoldAbove {
-			it.Folded = size(it.N.ID)
-			continue
-		}
-		drawn += len(ks)
-		for i, k := range ks {
-			c := mk(byID[k], it.Level+1, i+1, len(ks))
-			it.Kids = append(it.Kids, c)
-			queue = append(queue, c)
+	return dr
+}
+
+func (dr *treeDrawer) item(n *loom.Node, level, pos, setSize int) *treeItem {
+	in, v := dr.in, dr.v
+	it := &treeItem{N: *n, Label: clipRunes(strings.Join(strings.Fields(n.Content), " "), loomLabel), Marks: v.Marks[n.ID],
+		Selected: n.ID == v.Node.ID, OnPath: dr.onPath[n.ID], Level: level, Pos: pos, SetSize: setSize,
+		Starts: n.Parent == 0 || n.K > 1, Here: dr.here[n.ID], BM: dr.bms[n.ID]}
+	it.Href = loomURL(in.room, in.viewToken, v.Tree.ID, n.ID, in.q.As)
+	if it.Starts {
+		if l, ok := dr.held[n.Branch]; ok {
+			it.Held = l
 		}
 	}
-	return []*treeItem{top}
+	return it
 }
 
 func clipRunes(s string, n int) string {
@@ -541,289 +588,4 @@ func clipRunes(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n]) + "…"
-}
-
-// loomRun acts as the person's own agent: a form's operation, composed
-// into the → command it stands for, or the command box's commands.
-func (wb *Web) loomRun(w http.ResponseWriter, r *http.Request) {
-	roomID := r.PathValue("room")
-	p, ok := wb.actor(w, r, roomID)
-	if !ok {
-		return
-	}
-	q, err := parseLoomQuery(r.PostFormValue)
-	if err != nil {
-		wb.fail(w, r, err)
-		return
-	}
-	commands := strings.TrimSpace(r.PostFormValue("commands"))
-	op := r.PostFormValue("op")
-	moves := op == "" || slices.Contains([]string{"continue", "branch", "edit", "switch", "new"}, op)
-	if op != "" {
-		if commands, err = loomCommand(op, q, r.PostFormValue); err != nil {
-			wb.fail(w, r, err)
-			return
-		}
-	}
-	if commands == "" {
-		wb.fail(w, r, errs.New(errs.InvalidField, "no command").WithHint("type a command such as → tree, or → help for the list"))
-		return
-	}
-	var res *loom.Result
-	if op == "" {
-		// The command box acts on the node on screen (its form names it),
-		// not wherever the person's agent last stood: a plain → add typed
-		// under node 4 of tree 1 lands there.
-		res, err = loom.Of(wb.opt.Substrate).RunAt(r.Context(), p, roomID, commands, loom.Place{Tree: q.Tree, Node: q.Node})
-	} else {
-		// A form's command: parsed as the line it composed, then given
-		// back the line breaks its texts had.
-		cmds, perr := loom.Parse(commands)
-		if perr != nil {
-			wb.fail(w, r, perr)
-			return
-		}
-		for _, c := range cmds {
-			for i := range c.Texts {
-				c.Texts[i] = restoreText.Replace(c.Texts[i])
-			}
-			for k, v := range c.Opts {
-				c.Opts[k] = restoreText.Replace(v)
-			}
-			c.Line = restoreText.Replace(c.Line)
-		}
-		commands = restoreText.Replace(commands)
-		res, err = loom.Of(wb.opt.Substrate).RunParsed(r.Context(), p, roomID, cmds)
-	}
-	status := http.StatusOK
-	var ranErr *errs.Error
-	if err != nil {
-		e := errs.From(err)
-		if e.Code == errs.Internal {
-			wb.fail(w, r, err)
-			return
-		}
-		status = e.Code.Status()
-		ranErr = e
-		res = nil
-	}
-	// Land where the command put the person (a new node, a move): where
-	// the call left them, which is the node on screen unless a command
-	// moved them. Anything else stays on the node the form was on.
-	if res != nil && moves {
-		if res.Position != nil {
-			q.Tree, q.Node = res.Position.Tree, res.Position.Node
-		} else {
-			q.Tree, q.Node = 0, 0
-		}
-	}
-	userID, username, _ := wb.opt.SignedIn(r)
-	rp, access, err := wb.opt.Lobby.PersonPrincipal(r.Context(), userID, username, roomID)
-	if err != nil {
-		wb.fail(w, r, err)
-		return
-	}
-	if op != "" {
-		commands = ""
-	}
-	wb.renderLoom(w, r, status, loomPageIn{room: roomID, reader: rp, who: username + " (" + access + ")", access: access, me: username + ":web",
-		q: q, commands: commands, ran: res, ranErr: ranErr})
-}
-
-func hintOf(e *errs.Error) string {
-	if e.Hint == "" {
-		return ""
-	}
-	return " (" + e.Hint + ")"
-}
-
-// A form's text may hold what a command line cannot carry (line breaks,
-// a closing curly quote): quote writes those as private-use stand-ins,
-// and loomRun puts them back into the parsed command's texts.
-const (
-	standInBreak = "\ue000"
-	standInQuote = "\ue001"
-)
-
-var restoreText = strings.NewReplacer(standInBreak, "\n", standInQuote, "”")
-
-// quote writes text as a loom command's quoted text.
-func quote(what, text string) (string, error) {
-	text = strings.TrimSpace(strings.ReplaceAll(text, "\r\n", "\n"))
-	if text == "" {
-		return "", errs.New(errs.InvalidField, "%s is empty", what).WithHint("write the %s, then press the button again", what).With("field", "text")
-	}
-	if strings.ContainsAny(text, "\r"+standInBreak+standInQuote) {
-		return "", errs.New(errs.InvalidField, "the %s holds a character a loom command cannot carry (a lone carriage return or a private-use character)", what).
-			WithHint("remove it and send again").With("field", "text")
-	}
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", standInBreak, "”", standInQuote).Replace(text) + `"`, nil
-}
-
-// loomCommand composes the → command a form stands for. Every command
-// that addresses a node names the tree too: a form acts on the node on
-// screen, never on wherever the person's agent stands.
-func loomCommand(op string, q loomQuery, get func(string) string) (string, error) {
-	if op == "new" {
-		name, err := quote("tree's name", get("name"))
-		if err != nil {
-			return "", err
-		}
-		cmd := "→ new tree " + name
-		if strings.TrimSpace(get("text")) != "" {
-			root, err := quote("first words", get("text"))
-			if err != nil {
-				return "", err
-			}
-			cmd += " " + root
-		}
-		return cmd, nil
-	}
-	if op == "write" {
-		doc := strings.TrimSpace(get("doc"))
-		if doc == "" {
-			return "", errs.New(errs.InvalidField, "write needs a document name").WithHint("name the document").With("field", "doc")
-		}
-		text, err := quote("text", get("text"))
-		if err != nil {
-			return "", err
-		}
-		at := "append"
-		if get("at") == "start" {
-			at = "at:start"
-		}
-		return `→ write doc:"` + doc + `" ` + at + " " + text, nil
-	}
-	if op == "fulfil" {
-		req := strings.TrimPrefix(strings.TrimSpace(get("req")), "g")
-		if _, err := strconv.ParseUint(req, 10, 63); err != nil {
-			return "", errs.New(errs.InvalidField, "request %q is not a generation request", get("req")).WithHint("pick one of the pending continuations").With("field", "req")
-		}
-		text, err := quote("continuation", get("text"))
-		if err != nil {
-			return "", err
-		}
-		// The request knows its tree; naming the tree on screen too
-		// refuses a request of another tree rather than writing there.
-		cmd := "→ fulfil g" + req + " " + text
-		if q.Tree > 0 {
-			cmd = fmt.Sprintf("→ fulfil g%s tree:%d %s", req, q.Tree, text)
-		}
-		return cmd, nil
-	}
-	if op == "stop" {
-		agent := strings.TrimSpace(get("agent"))
-		if agent == "" || strings.ContainsAny(agent, " \t\n\r\"") {
-			return "", errs.New(errs.InvalidField, "agent %q is not an agent id", agent).WithHint("pick a collaborator from the list").With("field", "agent")
-		}
-		return "→ stop " + agent, nil
-	}
-	if op == "permit" {
-		agent := strings.TrimSpace(get("agent"))
-		if agent == "" || strings.ContainsAny(agent, " \t\n\r\"") {
-			return "", errs.New(errs.InvalidField, "agent %q is not an agent id", agent).WithHint("pick an agent from the list").With("field", "agent")
-		}
-		var on, off []string
-		for _, perm := range loom.Permissions {
-			if get("perm-"+perm) != "" {
-				on = append(on, perm)
-			} else {
-				off = append(off, perm)
-			}
-		}
-		lines := []string{}
-		if len(on) > 0 {
-			lines = append(lines, "→ permit "+agent+" "+strings.Join(on, " "))
-		}
-		if len(off) > 0 {
-			lines = append(lines, "→ deny "+agent+" "+strings.Join(off, " "))
-		}
-		return strings.Join(lines, "\n"), nil
-	}
-	if q.Tree == 0 || q.Node == 0 {
-		return "", errs.New(errs.InvalidField, "%s needs a tree and a node", op).WithHint("open a node first; its forms name it").With("field", "node")
-	}
-	at := fmt.Sprintf("%d tree:%d", q.Node, q.Tree)
-	switch op {
-	case "continue":
-		n, err := small(get("n"), "n", 1)
-		if err != nil {
-			return "", err
-		}
-		tokens, err := small(get("tokens"), "tokens", 0)
-		if err != nil {
-			return "", err
-		}
-		cmd := fmt.Sprintf("→ continue from %s n:%d", at, n)
-		if tokens > 0 {
-			cmd += fmt.Sprintf(" tokens:%d", tokens)
-		}
-		return cmd, nil
-	case "branch":
-		text, err := quote("text", get("text"))
-		if err != nil {
-			return "", err
-		}
-		edge := ""
-		switch e := get("edge"); e {
-		case "", "primary":
-		case "context", "instruction":
-			edge = " as " + e
-		default:
-			return "", errs.New(errs.InvalidField, "%q is not a kind of branch", e).WithHint("use primary, context or instruction").With("field", "edge")
-		}
-		return "→ branch from " + at + edge + " " + text, nil
-	case "edit":
-		text, err := quote("revised text", get("text"))
-		return "→ edit " + at + " " + text, err
-	case "annotate":
-		text, err := quote("annotation", get("text"))
-		return "→ annotate " + at + " " + text, err
-	case "bookmark":
-		label := strings.TrimSpace(get("label"))
-		if label == "" {
-			return "→ bookmark " + at, nil
-		}
-		text, err := quote("label", label)
-		return "→ bookmark " + at + " " + text, err
-	case "switch":
-		return "→ switch to " + at, nil
-	case "yield":
-		return fmt.Sprintf("→ yield tree:%d", q.Tree), nil
-	case "link":
-		target := strings.TrimSpace(get("target"))
-		note := ""
-		if t := strings.TrimSpace(get("note")); t != "" {
-			qn, err := quote("note", t)
-			if err != nil {
-				return "", err
-			}
-			note = " " + qn
-		}
-		if doc, ok := strings.CutPrefix(target, "doc:"); ok {
-			doc = strings.Trim(doc, `"`)
-			if err := validDoc(doc); err != nil || doc == "" {
-				return "", errs.New(errs.InvalidField, "document name %q cannot be linked from here", doc).WithHint("a name without quotes or backslashes").With("field", "target")
-			}
-			return fmt.Sprintf(`→ link %s doc:"%s"%s`, at, doc, note), nil
-		}
-		if _, err := strconv.ParseUint(target, 10, 63); err != nil {
-			return "", errs.New(errs.InvalidField, "link target %q is neither a node number nor doc:name", target).WithHint("give a node number of this tree, or doc:name").With("field", "target")
-		}
-		return fmt.Sprintf("→ link %d %s tree:%d%s", q.Node, target, q.Tree, note), nil
-	}
-	return "", errs.New(errs.InvalidField, "%q is not a loom form", op).WithHint("use the node's forms, or the command box").With("field", "op")
-}
-
-// small reads a small positive count (def when empty).
-func small(v, name string, def int) (int, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 || n > 100_000 {
-		return 0, errs.New(errs.InvalidField, "%s %q is not a positive number", name, v).WithHint("give a whole number such as 1, 2 or 4").With("field", name)
-	}
-	return n, nil
 }
