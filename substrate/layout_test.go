@@ -64,7 +64,7 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 // feature nor a surface.
 var machinery = map[string][]string{
 	// The snapshot an unchanged room is read from; the read path decides
-	// whether it serves a read (context.go's readRoomCached).
+	// whether it serves a read (readpath.go's readRoomCached).
 	"substrate/internal/readcache": {"snapshot.go"},
 }
 

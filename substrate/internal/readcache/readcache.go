@@ -2,7 +2,7 @@
 // values, each named by a key and a sequence number. It makes the read
 // path fast: an unchanged room is read from the snapshot this process
 // already holds instead of from its rows (substrate/snapshot.go owns it;
-// substrate/context.go's readRoomCached is the read it serves).
+// substrate/readpath.go's readRoomCached is the read it serves).
 //
 // It decides nothing of what a reader sees. The core computes the key
 // (which incarnation of which room), the sequence number a read must
