@@ -77,6 +77,20 @@ func (r ContextRequest) adviseMax() int {
 	return maxContextBytes
 }
 
+// wants reports whether the read shows a section: every one, unless it
+// names some (a section, or a part of one: state.<scope>, views.<id>).
+func (r ContextRequest) wants(sec string) bool {
+	if len(r.Only) == 0 {
+		return true
+	}
+	for _, o := range r.Only {
+		if o == sec || strings.HasPrefix(o, sec+".") {
+			return true
+		}
+	}
+	return false
+}
+
 // paged reports a read that walks state in key order.
 func (r ContextRequest) paged() bool {
 	if r.KeysAfter != "" || r.Prefix != "" {

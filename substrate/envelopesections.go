@@ -32,43 +32,8 @@ func sayInvocationOnce(m map[string]any) {
 // messagesSection returns the message counters and recent messages, and
 // marks what it returned as read for an agent caller.
 func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (*Messages, bool, error) {
-	var rows pgx.Rows
-	var err error
-	if req.Thread != 0 {
-		after := int64(0)
-		if req.MessagesAfter != nil {
-			after = *req.MessagesAfter
-		}
-		rows, err = q.Query(ctx, sqlThreadMessages, roomID, req.Thread, after, req.MessagesLimit, rc.snap.seq)
-	} else if req.MessagesAfter != nil && req.Since != nil {
-		// A delta shows the newest since (deltaOf); the older ones are
-		// counted as read, with the read that returns them.
-		rows, err = q.Query(ctx, sqlMessagesNewestAfter, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
-	} else if req.MessagesAfter != nil {
-		rows, err = q.Query(ctx, sqlMessagesAfter, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
-	} else {
-		rows, err = q.Query(ctx, sqlMessagesRecent, roomID, req.MessagesLimit, rc.snap.seq)
-	}
+	read, err := scanMsgRows(queryMessages(ctx, q, rc, roomID, req))
 	if err != nil {
-		return nil, false, err
-	}
-	type msgRow struct {
-		seq          int64
-		raw          json.RawMessage
-		writer       string
-		via, enabled *string
-	}
-	var read []msgRow
-	for rows.Next() {
-		var r msgRow
-		if err := rows.Scan(&r.seq, &r.raw, &r.writer, &r.via, &r.enabled); err != nil {
-			rows.Close()
-			return nil, false, err
-		}
-		read = append(read, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, false, err
 	}
 	// The rows read (gated ones included) decide paging: a page is full
@@ -81,76 +46,18 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 			minSeq = r.seq
 		}
 	}
-	// Messages to the reader come first, whatever the backlog: a read of
-	// the newest (or a delta) that marks older messages read must not
-	// pass over one addressed to it unshown. Those it has not read are
-	// added ahead of the page (they are older than it), oldest first; if
-	// there are more than a page holds, the read stops short of the first
-	// left out, which the next read shows. A page read in order
-	// (messages_after) reaches them in turn.
 	upTo := int64(-1) // no cap
 	if rc.self != "" && req.Thread == 0 && rc.counted && rc.msgs.Directed > 0 && (req.MessagesAfter == nil || req.Since != nil) {
-		in := make(map[int64]bool, len(read))
-		for _, r := range read {
-			in[r.seq] = true
-		}
-		drows, err := q.Query(ctx, sqlDirectedUnread, roomID, rc.self, rc.msgs.seen, rc.snap.seq, req.MessagesLimit+1)
-		if err != nil {
+		if read, upTo, err = directedAhead(ctx, q, rc, roomID, req, read); err != nil {
 			return nil, false, err
 		}
-		var directed []msgRow
-		for drows.Next() {
-			var r msgRow
-			if err := drows.Scan(&r.seq, &r.raw, &r.writer, &r.via, &r.enabled); err != nil {
-				drows.Close()
-				return nil, false, err
-			}
-			directed = append(directed, r)
-		}
-		drows.Close()
-		if err := drows.Err(); err != nil {
-			return nil, false, err
-		}
-		if len(directed) > req.MessagesLimit {
-			if next := directed[req.MessagesLimit].seq; !in[next] {
-				upTo = next - 1
-			}
-			directed = directed[:req.MessagesLimit]
-		}
-		var ahead []msgRow
-		for _, r := range directed {
-			if !in[r.seq] {
-				ahead = append(ahead, r)
-			}
-		}
-		read = append(ahead, read...)
 	}
 	shown := s.logGate(ctx, rc)
 	recent := []map[string]any{}
 	for _, r := range read {
-		if !shown(r.enabled) {
-			continue
+		if shown(r.enabled) {
+			recent = append(recent, rc.shownMessage(r))
 		}
-		m := map[string]any{}
-		if json.Unmarshal(r.raw, &m) != nil {
-			m = map[string]any{"body": r.raw}
-		}
-		// The sender is who the system recorded as the writer, never a
-		// "from" inside the value (an action can put anything there);
-		// a message an action wrote says which action in via.
-		m["from"] = r.writer
-		delete(m, "via")
-		if r.via != nil && strings.HasPrefix(*r.via, "action:") {
-			m["via"] = *r.via
-		}
-		sayInvocationOnce(m)
-		m["seq"] = r.seq
-		if m["ack"] == true {
-			if rcpt := rc.receiptsOf(r.seq); rcpt != nil {
-				m["receipts"] = rcpt
-			}
-		}
-		recent = append(recent, m)
 	}
 	out := &Messages{Count: rc.msgs.Count, Unread: rc.msgs.Unread, DirectedUnread: rc.msgs.Directed, Recent: recent}
 	if req.Thread != 0 {
@@ -166,7 +73,22 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 		return out, false, nil
 	}
 	out.Threads = rc.threadsSection(roomID, recent, rc.seenBefore())
-	truncated := req.MessagesAfter == nil && int64(len(read)) < rc.msgs.Count
+	var truncated bool
+	out.Elided, truncated = rc.messagesElided(roomID, req, len(read), len(recent), minSeq, maxSeq)
+	if rc.self != "" {
+		rc.readUpTo = max(rc.readUpTo, maxSeq)
+		if upTo >= 0 {
+			rc.readUpTo = min(rc.readUpTo, upTo)
+		}
+	}
+	return out, truncated, nil
+}
+
+// messagesElided says what a read of the newest messages (or a page of
+// them) left out, and how to read on; truncated is set when the newest
+// did not hold them all.
+func (rc *roomCtx) messagesElided(roomID string, req ContextRequest, read, returned int, minSeq, maxSeq int64) (elided *MessagesElided, truncated bool) {
+	truncated = req.MessagesAfter == nil && int64(read) < rc.msgs.Count
 	if truncated {
 		// The rest, read on: after a glimpse of the newest few (an
 		// arrival's three), the newest hundred; after those, the whole
@@ -175,22 +97,123 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 		if req.MessagesLimit < 100 {
 			args = map[string]any{"only": "messages"}
 		}
-		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
+		elided = &MessagesElided{Total: rc.msgs.Count, Returned: returned, OldestSeq: minSeq,
 			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})}
 	}
-	if req.MessagesAfter != nil && len(read) == req.MessagesLimit && req.Since == nil {
+	if req.MessagesAfter != nil && read == req.MessagesLimit && req.Since == nil {
 		// A full page: the next one starts right after its last message.
-		out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
+		elided = &MessagesElided{Total: rc.msgs.Count, Returned: returned, OldestSeq: minSeq,
 			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
 				Args: map[string]any{"only": "messages", "messages_after": maxSeq}})}
 	}
-	if rc.self != "" {
-		rc.readUpTo = max(rc.readUpTo, maxSeq)
-		if upTo >= 0 {
-			rc.readUpTo = min(rc.readUpTo, upTo)
+	return elided, truncated
+}
+
+// msgRow is a message as a messages statement reads it.
+type msgRow struct {
+	seq          int64
+	raw          json.RawMessage
+	writer       string
+	via, enabled *string
+}
+
+// queryMessages runs the statement that reads the request's messages: a
+// thread's page, the newest after a seq (a delta), a page after a seq,
+// or the newest.
+func queryMessages(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (pgx.Rows, error) {
+	switch {
+	case req.Thread != 0:
+		after := int64(0)
+		if req.MessagesAfter != nil {
+			after = *req.MessagesAfter
+		}
+		return q.Query(ctx, sqlThreadMessages, roomID, req.Thread, after, req.MessagesLimit, rc.snap.seq)
+	case req.MessagesAfter != nil && req.Since != nil:
+		// A delta shows the newest since (deltaOf); the older ones are
+		// counted as read, with the read that returns them.
+		return q.Query(ctx, sqlMessagesNewestAfter, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
+	case req.MessagesAfter != nil:
+		return q.Query(ctx, sqlMessagesAfter, roomID, *req.MessagesAfter, req.MessagesLimit, rc.snap.seq)
+	}
+	return q.Query(ctx, sqlMessagesRecent, roomID, req.MessagesLimit, rc.snap.seq)
+}
+
+// scanMsgRows reads a messages statement's rows, and closes them before
+// it returns (the next statement may run on the same connection).
+func scanMsgRows(rows pgx.Rows, err error) ([]msgRow, error) {
+	if err != nil {
+		return nil, err
+	}
+	var read []msgRow
+	for rows.Next() {
+		var r msgRow
+		if err := rows.Scan(&r.seq, &r.raw, &r.writer, &r.via, &r.enabled); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		read = append(read, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return read, nil
+}
+
+// directedAhead puts the messages to the reader first, whatever the
+// backlog: a read of the newest (or a delta) that marks older messages
+// read must not pass over one addressed to it unshown. Those it has not
+// read are added ahead of the page (they are older than it), oldest
+// first; if there are more than a page holds, the read stops short of the
+// first left out (upTo, -1 for no cap), which the next read shows. A page
+// read in order (messages_after) reaches them in turn.
+func directedAhead(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest, read []msgRow) (_ []msgRow, upTo int64, _ error) {
+	upTo = -1
+	in := make(map[int64]bool, len(read))
+	for _, r := range read {
+		in[r.seq] = true
+	}
+	directed, err := scanMsgRows(q.Query(ctx, sqlDirectedUnread, roomID, rc.self, rc.msgs.seen, rc.snap.seq, req.MessagesLimit+1))
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(directed) > req.MessagesLimit {
+		if next := directed[req.MessagesLimit].seq; !in[next] {
+			upTo = next - 1
+		}
+		directed = directed[:req.MessagesLimit]
+	}
+	var ahead []msgRow
+	for _, r := range directed {
+		if !in[r.seq] {
+			ahead = append(ahead, r)
 		}
 	}
-	return out, truncated, nil
+	return append(ahead, read...), upTo, nil
+}
+
+// shownMessage is a message as the reader is shown it.
+func (rc *roomCtx) shownMessage(r msgRow) map[string]any {
+	m := map[string]any{}
+	if json.Unmarshal(r.raw, &m) != nil {
+		m = map[string]any{"body": r.raw}
+	}
+	// The sender is who the system recorded as the writer, never a "from"
+	// inside the value (an action can put anything there); a message an
+	// action wrote says which action in via.
+	m["from"] = r.writer
+	delete(m, "via")
+	if r.via != nil && strings.HasPrefix(*r.via, "action:") {
+		m["via"] = *r.via
+	}
+	sayInvocationOnce(m)
+	m["seq"] = r.seq
+	if m["ack"] == true {
+		if rcpt := rc.receiptsOf(r.seq); rcpt != nil {
+			m["receipts"] = rcpt
+		}
+	}
+	return m
 }
 
 // actionsSection lists enabled actions with availability, plus builtins.
