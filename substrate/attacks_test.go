@@ -733,7 +733,7 @@ func TestAttackViewGatePerReaderConcurrently(t *testing.T) {
 }
 
 // Issue 32 item 4: woken waits check their tokens together, one query for
-// the room's waits (waitBatches). A batch must answer each waiter for its
+// the room's waits (package waitbatch). A batch must answer each waiter for its
 // own token: with half the waiters' tokens rotated while they wait (a
 // re-join), over a pool of two connections, the rotated ones are refused
 // and never see what was written after the rotation, and the others are
@@ -1039,7 +1039,7 @@ func TestAttackSharedViewCountsNoGatedMessage(t *testing.T) {
 }
 
 // A built context is shared between readers of one state with the same
-// authority (buildcache.go). The room token and the view token read the
+// authority (buildshare.go). The room token and the view token read the
 // same scopes and are both no agent, but the read rules tell them apart:
 // an agent's operational memory (the loom's loom:… keys: stashes, pins)
 // is read by the agent and room authority only, never by a view link.
@@ -1113,7 +1113,7 @@ func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
 }
 
 // The builds a room's readers share are kept per authority, at most
-// maxBuiltAuthorities per state, and a build holds its own copy of every
+// buildcache.MaxAuthorities per state, and a build holds its own copy of every
 // scope a gate added an entry to. Anyone with the room token mints
 // agents (each its own authority) for free, and a read's budget charges
 // the gates, not the copy: 150 agents reading a room of 4,000 keys with

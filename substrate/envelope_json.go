@@ -11,11 +11,10 @@ package substrate
 // chose to show.
 
 import (
-	"bytes"
 	"encoding/json"
-	"reflect"
-	"sort"
-	"sync"
+
+	"github.com/syncsubstrate/sync/substrate/internal/jsoncache"
+	"github.com/syncsubstrate/sync/substrate/internal/jsontext"
 )
 
 // sharedScope is a scope the envelope shows as the snapshot holds it: its
@@ -29,40 +28,14 @@ type sharedScope struct {
 
 // scopeJSON returns raw[name] encoded, encoding it on first use.
 func (l *liveState) scopeJSON(name string) ([]byte, error) {
-	l.encMu.Lock()
-	b, ok := l.enc[name]
-	l.encMu.Unlock()
-	if ok {
-		return b, nil
-	}
-	b, err := encodeJSON(l.raw[name])
-	if err != nil {
-		return nil, err
-	}
-	l.encMu.Lock()
-	if l.enc == nil {
-		l.enc = map[string][]byte{}
-	}
-	l.enc[name] = b
-	l.encMu.Unlock()
-	return b, nil
+	return l.enc.Get(name, func() any { return l.raw[name] })
 }
 
 // encodeJSON is json.Marshal without HTML escaping, as the API writes.
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
+var encodeJSON = jsontext.Encode
 
 // envelopeFields is Envelope without its methods, to encode the fields.
 type envelopeFields Envelope
-
-var envBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // EncodeJSON encodes the envelope as valid, compact JSON (what
 // MarshalJSON returns; httpmw.WriteJSON writes it without re-validating).
@@ -86,36 +59,15 @@ func (e *Envelope) EncodeJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	head = append(head[:len(head)-1], ',')
-	if !bytes.HasPrefix(tail, head) {
-		return encodeJSON((*envelopeFields)(e))
-	}
-	buf := envBufs.Get().(*bytes.Buffer)
-	defer envBufs.Put(buf)
-	buf.Reset()
-	buf.Write(head)
-	buf.WriteString(`"state":{`)
 	scopes := make([]string, 0, len(e.State))
 	for sc := range e.State {
 		scopes = append(scopes, sc)
 	}
-	sort.Strings(scopes)
-	for i, sc := range scopes {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		k, _ := encodeJSON(sc)
-		buf.Write(k)
-		buf.WriteByte(':')
-		v, err := e.scopeBytes(sc)
-		if err != nil {
-			return nil, err
-		}
-		buf.Write(v)
+	out, ok, err := jsoncache.Splice(head, tail, "state", scopes, e.scopeBytes)
+	if err != nil || ok {
+		return out, err
 	}
-	buf.WriteString("},")
-	buf.Write(tail[len(head):])
-	return bytes.Clone(buf.Bytes()), nil
+	return encodeJSON((*envelopeFields)(e))
 }
 
 // scopeBytes is the JSON of e.State[sc]: the shared encoding while the
@@ -124,17 +76,11 @@ func (e *Envelope) EncodeJSON() ([]byte, error) {
 func (e *Envelope) scopeBytes(sc string) ([]byte, error) {
 	v := e.State[sc]
 	if sh, ok := e.shared[sc]; ok {
-		if m, ok := v.(map[string]json.RawMessage); ok && sameMap(m, sh.m) {
+		if m, ok := v.(map[string]json.RawMessage); ok && jsoncache.Same(m, sh.m) {
 			return sh.live.scopeJSON(sh.name)
 		}
 	}
 	return encodeJSON(v)
-}
-
-// sameMap reports whether a and b are the same map (not equal contents:
-// the same one, which the snapshot never changes).
-func sameMap(a, b map[string]json.RawMessage) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // MarshalJSON encodes the envelope (see EncodeJSON).

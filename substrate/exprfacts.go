@@ -12,7 +12,8 @@ import (
 	"context"
 	"regexp"
 	"slices"
-	"sync"
+
+	"github.com/syncsubstrate/sync/substrate/internal/memo"
 )
 
 // srcFacts is what one expression's source names. Shared: read-only.
@@ -39,35 +40,19 @@ var actionRef = regexp.MustCompile(`(^|[^.\w])actions\b\s*(?:\.\s*\??\s*([A-Za-z
 // stateComputed finds state read by a computed scope name.
 var stateComputed = regexp.MustCompile(`(^|[^.\w])state\s*\[`)
 
-// maxSrcFacts bounds the table; past it the table starts over (sources
-// are few per room, rooms many).
-const maxSrcFacts = 8192
+// srcFactsTable is every source's facts, process-wide: they depend on
+// the source text alone. Past maxSrcFacts it starts over.
+var srcFactsTable = memo.NewTable[string, *srcFacts](maxSrcFacts)
 
-var srcFactsTable = struct {
-	mu sync.RWMutex
-	m  map[string]*srcFacts
-}{m: map[string]*srcFacts{}}
+// maxSrcFacts bounds the table (sources are few per room, rooms many).
+const maxSrcFacts = 8192
 
 // factsOf is what src names (an empty source names nothing).
 func factsOf(src string) *srcFacts {
 	if src == "" {
 		return &noFacts
 	}
-	t := &srcFactsTable
-	t.mu.RLock()
-	f := t.m[src]
-	t.mu.RUnlock()
-	if f != nil {
-		return f
-	}
-	f = scanFacts(src)
-	t.mu.Lock()
-	if len(t.m) >= maxSrcFacts {
-		t.m = map[string]*srcFacts{}
-	}
-	t.m[src] = f
-	t.mu.Unlock()
-	return f
+	return srcFactsTable.Get(src, scanFacts)
 }
 
 var noFacts srcFacts
@@ -116,24 +101,14 @@ const maxUnseenMemo = 64
 // room asks the same question, since its own last read (the snapshot's
 // seq). An error is not kept.
 func (s *Service) unseenAt(ctx context.Context, snap *snapshot, from int64) (*unseenChanges, error) {
-	snap.unseenMu.Lock()
-	u, ok := snap.unseen[from]
-	snap.unseenMu.Unlock()
-	if ok {
+	if u, ok := snap.unseen.Get(from); ok {
 		return u, nil
 	}
 	u, err := s.unseenSince(ctx, snap.room, from, snap.seq)
 	if err != nil {
 		return nil, err
 	}
-	snap.unseenMu.Lock()
-	if snap.unseen == nil {
-		snap.unseen = map[int64]*unseenChanges{}
-	}
-	if len(snap.unseen) < maxUnseenMemo {
-		snap.unseen[from] = u
-	}
-	snap.unseenMu.Unlock()
+	snap.unseen.Keep(from, u, maxUnseenMemo)
 	return u, nil
 }
 

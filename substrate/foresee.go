@@ -12,10 +12,10 @@ package substrate
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/earliest"
 )
 
 // Foresight collects, over the reads made with its context, when what
@@ -25,9 +25,7 @@ type Foresight struct {
 	s     *Service
 	start time.Time
 	clk   expr.Clock
-
-	mu    sync.Mutex
-	timer time.Time // the earliest timer moment noted
+	timer earliest.Moment // the earliest timer moment noted
 }
 
 type foresightKey struct{}
@@ -69,14 +67,7 @@ func (f *Foresight) noteRead(rc *roomCtx) {
 			}
 		}
 	}
-	if t.IsZero() {
-		return
-	}
-	f.mu.Lock()
-	if f.timer.IsZero() || t.Before(f.timer) {
-		f.timer = t
-	}
-	f.mu.Unlock()
+	f.timer.Note(t)
 }
 
 // Next is when the reads must be made again to show what the clock alone
@@ -86,10 +77,7 @@ func (f *Foresight) noteRead(rc *roomCtx) {
 // (WaitOptions.NowRecheck), aligned on the wall clock as the waits' are.
 func (f *Foresight) Next() time.Time {
 	next := f.s.nowNext(f.start, &f.clk)
-	f.mu.Lock()
-	t := f.timer
-	f.mu.Unlock()
-	if !t.IsZero() {
+	if t := f.timer.Get(); !t.IsZero() {
 		// A timer's item changes at its moment exactly; read just after.
 		t = t.Add(clockMargin)
 		if next.IsZero() || t.Before(next) {

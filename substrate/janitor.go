@@ -3,9 +3,12 @@ package substrate
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncsubstrate/sync/substrate/internal/sweep"
 )
 
 // PurgeExpired deletes entries whose "delete" timer ran out more than a
@@ -155,25 +158,10 @@ func (s *Service) RetainLogs(ctx context.Context) (int64, error) {
 	return moved, nil
 }
 
-// RunJanitor purges expired entries every interval until ctx ends.
+// RunJanitor purges expired entries and archives old log entries every
+// interval until ctx ends.
 func (s *Service) RunJanitor(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := s.PurgeExpired(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("purging expired entries failed", "err", err)
-			} else if n > 0 {
-				s.log.Debug("purged expired entries", "count", n)
-			}
-			if n, err := s.RetainLogs(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("archiving old log entries failed", "err", err)
-			} else if n > 0 {
-				s.log.Info("archived old log entries", "count", n)
-			}
-		}
-	}
+	sweep.Every(ctx, interval, s.log,
+		sweep.Job{Run: s.PurgeExpired, Failed: "purging expired entries failed", Done: "purged expired entries", Level: slog.LevelDebug},
+		sweep.Job{Run: s.RetainLogs, Failed: "archiving old log entries failed", Done: "archived old log entries", Level: slog.LevelInfo})
 }

@@ -48,6 +48,9 @@ var mayQueryRooms = map[string]string{
 	"store":           "the pool and migrations runner",
 	"store/pgtest":    "the test database helper",
 	"cmd/syncd/bench": "syncd bench -pgbench runs the invocation's transaction shape on the real tables",
+	// Machinery running the core's statements in batches: the rule that
+	// asks for them stays in the core file named in machinery.
+	"substrate/internal/waitbatch": "the woken waits' shared statements (rule: wait.go)",
 }
 
 // coreLibraries are the packages under substrate/ the core may import:
@@ -63,6 +66,17 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 // cannot name a rule: a machinery package imports neither the core nor a
 // feature nor a surface.
 var machinery = map[string][]string{
+	"substrate/internal/coalesce":   {"presenceread.go", "substrate.go"},
+	"substrate/internal/sweep":      {"janitor.go"},
+	"substrate/internal/waitbatch":  {"wait.go", "substrate.go"},
+	"substrate/internal/waitclock":  {"wait.go"},
+	"substrate/internal/buildcache": {"buildshare.go", "snapshot.go"},
+	"substrate/internal/memo":       {"exprfacts.go", "snapshot.go"},
+	"substrate/internal/jsoncache":  {"envelope_json.go", "snapshot.go"},
+	"substrate/internal/jsontext":   {"envelope_json.go", "valuelimits.go"},
+	"substrate/internal/workmeter":  {"substrate.go"},
+	"substrate/internal/earliest":   {"foresee.go"},
+	"substrate/internal/fairshare":  {"contextsize.go"},
 	// The snapshot an unchanged room is read from; the read path decides
 	// whether it serves a read (readpath.go's readRoomCached).
 	"substrate/internal/readcache": {"snapshot.go"},

@@ -339,10 +339,8 @@ func (v *RoomView) sharedPublic(id, key string) (any, bool) {
 	if !shareable {
 		return nil, false
 	}
-	v.live.builtMu.Lock()
-	b := v.live.built[key]
-	v.live.builtMu.Unlock()
-	if b == nil {
+	b, ok := v.live.built.Get(key)
+	if !ok {
 		return nil, false
 	}
 	val, ok = b.views[id]

@@ -3,7 +3,6 @@ package substrate
 import (
 	"context"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -26,19 +25,11 @@ const sqlHiddenMessages = `SELECT sort_key, enabled_expr, timer_effect, timer_ex
 	WHERE room_id = $1 AND scope = '_messages' AND sort_key IS NOT NULL AND sort_key <= $2
 		AND (enabled_expr IS NOT NULL OR timer_effect IS NOT NULL)`
 
-func hiddenKey(count int64) string {
-	return "core:hidden-messages:" + strconv.FormatInt(count, 10)
-}
-
 // hiddenAt is the hidden-message list hiddenMessages read at this
 // snapshot and message count (nil when none was read, or none is hidden).
 func (snap *snapshot) hiddenAt(count int64) []hiddenMsg {
-	snap.memoMu.Lock()
-	defer snap.memoMu.Unlock()
-	if e := snap.memo[hiddenKey(count)]; e != nil {
-		return e.v.([]hiddenMsg)
-	}
-	return nil
+	h, _ := snap.hidden.Get(count)
+	return h
 }
 
 // readReady reports whether a read may take this snapshot without a
@@ -48,9 +39,7 @@ func (snap *snapshot) readReady(count int64) bool {
 	snap.usageMu.Lock()
 	usage := snap.usage != nil
 	snap.usageMu.Unlock()
-	snap.memoMu.Lock()
-	hidden := snap.memo[hiddenKey(count)] != nil
-	snap.memoMu.Unlock()
+	_, hidden := snap.hidden.Get(count)
 	return usage && hidden
 }
 
@@ -58,12 +47,8 @@ func (snap *snapshot) readReady(count int64) bool {
 // q (the caller's transaction) once per snapshot and message count (the
 // janitor changes the count, not the seq).
 func (s *Service) hiddenMessages(ctx context.Context, q querier, snap *snapshot, count int64) ([]hiddenMsg, error) {
-	key := hiddenKey(count)
-	snap.memoMu.Lock()
-	e := snap.memo[key]
-	snap.memoMu.Unlock()
-	if e != nil {
-		return e.v.([]hiddenMsg), nil
+	if h, ok := snap.hidden.Get(count); ok {
+		return h, nil
 	}
 	rows, err := q.Query(ctx, sqlHiddenMessages, snap.room, snap.seq)
 	if err != nil {
@@ -85,14 +70,7 @@ func (s *Service) hiddenMessages(ctx context.Context, q querier, snap *snapshot,
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	e = &memoEntry{v: out}
-	e.once.Do(func() {})
-	snap.memoMu.Lock()
-	if snap.memo == nil {
-		snap.memo = map[string]*memoEntry{}
-	}
-	snap.memo[key] = e
-	snap.memoMu.Unlock()
+	snap.hidden.Keep(count, out)
 	return out, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
 )
 
 // roomPresence is a room's seq, message count and birth with its agents,
@@ -32,11 +33,11 @@ type roomPresence struct {
 // began after this call.
 func (s *Service) readPresence(ctx context.Context, roomID string) (roomPresence, error) {
 	s.presenceOnce.Do(func() { s.presence = newPresenceReads(s.db) })
-	return s.presence.do(ctx, roomID, struct{}{})
+	return s.presence.Do(ctx, roomID, struct{}{})
 }
 
-func newPresenceReads(db *store.DB) *coalescer[string, struct{}, roomPresence] {
-	return &coalescer[string, struct{}, roomPresence]{run: func(ctx context.Context, roomID string, reqs []struct{}) ([]roomPresence, error) {
+func newPresenceReads(db *store.DB) *coalesce.Batcher[string, struct{}, roomPresence] {
+	return &coalesce.Batcher[string, struct{}, roomPresence]{Run: func(ctx context.Context, roomID string, reqs []struct{}) ([]roomPresence, error) {
 		var h roomPresence
 		rows, err := db.Query(ctx, sqlRoomPresence, roomID)
 		if err != nil {

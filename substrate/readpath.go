@@ -195,14 +195,14 @@ func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID strin
 	if !wantAgents && !own {
 		// Nothing of the reader's own in the transaction: the readers of
 		// the room at this moment (the waits one commit woke) share it.
-		h, err := s.waitq.seqs.do(ctx, roomID, struct{}{})
+		h, err := s.waitq.Head(ctx, roomID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, false, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
 		}
 		if err != nil {
 			return nil, false, err
 		}
-		return s.readRoomCachedAt(ctx, p, roomID, wantMsgs, false, h.seq, h.count, h.born, nil)
+		return s.readRoomCachedAt(ctx, p, roomID, wantMsgs, false, h.Seq, h.Count, h.Born, nil)
 	}
 	// One statement is one snapshot: the seq and the rows agree without a
 	// transaction around them (BEGIN and COMMIT were half the statements

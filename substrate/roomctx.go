@@ -382,13 +382,13 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		key, shared := rc.gateKey(state)
 		var memo, fresh, freshTimed, timed map[*srow]gateResult
 		if shared {
-			memo = live.gateResults(key)
+			memo = live.gates.Results(key)
 		}
 		clk := expr.ClockOf(ctx)
 		quantum := int64(-1)
 		if s.lim.GateQuantum > 0 && shared {
 			quantum = rc.now.UnixNano() / int64(s.lim.GateQuantum)
-			timed = live.timedResults(key, quantum)
+			timed = live.gates.Timed(key, quantum)
 		}
 		var add []*srow
 		for _, r := range deferred {
@@ -433,10 +433,10 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 			}
 		}
 		if len(fresh) > 0 {
-			live.keepGateResults(key, fresh)
+			live.gates.KeepResults(key, fresh, live.liveEntries)
 		}
 		if len(freshTimed) > 0 {
-			live.keepTimedResults(key, quantum, freshTimed)
+			live.gates.KeepTimed(key, quantum, freshTimed, live.liveEntries)
 		}
 		for _, r := range add {
 			if rc.modified == nil {

@@ -17,6 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/buildcache"
+	"github.com/syncsubstrate/sync/substrate/internal/jsoncache"
+	"github.com/syncsubstrate/sync/substrate/internal/memo"
 	"github.com/syncsubstrate/sync/substrate/internal/readcache"
 )
 
@@ -49,9 +52,10 @@ type snapshot struct {
 	liveMu    sync.Mutex
 	liveCache *liveState
 
+	// hidden is hiddenMessages' answers, per message count.
+	hidden memo.Map[int64, []hiddenMsg]
 	// unseen is unseenAt's answers, per "since".
-	unseenMu sync.Mutex
-	unseen   map[int64]*unseenChanges
+	unseen memo.Bounded[int64, *unseenChanges]
 	// timed is timedRows, found once.
 	timedOnce sync.Once
 	timed     []scopedRow
@@ -321,15 +325,12 @@ type liveState struct {
 	// affords them in).
 	deferred []*srow
 	// gates memoises, per authority (see gateKey), the results of gates
-	// that read neither now nor agents: they depend on nothing else that
-	// changes without a new seq.
-	gatesMu sync.Mutex
-	gates   map[string]map[*srow]gateResult
-	// timed keeps, per authority, the results of gates that read now
-	// (not agents) for one time quantum (Limits.GateQuantum): a room of entries
-	// gated on now costs one evaluation of each per reader per quantum,
-	// not one per read.
-	timed map[string]timedGates
+	// that read neither now nor agents (they depend on nothing else that
+	// changes without a new seq), and for one time quantum
+	// (Limits.GateQuantum) those that read now (not agents): a room of
+	// entries gated on now costs one evaluation of each per reader per
+	// quantum, not one per read.
+	gates buildcache.Gates[*srow, gateResult]
 	// views memoises the values of views that depend on nothing but this
 	// state (see roomCtx.evalViews): every reader of an unchanged room
 	// shares them, and they are evaluated once. They are kept by view id,
@@ -347,20 +348,14 @@ type liveState struct {
 	public map[string]any
 	// enc holds raw's scopes encoded as JSON, once each (scopeJSON): the
 	// envelope of every read that shows a scope unmodified reuses them.
-	encMu sync.Mutex
-	enc   map[string][]byte
-	// built keeps context builds per reader authority (buildShared);
-	// builtCopies counts the entries they hold in maps of their own.
-	builtMu     sync.Mutex
-	built       map[string]*builtCtx
-	builtCopies int
+	enc jsoncache.Once
+	// built keeps context builds per reader authority (buildShared).
+	built buildcache.Builds[*builtCtx]
 	// liveEntries counts the state's live entries, gated ones included:
 	// what the caches of one state may keep per reader, in all, is
-	// bounded by it (copiesAllowed, gatesAllowed), since readers are free
-	// to make and the state's own size is what its writers paid for.
+	// bounded by it (buildcache), since readers are free to make and the
+	// state's own size is what its writers paid for.
 	liveEntries int
-	// gateEntries counts the results gates and timed hold.
-	gateEntries int
 }
 
 // viewResult is one view's evaluation: its value (or error value) and
@@ -418,108 +413,6 @@ func (snap *snapshot) live(now time.Time) *liveState {
 type gateResult struct {
 	on   bool
 	cost uint64
-}
-
-// maxGateAuthorities bounds the authorities whose gate results one
-// liveState keeps.
-const maxGateAuthorities = 256
-
-// gateResults returns the memoised gate results for authority key (nil
-// when none), for reading only.
-func (l *liveState) gateResults(key string) map[*srow]gateResult {
-	l.gatesMu.Lock()
-	defer l.gatesMu.Unlock()
-	return l.gates[key]
-}
-
-// timedGates are gate results valid during quantum q.
-type timedGates struct {
-	q   int64
-	res map[*srow]gateResult
-}
-
-// timedResults returns the results kept for authority key in quantum q.
-func (l *liveState) timedResults(key string, q int64) map[*srow]gateResult {
-	l.gatesMu.Lock()
-	defer l.gatesMu.Unlock()
-	if t, ok := l.timed[key]; ok && t.q == q {
-		return t.res
-	}
-	return nil
-}
-
-// keepTimedResults stores fresh results for authority key in quantum q,
-// replacing those of an earlier quantum.
-func (l *liveState) keepTimedResults(key string, q int64, fresh map[*srow]gateResult) {
-	l.gatesMu.Lock()
-	defer l.gatesMu.Unlock()
-	old, ok := l.timed[key]
-	if !ok && len(l.timed) >= maxGateAuthorities || l.gateEntries+len(fresh) > l.gatesAllowed() {
-		// Full: drop the quanta that are over rather than refuse new
-		// readers for the snapshot's lifetime.
-		for k, t := range l.timed {
-			if t.q != q {
-				l.gateEntries -= len(t.res)
-				delete(l.timed, k)
-			}
-		}
-		old, ok = l.timed[key]
-		if !ok && len(l.timed) >= maxGateAuthorities || l.gateEntries+len(fresh) > l.gatesAllowed() {
-			return
-		}
-	}
-	m := make(map[*srow]gateResult, len(fresh))
-	if ok && old.q == q {
-		for r, g := range old.res {
-			m[r] = g
-		}
-	}
-	for r, g := range fresh {
-		m[r] = g
-	}
-	if l.timed == nil {
-		l.timed = map[string]timedGates{}
-	}
-	if ok {
-		l.gateEntries -= len(old.res)
-	}
-	l.gateEntries += len(m)
-	l.timed[key] = timedGates{q: q, res: m}
-}
-
-// minGateEntries is what the gate results one liveState keeps may number
-// in all however small the state (gatesAllowed).
-const minGateEntries = 4096
-
-// gatesAllowed is how many gate results one liveState may keep in all,
-// for every authority together: as many as the state has live entries,
-// or minGateEntries. A bound on authorities alone let each of 256 agents
-// (free to make) keep a result for each of the room's gated entries, some
-// 10,000 each, until the next write. Results past it are evaluated per
-// read, as without the memo. gatesMu is held.
-func (l *liveState) gatesAllowed() int { return max(l.liveEntries, minGateEntries) }
-
-// keepGateResults stores fresh results for authority key alongside those
-// already kept.
-func (l *liveState) keepGateResults(key string, fresh map[*srow]gateResult) {
-	l.gatesMu.Lock()
-	defer l.gatesMu.Unlock()
-	old := l.gates[key]
-	if old == nil && len(l.gates) >= maxGateAuthorities || l.gateEntries+len(fresh) > l.gatesAllowed() {
-		return
-	}
-	l.gateEntries += len(fresh)
-	m := make(map[*srow]gateResult, len(old)+len(fresh))
-	for r, g := range old {
-		m[r] = g
-	}
-	for r, g := range fresh {
-		m[r] = g
-	}
-	if l.gates == nil {
-		l.gates = map[string]map[*srow]gateResult{}
-	}
-	l.gates[key] = m
 }
 
 func isHidden(scope string) bool {

@@ -10,6 +10,9 @@ import (
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
+	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
+	"github.com/syncsubstrate/sync/substrate/internal/workmeter"
 )
 
 // Limits bound what one client can make the server do. Every breach is a
@@ -171,7 +174,7 @@ type WaitOptions struct {
 	MaxTimeout time.Duration
 	// Recheck is the safety-net re-evaluation period, for changes whose
 	// notification was lost (timers and moments of now wake waits
-	// themselves: waitclock.go). Default 5 s.
+	// themselves: clockFor in wait.go). Default 5 s.
 	Recheck time.Duration
 	// NowRecheck is how often a wait re-checks a condition that depends
 	// on now in a way it cannot foresee (a function of now such as
@@ -195,12 +198,12 @@ type Service struct {
 	hub       *store.Hub
 	// marks queues context reads' marks for one background writer.
 	marks *readMarks
-	// waitq shares woken waits' round trips (waitBatches).
-	waitq *waitBatches
+	// waitq shares woken waits' round trips (package waitbatch).
+	waitq *waitbatch.Batches
 	// presence shares a room's presence read between its readers
 	// (presenceread.go), made on first use.
 	presenceOnce sync.Once
-	presence     *coalescer[string, struct{}, roomPresence]
+	presence     *coalesce.Batcher[string, struct{}, roomPresence]
 	// noSalience is Options.NoSalience.
 	noSalience bool
 	// ackOverdue is Options.AckOverdue.
@@ -227,7 +230,7 @@ type Service struct {
 	invocations sync.Map // string → *atomic.Int64
 	// workMeter is each room's expression budget (nil: off); roomBusy
 	// counts its refusals (Stats).
-	workMeter *workMeter
+	workMeter *workmeter.Meter
 	roomBusy  atomic.Int64
 	// searching counts each credential's searches running now
 	// (searchSlot), under searchMu.
@@ -322,9 +325,9 @@ func New(db *store.DB, opt Options) *Service {
 	if w.NowRecheck <= 0 {
 		w.NowRecheck = time.Second
 	}
-	var wm *workMeter
+	var wm *workmeter.Meter
 	if opt.Limits.RoomCostPerSecond > 0 {
-		wm = newWorkMeter(opt.Limits.RoomCostPerSecond)
+		wm = workmeter.New(opt.Limits.RoomCostPerSecond)
 	}
 	var gc *groupCommit
 	if !opt.NoGroupCommit {
@@ -336,7 +339,7 @@ func New(db *store.DB, opt Options) *Service {
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
 		marks: newReadMarks(),
-		waitq: newWaitBatches(db),
+		waitq: waitbatch.New(db),
 
 		noSalience: opt.NoSalience,
 		ackOverdue: cmp.Or(opt.AckOverdue, AckOverdue),

@@ -1,22 +1,26 @@
 package substrate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
+	"github.com/syncsubstrate/sync/substrate/internal/waitclock"
 )
 
 // Wait blocks until condition (CEL, evaluated as p) holds or the timeout
 // passes, then returns the context. It is driven by commit notifications
 // (PostgreSQL LISTEN/NOTIFY through the process's hub), by the next timer
 // that changes what is visible or moment at which now changes the outcome
-// (waitclock.go), and by a slow safety-net re-check; it does
+// (clockFor), and by a slow safety-net re-check; it does
 // not poll the database in a loop. While it waits, an agent's status is
 // "waiting" and its waiting_on holds the condition.
 //
@@ -39,15 +43,11 @@ func (s *Service) Wait(ctx context.Context, p *Principal, roomID, condition stri
 			return res, err
 		}
 		// One timer for both the next re-check and the timeout.
-		last := false
-		if left := time.Until(w.deadline); left <= next {
-			next, last = left, true
-		}
-		w.timer.Reset(next)
+		last := w.alarm.Set(next)
 		select {
 		case <-w.sub.C:
-			w.timer.Stop()
-		case <-w.timer.C:
+			w.alarm.Stop()
+		case <-w.alarm.C():
 			if last {
 				return w.timedOut()
 			}
@@ -74,9 +74,9 @@ type waiter struct {
 	creq                    ContextRequest
 	prog                    *expr.Program
 	sub                     *store.Sub
-	start, deadline         time.Time
-	timer                   *time.Timer // stopped while the wait reads
-	agent                   bool        // shown waiting: shown active again at the end
+	start                   time.Time
+	alarm                   *waitclock.Alarm // stopped while the wait reads
+	agent                   bool             // shown waiting: shown active again at the end
 
 	// startSeq is where the wait's delta starts for an agent that never
 	// read the room (-1: at its first read).
@@ -138,9 +138,7 @@ func (s *Service) beginWait(ctx context.Context, p *Principal, roomID, condition
 		w.done()
 		return nil, err
 	}
-	w.deadline = w.start.Add(timeout)
-	w.timer = time.NewTimer(timeout)
-	w.timer.Stop()
+	w.alarm = waitclock.NewAlarm(w.start.Add(timeout))
 	s.waits.Add(1)
 	if p.Kind == KindAgent {
 		// The wait begins before anyone can see it waiting: another
@@ -168,7 +166,7 @@ func (w *waiter) end() {
 	}
 	w.s.waits.Add(-1)
 	w.sub.Close()
-	w.timer.Stop()
+	w.alarm.Stop()
 	w.done()
 }
 
@@ -178,7 +176,7 @@ func (w *waiter) end() {
 func (w *waiter) check() (*WaitResult, time.Duration, error) {
 	s := w.s
 	for {
-		// What now changes (see waitclock.go), found by this read's
+		// What now changes (see clockFor), found by this read's
 		// evaluations.
 		clk := &expr.Clock{Reads: w.reads}
 		ctx := expr.WithClock(w.ctx, clk)
@@ -194,69 +192,103 @@ func (w *waiter) check() (*WaitResult, time.Duration, error) {
 			w.sub.WantPresence()
 			continue
 		}
-		ok, evalErr := s.cel.EvalBool(ctx, w.prog, &rc.vars)
-		if evalErr != nil && errs.From(evalErr).Details["gave"] != nil {
-			// Not a boolean now means not a boolean ever: say so now
-			// rather than after the whole timeout.
-			return nil, 0, notBoolean(w.condition, fmt.Sprint(errs.From(evalErr).Details["gave"]))
-		}
-		if w.startSeq < 0 {
-			w.startSeq = rc.snap.seq
-		}
-		if evalErr == nil && ok && rc.partial && !w.creq.NoContext {
-			// The condition and the context come from one read: the
-			// whole one now, with the condition checked again on it.
-			if rc, err = s.readCtx(ctx, w.p, w.roomID, w.prog.UsesMessages); err != nil {
-				return nil, 0, err
-			}
-			ok, evalErr = s.cel.EvalBool(ctx, w.prog, &rc.vars)
-		}
-		// Access is checked again after each read, once (with the other
-		// waits of the room woken at the same time: recheckBatched): one
-		// lost since the call began or since the last wake-up (while the
-		// agent was being marked waiting, say) must not answer with what
-		// was written after the loss, and whatever the read saw was
-		// written while the caller still had access. A token's wait whose
-		// grants changed reads again with them before answering; a
-		// principal its surface refreshes (Refresh) was refreshed before
-		// the read, at the wake-up.
-		np, err := s.recheckBatched(ctx, w.p)
+		rc, ok, evalErr, err := w.evaluate(ctx, rc)
 		if err != nil {
 			return nil, 0, err
 		}
-		if w.p.Refresh == nil {
-			changed := !slices.Equal(np.Grants, w.p.Grants)
-			w.p = np
-			if changed {
-				continue
-			}
+		again, err := w.recheckAccess(ctx)
+		if err != nil {
+			return nil, 0, err
 		}
-		if evalErr == nil && ok && w.creq.NoContext {
-			return &WaitResult{Triggered: true, Condition: w.condition, ElapsedMS: time.Since(w.start).Milliseconds(), Seq: rc.snap.seq, Note: w.note}, 0, nil
+		if again {
+			continue
 		}
 		if evalErr == nil && ok {
-			env, err := s.envelopeOf(w.ctx, rc, w.roomID, waitShape(w.creq, rc, w.startSeq))
-			if err != nil {
-				return nil, 0, err
-			}
-			return &WaitResult{Triggered: true, Condition: w.condition, ElapsedMS: time.Since(w.start).Milliseconds(), Context: env, Seq: rc.snap.seq, Note: w.note}, 0, nil
+			res, err := w.triggered(rc)
+			return res, 0, err
 		}
 		// An evaluation error (a key that does not exist yet, say) counts
 		// as "not yet"; it is reported if the wait times out, with the
 		// clause that did not hold.
 		w.lastErr = evalErr
 		w.seq = rc.snap.seq
-		next := s.wait.Recheck
-		for _, t := range [2]time.Time{rc.nextChange(w.prog.UsesMessages || w.prog.Uses("views") || w.prog.Uses("actions")), s.nowNext(rc.now, clk)} {
-			if !t.IsZero() && t.Sub(rc.now) < next {
-				next = max(t.Sub(rc.now), time.Millisecond)
-			}
-		}
-		if s.waitSleeps != nil {
-			s.waitSleeps(w.roomID, next)
-		}
-		return nil, next, nil
+		return nil, w.sleep(rc, clk), nil
 	}
+}
+
+// evaluate evaluates the condition on rc, and once it holds on a partial
+// read, on the whole read the wait answers with (which it returns).
+func (w *waiter) evaluate(ctx context.Context, rc *roomCtx) (_ *roomCtx, ok bool, evalErr, err error) {
+	s := w.s
+	ok, evalErr = s.cel.EvalBool(ctx, w.prog, &rc.vars)
+	if evalErr != nil && errs.From(evalErr).Details["gave"] != nil {
+		// Not a boolean now means not a boolean ever: say so now
+		// rather than after the whole timeout.
+		return nil, false, nil, notBoolean(w.condition, fmt.Sprint(errs.From(evalErr).Details["gave"]))
+	}
+	if w.startSeq < 0 {
+		w.startSeq = rc.snap.seq
+	}
+	if evalErr == nil && ok && rc.partial && !w.creq.NoContext {
+		// The condition and the context come from one read: the
+		// whole one now, with the condition checked again on it.
+		if rc, err = s.readCtx(ctx, w.p, w.roomID, w.prog.UsesMessages); err != nil {
+			return nil, false, nil, err
+		}
+		ok, evalErr = s.cel.EvalBool(ctx, w.prog, &rc.vars)
+	}
+	return rc, ok, evalErr, nil
+}
+
+// recheckAccess checks the waiter's access again after a read; again is true
+// when its grants changed, and the wait must read again with them.
+//
+// Access is checked again after each read, once (with the other waits of
+// the room woken at the same time: recheckBatched): one lost since the
+// call began or since the last wake-up (while the agent was being marked
+// waiting, say) must not answer with what was written after the loss, and
+// whatever the read saw was written while the caller still had access. A
+// principal its surface refreshes (Refresh) was refreshed before the
+// read, at the wake-up.
+func (w *waiter) recheckAccess(ctx context.Context) (again bool, err error) {
+	np, err := w.s.recheckBatched(ctx, w.p)
+	if err != nil {
+		return false, err
+	}
+	if w.p.Refresh != nil {
+		return false, nil
+	}
+	changed := !slices.Equal(np.Grants, w.p.Grants)
+	w.p = np
+	return changed, nil
+}
+
+// triggered is the answer of a wait whose condition holds on rc.
+func (w *waiter) triggered(rc *roomCtx) (*WaitResult, error) {
+	res := &WaitResult{Triggered: true, Condition: w.condition, ElapsedMS: time.Since(w.start).Milliseconds(), Seq: rc.snap.seq, Note: w.note}
+	if w.creq.NoContext {
+		return res, nil
+	}
+	env, err := w.s.envelopeOf(w.ctx, rc, w.roomID, waitShape(w.creq, rc, w.startSeq))
+	if err != nil {
+		return nil, err
+	}
+	res.Context = env
+	return res, nil
+}
+
+// sleep is how long the wait sleeps after a read at which its condition
+// did not hold: until the next timer that changes what it read, or the
+// next moment at which now changes what it evaluated, or the safety net's
+// re-check.
+func (w *waiter) sleep(rc *roomCtx, clk *expr.Clock) time.Duration {
+	s := w.s
+	timers := rc.nextChange(w.prog.UsesMessages || w.prog.Uses("views") || w.prog.Uses("actions"))
+	next := waitclock.Sleep(rc.now, s.wait.Recheck, timers, s.nowNext(rc.now, clk))
+	if s.waitSleeps != nil {
+		s.waitSleeps(w.roomID, next)
+	}
+	return next
 }
 
 // woken refreshes, after a wake-up, a principal its surface refreshes.
@@ -317,6 +349,36 @@ func (w *waiter) timedOut() (*WaitResult, error) {
 func (s *Service) afterRead(ctx context.Context, p *Principal) error {
 	_, err := s.recheckBatched(ctx, p)
 	return err
+}
+
+// recheckBatched is recheck for a principal authenticated by a token of
+// its own: the credential is read with those of the other waits of the
+// room woken at the same time, in one query, and the token holds when it
+// is still the one stored.
+func (s *Service) recheckBatched(ctx context.Context, p *Principal) (*Principal, error) {
+	if p.Refresh != nil || p.tokenHash == nil {
+		return s.recheck(ctx, p)
+	}
+	kind := waitbatch.AgentToken
+	switch p.Kind {
+	case KindRoom:
+		kind = waitbatch.RoomToken
+	case KindView:
+		kind = waitbatch.ViewToken
+	}
+	c, err := s.waitq.Cred(ctx, p.RoomID, kind, p.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	if c.Hash == nil || !bytes.Equal(c.Hash, p.tokenHash) {
+		// The long way, for its error: deleted room or revoked token.
+		return s.recheck(ctx, p)
+	}
+	np := *p
+	if p.Kind == KindAgent {
+		np.Grants = c.Grants
+	}
+	return &np, nil
 }
 
 // notBoolean is the refusal of a condition that does not give a boolean.
@@ -402,19 +464,19 @@ func (s *Service) showWaiting(ctx context.Context, roomID, agentID, condition st
 	// thousand agents told to wait at once made a thousand round trips
 	// for their statuses, and as many notifications, each holding a
 	// connection the others queued for).
-	st, err := s.waitq.start.do(ctx, roomID, waitStart{agent: agentID, condition: condition})
+	seq, ok, err := s.waitq.Start(ctx, roomID, agentID, condition)
 	if err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 		return 0, false
 	}
-	return st.seq, st.ok
+	return seq, ok
 }
 
 // endWaiting marks an agent active again at the end of its wait, in one
 // statement for the waits of the room ending together, and tells the
 // room's other waiters.
 func (s *Service) endWaiting(ctx context.Context, roomID, agentID string) {
-	if _, err := s.waitq.done.do(ctx, roomID, agentID); err != nil {
+	if err := s.waitq.Done(ctx, roomID, agentID); err != nil {
 		s.log.Warn("could not update waiting status", "room", roomID, "agent", agentID, "err", err)
 	}
 }
@@ -481,4 +543,93 @@ func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string, pa
 		out.Unmet = s.cel.Explain(ctx, prog, &rc.vars)
 	}
 	return out, nil
+}
+
+// A wait whose outcome depends on now: the condition, or a view, action,
+// entry, agent or message gate that what it reads depends on, compares
+// now with a moment. No write and no timer marks that moment, so the
+// wait's read carries an expr.Clock: each evaluation of an expression
+// reading now tells it when now next changes a comparison (solved from
+// the expression), and the wait sleeps until then. A use of now whose
+// changes cannot be foreseen makes the wait re-check on a cadence
+// (WaitOptions.NowRecheck), aligned on the wall clock so the waits of a
+// room re-read together and share their round trips (package waitclock).
+
+// clockFor is ctx for evaluating part (messages, agents, actions, views,
+// state.<scope>) of a read: without the read's clock when its reader's
+// outcome does not depend on that part, whose changes then must not wake
+// it.
+func clockFor(ctx context.Context, part string) context.Context {
+	if c := expr.ClockOf(ctx); c != nil && c.Reads != nil && !c.Reads(part) {
+		return expr.WithClock(ctx, nil)
+	}
+	return ctx
+}
+
+// reads reports whether the wait's outcome depends on part of a read:
+// directly, or through views and action availability, which may read
+// each other, messages, agents and any scope. "state.<scope>" is a scope's
+// gated entries: read by name (state.self as the agent's own), whole or
+// by a computed name.
+func (w *waiter) reads(part string) bool {
+	p := w.prog
+	indirect := p.Uses("views") || p.Uses("actions")
+	if scope, ok := strings.CutPrefix(part, "state."); ok {
+		f := factsOf(w.condition)
+		if indirect || f.wholeState {
+			return true
+		}
+		for _, sc := range f.scopes {
+			if sc == scope || sc == ScopeSelf && w.p.Kind == KindAgent && scope == w.p.AgentID {
+				return true
+			}
+		}
+		return false
+	}
+	switch part {
+	case "messages":
+		return p.UsesMessages || indirect
+	case "agents":
+		return p.Uses("agents") || indirect
+	}
+	return indirect // views, actions
+}
+
+// clockMargin is waitclock.Margin, for the foresight's timers.
+const clockMargin = waitclock.Margin
+
+// nowNext is when a read at now must be made again for what the clock
+// saw (zero: not for it): a moment foreseen, or the next step of the
+// cadence when some use of now could not be foreseen.
+func (s *Service) nowNext(now time.Time, clk *expr.Clock) time.Time {
+	next, opaque := clk.Next()
+	return waitclock.Next(now, next, opaque, s.wait.NowRecheck)
+}
+
+// Watch signals changes to a room the principal may read: a value on the
+// returned channel after each commit, presence change or deletion
+// (coalesced: several may arrive as one), from this process or another
+// (the hub's LISTEN). It is what a live page is fed by, as waits are; stop
+// ends it and must be called.
+func (s *Service) Watch(ctx context.Context, p *Principal, roomID string) (changes <-chan struct{}, stop func(), err error) {
+	return s.watch(ctx, p, roomID, true)
+}
+
+// WatchCommits is Watch without presence-only changes (an agent's status
+// or heartbeat, which commit nothing): for a watcher that reads no
+// presence, which would otherwise read again on every heartbeat in the
+// room (the loom's collaborator).
+func (s *Service) WatchCommits(ctx context.Context, p *Principal, roomID string) (changes <-chan struct{}, stop func(), err error) {
+	return s.watch(ctx, p, roomID, false)
+}
+
+func (s *Service) watch(ctx context.Context, p *Principal, roomID string, presence bool) (changes <-chan struct{}, stop func(), err error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, nil, err
+	}
+	sub, err := s.hub.Subscribe(ctx, roomID, presence)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sub.C, sub.Close, nil
 }

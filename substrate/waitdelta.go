@@ -40,6 +40,34 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	d := &ChangesSince{FromSeq: from, Changed: map[string]int64{}}
 	newest := scopeRevisions(rc)
 	unseen.apply(rc, from, newest)
+	deltaState(env, rc, d, from, newest)
+	deltaDefs(env, rc, from, newest, unseen)
+	env.Builtins = ""
+	env.Agents = nil
+	env.Params = nil
+	if m := env.Messages; m != nil {
+		deltaMessages(m, rc, d, roomID, msgsAfter, limit)
+	}
+	env.Context.MessagesTruncated = nil
+	env.About = nil // a delta is what changed; the room's purpose did not
+	env.Context.Help = nil
+	d.Full = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID})
+	env.Context.Delta = d
+	var secs []string
+	for _, s := range env.Context.Sections {
+		if s != "agents" {
+			secs = append(secs, s)
+		}
+	}
+	env.Context.Sections = secs
+	env.Context.Expand = nil
+	env.Context.Elided = nil
+}
+
+// deltaState keeps of env's state the entries changed after from, or
+// that may have become visible since unwritten (mayAppear), listing each
+// in d.Changed.
+func deltaState(env *Envelope, rc *roomCtx, d *ChangesSince, from int64, newest map[string]int64) {
 	for scope, v := range env.State {
 		name := scope
 		if scope == ScopeSelf {
@@ -65,6 +93,11 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 		}
 		env.State[scope] = entries
 	}
+}
+
+// deltaDefs keeps of env's views and actions those whose value, gate or
+// availability may have changed after from.
+func deltaDefs(env *Envelope, rc *roomCtx, from int64, newest map[string]int64, unseen *unseenChanges) {
 	acts := actionsChangedSince(rc, from, newest, unseen)
 	changed := viewsChangedSince(rc, from, newest, acts)
 	for id := range env.Views {
@@ -77,86 +110,77 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 			delete(env.Actions, id)
 		}
 	}
-	env.Builtins = ""
-	env.Agents = nil
-	env.Params = nil
 	if len(env.Actions) == 0 {
 		env.Actions = nil
 	}
 	if len(env.Views) == 0 {
 		env.Views = nil
 	}
-	if m := env.Messages; m != nil {
-		m.Elided = nil
-		// The reader's own messages are not news; of the others, those
-		// addressed to it (oldest first: they are a queue, and each
-		// wake-up moves on through it) and then the newest, limit in all.
-		// The delta counts the older ones and says how to read them.
-		var others []map[string]any
-		for _, msg := range m.Recent {
-			if rc.self == "" || msg["from"] != rc.self {
-				others = append(others, msg)
-			}
-		}
-		if len(others) > limit {
-			keep := map[int]bool{}
-			for i := 0; i < len(others) && len(keep) < limit; i++ {
-				if addressedTo(others[i], rc.self) {
-					keep[i] = true
-				}
-			}
-			for i := len(others) - 1; i >= 0 && len(keep) < limit; i-- {
-				keep[i] = true
-			}
-			var kept []map[string]any
-			for i, msg := range others {
-				if keep[i] {
-					kept = append(kept, msg)
-				}
-			}
-			d.OlderMessages = len(others) - len(kept)
-			d.More = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "messages_after": msgsAfter}})
-			// What the delta read counts as read (the older messages it
-			// left out are counted here, with the read that returns them),
-			// except from the oldest message addressed to the reader that
-			// it left out: that one stays unread, and the next wake-up
-			// shows it. Marking nothing read instead left directed_unread
-			// as it was, so a wait on it woke again at once, forever.
-			for i, msg := range others {
-				if !keep[i] && addressedTo(msg, rc.self) {
-					seq, _ := msg["seq"].(int64)
-					rc.readUpTo = min(rc.readUpTo, seq-1)
-					break
-				}
-			}
-			others = kept
-		}
-		// Messages to the reader come first in a wake-up: they are what
-		// it waited for, whatever else arrived.
-		ordered := make([]map[string]any, 0, len(others))
-		for _, to := range []bool{true, false} {
-			for _, msg := range others {
-				if addressedTo(msg, rc.self) == to {
-					ordered = append(ordered, msg)
-				}
-			}
-		}
-		m.Recent = ordered
-	}
-	env.Context.MessagesTruncated = nil
-	env.About = nil // a delta is what changed; the room's purpose did not
-	env.Context.Help = nil
-	d.Full = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID})
-	env.Context.Delta = d
-	var secs []string
-	for _, s := range env.Context.Sections {
-		if s != "agents" {
-			secs = append(secs, s)
+}
+
+// deltaMessages narrows m to the news: the reader's own messages are not
+// news; of the others, those addressed to it (oldest first: they are a
+// queue, and each wake-up moves on through it) and then the newest, limit
+// in all. The delta counts the older ones and says how to read them.
+func deltaMessages(m *Messages, rc *roomCtx, d *ChangesSince, roomID string, msgsAfter int64, limit int) {
+	m.Elided = nil
+	var others []map[string]any
+	for _, msg := range m.Recent {
+		if rc.self == "" || msg["from"] != rc.self {
+			others = append(others, msg)
 		}
 	}
-	env.Context.Sections = secs
-	env.Context.Expand = nil
-	env.Context.Elided = nil
+	if len(others) > limit {
+		keep := keptMessages(others, rc.self, limit)
+		var kept []map[string]any
+		for i, msg := range others {
+			if keep[i] {
+				kept = append(kept, msg)
+			}
+		}
+		d.OlderMessages = len(others) - len(kept)
+		d.More = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "messages_after": msgsAfter}})
+		// What the delta read counts as read (the older messages it
+		// left out are counted here, with the read that returns them),
+		// except from the oldest message addressed to the reader that
+		// it left out: that one stays unread, and the next wake-up
+		// shows it. Marking nothing read instead left directed_unread
+		// as it was, so a wait on it woke again at once, forever.
+		for i, msg := range others {
+			if !keep[i] && addressedTo(msg, rc.self) {
+				seq, _ := msg["seq"].(int64)
+				rc.readUpTo = min(rc.readUpTo, seq-1)
+				break
+			}
+		}
+		others = kept
+	}
+	// Messages to the reader come first in a wake-up: they are what
+	// it waited for, whatever else arrived.
+	ordered := make([]map[string]any, 0, len(others))
+	for _, to := range []bool{true, false} {
+		for _, msg := range others {
+			if addressedTo(msg, rc.self) == to {
+				ordered = append(ordered, msg)
+			}
+		}
+	}
+	m.Recent = ordered
+}
+
+// keptMessages are the indexes of others a delta of limit messages keeps:
+// the oldest addressed to self, then the newest.
+func keptMessages(others []map[string]any, self string, limit int) map[int]bool {
+	keep := map[int]bool{}
+	for i := 0; i < len(others) && len(keep) < limit; i++ {
+		if addressedTo(others[i], self) {
+			keep[i] = true
+		}
+	}
+	for i := len(others) - 1; i >= 0 && len(keep) < limit; i-- {
+		keep[i] = true
+	}
+	return keep
 }
 
 // actionChanges are the actions whose enablement for a reader may have

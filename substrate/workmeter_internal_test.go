@@ -2,44 +2,12 @@ package substrate
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
-
-// The meter's sweep (past maxWorkRooms buckets) dropped every full
-// bucket, those of requests admitted and still running included: what
-// such a request spent after the sweep went to a bucket nobody read, and
-// the room's next request got a fresh, full one. A bucket in use is kept.
-func TestWorkMeterSweepKeepsBucketsInUse(t *testing.T) {
-	m := newWorkMeter(100)
-	now := time.Now()
-	b, _, ok := m.admit("busy", 1, now)
-	if !ok {
-		t.Fatal("not admitted")
-	}
-	// An hour on, every bucket is full; enough rooms arrive to sweep.
-	later := now.Add(time.Hour)
-	for i := range maxWorkRooms {
-		if _, _, ok := m.admit(fmt.Sprint("room", i), 1, later); !ok {
-			t.Fatal("a fresh room was refused")
-		}
-	}
-	// The request admitted first now spends far past the budget.
-	b.spent.Add(int64(10 * m.burst))
-	if _, _, ok := m.admit("busy", 1, later); ok {
-		t.Fatal("the room's spending while the sweep ran was forgotten: its next request was admitted")
-	}
-	// Once the request is done, the bucket may go (when full again).
-	b.release()
-	m.admit("one more", 1, later.Add(time.Hour))
-	if _, ok := m.rooms["busy"]; ok {
-		t.Fatal("a full bucket nobody uses was kept")
-	}
-}
 
 // Every entry's admission to the room's expression budget ends with the
 // call, on its error paths too (the expression failing, the key or action
@@ -134,13 +102,12 @@ func TestEntriesEndTheirAdmission(t *testing.T) {
 	if failed < 10 {
 		t.Fatalf("only %d calls failed: the error paths were not taken", failed)
 	}
-	s.workMeter.mu.Lock()
-	defer s.workMeter.mu.Unlock()
-	if len(s.workMeter.rooms) == 0 {
+	inUse := s.workMeter.InUse()
+	if len(inUse) == 0 {
 		t.Fatal("no budget was used")
 	}
-	for key, b := range s.workMeter.rooms {
-		if n := b.inUse.Load(); n != 0 {
+	for key, n := range inUse {
+		if n != 0 {
 			t.Errorf("HOLE: after every call returned, the budget %q counts %d requests in use", key, n)
 		}
 	}

@@ -3,7 +3,6 @@ package substrate
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -34,26 +33,9 @@ import (
 // buckets, not a reserve in one: requests are charged after they are
 // admitted, so many admitted at once would overdraw a shared bucket far
 // past any reserve.
-// The budgets are per process: each protects its own process's CPU.
-
-// workBucket is one room's budget: a token bucket of cel-go cost.
-// Evaluations add to spent without a lock (a read may run thousands);
-// refill settles it under the meter's lock.
-type workBucket struct {
-	spent  atomic.Int64
-	tokens float64
-	at     time.Time
-	// share of the meter's rate this bucket refills at (1 for a room's
-	// members, guestShare for its observers, viewLinkShare for its view
-	// link).
-	share float64
-	// inUse counts the requests admitted on this bucket and not yet
-	// done: they charge it, so the sweep keeps it.
-	inUse atomic.Int64
-}
-
-// release ends one admitted request's use of b.
-func (b *workBucket) release() { b.inUse.Add(-1) }
+// The budgets are per process: each protects its own process's CPU. The
+// token buckets are substrate/internal/workmeter's; the rule (what is
+// charged, to whose budget, and the refusal) is here.
 
 // guestShare is the signed-in observers' budget in a room, and
 // viewLinkShare its view link's, as shares of the members'
@@ -62,63 +44,6 @@ const (
 	guestShare    = 0.5
 	viewLinkShare = 0.25
 )
-
-// workMeter holds every active room's bucket.
-type workMeter struct {
-	mu    sync.Mutex
-	rooms map[string]*workBucket
-	rate  float64 // cost per second
-	burst float64 // the bucket's size
-}
-
-// maxWorkRooms bounds the buckets kept (three per room at most); past it,
-// full buckets (budgets nothing spent lately) are dropped, which loses
-// nothing.
-const maxWorkRooms = 4096
-
-func newWorkMeter(perSecond int) *workMeter {
-	return &workMeter{rooms: map[string]*workBucket{}, rate: float64(perSecond), burst: 2 * float64(perSecond)}
-}
-
-// refill brings b up to now; mu is held.
-func (m *workMeter) refill(b *workBucket, now time.Time) {
-	b.tokens = min(m.burst*b.share, b.tokens+now.Sub(b.at).Seconds()*m.rate*b.share) - float64(b.spent.Swap(0))
-	b.at = now
-}
-
-// admit reports whether the budget key (a room's members', its
-// observers' or its view link's) may start more work now, and if not,
-// how long until it may; admitted, it returns the bucket to charge. A request admitted while the
-// budget lasted finishes even if it overdraws it: the debt delays the next
-// requests on the same budget, never anyone else's.
-func (m *workMeter) admit(key string, share float64, now time.Time) (*workBucket, time.Duration, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	b, ok := m.rooms[key]
-	if !ok {
-		if len(m.rooms) >= maxWorkRooms {
-			m.sweep(now)
-		}
-		b = &workBucket{tokens: m.burst * share, at: now, share: share}
-		m.rooms[key] = b
-	}
-	m.refill(b, now)
-	if b.tokens > 0 {
-		b.inUse.Add(1)
-		return b, 0, true
-	}
-	return nil, time.Duration((-b.tokens + 1) / (m.rate * b.share) * float64(time.Second)), false
-}
-
-// sweep drops the buckets that have refilled and that no request still
-// charges; mu is held.
-func (m *workMeter) sweep(now time.Time) {
-	for id, b := range m.rooms {
-		if m.refill(b, now); b.tokens >= m.burst*b.share && b.inUse.Load() == 0 {
-			delete(m.rooms, id)
-		}
-	}
-}
 
 // work admits a request of p that will evaluate expressions in roomID and
 // returns the context that charges them to the room (its members' budget,
@@ -150,7 +75,7 @@ func (s *Service) work(ctx context.Context, p *Principal, roomID string) (_ cont
 		// an entry that admitted from one that forgot to.
 		return context.WithValue(ctx, workKey{}, key), func() {}, nil
 	}
-	b, wait, ok := s.workMeter.admit(key, share, time.Now())
+	b, wait, ok := s.workMeter.Admit(key, share, time.Now())
 	if !ok {
 		s.roomBusy.Add(1)
 		secs := int(wait/time.Second) + 1
@@ -162,8 +87,8 @@ func (s *Service) work(ctx context.Context, p *Principal, roomID string) (_ cont
 	var once sync.Once
 	ctx = context.WithValue(ctx, workKey{}, key)
 	return expr.WithMeter(ctx, func(cost uint64) {
-		b.spent.Add(int64(max(cost, gateMinCost)))
-	}), func() { once.Do(b.release) }, nil
+		b.Charge(int64(max(cost, gateMinCost)))
+	}), func() { once.Do(b.Release) }, nil
 }
 
 // workKey marks a context admitted (and metered) for a room's budget.

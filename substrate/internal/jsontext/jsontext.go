@@ -1,20 +1,23 @@
-package substrate
+// Package jsontext reads and writes JSON text as the server stores and
+// sends it: whether PostgreSQL can store it as jsonb (Check), how deeply
+// it nests (Depth, ValueDepth), and its encoding without HTML escaping
+// (Encode). The rules that use them (which values are refused, with
+// which limit; what the envelope encodes) are the core's:
+// substrate/valuelimits.go and substrate/envelope_json.go.
+package jsontext
 
 import (
+	"bytes"
 	"encoding/json"
-	"sort"
 	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
-	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
-// CheckJSONText refuses JSON that PostgreSQL cannot store as jsonb: bytes
-// that are not UTF-8, and strings holding NUL (\u0000). Every surface
-// checks request bodies with it before decoding, and every stored value
-// passes it again, so such input is a 400 that names the problem, never a
-// failed statement (500).
-func CheckJSONText(raw []byte) error {
+// Check refuses JSON that PostgreSQL cannot store as jsonb: bytes that
+// are not UTF-8, strings holding NUL (\u0000), and lone UTF-16 surrogate
+// escapes. The error is errs.InvalidJSON, naming the problem.
+func Check(raw []byte) error {
 	if !utf8.Valid(raw) {
 		return errs.New(errs.InvalidJSON, "the JSON is not valid UTF-8").
 			WithHint("send UTF-8 text; encode binary data (base64, say) before putting it in a string")
@@ -69,36 +72,10 @@ func hex4(b []byte) (rune, bool) {
 var errNUL = errs.New(errs.InvalidJSON, `the JSON has a string holding the NUL character (\u0000), which cannot be stored`).
 	WithHint(`remove the NUL characters; encode binary data (base64, say) before putting it in a string`)
 
-// auditParams is what an audit entry or invocation message records of
-// params: the params themselves when they are storable and within the
-// value limits (size and depth), else a summary (their size and
-// top-level names), so a refused 800 KB call costs the log a few bytes,
-// and an unstorable one is still audited.
-func (s *Service) auditParams(params map[string]any) any {
-	raw, err := expr.MarshalJSON(params)
-	// The invocation message holds params one level down: within the
-	// depth limit only when params are under it.
-	if err == nil && len(raw) <= s.lim.MaxValueBytes/4 && CheckJSONText(raw) == nil && jsonDepth(raw, s.lim.MaxValueDepth) < s.lim.MaxValueDepth {
-		return params
-	}
-	names := make([]string, 0, len(params))
-	for k := range params {
-		if len(names) == 32 {
-			break
-		}
-		if len(k) > 64 || CheckJSONText([]byte(k)) != nil {
-			continue
-		}
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return map[string]any{"_elided": true, "bytes": len(raw), "names": names}
-}
-
-// jsonDepth is how deeply raw's arrays and objects nest (0 for a
-// scalar), read from its bytes without decoding them; it stops at the
-// first level past limit and returns limit+1. raw is valid JSON.
-func jsonDepth(raw []byte, limit int) int {
+// Depth is how deeply raw's arrays and objects nest (0 for a scalar),
+// read from its bytes without decoding them; it stops at the first level
+// past limit and returns limit+1. raw is valid JSON.
+func Depth(raw []byte, limit int) int {
 	depth, deepest := 0, 0
 	for i := 0; i < len(raw); i++ {
 		switch raw[i] {
@@ -122,9 +99,9 @@ func jsonDepth(raw []byte, limit int) int {
 	return deepest
 }
 
-// valueDepth is jsonDepth for a decoded value (maps, slices, scalars,
+// ValueDepth is Depth for a decoded value (maps, slices, scalars,
 // json.RawMessage), stopping past limit the same way.
-func valueDepth(v any, limit int) int {
+func ValueDepth(v any, limit int) int {
 	if limit < 0 {
 		return 0
 	}
@@ -132,7 +109,7 @@ func valueDepth(v any, limit int) int {
 	switch x := v.(type) {
 	case map[string]any:
 		for _, e := range x {
-			if d := valueDepth(e, limit-1); d > deepest {
+			if d := ValueDepth(e, limit-1); d > deepest {
 				if deepest = d; d > limit-1 {
 					break
 				}
@@ -140,23 +117,27 @@ func valueDepth(v any, limit int) int {
 		}
 	case []any:
 		for _, e := range x {
-			if d := valueDepth(e, limit-1); d > deepest {
+			if d := ValueDepth(e, limit-1); d > deepest {
 				if deepest = d; d > limit-1 {
 					break
 				}
 			}
 		}
 	case json.RawMessage:
-		return jsonDepth(x, limit)
+		return Depth(x, limit)
 	default:
 		return 0
 	}
 	return deepest + 1
 }
 
-// tooDeep is the error for a value nested past Limits.MaxValueDepth.
-func (s *Service) tooDeep(what string) *errs.Error {
-	return errs.New(errs.InvalidValue, "%s nests arrays and objects more than %d levels deep, the server's limit", what, s.lim.MaxValueDepth).
-		With("limit", s.lim.MaxValueDepth).
-		WithHint("flatten it: keep nested parts under keys of their own (or in a list of records that name their parent), or send a deep structure as a string")
+// Encode is json.Marshal without HTML escaping, as the API writes.
+func Encode(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

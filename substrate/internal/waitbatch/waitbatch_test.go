@@ -1,4 +1,4 @@
-package substrate_test
+package waitbatch_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 )
 
 // Many waits on one room over a pool of two connections, woken by one
-// write: their round trips are shared (waitBatches), and still each waiter
+// write: their round trips are shared (package waitbatch), and still each waiter
 // wakes (none answered by a read made before its wake-up, with the safety
 // net's re-check an hour away), with its own delta: from the seq its wait
 // began at, with the write's entries, its own scope's among them.

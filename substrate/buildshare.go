@@ -13,13 +13,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/buildcache"
 )
 
 // builtCtx is what build computed for one authority at one liveState.
@@ -96,53 +95,6 @@ func (snap *snapshot) computePure(s *Service) bool {
 	return true
 }
 
-// maxBuiltAuthorities bounds the builds one liveState keeps.
-const maxBuiltAuthorities = 256
-
-// minBuiltCopies is what the builds one liveState keeps may copy in all
-// (entries of scopes a gate added to or a read rule took from, which a
-// build holds in maps of its own) however small the state: see
-// copiesAllowed.
-const minBuiltCopies = 4096
-
-// copiesAllowed is how many copied entries the builds kept at live may
-// hold in all: as many as the state has live entries, or minBuiltCopies.
-// Authorities are free to make (the room token mints agents), so a bound
-// on their number alone let 150 agents' reads of a room whose big scope
-// has one gated entry keep 150 copies of that scope until the next
-// write; this keeps the cache's memory within the size of the room
-// itself. Builds past it are not kept (each read builds its own, as
-// without the cache).
-func (l *liveState) copiesAllowed() int { return max(l.liveEntries, minBuiltCopies) }
-
-// copiedEntries counts the entries of the given states (the reader's and
-// its registrars') held in maps that are not the liveState's own: what a
-// kept build adds to memory beyond the snapshot. A map shared by several
-// states (self and the agent's scope) counts once.
-func copiedEntries(live *liveState, states ...map[string]any) int {
-	own := make(map[unsafe.Pointer]bool, len(live.vals))
-	for _, m := range live.vals {
-		own[reflect.ValueOf(m).UnsafePointer()] = true
-	}
-	seen := map[unsafe.Pointer]bool{}
-	n := 0
-	for _, st := range states {
-		for _, v := range st {
-			m, ok := v.(map[string]any)
-			if !ok {
-				continue
-			}
-			ptr := reflect.ValueOf(m).UnsafePointer()
-			if own[ptr] || seen[ptr] {
-				continue
-			}
-			seen[ptr] = true
-			n += len(m)
-		}
-	}
-	return n
-}
-
 // buildKey names the reader's authority for build: who it is, the
 // scopes it reads (as the read rule decides them, rules included), what
 // the read rules let it see within them (ruleKey) and,
@@ -203,10 +155,8 @@ func (s *Service) buildShared(ctx context.Context, snap *snapshot, p *Principal,
 	if !ok {
 		return s.build(ctx, snap, p, agents, msgs, now, nil)
 	}
-	live.builtMu.Lock()
-	b := live.built[key]
-	live.builtMu.Unlock()
-	if b == nil {
+	b, ok := live.built.Get(key)
+	if !ok {
 		rc := s.build(ctx, snap, p, agents, msgs, now, nil)
 		if snap.live(now) != live || rc.budget().cut > 0 || rc.viewsCut > 0 || len(rc.actionsCut) > 0 {
 			return rc // a budget ran out: what it hid may differ next time
@@ -215,16 +165,11 @@ func (s *Service) buildShared(ctx context.Context, snap *snapshot, p *Principal,
 			views: maps.Clone(rc.views), viewOrder: rc.viewOrder, viewCost: rc.viewCost,
 			actEnabled: rc.actEnabled, actAvail: rc.actAvail, actions: rc.vars.Actions, actionCost: rc.actionCost,
 			authority: maps.Clone(rc.authority)}
-		copies := copiedEntries(live, append([]map[string]any{rc.state}, slices.Collect(maps.Values(rc.authority))...)...)
-		live.builtMu.Lock()
-		if live.built == nil {
-			live.built = map[string]*builtCtx{}
-		}
-		if _, dup := live.built[key]; !dup && len(live.built) < maxBuiltAuthorities && live.builtCopies+copies <= live.copiesAllowed() {
-			live.built[key] = b
-			live.builtCopies += copies
-		}
-		live.builtMu.Unlock()
+		// What the build holds beyond the snapshot (the scopes a gate added
+		// to or a read rule took from, in maps of its own) is what keeping
+		// it costs: the reader's state and its registrars'.
+		copies := buildcache.Copied(live.vals, append([]map[string]any{rc.state}, slices.Collect(maps.Values(rc.authority))...)...)
+		live.built.Keep(key, b, copies, live.liveEntries)
 		return rc
 	}
 	rc := probe
