@@ -1,3 +1,5 @@
+// A session's access to a room, and the principals it reads and acts as.
+
 package lobby
 
 import (

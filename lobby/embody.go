@@ -1,3 +1,6 @@
+// Acting in a room: embodying the user's own agent or a role, stepping
+// out, and the rooms a session creates.
+
 package lobby
 
 import (

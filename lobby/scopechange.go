@@ -1,3 +1,6 @@
+// Changing a session's scope: revoking a room, restricting the scope
+// (never widening it).
+
 package lobby
 
 import (

@@ -1,3 +1,6 @@
+// The lobby view (sync_lobby): the rooms in scope, their agents and roles,
+// and the next step.
+
 package lobby
 
 import (

@@ -1,3 +1,6 @@
+// Why a grant ended: carried through one token-endpoint or revocation
+// call, recorded, and told to the client and on the account page.
+
 package oauth
 
 import (

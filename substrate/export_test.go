@@ -15,12 +15,7 @@ func SetWaitSleeps(s *Service, f func(roomID string, next time.Duration)) { s.wa
 // now and how many callers are queued for it: a test starts its callers
 // in a known order by waiting for each to be queued, not by sleeping.
 func GroupQueue(s *Service, roomID string) (leading bool, queued int) {
-	s.group.mu.Lock()
-	defer s.group.mu.Unlock()
-	if q := s.group.rooms[roomID]; q != nil {
-		return q.leading, len(q.jobs)
-	}
-	return false, 0
+	return s.group.Queued(roomID)
 }
 
 // SetSearchJudged makes f run once a search has decided what its reader

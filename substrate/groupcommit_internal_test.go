@@ -57,12 +57,8 @@ func TestGroupCommitRoundsReadWhatChangedMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	queued := func() int {
-		svc.group.mu.Lock()
-		defer svc.group.mu.Unlock()
-		if q := svc.group.rooms[room]; q != nil {
-			return len(q.jobs)
-		}
-		return 0
+		_, n := svc.group.Queued(room)
+		return n
 	}
 	type answer struct {
 		res *InvokeResult
@@ -72,7 +68,7 @@ func TestGroupCommitRoundsReadWhatChangedMeanwhile(t *testing.T) {
 	rejoined := make(chan error, 1)
 	var rejoinStarted time.Time
 	armed := true
-	groupRoundHook = func(roomID string, round int) {
+	svc.group.RoundHook = func(roomID string, round int) {
 		if roomID != room || round != 1 || !armed {
 			return
 		}
@@ -96,7 +92,7 @@ func TestGroupCommitRoundsReadWhatChangedMeanwhile(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	t.Cleanup(func() { groupRoundHook = nil })
+	t.Cleanup(func() { svc.group.RoundHook = nil })
 
 	first, err := svc.Invoke(ctx, x, room, "look", nil)
 	if err != nil {
@@ -173,12 +169,8 @@ func TestGroupCommitRoomRowAfterARefusedCommitFlush(t *testing.T) {
 		}
 	}
 	queued := func() int {
-		svc.group.mu.Lock()
-		defer svc.group.mu.Unlock()
-		if q := svc.group.rooms[room]; q != nil {
-			return len(q.jobs)
-		}
-		return 0
+		_, n := svc.group.Queued(room)
+		return n
 	}
 	type answer struct {
 		res *InvokeResult
@@ -193,7 +185,7 @@ func TestGroupCommitRoomRowAfterARefusedCommitFlush(t *testing.T) {
 		return c
 	}
 	var late chan answer
-	groupRedoHook = func(roomID string) {
+	svc.group.RedoHook = func(roomID string) {
 		if roomID == room && late == nil {
 			late = invoke("inc")
 			for queued() == 0 {
@@ -201,7 +193,7 @@ func TestGroupCommitRoomRowAfterARefusedCommitFlush(t *testing.T) {
 			}
 		}
 	}
-	t.Cleanup(func() { groupRedoHook = nil })
+	t.Cleanup(func() { svc.group.RedoHook = nil })
 
 	// The test holds the room lock while three invocations queue: the
 	// first leads, the other two share its second round.

@@ -66,17 +66,19 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 // cannot name a rule: a machinery package imports neither the core nor a
 // feature nor a surface.
 var machinery = map[string][]string{
-	"substrate/internal/coalesce":   {"presenceread.go", "substrate.go"},
-	"substrate/internal/sweep":      {"janitor.go"},
-	"substrate/internal/waitbatch":  {"wait.go", "substrate.go"},
-	"substrate/internal/waitclock":  {"wait.go"},
-	"substrate/internal/buildcache": {"buildshare.go", "snapshot.go"},
-	"substrate/internal/memo":       {"exprfacts.go", "snapshot.go"},
-	"substrate/internal/jsoncache":  {"envelope_json.go", "snapshot.go"},
-	"substrate/internal/jsontext":   {"envelope_json.go", "valuelimits.go"},
-	"substrate/internal/workmeter":  {"substrate.go"},
-	"substrate/internal/earliest":   {"foresee.go"},
-	"substrate/internal/fairshare":  {"contextsize.go"},
+	"substrate/internal/coalesce":    {"presenceread.go", "substrate.go"},
+	"substrate/internal/sweep":       {"janitor.go"},
+	"substrate/internal/waitbatch":   {"wait.go", "substrate.go"},
+	"substrate/internal/waitclock":   {"wait.go"},
+	"substrate/internal/buildcache":  {"buildshare.go", "snapshot.go"},
+	"substrate/internal/memo":        {"exprfacts.go", "snapshot.go"},
+	"substrate/internal/jsoncache":   {"envelope_json.go", "snapshot.go"},
+	"substrate/internal/jsontext":    {"envelope_json.go", "valuelimits.go"},
+	"substrate/internal/workmeter":   {"substrate.go"},
+	"substrate/internal/earliest":    {"foresee.go"},
+	"substrate/internal/fairshare":   {"contextsize.go"},
+	"substrate/internal/groupcommit": {"groupcommit.go"},
+	"substrate/internal/readmarks":   {"readpath.go", "mutation.go", "substrate.go"},
 	// The snapshot an unchanged room is read from; the read path decides
 	// whether it serves a read (readpath.go's readRoomCached).
 	"substrate/internal/readcache": {"snapshot.go"},

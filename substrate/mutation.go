@@ -14,6 +14,7 @@ import (
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/readmarks"
 )
 
 // mutation is one room mutation in flight: the locked room, the sequence
@@ -52,7 +53,7 @@ type mutation struct {
 	agents       []presence
 	agentsLoaded bool
 	// marks are the read marks not yet written, laid over presence.
-	marks *readMarks
+	marks *readmarks.Marks
 	// group is the group transaction this mutation is one savepoint of
 	// (nil: a transaction of its own).
 	group *groupTx
@@ -66,7 +67,7 @@ func (m *mutation) presence() ([]presence, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.marks.overlay(m.room, a)
+		m.marks.Overlay(m.room, presenceRows(a))
 		m.agents, m.agentsLoaded = a, true
 	}
 	return m.agents, nil
@@ -74,7 +75,7 @@ func (m *mutation) presence() ([]presence, error) {
 
 // roomReads is the room's context reads as of the presence the mutation
 // read under the lock: every agent's count with this process's marks laid
-// over (readMarks.overlay), the count a read's salience decays by. Taken
+// over (readmarks.Marks.Overlay), the count a read's salience decays by. Taken
 // from the overlaid rows, not from the rows the vocabulary statement
 // reads later: a write of marks that committed in between would be in
 // those rows and in the marks queued before it, counted twice.
@@ -217,7 +218,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 		if rows, err = br.Query(); err == nil {
 			m.agents, err = scanPresence(rows)
 			m.agentsLoaded = err == nil
-			s.marks.overlay(roomID, m.agents)
+			s.marks.Overlay(roomID, presenceRows(m.agents))
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -356,7 +357,7 @@ func (s *Service) seal(m *mutation, fn func(m *mutation) error) (int64, error) {
 		roomID, strconv.FormatInt(last, 10), last, auditJSON, m.actor, m.now)
 	if m.group == nil {
 		// A group transaction writes the room's row once for all of its
-		// invocations (groupTx.syncRoom).
+		// invocations (groupTx.Sync).
 		m.batch.Queue(`UPDATE rooms SET seq = $2, message_count = message_count + $3 WHERE id = $1`, roomID, last, m.messages)
 	}
 	return last, nil

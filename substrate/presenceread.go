@@ -74,3 +74,23 @@ func newPresenceReads(db *store.DB) *coalesce.Batcher[string, struct{}, roomPres
 		return out, nil
 	}}
 }
+
+// presenceRows are agents' presence rows as read marks see them: the
+// marks this process has not written yet are laid over them
+// (readmarks.Marks.Overlay) before a rule reads them.
+type presenceRows []presence
+
+func (r presenceRows) Len() int { return len(r) }
+
+func (r presenceRows) At(i int) (agent string, lastContextSeq, lastSeenSeq, contextReads *int64) {
+	a := &r[i]
+	return a.ID, &a.LastContextSeq, &a.LastSeenSeq, &a.ContextReads
+}
+
+// sqlMarkReads writes a batch of read marks (readmarks.New) and returns
+// each row's context_reads with them: the seqs are maxima, the reads add.
+const sqlMarkReads = `UPDATE agents AS a SET last_context_seq = greatest(a.last_context_seq, v.seq),
+		context_reads = a.context_reads + v.reads, last_seen_seq = greatest(a.last_seen_seq, v.up_to)
+	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS v(room_id, id, seq, reads, up_to)
+	WHERE a.room_id = v.room_id AND a.id = v.id
+	RETURNING a.room_id, a.id, a.context_reads`

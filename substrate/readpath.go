@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/readmarks"
 )
 
 // maxUnreadCount caps the unread counters: counting is proportional to the
@@ -159,7 +160,7 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 			if out.agents, err = loadPresence(ctx, tx, roomID); err != nil {
 				return err
 			}
-			s.marks.overlay(roomID, out.agents)
+			s.marks.Overlay(roomID, presenceRows(out.agents))
 			agents = out.agents
 		case out.counted && p != nil && p.Kind == KindAgent:
 			// The counts need only the reader's own last read.
@@ -168,7 +169,7 @@ func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wan
 				return err
 			}
 			agents = []presence{a}
-			s.marks.overlay(roomID, agents)
+			s.marks.Overlay(roomID, presenceRows(agents))
 		}
 		if out.counted {
 			if out.msgs, err = countMessages(ctx, tx, roomID, p, agents, count, seq); err != nil {
@@ -247,7 +248,7 @@ func (s *Service) readRoomCachedAt(ctx context.Context, p *Principal, roomID str
 		// long way reads them once and later reads come back here.
 		return nil, false, nil
 	}
-	s.marks.overlay(roomID, agents)
+	s.marks.Overlay(roomID, presenceRows(agents))
 	out := &roomRead{snap: snap, msgs: msgCounts{Count: count, hidden: snap.hiddenAt(count)}, counted: wantMsgs || snap.actionsUseMessages(s)}
 	if wantAgents {
 		out.agents = agents
@@ -260,7 +261,7 @@ func (s *Service) readRoomCachedAt(ctx context.Context, p *Principal, roomID str
 			return nil, false, err
 		}
 		agents = []presence{a}
-		s.marks.overlay(roomID, agents)
+		s.marks.Overlay(roomID, presenceRows(agents))
 	}
 	if out.counted {
 		// After the transaction, bounded by its seq: messages up to it do
@@ -278,10 +279,10 @@ func (s *Service) readRoomCachedAt(ctx context.Context, p *Principal, roomID str
 // newest message it was shown. The marks are advice (unread counts,
 // salience), so the write does not wait for the disk: losing the last
 // few to a crash costs nothing a later read does not repair. It is
-// queued for the background writer (readmarks.go), off the request path;
+// queued for the background writer (internal/readmarks), off the request path;
 // only once the service is closing does the read write it itself.
 func (s *Service) markRead(ctx context.Context, roomID string, rc *roomCtx) error {
-	if s.addReadMark(roomID, rc.self, readMark{seq: rc.snap.seq, upTo: rc.readUpTo, reads: 1}) {
+	if s.marks.Add(roomID, rc.self, readmarks.Mark{Seq: rc.snap.seq, UpTo: rc.readUpTo, Reads: 1}) {
 		return nil
 	}
 	var b pgx.Batch

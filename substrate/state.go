@@ -503,7 +503,7 @@ func (s *Service) applyEntryGates(ctx context.Context, tx pgx.Tx, p *Principal, 
 	if err != nil {
 		return err
 	}
-	s.marks.overlay(roomID, agents)
+	s.marks.Overlay(roomID, presenceRows(agents))
 	rc := &roomCtx{now: time.Now(), snap: snap, p: p, agents: agents}
 	if p.Kind == KindAgent {
 		rc.self = p.AgentID

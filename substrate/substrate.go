@@ -11,6 +11,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
+	"github.com/syncsubstrate/sync/substrate/internal/readmarks"
 	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
 	"github.com/syncsubstrate/sync/substrate/internal/workmeter"
 )
@@ -197,7 +198,7 @@ type Service struct {
 	wait      WaitOptions
 	hub       *store.Hub
 	// marks queues context reads' marks for one background writer.
-	marks *readMarks
+	marks *readmarks.Marks
 	// waitq shares woken waits' round trips (package waitbatch).
 	waitq *waitbatch.Batches
 	// presence shares a room's presence read between its readers
@@ -280,8 +281,9 @@ func (s *Service) Stats() Stats {
 	st.CELEvaluations, st.CELCost = s.cel.Stats()
 	st.RoomBusy = s.roomBusy.Load()
 	if g := s.group; g != nil {
-		st.GroupBatches, st.GroupInvocations, st.GroupLargest = g.batches.Load(), g.grouped.Load(), g.largest.Load()
-		st.GroupRounds, st.GroupRedone = g.rounds.Load(), g.redone.Load()
+		gs := g.Stats()
+		st.GroupBatches, st.GroupInvocations, st.GroupLargest = gs.Batches, gs.Invocations, gs.Largest
+		st.GroupRounds, st.GroupRedone = gs.Rounds, gs.Redone
 	}
 	return st
 }
@@ -329,27 +331,27 @@ func New(db *store.DB, opt Options) *Service {
 	if opt.Limits.RoomCostPerSecond > 0 {
 		wm = workmeter.New(opt.Limits.RoomCostPerSecond)
 	}
-	var gc *groupCommit
-	if !opt.NoGroupCommit {
-		gc = &groupCommit{rooms: map[string]*roomQueue{}}
-	}
-	return &Service{group: gc, db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
+	s := &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
 		cel:   expr.MustNew(opt.CEL),
 		snaps: newSnapCache(),
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
-		marks: newReadMarks(),
+		marks: readmarks.New(db, sqlMarkReads, opt.Logger),
 		waitq: waitbatch.New(db),
 
 		noSalience: opt.NoSalience,
 		ackOverdue: cmp.Or(opt.AckOverdue, AckOverdue),
 	}
+	if !opt.NoGroupCommit {
+		s.group = newGroupCommit(s)
+	}
+	return s
 }
 
 // Close writes the queued read marks and stops the service's
 // notification listener.
 func (s *Service) Close() {
-	s.closeReadMarks()
+	s.marks.Close()
 	s.hub.Close()
 }
 

@@ -94,10 +94,7 @@ func TestReadsAtUseCountMarksWrittenMeanwhileOnce(t *testing.T) {
 			t.Cleanup(s.Close)
 			// No background writer: the test writes the marks (and Close
 			// finds the writer done).
-			s.marks.mu.Lock()
-			s.marks.started = true
-			s.marks.mu.Unlock()
-			t.Cleanup(func() { close(s.marks.done) })
+			s.marks.Hold()
 			const room = "usage-reads"
 			admin, agent := usageRoom(t, s, room)
 			read := func(n int) {
@@ -108,7 +105,7 @@ func TestReadsAtUseCountMarksWrittenMeanwhileOnce(t *testing.T) {
 				}
 			}
 			read(2)
-			if err := s.flushReadMarks(ctx); err != nil {
+			if err := s.marks.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
 			read(3) // queued, not written: the room has 5 reads
@@ -143,7 +140,7 @@ func TestReadsAtUseCountMarksWrittenMeanwhileOnce(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			// Meanwhile the 3 queued reads are written and committed.
-			if err := s.flushReadMarks(ctx); err != nil {
+			if err := s.marks.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if err := btx.Rollback(ctx); err != nil {
@@ -168,7 +165,7 @@ func TestReadsAtUseCountMarksWrittenMeanwhileOnce(t *testing.T) {
 func TestReadsAtUseExactUnderConcurrentReadsAndUses(t *testing.T) {
 	db := pgtest.NewPool(t, 2)
 	s := New(db, Options{})
-	s.marks.committed = func() { time.Sleep(3 * time.Millisecond) }
+	s.marks.Committed = func() { time.Sleep(3 * time.Millisecond) }
 	t.Cleanup(s.Close)
 	ctx := context.Background()
 	const room, agents, readersPer, reads, users, uses = "usage-race", 4, 2, 20, 3, 12

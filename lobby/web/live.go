@@ -51,10 +51,9 @@ func (wb *Web) live(w http.ResponseWriter, r *http.Request) {
 		wb.fail(w, r, err)
 		return
 	}
-	s := &liveStream{wb: wb, w: w, r: r, ctx: ctx, roomID: roomID, viewToken: viewToken, f: f, changes: changes,
-		own: "stream " + strconv.FormatInt(wb.streamIDs.Add(1), 10)}
+	s := &liveStream{wb: wb, w: w, rc: http.NewResponseController(w), r: r, ctx: ctx, roomID: roomID, viewToken: viewToken,
+		f: f, changes: changes, own: "stream " + strconv.FormatInt(wb.streamIDs.Add(1), 10)}
 	defer func() { wb.leaveFeed(f, changes, []string{s.readAs, s.pageAs}) }()
-	s.rc = http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")

@@ -1,3 +1,6 @@
+// The loom page's commands: the command box, and each form composed into
+// the → command it stands for.
+
 package web
 
 import (

@@ -1,3 +1,6 @@
+// Running a call of → commands: each in its own transaction, stopping at
+// the first that fails and saying which ran.
+
 package loom
 
 import (

@@ -1,3 +1,5 @@
+// Documents (_loom.doc): → read and → write doc:"name".
+
 package loom
 
 import (

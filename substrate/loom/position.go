@@ -1,3 +1,6 @@
+// Where participants stand in a tree: the ambient position, presence,
+// moving, and the turn on a branch (its lease).
+
 package loom
 
 import (

@@ -1,3 +1,6 @@
+// The loom's read rule: the caller's loom permissions, and what of the
+// loom's scopes and an agent's loom memory a reader may see.
+
 package loom
 
 import (

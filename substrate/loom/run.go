@@ -1,3 +1,6 @@
+// One command's run (loomRun): whom it runs as, and the loom's rows it
+// reads and writes through the room's transaction.
+
 package loom
 
 import (

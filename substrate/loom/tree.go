@@ -1,3 +1,6 @@
+// Trees and their nodes: finding a tree, a node by reference, its
+// children, ancestors and branches; adding a node.
+
 package loom
 
 import (

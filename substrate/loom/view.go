@@ -1,3 +1,6 @@
+// The commands that read a tree: view, list, the tree preview,
+// annotations and links.
+
 package loom
 
 import (

@@ -1,4 +1,4 @@
-package substrate
+package readmarks
 
 import "testing"
 
@@ -11,19 +11,18 @@ import "testing"
 // of an unchanged room named views and messages as changed. Played here
 // step by step, the writer being the test.
 func TestReadMarksOverlayKeepsMarksWrittenDuringTheRead(t *testing.T) {
-	s := &Service{marks: newReadMarks()}
-	s.marks.started = true // no background writer: the test is the writer
-	rows := func() []presence {
+	r := held()
+	rows := func() agentRows {
 		// What the agents' rows hold before the write commits.
-		return []presence{{ID: "a", LastContextSeq: 2, LastSeenSeq: 2, ContextReads: 2}, {ID: "b", LastContextSeq: 1, ContextReads: 1}}
+		return agentRows{{ID: "a", LastContextSeq: 2, LastSeenSeq: 2, ContextReads: 2}, {ID: "b", LastContextSeq: 1, ContextReads: 1}}
 	}
-	s.marks.overlay("r", rows()) // read 3 reads the rows: reads 2, at seq 2
-	s.addReadMark("r", "a", readMark{seq: 5, upTo: 4, reads: 1})
-	batch := s.marks.take() // the writer takes read 3's mark
-	stale := rows()         // read 4 reads the rows before the write commits
-	s.marks.wrote(map[markKey]int64{{"r", "a"}: 3})
-	s.marks.land(batch, nil)
-	s.marks.overlay("r", stale) // and lays the marks over after it landed
+	r.Overlay("r", rows()) // read 3 reads the rows: reads 2, at seq 2
+	r.add("r", "a", readMark{seq: 5, upTo: 4, reads: 1})
+	batch := r.take() // the writer takes read 3's mark
+	stale := rows()   // read 4 reads the rows before the write commits
+	r.wrote(map[markKey]int64{{"r", "a"}: 3})
+	r.land(batch, nil)
+	r.Overlay("r", stale) // and lays the marks over after it landed
 	a := stale[0]
 	if a.LastContextSeq != 5 || a.LastSeenSeq != 4 || a.ContextReads != 3 {
 		t.Fatalf("read 4 sees last_context_seq %d, last_seen_seq %d, context_reads %d; want 5, 4, 3 (read 3's marks)", a.LastContextSeq, a.LastSeenSeq, a.ContextReads)
@@ -32,12 +31,12 @@ func TestReadMarksOverlayKeepsMarksWrittenDuringTheRead(t *testing.T) {
 		t.Fatalf("another agent's marks moved: %+v", b)
 	}
 	// A failed write queues the marks again; they are not counted twice.
-	s.addReadMark("r", "a", readMark{seq: 6, upTo: 6, reads: 1})
-	batch = s.marks.take()
-	s.marks.land(batch, errTest)
+	r.add("r", "a", readMark{seq: 6, upTo: 6, reads: 1})
+	batch = r.take()
+	r.land(batch, errTest)
 	now := rows()
 	now[0].LastContextSeq, now[0].LastSeenSeq, now[0].ContextReads = 5, 4, 3 // read 3's write is in
-	s.marks.overlay("r", now)
+	r.Overlay("r", now)
 	if a := now[0]; a.LastContextSeq != 6 || a.LastSeenSeq != 6 || a.ContextReads != 4 {
 		t.Fatalf("after a failed write: last_context_seq %d, last_seen_seq %d, context_reads %d; want 6, 6, 4", a.LastContextSeq, a.LastSeenSeq, a.ContextReads)
 	}
@@ -57,78 +56,101 @@ func (e testErr) Error() string { return string(e) }
 // was forgotten (salience decays by it). Played step by step, the writer
 // being the test.
 func TestReadMarksInFlightWriteCountsOnce(t *testing.T) {
-	s := &Service{marks: newReadMarks()}
-	s.marks.started = true
-	rows := func(reads int64) []presence {
-		return []presence{{ID: "a", LastContextSeq: 2, LastSeenSeq: 2, ContextReads: reads}}
+	r := held()
+	rows := func(reads int64) agentRows {
+		return agentRows{{ID: "a", LastContextSeq: 2, LastSeenSeq: 2, ContextReads: reads}}
 	}
-	check := func(step string, agents []presence, want int64) {
+	check := func(step string, agents agentRows, want int64) {
 		t.Helper()
-		s.marks.overlay("r", agents)
+		r.Overlay("r", agents)
 		if got := agents[0].ContextReads; got != want {
 			t.Fatalf("%s: context_reads %d, want %d", step, got, want)
 		}
 	}
 	check("before read 3", rows(2), 2)
-	s.addReadMark("r", "a", readMark{seq: 3, upTo: 3, reads: 1}) // read 3's mark
-	batch := s.marks.take()
+	r.add("r", "a", readMark{seq: 3, upTo: 3, reads: 1}) // read 3's mark
+	batch := r.take()
 	check("rows read before the write's UPDATE", rows(2), 3)
 	// The writer's UPDATE has run: the row holds 3 once it commits.
-	s.marks.wrote(map[markKey]int64{{"r", "a"}: 3})
+	r.wrote(map[markKey]int64{{"r", "a"}: 3})
 	check("rows read before the write committed", rows(2), 3)
 	check("rows read after the write committed, before it landed", rows(3), 3)
-	s.marks.land(batch, nil)
+	r.land(batch, nil)
 	check("rows read after it landed", rows(3), 3)
 	check("rows read before it committed, overlaid after it landed", rows(2), 3)
-	s.addReadMark("r", "a", readMark{seq: 4, upTo: 4, reads: 1}) // read 4's mark
+	r.add("r", "a", readMark{seq: 4, upTo: 4, reads: 1}) // read 4's mark
 	check("read 4 queued", rows(3), 4)
 	check("read 4 queued, rows from before read 3's write", rows(2), 4)
 
 	// An agent this process has not reported: nothing in seen holds its
 	// count, the landed write must.
-	s = &Service{marks: newReadMarks()}
-	s.marks.started = true
-	s.addReadMark("r", "a", readMark{seq: 3, upTo: 3, reads: 1})
-	batch = s.marks.take()
-	s.marks.wrote(map[markKey]int64{{"r", "a"}: 3})
-	s.marks.land(batch, nil)
+	r = held()
+	r.add("r", "a", readMark{seq: 3, upTo: 3, reads: 1})
+	batch = r.take()
+	r.wrote(map[markKey]int64{{"r", "a"}: 3})
+	r.land(batch, nil)
 	check("an agent not reported before, rows from before the write", rows(2), 3)
 	check("an agent not reported before, rows with the write", rows(3), 3)
 
 	// A failed write is queued again and counted once, written or not.
-	s.addReadMark("r", "a", readMark{seq: 5, upTo: 5, reads: 1})
-	batch = s.marks.take()
-	s.marks.wrote(map[markKey]int64{{"r", "a"}: 4})
+	r.add("r", "a", readMark{seq: 5, upTo: 5, reads: 1})
+	batch = r.take()
+	r.wrote(map[markKey]int64{{"r", "a"}: 4})
 	check("a write not committed yet", rows(3), 4)
-	s.marks.land(batch, errTest)
+	r.land(batch, errTest)
 	check("a write that failed", rows(3), 4)
 }
 
 // The landed writes kept per agent are bounded; rows older than all of
 // them count short (never over), and what this process reported holds.
 func TestReadMarksLandedWritesAreBounded(t *testing.T) {
-	s := &Service{marks: newReadMarks()}
-	s.marks.started = true
+	r := held()
 	k := markKey{"r", "a"}
 	const writes = landedKeep + 6
 	for i := int64(1); i <= writes; i++ {
-		s.addReadMark("r", "a", readMark{seq: i, upTo: i, reads: 1})
-		batch := s.marks.take()
-		s.marks.wrote(map[markKey]int64{k: i})
-		s.marks.land(batch, nil)
+		r.add("r", "a", readMark{seq: i, upTo: i, reads: 1})
+		batch := r.take()
+		r.wrote(map[markKey]int64{k: i})
+		r.land(batch, nil)
 	}
-	if n := len(s.marks.landed[k]); n != landedKeep {
+	if n := len(r.landed[k]); n != landedKeep {
 		t.Fatalf("%d landed writes kept, want %d", n, landedKeep)
 	}
-	fresh := []presence{{ID: "a"}} // rows from before every write
-	s.marks.overlay("r", fresh)
+	fresh := agentRows{{ID: "a"}} // rows from before every write
+	r.Overlay("r", fresh)
 	if got := fresh[0].ContextReads; got < landedKeep || got > writes {
 		t.Fatalf("rows older than the writes kept: context_reads %d, want %d to %d (short, never over)", got, landedKeep, writes)
 	}
-	s.marks.overlay("r", []presence{{ID: "a", ContextReads: writes}})
-	again := []presence{{ID: "a"}}
-	s.marks.overlay("r", again)
+	r.Overlay("r", agentRows{{ID: "a", ContextReads: writes}})
+	again := agentRows{{ID: "a"}}
+	r.Overlay("r", again)
 	if got := again[0].ContextReads; got != writes {
 		t.Fatalf("after %d reads were reported, rows older than the writes kept: context_reads %d", writes, got)
 	}
+}
+
+// held is marks without a background writer: the test is the writer.
+func held() *Marks {
+	r := New(nil, "", nil)
+	r.Hold()
+	return r
+}
+
+// add is Add of a mark as the tests spell it.
+func (r *Marks) add(room, agent string, m readMark) {
+	r.Add(room, agent, Mark{Seq: m.seq, UpTo: m.upTo, Reads: m.reads})
+}
+
+// row is an agent's row as the core's presence holds it.
+type row struct {
+	ID                                        string
+	LastContextSeq, LastSeenSeq, ContextReads int64
+}
+
+type agentRows []row
+
+func (r agentRows) Len() int { return len(r) }
+
+func (r agentRows) At(i int) (string, *int64, *int64, *int64) {
+	return r[i].ID, &r[i].LastContextSeq, &r[i].LastSeenSeq, &r[i].ContextReads
 }

@@ -1,4 +1,11 @@
-package substrate
+// Package readmarks takes a context read's marks off the request path:
+// what it makes fast is a read, which queues what its agent saw and
+// answers without writing. The rule the marks serve (what an agent has
+// read: unread counts, salience, a wait's default delta) is the core's
+// (context.go records a read's marks; presenceread.go lays them over the
+// agents' rows, and the core's SQL writes them). This package stores
+// only what those reads reported, keyed by room and agent.
+package readmarks
 
 // Read marks off the request path. A context read records what its agent
 // saw (last_context_seq, context_reads, last_seen_seq). Those marks are
@@ -31,12 +38,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncsubstrate/sync/store"
 )
 
 type markKey struct{ room, agent string }
 
-// readMarksEvery is the least time between two writes of read marks.
-const readMarksEvery = 10 * time.Millisecond
+// Every is the least time between two writes of read marks.
+const Every = 10 * time.Millisecond
+
+// Mark is what one read marks of its agent: the seq it read at (its row's
+// last_context_seq), the newest message it showed (last_seen_seq) and
+// the reads it counts (context_reads, one for a read).
+type Mark struct{ Seq, UpTo, Reads int64 }
 
 // readMark is what reads of one agent have marked and not yet written.
 type readMark struct {
@@ -55,7 +69,7 @@ type landedWrite struct {
 }
 
 // landedKeep and landedFor bound the landed writes kept per agent: a
-// read whose rows are older than all of them (64 writes, readMarksEvery
+// read whose rows are older than all of them (64 writes, Every
 // apart at least, or ten seconds) may count short, never over, and seen
 // then holds what this process reported. An agent read without pause
 // keeps 2 KiB.
@@ -68,7 +82,15 @@ func (m *readMark) merge(o readMark) {
 	m.seq, m.upTo, m.reads = max(m.seq, o.seq), max(m.upTo, o.upTo), m.reads+o.reads
 }
 
-type readMarks struct {
+// Marks holds the marks of this process's reads until one background
+// writer has written them, and lays them over the rows reads find.
+type Marks struct {
+	db *store.DB
+	// update is the core's statement that writes a batch of marks (see
+	// New).
+	update string
+	log    *slog.Logger
+
 	mu       sync.Mutex
 	pending  map[markKey]readMark
 	inflight map[markKey]readMark
@@ -89,10 +111,10 @@ type readMarks struct {
 	// sent and not answered ("" when none): the writer learns its
 	// outcome before taking more marks.
 	doubt string
-	// committed, when set (tests), runs between a write's COMMIT and its
-	// landing: a slow answer from the server, the time in which reads
-	// find the write both in the rows and in flight.
-	committed func()
+	// Committed, when set (tests, before the first read), runs between a
+	// write's COMMIT and its landing: a slow answer from the server, the
+	// time in which reads find the write both in the rows and in flight.
+	Committed func()
 	kick      chan struct{}
 	stop      chan struct{}
 	done      chan struct{}
@@ -101,14 +123,20 @@ type readMarks struct {
 	closed    bool // under mu: marks after Close are written by their read
 }
 
-func newReadMarks() *readMarks {
-	return &readMarks{pending: map[markKey]readMark{}, seen: map[markKey]seenMark{}, landed: map[markKey][]landedWrite{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+// New returns the marks of a service over db. update writes a batch of
+// marks: its parameters are the rooms, agents, seqs, reads and up-to
+// seqs as arrays (text[], text[], bigint[], bigint[], bigint[]), and it
+// returns each updated row's room, agent and context_reads with the
+// write in it; the seqs are maxima and the reads are added. log takes
+// the writer's failures.
+func New(db *store.DB, update string, log *slog.Logger) *Marks {
+	return &Marks{db: db, update: update, log: log, pending: map[markKey]readMark{}, seen: map[markKey]seenMark{}, landed: map[markKey][]landedWrite{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// add queues a read's mark and wakes the writer; false when the service
-// is closed (the caller writes the mark itself).
-func (s *Service) addReadMark(room, agent string, m readMark) bool {
-	r := s.marks
+// Add queues a read's mark and wakes the writer; false when the marks
+// are closed (the caller writes the mark itself).
+func (r *Marks) Add(room, agent string, mark Mark) bool {
+	m := readMark{seq: mark.Seq, upTo: mark.UpTo, reads: mark.Reads}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -116,7 +144,7 @@ func (s *Service) addReadMark(room, agent string, m readMark) bool {
 	}
 	if !r.started {
 		r.started = true
-		go s.runReadMarks()
+		go r.run()
 	}
 	k := markKey{room, agent}
 	cur := r.pending[k]
@@ -143,40 +171,49 @@ func (s *Service) addReadMark(room, agent string, m readMark) bool {
 	return true
 }
 
-// overlay applies the marks not yet written to presence read from the
+// Rows are agents' rows of one room as a read found them, which Overlay
+// lays this process's marks over.
+type Rows interface {
+	Len() int
+	// At is row i: its agent, and its last_context_seq, last_seen_seq and
+	// context_reads, which Overlay raises.
+	At(i int) (agent string, lastContextSeq, lastSeenSeq, contextReads *int64)
+}
+
+// Overlay applies the marks not yet written to agents' rows read from the
 // database. An agent's reads are its row's plus those of this process
 // the row does not hold: queued, in flight and not yet in the row
 // (written above the row's count), or landed after the row was read.
-func (r *readMarks) overlay(room string, agents []presence) {
+func (r *Marks) Overlay(room string, agents Rows) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	for i := range agents {
-		a := &agents[i]
-		k := markKey{room, a.ID}
-		rows := a.ContextReads
+	for i := range agents.Len() {
+		id, lastContext, lastSeen, reads := agents.At(i)
+		k := markKey{room, id}
+		rows := *reads
 		for _, w := range r.landed[k] {
 			if w.written > rows {
-				a.ContextReads += w.reads
+				*reads += w.reads
 			}
 		}
 		if q, ok := r.inflight[k]; ok {
-			a.LastContextSeq, a.LastSeenSeq = max(a.LastContextSeq, q.seq), max(a.LastSeenSeq, q.upTo)
+			*lastContext, *lastSeen = max(*lastContext, q.seq), max(*lastSeen, q.upTo)
 			if q.written == 0 || q.written > rows {
-				a.ContextReads += q.reads
+				*reads += q.reads
 			}
 		}
 		if q, ok := r.pending[k]; ok {
-			a.LastContextSeq, a.LastSeenSeq = max(a.LastContextSeq, q.seq), max(a.LastSeenSeq, q.upTo)
-			a.ContextReads += q.reads
+			*lastContext, *lastSeen = max(*lastContext, q.seq), max(*lastSeen, q.upTo)
+			*reads += q.reads
 		}
 		// The count above is exact, or short when the rows are older
 		// than the landed writes kept; seen, never above the truth
 		// either, keeps what this process reported and queued since (and
 		// the reads of other processes a newer read saw).
 		seen := r.seen[k]
-		seen.seq, seen.upTo, seen.reads, seen.at = max(seen.seq, a.LastContextSeq), max(seen.upTo, a.LastSeenSeq), max(seen.reads, a.ContextReads), now
-		a.LastContextSeq, a.LastSeenSeq, a.ContextReads = seen.seq, seen.upTo, seen.reads
+		seen.seq, seen.upTo, seen.reads, seen.at = max(seen.seq, *lastContext), max(seen.upTo, *lastSeen), max(seen.reads, *reads), now
+		*lastContext, *lastSeen, *reads = seen.seq, seen.upTo, seen.reads
 		r.seen[k] = seen
 	}
 	// What was seen a minute ago is long written: forgotten, so the maps
@@ -203,38 +240,29 @@ type seenMark struct {
 	at               time.Time
 }
 
-// sqlMarkReads writes queued marks and returns each row's context_reads
-// with them (written).
-const sqlMarkReads = `UPDATE agents AS a SET last_context_seq = greatest(a.last_context_seq, v.seq),
-		context_reads = a.context_reads + v.reads, last_seen_seq = greatest(a.last_seen_seq, v.up_to)
-	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS v(room_id, id, seq, reads, up_to)
-	WHERE a.room_id = v.room_id AND a.id = v.id
-	RETURNING a.room_id, a.id, a.context_reads`
-
-// runReadMarks writes queued marks until stop, then writes what is left.
-// Marks that arrive during a write, or within readMarksEvery after it,
+// run writes queued marks until stop, then writes what is left.
+// Marks that arrive during a write, or within Every after it,
 // wait for the next one: under a stream of reads, one small write per
 // interval rather than one per read. A failed write keeps its marks
 // (merged with newer ones) and is retried after a pause, so a database
 // that is down is not spun on.
-func (s *Service) runReadMarks() {
-	r := s.marks
+func (r *Marks) run() {
 	defer close(r.done)
 	for {
 		select {
 		case <-r.kick:
 		case <-r.stop:
-			s.finalReadMarks()
+			r.final()
 			return
 		}
-		pause := readMarksEvery
-		if err := s.flushReadMarks(context.Background()); err != nil {
+		pause := Every
+		if err := r.Flush(context.Background()); err != nil {
 			pause = 100 * time.Millisecond
 		}
 		select {
 		case <-time.After(pause):
 		case <-r.stop:
-			s.finalReadMarks()
+			r.final()
 			return
 		}
 		r.mu.Lock()
@@ -249,17 +277,17 @@ func (s *Service) runReadMarks() {
 	}
 }
 
-// finalReadMarks writes what is queued when the service closes, giving a
+// final writes what is queued when the service closes, giving a
 // database that does not answer a few seconds, not the usual ten.
-func (s *Service) finalReadMarks() {
+func (r *Marks) final() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_ = s.flushReadMarks(ctx)
+	_ = r.Flush(ctx)
 }
 
 // take moves the queued marks in flight, for one write (nil: none, or a
 // write whose outcome is not known yet is still in flight).
-func (r *readMarks) take() map[markKey]readMark {
+func (r *Marks) take() map[markKey]readMark {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.pending) == 0 || r.inflight != nil {
@@ -273,7 +301,7 @@ func (r *readMarks) take() map[markKey]readMark {
 // wrote records what the write in flight's UPDATE returned: each row's
 // context_reads with the write in it. It must be called before COMMIT is
 // sent: a row read then holds the write exactly when it holds as many.
-func (r *readMarks) wrote(written map[markKey]int64) {
+func (r *Marks) wrote(written map[markKey]int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, n := range written {
@@ -286,7 +314,7 @@ func (r *readMarks) wrote(written map[markKey]int64) {
 
 // land ends the write of batch: committed (err nil), or not (queued
 // again).
-func (r *readMarks) land(batch map[markKey]readMark, err error) {
+func (r *Marks) land(batch map[markKey]readMark, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inflight, r.doubt = nil, ""
@@ -321,14 +349,14 @@ var errReadMarksInDoubt = errors.New("the outcome of a write of read marks is no
 // committing it.
 var errReadMarksRolledBack = errors.New("a write of read marks was rolled back")
 
-// flushReadMarks writes every queued mark in one transaction: the UPDATE
-// (its rows' new counts recorded with wrote), then COMMIT. A write whose
-// COMMIT went unanswered is settled first.
-func (s *Service) flushReadMarks(ctx context.Context) error {
+// Flush writes every queued mark in one transaction: the UPDATE (its
+// rows' new counts recorded with wrote), then COMMIT. A write whose
+// COMMIT went unanswered is settled first. The background writer calls
+// it; a test that holds the writer (Hold) calls it itself.
+func (r *Marks) Flush(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	r := s.marks
-	if err := s.settleReadMarks(ctx); err != nil {
+	if err := r.settle(ctx); err != nil {
 		return err
 	}
 	batch := r.take()
@@ -344,11 +372,11 @@ func (s *Service) flushReadMarks(ctx context.Context) error {
 	}
 	var xact string
 	var commitErr error
-	err := s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+	err := r.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
 		var b pgx.Batch
 		b.Queue("BEGIN")
 		b.Queue("SET LOCAL synchronous_commit TO off")
-		b.Queue(sqlMarkReads, rooms, ids, seqs, reads, upTo)
+		b.Queue(r.update, rooms, ids, seqs, reads, upTo)
 		b.Queue("SELECT pg_current_xact_id()::text")
 		br := conn.SendBatch(ctx, &b)
 		written, err := scanMarkReads(br, &xact)
@@ -372,8 +400,8 @@ func (s *Service) flushReadMarks(ctx context.Context) error {
 		if tag.String() != "COMMIT" {
 			return errReadMarksRolledBack
 		}
-		if r.committed != nil {
-			r.committed()
+		if r.Committed != nil {
+			r.Committed()
 		}
 		return nil
 	})
@@ -381,12 +409,12 @@ func (s *Service) flushReadMarks(ctx context.Context) error {
 		r.mu.Lock()
 		r.doubt = xact
 		r.mu.Unlock()
-		s.log.Warn("the outcome of a write of read marks is unknown; asking the server", slog.Int("marks", n), slog.Any("err", commitErr))
-		return s.settleReadMarks(ctx)
+		r.log.Warn("the outcome of a write of read marks is unknown; asking the server", slog.Int("marks", n), slog.Any("err", commitErr))
+		return r.settle(ctx)
 	}
 	r.land(batch, err)
 	if err != nil {
-		s.log.Warn("writing read marks failed; kept for the next try", slog.Int("marks", n), slog.Any("err", err))
+		r.log.Warn("writing read marks failed; kept for the next try", slog.Int("marks", n), slog.Any("err", err))
 	}
 	return err
 }
@@ -420,15 +448,14 @@ func scanMarkReads(br pgx.BatchResults, xact *string) (map[markKey]int64, error)
 	return written, br.QueryRow().Scan(xact)
 }
 
-// settleReadMarks asks the server the outcome of the write in flight
+// settle asks the server the outcome of the write in flight
 // whose COMMIT went unanswered, and lands it accordingly. Until it is
 // known the write stays in flight and this process writes no other
 // marks, which would lift the rows past written: a row holds the write
 // exactly when it holds written reads, unless another process wrote the
 // agent's marks after this write was rolled back (then the count is
 // short, never over, until the write is settled and queued again).
-func (s *Service) settleReadMarks(ctx context.Context) error {
-	r := s.marks
+func (r *Marks) settle(ctx context.Context) error {
 	r.mu.Lock()
 	xact, batch := r.doubt, r.inflight
 	r.mu.Unlock()
@@ -436,14 +463,14 @@ func (s *Service) settleReadMarks(ctx context.Context) error {
 		return nil
 	}
 	var status *string
-	if err := s.db.QueryRow(ctx, `SELECT pg_xact_status($1::xid8)`, xact).Scan(&status); err != nil {
+	if err := r.db.QueryRow(ctx, `SELECT pg_xact_status($1::xid8)`, xact).Scan(&status); err != nil {
 		return err
 	}
 	switch {
 	case status == nil:
 		// Too old to be known (not within the minutes a server keeps):
 		// counted as written, as a crash would lose it.
-		s.log.Warn("the outcome of a write of read marks is lost; counted as written", slog.String("xact", xact))
+		r.log.Warn("the outcome of a write of read marks is lost; counted as written", slog.String("xact", xact))
 		r.land(batch, nil)
 	case *status == "committed":
 		r.land(batch, nil)
@@ -455,9 +482,9 @@ func (s *Service) settleReadMarks(ctx context.Context) error {
 	return nil
 }
 
-// closeReadMarks writes what is queued and stops the writer.
-func (s *Service) closeReadMarks() {
-	r := s.marks
+// Close writes what is queued and stops the writer; marks added after it
+// are refused (Add is false).
+func (r *Marks) Close() {
 	r.mu.Lock()
 	started := r.started
 	r.closed = true
@@ -467,4 +494,15 @@ func (s *Service) closeReadMarks() {
 	}
 	r.once.Do(func() { close(r.stop) })
 	<-r.done
+}
+
+// Hold keeps the background writer from starting, for a test that plays
+// the writer (Flush); Close then finds it done. Called before any read.
+func (r *Marks) Hold() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started {
+		r.started = true
+		close(r.done)
+	}
 }
