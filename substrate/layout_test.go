@@ -78,7 +78,10 @@ var machinery = map[string][]string{
 	"substrate/internal/earliest":    {"foresee.go"},
 	"substrate/internal/fairshare":   {"contextsize.go"},
 	"substrate/internal/groupcommit": {"groupcommit.go"},
-	"substrate/internal/readmarks":   {"context.go", "mutation.go", "substrate.go"},
+	"substrate/internal/readmarks":   {"readpath.go", "mutation.go", "substrate.go"},
+	// The snapshot an unchanged room is read from; the read path decides
+	// whether it serves a read (readpath.go's readRoomCached).
+	"substrate/internal/readcache": {"snapshot.go"},
 }
 
 const module = "github.com/syncsubstrate/sync/"
