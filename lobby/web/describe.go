@@ -277,98 +277,135 @@ func (w *roomWords) systemDid(keys []substrate.ScopeKey) string {
 // loomDid says what a loom command did, from the verb and the keys it
 // moved: the tree by name, the nodes by number.
 func (w *roomWords) loomDid(verb string, keys []substrate.ScopeKey) string {
-	var tree int64 = -1
-	var made, parent, about int64 // a node written, its parent, a node annotated or linked
-	var doc string
+	m := w.loomMoved(keys)
+	if m.tree >= 0 {
+		m.in = " in " + w.tree(m.tree)
+	}
+	if did, ok := m.nodeDid(verb); ok {
+		return did
+	}
+	return w.loomOtherDid(verb, m)
+}
+
+// loomMoves is what a loom command's keys say it moved.
+type loomMoves struct {
+	tree                int64  // -1 when none
+	made, parent, about int64  // a node written, its parent, a node annotated or linked
+	doc                 string // a document written
+	in                  string // " in <tree>", "" without a tree
+}
+
+// loomMoved reads the tree, the nodes and the document a command's keys
+// name.
+func (w *roomWords) loomMoved(keys []substrate.ScopeKey) loomMoves {
+	m := loomMoves{tree: -1}
 	for _, k := range keys {
 		rest, isTree := strings.CutPrefix(k.Scope, "_loom.")
 		if id, err := strconv.ParseInt(rest, 10, 64); isTree && err == nil {
-			tree = id
-			f := strings.Split(k.Key, ":")
-			num := func(i int) int64 {
-				if i >= len(f) {
-					return 0
-				}
-				n, _ := strconv.ParseInt(f[i], 10, 64)
-				return n
-			}
-			switch f[0] {
-			case "n":
-				made = max(made, num(1))
-			case "c":
-				parent = num(1)
-			case "a", "l":
-				about = num(1)
-			}
+			m.tree = id
+			m.nodeKey(k.Key)
 			continue
 		}
 		switch {
 		case k.Scope == "_loom" && strings.HasPrefix(k.Key, "gen:"):
 			if g, ok := w.gens[strings.TrimPrefix(k.Key, "gen:")]; ok {
-				tree, parent = g[0], g[1]
+				m.tree, m.parent = g[0], g[1]
 			}
-		case k.Scope == "_loom" && strings.HasPrefix(k.Key, "tree:") && tree < 0:
-			tree, _ = strconv.ParseInt(strings.TrimPrefix(k.Key, "tree:"), 10, 64)
-		case k.Scope == "_loom.live" && tree < 0:
+		case k.Scope == "_loom" && strings.HasPrefix(k.Key, "tree:") && m.tree < 0:
+			m.tree, _ = strconv.ParseInt(strings.TrimPrefix(k.Key, "tree:"), 10, 64)
+		case k.Scope == "_loom.live" && m.tree < 0:
 			// at:<tree>:<actor>, lease:<tree>:<branch>, bm:<tree>:<label>
 			if f := strings.SplitN(k.Key, ":", 3); len(f) >= 2 {
 				if id, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-					tree = id
+					m.tree = id
 				}
 			}
 		case k.Scope == "_loom.doc":
-			doc = strings.TrimPrefix(k.Key, "d:")
+			m.doc = strings.TrimPrefix(k.Key, "d:")
 		}
 	}
-	in := ""
-	if tree >= 0 {
-		in = " in " + w.tree(tree)
+	return m
+}
+
+// nodeKey reads one key of a tree's scope: a node, a child, an
+// annotation or a link.
+func (m *loomMoves) nodeKey(key string) {
+	f := strings.Split(key, ":")
+	num := func(i int) int64 {
+		if i >= len(f) {
+			return 0
+		}
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return n
 	}
-	node := func(n int64) string { return "node " + strconv.FormatInt(n, 10) }
+	switch f[0] {
+	case "n":
+		m.made = max(m.made, num(1))
+	case "c":
+		m.parent = num(1)
+	case "a", "l":
+		m.about = num(1)
+	}
+}
+
+func loomNode(n int64) string { return "node " + strconv.FormatInt(n, 10) }
+
+// nodeDid says what a command that writes nodes did; false for another
+// verb.
+func (m loomMoves) nodeDid(verb string) (string, bool) {
+	in, made, parent := m.in, m.made, m.parent
 	switch verb {
 	case "continue", "generated":
 		switch {
 		case made > 0 && parent > 0:
-			return "continued " + node(parent) + in
+			return "continued " + loomNode(parent) + in, true
 		case parent > 0:
 			// Queued for a generator (→ fulfil answers it), while the
 			// request lasts: its record names the node.
-			return "asked for a continuation of " + node(parent) + in
+			return "asked for a continuation of " + loomNode(parent) + in, true
 		}
-		return "asked for a continuation" + in
+		return "asked for a continuation" + in, true
 	case "fulfil":
 		if parent > 0 {
-			return "wrote the continuation of " + node(parent) + in
+			return "wrote the continuation of " + loomNode(parent) + in, true
 		}
-		return "answered a continuation request" + in
+		return "answered a continuation request" + in, true
 	case "generating":
-		return "started a continuation" + in
+		return "started a continuation" + in, true
 	case "add", "edit", "branch":
 		did := map[string]string{"add": "added", "edit": "rewrote", "branch": "branched from"}[verb]
 		switch {
 		case verb == "edit" && parent > 0:
-			return "rewrote a child of " + node(parent) + in
+			return "rewrote a child of " + loomNode(parent) + in, true
 		case verb == "branch" && parent > 0:
-			return "branched from " + node(parent) + in
+			return "branched from " + loomNode(parent) + in, true
 		case made > 0 && parent > 0:
-			return did + " " + node(made) + " after " + node(parent) + in
+			return did + " " + loomNode(made) + " after " + loomNode(parent) + in, true
 		case made > 0:
-			return did + " " + node(made) + in
+			return did + " " + loomNode(made) + in, true
 		}
-		return map[string]string{"add": "added a node", "edit": "rewrote a node", "branch": "branched"}[verb] + in
+		return map[string]string{"add": "added a node", "edit": "rewrote a node", "branch": "branched"}[verb] + in, true
+	}
+	return "", false
+}
+
+// loomOtherDid says what any other loom command did.
+func (w *roomWords) loomOtherDid(verb string, m loomMoves) string {
+	in := m.in
+	switch verb {
 	case "new":
-		if tree >= 0 {
-			return "started the tree " + w.tree(tree)
+		if m.tree >= 0 {
+			return "started the tree " + w.tree(m.tree)
 		}
 		return "started a tree"
 	case "annotate":
-		if about > 0 {
-			return "annotated " + node(about) + in
+		if m.about > 0 {
+			return "annotated " + loomNode(m.about) + in
 		}
 		return "annotated a node" + in
 	case "link":
-		if about > 0 {
-			return "linked " + node(about) + in
+		if m.about > 0 {
+			return "linked " + loomNode(m.about) + in
 		}
 		return "linked a node" + in
 	case "bookmark":
@@ -378,8 +415,8 @@ func (w *roomWords) loomDid(verb string, keys []substrate.ScopeKey) string {
 	case "yield":
 		return "gave up the turn" + in
 	case "write":
-		if doc != "" {
-			return "wrote the document “" + doc + "”"
+		if m.doc != "" {
+			return "wrote the document “" + m.doc + "”"
 		}
 		return "wrote a document"
 	case "permit", "deny":
