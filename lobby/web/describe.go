@@ -125,74 +125,7 @@ func describe(a substrate.Activity, w *roomWords) sentence {
 			ordinary = append(ordinary, k)
 		}
 	}
-	refused := a.OK != nil && !*a.OK
-	switch a.Kind {
-	case "invoke":
-		switch a.Action {
-		case "_send_message":
-			s.What = "sent a message" + w.inThread(system)
-			if refused {
-				s.What = "tried to send a message"
-			}
-		case "_ack":
-			s.What = "acknowledged " + w.ackedMessage(a.By, system)
-			if refused {
-				s.What = "tried to acknowledge a message"
-			}
-		case "_state_write", "":
-			s.What = "wrote"
-		case "_register_action", "_register_view", "_delete_action", "_delete_view":
-			s.What = map[string]string{"_register_action": "registered an action", "_register_view": "registered a view",
-				"_delete_action": "removed an action", "_delete_view": "removed a view"}[a.Action]
-			if refused {
-				s.What = "tried to change the room’s actions or views"
-			}
-		default:
-			s.What = "invoked " + a.Action
-			if refused {
-				s.What = "tried " + a.Action
-			}
-		}
-		if refused {
-			if a.Error != "" {
-				s.What += " (refused: " + strings.ReplaceAll(a.Error, "_", " ") + ")"
-			} else {
-				s.What += " (refused)"
-			}
-		}
-	case "state_write":
-		s.What = "wrote"
-	case "loom":
-		s.What = w.loomDid(a.Command, system)
-	case "agent_join", "agent_update", "agent_embody":
-		whom := a.Agent
-		switch {
-		case a.Kind == "agent_join" && (whom == "" || whom == a.By):
-			s.What = "joined"
-		case a.Kind == "agent_join":
-			s.What = "added " + w.who(whom)
-		case a.Kind == "agent_embody" && (whom == "" || whom == a.By):
-			s.What = "joined through a client"
-		case whom == "" || whom == a.By:
-			s.What = "updated their agent"
-		default:
-			s.What = "updated " + w.who(whom)
-		}
-	case "register_action":
-		s.What = "registered an action" + named(a.Action)
-	case "register_view":
-		s.What = "registered a view"
-	case "delete_action":
-		s.What = "removed an action"
-	case "delete_view":
-		s.What = "removed a view"
-	case "room_create":
-		s.What = "created the room"
-	case "token_rotate":
-		s.What = "replaced a token"
-	default:
-		s.What = strings.ReplaceAll(a.Kind, "_", " ")
-	}
+	s.What = w.did(a, system)
 	if s.What == "wrote" && len(ordinary) == 0 && len(system) > 0 {
 		s.What = w.systemDid(system)
 	}
@@ -204,6 +137,88 @@ func describe(a substrate.Activity, w *roomWords) sentence {
 		s.Keys = append(s.Keys, k.Scope+"."+k.Key)
 	}
 	return s
+}
+
+// did is the phrase for what an audit entry did, by its kind.
+func (w *roomWords) did(a substrate.Activity, system []substrate.ScopeKey) string {
+	switch a.Kind {
+	case "invoke":
+		return w.invoked(a, system)
+	case "state_write":
+		return "wrote"
+	case "loom":
+		return w.loomDid(a.Command, system)
+	case "agent_join", "agent_update", "agent_embody":
+		return w.agentDid(a)
+	case "register_action":
+		return "registered an action" + named(a.Action)
+	case "register_view":
+		return "registered a view"
+	case "delete_action":
+		return "removed an action"
+	case "delete_view":
+		return "removed a view"
+	case "room_create":
+		return "created the room"
+	case "token_rotate":
+		return "replaced a token"
+	}
+	return strings.ReplaceAll(a.Kind, "_", " ")
+}
+
+// invoked is the phrase for an invocation, refused or not.
+func (w *roomWords) invoked(a substrate.Activity, system []substrate.ScopeKey) string {
+	refused := a.OK != nil && !*a.OK
+	var what string
+	switch a.Action {
+	case "_send_message":
+		what = "sent a message" + w.inThread(system)
+		if refused {
+			what = "tried to send a message"
+		}
+	case "_ack":
+		what = "acknowledged " + w.ackedMessage(a.By, system)
+		if refused {
+			what = "tried to acknowledge a message"
+		}
+	case "_state_write", "":
+		what = "wrote"
+	case "_register_action", "_register_view", "_delete_action", "_delete_view":
+		what = map[string]string{"_register_action": "registered an action", "_register_view": "registered a view",
+			"_delete_action": "removed an action", "_delete_view": "removed a view"}[a.Action]
+		if refused {
+			what = "tried to change the room’s actions or views"
+		}
+	default:
+		what = "invoked " + a.Action
+		if refused {
+			what = "tried " + a.Action
+		}
+	}
+	if refused {
+		if a.Error != "" {
+			what += " (refused: " + strings.ReplaceAll(a.Error, "_", " ") + ")"
+		} else {
+			what += " (refused)"
+		}
+	}
+	return what
+}
+
+// agentDid is the phrase for an agent joining, being added or updated.
+func (w *roomWords) agentDid(a substrate.Activity) string {
+	whom := a.Agent
+	switch {
+	case a.Kind == "agent_join" && (whom == "" || whom == a.By):
+		return "joined"
+	case a.Kind == "agent_join":
+		return "added " + w.who(whom)
+	case a.Kind == "agent_embody" && (whom == "" || whom == a.By):
+		return "joined through a client"
+	case whom == "" || whom == a.By:
+		return "updated their agent"
+	}
+	return "updated " + w.who(whom)
 }
 
 func named(id string) string {
