@@ -519,7 +519,7 @@ func TestAttackSummaryCountsOnlyReadableScopes(t *testing.T) {
 // them, so such a summary is not shown (the scalars stand for it), while
 // one reading only ungated views is.
 func TestAttackSummaryViewCarriesNoGatedView(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room = "gated-sum"
@@ -933,7 +933,7 @@ func TestAttackLastOwnerLeavesNoOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	l := lobby.New(db, svc)
 	room, err := l.CreateRoom(ctx, "user_alice", "lab", "")

@@ -44,6 +44,9 @@ func TestConcurrentFirstRoomsBothCreated(t *testing.T) {
 		}
 	}()
 	<-held
+	// Stays: the fixture's pool of two is taken by the held transaction and
+	// CreateRoom, which leaves no connection to see CreateRoom queue on the
+	// held membership from; released 300 ms on, it has in all likelihood.
 	go func() { time.Sleep(300 * time.Millisecond); close(release) }()
 	_, err := f.l.CreateRoom(ctx, "user_newbie", "second", "")
 	wg.Wait()

@@ -37,6 +37,9 @@ func newFixtureWith(t *testing.T, opt substrate.Options, users ...string) *fixtu
 			t.Fatal(err)
 		}
 	}
+	if opt.Features == nil {
+		opt.Features = testFeatures
+	}
 	svc := substrate.New(db, opt)
 	t.Cleanup(svc.Close)
 	return &fixture{db: db, svc: svc, l: lobby.New(db, svc)}

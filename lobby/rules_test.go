@@ -170,6 +170,7 @@ func TestLobbyShowsLapsedPresence(t *testing.T) {
 	if time.Since(embodying) >= idleAfter {
 		t.Fatalf("the reads of the fresh embodiment took longer than IdleAfter (%v): too slow a machine for this test", idleAfter)
 	}
+	// Stays: IdleAfter passing on the real clock is what makes the agent idle.
 	time.Sleep(time.Until(embodied.Add(idleAfter + 500*time.Millisecond)))
 	a = agent("alice:test-client")
 	if a.Status != "idle" || a.IdleForS == nil || *a.IdleForS < 1 || a.Client != "Test Client" {

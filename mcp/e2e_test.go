@@ -90,7 +90,7 @@ func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	}
 	// A minute's safety-net re-check: waits the tests see woken were woken
 	// by a notification.
-	svc := substrate.New(db, substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	a, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: public, Rooms: lob, Signup: "open", RatePerSecond: -1,
@@ -337,18 +337,11 @@ func TestEndToEndWithGoSDKClient(t *testing.T) {
 		}
 		waited <- out
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, func() bool {
 		var status string
 		_ = srv.db.QueryRow(context.Background(), `SELECT status FROM agents WHERE room_id = 'lab' AND id = 'alice:go-sdk-test'`).Scan(&status)
-		if status == "waiting" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("alice never started waiting")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return status == "waiting"
+	}, "alice to start waiting")
 	rung := time.Now()
 	mustTool(t, bs, "sync_invoke_action", map[string]any{"action": "ring", "params": map[string]any{"by": "bob"}})
 	select {

@@ -12,7 +12,6 @@ import (
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
-	_ "github.com/syncsubstrate/sync/substrate/salience" // the envelope's adaptive salience registers itself
 )
 
 // call is one tool call: the session it resolved to and the services.

@@ -68,7 +68,7 @@ func newHarness(t *testing.T, opt oauth.Options) *harness {
 	delay := new(atomic.Int64)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d := time.Duration(delay.Load()); d > 0 && strings.HasSuffix(r.URL.Path, ".js") {
-			time.Sleep(d)
+			time.Sleep(d) // Stays: a deliberately slow upstream (scripts served late)
 		}
 		mux.ServeHTTP(w, r)
 	}))

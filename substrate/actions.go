@@ -313,7 +313,7 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 			WithHint("simplify enabled and if (avoid large comprehensions), read a key another action precomputes, or delete actions nobody uses")
 	}
 	m.audit = map[string]any{"kind": "register_action", "action": def.ID, "definition": def, "created": res.Created, "changed": res.Changed}
-	m.vocab, m.decay = append(m.vocab, vocabTouch{"action", def.ID, false}), decayOf(snap)
+	m.vocab, m.decay = append(m.vocab, vocabTouch{"action", def.ID, false}), s.decayOf(snap)
 	return res, nil
 }
 
@@ -521,7 +521,7 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 			WithHint("simplify the expression (avoid large comprehensions), read a key another action precomputes, or delete views nobody reads")
 	}
 	m.audit = map[string]any{"kind": "register_view", "view": def.ID, "definition": def, "created": res.Created}
-	m.vocab, m.decay = append(m.vocab, vocabTouch{"view", def.ID, false}), decayOf(snap)
+	m.vocab, m.decay = append(m.vocab, vocabTouch{"view", def.ID, false}), s.decayOf(snap)
 	return res, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +27,7 @@ import (
 
 func attackRooms(t *testing.T) (*substrate.Service, *substrate.Principal, *substrate.Principal) {
 	t.Helper()
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	a, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "atk-a"})
@@ -210,7 +212,7 @@ func TestMutateRoomWithoutAuditIsAnError(t *testing.T) {
 // is checked as encoded, since that is where the reuse happens, and each
 // reader reads after the others have filled the cache.
 func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "cache-x"})
@@ -352,7 +354,10 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 		}
 	}
 	check("after a write")
-	time.Sleep(time.Until(latest) + 100*time.Millisecond) // the timer ends: a new timer epoch at the same seq
+	// Stays: the timer ends on the real clock at a known time (a new timer
+	// epoch at the same seq); polling a read until then would put another
+	// reader's read in the cache this test controls.
+	time.Sleep(time.Until(latest) + 100*time.Millisecond)
 	for _, who := range []string{"alice", "bob"} {
 		st, _ := read(who, agents[who], substrate.ContextRequest{})
 		if b, ok := st["_shared"]["brief"]; ok {
@@ -369,7 +374,7 @@ func TestAttackCachedContextServesEachReaderItsOwnView(t *testing.T) {
 // even as a hit without its text. Each secret word is found by someone
 // who may read it, so the test cannot pass by finding nothing.
 func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "srch"})
@@ -531,7 +536,7 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 // changes nothing.
 func TestAttackViewGateIsPerReader(t *testing.T) {
 	for _, aliceFirst := range []bool{true, false} {
-		svc := substrate.New(pgtest.New(t), substrate.Options{})
+		svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 		t.Cleanup(svc.Close)
 		ctx := context.Background()
 		const room = "atk-gate"
@@ -676,7 +681,7 @@ func TestAttackViewGateIsPerReader(t *testing.T) {
 // the view values they share never carry a gated view to bob, and alice
 // always sees it.
 func TestAttackViewGatePerReaderConcurrently(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room = "atk-gate-many"
@@ -740,7 +745,7 @@ func TestAttackViewGatePerReaderConcurrently(t *testing.T) {
 // served.
 func TestAttackBatchedWaitChecksServeNoRevokedToken(t *testing.T) {
 	const n = 40
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Hour}})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "revokedwaits"})
 	if err != nil {
@@ -771,11 +776,10 @@ func TestAttackBatchedWaitChecksServeNoRevokedToken(t *testing.T) {
 			outs[i] = out{r, err}
 		}()
 	}
-	for deadline := time.Now().Add(20 * time.Second); svc.Stats().OpenWaits < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d waits open", svc.Stats().OpenWaits, n)
-		}
-	}
+	pgtest.Eventually(t, 20*time.Second, func() bool { return svc.Stats().OpenWaits >= n }, "%d waits open", n)
+	// Stays: nothing signals that a wait's first read is done, and the
+	// rotation is to land while the waits are parked (a rotation before a
+	// first read is refused as well, but not by the batched check).
 	time.Sleep(200 * time.Millisecond)
 	for i := 0; i < n; i += 2 { // the even ones' tokens rotate
 		if _, err := svc.Join(ctx, admin, "revokedwaits", substrate.JoinRequest{ID: fmt.Sprintf("a%d", i), Name: fmt.Sprintf("a%d", i)}); err != nil {
@@ -927,7 +931,7 @@ func roomBusy(t *testing.T, what string, err error) {
 // admission now fails them loudly). Without the admission at each entry,
 // writes, registrations and the agents list ran on.
 func TestAttackSpentRoomRefusesEveryEntry(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	admin := budgetRoom(t, svc, "spent")
@@ -962,7 +966,7 @@ func TestAttackSpentRoomRefusesEveryEntry(t *testing.T) {
 // outside the budget, and writes and registrations were not admitted at
 // all: none of them was ever refused.
 func TestAttackEntriesChargeWhatTheyEvaluate(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Limits: substrate.Limits{RoomCostPerSecond: 5_000, GateQuantum: -1}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	for i, e := range budgetEntries {
@@ -989,7 +993,7 @@ func TestAttackEntriesChargeWhatTheyEvaluate(t *testing.T) {
 // hand a reader the count another reader's read saw, which would tell
 // bob how many messages are gated to alice.
 func TestAttackSharedViewCountsNoGatedMessage(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room = "count-x"
@@ -1121,7 +1125,7 @@ func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
 // next write (and the snapshot cache keeps a thousand rooms). What the
 // kept builds copy is bounded by the size of the room itself.
 func TestAttackSharedBuildsDoNotMultiplyTheRoom(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room, keys, readers = "copies-x", 4000, 150
@@ -1191,7 +1195,7 @@ func TestAttackGateMemoDoesNotMultiplyTheRoom(t *testing.T) {
 }
 
 func gateMemoBounded(t *testing.T, gate string) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: -1}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Limits: substrate.Limits{RoomCostPerSecond: -1}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room, gated, readers = "gatememo-x", 3000, 120
@@ -1257,7 +1261,7 @@ func TestAttackViewMemoDoesNotMultiplyTheRoom(t *testing.T) {
 }
 
 func viewMemoBounded(t *testing.T, lobby bool) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room, keys, timed = "viewmemo-x", 4000, 40
@@ -1322,7 +1326,8 @@ func viewMemoBounded(t *testing.T, lobby bool) {
 	counts := map[int64]bool{}
 	for deadline := time.Now().Add(300*time.Millisecond + timed*step + 200*time.Millisecond); time.Now().Before(deadline); {
 		counts[read()] = true
-		time.Sleep(step / 4)
+		time.Sleep(step / 4) // pacing: reads through the view's timed steps, not a wait
+
 	}
 	grown := int64(liveHeap()) - int64(before)
 	t.Logf("%d counts of a view returning a %d-key scope read: heap grew %.1f MB", len(counts), keys, float64(grown)/(1<<20))
@@ -1340,7 +1345,7 @@ func viewMemoBounded(t *testing.T, lobby bool) {
 // allow (and changes without a write to the room). A build shared by
 // the agent's id must not carry a granted scope to the capped principal.
 func TestAttackSharedBuildFollowsEachPrincipalsGrants(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	const room = "grants-x"
@@ -1432,7 +1437,7 @@ func searchRoomOf(t *testing.T, svc *substrate.Service, id string) (admin *subst
 // must not get the new text. The snippets were read by a second
 // statement from the row as it was then, so cy got al's text.
 func TestAttackSearchSnippetIsTheVersionJudged(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	admin, ag := searchRoomOf(t, svc, "torn")
@@ -1481,7 +1486,7 @@ func TestAttackSearchSnippetIsTheVersionJudged(t *testing.T) {
 // with no hit at all, since the hidden ones filled the candidates one
 // search read. cy finds both, and its pages count only them.
 func TestAttackSearchHiddenMatchesDoNotHideVisibleOnes(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	admin, ag := searchRoomOf(t, svc, "crowd")
@@ -1540,7 +1545,7 @@ func TestAttackSearchHiddenMatchesDoNotHideVisibleOnes(t *testing.T) {
 // third of cy's is refused with room_busy and a wait, while al's runs.
 // The pool is two connections: the held searches hold none.
 func TestAttackSearchesAtOnceAreCappedPerCredential(t *testing.T) {
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	_, ag := searchRoomOf(t, svc, "queue")
@@ -1588,7 +1593,7 @@ func TestAttackSearchesAtOnceAreCappedPerCredential(t *testing.T) {
 // A query's words are bounded (issue 41 item 3): each is a posting list
 // the index reads. Past the limit the search is refused, naming it.
 func TestAttackSearchTermsAreBounded(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	_, ag := searchRoomOf(t, svc, "terms")
@@ -1609,7 +1614,7 @@ func TestAttackSearchTermsAreBounded(t *testing.T) {
 // rather than held for as long as PostgreSQL takes to rank every match.
 // The bound is made a microsecond here, so every search passes it.
 func TestAttackSearchTimeIsBounded(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	_, ag := searchRoomOf(t, svc, "slow")
@@ -1665,7 +1670,7 @@ func TestAttackApplyRefusesDeepValues(t *testing.T) {
 // with room_busy. Two of ann's are held; bea's runs; ann's third is
 // refused.
 func TestAttackSearchCapIsNotSharedByObservers(t *testing.T) {
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	_, ag := searchRoomOf(t, svc, "watched")
@@ -1719,7 +1724,7 @@ func TestAttackSearchCapIsNotSharedByObservers(t *testing.T) {
 // statements bo's read runs must look at about as many rows as are his.
 func TestAttackDirectedFloodCostsOnlyItsRecipient(t *testing.T) {
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	searchRoomOf(t, svc, "flood")
@@ -1771,6 +1776,383 @@ func TestAttackDirectedFloodCostsOnlyItsRecipient(t *testing.T) {
 		top, _ := plan[0]["Plan"].(map[string]any)
 		if n := removed(top); n > 1100 {
 			t.Errorf("HOLE: bo's %s looks at %.0f rows of messages to al to find his one:\n%s", name, n, raw)
+		}
+	}
+}
+
+// The versions a read of one scope shows beside its entries name only the
+// entries that reader is shown: not an entry gated from it, not another
+// agent's scope, not a key the budget cut. A version map built from the
+// snapshot's rows would list every key of the scope, which says that a
+// hidden entry exists and how often it was written.
+func TestAttackVersionsNameOnlyShownEntries(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	pr := newRoom(t, svc, "vers")
+	j, err := svc.Join(ctx, pr, "vers", substrate.JoinRequest{ID: "bob", Name: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, _ := svc.Authenticate(ctx, j.Token)
+	ws := []substrate.Write{
+		{Scope: "_shared", Key: "open", Value: json.RawMessage(`1`)},
+		{Scope: "_shared", Key: "for-alice", Value: json.RawMessage(`"gated"`), Enabled: `self == "alice"`},
+	}
+	for i := range 80 {
+		ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("pad-%03d", i), Value: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`)})
+	}
+	if _, err := svc.WriteState(ctx, pr, "vers", ws, true); err != nil {
+		t.Fatal(err)
+	}
+	env, err := svc.Context(ctx, bob, "vers", substrate.ContextRequest{Depth: "lean", Only: []string{"state._shared"}, MessagesLimit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := env.Versions.Of("_shared", "open"); !ok || n != 1 {
+		t.Fatalf("the read of _shared shows no version of open: %v %v", n, ok)
+	}
+	raw, _ := json.Marshal(env)
+	if strings.Contains(string(raw), "for-alice") {
+		t.Fatalf("HOLE: bob's read names the entry gated from him: %s", raw)
+	}
+	// A budget that cuts the scope drops the versions of what it cut.
+	env, err = svc.Context(ctx, bob, "vers", substrate.ContextRequest{Depth: "lean", Only: []string{"state._shared"}, MessagesLimit: 100, MaxBytes: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		State    map[string]map[string]json.RawMessage `json:"state"`
+		Versions map[string]map[string]int64           `json:"versions"`
+	}
+	raw, _ = json.Marshal(env)
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	shown := got.State["_shared"]
+	if _, cut := shown["_summary"]; !cut || len(got.Versions["_shared"]) == 0 {
+		t.Fatalf("a 4,000-byte read of 80 entries of 200 bytes: no cut, or no versions: %s", raw)
+	}
+	for k := range got.Versions["_shared"] {
+		if _, ok := shown[k]; !ok {
+			t.Fatalf("the versions name %s, which the read does not show: %s", k, raw)
+		}
+	}
+	if len(raw) > 4000 {
+		t.Fatalf("the read with its versions is %d bytes, past its 4,000-byte budget", len(raw))
+	}
+}
+
+// An action whose enabled gate is false for the caller is refused with
+// action_disabled (409), whose details and hint name the gate and whose
+// next step reads the actions available; none of its writes is made (the
+// refusal itself is audited). The gate is judged per caller and on the room's state now: it
+// opens for alice alone once open is true, and her invocation closes it.
+func TestAttackDisabledActionIsRefusedAndRunsNothing(t *testing.T) {
+	svc, admin, _ := attackRooms(t)
+	ctx := context.Background()
+	const gate = `state._shared.open == true && self == "alice"`
+	if _, err := svc.RegisterAction(ctx, admin, "atk-a", substrate.ActionDef{ID: "take", Enabled: gate,
+		Writes: []substrate.WriteTemplate{{Key: "taken", Value: json.RawMessage(`"${self}"`)}, {Key: "open", Value: json.RawMessage(`false`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	agents := map[string]*substrate.Principal{}
+	for _, id := range []string{"alice", "bob"} {
+		j, err := svc.Join(ctx, admin, "atk-a", substrate.JoinRequest{ID: id, Name: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[id], _ = svc.Authenticate(ctx, j.Token)
+	}
+	open := func(v string) {
+		t.Helper()
+		if _, err := svc.WriteState(ctx, admin, "atk-a", []substrate.Write{{Scope: "_shared", Key: "open", Value: json.RawMessage(v)}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shared := func() map[string]any {
+		t.Helper()
+		env, err := svc.Context(ctx, admin, "atk-a", substrate.ContextRequest{Only: []string{"state._shared"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st map[string]any
+		b, _ := json.Marshal(env.State["_shared"])
+		_ = json.Unmarshal(b, &st)
+		return st
+	}
+	refused := func(who, when string) {
+		t.Helper()
+		st := shared()
+		res, err := svc.Invoke(ctx, agents[who], "atk-a", "take", nil)
+		if !errs.Is(err, errs.ActionDisabled) {
+			t.Fatalf("HOLE: %s %s invoked take past its gate: %+v, %v", who, when, res, err)
+		}
+		e := errs.From(err)
+		if e.Code.Status() != 409 || e.Details["enabled"] != gate || !strings.Contains(e.Hint, gate) {
+			t.Errorf("%s %s: status %d, enabled %v, hint %q: want 409 naming the gate %s", who, when, e.Code.Status(), e.Details["enabled"], e.Hint, gate)
+		}
+		if e.Next == nil || e.Next.Op != errs.OpReadContext || e.Next.Room != "atk-a" || e.Next.Args["only"] != "actions" {
+			t.Errorf("%s %s: next %+v, want a read of atk-a's actions", who, when, e.Next)
+		}
+		if now := shared(); fmt.Sprint(now) != fmt.Sprint(st) {
+			t.Errorf("HOLE: the refused invocation wrote: _shared was %v, is %v", st, now)
+		}
+	}
+	open(`false`)
+	refused("alice", "while closed")
+	refused("bob", "while closed")
+	open(`true`)
+	refused("bob", "while open (the gate names alice)")
+	if _, err := svc.Invoke(ctx, agents["alice"], "atk-a", "take", nil); err != nil {
+		t.Fatalf("alice, gate open: %v", err)
+	}
+	if st := shared(); st["taken"] != "alice" || st["open"] != false {
+		t.Fatalf("after alice's take: %v", st)
+	}
+	refused("alice", "after her take closed it")
+}
+
+// A Service built without the loom (Options.Features leaves it out) over
+// a database a loom wrote must not read the loom's rows as ordinary ones.
+// Before features were wired explicitly, a binary that did not link the
+// loom never heard of its read rule: _loom.doc was a communal scope every
+// agent read, and a model's thinking (loom:think:… in its scope) was an
+// ordinary entry the view link and observers read. The core reserves the
+// loom's names and seals them when no feature claims them: nobody reads
+// or writes the loom's scopes, and an agent's loom memory is the agent's
+// and room authority's only.
+func TestAttackServiceWithoutTheLoomSealsItsRows(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	withLoom := substrate.New(db, substrate.Options{Features: testFeatures})
+	t.Cleanup(withLoom.Close)
+	room, err := withLoom.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "sealed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := withLoom.Authenticate(ctx, room.Token)
+	tokens := map[string]string{}
+	for _, a := range []string{"alice", "bob"} {
+		j, err := withLoom.Join(ctx, admin, "sealed", substrate.JoinRequest{ID: a, Name: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[a] = j.Token
+	}
+	alice, _ := withLoom.Authenticate(ctx, tokens["alice"])
+	run := func(p *substrate.Principal, cmds string) {
+		t.Helper()
+		if _, err := loom.Of(withLoom).Run(ctx, p, "sealed", cmds); err != nil {
+			t.Fatalf("%s: %v", cmds, err)
+		}
+	}
+	run(admin, "→ new tree \"t\" \"root words\"\n→ permit alice loom_write doc_write\n→ permit bob loom_write")
+	run(alice, "→ write doc:\"plan\" append \"DOC-SECRET line\"\n→ think\nTHINK-SECRET musing\n←")
+	// alice's own words, so that what follows reads a scope that holds
+	// something besides her thinking.
+	if _, err := withLoom.WriteState(ctx, alice, "sealed", []substrate.Write{{Scope: "alice", Key: "note", Value: []byte(`"plain"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+
+	bare := substrate.New(db, substrate.Options{})
+	t.Cleanup(bare.Close)
+	if got := bare.Features(); len(got) != 0 {
+		t.Fatalf("a Service built with no features runs %v", got)
+	}
+	auth := func(token string) *substrate.Principal {
+		p, err := bare.Authenticate(ctx, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bob, view, bAdmin, bAlice := auth(tokens["bob"]), auth(room.ViewToken), auth(room.Token), auth(tokens["alice"])
+	leaks := func(who string, v any) {
+		t.Helper()
+		b, _ := json.Marshal(v)
+		for _, secret := range []string{"DOC-SECRET", "THINK-SECRET"} {
+			if strings.Contains(string(b), secret) {
+				t.Errorf("HOLE: %s reads %s through a Service without the loom: %.300s", who, secret, b)
+			}
+		}
+	}
+	// The loom's documents: bob has no doc_read, and nobody reads them
+	// where the loom does not run (not even room authority: the loom's
+	// rule is not here to say who may).
+	for who, p := range map[string]*substrate.Principal{"bob": bob, "the view link": view, "room authority": bAdmin} {
+		res, err := bare.ReadState(ctx, p, "sealed", substrate.ReadQuery{Scope: "_loom.doc"})
+		if !errs.Is(err, errs.ScopeDenied) || !strings.Contains(err.Error(), "does not run") {
+			t.Errorf("HOLE: %s read _loom.doc through a Service without the loom: %v", who, err)
+		}
+		leaks(who+"'s _loom.doc", res)
+		all, err := bare.ReadState(ctx, p, "sealed", substrate.ReadQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaks(who+"'s state", all)
+		env, err := bare.Context(ctx, p, "sealed", substrate.ContextRequest{Depth: "full"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaks(who+"'s context", env)
+	}
+	// A model's thinking: the view link reads alice's scope, but not her
+	// thinking in it, here as where the loom runs.
+	res, err := bare.ReadState(ctx, view, "sealed", substrate.ReadQuery{Scope: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaks("the view link's read of alice's scope", res)
+	if b, _ := json.Marshal(res); !strings.Contains(string(b), "plain") {
+		t.Fatalf("the view link no longer reads alice's scope: %s", b)
+	}
+	// Her own thinking stays hers to read.
+	mine, err := bare.ReadState(ctx, bAlice, "sealed", substrate.ReadQuery{Scope: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(mine); !strings.Contains(string(b), "THINK-SECRET") {
+		t.Fatalf("alice does not read her own thinking without the loom: %s", b)
+	}
+	// Nor are the loom's scopes written where the loom does not run: not
+	// by a write, and not by a feature's Apply.
+	if _, err := bare.WriteState(ctx, bAdmin, "sealed", []substrate.Write{{Scope: "_loom.doc", Key: "forged", Value: []byte(`1`)}}, false); !errs.Is(err, errs.ScopeDenied) {
+		t.Errorf("HOLE: room authority wrote _loom.doc through a Service without the loom: %v", err)
+	}
+	_, err = bare.MutateRoom(ctx, bAdmin, "sealed", func(tx *substrate.RoomTx) error {
+		tx.Audit(map[string]any{"kind": "forge"})
+		_, err := tx.Apply([]substrate.Op{{Scope: "_loom.doc", Key: "plan", Value: []byte(`"forged"`)}}, "forge")
+		return err
+	})
+	if !errs.Is(err, errs.ScopeDenied) || !strings.Contains(err.Error(), "does not run") {
+		t.Errorf("HOLE: a feature's Apply wrote _loom.doc through a Service without the loom: %v", err)
+	}
+}
+
+// portProbe is a salience that records what the core's Read hands it for
+// one reader's context read.
+type portProbe struct {
+	mu     sync.Mutex
+	reader string
+	seen   map[string]any
+}
+
+func (*portProbe) Decay(json.RawMessage) float64 { return 0.95 }
+
+func (pp *portProbe) Begin(ctx context.Context, r *substrate.Read) (substrate.SalienceRead, error) {
+	if r.Self() != pp.reader {
+		return nil, nil
+	}
+	seen := map[string]any{}
+	for _, id := range []string{"for_alice", "open"} {
+		_, ok := r.Action(id)
+		seen["action "+id] = ok
+	}
+	var views []string
+	for _, v := range r.ViewDefs() {
+		views = append(views, v.Def.ID)
+	}
+	seen["views"] = views
+	for _, e := range [][2]string{{"carol", "secret"}, {"_shared", "for-alice"}, {"_shared", "n"}} {
+		_, ok := r.Revision(e[0], e[1])
+		seen["revision "+e[0]+"."+e[1]] = ok
+	}
+	u, err := r.Usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var usage []string
+	for k := range u {
+		usage = append(usage, k)
+	}
+	sort.Strings(usage)
+	seen["usage"] = usage
+	var shown []string
+	r.EachShown(func(string) bool { return true }, func(scope, key string, _ int64) { shown = append(shown, scope+"."+key) })
+	seen["shown"] = shown
+	pp.mu.Lock()
+	pp.seen = seen
+	pp.mu.Unlock()
+	return nil, nil
+}
+
+// The salience port hands salience only what the reader may see: the
+// core applies the read rule once, by the envelope's own answers, and
+// salience keeps no read rule of its own. Before, Read gave any action
+// (hidden or not), every view, the revision of any entry and the whole
+// room's usage, and salience filtered each itself: one filter forgotten
+// there told a reader of an action, view or entry it may not see. A probe
+// wired as the Service's salience (Options.Features) records what it is
+// handed for bob, who may not see alice's action and view, the entry
+// gated to alice, or carol's scope.
+func TestAttackSaliencePortHandsOnlyWhatTheReaderSees(t *testing.T) {
+	probe := &portProbe{reader: "bob"}
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: append(slices.Clone(testFeatures), substrate.Feature{Name: "probe", Salience: probe})})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "port"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := svc.Authenticate(ctx, room.Token)
+	ag := map[string]*substrate.Principal{}
+	for _, a := range []string{"alice", "bob", "carol"} {
+		j, err := svc.Join(ctx, admin, "port", substrate.JoinRequest{ID: a, Name: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ag[a], _ = svc.Authenticate(ctx, j.Token)
+	}
+	for _, def := range []substrate.ActionDef{
+		{ID: "for_alice", Enabled: `self == "alice"`, Writes: []substrate.WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},
+		{ID: "open", Writes: []substrate.WriteTemplate{{Key: "m", Increment: json.RawMessage(`1`)}}},
+	} {
+		if _, err := svc.RegisterAction(ctx, admin, "port", def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, def := range []substrate.ViewDef{
+		{ID: "alice_view", Expr: `1`, Enabled: `self == "alice"`},
+		{ID: "open_view", Expr: `state._shared.?m.orValue(0)`},
+	} {
+		if _, err := svc.RegisterView(ctx, admin, "port", def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.WriteState(ctx, admin, "port", []substrate.Write{
+		{Scope: "_shared", Key: "for-alice", Value: json.RawMessage(`"gated"`), Enabled: `self == "alice"`},
+		{Scope: "_shared", Key: "n", Value: json.RawMessage(`0`)},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.WriteState(ctx, ag["carol"], "port", []substrate.Write{{Scope: "carol", Key: "secret", Value: json.RawMessage(`"x"`)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for who, id := range map[string]string{"alice": "for_alice", "bob": "open"} {
+		if _, err := svc.Invoke(ctx, ag[who], "port", id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.Context(ctx, ag["bob"], "port", substrate.ContextRequest{Depth: "full"}); err != nil {
+		t.Fatal(err)
+	}
+	probe.mu.Lock()
+	seen := probe.seen
+	probe.mu.Unlock()
+	if seen == nil {
+		t.Fatal("the probe was not asked for bob's read")
+	}
+	got, _ := json.Marshal(seen)
+	for _, hidden := range []string{`"action for_alice":true`, `alice_view`, `"revision carol.secret":true`, `"revision _shared.for-alice":true`, `action:for_alice`, `view:alice_view`, `"carol.secret"`, `"_shared.for-alice"`} {
+		if strings.Contains(string(got), hidden) {
+			t.Errorf("HOLE: salience was handed %s for bob, who may not see it: %s", hidden, got)
+		}
+	}
+	// What bob does see, it is handed.
+	for _, want := range []string{`"action open":true`, `open_view`, `"revision _shared.n":true`, `action:open`, `"_shared.n"`} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("salience was not handed %s for bob: %s", want, got)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 // embodied) returned private scopes: observers fell into the branch meant
 // for room authority. Only room and view tokens and admins read everything.
 func TestObserverWholeRoomReadSkipsPrivateScopes(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "obs"})
 	if err != nil {

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // The domain call alone, without HTTP: the difference to the REST
 // benchmark of the same name is the HTTP and JSON overhead.
 func BenchmarkServiceWriteSerial(b *testing.B) {
-	svc := substrate.New(pgtest.New(b), substrate.Options{})
+	svc := substrate.New(pgtest.New(b), substrate.Options{Features: testFeatures})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "bench"})
 	if err != nil {
@@ -101,7 +101,7 @@ func BenchmarkReadGatedEntries(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			db := pgtest.New(b)
-			svc := substrate.New(db, substrate.Options{})
+			svc := substrate.New(db, substrate.Options{Features: testFeatures})
 			writer := gateWriter(db)
 			alice := gatedRoom(b, svc, writer, "gated", 640, 3, c.gate)
 			ctx := context.Background()
@@ -116,7 +116,7 @@ func BenchmarkReadGatedEntries(b *testing.B) {
 		// read, not per registrar).
 		b.Run(c.name+"/state_read", func(b *testing.B) {
 			db := pgtest.New(b)
-			svc := substrate.New(db, substrate.Options{})
+			svc := substrate.New(db, substrate.Options{Features: testFeatures})
 			writer := gateWriter(db)
 			alice := gatedRoom(b, svc, writer, "gated", 640, 3, c.gate)
 			ctx := context.Background()
@@ -134,14 +134,14 @@ func BenchmarkReadGatedEntries(b *testing.B) {
 // entries (its budget is far past what they cost), as a room written
 // before the budget existed holds them.
 func gateWriter(db *store.DB) *substrate.Service {
-	return substrate.New(db, substrate.Options{Limits: substrate.Limits{EnabledCostPerRead: 1 << 40}})
+	return substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{EnabledCostPerRead: 1 << 40}})
 }
 
 // BenchmarkReadGatedViews reads the views of a room with 50 views, half of
 // them gated by the reader's self: each read decides those 25 gates for
 // its reader (the values are shared).
 func BenchmarkReadGatedViews(b *testing.B) {
-	svc := substrate.New(pgtest.New(b), substrate.Options{})
+	svc := substrate.New(pgtest.New(b), substrate.Options{Features: testFeatures})
 	b.Cleanup(svc.Close)
 	ctx := context.Background()
 	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "gv"})

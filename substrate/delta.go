@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -115,27 +114,14 @@ func (m *mutation) delta() []Delta {
 	return out
 }
 
-// Operational memory (RegisterMemory): keys of an agent's own scope
+// Operational memory (reservedMemory): keys of an agent's own scope
 // that a feature keeps for that agent alone (the loom's loom:…: trace,
 // pins, stashes, thoughts). The audit records that such an entry
 // changed, never what it holds (a replay restores its shape, not its
-// text).
-var (
-	memoryMu       sync.RWMutex
-	memoryPrefixes = map[string]string{} // key prefix → what it is, as the audit names it
-)
-
-// RegisterMemory declares keys starting with prefix, in agents' own
-// scopes, as a feature's operational memory, named what in the audit
-// (from the feature package's init).
-func RegisterMemory(prefix, what string) {
-	memoryMu.Lock()
-	defer memoryMu.Unlock()
-	memoryPrefixes[prefix] = what
-}
+// text), whether or not the Service wires the feature.
 
 // MemoryOf is what the entry is when it is a feature's operational memory
-// (RegisterMemory: "loom memory"), "" when it is not: pages fold such
+// (reservedMemory: "loom memory"), "" when it is not: pages fold such
 // entries away with the room's other internals.
 func MemoryOf(scope, key string) string { return memoryOf(scope, key) }
 
@@ -145,11 +131,9 @@ func memoryOf(scope, key string) string {
 	if strings.HasPrefix(scope, "_") {
 		return ""
 	}
-	memoryMu.RLock()
-	defer memoryMu.RUnlock()
-	for prefix, what := range memoryPrefixes {
+	for prefix, r := range reservedMemory {
 		if strings.HasPrefix(key, prefix) {
-			return what
+			return r.What
 		}
 	}
 	return ""

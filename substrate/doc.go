@@ -21,9 +21,11 @@
 // (trajectory export, a key's history, replay), substrate/salience
 // (adaptive salience, seed 000 §VII). Imports point one way
 // (feature → core); where the core must ask a feature something, the
-// feature registers an answer from its package's init:
+// feature answers through the Feature it exports, which a Service runs
+// only when its Options.Features list it (features.go; cmd/syncd lists
+// them all). Nothing registers itself from an init:
 //
-//   - RegisterReadRule: what a reader sees of the feature's scopes and
+//   - Feature.ReadRule: what a reader sees of the feature's scopes and
 //     keys (the loom: _loom* by loom_aware and doc_read, a model's
 //     thinking and trace to the thinker and room authority). Every read
 //     path (the context and its CEL, GET /state, a key's history, the
@@ -31,19 +33,27 @@
 //     every surface exactly when its feature says so. A _shared
 //     definition reads as its registrant would (Principal.ReadsAs);
 //     Reader.Key lets registrants a rule sees alike share one evaluation.
-//   - RegisterScopes: a scope family only the feature writes (through
-//     MutateRoom), optionally kept out of the room's snapshot.
-//   - RegisterMemory: keys of an agent's own scope that are its private
-//     operational memory: the audit records their size, never their text.
+//   - Feature.Scopes: a scope family only the feature writes (through
+//     MutateRoom), from the names the core reserves (reservedScopes),
+//     optionally kept out of the room's snapshot.
+//   - Feature.Memory: keys of an agent's own scope that are its private
+//     operational memory (reservedMemory): the audit records their
+//     size, never their text.
+//   - A reserved name no wired feature claims is sealed (sealRule): a
+//     Service without the loom reads its scopes to nobody, writes them
+//     for nobody, and shows an agent's loom memory to that agent and
+//     room authority only, never as ordinary rows.
 //   - Service.Feature: per-service state (the loom's options).
-//   - RegisterSalience: what a context read asks adaptive salience
+//   - Feature.Salience: what a context read asks adaptive salience
 //     (salienceport.go): whether the reader's first read goes at full,
 //     to annotate the envelope (_attention, the _vocabulary_health view,
 //     the actions' stale and low-salience marks), which budget-cut
 //     sections changed since the reader's last read, and the health
 //     view GET /views lists; and the room's usage decay the write path
-//     records a use with. Without it (Options.NoSalience, or a binary
-//     that does not import it) the envelope carries no salience.
+//     records a use with. Salience reads the room only through Read,
+//     which hands it what the reader may see and nothing else. Without
+//     it (Options.NoSalience, or a Service whose features do not list
+//     it) the envelope carries no salience.
 //
 // The lobby's agent operations (lobbyops.go) stay here: Embody,
 // EmbodyRole and SetIdle are core agent operations that write agents

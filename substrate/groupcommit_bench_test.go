@@ -25,7 +25,7 @@ func BenchmarkGroupCommit1(b *testing.B) { benchGroupCommit(b, 1) }
 func BenchmarkGroupCommit8(b *testing.B) { benchGroupCommit(b, 8) }
 
 func benchGroupCommit(b *testing.B, clients int) {
-	svc := substrate.New(pgtest.NewPool(b, store.DefaultMaxConns), substrate.Options{})
+	svc := substrate.New(pgtest.NewPool(b, store.DefaultMaxConns), substrate.Options{Features: testFeatures})
 	b.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "gc-bench"})

@@ -52,7 +52,7 @@ type gcRoom struct {
 func newGCRoom(t *testing.T, id, trigger string, actions ...substrate.ActionDef) *gcRoom {
 	t.Helper()
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	rm, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: id})
@@ -174,13 +174,7 @@ func (r *gcRoom) shared() (seq int64, raw string) {
 // assert then differed.)
 func (r *gcRoom) untilQueued(n int) {
 	r.t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		if leading, queued := substrate.GroupQueue(r.svc, r.id); leading && queued == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			leading, queued := substrate.GroupQueue(r.svc, r.id)
-			r.t.Fatalf("the room's group transaction: leading %v, %d queued, want %d queued behind a leader", leading, queued, n)
-		}
-	}
+	pgtest.Eventually(r.t, 30*time.Second, func() bool { leading, queued := substrate.GroupQueue(r.svc, r.id); return leading && queued == n },
+		"%d queued behind a leader in the room's group transaction ([leading, queued] = %v)", n,
+		func() any { leading, queued := substrate.GroupQueue(r.svc, r.id); return []any{leading, queued} })
 }

@@ -205,9 +205,10 @@ func TestGroupCommitRoomRowAfterARefusedCommitFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	var answers []chan answer
-	for _, action := range []string{"inc", "boom", "inc"} {
+	for i, action := range []string{"inc", "boom", "inc"} {
 		answers = append(answers, invoke(action))
-		time.Sleep(150 * time.Millisecond)
+		pgtest.Eventually(t, 30*time.Second, func() bool { leading, queued := GroupQueue(svc, room); return leading && queued == i },
+			"%s queued behind the leader", action)
 	}
 	if err := tx.Commit(tctx); err != nil {
 		t.Fatal(err)

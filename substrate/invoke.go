@@ -323,7 +323,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	for _, v := range viewsReadBy(def) {
 		m.vocab = append(m.vocab, vocabTouch{"view", v, true})
 	}
-	m.decay = decayOf(snap)
+	m.decay = s.decayOf(snap)
 	if def.Result != "" {
 		m.audit["result"] = capAny(res.Result)
 	}

@@ -25,6 +25,9 @@ func withUsers(t *testing.T, opt substrate.Options, users ...string) *substrate.
 			t.Fatal(err)
 		}
 	}
+	if opt.Features == nil {
+		opt.Features = testFeatures
+	}
 	return substrate.New(db, opt)
 }
 
@@ -100,6 +103,7 @@ func TestSetIdleWakesPresenceWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
+	evals := svc.Stats().CELEvaluations
 	go func() {
 		res, err := svc.Wait(ctx, admin, "idle", `agents["alice:c"].status == "idle"`, 20*time.Second, substrate.ContextRequest{Depth: "lean", MessagesLimit: 1})
 		if err == nil && !res.Triggered {
@@ -107,7 +111,12 @@ func TestSetIdleWakesPresenceWaiters(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // let the waiter subscribe and evaluate once
+	// The waiter is subscribed and has evaluated its condition once (the
+	// room has no other expression to evaluate).
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		st := svc.Stats()
+		return st.OpenWaits >= 1 && st.CELEvaluations > evals
+	}, "the waiter to subscribe and evaluate its condition")
 	start := time.Now()
 	if err := svc.SetIdle(ctx, "idle", "alice:c"); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // Any authenticated call by an agent counts as its heartbeat, refreshed at
 // most once per HeartbeatEvery.
 func TestCallsCountAsHeartbeat(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{HeartbeatEvery: time.Millisecond})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, HeartbeatEvery: time.Millisecond})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "hb"})
 	if err != nil {
@@ -43,7 +43,7 @@ func TestCallsCountAsHeartbeat(t *testing.T) {
 // refused, so nothing that still names the old room (a cached snapshot, a
 // lobby membership, a session's focus, a link) can reach a new one.
 func TestDeletedRoomIDIsRetired(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "phoenix"})
 	if err != nil {
@@ -67,7 +67,7 @@ func TestDeletedRoomIDIsRetired(t *testing.T) {
 // the room's message count follows.
 func TestPurgeExpired(t *testing.T) {
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "tidy"})
 	if err != nil {

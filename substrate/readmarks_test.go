@@ -16,7 +16,7 @@ import (
 // what the first showed as read, and the marks land once the locks go.
 func TestContextReadMarksOffTheRequestPath(t *testing.T) {
 	db := pgtest.NewPool(t, 4)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "marks"})
@@ -58,18 +58,11 @@ func TestContextReadMarksOffTheRequestPath(t *testing.T) {
 		}
 	}
 	_ = tx.Rollback(lctx)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var seen, reads int64
+	var seen, reads int64
+	pgtest.Eventually(t, 5*time.Second, func() bool {
 		if err := db.QueryRow(ctx, `SELECT last_seen_seq, context_reads FROM agents WHERE room_id = 'marks' AND id = 'alice'`).Scan(&seen, &reads); err != nil {
 			t.Fatal(err)
 		}
-		if seen > 0 && reads == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the marks were not written: last_seen_seq %d, context_reads %d", seen, reads)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return seen > 0 && reads == 2
+	}, "the marks written (last_seen_seq > 0, context_reads 2; [seen, reads] = %v)", func() any { return []int64{seen, reads} })
 }

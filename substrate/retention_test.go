@@ -14,7 +14,7 @@ import (
 // older ones move to state_archive, and the message count follows.
 func TestRetainLogsArchivesOldEntries(t *testing.T) {
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{KeepLogEntries: 100}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{KeepLogEntries: 100}})
 	ctx := context.Background()
 	admin := newRoom(t, svc, "long")
 	for i := range 150 {
@@ -56,7 +56,7 @@ func TestRetainLogsArchivesOldEntries(t *testing.T) {
 // PostgreSQL aborts one of them as a deadlock.
 func TestRetainLogsBesideRoomDeletion(t *testing.T) {
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{KeepLogEntries: 10}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{KeepLogEntries: 10}})
 	ctx := context.Background()
 	const rooms = 12
 	admins := make([]*substrate.Principal, rooms)
@@ -92,7 +92,7 @@ func TestRetainLogsBesideRoomDeletion(t *testing.T) {
 // foreign key onto rooms).
 func TestDeletedRoomTakesItsArchive(t *testing.T) {
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{KeepLogEntries: 10}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{KeepLogEntries: 10}})
 	ctx := context.Background()
 	admin := newRoom(t, svc, "ashes")
 	for i := range 30 {

@@ -19,7 +19,7 @@ import (
 // reads the old room's archived messages as its own.
 func TestOrphanArchiveOfRoomDeletedBeforeUpgrade(t *testing.T) {
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{KeepLogEntries: 10}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{KeepLogEntries: 10}})
 	ctx := context.Background()
 	admin := newRoom(t, svc, "legacy")
 	for i := range 30 {

@@ -281,7 +281,7 @@ func (rc *roomCtx) readableState() map[string]any {
 // snapVisibility is p's visibility decided from snap. A snapshot read
 // cannot fail, but if a rule did, p would see only what no rule governs.
 func snapVisibility(p *Principal, snap *snapshot) *visibility {
-	v, err := visibilityOf(p, snapRows(snap))
+	v, err := visibilityOf(snap.rules, p, snapRows(snap))
 	if err != nil {
 		return &visibility{p: p, readers: []Reader{{Sees: func(string, string) bool { return false }}}}
 	}

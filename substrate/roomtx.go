@@ -242,7 +242,8 @@ type Op struct {
 // Apply writes ops through the core's write path (validation, versions,
 // sequences, the audit delta), naming via as the writer's path, and
 // returns the audit record of each write. The feature's own scopes
-// (RegisterScopes) are written only this way.
+// (Feature.Scopes) are written only this way; a reserved family no wired
+// feature claims is not written at all.
 func (t *RoomTx) Apply(ops []Op, via string) ([]map[string]any, error) {
 	if t.m == nil {
 		return nil, errs.New(errs.ReadOnlyToken, "this is a read, not a mutation")
@@ -258,7 +259,10 @@ func (t *RoomTx) Apply(ops []Op, via string) ([]map[string]any, error) {
 		}
 		if slices.Contains(systemScopes, o.Scope) {
 			return nil, errs.New(errs.ScopeDenied, "scope %q is written only by the core", o.Scope).With("write", i).
-				WithHint("a feature writes its own scopes (RegisterScopes), _shared, _messages or agents' scopes")
+				WithHint("a feature writes its own scopes (Feature.Scopes), _shared, _messages or agents' scopes")
+		}
+		if err := t.s.wired.sealed(o.Scope); err != nil {
+			return nil, err.(*errs.Error).With("write", i)
 		}
 		if !(o.Append && o.Key == "") {
 			if err := validKey(o.Key, t.s.lim.MaxKeyBytes); err != nil {
@@ -368,65 +372,15 @@ func (s *Service) Feature(key any, mk func() any) any {
 	return v
 }
 
-// Scopes is a family of scopes a feature owns: Name itself and every
-// Name+".…". They are written only through the feature's operations
-// (MutateRoom), never by WriteState or actions.
-type Scopes struct {
-	Name string
-	// SubscopesApart keeps Name+".…" out of the room's snapshot and its
-	// state reads (they have their own surface); Name itself stays in.
-	SubscopesApart bool
-}
+// featureScope reports scopes of a reserved family (reservedScopes),
+// whether or not a wired feature claims it.
+func featureScope(scope string) bool { return reservedFamily(scope) != nil }
 
-var (
-	scopesMu      sync.RWMutex
-	featureScopes []Scopes
-)
-
-// RegisterScopes declares a feature's scope family (from the feature
-// package's init, so every binary that can write the scopes knows them).
-func RegisterScopes(sc Scopes) {
-	scopesMu.Lock()
-	defer scopesMu.Unlock()
-	featureScopes = append(featureScopes, sc)
-}
-
-// RegisterReadRule adds a feature's read rule (from its package's init).
-func RegisterReadRule(r ReadRule) {
-	scopesMu.Lock()
-	defer scopesMu.Unlock()
-	readRules = append(readRules, r)
-}
-
-func rules() []ReadRule {
-	scopesMu.RLock()
-	defer scopesMu.RUnlock()
-	return readRules
-}
-
-// featureScope reports scopes of a registered family.
-func featureScope(scope string) bool {
-	scopesMu.RLock()
-	defer scopesMu.RUnlock()
-	for _, f := range featureScopes {
-		if scope == f.Name || strings.HasPrefix(scope, f.Name+".") {
-			return true
-		}
-	}
-	return false
-}
-
-// apartScope reports a registered family's subscopes kept out of the
+// apartScope reports a reserved family's subscopes kept out of the
 // snapshot.
 func apartScope(scope string) bool {
-	scopesMu.RLock()
-	defer scopesMu.RUnlock()
-	for _, f := range featureScopes {
-		if f.SubscopesApart && strings.HasPrefix(scope, f.Name+".") {
-			return true
-		}
-	}
-	return false
+	f := reservedFamily(scope)
+	return f != nil && f.SubscopesApart && scope != f.Name
 }
 
 // ValidKey checks a key a feature composes (from a label a person gave)

@@ -15,7 +15,7 @@ import (
 // List matches its prefix byte for byte (not as a LIKE pattern, where _
 // and % match anything) and stops at Limit, and a read cannot write.
 func TestRoomTxReadsAreBoundedAndExact(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "feat"})

@@ -1,10 +1,21 @@
 package substrate
 
 // What the core asks adaptive salience (seed 000 §VII), which lives in
-// substrate/salience and registers itself from its init, and the read it
-// gets to answer with. The core keeps what salience reads from rows: the
-// vocabulary's usage (written by the write path), the recent log, and the
-// envelope's _attention shape, which the budget shrinks.
+// substrate/salience and is wired into a Service as a Feature (its
+// Salience), and the read it gets to answer with. The core keeps what
+// salience reads from rows: the vocabulary's usage (written by the write
+// path), the recent log, and the envelope's _attention shape, which the
+// budget shrinks.
+//
+// Read hands salience the reader's room as the envelope shows it, and
+// nothing the reader may not see: the actions its list shows, the views
+// it is shown, the entries of its state, the usage of those. The read
+// rule is applied here, once, by the envelope's own answers (actEnabled,
+// the views shown, the state and visibility the read built), so salience
+// has no read rule of its own. Two things are the room's as a whole, for
+// the work salience shares between readers: Keys (the _shared keys
+// patterns match) and RecentLog's audit rows; what salience finds in
+// them it tells a reader only through EachShown and ActionEnabled.
 
 import (
 	"context"
@@ -45,20 +56,15 @@ type SalienceRead interface {
 	Health(ctx context.Context) any
 }
 
-var salienceFeature Salience
-
-// RegisterSalience is called once, from substrate/salience's init.
-func RegisterSalience(f Salience) { salienceFeature = f }
-
-// defaultDecay is the usage decay when no salience is registered.
+// defaultDecay is the usage decay when no feature is salience.
 const defaultDecay = 0.95
 
 // decayOf is the room's usage decay, for the write path.
-func decayOf(snap *snapshot) float64 {
-	if salienceFeature == nil {
+func (s *Service) decayOf(snap *snapshot) float64 {
+	if s.wired.salience == nil {
 		return defaultDecay
 	}
-	return salienceFeature.Decay(snap.config())
+	return s.wired.salience.Decay(snap.config())
 }
 
 // config is the value of _shared._config, nil when absent.
@@ -69,13 +75,13 @@ func (snap *snapshot) config() json.RawMessage {
 	return nil
 }
 
-// salienceFor begins the read's salience: nil when none is registered or
-// it is off for the service or the room.
+// salienceFor begins the read's salience: nil when no feature is
+// salience or it is off for the service or the room.
 func (s *Service) salienceFor(ctx context.Context, rc *roomCtx, roomID string) (SalienceRead, error) {
-	if s.noSalience || salienceFeature == nil {
+	if s.noSalience || s.wired.salience == nil {
 		return nil, nil
 	}
-	return salienceFeature.Begin(ctx, &Read{s: s, rc: rc, room: roomID})
+	return s.wired.salience.Begin(ctx, &Read{s: s, rc: rc, room: roomID})
 }
 
 // Attention is _context._attention: what the substrate thinks deserves
@@ -173,7 +179,8 @@ func (r *Read) Now() time.Time { return r.rc.now }
 func (r *Read) Self() string   { return r.rc.self }
 
 // Config is the value of _shared._config (nil when absent), whoever may
-// read it: the room's configuration.
+// read it: the room's configuration, which salience applies and never
+// shows.
 func (r *Read) Config() json.RawMessage { return r.rc.snap.config() }
 
 // ReaderMarks are an agent's context reads so far.
@@ -200,10 +207,11 @@ type ActionMeta struct {
 	UpdatedAt time.Time
 }
 
-// Action is a custom action of the room (live or not).
+// Action is a custom action the reader's action list shows (ShownActions);
+// false for any other, hidden or not live.
 func (r *Read) Action(id string) (ActionMeta, bool) {
 	a := r.rc.snap.actions[id]
-	if a == nil {
+	if a == nil || !r.rc.actEnabled[id] {
 		return ActionMeta{}, false
 	}
 	return ActionMeta{Def: a.def, Revision: a.r.Revision, UpdatedAt: a.r.UpdatedAt}, true
@@ -234,11 +242,14 @@ type ViewMeta struct {
 	Revision int64
 }
 
-// ViewDefs are the room's views in dependency order.
+// ViewDefs are the views the reader was shown (those in Views), in
+// dependency order.
 func (r *Read) ViewDefs() []ViewMeta {
-	out := make([]ViewMeta, len(r.rc.snap.views))
-	for i, v := range r.rc.snap.views {
-		out[i] = ViewMeta{Def: v.def, Revision: v.r.Revision}
+	out := make([]ViewMeta, 0, len(r.rc.snap.views))
+	for _, v := range r.rc.snap.views {
+		if _, shown := r.rc.views[v.def.ID]; shown {
+			out = append(out, ViewMeta{Def: v.def, Revision: v.r.Revision})
+		}
 	}
 	return out
 }
@@ -247,9 +258,29 @@ func (r *Read) ViewDefs() []ViewMeta {
 // included): id → value, {"_error": …} for a failing one.
 func (r *Read) Views() map[string]any { return r.rc.views }
 
-// Revision is the revision of a mutable state entry, whoever may read it.
+// Revision is the revision of a mutable entry in the state the reader's
+// expressions compute with (Computes); false for any other.
 func (r *Read) Revision(scope, key string) (int64, bool) {
+	if !r.Computes(scope, key) {
+		return 0, false
+	}
 	if row := r.rc.snap.scopes[scope][key]; row != nil {
+		return row.Revision, true
+	}
+	return 0, false
+}
+
+// ViewSelfRevision is the revision of key in the scope a view the reader
+// is shown reads as state.self (its registrar's, ViewSelf): the view
+// computes with that scope on the registrar's authority, so its entries'
+// changes are the view's, which the reader sees; false for a view not
+// shown, a communal one, or an absent entry.
+func (r *Read) ViewSelfRevision(def *ViewDef, key string) (int64, bool) {
+	self := viewSelf(def)
+	if _, shown := r.rc.views[def.ID]; !shown || self == "" {
+		return 0, false
+	}
+	if row := r.rc.snap.scopes[self][key]; row != nil {
 		return row.Revision, true
 	}
 	return 0, false
@@ -275,7 +306,10 @@ func (r *Read) ScopeChangedAfter(scope string, seq int64) bool {
 	return changed
 }
 
-// Keys are a scope's mutable keys, whoever may read them, unordered.
+// Keys are a scope's mutable keys, whoever may read them, unordered: the
+// room's, for a computation salience shares between readers (the
+// patterns it matches messages with), whose findings it tells a reader
+// only about entries EachShown gives that reader.
 func (r *Read) Keys(scope string) []string {
 	out := make([]string, 0, len(r.rc.snap.scopes[scope]))
 	for k := range r.rc.snap.scopes[scope] {
@@ -370,8 +404,10 @@ func (snap *snapshot) loadUsage(ctx context.Context, q querier) error {
 	return nil
 }
 
-// Usage is the room's vocabulary usage at the read's seq (a few rows per
-// action and view), read once per snapshot by the transaction that read
+// Usage is the vocabulary usage at the read's seq of the actions the
+// reader's list shows and the views it is shown (UsageKey: the usage of
+// an action hidden from it would say the action is there and used), from
+// the room's, read once per snapshot by the transaction that read
 // the seq (snapshot.loadUsage): readRoom loads it on its long path and
 // takes a cached snapshot only with it (readReady), and every Read is
 // made from a readRoom's snapshot (Context, Wait, ListViews). A snapshot
@@ -386,7 +422,18 @@ func (r *Read) Usage(ctx context.Context) (map[string]*Usage, error) {
 	if snap.usage == nil {
 		return nil, fmt.Errorf("substrate: the vocabulary usage of room %q at seq %d was not read with the snapshot (a read must come from readRoom)", r.room, snap.seq)
 	}
-	return snap.usage, nil
+	out := make(map[string]*Usage, len(r.rc.actEnabled)+len(r.rc.views))
+	for id, on := range r.rc.actEnabled {
+		if u := snap.usage[UsageKey("action", id)]; on && u != nil {
+			out[UsageKey("action", id)] = u
+		}
+	}
+	for id := range r.rc.views {
+		if u := snap.usage[UsageKey("view", id)]; u != nil {
+			out[UsageKey("view", id)] = u
+		}
+	}
+	return out, nil
 }
 
 // LogRow is an entry of the room's recent log.

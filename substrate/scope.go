@@ -30,8 +30,8 @@ const (
 var systemScopes = []string{ScopeAudit, "_agents", "_actions", "_views", "_cooldowns", ScopeThreads, ScopeAcks}
 
 // isSystemScope reports scopes only the system writes: the reserved ones
-// and features' (RegisterScopes: the loom's _loom, _loom.*), which their
-// operations keep consistent.
+// and features' (reservedScopes: the loom's _loom, _loom.*, whether or not
+// the Service runs the loom), which their operations keep consistent.
 func isSystemScope(scope string) bool {
 	return slices.Contains(systemScopes, scope) || featureScope(scope)
 }

@@ -96,7 +96,7 @@ func BenchmarkSearch(b *testing.B) {
 	// The room's budget off: searched back to back, a common word would
 	// spend it (searches are charged their database time) and the
 	// benchmark would time refusals.
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: -1}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{RoomCostPerSecond: -1}})
 	b.Cleanup(svc.Close)
 	reader := searchRoom(b, db, svc, "big", 50_000, 10_000)
 	ctx := context.Background()
@@ -145,7 +145,7 @@ func BenchmarkSearchWriteCost(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			svc := substrate.New(db, substrate.Options{})
+			svc := substrate.New(db, substrate.Options{Features: testFeatures})
 			b.Cleanup(svc.Close)
 			reader := searchRoom(b, db, svc, "w", 50_000, 1_000)
 			lat := make([]time.Duration, 0, b.N)
@@ -176,7 +176,7 @@ func BenchmarkSearchWriteCost(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkSearchFlood -benchtime 1x ./substrate/
 func BenchmarkSearchFlood(b *testing.B) {
 	db := pgtest.NewPool(b, store.DefaultMaxConns)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	b.Cleanup(svc.Close)
 	reader := searchRoom(b, db, svc, "big", 20_000, 1_000)
 	ctx := context.Background()

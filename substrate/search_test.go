@@ -15,7 +15,7 @@ import (
 // the entries already written again. A language PostgreSQL does not have
 // is refused with what to choose.
 func TestSearchLanguage(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "lang"})

@@ -36,6 +36,9 @@ type snapshot struct {
 	views   []*viewRec // in key order
 	// about is what the room is for, from its meta (fixed at creation).
 	about *RoomAbout
+	// rules are the read rules of the Service that read it (wiring.rules),
+	// which decide what each reader sees of it.
+	rules []ReadRule
 
 	msgOnce sync.Once
 	msgUse  bool
@@ -158,7 +161,7 @@ func (s *Service) readSnapshot(ctx context.Context, q querier, roomID string, se
 		return nil, err
 	}
 	defer rows.Close()
-	snap := &snapshot{room: roomID, seq: seq, messageCount: messageCount, scopes: map[string]map[string]*srow{}, actions: map[string]*actionRec{}}
+	snap := &snapshot{room: roomID, seq: seq, messageCount: messageCount, scopes: map[string]map[string]*srow{}, actions: map[string]*actionRec{}, rules: s.wired.rules}
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
@@ -242,7 +245,7 @@ func (snap *snapshot) index(s *Service, r *row) {
 // rows removed, logs skipped except that one at a mutable row's key
 // removes that row), at seq.
 func (snap *snapshot) advance(s *Service, pending []pendingWrite, seq, messageCount int64) *snapshot {
-	out := &snapshot{room: snap.room, seq: seq, messageCount: messageCount, scopes: make(map[string]map[string]*srow, len(snap.scopes)), actions: snap.actions, about: snap.about}
+	out := &snapshot{room: snap.room, seq: seq, messageCount: messageCount, scopes: make(map[string]map[string]*srow, len(snap.scopes)), actions: snap.actions, about: snap.about, rules: snap.rules}
 	for scope, keys := range snap.scopes {
 		out.scopes[scope] = keys
 	}

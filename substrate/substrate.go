@@ -147,6 +147,14 @@ type Options struct {
 	CEL expr.Options
 	// Wait bounds conditional waits.
 	Wait WaitOptions
+	// Features are the packages built on rooms this Service runs
+	// (features.go): their reserved scopes and memory, read rules and
+	// salience. cmd/syncd lists every feature of the repository
+	// (loom.Feature(), salience.Feature()). Default none: no salience in
+	// the envelope, and the reserved names of every feature left out
+	// sealed (the loom's scopes read by nobody and written by nobody, an
+	// agent's loom memory read by the agent and room authority only).
+	Features []Feature
 	// NoSalience turns adaptive salience off (for comparing its cost);
 	// rooms turn it off with _shared._config.salience.off. Default false.
 	NoSalience bool
@@ -205,6 +213,8 @@ type Service struct {
 	// (presenceread.go), made on first use.
 	presenceOnce sync.Once
 	presence     *coalesce.Batcher[string, struct{}, roomPresence]
+	// wired is what Options.Features add to the core.
+	wired wiring
 	// noSalience is Options.NoSalience.
 	noSalience bool
 	// ackOverdue is Options.AckOverdue.
@@ -339,6 +349,7 @@ func New(db *store.DB, opt Options) *Service {
 		marks: readmarks.New(db, sqlMarkReads, opt.Logger),
 		waitq: waitbatch.New(db),
 
+		wired:      wire(opt.Features),
 		noSalience: opt.NoSalience,
 		ackOverdue: cmp.Or(opt.AckOverdue, AckOverdue),
 	}

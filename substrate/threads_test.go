@@ -23,6 +23,9 @@ type threadRoom struct {
 
 func newThreadRoom(t *testing.T, opt substrate.Options, agents ...string) *threadRoom {
 	t.Helper()
+	if opt.Features == nil {
+		opt.Features = testFeatures
+	}
 	svc := substrate.New(pgtest.New(t), opt)
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
@@ -238,7 +241,7 @@ func TestAcks(t *testing.T) {
 	if at := tr.read("cy", substrate.ContextRequest{Peek: true}).Context.Attention; at != nil && len(at.OverdueAcks) > 0 {
 		t.Errorf("overdue too soon: %+v", at.OverdueAcks)
 	}
-	time.Sleep(overdue)
+	time.Sleep(overdue) // Stays: AckOverdue passing on the real clock is what this checks
 	at := tr.read("cy", substrate.ContextRequest{Peek: true}).Context.Attention
 	if at == nil || len(at.OverdueAcks) != 1 || at.OverdueAcks[0].Seq != seq || !strings.Contains(at.OverdueAcks[0].Ack, "_ack") {
 		t.Fatalf("cy's overdue acknowledgement: %+v", at)

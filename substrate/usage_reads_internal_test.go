@@ -126,19 +126,13 @@ func TestReadsAtUseCountMarksWrittenMeanwhileOnce(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- tc.use(ctx, s, admin, agent, room) }()
 			// The mutation has queued its statements and waits for the row.
-			for deadline := time.Now().Add(10 * time.Second); ; {
+			pgtest.Eventually(t, 10*time.Second, func() bool {
 				var waiting int
 				if err := btx.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
 					t.Fatal(err)
 				}
-				if waiting > 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the mutation never waited for the locked row")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				return waiting > 0
+			}, "the mutation to wait for the locked row")
 			// Meanwhile the 3 queued reads are written and committed.
 			if err := s.marks.Flush(ctx); err != nil {
 				t.Fatal(err)
@@ -165,6 +159,7 @@ func TestReadsAtUseCountMarksWrittenMeanwhileOnce(t *testing.T) {
 func TestReadsAtUseExactUnderConcurrentReadsAndUses(t *testing.T) {
 	db := pgtest.NewPool(t, 2)
 	s := New(db, Options{})
+	// Stays: a commit made slow on purpose, so that reads and uses overlap it.
 	s.marks.Committed = func() { time.Sleep(3 * time.Millisecond) }
 	t.Cleanup(s.Close)
 	ctx := context.Background()

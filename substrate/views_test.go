@@ -14,7 +14,7 @@ import (
 // reads; a view that reads the clock does. (One agent's 300 views once
 // made every read of its room evaluate all of them, every time.)
 func TestViewValuesSharedUntilTheRoomChanges(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "memo"})
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 // it twice before the timer (the second read takes what the first
 // cached) and twice after.
 func TestTimersEndCachedViewValues(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	// One moment for every timer: the reads before it all happen before
@@ -224,6 +224,8 @@ func TestTimersEndCachedViewValues(t *testing.T) {
 	if left := time.Until(at); left < 200*time.Millisecond {
 		t.Fatalf("the reads before the timers ended %v before them: too slow a machine for this test's margin", left)
 	}
+	// Stays: the timers end on the real clock at a known time, and the
+	// reads after are what this checks (a poll would be such a read).
 	time.Sleep(time.Until(at) + 100*time.Millisecond)
 	// A delta since the last read before the timers (a model's next read
 	// of its room, which carried that seq) shows each view whose value

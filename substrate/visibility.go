@@ -16,7 +16,9 @@ import (
 // private scope is its agent's; _audit is room authority's). Features
 // built on rooms add theirs through a ReadRule: the loom decides its
 // _loom* scopes exactly as its → commands do, and who reads a model's
-// thinking; the loom registers it from its own package (RegisterReadRule).
+// thinking; a Service runs it when Options.Features lists the loom
+// (Feature.ReadRule), and seals the loom's names when it does not
+// (sealRule).
 
 // RowFunc reads one mutable entry of the room being read (nil, false when
 // it does not exist): from the read's snapshot or its transaction, so a
@@ -53,24 +55,22 @@ type Reader struct {
 	Key string
 }
 
-// readRules are the registered rules (RegisterReadRule), consulted in
-// order; each may only narrow what the core admits.
-var readRules []ReadRule
-
 // visibility is what one reader sees in one read.
 type visibility struct {
 	p       *Principal
 	readers []Reader
 }
 
-// visibilityOf loads p's visibility with row. A nil p (the system)
-// sees everything.
-func visibilityOf(p *Principal, row RowFunc) (*visibility, error) {
+// visibilityOf loads p's visibility under rules (the Service's wiring:
+// its features' rules, then the seal, consulted in order; each may only
+// narrow what the core admits) with row. A nil p (the system) sees
+// everything.
+func visibilityOf(rules []ReadRule, p *Principal, row RowFunc) (*visibility, error) {
 	v := &visibility{p: p}
 	if p == nil {
 		return v, nil
 	}
-	for _, r := range rules() {
+	for _, r := range rules {
 		rd, err := r.Reader(p, row)
 		if err != nil {
 			return nil, err
@@ -126,7 +126,7 @@ func (v *visibility) hiddenPrefixes(scope string) []string {
 	return out
 }
 
-// shareKey names what v's principal sees under the registered rules
+// shareKey names what v's principal sees under the Service's rules
 // (Reader.Key); ok is false when a rule did not say, and then nothing is
 // shared.
 func (v *visibility) shareKey() (key string, ok bool) {
@@ -167,5 +167,5 @@ func dbRows(ctx context.Context, q querier, roomID string) RowFunc {
 
 // visibilityIn loads p's visibility in roomID on q.
 func (s *Service) visibilityIn(ctx context.Context, q querier, p *Principal, roomID string) (*visibility, error) {
-	return visibilityOf(p, dbRows(ctx, q, roomID))
+	return visibilityOf(s.wired.rules, p, dbRows(ctx, q, roomID))
 }

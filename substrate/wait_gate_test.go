@@ -14,7 +14,7 @@ import (
 // can reveal the entry the wait is for. The wait must wake at that status
 // change, not at its next safety-net re-check.
 func TestWaitWakesWhenPresenceOpensAGate(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Hour}})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "gatewake"})
 	if err != nil {

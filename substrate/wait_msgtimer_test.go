@@ -15,7 +15,7 @@ import (
 // them change all the same. A wait on them must wake when the timer runs
 // out, not at its safety-net re-check (a minute here).
 func TestWaitWakesWhenAMessageTimerRunsOut(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	cases := []struct {

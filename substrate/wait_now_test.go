@@ -106,7 +106,7 @@ func nowCases() []nowCase {
 // the moment, not at its safety-net re-check (a minute here, past the
 // waits' timeout).
 func TestWaitWakesWhenNowReachesTheMoment(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	for _, c := range nowCases() {
 		t.Run(c.room, func(t *testing.T) {
@@ -148,7 +148,7 @@ func TestWaitWakesWhenNowReachesTheMoment(t *testing.T) {
 // now in ways no moment can be found for, or whose entry gate on now in
 // the scope opens far in the future.
 func TestWaitNotOnNowDoesNotRecheck(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	pr, alice := joinedRoom(t, svc, "now-not", "alice")
@@ -200,7 +200,7 @@ func TestWaitNotOnNowDoesNotRecheck(t *testing.T) {
 // Many waits on now, directly, through a view and through an entry gate,
 // on a pool of two connections: all wake at the moment.
 func TestManyWaitsOnNowTinyPool(t *testing.T) {
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	pr, _ := joinedRoom(t, svc, "now-many", "a0")

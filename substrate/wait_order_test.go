@@ -125,7 +125,7 @@ func TestDeltaOfMostOfTheRoomIsTheWholeContext(t *testing.T) {
 // agent agentID, joined.
 func roomWithAgent(t *testing.T, roomID, agentID string) (svc *substrate.Service, admin, agent *substrate.Principal) {
 	t.Helper()
-	svc = substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc = substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	admin, agent = joinedRoom(t, svc, roomID, agentID)
 	return svc, admin, agent
@@ -135,7 +135,7 @@ func roomWithAgent(t *testing.T, roomID, agentID string) (svc *substrate.Service
 // room and view-token principals and agent agentID, joined.
 func roomWithViewer(t *testing.T, roomID, agentID string) (svc *substrate.Service, admin, viewer, agent *substrate.Principal) {
 	t.Helper()
-	svc = substrate.New(pgtest.New(t), substrate.Options{})
+	svc = substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: roomID})

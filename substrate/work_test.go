@@ -23,7 +23,7 @@ func TestNowGatesReusedWithinQuantum(t *testing.T) {
 		quantum time.Duration
 		reused  bool
 	}{{time.Hour, true}, {-1, false}} {
-		svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{GateQuantum: tc.quantum, RoomCostPerSecond: -1}})
+		svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{GateQuantum: tc.quantum, RoomCostPerSecond: -1}})
 		ctx := context.Background()
 		id := fmt.Sprintf("quantum%d", tc.quantum)
 		room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: id})
@@ -76,7 +76,7 @@ func TestNowGatesReusedWithinQuantum(t *testing.T) {
 // gates ten times more per read.
 func TestSharedRegistrantsShareOneState(t *testing.T) {
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{GateQuantum: -1, RoomCostPerSecond: -1}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{GateQuantum: -1, RoomCostPerSecond: -1}})
 	defer svc.Close()
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "sharers"})
@@ -120,7 +120,7 @@ func TestSharedRegistrantsShareOneState(t *testing.T) {
 // four live pages closed).
 func TestLongLivedContextHoldsNothingPerCall(t *testing.T) {
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	base, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var held atomic.Int64

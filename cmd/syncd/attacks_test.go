@@ -305,7 +305,7 @@ func TestAttackCollaborateKeyInProcEnviron(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: features()})
 	t.Cleanup(svc.Close)
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "story"})
 	if err != nil {

@@ -216,7 +216,7 @@ func collaborateOn(ctx context.Context, db *store.DB, cc *collabConfig) error {
 	if _, err := db.Migrate(ctx); err != nil {
 		return err
 	}
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: features()})
 	defer svc.Close()
 	loom.Attach(svc, cc.loom)
 	rec, err := collab.Run(ctx, svc, cc.run)

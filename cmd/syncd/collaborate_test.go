@@ -73,7 +73,7 @@ func TestCollaborateAgainstTheServersDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: features()})
 	t.Cleanup(svc.Close)
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "story"})
 	if err != nil {
@@ -138,7 +138,7 @@ func TestCollaborateKilledShowsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: features()})
 	t.Cleanup(svc.Close)
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "story"})
 	if err != nil {
@@ -175,14 +175,12 @@ func TestCollaborateKilledShowsGone(t *testing.T) {
 	}
 	until := func(want string) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); state() != want; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the record shows %q, not %q", state(), want)
-			}
-		}
+		pgtest.Eventually(t, 30*time.Second, func() bool { return state() == want }, "the record to show %q (it shows %q)", want, func() any { return state() })
 	}
 	until("waiting")
-	time.Sleep(2*lease + 500*time.Millisecond) // over two leases: renewed
+	// Stays: two leases running out on the real clock is what the
+	// collaborator must outlive by renewing.
+	time.Sleep(2*lease + 500*time.Millisecond)
 	if s := state(); s != "waiting" {
 		t.Fatalf("a running collaborator shows %q", s)
 	}

@@ -137,11 +137,7 @@ func TestKillDuringBurstLosesNothingAcknowledged(t *testing.T) {
 	// acknowledged, on a loaded machine.)
 	var n atomic.Int64
 	go func() { acked = burst(t, func() string { return a }, "burst", tok, 8, stop, &n); close(done) }()
-	for deadline := time.Now().Add(60 * time.Second); n.Load() < 100; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d invocations acknowledged in 60 s", n.Load())
-		}
-	}
+	pgtest.Eventually(t, 60*time.Second, func() bool { return n.Load() >= 100 }, "100 invocations acknowledged")
 	if err := proc.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -176,16 +172,11 @@ func waitFor(t *testing.T, dbURL, room string, n int) {
 	t.Helper()
 	ctx := context.Background()
 	conn := dial(t, dbURL)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	pgtest.Eventually(t, 60*time.Second, func() bool {
 		var got int
 		_ = conn.QueryRow(ctx, `SELECT count(*) FROM state WHERE room_id = $1 AND scope = '_shared' AND key LIKE 'r-%'`, room).Scan(&got)
-		if got >= n {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("room %s never reached %d recorded invocations", room, n)
+		return got >= n
+	}, "room %s to reach %d recorded invocations", room, n)
 }
 
 // roundRobin is a loopback reverse proxy that sends each request to the
@@ -226,8 +217,11 @@ func TestThreeProcessesBehindRoundRobin(t *testing.T) {
 	}
 	lb := roundRobin(t, backends...)
 	tok := recordRoom(t, lb, "rr")
-	_, ag := call(t, "POST", lb+"/rooms/rr/agents", tok, `{"id":"waiter","name":"W"}`)
-	waiterTok := ag["token"].(string)
+	var waiters []string
+	for i := range 3 {
+		_, ag := call(t, "POST", lb+"/rooms/rr/agents", tok, fmt.Sprintf(`{"id":"waiter%d","name":"W"}`, i))
+		waiters = append(waiters, ag["token"].(string))
+	}
 
 	// Waits: each of three waiters lands on a different process; one write
 	// through the proxy wakes them all.
@@ -236,13 +230,16 @@ func TestThreeProcessesBehindRoundRobin(t *testing.T) {
 		body map[string]any
 	}
 	got := make(chan woke, 3)
-	for range 3 {
+	for _, w := range waiters {
 		go func() {
-			c, body := call(t, "GET", lb+"/rooms/rr/wait?timeout=30000&condition="+url.QueryEscape(`"r-go" in state._shared`), waiterTok, "")
+			c, body := call(t, "GET", lb+"/rooms/rr/wait?timeout=30000&condition="+url.QueryEscape(`"r-go" in state._shared`), w, "")
 			got <- woke{c, body}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // the waiters are parked (a missed wake-up would take a minute)
+	// The waiters are parked (a missed wake-up would take a minute).
+	for i := range waiters {
+		parked(t, lb, "rr", tok, fmt.Sprintf("waiter%d", i), time.Now().Add(30*time.Second))
+	}
 	sent := time.Now()
 	if code, out := call(t, "POST", lb+"/rooms/rr/actions/record/invoke", tok, `{"params":{"id":"go"}}`); code != 200 {
 		t.Fatalf("invoke: %d %v", code, out)
@@ -342,16 +339,10 @@ func TestDatabaseStoppedUnderLoad(t *testing.T) {
 
 	link.Up()
 	deadline := time.Now().Add(30 * time.Second)
-	for {
+	pgtest.Eventually(t, time.Until(deadline), func() bool {
 		code, _ := call(t, "GET", base+"/readyz", "", "")
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz still %d after the database came back", code)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return code == 200
+	}, "readyz 200 after the database came back")
 	// A wait parked now is woken by the notification of a write made by
 	// another process (a write in this process wakes its waiters
 	// directly): with a one-minute re-check, only a re-established LISTEN
@@ -386,19 +377,16 @@ func TestDatabaseStoppedUnderLoad(t *testing.T) {
 // parked returns once agent is waiting in room.
 func parked(t *testing.T, base, room, tok, agent string, deadline time.Time) {
 	t.Helper()
-	for {
+	pgtest.Eventually(t, time.Until(deadline), func() bool {
 		_, list := call(t, "GET", base+"/rooms/"+room+"/agents", tok, "")
 		agents, _ := list["agents"].([]any)
 		for _, x := range agents {
 			if m, _ := x.(map[string]any); m["id"] == agent && m["status"] == "waiting" {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never started waiting", agent)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	}, "%s to start waiting in %s", agent, room)
 }
 
 // rss is a process's resident set and open file descriptors.
@@ -478,15 +466,18 @@ func TestThousandWaits(t *testing.T) {
 			woken = append(woken, time.Now())
 		})
 	}
-	// Every wait is parked once the server holds n more connections.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, fds := rss(t, proc.Process.Pid); fds >= n || time.Now().After(deadline) {
-			break
+	// Every wait is parked once every agent is shown waiting.
+	pgtest.Eventually(t, 60*time.Second, func() bool {
+		_, list := call(t, "GET", base+"/rooms/many/agents", tok, "")
+		agents, _ := list["agents"].([]any)
+		waiting := 0
+		for _, x := range agents {
+			if m, _ := x.(map[string]any); m["status"] == "waiting" {
+				waiting++
+			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(time.Second) // the last ones reach their wait
+		return waiting >= n
+	}, "all %d agents waiting", n)
 	kib, fds := rss(t, proc.Process.Pid)
 	sent := time.Now()
 	if code, out := call(t, "PUT", base+"/rooms/many/state", tok, `{"scope":"_shared","key":"go","value":1}`); code != 200 {
@@ -527,18 +518,11 @@ func TestRateLimitSharedAcrossProcesses(t *testing.T) {
 		backends = append(backends, b)
 	}
 	// Each process learns of the others within a heartbeat or two.
-	deadline := time.Now().Add(20 * time.Second)
 	for _, b := range backends {
-		for {
+		pgtest.Eventually(t, 20*time.Second, func() bool {
 			_, ready := call(t, "GET", b+"/readyz", "", "")
-			if ready["processes"] == float64(3) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s counts %v processes, want 3", b, ready["processes"])
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return ready["processes"] == float64(3)
+		}, "%s to count 3 processes", b)
 	}
 	lb := roundRobin(t, backends...)
 	code, room := call(t, "POST", lb+"/rooms", "", `{"id":"limited"}`)

@@ -80,15 +80,12 @@ func TestWaitsMultiplexOverH2C(t *testing.T) {
 			woke[i] = res != nil && res.StatusCode == 200 && out["triggered"] == true && res.Proto == "HTTP/2.0"
 		}()
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	waiting := func() int {
 		_, list := do("GET", "/rooms/h2waits/agents", tok, nil)
 		raw, _ := json.Marshal(list)
-		if c := bytes.Count(raw, []byte(`"status":"waiting"`)); c == n {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("%d of %d waiting", c, n)
-		}
+		return bytes.Count(raw, []byte(`"status":"waiting"`))
 	}
+	pgtest.Eventually(t, 30*time.Second, func() bool { return waiting() == n }, "%d agents waiting (%v are)", n, func() any { return waiting() })
 	during := fds()
 	if res, _ := do("PUT", "/rooms/h2waits/state", tok, map[string]any{"scope": "_shared", "key": "go", "value": true}); res == nil || res.StatusCode != 200 {
 		t.Fatalf("write: %v", res)

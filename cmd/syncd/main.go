@@ -37,7 +37,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/httpmw"
 	"github.com/syncsubstrate/sync/substrate/loom"
 	"github.com/syncsubstrate/sync/substrate/rest"
-	_ "github.com/syncsubstrate/sync/substrate/salience" // the envelope's adaptive salience registers itself
+	"github.com/syncsubstrate/sync/substrate/salience"
 )
 
 func main() {
@@ -76,6 +76,15 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// features are the features every Service this binary builds runs (the
+// server, the collaborate command): the loom (its → commands, the read
+// rule over its documents and the models' thinking) and adaptive
+// salience. A feature left out here is off in syncd, and a test says so
+// (TestSyncdRunsEveryFeature).
+func features() []substrate.Feature {
+	return []substrate.Feature{loom.Feature(), salience.Feature()}
+}
+
 // run serves until ctx ends. ready, when not nil, receives the listener's
 // address once the server accepts connections (tests use it).
 func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err error) {
@@ -101,7 +110,8 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	}
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue, MaxValueDepth: cfg.MaxValueDepth,
 		RoomCostPerSecond: cfg.RoomCostPerSecond, GateQuantum: cfg.GateQuantum, ActionCostPerRead: cfg.ActionCostPerRead},
-		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck, NowRecheck: cfg.WaitNowRecheck}, NoGroupCommit: !cfg.GroupCommit})
+		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck, NowRecheck: cfg.WaitNowRecheck}, NoGroupCommit: !cfg.GroupCommit,
+		Features: features()})
 	defer svc.Close()
 	if _, err := svc.ConfigureSearch(ctx, cfg.SearchLanguage); err != nil {
 		return fmt.Errorf("search language: %w", err)

@@ -86,13 +86,7 @@ func TestMetricsMove(t *testing.T) {
 		code, _ := call(t, "GET", base+"/rooms/m/wait?timeout=20000&context=none&condition=state._shared.n%20%3E%203", tok, "")
 		done <- code
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for scrape(t, metricsURL, "")["sync_waits_open"] != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the open wait never showed in sync_waits_open")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	pgtest.Eventually(t, 10*time.Second, func() bool { return scrape(t, metricsURL, "")["sync_waits_open"] == 1 }, "the open wait to show in sync_waits_open")
 	if code, _ := call(t, "POST", base+"/rooms/m/actions/tick/invoke", tok, `{}`); code != 200 {
 		t.Fatalf("invoke: %d", code)
 	}

@@ -31,7 +31,7 @@ func teamRoomFor(t *testing.T, dbURL, owner string) *teamroom.Room {
 	if _, err := db.Exec(ctx, `INSERT INTO smcp_users (id, username, webauthn_handle) VALUES ('user_raj', 'raj', 'raj') ON CONFLICT DO NOTHING`); err != nil {
 		t.Fatal(err)
 	}
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: features()})
 	defer svc.Close()
 	room, err := teamroom.Build(ctx, svc, lobby.New(db, svc), teamroom.Options{Owner: teamroom.Person{UserID: ownerID, Username: owner}})
 	if err != nil {

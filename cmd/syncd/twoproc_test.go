@@ -102,22 +102,7 @@ func TestWaitAcrossProcesses(t *testing.T) {
 		got <- result{c, body}
 	}()
 	// Invoke on process A once the waiter (on B) is waiting.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, list := call(t, "GET", a+"/rooms/twoproc/agents", tok, "")
-		waiting := false
-		for _, x := range list["agents"].([]any) {
-			m := x.(map[string]any)
-			waiting = waiting || (m["id"] == "waiter" && m["status"] == "waiting")
-		}
-		if waiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("waiter never started waiting")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	parked(t, a, "twoproc", tok, "waiter", time.Now().Add(20*time.Second))
 	sent := time.Now()
 	if code, body := call(t, "POST", a+"/rooms/twoproc/actions/finish/invoke", doerTok, `{}`); code != 200 {
 		t.Fatalf("invoke: %d %v", code, body)

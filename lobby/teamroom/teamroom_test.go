@@ -28,7 +28,7 @@ func TestBuildMakesTheRoomOfRealSize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	svc := substrate.New(db, substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Hour}})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	start := time.Now()

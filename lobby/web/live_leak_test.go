@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate/ctxtest"
 )
 
@@ -64,14 +65,7 @@ func TestLiveStreamHoldsNothingPerUpdate(t *testing.T) {
 	}()
 	// The first section is read before the first write: the stream, which
 	// said no seq, takes the room as it reads it for what the page shows.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if started, _ := web.LiveSettled(wb); started >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the live stream did not send its first section within 30 s")
-		}
-	}
+	pgtest.Eventually(t, 30*time.Second, func() bool { started, _ := web.LiveSettled(wb); return started >= 1 }, "the live stream's first section")
 	const n = 20
 	for i := range n {
 		s.write("_shared", "x", strings.Repeat("1", i+1))
@@ -82,10 +76,8 @@ func TestLiveStreamHoldsNothingPerUpdate(t *testing.T) {
 		}
 	}
 	// The last render may still be finishing after its event was sent.
-	deadline := time.Now().Add(5 * time.Second)
-	for held.Load() > 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	pgtest.Eventually(t, 5*time.Second, func() bool { return held.Load() <= 1 },
+		"the stream's context to hold at most 1 registration after %d updates (none per update); it holds %d", n, func() any { return held.Load() })
 	if h := held.Load(); h > 1 {
 		t.Fatalf("after %d updates the stream's context holds %d registrations, want at most 1 (none per update)", n, h)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/lobby/web"
+	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
 // Live streams that would render the same section share one render of
@@ -75,17 +76,10 @@ func TestLiveFeedMemoryBounded(t *testing.T) {
 	}
 	settles := func(what string, wantFeeds, wantHeld int) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		pgtest.Eventually(t, 5*time.Second, func() bool {
 			feeds, held := web.LiveFeeds(s.wb)
-			if feeds == wantFeeds && held <= wantHeld {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d feeds holding %d renders, want %d holding at most %d", what, feeds, held, wantFeeds, wantHeld)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return feeds == wantFeeds && held <= wantHeld
+		}, "%s: %d feeds holding at most %d renders (%v feeds, renders)", what, wantFeeds, wantHeld, func() any { f, h := web.LiveFeeds(s.wb); return []int{f, h} })
 	}
 	// bob's stream closes: his read (the observer's) and section go.
 	cancels[1]()

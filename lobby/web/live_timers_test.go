@@ -296,6 +296,8 @@ func TestLiveStreamStartingPastAMomentSendsTheSection(t *testing.T) {
 	if until, _ := strconv.ParseInt(m[2], 10, 64); time.UnixMilli(until).Before(at) || time.UnixMilli(until).After(at.Add(100*time.Millisecond)) {
 		t.Fatalf("data-until %s, want the entry's end %d", m[2], at.UnixMilli())
 	}
+	// Stays: a stream opened after the entry's end, at a known time, is
+	// what this checks.
 	time.Sleep(time.Until(at) + 100*time.Millisecond)
 	late := s.stream("alice", "/live/rooms/lab?seq="+m[1]+"&until="+m[2], "")
 	if e := next(t, late, 5*time.Second); !strings.Contains(e, `"html":`) || strings.Contains(e, "soon gone") {

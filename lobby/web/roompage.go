@@ -18,7 +18,6 @@ import (
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/loom"
-	_ "github.com/syncsubstrate/sync/substrate/salience" // the envelope's adaptive salience registers itself
 )
 
 // IsPage reports whether a request for /rooms/{id} is a browser asking for

@@ -64,7 +64,7 @@ func newSiteLimits(t testing.TB, opt web.Options, lim substrate.Limits, people .
 			t.Fatal(err)
 		}
 	}
-	svc := substrate.New(db, substrate.Options{Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Hour}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Hour}})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	opt.Lobby, opt.Substrate = lob, svc
@@ -289,17 +289,11 @@ func (s *site) stream(person, path, lastID string) <-chan string {
 // longer; it never measures too early.
 func (s *site) liveSettled() {
 	s.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	pgtest.Eventually(s.t, 30*time.Second, func() bool {
 		started, unsent := web.LiveSettled(s.wb)
-		if started >= s.opened && unsent == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("live streams not settled after 30 s: %d of %d started, %d wakes unanswered", started, s.opened, unsent)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return started >= s.opened && unsent == 0
+	}, "live streams to settle: [started, wakes unanswered] = %v, want [%d 0]",
+		func() any { started, unsent := web.LiveSettled(s.wb); return []int64{started, int64(unsent)} }, s.opened)
 }
 
 func next(t testing.TB, events <-chan string, d time.Duration) string {

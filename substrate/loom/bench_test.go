@@ -20,7 +20,7 @@ import (
 func BenchmarkLoom(b *testing.B) {
 	for _, size := range []int{1_000, 100_000} {
 		db := pgtest.New(b)
-		svc := substrate.New(db, substrate.Options{})
+		svc := substrate.New(db, substrate.Options{Features: testFeatures})
 		ctx := context.Background()
 		room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "loom"})
 		if err != nil {

@@ -42,7 +42,7 @@ func TestLoomForModelConcurrentTinyPool(t *testing.T) {
 		_, _ = w.Write([]byte(`{"choices":[{"text":" a short summary"}]}`))
 	}))
 	defer gen.Close()
-	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{})
+	svc := substrate.New(pgtest.NewPool(t, 2), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "loom"})

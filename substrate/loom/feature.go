@@ -6,13 +6,12 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 )
 
-// The loom's scopes and read rule are the core's to enforce on every
-// surface from the moment a binary can write them (it imports this
-// package).
-func init() {
-	substrate.RegisterScopes(substrate.Scopes{Name: scopeLoom, SubscopesApart: true})
-	substrate.RegisterReadRule(loomReadRule{})
-	substrate.RegisterMemory(memoryPrefix, "loom memory")
+// Feature is the loom as a Service runs it (substrate.Options.Features):
+// its scopes and its agents' memory, names the core reserves for it, and
+// the read rule that decides them on every surface. A Service built
+// without it seals them instead.
+func Feature() substrate.Feature {
+	return substrate.Feature{Name: "loom", Scopes: []string{scopeLoom}, Memory: []string{memoryPrefix}, ReadRule: loomReadRule{}}
 }
 
 // memoryPrefix starts every key the loom keeps in an agent's scope: its

@@ -33,6 +33,9 @@ func newLoom(t testing.TB, opt substrate.Options, agents ...string) *loomEnv {
 
 // newLoomOn is newLoom on db (a tiny pool, for concurrency tests).
 func newLoomOn(t testing.TB, db *store.DB, opt substrate.Options, agents ...string) *loomEnv {
+	if opt.Features == nil {
+		opt.Features = testFeatures
+	}
 	svc := substrate.New(db, opt)
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
@@ -193,7 +196,7 @@ private musing about the scene
 }
 
 // The audit records that an agent's loom memory changed, never what it
-// holds: the loom registers its memory with the core (RegisterMemory), so
+// holds: the core reserves the loom's memory keys (Feature.Memory), so
 // the trajectory (a separate package) shows its size only.
 func TestLoomMemoryStaysOutOfTheTrajectory(t *testing.T) {
 	e := newLoom(t, substrate.Options{}, "alice")
@@ -354,7 +357,7 @@ func TestLoomGenerator(t *testing.T) {
 // (substrate.Reader.Key): ten agents' _shared actions in a room of gated
 // entries do not evaluate the gates ten times more per read.
 func TestLoomSharedRegistrantsShareOneState(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Limits: substrate.Limits{GateQuantum: -1, RoomCostPerSecond: -1}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Limits: substrate.Limits{GateQuantum: -1, RoomCostPerSecond: -1}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "sharers"})

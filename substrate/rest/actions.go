@@ -8,7 +8,6 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
-	_ "github.com/syncsubstrate/sync/substrate/salience" // the envelope's adaptive salience registers itself
 )
 
 func (a *api) registerAction(w http.ResponseWriter, r *http.Request, p *substrate.Principal) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate/rest"
 )
 
@@ -280,7 +281,9 @@ func TestCooldownAndTimers(t *testing.T) {
 	// A state entry with a delete timer disappears when it runs out.
 	e.do("PUT", "/rooms/cool/state", rm.token, map[string]any{"scope": "_shared", "key": "flash", "value": 1, "timer": map[string]any{"ms": 1500}}).must(t, 200)
 	e.do("GET", "/rooms/cool/state?scope=_shared&key=flash", aTok, nil).must(t, 200)
-	time.Sleep(1700 * time.Millisecond) // generous: a loaded machine reads late
+	// Stays: gone by the time its timer ends (a margin for a loaded
+	// machine) is what this checks; a poll would accept it gone later.
+	time.Sleep(1700 * time.Millisecond)
 	e.do("GET", "/rooms/cool/state?scope=_shared&key=flash", aTok, nil).must(t, 404)
 	if r := e.do("POST", "/rooms/cool/eval", aTok, map[string]any{"expr": `"flash" in state._shared`}).must(t, 200); r.body["value"] != false {
 		t.Fatalf("expired entry visible to CEL: %s", r.raw)
@@ -343,7 +346,7 @@ func TestViewsDependenciesCyclesAndContested(t *testing.T) {
 	// A view with a delete timer disappears when it runs out.
 	e.do("PUT", "/rooms/views/views", rm.token, map[string]any{"id": "brief", "expr": `true`, "timer": map[string]any{"ms": 1500}}).must(t, 201)
 	e.do("GET", "/rooms/views/views/brief", rm.token, nil).must(t, 200)
-	time.Sleep(1700 * time.Millisecond)
+	time.Sleep(1700 * time.Millisecond) // Stays: as flash above
 	e.do("GET", "/rooms/views/views/brief", rm.token, nil).must(t, 404)
 	if got := path(e.do("GET", "/rooms/views/views/score", rm.token, nil).must(t, 200).body, "render", "label"); got != "Score" {
 		t.Fatalf("render hint: %v", got)
@@ -523,17 +526,10 @@ func TestWait(t *testing.T) {
 		defer wg.Done()
 		got = e.do("GET", "/rooms/wait/wait?timeout=20000&condition="+cond, aTok, nil)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, func() bool {
 		ag := e.do("GET", "/rooms/wait/agents", bTok, nil).must(t, 200).body["agents"].([]any)[0].(map[string]any)
-		if ag["status"] == "waiting" && ag["waiting_on"] != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiter never shown as waiting: %v", ag)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ag["status"] == "waiting" && ag["waiting_on"] != nil
+	}, "the waiter shown as waiting, with its condition")
 	e.do("PUT", "/rooms/wait/state", bTok, map[string]any{"scope": "_shared", "key": "go", "value": true}).must(t, 200)
 	wg.Wait()
 	got.must(t, 200)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/rest"
@@ -390,11 +392,12 @@ func TestAttackViewMemoStaleOnEntryEnabledNow(t *testing.T) {
 	if got := path(e.ctx(rm, aTok, "").body, "views", "v"); got != false {
 		t.Fatalf("before: %v", got)
 	}
-	time.Sleep(3 * time.Second)
-	r := e.ctx(rm, aTok, "")
-	if path(r.body, "state", "self", "x") == nil {
-		t.Fatalf("entry not yet visible in state: %s", r.raw)
-	}
+	// The entry's gate opens on the real clock (the service has no other).
+	var r resp
+	pgtest.Eventually(t, 30*time.Second, func() bool {
+		r = e.ctx(rm, aTok, "")
+		return path(r.body, "state", "self", "x") != nil
+	}, "state.a.x visible once its enabled (now > %s) holds", at)
 	if got := path(r.body, "views", "v"); got != true {
 		t.Fatalf("HOLE: state.a.x is visible (%v) but the memoised view still says %v", path(r.body, "state", "self", "x"), got)
 	}
@@ -1230,7 +1233,7 @@ func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
 			t0 := time.Now()
 			e.do("GET", "/rooms/calm/context", calm.token, nil).must(t, 200)
 			out = append(out, time.Since(t0))
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // pacing the samples: one reader's rhythm, not a wait
 		}
 		return out
 	}
@@ -1286,9 +1289,14 @@ func TestAttackFloodKeepsOtherRoomsFast(t *testing.T) {
 	for round := 1; ; round++ {
 		quiet := sample(40)
 		stop := startFlood()
-		time.Sleep(time.Second) // the budget saved up is spent
+		// Stays: the flood spends the budget saved up over a second of the
+		// real clock. (Its first refusal is no signal: on a loaded machine
+		// the reads are slow enough that none may come.)
+		time.Sleep(time.Second)
 		flooded := sample(80)
 		served, busy := stop()
+		// Stays: the quiet samples after the flood are taken once the
+		// room's expression budget has had time to refill (the real clock).
 		time.Sleep(300 * time.Millisecond)
 		quiet = append(quiet, sample(40)...)
 		q, f := median(quiet), median(flooded)
@@ -1345,8 +1353,7 @@ func TestAttackWriteWithGrantRevokedInRace(t *testing.T) {
 		}()
 	}
 	// Wait until every write is authenticated and queued on the room lock.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, func() bool {
 		var waiting int
 		// Polled on a connection of its own: a transaction sees one
 		// snapshot of pg_stat_activity, and the pool's are all waiting.
@@ -1354,14 +1361,8 @@ func TestAttackWriteWithGrantRevokedInRace(t *testing.T) {
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting >= min(n, 2) { // the pool has two connections: the rest wait for one
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("writes never queued on the room lock (%d waiting)", waiting)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return waiting >= min(n, 2) // the pool has two connections: the rest wait for one
+	}, "the writes to queue on the room lock")
 	if _, err := tx.Exec(ctx, `UPDATE agents SET grants = '{}' WHERE room_id = $1 AND id = 'writer'`, rm.id); err != nil {
 		t.Fatal(err)
 	}
@@ -1443,13 +1444,9 @@ func TestAttackWaitOutlivesTokenRotation(t *testing.T) {
 // waitingOn returns once agent is waiting in rm (its wait has begun).
 func waitingOn(t *testing.T, e *env, rm room, agent string) {
 	t.Helper()
-	for range 200 {
-		if strings.Contains(e.do("GET", "/rooms/"+rm.id+"/agents", rm.token, nil).raw, `"status":"waiting"`) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s never waited", agent)
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		return strings.Contains(e.do("GET", "/rooms/"+rm.id+"/agents", rm.token, nil).raw, `"status":"waiting"`)
+	}, "%s to be shown waiting", agent)
 }
 
 // Issue 25 item 8: a leaked room or view token could not be rotated, and
@@ -1480,7 +1477,7 @@ func TestAttackRotatedTokensRefused(t *testing.T) {
 	go func() {
 		got <- e.do("GET", "/rooms/leak/wait?condition="+url.QueryEscape(`has(state._shared.later)`)+"&timeout=20000", rm.view, nil)
 	}()
-	time.Sleep(200 * time.Millisecond)
+	e.openWaits(1)
 	r := e.do("POST", "/rooms/leak/tokens/rotate", rm.token, map[string]any{"which": "view"}).must(t, 200)
 	newView := r.str("token")
 	if !strings.HasPrefix(newView, "view_") || r.str("which") != "view" || newView == rm.view {
@@ -1602,21 +1599,14 @@ func rotatedWhileQueued(t *testing.T, db *store.DB, rm room, agent string, send 
 	for i, tok := range tokens {
 		go func() { results <- send(i, tok) }()
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, func() bool {
 		var waiting int
 		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting >= len(tokens) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("requests never queued on the room lock (%d waiting)", waiting)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return waiting >= len(tokens)
+	}, "%d requests to queue on the room lock", len(tokens))
 	if _, err := tx.Exec(ctx, `UPDATE rooms SET token_hash = sha256('rotated') WHERE id = $1`, rm.id); err != nil {
 		t.Fatal(err)
 	}
@@ -2041,7 +2031,7 @@ func TestAttackGatedMessagesNotCountedUnread(t *testing.T) {
 	go func() {
 		done <- e.do("GET", "/rooms/gu/wait?timeout=1500&condition="+url.QueryEscape("messages.unread > 0"), b, nil)
 	}()
-	time.Sleep(400 * time.Millisecond)
+	e.openWaits(1)
 	e.do("PUT", "/rooms/gu/state/batch", rm.token, map[string]any{"writes": []any{
 		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "later", "to": "b"}, "enabled": `self == "a"`},
 	}}).must(t, 200)
@@ -2082,7 +2072,8 @@ func TestAttackGatedMessagesNotCounted(t *testing.T) {
 		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "psst", "to": "a"}, "enabled": `self == "a"`},
 		map[string]any{"scope": "_messages", "append": true, "value": map[string]any{"body": "soon gone"}, "timer": map[string]any{"ms": 200}},
 	}}).must(t, 200)
-	time.Sleep(300 * time.Millisecond)
+	// "soon gone" runs out on the real clock.
+	pgtest.Eventually(t, 20*time.Second, func() bool { return !strings.Contains(e.ctx(rm, rm.token, "").raw, "soon gone") }, `the 200 ms timer of "soon gone" to run out`)
 	count := func(tok string) (any, any) {
 		c := e.ctx(rm, tok, "")
 		return path(c.body, "messages", "count"), path(c.body, "views", "talk")
@@ -2224,7 +2215,11 @@ func TestAttackSinceYourLastReadIsEachReadersOwn(t *testing.T) {
 	if time.Now().After(earliest) {
 		t.Fatalf("the reads before brief's %d ms timer ran out took longer: too slow a machine for this test", briefMS)
 	}
-	time.Sleep(time.Until(latest) + 100*time.Millisecond)
+	// The timer runs out on the real clock; read as the room (not alice,
+	// whose last read is what this checks) until it has.
+	pgtest.Eventually(t, time.Until(latest)+20*time.Second, func() bool {
+		return path(e.ctx(rm, rm.token, "only=state").body, "state", "_shared", "brief") == nil
+	}, "brief's %d ms timer to delete it", briefMS)
 	r = e.ctx(rm, a, "only=state")
 	s, _ := attention(r)["since_your_last_read"].(map[string]any)
 	if seq(r) != before {
@@ -2341,7 +2336,9 @@ func TestAttackRememberedTokenRevoked(t *testing.T) {
 	if got := e.seq(room{id: rm.id, token: newRoom}); got != before {
 		t.Errorf("HOLE: dead tokens moved the room from seq %d to %d", before, got)
 	}
-	time.Sleep(2100 * time.Millisecond) // past the heartbeat interval (2 s)
+	// Stays: the heartbeat interval (2 s) passing on the real clock is what
+	// this checks a dead token does not turn into a refresh.
+	time.Sleep(2100 * time.Millisecond)
 	invoke(rm, "tick", bob)
 	var hb1 time.Time
 	if err := db.QueryRow(ctx, `SELECT last_heartbeat FROM agents WHERE room_id = $1 AND id = 'bob'`, rm.id).Scan(&hb1); err != nil {
@@ -2369,6 +2366,8 @@ func TestRememberedTokenHeartbeat(t *testing.T) {
 		return hb
 	}
 	first := heartbeat()
+	// Stays: the interval passing on the real clock while invocations
+	// follow each other is what this checks (50 ms apart, as a busy agent).
 	for end := time.Now().Add(4500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		e.do("POST", "/rooms/beat/actions/tick/invoke", bob, map[string]any{}).must(t, 200)
 	}
@@ -2514,10 +2513,23 @@ func TestAttackRememberedTokenRevokedUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	answered := func(after time.Time) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, c := range calls {
+				if c.began.After(after) {
+					n++
+				}
+			}
+			return n >= 24
+		}
+	}
+	pgtest.Eventually(t, 30*time.Second, answered(time.Time{}), "24 invocations answered before the revocation")
 	e.do("POST", "/rooms/"+rm.id+"/agents", rm.token, map[string]any{"id": "bob", "name": "bob"}).must(t, 200) // bob's old token dies
 	revoked := time.Now()
-	time.Sleep(500 * time.Millisecond)
+	pgtest.Eventually(t, 30*time.Second, answered(revoked), "24 invocations begun after the revocation answered")
 	close(stop)
 	wg.Wait()
 	applied, after := 1, 0
@@ -2998,4 +3010,48 @@ func shorten(s string) string {
 		return s[:600] + "…"
 	}
 	return s
+}
+
+// POST /rooms/:id/actions/:action/invoke of an action whose enabled gate
+// is false for the caller answers 409 action_disabled, naming the gate
+// (enabled, hint) and the route that lists the actions available (next);
+// none of its writes is made. The gate opens for alice alone.
+func TestAttackDisabledActionRefusedOverREST(t *testing.T) {
+	e := newEnv(t, rest.Options{})
+	rm := e.room("gated", nil)
+	alice, bob := e.join(rm, "alice"), e.join(rm, "bob")
+	const gate = `state._shared.open == true && self == "alice"`
+	e.do("PUT", "/rooms/gated/actions", rm.token, map[string]any{"id": "take", "enabled": gate,
+		"writes": []any{map[string]any{"key": "taken", "value": "${self}"}, map[string]any{"key": "open", "value": false}}}).must(t, 201)
+	open := func(v bool) {
+		e.do("PUT", "/rooms/gated/state", rm.token, map[string]any{"scope": "_shared", "key": "open", "value": v}).must(t, 200)
+	}
+	shared := func() string {
+		b, _ := json.Marshal(path(e.ctx(rm, rm.token, "only=state._shared").body, "state", "_shared"))
+		return string(b)
+	}
+	refused := func(tok, who, when string) {
+		t.Helper()
+		before := shared()
+		r := e.invoke(rm, tok, "take", nil)
+		if r.status != 409 || r.str("error") != "action_disabled" {
+			t.Fatalf("HOLE: %s %s invoked take past its gate: %d %s", who, when, r.status, r.raw)
+		}
+		if r.str("enabled") != gate || !strings.Contains(r.str("hint"), gate) || r.str("next") != "GET /rooms/gated/context?only=actions" {
+			t.Errorf("%s %s: the refusal does not name the gate and the way on: %s", who, when, r.raw)
+		}
+		if after := shared(); after != before {
+			t.Errorf("HOLE: the refused invocation wrote: _shared was %s, is %s", before, after)
+		}
+	}
+	open(false)
+	refused(alice, "alice", "while closed")
+	refused(bob, "bob", "while closed")
+	open(true)
+	refused(bob, "bob", "while open (the gate names alice)")
+	e.invoke(rm, alice, "take", nil).must(t, 200)
+	if got := shared(); !strings.Contains(got, `"taken":"alice"`) || !strings.Contains(got, `"open":false`) {
+		t.Fatalf("after alice's take: %s", got)
+	}
+	refused(alice, "alice", "after her take closed it")
 }

@@ -51,6 +51,9 @@ func newBench(b *testing.B) *benchEnv { return newBenchWith(b, substrate.Options
 
 func newBenchWith(b *testing.B, opt substrate.Options) *benchEnv {
 	db := pgtest.NewPool(b, benchConns())
+	if opt.Features == nil {
+		opt.Features = testFeatures
+	}
 	svc := substrate.New(db, opt)
 	b.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))

@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/rest"
@@ -44,7 +43,7 @@ func TestDeltaWaitsOnATinyPool(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	e.openWaits(int64(len(agents)))
 	w := e.do("PUT", "/rooms/tinywait/state", rm.token, map[string]any{"scope": "_shared", "key": "go", "value": true}).must(t, 200)
 	wg.Wait()
 	for i, r := range results {

@@ -131,7 +131,7 @@ func TestDeltaShowsEntriesThatBecameVisible(t *testing.T) {
 	}}).must(t, 200)
 	e.ctx(rm, a, "")
 	since := int64(e.ctx(rm, a, "").body["_context"].(map[string]any)["seq"].(float64))
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // Stays: the 300 ms timer ends on the real clock before the next read
 	e.do("PUT", "/rooms/dr/state", rm.token, map[string]any{"scope": "_shared", "key": "phase", "value": "reveal"}).must(t, 200)
 	w := e.do("GET", fmt.Sprintf("/rooms/dr/wait?condition=%s&since=%d", url.QueryEscape(`state._shared.phase == "reveal"`), since), a, nil).must(t, 200)
 	st, _ := path(w.body, "context", "state", "_shared").(map[string]any)
@@ -211,7 +211,7 @@ func TestDeltaListsViewsChangedWithoutAWrite(t *testing.T) {
 		"writes": []any{map[string]any{"key": "late", "value": 1}}}).must(t, 201)
 	e.ctx(rm, a, "")
 	since := int64(e.ctx(rm, a, "").body["_context"].(map[string]any)["seq"].(float64))
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // Stays: the 300 ms timer ends on the real clock before the next read
 	e.do("DELETE", "/rooms/dw/state?scope=b&key=x", rm.token, nil).must(t, 200)
 	e.join(rm, "d")
 	c := e.join(rm, "c")
@@ -260,7 +260,7 @@ func TestViewsChangedCountsDeletionsAndTime(t *testing.T) {
 	}
 	e.ctx(rm, a, "")
 	e.ctx(rm, a, "")
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // Stays: the 300 ms timer ends on the real clock before the next read
 	e.do("DELETE", "/rooms/vc/state?scope=b&key=x", rm.token, nil).must(t, 200)
 	s, _ := attention(e.ctx(rm, a, ""))["since_your_last_read"].(map[string]any)
 	for _, id := range []string{"has_x", "has_t", "clock"} {

@@ -21,6 +21,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 type env struct {
 	t   *testing.T
 	srv *httptest.Server
+	svc *substrate.Service
 }
 
 func newEnv(t *testing.T, opt rest.Options) *env {
@@ -37,11 +38,11 @@ func newEnvWith(t *testing.T, opt rest.Options, lim substrate.Limits) *env {
 	}
 	// A minute's safety-net re-check: a wait the tests see woken was woken
 	// by its notification or its timer, never by the re-check.
-	svc := substrate.New(db, substrate.Options{Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, opt))
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv}
+	return &env{t: t, srv: srv, svc: svc}
 }
 
 type resp struct {
@@ -120,6 +121,13 @@ func (e *env) join(rm room, id string, grants ...string) string {
 		e.do("PATCH", "/rooms/"+rm.id+"/agents/"+id, rm.token, map[string]any{"grants": grants}).must(e.t, 200)
 	}
 	return tok
+}
+
+// openWaits returns once n waits are open on the service (each subscribed
+// to its room's notifications: a write made now wakes it).
+func (e *env) openWaits(n int64) {
+	e.t.Helper()
+	pgtest.Eventually(e.t, 20*time.Second, func() bool { return e.svc.Stats().OpenWaits >= n }, "%d waits open", n)
 }
 
 func (e *env) seq(rm room) int64 {

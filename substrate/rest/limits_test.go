@@ -97,7 +97,7 @@ func TestDocumentedLimits(t *testing.T) {
 
 // A wait never outlasts the server's cap, whatever it asks for.
 func TestWaitCap(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Wait: substrate.WaitOptions{MaxTimeout: 300 * time.Millisecond}})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{MaxTimeout: 300 * time.Millisecond}})
 	ctx := context.Background()
 	room, err := svc.CreateRoom(ctx, substrate.CreateRoomRequest{ID: "cap"})
 	if err != nil {

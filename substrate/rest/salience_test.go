@@ -419,7 +419,7 @@ func TestSalienceStaleByAge(t *testing.T) {
 	if s := path(e.ctx(rm, a, "depth=usage").body, "actions", "vote", "_stale"); s == true {
 		t.Fatalf("a just-registered action is stale")
 	}
-	time.Sleep(1200 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // Stays: stale_after_minutes (0.6 s) passing on the real clock is what this checks
 	if s := path(e.ctx(rm, a, "depth=usage").body, "actions", "vote", "_stale"); s != true {
 		t.Errorf("an action older than stale_after_minutes, never invoked, not marked stale: %v", s)
 	}
@@ -527,6 +527,8 @@ func TestSalienceWindowFollowsMessageTimers(t *testing.T) {
 	if h["message_to_action_ratio"] != float64(ends+1) || !hasPattern(h) {
 		t.Fatalf("before the timers: ratio %v (want %d: messages whose timer has not started are not seen), patterns %v", h["message_to_action_ratio"], ends+1, h["patterns"])
 	}
+	// Stays: the timers start on the real clock at a known time, and the
+	// read right after, with no write since, is what this checks.
 	time.Sleep(time.Until(at) + 300*time.Millisecond)
 	// After, with no write since (the same snapshot): the plain message
 	// and the 3 that started.

@@ -23,11 +23,11 @@ import (
 func newEnvSvc(t *testing.T, lim substrate.Limits) (*env, *substrate.Service, *store.DB) {
 	t.Helper()
 	db := pgtest.New(t)
-	svc := substrate.New(db, substrate.Options{Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: lim, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv}, svc, db
+	return &env{t: t, srv: srv, svc: svc}, svc, db
 }
 
 // trajectoryLines reads GET …/trajectory?query as JSON Lines.
@@ -129,7 +129,7 @@ func TestTrajectoryReplayAndHistory(t *testing.T) {
 	put(rm.token, map[string]any{"scope": "_shared", "key": "ticking", "value": 1, "timer": map[string]any{"ticks": 1, "tick_on": "_shared.turns"}})
 	put(rm.token, map[string]any{"scope": "_shared", "key": "flash", "value": 2, "timer": map[string]any{"ms": 300}})
 	put(rm.token, map[string]any{"scope": "_shared", "key": "minute", "value": 3, "timer": map[string]any{"ms": 60000}})
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // Stays: flash's 300 ms timer ends on the real clock, recorded as such
 	put(rm.token, map[string]any{"scope": "_shared", "key": "turns", "increment": 10})
 	e.do("DELETE", "/rooms/traj/state?scope=_shared&key=k", rm.token, nil).must(t, 200)
 	record()
@@ -294,7 +294,7 @@ func TestTrajectoryCapsLargeValues(t *testing.T) {
 // requests go on.
 func TestTrajectoryStreamHoldsNoConnection(t *testing.T) {
 	db := pgtest.NewPool(t, 1)
-	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: 64 << 10}, Wait: substrate.WaitOptions{Recheck: time.Minute}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{MaxValueBytes: 64 << 10}, Wait: substrate.WaitOptions{Recheck: time.Minute}})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewServer(rest.Handler(svc, rest.Options{RatePerSecond: -1}))
 	t.Cleanup(srv.Close)

@@ -2,8 +2,9 @@
 // busy review (issue 43): 10 agents, 500 tasks, 1,000 messages, with
 // planted signals that adaptive salience should point at and planted
 // noise it should not. The salience tests measure the precision of
-// _context._attention on it; the MCP tests use it for results at real
-// size. It is the model-facing sibling of lobby/teamroom (the pages'
+// _context._attention on it; the MCP tests make their people its owners,
+// who embody agents in it, and pin a long session on it
+// (mcp/reviewroom_test.go: every result's shape and size). It is the model-facing sibling of lobby/teamroom (the pages'
 // room): the same style, built only through the core's operations
 // (CreateRoom, Join, WriteState, RegisterAction, RegisterView, Invoke,
 // Context), deterministic (the same ids, texts and order every time; only

@@ -12,7 +12,6 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/reviewroom"
-	_ "github.com/syncsubstrate/sync/substrate/salience"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -95,7 +94,7 @@ func TestAttentionPrecisionOnTheReviewRoom(t *testing.T) {
 	// No expression budget: the fixture's 2,000 calls in a few seconds
 	// spend a room's, which a quiet machine reaches (room_busy at a
 	// message in CI), and the budget is not what this test measures.
-	svc := substrate.New(db, substrate.Options{Wait: substrate.WaitOptions{Recheck: time.Hour}, Limits: substrate.Limits{RoomCostPerSecond: -1}})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures, Wait: substrate.WaitOptions{Recheck: time.Hour}, Limits: substrate.Limits{RoomCostPerSecond: -1}})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	start := time.Now()

@@ -6,8 +6,8 @@
 // shows it, and availability never changes.
 //
 // It reaches rooms only through the core's substrate.Read (the reader's
-// room at the read's seq, the vocabulary's usage, the recent log) and
-// registers itself from its init as what the core asks for salience.
+// room at the read's seq, the vocabulary's usage, the recent log), and a
+// Service runs it when its Options.Features list Feature().
 package salience
 
 import (
@@ -24,7 +24,9 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 )
 
-func init() { substrate.RegisterSalience(feature{}) }
+// Feature is adaptive salience as a Service runs it
+// (substrate.Options.Features).
+func Feature() substrate.Feature { return substrate.Feature{Name: "salience", Salience: feature{}} }
 
 // feature is what the core asks (substrate.Salience).
 type feature struct{}
@@ -265,12 +267,8 @@ func (sl *salience) since(ctx context.Context) *substrate.SinceLastRead {
 	}
 	changed := map[string]bool{}
 	unseen := r.ViewsChangedUnseen(ctx, from)
-	views := r.Views()
-	for _, v := range r.ViewDefs() { // in dependency order
-		if _, shown := views[v.Def.ID]; !shown {
-			continue
-		}
-		if v.Revision > from || unseen[v.Def.ID] || moved && readsChangedState(r, v.Def.Expr, substrate.ViewSelf(v.Def), from) {
+	for _, v := range r.ViewDefs() { // the views shown, in dependency order
+		if v.Revision > from || unseen[v.Def.ID] || moved && readsChangedState(r, v.Def, from) {
 			changed[v.Def.ID] = true
 		}
 		for _, id := range substrate.ViewRefs(v.Def.Expr) {
@@ -286,25 +284,29 @@ func (sl *salience) since(ctx context.Context) *substrate.SinceLastRead {
 	return out
 }
 
-// readsChangedState reports whether src reads (by path) a state entry or
-// scope changed after seq; self is the scope src reads as state.self (a
-// view's registrar's). Outside the registrar's own scope (which a view
-// reads with its registrar's authority) only entries the reader's state
-// holds count: a view computes with the reader's state, so an entry
-// hidden from the reader cannot change its value for it, and flagging the
-// view would tell the reader the hidden entry was written.
-func readsChangedState(r *substrate.Read, src, self string, after int64) bool {
-	for _, m := range substrate.StatePaths(src) {
+// readsChangedState reports whether view def reads (by path) a state
+// entry changed after seq: one in the scope it reads as state.self (its
+// registrar's, which it reads with its registrar's authority:
+// ViewSelfRevision), or one of the reader's state (Revision; the core
+// gives no other: a view computes with the reader's state, so an entry
+// hidden from the reader cannot change its value for it).
+func readsChangedState(r *substrate.Read, def *substrate.ViewDef, after int64) bool {
+	self := substrate.ViewSelf(def)
+	for _, m := range substrate.StatePaths(def.Expr) {
 		scope := m[0]
 		if scope == substrate.ScopeSelf {
 			if scope = self; scope == "" {
 				continue
 			}
 		}
-		if scope != self && !r.Computes(scope, m[1]) {
-			continue
+		var rev int64
+		var ok bool
+		if scope == self {
+			rev, ok = r.ViewSelfRevision(def, m[1])
+		} else {
+			rev, ok = r.Revision(scope, m[1])
 		}
-		if rev, ok := r.Revision(scope, m[1]); ok && rev > after {
+		if ok && rev > after {
 			return true
 		}
 	}

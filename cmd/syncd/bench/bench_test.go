@@ -34,7 +34,7 @@ func server(t *testing.T, opt rest.Options) (*httptest.Server, *store.DB, string
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	srv := httptest.NewUnstartedServer(rest.Handler(svc, opt))
 	// As syncd's listener: HTTP/1.1 and HTTP/2 without TLS (the waits
@@ -235,7 +235,7 @@ func fullServer(t *testing.T, signup string) (base, metricsURL string) {
 		t.Fatal(err)
 	}
 	base = "http://localhost:" + strings.Split(ln.Addr().String(), ":")[1]
-	svc := substrate.New(db, substrate.Options{})
+	svc := substrate.New(db, substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	lob := lobby.New(db, svc)
 	auth, err := oauth.New(context.Background(), db, oauth.Options{PublicURL: base, Rooms: lob, Signup: signup, RatePerSecond: -1})

@@ -317,6 +317,13 @@ func (t *tx[A, V]) settled(pend []stmt[A, V], failed int, err error) error {
 	if j == nil {
 		return err
 	}
+	if aborted(err) {
+		// The transaction refuses everything: a rollback to a savepoint
+		// before did not take. Evaluating the rest again would meet the
+		// same refusal, round after round, and never answer the callers.
+		t.broken = err
+		return err
+	}
 	if rbErr := rollbackSavepoint(context.WithoutCancel(t.ctx), t.conn); rbErr != nil {
 		t.broken = rbErr
 		return rbErr
@@ -683,6 +690,13 @@ func (g *Group[A, V]) eval(t *tx[A, V], j *job[A, V]) {
 	if ev.Advance != nil {
 		ev.Advance()
 	}
+}
+
+// aborted says err is PostgreSQL refusing a statement because the
+// transaction is already aborted (in_failed_sql_transaction).
+func aborted(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25P02"
 }
 
 // rollbackSavepoint undoes one invocation of a group transaction.

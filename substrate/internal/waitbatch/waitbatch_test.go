@@ -55,32 +55,24 @@ func TestManyWaitsTinyPoolEachItsOwnDelta(t *testing.T) {
 			outs[i] = out{r, err}
 		}()
 	}
-	for deadline := time.Now().Add(20 * time.Second); svc.Stats().OpenWaits < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d waits open", svc.Stats().OpenWaits, n)
-		}
-	}
+	pgtest.Eventually(t, 20*time.Second, func() bool { return svc.Stats().OpenWaits >= n }, "%d waits open (%v are)", n, func() any { return svc.Stats().OpenWaits })
 	// Every agent shown waiting: each wait's start seq was read by the
 	// statement that showed it (a sleep here was not enough under load:
 	// "delta from 102, want 101").
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waiting := 0
+	pgtest.Eventually(t, 20*time.Second, func() bool {
 		list, err := svc.ListAgents(ctx, admin, "manywaits")
 		if err != nil {
 			t.Fatal(err)
 		}
-		waiting := 0
+		waiting = 0
 		for _, a := range list {
 			if a.Status == "waiting" {
 				waiting++
 			}
 		}
-		if waiting == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d agents shown waiting", waiting, n)
-		}
-	}
+		return waiting == n
+	}, "%d agents shown waiting (%v are)", n, func() any { return waiting })
 	// Their statuses were set in shared statements, each with one
 	// notification: one per wait was a round trip per wait for its status
 	// and another for its notification.

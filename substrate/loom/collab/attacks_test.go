@@ -320,7 +320,10 @@ func TestAttackCollaboratorNoCallWithoutAChangeOnItsBranch(t *testing.T) {
 	}
 	e.run(e.ag["alice"], "→ jump tree:2 node:1\n→ add \"on the other tree\"\n→ yield\n→ jump tree:1 node:1")
 	// Every notification has been seen once the collaborator waits after
-	// the last one.
+	// the last one. Stays: nothing marks the last of the notifications
+	// the writes above cause, and what this checks is that none of them
+	// leads to a call; the drained waits then leave r.waiting below to
+	// the write after.
 	time.Sleep(500 * time.Millisecond)
 	for len(r.waits) > 0 {
 		<-r.waits
@@ -352,6 +355,9 @@ func TestAttackCollaboratorNotWokenByHeartbeats(t *testing.T) {
 	chat := newChat(t, func(r chatReq) string { return "I wait." })
 	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL})
 	r.calls(t, chat, 1)
+	// Stays (here and below): what this checks is an absence, that
+	// heartbeats wake nothing; the time lets a wake-up that should not
+	// happen show itself.
 	time.Sleep(300 * time.Millisecond)
 	for len(r.waits) > 0 {
 		<-r.waits
@@ -361,7 +367,7 @@ func TestAttackCollaboratorNotWokenByHeartbeats(t *testing.T) {
 		if _, err := e.svc.Heartbeat(ctx, e.ag["alice"], e.room, "alice", status); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // pacing: a heartbeat every 10 ms, as a busy room
 	}
 	time.Sleep(500 * time.Millisecond)
 	if n := len(r.waits); n != 0 {
@@ -408,6 +414,7 @@ func TestAttackCollaboratorOwnNodesCallNothing(t *testing.T) {
 	r.waiting(t)
 	e.run(e.ag["claude"], "→ add from:2 \"a note from claude's other session\"\n→ yield")
 	r.waiting(t)
+	// Stays: an absence (no call for its own nodes) is what this checks.
 	time.Sleep(300 * time.Millisecond)
 	if n := len(chat.requests()); n != 2 {
 		t.Fatalf("%d calls for its own nodes", n-2)
@@ -518,6 +525,8 @@ func TestAttackCollaboratorKilledShowsGone(t *testing.T) {
 	const lease = 1500 * time.Millisecond
 	r := e.start(collab.Config{Agent: "claude", ChatURL: chat.srv.URL, Lease: lease})
 	r.waiting(t)
+	// Stays: the lease running out on the real clock is what this checks
+	// the collaborator outlives by renewing.
 	time.Sleep(lease + 500*time.Millisecond)
 	usage, err := loom.Of(e.svc).CollaboratorUsage(ctx, e.ag["alice"], e.room)
 	if err != nil || len(usage) != 2 {
@@ -565,7 +574,8 @@ func TestAttackCollaboratorsDoNotPingPong(t *testing.T) {
 	a := e.start(collab.Config{Agent: "ann", ChatURL: annChat.srv.URL, ModelTurns: 2})
 	b := e.start(collab.Config{Agent: "ben", ChatURL: benChat.srv.URL, ModelTurns: 2})
 	quiet := func() int {
-		// Quiet: no call for a second while both wait.
+		// Quiet: no call for a second while both wait. Stays: quiet is
+		// an absence, seen only over time.
 		for n := -1; ; {
 			time.Sleep(time.Second)
 			m := len(annChat.requests()) + len(benChat.requests())

@@ -315,7 +315,7 @@ func TestCollaboratorsManyOnTinyPool(t *testing.T) {
 				_, _ = loom.Of(e.svc).Run(ctx, e.ag["alice"], e.room, "→ switch to branch "+branch+"\n→ add \"alice was here\"\n→ yield")
 				cancel()
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // pacing: alice writes a round every 50 ms, not a wait
 		}
 	}()
 	defer func() { close(quit); <-done }()

@@ -102,7 +102,7 @@ type env struct {
 // newEnv is a room "loom" with agents, a loom with opt, and a tree
 // planted by room authority.
 func newEnv(t *testing.T, opt loom.Options, agents ...string) *env {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	loom.Attach(svc, opt)
 	ctx := context.Background()
