@@ -490,6 +490,26 @@ func (sl *salience) health(ctx context.Context) *Health {
 			h.TotalViews++
 		}
 	}
+	room := h.countBroken(r)
+	recentUsed, recent := sl.countActions(h, acts)
+	if c, ok := views[substrate.ViewContested].(map[string]any); ok {
+		h.ContestedTargets = len(c)
+	}
+	win := window(ctx, r)
+	// Invocations of the actions the reader sees: the window is read from
+	// _audit, which it may not read, and counting the invocations of an
+	// action hidden from it would tell it how often that one is invoked.
+	h.MessageToActionRatio = messageRatio(win, acts)
+	h.Patterns = sl.shownPatterns(acts, win)
+	degenerating, roomWide := sl.findings(ctx, h, room, win)
+	sl.suggest(h, acts, roomWide)
+	h.assess(degenerating, recentUsed, recent)
+	return h
+}
+
+// countBroken counts the views that fail to evaluate, the reader's and
+// the others' by owner; room is how many are the room's.
+func (h *Health) countBroken(r *substrate.Read) (room int) {
 	mine, others, room := brokenViews(r)
 	h.mine, h.BrokenViews = len(mine), len(mine)+len(others)
 	for _, id := range others {
@@ -503,7 +523,13 @@ func (sl *salience) health(ctx context.Context) *Health {
 			}
 		}
 	}
-	recentUsed, recent := 0, 0
+	return room
+}
+
+// countActions counts the stale actions, and the recently registered
+// ones (recent) and those of them invoked since (recentUsed).
+func (sl *salience) countActions(h *Health, acts []string) (recentUsed, recent int) {
+	r := sl.r
 	for _, id := range acts {
 		if sl.stale(id) {
 			h.StaleActions++
@@ -516,22 +542,26 @@ func (sl *salience) health(ctx context.Context) *Health {
 			}
 		}
 	}
-	if c, ok := views[substrate.ViewContested].(map[string]any); ok {
-		h.ContestedTargets = len(c)
-	}
-	win := window(ctx, r)
-	// Invocations of the actions the reader sees: the window is read from
-	// _audit, which it may not read, and counting the invocations of an
-	// action hidden from it would tell it how often that one is invoked.
+	return recentUsed, recent
+}
+
+// messageRatio is the window's messages per invocation of the actions
+// acts.
+func messageRatio(win *logWindow, acts []string) float64 {
 	invocations := 0
 	for _, id := range acts {
 		invocations += win.invoked[id]
 	}
 	if invocations > 0 {
-		h.MessageToActionRatio = math.Round(float64(win.messages)/float64(invocations)*10) / 10
-	} else {
-		h.MessageToActionRatio = float64(win.messages)
+		return math.Round(float64(win.messages)/float64(invocations)*10) / 10
 	}
+	return float64(win.messages)
+}
+
+// shownPatterns are the window's patterns that are the reader's news.
+func (sl *salience) shownPatterns(acts []string, win *logWindow) []Pattern {
+	r := sl.r
+	var found []Pattern
 	var shown map[string]bool     // the _shared keys the reader is shown
 	var written func(string) bool // the _shared keys an action it sees writes
 	for _, p := range win.patternsOnce(r, sl.cfg.PatternMin) {
@@ -560,11 +590,15 @@ func (sl *salience) health(ctx context.Context) *Health {
 			}
 		}
 		if p.Action == "" || r.ActionEnabled(p.Action) {
-			h.Patterns = append(h.Patterns, p)
+			found = append(found, p)
 		}
 	}
+	return found
+}
 
-	degenerating := false
+// findings gives the reasons the vocabulary is degenerating, if it is;
+// roomWide when the broken views are the room's problem.
+func (sl *salience) findings(ctx context.Context, h *Health, room int, win *logWindow) (degenerating, roomWide bool) {
 	// The room's broken views say its model is wrong; an agent's (the
 	// reader's own included) say that agent's is, unless the views of
 	// several agents break and are a large part of the room's views. The
@@ -573,7 +607,7 @@ func (sl *salience) health(ctx context.Context) *Health {
 	if h.mine > room {
 		registrars++
 	}
-	roomWide := room > 0 || registrars > 1 && float64(h.BrokenViews)/float64(max(h.TotalViews, 1)) > sl.cfg.StaleFraction
+	roomWide = room > 0 || registrars > 1 && float64(h.BrokenViews)/float64(max(h.TotalViews, 1)) > sl.cfg.StaleFraction
 	if roomWide {
 		degenerating = true
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%d views fail to evaluate: their model of the room is wrong", h.BrokenViews))
@@ -594,6 +628,13 @@ func (sl *salience) health(ctx context.Context) *Health {
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%.1f messages per invocation recently: the informal channel dominates", h.MessageToActionRatio))
 		h.Suggestions = append(h.Suggestions, "formalise what agents keep negotiating in messages as an action")
 	}
+	return degenerating, roomWide
+}
+
+// suggest adds the suggestions that follow from the contested targets,
+// the patterns, overlapping purposes, and others' broken views.
+func (sl *salience) suggest(h *Health, acts []string, roomWide bool) {
+	r := sl.r
 	if h.ContestedTargets > 0 {
 		h.Suggestions = append(h.Suggestions, "see help key contested_actions: several actions write the same keys")
 	}
@@ -607,6 +648,10 @@ func (sl *salience) health(ctx context.Context) *Health {
 	if h.BrokenViews > h.mine && !roomWide {
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%d views of other agents fail to evaluate: theirs to fix (broken_views_by)", h.BrokenViews-h.mine))
 	}
+}
+
+// assess is the health's assessment, with its reason.
+func (h *Health) assess(degenerating bool, recentUsed, recent int) {
 	switch {
 	case degenerating:
 		h.Assessment = "degenerating"
@@ -623,7 +668,6 @@ func (sl *salience) health(ctx context.Context) *Health {
 			h.Reasons = append(h.Reasons, "the vocabulary is established; no new actions recently")
 		}
 	}
-	return h
 }
 
 // Annotate adds adaptive salience to an assembled envelope: the
