@@ -186,70 +186,15 @@ const patternGap = 6
 // sees, and of the messages about a key, those about one no action it
 // sees writes (Salience.health).
 func (w *logWindow) patterns(r *substrate.Read, least int) []Pattern {
-	var out []Pattern
-	precede := map[[2]string]int{}
-	afterFail := map[string]int{}
-	about := map[[2]string]int{}
-	keys := r.Keys(substrate.ScopeShared)
-	// The chance baseline: how many messages of a kind an invocation of an
-	// action would follow within patternGap if the two were unrelated,
-	// given how many of each the window holds over its span of seqs.
-	sent := map[string]int{}    // kind → messages
-	invoked := map[string]int{} // action → invocations
-	var span int64 = 1
-	if len(w.entries) > 1 {
-		span = max(w.entries[len(w.entries)-1].seq-w.entries[0].seq, 1)
-	}
-	for _, e := range w.entries {
-		switch {
-		case e.audit && e.kind == "invoke" && e.ok && e.action != "":
-			invoked[e.action]++
-		case !e.audit && e.kind != "action_invocation":
-			sent[e.kind]++
-		}
-	}
-	for i, e := range w.entries {
-		if e.audit || e.kind == "action_invocation" {
-			continue
-		}
-		seen := map[string]bool{}
-		for j := i + 1; j < len(w.entries) && w.entries[j].seq-e.seq <= patternGap; j++ {
-			n := w.entries[j]
-			if n.audit && n.kind == "invoke" && n.ok && n.action != "" && !seen[n.action] {
-				seen[n.action] = true
-				precede[[2]string{e.kind, n.action}]++
-			}
-		}
-		for j := i - 1; j >= 0 && e.seq-w.entries[j].seq <= patternGap; j-- {
-			p := w.entries[j]
-			if p.audit && p.kind == "invoke" && !p.ok && p.by == e.by && p.action != "" {
-				afterFail[p.action]++
-				break
-			}
-		}
-		for _, k := range keys {
-			if len(k) >= 3 && !strings.HasPrefix(k, "_") && mentions(e.body, k) {
-				about[[2]string{e.kind, k}]++
-			}
-		}
-	}
-	for pk, n := range precede {
-		// More than chance: at least twice as many as unrelated messages
-		// and invocations would give (chatter interleaved with work
-		// precedes every action about as often as chance says).
-		chance := float64(sent[pk[0]]) * min(1, float64(invoked[pk[1]])*patternGap/float64(span))
-		if n >= least && float64(n) >= 2*chance {
-			out = append(out, Pattern{Pattern: "messages_precede_action", Kind: pk[0], Action: pk[1], Count: n,
-				Suggestion: fmt.Sprintf("%q messages often come just before %s is invoked: its precondition may need to carry what they settle", pk[0], pk[1])})
-		}
-	}
-	for a, n := range afterFail {
+	c := w.cooccurrences(r.Keys(substrate.ScopeShared))
+	out := c.precedingPatterns(least)
+	for a, n := range c.afterFail {
 		if n >= least {
 			out = append(out, Pattern{Pattern: "messages_after_failure", Action: a, Count: n,
 				Suggestion: fmt.Sprintf("agents message after %s fails: the vocabulary may not cover that case", a)})
 		}
 	}
-	for pk, n := range about {
+	for pk, n := range c.about {
 		if n >= least {
 			out = append(out, Pattern{Pattern: "messages_about_key", Kind: pk[0], Key: substrate.ScopeShared + "." + pk[1], Count: n,
 				Suggestion: fmt.Sprintf("agents often send %q messages about _shared.%s, which no action writes: a concept without vocabulary", pk[0], pk[1])})
@@ -261,6 +206,87 @@ func (w *logWindow) patterns(r *substrate.Read, least int) []Pattern {
 		}
 		return out[i].Suggestion < out[j].Suggestion
 	})
+	return out
+}
+
+// cooccurrence is what the window's messages come near: the actions
+// invoked after them, the failures before them, the keys they name, with
+// the counts that give chance its baseline.
+type cooccurrence struct {
+	precede   map[[2]string]int // (kind, action) → messages just before an invocation
+	afterFail map[string]int    // action → messages just after its failure, by the one who failed
+	about     map[[2]string]int // (kind, key) → messages naming the key
+	// The chance baseline: how many messages of a kind an invocation of an
+	// action would follow within patternGap if the two were unrelated,
+	// given how many of each the window holds over its span of seqs.
+	sent    map[string]int // kind → messages
+	invoked map[string]int // action → invocations
+	span    int64
+}
+
+// cooccurrences counts, for each message of the window, what comes near it.
+func (w *logWindow) cooccurrences(keys []string) *cooccurrence {
+	c := &cooccurrence{precede: map[[2]string]int{}, afterFail: map[string]int{}, about: map[[2]string]int{},
+		sent: map[string]int{}, invoked: map[string]int{}, span: 1}
+	if len(w.entries) > 1 {
+		c.span = max(w.entries[len(w.entries)-1].seq-w.entries[0].seq, 1)
+	}
+	for _, e := range w.entries {
+		switch {
+		case e.audit && e.kind == "invoke" && e.ok && e.action != "":
+			c.invoked[e.action]++
+		case !e.audit && e.kind != "action_invocation":
+			c.sent[e.kind]++
+		}
+	}
+	for i, e := range w.entries {
+		if e.audit || e.kind == "action_invocation" {
+			continue
+		}
+		w.near(c, i)
+		for _, k := range keys {
+			if len(k) >= 3 && !strings.HasPrefix(k, "_") && mentions(e.body, k) {
+				c.about[[2]string{e.kind, k}]++
+			}
+		}
+	}
+	return c
+}
+
+// near counts the invocations just after the message at i and the
+// failure of its sender just before it.
+func (w *logWindow) near(c *cooccurrence, i int) {
+	e := w.entries[i]
+	seen := map[string]bool{}
+	for j := i + 1; j < len(w.entries) && w.entries[j].seq-e.seq <= patternGap; j++ {
+		n := w.entries[j]
+		if n.audit && n.kind == "invoke" && n.ok && n.action != "" && !seen[n.action] {
+			seen[n.action] = true
+			c.precede[[2]string{e.kind, n.action}]++
+		}
+	}
+	for j := i - 1; j >= 0 && e.seq-w.entries[j].seq <= patternGap; j-- {
+		p := w.entries[j]
+		if p.audit && p.kind == "invoke" && !p.ok && p.by == e.by && p.action != "" {
+			c.afterFail[p.action]++
+			break
+		}
+	}
+}
+
+// precedingPatterns are the kinds of message that precede an action more
+// than chance: at least twice as many as unrelated messages and
+// invocations would give (chatter interleaved with work precedes every
+// action about as often as chance says).
+func (c *cooccurrence) precedingPatterns(least int) []Pattern {
+	var out []Pattern
+	for pk, n := range c.precede {
+		chance := float64(c.sent[pk[0]]) * min(1, float64(c.invoked[pk[1]])*patternGap/float64(c.span))
+		if n >= least && float64(n) >= 2*chance {
+			out = append(out, Pattern{Pattern: "messages_precede_action", Kind: pk[0], Action: pk[1], Count: n,
+				Suggestion: fmt.Sprintf("%q messages often come just before %s is invoked: its precondition may need to carry what they settle", pk[0], pk[1])})
+		}
+	}
 	return out
 }
 
