@@ -42,7 +42,7 @@ func newReviewFixture(t *testing.T, people ...string) *reviewFixture {
 	t.Helper()
 	db := pgtest.New(t)
 	srv := startServer(t, db)
-	build := substrate.New(db, substrate.Options{Limits: substrate.Limits{RoomCostPerSecond: -1}})
+	build := substrate.New(db, substrate.Options{Features: testFeatures, Limits: substrate.Limits{RoomCostPerSecond: -1}})
 	room, err := reviewroom.Build(context.Background(), build, reviewroom.Options{})
 	build.Close()
 	if err != nil {

@@ -1786,7 +1786,7 @@ func TestAttackDirectedFloodCostsOnlyItsRecipient(t *testing.T) {
 // snapshot's rows would list every key of the scope, which says that a
 // hidden entry exists and how often it was written.
 func TestAttackVersionsNameOnlyShownEntries(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
 	t.Cleanup(svc.Close)
 	ctx := context.Background()
 	pr := newRoom(t, svc, "vers")
