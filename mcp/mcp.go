@@ -382,9 +382,11 @@ func contextRequest(sh shaping, after *int64, include, context string, since *in
 	return r, err
 }
 
-// clampInt narrows a tool's int64 argument to an int: one past int's
-// range is refused by the range check it then fails, never wrapped into
-// one that passes.
+// clampInt narrows a tool's int64 argument to an int: on a platform
+// whose int is narrower, one past int's range is refused by the range
+// check it then fails, never wrapped into one that passes; where int has
+// 64 bits (every platform syncd is built for) the value is kept, and a
+// refusal quotes what the caller sent.
 func clampInt(n int64) int {
-	return int(max(min(n, math.MaxInt32), math.MinInt32))
+	return int(max(min(n, math.MaxInt), math.MinInt))
 }

@@ -9,7 +9,7 @@ var Words errs.Words = words{}
 
 type words struct{}
 
-// ResultLimit: see MaxResultChars (substrate.ResultLimiter).
+// ResultLimit: see MaxResultChars (help.ResultLimiter in substrate/help).
 func (words) ResultLimit() (int, int) { return MaxResultChars, MaxContextBytes }
 
 func (words) Say(s errs.Step) string {

@@ -2156,3 +2156,57 @@ func TestAttackSaliencePortHandsOnlyWhatTheReaderSees(t *testing.T) {
 		}
 	}
 }
+
+// A budget that cuts a scope adds its cut's summary under the key
+// _summary, and the versions beside the state are those of the keys the
+// state shows. An entry an agent names _summary is then shown a version
+// though the read never showed it: gated from bob, its existence and its
+// write count reached him as versions._shared._summary whenever his read
+// of the scope was cut.
+func TestAttackVersionsNameNoEntryBehindTheCutSummary(t *testing.T) {
+	svc := substrate.New(pgtest.New(t), substrate.Options{})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	pr := newRoom(t, svc, "versum")
+	j, err := svc.Join(ctx, pr, "versum", substrate.JoinRequest{ID: "bob", Name: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, _ := svc.Authenticate(ctx, j.Token)
+	var ws []substrate.Write
+	for i := range 80 {
+		ws = append(ws, substrate.Write{Scope: "_shared", Key: fmt.Sprintf("pad-%03d", i), Value: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`)})
+	}
+	if _, err := svc.WriteState(ctx, pr, "versum", ws, true); err != nil {
+		t.Fatal(err)
+	}
+	// Written three times, gated to alice: bob may learn neither that it
+	// exists nor how often it was written.
+	for i := range 3 {
+		w := []substrate.Write{{Scope: "_shared", Key: "_summary", Value: json.RawMessage(fmt.Sprintf(`"alice's %d"`, i)), Enabled: `self == "alice"`}}
+		if _, err := svc.WriteState(ctx, pr, "versum", w, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env, err := svc.Context(ctx, bob, "versum", substrate.ContextRequest{Depth: "lean", Only: []string{"state._shared"}, MessagesLimit: 100, MaxBytes: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(env)
+	var got struct {
+		State    map[string]map[string]json.RawMessage `json:"state"`
+		Versions map[string]map[string]int64           `json:"versions"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, cut := got.State["_shared"]["_summary"]; !cut || len(got.Versions["_shared"]) == 0 {
+		t.Fatalf("a 4,000-byte read of 80 entries of 200 bytes: no cut, or no versions: %.600s", raw)
+	}
+	if n, ok := got.Versions["_shared"]["_summary"]; ok {
+		t.Fatalf("HOLE: bob's cut read shows versions._shared._summary = %d, the version of an entry gated from him", n)
+	}
+	if strings.Contains(string(raw), "alice's") {
+		t.Fatalf("HOLE: bob reads the entry gated from him: %.600s", raw)
+	}
+}

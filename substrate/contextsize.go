@@ -365,6 +365,7 @@ func (g *group) cut(f *fitter, n int) {
 	}
 	if len(kept) == len(g.items) {
 		f.env.State[g.scope] = entries
+		delete(f.env.summarized, g.scope)
 		return
 	}
 	sum := map[string]any{"keys": len(g.items), "shown": len(kept), "bytes": g.need}
@@ -382,6 +383,10 @@ func (g *group) cut(f *fitter, n int) {
 	summary, _ := json.Marshal(sum)
 	entries["_summary"] = summary
 	f.env.State[g.scope] = entries
+	if f.env.summarized == nil {
+		f.env.summarized = map[string]bool{}
+	}
+	f.env.summarized[g.scope] = true
 	args := map[string]any{"only": "state." + g.scope}
 	if f.req.Prefix != "" {
 		args["prefix"] = f.req.Prefix

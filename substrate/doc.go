@@ -117,7 +117,8 @@
 //   - Context: the envelope (ARCHITECTURE §7) with p's read authority and
 //     result budgets. Wait: blocks until a CEL condition holds as p, then
 //     returns the context. Eval: an expression with exactly p's read
-//     authority. Help, SystemHelp: help content.
+//     authority. Help, SystemHelp: help content (the system texts are
+//     substrate/help's; a room's _help entries override them).
 //
 // For features (bounded by construction, SQL kept here):
 //   - ReadRoom: a repeatable-read transaction of one room; MutateRoom: one

@@ -39,6 +39,10 @@ type Envelope struct {
 	// shared are the scopes of State shown as the snapshot holds them,
 	// whose encoding is shared between reads (EncodeJSON).
 	shared map[string]sharedScope
+	// summarized are the scopes of State a budget cut: their _summary is
+	// the cut's, not an entry (an entry of that name is not shown, and
+	// neither is its version).
+	summarized map[string]bool
 }
 
 // RoomAbout is a room's label and description, as its meta holds them.

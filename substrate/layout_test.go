@@ -56,7 +56,7 @@ var mayQueryRooms = map[string]string{
 // coreLibraries are the packages under substrate/ the core may import:
 // leaf libraries, not features built on rooms. The machinery beneath the
 // rules (substrate/internal/...) is listed in machinery below.
-var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": true}
+var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": true, "substrate/help": true}
 
 // machinery are the packages beneath the rules (issue 45): each makes one
 // rule fast (group commit, a cache, a memo, a batch, a coalescer, a
@@ -78,7 +78,10 @@ var machinery = map[string][]string{
 	"substrate/internal/earliest":    {"foresee.go"},
 	"substrate/internal/fairshare":   {"contextsize.go"},
 	"substrate/internal/groupcommit": {"groupcommit.go"},
-	"substrate/internal/readmarks":   {"context.go", "mutation.go", "substrate.go"},
+	"substrate/internal/readmarks":   {"readpath.go", "mutation.go", "substrate.go"},
+	// The snapshot an unchanged room is read from; the read path decides
+	// whether it serves a read (readpath.go's readRoomCached).
+	"substrate/internal/readcache": {"snapshot.go"},
 }
 
 const module = "github.com/syncsubstrate/sync/"

@@ -20,6 +20,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/internal/buildcache"
 	"github.com/syncsubstrate/sync/substrate/internal/jsoncache"
 	"github.com/syncsubstrate/sync/substrate/internal/memo"
+	"github.com/syncsubstrate/sync/substrate/internal/readcache"
 )
 
 // snapshot is a room's mutable state at one seq, decoded once and shared,
@@ -102,36 +103,30 @@ type viewRec struct {
 	err         error         // compile error, reported as the view's value
 }
 
-// snapCache keeps the newest snapshot of recently used rooms.
-type snapCache struct {
-	mu    sync.Mutex
-	rooms map[string]*snapshot
-	max   int
+// snapCache keeps the newest snapshot of recently used rooms, by the
+// room's incarnation (cacheKey) and the seq the snapshot is at. The cache
+// (internal/readcache) only stores and returns; what decides that a cached
+// snapshot serves a read is here and in the read path: the key names the
+// incarnation, a read asks for the seq it read in its own statement, and
+// readRoomCachedAt takes the snapshot only when it is readReady for the
+// room's message count.
+type snapCache struct{ c *readcache.Cache[*snapshot] }
+
+// snapCacheRooms is how many rooms' snapshots a process keeps.
+const snapCacheRooms = 1024
+
+func newSnapCache() *snapCache {
+	return &snapCache{c: readcache.New[*snapshot](snapCacheRooms)}
 }
 
+// get is the room's snapshot at seq, or nil when the process holds none.
 func (c *snapCache) get(room string, seq int64) *snapshot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s := c.rooms[room]; s != nil && s.seq == seq {
-		return s
-	}
-	return nil
+	snap, _ := c.c.Get(room, seq)
+	return snap
 }
 
-func (c *snapCache) put(room string, s *snapshot) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old := c.rooms[room]; old != nil && old.seq > s.seq {
-		return
-	}
-	if len(c.rooms) >= c.max {
-		for k := range c.rooms { // evict one arbitrary room
-			delete(c.rooms, k)
-			break
-		}
-	}
-	c.rooms[room] = s
-}
+// put keeps s as the room's snapshot unless a newer one is kept already.
+func (c *snapCache) put(room string, s *snapshot) { c.c.Put(room, s.seq, s) }
 
 // cacheKey names one incarnation of a room: a room deleted and created
 // again under the same id starts its seq afresh, and must never be served

@@ -343,7 +343,7 @@ func New(db *store.DB, opt Options) *Service {
 	}
 	s := &Service{db: db, lim: opt.Limits, hbEach: opt.HeartbeatEvery, idleAfter: opt.IdleAfter, log: opt.Logger, workMeter: wm,
 		cel:   expr.MustNew(opt.CEL),
-		snaps: &snapCache{rooms: map[string]*snapshot{}, max: 1024},
+		snaps: newSnapCache(),
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
 		marks: readmarks.New(db, sqlMarkReads, opt.Logger),

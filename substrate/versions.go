@@ -68,6 +68,9 @@ func (v *EntryVersions) shown() map[string]map[string]int64 {
 		}
 		m := map[string]int64{}
 		for k := range keys {
+			if k == "_summary" && v.env.summarized[scope] {
+				continue // the cut's summary, not the entry of that name
+			}
 			if n, ok := vs[k]; ok {
 				m[k] = n
 			}

@@ -139,7 +139,6 @@ func (s *Service) beginWait(ctx context.Context, p *Principal, roomID, condition
 		return nil, err
 	}
 	w.alarm = waitclock.NewAlarm(w.start.Add(timeout))
-	s.waits.Add(1)
 	if p.Kind == KindAgent {
 		// The wait begins before anyone can see it waiting: another
 		// agent may write as soon as it does, and that write, which may
@@ -156,6 +155,10 @@ func (s *Service) beginWait(ctx context.Context, p *Principal, roomID, condition
 			s.shownWaiting(roomID, p.AgentID)
 		}
 	}
+	// Counted once in place, with the seq its delta starts from taken:
+	// Stats().OpenWaits reaching n says n waits would see any write
+	// made from then on (tests wait on it instead of sleeping).
+	s.waits.Add(1)
 	return w, nil
 }
 

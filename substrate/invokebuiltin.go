@@ -1,0 +1,285 @@
+// The underscore builtins an agent invokes like actions: registering and
+// deleting definitions, sending a message, acknowledging one. Each runs in
+// its own mutation under the same write path as an action.
+
+package substrate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+var builtinDescriptions = map[string]string{
+	"_register_action": "Register or replace an action: {id, scope?, description?, intent?, params?, if?, enabled?, writes, result?, timer?, on_invoke?}.",
+	"_delete_action":   "Delete an action you registered: {id}.",
+	"_register_view":   "Register or replace a view, a public CEL projection: {id, expr, scope? (default: your own), description?, enabled?, render?, timer?}.",
+	"_delete_view":     "Delete a view you registered: {id}.",
+	"_send_message":    "Post to _messages: {body, kind? (default chat), to? (agent id or list: directed), reply_to? (seq: joins its thread), subject? (starts a thread), ack? (true: recipients acknowledge with _ack)}.",
+	"_ack":             "Acknowledge a message that asked you (ack: true): {seq}.",
+	"help":             "Read the help: {key?}. Without a key, the list of keys.",
+}
+
+var builtinParams = map[string]map[string]ParamSpec{
+	"_register_action": {"id": {Type: "string", Required: true}, "writes": {Type: "array"}, "scope": {Type: "string"}, "if": {Type: "string"}},
+	"_delete_action":   {"id": {Type: "string", Required: true}},
+	"_register_view":   {"id": {Type: "string", Required: true}, "expr": {Type: "string", Required: true}, "scope": {Type: "string"}},
+	"_delete_view":     {"id": {Type: "string", Required: true}},
+	"_send_message": {"body": {Required: true}, "kind": {Type: "string"}, "to": {Description: "agent id or list of agent ids"},
+		"reply_to": {Type: "integer", Description: "seq of the message answered"}, "subject": {Type: "string"}, "ack": {Type: "boolean"}},
+	"_ack": {"seq": {Type: "integer", Required: true}},
+	"help": {"key": {Type: "string"}},
+}
+
+// invokeBuiltin runs one of the underscore builtins.
+func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id string, raw json.RawMessage, params map[string]any) (*InvokeResult, error) {
+	res := &InvokeResult{Invoked: true, Action: id, Agent: p.Actor(), Params: params}
+	strParam := func(name string) (string, error) {
+		v, _ := params[name].(string)
+		if v == "" {
+			return "", errs.New(errs.InvalidParam, "%s needs the string parameter %q", id, name).With("param", name).WithHint("invoke %s with params {%q: …}", id, name)
+		}
+		return v, nil
+	}
+	var err error
+	var seq int64
+	switch id {
+	case "_register_action":
+		var def ActionDef
+		if err = strictDecode(raw, &def); err == nil {
+			var r *RegisterResult
+			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+				r, err = s.registerAction(m, def)
+				return err
+			})
+			if err == nil {
+				r.Seq, res.Builtin = seq, r
+			}
+		}
+	case "_register_view":
+		var def ViewDef
+		if err = strictDecode(raw, &def); err == nil {
+			var r *RegisterResult
+			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+				r, err = s.registerView(m, def)
+				return err
+			})
+			if err == nil {
+				r.Seq, res.Builtin = seq, r
+				s.valueRegistered(ctx, p, roomID, def.ID, r)
+			}
+		}
+	case "_delete_action", "_delete_view":
+		var target string
+		if target, err = strParam("id"); err == nil {
+			scope := scopeActions
+			if id == "_delete_view" {
+				scope = scopeViews
+			}
+			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error { return s.deleteDef(m, scope, target) })
+			res.Builtin = map[string]any{"deleted": true, "id": target}
+		}
+	case "_send_message":
+		seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+			written, sent, audit, err := s.sendMessage(m, params)
+			if err == nil {
+				res.written, res.Builtin = []*Entry{written}, sent
+				m.audit = map[string]any{"kind": "invoke", "action": id, "builtin": true, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
+			}
+			return err
+		})
+	case "_ack":
+		seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+			out, audit, err := s.ack(m, params)
+			if err == nil {
+				res.Builtin = out
+				if audit == nil {
+					audit = []map[string]any{}
+				}
+				m.audit = map[string]any{"kind": "invoke", "action": id, "builtin": true, "agent": m.actor, "params": s.auditParams(params), "ok": true, "writes": audit}
+			}
+			return err
+		})
+	}
+	if err != nil {
+		s.auditFailure(ctx, p, roomID, id, params, err)
+		return nil, err
+	}
+	res.fill(seq)
+	return res, nil
+}
+
+func strictDecode(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errs.New(errs.InvalidParam, "params do not fit the definition: %v", err).WithHint("see help key guide for the fields")
+	}
+	return nil
+}
+
+// SentMessage is what _send_message answers: the message's own seq, the
+// one number reply_to, _ack and the context's messages name it by (the
+// invocation's seq is the room's, one or more past it: a thread or an ack
+// record is written after the message).
+type SentMessage struct {
+	Seq int64 `json:"seq"`
+	// Thread is the thread the message is in (its first message's seq),
+	// 0 for none.
+	Thread int64 `json:"thread,omitempty"`
+}
+
+// sendMessage appends a message from the caller to _messages.
+func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, *SentMessage, []map[string]any, error) {
+	body, ok := params["body"]
+	if !ok || body == nil {
+		return nil, nil, nil, errs.New(errs.InvalidParam, "_send_message needs a body").With("param", "body").WithHint(`invoke _send_message with {"body": "…"}`)
+	}
+	kind, err := messageKind(params)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	msg := map[string]any{"from": m.actor, "kind": kind, "body": body}
+	if to, ok := params["to"]; ok && to != nil {
+		list, err := recipients(to)
+		if err == nil {
+			err = s.checkRecipients(m, list)
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		msg["to"] = list
+	}
+	for k := range params {
+		switch k {
+		case "body", "kind", "to", "reply_to", "subject", "ack":
+		default:
+			return nil, nil, nil, errs.New(errs.InvalidParam, "_send_message has no parameter %q", k).With("param", k).WithHint("its parameters are body, kind, to, reply_to, subject and ack")
+		}
+	}
+	thread, err := s.threadFields(m, params, msg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ackTo, err := s.ackAsked(m, params, msg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	raw, _ := json.Marshal(msg)
+	written, audit, err := s.applyOps(m, []op{{Scope: ScopeMessages, Append: true, Value: raw}}, "builtin:_send_message")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sent := *written[0].SortKey
+	if err := s.recordThread(m, thread, sent, msg); err != nil {
+		return nil, nil, nil, err
+	}
+	if ackTo != nil {
+		if err := s.recordAck(m, sent, ackTo); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if _, subject := msg["subject"]; thread == 0 && subject {
+		thread = sent
+	}
+	return written[0], &SentMessage{Seq: sent, Thread: thread}, audit, nil
+}
+
+// messageKind is the kind a message's params give it, chat by default.
+func messageKind(params map[string]any) (string, error) {
+	k, ok := params["kind"]
+	if !ok {
+		return "chat", nil
+	}
+	if kind, ok := k.(string); ok && kind != "" && kind != "action_invocation" {
+		return kind, nil
+	}
+	return "", errs.New(errs.InvalidParam, "kind must be a non-empty string other than action_invocation").With("param", "kind").WithHint(`e.g. "chat", "proposal", "status"`)
+}
+
+// recipients are the agents a message's to names: one id or a list.
+func recipients(to any) ([]string, error) {
+	switch x := to.(type) {
+	case string:
+		return []string{x}, nil
+	case []any:
+		var list []string
+		for _, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": ["alice", "bob"]`)
+			}
+			list = append(list, s)
+		}
+		return list, nil
+	}
+	return nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": "alice"`)
+}
+
+// ackAsked are the agents a message asks to acknowledge it when its
+// params say "ack": true (its recipients, or every other agent), marking
+// msg so; nil when it asks none.
+func (s *Service) ackAsked(m *mutation, params, msg map[string]any) ([]string, error) {
+	v, ok := params["ack"]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	b, isBool := v.(bool)
+	if !isBool {
+		return nil, errs.New(errs.InvalidParam, "ack must be true or false").With("param", "ack").WithHint(`"ack": true asks the recipients to acknowledge with _ack`)
+	}
+	if !b {
+		return nil, nil
+	}
+	to, _ := msg["to"].([]string)
+	ackTo, err := s.ackRecipients(m, to)
+	if err != nil {
+		return nil, err
+	}
+	if len(ackTo) == 0 {
+		return nil, errs.New(errs.InvalidParam, "ack: true asks nobody: the room has no other agent").With("param", "ack").WithHint("send it without ack, or once others have joined")
+	}
+	msg["ack"] = true
+	return ackTo, nil
+}
+
+// checkRecipients refuses a directed message to an agent the room does
+// not have: it would raise nobody's directed_unread, and the sender would
+// never learn that it went nowhere (a misspelt or guessed agent id is the
+// usual cause, so the error names the nearest one).
+func (s *Service) checkRecipients(m *mutation, to []string) error {
+	rows, err := m.tx.Query(m.ctx, `SELECT id FROM agents WHERE room_id = $1`, m.room)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	sort.Strings(ids)
+	for _, id := range to {
+		if _, ok := slices.BinarySearch(ids, id); ok {
+			continue
+		}
+		e := errs.New(errs.InvalidParam, "to names %q, which is not an agent of this room", id).With("param", "to").With("not_agent", id).
+			WithHint("send to agents listed in the context's agents section; nothing was sent")
+		listed := ids
+		if len(listed) > 50 {
+			listed = listed[:50]
+		}
+		e.With("agents", listed)
+		if near := nearest(id, slices.Clone(ids)); near != "" {
+			e.With("did_you_mean", near)
+		}
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,375 @@
+// The read path: loading a room for a reader. One consistent read of the
+// room (its snapshot, served from this process's cache when the room is
+// unchanged, its presence, the reader's unread counts), the context built
+// from it once the connection is released, and the gates a log entry
+// passes before a reader sees it. What the envelope shows of it is
+// context.go's.
+
+package substrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/readmarks"
+)
+
+// maxUnreadCount caps the unread counters: counting is proportional to the
+// unread messages, and past this many the exact number does not matter.
+const maxUnreadCount = 1000
+
+// sqlPresence reads a room's agents for presence.
+const sqlPresence = `SELECT id, name, role, status, waiting_on, last_heartbeat, last_seen_seq, last_context_seq, context_reads, enabled_expr,
+			CASE WHEN user_id IS NOT NULL THEN name END
+		FROM agents WHERE room_id = $1 ORDER BY joined_at, id`
+
+// sqlRoomPresence is the room's seq with its agents (sqlPresence's
+// columns; one row with no agent when it has none), in one statement.
+const sqlRoomPresence = `SELECT r.seq, r.message_count, r.created_at, a.id, coalesce(a.name, ''), coalesce(a.role, ''), coalesce(a.status, ''), a.waiting_on,
+			coalesce(a.last_heartbeat, r.created_at), coalesce(a.last_seen_seq, 0), coalesce(a.last_context_seq, 0), coalesce(a.context_reads, 0), a.enabled_expr,
+			CASE WHEN a.user_id IS NOT NULL THEN a.name END
+		FROM rooms r LEFT JOIN agents a ON a.room_id = r.id WHERE r.id = $1 ORDER BY a.joined_at, a.id`
+
+// sqlRoomOwnRead is the room's seq with the reader's last read (NULL for
+// a reader with no agents row), in one statement.
+const sqlRoomOwnRead = `SELECT r.seq, r.message_count, r.created_at, a.last_seen_seq
+		FROM rooms r LEFT JOIN agents a ON a.room_id = r.id AND a.id = $2 WHERE r.id = $1`
+
+// loadPresence reads the room's agents.
+func loadPresence(ctx context.Context, q querier, roomID string) ([]presence, error) {
+	rows, err := q.Query(ctx, sqlPresence, roomID)
+	if err != nil {
+		return nil, err
+	}
+	return scanPresence(rows)
+}
+
+func scanPresence(rows pgx.Rows) ([]presence, error) {
+	defer rows.Close()
+	var out []presence
+	for rows.Next() {
+		var a presence
+		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.LastSeenSeq, &a.LastContextSeq, &a.ContextReads, &a.Enabled, &a.Account); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// countMessages fills the caller's unread counters from the messages after
+// its last_seen_seq (bounded by maxUnreadCount).
+func countMessages(ctx context.Context, q querier, roomID string, p *Principal, agents []presence, total, upTo int64) (msgCounts, error) {
+	mc := msgCounts{Count: total}
+	if p == nil || p.Kind != KindAgent {
+		return mc, nil
+	}
+	var seen int64
+	for _, a := range agents {
+		if a.ID == p.AgentID {
+			seen = a.LastSeenSeq
+		}
+	}
+	mc.seen = seen
+	var gates, beyond []string
+	var directed []bool
+	if err := q.QueryRow(ctx, sqlUnread, roomID, seen, p.AgentID, upTo, maxUnreadCount).Scan(&mc.Unread, &mc.Directed, &gates, &directed, &beyond); err != nil {
+		return mc, err
+	}
+	for i, g := range gates {
+		mc.gated = append(mc.gated, gatedUnread{enabled: g, directed: i < len(directed) && directed[i]})
+	}
+	for _, g := range beyond {
+		mc.gated = append(mc.gated, gatedUnread{enabled: g, directed: true, uncounted: true})
+	}
+	return mc, nil
+}
+
+// readCtx loads what p perceives of the room now, from one consistent
+// snapshot of the database, then builds the context (actions, views) once
+// the connection is released: evaluating expressions never holds one.
+// Unread counts are computed when wantMsgs is set or an action's enabled or
+// if reads messages.
+//
+// ctx must be admitted to the room's expression budget (work) by the
+// public entry that reads: what the caller evaluates after the read (an
+// action's if, a caller's expression, search's gates) is charged to the
+// room and refused with it. readCtx admitting on its own behalf metered
+// only its own evaluations and let the rest run free; now a read on a
+// context no entry admitted is an internal error.
+func (s *Service) readCtx(ctx context.Context, p *Principal, roomID string, wantMsgs bool) (*roomCtx, error) {
+	if !admitted(ctx, p, roomID) {
+		return nil, s.notAdmitted(roomID)
+	}
+	r, err := s.readRoom(ctx, p, roomID, wantMsgs, true)
+	if err != nil {
+		return nil, err
+	}
+	rc := s.buildShared(ctx, r.snap, p, r.agents, r.msgs, time.Now())
+	rc.counted = r.counted
+	if f := foresightOf(ctx); f != nil {
+		f.noteRead(rc)
+	}
+	return rc, nil
+}
+
+// roomRead is what one read transaction took from a room.
+type roomRead struct {
+	snap    *snapshot
+	agents  []presence // nil unless asked for
+	msgs    msgCounts
+	counted bool // msgs holds the reader's unread counts
+}
+
+// readRoom reads, in one read-only transaction, the room's snapshot, its
+// presence when wantAgents, and the reader's unread counts when wantMsgs
+// or an action's gate reads messages.
+func (s *Service) readRoom(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool) (*roomRead, error) {
+	if out, ok, err := s.readRoomCached(ctx, p, roomID, wantMsgs, wantAgents); ok || err != nil {
+		return out, err
+	}
+	out := &roomRead{}
+	err := s.db.ReadTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var seq, count int64
+		var born time.Time
+		if err := tx.QueryRow(ctx, `SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID).Scan(&seq, &count, &born); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+			}
+			return err
+		}
+		var err error
+		if out.snap, err = s.loadSnapshot(ctx, tx, roomID, cacheKey(roomID, born), seq, count); err != nil {
+			return err
+		}
+		if err := out.snap.loadUsage(ctx, tx); err != nil {
+			return err
+		}
+		out.msgs = msgCounts{Count: count}
+		out.counted = wantMsgs || out.snap.actionsUseMessages(s)
+		agents := out.agents
+		switch {
+		case wantAgents:
+			if out.agents, err = loadPresence(ctx, tx, roomID); err != nil {
+				return err
+			}
+			s.marks.Overlay(roomID, presenceRows(out.agents))
+			agents = out.agents
+		case out.counted && p != nil && p.Kind == KindAgent:
+			// The counts need only the reader's own last read.
+			a := presence{ID: p.AgentID}
+			if err := tx.QueryRow(ctx, `SELECT last_seen_seq FROM agents WHERE room_id = $1 AND id = $2`, roomID, p.AgentID).Scan(&a.LastSeenSeq); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			agents = []presence{a}
+			s.marks.Overlay(roomID, presenceRows(agents))
+		}
+		if out.counted {
+			if out.msgs, err = countMessages(ctx, tx, roomID, p, agents, count, seq); err != nil {
+				return err
+			}
+		}
+		out.msgs.hidden, err = s.hiddenMessages(ctx, tx, out.snap, count)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readRoomCached is readRoom for a room whose snapshot this process holds
+// at the room's current seq (an unchanged room, the common case: agents
+// read far more often than anyone writes): the seq, the presence and the
+// reader's last read in one statement, one round trip. ok is false when
+// the snapshot is not cached, and the caller reads the room the long way.
+func (s *Service) readRoomCached(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool) (*roomRead, bool, error) {
+	agent := p != nil && p.Kind == KindAgent
+	own := !wantAgents && agent && wantMsgs
+	if !wantAgents && !own {
+		// Nothing of the reader's own in the transaction: the readers of
+		// the room at this moment (the waits one commit woke) share it.
+		h, err := s.waitq.Head(ctx, roomID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		return s.readRoomCachedAt(ctx, p, roomID, wantMsgs, false, h.Seq, h.Count, h.Born, nil)
+	}
+	// One statement is one snapshot: the seq and the rows agree without a
+	// transaction around them (BEGIN and COMMIT were half the statements
+	// of every agent's read of an unchanged room). Presence is read once
+	// for the readers of the room at this moment (presenceread.go).
+	var seq, count int64
+	var born time.Time
+	var agents []presence
+	var err error
+	if wantAgents {
+		var h roomPresence
+		h, err = s.readPresence(ctx, roomID)
+		seq, count, born, agents = h.seq, h.count, h.born, h.agents
+	} else {
+		var last *int64
+		err = s.db.QueryRow(ctx, sqlRoomOwnRead, roomID, p.AgentID).Scan(&seq, &count, &born, &last)
+		a := presence{ID: p.AgentID}
+		if last != nil {
+			a.LastSeenSeq = *last
+		}
+		agents = []presence{a}
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, errs.New(errs.RoomNotFound, "room %q does not exist", roomID)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return s.readRoomCachedAt(ctx, p, roomID, wantMsgs, wantAgents, seq, count, born, agents)
+}
+
+// readRoomCachedAt is the rest of readRoomCached once the room's seq (and
+// the reader's presence rows, if any) are read.
+func (s *Service) readRoomCachedAt(ctx context.Context, p *Principal, roomID string, wantMsgs, wantAgents bool, seq, count int64, born time.Time, agents []presence) (*roomRead, bool, error) {
+	agent := p != nil && p.Kind == KindAgent
+	var err error
+	snap := s.snaps.get(cacheKey(roomID, born), seq)
+	if snap == nil || !snap.readReady(count) {
+		// A snapshot advanced by a mutation (or a message count the
+		// janitor changed) has no usage or hidden-message list yet: both
+		// must be read in the transaction that read the seq, so the
+		// long way reads them once and later reads come back here.
+		return nil, false, nil
+	}
+	s.marks.Overlay(roomID, presenceRows(agents))
+	out := &roomRead{snap: snap, msgs: msgCounts{Count: count, hidden: snap.hiddenAt(count)}, counted: wantMsgs || snap.actionsUseMessages(s)}
+	if wantAgents {
+		out.agents = agents
+	}
+	if out.counted && agent && agents == nil {
+		// An action's gate reads messages: the reader's last read after
+		// all (a mark moves it forward only, so reading it now is safe).
+		a := presence{ID: p.AgentID}
+		if err := s.db.QueryRow(ctx, `SELECT last_seen_seq FROM agents WHERE room_id = $1 AND id = $2`, roomID, p.AgentID).Scan(&a.LastSeenSeq); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, err
+		}
+		agents = []presence{a}
+		s.marks.Overlay(roomID, presenceRows(agents))
+	}
+	if out.counted {
+		// After the transaction, bounded by its seq: messages up to it do
+		// not change, so the counts agree with the snapshot.
+		hidden := out.msgs.hidden
+		if out.msgs, err = countMessages(ctx, s.db, roomID, p, agents, count, seq); err != nil {
+			return nil, false, err
+		}
+		out.msgs.hidden = hidden
+	}
+	return out, true, nil
+}
+
+// markRead records an agent's read: the seq it saw, one more read, the
+// newest message it was shown. The marks are advice (unread counts,
+// salience), so the write does not wait for the disk: losing the last
+// few to a crash costs nothing a later read does not repair. It is
+// queued for the background writer (internal/readmarks), off the request path;
+// only once the service is closing does the read write it itself.
+func (s *Service) markRead(ctx context.Context, roomID string, rc *roomCtx) error {
+	if s.marks.Add(roomID, rc.self, readmarks.Mark{Seq: rc.snap.seq, UpTo: rc.readUpTo, Reads: 1}) {
+		return nil
+	}
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit TO off")
+	b.Queue(sqlMarkRead, roomID, rc.self, rc.snap.seq, rc.readUpTo)
+	b.Queue("COMMIT")
+	return s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
+		return conn.SendBatch(ctx, &b).Close()
+	})
+}
+
+// loadLog returns the newest n live entries of a log scope the reader
+// sees (entry gates applied, as shown), oldest first, as key → value.
+func (s *Service) loadLog(ctx context.Context, q querier, rc *roomCtx, roomID, scope string, n int, upTo int64) (map[string]any, error) {
+	rows, err := q.Query(ctx, sqlLogPage, roomID, scope, n, upTo)
+	if err != nil {
+		return nil, err
+	}
+	type logRow struct {
+		key, writer  string
+		via, enabled *string
+		value        json.RawMessage
+	}
+	var read []logRow
+	for rows.Next() {
+		var r logRow
+		if err := rows.Scan(&r.key, &r.value, &r.writer, &r.via, &r.enabled); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		read = append(read, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// Gates are evaluated once the rows are read (never holding a
+	// connection while expressions run).
+	shown := s.logGate(ctx, rc)
+	out := map[string]any{}
+	for _, r := range read {
+		if !shown(r.enabled) {
+			continue
+		}
+		if scope == ScopeMessages {
+			// As in the messages section: the sender is the recorded
+			// writer, never a "from" in the value.
+			m := map[string]any{}
+			if json.Unmarshal(r.value, &m) != nil {
+				m = map[string]any{"body": r.value}
+			}
+			m["from"] = r.writer
+			delete(m, "via")
+			if r.via != nil && strings.HasPrefix(*r.via, "action:") {
+				m["via"] = *r.via
+			}
+			sayInvocationOnce(m)
+			out[r.key] = m
+			continue
+		}
+		out[r.key] = r.value
+	}
+	return out, nil
+}
+
+// logGate decides, for one read, whether the reader sees a log entry
+// (a message) with an `enabled` expression (nil: ungated), as GET /state's
+// log pages do (applyEntryGates): evaluated with the reader's state, self,
+// now and agents, against the read's gate budget, failing closed past it.
+// A gated message is absent wherever the reader could read it.
+func (s *Service) logGate(ctx context.Context, rc *roomCtx) func(enabled *string) bool {
+	var vars *expr.Vars
+	return func(enabled *string) bool {
+		if enabled == nil || rc.p == nil {
+			return true
+		}
+		b, limit := rc.budget(), uint64(s.lim.EnabledCostPerRead)
+		if b.spent >= limit {
+			b.cut++
+			return false
+		}
+		if vars == nil {
+			vars = &expr.Vars{State: rc.state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+		}
+		g, _ := s.evalGate(ctx, *enabled, vars)
+		b.spent += g.cost
+		return g.on
+	}
+}
