@@ -16,7 +16,8 @@ const (
 	NotEmbodied    = errs.NotEmbodied
 )
 
-// Caller is who a verified access token says is calling.
+// Caller is who a verified access token says is calling, translated from
+// the token once at the MCP edge; a Session carries it as it is.
 type Caller struct {
 	GrantID, UserID, Username, ClientID, ClientName string
 	Scopes                                          []string
@@ -25,9 +26,11 @@ type Caller struct {
 // Session is the persisted state of one MCP connection (one OAuth grant):
 // everything a stateless tool call needs, in smcp_user_sessions.
 type Session struct {
-	GrantID, UserID, Username, ClientID, ClientName string
-	RoomID, AgentID                                 string // "" when none
-	Scope                                           Scope
+	// Caller is the token's identity (its Scopes are the token's; Scope
+	// below is the session's own, persisted one).
+	Caller
+	RoomID, AgentID string // "" when none
+	Scope           Scope
 	// roles are the user's roles by room, read with the session row so a
 	// call needs no further query to know its access.
 	roles map[string]string
@@ -116,7 +119,7 @@ func resolveQuery(with string) string {
 }
 
 func (l *Lobby) resolve(ctx context.Context, c Caller, query string) (*Session, error) {
-	s := &Session{GrantID: c.GrantID, UserID: c.UserID, Username: c.Username, ClientID: c.ClientID, ClientName: c.ClientName}
+	s := &Session{Caller: c}
 	var room, agent *string
 	var scope string
 	var fresh []string
@@ -157,7 +160,7 @@ func (l *Lobby) save(ctx context.Context, s *Session) error {
 // they are now. A session whose grant was revoked (and its row purged) is
 // errs.Unauthorized.
 func (l *Lobby) reload(ctx context.Context, s *Session) (*Session, error) {
-	n := &Session{GrantID: s.GrantID, UserID: s.UserID, Username: s.Username, ClientID: s.ClientID, ClientName: s.ClientName}
+	n := &Session{Caller: s.Caller}
 	var room, agent *string
 	var scope string
 	var fresh []string

@@ -119,7 +119,9 @@ func Handler(opt Options) http.Handler {
 		if ti == nil {
 			return nil, sdkauth.ErrInvalidToken
 		}
-		return &sdkauth.TokenInfo{Scopes: ti.Scopes, Expiration: ti.Expiry, UserID: ti.UserID, Extra: map[string]any{tokenExtra: ti}}, nil
+		// The SDK wants its own TokenInfo; the tools read only the Caller
+		// carried in it, translated here once.
+		return &sdkauth.TokenInfo{Scopes: ti.Scopes, Expiration: ti.Expiry, UserID: ti.UserID, Extra: map[string]any{tokenExtra: callerOf(ti)}}, nil
 	}, &sdkauth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	if opt.HTTP == nil {
 		opt.HTTP = httpmw.New(httpmw.Options{Logger: opt.Logger})
@@ -151,7 +153,17 @@ func checkHost(opt *Options, next http.Handler) http.Handler {
 	})
 }
 
-const tokenExtra = "sync.token"
+// tokenExtra is the key of the caller (a lobby.Caller) in the SDK's
+// TokenInfo.Extra.
+const tokenExtra = "sync.caller"
+
+// callerOf is the one translation of a verified token into the lobby's
+// caller: everything past the MCP edge (the session, the principal) reads
+// the caller's identity from it and never from the token.
+func callerOf(ti *oauth.TokenInfo) lobby.Caller {
+	return lobby.Caller{GrantID: ti.GrantID, UserID: ti.UserID, Username: ti.Username,
+		ClientID: ti.ClientID, ClientName: ti.ClientName, Scopes: ti.Scopes}
+}
 
 // levelFilter drops records below a level.
 type levelFilter struct {
@@ -205,15 +217,15 @@ var checkResult func(*sdk.Tool, *sdk.CallToolResult)
 
 // runTool resolves the caller's session and runs the tool.
 func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest) (any, *lobby.Session, error) {
-	var ti *oauth.TokenInfo
+	var who lobby.Caller
+	var ok bool
 	if req.Extra != nil && req.Extra.TokenInfo != nil {
-		ti, _ = req.Extra.TokenInfo.Extra[tokenExtra].(*oauth.TokenInfo)
+		who, ok = req.Extra.TokenInfo.Extra[tokenExtra].(lobby.Caller)
 	}
-	if ti == nil { // RequireBearer guarantees one; never act without it
+	if !ok { // RequireBearer guarantees one; never act without it
 		return nil, nil, errs.New(errs.Unauthorized, "no verified token").WithHint("reconnect the integration")
 	}
-	sess, err := opt.Lobby.Resolve(ctx, lobby.Caller{GrantID: ti.GrantID, UserID: ti.UserID, Username: ti.Username,
-		ClientID: ti.ClientID, ClientName: ti.ClientName, Scopes: ti.Scopes})
+	sess, err := opt.Lobby.Resolve(ctx, who)
 	if err != nil {
 		opt.Logger.Error("resolve MCP session", "err", err)
 		return nil, nil, err

@@ -163,36 +163,69 @@ func Build(ctx context.Context, svc *substrate.Service, lob *lobby.Lobby, opt Op
 	}
 	admin := substrate.RoomPrincipal(opt.Room)
 
+	agents, modelAgent, err := buildAgents(ctx, svc, lob, opt, out, admin)
+	if err != nil {
+		return nil, err
+	}
+	if err := buildState(ctx, svc, opt, admin, agents); err != nil {
+		return nil, err
+	}
+	if err := b.invocations(opt, agents); err != nil {
+		return nil, err
+	}
+	if err := b.messages(opt, out, agents, modelAgent); err != nil {
+		return nil, err
+	}
+	if err := b.trees(svc, opt, admin, agents); err != nil {
+		return nil, err
+	}
+	for id, p := range agents {
+		if _, err := svc.Heartbeat(ctx, p, opt.Room, p.AgentID, "active"); err != nil {
+			return nil, fmt.Errorf("heartbeat %s: %w", id, err)
+		}
+	}
+	return out, nil
+}
+
+// buildAgents joins the token agents and the room's model, and makes the
+// people's own agents and the owner's model agent; modelAgent is that
+// one's id.
+func buildAgents(ctx context.Context, svc *substrate.Service, lob *lobby.Lobby, opt Options, out *Room, admin *substrate.Principal) (agents map[string]*substrate.Principal, modelAgent string, err error) {
 	// The agents: token agents, the room's model, the people's own.
-	agents := map[string]*substrate.Principal{}
+	agents = map[string]*substrate.Principal{}
 	for _, a := range append(tokenAgents, struct{ id, name, role string }{"claude", "Claude", "model"}) {
 		j, err := svc.Join(ctx, admin, opt.Room, substrate.JoinRequest{ID: a.id, Name: a.name, Role: a.role})
 		if err != nil {
-			return nil, fmt.Errorf("join %s: %w", a.id, err)
+			return nil, "", fmt.Errorf("join %s: %w", a.id, err)
 		}
 		out.Agents[a.id] = j.Token
 		if agents[a.id], err = svc.Authenticate(ctx, j.Token); err != nil {
-			return nil, fmt.Errorf("authenticate %s: %w", a.id, err)
+			return nil, "", fmt.Errorf("authenticate %s: %w", a.id, err)
 		}
 	}
 	for _, person := range []Person{opt.Owner, opt.Member} {
 		p, err := lob.PersonActor(ctx, person.UserID, person.Username, opt.Room)
 		if err != nil {
-			return nil, fmt.Errorf("web agent of %s: %w", person.Username, err)
+			return nil, "", fmt.Errorf("web agent of %s: %w", person.Username, err)
 		}
 		agents[person.Username] = p
 	}
 	// The owner's model agent, as an MCP client embodies it: named for the
 	// person, as the lobby names it.
-	modelAgent := opt.Owner.Username + ":claude-ai"
+	modelAgent = opt.Owner.Username + ":claude-ai"
 	if _, err := svc.Embody(ctx, substrate.EmbodyRequest{Room: opt.Room, Agent: modelAgent, Name: opt.Owner.Username, Role: "mcp-client",
 		Client: "claude-ai", User: opt.Owner.UserID, Grants: []string{"*"}}); err != nil {
-		return nil, fmt.Errorf("embody %s: %w", modelAgent, err)
+		return nil, "", fmt.Errorf("embody %s: %w", modelAgent, err)
 	}
 	if agents[modelAgent], err = svc.EmbodiedPrincipal(ctx, opt.Room, modelAgent, opt.Owner.UserID); err != nil {
-		return nil, fmt.Errorf("principal of %s: %w", modelAgent, err)
+		return nil, "", fmt.Errorf("principal of %s: %w", modelAgent, err)
 	}
+	return agents, modelAgent, nil
+}
 
+// buildState writes the tasks (in one batch) and the agents' progress,
+// and registers the vocabulary.
+func buildState(ctx context.Context, svc *substrate.Service, opt Options, admin *substrate.Principal, agents map[string]*substrate.Principal) error {
 	// The tasks, in one batch.
 	var tasks []any
 	for i := range Tasks - 2 {
@@ -212,25 +245,29 @@ func Build(ctx context.Context, svc *substrate.Service, lob *lobby.Lobby, opt Op
 		{Scope: "_shared", Key: "votes", Value: []byte(`{}`)},
 	}
 	if _, err := svc.WriteState(ctx, admin, opt.Room, writes, true); err != nil {
-		return nil, fmt.Errorf("write tasks: %w", err)
+		return fmt.Errorf("write tasks: %w", err)
 	}
 	for _, a := range tokenAgents {
 		if _, err := svc.WriteState(ctx, agents[a.id], opt.Room, []substrate.Write{{Scope: a.id, Key: "progress", Value: mustJSON("working as " + a.role)}}, false); err != nil {
-			return nil, fmt.Errorf("write %s's progress: %w", a.id, err)
+			return fmt.Errorf("write %s's progress: %w", a.id, err)
 		}
 	}
 
 	for _, def := range actionDefs() {
 		if _, err := svc.RegisterAction(ctx, admin, opt.Room, def); err != nil {
-			return nil, fmt.Errorf("register action %s: %w", def.ID, err)
+			return fmt.Errorf("register action %s: %w", def.ID, err)
 		}
 	}
 	for _, def := range viewDefs() {
 		if _, err := svc.RegisterView(ctx, admin, opt.Room, def); err != nil {
-			return nil, fmt.Errorf("register view %s: %w", def.ID, err)
+			return fmt.Errorf("register view %s: %w", def.ID, err)
 		}
 	}
+	return nil
+}
 
+// invocations are the room's 12 invocations.
+func (b *builder) invocations(opt Options, agents map[string]*substrate.Principal) error {
 	// 12 invocations.
 	invocations := []struct {
 		by, action string
@@ -251,10 +288,14 @@ func Build(ctx context.Context, svc *substrate.Service, lob *lobby.Lobby, opt Op
 	}
 	for _, inv := range invocations {
 		if _, err := b.invoke(agents[inv.by], inv.action, inv.params); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
+// messages are the room's threads and their replies.
+func (b *builder) messages(opt Options, out *Room, agents map[string]*substrate.Principal, modelAgent string) error {
 	// The messages: 8 threads, 313 in all, each thread started by its own
 	// agent and answered in turn by the others.
 	senders := []string{"planner", "builder", "tester", "designer", "writer", "ops", "claude", opt.Owner.Username, opt.Member.Username, modelAgent}
@@ -262,10 +303,10 @@ func Build(ctx context.Context, svc *substrate.Service, lob *lobby.Lobby, opt Op
 		from := senders[i%len(senders)]
 		res, err := b.invoke(agents[from], "_send_message", map[string]any{"subject": subject, "body": fmt.Sprintf("Starting a thread on %s.", strings.ToLower(subject))})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(res.Writes) != 1 || res.Writes[0].SortKey == nil {
-			return nil, fmt.Errorf("the message starting %q has no seq", subject)
+			return fmt.Errorf("the message starting %q has no seq", subject)
 		}
 		out.Threads[subject] = *res.Writes[0].SortKey
 	}
@@ -284,20 +325,25 @@ func Build(ctx context.Context, svc *substrate.Service, lob *lobby.Lobby, opt Op
 			params["ack"] = true
 		}
 		if _, err := b.invoke(agents[from], "_send_message", params); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
 
+// trees are the loom's two trees, written in turn by the owner, the
+// member and the model.
+func (b *builder) trees(svc *substrate.Service, opt Options, admin *substrate.Principal, agents map[string]*substrate.Principal) error {
 	// The loom: the owner plants both trees and gives the model and the
 	// member the right to write; then the three write in turn.
 	lm := loom.Of(svc)
 	owner, member, model := agents[opt.Owner.Username], agents[opt.Member.Username], agents["claude"]
 	if err := b.loom(lm, admin, fmt.Sprintf("→ permit claude loom_aware loom_write loom_generate doc_read\n→ permit %s loom_aware loom_write doc_read doc_write", member.AgentID)); err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.loom(lm, owner, `→ new tree "checkout-launch" "The checkout launch began on a Monday, with the payment provider still unsigned."`+"\n"+
 		`→ new tree "retro" "What went well, and what we would change next time."`); err != nil {
-		return nil, err
+		return err
 	}
 	writers := []*substrate.Principal{owner, member, model}
 	// Tree 1: 49 nodes past its root, as a main line with side branches
@@ -312,17 +358,11 @@ func Build(ctx context.Context, svc *substrate.Service, lob *lobby.Lobby, opt Op
 			w := writers[i%len(writers)]
 			text := loomText(t.tree, node, w == model)
 			if err := b.loom(lm, w, fmt.Sprintf("→ add tree:%d from:%d %q\n→ yield", t.tree, parent, text)); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-
-	for id, p := range agents {
-		if _, err := svc.Heartbeat(ctx, p, opt.Room, p.AgentID, "active"); err != nil {
-			return nil, fmt.Errorf("heartbeat %s: %w", id, err)
-		}
-	}
-	return out, nil
+	return nil
 }
 
 type builder struct {

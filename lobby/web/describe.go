@@ -125,74 +125,7 @@ func describe(a substrate.Activity, w *roomWords) sentence {
 			ordinary = append(ordinary, k)
 		}
 	}
-	refused := a.OK != nil && !*a.OK
-	switch a.Kind {
-	case "invoke":
-		switch a.Action {
-		case "_send_message":
-			s.What = "sent a message" + w.inThread(system)
-			if refused {
-				s.What = "tried to send a message"
-			}
-		case "_ack":
-			s.What = "acknowledged " + w.ackedMessage(a.By, system)
-			if refused {
-				s.What = "tried to acknowledge a message"
-			}
-		case "_state_write", "":
-			s.What = "wrote"
-		case "_register_action", "_register_view", "_delete_action", "_delete_view":
-			s.What = map[string]string{"_register_action": "registered an action", "_register_view": "registered a view",
-				"_delete_action": "removed an action", "_delete_view": "removed a view"}[a.Action]
-			if refused {
-				s.What = "tried to change the room’s actions or views"
-			}
-		default:
-			s.What = "invoked " + a.Action
-			if refused {
-				s.What = "tried " + a.Action
-			}
-		}
-		if refused {
-			if a.Error != "" {
-				s.What += " (refused: " + strings.ReplaceAll(a.Error, "_", " ") + ")"
-			} else {
-				s.What += " (refused)"
-			}
-		}
-	case "state_write":
-		s.What = "wrote"
-	case "loom":
-		s.What = w.loomDid(a.Command, system)
-	case "agent_join", "agent_update", "agent_embody":
-		whom := a.Agent
-		switch {
-		case a.Kind == "agent_join" && (whom == "" || whom == a.By):
-			s.What = "joined"
-		case a.Kind == "agent_join":
-			s.What = "added " + w.who(whom)
-		case a.Kind == "agent_embody" && (whom == "" || whom == a.By):
-			s.What = "joined through a client"
-		case whom == "" || whom == a.By:
-			s.What = "updated their agent"
-		default:
-			s.What = "updated " + w.who(whom)
-		}
-	case "register_action":
-		s.What = "registered an action" + named(a.Action)
-	case "register_view":
-		s.What = "registered a view"
-	case "delete_action":
-		s.What = "removed an action"
-	case "delete_view":
-		s.What = "removed a view"
-	case "room_create":
-		s.What = "created the room"
-	case "token_rotate":
-		s.What = "replaced a token"
-	default:
-		s.What = strings.ReplaceAll(a.Kind, "_", " ")
-	}
+	s.What = w.did(a, system)
 	if s.What == "wrote" && len(ordinary) == 0 && len(system) > 0 {
 		s.What = w.systemDid(system)
 	}
@@ -204,6 +137,88 @@ func describe(a substrate.Activity, w *roomWords) sentence {
 		s.Keys = append(s.Keys, k.Scope+"."+k.Key)
 	}
 	return s
+}
+
+// did is the phrase for what an audit entry did, by its kind.
+func (w *roomWords) did(a substrate.Activity, system []substrate.ScopeKey) string {
+	switch a.Kind {
+	case "invoke":
+		return w.invoked(a, system)
+	case "state_write":
+		return "wrote"
+	case "loom":
+		return w.loomDid(a.Command, system)
+	case "agent_join", "agent_update", "agent_embody":
+		return w.agentDid(a)
+	case "register_action":
+		return "registered an action" + named(a.Action)
+	case "register_view":
+		return "registered a view"
+	case "delete_action":
+		return "removed an action"
+	case "delete_view":
+		return "removed a view"
+	case "room_create":
+		return "created the room"
+	case "token_rotate":
+		return "replaced a token"
+	}
+	return strings.ReplaceAll(a.Kind, "_", " ")
+}
+
+// invoked is the phrase for an invocation, refused or not.
+func (w *roomWords) invoked(a substrate.Activity, system []substrate.ScopeKey) string {
+	refused := a.OK != nil && !*a.OK
+	var what string
+	switch a.Action {
+	case "_send_message":
+		what = "sent a message" + w.inThread(system)
+		if refused {
+			what = "tried to send a message"
+		}
+	case "_ack":
+		what = "acknowledged " + w.ackedMessage(a.By, system)
+		if refused {
+			what = "tried to acknowledge a message"
+		}
+	case "_state_write", "":
+		what = "wrote"
+	case "_register_action", "_register_view", "_delete_action", "_delete_view":
+		what = map[string]string{"_register_action": "registered an action", "_register_view": "registered a view",
+			"_delete_action": "removed an action", "_delete_view": "removed a view"}[a.Action]
+		if refused {
+			what = "tried to change the room’s actions or views"
+		}
+	default:
+		what = "invoked " + a.Action
+		if refused {
+			what = "tried " + a.Action
+		}
+	}
+	if refused {
+		if a.Error != "" {
+			what += " (refused: " + strings.ReplaceAll(a.Error, "_", " ") + ")"
+		} else {
+			what += " (refused)"
+		}
+	}
+	return what
+}
+
+// agentDid is the phrase for an agent joining, being added or updated.
+func (w *roomWords) agentDid(a substrate.Activity) string {
+	whom := a.Agent
+	switch {
+	case a.Kind == "agent_join" && (whom == "" || whom == a.By):
+		return "joined"
+	case a.Kind == "agent_join":
+		return "added " + w.who(whom)
+	case a.Kind == "agent_embody" && (whom == "" || whom == a.By):
+		return "joined through a client"
+	case whom == "" || whom == a.By:
+		return "updated their agent"
+	}
+	return "updated " + w.who(whom)
 }
 
 func named(id string) string {
@@ -277,98 +292,135 @@ func (w *roomWords) systemDid(keys []substrate.ScopeKey) string {
 // loomDid says what a loom command did, from the verb and the keys it
 // moved: the tree by name, the nodes by number.
 func (w *roomWords) loomDid(verb string, keys []substrate.ScopeKey) string {
-	var tree int64 = -1
-	var made, parent, about int64 // a node written, its parent, a node annotated or linked
-	var doc string
+	m := w.loomMoved(keys)
+	if m.tree >= 0 {
+		m.in = " in " + w.tree(m.tree)
+	}
+	if did, ok := m.nodeDid(verb); ok {
+		return did
+	}
+	return w.loomOtherDid(verb, m)
+}
+
+// loomMoves is what a loom command's keys say it moved.
+type loomMoves struct {
+	tree                int64  // -1 when none
+	made, parent, about int64  // a node written, its parent, a node annotated or linked
+	doc                 string // a document written
+	in                  string // " in <tree>", "" without a tree
+}
+
+// loomMoved reads the tree, the nodes and the document a command's keys
+// name.
+func (w *roomWords) loomMoved(keys []substrate.ScopeKey) loomMoves {
+	m := loomMoves{tree: -1}
 	for _, k := range keys {
 		rest, isTree := strings.CutPrefix(k.Scope, "_loom.")
 		if id, err := strconv.ParseInt(rest, 10, 64); isTree && err == nil {
-			tree = id
-			f := strings.Split(k.Key, ":")
-			num := func(i int) int64 {
-				if i >= len(f) {
-					return 0
-				}
-				n, _ := strconv.ParseInt(f[i], 10, 64)
-				return n
-			}
-			switch f[0] {
-			case "n":
-				made = max(made, num(1))
-			case "c":
-				parent = num(1)
-			case "a", "l":
-				about = num(1)
-			}
+			m.tree = id
+			m.nodeKey(k.Key)
 			continue
 		}
 		switch {
 		case k.Scope == "_loom" && strings.HasPrefix(k.Key, "gen:"):
 			if g, ok := w.gens[strings.TrimPrefix(k.Key, "gen:")]; ok {
-				tree, parent = g[0], g[1]
+				m.tree, m.parent = g[0], g[1]
 			}
-		case k.Scope == "_loom" && strings.HasPrefix(k.Key, "tree:") && tree < 0:
-			tree, _ = strconv.ParseInt(strings.TrimPrefix(k.Key, "tree:"), 10, 64)
-		case k.Scope == "_loom.live" && tree < 0:
+		case k.Scope == "_loom" && strings.HasPrefix(k.Key, "tree:") && m.tree < 0:
+			m.tree, _ = strconv.ParseInt(strings.TrimPrefix(k.Key, "tree:"), 10, 64)
+		case k.Scope == "_loom.live" && m.tree < 0:
 			// at:<tree>:<actor>, lease:<tree>:<branch>, bm:<tree>:<label>
 			if f := strings.SplitN(k.Key, ":", 3); len(f) >= 2 {
 				if id, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-					tree = id
+					m.tree = id
 				}
 			}
 		case k.Scope == "_loom.doc":
-			doc = strings.TrimPrefix(k.Key, "d:")
+			m.doc = strings.TrimPrefix(k.Key, "d:")
 		}
 	}
-	in := ""
-	if tree >= 0 {
-		in = " in " + w.tree(tree)
+	return m
+}
+
+// nodeKey reads one key of a tree's scope: a node, a child, an
+// annotation or a link.
+func (m *loomMoves) nodeKey(key string) {
+	f := strings.Split(key, ":")
+	num := func(i int) int64 {
+		if i >= len(f) {
+			return 0
+		}
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return n
 	}
-	node := func(n int64) string { return "node " + strconv.FormatInt(n, 10) }
+	switch f[0] {
+	case "n":
+		m.made = max(m.made, num(1))
+	case "c":
+		m.parent = num(1)
+	case "a", "l":
+		m.about = num(1)
+	}
+}
+
+func loomNode(n int64) string { return "node " + strconv.FormatInt(n, 10) }
+
+// nodeDid says what a command that writes nodes did; false for another
+// verb.
+func (m loomMoves) nodeDid(verb string) (string, bool) {
+	in, made, parent := m.in, m.made, m.parent
 	switch verb {
 	case "continue", "generated":
 		switch {
 		case made > 0 && parent > 0:
-			return "continued " + node(parent) + in
+			return "continued " + loomNode(parent) + in, true
 		case parent > 0:
 			// Queued for a generator (→ fulfil answers it), while the
 			// request lasts: its record names the node.
-			return "asked for a continuation of " + node(parent) + in
+			return "asked for a continuation of " + loomNode(parent) + in, true
 		}
-		return "asked for a continuation" + in
+		return "asked for a continuation" + in, true
 	case "fulfil":
 		if parent > 0 {
-			return "wrote the continuation of " + node(parent) + in
+			return "wrote the continuation of " + loomNode(parent) + in, true
 		}
-		return "answered a continuation request" + in
+		return "answered a continuation request" + in, true
 	case "generating":
-		return "started a continuation" + in
+		return "started a continuation" + in, true
 	case "add", "edit", "branch":
 		did := map[string]string{"add": "added", "edit": "rewrote", "branch": "branched from"}[verb]
 		switch {
 		case verb == "edit" && parent > 0:
-			return "rewrote a child of " + node(parent) + in
+			return "rewrote a child of " + loomNode(parent) + in, true
 		case verb == "branch" && parent > 0:
-			return "branched from " + node(parent) + in
+			return "branched from " + loomNode(parent) + in, true
 		case made > 0 && parent > 0:
-			return did + " " + node(made) + " after " + node(parent) + in
+			return did + " " + loomNode(made) + " after " + loomNode(parent) + in, true
 		case made > 0:
-			return did + " " + node(made) + in
+			return did + " " + loomNode(made) + in, true
 		}
-		return map[string]string{"add": "added a node", "edit": "rewrote a node", "branch": "branched"}[verb] + in
+		return map[string]string{"add": "added a node", "edit": "rewrote a node", "branch": "branched"}[verb] + in, true
+	}
+	return "", false
+}
+
+// loomOtherDid says what any other loom command did.
+func (w *roomWords) loomOtherDid(verb string, m loomMoves) string {
+	in := m.in
+	switch verb {
 	case "new":
-		if tree >= 0 {
-			return "started the tree " + w.tree(tree)
+		if m.tree >= 0 {
+			return "started the tree " + w.tree(m.tree)
 		}
 		return "started a tree"
 	case "annotate":
-		if about > 0 {
-			return "annotated " + node(about) + in
+		if m.about > 0 {
+			return "annotated " + loomNode(m.about) + in
 		}
 		return "annotated a node" + in
 	case "link":
-		if about > 0 {
-			return "linked " + node(about) + in
+		if m.about > 0 {
+			return "linked " + loomNode(m.about) + in
 		}
 		return "linked a node" + in
 	case "bookmark":
@@ -378,8 +430,8 @@ func (w *roomWords) loomDid(verb string, keys []substrate.ScopeKey) string {
 	case "yield":
 		return "gave up the turn" + in
 	case "write":
-		if doc != "" {
-			return "wrote the document “" + doc + "”"
+		if m.doc != "" {
+			return "wrote the document “" + m.doc + "”"
 		}
 		return "wrote a document"
 	case "permit", "deny":

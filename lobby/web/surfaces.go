@@ -177,105 +177,133 @@ func surfacesOf(views []substrate.ViewInfo, actions []actionRow, state map[strin
 		if m, ok := v.Value.(map[string]any); ok && m["_error"] != nil {
 			s.Type, s.Error = "error", fmt.Sprint(m["_error"])
 		}
-		maxRows := h.MaxRows
-		if maxRows <= 0 || maxRows > 500 {
-			maxRows = tablePageSize
-		}
-		switch s.Type {
-		case "metric", "section", "error":
-		case "markdown":
-			text, _ := v.Value.(string)
-			var buf bytes.Buffer
-			// goldmark leaves raw HTML out and drops links to dangerous
-			// schemes (javascript:, …) unless told otherwise: the text
-			// is the registrar's, the page the reader's.
-			if markdown.Convert([]byte(text), &buf) == nil {
-				s.HTML = template.HTML(buf.String())
-			}
-		case "board", "kanban":
-			s.Type = "board"
-			rows, _ := v.Value.([]any)
-			s.Lanes = boardOf(rows, h, boardRows(h.MaxRows))
-		case "table", "array-table", "view-table":
-			s.Type = "table"
-			rows, _ := v.Value.([]any)
-			if h.GroupBy != "" {
-				s.Type, s.Lanes = "board", boardOf(rows, h, boardRows(h.MaxRows))
-				break
-			}
-			s.Columns = h.Columns
-			if len(s.Columns) == 0 {
-				s.Columns = columnsOf(rows)
-			}
-			s.PageSize = maxRows
-			for _, r := range rows {
-				m, _ := r.(map[string]any)
-				row := make([]any, len(s.Columns))
-				for j, c := range s.Columns {
-					if m != nil {
-						row[j] = m[c.Key]
-					} else if j == 0 {
-						row[j] = r
-					}
-				}
-				s.all = append(s.all, row)
-			}
-			// The first page, unfiltered, for pages drawn without a
-			// reader's query (a refusal's page, the past): pageTables
-			// replaces it with the page asked for.
-			s.Rows, s.Table = pageOf(&s, nil)
-		case "feed":
-			items, _ := v.Value.([]any)
-			if len(items) > maxRows {
-				items = items[len(items)-maxRows:]
-			}
-			s.Items = items
-		case "action-bar":
-			for _, id := range h.Actions {
-				if a, ok := byID[id]; ok {
-					s.Actions = append(s.Actions, a)
-				}
-			}
-		case "action-form":
-			if a, ok := byID[h.Action]; ok {
-				s.Actions = []actionRow{a}
-				for param, viewID := range h.Options {
-					val, ok := viewByID[viewID]
-					if _, declared := a.Params[param]; !ok || !declared {
-						continue
-					}
-					if opts := optionsOf(val); len(opts) > 0 {
-						if s.ParamOptions == nil {
-							s.ParamOptions = map[string][]option{}
-						}
-						s.ParamOptions[param] = opts
-					}
-				}
-			}
-		case "choice", "action-choice":
-			s.Type, s.Param = "choice", h.Param
-			if a, ok := byID[h.Action]; ok && h.Param != "" {
-				s.Actions = []actionRow{a}
-				s.Options, _ = v.Value.([]any)
-			}
-		case "watch":
-			for _, path := range h.Keys {
-				scope, key, _ := strings.Cut(path, ".")
-				w := watched{Path: path}
-				// A scope's entries come as the envelope holds them
-				// (stored JSON passed through): read them as JSON.
-				var m map[string]any
-				if raw, err := json.Marshal(state[scope]); err == nil && json.Unmarshal(raw, &m) == nil {
-					w.Value, w.Found = m[key]
-				}
-				s.Watched = append(s.Watched, w)
-			}
-		default:
-			s.Type = "json"
-		}
+		fillSurface(&s, h, v.Value, byID, viewByID, state)
 		all = append(all, s)
 	}
-	// A group sits where its first-declared surface would.
+	return groupSurfaces(all)
+}
+
+// fillSurface draws the view's value as its hint's type says.
+func fillSurface(s *surface, h renderHint, value any, byID map[string]actionRow, viewByID, state map[string]any) {
+	maxRows := h.MaxRows
+	if maxRows <= 0 || maxRows > 500 {
+		maxRows = tablePageSize
+	}
+	switch s.Type {
+	case "metric", "section", "error":
+	case "markdown":
+		text, _ := value.(string)
+		var buf bytes.Buffer
+		// goldmark leaves raw HTML out and drops links to dangerous
+		// schemes (javascript:, …) unless told otherwise: the text
+		// is the registrar's, the page the reader's.
+		if markdown.Convert([]byte(text), &buf) == nil {
+			s.HTML = template.HTML(buf.String())
+		}
+	case "board", "kanban":
+		s.Type = "board"
+		rows, _ := value.([]any)
+		s.Lanes = boardOf(rows, h, boardRows(h.MaxRows))
+	case "table", "array-table", "view-table":
+		fillTable(s, h, value, maxRows)
+	case "feed":
+		items, _ := value.([]any)
+		if len(items) > maxRows {
+			items = items[len(items)-maxRows:]
+		}
+		s.Items = items
+	case "action-bar":
+		for _, id := range h.Actions {
+			if a, ok := byID[id]; ok {
+				s.Actions = append(s.Actions, a)
+			}
+		}
+	case "action-form":
+		fillForm(s, h, byID, viewByID)
+	case "choice", "action-choice":
+		s.Type, s.Param = "choice", h.Param
+		if a, ok := byID[h.Action]; ok && h.Param != "" {
+			s.Actions = []actionRow{a}
+			s.Options, _ = value.([]any)
+		}
+	case "watch":
+		fillWatch(s, h, state)
+	default:
+		s.Type = "json"
+	}
+}
+
+// fillTable draws a table (a board when grouped), its first page.
+func fillTable(s *surface, h renderHint, value any, maxRows int) {
+	s.Type = "table"
+	rows, _ := value.([]any)
+	if h.GroupBy != "" {
+		s.Type, s.Lanes = "board", boardOf(rows, h, boardRows(h.MaxRows))
+		return
+	}
+	s.Columns = h.Columns
+	if len(s.Columns) == 0 {
+		s.Columns = columnsOf(rows)
+	}
+	s.PageSize = maxRows
+	for _, r := range rows {
+		m, _ := r.(map[string]any)
+		row := make([]any, len(s.Columns))
+		for j, c := range s.Columns {
+			if m != nil {
+				row[j] = m[c.Key]
+			} else if j == 0 {
+				row[j] = r
+			}
+		}
+		s.all = append(s.all, row)
+	}
+	// The first page, unfiltered, for pages drawn without a
+	// reader's query (a refusal's page, the past): pageTables
+	// replaces it with the page asked for.
+	s.Rows, s.Table = pageOf(s, nil)
+}
+
+// fillForm draws an action's form, with the options its hint takes from
+// views the reader reads.
+func fillForm(s *surface, h renderHint, byID map[string]actionRow, viewByID map[string]any) {
+	a, ok := byID[h.Action]
+	if !ok {
+		return
+	}
+	s.Actions = []actionRow{a}
+	for param, viewID := range h.Options {
+		val, ok := viewByID[viewID]
+		if _, declared := a.Params[param]; !ok || !declared {
+			continue
+		}
+		if opts := optionsOf(val); len(opts) > 0 {
+			if s.ParamOptions == nil {
+				s.ParamOptions = map[string][]option{}
+			}
+			s.ParamOptions[param] = opts
+		}
+	}
+}
+
+// fillWatch draws the state keys a watch names.
+func fillWatch(s *surface, h renderHint, state map[string]any) {
+	for _, path := range h.Keys {
+		scope, key, _ := strings.Cut(path, ".")
+		w := watched{Path: path}
+		// A scope's entries come as the envelope holds them
+		// (stored JSON passed through): read them as JSON.
+		var m map[string]any
+		if raw, err := json.Marshal(state[scope]); err == nil && json.Unmarshal(raw, &m) == nil {
+			w.Value, w.Found = m[key]
+		}
+		s.Watched = append(s.Watched, w)
+	}
+}
+
+// groupSurfaces orders the surfaces and groups them: a group sits where
+// its first-declared surface would.
+func groupSurfaces(all []surface) []surfaceGroup {
 	first := map[string]float64{}
 	for _, s := range all {
 		if o, ok := first[s.Group]; !ok || s.Order < o {

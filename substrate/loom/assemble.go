@@ -317,19 +317,48 @@ type memItem struct {
 // newest line, then recalled stashes' and pins' content, then whole
 // items) and says what it dropped and how to recall it.
 func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
-	var pins, recalled, trace, turn []memItem
+	var m memBlock
+	var err error
+	if m.pins, err = r.memPins(ps); err != nil {
+		return "", err
+	}
+	if m.recalled, err = r.memRecalled(); err != nil {
+		return "", err
+	}
+	lines, err := r.actionLines(3)
+	if err != nil {
+		return "", err
+	}
+	for _, tl := range lines {
+		m.trace = append(m.trace, memItem{full: "did " + clip(tl.String(), 120, ""), folded: "trace line", recall: "→ memory trace"})
+	}
+	if m.turn, err = r.memTurn(); err != nil {
+		return "", err
+	}
+	m.head = "⟨memory⟩"
+	if len(auto) > 0 {
+		m.head += fmt.Sprintf(" · pinned %s automatically (you named or quoted it; → drop N unpins)", strings.Join(auto, ", "))
+	}
+	m.tokens = r.l.opt.MemoryTokens
+	return m.fit(), nil
+}
+
+// memPins are the memory's pins (the actor's own when ps is nil), with
+// their nodes' text.
+func (r *loomRun) memPins(ps []loomPin) ([]memItem, error) {
 	var err error
 	if ps == nil {
 		if ps, err = r.pins(); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
+	var pins []memItem
 	for _, p := range ps {
 		it := memItem{full: "pin " + p.Ref, folded: "pin " + p.Ref}
 		if p.Tree > 0 {
 			var n Node
 			if ok, err := r.get(treeScope(p.Tree), "n:"+p.Ref, &n); err != nil {
-				return "", err
+				return nil, err
 			} else if ok {
 				it.full = fmt.Sprintf("pin %s: %s", p.Ref, clip(strings.ReplaceAll(n.Content, "\n", " "), 240, "→ view "+p.Ref))
 				it.recall = "→ view " + p.Ref
@@ -337,33 +366,39 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 		}
 		pins = append(pins, it)
 	}
+	return pins, nil
+}
+
+// memRecalled are the stashes the actor recalled, with their text.
+func (r *loomRun) memRecalled() ([]memItem, error) {
 	var rec struct {
 		Labels []string `json:"labels"`
 	}
 	if _, err := r.get(r.p.AgentID, "loom:recalled", &rec); err != nil {
-		return "", err
+		return nil, err
 	}
+	var recalled []memItem
 	for _, lb := range rec.Labels {
 		var s struct {
 			Content string `json:"content"`
 		}
 		if ok, err := r.get(r.p.AgentID, "loom:stash:"+lb, &s); err != nil {
-			return "", err
+			return nil, err
 		} else if ok {
 			recalled = append(recalled, memItem{full: fmt.Sprintf("recalled %q: %s", lb, clip(strings.ReplaceAll(s.Content, "\n", " "), 400, fmt.Sprintf("→ recall %q", lb))),
 				folded: fmt.Sprintf("recalled %q", lb), recall: fmt.Sprintf("→ recall %q", lb)})
 		}
 	}
-	lines, err := r.actionLines(3)
-	if err != nil {
-		return "", err
-	}
-	for _, tl := range lines {
-		trace = append(trace, memItem{full: "did " + clip(tl.String(), 120, ""), folded: "trace line", recall: "→ memory trace"})
-	}
+	return recalled, nil
+}
+
+// memTurn is the actor's turn: the branches it holds, its pending
+// requests, the continuations running.
+func (r *loomRun) memTurn() ([]memItem, error) {
+	var turn []memItem
 	leases, err := r.tx.List(substrate.ListQuery{Scope: scopeLoomLive, Prefix: "lease:"})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for _, kv := range leases {
 		var ls loomLease
@@ -376,7 +411,7 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 	}
 	gens, err := r.tx.List(substrate.ListQuery{Scope: scopeLoom, Prefix: "gen:"})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for _, kv := range gens {
 		var q loomGenRequest
@@ -386,7 +421,7 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 	}
 	running, err := r.generations(0)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for i, g := range running {
 		if i == 3 {
@@ -395,35 +430,46 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 		}
 		turn = append(turn, memItem{full: generatingLine(g, r.actor, r.now)})
 	}
-	head := "⟨memory⟩"
-	if len(auto) > 0 {
-		head += fmt.Sprintf(" · pinned %s automatically (you named or quoted it; → drop N unpins)", strings.Join(auto, ", "))
-	}
-	render := func(pruned []string) string {
-		out := []string{head}
-		for _, group := range [][]memItem{turn, pins, recalled, trace} {
-			for _, it := range group {
-				if it.full != "" {
-					out = append(out, "  "+it.full)
-				}
+	return turn, nil
+}
+
+// memBlock is the memory block's parts, before it is fitted to its budget.
+type memBlock struct {
+	head                        string
+	turn, pins, recalled, trace []memItem
+	tokens                      int // the budget (Options.MemoryTokens)
+}
+
+// render draws the block, with a notice of what was pruned.
+func (m *memBlock) render(pruned []string) string {
+	out := []string{m.head}
+	for _, group := range [][]memItem{m.turn, m.pins, m.recalled, m.trace} {
+		for _, it := range group {
+			if it.full != "" {
+				out = append(out, "  "+it.full)
 			}
 		}
-		if len(out) == 1 {
-			out = append(out, "  (empty: → pin N keeps a node here, → recall \"label\" a stash)")
-		}
-		if len(pruned) > 0 {
-			// The notice itself stays small, or it would take the room
-			// of what it pruned: the first few, then a count.
-			shown := pruned
-			if len(shown) > 3 {
-				shown = append(slices.Clone(pruned[:2]), fmt.Sprintf("%d more (→ memory lists everything)", len(pruned)-2))
-			}
-			out = append(out, "  pruned to fit "+strconv.Itoa(r.l.opt.MemoryTokens)+" tokens: "+strings.Join(shown, "; "))
-		}
-		return strings.Join(out, "\n")
 	}
+	if len(out) == 1 {
+		out = append(out, "  (empty: → pin N keeps a node here, → recall \"label\" a stash)")
+	}
+	if len(pruned) > 0 {
+		// The notice itself stays small, or it would take the room
+		// of what it pruned: the first few, then a count.
+		shown := pruned
+		if len(shown) > 3 {
+			shown = append(slices.Clone(pruned[:2]), fmt.Sprintf("%d more (→ memory lists everything)", len(pruned)-2))
+		}
+		out = append(out, "  pruned to fit "+strconv.Itoa(m.tokens)+" tokens: "+strings.Join(shown, "; "))
+	}
+	return strings.Join(out, "\n")
+}
+
+// fit prunes the block until it fits its budget, and draws it.
+func (m *memBlock) fit() string {
+	trace := m.trace
 	var pruned []string
-	over := func() bool { return tokensOf(render(pruned)) > r.l.opt.MemoryTokens }
+	over := func() bool { return tokensOf(m.render(pruned)) > m.tokens }
 	// 1. The trace: keep the newest line.
 	if over() && len(trace) > 1 {
 		for i := range trace[:len(trace)-1] {
@@ -432,7 +478,7 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 		pruned = append(pruned, fmt.Sprintf("%d older trace lines (→ memory trace)", len(trace)-1))
 	}
 	// 2. Content folded to its label, recalled stashes first.
-	for _, group := range [][]memItem{recalled, pins} {
+	for _, group := range [][]memItem{m.recalled, m.pins} {
 		for i := len(group) - 1; i >= 0 && over(); i-- {
 			if group[i].full != group[i].folded && group[i].recall != "" {
 				group[i].full = group[i].folded
@@ -441,7 +487,7 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 		}
 	}
 	// 3. Whole items, oldest pins and recalls last in the list first.
-	for _, group := range [][]memItem{trace, recalled, pins} {
+	for _, group := range [][]memItem{m.trace, m.recalled, m.pins} {
 		for i := len(group) - 1; i >= 0 && over(); i-- {
 			if group[i].full != "" {
 				pruned = append(pruned, group[i].folded+" dropped from view (→ memory lists it)")
@@ -449,7 +495,7 @@ func (r *loomRun) block(auto []string, ps []loomPin) (string, error) {
 			}
 		}
 	}
-	return render(pruned), nil
+	return m.render(pruned)
 }
 
 // Addendum is seed 002's loom-aware addendum for a model's system prompt:

@@ -117,115 +117,144 @@ func (r *loomRun) pins() ([]loomPin, error) {
 func (r *loomRun) memoryOp(c *Command) (string, error) {
 	switch c.Verb {
 	case "pin":
-		pins, err := r.pins()
-		if err != nil {
-			return "", err
-		}
-		var p loomPin
-		if d, ok := c.opt("doc"); ok {
-			p.Ref = fmt.Sprintf("doc:%q", d)
-			if s, ok := c.opt("section"); ok {
-				p.Ref += " section:" + s
-			}
-		} else {
-			t, err := r.currentTree(c)
-			if err != nil {
-				return "", err
-			}
-			n, err := r.refNode(c, t)
-			if err != nil {
-				return "", err
-			}
-			p.Ref, p.Tree = strconv.FormatInt(n.ID, 10), t.ID
-		}
-		if !slices.Contains(pins, p) {
-			pins = append(pins, p)
-		}
-		r.put(r.p.AgentID, "loom:pins", map[string]any{"items": pins})
-		return fmt.Sprintf("✓ pinned %s (%d pins)", p.Ref, len(pins)), nil
+		return r.pin(c)
 	case "stash":
-		label, err := firstText(c, "a label")
-		if err != nil {
-			return "", err
-		}
-		content := ""
-		if len(c.Texts) > 1 {
-			content = c.Texts[1]
-		} else if v, ok := c.opt("content-of"); ok {
-			t, err := r.currentTree(c)
-			if err != nil {
-				return "", err
-			}
-			n, err := r.node(t, v)
-			if err != nil {
-				return "", err
-			}
-			content = n.Content
-		} else if v, ok := c.opt("summary-of"); ok {
-			t, err := r.currentTree(c)
-			if err != nil {
-				return "", err
-			}
-			a, b, _ := strings.Cut(v, "-")
-			from, _ := strconv.ParseInt(a, 10, 64)
-			to, _ := strconv.ParseInt(b, 10, 64)
-			if to < from {
-				to = from
-			}
-			keys := []string{}
-			for i := from; i <= to && i < from+200; i++ {
-				keys = append(keys, "n:"+strconv.FormatInt(i, 10))
-			}
-			got, err := r.getMany(treeScope(t.ID), keys)
-			if err != nil {
-				return "", err
-			}
-			var parts []string
-			for _, k := range keys {
-				var n Node
-				if json.Unmarshal(got[k], &n) == nil && n.Edge != "instruction" {
-					parts = append(parts, fmt.Sprintf("%d: %s", n.ID, strings.ReplaceAll(n.Content, "\n", " ")))
-				}
-			}
-			sum, stop := r.summaryOf(strings.Join(parts, "\n"))
-			if stop {
-				return "", nil
-			}
-			content = fmt.Sprintf("nodes %d–%d, %s", from, to, sum)
-		} else {
-			return "", loomErr(errs.InvalidField, "stash needs content: a second quoted text, content-of:N or summary-of:A-B").
-				WithHint("usage: → %s", loomUsage["stash"]).With("nearest", "stash")
-		}
-		if err := substrate.ValidKey("loom:stash:"+label, 256); err != nil {
-			return "", err
-		}
-		r.put(r.p.AgentID, "loom:stash:"+label, map[string]any{"content": content, "at": r.now})
-		return fmt.Sprintf("✓ stashed %q (%d characters)", label, len([]rune(content))), nil
+		return r.stash(c)
 	case "recall":
-		label, err := firstText(c, "the label")
-		if err != nil {
-			return "", err
-		}
-		var s struct {
-			Content string `json:"content"`
-		}
-		ok, err := r.get(r.p.AgentID, "loom:stash:"+label, &s)
-		if err != nil {
-			return "", err
-		}
-		if !ok {
-			_, labels, err := r.stashes()
-			if err != nil {
-				return "", err
-			}
-			return "", loomErr(errs.NotFound, "nothing stashed as %q", label).WithHint("stashed: %s", strings.Join(quoteAll(labels), ", "))
-		}
-		r.markRecalled(label, true)
-		return fmt.Sprintf("recalled %q (in your memory block until → drop recall:%q):\n%s", label, label, s.Content), nil
+		return r.recall(c)
 	case "drop":
 		return r.drop(c)
 	}
-	// memory [trace|stashed|errors]
+	return r.memoryList(c)
+}
+
+// pin keeps a node or a document's section in the memory block.
+func (r *loomRun) pin(c *Command) (string, error) {
+	pins, err := r.pins()
+	if err != nil {
+		return "", err
+	}
+	var p loomPin
+	if d, ok := c.opt("doc"); ok {
+		p.Ref = fmt.Sprintf("doc:%q", d)
+		if s, ok := c.opt("section"); ok {
+			p.Ref += " section:" + s
+		}
+	} else {
+		t, err := r.currentTree(c)
+		if err != nil {
+			return "", err
+		}
+		n, err := r.refNode(c, t)
+		if err != nil {
+			return "", err
+		}
+		p.Ref, p.Tree = strconv.FormatInt(n.ID, 10), t.ID
+	}
+	if !slices.Contains(pins, p) {
+		pins = append(pins, p)
+	}
+	r.put(r.p.AgentID, "loom:pins", map[string]any{"items": pins})
+	return fmt.Sprintf("✓ pinned %s (%d pins)", p.Ref, len(pins)), nil
+}
+
+// stash keeps a text under a label.
+func (r *loomRun) stash(c *Command) (string, error) {
+	label, err := firstText(c, "a label")
+	if err != nil {
+		return "", err
+	}
+	content, stop, err := r.stashContent(c)
+	if err != nil || stop {
+		return "", err
+	}
+	if err := substrate.ValidKey("loom:stash:"+label, 256); err != nil {
+		return "", err
+	}
+	r.put(r.p.AgentID, "loom:stash:"+label, map[string]any{"content": content, "at": r.now})
+	return fmt.Sprintf("✓ stashed %q (%d characters)", label, len([]rune(content))), nil
+}
+
+// stashContent is what a stash keeps: the text given, a node's content
+// or a summary of nodes; stop when the summary's generation was stopped.
+func (r *loomRun) stashContent(c *Command) (content string, stop bool, err error) {
+	if len(c.Texts) > 1 {
+		content = c.Texts[1]
+	} else if v, ok := c.opt("content-of"); ok {
+		t, err := r.currentTree(c)
+		if err != nil {
+			return "", false, err
+		}
+		n, err := r.node(t, v)
+		if err != nil {
+			return "", false, err
+		}
+		content = n.Content
+	} else if v, ok := c.opt("summary-of"); ok {
+		t, err := r.currentTree(c)
+		if err != nil {
+			return "", false, err
+		}
+		a, b, _ := strings.Cut(v, "-")
+		from, _ := strconv.ParseInt(a, 10, 64)
+		to, _ := strconv.ParseInt(b, 10, 64)
+		if to < from {
+			to = from
+		}
+		keys := []string{}
+		for i := from; i <= to && i < from+200; i++ {
+			keys = append(keys, "n:"+strconv.FormatInt(i, 10))
+		}
+		got, err := r.getMany(treeScope(t.ID), keys)
+		if err != nil {
+			return "", false, err
+		}
+		var parts []string
+		for _, k := range keys {
+			var n Node
+			if json.Unmarshal(got[k], &n) == nil && n.Edge != "instruction" {
+				parts = append(parts, fmt.Sprintf("%d: %s", n.ID, strings.ReplaceAll(n.Content, "\n", " ")))
+			}
+		}
+		sum, stopped := r.summaryOf(strings.Join(parts, "\n"))
+		if stopped {
+			return "", true, nil
+		}
+		content = fmt.Sprintf("nodes %d–%d, %s", from, to, sum)
+	} else {
+		return "", false, loomErr(errs.InvalidField, "stash needs content: a second quoted text, content-of:N or summary-of:A-B").
+			WithHint("usage: → %s", loomUsage["stash"]).With("nearest", "stash")
+	}
+	return content, false, nil
+}
+
+// recall brings a stash back into the memory block.
+func (r *loomRun) recall(c *Command) (string, error) {
+	label, err := firstText(c, "the label")
+	if err != nil {
+		return "", err
+	}
+	var s struct {
+		Content string `json:"content"`
+	}
+	ok, err := r.get(r.p.AgentID, "loom:stash:"+label, &s)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		_, labels, err := r.stashes()
+		if err != nil {
+			return "", err
+		}
+		return "", loomErr(errs.NotFound, "nothing stashed as %q", label).WithHint("stashed: %s", strings.Join(quoteAll(labels), ", "))
+	}
+	r.markRecalled(label, true)
+	return fmt.Sprintf("recalled %q (in your memory block until → drop recall:%q):\n%s", label, label, s.Content), nil
+}
+
+// memoryList is "memory [trace|stashed|errors]": the trace, the stashes,
+// the recent errors, or the memory block.
+func (r *loomRun) memoryList(c *Command) (string, error) {
 	switch {
 	case c.has("trace"):
 		lines, err := r.traceLines(50)

@@ -214,8 +214,18 @@ func (r *loomRun) snapshot(v *View, q SnapshotQuery) error {
 	t := trees[tid-1]
 	v.Tree = &v.Trees[tid-1]
 	scope := treeScope(t.ID)
+	if err := r.snapshotNodes(v, t, scope); err != nil {
+		return err
+	}
+	if err := r.snapshotFocus(v, t, q, scope); err != nil {
+		return err
+	}
+	return r.snapshotLive(v, t)
+}
 
-	// The nodes, by key (never a range): n:1 … n:last.
+// snapshotNodes reads the tree's nodes, by key (never a range), with
+// their marks.
+func (r *loomRun) snapshotNodes(v *View, t *loomTree, scope string) error {
 	last := t.Next - 1
 	if last > MaxSnapshotNodes {
 		last, v.Partial = MaxSnapshotNodes, true
@@ -255,8 +265,12 @@ func (r *loomRun) snapshot(v *View, q SnapshotQuery) error {
 			v.Marks[n.EditedFrom] = m
 		}
 	}
+	return nil
+}
 
-	// The node in view.
+// snapshotFocus reads the node in view: its path, children, siblings,
+// annotations, links and edits.
+func (r *loomRun) snapshotFocus(v *View, t *loomTree, q SnapshotQuery, scope string) error {
 	nid := q.Node
 	if nid == 0 && r.pos.Tree == t.ID {
 		nid = r.pos.Node
@@ -305,8 +319,12 @@ func (r *loomRun) snapshot(v *View, q SnapshotQuery) error {
 			v.Edits = append(v.Edits, x)
 		}
 	}
+	return nil
+}
 
-	// Who is where, whose turn, bookmarks, queued continuations.
+// snapshotLive reads who is where, whose turn, bookmarks and queued
+// continuations.
+func (r *loomRun) snapshotLive(v *View, t *loomTree) error {
 	tp := strconv.FormatInt(t.ID, 10) + ":"
 	live, err := r.tx.List(substrate.ListQuery{Scope: scopeLoomLive, Limit: 2000})
 	if err != nil {

@@ -363,33 +363,54 @@ func parseLoomLine(line string) (*Command, error) {
 	}
 	c.Verb = verb
 	for _, t := range toks[j+1:] {
-		switch {
-		case t.quoted:
-			c.Texts = append(c.Texts, t.word)
-		case strings.EqualFold(t.key, "room"):
-			// Options are forgiving, but not this one: a command acts in
-			// the room it was sent to, and one that names another room
-			// must not act here as if it had gone there.
-			return nil, errs.New(errs.InvalidField, "✗ commands act in the room they are sent to; room:%s is not an option", t.value).
-				WithHint("send the command to that room (sync_loom's room argument, or POST /rooms/<id>/loom)").With("line", line).With("nearest", verb)
-		case t.key != "":
-			c.Opts[t.key] = t.value
-		case isRef(t.word):
-			c.Refs = append(c.Refs, t.word)
-		default:
-			lw := strings.ToLower(t.word)
-			if loomFiller[lw] {
-				continue
-			}
-			if strings.HasPrefix(lw, "g") && isRef(lw[1:]) && !strings.Contains(lw, ".") {
-				c.Refs = append(c.Refs, lw) // a generation request
-				continue
-			}
-			c.Words = append(c.Words, lw)
+		if err := c.read(t); err != nil {
+			return nil, err
 		}
 	}
-	// "list" after "memory"-like verbs, "tree new": normalise the few
-	// two-word spellings.
+	if err := c.normalise(); err != nil {
+		return nil, err
+	}
+	if len(c.Opts) == 0 {
+		c.Opts = nil
+	}
+	if err := checkWords(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// read takes one token after the verb: a text, an option, a node, a word.
+func (c *Command) read(t token) error {
+	switch {
+	case t.quoted:
+		c.Texts = append(c.Texts, t.word)
+	case strings.EqualFold(t.key, "room"):
+		// Options are forgiving, but not this one: a command acts in
+		// the room it was sent to, and one that names another room
+		// must not act here as if it had gone there.
+		return errs.New(errs.InvalidField, "✗ commands act in the room they are sent to; room:%s is not an option", t.value).
+			WithHint("send the command to that room (sync_loom's room argument, or POST /rooms/<id>/loom)").With("line", c.Line).With("nearest", c.Verb)
+	case t.key != "":
+		c.Opts[t.key] = t.value
+	case isRef(t.word):
+		c.Refs = append(c.Refs, t.word)
+	default:
+		lw := strings.ToLower(t.word)
+		if loomFiller[lw] {
+			return nil
+		}
+		if strings.HasPrefix(lw, "g") && isRef(lw[1:]) && !strings.Contains(lw, ".") {
+			c.Refs = append(c.Refs, lw) // a generation request
+			return nil
+		}
+		c.Words = append(c.Words, lw)
+	}
+	return nil
+}
+
+// normalise reads the few two-word spellings ("tree new", "branch from
+// 3", "view branch 8") as their one-word forms.
+func (c *Command) normalise() error {
 	if c.Verb == "tree" && c.has("new") {
 		c.Verb = "new"
 		c.Words = without(c.Words, "new")
@@ -398,18 +419,8 @@ func parseLoomLine(line string) (*Command, error) {
 		c.Words = without(c.Words, "tree")
 	}
 	if c.Verb == "switch" || c.Verb == "branch" || c.Verb == "continue" || c.Verb == "preview" || c.Verb == "jump" {
-		// "branch from" with no node would act wherever the caller
-		// stands: a model that meant a node and left it out must not
-		// branch somewhere it did not name.
-		_, node := c.Opts["node"]
-		_, from := c.Opts["from"]
-		if (c.has("from") || c.has("to")) && len(c.Refs) == 0 && !node && !from && c.Opts["branch"] == "" && !c.has("branch") {
-			w := "from"
-			if !c.has("from") {
-				w = "to"
-			}
-			return nil, errs.New(errs.InvalidField, "✗ %s %s needs a node: %s", c.Verb, w, c.Line).
-				WithHint("name it: → %s", loomUsage[c.Verb]).With("line", c.Line).With("nearest", c.Verb)
+		if err := c.namesNode(); err != nil {
+			return err
 		}
 		c.Words = without(c.Words, "to", "from")
 	}
@@ -423,13 +434,24 @@ func parseLoomLine(line string) (*Command, error) {
 		c.Refs = c.Refs[1:]
 		c.Words = c.Words[1:]
 	}
-	if len(c.Opts) == 0 {
-		c.Opts = nil
+	return nil
+}
+
+// namesNode refuses "branch from" (or "switch to", …) with no node: it
+// would act wherever the caller stands, and a model that meant a node and
+// left it out must not branch somewhere it did not name.
+func (c *Command) namesNode() error {
+	_, node := c.Opts["node"]
+	_, from := c.Opts["from"]
+	if (c.has("from") || c.has("to")) && len(c.Refs) == 0 && !node && !from && c.Opts["branch"] == "" && !c.has("branch") {
+		w := "from"
+		if !c.has("from") {
+			w = "to"
+		}
+		return errs.New(errs.InvalidField, "✗ %s %s needs a node: %s", c.Verb, w, c.Line).
+			WithHint("name it: → %s", loomUsage[c.Verb]).With("line", c.Line).With("nearest", c.Verb)
 	}
-	if err := checkWords(c); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return nil
 }
 
 // loomWords are the bare words each verb reads; any other is refused

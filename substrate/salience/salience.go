@@ -18,7 +18,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
@@ -491,6 +490,26 @@ func (sl *salience) health(ctx context.Context) *Health {
 			h.TotalViews++
 		}
 	}
+	room := h.countBroken(r)
+	recentUsed, recent := sl.countActions(h, acts)
+	if c, ok := views[substrate.ViewContested].(map[string]any); ok {
+		h.ContestedTargets = len(c)
+	}
+	win := window(ctx, r)
+	// Invocations of the actions the reader sees: the window is read from
+	// _audit, which it may not read, and counting the invocations of an
+	// action hidden from it would tell it how often that one is invoked.
+	h.MessageToActionRatio = messageRatio(win, acts)
+	h.Patterns = sl.shownPatterns(acts, win)
+	degenerating, roomWide := sl.findings(ctx, h, room, win)
+	sl.suggest(h, acts, roomWide)
+	h.assess(degenerating, recentUsed, recent)
+	return h
+}
+
+// countBroken counts the views that fail to evaluate, the reader's and
+// the others' by owner; room is how many are the room's.
+func (h *Health) countBroken(r *substrate.Read) (room int) {
 	mine, others, room := brokenViews(r)
 	h.mine, h.BrokenViews = len(mine), len(mine)+len(others)
 	for _, id := range others {
@@ -504,7 +523,13 @@ func (sl *salience) health(ctx context.Context) *Health {
 			}
 		}
 	}
-	recentUsed, recent := 0, 0
+	return room
+}
+
+// countActions counts the stale actions, and the recently registered
+// ones (recent) and those of them invoked since (recentUsed).
+func (sl *salience) countActions(h *Health, acts []string) (recentUsed, recent int) {
+	r := sl.r
 	for _, id := range acts {
 		if sl.stale(id) {
 			h.StaleActions++
@@ -517,22 +542,26 @@ func (sl *salience) health(ctx context.Context) *Health {
 			}
 		}
 	}
-	if c, ok := views[substrate.ViewContested].(map[string]any); ok {
-		h.ContestedTargets = len(c)
-	}
-	win := window(ctx, r)
-	// Invocations of the actions the reader sees: the window is read from
-	// _audit, which it may not read, and counting the invocations of an
-	// action hidden from it would tell it how often that one is invoked.
+	return recentUsed, recent
+}
+
+// messageRatio is the window's messages per invocation of the actions
+// acts.
+func messageRatio(win *logWindow, acts []string) float64 {
 	invocations := 0
 	for _, id := range acts {
 		invocations += win.invoked[id]
 	}
 	if invocations > 0 {
-		h.MessageToActionRatio = math.Round(float64(win.messages)/float64(invocations)*10) / 10
-	} else {
-		h.MessageToActionRatio = float64(win.messages)
+		return math.Round(float64(win.messages)/float64(invocations)*10) / 10
 	}
+	return float64(win.messages)
+}
+
+// shownPatterns are the window's patterns that are the reader's news.
+func (sl *salience) shownPatterns(acts []string, win *logWindow) []Pattern {
+	r := sl.r
+	var found []Pattern
 	var shown map[string]bool     // the _shared keys the reader is shown
 	var written func(string) bool // the _shared keys an action it sees writes
 	for _, p := range win.patternsOnce(r, sl.cfg.PatternMin) {
@@ -561,11 +590,15 @@ func (sl *salience) health(ctx context.Context) *Health {
 			}
 		}
 		if p.Action == "" || r.ActionEnabled(p.Action) {
-			h.Patterns = append(h.Patterns, p)
+			found = append(found, p)
 		}
 	}
+	return found
+}
 
-	degenerating := false
+// findings gives the reasons the vocabulary is degenerating, if it is;
+// roomWide when the broken views are the room's problem.
+func (sl *salience) findings(ctx context.Context, h *Health, room int, win *logWindow) (degenerating, roomWide bool) {
 	// The room's broken views say its model is wrong; an agent's (the
 	// reader's own included) say that agent's is, unless the views of
 	// several agents break and are a large part of the room's views. The
@@ -574,7 +607,7 @@ func (sl *salience) health(ctx context.Context) *Health {
 	if h.mine > room {
 		registrars++
 	}
-	roomWide := room > 0 || registrars > 1 && float64(h.BrokenViews)/float64(max(h.TotalViews, 1)) > sl.cfg.StaleFraction
+	roomWide = room > 0 || registrars > 1 && float64(h.BrokenViews)/float64(max(h.TotalViews, 1)) > sl.cfg.StaleFraction
 	if roomWide {
 		degenerating = true
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%d views fail to evaluate: their model of the room is wrong", h.BrokenViews))
@@ -595,6 +628,13 @@ func (sl *salience) health(ctx context.Context) *Health {
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%.1f messages per invocation recently: the informal channel dominates", h.MessageToActionRatio))
 		h.Suggestions = append(h.Suggestions, "formalise what agents keep negotiating in messages as an action")
 	}
+	return degenerating, roomWide
+}
+
+// suggest adds the suggestions that follow from the contested targets,
+// the patterns, overlapping purposes, and others' broken views.
+func (sl *salience) suggest(h *Health, acts []string, roomWide bool) {
+	r := sl.r
 	if h.ContestedTargets > 0 {
 		h.Suggestions = append(h.Suggestions, "see help key contested_actions: several actions write the same keys")
 	}
@@ -608,6 +648,10 @@ func (sl *salience) health(ctx context.Context) *Health {
 	if h.BrokenViews > h.mine && !roomWide {
 		h.Reasons = append(h.Reasons, fmt.Sprintf("%d views of other agents fail to evaluate: theirs to fix (broken_views_by)", h.BrokenViews-h.mine))
 	}
+}
+
+// assess is the health's assessment, with its reason.
+func (h *Health) assess(degenerating bool, recentUsed, recent int) {
 	switch {
 	case degenerating:
 		h.Assessment = "degenerating"
@@ -624,281 +668,6 @@ func (sl *salience) health(ctx context.Context) *Health {
 			h.Reasons = append(h.Reasons, "the vocabulary is established; no new actions recently")
 		}
 	}
-	return h
-}
-
-// Pattern is a recurring message pattern that suggests a vocabulary gap,
-// found from metadata only (kind, sender, timing, which state keys a
-// message names), never from what it says.
-type Pattern struct {
-	Pattern    string `json:"pattern"`
-	Kind       string `json:"kind,omitempty"`
-	Action     string `json:"action,omitempty"`
-	Key        string `json:"key,omitempty"`
-	Count      int    `json:"count"`
-	Suggestion string `json:"suggestion"`
-}
-
-// logWindow is the room's recent log (messages and audit), summarised for
-// pattern detection; computed once per snapshot.
-type logWindow struct {
-	messages int
-	// invoked are the successful invocations by action: each reader
-	// counts those of the actions it sees.
-	invoked map[string]int
-	entries []logEntry
-	// claims are the window's claims on targets (claimsOf), in seq order.
-	claims []claim
-
-	// found are the patterns, found once (they depend on the snapshot
-	// and the room's configuration only).
-	patMu sync.Mutex
-	found map[int][]Pattern
-}
-
-// patternsOnce is patterns, computed once per window and threshold.
-func (w *logWindow) patternsOnce(r *substrate.Read, min int) []Pattern {
-	w.patMu.Lock()
-	defer w.patMu.Unlock()
-	if p, ok := w.found[min]; ok {
-		return p
-	}
-	if w.found == nil {
-		w.found = map[int][]Pattern{}
-	}
-	w.found[min] = w.patterns(r, min)
-	return w.found[min]
-}
-
-type logEntry struct {
-	seq    int64
-	audit  bool
-	kind   string // message kind, or invoke/…
-	by     string
-	action string
-	ok     bool
-	body   string // a message's body as JSON text (only for key names)
-}
-
-// maxWindows bounds the windows kept per snapshot: one per set of
-// messages readers see (LogKey), which timers and gates multiply. Past
-// it a read computes its own.
-const maxWindows = 64
-
-// windows are a snapshot's log windows by LogKey.
-type windows struct {
-	mu sync.Mutex
-	by map[string]*windowOnce
-}
-
-type windowOnce struct {
-	once sync.Once
-	w    *logWindow
-}
-
-// window reads the recent log as the reader sees it (RecentLog: messages
-// whose timer ended or has not started, or whose gate hides them from the
-// reader, are not in it), once per snapshot and set of messages seen
-// (LogKey): the log only changes with the seq, which messages a reader
-// sees with the time and the reader. A read that fails leaves an empty
-// window: salience is advice, never a reason to fail a read.
-func window(ctx context.Context, r *substrate.Read) *logWindow {
-	ws := r.Memo("salience.windows", func() any { return &windows{by: map[string]*windowOnce{}} }).(*windows)
-	key := r.LogKey()
-	ws.mu.Lock()
-	e := ws.by[key]
-	if e == nil {
-		e = &windowOnce{}
-		if len(ws.by) < maxWindows {
-			ws.by[key] = e
-		}
-	}
-	ws.mu.Unlock()
-	e.once.Do(func() { e.w = readWindow(ctx, r) })
-	return e.w
-}
-
-// readWindow reads and summarises the log window for r.
-func readWindow(ctx context.Context, r *substrate.Read) *logWindow {
-	w := &logWindow{}
-	rows, err := r.RecentLog(ctx)
-	if err != nil && len(rows) == 0 {
-		r.Warn("salience: log window", "err", err)
-		return w
-	}
-	for _, row := range rows {
-		e := logEntry{seq: row.Seq}
-		scope, raw, writer := row.Scope, row.Value, row.Writer
-		// Only the top level is decoded, and of it the few fields read:
-		// an audit entry holds whole values written and definitions
-		// registered, and decoding 1,000 of them whole at every read was
-		// the room page's largest cost at real size (issue 42).
-		var v map[string]json.RawMessage
-		_ = json.Unmarshal(raw, &v)
-		e.audit = scope == substrate.ScopeAudit
-		e.by = writer
-		if e.audit {
-			// The window's audit values are small (sqlLogWindow sends
-			// only the fields read), so the claims' decode is cheap.
-			var full map[string]any
-			_ = json.Unmarshal(raw, &full)
-			w.claims = append(w.claims, claimsOf(row.Seq, writer, full)...)
-			e.kind = field[string](v, "kind")
-			e.ok = field[bool](v, "ok")
-			if field[bool](v, "builtin") || e.kind != "invoke" {
-				e.kind = "other" // builtins (messages, registrations) are not vocabulary use
-			} else {
-				e.action = field[string](v, "action")
-				if e.ok && e.action != "" {
-					if w.invoked == nil {
-						w.invoked = map[string]int{}
-					}
-					w.invoked[e.action]++
-				}
-			}
-		} else {
-			e.kind = field[string](v, "kind")
-			if e.kind == "" {
-				e.kind = "chat"
-			}
-			if e.kind != "action_invocation" {
-				w.messages++
-				b, _ := json.Marshal(field[any](v, "body"))
-				e.body = string(b)
-				// A thread is about what its subject names: every
-				// message in it (replies carry the subject) counts as
-				// a message about that key, whatever its body says.
-				if subj := field[string](v, "subject"); subj != "" {
-					e.body += " " + subj
-				}
-			}
-		}
-		w.entries = append(w.entries, e)
-	}
-	sort.Slice(w.entries, func(i, j int) bool { return w.entries[i].seq < w.entries[j].seq })
-	sort.SliceStable(w.claims, func(i, j int) bool { return w.claims[i].seq < w.claims[j].seq })
-	return w
-}
-
-// field is v's field name as a T, the zero T when it is absent or not
-// one.
-func field[T any](v map[string]json.RawMessage, name string) T {
-	var out T
-	if raw, ok := v[name]; ok && json.Unmarshal(raw, &out) != nil {
-		var zero T
-		return zero
-	}
-	return out
-}
-
-// patternGap is how many room entries after a message an invocation may
-// come to count as following it.
-const patternGap = 6
-
-// patterns finds, in the window: messages of a kind that repeatedly
-// precede the same invocation; messages after failed invocations; and
-// frequent kinds of message naming the same shared key. They are found
-// once for every reader: each reader keeps those that name only what it
-// sees, and of the messages about a key, those about one no action it
-// sees writes (Salience.health).
-func (w *logWindow) patterns(r *substrate.Read, least int) []Pattern {
-	var out []Pattern
-	precede := map[[2]string]int{}
-	afterFail := map[string]int{}
-	about := map[[2]string]int{}
-	keys := r.Keys(substrate.ScopeShared)
-	// The chance baseline: how many messages of a kind an invocation of an
-	// action would follow within patternGap if the two were unrelated,
-	// given how many of each the window holds over its span of seqs.
-	sent := map[string]int{}    // kind → messages
-	invoked := map[string]int{} // action → invocations
-	var span int64 = 1
-	if len(w.entries) > 1 {
-		span = max(w.entries[len(w.entries)-1].seq-w.entries[0].seq, 1)
-	}
-	for _, e := range w.entries {
-		switch {
-		case e.audit && e.kind == "invoke" && e.ok && e.action != "":
-			invoked[e.action]++
-		case !e.audit && e.kind != "action_invocation":
-			sent[e.kind]++
-		}
-	}
-	for i, e := range w.entries {
-		if e.audit || e.kind == "action_invocation" {
-			continue
-		}
-		seen := map[string]bool{}
-		for j := i + 1; j < len(w.entries) && w.entries[j].seq-e.seq <= patternGap; j++ {
-			n := w.entries[j]
-			if n.audit && n.kind == "invoke" && n.ok && n.action != "" && !seen[n.action] {
-				seen[n.action] = true
-				precede[[2]string{e.kind, n.action}]++
-			}
-		}
-		for j := i - 1; j >= 0 && e.seq-w.entries[j].seq <= patternGap; j-- {
-			p := w.entries[j]
-			if p.audit && p.kind == "invoke" && !p.ok && p.by == e.by && p.action != "" {
-				afterFail[p.action]++
-				break
-			}
-		}
-		for _, k := range keys {
-			if len(k) >= 3 && !strings.HasPrefix(k, "_") && mentions(e.body, k) {
-				about[[2]string{e.kind, k}]++
-			}
-		}
-	}
-	for pk, n := range precede {
-		// More than chance: at least twice as many as unrelated messages
-		// and invocations would give (chatter interleaved with work
-		// precedes every action about as often as chance says).
-		chance := float64(sent[pk[0]]) * min(1, float64(invoked[pk[1]])*patternGap/float64(span))
-		if n >= least && float64(n) >= 2*chance {
-			out = append(out, Pattern{Pattern: "messages_precede_action", Kind: pk[0], Action: pk[1], Count: n,
-				Suggestion: fmt.Sprintf("%q messages often come just before %s is invoked: its precondition may need to carry what they settle", pk[0], pk[1])})
-		}
-	}
-	for a, n := range afterFail {
-		if n >= least {
-			out = append(out, Pattern{Pattern: "messages_after_failure", Action: a, Count: n,
-				Suggestion: fmt.Sprintf("agents message after %s fails: the vocabulary may not cover that case", a)})
-		}
-	}
-	for pk, n := range about {
-		if n >= least {
-			out = append(out, Pattern{Pattern: "messages_about_key", Kind: pk[0], Key: substrate.ScopeShared + "." + pk[1], Count: n,
-				Suggestion: fmt.Sprintf("agents often send %q messages about _shared.%s, which no action writes: a concept without vocabulary", pk[0], pk[1])})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Count != out[j].Count {
-			return out[i].Count > out[j].Count
-		}
-		return out[i].Suggestion < out[j].Suggestion
-	})
-	return out
-}
-
-// mentions reports whether body names key as a whole word.
-func mentions(body, key string) bool {
-	for i := 0; ; {
-		j := strings.Index(body[i:], key)
-		if j < 0 {
-			return false
-		}
-		j += i
-		before := j == 0 || !isWordByte(body[j-1])
-		after := j+len(key) == len(body) || !isWordByte(body[j+len(key)])
-		if before && after {
-			return true
-		}
-		i = j + 1
-	}
-}
-
-func isWordByte(b byte) bool {
-	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
 }
 
 // Annotate adds adaptive salience to an assembled envelope: the
@@ -957,16 +726,4 @@ func wantsView(req substrate.ContextRequest, id string) bool {
 		named = named || strings.HasPrefix(o, "views.")
 	}
 	return !named
-}
-
-// messagesAfter counts the window's messages after seq (a lower bound
-// when seq is older than the window).
-func (w *logWindow) messagesAfter(seq int64) int64 {
-	var n int64
-	for _, e := range w.entries {
-		if !e.audit && e.seq > seq {
-			n++
-		}
-	}
-	return n
 }
