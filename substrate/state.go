@@ -82,25 +82,44 @@ func hasJSON(raw json.RawMessage) bool { return len(raw) > 0 }
 
 // validate checks a write's shape before any database work.
 func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
-	at := func(e *errs.Error) error {
+	e := s.writeNameError(p, w)
+	if e == nil {
+		e = s.writeOpError(w)
+	}
+	if e == nil {
+		e = s.writeLimitError(w)
+	}
+	if e != nil {
 		if i >= 0 {
 			e = e.With("write", i)
 		}
 		return e
 	}
+	return nil
+}
+
+// writeNameError checks the write's scope (resolving the reader's names
+// for it) and key.
+func (s *Service) writeNameError(p *Principal, w *Write) *errs.Error {
 	scope, err := resolveScope(p, w.Scope)
 	if err != nil {
-		return at(err.(*errs.Error))
+		return err.(*errs.Error)
 	}
 	w.Scope = scope
 	if err := validName("scope", w.Scope, s.lim.MaxScopeBytes, true); err != nil {
-		return at(err.(*errs.Error))
+		return err.(*errs.Error)
 	}
 	if w.Key != "" || !w.Append {
 		if err := validKey(w.Key, s.lim.MaxKeyBytes); err != nil {
-			return at(err.(*errs.Error))
+			return err.(*errs.Error)
 		}
 	}
+	return nil
+}
+
+// writeOpError checks that the write is exactly one op, with what that
+// op takes: an expression or a merge object, a gate, an append's value.
+func (s *Service) writeOpError(w *Write) *errs.Error {
 	n := 0
 	for _, set := range []bool{hasJSON(w.Value), hasJSON(w.Merge), w.Delete, w.Increment != nil} {
 		if set {
@@ -108,8 +127,8 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 		}
 	}
 	if n != 1 {
-		return at(errs.New(errs.InvalidField, "a write needs exactly one of value, merge, increment and delete").
-			WithHint(`send {"scope": …, "key": …, "value": …} to replace, "merge": {…} to merge, "increment": n to add, or "delete": true`))
+		return errs.New(errs.InvalidField, "a write needs exactly one of value, merge, increment and delete").
+			WithHint(`send {"scope": …, "key": …, "value": …} to replace, "merge": {…} to merge, "increment": n to add, or "delete": true`)
 	}
 	if w.Expr {
 		src := w.Value
@@ -118,44 +137,50 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 		}
 		var code string
 		if !hasJSON(src) || json.Unmarshal(src, &code) != nil || code == "" {
-			return at(errs.New(errs.InvalidField, "with expr: true, value (or merge) is a CEL expression string").With("field", "expr").
-				WithHint(`e.g. {"scope": "_shared", "key": "total", "value": "state._shared.a + state._shared.b", "expr": true}`))
+			return errs.New(errs.InvalidField, "with expr: true, value (or merge) is a CEL expression string").With("field", "expr").
+				WithHint(`e.g. {"scope": "_shared", "key": "total", "value": "state._shared.a + state._shared.b", "expr": true}`)
 		}
 		if err := s.compileField("expr", code); err != nil {
-			return at(errs.From(err))
+			return errs.From(err)
 		}
 	} else if hasJSON(w.Merge) && w.Merge[0] != '{' {
-		return at(errs.New(errs.InvalidField, "merge must be a JSON object").WithHint(`use "value" to store a non-object`))
+		return errs.New(errs.InvalidField, "merge must be a JSON object").WithHint(`use "value" to store a non-object`)
 	}
 	if w.Ungate && w.Enabled != "" {
-		return at(errs.New(errs.InvalidField, "a write cannot both give the entry a gate and remove it").With("field", "enabled").
-			WithHint(`give "enabled" an expression to gate the entry, or "" to remove its gate`))
+		return errs.New(errs.InvalidField, "a write cannot both give the entry a gate and remove it").With("field", "enabled").
+			WithHint(`give "enabled" an expression to gate the entry, or "" to remove its gate`)
 	}
 	if w.Enabled != "" {
 		if err := s.compileField("enabled", w.Enabled); err != nil {
-			return at(errs.From(err))
+			return errs.From(err)
 		}
 	}
 	if w.Append && !hasJSON(w.Value) {
-		return at(errs.New(errs.InvalidField, "an append write takes a value").WithHint("send append: true with value; merge into an existing append entry by key without append"))
+		return errs.New(errs.InvalidField, "an append write takes a value").WithHint("send append: true with value; merge into an existing append entry by key without append")
 	}
 	if w.Append && w.IfVersion != nil {
-		return at(errs.New(errs.InvalidField, "if_version does not apply to an append write").WithHint("drop if_version: an append always creates a new entry"))
+		return errs.New(errs.InvalidField, "if_version does not apply to an append write").WithHint("drop if_version: an append always creates a new entry")
 	}
+	return nil
+}
+
+// writeLimitError checks the write's timer, if_version and the size and
+// depth of its value.
+func (s *Service) writeLimitError(w *Write) *errs.Error {
 	if w.Timer != nil {
 		if err := w.Timer.validate("timer"); err != nil {
-			return at(err.(*errs.Error))
+			return err.(*errs.Error)
 		}
 	}
 	if w.IfVersion != nil && *w.IfVersion < 0 {
-		return at(errs.New(errs.InvalidField, "if_version must be ≥ 0").WithHint("use 0 for \"must not exist\" or the version you read"))
+		return errs.New(errs.InvalidField, "if_version must be ≥ 0").WithHint("use 0 for \"must not exist\" or the version you read")
 	}
 	for _, raw := range []json.RawMessage{w.Value, w.Merge} {
 		if len(raw) > s.lim.MaxValueBytes {
-			return at(s.tooLarge(w.Scope, w.Key, len(raw)))
+			return s.tooLarge(w.Scope, w.Key, len(raw))
 		}
 		if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
-			return at(s.tooDeep("the value for "+w.Scope+"/"+w.Key).With("scope", w.Scope).With("key", w.Key))
+			return s.tooDeep("the value for "+w.Scope+"/"+w.Key).With("scope", w.Scope).With("key", w.Key)
 		}
 	}
 	return nil
