@@ -221,43 +221,11 @@ func (v *RoomView) Revision(scope, key string) int64 {
 // authority built at the same state is taken as it is (buildShared): a
 // value taken costs nothing, so it is shown even while the room is busy.
 func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool, err error) {
-	byID := map[string]*viewRec{}
-	for _, d := range v.snap.views {
-		byID[d.def.ID] = d
-	}
-	// reads collects the view and those it reads, and reports whether
-	// none of them has an enabled gate.
-	reads := map[string]*viewRec{}
-	var ungated func(id string) bool
-	ungated = func(id string) bool {
-		d := byID[id]
-		if d == nil || reads[id] != nil {
-			return true // absent for everyone alike; a cycle is an error value
-		}
-		reads[id] = d
-		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
-			return false
-		}
-		for _, dep := range d.prog.ViewDeps {
-			if !ungated(dep) {
-				return false
-			}
-		}
-		return true
-	}
-	if d := byID[id]; d == nil || !d.r.timer.live(v.now) || !ungated(id) {
+	reads, public := v.publicReads(id)
+	if !public {
 		return nil, false, nil
 	}
-	// A view that reads messages sees the count of the read (here: the
-	// messages everyone sees), which a message's timer changes without a
-	// new seq or timer epoch: its value is shared only at the same count.
-	key := id
-	for _, d := range reads {
-		if d.prog.UsesMessages {
-			key += "\x00#" + strconv.FormatInt(v.msgs, 10)
-			break
-		}
-	}
+	key := v.publicKey(id, reads)
 	if val, ok := v.sharedPublic(id, key); ok {
 		return val, true, nil
 	}
@@ -285,21 +253,73 @@ func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool,
 	val, ok = rc.views[id]
 	cut := rc.budget().cut > 0 || rc.viewsCut > 0 || len(rc.actionsCut) > 0
 	if ok && !cut && v.snap.live(v.now) == v.live && v.timeless(timeless, actions) {
-		// Kept within the views memo's bound (viewNodesAllowed): the
-		// key holds the public message count, which messages' timers
-		// change one after the other without a new state.
-		n := valueNodes(val)
-		v.live.viewsMu.Lock()
-		if v.live.public == nil {
-			v.live.public = map[string]any{}
-		}
-		if _, dup := v.live.public[key]; !dup && len(v.live.public) < maxViewMemo && v.live.viewNodes+n <= v.live.viewNodesAllowed() {
-			v.live.public[key] = val
-			v.live.viewNodes += n
-		}
-		v.live.viewsMu.Unlock()
+		v.keepPublic(key, val)
 	}
 	return val, ok, nil
+}
+
+// publicReads collects view id and those it reads, and reports whether
+// it is live and none of them has an enabled gate: only then is it the
+// same for everyone.
+func (v *RoomView) publicReads(id string) (map[string]*viewRec, bool) {
+	byID := map[string]*viewRec{}
+	for _, d := range v.snap.views {
+		byID[d.def.ID] = d
+	}
+	reads := map[string]*viewRec{}
+	var ungated func(id string) bool
+	ungated = func(id string) bool {
+		d := byID[id]
+		if d == nil || reads[id] != nil {
+			return true // absent for everyone alike; a cycle is an error value
+		}
+		reads[id] = d
+		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
+			return false
+		}
+		for _, dep := range d.prog.ViewDeps {
+			if !ungated(dep) {
+				return false
+			}
+		}
+		return true
+	}
+	if d := byID[id]; d == nil || !d.r.timer.live(v.now) || !ungated(id) {
+		return nil, false
+	}
+	return reads, true
+}
+
+// publicKey is the public memo's key for view id. A view that reads
+// messages sees the count of the read (here: the messages everyone
+// sees), which a message's timer changes without a new seq or timer
+// epoch: its value is shared only at the same count.
+func (v *RoomView) publicKey(id string, reads map[string]*viewRec) string {
+	key := id
+	for _, d := range reads {
+		if d.prog.UsesMessages {
+			key += "\x00#" + strconv.FormatInt(v.msgs, 10)
+			break
+		}
+	}
+	return key
+}
+
+// keepPublic shares a public view's value under key, kept within the
+// views memo's bound (viewNodesAllowed): the key holds the public
+// message count, which messages' timers change one after the other
+// without a new state.
+func (v *RoomView) keepPublic(key string, val any) {
+	n := valueNodes(val)
+	v.live.viewsMu.Lock()
+	if v.live.public == nil {
+		v.live.public = map[string]any{}
+	}
+	if _, dup := v.live.public[key]; !dup && len(v.live.public) < maxViewMemo && v.live.viewNodes+n <= v.live.viewNodesAllowed() {
+		v.live.public[key] = val
+		v.live.viewNodes += n
+	}
+	v.live.viewsMu.Unlock()
 }
 
 // timeless reports whether a public view's value, evaluated at this
