@@ -331,22 +331,8 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if q.Limit <= 0 {
-		q.Limit = 100
-	}
-	q.Limit = min(q.Limit, s.lim.MaxLogPage)
-	if q.Key != "" && q.Scope == "" {
-		return nil, errs.New(errs.InvalidField, "key needs scope").WithHint("send scope and key together")
-	}
-	if q.Scope != "" {
-		scope, err := resolveScope(p, q.Scope)
-		if err != nil {
-			return nil, err
-		}
-		if !canRead(p, scope) {
-			return nil, scopeDenied(scope, "")
-		}
-		q.Scope = scope
+	if err := s.checkReadQuery(p, &q); err != nil {
+		return nil, err
 	}
 	ctx, done, err := s.work(ctx, p, roomID)
 	if err != nil {
@@ -384,46 +370,9 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		case q.Key != "":
 			return collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND key = $3`+liveSQL, roomID, q.Scope, q.Key)
 		case q.Scope != "":
-			if err := collect(ctx, tx, &out.Entries, sqlScopeEntries, roomID, q.Scope); err != nil {
-				return err
-			}
-			n := len(out.Entries)
-			if q.Before > 0 {
-				if err := collect(ctx, tx, &out.Entries, sqlScopeLogNewest,
-					roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope), q.Before); err != nil {
-					return err
-				}
-				if len(out.Entries)-n > q.Limit {
-					// The one read beyond the page is its oldest, first.
-					out.Entries, gated = dropEntry(out.Entries, gated, n)
-					out.More = true
-				}
-				return nil
-			}
-			if err := collect(ctx, tx, &out.Entries, sqlScopeLogPage,
-				roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope)); err != nil {
-				return err
-			}
-			if len(out.Entries)-n > q.Limit {
-				out.Entries, out.More = out.Entries[:n+q.Limit], true
-			}
-			return nil
+			return readScopeEntries(ctx, tx, collect, vis, roomID, &q, out, &gated)
 		default:
-			max := s.lim.MaxReadEntries
-			var err error
-			if p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin() {
-				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+` ORDER BY scope, key LIMIT $2`, roomID, max+1)
-			} else {
-				// Everyone else (agents, observers, any kind added later)
-				// reads communal scopes, its own and its grants.
-				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+`
-					AND ((scope LIKE '\_%' AND scope <> '_audit') OR scope = $2 OR scope = ANY($3))
-					ORDER BY scope, key LIMIT $4`, roomID, p.AgentID, p.Grants, max+1)
-			}
-			if len(out.Entries) > max {
-				out.Entries, out.More = out.Entries[:max], true
-			}
-			return err
+			return s.readRoomEntries(ctx, tx, collect, p, roomID, out)
 		}
 	})
 	if err != nil {
@@ -433,6 +382,82 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		return nil, errs.New(errs.KeyNotFound, "%s/%s does not exist", q.Scope, q.Key).WithHint("read the scope without key to see its keys")
 	}
 	return out, nil
+}
+
+// stateCollect reads entries with sql into into, keeping the gated ones
+// aside for their gates.
+type stateCollect func(ctx context.Context, tx pgx.Tx, into *[]Entry, sql string, args ...any) error
+
+// checkReadQuery bounds q's page and resolves its scope into the one p
+// may read, refusing a key without a scope and a scope p may not read.
+func (s *Service) checkReadQuery(p *Principal, q *ReadQuery) error {
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	q.Limit = min(q.Limit, s.lim.MaxLogPage)
+	if q.Key != "" && q.Scope == "" {
+		return errs.New(errs.InvalidField, "key needs scope").WithHint("send scope and key together")
+	}
+	if q.Scope != "" {
+		scope, err := resolveScope(p, q.Scope)
+		if err != nil {
+			return err
+		}
+		if !canRead(p, scope) {
+			return scopeDenied(scope, "")
+		}
+		q.Scope = scope
+	}
+	return nil
+}
+
+// readScopeEntries reads a scope: its keyed entries, then a page of its
+// log, after q.After or (with q.Before) the newest before it.
+func readScopeEntries(ctx context.Context, tx pgx.Tx, collect stateCollect, vis *visibility, roomID string, q *ReadQuery, out *StateRead, gated *[]gatedEntry) error {
+	if err := collect(ctx, tx, &out.Entries, sqlScopeEntries, roomID, q.Scope); err != nil {
+		return err
+	}
+	n := len(out.Entries)
+	if q.Before > 0 {
+		if err := collect(ctx, tx, &out.Entries, sqlScopeLogNewest,
+			roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope), q.Before); err != nil {
+			return err
+		}
+		if len(out.Entries)-n > q.Limit {
+			// The one read beyond the page is its oldest, first.
+			out.Entries, *gated = dropEntry(out.Entries, *gated, n)
+			out.More = true
+		}
+		return nil
+	}
+	if err := collect(ctx, tx, &out.Entries, sqlScopeLogPage,
+		roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope)); err != nil {
+		return err
+	}
+	if len(out.Entries)-n > q.Limit {
+		out.Entries, out.More = out.Entries[:n+q.Limit], true
+	}
+	return nil
+}
+
+// readRoomEntries reads the keyed entries of the scopes p reads, up to
+// Limits.MaxReadEntries.
+func (s *Service) readRoomEntries(ctx context.Context, tx pgx.Tx, collect stateCollect, p *Principal, roomID string, out *StateRead) error {
+	max := s.lim.MaxReadEntries
+	var err error
+	if p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin() {
+		err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+` ORDER BY scope, key LIMIT $2`, roomID, max+1)
+	} else {
+		// Everyone else (agents, observers, any kind added later)
+		// reads communal scopes, its own and its grants.
+		err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+`
+					AND ((scope LIKE '\_%' AND scope <> '_audit') OR scope = $2 OR scope = ANY($3))
+					ORDER BY scope, key LIMIT $4`, roomID, p.AgentID, p.Grants, max+1)
+	}
+	if len(out.Entries) > max {
+		out.Entries, out.More = out.Entries[:max], true
+	}
+	return err
 }
 
 // scopeDenied refuses a read of a scope the reader may not read, in the
