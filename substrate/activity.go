@@ -65,24 +65,44 @@ func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID strin
 	if !admin {
 		limit = 4 * n
 	}
+	all, err := s.readActivity(ctx, roomID, upTo, limit, admin)
+	if err != nil {
+		return nil, err
+	}
+	if admin {
+		return all, nil
+	}
+	seen, err := s.activityKeysSeen(ctx, p, roomID, all)
+	if err != nil {
+		return nil, err
+	}
+	return activitySeen(all, seen, n), nil
+}
+
+// auditRec is the part of an audit entry the feed reads.
+type auditRec struct {
+	TS     time.Time `json:"ts"`
+	By     string    `json:"by"`
+	Kind   string    `json:"kind"`
+	Action string    `json:"action"`
+	Cmd    string    `json:"command"`
+	Agent  string    `json:"agent"`
+	OK     *bool     `json:"ok"`
+	Error  any       `json:"error"`
+	Delta  []struct {
+		Scope string `json:"scope"`
+		Key   string `json:"key"`
+	} `json:"delta"`
+}
+
+// readActivity reads the newest limit audit entries of roomID with seq ≤
+// upTo as the feed shows them to room authority (admin) or before the
+// reader's keys are decided.
+func (s *Service) readActivity(ctx context.Context, roomID string, upTo int64, limit int, admin bool) ([]Activity, error) {
 	rows, err := s.db.Query(ctx, `SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $2
 		ORDER BY sort_key DESC LIMIT $3`, roomID, upTo, limit)
 	if err != nil {
 		return nil, err
-	}
-	type rec struct {
-		TS     time.Time `json:"ts"`
-		By     string    `json:"by"`
-		Kind   string    `json:"kind"`
-		Action string    `json:"action"`
-		Cmd    string    `json:"command"`
-		Agent  string    `json:"agent"`
-		OK     *bool     `json:"ok"`
-		Error  any       `json:"error"`
-		Delta  []struct {
-			Scope string `json:"scope"`
-			Key   string `json:"key"`
-		} `json:"delta"`
 	}
 	var all []Activity
 	for rows.Next() {
@@ -92,43 +112,51 @@ func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID strin
 			rows.Close()
 			return nil, err
 		}
-		var r rec
+		var r auditRec
 		if json.Unmarshal(raw, &r) != nil {
 			continue
 		}
-		a := Activity{Seq: seq, TS: r.TS, By: r.By, Kind: r.Kind, Action: r.Action, Command: r.Cmd, OK: r.OK}
-		if strings.HasPrefix(r.Kind, "agent_") {
-			a.Agent = r.Agent
-		}
-		if admin {
-			switch e := r.Error.(type) {
-			case string:
-				a.Error = e
-			case map[string]any:
-				a.Error, _ = e["code"].(string)
-			}
-		}
-		for _, d := range r.Delta {
-			if !slices.Contains(a.Keys, ScopeKey{d.Scope, d.Key}) {
-				a.Keys = append(a.Keys, ScopeKey{d.Scope, d.Key})
-			}
-		}
-		all = append(all, a)
+		all = append(all, activityOf(seq, &r, admin))
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if admin {
-		return all, nil
+	return all, nil
+}
+
+// activityOf is audit entry seq as the feed shows it: a refused
+// invocation's error code only to room authority, each key once.
+func activityOf(seq int64, r *auditRec, admin bool) Activity {
+	a := Activity{Seq: seq, TS: r.TS, By: r.By, Kind: r.Kind, Action: r.Action, Command: r.Cmd, OK: r.OK}
+	if strings.HasPrefix(r.Kind, "agent_") {
+		a.Agent = r.Agent
 	}
+	if admin {
+		switch e := r.Error.(type) {
+		case string:
+			a.Error = e
+		case map[string]any:
+			a.Error, _ = e["code"].(string)
+		}
+	}
+	for _, d := range r.Delta {
+		if !slices.Contains(a.Keys, ScopeKey{d.Scope, d.Key}) {
+			a.Keys = append(a.Keys, ScopeKey{d.Scope, d.Key})
+		}
+	}
+	return a
+}
+
+// activityKeysSeen decides which of the keys all moved p may read now.
+// Each key is decided once: the scope and the features' rules, then its
+// gate (a gated key is read as p, as GET /state would). The gates of all
+// the keys are looked up in one statement.
+func (s *Service) activityKeysSeen(ctx context.Context, p *Principal, roomID string, all []Activity) (map[ScopeKey]bool, error) {
 	vis, err := s.visibilityIn(ctx, s.db, p, roomID)
 	if err != nil {
 		return nil, err
 	}
-	// Each key is decided once: the scope and the features' rules, then
-	// its gate (a gated key is read as p, as GET /state would). The gates
-	// of all the keys are looked up in one statement.
 	var scopes, keys []string
 	seen := map[ScopeKey]bool{}
 	for _, a := range all {
@@ -143,22 +171,8 @@ func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID strin
 		}
 	}
 	if len(keys) > 0 {
-		gated, err := s.db.Query(ctx, `SELECT s.scope, s.key FROM state s JOIN unnest($2::text[], $3::text[]) AS k(scope, key)
-			ON s.scope = k.scope AND s.key = k.key WHERE s.room_id = $1 AND s.enabled_expr IS NOT NULL`, roomID, scopes, keys)
+		check, err := s.gatedKeys(ctx, roomID, scopes, keys)
 		if err != nil {
-			return nil, err
-		}
-		var check []ScopeKey
-		for gated.Next() {
-			var k ScopeKey
-			if err := gated.Scan(&k.Scope, &k.Key); err != nil {
-				gated.Close()
-				return nil, err
-			}
-			check = append(check, k)
-		}
-		gated.Close()
-		if err := gated.Err(); err != nil {
 			return nil, err
 		}
 		// No connection is held while the gated keys are read.
@@ -171,21 +185,45 @@ func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID strin
 			}
 		}
 	}
-	sees := func(k ScopeKey) (bool, error) { return seen[k], nil }
+	return seen, nil
+}
+
+// gatedKeys is which of the keys (scopes[i], keys[i]) of roomID have an
+// enabled expression.
+func (s *Service) gatedKeys(ctx context.Context, roomID string, scopes, keys []string) ([]ScopeKey, error) {
+	gated, err := s.db.Query(ctx, `SELECT s.scope, s.key FROM state s JOIN unnest($2::text[], $3::text[]) AS k(scope, key)
+			ON s.scope = k.scope AND s.key = k.key WHERE s.room_id = $1 AND s.enabled_expr IS NOT NULL`, roomID, scopes, keys)
+	if err != nil {
+		return nil, err
+	}
+	var check []ScopeKey
+	for gated.Next() {
+		var k ScopeKey
+		if err := gated.Scan(&k.Scope, &k.Key); err != nil {
+			gated.Close()
+			return nil, err
+		}
+		check = append(check, k)
+	}
+	gated.Close()
+	if err := gated.Err(); err != nil {
+		return nil, err
+	}
+	return check, nil
+}
+
+// activitySeen is the newest n entries of all that moved a key the reader
+// sees, each with only those keys. An entry that moved nothing the reader
+// may read is not there for it: not even that something happened.
+func activitySeen(all []Activity, seen map[ScopeKey]bool, n int) []Activity {
 	var out []Activity
 	for _, a := range all {
 		var keys []ScopeKey
 		for _, k := range a.Keys {
-			ok, err := sees(k)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
+			if seen[k] {
 				keys = append(keys, k)
 			}
 		}
-		// An entry that moved nothing the reader may read is not there
-		// for it: not even that something happened.
 		if len(keys) == 0 {
 			continue
 		}
@@ -195,7 +233,7 @@ func (s *Service) RecentActivity(ctx context.Context, p *Principal, roomID strin
 			break
 		}
 	}
-	return out, nil
+	return out
 }
 
 // AgentJoin is an agent as it first joined the room.

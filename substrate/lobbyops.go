@@ -221,43 +221,11 @@ func (v *RoomView) Revision(scope, key string) int64 {
 // authority built at the same state is taken as it is (buildShared): a
 // value taken costs nothing, so it is shown even while the room is busy.
 func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool, err error) {
-	byID := map[string]*viewRec{}
-	for _, d := range v.snap.views {
-		byID[d.def.ID] = d
-	}
-	// reads collects the view and those it reads, and reports whether
-	// none of them has an enabled gate.
-	reads := map[string]*viewRec{}
-	var ungated func(id string) bool
-	ungated = func(id string) bool {
-		d := byID[id]
-		if d == nil || reads[id] != nil {
-			return true // absent for everyone alike; a cycle is an error value
-		}
-		reads[id] = d
-		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
-			return false
-		}
-		for _, dep := range d.prog.ViewDeps {
-			if !ungated(dep) {
-				return false
-			}
-		}
-		return true
-	}
-	if d := byID[id]; d == nil || !d.r.timer.live(v.now) || !ungated(id) {
+	reads, public := v.publicReads(id)
+	if !public {
 		return nil, false, nil
 	}
-	// A view that reads messages sees the count of the read (here: the
-	// messages everyone sees), which a message's timer changes without a
-	// new seq or timer epoch: its value is shared only at the same count.
-	key := id
-	for _, d := range reads {
-		if d.prog.UsesMessages {
-			key += "\x00#" + strconv.FormatInt(v.msgs, 10)
-			break
-		}
-	}
+	key := v.publicKey(id, reads)
 	if val, ok := v.sharedPublic(id, key); ok {
 		return val, true, nil
 	}
@@ -285,21 +253,73 @@ func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool,
 	val, ok = rc.views[id]
 	cut := rc.budget().cut > 0 || rc.viewsCut > 0 || len(rc.actionsCut) > 0
 	if ok && !cut && v.snap.live(v.now) == v.live && v.timeless(timeless, actions) {
-		// Kept within the views memo's bound (viewNodesAllowed): the
-		// key holds the public message count, which messages' timers
-		// change one after the other without a new state.
-		n := valueNodes(val)
-		v.live.viewsMu.Lock()
-		if v.live.public == nil {
-			v.live.public = map[string]any{}
-		}
-		if _, dup := v.live.public[key]; !dup && len(v.live.public) < maxViewMemo && v.live.viewNodes+n <= v.live.viewNodesAllowed() {
-			v.live.public[key] = val
-			v.live.viewNodes += n
-		}
-		v.live.viewsMu.Unlock()
+		v.keepPublic(key, val)
 	}
 	return val, ok, nil
+}
+
+// publicReads collects view id and those it reads, and reports whether
+// it is live and none of them has an enabled gate: only then is it the
+// same for everyone.
+func (v *RoomView) publicReads(id string) (map[string]*viewRec, bool) {
+	byID := map[string]*viewRec{}
+	for _, d := range v.snap.views {
+		byID[d.def.ID] = d
+	}
+	reads := map[string]*viewRec{}
+	var ungated func(id string) bool
+	ungated = func(id string) bool {
+		d := byID[id]
+		if d == nil || reads[id] != nil {
+			return true // absent for everyone alike; a cycle is an error value
+		}
+		reads[id] = d
+		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
+			return false
+		}
+		for _, dep := range d.prog.ViewDeps {
+			if !ungated(dep) {
+				return false
+			}
+		}
+		return true
+	}
+	if d := byID[id]; d == nil || !d.r.timer.live(v.now) || !ungated(id) {
+		return nil, false
+	}
+	return reads, true
+}
+
+// publicKey is the public memo's key for view id. A view that reads
+// messages sees the count of the read (here: the messages everyone
+// sees), which a message's timer changes without a new seq or timer
+// epoch: its value is shared only at the same count.
+func (v *RoomView) publicKey(id string, reads map[string]*viewRec) string {
+	key := id
+	for _, d := range reads {
+		if d.prog.UsesMessages {
+			key += "\x00#" + strconv.FormatInt(v.msgs, 10)
+			break
+		}
+	}
+	return key
+}
+
+// keepPublic shares a public view's value under key, kept within the
+// views memo's bound (viewNodesAllowed): the key holds the public
+// message count, which messages' timers change one after the other
+// without a new state.
+func (v *RoomView) keepPublic(key string, val any) {
+	n := valueNodes(val)
+	v.live.viewsMu.Lock()
+	if v.live.public == nil {
+		v.live.public = map[string]any{}
+	}
+	if _, dup := v.live.public[key]; !dup && len(v.live.public) < maxViewMemo && v.live.viewNodes+n <= v.live.viewNodesAllowed() {
+		v.live.public[key] = val
+		v.live.viewNodes += n
+	}
+	v.live.viewsMu.Unlock()
 }
 
 // timeless reports whether a public view's value, evaluated at this
@@ -505,20 +525,8 @@ type RoleEmbodiment struct {
 // The role check, the agent change and the filled_by claim are one
 // mutation under the room lock, so two users cannot fill one role.
 func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleEmbodiment, error) {
-	if req.User == "" {
-		return nil, errs.New(errs.InvalidField, "an embodiment needs a user").WithHint("embody through the lobby")
-	}
-	if err := validName("role id", req.Role, s.lim.MaxScopeBytes, false); err != nil {
-		return nil, err.(*errs.Error).With("role", req.Role).
-			WithHint("a role's id is also its agent's id: the room's roles need ids of 1–%d characters from A–Z a–z 0–9 _ . : @ -, not starting with _", s.lim.MaxScopeBytes)
-	}
-	if strings.Contains(req.Role, ":") {
-		// <username>:<client> and <username>:web are people's agents: a
-		// role named after one would hand whoever fills it that person's
-		// agent, with its private scope, actions and views.
-		return nil, errs.New(errs.InvalidField, "role id %q contains \":\": ids with \":\" are people's agents (<username>:<client>), never roles", req.Role).
-			With("role", req.Role).With("reason", "person_id").
-			WithHint("define the role again under an id without \":\" (help key roles), or embody without role to get your own agent")
+	if err := s.checkRoleEmbodiment(req); err != nil {
+		return nil, err
 	}
 	role := req.Role
 	if err := s.validAgent(req.Role, req.Name, &role); err != nil {
@@ -527,37 +535,11 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 	out := &RoleEmbodiment{}
 	var bootActions, bootViews []any
 	_, err := s.mutate(ctx, RoomPrincipal(req.Room), req.Room, func(m *mutation) error {
-		rows, err := loadRows(m, []op{{Scope: ScopeShared, Key: "roles"}})
+		def, filledBy, err := roleToFill(m, req)
 		if err != nil {
 			return err
 		}
-		var roles map[string]any
-		if r := rows[entryKey{ScopeShared, "roles"}]; r != nil && r.Version != 0 && r.timer.live(m.now) {
-			_ = json.Unmarshal(r.Value, &roles)
-		}
-		def, ok := roles[req.Role].(map[string]any)
-		if !ok {
-			if roles == nil {
-				return errs.New(errs.NotFound, "room %q defines no roles", req.Room).With("role", req.Role).
-					WithHint("embody without role (next), or define the role first with the define_role action (help key standard_library)").
-					WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
-			}
-			names := make([]string, 0, len(roles))
-			for n := range roles {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			return errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).With("roles", names).
-				WithHint("the room's roles are %s; embody one of them, or without role (next)", strings.Join(names, ", ")).
-				WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
-		}
-		filledBy, _ := def["filled_by"].(string)
-		if filledBy != "" && filledBy != req.Role {
-			return errs.New(errs.Forbidden, "role %q is filled by %s", req.Role, filledBy).With("role", req.Role).With("reason", "role_filled").
-				WithHint("pick an unfilled role from the lobby, or ask %s to vacate it", filledBy)
-		}
-		var owner, prevName, prevRole *string
-		var exists, scopeUsed, inUse bool
+		var occ roleOccupant
 		// inUse: its driver has not stepped out (sync_disembody leaves it
 		// idle) and was seen within idleAfter, as presence shows it.
 		err = m.tx.QueryRow(m.ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
@@ -566,58 +548,20 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 				(SELECT role FROM agents WHERE room_id = $1 AND id = $2),
 				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2),
 				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND status <> 'idle' AND last_heartbeat > now() - make_interval(secs => $3))`,
-			req.Room, req.Role, s.idleAfter.Seconds()).Scan(&exists, &owner, &prevName, &prevRole, &scopeUsed, &inUse)
+			req.Room, req.Role, s.idleAfter.Seconds()).Scan(&occ.exists, &occ.owner, &occ.prevName, &occ.prevRole, &occ.scopeUsed, &occ.inUse)
 		if err != nil {
 			return err
 		}
-		audit := map[string]any{"kind": "agent_embody", "agent": req.Role, "role": req.Role, "user": req.User, "name": req.Name, "created": !exists, "grants": grantsOf(req.Grants)}
+		audit := map[string]any{"kind": "agent_embody", "agent": req.Role, "role": req.Role, "user": req.User, "name": req.Name, "created": !occ.exists, "grants": grantsOf(req.Grants)}
 		if req.Client != "" {
 			audit["client"] = req.Client
 		}
+		if err := checkRoleOccupant(req, filledBy, &occ); err != nil {
+			return err
+		}
 		switch {
-		case exists && owner == nil:
-			return errs.New(errs.Forbidden, "role %q is held by agent %q, made with a token (an autonomous agent)", req.Role, req.Role).
-				With("role", req.Role).With("reason", "token_agent").
-				WithHint("embody without role to get your own agent, or ask the room's owner to free the role")
-		case exists && (prevRole == nil || *prevRole != req.Role):
-			// A role embodiment makes the role's agent or re-enters one
-			// made for that role (its role is the role's id), never an
-			// agent a person made for themself, whatever the roles say.
-			return errs.New(errs.Forbidden, "agent %q is a person's own agent, not one made for role %q", req.Role, req.Role).
-				With("role", req.Role).With("reason", "personal_agent").
-				WithHint("embody without role to get your own agent; the room's owner may rename the role")
-		case exists && *owner != req.User && (filledBy != "" || inUse):
-			// filled_by is state whoever may write _shared.roles can
-			// clear (a collaborator, any action that writes it): a role
-			// whose agent another user still drives is not vacant,
-			// whatever it says. A driver gone without stepping out
-			// lapses to idle after IdleAfter; the role can then be freed.
-			return errs.New(errs.Forbidden, "role %q is filled: another user drives its agent", req.Role).
-				With("role", req.Role).With("reason", "role_filled").
-				WithHint("wait until they leave it (sync_disembody frees it), or pick an unfilled role from the lobby")
-		case exists:
-			q := `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5
-				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
-			args := []any{req.Room, req.Role, nonEmpty(req.Client), role, grantsOf(req.Grants)}
-			if *owner != req.User {
-				// A takeover of a vacated role: the agent is the new
-				// occupant's now (its old token stops working).
-				_, hash := newToken(AgentTokenPrefix)
-				q = `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5,
-						user_id = $6, name = $7, token_hash = $8
-					WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
-				args = append(args, req.User, req.Name, hash)
-				out.TakenOver = true
-				audit["takeover"] = true
-				audit["previous_user"] = *owner
-				if prevName != nil {
-					audit["previous_name"] = *prevName
-				}
-			}
-			err = m.tx.QueryRow(m.ctx, q, args...).Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
-		case scopeUsed:
-			return errs.New(errs.ScopeInUse, "scope %q already holds state but no agent, so role %q cannot make its agent", req.Role, req.Role).
-				With("role", req.Role).WithHint("ask the room's owner to clear scope %q or rename the role", req.Role)
+		case occ.exists:
+			err = s.reenterRoleAgent(m, req, role, &occ, audit, out)
 		default:
 			_, hash := newToken(AgentTokenPrefix)
 			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name, grants) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -647,6 +591,124 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 	}
 	out.Owner, out.Client, out.LastSeen = req.User, req.Client, Ago(0)
 	return out, nil
+}
+
+// checkRoleEmbodiment refuses an embodiment without a user or of a role
+// whose id could not be an agent's, or would be a person's agent's.
+func (s *Service) checkRoleEmbodiment(req EmbodyRoleRequest) error {
+	if req.User == "" {
+		return errs.New(errs.InvalidField, "an embodiment needs a user").WithHint("embody through the lobby")
+	}
+	if err := validName("role id", req.Role, s.lim.MaxScopeBytes, false); err != nil {
+		return err.(*errs.Error).With("role", req.Role).
+			WithHint("a role's id is also its agent's id: the room's roles need ids of 1–%d characters from A–Z a–z 0–9 _ . : @ -, not starting with _", s.lim.MaxScopeBytes)
+	}
+	if strings.Contains(req.Role, ":") {
+		// <username>:<client> and <username>:web are people's agents: a
+		// role named after one would hand whoever fills it that person's
+		// agent, with its private scope, actions and views.
+		return errs.New(errs.InvalidField, "role id %q contains \":\": ids with \":\" are people's agents (<username>:<client>), never roles", req.Role).
+			With("role", req.Role).With("reason", "person_id").
+			WithHint("define the role again under an id without \":\" (help key roles), or embody without role to get your own agent")
+	}
+	return nil
+}
+
+// roleToFill is req.Role's definition in the room's _shared.roles and who
+// it says fills it; a role missing, or filled by another agent, is refused.
+func roleToFill(m *mutation, req EmbodyRoleRequest) (def map[string]any, filledBy string, err error) {
+	rows, err := loadRows(m, []op{{Scope: ScopeShared, Key: "roles"}})
+	if err != nil {
+		return nil, "", err
+	}
+	var roles map[string]any
+	if r := rows[entryKey{ScopeShared, "roles"}]; r != nil && r.Version != 0 && r.timer.live(m.now) {
+		_ = json.Unmarshal(r.Value, &roles)
+	}
+	def, ok := roles[req.Role].(map[string]any)
+	if !ok {
+		if roles == nil {
+			return nil, "", errs.New(errs.NotFound, "room %q defines no roles", req.Room).With("role", req.Role).
+				WithHint("embody without role (next), or define the role first with the define_role action (help key standard_library)").
+				WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
+		}
+		names := make([]string, 0, len(roles))
+		for n := range roles {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, "", errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).With("roles", names).
+			WithHint("the room's roles are %s; embody one of them, or without role (next)", strings.Join(names, ", ")).
+			WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
+	}
+	filledBy, _ = def["filled_by"].(string)
+	if filledBy != "" && filledBy != req.Role {
+		return nil, "", errs.New(errs.Forbidden, "role %q is filled by %s", req.Role, filledBy).With("role", req.Role).With("reason", "role_filled").
+			WithHint("pick an unfilled role from the lobby, or ask %s to vacate it", filledBy)
+	}
+	return def, filledBy, nil
+}
+
+// roleOccupant is the role's agent (and scope) as the room holds them.
+type roleOccupant struct {
+	owner, prevName, prevRole *string
+	exists, scopeUsed, inUse  bool
+}
+
+// checkRoleOccupant refuses a role whose agent was made with a token, is
+// a person's own, or another user still drives, and a role without an
+// agent whose scope already holds state.
+func checkRoleOccupant(req EmbodyRoleRequest, filledBy string, occ *roleOccupant) error {
+	switch {
+	case occ.exists && occ.owner == nil:
+		return errs.New(errs.Forbidden, "role %q is held by agent %q, made with a token (an autonomous agent)", req.Role, req.Role).
+			With("role", req.Role).With("reason", "token_agent").
+			WithHint("embody without role to get your own agent, or ask the room's owner to free the role")
+	case occ.exists && (occ.prevRole == nil || *occ.prevRole != req.Role):
+		// A role embodiment makes the role's agent or re-enters one
+		// made for that role (its role is the role's id), never an
+		// agent a person made for themself, whatever the roles say.
+		return errs.New(errs.Forbidden, "agent %q is a person's own agent, not one made for role %q", req.Role, req.Role).
+			With("role", req.Role).With("reason", "personal_agent").
+			WithHint("embody without role to get your own agent; the room's owner may rename the role")
+	case occ.exists && *occ.owner != req.User && (filledBy != "" || occ.inUse):
+		// filled_by is state whoever may write _shared.roles can
+		// clear (a collaborator, any action that writes it): a role
+		// whose agent another user still drives is not vacant,
+		// whatever it says. A driver gone without stepping out
+		// lapses to idle after IdleAfter; the role can then be freed.
+		return errs.New(errs.Forbidden, "role %q is filled: another user drives its agent", req.Role).
+			With("role", req.Role).With("reason", "role_filled").
+			WithHint("wait until they leave it (sync_disembody frees it), or pick an unfilled role from the lobby")
+	case occ.exists:
+	case occ.scopeUsed:
+		return errs.New(errs.ScopeInUse, "scope %q already holds state but no agent, so role %q cannot make its agent", req.Role, req.Role).
+			With("role", req.Role).WithHint("ask the room's owner to clear scope %q or rename the role", req.Role)
+	}
+	return nil
+}
+
+// reenterRoleAgent resumes the role's agent, or takes over a vacated
+// one: the agent is the new occupant's then (its old token stops
+// working) and the audit records the previous occupant.
+func (s *Service) reenterRoleAgent(m *mutation, req EmbodyRoleRequest, role string, occ *roleOccupant, audit map[string]any, out *RoleEmbodiment) error {
+	q := `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5
+				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
+	args := []any{req.Room, req.Role, nonEmpty(req.Client), role, grantsOf(req.Grants)}
+	if *occ.owner != req.User {
+		_, hash := newToken(AgentTokenPrefix)
+		q = `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5,
+						user_id = $6, name = $7, token_hash = $8
+					WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
+		args = append(args, req.User, req.Name, hash)
+		out.TakenOver = true
+		audit["takeover"] = true
+		audit["previous_user"] = *occ.owner
+		if occ.prevName != nil {
+			audit["previous_name"] = *occ.prevName
+		}
+	}
+	return m.tx.QueryRow(m.ctx, q, args...).Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 }
 
 // grantsOf is grants as stored (never NULL).

@@ -373,87 +373,7 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		}
 	}
 	if len(deferred) > 0 {
-		// Entry-level `enabled` sees the state without such entries. The
-		// cached scope maps are shared, so the scopes that gain entries
-		// are copied first.
-		vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
-		b := rc.budget()
-		limit := uint64(s.lim.EnabledCostPerRead)
-		key, shared := rc.gateKey(state)
-		var memo, fresh, freshTimed, timed map[*srow]gateResult
-		if shared {
-			memo = live.gates.Results(key)
-		}
-		clk := expr.ClockOf(ctx)
-		quantum := int64(-1)
-		if s.lim.GateQuantum > 0 && shared {
-			quantum = rc.now.UnixNano() / int64(s.lim.GateQuantum)
-			timed = live.gates.Timed(key, quantum)
-		}
-		var add []*srow
-		for _, r := range deferred {
-			// Counted whether memoised or evaluated, so which entries
-			// the budget hides does not depend on what was cached.
-			if b.spent >= limit {
-				b.cut++
-				hidden++
-				continue
-			}
-			g, ok := memo[r]
-			gctx := ctx
-			if clk != nil {
-				gctx = clockFor(ctx, "state."+r.Scope)
-			}
-			if !ok && expr.ClockOf(gctx) == nil {
-				// A wait's read evaluates a gate on now afresh where
-				// the wait reads its scope: the memo cannot say when
-				// its result changes.
-				g, ok = timed[r]
-			}
-			if !ok {
-				var kind gateMemo
-				g, kind = s.evalGate(gctx, *r.enabled, vars)
-				switch {
-				case !shared:
-				case kind == memoPure:
-					if fresh == nil {
-						fresh = map[*srow]gateResult{}
-					}
-					fresh[r] = g
-				case kind == memoTimed && quantum >= 0:
-					if freshTimed == nil {
-						freshTimed = map[*srow]gateResult{}
-					}
-					freshTimed[r] = g
-				}
-			}
-			b.spent += g.cost
-			if g.on {
-				add = append(add, r)
-			}
-		}
-		if len(fresh) > 0 {
-			live.gates.KeepResults(key, fresh, live.liveEntries)
-		}
-		if len(freshTimed) > 0 {
-			live.gates.KeepTimed(key, quantum, freshTimed, live.liveEntries)
-		}
-		for _, r := range add {
-			if rc.modified == nil {
-				rc.modified = map[string]bool{}
-			}
-			if !rc.modified[r.Scope] {
-				cp := map[string]any{}
-				if old, ok := state[r.Scope].(map[string]any); ok {
-					for k, v := range old {
-						cp[k] = v
-					}
-				}
-				state[r.Scope] = cp
-				rc.modified[r.Scope] = true
-			}
-			state[r.Scope].(map[string]any)[r.Key] = r.val
-		}
+		hidden = s.showGated(ctx, rc, live, state, deferred)
 	}
 	if len(deferred) > 0 {
 		rc.hideEntries(state) // entries the gates admitted
@@ -469,6 +389,121 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 		}
 	}
 	return state, hidden
+}
+
+// showGated adds to state the deferred entries whose `enabled` holds, as
+// far as the read's gate budget affords, and returns how many it could
+// not afford. Entry-level `enabled` sees the state without such entries.
+// The cached scope maps are shared, so the scopes that gain entries are
+// copied first.
+func (s *Service) showGated(ctx context.Context, rc *roomCtx, live *liveState, state map[string]any, deferred []*srow) (hidden int) {
+	vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+	b := rc.budget()
+	limit := uint64(s.lim.EnabledCostPerRead)
+	g := &entryGates{s: s, vars: vars}
+	g.key, g.shared = rc.gateKey(state)
+	if g.shared {
+		g.memo = live.gates.Results(g.key)
+	}
+	g.clk = expr.ClockOf(ctx)
+	g.quantum = -1
+	if s.lim.GateQuantum > 0 && g.shared {
+		g.quantum = rc.now.UnixNano() / int64(s.lim.GateQuantum)
+		g.timed = live.gates.Timed(g.key, g.quantum)
+	}
+	var add []*srow
+	for _, r := range deferred {
+		// Counted whether memoised or evaluated, so which entries
+		// the budget hides does not depend on what was cached.
+		if b.spent >= limit {
+			b.cut++
+			hidden++
+			continue
+		}
+		res := g.eval(ctx, r)
+		b.spent += res.cost
+		if res.on {
+			add = append(add, r)
+		}
+	}
+	if len(g.fresh) > 0 {
+		live.gates.KeepResults(g.key, g.fresh, live.liveEntries)
+	}
+	if len(g.freshTimed) > 0 {
+		live.gates.KeepTimed(g.key, g.quantum, g.freshTimed, live.liveEntries)
+	}
+	rc.addEntries(state, add)
+	return hidden
+}
+
+// entryGates is one read's evaluation of entry gates: the results shared
+// across reads under key (memo, and timed for the quantum when gates on
+// now are memoised), and those this read computed that may be shared.
+type entryGates struct {
+	s      *Service
+	vars   *expr.Vars
+	key    string
+	shared bool
+	clk    *expr.Clock
+	// quantum is -1 when results on now are not memoised.
+	quantum           int64
+	memo, timed       map[*srow]gateResult
+	fresh, freshTimed map[*srow]gateResult
+}
+
+// eval is r's gate: memoised, or evaluated and kept for sharing when its
+// result may be.
+func (g *entryGates) eval(ctx context.Context, r *srow) gateResult {
+	res, ok := g.memo[r]
+	gctx := ctx
+	if g.clk != nil {
+		gctx = clockFor(ctx, "state."+r.Scope)
+	}
+	if !ok && expr.ClockOf(gctx) == nil {
+		// A wait's read evaluates a gate on now afresh where
+		// the wait reads its scope: the memo cannot say when
+		// its result changes.
+		res, ok = g.timed[r]
+	}
+	if !ok {
+		var kind gateMemo
+		res, kind = g.s.evalGate(gctx, *r.enabled, g.vars)
+		switch {
+		case !g.shared:
+		case kind == memoPure:
+			if g.fresh == nil {
+				g.fresh = map[*srow]gateResult{}
+			}
+			g.fresh[r] = res
+		case kind == memoTimed && g.quantum >= 0:
+			if g.freshTimed == nil {
+				g.freshTimed = map[*srow]gateResult{}
+			}
+			g.freshTimed[r] = res
+		}
+	}
+	return res
+}
+
+// addEntries adds the gated entries admitted to state, copying a shared
+// scope map before its first change.
+func (rc *roomCtx) addEntries(state map[string]any, add []*srow) {
+	for _, r := range add {
+		if rc.modified == nil {
+			rc.modified = map[string]bool{}
+		}
+		if !rc.modified[r.Scope] {
+			cp := map[string]any{}
+			if old, ok := state[r.Scope].(map[string]any); ok {
+				for k, v := range old {
+					cp[k] = v
+				}
+			}
+			state[r.Scope] = cp
+			rc.modified[r.Scope] = true
+		}
+		state[r.Scope].(map[string]any)[r.Key] = r.val
+	}
 }
 
 // hideEntries takes out of state the entries of a scope the reader reads

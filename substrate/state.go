@@ -82,25 +82,44 @@ func hasJSON(raw json.RawMessage) bool { return len(raw) > 0 }
 
 // validate checks a write's shape before any database work.
 func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
-	at := func(e *errs.Error) error {
+	e := s.writeNameError(p, w)
+	if e == nil {
+		e = s.writeOpError(w)
+	}
+	if e == nil {
+		e = s.writeLimitError(w)
+	}
+	if e != nil {
 		if i >= 0 {
 			e = e.With("write", i)
 		}
 		return e
 	}
+	return nil
+}
+
+// writeNameError checks the write's scope (resolving the reader's names
+// for it) and key.
+func (s *Service) writeNameError(p *Principal, w *Write) *errs.Error {
 	scope, err := resolveScope(p, w.Scope)
 	if err != nil {
-		return at(err.(*errs.Error))
+		return err.(*errs.Error)
 	}
 	w.Scope = scope
 	if err := validName("scope", w.Scope, s.lim.MaxScopeBytes, true); err != nil {
-		return at(err.(*errs.Error))
+		return err.(*errs.Error)
 	}
 	if w.Key != "" || !w.Append {
 		if err := validKey(w.Key, s.lim.MaxKeyBytes); err != nil {
-			return at(err.(*errs.Error))
+			return err.(*errs.Error)
 		}
 	}
+	return nil
+}
+
+// writeOpError checks that the write is exactly one op, with what that
+// op takes: an expression or a merge object, a gate, an append's value.
+func (s *Service) writeOpError(w *Write) *errs.Error {
 	n := 0
 	for _, set := range []bool{hasJSON(w.Value), hasJSON(w.Merge), w.Delete, w.Increment != nil} {
 		if set {
@@ -108,8 +127,8 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 		}
 	}
 	if n != 1 {
-		return at(errs.New(errs.InvalidField, "a write needs exactly one of value, merge, increment and delete").
-			WithHint(`send {"scope": …, "key": …, "value": …} to replace, "merge": {…} to merge, "increment": n to add, or "delete": true`))
+		return errs.New(errs.InvalidField, "a write needs exactly one of value, merge, increment and delete").
+			WithHint(`send {"scope": …, "key": …, "value": …} to replace, "merge": {…} to merge, "increment": n to add, or "delete": true`)
 	}
 	if w.Expr {
 		src := w.Value
@@ -118,44 +137,50 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 		}
 		var code string
 		if !hasJSON(src) || json.Unmarshal(src, &code) != nil || code == "" {
-			return at(errs.New(errs.InvalidField, "with expr: true, value (or merge) is a CEL expression string").With("field", "expr").
-				WithHint(`e.g. {"scope": "_shared", "key": "total", "value": "state._shared.a + state._shared.b", "expr": true}`))
+			return errs.New(errs.InvalidField, "with expr: true, value (or merge) is a CEL expression string").With("field", "expr").
+				WithHint(`e.g. {"scope": "_shared", "key": "total", "value": "state._shared.a + state._shared.b", "expr": true}`)
 		}
 		if err := s.compileField("expr", code); err != nil {
-			return at(errs.From(err))
+			return errs.From(err)
 		}
 	} else if hasJSON(w.Merge) && w.Merge[0] != '{' {
-		return at(errs.New(errs.InvalidField, "merge must be a JSON object").WithHint(`use "value" to store a non-object`))
+		return errs.New(errs.InvalidField, "merge must be a JSON object").WithHint(`use "value" to store a non-object`)
 	}
 	if w.Ungate && w.Enabled != "" {
-		return at(errs.New(errs.InvalidField, "a write cannot both give the entry a gate and remove it").With("field", "enabled").
-			WithHint(`give "enabled" an expression to gate the entry, or "" to remove its gate`))
+		return errs.New(errs.InvalidField, "a write cannot both give the entry a gate and remove it").With("field", "enabled").
+			WithHint(`give "enabled" an expression to gate the entry, or "" to remove its gate`)
 	}
 	if w.Enabled != "" {
 		if err := s.compileField("enabled", w.Enabled); err != nil {
-			return at(errs.From(err))
+			return errs.From(err)
 		}
 	}
 	if w.Append && !hasJSON(w.Value) {
-		return at(errs.New(errs.InvalidField, "an append write takes a value").WithHint("send append: true with value; merge into an existing append entry by key without append"))
+		return errs.New(errs.InvalidField, "an append write takes a value").WithHint("send append: true with value; merge into an existing append entry by key without append")
 	}
 	if w.Append && w.IfVersion != nil {
-		return at(errs.New(errs.InvalidField, "if_version does not apply to an append write").WithHint("drop if_version: an append always creates a new entry"))
+		return errs.New(errs.InvalidField, "if_version does not apply to an append write").WithHint("drop if_version: an append always creates a new entry")
 	}
+	return nil
+}
+
+// writeLimitError checks the write's timer, if_version and the size and
+// depth of its value.
+func (s *Service) writeLimitError(w *Write) *errs.Error {
 	if w.Timer != nil {
 		if err := w.Timer.validate("timer"); err != nil {
-			return at(err.(*errs.Error))
+			return err.(*errs.Error)
 		}
 	}
 	if w.IfVersion != nil && *w.IfVersion < 0 {
-		return at(errs.New(errs.InvalidField, "if_version must be ≥ 0").WithHint("use 0 for \"must not exist\" or the version you read"))
+		return errs.New(errs.InvalidField, "if_version must be ≥ 0").WithHint("use 0 for \"must not exist\" or the version you read")
 	}
 	for _, raw := range []json.RawMessage{w.Value, w.Merge} {
 		if len(raw) > s.lim.MaxValueBytes {
-			return at(s.tooLarge(w.Scope, w.Key, len(raw)))
+			return s.tooLarge(w.Scope, w.Key, len(raw))
 		}
 		if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
-			return at(s.tooDeep("the value for "+w.Scope+"/"+w.Key).With("scope", w.Scope).With("key", w.Key))
+			return s.tooDeep("the value for "+w.Scope+"/"+w.Key).With("scope", w.Scope).With("key", w.Key)
 		}
 	}
 	return nil
@@ -306,22 +331,8 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if q.Limit <= 0 {
-		q.Limit = 100
-	}
-	q.Limit = min(q.Limit, s.lim.MaxLogPage)
-	if q.Key != "" && q.Scope == "" {
-		return nil, errs.New(errs.InvalidField, "key needs scope").WithHint("send scope and key together")
-	}
-	if q.Scope != "" {
-		scope, err := resolveScope(p, q.Scope)
-		if err != nil {
-			return nil, err
-		}
-		if !canRead(p, scope) {
-			return nil, scopeDenied(scope, "")
-		}
-		q.Scope = scope
+	if err := s.checkReadQuery(p, &q); err != nil {
+		return nil, err
 	}
 	ctx, done, err := s.work(ctx, p, roomID)
 	if err != nil {
@@ -359,46 +370,9 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		case q.Key != "":
 			return collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND scope = $2 AND key = $3`+liveSQL, roomID, q.Scope, q.Key)
 		case q.Scope != "":
-			if err := collect(ctx, tx, &out.Entries, sqlScopeEntries, roomID, q.Scope); err != nil {
-				return err
-			}
-			n := len(out.Entries)
-			if q.Before > 0 {
-				if err := collect(ctx, tx, &out.Entries, sqlScopeLogNewest,
-					roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope), q.Before); err != nil {
-					return err
-				}
-				if len(out.Entries)-n > q.Limit {
-					// The one read beyond the page is its oldest, first.
-					out.Entries, gated = dropEntry(out.Entries, gated, n)
-					out.More = true
-				}
-				return nil
-			}
-			if err := collect(ctx, tx, &out.Entries, sqlScopeLogPage,
-				roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope)); err != nil {
-				return err
-			}
-			if len(out.Entries)-n > q.Limit {
-				out.Entries, out.More = out.Entries[:n+q.Limit], true
-			}
-			return nil
+			return readScopeEntries(ctx, tx, collect, vis, roomID, &q, out, &gated)
 		default:
-			max := s.lim.MaxReadEntries
-			var err error
-			if p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin() {
-				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+` ORDER BY scope, key LIMIT $2`, roomID, max+1)
-			} else {
-				// Everyone else (agents, observers, any kind added later)
-				// reads communal scopes, its own and its grants.
-				err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+`
-					AND ((scope LIKE '\_%' AND scope <> '_audit') OR scope = $2 OR scope = ANY($3))
-					ORDER BY scope, key LIMIT $4`, roomID, p.AgentID, p.Grants, max+1)
-			}
-			if len(out.Entries) > max {
-				out.Entries, out.More = out.Entries[:max], true
-			}
-			return err
+			return s.readRoomEntries(ctx, tx, collect, p, roomID, out)
 		}
 	})
 	if err != nil {
@@ -408,6 +382,82 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		return nil, errs.New(errs.KeyNotFound, "%s/%s does not exist", q.Scope, q.Key).WithHint("read the scope without key to see its keys")
 	}
 	return out, nil
+}
+
+// stateCollect reads entries with sql into into, keeping the gated ones
+// aside for their gates.
+type stateCollect func(ctx context.Context, tx pgx.Tx, into *[]Entry, sql string, args ...any) error
+
+// checkReadQuery bounds q's page and resolves its scope into the one p
+// may read, refusing a key without a scope and a scope p may not read.
+func (s *Service) checkReadQuery(p *Principal, q *ReadQuery) error {
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	q.Limit = min(q.Limit, s.lim.MaxLogPage)
+	if q.Key != "" && q.Scope == "" {
+		return errs.New(errs.InvalidField, "key needs scope").WithHint("send scope and key together")
+	}
+	if q.Scope != "" {
+		scope, err := resolveScope(p, q.Scope)
+		if err != nil {
+			return err
+		}
+		if !canRead(p, scope) {
+			return scopeDenied(scope, "")
+		}
+		q.Scope = scope
+	}
+	return nil
+}
+
+// readScopeEntries reads a scope: its keyed entries, then a page of its
+// log, after q.After or (with q.Before) the newest before it.
+func readScopeEntries(ctx context.Context, tx pgx.Tx, collect stateCollect, vis *visibility, roomID string, q *ReadQuery, out *StateRead, gated *[]gatedEntry) error {
+	if err := collect(ctx, tx, &out.Entries, sqlScopeEntries, roomID, q.Scope); err != nil {
+		return err
+	}
+	n := len(out.Entries)
+	if q.Before > 0 {
+		if err := collect(ctx, tx, &out.Entries, sqlScopeLogNewest,
+			roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope), q.Before); err != nil {
+			return err
+		}
+		if len(out.Entries)-n > q.Limit {
+			// The one read beyond the page is its oldest, first.
+			out.Entries, *gated = dropEntry(out.Entries, *gated, n)
+			out.More = true
+		}
+		return nil
+	}
+	if err := collect(ctx, tx, &out.Entries, sqlScopeLogPage,
+		roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope)); err != nil {
+		return err
+	}
+	if len(out.Entries)-n > q.Limit {
+		out.Entries, out.More = out.Entries[:n+q.Limit], true
+	}
+	return nil
+}
+
+// readRoomEntries reads the keyed entries of the scopes p reads, up to
+// Limits.MaxReadEntries.
+func (s *Service) readRoomEntries(ctx context.Context, tx pgx.Tx, collect stateCollect, p *Principal, roomID string, out *StateRead) error {
+	max := s.lim.MaxReadEntries
+	var err error
+	if p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin() {
+		err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+` ORDER BY scope, key LIMIT $2`, roomID, max+1)
+	} else {
+		// Everyone else (agents, observers, any kind added later)
+		// reads communal scopes, its own and its grants.
+		err = collect(ctx, tx, &out.Entries, entryCols+`WHERE room_id = $1 AND sort_key IS NULL`+liveSQL+`
+					AND ((scope LIKE '\_%' AND scope <> '_audit') OR scope = $2 OR scope = ANY($3))
+					ORDER BY scope, key LIMIT $4`, roomID, p.AgentID, p.Grants, max+1)
+	}
+	if len(out.Entries) > max {
+		out.Entries, out.More = out.Entries[:max], true
+	}
+	return err
 }
 
 // scopeDenied refuses a read of a scope the reader may not read, in the

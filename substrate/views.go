@@ -87,162 +87,202 @@ func (rc *roomCtx) evalViewsOf(ctx context.Context, s *Service, roots []string) 
 	}
 	rc.viewByID = byID
 	live := rc.snap.live(rc.now)
-	memo := map[string]viewResult{}
+	ve := &viewEval{rc: rc, ctx: ctx, s: s, byID: byID, memo: map[string]viewResult{}}
 	// Entries with their own enabled expression are decided per read
 	// (they may read now and agents, which change without a new seq), so
 	// views in a room that has any are never shared.
-	noMemo := len(live.deferred) > 0
+	ve.noMemo = len(live.deferred) > 0
 	live.viewsMu.Lock()
 	for id, r := range live.views {
-		memo[id] = r
+		ve.memo[id] = r
 	}
 	live.viewsMu.Unlock()
-	pure := func(p *expr.Program) bool {
-		return p == nil || !(p.Uses("now") || p.Uses("agents") || p.Uses("actions"))
-	}
-	// shareable: reads only state, and other views only by name and only
-	// shareable, ungated ones (whether a gated one is there depends on the
-	// reader). Decided once per view (a cycle counts as not).
-	decided := map[string]bool{}
-	var shareableID func(id string, seen map[string]bool) bool
-	shareableID = func(id string, seen map[string]bool) bool {
-		if ok, known := decided[id]; known {
-			return ok
-		}
-		v := byID[id]
-		if v == nil || seen[id] {
-			return false
-		}
-		seen[id] = true
-		ok := v.err == nil && pure(v.prog) && !v.prog.DynamicViews
-		for _, d := range v.prog.ViewDeps {
-			ok = ok && shareableID(d, seen) && byID[d].enabledProg == nil
-		}
-		decided[id] = ok
-		return ok
-	}
-	shareable := func(v *viewRec) bool { return !noMemo && shareableID(v.def.ID, map[string]bool{}) }
-	// A shareable view that reads messages, or reads one that does, sees
-	// the reader's messages.count, which is not the state's: gated
-	// messages the reader may not read are left out of it, and a
-	// message's timer ends it without a new seq or timer epoch (the
-	// liveState knows only keyed entries). Its value is shared only
-	// between reads of the same count. (Only called for shareable views:
-	// their reads by name form no cycle.)
-	var readsMsgs func(v *viewRec) bool
-	readsMsgs = func(v *viewRec) bool {
-		if v == nil || v.prog == nil {
-			return false
-		}
-		if v.prog.UsesMessages {
-			return true
-		}
-		for _, d := range v.prog.ViewDeps {
-			if readsMsgs(byID[d]) {
-				return true
-			}
-		}
-		return false
-	}
-	memoKey := func(v *viewRec) string {
-		if readsMsgs(v) {
-			return v.def.ID + "\x00#" + strconv.FormatInt(rc.msgs.Count, 10)
-		}
-		return v.def.ID
-	}
-	var fresh map[string]viewResult
-	budget := uint64(s.lim.ViewCostPerRead)
-	const (
-		todo = iota
-		busy
-		done
-	)
-	mark := map[string]int{}
-	var eval func(id string, path []string)
-	eval = func(id string, path []string) {
-		v := byID[id]
-		switch mark[id] {
-		case done:
-			return
-		case busy:
-			cycle := append(append([]string{}, path[indexOf(path, id):]...), id)
-			for _, c := range cycle[:len(cycle)-1] {
-				rc.views[c] = map[string]any{"_error": "view dependency cycle: " + strings.Join(cycle, " → ")}
-				mark[c] = done
-			}
-			return
-		}
-		mark[id] = busy
-		if v.err != nil {
-			rc.views[id] = map[string]any{"_error": errorText(v.err)}
-			mark[id] = done
-			return
-		}
-		for _, d := range v.prog.ViewDeps {
-			if _, ok := byID[d]; ok {
-				eval(d, append(path, id))
-			}
-		}
-		if mark[id] == done { // settled as part of a cycle
-			return
-		}
-		mark[id] = done
-		if rc.viewCost >= budget {
-			rc.viewsCut++
-			rc.views[id] = map[string]any{"_error": fmt.Sprintf("not evaluated: this room's views cost more than %d per read (cel-go cost), the server's limit", budget),
-				"hint": "delete or simplify views (the context's views section lists them); expensive views can often read a precomputed key instead"}
-			return
-		}
-		if !rc.viewGate(ctx, s, v, rc.self) {
-			return
-		}
-		var res viewResult
-		if shareable(v) {
-			key := memoKey(v)
-			var ok bool
-			if res, ok = memo[key]; !ok {
-				res = rc.evalView(ctx, s, v)
-				if fresh == nil {
-					fresh = map[string]viewResult{}
-				}
-				fresh[key] = res
-			}
-		} else {
-			res = rc.evalView(ctx, s, v)
-		}
-		rc.viewCost += res.cost
-		rc.views[id] = res.val
-	}
+	ve.decided = map[string]bool{}
+	ve.budget = uint64(s.lim.ViewCostPerRead)
+	ve.mark = map[string]int{}
 	if roots == nil {
 		roots = rc.viewOrder
 	}
 	for _, id := range roots {
 		if byID[id] != nil {
-			eval(id, nil)
+			ve.eval(id, nil)
 		}
 	}
-	if len(fresh) > 0 {
-		nodes := make(map[string]int, len(fresh))
-		for key, r := range fresh {
-			nodes[key] = valueNodes(r.val)
-		}
-		live.viewsMu.Lock()
-		if live.views == nil {
-			live.views = map[string]viewResult{}
-		}
-		for key, r := range fresh {
-			if _, ok := live.views[key]; ok || len(live.views) >= maxViewMemo || live.viewNodes+nodes[key] > live.viewNodesAllowed() {
-				continue
-			}
-			live.views[key] = r
-			live.viewNodes += nodes[key]
-		}
-		live.viewsMu.Unlock()
+	if len(ve.fresh) > 0 {
+		keepViewResults(live, ve.fresh)
 	}
 	if contested := rc.contested(); len(contested) > 0 {
 		rc.views[viewContested] = contested
 	}
 	rc.viewsBuilt = true
+}
+
+// viewEval is one evalViewsOf: the live views by id, the values shared
+// across reads (memo, copied under the liveState's lock) and those this
+// read computed that may be shared (fresh), and each view's progress.
+type viewEval struct {
+	rc     *roomCtx
+	ctx    context.Context
+	s      *Service
+	byID   map[string]*viewRec
+	noMemo bool
+	memo   map[string]viewResult
+	// decided: whether a view is shareable, decided once per view.
+	decided map[string]bool
+	fresh   map[string]viewResult
+	budget  uint64
+	mark    map[string]int
+}
+
+// A view's progress in viewEval.eval.
+const (
+	viewTodo = iota
+	viewBusy
+	viewDone
+)
+
+// pureProg reports whether p reads none of now, agents and actions.
+func pureProg(p *expr.Program) bool {
+	return p == nil || !(p.Uses("now") || p.Uses("agents") || p.Uses("actions"))
+}
+
+// shareableID: reads only state, and other views only by name and only
+// shareable, ungated ones (whether a gated one is there depends on the
+// reader). Decided once per view (a cycle counts as not).
+func (ve *viewEval) shareableID(id string, seen map[string]bool) bool {
+	if ok, known := ve.decided[id]; known {
+		return ok
+	}
+	v := ve.byID[id]
+	if v == nil || seen[id] {
+		return false
+	}
+	seen[id] = true
+	ok := v.err == nil && pureProg(v.prog) && !v.prog.DynamicViews
+	for _, d := range v.prog.ViewDeps {
+		ok = ok && ve.shareableID(d, seen) && ve.byID[d].enabledProg == nil
+	}
+	ve.decided[id] = ok
+	return ok
+}
+
+func (ve *viewEval) shareable(v *viewRec) bool {
+	return !ve.noMemo && ve.shareableID(v.def.ID, map[string]bool{})
+}
+
+// readsMsgs: a shareable view that reads messages, or reads one that
+// does, sees the reader's messages.count, which is not the state's: gated
+// messages the reader may not read are left out of it, and a message's
+// timer ends it without a new seq or timer epoch (the liveState knows
+// only keyed entries). Its value is shared only between reads of the same
+// count. (Only called for shareable views: their reads by name form no
+// cycle.)
+func (ve *viewEval) readsMsgs(v *viewRec) bool {
+	if v == nil || v.prog == nil {
+		return false
+	}
+	if v.prog.UsesMessages {
+		return true
+	}
+	for _, d := range v.prog.ViewDeps {
+		if ve.readsMsgs(ve.byID[d]) {
+			return true
+		}
+	}
+	return false
+}
+
+func (ve *viewEval) memoKey(v *viewRec) string {
+	if ve.readsMsgs(v) {
+		return v.def.ID + "\x00#" + strconv.FormatInt(ve.rc.msgs.Count, 10)
+	}
+	return v.def.ID
+}
+
+// eval evaluates view id after the views it reads by name (path: the
+// views being evaluated that led to it), marking a dependency cycle's
+// views with an error, within the read's views budget and behind the
+// view's gate.
+func (ve *viewEval) eval(id string, path []string) {
+	rc := ve.rc
+	v := ve.byID[id]
+	switch ve.mark[id] {
+	case viewDone:
+		return
+	case viewBusy:
+		cycle := append(append([]string{}, path[indexOf(path, id):]...), id)
+		for _, c := range cycle[:len(cycle)-1] {
+			rc.views[c] = map[string]any{"_error": "view dependency cycle: " + strings.Join(cycle, " → ")}
+			ve.mark[c] = viewDone
+		}
+		return
+	}
+	ve.mark[id] = viewBusy
+	if v.err != nil {
+		rc.views[id] = map[string]any{"_error": errorText(v.err)}
+		ve.mark[id] = viewDone
+		return
+	}
+	for _, d := range v.prog.ViewDeps {
+		if _, ok := ve.byID[d]; ok {
+			ve.eval(d, append(path, id))
+		}
+	}
+	if ve.mark[id] == viewDone { // settled as part of a cycle
+		return
+	}
+	ve.mark[id] = viewDone
+	if rc.viewCost >= ve.budget {
+		rc.viewsCut++
+		rc.views[id] = map[string]any{"_error": fmt.Sprintf("not evaluated: this room's views cost more than %d per read (cel-go cost), the server's limit", ve.budget),
+			"hint": "delete or simplify views (the context's views section lists them); expensive views can often read a precomputed key instead"}
+		return
+	}
+	if !rc.viewGate(ve.ctx, ve.s, v, rc.self) {
+		return
+	}
+	res := ve.value(v)
+	rc.viewCost += res.cost
+	rc.views[id] = res.val
+}
+
+// value is v's result: shared from the memo when v is shareable (and
+// kept in fresh when this read computed it), else computed for this read.
+func (ve *viewEval) value(v *viewRec) viewResult {
+	if !ve.shareable(v) {
+		return ve.rc.evalView(ve.ctx, ve.s, v)
+	}
+	key := ve.memoKey(v)
+	res, ok := ve.memo[key]
+	if !ok {
+		res = ve.rc.evalView(ve.ctx, ve.s, v)
+		if ve.fresh == nil {
+			ve.fresh = map[string]viewResult{}
+		}
+		ve.fresh[key] = res
+	}
+	return res
+}
+
+// keepViewResults shares the results this read computed with later reads
+// of the same liveState, within its memo's bounds.
+func keepViewResults(live *liveState, fresh map[string]viewResult) {
+	nodes := make(map[string]int, len(fresh))
+	for key, r := range fresh {
+		nodes[key] = valueNodes(r.val)
+	}
+	live.viewsMu.Lock()
+	if live.views == nil {
+		live.views = map[string]viewResult{}
+	}
+	for key, r := range fresh {
+		if _, ok := live.views[key]; ok || len(live.views) >= maxViewMemo || live.viewNodes+nodes[key] > live.viewNodesAllowed() {
+			continue
+		}
+		live.views[key] = r
+		live.viewNodes += nodes[key]
+	}
+	live.viewsMu.Unlock()
 }
 
 // viewGate reports whether view v is enabled for who: the reader

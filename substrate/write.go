@@ -118,161 +118,215 @@ func (s *Service) applyOps(m *mutation, ops []op, via string) (written []*Entry,
 	if err != nil {
 		return nil, nil, err
 	}
-	live := func(r *row) *row {
-		if r == nil || r.Version == 0 || !r.timer.live(m.now) {
-			return nil
-		}
-		return r
-	}
-	m.notePrior(cur, live)
-	newKeys := map[string]int{}
-	// gated: an entry gets an enabled expression it did not have.
-	gated := false
-	var order []entryKey
-	audit = make([]map[string]any, 0, len(ops))
+	b := &opBatch{s: s, m: m, cur: cur, newKeys: map[string]int{}, audit: make([]map[string]any, 0, len(ops))}
+	m.notePrior(cur, b.live)
 	for i := range ops {
 		failing = i
 		o := &ops[i]
 		if o.Append {
-			sk := m.seq()
-			if o.Key == "" {
-				o.Key = strconv.FormatInt(sk, 10)
-			}
-			if live(cur[entryKey{o.Scope, o.Key}]) != nil {
-				return nil, nil, errs.New(errs.KeyExists, "%s/%s already exists, and an append never overwrites", o.Scope, o.Key).
-					WithHint("omit key to let the server number the entry, or choose a new key")
-			}
-			value, err := s.checkValue(o.Scope, o.Key, o.Value)
-			if err != nil {
-				return nil, nil, err
-			}
-			nr := &row{Entry: Entry{Scope: o.Scope, Key: o.Key, Value: value, Version: 1, SortKey: &sk}}
-			s.setLifecycle(m, nr, nil, o)
-			k := entryKey{o.Scope, o.Key}
-			cur[k] = nr
-			order = appendKey(order, k)
-			if o.Scope == ScopeMessages {
-				m.messages++
-			}
-			audit = append(audit, map[string]any{"op": "append", "scope": o.Scope, "key": o.Key, "version": 1})
-			continue
+			err = b.appendOp(o)
+		} else {
+			err = b.writeOp(o)
 		}
-		k := entryKey{o.Scope, o.Key}
-		old := live(cur[k])
-		var curVersion int64
-		if old != nil {
-			curVersion = old.Version
-		}
-		if o.IfVersion != nil && *o.IfVersion != curVersion {
-			// The read named is the one that shows versions (versions.go),
-			// in the reader's name for the scope.
-			read := o.Scope
-			if m.p != nil && m.p.AgentID != "" && read == m.p.AgentID {
-				read = ScopeSelf
-			}
-			return nil, nil, errs.New(errs.VersionConflict, "%s/%s is at version %d, not %d", o.Scope, o.Key, curVersion, *o.IfVersion).
-				WithHint("someone wrote it since you read it: read it again with next (its version is versions.%s.%s), redo your change on its value, and retry with if_version: %d", read, o.Key, curVersion).
-				WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: versionsRead(read)}).
-				With("scope", o.Scope).With("key", o.Key).With("current_version", curVersion).With("expected_version", *o.IfVersion)
-		}
-		if o.Delete {
-			if old == nil {
-				return nil, nil, errs.New(errs.KeyNotFound, "%s/%s does not exist", o.Scope, o.Key).WithHint("nothing to delete; read the scope to see its keys")
-			}
-			if o.Scope == ScopeMessages && old.SortKey != nil {
-				m.messages--
-			}
-			cur[k] = &row{Entry: Entry{Scope: o.Scope, Key: o.Key}}
-			order = appendKey(order, k)
-			audit = append(audit, map[string]any{"op": "delete", "scope": o.Scope, "key": o.Key, "version": curVersion})
-			continue
-		}
-		var value json.RawMessage
-		opName := "set"
-		switch {
-		case o.Value != nil:
-			if old != nil && old.SortKey != nil {
-				return nil, nil, errs.New(errs.AppendOnly, "%s/%s is an append entry and cannot be replaced", o.Scope, o.Key).
-					WithHint("merge into it with \"merge\": {…}, or append a new entry")
-			}
-			value = o.Value
-		case o.Increment != nil:
-			opName = "increment"
-			base := json.Number("0")
-			if old != nil {
-				var n json.Number
-				if err := decodeNumber(old.Value, &n); err != nil {
-					return nil, nil, errs.New(errs.NotNumeric, "%s/%s holds a %s, and increment needs a number", o.Scope, o.Key, jsonKind(old.Value)).
-						WithHint("replace it with a number first, or increment another key")
-				}
-				base = n
-			}
-			var err error
-			if value, err = addNumbers(base, *o.Increment); err != nil {
-				return nil, nil, err.(*errs.Error).With("scope", o.Scope).With("key", o.Key)
-			}
-		default:
-			opName = "merge"
-			var err error
-			var oldValue json.RawMessage
-			if old != nil {
-				oldValue = old.Value
-			}
-			if value, err = mergeJSON(oldValue, o.Merge, o.Deep); err != nil {
-				return nil, nil, errs.New(errs.NotMergeable, "%s/%s holds a %s, and merge needs an object", o.Scope, o.Key, jsonKind(oldValue)).
-					WithHint("replace it with \"value\" instead")
-			}
-		}
-		value, err := s.checkValue(o.Scope, o.Key, value)
 		if err != nil {
 			return nil, nil, err
 		}
-		nr := &row{Entry: Entry{Scope: o.Scope, Key: o.Key, Value: value, Version: curVersion + 1}}
-		if old != nil {
-			nr.SortKey = old.SortKey
-		} else {
-			opName = "insert"
-			newKeys[o.Scope]++
-		}
-		// A merge or increment keeps the value, so giving it another gate
-		// would let a writer the old gate hides read it (a merge of {}
-		// with enabled "true", or removing the gate). Only room authority
-		// may; others change or remove a gated entry's gate with a whole
-		// value.
-		if o.Value == nil && (o.Ungate || o.Enabled != "") && old != nil && old.enabled != nil && (o.Ungate || *old.enabled != o.Enabled) && !m.p.Admin() {
-			change, hint := "change", "replace the value (\"value\") to give the entry another gate"
-			if o.Ungate {
-				change, hint = "remove", "replace the value (\"value\") with \"enabled\": \"\" to remove the gate"
-			}
-			return nil, nil, errs.New(errs.Forbidden, "%s/%s is gated by an enabled expression, and a merge or increment cannot %s its gate", o.Scope, o.Key, change).
-				With("scope", o.Scope).With("key", o.Key).WithHint("%s", hint)
-		}
-		s.setLifecycle(m, nr, old, o)
-		if o.Enabled != "" && (old == nil || old.enabled == nil || *old.enabled != o.Enabled) {
-			gated = true
-		}
-		cur[k] = nr
-		order = appendKey(order, k)
-		audit = append(audit, map[string]any{"op": opName, "scope": o.Scope, "key": o.Key, "version": nr.Version})
 	}
 	failing = -1
-	if err := s.checkScopeCapacity(m, newKeys); err != nil {
+	if err := s.checkScopeCapacity(m, b.newKeys); err != nil {
 		return nil, nil, err
 	}
-	out := make([]*Entry, 0, len(order))
-	for _, k := range order {
+	out := make([]*Entry, 0, len(b.order))
+	for _, k := range b.order {
 		r := cur[k]
 		m.pending = append(m.pending, pendingWrite{r: r, del: r.Version == 0, via: via})
 		m.ticks = append(m.ticks, k.scope+"."+k.key)
 		r.Timer = r.timer.describe(m.now) // the response says the entry's lifecycle, as a read would
 		out = append(out, &r.Entry)
 	}
-	if gated {
+	if b.gated {
 		if err := s.checkEnabledBudget(m); err != nil {
 			return nil, nil, err
 		}
 	}
-	return out, audit, nil
+	return out, b.audit, nil
+}
+
+// opBatch is applyOps' working set: the rows as the ops so far leave
+// them, in the order first written, with their audit records.
+type opBatch struct {
+	s       *Service
+	m       *mutation
+	cur     map[entryKey]*row
+	newKeys map[string]int
+	// gated: an entry gets an enabled expression it did not have.
+	gated bool
+	order []entryKey
+	audit []map[string]any
+}
+
+// live is the row as a reader sees it: nil when absent, deleted or
+// expired.
+func (b *opBatch) live(r *row) *row {
+	if r == nil || r.Version == 0 || !r.timer.live(b.m.now) {
+		return nil
+	}
+	return r
+}
+
+// appendOp adds a new entry and never overwrites one.
+func (b *opBatch) appendOp(o *op) error {
+	m := b.m
+	sk := m.seq()
+	if o.Key == "" {
+		o.Key = strconv.FormatInt(sk, 10)
+	}
+	if b.live(b.cur[entryKey{o.Scope, o.Key}]) != nil {
+		return errs.New(errs.KeyExists, "%s/%s already exists, and an append never overwrites", o.Scope, o.Key).
+			WithHint("omit key to let the server number the entry, or choose a new key")
+	}
+	value, err := b.s.checkValue(o.Scope, o.Key, o.Value)
+	if err != nil {
+		return err
+	}
+	nr := &row{Entry: Entry{Scope: o.Scope, Key: o.Key, Value: value, Version: 1, SortKey: &sk}}
+	b.s.setLifecycle(m, nr, nil, o)
+	k := entryKey{o.Scope, o.Key}
+	b.cur[k] = nr
+	b.order = appendKey(b.order, k)
+	if o.Scope == ScopeMessages {
+		m.messages++
+	}
+	b.audit = append(b.audit, map[string]any{"op": "append", "scope": o.Scope, "key": o.Key, "version": 1})
+	return nil
+}
+
+// writeOp sets, increments, merges or deletes one entry, after its
+// if_version holds.
+func (b *opBatch) writeOp(o *op) error {
+	m := b.m
+	k := entryKey{o.Scope, o.Key}
+	old := b.live(b.cur[k])
+	var curVersion int64
+	if old != nil {
+		curVersion = old.Version
+	}
+	if o.IfVersion != nil && *o.IfVersion != curVersion {
+		return versionConflict(m, o, curVersion)
+	}
+	if o.Delete {
+		return b.deleteOp(o, k, old, curVersion)
+	}
+	value, opName, err := newValue(o, old)
+	if err != nil {
+		return err
+	}
+	value, err = b.s.checkValue(o.Scope, o.Key, value)
+	if err != nil {
+		return err
+	}
+	nr := &row{Entry: Entry{Scope: o.Scope, Key: o.Key, Value: value, Version: curVersion + 1}}
+	if old != nil {
+		nr.SortKey = old.SortKey
+	} else {
+		opName = "insert"
+		b.newKeys[o.Scope]++
+	}
+	if err := gateChangeRefused(m, o, old); err != nil {
+		return err
+	}
+	b.s.setLifecycle(m, nr, old, o)
+	if o.Enabled != "" && (old == nil || old.enabled == nil || *old.enabled != o.Enabled) {
+		b.gated = true
+	}
+	b.cur[k] = nr
+	b.order = appendKey(b.order, k)
+	b.audit = append(b.audit, map[string]any{"op": opName, "scope": o.Scope, "key": o.Key, "version": nr.Version})
+	return nil
+}
+
+// versionConflict is the error for an if_version that no longer holds.
+func versionConflict(m *mutation, o *op, curVersion int64) error {
+	// The read named is the one that shows versions (versions.go),
+	// in the reader's name for the scope.
+	read := o.Scope
+	if m.p != nil && m.p.AgentID != "" && read == m.p.AgentID {
+		read = ScopeSelf
+	}
+	return errs.New(errs.VersionConflict, "%s/%s is at version %d, not %d", o.Scope, o.Key, curVersion, *o.IfVersion).
+		WithHint("someone wrote it since you read it: read it again with next (its version is versions.%s.%s), redo your change on its value, and retry with if_version: %d", read, o.Key, curVersion).
+		WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: versionsRead(read)}).
+		With("scope", o.Scope).With("key", o.Key).With("current_version", curVersion).With("expected_version", *o.IfVersion)
+}
+
+// deleteOp removes a live entry; deleting an absent one is an error.
+func (b *opBatch) deleteOp(o *op, k entryKey, old *row, curVersion int64) error {
+	if old == nil {
+		return errs.New(errs.KeyNotFound, "%s/%s does not exist", o.Scope, o.Key).WithHint("nothing to delete; read the scope to see its keys")
+	}
+	if o.Scope == ScopeMessages && old.SortKey != nil {
+		b.m.messages--
+	}
+	b.cur[k] = &row{Entry: Entry{Scope: o.Scope, Key: o.Key}}
+	b.order = appendKey(b.order, k)
+	b.audit = append(b.audit, map[string]any{"op": "delete", "scope": o.Scope, "key": o.Key, "version": curVersion})
+	return nil
+}
+
+// newValue is the value a set, increment or merge leaves on old (nil when
+// absent), and the op's audit name. An append entry is never replaced.
+func newValue(o *op, old *row) (json.RawMessage, string, error) {
+	switch {
+	case o.Value != nil:
+		if old != nil && old.SortKey != nil {
+			return nil, "", errs.New(errs.AppendOnly, "%s/%s is an append entry and cannot be replaced", o.Scope, o.Key).
+				WithHint("merge into it with \"merge\": {…}, or append a new entry")
+		}
+		return o.Value, "set", nil
+	case o.Increment != nil:
+		base := json.Number("0")
+		if old != nil {
+			var n json.Number
+			if err := decodeNumber(old.Value, &n); err != nil {
+				return nil, "", errs.New(errs.NotNumeric, "%s/%s holds a %s, and increment needs a number", o.Scope, o.Key, jsonKind(old.Value)).
+					WithHint("replace it with a number first, or increment another key")
+			}
+			base = n
+		}
+		value, err := addNumbers(base, *o.Increment)
+		if err != nil {
+			return nil, "", err.(*errs.Error).With("scope", o.Scope).With("key", o.Key)
+		}
+		return value, "increment", nil
+	default:
+		var oldValue json.RawMessage
+		if old != nil {
+			oldValue = old.Value
+		}
+		value, err := mergeJSON(oldValue, o.Merge, o.Deep)
+		if err != nil {
+			return nil, "", errs.New(errs.NotMergeable, "%s/%s holds a %s, and merge needs an object", o.Scope, o.Key, jsonKind(oldValue)).
+				WithHint("replace it with \"value\" instead")
+		}
+		return value, "merge", nil
+	}
+}
+
+// gateChangeRefused refuses a merge or increment that changes or removes
+// a gated entry's gate. A merge or increment keeps the value, so giving
+// it another gate would let a writer the old gate hides read it (a merge
+// of {} with enabled "true", or removing the gate). Only room authority
+// may; others change or remove a gated entry's gate with a whole value.
+func gateChangeRefused(m *mutation, o *op, old *row) error {
+	if o.Value == nil && (o.Ungate || o.Enabled != "") && old != nil && old.enabled != nil && (o.Ungate || *old.enabled != o.Enabled) && !m.p.Admin() {
+		change, hint := "change", "replace the value (\"value\") to give the entry another gate"
+		if o.Ungate {
+			change, hint = "remove", "replace the value (\"value\") with \"enabled\": \"\" to remove the gate"
+		}
+		return errs.New(errs.Forbidden, "%s/%s is gated by an enabled expression, and a merge or increment cannot %s its gate", o.Scope, o.Key, change).
+			With("scope", o.Scope).With("key", o.Key).WithHint("%s", hint)
+	}
+	return nil
 }
 
 // checkEnabledBudget refuses a mutation that writes entries with an
