@@ -9,20 +9,20 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/syncsubstrate/sync/migrations"
 )
 
-// shardKey is the column each room-owned table would be distributed by in
-// a sharded PostgreSQL (Citus; README, "Scaling out"): the room. Every
-// other table is small, per user or per client, and would be a reference
-// table.
-var shardKey = map[string]string{
-	"rooms":            "id",
-	"rooms_retired":    "id",
-	"agents":           "room_id",
-	"state":            "room_id",
-	"state_archive":    "room_id",
-	"vocabulary_usage": "room_id",
-}
+// shardKey is the column each room-owned table is distributed by on
+// Citus (README, "Scaling out"): the room. Every other table is small, per
+// user or per client, and a reference table.
+var shardKey = func() map[string]string {
+	m := map[string]string{}
+	for _, t := range migrations.RoomTables {
+		m[t.Name] = t.Column
+	}
+	return m
+}()
 
 // crossRoom are the statements that search every room, each with why it
 // must. Anything else on a room-owned table names its room, so that with

@@ -54,7 +54,9 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 
 // Migrate applies every embedded migration not yet applied, each in its own
 // transaction, while holding a session advisory lock so that several
-// processes starting at once apply each file exactly once.
+// processes starting at once apply each file exactly once. On Citus it
+// then distributes the tables not yet distributed (distribute), under the
+// same lock.
 func (db *DB) Migrate(ctx context.Context) (applied int, err error) {
 	return migrateFS(ctx, db, migrations.FS)
 }
@@ -65,7 +67,7 @@ func migrateFS(ctx context.Context, db *DB, fsys fs.FS) (applied int, err error)
 		return 0, err
 	}
 	err = db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		applied, err = migrateOn(ctx, conn, list)
+		applied, err = migrateOn(ctx, conn, list, db.log)
 		return err
 	})
 	return applied, err
@@ -73,7 +75,7 @@ func migrateFS(ctx context.Context, db *DB, fsys fs.FS) (applied int, err error)
 
 // migrateOn applies what list has that the database lacks, on one
 // connection: the advisory lock is the session's.
-func migrateOn(ctx context.Context, conn *pgxpool.Conn, list []migration) (applied int, err error) {
+func migrateOn(ctx context.Context, conn *pgxpool.Conn, list []migration, log *slog.Logger) (applied int, err error) {
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLockKey); err != nil {
 		return 0, fmt.Errorf("store: migrate: take lock: %w", err)
 	}
@@ -115,5 +117,5 @@ func migrateOn(ctx context.Context, conn *pgxpool.Conn, list []migration) (appli
 		slog.Info("applied migration", "name", m.name)
 		applied++
 	}
-	return applied, nil
+	return applied, distribute(ctx, conn.Conn(), log)
 }

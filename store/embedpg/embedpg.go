@@ -43,6 +43,10 @@ type Options struct {
 	Database string
 	// Settings are extra server settings passed as -c name=value.
 	Settings map[string]string
+	// Port, when set, makes the server listen on 127.0.0.1:Port as well as
+	// on its socket (named for that port): the nodes of a Citus cluster
+	// reach each other over TCP. Default: the socket only, port 5432.
+	Port int
 	// NoSync makes initdb skip fsync (throwaway test clusters only).
 	NoSync bool
 	// StartTimeout bounds initdb plus start-up. Default 60 s.
@@ -133,7 +137,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	dataDir := filepath.Join(dir, "data")
 	c := &Cluster{opt: opt, exited: make(chan struct{})}
 	c.url = (&url.URL{Scheme: "postgres", User: url.User(superuser), Path: "/" + opt.Database,
-		RawQuery: url.Values{"host": {sockDir}, "sslmode": {"disable"}}.Encode()}).String()
+		RawQuery: opt.query(sockDir).Encode()}).String()
 	if err := c.claim(ctx, dataDir); err != nil {
 		return nil, err
 	}
@@ -159,7 +163,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedpg: %w", err)
 	}
-	args := postgresArgs(dataDir, sockDir, opt.Settings)
+	args := postgresArgs(dataDir, sockDir, opt.Port, opt.Settings)
 	c.cmd = exec.Command(filepath.Join(opt.BinDir, "postgres"), args...)
 	c.cmd.Env = pgEnv()
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
@@ -226,8 +230,8 @@ func (opt *Options) defaults() error {
 // prepareDirs makes dir and the socket directory sockDir private, owned
 // by the account PostgreSQL runs as (cred; nil: this process's).
 func prepareDirs(dir, sockDir string) (*syscall.Credential, error) {
-	// The kernel limits a socket path to 107 bytes.
-	if n := len(filepath.Join(sockDir, ".s.PGSQL.5432")); n > 107 {
+	// The kernel limits a socket path to 107 bytes (".s.PGSQL.65535").
+	if n := len(filepath.Join(sockDir, ".s.PGSQL.65535")); n > 107 {
 		return nil, fmt.Errorf("embedpg: socket path under %s is %d bytes, over the 107 the kernel allows; choose a shorter data directory", dir, n)
 	}
 	// Missing ancestors are made traversable: as root, the cluster belongs
@@ -275,10 +279,17 @@ func initCluster(ctx context.Context, opt Options, dataDir string, cred *syscall
 	return nil
 }
 
-// postgresArgs is the server's command line: a socket only, in sockDir,
-// and the settings in a stable order.
-func postgresArgs(dataDir, sockDir string, settings map[string]string) []string {
-	args := []string{"-D", dataDir, "-k", sockDir, "-c", "listen_addresses=", "-c", "unix_socket_permissions=0700"}
+// postgresArgs is the server's command line: a socket in sockDir (and
+// loopback TCP when port is set), and the settings in a stable order.
+func postgresArgs(dataDir, sockDir string, port int, settings map[string]string) []string {
+	listen := ""
+	if port != 0 {
+		listen = "127.0.0.1"
+	}
+	args := []string{"-D", dataDir, "-k", sockDir, "-c", "listen_addresses=" + listen, "-c", "unix_socket_permissions=0700"}
+	if port != 0 {
+		args = append(args, "-p", strconv.Itoa(port))
+	}
 	keys := make([]string, 0, len(settings))
 	for k := range settings {
 		keys = append(keys, k)
@@ -498,9 +509,19 @@ func pgEnv() []string {
 	return env
 }
 
+// query is the connection parameters of a URL to the cluster: its socket,
+// and its port when not the default.
+func (opt *Options) query(sockDir string) url.Values {
+	q := url.Values{"host": {sockDir}, "sslmode": {"disable"}}
+	if opt.Port != 0 {
+		q.Set("port", strconv.Itoa(opt.Port))
+	}
+	return q
+}
+
 func (c *Cluster) waitReady(ctx context.Context, sockDir, logPath string) error {
 	adminURL := (&url.URL{Scheme: "postgres", User: url.User(superuser), Path: "/postgres",
-		RawQuery: url.Values{"host": {sockDir}, "sslmode": {"disable"}}.Encode()}).String()
+		RawQuery: c.opt.query(sockDir).Encode()}).String()
 	var lastErr error
 	for {
 		select {

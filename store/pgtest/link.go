@@ -33,7 +33,11 @@ func NewLink(t testing.TB, dbURL string) *Link {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Link{t: t, addr: "127.0.0.1:0", socket: filepath.Join(u.Query().Get("host"), ".s.PGSQL.5432")}
+	port := u.Query().Get("port")
+	if port == "" {
+		port = "5432"
+	}
+	l := &Link{t: t, addr: "127.0.0.1:0", socket: filepath.Join(u.Query().Get("host"), ".s.PGSQL."+port)}
 	l.Up()
 	t.Cleanup(l.Down)
 	host, port, _ := net.SplitHostPort(l.addr)

@@ -3,7 +3,8 @@
 // Each test binary starts one throwaway cluster with the same launcher the
 // server uses (store/embedpg), migrates a template database once, and hands
 // every test its own copy of it. Set SYNC_TEST_DATABASE_URL to a server's
-// admin URL to use that server instead of starting one.
+// admin URL to use that server instead of starting one, or SYNC_TEST_CITUS
+// to a number of workers to start a Citus cluster instead (CitusEnv).
 //
 // A package using it declares
 //
@@ -37,13 +38,27 @@ var (
 
 // Main runs the tests, then stops the cluster and removes its files.
 func Main(m *testing.M) int {
+	if n, err := citusWorkers(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	} else if n > 0 {
+		if why := citusMissing(); why != "" {
+			if os.Getenv("CI") == "true" {
+				fmt.Fprintf(os.Stderr, "pgtest: %s=%d asks for a Citus cluster, and with CI=true it must run: %s\n", CitusEnv, n, why)
+				return 1
+			}
+			fmt.Printf("pgtest: skipping this package's tests: %s=%d asks for a Citus cluster, but %s\n", CitusEnv, n, why)
+			return 0
+		}
+	}
 	code := m.Run()
 	mu.Lock()
 	defer mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stopWorkers(ctx)
 	if cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_ = cluster.Stop(ctx)
-		cancel()
 	}
 	if tmpDir != "" {
 		_ = os.RemoveAll(tmpDir)
@@ -57,8 +72,16 @@ func start() error {
 		return nil
 	}
 	ctx := context.Background()
-	if u := os.Getenv("SYNC_TEST_DATABASE_URL"); u != "" {
+	workers, err := citusWorkers()
+	if err != nil {
+		return err
+	}
+	if u := os.Getenv("SYNC_TEST_DATABASE_URL"); u != "" && workers == 0 {
 		adminURL = u
+	} else if workers > 0 {
+		if err := startCitus(ctx, workers); err != nil {
+			return err
+		}
 	} else {
 		dir, err := os.MkdirTemp("", "syncpg")
 		if err != nil {
@@ -80,7 +103,12 @@ func start() error {
 		adminURL = c.URL()
 	}
 	name := fmt.Sprintf("sync_tmpl_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if err := exec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if workers > 0 {
+		err = citusTemplate(ctx, name)
+	} else {
+		err = exec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	}
+	if err != nil {
 		return err
 	}
 	db, err := store.Open(ctx, withDatabase(adminURL, name), store.Options{})
@@ -91,6 +119,11 @@ func start() error {
 	db.Close() // a template must have no connections to be copied
 	if err != nil {
 		return err
+	}
+	if workers > 0 {
+		if err := releaseTemplate(ctx, name); err != nil {
+			return err
+		}
 	}
 	template = name
 	return nil
@@ -125,11 +158,19 @@ func URL(t testing.TB) string {
 	}
 	counter++
 	name := fmt.Sprintf("%s_%d", template, counter)
-	err := exec(context.Background(), adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
-		pgx.Identifier{name}.Sanitize(), pgx.Identifier{template}.Sanitize()))
+	var err error
+	if Citus() {
+		err = copyCitus(context.Background(), name)
+	} else {
+		err = exec(context.Background(), adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
+			pgx.Identifier{name}.Sanitize(), pgx.Identifier{template}.Sanitize()))
+	}
 	mu.Unlock()
 	if err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
+	}
+	if Citus() {
+		t.Cleanup(func() { dropCitus(name) })
 	}
 	return withDatabase(adminURL, name)
 }
