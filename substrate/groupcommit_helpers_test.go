@@ -20,9 +20,11 @@ import (
 // refuseBoom makes PostgreSQL refuse a statement that writes "boom"
 // ("boom refused"): the refusal comes from the pipeline, after the
 // invocation's earlier writes went out.
-const refuseBoom = `CREATE FUNCTION gc_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-	BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
-	CREATE TRIGGER gc_refuse BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_refuse()`
+// One statement each, run one by one: Citus carries a trigger to the
+// shards with its statement's whole text.
+var refuseBoom = []string{`CREATE FUNCTION gc_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$`,
+	`CREATE TRIGGER gc_refuse BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_refuse()`}
 
 // boomAction's increment of n is valid; its second write is what
 // refuseBoom refuses, after the increment went out.
@@ -31,10 +33,10 @@ var boomAction = substrate.ActionDef{ID: "boom", Writes: []substrate.WriteTempla
 // refuseDoomAtCommit makes PostgreSQL refuse the COMMIT of a transaction
 // that wrote "doom" (a deferred constraint trigger): every statement of it
 // was accepted.
-const refuseDoomAtCommit = `CREATE FUNCTION gc_doom() RETURNS trigger LANGUAGE plpgsql AS $$
-	BEGIN IF NEW.value = '"doom"'::jsonb THEN RAISE EXCEPTION 'doom refused at commit'; END IF; RETURN NULL; END $$;
-	CREATE CONSTRAINT TRIGGER gc_doom AFTER INSERT OR UPDATE ON state DEFERRABLE INITIALLY DEFERRED
-		FOR EACH ROW EXECUTE FUNCTION gc_doom()`
+var refuseDoomAtCommit = []string{`CREATE FUNCTION gc_doom() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN IF NEW.value = '"doom"'::jsonb THEN RAISE EXCEPTION 'doom refused at commit'; END IF; RETURN NULL; END $$`,
+	`CREATE CONSTRAINT TRIGGER gc_doom AFTER INSERT OR UPDATE ON state DEFERRABLE INITIALLY DEFERRED
+		FOR EACH ROW EXECUTE FUNCTION gc_doom()`}
 
 // gcRoom is a group commit test's room; pr is its admin (the room
 // token's principal).
@@ -49,7 +51,7 @@ type gcRoom struct {
 
 // newGCRoom creates room id, installs trigger (refuseBoom,
 // refuseDoomAtCommit) and registers actions as the admin, in that order.
-func newGCRoom(t *testing.T, id, trigger string, actions ...substrate.ActionDef) *gcRoom {
+func newGCRoom(t *testing.T, id string, trigger []string, actions ...substrate.ActionDef) *gcRoom {
 	t.Helper()
 	db := pgtest.New(t)
 	svc := substrate.New(db, substrate.Options{Features: testFeatures})
@@ -60,8 +62,10 @@ func newGCRoom(t *testing.T, id, trigger string, actions ...substrate.ActionDef)
 		t.Fatal(err)
 	}
 	pr, _ := svc.Authenticate(ctx, rm.Token)
-	if _, err := db.Exec(ctx, trigger); err != nil {
-		t.Fatal(err)
+	for _, q := range trigger {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, a := range actions {
 		if _, err := svc.RegisterAction(ctx, pr, id, a); err != nil {

@@ -155,10 +155,14 @@ func TestGroupCommitRoomRowAfterARefusedCommitFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	pr, _ := svc.Authenticate(ctx, rm.Token)
-	if _, err := db.Exec(ctx, `CREATE FUNCTION gc_row() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
-		CREATE TRIGGER gc_row BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_row()`); err != nil {
-		t.Fatal(err)
+	// One statement per Exec: Citus carries a trigger to the shards with
+	// its statement's whole text.
+	for _, q := range []string{`CREATE FUNCTION gc_row() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.value = '"boom"'::jsonb THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$`,
+		`CREATE TRIGGER gc_row BEFORE INSERT OR UPDATE ON state FOR EACH ROW EXECUTE FUNCTION gc_row()`} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, a := range []ActionDef{
 		{ID: "inc", Writes: []WriteTemplate{{Key: "n", Increment: json.RawMessage(`1`)}}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"testing"
 
 	"github.com/syncsubstrate/sync/store/pgtest"
@@ -68,7 +69,7 @@ func TestHotQueryPlans(t *testing.T) {
 			[]string{"_shared"}, []string{"task-1"}, []string{}, []string{"_messages"}, []*string{nil}, []string{}, []string{}, 21, 0}, "state_search"},
 		{"search gates", sqlSearchGates, []any{"hot", "task", int64(60000), "", "", "", int64(0), nil, nil, []string{}, false}, "state_search"},
 		{"thread", sqlThreadMessages, []any{"hot", int64(101), int64(0), 100, int64(60000)}, "state_thread"},
-		{"hidden messages", sqlHiddenMessages, []any{"hot", int64(60000)}, ""},
+		{"hidden messages", sqlHiddenMessages, []any{"hot", int64(60000)}, "state_hidden"},
 		// Messages to a reader are read through their own index
 		// (state_directed_to, by recipient), whatever its backlog and
 		// whatever is directed to others.
@@ -102,14 +103,41 @@ type planNode struct {
 	Relation string     `json:"Relation Name"`
 	Index    string     `json:"Index Name"`
 	Plans    []planNode `json:"Plans"`
+	// On Citus (pgtest.CitusEnv), the plans of the statement's tasks on
+	// the workers, whose tables and indexes are the shards' (state_102008).
+	Distributed *struct {
+		Job struct {
+			Tasks []struct {
+				Remote [][]struct{ Plan planNode } `json:"Remote Plan"`
+			}
+		}
+	} `json:"Distributed Query"`
 }
+
+// children are the plans under n, those of its tasks on Citus included.
+func (n planNode) children() []planNode {
+	out := n.Plans
+	if n.Distributed != nil {
+		for _, t := range n.Distributed.Job.Tasks {
+			for _, r := range t.Remote {
+				for _, p := range r {
+					out = append(out, p.Plan)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// shardSuffix is what Citus appends to a shard's table and index names.
+var shardSuffix = regexp.MustCompile(`_[0-9]{6,}$`)
 
 // usesIndex reports whether the plan reads index name.
 func usesIndex(n planNode, name string) bool {
-	if n.Index == name {
+	if shardSuffix.ReplaceAllString(n.Index, "") == name {
 		return true
 	}
-	for _, c := range n.Plans {
+	for _, c := range n.children() {
 		if usesIndex(c, name) {
 			return true
 		}
@@ -119,10 +147,10 @@ func usesIndex(n planNode, name string) bool {
 
 func seqScans(n planNode) []string {
 	var out []string
-	if n.NodeType == "Seq Scan" && n.Relation == "state" {
+	if n.NodeType == "Seq Scan" && shardSuffix.ReplaceAllString(n.Relation, "") == "state" {
 		out = append(out, fmt.Sprintf("%s on %s", n.NodeType, n.Relation))
 	}
-	for _, c := range n.Plans {
+	for _, c := range n.children() {
 		out = append(out, seqScans(c)...)
 	}
 	return out

@@ -83,11 +83,15 @@ const (
 	// since the item's last use, then reinforced by one. $8 is the room's
 	// context reads now (mutation.roomReads), counted in Go from the
 	// overlaid presence, not summed here from the agents' rows: a write of
-	// read marks that commits between the two would count twice.
+	// read marks that commits between the two would count twice. The room
+	// comes from its (locked) row: on Citus that makes the statement one
+	// the room's worker runs whole, where from unnest alone it was pulled
+	// through the coordinator, which loses the type of the parameter in
+	// DO UPDATE ("could not determine data type of parameter").
 	sqlTouchVocabulary = `INSERT INTO vocabulary_usage AS u (room_id, kind, id, uses, last_used_seq, last_used_at, score, reads_at_use)
-		SELECT $1, t.kind, t.id, CASE WHEN t.used THEN 1 ELSE 0 END, CASE WHEN t.used THEN $5::bigint END,
+		SELECT r.id, t.kind, t.id, CASE WHEN t.used THEN 1 ELSE 0 END, CASE WHEN t.used THEN $5::bigint END,
 			CASE WHEN t.used THEN $6::timestamptz END, 1, $8::bigint
-		FROM unnest($2::text[], $3::text[], $4::bool[]) AS t(kind, id, used)
+		FROM rooms r, unnest($2::text[], $3::text[], $4::bool[]) AS t(kind, id, used) WHERE r.id = $1
 		ON CONFLICT (room_id, kind, id) DO UPDATE SET
 			uses = u.uses + EXCLUDED.uses,
 			last_used_seq = coalesce(EXCLUDED.last_used_seq, u.last_used_seq),

@@ -79,7 +79,9 @@ func citusSettings() map[string]string {
 		"shared_preload_libraries": "citus", "citus.node_conninfo": "sslmode=disable", "citus.shard_count": citusShards,
 		// One maintenance daemon per database in use: room for a few
 		// tests' databases at once.
-		"max_worker_processes": "64"}
+		"max_worker_processes": "64",
+		// Tests that make a statement fail put a trigger on a room table.
+		"citus.enable_unsafe_triggers": "on"}
 }
 
 // startCitus starts a coordinator (cluster) and n workers, each on a
@@ -200,7 +202,9 @@ func releaseTemplate(ctx context.Context, name string) error {
 	return nil
 }
 
-// copyCitus copies the template to database name on every node at once.
+// copyCitus copies the template to database name on every node at once,
+// file by file: a Citus database's catalog is large enough that copying
+// it through the WAL (PostgreSQL 15's default) took several times as long.
 func copyCitus(ctx context.Context, name string) error {
 	nodes := append([]*embedpg.Cluster{cluster}, workers...)
 	errs := make([]error, len(nodes))
@@ -209,12 +213,34 @@ func copyCitus(ctx context.Context, name string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = execAll(ctx, c.URLFor("postgres"), fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
+			errs[i] = execAll(ctx, c.URLFor("postgres"), fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY",
 				pgx.Identifier{name}.Sanitize(), pgx.Identifier{template}.Sanitize()))
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("%w (on the template: %s)", errs[i], sessions(ctx, c, template))
+			}
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// sessions describes who is connected to database name on node c.
+func sessions(ctx context.Context, c *embedpg.Cluster, name string) string {
+	conn, err := pgx.Connect(ctx, c.URLFor("postgres"))
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT format('%s %s %s: %s', pid, application_name, backend_type, left(query, 200))
+		FROM pg_stat_activity WHERE datname = $1`, name)
+	if err != nil {
+		return err.Error()
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(list, "; ")
 }
 
 // dropCitus drops a test's database on every node when the test ends:
