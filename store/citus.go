@@ -95,9 +95,10 @@ func distribute(ctx context.Context, conn *pgx.Conn, log *slog.Logger) error {
 }
 
 // undistributed lists the tables of the public schema that Citus does
-// not distribute yet (citus local tables included: one that a reference
-// table made so by a foreign key cannot be co-located), but for
-// migrations.LocalTables.
+// not distribute yet, but for migrations.LocalTables. Citus local tables
+// (what a foreign key to a reference table made by hand turns a table
+// into) count as not distributed: distributing them is tried, and what
+// Citus refuses rolls the whole step back with its reason.
 func undistributed(ctx context.Context, tx pgx.Tx) ([]string, error) {
 	rows, err := tx.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition

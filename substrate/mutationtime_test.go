@@ -62,7 +62,7 @@ func TestQueuedMutationTimeAfterLock(t *testing.T) {
 			if _, err := hold.Exec(hctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
 				t.Fatal(err)
 			}
-			if err := hold.QueryRow(hctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
+			if err := hold.QueryRow(hctx, pgtest.LockWaits()).Scan(&got); err != nil {
 				t.Fatal(err)
 			}
 			return got == n

@@ -128,7 +128,7 @@ func TestReadsAtUseCountMarksWrittenMeanwhileOnce(t *testing.T) {
 			// The mutation has queued its statements and waits for the row.
 			pgtest.Eventually(t, 10*time.Second, func() bool {
 				var waiting int
-				if err := btx.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+				if err := btx.QueryRow(ctx, pgtest.LockWaits()).Scan(&waiting); err != nil {
 					t.Fatal(err)
 				}
 				return waiting > 0

@@ -283,3 +283,16 @@ func queryOf(raw, key string) string {
 	}
 	return u.Query().Get(key)
 }
+
+// LockWaits is a statement counting the other sessions of this database
+// that wait for a lock. On Citus it counts them on every node: a
+// statement routed to a worker waits there for the row it locks, and its
+// session on the coordinator waits for the worker, not for a lock.
+func LockWaits() string {
+	if Citus() {
+		return `SELECT count(*) FROM citus_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+			AND global_pid <> citus_backend_gpid()`
+	}
+	return `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+		AND pid <> pg_backend_pid()`
+}

@@ -1357,8 +1357,7 @@ func TestAttackWriteWithGrantRevokedInRace(t *testing.T) {
 		var waiting int
 		// Polled on a connection of its own: a transaction sees one
 		// snapshot of pg_stat_activity, and the pool's are all waiting.
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+		if err := watcher.QueryRow(ctx, pgtest.LockWaits()).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		return waiting >= min(n, 2) // the pool has two connections: the rest wait for one
@@ -1601,8 +1600,7 @@ func rotatedWhileQueued(t *testing.T, db *store.DB, rm room, agent string, send 
 	}
 	pgtest.Eventually(t, 20*time.Second, func() bool {
 		var waiting int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+		if err := watcher.QueryRow(ctx, pgtest.LockWaits()).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		return waiting >= len(tokens)
