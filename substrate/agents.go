@@ -246,65 +246,18 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if u.Name != nil {
-		if err := validText("name", *u.Name, 128, true); err != nil {
-			return nil, err
-		}
-	}
-	if u.Role != nil {
-		if err := validText("role", *u.Role, 64, true); err != nil {
-			return nil, err
-		}
-	}
-	var grants []string
-	if u.Grants != nil {
-		if len(*u.Grants) > s.lim.MaxGrants {
-			return nil, errs.New(errs.InvalidField, "%d grants, over the limit of %d", len(*u.Grants), s.lim.MaxGrants).WithHint("grant fewer scopes, or grant \"*\"")
-		}
-		grants = []string{}
-		for _, g := range *u.Grants {
-			if g != "*" {
-				if err := validName("grant", g, s.lim.MaxScopeBytes, true); err != nil {
-					return nil, err
-				}
-				if isSystemScope(g) && g != ScopeAudit {
-					return nil, errs.New(errs.InvalidField, "scope %q is written only by the system and cannot be granted", g).WithHint("grant _shared, _messages, _audit, agent scopes or user-defined scopes")
-				}
-			}
-			if !slices.Contains(grants, g) {
-				grants = append(grants, g)
-			}
-		}
-	}
-	var meta []byte
-	if len(u.Meta) > 0 {
-		var err error
-		if meta, err = s.validMeta("meta", u.Meta); err != nil {
-			return nil, err
-		}
-	}
-	var enabled *string
-	if u.Enabled != nil {
-		var err error
-		if enabled, err = s.agentEnabled(*u.Enabled); err != nil {
-			return nil, err
-		}
+	grants, meta, enabled, err := s.checkAgentUpdate(&u)
+	if err != nil {
+		return nil, err
 	}
 	var out *Agent
-	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 		if !m.p.Admin() {
 			return errs.New(errs.Forbidden, "changing an agent needs the room token").WithHint("ask the room token holder")
 		}
 		if u.Name != nil {
-			var account bool
-			if err := m.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)`, roomID, agentID).Scan(&account); err != nil {
+			if err := refuseAccountRename(ctx, m, roomID, agentID); err != nil {
 				return err
-			}
-			if account {
-				// Its name is the account's username: contexts and pages
-				// show it as the account driving the agent.
-				return errs.New(errs.Forbidden, "agent %q is driven by a person's account, whose username is its name", agentID).
-					With("agent", agentID).With("reason", "account_agent").With("field", "name").WithHint("change its role, grants or meta, not its name")
 			}
 		}
 		a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET
@@ -321,29 +274,104 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 			return err
 		}
 		out = a
-		change := map[string]any{}
-		if u.Name != nil {
-			change["name"] = *u.Name
-		}
-		if u.Role != nil {
-			change["role"] = *u.Role
-		}
-		if u.Grants != nil {
-			change["grants"] = grants
-		}
-		if meta != nil {
-			change["meta"] = json.RawMessage(meta)
-		}
-		if u.Enabled != nil {
-			change["enabled"] = *u.Enabled
-		}
-		m.audit = map[string]any{"kind": "agent_update", "agent": agentID, "change": change}
+		m.audit = map[string]any{"kind": "agent_update", "agent": agentID, "change": agentChange(&u, grants, meta)}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkAgentUpdate checks u's fields before any database work and returns
+// them as stored: the grants (nil: unchanged), meta and enabled.
+func (s *Service) checkAgentUpdate(u *AgentUpdate) (grants []string, meta []byte, enabled *string, err error) {
+	if u.Name != nil {
+		if err := validText("name", *u.Name, 128, true); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if u.Role != nil {
+		if err := validText("role", *u.Role, 64, true); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if u.Grants != nil {
+		if grants, err = s.validGrants(*u.Grants); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if len(u.Meta) > 0 {
+		if meta, err = s.validMeta("meta", u.Meta); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if u.Enabled != nil {
+		if enabled, err = s.agentEnabled(*u.Enabled); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return grants, meta, enabled, nil
+}
+
+// validGrants is gs without repeats, each "*" or a scope that may be
+// granted: system scopes are written only by the system (but _audit may
+// be read).
+func (s *Service) validGrants(gs []string) ([]string, error) {
+	if len(gs) > s.lim.MaxGrants {
+		return nil, errs.New(errs.InvalidField, "%d grants, over the limit of %d", len(gs), s.lim.MaxGrants).WithHint("grant fewer scopes, or grant \"*\"")
+	}
+	grants := []string{}
+	for _, g := range gs {
+		if g != "*" {
+			if err := validName("grant", g, s.lim.MaxScopeBytes, true); err != nil {
+				return nil, err
+			}
+			if isSystemScope(g) && g != ScopeAudit {
+				return nil, errs.New(errs.InvalidField, "scope %q is written only by the system and cannot be granted", g).WithHint("grant _shared, _messages, _audit, agent scopes or user-defined scopes")
+			}
+		}
+		if !slices.Contains(grants, g) {
+			grants = append(grants, g)
+		}
+	}
+	return grants, nil
+}
+
+// refuseAccountRename refuses renaming an agent a person's account
+// drives: its name is the account's username, and contexts and pages
+// show it as the account driving the agent.
+func refuseAccountRename(ctx context.Context, m *mutation, roomID, agentID string) error {
+	var account bool
+	if err := m.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)`, roomID, agentID).Scan(&account); err != nil {
+		return err
+	}
+	if account {
+		return errs.New(errs.Forbidden, "agent %q is driven by a person's account, whose username is its name", agentID).
+			With("agent", agentID).With("reason", "account_agent").With("field", "name").WithHint("change its role, grants or meta, not its name")
+	}
+	return nil
+}
+
+// agentChange is the audit record of what an update changed.
+func agentChange(u *AgentUpdate, grants []string, meta []byte) map[string]any {
+	change := map[string]any{}
+	if u.Name != nil {
+		change["name"] = *u.Name
+	}
+	if u.Role != nil {
+		change["role"] = *u.Role
+	}
+	if u.Grants != nil {
+		change["grants"] = grants
+	}
+	if meta != nil {
+		change["meta"] = json.RawMessage(meta)
+	}
+	if u.Enabled != nil {
+		change["enabled"] = *u.Enabled
+	}
+	return change
 }
 
 // Heartbeat marks an agent present, optionally with a status. The agent
