@@ -38,84 +38,15 @@ const textDepth = 32
 // document's root, whose object keys start at column 0.
 func renderValue(b *strings.Builder, dec *json.Decoder, indent int, top bool) error {
 	if indent >= textDepth {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return err
-		}
-		var str string
-		if raw[0] == '"' && json.Unmarshal(raw, &str) == nil {
-			b.WriteString(scalar(str))
-		} else {
-			b.Write(raw)
-		}
-		if top {
-			b.WriteByte('\n')
-		}
-		return nil
+		return renderRaw(b, dec, top)
 	}
 	tok, err := dec.Token()
 	if err != nil {
 		return err
 	}
-	pad := strings.Repeat("  ", indent)
 	switch t := tok.(type) {
 	case json.Delim:
-		var items []item
-		obj := t == '{'
-		for dec.More() {
-			var it item
-			if obj {
-				k, err := dec.Token()
-				if err != nil {
-					return err
-				}
-				it.key = k.(string)
-			}
-			var sub strings.Builder
-			if err := renderValue(&sub, dec, indent+1, false); err != nil {
-				return err
-			}
-			it.text = sub.String()
-			items = append(items, it)
-		}
-		if _, err := dec.Token(); err != nil { // the closing delimiter
-			return err
-		}
-		if len(items) == 0 {
-			b.WriteString(map[bool]string{true: "{}", false: "[]"}[obj])
-			if top {
-				b.WriteByte('\n')
-			}
-			return nil
-		}
-		if !top {
-			if line, ok := inline(items, obj); ok {
-				b.WriteString(line)
-				return nil
-			}
-			b.WriteByte('\n')
-		}
-		for _, it := range items {
-			b.WriteString(pad)
-			text := it.text
-			if obj {
-				b.WriteString(plainKey(it.key))
-				b.WriteByte(':')
-			} else {
-				b.WriteByte('-')
-				// A block in a list starts on the dash's line: its lines
-				// are indented one level, which is the dash's width.
-				text = strings.TrimPrefix(text, "\n"+pad+"  ")
-			}
-			if !strings.HasPrefix(text, "\n") {
-				b.WriteByte(' ')
-			}
-			b.WriteString(text)
-			if !strings.HasSuffix(text, "\n") {
-				b.WriteByte('\n')
-			}
-		}
-		return nil
+		return renderContainer(b, dec, indent, top, t == '{')
 	case string:
 		b.WriteString(scalar(t))
 	case json.Number:
@@ -129,6 +60,101 @@ func renderValue(b *strings.Builder, dec *json.Decoder, indent int, top bool) er
 		b.WriteByte('\n')
 	}
 	return nil
+}
+
+// renderRaw writes the next value of dec as its JSON, on one line (a
+// string as a scalar): the value is past textDepth.
+func renderRaw(b *strings.Builder, dec *json.Decoder, top bool) error {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return err
+	}
+	var str string
+	if raw[0] == '"' && json.Unmarshal(raw, &str) == nil {
+		b.WriteString(scalar(str))
+	} else {
+		b.Write(raw)
+	}
+	if top {
+		b.WriteByte('\n')
+	}
+	return nil
+}
+
+// renderContainer writes the object (obj) or list whose opening delimiter
+// dec just read: on one line when short, else one item a line.
+func renderContainer(b *strings.Builder, dec *json.Decoder, indent int, top, obj bool) error {
+	items, err := readItems(dec, indent, obj)
+	if err != nil {
+		return err
+	}
+	if len(items) == 0 {
+		b.WriteString(map[bool]string{true: "{}", false: "[]"}[obj])
+		if top {
+			b.WriteByte('\n')
+		}
+		return nil
+	}
+	if !top {
+		if line, ok := inline(items, obj); ok {
+			b.WriteString(line)
+			return nil
+		}
+		b.WriteByte('\n')
+	}
+	writeItems(b, items, strings.Repeat("  ", indent), obj)
+	return nil
+}
+
+// readItems renders the items of an object (obj) or list up to and with
+// its closing delimiter, each at indent+1.
+func readItems(dec *json.Decoder, indent int, obj bool) ([]item, error) {
+	var items []item
+	for dec.More() {
+		var it item
+		if obj {
+			k, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			it.key = k.(string)
+		}
+		var sub strings.Builder
+		if err := renderValue(&sub, dec, indent+1, false); err != nil {
+			return nil, err
+		}
+		it.text = sub.String()
+		items = append(items, it)
+	}
+	if _, err := dec.Token(); err != nil { // the closing delimiter
+		return nil, err
+	}
+	return items, nil
+}
+
+// writeItems writes items one a line at pad: "key: value" for an object,
+// "- value" for a list.
+func writeItems(b *strings.Builder, items []item, pad string, obj bool) {
+	for _, it := range items {
+		b.WriteString(pad)
+		text := it.text
+		if obj {
+			b.WriteString(plainKey(it.key))
+			b.WriteByte(':')
+		} else {
+			b.WriteByte('-')
+			// A block in a list starts on the dash's line: its lines
+			// are indented one level, which is the dash's width.
+			text = strings.TrimPrefix(text, "\n"+pad+"  ")
+		}
+		if !strings.HasPrefix(text, "\n") {
+			b.WriteByte(' ')
+		}
+		b.WriteString(text)
+		if !strings.HasSuffix(text, "\n") {
+			b.WriteByte('\n')
+		}
+	}
 }
 
 type item struct{ key, text string }

@@ -351,30 +351,8 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	// succeeds; it never passes for a fetched copy.
 	var fromBuiltin bool
 	if err == nil {
-		var fresh, refused bool
-		// Rows stored before fetch times were kept: the copy was fetched at
-		// most cimdMaxTTL before it expired.
-		// A failed read must not pass for "stale": it would refuse a client
-		// whose stored copy is good and log the wrong reason.
-		if err := s.q(ctx).QueryRow(ctx, `SELECT coalesce((metadata->>'cimd_expires')::timestamptz > now(), false), coalesce((metadata->>'cimd_refused')::boolean, false),
-			coalesce((metadata->>'cimd_fetched')::timestamptz, (metadata->>'cimd_expires')::timestamptz - make_interval(secs => $2), created_at),
-			coalesce((metadata->>'cimd_builtin')::boolean, false)
-			FROM smcp_oauth_clients WHERE id = $1`, id, cimdMaxTTL.Seconds()).Scan(&fresh, &refused, &fetched, &fromBuiltin); err != nil {
-			return nil, err
-		}
-		if refused && (fresh || s.noCIMD) {
-			return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
-		}
-		if fresh || s.noCIMD {
-			if fromBuiltin {
-				if b := s.builtinClient(id, c.RedirectURIs); b != nil {
-					return b, nil
-				}
-				// Marked so by a release that had a built-in copy this one
-				// lacks: only a fetch may serve it now.
-				return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
-			}
-			return s.allowedOnly(c), nil
+		if served, done, err := s.storedCIMD(ctx, id, c, &fetched, &fromBuiltin); done {
+			return served, err
 		}
 	} else if !errors.Is(err, fosite.ErrNotFound) {
 		return nil, err
@@ -386,64 +364,121 @@ func (s *storage) cimdClient(ctx context.Context, id string) (*Client, error) {
 	}
 	reg, ttl, err := s.cimd.fetch(ctx, id)
 	if err != nil {
-		var de *docError
-		isDoc := errors.As(err, &de)
-		var ge *goneError
-		gone := errors.As(err, &ge)
-		builtin := s.builtin[id] != nil && !isDoc && !gone
-		if c != nil {
-			stale := !gone && !fromBuiltin && time.Since(fetched) < cimdMaxStale
-			switch {
-			case stale:
-				s.log.Warn("client metadata document could not be refreshed; using the last good one", "client_id", id, "err", err, "retry_in", cimdRetry)
-			case builtin:
-				s.log.Warn("client metadata document could not be refreshed; using the built-in copy, within what the last fetched one allowed", "client_id", id,
-					"err", err, "last_fetched", fetched, "retry_in", cimdRetry)
-			default:
-				s.log.Warn("client metadata document could not be refreshed and the last good one is withdrawn or too old; refusing the client", "client_id", id,
-					"err", err, "last_fetched", fetched, "retry_in", cimdRetry)
-			}
-			// Not again at every request (each could wait out the 5 s
-			// timeout): every process retries after cimdRetry.
-			if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_clients SET metadata = coalesce(metadata, '{}') || jsonb_build_object('cimd_expires', now() + make_interval(secs => $2),
-				'cimd_refused', $3::boolean, 'cimd_builtin', $4::boolean OR coalesce((metadata->>'cimd_builtin')::boolean, false))
-				WHERE id = $1`, id, cimdRetry.Seconds(), !stale && !builtin, !stale && builtin); err != nil {
-				s.log.Warn("could not postpone the client metadata document's next fetch", "client_id", id, "err", err)
-			}
-			switch {
-			case stale:
-				return s.allowedOnly(c), nil
-			case builtin:
-				return s.builtinClient(id, c.RedirectURIs), nil
-			}
-			return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
-		}
-		if builtin {
-			b := s.builtin[id]
-			s.log.Warn("client metadata document could not be fetched; using the built-in copy (give syncd outbound HTTPS to the document's host, or SYNC_OUTBOUND_PROXY, to use the published one)",
-				"client_id", id, "err", err, "retry_in", cimdRetry)
-			// Stored like a fetched copy, so grants can refer to the client
-			// and the next fetch waits cimdRetry; a fetch that succeeds
-			// replaces it.
-			meta, _ := json.Marshal(map[string]any{"cimd_expires": time.Now().Add(cimdRetry), "cimd_builtin": true})
-			if _, err := s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
-				ON CONFLICT (id) DO NOTHING`, id, b.ClientName, b.RedirectURIs, meta); err != nil {
-				return nil, err
-			}
-			return s.builtinClient(id, b.RedirectURIs), nil
-		}
-		s.log.Warn("client metadata document refused", "client_id", id, "err", err)
-		if isDoc {
-			return nil, fosite.ErrInvalidClient.WithHint(de.msg)
-		}
-		return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
+		return s.fetchFailed(ctx, id, c, fetched, fromBuiltin, err)
 	}
+	return s.storeFetched(ctx, id, reg, ttl)
+}
+
+// storedCIMD serves the stored copy c of a metadata document while it is
+// fresh (or documents are off), and refuses one a failed fetch marked
+// refused; done false: fetch anew. It reads when the copy was fetched
+// and whether it came from the built-in copy.
+func (s *storage) storedCIMD(ctx context.Context, id string, c *Client, fetched *time.Time, fromBuiltin *bool) (served *Client, done bool, err error) {
+	var fresh, refused bool
+	// Rows stored before fetch times were kept: the copy was fetched at
+	// most cimdMaxTTL before it expired.
+	// A failed read must not pass for "stale": it would refuse a client
+	// whose stored copy is good and log the wrong reason.
+	if err := s.q(ctx).QueryRow(ctx, `SELECT coalesce((metadata->>'cimd_expires')::timestamptz > now(), false), coalesce((metadata->>'cimd_refused')::boolean, false),
+		coalesce((metadata->>'cimd_fetched')::timestamptz, (metadata->>'cimd_expires')::timestamptz - make_interval(secs => $2), created_at),
+		coalesce((metadata->>'cimd_builtin')::boolean, false)
+		FROM smcp_oauth_clients WHERE id = $1`, id, cimdMaxTTL.Seconds()).Scan(&fresh, &refused, fetched, fromBuiltin); err != nil {
+		return nil, true, err
+	}
+	if refused && (fresh || s.noCIMD) {
+		return nil, true, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
+	}
+	if fresh || s.noCIMD {
+		if *fromBuiltin {
+			if b := s.builtinClient(id, c.RedirectURIs); b != nil {
+				return b, true, nil
+			}
+			// Marked so by a release that had a built-in copy this one
+			// lacks: only a fetch may serve it now.
+			return nil, true, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
+		}
+		return s.allowedOnly(c), true, nil
+	}
+	return nil, false, nil
+}
+
+// fetchFailed answers a failed fetch (err): from the last good copy c
+// while it is recent, else from the built-in copy if there is one and the
+// host did not answer, else a refusal.
+func (s *storage) fetchFailed(ctx context.Context, id string, c *Client, fetched time.Time, fromBuiltin bool, err error) (*Client, error) {
+	var de *docError
+	isDoc := errors.As(err, &de)
+	var ge *goneError
+	gone := errors.As(err, &ge)
+	builtin := s.builtin[id] != nil && !isDoc && !gone
+	if c != nil {
+		return s.refreshFailed(ctx, id, c, fetched, fromBuiltin, gone, builtin, err)
+	}
+	if builtin {
+		return s.firstFromBuiltin(ctx, id, err)
+	}
+	s.log.Warn("client metadata document refused", "client_id", id, "err", err)
+	if isDoc {
+		return nil, fosite.ErrInvalidClient.WithHint(de.msg)
+	}
+	return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
+}
+
+// refreshFailed answers a failed refresh of the stored copy c and
+// postpones the next attempt by cimdRetry.
+func (s *storage) refreshFailed(ctx context.Context, id string, c *Client, fetched time.Time, fromBuiltin, gone, builtin bool, err error) (*Client, error) {
+	stale := !gone && !fromBuiltin && time.Since(fetched) < cimdMaxStale
+	switch {
+	case stale:
+		s.log.Warn("client metadata document could not be refreshed; using the last good one", "client_id", id, "err", err, "retry_in", cimdRetry)
+	case builtin:
+		s.log.Warn("client metadata document could not be refreshed; using the built-in copy, within what the last fetched one allowed", "client_id", id,
+			"err", err, "last_fetched", fetched, "retry_in", cimdRetry)
+	default:
+		s.log.Warn("client metadata document could not be refreshed and the last good one is withdrawn or too old; refusing the client", "client_id", id,
+			"err", err, "last_fetched", fetched, "retry_in", cimdRetry)
+	}
+	// Not again at every request (each could wait out the 5 s
+	// timeout): every process retries after cimdRetry.
+	if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_clients SET metadata = coalesce(metadata, '{}') || jsonb_build_object('cimd_expires', now() + make_interval(secs => $2),
+			'cimd_refused', $3::boolean, 'cimd_builtin', $4::boolean OR coalesce((metadata->>'cimd_builtin')::boolean, false))
+			WHERE id = $1`, id, cimdRetry.Seconds(), !stale && !builtin, !stale && builtin); err != nil {
+		s.log.Warn("could not postpone the client metadata document's next fetch", "client_id", id, "err", err)
+	}
+	switch {
+	case stale:
+		return s.allowedOnly(c), nil
+	case builtin:
+		return s.builtinClient(id, c.RedirectURIs), nil
+	}
+	return nil, fosite.ErrInvalidClient.WithHint(errNotFetched + "; retry later")
+}
+
+// firstFromBuiltin serves a client never fetched from its built-in copy,
+// stored so that grants can refer to it.
+func (s *storage) firstFromBuiltin(ctx context.Context, id string, err error) (*Client, error) {
+	b := s.builtin[id]
+	s.log.Warn("client metadata document could not be fetched; using the built-in copy (give syncd outbound HTTPS to the document's host, or SYNC_OUTBOUND_PROXY, to use the published one)",
+		"client_id", id, "err", err, "retry_in", cimdRetry)
+	// Stored like a fetched copy, so grants can refer to the client
+	// and the next fetch waits cimdRetry; a fetch that succeeds
+	// replaces it.
+	meta, _ := json.Marshal(map[string]any{"cimd_expires": time.Now().Add(cimdRetry), "cimd_builtin": true})
+	if _, err := s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
+		ON CONFLICT (id) DO NOTHING`, id, b.ClientName, b.RedirectURIs, meta); err != nil {
+		return nil, err
+	}
+	return s.builtinClient(id, b.RedirectURIs), nil
+}
+
+// storeFetched stores a freshly fetched document and serves it.
+func (s *storage) storeFetched(ctx context.Context, id string, reg *registration, ttl time.Duration) (*Client, error) {
 	// Info, not debug: this line is how an operator sees that the server
 	// reaches the client's host (README, deployment checklist).
 	s.log.Info("client metadata document fetched", "client_id", id, "client_name", reg.ClientName, "valid_for", ttl)
 	now := time.Now()
 	meta, _ := json.Marshal(map[string]any{"cimd_expires": now.Add(ttl), "cimd_fetched": now, "document": reg})
-	_, err = s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
+	_, err := s.q(ctx).Exec(ctx, `INSERT INTO smcp_oauth_clients (id, name, redirect_uris, auth_method, metadata) VALUES ($1, $2, $3, 'none', $4)
 		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, redirect_uris = EXCLUDED.redirect_uris, metadata = EXCLUDED.metadata`,
 		id, reg.ClientName, reg.RedirectURIs, meta)
 	if err != nil {

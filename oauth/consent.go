@@ -69,11 +69,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 	}
 	user := wb.user(r)
 	if user == nil {
-		if r.Method != http.MethodGet {
-			wb.errorPage(w, 401, "Signed out", "Your session ended. Go back to the application and connect again.")
-			return
-		}
-		http.Redirect(w, r, "/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		wb.signedOut(w, r)
 		return
 	}
 	rooms, err := s.opt.Rooms.UserRooms(ctx, user.ID)
@@ -81,10 +77,7 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		wb.errorPage(w, 500, "Something went wrong", "Your rooms could not be listed. Try again.")
 		return
 	}
-	redirectHost := ""
-	if u, err := url.Parse(ar.GetRedirectURI().String()); err == nil {
-		redirectHost = u.Host
-	}
+	redirectHost := redirectHostOf(ar)
 	clientKey := client.Name + "|" + redirectHost
 	if r.Method == http.MethodGet {
 		prev, _ := s.acct.consent(ctx, user.ID, clientKey)
@@ -95,21 +88,51 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		wb.authorizeError(ctx, w, ar, fosite.ErrAccessDenied.WithHint("The user denied access."))
 		return
 	}
-	var scopes []string
+	scopes, ok := wb.grantedScopes(w, r, rooms)
+	if !ok {
+		return
+	}
+	wb.grant(ctx, w, ar, user, client, clientKey, scopes, injected)
+}
+
+// signedOut answers an authorization request from someone signed out: a
+// GET goes to the sign-in page and comes back; a consent posted after the
+// session ended is refused.
+func (wb *web) signedOut(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		wb.errorPage(w, 401, "Signed out", "Your session ended. Go back to the application and connect again.")
+		return
+	}
+	http.Redirect(w, r, "/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+}
+
+// redirectHostOf is the host of the request's redirect URI ("" when it
+// does not parse).
+func redirectHostOf(ar fosite.AuthorizeRequester) string {
+	if u, err := url.Parse(ar.GetRedirectURI().String()); err == nil {
+		return u.Host
+	}
+	return ""
+}
+
+// grantedScopes reads the consent form: the rooms and their levels, room
+// creation and the level for rooms shared later. A choice the user may not
+// make gets an error page (ok false).
+func (wb *web) grantedScopes(w http.ResponseWriter, r *http.Request, rooms []roomdir.Room) (scopes []string, ok bool) {
 	byID := map[string]roomdir.Room{}
 	for _, rm := range rooms {
 		byID[rm.ID] = rm
 	}
 	for _, id := range r.PostForm["room"] {
-		rm, ok := byID[id]
-		if !ok {
+		rm, found := byID[id]
+		if !found {
 			wb.errorPage(w, 403, "Not your room", "You can only grant access to rooms you belong to.")
-			return
+			return nil, false
 		}
 		level := r.PostForm.Get("level_" + id)
 		if !slices.Contains(roomdir.RoleLevels(rm.Access), level) {
 			wb.errorPage(w, 400, "Level not allowed", "Your role in "+id+" does not allow that level of access.")
-			return
+			return nil, false
 		}
 		scopes = append(scopes, "rooms:"+id+":"+level)
 	}
@@ -127,8 +150,15 @@ func (wb *web) authorize(w http.ResponseWriter, r *http.Request) {
 		scopes = append(scopes, "shared_rooms:"+shared+":"+strconv.FormatInt(time.Now().UnixMilli(), 10))
 	default:
 		wb.errorPage(w, 400, "Level not allowed", "New rooms shared with you can be allowed at none, observe, read or write.")
-		return
+		return nil, false
 	}
+	return scopes, true
+}
+
+// grant answers the consent: the scopes and the audience granted, the
+// consent remembered for the next time, the code sent to the client.
+func (wb *web) grant(ctx context.Context, w http.ResponseWriter, ar fosite.AuthorizeRequester, user *User, client *Client, clientKey string, scopes []string, injected bool) {
+	s := wb.s
 	for _, sc := range scopes {
 		ar.GrantScope(sc)
 	}

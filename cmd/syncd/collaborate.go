@@ -72,78 +72,15 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 	}
 	c.db.DBMaxConns = 4
 	c.json = *logFormat == "json"
-	var err error
-	if c.run.Tree, err = strconv.ParseInt(*tree, 10, 64); err != nil || c.run.Tree < 0 {
-		return nil, fmt.Errorf("tree %q is not a tree number", *tree)
-	}
-	pos := func(name, v string) (int64, error) {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return 0, fmt.Errorf("%s %q is not a positive whole number", name, v)
-		}
-		return n, nil
-	}
-	var n int64
-	if n, err = pos("max calls", *maxCalls); err != nil {
+	if err := c.parseNumbers(numberFlags{tree: *tree, maxCalls: *maxCalls, maxTokens: *maxTokens, maxGens: *maxGens, modelTurns: *modelTurns,
+		lease: *lease, maxTime: *maxTime, replyTokens: *replyTokens, contextTokens: *contextTokens, turnCalls: *turnCalls}); err != nil {
 		return nil, err
 	}
-	c.run.MaxCalls = int(n)
-	if c.run.MaxTokens, err = pos("max tokens", *maxTokens); err != nil {
+	if err := c.checkMissing(); err != nil {
 		return nil, err
 	}
-	if c.run.Lease, err = time.ParseDuration(*lease); err != nil || c.run.Lease < 300*time.Millisecond {
-		return nil, fmt.Errorf("lease %q is not a duration of at least 300ms, such as 90s", *lease)
-	}
-	if c.run.MaxTime, err = time.ParseDuration(*maxTime); err != nil || c.run.MaxTime <= 0 {
-		return nil, fmt.Errorf("max time %q is not a positive duration such as 30m", *maxTime)
-	}
-	for _, f := range []struct {
-		name, v string
-		dst     *int
-	}{{"reply tokens", *replyTokens, &c.run.ReplyTokens}, {"context tokens", *contextTokens, &c.run.ContextTokens}, {"turn calls", *turnCalls, &c.run.TurnCalls},
-		{"max generations", *maxGens, &c.run.MaxGenerations}, {"model turns", *modelTurns, &c.run.ModelTurns}} {
-		if n, err = pos(f.name, f.v); err != nil {
-			return nil, err
-		}
-		*f.dst = int(n)
-	}
-	var missing []string
-	for _, m := range []struct{ flag, v string }{{"-room", c.run.Room}, {"-agent", c.run.Agent}, {"-chat-url", c.run.ChatURL}, {"-chat-model", c.run.ChatModel}} {
-		if m.v == "" {
-			missing = append(missing, m.flag)
-		}
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("missing %s (see syncd collaborate -h)", strings.Join(missing, ", "))
-	}
-	c.run.ChatKey, c.loom.GeneratorKey = os.Getenv("SYNC_COLLAB_CHAT_KEY"), os.Getenv("SYNC_LOOM_GENERATOR_KEY")
-	if handed, err := handedKeys(); err != nil {
+	if err := c.readFiles(*keyFile, *systemFile); err != nil {
 		return nil, err
-	} else if handed != nil {
-		c.run.ChatKey, c.loom.GeneratorKey = handed["SYNC_COLLAB_CHAT_KEY"], handed["SYNC_LOOM_GENERATOR_KEY"]
-	}
-	if *keyFile != "" {
-		var raw []byte
-		var err error
-		if *keyFile == "-" { // standard input: a pipe from a secret store
-			raw, err = io.ReadAll(io.LimitReader(os.Stdin, maxKeysBytes))
-		} else {
-			raw, err = os.ReadFile(*keyFile)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("chat key file: %w", err)
-		}
-		c.run.ChatKey = strings.TrimSpace(string(raw))
-		if c.run.ChatKey == "" {
-			return nil, fmt.Errorf("chat key file %s is empty", *keyFile)
-		}
-	}
-	if *systemFile != "" {
-		raw, err := os.ReadFile(*systemFile)
-		if err != nil {
-			return nil, fmt.Errorf("system prompt file: %w", err)
-		}
-		c.run.System = strings.TrimSpace(string(raw))
 	}
 	// The keys are read once and leave the Go environment: a process
 	// this one starts (the embedded cluster, with -data-dir) would
@@ -154,6 +91,104 @@ func parseCollabConfig(args []string) (*collabConfig, error) {
 		_ = os.Unsetenv(k)
 	}
 	return c, nil
+}
+
+// numberFlags are the numeric and duration flags as given.
+type numberFlags struct {
+	tree, maxCalls, maxTokens, maxGens, modelTurns, lease, maxTime, replyTokens, contextTokens, turnCalls string
+}
+
+// parseNumbers parses the tree, the budgets and the durations into c.run.
+func (c *collabConfig) parseNumbers(f numberFlags) error {
+	var err error
+	if c.run.Tree, err = strconv.ParseInt(f.tree, 10, 64); err != nil || c.run.Tree < 0 {
+		return fmt.Errorf("tree %q is not a tree number", f.tree)
+	}
+	var n int64
+	if n, err = positiveNumber("max calls", f.maxCalls); err != nil {
+		return err
+	}
+	c.run.MaxCalls = int(n)
+	if c.run.MaxTokens, err = positiveNumber("max tokens", f.maxTokens); err != nil {
+		return err
+	}
+	if c.run.Lease, err = time.ParseDuration(f.lease); err != nil || c.run.Lease < 300*time.Millisecond {
+		return fmt.Errorf("lease %q is not a duration of at least 300ms, such as 90s", f.lease)
+	}
+	if c.run.MaxTime, err = time.ParseDuration(f.maxTime); err != nil || c.run.MaxTime <= 0 {
+		return fmt.Errorf("max time %q is not a positive duration such as 30m", f.maxTime)
+	}
+	for _, x := range []struct {
+		name, v string
+		dst     *int
+	}{{"reply tokens", f.replyTokens, &c.run.ReplyTokens}, {"context tokens", f.contextTokens, &c.run.ContextTokens}, {"turn calls", f.turnCalls, &c.run.TurnCalls},
+		{"max generations", f.maxGens, &c.run.MaxGenerations}, {"model turns", f.modelTurns, &c.run.ModelTurns}} {
+		if n, err = positiveNumber(x.name, x.v); err != nil {
+			return err
+		}
+		*x.dst = int(n)
+	}
+	return nil
+}
+
+// positiveNumber parses v as a positive whole number; name says which in the
+// error.
+func positiveNumber(name, v string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s %q is not a positive whole number", name, v)
+	}
+	return n, nil
+}
+
+// checkMissing refuses a configuration without room, agent or chat
+// endpoint, naming every flag missing.
+func (c *collabConfig) checkMissing() error {
+	var missing []string
+	for _, m := range []struct{ flag, v string }{{"-room", c.run.Room}, {"-agent", c.run.Agent}, {"-chat-url", c.run.ChatURL}, {"-chat-model", c.run.ChatModel}} {
+		if m.v == "" {
+			missing = append(missing, m.flag)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s (see syncd collaborate -h)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// readFiles reads the keys (the environment's, or those handed across the
+// re-exec, then keyFile's) and the system prompt of systemFile.
+func (c *collabConfig) readFiles(keyFile, systemFile string) error {
+	c.run.ChatKey, c.loom.GeneratorKey = os.Getenv("SYNC_COLLAB_CHAT_KEY"), os.Getenv("SYNC_LOOM_GENERATOR_KEY")
+	if handed, err := handedKeys(); err != nil {
+		return err
+	} else if handed != nil {
+		c.run.ChatKey, c.loom.GeneratorKey = handed["SYNC_COLLAB_CHAT_KEY"], handed["SYNC_LOOM_GENERATOR_KEY"]
+	}
+	if keyFile != "" {
+		var raw []byte
+		var err error
+		if keyFile == "-" { // standard input: a pipe from a secret store
+			raw, err = io.ReadAll(io.LimitReader(os.Stdin, maxKeysBytes))
+		} else {
+			raw, err = os.ReadFile(keyFile)
+		}
+		if err != nil {
+			return fmt.Errorf("chat key file: %w", err)
+		}
+		c.run.ChatKey = strings.TrimSpace(string(raw))
+		if c.run.ChatKey == "" {
+			return fmt.Errorf("chat key file %s is empty", keyFile)
+		}
+	}
+	if systemFile != "" {
+		raw, err := os.ReadFile(systemFile)
+		if err != nil {
+			return fmt.Errorf("system prompt file: %w", err)
+		}
+		c.run.System = strings.TrimSpace(string(raw))
+	}
+	return nil
 }
 
 // maxKeysBytes bounds the keys read from standard input or handed over

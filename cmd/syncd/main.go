@@ -103,11 +103,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 		slog.Info("migrations done", "applied", applied)
 		return nil
 	}
-	// Metrics are collected only when something may read them.
-	var mx *metrics.Metrics
-	if cfg.MetricsAddr != "" || cfg.MetricsToken != "" {
-		mx = metrics.New()
-	}
+	mx := newMetrics(cfg)
 	svc := substrate.New(db, substrate.Options{Limits: substrate.Limits{MaxValueBytes: cfg.MaxValue, MaxValueDepth: cfg.MaxValueDepth,
 		RoomCostPerSecond: cfg.RoomCostPerSecond, GateQuantum: cfg.GateQuantum, ActionCostPerRead: cfg.ActionCostPerRead},
 		Wait: substrate.WaitOptions{Recheck: cfg.WaitRecheck, NowRecheck: cfg.WaitNowRecheck}, NoGroupCommit: !cfg.GroupCommit,
@@ -132,13 +128,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	peersDone := make(chan struct{})
 	go func() { db.RunPeers(pctx, store.PeerOptions{OnCount: peers.Set}); close(peersDone) }()
 	defer func() { stopPeers(); <-peersDone }() // before the database closes
-	mwOpt := httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit, Peers: peers,
-		TrustedProxies: cfg.TrustedProxies, ClientIPHeader: cfg.ClientIPHeader, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")}
-	var observeTool func(string, string, time.Duration)
-	if mx != nil {
-		mwOpt.Observe, observeTool = mx.ObserveRequest, mx.ObserveTool
-	}
-	stack := httpmw.New(mwOpt)
+	stack, observeTool := middleware(cfg, mx, peers, accessLog)
 	if mx != nil {
 		mx.Watch(metrics.Sources{Service: svc, DB: db, HTTP: stack})
 	}
@@ -166,40 +156,12 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	if _, err := auth.EnsureEnrolment(ctx); err != nil {
 		return err
 	}
-	go every(ctx, time.Hour, func(ctx context.Context) {
-		if tokens, clients, err := auth.Purge(ctx); err != nil {
-			slog.Warn("purging expired OAuth tokens and unused clients failed", "err", err)
-		} else if tokens+clients > 0 {
-			slog.Info("purged OAuth records", "tokens", tokens, "clients", clients)
-		}
-		if n, err := lob.PurgeSessions(ctx, auth); err != nil {
-			slog.Warn("purging ended MCP sessions failed", "err", err)
-		} else if n > 0 {
-			slog.Info("purged MCP sessions whose grant ended", "sessions", n)
-		}
-	})
+	go every(ctx, time.Hour, func(ctx context.Context) { purge(ctx, auth, lob) })
 
 	// The pages, the authorization server and the probes share one mux
 	// behind the stack; the REST API and /mcp wrap themselves with it.
 	pages := http.NewServeMux()
-	pages.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
-	pages.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		w.Header().Set("Content-Type", "application/json")
-		status, code := "ready", http.StatusOK
-		if err := db.Ping(pctx); err != nil {
-			status, code = "database unavailable", http.StatusServiceUnavailable
-		}
-		// The pool is reported, not judged: an exhausted pool means
-		// requests queue for the database, which a load balancer taking
-		// this process out of rotation would only make worse elsewhere.
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "pool": db.Status(), "processes": peers.N()})
-	})
+	probes(pages, db, peers)
 	if cfg.MetricsToken != "" {
 		pages.Handle("GET /metrics", mx.Handler(cfg.MetricsToken, stack))
 	}
@@ -233,18 +195,18 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	mux.Handle("GET "+mcp.FaviconPath, stack.Wrap(mcp.Icons()))
 	mux.Handle("/rooms", api)
 	// /rooms/{id} is the REST API's room, and the room page for a browser.
-	mux.Handle("/rooms/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if web.IsPage(r) {
-			roomPage.ServeHTTP(w, r)
-			return
-		}
-		api.ServeHTTP(w, r)
-	}))
+	mux.Handle("/rooms/", roomOrAPI(roomPage, api))
 	mux.Handle("/", stack.Wrap(pages))
 	if cfg.CreateToken == "" {
 		slog.Warn("room creation is open to anyone who can reach the server; set SYNC_CREATE_TOKEN to restrict it", "public_url", cfg.PublicURL)
 	}
 
+	return serve(ctx, cfg, mux, people, endStreams, mx, stack, ready)
+}
+
+// serve listens on cfg.Addr (and cfg.MetricsAddr) and serves mux until
+// ctx ends, then drains for at most cfg.ShutdownIn.
+func serve(ctx context.Context, cfg *config, mux http.Handler, people *web.Web, endStreams func(), mx *metrics.Metrics, stack *httpmw.Stack, ready chan<- string) error {
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -269,47 +231,14 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	if cfg.MetricsAddr != "" {
-		// Its own listener, so that it can stay on a private interface
-		// while the public one faces the Internet.
-		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		closeMetrics, err := serveMetrics(cfg, mx, stack, errc)
 		if err != nil {
 			_ = srv.Close()
-			return fmt.Errorf("listen on %s for metrics: %w", cfg.MetricsAddr, err)
+			return err
 		}
-		mmux := http.NewServeMux()
-		mmux.Handle("GET /metrics", mx.Handler(cfg.MetricsToken, stack))
-		msrv := &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
-		if cfg.Pprof {
-			metrics.Profiling(mmux, cfg.MetricsToken, stack)
-			// A CPU profile or trace answers after the time it was asked
-			// for (pprof refuses one longer than the write timeout): each
-			// request's own deadline instead, 30 s past that time.
-			msrv.WriteTimeout = 0
-			msrv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				limit := 30 * time.Second
-				if s, err := strconv.Atoi(r.URL.Query().Get("seconds")); err == nil && s > 0 {
-					limit += time.Duration(min(s, 3600)) * time.Second
-				}
-				_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(limit))
-				mmux.ServeHTTP(w, r)
-			})
-			slog.Warn("profiles served on the metrics listener at /debug/pprof/ (SYNC_PPROF); keep that listener private", "addr", mln.Addr().String())
-		}
-		go func() {
-			if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
-		defer msrv.Close()
-		slog.Info("metrics listening", "addr", mln.Addr().String())
+		defer closeMetrics()
 	}
-	metadataFetch := "direct"
-	if cfg.OutboundProxy != nil {
-		metadataFetch = "via " + cfg.OutboundProxy.Redacted()
-	}
-	if !cfg.CIMD {
-		metadataFetch = "off"
-	}
+	metadataFetch := metadataFetchMode(cfg)
 	// The message names the URL a person opens: passkeys refuse an IP
 	// address ("This is an invalid domain"), so not the listen address.
 	slog.Info("syncd listening: open "+cfg.PublicURL, "addr", ln.Addr().String(), "public_url", cfg.PublicURL, "client_ip_header", cfg.ClientIPHeader,
@@ -329,6 +258,126 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 		slog.Warn("shutdown did not drain every request", "err", err)
 	}
 	return nil
+}
+
+// newMetrics returns the metrics, or nil: they are collected only when
+// something may read them.
+func newMetrics(cfg *config) *metrics.Metrics {
+	if cfg.MetricsAddr != "" || cfg.MetricsToken != "" {
+		return metrics.New()
+	}
+	return nil
+}
+
+// middleware builds the one middleware stack every surface shares;
+// observeTool is nil without metrics.
+func middleware(cfg *config, mx *metrics.Metrics, peers *httpmw.Peers, accessLog *slog.Logger) (stack *httpmw.Stack, observeTool func(string, string, time.Duration)) {
+	mwOpt := httpmw.Options{MaxBodyBytes: cfg.MaxBody, RatePerSecond: cfg.RateLimit, Peers: peers,
+		TrustedProxies: cfg.TrustedProxies, ClientIPHeader: cfg.ClientIPHeader, AccessLog: accessLog, HSTS: strings.HasPrefix(cfg.PublicURL, "https://")}
+	if mx != nil {
+		mwOpt.Observe, observeTool = mx.ObserveRequest, mx.ObserveTool
+	}
+	return httpmw.New(mwOpt), observeTool
+}
+
+// purge removes what has expired: OAuth tokens and unused clients, and
+// the MCP sessions whose grant ended. A failure is logged; the next hour
+// tries again.
+func purge(ctx context.Context, auth *oauth.Server, lob *lobby.Lobby) {
+	if tokens, clients, err := auth.Purge(ctx); err != nil {
+		slog.Warn("purging expired OAuth tokens and unused clients failed", "err", err)
+	} else if tokens+clients > 0 {
+		slog.Info("purged OAuth records", "tokens", tokens, "clients", clients)
+	}
+	if n, err := lob.PurgeSessions(ctx, auth); err != nil {
+		slog.Warn("purging ended MCP sessions failed", "err", err)
+	} else if n > 0 {
+		slog.Info("purged MCP sessions whose grant ended", "sessions", n)
+	}
+}
+
+// probes adds the liveness and readiness probes to pages.
+func probes(pages *http.ServeMux, db *store.DB, peers *httpmw.Peers) {
+	pages.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	pages.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		status, code := "ready", http.StatusOK
+		if err := db.Ping(pctx); err != nil {
+			status, code = "database unavailable", http.StatusServiceUnavailable
+		}
+		// The pool is reported, not judged: an exhausted pool means
+		// requests queue for the database, which a load balancer taking
+		// this process out of rotation would only make worse elsewhere.
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "pool": db.Status(), "processes": peers.N()})
+	})
+}
+
+// roomOrAPI serves /rooms/{id}: the room page to a browser, the REST API
+// to everyone else.
+func roomOrAPI(roomPage, api http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if web.IsPage(r) {
+			roomPage.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// serveMetrics serves /metrics (and the profiles, with SYNC_PPROF) on
+// cfg.MetricsAddr; a serving error goes to errc. The returned func
+// closes that server.
+func serveMetrics(cfg *config, mx *metrics.Metrics, stack *httpmw.Stack, errc chan<- error) (func(), error) {
+	// Its own listener, so that it can stay on a private interface
+	// while the public one faces the Internet.
+	mln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s for metrics: %w", cfg.MetricsAddr, err)
+	}
+	mmux := http.NewServeMux()
+	mmux.Handle("GET /metrics", mx.Handler(cfg.MetricsToken, stack))
+	msrv := &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+	if cfg.Pprof {
+		metrics.Profiling(mmux, cfg.MetricsToken, stack)
+		// A CPU profile or trace answers after the time it was asked
+		// for (pprof refuses one longer than the write timeout): each
+		// request's own deadline instead, 30 s past that time.
+		msrv.WriteTimeout = 0
+		msrv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			limit := 30 * time.Second
+			if s, err := strconv.Atoi(r.URL.Query().Get("seconds")); err == nil && s > 0 {
+				limit += time.Duration(min(s, 3600)) * time.Second
+			}
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(limit))
+			mmux.ServeHTTP(w, r)
+		})
+		slog.Warn("profiles served on the metrics listener at /debug/pprof/ (SYNC_PPROF); keep that listener private", "addr", mln.Addr().String())
+	}
+	go func() {
+		if err := msrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	slog.Info("metrics listening", "addr", mln.Addr().String())
+	return func() { _ = msrv.Close() }, nil
+}
+
+// metadataFetchMode says how client metadata documents are fetched, for
+// the start-up log.
+func metadataFetchMode(cfg *config) string {
+	if !cfg.CIMD {
+		return "off"
+	}
+	if cfg.OutboundProxy != nil {
+		return "via " + cfg.OutboundProxy.Redacted()
+	}
+	return "direct"
 }
 
 // every runs fn now and then every interval until ctx ends.

@@ -92,7 +92,50 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 	if err != nil {
 		return nil, nil, shown, nil, err
 	}
-	rows = make([]activityRow, 0, activitySize)
+	rows = activityRows(acts, w)
+	// The newest page reads the log from its end (issue 42: the list
+	// read its first page, and a room past 50 messages froze on its
+	// oldest); "newer" pages forward from a seq, "older" back from one.
+	// The newest page reads the log from its end (issue 42: the list
+	// read its first page, and a room past 50 messages froze on its
+	// oldest).
+	q := pg.query()
+	st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, q)
+	if err != nil {
+		return nil, nil, shown, nil, err
+	}
+	shown = pg.shown(q, st)
+	owners = map[string]string{}
+	for _, e := range st.Entries {
+		if e.SortKey == nil {
+			continue
+		}
+		row := messageRowOf(e)
+		for _, to := range row.To {
+			if _, ok := owners[to]; ok || !people || to == p.AgentID {
+				continue
+			}
+			owner, exists, err := wb.opt.Substrate.AgentOwner(ctx, roomID, to)
+			if err != nil {
+				return nil, nil, shown, nil, err
+			}
+			if !exists {
+				owner = ""
+			}
+			owners[to] = owner
+		}
+		if row.Kind == "" {
+			row.Kind = "chat"
+		}
+		msgs = append(msgs, row)
+	}
+	return rows, msgs, shown, owners, nil
+}
+
+// activityRows is the feed's rows, at most activitySize: a turn given up
+// right after a loom command of the same person is said with it.
+func activityRows(acts []substrate.Activity, w *roomWords) []activityRow {
+	rows := make([]activityRow, 0, activitySize)
 	for i := 0; i < len(acts) && len(rows) < activitySize; i++ {
 		a := acts[i]
 		if i+1 < len(acts) && yieldsWith(a, acts[i+1]) {
@@ -104,9 +147,13 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 		}
 		rows = append(rows, activityOf(a, w))
 	}
-	// The newest page reads the log from its end (issue 42: the list
-	// read its first page, and a room past 50 messages froze on its
-	// oldest); "newer" pages forward from a seq, "older" back from one.
+	return rows
+}
+
+// query is the read of the message log for the page: the newest page
+// reads the log from its end, a "newer" page forward from a seq, an
+// "older" one back from one.
+func (pg msgPage) query() substrate.ReadQuery {
 	q := substrate.ReadQuery{Scope: substrate.ScopeMessages, Limit: messagePageSize, Before: math.MaxInt64}
 	switch {
 	case pg.Before > 0:
@@ -114,10 +161,11 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 	case !pg.newest():
 		q.Before, q.After = 0, pg.After
 	}
-	st, err := wb.opt.Substrate.ReadState(ctx, p, roomID, q)
-	if err != nil {
-		return nil, nil, shown, nil, err
-	}
+	return q
+}
+
+// shown is where the page read with q (st) sits in the log.
+func (pg msgPage) shown(q substrate.ReadQuery, st *substrate.StateRead) (shown messagesShown) {
 	shown.Newest = pg.newest()
 	var first, last int64
 	for _, e := range st.Entries {
@@ -147,47 +195,29 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 	} else if st.More {
 		shown.Newer = last
 	}
-	owners = map[string]string{}
-	for _, e := range st.Entries {
-		if e.SortKey == nil {
-			continue
-		}
-		var m struct {
-			Kind string `json:"kind"`
-			Body any    `json:"body"`
-			To   any    `json:"to"`
-		}
-		_ = json.Unmarshal(e.Value, &m)
-		row := messageRow{Seq: *e.SortKey, At: e.UpdatedAt, From: e.Writer, Kind: m.Kind, Body: textOf(m.Body)}
-		switch to := m.To.(type) {
-		case string:
-			row.To = []string{to}
-		case []any:
-			for _, x := range to {
-				if s, ok := x.(string); ok {
-					row.To = append(row.To, s)
-				}
-			}
-		}
-		for _, to := range row.To {
-			if _, ok := owners[to]; ok || !people || to == p.AgentID {
-				continue
-			}
-			owner, exists, err := wb.opt.Substrate.AgentOwner(ctx, roomID, to)
-			if err != nil {
-				return nil, nil, shown, nil, err
-			}
-			if !exists {
-				owner = ""
-			}
-			owners[to] = owner
-		}
-		if row.Kind == "" {
-			row.Kind = "chat"
-		}
-		msgs = append(msgs, row)
+	return shown
+}
+
+// messageRowOf is the message stored in e, with its recipients.
+func messageRowOf(e substrate.Entry) messageRow {
+	var m struct {
+		Kind string `json:"kind"`
+		Body any    `json:"body"`
+		To   any    `json:"to"`
 	}
-	return rows, msgs, shown, owners, nil
+	_ = json.Unmarshal(e.Value, &m)
+	row := messageRow{Seq: *e.SortKey, At: e.UpdatedAt, From: e.Writer, Kind: m.Kind, Body: textOf(m.Body)}
+	switch to := m.To.(type) {
+	case string:
+		row.To = []string{to}
+	case []any:
+		for _, x := range to {
+			if s, ok := x.(string); ok {
+				row.To = append(row.To, s)
+			}
+		}
+	}
+	return row
 }
 
 // toYou is the message log as one reader sees it: a message directed to

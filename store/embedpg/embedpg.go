@@ -117,54 +117,14 @@ func isExec(p string) bool {
 // Start initialises the cluster if needed, starts the server and waits until
 // it accepts connections and Database exists.
 func Start(ctx context.Context, opt Options) (*Cluster, error) {
-	if opt.Dir == "" {
-		return nil, errors.New("embedpg: Options.Dir is required")
-	}
-	if opt.Database == "" {
-		opt.Database = "sync"
-	}
-	if opt.StartTimeout == 0 {
-		opt.StartTimeout = 60 * time.Second
-	}
-	if opt.Logger == nil {
-		opt.Logger = slog.Default()
-	}
-	dir, err := filepath.Abs(opt.Dir)
-	if err != nil {
+	if err := opt.defaults(); err != nil {
 		return nil, err
 	}
-	opt.Dir = dir
-	if opt.BinDir == "" {
-		if opt.BinDir, err = FindBinaries(); err != nil {
-			return nil, err
-		}
-	}
+	dir := opt.Dir
 	sockDir := filepath.Join(dir, "run")
-	// The kernel limits a socket path to 107 bytes.
-	if n := len(filepath.Join(sockDir, ".s.PGSQL.5432")); n > 107 {
-		return nil, fmt.Errorf("embedpg: socket path under %s is %d bytes, over the 107 the kernel allows; choose a shorter data directory", dir, n)
-	}
-	// Missing ancestors are made traversable: as root, the cluster belongs
-	// to the postgres account, which must be able to reach it.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return nil, fmt.Errorf("embedpg: %w", err)
-	}
-	cred, err := runAs(dir)
+	cred, err := prepareDirs(dir, sockDir)
 	if err != nil {
 		return nil, err
-	}
-	for _, d := range []string{dir, sockDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("embedpg: %w", err)
-		}
-		if err := os.Chmod(d, 0o700); err != nil {
-			return nil, fmt.Errorf("embedpg: %w", err)
-		}
-	}
-	if cred != nil {
-		if err := chownTree(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, fmt.Errorf("embedpg: hand %s to the postgres account: %w", dir, err)
-		}
 	}
 
 	if opt.OwnerWait == 0 {
@@ -190,19 +150,8 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	ctx, cancel := context.WithTimeout(ctx, opt.StartTimeout)
 	defer cancel()
 
-	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
-		opt.Logger.Info("initialising embedded PostgreSQL cluster", "dir", dataDir, "bin", opt.BinDir)
-		args := []string{"-D", dataDir, "-U", superuser, "-A", "trust", "-E", "UTF8", "--locale=C"}
-		if opt.NoSync {
-			args = append(args, "--no-sync")
-		}
-		cmd := exec.CommandContext(ctx, filepath.Join(opt.BinDir, "initdb"), args...)
-		cmd.Env = pgEnv()
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			_ = os.RemoveAll(dataDir) // a half-made cluster would block the next start
-			return nil, fmt.Errorf("embedpg: initdb failed: %w\n%s", err, out)
-		}
+	if err := initCluster(ctx, opt, dataDir, cred); err != nil {
+		return nil, err
 	}
 
 	logPath := filepath.Join(dir, "postgres.log")
@@ -210,15 +159,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedpg: %w", err)
 	}
-	args := []string{"-D", dataDir, "-k", sockDir, "-c", "listen_addresses=", "-c", "unix_socket_permissions=0700"}
-	keys := make([]string, 0, len(opt.Settings))
-	for k := range opt.Settings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		args = append(args, "-c", k+"="+opt.Settings[k])
-	}
+	args := postgresArgs(dataDir, sockDir, opt.Settings)
 	c.cmd = exec.Command(filepath.Join(opt.BinDir, "postgres"), args...)
 	c.cmd.Env = pgEnv()
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
@@ -252,6 +193,101 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// defaults fills in the options' defaults and makes Dir absolute; BinDir
+// defaults to the binaries FindBinaries finds.
+func (opt *Options) defaults() error {
+	if opt.Dir == "" {
+		return errors.New("embedpg: Options.Dir is required")
+	}
+	if opt.Database == "" {
+		opt.Database = "sync"
+	}
+	if opt.StartTimeout == 0 {
+		opt.StartTimeout = 60 * time.Second
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	dir, err := filepath.Abs(opt.Dir)
+	if err != nil {
+		return err
+	}
+	opt.Dir = dir
+	if opt.BinDir == "" {
+		if opt.BinDir, err = FindBinaries(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepareDirs makes dir and the socket directory sockDir private, owned
+// by the account PostgreSQL runs as (cred; nil: this process's).
+func prepareDirs(dir, sockDir string) (*syscall.Credential, error) {
+	// The kernel limits a socket path to 107 bytes.
+	if n := len(filepath.Join(sockDir, ".s.PGSQL.5432")); n > 107 {
+		return nil, fmt.Errorf("embedpg: socket path under %s is %d bytes, over the 107 the kernel allows; choose a shorter data directory", dir, n)
+	}
+	// Missing ancestors are made traversable: as root, the cluster belongs
+	// to the postgres account, which must be able to reach it.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, fmt.Errorf("embedpg: %w", err)
+	}
+	cred, err := runAs(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{dir, sockDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("embedpg: %w", err)
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return nil, fmt.Errorf("embedpg: %w", err)
+		}
+	}
+	if cred != nil {
+		if err := chownTree(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, fmt.Errorf("embedpg: hand %s to the postgres account: %w", dir, err)
+		}
+	}
+	return cred, nil
+}
+
+// initCluster runs initdb in dataDir unless a cluster is there.
+func initCluster(ctx context.Context, opt Options, dataDir string, cred *syscall.Credential) error {
+	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	opt.Logger.Info("initialising embedded PostgreSQL cluster", "dir", dataDir, "bin", opt.BinDir)
+	args := []string{"-D", dataDir, "-U", superuser, "-A", "trust", "-E", "UTF8", "--locale=C"}
+	if opt.NoSync {
+		args = append(args, "--no-sync")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(opt.BinDir, "initdb"), args...)
+	cmd.Env = pgEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dataDir) // a half-made cluster would block the next start
+		return fmt.Errorf("embedpg: initdb failed: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// postgresArgs is the server's command line: a socket only, in sockDir,
+// and the settings in a stable order.
+func postgresArgs(dataDir, sockDir string, settings map[string]string) []string {
+	args := []string{"-D", dataDir, "-k", sockDir, "-c", "listen_addresses=", "-c", "unix_socket_permissions=0700"}
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, "-c", k+"="+settings[k])
+	}
+	return args
 }
 
 // claim makes this process the cluster's owner (c.lock), once the previous

@@ -248,71 +248,85 @@ func tokenize(line string) ([]token, error) {
 	var toks []token
 	rs := []rune(line)
 	i := 0
-	readQuoted := func() (string, error) {
-		open := rs[i]
-		closeR := '"'
-		switch open {
-		case '“':
-			closeR = '”'
-		case '\'':
-			closeR = '\''
-		}
-		i++
-		var b strings.Builder
-		for i < len(rs) && rs[i] != closeR && !(open == '"' && rs[i] == '”') {
-			if rs[i] == '\\' && i+1 < len(rs) && (rs[i+1] == '"' || rs[i+1] == '\\') {
-				i++
-			}
-			b.WriteRune(rs[i])
-			i++
-		}
-		if i >= len(rs) {
-			return "", fmt.Errorf("a quoted text is not closed")
-		}
-		i++
-		return b.String(), nil
-	}
-	isQuote := func(r rune) bool { return r == '"' || r == '“' }
 	for i < len(rs) {
 		r := rs[i]
 		switch {
 		case unicode.IsSpace(r):
 			i++
 		case isQuote(r):
-			s, err := readQuoted()
+			s, next, err := readQuoted(rs, i)
 			if err != nil {
 				return nil, err
 			}
+			i = next
 			toks = append(toks, token{word: s, quoted: true})
 		case r == '(':
 			// A trailing parenthetical is a comment: "memory trace (show action history)".
 			return toks, nil
 		default:
-			start := i
-			for i < len(rs) && !unicode.IsSpace(rs[i]) && !(rs[i] == ':' && i+1 < len(rs) && isQuote(rs[i+1])) {
-				i++
+			t, next, err := readWord(rs, i)
+			if err != nil {
+				return nil, err
 			}
-			w := string(rs[start:i])
-			if i < len(rs) && rs[i] == ':' { // key:"quoted value"
-				i++
-				s, err := readQuoted()
-				if err != nil {
-					return nil, err
-				}
-				toks = append(toks, token{key: strings.ToLower(w), value: s})
-				continue
-			}
-			// key:value, when key is one of the commands' options; any
-			// other word with a colon is a word (agent ids such as
-			// alice:claude-ai, in → permit).
-			if k, v, ok := strings.Cut(w, ":"); ok && loomOptKeys[strings.ToLower(k)] {
-				toks = append(toks, token{key: strings.ToLower(k), value: v})
-				continue
-			}
-			toks = append(toks, token{word: w})
+			i = next
+			toks = append(toks, t)
 		}
 	}
 	return toks, nil
+}
+
+func isQuote(r rune) bool { return r == '"' || r == '“' }
+
+// readQuoted reads the quoted text opening at rs[i]; next is the index
+// past its closing quote.
+func readQuoted(rs []rune, i int) (s string, next int, err error) {
+	open := rs[i]
+	closeR := '"'
+	switch open {
+	case '“':
+		closeR = '”'
+	case '\'':
+		closeR = '\''
+	}
+	i++
+	var b strings.Builder
+	for i < len(rs) && rs[i] != closeR && !(open == '"' && rs[i] == '”') {
+		if rs[i] == '\\' && i+1 < len(rs) && (rs[i+1] == '"' || rs[i+1] == '\\') {
+			i++
+		}
+		b.WriteRune(rs[i])
+		i++
+	}
+	if i >= len(rs) {
+		return "", i, fmt.Errorf("a quoted text is not closed")
+	}
+	i++
+	return b.String(), i, nil
+}
+
+// readWord reads the word starting at rs[i]: a bare word, key:value or
+// key:"quoted value"; next is the index past it.
+func readWord(rs []rune, i int) (t token, next int, err error) {
+	start := i
+	for i < len(rs) && !unicode.IsSpace(rs[i]) && !(rs[i] == ':' && i+1 < len(rs) && isQuote(rs[i+1])) {
+		i++
+	}
+	w := string(rs[start:i])
+	if i < len(rs) && rs[i] == ':' { // key:"quoted value"
+		i++
+		s, next, err := readQuoted(rs, i)
+		if err != nil {
+			return token{}, next, err
+		}
+		return token{key: strings.ToLower(w), value: s}, next, nil
+	}
+	// key:value, when key is one of the commands' options; any
+	// other word with a colon is a word (agent ids such as
+	// alice:claude-ai, in → permit).
+	if k, v, ok := strings.Cut(w, ":"); ok && loomOptKeys[strings.ToLower(k)] {
+		return token{key: strings.ToLower(k), value: v}, i, nil
+	}
+	return token{word: w}, i, nil
 }
 
 // loomOptKeys are the options the commands read (key:value).

@@ -229,85 +229,113 @@ func Replay(ctx context.Context, s *substrate.Service, p *substrate.Principal, r
 		return nil, errs.New(errs.InvalidField, "seq=%d is past the room's seq %d", seq, roomSeq).
 			WithHint("replay at a seq ≤ %d", roomSeq).With("field", "seq").With("room_seq", roomSeq)
 	}
-	state := map[entryKey]*replayRow{}
-	ticking := 0
-	var last int64
-	var at time.Time
-	// A replay starts from the empty room: nothing after a gap can be
-	// rebuilt, only what comes before it.
-	incomplete := func(format string, args ...any) *errs.Error {
-		hint := "the room's state past this point cannot be rebuilt; the trajectory shows what was recorded"
-		if last > 0 {
-			hint = fmt.Sprintf("replay at seq %d or earlier; the trajectory shows what was recorded after", last)
-		}
-		return errs.New(errs.HistoryIncomplete, format, args...).With("seq", seq).WithHint("%s", hint)
-	}
+	rp := &replayer{seq: seq, state: map[entryKey]*replayRow{}}
 	for ends := false; !ends; {
-		page, err := s.AuditPage(ctx, p, roomID, last, seq, auditPageRows)
+		page, err := s.AuditPage(ctx, p, roomID, rp.last, seq, auditPageRows)
 		if err != nil {
 			return nil, err
 		}
 		ends = substrate.AuditPageEnds(page, auditPageRows)
 		for _, r := range page {
-			a, err := decodeAudit(r)
-			if err != nil {
+			if err := rp.record(r); err != nil {
 				return nil, err
-			}
-			// Each mutation records the seq it started from; an entry
-			// that does not follow the one before means entries between
-			// them are gone.
-			if (a.PrevSeq != nil && *a.PrevSeq != last) || (a.PrevSeq == nil && last == 0 && a.Seq != 1) {
-				return nil, incomplete("the room's history between seq %d and %d is not in the audit log", last, a.Seq).With("missing_after", last)
-			}
-			if a.Delta == nil && !a.changesNothing() {
-				return nil, incomplete("the audit entry at seq %d (%s) predates state deltas, so the state it made is unknown", a.Seq, a.Kind).With("unrecorded", a.Seq)
-			}
-			at, err = time.Parse(time.RFC3339Nano, a.TS)
-			if err != nil {
-				return nil, err
-			}
-			last = a.Seq
-			if a.Delta == nil {
-				continue
-			}
-			for _, d := range *a.Delta {
-				if d.SortKey != nil {
-					continue // a log entry: not mutable state
-				}
-				k := entryKey{d.Scope, d.Key}
-				if old := state[k]; old != nil && old.timer != nil && old.timer.TicksLeft != nil {
-					ticking--
-				}
-				if d.After == nil {
-					delete(state, k)
-					continue
-				}
-				nr := &replayRow{Entry: substrate.Entry{Scope: d.Scope, Key: d.Key, Value: d.After, Version: d.VersionAfter,
-					Revision: a.Seq, Writer: a.By, UpdatedAt: at.Local()}}
-				if t := d.Timer; t != nil {
-					c := *t // ticked below: the replay's own copy
-					nr.timer = &c
-					if t.TicksLeft != nil {
-						ticking++
-					}
-				}
-				state[k] = nr
-			}
-			if ticking > 0 {
-				tickReplay(state, *a.Delta)
 			}
 		}
 	}
-	if last == 0 {
-		return nil, incomplete("the room has no audit entries up to seq %d", seq)
+	if rp.last == 0 {
+		return nil, rp.incomplete("the room has no audit entries up to seq %d", seq)
 	}
-	out := &ReplayResult{StateRead: substrate.StateRead{Seq: last, Entries: []substrate.Entry{}}}
-	for _, r := range state {
-		if !r.timer.Live(at) {
+	return rp.result(s.Limits().MaxReadEntries), nil
+}
+
+// replayer is a replay under way: the state rebuilt up to last.
+type replayer struct {
+	seq   int64 // the seq replayed to
+	state map[entryKey]*replayRow
+	// ticking counts the entries whose logical timer counts writes.
+	ticking int
+	last    int64     // the seq of the last audit entry applied
+	at      time.Time // its time
+}
+
+// incomplete is the refusal at a gap: a replay starts from the empty
+// room, so nothing after a gap can be rebuilt, only what comes before it.
+func (rp *replayer) incomplete(format string, args ...any) *errs.Error {
+	hint := "the room's state past this point cannot be rebuilt; the trajectory shows what was recorded"
+	if rp.last > 0 {
+		hint = fmt.Sprintf("replay at seq %d or earlier; the trajectory shows what was recorded after", rp.last)
+	}
+	return errs.New(errs.HistoryIncomplete, format, args...).With("seq", rp.seq).WithHint("%s", hint)
+}
+
+// record applies one audit entry, refusing one that does not follow the
+// last or predates deltas.
+func (rp *replayer) record(r substrate.AuditEntry) error {
+	a, err := decodeAudit(r)
+	if err != nil {
+		return err
+	}
+	// Each mutation records the seq it started from; an entry
+	// that does not follow the one before means entries between
+	// them are gone.
+	if (a.PrevSeq != nil && *a.PrevSeq != rp.last) || (a.PrevSeq == nil && rp.last == 0 && a.Seq != 1) {
+		return rp.incomplete("the room's history between seq %d and %d is not in the audit log", rp.last, a.Seq).With("missing_after", rp.last)
+	}
+	if a.Delta == nil && !a.changesNothing() {
+		return rp.incomplete("the audit entry at seq %d (%s) predates state deltas, so the state it made is unknown", a.Seq, a.Kind).With("unrecorded", a.Seq)
+	}
+	rp.at, err = time.Parse(time.RFC3339Nano, a.TS)
+	if err != nil {
+		return err
+	}
+	rp.last = a.Seq
+	if a.Delta == nil {
+		return nil
+	}
+	for _, d := range *a.Delta {
+		rp.apply(a, d)
+	}
+	if rp.ticking > 0 {
+		tickReplay(rp.state, *a.Delta)
+	}
+	return nil
+}
+
+// apply applies one change of the audit entry a to the state.
+func (rp *replayer) apply(a *auditRecord, d substrate.Delta) {
+	if d.SortKey != nil {
+		return // a log entry: not mutable state
+	}
+	k := entryKey{d.Scope, d.Key}
+	if old := rp.state[k]; old != nil && old.timer != nil && old.timer.TicksLeft != nil {
+		rp.ticking--
+	}
+	if d.After == nil {
+		delete(rp.state, k)
+		return
+	}
+	nr := &replayRow{Entry: substrate.Entry{Scope: d.Scope, Key: d.Key, Value: d.After, Version: d.VersionAfter,
+		Revision: a.Seq, Writer: a.By, UpdatedAt: rp.at.Local()}}
+	if t := d.Timer; t != nil {
+		c := *t // ticked below: the replay's own copy
+		nr.timer = &c
+		if t.TicksLeft != nil {
+			rp.ticking++
+		}
+	}
+	rp.state[k] = nr
+}
+
+// result is the state rebuilt: the entries live at the last entry's time,
+// sorted by scope and key, at most max of them.
+func (rp *replayer) result(max int) *ReplayResult {
+	out := &ReplayResult{StateRead: substrate.StateRead{Seq: rp.last, Entries: []substrate.Entry{}}}
+	for _, r := range rp.state {
+		if !r.timer.Live(rp.at) {
 			continue
 		}
 		e := r.Entry
-		e.Timer = r.timer.Describe(at)
+		e.Timer = r.timer.Describe(rp.at)
 		out.Entries = append(out.Entries, e)
 		if isTruncated(e.Value) {
 			out.Truncated = append(out.Truncated, e.Scope+"."+e.Key)
@@ -319,11 +347,11 @@ func Replay(ctx context.Context, s *substrate.Service, p *substrate.Principal, r
 		}
 		return strings.Compare(a.Key, b.Key)
 	})
-	if max := s.Limits().MaxReadEntries; len(out.Entries) > max {
+	if len(out.Entries) > max {
 		out.Entries, out.More = out.Entries[:max], true
 	}
 	slices.Sort(out.Truncated)
-	return out, nil
+	return out
 }
 
 // tickReplay does what a mutation's tick statement did: every entry whose
@@ -386,18 +414,8 @@ type HistoryQuery struct {
 // version, in one statement); only across a deletion does it search the
 // log for the key's previous write.
 func History(ctx context.Context, s *substrate.Service, p *substrate.Principal, roomID string, q HistoryQuery) (*KeyHistory, error) {
-	if q.Scope == "" || q.Key == "" {
-		return nil, errs.New(errs.InvalidField, "history needs scope and key").WithHint("name the scope and the key whose versions you want").With("field", "scope")
-	}
-	switch {
-	case q.Limit == 0:
-		q.Limit = HistoryDefaultLimit
-	case q.Limit < 0 || q.Limit > HistoryMaxLimit:
-		return nil, errs.New(errs.InvalidField, "limit=%d is outside 1–%d", q.Limit, HistoryMaxLimit).
-			WithHint("page with before=<next_before> and limit ≤ %d", HistoryMaxLimit).With("field", "limit").With("max", HistoryMaxLimit)
-	}
-	if q.Before < 0 {
-		return nil, errs.New(errs.InvalidField, "before=%d is negative", q.Before).WithHint("send before as a seq, or omit it").With("field", "before")
+	if err := checkHistoryQuery(&q); err != nil {
+		return nil, err
 	}
 	kl, err := s.AdmitKeyLog(ctx, p, roomID, q.Scope, q.Key)
 	if err != nil {
@@ -406,70 +424,7 @@ func History(ctx context.Context, s *substrate.Service, p *substrate.Principal, 
 	scope := kl.Scope
 	out := &KeyHistory{Scope: scope, Key: q.Key, Versions: []KeyVersion{}}
 	want := int(q.Limit) + 1
-	err = kl.Read(ctx, func(tx *substrate.KeyLogTx) error {
-		var start int64
-		before := q.Before
-		if before == 0 {
-			before = math.MaxInt64
-			var err error
-			if start, err = tx.Revision(); err != nil {
-				return err
-			}
-		}
-		for len(out.Versions) < want {
-			if start == 0 {
-				// No link to follow: search the log (state, then the
-				// archive) for the key's newest write before `before`.
-				var err error
-				if start, err = tx.LastWrite(before); err != nil {
-					return err
-				}
-				if start == 0 {
-					return nil
-				}
-			}
-			chain, err := tx.Chain(start, want-len(out.Versions))
-			if err != nil {
-				return err
-			}
-			var link int64
-			got := 0
-			for _, r := range chain {
-				got++
-				a, err := decodeAudit(r)
-				if err != nil {
-					return err
-				}
-				d := a.deltaOf(scope, q.Key)
-				if d == nil {
-					// The entry the row names predates deltas.
-					out.Incomplete, link = true, -1
-					break
-				}
-				v := KeyVersion{Seq: a.Seq, TS: a.TS, By: a.By, Action: a.Action, Version: d.VersionAfter, Value: d.After, Deleted: d.After == nil}
-				if kl.Withhold && d.Gated && (kl.Admitted == nil || d.Gate != *kl.Admitted) {
-					v.Value, v.Withheld = nil, true
-				}
-				if a.Kind != "invoke" {
-					v.Action = "_" + a.Kind
-				}
-				out.Versions = append(out.Versions, v)
-				link, before = d.RevisionBefore, a.Seq
-			}
-			if link < 0 || got == 0 {
-				return nil
-			}
-			// The chain ended at the limit, at an entry created afresh
-			// (search on for an older incarnation), or at a link whose
-			// entry is gone.
-			start = 0
-			if link > 0 && len(out.Versions) < want {
-				out.Incomplete = true
-				return nil
-			}
-		}
-		return nil
-	})
+	err = kl.Read(ctx, func(tx *substrate.KeyLogTx) error { return readHistory(tx, kl, q, out, want) })
 	if err != nil {
 		return nil, err
 	}
@@ -481,6 +436,101 @@ func History(ctx context.Context, s *substrate.Service, p *substrate.Principal, 
 		out.NextBefore = out.Versions[len(out.Versions)-1].Seq
 	}
 	return out, nil
+}
+
+// checkHistoryQuery refuses a query without scope and key or with a limit
+// or before out of range, and sets the default limit.
+func checkHistoryQuery(q *HistoryQuery) error {
+	if q.Scope == "" || q.Key == "" {
+		return errs.New(errs.InvalidField, "history needs scope and key").WithHint("name the scope and the key whose versions you want").With("field", "scope")
+	}
+	switch {
+	case q.Limit == 0:
+		q.Limit = HistoryDefaultLimit
+	case q.Limit < 0 || q.Limit > HistoryMaxLimit:
+		return errs.New(errs.InvalidField, "limit=%d is outside 1–%d", q.Limit, HistoryMaxLimit).
+			WithHint("page with before=<next_before> and limit ≤ %d", HistoryMaxLimit).With("field", "limit").With("max", HistoryMaxLimit)
+	}
+	if q.Before < 0 {
+		return errs.New(errs.InvalidField, "before=%d is negative", q.Before).WithHint("send before as a seq, or omit it").With("field", "before")
+	}
+	return nil
+}
+
+// readHistory appends to out, in tx, the key's versions before q.Before
+// (newest first) until it holds want or the log has no more.
+func readHistory(tx *substrate.KeyLogTx, kl *substrate.KeyLog, q HistoryQuery, out *KeyHistory, want int) error {
+	var start int64
+	before := q.Before
+	if before == 0 {
+		before = math.MaxInt64
+		var err error
+		if start, err = tx.Revision(); err != nil {
+			return err
+		}
+	}
+	for len(out.Versions) < want {
+		if start == 0 {
+			// No link to follow: search the log (state, then the
+			// archive) for the key's newest write before `before`.
+			var err error
+			if start, err = tx.LastWrite(before); err != nil {
+				return err
+			}
+			if start == 0 {
+				return nil
+			}
+		}
+		chain, err := tx.Chain(start, want-len(out.Versions))
+		if err != nil {
+			return err
+		}
+		link, got, err := appendChain(chain, kl, q.Key, out, &before)
+		if err != nil {
+			return err
+		}
+		if link < 0 || got == 0 {
+			return nil
+		}
+		// The chain ended at the limit, at an entry created afresh
+		// (search on for an older incarnation), or at a link whose
+		// entry is gone.
+		start = 0
+		if link > 0 && len(out.Versions) < want {
+			out.Incomplete = true
+			return nil
+		}
+	}
+	return nil
+}
+
+// appendChain appends the versions of one chain of audit entries to out
+// and moves before to the oldest; link is the revision the last replaced
+// (-1: an entry predates deltas), got the entries read.
+func appendChain(chain []substrate.AuditEntry, kl *substrate.KeyLog, key string, out *KeyHistory, before *int64) (link int64, got int, err error) {
+	for _, r := range chain {
+		got++
+		a, err := decodeAudit(r)
+		if err != nil {
+			return 0, got, err
+		}
+		d := a.deltaOf(kl.Scope, key)
+		if d == nil {
+			// The entry the row names predates deltas.
+			out.Incomplete, link = true, -1
+			break
+		}
+		v := KeyVersion{Seq: a.Seq, TS: a.TS, By: a.By, Action: a.Action, Version: d.VersionAfter, Value: d.After, Deleted: d.After == nil}
+		if kl.Withhold && d.Gated && (kl.Admitted == nil || d.Gate != *kl.Admitted) {
+			v.Value, v.Withheld = nil, true
+		}
+		if a.Kind != "invoke" {
+			v.Action = "_" + a.Kind
+		}
+		out.Versions = append(out.Versions, v)
+		link, *before = d.RevisionBefore, a.Seq
+	}
+	return link, got, nil
 }
 
 // deltaOf is the entry's change to scope/key, nil if it made none.

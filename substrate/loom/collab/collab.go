@@ -418,134 +418,165 @@ func (c *collaborator) turn(ctx context.Context, p *substrate.Principal) error {
 				return err
 			}
 		}
-		pc, err := c.l.Perceive(ctx, p, c.cfg.Room, c.cfg.Tree, c.cfg.Branch)
-		if err != nil {
-			return err
-		}
-		if pc.Stop != "" {
-			return stopWith("stopped: asked by %s", pc.Stop)
-		}
-		if pc.Holder != "" {
-			// Another took the branch meanwhile: its writes will wake
-			// this collaborator again when the branch is free.
-			return nil
-		}
-		if i == 0 {
-			if ok, err := c.answerModels(ctx, p, pc); err != nil || !ok {
-				return err
-			}
-		}
-		news := c.news(pc)
-		msgs := c.assemble(ctx, pc, news)
-		est := 0
-		for _, m := range msgs {
-			est += loom.Tokens(m.Content)
-		}
-		if err := c.budget(est); err != nil {
-			return err
-		}
-		// The answer may take what the budget has left, up to
-		// ReplyTokens: a call never spends past the budget by more than
-		// the error of the prompt's estimate.
-		c.replyTokens = int(min(int64(c.cfg.ReplyTokens), c.cfg.MaxTokens-c.rec.Tokens()-int64(est)))
-		if c.replyTokens < 16 {
-			return stopWith("stopped: budget spent: %d of %d tokens, and the next call (~%d tokens) leaves no room for an answer", c.rec.Tokens(), c.cfg.MaxTokens, est)
-		}
-		c.seen = pc.Head.ID
-		c.rec.State = "calling"
-		if err := c.update(ctx, p, ""); err != nil {
+		news, msgs, est, done, err := c.prepareCall(ctx, p, i == 0)
+		if done || err != nil {
 			return err
 		}
 		ans, err := c.chat(ctx, msgs)
 		c.rec.Calls++
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			failures++
-			c.rec.PromptTokens += int64(est)
-			if uerr := c.update(ctx, p, fmt.Sprintf("call %d failed: %v", c.rec.Calls, err)); uerr != nil {
-				return uerr
-			}
-			c.cfg.Log.Warn("collaborator: chat call failed", "room", c.cfg.Room, "agent", c.cfg.Agent, "err", err)
-			if failures >= maxFailures {
-				// The record is read by everyone with loom_aware: the
-				// endpoint's address and the network's words stay in the
-				// trace (room authority) and the log.
-				return stopWith("stopped: the chat endpoint failed %d times in a row (the errors are in the collaborator's trace)", failures)
-			}
-			if errors.Is(err, errTooLarge) {
-				c.pending = "⟨your last answer was over 1 MiB and was refused: nothing in it ran⟩"
-			}
-			if err := sleep(ctx, time.Duration(failures)*time.Second); err != nil {
+			if err := c.callFailed(ctx, p, err, est, &failures); err != nil {
 				return err
 			}
 			continue
 		}
 		failures = 0
-		if ans.PromptTokens == 0 && ans.CompletionTokens == 0 {
-			ans.PromptTokens, ans.CompletionTokens = int64(est), int64(loom.Tokens(ans.Text))
-		}
-		c.rec.PromptTokens += ans.PromptTokens
-		c.rec.CompletionTokens += ans.CompletionTokens
-		c.rec.State = "acting"
-		if err := c.update(ctx, p, fmt.Sprintf("call %d: %d prompt + %d completion tokens (spent %d of %d calls, %d of %d tokens)",
-			c.rec.Calls, ans.PromptTokens, ans.CompletionTokens, c.rec.Calls, c.cfg.MaxCalls, c.rec.Tokens(), c.cfg.MaxTokens)); err != nil {
+		if done, err := c.act(ctx, p, ans, est, news); done || err != nil {
 			return err
-		}
-		if c.rec.Stop != "" {
-			// Asked to stop while the call was in flight: its answer is
-			// not acted on (the update above read the stored record).
-			c.remember(news, "(an answer not acted on: you were asked to stop)")
-			return stopWith("stopped: asked by %s (the answer in flight was not acted on)", c.rec.Stop)
-		}
-		reply := ans.Text
-		n := loom.CommandLines(reply)
-		if r := []rune(reply); len(r) > maxReplyChars || n > maxReplyCommands {
-			c.remember(news, "(an answer refused as too long)")
-			c.pending = fmt.Sprintf("⟨your last answer (%d characters, %d command lines) was refused: at most %d characters and %d commands an answer; nothing in it ran⟩",
-				len(r), n, maxReplyChars, maxReplyCommands)
-			if err := c.update(ctx, p, fmt.Sprintf("call %d: answer refused (%d characters, %d command lines)", c.rec.Calls, len(r), n)); err != nil {
-				return err
-			}
-			continue
-		}
-		words := loom.Prose(reply)
-		if strings.TrimSpace(words) == "" && n == 0 {
-			words = "(an empty answer)"
-		}
-		c.remember(news, words)
-		if n == 0 {
-			return nil // prose alone ends the turn
-		}
-		gens, genTokens := c.rec.GenCalls, c.rec.GenTokens
-		res, err := c.l.ForModel(loom.WithGenMeter(ctx, c), p, c.cfg.Room, reply)
-		if c.rec.GenCalls > gens {
-			if uerr := c.update(ctx, p, fmt.Sprintf("call %d: the base model: %d call(s), %d tokens (spent %d of %d continuations, %d of %d tokens)",
-				c.rec.Calls, c.rec.GenCalls-gens, c.rec.GenTokens-genTokens, c.rec.Generations, c.cfg.MaxGenerations, c.rec.Tokens(), c.cfg.MaxTokens)); uerr != nil {
-				return uerr
-			}
-		}
-		switch {
-		case err != nil:
-			e := errs.From(err)
-			if e.Code == errs.Internal || e.Code == errs.Unavailable || errors.Is(err, context.Canceled) {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-			}
-			c.pending = e.Message
-			if e.Hint != "" && !strings.Contains(e.Message, "\n") {
-				c.pending += "\n  " + e.Hint
-			}
-		default:
-			c.pending = strings.TrimSpace(strings.Join(nonEmpty(res.Parts.Faded, res.Parts.Body, res.Parts.Marker), "\n\n"))
-		}
-		if last := lastVerb(res); last == "yield" || last == "stop" {
-			return nil
 		}
 	}
 	return c.update(ctx, p, fmt.Sprintf("turn ended after %d calls (the turn's limit); the branch is yielded", c.cfg.TurnCalls))
+}
+
+// prepareCall perceives the branch and assembles the next call's prompt
+// within the budget; done says the turn ends here (err nil: another holds
+// the branch, or the models' questions ended it).
+func (c *collaborator) prepareCall(ctx context.Context, p *substrate.Principal, first bool) (news string, msgs []Message, est int, done bool, err error) {
+	pc, err := c.l.Perceive(ctx, p, c.cfg.Room, c.cfg.Tree, c.cfg.Branch)
+	if err != nil {
+		return "", nil, 0, true, err
+	}
+	if pc.Stop != "" {
+		return "", nil, 0, true, stopWith("stopped: asked by %s", pc.Stop)
+	}
+	if pc.Holder != "" {
+		// Another took the branch meanwhile: its writes will wake
+		// this collaborator again when the branch is free.
+		return "", nil, 0, true, nil
+	}
+	if first {
+		if ok, err := c.answerModels(ctx, p, pc); err != nil || !ok {
+			return "", nil, 0, true, err
+		}
+	}
+	news = c.news(pc)
+	msgs = c.assemble(ctx, pc, news)
+	for _, m := range msgs {
+		est += loom.Tokens(m.Content)
+	}
+	if err := c.budget(est); err != nil {
+		return "", nil, 0, true, err
+	}
+	// The answer may take what the budget has left, up to
+	// ReplyTokens: a call never spends past the budget by more than
+	// the error of the prompt's estimate.
+	c.replyTokens = int(min(int64(c.cfg.ReplyTokens), c.cfg.MaxTokens-c.rec.Tokens()-int64(est)))
+	if c.replyTokens < 16 {
+		return "", nil, 0, true, stopWith("stopped: budget spent: %d of %d tokens, and the next call (~%d tokens) leaves no room for an answer", c.rec.Tokens(), c.cfg.MaxTokens, est)
+	}
+	c.seen = pc.Head.ID
+	c.rec.State = "calling"
+	if err := c.update(ctx, p, ""); err != nil {
+		return "", nil, 0, true, err
+	}
+	return news, msgs, est, false, nil
+}
+
+// callFailed records a failed chat call and waits before the next; an
+// error ends the turn.
+func (c *collaborator) callFailed(ctx context.Context, p *substrate.Principal, err error, est int, failures *int) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	*failures++
+	c.rec.PromptTokens += int64(est)
+	if uerr := c.update(ctx, p, fmt.Sprintf("call %d failed: %v", c.rec.Calls, err)); uerr != nil {
+		return uerr
+	}
+	c.cfg.Log.Warn("collaborator: chat call failed", "room", c.cfg.Room, "agent", c.cfg.Agent, "err", err)
+	if *failures >= maxFailures {
+		// The record is read by everyone with loom_aware: the
+		// endpoint's address and the network's words stay in the
+		// trace (room authority) and the log.
+		return stopWith("stopped: the chat endpoint failed %d times in a row (the errors are in the collaborator's trace)", *failures)
+	}
+	if errors.Is(err, errTooLarge) {
+		c.pending = "⟨your last answer was over 1 MiB and was refused: nothing in it ran⟩"
+	}
+	return sleep(ctx, time.Duration(*failures)*time.Second)
+}
+
+// act records an answer's spend and runs its commands; done says the turn
+// ends here.
+func (c *collaborator) act(ctx context.Context, p *substrate.Principal, ans *chatAnswer, est int, news string) (done bool, err error) {
+	if ans.PromptTokens == 0 && ans.CompletionTokens == 0 {
+		ans.PromptTokens, ans.CompletionTokens = int64(est), int64(loom.Tokens(ans.Text))
+	}
+	c.rec.PromptTokens += ans.PromptTokens
+	c.rec.CompletionTokens += ans.CompletionTokens
+	c.rec.State = "acting"
+	if err := c.update(ctx, p, fmt.Sprintf("call %d: %d prompt + %d completion tokens (spent %d of %d calls, %d of %d tokens)",
+		c.rec.Calls, ans.PromptTokens, ans.CompletionTokens, c.rec.Calls, c.cfg.MaxCalls, c.rec.Tokens(), c.cfg.MaxTokens)); err != nil {
+		return true, err
+	}
+	if c.rec.Stop != "" {
+		// Asked to stop while the call was in flight: its answer is
+		// not acted on (the update above read the stored record).
+		c.remember(news, "(an answer not acted on: you were asked to stop)")
+		return true, stopWith("stopped: asked by %s (the answer in flight was not acted on)", c.rec.Stop)
+	}
+	reply := ans.Text
+	n := loom.CommandLines(reply)
+	if r := []rune(reply); len(r) > maxReplyChars || n > maxReplyCommands {
+		c.remember(news, "(an answer refused as too long)")
+		c.pending = fmt.Sprintf("⟨your last answer (%d characters, %d command lines) was refused: at most %d characters and %d commands an answer; nothing in it ran⟩",
+			len(r), n, maxReplyChars, maxReplyCommands)
+		if err := c.update(ctx, p, fmt.Sprintf("call %d: answer refused (%d characters, %d command lines)", c.rec.Calls, len(r), n)); err != nil {
+			return true, err
+		}
+		return false, nil
+	}
+	words := loom.Prose(reply)
+	if strings.TrimSpace(words) == "" && n == 0 {
+		words = "(an empty answer)"
+	}
+	c.remember(news, words)
+	if n == 0 {
+		return true, nil // prose alone ends the turn
+	}
+	return c.runCommands(ctx, p, reply)
+}
+
+// runCommands runs an answer's commands in the loom and keeps what they
+// said for the next prompt; done says the turn ends here.
+func (c *collaborator) runCommands(ctx context.Context, p *substrate.Principal, reply string) (done bool, err error) {
+	gens, genTokens := c.rec.GenCalls, c.rec.GenTokens
+	res, err := c.l.ForModel(loom.WithGenMeter(ctx, c), p, c.cfg.Room, reply)
+	if c.rec.GenCalls > gens {
+		if uerr := c.update(ctx, p, fmt.Sprintf("call %d: the base model: %d call(s), %d tokens (spent %d of %d continuations, %d of %d tokens)",
+			c.rec.Calls, c.rec.GenCalls-gens, c.rec.GenTokens-genTokens, c.rec.Generations, c.cfg.MaxGenerations, c.rec.Tokens(), c.cfg.MaxTokens)); uerr != nil {
+			return true, uerr
+		}
+	}
+	switch {
+	case err != nil:
+		e := errs.From(err)
+		if e.Code == errs.Internal || e.Code == errs.Unavailable || errors.Is(err, context.Canceled) {
+			if ctx.Err() != nil {
+				return true, ctx.Err()
+			}
+		}
+		c.pending = e.Message
+		if e.Hint != "" && !strings.Contains(e.Message, "\n") {
+			c.pending += "\n  " + e.Hint
+		}
+	default:
+		c.pending = strings.TrimSpace(strings.Join(nonEmpty(res.Parts.Faded, res.Parts.Body, res.Parts.Marker), "\n\n"))
+	}
+	if last := lastVerb(res); last == "yield" || last == "stop" {
+		return true, nil
+	}
+	return false, nil
 }
 
 func lastVerb(res *loom.Result) string {
