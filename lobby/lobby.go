@@ -186,11 +186,13 @@ func upsertMember(ctx context.Context, tx pgx.Tx, userID, roomID, access, label,
 	// attributed to whoever shared it: open sessions whose consent allows
 	// "new rooms shared with me" reach it from their next call.
 	// A user's first room is their default room (until they pick
-	// another; see userRooms for when it is gone).
+	// another; see userRooms for when it is gone). The new date is the
+	// proposed row's (its default, now()): Citus refuses now() inside a
+	// CASE of an upsert.
 	const upsert = `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by, is_default)
 		VALUES ($1, $2, $3, $4, $5, $6 AND NOT EXISTS (SELECT 1 FROM smcp_user_rooms WHERE user_id = $1))
 		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label),
-			shared_at = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN now() ELSE smcp_user_rooms.shared_at END,
+			shared_at = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.shared_at ELSE smcp_user_rooms.shared_at END,
 			invited_by = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.invited_by ELSE smcp_user_rooms.invited_by END`
 	// The first try runs in a savepoint: its failure must not abort the
 	// transaction that holds the owners' locks.

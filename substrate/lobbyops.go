@@ -465,9 +465,13 @@ func (s *Service) SetIdle(ctx context.Context, roomID, agentID string) error {
 // setPresence sets an agent's status (and what it waits on) and, when the
 // agent exists, notifies the room: waiters on presence wake at once.
 func (s *Service) setPresence(ctx context.Context, roomID, agentID, status string, waitingOn *string, heartbeat bool) error {
-	tag, err := s.db.Exec(ctx, `UPDATE agents SET status = $3, waiting_on = $4,
-			last_heartbeat = CASE WHEN $5 THEN now() ELSE last_heartbeat END
-		WHERE room_id = $1 AND id = $2`, roomID, agentID, status, waitingOn, heartbeat)
+	// Two statements, not CASE WHEN heartbeat THEN now(): Citus refuses
+	// a function that is not immutable inside a CASE of an UPDATE.
+	q := `UPDATE agents SET status = $3, waiting_on = $4 WHERE room_id = $1 AND id = $2`
+	if heartbeat {
+		q = `UPDATE agents SET status = $3, waiting_on = $4, last_heartbeat = now() WHERE room_id = $1 AND id = $2`
+	}
+	tag, err := s.db.Exec(ctx, q, roomID, agentID, status, waitingOn)
 	if err != nil || tag.RowsAffected() == 0 {
 		return err
 	}
