@@ -189,8 +189,9 @@ func upsertMember(ctx context.Context, tx pgx.Tx, userID, roomID, access, label,
 	// another; see userRooms for when it is gone). The new date is the
 	// proposed row's (its default, now()): Citus refuses now() inside a
 	// CASE of an upsert.
+	// (A SELECT, not VALUES: Citus refuses a subquery in VALUES.)
 	const upsert = `INSERT INTO smcp_user_rooms (user_id, room_id, access, label, invited_by, is_default)
-		VALUES ($1, $2, $3, $4, $5, $6 AND NOT EXISTS (SELECT 1 FROM smcp_user_rooms WHERE user_id = $1))
+		SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::boolean AND NOT EXISTS (SELECT 1 FROM smcp_user_rooms WHERE user_id = $1::text)
 		ON CONFLICT (user_id, room_id) DO UPDATE SET access = EXCLUDED.access, label = coalesce(EXCLUDED.label, smcp_user_rooms.label),
 			shared_at = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.shared_at ELSE smcp_user_rooms.shared_at END,
 			invited_by = CASE WHEN smcp_user_rooms.access <> EXCLUDED.access THEN EXCLUDED.invited_by ELSE smcp_user_rooms.invited_by END`
