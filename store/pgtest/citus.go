@@ -174,8 +174,10 @@ func citusTemplate(ctx context.Context, name string) error {
 }
 
 // releaseTemplate ends every session on the template, on every node (the
-// coordinator's connections to the workers, Citus's maintenance daemons):
-// a database is copied only when nobody is connected to it.
+// coordinator's connections to the workers, Citus's maintenance daemons),
+// and refuses new ones: a database is copied only when nobody is
+// connected to it, and Citus restarts a database's maintenance daemon a
+// few seconds after it ends.
 func releaseTemplate(ctx context.Context, name string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for _, c := range append([]*embedpg.Cluster{cluster}, workers...) {
@@ -184,6 +186,9 @@ func releaseTemplate(ctx context.Context, name string) error {
 			return err
 		}
 		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH ALLOW_CONNECTIONS false"); err != nil {
+			return err
+		}
 		for {
 			var left int
 			if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
