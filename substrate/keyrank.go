@@ -5,9 +5,10 @@ package substrate
 
 import (
 	"encoding/json"
-	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/syncsubstrate/sync/substrate/defs"
 )
 
 // rankKeys orders a scope's keys by salience for the reader, as the
@@ -91,16 +92,12 @@ func openWork(raw json.RawMessage) int {
 	return 0
 }
 
-// statePath finds state.<scope>.<key> (or .?key, or ["key"]) in an
-// expression's source: what the room's rules read.
-var statePath = regexp.MustCompile(`state\.([A-Za-z_][\w:@.-]*?)(?:\.\??|\[")([A-Za-z_0-9][\w:@.-]*?)(?:"\]|\b)`)
-
 // watchedKeys are the keys of scope that the room's action guards and views
 // read, or that several actions write.
 func watchedKeys(rc *roomCtx, scope string) map[string]bool {
 	out := map[string]bool{}
 	add := func(src string) {
-		for _, m := range factsOf(src).paths {
+		for _, m := range defs.FactsOf(src).Paths {
 			if m[0] == scope {
 				out[m[1]] = true
 			}

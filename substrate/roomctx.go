@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
@@ -225,7 +226,7 @@ func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, p
 		// The views its registrar and the invoker both see: an action
 		// carries a gated view neither to an invoker nor to a registrar
 		// it hides from.
-		views = rc.viewsAs(ctx, s, registrarOf(def.Scope, def.RegisteredBy))
+		views = rc.viewsAs(ctx, s, defs.RegistrarOf(def.Scope, def.RegisteredBy))
 	}
 	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, def.RegisteredBy, rc.self != "" && rc.self == def.Scope), Views: views,
 		Agents: rc.vars.Agents, Actions: rc.vars.Actions, Messages: rc.vars.Messages, Self: rc.self, Params: params, Now: rc.now}

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
-	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
 // op is one resolved state write, from a direct write or an action. Exactly
@@ -287,7 +287,7 @@ func newValue(o *op, old *row) (json.RawMessage, string, error) {
 		base := json.Number("0")
 		if old != nil {
 			var n json.Number
-			if err := decodeNumber(old.Value, &n); err != nil {
+			if err := defs.DecodeNumber(old.Value, &n); err != nil {
 				return nil, "", errs.New(errs.NotNumeric, "%s/%s holds a %s, and increment needs a number", o.Scope, o.Key, jsonKind(old.Value)).
 					WithHint("replace it with a number first, or increment another key")
 			}
@@ -375,7 +375,7 @@ func (s *Service) checkEnabledBudget(m *mutation) error {
 // write's own, else those of the live entry it replaces.
 func (s *Service) setLifecycle(m *mutation, nr, old *row, o *op) {
 	if o.Timer != nil {
-		nr.timer = o.Timer.start(m.now)
+		nr.timer = startTimer(o.Timer, m.now)
 	} else if old != nil {
 		nr.timer = old.timer
 	}
@@ -424,12 +424,12 @@ func (s *Service) checkValue(scope, key string, raw json.RawMessage) (json.RawMe
 // (other values, arrays included, are replaced; null sets null).
 func mergeJSON(base, patch json.RawMessage, deep bool) (json.RawMessage, error) {
 	var p map[string]any
-	if err := decodeNumber(patch, &p); err != nil || p == nil {
+	if err := defs.DecodeNumber(patch, &p); err != nil || p == nil {
 		return nil, errNotObject
 	}
 	b := map[string]any{}
 	if len(base) > 0 {
-		if err := decodeNumber(base, &b); err != nil || b == nil {
+		if err := defs.DecodeNumber(base, &b); err != nil || b == nil {
 			return nil, errNotObject
 		}
 	}
@@ -451,37 +451,6 @@ func mergeMaps(dst, src map[string]any, deep bool) {
 		}
 		dst[k] = v
 	}
-}
-
-func decodeNumber(raw []byte, v any) error {
-	// The targets invocations use, without a json.Decoder each
-	// (expr.DecodeJSON); a result of another shape goes to encoding/json
-	// below, for its error.
-	switch t := v.(type) {
-	case *any:
-		x, err := expr.DecodeJSON(raw)
-		if err == nil {
-			*t = x
-		}
-		return err
-	case *map[string]any:
-		if x, err := expr.DecodeJSON(raw); err != nil {
-			return err
-		} else if m, ok := x.(map[string]any); ok || x == nil {
-			*t = m
-			return nil
-		}
-	case *json.Number:
-		if x, err := expr.DecodeJSON(raw); err == nil {
-			if n, ok := x.(json.Number); ok {
-				*t = n
-				return nil
-			}
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	return dec.Decode(v)
 }
 
 // addNumbers adds two JSON numbers, staying integral when both are.
