@@ -7,6 +7,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/exprbudget"
 	"github.com/syncsubstrate/sync/substrate/help"
 )
 
@@ -15,7 +16,7 @@ func (s *Service) helpLimits() help.Limits {
 	return help.Limits{
 		MaxValueBytes: s.lim.MaxValueBytes, MaxValueDepth: s.lim.MaxValueDepth,
 		ViewCostPerRead: s.lim.ViewCostPerRead, ActionCostPerRead: s.lim.ActionCostPerRead, EnabledCostPerRead: s.lim.EnabledCostPerRead,
-		RoomCostPerSecond: s.lim.RoomCostPerSecond, GuestShare: guestShare, ViewLinkShare: viewLinkShare,
+		RoomCostPerSecond: s.lim.RoomCostPerSecond, GuestShare: exprbudget.GuestShare, ViewLinkShare: exprbudget.ViewLinkShare,
 		GateMinCost: gateMinCost, GateQuantum: s.lim.GateQuantum, NowRecheck: s.wait.NowRecheck,
 		Expr: s.cel.Limits(), MaxContextBytes: maxContextBytes, VersionsRead: versionsRead, StandardLibrary: defs.StandardLibrary,
 	}

@@ -459,3 +459,9 @@ func callText(id string, params map[string]any) string {
 // maxCallText caps the text of an invocation message: the params are in
 // the audit log (or summarised there), the message only says what happened.
 const maxCallText = 500
+
+// auditParams is what an audit entry or invocation message records of
+// params, within this server's value limits (defs.AuditParams).
+func (s *Service) auditParams(params map[string]any) any {
+	return defs.AuditParams(params, s.lim.MaxValueBytes, s.lim.MaxValueDepth)
+}

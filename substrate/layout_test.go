@@ -60,6 +60,9 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// What an action or a view is and makes one valid, its templates and
 	// params, what an expression names: rules that need no room (issue 45).
 	"substrate/defs": true,
+	// The rule of a room's expression budget: whose budget, what is
+	// charged, the refusal; the buckets are workmeter's (issue 45).
+	"substrate/exprbudget": true,
 }
 
 // machinery are the packages beneath the rules (issue 45): each makes one
@@ -78,8 +81,8 @@ var machinery = map[string][]string{
 	"substrate/internal/buildcache":  {"buildshare.go", "snapshot.go"},
 	"substrate/internal/memo":        {"defs/facts.go", "snapshot.go"},
 	"substrate/internal/jsoncache":   {"envelope_json.go", "snapshot.go"},
-	"substrate/internal/jsontext":    {"envelope_json.go", "valuelimits.go"},
-	"substrate/internal/workmeter":   {"substrate.go"},
+	"substrate/internal/jsontext":    {"envelope_json.go", "write.go", "defs/params.go"},
+	"substrate/internal/workmeter":   {"substrate.go", "exprbudget/exprbudget.go"},
 	"substrate/internal/earliest":    {"foresee.go"},
 	"substrate/internal/fairshare":   {"contextsize.go"},
 	"substrate/internal/groupcommit": {"groupcommit.go"},

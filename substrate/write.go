@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/internal/jsontext"
 )
 
 // op is one resolved state write, from a direct write or an action. Exactly
@@ -518,4 +519,28 @@ func (s *Service) checkScopeCapacity(m *mutation, newKeys map[string]int) error 
 		}
 	}
 	return nil
+}
+
+// What the server stores of JSON: text PostgreSQL can store, within the
+// value limits (Limits.MaxValueBytes, MaxValueDepth).
+
+// CheckJSONText refuses JSON that PostgreSQL cannot store as jsonb: bytes
+// that are not UTF-8, and strings holding NUL (\u0000). Every surface
+// checks request bodies with it before decoding, and every stored value
+// passes it again, so such input is a 400 that names the problem, never a
+// failed statement (500).
+func CheckJSONText(raw []byte) error { return jsontext.Check(raw) }
+
+// jsonDepth and valueDepth measure how deeply a value nests, against
+// Limits.MaxValueDepth (tooDeep).
+var (
+	jsonDepth  = jsontext.Depth
+	valueDepth = jsontext.ValueDepth
+)
+
+// tooDeep is the error for a value nested past Limits.MaxValueDepth.
+func (s *Service) tooDeep(what string) *errs.Error {
+	return errs.New(errs.InvalidValue, "%s nests arrays and objects more than %d levels deep, the server's limit", what, s.lim.MaxValueDepth).
+		With("limit", s.lim.MaxValueDepth).
+		WithHint("flatten it: keep nested parts under keys of their own (or in a list of records that name their parent), or send a deep structure as a string")
 }

@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sort"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/jsontext"
 )
 
 // CheckParams validates invocation params against the spec and fills
@@ -129,4 +131,30 @@ func enumHas(enum []any, v any) bool {
 		}
 	}
 	return false
+}
+
+// AuditParams is what an audit entry or invocation message records of
+// params: the params themselves when they are storable and within the
+// value limits (size and depth), else a summary (their size and
+// top-level names), so a refused 800 KB call costs the log a few bytes,
+// and an unstorable one is still audited.
+func AuditParams(params map[string]any, maxValueBytes, maxValueDepth int) any {
+	raw, err := expr.MarshalJSON(params)
+	// The invocation message holds params one level down: within the
+	// depth limit only when params are under it.
+	if err == nil && len(raw) <= maxValueBytes/4 && jsontext.Check(raw) == nil && jsontext.Depth(raw, maxValueDepth) < maxValueDepth {
+		return params
+	}
+	names := make([]string, 0, len(params))
+	for k := range params {
+		if len(names) == 32 {
+			break
+		}
+		if len(k) > 64 || jsontext.Check([]byte(k)) != nil {
+			continue
+		}
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return map[string]any{"_elided": true, "bytes": len(raw), "names": names}
 }
