@@ -17,7 +17,7 @@ func (s *Service) helpLimits() help.Limits {
 		MaxValueBytes: s.lim.MaxValueBytes, MaxValueDepth: s.lim.MaxValueDepth,
 		ViewCostPerRead: s.lim.ViewCostPerRead, ActionCostPerRead: s.lim.ActionCostPerRead, EnabledCostPerRead: s.lim.EnabledCostPerRead,
 		RoomCostPerSecond: s.lim.RoomCostPerSecond, GuestShare: exprbudget.GuestShare, ViewLinkShare: exprbudget.ViewLinkShare,
-		GateMinCost: gateMinCost, GateQuantum: s.lim.GateQuantum, NowRecheck: s.wait.NowRecheck,
+		GateMinCost: exprbudget.MinCost, GateQuantum: s.lim.GateQuantum, NowRecheck: s.wait.NowRecheck,
 		Expr: s.cel.Limits(), MaxContextBytes: maxContextBytes, VersionsRead: versionsRead, StandardLibrary: defs.StandardLibrary,
 	}
 }

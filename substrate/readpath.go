@@ -103,7 +103,7 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 // context that was not (admitted), so an entry that forgets is an error in
 // every test that calls it, not an unmetered read.
 func (s *Service) work(ctx context.Context, p *Principal, roomID string) (_ context.Context, done func(), _ error) {
-	ctx, done, err := exprbudget.Admit(ctx, s.workMeter, budgetOf(p, roomID), roomID, s.lim.RoomCostPerSecond, gateMinCost, time.Now())
+	ctx, done, err := exprbudget.Admit(ctx, s.workMeter, budgetOf(p, roomID), roomID, s.lim.RoomCostPerSecond, time.Now())
 	if err != nil {
 		s.roomBusy.Add(1)
 	}

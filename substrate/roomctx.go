@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/exprbudget"
 )
 
 // presence is the agents' public presence, loaded fresh for each context.
@@ -158,12 +159,6 @@ type gateBudget struct {
 	spent uint64
 	cut   int
 }
-
-// gateMinCost is the least an entry-level gate counts against the read's
-// budget, whatever its cel-go cost (which is 0 for a constant): the fixed
-// cost of an evaluation (activation, deadline, conversion), about 3 µs,
-// is that of some 100 units. It makes the budget bound how many gates run.
-const gateMinCost = 100
 
 // budget returns the read's gate budget (the one its parent read shares).
 func (rc *roomCtx) budget() *gateBudget {
@@ -595,15 +590,15 @@ const (
 
 // evalGate evaluates an entry-level enabled expression: on when it gives
 // true (an error or any other value hides the entry), its cost at least
-// gateMinCost, and how long its result may be reused.
+// exprbudget.MinCost, and how long its result may be reused.
 func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (gateResult, gateMemo) {
 	p, err := s.cel.Compile(src)
 	if err != nil {
-		return gateResult{cost: gateMinCost}, memoPure
+		return gateResult{cost: exprbudget.MinCost}, memoPure
 	}
 	v, cost, err := s.cel.EvalCost(ctx, p, vars)
 	b, _ := v.(bool)
-	g := gateResult{on: err == nil && b, cost: max(cost, gateMinCost)}
+	g := gateResult{on: err == nil && b, cost: max(cost, exprbudget.MinCost)}
 	switch {
 	case p.Uses("agents"):
 		return g, memoNone
@@ -714,11 +709,11 @@ func (rc *roomCtx) affordAction(ctx context.Context, s *Service, id, src string,
 	}
 	p, err := s.cel.Compile(src)
 	if err != nil {
-		rc.actionCost += gateMinCost
+		rc.actionCost += exprbudget.MinCost
 		return false
 	}
 	v, cost, err := s.cel.EvalCost(ctx, p, vars)
-	rc.actionCost += max(cost, gateMinCost)
+	rc.actionCost += max(cost, exprbudget.MinCost)
 	b, isBool := v.(bool)
 	if err != nil && ifClause {
 		return p.UsesParams

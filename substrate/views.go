@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/exprbudget"
 )
 
 // maxViewMemo bounds the view values one liveState keeps: one per view,
@@ -310,7 +311,7 @@ func (rc *roomCtx) viewGate(ctx context.Context, s *Service, v *viewRec, who str
 		vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, v.def.RegisteredBy, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
 			Messages: msgs, Self: who, Now: rc.now}
 		val, cost, err := s.cel.EvalCost(ctx, v.enabledProg, vars)
-		rc.viewCost += max(cost, gateMinCost)
+		rc.viewCost += max(cost, exprbudget.MinCost)
 		b, _ := val.(bool)
 		on = err == nil && b
 	}

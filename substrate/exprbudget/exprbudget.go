@@ -11,8 +11,8 @@
 // and a handful of agent tokens reading at a modest rate kept two cores
 // busy. So each room has a budget of expression cost per second
 // (Limits.RoomCostPerSecond): every evaluation made for the room's reads
-// and invocations is charged to it (at least the core's gateMinCost each,
-// its fixed overhead), and once it is spent those requests are refused
+// and invocations is charged to it (at least MinCost each, its fixed
+// overhead), and once it is spent those requests are refused
 // with 429 room_busy and Retry-After until it refills. Memoised results
 // cost nothing, so a quiet room never meets the budget, and one room's
 // flood cannot take another room's CPU.
@@ -40,6 +40,13 @@ import (
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/workmeter"
 )
+
+// MinCost is the least an evaluation counts against a budget, the
+// room's or a read's, whatever its cel-go cost (which is 0 for a
+// constant): the fixed cost of an evaluation (activation, deadline,
+// conversion), about 3 µs, is that of some 100 units. It makes a budget
+// bound how many gates run.
+const MinCost = 100
 
 // GuestShare is the signed-in observers' budget in a room, and
 // ViewLinkShare its view link's, as shares of the members'
@@ -73,7 +80,7 @@ func Of(roomID string, viewLink, readOnly bool) Budget {
 
 // Admit admits a request that will evaluate expressions in roomID
 // against b and returns the context that charges them to it (each
-// evaluation at least minCost), in m's buckets refilling at perSecond
+// evaluation at least MinCost), in m's buckets refilling at perSecond
 // times b's share (m nil: the budget is off). Refused, it is 429
 // room_busy with the wait in retry_after_ms (the REST adapter's
 // Retry-After).
@@ -87,7 +94,7 @@ func Of(roomID string, viewLink, readOnly bool) Budget {
 // call on one context that lives for hours, and a release registered on it
 // per call (context.AfterFunc) piled up until it ended (the soak of issue
 // 32 saw 9,700 goroutines start when four pages closed).
-func Admit(ctx context.Context, m *workmeter.Meter, b Budget, roomID string, perSecond int, minCost uint64, now time.Time) (_ context.Context, done func(), _ error) {
+func Admit(ctx context.Context, m *workmeter.Meter, b Budget, roomID string, perSecond int, now time.Time) (_ context.Context, done func(), _ error) {
 	if Admitted(ctx, b) {
 		return ctx, func() {}, nil
 	}
@@ -107,7 +114,7 @@ func Admit(ctx context.Context, m *workmeter.Meter, b Budget, roomID string, per
 	var once sync.Once
 	ctx = context.WithValue(ctx, admittedKey{}, b.Key)
 	return expr.WithMeter(ctx, func(cost uint64) {
-		bucket.Charge(int64(max(cost, minCost)))
+		bucket.Charge(int64(max(cost, MinCost)))
 	}), func() { once.Do(bucket.Release) }, nil
 }
 
