@@ -53,6 +53,16 @@ func CompileField(cel *expr.Env, field, src string) error {
 
 // ValidateAction checks a definition and fills defaults.
 func ValidateAction(def *ActionDef, c Checks) error {
+	for _, check := range []func(*ActionDef, Checks) error{checkActionID, checkActionParams, checkActionEffect, checkActionTimers} {
+		if err := check(def, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkActionID checks the action's id and its free text.
+func checkActionID(def *ActionDef, c Checks) error {
 	if err := c.ValidName("action id", def.ID, c.MaxIDBytes, true); err != nil {
 		return err
 	}
@@ -68,6 +78,11 @@ func ValidateAction(def *ActionDef, c Checks) error {
 				WithHint("shorten %s to %d bytes or less and register again", f.name, MaxTextField)
 		}
 	}
+	return nil
+}
+
+// checkActionParams checks the parameters the action declares.
+func checkActionParams(def *ActionDef, c Checks) error {
 	if len(def.Params) > maxParams {
 		return errs.New(errs.InvalidField, "%d params, over the limit of %d", len(def.Params), maxParams).WithHint("take fewer parameters, or one object")
 	}
@@ -79,22 +94,14 @@ func ValidateAction(def *ActionDef, c Checks) error {
 			return errs.New(errs.InvalidField, "param %q has type %q", name, p.Type).WithHint("types are string, number, integer, boolean, object, array, any")
 		}
 	}
+	return nil
+}
+
+// checkActionEffect checks what invoking the action does: its writes,
+// its result, and the gates they run behind.
+func checkActionEffect(def *ActionDef, c Checks) error {
 	if len(def.Writes) == 0 && def.Result == "" {
-		// An action that neither writes nor computes does nothing when
-		// invoked; most often the caller expected a library definition
-		// by its id.
-		for _, lib := range StandardLibrary {
-			if lib.ID == def.ID {
-				raw, _ := json.Marshal(lib)
-				var args map[string]any
-				_ = json.Unmarshal(raw, &args)
-				return errs.New(errs.InvalidField, "action %q has no writes and no result: registering an id does not fetch the standard library's %q", def.ID, def.ID).
-					With("field", "writes").WithHint("register the library's definition as it is (next), or adapt it; sync_help key standard_library lists them all").
-					WithNext(errs.Step{Op: errs.OpRegisterAction, Args: args})
-			}
-		}
-		return errs.New(errs.InvalidField, "action %q has no writes and no result, so invoking it would do nothing", def.ID).With("field", "writes").
-			WithHint("give writes (what it changes, e.g. [{\"scope\": \"_shared\", \"key\": \"phase\", \"value\": \"${params.phase}\"}]) or a result (a CEL value it returns); ready-made definitions are in help key standard_library")
+		return noEffect(def)
 	}
 	if len(def.Writes) > maxWritesPerAction {
 		return errs.New(errs.InvalidField, "%d writes, over the limit of %d per action", len(def.Writes), maxWritesPerAction).WithHint("split the action")
@@ -112,6 +119,30 @@ func ValidateAction(def *ActionDef, c Checks) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// noEffect is the refusal of an action that neither writes nor
+// computes: invoked, it would do nothing. Most often the caller expected
+// a library definition by its id.
+func noEffect(def *ActionDef) error {
+	for _, lib := range StandardLibrary {
+		if lib.ID == def.ID {
+			raw, _ := json.Marshal(lib)
+			var args map[string]any
+			_ = json.Unmarshal(raw, &args)
+			return errs.New(errs.InvalidField, "action %q has no writes and no result: registering an id does not fetch the standard library's %q", def.ID, def.ID).
+				With("field", "writes").WithHint("register the library's definition as it is (next), or adapt it; sync_help key standard_library lists them all").
+				WithNext(errs.Step{Op: errs.OpRegisterAction, Args: args})
+		}
+	}
+	return errs.New(errs.InvalidField, "action %q has no writes and no result, so invoking it would do nothing", def.ID).With("field", "writes").
+		WithHint("give writes (what it changes, e.g. [{\"scope\": \"_shared\", \"key\": \"phase\", \"value\": \"${params.phase}\"}]) or a result (a CEL value it returns); ready-made definitions are in help key standard_library")
+}
+
+// checkActionTimers checks the action's timer and its cooldown
+// (on_invoke.timer, whose effect defaults to enable).
+func checkActionTimers(def *ActionDef, _ Checks) error {
 	if def.Timer != nil {
 		if err := def.Timer.Validate("timer"); err != nil {
 			return err
@@ -154,6 +185,20 @@ func validateWrite(cel *expr.Env, def *ActionDef, i int) error {
 	if err := CheckTemplates(field+".key", w.Key, def.Params); err != nil {
 		return err
 	}
+	if err := checkWriteValue(cel, def, w, field); err != nil {
+		return err
+	}
+	if w.Timer != nil {
+		if err := w.Timer.Validate(field + ".timer"); err != nil {
+			return err
+		}
+	}
+	return CompileField(cel, field+".enabled", w.Enabled)
+}
+
+// checkWriteValue checks what write w (named field) writes: a CEL
+// expression with expr, else JSON whose templates name declared params.
+func checkWriteValue(cel *expr.Env, def *ActionDef, w *WriteTemplate, field string) error {
 	if w.Expr {
 		src := w.Value
 		if len(src) == 0 {
@@ -164,27 +209,19 @@ func validateWrite(cel *expr.Env, def *ActionDef, i int) error {
 			return errs.New(errs.InvalidField, "%s: with expr: true, value (or merge) is a CEL expression string", field).
 				WithHint(`e.g. "value": "state._shared.score + params.points", "expr": true`)
 		}
-		if err := CompileField(cel, field+".value", code); err != nil {
-			return err
-		}
-	} else {
-		for _, raw := range []json.RawMessage{w.Value, w.Merge, w.Increment, w.IfVersion} {
-			if len(raw) > 0 {
-				if err := CheckJSONTemplates(field, raw, def.Params); err != nil {
-					return err
-				}
+		return CompileField(cel, field+".value", code)
+	}
+	for _, raw := range []json.RawMessage{w.Value, w.Merge, w.Increment, w.IfVersion} {
+		if len(raw) > 0 {
+			if err := CheckJSONTemplates(field, raw, def.Params); err != nil {
+				return err
 			}
 		}
-		if len(w.Merge) > 0 && w.Merge[0] != '{' {
-			return errs.New(errs.InvalidField, "%s: merge must be an object", field).WithHint("use value to store a non-object")
-		}
 	}
-	if w.Timer != nil {
-		if err := w.Timer.Validate(field + ".timer"); err != nil {
-			return err
-		}
+	if len(w.Merge) > 0 && w.Merge[0] != '{' {
+		return errs.New(errs.InvalidField, "%s: merge must be an object", field).WithHint("use value to store a non-object")
 	}
-	return CompileField(cel, field+".enabled", w.Enabled)
+	return nil
 }
 
 // ValidateView checks a view's definition and fills what is derived
