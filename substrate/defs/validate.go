@@ -53,16 +53,24 @@ func CompileField(cel *expr.Env, field, src string) error {
 
 // ValidateAction checks a definition and fills defaults.
 func ValidateAction(def *ActionDef, c Checks) error {
-	for _, check := range []func(*ActionDef, Checks) error{checkActionID, checkActionParams, checkActionEffect, checkActionTimers} {
-		if err := check(def, c); err != nil {
-			return err
-		}
+	if err := validActionID(def, c); err != nil {
+		return err
 	}
-	return nil
+	if err := validActionFields(def, c); err != nil {
+		return err
+	}
+	if len(def.Writes) == 0 && def.Result == "" {
+		return actionDoesNothing(def)
+	}
+	if err := validActionWrites(def, c); err != nil {
+		return err
+	}
+	return validActionTimers(def)
 }
 
-// checkActionID checks the action's id and its free text.
-func checkActionID(def *ActionDef, c Checks) error {
+// validActionID refuses an id that is not a name, or is a builtin's
+// (but help) or reserved for builtins.
+func validActionID(def *ActionDef, c Checks) error {
 	if err := c.ValidName("action id", def.ID, c.MaxIDBytes, true); err != nil {
 		return err
 	}
@@ -72,17 +80,18 @@ func checkActionID(def *ActionDef, c Checks) error {
 	if strings.HasPrefix(def.ID, "_") {
 		return errs.New(errs.InvalidField, "action ids starting with _ are reserved for builtins").WithHint("choose an id that starts with a letter or digit")
 	}
+	return nil
+}
+
+// validActionFields bounds the description and intent, and checks the
+// params' names and types.
+func validActionFields(def *ActionDef, c Checks) error {
 	for _, f := range []struct{ name, v string }{{"description", def.Description}, {"intent", def.Intent}} {
 		if len(f.v) > MaxTextField {
 			return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", f.name, len(f.v), MaxTextField).With("field", f.name).With("limit", MaxTextField).
 				WithHint("shorten %s to %d bytes or less and register again", f.name, MaxTextField)
 		}
 	}
-	return nil
-}
-
-// checkActionParams checks the parameters the action declares.
-func checkActionParams(def *ActionDef, c Checks) error {
 	if len(def.Params) > maxParams {
 		return errs.New(errs.InvalidField, "%d params, over the limit of %d", len(def.Params), maxParams).WithHint("take fewer parameters, or one object")
 	}
@@ -97,12 +106,27 @@ func checkActionParams(def *ActionDef, c Checks) error {
 	return nil
 }
 
-// checkActionEffect checks what invoking the action does: its writes,
-// its result, and the gates they run behind.
-func checkActionEffect(def *ActionDef, c Checks) error {
-	if len(def.Writes) == 0 && def.Result == "" {
-		return noEffect(def)
+// actionDoesNothing refuses an action that neither writes nor computes:
+// it does nothing when invoked; most often the caller expected a library
+// definition by its id, which the error then offers.
+func actionDoesNothing(def *ActionDef) error {
+	for _, lib := range StandardLibrary {
+		if lib.ID == def.ID {
+			raw, _ := json.Marshal(lib)
+			var args map[string]any
+			_ = json.Unmarshal(raw, &args)
+			return errs.New(errs.InvalidField, "action %q has no writes and no result: registering an id does not fetch the standard library's %q", def.ID, def.ID).
+				With("field", "writes").WithHint("register the library's definition as it is (next), or adapt it; sync_help key standard_library lists them all").
+				WithNext(errs.Step{Op: errs.OpRegisterAction, Args: args})
+		}
 	}
+	return errs.New(errs.InvalidField, "action %q has no writes and no result, so invoking it would do nothing", def.ID).With("field", "writes").
+		WithHint("give writes (what it changes, e.g. [{\"scope\": \"_shared\", \"key\": \"phase\", \"value\": \"${params.phase}\"}]) or a result (a CEL value it returns); ready-made definitions are in help key standard_library")
+}
+
+// validActionWrites bounds the writes and compiles the expressions and
+// the write templates.
+func validActionWrites(def *ActionDef, c Checks) error {
 	if len(def.Writes) > maxWritesPerAction {
 		return errs.New(errs.InvalidField, "%d writes, over the limit of %d per action", len(def.Writes), maxWritesPerAction).WithHint("split the action")
 	}
@@ -122,27 +146,9 @@ func checkActionEffect(def *ActionDef, c Checks) error {
 	return nil
 }
 
-// noEffect is the refusal of an action that neither writes nor
-// computes: invoked, it would do nothing. Most often the caller expected
-// a library definition by its id.
-func noEffect(def *ActionDef) error {
-	for _, lib := range StandardLibrary {
-		if lib.ID == def.ID {
-			raw, _ := json.Marshal(lib)
-			var args map[string]any
-			_ = json.Unmarshal(raw, &args)
-			return errs.New(errs.InvalidField, "action %q has no writes and no result: registering an id does not fetch the standard library's %q", def.ID, def.ID).
-				With("field", "writes").WithHint("register the library's definition as it is (next), or adapt it; sync_help key standard_library lists them all").
-				WithNext(errs.Step{Op: errs.OpRegisterAction, Args: args})
-		}
-	}
-	return errs.New(errs.InvalidField, "action %q has no writes and no result, so invoking it would do nothing", def.ID).With("field", "writes").
-		WithHint("give writes (what it changes, e.g. [{\"scope\": \"_shared\", \"key\": \"phase\", \"value\": \"${params.phase}\"}]) or a result (a CEL value it returns); ready-made definitions are in help key standard_library")
-}
-
-// checkActionTimers checks the action's timer and its cooldown
-// (on_invoke.timer, whose effect defaults to enable).
-func checkActionTimers(def *ActionDef, _ Checks) error {
+// validActionTimers checks the action's timer and the one it sets when
+// invoked (an "enable" timer unless it says).
+func validActionTimers(def *ActionDef) error {
 	if def.Timer != nil {
 		if err := def.Timer.Validate("timer"); err != nil {
 			return err
