@@ -331,15 +331,6 @@ func (s *Service) ack(m *mutation, params map[string]any) (map[string]any, []map
 	return map[string]any{"acked": seq, "pending": pending}, audit, nil
 }
 
-// Receipts is who has read and who has acknowledged a message that asked
-// for acknowledgement.
-type Receipts struct {
-	To      []string `json:"to"`
-	ReadBy  []string `json:"read_by"`
-	AckedBy []string `json:"acked_by"`
-	Pending []string `json:"pending"`
-}
-
 // receiptsOf reads a message's receipts from the read's snapshot and
 // presence (nil: the message asked for none).
 func (rc *roomCtx) receiptsOf(seq int64) *Receipts {
@@ -370,16 +361,6 @@ func (rc *roomCtx) receiptsOf(seq int64) *Receipts {
 	return out
 }
 
-// OverdueAck is an acknowledgement asked of the reader and not given
-// within AckOverdue.
-type OverdueAck struct {
-	Seq  int64  `json:"seq"`
-	From string `json:"from"`
-	// AgoS is how long ago it was asked, in seconds.
-	AgoS int64  `json:"ago_s"`
-	Ack  string `json:"_ack"`
-}
-
 // overdueAcks are the acknowledgements asked of the reader that are
 // overdue, oldest first (at most 10).
 func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck {
@@ -407,22 +388,6 @@ func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck 
 		out = out[:10]
 	}
 	return out
-}
-
-// ThreadSummary is a thread as the context shows it.
-type ThreadSummary struct {
-	Thread       int64    `json:"thread"`
-	Subject      string   `json:"subject"`
-	Participants []string `json:"participants"`
-	Count        int64    `json:"count"`
-	Latest       int64    `json:"latest"`
-	LatestFrom   string   `json:"latest_from"`
-	LatestBody   string   `json:"latest_body"`
-	// Unread counts the thread's messages after the reader's last read
-	// (among those this read saw).
-	Unread int `json:"unread"`
-	// Read is the call that reads the thread whole.
-	Read string `json:"read"`
 }
 
 // maxThreadsShown bounds the context's thread list.
@@ -527,18 +492,4 @@ func (rc *roomCtx) seenBefore() int64 {
 func MessageThread(m map[string]any) int64 {
 	seq, _ := m["seq"].(int64)
 	return threadOfMsg(m, seq)
-}
-
-// shrinkThreads leaves the thread list out of a context whose budget is
-// too small for its frame, and says how to read it (the messages read
-// lists the threads again).
-func (f *fitter) shrinkThreads() {
-	m := f.env.Messages
-	if m == nil || len(m.Threads) == 0 {
-		return
-	}
-	raw, _ := json.Marshal(m.Threads)
-	f.b.Cuts = append(f.b.Cuts, Cut{Section: "messages.threads", Total: len(m.Threads), Bytes: len(raw),
-		Expand: f.expand(map[string]any{"only": "messages", "messages_limit": 20}, len(raw))})
-	m.Threads = nil
 }
