@@ -256,7 +256,7 @@ func (s *Service) stateSection(ctx context.Context, q querier, rc *roomCtx, room
 			st[scope] = v
 		}
 		if req.KeysAfter != "" || req.Prefix != "" {
-			st[scope] = keyRange(st[scope], req)
+			st[scope] = req.KeyRange(st[scope])
 		}
 	}
 	for _, inc := range req.Include {
@@ -332,30 +332,6 @@ func envelopeHelp(rc *roomCtx, custom int) []string {
 		help = append(help, "contested_actions")
 	}
 	return help
-}
-
-// keyRange is a scope's entries narrowed to the request's key range (a
-// copy: the snapshot's maps are shared between reads).
-func keyRange(v any, req ContextRequest) any {
-	switch m := v.(type) {
-	case map[string]json.RawMessage:
-		out := map[string]json.RawMessage{}
-		for k, raw := range m {
-			if req.KeyWanted(k) {
-				out[k] = raw
-			}
-		}
-		return out
-	case map[string]any:
-		out := map[string]any{}
-		for k, val := range m {
-			if req.KeyWanted(k) {
-				out[k] = val
-			}
-		}
-		return out
-	}
-	return v
 }
 
 // deltaWholeAt is the share of the entries a reader sees that, changed

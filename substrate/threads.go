@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -390,32 +391,14 @@ func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck 
 	return out
 }
 
-// maxThreadsShown bounds the context's thread list.
-const maxThreadsShown = 8
-
 // threadsSection lists the room's most recently active threads, unread
-// ones first, from the read's snapshot; unread counts come from the
-// messages the read returned (recent), after the reader's last read.
+// ones first, from the read's snapshot (envelope.Threads).
 func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBefore int64) []ThreadSummary {
 	recs := rc.snap.scopes[ScopeThreads]
 	if len(recs) == 0 {
 		return nil
 	}
-	unread := map[int64]int{}
-	for _, m := range recent {
-		if rc.self == "" {
-			break // only an agent has read marks
-		}
-		seq, _ := m["seq"].(int64)
-		from, _ := m["from"].(string)
-		if seq <= seenBefore || from == rc.self {
-			continue
-		}
-		if t := threadOfMsg(m, seq); t != 0 {
-			unread[t]++
-		}
-	}
-	var out []ThreadSummary
+	var all []ThreadSummary
 	for key, r := range recs {
 		if !r.timer.live(rc.now) {
 			continue
@@ -425,39 +408,12 @@ func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBe
 			continue
 		}
 		t, _ := strconv.ParseInt(key, 10, 64)
-		out = append(out, ThreadSummary{Thread: t, Subject: clipRunes(rec.Subject, 80), Participants: rec.Participants, Count: rec.Count,
-			Latest: rec.Latest, LatestFrom: rec.LatestFrom, LatestBody: rec.LatestBody, Unread: unread[t]})
+		all = append(all, ThreadSummary{Thread: t, Subject: clipRunes(rec.Subject, 80), Participants: rec.Participants, Count: rec.Count,
+			Latest: rec.Latest, LatestFrom: rec.LatestFrom, LatestBody: rec.LatestBody})
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if (out[i].Unread > 0) != (out[j].Unread > 0) {
-			return out[i].Unread > 0
-		}
-		return out[i].Latest > out[j].Latest
+	return envelope.Threads(all, recent, rc.self, seenBefore, func(thread int64) string {
+		return rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": thread}})
 	})
-	if len(out) > maxThreadsShown {
-		out = out[:maxThreadsShown]
-	}
-	for i := range out {
-		out[i].Read = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": out[i].Thread}})
-	}
-	return out
-}
-
-// threadOfMsg is the thread a shown message belongs to (0: none).
-func threadOfMsg(m map[string]any, seq int64) int64 {
-	switch t := m["thread"].(type) {
-	case float64:
-		return int64(t)
-	case json.Number:
-		n, _ := t.Int64()
-		return n
-	case int64:
-		return t
-	}
-	if _, ok := m["subject"]; ok {
-		return seq
-	}
-	return 0
 }
 
 // threadCondition is the condition of a wait on a thread: a message in
@@ -489,7 +445,4 @@ func (rc *roomCtx) seenBefore() int64 {
 
 // MessageThread is the thread a message of the context's messages.recent
 // belongs to (0: none): its thread, or its own seq when it starts one.
-func MessageThread(m map[string]any) int64 {
-	seq, _ := m["seq"].(int64)
-	return threadOfMsg(m, seq)
-}
+func MessageThread(m map[string]any) int64 { return envelope.MessageThread(m) }

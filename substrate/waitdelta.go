@@ -117,7 +117,7 @@ func deltaMessages(m *Messages, rc *roomCtx, d *ChangesSince, roomID string, msg
 		}
 	}
 	if len(others) > limit {
-		keep := keptMessages(others, rc.self, limit)
+		keep := envelope.KeptMessages(others, rc.self, limit)
 		var kept []map[string]any
 		for i, msg := range others {
 			if keep[i] {
@@ -152,21 +152,6 @@ func deltaMessages(m *Messages, rc *roomCtx, d *ChangesSince, roomID string, msg
 		}
 	}
 	m.Recent = ordered
-}
-
-// keptMessages are the indexes of others a delta of limit messages keeps:
-// the oldest addressed to self, then the newest.
-func keptMessages(others []map[string]any, self string, limit int) map[int]bool {
-	keep := map[int]bool{}
-	for i := 0; i < len(others) && len(keep) < limit; i++ {
-		if envelope.AddressedTo(others[i], self) {
-			keep[i] = true
-		}
-	}
-	for i := len(others) - 1; i >= 0 && len(keep) < limit; i-- {
-		keep[i] = true
-	}
-	return keep
 }
 
 // actionChanges are the actions whose enablement for a reader may have

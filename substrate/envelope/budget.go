@@ -685,22 +685,6 @@ func (f *fitter[A]) shrinkAttention() {
 	}
 }
 
-// AddressedTo reports a message directed to agent.
-func AddressedTo(msg map[string]any, agent string) bool {
-	if agent == "" {
-		return false
-	}
-	switch to := msg["to"].(type) {
-	case string:
-		return to == agent
-	case []string:
-		return slices.Contains(to, agent)
-	case []any:
-		return slices.Contains(to, any(agent))
-	}
-	return false
-}
-
 // read words the context read with args for the reader.
 func (f *fitter[A]) read(args map[string]any) string {
 	return f.in.Say(errs.Step{Op: errs.OpReadContext, Room: f.in.Room, Args: args})

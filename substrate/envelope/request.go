@@ -4,6 +4,7 @@
 package envelope
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,9 +105,33 @@ func (r ContextRequest) Paged() bool {
 	return false
 }
 
-// KeyWanted reports whether a state key is in the read's key range.
-func (r ContextRequest) KeyWanted(k string) bool {
+// keyWanted reports whether a state key is in the read's key range.
+func (r ContextRequest) keyWanted(k string) bool {
 	return (r.KeysAfter == "" || k > r.KeysAfter) && strings.HasPrefix(k, r.Prefix)
+}
+
+// KeyRange is a scope's entries narrowed to the request's key range (a
+// copy: the snapshot's maps are shared between reads).
+func (r ContextRequest) KeyRange(v any) any {
+	switch m := v.(type) {
+	case map[string]json.RawMessage:
+		out := map[string]json.RawMessage{}
+		for k, raw := range m {
+			if r.keyWanted(k) {
+				out[k] = raw
+			}
+		}
+		return out
+	case map[string]any:
+		out := map[string]any{}
+		for k, val := range m {
+			if r.keyWanted(k) {
+				out[k] = val
+			}
+		}
+		return out
+	}
+	return v
 }
 
 // ContextParams are a read's parameters as a surface received them,
