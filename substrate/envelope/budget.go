@@ -370,7 +370,7 @@ func (f *fitter[A]) fill(groups []*group, avail int) {
 		}
 		if g.scope != "" && !g.ordered {
 			// A sample of a scope's first items, open work first
-			// (rankKeys), whatever its share: a board whose items lost
+			// (Fitting.Rank), whatever its share: a board whose items lost
 			// to the messages still shows what is to do.
 			for _, it := range g.items[:min(sampleItems, len(g.items))] {
 				l.Floor += it.size

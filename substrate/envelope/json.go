@@ -5,7 +5,7 @@ package envelope
 // encoding/json sorting 500 keys and re-validating each stored value on
 // every read of a room that had not changed. A scope shown exactly as the
 // snapshot holds it is encoded once per snapshot and timer epoch (the
-// liveState it belongs to) and the bytes are reused by every read that
+// core's live state it belongs to) and the bytes are reused by every read that
 // shows that scope; which scopes a reader is shown is decided per read, as
 // before, so the cache can only ever return bytes of a map the read itself
 // chose to show.
