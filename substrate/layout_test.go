@@ -29,6 +29,9 @@ var features = map[string]string{
 	"substrate/loom/collab": "the instruct collaborator that runs itself as an agent (seed 002)",
 	"substrate/trajectory":  "trajectory export, a key's history, replay",
 	"substrate/salience":    "adaptive salience: _attention, _vocabulary_health (seed 000 §VII)",
+	// The statements and the read rule they apply are the core's
+	// (SearchRows); the request, paging and views matched are the feature.
+	"substrate/search": "full-text search: its request, paging, snippets and views (issue 31)",
 	// A fixture for tests, built only through the core's operations.
 	"substrate/reviewroom": "the review room: a busy room with planted signals for salience's precision (issue 43)",
 }
