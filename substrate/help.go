@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/exprbudget"
 	"github.com/syncsubstrate/sync/substrate/help"
@@ -18,7 +19,7 @@ func (s *Service) helpLimits() help.Limits {
 		ViewCostPerRead: s.lim.ViewCostPerRead, ActionCostPerRead: s.lim.ActionCostPerRead, EnabledCostPerRead: s.lim.EnabledCostPerRead,
 		RoomCostPerSecond: s.lim.RoomCostPerSecond, GuestShare: exprbudget.GuestShare, ViewLinkShare: exprbudget.ViewLinkShare,
 		GateMinCost: exprbudget.MinCost, GateQuantum: s.lim.GateQuantum, NowRecheck: s.wait.NowRecheck,
-		Expr: s.cel.Limits(), MaxContextBytes: maxContextBytes, VersionsRead: versionsRead, StandardLibrary: defs.StandardLibrary,
+		Expr: s.cel.Limits(), MaxContextBytes: envelope.MaxBudget, VersionsRead: versionsRead, StandardLibrary: defs.StandardLibrary,
 	}
 }
 

@@ -4,7 +4,7 @@
 // (Encode). The rules that use them (which values are refused, with
 // which limit; what an audit records of params; what the envelope
 // encodes) are substrate/write.go's, substrate/defs/params.go's and
-// substrate/envelope_json.go's.
+// substrate/envelope/json.go's.
 package jsontext
 
 import (
