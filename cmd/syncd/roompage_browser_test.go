@@ -159,10 +159,13 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 
 	// First run: the recovery codes can be copied, and the next step is
 	// the lobby; sign-in and sign-up link to each other.
-	copied, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(async () => {
-		document.querySelector('button[data-copy="codes-text"]').click();
-		for (let i = 0; i < 50 && !document.querySelector('[data-copied="codes-text"]').textContent; i++) await new Promise(r => setTimeout(r, 20));
-		return document.querySelector('[data-copied="codes-text"]').textContent + " " + document.querySelector('#codes a').getAttribute("href"); })()`, chromedp.EvalAwaitPromise))
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('button[data-copy="codes-text"]').click(), true`))
+	var copied string
+	if err == nil {
+		// The answer to the click, once the page gives one.
+		copied, err = chromedp.Run(ctx, chromedp.Poll[string](`(function () { var said = document.querySelector('[data-copied="codes-text"]').textContent;
+			return said && said + " " + document.querySelector('#codes a').getAttribute("href"); })()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(5*time.Second)))
+	}
 	if err != nil || (copied != "Copied. /" && copied != "Selected: copy with your keyboard. /") {
 		t.Errorf("copying the recovery codes: %q (%v)", copied, err)
 	}
