@@ -371,7 +371,9 @@ func BenchmarkWaitWakeup(b *testing.B) {
 			done <- time.Now()
 		}()
 		// Let the waiter reach its wait (shown as status waiting).
-		waiting := func() bool { return bytes.Contains(e.do("GET", "/rooms/wake/agents", tok, nil), []byte(`"status":"waiting"`)) }
+		waiting := func() bool {
+			return bytes.Contains(e.do("GET", "/rooms/wake/agents", tok, nil), []byte(`"status":"waiting"`))
+		}
 		pgtest.Eventually(b, 20*time.Second, waiting, "the waiter to wait")
 		t0 := time.Now()
 		e.do("POST", "/rooms/wake/actions/move/invoke", toks[1], map[string]any{"params": map[string]any{"n": i}})
