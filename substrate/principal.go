@@ -83,6 +83,10 @@ func (p *Principal) say(s errs.Step) string {
 	return words(p).Say(s)
 }
 
+// Say words a step in the caller's vocabulary, for features' hints (a
+// nil principal, or one without words, says it plainly).
+func (p *Principal) Say(s errs.Step) string { return p.say(s) }
+
 func words(p *Principal) errs.Words {
 	if p == nil || p.Words == nil {
 		return errs.Plain

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -51,7 +52,7 @@ func (s *Service) bootstrapRole(ctx context.Context, roomID, agentID string, act
 		switch v := a.(type) {
 		case string:
 			found := false
-			for _, t := range standardLibrary {
+			for _, t := range defs.StandardLibrary {
 				if t.ID == v {
 					def, found = t, true
 				}

@@ -24,10 +24,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/syncsubstrate/sync/substrate/defs"
 )
 
 // Salience is what the core asks adaptive salience.
@@ -82,84 +83,6 @@ func (s *Service) salienceFor(ctx context.Context, rc *roomCtx, roomID string) (
 		return nil, nil
 	}
 	return s.wired.salience.Begin(ctx, &Read{s: s, rc: rc, room: roomID})
-}
-
-// Attention is _context._attention: what the substrate thinks deserves
-// the reader's attention, from metadata only.
-type Attention struct {
-	// BrokenViews are the views whose value is an error.
-	BrokenViews []string `json:"broken_views,omitempty"`
-	// YourBrokenViews are the reader's own broken views with their
-	// errors, shown whatever the request left out: its model of the room
-	// is wrong, which is always worth knowing.
-	YourBrokenViews map[string]any `json:"your_broken_views,omitempty"`
-	// StaleActions are actions registered a while ago and never invoked
-	// since.
-	StaleActions []string `json:"stale_actions,omitempty"`
-	// SinceYourLastRead is what changed since the reader's previous
-	// context read (absent on its first).
-	SinceYourLastRead *SinceLastRead `json:"since_your_last_read,omitempty"`
-	// YouElided are sections this read left out (by request or budget)
-	// that changed since the reader's last read.
-	YouElided []string `json:"you_elided,omitempty"`
-	// Contested are claims two or more agents made on the same thing in a
-	// short while (help key vocabulary_review says how they are found).
-	Contested []Contest `json:"contested,omitempty"`
-	// Blocked are the work items whose fields say they are blocked or
-	// waiting on something (at most a few; BlockedMore counts the rest).
-	Blocked     []Blocked `json:"blocked,omitempty"`
-	BlockedMore int       `json:"blocked_more,omitempty"`
-	// LowSalience are actions nobody has invoked for a long while (they
-	// still work); Omitted counts those a lean read left out.
-	LowSalience []string `json:"low_salience,omitempty"`
-	Omitted     *Omitted `json:"low_salience_omitted,omitempty"`
-	// VocabularyHealth is the room's assessment: progressive, stable or
-	// degenerating (details in the _vocabulary_health view).
-	VocabularyHealth string `json:"vocabulary_health,omitempty"`
-	// Finding is the health's strongest finding, in one line, so that a
-	// read whose budget cut the _vocabulary_health view still carries it.
-	Finding string `json:"finding,omitempty"`
-	// OverdueAcks are acknowledgements asked of the reader and not given
-	// within Options.AckOverdue (the core's, with or without salience).
-	OverdueAcks []OverdueAck `json:"overdue_acks,omitempty"`
-}
-
-// Contest is a claim several agents made on one target: the same action
-// invoked with the same arguments by each (Params), or the same entry
-// written directly by each (Entry).
-type Contest struct {
-	Action string         `json:"action,omitempty"`
-	Params map[string]any `json:"params,omitempty"`
-	Entry  string         `json:"entry,omitempty"`
-	Agents []string       `json:"agents"`
-	// Seq is the latest of the competing claims.
-	Seq int64 `json:"seq"`
-}
-
-// Blocked is a work item whose status says it is blocked or waiting, or
-// that names what it waits on: Entry is scope.key, and [id] (or [index])
-// for an item of a list.
-type Blocked struct {
-	Entry     string `json:"entry"`
-	Status    string `json:"status,omitempty"`
-	WaitingOn any    `json:"waiting_on,omitempty"`
-}
-
-// Omitted counts what a lean read left out for low salience, and the read
-// that shows it.
-type Omitted struct {
-	Actions int    `json:"actions"`
-	Expand  string `json:"expand"`
-}
-
-// SinceLastRead is the room's change since the reader's last context read.
-type SinceLastRead struct {
-	FromSeq        int64    `json:"from_seq"`
-	StateChanges   int      `json:"state_changes"`
-	NewActions     []string `json:"new_actions"`
-	ActionsInvoked []string `json:"actions_invoked"`
-	ViewsChanged   []string `json:"views_changed"`
-	NewMessages    int64    `json:"new_messages"`
 }
 
 // Read is one context read as salience sees it: the reader's room at the
@@ -347,7 +270,7 @@ func (r *Read) Value(scope, key string) any {
 // ViewOwner is the agent whose view def is, to fix when it breaks: the
 // agent of its scope, or the agent that registered a communal one; ""
 // for a view registered with room authority (the room's own).
-func ViewOwner(def *ViewDef) string { return registrarOf(def.Scope, def.RegisteredBy) }
+func ViewOwner(def *ViewDef) string { return defs.RegistrarOf(def.Scope, def.RegisteredBy) }
 
 // Expand words the context read with args for the reader.
 func (r *Read) Expand(args map[string]any) string { return expand(r.rc, r.room, args) }
@@ -549,17 +472,14 @@ func (m *mutation) touchVocabulary(seq int64, decay float64, reads int64) {
 	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay, reads)
 }
 
-// viewRefs finds views.<id> and views["id"] in an expression.
-var viewRefs = regexp.MustCompile(`views(?:\.([A-Za-z_][A-Za-z0-9_]*)|\["([^"\\]+)"\])`)
-
 // ViewRefs are the ids of the views src names (views.<id>, views["id"]),
 // in order, repeats included. Shared between callers: read-only.
-func ViewRefs(src string) []string { return factsOf(src).views }
+func ViewRefs(src string) []string { return defs.FactsOf(src).Views }
 
 // StatePaths are the state entries src names by path (state.<scope>.<key>,
 // .?key or ["key"]): scope and key, in order. Shared between callers:
 // read-only.
-func StatePaths(src string) [][2]string { return factsOf(src).paths }
+func StatePaths(src string) [][2]string { return defs.FactsOf(src).Paths }
 
 // ViewSelf is the scope a view reads as state.self ("" for a communal
 // one).
