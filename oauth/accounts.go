@@ -259,8 +259,10 @@ func (a accounts) consent(ctx context.Context, userID, clientKey string) (string
 }
 
 func (a accounts) saveConsent(ctx context.Context, userID, clientKey, scope string) error {
+	// The new date is the proposed row's (its default, now()): Citus
+	// refuses a function that is not immutable in DO UPDATE.
 	_, err := a.db.Exec(ctx, `INSERT INTO smcp_consents (user_id, client_key, scope) VALUES ($1, $2, $3)
-		ON CONFLICT (user_id, client_key) DO UPDATE SET scope = EXCLUDED.scope, updated_at = now()`, userID, clientKey, scope)
+		ON CONFLICT (user_id, client_key) DO UPDATE SET scope = EXCLUDED.scope, updated_at = EXCLUDED.updated_at`, userID, clientKey, scope)
 	return err
 }
 

@@ -470,7 +470,9 @@ func (s *storage) RotateRefreshToken(ctx context.Context, _ string, sig string) 
 	if err := s.lockGrant(ctx, grant); err != nil {
 		return err
 	}
-	tag, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = coalesce(rotated_at, now())
+	// rotated_at keeps its first value: the first non-null of the pair,
+	// written without coalesce, in which Citus refuses now().
+	tag, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = (array_remove(ARRAY[rotated_at, now()], NULL))[1]
 		WHERE kind = 'refresh' AND signature = $1 AND (active OR (rotated_at IS NOT NULL AND NOT successor_used))`, h)
 	if err != nil {
 		return err

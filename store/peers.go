@@ -32,9 +32,11 @@ func (db *DB) RunPeers(ctx context.Context, o PeerOptions) {
 	id := hex.EncodeToString(b[:])
 	beat := func() {
 		var n int
+		// EXCLUDED.seen, the proposed row's now(): Citus refuses a
+		// function that is not immutable in DO UPDATE.
 		err := db.QueryRow(ctx, `WITH me AS (
 				INSERT INTO syncd_processes (id, seen) VALUES ($1, now())
-				ON CONFLICT (id) DO UPDATE SET seen = now()),
+				ON CONFLICT (id) DO UPDATE SET seen = EXCLUDED.seen),
 			gone AS (DELETE FROM syncd_processes WHERE seen < now() - make_interval(secs => $2 * 10))
 			SELECT 1 + count(*) FROM syncd_processes WHERE id <> $1 AND seen > now() - make_interval(secs => $2 * 3)`,
 			id, o.Every.Seconds()).Scan(&n)
