@@ -470,9 +470,15 @@ func (s *storage) RotateRefreshToken(ctx context.Context, _ string, sig string) 
 	if err := s.lockGrant(ctx, grant); err != nil {
 		return err
 	}
-	// rotated_at keeps its first value: the first non-null of the pair,
-	// written without coalesce, in which Citus refuses now().
-	tag, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false, rotated_at = (array_remove(ARRAY[rotated_at, now()], NULL))[1]
+	// rotated_at keeps its first value. It is dated by a statement of its
+	// own, not coalesce(rotated_at, now()), which Citus refuses (and an
+	// array in its place crashed Citus 13.2's coordinator); a row without
+	// it can only have matched below by being active.
+	if _, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET rotated_at = now()
+		WHERE kind = 'refresh' AND signature = $1 AND active AND rotated_at IS NULL`, h); err != nil {
+		return err
+	}
+	tag, err := s.q(ctx).Exec(ctx, `UPDATE smcp_oauth_tokens SET active = false
 		WHERE kind = 'refresh' AND signature = $1 AND (active OR (rotated_at IS NOT NULL AND NOT successor_used))`, h)
 	if err != nil {
 		return err
