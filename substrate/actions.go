@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -62,7 +63,7 @@ func (s *Service) compileField(field, src string) error {
 
 // validateAction checks a definition and fills defaults.
 func (s *Service) validateAction(def *ActionDef) error {
-	if err := validName("action id", def.ID, s.lim.MaxScopeBytes, true); err != nil {
+	if err := authority.ValidName("action id", def.ID, s.lim.MaxScopeBytes, true); err != nil {
 		return err
 	}
 	if _, builtin := builtinDescriptions[def.ID]; builtin && def.ID != "help" {
@@ -81,7 +82,7 @@ func (s *Service) validateAction(def *ActionDef) error {
 		return errs.New(errs.InvalidField, "%d params, over the limit of %d", len(def.Params), maxParams).WithHint("take fewer parameters, or one object")
 	}
 	for name, p := range def.Params {
-		if err := validName("param name", name, 64, true); err != nil {
+		if err := authority.ValidName("param name", name, 64, true); err != nil {
 			return err
 		}
 		if !slices.Contains(paramTypes, p.Type) {
@@ -460,7 +461,7 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 	}
 	def.Scope = scope
 	def.RegisteredBy = m.actor
-	if err := validName("view id", def.ID, s.lim.MaxScopeBytes, false); err != nil {
+	if err := authority.ValidName("view id", def.ID, s.lim.MaxScopeBytes, false); err != nil {
 		return nil, err
 	}
 	if len(def.Description) > maxTextField {

@@ -169,7 +169,7 @@ func (f *fitter) expand(args map[string]any, need int) string {
 func (f *fitter) wholeValue(args map[string]any, size int, force bool, ref string) string {
 	need := (size + 2000 + 999) / 1000 * 1000
 	if need > f.req.adviseMax() {
-		return f.rc.p.say(errs.Step{Op: errs.OpEval, Room: f.room, Args: map[string]any{"expr": ref}})
+		return f.rc.p.Say(errs.Step{Op: errs.OpEval, Room: f.room, Args: map[string]any{"expr": ref}})
 	}
 	if size+1500 > f.req.MaxBytes || force {
 		args["max_bytes"] = need
@@ -668,7 +668,7 @@ func addressedTo(msg map[string]any, agent string) bool {
 
 // expand words the context read with args for the reader.
 func expand(rc *roomCtx, roomID string, args map[string]any) string {
-	return rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
+	return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
 }
 
 // scopeEntries returns a state scope's entries as key → JSON (a copy).

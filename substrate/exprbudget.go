@@ -100,7 +100,7 @@ type workKey struct{}
 // which carry no token).
 func budgetKey(p *Principal, roomID string) (key string, share float64, whose string) {
 	switch {
-	case p != nil && p.Kind == KindView && p.tokenHash != nil:
+	case p != nil && p.Kind == KindView && p.TokenHash() != nil:
 		return roomID + "\x00view-link", viewLinkShare, "its view link (all who hold it)"
 	case p != nil && p.ReadOnly():
 		return roomID + "\x00read-only", guestShare, "its signed-in observers"

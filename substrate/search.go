@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -154,7 +155,7 @@ func (s *Service) searchRule(ctx context.Context, rc *roomCtx, p *Principal, roo
 		}
 		if !seen[pr.scope] {
 			seen[pr.scope] = true
-			for _, pre := range rc.vis.hiddenPrefixes(pr.scope) {
+			for _, pre := range rc.vis.HiddenPrefixes(pr.scope) {
 				prefixIn, prefixes = append(prefixIn, pr.scope), append(prefixes, pre)
 			}
 		}
@@ -258,13 +259,13 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 	if err != nil {
 		return nil, err
 	}
-	scope, err := resolveScope(p, req.Scope)
+	scope, err := authority.ResolveScope(p, req.Scope)
 	if err != nil {
 		return nil, err.(*errs.Error).With("field", "scope")
 	}
 	res := &SearchResult{Room: roomID, Query: req.Query, Hits: []SearchHit{}, Seq: rc.snap.seq}
 	if scope != "" && scope != "views" && !rc.visible(scope) {
-		return nil, rc.vis.refuse(scope, "")
+		return nil, rc.vis.Refuse(scope, "")
 	}
 	var hits []searchCand
 	if scope != "views" {
@@ -284,7 +285,7 @@ func (s *Service) Search(ctx context.Context, p *Principal, roomID string, req S
 		res.Next = &next
 		args := req.args()
 		args["offset"] = next
-		res.More = p.say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: args})
+		res.More = p.Say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: args})
 	}
 	return res, nil
 }
@@ -405,7 +406,7 @@ func (s *Service) searchSees(ctx context.Context, rc *roomCtx, h *SearchHit, ena
 		if h.Kind == "message" {
 			key = strconv.FormatInt(h.Seq, 10)
 		}
-		if !rc.vis.entry(h.Scope, key) {
+		if !rc.vis.Entry(h.Scope, key) {
 			return false
 		}
 		if rc.logShown == nil {
@@ -418,7 +419,7 @@ func (s *Service) searchSees(ctx context.Context, rc *roomCtx, h *SearchHit, ena
 		// decides each key; an entry with a gate or a timer is not
 		// searched (features write neither).
 		r, ok := rc.snap.scopes[h.Scope][h.Key]
-		return ok && apartScope(h.Scope) && rc.vis.entry(h.Scope, h.Key) && r.enabled == nil && r.timer == nil
+		return ok && apartScope(h.Scope) && rc.vis.Entry(h.Scope, h.Key) && r.enabled == nil && r.timer == nil
 	}
 	m, ok := rc.shownEntries(h.Scope)
 	if !ok {
@@ -532,7 +533,7 @@ func (req *SearchRequest) check(p *Principal, roomID string) error {
 		req.Limit = searchDefaultLimit
 	}
 	if req.Scope != "" && req.Scope != ScopeSelf && req.Scope != "views" {
-		if err := validName("scope", req.Scope, 128, true); err != nil {
+		if err := authority.ValidName("scope", req.Scope, 128, true); err != nil {
 			return err.(*errs.Error).With("field", "scope")
 		}
 	}
@@ -542,7 +543,7 @@ func (req *SearchRequest) check(p *Principal, roomID string) error {
 // checkQuery trims the request's query and validates it.
 func (req *SearchRequest) checkQuery(p *Principal, roomID string) error {
 	req.Query = strings.TrimSpace(req.Query)
-	example := p.say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: map[string]any{"q": "deadline"}})
+	example := p.Say(errs.Step{Op: errs.OpSearch, Room: roomID, Args: map[string]any{"q": "deadline"}})
 	switch {
 	case req.Query == "":
 		return errs.New(errs.InvalidField, "search needs a query").With("field", "q").WithHint("search for words, e.g. %s", example)

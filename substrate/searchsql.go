@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -219,7 +220,7 @@ func searchTerms(q string) int {
 func (s *Service) searchSlot(p *Principal, roomID, caller string) (release func(), _ error) {
 	key := roomID + "\x00system\x00" + caller
 	if p != nil {
-		key = roomID + "\x00" + string(p.Kind) + "\x00" + p.AgentID + "\x00" + p.readsAs + "\x00" + string(p.tokenHash) + "\x00" + caller
+		key = roomID + "\x00" + string(p.Kind) + "\x00" + p.AgentID + "\x00" + p.ReadsAs() + "\x00" + string(p.TokenHash()) + "\x00" + caller
 	}
 	s.searchMu.Lock()
 	defer s.searchMu.Unlock()

@@ -400,7 +400,7 @@ func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck 
 		}
 		seq, _ := strconv.ParseInt(key, 10, 64)
 		out = append(out, OverdueAck{Seq: seq, From: rec.From, AgoS: int64(rc.now.Sub(rec.At).Seconds()),
-			Ack: rc.p.say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})})
+			Ack: rc.p.Say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
 	if len(out) > 10 {
@@ -473,7 +473,7 @@ func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBe
 		out = out[:maxThreadsShown]
 	}
 	for i := range out {
-		out[i].Read = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": out[i].Thread}})
+		out[i].Read = rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": out[i].Thread}})
 	}
 	return out
 }
