@@ -241,27 +241,3 @@ func ReadOnlyOf(p *Principal) *Principal {
 	}
 	return p
 }
-
-// DefinitionReader is the authority a definition (an action or a view)
-// registered in scope reads state with: the scope's own, as an agent with
-// no grants, never the reader's nor room authority. A communal definition
-// (scope _shared) is no agent's, but its registrant (registeredBy) is one:
-// it reads with the registrant's read permissions of features (ReadsAs),
-// so an agent denied the loom cannot read it through a _shared view or
-// action of its own (a confused deputy).
-func DefinitionReader(scope, registeredBy string) *Principal {
-	p := &Principal{Kind: KindAgent, AgentID: scope}
-	if scope == ScopeShared {
-		p.readsAs = registeredBy
-	}
-	return p
-}
-
-// Bootstrapper is the authority a role's bootstrap definitions are
-// registered with when the role is first filled: the filling agent's own
-// (its scope and _shared), never its grants nor room authority, so that
-// whoever defined the role (any agent who could invoke define_role) does
-// not borrow the authority of whoever fills it, an owner included.
-func Bootstrapper(roomID, agentID string) *Principal {
-	return &Principal{Kind: KindAgent, RoomID: roomID, AgentID: agentID, Ceiling: func(string) bool { return false }}
-}
