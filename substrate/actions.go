@@ -33,6 +33,24 @@ func (s *Service) compileField(field, src string) error {
 
 // validateAction checks a definition and fills defaults.
 func (s *Service) validateAction(def *ActionDef) error {
+	if err := s.validActionID(def); err != nil {
+		return err
+	}
+	if err := validActionFields(def); err != nil {
+		return err
+	}
+	if len(def.Writes) == 0 && def.Result == "" {
+		return actionDoesNothing(def)
+	}
+	if err := s.validActionWrites(def); err != nil {
+		return err
+	}
+	return validActionTimers(def)
+}
+
+// validActionID refuses an id that is not a name, or is a builtin's
+// (but help) or reserved for builtins.
+func (s *Service) validActionID(def *ActionDef) error {
 	if err := authority.ValidName("action id", def.ID, s.lim.MaxScopeBytes, true); err != nil {
 		return err
 	}
@@ -42,6 +60,12 @@ func (s *Service) validateAction(def *ActionDef) error {
 	if strings.HasPrefix(def.ID, "_") {
 		return errs.New(errs.InvalidField, "action ids starting with _ are reserved for builtins").WithHint("choose an id that starts with a letter or digit")
 	}
+	return nil
+}
+
+// validActionFields bounds the description and intent, and checks the
+// params' names and types.
+func validActionFields(def *ActionDef) error {
 	for _, f := range []struct{ name, v string }{{"description", def.Description}, {"intent", def.Intent}} {
 		if len(f.v) > maxTextField {
 			return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", f.name, len(f.v), maxTextField).With("field", f.name).With("limit", maxTextField).
@@ -59,23 +83,30 @@ func (s *Service) validateAction(def *ActionDef) error {
 			return errs.New(errs.InvalidField, "param %q has type %q", name, p.Type).WithHint("types are string, number, integer, boolean, object, array, any")
 		}
 	}
-	if len(def.Writes) == 0 && def.Result == "" {
-		// An action that neither writes nor computes does nothing when
-		// invoked; most often the caller expected a library definition
-		// by its id.
-		for _, lib := range standardLibrary {
-			if lib.ID == def.ID {
-				raw, _ := json.Marshal(lib)
-				var args map[string]any
-				_ = json.Unmarshal(raw, &args)
-				return errs.New(errs.InvalidField, "action %q has no writes and no result: registering an id does not fetch the standard library's %q", def.ID, def.ID).
-					With("field", "writes").WithHint("register the library's definition as it is (next), or adapt it; sync_help key standard_library lists them all").
-					WithNext(errs.Step{Op: errs.OpRegisterAction, Args: args})
-			}
+	return nil
+}
+
+// actionDoesNothing refuses an action that neither writes nor computes:
+// it does nothing when invoked; most often the caller expected a library
+// definition by its id, which the error then offers.
+func actionDoesNothing(def *ActionDef) error {
+	for _, lib := range standardLibrary {
+		if lib.ID == def.ID {
+			raw, _ := json.Marshal(lib)
+			var args map[string]any
+			_ = json.Unmarshal(raw, &args)
+			return errs.New(errs.InvalidField, "action %q has no writes and no result: registering an id does not fetch the standard library's %q", def.ID, def.ID).
+				With("field", "writes").WithHint("register the library's definition as it is (next), or adapt it; sync_help key standard_library lists them all").
+				WithNext(errs.Step{Op: errs.OpRegisterAction, Args: args})
 		}
-		return errs.New(errs.InvalidField, "action %q has no writes and no result, so invoking it would do nothing", def.ID).With("field", "writes").
-			WithHint("give writes (what it changes, e.g. [{\"scope\": \"_shared\", \"key\": \"phase\", \"value\": \"${params.phase}\"}]) or a result (a CEL value it returns); ready-made definitions are in help key standard_library")
 	}
+	return errs.New(errs.InvalidField, "action %q has no writes and no result, so invoking it would do nothing", def.ID).With("field", "writes").
+		WithHint("give writes (what it changes, e.g. [{\"scope\": \"_shared\", \"key\": \"phase\", \"value\": \"${params.phase}\"}]) or a result (a CEL value it returns); ready-made definitions are in help key standard_library")
+}
+
+// validActionWrites bounds the writes and compiles the expressions and
+// the write templates.
+func (s *Service) validActionWrites(def *ActionDef) error {
 	if len(def.Writes) > maxWritesPerAction {
 		return errs.New(errs.InvalidField, "%d writes, over the limit of %d per action", len(def.Writes), maxWritesPerAction).WithHint("split the action")
 	}
@@ -92,6 +123,12 @@ func (s *Service) validateAction(def *ActionDef) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// validActionTimers checks the action's timer and the one it sets when
+// invoked (an "enable" timer unless it says).
+func validActionTimers(def *ActionDef) error {
 	if def.Timer != nil {
 		if err := def.Timer.validate("timer"); err != nil {
 			return err

@@ -107,79 +107,34 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 	token, hash := authority.NewToken(AgentTokenPrefix)
 	out := &JoinedAgent{Token: token}
 	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
-		var openJoin, exists, scopeUsed, account bool
+		j := &joining{roomID: roomID, req: &req, meta: meta, hash: hash, enabled: enabled}
 		err := m.tx.QueryRow(ctx, `SELECT r.open_join,
 				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
 				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2),
 				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)
-			FROM rooms r WHERE r.id = $1`, roomID, req.ID).Scan(&openJoin, &exists, &scopeUsed, &account)
+			FROM rooms r WHERE r.id = $1`, roomID, req.ID).Scan(&j.openJoin, &j.exists, &j.scopeUsed, &j.account)
 		if err != nil {
 			return err
 		}
-		admin := m.p != nil && m.p.Admin()
-		if enabled != nil && !admin {
+		j.admin = m.p != nil && m.p.Admin()
+		if enabled != nil && !j.admin {
 			// A gate the agent sets itself would let it watch the room
 			// unseen by the others.
 			return errs.New(errs.Forbidden, "setting an agent's enabled needs the room token").With("field", "enabled").
 				WithHint("join without enabled; the room token holder may set it on join or with PATCH")
 		}
-		if exists {
-			self := m.p != nil && m.p.Kind == KindAgent && m.p.AgentID == req.ID
-			if !admin && !self {
-				return errs.New(errs.AgentExists, "agent %q already exists in room %q", req.ID, roomID).
-					WithHint("re-join with that agent's token or the room token (this rotates its token), or join with another id")
-			}
-			if account {
-				// A token for a person's agent would let its holder speak as
-				// that person.
-				return errs.New(errs.Forbidden, "agent %q is driven by a person's account: it gets no token", req.ID).
-					With("agent", req.ID).With("reason", "account_agent").
-					WithHint("join with another id")
-			}
-			a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET name = $3, role = $4,
-					meta = CASE WHEN $6 THEN $5 ELSE meta END,
-					token_hash = $7, status = 'active', waiting_on = NULL, last_heartbeat = now(),
-					enabled_expr = coalesce($8, enabled_expr)
-				WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns,
-				roomID, req.ID, req.Name, req.Role, meta, len(req.Meta) > 0, hash, enabled))
-			if err != nil {
-				return err
-			}
-			out.Agent = *a
+		if j.exists {
+			err = j.rejoin(ctx, m, out)
 		} else {
-			if !admin && !openJoin {
-				if m.p == nil {
-					return errs.New(errs.Unauthorized, "joining room %q needs the room token", roomID).
-						WithHint("send Authorization: Bearer room_…; this room does not allow open join")
-				}
-				return errs.New(errs.Forbidden, "joining room %q needs the room token", roomID).
-					WithHint("ask the room token holder to add the agent; this room does not allow open join")
-			}
-			if !admin && strings.Contains(req.ID, ":") {
-				// <username>:<client> and <username>:web are people's agents:
-				// joining an open room under one would pass for that person.
-				return errs.New(errs.Forbidden, "agent ids with \":\" belong to people's accounts (<username>:<client>); joining as %q needs the room token", req.ID).
-					With("agent", req.ID).With("reason", "person_id").
-					WithHint("join with an id without \":\"")
-			}
-			if scopeUsed {
-				// Taking this id would hand the newcomer an existing scope's data.
-				return errs.New(errs.ScopeInUse, "scope %q already holds state, so %q cannot be a new agent id", req.ID, req.ID).
-					WithHint("join with another id")
-			}
-			a, err := scanAgent(m.tx.QueryRow(ctx, `INSERT INTO agents (room_id, id, name, role, meta, token_hash, enabled_expr)
-				VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+agentColumns,
-				roomID, req.ID, req.Name, req.Role, meta, hash, enabled))
-			if err != nil {
-				return err
-			}
-			out.Agent = *a
-			out.Created = true
+			err = j.add(ctx, m, out)
+		}
+		if err != nil {
+			return err
 		}
 		if m.p == nil {
 			m.actor = req.ID
 		}
-		m.audit = map[string]any{"kind": "agent_join", "agent": req.ID, "name": req.Name, "role": req.Role, "rejoin": exists}
+		m.audit = map[string]any{"kind": "agent_join", "agent": req.ID, "name": req.Name, "role": req.Role, "rejoin": j.exists}
 		if enabled != nil {
 			m.audit["enabled"] = *enabled
 		}
@@ -189,6 +144,87 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 		return nil, err
 	}
 	return out, nil
+}
+
+// joining is one Join's request, checked and as stored, and what the room
+// holds for its id.
+type joining struct {
+	roomID  string
+	req     *JoinRequest
+	meta    []byte
+	hash    []byte
+	enabled *string
+	// openJoin, exists, scopeUsed, account: the room allows open join;
+	// the agent exists; its scope holds state; a person's account
+	// drives it.
+	openJoin, exists, scopeUsed, account bool
+	// admin: the joiner has room authority.
+	admin bool
+}
+
+// rejoin gives an existing agent a fresh token: the agent itself or room
+// authority only, and never an agent a person's account drives.
+func (j *joining) rejoin(ctx context.Context, m *mutation, out *JoinedAgent) error {
+	req := j.req
+	self := m.p != nil && m.p.Kind == KindAgent && m.p.AgentID == req.ID
+	if !j.admin && !self {
+		return errs.New(errs.AgentExists, "agent %q already exists in room %q", req.ID, j.roomID).
+			WithHint("re-join with that agent's token or the room token (this rotates its token), or join with another id")
+	}
+	if j.account {
+		// A token for a person's agent would let its holder speak as
+		// that person.
+		return errs.New(errs.Forbidden, "agent %q is driven by a person's account: it gets no token", req.ID).
+			With("agent", req.ID).With("reason", "account_agent").
+			WithHint("join with another id")
+	}
+	a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET name = $3, role = $4,
+					meta = CASE WHEN $6 THEN $5 ELSE meta END,
+					token_hash = $7, status = 'active', waiting_on = NULL, last_heartbeat = now(),
+					enabled_expr = coalesce($8, enabled_expr)
+				WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns,
+		j.roomID, req.ID, req.Name, req.Role, j.meta, len(req.Meta) > 0, j.hash, j.enabled))
+	if err != nil {
+		return err
+	}
+	out.Agent = *a
+	return nil
+}
+
+// add makes a new agent: with room authority, or in an open-join room
+// under an id that is not a person's, and never on a scope that already
+// holds state.
+func (j *joining) add(ctx context.Context, m *mutation, out *JoinedAgent) error {
+	req, roomID := j.req, j.roomID
+	if !j.admin && !j.openJoin {
+		if m.p == nil {
+			return errs.New(errs.Unauthorized, "joining room %q needs the room token", roomID).
+				WithHint("send Authorization: Bearer room_…; this room does not allow open join")
+		}
+		return errs.New(errs.Forbidden, "joining room %q needs the room token", roomID).
+			WithHint("ask the room token holder to add the agent; this room does not allow open join")
+	}
+	if !j.admin && strings.Contains(req.ID, ":") {
+		// <username>:<client> and <username>:web are people's agents:
+		// joining an open room under one would pass for that person.
+		return errs.New(errs.Forbidden, "agent ids with \":\" belong to people's accounts (<username>:<client>); joining as %q needs the room token", req.ID).
+			With("agent", req.ID).With("reason", "person_id").
+			WithHint("join with an id without \":\"")
+	}
+	if j.scopeUsed {
+		// Taking this id would hand the newcomer an existing scope's data.
+		return errs.New(errs.ScopeInUse, "scope %q already holds state, so %q cannot be a new agent id", req.ID, req.ID).
+			WithHint("join with another id")
+	}
+	a, err := scanAgent(m.tx.QueryRow(ctx, `INSERT INTO agents (room_id, id, name, role, meta, token_hash, enabled_expr)
+				VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+agentColumns,
+		roomID, req.ID, req.Name, req.Role, j.meta, j.hash, j.enabled))
+	if err != nil {
+		return err
+	}
+	out.Agent = *a
+	out.Created = true
+	return nil
 }
 
 // ListAgents returns the room's presence to any principal of the room.
@@ -247,65 +283,18 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if u.Name != nil {
-		if err := validText("name", *u.Name, 128, true); err != nil {
-			return nil, err
-		}
-	}
-	if u.Role != nil {
-		if err := validText("role", *u.Role, 64, true); err != nil {
-			return nil, err
-		}
-	}
-	var grants []string
-	if u.Grants != nil {
-		if len(*u.Grants) > s.lim.MaxGrants {
-			return nil, errs.New(errs.InvalidField, "%d grants, over the limit of %d", len(*u.Grants), s.lim.MaxGrants).WithHint("grant fewer scopes, or grant \"*\"")
-		}
-		grants = []string{}
-		for _, g := range *u.Grants {
-			if g != "*" {
-				if err := authority.ValidName("grant", g, s.lim.MaxScopeBytes, true); err != nil {
-					return nil, err
-				}
-				if isSystemScope(g) && g != ScopeAudit {
-					return nil, errs.New(errs.InvalidField, "scope %q is written only by the system and cannot be granted", g).WithHint("grant _shared, _messages, _audit, agent scopes or user-defined scopes")
-				}
-			}
-			if !slices.Contains(grants, g) {
-				grants = append(grants, g)
-			}
-		}
-	}
-	var meta []byte
-	if len(u.Meta) > 0 {
-		var err error
-		if meta, err = s.validMeta("meta", u.Meta); err != nil {
-			return nil, err
-		}
-	}
-	var enabled *string
-	if u.Enabled != nil {
-		var err error
-		if enabled, err = s.agentEnabled(*u.Enabled); err != nil {
-			return nil, err
-		}
+	grants, meta, enabled, err := s.checkAgentUpdate(&u)
+	if err != nil {
+		return nil, err
 	}
 	var out *Agent
-	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 		if !m.p.Admin() {
 			return errs.New(errs.Forbidden, "changing an agent needs the room token").WithHint("ask the room token holder")
 		}
 		if u.Name != nil {
-			var account bool
-			if err := m.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)`, roomID, agentID).Scan(&account); err != nil {
+			if err := refuseAccountRename(ctx, m, roomID, agentID); err != nil {
 				return err
-			}
-			if account {
-				// Its name is the account's username: contexts and pages
-				// show it as the account driving the agent.
-				return errs.New(errs.Forbidden, "agent %q is driven by a person's account, whose username is its name", agentID).
-					With("agent", agentID).With("reason", "account_agent").With("field", "name").WithHint("change its role, grants or meta, not its name")
 			}
 		}
 		a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET
@@ -322,29 +311,104 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 			return err
 		}
 		out = a
-		change := map[string]any{}
-		if u.Name != nil {
-			change["name"] = *u.Name
-		}
-		if u.Role != nil {
-			change["role"] = *u.Role
-		}
-		if u.Grants != nil {
-			change["grants"] = grants
-		}
-		if meta != nil {
-			change["meta"] = json.RawMessage(meta)
-		}
-		if u.Enabled != nil {
-			change["enabled"] = *u.Enabled
-		}
-		m.audit = map[string]any{"kind": "agent_update", "agent": agentID, "change": change}
+		m.audit = map[string]any{"kind": "agent_update", "agent": agentID, "change": agentChange(&u, grants, meta)}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkAgentUpdate checks u's fields before any database work and returns
+// them as stored: the grants (nil: unchanged), meta and enabled.
+func (s *Service) checkAgentUpdate(u *AgentUpdate) (grants []string, meta []byte, enabled *string, err error) {
+	if u.Name != nil {
+		if err := validText("name", *u.Name, 128, true); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if u.Role != nil {
+		if err := validText("role", *u.Role, 64, true); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if u.Grants != nil {
+		if grants, err = s.validGrants(*u.Grants); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if len(u.Meta) > 0 {
+		if meta, err = s.validMeta("meta", u.Meta); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if u.Enabled != nil {
+		if enabled, err = s.agentEnabled(*u.Enabled); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return grants, meta, enabled, nil
+}
+
+// validGrants is gs without repeats, each "*" or a scope that may be
+// granted: system scopes are written only by the system (but _audit may
+// be read).
+func (s *Service) validGrants(gs []string) ([]string, error) {
+	if len(gs) > s.lim.MaxGrants {
+		return nil, errs.New(errs.InvalidField, "%d grants, over the limit of %d", len(gs), s.lim.MaxGrants).WithHint("grant fewer scopes, or grant \"*\"")
+	}
+	grants := []string{}
+	for _, g := range gs {
+		if g != "*" {
+			if err := authority.ValidName("grant", g, s.lim.MaxScopeBytes, true); err != nil {
+				return nil, err
+			}
+			if isSystemScope(g) && g != ScopeAudit {
+				return nil, errs.New(errs.InvalidField, "scope %q is written only by the system and cannot be granted", g).WithHint("grant _shared, _messages, _audit, agent scopes or user-defined scopes")
+			}
+		}
+		if !slices.Contains(grants, g) {
+			grants = append(grants, g)
+		}
+	}
+	return grants, nil
+}
+
+// refuseAccountRename refuses renaming an agent a person's account
+// drives: its name is the account's username, and contexts and pages
+// show it as the account driving the agent.
+func refuseAccountRename(ctx context.Context, m *mutation, roomID, agentID string) error {
+	var account bool
+	if err := m.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)`, roomID, agentID).Scan(&account); err != nil {
+		return err
+	}
+	if account {
+		return errs.New(errs.Forbidden, "agent %q is driven by a person's account, whose username is its name", agentID).
+			With("agent", agentID).With("reason", "account_agent").With("field", "name").WithHint("change its role, grants or meta, not its name")
+	}
+	return nil
+}
+
+// agentChange is the audit record of what an update changed.
+func agentChange(u *AgentUpdate, grants []string, meta []byte) map[string]any {
+	change := map[string]any{}
+	if u.Name != nil {
+		change["name"] = *u.Name
+	}
+	if u.Role != nil {
+		change["role"] = *u.Role
+	}
+	if u.Grants != nil {
+		change["grants"] = grants
+	}
+	if meta != nil {
+		change["meta"] = json.RawMessage(meta)
+	}
+	if u.Enabled != nil {
+		change["enabled"] = *u.Enabled
+	}
+	return change
 }
 
 // Heartbeat marks an agent present, optionally with a status. The agent

@@ -560,10 +560,9 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		if err := checkRoleOccupant(req, filledBy, &occ); err != nil {
 			return err
 		}
-		switch {
-		case occ.exists:
+		if occ.exists {
 			err = s.reenterRoleAgent(m, req, role, &occ, audit, out)
-		default:
+		} else {
 			_, hash := authority.NewToken(AgentTokenPrefix)
 			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name, grants) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Role, req.Name, role, hash, req.User, nonEmpty(req.Client), grantsOf(req.Grants)).
