@@ -3,7 +3,6 @@ package substrate
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,8 +92,12 @@ func (s *Service) AuthenticateInvoke(ctx context.Context, roomID, actionID, toke
 		return s.AuthenticateIn(ctx, roomID, token)
 	}
 	h := authority.HashToken(token)
-	if p := s.tokens.get(roomID, h, time.Now()); p != nil {
-		return p, nil
+	// The memory holds who a token named (its kind, room and agent, which
+	// never change for a token: a rotation or re-join makes a new one)
+	// and, for rate budgets only, the grants it had; the invocation
+	// re-reads the grants under the lock.
+	if p, ok := s.tokens.Get(roomID, h, time.Now()); ok {
+		return p.Remembered(), nil
 	}
 	p, err := s.AuthenticateIn(ctx, roomID, token)
 	if err != nil || p.RoomID != roomID || p.Kind != kind || p.ReadOnly() {
@@ -105,7 +108,7 @@ func (s *Service) AuthenticateInvoke(ctx context.Context, roomID, actionID, toke
 	}
 	// Remembered until the heartbeat is due (agents), or as long (the
 	// room's token), whichever way the principal was found.
-	s.tokens.put(roomID, h, p, time.Now().Add(s.hbEach-p.HeartbeatAge()))
+	s.tokens.Put(roomID, h, p.Remembered(), time.Now().Add(s.hbEach-p.HeartbeatAge()))
 	return p, nil
 }
 
@@ -113,7 +116,7 @@ func (s *Service) AuthenticateInvoke(ctx context.Context, roomID, actionID, toke
 // invocation found it dead under the room lock.
 func (s *Service) forgetToken(p *Principal) {
 	if p != nil && p.FromMemory() {
-		s.tokens.forget(p.RoomID, p.TokenHash())
+		s.tokens.Forget(p.RoomID, p.TokenHash())
 	}
 }
 
@@ -135,66 +138,6 @@ func (s *Service) deadRemembered(ctx context.Context, p *Principal) error {
 		return err
 	}
 	return nil
-}
-
-// tokenMemory is AuthenticateInvoke's memory of recent lookups, per room
-// and token hash. It holds who a token named (its kind, room and agent,
-// which never change for a token: a rotation or re-join makes a new one)
-// and, for rate budgets only, the grants it had; the invocation re-reads
-// the grants under the lock.
-type tokenMemory struct {
-	mu sync.Mutex
-	m  map[memoryKey]tokenEntry
-}
-
-type memoryKey struct {
-	room string
-	hash [32]byte
-}
-
-type tokenEntry struct {
-	p     *Principal // Remembered: a copy of its own
-	until time.Time
-}
-
-// maxRememberedTokens bounds the memory; when full, it starts afresh.
-const maxRememberedTokens = 8192
-
-func (t *tokenMemory) get(room string, h []byte, now time.Time) *Principal {
-	k := memoryKey{room: room, hash: [32]byte(h)}
-	t.mu.Lock()
-	e, ok := t.m[k]
-	if ok && !now.Before(e.until) {
-		delete(t.m, k)
-		ok = false
-	}
-	t.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	return e.p.Remembered()
-}
-
-func (t *tokenMemory) put(room string, h []byte, p *Principal, until time.Time) {
-	if !time.Now().Before(until) {
-		return
-	}
-	e := tokenEntry{p: p.Remembered(), until: until}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.m == nil || len(t.m) >= maxRememberedTokens {
-		t.m = map[memoryKey]tokenEntry{}
-	}
-	t.m[memoryKey{room: room, hash: [32]byte(h)}] = e
-}
-
-func (t *tokenMemory) forget(room string, h []byte) {
-	if len(h) != 32 {
-		return
-	}
-	t.mu.Lock()
-	delete(t.m, memoryKey{room: room, hash: [32]byte(h)})
-	t.mu.Unlock()
 }
 
 // findToken looks for a token's hash in every room: for requests that
