@@ -48,9 +48,6 @@ var mayQueryRooms = map[string]string{
 	"store":           "the pool and migrations runner",
 	"store/pgtest":    "the test database helper",
 	"cmd/syncd/bench": "syncd bench -pgbench runs the invocation's transaction shape on the real tables",
-	// Machinery running the core's statements in batches: the rule that
-	// asks for them stays in the core file named in machinery.
-	"substrate/internal/waitbatch": "the woken waits' shared statements (rule: wait.go)",
 }
 
 // coreLibraries are the packages under substrate/ the core may import:

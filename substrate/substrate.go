@@ -348,7 +348,7 @@ func New(db *store.DB, opt Options) *Service {
 		wait:  *w,
 		hub:   store.NewHub(db, opt.Logger),
 		marks: readmarks.New(db, sqlMarkReads, opt.Logger),
-		waitq: waitbatch.New(db),
+		waitq: waitbatch.New(waitStatements(db)),
 
 		wired:      wire(opt.Features),
 		noSalience: opt.NoSalience,

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -635,4 +638,82 @@ func (s *Service) watch(ctx context.Context, p *Principal, roomID string, presen
 		return nil, nil, err
 	}
 	return sub.C, sub.Close, nil
+}
+
+// waitStatements are the round trips the woken waits of a room share
+// (package waitbatch batches them; the statements are the wait rule's).
+func waitStatements(db *store.DB) waitbatch.Statements {
+	return waitbatch.Statements{
+		Head: func(ctx context.Context, roomID string) (h waitbatch.Head, err error) {
+			err = db.QueryRow(ctx, `SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID).Scan(&h.Seq, &h.Count, &h.Born)
+			return h, err
+		},
+		RoomCreds: func(ctx context.Context, roomID string) (room, view []byte, err error) {
+			err = db.QueryRow(ctx, `SELECT token_hash, view_token_hash FROM rooms WHERE id = $1`, roomID).Scan(&room, &view)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil, nil, nil
+			}
+			return room, view, err
+		},
+		AgentCreds: func(ctx context.Context, roomID string, agents []string) (map[string]waitbatch.Cred, error) {
+			rows, err := db.Query(ctx, `SELECT id, token_hash, grants FROM agents WHERE room_id = $1 AND id = ANY($2)`, roomID, agents)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			found := map[string]waitbatch.Cred{}
+			for rows.Next() {
+				var id string
+				var c waitbatch.Cred
+				if err := rows.Scan(&id, &c.Hash, &c.Grants); err != nil {
+					return nil, err
+				}
+				found[id] = c
+			}
+			return found, rows.Err()
+		},
+		ShowWaiting: func(ctx context.Context, roomID string, ids, conds []string) (map[string]int64, error) {
+			// An agent twice in one batch (two waits at once) is updated
+			// once, with one of its conditions: as if the two had run one
+			// after the other. The seq is read by the statement that sets
+			// the status.
+			rows, err := db.Query(ctx, `UPDATE agents AS a SET status = 'waiting', waiting_on = u.cond, last_heartbeat = now()
+				FROM (SELECT DISTINCT ON (id) id, cond FROM unnest($2::text[], $3::text[]) AS u(id, cond)) AS u
+				WHERE a.room_id = $1 AND a.id = u.id
+				RETURNING a.id, (SELECT seq FROM rooms WHERE id = $1)`, roomID, ids, conds)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			seqs := map[string]int64{}
+			for rows.Next() {
+				var id string
+				var seq int64
+				if err := rows.Scan(&id, &seq); err != nil {
+					return nil, err
+				}
+				seqs[id] = seq
+			}
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+			if len(seqs) > 0 {
+				if err := db.Notify(ctx, roomID, store.PresenceNote); err != nil {
+					return nil, err
+				}
+			}
+			return seqs, nil
+		},
+		ShowActive: func(ctx context.Context, roomID string, ids []string) error {
+			// A status set while the wait ran stays: idle when the person
+			// stepped out of the agent or lost the room (the wait then
+			// ended refused), busy from a heartbeat.
+			tag, err := db.Exec(ctx, `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now()
+				WHERE room_id = $1 AND id = ANY($2) AND status = 'waiting'`, roomID, ids)
+			if err == nil && tag.RowsAffected() > 0 {
+				err = db.Notify(ctx, roomID, store.PresenceNote)
+			}
+			return err
+		},
+	}
 }

@@ -5,7 +5,8 @@
 // with its notification on the way out). Each kind of round trip is one
 // statement per batch of the room's waits (package coalesce).
 //
-// It decides nothing: the rules are the core's (substrate/wait.go). The
+// It decides nothing and names no table: the rules and their statements
+// are the core's (substrate/wait.go), handed in as Statements. The
 // credential batch returns the credentials as stored, and the core
 // decides whether the caller's still holds; the status statements are
 // the ones the core's wait rule asks for (waiting at the start, active
@@ -14,12 +15,8 @@ package waitbatch
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
 )
 
@@ -71,34 +68,92 @@ type started struct {
 	ok  bool
 }
 
+// Statements are the core's round trips a batch runs once for all its
+// requests. Each is required.
+type Statements struct {
+	// Head reads a room's head; pgx.ErrNoRows when the room is gone.
+	Head func(ctx context.Context, roomID string) (Head, error)
+	// RoomCreds reads the room token's and the view token's hashes (both
+	// nil when the room is gone).
+	RoomCreds func(ctx context.Context, roomID string) (room, view []byte, err error)
+	// AgentCreds reads the agents' credentials by id (absent when gone).
+	AgentCreds func(ctx context.Context, roomID string, agents []string) (map[string]Cred, error)
+	// ShowWaiting shows the agents ids[i] waiting on conds[i] (an agent
+	// listed twice is shown once, with one of its conditions) and notifies
+	// the room's presence; it returns the room's seq as the statement saw
+	// it, by agent, for the agents that exist.
+	ShowWaiting func(ctx context.Context, roomID string, ids, conds []string) (map[string]int64, error)
+	// ShowActive shows the agents ids active again unless a status was set
+	// while they waited, and notifies the room's presence.
+	ShowActive func(ctx context.Context, roomID string, ids []string) error
+}
+
 // batchMax caps a batch's parameter list.
 const batchMax = 5000
 
-// New is the batches over db.
-func New(db *store.DB) *Batches {
+// New is the batches over the core's statements.
+func New(st Statements) *Batches {
 	b := &Batches{}
 	b.heads.Run = func(ctx context.Context, roomID string, reqs []struct{}) ([]Head, error) {
-		return readHeads(ctx, db, roomID, len(reqs))
+		h, err := st.Head(ctx, roomID)
+		if err != nil {
+			return nil, err
+		}
+		return fill(make([]Head, len(reqs)), h), nil
 	}
 	b.creds.Max = batchMax
 	b.creds.Run = func(ctx context.Context, k credKey, agents []string) ([]Cred, error) {
+		out := make([]Cred, len(agents))
 		if k.kind == AgentToken {
-			return readAgentCreds(ctx, db, k.room, agents)
+			found, err := st.AgentCreds(ctx, k.room, agents)
+			if err != nil {
+				return nil, err
+			}
+			for i, id := range agents {
+				out[i] = found[id]
+			}
+			return out, nil
 		}
-		return readRoomCreds(ctx, db, k, len(agents))
+		room, view, err := st.RoomCreds(ctx, k.room)
+		if err != nil {
+			return nil, err
+		}
+		if k.kind == ViewToken {
+			room = view
+		}
+		return fill(out, Cred{Hash: room}), nil
 	}
 	b.start.Max = batchMax
 	b.start.Run = func(ctx context.Context, roomID string, reqs []start) ([]started, error) {
-		return showWaiting(ctx, db, roomID, reqs)
+		ids, conds := make([]string, len(reqs)), make([]string, len(reqs))
+		for i, r := range reqs {
+			ids[i], conds[i] = r.agent, r.condition
+		}
+		seqs, err := st.ShowWaiting(ctx, roomID, ids, conds)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]started, len(reqs))
+		for i, r := range reqs {
+			out[i].seq, out[i].ok = seqs[r.agent]
+		}
+		return out, nil
 	}
 	b.done.Max = batchMax
 	b.done.Run = func(ctx context.Context, roomID string, ids []string) ([]struct{}, error) {
-		if err := showActive(ctx, db, roomID, ids); err != nil {
+		if err := st.ShowActive(ctx, roomID, ids); err != nil {
 			return nil, err
 		}
 		return make([]struct{}, len(ids)), nil
 	}
 	return b
+}
+
+func fill[T any](out []T, v T) []T {
+	for i := range out {
+		out[i] = v
+	}
+	return out
 }
 
 // Head reads a room's head, for a reader that needs nothing of its own
@@ -125,123 +180,5 @@ func (b *Batches) Start(ctx context.Context, roomID, agentID, condition string) 
 // was set while it waited, and notifies the room's presence.
 func (b *Batches) Done(ctx context.Context, roomID, agentID string) error {
 	_, err := b.done.Do(ctx, roomID, agentID)
-	return err
-}
-
-func readHeads(ctx context.Context, db *store.DB, roomID string, n int) ([]Head, error) {
-	var h Head
-	err := db.QueryRow(ctx, `SELECT seq, message_count, created_at FROM rooms WHERE id = $1`, roomID).Scan(&h.Seq, &h.Count, &h.Born)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Head, n)
-	for i := range out {
-		out[i] = h
-	}
-	return out, nil
-}
-
-// readRoomCreds reads the room's or the view's token hash, the same for
-// every request of the batch.
-func readRoomCreds(ctx context.Context, db *store.DB, k credKey, n int) ([]Cred, error) {
-	out := make([]Cred, n)
-	var room, view []byte
-	err := db.QueryRow(ctx, `SELECT token_hash, view_token_hash FROM rooms WHERE id = $1`, k.room).Scan(&room, &view)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	hash := room
-	if k.kind == ViewToken {
-		hash = view
-	}
-	for i := range out {
-		out[i].Hash = hash
-	}
-	return out, nil
-}
-
-// readAgentCreds reads the agents' token hashes and grants in one query.
-func readAgentCreds(ctx context.Context, db *store.DB, roomID string, agents []string) ([]Cred, error) {
-	rows, err := db.Query(ctx, `SELECT id, token_hash, grants FROM agents WHERE room_id = $1 AND id = ANY($2)`, roomID, agents)
-	if err != nil {
-		return nil, err
-	}
-	found := map[string]Cred{}
-	for rows.Next() {
-		var id string
-		var c Cred
-		if err := rows.Scan(&id, &c.Hash, &c.Grants); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		found[id] = c
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	out := make([]Cred, len(agents))
-	for i, id := range agents {
-		out[i] = found[id]
-	}
-	return out, nil
-}
-
-// showWaiting marks the agents of reqs waiting in one statement, which
-// reads the room's seq with it.
-func showWaiting(ctx context.Context, db *store.DB, roomID string, reqs []start) ([]started, error) {
-	ids, conds := make([]string, len(reqs)), make([]string, len(reqs))
-	for i, r := range reqs {
-		ids[i], conds[i] = r.agent, r.condition
-	}
-	// An agent twice in one batch (two waits at once) is updated once,
-	// with one of its conditions: as if the two had run one after the
-	// other. The seq is read by the statement that sets the status.
-	rows, err := db.Query(ctx, `UPDATE agents AS a SET status = 'waiting', waiting_on = u.cond, last_heartbeat = now()
-		FROM (SELECT DISTINCT ON (id) id, cond FROM unnest($2::text[], $3::text[]) AS u(id, cond)) AS u
-		WHERE a.room_id = $1 AND a.id = u.id
-		RETURNING a.id, (SELECT seq FROM rooms WHERE id = $1)`, roomID, ids, conds)
-	if err != nil {
-		return nil, err
-	}
-	seqs := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var seq int64
-		if err := rows.Scan(&id, &seq); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		seqs[id] = seq
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(seqs) > 0 {
-		if err := db.Notify(ctx, roomID, store.PresenceNote); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]started, len(reqs))
-	for i, r := range reqs {
-		out[i].seq, out[i].ok = seqs[r.agent]
-	}
-	return out, nil
-}
-
-// showActive marks the agents ids active again in one statement.
-func showActive(ctx context.Context, db *store.DB, roomID string, ids []string) error {
-	// A status set while the wait ran stays: idle when the person
-	// stepped out of the agent or lost the room (the wait then ended
-	// refused), busy from a heartbeat.
-	tag, err := db.Exec(ctx, `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now()
-		WHERE room_id = $1 AND id = ANY($2) AND status = 'waiting'`, roomID, ids)
-	if err == nil && tag.RowsAffected() > 0 {
-		err = db.Notify(ctx, roomID, store.PresenceNote)
-	}
 	return err
 }
