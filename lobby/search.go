@@ -7,10 +7,11 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/search"
 )
 
 // Search across a person's rooms (issue 31): each room is searched with
-// the person's own authority there (substrate.Search, the one read rule),
+// the person's own authority there (search.Room, the one read rule),
 // and the hits merged best first. Paging is per room: a cross-room
 // result names the call that reads one room further.
 
@@ -20,7 +21,7 @@ const maxSearchRooms = 25
 // RoomsSearch is a search of one room or (Room "*") of several, whose
 // hits then name their room.
 type RoomsSearch struct {
-	*substrate.SearchResult
+	*search.Result
 	// Searched counts the rooms searched; Unsearched names those left
 	// out (past maxSearchRooms, or refused).
 	Searched   int      `json:"rooms_searched"`
@@ -31,12 +32,12 @@ type RoomsSearch struct {
 
 // searchRooms searches rooms as principal says, req's limit hits in all.
 func searchRooms(ctx context.Context, svc *substrate.Service, rooms []string, principal func(room string) (*substrate.Principal, error),
-	req substrate.SearchRequest, words errs.Words) (*RoomsSearch, error) {
+	req search.Request, words errs.Words) (*RoomsSearch, error) {
 	if req.Offset != 0 {
 		return nil, errs.New(errs.InvalidField, "a search of all your rooms has no offset").With("field", "offset").
 			WithHint("search one room to page: %s", words.Say(errs.Step{Op: errs.OpSearch, Room: "<room>", Args: map[string]any{"q": req.Query, "offset": req.Offset}}))
 	}
-	out := &RoomsSearch{SearchResult: &substrate.SearchResult{Room: "*", Query: req.Query, Hits: []substrate.SearchHit{}}}
+	out := &RoomsSearch{Result: &search.Result{Room: "*", Query: req.Query, Hits: []search.Hit{}}}
 	if req.Limit == 0 {
 		req.Limit = 10
 	}
@@ -52,7 +53,7 @@ func searchRooms(ctx context.Context, svc *substrate.Service, rooms []string, pr
 			continue
 		}
 		p.Words = words
-		res, err := svc.Search(ctx, p, room, perRoom)
+		res, err := search.Room(ctx, svc, p, room, perRoom)
 		if err != nil {
 			if errs.Is(err, errs.InvalidField) {
 				return nil, err // the request, not the room: every room would refuse it
@@ -110,7 +111,7 @@ func searchRooms(ctx context.Context, svc *substrate.Service, rooms []string, pr
 
 // SearchSession searches every room of the session's scope as the
 // session reads each (its agent where embodied, an observer elsewhere).
-func (l *Lobby) SearchSession(ctx context.Context, s *Session, req substrate.SearchRequest, words errs.Words) (*RoomsSearch, error) {
+func (l *Lobby) SearchSession(ctx context.Context, s *Session, req search.Request, words errs.Words) (*RoomsSearch, error) {
 	v, err := l.view(ctx, s, false) // its rooms, not their summaries
 	if err != nil {
 		return nil, err
@@ -128,7 +129,7 @@ func (l *Lobby) SearchSession(ctx context.Context, s *Session, req substrate.Sea
 
 // SearchPerson searches every room of a person's, as the person reads
 // each on the pages (PersonPrincipal).
-func (l *Lobby) SearchPerson(ctx context.Context, userID, username string, req substrate.SearchRequest, words errs.Words) (*RoomsSearch, error) {
+func (l *Lobby) SearchPerson(ctx context.Context, userID, username string, req search.Request, words errs.Words) (*RoomsSearch, error) {
 	rooms, err := l.UserRooms(ctx, userID)
 	if err != nil {
 		return nil, err
@@ -146,7 +147,7 @@ func (l *Lobby) SearchPerson(ctx context.Context, userID, username string, req s
 
 // Search is a session's search: of room (its focus when ""), or with
 // room "*" of every room in its scope.
-func (l *Lobby) Search(ctx context.Context, s *Session, room string, req substrate.SearchRequest, words errs.Words) (*RoomsSearch, error) {
+func (l *Lobby) Search(ctx context.Context, s *Session, room string, req search.Request, words errs.Words) (*RoomsSearch, error) {
 	if room == "*" {
 		return l.SearchSession(ctx, s, req, words)
 	}
@@ -159,9 +160,9 @@ func (l *Lobby) Search(ctx context.Context, s *Session, room string, req substra
 	}
 	p.Words = words
 	req.Caller = s.UserID // the cap on searches at once is the person's
-	res, err := l.svc.Search(ctx, p, room, req)
+	res, err := search.Room(ctx, l.svc, p, room, req)
 	if err != nil {
 		return nil, err
 	}
-	return &RoomsSearch{SearchResult: res, Searched: 1}, nil
+	return &RoomsSearch{Result: res, Searched: 1}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/search"
 )
 
 // call is one tool call: the session it resolved to and the services.
@@ -422,7 +423,7 @@ func searchTool() tool {
 		Description: "Full-text search of what you may read (messages, state, views), best first, with snippets.",
 		Annotations: annotations(true, false, true)}, nil,
 		func(ctx context.Context, c *call, in *searchIn) (*lobby.RoomsSearch, error) {
-			req := substrate.SearchRequest{Query: in.Q, Scope: in.Scope, From: in.From, Kind: in.Kind, Thread: in.Thread, Limit: in.Limit, Offset: in.Offset}
+			req := search.Request{Query: in.Q, Scope: in.Scope, From: in.From, Kind: in.Kind, Thread: in.Thread, Limit: in.Limit, Offset: in.Offset}
 			for _, f := range []struct {
 				name, v string
 				into    **time.Time
@@ -430,7 +431,7 @@ func searchTool() tool {
 				if f.v == "" {
 					continue
 				}
-				t, err := substrate.ParseSearchTime(f.v)
+				t, err := search.ParseTime(f.v)
 				if err != nil {
 					return nil, errs.New(errs.InvalidField, "%s %q is not a time", f.name, f.v).With("field", f.name).WithHint("use RFC 3339 (2026-11-26T09:00:00Z) or a date (2026-11-26)")
 				}

@@ -18,6 +18,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/loom"
+	"github.com/syncsubstrate/sync/substrate/search"
 )
 
 // Attacks on the core's exported operations for features (ReadRoom,
@@ -427,9 +428,9 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 	_, err = loom.Of(svc).ForModel(ctx, ag["al"], "srch", "→ view 1\n→ think the okapi thought ←")
 	must(err)
 
-	found := func(p *substrate.Principal, q string) []substrate.SearchHit {
+	found := func(p *substrate.Principal, q string) []search.Hit {
 		t.Helper()
-		res, err := svc.Search(ctx, p, "srch", substrate.SearchRequest{Query: q})
+		res, err := search.Room(ctx, svc, p, "srch", search.Request{Query: q})
 		if err != nil {
 			t.Fatalf("search %q: %v", q, err)
 		}
@@ -458,8 +459,8 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 			}
 		}
 		// Filters do not open another way in.
-		for _, req := range []substrate.SearchRequest{{Query: c.word, Scope: "al"}, {Query: c.word, Scope: "_shared"}, {Query: c.word, Scope: "_messages"}, {Query: c.word, Scope: "views"}} {
-			res, err := svc.Search(ctx, ag["cy"], "srch", req)
+		for _, req := range []search.Request{{Query: c.word, Scope: "al"}, {Query: c.word, Scope: "_shared"}, {Query: c.word, Scope: "_messages"}, {Query: c.word, Scope: "views"}} {
+			res, err := search.Room(ctx, svc, ag["cy"], "srch", req)
 			if err == nil && len(res.Hits) > 0 {
 				t.Errorf("HOLE: cy finds %q in scope %s: %+v", c.word, req.Scope, res.Hits)
 			}
@@ -481,7 +482,7 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 		must(err)
 	}
 	for _, limit := range []int{1, 10} {
-		res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: limit})
+		res, err := search.Room(ctx, svc, ag["cy"], "srch", search.Request{Query: "dingo", Limit: limit})
 		if err != nil || len(res.Hits) > 0 || res.Next != nil || res.More != "" {
 			t.Errorf("HOLE: cy's search for dingo (limit %d) tells of hidden matches: %+v %v", limit, res, err)
 		}
@@ -489,7 +490,7 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 	// One it may read, newest: found, and still nothing said of the rest.
 	_, err = svc.Invoke(ctx, ag["bo"], "srch", "_send_message", json.RawMessage(`{"body": "a dingo sighting"}`))
 	must(err)
-	if res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 1}); err != nil || len(res.Hits) != 1 || res.More != "" {
+	if res, err := search.Room(ctx, svc, ag["cy"], "srch", search.Request{Query: "dingo", Limit: 1}); err != nil || len(res.Hits) != 1 || res.More != "" {
 		t.Errorf("HOLE: cy's search for dingo tells of hidden matches past its one hit: %+v %v", res, err)
 	}
 	// Hidden matches between those it reads: its pages count only what
@@ -509,7 +510,7 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 	_, err = svc.Invoke(ctx, ag["bo"], "srch", "_send_message", json.RawMessage(`{"body": "dingo once more"}`))
 	must(err)
 	for off := 0; off < 3; off++ {
-		res, err := svc.Search(ctx, ag["cy"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 1, Offset: off})
+		res, err := search.Room(ctx, svc, ag["cy"], "srch", search.Request{Query: "dingo", Limit: 1, Offset: off})
 		if err != nil || len(res.Hits) != 1 {
 			t.Fatalf("cy's page at %d: %+v %v", off, res, err)
 		}
@@ -517,7 +518,7 @@ func TestAttackSearchNeverMatchesWhatTheReaderCannotRead(t *testing.T) {
 			t.Errorf("HOLE: cy's page at offset %d says next %v: pages count hidden matches", off, res.Next)
 		}
 	}
-	if res, _ := svc.Search(ctx, ag["al"], "srch", substrate.SearchRequest{Query: "dingo", Limit: 10}); len(res.Hits) != 10 || res.More == "" {
+	if res, _ := search.Room(ctx, svc, ag["al"], "srch", search.Request{Query: "dingo", Limit: 10}); len(res.Hits) != 10 || res.More == "" {
 		t.Errorf("al, who reads them, pages through the dingo reports: %+v", res)
 	}
 	// The positive control: what everyone reads, everyone finds.
@@ -859,7 +860,7 @@ var budgetEntries = []struct {
 		return err
 	}},
 	{"search", true, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
-		_, err := svc.Search(ctx, p, room, substrate.SearchRequest{Query: "needle", Limit: 50})
+		_, err := search.Room(ctx, svc, p, room, search.Request{Query: "needle", Limit: 50})
 		return err
 	}},
 	{"write", true, func(ctx context.Context, svc *substrate.Service, p *substrate.Principal, room string) error {
@@ -1099,7 +1100,7 @@ func TestAttackSharedBuildFollowsReadRules(t *testing.T) {
 				if sees := strings.Contains(string(raw), "GATE-SAYS-STASH"); sees != (who == "room token") {
 					t.Errorf("HOLE (%s): the %s's state read shows GATE-SAYS-STASH: %v", round, who, sees)
 				}
-				res, err := svc.Search(ctx, p, room, substrate.SearchRequest{Query: "STASHED"})
+				res, err := search.Room(ctx, svc, p, room, search.Request{Query: "STASHED"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -1448,7 +1449,7 @@ func TestAttackSearchSnippetIsTheVersionJudged(t *testing.T) {
 		}
 	}
 	write(`"the heron was seen at noon"`, "")
-	if res, err := svc.Search(ctx, ag["cy"], "torn", substrate.SearchRequest{Query: "heron"}); err != nil || len(res.Hits) != 1 || !strings.Contains(res.Hits[0].Snippet, "noon") {
+	if res, err := search.Room(ctx, svc, ag["cy"], "torn", search.Request{Query: "heron"}); err != nil || len(res.Hits) != 1 || !strings.Contains(res.Hits[0].Snippet, "noon") {
 		t.Fatalf("cy does not find the open note: the test proves nothing: %+v %v", res, err)
 	}
 	for i := range 5 {
@@ -1460,7 +1461,7 @@ func TestAttackSearchSnippetIsTheVersionJudged(t *testing.T) {
 				write(`"the heron nests by the `+secret+` den"`, "self == 'al'")
 			}
 		})
-		res, err := svc.Search(ctx, ag["cy"], "torn", substrate.SearchRequest{Query: "heron"})
+		res, err := search.Room(ctx, svc, ag["cy"], "torn", search.Request{Query: "heron"})
 		substrate.SetSearchJudged(svc, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -1473,7 +1474,7 @@ func TestAttackSearchSnippetIsTheVersionJudged(t *testing.T) {
 				t.Fatalf("HOLE: cy's snippet shows the version gated to al: %+v", h)
 			}
 		}
-		if res, err := svc.Search(ctx, ag["al"], "torn", substrate.SearchRequest{Query: secret}); err != nil || len(res.Hits) != 1 {
+		if res, err := search.Room(ctx, svc, ag["al"], "torn", search.Request{Query: secret}); err != nil || len(res.Hits) != 1 {
 			t.Fatalf("al does not find the rewritten note: %+v %v", res, err)
 		}
 		write(`"the heron was seen at noon"`, "")
@@ -1514,10 +1515,10 @@ func TestAttackSearchHiddenMatchesDoNotHideVisibleOnes(t *testing.T) {
 		}
 		must(svc.WriteState(ctx, admin, "crowd", writes, false))
 	}
-	if res, err := svc.Search(ctx, ag["al"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 50}); err != nil || len(res.Hits) != 50 || res.Next == nil {
+	if res, err := search.Room(ctx, svc, ag["al"], "crowd", search.Request{Query: "dingo", Limit: 50}); err != nil || len(res.Hits) != 50 || res.Next == nil {
 		t.Fatalf("al, who reads the gated ones, does not find them: the test proves nothing: %d hits, %v", len(res.Hits), err)
 	}
-	res, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo"})
+	res, err := search.Room(ctx, svc, ag["cy"], "crowd", search.Request{Query: "dingo"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1529,11 +1530,11 @@ func TestAttackSearchHiddenMatchesDoNotHideVisibleOnes(t *testing.T) {
 		t.Fatalf("HOLE: hidden matches change what cy finds (want its entry and the message, and no more): %+v", res)
 	}
 	// Paged one at a time: two pages, the first saying there is a second.
-	first, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 1})
+	first, err := search.Room(ctx, svc, ag["cy"], "crowd", search.Request{Query: "dingo", Limit: 1})
 	if err != nil || len(first.Hits) != 1 || first.Next == nil || *first.Next != 1 {
 		t.Fatalf("HOLE: cy's first page of one: %+v %v", first, err)
 	}
-	second, err := svc.Search(ctx, ag["cy"], "crowd", substrate.SearchRequest{Query: "dingo", Limit: 1, Offset: 1})
+	second, err := search.Room(ctx, svc, ag["cy"], "crowd", search.Request{Query: "dingo", Limit: 1, Offset: 1})
 	if err != nil || len(second.Hits) != 1 || second.Next != nil || second.Hits[0].Kind == first.Hits[0].Kind {
 		t.Fatalf("HOLE: cy's second page of one: %+v %v", second, err)
 	}
@@ -1567,15 +1568,15 @@ func TestAttackSearchesAtOnceAreCappedPerCredential(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := svc.Search(ctx, ag["cy"], "queue", substrate.SearchRequest{Query: "heron"})
+			_, err := search.Room(ctx, svc, ag["cy"], "queue", search.Request{Query: "heron"})
 			errc <- err
 		}()
 	}
 	<-held
 	<-held
-	_, err := svc.Search(ctx, ag["cy"], "queue", substrate.SearchRequest{Query: "heron"})
+	_, err := search.Room(ctx, svc, ag["cy"], "queue", search.Request{Query: "heron"})
 	roomBusy(t, "cy's third search at once", err)
-	if res, err := svc.Search(ctx, ag["al"], "queue", substrate.SearchRequest{Query: "heron"}); err != nil || len(res.Hits) != 1 {
+	if res, err := search.Room(ctx, svc, ag["al"], "queue", search.Request{Query: "heron"}); err != nil || len(res.Hits) != 1 {
 		t.Fatalf("al's search while cy's two run: %+v %v", res, err)
 	}
 	close(free)
@@ -1585,27 +1586,8 @@ func TestAttackSearchesAtOnceAreCappedPerCredential(t *testing.T) {
 			t.Fatalf("a held search: %v", err)
 		}
 	}
-	if res, err := svc.Search(ctx, ag["cy"], "queue", substrate.SearchRequest{Query: "heron"}); err != nil || len(res.Hits) != 1 {
+	if res, err := search.Room(ctx, svc, ag["cy"], "queue", search.Request{Query: "heron"}); err != nil || len(res.Hits) != 1 {
 		t.Fatalf("cy's search once the others answered: %+v %v", res, err)
-	}
-}
-
-// A query's words are bounded (issue 41 item 3): each is a posting list
-// the index reads. Past the limit the search is refused, naming it.
-func TestAttackSearchTermsAreBounded(t *testing.T) {
-	svc := substrate.New(pgtest.New(t), substrate.Options{Features: testFeatures})
-	t.Cleanup(svc.Close)
-	ctx := context.Background()
-	_, ag := searchRoomOf(t, svc, "terms")
-	words := strings.Fields("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec")
-	q := `"` + strings.Join(words[:8], " ") + `" or ` + strings.Join(words[8:], " -")
-	_, err := svc.Search(ctx, ag["cy"], "terms", substrate.SearchRequest{Query: q})
-	e, ok := err.(*errs.Error)
-	if !ok || e.Code != errs.InvalidField || !strings.Contains(e.Message, "17 words") || !strings.Contains(e.Message, "16") {
-		t.Fatalf("HOLE: a query of 17 words: %v", err)
-	}
-	if _, err := svc.Search(ctx, ag["cy"], "terms", substrate.SearchRequest{Query: strings.Join(words[:16], " or ")}); err != nil {
-		t.Fatalf("a query of 16 words: %v", err)
 	}
 }
 
@@ -1626,13 +1608,13 @@ func TestAttackSearchTimeIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	substrate.SetSearchTimeout(svc, time.Microsecond)
-	_, err := svc.Search(ctx, ag["cy"], "slow", substrate.SearchRequest{Query: "report"})
+	_, err := search.Room(ctx, svc, ag["cy"], "slow", search.Request{Query: "report"})
 	substrate.SetSearchTimeout(svc, 0)
 	e, ok := err.(*errs.Error)
 	if !ok || e.Code != errs.InvalidField || !strings.Contains(e.Message, "longer than") || e.Hint == "" {
 		t.Fatalf("HOLE: a search past its time: %v", err)
 	}
-	if res, err := svc.Search(ctx, ag["cy"], "slow", substrate.SearchRequest{Query: "report"}); err != nil || len(res.Hits) != 10 {
+	if res, err := search.Room(ctx, svc, ag["cy"], "slow", search.Request{Query: "report"}); err != nil || len(res.Hits) != 10 {
 		t.Fatalf("the same search in its time: %+v %v", res, err)
 	}
 }
@@ -1692,19 +1674,19 @@ func TestAttackSearchCapIsNotSharedByObservers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := svc.Search(ctx, substrate.ObserverPrincipal("watched"), "watched", substrate.SearchRequest{Query: "egret", Caller: "ann"})
+			_, err := search.Room(ctx, svc, substrate.ObserverPrincipal("watched"), "watched", search.Request{Query: "egret", Caller: "ann"})
 			errc <- err
 		}()
 	}
 	<-held
 	<-held
-	res, err := svc.Search(ctx, substrate.ObserverPrincipal("watched"), "watched", substrate.SearchRequest{Query: "egret", Caller: "bea"})
+	res, err := search.Room(ctx, svc, substrate.ObserverPrincipal("watched"), "watched", search.Request{Query: "egret", Caller: "bea"})
 	if err != nil || len(res.Hits) != 1 {
 		close(free)
 		wg.Wait()
 		t.Fatalf("HOLE: bea's search while another observer's two run: %+v %v", res, err)
 	}
-	_, err = svc.Search(ctx, substrate.ObserverPrincipal("watched"), "watched", substrate.SearchRequest{Query: "egret", Caller: "ann"})
+	_, err = search.Room(ctx, svc, substrate.ObserverPrincipal("watched"), "watched", search.Request{Query: "egret", Caller: "ann"})
 	roomBusy(t, "ann's third search at once", err)
 	close(free)
 	wg.Wait()

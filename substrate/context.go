@@ -155,7 +155,7 @@ func youElided(env *Envelope, sl SalienceRead) {
 // envelopeOf).
 func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (*Envelope, error) {
 	env := &Envelope{Self: rc.self, Params: rc.vars.Params}
-	if len(req.Only) == 0 && !req.paged() && req.MessagesAfter == nil && req.Thread == 0 {
+	if len(req.Only) == 0 && !req.Paged() && req.MessagesAfter == nil && req.Thread == 0 {
 		// A whole read says what the room is for; its pages need not.
 		env.About = rc.snap.about
 	}
@@ -173,25 +173,25 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		}
 	}
 
-	if req.wants("state") {
+	if req.Wants("state") {
 		if err := s.stateSection(ctx, q, rc, roomID, req, env); err != nil {
 			return nil, err
 		}
 	}
-	section("state", req.wants("state"))
-	if req.wants("views") {
+	section("state", req.Wants("state"))
+	if req.Wants("views") {
 		env.Views = viewsSection(rc, req)
 	}
-	section("views", req.wants("views"))
-	if req.wants("agents") {
+	section("views", req.Wants("views"))
+	if req.Wants("agents") {
 		env.Agents = rc.vars.Agents
 		if env.Agents == nil {
 			env.Agents = map[string]any{}
 		}
 	}
-	section("agents", req.wants("agents"))
+	section("agents", req.Wants("agents"))
 	custom := len(rc.snap.actions)
-	withActions := req.wants("actions") && !req.NoActions
+	withActions := req.Wants("actions") && !req.NoActions
 	if withActions {
 		var err error
 		if custom, err = s.actionsInto(ctx, q, rc, roomID, req, env); err != nil {
@@ -199,7 +199,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		}
 	}
 	section("actions", withActions)
-	withMessages := req.wants("messages") && !req.NoMessages
+	withMessages := req.Wants("messages") && !req.NoMessages
 	if withMessages {
 		msgs, truncated, err := s.messagesSection(ctx, q, rc, roomID, req)
 		if err != nil {
@@ -221,7 +221,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 			Args: map[string]any{"only": strings.Join(elided, ",")}}))
 	}
 	meta.Expand, meta.Help = expand, help
-	meta.Request = req.echo()
+	meta.Request = req.Echo()
 	meta.Seq = rc.snap.seq
 	meta.EntriesUnevaluated = rc.gatesHidden
 	return env, nil
@@ -251,16 +251,13 @@ func (s *Service) stateSection(ctx context.Context, q querier, rc *roomCtx, room
 		if r, ok := raw[name]; ok && !rc.modified[name] {
 			st[scope] = r
 			if req.KeysAfter == "" && req.Prefix == "" {
-				if env.shared == nil {
-					env.shared = map[string]sharedScope{}
-				}
-				env.shared[scope] = sharedScope{live: live, name: name, m: r}
+				env.Share(scope, name, r, live)
 			}
 		} else {
 			st[scope] = v
 		}
 		if req.KeysAfter != "" || req.Prefix != "" {
-			st[scope] = keyRange(st[scope], req)
+			st[scope] = req.KeyRange(st[scope])
 		}
 	}
 	for _, inc := range req.Include {
@@ -274,7 +271,7 @@ func (s *Service) stateSection(ctx context.Context, q querier, rc *roomCtx, room
 		st[inc] = logs
 	}
 	env.State = st
-	env.setVersions(rc, req)
+	setVersions(env, rc, req)
 	return nil
 }
 
@@ -336,30 +333,6 @@ func envelopeHelp(rc *roomCtx, custom int) []string {
 		help = append(help, "contested_actions")
 	}
 	return help
-}
-
-// keyRange is a scope's entries narrowed to the request's key range (a
-// copy: the snapshot's maps are shared between reads).
-func keyRange(v any, req ContextRequest) any {
-	switch m := v.(type) {
-	case map[string]json.RawMessage:
-		out := map[string]json.RawMessage{}
-		for k, raw := range m {
-			if req.keyWanted(k) {
-				out[k] = raw
-			}
-		}
-		return out
-	case map[string]any:
-		out := map[string]any{}
-		for k, val := range m {
-			if req.keyWanted(k) {
-				out[k] = val
-			}
-		}
-		return out
-	}
-	return v
 }
 
 // deltaWholeAt is the share of the entries a reader sees that, changed

@@ -107,10 +107,12 @@
 //     refusal is audited and changes nothing.
 //
 // Reading the room as a model does:
-//   - Search (search.go): full-text search with p's read authority: the
-//     candidates PostgreSQL ranks (state.search_tsv, GIN) are kept only
-//     when p's context read would show them (the one read rule, gates,
-//     timers, views as evaluated). ConfigureSearch: the search language.
+//   - SearchRows (search.go): full-text search's rows with p's read
+//     authority: the candidates PostgreSQL ranks (state.search_tsv, GIN)
+//     are kept only when p's context read would show them (the one read
+//     rule, gates, timers), and the views p's context evaluated; the
+//     search itself (request, paging, views matched) is substrate/search.
+//     ConfigureSearch: the search language.
 //   - Threads and acknowledgements (threads.go): _send_message's
 //     reply_to, subject and ack, the builtin _ack, and the system scopes
 //     _threads and _acks they keep in the same mutation.

@@ -1,54 +1,53 @@
 package substrate
 
-import "github.com/syncsubstrate/sync/substrate/expr"
+import (
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
 
-// Typed results of the context read, wait, eval and help. Sections a
-// request left out are absent (omitzero keeps a present but empty one).
+	"github.com/syncsubstrate/sync/substrate/envelope"
+	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/expr"
+)
 
-// Envelope is what a context read returns (ARCHITECTURE §7).
-type Envelope struct {
-	// About is what the room is for (its meta's description), first: it
-	// frames everything after it. Absent for a room without one.
-	About *RoomAbout `json:"about,omitempty"`
-	// Self is the reader's agent id ("" for tokens and observers).
-	Self string `json:"self"`
-	// Context comes before the sections: what deserves attention, what
-	// changed and what the budget left out frame what follows.
-	Context ContextMeta `json:"_context"`
-	// State maps each visible scope to its entries (key → value; the
-	// stored JSON is passed through as json.RawMessage).
-	State map[string]any `json:"state,omitzero"`
-	// Versions are, on a read of single scopes (only: "state.<scope>"),
-	// the versions of the entries it shows, scope → key → version: what
-	// a write's if_version names. Absent from every other read.
-	Versions *EntryVersions `json:"versions,omitzero"`
-	// Views maps view ids to values ({"_error": …} for a failing one).
-	Views map[string]any `json:"views,omitzero"`
-	// Agents maps agent ids to their presence.
-	Agents  map[string]any        `json:"agents,omitzero"`
-	Actions map[string]ActionView `json:"actions,omitzero"`
-	// Builtins lists the builtin actions in one line at the lean depth
-	// (in full, they are in Actions).
-	Builtins string    `json:"builtins,omitempty"`
-	Messages *Messages `json:"messages,omitempty"`
-	// Params are the invocation's params, as CEL sees them (seed 001's
-	// context example): {} for a context read or wait, which invoke
-	// nothing; an action's expressions read them as params.<name>.
-	Params map[string]any `json:"params,omitzero"`
+// The envelope (a context read's result) is shaped, encoded and fitted
+// to its budget in substrate/envelope, from what the core puts in it; the
+// core's names for it are these. Here is what only the core knows: how
+// an action is shown, which keys a reader's room makes salient, which
+// versions a read shows, and the results of wait, eval and help.
 
-	// shared are the scopes of State shown as the snapshot holds them,
-	// whose encoding is shared between reads (EncodeJSON).
-	shared map[string]sharedScope
-	// summarized are the scopes of State a budget cut: their _summary is
-	// the cut's, not an entry (an entry of that name is not shown, and
-	// neither is its version).
-	summarized map[string]bool
-}
+type (
+	Envelope       = envelope.Envelope[ActionView]
+	RoomAbout      = envelope.RoomAbout
+	Messages       = envelope.Messages
+	MessagesElided = envelope.MessagesElided
+	ContextMeta    = envelope.ContextMeta
+	RequestEcho    = envelope.RequestEcho
+	ContextRequest = envelope.ContextRequest
+	ContextParams  = envelope.ContextParams
+	Budget         = envelope.Budget
+	Cut            = envelope.Cut
+	EntryVersions  = envelope.EntryVersions
+	ThreadSummary  = envelope.ThreadSummary
+	OverdueAck     = envelope.OverdueAck
+	Receipts       = envelope.Receipts
+	Attention      = envelope.Attention
+	Contest        = envelope.Contest
+	Blocked        = envelope.Blocked
+	Omitted        = envelope.Omitted
+	SinceLastRead  = envelope.SinceLastRead
+	ChangesSince   = envelope.ChangesSince
+)
 
-// RoomAbout is a room's label and description, as its meta holds them.
-type RoomAbout struct {
-	Label       string `json:"label,omitempty"`
-	Description string `json:"description"`
+// DefaultBudget is the budget a hint's read gets when it names none: the
+// MCP adapter's default (mcp.DefaultMaxBytes). A value larger than this
+// can only be read by asking for more, which a hint then says.
+const DefaultBudget = envelope.DefaultBudget
+
+// ParseContextRequest reads the context parameters from a query string.
+func ParseContextRequest(get func(string) string) (ContextRequest, error) {
+	return envelope.ParseContextRequest(get)
 }
 
 // ActionView is an action (or builtin) as the reader sees it; the
@@ -76,72 +75,128 @@ type ActionView struct {
 	LowSalience bool `json:"_low_salience,omitempty"`
 }
 
-// Messages is the messages section: counters and the recent messages.
-type Messages struct {
-	Count          int64            `json:"count"`
-	Unread         int64            `json:"unread"`
-	DirectedUnread int64            `json:"directed_unread"`
-	Recent         []map[string]any `json:"recent"`
-	// Threads are the room's most recently active threads (unread first);
-	// Thread is set when the read asked for one thread whole.
-	Threads []ThreadSummary `json:"threads,omitempty"`
-	Thread  *int64          `json:"thread,omitempty"`
-	Elided  *MessagesElided `json:"_elided,omitempty"`
+// actionShape is how a budget shrinks actions: to their lean view (a
+// lean read's fields), then without descriptions, the available first.
+var actionShape = envelope.ActionShape[ActionView]{
+	Lean: func(a ActionView) (ActionView, bool, bool) {
+		full := a.Params != nil || a.Writes != nil || a.If != "" || a.Intent != ""
+		return ActionView{Signature: a.Signature, Available: a.Available, Description: a.Description, Cooldown: a.Cooldown}, full, a.Builtin
+	},
+	Undescribed: func(a ActionView) (ActionView, bool) {
+		had := a.Description != ""
+		a.Description = ""
+		return a, had
+	},
+	Available:    func(a ActionView) bool { return a.Available },
+	BuiltinsLine: builtinsLine,
 }
 
-// MessagesElided says how many messages the section left out and how to
-// read them.
-type MessagesElided struct {
-	Total     int64  `json:"total"`
-	Returned  int    `json:"returned"`
-	OldestSeq int64  `json:"oldest_seq"`
-	Expand    string `json:"_expand"`
+// fitBudget shrinks env to at most req.MaxBytes bytes of JSON
+// (envelope.Fit), its messages marked read only up to those it still
+// shows.
+func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
+	envelope.Fit(env, envelope.Fitting[ActionView]{Req: req, Self: rc.self, Room: roomID, Say: rc.p.Say,
+		Rank:    func(scope string, keys map[string]json.RawMessage) []string { return rankKeys(rc, scope, keys) },
+		Actions: actionShape, ReadUpTo: &rc.readUpTo})
 }
 
-// ContextMeta describes the read: what deserves attention, what changed,
-// what it left out and how to expand it, help keys worth reading, the
-// request and the room seq. Fields are in reading order (Claude Code's
-// model reads the JSON): what the reader acts on first, the echo of the
-// request last.
-type ContextMeta struct {
-	// Attention is adaptive salience's opinion on what deserves the
-	// reader's attention; Note says when the substrate changed the
-	// request (an agent's first read is at depth full).
-	Attention *Attention `json:"_attention,omitempty"`
-	Note      string     `json:"note,omitempty"`
-	// Delta marks a context of changes only: what changed after FromSeq.
-	Delta *ChangesSince `json:"delta,omitempty"`
-	// Budget says how the envelope was fitted to max_bytes, and what it
-	// left out.
-	Budget            *Budget         `json:"budget,omitempty"`
-	Elided            []string        `json:"elided,omitempty"`
-	Expand            []string        `json:"_expand,omitempty"`
-	MessagesTruncated *MessagesElided `json:"messages_truncated,omitempty"`
-	Help              []string        `json:"help,omitempty"`
-	// EntriesUnevaluated counts the state entries hidden from this read
-	// because the room's entry-level enabled expressions cost more than
-	// the server evaluates per read (Limits.EnabledCostPerRead): their
-	// gates were not evaluated, so they are not shown.
-	EntriesUnevaluated int         `json:"entries_unevaluated,omitempty"`
-	Depth              string      `json:"depth"`
-	Sections           []string    `json:"sections"`
-	Request            RequestEcho `json:"request"`
-	Seq                int64       `json:"seq"`
+// expand words the context read with args for the reader.
+func expand(rc *roomCtx, roomID string, args map[string]any) string {
+	return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
 }
 
-// RequestEcho repeats the shaping parameters a request set (defaults are
-// left out).
-type RequestEcho struct {
-	Depth         string `json:"depth,omitempty"`
-	Only          string `json:"only,omitempty"`
-	Actions       *bool  `json:"actions,omitempty"`
-	Messages      *bool  `json:"messages,omitempty"`
-	MessagesAfter *int64 `json:"messages_after,omitempty"`
-	MessagesLimit int    `json:"messages_limit,omitempty"`
-	MaxBytes      int    `json:"max_bytes,omitempty"`
-	Include       string `json:"include,omitempty"`
-	KeysAfter     string `json:"keys_after,omitempty"`
-	Prefix        string `json:"prefix,omitempty"`
+// rankKeys orders a scope's keys by salience for the reader
+// (envelope.RankKeys): the entries it wrote, those the room's rules read
+// or several actions write (watchedKeys), open work, the most recently
+// changed.
+func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []string {
+	name := scope
+	if scope == ScopeSelf {
+		name = rc.self
+	}
+	rows := rc.snap.scopes[name]
+	mine := func(k string) bool { r := rows[k]; return r != nil && rc.self != "" && r.Writer == rc.self }
+	rev := func(k string) int64 {
+		if r := rows[k]; r != nil {
+			return r.Revision
+		}
+		return 0
+	}
+	return envelope.RankKeys(keys, mine, watchedKeys(rc, scope), rev)
+}
+
+// statePath finds state.<scope>.<key> (or .?key, or ["key"]) in an
+// expression's source: what the room's rules read.
+var statePath = regexp.MustCompile(`state\.([A-Za-z_][\w:@.-]*?)(?:\.\??|\[")([A-Za-z_0-9][\w:@.-]*?)(?:"\]|\b)`)
+
+// watchedKeys are the keys of scope that the room's action guards and views
+// read, or that several actions write.
+func watchedKeys(rc *roomCtx, scope string) map[string]bool {
+	out := map[string]bool{}
+	add := func(src string) {
+		for _, m := range factsOf(src).paths {
+			if m[0] == scope {
+				out[m[1]] = true
+			}
+		}
+	}
+	for _, a := range rc.snap.actions {
+		add(a.def.If)
+		add(a.def.Enabled)
+	}
+	for _, v := range rc.snap.views {
+		add(v.def.Expr)
+	}
+	if c, ok := rc.views[viewContested].(map[string]any); ok {
+		for target := range c {
+			if sc, key, ok := strings.Cut(target, "."); ok && sc == scope {
+				out[key] = true
+			}
+		}
+	}
+	return out
+}
+
+// versionsRead is the read that shows the versions of scope's entries,
+// as a step's arguments: what the if_version help and a version
+// conflict's hint name.
+func versionsRead(scope string) map[string]any {
+	return map[string]any{"only": "state." + scope}
+}
+
+// setVersions records the versions of the scopes req names one by one
+// (only: "state.<scope>") that env's state shows (envelope.EntryVersions).
+func setVersions(env *Envelope, rc *roomCtx, req ContextRequest) {
+	var all map[string]map[string]int64
+	for scope := range env.State {
+		if !slices.Contains(req.Only, "state."+scope) {
+			continue
+		}
+		name := scope
+		if scope == ScopeSelf {
+			name = rc.self
+		}
+		rows := rc.snap.scopes[name]
+		if len(rows) == 0 {
+			continue
+		}
+		vs := make(map[string]int64, len(rows))
+		for k, r := range rows {
+			vs[k] = r.Version
+		}
+		if all == nil {
+			all = map[string]map[string]int64{}
+		}
+		all[scope] = vs
+	}
+	env.ShowVersions(all)
+}
+
+// ScopeJSON returns raw[name] encoded, encoding it on first use: the
+// envelope's encoding of a scope it shows as the snapshot holds it
+// (envelope.ScopeEncoder).
+func (l *liveState) ScopeJSON(name string) ([]byte, error) {
+	return l.enc.Get(name, func() any { return l.raw[name] })
 }
 
 // WaitResult is what a wait returns: the context once the condition held,

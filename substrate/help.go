@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sort"
 
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/help"
 )
@@ -16,7 +17,7 @@ func (s *Service) helpLimits() help.Limits {
 		ViewCostPerRead: s.lim.ViewCostPerRead, ActionCostPerRead: s.lim.ActionCostPerRead, EnabledCostPerRead: s.lim.EnabledCostPerRead,
 		RoomCostPerSecond: s.lim.RoomCostPerSecond, GuestShare: guestShare, ViewLinkShare: viewLinkShare,
 		GateMinCost: gateMinCost, GateQuantum: s.lim.GateQuantum, NowRecheck: s.wait.NowRecheck,
-		Expr: s.cel.Limits(), MaxContextBytes: maxContextBytes, VersionsRead: versionsRead, StandardLibrary: standardLibrary,
+		Expr: s.cel.Limits(), MaxContextBytes: envelope.MaxBudget, VersionsRead: versionsRead, StandardLibrary: standardLibrary,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/search"
 )
 
 // searchWords is the vocabulary the benchmark room's text is drawn from:
@@ -102,14 +103,14 @@ func BenchmarkSearch(b *testing.B) {
 	ctx := context.Background()
 	for _, q := range []string{"zanzibar", "deadline", "deadline friday", `"release review"`} {
 		b.Run(q, func(b *testing.B) {
-			if _, err := svc.Search(ctx, reader, "big", substrate.SearchRequest{Query: q}); err != nil {
+			if _, err := search.Room(ctx, svc, reader, "big", search.Request{Query: q}); err != nil {
 				b.Fatal(err)
 			}
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
-				res, err := svc.Search(ctx, reader, "big", substrate.SearchRequest{Query: q})
+				res, err := search.Room(ctx, svc, reader, "big", search.Request{Query: q})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -223,7 +224,7 @@ func BenchmarkSearchFlood(b *testing.B) {
 					return
 				default:
 				}
-				_, err := svc.Search(ctx, reader, "big", substrate.SearchRequest{Query: "deadline", Limit: 50})
+				_, err := search.Room(ctx, svc, reader, "big", search.Request{Query: "deadline", Limit: 50})
 				switch {
 				case err == nil:
 					answered.Add(1)

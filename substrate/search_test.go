@@ -8,6 +8,7 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/search"
 )
 
 // The search language is configurable: english (the default) stems
@@ -28,7 +29,7 @@ func TestSearchLanguage(t *testing.T) {
 	}
 	hits := func(q string) int {
 		t.Helper()
-		res, err := svc.Search(ctx, admin, "lang", substrate.SearchRequest{Query: q})
+		res, err := search.Room(ctx, svc, admin, "lang", search.Request{Query: q})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -349,7 +349,7 @@ type liveState struct {
 	// (and the public message count, part of the key when they read it):
 	// every render of every member's lobby shares one evaluation.
 	public map[string]any
-	// enc holds raw's scopes encoded as JSON, once each (scopeJSON): the
+	// enc holds raw's scopes encoded as JSON, once each (ScopeJSON): the
 	// envelope of every read that shows a scope unmodified reuses them.
 	enc jsoncache.Once
 	// built keeps context builds per reader authority (buildShared).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -331,15 +332,6 @@ func (s *Service) ack(m *mutation, params map[string]any) (map[string]any, []map
 	return map[string]any{"acked": seq, "pending": pending}, audit, nil
 }
 
-// Receipts is who has read and who has acknowledged a message that asked
-// for acknowledgement.
-type Receipts struct {
-	To      []string `json:"to"`
-	ReadBy  []string `json:"read_by"`
-	AckedBy []string `json:"acked_by"`
-	Pending []string `json:"pending"`
-}
-
 // receiptsOf reads a message's receipts from the read's snapshot and
 // presence (nil: the message asked for none).
 func (rc *roomCtx) receiptsOf(seq int64) *Receipts {
@@ -368,16 +360,6 @@ func (rc *roomCtx) receiptsOf(seq int64) *Receipts {
 		}
 	}
 	return out
-}
-
-// OverdueAck is an acknowledgement asked of the reader and not given
-// within AckOverdue.
-type OverdueAck struct {
-	Seq  int64  `json:"seq"`
-	From string `json:"from"`
-	// AgoS is how long ago it was asked, in seconds.
-	AgoS int64  `json:"ago_s"`
-	Ack  string `json:"_ack"`
 }
 
 // overdueAcks are the acknowledgements asked of the reader that are
@@ -409,48 +391,14 @@ func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck 
 	return out
 }
 
-// ThreadSummary is a thread as the context shows it.
-type ThreadSummary struct {
-	Thread       int64    `json:"thread"`
-	Subject      string   `json:"subject"`
-	Participants []string `json:"participants"`
-	Count        int64    `json:"count"`
-	Latest       int64    `json:"latest"`
-	LatestFrom   string   `json:"latest_from"`
-	LatestBody   string   `json:"latest_body"`
-	// Unread counts the thread's messages after the reader's last read
-	// (among those this read saw).
-	Unread int `json:"unread"`
-	// Read is the call that reads the thread whole.
-	Read string `json:"read"`
-}
-
-// maxThreadsShown bounds the context's thread list.
-const maxThreadsShown = 8
-
 // threadsSection lists the room's most recently active threads, unread
-// ones first, from the read's snapshot; unread counts come from the
-// messages the read returned (recent), after the reader's last read.
+// ones first, from the read's snapshot (envelope.Threads).
 func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBefore int64) []ThreadSummary {
 	recs := rc.snap.scopes[ScopeThreads]
 	if len(recs) == 0 {
 		return nil
 	}
-	unread := map[int64]int{}
-	for _, m := range recent {
-		if rc.self == "" {
-			break // only an agent has read marks
-		}
-		seq, _ := m["seq"].(int64)
-		from, _ := m["from"].(string)
-		if seq <= seenBefore || from == rc.self {
-			continue
-		}
-		if t := threadOfMsg(m, seq); t != 0 {
-			unread[t]++
-		}
-	}
-	var out []ThreadSummary
+	var all []ThreadSummary
 	for key, r := range recs {
 		if !r.timer.live(rc.now) {
 			continue
@@ -460,39 +408,12 @@ func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBe
 			continue
 		}
 		t, _ := strconv.ParseInt(key, 10, 64)
-		out = append(out, ThreadSummary{Thread: t, Subject: clipRunes(rec.Subject, 80), Participants: rec.Participants, Count: rec.Count,
-			Latest: rec.Latest, LatestFrom: rec.LatestFrom, LatestBody: rec.LatestBody, Unread: unread[t]})
+		all = append(all, ThreadSummary{Thread: t, Subject: clipRunes(rec.Subject, 80), Participants: rec.Participants, Count: rec.Count,
+			Latest: rec.Latest, LatestFrom: rec.LatestFrom, LatestBody: rec.LatestBody})
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if (out[i].Unread > 0) != (out[j].Unread > 0) {
-			return out[i].Unread > 0
-		}
-		return out[i].Latest > out[j].Latest
+	return envelope.Threads(all, recent, rc.self, seenBefore, func(thread int64) string {
+		return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": thread}})
 	})
-	if len(out) > maxThreadsShown {
-		out = out[:maxThreadsShown]
-	}
-	for i := range out {
-		out[i].Read = rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": out[i].Thread}})
-	}
-	return out
-}
-
-// threadOfMsg is the thread a shown message belongs to (0: none).
-func threadOfMsg(m map[string]any, seq int64) int64 {
-	switch t := m["thread"].(type) {
-	case float64:
-		return int64(t)
-	case json.Number:
-		n, _ := t.Int64()
-		return n
-	case int64:
-		return t
-	}
-	if _, ok := m["subject"]; ok {
-		return seq
-	}
-	return 0
 }
 
 // threadCondition is the condition of a wait on a thread: a message in
@@ -524,21 +445,4 @@ func (rc *roomCtx) seenBefore() int64 {
 
 // MessageThread is the thread a message of the context's messages.recent
 // belongs to (0: none): its thread, or its own seq when it starts one.
-func MessageThread(m map[string]any) int64 {
-	seq, _ := m["seq"].(int64)
-	return threadOfMsg(m, seq)
-}
-
-// shrinkThreads leaves the thread list out of a context whose budget is
-// too small for its frame, and says how to read it (the messages read
-// lists the threads again).
-func (f *fitter) shrinkThreads() {
-	m := f.env.Messages
-	if m == nil || len(m.Threads) == 0 {
-		return
-	}
-	raw, _ := json.Marshal(m.Threads)
-	f.b.Cuts = append(f.b.Cuts, Cut{Section: "messages.threads", Total: len(m.Threads), Bytes: len(raw),
-		Expand: f.expand(map[string]any{"only": "messages", "messages_limit": 20}, len(raw))})
-	m.Threads = nil
-}
+func MessageThread(m map[string]any) int64 { return envelope.MessageThread(m) }

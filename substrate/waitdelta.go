@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -14,21 +15,6 @@ import (
 // default, so that waiting in a loop costs what changed, not the room
 // again each time (a room of 500 tasks is ~10,000 tokens whole, and a
 // change to one task ~200).
-
-// ChangesSince says which changes a delta context holds.
-type ChangesSince struct {
-	FromSeq int64 `json:"from_seq"`
-	// Changed maps each changed state entry (scope.key) to the seq of its
-	// change. Deletions are not listed (the room keeps no tombstones);
-	// a full read shows what is there.
-	Changed map[string]int64 `json:"changed"`
-	// OlderMessages counts messages since that the delta left out (it
-	// shows the newest), and More is the read that returns them.
-	OlderMessages int    `json:"older_messages,omitempty"`
-	More          string `json:"more,omitempty"`
-	// Full is the read of the whole context.
-	Full string `json:"full"`
-}
 
 // deltaOf narrows env to what changed after from: state entries written
 // since (and those that may have become visible unwritten), the messages
@@ -74,7 +60,7 @@ func deltaState(env *Envelope, rc *roomCtx, d *ChangesSince, from int64, newest 
 			name = rc.self
 		}
 		rows := rc.snap.scopes[name]
-		entries, ok := scopeEntries(v)
+		entries, ok := envelope.ScopeEntries(v)
 		if !ok {
 			delete(env.State, scope)
 			continue
@@ -131,7 +117,7 @@ func deltaMessages(m *Messages, rc *roomCtx, d *ChangesSince, roomID string, msg
 		}
 	}
 	if len(others) > limit {
-		keep := keptMessages(others, rc.self, limit)
+		keep := envelope.KeptMessages(others, rc.self, limit)
 		var kept []map[string]any
 		for i, msg := range others {
 			if keep[i] {
@@ -147,7 +133,7 @@ func deltaMessages(m *Messages, rc *roomCtx, d *ChangesSince, roomID string, msg
 		// shows it. Marking nothing read instead left directed_unread
 		// as it was, so a wait on it woke again at once, forever.
 		for i, msg := range others {
-			if !keep[i] && addressedTo(msg, rc.self) {
+			if !keep[i] && envelope.AddressedTo(msg, rc.self) {
 				seq, _ := msg["seq"].(int64)
 				rc.readUpTo = min(rc.readUpTo, seq-1)
 				break
@@ -160,27 +146,12 @@ func deltaMessages(m *Messages, rc *roomCtx, d *ChangesSince, roomID string, msg
 	ordered := make([]map[string]any, 0, len(others))
 	for _, to := range []bool{true, false} {
 		for _, msg := range others {
-			if addressedTo(msg, rc.self) == to {
+			if envelope.AddressedTo(msg, rc.self) == to {
 				ordered = append(ordered, msg)
 			}
 		}
 	}
 	m.Recent = ordered
-}
-
-// keptMessages are the indexes of others a delta of limit messages keeps:
-// the oldest addressed to self, then the newest.
-func keptMessages(others []map[string]any, self string, limit int) map[int]bool {
-	keep := map[int]bool{}
-	for i := 0; i < len(others) && len(keep) < limit; i++ {
-		if addressedTo(others[i], self) {
-			keep[i] = true
-		}
-	}
-	for i := len(others) - 1; i >= 0 && len(keep) < limit; i-- {
-		keep[i] = true
-	}
-	return keep
 }
 
 // actionChanges are the actions whose enablement for a reader may have

@@ -11,6 +11,7 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/ctxtest"
+	"github.com/syncsubstrate/sync/substrate/search"
 )
 
 // A gate that reads now is evaluated once per reader per quantum
@@ -154,7 +155,7 @@ func TestLongLivedContextHoldsNothingPerCall(t *testing.T) {
 		if _, err := svc.Eval(ctx, p, "longlived", `has(state._shared.n)`, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Search(ctx, p, "longlived", substrate.SearchRequest{Query: "n", Limit: 5}); err != nil {
+		if _, err := search.Room(ctx, svc, p, "longlived", search.Request{Query: "n", Limit: 5}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := svc.ListActions(ctx, p, "longlived"); err != nil {

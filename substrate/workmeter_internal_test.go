@@ -40,11 +40,11 @@ func TestEntriesEndTheirAdmission(t *testing.T) {
 			return err
 		},
 		"search": func(p *Principal) error {
-			_, err := s.Search(ctx, p, "rel", SearchRequest{Query: "x", Limit: 5})
+			_, err := s.SearchRows(ctx, p, "rel", SearchQuery{Query: "x", Limit: 6, Views: true})
 			return err
 		},
 		"search unseen": func(p *Principal) error {
-			_, err := s.Search(ctx, p, "rel", SearchRequest{Query: "x", Scope: "b", Limit: 5})
+			_, err := s.SearchRows(ctx, p, "rel", SearchQuery{Query: "x", Scope: "b", Limit: 6, Views: true})
 			return err
 		},
 		"actions":          func(p *Principal) error { _, err := s.ListActions(ctx, p, "rel"); return err },

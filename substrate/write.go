@@ -247,7 +247,7 @@ func (b *opBatch) writeOp(o *op) error {
 
 // versionConflict is the error for an if_version that no longer holds.
 func versionConflict(m *mutation, o *op, curVersion int64) error {
-	// The read named is the one that shows versions (versions.go),
+	// The read named is the one that shows versions (envelope/versions.go),
 	// in the reader's name for the scope.
 	read := o.Scope
 	if m.p != nil && m.p.AgentID != "" && read == m.p.AgentID {

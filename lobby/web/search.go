@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	"github.com/syncsubstrate/sync/lobby"
-	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/search"
 )
 
 // The search pages (issue 31): a room's (/web/rooms/{room}/search, with
@@ -46,7 +46,7 @@ func marked(s string) template.HTML {
 }
 
 // pageHitOf places a hit in its room for the page.
-func pageHitOf(room, viewToken string, h substrate.SearchHit) pageHit {
+func pageHitOf(room, viewToken string, h search.Hit) pageHit {
 	base := "/rooms/" + url.PathEscape(room)
 	q := ""
 	if viewToken != "" {
@@ -82,7 +82,7 @@ func (wb *Web) roomSearch(w http.ResponseWriter, r *http.Request) {
 	}
 	data := map[string]any{"RoomID": roomID, "Who": who, "ViewToken": viewToken, "Query": r.URL.Query().Get("q"), "Scope": r.URL.Query().Get("scope")}
 	if strings.TrimSpace(r.URL.Query().Get("q")) != "" {
-		req, err := substrate.ParseSearchRequest(r.URL.Query().Get)
+		req, err := search.ParseRequest(r.URL.Query().Get)
 		if err != nil {
 			wb.fail(w, r, err)
 			return
@@ -91,7 +91,7 @@ func (wb *Web) roomSearch(w http.ResponseWriter, r *http.Request) {
 			// The person's searches: theirs alone count against the cap.
 			req.Caller, _, _ = wb.opt.SignedIn(r)
 		}
-		res, err := wb.opt.Substrate.Search(r.Context(), p, roomID, req)
+		res, err := search.Room(r.Context(), wb.opt.Substrate, p, roomID, req)
 		if err != nil {
 			wb.fail(w, r, err)
 			return
@@ -118,7 +118,7 @@ func (wb *Web) lobbySearch(w http.ResponseWriter, r *http.Request) {
 	}
 	data := map[string]any{"Who": username, "Query": r.URL.Query().Get("q"), "Scope": r.URL.Query().Get("scope")}
 	if strings.TrimSpace(r.URL.Query().Get("q")) != "" {
-		req, err := substrate.ParseSearchRequest(r.URL.Query().Get)
+		req, err := search.ParseRequest(r.URL.Query().Get)
 		if err != nil {
 			wb.fail(w, r, err)
 			return

@@ -1,8 +1,8 @@
 // Package fairshare shares a room of bytes between lists of items,
 // max-min fairly: the context's size budget fitting an envelope's item
 // lists (the messages and each state scope) into what is left of it
-// (substrate/contextsize.go's fitter). Which lists there are, their
-// items' order and sizes, and what a cut says are the core's rule; this
+// (substrate/envelope/budget.go's fitter). Which lists there are, their
+// items' order and sizes, and what a cut says are the envelope's rule; this
 // only decides how many of each list's items fit.
 package fairshare
 

@@ -3,7 +3,7 @@
 // its CPU was encoding/json sorting 500 keys and re-validating each
 // stored value on every read of a room that had not changed.
 //
-// The rule is the core's (substrate/envelope_json.go): which scopes a
+// The rule is the envelope's (substrate/envelope/json.go): which scopes a
 // reader is shown is decided per read, and an encoding kept here is used
 // only while the envelope still holds the very map it was made from, so
 // the cache can only ever return bytes of a map the read itself chose to

@@ -2,8 +2,8 @@
 // sends it: whether PostgreSQL can store it as jsonb (Check), how deeply
 // it nests (Depth, ValueDepth), and its encoding without HTML escaping
 // (Encode). The rules that use them (which values are refused, with
-// which limit; what the envelope encodes) are the core's:
-// substrate/valuelimits.go and substrate/envelope_json.go.
+// which limit; what the envelope encodes) are the core's and the envelope's:
+// substrate/valuelimits.go and substrate/envelope/json.go.
 package jsontext
 
 import (

@@ -1,9 +1,10 @@
 // What a context read asks for: the request, the parameters a surface
 // received and their checks, and the echo of them a cut envelope carries.
 
-package substrate
+package envelope
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,7 +43,7 @@ type ContextRequest struct {
 	// began). Setting it makes a context read a delta too.
 	Since *int64
 	// MaxBytes is the envelope's size budget in bytes of JSON (0: none);
-	// see fitBudget. At most 4 MiB.
+	// see Fit. At most 4 MiB.
 	MaxBytes int
 	// KeysAfter and Prefix narrow state to the keys after KeysAfter (in
 	// key order) that start with Prefix: how a scope too large for one
@@ -77,9 +78,9 @@ func (r ContextRequest) adviseMax() int {
 	return maxContextBytes
 }
 
-// wants reports whether the read shows a section: every one, unless it
+// Wants reports whether the read shows a section: every one, unless it
 // names some (a section, or a part of one: state.<scope>, views.<id>).
-func (r ContextRequest) wants(sec string) bool {
+func (r ContextRequest) Wants(sec string) bool {
 	if len(r.Only) == 0 {
 		return true
 	}
@@ -91,8 +92,8 @@ func (r ContextRequest) wants(sec string) bool {
 	return false
 }
 
-// paged reports a read that walks state in key order.
-func (r ContextRequest) paged() bool {
+// Paged reports a read that walks state in key order.
+func (r ContextRequest) Paged() bool {
 	if r.KeysAfter != "" || r.Prefix != "" {
 		return true
 	}
@@ -107,6 +108,30 @@ func (r ContextRequest) paged() bool {
 // keyWanted reports whether a state key is in the read's key range.
 func (r ContextRequest) keyWanted(k string) bool {
 	return (r.KeysAfter == "" || k > r.KeysAfter) && strings.HasPrefix(k, r.Prefix)
+}
+
+// KeyRange is a scope's entries narrowed to the request's key range (a
+// copy: the snapshot's maps are shared between reads).
+func (r ContextRequest) KeyRange(v any) any {
+	switch m := v.(type) {
+	case map[string]json.RawMessage:
+		out := map[string]json.RawMessage{}
+		for k, raw := range m {
+			if r.keyWanted(k) {
+				out[k] = raw
+			}
+		}
+		return out
+	case map[string]any:
+		out := map[string]any{}
+		for k, val := range m {
+			if r.keyWanted(k) {
+				out[k] = val
+			}
+		}
+		return out
+	}
+	return v
 }
 
 // ContextParams are a read's parameters as a surface received them,
@@ -220,7 +245,7 @@ func (p ContextParams) Request() (ContextRequest, error) {
 	}
 	q.Include = splitList(p.Include)
 	for _, inc := range q.Include {
-		if inc != ScopeMessages && inc != ScopeAudit {
+		if inc != scopeMessages && inc != scopeAudit {
 			return q, errs.New(errs.InvalidField, "include %q: only _messages and _audit can be included", inc).With("field", "include").WithHint(`include "_messages", "_audit" or "_messages,_audit"`)
 		}
 	}
@@ -284,7 +309,15 @@ func splitList(s string) []string {
 
 var sections = []string{"state", "views", "agents", "actions", "messages"}
 
-func (r ContextRequest) echo() RequestEcho {
+// The log scopes a read may include (the core's ScopeMessages and
+// ScopeAudit).
+const (
+	scopeMessages = "_messages"
+	scopeAudit    = "_audit"
+)
+
+// Echo is the request as its envelope repeats it.
+func (r ContextRequest) Echo() RequestEcho {
 	var e RequestEcho
 	no := false
 	if r.Depth != "lean" {

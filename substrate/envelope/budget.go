@@ -1,4 +1,4 @@
-package substrate
+package envelope
 
 import (
 	"encoding/json"
@@ -55,15 +55,16 @@ const (
 	// minContextBytes is the smallest budget: the envelope's frame (its
 	// _context, the sections' summaries and the cuts) must fit in it.
 	minContextBytes = 1000
-	// maxContextBytes caps any requested budget.
+	// maxContextBytes caps any requested budget; MaxBudget, for the help.
 	maxContextBytes = 4 << 20
+	MaxBudget       = maxContextBytes
 	// DefaultBudget is the budget a hint's read gets when it names none:
 	// the MCP adapter's default (mcp.DefaultMaxBytes). A value larger than
 	// this can only be read by asking for more, which a hint then says.
 	DefaultBudget = 32_000
 )
 
-// fitBudget shrinks env to at most req.MaxBytes bytes of JSON. A budget is
+// Fit shrinks env to at most in.Req.MaxBytes bytes of JSON. A budget is
 // a ceiling on the whole envelope, and every cut names a read whose
 // default answer fits the default budget too (a page, or a narrower
 // read), so that following the server's advice never returns more than
@@ -78,7 +79,8 @@ const (
 // of a scope; in a paged read (messages_after, keys_after, prefix, or only
 // one scope) the items in order, so the next page starts exactly after the
 // last item returned.
-func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
+func Fit[A any](env *Envelope[A], in Fitting[A]) {
+	req := in.Req
 	b := &Budget{MaxBytes: req.MaxBytes}
 	max := max(req.MaxBytes-req.Reserve, minContextBytes/2)
 	env.Context.Budget = b
@@ -86,14 +88,14 @@ func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
 	if b.Bytes = size(); b.Bytes <= max {
 		return
 	}
-	f := &fitter{env: env, rc: rc, room: roomID, req: req, b: b}
+	f := &fitter[A]{env: env, in: in, req: req, b: b}
 	f.previews()
 	if b.Bytes = size(); b.Bytes <= max {
 		return
 	}
 	groups := f.groups()
 	for _, g := range groups {
-		g.clear(f)
+		f.clear(g)
 	}
 	for _, shrink := range []func(){f.shrinkViews, f.leanActions, f.shrinkAgents, f.dropDescriptions, f.shrinkAttention, f.shrinkActions} {
 		if size() <= max/2 {
@@ -106,7 +108,7 @@ func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
 	for attempt := 0; attempt < 5; attempt++ {
 		b.Cuts = b.Cuts[:fixed]
 		for _, g := range groups {
-			g.clear(f)
+			f.clear(g)
 		}
 		avail := max - size() - 260*len(groups) - slack
 		f.fill(groups, avail)
@@ -118,8 +120,8 @@ func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
 	// The frame alone is past the budget (a tiny one): summaries only.
 	b.Cuts = b.Cuts[:fixed]
 	for _, g := range groups {
-		g.clear(f)
-		g.cut(f, 0)
+		f.clear(g)
+		f.cut(g, 0)
 	}
 	if b.Bytes = size(); b.Bytes > max {
 		f.shrinkAgents()
@@ -144,45 +146,80 @@ func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
 	}
 }
 
+// Fitting is what a fit needs beyond the envelope: the request, the
+// reader, and the room's own answers to what the envelope cannot know.
+type Fitting[A any] struct {
+	Req ContextRequest
+	// Self is the reader's agent id ("" for tokens and observers): the
+	// messages addressed to it are kept first.
+	Self string
+	// Room is the room read; Say words a step (a read, an evaluation) in
+	// the reader's vocabulary, for the cuts' expand.
+	Room string
+	Say  func(errs.Step) string
+	// Rank orders a scope's keys, most salient for the reader first
+	// (RankKeys), when the read is not paged.
+	Rank func(scope string, keys map[string]json.RawMessage) []string
+	// Actions shapes the actions section.
+	Actions ActionShape[A]
+	// ReadUpTo is the newest message the read marks read; a cut of the
+	// messages lowers it to what the envelope still shows.
+	ReadUpTo *int64
+}
+
+// ActionShape is how a fit shrinks actions as the core shows them.
+type ActionShape[A any] struct {
+	// Lean is an action as a lean read shows it; full says the view held
+	// more (a definition's fields), builtin that it is a builtin, which a
+	// lean read lists in BuiltinsLine instead.
+	Lean func(A) (lean A, full, builtin bool)
+	// Undescribed is the action without its description, and whether it
+	// had one.
+	Undescribed func(A) (A, bool)
+	// Available reports an action the reader may invoke now.
+	Available func(A) bool
+	// BuiltinsLine is the builtins at the lean depth, in one line.
+	BuiltinsLine string
+}
+
 // fitter is one envelope being fitted.
-type fitter struct {
-	env  *Envelope
-	rc   *roomCtx
-	room string
-	req  ContextRequest
-	b    *Budget
+type fitter[A any] struct {
+	env *Envelope[A]
+	in  Fitting[A]
+	req ContextRequest
+	b   *Budget
 }
 
 // expand words a read for the reader, with the budget it needs when the
 // default budget would not hold need bytes.
-func (f *fitter) expand(args map[string]any, need int) string {
+func (f *fitter[A]) expand(args map[string]any, need int) string {
 	if need+2000 > DefaultBudget {
 		args["max_bytes"] = min((need+2000+999)/1000*1000, f.req.adviseMax())
 	}
-	return expand(f.rc, f.room, args)
+	return f.read(args)
 }
 
 // wholeValue words the read that returns one large value whole: a read
 // of just it with the budget it needs, or, past the largest budget the
 // caller may be advised (AdviseMax), the expression that evaluates to it,
 // whose result a surface with a result limit pages.
-func (f *fitter) wholeValue(args map[string]any, size int, force bool, ref string) string {
+func (f *fitter[A]) wholeValue(args map[string]any, size int, force bool, ref string) string {
 	need := (size + 2000 + 999) / 1000 * 1000
 	if need > f.req.adviseMax() {
-		return f.rc.p.Say(errs.Step{Op: errs.OpEval, Room: f.room, Args: map[string]any{"expr": ref}})
+		return f.in.Say(errs.Step{Op: errs.OpEval, Room: f.in.Room, Args: map[string]any{"expr": ref}})
 	}
 	if size+1500 > f.req.MaxBytes || force {
 		args["max_bytes"] = need
 	}
-	return expand(f.rc, f.room, args)
+	return f.read(args)
 }
 
 // previews replaces large single values, in state and views, by
 // previews, each cut naming the narrow read that returns it whole.
-func (f *fitter) previews() {
+func (f *fitter[A]) previews() {
 	env := f.env
 	for scope, v := range env.State {
-		keys, ok := scopeEntries(v)
+		keys, ok := ScopeEntries(v)
 		if !ok {
 			continue
 		}
@@ -238,9 +275,9 @@ type gItem struct {
 }
 
 // groups takes the envelope's item lists in keeping order.
-func (f *fitter) groups() []*group {
+func (f *fitter[A]) groups() []*group {
 	var out []*group
-	paged := f.req.paged()
+	paged := f.req.Paged()
 	if m := f.env.Messages; m != nil && len(m.Recent) > 0 {
 		g := &group{section: "messages", ordered: true}
 		after := f.req.MessagesAfter != nil
@@ -256,7 +293,7 @@ func (f *fitter) groups() []*group {
 			var to []gItem
 			rest := g.items[:0:0]
 			for _, it := range g.items {
-				if len(to) < 5 && addressedTo(it.msg, f.rc.self) {
+				if len(to) < 5 && AddressedTo(it.msg, f.in.Self) {
 					to = append(to, it)
 				} else {
 					rest = append(rest, it)
@@ -272,7 +309,7 @@ func (f *fitter) groups() []*group {
 	}
 	sort.Strings(names)
 	for _, scope := range names {
-		keys, ok := scopeEntries(f.env.State[scope])
+		keys, ok := ScopeEntries(f.env.State[scope])
 		if !ok || len(keys) == 0 {
 			continue
 		}
@@ -284,7 +321,7 @@ func (f *fitter) groups() []*group {
 			}
 			sort.Strings(order)
 		} else {
-			order = rankKeys(f.rc, scope, keys)
+			order = f.in.Rank(scope, keys)
 		}
 		for _, k := range order {
 			g.items = append(g.items, gItem{key: k, raw: keys[k], size: len(k) + len(keys[k]) + 4})
@@ -304,7 +341,7 @@ func (g *group) openCount() int {
 	if g.open < 0 {
 		g.open = 0
 		for _, it := range g.items {
-			if openWork(it.raw) > 0 {
+			if OpenWork(it.raw) > 0 {
 				g.open++
 			}
 		}
@@ -313,7 +350,7 @@ func (g *group) openCount() int {
 }
 
 // clear takes g's items out of the envelope (while the rest is sized).
-func (g *group) clear(f *fitter) {
+func (f *fitter[A]) clear(g *group) {
 	g.kept = nil
 	if g.scope == "" {
 		f.env.Messages.Recent = []map[string]any{}
@@ -324,7 +361,7 @@ func (g *group) clear(f *fitter) {
 
 // fill shares avail bytes between the groups, max-min fair, and puts back
 // what each keeps.
-func (f *fitter) fill(groups []*group, avail int) {
+func (f *fitter[A]) fill(groups []*group, avail int) {
 	lists := make([]fairshare.List, len(groups))
 	for i, g := range groups {
 		l := fairshare.List{Ordered: g.ordered}
@@ -333,7 +370,7 @@ func (f *fitter) fill(groups []*group, avail int) {
 		}
 		if g.scope != "" && !g.ordered {
 			// A sample of a scope's first items, open work first
-			// (rankKeys), whatever its share: a board whose items lost
+			// (Fitting.Rank), whatever its share: a board whose items lost
 			// to the messages still shows what is to do.
 			for _, it := range g.items[:min(sampleItems, len(g.items))] {
 				l.Floor += it.size
@@ -347,16 +384,16 @@ func (f *fitter) fill(groups []*group, avail int) {
 		for _, j := range items {
 			g.kept = append(g.kept, g.items[j])
 		}
-		g.cut(f, len(g.kept))
+		f.cut(g, len(g.kept))
 	})
 }
 
 // cut writes g's kept items into the envelope and, when it left some
 // out, the cut that says what and how to read the rest.
-func (g *group) cut(f *fitter, n int) {
+func (f *fitter[A]) cut(g *group, n int) {
 	kept := g.kept[:min(n, len(g.kept))]
 	if g.scope == "" {
-		g.cutMessages(f, kept)
+		f.cutMessages(g, kept)
 		return
 	}
 	entries := make(map[string]json.RawMessage, len(kept)+1)
@@ -374,7 +411,7 @@ func (g *group) cut(f *fitter, n int) {
 	if open := g.openCount(); open > 0 {
 		shown := 0
 		for _, it := range kept {
-			if openWork(it.raw) > 0 {
+			if OpenWork(it.raw) > 0 {
 				shown++
 			}
 		}
@@ -409,7 +446,7 @@ func (g *group) cut(f *fitter, n int) {
 }
 
 // cutMessages writes the kept messages (in seq order) and the cut.
-func (g *group) cutMessages(f *fitter, kept []gItem) {
+func (f *fitter[A]) cutMessages(g *group, kept []gItem) {
 	m := f.env.Messages
 	all := len(g.items)
 	msgs := make([]map[string]any, 0, len(kept))
@@ -418,7 +455,7 @@ func (g *group) cutMessages(f *fitter, kept []gItem) {
 	}
 	// A wake-up (a delta) shows the messages to its reader first, as
 	// deltaOf orders them; each part is in seq order.
-	first := func(msg map[string]any) bool { return f.req.Since != nil && addressedTo(msg, f.rc.self) }
+	first := func(msg map[string]any) bool { return f.req.Since != nil && AddressedTo(msg, f.in.Self) }
 	sort.SliceStable(msgs, func(i, j int) bool {
 		if a, b := first(msgs[i]), first(msgs[j]); a != b {
 			return a
@@ -444,14 +481,14 @@ func (g *group) cutMessages(f *fitter, kept []gItem) {
 			last = max(last, seq)
 		}
 		args = map[string]any{"only": "messages", "messages_after": last}
-		f.rc.readUpTo = min(f.rc.readUpTo, last)
+		*f.in.ReadUpTo = min(*f.in.ReadUpTo, last)
 	} else {
 		// The newest: the older ones the window held are exactly the
 		// messages after the window's first minus one, this many.
 		first, older := int64(0), 0
 		var oldestKept int64 = 1 << 62
 		for _, it := range kept {
-			if !addressedTo(it.msg, f.rc.self) || len(kept) == 0 {
+			if !AddressedTo(it.msg, f.in.Self) || len(kept) == 0 {
 				oldestKept = min(oldestKept, it.seq)
 			}
 		}
@@ -467,14 +504,14 @@ func (g *group) cutMessages(f *fitter, kept []gItem) {
 		if older > 0 && older < 500 {
 			args["messages_limit"] = older
 		}
-		f.rc.readUpTo = min(f.rc.readUpTo, first-1)
+		*f.in.ReadUpTo = min(*f.in.ReadUpTo, first-1)
 	}
 	f.b.Cuts = append(f.b.Cuts, Cut{Section: "messages", Kept: len(kept), Total: all, Bytes: g.need, Expand: f.expand(args, 0)})
 }
 
 // shrinkViews keeps the views that fit in a third of the budget, in id
 // order, and lists the others by id with the read that returns them.
-func (f *fitter) shrinkViews() {
+func (f *fitter[A]) shrinkViews() {
 	if len(f.env.Views) == 0 {
 		return
 	}
@@ -511,48 +548,46 @@ func (f *fitter) shrinkViews() {
 		only = append(only, "views."+id)
 	}
 	f.b.Cuts = append(f.b.Cuts, Cut{Section: "views", Kept: len(ids) - len(omitted), Total: len(ids), Bytes: total,
-		Expand: expand(f.rc, f.room, map[string]any{"only": strings.Join(only, ",")})})
+		Expand: f.read(map[string]any{"only": strings.Join(only, ",")})})
 }
 
 // leanActions shows actions as a lean read does (signature, availability,
 // description).
-func (f *fitter) leanActions() {
+func (f *fitter[A]) leanActions() {
 	full := false
 	for id, a := range f.env.Actions {
-		if a.Params != nil || a.Writes != nil || a.If != "" || a.Intent != "" {
-			full = true
-		}
-		if a.Builtin {
+		lean, more, builtin := f.in.Actions.Lean(a)
+		full = full || more
+		if builtin {
 			delete(f.env.Actions, id)
 			continue
 		}
-		f.env.Actions[id] = ActionView{Signature: a.Signature, Available: a.Available, Description: a.Description, Cooldown: a.Cooldown}
+		f.env.Actions[id] = lean
 	}
 	if full {
-		f.env.Builtins = builtinsLine
+		f.env.Builtins = f.in.Actions.BuiltinsLine
 		f.b.Cuts = append(f.b.Cuts, Cut{Section: "actions.definitions", Total: len(f.env.Actions),
-			Expand: expand(f.rc, f.room, map[string]any{"only": "actions", "depth": "full"})})
+			Expand: f.read(map[string]any{"only": "actions", "depth": "full"})})
 	}
 }
 
 // dropDescriptions leaves actions their signatures.
-func (f *fitter) dropDescriptions() {
+func (f *fitter[A]) dropDescriptions() {
 	n := 0
 	for id, a := range f.env.Actions {
-		if a.Description != "" {
-			a.Description = ""
-			f.env.Actions[id] = a
+		if bare, had := f.in.Actions.Undescribed(a); had {
+			f.env.Actions[id] = bare
 			n++
 		}
 	}
 	if n > 0 {
-		f.b.Cuts = append(f.b.Cuts, Cut{Section: "actions.descriptions", Total: n, Expand: expand(f.rc, f.room, map[string]any{"only": "actions"})})
+		f.b.Cuts = append(f.b.Cuts, Cut{Section: "actions.descriptions", Total: n, Expand: f.read(map[string]any{"only": "actions"})})
 	}
 }
 
 // shrinkActions keeps the available actions that fit in a quarter of the
 // budget.
-func (f *fitter) shrinkActions() {
+func (f *fitter[A]) shrinkActions() {
 	if len(f.env.Actions) == 0 {
 		return
 	}
@@ -561,14 +596,14 @@ func (f *fitter) shrinkActions() {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool {
-		a, b := f.env.Actions[ids[i]], f.env.Actions[ids[j]]
-		if a.Available != b.Available {
-			return a.Available
+		a, b := f.in.Actions.Available(f.env.Actions[ids[i]]), f.in.Actions.Available(f.env.Actions[ids[j]])
+		if a != b {
+			return a
 		}
 		return ids[i] < ids[j]
 	})
 	used, room := 0, f.req.MaxBytes/4
-	kept := map[string]ActionView{}
+	kept := map[string]A{}
 	for _, id := range ids {
 		raw, _ := json.Marshal(f.env.Actions[id])
 		if used+len(raw)+len(id)+4 > room {
@@ -581,12 +616,12 @@ func (f *fitter) shrinkActions() {
 		return
 	}
 	f.env.Actions = kept
-	f.b.Cuts = append(f.b.Cuts, Cut{Section: "actions", Kept: len(kept), Total: len(ids), Expand: expand(f.rc, f.room, map[string]any{"only": "actions"})})
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: "actions", Kept: len(kept), Total: len(ids), Expand: f.read(map[string]any{"only": "actions"})})
 }
 
 // shrinkAgents keeps the reader and the agents that fit in a quarter of
 // the budget (active ones first) and counts the rest.
-func (f *fitter) shrinkAgents() {
+func (f *fitter[A]) shrinkAgents() {
 	if len(f.env.Agents) == 0 {
 		return
 	}
@@ -606,8 +641,8 @@ func (f *fitter) shrinkAgents() {
 	}
 	sort.Slice(ids, func(i, j int) bool {
 		a, b := ids[i], ids[j]
-		if (a == f.rc.self) != (b == f.rc.self) {
-			return a == f.rc.self
+		if (a == f.in.Self) != (b == f.in.Self) {
+			return a == f.in.Self
 		}
 		if (status(a) == "idle") != (status(b) == "idle") {
 			return status(b) == "idle"
@@ -618,7 +653,7 @@ func (f *fitter) shrinkAgents() {
 	kept := map[string]any{}
 	for _, id := range ids {
 		raw, _ := json.Marshal(f.env.Agents[id])
-		if used+len(raw)+len(id)+4 > room && id != f.rc.self {
+		if used+len(raw)+len(id)+4 > room && id != f.in.Self {
 			break
 		}
 		kept[id] = f.env.Agents[id]
@@ -629,11 +664,11 @@ func (f *fitter) shrinkAgents() {
 	}
 	kept["_summary"] = map[string]any{"agents": len(ids), "shown": len(kept)}
 	f.env.Agents = kept
-	f.b.Cuts = append(f.b.Cuts, Cut{Section: "agents", Kept: len(kept) - 1, Total: len(ids), Expand: expand(f.rc, f.room, map[string]any{"only": "agents"})})
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: "agents", Kept: len(kept) - 1, Total: len(ids), Expand: f.read(map[string]any{"only": "agents"})})
 }
 
 // shrinkAttention keeps _attention's lists to their first few.
-func (f *fitter) shrinkAttention() {
+func (f *fitter[A]) shrinkAttention() {
 	at := f.env.Context.Attention
 	if at == nil {
 		return
@@ -650,29 +685,13 @@ func (f *fitter) shrinkAttention() {
 	}
 }
 
-// addressedTo reports a message directed to agent.
-func addressedTo(msg map[string]any, agent string) bool {
-	if agent == "" {
-		return false
-	}
-	switch to := msg["to"].(type) {
-	case string:
-		return to == agent
-	case []string:
-		return slices.Contains(to, agent)
-	case []any:
-		return slices.Contains(to, any(agent))
-	}
-	return false
+// read words the context read with args for the reader.
+func (f *fitter[A]) read(args map[string]any) string {
+	return f.in.Say(errs.Step{Op: errs.OpReadContext, Room: f.in.Room, Args: args})
 }
 
-// expand words the context read with args for the reader.
-func expand(rc *roomCtx, roomID string, args map[string]any) string {
-	return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
-}
-
-// scopeEntries returns a state scope's entries as key → JSON (a copy).
-func scopeEntries(v any) (map[string]json.RawMessage, bool) {
+// ScopeEntries returns a state scope's entries as key → JSON (a copy).
+func ScopeEntries(v any) (map[string]json.RawMessage, bool) {
 	out := map[string]json.RawMessage{}
 	switch m := v.(type) {
 	case map[string]json.RawMessage:
@@ -701,4 +720,18 @@ func preview(raw []byte) json.RawMessage {
 	}
 	out, _ := json.Marshal(map[string]any{"_truncated": true, "bytes": len(raw), "preview": string(raw[:cut]) + "…"})
 	return out
+}
+
+// shrinkThreads leaves the thread list out of a context whose budget is
+// too small for its frame, and says how to read it (the messages read
+// lists the threads again).
+func (f *fitter[A]) shrinkThreads() {
+	m := f.env.Messages
+	if m == nil || len(m.Threads) == 0 {
+		return
+	}
+	raw, _ := json.Marshal(m.Threads)
+	f.b.Cuts = append(f.b.Cuts, Cut{Section: "messages.threads", Total: len(m.Threads), Bytes: len(raw),
+		Expand: f.expand(map[string]any{"only": "messages", "messages_limit": 20}, len(raw))})
+	m.Threads = nil
 }
