@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
 )
 
@@ -44,11 +47,30 @@ func TestConcurrentFirstRoomsBothCreated(t *testing.T) {
 		}
 	}()
 	<-held
-	// Stays: the fixture's pool of two is taken by the held transaction and
-	// CreateRoom, which leaves no connection to see CreateRoom queue on the
-	// held membership from; released 300 ms on, it has in all likelihood.
-	go func() { time.Sleep(300 * time.Millisecond); close(release) }()
-	_, err := f.l.CreateRoom(ctx, "user_newbie", "second", "")
+	// The fixture's pool of two is taken by the held transaction and
+	// CreateRoom: a connection of its own sees CreateRoom queue on the held
+	// membership (a transaction sees one snapshot of pg_stat_activity, so
+	// each look is a statement of its own).
+	watcher, err := pgx.ConnectConfig(ctx, f.db.ConnConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(ctx)
+	created := make(chan error, 1)
+	go func() {
+		_, err := f.l.CreateRoom(ctx, "user_newbie", "second", "")
+		created <- err
+	}()
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		var waiting int
+		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting >= 1
+	}, "CreateRoom to queue on the held membership")
+	close(release)
+	err = <-created
 	wg.Wait()
 	if err != nil {
 		var retired bool

@@ -170,19 +170,13 @@ func TestNoHangWithTinyPool(t *testing.T) {
 			record("mcp", start, err)
 		}()
 	}
-	// Wake the waiters once they are all waiting (or after a while: the
-	// write must wake them either way).
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		var waiting int
-		_ = srv.db.QueryRow(ctx, `SELECT count(*) FROM agents WHERE room_id = 'busy' AND status = 'waiting'`).Scan(&waiting)
-		if waiting == n {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Wake the waiters once they all wait (REST and MCP alike: each counts
+	// in OpenWaits once it would see any write), so the writes below wake
+	// them rather than meet a condition already true. The waits' own limit
+	// (limit) is below Eventually's: a wait that never opens fails there.
+	pgtest.Eventually(t, 30*time.Second, func() bool { return srv.svc.Stats().OpenWaits >= n+mcpWaits },
+		"%d waits open (%v are)", n+mcpWaits, func() any { return srv.svc.Stats().OpenWaits })
 	rest("write", "PUT", "/rooms/busy/state", roomTok, map[string]any{"scope": "_shared", "key": "go", "value": true})
-	time.Sleep(200 * time.Millisecond) // the MCP waits have begun
 	mustTool(t, cs, "sync_invoke_action", map[string]any{"action": "go"})
 	all.Wait()
 	if len(failures) > 0 {

@@ -133,18 +133,11 @@ func (c *sessionCall) refused(t *testing.T, code string) map[string]any {
 // which a wait sets before it blocks).
 func (f *reviewFixture) waitUntilWaiting(t *testing.T, agent string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, 20*time.Second, func() bool {
 		var status string
 		_ = f.srv.db.QueryRow(context.Background(), `SELECT status FROM agents WHERE room_id = $1 AND id = $2`, f.room.ID, agent).Scan(&status)
-		if status == "waiting" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never started waiting", agent)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return status == "waiting"
+	}, "%s to start waiting", agent)
 }
 
 // A long session of two people on the review room, through the MCP tools

@@ -3,14 +3,13 @@ package substrate
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -18,189 +17,10 @@ import (
 // (_actions/<id>, _views/<id>) written through the one write path, so they
 // carry versions, timers and audit like everything else.
 
-func (s *Service) compileField(field, src string) error {
-	if src == "" {
-		return nil
-	}
-	if _, err := s.cel.Compile(src); err != nil {
-		if e, ok := err.(*errs.Error); ok {
-			return e.With("field", field)
-		}
-		return err
-	}
-	return nil
-}
-
-// validateAction checks a definition and fills defaults.
-func (s *Service) validateAction(def *ActionDef) error {
-	if err := s.validActionID(def); err != nil {
-		return err
-	}
-	if err := validActionFields(def); err != nil {
-		return err
-	}
-	if len(def.Writes) == 0 && def.Result == "" {
-		return actionDoesNothing(def)
-	}
-	if err := s.validActionWrites(def); err != nil {
-		return err
-	}
-	return validActionTimers(def)
-}
-
-// validActionID refuses an id that is not a name, or is a builtin's
-// (but help) or reserved for builtins.
-func (s *Service) validActionID(def *ActionDef) error {
-	if err := authority.ValidName("action id", def.ID, s.lim.MaxScopeBytes, true); err != nil {
-		return err
-	}
-	if _, builtin := builtinDescriptions[def.ID]; builtin && def.ID != "help" {
-		return errs.New(errs.InvalidField, "%q is a builtin action", def.ID).WithHint("choose another id (only help may be overridden)")
-	}
-	if strings.HasPrefix(def.ID, "_") {
-		return errs.New(errs.InvalidField, "action ids starting with _ are reserved for builtins").WithHint("choose an id that starts with a letter or digit")
-	}
-	return nil
-}
-
-// validActionFields bounds the description and intent, and checks the
-// params' names and types.
-func validActionFields(def *ActionDef) error {
-	for _, f := range []struct{ name, v string }{{"description", def.Description}, {"intent", def.Intent}} {
-		if len(f.v) > maxTextField {
-			return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", f.name, len(f.v), maxTextField).With("field", f.name).With("limit", maxTextField).
-				WithHint("shorten %s to %d bytes or less and register again", f.name, maxTextField)
-		}
-	}
-	if len(def.Params) > maxParams {
-		return errs.New(errs.InvalidField, "%d params, over the limit of %d", len(def.Params), maxParams).WithHint("take fewer parameters, or one object")
-	}
-	for name, p := range def.Params {
-		if err := authority.ValidName("param name", name, 64, true); err != nil {
-			return err
-		}
-		if !slices.Contains(paramTypes, p.Type) {
-			return errs.New(errs.InvalidField, "param %q has type %q", name, p.Type).WithHint("types are string, number, integer, boolean, object, array, any")
-		}
-	}
-	return nil
-}
-
-// actionDoesNothing refuses an action that neither writes nor computes:
-// it does nothing when invoked; most often the caller expected a library
-// definition by its id, which the error then offers.
-func actionDoesNothing(def *ActionDef) error {
-	for _, lib := range standardLibrary {
-		if lib.ID == def.ID {
-			raw, _ := json.Marshal(lib)
-			var args map[string]any
-			_ = json.Unmarshal(raw, &args)
-			return errs.New(errs.InvalidField, "action %q has no writes and no result: registering an id does not fetch the standard library's %q", def.ID, def.ID).
-				With("field", "writes").WithHint("register the library's definition as it is (next), or adapt it; sync_help key standard_library lists them all").
-				WithNext(errs.Step{Op: errs.OpRegisterAction, Args: args})
-		}
-	}
-	return errs.New(errs.InvalidField, "action %q has no writes and no result, so invoking it would do nothing", def.ID).With("field", "writes").
-		WithHint("give writes (what it changes, e.g. [{\"scope\": \"_shared\", \"key\": \"phase\", \"value\": \"${params.phase}\"}]) or a result (a CEL value it returns); ready-made definitions are in help key standard_library")
-}
-
-// validActionWrites bounds the writes and compiles the expressions and
-// the write templates.
-func (s *Service) validActionWrites(def *ActionDef) error {
-	if len(def.Writes) > maxWritesPerAction {
-		return errs.New(errs.InvalidField, "%d writes, over the limit of %d per action", len(def.Writes), maxWritesPerAction).WithHint("split the action")
-	}
-	for _, f := range []struct{ name, src string }{{"if", def.If}, {"enabled", def.Enabled}, {"result", def.Result}} {
-		if err := s.compileField(f.name, f.src); err != nil {
-			return err
-		}
-	}
-	for i := range def.Writes {
-		if err := s.validateTemplate(def, i); err != nil {
-			if e, ok := err.(*errs.Error); ok {
-				return e.With("write", i)
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// validActionTimers checks the action's timer and the one it sets when
-// invoked (an "enable" timer unless it says).
-func validActionTimers(def *ActionDef) error {
-	if def.Timer != nil {
-		if err := def.Timer.validate("timer"); err != nil {
-			return err
-		}
-	}
-	if def.OnInvoke != nil && def.OnInvoke.Timer != nil {
-		if def.OnInvoke.Timer.Effect == "" {
-			def.OnInvoke.Timer.Effect = "enable"
-		}
-		if err := def.OnInvoke.Timer.validate("on_invoke.timer"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *Service) validateTemplate(def *ActionDef, i int) error {
-	w := &def.Writes[i]
-	field := fmt.Sprintf("writes[%d]", i)
-	n := 0
-	for _, set := range []bool{len(w.Value) > 0, len(w.Merge) > 0, len(w.Increment) > 0, w.Delete} {
-		if set {
-			n++
-		}
-	}
-	if n != 1 {
-		return errs.New(errs.InvalidField, "%s needs exactly one of value, merge, increment and delete", field).
-			WithHint(`e.g. {"scope": "_shared", "key": "phase", "value": "${params.phase}"}`)
-	}
-	if w.Key == "" && !w.Append {
-		return errs.New(errs.InvalidField, "%s has no key", field).WithHint("give it a key (append writes may omit it)")
-	}
-	if w.Append && len(w.Value) == 0 {
-		return errs.New(errs.InvalidField, "%s: append takes a value", field).WithHint("give the entry to append as value")
-	}
-	if err := checkTemplates(field+".scope", w.Scope, def.Params); err != nil {
-		return err
-	}
-	if err := checkTemplates(field+".key", w.Key, def.Params); err != nil {
-		return err
-	}
-	if w.Expr {
-		src := w.Value
-		if len(src) == 0 {
-			src = w.Merge
-		}
-		var code string
-		if json.Unmarshal(src, &code) != nil {
-			return errs.New(errs.InvalidField, "%s: with expr: true, value (or merge) is a CEL expression string", field).
-				WithHint(`e.g. "value": "state._shared.score + params.points", "expr": true`)
-		}
-		if err := s.compileField(field+".value", code); err != nil {
-			return err
-		}
-	} else {
-		for _, raw := range []json.RawMessage{w.Value, w.Merge, w.Increment, w.IfVersion} {
-			if len(raw) > 0 {
-				if err := checkJSONTemplates(field, raw, def.Params); err != nil {
-					return err
-				}
-			}
-		}
-		if len(w.Merge) > 0 && w.Merge[0] != '{' {
-			return errs.New(errs.InvalidField, "%s: merge must be an object", field).WithHint("use value to store a non-object")
-		}
-	}
-	if w.Timer != nil {
-		if err := w.Timer.validate(field + ".timer"); err != nil {
-			return err
-		}
-	}
-	return s.compileField(field+".enabled", w.Enabled)
+// checks are what validating a definition needs of this server.
+func (s *Service) checks() defs.Checks {
+	return defs.Checks{CEL: s.cel, MaxIDBytes: s.lim.MaxScopeBytes, ValidName: authority.ValidName,
+		Builtin: func(id string) bool { _, ok := builtinDescriptions[id]; return ok }}
 }
 
 // RegisterResult is what a registration returns.
@@ -252,7 +72,7 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 	}
 	def.Scope = scope
 	def.RegisteredBy = m.actor
-	if err := s.validateAction(&def); err != nil {
+	if err := defs.ValidateAction(&def, s.checks()); err != nil {
 		return nil, err
 	}
 	snap, err := s.lockedSnapshot(m)
@@ -276,13 +96,13 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 		if def.Intent == "" {
 			def.Intent = old.def.Intent
 		}
-		res.Changed = changedFields(*old.def, def)
+		res.Changed = defs.ChangedFields(*old.def, def)
 	}
 	// Competing writers of the same static keys.
-	for _, t := range staticTargets(&def) {
+	for _, t := range defs.StaticTargets(&def) {
 		var others []string
 		for id, a := range snap.actions {
-			if id != def.ID && slices.Contains(staticTargets(a.def), t) {
+			if id != def.ID && slices.Contains(defs.StaticTargets(a.def), t) {
 				others = append(others, id)
 			}
 		}
@@ -323,20 +143,6 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 	m.audit = map[string]any{"kind": "register_action", "action": def.ID, "definition": def, "created": res.Created, "changed": res.Changed}
 	m.vocab, m.decay = append(m.vocab, vocabTouch{"action", def.ID, false}), s.decayOf(snap)
 	return res, nil
-}
-
-func changedFields(a, b ActionDef) []string {
-	a.RegisteredBy, b.RegisteredBy = "", ""
-	var out []string
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	t := va.Type()
-	for i := 0; i < t.NumField(); i++ {
-		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
-			tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			out = append(out, tag)
-		}
-	}
-	return out
 }
 
 // lockedSnapshot loads the room's snapshot inside a mutation.
@@ -468,30 +274,8 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 	}
 	def.Scope = scope
 	def.RegisteredBy = m.actor
-	if err := authority.ValidName("view id", def.ID, s.lim.MaxScopeBytes, false); err != nil {
+	if err := defs.ValidateView(&def, s.checks()); err != nil {
 		return nil, err
-	}
-	if len(def.Description) > maxTextField {
-		return nil, errs.New(errs.InvalidField, "description is over %d bytes", maxTextField).WithHint("shorten it")
-	}
-	if def.Expr == "" {
-		return nil, errs.New(errs.InvalidField, "a view needs expr").WithHint(`e.g. {"id": "phase", "expr": "state._shared.phase"}`)
-	}
-	prog, err := s.cel.Compile(def.Expr)
-	if err != nil {
-		return nil, err.(*errs.Error).With("field", "expr")
-	}
-	def.Deps = prog.ViewDeps
-	if err := s.compileField("enabled", def.Enabled); err != nil {
-		return nil, err
-	}
-	if len(def.Render) > 0 && def.Render[0] != '{' {
-		return nil, errs.New(errs.InvalidField, "render must be an object").WithHint(`e.g. {"type": "metric", "label": "Score"}`)
-	}
-	if def.Timer != nil {
-		if err := def.Timer.validate("timer"); err != nil {
-			return nil, err
-		}
 	}
 	snap, err := s.lockedSnapshot(m)
 	if err != nil {

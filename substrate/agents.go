@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -74,7 +75,7 @@ func (s *Service) agentEnabled(src string) (*string, error) {
 	if src == "" {
 		return nil, nil
 	}
-	if err := s.compileField("enabled", src); err != nil {
+	if err := defs.CompileField(s.cel, "enabled", src); err != nil {
 		return nil, err
 	}
 	return &src, nil

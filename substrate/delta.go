@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+
+	"github.com/syncsubstrate/sync/substrate/defs"
 )
 
 // DeltaValueCap is the most a delta stores of one value (its before or
@@ -154,7 +156,7 @@ func capValue(v json.RawMessage) json.RawMessage {
 	}
 	canon := v
 	var x any
-	if decodeNumber(v, &x) == nil {
+	if defs.DecodeNumber(v, &x) == nil {
 		if b, err := json.Marshal(x); err == nil {
 			canon = b
 		}

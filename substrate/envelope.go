@@ -2,10 +2,10 @@ package substrate
 
 import (
 	"encoding/json"
-	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
@@ -125,16 +125,12 @@ func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []stri
 	return envelope.RankKeys(keys, mine, watchedKeys(rc, scope), rev)
 }
 
-// statePath finds state.<scope>.<key> (or .?key, or ["key"]) in an
-// expression's source: what the room's rules read.
-var statePath = regexp.MustCompile(`state\.([A-Za-z_][\w:@.-]*?)(?:\.\??|\[")([A-Za-z_0-9][\w:@.-]*?)(?:"\]|\b)`)
-
 // watchedKeys are the keys of scope that the room's action guards and views
 // read, or that several actions write.
 func watchedKeys(rc *roomCtx, scope string) map[string]bool {
 	out := map[string]bool{}
 	add := func(src string) {
-		for _, m := range factsOf(src).paths {
+		for _, m := range defs.FactsOf(src).Paths {
 			if m[0] == scope {
 				out[m[1]] = true
 			}

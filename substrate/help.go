@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"sort"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/exprbudget"
 	"github.com/syncsubstrate/sync/substrate/help"
 )
 
@@ -15,9 +17,9 @@ func (s *Service) helpLimits() help.Limits {
 	return help.Limits{
 		MaxValueBytes: s.lim.MaxValueBytes, MaxValueDepth: s.lim.MaxValueDepth,
 		ViewCostPerRead: s.lim.ViewCostPerRead, ActionCostPerRead: s.lim.ActionCostPerRead, EnabledCostPerRead: s.lim.EnabledCostPerRead,
-		RoomCostPerSecond: s.lim.RoomCostPerSecond, GuestShare: guestShare, ViewLinkShare: viewLinkShare,
-		GateMinCost: gateMinCost, GateQuantum: s.lim.GateQuantum, NowRecheck: s.wait.NowRecheck,
-		Expr: s.cel.Limits(), MaxContextBytes: envelope.MaxBudget, VersionsRead: versionsRead, StandardLibrary: standardLibrary,
+		RoomCostPerSecond: s.lim.RoomCostPerSecond, GuestShare: exprbudget.GuestShare, ViewLinkShare: exprbudget.ViewLinkShare,
+		GateMinCost: exprbudget.MinCost, GateQuantum: s.lim.GateQuantum, NowRecheck: s.wait.NowRecheck,
+		Expr: s.cel.Limits(), MaxContextBytes: envelope.MaxBudget, VersionsRead: versionsRead, StandardLibrary: defs.StandardLibrary,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -94,7 +95,7 @@ func (s *Service) decodeParams(raw json.RawMessage) (map[string]any, error) {
 	if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
 		return nil, s.tooDeep("params").With("field", "params")
 	}
-	if err := decodeNumber(raw, &params); err != nil || params == nil {
+	if err := defs.DecodeNumber(raw, &params); err != nil || params == nil {
 		return nil, errs.New(errs.InvalidParam, "params must be a JSON object").WithHint(`params is an object: {"name": value, …}`)
 	}
 	return params, nil
@@ -183,7 +184,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 	if err != nil {
 		return err
 	}
-	if err := checkParams(def, params); err != nil {
+	if err := defs.CheckParams(def, params); err != nil {
 		return err
 	}
 	agents, err := m.presence()
@@ -252,7 +253,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 // (the first userWrites), the timer its on_invoke sets, and the message
 // that says it was invoked.
 func (s *Service) invocationOps(m *mutation, rc *roomCtx, vars *expr.Vars, id string, def *ActionDef, params map[string]any) (ops []op, userWrites int, _ error) {
-	r := &renderer{params: params, self: rc.self, now: m.now.UTC().Format(time.RFC3339Nano)}
+	r := &defs.Renderer{Params: params, Self: rc.self, Now: m.now.UTC().Format(time.RFC3339Nano)}
 	ops = make([]op, 0, len(def.Writes)+2)
 	for i, w := range def.Writes {
 		o, err := s.renderWrite(m.ctx, rc, vars, r, def, w)
@@ -355,15 +356,15 @@ func (s *Service) evalField(ctx context.Context, field, src string, vars *expr.V
 
 // renderWrite turns one write template into a concrete write, checked
 // against the registrar's authority (seed 001 §Write authority model).
-func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars, r *renderer, def *ActionDef, w WriteTemplate) (op, error) {
-	scope := r.str(w.Scope)
+func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars, r *defs.Renderer, def *ActionDef, w WriteTemplate) (op, error) {
+	scope := r.Str(w.Scope)
 	if scope == "" {
 		scope = ScopeShared
 	}
 	if scope == ScopeSelf {
 		scope = rc.self
 	}
-	o := op{Scope: scope, Key: r.str(w.Key), Append: w.Append, Delete: w.Delete, Deep: true, Timer: w.Timer, Enabled: w.Enabled}
+	o := op{Scope: scope, Key: r.Str(w.Key), Append: w.Append, Delete: w.Delete, Deep: true, Timer: w.Timer, Enabled: w.Enabled}
 	if err := authority.ValidName("scope", o.Scope, s.lim.MaxScopeBytes, true); err != nil {
 		return o, err
 	}
@@ -380,19 +381,19 @@ func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars,
 	case w.Expr:
 		err = s.evalWrite(ctx, vars, w, &o)
 	case len(w.Value) > 0:
-		o.Value, err = r.json(w.Value)
+		o.Value, err = r.JSON(w.Value)
 	case len(w.Merge) > 0:
-		o.Merge, err = r.json(w.Merge)
+		o.Merge, err = r.JSON(w.Merge)
 	case len(w.Increment) > 0:
 		var n json.Number
-		n, err = r.number("increment", w.Increment)
+		n, err = r.Number("increment", w.Increment)
 		o.Increment = &n
 	}
 	if err != nil {
 		return o, err
 	}
 	if len(w.IfVersion) > 0 {
-		n, err := r.number("if_version", w.IfVersion)
+		n, err := r.Number("if_version", w.IfVersion)
 		if err != nil {
 			return o, err
 		}
@@ -459,3 +460,9 @@ func callText(id string, params map[string]any) string {
 // maxCallText caps the text of an invocation message: the params are in
 // the audit log (or summarised there), the message only says what happened.
 const maxCallText = 500
+
+// auditParams is what an audit entry or invocation message records of
+// params, within this server's value limits (defs.AuditParams).
+func (s *Service) auditParams(params map[string]any) any {
+	return defs.AuditParams(params, s.lim.MaxValueBytes, s.lim.MaxValueDepth)
+}

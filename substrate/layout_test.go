@@ -61,9 +61,16 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// rule) as pure functions: the core keeps the SQL that finds a
 	// credential, and re-exports the names (issue 45).
 	"substrate/authority": true,
+	// What an action or a view is and makes one valid, its templates and
+	// params, what an expression names: rules that need no room (issue 45).
+	"substrate/defs": true,
+	// The rule of a room's expression budget: whose budget, what is
+	// charged, the refusal; the buckets are workmeter's (issue 45).
+	"substrate/exprbudget": true,
 	// The envelope's shape, request, encoding and size budget, fitted
 	// from plain inputs the core hands it (no room, no SQL).
-	"substrate/envelope": true}
+	"substrate/envelope": true,
+}
 
 // machinery are the packages beneath the rules (issue 45): each makes one
 // rule fast (group commit, a cache, a memo, a batch, a coalescer, a
@@ -79,10 +86,10 @@ var machinery = map[string][]string{
 	"substrate/internal/waitbatch":   {"wait.go", "substrate.go"},
 	"substrate/internal/waitclock":   {"wait.go"},
 	"substrate/internal/buildcache":  {"buildshare.go", "snapshot.go"},
-	"substrate/internal/memo":        {"exprfacts.go", "snapshot.go"},
+	"substrate/internal/memo":        {"defs/facts.go", "snapshot.go"},
 	"substrate/internal/jsoncache":   {"envelope/json.go", "snapshot.go"},
-	"substrate/internal/jsontext":    {"envelope/json.go", "valuelimits.go"},
-	"substrate/internal/workmeter":   {"substrate.go"},
+	"substrate/internal/jsontext":    {"envelope/json.go", "write.go", "defs/params.go"},
+	"substrate/internal/workmeter":   {"substrate.go", "exprbudget/exprbudget.go"},
 	"substrate/internal/earliest":    {"foresee.go"},
 	"substrate/internal/fairshare":   {"envelope/budget.go"},
 	"substrate/internal/groupcommit": {"groupcommit.go"},

@@ -19,6 +19,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/exprbudget"
 	"github.com/syncsubstrate/sync/substrate/internal/readmarks"
 )
 
@@ -91,6 +92,45 @@ func countMessages(ctx context.Context, q querier, roomID string, p *Principal, 
 		mc.gated = append(mc.gated, gatedUnread{enabled: g, directed: true, uncounted: true})
 	}
 	return mc, nil
+}
+
+// work admits a request of p that will evaluate expressions in roomID
+// and returns the context that charges them to the room's budget p draws
+// on (exprbudget: the rule, and why a request admitted finishes); done
+// ends the request's use of it, and the caller defers it.
+//
+// Every public entry that evaluates expressions for a room admits once, at
+// its start, and passes the returned context down; readCtx refuses a
+// context that was not (admitted), so an entry that forgets is an error in
+// every test that calls it, not an unmetered read.
+func (s *Service) work(ctx context.Context, p *Principal, roomID string) (_ context.Context, done func(), _ error) {
+	ctx, done, err := exprbudget.Admit(ctx, s.workMeter, budgetOf(p, roomID), roomID, s.lim.RoomCostPerSecond, time.Now())
+	if err != nil {
+		s.roomBusy.Add(1)
+	}
+	return ctx, done, err
+}
+
+// budgetOf is the budget p's requests in roomID draw on: a principal
+// authenticated with the view token draws on the view link's, every
+// other read-only one on the observers'.
+func budgetOf(p *Principal, roomID string) exprbudget.Budget {
+	return exprbudget.Of(roomID, p != nil && p.Kind == KindView && p.TokenHash() != nil, p != nil && p.ReadOnly())
+}
+
+// admitted reports whether ctx was admitted (work) for the budget p's
+// requests in roomID draw on.
+func admitted(ctx context.Context, p *Principal, roomID string) bool {
+	return exprbudget.Admitted(ctx, budgetOf(p, roomID))
+}
+
+// notAdmitted is readCtx's answer to a context no entry admitted: a bug
+// (an entry that reads a room without charging it), loud in every test
+// that reaches it, and logged in production rather than served unmetered.
+func (s *Service) notAdmitted(roomID string) error {
+	s.log.Error("a room context was read on a request not admitted to the room's expression budget: its entry must call work first", "room", roomID)
+	return errs.New(errs.Internal, "internal error: the read was not admitted to room %q's expression budget", roomID).
+		WithHint("retry later; if it persists, report it with the time of the request")
 }
 
 // readCtx loads what p perceives of the room now, from one consistent

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -52,7 +53,7 @@ func (s *Service) bootstrapRole(ctx context.Context, roomID, agentID string, act
 		switch v := a.(type) {
 		case string:
 			found := false
-			for _, t := range standardLibrary {
+			for _, t := range defs.StandardLibrary {
 				if t.ID == v {
 					def, found = t, true
 				}

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/exprbudget"
 )
 
 // presence is the agents' public presence, loaded fresh for each context.
@@ -159,12 +161,6 @@ type gateBudget struct {
 	cut   int
 }
 
-// gateMinCost is the least an entry-level gate counts against the read's
-// budget, whatever its cel-go cost (which is 0 for a constant): the fixed
-// cost of an evaluation (activation, deadline, conversion), about 3 µs,
-// is that of some 100 units. It makes the budget bound how many gates run.
-const gateMinCost = 100
-
 // budget returns the read's gate budget (the one its parent read shares).
 func (rc *roomCtx) budget() *gateBudget {
 	if rc.gates == nil {
@@ -225,7 +221,7 @@ func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, p
 		// The views its registrar and the invoker both see: an action
 		// carries a gated view neither to an invoker nor to a registrar
 		// it hides from.
-		views = rc.viewsAs(ctx, s, registrarOf(def.Scope, def.RegisteredBy))
+		views = rc.viewsAs(ctx, s, defs.RegistrarOf(def.Scope, def.RegisteredBy))
 	}
 	return &expr.Vars{State: rc.stateAs(ctx, s, def.Scope, def.RegisteredBy, rc.self != "" && rc.self == def.Scope), Views: views,
 		Agents: rc.vars.Agents, Actions: rc.vars.Actions, Messages: rc.vars.Messages, Self: rc.self, Params: params, Now: rc.now}
@@ -594,15 +590,15 @@ const (
 
 // evalGate evaluates an entry-level enabled expression: on when it gives
 // true (an error or any other value hides the entry), its cost at least
-// gateMinCost, and how long its result may be reused.
+// exprbudget.MinCost, and how long its result may be reused.
 func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (gateResult, gateMemo) {
 	p, err := s.cel.Compile(src)
 	if err != nil {
-		return gateResult{cost: gateMinCost}, memoPure
+		return gateResult{cost: exprbudget.MinCost}, memoPure
 	}
 	v, cost, err := s.cel.EvalCost(ctx, p, vars)
 	b, _ := v.(bool)
-	g := gateResult{on: err == nil && b, cost: max(cost, gateMinCost)}
+	g := gateResult{on: err == nil && b, cost: max(cost, exprbudget.MinCost)}
 	switch {
 	case p.Uses("agents"):
 		return g, memoNone
@@ -713,11 +709,11 @@ func (rc *roomCtx) affordAction(ctx context.Context, s *Service, id, src string,
 	}
 	p, err := s.cel.Compile(src)
 	if err != nil {
-		rc.actionCost += gateMinCost
+		rc.actionCost += exprbudget.MinCost
 		return false
 	}
 	v, cost, err := s.cel.EvalCost(ctx, p, vars)
-	rc.actionCost += max(cost, gateMinCost)
+	rc.actionCost += max(cost, exprbudget.MinCost)
 	b, isBool := v.(bool)
 	if err != nil && ifClause {
 		return p.UsesParams

@@ -24,10 +24,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/syncsubstrate/sync/substrate/defs"
 )
 
 // Salience is what the core asks adaptive salience.
@@ -269,7 +270,7 @@ func (r *Read) Value(scope, key string) any {
 // ViewOwner is the agent whose view def is, to fix when it breaks: the
 // agent of its scope, or the agent that registered a communal one; ""
 // for a view registered with room authority (the room's own).
-func ViewOwner(def *ViewDef) string { return registrarOf(def.Scope, def.RegisteredBy) }
+func ViewOwner(def *ViewDef) string { return defs.RegistrarOf(def.Scope, def.RegisteredBy) }
 
 // Expand words the context read with args for the reader.
 func (r *Read) Expand(args map[string]any) string { return expand(r.rc, r.room, args) }
@@ -471,17 +472,14 @@ func (m *mutation) touchVocabulary(seq int64, decay float64, reads int64) {
 	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay, reads)
 }
 
-// viewRefs finds views.<id> and views["id"] in an expression.
-var viewRefs = regexp.MustCompile(`views(?:\.([A-Za-z_][A-Za-z0-9_]*)|\["([^"\\]+)"\])`)
-
 // ViewRefs are the ids of the views src names (views.<id>, views["id"]),
 // in order, repeats included. Shared between callers: read-only.
-func ViewRefs(src string) []string { return factsOf(src).views }
+func ViewRefs(src string) []string { return defs.FactsOf(src).Views }
 
 // StatePaths are the state entries src names by path (state.<scope>.<key>,
 // .?key or ["key"]): scope and key, in order. Shared between callers:
 // read-only.
-func StatePaths(src string) [][2]string { return factsOf(src).paths }
+func StatePaths(src string) [][2]string { return defs.FactsOf(src).Paths }
 
 // ViewSelf is the scope a view reads as state.self ("" for a communal
 // one).

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -141,7 +142,7 @@ func (s *Service) writeOpError(w *Write) *errs.Error {
 			return errs.New(errs.InvalidField, "with expr: true, value (or merge) is a CEL expression string").With("field", "expr").
 				WithHint(`e.g. {"scope": "_shared", "key": "total", "value": "state._shared.a + state._shared.b", "expr": true}`)
 		}
-		if err := s.compileField("expr", code); err != nil {
+		if err := defs.CompileField(s.cel, "expr", code); err != nil {
 			return errs.From(err)
 		}
 	} else if hasJSON(w.Merge) && w.Merge[0] != '{' {
@@ -152,7 +153,7 @@ func (s *Service) writeOpError(w *Write) *errs.Error {
 			WithHint(`give "enabled" an expression to gate the entry, or "" to remove its gate`)
 	}
 	if w.Enabled != "" {
-		if err := s.compileField("enabled", w.Enabled); err != nil {
+		if err := defs.CompileField(s.cel, "enabled", w.Enabled); err != nil {
 			return errs.From(err)
 		}
 	}
@@ -169,7 +170,7 @@ func (s *Service) writeOpError(w *Write) *errs.Error {
 // depth of its value.
 func (s *Service) writeLimitError(w *Write) *errs.Error {
 	if w.Timer != nil {
-		if err := w.Timer.validate("timer"); err != nil {
+		if err := w.Timer.Validate("timer"); err != nil {
 			return err.(*errs.Error)
 		}
 	}

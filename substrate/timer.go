@@ -2,71 +2,10 @@ package substrate
 
 import (
 	"encoding/json"
-	"strings"
 	"time"
 
-	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/defs"
 )
-
-// Timer is a lifecycle on a state entry, an action or a view (seed 001
-// §State; reference §4.4). Exactly one clock: ms after it is set, an
-// absolute time, or a number of ticks (writes to tick_on). With effect
-// "delete" (the default) the item is live until the clock runs out; with
-// "enable" it is dormant until then.
-type Timer struct {
-	MS     int64  `json:"ms,omitempty"`
-	At     string `json:"at,omitempty"`
-	Ticks  int64  `json:"ticks,omitempty"`
-	TickOn string `json:"tick_on,omitempty"`
-	Effect string `json:"effect,omitempty"`
-}
-
-// maxTimer bounds timers so that a typo cannot make something immortal in
-// all but name.
-const maxTimer = 366 * 24 * time.Hour
-
-func (t *Timer) validate(field string) error {
-	bad := func(f string, a ...any) error {
-		return errs.New(errs.InvalidField, "%s: "+f, append([]any{field}, a...)...).
-			WithHint(`give exactly one clock: {"ms": 60000}, {"at": "2026-01-02T15:04:05Z"} or {"ticks": 3, "tick_on": "_shared.turn"}, and optionally "effect": "delete" or "enable"`)
-	}
-	clocks := 0
-	if t.MS != 0 {
-		clocks++
-		if t.MS < 0 || time.Duration(t.MS)*time.Millisecond > maxTimer {
-			return bad("ms must be between 1 and %d", maxTimer.Milliseconds())
-		}
-	}
-	if t.At != "" {
-		clocks++
-		if _, err := time.Parse(time.RFC3339, t.At); err != nil {
-			return bad("at %q is not an RFC 3339 time", t.At)
-		}
-	}
-	if t.Ticks != 0 || t.TickOn != "" {
-		clocks++
-		if t.Ticks <= 0 || t.TickOn == "" {
-			return bad("ticks needs a positive count and tick_on naming <scope>.<key>")
-		}
-		if !strings.Contains(normalizeTickOn(t.TickOn), ".") {
-			return bad("tick_on %q must name <scope>.<key>", t.TickOn)
-		}
-	}
-	if clocks != 1 {
-		return bad("has %d clocks", clocks)
-	}
-	switch t.Effect {
-	case "":
-		t.Effect = "delete"
-	case "delete", "enable":
-	default:
-		return bad("effect %q is not delete or enable", t.Effect)
-	}
-	return nil
-}
-
-// normalizeTickOn accepts "state.<scope>.<key>" and "<scope>.<key>".
-func normalizeTickOn(s string) string { return strings.TrimPrefix(s, "state.") }
 
 // timerState is a started timer as stored in the timer_* columns.
 type timerState struct {
@@ -78,8 +17,8 @@ type timerState struct {
 	StartedAt *time.Time
 }
 
-// start turns a timer definition into its running state at now.
-func (t *Timer) start(now time.Time) *timerState {
+// startTimer turns a timer definition into its running state at now.
+func startTimer(t *Timer, now time.Time) *timerState {
 	raw, _ := json.Marshal(t)
 	ts := &timerState{JSON: raw, Effect: &t.Effect, StartedAt: &now}
 	switch {
@@ -90,7 +29,7 @@ func (t *Timer) start(now time.Time) *timerState {
 		at, _ := time.Parse(time.RFC3339, t.At)
 		ts.ExpiresAt = &at
 	default:
-		n, on := t.Ticks, normalizeTickOn(t.TickOn)
+		n, on := t.Ticks, defs.NormalizeTickOn(t.TickOn)
 		ts.TicksLeft, ts.TickOn = &n, &on
 	}
 	return ts

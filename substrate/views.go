@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/exprbudget"
 )
 
 // maxViewMemo bounds the view values one liveState keeps: one per view,
@@ -309,7 +311,7 @@ func (rc *roomCtx) viewGate(ctx context.Context, s *Service, v *viewRec, who str
 		vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, v.def.RegisteredBy, true), Views: rc.views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
 			Messages: msgs, Self: who, Now: rc.now}
 		val, cost, err := s.cel.EvalCost(ctx, v.enabledProg, vars)
-		rc.viewCost += max(cost, gateMinCost)
+		rc.viewCost += max(cost, exprbudget.MinCost)
 		b, _ := val.(bool)
 		on = err == nil && b
 	}
@@ -318,19 +320,6 @@ func (rc *roomCtx) viewGate(ctx context.Context, s *Service, v *viewRec, who str
 	}
 	rc.viewGates[key] = on
 	return on
-}
-
-// registrarOf is who a definition in scope, registered by registeredBy,
-// reads views as: its scope's agent, or for a communal one the agent that
-// registered it ("" for room authority, which reads as the room token).
-func registrarOf(scope, registeredBy string) string {
-	if self := viewSelfOf(scope); self != "" {
-		return self
-	}
-	if strings.HasPrefix(registeredBy, "_") {
-		return ""
-	}
-	return registeredBy
 }
 
 // viewsAs are the views a definition registered by who sees in this read:
@@ -370,7 +359,7 @@ func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewRes
 	self := viewSelf(v.def)
 	views := rc.views
 	if len(v.prog.ViewDeps) > 0 || v.prog.DynamicViews {
-		views = rc.viewsAs(ctx, s, registrarOf(v.def.Scope, v.def.RegisteredBy))
+		views = rc.viewsAs(ctx, s, defs.RegistrarOf(v.def.Scope, v.def.RegisteredBy))
 	}
 	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, v.def.RegisteredBy, true), Views: views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
 		Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
@@ -400,7 +389,7 @@ const ViewContested = viewContested
 func (snap *snapshot) contested() map[string]any {
 	writers := map[string][]string{}
 	for id, a := range snap.actions {
-		for _, t := range staticTargets(a.def) {
+		for _, t := range defs.StaticTargets(a.def) {
 			if !contains(writers[t], id) {
 				writers[t] = append(writers[t], id)
 			}
@@ -435,21 +424,6 @@ func (rc *roomCtx) contested() map[string]any {
 		if len(seen) > 1 {
 			out[t] = seen
 		}
-	}
-	return out
-}
-
-func staticTargets(def *ActionDef) []string {
-	var out []string
-	for _, w := range def.Writes {
-		scope := w.Scope
-		if scope == "" {
-			scope = ScopeShared
-		}
-		if w.Append || strings.Contains(scope+w.Key, "${") {
-			continue
-		}
-		out = append(out, scope+"."+w.Key)
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
@@ -581,11 +582,11 @@ func (w *waiter) reads(part string) bool {
 	p := w.prog
 	indirect := p.Uses("views") || p.Uses("actions")
 	if scope, ok := strings.CutPrefix(part, "state."); ok {
-		f := factsOf(w.condition)
-		if indirect || f.wholeState {
+		f := defs.FactsOf(w.condition)
+		if indirect || f.WholeState {
 			return true
 		}
-		for _, sc := range f.scopes {
+		for _, sc := range f.Scopes {
 			if sc == scope || sc == ScopeSelf && w.p.Kind == KindAgent && scope == w.p.AgentID {
 				return true
 			}

@@ -2,10 +2,10 @@ package substrate
 
 import (
 	"context"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -173,7 +173,7 @@ func actionsChangedSince(rc *roomCtx, from int64, newest map[string]int64, unsee
 	for id, a := range rc.snap.actions {
 		// The gate reads its registrar's state, and the reader's own as
 		// self (actionVars).
-		if a.r.Revision > from || gateMayHaveOpened(a.def.Enabled, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) || unseen.ranOut(rc, a.r, from) {
+		if a.r.Revision > from || gateMayHaveOpened(a.def.Enabled, []string{rc.self, defs.SelfOf(a.def.Scope)}, from, newest) || unseen.ranOut(rc, a.r, from) {
 			c.ids[id] = true
 		}
 	}
@@ -193,11 +193,11 @@ func actionsChangedSince(rc *roomCtx, from int64, newest map[string]int64, unsee
 // names that changed or may have been deleted, or any when it reads
 // actions whole.
 func (c *actionChanges) read(rc *roomCtx, src string) bool {
-	f := factsOf(src)
-	if f.allActions && (c.defs || len(c.ids) > 0) {
+	f := defs.FactsOf(src)
+	if f.AllActions && (c.defs || len(c.ids) > 0) {
 		return true
 	}
-	for _, id := range f.actions {
+	for _, id := range f.Actions {
 		if c.ids[id] || c.defs && rc.snap.actions[id] == nil {
 			return true
 		}
@@ -210,7 +210,7 @@ func (c *actionChanges) read(rc *roomCtx, src string) bool {
 // read views and actions) or its cooldown (set by an invocation, ended by
 // its timer).
 func availabilityMayHaveChanged(rc *roomCtx, a *actionRec, from int64, newest map[string]int64, unseen *unseenChanges, acts *actionChanges, views map[string]bool) bool {
-	if gateMayHaveOpened(a.def.If, []string{rc.self, viewSelfOf(a.def.Scope)}, from, newest) || readsView(a.def.If, views) || acts.read(rc, a.def.If) {
+	if gateMayHaveOpened(a.def.If, []string{rc.self, defs.SelfOf(a.def.Scope)}, from, newest) || readsView(a.def.If, views) || acts.read(rc, a.def.If) {
 		return true
 	}
 	if cd := rc.snap.scopes[scopeCooldowns][a.def.ID]; cd != nil && (cd.Revision > from || unseen.ranOut(rc, cd.row, from)) {
@@ -234,7 +234,7 @@ func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64, acts *ac
 			gateMayHaveOpened(v.def.Enabled, []string{self}, seq, newest) || readsView(v.def.Enabled, changed) {
 			changed[v.def.ID] = true
 		}
-		for _, id := range factsOf(v.def.Expr).views {
+		for _, id := range defs.FactsOf(v.def.Expr).Views {
 			// A view read that is gone may have been deleted since.
 			if changed[id] || !rc.snap.hasView(id) && newest[scopeViews] > seq {
 				changed[v.def.ID] = true
@@ -246,7 +246,7 @@ func viewsChangedSince(rc *roomCtx, seq int64, newest map[string]int64, acts *ac
 
 // readsView reports whether src reads (by name) one of the views in set.
 func readsView(src string, set map[string]bool) bool {
-	for _, id := range factsOf(src).views {
+	for _, id := range defs.FactsOf(src).Views {
 		if set[id] {
 			return true
 		}
@@ -254,16 +254,13 @@ func readsView(src string, set map[string]bool) bool {
 	return false
 }
 
-// scopeRef finds the scopes an expression reads (state.x, state.?x).
-var scopeRef = regexp.MustCompile(`state\.\??([A-Za-z_][\w:@-]*)`)
-
 // readsChangedScope reports whether src reads a scope with an entry
 // changed after seq (a view reading one key of a scope is reported when
 // another changed: a delta may show a view that did not change, never
 // miss one that did). self is the scope src reads as state.self: a
 // view's registrar's, not the reader's.
 func readsChangedScope(src, self string, after int64, newest map[string]int64) bool {
-	for _, scope := range factsOf(src).scopes {
+	for _, scope := range defs.FactsOf(src).Scopes {
 		if scope == ScopeSelf {
 			if scope = self; scope == "" {
 				continue
@@ -290,16 +287,7 @@ func scopeRevisions(rc *roomCtx) map[string]int64 {
 
 // viewSelf is the scope a view reads as state.self: its registrar's
 // agent scope (evalView), none for a communal one.
-func viewSelf(def *ViewDef) string { return viewSelfOf(def.Scope) }
-
-// viewSelfOf is the scope a definition registered in scope reads as
-// state.self: an agent's, none for a communal one.
-func viewSelfOf(scope string) string {
-	if scope != ScopeShared && !strings.HasPrefix(scope, "_") {
-		return scope
-	}
-	return ""
-}
+func viewSelf(def *ViewDef) string { return defs.SelfOf(def.Scope) }
 
 // mayAppear reports an entry that may have become visible since seq
 // after without being written: one whose enabled gate reads something
@@ -337,32 +325,10 @@ func gateMayHaveOpened(src string, selves []string, after int64, newest map[stri
 	return false
 }
 
-// gateReadsAnyTime finds what changes without a write the delta can see:
-// the clock, presence, messages (and their read marks), state by a
-// computed name. It may match a string literal: a delta may show too
-// much, never too little.
-var gateReadsAnyTime = regexp.MustCompile(`(^|[^.\w])(now|agents|messages)\b|state\s*\[`)
-
-// stateUse finds each use of state and what follows it.
-var stateUse = regexp.MustCompile(`(^|[^.\w])state\b\s*(\.\s*\??\s*([A-Za-z_]\w*))?`)
-
 // readsAnyTime reports whether src reads something that changes without
 // a write to a scope it names: gateReadsAnyTime, or state whole (passed
 // along, or iterated by a macro such as state.exists).
-func readsAnyTime(src string) bool { return factsOf(src).anyTime }
-
-func scanReadsAnyTime(src string) bool {
-	if gateReadsAnyTime.MatchString(src) {
-		return true
-	}
-	for _, m := range stateUse.FindAllStringSubmatch(src, -1) {
-		switch m[3] {
-		case "", "all", "exists", "exists_one", "map", "filter":
-			return true
-		}
-	}
-	return false
-}
+func readsAnyTime(src string) bool { return defs.FactsOf(src).AnyTime }
 
 // anyScope in a scopeRevisions map stands for every scope: the delta
 // cannot tell which changed.
@@ -515,6 +481,50 @@ func (r *Read) ViewsChangedUnseen(ctx context.Context, from int64) map[string]bo
 
 // readsActions reports whether src reads actions at all.
 func readsActions(src string) bool {
-	f := factsOf(src)
-	return f.allActions || len(f.actions) > 0
+	f := defs.FactsOf(src)
+	return f.AllActions || len(f.Actions) > 0
+}
+
+// maxUnseenMemo bounds the unseenChanges a snapshot keeps (one per
+// distinct "since" its readers asked about).
+const maxUnseenMemo = 64
+
+// unseenAt is unseenSince(from, snap.seq), read once per snapshot and
+// from: what the audit log holds up to the snapshot's seq does not change
+// (a mutation makes a new snapshot), and every agent reading an unchanged
+// room asks the same question, since its own last read (the snapshot's
+// seq). An error is not kept.
+func (s *Service) unseenAt(ctx context.Context, snap *snapshot, from int64) (*unseenChanges, error) {
+	if u, ok := snap.unseen.Get(from); ok {
+		return u, nil
+	}
+	u, err := s.unseenSince(ctx, snap.room, from, snap.seq)
+	if err != nil {
+		return nil, err
+	}
+	snap.unseen.Keep(from, u, maxUnseenMemo)
+	return u, nil
+}
+
+// timedRows are the snapshot's mutable rows with a timer that has an
+// effect (the only ones unseenChanges.ranOut can report), found once per
+// snapshot: every agent's read asks, and most rooms have none among
+// hundreds of rows.
+func (snap *snapshot) timedRows() []scopedRow {
+	snap.timedOnce.Do(func() {
+		for scope, rows := range snap.scopes {
+			for _, r := range rows {
+				if r.timer != nil && r.timer.Effect != nil {
+					snap.timed = append(snap.timed, scopedRow{scope, r.row})
+				}
+			}
+		}
+	})
+	return snap.timed
+}
+
+// scopedRow is a row and the scope the snapshot holds it in.
+type scopedRow struct {
+	scope string
+	r     *row
 }

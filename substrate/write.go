@@ -7,8 +7,9 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
-	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/jsontext"
 )
 
 // op is one resolved state write, from a direct write or an action. Exactly
@@ -287,7 +288,7 @@ func newValue(o *op, old *row) (json.RawMessage, string, error) {
 		base := json.Number("0")
 		if old != nil {
 			var n json.Number
-			if err := decodeNumber(old.Value, &n); err != nil {
+			if err := defs.DecodeNumber(old.Value, &n); err != nil {
 				return nil, "", errs.New(errs.NotNumeric, "%s/%s holds a %s, and increment needs a number", o.Scope, o.Key, jsonKind(old.Value)).
 					WithHint("replace it with a number first, or increment another key")
 			}
@@ -375,7 +376,7 @@ func (s *Service) checkEnabledBudget(m *mutation) error {
 // write's own, else those of the live entry it replaces.
 func (s *Service) setLifecycle(m *mutation, nr, old *row, o *op) {
 	if o.Timer != nil {
-		nr.timer = o.Timer.start(m.now)
+		nr.timer = startTimer(o.Timer, m.now)
 	} else if old != nil {
 		nr.timer = old.timer
 	}
@@ -424,12 +425,12 @@ func (s *Service) checkValue(scope, key string, raw json.RawMessage) (json.RawMe
 // (other values, arrays included, are replaced; null sets null).
 func mergeJSON(base, patch json.RawMessage, deep bool) (json.RawMessage, error) {
 	var p map[string]any
-	if err := decodeNumber(patch, &p); err != nil || p == nil {
+	if err := defs.DecodeNumber(patch, &p); err != nil || p == nil {
 		return nil, errNotObject
 	}
 	b := map[string]any{}
 	if len(base) > 0 {
-		if err := decodeNumber(base, &b); err != nil || b == nil {
+		if err := defs.DecodeNumber(base, &b); err != nil || b == nil {
 			return nil, errNotObject
 		}
 	}
@@ -451,37 +452,6 @@ func mergeMaps(dst, src map[string]any, deep bool) {
 		}
 		dst[k] = v
 	}
-}
-
-func decodeNumber(raw []byte, v any) error {
-	// The targets invocations use, without a json.Decoder each
-	// (expr.DecodeJSON); a result of another shape goes to encoding/json
-	// below, for its error.
-	switch t := v.(type) {
-	case *any:
-		x, err := expr.DecodeJSON(raw)
-		if err == nil {
-			*t = x
-		}
-		return err
-	case *map[string]any:
-		if x, err := expr.DecodeJSON(raw); err != nil {
-			return err
-		} else if m, ok := x.(map[string]any); ok || x == nil {
-			*t = m
-			return nil
-		}
-	case *json.Number:
-		if x, err := expr.DecodeJSON(raw); err == nil {
-			if n, ok := x.(json.Number); ok {
-				*t = n
-				return nil
-			}
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	return dec.Decode(v)
 }
 
 // addNumbers adds two JSON numbers, staying integral when both are.
@@ -549,4 +519,28 @@ func (s *Service) checkScopeCapacity(m *mutation, newKeys map[string]int) error 
 		}
 	}
 	return nil
+}
+
+// What the server stores of JSON: text PostgreSQL can store, within the
+// value limits (Limits.MaxValueBytes, MaxValueDepth).
+
+// CheckJSONText refuses JSON that PostgreSQL cannot store as jsonb: bytes
+// that are not UTF-8, and strings holding NUL (\u0000). Every surface
+// checks request bodies with it before decoding, and every stored value
+// passes it again, so such input is a 400 that names the problem, never a
+// failed statement (500).
+func CheckJSONText(raw []byte) error { return jsontext.Check(raw) }
+
+// jsonDepth and valueDepth measure how deeply a value nests, against
+// Limits.MaxValueDepth (tooDeep).
+var (
+	jsonDepth  = jsontext.Depth
+	valueDepth = jsontext.ValueDepth
+)
+
+// tooDeep is the error for a value nested past Limits.MaxValueDepth.
+func (s *Service) tooDeep(what string) *errs.Error {
+	return errs.New(errs.InvalidValue, "%s nests arrays and objects more than %d levels deep, the server's limit", what, s.lim.MaxValueDepth).
+		With("limit", s.lim.MaxValueDepth).
+		WithHint("flatten it: keep nested parts under keys of their own (or in a list of records that name their parent), or send a deep structure as a string")
 }

@@ -139,20 +139,15 @@ func (c *claudeCode) signIn(browser context.Context) {
 	}
 	c.t.Cleanup(func() { _ = exec.Command(tmux, "-S", sock, "kill-server").Run() })
 	output := func() string { b, _ := os.ReadFile(logf); return string(b) }
-	deadline := time.Now().Add(2 * time.Minute)
+	ended := func() bool { _, err := os.Stat(rc); return err == nil }
+	// It prints the URL as well as opening a browser.
 	var authURL string
-	for authURL == "" {
-		if _, err := os.Stat(rc); err == nil {
-			c.t.Fatalf("claude mcp login ended before opening a browser:\n%s", output())
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("claude mcp login opened no browser within 2 minutes:\n%s", output())
-		}
-		time.Sleep(50 * time.Millisecond)
-		// It prints the URL as well as opening a browser.
-		if m := authorizeRE.FindString(output()); m != "" {
-			authURL = m
-		}
+	pgtest.Eventually(c.t, 2*time.Minute, func() bool {
+		authURL = authorizeRE.FindString(output())
+		return authURL != "" || ended()
+	}, "claude mcp login to open a browser:\n%s", func() any { return output() })
+	if authURL == "" {
+		c.t.Fatalf("claude mcp login ended before opening a browser:\n%s", output())
 	}
 	c.t.Logf("claude opened %s", authURL)
 	// A server refusing the client shows an error page, not the consent:
@@ -173,17 +168,14 @@ func (c *claudeCode) signIn(browser context.Context) {
 	if err != nil {
 		c.t.Fatalf("consent: %v\n%s", err, output())
 	}
-	for {
-		if b, err := os.ReadFile(rc); err == nil && strings.HasSuffix(string(b), "\n") {
-			if strings.TrimSpace(string(b)) != "0" {
-				c.t.Fatalf("claude mcp login failed:\n%s", output())
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("claude mcp login did not finish:\n%s", output())
-		}
-		time.Sleep(50 * time.Millisecond)
+	var code string
+	pgtest.Eventually(c.t, 2*time.Minute, func() bool {
+		b, err := os.ReadFile(rc)
+		code = string(b)
+		return err == nil && strings.HasSuffix(code, "\n")
+	}, "claude mcp login to finish:\n%s", func() any { return output() })
+	if strings.TrimSpace(code) != "0" {
+		c.t.Fatalf("claude mcp login failed:\n%s", output())
 	}
 	c.t.Logf("claude mcp login: %s", strings.TrimSpace(output()))
 }

@@ -356,7 +356,9 @@ func TestDatabaseStoppedUnderLoad(t *testing.T) {
 				got <- out
 				return
 			}
-			time.Sleep(200 * time.Millisecond) // refused before parking: try again
+			// Stays: refused before parking, tried again; nothing says when
+			// the recovering server would take it, and this paces the tries.
+			time.Sleep(200 * time.Millisecond)
 		}
 		got <- nil
 	}()

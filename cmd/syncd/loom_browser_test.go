@@ -62,21 +62,16 @@ func TestBrowserLoomPage(t *testing.T) {
 		}
 		return v
 	}
+	// text is sel's visible text once it has some, read in the page, not
+	// through a node id a live refresh may replace ("-32000").
 	text := func(sel string) string {
 		t.Helper()
-		var v string
-		var err error
-		for range 5 {
-			v, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-			if (err == nil && v != "") || (err != nil && !strings.Contains(err.Error(), "-32000")) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil {
+		q, _ := json.Marshal(sel)
+		js := `(function () { var e = document.querySelector(` + string(q) + `); return e && (e.offsetWidth || e.offsetHeight || e.getClientRects().length) ? e.innerText : ""; })()`
+		if err := untilTrue(ctx, js+` !== ""`, 5*time.Second); err != nil {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
-		return v
+		return evalStr(js)
 	}
 	// do runs steps again when a live refresh replaced the element they
 	// held between finding it and acting on it.
@@ -92,7 +87,8 @@ func TestBrowserLoomPage(t *testing.T) {
 				}
 				return err
 			}
-			time.Sleep(100 * time.Millisecond)
+			// Again at once: the refresh that replaced the element is
+			// done, and the steps find its successor.
 		}
 		return err
 	}
@@ -140,14 +136,8 @@ func TestBrowserLoomPage(t *testing.T) {
 		t.Fatalf("sharing the room with bob: %v", err)
 	}
 	// The share returns to the lobby: wait for the new page.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		// An evaluation can meet the navigation itself: try again.
-		if done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!window.__sharing && document.readyState === "complete"`)); err == nil && done {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("sharing the room with bob: the lobby did not come back")
-		}
+	if err := untilTrue(ctx, `!window.__sharing && document.readyState === "complete"`, 30*time.Second); err != nil {
+		t.Fatalf("sharing the room with bob: the lobby did not come back: %v", err)
 	}
 	tok := bob.Token(t, "Claude", map[string]string{"weave": "write"})["access_token"].(string)
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "claude", Version: "1"}, nil).Connect(context.Background(),
@@ -279,18 +269,14 @@ func TestBrowserLoomPage(t *testing.T) {
 	if err := do(chromedp.KeyEvent(kb.ArrowLeft)); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(3 * time.Second); evalStr(`document.getElementById("t-3").getAttribute("aria-expanded")`) != "false"; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("ArrowLeft on the open t-3 does not close it")
-		}
+	if err := untilTrue(ctx, `document.getElementById("t-3").getAttribute("aria-expanded") === "false"`, 3*time.Second); err != nil {
+		t.Fatalf("ArrowLeft on the open t-3 does not close it: %v", err)
 	}
 	if err := do(chromedp.KeyEvent(kb.ArrowLeft)); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(3 * time.Second); focused() != "t-2"; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("ArrowLeft twice from t-3 focuses %q, want its parent t-2", focused())
-		}
+	if err := untilTrue(ctx, `document.activeElement.id === "t-2"`, 3*time.Second); err != nil {
+		t.Fatalf("ArrowLeft twice from t-3 focuses %q, want its parent t-2", focused())
 	}
 	if err := do(chromedp.Focus(chromedp.CSS("#t-3")), chromedp.KeyEvent(kb.ArrowRight)); err != nil {
 		t.Fatal(err)

@@ -75,31 +75,29 @@ func TestBrowserLoomCollaborators(t *testing.T) {
 		}
 		return v
 	}
-	// until loads the page until the collaborator's entry holds want.
+	// until loads the page and waits until the collaborator's entry holds
+	// want: each change to its record is a write to the room, which the
+	// page follows live.
 	until := func(want, what string) string {
 		t.Helper()
-		var last string
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-			sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-			err := chromedp.Do(sctx, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#h-node")))
-			cancel()
-			if err != nil {
-				t.Fatalf("loading the loom page: %v", err)
-			}
-			if last = collabText(); strings.Contains(last, want) {
-				return last
-			}
+		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := chromedp.Do(sctx, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#h-node")))
+		cancel()
+		if err != nil {
+			t.Fatalf("loading the loom page: %v", err)
+		}
+		w, _ := json.Marshal(want)
+		if err := untilTrue(ctx, `(document.getElementById("collab-claude") || {textContent: ""}).textContent.includes(`+string(w)+`)`, 30*time.Second); err != nil {
+			last := collabText()
+			screenshot(t, ctx, "loom-collab-failed")
 			select {
 			case err := <-done:
-				screenshot(t, ctx, "loom-collab-failed")
 				t.Fatalf("waiting for %s, syncd collaborate ended (%v); the page shows %q", what, err, last)
 			default:
 			}
-			if time.Now().After(deadline) {
-				screenshot(t, ctx, "loom-collab-failed")
-				t.Fatalf("%s: not on the page within 30 s (model calls so far %d); the entry shows %q", what, calls.Load(), last)
-			}
+			t.Fatalf("%s: not on the page within 30 s (model calls so far %d); the entry shows %q (%v)", what, calls.Load(), last, err)
 		}
+		return collabText()
 	}
 
 	// Running: waiting for a change, with what it has spent.
@@ -188,14 +186,13 @@ func collabRan(t *testing.T, ctx context.Context) string {
 	// Read in the page, not through a node id: a live update may replace
 	// the element between finding it and reading it ("No node with given
 	// id found"; the page carries the answer into the new element).
-	var last error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector("#ran") || {}).textContent || ""`))
-		if err == nil && v != "" {
-			return v
-		}
-		last = err
+	const js = `(document.querySelector("#ran") || {}).textContent || ""`
+	if err := untilTrue(ctx, js+` !== ""`, 10*time.Second); err != nil {
+		t.Fatalf("reading #ran: nothing there: %v", err)
 	}
-	t.Fatalf("reading #ran: nothing there within 10 s (%v)", last)
-	return ""
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+	if err != nil {
+		t.Fatalf("reading #ran: %v", err)
+	}
+	return v
 }

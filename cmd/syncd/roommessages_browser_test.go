@@ -27,12 +27,9 @@ func TestBrowserRoomMessagesAtRealSize(t *testing.T) {
 	}
 	waitFor := func(what, js string) {
 		t.Helper()
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("(function(){try{return document.readyState !== \"loading\" && !!("+js+")}catch(e){return false}})()")); err == nil && ok {
-				return
-			}
+		if err := untilTrue(ctx, `document.readyState !== "loading" && (`+js+`)`, 15*time.Second); err != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
-		t.Fatalf("%s (%s): not within 15 s", what, js)
 	}
 	lastBody := `(function(){var l=document.querySelectorAll("#message-list li");return l.length?l[l.length-1].textContent:""})()`
 	page := public + "/rooms/" + room.ID

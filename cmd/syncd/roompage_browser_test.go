@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/syncsubstrate/sync/oauth/oauthtest"
+	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
 // layoutProblems is the page's layout checked in the browser: the page
@@ -133,11 +135,19 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 	ctx, public, _ := browserSignedUp(t)
 	var mu sync.Mutex
 	var logged []string
+	// The test's own last message: the browser's come in order, so what
+	// the pages logged before it has arrived once it has.
+	const mark = "sync-test: the pages are done"
+	marked := make(chan struct{})
 	messages := chromedp.Console(ctx)
 	go func() {
 		for m, err := range messages {
 			if err != nil {
 				return
+			}
+			if m.Text == mark {
+				close(marked)
+				continue
 			}
 			if m.Type == "error" || m.IsException() {
 				mu.Lock()
@@ -149,10 +159,13 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 
 	// First run: the recovery codes can be copied, and the next step is
 	// the lobby; sign-in and sign-up link to each other.
-	copied, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(async () => {
-		document.querySelector('button[data-copy="codes-text"]').click();
-		for (let i = 0; i < 50 && !document.querySelector('[data-copied="codes-text"]').textContent; i++) await new Promise(r => setTimeout(r, 20));
-		return document.querySelector('[data-copied="codes-text"]').textContent + " " + document.querySelector('#codes a').getAttribute("href"); })()`, chromedp.EvalAwaitPromise))
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('button[data-copy="codes-text"]').click(), true`))
+	var copied string
+	if err == nil {
+		// The answer to the click, once the page gives one.
+		copied, err = chromedp.Run(ctx, chromedp.Poll[string](`(function () { var said = document.querySelector('[data-copied="codes-text"]').textContent;
+			return said && said + " " + document.querySelector('#codes a').getAttribute("href"); })()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(5*time.Second)))
+	}
 	if err != nil || (copied != "Copied. /" && copied != "Selected: copy with your keyboard. /") {
 		t.Errorf("copying the recovery codes: %q (%v)", copied, err)
 	}
@@ -240,11 +253,10 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 		t.Fatalf("claiming from the form: %v", err)
 	}
 	var claimed map[string]any
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if _, claimed = call(t, "GET", public+"/rooms/release/state?scope=_shared&key="+url.QueryEscape("claim:task:005"), roomToken, ""); claimed["value"] != nil {
-			break
-		}
-	}
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		_, claimed = call(t, "GET", public+"/rooms/release/state?scope=_shared&key="+url.QueryEscape("claim:task:005"), roomToken, "")
+		return claimed["value"] != nil
+	}, "_shared.claim:task:005 after claiming from the form")
 	if claimed["value"] != "alice:web" {
 		t.Errorf("after claiming task:005 from the form, _shared.claim:task:005 is %v", claimed)
 	}
@@ -254,7 +266,14 @@ func TestBrowserRoomPageAtRealSize(t *testing.T) {
 	if res, err := http.Get(public + "/favicon.ico"); err != nil || res.StatusCode != 200 || res.Header.Get("Content-Type") != "image/x-icon" {
 		t.Errorf("favicon: %v %v", res, err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`console.info(`+strconv.Quote(mark)+`), true`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-marked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the browser's console did not pass on the test's own message")
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, l := range logged {
@@ -371,14 +390,8 @@ func roomChecks(t *testing.T, ctx context.Context, width int64) {
 		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#tbl-task_table-filter"), "flaky"+kb.Enter)); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`location.search.includes("tq.task_table=flaky") && document.readyState === "complete"`))
-			if err == nil && done {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the filter's form did not load its page: %v", err)
-			}
+		if err := untilTrue(ctx, `location.search.includes("tq.task_table=flaky") && document.readyState === "complete"`, 20*time.Second); err != nil {
+			t.Fatalf("the filter's form did not load its page: %v", err)
 		}
 		shown, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#tbl-task_table tbody tr:not([hidden])").length`))
 		if err != nil || shown != 8 {

@@ -100,14 +100,9 @@ func TestBrowserTokenRotation(t *testing.T) {
 	}
 	// The stream's "gone" may follow a failed refresh of the change that
 	// ended access: wait for it rather than read the first state shown.
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		live, err := chromedp.Run(viewTab, chromedp.Text(chromedp.CSS("#live")))
-		if err == nil && strings.Contains(live, "no longer read it") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the old view link's page says %q (%v)", live, err)
-		}
+	if err := untilTrue(viewTab, `document.querySelector("#live").innerText.includes("no longer read it")`, 15*time.Second); err != nil {
+		live, _ := chromedp.Run(viewTab, chromedp.Text(chromedp.CSS("#live")))
+		t.Fatalf("the old view link's page says %q (%v)", live, err)
 	}
 	if code, _ := call(t, "GET", public+"/rooms/vault/state?scope=_audit", viewToken, ""); code != 401 {
 		t.Fatalf("the old view token after rotation: %d", code)

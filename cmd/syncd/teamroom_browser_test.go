@@ -96,15 +96,8 @@ func TestBrowserTeamRoomPages(t *testing.T) {
 		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#tbl-task_table-filter"), "payment provider"+kb.Enter)); err != nil {
 			t.Fatal(err)
 		}
-		// (A navigation ends the evaluations begun before it: asked again.)
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`location.search.includes("tq.task_table=payment") && document.readyState === "complete" && !!document.querySelector("#tbl-task_table-shown")`))
-			if err == nil && done {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the filter at %s px did not load its page: %v", w, err)
-			}
+		if err := untilTrue(ctx, `location.search.includes("tq.task_table=payment") && document.readyState === "complete" && !!document.querySelector("#tbl-task_table-shown")`, 20*time.Second); err != nil {
+			t.Fatalf("the filter at %s px did not load its page: %v", w, err)
 		}
 		if got := text(`document.querySelectorAll("#tbl-task_table tbody tr").length + " | " + document.querySelector("#tbl-task_table-shown").textContent`); !strings.HasPrefix(got, "1 | 1 of 60 match") {
 			t.Errorf("at %s px filtering for the payment provider keys: %q", w, got)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,14 +56,36 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 func untilLaidOut(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	const js = `document.readyState === "complete" && document.documentElement.clientWidth > 0`
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
-		if err == nil && ok {
-			return
+	if err := untilTrue(ctx, js, 10*time.Second); err != nil {
+		t.Fatalf("screenshot %s: the page did not finish loading: %v", name, err)
+	}
+}
+
+// untilTrue waits until js holds in the page shown, for at most within,
+// by chromedp's Poll in the page itself (every 20 ms, a timer's pace, not
+// the next frame's: a tab in the background draws none). An expression
+// that throws is false (what it reads is not there yet). Poll does not
+// survive a navigation: one that a navigation ends is begun again in the
+// new document.
+func untilTrue(ctx context.Context, js string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	pred := "(function(){try{return !!(" + js + ")}catch(e){return false}})()"
+	var last error
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("%s: not true within %v (%v)", js, within, last)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("screenshot %s: the page did not finish loading within 10 s (%v)", name, err)
+		pctx, cancel := context.WithTimeout(ctx, left+5*time.Second)
+		_, err := chromedp.Run(pctx, chromedp.Poll[bool](pred, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(left)))
+		cancel()
+		if err == nil {
+			return nil
 		}
+		if errors.Is(err, chromedp.ErrPollingTimeout) || ctx.Err() != nil {
+			return fmt.Errorf("%s: not true within %v (%v)", js, within, err)
+		}
+		last = err // a navigation ended the poll: again, in the new document
 	}
 }
 
@@ -242,11 +265,10 @@ func TestBrowserRoomPageIsLive(t *testing.T) {
 		t.Fatalf("invoking ship from its form: %v", err)
 	}
 	var shipped map[string]any
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if _, shipped = call(t, "GET", public+"/rooms/studio/state?scope=_shared&key=shipped", roomToken, ""); shipped["value"] != nil {
-			break
-		}
-	}
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		_, shipped = call(t, "GET", public+"/rooms/studio/state?scope=_shared&key=shipped", roomToken, "")
+		return shipped["value"] != nil
+	}, "_shared.shipped after invoking from the form")
 	if shipped["value"] != true || shipped["writer"] != "alice:web" {
 		t.Fatalf("after invoking from the form, _shared.shipped is %v", shipped)
 	}
@@ -347,12 +369,15 @@ func TestLivePageAcrossProcesses(t *testing.T) {
 		t.Fatalf("live stream on a: %v %v", res, err)
 	}
 	defer res.Body.Close()
-	got := make(chan string, 1)
+	got, opened := make(chan string, 1), make(chan struct{})
 	go func() {
 		buf := make([]byte, 4096)
 		var seen strings.Builder
 		for {
 			n, err := res.Body.Read(buf)
+			if seen.Len() == 0 && n > 0 {
+				close(opened)
+			}
 			seen.Write(buf[:n])
 			if strings.Contains(seen.String(), "event: change") {
 				got <- seen.String()
@@ -363,7 +388,12 @@ func TestLivePageAcrossProcesses(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(200 * time.Millisecond) // the stream is subscribed by now
+	// The stream's first bytes follow its subscription to the room.
+	select {
+	case <-opened:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the live stream on a sent nothing")
+	}
 	written := time.Now()
 	restCall(t, "PUT", b+"/rooms/across/state", room["token"].(string), map[string]any{"scope": "_shared", "key": "x", "value": 1})
 	select {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,8 +108,9 @@ func TestLiveFeedChurn(t *testing.T) {
 		return http.DefaultClient.Do(req)
 	}
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	var writer, churn sync.WaitGroup
+	var writes atomic.Int64
+	writer.Go(func() {
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -116,11 +118,12 @@ func TestLiveFeedChurn(t *testing.T) {
 			default:
 			}
 			s.write("_shared", "churn", fmt.Sprint(i))
-			time.Sleep(15 * time.Millisecond)
+			writes.Add(1)
+			time.Sleep(15 * time.Millisecond) // pacing: a write every 15 ms, a busy room, not a wait
 		}
 	})
 	for g := range 12 {
-		wg.Go(func() {
+		churn.Go(func() {
 			for round := range 4 {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(20+10*((g+round)%5))*time.Millisecond)
 				if res, err := open(ctx, g+round); err == nil {
@@ -140,9 +143,12 @@ func TestLiveFeedChurn(t *testing.T) {
 		}
 		stay = append(stay, s.stream(who, path, ""))
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The room changes while those stay and the others come and go.
+	from := writes.Load()
+	churn.Wait()
+	pgtest.Eventually(t, 20*time.Second, func() bool { return writes.Load() >= from+20 }, "20 writes while the streams stay")
 	close(stop)
-	wg.Wait()
+	writer.Wait()
 	s.write("_shared", "last", `"done"`)
 	seq := s.seq()
 	for k, ev := range stay {

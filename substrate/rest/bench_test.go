@@ -371,17 +371,16 @@ func BenchmarkWaitWakeup(b *testing.B) {
 			done <- time.Now()
 		}()
 		// Let the waiter reach its wait (shown as status waiting).
-		for !bytes.Contains(e.do("GET", "/rooms/wake/agents", tok, nil), []byte(`"status":"waiting"`)) {
-			time.Sleep(200 * time.Microsecond)
+		waiting := func() bool {
+			return bytes.Contains(e.do("GET", "/rooms/wake/agents", tok, nil), []byte(`"status":"waiting"`))
 		}
+		pgtest.Eventually(b, 20*time.Second, waiting, "the waiter to wait")
 		t0 := time.Now()
 		e.do("POST", "/rooms/wake/actions/move/invoke", toks[1], map[string]any{"params": map[string]any{"n": i}})
 		invokes = append(invokes, time.Since(t0))
 		wakes = append(wakes, (<-done).Sub(t0))
 		// Wait for the status to go back to active before the next round.
-		for bytes.Contains(e.do("GET", "/rooms/wake/agents", tok, nil), []byte(`"status":"waiting"`)) {
-			time.Sleep(200 * time.Microsecond)
-		}
+		pgtest.Eventually(b, 20*time.Second, func() bool { return !waiting() }, "the waiter to be active again")
 	}
 	percentiles(b, "wake", wakes)
 	percentiles(b, "invoke", invokes)

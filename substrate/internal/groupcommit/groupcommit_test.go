@@ -156,14 +156,10 @@ func (f *fixture) queued(values ...string) []answer {
 			seq, err := f.g.Do(ctx, "r", item{v})
 			answers[i] <- answer{seq, err}
 		}()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-			if leading, n := f.g.Queued("r"); leading && n == i {
-				break
-			}
-			if time.Now().After(deadline) {
-				f.t.Fatalf("invocation %d never queued", i)
-			}
-		}
+		pgtest.Eventually(f.t, 30*time.Second, func() bool {
+			leading, n := f.g.Queued("r")
+			return leading && n == i
+		}, "invocation %d to queue", i)
 	}
 	if err := tx.Commit(lctx); err != nil {
 		f.t.Fatal(err)
@@ -267,15 +263,11 @@ func TestGroupCallerGoneBeforeItsTurn(t *testing.T) {
 	}
 	first := make(chan answer, 1)
 	go func() { seq, err := f.g.Do(ctx, "r", item{"a"}); first <- answer{seq, err} }()
-	for leading, _ := f.g.Queued("r"); !leading; leading, _ = f.g.Queued("r") {
-		time.Sleep(2 * time.Millisecond)
-	}
+	pgtest.Eventually(t, 30*time.Second, func() bool { leading, _ := f.g.Queued("r"); return leading }, "the first caller to lead")
 	gone, cancel := context.WithCancel(ctx)
 	second := make(chan answer, 1)
 	go func() { seq, err := f.g.Do(gone, "r", item{"gone"}); second <- answer{seq, err} }()
-	for _, n := f.g.Queued("r"); n != 1; _, n = f.g.Queued("r") {
-		time.Sleep(2 * time.Millisecond)
-	}
+	pgtest.Eventually(t, 30*time.Second, func() bool { _, n := f.g.Queued("r"); return n == 1 }, "the second caller to queue")
 	cancel()
 	if err := tx.Commit(lctx); err != nil {
 		t.Fatal(err)

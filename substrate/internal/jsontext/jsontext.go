@@ -2,8 +2,9 @@
 // sends it: whether PostgreSQL can store it as jsonb (Check), how deeply
 // it nests (Depth, ValueDepth), and its encoding without HTML escaping
 // (Encode). The rules that use them (which values are refused, with
-// which limit; what the envelope encodes) are the core's and the envelope's:
-// substrate/valuelimits.go and substrate/envelope/json.go.
+// which limit; what an audit records of params; what the envelope
+// encodes) are substrate/write.go's, substrate/defs/params.go's and
+// substrate/envelope/json.go's.
 package jsontext
 
 import (

@@ -1,9 +1,9 @@
 // Package memo keeps answers the core computed, keyed by what the core
 // says decides them, so that the same question is answered once: Table
 // for answers that depend on the key alone, process-wide (what an
-// expression's source names: substrate/exprfacts.go), and Bounded and
+// expression's source names: substrate/defs/facts.go), and Bounded and
 // Map for answers kept with one room snapshot (the changes since a seq:
-// exprfacts.go's unseenAt; the gated or timed messages per message
+// waitdelta.go's unseenAt; the gated or timed messages per message
 // count: msgcount.go's hiddenMessages; both held in snapshot.go).
 //
 // None of them decides anything: a miss is computed by the caller's func (or

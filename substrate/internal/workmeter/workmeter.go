@@ -2,7 +2,7 @@
 // budget: per budget key, a bucket of cost that refills at a share of a
 // rate, charged without a lock by the evaluations of the requests it
 // admitted. What costs what, whose budget a request draws on (the key and
-// its share) and the refusal are the core's rule: substrate/exprbudget.go.
+// its share) and the refusal are the rule: substrate/exprbudget.
 package workmeter
 
 import (

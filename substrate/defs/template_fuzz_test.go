@@ -1,4 +1,4 @@
-package substrate
+package defs
 
 import (
 	"encoding/json"
@@ -14,22 +14,22 @@ func FuzzRenderTemplate(f *testing.F) {
 	f.Add(`[1, 2.5e300, null, true, "${params.a}${params.a}"]`, `{"a": {"deep": "${params.a}"}}`)
 	f.Fuzz(func(t *testing.T, tmpl, params string) {
 		var p map[string]any
-		if decodeNumber([]byte(params), &p) != nil {
+		if DecodeNumber([]byte(params), &p) != nil {
 			return
 		}
-		r := &renderer{params: p, self: "agent-a", now: "2026-01-01T00:00:00Z"}
-		_ = r.str(tmpl)
-		_ = checkTemplates("f", tmpl, nil)
+		r := &Renderer{Params: p, Self: "agent-a", Now: "2026-01-01T00:00:00Z"}
+		_ = r.Str(tmpl)
+		_ = CheckTemplates("f", tmpl, nil)
 		if !json.Valid([]byte(tmpl)) {
 			return
 		}
-		out, err := r.json(json.RawMessage(tmpl))
+		out, err := r.JSON(json.RawMessage(tmpl))
 		if err != nil {
 			return
 		}
 		if !json.Valid(out) {
 			t.Fatalf("render(%s, %s) = %s, not JSON", tmpl, params, out)
 		}
-		_, _ = r.number("f", json.RawMessage(tmpl))
+		_, _ = r.Number("f", json.RawMessage(tmpl))
 	})
 }

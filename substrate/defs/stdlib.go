@@ -1,11 +1,11 @@
-package substrate
+package defs
 
 import "encoding/json"
 
-// standardLibrary is the help key standard_library: ready-to-register
+// StandardLibrary is the help key standard_library: ready-to-register
 // action definitions. Each works as written (the tests register and invoke
 // every one); they use only syntax cel-go accepts.
-var standardLibrary = []ActionDef{
+var StandardLibrary = []ActionDef{
 	{ID: "set", Description: "Set a key in _shared to any value.", Intent: "share a fact",
 		Params: map[string]ParamSpec{"key": {Type: "string", Required: true}, "value": {Required: true}},
 		Writes: []WriteTemplate{{Scope: "_shared", Key: "${params.key}", Value: raw(`"${params.value}"`)}}},
