@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -16,39 +17,9 @@ import (
 // (_actions/<id>, _views/<id>) written through the one write path, so they
 // carry versions, timers and audit like everything else.
 
-// registrar resolves the authority scope of a definition for p.
-func registrar(p *Principal, scope string) (string, error) {
-	if p.ReadOnly() {
-		return "", errs.New(errs.ReadOnlyToken, "the view token is read-only").WithHint("register with the room token or an agent token")
-	}
-	switch scope {
-	case "", ScopeShared:
-		return ScopeShared, nil
-	case ScopeSelf:
-		if p.Kind != KindAgent {
-			return "", errs.New(errs.InvalidField, `scope "self" needs an agent token`).WithHint(`use "_shared" or name the agent`)
-		}
-		return p.AgentID, nil
-	}
-	if strings.HasPrefix(scope, "_") {
-		return "", errs.New(errs.InvalidField, "scope %q: a definition's scope is _shared or an agent id", scope).
-			WithHint(`use "_shared", or your agent id to act with your own scope's authority`)
-	}
-	if !p.Admin() && scope != p.AgentID {
-		return "", errs.New(errs.ScopeDenied, "agent %q cannot register in agent %q's scope", p.AgentID, scope).
-			WithHint("register with scope %q (your own) or \"_shared\"", p.AgentID)
-	}
-	return scope, nil
-}
-
-// mayReplace reports whether p may replace or delete an existing definition.
-func mayReplace(p *Principal, scope, registeredBy string) bool {
-	return p.Admin() || (p.Kind == KindAgent && (p.AgentID == scope || p.AgentID == registeredBy))
-}
-
 // checks are what validating a definition needs of this server.
 func (s *Service) checks() defs.Checks {
-	return defs.Checks{CEL: s.cel, MaxIDBytes: s.lim.MaxScopeBytes, ValidName: validName,
+	return defs.Checks{CEL: s.cel, MaxIDBytes: s.lim.MaxScopeBytes, ValidName: authority.ValidName,
 		Builtin: func(id string) bool { _, ok := builtinDescriptions[id]; return ok }}
 }
 
@@ -95,7 +66,7 @@ func (s *Service) RegisterAction(ctx context.Context, p *Principal, roomID strin
 }
 
 func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, error) {
-	scope, err := registrar(m.p, def.Scope)
+	scope, err := authority.Registrar(m.p, def.Scope)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +85,7 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 			With("limit", s.lim.MaxActions).WithHint("delete actions nobody uses, or replace one by registering its id again")
 	}
 	if old := snap.actions[def.ID]; old != nil && old.r.timer.live(m.now) {
-		if !mayReplace(m.p, old.def.Scope, old.def.RegisteredBy) {
+		if !authority.MayReplace(m.p, old.def.Scope, old.def.RegisteredBy) {
 			return nil, errs.New(errs.ActionOwned, "action %q belongs to %s", def.ID, old.def.RegisteredBy).
 				WithHint("choose another id; only its registrar, its scope's agent or the room token may replace it")
 		}
@@ -240,7 +211,7 @@ func (s *Service) deleteDef(m *mutation, scope, id string) error {
 		return errs.New(notFound, "no %s %q in this room", kind, id).WithHint("the context lists the room's %ss", kind).
 			WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: map[string]any{"only": kind + "s", "depth": "full"}})
 	}
-	if !mayReplace(m.p, defScope, by) {
+	if !authority.MayReplace(m.p, defScope, by) {
 		return errs.New(errs.ActionOwned, "%s %q belongs to %s", kind, id, by).WithHint("only its registrar, its scope's agent or the room token may delete it")
 	}
 	if _, _, err := s.applyOps(m, []op{{Scope: scope, Key: id, Delete: true}}, "delete"); err != nil {
@@ -297,7 +268,7 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 		// every surface: a view exists to project private state.
 		def.Scope = m.p.AgentID
 	}
-	scope, err := registrar(m.p, def.Scope)
+	scope, err := authority.Registrar(m.p, def.Scope)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +284,7 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 	res := &RegisterResult{Definition: def, Created: true}
 	for _, v := range snap.views {
 		if v.def.ID == def.ID && v.r.timer.live(m.now) {
-			if !mayReplace(m.p, v.def.Scope, v.def.RegisteredBy) {
+			if !authority.MayReplace(m.p, v.def.Scope, v.def.RegisteredBy) {
 				return nil, errs.New(errs.ActionOwned, "view %q belongs to %s", def.ID, v.def.RegisteredBy).
 					WithHint("choose another id; only its registrar, its scope's agent or the room token may replace it")
 			}

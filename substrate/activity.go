@@ -164,7 +164,7 @@ func (s *Service) activityKeysSeen(ctx context.Context, p *Principal, roomID str
 			if _, ok := seen[k]; ok {
 				continue
 			}
-			seen[k] = vis.entry(k.Scope, k.Key)
+			seen[k] = vis.Entry(k.Scope, k.Key)
 			if seen[k] {
 				scopes, keys = append(scopes, k.Scope), append(keys, k.Key)
 			}

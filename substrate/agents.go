@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -91,7 +92,7 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 		}
 	}
 	if req.ID == "" {
-		req.ID = newID("agent-")
+		req.ID = authority.NewID("agent-")
 	}
 	if err := s.validAgent(req.ID, req.Name, &req.Role); err != nil {
 		return nil, err
@@ -104,7 +105,7 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 	if err != nil {
 		return nil, err
 	}
-	token, hash := newToken(AgentTokenPrefix)
+	token, hash := authority.NewToken(AgentTokenPrefix)
 	out := &JoinedAgent{Token: token}
 	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 		j := &joining{roomID: roomID, req: &req, meta: meta, hash: hash, enabled: enabled}
@@ -361,7 +362,7 @@ func (s *Service) validGrants(gs []string) ([]string, error) {
 	grants := []string{}
 	for _, g := range gs {
 		if g != "*" {
-			if err := validName("grant", g, s.lim.MaxScopeBytes, true); err != nil {
+			if err := authority.ValidName("grant", g, s.lim.MaxScopeBytes, true); err != nil {
 				return nil, err
 			}
 			if isSystemScope(g) && g != ScopeAudit {
@@ -442,7 +443,7 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 // validAgent checks an agent's id, name and role (defaulting the role to
 // "agent"), for joins and embodiments alike.
 func (s *Service) validAgent(id, name string, role *string) error {
-	if err := validName("agent id", id, s.lim.MaxScopeBytes, false); err != nil {
+	if err := authority.ValidName("agent id", id, s.lim.MaxScopeBytes, false); err != nil {
 		return err
 	}
 	if err := validText("name", name, 128, true); err != nil {
@@ -462,7 +463,7 @@ func validText(field, s string, max int, required bool) error {
 		return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", field, len(s), max).WithHint("shorten %s", field)
 	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || isBidiControl(r) {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || authority.IsBidiControl(r) {
 			return errs.New(errs.InvalidField, "%s contains control character %U", field, r).WithHint("use printable text")
 		}
 	}

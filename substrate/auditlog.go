@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -100,23 +101,23 @@ func (s *Service) AdmitKeyLog(ctx context.Context, p *Principal, roomID, scope, 
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	scope, err := resolveScope(p, scope)
+	scope, err := authority.ResolveScope(p, scope)
 	if err != nil {
 		return nil, err
 	}
-	if err := validName("scope", scope, s.lim.MaxScopeBytes, true); err != nil {
+	if err := authority.ValidName("scope", scope, s.lim.MaxScopeBytes, true); err != nil {
 		return nil, err
 	}
-	if err := validKey(key, s.lim.MaxKeyBytes); err != nil {
+	if err := authority.ValidKey(key, s.lim.MaxKeyBytes); err != nil {
 		return nil, err
 	}
-	if !canRead(p, scope) {
-		return nil, scopeDenied(scope, "")
+	if !authority.CanRead(p, scope) {
+		return nil, authority.ReadDenied(scope, "")
 	}
 	if vis, err := s.visibilityIn(ctx, s.db, p, roomID); err != nil {
 		return nil, err
-	} else if !vis.entry(scope, key) {
-		return nil, vis.refuse(scope, key)
+	} else if !vis.Entry(scope, key) {
+		return nil, vis.Refuse(scope, key)
 	}
 	kl := &KeyLog{s: s, room: roomID, Scope: scope, Key: key, Withhold: !p.Admin()}
 	if !p.Admin() {

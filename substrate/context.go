@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -216,7 +217,7 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 	if len(elided) > 0 {
 		meta.Elided = elided
 		// What was left out, read on its own.
-		expand = append(expand, rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
+		expand = append(expand, rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID,
 			Args: map[string]any{"only": strings.Join(elided, ",")}}))
 	}
 	meta.Expand, meta.Help = expand, help
@@ -420,7 +421,7 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 		out.Thread = &req.Thread
 		if len(read) == req.MessagesLimit {
 			out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
-				Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
+				Expand: rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID,
 					Args: map[string]any{"only": "messages", "thread": req.Thread, "messages_after": maxSeq}})}
 		}
 		if rc.self != "" {
@@ -454,12 +455,12 @@ func (rc *roomCtx) messagesElided(roomID string, req ContextRequest, read, retur
 			args = map[string]any{"only": "messages"}
 		}
 		elided = &MessagesElided{Total: rc.msgs.Count, Returned: returned, OldestSeq: minSeq,
-			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})}
+			Expand: rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})}
 	}
 	if req.MessagesAfter != nil && read == req.MessagesLimit && req.Since == nil {
 		// A full page: the next one starts right after its last message.
 		elided = &MessagesElided{Total: rc.msgs.Count, Returned: returned, OldestSeq: minSeq,
-			Expand: rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID,
+			Expand: rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID,
 				Args: map[string]any{"only": "messages", "messages_after": maxSeq}})}
 	}
 	return elided, truncated

@@ -95,14 +95,14 @@ var actionShape = envelope.ActionShape[ActionView]{
 // (envelope.Fit), its messages marked read only up to those it still
 // shows.
 func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
-	envelope.Fit(env, envelope.Fitting[ActionView]{Req: req, Self: rc.self, Room: roomID, Say: rc.p.say,
+	envelope.Fit(env, envelope.Fitting[ActionView]{Req: req, Self: rc.self, Room: roomID, Say: rc.p.Say,
 		Rank:    func(scope string, keys map[string]json.RawMessage) []string { return rankKeys(rc, scope, keys) },
 		Actions: actionShape, ReadUpTo: &rc.readUpTo})
 }
 
 // expand words the context read with args for the reader.
 func expand(rc *roomCtx, roomID string, args map[string]any) string {
-	return rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
+	return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
 }
 
 // rankKeys orders a scope's keys by salience for the reader

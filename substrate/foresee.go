@@ -59,7 +59,7 @@ func (f *Foresight) noteRead(rc *roomCtx) {
 			continue
 		}
 		for key, r := range keys {
-			if !shown && rc.vis != nil && !rc.vis.entry(scope, key) {
+			if !shown && rc.vis != nil && !rc.vis.Entry(scope, key) {
 				continue
 			}
 			if n := r.timer.nextChange(rc.now); !n.IsZero() && (t.IsZero() || n.Before(t)) {

@@ -141,7 +141,7 @@ func (g *groupTx) now() time.Time {
 // under the room lock this transaction holds: read once, they hold for
 // the rest of it.
 func (g *groupTx) admission(p *Principal) (tokenValid bool, grants []string) {
-	roomHash, viewHash, agentHash := p.tokenHashes()
+	roomHash, viewHash, agentHash := p.TokenHashes()
 	tokenValid = (roomHash == nil || sameHash(g.roomHash, roomHash)) && (viewHash == nil || sameHash(g.viewHash, viewHash))
 	if p != nil && p.Kind == KindAgent && p.AgentID != "" {
 		a, ok := g.agents[p.AgentID]

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
@@ -364,11 +365,11 @@ func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars,
 		scope = rc.self
 	}
 	o := op{Scope: scope, Key: r.Str(w.Key), Append: w.Append, Delete: w.Delete, Deep: true, Timer: w.Timer, Enabled: w.Enabled}
-	if err := validName("scope", o.Scope, s.lim.MaxScopeBytes, true); err != nil {
+	if err := authority.ValidName("scope", o.Scope, s.lim.MaxScopeBytes, true); err != nil {
 		return o, err
 	}
 	if o.Key != "" || !o.Append {
-		if err := validKey(o.Key, s.lim.MaxKeyBytes); err != nil {
+		if err := authority.ValidKey(o.Key, s.lim.MaxKeyBytes); err != nil {
 			return o, err
 		}
 	}

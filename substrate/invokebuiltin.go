@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 

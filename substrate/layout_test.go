@@ -57,6 +57,10 @@ var mayQueryRooms = map[string]string{
 // leaf libraries, not features built on rooms. The machinery beneath the
 // rules (substrate/internal/...) is listed in machinery below.
 var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": true, "substrate/help": true,
+	// The authority rules (who may read and write what, the one read
+	// rule) as pure functions: the core keeps the SQL that finds a
+	// credential, and re-exports the names (issue 45).
+	"substrate/authority": true,
 	// What an action or a view is and makes one valid, its templates and
 	// params, what an expression names: rules that need no room (issue 45).
 	"substrate/defs": true,
@@ -89,6 +93,9 @@ var machinery = map[string][]string{
 	"substrate/internal/earliest":    {"foresee.go"},
 	"substrate/internal/fairshare":   {"envelope/budget.go"},
 	"substrate/internal/groupcommit": {"groupcommit.go"},
+	// Token lookups an invocation may answer from memory; what it may
+	// do with one is authenticate.go's.
+	"substrate/internal/tokenmemory": {"authenticate.go", "substrate.go"},
 	"substrate/internal/readmarks":   {"readpath.go", "mutation.go", "substrate.go"},
 	// The snapshot an unchanged room is read from; the read path decides
 	// whether it serves a read (readpath.go's readRoomCached).
@@ -287,5 +294,30 @@ func TestMachineryStaysBeneathTheRules(t *testing.T) {
 	sort.Strings(problems)
 	if len(problems) > 0 {
 		t.Fatalf("machinery out of place (substrate/layout_test.go):\n  %s", strings.Join(slices.Compact(problems), "\n  "))
+	}
+}
+
+// The core's libraries lie beneath it: of the module they import only
+// one another and machinery (whose owners the machinery test checks),
+// never the core, a feature or a surface, so a rule there (the authority
+// rules) cannot depend on what it governs.
+func TestCoreLibrariesStayBeneathTheCore(t *testing.T) {
+	var problems []string
+	for dir, files := range goFiles(t) {
+		if !coreLibraries[dir] {
+			continue
+		}
+		for _, f := range files {
+			for _, im := range f.Imports {
+				path, _ := strconv.Unquote(im.Path.Value)
+				if local, ours := strings.CutPrefix(path, module); ours && !coreLibraries[local] && machinery[local] == nil {
+					problems = append(problems, dir+" imports "+local+": a core library imports only other core libraries and machinery")
+				}
+			}
+		}
+	}
+	sort.Strings(problems)
+	if len(problems) > 0 {
+		t.Fatalf("core libraries out of place (substrate/layout_test.go):\n  %s", strings.Join(slices.Compact(problems), "\n  "))
 	}
 }

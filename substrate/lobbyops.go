@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -161,7 +162,7 @@ func (s *Service) IdleAfter() time.Duration { return s.idleAfter }
 // RoleIDValid reports whether a role may take id: an agent id without
 // ":" (ids with ":" are people's agents). EmbodyRole refuses the others.
 func (s *Service) RoleIDValid(id string) bool {
-	return !strings.Contains(id, ":") && validName("role id", id, s.lim.MaxScopeBytes, false) == nil
+	return !strings.Contains(id, ":") && authority.ValidName("role id", id, s.lim.MaxScopeBytes, false) == nil
 }
 
 // RoomView is a read-only view of one room's state at its head's seq,
@@ -374,7 +375,7 @@ func (v *RoomView) Reader(p *Principal) func(scope string) bool {
 	if v == nil || v.snap == nil {
 		return func(string) bool { return false }
 	}
-	return snapVisibility(p, v.snap).scope
+	return snapVisibility(p, v.snap).Scope
 }
 
 // AgentOwner reports whether agent exists in room and which user owns it
@@ -438,7 +439,7 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 		default:
 			// The agent's token is never shown: the user acts through the
 			// lobby session, not with a token.
-			_, hash := newToken(AgentTokenPrefix)
+			_, hash := authority.NewToken(AgentTokenPrefix)
 			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name, grants) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Name, req.Role, hash, req.User, nonEmpty(req.Client), grantsOf(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
@@ -566,7 +567,7 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		if occ.exists {
 			err = s.reenterRoleAgent(m, req, role, &occ, audit, out)
 		} else {
-			_, hash := newToken(AgentTokenPrefix)
+			_, hash := authority.NewToken(AgentTokenPrefix)
 			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name, grants) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Role, req.Name, role, hash, req.User, nonEmpty(req.Client), grantsOf(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
@@ -602,7 +603,7 @@ func (s *Service) checkRoleEmbodiment(req EmbodyRoleRequest) error {
 	if req.User == "" {
 		return errs.New(errs.InvalidField, "an embodiment needs a user").WithHint("embody through the lobby")
 	}
-	if err := validName("role id", req.Role, s.lim.MaxScopeBytes, false); err != nil {
+	if err := authority.ValidName("role id", req.Role, s.lim.MaxScopeBytes, false); err != nil {
 		return err.(*errs.Error).With("role", req.Role).
 			WithHint("a role's id is also its agent's id: the room's roles need ids of 1–%d characters from A–Z a–z 0–9 _ . : @ -, not starting with _", s.lim.MaxScopeBytes)
 	}
@@ -699,7 +700,7 @@ func (s *Service) reenterRoleAgent(m *mutation, req EmbodyRoleRequest, role stri
 				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
 	args := []any{req.Room, req.Role, nonEmpty(req.Client), role, grantsOf(req.Grants)}
 	if *occ.owner != req.User {
-		_, hash := newToken(AgentTokenPrefix)
+		_, hash := authority.NewToken(AgentTokenPrefix)
 		q = `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5,
 						user_id = $6, name = $7, token_hash = $8
 					WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`

@@ -3,7 +3,6 @@ package substrate
 import (
 	"context"
 	"errors"
-	"slices"
 	"strconv"
 	"time"
 
@@ -171,7 +170,7 @@ func (s *Service) mutateOn(ctx context.Context, conn *pgxpool.Conn, p *Principal
 	// room's (or its agent's) under the lock: a write authenticated just
 	// before a rotation that commits while it queues is refused, not
 	// applied with the old token (issue 25 item 8: "refused at once").
-	roomHash, viewHash, agentHash := p.tokenHashes()
+	roomHash, viewHash, agentHash := p.TokenHashes()
 	tokenValid := true
 	var lock pgx.Batch
 	lock.Queue("BEGIN")
@@ -278,12 +277,7 @@ func (m *mutation) admit(tokenValid bool, grants []string) error {
 		if grants == nil {
 			return errs.New(errs.Unauthorized, "agent %q no longer exists", p.AgentID).WithHint("join the room again")
 		}
-		fresh := *p
-		fresh.Grants = grants
-		if p.Ceiling != nil {
-			fresh.Grants = slices.DeleteFunc(slices.Clone(grants), func(g string) bool { return !p.Ceiling(g) })
-		}
-		m.p = &fresh
+		m.p = p.WithGrants(grants)
 	}
 	if m.p != nil {
 		m.actor = m.p.Actor()

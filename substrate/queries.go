@@ -17,7 +17,7 @@ const (
 	// sqlScopeEntries reads one scope's mutable entries.
 	sqlScopeEntries = entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key IS NULL` + liveSQL + ` ORDER BY key`
 	// sqlScopeLogPage pages one scope's log (index state_scope_sort).
-	// $5 are key prefixes the reader does not see (visibility.hiddenPrefixes).
+	// $5 are key prefixes the reader does not see (Visibility.HiddenPrefixes).
 	sqlScopeLogPage = entryCols + `WHERE room_id = $1 AND scope = $2 AND sort_key > $3` + liveSQL + ` AND NOT coalesce(key ^@ ANY($5::text[]), false) ORDER BY sort_key LIMIT $4`
 	// sqlScopeLogNewest is sqlScopeLogPage from the log's newest end:
 	// the newest $4 with $3 < sort_key < $6, oldest first.

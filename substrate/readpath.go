@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/exprbudget"
@@ -114,7 +115,7 @@ func (s *Service) work(ctx context.Context, p *Principal, roomID string) (_ cont
 // authenticated with the view token draws on the view link's, every
 // other read-only one on the observers'.
 func budgetOf(p *Principal, roomID string) exprbudget.Budget {
-	return exprbudget.Of(roomID, p != nil && p.Kind == KindView && p.tokenHash != nil, p != nil && p.ReadOnly())
+	return exprbudget.Of(roomID, p != nil && p.Kind == KindView && p.TokenHash() != nil, p != nil && p.ReadOnly())
 }
 
 // admitted reports whether ctx was admitted (work) for the budget p's

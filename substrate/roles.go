@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
@@ -36,7 +37,7 @@ type BootstrapResult struct {
 // agent's scope, or replacing someone else's action, is refused like any
 // registration by that agent would be.
 func (s *Service) bootstrapRole(ctx context.Context, roomID, agentID string, actions, views []any) []BootstrapResult {
-	p := &Principal{Kind: KindAgent, RoomID: roomID, AgentID: agentID, Ceiling: func(string) bool { return false }}
+	p := authority.Bootstrapper(roomID, agentID)
 	var out []BootstrapResult
 	fail := func(kind, id string, err error) {
 		e := errs.From(err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/exprbudget"
@@ -146,7 +147,7 @@ type roomCtx struct {
 	gates       *gateBudget
 	gatesHidden int
 	// vis is p's read rule in this read, loaded when first asked.
-	vis *visibility
+	vis *authority.Visibility
 	// shown and logShown are what a search asks of the read (search.go):
 	// the state shown to p, and whether p sees a gated log entry.
 	shown    map[string]any
@@ -182,15 +183,14 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope, registeredBy 
 	if !asSelf {
 		key += "\x00"
 	}
-	reg := &Principal{Kind: KindAgent, AgentID: scope}
-	var vis *visibility
+	reg := authority.DefinitionReader(scope, registeredBy)
+	var vis *authority.Visibility
 	if scope == ScopeShared {
 		// Registrants the read rules see alike (the loom: the same loom
 		// permissions) read the same state: one state (and one spend of
 		// the gate budget) for all of them.
-		reg.readsAs = registeredBy
 		vis = snapVisibility(reg, rc.snap)
-		if k, ok := vis.shareKey(); ok {
+		if k, ok := vis.ShareKey(); ok {
 			key += "\x00\x00" + k
 		} else {
 			key += "\x00" + registeredBy
@@ -228,7 +228,7 @@ func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, p
 }
 
 // visible reports whether the context's principal reads scope (the one
-// read rule, visibilityOf, decided from the read's snapshot).
+// read rule, authority.VisibilityOf, decided from the read's snapshot).
 func (rc *roomCtx) visible(scope string) bool {
 	if rc.p == nil {
 		return true
@@ -236,7 +236,7 @@ func (rc *roomCtx) visible(scope string) bool {
 	if rc.vis == nil {
 		rc.vis = snapVisibility(rc.p, rc.snap)
 	}
-	return rc.vis.scope(scope)
+	return rc.vis.Scope(scope)
 }
 
 // readableState is the context's state narrowed to the entries the read
@@ -256,7 +256,7 @@ func (rc *roomCtx) readableState() map[string]any {
 		}
 		var cp map[string]any
 		for k := range entries {
-			if rc.vis.entry(scope, k) {
+			if rc.vis.Entry(scope, k) {
 				continue
 			}
 			if cp == nil {
@@ -276,10 +276,10 @@ func (rc *roomCtx) readableState() map[string]any {
 
 // snapVisibility is p's visibility decided from snap. A snapshot read
 // cannot fail, but if a rule did, p would see only what no rule governs.
-func snapVisibility(p *Principal, snap *snapshot) *visibility {
-	v, err := visibilityOf(snap.rules, p, snapRows(snap))
+func snapVisibility(p *Principal, snap *snapshot) *authority.Visibility {
+	v, err := authority.VisibilityOf(snap.rules, p, snapRows(snap))
 	if err != nil {
-		return &visibility{p: p, readers: []Reader{{Sees: func(string, string) bool { return false }}}}
+		return authority.Unreadable(p)
 	}
 	return v
 }
@@ -517,13 +517,13 @@ func (rc *roomCtx) hideEntries(state map[string]any) {
 		if !ok || !rc.visible(scope) {
 			continue
 		}
-		prefixes := rc.vis.hiddenPrefixes(scope)
+		prefixes := rc.vis.HiddenPrefixes(scope)
 		if len(prefixes) == 0 {
 			continue
 		}
 		var cp map[string]any
 		for k := range entries {
-			if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) || rc.vis.entry(scope, k) {
+			if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) || rc.vis.Entry(scope, k) {
 				continue
 			}
 			if cp == nil {
@@ -561,7 +561,7 @@ func (rc *roomCtx) gateKey(state map[string]any) (string, bool) {
 }
 
 // ruleKey names what the read rules let rc's principal see within the
-// scopes it reads (visibility.shareKey); ok is false when a rule does not
+// scopes it reads (Visibility.ShareKey); ok is false when a rule does not
 // say, and then no evaluation made with its state may be shared.
 func (rc *roomCtx) ruleKey() (string, bool) {
 	if rc.p == nil {
@@ -570,7 +570,7 @@ func (rc *roomCtx) ruleKey() (string, bool) {
 	if rc.vis == nil {
 		rc.vis = snapVisibility(rc.p, rc.snap)
 	}
-	return rc.vis.shareKey()
+	return rc.vis.ShareKey()
 }
 
 // gateMemo is how long a gate's result may be reused.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -43,17 +44,17 @@ type CreatedRoom struct {
 // room's first mutation (seq 1, audited).
 func (s *Service) CreateRoom(ctx context.Context, req CreateRoomRequest) (*CreatedRoom, error) {
 	if req.ID == "" {
-		req.ID = newID("room-")
+		req.ID = authority.NewID("room-")
 	}
-	if err := validName("room id", req.ID, s.lim.MaxScopeBytes, false); err != nil {
+	if err := authority.ValidName("room id", req.ID, s.lim.MaxScopeBytes, false); err != nil {
 		return nil, err
 	}
 	meta, err := s.validMeta("meta", req.Meta)
 	if err != nil {
 		return nil, err
 	}
-	token, hash := newToken(RoomTokenPrefix)
-	viewToken, viewHash := newToken(ViewTokenPrefix)
+	token, hash := authority.NewToken(RoomTokenPrefix)
+	viewToken, viewHash := authority.NewToken(ViewTokenPrefix)
 	out := &CreatedRoom{Token: token, ViewToken: viewToken}
 	err = s.db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
 		err := tx.QueryRow(ctx,
@@ -170,10 +171,6 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 	return nil
 }
 
-// RoomPrincipal is the room's own authority, for layers (the lobby) that
-// have established a user's ownership by other means.
-func RoomPrincipal(roomID string) *Principal { return &Principal{Kind: KindRoom, RoomID: roomID} }
-
 // RotatedToken is a room's new room or view token, shown this once.
 type RotatedToken struct {
 	Room  string `json:"room"`
@@ -209,7 +206,7 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 		return nil, errs.New(errs.Forbidden, "rotating room %q's tokens needs room authority", roomID).
 			WithHint("ask the room token holder or an owner of the room")
 	}
-	token, hash := newToken(prefix)
+	token, hash := authority.NewToken(prefix)
 	out := &RotatedToken{Room: roomID, Which: which, Token: token}
 	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
 		if !m.p.Admin() {

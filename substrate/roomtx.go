@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -254,7 +255,7 @@ func (t *RoomTx) Apply(ops []Op, via string) ([]map[string]any, error) {
 		// names and keys as WriteState checks them, and the core's own
 		// reserved scopes (the audit log, agents, definitions, cooldowns)
 		// left to the core, whose snapshot trusts what they hold.
-		if err := validName("scope", o.Scope, t.s.lim.MaxScopeBytes, true); err != nil {
+		if err := authority.ValidName("scope", o.Scope, t.s.lim.MaxScopeBytes, true); err != nil {
 			return nil, err.(*errs.Error).With("write", i)
 		}
 		if slices.Contains(systemScopes, o.Scope) {
@@ -265,7 +266,7 @@ func (t *RoomTx) Apply(ops []Op, via string) ([]map[string]any, error) {
 			return nil, err.(*errs.Error).With("write", i)
 		}
 		if !(o.Append && o.Key == "") {
-			if err := validKey(o.Key, t.s.lim.MaxKeyBytes); err != nil {
+			if err := authority.ValidKey(o.Key, t.s.lim.MaxKeyBytes); err != nil {
 				return nil, err.(*errs.Error).With("write", i)
 			}
 		}
@@ -342,10 +343,6 @@ func (s *Service) RequireRoom(ctx context.Context, p *Principal, roomID string) 
 // Logger is the service's logger, for features.
 func (s *Service) Logger() *slog.Logger { return s.log }
 
-// ReadsAs is the agent a read-only principal made by ReadOnlyOf reads
-// for ("" otherwise): a feature keeps that agent's read permissions.
-func (p *Principal) ReadsAs() string { return p.readsAs }
-
 // Features attach their state to a Service (one loom per service, with
 // its options) under a key of their own.
 type features struct {
@@ -386,4 +383,4 @@ func apartScope(scope string) bool {
 // ValidKey checks a key a feature composes (from a label a person gave)
 // as the write path will: not empty, at most max bytes, UTF-8, no
 // control characters.
-func ValidKey(key string, max int) error { return validKey(key, max) }
+func ValidKey(key string, max int) error { return authority.ValidKey(key, max) }

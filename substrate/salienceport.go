@@ -253,7 +253,7 @@ func (r *Read) EachShown(keep func(scope string) bool, f func(scope, key string,
 		for key, row := range rows {
 			// The state expressions compute with may hold entries the
 			// read rule does not show the principal (readableState).
-			if _, ok := seen[key]; ok && (r.rc.p == nil || r.rc.vis.entry(scope, key)) {
+			if _, ok := seen[key]; ok && (r.rc.p == nil || r.rc.vis.Entry(scope, key)) {
 				f(scope, key, row.Revision)
 			}
 		}

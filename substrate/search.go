@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -105,7 +106,7 @@ func (s *Service) SearchRows(ctx context.Context, p *Principal, roomID string, q
 		return nil, err
 	}
 	if q.Scope != "" && q.Scope != ScopeSelf && q.Scope != "views" {
-		if err := validName("scope", q.Scope, 128, true); err != nil {
+		if err := authority.ValidName("scope", q.Scope, 128, true); err != nil {
 			return nil, err.(*errs.Error).With("field", "scope")
 		}
 	}
@@ -126,12 +127,12 @@ func (s *Service) SearchRows(ctx context.Context, p *Principal, roomID string, q
 	if err != nil {
 		return nil, err
 	}
-	scope, err := resolveScope(p, q.Scope)
+	scope, err := authority.ResolveScope(p, q.Scope)
 	if err != nil {
 		return nil, err.(*errs.Error).With("field", "scope")
 	}
 	if scope != "" && scope != "views" && !rc.visible(scope) {
-		return nil, rc.vis.refuse(scope, "")
+		return nil, rc.vis.Refuse(scope, "")
 	}
 	out := &SearchRead{Seq: rc.snap.seq, Scope: scope}
 	if scope != "views" {
@@ -187,7 +188,7 @@ func (s *Service) searchRule(ctx context.Context, rc *roomCtx, p *Principal, roo
 		}
 		if !seen[pr.scope] {
 			seen[pr.scope] = true
-			for _, pre := range rc.vis.hiddenPrefixes(pr.scope) {
+			for _, pre := range rc.vis.HiddenPrefixes(pr.scope) {
 				prefixIn, prefixes = append(prefixIn, pr.scope), append(prefixes, pre)
 			}
 		}
@@ -344,7 +345,7 @@ func (s *Service) searchSees(ctx context.Context, rc *roomCtx, h *SearchRow, ena
 		if h.Kind == "message" {
 			key = strconv.FormatInt(h.Seq, 10)
 		}
-		if !rc.vis.entry(h.Scope, key) {
+		if !rc.vis.Entry(h.Scope, key) {
 			return false
 		}
 		if rc.logShown == nil {
@@ -357,7 +358,7 @@ func (s *Service) searchSees(ctx context.Context, rc *roomCtx, h *SearchRow, ena
 		// decides each key; an entry with a gate or a timer is not
 		// searched (features write neither).
 		r, ok := rc.snap.scopes[h.Scope][h.Key]
-		return ok && apartScope(h.Scope) && rc.vis.entry(h.Scope, h.Key) && r.enabled == nil && r.timer == nil
+		return ok && apartScope(h.Scope) && rc.vis.Entry(h.Scope, h.Key) && r.enabled == nil && r.timer == nil
 	}
 	m, ok := rc.shownEntries(h.Scope)
 	if !ok {
@@ -575,7 +576,7 @@ const searchesAtOnce = 2
 func (s *Service) searchSlot(p *Principal, roomID, caller string) (release func(), _ error) {
 	key := roomID + "\x00system\x00" + caller
 	if p != nil {
-		key = roomID + "\x00" + string(p.Kind) + "\x00" + p.AgentID + "\x00" + p.readsAs + "\x00" + string(p.tokenHash) + "\x00" + caller
+		key = roomID + "\x00" + string(p.Kind) + "\x00" + p.AgentID + "\x00" + p.ReadsAs() + "\x00" + string(p.TokenHash()) + "\x00" + caller
 	}
 	s.searchMu.Lock()
 	defer s.searchMu.Unlock()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
@@ -102,16 +103,16 @@ func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
 // writeNameError checks the write's scope (resolving the reader's names
 // for it) and key.
 func (s *Service) writeNameError(p *Principal, w *Write) *errs.Error {
-	scope, err := resolveScope(p, w.Scope)
+	scope, err := authority.ResolveScope(p, w.Scope)
 	if err != nil {
 		return err.(*errs.Error)
 	}
 	w.Scope = scope
-	if err := validName("scope", w.Scope, s.lim.MaxScopeBytes, true); err != nil {
+	if err := authority.ValidName("scope", w.Scope, s.lim.MaxScopeBytes, true); err != nil {
 		return err.(*errs.Error)
 	}
 	if w.Key != "" || !w.Append {
-		if err := validKey(w.Key, s.lim.MaxKeyBytes); err != nil {
+		if err := authority.ValidKey(w.Key, s.lim.MaxKeyBytes); err != nil {
 			return err.(*errs.Error)
 		}
 	}
@@ -347,8 +348,8 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 		if err != nil {
 			return err
 		}
-		if q.Scope != "" && !vis.entry(q.Scope, q.Key) {
-			return vis.refuse(q.Scope, q.Key)
+		if q.Scope != "" && !vis.Entry(q.Scope, q.Key) {
+			return vis.Refuse(q.Scope, q.Key)
 		}
 		var born time.Time
 		var msgCount int64
@@ -400,12 +401,12 @@ func (s *Service) checkReadQuery(p *Principal, q *ReadQuery) error {
 		return errs.New(errs.InvalidField, "key needs scope").WithHint("send scope and key together")
 	}
 	if q.Scope != "" {
-		scope, err := resolveScope(p, q.Scope)
+		scope, err := authority.ResolveScope(p, q.Scope)
 		if err != nil {
 			return err
 		}
-		if !canRead(p, scope) {
-			return scopeDenied(scope, "")
+		if !authority.CanRead(p, scope) {
+			return authority.ReadDenied(scope, "")
 		}
 		q.Scope = scope
 	}
@@ -414,14 +415,14 @@ func (s *Service) checkReadQuery(p *Principal, q *ReadQuery) error {
 
 // readScopeEntries reads a scope: its keyed entries, then a page of its
 // log, after q.After or (with q.Before) the newest before it.
-func readScopeEntries(ctx context.Context, tx pgx.Tx, collect stateCollect, vis *visibility, roomID string, q *ReadQuery, out *StateRead, gated *[]gatedEntry) error {
+func readScopeEntries(ctx context.Context, tx pgx.Tx, collect stateCollect, vis *authority.Visibility, roomID string, q *ReadQuery, out *StateRead, gated *[]gatedEntry) error {
 	if err := collect(ctx, tx, &out.Entries, sqlScopeEntries, roomID, q.Scope); err != nil {
 		return err
 	}
 	n := len(out.Entries)
 	if q.Before > 0 {
 		if err := collect(ctx, tx, &out.Entries, sqlScopeLogNewest,
-			roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope), q.Before); err != nil {
+			roomID, q.Scope, q.After, q.Limit+1, vis.HiddenPrefixes(q.Scope), q.Before); err != nil {
 			return err
 		}
 		if len(out.Entries)-n > q.Limit {
@@ -432,7 +433,7 @@ func readScopeEntries(ctx context.Context, tx pgx.Tx, collect stateCollect, vis 
 		return nil
 	}
 	if err := collect(ctx, tx, &out.Entries, sqlScopeLogPage,
-		roomID, q.Scope, q.After, q.Limit+1, vis.hiddenPrefixes(q.Scope)); err != nil {
+		roomID, q.Scope, q.After, q.Limit+1, vis.HiddenPrefixes(q.Scope)); err != nil {
 		return err
 	}
 	if len(out.Entries)-n > q.Limit {
@@ -461,23 +462,16 @@ func (s *Service) readRoomEntries(ctx context.Context, tx pgx.Tx, collect stateC
 	return err
 }
 
-// scopeDenied refuses a read of a scope the reader may not read, in the
-// core's words (a feature's refusal comes through visibility.refuse).
-func scopeDenied(scope, key string) error {
-	return errs.New(errs.ScopeDenied, "scope %q is private to its agent", scope).
-		WithHint("read your own scope, _shared and communal scopes, or ask the agent to publish a view")
-}
-
 // visibleEntries keeps the entries vis admits, and the gated entries
 // among them (re-indexed).
-func visibleEntries(vis *visibility, entries []Entry, gated []gatedEntry) ([]Entry, []gatedEntry) {
+func visibleEntries(vis *authority.Visibility, entries []Entry, gated []gatedEntry) ([]Entry, []gatedEntry) {
 	gate := make(map[int]string, len(gated))
 	for _, g := range gated {
 		gate[g.at] = g.enabled
 	}
 	kept, keptGated := entries[:0], gated[:0]
 	for i, e := range entries {
-		if !vis.entry(e.Scope, e.Key) {
+		if !vis.Entry(e.Scope, e.Key) {
 			continue
 		}
 		if g, ok := gate[i]; ok {

@@ -12,6 +12,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
 	"github.com/syncsubstrate/sync/substrate/internal/readmarks"
+	"github.com/syncsubstrate/sync/substrate/internal/tokenmemory"
 	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
 	"github.com/syncsubstrate/sync/substrate/internal/workmeter"
 )
@@ -250,7 +251,7 @@ type Service struct {
 	// group queues invocations per room for group commit (nil: off).
 	group *groupCommit
 	// tokens remembers invocations' token lookups (AuthenticateInvoke).
-	tokens tokenMemory
+	tokens tokenmemory.Memory[*Principal]
 }
 
 // Stats are counters of the service's work since it started.

@@ -382,7 +382,7 @@ func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck 
 		}
 		seq, _ := strconv.ParseInt(key, 10, 64)
 		out = append(out, OverdueAck{Seq: seq, From: rec.From, AgoS: int64(rc.now.Sub(rec.At).Seconds()),
-			Ack: rc.p.say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})})
+			Ack: rc.p.Say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
 	if len(out) > 10 {
@@ -412,7 +412,7 @@ func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBe
 			Latest: rec.Latest, LatestFrom: rec.LatestFrom, LatestBody: rec.LatestBody})
 	}
 	return envelope.Threads(all, recent, rc.self, seenBefore, func(thread int64) string {
-		return rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": thread}})
+		return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": thread}})
 	})
 }
 

@@ -363,7 +363,7 @@ func (s *Service) afterRead(ctx context.Context, p *Principal) error {
 // room woken at the same time, in one query, and the token holds when it
 // is still the one stored.
 func (s *Service) recheckBatched(ctx context.Context, p *Principal) (*Principal, error) {
-	if p.Refresh != nil || p.tokenHash == nil {
+	if p.Refresh != nil || p.TokenHash() == nil {
 		return s.recheck(ctx, p)
 	}
 	kind := waitbatch.AgentToken
@@ -377,7 +377,7 @@ func (s *Service) recheckBatched(ctx context.Context, p *Principal) (*Principal,
 	if err != nil {
 		return nil, err
 	}
-	if c.Hash == nil || !bytes.Equal(c.Hash, p.tokenHash) {
+	if c.Hash == nil || !bytes.Equal(c.Hash, p.TokenHash()) {
 		// The long way, for its error: deleted room or revoked token.
 		return s.recheck(ctx, p)
 	}

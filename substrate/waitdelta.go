@@ -37,7 +37,7 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	env.Context.MessagesTruncated = nil
 	env.About = nil // a delta is what changed; the room's purpose did not
 	env.Context.Help = nil
-	d.Full = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID})
+	d.Full = rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID})
 	env.Context.Delta = d
 	var secs []string
 	for _, s := range env.Context.Sections {
@@ -125,7 +125,7 @@ func deltaMessages(m *Messages, rc *roomCtx, d *ChangesSince, roomID string, msg
 			}
 		}
 		d.OlderMessages = len(others) - len(kept)
-		d.More = rc.p.say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "messages_after": msgsAfter}})
+		d.More = rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "messages_after": msgsAfter}})
 		// What the delta read counts as read (the older messages it
 		// left out are counted here, with the read that returns them),
 		// except from the oldest message addressed to the reader that

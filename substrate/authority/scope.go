@@ -1,4 +1,4 @@
-package substrate
+package authority
 
 import (
 	"slices"
@@ -27,22 +27,9 @@ const (
 	ScopeSelf = "self"
 )
 
-var systemScopes = []string{ScopeAudit, "_agents", "_actions", "_views", "_cooldowns", ScopeThreads, ScopeAcks}
-
-// isSystemScope reports scopes only the system writes: the reserved ones
-// and features' (reservedScopes: the loom's _loom, _loom.*, whether or not
-// the Service runs the loom), which their operations keep consistent.
-func isSystemScope(scope string) bool {
-	return slices.Contains(systemScopes, scope) || featureScope(scope)
-}
-
-// IsSystemScope reports scopes only the system writes (the reserved ones
-// and features'), whose keys are its records, not the room's vocabulary:
-// pages say what they are rather than name them.
-func IsSystemScope(scope string) bool { return isSystemScope(scope) }
-
-// canRead reports whether p may read scope.
-func canRead(p *Principal, scope string) bool {
+// CanRead reports whether p may read scope: the core's read rule, which
+// a feature's ReadRule may only narrow (Visibility).
+func CanRead(p *Principal, scope string) bool {
 	if p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin() {
 		return true
 	}
@@ -55,13 +42,15 @@ func canRead(p *Principal, scope string) bool {
 	return scope == p.AgentID || slices.Contains(p.Grants, scope)
 }
 
-// checkWrite returns nil when p may write scope directly.
-func checkWrite(p *Principal, scope string) error {
+// CheckWrite returns nil when p may write scope directly. system says
+// whether scope is one only the system writes (the core's reserved scopes
+// and its features'), which the core knows and this rule refuses.
+func CheckWrite(p *Principal, scope string, system bool) error {
 	if p.ReadOnly() {
 		return errs.New(errs.ReadOnlyToken, "this credential is read-only").
 			WithHint("write with the room token or an agent token (over MCP: embody an agent first)")
 	}
-	if isSystemScope(scope) {
+	if system {
 		return errs.New(errs.ScopeDenied, "scope %q is written only by the system", scope).
 			WithHint("write to _shared, your own scope or a user-defined scope")
 	}
@@ -76,8 +65,8 @@ func checkWrite(p *Principal, scope string) error {
 	return e.WithHint("agents write their own scope (%q) or granted scopes; ask the room token holder for a grant", p.AgentID)
 }
 
-// resolveScope maps the "self" alias to the caller's scope.
-func resolveScope(p *Principal, scope string) (string, error) {
+// ResolveScope maps the "self" alias to the caller's scope.
+func ResolveScope(p *Principal, scope string) (string, error) {
 	if scope != ScopeSelf {
 		return scope, nil
 	}
@@ -88,12 +77,12 @@ func resolveScope(p *Principal, scope string) (string, error) {
 	return p.AgentID, nil
 }
 
-// validName checks room ids, agent ids and scope names: 1..max bytes of
+// ValidName checks room ids, agent ids and scope names: 1..max bytes of
 // letters, digits and _ . : @ -, not "self" and not "*", and not starting
 // with ".": "." and ".." are path segments that URLs resolve away (a room
 // called ".." is reachable only percent-encoded, and proxies may rewrite
 // even that), and a leading dot reads as hidden in files and exports.
-func validName(what, s string, max int, allowUnderscore bool) error {
+func ValidName(what, s string, max int, allowUnderscore bool) error {
 	hint := "use 1–%d characters from A–Z a–z 0–9 _ . : @ -"
 	switch {
 	case s == "":
@@ -116,7 +105,9 @@ func validName(what, s string, max int, allowUnderscore bool) error {
 	return nil
 }
 
-func validKey(key string, max int) error {
+// ValidKey checks a key: not empty, at most max bytes, UTF-8, no control
+// characters and none of the bidirectional controls (IsBidiControl).
+func ValidKey(key string, max int) error {
 	switch {
 	case key == "":
 		return errs.New(errs.InvalidField, "key is empty").WithHint("give every write a key (append writes may omit it)")
@@ -129,7 +120,7 @@ func validKey(key string, max int) error {
 		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) {
 			return errs.New(errs.InvalidField, "key contains control character %U", r).WithHint("use printable characters in keys")
 		}
-		if isBidiControl(r) {
+		if IsBidiControl(r) {
 			return errs.New(errs.InvalidField, "key contains the bidirectional control character %U", r).
 				WithHint("remove it: it makes a key display as another one")
 		}
@@ -137,9 +128,9 @@ func validKey(key string, max int) error {
 	return nil
 }
 
-// isBidiControl reports the invisible characters that reorder text
+// IsBidiControl reports the invisible characters that reorder text
 // (embeddings, overrides, isolates and marks): in a key or a name they make
 // one read as another to people and models.
-func isBidiControl(r rune) bool {
+func IsBidiControl(r rune) bool {
 	return r == 0x061C || r == 0x200E || r == 0x200F || (r >= 0x202A && r <= 0x202E) || (r >= 0x2066 && r <= 0x2069)
 }

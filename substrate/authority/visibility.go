@@ -1,24 +1,22 @@
-package substrate
+package authority
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
 // One read rule (issue 25 item 3, issue 27): every path that shows room
 // state to a reader (the context and its CEL, GET /state, a key's history,
 // the room page, waits) asks the same question, "may this reader see this
-// scope, this entry?", of one place. The core's own answer is canRead (a
+// scope, this entry?", of one place. The core's own answer is CanRead (a
 // private scope is its agent's; _audit is room authority's). Features
 // built on rooms add theirs through a ReadRule: the loom decides its
 // _loom* scopes exactly as its → commands do, and who reads a model's
 // thinking; a Service runs it when Options.Features lists the loom
 // (Feature.ReadRule), and seals the loom's names when it does not
-// (sealRule).
+// (the core's sealRule).
 
 // RowFunc reads one mutable entry of the room being read (nil, false when
 // it does not exist): from the read's snapshot or its transaction, so a
@@ -55,18 +53,18 @@ type Reader struct {
 	Key string
 }
 
-// visibility is what one reader sees in one read.
-type visibility struct {
+// Visibility is what one reader sees in one read.
+type Visibility struct {
 	p       *Principal
 	readers []Reader
 }
 
-// visibilityOf loads p's visibility under rules (the Service's wiring:
+// VisibilityOf loads p's visibility under rules (the Service's wiring:
 // its features' rules, then the seal, consulted in order; each may only
 // narrow what the core admits) with row. A nil p (the system) sees
 // everything.
-func visibilityOf(rules []ReadRule, p *Principal, row RowFunc) (*visibility, error) {
-	v := &visibility{p: p}
+func VisibilityOf(rules []ReadRule, p *Principal, row RowFunc) (*Visibility, error) {
+	v := &Visibility{p: p}
 	if p == nil {
 		return v, nil
 	}
@@ -80,17 +78,17 @@ func visibilityOf(rules []ReadRule, p *Principal, row RowFunc) (*visibility, err
 	return v, nil
 }
 
-// scope reports whether the reader reads scope at all.
-func (v *visibility) scope(scope string) bool {
-	return v.entry(scope, "")
+// Scope reports whether the reader reads scope at all.
+func (v *Visibility) Scope(scope string) bool {
+	return v.Entry(scope, "")
 }
 
-// entry reports whether the reader sees key of scope ("" for the scope).
-func (v *visibility) entry(scope, key string) bool {
+// Entry reports whether the reader sees key of scope ("" for the scope).
+func (v *Visibility) Entry(scope, key string) bool {
 	if v.p == nil {
 		return true
 	}
-	if !canRead(v.p, scope) {
+	if !CanRead(v.p, scope) {
 		return false
 	}
 	for _, r := range v.readers {
@@ -101,9 +99,9 @@ func (v *visibility) entry(scope, key string) bool {
 	return true
 }
 
-// refuse is the error for a read of key of scope ("" the scope) that
+// Refuse is the error for a read of key of scope ("" the scope) that
 // the reader may not make: a feature's words when its rule refused.
-func (v *visibility) refuse(scope, key string) error {
+func (v *Visibility) Refuse(scope, key string) error {
 	for _, r := range v.readers {
 		if r.Refusal != nil && r.Sees != nil && !r.Sees(scope, key) {
 			if err := r.Refusal(scope, key); err != nil {
@@ -111,12 +109,12 @@ func (v *visibility) refuse(scope, key string) error {
 			}
 		}
 	}
-	return scopeDenied(scope, key)
+	return ReadDenied(scope, key)
 }
 
-// hiddenPrefixes are the key prefixes of scope the reader does not see
+// HiddenPrefixes are the key prefixes of scope the reader does not see
 // (never nil, so it binds as an empty array).
-func (v *visibility) hiddenPrefixes(scope string) []string {
+func (v *Visibility) HiddenPrefixes(scope string) []string {
 	out := []string{}
 	for _, r := range v.readers {
 		if r.HiddenPrefixes != nil {
@@ -126,10 +124,10 @@ func (v *visibility) hiddenPrefixes(scope string) []string {
 	return out
 }
 
-// shareKey names what v's principal sees under the Service's rules
+// ShareKey names what v's principal sees under the Service's rules
 // (Reader.Key); ok is false when a rule did not say, and then nothing is
 // shared.
-func (v *visibility) shareKey() (key string, ok bool) {
+func (v *Visibility) ShareKey() (key string, ok bool) {
 	keys := make([]string, 0, len(v.readers))
 	for _, r := range v.readers {
 		if r.Key == "" {
@@ -140,32 +138,15 @@ func (v *visibility) shareKey() (key string, ok bool) {
 	return strings.Join(keys, "\x00"), true
 }
 
-// snapRows reads entries from a snapshot (every mutable row, timers not
-// applied: a rule's records carry no timers).
-func snapRows(snap *snapshot) RowFunc {
-	return func(scope, key string) (json.RawMessage, bool, error) {
-		r, ok := snap.scopes[scope][key]
-		if !ok {
-			return nil, false, nil
-		}
-		return r.Value, true, nil
-	}
+// Unreadable is the visibility of a reader whose read rules could not be
+// loaded: it sees nothing (a nil p, the system, still sees everything).
+func Unreadable(p *Principal) *Visibility {
+	return &Visibility{p: p, readers: []Reader{{Sees: func(string, string) bool { return false }}}}
 }
 
-// dbRows reads entries on q.
-func dbRows(ctx context.Context, q querier, roomID string) RowFunc {
-	return func(scope, key string) (json.RawMessage, bool, error) {
-		var v json.RawMessage
-		err := q.QueryRow(ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = $2 AND key = $3 AND sort_key IS NULL`+liveSQL,
-			roomID, scope, key).Scan(&v)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, false, nil
-		}
-		return v, err == nil, err
-	}
-}
-
-// visibilityIn loads p's visibility in roomID on q.
-func (s *Service) visibilityIn(ctx context.Context, q querier, p *Principal, roomID string) (*visibility, error) {
-	return visibilityOf(s.wired.rules, p, dbRows(ctx, q, roomID))
+// ReadDenied refuses a read of a scope the reader may not read, in the
+// core's words (a feature's refusal comes through Visibility.Refuse).
+func ReadDenied(scope, key string) error {
+	return errs.New(errs.ScopeDenied, "scope %q is private to its agent", scope).
+		WithHint("read your own scope, _shared and communal scopes, or ask the agent to publish a view")
 }

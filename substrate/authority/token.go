@@ -1,4 +1,4 @@
-package substrate
+package authority
 
 import (
 	"crypto/rand"
@@ -15,26 +15,27 @@ const (
 	AgentTokenPrefix = "as_"
 )
 
-// newToken returns a fresh bearer token with prefix and 256 random bits, and
+// NewToken returns a fresh bearer token with prefix and 256 random bits, and
 // the hash under which it is stored. A fast hash is right here: the token is
 // random, so there is nothing to brute-force that a slow hash would protect.
-func newToken(prefix string) (token string, hash []byte) {
+func NewToken(prefix string) (token string, hash []byte) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic("substrate: crypto/rand failed: " + err.Error())
 	}
 	token = prefix + base64.RawURLEncoding.EncodeToString(b[:])
-	return token, hashToken(token)
+	return token, HashToken(token)
 }
 
-func hashToken(token string) []byte {
+// HashToken is the hash a token is stored and looked up under.
+func HashToken(token string) []byte {
 	h := sha256.Sum256([]byte(token))
 	return h[:]
 }
 
-// newID returns a short random identifier for rooms and agents created
+// NewID returns a short random identifier for rooms and agents created
 // without one.
-func newID(prefix string) string {
+func NewID(prefix string) string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic("substrate: crypto/rand failed: " + err.Error())
@@ -42,7 +43,9 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-func tokenKind(token string) (Kind, bool) {
+// TokenKind is the kind of credential a token's prefix tells; ok is false
+// for a string that is no sync token.
+func TokenKind(token string) (Kind, bool) {
 	switch {
 	case strings.HasPrefix(token, RoomTokenPrefix):
 		return KindRoom, true

@@ -1,4 +1,4 @@
-package substrate
+package authority
 
 import (
 	"slices"

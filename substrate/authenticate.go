@@ -3,134 +3,17 @@ package substrate
 import (
 	"context"
 	"errors"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
-// Kind is what a credential is.
-type Kind string
-
-// Credential kinds.
-const (
-	// KindRoom is the room token: '*' authority over one room.
-	KindRoom Kind = "room"
-	// KindView is the view token: reads every scope of one room, writes none.
-	KindView Kind = "view"
-	// KindAgent is an agent token: its own scope plus its grants.
-	KindAgent Kind = "agent"
-	// KindObserver reads the room's communal scopes and writes nothing: a
-	// user observing through MCP without embodying an agent.
-	KindObserver Kind = "observer"
-)
-
-// Principal is an authenticated caller, scoped to one room.
-type Principal struct {
-	Kind    Kind
-	RoomID  string
-	AgentID string   // set for KindAgent
-	Grants  []string // set for KindAgent; "*" means room authority
-	// ReadsAll widens the caller's own reads (context, state reads, eval,
-	// wait conditions) to every scope of the room, as a view token reads.
-	// The lobby sets it on the agent of an owner with admin access, so
-	// embodying never reads less than observing did. It is not authority:
-	// it writes nothing, and actions and views never carry it (they read
-	// with their registrar's authority, built from the registrar's id
-	// alone; see roomCtx.stateAs).
-	ReadsAll bool
-	// Ceiling, when set, limits which of an agent's stored grants the
-	// principal may use, including those a mutation re-reads under the
-	// room lock: the lobby caps a user's agent at what the user's role and
-	// connection allow, and a role's bootstrap registers with no grants.
-	Ceiling func(grant string) bool
-	// Person marks an agent driven by a signed-in person on the web pages
-	// (lobby.PersonActor), not by a model: the loom counts its nodes as a
-	// human's (seed 002). Only the lobby sets it; tokens never do.
-	Person bool
-	// readsAs is the agent a read-only principal made by ReadOnlyOf reads
-	// for, or that registered a communal (_shared) definition read with
-	// this principal (roomCtx.stateAs): it keeps that agent's loom
-	// permissions (those that read), never more.
-	readsAs string
-	// Words is the vocabulary of the surface the caller came through: the
-	// substrate words the next steps it suggests (in _context, help and
-	// hints) with it. Default errs.Plain.
-	Words errs.Words
-	// Refresh, when set, establishes the caller's authority again from
-	// what its surface knows now (the lobby: the person's session, access
-	// and embodiment). A call that outlives the moment it was
-	// authenticated (a wait) calls it at each wake-up, and an error ends
-	// the call: a person who left the room or lost it meanwhile hears
-	// nothing more of it. Principals from tokens need none: their token is
-	// looked up again (Service.recheck).
-	Refresh func(ctx context.Context) (*Principal, error)
-	// tokenHash is the hash of the token the principal was authenticated
-	// with (AuthenticateIn), for recheck.
-	tokenHash []byte
-	// remembered marks a principal AuthenticateInvoke answered from
-	// memory; heartbeatAge is how old the agent's heartbeat was when it
-	// was looked up.
-	remembered   bool
-	heartbeatAge time.Duration
-}
-
-// say words a step in the caller's vocabulary.
-func (p *Principal) say(s errs.Step) string {
-	return words(p).Say(s)
-}
-
-// Say words a step in the caller's vocabulary, for features' hints (a
-// nil principal, or one without words, says it plainly).
-func (p *Principal) Say(s errs.Step) string { return p.say(s) }
-
-func words(p *Principal) errs.Words {
-	if p == nil || p.Words == nil {
-		return errs.Plain
-	}
-	return p.Words
-}
-
-// Admin reports room-token authority: the room token or a "*" grant.
-func (p *Principal) Admin() bool {
-	return p.Kind == KindRoom || (p.Kind == KindAgent && slices.Contains(p.Grants, "*"))
-}
-
-// ReadOnly reports a credential that may read but never write or invoke.
-func (p *Principal) ReadOnly() bool { return p.Kind == KindView || p.Kind == KindObserver }
-
-// Actor is how the principal is named in audit entries and as a writer.
-func (p *Principal) Actor() string {
-	switch p.Kind {
-	case KindAgent:
-		return p.AgentID
-	case KindView:
-		return "_view"
-	case KindObserver:
-		return "_observer"
-	}
-	return "_room"
-}
-
-// Key names the subject of per-credential budgets (rate limits): one for
-// room authority (the room token and agents with "*"), one per view token,
-// and one for all the other agents of a room, for reads and writes alike.
-// The room token mints agent tokens freely, so a budget per agent token
-// would be a budget its holder multiplies at will; and room authority is
-// a subject apart, so that no agent (in an open room, anyone who joined)
-// can exhaust the budget the room's owner acts with.
-func (p *Principal) Key() string {
-	switch {
-	case p.Admin():
-		return string(KindRoom) + ":" + p.RoomID + "/"
-	case p.Kind == KindAgent:
-		return string(p.Kind) + ":" + p.RoomID + "/*"
-	}
-	return string(p.Kind) + ":" + p.RoomID + "/" + p.AgentID
-}
+// Authentication: finding the principal a credential names, in the rooms
+// and agents tables, and checking again that it still holds. What a
+// principal may do is package authority's.
 
 // Authenticate resolves a bearer token to its principal, in whichever room
 // it belongs to. It searches every room, so in a sharded deployment (see
@@ -147,13 +30,12 @@ func (s *Service) Authenticate(ctx context.Context, token string) (*Principal, e
 // it is (requireRoom's 403) rather than call it unknown. An agent's call
 // also counts as its heartbeat (refreshed at most every HeartbeatEvery).
 func (s *Service) AuthenticateIn(ctx context.Context, roomID, token string) (*Principal, error) {
-	kind, ok := tokenKind(token)
+	p, ok := authority.FromToken(token)
 	if !ok {
 		return nil, errs.New(errs.Unauthorized, "the bearer token is not a sync token").
 			WithHint("send Authorization: Bearer room_…, view_… or as_… as returned when the room was created or the agent joined")
 	}
-	h := hashToken(token)
-	p := &Principal{Kind: kind, tokenHash: h}
+	kind, h := p.Kind, p.TokenHash()
 	var err error
 	var stale bool
 	switch {
@@ -170,7 +52,7 @@ func (s *Service) AuthenticateIn(ctx context.Context, roomID, token string) (*Pr
 			   FROM agents WHERE room_id = $1 AND token_hash = $2`, roomID, h).
 			Scan(&p.RoomID, &p.AgentID, &p.Grants, &age)
 		stale = age > s.hbEach.Seconds()
-		p.heartbeatAge = time.Duration(age * float64(time.Second))
+		p.SetHeartbeatAge(time.Duration(age * float64(time.Second)))
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = s.findToken(ctx, p, h, &stale)
@@ -184,7 +66,7 @@ func (s *Service) AuthenticateIn(ctx context.Context, roomID, token string) (*Pr
 	}
 	if stale {
 		s.touch(ctx, p.RoomID, p.AgentID)
-		p.heartbeatAge = 0
+		p.SetHeartbeatAge(0)
 	}
 	return p, nil
 }
@@ -205,13 +87,17 @@ func (s *Service) AuthenticateInvoke(ctx context.Context, roomID, actionID, toke
 	if _, builtin := builtinDescriptions[actionID]; builtin || roomID == "" {
 		return s.AuthenticateIn(ctx, roomID, token)
 	}
-	kind, ok := tokenKind(token)
+	kind, ok := authority.TokenKind(token)
 	if !ok {
 		return s.AuthenticateIn(ctx, roomID, token)
 	}
-	h := hashToken(token)
-	if p := s.tokens.get(roomID, h, time.Now()); p != nil {
-		return p, nil
+	h := authority.HashToken(token)
+	// The memory holds who a token named (its kind, room and agent, which
+	// never change for a token: a rotation or re-join makes a new one)
+	// and, for rate budgets only, the grants it had; the invocation
+	// re-reads the grants under the lock.
+	if p, ok := s.tokens.Get(roomID, h, time.Now()); ok {
+		return p.Remembered(), nil
 	}
 	p, err := s.AuthenticateIn(ctx, roomID, token)
 	if err != nil || p.RoomID != roomID || p.Kind != kind || p.ReadOnly() {
@@ -222,15 +108,15 @@ func (s *Service) AuthenticateInvoke(ctx context.Context, roomID, actionID, toke
 	}
 	// Remembered until the heartbeat is due (agents), or as long (the
 	// room's token), whichever way the principal was found.
-	s.tokens.put(roomID, h, p, time.Now().Add(s.hbEach-p.heartbeatAge))
+	s.tokens.Put(roomID, h, p.Remembered(), time.Now().Add(s.hbEach-p.HeartbeatAge()))
 	return p, nil
 }
 
 // forgetToken drops p's token from memory (AuthenticateInvoke): an
 // invocation found it dead under the room lock.
 func (s *Service) forgetToken(p *Principal) {
-	if p != nil && p.remembered {
-		s.tokens.forget(p.RoomID, p.tokenHash)
+	if p != nil && p.FromMemory() {
+		s.tokens.Forget(p.RoomID, p.TokenHash())
 	}
 }
 
@@ -243,7 +129,7 @@ func (s *Service) forgetToken(p *Principal) {
 // when the token still holds, for principals not remembered, and when the
 // lookup itself fails (the caller's own refusal stands).
 func (s *Service) deadRemembered(ctx context.Context, p *Principal) error {
-	if p == nil || !p.remembered {
+	if p == nil || !p.FromMemory() {
 		return nil
 	}
 	_, err := s.recheck(ctx, p)
@@ -252,70 +138,6 @@ func (s *Service) deadRemembered(ctx context.Context, p *Principal) error {
 		return err
 	}
 	return nil
-}
-
-// tokenMemory is AuthenticateInvoke's memory of recent lookups, per room
-// and token hash. It holds who a token named (its kind, room and agent,
-// which never change for a token: a rotation or re-join makes a new one)
-// and, for rate budgets only, the grants it had; the invocation re-reads
-// the grants under the lock.
-type tokenMemory struct {
-	mu sync.Mutex
-	m  map[memoryKey]tokenEntry
-}
-
-type memoryKey struct {
-	room string
-	hash [32]byte
-}
-
-type tokenEntry struct {
-	p     Principal
-	until time.Time
-}
-
-// maxRememberedTokens bounds the memory; when full, it starts afresh.
-const maxRememberedTokens = 8192
-
-func (t *tokenMemory) get(room string, h []byte, now time.Time) *Principal {
-	k := memoryKey{room: room, hash: [32]byte(h)}
-	t.mu.Lock()
-	e, ok := t.m[k]
-	if ok && !now.Before(e.until) {
-		delete(t.m, k)
-		ok = false
-	}
-	t.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	p := e.p
-	p.Grants = slices.Clone(e.p.Grants)
-	p.tokenHash = h
-	p.remembered = true
-	return &p
-}
-
-func (t *tokenMemory) put(room string, h []byte, p *Principal, until time.Time) {
-	if !time.Now().Before(until) {
-		return
-	}
-	e := tokenEntry{p: Principal{Kind: p.Kind, RoomID: p.RoomID, AgentID: p.AgentID, Grants: slices.Clone(p.Grants)}, until: until}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.m == nil || len(t.m) >= maxRememberedTokens {
-		t.m = map[memoryKey]tokenEntry{}
-	}
-	t.m[memoryKey{room: room, hash: [32]byte(h)}] = e
-}
-
-func (t *tokenMemory) forget(room string, h []byte) {
-	if len(h) != 32 {
-		return
-	}
-	t.mu.Lock()
-	delete(t.m, memoryKey{room: room, hash: [32]byte(h)})
-	t.mu.Unlock()
 }
 
 // findToken looks for a token's hash in every room: for requests that
@@ -333,25 +155,6 @@ func (s *Service) findToken(ctx context.Context, p *Principal, h []byte, stale *
 		`SELECT room_id, id, grants, last_heartbeat < now() - make_interval(secs => $2)
 		   FROM agents WHERE token_hash = $1`, h, s.hbEach.Seconds()).
 		Scan(&p.RoomID, &p.AgentID, &p.Grants, stale)
-}
-
-// tokenHashes is the hash of the token p was authenticated with, in the
-// slot of the row that must still hold it: the room's token, its view
-// token, or the agent's token. All are nil for principals made without a
-// token (the lobby's, RoomPrincipal), and for a nil p.
-func (p *Principal) tokenHashes() (room, view, agent []byte) {
-	if p == nil {
-		return nil, nil, nil
-	}
-	switch p.Kind {
-	case KindRoom:
-		return p.tokenHash, nil, nil
-	case KindView:
-		return nil, p.tokenHash, nil
-	case KindAgent:
-		return nil, nil, p.tokenHash
-	}
-	return nil, nil, nil
 }
 
 // errRotatedMeanwhile refuses a change whose token was rotated (or its
@@ -378,18 +181,18 @@ func (s *Service) recheck(ctx context.Context, p *Principal) (*Principal, error)
 			np.Words = p.Words
 		}
 		return np, nil
-	case p.tokenHash == nil:
+	case p.TokenHash() == nil:
 		return p, nil // the system's own principals (RoomPrincipal, …)
 	}
 	np := *p
 	var err error
 	switch p.Kind {
 	case KindRoom:
-		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE id = $1 AND token_hash = $2`, p.RoomID, p.tokenHash).Scan(&np.RoomID)
+		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE id = $1 AND token_hash = $2`, p.RoomID, p.TokenHash()).Scan(&np.RoomID)
 	case KindView:
-		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE id = $1 AND view_token_hash = $2`, p.RoomID, p.tokenHash).Scan(&np.RoomID)
+		err = s.db.QueryRow(ctx, `SELECT id FROM rooms WHERE id = $1 AND view_token_hash = $2`, p.RoomID, p.TokenHash()).Scan(&np.RoomID)
 	default:
-		err = s.db.QueryRow(ctx, `SELECT grants FROM agents WHERE room_id = $1 AND id = $2 AND token_hash = $3`, p.RoomID, p.AgentID, p.tokenHash).Scan(&np.Grants)
+		err = s.db.QueryRow(ctx, `SELECT grants FROM agents WHERE room_id = $1 AND id = $2 AND token_hash = $3`, p.RoomID, p.AgentID, p.TokenHash()).Scan(&np.Grants)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		var exists bool
@@ -474,25 +277,3 @@ func (s *Service) agentPrincipal(ctx context.Context, roomID, agentID string, us
 	}
 	return p, nil
 }
-
-// ObserverPrincipal reads a room's communal scopes only.
-func ObserverPrincipal(roomID string) *Principal {
-	return &Principal{Kind: KindObserver, RoomID: roomID}
-}
-
-// ReadOnlyOf is p's authority to read with and nothing more: room
-// authority reads as the view token does, an agent as an observer that
-// keeps the agent's loom permissions (doc_read, loom_aware), so a page
-// that reads the loom without moving the agent shows what → view would.
-func ReadOnlyOf(p *Principal) *Principal {
-	switch {
-	case p.Admin():
-		return ViewPrincipal(p.RoomID)
-	case p.Kind == KindAgent:
-		return &Principal{Kind: KindObserver, RoomID: p.RoomID, readsAs: p.AgentID, Words: p.Words}
-	}
-	return p
-}
-
-// ViewPrincipal reads everything in a room and writes nothing.
-func ViewPrincipal(roomID string) *Principal { return &Principal{Kind: KindView, RoomID: roomID} }
