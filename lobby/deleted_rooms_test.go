@@ -30,6 +30,10 @@ func TestConcurrentFirstRoomsBothCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	held, release := make(chan struct{}), make(chan struct{})
+	// A failure below must still end the held transaction, or closing the
+	// pool at cleanup waits for its connection forever.
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -49,8 +53,9 @@ func TestConcurrentFirstRoomsBothCreated(t *testing.T) {
 	<-held
 	// The fixture's pool of two is taken by the held transaction and
 	// CreateRoom: a connection of its own sees CreateRoom queue on the held
-	// membership (a transaction sees one snapshot of pg_stat_activity, so
-	// each look is a statement of its own).
+	// membership (a transaction sees one snapshot of the activity views, so
+	// each look is a statement of its own; on Citus the wait is on a worker:
+	// pgtest.LockWaits counts every node).
 	watcher, err := pgx.ConnectConfig(ctx, f.db.ConnConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -63,13 +68,12 @@ func TestConcurrentFirstRoomsBothCreated(t *testing.T) {
 	}()
 	pgtest.Eventually(t, 20*time.Second, func() bool {
 		var waiting int
-		if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+		if err := watcher.QueryRow(ctx, pgtest.LockWaits()).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		return waiting >= 1
 	}, "CreateRoom to queue on the held membership")
-	close(release)
+	releaseOnce()
 	err = <-created
 	wg.Wait()
 	if err != nil {
