@@ -588,17 +588,37 @@ func TestAttackCollaboratorsDoNotPingPong(t *testing.T) {
 			n = m
 		}
 	}
+	// The pause is what the trace says, so wait for that line first: a
+	// quiet second alone may only be a loaded machine between two turns.
+	const paused = "not answering: 2 turns in a row answered only model-written nodes"
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if strings.Contains(strings.Join(e.trace("ann"), "\n")+strings.Join(e.trace("ben"), "\n"), paused) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no collaborator paused in 30s; traces:\n%s\n%s", strings.Join(e.trace("ann"), "\n"), strings.Join(e.trace("ben"), "\n"))
+		}
+		if len(annChat.requests())+len(benChat.requests()) > 40 {
+			t.Fatal("the collaborators answer each other on and on")
+		}
+		time.Sleep(20 * time.Millisecond) // polls the trace: the pause writes no other signal
+	}
 	first := quiet()
 	// Each: its first look, then 2 turns answering the other model.
 	if first > 6 {
 		t.Fatalf("%d calls before they paused", first)
 	}
-	has(t, strings.Join(e.trace("ann"), "\n")+strings.Join(e.trace("ben"), "\n"), "not answering: 2 turns in a row answered only model-written nodes")
 	g, err := loom.Of(e.svc).Glance(context.Background(), e.ag["alice"], e.room, 1, "1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.run(e.ag["alice"], fmt.Sprintf("→ add from:%d \"A person writes.\"\n→ yield", g.Head.ID))
+	for deadline := time.Now().Add(30 * time.Second); len(annChat.requests())+len(benChat.requests()) == first; {
+		if time.Now().After(deadline) {
+			t.Fatal("a person's node did not resume the collaborators in 30s")
+		}
+		time.Sleep(20 * time.Millisecond) // polls the stubs' call counts
+	}
 	second := quiet()
 	if second <= first || second-first > 6 {
 		t.Fatalf("calls %d after the person's node (%d before)", second, first)
