@@ -81,7 +81,7 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 // feature nor a surface. An owner is a core file, or a file of a core
 // library (envelope/json.go) below the core.
 var machinery = map[string][]string{
-	"substrate/internal/coalesce":    {"presenceread.go", "substrate.go"},
+	"substrate/internal/coalesce":    {"readpath.go", "substrate.go"},
 	"substrate/internal/sweep":       {"janitor.go"},
 	"substrate/internal/waitbatch":   {"wait.go", "substrate.go"},
 	"substrate/internal/waitclock":   {"wait.go"},
