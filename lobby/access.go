@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/roomview"
 )
 
 // Access is the session's effective level on a room: the lesser of its
@@ -238,7 +239,7 @@ func (l *Lobby) observer(ctx context.Context, s *Session, room string) (*substra
 // and _messages, which every session that sees the room reads, are
 // answered without it, so a room with nothing else costs no principal
 // look-up; if the principal cannot be had, only those are counted.
-func (l *Lobby) summaryReader(ctx context.Context, s *Session, room string, sum *RoomSummary) func(string) bool {
+func (l *Lobby) summaryReader(ctx context.Context, s *Session, room string, sum *roomview.Summary) func(string) bool {
 	var rule func(string) bool
 	return func(scope string) bool {
 		if scope == substrate.ScopeShared || scope == substrate.ScopeMessages {

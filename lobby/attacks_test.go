@@ -15,6 +15,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/loom"
+	"github.com/syncsubstrate/sync/substrate/roomview"
 )
 
 // Attacks on the lobby's authority rules: scope beyond consent, owner
@@ -539,23 +540,23 @@ func TestAttackSummaryViewCarriesNoGatedView(t *testing.T) {
 	for _, v := range []substrate.ViewDef{
 		{ID: "secret", Scope: "alice", Expr: `state.self.code`, Enabled: `self != "bob"`},
 		{ID: "open", Scope: "alice", Expr: `"all clear"`},
-		{ID: lobby.SummaryView, Scope: "alice", Expr: `views.open`},
+		{ID: roomview.SummaryView, Scope: "alice", Expr: `views.open`},
 	} {
 		if _, err := svc.RegisterView(ctx, alice, room, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sums, err := lobby.RoomSummaries(ctx, svc, []string{room})
+	sums, err := roomview.Summaries(ctx, svc, []string{room})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := sums[room].View; got != "all clear" {
 		t.Fatalf("a summary reading only an ungated view: %v, want \"all clear\"", got)
 	}
-	if _, err := svc.RegisterView(ctx, alice, room, substrate.ViewDef{ID: lobby.SummaryView, Scope: "alice", Expr: `views.open + " " + views.secret`}); err != nil {
+	if _, err := svc.RegisterView(ctx, alice, room, substrate.ViewDef{ID: roomview.SummaryView, Scope: "alice", Expr: `views.open + " " + views.secret`}); err != nil {
 		t.Fatal(err)
 	}
-	sums, err = lobby.RoomSummaries(ctx, svc, []string{room})
+	sums, err = roomview.Summaries(ctx, svc, []string{room})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -598,7 +599,7 @@ func summaryBudgetRoom(t *testing.T, f *fixture, id, summary string, walkers int
 	for i := range walkers {
 		defs = append(defs, substrate.ViewDef{ID: fmt.Sprintf("walk%d", i), Expr: `now > timestamp("2000-01-01T00:00:00Z") && ` + costlySum + ` > 0`})
 	}
-	defs = append(defs, substrate.ViewDef{ID: lobby.SummaryView, Expr: summary})
+	defs = append(defs, substrate.ViewDef{ID: roomview.SummaryView, Expr: summary})
 	for _, d := range defs {
 		if _, err := f.svc.RegisterView(ctx, admin, room, d); err != nil {
 			t.Fatal(err)

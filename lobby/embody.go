@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/roomview"
 )
 
 var slugRE = regexp.MustCompile(`[^a-z0-9-]+`)
@@ -102,7 +103,7 @@ func (s *Session) cannotAct(room, level, userRole string) error {
 
 // roleNamed is agent when it names one of room's roles, else "".
 func (l *Lobby) roleNamed(ctx context.Context, room, agent string) (string, error) {
-	sums, err := roomSummaries(ctx, l.svc, []string{room}, func(string) bool { return false }) // its roles only
+	sums, err := roomview.SummariesViewing(ctx, l.svc, []string{room}, func(string) bool { return false }) // its roles only
 	if err != nil {
 		return "", err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/roomview"
 )
 
 // Lobby is the users' view of rooms.
@@ -44,7 +45,7 @@ func (l *Lobby) UserRooms(ctx context.Context, userID string) ([]Room, error) {
 // userRooms is UserRooms with the substrate's summary of each room, its
 // summary view evaluated for the rooms view admits (nil: none; a Room
 // does not show it).
-func (l *Lobby) userRooms(ctx context.Context, userID string, view func(room string) bool) ([]Room, map[string]*RoomSummary, error) {
+func (l *Lobby) userRooms(ctx context.Context, userID string, view func(room string) bool) ([]Room, map[string]*roomview.Summary, error) {
 	rows, err := l.db.Query(ctx, `SELECT room_id, coalesce(label, ''), access, is_default FROM smcp_user_rooms
 		WHERE user_id = $1 ORDER BY created_at, room_id`, userID)
 	if err != nil {
@@ -68,7 +69,7 @@ func (l *Lobby) userRooms(ctx context.Context, userID string, view func(room str
 	if view == nil {
 		view = func(string) bool { return false }
 	}
-	sums, err := roomSummaries(ctx, l.svc, ids, view)
+	sums, err := roomview.SummariesViewing(ctx, l.svc, ids, view)
 	if err != nil {
 		return nil, nil, err
 	}

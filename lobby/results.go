@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/roomview"
 )
 
 // Typed results of the lobby's operations (the MCP layer encodes them as
@@ -103,7 +104,7 @@ type StateSummary struct {
 	Summary any `json:"summary,omitempty"`
 	// SummaryBusy is set instead of Summary when the room's summary view
 	// was not evaluated: the room has spent its expression budget.
-	SummaryBusy *SummaryBusy `json:"summary_busy,omitempty"`
+	SummaryBusy *roomview.Busy `json:"summary_busy,omitempty"`
 }
 
 // Embodiment is the result of embodying or disembodying.

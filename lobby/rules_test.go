@@ -11,14 +11,15 @@ import (
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/roomview"
 )
 
 // Tests of the lobby rules of issue 11 item 6. The attacks on them are in
 // attacks_test.go.
 
-func (f *fixture) agentStatus(t *testing.T, room, agent string) substrate.Presence {
+func (f *fixture) agentStatus(t *testing.T, room, agent string) roomview.Presence {
 	t.Helper()
-	sums, err := lobby.RoomSummaries(context.Background(), f.svc, []string{room})
+	sums, err := roomview.Summaries(context.Background(), f.svc, []string{room})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func (f *fixture) agentStatus(t *testing.T, room, agent string) substrate.Presen
 		}
 	}
 	t.Fatalf("no agent %q in %q", agent, room)
-	return substrate.Presence{}
+	return roomview.Presence{}
 }
 
 // Creating a room while embodied steps out of the old agent (idle, like

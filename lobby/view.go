@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/roomview"
 )
 
 // View is the lobby: the rooms in scope with access, agents and roles,
@@ -54,7 +55,7 @@ func (l *Lobby) view(ctx context.Context, s *Session, summaries bool) (*View, er
 
 // viewRoom is room r as the session sees it at level: its summary, agents
 // and roles.
-func (l *Lobby) viewRoom(ctx context.Context, s *Session, r Room, level string, sum *RoomSummary) ViewRoom {
+func (l *Lobby) viewRoom(ctx context.Context, s *Session, r Room, level string, sum *roomview.Summary) ViewRoom {
 	access := minLevel(level, roleCap(r.Access))
 	entry := ViewRoom{Room: r.ID, Label: r.Label, Role: r.Access, Access: access, Default: r.Default,
 		SharedSince: s.Scope.Level(r.ID) == "", Summary: summarise(sum, access, l.summaryReader(ctx, s, r.ID, sum))}
@@ -106,9 +107,9 @@ func viewNext(s *Session, rooms int) string {
 // scope key counts for the scopes it reads observing (communal ones below
 // admin, and of those only what the read rule lets it read: reads), open
 // roles, last activity.
-func summarise(sum *RoomSummary, access string, reads func(scope string) bool) StateSummary {
+func summarise(sum *roomview.Summary, access string, reads func(scope string) bool) StateSummary {
 	out := StateSummary{Keys: map[string]int{}, Messages: sum.Messages, Seq: sum.Seq,
-		LastActivity: sum.LastActivity, LastActive: substrate.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values, Summary: sum.View, SummaryBusy: sum.Busy}
+		LastActivity: sum.LastActivity, LastActive: roomview.Ago(time.Since(sum.LastActivity)), OpenRoles: []string{}, Values: sum.Values, Summary: sum.View, SummaryBusy: sum.Busy}
 	for scope, n := range sum.Keys {
 		if (access == "admin" || (strings.HasPrefix(scope, "_") && scope != substrate.ScopeAudit)) && reads(scope) {
 			out.Keys[scope] = n

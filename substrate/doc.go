@@ -59,9 +59,9 @@
 // EmbodyRole and SetIdle are core agent operations that write agents
 // (ownership, grants, presence) and _shared.roles through the write path,
 // and AgentOwner reads one agents row. What the lobby shows of a room
-// (lobby.RoomSummaries: counts, values, roles open and filled, presence
-// lapse) is shaped in the lobby over three reads: RoomHeads, Presences
-// and RoomView.
+// (substrate/roomview: counts, values, roles open and filled, presence
+// lapse) is a feature above the core, shaped over three reads:
+// RoomHeads, Presences and RoomView.
 //
 // # Operations and the authority each checks
 //

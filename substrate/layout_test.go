@@ -32,6 +32,9 @@ var features = map[string]string{
 	// The statements and the read rule they apply are the core's
 	// (SearchRows); the request, paging and views matched are the feature.
 	"substrate/search": "full-text search: its request, paging, snippets and views (issue 31)",
+	// The reads (RoomHeads, Presences, RoomView) and the read rule are the
+	// core's; what a room reads like at a glance is the feature.
+	"substrate/roomview": "what the lobby shows of a room: its summary, presence lapsed to idle (seed 003 §II)",
 	// A fixture for tests, built only through the core's operations.
 	"substrate/reviewroom": "the review room: a busy room with planted signals for salience's precision (issue 43)",
 }

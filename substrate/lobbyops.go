@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,27 +22,17 @@ import (
 // these, so timers, presence notifications and ownership rules hold
 // whichever layer asks. The mutations (Embody, EmbodyRole, SetIdle) are
 // core agent operations; the reads (RoomHeads, Presences, RoomView) give
-// the lobby what it shapes its room summaries from (lobby/summary.go).
+// substrate/roomview what it shapes the lobby's room summaries from.
 
-// Presence is an agent as the lobby shows it.
+// Presence is an agent's presence as stored (substrate/roomview lapses
+// it to idle, as the lobby shows it).
 type Presence struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-	Role string `json:"role"`
-	// Status is the agent's status as stored. The lobby shows an agent
-	// not seen for Options.IdleAfter (default 5 minutes) as "idle"
-	// whatever it last said ("done" stays done): presence lapses (seed
-	// 003 §II; lobby.RoomSummaries).
+	ID            string    `json:"id"`
+	Name          string    `json:"name"`
+	Role          string    `json:"role"`
 	Status        string    `json:"status"`
 	WaitingOn     *string   `json:"waiting_on"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
-	// LastSeen is LastHeartbeat relative to now: "just now", "42s ago",
-	// "3m ago", "2h ago", "5d ago" (Ago; the lobby sets it on what
-	// Presences read).
-	LastSeen string `json:"last_seen"`
-	// IdleForS is how many seconds an idle agent has not been seen (set
-	// only when Status is "idle").
-	IdleForS *int64 `json:"idle_for_s,omitempty"`
 	// Client is the MCP client the agent was last embodied through; ""
 	// for agents created with a token.
 	Client string `json:"client,omitempty"`
@@ -57,22 +46,6 @@ type Presence struct {
 	// Unseen is how long the agent has not been seen, as Presences read
 	// it.
 	Unseen time.Duration `json:"-"`
-}
-
-// Ago words a duration as a relative time: "just now" under ten seconds,
-// then seconds, minutes, hours and days, rounded down ("3m ago").
-func Ago(d time.Duration) string {
-	switch {
-	case d < 10*time.Second:
-		return "just now"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d/time.Minute))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh ago", int(d/time.Hour))
-	}
-	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
 }
 
 // RoomHead is a room's row as the lobby lists it: RoomHeads reads many at
@@ -447,7 +420,7 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 		if err != nil {
 			return err
 		}
-		out.Owner, out.Client, out.LastSeen = req.User, req.Client, Ago(0)
+		out.Owner, out.Client = req.User, req.Client
 		m.audit = map[string]any{"kind": "agent_embody", "agent": req.Agent, "role": req.Role, "created": !exists, "grants": grantsOf(req.Grants)}
 		return nil
 	})
@@ -593,7 +566,7 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 	if out.Created && len(bootActions)+len(bootViews) > 0 {
 		out.Bootstrap = s.bootstrapRole(ctx, req.Room, req.Role, bootActions, bootViews)
 	}
-	out.Owner, out.Client, out.LastSeen = req.User, req.Client, Ago(0)
+	out.Owner, out.Client = req.User, req.Client
 	return out, nil
 }
 

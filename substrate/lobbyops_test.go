@@ -131,14 +131,3 @@ func TestSetIdleWakesPresenceWaiters(t *testing.T) {
 		t.Fatal("the waiter on presence was not woken by SetIdle (re-check is 30 s)")
 	}
 }
-
-func TestAgo(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		0: "just now", 9 * time.Second: "just now", 42 * time.Second: "42s ago", 3*time.Minute + 59*time.Second: "3m ago",
-		2 * time.Hour: "2h ago", 47 * time.Hour: "47h ago", 5 * 24 * time.Hour: "5d ago",
-	} {
-		if got := substrate.Ago(d); got != want {
-			t.Errorf("Ago(%v) = %q, want %q", d, got, want)
-		}
-	}
-}

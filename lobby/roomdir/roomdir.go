@@ -29,7 +29,7 @@ type Room struct {
 }
 
 // Agent is an agent's presence, as shown next to a room: Status is
-// "idle" once it has lapsed (see substrate.Presence), LastSeen relative
+// "idle" once it has lapsed (see roomview.Presence), LastSeen relative
 // ("3m ago"), Client the MCP client it was last embodied through.
 type Agent struct {
 	ID, Name, Status string

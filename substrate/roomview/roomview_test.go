@@ -1,4 +1,4 @@
-package lobby_test
+package roomview_test
 
 import (
 	"context"
@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/store/pgtest"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/roomview"
 )
 
 // The lobby's summaries of rooms, shaped over the core's reads (moved
-// from substrate/lobbyops_test.go with them).
+// from substrate/lobbyops_test.go, then lobby/summary_test.go, with them).
 
 func newSummaryRoom(t *testing.T, svc *substrate.Service, id string) *substrate.Principal {
 	t.Helper()
@@ -50,7 +50,7 @@ func TestRoomSummariesApplyTimers(t *testing.T) {
 		t.Fatal(err)
 	}
 	latest := time.Now().Add(ms * time.Millisecond)
-	sums, err := lobby.RoomSummaries(ctx, svc, []string{"sum", "missing"})
+	sums, err := roomview.Summaries(ctx, svc, []string{"sum", "missing"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestRoomSummariesApplyTimers(t *testing.T) {
 	// Stays (and in the tests below): what the summary says once the timer
 	// has ended, at a known time, is what this checks.
 	time.Sleep(time.Until(latest) + 100*time.Millisecond)
-	sums, _ = lobby.RoomSummaries(ctx, svc, []string{"sum"})
+	sums, _ = roomview.Summaries(ctx, svc, []string{"sum"})
 	if s := sums["sum"]; len(s.Roles) != 0 || s.SharedKeys != 1 {
 		t.Fatalf("after the roles entry expired: roles %v, shared keys %d", s.Roles, s.SharedKeys)
 	}
@@ -86,7 +86,7 @@ func TestRoomSummaryCountsOnlyPublicMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // Stays: soon gone's 100 ms timer has ended
-	sums, err := lobby.RoomSummaries(ctx, svc, []string{"msgs"})
+	sums, err := roomview.Summaries(ctx, svc, []string{"msgs"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestRoomSummaryViewFollowsTheRoom(t *testing.T) {
 	}
 	for _, v := range []substrate.ViewDef{
 		{ID: "phase", Expr: `state._shared.phase`},
-		{ID: lobby.SummaryView, Expr: `views.phase + (actions.move.enabled ? ", moves open" : ", moves closed")`},
+		{ID: roomview.SummaryView, Expr: `views.phase + (actions.move.enabled ? ", moves open" : ", moves closed")`},
 	} {
 		if _, err := svc.RegisterView(ctx, admin, "sv", v); err != nil {
 			t.Fatal(err)
@@ -122,7 +122,7 @@ func TestRoomSummaryViewFollowsTheRoom(t *testing.T) {
 	want := func(what, summary string) {
 		t.Helper()
 		for range 2 { // the second render takes the first's value
-			sums, err := lobby.RoomSummaries(ctx, svc, []string{"sv"})
+			sums, err := roomview.Summaries(ctx, svc, []string{"sv"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -165,7 +165,7 @@ func TestRoomSummaryViewFollowsTimers(t *testing.T) {
 			views: []substrate.ViewDef{
 				{ID: "banner", Expr: `"sale on"`, Timer: &substrate.Timer{At: at}},
 				{ID: "phase", Expr: `state._shared.phase`, Timer: &substrate.Timer{At: at, Effect: "enable"}},
-				{ID: lobby.SummaryView, Expr: `(has(views.banner) ? views.banner : "no banner") + ", " + (has(views.phase) ? views.phase : "no phase")`},
+				{ID: roomview.SummaryView, Expr: `(has(views.banner) ? views.banner : "no banner") + ", " + (has(views.phase) ? views.phase : "no phase")`},
 			},
 			before: "sale on, no phase", after: "no banner, play",
 		},
@@ -174,7 +174,7 @@ func TestRoomSummaryViewFollowsTimers(t *testing.T) {
 				{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"soon gone"}`), Timer: &substrate.Timer{At: at}},
 				{Scope: "_messages", Append: true, Value: json.RawMessage(`{"kind":"chat","body":"stays"}`)},
 			},
-			views:  []substrate.ViewDef{{ID: lobby.SummaryView, Expr: `string(messages.count) + " messages"`}},
+			views:  []substrate.ViewDef{{ID: roomview.SummaryView, Expr: `string(messages.count) + " messages"`}},
 			before: "2 messages", after: "1 messages",
 		},
 	}
@@ -194,7 +194,7 @@ func TestRoomSummaryViewFollowsTimers(t *testing.T) {
 	want := func(when string, after bool) {
 		t.Helper()
 		for range 2 { // the second render takes what the first shared
-			sums, err := lobby.RoomSummaries(ctx, svc, ids)
+			sums, err := roomview.Summaries(ctx, svc, ids)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,4 +216,15 @@ func TestRoomSummaryViewFollowsTimers(t *testing.T) {
 	}
 	time.Sleep(time.Until(end) + 100*time.Millisecond)
 	want("after the timers", true)
+}
+
+func TestAgo(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "just now", 9 * time.Second: "just now", 42 * time.Second: "42s ago", 3*time.Minute + 59*time.Second: "3m ago",
+		2 * time.Hour: "2h ago", 47 * time.Hour: "47h ago", 5 * 24 * time.Hour: "5d ago",
+	} {
+		if got := roomview.Ago(d); got != want {
+			t.Errorf("Ago(%v) = %q, want %q", d, got, want)
+		}
+	}
 }
