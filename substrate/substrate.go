@@ -211,7 +211,7 @@ type Service struct {
 	// waitq shares woken waits' round trips (package waitbatch).
 	waitq *waitbatch.Batches
 	// presence shares a room's presence read between its readers
-	// (presenceread.go), made on first use.
+	// (readpath.go), made on first use.
 	presenceOnce sync.Once
 	presence     *coalesce.Batcher[string, struct{}, roomPresence]
 	// wired is what Options.Features add to the core.

@@ -3,7 +3,7 @@
 // one moment (the waits one commit woke, the agents reading its presence)
 // cost one statement. It decides nothing of what a reader sees: the
 // caller's run computes each answer (the rules are the core's: wait.go for
-// the waits' batches, presenceread.go for the shared presence read); the
+// the waits' batches, readpath.go for the shared presence read); the
 // batcher only guarantees that an answer was computed after its request
 // arrived.
 package coalesce

@@ -2,7 +2,7 @@
 // what it makes fast is a read, which queues what its agent saw and
 // answers without writing. The rule the marks serve (what an agent has
 // read: unread counts, salience, a wait's default delta) is the core's
-// (context.go records a read's marks; presenceread.go lays them over the
+// (context.go records a read's marks; readpath.go lays them over the
 // agents' rows, and the core's SQL writes them). This package stores
 // only what those reads reported, keyed by room and agent.
 package readmarks

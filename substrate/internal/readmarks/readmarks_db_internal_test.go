@@ -13,7 +13,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // The tests' own table of agents' marks, and the statement that writes
-// them as the core's (substrate/presenceread.go) writes the agents': the
+// them as the core's (substrate/readpath.go) writes the agents': the
 // package knows no table but the one its owner's statement names.
 const (
 	sqlTestTable = `CREATE TABLE marks_test (room_id text, id text, last_context_seq bigint NOT NULL DEFAULT 0,
