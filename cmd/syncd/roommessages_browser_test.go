@@ -64,6 +64,30 @@ func TestBrowserRoomMessagesAtRealSize(t *testing.T) {
 				}
 			}
 		}
+		// Each filter's box sits on the line of its words (at 390 px the
+		// box of the second was left at the end of the first's line), and
+		// the filters hide what they say.
+		if off := eval(`Array.from(document.querySelectorAll(".messagelist input[type=checkbox]")).filter(function(b){var n=Array.from(b.labels[0].childNodes).filter(function(x){return x.nodeType===3&&x.textContent.trim()}).pop(), r=document.createRange(); r.selectNodeContents(n); var w=r.getClientRects()[0], c=b.getBoundingClientRect(); return Math.abs((c.top+c.bottom)/2-(w.top+w.bottom)/2) > w.height/2}).map(function(b){return b.id}).join(" ")`); off != "" {
+			t.Errorf("at %s px these filters' boxes are not on their words' line: %s", w, off)
+		}
+		visible := func(sel string) string {
+			return eval(`String(Array.from(document.querySelectorAll(` + jsString(sel) + `)).filter(function(li){return li.offsetParent !== null}).length)`)
+		}
+		if n := visible("#message-list li.kind-action_invocation"); n != "0" {
+			t.Errorf("at %s px %s action invocations shown with their filter off", w, n)
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#only-direct"), chromedp.NodeVisible)); err != nil {
+			t.Fatal(err)
+		}
+		if n := visible("#message-list li:not(.to-you)"); n != "0" {
+			t.Errorf("at %s px %s messages not to you shown with only messages to you", w, n)
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#only-direct"), chromedp.NodeVisible)); err != nil {
+			t.Fatal(err)
+		}
+		if n := visible("#message-list li"); n == "0" {
+			t.Errorf("at %s px no message shown with the filter off again", w)
+		}
 		viewShot(t, ctx, "realsize-room-"+w+"-top", "#summary")
 		viewShot(t, ctx, "realsize-room-"+w+"-messages", "#messages-shown")
 		viewShot(t, ctx, "realsize-room-"+w+"-activity", "#activity")
