@@ -277,7 +277,7 @@ func (w *waiter) triggered(rc *roomCtx) (*WaitResult, error) {
 	if w.creq.NoContext {
 		return res, nil
 	}
-	env, err := w.s.envelopeOf(w.ctx, rc, w.roomID, w.shape(w.creq, rc))
+	env, err := w.s.envelopeOf(w.ctx, rc, w.roomID, w.shape(rc))
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +340,7 @@ func (w *waiter) timedOut() (*WaitResult, error) {
 		return nil, err
 	}
 	if withCtx {
-		env, err := s.envelopeOf(context.WithoutCancel(ctx), rc, w.roomID, w.shape(creq, rc))
+		env, err := s.envelopeOf(context.WithoutCancel(ctx), rc, w.roomID, w.shape(rc))
 		if err != nil {
 			return nil, err
 		}
@@ -392,7 +392,7 @@ func (s *Service) recheckBatched(ctx context.Context, p *Principal) (*Principal,
 // shape is the context the wait answers with, from rc
 // (delta.WakeRequest): the delta since the waiter's last read, by its
 // marks in the room.
-func (w *waiter) shape(creq ContextRequest, rc *roomCtx) ContextRequest {
+func (w *waiter) shape(rc *roomCtx) ContextRequest {
 	var marks *delta.Marks
 	if rc != nil {
 		for _, a := range rc.agents {
@@ -401,7 +401,7 @@ func (w *waiter) shape(creq ContextRequest, rc *roomCtx) ContextRequest {
 			}
 		}
 	}
-	return delta.WakeRequest(creq, marks, w.startSeq)
+	return delta.WakeRequest(w.creq, marks, w.startSeq)
 }
 
 // waitRead reads what a wait's condition needs. Most conditions read state

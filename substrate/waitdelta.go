@@ -104,21 +104,13 @@ func deltaEntry(r *row) delta.Entry {
 	return delta.Entry{Revision: r.Revision, Timer: (*timer.State)(r.timer), Enabled: r.enabled}
 }
 
-func (d deltaRoom) Scopes() iter.Seq[string] {
-	return func(yield func(string) bool) {
-		for scope := range d.snap.scopes {
-			if !yield(scope) {
-				return
-			}
-		}
-	}
-}
-
-func (d deltaRoom) Entries(scope string) iter.Seq2[string, delta.Entry] {
+func (d deltaRoom) Rows() iter.Seq2[string, delta.Entry] {
 	return func(yield func(string, delta.Entry) bool) {
-		for key, r := range d.snap.scopes[scope] {
-			if !yield(key, deltaEntry(r.row)) {
-				return
+		for scope, rows := range d.snap.scopes {
+			for _, r := range rows {
+				if !yield(scope, deltaEntry(r.row)) {
+					return
+				}
 			}
 		}
 	}
@@ -158,15 +150,6 @@ func (d deltaRoom) Views() iter.Seq[delta.View] {
 			}
 		}
 	}
-}
-
-func (d deltaRoom) HasView(id string) bool {
-	for _, v := range d.snap.views {
-		if v.def.ID == id {
-			return true
-		}
-	}
-	return false
 }
 
 func (d deltaRoom) Timed() iter.Seq2[string, delta.Entry] {

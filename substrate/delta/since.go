@@ -2,7 +2,6 @@ package delta
 
 import (
 	"iter"
-	"strings"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/defs"
@@ -45,16 +44,13 @@ type View struct {
 // core hands it its snapshot through this, and the rule sees nothing
 // else of the room.
 type Room interface {
-	// Scopes are the scopes holding mutable entries.
-	Scopes() iter.Seq[string]
-	// Entries are a scope's entries.
-	Entries(scope string) iter.Seq2[string, Entry]
+	// Rows are the mutable entries, by scope.
+	Rows() iter.Seq2[string, Entry]
 	Entry(scope, key string) (Entry, bool)
 	Actions() iter.Seq2[string, Action]
 	Action(id string) (Action, bool)
 	// Views are in dependency order (a view after those it reads).
 	Views() iter.Seq[View]
-	HasView(id string) bool
 	// Timed are the entries with a timer that has an effect, by scope
 	// (the only ones Unseen.RanOut can report).
 	Timed() iter.Seq2[string, Entry]
@@ -93,10 +89,8 @@ type since struct {
 // the snapshot, not one per view).
 func newSince(room Room, self string, now time.Time, from int64, unseen *Unseen) *since {
 	q := &since{room: room, self: self, now: now, from: from, unseen: unseen, newest: map[string]int64{}}
-	for scope := range room.Scopes() {
-		for _, e := range room.Entries(scope) {
-			q.newest[scope] = max(q.newest[scope], e.Revision)
-		}
+	for scope, e := range room.Rows() {
+		q.newest[scope] = max(q.newest[scope], e.Revision)
 	}
 	q.markUnseen(q.newest)
 	return q
@@ -138,15 +132,14 @@ func (q *since) ranOut(e Entry) bool {
 }
 
 // tickedSince reports whether the entry a tick timer counts (scope.key)
-// was written after from (any entry of its scope, when the name is
-// ambiguous).
+// was written after from (any entry it may name, when the name is
+// ambiguous: a scope or a key with a dot).
 func (q *since) tickedSince(on string) bool {
-	for scope := range q.room.Scopes() {
-		key, ok := strings.CutPrefix(on, scope+".")
-		if !ok {
+	for i := range len(on) {
+		if on[i] != '.' {
 			continue
 		}
-		if e, ok := q.room.Entry(scope, key); ok && e.Revision > q.from {
+		if e, ok := q.room.Entry(on[:i], on[i+1:]); ok && e.Revision > q.from {
 			return true
 		}
 	}
@@ -235,6 +228,16 @@ func (c *actionChanges) read(room Room, src string) bool {
 	return false
 }
 
+// hasView reports whether room defines the view id.
+func hasView(room Room, id string) bool {
+	for v := range room.Views() {
+		if v.Def.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // live reports whether room defines the action id.
 func live(room Room, id string) bool {
 	_, ok := room.Action(id)
@@ -274,7 +277,7 @@ func (q *since) viewsChanged(acts *actionChanges) map[string]bool {
 		}
 		for _, id := range defs.FactsOf(v.Def.Expr).Views {
 			// A view read that is gone may have been deleted since.
-			if changed[id] || !q.room.HasView(id) && newest[ScopeViews] > from {
+			if changed[id] || !hasView(q.room, id) && newest[ScopeViews] > from {
 				changed[v.Def.ID] = true
 			}
 		}
