@@ -6,21 +6,16 @@ package substrate
 // KeyLog.
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"time"
 
-	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/delta"
+	"github.com/syncsubstrate/sync/substrate/timer"
 )
 
-// DeltaValueCap is the most a delta stores of one value (its before or
-// its after, and an action's result), as JSON. A larger value is recorded
-// as {"_truncated": true, "bytes": n, "sha256": "<hex>"}: its size and the
-// SHA-256 of its canonical JSON (object keys sorted), enough to tell
-// whether two recorded values are the same.
-const DeltaValueCap = 16 << 10
+// DeltaValueCap is the most a delta stores of one value (delta.ValueCap).
+const DeltaValueCap = delta.ValueCap
 
 // Delta is one entry a mutation changed: its value and version before
 // and after. Before is absent when the entry did not exist (or was not
@@ -89,7 +84,7 @@ func (m *mutation) delta() []Delta {
 		if b, ok := m.before[entryKey{r.Scope, r.Key}]; ok && b.r != nil {
 			d.RevisionBefore = b.r.Revision
 			if b.live {
-				d.Before, d.VersionBefore = capValue(b.r.Value), b.r.Version
+				d.Before, d.VersionBefore = delta.Capped(b.r.Value), b.r.Version
 			}
 			if d.SortKey == nil {
 				d.SortKey = b.r.SortKey
@@ -103,13 +98,13 @@ func (m *mutation) delta() []Delta {
 			if r.enabled != nil {
 				d.Gated, d.Gate = true, *r.enabled
 			}
-			d.After, d.VersionAfter = capValue(r.Value), r.Version
+			d.After, d.VersionAfter = delta.Capped(r.Value), r.Version
 			if t := r.timer; t != nil && t.Effect != nil {
 				d.Timer = &DeltaTimer{Effect: *t.Effect, ExpiresAt: t.ExpiresAt, TicksLeft: t.TicksLeft, TickOn: t.TickOn}
 			}
 		}
 		if what := memoryOf(r.Scope, r.Key); what != "" {
-			d.Before, d.After = redactMemory(d.Before, what), redactMemory(d.After, what)
+			d.Before, d.After = delta.Redacted(d.Before, what), delta.Redacted(d.After, what)
 		}
 		out = append(out, d)
 	}
@@ -141,36 +136,27 @@ func memoryOf(scope, key string) string {
 	return ""
 }
 
-func redactMemory(v json.RawMessage, what string) json.RawMessage {
-	if len(v) == 0 {
-		return v
-	}
-	out, _ := json.Marshal(map[string]any{"_private": what, "bytes": len(v)})
-	return out
-}
-
-// capValue is v, or its truncation marker when v is over DeltaValueCap.
-func capValue(v json.RawMessage) json.RawMessage {
-	if len(v) <= DeltaValueCap {
-		return v
-	}
-	canon := v
-	var x any
-	if defs.DecodeNumber(v, &x) == nil {
-		if b, err := json.Marshal(x); err == nil {
-			canon = b
-		}
-	}
-	sum := sha256.Sum256(canon)
-	out, _ := json.Marshal(map[string]any{"_truncated": true, "bytes": len(canon), "sha256": hex.EncodeToString(sum[:])})
-	return out
-}
-
 // capAny is an action's result as the audit stores it.
-func capAny(v any) json.RawMessage {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil
-	}
-	return capValue(raw)
+func capAny(v any) json.RawMessage { return delta.CappedAny(v) }
+
+// timerState is a row's started timer (package timer has its rule); the
+// core's files read it through these.
+type timerState timer.State
+
+// startTimer turns a timer definition into its running state at now.
+func startTimer(t *Timer, now time.Time) *timerState { return (*timerState)(timer.Start(t, now)) }
+
+// live reports whether the item is visible at now.
+func (ts *timerState) live(now time.Time) bool { return (*timer.State)(ts).Live(now) }
+
+// nextChange is when the timer next changes visibility by the clock alone
+// (zero if never).
+func (ts *timerState) nextChange(now time.Time) time.Time { return (*timer.State)(ts).NextChange(now) }
+
+// describe is the timer as shown to clients; describeCooldown an
+// action's cooldown.
+func (ts *timerState) describe(now time.Time) map[string]any { return (*timer.State)(ts).Describe(now) }
+
+func (ts *timerState) describeCooldown(now time.Time) map[string]any {
+	return (*timer.State)(ts).DescribeCooldown(now)
 }

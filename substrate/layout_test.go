@@ -73,6 +73,13 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// The envelope's shape, request, encoding and size budget, fitted
 	// from plain inputs the core hands it (no room, no SQL).
 	"substrate/envelope": true,
+	// What changed, as the rules say it: what a wait's wake-up or a read
+	// since a seq shows of a snapshot the core hands it, what a wait's
+	// condition depends on, and the audit record's caps.
+	"substrate/delta": true,
+	// A started timer: when it hides or shows its item, when that next
+	// changes by the clock alone, how it is shown.
+	"substrate/timer": true,
 }
 
 // machinery are the packages beneath the rules (issue 45): each makes one
@@ -93,7 +100,7 @@ var machinery = map[string][]string{
 	"substrate/internal/jsoncache":   {"envelope/json.go", "snapshot.go"},
 	"substrate/internal/jsontext":    {"envelope/json.go", "write.go", "defs/params.go"},
 	"substrate/internal/workmeter":   {"substrate.go", "exprbudget/exprbudget.go"},
-	"substrate/internal/earliest":    {"foresee.go"},
+	"substrate/internal/earliest":    {"wait.go"},
 	"substrate/internal/fairshare":   {"envelope/budget.go"},
 	"substrate/internal/groupcommit": {"groupcommit.go"},
 	// Token lookups an invocation may answer from memory; what it may

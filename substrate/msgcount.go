@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"strings"
+
+	"github.com/syncsubstrate/sync/substrate/timer"
 )
 
 // messages.count follows the read rule of the messages themselves: a
@@ -96,9 +98,7 @@ func (s *Service) uncountHidden(ctx context.Context, rc *roomCtx) {
 		// its timer runs out either: that moment is not the reader's (a
 		// page woken then would tell it when).
 		if byTimer || seen {
-			if t := m.timer.nextChange(rc.now); !t.IsZero() && (rc.msgs.next.IsZero() || t.Before(rc.msgs.next)) {
-				rc.msgs.next = t
-			}
+			rc.msgs.next = timer.Earliest(rc.msgs.next, m.timer.nextChange(rc.now))
 		}
 	}
 	slices.Sort(unseen)

@@ -7,17 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
-	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/delta"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/internal/earliest"
 	"github.com/syncsubstrate/sync/substrate/internal/waitbatch"
 	"github.com/syncsubstrate/sync/substrate/internal/waitclock"
+	"github.com/syncsubstrate/sync/substrate/timer"
 )
 
 // Wait blocks until condition (CEL, evaluated as p) holds or the timeout
@@ -121,7 +122,7 @@ func (s *Service) beginWait(ctx context.Context, p *Principal, roomID, condition
 		return nil, err.(*errs.Error).With("field", "condition")
 	}
 	if t := prog.NotBoolean(); t != "" {
-		return nil, notBoolean(condition, t)
+		return nil, delta.NotBoolean(condition, t)
 	}
 	w := &waiter{s: s, p: p, roomID: roomID, condition: condition, creq: creq, prog: prog, startSeq: -1}
 	if w.ctx, w.done, err = s.work(ctx, p, roomID); err != nil {
@@ -131,7 +132,7 @@ func (s *Service) beginWait(ctx context.Context, p *Principal, roomID, condition
 		timeout = s.wait.DefaultTimeout
 	}
 	if timeout > s.wait.MaxTimeout {
-		w.note = fmt.Sprintf("timeout shortened to the cap of %d ms (asked %d ms): wait again to wait longer", s.wait.MaxTimeout.Milliseconds(), timeout.Milliseconds())
+		w.note = delta.CappedNote(timeout, s.wait.MaxTimeout)
 	}
 	timeout = min(timeout, s.wait.MaxTimeout)
 	w.start = time.Now()
@@ -231,7 +232,7 @@ func (w *waiter) evaluate(ctx context.Context, rc *roomCtx) (_ *roomCtx, ok bool
 	if evalErr != nil && errs.From(evalErr).Details["gave"] != nil {
 		// Not a boolean now means not a boolean ever: say so now
 		// rather than after the whole timeout.
-		return nil, false, nil, notBoolean(w.condition, fmt.Sprint(errs.From(evalErr).Details["gave"]))
+		return nil, false, nil, delta.NotBoolean(w.condition, fmt.Sprint(errs.From(evalErr).Details["gave"]))
 	}
 	if w.startSeq < 0 {
 		w.startSeq = rc.snap.seq
@@ -276,7 +277,7 @@ func (w *waiter) triggered(rc *roomCtx) (*WaitResult, error) {
 	if w.creq.NoContext {
 		return res, nil
 	}
-	env, err := w.s.envelopeOf(w.ctx, rc, w.roomID, waitShape(w.creq, rc, w.startSeq))
+	env, err := w.s.envelopeOf(w.ctx, rc, w.roomID, w.shape(rc))
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +340,7 @@ func (w *waiter) timedOut() (*WaitResult, error) {
 		return nil, err
 	}
 	if withCtx {
-		env, err := s.envelopeOf(context.WithoutCancel(ctx), rc, w.roomID, waitShape(creq, rc, w.startSeq))
+		env, err := s.envelopeOf(context.WithoutCancel(ctx), rc, w.roomID, w.shape(rc))
 		if err != nil {
 			return nil, err
 		}
@@ -388,39 +389,19 @@ func (s *Service) recheckBatched(ctx context.Context, p *Principal) (*Principal,
 	return &np, nil
 }
 
-// notBoolean is the refusal of a condition that does not give a boolean.
-func notBoolean(condition, gave string) error {
-	return errs.New(errs.InvalidField, "the condition gives %s, and a wait needs true or false", gave).With("field", "condition").With("gave", gave).
-		WithHint("compare or test the value, e.g. %s > 0 or %s != null; try it with sync_eval_cel first", condition, condition)
-}
-
-// waitShape is the context a wait answers with: the delta since the
-// waiter's last read unless the call asked for the whole context.
-// An agent that never read the room gets the changes since its wait
-// began (startSeq), the others since the wait's first read.
-func waitShape(creq ContextRequest, rc *roomCtx, startSeq int64) ContextRequest {
-	if creq.Full || creq.Since != nil {
-		return creq
-	}
-	since := startSeq
+// shape is the context the wait answers with, from rc
+// (delta.WakeRequest): the delta since the waiter's last read, by its
+// marks in the room.
+func (w *waiter) shape(rc *roomCtx) ContextRequest {
+	var marks *delta.Marks
 	if rc != nil {
 		for _, a := range rc.agents {
-			if a.ID != rc.self {
-				continue
-			}
-			if a.ContextReads > 0 {
-				since = a.LastContextSeq
-			}
-			// Messages: the unread ones, which may be older than the
-			// last read (a read that did not show them).
-			if creq.MessagesAfter == nil {
-				after := min(since, a.LastSeenSeq)
-				creq.MessagesAfter = &after
+			if a.ID == rc.self {
+				marks = &delta.Marks{ContextReads: a.ContextReads, LastContextSeq: a.LastContextSeq, LastSeenSeq: a.LastSeenSeq}
 			}
 		}
 	}
-	creq.Since = &since
-	return creq
+	return delta.WakeRequest(w.creq, marks, w.startSeq)
 }
 
 // waitRead reads what a wait's condition needs. Most conditions read state
@@ -495,8 +476,8 @@ func (s *Service) endWaiting(ctx context.Context, roomID, agentID string) {
 // unread counts.
 func (rc *roomCtx) nextChange(msgs bool) time.Time {
 	next := rc.snap.nextChange(rc.now)
-	if t := rc.msgs.next; msgs && !t.IsZero() && (next.IsZero() || t.Before(next)) {
-		next = t
+	if msgs {
+		next = timer.Earliest(next, rc.msgs.next)
 	}
 	return next
 }
@@ -507,9 +488,7 @@ func (snap *snapshot) nextChange(now time.Time) time.Time {
 	var next time.Time
 	for _, keys := range snap.scopes {
 		for _, r := range keys {
-			if t := r.timer.nextChange(now); !t.IsZero() && (next.IsZero() || t.Before(next)) {
-				next = t
-			}
+			next = timer.Earliest(next, r.timer.nextChange(now))
 		}
 	}
 	return next
@@ -573,37 +552,15 @@ func clockFor(ctx context.Context, part string) context.Context {
 	return ctx
 }
 
-// reads reports whether the wait's outcome depends on part of a read:
-// directly, or through views and action availability, which may read
-// each other, messages, agents and any scope. "state.<scope>" is a scope's
-// gated entries: read by name (state.self as the agent's own), whole or
-// by a computed name.
+// reads reports whether the wait's outcome depends on part of a read
+// (delta.Reads).
 func (w *waiter) reads(part string) bool {
-	p := w.prog
-	indirect := p.Uses("views") || p.Uses("actions")
-	if scope, ok := strings.CutPrefix(part, "state."); ok {
-		f := defs.FactsOf(w.condition)
-		if indirect || f.WholeState {
-			return true
-		}
-		for _, sc := range f.Scopes {
-			if sc == scope || sc == ScopeSelf && w.p.Kind == KindAgent && scope == w.p.AgentID {
-				return true
-			}
-		}
-		return false
+	agent := ""
+	if w.p.Kind == KindAgent {
+		agent = w.p.AgentID
 	}
-	switch part {
-	case "messages":
-		return p.UsesMessages || indirect
-	case "agents":
-		return p.Uses("agents") || indirect
-	}
-	return indirect // views, actions
+	return delta.Reads(w.prog, w.condition, agent, part)
 }
-
-// clockMargin is waitclock.Margin, for the foresight's timers.
-const clockMargin = waitclock.Margin
 
 // nowNext is when a read at now must be made again for what the clock
 // saw (zero: not for it): a moment foreseen, or the next step of the
@@ -611,6 +568,80 @@ const clockMargin = waitclock.Margin
 func (s *Service) nowNext(now time.Time, clk *expr.Clock) time.Time {
 	next, opaque := clk.Next()
 	return waitclock.Next(now, next, opaque, s.wait.NowRecheck)
+}
+
+// What a live reader (a person's room page) must know to keep showing a
+// room as it is: the next moment the room as it read it changes with no
+// write behind it. No commit, and so no notification, marks an entry's,
+// action's or view's timer starting or ending, a cooldown ending, a
+// message's timer, or now passing a moment a gate, view or `enabled`
+// compares it with. A reader that foresees reads with a context from
+// Foresee: every read made with it notes those moments (the timers of the
+// room it read, and, through an expr.Clock, the moments now changes a
+// comparison of what it evaluated), as a wait's read does for the wait.
+
+// Foresight collects, over the reads made with its context, when what
+// they read next changes by the clock alone. It is safe for concurrent
+// use.
+type Foresight struct {
+	s     *Service
+	start time.Time
+	clk   expr.Clock
+	timer earliest.Moment // the earliest timer moment noted
+}
+
+type foresightKey struct{}
+
+// Foresee returns ctx whose reads (Context, ReadState, Eval, …) note in
+// the Foresight when what they read changes with no write. Their
+// evaluations are the reads' own, charged to the room as any read's, and
+// they show exactly what the same reads without it show.
+func (s *Service) Foresee(ctx context.Context) (context.Context, *Foresight) {
+	f := &Foresight{s: s, start: time.Now()}
+	ctx = context.WithValue(ctx, foresightKey{}, f)
+	return expr.WithClock(ctx, &f.clk), f
+}
+
+// foresightOf is the Foresight ctx's reads note in (nil: none).
+func foresightOf(ctx context.Context) *Foresight {
+	f, _ := ctx.Value(foresightKey{}).(*Foresight)
+	return f
+}
+
+// noteRead notes when a timer next changes what rc's reader sees: the
+// timers of the entries it may read, of actions, views and cooldowns
+// (which every reader of the room sees), and of messages. A timer in a
+// scope hidden from the reader is left out: its end changes nothing the
+// reader is shown, and waking the reader then would tell when it ran out.
+func (f *Foresight) noteRead(rc *roomCtx) {
+	t := rc.msgs.next
+	for scope, keys := range rc.snap.scopes {
+		shown := scope == scopeActions || scope == scopeViews || scope == scopeCooldowns
+		if !shown && !rc.visible(scope) {
+			continue
+		}
+		for key, r := range keys {
+			if !shown && rc.vis != nil && !rc.vis.Entry(scope, key) {
+				continue
+			}
+			t = timer.Earliest(t, r.timer.nextChange(rc.now))
+		}
+	}
+	f.timer.Note(t)
+}
+
+// Next is when the reads must be made again to show what the clock alone
+// changed (zero: nothing they read changes with no write): the earliest
+// timer or moment of now foreseen, or, when some use of now could not be
+// foreseen (now.getHours(), say), the next step of the wait's cadence
+// (WaitOptions.NowRecheck), aligned on the wall clock as the waits' are.
+func (f *Foresight) Next() time.Time {
+	next := f.s.nowNext(f.start, &f.clk)
+	if t := f.timer.Get(); !t.IsZero() {
+		// A timer's item changes at its moment exactly; read just after.
+		next = timer.Earliest(next, t.Add(waitclock.Margin))
+	}
+	return next
 }
 
 // Watch signals changes to a room the principal may read: a value on the

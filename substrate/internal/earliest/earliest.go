@@ -1,6 +1,6 @@
 // Package earliest keeps the earliest of the moments noted by concurrent
 // reads: when what a live reader was shown next changes by the clock
-// alone (substrate/foresee.go's Foresight). Which moments count (the
+// alone (substrate/wait.go's Foresight). Which moments count (the
 // timers of what the reader may see) is the core's rule; this only keeps
 // the least of them.
 package earliest
