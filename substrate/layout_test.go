@@ -32,6 +32,9 @@ var features = map[string]string{
 	// The statements and the read rule they apply are the core's
 	// (SearchRows); the request, paging and views matched are the feature.
 	"substrate/search": "full-text search: its request, paging, snippets and views (issue 31)",
+	// What a reader may know of an audit entry is the core's
+	// (AuditSeenBy); the feed's paging and shape are the feature.
+	"substrate/activity": "the room's activity feed and the agents a room had at a past seq",
 	// A fixture for tests, built only through the core's operations.
 	"substrate/reviewroom": "the review room: a busy room with planted signals for salience's precision (issue 43)",
 }
