@@ -94,16 +94,7 @@ func (s *Service) AuditOfKind(ctx context.Context, p *Principal, roomID, kind st
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []AuditEntry
-	for rows.Next() {
-		var r AuditEntry
-		if err := rows.Scan(&r.Seq, &r.Value); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[AuditEntry])
 }
 
 // ScopeKey names one entry.
@@ -202,16 +193,12 @@ func (s *Service) readAuditSeen(ctx context.Context, roomID string, upTo int64, 
 		return nil, err
 	}
 	var all []AuditSeen
-	for rows.Next() {
-		var seq int64
-		var raw json.RawMessage
-		if err := rows.Scan(&seq, &raw); err != nil {
-			rows.Close()
-			return nil, err
-		}
+	var seq int64
+	var raw json.RawMessage
+	_, err = pgx.ForEachRow(rows, []any{&seq, &raw}, func() error {
 		var r auditRec
 		if json.Unmarshal(raw, &r) != nil {
-			continue
+			return nil
 		}
 		a := AuditSeen{Seq: seq, TS: r.TS, By: r.By, Kind: r.Kind, Action: r.Action, Command: r.Cmd, OK: r.OK}
 		if strings.HasPrefix(r.Kind, "agent_") {
@@ -226,9 +213,9 @@ func (s *Service) readAuditSeen(ctx context.Context, roomID string, upTo int64, 
 			}
 		}
 		all = append(all, a)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return all, nil
@@ -281,20 +268,7 @@ func (s *Service) gatedKeys(ctx context.Context, roomID string, scopes, keys []s
 	if err != nil {
 		return nil, err
 	}
-	var check []ScopeKey
-	for gated.Next() {
-		var k ScopeKey
-		if err := gated.Scan(&k.Scope, &k.Key); err != nil {
-			gated.Close()
-			return nil, err
-		}
-		check = append(check, k)
-	}
-	gated.Close()
-	if err := gated.Err(); err != nil {
-		return nil, err
-	}
-	return check, nil
+	return pgx.CollectRows(gated, pgx.RowToStructByPos[ScopeKey])
 }
 
 // KeyLog is one key's versions in the audit log, for a reader the core
@@ -444,16 +418,7 @@ func (t *KeyLogTx) Chain(start int64, n int) ([]AuditEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []AuditEntry
-	for rows.Next() {
-		var r AuditEntry
-		if err := rows.Scan(&r.Seq, &r.Value); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[AuditEntry])
 }
 
 // timer is d as a running timer.
