@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,8 +16,10 @@ import (
 )
 
 // The audit log read back (substrate/trajectory builds the trajectory,
-// a key's history and the replay on these): whole pages for room
-// authority, one key's versions for whoever may read the key.
+// a key's history and the replay on these, substrate/activity the room's
+// feed): whole pages for room authority, one key's versions for whoever
+// may read the key, and what of the recent entries any reader of the room
+// may know of.
 
 // AuditEntry is one _audit entry as stored: its seq and its record.
 type AuditEntry struct {
@@ -53,9 +57,8 @@ const MaxAuditPageRows = 1000
 // and about 4 MiB. The log holds every scope,
 // private ones included: only room authority of roomID reads it.
 func (s *Service) AuditPage(ctx context.Context, p *Principal, roomID string, after, upTo int64, n int) ([]AuditEntry, error) {
-	if p == nil || p.RoomID != roomID || !p.Admin() {
-		return nil, errs.New(errs.Forbidden, "the audit log holds every scope, private ones included: only the room token reads it").
-			WithHint("read it with the room token")
+	if err := authority.ReadsAuditLog(p, roomID); err != nil {
+		return nil, err
 	}
 	if n <= 0 || n > MaxAuditPageRows {
 		n = MaxAuditPageRows
@@ -78,6 +81,194 @@ func (s *Service) AuditPage(ctx context.Context, p *Principal, roomID string, af
 		}
 	}
 	return out, rows.Err()
+}
+
+// AuditOfKind reads roomID's _audit entries of one kind with seq ≤ upTo,
+// in seq order, from state and state_archive: the first
+// MaxAuditPageRows. Room authority of roomID only, as AuditPage.
+func (s *Service) AuditOfKind(ctx context.Context, p *Principal, roomID, kind string, upTo int64) ([]AuditEntry, error) {
+	if err := authority.ReadsAuditLog(p, roomID); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, sqlAuditOfKind, roomID, upTo, kind, MaxAuditPageRows)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[AuditEntry])
+}
+
+// ScopeKey names one entry.
+type ScopeKey struct {
+	Scope string `json:"scope"`
+	Key   string `json:"key"`
+}
+
+// AuditSeen is what a reader of the room may know of one audit entry:
+// who did what and which keys it moved. Values and params are never
+// here: the state shows what a key holds, to whoever may read it.
+type AuditSeen struct {
+	Seq     int64
+	TS      time.Time
+	By      string
+	Kind    string
+	Action  string
+	Command string // a loom entry's verb
+	// Agent is the agent an agent_* entry is about (By may be whoever
+	// made it); "" for other kinds.
+	Agent string
+	OK    *bool // whether an invocation went through; nil for other kinds
+	// Error is a refused invocation's error as recorded (a code, or an
+	// object with one): room authority only.
+	Error any
+	// Keys are the keys the entry moved, each once: for a reader who is
+	// not room authority only those it may read now.
+	Keys []ScopeKey
+}
+
+// AuditSeenBy reads the newest n (1 … MaxAuditPageRows; others mean the
+// most) audit entries of roomID with seq ≤ upTo (0: now), newest first,
+// and returns what p may know of them. Room authority knows of every
+// entry. Any other reader of the room knows only of the keys it may read
+// now (its scopes, features' read rules, and enabled gates, as a read of
+// each key would decide), and of no entry that moved none of them: not
+// even that something happened.
+func (s *Service) AuditSeenBy(ctx context.Context, p *Principal, roomID string, upTo int64, n int) ([]AuditSeen, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if n <= 0 || n > MaxAuditPageRows {
+		n = MaxAuditPageRows
+	}
+	if upTo <= 0 {
+		upTo = math.MaxInt64
+	}
+	admin := p.Admin()
+	all, err := s.readAuditSeen(ctx, roomID, upTo, n, admin)
+	if err != nil || admin {
+		return all, err
+	}
+	seen, err := s.auditKeysSeen(ctx, p, roomID, all)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, a := range all {
+		var keys []ScopeKey
+		for _, k := range a.Keys {
+			if seen[k] {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) > 0 {
+			a.Keys = keys
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// auditRec is the part of an audit entry AuditSeen tells of.
+type auditRec struct {
+	TS     time.Time `json:"ts"`
+	By     string    `json:"by"`
+	Kind   string    `json:"kind"`
+	Action string    `json:"action"`
+	Cmd    string    `json:"command"`
+	Agent  string    `json:"agent"`
+	OK     *bool     `json:"ok"`
+	Error  any       `json:"error"`
+	Delta  []struct {
+		Scope string `json:"scope"`
+		Key   string `json:"key"`
+	} `json:"delta"`
+}
+
+// readAuditSeen reads the newest n audit entries of roomID with seq ≤
+// upTo as room authority (admin) knows of them, or as any reader does
+// before its keys are decided (no error). An entry that does not decode
+// is left out.
+func (s *Service) readAuditSeen(ctx context.Context, roomID string, upTo int64, n int, admin bool) ([]AuditSeen, error) {
+	rows, err := s.db.Query(ctx, sqlAuditNewest, roomID, upTo, n)
+	if err != nil {
+		return nil, err
+	}
+	var all []AuditSeen
+	var seq int64
+	var raw json.RawMessage
+	_, err = pgx.ForEachRow(rows, []any{&seq, &raw}, func() error {
+		var r auditRec
+		if json.Unmarshal(raw, &r) != nil {
+			return nil
+		}
+		a := AuditSeen{Seq: seq, TS: r.TS, By: r.By, Kind: r.Kind, Action: r.Action, Command: r.Cmd, OK: r.OK}
+		if strings.HasPrefix(r.Kind, "agent_") {
+			a.Agent = r.Agent
+		}
+		if admin {
+			a.Error = r.Error
+		}
+		for _, d := range r.Delta {
+			if k := (ScopeKey{d.Scope, d.Key}); !slices.Contains(a.Keys, k) {
+				a.Keys = append(a.Keys, k)
+			}
+		}
+		all = append(all, a)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return all, nil
+}
+
+// auditKeysSeen decides which of the keys all moved p may read now.
+// Each key is decided once: the scope and the features' rules, then its
+// gate (a gated key is read as p, as GET /state would). The gates of all
+// the keys are looked up in one statement.
+func (s *Service) auditKeysSeen(ctx context.Context, p *Principal, roomID string, all []AuditSeen) (map[ScopeKey]bool, error) {
+	vis, err := s.visibilityIn(ctx, s.db, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	var scopes, keys []string
+	seen := map[ScopeKey]bool{}
+	for _, a := range all {
+		for _, k := range a.Keys {
+			if _, ok := seen[k]; ok {
+				continue
+			}
+			seen[k] = vis.Entry(k.Scope, k.Key)
+			if seen[k] {
+				scopes, keys = append(scopes, k.Scope), append(keys, k.Key)
+			}
+		}
+	}
+	if len(keys) > 0 {
+		check, err := s.gatedKeys(ctx, roomID, scopes, keys)
+		if err != nil {
+			return nil, err
+		}
+		// No connection is held while the gated keys are read.
+		for _, k := range check {
+			if _, err := s.ReadState(ctx, p, roomID, ReadQuery{Scope: k.Scope, Key: k.Key}); err != nil {
+				if errs.From(err).Code == errs.Internal {
+					return nil, err
+				}
+				seen[k] = false
+			}
+		}
+	}
+	return seen, nil
+}
+
+// gatedKeys is which of the keys (scopes[i], keys[i]) of roomID have an
+// enabled expression.
+func (s *Service) gatedKeys(ctx context.Context, roomID string, scopes, keys []string) ([]ScopeKey, error) {
+	gated, err := s.db.Query(ctx, sqlGatedKeys, roomID, scopes, keys)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(gated, pgx.RowToStructByPos[ScopeKey])
 }
 
 // KeyLog is one key's versions in the audit log, for a reader the core
@@ -227,16 +418,7 @@ func (t *KeyLogTx) Chain(start int64, n int) ([]AuditEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []AuditEntry
-	for rows.Next() {
-		var r AuditEntry
-		if err := rows.Scan(&r.Seq, &r.Value); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[AuditEntry])
 }
 
 // timer is d as a running timer.

@@ -35,6 +35,9 @@ var features = map[string]string{
 	// The reads (RoomHeads, Presences, RoomView) and the read rule are the
 	// core's; what a room reads like at a glance is the feature.
 	"substrate/roomview": "what the lobby shows of a room: its summary, presence lapsed to idle (seed 003 §II)",
+	// What a reader may know of an audit entry is the core's
+	// (AuditSeenBy); the feed's paging and shape are the feature.
+	"substrate/activity": "the room's activity feed and the agents a room had at a past seq",
 	// A fixture for tests, built only through the core's operations.
 	"substrate/reviewroom": "the review room: a busy room with planted signals for salience's precision (issue 43)",
 }

@@ -131,6 +131,21 @@ const (
 		UNION ALL
 		(SELECT sort_key, value FROM state_archive WHERE room_id = $1 AND scope = '_audit' AND sort_key > $2 AND sort_key <= $3
 			ORDER BY sort_key LIMIT $4)) t ORDER BY sort_key LIMIT $4`
+	// sqlAuditNewest reads a room's newest _audit entries up to a seq,
+	// newest first (the live log only: the feed is recent).
+	sqlAuditNewest = `SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $2
+		ORDER BY sort_key DESC LIMIT $3`
+	// sqlAuditOfKind reads a room's _audit entries of one kind up to a
+	// seq, in seq order, archive included.
+	sqlAuditOfKind = `SELECT sort_key, value FROM (
+		SELECT sort_key, value FROM state WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $2 AND value->>'kind' = $3
+		UNION ALL
+		SELECT sort_key, value FROM state_archive WHERE room_id = $1 AND scope = '_audit' AND sort_key <= $2 AND value->>'kind' = $3) t
+		ORDER BY sort_key LIMIT $4`
+	// sqlGatedKeys finds which of a room's keys (scope $2[i], key $3[i])
+	// have an enabled expression.
+	sqlGatedKeys = `SELECT s.scope, s.key FROM state s JOIN unnest($2::text[], $3::text[]) AS k(scope, key)
+			ON s.scope = k.scope AND s.key = k.key WHERE s.room_id = $1 AND s.enabled_expr IS NOT NULL`
 	// sqlKeyChain follows one key's versions back from the audit entry at
 	// seq $4, through each delta's revision_before: two primary-key
 	// lookups (state, state_archive) per version, at most $5 versions.

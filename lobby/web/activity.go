@@ -1,5 +1,5 @@
 // What changed in the room, for the room page: the recent activity from
-// the audit (substrate.RecentActivity: only what the reader may know of)
+// the audit (substrate/activity: only what the reader may know of)
 // and the messages with their times, marked when directed (templates in
 // assets/activity.html).
 
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/activity"
 )
 
 // activitySize is how many lines the feed shows.
@@ -88,7 +89,7 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 	// Twice the feed is read: a turn given up right after a loom command
 	// of the same person is said with it (yieldsWith), not on a line of
 	// its own.
-	acts, err := wb.opt.Substrate.RecentActivity(ctx, p, roomID, 0, 2*activitySize)
+	acts, err := activity.Recent(ctx, wb.opt.Substrate, p, roomID, 0, 2*activitySize)
 	if err != nil {
 		return nil, nil, shown, nil, err
 	}
@@ -134,7 +135,7 @@ func (wb *Web) activity(ctx context.Context, p *substrate.Principal, roomID stri
 
 // activityRows is the feed's rows, at most activitySize: a turn given up
 // right after a loom command of the same person is said with it.
-func activityRows(acts []substrate.Activity, w *roomWords) []activityRow {
+func activityRows(acts []activity.Activity, w *roomWords) []activityRow {
 	rows := make([]activityRow, 0, activitySize)
 	for i := 0; i < len(acts) && len(rows) < activitySize; i++ {
 		a := acts[i]
@@ -239,14 +240,14 @@ func toYou(msgs []messageRow, owners map[string]string, agentID, userID string) 
 
 // yieldsWith reports a loom yield right after another loom command of
 // the same actor (the audit is newest first: before is older).
-func yieldsWith(yield, before substrate.Activity) bool {
+func yieldsWith(yield, before activity.Activity) bool {
 	return yield.Kind == "loom" && yield.Command == "yield" && before.Kind == "loom" && before.Command != "yield" &&
 		before.By == yield.By && before.Seq < yield.Seq
 }
 
 // activityOf is an audit entry as the feed shows it, in the room's
 // words (describe.go; w nil: agents by id, internals in general words).
-func activityOf(a substrate.Activity, w *roomWords) activityRow {
+func activityOf(a activity.Activity, w *roomWords) activityRow {
 	d := describe(a, w)
 	return activityRow{Seq: a.Seq, At: a.TS, By: w.who(a.By), ByID: a.By, What: d.What, Keys: d.Keys, More: d.More, Refused: a.OK != nil && !*a.OK}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/activity"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/httpmw"
 	"github.com/syncsubstrate/sync/substrate/loom"
@@ -733,14 +734,14 @@ func TestAttackActivityFeedLeaksNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acts, err := s.svc.RecentActivity(ctx, p, "lab", 0, 50)
+	acts, err := activity.Recent(ctx, s.svc, p, "lab", 0, 50)
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(acts)
 	for _, sec := range secrets {
 		if strings.Contains(string(raw), sec) {
-			t.Errorf("HOLE: RecentActivity tells bob %q: %s", sec, raw)
+			t.Errorf("HOLE: activity.Recent tells bob %q: %s", sec, raw)
 		}
 	}
 }

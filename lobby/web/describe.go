@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/activity"
 	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
@@ -112,7 +113,7 @@ type sentence struct {
 const keysAtMost = 4
 
 // describe says what an audit entry did, in the room's words.
-func describe(a substrate.Activity, w *roomWords) sentence {
+func describe(a activity.Activity, w *roomWords) sentence {
 	if w == nil {
 		w = &roomWords{} // no names: ids, and general words
 	}
@@ -140,7 +141,7 @@ func describe(a substrate.Activity, w *roomWords) sentence {
 }
 
 // did is the phrase for what an audit entry did, by its kind.
-func (w *roomWords) did(a substrate.Activity, system []substrate.ScopeKey) string {
+func (w *roomWords) did(a activity.Activity, system []substrate.ScopeKey) string {
 	switch a.Kind {
 	case "invoke":
 		return w.invoked(a, system)
@@ -167,7 +168,7 @@ func (w *roomWords) did(a substrate.Activity, system []substrate.ScopeKey) strin
 }
 
 // invoked is the phrase for an invocation, refused or not.
-func (w *roomWords) invoked(a substrate.Activity, system []substrate.ScopeKey) string {
+func (w *roomWords) invoked(a activity.Activity, system []substrate.ScopeKey) string {
 	refused := a.OK != nil && !*a.OK
 	var what string
 	switch a.Action {
@@ -206,7 +207,7 @@ func (w *roomWords) invoked(a substrate.Activity, system []substrate.ScopeKey) s
 }
 
 // agentDid is the phrase for an agent joining, being added or updated.
-func (w *roomWords) agentDid(a substrate.Activity) string {
+func (w *roomWords) agentDid(a activity.Activity) string {
 	whom := a.Agent
 	switch {
 	case a.Kind == "agent_join" && (whom == "" || whom == a.By):

@@ -1,6 +1,6 @@
 package web
 
-import "github.com/syncsubstrate/sync/substrate"
+import "github.com/syncsubstrate/sync/substrate/activity"
 
 // LiveCounts reports how many times live streams read the room and
 // rendered its section so far (livefeed.go shares both between streams).
@@ -43,7 +43,7 @@ func LiveSettled(wb *Web) (started, unsent int64) {
 
 // Describe is an audit entry as the activity feed says it, knowing no
 // names: the actor, the sentence and the keys it names.
-func Describe(a substrate.Activity) (by, what string, keys []string) {
+func Describe(a activity.Activity) (by, what string, keys []string) {
 	r := activityOf(a, nil)
 	return r.By, r.What, r.Keys
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby/teamroom"
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/activity"
 	"github.com/syncsubstrate/sync/substrate/loom"
 )
 
@@ -311,15 +312,15 @@ func TestActivityAtRealSizeInPeoplesWords(t *testing.T) {
 // scope of the room's own (_tasks) stays named as a key.
 func TestDescribeUnknownInternalsInGeneralWords(t *testing.T) {
 	for _, c := range []struct {
-		a    substrate.Activity
+		a    activity.Activity
 		what string
 		keys []string
 	}{
-		{substrate.Activity{By: "ops", Kind: "state_write", Keys: []substrate.ScopeKey{{Scope: "_cooldowns", Key: "deploy_preview:ops"}}}, "updated the room’s own records", nil},
-		{substrate.Activity{By: "ops", Kind: "state_write", Keys: []substrate.ScopeKey{{Scope: "_tasks", Key: "t1"}, {Scope: "_acks", Key: "825"}}}, "wrote", []string{"_tasks.t1"}},
-		{substrate.Activity{By: "ops", Kind: "loom", Command: "teleport", Keys: []substrate.ScopeKey{{Scope: "_loom.7", Key: "x:1"}, {Scope: "ops", Key: "loom:t:000000000001.1"}}}, "used the loom (teleport) in tree 7", nil},
-		{substrate.Activity{By: "ops", Kind: "invoke", Action: "_ack", Keys: []substrate.ScopeKey{{Scope: "_acks", Key: "825"}}}, "acknowledged a message", nil},
-		{substrate.Activity{By: "ops", Kind: "loom", Command: "pin", Keys: []substrate.ScopeKey{{Scope: "ops", Key: "loom:pins"}}}, "updated their loom notes", nil},
+		{activity.Activity{By: "ops", Kind: "state_write", Keys: []substrate.ScopeKey{{Scope: "_cooldowns", Key: "deploy_preview:ops"}}}, "updated the room’s own records", nil},
+		{activity.Activity{By: "ops", Kind: "state_write", Keys: []substrate.ScopeKey{{Scope: "_tasks", Key: "t1"}, {Scope: "_acks", Key: "825"}}}, "wrote", []string{"_tasks.t1"}},
+		{activity.Activity{By: "ops", Kind: "loom", Command: "teleport", Keys: []substrate.ScopeKey{{Scope: "_loom.7", Key: "x:1"}, {Scope: "ops", Key: "loom:t:000000000001.1"}}}, "used the loom (teleport) in tree 7", nil},
+		{activity.Activity{By: "ops", Kind: "invoke", Action: "_ack", Keys: []substrate.ScopeKey{{Scope: "_acks", Key: "825"}}}, "acknowledged a message", nil},
+		{activity.Activity{By: "ops", Kind: "loom", Command: "pin", Keys: []substrate.ScopeKey{{Scope: "ops", Key: "loom:pins"}}}, "updated their loom notes", nil},
 	} {
 		by, what, keys := web.Describe(c.a)
 		if by != "ops" || what != c.what || !slices.Equal(keys, c.keys) {

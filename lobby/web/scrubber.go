@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate"
+	"github.com/syncsubstrate/sync/substrate/activity"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/trajectory"
 )
@@ -93,13 +94,13 @@ func (wb *Web) past(ctx context.Context, p *substrate.Principal, roomID, at stri
 	if step != nil {
 		// The step in the activity feed's words, at a time people read.
 		at, _ := time.Parse(time.RFC3339Nano, step.TS)
-		row := activityOf(substrate.Activity{Seq: step.Seq, TS: at, By: step.By, Kind: step.Kind, Action: step.Action, OK: step.OK, Error: step.Error}, wordsOf(then.Entries, nil))
+		row := activityOf(activity.Activity{Seq: step.Seq, TS: at, By: step.By, Kind: step.Kind, Action: step.Action, OK: step.OK, Error: step.Error}, wordsOf(then.Entries, nil))
 		data["Happened"] = row
 		if step.Kind == "invoke" && len(step.Params) > 0 && string(step.Params) != "{}" {
 			data["StepParams"] = step.Params
 		}
 	}
-	if data["PastAgents"], err = svc.AgentsJoinedBy(ctx, p, roomID, seq); err != nil {
+	if data["PastAgents"], err = activity.AgentsJoinedBy(ctx, svc, p, roomID, seq); err != nil {
 		return nil, err
 	}
 	// The actions as they were defined then (the replayed _actions scope).
