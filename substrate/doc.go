@@ -142,7 +142,11 @@
 //     authority of that room only. AdmitKeyLog: admits p to one key's
 //     versions exactly when p may read the key now (scope rule, read
 //     rules, enabled gate) and returns a KeyLog that reads that key's
-//     versions and nothing else.
+//     versions and nothing else. AuditSeenBy: what a reader may know of
+//     the newest audit entries (every entry for room authority; for others
+//     only the keys they may read now). AuditOfKind: one kind's entries,
+//     archive included, room authority only (substrate/activity's feed and
+//     past agents are built on these two).
 //   - Read (salience's view of one context read, read-only): the reader's
 //     room at the read's seq (Action, LiveActions, ActionEnabled,
 //     ViewDefs, Views, Revision, Keys, EachShown: what the reader was
