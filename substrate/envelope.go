@@ -13,9 +13,9 @@ import (
 
 // The envelope (a context read's result) is shaped, encoded and fitted
 // to its budget in substrate/envelope, from what the core puts in it; the
-// core's names for it are these. Here is what only the core knows: how
-// an action is shown, which keys a reader's room makes salient, which
-// versions a read shows, and the results of wait, eval and help.
+// core's names for it are these. Here is what only the core knows: which
+// keys a reader's room makes salient, which versions a read shows, and
+// the results of wait, eval and help.
 
 type (
 	Envelope       = envelope.Envelope[ActionView]
@@ -38,6 +38,19 @@ type (
 	Omitted        = envelope.Omitted
 	SinceLastRead  = envelope.SinceLastRead
 	ChangesSince   = envelope.ChangesSince
+	ActionView     = envelope.ActionView
+)
+
+// The definitions of actions and views are package defs's, beneath the
+// core (it needs no room to say what a valid one is); the names stay the
+// core's API.
+type (
+	ActionDef     = defs.ActionDef
+	OnInvoke      = defs.OnInvoke
+	ParamSpec     = defs.ParamSpec
+	WriteTemplate = defs.WriteTemplate
+	ViewDef       = defs.ViewDef
+	Timer         = defs.Timer
 )
 
 // DefaultBudget is the budget a hint's read gets when it names none: the
@@ -50,54 +63,13 @@ func ParseContextRequest(get func(string) string) (ContextRequest, error) {
 	return envelope.ParseContextRequest(get)
 }
 
-// ActionView is an action (or builtin) as the reader sees it; the
-// definition's fields are shown beyond the lean depth.
-type ActionView struct {
-	// Signature is the call in brief: move(cell*: integer 0…8).
-	Signature       string               `json:"signature,omitempty"`
-	Available       bool                 `json:"available"`
-	Builtin         bool                 `json:"builtin,omitempty"`
-	Description     string               `json:"description"`
-	Cooldown        map[string]any       `json:"cooldown,omitempty"`
-	Params          map[string]ParamSpec `json:"params,omitempty"`
-	Writes          []WriteTemplate      `json:"writes,omitempty"`
-	If              string               `json:"if,omitempty"`
-	Enabled         *bool                `json:"enabled,omitempty"`
-	Scope           string               `json:"scope,omitempty"`
-	RegisteredBy    string               `json:"registered_by,omitempty"`
-	Intent          string               `json:"intent,omitempty"`
-	Result          string               `json:"result,omitempty"`
-	InvocationCount *int                 `json:"invocation_count,omitempty"`
-	// Stale (at depth usage) marks an action registered a while ago and
-	// never invoked since; LowSalience one nobody has used for long. Both
-	// still work.
-	Stale       bool `json:"_stale,omitempty"`
-	LowSalience bool `json:"_low_salience,omitempty"`
-}
-
-// actionShape is how a budget shrinks actions: to their lean view (a
-// lean read's fields), then without descriptions, the available first.
-var actionShape = envelope.ActionShape[ActionView]{
-	Lean: func(a ActionView) (ActionView, bool, bool) {
-		full := a.Params != nil || a.Writes != nil || a.If != "" || a.Intent != ""
-		return ActionView{Signature: a.Signature, Available: a.Available, Description: a.Description, Cooldown: a.Cooldown}, full, a.Builtin
-	},
-	Undescribed: func(a ActionView) (ActionView, bool) {
-		had := a.Description != ""
-		a.Description = ""
-		return a, had
-	},
-	Available:    func(a ActionView) bool { return a.Available },
-	BuiltinsLine: builtinsLine,
-}
-
 // fitBudget shrinks env to at most req.MaxBytes bytes of JSON
 // (envelope.Fit), its messages marked read only up to those it still
 // shows.
 func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
 	envelope.Fit(env, envelope.Fitting[ActionView]{Req: req, Self: rc.self, Room: roomID, Say: rc.p.Say,
 		Rank:    func(scope string, keys map[string]json.RawMessage) []string { return rankKeys(rc, scope, keys) },
-		Actions: actionShape, ReadUpTo: &rc.readUpTo})
+		Actions: envelope.Actions, ReadUpTo: &rc.readUpTo})
 }
 
 // expand words the context read with args for the reader.
