@@ -1,6 +1,8 @@
-// The context read and its envelope: what a context contains, assembled
+// The context read and its envelope: what a context contains, filled
 // from the reader's context (readpath.go) section by section (state,
-// views, agents, actions, messages), then cut to the read's budget.
+// views, agents, actions, messages), then cut to the read's budget. How
+// the envelope is shaped, put together and fitted is substrate/envelope's;
+// what a reader's room puts in it is here.
 
 package substrate
 
@@ -12,8 +14,66 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
+	"github.com/syncsubstrate/sync/substrate/errs"
 )
+
+// The envelope (a context read's result), and the results of wait, eval
+// and help, are shaped, encoded and fitted to their budget in
+// substrate/envelope, from what the core puts in them; the core's names
+// for them are these. Here is what only the core knows: what a reader's
+// room puts in each section, which keys it makes salient, which versions
+// a read shows.
+
+type (
+	Envelope       = envelope.Envelope[ActionView]
+	RoomAbout      = envelope.RoomAbout
+	Messages       = envelope.Messages
+	MessagesElided = envelope.MessagesElided
+	ContextMeta    = envelope.ContextMeta
+	RequestEcho    = envelope.RequestEcho
+	ContextRequest = envelope.ContextRequest
+	ContextParams  = envelope.ContextParams
+	Budget         = envelope.Budget
+	Cut            = envelope.Cut
+	EntryVersions  = envelope.EntryVersions
+	ThreadSummary  = envelope.ThreadSummary
+	OverdueAck     = envelope.OverdueAck
+	Receipts       = envelope.Receipts
+	Attention      = envelope.Attention
+	Contest        = envelope.Contest
+	Blocked        = envelope.Blocked
+	Omitted        = envelope.Omitted
+	SinceLastRead  = envelope.SinceLastRead
+	ChangesSince   = envelope.ChangesSince
+	ActionView     = envelope.ActionView
+	WaitResult     = envelope.WaitResult[ActionView]
+	EvalResult     = envelope.EvalResult
+	HelpResult     = envelope.HelpResult
+)
+
+// The definitions of actions and views are package defs's, beneath the
+// core (it needs no room to say what a valid one is); the names stay the
+// core's API.
+type (
+	ActionDef     = defs.ActionDef
+	OnInvoke      = defs.OnInvoke
+	ParamSpec     = defs.ParamSpec
+	WriteTemplate = defs.WriteTemplate
+	ViewDef       = defs.ViewDef
+	Timer         = defs.Timer
+)
+
+// DefaultBudget is the budget a hint's read gets when it names none: the
+// MCP adapter's default (mcp.DefaultMaxBytes). A value larger than this
+// can only be read by asking for more, which a hint then says.
+const DefaultBudget = envelope.DefaultBudget
+
+// ParseContextRequest reads the context parameters from a query string.
+func ParseContextRequest(get func(string) string) (ContextRequest, error) {
+	return envelope.ParseContextRequest(get)
+}
 
 // Context is the envelope of GET /rooms/:id/context (ARCHITECTURE §7):
 // everything the caller perceives, shaped for a language model.
@@ -442,4 +502,98 @@ func invocationCounts(ctx context.Context, q querier, roomID string) (map[string
 		}
 	}
 	return out, rows.Err()
+}
+
+// fitBudget shrinks env to at most req.MaxBytes bytes of JSON
+// (envelope.Fit), its messages marked read only up to those it still
+// shows.
+func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
+	envelope.Fit(env, envelope.Fitting[ActionView]{Req: req, Self: rc.self, Room: roomID, Say: rc.p.Say,
+		Rank:    func(scope string, keys map[string]json.RawMessage) []string { return rankKeys(rc, scope, keys) },
+		Actions: envelope.Actions, ReadUpTo: &rc.readUpTo})
+}
+
+// expand words the context read with args for the reader.
+func expand(rc *roomCtx, roomID string, args map[string]any) string {
+	return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
+}
+
+// rankKeys orders a scope's keys by salience for the reader
+// (envelope.RankKeys): the entries it wrote, those the room's rules read
+// or several actions write (watchedKeys), open work, the most recently
+// changed.
+func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []string {
+	name := scope
+	if scope == ScopeSelf {
+		name = rc.self
+	}
+	rows := rc.snap.scopes[name]
+	mine := func(k string) bool { r := rows[k]; return r != nil && rc.self != "" && r.Writer == rc.self }
+	rev := func(k string) int64 {
+		if r := rows[k]; r != nil {
+			return r.Revision
+		}
+		return 0
+	}
+	return envelope.RankKeys(keys, mine, watchedKeys(rc, scope), rev)
+}
+
+// watchedKeys are the keys of scope that the room's action guards and
+// views read, or that several actions write (envelope.WatchedKeys).
+func watchedKeys(rc *roomCtx, scope string) map[string]bool {
+	contested, _ := rc.views[viewContested].(map[string]any)
+	return envelope.WatchedKeys(scope, func(yield func(string) bool) {
+		for _, a := range rc.snap.actions {
+			if !yield(a.def.If) || !yield(a.def.Enabled) {
+				return
+			}
+		}
+		for _, v := range rc.snap.views {
+			if !yield(v.def.Expr) {
+				return
+			}
+		}
+	}, contested)
+}
+
+// versionsRead is the read that shows the versions of scope's entries,
+// as a step's arguments: what the if_version help and a version
+// conflict's hint name.
+func versionsRead(scope string) map[string]any {
+	return map[string]any{"only": "state." + scope}
+}
+
+// setVersions records the versions of the scopes req names one by one
+// (only: "state.<scope>") that env's state shows (envelope.EntryVersions).
+func setVersions(env *Envelope, rc *roomCtx, req ContextRequest) {
+	var all map[string]map[string]int64
+	for scope := range env.State {
+		if !slices.Contains(req.Only, "state."+scope) {
+			continue
+		}
+		name := scope
+		if scope == ScopeSelf {
+			name = rc.self
+		}
+		rows := rc.snap.scopes[name]
+		if len(rows) == 0 {
+			continue
+		}
+		vs := make(map[string]int64, len(rows))
+		for k, r := range rows {
+			vs[k] = r.Version
+		}
+		if all == nil {
+			all = map[string]map[string]int64{}
+		}
+		all[scope] = vs
+	}
+	env.ShowVersions(all)
+}
+
+// ScopeJSON returns raw[name] encoded, encoding it on first use: the
+// envelope's encoding of a scope it shows as the snapshot holds it
+// (envelope.ScopeEncoder).
+func (l *liveState) ScopeJSON(name string) ([]byte, error) {
+	return l.enc.Get(name, func() any { return l.raw[name] })
 }
