@@ -85,22 +85,7 @@ func (s *Service) threadOf(m *mutation, replyTo int64) (thread int64, subject st
 	if err != nil {
 		return 0, "", err
 	}
-	var v struct {
-		Thread  int64  `json:"thread"`
-		Subject string `json:"subject"`
-		Body    any    `json:"body"`
-	}
-	_ = json.Unmarshal(raw, &v)
-	// A thread starts at or before the message answered; a "thread" an
-	// action wrote into a message's value that says otherwise is not one.
-	thread = v.Thread
-	if thread <= 0 || thread > replyTo {
-		thread = replyTo
-	}
-	subject = v.Subject
-	if subject == "" {
-		subject = envelope.ClipRunes(envelope.BodyText(v.Body), 80)
-	}
+	thread, subject = envelope.ReplyThread(raw, replyTo)
 	return thread, subject, nil
 }
 
@@ -209,15 +194,7 @@ func (s *Service) recordThread(m *mutation, thread, seq int64, msg map[string]an
 	if err == nil {
 		_ = json.Unmarshal(raw, &rec)
 	}
-	if rec.Subject == "" {
-		rec.Subject = subject
-	}
-	if !slices.Contains(rec.Participants, m.actor) {
-		rec.Participants = append(rec.Participants, m.actor)
-	}
-	rec.Count++
-	rec.Latest, rec.LatestFrom, rec.LatestBody = seq, m.actor, envelope.ClipRunes(envelope.BodyText(msg["body"]), 120)
-	val, _ := json.Marshal(rec)
+	val, _ := json.Marshal(rec.Joined(subject, m.actor, seq, msg["body"]))
 	_, _, err = s.applyOps(m, []op{{Scope: ScopeThreads, Key: key, Value: val, Timer: &Timer{MS: threadTTL.Milliseconds(), Effect: "delete"}}}, "builtin:_send_message")
 	return err
 }

@@ -134,3 +134,41 @@ func ClipRunes(s string, n int) string {
 	}
 	return string([]rune(s)[:n]) + "…"
 }
+
+// Joined is rec after actor's message seq (its body) joined the thread:
+// rec is the thread's record as stored (zero for a thread the message
+// starts), subject the message's.
+func (rec ThreadRecord) Joined(subject, actor string, seq int64, body any) ThreadRecord {
+	if rec.Subject == "" {
+		rec.Subject = subject
+	}
+	if !slices.Contains(rec.Participants, actor) {
+		rec.Participants = append(rec.Participants, actor)
+	}
+	rec.Count++
+	rec.Latest, rec.LatestFrom, rec.LatestBody = seq, actor, ClipRunes(BodyText(body), 120)
+	return rec
+}
+
+// ReplyThread is the thread a reply to message replyTo (raw, its stored
+// value) joins, and the subject the reply carries: the message's thread
+// and subject, or the start of its body.
+func ReplyThread(raw json.RawMessage, replyTo int64) (thread int64, subject string) {
+	var v struct {
+		Thread  int64  `json:"thread"`
+		Subject string `json:"subject"`
+		Body    any    `json:"body"`
+	}
+	_ = json.Unmarshal(raw, &v)
+	// A thread starts at or before the message answered; a "thread" an
+	// action wrote into a message's value that says otherwise is not one.
+	thread = v.Thread
+	if thread <= 0 || thread > replyTo {
+		thread = replyTo
+	}
+	subject = v.Subject
+	if subject == "" {
+		subject = ClipRunes(BodyText(v.Body), 80)
+	}
+	return thread, subject
+}
