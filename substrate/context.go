@@ -1,21 +1,79 @@
-// The context read and its envelope: what a context contains, assembled
+// The context read and its envelope: what a context contains, filled
 // from the reader's context (readpath.go) section by section (state,
-// views, agents, actions, messages), then cut to the read's budget.
+// views, agents, actions, messages), then cut to the read's budget. How
+// the envelope is shaped, put together and fitted is substrate/envelope's;
+// what a reader's room puts in it is here.
 
 package substrate
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
+
+// The envelope (a context read's result), and the results of wait, eval
+// and help, are shaped, encoded and fitted to their budget in
+// substrate/envelope, from what the core puts in them; the core's names
+// for them are these. Here is what only the core knows: what a reader's
+// room puts in each section, which keys it makes salient, which versions
+// a read shows.
+
+type (
+	Envelope       = envelope.Envelope[ActionView]
+	RoomAbout      = envelope.RoomAbout
+	Messages       = envelope.Messages
+	MessagesElided = envelope.MessagesElided
+	ContextMeta    = envelope.ContextMeta
+	RequestEcho    = envelope.RequestEcho
+	ContextRequest = envelope.ContextRequest
+	ContextParams  = envelope.ContextParams
+	Budget         = envelope.Budget
+	Cut            = envelope.Cut
+	EntryVersions  = envelope.EntryVersions
+	ThreadSummary  = envelope.ThreadSummary
+	OverdueAck     = envelope.OverdueAck
+	Receipts       = envelope.Receipts
+	Attention      = envelope.Attention
+	Contest        = envelope.Contest
+	Blocked        = envelope.Blocked
+	Omitted        = envelope.Omitted
+	SinceLastRead  = envelope.SinceLastRead
+	ChangesSince   = envelope.ChangesSince
+	ActionView     = envelope.ActionView
+	WaitResult     = envelope.WaitResult[ActionView]
+	EvalResult     = envelope.EvalResult
+	HelpResult     = envelope.HelpResult
+)
+
+// The definitions of actions and views are package defs's, beneath the
+// core (it needs no room to say what a valid one is); the names stay the
+// core's API.
+type (
+	ActionDef     = defs.ActionDef
+	OnInvoke      = defs.OnInvoke
+	ParamSpec     = defs.ParamSpec
+	WriteTemplate = defs.WriteTemplate
+	ViewDef       = defs.ViewDef
+	Timer         = defs.Timer
+)
+
+// DefaultBudget is the budget a hint's read gets when it names none: the
+// MCP adapter's default (mcp.DefaultMaxBytes). A value larger than this
+// can only be read by asking for more, which a hint then says.
+const DefaultBudget = envelope.DefaultBudget
+
+// ParseContextRequest reads the context parameters from a query string.
+func ParseContextRequest(get func(string) string) (ContextRequest, error) {
+	return envelope.ParseContextRequest(get)
+}
 
 // Context is the envelope of GET /rooms/:id/context (ARCHITECTURE §7):
 // everything the caller perceives, shaped for a language model.
@@ -54,7 +112,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 	if err != nil {
 		return nil, err
 	}
-	note, shown := deltaRequest(rc, &req)
+	note, shown := envelope.DeltaRequest(&req, func(since int64) bool { return mostlyChanged(rc, since) })
 	if sl != nil && sl.FirstReadFull() && req.Depth == "lean" && req.Since == nil && !req.Peek && note == "" {
 		req.Depth = "full"
 		note = "your first read of this room is at depth full, once, so you see the whole vocabulary; later reads are lean unless you ask"
@@ -67,12 +125,7 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 	if sl != nil {
 		sl.Annotate(ctx, env, req)
 	}
-	if od := rc.overdueAcks(roomID, s.ackOverdue); len(od) > 0 {
-		if env.Context.Attention == nil {
-			env.Context.Attention = &Attention{}
-		}
-		env.Context.Attention.OverdueAcks = od
-	}
+	env.Attend(rc.overdueAcks(roomID, s.ackOverdue))
 	if req.Since != nil {
 		unseen, err := s.unseenAt(ctx, rc.snap, *req.Since)
 		if err != nil {
@@ -83,7 +136,9 @@ func (s *Service) envelopeOf(ctx context.Context, rc *roomCtx, roomID string, re
 	}
 	if req.MaxBytes > 0 {
 		fitBudget(env, rc, roomID, req)
-		youElided(env, sl)
+		if sl != nil {
+			envelope.YouElided(env, sl.YouElided)
+		}
 	}
 	if rc.self != "" && !req.Peek {
 		err = s.markRead(ctx, roomID, rc)
@@ -107,100 +162,34 @@ func (s *Service) countUnread(ctx context.Context, rc *roomCtx, roomID string) e
 	return nil
 }
 
-// deltaRequest shapes a read since a seq: the whole context, with a note
-// that says so, when most of what the reader sees changed since; else a
-// delta, which reads the messages since (up to the most a read returns)
-// to show the newest of them. shown is the number of messages the read
-// shows.
-func deltaRequest(rc *roomCtx, req *ContextRequest) (note string, shown int) {
-	if req.Since != nil && mostlyChanged(rc, *req.Since) {
-		note = fmt.Sprintf("most of what you see changed since seq %d: this is the whole context, not a delta", *req.Since)
-		req.Since = nil
-	}
-	shown = req.MessagesLimit
-	if req.Since != nil {
-		if req.MessagesAfter == nil {
-			req.MessagesAfter = req.Since
-		}
-		// A delta shows the newest of the messages since (deltaOf), so it
-		// reads them all, up to the most a read returns.
-		req.MessagesLimit = 500
-	}
-	return note, shown
-}
-
-// youElided adds to the envelope's attention the sections salience says
-// the reader should see that the budget cut (sections and scopes, not
-// single keys).
-func youElided(env *Envelope, sl SalienceRead) {
-	at := env.Context.Attention
-	if at == nil || env.Context.Budget == nil || at.SinceYourLastRead == nil {
-		return
-	}
-	var cut []string
-	for _, c := range env.Context.Budget.Cuts {
-		if strings.Count(c.Section, ".") <= 1 {
-			cut = append(cut, c.Section)
-		}
-	}
-	for _, sec := range sl.YouElided(at.SinceYourLastRead, cut) {
-		if !slices.Contains(at.YouElided, sec) {
-			at.YouElided = append(at.YouElided, sec)
-		}
-	}
-}
-
 // envelope assembles the context: this is the one place the envelope is
-// put together (adaptive salience, seed 000, annotates it afterwards in
-// envelopeOf).
+// filled, section by section (adaptive salience, seed 000, annotates it
+// afterwards in envelopeOf).
 func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (*Envelope, error) {
-	env := &Envelope{Self: rc.self, Params: rc.vars.Params}
-	if len(req.Only) == 0 && !req.Paged() && req.MessagesAfter == nil && req.Thread == 0 {
-		// A whole read says what the room is for; its pages need not.
-		env.About = rc.snap.about
-	}
-	if env.Params == nil {
-		env.Params = map[string]any{}
-	}
-	meta := &env.Context
-	meta.Depth = req.Depth
-	var present, elided, expand, help []string
-	section := func(name string, shown bool) {
-		if shown {
-			present = append(present, name)
-		} else {
-			elided = append(elided, name)
-		}
-	}
-
-	if req.Wants("state") {
+	env := envelope.New[ActionView](req, rc.self, rc.vars.Params, rc.snap.about)
+	if req.Shows("state") {
 		if err := s.stateSection(ctx, q, rc, roomID, req, env); err != nil {
 			return nil, err
 		}
 	}
-	section("state", req.Wants("state"))
-	if req.Wants("views") {
-		env.Views = viewsSection(rc, req)
+	if req.Shows("views") {
+		env.Views = envelope.ViewsShown(rc.views, req)
 	}
-	section("views", req.Wants("views"))
-	if req.Wants("agents") {
+	if req.Shows("agents") {
 		env.Agents = rc.vars.Agents
 		if env.Agents == nil {
 			env.Agents = map[string]any{}
 		}
 	}
-	section("agents", req.Wants("agents"))
 	custom := len(rc.snap.actions)
-	withActions := req.Wants("actions") && !req.NoActions
-	if withActions {
+	if req.Shows("actions") {
 		var err error
 		if custom, err = s.actionsInto(ctx, q, rc, roomID, req, env); err != nil {
 			return nil, err
 		}
 	}
-	section("actions", withActions)
-	withMessages := req.Wants("messages") && !req.NoMessages
-	if withMessages {
+	var help []string
+	if req.Shows("messages") {
 		msgs, truncated, err := s.messagesSection(ctx, q, rc, roomID, req)
 		if err != nil {
 			return nil, err
@@ -208,22 +197,12 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 		env.Messages = msgs
 		if truncated {
 			help = append(help, "context_shaping")
-			meta.MessagesTruncated = msgs.Elided
+			env.Context.MessagesTruncated = msgs.Elided
 		}
 	}
-	section("messages", withMessages)
-	help = append(help, envelopeHelp(rc, custom)...)
-	meta.Sections = present
-	if len(elided) > 0 {
-		meta.Elided = elided
-		// What was left out, read on its own.
-		expand = append(expand, rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID,
-			Args: map[string]any{"only": strings.Join(elided, ",")}}))
-	}
-	meta.Expand, meta.Help = expand, help
-	meta.Request = req.Echo()
-	meta.Seq = rc.snap.seq
-	meta.EntriesUnevaluated = rc.gatesHidden
+	_, contested := rc.views[viewContested]
+	help = append(help, envelope.HelpKeys(custom, rc.msgs.Directed, contested)...)
+	env.Finish(req, rc.snap.seq, rc.gatesHidden, help, func(args map[string]any) string { return expand(rc, roomID, args) })
 	return env, nil
 }
 
@@ -275,27 +254,6 @@ func (s *Service) stateSection(ctx context.Context, q querier, rc *roomCtx, room
 	return nil
 }
 
-// viewsSection is the views the reader's context evaluated, narrowed to
-// those the request names when it names views.<id> (and not views).
-func viewsSection(rc *roomCtx, req ContextRequest) map[string]any {
-	var ids []string
-	for _, o := range req.Only {
-		if id, ok := strings.CutPrefix(o, "views."); ok {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 || slices.Contains(req.Only, "views") {
-		return rc.views
-	}
-	out := map[string]any{}
-	for _, id := range ids {
-		if v, ok := rc.views[id]; ok {
-			out[id] = v
-		}
-	}
-	return out
-}
-
 // actionsInto fills the envelope's actions (and, at the lean depth, the
 // line of builtins) and counts the room's own actions the reader is shown.
 func (s *Service) actionsInto(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest, env *Envelope) (custom int, _ error) {
@@ -310,81 +268,26 @@ func (s *Service) actionsInto(ctx context.Context, q querier, rc *roomCtx, roomI
 	}
 	env.Actions = acts
 	if req.Depth == "lean" {
-		env.Builtins = builtinsLine
+		env.Builtins = envelope.BuiltinsLine
 		if rc.p != nil && rc.p.ReadOnly() {
-			env.Builtins = "help {key?} (read-only: no other action)"
+			env.Builtins = envelope.ReadOnlyBuiltinsLine
 		}
 	}
 	return custom, nil
 }
 
-// envelopeHelp are the help keys the room's state calls for: how to
-// begin a vocabulary (no action of the room's own), what a directed
-// message asks, how contested actions are settled.
-func envelopeHelp(rc *roomCtx, custom int) []string {
-	var help []string
-	if custom == 0 {
-		help = append(help, "vocabulary_bootstrap")
-	}
-	if rc.msgs.Directed > 0 {
-		help = append(help, "directed_messages")
-	}
-	if _, ok := rc.views[viewContested]; ok {
-		help = append(help, "contested_actions")
-	}
-	return help
-}
-
-// deltaWholeAt is the share of the entries a reader sees that, changed
-// since a delta's start, make it answer with the whole context instead:
-// the delta would repeat nearly the whole room, and its list of changed
-// keys made it larger than the room (the 500-key room with every key
-// changed since the reader's last read: 52,136 bytes as a delta, 43,404
-// whole). Rooms with fewer entries than deltaWholeMin always get deltas.
-const (
-	deltaWholeAt  = 0.8
-	deltaWholeMin = 20
-)
-
-// mostlyChanged reports whether at least deltaWholeAt of the state
-// entries rc shows its reader changed after from.
+// mostlyChanged reports whether most of the state entries rc shows its
+// reader changed after from (envelope.MostlyChanged).
 func mostlyChanged(rc *roomCtx, from int64) bool {
-	total, changed := 0, 0
-	count := func(scope, key string) {
-		total++
-		if r := rc.snap.scopes[scope][key]; r != nil && r.Revision > from {
-			changed++
-		}
-	}
-	for scope, v := range rc.state {
-		switch m := v.(type) {
-		case map[string]any:
-			for k := range m {
-				count(scope, k)
-			}
-		case map[string]json.RawMessage:
-			for k := range m {
-				count(scope, k)
-			}
-		}
-	}
-	return total >= deltaWholeMin && float64(changed) >= deltaWholeAt*float64(total)
+	return envelope.MostlyChanged(rc.state, func(scope, key string) bool {
+		r := rc.snap.scopes[scope][key]
+		return r != nil && r.Revision > from
+	})
 }
 
-// sayInvocationOnce leaves out of an action_invocation message, as a read
-// shows it, what its body and via already say: the action (via names it,
-// from the system's record) and the params (the body is the call, unless
-// it was cut short). The stored message keeps them, for expressions.
-func sayInvocationOnce(m map[string]any) {
-	action, _ := m["action"].(string)
-	if m["kind"] != "action_invocation" || action == "" || m["via"] != "action:"+action {
-		return
-	}
-	delete(m, "action")
-	if body, _ := m["body"].(string); strings.HasPrefix(body, action+"(") && !strings.HasSuffix(body, "…)") {
-		delete(m, "params")
-	}
-}
+// sayInvocationOnce is the envelope's (readpath.go's log pages show
+// messages as the messages section does).
+var sayInvocationOnce = envelope.SayInvocationOnce
 
 // messagesSection returns the message counters and recent messages, and
 // marks what it returned as read for an agent caller.
@@ -417,21 +320,16 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 		}
 	}
 	out := &Messages{Count: rc.msgs.Count, Unread: rc.msgs.Unread, DirectedUnread: rc.msgs.Directed, Recent: recent}
+	page := envelope.Page{Read: len(read), Returned: len(recent), MinSeq: minSeq, MaxSeq: maxSeq, Total: rc.msgs.Count}
+	say := func(args map[string]any) string { return expand(rc, roomID, args) }
+	var truncated bool
 	if req.Thread != 0 {
 		out.Thread = &req.Thread
-		if len(read) == req.MessagesLimit {
-			out.Elided = &MessagesElided{Total: rc.msgs.Count, Returned: len(recent), OldestSeq: minSeq,
-				Expand: rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID,
-					Args: map[string]any{"only": "messages", "thread": req.Thread, "messages_after": maxSeq}})}
-		}
-		if rc.self != "" {
-			rc.readUpTo = max(rc.readUpTo, maxSeq)
-		}
-		return out, false, nil
+		out.Elided = page.ThreadElided(req, say)
+	} else {
+		out.Threads = rc.threadsSection(roomID, recent, rc.seenBefore())
+		out.Elided, truncated = page.Elided(req, say)
 	}
-	out.Threads = rc.threadsSection(roomID, recent, rc.seenBefore())
-	var truncated bool
-	out.Elided, truncated = rc.messagesElided(roomID, req, len(read), len(recent), minSeq, maxSeq)
 	if rc.self != "" {
 		rc.readUpTo = max(rc.readUpTo, maxSeq)
 		if upTo >= 0 {
@@ -439,31 +337,6 @@ func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, r
 		}
 	}
 	return out, truncated, nil
-}
-
-// messagesElided says what a read of the newest messages (or a page of
-// them) left out, and how to read on; truncated is set when the newest
-// did not hold them all.
-func (rc *roomCtx) messagesElided(roomID string, req ContextRequest, read, returned int, minSeq, maxSeq int64) (elided *MessagesElided, truncated bool) {
-	truncated = req.MessagesAfter == nil && int64(read) < rc.msgs.Count
-	if truncated {
-		// The rest, read on: after a glimpse of the newest few (an
-		// arrival's three), the newest hundred; after those, the whole
-		// history from its start, page by page.
-		args := map[string]any{"only": "messages", "messages_after": 0, "messages_limit": 500}
-		if req.MessagesLimit < 100 {
-			args = map[string]any{"only": "messages"}
-		}
-		elided = &MessagesElided{Total: rc.msgs.Count, Returned: returned, OldestSeq: minSeq,
-			Expand: rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})}
-	}
-	if req.MessagesAfter != nil && read == req.MessagesLimit && req.Since == nil {
-		// A full page: the next one starts right after its last message.
-		elided = &MessagesElided{Total: rc.msgs.Count, Returned: returned, OldestSeq: minSeq,
-			Expand: rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID,
-				Args: map[string]any{"only": "messages", "messages_after": maxSeq}})}
-	}
-	return elided, truncated
 }
 
 // msgRow is a message as a messages statement reads it.
@@ -549,21 +422,10 @@ func directedAhead(ctx context.Context, q querier, rc *roomCtx, roomID string, r
 	return append(ahead, read...), upTo, nil
 }
 
-// shownMessage is a message as the reader is shown it.
+// shownMessage is a message as the reader is shown it, with its seq
+// and, when it asked for acknowledgement, its receipts.
 func (rc *roomCtx) shownMessage(r msgRow) map[string]any {
-	m := map[string]any{}
-	if json.Unmarshal(r.raw, &m) != nil {
-		m = map[string]any{"body": r.raw}
-	}
-	// The sender is who the system recorded as the writer, never a "from"
-	// inside the value (an action can put anything there); a message an
-	// action wrote says which action in via.
-	m["from"] = r.writer
-	delete(m, "via")
-	if r.via != nil && strings.HasPrefix(*r.via, "action:") {
-		m["via"] = *r.via
-	}
-	sayInvocationOnce(m)
+	m := envelope.ShownMessage(r.raw, r.writer, r.via)
 	m["seq"] = r.seq
 	if m["ack"] == true {
 		if rcpt := rc.receiptsOf(r.seq); rcpt != nil {
@@ -592,17 +454,12 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		def := rc.snap.actions[id].def
-		// Read-only callers (the view token, observers) can invoke nothing.
-		a := ActionView{Signature: signature(id, def.Params), Available: rc.actAvail[id] && !readOnly, Description: def.Description}
+		var cooldown map[string]any
 		if cd := s.cooldownOf(rc.snap, id, rc.now); cd != nil {
-			a.Cooldown = cd.describeCooldown(rc.now)
+			cooldown = cd.describeCooldown(rc.now)
 		}
-		if depth != "lean" {
-			enabled := true
-			a.Params, a.Writes, a.If, a.Enabled = def.Params, def.Writes, def.If, &enabled
-			a.Scope, a.RegisteredBy, a.Intent, a.Result = def.Scope, def.RegisteredBy, def.Intent, def.Result
-		}
+		// Read-only callers (the view token, observers) can invoke nothing.
+		a := envelope.ActionOf(id, rc.snap.actions[id].def, rc.actAvail[id] && !readOnly, cooldown, depth)
 		if counts != nil {
 			n := counts[id]
 			a.InvocationCount = &n
@@ -647,41 +504,96 @@ func invocationCounts(ctx context.Context, q querier, roomID string) (map[string
 	return out, rows.Err()
 }
 
-// builtinsLine is the builtins at the lean depth, in one line.
-const builtinsLine = "_send_message {body, to?, kind?}; _register_action {id, writes, params?, if?…}; _register_view {id, expr, scope?}; _delete_action {id}; _delete_view {id}; help {key?}"
+// fitBudget shrinks env to at most req.MaxBytes bytes of JSON
+// (envelope.Fit), its messages marked read only up to those it still
+// shows.
+func fitBudget(env *Envelope, rc *roomCtx, roomID string, req ContextRequest) {
+	envelope.Fit(env, envelope.Fitting[ActionView]{Req: req, Self: rc.self, Room: roomID, Say: rc.p.Say,
+		Rank:    func(scope string, keys map[string]json.RawMessage) []string { return rankKeys(rc, scope, keys) },
+		Actions: envelope.Actions, ReadUpTo: &rc.readUpTo})
+}
 
-// signature renders an action's call in brief, params sorted, required
-// ones marked *: move(cell*: integer 0…8, note: string).
-func signature(id string, params map[string]ParamSpec) string {
-	names := make([]string, 0, len(params))
-	for n := range params {
-		names = append(names, n)
+// expand words the context read with args for the reader.
+func expand(rc *roomCtx, roomID string, args map[string]any) string {
+	return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: args})
+}
+
+// rankKeys orders a scope's keys by salience for the reader
+// (envelope.RankKeys): the entries it wrote, those the room's rules read
+// or several actions write (watchedKeys), open work, the most recently
+// changed.
+func rankKeys(rc *roomCtx, scope string, keys map[string]json.RawMessage) []string {
+	name := scope
+	if scope == ScopeSelf {
+		name = rc.self
 	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		p := params[n]
-		t := p.Type
-		if t == "" {
-			t = "any"
+	rows := rc.snap.scopes[name]
+	mine := func(k string) bool { r := rows[k]; return r != nil && rc.self != "" && r.Writer == rc.self }
+	rev := func(k string) int64 {
+		if r := rows[k]; r != nil {
+			return r.Revision
 		}
-		mark := ""
-		if p.Required {
-			mark = "*"
-		}
-		part := n + mark + ": " + t
-		if len(p.Enum) > 0 {
-			vals := make([]string, 0, len(p.Enum))
-			for _, v := range p.Enum {
-				raw, _ := json.Marshal(v)
-				vals = append(vals, string(raw))
-			}
-			if len(vals) > 6 {
-				vals = append(vals[:2], "…", vals[len(vals)-1])
-			}
-			part += " " + strings.Join(vals, "|")
-		}
-		parts[i] = part
+		return 0
 	}
-	return id + "(" + strings.Join(parts, ", ") + ")"
+	return envelope.RankKeys(keys, mine, watchedKeys(rc, scope), rev)
+}
+
+// watchedKeys are the keys of scope that the room's action guards and
+// views read, or that several actions write (envelope.WatchedKeys).
+func watchedKeys(rc *roomCtx, scope string) map[string]bool {
+	contested, _ := rc.views[viewContested].(map[string]any)
+	return envelope.WatchedKeys(scope, func(yield func(string) bool) {
+		for _, a := range rc.snap.actions {
+			if !yield(a.def.If) || !yield(a.def.Enabled) {
+				return
+			}
+		}
+		for _, v := range rc.snap.views {
+			if !yield(v.def.Expr) {
+				return
+			}
+		}
+	}, contested)
+}
+
+// versionsRead is the read that shows the versions of scope's entries,
+// as a step's arguments: what the if_version help and a version
+// conflict's hint name.
+func versionsRead(scope string) map[string]any {
+	return map[string]any{"only": "state." + scope}
+}
+
+// setVersions records the versions of the scopes req names one by one
+// (only: "state.<scope>") that env's state shows (envelope.EntryVersions).
+func setVersions(env *Envelope, rc *roomCtx, req ContextRequest) {
+	var all map[string]map[string]int64
+	for scope := range env.State {
+		if !slices.Contains(req.Only, "state."+scope) {
+			continue
+		}
+		name := scope
+		if scope == ScopeSelf {
+			name = rc.self
+		}
+		rows := rc.snap.scopes[name]
+		if len(rows) == 0 {
+			continue
+		}
+		vs := make(map[string]int64, len(rows))
+		for k, r := range rows {
+			vs[k] = r.Version
+		}
+		if all == nil {
+			all = map[string]map[string]int64{}
+		}
+		all[scope] = vs
+	}
+	env.ShowVersions(all)
+}
+
+// ScopeJSON returns raw[name] encoded, encoding it on first use: the
+// envelope's encoding of a scope it shows as the snapshot holds it
+// (envelope.ScopeEncoder).
+func (l *liveState) ScopeJSON(name string) ([]byte, error) {
+	return l.enc.Get(name, func() any { return l.raw[name] })
 }

@@ -74,7 +74,9 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// charged, the refusal; the buckets are workmeter's (issue 45).
 	"substrate/exprbudget": true,
 	// The envelope's shape, request, encoding and size budget, fitted
-	// from plain inputs the core hands it (no room, no SQL).
+	// from plain inputs the core hands it (no room, no SQL); its sections
+	// put together, the action view, threads' and acks' records as shown,
+	// CEL's agents and messages, and the results of wait, eval and help.
 	"substrate/envelope": true,
 	// What changed, as the rules say it: what a wait's wake-up or a read
 	// since a seq shows of a snapshot the core hands it, what a wait's

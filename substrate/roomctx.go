@@ -13,27 +13,14 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/exprbudget"
 )
 
-// presence is the agents' public presence, loaded fresh for each context.
-type presence struct {
-	ID            string
-	Name, Role    string
-	Status        string
-	WaitingOn     *string
-	LastHeartbeat time.Time
-	LastSeenSeq   int64
-	// LastContextSeq and ContextReads are the agent's context reads
-	// (adaptive salience).
-	LastContextSeq, ContextReads int64
-	// Enabled is the agent's enabled expression (nil: always shown).
-	Enabled *string
-	// Account is the username of the person whose account drives the
-	// agent (nil: an agent joined with a token). See Agent.Account.
-	Account *string
-}
+// presence is an agent's public presence, loaded fresh for each
+// context (envelope.Presence).
+type presence = envelope.Presence
 
 // msgCounts are the caller's message counters.
 type msgCounts struct {
@@ -297,7 +284,7 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 	rc.vars = expr.Vars{
 		State:    rc.state,
 		Agents:   rc.visibleAgents(clockFor(ctx, "agents"), s),
-		Messages: map[string]any{"count": rc.msgs.Count, "unread": rc.msgs.Unread, "directed_unread": rc.msgs.Directed},
+		Messages: envelope.MessagesVar(rc.msgs.Count, rc.msgs.Unread, rc.msgs.Directed),
 		Self:     rc.self,
 		Params:   params,
 		Now:      now,
@@ -638,21 +625,9 @@ func (rc *roomCtx) visibleAgents(ctx context.Context, s *Service) map[string]any
 	return all
 }
 
-func agentsVar(agents []presence) map[string]any {
-	out := make(map[string]any, len(agents))
-	for _, a := range agents {
-		m := map[string]any{"name": a.Name, "role": a.Role, "status": a.Status,
-			"last_heartbeat": a.LastHeartbeat.UTC().Format(time.RFC3339Nano), "waiting_on": nil}
-		if a.WaitingOn != nil {
-			m["waiting_on"] = *a.WaitingOn
-		}
-		if a.Account != nil {
-			m["account"] = *a.Account
-		}
-		out[a.ID] = m
-	}
-	return out
-}
+// agentsVar is CEL's agents of agents (envelope.AgentsVar); which
+// agents a reader sees is visibleAgents'.
+var agentsVar = envelope.AgentsVar
 
 func contains(xs []string, x string) bool {
 	for _, y := range xs {

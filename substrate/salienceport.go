@@ -4,8 +4,8 @@ package substrate
 // substrate/salience and is wired into a Service as a Feature (its
 // Salience), and the read it gets to answer with. The core keeps what
 // salience reads from rows: the vocabulary's usage (written by the write
-// path), the recent log, and the envelope's _attention shape, which the
-// budget shrinks.
+// path) and the recent log; the _attention salience fills, which the
+// budget shrinks, is the envelope's (envelope.Attention).
 //
 // Read hands salience the reader's room as the envelope shows it, and
 // nothing the reader may not see: the actions its list shows, the views

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -50,28 +50,13 @@ const (
 	AckOverdue = 10 * time.Minute
 )
 
-// ThreadRecord is a thread's _threads entry.
-type ThreadRecord struct {
-	Subject      string   `json:"subject"`
-	Participants []string `json:"participants"`
-	Count        int64    `json:"count"`
-	Latest       int64    `json:"latest"`
-	LatestFrom   string   `json:"latest_from"`
-	LatestBody   string   `json:"latest_body"`
-}
-
-// AckRecord is an _acks entry.
-type AckRecord struct {
-	From  string              `json:"from"`
-	To    []string            `json:"to"`
-	At    time.Time           `json:"at"`
-	Acked map[string]AckStamp `json:"acked"`
-}
-
-// AckStamp is one acknowledgement.
-type AckStamp struct {
-	At time.Time `json:"at"`
-}
+// The records of _threads and _acks are the envelope's, which shows
+// them; the names stay the core's API.
+type (
+	ThreadRecord = envelope.ThreadRecord
+	AckRecord    = envelope.AckRecord
+	AckStamp     = envelope.AckStamp
+)
 
 // threadOf reads the message a reply answers, as its sender may read it:
 // its thread, its subject (or the start of its body), and its sender. A
@@ -100,22 +85,7 @@ func (s *Service) threadOf(m *mutation, replyTo int64) (thread int64, subject st
 	if err != nil {
 		return 0, "", err
 	}
-	var v struct {
-		Thread  int64  `json:"thread"`
-		Subject string `json:"subject"`
-		Body    any    `json:"body"`
-	}
-	_ = json.Unmarshal(raw, &v)
-	// A thread starts at or before the message answered; a "thread" an
-	// action wrote into a message's value that says otherwise is not one.
-	thread = v.Thread
-	if thread <= 0 || thread > replyTo {
-		thread = replyTo
-	}
-	subject = v.Subject
-	if subject == "" {
-		subject = clipRunes(bodyText(v.Body), 80)
-	}
+	thread, subject = envelope.ReplyThread(raw, replyTo)
 	return thread, subject, nil
 }
 
@@ -132,23 +102,6 @@ func nearestMessage(m *mutation, seq int64) (int64, error) {
 		return 0, nil
 	}
 	return near, err
-}
-
-// bodyText is a message body as text.
-func bodyText(b any) string {
-	if s, ok := b.(string); ok {
-		return s
-	}
-	raw, _ := json.Marshal(b)
-	return string(raw)
-}
-
-func clipRunes(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n]) + "…"
 }
 
 // intParam reads an integer parameter (a JSON number).
@@ -241,15 +194,7 @@ func (s *Service) recordThread(m *mutation, thread, seq int64, msg map[string]an
 	if err == nil {
 		_ = json.Unmarshal(raw, &rec)
 	}
-	if rec.Subject == "" {
-		rec.Subject = subject
-	}
-	if !slices.Contains(rec.Participants, m.actor) {
-		rec.Participants = append(rec.Participants, m.actor)
-	}
-	rec.Count++
-	rec.Latest, rec.LatestFrom, rec.LatestBody = seq, m.actor, clipRunes(bodyText(msg["body"]), 120)
-	val, _ := json.Marshal(rec)
+	val, _ := json.Marshal(rec.Joined(subject, m.actor, seq, msg["body"]))
 	_, _, err = s.applyOps(m, []op{{Scope: ScopeThreads, Key: key, Value: val, Timer: &Timer{MS: threadTTL.Milliseconds(), Effect: "delete"}}}, "builtin:_send_message")
 	return err
 }
@@ -339,81 +284,45 @@ func (rc *roomCtx) receiptsOf(seq int64) *Receipts {
 	if !ok || !r.timer.live(rc.now) {
 		return nil
 	}
-	var rec AckRecord
-	if json.Unmarshal(r.Value, &rec) != nil {
-		return nil
-	}
-	seen := map[string]int64{}
+	seen := make(map[string]int64, len(rc.agents))
 	for _, a := range rc.agents {
 		seen[a.ID] = a.LastSeenSeq
 	}
-	out := &Receipts{To: rec.To, ReadBy: []string{}, AckedBy: []string{}, Pending: []string{}}
-	for _, a := range rec.To {
-		_, acked := rec.Acked[a]
-		if seen[a] >= seq || acked {
-			out.ReadBy = append(out.ReadBy, a)
-		}
-		if acked {
-			out.AckedBy = append(out.AckedBy, a)
-		} else {
-			out.Pending = append(out.Pending, a)
-		}
-	}
-	return out
+	return envelope.ReceiptsOf(r.Value, seq, seen)
 }
 
 // overdueAcks are the acknowledgements asked of the reader that are
-// overdue, oldest first (at most 10).
+// overdue (envelope.OverdueAcks), from the read's live _acks entries.
 func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck {
-	if rc.self == "" {
-		return nil
-	}
-	var out []OverdueAck
-	for key, r := range rc.snap.scopes[ScopeAcks] {
-		if !r.timer.live(rc.now) {
-			continue
-		}
-		var rec AckRecord
-		if json.Unmarshal(r.Value, &rec) != nil || !slices.Contains(rec.To, rc.self) {
-			continue
-		}
-		if _, done := rec.Acked[rc.self]; done || rc.now.Sub(rec.At) < after {
-			continue
-		}
-		seq, _ := strconv.ParseInt(key, 10, 64)
-		out = append(out, OverdueAck{Seq: seq, From: rec.From, AgoS: int64(rc.now.Sub(rec.At).Seconds()),
-			Ack: rc.p.Say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
-	if len(out) > 10 {
-		out = out[:10]
-	}
-	return out
+	return envelope.OverdueAcks(rc.liveEntries(ScopeAcks), rc.self, rc.now, after, func(seq int64) string {
+		return rc.p.Say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})
+	})
 }
 
 // threadsSection lists the room's most recently active threads, unread
 // ones first, from the read's snapshot (envelope.Threads).
 func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBefore int64) []ThreadSummary {
-	recs := rc.snap.scopes[ScopeThreads]
-	if len(recs) == 0 {
-		return nil
-	}
 	var all []ThreadSummary
-	for key, r := range recs {
-		if !r.timer.live(rc.now) {
-			continue
+	for key, raw := range rc.liveEntries(ScopeThreads) {
+		if t, ok := envelope.ThreadSummaryOf(key, raw); ok {
+			all = append(all, t)
 		}
-		var rec ThreadRecord
-		if json.Unmarshal(r.Value, &rec) != nil {
-			continue
-		}
-		t, _ := strconv.ParseInt(key, 10, 64)
-		all = append(all, ThreadSummary{Thread: t, Subject: clipRunes(rec.Subject, 80), Participants: rec.Participants, Count: rec.Count,
-			Latest: rec.Latest, LatestFrom: rec.LatestFrom, LatestBody: rec.LatestBody})
 	}
 	return envelope.Threads(all, recent, rc.self, seenBefore, func(thread int64) string {
 		return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": thread}})
 	})
+}
+
+// liveEntries are the stored values of scope's entries live at the
+// read's time, by key.
+func (rc *roomCtx) liveEntries(scope string) iter.Seq2[string, json.RawMessage] {
+	return func(yield func(string, json.RawMessage) bool) {
+		for key, r := range rc.snap.scopes[scope] {
+			if r.timer.live(rc.now) && !yield(key, r.Value) {
+				return
+			}
+		}
+	}
 }
 
 // threadCondition is the condition of a wait on a thread: a message in

@@ -126,22 +126,6 @@ type RequestEcho struct {
 	Prefix        string `json:"prefix,omitempty"`
 }
 
-// ThreadSummary is a thread as the context shows it.
-type ThreadSummary struct {
-	Thread       int64    `json:"thread"`
-	Subject      string   `json:"subject"`
-	Participants []string `json:"participants"`
-	Count        int64    `json:"count"`
-	Latest       int64    `json:"latest"`
-	LatestFrom   string   `json:"latest_from"`
-	LatestBody   string   `json:"latest_body"`
-	// Unread counts the thread's messages after the reader's last read
-	// (among those this read saw).
-	Unread int `json:"unread"`
-	// Read is the call that reads the thread whole.
-	Read string `json:"read"`
-}
-
 // OverdueAck is an acknowledgement asked of the reader and not given
 // within the core's Options.AckOverdue.
 type OverdueAck struct {

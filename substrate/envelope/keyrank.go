@@ -1,12 +1,16 @@
 package envelope
 
 // Which of a scope's entries a reader is shown first when the context's
-// size budget (budget.go) cannot show them all.
+// size budget (budget.go) cannot show them all, and which keys the
+// room's rules watch.
 
 import (
 	"encoding/json"
+	"iter"
 	"sort"
 	"strings"
+
+	"github.com/syncsubstrate/sync/substrate/defs"
 )
 
 // RankKeys orders a scope's keys by salience for the reader, as the
@@ -75,4 +79,25 @@ func OpenWork(raw json.RawMessage) int {
 		return 1
 	}
 	return 0
+}
+
+// WatchedKeys are the keys of scope that the room's rules read (srcs:
+// its actions' guards and its views' expressions) or that several
+// actions write (contested: the _contested view's value, scope.key →
+// the claims).
+func WatchedKeys(scope string, srcs iter.Seq[string], contested map[string]any) map[string]bool {
+	out := map[string]bool{}
+	for src := range srcs {
+		for _, m := range defs.FactsOf(src).Paths {
+			if m[0] == scope {
+				out[m[1]] = true
+			}
+		}
+	}
+	for target := range contested {
+		if sc, key, ok := strings.Cut(target, "."); ok && sc == scope {
+			out[key] = true
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // AddressedTo reports a message directed to agent.
@@ -103,4 +104,80 @@ func KeptMessages(others []map[string]any, self string, limit int) map[int]bool 
 		keep[i] = true
 	}
 	return keep
+}
+
+// ShownMessage is a stored message (its value, raw) as a reader is shown
+// it. The sender is who the system recorded as the writer, never a
+// "from" inside the value (an action can put anything there); a message
+// an action wrote says which action in via.
+func ShownMessage(raw json.RawMessage, writer string, via *string) map[string]any {
+	m := map[string]any{}
+	if json.Unmarshal(raw, &m) != nil {
+		m = map[string]any{"body": raw}
+	}
+	m["from"] = writer
+	delete(m, "via")
+	if via != nil && strings.HasPrefix(*via, "action:") {
+		m["via"] = *via
+	}
+	SayInvocationOnce(m)
+	return m
+}
+
+// SayInvocationOnce leaves out of an action_invocation message, as a read
+// shows it, what its body and via already say: the action (via names it,
+// from the system's record) and the params (the body is the call, unless
+// it was cut short). The stored message keeps them, for expressions.
+func SayInvocationOnce(m map[string]any) {
+	action, _ := m["action"].(string)
+	if m["kind"] != "action_invocation" || action == "" || m["via"] != "action:"+action {
+		return
+	}
+	delete(m, "action")
+	if body, _ := m["body"].(string); strings.HasPrefix(body, action+"(") && !strings.HasSuffix(body, "…)") {
+		delete(m, "params")
+	}
+}
+
+// A Page is what a messages statement read for a context: how many rows
+// and the seqs of its first and last (gated rows included: they decide
+// paging, whether or not the reader sees them), of a history of Total
+// messages the reader sees, Returned of them shown.
+type Page struct {
+	Read, Returned int
+	MinSeq, MaxSeq int64
+	Total          int64
+}
+
+// ThreadElided says how to read on in a thread whose page req filled (the
+// next starts after its last row); nil when the page holds the rest.
+func (p Page) ThreadElided(req ContextRequest, expand func(args map[string]any) string) *MessagesElided {
+	if p.Read != req.MessagesLimit {
+		return nil
+	}
+	return &MessagesElided{Total: p.Total, Returned: p.Returned, OldestSeq: p.MinSeq,
+		Expand: expand(map[string]any{"only": "messages", "thread": req.Thread, "messages_after": p.MaxSeq})}
+}
+
+// Elided says what a read of the newest messages (or a page of them)
+// left out, and how to read on; truncated is set when the newest did not
+// hold them all.
+func (p Page) Elided(req ContextRequest, expand func(args map[string]any) string) (elided *MessagesElided, truncated bool) {
+	truncated = req.MessagesAfter == nil && int64(p.Read) < p.Total
+	if truncated {
+		// The rest, read on: after a glimpse of the newest few (an
+		// arrival's three), the newest hundred; after those, the whole
+		// history from its start, page by page.
+		args := map[string]any{"only": "messages", "messages_after": 0, "messages_limit": 500}
+		if req.MessagesLimit < 100 {
+			args = map[string]any{"only": "messages"}
+		}
+		elided = &MessagesElided{Total: p.Total, Returned: p.Returned, OldestSeq: p.MinSeq, Expand: expand(args)}
+	}
+	if req.MessagesAfter != nil && p.Read == req.MessagesLimit && req.Since == nil {
+		// A full page: the next one starts right after its last message.
+		elided = &MessagesElided{Total: p.Total, Returned: p.Returned, OldestSeq: p.MinSeq,
+			Expand: expand(map[string]any{"only": "messages", "messages_after": p.MaxSeq})}
+	}
+	return elided, truncated
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -245,7 +246,7 @@ func (p ContextParams) Request() (ContextRequest, error) {
 	}
 	q.Include = splitList(p.Include)
 	for _, inc := range q.Include {
-		if inc != scopeMessages && inc != scopeAudit {
+		if inc != authority.ScopeMessages && inc != authority.ScopeAudit {
 			return q, errs.New(errs.InvalidField, "include %q: only _messages and _audit can be included", inc).With("field", "include").WithHint(`include "_messages", "_audit" or "_messages,_audit"`)
 		}
 	}
@@ -308,13 +309,6 @@ func splitList(s string) []string {
 }
 
 var sections = []string{"state", "views", "agents", "actions", "messages"}
-
-// The log scopes a read may include (the core's ScopeMessages and
-// ScopeAudit).
-const (
-	scopeMessages = "_messages"
-	scopeAudit    = "_audit"
-)
 
 // Echo is the request as its envelope repeats it.
 func (r ContextRequest) Echo() RequestEcho {
