@@ -285,10 +285,6 @@ func mostlyChanged(rc *roomCtx, from int64) bool {
 	})
 }
 
-// sayInvocationOnce is the envelope's (readpath.go's log pages show
-// messages as the messages section does).
-var sayInvocationOnce = envelope.SayInvocationOnce
-
 // messagesSection returns the message counters and recent messages, and
 // marks what it returned as read for an agent caller.
 func (s *Service) messagesSection(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest) (*Messages, bool, error) {

@@ -12,13 +12,13 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/exprbudget"
@@ -375,17 +375,7 @@ func (s *Service) loadLog(ctx context.Context, q querier, rc *roomCtx, roomID, s
 		if scope == ScopeMessages {
 			// As in the messages section: the sender is the recorded
 			// writer, never a "from" in the value.
-			m := map[string]any{}
-			if json.Unmarshal(r.value, &m) != nil {
-				m = map[string]any{"body": r.value}
-			}
-			m["from"] = r.writer
-			delete(m, "via")
-			if r.via != nil && strings.HasPrefix(*r.via, "action:") {
-				m["via"] = *r.via
-			}
-			sayInvocationOnce(m)
-			out[r.key] = m
+			out[r.key] = envelope.ShownMessage(r.value, r.writer, r.via)
 			continue
 		}
 		out[r.key] = r.value
@@ -410,7 +400,7 @@ func (s *Service) logGate(ctx context.Context, rc *roomCtx) func(enabled *string
 			return false
 		}
 		if vars == nil {
-			vars = &expr.Vars{State: rc.state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+			vars = &expr.Vars{State: rc.state, Self: rc.self, Now: rc.now, Agents: envelope.AgentsVar(rc.agents)}
 		}
 		g, _ := s.evalGate(ctx, *enabled, vars)
 		b.spent += g.cost

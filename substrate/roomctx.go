@@ -380,7 +380,7 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 // The cached scope maps are shared, so the scopes that gain entries are
 // copied first.
 func (s *Service) showGated(ctx context.Context, rc *roomCtx, live *liveState, state map[string]any, deferred []*srow) (hidden int) {
-	vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+	vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: envelope.AgentsVar(rc.agents)}
 	b := rc.budget()
 	limit := uint64(s.lim.EnabledCostPerRead)
 	g := &entryGates{s: s, vars: vars}
@@ -601,7 +601,7 @@ func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (ga
 // are (the reader's state, every agent, self and now; counted against the
 // read's gate budget, fail closed past it).
 func (rc *roomCtx) visibleAgents(ctx context.Context, s *Service) map[string]any {
-	all := agentsVar(rc.agents)
+	all := envelope.AgentsVar(rc.agents)
 	var vars *expr.Vars
 	b, limit := rc.budget(), uint64(s.lim.EnabledCostPerRead)
 	for _, a := range rc.agents {
@@ -609,7 +609,7 @@ func (rc *roomCtx) visibleAgents(ctx context.Context, s *Service) map[string]any
 			continue
 		}
 		if vars == nil {
-			vars = &expr.Vars{State: rc.state, Self: rc.self, Now: rc.now, Agents: agentsVar(rc.agents)}
+			vars = &expr.Vars{State: rc.state, Self: rc.self, Now: rc.now, Agents: envelope.AgentsVar(rc.agents)}
 		}
 		if b.spent >= limit {
 			b.cut++
@@ -624,10 +624,6 @@ func (rc *roomCtx) visibleAgents(ctx context.Context, s *Service) map[string]any
 	}
 	return all
 }
-
-// agentsVar is CEL's agents of agents (envelope.AgentsVar); which
-// agents a reader sees is visibleAgents'.
-var agentsVar = envelope.AgentsVar
 
 func contains(xs []string, x string) bool {
 	for _, y := range xs {

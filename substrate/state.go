@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -554,7 +555,7 @@ func (s *Service) applyEntryGates(ctx context.Context, tx pgx.Tx, p *Principal, 
 		rc.self = p.AgentID
 	}
 	state, _ := s.stateFor(ctx, rc, func(sc string) bool { return rc.visible(sc) })
-	vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: agentsVar(agents)}
+	vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: envelope.AgentsVar(agents)}
 	b, limit := rc.budget(), uint64(s.lim.EnabledCostPerRead)
 	drop := make(map[int]bool, len(gated))
 	for _, g := range gated {
