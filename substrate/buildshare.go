@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/buildcache"
 )
@@ -187,7 +188,7 @@ func (s *Service) buildShared(ctx context.Context, snap *snapshot, p *Principal,
 	rc.vars = expr.Vars{
 		State:    rc.state,
 		Agents:   rc.visibleAgents(clockFor(ctx, "agents"), s),
-		Messages: map[string]any{"count": rc.msgs.Count, "unread": rc.msgs.Unread, "directed_unread": rc.msgs.Directed},
+		Messages: envelope.MessagesVar(rc.msgs.Count, rc.msgs.Unread, rc.msgs.Directed),
 		Self:     rc.self,
 		Now:      now,
 		Actions:  b.actions,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
@@ -214,7 +215,7 @@ func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool,
 	// agents (the lobby reads no presence for it): the actions' enabled
 	// only when one of these views reads actions.
 	rc.vars = expr.Vars{Agents: map[string]any{}, Actions: map[string]any{}, Now: v.now,
-		Messages: map[string]any{"count": v.msgs, "unread": int64(0), "directed_unread": int64(0)}}
+		Messages: envelope.MessagesVar(v.msgs, 0, 0)}
 	timeless, actions := true, false
 	for _, d := range reads {
 		actions = actions || d.prog.Uses("actions")

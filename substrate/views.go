@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/exprbudget"
 )
@@ -304,7 +305,7 @@ func (rc *roomCtx) viewGate(ctx context.Context, s *Service, v *viewRec, who str
 	}
 	on := false
 	if rc.viewCost < uint64(s.lim.ViewCostPerRead) {
-		msgs := map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}
+		msgs := envelope.MessagesVar(rc.msgs.Count, 0, 0)
 		if who == rc.self && rc.vars.Messages != nil {
 			msgs = rc.vars.Messages
 		}
@@ -362,7 +363,7 @@ func (rc *roomCtx) evalView(ctx context.Context, s *Service, v *viewRec) viewRes
 		views = rc.viewsAs(ctx, s, defs.RegistrarOf(v.def.Scope, v.def.RegisteredBy))
 	}
 	vars := &expr.Vars{State: rc.stateAs(ctx, s, v.def.Scope, v.def.RegisteredBy, true), Views: views, Agents: rc.vars.Agents, Actions: rc.vars.Actions,
-		Messages: map[string]any{"count": rc.msgs.Count, "unread": int64(0), "directed_unread": int64(0)}, Self: self, Now: rc.now}
+		Messages: envelope.MessagesVar(rc.msgs.Count, 0, 0), Self: self, Now: rc.now}
 	val, cost, err := s.cel.EvalCost(ctx, v.prog, vars)
 	if err != nil {
 		val = map[string]any{"_error": errorText(err)}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/delta"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/earliest"
@@ -433,7 +434,7 @@ func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, pro
 	rc.state, rc.gatesHidden = s.stateFor(ctx, rc, rc.visible)
 	rc.vars = expr.Vars{
 		State:    rc.state,
-		Messages: map[string]any{"count": r.msgs.Count, "unread": r.msgs.Unread, "directed_unread": r.msgs.Directed},
+		Messages: envelope.MessagesVar(r.msgs.Count, r.msgs.Unread, r.msgs.Directed),
 		Self:     rc.self,
 		Now:      now,
 	}
