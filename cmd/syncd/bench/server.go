@@ -268,7 +268,9 @@ func startServer(ctx context.Context, opt *Options) (*server, error) {
 			if json.Unmarshal(sc.Bytes(), &rec) != nil {
 				continue
 			}
-			if rec.Msg == "syncd listening" {
+			// The line reads "syncd listening: open <public URL>" (the
+			// first minute names the URL to open), so match its start.
+			if strings.HasPrefix(rec.Msg, "syncd listening") {
 				found <- rec.Addr
 			} else if rec.Msg == "metrics listening" {
 				metrics <- "http://" + rec.Addr + "/metrics"
