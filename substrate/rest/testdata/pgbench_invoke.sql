@@ -12,7 +12,7 @@
 --   pgbench -n -f pgbench_invoke.sql -D nrooms=1 -c 1 -j 1 -T 20 <url>
 \set r random(1, :nrooms)
 BEGIN;
-UPDATE rooms SET seq = seq + 2, message_count = message_count + 1 WHERE id = 'pgb' || :r RETURNING seq, now();
+UPDATE rooms SET seq = seq + 2, message_count = message_count + 1 WHERE id = 'pgb' || :r RETURNING seq;
 INSERT INTO state (room_id, scope, key, value, version, revision, writer, via, created_at, updated_at)
   VALUES ('pgb' || :r, '_shared', 'moves', '1', 1, 0, 'agent' || :client_id, 'action:move', now(), now())
   ON CONFLICT (room_id, scope, key) DO UPDATE SET value = EXCLUDED.value, version = state.version + 1, revision = EXCLUDED.revision,
