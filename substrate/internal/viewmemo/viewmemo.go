@@ -29,7 +29,7 @@ const MinNodes = 1 << 14
 // entries may hold in all: as many as the state has, or MinNodes. A
 // value is a copy of what a view returned; a view returning a whole
 // scope, kept per message count, would otherwise keep a copy of the
-// scope per count.
+// scope per count (substrate's TestAttackViewMemoDoesNotMultiplyTheRoom).
 func allowed(size int) int { return max(size, MinNodes) }
 
 // Memo keeps one value per key. The zero value is empty and ready; it is
