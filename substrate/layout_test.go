@@ -100,7 +100,7 @@ var machinery = map[string][]string{
 	"substrate/internal/sweep":       {"janitor.go"},
 	"substrate/internal/waitbatch":   {"wait.go", "substrate.go"},
 	"substrate/internal/waitclock":   {"wait.go"},
-	"substrate/internal/buildcache":  {"buildshare.go", "snapshot.go"},
+	"substrate/internal/buildcache":  {"snapshot.go"},
 	"substrate/internal/memo":        {"defs/facts.go", "snapshot.go"},
 	"substrate/internal/jsoncache":   {"envelope/json.go", "snapshot.go"},
 	"substrate/internal/jsontext":    {"envelope/json.go", "write.go", "defs/params.go"},
@@ -115,6 +115,10 @@ var machinery = map[string][]string{
 	// The snapshot an unchanged room is read from; the read path decides
 	// whether it serves a read (readpath.go's readRoomCached).
 	"substrate/internal/readcache": {"snapshot.go"},
+	// The values of views the same for every reader of a state; which
+	// views those are, and what decides their value (viewKey), is
+	// views.go's and lobbyops.go's (PublicView).
+	"substrate/internal/viewmemo": {"views.go", "lobbyops.go", "snapshot.go"},
 }
 
 const module = "github.com/syncsubstrate/sync/"
