@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"iter"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -41,10 +38,8 @@ const (
 	ScopeThreads = "_threads"
 	ScopeAcks    = "_acks"
 	// threadTTL is how long a thread or an ack record outlives its last
-	// change.
-	threadTTL = 30 * 24 * time.Hour
-	// maxSubject bounds a subject (runes).
-	maxSubject = 200
+	// change (envelope.ThreadTTL).
+	threadTTL = envelope.ThreadTTL
 	// AckOverdue is when, by default, a requested acknowledgement becomes
 	// overdue in the recipient's _attention (Options.AckOverdue).
 	AckOverdue = 10 * time.Minute
@@ -68,19 +63,11 @@ func (s *Service) threadOf(m *mutation, replyTo int64) (thread int64, subject st
 	err = m.tx.QueryRow(m.ctx, `SELECT value, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key = $2`+liveSQL,
 		m.room, replyTo).Scan(&raw, &enabled)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && enabled != nil) {
-		e := errs.New(errs.InvalidParam, "reply_to %d is not a message you can reply to", replyTo).With("param", "reply_to")
-		hint := "reply_to is the seq of a message in the room (each message in the context's messages.recent has one, and sending one answers with it); nothing was sent"
 		near, err := nearestMessage(m, replyTo)
 		if err != nil {
 			return 0, "", err
 		}
-		if near > 0 {
-			// The usual slip is a room seq (an invocation's, a read's)
-			// for the message's own, one or two past it.
-			e.With("did_you_mean", near)
-			hint = fmt.Sprintf("the nearest message is %d; %s", near, hint)
-		}
-		return 0, "", e.WithHint("%s", hint)
+		return 0, "", envelope.NotAReply(replyTo, near)
 	}
 	if err != nil {
 		return 0, "", err
@@ -104,55 +91,14 @@ func nearestMessage(m *mutation, seq int64) (int64, error) {
 	return near, err
 }
 
-// intParam reads an integer parameter (a JSON number).
-func intParam(params map[string]any, name string) (int64, bool, error) {
-	v, ok := params[name]
-	if !ok || v == nil {
-		return 0, false, nil
-	}
-	bad := errs.New(errs.InvalidParam, "%s must be a message seq (a positive integer)", name).With("param", name).
-		WithHint(`e.g. "%s": 42, the seq of a message in the context's messages.recent`, name)
-	var n int64
-	switch x := v.(type) {
-	case json.Number:
-		i, err := x.Int64()
-		if err != nil {
-			return 0, true, bad
-		}
-		n = i
-	case float64:
-		if x != float64(int64(x)) {
-			return 0, true, bad
-		}
-		n = int64(x)
-	case string:
-		i, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, true, bad
-		}
-		n = i
-	default:
-		return 0, true, bad
-	}
-	if n <= 0 {
-		return 0, true, bad
-	}
-	return n, true, nil
-}
-
 // threadFields adds reply_to, thread and subject to a message being
 // sent, from params; thread is 0 for a message in no thread.
 func (s *Service) threadFields(m *mutation, params map[string]any, msg map[string]any) (thread int64, err error) {
-	subject := ""
-	if v, ok := params["subject"]; ok && v != nil {
-		str, ok := v.(string)
-		if !ok || strings.TrimSpace(str) == "" || utf8.RuneCountInString(str) > maxSubject || strings.ContainsAny(str, "\x00\r\n") {
-			return 0, errs.New(errs.InvalidParam, "subject must be one line of 1–%d characters", maxSubject).With("param", "subject").
-				WithHint(`e.g. "subject": "Release date"`)
-		}
-		subject = strings.TrimSpace(str)
+	subject, err := envelope.SubjectParam(params)
+	if err != nil {
+		return 0, err
 	}
-	replyTo, ok, err := intParam(params, "reply_to")
+	replyTo, ok, err := envelope.SeqParam(params, "reply_to")
 	if err != nil {
 		return 0, err
 	}
@@ -229,24 +175,15 @@ func (s *Service) recordAck(m *mutation, seq int64, to []string) error {
 // ack is the builtin _ack {"seq": N}: the caller acknowledges message N,
 // which asked it to. Acknowledging again changes nothing.
 func (s *Service) ack(m *mutation, params map[string]any) (map[string]any, []map[string]any, error) {
-	for k := range params {
-		if k != "seq" {
-			return nil, nil, errs.New(errs.InvalidParam, "_ack has no parameter %q", k).With("param", k).WithHint(`_ack takes {"seq": N}, the seq of the message that asked you`)
-		}
-	}
-	seq, ok, err := intParam(params, "seq")
+	seq, err := envelope.AckParams(params)
 	if err != nil {
 		return nil, nil, err
-	}
-	if !ok {
-		return nil, nil, errs.New(errs.InvalidParam, "_ack needs seq, the message to acknowledge").With("param", "seq").WithHint(`invoke _ack with {"seq": N}`)
 	}
 	key := strconv.FormatInt(seq, 10)
 	var raw json.RawMessage
 	err = m.tx.QueryRow(m.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = '_acks' AND key = $2 AND sort_key IS NULL`+liveSQL, m.room, key).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, errs.New(errs.InvalidParam, "message %d asks nobody for acknowledgement", seq).With("param", "seq").
-			WithHint("acknowledge messages sent with ack: true (they carry \"ack\": true); nothing was written")
+		return nil, nil, envelope.NotAsked(seq)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -255,24 +192,18 @@ func (s *Service) ack(m *mutation, params map[string]any) (map[string]any, []map
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		return nil, nil, err
 	}
-	if !slices.Contains(rec.To, m.actor) {
-		return nil, nil, errs.New(errs.Forbidden, "message %d asks %s for acknowledgement, not %s", seq, strings.Join(rec.To, ", "), m.actor).
-			With("param", "seq").WithHint("only the agents a message asks acknowledge it")
+	done, pending, err := rec.AckBy(seq, m.actor)
+	if err != nil {
+		return nil, nil, err
 	}
-	if st, done := rec.Acked[m.actor]; done {
-		return map[string]any{"acked": seq, "already": true, "at": st.At}, nil, nil
+	if done != nil {
+		return map[string]any{"acked": seq, "already": true, "at": done.At}, nil, nil
 	}
 	patch, _ := json.Marshal(map[string]any{"acked": map[string]any{m.actor: AckStamp{At: m.now.UTC()}}})
 	_, audit, err := s.applyOps(m, []op{{Scope: ScopeAcks, Key: key, Merge: patch, Deep: true,
 		Timer: &Timer{MS: threadTTL.Milliseconds(), Effect: "delete"}}}, "builtin:_ack")
 	if err != nil {
 		return nil, nil, err
-	}
-	pending := 0
-	for _, a := range rec.To {
-		if _, ok := rec.Acked[a]; !ok && a != m.actor {
-			pending++
-		}
 	}
 	return map[string]any{"acked": seq, "pending": pending}, audit, nil
 }
@@ -323,12 +254,6 @@ func (rc *roomCtx) liveEntries(scope string) iter.Seq2[string, json.RawMessage] 
 			}
 		}
 	}
-}
-
-// threadCondition is the condition of a wait on a thread: a message in
-// it after seq.
-func threadCondition(thread, after int64) string {
-	return fmt.Sprintf(`"_threads" in state && "%d" in state._threads && state._threads["%d"].latest > %d`, thread, thread, after)
 }
 
 // roomSeq reads a room's seq.
