@@ -9,7 +9,6 @@ package substrate
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -211,34 +210,8 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 // the snapshot holds as it is shown passed as its stored JSON), the log
 // scopes it includes, and on a read of single scopes their versions.
 func (s *Service) stateSection(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest, env *Envelope) error {
-	st := map[string]any{}
 	live := rc.snap.live(rc.now)
-	raw := live.raw
-	for scope, v := range rc.state {
-		if rc.self != "" && scope == rc.self {
-			continue // shown as self
-		}
-		if len(req.Only) > 0 && !slices.Contains(req.Only, "state") && !slices.Contains(req.Only, "state."+scope) {
-			continue
-		}
-		// The stored JSON, when the scope is the shared one: encoding it
-		// is far cheaper than re-encoding decoded values.
-		name := scope
-		if scope == ScopeSelf {
-			name = rc.self
-		}
-		if r, ok := raw[name]; ok && !rc.modified[name] {
-			st[scope] = r
-			if req.KeysAfter == "" && req.Prefix == "" {
-				env.Share(scope, name, r, live)
-			}
-		} else {
-			st[scope] = v
-		}
-		if req.KeysAfter != "" || req.Prefix != "" {
-			st[scope] = req.KeyRange(st[scope])
-		}
-	}
+	st := env.StateShown(req, rc.self, rc.state, live.raw, rc.modified, live)
 	for _, inc := range req.Include {
 		if !rc.visible(inc) {
 			continue
@@ -386,36 +359,16 @@ func scanMsgRows(rows pgx.Rows, err error) ([]msgRow, error) {
 	return read, nil
 }
 
-// directedAhead puts the messages to the reader first, whatever the
-// backlog: a read of the newest (or a delta) that marks older messages
-// read must not pass over one addressed to it unshown. Those it has not
-// read are added ahead of the page (they are older than it), oldest
-// first; if there are more than a page holds, the read stops short of the
-// first left out (upTo, -1 for no cap), which the next read shows. A page
-// read in order (messages_after) reaches them in turn.
+// directedAhead puts the reader's unread directed messages ahead of the
+// page read (envelope.DirectedAhead): upTo is where the read stops short
+// of those left out (-1: no cap).
 func directedAhead(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest, read []msgRow) (_ []msgRow, upTo int64, _ error) {
-	upTo = -1
-	in := make(map[int64]bool, len(read))
-	for _, r := range read {
-		in[r.seq] = true
-	}
 	directed, err := scanMsgRows(q.Query(ctx, sqlDirectedUnread, roomID, rc.self, rc.msgs.seen, rc.snap.seq, req.MessagesLimit+1))
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(directed) > req.MessagesLimit {
-		if next := directed[req.MessagesLimit].seq; !in[next] {
-			upTo = next - 1
-		}
-		directed = directed[:req.MessagesLimit]
-	}
-	var ahead []msgRow
-	for _, r := range directed {
-		if !in[r.seq] {
-			ahead = append(ahead, r)
-		}
-	}
-	return append(ahead, read...), upTo, nil
+	read, upTo = envelope.DirectedAhead(read, directed, func(r msgRow) int64 { return r.seq }, req.MessagesLimit)
+	return read, upTo, nil
 }
 
 // shownMessage is a message as the reader is shown it, with its seq
@@ -462,20 +415,10 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 		}
 		out[id] = a
 	}
-	canAct := !readOnly
 	if depth == "lean" {
 		return out, nil // builtins are one line: Envelope.Builtins
 	}
-	for id, desc := range builtinDescriptions {
-		if _, overridden := out[id]; overridden {
-			continue
-		}
-		b := ActionView{Available: canAct || id == "help", Builtin: true, Description: desc}
-		if depth != "lean" {
-			b.Params = builtinParams[id]
-		}
-		out[id] = b
-	}
+	envelope.AddBuiltins(out, builtinDescriptions, builtinParams, !readOnly)
 	return out, nil
 }
 
@@ -562,29 +505,17 @@ func versionsRead(scope string) map[string]any {
 // setVersions records the versions of the scopes req names one by one
 // (only: "state.<scope>") that env's state shows (envelope.EntryVersions).
 func setVersions(env *Envelope, rc *roomCtx, req ContextRequest) {
-	var all map[string]map[string]int64
-	for scope := range env.State {
-		if !slices.Contains(req.Only, "state."+scope) {
-			continue
-		}
-		name := scope
-		if scope == ScopeSelf {
-			name = rc.self
-		}
+	env.ShowVersions(envelope.VersionsShown(req, rc.self, env.State, func(name string) map[string]int64 {
 		rows := rc.snap.scopes[name]
 		if len(rows) == 0 {
-			continue
+			return nil
 		}
 		vs := make(map[string]int64, len(rows))
 		for k, r := range rows {
 			vs[k] = r.Version
 		}
-		if all == nil {
-			all = map[string]map[string]int64{}
-		}
-		all[scope] = vs
-	}
-	env.ShowVersions(all)
+		return vs
+	}))
 }
 
 // ScopeJSON returns raw[name] encoded, encoding it on first use: the
