@@ -4,17 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"iter"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
+// What the write path keeps for readers beside a room's own entries:
+// threads and acknowledgements, and the vocabulary's usage.
+//
 // Threads and acknowledgements (issue 31 items 2 and 3), on the
 // substrate's own terms: a message stays one append-only entry of
 // _messages, with fields; what a thread or an acknowledgement adds up to
@@ -33,7 +36,15 @@ import (
 //     unread does; "all have acknowledged" is size(acked) == size(to).
 //
 // Both expire a while after their last change (threadTTL), so a room's
-// long history cannot fill the scopes' key limit; the messages stay.
+// long history cannot fill the scopes' key limit; the messages stay. What
+// the builtins' params may be, who may acknowledge and a thread's wait
+// condition are substrate/envelope's rules (threadrules.go); how a read
+// shows threads and receipts is context.go's.
+//
+// The vocabulary's usage (vocabulary_usage) is what adaptive salience
+// reads of past invocations: a mutation records each use of an action or
+// view (invoked, read by an invoked action, registered), decayed by the
+// room's salience; a read loads it once per snapshot.
 const (
 	ScopeThreads = "_threads"
 	ScopeAcks    = "_acks"
@@ -208,54 +219,6 @@ func (s *Service) ack(m *mutation, params map[string]any) (map[string]any, []map
 	return map[string]any{"acked": seq, "pending": pending}, audit, nil
 }
 
-// receiptsOf reads a message's receipts from the read's snapshot and
-// presence (nil: the message asked for none).
-func (rc *roomCtx) receiptsOf(seq int64) *Receipts {
-	r, ok := rc.snap.scopes[ScopeAcks][strconv.FormatInt(seq, 10)]
-	if !ok || !r.timer.live(rc.now) {
-		return nil
-	}
-	seen := make(map[string]int64, len(rc.agents))
-	for _, a := range rc.agents {
-		seen[a.ID] = a.LastSeenSeq
-	}
-	return envelope.ReceiptsOf(r.Value, seq, seen)
-}
-
-// overdueAcks are the acknowledgements asked of the reader that are
-// overdue (envelope.OverdueAcks), from the read's live _acks entries.
-func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck {
-	return envelope.OverdueAcks(rc.liveEntries(ScopeAcks), rc.self, rc.now, after, func(seq int64) string {
-		return rc.p.Say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})
-	})
-}
-
-// threadsSection lists the room's most recently active threads, unread
-// ones first, from the read's snapshot (envelope.Threads).
-func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBefore int64) []ThreadSummary {
-	var all []ThreadSummary
-	for key, raw := range rc.liveEntries(ScopeThreads) {
-		if t, ok := envelope.ThreadSummaryOf(key, raw); ok {
-			all = append(all, t)
-		}
-	}
-	return envelope.Threads(all, recent, rc.self, seenBefore, func(thread int64) string {
-		return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": thread}})
-	})
-}
-
-// liveEntries are the stored values of scope's entries live at the
-// read's time, by key.
-func (rc *roomCtx) liveEntries(scope string) iter.Seq2[string, json.RawMessage] {
-	return func(yield func(string, json.RawMessage) bool) {
-		for key, r := range rc.snap.scopes[scope] {
-			if r.timer.live(rc.now) && !yield(key, r.Value) {
-				return
-			}
-		}
-	}
-}
-
 // roomSeq reads a room's seq.
 func (s *Service) roomSeq(ctx context.Context, roomID string) (int64, error) {
 	var seq int64
@@ -266,17 +229,128 @@ func (s *Service) roomSeq(ctx context.Context, roomID string) (int64, error) {
 	return seq, err
 }
 
-// seenBefore is the newest message the reader had been shown before this
-// read (its unread messages come after it).
-func (rc *roomCtx) seenBefore() int64 {
-	for _, a := range rc.agents {
-		if a.ID == rc.self {
-			return a.LastSeenSeq
-		}
+// defaultDecay is the usage decay when no feature is salience.
+const defaultDecay = 0.95
+
+// decayOf is the room's usage decay, for the write path.
+func (s *Service) decayOf(snap *snapshot) float64 {
+	if s.wired.salience == nil {
+		return defaultDecay
 	}
-	return 0
+	return s.wired.salience.Decay(snap.config())
 }
 
-// MessageThread is the thread a message of the context's messages.recent
-// belongs to (0: none): its thread, or its own seq when it starts one.
-func MessageThread(m map[string]any) int64 { return envelope.MessageThread(m) }
+// config is the value of _shared._config, nil when absent.
+func (snap *snapshot) config() json.RawMessage {
+	if r := snap.scopes[ScopeShared]["_config"]; r != nil {
+		return r.Value
+	}
+	return nil
+}
+
+// loadUsage reads the vocabulary's usage into the snapshot, once, with q:
+// the read transaction that read the snapshot's seq, so the usage is the
+// one at that seq (a mutation updates it in its own commit). Read after
+// that transaction, it held uses committed since.
+func (snap *snapshot) loadUsage(ctx context.Context, q querier) error {
+	snap.usageMu.Lock()
+	defer snap.usageMu.Unlock()
+	if snap.usage != nil {
+		return nil
+	}
+	u, err := loadUsage(ctx, q, snap.room)
+	if err != nil {
+		return err
+	}
+	snap.usage = u
+	return nil
+}
+
+// loadUsage reads the room's vocabulary usage.
+func loadUsage(ctx context.Context, q querier, roomID string) (map[string]*Usage, error) {
+	rows, err := q.Query(ctx, sqlUsage, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]*Usage{}
+	for rows.Next() {
+		var kind, id string
+		var u Usage
+		var last *int64
+		if err := rows.Scan(&kind, &id, &u.Uses, &last, &u.Score, &u.ReadsAtUse); err != nil {
+			return nil, err
+		}
+		if last != nil {
+			u.LastUsedSeq = *last
+		}
+		out[UsageKey(kind, id)] = &u
+	}
+	return out, rows.Err()
+}
+
+// vocabTouch records, in a mutation, that an action or view was used
+// (invoked, or read by an invoked action's expressions) or registered.
+type vocabTouch struct {
+	kind, id string
+	use      bool
+}
+
+// touchVocabulary queues the mutation's vocabulary uses at seq: uses and
+// last use move for what was used; every touched item's score is decayed
+// to now and reinforced by one. reads are the room's context reads as a
+// read's salience counts them (mutation.roomReads): the reads at the use.
+func (m *mutation) touchVocabulary(seq int64, decay float64, reads int64) {
+	if len(m.vocab) == 0 {
+		return
+	}
+	kinds := make([]string, len(m.vocab))
+	ids := make([]string, len(m.vocab))
+	uses := make([]bool, len(m.vocab))
+	for i, t := range m.vocab {
+		kinds[i], ids[i], uses[i] = t.kind, t.id, t.use
+	}
+	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay, reads)
+}
+
+// ViewOwner is the agent whose view def is, to fix when it breaks: the
+// agent of its scope, or the agent that registered a communal one; ""
+// for a view registered with room authority (the room's own).
+func ViewOwner(def *ViewDef) string { return defs.RegistrarOf(def.Scope, def.RegisteredBy) }
+
+// ViewRefs are the ids of the views src names (views.<id>, views["id"]),
+// in order, repeats included. Shared between callers: read-only.
+func ViewRefs(src string) []string { return defs.FactsOf(src).Views }
+
+// StatePaths are the state entries src names by path (state.<scope>.<key>,
+// .?key or ["key"]): scope and key, in order. Shared between callers:
+// read-only.
+func StatePaths(src string) [][2]string { return defs.FactsOf(src).Paths }
+
+// ViewSelf is the scope a view reads as state.self ("" for a communal
+// one).
+func ViewSelf(def *ViewDef) string { return viewSelf(def) }
+
+// viewsReadBy are the ids of the views the action's expressions read.
+func viewsReadBy(def *ActionDef) []string {
+	srcs := []string{def.If, def.Enabled, def.Result}
+	for _, w := range def.Writes {
+		if w.Expr {
+			raw, _ := json.Marshal(w.Value)
+			srcs = append(srcs, string(raw))
+			raw, _ = json.Marshal(w.Merge)
+			srcs = append(srcs, string(raw))
+		}
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, src := range srcs {
+		for _, id := range ViewRefs(src) {
+			if !seen[id] && id != viewContested && id != ViewHealth {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
