@@ -13,6 +13,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/salienceport"
 )
 
 // What the write path keeps for readers beside a room's own entries:
@@ -331,26 +332,9 @@ func StatePaths(src string) [][2]string { return defs.FactsOf(src).Paths }
 // one).
 func ViewSelf(def *ViewDef) string { return viewSelf(def) }
 
-// viewsReadBy are the ids of the views the action's expressions read.
+// viewsReadBy are the ids of the views the action's expressions read
+// whose use an invocation records (salienceport.ViewsUsedBy): the system
+// views are nobody's vocabulary.
 func viewsReadBy(def *ActionDef) []string {
-	srcs := []string{def.If, def.Enabled, def.Result}
-	for _, w := range def.Writes {
-		if w.Expr {
-			raw, _ := json.Marshal(w.Value)
-			srcs = append(srcs, string(raw))
-			raw, _ = json.Marshal(w.Merge)
-			srcs = append(srcs, string(raw))
-		}
-	}
-	seen := map[string]bool{}
-	var out []string
-	for _, src := range srcs {
-		for _, id := range ViewRefs(src) {
-			if !seen[id] && id != viewContested && id != ViewHealth {
-				seen[id] = true
-				out = append(out, id)
-			}
-		}
-	}
-	return out
+	return salienceport.ViewsUsedBy(def, viewContested, ViewHealth)
 }

@@ -20,6 +20,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"sort"
 	"time"
 
@@ -350,3 +351,30 @@ func (r *Read) ViewsChangedUnseen(ctx context.Context, from int64) map[string]bo
 // Warn logs a feature's problem with the read (advice that could not be
 // given is not a reason to fail it).
 func (r *Read) Warn(msg string, args ...any) { r.r.Warn(msg, args...) }
+
+// ViewsUsedBy are the ids of the views def's expressions read (its if,
+// enabled, result and expression writes), in order, each once, but for
+// the system views: the views whose use invoking def records in the
+// vocabulary's usage.
+func ViewsUsedBy(def *defs.ActionDef, system ...string) []string {
+	srcs := []string{def.If, def.Enabled, def.Result}
+	for _, w := range def.Writes {
+		if w.Expr {
+			raw, _ := json.Marshal(w.Value)
+			srcs = append(srcs, string(raw))
+			raw, _ = json.Marshal(w.Merge)
+			srcs = append(srcs, string(raw))
+		}
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, src := range srcs {
+		for _, id := range defs.FactsOf(src).Views {
+			if !seen[id] && !slices.Contains(system, id) {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package salienceport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"sort"
@@ -165,5 +166,25 @@ func TestReadsAndLogKey(t *testing.T) {
 	}
 	if LogKey(nil) != "" {
 		t.Error("a reader that sees every message has a log key")
+	}
+}
+
+func TestViewsUsedBy(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		def  defs.ActionDef
+		want []string
+	}{
+		{"none", defs.ActionDef{If: "true"}, nil},
+		{"each once, in order", defs.ActionDef{If: `views.a > 1 && views["b"] == views.a`, Result: "views.c"}, []string{"a", "b", "c"}},
+		{"expression writes only", defs.ActionDef{Writes: []defs.WriteTemplate{
+			{Value: json.RawMessage(`"views.w"`), Expr: true}, {Value: json.RawMessage(`"views.literal"`)}}}, []string{"w"}},
+		{"system views are nobody's", defs.ActionDef{Enabled: "size(views._contested) == 0 && views.d"}, []string{"d"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ViewsUsedBy(&c.def, "_contested"); !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("ViewsUsedBy = %v, want %v", got, c.want)
+			}
+		})
 	}
 }
