@@ -649,7 +649,7 @@ func (s *Service) salienceRead(rc *roomCtx, roomID string) *Read {
 	return salienceport.New(salienceport.Room{
 		ID: roomID, Seq: snap.seq, Now: rc.now, Self: rc.self, Config: snap.config(), Agents: rc.agents,
 		Actions: acts, Views: rc.views, ViewDefs: views, State: rc.state, Unseen: rc.msgs.unseen,
-		Readable: func(scope, key string) bool { return rc.visible(scope) && (rc.p == nil || rc.vis.Entry(scope, key)) },
+		Readable: rc.readable,
 		Row: func(scope, key string) (int64, bool) {
 			if r := snap.scopes[scope][key]; r != nil {
 				return r.Revision, true
