@@ -85,6 +85,10 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// A started timer: when it hides or shows its item, when that next
 	// changes by the clock alone, how it is shown.
 	"substrate/timer": true,
+	// What the core asks salience and the read it hands it, answered
+	// from what the core filled it with (the read rule already applied):
+	// salience imports it without a rule of its own.
+	"substrate/salienceport": true,
 }
 
 // machinery are the packages beneath the rules (issue 45): each makes one
