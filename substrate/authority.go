@@ -14,9 +14,11 @@ import (
 )
 
 // The authority rules are package authority's (issue 45): what a
-// credential is, which scopes it reads and writes, the one read rule.
-// The core keeps the lookups (authenticate.go) and re-exports the names
-// here, so that callers keep saying substrate.Principal.
+// credential is, which scopes it reads and writes, the one read rule,
+// who may do what to a room and its agents (authority/room.go). The core
+// keeps the lookups (below: a credential found in the rooms and agents
+// tables, checked again) and re-exports the names, so that callers keep
+// saying substrate.Principal.
 
 // Credentials and read rules (package authority).
 type (
@@ -117,8 +119,7 @@ func (s *Service) visibilityIn(ctx context.Context, q querier, p *Principal, roo
 }
 
 // Authentication: finding the principal a credential names, in the rooms
-// and agents tables, and checking again that it still holds. What a
-// principal may do is package authority's.
+// and agents tables, and checking again that it still holds.
 
 // Authenticate resolves a bearer token to its principal, in whichever room
 // it belongs to. It searches every room, so in a sharded deployment (see
@@ -324,25 +325,14 @@ func (s *Service) touch(ctx context.Context, roomID, agentID string) {
 	}
 }
 
-// requireRoom checks that p may address roomID at all.
+// requireRoom checks that p may address roomID at all
+// (authority.Address), looking the room up only for a token of another.
 func (s *Service) requireRoom(ctx context.Context, p *Principal, roomID string) error {
-	if p == nil {
-		return errs.New(errs.Unauthorized, "this request needs a bearer token").
-			WithHint("send Authorization: Bearer <room_, view_ or as_ token of room %q>", roomID)
-	}
-	if p.RoomID == roomID {
-		return nil
-	}
-	var exists bool
-	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rooms WHERE id = $1)`, roomID).Scan(&exists); err != nil {
-		return err
-	}
-	if !exists {
-		return errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("check the room id, or create the room").
-			WithNext(errs.Step{Op: errs.OpCreateRoom, Args: map[string]any{"room": roomID}})
-	}
-	return errs.New(errs.Forbidden, "the token belongs to room %q, not %q", p.RoomID, roomID).
-		WithHint("use a token issued for room %q", roomID)
+	return authority.Address(p, roomID, func() (bool, error) {
+		var exists bool
+		err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM rooms WHERE id = $1)`, roomID).Scan(&exists)
+		return exists, err
+	})
 }
 
 // AgentPrincipal is the authority of an existing agent, for layers (the
@@ -372,10 +362,10 @@ func (s *Service) agentPrincipal(ctx context.Context, roomID, agentID string, us
 	if err != nil {
 		return nil, err
 	}
-	if userID != nil && (owner == nil || *owner != *userID) {
-		return nil, errs.New(errs.Forbidden, "agent %q in %q is now driven by someone else: its role was filled again after you left it", agentID, roomID).
-			With("room", roomID).With("agent", agentID).With("reason", "taken_over").
-			WithHint("step out with sync_disembody (it leaves the agent alone), then embody again; sync_lobby shows who holds which role")
+	if userID != nil {
+		if err := authority.Embodies(roomID, agentID, *userID, owner); err != nil {
+			return nil, err
+		}
 	}
 	if stale {
 		s.touch(ctx, roomID, agentID)

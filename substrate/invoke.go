@@ -128,12 +128,9 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 			return res, err
 		}
 	}
-	// Read-only credentials never write, whatever the action: the builtin
-	// help (answered above) is all they may invoke, not a room's own
-	// action that took its name.
-	if p.ReadOnly() {
-		err := errs.New(errs.ReadOnlyToken, "a read-only credential (%s) cannot invoke actions", p.Kind).
-			WithHint("invoke with an agent token or the room token; read-only callers may read the context and invoke the builtin help")
+	// The builtin help is answered above: a read-only credential may
+	// invoke nothing else.
+	if err := authority.MayInvoke(p); err != nil {
 		s.auditFailure(ctx, p, roomID, actionID, params, err) // the refusal is audited; nothing else is written
 		return nil, err
 	}
@@ -207,9 +204,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		rc.actEnabled[id] = def.Enabled == "" || s.evalBool(ctx, def.Enabled, rc.actionVars(ctx, s, def, cp))
 	}
 	if !rc.actEnabled[id] {
-		return errs.New(errs.ActionDisabled, "action %q is disabled: its enabled expression is false", id).
-			With("enabled", def.Enabled).WithHint("it cannot be invoked while its enabled expression (%s) is false: pick an available action, or wait until it holds", def.Enabled).
-			WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: map[string]any{"only": "actions"}})
+		return defs.Disabled(id, def.Enabled, m.room)
 	}
 	vars := rc.actionVars(ctx, s, def, cp)
 	if def.If != "" && !rc.ifHeld[id] {
@@ -468,9 +463,10 @@ func (s *Service) auditParams(params map[string]any) any {
 	return defs.AuditParams(params, s.lim.MaxValueBytes, s.lim.MaxValueDepth)
 }
 
-// What an invocation says when it is refused or explained: the audit of a
-// refusal, the values an explanation may show the invoker, the actions it
-// could have meant.
+// When an invocation is refused or explained: which refusal applies, its
+// audit, the values an explanation may show the invoker, the actions it
+// could have meant. The refusals' texts are package defs'
+// (defs/refusal.go).
 
 // invocable is the definition of the action id if it may be invoked at
 // now, or the refusal that says why not: no such action, dormant or
@@ -478,18 +474,16 @@ func (s *Service) auditParams(params map[string]any) any {
 func (s *Service) invocable(snap *snapshot, id string, now time.Time) (*ActionDef, error) {
 	a := snap.actions[id]
 	if a == nil {
-		return nil, errs.New(errs.ActionNotFound, "no action %q in this room", id)
+		return nil, defs.NoAction(id)
 	}
 	if !a.r.timer.live(now) {
 		if a.r.timer != nil && *a.r.timer.Effect == "enable" {
-			return nil, errs.New(errs.ActionCooldown, "action %q is dormant until its timer runs out", id).
-				With("timer", a.r.timer.describe(now)).WithHint("wait until then, or wait on actions.%s.available", id)
+			return nil, defs.Dormant(id, a.r.timer.describe(now))
 		}
-		return nil, errs.New(errs.ActionNotFound, "action %q has expired", id).WithHint("register it again if it is still needed")
+		return nil, defs.Expired(id)
 	}
 	if cd := s.cooldownOf(snap, id, now); cd != nil {
-		return nil, errs.New(errs.ActionCooldown, "action %q is cooling down", id).With("cooldown", cd.describeCooldown(now)).
-			WithHint("try again after the cooldown, or wait with condition actions[%q].available", id)
+		return nil, defs.CoolingDown(id, cd.describeCooldown(now))
 	}
 	return a.def, nil
 }
@@ -498,18 +492,15 @@ func (s *Service) invocable(snap *snapshot, id string, now time.Time) (*ActionDe
 // the clause that failed, the values it read that the invoker may read
 // itself, and the eval step that tries the clause with other values.
 func (s *Service) preconditionFailed(ctx context.Context, rc *roomCtx, roomID, id string, def *ActionDef, params map[string]any, vars *expr.Vars) error {
-	e := errs.New(errs.PreconditionFailed, "the precondition of %q does not hold", id).
-		WithHint("change what the failing clause reads (another parameter value, or the state it reads), or wait until it holds; test it first")
 	prog, err := s.cel.Compile(def.If)
 	if err != nil {
-		return e
+		return defs.PreconditionFailed(id, "")
 	}
 	ex := s.cel.Explain(ctx, prog, vars)
 	if ex == nil {
-		return e
+		return defs.PreconditionFailed(id, "")
 	}
-	e.Message = fmt.Sprintf("the precondition of %q does not hold: %s is false", id, ex.Clause)
-	e = e.With("clause", ex.Clause).With("read", s.invokerMayRead(ctx, rc, ex.Read, vars))
+	e := defs.PreconditionFailed(id, ex.Clause).With("clause", ex.Clause).With("read", s.invokerMayRead(ctx, rc, ex.Read, vars))
 	// The clause can be tried with other values, as the invocation binds
 	// them.
 	args := map[string]any{"expr": ex.Clause}
@@ -519,18 +510,10 @@ func (s *Service) preconditionFailed(ctx context.Context, rc *roomCtx, roomID, i
 	return e.WithNext(errs.Step{Op: errs.OpEval, Room: roomID, Args: args})
 }
 
-// actionMayWrite applies the registrar's authority: communal scopes, the
-// action's own scope, and the invoker's own scope.
+// actionMayWrite applies the registrar's authority (authority.ActionMayWrite,
+// told which scopes are the system's).
 func actionMayWrite(def *ActionDef, invoker, target string) error {
-	if isSystemScope(target) {
-		return errs.New(errs.ScopeDenied, "scope %q is written only by the system", target).WithHint("write to _shared or an agent scope")
-	}
-	if strings.HasPrefix(target, "_") || target == def.Scope || (invoker != "" && target == invoker) {
-		return nil
-	}
-	return errs.New(errs.ScopeDenied, "action %q (scope %s) cannot write agent %q's scope", def.ID, def.Scope, target).
-		With("scope", target).
-		WithHint("an action writes communal scopes, its registrar's scope (%s) and the invoker's own scope (${self})", def.Scope)
+	return authority.ActionMayWrite(def.ID, def.Scope, invoker, target, isSystemScope(target))
 }
 
 // auditFailure records a refused invocation in _audit, in its own small
@@ -595,7 +578,6 @@ func sameValue(a, b any) bool {
 // to it (those it may see: enabled for it) and the nearest id to the one it
 // asked for, as a misspelling usually is.
 func (s *Service) suggestActions(ctx context.Context, p *Principal, roomID, asked string, notFound error) error {
-	e := errs.From(notFound)
 	rc, err := s.readCtx(ctx, p, roomID, false)
 	if err != nil {
 		return notFound
@@ -612,54 +594,10 @@ func (s *Service) suggestActions(ctx context.Context, p *Principal, roomID, aske
 	for id := range builtinDescriptions {
 		seen = append(seen, id)
 	}
-	sort.Strings(avail)
-	const listed = 50 // the list is for a reader, not an index
-	if len(avail) > listed {
-		avail = avail[:listed]
-	}
-	out := &errs.Error{Code: e.Code, Message: e.Message, Details: map[string]any{"available": avail}}
-	if near := nearest(asked, seen); near != "" {
-		out.Details["did_you_mean"] = near
-		out.Hint = fmt.Sprintf("did you mean %q? Otherwise pick one of the available actions, or register one", near)
-		return out.WithNext(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": near}})
-	}
-	out.Hint = "pick one of the available actions (their parameters are in the context), or register the one you need"
-	return out.WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "actions", "depth": "full"}})
+	return defs.Suggest(notFound, roomID, asked, avail, seen)
 }
 
-// nearest is the id in ids closest to asked by edit distance, if it is
-// close enough to be a slip (at most a third of its length, at least 2),
-// or "" when none is.
-func nearest(asked string, ids []string) string {
-	best, bestD := "", max(2, len([]rune(asked))/3)+1
-	sort.Strings(ids)
-	for _, id := range ids {
-		if d := EditDistance(strings.ToLower(asked), strings.ToLower(id)); d < bestD {
-			best, bestD = id, d
-		}
-	}
-	return best
-}
-
-// EditDistance is the Levenshtein distance between a and b, in runes:
-// how every "did you mean" the server offers ranks its candidates.
-func EditDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
-}
+// EditDistance is the Levenshtein distance between a and b, in runes
+// (defs.EditDistance): how every "did you mean" the server offers ranks
+// its candidates.
+func EditDistance(a, b string) int { return defs.EditDistance(a, b) }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -144,8 +143,8 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return err
 	}
-	if !p.Admin() {
-		return errs.New(errs.Forbidden, "deleting room %q needs the room token", roomID).WithHint("ask the room's owner")
+	if err := authority.MayDeleteRoom(p, roomID); err != nil {
+		return err
 	}
 	err := s.db.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM rooms WHERE id = $1`, roomID)
@@ -205,18 +204,16 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 		return nil, errs.New(errs.InvalidField, "which is %q: rotate the \"room\" token or the \"view\" token", which).With("field", "which").
 			WithHint(`send {"which": "room"} or {"which": "view"}`)
 	}
-	if !p.Admin() {
-		return nil, errs.New(errs.Forbidden, "rotating room %q's tokens needs room authority", roomID).
-			WithHint("ask the room token holder or an owner of the room")
+	if err := authority.MayRotate(p, roomID); err != nil {
+		return nil, err
 	}
 	token, hash := authority.NewToken(prefix)
 	out := &RotatedToken{Room: roomID, Which: which, Token: token}
 	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
-		if !m.p.Admin() {
-			// The grants read again under the lock: a "*" taken away
-			// meanwhile no longer rotates.
-			return errs.New(errs.Forbidden, "rotating room %q's tokens needs room authority", roomID).
-				WithHint("ask the room token holder or an owner of the room")
+		// The grants read again under the lock: a "*" taken away
+		// meanwhile no longer rotates.
+		if err := authority.MayRotate(m.p, roomID); err != nil {
+			return err
 		}
 		if _, err := m.tx.Exec(ctx, `UPDATE rooms SET `+column+` = $2 WHERE id = $1`, roomID, hash); err != nil {
 			return err
@@ -238,6 +235,9 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 	}
 	return out, nil
 }
+
+// Agents: joining, changing, heartbeats. Who may do each is
+// authority/room.go's; the rows are here.
 
 // Agent is an agent's public presence (seed 001: presence is public
 // metadata, not private state).
@@ -332,22 +332,19 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 	out := &JoinedAgent{Token: token}
 	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 		j := &joining{roomID: roomID, req: &req, meta: meta, hash: hash, enabled: enabled}
+		room := authority.Joining{SetsEnabled: enabled != nil}
 		err := m.tx.QueryRow(ctx, `SELECT r.open_join,
 				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
 				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2),
 				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)
-			FROM rooms r WHERE r.id = $1`, roomID, req.ID).Scan(&j.openJoin, &j.exists, &j.scopeUsed, &j.account)
+			FROM rooms r WHERE r.id = $1`, roomID, req.ID).Scan(&room.OpenJoin, &room.Exists, &room.ScopeUsed, &room.Account)
 		if err != nil {
 			return err
 		}
-		j.admin = m.p != nil && m.p.Admin()
-		if enabled != nil && !j.admin {
-			// A gate the agent sets itself would let it watch the room
-			// unseen by the others.
-			return errs.New(errs.Forbidden, "setting an agent's enabled needs the room token").With("field", "enabled").
-				WithHint("join without enabled; the room token holder may set it on join or with PATCH")
+		if err := authority.MayJoin(m.p, roomID, req.ID, room); err != nil {
+			return err
 		}
-		if j.exists {
+		if room.Exists {
 			err = j.rejoin(ctx, m, out)
 		} else {
 			err = j.add(ctx, m, out)
@@ -358,7 +355,7 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 		if m.p == nil {
 			m.actor = req.ID
 		}
-		m.audit = map[string]any{"kind": "agent_join", "agent": req.ID, "name": req.Name, "role": req.Role, "rejoin": j.exists}
+		m.audit = map[string]any{"kind": "agent_join", "agent": req.ID, "name": req.Name, "role": req.Role, "rejoin": room.Exists}
 		if enabled != nil {
 			m.audit["enabled"] = *enabled
 		}
@@ -370,38 +367,19 @@ func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req Joi
 	return out, nil
 }
 
-// joining is one Join's request, checked and as stored, and what the room
-// holds for its id.
+// joining is one Join's request, checked and as stored.
 type joining struct {
 	roomID  string
 	req     *JoinRequest
 	meta    []byte
 	hash    []byte
 	enabled *string
-	// openJoin, exists, scopeUsed, account: the room allows open join;
-	// the agent exists; its scope holds state; a person's account
-	// drives it.
-	openJoin, exists, scopeUsed, account bool
-	// admin: the joiner has room authority.
-	admin bool
 }
 
-// rejoin gives an existing agent a fresh token: the agent itself or room
-// authority only, and never an agent a person's account drives.
+// rejoin gives an existing agent a fresh token (authority.MayJoin said
+// who may).
 func (j *joining) rejoin(ctx context.Context, m *mutation, out *JoinedAgent) error {
 	req := j.req
-	self := m.p != nil && m.p.Kind == KindAgent && m.p.AgentID == req.ID
-	if !j.admin && !self {
-		return errs.New(errs.AgentExists, "agent %q already exists in room %q", req.ID, j.roomID).
-			WithHint("re-join with that agent's token or the room token (this rotates its token), or join with another id")
-	}
-	if j.account {
-		// A token for a person's agent would let its holder speak as
-		// that person.
-		return errs.New(errs.Forbidden, "agent %q is driven by a person's account: it gets no token", req.ID).
-			With("agent", req.ID).With("reason", "account_agent").
-			WithHint("join with another id")
-	}
 	a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET name = $3, role = $4,
 					meta = CASE WHEN $6 THEN $5 ELSE meta END,
 					token_hash = $7, status = 'active', waiting_on = NULL, last_heartbeat = now(),
@@ -415,31 +393,10 @@ func (j *joining) rejoin(ctx context.Context, m *mutation, out *JoinedAgent) err
 	return nil
 }
 
-// add makes a new agent: with room authority, or in an open-join room
-// under an id that is not a person's, and never on a scope that already
-// holds state.
+// add makes a new agent (authority.MayJoin said who may, and under
+// which id).
 func (j *joining) add(ctx context.Context, m *mutation, out *JoinedAgent) error {
 	req, roomID := j.req, j.roomID
-	if !j.admin && !j.openJoin {
-		if m.p == nil {
-			return errs.New(errs.Unauthorized, "joining room %q needs the room token", roomID).
-				WithHint("send Authorization: Bearer room_…; this room does not allow open join")
-		}
-		return errs.New(errs.Forbidden, "joining room %q needs the room token", roomID).
-			WithHint("ask the room token holder to add the agent; this room does not allow open join")
-	}
-	if !j.admin && strings.Contains(req.ID, ":") {
-		// <username>:<client> and <username>:web are people's agents:
-		// joining an open room under one would pass for that person.
-		return errs.New(errs.Forbidden, "agent ids with \":\" belong to people's accounts (<username>:<client>); joining as %q needs the room token", req.ID).
-			With("agent", req.ID).With("reason", "person_id").
-			WithHint("join with an id without \":\"")
-	}
-	if j.scopeUsed {
-		// Taking this id would hand the newcomer an existing scope's data.
-		return errs.New(errs.ScopeInUse, "scope %q already holds state, so %q cannot be a new agent id", req.ID, req.ID).
-			WithHint("join with another id")
-	}
 	a, err := scanAgent(m.tx.QueryRow(ctx, `INSERT INTO agents (room_id, id, name, role, meta, token_hash, enabled_expr)
 				VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+agentColumns,
 		roomID, req.ID, req.Name, req.Role, j.meta, j.hash, j.enabled))
@@ -513,8 +470,8 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 	}
 	var out *Agent
 	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
-		if !m.p.Admin() {
-			return errs.New(errs.Forbidden, "changing an agent needs the room token").WithHint("ask the room token holder")
+		if err := authority.MayChangeAgent(m.p); err != nil {
+			return err
 		}
 		if u.Name != nil {
 			if err := refuseAccountRename(ctx, m, roomID, agentID); err != nil {
@@ -575,43 +532,20 @@ func (s *Service) checkAgentUpdate(u *AgentUpdate) (grants []string, meta []byte
 	return grants, meta, enabled, nil
 }
 
-// validGrants is gs without repeats, each "*" or a scope that may be
-// granted: system scopes are written only by the system (but _audit may
-// be read).
+// validGrants is gs as stored (authority.Grants, told which scopes are
+// the system's).
 func (s *Service) validGrants(gs []string) ([]string, error) {
-	if len(gs) > s.lim.MaxGrants {
-		return nil, errs.New(errs.InvalidField, "%d grants, over the limit of %d", len(gs), s.lim.MaxGrants).WithHint("grant fewer scopes, or grant \"*\"")
-	}
-	grants := []string{}
-	for _, g := range gs {
-		if g != "*" {
-			if err := authority.ValidName("grant", g, s.lim.MaxScopeBytes, true); err != nil {
-				return nil, err
-			}
-			if isSystemScope(g) && g != ScopeAudit {
-				return nil, errs.New(errs.InvalidField, "scope %q is written only by the system and cannot be granted", g).WithHint("grant _shared, _messages, _audit, agent scopes or user-defined scopes")
-			}
-		}
-		if !slices.Contains(grants, g) {
-			grants = append(grants, g)
-		}
-	}
-	return grants, nil
+	return authority.Grants(gs, s.lim.MaxGrants, s.lim.MaxScopeBytes, isSystemScope)
 }
 
 // refuseAccountRename refuses renaming an agent a person's account
-// drives: its name is the account's username, and contexts and pages
-// show it as the account driving the agent.
+// drives (authority.MayRename).
 func refuseAccountRename(ctx context.Context, m *mutation, roomID, agentID string) error {
 	var account bool
 	if err := m.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)`, roomID, agentID).Scan(&account); err != nil {
 		return err
 	}
-	if account {
-		return errs.New(errs.Forbidden, "agent %q is driven by a person's account, whose username is its name", agentID).
-			With("agent", agentID).With("reason", "account_agent").With("field", "name").WithHint("change its role, grants or meta, not its name")
-	}
-	return nil
+	return authority.MayRename(agentID, account)
 }
 
 // agentChange is the audit record of what an update changed.
@@ -642,8 +576,8 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if !p.Admin() && !(p.Kind == KindAgent && p.AgentID == agentID) {
-		return nil, errs.New(errs.Forbidden, "only agent %q or the room token may send its heartbeat", agentID).WithHint("send the heartbeat with that agent's token")
+	if err := authority.MayHeartbeat(p, agentID); err != nil {
+		return nil, err
 	}
 	if status != "" && !slices.Contains(settableStatus, status) {
 		return nil, errs.New(errs.InvalidField, "status %q is not one of %v", status, settableStatus).WithHint("omit status or use one of %v", settableStatus)

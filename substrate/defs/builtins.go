@@ -62,34 +62,47 @@ func StringParam(id string, params map[string]any, name string) (string, error) 
 	return v, nil
 }
 
+// Message is what _send_message's params say of the message.
+type Message struct {
+	Body any
+	Kind string
+	// Directed: the params name recipients (To, possibly none).
+	Directed bool
+	To       []string
+}
+
 // MessageParams checks _send_message's params but the thread and ack
 // (which need the room): the body, the kind (chat by default), the
 // recipients named, which checkTo finds in the room, and no parameter it
-// does not have. to is nil for an undirected message.
-func MessageParams(params map[string]any, checkTo func([]string) error) (body any, kind string, to []string, err error) {
+// does not have.
+func MessageParams(params map[string]any, checkTo func([]string) error) (*Message, error) {
 	body, ok := params["body"]
 	if !ok || body == nil {
-		return nil, "", nil, errs.New(errs.InvalidParam, "_send_message needs a body").With("param", "body").WithHint(`invoke _send_message with {"body": "…"}`)
+		return nil, errs.New(errs.InvalidParam, "_send_message needs a body").With("param", "body").WithHint(`invoke _send_message with {"body": "…"}`)
 	}
-	if kind, err = messageKind(params); err != nil {
-		return nil, "", nil, err
+	kind, err := messageKind(params)
+	if err != nil {
+		return nil, err
 	}
+	out := &Message{Body: body, Kind: kind}
 	if t, ok := params["to"]; ok && t != nil {
-		if to, err = recipients(t); err == nil {
+		to, err := recipients(t)
+		if err == nil {
 			err = checkTo(to)
 		}
 		if err != nil {
-			return nil, "", nil, err
+			return nil, err
 		}
+		out.Directed, out.To = true, to
 	}
 	for k := range params {
 		switch k {
 		case "body", "kind", "to", "reply_to", "subject", "ack":
 		default:
-			return nil, "", nil, errs.New(errs.InvalidParam, "_send_message has no parameter %q", k).With("param", k).WithHint("its parameters are body, kind, to, reply_to, subject and ack")
+			return nil, errs.New(errs.InvalidParam, "_send_message has no parameter %q", k).With("param", k).WithHint("its parameters are body, kind, to, reply_to, subject and ack")
 		}
 	}
-	return body, kind, to, nil
+	return out, nil
 }
 
 // messageKind is the kind a message's params give it, chat by default.
