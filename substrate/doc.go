@@ -70,6 +70,22 @@
 // observer token); "room authority" the room token or an agent holding
 // the "*" grant; read-only principals (view, observer) never write.
 //
+// Each check below is a pure function of substrate/authority, named
+// for what it decides, which the core calls with the facts it looked up
+// (the room exists, the agent is a person's, its scope holds state):
+// authority/room.go (Address, MayJoin, MayChangeAgent, MayRename,
+// Grants, MayHeartbeat, Embodies, MayDeleteRoom, MayRotate, MayInvoke,
+// ActionMayWrite, ViewRegistrar, ViewDeleter, MayRedefine, MayUndefine),
+// authority/definitions.go (Registrar, MayReplace, DefinitionReader,
+// Bootstrapper), authority/scope.go (CanRead, CheckWrite) and the one
+// read rule (authority/visibility.go). What a refusal of an invocation
+// says, the builtins' definitions and a role's bootstrap entries are
+// substrate/defs' (refusal.go, builtins.go, bootstrap.go). The core's
+// files hold the SQL: rooms.go (rooms and agents), authority.go (finding
+// and re-checking a credential), actions.go (registration, a role's
+// bootstrap), invoke.go (an invocation and its refusals), builtins.go
+// (the underscore builtins and help).
+//
 // Rooms and principals:
 //   - CreateRoom: no principal (the adapter decides who may create; the
 //     caller receives the room and view tokens); creation is the room's

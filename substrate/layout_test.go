@@ -113,8 +113,8 @@ var machinery = map[string][]string{
 	"substrate/internal/fairshare":   {"envelope/budget.go"},
 	"substrate/internal/groupcommit": {"groupcommit.go"},
 	// Token lookups an invocation may answer from memory; what it may
-	// do with one is authenticate.go's.
-	"substrate/internal/tokenmemory": {"authenticate.go", "substrate.go"},
+	// do with one is authority.go's.
+	"substrate/internal/tokenmemory": {"authority.go", "substrate.go"},
 	"substrate/internal/readmarks":   {"readpath.go", "mutation.go", "substrate.go"},
 	// The snapshot an unchanged room is read from; the read path decides
 	// whether it serves a read (readpath.go's readRoomCached).
