@@ -73,7 +73,7 @@ func (s *Service) RoomHeads(ctx context.Context, ids []string) (map[string]*Room
 		return out, nil
 	}
 	rows, err := s.db.Query(ctx, `SELECT id, seq, `+sqlPublicMessages+`, created_at, meta->>'label',
-			(SELECT updated_at FROM state s WHERE s.room_id = r.id AND s.scope = '_audit' AND s.sort_key IS NOT NULL ORDER BY s.sort_key DESC LIMIT 1)
+			(SELECT updated_at FROM state s WHERE s.room_id = ANY($1) AND s.room_id = r.id AND s.scope = '_audit' AND s.sort_key IS NOT NULL ORDER BY s.sort_key DESC LIMIT 1)
 		FROM rooms r WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, err
