@@ -85,6 +85,9 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// A started timer: when it hides or shows its item, when that next
 	// changes by the clock alone, how it is shown.
 	"substrate/timer": true,
+	// The write path's rules: a write's validation, a stored value's
+	// checks, what a set, merge or increment leaves (no room, no SQL).
+	"substrate/write": true,
 }
 
 // machinery are the packages beneath the rules (issue 45): each makes one
@@ -103,11 +106,11 @@ var machinery = map[string][]string{
 	"substrate/internal/buildcache":  {"snapshot.go"},
 	"substrate/internal/memo":        {"defs/facts.go", "snapshot.go"},
 	"substrate/internal/jsoncache":   {"envelope/json.go", "snapshot.go"},
-	"substrate/internal/jsontext":    {"envelope/json.go", "write.go", "defs/params.go"},
+	"substrate/internal/jsontext":    {"envelope/json.go", "write/write.go", "defs/params.go"},
 	"substrate/internal/workmeter":   {"substrate.go", "exprbudget/exprbudget.go"},
 	"substrate/internal/earliest":    {"wait.go"},
 	"substrate/internal/fairshare":   {"envelope/budget.go"},
-	"substrate/internal/groupcommit": {"groupcommit.go"},
+	"substrate/internal/groupcommit": {"mutation.go"},
 	// Token lookups an invocation may answer from memory; what it may
 	// do with one is authenticate.go's.
 	"substrate/internal/tokenmemory": {"authenticate.go", "substrate.go"},
