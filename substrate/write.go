@@ -379,8 +379,3 @@ var (
 
 // tooDeep is the error for a value nested past Limits.MaxValueDepth.
 func (s *Service) tooDeep(what string) *errs.Error { return write.TooDeep(s.writeLimits(), what) }
-
-// tooLarge is the error for a value of n bytes past Limits.MaxValueBytes.
-func (s *Service) tooLarge(scope, key string, n int) *errs.Error {
-	return write.TooLarge(s.writeLimits(), scope, key, n)
-}
