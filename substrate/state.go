@@ -60,12 +60,8 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if len(writes) == 0 {
-		return nil, errs.New(errs.InvalidField, "no writes").WithHint(`send {"writes": [{"scope": …, "key": …, "value": …}, …]}`)
-	}
-	if len(writes) > s.lim.MaxBatchWrites {
-		return nil, errs.New(errs.InvalidField, "%d writes, over the limit of %d per batch", len(writes), s.lim.MaxBatchWrites).
-			WithHint("split the batch; each batch is applied atomically on its own")
+	if err := write.Batch(len(writes), s.lim.MaxBatchWrites); err != nil {
+		return nil, err
 	}
 	ops := make([]op, len(writes))
 	for i := range writes {

@@ -1,12 +1,13 @@
 // Package write is the write path's rules (issue 45 item 1): what makes a
-// state write valid before any database work (Validate), what a stored
-// value must be (CheckValue), the value a set, increment or merge leaves
-// on an entry (NewValue), who may change an entry's gate (GateChange),
-// and what an expression write may store (ExprResult). It needs no room
-// and no SQL: the core (substrate/write.go, substrate/mutation.go) reads
-// the rows under the room lock, hands their values here, and writes what
-// these rules return, so the rules can be read and tested apart from the
-// machinery (group commit, the snapshot cache) that makes them fast.
+// state write and a batch valid before any database work (Validate,
+// Batch), what a stored value must be (CheckValue), the value a set,
+// increment or merge leaves on an entry (NewValue), who may change an
+// entry's gate (GateChange), and what an expression write may store
+// (ExprResult). It needs no room and no SQL: the core (substrate/write.go,
+// substrate/state.go) reads the rows under the room lock, hands their
+// values here, and writes what these rules return, so the rules can be
+// read and tested apart from the machinery (group commit, the snapshot
+// cache) that makes them fast.
 package write
 
 import (
@@ -123,6 +124,19 @@ func Validate(p *authority.Principal, cel *expr.Env, lim Limits, i int, w *Write
 			e = e.With("write", i)
 		}
 		return e
+	}
+	return nil
+}
+
+// Batch refuses a batch of n writes that is empty or holds more than
+// limit (the core's Limits.MaxBatchWrites).
+func Batch(n, limit int) error {
+	if n == 0 {
+		return errs.New(errs.InvalidField, "no writes").WithHint(`send {"writes": [{"scope": …, "key": …, "value": …}, …]}`)
+	}
+	if n > limit {
+		return errs.New(errs.InvalidField, "%d writes, over the limit of %d per batch", n, limit).
+			WithHint("split the batch; each batch is applied atomically on its own")
 	}
 	return nil
 }

@@ -82,6 +82,14 @@ func TestValidateRefuses(t *testing.T) {
 	}
 }
 
+func TestBatch(t *testing.T) {
+	wantErr(t, write.Batch(0, 2), errs.InvalidField, "no writes")
+	wantErr(t, write.Batch(3, 2), errs.InvalidField, "3 writes, over the limit of 2")
+	if err := write.Batch(2, 2); err != nil {
+		t.Errorf("a full batch refused: %v", err)
+	}
+}
+
 func TestValidateAccepts(t *testing.T) {
 	for _, w := range []write.Write{
 		{Scope: "self", Key: "k", Value: json.RawMessage(`{"a":1}`)},
