@@ -13,6 +13,7 @@ package write
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"math"
 	"strconv"
 
@@ -436,7 +437,19 @@ func kind(v json.RawMessage) string {
 // checks request bodies with it before decoding, and every stored value
 // passes it again, so such input is a 400 that names the problem, never a
 // failed statement (500).
-func CheckJSONText(raw []byte) error { return jsontext.Check(raw) }
+//
+// Each refusal is the caller's own: callers add details to it (the
+// entry, the field), and a refusal shared between requests would carry
+// one request's scope and key into another's answer, and race.
+func CheckJSONText(raw []byte) error {
+	err := jsontext.Check(raw)
+	if e, ok := err.(*errs.Error); ok {
+		c := *e
+		c.Details = maps.Clone(e.Details)
+		return &c
+	}
+	return err
+}
 
 // Depth and ValueDepth measure how deeply JSON text and a decoded value
 // nest, counting no further than limit (compare with Limits.MaxValueDepth,

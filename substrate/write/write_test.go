@@ -237,3 +237,18 @@ func TestExprResult(t *testing.T) {
 	wantErr(t, write.ExprResult(lim, &o, strings.Repeat("x", 64)), errs.ValueTooLarge, "over the limit of 64")
 	wantErr(t, write.ExprResult(lim, &o, func() {}), errs.CELError, "cannot be stored")
 }
+
+// A refusal of JSON text is the caller's own: the details one caller adds
+// (its entry, its field) are not in the next caller's refusal.
+func TestCheckJSONTextRefusalIsTheCallers(t *testing.T) {
+	nul := []byte(`"a\u0000b"`)
+	first := wantErr(t, write.CheckJSONText(nul), errs.InvalidJSON, "NUL")
+	first.With("scope", "secret").With("field", "params")
+	if _, err := write.CheckValue(lim, "s", "k", json.RawMessage(nul)); err == nil {
+		t.Fatal("a NUL value was stored")
+	}
+	second := wantErr(t, write.CheckJSONText(nul), errs.InvalidJSON, "NUL")
+	if len(second.Details) != 0 {
+		t.Errorf("the next refusal carries another caller's details: %v", second.Details)
+	}
+}
