@@ -218,7 +218,8 @@ func (b *opBatch) writeOp(o *op) error {
 		opName = "insert"
 		b.newKeys[o.Scope]++
 	}
-	if err := write.GateChange(o, cur, m.p.Admin()); err != nil {
+	// m.p is nil for an anonymous open-join, which is no room authority.
+	if err := write.GateChange(o, cur, m.p != nil && m.p.Admin()); err != nil {
 		return err
 	}
 	b.s.setLifecycle(m, nr, old, o)
