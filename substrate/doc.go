@@ -7,9 +7,12 @@
 // row, takes its sequence numbers from rooms.seq, applies its writes,
 // appends an _audit entry (with the state delta it made) and queues a
 // notification delivered on commit. Invocations of a busy room share one
-// (group commit, groupcommit.go): each is a savepoint of it, with its
-// own sequence numbers, audit entry and outcome, answered after the one
-// commit.
+// (group commit: mutation.go over substrate/internal/groupcommit): each
+// is a savepoint of it, with its own sequence numbers, audit entry and
+// outcome, answered after the one commit. What makes a write valid, what
+// a stored value must be and what a set, merge or increment leaves are
+// substrate/write's rules, with no room and no SQL; write.go applies
+// them to the rows it reads under the lock.
 //
 // # The core and its features
 //

@@ -89,6 +89,9 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// from what the core filled it with (the read rule already applied):
 	// salience imports it without a rule of its own.
 	"substrate/salienceport": true,
+	// The write path's rules: a write's validation, a stored value's
+	// checks, what a set, merge or increment leaves (no room, no SQL).
+	"substrate/write": true,
 }
 
 // machinery are the packages beneath the rules (issue 45): each makes one
@@ -107,11 +110,11 @@ var machinery = map[string][]string{
 	"substrate/internal/buildcache":  {"snapshot.go"},
 	"substrate/internal/memo":        {"defs/facts.go", "snapshot.go"},
 	"substrate/internal/jsoncache":   {"envelope/json.go", "snapshot.go"},
-	"substrate/internal/jsontext":    {"envelope/json.go", "write.go", "defs/params.go"},
+	"substrate/internal/jsontext":    {"envelope/json.go", "write/write.go", "defs/params.go"},
 	"substrate/internal/workmeter":   {"substrate.go", "exprbudget/exprbudget.go"},
 	"substrate/internal/earliest":    {"wait.go"},
 	"substrate/internal/fairshare":   {"envelope/budget.go"},
-	"substrate/internal/groupcommit": {"groupcommit.go"},
+	"substrate/internal/groupcommit": {"mutation.go"},
 	// Token lookups an invocation may answer from memory; what it may
 	// do with one is authority.go's.
 	"substrate/internal/tokenmemory": {"authority.go", "substrate.go"},

@@ -9,10 +9,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
-	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/write"
 )
 
 // Entry is one state entry.
@@ -39,40 +39,8 @@ type Entry struct {
 }
 
 // Write is one direct state write (PUT /rooms/:id/state and each element of
-// a batch). Exactly one of Value, Merge and Delete is given.
-type Write struct {
-	Scope string `json:"scope"`
-	// Key names the entry; an append write may omit it (the key is then its
-	// sort_key in decimal).
-	Key string `json:"key,omitempty"`
-	// Value replaces the entry.
-	Value json.RawMessage `json:"value,omitempty"`
-	// Merge shallow-merges an object into the entry (inserts it if absent).
-	Merge json.RawMessage `json:"merge,omitempty"`
-	// Append adds a log entry whose sort_key is the room's next seq.
-	Append bool `json:"append,omitempty"`
-	// Delete removes the entry.
-	Delete bool `json:"delete,omitempty"`
-	// Increment adds a number to the entry (absent counts as 0).
-	Increment *json.Number `json:"increment,omitempty"`
-	// IfVersion makes the write conditional: the entry's current version
-	// must equal it (0: the entry must not exist).
-	IfVersion *int64 `json:"if_version,omitempty"`
-	// Timer gives the entry a lifecycle (see Timer).
-	Timer *Timer `json:"timer,omitempty"`
-	// Expr makes Value (or Merge) a CEL expression, given as a JSON
-	// string and evaluated with the writer's read authority under the
-	// room lock; its result is what is stored (or merged).
-	Expr bool `json:"expr,omitempty"`
-	// Enabled is a CEL expression gating the entry's visibility: while
-	// false, readers do not see it (seed 001, universal on entries). A
-	// write that gives none keeps the gate of the entry it replaces.
-	Enabled string `json:"enabled,omitempty"`
-	// Ungate removes the entry's gate (REST: "enabled": ""). Room
-	// authority may with any write; others with a whole value, since a
-	// merge or increment keeps the value the gate hid. Not with Enabled.
-	Ungate bool `json:"-"`
-}
+// a batch); its rules are substrate/write's.
+type Write = write.Write
 
 // WriteResult is what a write returns: the entries as written (a deleted
 // entry has version 0 and no value) and the mutation's seq.
@@ -81,117 +49,10 @@ type WriteResult struct {
 	Entries []Entry `json:"entries"`
 }
 
-func hasJSON(raw json.RawMessage) bool { return len(raw) > 0 }
-
-// validate checks a write's shape before any database work.
+// validateWrite checks a write's shape before any database work
+// (write.Validate); i names it in a batch (-1: a single write).
 func (s *Service) validateWrite(p *Principal, i int, w *Write) error {
-	e := s.writeNameError(p, w)
-	if e == nil {
-		e = s.writeOpError(w)
-	}
-	if e == nil {
-		e = s.writeLimitError(w)
-	}
-	if e != nil {
-		if i >= 0 {
-			e = e.With("write", i)
-		}
-		return e
-	}
-	return nil
-}
-
-// writeNameError checks the write's scope (resolving the reader's names
-// for it) and key.
-func (s *Service) writeNameError(p *Principal, w *Write) *errs.Error {
-	scope, err := authority.ResolveScope(p, w.Scope)
-	if err != nil {
-		return err.(*errs.Error)
-	}
-	w.Scope = scope
-	if err := authority.ValidName("scope", w.Scope, s.lim.MaxScopeBytes, true); err != nil {
-		return err.(*errs.Error)
-	}
-	if w.Key != "" || !w.Append {
-		if err := authority.ValidKey(w.Key, s.lim.MaxKeyBytes); err != nil {
-			return err.(*errs.Error)
-		}
-	}
-	return nil
-}
-
-// writeOpError checks that the write is exactly one op, with what that
-// op takes: an expression or a merge object, a gate, an append's value.
-func (s *Service) writeOpError(w *Write) *errs.Error {
-	n := 0
-	for _, set := range []bool{hasJSON(w.Value), hasJSON(w.Merge), w.Delete, w.Increment != nil} {
-		if set {
-			n++
-		}
-	}
-	if n != 1 {
-		return errs.New(errs.InvalidField, "a write needs exactly one of value, merge, increment and delete").
-			WithHint(`send {"scope": …, "key": …, "value": …} to replace, "merge": {…} to merge, "increment": n to add, or "delete": true`)
-	}
-	if w.Expr {
-		src := w.Value
-		if !hasJSON(src) {
-			src = w.Merge
-		}
-		var code string
-		if !hasJSON(src) || json.Unmarshal(src, &code) != nil || code == "" {
-			return errs.New(errs.InvalidField, "with expr: true, value (or merge) is a CEL expression string").With("field", "expr").
-				WithHint(`e.g. {"scope": "_shared", "key": "total", "value": "state._shared.a + state._shared.b", "expr": true}`)
-		}
-		if err := defs.CompileField(s.cel, "expr", code); err != nil {
-			return errs.From(err)
-		}
-	} else if hasJSON(w.Merge) && w.Merge[0] != '{' {
-		return errs.New(errs.InvalidField, "merge must be a JSON object").WithHint(`use "value" to store a non-object`)
-	}
-	if w.Ungate && w.Enabled != "" {
-		return errs.New(errs.InvalidField, "a write cannot both give the entry a gate and remove it").With("field", "enabled").
-			WithHint(`give "enabled" an expression to gate the entry, or "" to remove its gate`)
-	}
-	if w.Enabled != "" {
-		if err := defs.CompileField(s.cel, "enabled", w.Enabled); err != nil {
-			return errs.From(err)
-		}
-	}
-	if w.Append && !hasJSON(w.Value) {
-		return errs.New(errs.InvalidField, "an append write takes a value").WithHint("send append: true with value; merge into an existing append entry by key without append")
-	}
-	if w.Append && w.IfVersion != nil {
-		return errs.New(errs.InvalidField, "if_version does not apply to an append write").WithHint("drop if_version: an append always creates a new entry")
-	}
-	return nil
-}
-
-// writeLimitError checks the write's timer, if_version and the size and
-// depth of its value.
-func (s *Service) writeLimitError(w *Write) *errs.Error {
-	if w.Timer != nil {
-		if err := w.Timer.Validate("timer"); err != nil {
-			return err.(*errs.Error)
-		}
-	}
-	if w.IfVersion != nil && *w.IfVersion < 0 {
-		return errs.New(errs.InvalidField, "if_version must be ≥ 0").WithHint("use 0 for \"must not exist\" or the version you read")
-	}
-	for _, raw := range []json.RawMessage{w.Value, w.Merge} {
-		if len(raw) > s.lim.MaxValueBytes {
-			return s.tooLarge(w.Scope, w.Key, len(raw))
-		}
-		if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
-			return s.tooDeep("the value for "+w.Scope+"/"+w.Key).With("scope", w.Scope).With("key", w.Key)
-		}
-	}
-	return nil
-}
-
-func (s *Service) tooLarge(scope, key string, n int) *errs.Error {
-	return errs.New(errs.ValueTooLarge, "value for %s/%s is %d bytes, over the limit of %d", scope, key, n, s.lim.MaxValueBytes).
-		WithHint("store smaller values, or split the data over several keys").With("limit", s.lim.MaxValueBytes)
+	return write.Validate(p, s.cel, s.writeLimits(), i, w)
 }
 
 // WriteState applies direct writes as one mutation: all of them or none.
@@ -199,12 +60,8 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if len(writes) == 0 {
-		return nil, errs.New(errs.InvalidField, "no writes").WithHint(`send {"writes": [{"scope": …, "key": …, "value": …}, …]}`)
-	}
-	if len(writes) > s.lim.MaxBatchWrites {
-		return nil, errs.New(errs.InvalidField, "%d writes, over the limit of %d per batch", len(writes), s.lim.MaxBatchWrites).
-			WithHint("split the batch; each batch is applied atomically on its own")
+	if err := write.Batch(len(writes), s.lim.MaxBatchWrites); err != nil {
+		return nil, err
 	}
 	ops := make([]op, len(writes))
 	for i := range writes {
@@ -218,9 +75,7 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 		if err := checkWrite(p, writes[i].Scope); err != nil {
 			return nil, err
 		}
-		w := writes[i]
-		ops[i] = op{Scope: w.Scope, Key: w.Key, Value: w.Value, Merge: w.Merge, Append: w.Append, Delete: w.Delete,
-			Increment: w.Increment, IfVersion: w.IfVersion, Timer: w.Timer, Enabled: w.Enabled, Ungate: w.Ungate}
+		ops[i] = writes[i].Op()
 	}
 	// Writes evaluate under the lock (expression values, the gates of
 	// the entries they replace).
@@ -613,32 +468,14 @@ func (s *Service) evalWriteExprs(m *mutation, writes []Write, ops []op) error {
 			}
 			rc = s.build(m.ctx, snap, m.p, agents, msgCounts{Count: snap.messageCount}, m.now, nil)
 		}
-		src := w.Value
-		if !hasJSON(src) {
-			src = w.Merge
-		}
-		var code string
-		_ = json.Unmarshal(src, &code)
-		v, err := s.evalField(m.ctx, "value", code, &rc.vars)
+		v, err := s.evalField(m.ctx, "value", w.ExprSource(), &rc.vars)
 		if e, ok := err.(*errs.Error); ok {
 			return e.With("write", i)
 		} else if err != nil {
 			return err
 		}
-		out, err := json.Marshal(v)
-		if err != nil {
-			return errs.New(errs.CELError, "the expression's result cannot be stored: %v", err).With("write", i).WithHint("return JSON-shaped values")
-		}
-		if len(out) > s.lim.MaxValueBytes {
-			return s.tooLarge(w.Scope, w.Key, len(out)).With("write", i)
-		}
-		if hasJSON(w.Merge) {
-			if _, isMap := v.(map[string]any); !isMap {
-				return errs.New(errs.CELError, "the merge expression gave %s, not a map", expr.KindOf(v)).With("write", i).WithHint("return a map from a merge expression")
-			}
-			ops[i].Merge = out
-		} else {
-			ops[i].Value = out
+		if err := write.ExprResult(s.writeLimits(), &ops[i], v); err != nil {
+			return err.(*errs.Error).With("write", i)
 		}
 	}
 	return nil

@@ -161,7 +161,7 @@ type Options struct {
 	NoSalience bool
 	// NoGroupCommit gives every invocation a transaction of its own;
 	// by default invocations that arrive for a room while its
-	// transaction is open share the next one (groupcommit.go).
+	// transaction is open share the next one (mutation.go).
 	NoGroupCommit bool
 	// IdleAfter is how long an agent may go unseen (no authenticated call,
 	// heartbeat or embodiment) before the lobby shows it as idle, with

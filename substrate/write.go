@@ -1,32 +1,16 @@
 package substrate
 
 import (
-	"bytes"
-	"encoding/json"
-	"math"
 	"sort"
 	"strconv"
 
-	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
-	"github.com/syncsubstrate/sync/substrate/internal/jsontext"
+	"github.com/syncsubstrate/sync/substrate/write"
 )
 
-// op is one resolved state write, from a direct write or an action. Exactly
-// one of Value, Merge, Increment and Delete is set.
-type op struct {
-	Scope, Key string
-	Value      json.RawMessage
-	Merge      json.RawMessage
-	Deep       bool // merge recursively (action writes); shallow otherwise
-	Append     bool
-	Delete     bool
-	Increment  *json.Number
-	IfVersion  *int64
-	Timer      *Timer
-	Enabled    string
-	Ungate     bool // remove the entry's gate (Write.Ungate)
-}
+// op is one resolved state write (the write path's rules are
+// substrate/write's; this file reads and writes the rows they judge).
+type op = write.Op
 
 // row is a stored entry with its lifecycle.
 type row struct {
@@ -186,7 +170,7 @@ func (b *opBatch) appendOp(o *op) error {
 		return errs.New(errs.KeyExists, "%s/%s already exists, and an append never overwrites", o.Scope, o.Key).
 			WithHint("omit key to let the server number the entry, or choose a new key")
 	}
-	value, err := b.s.checkValue(o.Scope, o.Key, o.Value)
+	value, err := write.CheckValue(b.s.writeLimits(), o.Scope, o.Key, o.Value)
 	if err != nil {
 		return err
 	}
@@ -218,11 +202,12 @@ func (b *opBatch) writeOp(o *op) error {
 	if o.Delete {
 		return b.deleteOp(o, k, old, curVersion)
 	}
-	value, opName, err := newValue(o, old)
+	cur := old.current()
+	value, opName, err := write.NewValue(o, cur)
 	if err != nil {
 		return err
 	}
-	value, err = b.s.checkValue(o.Scope, o.Key, value)
+	value, err = write.CheckValue(b.s.writeLimits(), o.Scope, o.Key, value)
 	if err != nil {
 		return err
 	}
@@ -233,7 +218,8 @@ func (b *opBatch) writeOp(o *op) error {
 		opName = "insert"
 		b.newKeys[o.Scope]++
 	}
-	if err := gateChangeRefused(m, o, old); err != nil {
+	// m.p is nil for an anonymous open-join, which is no room authority.
+	if err := write.GateChange(o, cur, m.p != nil && m.p.Admin()); err != nil {
 		return err
 	}
 	b.s.setLifecycle(m, nr, old, o)
@@ -274,60 +260,13 @@ func (b *opBatch) deleteOp(o *op, k entryKey, old *row, curVersion int64) error 
 	return nil
 }
 
-// newValue is the value a set, increment or merge leaves on old (nil when
-// absent), and the op's audit name. An append entry is never replaced.
-func newValue(o *op, old *row) (json.RawMessage, string, error) {
-	switch {
-	case o.Value != nil:
-		if old != nil && old.SortKey != nil {
-			return nil, "", errs.New(errs.AppendOnly, "%s/%s is an append entry and cannot be replaced", o.Scope, o.Key).
-				WithHint("merge into it with \"merge\": {…}, or append a new entry")
-		}
-		return o.Value, "set", nil
-	case o.Increment != nil:
-		base := json.Number("0")
-		if old != nil {
-			var n json.Number
-			if err := defs.DecodeNumber(old.Value, &n); err != nil {
-				return nil, "", errs.New(errs.NotNumeric, "%s/%s holds a %s, and increment needs a number", o.Scope, o.Key, jsonKind(old.Value)).
-					WithHint("replace it with a number first, or increment another key")
-			}
-			base = n
-		}
-		value, err := addNumbers(base, *o.Increment)
-		if err != nil {
-			return nil, "", err.(*errs.Error).With("scope", o.Scope).With("key", o.Key)
-		}
-		return value, "increment", nil
-	default:
-		var oldValue json.RawMessage
-		if old != nil {
-			oldValue = old.Value
-		}
-		value, err := mergeJSON(oldValue, o.Merge, o.Deep)
-		if err != nil {
-			return nil, "", errs.New(errs.NotMergeable, "%s/%s holds a %s, and merge needs an object", o.Scope, o.Key, jsonKind(oldValue)).
-				WithHint("replace it with \"value\" instead")
-		}
-		return value, "merge", nil
+// current is r as the write rules see the live entry a write lands on
+// (nil: absent).
+func (r *row) current() *write.Current {
+	if r == nil {
+		return nil
 	}
-}
-
-// gateChangeRefused refuses a merge or increment that changes or removes
-// a gated entry's gate. A merge or increment keeps the value, so giving
-// it another gate would let a writer the old gate hides read it (a merge
-// of {} with enabled "true", or removing the gate). Only room authority
-// may; others change or remove a gated entry's gate with a whole value.
-func gateChangeRefused(m *mutation, o *op, old *row) error {
-	if o.Value == nil && (o.Ungate || o.Enabled != "") && old != nil && old.enabled != nil && (o.Ungate || *old.enabled != o.Enabled) && !m.p.Admin() {
-		change, hint := "change", "replace the value (\"value\") to give the entry another gate"
-		if o.Ungate {
-			change, hint = "remove", "replace the value (\"value\") with \"enabled\": \"\" to remove the gate"
-		}
-		return errs.New(errs.Forbidden, "%s/%s is gated by an enabled expression, and a merge or increment cannot %s its gate", o.Scope, o.Key, change).
-			With("scope", o.Scope).With("key", o.Key).WithHint("%s", hint)
-	}
-	return nil
+	return &write.Current{Value: r.Value, Append: r.SortKey != nil, Gate: r.enabled}
 }
 
 // checkEnabledBudget refuses a mutation that writes entries with an
@@ -400,106 +339,6 @@ func appendKey(ks []entryKey, k entryKey) []entryKey {
 	return append(ks, k)
 }
 
-func (s *Service) checkValue(scope, key string, raw json.RawMessage) (json.RawMessage, error) {
-	if err := CheckJSONText(raw); err != nil {
-		return nil, err.(*errs.Error).With("scope", scope).With("key", key)
-	}
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return nil, errs.New(errs.InvalidJSON, "value for %s/%s is not valid JSON: %v", scope, key, err).WithHint("send valid JSON")
-	}
-	if b.Len() > s.lim.MaxValueBytes {
-		return nil, s.tooLarge(scope, key, b.Len())
-	}
-	// Every stored value passes here (direct writes, actions' writes and
-	// expression values, messages, definitions, features' documents), so
-	// no surface stores one deeper than the limit.
-	if jsonDepth(b.Bytes(), s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
-		return nil, s.tooDeep("the value for "+scope+"/"+key).With("scope", scope).With("key", key)
-	}
-	return b.Bytes(), nil
-}
-
-// mergeJSON merges patch (an object) into base (absent, or an object).
-// Shallow replaces top-level fields; deep recurses into nested objects
-// (other values, arrays included, are replaced; null sets null).
-func mergeJSON(base, patch json.RawMessage, deep bool) (json.RawMessage, error) {
-	var p map[string]any
-	if err := defs.DecodeNumber(patch, &p); err != nil || p == nil {
-		return nil, errNotObject
-	}
-	b := map[string]any{}
-	if len(base) > 0 {
-		if err := defs.DecodeNumber(base, &b); err != nil || b == nil {
-			return nil, errNotObject
-		}
-	}
-	mergeMaps(b, p, deep)
-	return json.Marshal(b)
-}
-
-var errNotObject = errs.New(errs.NotMergeable, "not an object")
-
-func mergeMaps(dst, src map[string]any, deep bool) {
-	for k, v := range src {
-		if deep {
-			if sv, ok := v.(map[string]any); ok {
-				if dv, ok := dst[k].(map[string]any); ok {
-					mergeMaps(dv, sv, true)
-					continue
-				}
-			}
-		}
-		dst[k] = v
-	}
-}
-
-// addNumbers adds two JSON numbers, staying integral when both are.
-// addNumbers adds whole numbers exactly (as 64-bit integers) and others as
-// doubles. A sum past either range is refused, never wrapped or rounded to
-// infinity.
-func addNumbers(a, b json.Number) (json.RawMessage, error) {
-	if x, err := a.Int64(); err == nil {
-		if y, err := b.Int64(); err == nil {
-			if (y > 0 && x > math.MaxInt64-y) || (y < 0 && x < math.MinInt64-y) {
-				return nil, errs.New(errs.InvalidField, "increment by %d would take %d past the range of whole numbers (±9223372036854775807)", y, x).
-					WithHint("reset the counter with a value write, or keep it within 64-bit integers")
-			}
-			return json.RawMessage(strconv.FormatInt(x+y, 10)), nil
-		}
-	}
-	x, _ := a.Float64()
-	y, _ := b.Float64()
-	sum := x + y
-	if math.IsInf(sum, 0) || math.IsNaN(sum) {
-		return nil, errs.New(errs.InvalidField, "increment by %s would take %s past the range of numbers", b, a).
-			WithHint("reset the value with a value write")
-	}
-	out, err := json.Marshal(sum)
-	if err != nil {
-		return nil, errs.New(errs.InvalidField, "the sum cannot be stored: %v", err).WithHint("reset the value with a value write")
-	}
-	return out, nil
-}
-
-func jsonKind(v json.RawMessage) string {
-	switch {
-	case len(v) == 0:
-		return "nothing"
-	case v[0] == '{':
-		return "object"
-	case v[0] == '[':
-		return "list"
-	case v[0] == '"':
-		return "string"
-	case v[0] == 't' || v[0] == 'f':
-		return "boolean"
-	case v[0] == 'n':
-		return "null"
-	}
-	return "number"
-}
-
 // checkScopeCapacity refuses inserts that would take a scope past
 // MaxKeysPerScope mutable keys. The count comes from the room's snapshot
 // at the locked seq when this process has it (kept up to date by every
@@ -521,26 +360,23 @@ func (s *Service) checkScopeCapacity(m *mutation, newKeys map[string]int) error 
 	return nil
 }
 
-// What the server stores of JSON: text PostgreSQL can store, within the
-// value limits (Limits.MaxValueBytes, MaxValueDepth).
+// writeLimits are the limits the write rules hold a write to.
+func (s *Service) writeLimits() write.Limits {
+	return write.Limits{MaxValueBytes: s.lim.MaxValueBytes, MaxValueDepth: s.lim.MaxValueDepth,
+		MaxScopeBytes: s.lim.MaxScopeBytes, MaxKeyBytes: s.lim.MaxKeyBytes}
+}
 
-// CheckJSONText refuses JSON that PostgreSQL cannot store as jsonb: bytes
-// that are not UTF-8, and strings holding NUL (\u0000). Every surface
-// checks request bodies with it before decoding, and every stored value
-// passes it again, so such input is a 400 that names the problem, never a
-// failed statement (500).
-func CheckJSONText(raw []byte) error { return jsontext.Check(raw) }
+// CheckJSONText refuses JSON that PostgreSQL cannot store as jsonb
+// (write.CheckJSONText): every surface checks request bodies with it
+// before decoding.
+func CheckJSONText(raw []byte) error { return write.CheckJSONText(raw) }
 
 // jsonDepth and valueDepth measure how deeply a value nests, against
 // Limits.MaxValueDepth (tooDeep).
 var (
-	jsonDepth  = jsontext.Depth
-	valueDepth = jsontext.ValueDepth
+	jsonDepth  = write.Depth
+	valueDepth = write.ValueDepth
 )
 
 // tooDeep is the error for a value nested past Limits.MaxValueDepth.
-func (s *Service) tooDeep(what string) *errs.Error {
-	return errs.New(errs.InvalidValue, "%s nests arrays and objects more than %d levels deep, the server's limit", what, s.lim.MaxValueDepth).
-		With("limit", s.lim.MaxValueDepth).
-		WithHint("flatten it: keep nested parts under keys of their own (or in a list of records that name their parent), or send a deep structure as a string")
-}
+func (s *Service) tooDeep(what string) *errs.Error { return write.TooDeep(s.writeLimits(), what) }

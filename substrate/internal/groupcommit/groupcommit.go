@@ -1,13 +1,20 @@
 // Package groupcommit runs the mutations of one room that arrive together
 // in one transaction (issue 32 item 2): what it makes fast is a busy
 // room's write path, which would otherwise commit serially under the room
-// lock. The rule it serves is the core's (substrate/mutation.go and
-// substrate/groupcommit.go: what a mutation reads under the lock, how it
-// is judged and sealed, what a commit guarantees); the core passes it in
-// as a Txn per transaction, and this package knows no table. It only
-// orders, pipelines and undoes: each invocation is judged by the core as
-// it would be in a transaction of its own, fails alone, and is answered
-// only after the commit that holds it.
+// lock. The rule it serves is the core's (substrate/mutation.go: what a
+// mutation reads under the lock, how it is judged and sealed, what a
+// commit guarantees); the core passes it in as a Txn per transaction, and
+// this package knows no table, no rule and no clock. It only orders,
+// pipelines and undoes: each invocation is judged by the core as it would
+// be in a transaction of its own, fails alone, and is answered only after
+// the commit that holds it.
+//
+// Its whole interface: New makes a Group from a Config (the pool, a
+// logger, Open for the core's Txn, Refused for a statement PostgreSQL
+// refused); Group.Do runs one invocation; the core implements Txn, and
+// sees the transaction only through Stmt, Querier and Evaluated. Stats,
+// Queued and the RoundHook and RedoHook fields are for tests and
+// measurements: they observe, and decide nothing.
 package groupcommit
 
 // One transaction per invocation caps a room at what PostgreSQL commits
@@ -16,7 +23,7 @@ package groupcommit
 // takes the lock once (the core's first reads), and runs the queued
 // invocations in it, each between SAVEPOINT and RELEASE, so a failure
 // rolls back only itself. Invocations that arrive while the transaction
-// is open join it (up to MaxGroup); the commit's statements and COMMIT
+// is open join it (up to maxGroup); the commit's statements and COMMIT
 // go out together, and every caller is answered after that commit. The
 // leader does not wait for company: a batch is whatever queued
 // meanwhile.
@@ -45,9 +52,9 @@ import (
 	"github.com/syncsubstrate/sync/store"
 )
 
-// MaxGroup bounds how many invocations one transaction carries, so the
+// maxGroup bounds how many invocations one transaction carries, so the
 // first caller of a busy room is not kept waiting by an endless stream.
-const MaxGroup = 64
+const maxGroup = 64
 
 // Querier is an invocation's connection inside a group transaction: a
 // statement of its own (a read of rows the group's view lacks) goes out
@@ -566,7 +573,7 @@ func (g *Group[A, V]) run(ctx context.Context, conn *pgxpool.Conn, room string, 
 	readsDue := false
 	for {
 		if len(todo) == 0 && !readsDue {
-			for _, j := range g.take(room, MaxGroup-len(*batch)) {
+			for _, j := range g.take(room, maxGroup-len(*batch)) {
 				*batch = append(*batch, j)
 				if err := j.ctx.Err(); err != nil {
 					j.err = err // the caller left before its turn: nothing done
@@ -607,7 +614,7 @@ func (g *Group[A, V]) run(ctx context.Context, conn *pgxpool.Conn, room string, 
 				}
 				todo = append(redo, todo...)
 			}
-			if len(todo) > 0 || !g.empty(room) && len(*batch) < MaxGroup {
+			if len(todo) > 0 || !g.empty(room) && len(*batch) < maxGroup {
 				continue
 			}
 		}

@@ -142,13 +142,7 @@ type answer struct {
 func (f *fixture) queued(values ...string) []answer {
 	f.t.Helper()
 	ctx := context.Background()
-	lctx, tx, err := f.db.Begin(ctx)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if _, err := tx.Exec(lctx, `SELECT FROM gc_rooms WHERE id = 'r' FOR UPDATE`); err != nil {
-		f.t.Fatal(err)
-	}
+	release := f.lockRoom()
 	answers := make([]chan answer, len(values))
 	for i, v := range values {
 		answers[i] = make(chan answer, 1)
@@ -161,9 +155,7 @@ func (f *fixture) queued(values ...string) []answer {
 			return leading && n == i
 		}, "invocation %d to queue", i)
 	}
-	if err := tx.Commit(lctx); err != nil {
-		f.t.Fatal(err)
-	}
+	release()
 	out := make([]answer, len(values))
 	for i := range answers {
 		out[i] = <-answers[i]
@@ -254,24 +246,20 @@ func TestGroupFailedCommitFailsEveryInvocation(t *testing.T) {
 func TestGroupCallerGoneBeforeItsTurn(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	lctx, tx, err := f.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(lctx, `SELECT FROM gc_rooms WHERE id = 'r' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := f.lockRoom()
 	first := make(chan answer, 1)
 	go func() { seq, err := f.g.Do(ctx, "r", item{"a"}); first <- answer{seq, err} }()
-	pgtest.Eventually(t, 30*time.Second, func() bool { leading, _ := f.g.Queued("r"); return leading }, "the first caller to lead")
+	// The leader has taken its own invocation (none queued) and waits for
+	// the lock: only then does the next caller queue behind its
+	// transaction. Waiting for "leading" alone let the second caller
+	// queue before the leader's first take, which took both.
+	pgtest.Eventually(t, 10*time.Second, func() bool { leading, n := f.g.Queued("r"); return leading && n == 0 }, "the first caller to lead and wait for the lock")
 	gone, cancel := context.WithCancel(ctx)
 	second := make(chan answer, 1)
 	go func() { seq, err := f.g.Do(gone, "r", item{"gone"}); second <- answer{seq, err} }()
-	pgtest.Eventually(t, 30*time.Second, func() bool { _, n := f.g.Queued("r"); return n == 1 }, "the second caller to queue")
+	pgtest.Eventually(t, 10*time.Second, func() bool { _, n := f.g.Queued("r"); return n == 1 }, "the second caller to queue")
 	cancel()
-	if err := tx.Commit(lctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if a := <-first; a.err != nil || a.seq != 1 {
 		t.Fatalf("the leader: seq %d, err %v", a.seq, a.err)
 	}

@@ -3,7 +3,7 @@
 // it nests (Depth, ValueDepth), and its encoding without HTML escaping
 // (Encode). The rules that use them (which values are refused, with
 // which limit; what an audit records of params; what the envelope
-// encodes) are substrate/write.go's, substrate/defs/params.go's and
+// encodes) are substrate/write's, substrate/defs/params.go's and
 // substrate/envelope/json.go's.
 package jsontext
 
