@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/delta"
@@ -710,24 +711,28 @@ func waitStatements(db *store.DB) waitbatch.Statements {
 			// once, with one of its conditions: as if the two had run one
 			// after the other. The seq is read by the statement that sets
 			// the status.
-			rows, err := db.Query(ctx, `UPDATE agents AS a SET status = 'waiting', waiting_on = u.cond, last_heartbeat = now()
-				FROM (SELECT DISTINCT ON (id) id, cond FROM unnest($2::text[], $3::text[]) AS u(id, cond)) AS u
-				WHERE a.room_id = $1 AND a.id = u.id
-				RETURNING a.id, (SELECT seq FROM rooms WHERE id = $1)`, roomID, ids, conds)
-			if err != nil {
-				return nil, err
-			}
-			defer rows.Close()
-			seqs := map[string]int64{}
-			for rows.Next() {
-				var id string
-				var seq int64
-				if err := rows.Scan(&id, &seq); err != nil {
-					return nil, err
+			var seqs map[string]int64
+			err := againOnDeadlock(func() error {
+				rows, err := db.Query(ctx, `UPDATE agents AS a SET status = 'waiting', waiting_on = u.cond, last_heartbeat = now()
+					FROM (SELECT DISTINCT ON (id) id, cond FROM unnest($2::text[], $3::text[]) AS u(id, cond)) AS u
+					WHERE a.room_id = $1 AND a.id = u.id
+					RETURNING a.id, (SELECT seq FROM rooms WHERE id = $1)`, roomID, ids, conds)
+				if err != nil {
+					return err
 				}
-				seqs[id] = seq
-			}
-			if err := rows.Err(); err != nil {
+				defer rows.Close()
+				seqs = map[string]int64{}
+				for rows.Next() {
+					var id string
+					var seq int64
+					if err := rows.Scan(&id, &seq); err != nil {
+						return err
+					}
+					seqs[id] = seq
+				}
+				return rows.Err()
+			})
+			if err != nil {
 				return nil, err
 			}
 			if len(seqs) > 0 {
@@ -741,12 +746,34 @@ func waitStatements(db *store.DB) waitbatch.Statements {
 			// A status set while the wait ran stays: idle when the person
 			// stepped out of the agent or lost the room (the wait then
 			// ended refused), busy from a heartbeat.
-			tag, err := db.Exec(ctx, `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now()
-				WHERE room_id = $1 AND id = ANY($2) AND status = 'waiting'`, roomID, ids)
+			var tag pgconn.CommandTag
+			err := againOnDeadlock(func() (err error) {
+				tag, err = db.Exec(ctx, `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now()
+					WHERE room_id = $1 AND id = ANY($2) AND status = 'waiting'`, roomID, ids)
+				return err
+			})
 			if err == nil && tag.RowsAffected() > 0 {
 				err = db.Notify(ctx, roomID, store.PresenceNote)
 			}
 			return err
 		},
+	}
+}
+
+// againOnDeadlock runs one statement that sets many agents' statuses
+// again when PostgreSQL aborted it as a deadlock's victim: it shares its
+// rows with the other batches of the room (read marks, the waits starting
+// and ending together), which lock them in the order each statement's
+// plan meets them. Aborted, the statement changed nothing, so running it
+// again is safe; without it an agent stayed "waiting" after its wait
+// ended (TestManyWaitsTinyPoolEachItsOwnDelta under load).
+func againOnDeadlock(run func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := run()
+		var pgErr *pgconn.PgError
+		if attempt < 3 && errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+			continue
+		}
+		return err
 	}
 }
