@@ -420,19 +420,3 @@ func (t *KeyLogTx) Chain(start int64, n int) ([]AuditEntry, error) {
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[AuditEntry])
 }
-
-// timer is d as a running timer.
-func (d *DeltaTimer) timer() *timerState {
-	if d == nil {
-		return nil
-	}
-	eff := d.Effect
-	return &timerState{Effect: &eff, ExpiresAt: d.ExpiresAt, TicksLeft: d.TicksLeft, TickOn: d.TickOn}
-}
-
-// Live reports whether an entry with timer d shows at time at (nil: it
-// has no timer, always).
-func (d *DeltaTimer) Live(at time.Time) bool { return d.timer().live(at) }
-
-// Describe is timer d as a state read shows it at time at (nil: none).
-func (d *DeltaTimer) Describe(at time.Time) map[string]any { return d.timer().describe(at) }

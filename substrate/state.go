@@ -2,8 +2,6 @@ package substrate
 
 import (
 	"context"
-	"encoding/json"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,39 +13,15 @@ import (
 	"github.com/syncsubstrate/sync/substrate/write"
 )
 
-// Entry is one state entry.
-type Entry struct {
-	Scope     string          `json:"scope"`
-	Key       string          `json:"key"`
-	Value     json.RawMessage `json:"value"`
-	Version   int64           `json:"version"`
-	SortKey   *int64          `json:"sort_key,omitempty"`
-	Revision  int64           `json:"revision"`
-	Writer    string          `json:"writer"`
-	UpdatedAt time.Time       `json:"updated_at"`
-	// Timer is the entry's lifecycle, when it has one.
-	Timer map[string]any `json:"timer,omitempty"`
-	// Withheld: a write's response leaves out the value of an entry gated
-	// by an enabled expression when the writer did not give the whole
-	// value (a merge or an increment), as a read might not show it.
-	Withheld bool `json:"withheld,omitempty"`
-	// Gated and Disabled, in a state read with ReadQuery.Disabled (room
-	// authority only): the entry has an enabled expression, and it is
-	// false (or was not evaluated within the read's budget) for the room.
-	Gated    bool `json:"gated,omitempty"`
-	Disabled bool `json:"disabled,omitempty"`
-}
+// Entry is one state entry (write.Entry).
+type Entry = write.Entry
 
 // Write is one direct state write (PUT /rooms/:id/state and each element of
 // a batch); its rules are substrate/write's.
 type Write = write.Write
 
-// WriteResult is what a write returns: the entries as written (a deleted
-// entry has version 0 and no value) and the mutation's seq.
-type WriteResult struct {
-	Seq     int64   `json:"seq"`
-	Entries []Entry `json:"entries"`
-}
+// WriteResult is what a write returns (write.Result).
+type WriteResult = write.Result
 
 // validateWrite checks a write's shape before any database work
 // (write.Validate); i names it in a batch (-1: a single write).
@@ -114,69 +88,29 @@ func (s *Service) WriteState(ctx context.Context, p *Principal, roomID string, w
 	}
 	res.Seq = seq
 	for _, e := range written {
-		c := *e
-		if hidden[entryKey{c.Scope, c.Key}] && c.Version > 0 {
-			c.Value, c.Withheld = nil, true
-		}
-		res.Entries = append(res.Entries, c)
+		res.Entries = append(res.Entries, write.Shown(*e, hidden[entryKey{e.Scope, e.Key}]))
 	}
 	return res, nil
 }
 
 // withheldKeys are the entries whose values a write's response leaves
-// out: gated ones the writer did not give whole. Merging {} into an entry
-// whose gate hides it from the writer must not read it.
+// out (write.Withheld).
 func withheldKeys(m *mutation, ops []op) map[entryKey]bool {
-	derived := map[entryKey]bool{}
-	for _, o := range ops {
-		k := entryKey{o.Scope, o.Key}
-		derived[k] = derived[k] || o.Value == nil && !o.Delete
-	}
+	withheld := write.Withheld(ops)
 	out := map[entryKey]bool{}
 	for _, w := range m.pending {
-		if k := (entryKey{w.r.Scope, w.r.Key}); derived[k] && w.r.enabled != nil {
-			out[k] = true
+		if withheld(w.r.Scope, w.r.Key, w.r.enabled != nil) {
+			out[entryKey{w.r.Scope, w.r.Key}] = true
 		}
 	}
 	return out
 }
 
-// ReadQuery selects what ReadState returns.
-type ReadQuery struct {
-	// Scope limits the read to one scope ("self" for the caller's own): its
-	// mutable entries, then a page of its append entries. Without Scope,
-	// the mutable entries of every visible scope are returned; logs are
-	// read one scope at a time.
-	Scope string
-	// Key selects one entry of Scope.
-	Key string
-	// After pages a log: append entries with sort_key > After.
-	After int64
-	// Before, when set, reads a log from its newest end: the newest Limit
-	// append entries with After < sort_key < Before, still oldest first
-	// (math.MaxInt64 for the very newest); More then says older entries
-	// were left out (page back with before=<first sort_key>). Zero: the
-	// oldest Limit after After.
-	Before int64
-	// Limit caps the append entries returned. Default 100, at most
-	// Limits.MaxLogPage.
-	Limit int
-	// Disabled keeps the entries whose enabled expression hides them,
-	// marked Disabled, and marks every gated entry Gated: an owner's view
-	// of the room (the dashboard). Room authority only; ignored for
-	// anyone else, whom a gate hides an entry from as always.
-	Disabled bool
-}
+// ReadQuery selects what ReadState returns (envelope.ReadQuery).
+type ReadQuery = envelope.ReadQuery
 
-// StateRead is the result of ReadState.
-type StateRead struct {
-	// Seq is the room's seq at the snapshot the read saw.
-	Seq     int64   `json:"seq"`
-	Entries []Entry `json:"entries"`
-	// More is true when entries were cut: page a log on with
-	// after=<last sort_key>; for a whole-room read, read scope by scope.
-	More bool `json:"more,omitempty"`
-}
+// StateRead is the result of ReadState (envelope.StateRead).
+type StateRead = envelope.StateRead
 
 const entryCols = `SELECT ` + rowCols + ` FROM state `
 
@@ -217,7 +151,7 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 				// What the queries select, the read rule thins (a
 				// mistake in a query cannot show a private scope), before
 				// gates are evaluated for what is left.
-				out.Entries, gated = visibleEntries(vis, out.Entries, gated)
+				out.Entries, gated = envelope.VisibleEntries(vis, out.Entries, gated)
 				err = s.applyEntryGates(ctx, tx, p, roomID, cacheKey(roomID, born), out.Seq, msgCount, &out.Entries, gated, q.Disabled && p.Admin())
 			}
 		}()
@@ -246,27 +180,10 @@ func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q 
 // aside for their gates.
 type stateCollect func(ctx context.Context, tx pgx.Tx, into *[]Entry, sql string, args ...any) error
 
-// checkReadQuery bounds q's page and resolves its scope into the one p
-// may read, refusing a key without a scope and a scope p may not read.
+// checkReadQuery bounds q's page and resolves its scope
+// (envelope.CheckReadQuery).
 func (s *Service) checkReadQuery(p *Principal, q *ReadQuery) error {
-	if q.Limit <= 0 {
-		q.Limit = 100
-	}
-	q.Limit = min(q.Limit, s.lim.MaxLogPage)
-	if q.Key != "" && q.Scope == "" {
-		return errs.New(errs.InvalidField, "key needs scope").WithHint("send scope and key together")
-	}
-	if q.Scope != "" {
-		scope, err := authority.ResolveScope(p, q.Scope)
-		if err != nil {
-			return err
-		}
-		if !authority.CanRead(p, scope) {
-			return authority.ReadDenied(scope, "")
-		}
-		q.Scope = scope
-	}
-	return nil
+	return envelope.CheckReadQuery(p, q, s.lim.MaxLogPage)
 }
 
 // readScopeEntries reads a scope: its keyed entries, then a page of its
@@ -283,7 +200,7 @@ func readScopeEntries(ctx context.Context, tx pgx.Tx, collect stateCollect, vis 
 		}
 		if len(out.Entries)-n > q.Limit {
 			// The one read beyond the page is its oldest, first.
-			out.Entries, *gated = dropEntry(out.Entries, *gated, n)
+			out.Entries, *gated = envelope.DropEntry(out.Entries, *gated, n)
 			out.More = true
 		}
 		return nil
@@ -318,49 +235,9 @@ func (s *Service) readRoomEntries(ctx context.Context, tx pgx.Tx, collect stateC
 	return err
 }
 
-// visibleEntries keeps the entries vis admits, and the gated entries
-// among them (re-indexed).
-func visibleEntries(vis *authority.Visibility, entries []Entry, gated []gatedEntry) ([]Entry, []gatedEntry) {
-	gate := make(map[int]string, len(gated))
-	for _, g := range gated {
-		gate[g.at] = g.enabled
-	}
-	kept, keptGated := entries[:0], gated[:0]
-	for i, e := range entries {
-		if !vis.Entry(e.Scope, e.Key) {
-			continue
-		}
-		if g, ok := gate[i]; ok {
-			keptGated = append(keptGated, gatedEntry{at: len(kept), enabled: g})
-		}
-		kept = append(kept, e)
-	}
-	return kept, keptGated
-}
-
-// dropEntry removes entries[i], keeping gated's indices on the entries
-// they name.
-func dropEntry(entries []Entry, gated []gatedEntry, i int) ([]Entry, []gatedEntry) {
-	entries = slices.Delete(entries, i, i+1)
-	kept := gated[:0]
-	for _, g := range gated {
-		switch {
-		case g.at == i:
-			continue
-		case g.at > i:
-			g.at--
-		}
-		kept = append(kept, g)
-	}
-	return entries, kept
-}
-
 // gatedEntry is an entry a read collected that has an `enabled`
-// expression: its index in the read's entries and the expression.
-type gatedEntry struct {
-	at      int
-	enabled string
-}
+// expression (envelope.GatedEntry).
+type gatedEntry = envelope.GatedEntry
 
 // collectGated appends the rows sql selects to into, noting in gated
 // those with an `enabled` expression (decided per reader afterwards).
@@ -378,7 +255,7 @@ func collectGated(ctx context.Context, tx pgx.Tx, into *[]Entry, gated *[]gatedE
 		}
 		r.Timer = r.timer.describe(now)
 		if r.enabled != nil {
-			*gated = append(*gated, gatedEntry{at: len(*into), enabled: *r.enabled})
+			*gated = append(*gated, gatedEntry{At: len(*into), Enabled: *r.enabled})
 		}
 		*into = append(*into, r.Entry)
 	}
@@ -414,27 +291,27 @@ func (s *Service) applyEntryGates(ctx context.Context, tx pgx.Tx, p *Principal, 
 	b, limit := rc.budget(), uint64(s.lim.EnabledCostPerRead)
 	drop := make(map[int]bool, len(gated))
 	for _, g := range gated {
-		e := (*entries)[g.at]
+		e := (*entries)[g.At]
 		if e.SortKey == nil {
 			m, _ := state[e.Scope].(map[string]any)
 			if _, ok := m[e.Key]; !ok {
-				drop[g.at] = true
+				drop[g.At] = true
 			}
 			continue
 		}
 		if b.spent >= limit {
-			drop[g.at] = true
+			drop[g.At] = true
 			continue
 		}
-		r, _ := s.evalGate(ctx, g.enabled, vars)
+		r, _ := s.evalGate(ctx, g.Enabled, vars)
 		b.spent += r.cost
 		if !r.on {
-			drop[g.at] = true
+			drop[g.At] = true
 		}
 	}
 	if mark {
 		for _, g := range gated {
-			(*entries)[g.at].Gated, (*entries)[g.at].Disabled = true, drop[g.at]
+			(*entries)[g.At].Gated, (*entries)[g.At].Disabled = true, drop[g.At]
 		}
 		return nil
 	}

@@ -130,18 +130,11 @@ func (s *Service) beginWait(ctx context.Context, p *Principal, roomID, condition
 	if w.ctx, w.done, err = s.work(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if timeout <= 0 {
-		timeout = s.wait.DefaultTimeout
-	}
-	if timeout > s.wait.MaxTimeout {
-		w.note = delta.CappedNote(timeout, s.wait.MaxTimeout)
-	}
-	timeout = min(timeout, s.wait.MaxTimeout)
+	timeout, w.note = delta.Timeout(timeout, s.wait.DefaultTimeout, s.wait.MaxTimeout)
 	w.start = time.Now()
-	// Presence changes (agents starting and ending waits, heartbeats)
-	// matter only to a condition that reads agents, directly or through
-	// views and action availability, which may read them.
-	if w.sub, err = s.hub.Subscribe(w.ctx, roomID, prog.Uses("agents") || prog.Uses("views") || prog.Uses("actions")); err != nil {
+	// Presence changes matter only to a condition that reads presence
+	// (delta.ReadsWhole).
+	if w.sub, err = s.hub.Subscribe(w.ctx, roomID, delta.ReadsWhole(prog)); err != nil {
 		w.done()
 		return nil, err
 	}
@@ -293,7 +286,7 @@ func (w *waiter) triggered(rc *roomCtx) (*WaitResult, error) {
 // re-check.
 func (w *waiter) sleep(rc *roomCtx, clk *expr.Clock) time.Duration {
 	s := w.s
-	timers := rc.nextChange(w.prog.UsesMessages || w.prog.Uses("views") || w.prog.Uses("actions"))
+	timers := rc.nextChange(delta.TimersMatter(w.prog))
 	next := waitclock.Sleep(rc.now, s.wait.Recheck, timers, s.nowNext(rc.now, clk))
 	if s.waitSleeps != nil {
 		s.waitSleeps(w.roomID, next)
@@ -406,16 +399,12 @@ func (w *waiter) shape(rc *roomCtx) ContextRequest {
 	return delta.WakeRequest(w.creq, marks, w.startSeq)
 }
 
-// waitRead reads what a wait's condition needs. Most conditions read state
-// only ("state._shared.phase == 'done'"): they need neither presence nor
-// the evaluation of views and action availability, and with a thousand
-// agents waiting in one room, reading and evaluating a thousand agents for
-// each waiter at each wake-up would make one write cost a million rows.
-// Those get a partial read (roomCtx.partial: state, self, now, messages).
-// A condition reading agents, views or actions, and any room with entries
-// gated by `enabled` (a gate may read agents), get the whole read.
+// waitRead reads what a wait's condition needs: a partial read
+// (roomCtx.partial: state, self, now, messages) unless the condition
+// reads presence (delta.ReadsWhole) or the room has entries gated by
+// `enabled` (a gate may read agents).
 func (s *Service) waitRead(ctx context.Context, p *Principal, roomID string, prog *expr.Program) (*roomCtx, error) {
-	if prog.Uses("agents") || prog.Uses("views") || prog.Uses("actions") {
+	if delta.ReadsWhole(prog) {
 		return s.readCtx(ctx, p, roomID, prog.UsesMessages)
 	}
 	r, err := s.readRoom(ctx, p, roomID, prog.UsesMessages, false)
@@ -533,26 +522,8 @@ func (s *Service) Eval(ctx context.Context, p *Principal, roomID, src string, pa
 	return out, nil
 }
 
-// A wait whose outcome depends on now: the condition, or a view, action,
-// entry, agent or message gate that what it reads depends on, compares
-// now with a moment. No write and no timer marks that moment, so the
-// wait's read carries an expr.Clock: each evaluation of an expression
-// reading now tells it when now next changes a comparison (solved from
-// the expression), and the wait sleeps until then. A use of now whose
-// changes cannot be foreseen makes the wait re-check on a cadence
-// (WaitOptions.NowRecheck), aligned on the wall clock so the waits of a
-// room re-read together and share their round trips (package waitclock).
-
-// clockFor is ctx for evaluating part (messages, agents, actions, views,
-// state.<scope>) of a read: without the read's clock when its reader's
-// outcome does not depend on that part, whose changes then must not wake
-// it.
-func clockFor(ctx context.Context, part string) context.Context {
-	if c := expr.ClockOf(ctx); c != nil && c.Reads != nil && !c.Reads(part) {
-		return expr.WithClock(ctx, nil)
-	}
-	return ctx
-}
+// clockFor is ctx for evaluating part of a read (delta.ClockFor).
+func clockFor(ctx context.Context, part string) context.Context { return delta.ClockFor(ctx, part) }
 
 // reads reports whether the wait's outcome depends on part of a read
 // (delta.Reads).

@@ -3,7 +3,7 @@
 // for answers that depend on the key alone, process-wide (what an
 // expression's source names: substrate/defs/facts.go), and Bounded and
 // Map for answers kept with one room snapshot (the changes since a seq:
-// waitdelta.go's unseenAt; the gated or timed messages per message
+// delta.go's unseenAt; the gated or timed messages per message
 // count: msgcount.go's hiddenMessages; both held in snapshot.go), and
 // Until for one answer that holds until a moment its computation names
 // (a snapshot's live entries, until a timer next changes them:
