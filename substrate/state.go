@@ -263,12 +263,10 @@ func collectGated(ctx context.Context, tx pgx.Tx, into *[]Entry, gated *[]gatedE
 }
 
 // applyEntryGates drops from entries those whose `enabled` expression does
-// not hold for p, as the context read decides it (seed 001: enabled gates
-// visibility, universally): a mutable entry is shown iff it is in the
-// state p's context would hold (same vars, same per-read budget, fail
-// closed past it); an append entry's gate is evaluated with that state.
-// The room token is no exception, as in the context: a disabled entry is
-// not there until its expression holds.
+// not hold for p (envelope.GateEntries), with the state p's context would
+// hold (same vars, same per-read budget). The room token is no exception,
+// as in the context: a disabled entry is not there until its expression
+// holds.
 func (s *Service) applyEntryGates(ctx context.Context, tx pgx.Tx, p *Principal, roomID, key string, seq, msgCount int64, entries *[]Entry, gated []gatedEntry, mark bool) error {
 	if len(gated) == 0 {
 		return nil
@@ -288,40 +286,11 @@ func (s *Service) applyEntryGates(ctx context.Context, tx pgx.Tx, p *Principal, 
 	}
 	state, _ := s.stateFor(ctx, rc, func(sc string) bool { return rc.visible(sc) })
 	vars := &expr.Vars{State: state, Self: rc.self, Now: rc.now, Agents: envelope.AgentsVar(agents)}
-	b, limit := rc.budget(), uint64(s.lim.EnabledCostPerRead)
-	drop := make(map[int]bool, len(gated))
-	for _, g := range gated {
-		e := (*entries)[g.At]
-		if e.SortKey == nil {
-			m, _ := state[e.Scope].(map[string]any)
-			if _, ok := m[e.Key]; !ok {
-				drop[g.At] = true
-			}
-			continue
-		}
-		if b.spent >= limit {
-			drop[g.At] = true
-			continue
-		}
-		r, _ := s.evalGate(ctx, g.Enabled, vars)
-		b.spent += r.cost
-		if !r.on {
-			drop[g.At] = true
-		}
+	eval := func(src string) (bool, uint64) {
+		r, _ := s.evalGate(ctx, src, vars)
+		return r.on, r.cost
 	}
-	if mark {
-		for _, g := range gated {
-			(*entries)[g.At].Gated, (*entries)[g.At].Disabled = true, drop[g.At]
-		}
-		return nil
-	}
-	kept := (*entries)[:0]
-	for i, e := range *entries {
-		if !drop[i] {
-			kept = append(kept, e)
-		}
-	}
-	*entries = kept
+	*entries = envelope.GateEntries(*entries, gated, state, rc.budget().spent, uint64(s.lim.EnabledCostPerRead), eval, mark)
 	return nil
 }
 

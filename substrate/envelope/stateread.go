@@ -117,3 +117,47 @@ func DropEntry(entries []write.Entry, gated []GatedEntry, i int) ([]write.Entry,
 	}
 	return entries, kept
 }
+
+// GateEntries applies the gates of a state read's entries (seed 001:
+// enabled gates visibility, universally), as the context read decides
+// them: a mutable entry is shown iff it is in state, the state the
+// reader's context would hold; an append entry is shown iff its gate,
+// evaluated by eval with that state, holds within the read's budget
+// (limit, of which spent is already spent), failing closed past it.
+// With mark (an owner's view of the room, ReadQuery.Disabled) nothing is
+// dropped: every gated entry is marked Gated, and Disabled when hidden.
+func GateEntries(entries []write.Entry, gated []GatedEntry, state map[string]any, spent, limit uint64, eval func(src string) (on bool, cost uint64), mark bool) []write.Entry {
+	drop := make(map[int]bool, len(gated))
+	for _, g := range gated {
+		e := entries[g.At]
+		if e.SortKey == nil {
+			m, _ := state[e.Scope].(map[string]any)
+			if _, ok := m[e.Key]; !ok {
+				drop[g.At] = true
+			}
+			continue
+		}
+		if spent >= limit {
+			drop[g.At] = true
+			continue
+		}
+		on, cost := eval(g.Enabled)
+		spent += cost
+		if !on {
+			drop[g.At] = true
+		}
+	}
+	if mark {
+		for _, g := range gated {
+			entries[g.At].Gated, entries[g.At].Disabled = true, drop[g.At]
+		}
+		return entries
+	}
+	kept := entries[:0]
+	for i, e := range entries {
+		if !drop[i] {
+			kept = append(kept, e)
+		}
+	}
+	return kept
+}

@@ -75,3 +75,38 @@ func keys(entries []write.Entry) string {
 	}
 	return s
 }
+
+func TestGateEntries(t *testing.T) {
+	one, two := int64(1), int64(2)
+	entries := func() []write.Entry {
+		return []write.Entry{
+			{Scope: "_shared", Key: "open"},  // gated, in the state: shown
+			{Scope: "_shared", Key: "shut"},  // gated, not in the state
+			{Scope: "_shared", Key: "plain"}, // not gated
+			{Scope: "_log", Key: "a", SortKey: &one},
+			{Scope: "_log", Key: "b", SortKey: &two},
+		}
+	}
+	gated := []envelope.GatedEntry{{At: 0, Enabled: "x"}, {At: 1, Enabled: "x"}, {At: 3, Enabled: "on"}, {At: 4, Enabled: "off"}}
+	state := map[string]any{"_shared": map[string]any{"open": 1, "plain": 1}}
+	eval := func(src string) (bool, uint64) { return src == "on", 10 }
+	for _, c := range []struct {
+		name         string
+		spent, limit uint64
+		mark         bool
+		want         string
+	}{
+		{name: "shown as the context would", limit: 100, want: "open plain a"},
+		{name: "budget spent: append entries fail closed", spent: 100, limit: 100, want: "open plain"},
+		{name: "budget spent on the first", spent: 85, limit: 100, want: "open plain a"},
+		{name: "marked, none dropped", limit: 100, mark: true, want: "open shut plain a b"},
+	} {
+		got := envelope.GateEntries(entries(), gated, state, c.spent, c.limit, eval, c.mark)
+		if keys(got) != c.want {
+			t.Errorf("%s: shown %q, want %q", c.name, keys(got), c.want)
+		}
+		if c.mark && (!got[1].Gated || !got[1].Disabled || !got[0].Gated || got[0].Disabled || got[2].Gated) {
+			t.Errorf("%s: marks %+v", c.name, got)
+		}
+	}
+}
