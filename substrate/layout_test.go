@@ -76,11 +76,13 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// The envelope's shape, request, encoding and size budget, fitted
 	// from plain inputs the core hands it (no room, no SQL); its sections
 	// put together, the action view, threads' and acks' records as shown,
-	// CEL's agents and messages, and the results of wait, eval and help.
+	// CEL's agents and messages, the results of wait, eval and help, and
+	// a state read's query, its thinning by the read rule and its gates.
 	"substrate/envelope": true,
 	// What changed, as the rules say it: what a wait's wake-up or a read
 	// since a seq shows of a snapshot the core hands it, what a wait's
-	// condition depends on, and the audit record's caps.
+	// condition depends on and how long it waits, and the audit record
+	// (its changes, caps and timers).
 	"substrate/delta": true,
 	// A started timer: when it hides or shows its item, when that next
 	// changes by the clock alone, how it is shown.
@@ -90,7 +92,8 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// salience imports it without a rule of its own.
 	"substrate/salienceport": true,
 	// The write path's rules: a write's validation, a stored value's
-	// checks, what a set, merge or increment leaves (no room, no SQL).
+	// checks, what a set, merge or increment leaves, the entry as a
+	// write's response shows it (no room, no SQL).
 	"substrate/write": true,
 }
 

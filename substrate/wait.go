@@ -390,11 +390,7 @@ func (s *Service) recheckBatched(ctx context.Context, p *Principal) (*Principal,
 func (w *waiter) shape(rc *roomCtx) ContextRequest {
 	var marks *delta.Marks
 	if rc != nil {
-		for _, a := range rc.agents {
-			if a.ID == rc.self {
-				marks = &delta.Marks{ContextReads: a.ContextReads, LastContextSeq: a.LastContextSeq, LastSeenSeq: a.LastSeenSeq}
-			}
-		}
+		marks = delta.MarksOf(rc.agents, rc.self)
 	}
 	return delta.WakeRequest(w.creq, marks, w.startSeq)
 }

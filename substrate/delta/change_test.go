@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/delta"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/timer"
 )
 
@@ -97,5 +98,15 @@ func TestTimeout(t *testing.T) {
 		if got != c.want || (note != "") != c.capped {
 			t.Errorf("Timeout(%v) = %v, %q; want %v, capped %v", c.asked, got, note, c.want, c.capped)
 		}
+	}
+}
+
+func TestMarksOf(t *testing.T) {
+	agents := []envelope.Presence{{ID: "bob", ContextReads: 9}, {ID: "ann", ContextReads: 2, LastContextSeq: 5, LastSeenSeq: 3}}
+	if m := delta.MarksOf(agents, "ann"); m == nil || *m != (delta.Marks{ContextReads: 2, LastContextSeq: 5, LastSeenSeq: 3}) {
+		t.Errorf("ann's marks %+v", m)
+	}
+	if m := delta.MarksOf(agents, "cat"); m != nil {
+		t.Errorf("marks %+v for an agent not in the room", m)
 	}
 }

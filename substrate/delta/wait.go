@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
 
@@ -58,4 +59,16 @@ func ClockFor(ctx context.Context, part string) context.Context {
 		return expr.WithClock(ctx, nil)
 	}
 	return ctx
+}
+
+// MarksOf are self's marks among the room's presences (nil: self has
+// none, a reader that is not an agent of the room).
+func MarksOf(agents []envelope.Presence, self string) *Marks {
+	var marks *Marks
+	for _, a := range agents {
+		if a.ID == self {
+			marks = &Marks{ContextReads: a.ContextReads, LastContextSeq: a.LastContextSeq, LastSeenSeq: a.LastSeenSeq}
+		}
+	}
+	return marks
 }
