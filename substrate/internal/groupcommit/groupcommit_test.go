@@ -85,6 +85,15 @@ func (t *txn) Eval(ctx context.Context, q groupcommit.Querier, it item) (groupco
 		t.c.mu.Unlock()
 	}
 	seq := t.seq + 1
+	if it.value == "unsave" {
+		// The savepoint goes before the refused insert: the rollback to
+		// it fails (3B001), as it did on Citus under a killed worker.
+		return groupcommit.Evaluated{
+			Stmts: []*pgx.QueuedQuery{{SQL: `RELEASE SAVEPOINT invocation`},
+				{SQL: `INSERT INTO gc_items VALUES ($1, $2, 'boom')`, Arguments: []any{t.room, seq}}},
+			Seq: seq, Advance: func() { t.seq = seq },
+		}, nil
+	}
 	return groupcommit.Evaluated{
 		Stmts:   []*pgx.QueuedQuery{{SQL: `INSERT INTO gc_items VALUES ($1, $2, $3)`, Arguments: []any{t.room, seq, it.value}}},
 		Seq:     seq,
@@ -280,5 +289,33 @@ func TestGroupCallerGoneBeforeItsTurn(t *testing.T) {
 	}
 	if items, _ := f.stored(); !slices.Equal(items, []string{"1:a"}) {
 		t.Fatalf("stored %v, want only a", items)
+	}
+}
+
+// When the rollback to an invocation's savepoint fails (the savepoint is
+// gone: SQLSTATE 3B001, as Citus answered once a worker was killed), the
+// transaction cannot go on: every invocation in it fails, at once, and
+// nothing of it is stored.
+func TestBrokenBySavepointsFailure(t *testing.T) {
+	f := newFixture(t)
+	done := make(chan []answer, 1)
+	go func() { done <- f.queued("a", "unsave", "b", "count") }()
+	var got []answer
+	select {
+	case got = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the invocations of a transaction whose savepoint failed were not answered in 20 s")
+	}
+	for i, a := range got {
+		if a.err == nil || a.seq != 0 {
+			t.Errorf("invocation %d of the broken transaction: seq %d, err %v", i, a.seq, a.err)
+		}
+	}
+	if items, rowSeq := f.stored(); len(items) != 0 || rowSeq != 0 {
+		t.Errorf("after the broken transaction: %v at row seq %d", items, rowSeq)
+	}
+	// The group goes on: the next invocation has a transaction of its own.
+	if seq, err := f.g.Do(context.Background(), "r", item{"after"}); err != nil || seq != 1 {
+		t.Errorf("after the broken transaction: seq %d, err %v", seq, err)
 	}
 }
