@@ -25,6 +25,9 @@ type loadRoom struct {
 	// holds any other answer (a 500, a hang, another code).
 	ok, unavailable atomic.Int64
 	bad             []string
+	// slowest is the longest a 503 took; hint one 503's hint.
+	slowest time.Duration
+	hint    string
 }
 
 // invokeLoop invokes "record" in r with fresh ids until stop is closed,
@@ -59,6 +62,10 @@ func (r *loadRoom) invokeLoop(base string, client int, stop <-chan struct{}) {
 			r.ok.Add(1)
 		case res.StatusCode == 503 && out.Error == "unavailable" && out.Hint != "" && res.Header.Get("Retry-After") != "":
 			r.unavailable.Add(1)
+			r.mu.Lock()
+			r.slowest = max(r.slowest, time.Since(began))
+			r.hint = out.Hint
+			r.mu.Unlock()
 			time.Sleep(50 * time.Millisecond) // as a client honouring Retry-After would, briefly
 		default:
 			r.note(fmt.Sprintf("%s: %d %s", id, res.StatusCode, body))
@@ -149,6 +156,9 @@ func TestCitusWorkerKilledMidLoad(t *testing.T) {
 	// worker's rooms go on.
 	aliveMid := sum(oks, alive)
 	pgtest.Eventually(t, 60*time.Second, func() bool { return sum(oks, alive) >= aliveMid+20 }, "the live worker's rooms to keep working")
+	// Down a while: the dead worker's rooms go on answering 503 without
+	// waiting for it.
+	time.Sleep(time.Until(killed.Add(3 * time.Second)))
 	t.Logf("while %v was down (%v): %d acknowledged on %v, %d answered 503 on the dead one",
 		dead, time.Since(killed).Round(time.Millisecond), sum(oks, alive)-aliveAtKill, alive, sum(unavailable, dead))
 
@@ -159,8 +169,14 @@ func TestCitusWorkerKilledMidLoad(t *testing.T) {
 
 	for _, r := range rooms {
 		r.mu.Lock()
-		bad := r.bad
+		bad, slowest, hint := r.bad, r.slowest, r.hint
 		r.mu.Unlock()
+		if slowest > 10*time.Second {
+			t.Errorf("room %s on %v: a 503 took %v", r.id, r.worker, slowest)
+		}
+		if hint != "" {
+			t.Logf("room %s: slowest 503 %v, hint %q", r.id, slowest.Round(time.Millisecond), hint)
+		}
 		for i, b := range bad {
 			if i == 5 {
 				t.Errorf("room %s: %d more", r.id, len(bad)-5)
