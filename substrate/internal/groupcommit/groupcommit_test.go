@@ -136,6 +136,15 @@ func newFixture(t *testing.T) *fixture {
 	if _, err := db.Exec(context.Background(), schema); err != nil {
 		t.Fatal(err)
 	}
+	if pgtest.Citus() {
+		// The room's rows on a worker, as the core's are: the group's
+		// savepoints and pipelined statements then go through the
+		// coordinator to it.
+		if _, err := db.Exec(context.Background(), `SELECT create_distributed_table('gc_rooms', 'id');
+			SELECT create_distributed_table('gc_items', 'room', colocate_with => 'gc_rooms')`); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c := &core{}
 	g := groupcommit.New(groupcommit.Config[item, view]{DB: db, Log: slog.New(slog.DiscardHandler),
 		Open: func(room string) groupcommit.Txn[item, view] { return &txn{c: c, room: room} }})
