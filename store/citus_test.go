@@ -147,3 +147,62 @@ func TestMigrateDistributesAnAddedTable(t *testing.T) {
 	}
 	checkDistributed(t, procs[1])
 }
+
+// Search runs on the workers (README, "Scaling out"): every shard of
+// state carries the GIN index over its tsvector, and every worker has
+// the text search configuration the generated column names.
+func TestSearchIndexOnEveryShard(t *testing.T) {
+	if !pgtest.Citus() {
+		t.Skip("needs a Citus cluster: " + pgtest.CitusEnv + "=2")
+	}
+	db := pgtest.New(t)
+	ctx := context.Background()
+	rows, err := db.Query(ctx, `SELECT shardid, success, result FROM run_command_on_shards('state',
+		$$SELECT count(*) FROM pg_indexes WHERE tablename = '%s' AND indexdef LIKE '%%USING gin (search_tsv)%%'$$)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := 0
+	for rows.Next() {
+		var id int64
+		var ok bool
+		var result string
+		if err := rows.Scan(&id, &ok, &result); err != nil {
+			t.Fatal(err)
+		}
+		shards++
+		if !ok || result != "1" {
+			t.Errorf("shard %d of state: %v %q, want its search index", id, ok, result)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if shards < 2 {
+		t.Errorf("%d shards of state", shards)
+	}
+	rows, err = db.Query(ctx, `SELECT nodeport, success, result FROM run_command_on_workers(
+		$$SELECT count(*) FROM pg_ts_config WHERE cfgname = 'sync_search'$$)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := 0
+	for rows.Next() {
+		var port int
+		var ok bool
+		var result string
+		if err := rows.Scan(&port, &ok, &result); err != nil {
+			t.Fatal(err)
+		}
+		workers++
+		if !ok || result != "1" {
+			t.Errorf("worker on port %d: %v %q, want the sync_search configuration", port, ok, result)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if workers < 2 {
+		t.Errorf("%d workers answered", workers)
+	}
+}
