@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,10 +82,12 @@ func (r *loadRoom) note(s string) {
 
 // kill -9 of a Citus worker while clients invoke in rooms on both
 // workers, against a real syncd: the rooms on the other worker keep
-// working, calls to the dead worker's rooms are answered at once with a
-// clear 503 (never a 500, never a hang), and once the worker is back its
-// rooms work again, with every invocation acknowledged before, during or
-// after the kill in state, none half-applied.
+// working (and a wait on a second process is woken across processes
+// meanwhile), calls to the dead worker's rooms are answered at once with
+// a clear 503 (never a 500, never a hang; a wait there too), and once
+// the worker is back its rooms work again, with every invocation
+// acknowledged before, during or after the kill in state, none
+// half-applied.
 func TestCitusWorkerKilledMidLoad(t *testing.T) {
 	if !pgtest.Citus() {
 		t.Skip("needs a Citus cluster: " + pgtest.CitusEnv + "=2")
@@ -109,6 +112,25 @@ func TestCitusWorkerKilledMidLoad(t *testing.T) {
 		rooms = append(rooms, &loadRoom{id: id, token: recordRoom(t, base, id), worker: w})
 	}
 	dead, alive := workers[0], workers[1]
+	// A second process serves waits: woken across processes through the
+	// coordinator's notifications (the re-check is a minute off).
+	waits := startChild(t, dbURL, "-wait-recheck", "60s")
+	var onDead, onAlive *loadRoom
+	for _, r := range rooms {
+		if r.worker.Index == dead.Index {
+			onDead = r
+		} else {
+			onAlive = r
+		}
+	}
+	waiter := map[*loadRoom]string{}
+	for _, r := range []*loadRoom{onDead, onAlive} {
+		code, ag := call(t, "POST", base+"/rooms/"+r.id+"/agents", r.token, `{"id":"waiter","name":"W"}`)
+		if code != 201 {
+			t.Fatalf("agent in %s: %d %v", r.id, code, ag)
+		}
+		waiter[r] = ag["token"].(string)
+	}
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -156,6 +178,48 @@ func TestCitusWorkerKilledMidLoad(t *testing.T) {
 	// worker's rooms go on.
 	aliveMid := sum(oks, alive)
 	pgtest.Eventually(t, 60*time.Second, func() bool { return sum(oks, alive) >= aliveMid+20 }, "the live worker's rooms to keep working")
+	// A wait on the other process for a room on the live worker is
+	// woken by an invocation on this one; a wait in a room on the dead
+	// worker is answered (503, or its timeout), not held.
+	type answer struct {
+		code int
+		body map[string]any
+		took time.Duration
+	}
+	wait := func(r *loadRoom, timeout int, key string) <-chan answer {
+		got := make(chan answer, 1)
+		go func() {
+			began := time.Now()
+			code, body := call(t, "GET", fmt.Sprintf("%s/rooms/%s/wait?timeout=%d&condition=%s", waits, r.id, timeout,
+				url.QueryEscape(`"`+key+`" in state._shared`)), waiter[r], "")
+			got <- answer{code, body, time.Since(began)}
+		}()
+		return got
+	}
+	deadWait := wait(onDead, 3000, "r-never")
+	liveWait := wait(onAlive, 30000, "r-wake")
+	parked(t, waits, onAlive.id, onAlive.token, "waiter", time.Now().Add(20*time.Second))
+	sent := time.Now()
+	if code, out := call(t, "POST", base+"/rooms/"+onAlive.id+"/actions/record/invoke", onAlive.token, `{"params":{"id":"wake"}}`); code != 200 {
+		t.Fatalf("invoke to wake the waiter: %d %v", code, out)
+	}
+	select {
+	case a := <-liveWait:
+		if a.code != 200 || a.body["triggered"] != true || time.Since(sent) > 5*time.Second {
+			t.Errorf("wait in %s on the other process, the worker of %s dead: %d %v, %v after the invocation", onAlive.id, onDead.id, a.code, a.body, time.Since(sent))
+		}
+	case <-time.After(25 * time.Second):
+		t.Errorf("the waiter in %s on the other process was not woken while %v was down", onAlive.id, dead)
+	}
+	select {
+	case a := <-deadWait:
+		if a.code != 503 && (a.code != 200 || a.body["triggered"] == true) {
+			t.Errorf("wait in %s on the dead worker: %d %v", onDead.id, a.code, a.body)
+		}
+		t.Logf("wait in %s on the dead worker: %d after %v", onDead.id, a.code, a.took.Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Errorf("a wait in %s on the dead worker was held past its 3 s timeout", onDead.id)
+	}
 	// Down a while: the dead worker's rooms go on answering 503 without
 	// waiting for it.
 	time.Sleep(time.Until(killed.Add(3 * time.Second)))

@@ -169,7 +169,7 @@ func From(err error) *Error {
 		if !before {
 			hint = "retry after the Retry-After seconds. The connection to the database was lost mid-request, so a write may or may not " +
 				"have been applied (the loss may have come during its commit): before retrying one that must not apply twice, " +
-				"read the room (its seq in read_context, or the key the write sets) to see whether it took; a read changed nothing"
+				"read the room's context (its seq, or the key the write sets) to see whether it took; a read changed nothing"
 		}
 		return &Error{Code: Unavailable, Message: "the database is unavailable right now", Hint: hint}
 	}
