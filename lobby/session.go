@@ -73,6 +73,12 @@ func sinceArg(sc Scope) *int64 {
 // Resolve loads the caller's session row, creating it on first use with
 // the token's scope. It is keyed by the grant id, which survives refresh.
 //
+// It reads first, and writes only for a grant without its row: on Citus
+// smcp_user_sessions is a reference table, copied to every node, so that
+// any write to it, even an insert that conflicts and does nothing, is a
+// write on every node and a two-phase commit, which every tool call
+// paid.
+//
 // A new grant's first calls often arrive at once, on several processes.
 // The usual statement inserts the row or reads it, writing nothing when
 // it exists; but a call whose statement began before another call's
@@ -82,9 +88,13 @@ func sinceArg(sc Scope) *int64 {
 // (ON CONFLICT DO UPDATE locks and returns the committed row): not the
 // usual statement, since it writes a row version on every call.
 func (l *Lobby) Resolve(ctx context.Context, c Caller) (*Session, error) {
-	s, err := l.resolve(ctx, c, resolveSQL)
+	since := sinceArg(ParseScope(strings.Join(c.Scopes, " ")))
+	s, err := l.resolve(ctx, c, readSessionSQL, c.GrantID, c.UserID, since)
 	if errors.Is(err, pgx.ErrNoRows) {
-		s, err = l.resolve(ctx, c, resolveRaceSQL)
+		s, err = l.resolve(ctx, c, resolveSQL, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " "), since)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		s, err = l.resolve(ctx, c, resolveRaceSQL, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " "), since)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The grant's row belongs to another user: never served to this one.
@@ -93,6 +103,14 @@ func (l *Lobby) Resolve(ctx context.Context, c Caller) (*Session, error) {
 	}
 	return s, err
 }
+
+// readSessionSQL reads a grant's session row ($1) of user $2 with the
+// user's roles and the rooms shared since $3 (Resolve: the consent's
+// stamp; reload: the session's).
+var readSessionSQL = `SELECT sess.room_id, sess.agent_id, sess.scope,
+			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb),
+			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND ` + freshSQL("$3") + `), '{}')
+		FROM smcp_user_sessions sess WHERE grant_id = $1 AND user_id = $2`
 
 // resolveSQL and resolveRaceSQL read or create the session row (see
 // Resolve) with the user's roles and the rooms shared since the consent.
@@ -118,14 +136,15 @@ func resolveQuery(with string) string {
 		FROM sess`
 }
 
-func (l *Lobby) resolve(ctx context.Context, c Caller, query string) (*Session, error) {
+// resolve runs query, one of the statements reading a session row, with
+// args (the consent's stamp is the grant's: the token's scope carries
+// it).
+func (l *Lobby) resolve(ctx context.Context, c Caller, query string, args ...any) (*Session, error) {
 	s := &Session{Caller: c}
 	var room, agent *string
 	var scope string
 	var fresh []string
-	err := l.db.QueryRow(ctx, query, c.GrantID, c.UserID, c.ClientID, strings.Join(c.Scopes, " "),
-		// The consent's stamp is the grant's: the token's scope carries it.
-		sinceArg(ParseScope(strings.Join(c.Scopes, " ")))).Scan(&room, &agent, &scope, &s.roles, &fresh)
+	err := l.db.QueryRow(ctx, query, args...).Scan(&room, &agent, &scope, &s.roles, &fresh)
 	if err != nil {
 		return nil, err
 	}
@@ -164,10 +183,7 @@ func (l *Lobby) reload(ctx context.Context, s *Session) (*Session, error) {
 	var room, agent *string
 	var scope string
 	var fresh []string
-	err := l.db.QueryRow(ctx, `SELECT sess.room_id, sess.agent_id, sess.scope,
-			coalesce((SELECT jsonb_object_agg(room_id, access) FROM smcp_user_rooms WHERE user_id = $2), '{}'::jsonb),
-			coalesce((SELECT array_agg(room_id) FROM smcp_user_rooms WHERE user_id = $2 AND `+freshSQL("$3")+`), '{}')
-		FROM smcp_user_sessions sess WHERE grant_id = $1 AND user_id = $2`, s.GrantID, s.UserID, sinceArg(s.Scope)).
+	err := l.db.QueryRow(ctx, readSessionSQL, s.GrantID, s.UserID, sinceArg(s.Scope)).
 		Scan(&room, &agent, &scope, &n.roles, &fresh)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errs.New(errs.Unauthorized, "this connection was revoked").WithHint("reconnect the integration")

@@ -20,7 +20,7 @@ import (
 // checks are what validating a definition needs of this server.
 func (s *Service) checks() defs.Checks {
 	return defs.Checks{CEL: s.cel, MaxIDBytes: s.lim.MaxScopeBytes, ValidName: authority.ValidName,
-		Builtin: func(id string) bool { _, ok := builtinDescriptions[id]; return ok }}
+		Builtin: defs.IsBuiltin}
 }
 
 // RegisterResult is what a registration returns.
@@ -85,9 +85,8 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 			With("limit", s.lim.MaxActions).WithHint("delete actions nobody uses, or replace one by registering its id again")
 	}
 	if old := snap.actions[def.ID]; old != nil && old.r.timer.live(m.now) {
-		if !authority.MayReplace(m.p, old.def.Scope, old.def.RegisteredBy) {
-			return nil, errs.New(errs.ActionOwned, "action %q belongs to %s", def.ID, old.def.RegisteredBy).
-				WithHint("choose another id; only its registrar, its scope's agent or the room token may replace it")
+		if err := authority.MayRedefine(m.p, "action", def.ID, old.def.Scope, old.def.RegisteredBy); err != nil {
+			return nil, err
 		}
 		res.Created = false
 		// The intent is the action's purpose, which outlives its
@@ -185,8 +184,8 @@ func (s *Service) DeleteView(ctx context.Context, p *Principal, roomID, id strin
 }
 
 func (s *Service) deleteDef(m *mutation, scope, id string) error {
-	if m.p.ReadOnly() {
-		return errs.New(errs.ReadOnlyToken, "the view token is read-only").WithHint("delete with the room token or an agent token")
+	if err := authority.ViewDeleter(m.p); err != nil {
+		return err
 	}
 	snap, err := s.lockedSnapshot(m)
 	if err != nil {
@@ -211,8 +210,8 @@ func (s *Service) deleteDef(m *mutation, scope, id string) error {
 		return errs.New(notFound, "no %s %q in this room", kind, id).WithHint("the context lists the room's %ss", kind).
 			WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: map[string]any{"only": kind + "s", "depth": "full"}})
 	}
-	if !authority.MayReplace(m.p, defScope, by) {
-		return errs.New(errs.ActionOwned, "%s %q belongs to %s", kind, id, by).WithHint("only its registrar, its scope's agent or the room token may delete it")
+	if err := authority.MayUndefine(m.p, kind, id, defScope, by); err != nil {
+		return err
 	}
 	if _, _, err := s.applyOps(m, []op{{Scope: scope, Key: id, Delete: true}}, "delete"); err != nil {
 		return err
@@ -263,12 +262,7 @@ func (s *Service) valueRegistered(ctx context.Context, p *Principal, roomID, id 
 }
 
 func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error) {
-	if def.Scope == "" && m.p.Kind == KindAgent {
-		// A view's default authority is its registrar's own scope, on
-		// every surface: a view exists to project private state.
-		def.Scope = m.p.AgentID
-	}
-	scope, err := authority.Registrar(m.p, def.Scope)
+	scope, err := authority.ViewRegistrar(m.p, def.Scope)
 	if err != nil {
 		return nil, err
 	}
@@ -284,9 +278,8 @@ func (s *Service) registerView(m *mutation, def ViewDef) (*RegisterResult, error
 	res := &RegisterResult{Definition: def, Created: true}
 	for _, v := range snap.views {
 		if v.def.ID == def.ID && v.r.timer.live(m.now) {
-			if !authority.MayReplace(m.p, v.def.Scope, v.def.RegisteredBy) {
-				return nil, errs.New(errs.ActionOwned, "view %q belongs to %s", def.ID, v.def.RegisteredBy).
-					WithHint("choose another id; only its registrar, its scope's agent or the room token may replace it")
+			if err := authority.MayRedefine(m.p, "view", def.ID, v.def.Scope, v.def.RegisteredBy); err != nil {
+				return nil, err
 			}
 			res.Created = false
 		}
@@ -441,4 +434,58 @@ func (s *Service) GetView(ctx context.Context, p *Principal, roomID, id string) 
 	}
 	return nil, errs.New(errs.ViewNotFound, "no view %q in this room", id).WithHint("the context lists the room's views").
 		WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "views"}})
+}
+
+// BootstrapResult is one definition a role's first fill registered, or
+// why it could not (defs.BootstrapResult).
+type BootstrapResult = defs.BootstrapResult
+
+// bootstrapRole registers a role's bootstrap_actions (standard-library
+// ids or action definitions) and bootstrap_views (view definitions) as the
+// role's agent, when the role is first filled (seed 003 §V: "it reads the
+// definition, registers the expected actions and views").
+//
+// They are registered with the agent's own authority only (its scope and
+// _shared), never its grants nor room authority: whoever defined the role
+// (any agent who could invoke define_role) must not borrow the authority
+// of whoever fills it, an owner included. So a definition naming another
+// agent's scope, or replacing someone else's action, is refused like any
+// registration by that agent would be.
+func (s *Service) bootstrapRole(ctx context.Context, roomID, agentID string, actions, views []any) []BootstrapResult {
+	p := authority.Bootstrapper(roomID, agentID)
+	var out []BootstrapResult
+	n := 0
+	for _, a := range actions {
+		if n++; n > defs.MaxBootstrap {
+			out = append(out, defs.TooManyBootstrap("action"))
+			break
+		}
+		def, bad, ok := defs.BootstrapAction(a)
+		if !ok {
+			out = append(out, bad)
+			continue
+		}
+		if _, err := s.RegisterAction(ctx, p, roomID, def); err != nil {
+			out = append(out, defs.BootstrapFailed("action", def.ID, err))
+			continue
+		}
+		out = append(out, BootstrapResult{Kind: "action", ID: def.ID})
+	}
+	for _, v := range views {
+		if n++; n > defs.MaxBootstrap {
+			out = append(out, defs.TooManyBootstrap("view"))
+			break
+		}
+		def, bad, ok := defs.BootstrapView(v)
+		if !ok {
+			out = append(out, bad)
+			continue
+		}
+		if _, err := s.RegisterView(ctx, p, roomID, def); err != nil {
+			out = append(out, defs.BootstrapFailed("view", def.ID, err))
+			continue
+		}
+		out = append(out, BootstrapResult{Kind: "view", ID: def.ID})
+	}
+	return out
 }

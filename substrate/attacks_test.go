@@ -1044,7 +1044,7 @@ func TestAttackSharedViewCountsNoGatedMessage(t *testing.T) {
 }
 
 // A built context is shared between readers of one state with the same
-// authority (buildshare.go). The room token and the view token read the
+// authority (snapshot.go). The room token and the view token read the
 // same scopes and are both no agent, but the read rules tell them apart:
 // an agent's operational memory (the loom's loom:… keys: stashes, pins)
 // is read by the agent and room authority only, never by a view link.

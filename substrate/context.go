@@ -1,22 +1,31 @@
 // The context read and its envelope: what a context contains, filled
-// from the reader's context (readpath.go) section by section (state,
-// views, agents, actions, messages), then cut to the read's budget. How
-// the envelope is shaped, put together and fitted is substrate/envelope's;
-// what a reader's room puts in it is here.
+// from the reader's context (roomctx.go, loaded by readpath.go) section by
+// section (state, views, agents, actions, messages with their threads and
+// receipts), annotated by salience from a Read of it, then cut to the
+// read's budget. How the envelope is shaped, put together and fitted, and
+// the rules of what each section shows, are substrate/envelope's; what
+// salience is handed is substrate/salienceport's Read, filled here with
+// the read rule applied; what a reader's room puts in the envelope is
+// here.
 
 package substrate
 
 import (
 	"context"
 	"encoding/json"
-	"slices"
+	"fmt"
+	"iter"
 	"sort"
+	"strconv"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/salienceport"
 )
 
 // The envelope (a context read's result), and the results of wait, eval
@@ -211,34 +220,8 @@ func (s *Service) envelope(ctx context.Context, q querier, rc *roomCtx, roomID s
 // the snapshot holds as it is shown passed as its stored JSON), the log
 // scopes it includes, and on a read of single scopes their versions.
 func (s *Service) stateSection(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest, env *Envelope) error {
-	st := map[string]any{}
 	live := rc.snap.live(rc.now)
-	raw := live.raw
-	for scope, v := range rc.state {
-		if rc.self != "" && scope == rc.self {
-			continue // shown as self
-		}
-		if len(req.Only) > 0 && !slices.Contains(req.Only, "state") && !slices.Contains(req.Only, "state."+scope) {
-			continue
-		}
-		// The stored JSON, when the scope is the shared one: encoding it
-		// is far cheaper than re-encoding decoded values.
-		name := scope
-		if scope == ScopeSelf {
-			name = rc.self
-		}
-		if r, ok := raw[name]; ok && !rc.modified[name] {
-			st[scope] = r
-			if req.KeysAfter == "" && req.Prefix == "" {
-				env.Share(scope, name, r, live)
-			}
-		} else {
-			st[scope] = v
-		}
-		if req.KeysAfter != "" || req.Prefix != "" {
-			st[scope] = req.KeyRange(st[scope])
-		}
-	}
+	st := env.StateShown(req, rc.self, rc.state, live.raw, rc.modified, live)
 	for _, inc := range req.Include {
 		if !rc.visible(inc) {
 			continue
@@ -386,36 +369,16 @@ func scanMsgRows(rows pgx.Rows, err error) ([]msgRow, error) {
 	return read, nil
 }
 
-// directedAhead puts the messages to the reader first, whatever the
-// backlog: a read of the newest (or a delta) that marks older messages
-// read must not pass over one addressed to it unshown. Those it has not
-// read are added ahead of the page (they are older than it), oldest
-// first; if there are more than a page holds, the read stops short of the
-// first left out (upTo, -1 for no cap), which the next read shows. A page
-// read in order (messages_after) reaches them in turn.
+// directedAhead puts the reader's unread directed messages ahead of the
+// page read (envelope.DirectedAhead): upTo is where the read stops short
+// of those left out (-1: no cap).
 func directedAhead(ctx context.Context, q querier, rc *roomCtx, roomID string, req ContextRequest, read []msgRow) (_ []msgRow, upTo int64, _ error) {
-	upTo = -1
-	in := make(map[int64]bool, len(read))
-	for _, r := range read {
-		in[r.seq] = true
-	}
 	directed, err := scanMsgRows(q.Query(ctx, sqlDirectedUnread, roomID, rc.self, rc.msgs.seen, rc.snap.seq, req.MessagesLimit+1))
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(directed) > req.MessagesLimit {
-		if next := directed[req.MessagesLimit].seq; !in[next] {
-			upTo = next - 1
-		}
-		directed = directed[:req.MessagesLimit]
-	}
-	var ahead []msgRow
-	for _, r := range directed {
-		if !in[r.seq] {
-			ahead = append(ahead, r)
-		}
-	}
-	return append(ahead, read...), upTo, nil
+	read, upTo = envelope.DirectedAhead(read, directed, func(r msgRow) int64 { return r.seq }, req.MessagesLimit)
+	return read, upTo, nil
 }
 
 // shownMessage is a message as the reader is shown it, with its seq
@@ -430,6 +393,69 @@ func (rc *roomCtx) shownMessage(r msgRow) map[string]any {
 	}
 	return m
 }
+
+// receiptsOf reads a message's receipts from the read's snapshot and
+// presence (nil: the message asked for none).
+func (rc *roomCtx) receiptsOf(seq int64) *Receipts {
+	r, ok := rc.snap.scopes[ScopeAcks][strconv.FormatInt(seq, 10)]
+	if !ok || !r.timer.live(rc.now) {
+		return nil
+	}
+	seen := make(map[string]int64, len(rc.agents))
+	for _, a := range rc.agents {
+		seen[a.ID] = a.LastSeenSeq
+	}
+	return envelope.ReceiptsOf(r.Value, seq, seen)
+}
+
+// overdueAcks are the acknowledgements asked of the reader that are
+// overdue (envelope.OverdueAcks), from the read's live _acks entries.
+func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck {
+	return envelope.OverdueAcks(rc.liveEntries(ScopeAcks), rc.self, rc.now, after, func(seq int64) string {
+		return rc.p.Say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})
+	})
+}
+
+// threadsSection lists the room's most recently active threads, unread
+// ones first, from the read's snapshot (envelope.Threads).
+func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBefore int64) []ThreadSummary {
+	var all []ThreadSummary
+	for key, raw := range rc.liveEntries(ScopeThreads) {
+		if t, ok := envelope.ThreadSummaryOf(key, raw); ok {
+			all = append(all, t)
+		}
+	}
+	return envelope.Threads(all, recent, rc.self, seenBefore, func(thread int64) string {
+		return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": thread}})
+	})
+}
+
+// liveEntries are the stored values of scope's entries live at the
+// read's time, by key.
+func (rc *roomCtx) liveEntries(scope string) iter.Seq2[string, json.RawMessage] {
+	return func(yield func(string, json.RawMessage) bool) {
+		for key, r := range rc.snap.scopes[scope] {
+			if r.timer.live(rc.now) && !yield(key, r.Value) {
+				return
+			}
+		}
+	}
+}
+
+// seenBefore is the newest message the reader had been shown before this
+// read (its unread messages come after it).
+func (rc *roomCtx) seenBefore() int64 {
+	for _, a := range rc.agents {
+		if a.ID == rc.self {
+			return a.LastSeenSeq
+		}
+	}
+	return 0
+}
+
+// MessageThread is the thread a message of the context's messages.recent
+// belongs to (0: none): its thread, or its own seq when it starts one.
+func MessageThread(m map[string]any) int64 { return envelope.MessageThread(m) }
 
 // actionsSection lists enabled actions with availability, plus builtins.
 func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, roomID, depth string) (map[string]ActionView, error) {
@@ -462,20 +488,10 @@ func (s *Service) actionsSection(ctx context.Context, q querier, rc *roomCtx, ro
 		}
 		out[id] = a
 	}
-	canAct := !readOnly
 	if depth == "lean" {
 		return out, nil // builtins are one line: Envelope.Builtins
 	}
-	for id, desc := range builtinDescriptions {
-		if _, overridden := out[id]; overridden {
-			continue
-		}
-		b := ActionView{Available: canAct || id == "help", Builtin: true, Description: desc}
-		if depth != "lean" {
-			b.Params = builtinParams[id]
-		}
-		out[id] = b
-	}
+	envelope.AddBuiltins(out, builtinDescriptions, builtinParams, !readOnly)
 	return out, nil
 }
 
@@ -562,29 +578,17 @@ func versionsRead(scope string) map[string]any {
 // setVersions records the versions of the scopes req names one by one
 // (only: "state.<scope>") that env's state shows (envelope.EntryVersions).
 func setVersions(env *Envelope, rc *roomCtx, req ContextRequest) {
-	var all map[string]map[string]int64
-	for scope := range env.State {
-		if !slices.Contains(req.Only, "state."+scope) {
-			continue
-		}
-		name := scope
-		if scope == ScopeSelf {
-			name = rc.self
-		}
+	env.ShowVersions(envelope.VersionsShown(req, rc.self, env.State, func(name string) map[string]int64 {
 		rows := rc.snap.scopes[name]
 		if len(rows) == 0 {
-			continue
+			return nil
 		}
 		vs := make(map[string]int64, len(rows))
 		for k, r := range rows {
 			vs[k] = r.Version
 		}
-		if all == nil {
-			all = map[string]map[string]int64{}
-		}
-		all[scope] = vs
-	}
-	env.ShowVersions(all)
+		return vs
+	}))
 }
 
 // ScopeJSON returns raw[name] encoded, encoding it on first use: the
@@ -592,4 +596,147 @@ func setVersions(env *Envelope, rc *roomCtx, req ContextRequest) {
 // (envelope.ScopeEncoder).
 func (l *liveState) ScopeJSON(name string) ([]byte, error) {
 	return l.enc.Get(name, func() any { return l.raw[name] })
+}
+
+// Adaptive salience (seed 000 §VII) annotates the envelope from a Read
+// of the context read (envelopeOf): filled here, with the read rule
+// already applied, from the read's own answers.
+
+// What the core asks salience, and the read it hands it, are
+// substrate/salienceport's (no room, no SQL: it answers from what the
+// core filled it with); the names stay the core's API.
+type (
+	Salience     = salienceport.Salience
+	SalienceRead = salienceport.SalienceRead
+	Read         = salienceport.Read
+	ReaderMarks  = salienceport.ReaderMarks
+	ActionMeta   = salienceport.ActionMeta
+	ViewMeta     = salienceport.ViewMeta
+	Usage        = salienceport.Usage
+	LogRow       = salienceport.LogRow
+)
+
+// UsageKey names an item of the vocabulary in Read.Usage.
+func UsageKey(kind, id string) string { return salienceport.UsageKey(kind, id) }
+
+// salienceFor begins the read's salience: nil when no feature is
+// salience or it is off for the service or the room.
+func (s *Service) salienceFor(ctx context.Context, rc *roomCtx, roomID string) (SalienceRead, error) {
+	if s.noSalience || s.wired.salience == nil {
+		return nil, nil
+	}
+	return s.wired.salience.Begin(ctx, s.salienceRead(rc, roomID))
+}
+
+// salienceRead is rc as salience is handed it: the read rule applied
+// here, once, by the read's own answers (actEnabled, the views shown,
+// the state and visibility the read built), so salience has no read rule
+// of its own.
+func (s *Service) salienceRead(rc *roomCtx, roomID string) *Read {
+	snap := rc.snap
+	acts := make(map[string]ActionMeta, len(rc.actEnabled))
+	for id, on := range rc.actEnabled {
+		if a := snap.actions[id]; on && a != nil {
+			acts[id] = ActionMeta{Def: a.def, Revision: a.r.Revision, UpdatedAt: a.r.UpdatedAt}
+		}
+	}
+	views := make([]ViewMeta, 0, len(snap.views))
+	for _, v := range snap.views {
+		if _, shown := rc.views[v.def.ID]; shown {
+			views = append(views, ViewMeta{Def: v.def, Revision: v.r.Revision})
+		}
+	}
+	return salienceport.New(salienceport.Room{
+		ID: roomID, Seq: snap.seq, Now: rc.now, Self: rc.self, Config: snap.config(), Agents: rc.agents,
+		Actions: acts, Views: rc.views, ViewDefs: views, State: rc.state, Unseen: rc.msgs.unseen,
+		Readable: rc.readable,
+		Row: func(scope, key string) (int64, bool) {
+			if r := snap.scopes[scope][key]; r != nil {
+				return r.Revision, true
+			}
+			return 0, false
+		},
+		Keys: func(scope string) []string {
+			out := make([]string, 0, len(snap.scopes[scope]))
+			for k := range snap.scopes[scope] {
+				out = append(out, k)
+			}
+			return out
+		},
+		Usage:     func() (map[string]*Usage, error) { return snap.usageAt(roomID) },
+		RecentLog: func(ctx context.Context) ([]LogRow, error) { return s.recentLog(ctx, rc, roomID) },
+		ViewsChangedUnseen: func(ctx context.Context, from int64) map[string]bool {
+			return s.viewsChangedUnseen(ctx, rc, roomID, from)
+		},
+		Memo: snap.memoOf,
+		Say:  func(args map[string]any) string { return expand(rc, roomID, args) },
+		Warn: func(msg string, args ...any) { s.log.Warn(msg, append([]any{"room", roomID}, args...)...) },
+	})
+}
+
+// memoOf is a value computed once per room snapshot (it changes only
+// with the seq) under key, shared by every read of that snapshot
+// (Read.Memo).
+func (snap *snapshot) memoOf(key string, f func() any) any {
+	snap.memoMu.Lock()
+	if snap.memo == nil {
+		snap.memo = map[string]*memoEntry{}
+	}
+	e := snap.memo[key]
+	if e == nil {
+		e = &memoEntry{}
+		snap.memo[key] = e
+	}
+	snap.memoMu.Unlock()
+	e.once.Do(func() { e.v = f() })
+	return e.v
+}
+
+type memoEntry struct {
+	once sync.Once
+	v    any
+}
+
+// usageAt is the room's vocabulary usage at the snapshot's seq, read
+// once per snapshot by the transaction that read the seq
+// (snapshot.loadUsage): readRoom loads it on its long path and takes a
+// cached snapshot only with it (readReady), and every Read is made from
+// a readRoom's snapshot (Context, Wait, ListViews). A snapshot without it
+// did not come from there (one a mutation advanced, say): loading it now
+// could hold uses committed after the read's seq (an invocation named by
+// since_your_last_read whose effects the read does not show), so that is
+// an error, not a late load. Once loaded the map is never written again.
+func (snap *snapshot) usageAt(roomID string) (map[string]*Usage, error) {
+	snap.usageMu.Lock()
+	defer snap.usageMu.Unlock()
+	if snap.usage == nil {
+		return nil, fmt.Errorf("substrate: the vocabulary usage of room %q at seq %d was not read with the snapshot (a read must come from readRoom)", roomID, snap.seq)
+	}
+	return snap.usage, nil
+}
+
+// windowSize is how many recent entries of each log RecentLog reads.
+const windowSize = 500
+
+// recentLog is the newest windowSize entries of each of the room's logs
+// up to rc's seq, its messages those rc's reader sees (Read.RecentLog).
+func (s *Service) recentLog(ctx context.Context, rc *roomCtx, roomID string) ([]LogRow, error) {
+	unseen := rc.msgs.unseen
+	if unseen == nil {
+		unseen = []int64{}
+	}
+	rows, err := s.db.Query(ctx, sqlLogWindow, roomID, windowSize, rc.snap.seq, unseen)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []LogRow
+	for rows.Next() {
+		var e LogRow
+		if err := rows.Scan(&e.Scope, &e.Seq, &e.Value, &e.Writer); err != nil {
+			return out, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }

@@ -45,13 +45,14 @@
 //     room authority only, never as ordinary rows.
 //   - Service.Feature: per-service state (the loom's options).
 //   - Feature.Salience: what a context read asks adaptive salience
-//     (salienceport.go): whether the reader's first read goes at full,
+//     (substrate/salienceport): whether the reader's first read goes at full,
 //     to annotate the envelope (_attention, the _vocabulary_health view,
 //     the actions' stale and low-salience marks), which budget-cut
 //     sections changed since the reader's last read, and the health
 //     view GET /views lists; and the room's usage decay the write path
-//     records a use with. Salience reads the room only through Read,
-//     which hands it what the reader may see and nothing else. Without
+//     records a use with. Salience reads the room only through Read
+//     (salienceport.Read), which context.go fills with what the reader
+//     may see and nothing else, so the read rule stays here. Without
 //     it (Options.NoSalience, or a Service whose features do not list
 //     it) the envelope carries no salience.
 //
@@ -68,6 +69,22 @@
 // "Room principal" means any principal of the room (room, view, agent,
 // observer token); "room authority" the room token or an agent holding
 // the "*" grant; read-only principals (view, observer) never write.
+//
+// Each check below is a pure function of substrate/authority, named
+// for what it decides, which the core calls with the facts it looked up
+// (the room exists, the agent is a person's, its scope holds state):
+// authority/room.go (Address, MayJoin, MayChangeAgent, MayRename,
+// Grants, MayHeartbeat, Embodies, MayDeleteRoom, MayRotate, MayInvoke,
+// ActionMayWrite, ViewRegistrar, ViewDeleter, MayRedefine, MayUndefine),
+// authority/definitions.go (Registrar, MayReplace, DefinitionReader,
+// Bootstrapper), authority/scope.go (CanRead, CheckWrite) and the one
+// read rule (authority/visibility.go). What a refusal of an invocation
+// says, the builtins' definitions and a role's bootstrap entries are
+// substrate/defs' (refusal.go, builtins.go, bootstrap.go). The core's
+// files hold the SQL: rooms.go (rooms and agents), authority.go (finding
+// and re-checking a credential), actions.go (registration, a role's
+// bootstrap), invoke.go (an invocation and its refusals), builtins.go
+// (the underscore builtins and help).
 //
 // Rooms and principals:
 //   - CreateRoom: no principal (the adapter decides who may create; the
@@ -113,9 +130,10 @@
 //     rule, gates, timers), and the views p's context evaluated; the
 //     search itself (request, paging, views matched) is substrate/search.
 //     ConfigureSearch: the search language.
-//   - Threads and acknowledgements (threads.go): _send_message's
+//   - Threads and acknowledgements (records.go): _send_message's
 //     reply_to, subject and ack, the builtin _ack, and the system scopes
-//     _threads and _acks they keep in the same mutation.
+//     _threads and _acks they keep in the same mutation (the rules of
+//     their params and records are substrate/envelope's).
 //   - Context: the envelope (ARCHITECTURE §7) with p's read authority and
 //     result budgets. Wait: blocks until a CEL condition holds as p, then
 //     returns the context. Eval: an expression with exactly p's read
@@ -147,15 +165,16 @@
 //     only the keys they may read now). AuditOfKind: one kind's entries,
 //     archive included, room authority only (substrate/activity's feed and
 //     past agents are built on these two).
-//   - Read (salience's view of one context read, read-only): the reader's
-//     room at the read's seq (Action, LiveActions, ActionEnabled,
+//   - Read (salience's view of one context read, read-only; the type is
+//     substrate/salienceport's, filled by context.go): the reader's
+//     room at the read's seq (Action, ShownActions, ActionEnabled,
 //     ViewDefs, Views, Revision, Keys, EachShown: what the reader was
 //     shown), Usage (the vocabulary's usage, read once per snapshot),
 //     RecentLog (the newest 500 entries of each log up to the seq, the
 //     messages among them those the reader sees; LogKey names them), Memo
 //     (a value computed once per snapshot), Expand. Its checks are the
 //     read's: it exists only inside a context read p was admitted to.
-//     Action, Keys, Revision, Config and RecentLog are the room's, not
+//     Keys, Config and RecentLog's audit rows are the room's, not
 //     narrowed to p: salience narrows what it says to what p was shown.
 //
 // For the lobby (lobbyops.go), whose callers have authenticated the

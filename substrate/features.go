@@ -35,7 +35,7 @@ type Feature struct {
 	// core admits. Nil: no say.
 	ReadRule ReadRule
 	// Salience answers what a context read asks adaptive salience
-	// (salienceport.go); at most one feature sets it. Nil: none.
+	// (substrate/salienceport); at most one feature sets it. Nil: none.
 	Salience Salience
 }
 

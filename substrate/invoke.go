@@ -1,6 +1,7 @@
 package substrate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -127,12 +128,9 @@ func (s *Service) Invoke(ctx context.Context, p *Principal, roomID, actionID str
 			return res, err
 		}
 	}
-	// Read-only credentials never write, whatever the action: the builtin
-	// help (answered above) is all they may invoke, not a room's own
-	// action that took its name.
-	if p.ReadOnly() {
-		err := errs.New(errs.ReadOnlyToken, "a read-only credential (%s) cannot invoke actions", p.Kind).
-			WithHint("invoke with an agent token or the room token; read-only callers may read the context and invoke the builtin help")
+	// The builtin help is answered above: a read-only credential may
+	// invoke nothing else.
+	if err := authority.MayInvoke(p); err != nil {
 		s.auditFailure(ctx, p, roomID, actionID, params, err) // the refusal is audited; nothing else is written
 		return nil, err
 	}
@@ -206,9 +204,7 @@ func (s *Service) invoke(m *mutation, id string, params map[string]any, res *Inv
 		rc.actEnabled[id] = def.Enabled == "" || s.evalBool(ctx, def.Enabled, rc.actionVars(ctx, s, def, cp))
 	}
 	if !rc.actEnabled[id] {
-		return errs.New(errs.ActionDisabled, "action %q is disabled: its enabled expression is false", id).
-			With("enabled", def.Enabled).WithHint("it cannot be invoked while its enabled expression (%s) is false: pick an available action, or wait until it holds", def.Enabled).
-			WithNext(errs.Step{Op: errs.OpReadContext, Room: m.room, Args: map[string]any{"only": "actions"}})
+		return defs.Disabled(id, def.Enabled, m.room)
 	}
 	vars := rc.actionVars(ctx, s, def, cp)
 	if def.If != "" && !rc.ifHeld[id] {
@@ -466,3 +462,142 @@ const maxCallText = 500
 func (s *Service) auditParams(params map[string]any) any {
 	return defs.AuditParams(params, s.lim.MaxValueBytes, s.lim.MaxValueDepth)
 }
+
+// When an invocation is refused or explained: which refusal applies, its
+// audit, the values an explanation may show the invoker, the actions it
+// could have meant. The refusals' texts are package defs'
+// (defs/refusal.go).
+
+// invocable is the definition of the action id if it may be invoked at
+// now, or the refusal that says why not: no such action, dormant or
+// expired by its timer, cooling down.
+func (s *Service) invocable(snap *snapshot, id string, now time.Time) (*ActionDef, error) {
+	a := snap.actions[id]
+	if a == nil {
+		return nil, defs.NoAction(id)
+	}
+	if !a.r.timer.live(now) {
+		if a.r.timer != nil && *a.r.timer.Effect == "enable" {
+			return nil, defs.Dormant(id, a.r.timer.describe(now))
+		}
+		return nil, defs.Expired(id)
+	}
+	if cd := s.cooldownOf(snap, id, now); cd != nil {
+		return nil, defs.CoolingDown(id, cd.describeCooldown(now))
+	}
+	return a.def, nil
+}
+
+// preconditionFailed is the refusal of an invocation whose if is false:
+// the clause that failed, the values it read that the invoker may read
+// itself, and the eval step that tries the clause with other values.
+func (s *Service) preconditionFailed(ctx context.Context, rc *roomCtx, roomID, id string, def *ActionDef, params map[string]any, vars *expr.Vars) error {
+	prog, err := s.cel.Compile(def.If)
+	if err != nil {
+		return defs.PreconditionFailed(id, "")
+	}
+	ex := s.cel.Explain(ctx, prog, vars)
+	if ex == nil {
+		return defs.PreconditionFailed(id, "")
+	}
+	e := defs.PreconditionFailed(id, ex.Clause).With("clause", ex.Clause).With("read", s.invokerMayRead(ctx, rc, ex.Read, vars))
+	// The clause can be tried with other values, as the invocation binds
+	// them.
+	args := map[string]any{"expr": ex.Clause}
+	if len(params) > 0 {
+		args["params"] = params
+	}
+	return e.WithNext(errs.Step{Op: errs.OpEval, Room: roomID, Args: args})
+}
+
+// actionMayWrite applies the registrar's authority (authority.ActionMayWrite,
+// told which scopes are the system's).
+func actionMayWrite(def *ActionDef, invoker, target string) error {
+	return authority.ActionMayWrite(def.ID, def.Scope, invoker, target, isSystemScope(target))
+}
+
+// auditFailure records a refused invocation in _audit, in its own small
+// mutation: the invocation itself changed nothing.
+func (s *Service) auditFailure(ctx context.Context, p *Principal, roomID, id string, params map[string]any, cause error) {
+	e, ok := cause.(*errs.Error)
+	if !ok || e.Code == errs.RoomNotFound || e.Code == errs.Unauthorized {
+		return
+	}
+	_, err := s.mutate(context.WithoutCancel(ctx), p, roomID, func(m *mutation) error {
+		m.audit = map[string]any{"kind": "invoke", "action": id, "agent": m.actor, "params": s.auditParams(params), "ok": false,
+			"error": string(e.Code), "message": e.Message}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("could not audit a failed invocation", "room", roomID, "action", id, "err", err)
+	}
+}
+
+// invokerMayRead keeps the values an explanation read that the invoker
+// could read itself. The if ran with its registrar's authority, which may
+// include the registrar's private scope, a loom the invoker is denied or
+// entries whose gate admits the registrar only: saying that the clause is
+// false is the action's to say; showing the values it compared is not.
+//
+// Rather than tell from a path's spelling which scope and key it reads
+// (state[params.s] or state["_lo" + "om"] defeat that), each path is read
+// again on the invoker's own state, built by the one read rule (the
+// core's scopes, the features' rules, entry gates), and a value is shown
+// only when the invoker reads the same.
+func (s *Service) invokerMayRead(ctx context.Context, rc *roomCtx, read map[string]any, vars *expr.Vars) map[string]any {
+	if rc.p == nil {
+		return read
+	}
+	paths := make([]string, 0, len(read))
+	for path := range read {
+		paths = append(paths, path)
+	}
+	mine := *vars
+	mine.State = rc.readableState()
+	again := s.cel.ReadAgain(ctx, paths, &mine)
+	out := make(map[string]any, len(read))
+	for path, v := range read {
+		if w, ok := again[path]; ok && sameValue(v, w) {
+			out[path] = v
+			continue
+		}
+		out[path] = "<not yours to read>"
+	}
+	return out
+}
+
+// sameValue compares two explained values as they would be shown.
+func sameValue(a, b any) bool {
+	ra, err1 := json.Marshal(a)
+	rb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ra, rb)
+}
+
+// suggestActions completes an action_not_found error, outside the room
+// lock, with what the caller could invoke instead: the actions available
+// to it (those it may see: enabled for it) and the nearest id to the one it
+// asked for, as a misspelling usually is.
+func (s *Service) suggestActions(ctx context.Context, p *Principal, roomID, asked string, notFound error) error {
+	rc, err := s.readCtx(ctx, p, roomID, false)
+	if err != nil {
+		return notFound
+	}
+	var avail, seen []string
+	for id := range rc.snap.actions {
+		if rc.actEnabled[id] {
+			seen = append(seen, id)
+			if rc.actAvail[id] {
+				avail = append(avail, id)
+			}
+		}
+	}
+	for id := range builtinDescriptions {
+		seen = append(seen, id)
+	}
+	return defs.Suggest(notFound, roomID, asked, avail, seen)
+}
+
+// EditDistance is the Levenshtein distance between a and b, in runes
+// (defs.EditDistance): how every "did you mean" the server offers ranks
+// its candidates.
+func EditDistance(a, b string) int { return defs.EditDistance(a, b) }

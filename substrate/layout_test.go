@@ -85,6 +85,10 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// A started timer: when it hides or shows its item, when that next
 	// changes by the clock alone, how it is shown.
 	"substrate/timer": true,
+	// What the core asks salience and the read it hands it, answered
+	// from what the core filled it with (the read rule already applied):
+	// salience imports it without a rule of its own.
+	"substrate/salienceport": true,
 }
 
 // machinery are the packages beneath the rules (issue 45): each makes one
@@ -100,7 +104,7 @@ var machinery = map[string][]string{
 	"substrate/internal/sweep":       {"janitor.go"},
 	"substrate/internal/waitbatch":   {"wait.go", "substrate.go"},
 	"substrate/internal/waitclock":   {"wait.go"},
-	"substrate/internal/buildcache":  {"buildshare.go", "snapshot.go"},
+	"substrate/internal/buildcache":  {"snapshot.go"},
 	"substrate/internal/memo":        {"defs/facts.go", "snapshot.go"},
 	"substrate/internal/jsoncache":   {"envelope/json.go", "snapshot.go"},
 	"substrate/internal/jsontext":    {"envelope/json.go", "write.go", "defs/params.go"},
@@ -109,12 +113,16 @@ var machinery = map[string][]string{
 	"substrate/internal/fairshare":   {"envelope/budget.go"},
 	"substrate/internal/groupcommit": {"groupcommit.go"},
 	// Token lookups an invocation may answer from memory; what it may
-	// do with one is authenticate.go's.
-	"substrate/internal/tokenmemory": {"authenticate.go", "substrate.go"},
+	// do with one is authority.go's.
+	"substrate/internal/tokenmemory": {"authority.go", "substrate.go"},
 	"substrate/internal/readmarks":   {"readpath.go", "mutation.go", "substrate.go"},
 	// The snapshot an unchanged room is read from; the read path decides
 	// whether it serves a read (readpath.go's readRoomCached).
 	"substrate/internal/readcache": {"snapshot.go"},
+	// The values of views the same for every reader of a state; which
+	// views those are, and what decides their value (viewKey), is
+	// views.go's and lobbyops.go's (PublicView).
+	"substrate/internal/viewmemo": {"views.go", "lobbyops.go", "snapshot.go"},
 }
 
 const module = "github.com/syncsubstrate/sync/"

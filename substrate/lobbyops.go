@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -74,7 +73,7 @@ func (s *Service) RoomHeads(ctx context.Context, ids []string) (map[string]*Room
 		return out, nil
 	}
 	rows, err := s.db.Query(ctx, `SELECT id, seq, `+sqlPublicMessages+`, created_at, meta->>'label',
-			(SELECT updated_at FROM state s WHERE s.room_id = r.id AND s.scope = '_audit' AND s.sort_key IS NOT NULL ORDER BY s.sort_key DESC LIMIT 1)
+			(SELECT updated_at FROM state s WHERE s.room_id = ANY($1) AND s.room_id = r.id AND s.scope = '_audit' AND s.sort_key IS NOT NULL ORDER BY s.sort_key DESC LIMIT 1)
 		FROM rooms r WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, err
@@ -228,7 +227,7 @@ func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool,
 	val, ok = rc.views[id]
 	cut := rc.budget().cut > 0 || rc.viewsCut > 0 || len(rc.actionsCut) > 0
 	if ok && !cut && v.snap.live(v.now) == v.live && v.timeless(timeless, actions) {
-		v.keepPublic(key, val)
+		keepView(v.live, key, viewResult{val: val})
 	}
 	return val, ok, nil
 }
@@ -269,32 +268,13 @@ func (v *RoomView) publicReads(id string) (map[string]*viewRec, bool) {
 // messages sees the count of the read (here: the messages everyone
 // sees), which a message's timer changes without a new seq or timer
 // epoch: its value is shared only at the same count.
-func (v *RoomView) publicKey(id string, reads map[string]*viewRec) string {
-	key := id
+func (v *RoomView) publicKey(id string, reads map[string]*viewRec) viewKey {
 	for _, d := range reads {
 		if d.prog.UsesMessages {
-			key += "\x00#" + strconv.FormatInt(v.msgs, 10)
-			break
+			return viewKey{view: id, public: true, count: v.msgs}
 		}
 	}
-	return key
-}
-
-// keepPublic shares a public view's value under key, kept within the
-// views memo's bound (viewNodesAllowed): the key holds the public
-// message count, which messages' timers change one after the other
-// without a new state.
-func (v *RoomView) keepPublic(key string, val any) {
-	n := valueNodes(val)
-	v.live.viewsMu.Lock()
-	if v.live.public == nil {
-		v.live.public = map[string]any{}
-	}
-	if _, dup := v.live.public[key]; !dup && len(v.live.public) < maxViewMemo && v.live.viewNodes+n <= v.live.viewNodesAllowed() {
-		v.live.public[key] = val
-		v.live.viewNodes += n
-	}
-	v.live.viewsMu.Unlock()
+	return viewKey{view: id, public: true, count: noCount}
 }
 
 // timeless reports whether a public view's value, evaluated at this
@@ -322,23 +302,20 @@ func (v *RoomView) timeless(views, actions bool) bool {
 // when a render (kept under key) or a context read with the room's
 // authority (its build's key holds the message count its views read)
 // already did at this state.
-func (v *RoomView) sharedPublic(id, key string) (any, bool) {
-	v.live.viewsMu.Lock()
-	val, ok := v.live.public[key]
-	v.live.viewsMu.Unlock()
-	if ok || !v.snap.buildPure(v.s) {
-		return val, ok
+func (v *RoomView) sharedPublic(id string, key viewKey) (any, bool) {
+	if r, ok := v.live.views.Get(key); ok || !v.snap.buildPure(v.s) {
+		return r.val, ok
 	}
 	probe := &roomCtx{now: v.now, snap: v.snap, p: RoomPrincipal(v.id), msgs: msgCounts{Count: v.msgs}}
-	key, shareable := probe.buildKey(v.live)
+	built, shareable := probe.buildKey(v.live)
 	if !shareable {
 		return nil, false
 	}
-	b, ok := v.live.built.Get(key)
+	b, ok := v.live.built.Get(built)
 	if !ok {
 		return nil, false
 	}
-	val, ok = b.views[id]
+	val, ok := b.views[id]
 	return val, ok
 }
 

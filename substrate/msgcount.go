@@ -107,7 +107,9 @@ func (s *Service) uncountHidden(ctx context.Context, rc *roomCtx) {
 }
 
 // sqlPublicMessages counts a room's messages everyone sees (r.id: the
-// room row): the lobby's total, which depends on no reader.
-var sqlPublicMessages = `greatest(r.message_count - (SELECT count(*) FROM state m WHERE m.room_id = r.id AND m.scope = '_messages'
+// room row, one of the rooms in $1): the lobby's total, which depends on
+// no reader. The rooms are named again for Citus, which reaches every
+// shard for a subquery correlated only with r.id.
+var sqlPublicMessages = `greatest(r.message_count - (SELECT count(*) FROM state m WHERE m.room_id = ANY($1) AND m.room_id = r.id AND m.scope = '_messages'
 	AND m.sort_key IS NOT NULL AND (m.enabled_expr IS NOT NULL OR m.timer_effect IS NOT NULL AND NOT ` +
 	strings.TrimPrefix(liveSQL, " AND ") + `)), 0)`

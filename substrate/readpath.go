@@ -486,8 +486,10 @@ func (r presenceRows) At(i int) (agent string, lastContextSeq, lastSeenSeq, cont
 
 // sqlMarkReads writes a batch of read marks (readmarks.New) and returns
 // each row's context_reads with them: the seqs are maxima, the reads add.
+// The rooms are named as a parameter too: Citus routes on a parameter,
+// not on a join with unnest, which it sent to every shard.
 const sqlMarkReads = `UPDATE agents AS a SET last_context_seq = greatest(a.last_context_seq, v.seq),
 		context_reads = a.context_reads + v.reads, last_seen_seq = greatest(a.last_seen_seq, v.up_to)
 	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS v(room_id, id, seq, reads, up_to)
-	WHERE a.room_id = v.room_id AND a.id = v.id
+	WHERE a.room_id = ANY($1::text[]) AND a.room_id = v.room_id AND a.id = v.id
 	RETURNING a.room_id, a.id, a.context_reads`

@@ -226,6 +226,13 @@ func (rc *roomCtx) visible(scope string) bool {
 	return rc.vis.Scope(scope)
 }
 
+// readable reports an entry of scope the read rule shows the context's
+// principal one by one: its scope visible, and the entry readable to it
+// (Visibility.Entry). What salience is handed is narrowed by it too.
+func (rc *roomCtx) readable(scope, key string) bool {
+	return rc.visible(scope) && (rc.p == nil || rc.vis.Entry(scope, key))
+}
+
 // readableState is the context's state narrowed to the entries the read
 // rule lets its principal see one by one (an agent's thoughts in a scope
 // granted to another, say), for what is shown to it rather than what its
@@ -243,7 +250,7 @@ func (rc *roomCtx) readableState() map[string]any {
 		}
 		var cp map[string]any
 		for k := range entries {
-			if rc.vis.Entry(scope, k) {
+			if rc.readable(scope, k) {
 				continue
 			}
 			if cp == nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
@@ -141,8 +143,8 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return err
 	}
-	if !p.Admin() {
-		return errs.New(errs.Forbidden, "deleting room %q needs the room token", roomID).WithHint("ask the room's owner")
+	if err := authority.MayDeleteRoom(p, roomID); err != nil {
+		return err
 	}
 	err := s.db.InTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM rooms WHERE id = $1`, roomID)
@@ -202,18 +204,16 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 		return nil, errs.New(errs.InvalidField, "which is %q: rotate the \"room\" token or the \"view\" token", which).With("field", "which").
 			WithHint(`send {"which": "room"} or {"which": "view"}`)
 	}
-	if !p.Admin() {
-		return nil, errs.New(errs.Forbidden, "rotating room %q's tokens needs room authority", roomID).
-			WithHint("ask the room token holder or an owner of the room")
+	if err := authority.MayRotate(p, roomID); err != nil {
+		return nil, err
 	}
 	token, hash := authority.NewToken(prefix)
 	out := &RotatedToken{Room: roomID, Which: which, Token: token}
 	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
-		if !m.p.Admin() {
-			// The grants read again under the lock: a "*" taken away
-			// meanwhile no longer rotates.
-			return errs.New(errs.Forbidden, "rotating room %q's tokens needs room authority", roomID).
-				WithHint("ask the room token holder or an owner of the room")
+		// The grants read again under the lock: a "*" taken away
+		// meanwhile no longer rotates.
+		if err := authority.MayRotate(m.p, roomID); err != nil {
+			return err
 		}
 		if _, err := m.tx.Exec(ctx, `UPDATE rooms SET `+column+` = $2 WHERE id = $1`, roomID, hash); err != nil {
 			return err
@@ -234,4 +234,395 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 		return nil, err
 	}
 	return out, nil
+}
+
+// Agents: joining, changing, heartbeats. Who may do each is
+// authority/room.go's; the rows are here.
+
+// Agent is an agent's public presence (seed 001: presence is public
+// metadata, not private state).
+type Agent struct {
+	ID            string          `json:"id"`
+	Name          string          `json:"name"`
+	Role          string          `json:"role"`
+	Status        string          `json:"status"`
+	WaitingOn     *string         `json:"waiting_on"`
+	LastHeartbeat time.Time       `json:"last_heartbeat"`
+	JoinedAt      time.Time       `json:"joined_at"`
+	Grants        []string        `json:"grants"`
+	Meta          json.RawMessage `json:"meta"`
+	// Enabled is the agent's enabled expression, when it has one: while
+	// it is false for a reader, that reader does not see the agent in its
+	// context, CEL `agents` or GET /agents (seed 001: enabled is universal).
+	Enabled string `json:"enabled,omitempty"`
+	// Account is the username of the person whose account drives the
+	// agent (an MCP embodiment, a role they fill, their web agent); absent
+	// for agents joined with a token, whatever their id or name says. An
+	// account agent's name is its driver's username and cannot be changed.
+	Account string `json:"account,omitempty"`
+}
+
+// JoinedAgent is an agent with its token, shown this once.
+type JoinedAgent struct {
+	Agent
+	Token string `json:"token"`
+	// Created is false when an existing agent re-joined (token rotated).
+	Created bool `json:"created"`
+}
+
+// JoinRequest is the body of POST /rooms/:id/agents.
+type JoinRequest struct {
+	ID   string          `json:"id,omitempty"`
+	Name string          `json:"name"`
+	Role string          `json:"role,omitempty"`
+	Meta json.RawMessage `json:"meta,omitempty"`
+	// Enabled gates the agent's presence (see Agent.Enabled). Setting it
+	// needs room authority: an agent may not hide itself from the room.
+	Enabled string `json:"enabled,omitempty"`
+}
+
+// Agent statuses a client may set by heartbeat; "waiting" is set by wait.
+var settableStatus = []string{"active", "idle", "busy", "done"}
+
+const agentColumns = `id, name, role, status, waiting_on, last_heartbeat, joined_at, grants, meta, coalesce(enabled_expr, ''),
+	coalesce(CASE WHEN user_id IS NOT NULL THEN name END, '')`
+
+func scanAgent(row pgx.Row) (*Agent, error) {
+	a := &Agent{}
+	err := row.Scan(&a.ID, &a.Name, &a.Role, &a.Status, &a.WaitingOn, &a.LastHeartbeat, &a.JoinedAt, &a.Grants, &a.Meta, &a.Enabled, &a.Account)
+	return a, err
+}
+
+// agentEnabled checks an agent's enabled expression; "" clears it.
+func (s *Service) agentEnabled(src string) (*string, error) {
+	if src == "" {
+		return nil, nil
+	}
+	if err := defs.CompileField(s.cel, "enabled", src); err != nil {
+		return nil, err
+	}
+	return &src, nil
+}
+
+// Join adds an agent to a room, or re-joins an existing one with a fresh
+// token. p is nil when the request carried no token. A new agent needs room
+// authority unless the room is open-join; re-joining needs room authority or
+// the agent's own token.
+func (s *Service) Join(ctx context.Context, p *Principal, roomID string, req JoinRequest) (*JoinedAgent, error) {
+	if p != nil {
+		if err := s.requireRoom(ctx, p, roomID); err != nil {
+			return nil, err
+		}
+	}
+	if req.ID == "" {
+		req.ID = authority.NewID("agent-")
+	}
+	if err := s.validAgent(req.ID, req.Name, &req.Role); err != nil {
+		return nil, err
+	}
+	meta, err := s.validMeta("meta", req.Meta)
+	if err != nil {
+		return nil, err
+	}
+	enabled, err := s.agentEnabled(req.Enabled)
+	if err != nil {
+		return nil, err
+	}
+	token, hash := authority.NewToken(AgentTokenPrefix)
+	out := &JoinedAgent{Token: token}
+	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+		j := &joining{roomID: roomID, req: &req, meta: meta, hash: hash, enabled: enabled}
+		room := authority.Joining{SetsEnabled: enabled != nil}
+		err := m.tx.QueryRow(ctx, `SELECT r.open_join,
+				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
+				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2),
+				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)
+			FROM rooms r WHERE r.id = $1`, roomID, req.ID).Scan(&room.OpenJoin, &room.Exists, &room.ScopeUsed, &room.Account)
+		if err != nil {
+			return err
+		}
+		if err := authority.MayJoin(m.p, roomID, req.ID, room); err != nil {
+			return err
+		}
+		if room.Exists {
+			err = j.rejoin(ctx, m, out)
+		} else {
+			err = j.add(ctx, m, out)
+		}
+		if err != nil {
+			return err
+		}
+		if m.p == nil {
+			m.actor = req.ID
+		}
+		m.audit = map[string]any{"kind": "agent_join", "agent": req.ID, "name": req.Name, "role": req.Role, "rejoin": room.Exists}
+		if enabled != nil {
+			m.audit["enabled"] = *enabled
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// joining is one Join's request, checked and as stored.
+type joining struct {
+	roomID  string
+	req     *JoinRequest
+	meta    []byte
+	hash    []byte
+	enabled *string
+}
+
+// rejoin gives an existing agent a fresh token (authority.MayJoin said
+// who may).
+func (j *joining) rejoin(ctx context.Context, m *mutation, out *JoinedAgent) error {
+	req := j.req
+	a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET name = $3, role = $4,
+					meta = CASE WHEN $6 THEN $5 ELSE meta END,
+					token_hash = $7, status = 'active', waiting_on = NULL, last_heartbeat = now(),
+					enabled_expr = coalesce($8, enabled_expr)
+				WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns,
+		j.roomID, req.ID, req.Name, req.Role, j.meta, len(req.Meta) > 0, j.hash, j.enabled))
+	if err != nil {
+		return err
+	}
+	out.Agent = *a
+	return nil
+}
+
+// add makes a new agent (authority.MayJoin said who may, and under
+// which id).
+func (j *joining) add(ctx context.Context, m *mutation, out *JoinedAgent) error {
+	req, roomID := j.req, j.roomID
+	a, err := scanAgent(m.tx.QueryRow(ctx, `INSERT INTO agents (room_id, id, name, role, meta, token_hash, enabled_expr)
+				VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+agentColumns,
+		roomID, req.ID, req.Name, req.Role, j.meta, j.hash, j.enabled))
+	if err != nil {
+		return err
+	}
+	out.Agent = *a
+	out.Created = true
+	return nil
+}
+
+// ListAgents returns the room's presence to any principal of the room.
+func (s *Service) ListAgents(ctx context.Context, p *Principal, roomID string) ([]Agent, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	// Admitted at the start, as every entry that may evaluate: whether
+	// it will (an agent's enabled gate) is known only from the rows.
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rows, err := s.db.Query(ctx, `SELECT `+agentColumns+` FROM agents WHERE room_id = $1 ORDER BY joined_at, id`, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Agent{}
+	gated := false
+	for rows.Next() {
+		a, err := scanAgent(rows)
+		if err != nil {
+			return nil, err
+		}
+		gated = gated || a.Enabled != ""
+		out = append(out, *a)
+	}
+	if err := rows.Err(); err != nil || !gated {
+		return out, err
+	}
+	rows.Close()
+	// Gated agents are shown as the reader's context shows them.
+	rc, err := s.readCtx(ctx, p, roomID, false)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(out, func(a Agent) bool { _, ok := rc.vars.Agents[a.ID]; return !ok }), nil
+}
+
+// AgentUpdate is the body of PATCH /rooms/:id/agents/:agent. Absent fields
+// are left as they are.
+type AgentUpdate struct {
+	Name   *string         `json:"name,omitempty"`
+	Role   *string         `json:"role,omitempty"`
+	Grants *[]string       `json:"grants,omitempty"`
+	Meta   json.RawMessage `json:"meta,omitempty"`
+	// Enabled sets the agent's enabled expression ("" removes it).
+	Enabled *string `json:"enabled,omitempty"`
+}
+
+// UpdateAgent changes an agent's name, role, grants or meta; room authority
+// only.
+func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID string, u AgentUpdate) (*Agent, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	grants, meta, enabled, err := s.checkAgentUpdate(&u)
+	if err != nil {
+		return nil, err
+	}
+	var out *Agent
+	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
+		if err := authority.MayChangeAgent(m.p); err != nil {
+			return err
+		}
+		if u.Name != nil {
+			if err := refuseAccountRename(ctx, m, roomID, agentID); err != nil {
+				return err
+			}
+		}
+		a, err := scanAgent(m.tx.QueryRow(ctx, `UPDATE agents SET
+				name = coalesce($3, name), role = coalesce($4, role),
+				grants = coalesce($5, grants), meta = coalesce($6, meta),
+				enabled_expr = CASE WHEN $7 THEN $8 ELSE enabled_expr END
+			WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns,
+			roomID, agentID, u.Name, u.Role, grants, meta, u.Enabled != nil, enabled))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("the context lists the room's agents").
+				WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "agents"}})
+		}
+		if err != nil {
+			return err
+		}
+		out = a
+		m.audit = map[string]any{"kind": "agent_update", "agent": agentID, "change": agentChange(&u, grants, meta)}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkAgentUpdate checks u's fields before any database work and returns
+// them as stored: the grants (nil: unchanged), meta and enabled.
+func (s *Service) checkAgentUpdate(u *AgentUpdate) (grants []string, meta []byte, enabled *string, err error) {
+	if u.Name != nil {
+		if err := validText("name", *u.Name, 128, true); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if u.Role != nil {
+		if err := validText("role", *u.Role, 64, true); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if u.Grants != nil {
+		if grants, err = s.validGrants(*u.Grants); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if len(u.Meta) > 0 {
+		if meta, err = s.validMeta("meta", u.Meta); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if u.Enabled != nil {
+		if enabled, err = s.agentEnabled(*u.Enabled); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return grants, meta, enabled, nil
+}
+
+// validGrants is gs as stored (authority.Grants, told which scopes are
+// the system's).
+func (s *Service) validGrants(gs []string) ([]string, error) {
+	return authority.Grants(gs, s.lim.MaxGrants, s.lim.MaxScopeBytes, isSystemScope)
+}
+
+// refuseAccountRename refuses renaming an agent a person's account
+// drives (authority.MayRename).
+func refuseAccountRename(ctx context.Context, m *mutation, roomID, agentID string) error {
+	var account bool
+	if err := m.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND user_id IS NOT NULL)`, roomID, agentID).Scan(&account); err != nil {
+		return err
+	}
+	return authority.MayRename(agentID, account)
+}
+
+// agentChange is the audit record of what an update changed.
+func agentChange(u *AgentUpdate, grants []string, meta []byte) map[string]any {
+	change := map[string]any{}
+	if u.Name != nil {
+		change["name"] = *u.Name
+	}
+	if u.Role != nil {
+		change["role"] = *u.Role
+	}
+	if u.Grants != nil {
+		change["grants"] = grants
+	}
+	if meta != nil {
+		change["meta"] = json.RawMessage(meta)
+	}
+	if u.Enabled != nil {
+		change["enabled"] = *u.Enabled
+	}
+	return change
+}
+
+// Heartbeat marks an agent present, optionally with a status. The agent
+// itself or room authority may call it. It is presence, not a room
+// mutation: no sequence number, no audit entry.
+func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, status string) (*Agent, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	if err := authority.MayHeartbeat(p, agentID); err != nil {
+		return nil, err
+	}
+	if status != "" && !slices.Contains(settableStatus, status) {
+		return nil, errs.New(errs.InvalidField, "status %q is not one of %v", status, settableStatus).WithHint("omit status or use one of %v", settableStatus)
+	}
+	a, err := scanAgent(s.db.QueryRow(ctx, `UPDATE agents SET last_heartbeat = now(),
+			status = coalesce(nullif($3, ''), status)
+		WHERE room_id = $1 AND id = $2 RETURNING `+agentColumns, roomID, agentID, status))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errs.New(errs.AgentNotFound, "agent %q is not in room %q", agentID, roomID).WithHint("join the room first").
+			WithNext(errs.Step{Op: errs.OpJoin, Room: roomID})
+	}
+	if err == nil && status != "" {
+		// A status is presence others may wait on: tell them now rather
+		// than at their next safety-net re-check.
+		err = s.db.Notify(ctx, roomID, store.PresenceNote)
+	}
+	return a, err
+}
+
+// validAgent checks an agent's id, name and role (defaulting the role to
+// "agent"), for joins and embodiments alike.
+func (s *Service) validAgent(id, name string, role *string) error {
+	if err := authority.ValidName("agent id", id, s.lim.MaxScopeBytes, false); err != nil {
+		return err
+	}
+	if err := validText("name", name, 128, true); err != nil {
+		return err
+	}
+	if *role == "" {
+		*role = "agent"
+	}
+	return validText("role", *role, 64, true)
+}
+
+func validText(field, s string, max int, required bool) error {
+	if s == "" && required {
+		return errs.New(errs.InvalidField, "%s is required", field).WithHint("send a non-empty %s", field)
+	}
+	if len(s) > max {
+		return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", field, len(s), max).WithHint("shorten %s", field)
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || authority.IsBidiControl(r) {
+			return errs.New(errs.InvalidField, "%s contains control character %U", field, r).WithHint("use printable text")
+		}
+	}
+	return nil
 }

@@ -32,7 +32,7 @@ func TestReadUsageIsAtTheReadsSeq(t *testing.T) {
 	if _, err := s.Invoke(ctx, admin, "u", "bump", nil); err != nil {
 		t.Fatal(err)
 	}
-	u, err := (&Read{s: s, rc: rc, room: "u"}).Usage(ctx)
+	u, err := s.salienceRead(rc, "u").Usage(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestReadUsageNeverLoadedLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	bare := &snapshot{room: "late", seq: res.Seq}
-	if u, err := (&Read{s: s, rc: &roomCtx{snap: bare}, room: "late"}).Usage(ctx); err == nil || u != nil || bare.usage != nil {
+	if u, err := s.salienceRead(&roomCtx{snap: bare}, "late").Usage(ctx); err == nil || u != nil || bare.usage != nil {
 		t.Fatalf("the usage of a snapshot that holds none was loaded late (%v, err %v)", u, err)
 	}
 
@@ -75,7 +75,7 @@ func TestReadUsageNeverLoadedLate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		u, err := (&Read{s: s, rc: rc, room: "late"}).Usage(ctx)
+		u, err := s.salienceRead(rc, "late").Usage(ctx)
 		if err != nil || rc.snap.seq != res.Seq {
 			t.Fatalf("a read at seq %d after the invocation at %d: usage err %v", rc.snap.seq, res.Seq, err)
 		}

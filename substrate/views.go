@@ -8,48 +8,35 @@ import (
 	"fmt"
 	"maps"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/exprbudget"
+	"github.com/syncsubstrate/sync/substrate/internal/viewmemo"
 )
 
-// maxViewMemo bounds the view values one liveState keeps: one per view,
-// and per messages.count for views that read it (views.go).
-const maxViewMemo = 4096
+// viewKey names a view's value as shared between the reads of one
+// state (liveState.views): the view, whether the lobby's public
+// evaluation made it (PublicView: the room principal, the public message
+// count) or a context read, and, for a view that reads messages, the
+// message count it saw (noCount when it reads none): a message's timer
+// or gate changes the count without a new state.
+type viewKey struct {
+	view   string
+	public bool
+	count  int64
+}
 
-// minViewNodes is what the view values one liveState keeps may hold in
-// all (valueNodes) however small the state (viewNodesAllowed).
-const minViewNodes = 1 << 14
+// noCount is viewKey.count for a view that reads no messages.
+const noCount = -1
 
-// viewNodesAllowed is how large the view values kept at l may be in all:
-// as many nodes as the state has live entries, or minViewNodes. A value
-// is a copy of what the view returns, and a view reading messages.count
-// is kept once per count, which messages' timers change one after the
-// other without a new state: a view returning a whole scope, read once
-// per count, kept a copy of the scope per count (TestAttackViewMemo-
-// DoesNotMultiplyTheRoom). Values past it are evaluated per read, as
-// without the memo. viewsMu is held.
-func (l *liveState) viewNodesAllowed() int { return max(l.liveEntries, minViewNodes) }
-
-// valueNodes counts a view value's nodes: one for it, and those of each
-// element of a list or entry of a map (what copying it costs).
-func valueNodes(v any) int {
-	n := 1
-	switch x := v.(type) {
-	case map[string]any:
-		for _, e := range x {
-			n += valueNodes(e)
-		}
-	case []any:
-		for _, e := range x {
-			n += valueNodes(e)
-		}
-	}
-	return n
+// keepView shares a view's value under key with later reads of the same
+// state, within the memo's bounds (internal/viewmemo): past them it is
+// evaluated per read, as without the memo.
+func keepView(live *liveState, key viewKey, r viewResult) {
+	live.views.Keep(key, r, viewmemo.Nodes(r.val), live.liveEntries)
 }
 
 // evalViews evaluates every live view enabled for the reader with its
@@ -90,16 +77,11 @@ func (rc *roomCtx) evalViewsOf(ctx context.Context, s *Service, roots []string) 
 	}
 	rc.viewByID = byID
 	live := rc.snap.live(rc.now)
-	ve := &viewEval{rc: rc, ctx: ctx, s: s, byID: byID, memo: map[string]viewResult{}}
+	ve := &viewEval{rc: rc, ctx: ctx, s: s, byID: byID, live: live}
 	// Entries with their own enabled expression are decided per read
 	// (they may read now and agents, which change without a new seq), so
 	// views in a room that has any are never shared.
 	ve.noMemo = len(live.deferred) > 0
-	live.viewsMu.Lock()
-	for id, r := range live.views {
-		ve.memo[id] = r
-	}
-	live.viewsMu.Unlock()
 	ve.decided = map[string]bool{}
 	ve.budget = uint64(s.lim.ViewCostPerRead)
 	ve.mark = map[string]int{}
@@ -111,28 +93,24 @@ func (rc *roomCtx) evalViewsOf(ctx context.Context, s *Service, roots []string) 
 			ve.eval(id, nil)
 		}
 	}
-	if len(ve.fresh) > 0 {
-		keepViewResults(live, ve.fresh)
-	}
 	if contested := rc.contested(); len(contested) > 0 {
 		rc.views[viewContested] = contested
 	}
 	rc.viewsBuilt = true
 }
 
-// viewEval is one evalViewsOf: the live views by id, the values shared
-// across reads (memo, copied under the liveState's lock) and those this
-// read computed that may be shared (fresh), and each view's progress.
+// viewEval is one evalViewsOf: the live views by id, the state whose
+// views memo holds the values shared across reads, and each view's
+// progress.
 type viewEval struct {
 	rc     *roomCtx
 	ctx    context.Context
 	s      *Service
 	byID   map[string]*viewRec
+	live   *liveState
 	noMemo bool
-	memo   map[string]viewResult
 	// decided: whether a view is shareable, decided once per view.
 	decided map[string]bool
-	fresh   map[string]viewResult
 	budget  uint64
 	mark    map[string]int
 }
@@ -195,11 +173,11 @@ func (ve *viewEval) readsMsgs(v *viewRec) bool {
 	return false
 }
 
-func (ve *viewEval) memoKey(v *viewRec) string {
+func (ve *viewEval) memoKey(v *viewRec) viewKey {
 	if ve.readsMsgs(v) {
-		return v.def.ID + "\x00#" + strconv.FormatInt(ve.rc.msgs.Count, 10)
+		return viewKey{view: v.def.ID, count: ve.rc.msgs.Count}
 	}
-	return v.def.ID
+	return viewKey{view: v.def.ID, count: noCount}
 }
 
 // eval evaluates view id after the views it reads by name (path: the
@@ -250,42 +228,18 @@ func (ve *viewEval) eval(id string, path []string) {
 }
 
 // value is v's result: shared from the memo when v is shareable (and
-// kept in fresh when this read computed it), else computed for this read.
+// kept there when this read computed it), else computed for this read.
 func (ve *viewEval) value(v *viewRec) viewResult {
 	if !ve.shareable(v) {
 		return ve.rc.evalView(ve.ctx, ve.s, v)
 	}
 	key := ve.memoKey(v)
-	res, ok := ve.memo[key]
+	res, ok := ve.live.views.Get(key)
 	if !ok {
 		res = ve.rc.evalView(ve.ctx, ve.s, v)
-		if ve.fresh == nil {
-			ve.fresh = map[string]viewResult{}
-		}
-		ve.fresh[key] = res
+		keepView(ve.live, key, res)
 	}
 	return res
-}
-
-// keepViewResults shares the results this read computed with later reads
-// of the same liveState, within its memo's bounds.
-func keepViewResults(live *liveState, fresh map[string]viewResult) {
-	nodes := make(map[string]int, len(fresh))
-	for key, r := range fresh {
-		nodes[key] = valueNodes(r.val)
-	}
-	live.viewsMu.Lock()
-	if live.views == nil {
-		live.views = map[string]viewResult{}
-	}
-	for key, r := range fresh {
-		if _, ok := live.views[key]; ok || len(live.views) >= maxViewMemo || live.viewNodes+nodes[key] > live.viewNodesAllowed() {
-			continue
-		}
-		live.views[key] = r
-		live.viewNodes += nodes[key]
-	}
-	live.viewsMu.Unlock()
 }
 
 // viewGate reports whether view v is enabled for who: the reader

@@ -113,7 +113,7 @@ func (s *Service) beginWait(ctx context.Context, p *Principal, roomID, condition
 		} else {
 			after = seq
 		}
-		condition = threadCondition(creq.Thread, after)
+		condition = envelope.ThreadCondition(creq.Thread, after)
 	}
 	if condition == "" {
 		return nil, errs.New(errs.InvalidField, "wait needs a condition").WithHint(`give a CEL condition over the room, e.g. state._shared.phase == "done"`)

@@ -23,17 +23,17 @@ func deltaOf(env *Envelope, rc *roomCtx, roomID string, from, msgsAfter int64, l
 	rc.readUpTo = delta.Narrow(env, deltaRoom{rc.snap}, rd, ask, rc.readUpTo)
 }
 
-// ViewsChangedUnseen are the views (of ViewDefs) that may have changed
-// after from with no newer revision of what they read by path (which a
-// reader checks itself, key by key): delta.ViewsUnseen, the rule of a
-// wait's delta.
-func (r *Read) ViewsChangedUnseen(ctx context.Context, from int64) map[string]bool {
-	unseen, err := r.s.unseenAt(ctx, r.rc.snap, from)
+// viewsChangedUnseen are the views (of rc's) that may have changed after
+// from with no newer revision of what they read by path (which a reader
+// checks itself, key by key): delta.ViewsUnseen, the rule of a wait's
+// delta, as salience asks it (Read.ViewsChangedUnseen).
+func (s *Service) viewsChangedUnseen(ctx context.Context, rc *roomCtx, roomID string, from int64) map[string]bool {
+	unseen, err := s.unseenAt(ctx, rc.snap, from)
 	if err != nil {
-		r.s.log.Warn("reading the deletions since a reader's last read", "room", r.room, "err", err)
+		s.log.Warn("reading the deletions since a reader's last read", "room", roomID, "err", err)
 		unseen = nil // unknown: every scope may have changed
 	}
-	return delta.ViewsUnseen(deltaRoom{r.rc.snap}, r.rc.self, r.rc.now, from, unseen)
+	return delta.ViewsUnseen(deltaRoom{rc.snap}, rc.self, rc.now, from, unseen)
 }
 
 // unseenChanges are the changes since a delta's seq that leave no newer

@@ -107,3 +107,15 @@ func Signature(id string, params map[string]defs.ParamSpec) string {
 	}
 	return id + "(" + strings.Join(parts, ", ") + ")"
 }
+
+// AddBuiltins adds to acts, a read's action list beyond the lean depth,
+// the builtins (id → description, params) no action of the room
+// overrides: available to a reader that may act, help to every reader.
+func AddBuiltins(acts map[string]ActionView, descriptions map[string]string, params map[string]map[string]defs.ParamSpec, canAct bool) {
+	for id, desc := range descriptions {
+		if _, overridden := acts[id]; overridden {
+			continue
+		}
+		acts[id] = ActionView{Available: canAct || id == "help", Builtin: true, Description: desc, Params: params[id]}
+	}
+}

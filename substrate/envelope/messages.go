@@ -181,3 +181,32 @@ func (p Page) Elided(req ContextRequest, expand func(args map[string]any) string
 	}
 	return elided, truncated
 }
+
+// DirectedAhead puts the messages to the reader first, whatever the
+// backlog: a read of the newest (or a delta) that marks older messages
+// read must not pass over one addressed to it unshown. directed are the
+// reader's unread directed messages, oldest first, at most limit+1 of
+// them; those not in read (the page) go ahead of it, oldest first. When
+// there are more than limit, the read stops short of the first left out
+// (upTo, -1 for no cap), which the next read shows, unless the page holds
+// it. A page read in order (messages_after) reaches them in turn.
+func DirectedAhead[R any](read, directed []R, seq func(R) int64, limit int) (_ []R, upTo int64) {
+	upTo = -1
+	in := make(map[int64]bool, len(read))
+	for _, r := range read {
+		in[seq(r)] = true
+	}
+	if len(directed) > limit {
+		if next := seq(directed[limit]); !in[next] {
+			upTo = next - 1
+		}
+		directed = directed[:limit]
+	}
+	var ahead []R
+	for _, r := range directed {
+		if !in[seq(r)] {
+			ahead = append(ahead, r)
+		}
+	}
+	return append(ahead, read...), upTo
+}

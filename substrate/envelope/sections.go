@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/syncsubstrate/sync/substrate/defs"
 )
 
 // Shows reports whether the read shows a section: those it wants
@@ -190,4 +192,40 @@ func (e *Envelope[A]) Attend(overdue []OverdueAck) {
 		e.Context.Attention = &Attention{}
 	}
 	e.Context.Attention.OverdueAcks = overdue
+}
+
+// StateShown is the state section req shows of the reader's state (scope
+// → its entries; self's own scope is there under its id and under
+// "self", and shown as self only): the scopes req names, its key range
+// applied. A scope the read left as the snapshot holds it (in stored,
+// not in modified) is shown as its stored JSON, which is far cheaper to
+// encode than decoded values, and when req takes it whole e shares the
+// snapshot's encoding of it (Share, with enc).
+func (e *Envelope[A]) StateShown(req ContextRequest, self string, state map[string]any, stored map[string]map[string]json.RawMessage, modified map[string]bool, enc ScopeEncoder) map[string]any {
+	st := map[string]any{}
+	ranged := req.KeysAfter != "" || req.Prefix != ""
+	for scope, v := range state {
+		if self != "" && scope == self {
+			continue // shown as self
+		}
+		if len(req.Only) > 0 && !slices.Contains(req.Only, "state") && !slices.Contains(req.Only, "state."+scope) {
+			continue
+		}
+		name := scope
+		if scope == defs.ScopeSelf {
+			name = self
+		}
+		if r, ok := stored[name]; ok && !modified[name] {
+			st[scope] = r
+			if !ranged {
+				e.Share(scope, name, r, enc)
+			}
+		} else {
+			st[scope] = v
+		}
+		if ranged {
+			st[scope] = req.KeyRange(st[scope])
+		}
+	}
+	return st
 }

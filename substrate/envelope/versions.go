@@ -9,6 +9,12 @@ package envelope
 // delta or a page that drops an entry drops its version with it, so the
 // map never names a key the reader was not shown.
 
+import (
+	"slices"
+
+	"github.com/syncsubstrate/sync/substrate/defs"
+)
+
 // EntryVersions are the versions of the entries of the scopes a read
 // named; Envelope.Versions.
 type EntryVersions struct {
@@ -69,3 +75,29 @@ func (v *EntryVersions) IsZero() bool { return len(v.current()) == 0 }
 
 // MarshalJSON encodes the shown versions (encoding/json sorts the keys).
 func (v *EntryVersions) MarshalJSON() ([]byte, error) { return encodeJSON(v.current()) }
+
+// VersionsShown are the versions (scope → key → version) of the scopes
+// of state, a read's state section, that req names one by one (only:
+// "state.<scope>"): what ShowVersions is handed. versions are a scope's
+// entries' versions by its name (self's is its agent id).
+func VersionsShown(req ContextRequest, self string, state map[string]any, versions func(name string) map[string]int64) map[string]map[string]int64 {
+	var all map[string]map[string]int64
+	for scope := range state {
+		if !slices.Contains(req.Only, "state."+scope) {
+			continue
+		}
+		name := scope
+		if scope == defs.ScopeSelf {
+			name = self
+		}
+		vs := versions(name)
+		if len(vs) == 0 {
+			continue
+		}
+		if all == nil {
+			all = map[string]map[string]int64{}
+		}
+		all[scope] = vs
+	}
+	return all
+}

@@ -1,7 +1,7 @@
 // Package buildcache keeps, for one room state, what the core's read
 // rules computed per reader authority, so that readers with the same
 // authority share one computation: whole context builds (Builds, for
-// substrate/buildshare.go's buildShared) and the results of entry-level
+// substrate/snapshot.go's buildShared) and the results of entry-level
 // `enabled` gates (Gates, for substrate/roomctx.go's gate pass, kept on
 // the liveState of substrate/snapshot.go).
 //

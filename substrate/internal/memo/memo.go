@@ -4,14 +4,20 @@
 // expression's source names: substrate/defs/facts.go), and Bounded and
 // Map for answers kept with one room snapshot (the changes since a seq:
 // waitdelta.go's unseenAt; the gated or timed messages per message
-// count: msgcount.go's hiddenMessages; both held in snapshot.go).
+// count: msgcount.go's hiddenMessages; both held in snapshot.go), and
+// Until for one answer that holds until a moment its computation names
+// (a snapshot's live entries, until a timer next changes them:
+// snapshot.go's live).
 //
 // None of them decides anything: a miss is computed by the caller's func (or
 // by the caller before Keep), and a bound reached only means the answer
 // is computed again.
 package memo
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Table keeps one answer per key for as long as fewer than its bound are
 // kept; past it, the table starts over (keys are few per room, rooms
@@ -98,4 +104,31 @@ func (m *Map[K, V]) Keep(k K, v V) {
 		m.m = map[K]V{}
 	}
 	m.m[k] = v
+}
+
+// Until keeps one answer until the moment its computation said it stops
+// holding (zero: for the life of what holds it). The zero value is empty
+// and ready; it is safe for concurrent use. A miss is computed under its
+// lock, so concurrent askers share one computation, and every asker
+// before the moment gets the same answer (a pointer answer is the same
+// pointer: callers compare it to tell whether the answer changed).
+type Until[V any] struct {
+	mu    sync.Mutex
+	v     V
+	until time.Time
+	ok    bool
+}
+
+// Get returns the answer kept when it still holds at now; else compute
+// computes it at now, with the moment it stops holding (zero: never),
+// and it is kept.
+func (u *Until[V]) Get(now time.Time, compute func(now time.Time) (V, time.Time)) V {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ok && (u.until.IsZero() || now.Before(u.until)) {
+		return u.v
+	}
+	u.v, u.until = compute(now)
+	u.ok = true
+	return u.v
 }

@@ -3,6 +3,7 @@ package memo
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // A table answers for the key asked about, across its starting over.
@@ -41,5 +42,28 @@ func TestBoundedKeepsAtMostItsBound(t *testing.T) {
 	m.Keep(1, nil)
 	if _, ok := m.Get(1); !ok {
 		t.Fatal("a nil answer reads as not kept")
+	}
+}
+
+// An answer holds until the moment its computation named, never at or
+// after it; one named for no moment holds for good.
+func TestUntilHoldsUntilItsMoment(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var u Until[int]
+	calls := 0
+	at := func(until time.Time) func(time.Time) (int, time.Time) {
+		return func(time.Time) (int, time.Time) { calls++; return calls, until }
+	}
+	if v := u.Get(t0, at(t0.Add(time.Second))); v != 1 {
+		t.Fatalf("first answer %d", v)
+	}
+	if v := u.Get(t0.Add(999*time.Millisecond), at(time.Time{})); v != 1 {
+		t.Fatalf("an answer still holding was computed again: %d", v)
+	}
+	if v := u.Get(t0.Add(time.Second), at(time.Time{})); v != 2 {
+		t.Fatalf("an answer was served at the moment it stops holding: %d", v)
+	}
+	if v := u.Get(t0.Add(1000*time.Hour), at(time.Time{})); v != 2 {
+		t.Fatalf("an answer holding for good was computed again: %d", v)
 	}
 }

@@ -2,7 +2,7 @@
 // bearer token answered, per room and token hash (issue 32: the lookup
 // was a round trip of every invocation). What is remembered, for how long
 // and when a remembered answer may be acted on are the core's rules
-// (substrate/authenticate.go: AuthenticateInvoke, which verifies a
+// (substrate/authority.go: AuthenticateInvoke, which verifies a
 // remembered token again under the room lock); this only keeps values
 // until they expire.
 package tokenmemory

@@ -1,11 +1,6 @@
-// The underscore builtins an agent invokes like actions: registering and
-// deleting definitions, sending a message, acknowledging one. Each runs in
-// its own mutation under the same write path as an action.
-
 package substrate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
@@ -13,46 +8,32 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/exprbudget"
+	"github.com/syncsubstrate/sync/substrate/help"
 )
 
-var builtinDescriptions = map[string]string{
-	"_register_action": "Register or replace an action: {id, scope?, description?, intent?, params?, if?, enabled?, writes, result?, timer?, on_invoke?}.",
-	"_delete_action":   "Delete an action you registered: {id}.",
-	"_register_view":   "Register or replace a view, a public CEL projection: {id, expr, scope? (default: your own), description?, enabled?, render?, timer?}.",
-	"_delete_view":     "Delete a view you registered: {id}.",
-	"_send_message":    "Post to _messages: {body, kind? (default chat), to? (agent id or list: directed), reply_to? (seq: joins its thread), subject? (starts a thread), ack? (true: recipients acknowledge with _ack)}.",
-	"_ack":             "Acknowledge a message that asked you (ack: true): {seq}.",
-	"help":             "Read the help: {key?}. Without a key, the list of keys.",
-}
-
-var builtinParams = map[string]map[string]ParamSpec{
-	"_register_action": {"id": {Type: "string", Required: true}, "writes": {Type: "array"}, "scope": {Type: "string"}, "if": {Type: "string"}},
-	"_delete_action":   {"id": {Type: "string", Required: true}},
-	"_register_view":   {"id": {Type: "string", Required: true}, "expr": {Type: "string", Required: true}, "scope": {Type: "string"}},
-	"_delete_view":     {"id": {Type: "string", Required: true}},
-	"_send_message": {"body": {Required: true}, "kind": {Type: "string"}, "to": {Description: "agent id or list of agent ids"},
-		"reply_to": {Type: "integer", Description: "seq of the message answered"}, "subject": {Type: "string"}, "ack": {Type: "boolean"}},
-	"_ack": {"seq": {Type: "integer", Required: true}},
-	"help": {"key": {Type: "string"}},
-}
+// The builtins an agent invokes like actions: the underscore ones
+// (registering and deleting definitions, sending a message, acknowledging
+// one), each in its own mutation under the same write path as an action,
+// and help (below), which reads. What each is called, says and takes is
+// package defs' (defs/builtins.go); what it does to the room is here.
+var (
+	builtinDescriptions = defs.BuiltinDescriptions
+	builtinParams       = defs.BuiltinParams
+)
 
 // invokeBuiltin runs one of the underscore builtins.
 func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id string, raw json.RawMessage, params map[string]any) (*InvokeResult, error) {
 	res := &InvokeResult{Invoked: true, Action: id, Agent: p.Actor(), Params: params}
-	strParam := func(name string) (string, error) {
-		v, _ := params[name].(string)
-		if v == "" {
-			return "", errs.New(errs.InvalidParam, "%s needs the string parameter %q", id, name).With("param", name).WithHint("invoke %s with params {%q: …}", id, name)
-		}
-		return v, nil
-	}
 	var err error
 	var seq int64
 	switch id {
 	case "_register_action":
 		var def ActionDef
-		if err = strictDecode(raw, &def); err == nil {
+		if err = defs.StrictDecode(raw, &def); err == nil {
 			var r *RegisterResult
 			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 				r, err = s.registerAction(m, def)
@@ -64,7 +45,7 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 		}
 	case "_register_view":
 		var def ViewDef
-		if err = strictDecode(raw, &def); err == nil {
+		if err = defs.StrictDecode(raw, &def); err == nil {
 			var r *RegisterResult
 			seq, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 				r, err = s.registerView(m, def)
@@ -77,7 +58,7 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 		}
 	case "_delete_action", "_delete_view":
 		var target string
-		if target, err = strParam("id"); err == nil {
+		if target, err = defs.StringParam(id, params, "id"); err == nil {
 			scope := scopeActions
 			if id == "_delete_view" {
 				scope = scopeViews
@@ -115,18 +96,6 @@ func (s *Service) invokeBuiltin(ctx context.Context, p *Principal, roomID, id st
 	return res, nil
 }
 
-func strictDecode(raw json.RawMessage, v any) error {
-	if len(raw) == 0 {
-		raw = []byte("{}")
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return errs.New(errs.InvalidParam, "params do not fit the definition: %v", err).WithHint("see help key guide for the fields")
-	}
-	return nil
-}
-
 // SentMessage is what _send_message answers: the message's own seq, the
 // one number reply_to, _ack and the context's messages name it by (the
 // invocation's seq is the room's, one or more past it: a thread or an ack
@@ -140,31 +109,13 @@ type SentMessage struct {
 
 // sendMessage appends a message from the caller to _messages.
 func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, *SentMessage, []map[string]any, error) {
-	body, ok := params["body"]
-	if !ok || body == nil {
-		return nil, nil, nil, errs.New(errs.InvalidParam, "_send_message needs a body").With("param", "body").WithHint(`invoke _send_message with {"body": "…"}`)
-	}
-	kind, err := messageKind(params)
+	mp, err := defs.MessageParams(params, func(to []string) error { return s.checkRecipients(m, to) })
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	msg := map[string]any{"from": m.actor, "kind": kind, "body": body}
-	if to, ok := params["to"]; ok && to != nil {
-		list, err := recipients(to)
-		if err == nil {
-			err = s.checkRecipients(m, list)
-		}
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		msg["to"] = list
-	}
-	for k := range params {
-		switch k {
-		case "body", "kind", "to", "reply_to", "subject", "ack":
-		default:
-			return nil, nil, nil, errs.New(errs.InvalidParam, "_send_message has no parameter %q", k).With("param", k).WithHint("its parameters are body, kind, to, reply_to, subject and ack")
-		}
+	msg := map[string]any{"from": m.actor, "kind": mp.Kind, "body": mp.Body}
+	if mp.Directed {
+		msg["to"] = mp.To
 	}
 	thread, err := s.threadFields(m, params, msg)
 	if err != nil {
@@ -192,37 +143,6 @@ func (s *Service) sendMessage(m *mutation, params map[string]any) (*Entry, *Sent
 		thread = sent
 	}
 	return written[0], &SentMessage{Seq: sent, Thread: thread}, audit, nil
-}
-
-// messageKind is the kind a message's params give it, chat by default.
-func messageKind(params map[string]any) (string, error) {
-	k, ok := params["kind"]
-	if !ok {
-		return "chat", nil
-	}
-	if kind, ok := k.(string); ok && kind != "" && kind != "action_invocation" {
-		return kind, nil
-	}
-	return "", errs.New(errs.InvalidParam, "kind must be a non-empty string other than action_invocation").With("param", "kind").WithHint(`e.g. "chat", "proposal", "status"`)
-}
-
-// recipients are the agents a message's to names: one id or a list.
-func recipients(to any) ([]string, error) {
-	switch x := to.(type) {
-	case string:
-		return []string{x}, nil
-	case []any:
-		var list []string
-		for _, e := range x {
-			s, ok := e.(string)
-			if !ok {
-				return nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": ["alice", "bob"]`)
-			}
-			list = append(list, s)
-		}
-		return list, nil
-	}
-	return nil, errs.New(errs.InvalidParam, "to must be an agent id or a list of them").With("param", "to").WithHint(`e.g. "to": "alice"`)
 }
 
 // ackAsked are the agents a message asks to acknowledge it when its
@@ -277,10 +197,110 @@ func (s *Service) checkRecipients(m *mutation, to []string) error {
 			listed = listed[:50]
 		}
 		e.With("agents", listed)
-		if near := nearest(id, slices.Clone(ids)); near != "" {
+		if near := defs.Nearest(id, slices.Clone(ids)); near != "" {
 			e.With("did_you_mean", near)
 		}
 		return e
 	}
 	return nil
+}
+
+// helpLimits are the limits and values the help texts quote.
+func (s *Service) helpLimits() help.Limits {
+	return help.Limits{
+		MaxValueBytes: s.lim.MaxValueBytes, MaxValueDepth: s.lim.MaxValueDepth,
+		ViewCostPerRead: s.lim.ViewCostPerRead, ActionCostPerRead: s.lim.ActionCostPerRead, EnabledCostPerRead: s.lim.EnabledCostPerRead,
+		RoomCostPerSecond: s.lim.RoomCostPerSecond, GuestShare: exprbudget.GuestShare, ViewLinkShare: exprbudget.ViewLinkShare,
+		GateMinCost: exprbudget.MinCost, GateQuantum: s.lim.GateQuantum, NowRecheck: s.wait.NowRecheck,
+		Expr: s.cel.Limits(), MaxContextBytes: envelope.MaxBudget, VersionsRead: versionsRead, StandardLibrary: defs.StandardLibrary,
+	}
+}
+
+func (s *Service) helpKeyList(room map[string]*srow) []string {
+	keys := append([]string{}, help.Keys...)
+	for k := range room {
+		if !contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Help returns one help key (the room's override when it has one), or the
+// list of keys when key is empty.
+func (s *Service) Help(ctx context.Context, p *Principal, roomID, key string) (*HelpResult, error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, err
+	}
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rc, err := s.readCtx(ctx, p, roomID, false)
+	if err != nil {
+		return nil, err
+	}
+	return s.helpFrom(rc, key)
+}
+
+func (s *Service) helpFrom(rc *roomCtx, key string) (*HelpResult, error) {
+	room := map[string]*srow{}
+	for k, r := range rc.snap.scopes[scopeHelp] {
+		if r.timer.live(rc.now) {
+			room[k] = r
+		}
+	}
+	if key == "" {
+		return &HelpResult{Keys: s.helpKeyList(room), Usage: words(rc.p).Say(errs.Step{Op: errs.OpHelp, Args: map[string]any{"key": "<key>"}}) +
+			" reads one key; a room overrides a key with the state entry _help.<key>"}, nil
+	}
+	if r, ok := room[key]; ok {
+		v := r.Version
+		return &HelpResult{Key: key, Content: json.RawMessage(r.Value), Source: "room", Version: &v}, nil
+	}
+	if c, ok := help.Content(key, words(rc.p), s.helpLimits()); ok {
+		var zero int64
+		return &HelpResult{Key: key, Content: c, Source: "system", Version: &zero}, nil
+	}
+	return nil, errs.New(errs.HelpKeyNotFound, "no help key %q", key).With("available", s.helpKeyList(room)).
+		WithHint("read one of the available keys; help without a key lists them")
+}
+
+// invokeHelp answers the help builtin, unless the room registered its own
+// help action (then handled is false and the action runs). It admits on
+// its own: Invoke answers help before it admits (read-only callers may
+// invoke help, and nothing else).
+func (s *Service) invokeHelp(ctx context.Context, p *Principal, roomID string, params map[string]any) (*InvokeResult, bool, error) {
+	ctx, done, err := s.work(ctx, p, roomID)
+	if err != nil {
+		if dead := s.deadRemembered(ctx, p); dead != nil {
+			return nil, true, dead
+		}
+		return nil, true, err
+	}
+	defer done()
+	rc, err := s.readCtx(ctx, p, roomID, false)
+	if err != nil {
+		return nil, true, err
+	}
+	if a := rc.snap.actions["help"]; a != nil && a.r.timer.live(rc.now) {
+		return nil, false, nil
+	}
+	key, _ := params["key"].(string)
+	if v, ok := params["key"]; ok && key == "" && v != nil {
+		return nil, true, errs.New(errs.InvalidParam, "key must be a string").With("param", "key").WithHint("one of %v", help.Keys)
+	}
+	out, err := s.helpFrom(rc, key)
+	if err != nil {
+		return nil, true, err
+	}
+	return &InvokeResult{Invoked: true, Action: "help", Agent: p.Actor(), Params: params, Seq: rc.snap.seq, Builtin: out}, true, nil
+}
+
+// SystemHelp answers help outside any room, worded by w: the system keys
+// only.
+func (s *Service) SystemHelp(key string, w errs.Words) (*HelpResult, error) {
+	return s.helpFrom(&roomCtx{p: &Principal{Words: w}, snap: &snapshot{scopes: map[string]map[string]*srow{}}}, key)
 }

@@ -4,20 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"iter"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/salienceport"
 )
 
+// What the write path keeps for readers beside a room's own entries:
+// threads and acknowledgements, and the vocabulary's usage.
+//
 // Threads and acknowledgements (issue 31 items 2 and 3), on the
 // substrate's own terms: a message stays one append-only entry of
 // _messages, with fields; what a thread or an acknowledgement adds up to
@@ -36,15 +37,21 @@ import (
 //     unread does; "all have acknowledged" is size(acked) == size(to).
 //
 // Both expire a while after their last change (threadTTL), so a room's
-// long history cannot fill the scopes' key limit; the messages stay.
+// long history cannot fill the scopes' key limit; the messages stay. What
+// the builtins' params may be, who may acknowledge and a thread's wait
+// condition are substrate/envelope's rules (threadrules.go); how a read
+// shows threads and receipts is context.go's.
+//
+// The vocabulary's usage (vocabulary_usage) is what adaptive salience
+// reads of past invocations: a mutation records each use of an action or
+// view (invoked, read by an invoked action, registered), decayed by the
+// room's salience; a read loads it once per snapshot.
 const (
 	ScopeThreads = "_threads"
 	ScopeAcks    = "_acks"
 	// threadTTL is how long a thread or an ack record outlives its last
-	// change.
-	threadTTL = 30 * 24 * time.Hour
-	// maxSubject bounds a subject (runes).
-	maxSubject = 200
+	// change (envelope.ThreadTTL).
+	threadTTL = envelope.ThreadTTL
 	// AckOverdue is when, by default, a requested acknowledgement becomes
 	// overdue in the recipient's _attention (Options.AckOverdue).
 	AckOverdue = 10 * time.Minute
@@ -68,19 +75,11 @@ func (s *Service) threadOf(m *mutation, replyTo int64) (thread int64, subject st
 	err = m.tx.QueryRow(m.ctx, `SELECT value, enabled_expr FROM state WHERE room_id = $1 AND scope = '_messages' AND sort_key = $2`+liveSQL,
 		m.room, replyTo).Scan(&raw, &enabled)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && enabled != nil) {
-		e := errs.New(errs.InvalidParam, "reply_to %d is not a message you can reply to", replyTo).With("param", "reply_to")
-		hint := "reply_to is the seq of a message in the room (each message in the context's messages.recent has one, and sending one answers with it); nothing was sent"
 		near, err := nearestMessage(m, replyTo)
 		if err != nil {
 			return 0, "", err
 		}
-		if near > 0 {
-			// The usual slip is a room seq (an invocation's, a read's)
-			// for the message's own, one or two past it.
-			e.With("did_you_mean", near)
-			hint = fmt.Sprintf("the nearest message is %d; %s", near, hint)
-		}
-		return 0, "", e.WithHint("%s", hint)
+		return 0, "", envelope.NotAReply(replyTo, near)
 	}
 	if err != nil {
 		return 0, "", err
@@ -104,55 +103,14 @@ func nearestMessage(m *mutation, seq int64) (int64, error) {
 	return near, err
 }
 
-// intParam reads an integer parameter (a JSON number).
-func intParam(params map[string]any, name string) (int64, bool, error) {
-	v, ok := params[name]
-	if !ok || v == nil {
-		return 0, false, nil
-	}
-	bad := errs.New(errs.InvalidParam, "%s must be a message seq (a positive integer)", name).With("param", name).
-		WithHint(`e.g. "%s": 42, the seq of a message in the context's messages.recent`, name)
-	var n int64
-	switch x := v.(type) {
-	case json.Number:
-		i, err := x.Int64()
-		if err != nil {
-			return 0, true, bad
-		}
-		n = i
-	case float64:
-		if x != float64(int64(x)) {
-			return 0, true, bad
-		}
-		n = int64(x)
-	case string:
-		i, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, true, bad
-		}
-		n = i
-	default:
-		return 0, true, bad
-	}
-	if n <= 0 {
-		return 0, true, bad
-	}
-	return n, true, nil
-}
-
 // threadFields adds reply_to, thread and subject to a message being
 // sent, from params; thread is 0 for a message in no thread.
 func (s *Service) threadFields(m *mutation, params map[string]any, msg map[string]any) (thread int64, err error) {
-	subject := ""
-	if v, ok := params["subject"]; ok && v != nil {
-		str, ok := v.(string)
-		if !ok || strings.TrimSpace(str) == "" || utf8.RuneCountInString(str) > maxSubject || strings.ContainsAny(str, "\x00\r\n") {
-			return 0, errs.New(errs.InvalidParam, "subject must be one line of 1–%d characters", maxSubject).With("param", "subject").
-				WithHint(`e.g. "subject": "Release date"`)
-		}
-		subject = strings.TrimSpace(str)
+	subject, err := envelope.SubjectParam(params)
+	if err != nil {
+		return 0, err
 	}
-	replyTo, ok, err := intParam(params, "reply_to")
+	replyTo, ok, err := envelope.SeqParam(params, "reply_to")
 	if err != nil {
 		return 0, err
 	}
@@ -229,24 +187,15 @@ func (s *Service) recordAck(m *mutation, seq int64, to []string) error {
 // ack is the builtin _ack {"seq": N}: the caller acknowledges message N,
 // which asked it to. Acknowledging again changes nothing.
 func (s *Service) ack(m *mutation, params map[string]any) (map[string]any, []map[string]any, error) {
-	for k := range params {
-		if k != "seq" {
-			return nil, nil, errs.New(errs.InvalidParam, "_ack has no parameter %q", k).With("param", k).WithHint(`_ack takes {"seq": N}, the seq of the message that asked you`)
-		}
-	}
-	seq, ok, err := intParam(params, "seq")
+	seq, err := envelope.AckParams(params)
 	if err != nil {
 		return nil, nil, err
-	}
-	if !ok {
-		return nil, nil, errs.New(errs.InvalidParam, "_ack needs seq, the message to acknowledge").With("param", "seq").WithHint(`invoke _ack with {"seq": N}`)
 	}
 	key := strconv.FormatInt(seq, 10)
 	var raw json.RawMessage
 	err = m.tx.QueryRow(m.ctx, `SELECT value FROM state WHERE room_id = $1 AND scope = '_acks' AND key = $2 AND sort_key IS NULL`+liveSQL, m.room, key).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, errs.New(errs.InvalidParam, "message %d asks nobody for acknowledgement", seq).With("param", "seq").
-			WithHint("acknowledge messages sent with ack: true (they carry \"ack\": true); nothing was written")
+		return nil, nil, envelope.NotAsked(seq)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -255,12 +204,12 @@ func (s *Service) ack(m *mutation, params map[string]any) (map[string]any, []map
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		return nil, nil, err
 	}
-	if !slices.Contains(rec.To, m.actor) {
-		return nil, nil, errs.New(errs.Forbidden, "message %d asks %s for acknowledgement, not %s", seq, strings.Join(rec.To, ", "), m.actor).
-			With("param", "seq").WithHint("only the agents a message asks acknowledge it")
+	done, pending, err := rec.AckBy(seq, m.actor)
+	if err != nil {
+		return nil, nil, err
 	}
-	if st, done := rec.Acked[m.actor]; done {
-		return map[string]any{"acked": seq, "already": true, "at": st.At}, nil, nil
+	if done != nil {
+		return map[string]any{"acked": seq, "already": true, "at": done.At}, nil, nil
 	}
 	patch, _ := json.Marshal(map[string]any{"acked": map[string]any{m.actor: AckStamp{At: m.now.UTC()}}})
 	_, audit, err := s.applyOps(m, []op{{Scope: ScopeAcks, Key: key, Merge: patch, Deep: true,
@@ -268,67 +217,7 @@ func (s *Service) ack(m *mutation, params map[string]any) (map[string]any, []map
 	if err != nil {
 		return nil, nil, err
 	}
-	pending := 0
-	for _, a := range rec.To {
-		if _, ok := rec.Acked[a]; !ok && a != m.actor {
-			pending++
-		}
-	}
 	return map[string]any{"acked": seq, "pending": pending}, audit, nil
-}
-
-// receiptsOf reads a message's receipts from the read's snapshot and
-// presence (nil: the message asked for none).
-func (rc *roomCtx) receiptsOf(seq int64) *Receipts {
-	r, ok := rc.snap.scopes[ScopeAcks][strconv.FormatInt(seq, 10)]
-	if !ok || !r.timer.live(rc.now) {
-		return nil
-	}
-	seen := make(map[string]int64, len(rc.agents))
-	for _, a := range rc.agents {
-		seen[a.ID] = a.LastSeenSeq
-	}
-	return envelope.ReceiptsOf(r.Value, seq, seen)
-}
-
-// overdueAcks are the acknowledgements asked of the reader that are
-// overdue (envelope.OverdueAcks), from the read's live _acks entries.
-func (rc *roomCtx) overdueAcks(roomID string, after time.Duration) []OverdueAck {
-	return envelope.OverdueAcks(rc.liveEntries(ScopeAcks), rc.self, rc.now, after, func(seq int64) string {
-		return rc.p.Say(errs.Step{Op: errs.OpInvoke, Room: roomID, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})
-	})
-}
-
-// threadsSection lists the room's most recently active threads, unread
-// ones first, from the read's snapshot (envelope.Threads).
-func (rc *roomCtx) threadsSection(roomID string, recent []map[string]any, seenBefore int64) []ThreadSummary {
-	var all []ThreadSummary
-	for key, raw := range rc.liveEntries(ScopeThreads) {
-		if t, ok := envelope.ThreadSummaryOf(key, raw); ok {
-			all = append(all, t)
-		}
-	}
-	return envelope.Threads(all, recent, rc.self, seenBefore, func(thread int64) string {
-		return rc.p.Say(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "messages", "thread": thread}})
-	})
-}
-
-// liveEntries are the stored values of scope's entries live at the
-// read's time, by key.
-func (rc *roomCtx) liveEntries(scope string) iter.Seq2[string, json.RawMessage] {
-	return func(yield func(string, json.RawMessage) bool) {
-		for key, r := range rc.snap.scopes[scope] {
-			if r.timer.live(rc.now) && !yield(key, r.Value) {
-				return
-			}
-		}
-	}
-}
-
-// threadCondition is the condition of a wait on a thread: a message in
-// it after seq.
-func threadCondition(thread, after int64) string {
-	return fmt.Sprintf(`"_threads" in state && "%d" in state._threads && state._threads["%d"].latest > %d`, thread, thread, after)
 }
 
 // roomSeq reads a room's seq.
@@ -341,17 +230,111 @@ func (s *Service) roomSeq(ctx context.Context, roomID string) (int64, error) {
 	return seq, err
 }
 
-// seenBefore is the newest message the reader had been shown before this
-// read (its unread messages come after it).
-func (rc *roomCtx) seenBefore() int64 {
-	for _, a := range rc.agents {
-		if a.ID == rc.self {
-			return a.LastSeenSeq
-		}
+// defaultDecay is the usage decay when no feature is salience.
+const defaultDecay = 0.95
+
+// decayOf is the room's usage decay, for the write path.
+func (s *Service) decayOf(snap *snapshot) float64 {
+	if s.wired.salience == nil {
+		return defaultDecay
 	}
-	return 0
+	return s.wired.salience.Decay(snap.config())
 }
 
-// MessageThread is the thread a message of the context's messages.recent
-// belongs to (0: none): its thread, or its own seq when it starts one.
-func MessageThread(m map[string]any) int64 { return envelope.MessageThread(m) }
+// config is the value of _shared._config, nil when absent.
+func (snap *snapshot) config() json.RawMessage {
+	if r := snap.scopes[ScopeShared]["_config"]; r != nil {
+		return r.Value
+	}
+	return nil
+}
+
+// loadUsage reads the vocabulary's usage into the snapshot, once, with q:
+// the read transaction that read the snapshot's seq, so the usage is the
+// one at that seq (a mutation updates it in its own commit). Read after
+// that transaction, it held uses committed since.
+func (snap *snapshot) loadUsage(ctx context.Context, q querier) error {
+	snap.usageMu.Lock()
+	defer snap.usageMu.Unlock()
+	if snap.usage != nil {
+		return nil
+	}
+	u, err := loadUsage(ctx, q, snap.room)
+	if err != nil {
+		return err
+	}
+	snap.usage = u
+	return nil
+}
+
+// loadUsage reads the room's vocabulary usage.
+func loadUsage(ctx context.Context, q querier, roomID string) (map[string]*Usage, error) {
+	rows, err := q.Query(ctx, sqlUsage, roomID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]*Usage{}
+	for rows.Next() {
+		var kind, id string
+		var u Usage
+		var last *int64
+		if err := rows.Scan(&kind, &id, &u.Uses, &last, &u.Score, &u.ReadsAtUse); err != nil {
+			return nil, err
+		}
+		if last != nil {
+			u.LastUsedSeq = *last
+		}
+		out[UsageKey(kind, id)] = &u
+	}
+	return out, rows.Err()
+}
+
+// vocabTouch records, in a mutation, that an action or view was used
+// (invoked, or read by an invoked action's expressions) or registered.
+type vocabTouch struct {
+	kind, id string
+	use      bool
+}
+
+// touchVocabulary queues the mutation's vocabulary uses at seq: uses and
+// last use move for what was used; every touched item's score is decayed
+// to now and reinforced by one. reads are the room's context reads as a
+// read's salience counts them (mutation.roomReads): the reads at the use.
+func (m *mutation) touchVocabulary(seq int64, decay float64, reads int64) {
+	if len(m.vocab) == 0 {
+		return
+	}
+	kinds := make([]string, len(m.vocab))
+	ids := make([]string, len(m.vocab))
+	uses := make([]bool, len(m.vocab))
+	for i, t := range m.vocab {
+		kinds[i], ids[i], uses[i] = t.kind, t.id, t.use
+	}
+	m.batch.Queue(sqlTouchVocabulary, m.room, kinds, ids, uses, seq, m.now, decay, reads)
+}
+
+// ViewOwner is the agent whose view def is, to fix when it breaks: the
+// agent of its scope, or the agent that registered a communal one; ""
+// for a view registered with room authority (the room's own).
+func ViewOwner(def *ViewDef) string { return defs.RegistrarOf(def.Scope, def.RegisteredBy) }
+
+// ViewRefs are the ids of the views src names (views.<id>, views["id"]),
+// in order, repeats included. Shared between callers: read-only.
+func ViewRefs(src string) []string { return defs.FactsOf(src).Views }
+
+// StatePaths are the state entries src names by path (state.<scope>.<key>,
+// .?key or ["key"]): scope and key, in order. Shared between callers:
+// read-only.
+func StatePaths(src string) [][2]string { return defs.FactsOf(src).Paths }
+
+// ViewSelf is the scope a view reads as state.self ("" for a communal
+// one).
+func ViewSelf(def *ViewDef) string { return viewSelf(def) }
+
+// viewsReadBy are the ids of the views the action's expressions read
+// whose use an invocation records (salienceport.ViewsUsedBy): the system
+// views are nobody's vocabulary.
+func viewsReadBy(def *ActionDef) []string {
+	return salienceport.ViewsUsedBy(def, viewContested, ViewHealth)
+}

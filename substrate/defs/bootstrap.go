@@ -1,0 +1,74 @@
+package defs
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/syncsubstrate/sync/substrate/errs"
+)
+
+// A role's bootstrap definitions (seed 003 §V), as the role lists them:
+// which definition each entry is, or why it is none. Registering them,
+// as the agent that fills the role, is the core's.
+
+// MaxBootstrap caps the definitions a role's first fill registers (each
+// is its own mutation).
+const MaxBootstrap = 32
+
+// BootstrapResult is one definition a role's first fill registered, or
+// why it could not (the embodiment stands either way: the role is filled
+// and its agent may register the definition itself once it is fixed).
+type BootstrapResult struct {
+	Kind string `json:"kind"` // action or view
+	ID   string `json:"id,omitempty"`
+	// Error is the registration's error code, Message what was wrong.
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// BootstrapFailed is the result of a bootstrap definition of kind (id,
+// when known) refused with err.
+func BootstrapFailed(kind, id string, err error) BootstrapResult {
+	e := errs.From(err)
+	return BootstrapResult{Kind: kind, ID: id, Error: string(e.Code), Message: e.Message}
+}
+
+// TooManyBootstrap is the result that ends a role's bootstrap past
+// MaxBootstrap definitions.
+func TooManyBootstrap(kind string) BootstrapResult {
+	return BootstrapFailed(kind, "", errs.New(errs.InvalidField, "over %d bootstrap definitions: the rest were not registered", MaxBootstrap))
+}
+
+// BootstrapAction is the action a bootstrap_actions entry v names: a
+// standard-library id or an action definition. ok is false when it is
+// neither, and bad says why.
+func BootstrapAction(v any) (def ActionDef, bad BootstrapResult, ok bool) {
+	if id, isID := v.(string); isID {
+		found := false
+		for _, t := range StandardLibrary {
+			if t.ID == id {
+				def, found = t, true
+			}
+		}
+		if !found {
+			return def, BootstrapResult{Kind: "action", ID: id, Error: "action_not_found",
+				Message: fmt.Sprintf("%q is not a standard-library action (help key standard_library lists them); give a definition instead", id)}, false
+		}
+		return def, BootstrapResult{}, true
+	}
+	raw, _ := json.Marshal(v)
+	if err := json.Unmarshal(raw, &def); err != nil || def.ID == "" {
+		return def, BootstrapResult{Kind: "action", Error: "invalid_field", Message: "a bootstrap action is a standard-library id or an action definition {id, writes, …}"}, false
+	}
+	return def, BootstrapResult{}, true
+}
+
+// BootstrapView is the view a bootstrap_views entry v defines; ok is
+// false when it is no view definition, and bad says why.
+func BootstrapView(v any) (def ViewDef, bad BootstrapResult, ok bool) {
+	raw, _ := json.Marshal(v)
+	if _, isObj := v.(map[string]any); !isObj || json.Unmarshal(raw, &def) != nil || def.ID == "" {
+		return def, BootstrapResult{Kind: "view", Error: "invalid_field", Message: "a bootstrap view is a view definition {id, expr, …}"}, false
+	}
+	return def, BootstrapResult{}, true
+}
