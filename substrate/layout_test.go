@@ -92,6 +92,10 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// The write path's rules: a write's validation, a stored value's
 	// checks, what a set, merge or increment leaves (no room, no SQL).
 	"substrate/write": true,
+	// Search's own rules: its request and rows, the scope rule its
+	// statement narrows by, its cost, its cap per credential, its
+	// languages (no room, no SQL; the statements are search.go's).
+	"substrate/searchrule": true,
 }
 
 // machinery are the packages beneath the rules (issue 45): each makes one

@@ -195,21 +195,20 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	prefix, column := RoomTokenPrefix, "token_hash"
-	switch which {
-	case "room":
-	case "view":
-		prefix, column = ViewTokenPrefix, "view_token_hash"
-	default:
-		return nil, errs.New(errs.InvalidField, "which is %q: rotate the \"room\" token or the \"view\" token", which).With("field", "which").
-			WithHint(`send {"which": "room"} or {"which": "view"}`)
+	prefix, view, err := authority.RotatedPrefix(which)
+	if err != nil {
+		return nil, err
+	}
+	column := "token_hash"
+	if view {
+		column = "view_token_hash"
 	}
 	if err := authority.MayRotate(p, roomID); err != nil {
 		return nil, err
 	}
 	token, hash := authority.NewToken(prefix)
 	out := &RotatedToken{Room: roomID, Which: which, Token: token}
-	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 		// The grants read again under the lock: a "*" taken away
 		// meanwhile no longer rotates.
 		if err := authority.MayRotate(m.p, roomID); err != nil {
@@ -280,9 +279,6 @@ type JoinRequest struct {
 	// needs room authority: an agent may not hide itself from the room.
 	Enabled string `json:"enabled,omitempty"`
 }
-
-// Agent statuses a client may set by heartbeat; "waiting" is set by wait.
-var settableStatus = []string{"active", "idle", "busy", "done"}
 
 const agentColumns = `id, name, role, status, waiting_on, last_heartbeat, joined_at, grants, meta, coalesce(enabled_expr, ''),
 	coalesce(CASE WHEN user_id IS NOT NULL THEN name END, '')`
@@ -504,15 +500,8 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 // checkAgentUpdate checks u's fields before any database work and returns
 // them as stored: the grants (nil: unchanged), meta and enabled.
 func (s *Service) checkAgentUpdate(u *AgentUpdate) (grants []string, meta []byte, enabled *string, err error) {
-	if u.Name != nil {
-		if err := validText("name", *u.Name, 128, true); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	if u.Role != nil {
-		if err := validText("role", *u.Role, 64, true); err != nil {
-			return nil, nil, nil, err
-		}
+	if err := authority.ValidAgentText(u.Name, u.Role); err != nil {
+		return nil, nil, nil, err
 	}
 	if u.Grants != nil {
 		if grants, err = s.validGrants(*u.Grants); err != nil {
@@ -579,8 +568,8 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 	if err := authority.MayHeartbeat(p, agentID); err != nil {
 		return nil, err
 	}
-	if status != "" && !slices.Contains(settableStatus, status) {
-		return nil, errs.New(errs.InvalidField, "status %q is not one of %v", status, settableStatus).WithHint("omit status or use one of %v", settableStatus)
+	if err := authority.ValidStatus(status); err != nil {
+		return nil, err
 	}
 	a, err := scanAgent(s.db.QueryRow(ctx, `UPDATE agents SET last_heartbeat = now(),
 			status = coalesce(nullif($3, ''), status)
@@ -597,32 +586,8 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 	return a, err
 }
 
-// validAgent checks an agent's id, name and role (defaulting the role to
-// "agent"), for joins and embodiments alike.
+// validAgent checks an agent's id, name and role, defaulting the role
+// (authority.ValidAgent under the server's limits).
 func (s *Service) validAgent(id, name string, role *string) error {
-	if err := authority.ValidName("agent id", id, s.lim.MaxScopeBytes, false); err != nil {
-		return err
-	}
-	if err := validText("name", name, 128, true); err != nil {
-		return err
-	}
-	if *role == "" {
-		*role = "agent"
-	}
-	return validText("role", *role, 64, true)
-}
-
-func validText(field, s string, max int, required bool) error {
-	if s == "" && required {
-		return errs.New(errs.InvalidField, "%s is required", field).WithHint("send a non-empty %s", field)
-	}
-	if len(s) > max {
-		return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", field, len(s), max).WithHint("shorten %s", field)
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || authority.IsBidiControl(r) {
-			return errs.New(errs.InvalidField, "%s contains control character %U", field, r).WithHint("use printable text")
-		}
-	}
-	return nil
+	return authority.ValidAgent(id, name, role, s.lim.MaxScopeBytes)
 }
