@@ -19,35 +19,18 @@ import (
 // may read the key, and what of the recent entries any reader of the room
 // may know of.
 
-// AuditEntry is one _audit entry as stored: its seq and its record.
-type AuditEntry struct {
-	Seq   int64
-	Value json.RawMessage
-}
+// AuditEntry is one _audit entry as stored; a page of the log holds at
+// most MaxAuditPageRows of them and about 4 MiB, and AuditPageEnds says
+// when one ends the log (authority/auditlog.go).
+type AuditEntry = authority.AuditEntry
 
-// auditPageBytes bounds the entries read per statement, so a trajectory
-// or replay holds a bounded part of the log at a time, and no connection
-// while it decodes or writes.
-const auditPageBytes = 4 << 20
+// MaxAuditPageRows bounds the rows of one AuditPage (the statement's
+// LIMIT), whatever n a caller asks for.
+const MaxAuditPageRows = authority.MaxAuditPageRows
 
 // AuditPageEnds reports whether a page AuditPage returned for n rows ends
-// the log up to its bound: it is short, and not because the page reached
-// its size bound. A reader stops there, without another statement.
-func AuditPageEnds(page []AuditEntry, n int) bool {
-	if n <= 0 || n > MaxAuditPageRows {
-		n = MaxAuditPageRows
-	}
-	size := 0
-	for _, r := range page {
-		size += len(r.Value)
-	}
-	return len(page) < n && size <= auditPageBytes
-}
-
-// MaxAuditPageRows bounds the rows of one AuditPage, whatever n a caller
-// asks for: the statement's own LIMIT, so that stopping at the byte bound
-// never leaves a large result to drain.
-const MaxAuditPageRows = 1000
+// the log up to its bound.
+func AuditPageEnds(page []AuditEntry, n int) bool { return authority.AuditPageEnds(page, n) }
 
 // AuditPage reads roomID's _audit entries with after < seq ≤ upTo, in seq
 // order, from state and state_archive (where retention moved the old
@@ -58,9 +41,7 @@ func (s *Service) AuditPage(ctx context.Context, p *Principal, roomID string, af
 	if err := authority.ReadsAuditLog(p, roomID); err != nil {
 		return nil, err
 	}
-	if n <= 0 || n > MaxAuditPageRows {
-		n = MaxAuditPageRows
-	}
+	n = authority.AuditPageRows(n)
 	rows, err := s.db.Query(ctx, sqlAuditPage, roomID, after, upTo, n)
 	if err != nil {
 		return nil, err
@@ -74,7 +55,7 @@ func (s *Service) AuditPage(ctx context.Context, p *Principal, roomID string, af
 			return nil, err
 		}
 		out = append(out, r)
-		if size += len(r.Value); size > auditPageBytes {
+		if size += len(r.Value); size > authority.AuditPageBytes {
 			break
 		}
 	}
@@ -113,9 +94,7 @@ func (s *Service) AuditSeenBy(ctx context.Context, p *Principal, roomID string, 
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if n <= 0 || n > MaxAuditPageRows {
-		n = MaxAuditPageRows
-	}
+	n = authority.AuditPageRows(n)
 	if upTo <= 0 {
 		upTo = math.MaxInt64
 	}

@@ -10,9 +10,22 @@ import (
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
+
+// A presence and the embodiments' requests and result (defs/room.go),
+// under the names the lobby uses.
+type (
+	Presence          = defs.Presence
+	EmbodyRequest     = defs.EmbodyRequest
+	EmbodyRoleRequest = defs.EmbodyRoleRequest
+	RoleEmbodiment    = defs.RoleEmbodiment
+)
+
+// grantsOf is grants as stored (never NULL).
+var grantsOf = defs.StoredGrants
 
 // Operations the lobby needs on rooms and agents. The substrate owns the
 // rooms, agents and state tables; the lobby reaches them only through
@@ -20,30 +33,6 @@ import (
 // whichever layer asks. The mutations (Embody, EmbodyRole, SetIdle) are
 // core agent operations; the reads (RoomHeads, Presences, RoomView) give
 // substrate/roomview what it shapes the lobby's room summaries from.
-
-// Presence is an agent's presence as stored (substrate/roomview lapses
-// it to idle, as the lobby shows it).
-type Presence struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	Role          string    `json:"role"`
-	Status        string    `json:"status"`
-	WaitingOn     *string   `json:"waiting_on"`
-	LastHeartbeat time.Time `json:"last_heartbeat"`
-	// Client is the MCP client the agent was last embodied through; ""
-	// for agents created with a token.
-	Client string `json:"client,omitempty"`
-	// Owner is the user an agent was made for by embodiment; "" for
-	// agents created with a token.
-	Owner string `json:"-"`
-	// Gated is true for an agent with an enabled expression, which the
-	// lobby shows only to those who read the whole room (it does not
-	// evaluate it per user).
-	Gated bool `json:"-"`
-	// Unseen is how long the agent has not been seen, as Presences read
-	// it.
-	Unseen time.Duration `json:"-"`
-}
 
 // RoomHead is a room's row as the lobby lists it: RoomHeads reads many at
 // once, and RoomView reads the room's state at Seq.
@@ -334,18 +323,6 @@ func (s *Service) AgentOwner(ctx context.Context, roomID, agentID string) (owner
 	return owner, err == nil, err
 }
 
-// EmbodyRequest is an embodiment of an agent for a user.
-type EmbodyRequest struct {
-	Room, Agent, Name, Role string
-	// Client is the name of the MCP client embodying (shown in the lobby).
-	Client string
-	// User is the user the agent is made for, or must already belong to.
-	User string
-	// Grants replace the agent's grants: what the user's access level
-	// gives (the lobby decides; seed 003 §XI).
-	Grants []string
-}
-
 // Embody makes agent req.Agent in req.Room for req.User, or resumes it when
 // that user already owns it, and marks it active. It never adopts an agent
 // created with a token or made for another user: that is errs.Forbidden.
@@ -426,30 +403,6 @@ func nonEmpty(s string) *string {
 		return nil
 	}
 	return &s
-}
-
-// EmbodyRoleRequest is a user filling a role defined in _shared.roles.
-type EmbodyRoleRequest struct {
-	Room, Role string
-	// Name is the user's name (the agent's name while they drive it),
-	// User their id, Client the MCP client's name.
-	Name, User, Client string
-	// Grants replace the agent's grants, as in EmbodyRequest.
-	Grants []string
-}
-
-// RoleEmbodiment is the result of EmbodyRole.
-type RoleEmbodiment struct {
-	Presence
-	// Created is true when the role's agent was made now.
-	Created bool `json:"created"`
-	// TakenOver is true when the agent was last driven by another user,
-	// who had vacated the role; the takeover is in the room's _audit log
-	// (kind agent_embody, previous_user).
-	TakenOver bool `json:"taken_over,omitempty"`
-	// Bootstrap is what the role's first fill registered from its
-	// bootstrap_actions and bootstrap_views (see bootstrapRole).
-	Bootstrap []BootstrapResult `json:"bootstrap,omitempty"`
 }
 
 // EmbodyRole makes req.User the driver of the agent that fills role
@@ -573,12 +526,4 @@ func (s *Service) reenterRoleAgent(m *mutation, req EmbodyRoleRequest, role stri
 		}
 	}
 	return m.tx.QueryRow(m.ctx, q, args...).Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
-}
-
-// grantsOf is grants as stored (never NULL).
-func grantsOf(g []string) []string {
-	if g == nil {
-		return []string{}
-	}
-	return g
 }

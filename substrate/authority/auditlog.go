@@ -105,3 +105,39 @@ func AuditNarrowed(all []AuditSeen, seen map[ScopeKey]bool) []AuditSeen {
 	}
 	return out
 }
+
+// AuditEntry is one _audit entry as stored: its seq and its record.
+type AuditEntry struct {
+	Seq   int64
+	Value json.RawMessage
+}
+
+// AuditPageBytes bounds the entries read per statement, so a trajectory
+// or replay holds a bounded part of the log at a time, and no connection
+// while it decodes or writes.
+const AuditPageBytes = 4 << 20
+
+// MaxAuditPageRows bounds the rows of one page of the log, whatever n a
+// caller asks for: the statement's own LIMIT, so that stopping at the byte
+// bound never leaves a large result to drain.
+const MaxAuditPageRows = 1000
+
+// AuditPageRows is the rows a page of the log asked for n holds at most:
+// n, or MaxAuditPageRows for n out of 1 … MaxAuditPageRows.
+func AuditPageRows(n int) int {
+	if n <= 0 || n > MaxAuditPageRows {
+		return MaxAuditPageRows
+	}
+	return n
+}
+
+// AuditPageEnds reports whether a page read for n rows ends the log up to
+// its bound: it is short, and not because the page reached its size
+// bound. A reader stops there, without another statement.
+func AuditPageEnds(page []AuditEntry, n int) bool {
+	size := 0
+	for _, r := range page {
+		size += len(r.Value)
+	}
+	return len(page) < AuditPageRows(n) && size <= AuditPageBytes
+}
