@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,35 +18,18 @@ import (
 // may read the key, and what of the recent entries any reader of the room
 // may know of.
 
-// AuditEntry is one _audit entry as stored: its seq and its record.
-type AuditEntry struct {
-	Seq   int64
-	Value json.RawMessage
-}
+// AuditEntry is one _audit entry as stored; a page of the log holds at
+// most MaxAuditPageRows of them and about 4 MiB, and AuditPageEnds says
+// when one ends the log (authority/auditlog.go).
+type AuditEntry = authority.AuditEntry
 
-// auditPageBytes bounds the entries read per statement, so a trajectory
-// or replay holds a bounded part of the log at a time, and no connection
-// while it decodes or writes.
-const auditPageBytes = 4 << 20
+// MaxAuditPageRows bounds the rows of one AuditPage (the statement's
+// LIMIT), whatever n a caller asks for.
+const MaxAuditPageRows = authority.MaxAuditPageRows
 
 // AuditPageEnds reports whether a page AuditPage returned for n rows ends
-// the log up to its bound: it is short, and not because the page reached
-// its size bound. A reader stops there, without another statement.
-func AuditPageEnds(page []AuditEntry, n int) bool {
-	if n <= 0 || n > MaxAuditPageRows {
-		n = MaxAuditPageRows
-	}
-	size := 0
-	for _, r := range page {
-		size += len(r.Value)
-	}
-	return len(page) < n && size <= auditPageBytes
-}
-
-// MaxAuditPageRows bounds the rows of one AuditPage, whatever n a caller
-// asks for: the statement's own LIMIT, so that stopping at the byte bound
-// never leaves a large result to drain.
-const MaxAuditPageRows = 1000
+// the log up to its bound.
+func AuditPageEnds(page []AuditEntry, n int) bool { return authority.AuditPageEnds(page, n) }
 
 // AuditPage reads roomID's _audit entries with after < seq ≤ upTo, in seq
 // order, from state and state_archive (where retention moved the old
@@ -60,9 +40,7 @@ func (s *Service) AuditPage(ctx context.Context, p *Principal, roomID string, af
 	if err := authority.ReadsAuditLog(p, roomID); err != nil {
 		return nil, err
 	}
-	if n <= 0 || n > MaxAuditPageRows {
-		n = MaxAuditPageRows
-	}
+	n = authority.AuditPageRows(n)
 	rows, err := s.db.Query(ctx, sqlAuditPage, roomID, after, upTo, n)
 	if err != nil {
 		return nil, err
@@ -76,7 +54,7 @@ func (s *Service) AuditPage(ctx context.Context, p *Principal, roomID string, af
 			return nil, err
 		}
 		out = append(out, r)
-		if size += len(r.Value); size > auditPageBytes {
+		if size += len(r.Value); size > authority.AuditPageBytes {
 			break
 		}
 	}
@@ -97,33 +75,12 @@ func (s *Service) AuditOfKind(ctx context.Context, p *Principal, roomID, kind st
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[AuditEntry])
 }
 
-// ScopeKey names one entry.
-type ScopeKey struct {
-	Scope string `json:"scope"`
-	Key   string `json:"key"`
-}
-
-// AuditSeen is what a reader of the room may know of one audit entry:
-// who did what and which keys it moved. Values and params are never
-// here: the state shows what a key holds, to whoever may read it.
-type AuditSeen struct {
-	Seq     int64
-	TS      time.Time
-	By      string
-	Kind    string
-	Action  string
-	Command string // a loom entry's verb
-	// Agent is the agent an agent_* entry is about (By may be whoever
-	// made it); "" for other kinds.
-	Agent string
-	OK    *bool // whether an invocation went through; nil for other kinds
-	// Error is a refused invocation's error as recorded (a code, or an
-	// object with one): room authority only.
-	Error any
-	// Keys are the keys the entry moved, each once: for a reader who is
-	// not room authority only those it may read now.
-	Keys []ScopeKey
-}
+// ScopeKey names one entry; AuditSeen is what a reader may know of one
+// audit entry (authority/auditlog.go decides it).
+type (
+	ScopeKey  = authority.ScopeKey
+	AuditSeen = authority.AuditSeen
+)
 
 // AuditSeenBy reads the newest n (1 … MaxAuditPageRows; others mean the
 // most) audit entries of roomID with seq ≤ upTo (0: now), newest first,
@@ -136,9 +93,7 @@ func (s *Service) AuditSeenBy(ctx context.Context, p *Principal, roomID string, 
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if n <= 0 || n > MaxAuditPageRows {
-		n = MaxAuditPageRows
-	}
+	n = authority.AuditPageRows(n)
 	if upTo <= 0 {
 		upTo = math.MaxInt64
 	}
@@ -151,42 +106,12 @@ func (s *Service) AuditSeenBy(ctx context.Context, p *Principal, roomID string, 
 	if err != nil {
 		return nil, err
 	}
-	out := all[:0]
-	for _, a := range all {
-		var keys []ScopeKey
-		for _, k := range a.Keys {
-			if seen[k] {
-				keys = append(keys, k)
-			}
-		}
-		if len(keys) > 0 {
-			a.Keys = keys
-			out = append(out, a)
-		}
-	}
-	return out, nil
-}
-
-// auditRec is the part of an audit entry AuditSeen tells of.
-type auditRec struct {
-	TS     time.Time `json:"ts"`
-	By     string    `json:"by"`
-	Kind   string    `json:"kind"`
-	Action string    `json:"action"`
-	Cmd    string    `json:"command"`
-	Agent  string    `json:"agent"`
-	OK     *bool     `json:"ok"`
-	Error  any       `json:"error"`
-	Delta  []struct {
-		Scope string `json:"scope"`
-		Key   string `json:"key"`
-	} `json:"delta"`
+	return authority.AuditNarrowed(all, seen), nil
 }
 
 // readAuditSeen reads the newest n audit entries of roomID with seq ≤
-// upTo as room authority (admin) knows of them, or as any reader does
-// before its keys are decided (no error). An entry that does not decode
-// is left out.
+// upTo as authority.AuditSeenOf tells of them. An entry that does not
+// decode is left out.
 func (s *Service) readAuditSeen(ctx context.Context, roomID string, upTo int64, n int, admin bool) ([]AuditSeen, error) {
 	rows, err := s.db.Query(ctx, sqlAuditNewest, roomID, upTo, n)
 	if err != nil {
@@ -196,23 +121,9 @@ func (s *Service) readAuditSeen(ctx context.Context, roomID string, upTo int64, 
 	var seq int64
 	var raw json.RawMessage
 	_, err = pgx.ForEachRow(rows, []any{&seq, &raw}, func() error {
-		var r auditRec
-		if json.Unmarshal(raw, &r) != nil {
-			return nil
+		if a, ok := authority.AuditSeenOf(seq, raw, admin); ok {
+			all = append(all, a)
 		}
-		a := AuditSeen{Seq: seq, TS: r.TS, By: r.By, Kind: r.Kind, Action: r.Action, Command: r.Cmd, OK: r.OK}
-		if strings.HasPrefix(r.Kind, "agent_") {
-			a.Agent = r.Agent
-		}
-		if admin {
-			a.Error = r.Error
-		}
-		for _, d := range r.Delta {
-			if k := (ScopeKey{d.Scope, d.Key}); !slices.Contains(a.Keys, k) {
-				a.Keys = append(a.Keys, k)
-			}
-		}
-		all = append(all, a)
 		return nil
 	})
 	if err != nil {

@@ -78,13 +78,21 @@
 // (the room exists, the agent is a person's, its scope holds state):
 // authority/room.go (Address, MayJoin, MayChangeAgent, MayRename,
 // Grants, MayHeartbeat, Embodies, MayDeleteRoom, MayRotate, MayInvoke,
-// ActionMayWrite, ViewRegistrar, ViewDeleter, MayRedefine, MayUndefine),
+// ActionMayWrite, ViewRegistrar, ViewDeleter, MayRedefine, MayUndefine;
+// the lobby's embodiments: EmbodiedBy, MayEmbody, RoleIDValid,
+// MayFillRoleID, RoleToFill, MayFillRole, TakesOver), authority/agent.go
+// (an agent's id, name, role and status, a rotation's token:
+// ValidAgent, ValidText, ValidStatus, RotatedPrefix),
+// authority/auditlog.go (ReadsAuditLog; what a reader may know of an
+// audit entry: AuditSeenOf, AuditNarrowed; a page's bounds),
 // authority/definitions.go (Registrar, MayReplace, DefinitionReader,
 // Bootstrapper), authority/scope.go (CanRead, CheckWrite) and the one
 // read rule (authority/visibility.go). What a refusal of an invocation
 // says, the builtins' definitions and a role's bootstrap entries are
-// substrate/defs' (refusal.go, builtins.go, bootstrap.go). The core's
-// files hold the SQL: rooms.go (rooms and agents), authority.go (finding
+// substrate/defs' (refusal.go, builtins.go, bootstrap.go), and so are a
+// room's and an agent's records and requests as the surfaces and the
+// lobby see them (room.go). The core's files hold the SQL: rooms.go
+// (rooms and agents), authority.go (finding
 // and re-checking a credential), actions.go (registration, a role's
 // bootstrap), invoke.go (an invocation and its refusals), builtins.go
 // (the underscore builtins and help).
@@ -132,7 +140,10 @@
 //     are kept only when p's context read would show them (the one read
 //     rule, gates, timers), and the views p's context evaluated; the
 //     search itself (request, paging, views matched) is substrate/search.
-//     ConfigureSearch: the search language.
+//     Search's own rules (its request and rows, the scope rule the
+//     statement narrows by, its cost, AtOnce per credential, its
+//     languages) are substrate/searchrule's; search.go holds the
+//     statements. ConfigureSearch: the search language.
 //   - Threads and acknowledgements (records.go): _send_message's
 //     reply_to, subject and ack, the builtin _ack, and the system scopes
 //     _threads and _acks they keep in the same mutation (the rules of
@@ -193,7 +204,8 @@
 //     and Reader (the one read rule's scopes for p). RoleIDValid: the
 //     ids a role may take, as EmbodyRole checks them.
 //   - AgentOwner; Embody, EmbodyRole, SetIdle (mutations, with the
-//     checks each documents).
+//     checks each documents: authority/room.go's embodiment rules,
+//     asked with the rows read under the room lock).
 //
 // Maintenance: PurgeExpired, RetainLogs, RunJanitor (the process's own
 // housekeeping, no principal).

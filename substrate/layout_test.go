@@ -30,13 +30,15 @@ var features = map[string]string{
 	"substrate/trajectory":  "trajectory export, a key's history, replay",
 	"substrate/salience":    "adaptive salience: _attention, _vocabulary_health (seed 000 §VII)",
 	// The statements and the read rule they apply are the core's
-	// (SearchRows); the request, paging and views matched are the feature.
+	// (SearchRows), search's cost and caps substrate/searchrule's; the
+	// request, paging and views matched are the feature.
 	"substrate/search": "full-text search: its request, paging, snippets and views (issue 31)",
 	// The reads (RoomHeads, Presences, RoomView) and the read rule are the
 	// core's; what a room reads like at a glance is the feature.
 	"substrate/roomview": "what the lobby shows of a room: its summary, presence lapsed to idle (seed 003 §II)",
 	// What a reader may know of an audit entry is the core's
-	// (AuditSeenBy); the feed's paging and shape are the feature.
+	// (AuditSeenBy, deciding by authority.AuditSeenOf and AuditNarrowed);
+	// the feed's paging and shape are the feature.
 	"substrate/activity": "the room's activity feed and the agents a room had at a past seq",
 	// A fixture for tests, built only through the core's operations.
 	"substrate/reviewroom": "the review room: a busy room with planted signals for salience's precision (issue 43)",
@@ -68,7 +70,8 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// credential, and re-exports the names (issue 45).
 	"substrate/authority": true,
 	// What an action or a view is and makes one valid, its templates and
-	// params, what an expression names: rules that need no room (issue 45).
+	// params, what an expression names, a room's and an agent's records
+	// and requests: rules and shapes that need no room (issue 45).
 	"substrate/defs": true,
 	// The rule of a room's expression budget: whose budget, what is
 	// charged, the refusal; the buckets are workmeter's (issue 45).
@@ -95,6 +98,10 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	// checks, what a set, merge or increment leaves, the entry as a
 	// write's response shows it (no room, no SQL).
 	"substrate/write": true,
+	// Search's own rules: its request and rows, the scope rule its
+	// statement narrows by, its cost, its cap per credential, its
+	// languages (no room, no SQL; the statements are search.go's).
+	"substrate/searchrule": true,
 }
 
 // machinery are the packages beneath the rules (issue 45): each makes one

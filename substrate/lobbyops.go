@@ -4,18 +4,28 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate/authority"
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
-	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 )
+
+// A presence and the embodiments' requests and result (defs/room.go),
+// under the names the lobby uses.
+type (
+	Presence          = defs.Presence
+	EmbodyRequest     = defs.EmbodyRequest
+	EmbodyRoleRequest = defs.EmbodyRoleRequest
+	RoleEmbodiment    = defs.RoleEmbodiment
+)
+
+// grantsOf is grants as stored (never NULL).
+var grantsOf = defs.StoredGrants
 
 // Operations the lobby needs on rooms and agents. The substrate owns the
 // rooms, agents and state tables; the lobby reaches them only through
@@ -23,30 +33,6 @@ import (
 // whichever layer asks. The mutations (Embody, EmbodyRole, SetIdle) are
 // core agent operations; the reads (RoomHeads, Presences, RoomView) give
 // substrate/roomview what it shapes the lobby's room summaries from.
-
-// Presence is an agent's presence as stored (substrate/roomview lapses
-// it to idle, as the lobby shows it).
-type Presence struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	Role          string    `json:"role"`
-	Status        string    `json:"status"`
-	WaitingOn     *string   `json:"waiting_on"`
-	LastHeartbeat time.Time `json:"last_heartbeat"`
-	// Client is the MCP client the agent was last embodied through; ""
-	// for agents created with a token.
-	Client string `json:"client,omitempty"`
-	// Owner is the user an agent was made for by embodiment; "" for
-	// agents created with a token.
-	Owner string `json:"-"`
-	// Gated is true for an agent with an enabled expression, which the
-	// lobby shows only to those who read the whole room (it does not
-	// evaluate it per user).
-	Gated bool `json:"-"`
-	// Unseen is how long the agent has not been seen, as Presences read
-	// it.
-	Unseen time.Duration `json:"-"`
-}
 
 // RoomHead is a room's row as the lobby lists it: RoomHeads reads many at
 // once, and RoomView reads the room's state at Seq.
@@ -132,11 +118,9 @@ func (s *Service) Presences(ctx context.Context, ids []string) (map[string][]Pre
 // its presence lapses to idle.
 func (s *Service) IdleAfter() time.Duration { return s.idleAfter }
 
-// RoleIDValid reports whether a role may take id: an agent id without
-// ":" (ids with ":" are people's agents). EmbodyRole refuses the others.
-func (s *Service) RoleIDValid(id string) bool {
-	return !strings.Contains(id, ":") && authority.ValidName("role id", id, s.lim.MaxScopeBytes, false) == nil
-}
+// RoleIDValid reports whether a role may take id (authority.RoleIDValid
+// under the server's limits). EmbodyRole refuses the others.
+func (s *Service) RoleIDValid(id string) bool { return authority.RoleIDValid(id, s.lim.MaxScopeBytes) }
 
 // RoomView is a read-only view of one room's state at its head's seq,
 // for the lobby's summary of it. Its maps are the room's cached
@@ -339,18 +323,6 @@ func (s *Service) AgentOwner(ctx context.Context, roomID, agentID string) (owner
 	return owner, err == nil, err
 }
 
-// EmbodyRequest is an embodiment of an agent for a user.
-type EmbodyRequest struct {
-	Room, Agent, Name, Role string
-	// Client is the name of the MCP client embodying (shown in the lobby).
-	Client string
-	// User is the user the agent is made for, or must already belong to.
-	User string
-	// Grants replace the agent's grants: what the user's access level
-	// gives (the lobby decides; seed 003 §XI).
-	Grants []string
-}
-
 // Embody makes agent req.Agent in req.Room for req.User, or resumes it when
 // that user already owns it, and marks it active. It never adopts an agent
 // created with a token or made for another user: that is errs.Forbidden.
@@ -360,8 +332,8 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 	if err := s.validAgent(req.Agent, req.Name, &req.Role); err != nil {
 		return nil, err
 	}
-	if req.User == "" {
-		return nil, errs.New(errs.InvalidField, "an embodiment needs a user").WithHint("embody through the lobby")
+	if err := authority.EmbodiedBy(req.User); err != nil {
+		return nil, err
 	}
 	var out Presence
 	_, err := s.mutate(ctx, RoomPrincipal(req.Room), req.Room, func(m *mutation) error {
@@ -373,21 +345,16 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 		if err != nil {
 			return err
 		}
-		switch {
-		case exists && (owner == nil || *owner != req.User):
-			return errs.New(errs.Forbidden, "agent %q is not yours to embody", req.Agent).
-				WithHint("embody without an agent id to get your own, or pick one marked yours in the lobby")
-		case exists:
+		if err := authority.MayEmbody(req.Agent, req.User, exists, owner, scopeUsed); err != nil {
+			return err
+		}
+		if exists {
 			// A role's agent keeps its role (its id): it stays one made for
 			// that role, which EmbodyRole checks.
 			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = CASE WHEN role = id THEN role ELSE $3 END, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4, grants = $5
 				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role, nonEmpty(req.Client), grantsOf(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
-		case scopeUsed:
-			// Taking this id would hand the newcomer an existing scope's data.
-			return errs.New(errs.ScopeInUse, "scope %q already holds state, so %q cannot be a new agent", req.Agent, req.Agent).
-				WithHint("embody with another agent id")
-		default:
+		} else {
 			// The agent's token is never shown: the user acts through the
 			// lobby session, not with a token.
 			_, hash := authority.NewToken(AgentTokenPrefix)
@@ -438,30 +405,6 @@ func nonEmpty(s string) *string {
 	return &s
 }
 
-// EmbodyRoleRequest is a user filling a role defined in _shared.roles.
-type EmbodyRoleRequest struct {
-	Room, Role string
-	// Name is the user's name (the agent's name while they drive it),
-	// User their id, Client the MCP client's name.
-	Name, User, Client string
-	// Grants replace the agent's grants, as in EmbodyRequest.
-	Grants []string
-}
-
-// RoleEmbodiment is the result of EmbodyRole.
-type RoleEmbodiment struct {
-	Presence
-	// Created is true when the role's agent was made now.
-	Created bool `json:"created"`
-	// TakenOver is true when the agent was last driven by another user,
-	// who had vacated the role; the takeover is in the room's _audit log
-	// (kind agent_embody, previous_user).
-	TakenOver bool `json:"taken_over,omitempty"`
-	// Bootstrap is what the role's first fill registered from its
-	// bootstrap_actions and bootstrap_views (see bootstrapRole).
-	Bootstrap []BootstrapResult `json:"bootstrap,omitempty"`
-}
-
 // EmbodyRole makes req.User the driver of the agent that fills role
 // req.Role in req.Room (seed 003 §V, §XI): the agent's id is the role's
 // id, so whoever fills a role is the same agent, with its scope, actions,
@@ -481,7 +424,7 @@ type RoleEmbodiment struct {
 // The role check, the agent change and the filled_by claim are one
 // mutation under the room lock, so two users cannot fill one role.
 func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleEmbodiment, error) {
-	if err := s.checkRoleEmbodiment(req); err != nil {
+	if err := authority.MayFillRoleID(req.User, req.Role, s.lim.MaxScopeBytes); err != nil {
 		return nil, err
 	}
 	role := req.Role
@@ -495,27 +438,27 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		if err != nil {
 			return err
 		}
-		var occ roleOccupant
-		// inUse: its driver has not stepped out (sync_disembody leaves it
-		// idle) and was seen within idleAfter, as presence shows it.
+		var occ authority.RoleOccupant
+		// InUse is decided by the database's clock, which stamped
+		// last_heartbeat.
 		err = m.tx.QueryRow(m.ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT user_id FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT name FROM agents WHERE room_id = $1 AND id = $2),
 				(SELECT role FROM agents WHERE room_id = $1 AND id = $2),
 				EXISTS (SELECT 1 FROM state WHERE room_id = $1 AND scope = $2),
 				EXISTS (SELECT 1 FROM agents WHERE room_id = $1 AND id = $2 AND status <> 'idle' AND last_heartbeat > now() - make_interval(secs => $3))`,
-			req.Room, req.Role, s.idleAfter.Seconds()).Scan(&occ.exists, &occ.owner, &occ.prevName, &occ.prevRole, &occ.scopeUsed, &occ.inUse)
+			req.Room, req.Role, s.idleAfter.Seconds()).Scan(&occ.Exists, &occ.Owner, &occ.PrevName, &occ.PrevRole, &occ.ScopeUsed, &occ.InUse)
 		if err != nil {
 			return err
 		}
-		audit := map[string]any{"kind": "agent_embody", "agent": req.Role, "role": req.Role, "user": req.User, "name": req.Name, "created": !occ.exists, "grants": grantsOf(req.Grants)}
+		audit := map[string]any{"kind": "agent_embody", "agent": req.Role, "role": req.Role, "user": req.User, "name": req.Name, "created": !occ.Exists, "grants": grantsOf(req.Grants)}
 		if req.Client != "" {
 			audit["client"] = req.Client
 		}
-		if err := checkRoleOccupant(req, filledBy, &occ); err != nil {
+		if err := authority.MayFillRole(req.Role, req.User, filledBy, occ); err != nil {
 			return err
 		}
-		if occ.exists {
+		if occ.Exists {
 			err = s.reenterRoleAgent(m, req, role, &occ, audit, out)
 		} else {
 			_, hash := authority.NewToken(AgentTokenPrefix)
@@ -548,29 +491,8 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 	return out, nil
 }
 
-// checkRoleEmbodiment refuses an embodiment without a user or of a role
-// whose id could not be an agent's, or would be a person's agent's.
-func (s *Service) checkRoleEmbodiment(req EmbodyRoleRequest) error {
-	if req.User == "" {
-		return errs.New(errs.InvalidField, "an embodiment needs a user").WithHint("embody through the lobby")
-	}
-	if err := authority.ValidName("role id", req.Role, s.lim.MaxScopeBytes, false); err != nil {
-		return err.(*errs.Error).With("role", req.Role).
-			WithHint("a role's id is also its agent's id: the room's roles need ids of 1–%d characters from A–Z a–z 0–9 _ . : @ -, not starting with _", s.lim.MaxScopeBytes)
-	}
-	if strings.Contains(req.Role, ":") {
-		// <username>:<client> and <username>:web are people's agents: a
-		// role named after one would hand whoever fills it that person's
-		// agent, with its private scope, actions and views.
-		return errs.New(errs.InvalidField, "role id %q contains \":\": ids with \":\" are people's agents (<username>:<client>), never roles", req.Role).
-			With("role", req.Role).With("reason", "person_id").
-			WithHint("define the role again under an id without \":\" (help key roles), or embody without role to get your own agent")
-	}
-	return nil
-}
-
-// roleToFill is req.Role's definition in the room's _shared.roles and who
-// it says fills it; a role missing, or filled by another agent, is refused.
+// roleToFill is req.Role's definition in the room's live _shared.roles
+// and who it says fills it (authority.RoleToFill).
 func roleToFill(m *mutation, req EmbodyRoleRequest) (def map[string]any, filledBy string, err error) {
 	rows, err := loadRows(m, []op{{Scope: ScopeShared, Key: "roles"}})
 	if err != nil {
@@ -580,77 +502,17 @@ func roleToFill(m *mutation, req EmbodyRoleRequest) (def map[string]any, filledB
 	if r := rows[entryKey{ScopeShared, "roles"}]; r != nil && r.Version != 0 && r.timer.live(m.now) {
 		_ = json.Unmarshal(r.Value, &roles)
 	}
-	def, ok := roles[req.Role].(map[string]any)
-	if !ok {
-		if roles == nil {
-			return nil, "", errs.New(errs.NotFound, "room %q defines no roles", req.Room).With("role", req.Role).
-				WithHint("embody without role (next), or define the role first with the define_role action (help key standard_library)").
-				WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
-		}
-		names := make([]string, 0, len(roles))
-		for n := range roles {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return nil, "", errs.New(errs.NotFound, "room %q has no role %q", req.Room, req.Role).With("role", req.Role).With("roles", names).
-			WithHint("the room's roles are %s; embody one of them, or without role (next)", strings.Join(names, ", ")).
-			WithNext(errs.Step{Op: errs.OpJoin, Room: req.Room})
-	}
-	filledBy, _ = def["filled_by"].(string)
-	if filledBy != "" && filledBy != req.Role {
-		return nil, "", errs.New(errs.Forbidden, "role %q is filled by %s", req.Role, filledBy).With("role", req.Role).With("reason", "role_filled").
-			WithHint("pick an unfilled role from the lobby, or ask %s to vacate it", filledBy)
-	}
-	return def, filledBy, nil
-}
-
-// roleOccupant is the role's agent (and scope) as the room holds them.
-type roleOccupant struct {
-	owner, prevName, prevRole *string
-	exists, scopeUsed, inUse  bool
-}
-
-// checkRoleOccupant refuses a role whose agent was made with a token, is
-// a person's own, or another user still drives, and a role without an
-// agent whose scope already holds state.
-func checkRoleOccupant(req EmbodyRoleRequest, filledBy string, occ *roleOccupant) error {
-	switch {
-	case occ.exists && occ.owner == nil:
-		return errs.New(errs.Forbidden, "role %q is held by agent %q, made with a token (an autonomous agent)", req.Role, req.Role).
-			With("role", req.Role).With("reason", "token_agent").
-			WithHint("embody without role to get your own agent, or ask the room's owner to free the role")
-	case occ.exists && (occ.prevRole == nil || *occ.prevRole != req.Role):
-		// A role embodiment makes the role's agent or re-enters one
-		// made for that role (its role is the role's id), never an
-		// agent a person made for themself, whatever the roles say.
-		return errs.New(errs.Forbidden, "agent %q is a person's own agent, not one made for role %q", req.Role, req.Role).
-			With("role", req.Role).With("reason", "personal_agent").
-			WithHint("embody without role to get your own agent; the room's owner may rename the role")
-	case occ.exists && *occ.owner != req.User && (filledBy != "" || occ.inUse):
-		// filled_by is state whoever may write _shared.roles can
-		// clear (a collaborator, any action that writes it): a role
-		// whose agent another user still drives is not vacant,
-		// whatever it says. A driver gone without stepping out
-		// lapses to idle after IdleAfter; the role can then be freed.
-		return errs.New(errs.Forbidden, "role %q is filled: another user drives its agent", req.Role).
-			With("role", req.Role).With("reason", "role_filled").
-			WithHint("wait until they leave it (sync_disembody frees it), or pick an unfilled role from the lobby")
-	case occ.exists:
-	case occ.scopeUsed:
-		return errs.New(errs.ScopeInUse, "scope %q already holds state but no agent, so role %q cannot make its agent", req.Role, req.Role).
-			With("role", req.Role).WithHint("ask the room's owner to clear scope %q or rename the role", req.Role)
-	}
-	return nil
+	return authority.RoleToFill(req.Room, req.Role, roles)
 }
 
 // reenterRoleAgent resumes the role's agent, or takes over a vacated
 // one: the agent is the new occupant's then (its old token stops
 // working) and the audit records the previous occupant.
-func (s *Service) reenterRoleAgent(m *mutation, req EmbodyRoleRequest, role string, occ *roleOccupant, audit map[string]any, out *RoleEmbodiment) error {
+func (s *Service) reenterRoleAgent(m *mutation, req EmbodyRoleRequest, role string, occ *authority.RoleOccupant, audit map[string]any, out *RoleEmbodiment) error {
 	q := `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5
 				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
 	args := []any{req.Room, req.Role, nonEmpty(req.Client), role, grantsOf(req.Grants)}
-	if *occ.owner != req.User {
+	if authority.TakesOver(req.User, *occ) {
 		_, hash := authority.NewToken(AgentTokenPrefix)
 		q = `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5,
 						user_id = $6, name = $7, token_hash = $8
@@ -658,18 +520,10 @@ func (s *Service) reenterRoleAgent(m *mutation, req EmbodyRoleRequest, role stri
 		args = append(args, req.User, req.Name, hash)
 		out.TakenOver = true
 		audit["takeover"] = true
-		audit["previous_user"] = *occ.owner
-		if occ.prevName != nil {
-			audit["previous_name"] = *occ.prevName
+		audit["previous_user"] = *occ.Owner
+		if occ.PrevName != nil {
+			audit["previous_name"] = *occ.PrevName
 		}
 	}
 	return m.tx.QueryRow(m.ctx, q, args...).Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
-}
-
-// grantsOf is grants as stored (never NULL).
-func grantsOf(g []string) []string {
-	if g == nil {
-		return []string{}
-	}
-	return g
 }

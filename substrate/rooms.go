@@ -15,32 +15,21 @@ import (
 	"github.com/syncsubstrate/sync/substrate/errs"
 )
 
-// Room is a room as clients see it. Tokens are never part of it.
-type Room struct {
-	ID        string          `json:"id"`
-	CreatedAt time.Time       `json:"created_at"`
-	Meta      json.RawMessage `json:"meta"`
-	OpenJoin  bool            `json:"open_join"`
-	Seq       int64           `json:"seq"`
-}
+// A room and an agent as clients see them and ask for them
+// (defs/room.go), under the names the surfaces use.
+type (
+	Room              = defs.Room
+	CreateRoomRequest = defs.CreateRoomRequest
+	CreatedRoom       = defs.CreatedRoom
+	RotatedToken      = defs.RotatedToken
+	Agent             = defs.Agent
+	JoinedAgent       = defs.JoinedAgent
+	JoinRequest       = defs.JoinRequest
+	AgentUpdate       = defs.AgentUpdate
+)
 
-// CreateRoomRequest is the body of POST /rooms.
-type CreateRoomRequest struct {
-	// ID is the room id; a random one when empty.
-	ID string `json:"id,omitempty"`
-	// Meta is a free JSON object (label, description, …).
-	Meta json.RawMessage `json:"meta,omitempty"`
-	// OpenJoin lets anyone join with a new agent id, no token needed.
-	// Default false: joining needs the room token.
-	OpenJoin bool `json:"open_join,omitempty"`
-}
-
-// CreatedRoom is a new room with its tokens, shown this once.
-type CreatedRoom struct {
-	Room
-	Token     string `json:"token"`
-	ViewToken string `json:"view_token"`
-}
+// agentChange is the audit record of what an update changed.
+var agentChange = defs.AgentChange
 
 // CreateRoom makes a room and its room and view tokens. Creation is the
 // room's first mutation (seq 1, audited).
@@ -173,19 +162,6 @@ func (s *Service) DeleteRoom(ctx context.Context, p *Principal, roomID string) e
 	return nil
 }
 
-// RotatedToken is a room's new room or view token, shown this once.
-type RotatedToken struct {
-	Room  string `json:"room"`
-	Which string `json:"which"` // room or view
-	Token string `json:"token"`
-	// TokenAgentsWithRoomAuthority (rotating the room token) are the
-	// agents joined with a token that hold "*": the rotation leaves their
-	// tokens working, and whoever held a leaked room token could have made
-	// them. Review them (GET /agents, the _audit log's agent_join), then
-	// narrow their grants or re-join them to rotate their tokens.
-	TokenAgentsWithRoomAuthority []string `json:"token_agents_with_room_authority,omitempty"`
-}
-
 // RotateToken replaces a room's room token or view token (which) with a
 // new one and returns it; the old one is refused from then on, including
 // by waits and live pages already open with it (they check their
@@ -195,21 +171,20 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	prefix, column := RoomTokenPrefix, "token_hash"
-	switch which {
-	case "room":
-	case "view":
-		prefix, column = ViewTokenPrefix, "view_token_hash"
-	default:
-		return nil, errs.New(errs.InvalidField, "which is %q: rotate the \"room\" token or the \"view\" token", which).With("field", "which").
-			WithHint(`send {"which": "room"} or {"which": "view"}`)
+	prefix, view, err := authority.RotatedPrefix(which)
+	if err != nil {
+		return nil, err
+	}
+	column := "token_hash"
+	if view {
+		column = "view_token_hash"
 	}
 	if err := authority.MayRotate(p, roomID); err != nil {
 		return nil, err
 	}
 	token, hash := authority.NewToken(prefix)
 	out := &RotatedToken{Room: roomID, Which: which, Token: token}
-	_, err := s.mutate(ctx, p, roomID, func(m *mutation) error {
+	_, err = s.mutate(ctx, p, roomID, func(m *mutation) error {
 		// The grants read again under the lock: a "*" taken away
 		// meanwhile no longer rotates.
 		if err := authority.MayRotate(m.p, roomID); err != nil {
@@ -238,51 +213,6 @@ func (s *Service) RotateToken(ctx context.Context, p *Principal, roomID, which s
 
 // Agents: joining, changing, heartbeats. Who may do each is
 // authority/room.go's; the rows are here.
-
-// Agent is an agent's public presence (seed 001: presence is public
-// metadata, not private state).
-type Agent struct {
-	ID            string          `json:"id"`
-	Name          string          `json:"name"`
-	Role          string          `json:"role"`
-	Status        string          `json:"status"`
-	WaitingOn     *string         `json:"waiting_on"`
-	LastHeartbeat time.Time       `json:"last_heartbeat"`
-	JoinedAt      time.Time       `json:"joined_at"`
-	Grants        []string        `json:"grants"`
-	Meta          json.RawMessage `json:"meta"`
-	// Enabled is the agent's enabled expression, when it has one: while
-	// it is false for a reader, that reader does not see the agent in its
-	// context, CEL `agents` or GET /agents (seed 001: enabled is universal).
-	Enabled string `json:"enabled,omitempty"`
-	// Account is the username of the person whose account drives the
-	// agent (an MCP embodiment, a role they fill, their web agent); absent
-	// for agents joined with a token, whatever their id or name says. An
-	// account agent's name is its driver's username and cannot be changed.
-	Account string `json:"account,omitempty"`
-}
-
-// JoinedAgent is an agent with its token, shown this once.
-type JoinedAgent struct {
-	Agent
-	Token string `json:"token"`
-	// Created is false when an existing agent re-joined (token rotated).
-	Created bool `json:"created"`
-}
-
-// JoinRequest is the body of POST /rooms/:id/agents.
-type JoinRequest struct {
-	ID   string          `json:"id,omitempty"`
-	Name string          `json:"name"`
-	Role string          `json:"role,omitempty"`
-	Meta json.RawMessage `json:"meta,omitempty"`
-	// Enabled gates the agent's presence (see Agent.Enabled). Setting it
-	// needs room authority: an agent may not hide itself from the room.
-	Enabled string `json:"enabled,omitempty"`
-}
-
-// Agent statuses a client may set by heartbeat; "waiting" is set by wait.
-var settableStatus = []string{"active", "idle", "busy", "done"}
 
 const agentColumns = `id, name, role, status, waiting_on, last_heartbeat, joined_at, grants, meta, coalesce(enabled_expr, ''),
 	coalesce(CASE WHEN user_id IS NOT NULL THEN name END, '')`
@@ -447,17 +377,6 @@ func (s *Service) ListAgents(ctx context.Context, p *Principal, roomID string) (
 	return slices.DeleteFunc(out, func(a Agent) bool { _, ok := rc.vars.Agents[a.ID]; return !ok }), nil
 }
 
-// AgentUpdate is the body of PATCH /rooms/:id/agents/:agent. Absent fields
-// are left as they are.
-type AgentUpdate struct {
-	Name   *string         `json:"name,omitempty"`
-	Role   *string         `json:"role,omitempty"`
-	Grants *[]string       `json:"grants,omitempty"`
-	Meta   json.RawMessage `json:"meta,omitempty"`
-	// Enabled sets the agent's enabled expression ("" removes it).
-	Enabled *string `json:"enabled,omitempty"`
-}
-
 // UpdateAgent changes an agent's name, role, grants or meta; room authority
 // only.
 func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID string, u AgentUpdate) (*Agent, error) {
@@ -504,15 +423,8 @@ func (s *Service) UpdateAgent(ctx context.Context, p *Principal, roomID, agentID
 // checkAgentUpdate checks u's fields before any database work and returns
 // them as stored: the grants (nil: unchanged), meta and enabled.
 func (s *Service) checkAgentUpdate(u *AgentUpdate) (grants []string, meta []byte, enabled *string, err error) {
-	if u.Name != nil {
-		if err := validText("name", *u.Name, 128, true); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	if u.Role != nil {
-		if err := validText("role", *u.Role, 64, true); err != nil {
-			return nil, nil, nil, err
-		}
+	if err := authority.ValidAgentText(u.Name, u.Role); err != nil {
+		return nil, nil, nil, err
 	}
 	if u.Grants != nil {
 		if grants, err = s.validGrants(*u.Grants); err != nil {
@@ -548,27 +460,6 @@ func refuseAccountRename(ctx context.Context, m *mutation, roomID, agentID strin
 	return authority.MayRename(agentID, account)
 }
 
-// agentChange is the audit record of what an update changed.
-func agentChange(u *AgentUpdate, grants []string, meta []byte) map[string]any {
-	change := map[string]any{}
-	if u.Name != nil {
-		change["name"] = *u.Name
-	}
-	if u.Role != nil {
-		change["role"] = *u.Role
-	}
-	if u.Grants != nil {
-		change["grants"] = grants
-	}
-	if meta != nil {
-		change["meta"] = json.RawMessage(meta)
-	}
-	if u.Enabled != nil {
-		change["enabled"] = *u.Enabled
-	}
-	return change
-}
-
 // Heartbeat marks an agent present, optionally with a status. The agent
 // itself or room authority may call it. It is presence, not a room
 // mutation: no sequence number, no audit entry.
@@ -579,8 +470,8 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 	if err := authority.MayHeartbeat(p, agentID); err != nil {
 		return nil, err
 	}
-	if status != "" && !slices.Contains(settableStatus, status) {
-		return nil, errs.New(errs.InvalidField, "status %q is not one of %v", status, settableStatus).WithHint("omit status or use one of %v", settableStatus)
+	if err := authority.ValidStatus(status); err != nil {
+		return nil, err
 	}
 	a, err := scanAgent(s.db.QueryRow(ctx, `UPDATE agents SET last_heartbeat = now(),
 			status = coalesce(nullif($3, ''), status)
@@ -597,32 +488,8 @@ func (s *Service) Heartbeat(ctx context.Context, p *Principal, roomID, agentID, 
 	return a, err
 }
 
-// validAgent checks an agent's id, name and role (defaulting the role to
-// "agent"), for joins and embodiments alike.
+// validAgent checks an agent's id, name and role, defaulting the role
+// (authority.ValidAgent under the server's limits).
 func (s *Service) validAgent(id, name string, role *string) error {
-	if err := authority.ValidName("agent id", id, s.lim.MaxScopeBytes, false); err != nil {
-		return err
-	}
-	if err := validText("name", name, 128, true); err != nil {
-		return err
-	}
-	if *role == "" {
-		*role = "agent"
-	}
-	return validText("role", *role, 64, true)
-}
-
-func validText(field, s string, max int, required bool) error {
-	if s == "" && required {
-		return errs.New(errs.InvalidField, "%s is required", field).WithHint("send a non-empty %s", field)
-	}
-	if len(s) > max {
-		return errs.New(errs.InvalidField, "%s is %d bytes, over the limit of %d", field, len(s), max).WithHint("shorten %s", field)
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || authority.IsBidiControl(r) {
-			return errs.New(errs.InvalidField, "%s contains control character %U", field, r).WithHint("use printable text")
-		}
-	}
-	return nil
+	return authority.ValidAgent(id, name, role, s.lim.MaxScopeBytes)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/searchrule"
 )
 
 // Search's core (issue 31 item 1, issue 45): the statements over room
@@ -34,69 +34,16 @@ import (
 // (item 2). So a search can never tell a reader that a private entry
 // exists, let alone what it says.
 //
-// A search costs the database more than any evaluation it makes: each
-// statement's time is charged to the room's expression budget (work),
-// and one credential runs at most searchesAtOnce (issue 41 item 3).
+// What a search asks and returns, what it costs and how many run at once
+// are search's own rules, in substrate/searchrule.
 
-// SearchQuery is one search of a room's rows, as its caller checked it
-// (substrate/search bounds the query's words, the limit and the offset).
-type SearchQuery struct {
-	// Query is the text to find, in web-search syntax
-	// (websearch_to_tsquery).
-	Query string
-	// Scope keeps rows of one scope (self: the reader's own); "views"
-	// reads no rows, only the views.
-	Scope string
-	// From keeps messages from one sender and entries last written by
-	// one writer; Kind messages of one kind; Thread the messages of one
-	// thread (its first message's seq).
-	From, Kind string
-	Thread     int64
-	// After and Before bound the time of the message or of the entry's
-	// last write.
-	After, Before *time.Time
-	// Limit rows after the first Offset the reader sees.
-	Limit, Offset int
-	// Views asks for the views the reader's context evaluated too, when
-	// the scope is every one or views.
-	Views bool
-	// Caller is whose searches this one counts among (searchesAtOnce)
-	// beside the credential: the lobby's user id. Principals without a
-	// token of their own (the lobby's observers, an owner's room
-	// authority on the pages) are alike for every person, so without it
-	// one person's two searches refused everyone else's. "" for a
-	// token's caller, whom its token tells apart.
-	Caller string
-}
-
-// SearchRow is one row a search matched that its reader may see.
-type SearchRow struct {
-	// Kind is message, entry or log (a log entry of another scope).
-	Kind       string
-	Scope, Key string
-	// Seq is a message's or log entry's seq; Version an entry's.
-	Seq, Version int64
-	From         string
-	// MsgKind and Thread are a message's kind and thread.
-	MsgKind string
-	Thread  int64
-	// Snippet is the text around the match, matched words in «», as the
-	// statement cut it (not yet bounded in runes).
-	Snippet string
-	Rank    float64
-	At      time.Time
-}
-
-// SearchRead is what a search read of a room: the rows, best first, and
-// the views the reader's context evaluated, as JSON (when asked for).
-type SearchRead struct {
-	// Seq is the room seq the search read at.
-	Seq int64
-	// Scope is the query's scope, self resolved to the reader's.
-	Scope string
-	Rows  []SearchRow
-	Views map[string]json.RawMessage
-}
+// A search's request, its rows and its read (searchrule), under the
+// names the feature and the surfaces use.
+type (
+	SearchQuery = searchrule.Query
+	SearchRow   = searchrule.Row
+	SearchRead  = searchrule.Read
+)
 
 // SearchRows reads what p may see of the room's rows that match q, best
 // first: at most q.Limit, after the first q.Offset p sees. No row p's
@@ -105,10 +52,8 @@ func (s *Service) SearchRows(ctx context.Context, p *Principal, roomID string, q
 	if err := s.requireRoom(ctx, p, roomID); err != nil {
 		return nil, err
 	}
-	if q.Scope != "" && q.Scope != ScopeSelf && q.Scope != "views" {
-		if err := authority.ValidName("scope", q.Scope, 128, true); err != nil {
-			return nil, err.(*errs.Error).With("field", "scope")
-		}
+	if err := searchrule.ValidScope(q.Scope); err != nil {
+		return nil, err
 	}
 	release, err := s.searchSlot(p, roomID, q.Caller)
 	if err != nil {
@@ -131,16 +76,16 @@ func (s *Service) SearchRows(ctx context.Context, p *Principal, roomID string, q
 	if err != nil {
 		return nil, err.(*errs.Error).With("field", "scope")
 	}
-	if scope != "" && scope != "views" && !rc.visible(scope) {
+	if scope != "" && scope != searchrule.Views && !rc.visible(scope) {
 		return nil, rc.vis.Refuse(scope, "")
 	}
 	out := &SearchRead{Seq: rc.snap.seq, Scope: scope}
-	if scope != "views" {
+	if scope != searchrule.Views {
 		if out.Rows, err = s.searchHits(ctx, rc, p, roomID, scope, q); err != nil {
 			return nil, err
 		}
 	}
-	if q.Views && (scope == "" || scope == "views") {
+	if q.Views && (scope == "" || scope == searchrule.Views) {
 		out.Views = rc.viewsJSON()
 	}
 	return out, nil
@@ -165,14 +110,7 @@ func (rc *roomCtx) viewsJSON() map[string]json.RawMessage {
 // gate) pairs the query matches are decided one by one, as a log page
 // decides them.
 func (s *Service) searchRule(ctx context.Context, rc *roomCtx, p *Principal, roomID, scope string, q SearchQuery) ([]any, error) {
-	restricted := p != nil && !(p.Kind == KindRoom || p.Kind == KindView || p.ReadsAll || p.Admin())
-	mine := []string{}
-	if restricted {
-		if p.AgentID != "" {
-			mine = append(mine, p.AgentID)
-		}
-		mine = append(mine, p.Grants...)
-	}
+	restricted, mine := searchrule.Narrowing(p)
 	args := []any{roomID, q.Query, rc.snap.seq, scope, q.From, q.Kind, q.Thread, q.After, q.Before, mine, restricted}
 	hiddenScopes, hiddenIn, hiddenKeys := s.searchHidden(ctx, rc, scope, restricted, mine)
 	pairs, err := s.searchGatePairs(ctx, args)
@@ -211,7 +149,7 @@ func (s *Service) searchRule(ctx context.Context, rc *roomCtx, p *Principal, roo
 func (s *Service) searchHidden(ctx context.Context, rc *roomCtx, scope string, restricted bool, mine []string) (hiddenScopes, hiddenIn, hiddenKeys []string) {
 	hiddenScopes, hiddenKeys, hiddenIn = []string{}, []string{}, []string{}
 	for sc, rows := range rc.snap.scopes {
-		if notIndexed[sc] || (scope != "" && sc != scope) || (restricted && !strings.HasPrefix(sc, "_") && !slices.Contains(mine, sc)) {
+		if searchrule.NotIndexed[sc] || (scope != "" && sc != scope) || (restricted && !strings.HasPrefix(sc, "_") && !slices.Contains(mine, sc)) {
 			continue // the statement's filters leave it out already
 		}
 		if !rc.visible(sc) {
@@ -250,7 +188,7 @@ type searchGatePair struct {
 }
 
 // searchGatePairs are the (log scope, gate) pairs the query matches, at
-// most searchMaxGates.
+// most searchrule.MaxGates.
 func (s *Service) searchGatePairs(ctx context.Context, args []any) ([]searchGatePair, error) {
 	var pairs []searchGatePair
 	err := s.searchQuery(ctx, sqlSearchGates, args, func(rows pgx.Rows) error {
@@ -264,7 +202,7 @@ func (s *Service) searchGatePairs(ctx context.Context, args []any) ([]searchGate
 	if err != nil {
 		return nil, err
 	}
-	return pairs[:min(len(pairs), searchMaxGates)], nil
+	return pairs[:min(len(pairs), searchrule.MaxGates)], nil
 }
 
 // searchCand is a row the statement found, with the gate of its entry.
@@ -318,19 +256,7 @@ func scanSearchHit(rows pgx.Rows) (searchCand, error) {
 		&c.hit.Rank, &kind, &thread, &c.hit.Snippet); err != nil {
 		return c, err
 	}
-	c.hit.Kind = "entry"
-	if sortKey != nil {
-		c.hit.Kind, c.hit.Seq = "log", *sortKey
-		if c.hit.Scope == ScopeMessages {
-			c.hit.Kind, c.hit.Key, c.hit.Version = "message", "", 0
-			if kind != nil {
-				c.hit.MsgKind = *kind
-			}
-			if thread != nil {
-				c.hit.Thread, _ = strconv.ParseInt(*thread, 10, 64)
-			}
-		}
-	}
+	searchrule.Classify(&c.hit, sortKey, kind, thread)
 	return c, nil
 }
 
@@ -341,11 +267,7 @@ func (s *Service) searchSees(ctx context.Context, rc *roomCtx, h *SearchRow, ena
 		return false
 	}
 	if h.Kind != "entry" {
-		key := h.Key
-		if h.Kind == "message" {
-			key = strconv.FormatInt(h.Seq, 10)
-		}
-		if !rc.vis.Entry(h.Scope, key) {
+		if !rc.vis.Entry(h.Scope, searchrule.LogKey(h)) {
 			return false
 		}
 		if rc.logShown == nil {
@@ -395,7 +317,7 @@ const searchFilters = `room_id = $1 AND search_tsv @@ q AND revision <= $3 AND s
 			AND (NOT $11 OR scope ^@ '_' OR scope = ANY($10::text[]))`
 
 // sqlSearchGates lists the log scopes and the gates of the log entries a
-// search matches (at most searchMaxGates pairs): the reader's rule
+// search matches (at most searchrule.MaxGates pairs): the reader's rule
 // decides each pair once, in Go, before the search statement. A log
 // entry's gate reads the room, never the entry, so its answer is the
 // same for every entry it gates.
@@ -435,20 +357,6 @@ const sqlSearch = `WITH hits AS (
 	FROM hits
 	ORDER BY rank DESC, sort_key DESC NULLS LAST, scope, key`
 
-// searchMaxGates bounds the (log scope, gate) pairs one search decides
-// (sqlSearchGates' limit less one): the entries of pairs past it are left
-// out (fail closed), as a read leaves out the gates its budget could not
-// afford.
-const searchMaxGates = 1024
-
-// notIndexed are the scopes migration 0015 does not index: the rule need
-// not say anything of them.
-var notIndexed = map[string]bool{"_audit": true, scopeActions: true, scopeViews: true, "_agents": true, scopeCooldowns: true, "_acks": true, "_threads": true}
-
-// searchTokenTypes are the parser's word tokens a language stems (the
-// others, numbers, URLs and e-mail addresses, are indexed as they are).
-const searchTokenTypes = `asciiword, asciihword, hword_asciipart, word, hword, hword_part`
-
 // ConfigureSearch sets the search language: "simple" (no stemming, no
 // stop words) or a language PostgreSQL stems (english, german, french…:
 // SELECT dictname FROM pg_ts_dict lists them as <language>_stem). When it
@@ -457,21 +365,17 @@ const searchTokenTypes = `asciiword, asciihword, hword_asciipart, word, hword, h
 // search finds words as the new language stems them. Processes sharing a
 // database must agree on it (the last to start wins).
 func (s *Service) ConfigureSearch(ctx context.Context, language string) (changed bool, err error) {
-	language = strings.ToLower(strings.TrimSpace(language))
-	if language == "" {
+	dict := searchrule.Dictionary(language)
+	if dict == "" {
 		return false, nil
 	}
-	dict := language + "_stem"
-	if language == "simple" {
-		dict = "simple"
-	}
+	language = strings.ToLower(strings.TrimSpace(language))
 	var exists bool
 	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_ts_dict WHERE dictname = $1)`, dict).Scan(&exists); err != nil {
 		return false, err
 	}
 	if !exists {
-		return false, errs.New(errs.InvalidField, "search language %q is not one PostgreSQL has", language).
-			WithHint("use simple or a language with a stemmer: SELECT dictname FROM pg_ts_dict WHERE dictname LIKE '%%_stem'")
+		return false, searchrule.NoLanguage(language)
 	}
 	var current string
 	err = s.db.QueryRow(ctx, `SELECT d.dictname FROM pg_ts_config_map m JOIN pg_ts_config c ON c.oid = m.mapcfg
@@ -486,7 +390,7 @@ func (s *Service) ConfigureSearch(ctx context.Context, language string) (changed
 	}
 	// The dictionary name is one PostgreSQL listed above, so it is safe
 	// to write into the statement (DDL takes no parameters).
-	if _, err := s.db.Exec(ctx, `ALTER TEXT SEARCH CONFIGURATION sync_search ALTER MAPPING FOR `+searchTokenTypes+` WITH `+pgIdent(dict)); err != nil {
+	if _, err := s.db.Exec(ctx, `ALTER TEXT SEARCH CONFIGURATION sync_search ALTER MAPPING FOR `+searchrule.TokenTypes+` WITH `+searchrule.Ident(dict)); err != nil {
 		return false, err
 	}
 	rows, err := s.db.Query(ctx, `SELECT id FROM rooms WHERE seq > $1`, 0)
@@ -507,33 +411,13 @@ func (s *Service) ConfigureSearch(ctx context.Context, language string) (changed
 	return true, nil
 }
 
-// pgIdent quotes an identifier.
-func pgIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-// searchCostPerMS is what a millisecond of a search statement's database
-// time costs the room's expression budget (work). A search's work is
-// mostly PostgreSQL's (the index, ranking, snippets), which no evaluation
-// counts; billed so, a flood of searches spends its room's budget, not
-// the whole server's database. A quarter of the budget's CPU scale
-// (2,000,000 a second is some 100 ms of CPU): the time is wall time,
-// which a loaded machine inflates, and at the full scale one observer's
-// few ordinary searches in a second already spent the observers' share;
-// at this rate a room affords some 400 ms of search statements a second,
-// and the two-at-once cap per credential keeps one flood from taking it.
-const searchCostPerMS = 5_000
-
-// searchStatementTime bounds one search statement: past it the search is
-// cancelled and the caller told to narrow it. It also bounds the debt one
-// search can leave its room's budget (some 30 s of it at the default).
-const searchStatementTime = 3 * time.Second
-
 // searchQuery runs one search statement on a connection of its own, hands
 // each row to scan and charges the statement's database time (from the
 // query's start to its last row, the wait for a connection not counted)
 // to the room's budget.
 func (s *Service) searchQuery(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
 	return s.db.WithConn(ctx, func(ctx context.Context, conn *pgxpool.Conn) error {
-		limit := searchStatementTime
+		limit := searchrule.StatementTime
 		if s.searchTimeout > 0 {
 			limit = s.searchTimeout
 		}
@@ -541,7 +425,7 @@ func (s *Service) searchQuery(ctx context.Context, sql string, args []any, scan 
 		defer cancel()
 		t0 := time.Now()
 		defer func() {
-			expr.Charge(ctx, uint64(time.Since(t0).Microseconds()*searchCostPerMS/1000))
+			expr.Charge(ctx, searchrule.Cost(time.Since(t0)))
 		}()
 		rows, err := conn.Query(qctx, sql, args...)
 		if err == nil {
@@ -556,35 +440,22 @@ func (s *Service) searchQuery(ctx context.Context, sql string, args []any, scan 
 			}
 		}
 		if err != nil && qctx.Err() != nil && ctx.Err() == nil {
-			return errs.New(errs.InvalidField, "the search took longer than %s and was stopped", limit).With("field", "q").
-				WithHint("narrow it: rarer words, a scope, from, or a time range (after, before)")
+			return searchrule.TooLong(limit)
 		}
 		return err
 	})
 }
 
-// searchesAtOnce is the most searches one credential runs at once; past
-// it a search is refused with room_busy. Sixteen at once from one agent
-// token held the pool and slowed every other room (issue 41 item 3).
-const searchesAtOnce = 2
-
 // searchSlot takes one of the searches p's credential may run at once
-// (searchesAtOnce), or refuses it with room_busy; release gives it back.
-// A credential is a token (its hash), else the principal's kind and
-// agent: the lobby's principals carry no token, so the caller it names
-// (SearchQuery.Caller) tells its people apart.
+// (searchrule.AtOnce, counted by searchrule.SlotKey), or refuses it with
+// room_busy; release gives it back.
 func (s *Service) searchSlot(p *Principal, roomID, caller string) (release func(), _ error) {
-	key := roomID + "\x00system\x00" + caller
-	if p != nil {
-		key = roomID + "\x00" + string(p.Kind) + "\x00" + p.AgentID + "\x00" + p.ReadsAs() + "\x00" + string(p.TokenHash()) + "\x00" + caller
-	}
+	key := searchrule.SlotKey(p, roomID, caller)
 	s.searchMu.Lock()
 	defer s.searchMu.Unlock()
-	if s.searching[key] >= searchesAtOnce {
+	if s.searching[key] >= searchrule.AtOnce {
 		s.roomBusy.Add(1)
-		return nil, errs.New(errs.RoomBusy, "%d searches of yours are running in room %q, the most one credential runs at once", searchesAtOnce, roomID).
-			With("retry_after_ms", int64(1000)).With("limit", searchesAtOnce).
-			WithHint("retry after 1 s, once one of them has answered; search one query at a time")
+		return nil, searchrule.Busy(roomID)
 	}
 	if s.searching == nil {
 		s.searching = map[string]int{}

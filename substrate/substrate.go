@@ -236,7 +236,7 @@ type Service struct {
 	// what its reader may see and before it reads the text it shows: a
 	// test rewrites an entry there as a concurrent writer would.
 	searchJudged func(roomID string)
-	// searchTimeout, when set (tests only), replaces searchStatementTime.
+	// searchTimeout, when set (tests only), replaces searchrule.StatementTime.
 	searchTimeout time.Duration
 	// invocations counts Invoke's outcomes by "ok" or error code (Stats).
 	invocations sync.Map // string → *atomic.Int64

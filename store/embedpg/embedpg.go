@@ -73,6 +73,8 @@ type Cluster struct {
 	shared   bool     // run by another process; Stop leaves it running
 	ownerPID int      // that process, when known
 	lock     *os.File // Dir/owner.lock, locked while we own the cluster
+	cred     *syscall.Credential
+	mu       sync.Mutex // cmd, exited, waitErr: Restart replaces them
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	waitErr  error
@@ -135,7 +137,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		opt.OwnerWait = 60 * time.Second
 	}
 	dataDir := filepath.Join(dir, "data")
-	c := &Cluster{opt: opt, exited: make(chan struct{})}
+	c := &Cluster{opt: opt}
 	c.url = (&url.URL{Scheme: "postgres", User: url.User(superuser), Path: "/" + opt.Database,
 		RawQuery: opt.query(sockDir).Encode()}).String()
 	if err := c.claim(ctx, dataDir); err != nil {
@@ -157,46 +159,127 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if err := initCluster(ctx, opt, dataDir, cred); err != nil {
 		return nil, err
 	}
+	c.cred = cred
+	if err := c.launch(); err != nil {
+		return nil, err
+	}
+	started = true // Stop releases the lock from here on
+	if err := c.waitReady(ctx); err != nil {
+		_ = c.Stop(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
 
-	logPath := filepath.Join(dir, "postgres.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+// launch starts the postgres process of the cluster (initialised) that
+// this process owns.
+func (c *Cluster) launch() error {
+	opt := c.opt
+	dataDir, sockDir := filepath.Join(opt.Dir, "data"), filepath.Join(opt.Dir, "run")
+	logf, err := os.OpenFile(filepath.Join(opt.Dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("embedpg: %w", err)
+		return fmt.Errorf("embedpg: %w", err)
 	}
 	args := postgresArgs(dataDir, sockDir, opt.Port, opt.Settings)
-	c.cmd = exec.Command(filepath.Join(opt.BinDir, "postgres"), args...)
-	c.cmd.Env = pgEnv()
-	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	cmd := exec.Command(filepath.Join(opt.BinDir, "postgres"), args...)
+	cmd.Env = pgEnv()
+	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group: a terminal's Ctrl-C reaches only us, and we stop
 	// PostgreSQL after the HTTP server has drained. Pdeathsig stops it if we
 	// die without a chance to.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
-
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	exited := make(chan struct{})
 	running := make(chan error, 1)
 	go func() {
 		// Pdeathsig fires when the starting OS thread exits, so pin this
 		// goroutine (and thread) for the server's lifetime.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		err := c.cmd.Start()
+		err := cmd.Start()
 		running <- err
 		if err == nil {
-			c.waitErr = c.cmd.Wait()
+			err = cmd.Wait()
+			c.mu.Lock()
+			c.waitErr = err
+			c.mu.Unlock()
 		}
 		logf.Close()
-		close(c.exited)
+		close(exited)
 	}()
 	if err := <-running; err != nil {
-		return nil, fmt.Errorf("embedpg: start postgres: %w", err)
+		return fmt.Errorf("embedpg: start postgres: %w", err)
 	}
-	started = true // Stop releases the lock from here on
-	opt.Logger.Info("started embedded PostgreSQL", "pid", c.cmd.Process.Pid, "socket_dir", sockDir)
+	c.mu.Lock()
+	c.cmd, c.exited = cmd, exited
+	c.mu.Unlock()
+	opt.Logger.Info("started embedded PostgreSQL", "pid", cmd.Process.Pid, "socket_dir", sockDir)
+	return nil
+}
 
-	if err := c.waitReady(ctx, sockDir, logPath); err != nil {
-		_ = c.Stop(context.Background())
-		return nil, err
+// running is the current postgres process and the channel closed when it
+// has exited.
+func (c *Cluster) running() (*exec.Cmd, chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cmd, c.exited
+}
+
+// Kill ends the server as a crash would (kill -9 of the postmaster and of
+// every backend, its process group), and waits for the postmaster to be
+// gone: tests of what clients see when a node of a cluster dies. Restart
+// starts it again; Stop after Kill only releases the cluster.
+func (c *Cluster) Kill() error {
+	if c.shared {
+		return errors.New("embedpg: Kill: the cluster is another process's")
 	}
-	return c, nil
+	cmd, exited := c.running()
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("embedpg: kill postgres: %w", err)
+	}
+	<-exited
+	// The backends, in the same group, got the signal too; the next start
+	// waits for any that still hold the shared memory.
+	c.opt.Logger.Info("killed embedded PostgreSQL", "pid", cmd.Process.Pid)
+	return nil
+}
+
+// Restart starts the server again after Kill (crash recovery replays the
+// WAL: what was committed is there) on the same directory and port, and
+// waits until it accepts connections.
+func (c *Cluster) Restart(ctx context.Context) error {
+	if c.shared {
+		return errors.New("embedpg: Restart: the cluster is another process's")
+	}
+	_, exited := c.running()
+	select {
+	case <-exited:
+	default:
+		return errors.New("embedpg: Restart: the server is running (Kill it first)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opt.StartTimeout)
+	defer cancel()
+	// A killed backend may still hold the shared memory for a moment, and
+	// the postmaster refuses to start beside it: try again until it goes.
+	for {
+		if err := c.launch(); err != nil {
+			return err
+		}
+		err := c.waitReady(ctx)
+		if err == nil {
+			return nil
+		}
+		_, exited := c.running()
+		select {
+		case <-exited:
+		default:
+			return err // running, but not ready in time
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // defaults fills in the options' defaults and makes Dir absolute; BinDir
@@ -519,14 +602,19 @@ func (opt *Options) query(sockDir string) url.Values {
 	return q
 }
 
-func (c *Cluster) waitReady(ctx context.Context, sockDir, logPath string) error {
+func (c *Cluster) waitReady(ctx context.Context) error {
+	sockDir, logPath := filepath.Join(c.opt.Dir, "run"), filepath.Join(c.opt.Dir, "postgres.log")
+	_, exited := c.running()
 	adminURL := (&url.URL{Scheme: "postgres", User: url.User(superuser), Path: "/postgres",
 		RawQuery: c.opt.query(sockDir).Encode()}).String()
 	var lastErr error
 	for {
 		select {
-		case <-c.exited:
-			return fmt.Errorf("embedpg: postgres exited during start-up (%v); last lines of %s:\n%s", c.waitErr, logPath, tail(logPath, 20))
+		case <-exited:
+			c.mu.Lock()
+			werr := c.waitErr
+			c.mu.Unlock()
+			return fmt.Errorf("embedpg: postgres exited during start-up (%v); last lines of %s:\n%s", werr, logPath, tail(logPath, 20))
 		case <-ctx.Done():
 			return fmt.Errorf("embedpg: postgres did not accept connections in time (%v); last lines of %s:\n%s", lastErr, logPath, tail(logPath, 20))
 		default:
@@ -609,23 +697,27 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	}
 	c.stop.Do(func() {
 		defer c.release() // after the cluster has exited: the next owner may start it
+		cmd, exited := c.running()
+		if cmd == nil {
+			return
+		}
 		select {
-		case <-c.exited:
+		case <-exited:
 			return
 		default:
 		}
-		_ = c.cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Process.Signal(syscall.SIGINT)
 		t := time.NewTimer(30 * time.Second)
 		defer t.Stop()
 		select {
-		case <-c.exited:
+		case <-exited:
 		case <-ctx.Done():
-			_ = c.cmd.Process.Kill()
-			<-c.exited
+			_ = cmd.Process.Kill()
+			<-exited
 			c.stopErr = fmt.Errorf("embedpg: killed after %v", ctx.Err())
 		case <-t.C:
-			_ = c.cmd.Process.Kill()
-			<-c.exited
+			_ = cmd.Process.Kill()
+			<-exited
 			c.stopErr = errors.New("embedpg: killed after 30 s without shutting down")
 		}
 		c.opt.Logger.Info("stopped embedded PostgreSQL")

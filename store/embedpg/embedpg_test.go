@@ -244,3 +244,51 @@ func TestSecondStartRefusesPastTheWait(t *testing.T) {
 	}
 	conn.Close(ctx)
 }
+
+// Kill ends the server as a crash would: its clients lose their
+// connections at once; Restart brings it back on the same socket and
+// port with everything committed before the kill.
+func TestKillAndRestart(t *testing.T) {
+	dir, err := os.MkdirTemp("", "embedpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx := context.Background()
+	c, err := embedpg.Start(ctx, embedpg.Options{Dir: dir, Database: "killed", NoSync: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE kept (v text); INSERT INTO kept VALUES ('committed')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1`); err == nil {
+		t.Fatal("a connection to the killed server still answers")
+	}
+	conn.Close(ctx)
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err = pgx.Connect(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var got string
+	if err := conn.QueryRow(ctx, `SELECT v FROM kept`).Scan(&got); err != nil || got != "committed" {
+		t.Fatalf("after the restart: %q, %v", got, err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -75,7 +75,10 @@ func citusMissing() string {
 // citusSettings are every node's: Citus loaded, and plain connections
 // between the nodes (loopback, trust).
 func citusSettings() map[string]string {
-	return map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "300",
+	// synchronous_commit stays on: a worker killed mid-load
+	// (Worker.Kill) must keep what it acknowledged, and without fsync
+	// that costs a write to the WAL file, not a flush to the disk.
+	return map[string]string{"fsync": "off", "synchronous_commit": "on", "full_page_writes": "off", "max_connections": "300",
 		"shared_preload_libraries": "citus", "citus.node_conninfo": "sslmode=disable", "citus.shard_count": citusShards,
 		// One maintenance daemon per database in use: room for a few
 		// tests' databases at once.

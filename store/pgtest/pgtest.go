@@ -175,6 +175,41 @@ func URL(t testing.TB) string {
 	return withDatabase(adminURL, name)
 }
 
+// EmptyURL returns the connection string of a new database with no
+// schema, dropped when the test ends: tests of the migrations themselves.
+// On Citus the database has the citus extension on every node and the
+// workers added, as a Citus deployment starts before its first migration.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	mu.Lock()
+	if err := start(); err != nil {
+		mu.Unlock()
+		t.Fatalf("pgtest: start PostgreSQL: %v", err)
+	}
+	counter++
+	name := fmt.Sprintf("%s_empty_%d", template, counter)
+	var err error
+	if Citus() {
+		err = citusTemplate(context.Background(), name)
+	} else {
+		err = exec(context.Background(), adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	}
+	mu.Unlock()
+	if err != nil {
+		t.Fatalf("pgtest: create an empty database: %v", err)
+	}
+	t.Cleanup(func() {
+		if Citus() {
+			dropCitus(name)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = exec(ctx, adminURL, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return withDatabase(adminURL, name)
+}
+
 // MaxConns is the pool size New gives a test: deliberately tiny, so that
 // code holding one connection while it waits for another deadlocks in the
 // tests (and store's guard refuses it) instead of only under production

@@ -255,3 +255,144 @@ func MayUndefine(p *Principal, kind, id, scope, registeredBy string) error {
 	}
 	return nil
 }
+
+// Embodiments: a person takes an agent through the lobby (Embody) or fills
+// a role the room defines (EmbodyRole). The core reads the agent's and the
+// role's rows under the room lock and asks these.
+
+// EmbodiedBy refuses an embodiment that names no user: an embodied agent
+// is always some person's.
+func EmbodiedBy(userID string) error {
+	if userID == "" {
+		return errs.New(errs.InvalidField, "an embodiment needs a user").WithHint("embody through the lobby")
+	}
+	return nil
+}
+
+// MayEmbody returns nil when userID may embody agentID, given whether the
+// agent exists, which user owns it (nil: made with a token), and whether
+// its scope already holds state. A user resumes their own agent or makes
+// a new one; they never adopt one made with a token or for another user,
+// nor take an id whose scope holds someone's data.
+func MayEmbody(agentID, userID string, exists bool, owner *string, scopeUsed bool) error {
+	switch {
+	case exists && (owner == nil || *owner != userID):
+		return errs.New(errs.Forbidden, "agent %q is not yours to embody", agentID).
+			WithHint("embody without an agent id to get your own, or pick one marked yours in the lobby")
+	case exists:
+		return nil
+	case scopeUsed:
+		// Taking this id would hand the newcomer an existing scope's data.
+		return errs.New(errs.ScopeInUse, "scope %q already holds state, so %q cannot be a new agent", agentID, agentID).
+			WithHint("embody with another agent id")
+	}
+	return nil
+}
+
+// RoleIDValid reports whether a role may take id: a valid agent id without
+// ":" (ids with ":" are people's agents).
+func RoleIDValid(id string, maxScopeBytes int) bool {
+	return !strings.Contains(id, ":") && ValidName("role id", id, maxScopeBytes, false) == nil
+}
+
+// MayFillRoleID refuses an embodiment of role without a user, or of a
+// role whose id could not be an agent's, or would be a person's agent's.
+func MayFillRoleID(userID, role string, maxScopeBytes int) error {
+	if err := EmbodiedBy(userID); err != nil {
+		return err
+	}
+	if err := ValidName("role id", role, maxScopeBytes, false); err != nil {
+		return err.(*errs.Error).With("role", role).
+			WithHint("a role's id is also its agent's id: the room's roles need ids of 1–%d characters from A–Z a–z 0–9 _ . : @ -, not starting with _", maxScopeBytes)
+	}
+	if strings.Contains(role, ":") {
+		// <username>:<client> and <username>:web are people's agents: a
+		// role named after one would hand whoever fills it that person's
+		// agent, with its private scope, actions and views.
+		return errs.New(errs.InvalidField, "role id %q contains \":\": ids with \":\" are people's agents (<username>:<client>), never roles", role).
+			With("role", role).With("reason", "person_id").
+			WithHint("define the role again under an id without \":\" (help key roles), or embody without role to get your own agent")
+	}
+	return nil
+}
+
+// RoleToFill is role's definition in roles (the room's live
+// _shared.roles, nil when it has none) and who it says fills it. A role
+// missing, or filled by an agent other than the role's own, is refused.
+func RoleToFill(roomID, role string, roles map[string]any) (def map[string]any, filledBy string, err error) {
+	def, ok := roles[role].(map[string]any)
+	if !ok {
+		if roles == nil {
+			return nil, "", errs.New(errs.NotFound, "room %q defines no roles", roomID).With("role", role).
+				WithHint("embody without role (next), or define the role first with the define_role action (help key standard_library)").
+				WithNext(errs.Step{Op: errs.OpJoin, Room: roomID})
+		}
+		names := make([]string, 0, len(roles))
+		for n := range roles {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return nil, "", errs.New(errs.NotFound, "room %q has no role %q", roomID, role).With("role", role).With("roles", names).
+			WithHint("the room's roles are %s; embody one of them, or without role (next)", strings.Join(names, ", ")).
+			WithNext(errs.Step{Op: errs.OpJoin, Room: roomID})
+	}
+	filledBy, _ = def["filled_by"].(string)
+	if filledBy != "" && filledBy != role {
+		return nil, "", errs.New(errs.Forbidden, "role %q is filled by %s", role, filledBy).With("role", role).With("reason", "role_filled").
+			WithHint("pick an unfilled role from the lobby, or ask %s to vacate it", filledBy)
+	}
+	return def, filledBy, nil
+}
+
+// RoleOccupant is the role's agent (and scope) as the room holds them.
+type RoleOccupant struct {
+	// Owner is the user who drives the agent (nil: made with a token);
+	// PrevName and PrevRole its name and role.
+	Owner, PrevName, PrevRole *string
+	// Exists: the role's agent exists. ScopeUsed: its scope holds state.
+	// InUse: its driver has not stepped out (sync_disembody leaves it
+	// idle) and was seen within the idle lapse, as presence shows it.
+	Exists, ScopeUsed, InUse bool
+}
+
+// MayFillRole returns nil when userID may fill role, which the room's
+// roles say filledBy fills ("" none, or the role's own agent), held by
+// occ. It refuses a role whose agent was made with a token, is a person's
+// own, or another user still drives, and a role without an agent whose
+// scope already holds state.
+func MayFillRole(role, userID, filledBy string, occ RoleOccupant) error {
+	switch {
+	case occ.Exists && occ.Owner == nil:
+		return errs.New(errs.Forbidden, "role %q is held by agent %q, made with a token (an autonomous agent)", role, role).
+			With("role", role).With("reason", "token_agent").
+			WithHint("embody without role to get your own agent, or ask the room's owner to free the role")
+	case occ.Exists && (occ.PrevRole == nil || *occ.PrevRole != role):
+		// A role embodiment makes the role's agent or re-enters one
+		// made for that role (its role is the role's id), never an
+		// agent a person made for themself, whatever the roles say.
+		return errs.New(errs.Forbidden, "agent %q is a person's own agent, not one made for role %q", role, role).
+			With("role", role).With("reason", "personal_agent").
+			WithHint("embody without role to get your own agent; the room's owner may rename the role")
+	case occ.Exists && *occ.Owner != userID && (filledBy != "" || occ.InUse):
+		// filled_by is state whoever may write _shared.roles can
+		// clear (a collaborator, any action that writes it): a role
+		// whose agent another user still drives is not vacant,
+		// whatever it says. A driver gone without stepping out
+		// lapses to idle after IdleAfter; the role can then be freed.
+		return errs.New(errs.Forbidden, "role %q is filled: another user drives its agent", role).
+			With("role", role).With("reason", "role_filled").
+			WithHint("wait until they leave it (sync_disembody frees it), or pick an unfilled role from the lobby")
+	case occ.Exists:
+	case occ.ScopeUsed:
+		return errs.New(errs.ScopeInUse, "scope %q already holds state but no agent, so role %q cannot make its agent", role, role).
+			With("role", role).WithHint("ask the room's owner to clear scope %q or rename the role", role)
+	}
+	return nil
+}
+
+// TakesOver reports whether userID filling a role held by occ takes the
+// agent over from another user (its token rotated, the previous occupant
+// audited); MayFillRole has admitted it.
+func TakesOver(userID string, occ RoleOccupant) bool {
+	return occ.Exists && occ.Owner != nil && *occ.Owner != userID
+}

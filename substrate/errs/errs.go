@@ -164,9 +164,14 @@ func From(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	if storeUnavailable(err) {
-		return &Error{Code: Unavailable, Message: "the database is unavailable right now",
-			Hint: "retry after the Retry-After seconds; nothing of this request was applied"}
+	if down, before := storeUnavailable(err); down {
+		hint := "retry after the Retry-After seconds; the database was not reached, so nothing of this request was applied"
+		if !before {
+			hint = "retry after the Retry-After seconds. The connection to the database was lost mid-request, so a write may or may not " +
+				"have been applied (the loss may have come during its commit): before retrying one that must not apply twice, " +
+				"read the room's context (its seq, or the key the write sets) to see whether it took; a read changed nothing"
+		}
+		return &Error{Code: Unavailable, Message: "the database is unavailable right now", Hint: hint}
 	}
 	return &Error{Code: Internal, Message: "internal error", Hint: "retry later; if it persists, report it with the time of the request"}
 }
@@ -176,24 +181,58 @@ const RetryAfter = 5
 
 // storeUnavailable recognises a database that cannot be reached (a
 // refused or dropped connection, a server shutting down or starting, no
-// connection slots) as opposed to a failing statement. It duck-types pgx's
-// errors so this package needs no database driver.
-func storeUnavailable(err error) bool {
+// connection slots; on Citus, the coordinator's connection to a worker
+// lost) as opposed to a failing statement; before says the request never
+// reached the database (a connection refused or not made), so that
+// nothing of it was applied. It duck-types pgx's errors so this package
+// needs no database driver.
+func storeUnavailable(err error) (down, before bool) {
 	var state interface{ SQLState() string }
 	if errors.As(err, &state) {
 		c := state.SQLState()
-		return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03" || c == "53300"
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) {
-		return true
+		switch {
+		case c == "53300" || c == "57P03" || c == "08001" || c == "08004":
+			// No connection slot, the server starting, a connection
+			// refused: the session never began.
+			return true, true
+		case strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02":
+			return true, false
+		case c == "XX000":
+			return citusNodeLost(err.Error()), false
+		}
+		return false, false
 	}
 	var retry interface{ SafeToRetry() bool }
 	if errors.As(err, &retry) && retry.SafeToRetry() {
-		return true
+		// pgx: nothing was sent on the connection.
+		return true, true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true, false
 	}
 	// A pooled connection the server dropped ends its statement so.
-	return errors.Is(err, io.ErrUnexpectedEOF)
+	return errors.Is(err, io.ErrUnexpectedEOF), false
+}
+
+// citusNodeLost recognises Citus's internal errors (SQLSTATE XX000) for a
+// worker the coordinator lost its connection to, or cannot reach: the
+// statement failed for the node's sake, not its own. (Citus reports most
+// such losses as 08006; these it raises as internal errors.)
+func citusNodeLost(msg string) bool {
+	for _, s := range []string{
+		"connection to the remote node",             // connection to the remote node user@host:port failed ...
+		"failure on connection marked as essential", // a COMMIT whose worker connection died in the transaction
+		"could not establish any connections to the node",
+		"connection not open",
+		"terminating connection due to unexpected postmaster exit",
+		"the connection to the node", // ... is lost / was lost
+	} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // Is reports whether err carries code.

@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -324,10 +325,14 @@ func (t *tx[A, V]) settled(pend []stmt[A, V], failed int, err error) error {
 	if j == nil {
 		return err
 	}
-	if aborted(err) {
+	if aborted(err) || lost(err) {
 		// The transaction refuses everything: a rollback to a savepoint
 		// before did not take. Evaluating the rest again would meet the
 		// same refusal, round after round, and never answer the callers.
+		// Or the connection that held the room's rows is gone (on Citus,
+		// the coordinator's to the room's worker): the writes of the
+		// invocations before this one went with it, whatever a rollback
+		// to the savepoint answers, and the transaction cannot commit.
 		t.broken = err
 		return err
 	}
@@ -704,6 +709,18 @@ func (g *Group[A, V]) eval(t *tx[A, V], j *job[A, V]) {
 func aborted(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "25P02"
+}
+
+// lost says err is a connection the transaction ran on gone: class 08
+// (Citus reports a worker it lost so), or the server shutting down.
+func lost(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	c := pgErr.Code
+	return len(c) == 5 && c[:2] == "08" || c == "57P01" || c == "57P02" ||
+		c == "XX000" && strings.Contains(pgErr.Message, "connection")
 }
 
 // rollbackSavepoint undoes one invocation of a group transaction.

@@ -29,7 +29,9 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 const schema = `CREATE TABLE gc_rooms (id text PRIMARY KEY, seq bigint NOT NULL);
 	CREATE TABLE gc_items (room text NOT NULL, seq bigint NOT NULL, value text NOT NULL, PRIMARY KEY (room, seq));
 	CREATE FUNCTION gc_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.value = 'boom' THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$;
+		BEGIN IF NEW.value = 'boom' THEN RAISE EXCEPTION 'boom refused'; END IF;
+		IF NEW.value = 'lost' THEN RAISE EXCEPTION 'connection to the remote node lost' USING ERRCODE = '08006'; END IF;
+		RETURN NEW; END $$;
 	CREATE TRIGGER gc_refuse BEFORE INSERT ON gc_items FOR EACH ROW EXECUTE FUNCTION gc_refuse();
 	CREATE FUNCTION gc_doom() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN IF NEW.value = 'doom' THEN RAISE EXCEPTION 'doom refused at commit'; END IF; RETURN NULL; END $$;
@@ -85,6 +87,15 @@ func (t *txn) Eval(ctx context.Context, q groupcommit.Querier, it item) (groupco
 		t.c.mu.Unlock()
 	}
 	seq := t.seq + 1
+	if it.value == "unsave" {
+		// The savepoint goes before the refused insert: the rollback to
+		// it fails (3B001), as it did on Citus under a killed worker.
+		return groupcommit.Evaluated{
+			Stmts: []*pgx.QueuedQuery{{SQL: `RELEASE SAVEPOINT invocation`},
+				{SQL: `INSERT INTO gc_items VALUES ($1, $2, 'boom')`, Arguments: []any{t.room, seq}}},
+			Seq: seq, Advance: func() { t.seq = seq },
+		}, nil
+	}
 	return groupcommit.Evaluated{
 		Stmts:   []*pgx.QueuedQuery{{SQL: `INSERT INTO gc_items VALUES ($1, $2, $3)`, Arguments: []any{t.room, seq, it.value}}},
 		Seq:     seq,
@@ -124,6 +135,15 @@ func newFixture(t *testing.T) *fixture {
 	db := pgtest.New(t) // 2 connections: the group's and the test's lock
 	if _, err := db.Exec(context.Background(), schema); err != nil {
 		t.Fatal(err)
+	}
+	if pgtest.Citus() {
+		// The room's rows on a worker, as the core's are: the group's
+		// savepoints and pipelined statements then go through the
+		// coordinator to it.
+		if _, err := db.Exec(context.Background(), `SELECT create_distributed_table('gc_rooms', 'id');
+			SELECT create_distributed_table('gc_items', 'room', colocate_with => 'gc_rooms')`); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c := &core{}
 	g := groupcommit.New(groupcommit.Config[item, view]{DB: db, Log: slog.New(slog.DiscardHandler),
@@ -268,5 +288,62 @@ func TestGroupCallerGoneBeforeItsTurn(t *testing.T) {
 	}
 	if items, _ := f.stored(); !slices.Equal(items, []string{"1:a"}) {
 		t.Fatalf("stored %v, want only a", items)
+	}
+}
+
+// When the rollback to an invocation's savepoint fails (the savepoint is
+// gone: SQLSTATE 3B001, as Citus answered once a worker was killed), the
+// transaction cannot go on: every invocation in it fails, at once, and
+// nothing of it is stored.
+func TestBrokenBySavepointsFailure(t *testing.T) {
+	f := newFixture(t)
+	done := make(chan []answer, 1)
+	go func() { done <- f.queued("a", "unsave", "b", "count") }()
+	var got []answer
+	select {
+	case got = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the invocations of a transaction whose savepoint failed were not answered in 20 s")
+	}
+	for i, a := range got {
+		if a.err == nil || a.seq != 0 {
+			t.Errorf("invocation %d of the broken transaction: seq %d, err %v", i, a.seq, a.err)
+		}
+	}
+	if items, rowSeq := f.stored(); len(items) != 0 || rowSeq != 0 {
+		t.Errorf("after the broken transaction: %v at row seq %d", items, rowSeq)
+	}
+	// The group goes on: the next invocation has a transaction of its own.
+	if seq, err := f.g.Do(context.Background(), "r", item{"after"}); err != nil || seq != 1 {
+		t.Errorf("after the broken transaction: seq %d, err %v", seq, err)
+	}
+}
+
+// A statement that fails because a connection of the transaction is gone
+// (class 08: how Citus reports the coordinator's connection to the
+// room's worker lost, after which a rollback to the savepoint may still
+// answer) fails every invocation of the transaction, at once: the writes
+// of those before it went with the connection, and those after it would
+// meet the same loss one by one.
+func TestLostConnectionFailsTheGroup(t *testing.T) {
+	f := newFixture(t)
+	done := make(chan []answer, 1)
+	go func() { done <- f.queued("a", "b", "lost", "c", "count") }()
+	var got []answer
+	select {
+	case got = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the invocations of a transaction whose connection was lost were not answered in 20 s")
+	}
+	for i, a := range got {
+		if a.err == nil || a.seq != 0 || !strings.Contains(a.err.Error(), "remote node lost") {
+			t.Errorf("invocation %d of the transaction whose connection was lost: seq %d, err %v", i, a.seq, a.err)
+		}
+	}
+	if items, rowSeq := f.stored(); len(items) != 0 || rowSeq != 0 {
+		t.Errorf("after the lost transaction: %v at row seq %d", items, rowSeq)
+	}
+	if s := f.g.Stats(); s.Redone != 0 {
+		t.Errorf("stats %+v: invocations evaluated again after the connection was lost", s)
 	}
 }
