@@ -225,22 +225,91 @@ func (c *Cluster) running() (*exec.Cmd, chan struct{}) {
 }
 
 // Kill ends the server as a crash would (kill -9 of the postmaster and of
-// every backend, its process group), and waits for the postmaster to be
-// gone: tests of what clients see when a node of a cluster dies. Restart
-// starts it again; Stop after Kill only releases the cluster.
+// every backend) and waits until none of them runs: tests of what clients
+// see when a node of a cluster dies. Restart starts it again; Stop after
+// Kill only releases the cluster.
+//
+// Killing the process group is not enough: every child of the postmaster
+// calls setsid() (InitPostmasterChild), so the backends are in sessions
+// of their own, and a backend that outlives its postmaster for a moment
+// still answers the statement it reads first (TestKillAndRestart, under
+// load). They are found, as the postmaster's children, before it dies.
 func (c *Cluster) Kill() error {
 	if c.shared {
 		return errors.New("embedpg: Kill: the cluster is another process's")
 	}
 	cmd, exited := c.running()
+	// Stopped, the postmaster forks no backend between the listing and
+	// the kill.
+	_ = syscall.Kill(cmd.Process.Pid, syscall.SIGSTOP)
+	backends := childrenOf(cmd.Process.Pid)
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("embedpg: kill postgres: %w", err)
 	}
+	for _, pid := range backends {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	<-exited
-	// The backends, in the same group, got the signal too; the next start
-	// waits for any that still hold the shared memory.
-	c.opt.Logger.Info("killed embedded PostgreSQL", "pid", cmd.Process.Pid)
+	// The backends are not this process's children: nothing to wait on
+	// but /proc. A killed process goes in milliseconds; one that does not
+	// (stuck in the kernel) is an error, not a hang.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range backends {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("embedpg: backend %d of the killed server still runs after 10 s", pid)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	c.opt.Logger.Info("killed embedded PostgreSQL", "pid", cmd.Process.Pid, "backends", len(backends))
 	return nil
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc (none
+// where there is no /proc: there Kill kills the process group only).
+func childrenOf(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(child); ok && ppid == pid {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// alive reports whether pid runs (a zombie, dead but not yet reaped by
+// whoever adopted it, does not).
+func alive(pid int) bool {
+	_, state, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
+}
+
+// procStat reads a process's parent and state from /proc/pid/stat; the
+// command name before them is in parentheses and may hold spaces.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	i := strings.LastIndexByte(string(raw), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	fields := strings.Fields(string(raw[i+1:]))
+	if len(fields) < 2 || len(fields[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(fields[1])
+	return ppid, fields[0][0], err == nil
 }
 
 // Restart starts the server again after Kill (crash recovery replays the
