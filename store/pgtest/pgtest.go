@@ -151,24 +151,13 @@ func withDatabase(raw, db string) string {
 // URL returns the connection string of a new, migrated, empty database.
 func URL(t testing.TB) string {
 	t.Helper()
-	mu.Lock()
-	if err := start(); err != nil {
-		mu.Unlock()
-		t.Fatalf("pgtest: start PostgreSQL: %v", err)
-	}
-	counter++
-	name := fmt.Sprintf("%s_%d", template, counter)
-	var err error
-	if Citus() {
-		err = copyCitus(context.Background(), name)
-	} else {
-		err = exec(context.Background(), adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
+	name := newDatabase(t, "", func(name string) error {
+		if Citus() {
+			return copyCitus(context.Background(), name)
+		}
+		return exec(context.Background(), adminURL, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
 			pgx.Identifier{name}.Sanitize(), pgx.Identifier{template}.Sanitize()))
-	}
-	mu.Unlock()
-	if err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
-	}
+	})
 	if Citus() {
 		t.Cleanup(func() { dropCitus(name) })
 	}
@@ -181,23 +170,12 @@ func URL(t testing.TB) string {
 // workers added, as a Citus deployment starts before its first migration.
 func EmptyURL(t testing.TB) string {
 	t.Helper()
-	mu.Lock()
-	if err := start(); err != nil {
-		mu.Unlock()
-		t.Fatalf("pgtest: start PostgreSQL: %v", err)
-	}
-	counter++
-	name := fmt.Sprintf("%s_empty_%d", template, counter)
-	var err error
-	if Citus() {
-		err = citusTemplate(context.Background(), name)
-	} else {
-		err = exec(context.Background(), adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	}
-	mu.Unlock()
-	if err != nil {
-		t.Fatalf("pgtest: create an empty database: %v", err)
-	}
+	name := newDatabase(t, "empty_", func(name string) error {
+		if Citus() {
+			return citusTemplate(context.Background(), name)
+		}
+		return exec(context.Background(), adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	})
 	t.Cleanup(func() {
 		if Citus() {
 			dropCitus(name)
@@ -208,6 +186,25 @@ func EmptyURL(t testing.TB) string {
 		_ = exec(ctx, adminURL, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
 	return withDatabase(adminURL, name)
+}
+
+// newDatabase starts the server if need be and creates the test's next
+// database, named template_<kind><n>, with create, under the lock that
+// numbers them (CREATE DATABASE ... TEMPLATE refuses a template in use by
+// another copy at the same moment).
+func newDatabase(t testing.TB, kind string, create func(name string) error) string {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if err := start(); err != nil {
+		t.Fatalf("pgtest: start PostgreSQL: %v", err)
+	}
+	counter++
+	name := fmt.Sprintf("%s_%s%d", template, kind, counter)
+	if err := create(name); err != nil {
+		t.Fatalf("pgtest: create database %s: %v", name, err)
+	}
+	return name
 }
 
 // MaxConns is the pool size New gives a test: deliberately tiny, so that

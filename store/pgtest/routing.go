@@ -519,9 +519,8 @@ func (r *Routing) RoomsOnEveryWorker(t testing.TB, prefix string, n int) []strin
 	seen := map[int]bool{}
 	for i := 1; len(ids) < n && i < 1000; i++ {
 		id := fmt.Sprintf("%s-%d", prefix, i)
-		var port int
-		if err := conn.QueryRow(ctx, `SELECT nodeport FROM citus_shards
-			WHERE table_name = 'rooms'::regclass AND shardid = get_shard_id_for_distribution_column('rooms', $1::text)`, id).Scan(&port); err != nil {
+		port, err := shardPort(ctx, conn, id)
+		if err != nil {
 			t.Fatal(err)
 		}
 		// The rooms still to choose must be able to reach the workers
@@ -546,9 +545,8 @@ func (r *Routing) WorkerOf(t testing.TB, id string) int {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var port int
-	if err := conn.QueryRow(ctx, `SELECT nodeport FROM citus_shards
-		WHERE table_name = 'rooms'::regclass AND shardid = get_shard_id_for_distribution_column('rooms', $1::text)`, id).Scan(&port); err != nil {
+	port, err := shardPort(ctx, conn, id)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return port

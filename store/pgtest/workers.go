@@ -49,9 +49,8 @@ func WorkerOf(t testing.TB, url, room string) *Worker {
 		t.Fatalf("pgtest: %v", err)
 	}
 	defer conn.Close(ctx)
-	var port int
-	if err := conn.QueryRow(ctx, `SELECT nodeport FROM pg_dist_shard_placement
-		WHERE shardid = get_shard_id_for_distribution_column('rooms', $1::text)`, room).Scan(&port); err != nil {
+	port, err := shardPort(ctx, conn, room)
+	if err != nil {
 		t.Fatalf("pgtest: the worker of room %q: %v", room, err)
 	}
 	for _, w := range Workers(t) {
@@ -61,6 +60,14 @@ func WorkerOf(t testing.TB, url, room string) *Worker {
 	}
 	t.Fatalf("pgtest: room %q is on port %d, no worker of this cluster", room, port)
 	return nil
+}
+
+// shardPort is the port of the worker holding room's shard, asked of the
+// coordinator on conn (the room need not exist: the shard is the hash's).
+func shardPort(ctx context.Context, conn *pgx.Conn, room string) (port int, err error) {
+	err = conn.QueryRow(ctx, `SELECT nodeport FROM pg_dist_shard_placement
+		WHERE shardid = get_shard_id_for_distribution_column('rooms', $1::text)`, room).Scan(&port)
+	return port, err
 }
 
 // Kill ends the worker as a crash would (kill -9 of its postmaster and
