@@ -343,18 +343,11 @@ type ActionInfo struct {
 
 // ListActions lists the room's live actions with their availability to p.
 func (s *Service) ListActions(ctx context.Context, p *Principal, roomID string) ([]ActionInfo, error) {
-	if err := s.requireRoom(ctx, p, roomID); err != nil {
-		return nil, err
-	}
-	ctx, done, err := s.work(ctx, p, roomID)
+	_, rc, done, err := s.admittedRead(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	rc, err := s.readCtx(ctx, p, roomID, false)
-	if err != nil {
-		return nil, err
-	}
 	out := []ActionInfo{}
 	for id, en := range rc.actEnabled {
 		a := rc.snap.actions[id]
@@ -391,18 +384,11 @@ type ViewInfo struct {
 
 // ListViews lists live, enabled views with their values.
 func (s *Service) ListViews(ctx context.Context, p *Principal, roomID string) ([]ViewInfo, error) {
-	if err := s.requireRoom(ctx, p, roomID); err != nil {
-		return nil, err
-	}
-	ctx, done, err := s.work(ctx, p, roomID)
+	ctx, rc, done, err := s.admittedRead(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	rc, err := s.readCtx(ctx, p, roomID, false)
-	if err != nil {
-		return nil, err
-	}
 	out := []ViewInfo{}
 	for _, v := range rc.snap.views {
 		val, ok := rc.views[v.def.ID]

@@ -230,18 +230,11 @@ func (s *Service) helpKeyList(room map[string]*srow) []string {
 // Help returns one help key (the room's override when it has one), or the
 // list of keys when key is empty.
 func (s *Service) Help(ctx context.Context, p *Principal, roomID, key string) (*HelpResult, error) {
-	if err := s.requireRoom(ctx, p, roomID); err != nil {
-		return nil, err
-	}
-	ctx, done, err := s.work(ctx, p, roomID)
+	_, rc, done, err := s.admittedRead(ctx, p, roomID)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	rc, err := s.readCtx(ctx, p, roomID, false)
-	if err != nil {
-		return nil, err
-	}
 	return s.helpFrom(rc, key)
 }
 

@@ -493,3 +493,22 @@ const sqlMarkReads = `UPDATE agents AS a SET last_context_seq = greatest(a.last_
 	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS v(room_id, id, seq, reads, up_to)
 	WHERE a.room_id = ANY($1::text[]) AND a.room_id = v.room_id AND a.id = v.id
 	RETURNING a.room_id, a.id, a.context_reads`
+
+// admittedRead starts a read of one room by p that needs p's context of
+// it: p may address the room, the read is admitted to the room's
+// expression budget (done ends that; call it when the read is over), and
+// the context is built. ctx is the admitted one, to evaluate under.
+func (s *Service) admittedRead(ctx context.Context, p *Principal, roomID string) (_ context.Context, rc *roomCtx, done func(), err error) {
+	if err := s.requireRoom(ctx, p, roomID); err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, done, err = s.work(ctx, p, roomID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if rc, err = s.readCtx(ctx, p, roomID, false); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return ctx, rc, done, nil
+}
