@@ -34,6 +34,7 @@ type RoomTx struct {
 	p    *Principal
 	room string
 	now  time.Time
+	seq  int64 // a read's: the room's sequence number it saw
 }
 
 // Context is the transaction's context.
@@ -61,6 +62,17 @@ func (t *RoomTx) Base() int64 {
 		return 0
 	}
 	return t.m.base
+}
+
+// Seq is the room's sequence number as this transaction saw it: a read's
+// at its start, a mutation's before it (Base). A page drawn from a read
+// gives it to its live stream, which then tells the page of any commit
+// after it, not only of those after the stream began.
+func (t *RoomTx) Seq() int64 {
+	if t.m != nil {
+		return t.m.base
+	}
+	return t.seq
 }
 
 // Actor is the principal's actor name as the audit records it.
@@ -299,7 +311,7 @@ func (s *Service) ReadRoom(ctx context.Context, p *Principal, roomID string, fn 
 		t := &RoomTx{s: s, ctx: ctx, q: tx, p: p, room: roomID}
 		// The room's row too: a room deleted since p authenticated has no
 		// rows, and a feature would take it for an empty one.
-		err := tx.QueryRow(ctx, `SELECT now() FROM rooms WHERE id = $1`, roomID).Scan(&t.now)
+		err := tx.QueryRow(ctx, `SELECT now(), seq FROM rooms WHERE id = $1`, roomID).Scan(&t.now, &t.seq)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errs.New(errs.RoomNotFound, "room %q does not exist", roomID).WithHint("the room was deleted; pick another room")
 		}

@@ -140,6 +140,10 @@ type View struct {
 	// Docs are the room's loom documents (with doc_read).
 	Docs []Doc
 	Now  time.Time
+	// Seq is the room's sequence number the read saw: the page's live
+	// stream starts from it, so a commit between this read and the
+	// stream's start still reaches the page.
+	Seq int64
 }
 
 // Snapshot reads the loom of roomID as p may see it (loom_aware for the
@@ -154,7 +158,7 @@ func (l *Loom) Snapshot(ctx context.Context, p *substrate.Principal, roomID stri
 		if err := r.loadCaller(); err != nil {
 			return err
 		}
-		v.Perms, v.Now = r.perms, r.now
+		v.Perms, v.Now, v.Seq = r.perms, r.now, tx.Seq()
 		if q.Agent != "" && r.pos.Tree == 0 {
 			if _, err := r.get(q.Agent, "loom:pos", &r.pos); err != nil {
 				return err

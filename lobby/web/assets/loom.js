@@ -213,7 +213,12 @@
   if (history.replaceState) history.replaceState({ url: current() }, "", current());
 
   // Live: the room's change notices (commits and presence) refresh the page.
-  var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + (view ? "?view=" + encodeURIComponent(view) : ""));
+  // The stream starts from the seq the page was drawn at, so a commit
+  // between the page's read and the stream's start refreshes it at once
+  // (without it the stream took the room as it found it for what the page
+  // shows, and the page missed that commit until the next one).
+  var es = new EventSource("/live/rooms/" + encodeURIComponent(room) + "?seq=" + encodeURIComponent(body.dataset.seq || "0") +
+    (view ? "&view=" + encodeURIComponent(view) : ""));
   es.addEventListener("open", function () { say("Live"); live.className = "live on"; });
   es.addEventListener("error", function () { if (ended) return; say("Reconnecting…"); live.className = "live"; });
   es.addEventListener("change", function () { refresh(); });
