@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/syncsubstrate/sync/substrate/jsonfmt"
+	"github.com/syncsubstrate/sync/lobby/web/internal/jsonfmt"
 )
 
 // The pages' budgets for one value: what a <pre> shows, and what a line

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/syncsubstrate/sync/substrate/jsonfmt"
+	"github.com/syncsubstrate/sync/lobby/web/internal/jsonfmt"
 )
 
 // encode is what the pages and texts wrote before: encoding/json without
