@@ -143,3 +143,47 @@ func dropForeignKeys(ctx context.Context, tx pgx.Tx, tables []string) ([]foreign
 	}
 	return keys, nil
 }
+
+// WorkerHealth is what readiness reports of a Citus cluster's workers.
+type WorkerHealth struct {
+	// Up is the number of primary workers the coordinator reached.
+	Up int `json:"up"`
+	// Down names the workers it could not reach ("host:port").
+	Down []string `json:"down,omitempty"`
+}
+
+// Workers checks that the coordinator reaches each of its primary
+// workers (citus_check_connection_to_node). ok is false on plain
+// PostgreSQL, where there are none. A worker that is down takes only the
+// rooms on its shards with it, so readiness reports it rather than
+// failing: a load balancer that took every process out would take every
+// room down.
+func (db *DB) Workers(ctx context.Context) (h WorkerHealth, ok bool, err error) {
+	if isHeld(ctx) {
+		return h, false, db.refuse()
+	}
+	var citus bool
+	if err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&citus); err != nil || !citus {
+		return h, false, err
+	}
+	rows, err := db.pool.Query(ctx, `SELECT nodename, nodeport, citus_check_connection_to_node(nodename, nodeport)
+		FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0 AND isactive ORDER BY nodename, nodeport`)
+	if err != nil {
+		return h, true, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var host string
+		var port int
+		var reached bool
+		if err := rows.Scan(&host, &port, &reached); err != nil {
+			return h, true, err
+		}
+		if reached {
+			h.Up++
+		} else {
+			h.Down = append(h.Down, fmt.Sprintf("%s:%d", host, port))
+		}
+	}
+	return h, true, rows.Err()
+}

@@ -220,6 +220,12 @@ func TestCitusWorkerKilledMidLoad(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Errorf("a wait in %s on the dead worker was held past its 3 s timeout", onDead.id)
 	}
+	// Readiness says which worker is down, and stays 200: this process
+	// serves the other worker's rooms.
+	if code, rz := call(t, "GET", base+"/readyz", "", ""); code != 200 || !strings.Contains(fmt.Sprint(rz["workers"]), fmt.Sprintf(":%d", dead.Port)) ||
+		!strings.HasPrefix(fmt.Sprint(rz["status"]), "degraded") {
+		t.Errorf("/readyz with %v down: %d %v", dead, code, rz)
+	}
 	// Down a while: the dead worker's rooms go on answering 503 without
 	// waiting for it.
 	time.Sleep(time.Until(killed.Add(3 * time.Second)))
@@ -229,6 +235,9 @@ func TestCitusWorkerKilledMidLoad(t *testing.T) {
 	deadAtRestart := sum(oks, dead)
 	dead.Restart(t)
 	pgtest.Eventually(t, 90*time.Second, func() bool { return sum(oks, dead) >= deadAtRestart+20 }, "the dead worker's rooms to work again once it is back")
+	if code, rz := call(t, "GET", base+"/readyz", "", ""); code != 200 || rz["status"] != "ready" || fmt.Sprint(rz["workers"]) != "map[up:2]" {
+		t.Errorf("/readyz with both workers back: %d %v", code, rz)
+	}
 	halt()
 
 	for _, r := range rooms {

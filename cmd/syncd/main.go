@@ -307,14 +307,28 @@ func probes(pages *http.ServeMux, db *store.DB, peers *httpmw.Peers) {
 		defer cancel()
 		w.Header().Set("Content-Type", "application/json")
 		status, code := "ready", http.StatusOK
+		body := map[string]any{}
 		if err := db.Ping(pctx); err != nil {
 			status, code = "database unavailable", http.StatusServiceUnavailable
+		} else if h, citus, err := db.Workers(pctx); citus {
+			// A Citus worker that is down is reported, not judged: it
+			// takes only its rooms with it, and every process sees the
+			// same cluster, so taking this one out of rotation would
+			// take the other workers' rooms down too.
+			if err != nil {
+				h.Down = append(h.Down, "unknown: "+err.Error())
+			}
+			body["workers"] = h
+			if len(h.Down) > 0 {
+				status = "degraded: a database worker is down; its rooms answer 503"
+			}
 		}
 		// The pool is reported, not judged: an exhausted pool means
 		// requests queue for the database, which a load balancer taking
 		// this process out of rotation would only make worse elsewhere.
+		body["status"], body["pool"], body["processes"] = status, db.Status(), peers.N()
 		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(map[string]any{"status": status, "pool": db.Status(), "processes": peers.N()})
+		_ = json.NewEncoder(w).Encode(body)
 	})
 }
 
