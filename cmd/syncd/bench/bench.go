@@ -388,7 +388,7 @@ func (o *Options) defaults() {
 		o.ContextQuery = "messages=false"
 	}
 	if len(o.ContextAs) == 0 {
-		o.ContextAs = ContextCredentials
+		o.ContextAs = slices.Clone(ContextCredentials)
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
