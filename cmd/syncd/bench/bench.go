@@ -66,9 +66,12 @@ type Options struct {
 	// ContextQuery is the query string of the context read. Default
 	// "messages=false" (a lean read without messages).
 	ContextQuery string
-	// ContextAs is the credential the context's readers read with: agent
-	// (each reader its own agent's token), room or view. Default agent.
-	ContextAs string
+	// ContextAs are the credentials the context's readers read with, one
+	// measured run each on the same room: agent (each reader its own
+	// agent's token), room or view. Each authority has its own cached
+	// build on the server (issue 47 item 2 asks which are served from it),
+	// so each is measured apart. Default all three.
+	ContextAs []string
 	// Waits is the number of concurrent waits of the "waits" workload.
 	// Default 1,000.
 	Waits int
@@ -111,6 +114,19 @@ const (
 	Wake    = "wake"     // a waiter woken by an invocation
 	Waits   = "waits"    // Waits concurrent waits woken by one write
 )
+
+// ContextCredentials are the credentials the context workload can read
+// with (-context-as), in their default order. An observer (a signed-in
+// person who has not embodied) reads only over MCP with an OAuth grant,
+// not with a REST token, so it is not among them.
+var ContextCredentials = []string{"agent", "room", "view"}
+
+// QuietRooms is how many rooms the second bound of the "rooms" workload
+// spreads pgbench's clients over: pgbench picks a room at random for each
+// transaction, so on as many rooms as clients its clients wait on each
+// other's row locks, which syncd's clients (one room each) never do; the
+// performance targets compare 8 clients over 8 rooms with this bound.
+const QuietRooms = 64
 
 // Soak is a mixed load (invocations, context reads, waits, state reads)
 // for Duration, the server sampled every Intervals (default a minute). It
@@ -158,10 +174,21 @@ type Result struct {
 	ServerCPU    float64 `json:"server_cpu_pct,omitempty"`
 	ServerRSSMiB float64 `json:"server_rss_mib,omitempty"`
 	ServerFDs    int     `json:"server_fds,omitempty"`
-	// BoundTPS is pgbench's rate for the same shape; PctOfBound is RPS as
-	// a percentage of it.
+	// Credential is what the workload's measured requests authenticate
+	// with (for instance "8 agent tokens", "view token"): the server caches
+	// and admits per authority, so one read measured with two credentials
+	// is two figures.
+	Credential string `json:"credential"`
+	// BoundTPS is pgbench's rate for the same shape, the one the
+	// performance targets compare with (for "rooms", QuietRooms rooms);
+	// PctOfBound is RPS as a percentage of it. Bounds lists every bound
+	// measured for the workload in the same sitting, that one first.
 	BoundTPS   float64 `json:"bound_tps,omitempty"`
 	PctOfBound float64 `json:"pct_of_bound,omitempty"`
+	Bounds     []Bound `json:"bounds,omitempty"`
+	// NoBound says why there is no ratio: the workload has no comparable
+	// bound, or -pgbench was not given.
+	NoBound string `json:"no_bound,omitempty"`
 	// FirstMinuteRPS and LastMinuteRPS are the rates of the measured
 	// time's first and last minute, for runs of two minutes or more.
 	FirstMinuteRPS float64 `json:"first_minute_rps,omitempty"`
@@ -177,6 +204,46 @@ type Result struct {
 	Samples []Sample `json:"samples,omitempty"`
 	// Surfaces are the soak's requests per kind (REST, MCP, live pages).
 	Surfaces []Surface `json:"surfaces,omitempty"`
+}
+
+// Bound is one pgbench bound of a workload and the workload's rate as a
+// percentage of it.
+type Bound struct {
+	Clients int     `json:"clients"`
+	Rooms   int     `json:"rooms"`
+	TPS     float64 `json:"tps"`
+	Pct     float64 `json:"pct"`
+}
+
+// Why a result has no ratio (Result.NoBound).
+const (
+	noComparableBound = "no comparable bound: pgbench's script is an invocation's transaction"
+	noPGBench         = "not measured: run with -pgbench"
+)
+
+// bounded reports whether pgbench's script bounds workload w.
+func bounded(w string) bool { return w == Invoke1 || w == InvokeN || w == Rooms }
+
+// attachBounds puts pgbench's runs for res's workload beside its rate:
+// the run on the most rooms first (for "rooms", the QuietRooms bound the
+// targets name; the others have one run).
+func attachBounds(res *Result, pgs []*PGResult) {
+	res.Bounds, res.BoundTPS, res.PctOfBound, res.NoBound = nil, 0, 0, ""
+	for _, pg := range pgs {
+		if pg.Workload != res.Workload || pg.TPS <= 0 {
+			continue
+		}
+		res.Bounds = append(res.Bounds, Bound{Clients: pg.Clients, Rooms: pg.Rooms, TPS: pg.TPS, Pct: 100 * res.RPS / pg.TPS})
+	}
+	slices.SortStableFunc(res.Bounds, func(a, b Bound) int { return b.Rooms - a.Rooms })
+	switch {
+	case len(res.Bounds) > 0:
+		res.BoundTPS, res.PctOfBound = res.Bounds[0].TPS, res.Bounds[0].Pct
+	case !bounded(res.Workload):
+		res.NoBound = noComparableBound
+	default:
+		res.NoBound = noPGBench
+	}
 }
 
 // Interval is one slice of a measured run.
@@ -238,7 +305,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 	fs.IntVar(&o.Agents, "agents", 1, "agents per room of the rooms workload")
 	fs.IntVar(&o.Readers, "readers", 8, "readers of the context workload")
 	fs.StringVar(&o.ContextQuery, "context-query", "messages=false", "query string of the context read")
-	fs.StringVar(&o.ContextAs, "context-as", "agent", "credential of the context's readers: agent, room or view")
+	contextAs := fs.String("context-as", strings.Join(ContextCredentials, ","), "credentials of the context's readers, comma-separated, one run each: "+strings.Join(ContextCredentials, ", "))
 	fs.IntVar(&o.Waits, "waits", 1000, "concurrent waits of the waits workload")
 	fs.BoolVar(&o.HTTP1, "http1", false, "waits workload over HTTP/1.1 (one connection per wait) instead of h2c")
 	fs.DurationVar(&o.Intervals, "intervals", 0, "also report the rate per interval of each run (e.g. 15s)")
@@ -276,8 +343,19 @@ func parseFlags(args []string, stderr io.Writer) (Options, bool, error) {
 			*v = -1
 		}
 	}
-	if !slices.Contains([]string{"agent", "room", "view"}, o.ContextAs) {
-		return o, false, fmt.Errorf("-context-as %q is not agent, room or view", o.ContextAs)
+	for _, as := range strings.Split(*contextAs, ",") {
+		if as = strings.TrimSpace(as); as == "" {
+			continue
+		}
+		if !slices.Contains(ContextCredentials, as) {
+			return o, false, fmt.Errorf("-context-as %q is not one of %s", as, strings.Join(ContextCredentials, ", "))
+		}
+		if !slices.Contains(o.ContextAs, as) {
+			o.ContextAs = append(o.ContextAs, as)
+		}
+	}
+	if len(o.ContextAs) == 0 {
+		return o, false, errors.New("-context-as names no credential")
 	}
 	return o, *asJSON, nil
 }
@@ -309,8 +387,8 @@ func (o *Options) defaults() {
 	if o.ContextQuery == "" {
 		o.ContextQuery = "messages=false"
 	}
-	if o.ContextAs == "" {
-		o.ContextAs = "agent"
+	if len(o.ContextAs) == 0 {
+		o.ContextAs = slices.Clone(ContextCredentials)
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -345,7 +423,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	// tables while the later workloads ran after every bound's and
 	// workload's writes (8 clients over 8 rooms measured 57 % of its bound
 	// at the end of such a sequence, 82–86 % on its own).
-	bound := func(w string) (*PGResult, error) {
+	bound := func(w string) ([]*PGResult, error) {
 		if !opt.PGBench {
 			return nil, nil
 		}
@@ -353,10 +431,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		one.Workloads = []string{w}
 		pg, err := runPGBench(ctx, one)
 		rep.PGBench = append(rep.PGBench, pg...)
-		if err != nil || len(pg) == 0 {
-			return nil, err
-		}
-		return pg[0], nil
+		return pg, err
 	}
 	for _, w := range opt.Workloads {
 		pg, err := bound(w)
@@ -365,13 +440,12 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		}
 		fmt.Fprintf(opt.Log, "syncd bench: %s…\n", w)
 		b.opt.workload = w
-		res, err := b.run(ctx, w)
-		if res != nil {
-			res.Load1 = load1()
-			if pg != nil && pg.TPS > 0 {
-				res.BoundTPS = pg.TPS
-				res.PctOfBound = 100 * res.RPS / pg.TPS
+		results, err := b.run(ctx, w)
+		for _, res := range results {
+			if res.Load1 == 0 {
+				res.Load1 = load1()
 			}
+			attachBounds(res, pg)
 			rep.Results = append(rep.Results, res)
 		}
 		if err != nil {
@@ -407,21 +481,44 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, " (pid %d)", r.PID)
 	}
 	fmt.Fprintf(w, ", %s\n\n", r.Started.Format(time.RFC3339))
-	fmt.Fprintf(w, "%-36s %9s %8s %8s %7s %9s %7s %7s %8s %6s\n", "workload", "rps", "p50 ms", "p99 ms", "errors", "bound", "% bound", "cpu %", "rss MiB", "load")
+	const row = "%-34s %-16s %9s %8s %8s %7s %9s %7s %7s %7s %8s %6s\n"
+	fmt.Fprintf(w, row, "workload", "credential", "rps", "p50 ms", "p99 ms", "errors", "bound", "c×rooms", "% bound", "cpu %", "rss MiB", "load")
 	for _, x := range r.Results {
-		bound, pct := "-", "-"
-		if x.BoundTPS > 0 {
-			bound, pct = fmt.Sprintf("%.0f", x.BoundTPS), fmt.Sprintf("%.0f", x.PctOfBound)
+		// "—" where there is no ratio, whether the workload has no
+		// comparable bound or -pgbench was not given (NoBound says which).
+		bound, shape, pct := "—", "—", "—"
+		if len(x.Bounds) > 0 {
+			bound, shape, pct = boundCells(x.Bounds[0])
 		}
 		cpu, rss := "-", "-"
 		if r.PID > 0 {
 			cpu, rss = fmt.Sprintf("%.0f", x.ServerCPU), fmt.Sprintf("%.0f", x.ServerRSSMiB)
 		}
-		fmt.Fprintf(w, "%-36s %9.1f %8.2f %8.2f %7d %9s %7s %7s %8s %6.1f\n", x.Label, x.RPS, x.P50ms, x.P99ms, x.Errors, bound, pct, cpu, rss, x.Load1)
+		fmt.Fprintf(w, row, x.Label, x.Credential, fmt.Sprintf("%.1f", x.RPS), fmt.Sprintf("%.2f", x.P50ms), fmt.Sprintf("%.2f", x.P99ms),
+			strconv.FormatInt(x.Errors, 10), bound, shape, pct, cpu, rss, fmt.Sprintf("%.1f", x.Load1))
+		for _, bd := range x.Bounds[min(1, len(x.Bounds)):] {
+			bound, shape, pct := boundCells(bd)
+			fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf(row, "  the same against", "", "", "", "", "", bound, shape, pct, "", "", ""), " \n"))
+		}
+	}
+	var unmeasured, incomparable []string
+	for _, x := range r.Results {
+		switch x.NoBound {
+		case noPGBench:
+			unmeasured = appendOnce(unmeasured, x.Workload)
+		case noComparableBound:
+			incomparable = appendOnce(incomparable, x.Workload)
+		}
+	}
+	if len(unmeasured) > 0 {
+		fmt.Fprintf(w, "\nbound — for %s: %s.\n", strings.Join(unmeasured, ", "), noPGBench)
+	}
+	if len(incomparable) > 0 {
+		fmt.Fprintf(w, "\nbound — for %s: %s.\n", strings.Join(incomparable, ", "), noComparableBound)
 	}
 	for _, x := range r.Results {
 		if x.Note != "" || x.FirstError != "" || len(x.Intervals) > 0 || x.FirstMinuteRPS > 0 {
-			fmt.Fprintf(w, "\n%s:", x.Label)
+			fmt.Fprintf(w, "\n%s, %s:", x.Label, x.Credential)
 			if x.Note != "" {
 				fmt.Fprintf(w, " %s.", x.Note)
 			}
@@ -441,6 +538,19 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "\npgbench %s: %.1f tps, %d clients, %d rooms, %.0f s, load %.1f: %s\n", p.Workload, p.TPS, p.Clients, p.Rooms, p.Seconds, p.Load1, p.Command)
 		writeIntervals(w, p.Intervals, "tps")
 	}
+}
+
+func appendOnce(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
+}
+
+// boundCells are a bound's columns: its rate, its clients × rooms, and
+// the workload's rate as a percentage of it.
+func boundCells(b Bound) (tps, shape, pct string) {
+	return fmt.Sprintf("%.0f", b.TPS), fmt.Sprintf("%d×%d", b.Clients, b.Rooms), fmt.Sprintf("%.0f", b.Pct)
 }
 
 func writeIntervals(w io.Writer, iv []Interval, unit string) {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,8 +59,18 @@ func TestEveryWorkloadRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != len(bench.Names) {
-		t.Fatalf("%d results, want one per workload (%d)", len(rep.Results), len(bench.Names))
+	// One per workload, the context one per credential.
+	if want := len(bench.Names) + len(bench.ContextCredentials) - 1; len(rep.Results) != want {
+		t.Fatalf("%d results, want one per workload and context credential (%d)", len(rep.Results), want)
+	}
+	var readers []string
+	for _, r := range rep.Results {
+		if r.Workload == bench.Context {
+			readers = append(readers, r.Credential)
+		}
+	}
+	if strings.Join(readers, "; ") != "2 agent tokens; room token; view token" {
+		t.Errorf("context read with %q, want each reader its agent's token, then the room token, then the view token", readers)
 	}
 	for _, r := range rep.Results {
 		// Wake-ups are timed from the write's response, which a waiter's
@@ -72,6 +83,9 @@ func TestEveryWorkloadRuns(t *testing.T) {
 		}
 		if r.ServerRSSMiB <= 0 {
 			t.Errorf("%s: no resident set read for pid %d", r.Workload, rep.PID)
+		}
+		if r.Credential == "" || r.NoBound == "" || r.BoundTPS != 0 {
+			t.Errorf("%s: credential %q, no bound %q, bound %.0f: want a credential and, without -pgbench, why there is no ratio", r.Workload, r.Credential, r.NoBound, r.BoundTPS)
 		}
 	}
 	if w := rep.Results[len(rep.Results)-1]; w.Workload != bench.Waits || w.Requests != 6 || !strings.Contains(w.Note, "6 of 6 woken") {
@@ -90,7 +104,7 @@ func TestEveryWorkloadRuns(t *testing.T) {
 		t.Fatalf("report JSON %s: %v", raw, err)
 	}
 	for _, r := range shape.Results {
-		for _, k := range []string{"workload", "label", "clients", "rooms", "requests", "errors", "rps", "p50_ms", "p99_ms", "server_rss_mib"} {
+		for _, k := range []string{"workload", "label", "credential", "clients", "rooms", "requests", "errors", "rps", "p50_ms", "p99_ms", "server_rss_mib", "no_bound"} {
 			if _, ok := r[k]; !ok {
 				t.Errorf("result %v has no %q", r["workload"], k)
 			}
@@ -100,6 +114,19 @@ func TestEveryWorkloadRuns(t *testing.T) {
 	rep.WriteText(&text)
 	if !strings.Contains(text.String(), "invoke, 3 clients, 2 rooms × 2") || !strings.Contains(text.String(), "per 300ms") {
 		t.Errorf("text report:\n%s", text.String())
+	}
+	// Without -pgbench every row's bound, shape and ratio are "—".
+	for _, r := range rep.Results {
+		cells := row(t, text.String(), r.Label, r.Credential)
+		if cells == nil {
+			continue
+		}
+		if got := strings.Join(cells[4:7], " "); got != "— — —" {
+			t.Errorf("%s, %s: bound columns %q, want — — —", r.Label, r.Credential, got)
+		}
+	}
+	if !strings.Contains(text.String(), "bound — for invoke-1, invoke-n, rooms: not measured: run with -pgbench") {
+		t.Errorf("text report does not say why the invocations have no ratio:\n%s", text.String())
 	}
 }
 
@@ -174,19 +201,111 @@ func TestPGBenchBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.PGBench) != 2 || rep.PGBench[0].TPS <= 0 || rep.PGBench[1].Rooms != 2 {
+	// The rooms workload's own 2 rooms and the QuietRooms bound the
+	// targets compare it with.
+	if len(rep.PGBench) != 3 || rep.PGBench[0].TPS <= 0 || rep.PGBench[1].Rooms != 2 || rep.PGBench[2].Rooms != bench.QuietRooms {
 		t.Fatalf("pgbench runs: %+v", rep.PGBench)
 	}
 	for _, r := range rep.Results {
-		if r.BoundTPS <= 0 || r.PctOfBound <= 0 {
-			t.Errorf("%s: bound %.1f tps, %.0f %%", r.Workload, r.BoundTPS, r.PctOfBound)
+		if r.BoundTPS <= 0 || r.PctOfBound <= 0 || r.NoBound != "" {
+			t.Errorf("%s: bound %.1f tps, %.0f %% (%s)", r.Workload, r.BoundTPS, r.PctOfBound, r.NoBound)
 		}
+	}
+	if rooms := rep.Results[1]; len(rooms.Bounds) != 2 || rooms.Bounds[0].Rooms != bench.QuietRooms || rooms.BoundTPS != rep.PGBench[2].TPS {
+		t.Errorf("rooms: bounds %+v, want the %d-room one first", rooms.Bounds, bench.QuietRooms)
 	}
 	// pgbench's rooms and rows are gone, so syncd's runs saw the tables as
 	// they were.
 	var left int
 	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM state WHERE room_id LIKE 'pgb%'`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d pgbench rows left (%v)", left, err)
+	}
+}
+
+// row is the cells after label and credential of the report's row of
+// them (rps, p50, p99, errors, bound, clients × rooms, % bound, cpu, rss,
+// load), nil with an error when there is none.
+func row(t *testing.T, text, label, credential string) []string {
+	t.Helper()
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, label+" ")
+		if !ok {
+			continue
+		}
+		if rest, ok = strings.CutPrefix(strings.TrimLeft(rest, " "), credential+" "); ok {
+			if cells := strings.Fields(rest); len(cells) == 10 {
+				return cells
+			}
+		}
+	}
+	t.Errorf("no row %q, %q with 10 cells after them in:\n%s", label, credential, text)
+	return nil
+}
+
+// Each row prints its credential and its rate as a percentage of the
+// bound measured for it, the rooms workload against the QuietRooms bound
+// first and its own rooms' below; a workload pgbench does not bound, or
+// one measured without -pgbench, prints "—" and the report says why.
+func TestBoundColumns(t *testing.T) {
+	pg := []*bench.PGResult{
+		{Workload: bench.Invoke1, Clients: 1, Rooms: 1, TPS: 1359},
+		{Workload: bench.Rooms, Clients: 8, Rooms: 8, TPS: 4349},
+		{Workload: bench.Rooms, Clients: 8, Rooms: bench.QuietRooms, TPS: 5500},
+	}
+	rep := &bench.Report{Target: "http://x", PGBench: pg, Results: []*bench.Result{
+		{Workload: bench.Invoke1, Label: "invoke, 1 client, one room", Credential: "agent token", RPS: 795},
+		{Workload: bench.Rooms, Label: "invoke, 8 clients, 8 rooms × 1", Credential: "8 agent tokens", RPS: 1515},
+		{Workload: bench.InvokeN, Label: "invoke, 8 clients, one room", Credential: "8 agent tokens", RPS: 1745},
+		{Workload: bench.Context, Label: "context of 500 keys, 8 readers", Credential: "view token", RPS: 510},
+		{Workload: bench.Context, Label: "context of 500 keys, 8 readers", Credential: "8 agent tokens", RPS: 2400},
+	}}
+	for _, r := range rep.Results {
+		bench.AttachBounds(r, pg)
+	}
+	if r := rep.Results[0]; r.BoundTPS != 1359 || r.PctOfBound != 100*795.0/1359 || len(r.Bounds) != 1 {
+		t.Errorf("invoke-1: bound %.0f, %.2f %%, %+v", r.BoundTPS, r.PctOfBound, r.Bounds)
+	}
+	if r := rep.Results[1]; r.BoundTPS != 5500 || len(r.Bounds) != 2 || r.Bounds[1].Rooms != 8 || r.Bounds[1].Pct != 100*1515.0/4349 {
+		t.Errorf("rooms: bound %.0f, %+v", r.BoundTPS, r.Bounds)
+	}
+	var text strings.Builder
+	rep.WriteText(&text)
+	out := text.String()
+	t.Log("\n" + out)
+	for _, c := range []struct{ label, credential, bound string }{
+		{"invoke, 1 client, one room", "agent token", "1359 1×1 58"},
+		{"invoke, 8 clients, 8 rooms × 1", "8 agent tokens", "5500 8×64 28"},
+		{"invoke, 8 clients, one room", "8 agent tokens", "— — —"},
+		{"context of 500 keys, 8 readers", "view token", "— — —"},
+		{"context of 500 keys, 8 readers", "8 agent tokens", "— — —"},
+	} {
+		if cells := row(t, out, c.label, c.credential); cells != nil && strings.Join(cells[4:7], " ") != c.bound {
+			t.Errorf("%s, %s: bound columns %q, want %q", c.label, c.credential, strings.Join(cells[4:7], " "), c.bound)
+		}
+	}
+	if !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
+		return strings.HasPrefix(l, "  the same against ") && strings.Join(strings.Fields(l), " ") == "the same against 4349 8×8 35"
+	}) {
+		t.Errorf("rooms: no row of its own 8 rooms' bound:\n%s", out)
+	}
+	if !strings.Contains(out, "bound — for invoke-n: not measured: run with -pgbench") ||
+		!strings.Contains(out, "bound — for context: no comparable bound") {
+		t.Errorf("the report does not say why rows have no ratio:\n%s", out)
+	}
+	if n := rep.Results[2].NoBound; !strings.Contains(n, "-pgbench") {
+		t.Errorf("invoke-n without its bound: no_bound %q", n)
+	}
+	if n := rep.Results[3].NoBound; !strings.Contains(n, "no comparable bound") {
+		t.Errorf("context: no_bound %q", n)
+	}
+}
+
+// Each context credential sends its own token: the agents' readers each
+// their agent's, the others the room's or the view's.
+func TestContextTokens(t *testing.T) {
+	got := []string{bench.ContextTokenOf("agent", 0), bench.ContextTokenOf("agent", 3), bench.ContextTokenOf("room", 1), bench.ContextTokenOf("view", 1)}
+	if strings.Join(got, " ") != "agent0 agent1 room view" {
+		t.Fatalf("tokens %q", got)
 	}
 }
 

@@ -43,3 +43,13 @@ func StallsCounted(d, after, period time.Duration) (quiet, live, all int64) {
 	}
 	return quiet, live, s.Errors
 }
+
+// AttachBounds is attachBounds, for the tests.
+var AttachBounds = attachBounds
+
+// ContextTokenOf is the token the context workload's reader c sends for
+// credential as, of a room whose room token is "room", view token "view"
+// and agents' tokens "agent0" and "agent1".
+func ContextTokenOf(as string, c int) string {
+	return contextToken(&room{token: "room", viewToken: "view", agents: []string{"agent0", "agent1"}}, as, c)
+}

@@ -73,6 +73,9 @@ func runPGBench(ctx context.Context, opt Options) ([]*PGResult, error) {
 			runs = append(runs, &PGResult{Workload: w, Clients: opt.Clients, Rooms: 1})
 		case Rooms:
 			runs = append(runs, &PGResult{Workload: w, Clients: opt.Clients, Rooms: opt.Rooms})
+			if opt.Rooms < QuietRooms {
+				runs = append(runs, &PGResult{Workload: w, Clients: opt.Clients, Rooms: QuietRooms})
+			}
 		}
 	}
 	if len(runs) == 0 {

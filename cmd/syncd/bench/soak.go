@@ -377,7 +377,14 @@ func (b *bencher) metricValues(ctx context.Context, names ...string) map[string]
 func (b *bencher) soak(ctx context.Context) (*Result, error) {
 	clients := max(4, b.opt.Clients)
 	mcpClients, streams := max(0, b.opt.MCPClients), max(0, b.opt.PageStreams)
-	res := &Result{Workload: Soak, Label: fmt.Sprintf("soak, %d REST + %d MCP clients, %d live pages", clients, mcpClients, streams), Clients: clients + mcpClients, Rooms: 1}
+	res := &Result{Workload: Soak, Label: fmt.Sprintf("soak, %d REST + %d MCP clients, %d live pages", clients, mcpClients, streams), Clients: clients + mcpClients, Rooms: 1,
+		Credential: agentTokens(clients)}
+	if mcpClients > 0 {
+		res.Credential += ", OAuth grants"
+	}
+	if streams > 0 {
+		res.Credential += ", session cookie"
+	}
 	r, err := b.newRoom(ctx, "soak", clients)
 	if err != nil {
 		return nil, fmt.Errorf("setting up: %w", err)

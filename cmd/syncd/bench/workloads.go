@@ -183,24 +183,40 @@ func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
 	return first
 }
 
-func (b *bencher) run(ctx context.Context, w string) (*Result, error) {
+// run runs workload w: one result, or for "context" one per credential.
+func (b *bencher) run(ctx context.Context, w string) ([]*Result, error) {
+	var res *Result
+	var err error
 	switch w {
 	case Invoke1:
-		return b.invoke(ctx, w, "invoke, 1 client, one room", 1, 1, 1)
+		res, err = b.invoke(ctx, w, "invoke, 1 client, one room", 1, 1, 1)
 	case InvokeN:
-		return b.invoke(ctx, w, fmt.Sprintf("invoke, %d clients, one room", b.opt.Clients), b.opt.Clients, 1, b.opt.Clients)
+		res, err = b.invoke(ctx, w, fmt.Sprintf("invoke, %d clients, one room", b.opt.Clients), b.opt.Clients, 1, b.opt.Clients)
 	case Rooms:
-		return b.invoke(ctx, w, fmt.Sprintf("invoke, %d clients, %d rooms × %d", b.opt.Clients, b.opt.Rooms, b.opt.Agents), b.opt.Clients, b.opt.Rooms, b.opt.Agents)
+		res, err = b.invoke(ctx, w, fmt.Sprintf("invoke, %d clients, %d rooms × %d", b.opt.Clients, b.opt.Rooms, b.opt.Agents), b.opt.Clients, b.opt.Rooms, b.opt.Agents)
 	case Context:
 		return b.context(ctx)
 	case Wake:
-		return b.wake(ctx)
+		res, err = b.wake(ctx)
 	case Waits:
-		return b.waits(ctx)
+		res, err = b.waits(ctx)
 	case Soak:
-		return b.soak(ctx)
+		res, err = b.soak(ctx)
+	default:
+		return nil, fmt.Errorf("unknown workload %q", w)
 	}
-	return nil, fmt.Errorf("unknown workload %q", w)
+	if res == nil {
+		return nil, err
+	}
+	return []*Result{res}, err
+}
+
+// agentTokens names n agents' tokens as a Result's credential.
+func agentTokens(n int) string {
+	if n == 1 {
+		return "agent token"
+	}
+	return fmt.Sprintf("%d agent tokens", n)
 }
 
 // sample is one measured request.
@@ -326,7 +342,7 @@ func pct(ds []time.Duration, q float64) float64 {
 // each client keeps to one agent (8 clients on 8 rooms), and with more
 // pairs (10,000 rooms × 20 agents) the clients sweep every room.
 func (b *bencher) invoke(ctx context.Context, name, label string, clients, rooms, agents int) (*Result, error) {
-	res := &Result{Workload: name, Label: label, Clients: clients, Rooms: rooms}
+	res := &Result{Workload: name, Label: label, Credential: agentTokens(min(clients, rooms*agents)), Clients: clients, Rooms: rooms}
 	rs := make([]*room, rooms)
 	if err := parallel(ctx, rooms, 8, func(i int) error {
 		r, err := b.newRoom(ctx, fmt.Sprintf("%s-%d", name, i), agents)
@@ -360,9 +376,9 @@ func (b *bencher) invoke(ctx context.Context, name, label string, clients, rooms
 }
 
 // context measures readers reading the lean context of a room of 500 keys
-// (about 52 KB of values), 10 agents and 20 views.
-func (b *bencher) context(ctx context.Context) (*Result, error) {
-	res := &Result{Workload: Context, Label: fmt.Sprintf("context (500 keys, %s), %d readers", b.opt.ContextAs, b.opt.Readers), Clients: b.opt.Readers, Rooms: 1}
+// (about 52 KB of values), 10 agents and 20 views, once for each
+// credential of Options.ContextAs in turn, on the same room.
+func (b *bencher) context(ctx context.Context) ([]*Result, error) {
 	r, err := b.newRoom(ctx, "context", max(10, b.opt.Readers))
 	if err != nil {
 		return nil, fmt.Errorf("setting up: %w", err)
@@ -384,19 +400,51 @@ func (b *bencher) context(ctx context.Context) (*Result, error) {
 		}
 	}
 	path := "/rooms/" + r.id + "/context?" + b.opt.ContextQuery
-	b.loop(ctx, res, b.opt.Readers, func(ctx context.Context, c, _ int) (int, error) {
-		tok := r.agents[c%len(r.agents)]
-		switch b.opt.ContextAs {
-		case "room":
-			tok = r.token
-		case "view":
-			tok = r.viewToken
+	var results []*Result
+	for _, as := range b.opt.ContextAs {
+		if len(b.opt.ContextAs) > 1 {
+			// One profile per credential, not each overwriting the last.
+			b.opt.workload = Context + "-" + as
 		}
-		out, err := b.do(ctx, "GET", path, tok, nil)
-		return len(out), err
-	})
-	res.Note = fmt.Sprintf("GET /rooms/:id/context?%s, %d bytes a read", b.opt.ContextQuery, res.AvgBytes)
-	return res, nil
+		res := &Result{Workload: Context, Label: fmt.Sprintf("context of 500 keys, %d readers", b.opt.Readers), Clients: b.opt.Readers, Rooms: 1}
+		// Each run's warm-up is its own: what the reader authority's first
+		// read builds is not counted in its rate.
+		b.loop(ctx, res, b.opt.Readers, func(ctx context.Context, c, _ int) (int, error) {
+			out, err := b.do(ctx, "GET", path, contextToken(r, as, c), nil)
+			return len(out), err
+		})
+		res.Credential = contextCredential(as, min(b.opt.Readers, len(r.agents)))
+		res.Note = fmt.Sprintf("GET /rooms/:id/context?%s, %d bytes a read", b.opt.ContextQuery, res.AvgBytes)
+		res.Load1 = load1()
+		results = append(results, res)
+		if ctx.Err() != nil {
+			return results, ctx.Err()
+		}
+	}
+	return results, nil
+}
+
+// contextToken is the token reader c of the context workload reads with.
+func contextToken(r *room, as string, c int) string {
+	switch as {
+	case "room":
+		return r.token
+	case "view":
+		return r.viewToken
+	}
+	return r.agents[c%len(r.agents)]
+}
+
+// contextCredential names a context run's credential: agents readers
+// read with their own agents' tokens, or all with the room's or the view's.
+func contextCredential(as string, agents int) string {
+	switch as {
+	case "room":
+		return "room token"
+	case "view":
+		return "view token"
+	}
+	return agentTokens(agents)
 }
 
 // waitingAgents counts the room's agents whose status is waiting.
@@ -459,7 +507,7 @@ func (b *bencher) untilOpen(ctx context.Context, n int, limit time.Duration) (bo
 // wake measures, round after round, how long after an invocation's
 // response a waiter whose condition it satisfied gets its own.
 func (b *bencher) wake(ctx context.Context) (*Result, error) {
-	res := &Result{Workload: Wake, Label: "wait wake-up after the invocation", Clients: 2, Rooms: 1}
+	res := &Result{Workload: Wake, Label: "wait wake-up after the invocation", Credential: agentTokens(2), Clients: 2, Rooms: 1}
 	r, err := b.newRoom(ctx, "wake", 2)
 	if err != nil {
 		return nil, fmt.Errorf("setting up: %w", err)
@@ -529,7 +577,7 @@ func (b *bencher) wake(ctx context.Context) (*Result, error) {
 // descriptors while they wait.
 func (b *bencher) waits(ctx context.Context) (*Result, error) {
 	n := b.opt.Waits
-	res := &Result{Workload: Waits, Label: fmt.Sprintf("%d waits woken by one write", n), Clients: n, Rooms: 1}
+	res := &Result{Workload: Waits, Label: fmt.Sprintf("%d waits woken by one write", n), Credential: agentTokens(n), Clients: n, Rooms: 1}
 	r, err := b.newRoom(ctx, "waits", n)
 	if err != nil {
 		return nil, fmt.Errorf("setting up: %w", err)
@@ -610,7 +658,7 @@ func (b *bencher) waits(ctx context.Context) (*Result, error) {
 	res.Seconds = time.Since(t0).Seconds()
 	b.summarise(res, all)
 	res.RPS, res.Intervals = 0, nil // one burst: its rate means nothing
-	res.Note = fmt.Sprintf("%d of %d woken, the last %.0f ms after the write's response (the write took %.1f ms)",
+	res.Note = fmt.Sprintf("%d of %d woken, the last %.0f ms after the write's response (the write, with the room token, took %.1f ms)",
 		len(all), n, max(0, last.Sub(t1)).Seconds()*1000, t1.Sub(t0).Seconds()*1000)
 	if b.opt.PID > 0 && during.ok {
 		res.ServerRSSMiB = float64(during.rssKB) / 1024
