@@ -12,7 +12,6 @@ package substrate
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"iter"
 	"sync"
@@ -196,17 +195,14 @@ func (s *Service) reading(rc *roomCtx, roomID string) *envelope.Reading {
 			}
 			return nil, false
 		},
-		Live: rc.liveEntries,
-		Versions: func(scope string) map[string]int64 {
-			rows := snap.scopes[scope]
-			if len(rows) == 0 {
-				return nil
+		Entries: func(scope string) iter.Seq2[*Entry, bool] {
+			return func(yield func(*Entry, bool) bool) {
+				for _, r := range snap.scopes[scope] {
+					if !yield(&r.Entry, r.timer.live(rc.now)) {
+						return
+					}
+				}
 			}
-			vs := make(map[string]int64, len(rows))
-			for k, r := range rows {
-				vs[k] = r.Version
-			}
-			return vs
 		},
 		Sources: func(yield func(string) bool) {
 			for _, a := range snap.actions {
@@ -276,18 +272,6 @@ func scanMsgRows(rows pgx.Rows, err error) ([]envelope.Message, error) {
 		return nil, err
 	}
 	return read, nil
-}
-
-// liveEntries are the stored values of scope's entries live at the
-// read's time, by key.
-func (rc *roomCtx) liveEntries(scope string) iter.Seq2[string, json.RawMessage] {
-	return func(yield func(string, json.RawMessage) bool) {
-		for key, r := range rc.snap.scopes[scope] {
-			if r.timer.live(rc.now) && !yield(key, r.Value) {
-				return
-			}
-		}
-	}
 }
 
 // MessageThread is the thread a message of the context's messages.recent

@@ -87,14 +87,12 @@ type Reading struct {
 	// could not afford their gates.
 	Unevaluated int
 	// Entry is the snapshot's entry scope/key (nil: none), live or not,
-	// and whether it is live at Now; Live yields scope's live entries;
-	// Versions are scope's entries' versions by key, live or not;
-	// Sources the room's rules' expressions (its actions' guards, its
-	// views).
-	Entry    func(scope, key string) (*write.Entry, bool)
-	Live     func(scope string) iter.Seq2[string, json.RawMessage]
-	Versions func(scope string) map[string]int64
-	Sources  iter.Seq[string]
+	// and whether it is live at Now; Entries yields each of scope's
+	// entries so; Sources are the room's rules' expressions (its actions'
+	// guards, its views).
+	Entry   func(scope, key string) (*write.Entry, bool)
+	Entries func(scope string) iter.Seq2[*write.Entry, bool]
+	Sources iter.Seq[string]
 	// Log reads the newest limit live entries of a log scope the reader
 	// sees; Messages the request's messages (gated ones included);
 	// Directed the reader's unread directed messages, oldest first, at
@@ -175,8 +173,31 @@ func (r *Reading) fillState(ctx context.Context, req ContextRequest, env *Envelo
 		st[inc] = logs
 	}
 	env.State = st
-	env.ShowVersions(VersionsShown(req, r.Self, env.State, r.Versions))
+	env.ShowVersions(VersionsShown(req, r.Self, env.State, r.versions))
 	return nil
+}
+
+// versions are the versions of scope's entries, live or not, by key.
+func (r *Reading) versions(scope string) map[string]int64 {
+	var vs map[string]int64
+	for e := range r.Entries(scope) {
+		if vs == nil {
+			vs = map[string]int64{}
+		}
+		vs[e.Key] = e.Version
+	}
+	return vs
+}
+
+// live yields scope's entries live at the read's time: key, value.
+func (r *Reading) live(scope string) iter.Seq2[string, json.RawMessage] {
+	return func(yield func(string, json.RawMessage) bool) {
+		for e, live := range r.Entries(scope) {
+			if live && !yield(e.Key, e.Value) {
+				return
+			}
+		}
+	}
 }
 
 // fillActions fills the actions section (and, at the lean depth, the
@@ -319,7 +340,7 @@ func (r *Reading) receipts(seq int64) *Receipts {
 // first (Threads), from its live _threads entries.
 func (r *Reading) threads(recent []map[string]any) []ThreadSummary {
 	var all []ThreadSummary
-	for key, raw := range r.Live(scopeThreads) {
+	for key, raw := range r.live(scopeThreads) {
 		if t, ok := ThreadSummaryOf(key, raw); ok {
 			all = append(all, t)
 		}
@@ -343,7 +364,7 @@ func (r *Reading) seenBefore() int64 {
 // OverdueAcks are the acknowledgements asked of the reader that are
 // overdue after after (OverdueAcks), from the live _acks entries.
 func (r *Reading) OverdueAcks(after time.Duration) []OverdueAck {
-	return OverdueAcks(r.Live(scopeAcks), r.Self, r.Now, after, func(seq int64) string {
+	return OverdueAcks(r.live(scopeAcks), r.Self, r.Now, after, func(seq int64) string {
 		return r.Say(errs.Step{Op: errs.OpInvoke, Room: r.Room, Args: map[string]any{"action": "_ack", "params": map[string]any{"seq": seq}}})
 	})
 }
