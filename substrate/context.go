@@ -1,12 +1,8 @@
-// The context read and its envelope: what a context contains, filled
-// from the reader's context (roomctx.go, loaded by readpath.go) section by
-// section (state, views, agents, actions, messages with their threads and
-// receipts), annotated by salience from a Read of it, then cut to the
-// read's budget. How the envelope is shaped, put together and fitted, and
-// the rules of what each section shows, are substrate/envelope's; what
-// salience is handed is substrate/salienceport's Read, filled here with
-// the read rule applied; what a reader's room puts in the envelope is
-// here.
+// The context read: the reader's context (roomctx.go, loaded by
+// readpath.go) handed to substrate/envelope, which fills the envelope from
+// it (envelope.Reading) with the statements the core hands it for the
+// rest; salience annotates it from a Read of it (substrate/salienceport's,
+// filled here with the read rule applied); then it is cut to its budget.
 
 package substrate
 
@@ -14,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -25,12 +23,7 @@ import (
 )
 
 // The envelope (a context read's result), and the results of wait, eval
-// and help, are shaped, encoded and fitted to their budget in
-// substrate/envelope, from what the core puts in them; the core's names
-// for them are these. Here is what only the core knows: what a reader's
-// room puts in each section, which keys it makes salient, which versions
-// a read shows.
-
+// and help, are substrate/envelope's; the core's names for them are these.
 type (
 	Envelope       = envelope.Envelope[ActionView]
 	RoomAbout      = envelope.RoomAbout
@@ -371,13 +364,7 @@ func (s *Service) salienceRead(rc *roomCtx, roomID string) *Read {
 			}
 			return 0, false
 		},
-		Keys: func(scope string) []string {
-			out := make([]string, 0, len(snap.scopes[scope]))
-			for k := range snap.scopes[scope] {
-				out = append(out, k)
-			}
-			return out
-		},
+		Keys:      func(scope string) []string { return slices.Collect(maps.Keys(snap.scopes[scope])) },
 		Usage:     func() (map[string]*Usage, error) { return snap.usageAt(roomID) },
 		RecentLog: func(ctx context.Context) ([]LogRow, error) { return s.recentLog(ctx, rc, roomID) },
 		ViewsChangedUnseen: func(ctx context.Context, from int64) map[string]bool {

@@ -509,14 +509,8 @@ func contains(xs []string, x string) bool { return slices.Contains(xs, x) }
 // indexOf is x's index in xs, 0 when absent.
 func indexOf(xs []string, x string) int { return max(slices.Index(xs, x), 0) }
 
-func errorText(err error) string {
-	if e, ok := err.(interface{ Body() map[string]any }); ok {
-		if m, ok := e.Body()["message"].(string); ok {
-			return m
-		}
-	}
-	return err.Error()
-}
+// errorText is err as a value shows it (envelope.ErrorText).
+func errorText(err error) string { return envelope.ErrorText(err) }
 
 // evalBool evaluates a gate; an error counts as false.
 func (s *Service) evalBool(ctx context.Context, src string, vars *expr.Vars) bool {
