@@ -170,7 +170,7 @@ func (s *Service) reading(rc *roomCtx, roomID string) *envelope.Reading {
 	return &envelope.Reading{Room: roomID, Seq: snap.seq, Now: rc.now, Self: rc.self, ReadOnly: rc.p != nil && rc.p.ReadOnly(),
 		Say: rc.p.Say, About: snap.about, Params: rc.vars.Params,
 		State: rc.state, Stored: live.raw, Modified: rc.modified, Enc: live, Visible: rc.visible,
-		Agents: rc.vars.Agents, Presence: rc.agents, Views: rc.views,
+		Agents: rc.vars.Agents, Roster: rc.agents, Views: rc.views,
 		Enabled: rc.actEnabled, Available: rc.actAvail, RoomActions: len(snap.actions),
 		Action: func(id string) *ActionDef { return snap.actions[id].def },
 		Cooldown: func(id string) map[string]any {
@@ -182,16 +182,16 @@ func (s *Service) reading(rc *roomCtx, roomID string) *envelope.Reading {
 		Builtins: builtinDescriptions, BuiltinParams: builtinParams,
 		Count: rc.msgs.Count, Unread: rc.msgs.Unread, DirectedUnread: rc.msgs.Directed, Counted: rc.counted,
 		Unevaluated: rc.gatesHidden,
-		Entry: func(scope, key string) (*Entry, bool) {
+		Row: func(scope, key string) (envelope.Row, bool) {
 			if r := snap.scopes[scope][key]; r != nil {
-				return &r.Entry, r.timer.live(rc.now)
+				return rc.rowOf(r), true
 			}
-			return nil, false
+			return envelope.Row{}, false
 		},
-		Entries: func(scope string) iter.Seq2[*Entry, bool] {
-			return func(yield func(*Entry, bool) bool) {
+		Rows: func(scope string) iter.Seq[envelope.Row] {
+			return func(yield func(envelope.Row) bool) {
 				for _, r := range snap.scopes[scope] {
-					if !yield(&r.Entry, r.timer.live(rc.now)) {
+					if !yield(rc.rowOf(r)) {
 						return
 					}
 				}
@@ -222,6 +222,11 @@ func (s *Service) reading(rc *roomCtx, roomID string) *envelope.Reading {
 		Invocations: func(ctx context.Context) (map[string]int, error) { return invocationCounts(ctx, s.db, roomID) },
 		ReadUpTo:    &rc.readUpTo,
 	}
+}
+
+// rowOf is r as the envelope reads it, live or not at the read's time.
+func (rc *roomCtx) rowOf(r *srow) envelope.Row {
+	return envelope.Row{Key: r.Key, Value: r.Value, Writer: r.Writer, Revision: r.Revision, Version: r.Version, Live: r.timer.live(rc.now)}
 }
 
 // queryMessages runs the statement that reads the request's messages: a
@@ -292,12 +297,9 @@ func invocationCounts(ctx context.Context, q querier, roomID string) (map[string
 	return out, rows.Err()
 }
 
-// versionsRead is the read that shows the versions of scope's entries,
-// as a step's arguments: what the if_version help and a version
-// conflict's hint name.
-func versionsRead(scope string) map[string]any {
-	return map[string]any{"only": "state." + scope}
-}
+// versionsRead is the read that shows the versions of scope's entries
+// (envelope.VersionsRead).
+func versionsRead(scope string) map[string]any { return envelope.VersionsRead(scope) }
 
 // ScopeJSON returns raw[name] encoded, encoding it on first use: the
 // envelope's encoding of a scope it shows as the snapshot holds it

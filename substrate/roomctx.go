@@ -200,7 +200,7 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope, registeredBy 
 // result) see: the state its registrar reads, plus the invocation's params
 // and the invoker's identity (self, messages). The invoker's own scope is
 // `state.self` only when the invoker is the registrar.
-func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, params map[string]any) *expr.Vars {
+func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *defs.ActionDef, params map[string]any) *expr.Vars {
 	views := rc.vars.Views
 	if views != nil {
 		// The views its registrar and the invoker both see: an action

@@ -18,7 +18,6 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
-	"github.com/syncsubstrate/sync/substrate/write"
 )
 
 // The records the envelope shows of the room's system scopes and views:
@@ -37,6 +36,18 @@ type Message struct {
 	Raw          json.RawMessage
 	Writer       string
 	Via, Enabled *string
+}
+
+// Row is an entry of the room's snapshot at the read's seq, as the
+// envelope reads it.
+type Row struct {
+	Key               string
+	Value             json.RawMessage
+	Writer            string
+	Revision, Version int64
+	// Live: the entry is live at the read's time (its timer leaves it
+	// shown).
+	Live bool
 }
 
 // A Reading is one reader's context read as its envelope is filled: what
@@ -63,10 +74,10 @@ type Reading struct {
 	Modified map[string]bool
 	Enc      ScopeEncoder
 	// Visible reports a scope the reader reads (the read rule).
-	Visible  func(scope string) bool
-	Agents   map[string]any // CEL's agents: those the reader sees
-	Presence []Presence     // every agent's, for receipts and read marks
-	Views    map[string]any // the views the reader sees, id → value
+	Visible func(scope string) bool
+	Agents  map[string]any // CEL's agents: those the reader sees
+	Roster  []Presence     // every agent's presence, for receipts and read marks
+	Views   map[string]any // the views the reader sees, id → value
 	// Enabled are the live actions, enabled for the reader or not;
 	// Available those it may invoke now; Action a room action's
 	// definition; Cooldown an action's live cooldown as shown (nil:
@@ -86,12 +97,11 @@ type Reading struct {
 	// Unevaluated counts the entries the read hid because its budget
 	// could not afford their gates.
 	Unevaluated int
-	// Entry is the snapshot's entry scope/key (nil: none), live or not,
-	// and whether it is live at Now; Entries yields each of scope's
-	// entries so; Sources are the room's rules' expressions (its actions'
-	// guards, its views).
-	Entry   func(scope, key string) (*write.Entry, bool)
-	Entries func(scope string) iter.Seq2[*write.Entry, bool]
+	// Row is the snapshot's row scope/key, live or not (ok false: none);
+	// Rows yields each of scope's rows; Sources are the room's rules'
+	// expressions (its actions' guards, its views).
+	Row     func(scope, key string) (_ Row, ok bool)
+	Rows    func(scope string) iter.Seq[Row]
 	Sources iter.Seq[string]
 	// Log reads the newest limit live entries of a log scope the reader
 	// sees; Messages the request's messages (gated ones included);
@@ -180,7 +190,7 @@ func (r *Reading) fillState(ctx context.Context, req ContextRequest, env *Envelo
 // versions are the versions of scope's entries, live or not, by key.
 func (r *Reading) versions(scope string) map[string]int64 {
 	var vs map[string]int64
-	for e := range r.Entries(scope) {
+	for e := range r.Rows(scope) {
 		if vs == nil {
 			vs = map[string]int64{}
 		}
@@ -192,8 +202,8 @@ func (r *Reading) versions(scope string) map[string]int64 {
 // live yields scope's entries live at the read's time: key, value.
 func (r *Reading) live(scope string) iter.Seq2[string, json.RawMessage] {
 	return func(yield func(string, json.RawMessage) bool) {
-		for e, live := range r.Entries(scope) {
-			if live && !yield(e.Key, e.Value) {
+		for e := range r.Rows(scope) {
+			if e.Live && !yield(e.Key, e.Value) {
 				return
 			}
 		}
@@ -325,12 +335,12 @@ func (r *Reading) shownMessage(msg Message) map[string]any {
 // receipts are a message's receipts, from its live _acks entry and the
 // agents' read marks (nil: the message asked for none).
 func (r *Reading) receipts(seq int64) *Receipts {
-	e, live := r.Entry(scopeAcks, strconv.FormatInt(seq, 10))
-	if e == nil || !live {
+	e, ok := r.Row(scopeAcks, strconv.FormatInt(seq, 10))
+	if !ok || !e.Live {
 		return nil
 	}
-	seen := make(map[string]int64, len(r.Presence))
-	for _, a := range r.Presence {
+	seen := make(map[string]int64, len(r.Roster))
+	for _, a := range r.Roster {
 		seen[a.ID] = a.LastSeenSeq
 	}
 	return ReceiptsOf(e.Value, seq, seen)
@@ -353,7 +363,7 @@ func (r *Reading) threads(recent []map[string]any) []ThreadSummary {
 // seenBefore is the newest message the reader had been shown before this
 // read (its unread messages come after it).
 func (r *Reading) seenBefore() int64 {
-	for _, a := range r.Presence {
+	for _, a := range r.Roster {
 		if a.ID == r.Self {
 			return a.LastSeenSeq
 		}
@@ -373,8 +383,8 @@ func (r *Reading) OverdueAcks(after time.Duration) []OverdueAck {
 // shown changed after from (MostlyChanged).
 func (r *Reading) MostlyChanged(from int64) bool {
 	return MostlyChanged(r.State, func(scope, key string) bool {
-		e, _ := r.Entry(scope, key)
-		return e != nil && e.Revision > from
+		e, ok := r.Row(scope, key)
+		return ok && e.Revision > from
 	})
 }
 
@@ -393,14 +403,8 @@ func (r *Reading) rankKeys(scope string, keys map[string]json.RawMessage) []stri
 	if scope == defs.ScopeSelf {
 		name = r.Self
 	}
-	entry := func(k string) *write.Entry { e, _ := r.Entry(name, k); return e }
-	mine := func(k string) bool { e := entry(k); return e != nil && r.Self != "" && e.Writer == r.Self }
-	rev := func(k string) int64 {
-		if e := entry(k); e != nil {
-			return e.Revision
-		}
-		return 0
-	}
+	mine := func(k string) bool { e, ok := r.Row(name, k); return ok && r.Self != "" && e.Writer == r.Self }
+	rev := func(k string) int64 { e, _ := r.Row(name, k); return e.Revision }
 	return RankKeys(keys, mine, r.watchedKeys(scope), rev)
 }
 

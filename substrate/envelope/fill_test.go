@@ -13,15 +13,11 @@ import (
 
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
-	"github.com/syncsubstrate/sync/substrate/write"
 )
 
 // fakeRoom is a reader's room as a Reading hands it over: entries by
 // scope and key, with whether each is live.
-type fakeRoom map[string]map[string]struct {
-	e    write.Entry
-	live bool
-}
+type fakeRoom map[string]map[string]Row
 
 func (f fakeRoom) reading(readUpTo *int64) *Reading {
 	gated := "false"
@@ -32,24 +28,18 @@ func (f fakeRoom) reading(readUpTo *int64) *Reading {
 		Room: "r", Seq: 10, Now: time.Unix(100, 0), Self: "alice",
 		Say:   func(s errs.Step) string { return fmt.Sprint(s.Args) },
 		State: map[string]any{"_shared": map[string]any{"a": 1.0}}, Enc: noEncoder{},
-		Visible:  func(string) bool { return true },
-		Presence: []Presence{{ID: "alice", LastSeenSeq: 4}, {ID: "bob", LastSeenSeq: 9}},
-		Enabled:  map[string]bool{"zed": true, "mid": true, "off": false}, Available: map[string]bool{"zed": true},
+		Visible: func(string) bool { return true },
+		Roster:  []Presence{{ID: "alice", LastSeenSeq: 4}, {ID: "bob", LastSeenSeq: 9}},
+		Enabled: map[string]bool{"zed": true, "mid": true, "off": false}, Available: map[string]bool{"zed": true},
 		Action:   func(id string) *defs.ActionDef { return &defs.ActionDef{ID: id, Description: id + "!"} },
 		Cooldown: func(string) map[string]any { return nil },
 		Builtins: map[string]string{"help": "help", "_send_message": "send"},
 		Count:    4, Unread: 3, DirectedUnread: 1, Counted: true,
-		Entry: func(scope, key string) (*write.Entry, bool) {
-			if r, ok := f[scope][key]; ok {
-				return &r.e, r.live
-			}
-			return nil, false
-		},
-		Entries: func(scope string) iter.Seq2[*write.Entry, bool] {
-			return func(yield func(*write.Entry, bool) bool) {
+		Row: func(scope, key string) (Row, bool) { r, ok := f[scope][key]; return r, ok },
+		Rows: func(scope string) iter.Seq[Row] {
+			return func(yield func(Row) bool) {
 				for _, k := range slices.Sorted(maps.Keys(f[scope])) {
-					r := f[scope][k]
-					if !yield(&r.e, r.live) {
+					if !yield(f[scope][k]) {
 						return
 					}
 				}
@@ -71,8 +61,8 @@ func (f fakeRoom) reading(readUpTo *int64) *Reading {
 
 func TestFillMessages(t *testing.T) {
 	room := fakeRoom{"_acks": {
-		"6": {write.Entry{Key: "6", Value: json.RawMessage(`{"to":["alice","bob"]}`)}, true},
-		"7": {write.Entry{Key: "7", Value: json.RawMessage(`{"to":["bob"]}`)}, false},
+		"6": {Key: "6", Value: json.RawMessage(`{"to":["alice","bob"]}`), Live: true},
+		"7": {Key: "7", Value: json.RawMessage(`{"to":["bob"]}`)},
 	}}
 	var readUpTo int64
 	env, err := room.reading(&readUpTo).Fill(context.Background(), ContextRequest{Only: []string{"messages"}, MessagesLimit: 3})
@@ -139,10 +129,10 @@ func TestFillActions(t *testing.T) {
 
 func TestReadingRanksAndVersions(t *testing.T) {
 	room := fakeRoom{"_shared": {
-		"old":    {write.Entry{Key: "old", Revision: 1, Version: 3}, true},
-		"new":    {write.Entry{Key: "new", Revision: 8, Version: 1}, true},
-		"theirs": {write.Entry{Key: "theirs", Revision: 9, Version: 2}, false},
-		"mine":   {write.Entry{Key: "mine", Revision: 2, Writer: "alice", Version: 7}, true},
+		"old":    {Key: "old", Revision: 1, Version: 3, Live: true},
+		"new":    {Key: "new", Revision: 8, Version: 1, Live: true},
+		"theirs": {Key: "theirs", Revision: 9, Version: 2},
+		"mine":   {Key: "mine", Revision: 2, Writer: "alice", Version: 7, Live: true},
 	}}
 	r := room.reading(new(int64))
 	keys := map[string]json.RawMessage{"old": nil, "new": nil, "theirs": nil, "mine": nil}
