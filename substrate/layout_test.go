@@ -78,9 +78,13 @@ var coreLibraries = map[string]bool{"substrate/errs": true, "substrate/expr": tr
 	"substrate/exprbudget": true,
 	// The envelope's shape, request, encoding and size budget, fitted
 	// from plain inputs the core hands it (no room, no SQL); its sections
-	// put together, the action view, threads' and acks' records as shown,
-	// CEL's agents and messages, the results of wait, eval and help, and
-	// a state read's query, its thinning by the read rule and its gates.
+	// filled from a Reading (what the read built, the snapshot's rows,
+	// the statements the core runs for the rest), the action view,
+	// threads' and acks' records as shown, CEL's agents and messages, the
+	// results of wait, eval and help, a state read's query, its thinning
+	// by the read rule and its gates, and the reader's state's rules
+	// (entries hidden one by one, gated ones admitted, the gates' and
+	// action guards' evaluation).
 	"substrate/envelope": true,
 	// What changed, as the rules say it: what a wait's wake-up or a read
 	// since a seq shows of a snapshot the core hands it, what a wait's

@@ -7,7 +7,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
-	"github.com/syncsubstrate/sync/substrate/exprbudget"
 )
 
 // presence is an agent's public presence, loaded fresh for each
@@ -202,7 +200,7 @@ func (rc *roomCtx) stateAs(ctx context.Context, s *Service, scope, registeredBy 
 // result) see: the state its registrar reads, plus the invocation's params
 // and the invoker's identity (self, messages). The invoker's own scope is
 // `state.self` only when the invoker is the registrar.
-func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, params map[string]any) *expr.Vars {
+func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *defs.ActionDef, params map[string]any) *expr.Vars {
 	views := rc.vars.Views
 	if views != nil {
 		// The views its registrar and the invoker both see: an action
@@ -217,13 +215,16 @@ func (rc *roomCtx) actionVars(ctx context.Context, s *Service, def *ActionDef, p
 // visible reports whether the context's principal reads scope (the one
 // read rule, authority.VisibilityOf, decided from the read's snapshot).
 func (rc *roomCtx) visible(scope string) bool {
-	if rc.p == nil {
-		return true
-	}
+	return rc.p == nil || rc.visibility().Scope(scope)
+}
+
+// visibility is the context's principal's read rule in this read,
+// decided from the read's snapshot when first asked.
+func (rc *roomCtx) visibility() *authority.Visibility {
 	if rc.vis == nil {
 		rc.vis = snapVisibility(rc.p, rc.snap)
 	}
-	return rc.vis.Scope(scope)
+	return rc.vis
 }
 
 // readable reports an entry of scope the read rule shows the context's
@@ -234,38 +235,12 @@ func (rc *roomCtx) readable(scope, key string) bool {
 }
 
 // readableState is the context's state narrowed to the entries the read
-// rule lets its principal see one by one (an agent's thoughts in a scope
-// granted to another, say), for what is shown to it rather than what its
-// expressions compute with.
+// rule lets its principal see one by one (envelope.ReadableState).
 func (rc *roomCtx) readableState() map[string]any {
 	if rc.p == nil {
 		return rc.state
 	}
-	out := make(map[string]any, len(rc.state))
-	for scope, m := range rc.state {
-		out[scope] = m
-		entries, ok := m.(map[string]any)
-		if !ok || scope == ScopeSelf || !rc.visible(scope) {
-			continue
-		}
-		var cp map[string]any
-		for k := range entries {
-			if rc.readable(scope, k) {
-				continue
-			}
-			if cp == nil {
-				cp = make(map[string]any, len(entries))
-				for k2, v := range entries {
-					cp[k2] = v
-				}
-			}
-			delete(cp, k)
-		}
-		if cp != nil {
-			out[scope] = cp
-		}
-	}
-	return out
+	return envelope.ReadableState(rc.state, rc.visibility())
 }
 
 // snapVisibility is p's visibility decided from snap. A snapshot read
@@ -321,12 +296,7 @@ func (s *Service) build(ctx context.Context, snap *snapshot, p *Principal, agent
 func (rc *roomCtx) enableActions(ctx context.Context, s *Service, params map[string]any) map[string]any {
 	rc.actEnabled = map[string]bool{}
 	actVar := map[string]any{}
-	actIDs := make([]string, 0, len(rc.snap.actions))
-	for id := range rc.snap.actions {
-		actIDs = append(actIDs, id)
-	}
-	sort.Strings(actIDs)
-	for _, id := range actIDs {
+	for _, id := range slices.Sorted(maps.Keys(rc.snap.actions)) {
 		a := rc.snap.actions[id]
 		if !a.r.timer.live(rc.now) {
 			continue
@@ -368,16 +338,7 @@ func (s *Service) stateFor(ctx context.Context, rc *roomCtx, keep func(string) b
 	if len(deferred) > 0 {
 		rc.hideEntries(state) // entries the gates admitted
 	}
-	if _, ok := state[ScopeShared]; !ok && keep(ScopeShared) {
-		state[ScopeShared] = map[string]any{} // always there, so state._shared.x reads "no such key: x"
-	}
-	if rc.self != "" {
-		if own, ok := state[rc.self]; ok {
-			state[ScopeSelf] = own
-		} else {
-			state[ScopeSelf] = map[string]any{}
-		}
-	}
+	envelope.SharedAndSelf(state, rc.self, keep)
 	return state, hidden
 }
 
@@ -456,16 +417,16 @@ func (g *entryGates) eval(ctx context.Context, r *srow) gateResult {
 		res, ok = g.timed[r]
 	}
 	if !ok {
-		var kind gateMemo
+		var kind envelope.GateMemo
 		res, kind = g.s.evalGate(gctx, *r.enabled, g.vars)
 		switch {
 		case !g.shared:
-		case kind == memoPure:
+		case kind == envelope.MemoPure:
 			if g.fresh == nil {
 				g.fresh = map[*srow]gateResult{}
 			}
 			g.fresh[r] = res
-		case kind == memoTimed && g.quantum >= 0:
+		case kind == envelope.MemoTimed && g.quantum >= 0:
 			if g.freshTimed == nil {
 				g.freshTimed = map[*srow]gateResult{}
 			}
@@ -476,82 +437,28 @@ func (g *entryGates) eval(ctx context.Context, r *srow) gateResult {
 }
 
 // addEntries adds the gated entries admitted to state, copying a shared
-// scope map before its first change.
+// scope map before its first change (envelope.AddEntries).
 func (rc *roomCtx) addEntries(state map[string]any, add []*srow) {
-	for _, r := range add {
-		if rc.modified == nil {
-			rc.modified = map[string]bool{}
-		}
-		if !rc.modified[r.Scope] {
-			cp := map[string]any{}
-			if old, ok := state[r.Scope].(map[string]any); ok {
-				for k, v := range old {
-					cp[k] = v
-				}
-			}
-			state[r.Scope] = cp
-			rc.modified[r.Scope] = true
-		}
-		state[r.Scope].(map[string]any)[r.Key] = r.val
-	}
+	rc.modified = envelope.AddEntries(state, rc.modified, add, func(r *srow) (string, string, any) { return r.Scope, r.Key, r.val })
 }
 
 // hideEntries takes out of state the entries of a scope the reader reads
-// that the read rules hide from it one by one (an agent's loom memory, in
-// its scope granted to another): they are hidden from what the context
-// shows and from what the reader's expressions, and those of definitions
-// registered by it, compute with. Scopes a rule hides nothing in cost a
-// call of HiddenPrefixes.
+// that the read rules hide from it one by one (envelope.HideEntries).
 func (rc *roomCtx) hideEntries(state map[string]any) {
-	if rc.p == nil {
-		return
-	}
-	for scope, m := range state {
-		entries, ok := m.(map[string]any)
-		if !ok || !rc.visible(scope) {
-			continue
-		}
-		prefixes := rc.vis.HiddenPrefixes(scope)
-		if len(prefixes) == 0 {
-			continue
-		}
-		var cp map[string]any
-		for k := range entries {
-			if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) || rc.vis.Entry(scope, k) {
-				continue
-			}
-			if cp == nil {
-				cp = maps.Clone(entries)
-			}
-			delete(cp, k)
-		}
-		if cp != nil {
-			state[scope] = cp
-			if rc.modified == nil {
-				rc.modified = map[string]bool{}
-			}
-			rc.modified[scope] = true
-		}
+	if rc.p != nil {
+		rc.modified = envelope.HideEntries(state, rc.modified, rc.visibility())
 	}
 }
 
-// gateKey names the authority entry-level gates evaluate with: the
-// reader's self, the scopes its state holds and what the read rules let
-// it see in them (ruleKey: the room token and a view link read the same
-// scopes, but only the first an agent's operational memory). Gates see
-// nothing else but now and agents, and gates reading those are not
-// memoised. ok is false when a rule cannot say: nothing is shared.
+// gateKey names the authority entry-level gates evaluate with
+// (envelope.GateKey); ok is false when a rule cannot say: nothing is
+// shared.
 func (rc *roomCtx) gateKey(state map[string]any) (string, bool) {
 	rules, ok := rc.ruleKey()
 	if !ok {
 		return "", false
 	}
-	scopes := make([]string, 0, len(state))
-	for sc := range state {
-		scopes = append(scopes, sc)
-	}
-	sort.Strings(scopes)
-	return rc.self + "\x00" + strings.Join(scopes, "\x00") + "\x00\x00" + rules, true
+	return envelope.GateKey(rc.self, state, rules), true
 }
 
 // ruleKey names what the read rules let rc's principal see within the
@@ -561,103 +468,49 @@ func (rc *roomCtx) ruleKey() (string, bool) {
 	if rc.p == nil {
 		return "\x00system", true
 	}
-	if rc.vis == nil {
-		rc.vis = snapVisibility(rc.p, rc.snap)
-	}
-	return rc.vis.ShareKey()
+	return rc.visibility().ShareKey()
 }
 
-// gateMemo is how long a gate's result may be reused.
-type gateMemo int
-
-const (
-	// memoNone: reads agents, which change without a new seq (a wait
-	// woken by a presence change must see it at once).
-	memoNone gateMemo = iota
-	// memoPure: reads neither now nor agents, so its result holds for the
-	// same authority until the snapshot changes.
-	memoPure
-	// memoTimed: reads now (not agents): its result is reused for
-	// Limits.GateQuantum.
-	memoTimed
-)
-
-// evalGate evaluates an entry-level enabled expression: on when it gives
-// true (an error or any other value hides the entry), its cost at least
-// exprbudget.MinCost, and how long its result may be reused.
-func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (gateResult, gateMemo) {
-	p, err := s.cel.Compile(src)
-	if err != nil {
-		return gateResult{cost: exprbudget.MinCost}, memoPure
-	}
-	v, cost, err := s.cel.EvalCost(ctx, p, vars)
-	b, _ := v.(bool)
-	g := gateResult{on: err == nil && b, cost: max(cost, exprbudget.MinCost)}
-	switch {
-	case p.Uses("agents"):
-		return g, memoNone
-	case p.Uses("now"):
-		return g, memoTimed
-	}
-	return g, memoPure
+// evalGate evaluates an entry-level enabled expression (envelope.Gate).
+func (s *Service) evalGate(ctx context.Context, src string, vars *expr.Vars) (gateResult, envelope.GateMemo) {
+	on, cost, memo := envelope.Gate(ctx, s.cel, src, vars)
+	return gateResult{on: on, cost: cost}, memo
 }
 
-// visibleAgents is the agents map (CEL `agents`, the context's agents
-// section) as the reader sees it: an agent with an enabled expression is
-// in it only while the expression holds, evaluated as entry-level gates
-// are (the reader's state, every agent, self and now; counted against the
-// read's gate budget, fail closed past it).
+// afford evaluates a gate if the read's gate budget (limit) affords it,
+// and charges its cost; past the budget the gate is counted unevaluated
+// and does not hold: fail closed.
+func (b *gateBudget) afford(limit int, eval func() gateResult) bool {
+	if b.spent >= uint64(limit) {
+		b.cut++
+		return false
+	}
+	g := eval()
+	b.spent += g.cost
+	return g.on
+}
+
+// visibleAgents is the agents map as the reader sees it
+// (envelope.VisibleAgents), agents' gates evaluated as entry-level gates
+// are (the reader's state, every agent, self and now; counted against
+// the read's gate budget).
 func (rc *roomCtx) visibleAgents(ctx context.Context, s *Service) map[string]any {
-	all := envelope.AgentsVar(rc.agents)
 	var vars *expr.Vars
-	b, limit := rc.budget(), uint64(s.lim.EnabledCostPerRead)
-	for _, a := range rc.agents {
-		if a.Enabled == nil {
-			continue
-		}
+	return envelope.VisibleAgents(rc.agents, func(src string) bool {
 		if vars == nil {
 			vars = &expr.Vars{State: rc.state, Self: rc.self, Now: rc.now, Agents: envelope.AgentsVar(rc.agents)}
 		}
-		if b.spent >= limit {
-			b.cut++
-			delete(all, a.ID)
-			continue
-		}
-		g, _ := s.evalGate(ctx, *a.Enabled, vars)
-		b.spent += g.cost
-		if !g.on {
-			delete(all, a.ID)
-		}
-	}
-	return all
+		return rc.budget().afford(s.lim.EnabledCostPerRead, func() gateResult { g, _ := s.evalGate(ctx, src, vars); return g })
+	})
 }
 
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
+func contains(xs []string, x string) bool { return slices.Contains(xs, x) }
 
-func indexOf(xs []string, x string) int {
-	for i, y := range xs {
-		if y == x {
-			return i
-		}
-	}
-	return 0
-}
+// indexOf is x's index in xs, 0 when absent.
+func indexOf(xs []string, x string) int { return max(slices.Index(xs, x), 0) }
 
-func errorText(err error) string {
-	if e, ok := err.(interface{ Body() map[string]any }); ok {
-		if m, ok := e.Body()["message"].(string); ok {
-			return m
-		}
-	}
-	return err.Error()
-}
+// errorText is err as a value shows it (envelope.ErrorText).
+func errorText(err error) string { return envelope.ErrorText(err) }
 
 // evalBool evaluates a gate; an error counts as false.
 func (s *Service) evalBool(ctx context.Context, src string, vars *expr.Vars) bool {
@@ -670,13 +523,12 @@ func (s *Service) evalBool(ctx context.Context, src string, vars *expr.Vars) boo
 }
 
 // affordAction evaluates an action's enabled (or, with ifClause, its `if`
-// without params) for this read, within Limits.ActionCostPerRead for all
-// of the read's actions together: each read evaluates every action for
-// availability, and nothing else bounded their sum. Past the budget an
-// action is not evaluated (actionsCut) and reads as not enabled or not
-// available: fail closed; an invocation evaluates its own action anyway.
-// An `if` that fails because it needs params leaves availability to the
-// invocation, so the action counts as available.
+// without params) for this read (envelope.ActionGuard), within
+// Limits.ActionCostPerRead for all of the read's actions together: each
+// read evaluates every action for availability, and nothing else
+// bounded their sum. Past the budget an action is not evaluated
+// (actionsCut) and reads as not enabled or not available: fail closed;
+// an invocation evaluates its own action anyway.
 func (rc *roomCtx) affordAction(ctx context.Context, s *Service, id, src string, vars *expr.Vars, ifClause bool) bool {
 	if rc.actionCost >= uint64(s.lim.ActionCostPerRead) {
 		if rc.actionsCut == nil {
@@ -685,24 +537,15 @@ func (rc *roomCtx) affordAction(ctx context.Context, s *Service, id, src string,
 		rc.actionsCut[id] = true
 		return false
 	}
-	p, err := s.cel.Compile(src)
-	if err != nil {
-		rc.actionCost += exprbudget.MinCost
-		return false
-	}
-	v, cost, err := s.cel.EvalCost(ctx, p, vars)
-	rc.actionCost += max(cost, exprbudget.MinCost)
-	b, isBool := v.(bool)
-	if err != nil && ifClause {
-		return p.UsesParams
-	}
-	if ifClause && err == nil && isBool && b && !p.Uses("actions") {
+	ok, cost, held := envelope.ActionGuard(ctx, s.cel, src, vars, ifClause)
+	rc.actionCost += cost
+	if held {
 		if rc.ifHeld == nil {
 			rc.ifHeld = map[string]bool{}
 		}
 		rc.ifHeld[id] = true
 	}
-	return err == nil && isBool && b
+	return ok
 }
 
 // cooldownOf returns the live cooldown of an action, if any.

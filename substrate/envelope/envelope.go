@@ -1,8 +1,12 @@
 // Package envelope is the context read's envelope: its shape, the
 // request that shapes it, the versions it shows, its encoding, and the
-// fitting of it to a size budget. The core fills it from a room; this
-// package sees only the envelope and plain inputs (the reader's id, how
-// to word a read, how to rank a scope's keys), never a room, so what it
+// fitting of it to a size budget; its filling, section by section, from
+// a Reading (fill.go); and the rules of the reader's state it is filled
+// from: the entries the read rule hides one by one, those the gates
+// admit, and the gates' evaluation (readerstate.go, gates.go). The core
+// hands it a reader's read already narrowed by the read rule, the
+// snapshot's rows as plain values and the statements that read the rest;
+// this package never sees a room, a transaction or a cache, so what it
 // decides is a function of what the core put in.
 //
 // Sections a request left out are absent (omitzero keeps a present but

@@ -86,6 +86,17 @@ func ViewsShown(views map[string]any, req ContextRequest) map[string]any {
 	return out
 }
 
+// ErrorText is an error as a reader is shown it in a value (a failing
+// view's {"_error": …}): a coded error's message, else its text.
+func ErrorText(err error) string {
+	if e, ok := err.(interface{ Body() map[string]any }); ok {
+		if m, ok := e.Body()["message"].(string); ok {
+			return m
+		}
+	}
+	return err.Error()
+}
+
 // HelpKeys are the help keys a room's contents call for: how to begin a
 // vocabulary (custom, the room's own actions shown, is 0), what a
 // directed message asks, how contested actions are settled.

@@ -76,6 +76,13 @@ func (v *EntryVersions) IsZero() bool { return len(v.current()) == 0 }
 // MarshalJSON encodes the shown versions (encoding/json sorts the keys).
 func (v *EntryVersions) MarshalJSON() ([]byte, error) { return encodeJSON(v.current()) }
 
+// VersionsRead is the read that shows the versions of scope's entries,
+// as a step's arguments: what the if_version help and a version
+// conflict's hint name.
+func VersionsRead(scope string) map[string]any {
+	return map[string]any{"only": "state." + scope}
+}
+
 // VersionsShown are the versions (scope → key → version) of the scopes
 // of state, a read's state section, that req names one by one (only:
 // "state.<scope>"): what ShowVersions is handed. versions are a scope's
