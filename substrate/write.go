@@ -29,9 +29,6 @@ type pendingWrite struct {
 	via string
 }
 
-const rowCols = `scope, key, value, version, sort_key, revision, writer, updated_at,
-	timer_json, timer_expires_at, timer_ticks_left, timer_tick_on, timer_effect, timer_started_at, enabled_expr`
-
 type scanner interface{ Scan(dest ...any) error }
 
 func scanRow(sc scanner) (*row, error) {
