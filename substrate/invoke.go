@@ -14,6 +14,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/write"
 )
 
 // InvokeResult is what an invocation returns.
@@ -82,24 +83,9 @@ func (r *InvokeResult) fill(seq int64) {
 	}
 }
 
-// decodeParams reads an invocation's params object: a value like any
-// other, so no deeper than Limits.MaxValueDepth (the object itself is
-// one level).
+// decodeParams reads an invocation's params object (write.Params).
 func (s *Service) decodeParams(raw json.RawMessage) (map[string]any, error) {
-	params := map[string]any{}
-	if len(raw) == 0 || string(raw) == "null" {
-		return params, nil
-	}
-	if err := CheckJSONText(raw); err != nil {
-		return nil, err.(*errs.Error).With("field", "params")
-	}
-	if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
-		return nil, s.tooDeep("params").With("field", "params")
-	}
-	if err := defs.DecodeNumber(raw, &params); err != nil || params == nil {
-		return nil, errs.New(errs.InvalidParam, "params must be a JSON object").WithHint(`params is an object: {"name": value, …}`)
-	}
-	return params, nil
+	return write.Params(raw, s.writeLimits())
 }
 
 // celParams converts params (json.Number numbers) to expression values.

@@ -368,12 +368,9 @@ func (s *Service) writeLimits() write.Limits {
 // before decoding.
 func CheckJSONText(raw []byte) error { return write.CheckJSONText(raw) }
 
-// jsonDepth and valueDepth measure how deeply a value nests, against
+// valueDepth measures how deeply a value nests, against
 // Limits.MaxValueDepth (tooDeep).
-var (
-	jsonDepth  = write.Depth
-	valueDepth = write.ValueDepth
-)
+var valueDepth = write.ValueDepth
 
 // tooDeep is the error for a value nested past Limits.MaxValueDepth.
 func (s *Service) tooDeep(what string) *errs.Error { return write.TooDeep(s.writeLimits(), what) }
