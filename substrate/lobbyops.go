@@ -217,33 +217,32 @@ func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool,
 }
 
 // publicReads collects view id and those it reads, and reports whether
-// it is live and none of them has an enabled gate: only then is it the
-// same for everyone.
+// it is live and none of them has an enabled gate (defs.PublicReads):
+// only then is it the same for everyone.
 func (v *RoomView) publicReads(id string) (map[string]*viewRec, bool) {
 	byID := map[string]*viewRec{}
 	for _, d := range v.snap.views {
 		byID[d.def.ID] = d
 	}
-	reads := map[string]*viewRec{}
-	var ungated func(id string) bool
-	ungated = func(id string) bool {
-		d := byID[id]
-		if d == nil || reads[id] != nil {
-			return true // absent for everyone alike; a cycle is an error value
-		}
-		reads[id] = d
-		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
-			return false
-		}
-		for _, dep := range d.prog.ViewDeps {
-			if !ungated(dep) {
-				return false
-			}
-		}
-		return true
-	}
-	if d := byID[id]; d == nil || !d.r.timer.live(v.now) || !ungated(id) {
+	if d := byID[id]; d == nil || !d.r.timer.live(v.now) {
 		return nil, false
+	}
+	ids, public := defs.PublicReads(id, func(id string) (defs.ViewNode, bool) {
+		d := byID[id]
+		if d == nil {
+			return defs.ViewNode{}, false
+		}
+		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
+			return defs.ViewNode{Gated: true}, true
+		}
+		return defs.ViewNode{Reads: d.prog.ViewDeps}, true
+	})
+	if !public {
+		return nil, false
+	}
+	reads := make(map[string]*viewRec, len(ids))
+	for _, id := range ids {
+		reads[id] = byID[id]
 	}
 	return reads, true
 }
