@@ -5,10 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
@@ -260,7 +257,7 @@ func (s *Service) invocationOps(m *mutation, rc *roomCtx, vars *expr.Vars, id st
 			ops = append(ops, op{Scope: scopeCooldowns, Key: id, Value: v, Timer: &timer})
 		}
 	}
-	msg, _ := expr.MarshalJSON(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": s.auditParams(params), "body": callText(id, params)})
+	msg, _ := expr.MarshalJSON(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": s.auditParams(params), "body": defs.CallText(id, params)})
 	return append(ops, op{Scope: ScopeMessages, Append: true, Value: msg}), userWrites, nil
 }
 
@@ -415,33 +412,6 @@ func (s *Service) evalWrite(ctx context.Context, vars *expr.Vars, w WriteTemplat
 	o.Merge = out
 	return nil
 }
-
-// callText renders an invocation as id(k=v, …) for the message log.
-func callText(id string, params map[string]any) string {
-	keys := make([]string, 0, len(params))
-	for k := range params {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		b, _ := json.Marshal(params[k])
-		parts[i] = k + "=" + string(b)
-	}
-	text := id + "(" + strings.Join(parts, ", ") + ")"
-	if len(text) > maxCallText {
-		cut := maxCallText
-		for cut > 0 && !utf8.RuneStart(text[cut]) {
-			cut--
-		}
-		text = text[:cut] + "…)"
-	}
-	return text
-}
-
-// maxCallText caps the text of an invocation message: the params are in
-// the audit log (or summarised there), the message only says what happened.
-const maxCallText = 500
 
 // auditParams is what an audit entry or invocation message records of
 // params, within this server's value limits (defs.AuditParams).
