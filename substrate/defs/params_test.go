@@ -17,7 +17,7 @@ func TestCallText(t *testing.T) {
 	if got := defs.CallText("ping", nil); got != "ping()" {
 		t.Fatalf("got %s", got)
 	}
-	long := defs.CallText("say", map[string]any{"text": strings.Repeat("é", defs.MaxCallText)})
+	long := defs.CallText("says", map[string]any{"text": strings.Repeat("é", defs.MaxCallText)})
 	if !utf8.ValidString(long) || !strings.HasSuffix(long, "…)") || len(long) > defs.MaxCallText+len("…)") {
 		t.Fatalf("a long call is %d bytes, valid %v: %.40s…", len(long), utf8.ValidString(long), long)
 	}
