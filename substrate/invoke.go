@@ -284,15 +284,7 @@ func (s *Service) needMessages(snap *snapshot, def *ActionDef) bool {
 	}
 	srcs := []string{def.Result}
 	for _, w := range def.Writes {
-		if w.Expr {
-			var code string
-			src := w.Value
-			if len(src) == 0 {
-				src = w.Merge
-			}
-			_ = json.Unmarshal(src, &code)
-			srcs = append(srcs, code)
-		}
+		srcs = append(srcs, w.ExprSource())
 	}
 	return s.usesMessages(srcs...)
 }
@@ -334,83 +326,11 @@ func (s *Service) evalField(ctx context.Context, field, src string, vars *expr.V
 }
 
 // renderWrite turns one write template into a concrete write, checked
-// against the registrar's authority (seed 001 §Write authority model).
+// against the registrar's authority (write.Render).
 func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars, r *defs.Renderer, def *ActionDef, w WriteTemplate) (op, error) {
-	scope := r.Str(w.Scope)
-	if scope == "" {
-		scope = ScopeShared
-	}
-	if scope == ScopeSelf {
-		scope = rc.self
-	}
-	o := op{Scope: scope, Key: r.Str(w.Key), Append: w.Append, Delete: w.Delete, Deep: true, Timer: w.Timer, Enabled: w.Enabled}
-	if err := authority.ValidName("scope", o.Scope, s.lim.MaxScopeBytes, true); err != nil {
-		return o, err
-	}
-	if o.Key != "" || !o.Append {
-		if err := authority.ValidKey(o.Key, s.lim.MaxKeyBytes); err != nil {
-			return o, err
-		}
-	}
-	if err := actionMayWrite(def, rc.self, o.Scope); err != nil {
-		return o, err
-	}
-	var err error
-	switch {
-	case w.Expr:
-		err = s.evalWrite(ctx, vars, w, &o)
-	case len(w.Value) > 0:
-		o.Value, err = r.JSON(w.Value)
-	case len(w.Merge) > 0:
-		o.Merge, err = r.JSON(w.Merge)
-	case len(w.Increment) > 0:
-		var n json.Number
-		n, err = r.Number("increment", w.Increment)
-		o.Increment = &n
-	}
-	if err != nil {
-		return o, err
-	}
-	if len(w.IfVersion) > 0 {
-		n, err := r.Number("if_version", w.IfVersion)
-		if err != nil {
-			return o, err
-		}
-		v, err := n.Int64()
-		if err != nil || v < 0 {
-			return o, errs.New(errs.InvalidParam, "if_version rendered to %s, not a version", n).WithHint("pass the version you read (0: must not exist)")
-		}
-		o.IfVersion = &v
-	}
-	return o, nil
-}
-
-// evalWrite sets o's value (or merge) to what the write's expression
-// evaluates to.
-func (s *Service) evalWrite(ctx context.Context, vars *expr.Vars, w WriteTemplate, o *op) error {
-	src := w.Value
-	if len(src) == 0 {
-		src = w.Merge
-	}
-	var code string
-	_ = json.Unmarshal(src, &code)
-	v, err := s.evalField(ctx, "writes.value", code, vars)
-	if err != nil {
-		return err
-	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return errs.New(errs.CELError, "write expression result cannot be stored: %v", err).WithHint("return JSON-shaped values")
-	}
-	if len(w.Merge) == 0 {
-		o.Value = out
-		return nil
-	}
-	if _, isMap := v.(map[string]any); !isMap {
-		return errs.New(errs.CELError, "merge expression gave %s, not a map", expr.KindOf(v)).WithHint("return a map from a merge expression")
-	}
-	o.Merge = out
-	return nil
+	return write.Render(r, w, rc.self, s.writeLimits(),
+		func(scope string) error { return actionMayWrite(def, rc.self, scope) },
+		func(src string) (any, error) { return s.evalField(ctx, "writes.value", src, vars) })
 }
 
 // auditParams is what an audit entry or invocation message records of

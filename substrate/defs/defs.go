@@ -85,6 +85,21 @@ type WriteTemplate struct {
 	Enabled   string          `json:"enabled,omitempty"`
 }
 
+// ExprSource is the CEL source of an Expr write (its Value, or else its
+// Merge, as a JSON string); "" when it is none.
+func (w WriteTemplate) ExprSource() string {
+	if !w.Expr {
+		return ""
+	}
+	src := w.Value
+	if len(src) == 0 {
+		src = w.Merge
+	}
+	var code string
+	_ = json.Unmarshal(src, &code)
+	return code
+}
+
 // ViewDef is a registered view (seed 001 §Views), stored as the value of
 // state entry _views/<id>.
 type ViewDef struct {
