@@ -16,10 +16,10 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/buildcache"
@@ -177,37 +177,10 @@ func (s *Service) readSnapshot(ctx context.Context, q querier, roomID string, se
 	if err := q.QueryRow(ctx, `SELECT meta FROM rooms WHERE id = $1`, roomID).Scan(&meta); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
-	snap.about = aboutOf(meta)
+	if label, desc, ok := defs.About(meta); ok {
+		snap.about = &RoomAbout{Label: label, Description: desc}
+	}
 	return snap, nil
-}
-
-// aboutLen caps the description a read shows: a room's meta may hold
-// 16 KiB, a read's budget is shared with the room itself.
-const aboutLen = 600
-
-// aboutOf is a room meta's label and description, nil without a
-// description (a label alone is in the lobby already).
-func aboutOf(meta []byte) *RoomAbout {
-	var m struct {
-		Label       any `json:"label"`
-		Description any `json:"description"`
-	}
-	if json.Unmarshal(meta, &m) != nil {
-		return nil
-	}
-	desc, _ := m.Description.(string)
-	if desc = strings.TrimSpace(desc); desc == "" {
-		return nil
-	}
-	if len(desc) > aboutLen {
-		cut := aboutLen
-		for cut > 0 && !utf8.RuneStart(desc[cut]) {
-			cut--
-		}
-		desc = desc[:cut] + "…"
-	}
-	label, _ := m.Label.(string)
-	return &RoomAbout{Label: label, Description: desc}
 }
 
 // add stores one row and indexes it.

@@ -72,3 +72,20 @@ func BootstrapView(v any) (def ViewDef, bad BootstrapResult, ok bool) {
 	}
 	return def, BootstrapResult{}, true
 }
+
+// RegisterResult is what a registration returns.
+//
+// Fields are in reading order (a model reads the JSON): the outcome and
+// likely mistakes first, the definition (what the caller sent, with its
+// defaults) last.
+type RegisterResult struct {
+	Created bool  `json:"created"`
+	Seq     int64 `json:"seq"`
+	// Warnings flag likely mistakes that did not stop the registration.
+	Warnings []map[string]any `json:"warnings,omitempty"`
+	// Changed lists the fields a re-registration changed.
+	Changed []string `json:"changed,omitempty"`
+	// Value is a view's value right after registration.
+	Value      any `json:"value,omitempty"`
+	Definition any `json:"definition"`
+}
