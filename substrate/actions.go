@@ -3,9 +3,7 @@ package substrate
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
@@ -83,31 +81,13 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 		}
 		res.Changed = defs.ChangedFields(*old.def, def)
 	}
-	// Competing writers of the same static keys.
-	for _, t := range defs.StaticTargets(&def) {
-		var others []string
+	res.Warnings = defs.ActionWarnings(&def, func(yield func(string, *ActionDef) bool) {
 		for id, a := range snap.actions {
-			if id != def.ID && slices.Contains(defs.StaticTargets(a.def), t) {
-				others = append(others, id)
+			if !yield(id, a.def) {
+				return
 			}
 		}
-		if len(others) > 0 {
-			sort.Strings(others)
-			res.Warnings = append(res.Warnings, map[string]any{"warning": "competing_write_targets", "target": t, "actions": others,
-				"hint": "several actions write this key; see help key contested_actions"})
-		}
-	}
-	// Writes every invocation would refuse: a fixed scope outside the
-	// action's authority.
-	for i, w := range def.Writes {
-		if w.Scope == "" || strings.Contains(w.Scope, "${") {
-			continue
-		}
-		if err := actionMayWrite(&def, "", w.Scope); err != nil && w.Scope != ScopeSelf {
-			res.Warnings = append(res.Warnings, map[string]any{"warning": "write_scope_denied", "write": i, "scope": w.Scope,
-				"hint": "an action writes communal (_) scopes, its own scope (" + def.Scope + ") and the invoker's (${self}); this write would be refused"})
-		}
-	}
+	}, func(scope string) error { return actionMayWrite(&def, "", scope) })
 	raw, _ := json.Marshal(def)
 	o := op{Scope: scopeActions, Key: def.ID, Value: raw, Timer: def.Timer}
 	if _, _, err := s.applyOps(m, []op{o}, "register"); err != nil {
