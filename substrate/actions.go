@@ -298,14 +298,11 @@ func liveViews(views []*viewRec, now time.Time, id string) int {
 	return n
 }
 
-// ActionInfo is an action as listed.
-type ActionInfo struct {
-	ActionDef
-	Available bool           `json:"available"`
-	Enabled   bool           `json:"enabled_now"`
-	Cooldown  map[string]any `json:"cooldown,omitempty"`
-	Timer     map[string]any `json:"timer_state,omitempty"`
-}
+// An action and a view as listed (defs.ActionInfo, defs.ViewInfo).
+type (
+	ActionInfo = defs.ActionInfo
+	ViewInfo   = defs.ViewInfo
+)
 
 // ListActions lists the room's live actions with their availability to p.
 func (s *Service) ListActions(ctx context.Context, p *Principal, roomID string) ([]ActionInfo, error) {
@@ -340,12 +337,6 @@ func (s *Service) GetAction(ctx context.Context, p *Principal, roomID, id string
 	}
 	return nil, errs.New(errs.ActionNotFound, "no action %q in this room", id).WithHint("the context lists the room's actions").
 		WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "actions", "depth": "full"}})
-}
-
-// ViewInfo is a view as listed: its definition and current value.
-type ViewInfo struct {
-	ViewDef
-	Value any `json:"value"`
 }
 
 // ListViews lists live, enabled views with their values.

@@ -34,17 +34,8 @@ type InvokeResult struct {
 	hidden map[entryKey]bool
 }
 
-// WriteRef names what an invocation wrote, without the value: what a
-// caller needs to read it back or to write it again with if_version.
-type WriteRef struct {
-	Scope    string `json:"scope"`
-	Key      string `json:"key"`
-	Version  int64  `json:"version"`
-	SortKey  *int64 `json:"sort_key,omitempty"`
-	Revision int64  `json:"revision"`
-	// Bytes is the value's size (0 for a deletion).
-	Bytes int `json:"bytes"`
-}
+// WriteRef names what an invocation wrote, without the value (write.Ref).
+type WriteRef = write.Ref
 
 // InvokeSummary is an invocation's result with references instead of the
 // written values: a model that invoked an action knows what it sent, and

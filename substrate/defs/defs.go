@@ -178,3 +178,18 @@ func (t *Timer) Validate(field string) error {
 
 // NormalizeTickOn accepts "state.<scope>.<key>" and "<scope>.<key>".
 func NormalizeTickOn(s string) string { return strings.TrimPrefix(s, "state.") }
+
+// ActionInfo is an action as listed.
+type ActionInfo struct {
+	ActionDef
+	Available bool           `json:"available"`
+	Enabled   bool           `json:"enabled_now"`
+	Cooldown  map[string]any `json:"cooldown,omitempty"`
+	Timer     map[string]any `json:"timer_state,omitempty"`
+}
+
+// ViewInfo is a view as listed: its definition and current value.
+type ViewInfo struct {
+	ViewDef
+	Value any `json:"value"`
+}

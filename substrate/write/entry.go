@@ -59,3 +59,15 @@ func Shown(e Entry, withheld bool) Entry {
 	}
 	return e
 }
+
+// Ref names what a write wrote, without the value: what a
+// caller needs to read it back or to write it again with if_version.
+type Ref struct {
+	Scope    string `json:"scope"`
+	Key      string `json:"key"`
+	Version  int64  `json:"version"`
+	SortKey  *int64 `json:"sort_key,omitempty"`
+	Revision int64  `json:"revision"`
+	// Bytes is the value's size (0 for a deletion).
+	Bytes int `json:"bytes"`
+}
