@@ -81,13 +81,7 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 		}
 		res.Changed = defs.ChangedFields(*old.def, def)
 	}
-	res.Warnings = defs.ActionWarnings(&def, func(yield func(string, *ActionDef) bool) {
-		for id, a := range snap.actions {
-			if !yield(id, a.def) {
-				return
-			}
-		}
-	}, func(scope string) error { return actionMayWrite(&def, "", scope) })
+	res.Warnings = defs.ActionWarnings(&def, snap.actionDefs(), func(scope string) error { return actionMayWrite(&def, "", scope) })
 	raw, _ := json.Marshal(def)
 	o := op{Scope: scopeActions, Key: def.ID, Value: raw, Timer: def.Timer}
 	if _, _, err := s.applyOps(m, []op{o}, "register"); err != nil {

@@ -350,3 +350,48 @@ func ActionWarnings(def *ActionDef, actions iter.Seq2[string, *ActionDef], mayWr
 	}
 	return warnings
 }
+
+// Contested maps "<scope>.<key>" to the actions (ids, sorted) that write
+// it, for the keys more than one of actions writes (the _contested view).
+// Templated keys are left out: which key they hit depends on the
+// invocation.
+func Contested(actions iter.Seq2[string, *ActionDef]) map[string]any {
+	writers := map[string][]string{}
+	for id, a := range actions {
+		for _, t := range StaticTargets(a) {
+			if !slices.Contains(writers[t], id) {
+				writers[t] = append(writers[t], id)
+			}
+		}
+	}
+	out := map[string]any{}
+	for t, ids := range writers {
+		if len(ids) > 1 {
+			sort.Strings(ids)
+			list := make([]any, len(ids))
+			for i, id := range ids {
+				list[i] = id
+			}
+			out[t] = list
+		}
+	}
+	return out
+}
+
+// ContestedAmong is contested (Contested's) as a reader sees it: only the
+// actions shown to it, and only the targets two or more of those write.
+func ContestedAmong(contested map[string]any, shown func(id string) bool) map[string]any {
+	out := map[string]any{}
+	for t, ids := range contested {
+		var seen []any
+		for _, id := range ids.([]any) {
+			if shown(id.(string)) {
+				seen = append(seen, id)
+			}
+		}
+		if len(seen) > 1 {
+			out[t] = seen
+		}
+	}
+	return out
+}
