@@ -1,7 +1,6 @@
 package substrate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -421,23 +420,7 @@ func (s *Service) invokerMayRead(ctx context.Context, rc *roomCtx, read map[stri
 	}
 	mine := *vars
 	mine.State = rc.readableState()
-	again := s.cel.ReadAgain(ctx, paths, &mine)
-	out := make(map[string]any, len(read))
-	for path, v := range read {
-		if w, ok := again[path]; ok && sameValue(v, w) {
-			out[path] = v
-			continue
-		}
-		out[path] = "<not yours to read>"
-	}
-	return out
-}
-
-// sameValue compares two explained values as they would be shown.
-func sameValue(a, b any) bool {
-	ra, err1 := json.Marshal(a)
-	rb, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && bytes.Equal(ra, rb)
+	return defs.ShownOf(read, s.cel.ReadAgain(ctx, paths, &mine))
 }
 
 // suggestActions completes an action_not_found error, outside the room
