@@ -369,8 +369,5 @@ func (s *Service) writeLimits() write.Limits {
 func CheckJSONText(raw []byte) error { return write.CheckJSONText(raw) }
 
 // valueDepth measures how deeply a value nests, against
-// Limits.MaxValueDepth (tooDeep).
+// Limits.MaxValueDepth (write.TooDeep).
 var valueDepth = write.ValueDepth
-
-// tooDeep is the error for a value nested past Limits.MaxValueDepth.
-func (s *Service) tooDeep(what string) *errs.Error { return write.TooDeep(s.writeLimits(), what) }
