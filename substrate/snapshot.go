@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/delta"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/buildcache"
@@ -27,6 +28,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/internal/memo"
 	"github.com/syncsubstrate/sync/substrate/internal/readcache"
 	"github.com/syncsubstrate/sync/substrate/internal/viewmemo"
+	"github.com/syncsubstrate/sync/substrate/timer"
 )
 
 // snapshot is a room's mutable state at one seq, decoded once and shared,
@@ -181,6 +183,18 @@ func (s *Service) readSnapshot(ctx context.Context, q querier, roomID string, se
 		snap.about = &RoomAbout{Label: label, Description: desc}
 	}
 	return snap, nil
+}
+
+// nextChange is the earliest moment after now at which a timer changes
+// what the room shows (zero if none is pending).
+func (snap *snapshot) nextChange(now time.Time) time.Time {
+	var next time.Time
+	for _, keys := range snap.scopes {
+		for _, r := range keys {
+			next = timer.Earliest(next, r.timer.nextChange(now))
+		}
+	}
+	return next
 }
 
 // add stores one row and indexes it.
@@ -572,10 +586,10 @@ func (s *Service) buildShared(ctx context.Context, snap *snapshot, p *Principal,
 	// The hidden messages are the snapshot's; which of them this reader
 	// may not see is its own (their gates read self, now, agents): its
 	// messages.count is derived per read, as build does.
-	s.uncountHidden(clockFor(ctx, "messages"), rc)
+	s.uncountHidden(delta.ClockFor(ctx, "messages"), rc)
 	rc.vars = expr.Vars{
 		State:    rc.state,
-		Agents:   rc.visibleAgents(clockFor(ctx, "agents"), s),
+		Agents:   rc.visibleAgents(delta.ClockFor(ctx, "agents"), s),
 		Messages: envelope.MessagesVar(rc.msgs.Count, rc.msgs.Unread, rc.msgs.Directed),
 		Self:     rc.self,
 		Now:      now,
