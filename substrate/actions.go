@@ -104,28 +104,6 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 	return res, nil
 }
 
-// lockedSnapshot loads the room's snapshot inside a mutation.
-func (s *Service) lockedSnapshot(m *mutation) (*snapshot, error) {
-	if snap := s.cachedSnap(m); snap != nil {
-		m.snap = snap
-		return snap, nil
-	}
-	if m.group != nil {
-		// Read inside the group transaction, so not yet committed: the
-		// group's own until its commit publishes it.
-		snap, err := s.readSnapshot(m.ctx, m.tx, m.room, m.base, m.msgCount)
-		if err == nil {
-			m.snap, m.group.snap, m.group.key = snap, snap, m.cacheKey
-		}
-		return snap, err
-	}
-	snap, err := s.loadSnapshot(m.ctx, m.tx, m.room, m.cacheKey, m.base, m.msgCount)
-	if err == nil {
-		m.snap = snap // loadRows takes the rows it holds from it
-	}
-	return snap, err
-}
-
 // DeleteAction removes an action (its registrar, its scope's agent or room
 // authority).
 func (s *Service) DeleteAction(ctx context.Context, p *Principal, roomID, id string) (int64, error) {
