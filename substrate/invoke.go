@@ -291,30 +291,6 @@ func (s *Service) usesMessages(srcs ...string) bool {
 	return false
 }
 
-// evalField evaluates one of an action's expressions; "if" must be boolean.
-func (s *Service) evalField(ctx context.Context, field, src string, vars *expr.Vars) (any, error) {
-	p, err := s.cel.Compile(src)
-	if err == nil {
-		if field == "if" {
-			var ok bool
-			ok, err = s.cel.EvalBool(ctx, p, vars)
-			if err == nil {
-				return ok, nil
-			}
-		} else {
-			var v any
-			v, err = s.cel.Eval(ctx, p, vars)
-			if err == nil {
-				return v, nil
-			}
-		}
-	}
-	if e, ok := err.(*errs.Error); ok {
-		return nil, e.With("field", field)
-	}
-	return nil, err
-}
-
 // renderWrite turns one write template into a concrete write, checked
 // against the registrar's authority (write.Render).
 func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars, r *defs.Renderer, def *ActionDef, w WriteTemplate) (op, error) {

@@ -669,3 +669,29 @@ func (s *Service) lockedSnapshot(m *mutation) (*snapshot, error) {
 	}
 	return snap, err
 }
+
+// evalField evaluates one expression a mutation runs under the room lock
+// (an action's if, result and writes, an expression write's value);
+// "if" must be boolean.
+func (s *Service) evalField(ctx context.Context, field, src string, vars *expr.Vars) (any, error) {
+	p, err := s.cel.Compile(src)
+	if err == nil {
+		if field == "if" {
+			var ok bool
+			ok, err = s.cel.EvalBool(ctx, p, vars)
+			if err == nil {
+				return ok, nil
+			}
+		} else {
+			var v any
+			v, err = s.cel.Eval(ctx, p, vars)
+			if err == nil {
+				return v, nil
+			}
+		}
+	}
+	if e, ok := err.(*errs.Error); ok {
+		return nil, e.With("field", field)
+	}
+	return nil, err
+}
