@@ -368,39 +368,7 @@ type BootstrapResult = defs.BootstrapResult
 // registration by that agent would be.
 func (s *Service) bootstrapRole(ctx context.Context, roomID, agentID string, actions, views []any) []BootstrapResult {
 	p := authority.Bootstrapper(roomID, agentID)
-	var out []BootstrapResult
-	n := 0
-	for _, a := range actions {
-		if n++; n > defs.MaxBootstrap {
-			out = append(out, defs.TooManyBootstrap("action"))
-			break
-		}
-		def, bad, ok := defs.BootstrapAction(a)
-		if !ok {
-			out = append(out, bad)
-			continue
-		}
-		if _, err := s.RegisterAction(ctx, p, roomID, def); err != nil {
-			out = append(out, defs.BootstrapFailed("action", def.ID, err))
-			continue
-		}
-		out = append(out, BootstrapResult{Kind: "action", ID: def.ID})
-	}
-	for _, v := range views {
-		if n++; n > defs.MaxBootstrap {
-			out = append(out, defs.TooManyBootstrap("view"))
-			break
-		}
-		def, bad, ok := defs.BootstrapView(v)
-		if !ok {
-			out = append(out, bad)
-			continue
-		}
-		if _, err := s.RegisterView(ctx, p, roomID, def); err != nil {
-			out = append(out, defs.BootstrapFailed("view", def.ID, err))
-			continue
-		}
-		out = append(out, BootstrapResult{Kind: "view", ID: def.ID})
-	}
-	return out
+	return defs.Bootstrap(actions, views,
+		func(def ActionDef) error { _, err := s.RegisterAction(ctx, p, roomID, def); return err },
+		func(def ViewDef) error { _, err := s.RegisterView(ctx, p, roomID, def); return err })
 }
