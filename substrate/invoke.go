@@ -37,25 +37,12 @@ type InvokeResult struct {
 type WriteRef = write.Ref
 
 // InvokeSummary is an invocation's result with references instead of the
-// written values: a model that invoked an action knows what it sent, and
-// the values can be large.
-type InvokeSummary struct {
-	Invoked bool       `json:"invoked"`
-	Action  string     `json:"action"`
-	Agent   string     `json:"agent"`
-	Seq     int64      `json:"seq"`
-	Writes  []WriteRef `json:"writes"`
-	Result  any        `json:"result,omitempty"`
-	Builtin any        `json:"builtin_result,omitempty"`
-}
+// written values (write.Summary).
+type InvokeSummary = write.Summary
 
 // Summary is r with references in place of the written values.
 func (r *InvokeResult) Summary() *InvokeSummary {
-	out := &InvokeSummary{Invoked: r.Invoked, Action: r.Action, Agent: r.Agent, Seq: r.Seq, Result: r.Result, Builtin: r.Builtin, Writes: []WriteRef{}}
-	for _, e := range r.Writes {
-		out.Writes = append(out.Writes, WriteRef{Scope: e.Scope, Key: e.Key, Version: e.Version, SortKey: e.SortKey, Revision: e.Revision, Bytes: len(e.Value)})
-	}
-	return out
+	return &InvokeSummary{Invoked: r.Invoked, Action: r.Action, Agent: r.Agent, Seq: r.Seq, Result: r.Result, Builtin: r.Builtin, Writes: write.Refs(r.Writes)}
 }
 
 // fill copies the written entries into Writes after the commit.

@@ -404,15 +404,9 @@ type gateResult struct {
 }
 
 func isHidden(scope string) bool {
-	if apartScope(scope) {
-		return true // a feature's (the loom's trees, documents and leases) have their own surface
-	}
-	for _, h := range hiddenFromState {
-		if scope == h {
-			return true
-		}
-	}
-	return false
+	// A feature's apart scopes (the loom's trees, documents and leases)
+	// have their own surface.
+	return apartScope(scope) || slices.Contains(hiddenFromState, scope)
 }
 
 // Reusing a built context. build() evaluates a room's state gates, action

@@ -49,3 +49,18 @@ func TestParams(t *testing.T) {
 }
 
 func ignore[T any](_ T, err error) error { return err }
+
+// An invocation's summary names each write by reference, in order, with
+// its value's size, and an empty list when nothing was written.
+func TestRefs(t *testing.T) {
+	sk := int64(7)
+	got := write.Refs([]write.Entry{{Scope: "_shared", Key: "k", Value: json.RawMessage(`{"a":1}`), Version: 2, Revision: 9},
+		{Scope: "_messages", Key: "7", SortKey: &sk, Version: 1, Revision: 9}})
+	if len(got) != 2 || got[0] != (write.Ref{Scope: "_shared", Key: "k", Version: 2, Revision: 9, Bytes: 7}) ||
+		got[1].SortKey != &sk || got[1].Bytes != 0 {
+		t.Fatalf("refs %+v", got)
+	}
+	if got := write.Refs(nil); got == nil || len(got) != 0 {
+		t.Fatalf("no writes: %#v, want an empty list", got)
+	}
+}
