@@ -1,8 +1,12 @@
 // Package defs is what an action or a view is (seed 001 §Actions,
 // §Views): the definitions as stored, what makes one valid, the templates
 // an action's writes are rendered from, its parameters, the standard
-// library, and what an expression's source names. It is rules without a
-// room: nothing here reads a transaction or SQL, so the core gives it
+// library, and what an expression's source names; over a room's
+// definitions, which views a view reads and when its value is the same
+// for everyone (PublicReads), which keys are contested (Contested), the
+// warnings a registration carries (ActionWarnings) and a role's bootstrap
+// (Bootstrap); and what an invocation's message and a refusal's
+// explanation show (CallText, ShownOf). It is rules without a room: nothing here reads a transaction or SQL, so the core gives it
 // plain inputs (a compiler, limits) and keeps what needs the room
 // (registration, authority over existing definitions, the per-read
 // budgets) to itself.
