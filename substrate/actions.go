@@ -3,9 +3,7 @@ package substrate
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
@@ -23,22 +21,8 @@ func (s *Service) checks() defs.Checks {
 		Builtin: defs.IsBuiltin}
 }
 
-// RegisterResult is what a registration returns.
-//
-// Fields are in reading order (a model reads the JSON): the outcome and
-// likely mistakes first, the definition (what the caller sent, with its
-// defaults) last.
-type RegisterResult struct {
-	Created bool  `json:"created"`
-	Seq     int64 `json:"seq"`
-	// Warnings flag likely mistakes that did not stop the registration.
-	Warnings []map[string]any `json:"warnings,omitempty"`
-	// Changed lists the fields a re-registration changed.
-	Changed []string `json:"changed,omitempty"`
-	// Value is a view's value right after registration.
-	Value      any `json:"value,omitempty"`
-	Definition any `json:"definition"`
-}
+// RegisterResult is what a registration returns (defs.RegisterResult).
+type RegisterResult = defs.RegisterResult
 
 // RegisterAction registers or replaces an action.
 func (s *Service) RegisterAction(ctx context.Context, p *Principal, roomID string, def ActionDef) (*RegisterResult, error) {
@@ -97,31 +81,7 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 		}
 		res.Changed = defs.ChangedFields(*old.def, def)
 	}
-	// Competing writers of the same static keys.
-	for _, t := range defs.StaticTargets(&def) {
-		var others []string
-		for id, a := range snap.actions {
-			if id != def.ID && slices.Contains(defs.StaticTargets(a.def), t) {
-				others = append(others, id)
-			}
-		}
-		if len(others) > 0 {
-			sort.Strings(others)
-			res.Warnings = append(res.Warnings, map[string]any{"warning": "competing_write_targets", "target": t, "actions": others,
-				"hint": "several actions write this key; see help key contested_actions"})
-		}
-	}
-	// Writes every invocation would refuse: a fixed scope outside the
-	// action's authority.
-	for i, w := range def.Writes {
-		if w.Scope == "" || strings.Contains(w.Scope, "${") {
-			continue
-		}
-		if err := actionMayWrite(&def, "", w.Scope); err != nil && w.Scope != ScopeSelf {
-			res.Warnings = append(res.Warnings, map[string]any{"warning": "write_scope_denied", "write": i, "scope": w.Scope,
-				"hint": "an action writes communal (_) scopes, its own scope (" + def.Scope + ") and the invoker's (${self}); this write would be refused"})
-		}
-	}
+	res.Warnings = defs.ActionWarnings(&def, snap.actionDefs(), func(scope string) error { return actionMayWrite(&def, "", scope) })
 	raw, _ := json.Marshal(def)
 	o := op{Scope: scopeActions, Key: def.ID, Value: raw, Timer: def.Timer}
 	if _, _, err := s.applyOps(m, []op{o}, "register"); err != nil {
@@ -142,28 +102,6 @@ func (s *Service) registerAction(m *mutation, def ActionDef) (*RegisterResult, e
 	m.audit = map[string]any{"kind": "register_action", "action": def.ID, "definition": def, "created": res.Created, "changed": res.Changed}
 	m.vocab, m.decay = append(m.vocab, vocabTouch{"action", def.ID, false}), s.decayOf(snap)
 	return res, nil
-}
-
-// lockedSnapshot loads the room's snapshot inside a mutation.
-func (s *Service) lockedSnapshot(m *mutation) (*snapshot, error) {
-	if snap := s.cachedSnap(m); snap != nil {
-		m.snap = snap
-		return snap, nil
-	}
-	if m.group != nil {
-		// Read inside the group transaction, so not yet committed: the
-		// group's own until its commit publishes it.
-		snap, err := s.readSnapshot(m.ctx, m.tx, m.room, m.base, m.msgCount)
-		if err == nil {
-			m.snap, m.group.snap, m.group.key = snap, snap, m.cacheKey
-		}
-		return snap, err
-	}
-	snap, err := s.loadSnapshot(m.ctx, m.tx, m.room, m.cacheKey, m.base, m.msgCount)
-	if err == nil {
-		m.snap = snap // loadRows takes the rows it holds from it
-	}
-	return snap, err
 }
 
 // DeleteAction removes an action (its registrar, its scope's agent or room
@@ -332,14 +270,11 @@ func liveViews(views []*viewRec, now time.Time, id string) int {
 	return n
 }
 
-// ActionInfo is an action as listed.
-type ActionInfo struct {
-	ActionDef
-	Available bool           `json:"available"`
-	Enabled   bool           `json:"enabled_now"`
-	Cooldown  map[string]any `json:"cooldown,omitempty"`
-	Timer     map[string]any `json:"timer_state,omitempty"`
-}
+// An action and a view as listed (defs.ActionInfo, defs.ViewInfo).
+type (
+	ActionInfo = defs.ActionInfo
+	ViewInfo   = defs.ViewInfo
+)
 
 // ListActions lists the room's live actions with their availability to p.
 func (s *Service) ListActions(ctx context.Context, p *Principal, roomID string) ([]ActionInfo, error) {
@@ -374,12 +309,6 @@ func (s *Service) GetAction(ctx context.Context, p *Principal, roomID, id string
 	}
 	return nil, errs.New(errs.ActionNotFound, "no action %q in this room", id).WithHint("the context lists the room's actions").
 		WithNext(errs.Step{Op: errs.OpReadContext, Room: roomID, Args: map[string]any{"only": "actions", "depth": "full"}})
-}
-
-// ViewInfo is a view as listed: its definition and current value.
-type ViewInfo struct {
-	ViewDef
-	Value any `json:"value"`
 }
 
 // ListViews lists live, enabled views with their values.
@@ -439,39 +368,7 @@ type BootstrapResult = defs.BootstrapResult
 // registration by that agent would be.
 func (s *Service) bootstrapRole(ctx context.Context, roomID, agentID string, actions, views []any) []BootstrapResult {
 	p := authority.Bootstrapper(roomID, agentID)
-	var out []BootstrapResult
-	n := 0
-	for _, a := range actions {
-		if n++; n > defs.MaxBootstrap {
-			out = append(out, defs.TooManyBootstrap("action"))
-			break
-		}
-		def, bad, ok := defs.BootstrapAction(a)
-		if !ok {
-			out = append(out, bad)
-			continue
-		}
-		if _, err := s.RegisterAction(ctx, p, roomID, def); err != nil {
-			out = append(out, defs.BootstrapFailed("action", def.ID, err))
-			continue
-		}
-		out = append(out, BootstrapResult{Kind: "action", ID: def.ID})
-	}
-	for _, v := range views {
-		if n++; n > defs.MaxBootstrap {
-			out = append(out, defs.TooManyBootstrap("view"))
-			break
-		}
-		def, bad, ok := defs.BootstrapView(v)
-		if !ok {
-			out = append(out, bad)
-			continue
-		}
-		if _, err := s.RegisterView(ctx, p, roomID, def); err != nil {
-			out = append(out, defs.BootstrapFailed("view", def.ID, err))
-			continue
-		}
-		out = append(out, BootstrapResult{Kind: "view", ID: def.ID})
-	}
-	return out
+	return defs.Bootstrap(actions, views,
+		func(def ActionDef) error { _, err := s.RegisterAction(ctx, p, roomID, def); return err },
+		func(def ViewDef) error { _, err := s.RegisterView(ctx, p, roomID, def); return err })
 }

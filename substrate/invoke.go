@@ -1,19 +1,16 @@
 package substrate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
+	"github.com/syncsubstrate/sync/substrate/write"
 )
 
 // InvokeResult is what an invocation returns.
@@ -36,38 +33,16 @@ type InvokeResult struct {
 	hidden map[entryKey]bool
 }
 
-// WriteRef names what an invocation wrote, without the value: what a
-// caller needs to read it back or to write it again with if_version.
-type WriteRef struct {
-	Scope    string `json:"scope"`
-	Key      string `json:"key"`
-	Version  int64  `json:"version"`
-	SortKey  *int64 `json:"sort_key,omitempty"`
-	Revision int64  `json:"revision"`
-	// Bytes is the value's size (0 for a deletion).
-	Bytes int `json:"bytes"`
-}
+// WriteRef names what an invocation wrote, without the value (write.Ref).
+type WriteRef = write.Ref
 
 // InvokeSummary is an invocation's result with references instead of the
-// written values: a model that invoked an action knows what it sent, and
-// the values can be large.
-type InvokeSummary struct {
-	Invoked bool       `json:"invoked"`
-	Action  string     `json:"action"`
-	Agent   string     `json:"agent"`
-	Seq     int64      `json:"seq"`
-	Writes  []WriteRef `json:"writes"`
-	Result  any        `json:"result,omitempty"`
-	Builtin any        `json:"builtin_result,omitempty"`
-}
+// written values (write.Summary).
+type InvokeSummary = write.Summary
 
 // Summary is r with references in place of the written values.
 func (r *InvokeResult) Summary() *InvokeSummary {
-	out := &InvokeSummary{Invoked: r.Invoked, Action: r.Action, Agent: r.Agent, Seq: r.Seq, Result: r.Result, Builtin: r.Builtin, Writes: []WriteRef{}}
-	for _, e := range r.Writes {
-		out.Writes = append(out.Writes, WriteRef{Scope: e.Scope, Key: e.Key, Version: e.Version, SortKey: e.SortKey, Revision: e.Revision, Bytes: len(e.Value)})
-	}
-	return out
+	return &InvokeSummary{Invoked: r.Invoked, Action: r.Action, Agent: r.Agent, Seq: r.Seq, Result: r.Result, Builtin: r.Builtin, Writes: write.Refs(r.Writes)}
 }
 
 // fill copies the written entries into Writes after the commit.
@@ -82,24 +57,9 @@ func (r *InvokeResult) fill(seq int64) {
 	}
 }
 
-// decodeParams reads an invocation's params object: a value like any
-// other, so no deeper than Limits.MaxValueDepth (the object itself is
-// one level).
+// decodeParams reads an invocation's params object (write.Params).
 func (s *Service) decodeParams(raw json.RawMessage) (map[string]any, error) {
-	params := map[string]any{}
-	if len(raw) == 0 || string(raw) == "null" {
-		return params, nil
-	}
-	if err := CheckJSONText(raw); err != nil {
-		return nil, err.(*errs.Error).With("field", "params")
-	}
-	if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
-		return nil, s.tooDeep("params").With("field", "params")
-	}
-	if err := defs.DecodeNumber(raw, &params); err != nil || params == nil {
-		return nil, errs.New(errs.InvalidParam, "params must be a JSON object").WithHint(`params is an object: {"name": value, …}`)
-	}
-	return params, nil
+	return write.Params(raw, s.writeLimits())
 }
 
 // celParams converts params (json.Number numbers) to expression values.
@@ -274,7 +234,7 @@ func (s *Service) invocationOps(m *mutation, rc *roomCtx, vars *expr.Vars, id st
 			ops = append(ops, op{Scope: scopeCooldowns, Key: id, Value: v, Timer: &timer})
 		}
 	}
-	msg, _ := expr.MarshalJSON(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": s.auditParams(params), "body": callText(id, params)})
+	msg, _ := expr.MarshalJSON(map[string]any{"from": m.actor, "kind": "action_invocation", "action": id, "params": s.auditParams(params), "body": defs.CallText(id, params)})
 	return append(ops, op{Scope: ScopeMessages, Append: true, Value: msg}), userWrites, nil
 }
 
@@ -301,15 +261,7 @@ func (s *Service) needMessages(snap *snapshot, def *ActionDef) bool {
 	}
 	srcs := []string{def.Result}
 	for _, w := range def.Writes {
-		if w.Expr {
-			var code string
-			src := w.Value
-			if len(src) == 0 {
-				src = w.Merge
-			}
-			_ = json.Unmarshal(src, &code)
-			srcs = append(srcs, code)
-		}
+		srcs = append(srcs, w.ExprSource())
 	}
 	return s.usesMessages(srcs...)
 }
@@ -326,136 +278,13 @@ func (s *Service) usesMessages(srcs ...string) bool {
 	return false
 }
 
-// evalField evaluates one of an action's expressions; "if" must be boolean.
-func (s *Service) evalField(ctx context.Context, field, src string, vars *expr.Vars) (any, error) {
-	p, err := s.cel.Compile(src)
-	if err == nil {
-		if field == "if" {
-			var ok bool
-			ok, err = s.cel.EvalBool(ctx, p, vars)
-			if err == nil {
-				return ok, nil
-			}
-		} else {
-			var v any
-			v, err = s.cel.Eval(ctx, p, vars)
-			if err == nil {
-				return v, nil
-			}
-		}
-	}
-	if e, ok := err.(*errs.Error); ok {
-		return nil, e.With("field", field)
-	}
-	return nil, err
-}
-
 // renderWrite turns one write template into a concrete write, checked
-// against the registrar's authority (seed 001 §Write authority model).
+// against the registrar's authority (write.Render).
 func (s *Service) renderWrite(ctx context.Context, rc *roomCtx, vars *expr.Vars, r *defs.Renderer, def *ActionDef, w WriteTemplate) (op, error) {
-	scope := r.Str(w.Scope)
-	if scope == "" {
-		scope = ScopeShared
-	}
-	if scope == ScopeSelf {
-		scope = rc.self
-	}
-	o := op{Scope: scope, Key: r.Str(w.Key), Append: w.Append, Delete: w.Delete, Deep: true, Timer: w.Timer, Enabled: w.Enabled}
-	if err := authority.ValidName("scope", o.Scope, s.lim.MaxScopeBytes, true); err != nil {
-		return o, err
-	}
-	if o.Key != "" || !o.Append {
-		if err := authority.ValidKey(o.Key, s.lim.MaxKeyBytes); err != nil {
-			return o, err
-		}
-	}
-	if err := actionMayWrite(def, rc.self, o.Scope); err != nil {
-		return o, err
-	}
-	var err error
-	switch {
-	case w.Expr:
-		err = s.evalWrite(ctx, vars, w, &o)
-	case len(w.Value) > 0:
-		o.Value, err = r.JSON(w.Value)
-	case len(w.Merge) > 0:
-		o.Merge, err = r.JSON(w.Merge)
-	case len(w.Increment) > 0:
-		var n json.Number
-		n, err = r.Number("increment", w.Increment)
-		o.Increment = &n
-	}
-	if err != nil {
-		return o, err
-	}
-	if len(w.IfVersion) > 0 {
-		n, err := r.Number("if_version", w.IfVersion)
-		if err != nil {
-			return o, err
-		}
-		v, err := n.Int64()
-		if err != nil || v < 0 {
-			return o, errs.New(errs.InvalidParam, "if_version rendered to %s, not a version", n).WithHint("pass the version you read (0: must not exist)")
-		}
-		o.IfVersion = &v
-	}
-	return o, nil
+	return write.Render(r, w, rc.self, s.writeLimits(),
+		func(scope string) error { return actionMayWrite(def, rc.self, scope) },
+		func(src string) (any, error) { return s.evalField(ctx, "writes.value", src, vars) })
 }
-
-// evalWrite sets o's value (or merge) to what the write's expression
-// evaluates to.
-func (s *Service) evalWrite(ctx context.Context, vars *expr.Vars, w WriteTemplate, o *op) error {
-	src := w.Value
-	if len(src) == 0 {
-		src = w.Merge
-	}
-	var code string
-	_ = json.Unmarshal(src, &code)
-	v, err := s.evalField(ctx, "writes.value", code, vars)
-	if err != nil {
-		return err
-	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return errs.New(errs.CELError, "write expression result cannot be stored: %v", err).WithHint("return JSON-shaped values")
-	}
-	if len(w.Merge) == 0 {
-		o.Value = out
-		return nil
-	}
-	if _, isMap := v.(map[string]any); !isMap {
-		return errs.New(errs.CELError, "merge expression gave %s, not a map", expr.KindOf(v)).WithHint("return a map from a merge expression")
-	}
-	o.Merge = out
-	return nil
-}
-
-// callText renders an invocation as id(k=v, …) for the message log.
-func callText(id string, params map[string]any) string {
-	keys := make([]string, 0, len(params))
-	for k := range params {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		b, _ := json.Marshal(params[k])
-		parts[i] = k + "=" + string(b)
-	}
-	text := id + "(" + strings.Join(parts, ", ") + ")"
-	if len(text) > maxCallText {
-		cut := maxCallText
-		for cut > 0 && !utf8.RuneStart(text[cut]) {
-			cut--
-		}
-		text = text[:cut] + "…)"
-	}
-	return text
-}
-
-// maxCallText caps the text of an invocation message: the params are in
-// the audit log (or summarised there), the message only says what happened.
-const maxCallText = 500
 
 // auditParams is what an audit entry or invocation message records of
 // params, within this server's value limits (defs.AuditParams).
@@ -554,23 +383,7 @@ func (s *Service) invokerMayRead(ctx context.Context, rc *roomCtx, read map[stri
 	}
 	mine := *vars
 	mine.State = rc.readableState()
-	again := s.cel.ReadAgain(ctx, paths, &mine)
-	out := make(map[string]any, len(read))
-	for path, v := range read {
-		if w, ok := again[path]; ok && sameValue(v, w) {
-			out[path] = v
-			continue
-		}
-		out[path] = "<not yours to read>"
-	}
-	return out
-}
-
-// sameValue compares two explained values as they would be shown.
-func sameValue(a, b any) bool {
-	ra, err1 := json.Marshal(a)
-	rb, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && bytes.Equal(ra, rb)
+	return defs.ShownOf(read, s.cel.ReadAgain(ctx, paths, &mine))
 }
 
 // suggestActions completes an action_not_found error, outside the room

@@ -24,9 +24,6 @@ type (
 	RoleEmbodiment    = defs.RoleEmbodiment
 )
 
-// grantsOf is grants as stored (never NULL).
-var grantsOf = defs.StoredGrants
-
 // Operations the lobby needs on rooms and agents. The substrate owns the
 // rooms, agents and state tables; the lobby reaches them only through
 // these, so timers, presence notifications and ownership rules hold
@@ -217,33 +214,32 @@ func (v *RoomView) PublicView(ctx context.Context, id string) (val any, ok bool,
 }
 
 // publicReads collects view id and those it reads, and reports whether
-// it is live and none of them has an enabled gate: only then is it the
-// same for everyone.
+// it is live and none of them has an enabled gate (defs.PublicReads):
+// only then is it the same for everyone.
 func (v *RoomView) publicReads(id string) (map[string]*viewRec, bool) {
 	byID := map[string]*viewRec{}
 	for _, d := range v.snap.views {
 		byID[d.def.ID] = d
 	}
-	reads := map[string]*viewRec{}
-	var ungated func(id string) bool
-	ungated = func(id string) bool {
-		d := byID[id]
-		if d == nil || reads[id] != nil {
-			return true // absent for everyone alike; a cycle is an error value
-		}
-		reads[id] = d
-		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
-			return false
-		}
-		for _, dep := range d.prog.ViewDeps {
-			if !ungated(dep) {
-				return false
-			}
-		}
-		return true
-	}
-	if d := byID[id]; d == nil || !d.r.timer.live(v.now) || !ungated(id) {
+	if d := byID[id]; d == nil || !d.r.timer.live(v.now) {
 		return nil, false
+	}
+	ids, public := defs.PublicReads(id, func(id string) (defs.ViewNode, bool) {
+		d := byID[id]
+		if d == nil {
+			return defs.ViewNode{}, false
+		}
+		if d.def.Enabled != "" || d.prog == nil || d.prog.DynamicViews {
+			return defs.ViewNode{Gated: true}, true
+		}
+		return defs.ViewNode{Reads: d.prog.ViewDeps}, true
+	})
+	if !public {
+		return nil, false
+	}
+	reads := make(map[string]*viewRec, len(ids))
+	for _, id := range ids {
+		reads[id] = byID[id]
 	}
 	return reads, true
 }
@@ -352,21 +348,21 @@ func (s *Service) Embody(ctx context.Context, req EmbodyRequest) (*Presence, err
 			// A role's agent keeps its role (its id): it stays one made for
 			// that role, which EmbodyRole checks.
 			err = m.tx.QueryRow(m.ctx, `UPDATE agents SET role = CASE WHEN role = id THEN role ELSE $3 END, status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $4, grants = $5
-				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role, nonEmpty(req.Client), grantsOf(req.Grants)).
+				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Role, nonEmpty(req.Client), defs.StoredGrants(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		} else {
 			// The agent's token is never shown: the user acts through the
 			// lobby session, not with a token.
 			_, hash := authority.NewToken(AgentTokenPrefix)
 			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name, grants) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Name, req.Role, hash, req.User, nonEmpty(req.Client), grantsOf(req.Grants)).
+				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Agent, req.Name, req.Role, hash, req.User, nonEmpty(req.Client), defs.StoredGrants(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 		}
 		if err != nil {
 			return err
 		}
 		out.Owner, out.Client = req.User, req.Client
-		m.audit = map[string]any{"kind": "agent_embody", "agent": req.Agent, "role": req.Role, "created": !exists, "grants": grantsOf(req.Grants)}
+		m.audit = map[string]any{"kind": "agent_embody", "agent": req.Agent, "role": req.Role, "created": !exists, "grants": defs.StoredGrants(req.Grants)}
 		return nil
 	})
 	if err != nil {
@@ -451,7 +447,7 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		if err != nil {
 			return err
 		}
-		audit := map[string]any{"kind": "agent_embody", "agent": req.Role, "role": req.Role, "user": req.User, "name": req.Name, "created": !occ.Exists, "grants": grantsOf(req.Grants)}
+		audit := map[string]any{"kind": "agent_embody", "agent": req.Role, "role": req.Role, "user": req.User, "name": req.Name, "created": !occ.Exists, "grants": defs.StoredGrants(req.Grants)}
 		if req.Client != "" {
 			audit["client"] = req.Client
 		}
@@ -463,7 +459,7 @@ func (s *Service) EmbodyRole(ctx context.Context, req EmbodyRoleRequest) (*RoleE
 		} else {
 			_, hash := authority.NewToken(AgentTokenPrefix)
 			err = m.tx.QueryRow(m.ctx, `INSERT INTO agents (room_id, id, name, role, token_hash, user_id, client_name, grants) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Role, req.Name, role, hash, req.User, nonEmpty(req.Client), grantsOf(req.Grants)).
+				RETURNING id, name, role, status, waiting_on, last_heartbeat`, req.Room, req.Role, req.Name, role, hash, req.User, nonEmpty(req.Client), defs.StoredGrants(req.Grants)).
 				Scan(&out.ID, &out.Name, &out.Role, &out.Status, &out.WaitingOn, &out.LastHeartbeat)
 			out.Created = true
 			bootActions, _ = def["bootstrap_actions"].([]any)
@@ -511,7 +507,7 @@ func roleToFill(m *mutation, req EmbodyRoleRequest) (def map[string]any, filledB
 func (s *Service) reenterRoleAgent(m *mutation, req EmbodyRoleRequest, role string, occ *authority.RoleOccupant, audit map[string]any, out *RoleEmbodiment) error {
 	q := `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5
 				WHERE room_id = $1 AND id = $2 RETURNING id, name, role, status, waiting_on, last_heartbeat`
-	args := []any{req.Room, req.Role, nonEmpty(req.Client), role, grantsOf(req.Grants)}
+	args := []any{req.Room, req.Role, nonEmpty(req.Client), role, defs.StoredGrants(req.Grants)}
 	if authority.TakesOver(req.User, *occ) {
 		_, hash := authority.NewToken(AgentTokenPrefix)
 		q = `UPDATE agents SET status = 'active', waiting_on = NULL, last_heartbeat = now(), client_name = $3, role = $4, grants = $5,

@@ -647,3 +647,51 @@ func (s *Service) advanceGroup(m *mutation, seq int64) {
 	}
 	g.snap = old.advance(s, m.pending, seq, m.msgCount+m.messages)
 }
+
+// lockedSnapshot loads the room's snapshot inside a mutation.
+func (s *Service) lockedSnapshot(m *mutation) (*snapshot, error) {
+	if snap := s.cachedSnap(m); snap != nil {
+		m.snap = snap
+		return snap, nil
+	}
+	if m.group != nil {
+		// Read inside the group transaction, so not yet committed: the
+		// group's own until its commit publishes it.
+		snap, err := s.readSnapshot(m.ctx, m.tx, m.room, m.base, m.msgCount)
+		if err == nil {
+			m.snap, m.group.snap, m.group.key = snap, snap, m.cacheKey
+		}
+		return snap, err
+	}
+	snap, err := s.loadSnapshot(m.ctx, m.tx, m.room, m.cacheKey, m.base, m.msgCount)
+	if err == nil {
+		m.snap = snap // loadRows takes the rows it holds from it
+	}
+	return snap, err
+}
+
+// evalField evaluates one expression a mutation runs under the room lock
+// (an action's if, result and writes, an expression write's value);
+// "if" must be boolean.
+func (s *Service) evalField(ctx context.Context, field, src string, vars *expr.Vars) (any, error) {
+	p, err := s.cel.Compile(src)
+	if err == nil {
+		if field == "if" {
+			var ok bool
+			ok, err = s.cel.EvalBool(ctx, p, vars)
+			if err == nil {
+				return ok, nil
+			}
+		} else {
+			var v any
+			v, err = s.cel.Eval(ctx, p, vars)
+			if err == nil {
+				return v, nil
+			}
+		}
+	}
+	if e, ok := err.(*errs.Error); ok {
+		return nil, e.With("field", field)
+	}
+	return nil, err
+}

@@ -5,6 +5,16 @@ package substrate
 // table: a plan that scans the whole table (or a room's whole history)
 // fails the test, not production. Each must cost what the request needs,
 // whatever the length of the room's _messages and _audit.
+// rowCols are a state row's columns, as scanRow reads them.
+const rowCols = `scope, key, value, version, sort_key, revision, writer, updated_at,
+	timer_json, timer_expires_at, timer_ticks_left, timer_tick_on, timer_effect, timer_started_at, enabled_expr`
+
+const entryCols = `SELECT ` + rowCols + ` FROM state `
+
+// liveSQL keeps the rows whose timer lets them be seen now: a "delete"
+// timer that has not run out, or an "enable" timer that has.
+const liveSQL = ` AND (timer_effect IS NULL OR ((coalesce(timer_expires_at <= now(), false) OR coalesce(timer_ticks_left <= 0, false)) = (timer_effect = 'enable')))`
+
 const (
 	// sqlSnapshot loads a room's mutable entries (index state_mutable).
 	sqlSnapshot = `SELECT ` + rowCols + ` FROM state WHERE room_id = $1 AND sort_key IS NULL ORDER BY scope, key`

@@ -13,6 +13,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/authority"
 	"github.com/syncsubstrate/sync/substrate/defs"
 	"github.com/syncsubstrate/sync/substrate/errs"
+	"github.com/syncsubstrate/sync/substrate/write"
 )
 
 // A room and an agent as clients see them and ask for them
@@ -109,22 +110,9 @@ func (s *Service) ListRooms(ctx context.Context, p *Principal) ([]Room, error) {
 	return []Room{*r}, nil
 }
 
-// validMeta checks an optional JSON object and returns it ("{}" if absent).
+// validMeta checks an optional JSON object (write.Meta).
 func (s *Service) validMeta(field string, raw json.RawMessage) ([]byte, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return []byte("{}"), nil
-	}
-	if raw[0] != '{' {
-		return nil, errs.New(errs.InvalidField, "%s must be a JSON object", field).WithHint(`send an object such as {"label": "…"}`)
-	}
-	if len(raw) > s.lim.MaxMetaBytes {
-		return nil, errs.New(errs.ValueTooLarge, "%s is %d bytes, over the limit of %d", field, len(raw), s.lim.MaxMetaBytes).
-			WithHint("keep %s small; put data in state instead", field)
-	}
-	if jsonDepth(raw, s.lim.MaxValueDepth) > s.lim.MaxValueDepth {
-		return nil, s.tooDeep(field).With("field", field)
-	}
-	return raw, nil
+	return write.Meta(field, raw, s.lim.MaxMetaBytes, s.writeLimits())
 }
 
 // DeleteRoom removes a room and everything in it. Room authority only.

@@ -16,10 +16,11 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncsubstrate/sync/substrate/defs"
+	"github.com/syncsubstrate/sync/substrate/delta"
 	"github.com/syncsubstrate/sync/substrate/envelope"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/buildcache"
@@ -27,6 +28,7 @@ import (
 	"github.com/syncsubstrate/sync/substrate/internal/memo"
 	"github.com/syncsubstrate/sync/substrate/internal/readcache"
 	"github.com/syncsubstrate/sync/substrate/internal/viewmemo"
+	"github.com/syncsubstrate/sync/substrate/timer"
 )
 
 // snapshot is a room's mutable state at one seq, decoded once and shared,
@@ -177,37 +179,22 @@ func (s *Service) readSnapshot(ctx context.Context, q querier, roomID string, se
 	if err := q.QueryRow(ctx, `SELECT meta FROM rooms WHERE id = $1`, roomID).Scan(&meta); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
-	snap.about = aboutOf(meta)
+	if label, desc, ok := defs.About(meta); ok {
+		snap.about = &RoomAbout{Label: label, Description: desc}
+	}
 	return snap, nil
 }
 
-// aboutLen caps the description a read shows: a room's meta may hold
-// 16 KiB, a read's budget is shared with the room itself.
-const aboutLen = 600
-
-// aboutOf is a room meta's label and description, nil without a
-// description (a label alone is in the lobby already).
-func aboutOf(meta []byte) *RoomAbout {
-	var m struct {
-		Label       any `json:"label"`
-		Description any `json:"description"`
-	}
-	if json.Unmarshal(meta, &m) != nil {
-		return nil
-	}
-	desc, _ := m.Description.(string)
-	if desc = strings.TrimSpace(desc); desc == "" {
-		return nil
-	}
-	if len(desc) > aboutLen {
-		cut := aboutLen
-		for cut > 0 && !utf8.RuneStart(desc[cut]) {
-			cut--
+// nextChange is the earliest moment after now at which a timer changes
+// what the room shows (zero if none is pending).
+func (snap *snapshot) nextChange(now time.Time) time.Time {
+	var next time.Time
+	for _, keys := range snap.scopes {
+		for _, r := range keys {
+			next = timer.Earliest(next, r.timer.nextChange(now))
 		}
-		desc = desc[:cut] + "…"
 	}
-	label, _ := m.Label.(string)
-	return &RoomAbout{Label: label, Description: desc}
+	return next
 }
 
 // add stores one row and indexes it.
@@ -417,15 +404,9 @@ type gateResult struct {
 }
 
 func isHidden(scope string) bool {
-	if apartScope(scope) {
-		return true // a feature's (the loom's trees, documents and leases) have their own surface
-	}
-	for _, h := range hiddenFromState {
-		if scope == h {
-			return true
-		}
-	}
-	return false
+	// A feature's apart scopes (the loom's trees, documents and leases)
+	// have their own surface.
+	return apartScope(scope) || slices.Contains(hiddenFromState, scope)
 }
 
 // Reusing a built context. build() evaluates a room's state gates, action
@@ -599,10 +580,10 @@ func (s *Service) buildShared(ctx context.Context, snap *snapshot, p *Principal,
 	// The hidden messages are the snapshot's; which of them this reader
 	// may not see is its own (their gates read self, now, agents): its
 	// messages.count is derived per read, as build does.
-	s.uncountHidden(clockFor(ctx, "messages"), rc)
+	s.uncountHidden(delta.ClockFor(ctx, "messages"), rc)
 	rc.vars = expr.Vars{
 		State:    rc.state,
-		Agents:   rc.visibleAgents(clockFor(ctx, "agents"), s),
+		Agents:   rc.visibleAgents(delta.ClockFor(ctx, "agents"), s),
 		Messages: envelope.MessagesVar(rc.msgs.Count, rc.msgs.Unread, rc.msgs.Directed),
 		Self:     rc.self,
 		Now:      now,

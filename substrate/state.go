@@ -112,12 +112,6 @@ type ReadQuery = envelope.ReadQuery
 // StateRead is the result of ReadState (envelope.StateRead).
 type StateRead = envelope.StateRead
 
-const entryCols = `SELECT ` + rowCols + ` FROM state `
-
-// liveSQL keeps the rows whose timer lets them be seen now: a "delete"
-// timer that has not run out, or an "enable" timer that has.
-const liveSQL = ` AND (timer_effect IS NULL OR ((coalesce(timer_expires_at <= now(), false) OR coalesce(timer_ticks_left <= 0, false)) = (timer_effect = 'enable')))`
-
 // ReadState returns the state p may see, from one consistent snapshot.
 func (s *Service) ReadState(ctx context.Context, p *Principal, roomID string, q ReadQuery) (*StateRead, error) {
 	if err := s.requireRoom(ctx, p, roomID); err != nil {

@@ -6,8 +6,8 @@ package substrate
 import (
 	"context"
 	"fmt"
+	"iter"
 	"maps"
-	"sort"
 	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/defs"
@@ -339,46 +339,22 @@ const ViewHealth = "_vocabulary_health"
 const ViewContested = viewContested
 
 // contested maps "<scope>.<key>" to the actions that write it, for keys
-// written by more than one action. Templated keys are left out: which key
-// they hit depends on the invocation.
-func (snap *snapshot) contested() map[string]any {
-	writers := map[string][]string{}
-	for id, a := range snap.actions {
-		for _, t := range defs.StaticTargets(a.def) {
-			if !contains(writers[t], id) {
-				writers[t] = append(writers[t], id)
-			}
-		}
-	}
-	out := map[string]any{}
-	for t, ids := range writers {
-		if len(ids) > 1 {
-			sort.Strings(ids)
-			list := make([]any, len(ids))
-			for i, id := range ids {
-				list[i] = id
-			}
-			out[t] = list
-		}
-	}
-	return out
+// written by more than one action (defs.Contested).
+func (snap *snapshot) contested() map[string]any { return defs.Contested(snap.actionDefs()) }
+
+// contested is the snapshot's contested targets as the reader sees them
+// (defs.ContestedAmong): only actions enabled for it (rc.actEnabled).
+func (rc *roomCtx) contested() map[string]any {
+	return defs.ContestedAmong(rc.snap.contested(), func(id string) bool { return rc.actEnabled[id] })
 }
 
-// contested is the snapshot's contested targets as the reader sees them:
-// only actions enabled for it (rc.actEnabled), and only targets that
-// two or more of those write.
-func (rc *roomCtx) contested() map[string]any {
-	out := map[string]any{}
-	for t, ids := range rc.snap.contested() {
-		var seen []any
-		for _, id := range ids.([]any) {
-			if rc.actEnabled[id.(string)] {
-				seen = append(seen, id)
+// actionDefs are the room's actions' definitions, by id.
+func (snap *snapshot) actionDefs() iter.Seq2[string, *ActionDef] {
+	return func(yield func(string, *ActionDef) bool) {
+		for id, a := range snap.actions {
+			if !yield(id, a.def) {
+				return
 			}
 		}
-		if len(seen) > 1 {
-			out[t] = seen
-		}
 	}
-	return out
 }

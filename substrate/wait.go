@@ -469,18 +469,6 @@ func (rc *roomCtx) nextChange(msgs bool) time.Time {
 	return next
 }
 
-// nextChange is the earliest moment after now at which a timer changes
-// what the room shows (zero if none is pending).
-func (snap *snapshot) nextChange(now time.Time) time.Time {
-	var next time.Time
-	for _, keys := range snap.scopes {
-		for _, r := range keys {
-			next = timer.Earliest(next, r.timer.nextChange(now))
-		}
-	}
-	return next
-}
-
 // Eval evaluates an expression with exactly p's read authority (POST
 // /rooms/:id/eval), with params bound as an invocation would bind them, so
 // an action's if can be tried before invoking it. A false boolean result

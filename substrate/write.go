@@ -29,9 +29,6 @@ type pendingWrite struct {
 	via string
 }
 
-const rowCols = `scope, key, value, version, sort_key, revision, writer, updated_at,
-	timer_json, timer_expires_at, timer_ticks_left, timer_tick_on, timer_effect, timer_started_at, enabled_expr`
-
 type scanner interface{ Scan(dest ...any) error }
 
 func scanRow(sc scanner) (*row, error) {
@@ -371,12 +368,6 @@ func (s *Service) writeLimits() write.Limits {
 // before decoding.
 func CheckJSONText(raw []byte) error { return write.CheckJSONText(raw) }
 
-// jsonDepth and valueDepth measure how deeply a value nests, against
-// Limits.MaxValueDepth (tooDeep).
-var (
-	jsonDepth  = write.Depth
-	valueDepth = write.ValueDepth
-)
-
-// tooDeep is the error for a value nested past Limits.MaxValueDepth.
-func (s *Service) tooDeep(what string) *errs.Error { return write.TooDeep(s.writeLimits(), what) }
+// valueDepth measures how deeply a value nests, against
+// Limits.MaxValueDepth (write.TooDeep).
+var valueDepth = write.ValueDepth

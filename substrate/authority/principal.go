@@ -1,17 +1,3 @@
-// Package authority is the core's authority rules, apart from the SQL that
-// finds a credential (issue 45): what a credential is (Principal, its
-// kinds and tokens), which scopes it reads and writes (scope.go), the one
-// read rule every path asks (visibility.go) and what of a principal
-// decides what its reads return (readskey.go), who may do what to a room
-// and its agents, embodiments and role fills included (room.go), what
-// makes an agent's id, name and status valid (agent.go), and what a
-// reader may know of the audit log (auditlog.go). Every function here is a
-// pure function of its arguments: looking a token up in the rooms and
-// agents tables, and re-reading an agent's grants under the room lock,
-// stay in the core (package substrate), which re-exports these names.
-//
-// It imports neither the core nor a feature, so a rule here cannot depend
-// on how a read is made fast or on what a feature would like.
 package authority
 
 import (

@@ -72,3 +72,64 @@ func BootstrapView(v any) (def ViewDef, bad BootstrapResult, ok bool) {
 	}
 	return def, BootstrapResult{}, true
 }
+
+// RegisterResult is what a registration returns.
+//
+// Fields are in reading order (a model reads the JSON): the outcome and
+// likely mistakes first, the definition (what the caller sent, with its
+// defaults) last.
+type RegisterResult struct {
+	Created bool  `json:"created"`
+	Seq     int64 `json:"seq"`
+	// Warnings flag likely mistakes that did not stop the registration.
+	Warnings []map[string]any `json:"warnings,omitempty"`
+	// Changed lists the fields a re-registration changed.
+	Changed []string `json:"changed,omitempty"`
+	// Value is a view's value right after registration.
+	Value      any `json:"value,omitempty"`
+	Definition any `json:"definition"`
+}
+
+// Bootstrap registers a role's bootstrap entries, actions then views,
+// through register (the core's registration, with the filling agent's own
+// authority), at most MaxBootstrap in all, and says for each what became
+// of it: registered, not a definition (BootstrapAction, BootstrapView),
+// refused by its registration, or past the cap (one entry, and the rest
+// are not tried).
+func Bootstrap(actions, views []any, registerAction func(ActionDef) error, registerView func(ViewDef) error) []BootstrapResult {
+	var out []BootstrapResult
+	n := 0
+	for _, a := range actions {
+		if n++; n > MaxBootstrap {
+			out = append(out, TooManyBootstrap("action"))
+			break
+		}
+		def, bad, ok := BootstrapAction(a)
+		if !ok {
+			out = append(out, bad)
+			continue
+		}
+		if err := registerAction(def); err != nil {
+			out = append(out, BootstrapFailed("action", def.ID, err))
+			continue
+		}
+		out = append(out, BootstrapResult{Kind: "action", ID: def.ID})
+	}
+	for _, v := range views {
+		if n++; n > MaxBootstrap {
+			out = append(out, TooManyBootstrap("view"))
+			break
+		}
+		def, bad, ok := BootstrapView(v)
+		if !ok {
+			out = append(out, bad)
+			continue
+		}
+		if err := registerView(def); err != nil {
+			out = append(out, BootstrapFailed("view", def.ID, err))
+			continue
+		}
+		out = append(out, BootstrapResult{Kind: "view", ID: def.ID})
+	}
+	return out
+}

@@ -95,3 +95,41 @@ func TestNearest(t *testing.T) {
 		}
 	}
 }
+
+// A role's bootstrap registers actions, then views, each through its own
+// registration, and stops at MaxBootstrap in all with one entry that says
+// so; an entry that is no definition, or that its registration refuses,
+// says why and the rest go on.
+func TestBootstrap(t *testing.T) {
+	var registered []string
+	regA := func(d ActionDef) error {
+		if d.ID == "taken" {
+			return errs.New(errs.Forbidden, "not yours")
+		}
+		registered = append(registered, "a:"+d.ID)
+		return nil
+	}
+	regV := func(d ViewDef) error { registered = append(registered, "v:"+d.ID); return nil }
+	got := Bootstrap([]any{map[string]any{"id": "mine", "writes": []any{}}, 3, map[string]any{"id": "taken", "writes": []any{}}},
+		[]any{map[string]any{"id": "v", "expr": "1"}}, regA, regV)
+	want := []BootstrapResult{{Kind: "action", ID: "mine"}, {Kind: "action", Error: "invalid_field"}, {Kind: "action", ID: "taken", Error: "forbidden"}, {Kind: "view", ID: "v"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i].Kind != want[i].Kind || got[i].ID != want[i].ID || got[i].Error != want[i].Error {
+			t.Errorf("%d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if len(registered) != 2 || registered[0] != "a:mine" || registered[1] != "v:v" {
+		t.Errorf("registered %v", registered)
+	}
+	many := make([]any, MaxBootstrap)
+	for i := range many {
+		many[i] = map[string]any{"id": "a", "writes": []any{}}
+	}
+	got = Bootstrap(many, []any{map[string]any{"id": "v", "expr": "1"}, map[string]any{"id": "w", "expr": "1"}}, regA, regV)
+	if len(got) != MaxBootstrap+1 || got[MaxBootstrap].Kind != "view" || got[MaxBootstrap].Error != "invalid_field" {
+		t.Fatalf("past the cap: %d results, last %+v", len(got), got[len(got)-1])
+	}
+}

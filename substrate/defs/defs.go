@@ -1,8 +1,12 @@
 // Package defs is what an action or a view is (seed 001 §Actions,
 // §Views): the definitions as stored, what makes one valid, the templates
 // an action's writes are rendered from, its parameters, the standard
-// library, and what an expression's source names. It is rules without a
-// room: nothing here reads a transaction or SQL, so the core gives it
+// library, and what an expression's source names; over a room's
+// definitions, which views a view reads and when its value is the same
+// for everyone (PublicReads), which keys are contested (Contested), the
+// warnings a registration carries (ActionWarnings) and a role's bootstrap
+// (Bootstrap); and what an invocation's message and a refusal's
+// explanation show (CallText, ShownOf). It is rules without a room: nothing here reads a transaction or SQL, so the core gives it
 // plain inputs (a compiler, limits) and keeps what needs the room
 // (registration, authority over existing definitions, the per-read
 // budgets) to itself.
@@ -85,6 +89,21 @@ type WriteTemplate struct {
 	Enabled   string          `json:"enabled,omitempty"`
 }
 
+// ExprSource is the CEL source of an Expr write (its Value, or else its
+// Merge, as a JSON string); "" when it is none.
+func (w WriteTemplate) ExprSource() string {
+	if !w.Expr {
+		return ""
+	}
+	src := w.Value
+	if len(src) == 0 {
+		src = w.Merge
+	}
+	var code string
+	_ = json.Unmarshal(src, &code)
+	return code
+}
+
 // ViewDef is a registered view (seed 001 §Views), stored as the value of
 // state entry _views/<id>.
 type ViewDef struct {
@@ -163,3 +182,18 @@ func (t *Timer) Validate(field string) error {
 
 // NormalizeTickOn accepts "state.<scope>.<key>" and "<scope>.<key>".
 func NormalizeTickOn(s string) string { return strings.TrimPrefix(s, "state.") }
+
+// ActionInfo is an action as listed.
+type ActionInfo struct {
+	ActionDef
+	Available bool           `json:"available"`
+	Enabled   bool           `json:"enabled_now"`
+	Cooldown  map[string]any `json:"cooldown,omitempty"`
+	Timer     map[string]any `json:"timer_state,omitempty"`
+}
+
+// ViewInfo is a view as listed: its definition and current value.
+type ViewInfo struct {
+	ViewDef
+	Value any `json:"value"`
+}

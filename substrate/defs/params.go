@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
@@ -158,3 +160,30 @@ func AuditParams(params map[string]any, maxValueBytes, maxValueDepth int) any {
 	sort.Strings(names)
 	return map[string]any{"_elided": true, "bytes": len(raw), "names": names}
 }
+
+// CallText renders an invocation as id(k=v, …) for the message log.
+func CallText(id string, params map[string]any) string {
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		b, _ := json.Marshal(params[k])
+		parts[i] = k + "=" + string(b)
+	}
+	text := id + "(" + strings.Join(parts, ", ") + ")"
+	if len(text) > MaxCallText {
+		cut := MaxCallText
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut] + "…)"
+	}
+	return text
+}
+
+// MaxCallText caps the text of an invocation message (CallText): the params are in
+// the audit log (or summarised there), the message only says what happened.
+const MaxCallText = 500

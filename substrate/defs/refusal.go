@@ -1,6 +1,8 @@
 package defs
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -113,4 +115,27 @@ func EditDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
+}
+
+// ShownOf is what a refusal's explanation may show the invoker of the
+// values read (by path), given what the invoker reads again at the same
+// paths on its own state: a value only when the invoker reads the same,
+// as it would be shown; "<not yours to read>" otherwise.
+func ShownOf(read, again map[string]any) map[string]any {
+	out := make(map[string]any, len(read))
+	for path, v := range read {
+		if w, ok := again[path]; ok && sameValue(v, w) {
+			out[path] = v
+			continue
+		}
+		out[path] = "<not yours to read>"
+	}
+	return out
+}
+
+// sameValue compares two explained values as they would be shown.
+func sameValue(a, b any) bool {
+	ra, err1 := json.Marshal(a)
+	rb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ra, rb)
 }

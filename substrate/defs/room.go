@@ -2,7 +2,9 @@ package defs
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // What a room and an agent are as clients see them and ask for them: the
@@ -191,4 +193,34 @@ func StoredGrants(g []string) []string {
 		return []string{}
 	}
 	return g
+}
+
+// AboutLen caps the description a read shows: a room's meta may hold
+// 16 KiB, a read's budget is shared with the room itself.
+const AboutLen = 600
+
+// About is a room meta's label and description, as a context read shows
+// them (the description cut to AboutLen); ok is false without a
+// description (a label alone is in the lobby already).
+func About(meta []byte) (label, desc string, ok bool) {
+	var m struct {
+		Label       any `json:"label"`
+		Description any `json:"description"`
+	}
+	if json.Unmarshal(meta, &m) != nil {
+		return "", "", false
+	}
+	desc, _ = m.Description.(string)
+	if desc = strings.TrimSpace(desc); desc == "" {
+		return "", "", false
+	}
+	if len(desc) > AboutLen {
+		cut := AboutLen
+		for cut > 0 && !utf8.RuneStart(desc[cut]) {
+			cut--
+		}
+		desc = desc[:cut] + "…"
+	}
+	label, _ = m.Label.(string)
+	return label, desc, true
 }

@@ -7,8 +7,10 @@ package defs
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
 	"reflect"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/errs"
@@ -315,4 +317,81 @@ func RegistrarOf(scope, registeredBy string) string {
 		return ""
 	}
 	return registeredBy
+}
+
+// ActionWarnings flag the likely mistakes in def that do not stop its
+// registration, in this order: each static key other actions of the room
+// (actions, by id) write too, and each write to a fixed scope that
+// mayWrite (the action's authority, asked for no invoker in particular)
+// refuses, so that every invocation would be refused.
+func ActionWarnings(def *ActionDef, actions iter.Seq2[string, *ActionDef], mayWrite func(scope string) error) []map[string]any {
+	var warnings []map[string]any
+	for _, t := range StaticTargets(def) {
+		var others []string
+		for id, a := range actions {
+			if id != def.ID && slices.Contains(StaticTargets(a), t) {
+				others = append(others, id)
+			}
+		}
+		if len(others) > 0 {
+			sort.Strings(others)
+			warnings = append(warnings, map[string]any{"warning": "competing_write_targets", "target": t, "actions": others,
+				"hint": "several actions write this key; see help key contested_actions"})
+		}
+	}
+	for i, w := range def.Writes {
+		if w.Scope == "" || strings.Contains(w.Scope, "${") {
+			continue
+		}
+		if err := mayWrite(w.Scope); err != nil && w.Scope != ScopeSelf {
+			warnings = append(warnings, map[string]any{"warning": "write_scope_denied", "write": i, "scope": w.Scope,
+				"hint": "an action writes communal (_) scopes, its own scope (" + def.Scope + ") and the invoker's (${self}); this write would be refused"})
+		}
+	}
+	return warnings
+}
+
+// Contested maps "<scope>.<key>" to the actions (ids, sorted) that write
+// it, for the keys more than one of actions writes (the _contested view).
+// Templated keys are left out: which key they hit depends on the
+// invocation.
+func Contested(actions iter.Seq2[string, *ActionDef]) map[string]any {
+	writers := map[string][]string{}
+	for id, a := range actions {
+		for _, t := range StaticTargets(a) {
+			if !slices.Contains(writers[t], id) {
+				writers[t] = append(writers[t], id)
+			}
+		}
+	}
+	out := map[string]any{}
+	for t, ids := range writers {
+		if len(ids) > 1 {
+			sort.Strings(ids)
+			list := make([]any, len(ids))
+			for i, id := range ids {
+				list[i] = id
+			}
+			out[t] = list
+		}
+	}
+	return out
+}
+
+// ContestedAmong is contested (Contested's) as a reader sees it: only the
+// actions shown to it, and only the targets two or more of those write.
+func ContestedAmong(contested map[string]any, shown func(id string) bool) map[string]any {
+	out := map[string]any{}
+	for t, ids := range contested {
+		var seen []any
+		for _, id := range ids.([]any) {
+			if shown(id.(string)) {
+				seen = append(seen, id)
+			}
+		}
+		if len(seen) > 1 {
+			out[t] = seen
+		}
+	}
+	return out
 }

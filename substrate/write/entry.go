@@ -59,3 +59,37 @@ func Shown(e Entry, withheld bool) Entry {
 	}
 	return e
 }
+
+// Ref names what a write wrote, without the value: what a
+// caller needs to read it back or to write it again with if_version.
+type Ref struct {
+	Scope    string `json:"scope"`
+	Key      string `json:"key"`
+	Version  int64  `json:"version"`
+	SortKey  *int64 `json:"sort_key,omitempty"`
+	Revision int64  `json:"revision"`
+	// Bytes is the value's size (0 for a deletion).
+	Bytes int `json:"bytes"`
+}
+
+// Refs are the writes' references, in order (an empty list for none).
+func Refs(writes []Entry) []Ref {
+	out := []Ref{}
+	for _, e := range writes {
+		out = append(out, Ref{Scope: e.Scope, Key: e.Key, Version: e.Version, SortKey: e.SortKey, Revision: e.Revision, Bytes: len(e.Value)})
+	}
+	return out
+}
+
+// Summary is an invocation's result with references instead of the
+// written values: a model that invoked an action knows what it sent, and
+// the values can be large.
+type Summary struct {
+	Invoked bool   `json:"invoked"`
+	Action  string `json:"action"`
+	Agent   string `json:"agent"`
+	Seq     int64  `json:"seq"`
+	Writes  []Ref  `json:"writes"`
+	Result  any    `json:"result,omitempty"`
+	Builtin any    `json:"builtin_result,omitempty"`
+}

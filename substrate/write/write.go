@@ -2,8 +2,10 @@
 // state write and a batch valid before any database work (Validate,
 // Batch), what a stored value must be (CheckValue), the value a set,
 // increment or merge leaves on an entry (NewValue), who may change an
-// entry's gate (GateChange), and what an expression write may store
-// (ExprResult). It needs no room and no SQL: the core (substrate/write.go,
+// entry's gate (GateChange), what an expression write may store
+// (ExprResult), the write an action's template renders (Render), a
+// request's meta and params (Meta, Params) and an invocation's summary
+// of what it wrote (Summary, Ref). It needs no room and no SQL: the core (substrate/write.go,
 // substrate/state.go) reads the rows under the room lock, hands their
 // values here, and writes what these rules return, so the rules can be
 // read and tested apart from the machinery (group commit, the snapshot
