@@ -219,7 +219,7 @@ func (s *Service) helpLimits() help.Limits {
 func (s *Service) helpKeyList(room map[string]*srow) []string {
 	keys := append([]string{}, help.Keys...)
 	for k := range room {
-		if !contains(keys, k) {
+		if !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 	}

@@ -504,14 +504,6 @@ func (rc *roomCtx) visibleAgents(ctx context.Context, s *Service) map[string]any
 	})
 }
 
-func contains(xs []string, x string) bool { return slices.Contains(xs, x) }
-
-// indexOf is x's index in xs, 0 when absent.
-func indexOf(xs []string, x string) int { return max(slices.Index(xs, x), 0) }
-
-// errorText is err as a value shows it (envelope.ErrorText).
-func errorText(err error) string { return envelope.ErrorText(err) }
-
 // evalBool evaluates a gate; an error counts as false.
 func (s *Service) evalBool(ctx context.Context, src string, vars *expr.Vars) bool {
 	p, err := s.cel.Compile(src)
@@ -556,3 +548,6 @@ func (s *Service) cooldownOf(snap *snapshot, id string, now time.Time) *timerSta
 	}
 	return r.timer
 }
+
+// errorText is err as a value shows it (envelope.ErrorText).
+func errorText(err error) string { return envelope.ErrorText(err) }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/syncsubstrate/sync/substrate/defs"
@@ -191,7 +192,7 @@ func (ve *viewEval) eval(id string, path []string) {
 	case viewDone:
 		return
 	case viewBusy:
-		cycle := append(append([]string{}, path[indexOf(path, id):]...), id)
+		cycle := append(append([]string{}, path[max(slices.Index(path, id), 0):]...), id)
 		for _, c := range cycle[:len(cycle)-1] {
 			rc.views[c] = map[string]any{"_error": "view dependency cycle: " + strings.Join(cycle, " → ")}
 			ve.mark[c] = viewDone
