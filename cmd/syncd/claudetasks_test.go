@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/syncsubstrate/sync/mcp/claudetest"
+	"github.com/syncsubstrate/sync/oauth/oauthtest"
+	"github.com/syncsubstrate/sync/store/pgtest"
+)
+
+// rpcLog records the JSON-RPC requests a client posts to /mcp (and the
+// answers to them) on their way through a proxy to syncd: what Claude
+// Code declares and calls is read from the wire, not assumed.
+type rpcLog struct {
+	mu   sync.Mutex
+	msgs []loggedRPC
+}
+
+type loggedRPC struct {
+	Method  string
+	Headers http.Header
+	Body    map[string]any
+	Answer  string // the response body's first bytes (a stream: what arrived before it was cut off)
+}
+
+func (l *rpcLog) all() []loggedRPC {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]loggedRPC(nil), l.msgs...)
+}
+
+// byMethod is the logged requests of one method.
+func (l *rpcLog) byMethod(method string) []loggedRPC {
+	var out []loggedRPC
+	for _, m := range l.all() {
+		if m.Method == method {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// capWriter keeps the first bytes of what passes through it.
+type capWriter struct {
+	http.ResponseWriter
+	buf *bytes.Buffer
+}
+
+func (c capWriter) Write(b []byte) (int, error) {
+	if c.buf.Len() < 4096 {
+		c.buf.Write(b[:min(len(b), 4096-c.buf.Len())])
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+func (c capWriter) Flush() { _ = http.NewResponseController(c.ResponseWriter).Flush() }
+
+// recordingProxy listens on a free loopback port and forwards everything
+// to target, logging each POST /mcp.
+func recordingProxy(t *testing.T, l net.Listener, target string, log *rpcLog) {
+	u, _ := url.Parse(target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/mcp" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		raw, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(raw))
+		var body map[string]any
+		_ = json.Unmarshal(raw, &body)
+		method, _ := body["method"].(string)
+		var ans bytes.Buffer
+		rp.ServeHTTP(capWriter{w, &ans}, r)
+		h := r.Header.Clone()
+		h.Del("Authorization")
+		log.mu.Lock()
+		log.msgs = append(log.msgs, loggedRPC{Method: method, Headers: h, Body: body, Answer: ans.String()})
+		log.mu.Unlock()
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+}
+
+// claudeProxiedServer is claudeServer with the recording proxy as the
+// public address: Claude Code talks to the proxy, the proxy to syncd.
+func claudeProxiedServer(t *testing.T) (browser context.Context, public string, cc *claudeCode, log *rpcLog) {
+	t.Helper()
+	cc = newClaudeCode(t)
+	dbURL := pgtest.URL(t)
+	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadProxy := "http://" + dead.Addr().String()
+	dead.Close()
+	front, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	public = "http://localhost:" + strings.TrimPrefix(front.Addr().String(), "127.0.0.1:")
+	base, stop, _ := startOnFreePorts(t, 1, func(ports []string) *config {
+		return testConfig(t, "-addr", "127.0.0.1:"+ports[0], "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open",
+			"-public-url", public, "-cimd", "off", "-outbound-proxy", deadProxy)
+	})
+	t.Cleanup(func() { stop() })
+	log = &rpcLog{}
+	recordingProxy(t, front, base, log)
+	browser = oauthtest.Chromium(t, 4*time.Minute)
+	if err := chromedp.Do(browser,
+		chromedp.Navigate(public+"/signup"),
+		chromedp.WaitVisible(chromedp.CSS("#username")),
+		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
+		chromedp.Click(chromedp.CSS("#signup")),
+		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
+	); err != nil {
+		t.Fatalf("sign-up with a passkey: %v", err)
+	}
+	cc.run("mcp", "add", "--transport", "http", "sync", public+"/mcp")
+	return browser, public, cc, log
+}
+
+// What Claude Code declares to sync and which task methods it calls,
+// from the requests themselves (issue 48).
+func TestClaudeCodeTasksProbe(t *testing.T) {
+	browser, _, cc, log := claudeProxiedServer(t)
+	cc.signIn(browser)
+	if e := os.Getenv("SYNC_PROBE_ENV"); e != "" {
+		cc.env = append(cc.env, strings.Fields(e)...)
+	}
+	if gb := os.Getenv("SYNC_PROBE_GB"); gb != "" {
+		path := filepath.Join(cc.home, ".claude.json")
+		raw, _ := os.ReadFile(path)
+		var cfg map[string]any
+		_ = json.Unmarshal(raw, &cfg)
+		var feats map[string]any
+		_ = json.Unmarshal([]byte(gb), &feats)
+		cfg["cachedGrowthBookFeatures"] = feats
+		raw, _ = json.Marshal(cfg)
+		_ = os.WriteFile(path, raw, 0o600)
+	}
+	script := []claudetest.Step{
+		claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}},
+		call1("sync_create_room", map[string]any{"room": "plans"}),
+		call1("sync_embody", map[string]any{"room": "plans"}),
+		call1("sync_wait", map[string]any{"condition": "has(state._shared.rung)", "timeout_ms": 3000}),
+		call1("sync_read_context", map[string]any{"only": "state"}),
+		claudetest.Step{Text: "ok"},
+	}
+	var res []claudetest.ToolResult
+	if os.Getenv("SYNC_PROBE_TUI") != "" {
+		res = cc.interactive(t, script...)
+	} else {
+		res = cc.session(script...)
+	}
+	for _, r := range res {
+		t.Logf("model read: step %d %s error=%v: %.600s", r.Step, r.Call.Name, r.IsError, r.Text)
+	}
+	for _, m := range log.all() {
+		b, _ := json.Marshal(m.Body)
+		t.Logf("%s Mcp-Method=%q Mcp-Name=%q: %.1500s\n  answer: %.400s", m.Method, m.Headers.Get("Mcp-Method"), m.Headers.Get("Mcp-Name"), b, m.Answer)
+	}
+}
+
+// interactive runs one conversation in Claude Code's terminal interface
+// (in tmux), the prompt given on its command line, until the model has
+// answered the script's last step, and returns the tool results.
+func (c *claudeCode) interactive(t *testing.T, script ...claudetest.Step) []claudetest.ToolResult {
+	t.Helper()
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Skip("tmux is not installed")
+	}
+	before := len(c.model.ToolResults())
+	c.model.SetScript(script...)
+	sh := "#!/bin/sh\ncd '" + c.dir + "'\n"
+	for _, e := range c.env {
+		k, v, _ := strings.Cut(e, "=")
+		sh += "export " + k + "='" + v + "'\n"
+	}
+	sh += "exec '" + c.bin + "' --allowedTools mcp__sync ToolSearch -- 'Work in sync.'\n"
+	file := filepath.Join(c.home, "tui")
+	if err := os.WriteFile(file, []byte(sh), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(c.home, "tui.sock")
+	if out, err := exec.Command(tmux, "-S", sock, "-f", "/dev/null", "new-session", "-d", "-x", "200", "-y", "50", file).CombinedOutput(); err != nil {
+		t.Fatalf("tmux: %v\n%s", err, out)
+	}
+	defer func() { _ = exec.Command(tmux, "-S", sock, "kill-server").Run() }()
+	screen := func() string {
+		out, _ := exec.Command(tmux, "-S", sock, "capture-pane", "-p").CombinedOutput()
+		return string(out)
+	}
+	last := len(script) - 1
+	pgtest.Eventually(t, 3*time.Minute, func() bool {
+		for _, r := range c.model.Requests() {
+			if r.Main && r.Step == last {
+				return true
+			}
+		}
+		return false
+	}, "the interactive session to reach step %d; the screen:\n%s", last, func() any { return screen() })
+	t.Logf("the screen at the end:\n%s", screen())
+	return c.model.ToolResults()[before:]
+}
