@@ -140,46 +140,111 @@ func claudeProxiedServer(t *testing.T) (browser context.Context, public string, 
 	return browser, public, cc, log
 }
 
-// What Claude Code declares to sync and which task methods it calls,
-// from the requests themselves (issue 48).
-func TestClaudeCodeTasksProbe(t *testing.T) {
+// The real Claude Code runs a sync_wait as a task (issue 48). In its
+// terminal interface it declares the tasks extension in each request's
+// _meta; sync answers the wait with a task; Claude Code tells the model
+// the wait moved to the background, polls tasks/get (Mcp-Name: the task
+// id), and the model goes on: here it makes the very call that satisfies
+// the wait, which a blocking wait made impossible in one turn. When the
+// task completes, a new turn brings the model a task notification with
+// the wait's result. Headless (claude -p) it declares nothing and the wait
+// blocks, as before.
+func TestClaudeCodeWaitAsTask(t *testing.T) {
 	browser, _, cc, log := claudeProxiedServer(t)
 	cc.signIn(browser)
-	if e := os.Getenv("SYNC_PROBE_ENV"); e != "" {
-		cc.env = append(cc.env, strings.Fields(e)...)
-	}
-	if gb := os.Getenv("SYNC_PROBE_GB"); gb != "" {
-		path := filepath.Join(cc.home, ".claude.json")
-		raw, _ := os.ReadFile(path)
-		var cfg map[string]any
-		_ = json.Unmarshal(raw, &cfg)
-		var feats map[string]any
-		_ = json.Unmarshal([]byte(gb), &feats)
-		cfg["cachedGrowthBookFeatures"] = feats
-		raw, _ = json.Marshal(cfg)
-		_ = os.WriteFile(path, raw, 0o600)
-	}
 	script := []claudetest.Step{
-		claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}},
-		call1("sync_create_room", map[string]any{"room": "plans"}),
-		call1("sync_embody", map[string]any{"room": "plans"}),
-		call1("sync_wait", map[string]any{"condition": "has(state._shared.rung)", "timeout_ms": 3000}),
-		call1("sync_read_context", map[string]any{"only": "state"}),
-		claudetest.Step{Text: "ok"},
+		{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}},
+		call1("sync_create_room", map[string]any{"room": "plans"}),                                                                                     // 1
+		call1("sync_embody", map[string]any{"room": "plans"}),                                                                                          // 2
+		call1("sync_register_action", map[string]any{"id": "ring", "writes": []any{map[string]any{"scope": "_shared", "key": "rung", "value": true}}}), // 3
+		call1("sync_wait", map[string]any{"condition": "has(state._shared.rung)", "timeout_ms": 40000}),                                                // 4: a task
+		call1("sync_invoke_action", map[string]any{"action": "ring"}),                                                                                  // 5: while it is open
+		{Text: "Rang; the wait runs in the background."},                                                                                               // 6
+		{Text: "The wait ended."}, // 7: the task notification's turn
 	}
-	var res []claudetest.ToolResult
-	if os.Getenv("SYNC_PROBE_TUI") != "" {
-		res = cc.interactive(t, script...)
-	} else {
-		res = cc.session(script...)
+	res := cc.interactive(t, script...)
+	for _, r := range res {
+		t.Logf("model read: step %d %s error=%v: %.400s", r.Step, r.Call.Name, r.IsError, r.Text)
+	}
+	calls := log.byMethod("tools/call")
+	var waitCall *loggedRPC
+	for i, c := range calls {
+		if jsonAt(c.Body, "params", "name") == "sync_wait" {
+			waitCall = &calls[i]
+		}
+	}
+	if waitCall == nil {
+		t.Fatal("no sync_wait reached sync")
+	}
+	if jsonAt(waitCall.Body, "params", "_meta", "io.modelcontextprotocol/clientCapabilities", "extensions", "io.modelcontextprotocol/tasks") == nil {
+		t.Fatalf("Claude Code's sync_wait does not declare the tasks extension: %v", waitCall.Body)
+	}
+	var id string
+	if i := strings.Index(waitCall.Answer, `"taskId":"`); i >= 0 {
+		id, _, _ = strings.Cut(waitCall.Answer[i+len(`"taskId":"`):], `"`)
+	}
+	if id == "" || !strings.Contains(waitCall.Answer, `"resultType":"task"`) {
+		t.Fatalf("sync answered the wait without a task: %.400s", waitCall.Answer)
+	}
+	polls := log.byMethod("tasks/get")
+	if len(polls) == 0 {
+		t.Fatal("Claude Code never polled tasks/get")
+	}
+	for _, p := range polls {
+		if p.Headers.Get("Mcp-Name") != id || jsonAt(p.Body, "params", "taskId") != id {
+			t.Errorf("a poll names another task: Mcp-Name %q, %v", p.Headers.Get("Mcp-Name"), p.Body)
+		}
 	}
 	for _, r := range res {
-		t.Logf("model read: step %d %s error=%v: %.600s", r.Step, r.Call.Name, r.IsError, r.Text)
+		switch r.Step {
+		case 4:
+			if !strings.Contains(r.Text, "moved to the background") || !strings.Contains(r.Text, id) {
+				t.Errorf("the model was not told the wait runs in the background: %.400s", r.Text)
+			}
+		case 5:
+			if r.IsError || !strings.Contains(r.Text, `"invoked":true`) && !strings.Contains(r.Text, `"action":"ring"`) {
+				t.Errorf("the call made while the wait was open: %.400s", r.Text)
+			}
+		}
 	}
-	for _, m := range log.all() {
-		b, _ := json.Marshal(m.Body)
-		t.Logf("%s Mcp-Method=%q Mcp-Name=%q: %.1500s\n  answer: %.400s", m.Method, m.Headers.Get("Mcp-Method"), m.Headers.Get("Mcp-Name"), b, m.Answer)
+	var told string
+	for _, r := range cc.model.Requests() {
+		if r.Main && r.Step == 7 {
+			msgs, _ := r.Body["messages"].([]any)
+			b, _ := json.Marshal(msgs[len(msgs)-1])
+			told = string(b)
+		}
 	}
+	t.Logf("the model's turn after the wait ended: %.1500s", told)
+	if !strings.Contains(told, "task-notification") || !strings.Contains(told, id) || !strings.Contains(told, `\"triggered\":true`) {
+		t.Errorf("the model's turn after the wait did not bring the triggered result: %.1500s", told)
+	}
+
+	// Headless: no extension declared, the blocking wait.
+	before := len(log.byMethod("tools/call"))
+	hres := cc.session(
+		claudetest.Step{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}},
+		call1("sync_wait", map[string]any{"condition": "has(state._shared.rung)", "timeout_ms": 1000}),
+		claudetest.Step{Text: "ok"},
+	)
+	for _, c := range log.byMethod("tools/call")[before:] {
+		if jsonAt(c.Body, "params", "_meta", "io.modelcontextprotocol/clientCapabilities", "extensions") != nil {
+			t.Errorf("claude -p declared extensions: %v", c.Body)
+		}
+	}
+	if len(hres) != 2 || !strings.Contains(hres[1].Text, `"triggered":true`) {
+		t.Errorf("the headless wait: %+v", hres)
+	}
+}
+
+// jsonAt is the value at path in nested JSON objects.
+func jsonAt(m map[string]any, path ...string) any {
+	var v any = m
+	for _, k := range path {
+		mm, _ := v.(map[string]any)
+		v = mm[k]
+	}
+	return v
 }
 
 // interactive runs one conversation in Claude Code's terminal interface
@@ -213,7 +278,7 @@ func (c *claudeCode) interactive(t *testing.T, script ...claudetest.Step) []clau
 		return string(out)
 	}
 	last := len(script) - 1
-	pgtest.Eventually(t, 3*time.Minute, func() bool {
+	pgtest.Eventually(t, 90*time.Second, func() bool {
 		for _, r := range c.model.Requests() {
 			if r.Main && r.Step == last {
 				return true
