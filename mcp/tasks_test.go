@@ -2,6 +2,8 @@ package mcp_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -92,6 +94,13 @@ func taskEnd(t *testing.T, base, token, id string) map[string]any {
 // set action, and her access token.
 func tasksRoom(t *testing.T, srv *server, name string) string {
 	t.Helper()
+	_, token := tasksPerson(t, srv, name)
+	return token
+}
+
+// tasksPerson is tasksRoom with the person, for another grant of theirs.
+func tasksPerson(t *testing.T, srv *server, name string) (*person, string) {
+	t.Helper()
 	p := signup(t, srv, name)
 	token := mintToken(t, srv, p, nil)["access_token"].(string)
 	cs := connectWithToken(t, srv, token)
@@ -103,7 +112,7 @@ func tasksRoom(t *testing.T, srv *server, name string) string {
 			mustTool(t, cs, "sync_register_action", def)
 		}
 	}
-	return token
+	return p, token
 }
 
 func setKey(t *testing.T, base, token, key string) {
@@ -285,4 +294,9 @@ func TestTaskSurvivesItsProcess(t *testing.T) {
 	if end["status"] != "completed" || get(end, "result", "structuredContent", "triggered") != true {
 		t.Fatalf("taken over: %v", end)
 	}
+}
+
+func hashOf(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])
 }
