@@ -255,7 +255,9 @@ func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest
 	if err != nil {
 		err = withNext(d.def.Name, req.Params.Arguments, sess, err)
 	}
-	if err != nil && errs.From(err).Code == errs.Internal {
+	// A call whose context ended (its client left, its task was
+	// cancelled, the shutdown) did not fail.
+	if err != nil && errs.From(err).Code == errs.Internal && ctx.Err() == nil {
 		opt.Logger.Error("tool failed", "tool", d.def.Name, "err", err)
 	}
 	return out, sess, err
