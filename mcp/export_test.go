@@ -61,3 +61,10 @@ func ResultBreaches() []string {
 	defer breachesMu.Unlock()
 	return append([]string(nil), breaches...)
 }
+
+// SetMaxOpenTasks sets the per-grant bound on working tasks until restore.
+func SetMaxOpenTasks(n int) (restore func()) {
+	old := maxOpenTasks
+	maxOpenTasks = n
+	return func() { maxOpenTasks = old }
+}

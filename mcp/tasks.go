@@ -47,6 +47,9 @@ const (
 	taskLease = 30 * time.Second
 )
 
+// maxOpenTasks is MaxOpenTasks, which a test of many tasks raises.
+var maxOpenTasks = MaxOpenTasks
+
 // tasks runs and answers the tasks of one endpoint.
 type tasks struct {
 	opt  *Options
@@ -56,6 +59,8 @@ type tasks struct {
 	mu      sync.Mutex
 	running map[string]*runningTask // task key → the wait this process runs
 	renewer bool                    // the lease renewal loop is running
+	done    []finished              // results for the writer to store
+	writing bool                    // the writer is running
 	closed  bool                    // the shutdown began: no new waits here
 }
 
@@ -218,7 +223,7 @@ func (t *tasks) start(ctx context.Context, call *sdk.CallToolRequest) (sdk.Resul
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM mcp_tasks WHERE grant_id = $1 AND status = 'working'`, who.GrantID).Scan(&open); err != nil {
 			return err
 		}
-		if open >= MaxOpenTasks {
+		if open >= maxOpenTasks {
 			return nil
 		}
 		return tx.QueryRow(ctx, `INSERT INTO mcp_tasks (room_id, task_key, grant_id, tool, arguments, lease_until, expires_at)
@@ -229,7 +234,7 @@ func (t *tasks) start(ctx context.Context, call *sdk.CallToolRequest) (sdk.Resul
 		t.opt.Logger.Error("create an MCP task", "err", err)
 		return result(nil, errs.New(errs.Unavailable, "the wait could not be started as a task").WithHint("call sync_wait again"), sess), true
 	}
-	if open >= MaxOpenTasks {
+	if open >= maxOpenTasks {
 		return result(nil, errs.New(errs.RateLimited, "%d waits of this connection are open as tasks, the most at once", open).
 			With("open_tasks", open).WithHint("let one end or cancel one (tasks/cancel) before starting another"), sess), true
 	}
@@ -263,26 +268,75 @@ func (t *tasks) run(key, room string, call *sdk.CallToolRequest) bool {
 	plain := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: call.Params.Name, Arguments: call.Params.Arguments}, Extra: call.Extra}
 	go func() {
 		defer cancel()
-		res, err := t.wait(ctx, plain)
+		res, _ := t.wait(ctx, plain) // its errors are results
 		if ctx.Err() != nil {
 			// Cancelled, or the shutdown: no result; give the lease up.
 			t.forget(key)
 			t.release(room, key)
 			return
 		}
-		if err == nil {
-			var raw []byte
-			if raw, err = json.Marshal(res); err == nil {
-				_, err = t.db.Exec(context.Background(), `UPDATE mcp_tasks SET status = 'completed', result = $3, updated_at = now()
-					WHERE room_id = $1 AND task_key = $2 AND status = 'working'`, room, key, raw)
-			}
-		}
+		raw, err := json.Marshal(res)
 		if err != nil {
-			t.opt.Logger.Error("store an MCP task's result", "err", err)
+			t.opt.Logger.Error("encode an MCP task's result", "err", err)
+			t.forget(key)
+			return
 		}
-		t.forget(key)
+		t.complete(finished{room: room, key: key, result: raw})
 	}()
 	return true
+}
+
+// finished is a wait's result to store.
+type finished struct {
+	room, key string
+	result    []byte
+}
+
+// complete queues a result for the one writer, which stores what queued
+// while it wrote in one statement per room: a write that wakes a thousand
+// waits costs a few statements, not a thousand.
+func (t *tasks) complete(f finished) {
+	t.mu.Lock()
+	t.done = append(t.done, f)
+	if !t.writing {
+		t.writing = true
+		go t.write()
+	}
+	t.mu.Unlock()
+}
+
+func (t *tasks) write() {
+	for {
+		t.mu.Lock()
+		batch := t.done
+		t.done = nil
+		if len(batch) == 0 {
+			t.writing = false
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+		byRoom := map[string][]finished{}
+		for _, f := range batch {
+			byRoom[f.room] = append(byRoom[f.room], f)
+		}
+		for room, fs := range byRoom {
+			keys, results := make([]string, len(fs)), make([]string, len(fs))
+			for i, f := range fs {
+				keys[i], results[i] = f.key, string(f.result)
+			}
+			// By its room: one shard on Citus.
+			_, err := t.db.Exec(context.Background(), `UPDATE mcp_tasks m SET status = 'completed', result = r.result, updated_at = now()
+				FROM unnest($2::text[], $3::jsonb[]) AS r(task_key, result)
+				WHERE m.room_id = $1 AND m.task_key = r.task_key AND m.status = 'working'`, room, keys, results)
+			if err != nil {
+				t.opt.Logger.Error("store MCP task results", "room", room, "tasks", len(fs), "err", err)
+			}
+			for _, f := range fs {
+				t.forget(f.key)
+			}
+		}
+	}
 }
 
 func (t *tasks) forget(key string) {
