@@ -68,3 +68,10 @@ func SetMaxOpenTasks(n int) (restore func()) {
 	maxOpenTasks = n
 	return func() { maxOpenTasks = old }
 }
+
+// SetMaxRoomTasks sets the per-room bound on working tasks until restore.
+func SetMaxRoomTasks(n int) (restore func()) {
+	old := maxRoomTasks
+	maxRoomTasks = n
+	return func() { maxRoomTasks = old }
+}

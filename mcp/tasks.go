@@ -34,6 +34,9 @@ const (
 	// each holds a parked wait, as a blocking call does, but a client
 	// can start tasks faster than it could hold calls.
 	MaxOpenTasks = 16
+	// MaxRoomTasks is how many tasks may be working in one room at once,
+	// of all grants: a room's waits wake together at each of its commits.
+	MaxRoomTasks = 4096
 	// taskPollMS is the polling interval a task suggests: a wait's end
 	// reaches the model within about a second.
 	taskPollMS = 1000
@@ -47,8 +50,9 @@ const (
 	taskLease = 30 * time.Second
 )
 
-// maxOpenTasks is MaxOpenTasks, which a test of many tasks raises.
-var maxOpenTasks = MaxOpenTasks
+// maxOpenTasks and maxRoomTasks are MaxOpenTasks and MaxRoomTasks, which
+// tests change.
+var maxOpenTasks, maxRoomTasks = MaxOpenTasks, MaxRoomTasks
 
 // tasks runs and answers the tasks of one endpoint.
 type tasks struct {
@@ -214,7 +218,7 @@ func (t *tasks) start(ctx context.Context, call *sdk.CallToolRequest) (sdk.Resul
 	id := rand.Text() // 130 random bits: unguessable
 	key := taskKey(id)
 	var created time.Time
-	var open int
+	var open, inRoom int
 	err = t.db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
 		// One grant's creations in turn, so the count holds.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('mcp_tasks:' || $1, 0))`, who.GrantID); err != nil {
@@ -224,6 +228,12 @@ func (t *tasks) start(ctx context.Context, call *sdk.CallToolRequest) (sdk.Resul
 			return err
 		}
 		if open >= maxOpenTasks {
+			return nil
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM mcp_tasks WHERE room_id = $1 AND status = 'working'`, room).Scan(&inRoom); err != nil {
+			return err
+		}
+		if inRoom >= maxRoomTasks {
 			return nil
 		}
 		return tx.QueryRow(ctx, `INSERT INTO mcp_tasks (room_id, task_key, grant_id, tool, arguments, lease_until, expires_at)
@@ -237,6 +247,10 @@ func (t *tasks) start(ctx context.Context, call *sdk.CallToolRequest) (sdk.Resul
 	if open >= maxOpenTasks {
 		return result(nil, errs.New(errs.RateLimited, "%d waits of this connection are open as tasks, the most at once", open).
 			With("open_tasks", open).WithHint("let one end or cancel one (tasks/cancel) before starting another"), sess), true
+	}
+	if inRoom >= maxRoomTasks {
+		return result(nil, errs.New(errs.RoomBusy, "%d waits are open as tasks in room %s, the most at once", inRoom, room).
+			With("room_tasks", inRoom).WithHint("retry once some have ended, or wait with a blocking call"), sess), true
 	}
 	if !t.run(key, room, call) {
 		// The shutdown began: the lease runs out and the next poll, to

@@ -266,6 +266,31 @@ func TestTaskLimitPerGrant(t *testing.T) {
 	}
 }
 
+// A room holds at most MaxRoomTasks working tasks of all grants; past it
+// the call is refused with room_busy.
+func TestTaskLimitPerRoom(t *testing.T) {
+	defer mcp.SetMaxRoomTasks(2)()
+	srv := startServer(t, pgtest.New(t))
+	token := tasksRoom(t, srv, "alice")
+	other := mintToken(t, srv, signup(t, srv, "bob"), nil)["access_token"].(string)
+	for range 2 {
+		if created, e := waitCall(t, srv.base, token, map[string]any{"condition": "has(state._shared.go)", "timeout_ms": 30000}, true); e != nil || created["resultType"] != "task" {
+			t.Fatalf("%v %v", created, e)
+		}
+	}
+	over, e := waitCall(t, srv.base, token, map[string]any{"condition": "has(state._shared.go)", "timeout_ms": 30000}, true)
+	if e != nil || over["isError"] != true || !strings.Contains(resultTextOf(over), "room_busy") {
+		t.Fatalf("past the room's bound: %v %v", over, e)
+	}
+	// Another room is not held by it.
+	cs := connectWithToken(t, srv, other)
+	mustTool(t, cs, "sync_create_room", map[string]any{"room": "elsewhere"})
+	mustTool(t, cs, "sync_embody", map[string]any{"room": "elsewhere"})
+	if created, _ := waitCall(t, srv.base, other, map[string]any{"condition": "has(state._shared.go)", "timeout_ms": 300}, true); created["resultType"] != "task" {
+		t.Fatalf("another room: %v", created)
+	}
+}
+
 // A task outlives the process that ran it: that process's shutdown stops
 // its wait and gives its lease up, and a poll to another process sharing
 // the database runs the wait there, to the same end.
