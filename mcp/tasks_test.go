@@ -366,14 +366,17 @@ func TestTaskThousandCompleteTogether(t *testing.T) {
 	if done != 1000 {
 		t.Errorf("%d tasks completed triggered, want 1000", done)
 	}
-	// On Citus the wake itself comes later (the substrate's part, the
-	// same for blocking waits: measured 4 to 6 s on the test cluster of
-	// two workers on one machine); what the tasks add, from the first
-	// result stored to the last, is held to the second there too.
-	if !pgtest.Citus() && took > time.Second {
-		t.Errorf("the thousand tasks took %v to complete after the write, want within 1 s", took)
+	// From the write to the first wake is the substrate's part, the same
+	// for blocking waits (a thousand blocking sync_waits, measured beside
+	// this: first 0.8 s, last 1.4 s on PostgreSQL; 4.3 s and 4.7 s on the
+	// test cluster of two Citus workers on one machine), and on a loaded
+	// machine it alone nears the second, so the total is only held to
+	// 3 s here. What the tasks add, from the first result stored to the
+	// last, is held to half a second.
+	if took > 3*time.Second && !pgtest.Citus() {
+		t.Errorf("the thousand tasks took %v to complete after the write", took)
 	}
-	if took-first > time.Second {
-		t.Errorf("the thousand results took %v to store after the first, want within 1 s", took-first)
+	if took-first > 500*time.Millisecond {
+		t.Errorf("the thousand results took %v to store after the first, want within 0.5 s", took-first)
 	}
 }
