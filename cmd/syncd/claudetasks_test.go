@@ -289,3 +289,59 @@ func (c *claudeCode) interactive(t *testing.T, script ...claudetest.Step) []clau
 	t.Logf("the screen at the end:\n%s", screen())
 	return c.model.ToolResults()[before:]
 }
+
+// A teammate's message reaches the model while it works (issue 48): the
+// model waits, as a task, for a message directed to it and goes on with
+// other calls; bob's message ends the wait, and the task notification
+// brings the model the message in a turn of its own.
+func TestClaudeCodeHearsATeammateWhileBusy(t *testing.T) {
+	browser, public, cc, _ := claudeProxiedServer(t)
+	cc.signIn(browser)
+	bob := oauthtest.SignUp(t, public, "bob", "")
+	bobTok := bob.Token(t, "Bob's client", map[string]string{oauthtest.SharedRooms: "write"})
+	script := []claudetest.Step{
+		{Calls: []claudetest.Call{{Name: "ToolSearch", Input: map[string]any{"query": allTools}}}},
+		call1("sync_create_room", map[string]any{"room": "plans"}),                                           // 1
+		call1("sync_embody", map[string]any{"room": "plans"}),                                                // 2
+		call1("sync_share_room", map[string]any{"room": "plans", "username": "bob"}),                         // 3
+		call1("sync_wait", map[string]any{"condition": "messages.directed_unread > 0", "timeout_ms": 40000}), // 4: a task
+		call1("sync_read_context", map[string]any{"only": "state"}),                                          // 5: busy; bob writes now
+		{Text: "Working on something else."},                                                                 // 6
+		{Text: "Bob wrote."},                                                                                 // 7: the notification's turn
+	}
+	sent := make(chan error, 1)
+	go func() {
+		pgtest.Eventually(t, 2*time.Minute, func() bool {
+			for _, r := range cc.model.Requests() {
+				if r.Main && r.Step == 5 {
+					return true
+				}
+			}
+			return false
+		}, "the model to be told its wait runs in the background")
+		sent <- asBob(public, bobTok["access_token"].(string),
+			tool{"sync_send_message", map[string]any{"body": "Please review the release plan", "to": "alice:claude-code-sync"}})
+	}()
+	res := cc.interactive(t, script...)
+	if err := <-sent; err != nil {
+		t.Fatalf("bob's message: %v", err)
+	}
+	for _, r := range res {
+		t.Logf("model read: step %d %s error=%v: %.300s", r.Step, r.Call.Name, r.IsError, r.Text)
+		if r.Step == 4 && !strings.Contains(r.Text, "moved to the background") {
+			t.Errorf("the wait did not move to the background: %.300s", r.Text)
+		}
+	}
+	var told string
+	for _, r := range cc.model.Requests() {
+		if r.Main && r.Step == 7 {
+			msgs, _ := r.Body["messages"].([]any)
+			b, _ := json.Marshal(msgs[len(msgs)-1])
+			told = string(b)
+		}
+	}
+	t.Logf("the model's turn after bob wrote: %.2000s", told)
+	if !strings.Contains(told, "task-notification") || !strings.Contains(told, "Please review the release plan") {
+		t.Errorf("the model was not told of bob's message: %.2000s", told)
+	}
+}
