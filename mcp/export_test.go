@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -74,4 +75,11 @@ func SetMaxRoomTasks(n int) (restore func()) {
 	old := maxRoomTasks
 	maxRoomTasks = n
 	return func() { maxRoomTasks = old }
+}
+
+// SetTaskLease sets how long a task's lease lasts until restore.
+func SetTaskLease(d time.Duration) (restore func()) {
+	old := taskLease
+	taskLease = d
+	return func() { taskLease = old }
 }

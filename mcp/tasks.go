@@ -44,11 +44,12 @@ const (
 	// long past any wait's end (45 s at most), for a client that polls
 	// again after a pause.
 	taskKeep = time.Hour
-	// taskLease is how long a process's claim to run a task lasts
-	// without renewal; renewed every taskLease/3. A poll that finds it
-	// run out (the process ended) runs the wait again.
-	taskLease = 30 * time.Second
 )
+
+// taskLease is how long a process's claim to run a task lasts without
+// renewal; renewed every taskLease/3. A poll that finds it run out (the
+// process ended) runs the wait again. A test shortens it.
+var taskLease = 30 * time.Second
 
 // maxOpenTasks and maxRoomTasks are MaxOpenTasks and MaxRoomTasks, which
 // tests change.

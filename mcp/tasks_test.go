@@ -291,6 +291,42 @@ func TestTaskLimitPerRoom(t *testing.T) {
 	}
 }
 
+// The process running a wait renews its lease, so a poll to another
+// process does not run it twice; a cancel answered by another process
+// stops the wait at the next renewal.
+func TestTaskLeaseRenewedAndCancelHeardElsewhere(t *testing.T) {
+	defer mcp.SetTaskLease(900 * time.Millisecond)()
+	db := pgtest.New(t)
+	a := startServer(t, db)
+	b := startServerOpts(t, db, serverOpts{publicURL: a.base})
+	token := tasksRoom(t, a, "alice")
+	created, _ := waitCall(t, a.base, token, map[string]any{"condition": "has(state._shared.go)", "timeout_ms": 30000}, true)
+	id := created["taskId"].(string)
+	lease := func() (at time.Time) {
+		_ = db.QueryRow(context.Background(), `SELECT lease_until FROM mcp_tasks`).Scan(&at)
+		return at
+	}
+	first := lease()
+	pgtest.Eventually(t, 10*time.Second, func() bool { return lease().After(first) }, "the lease to be renewed")
+	// Polled through b while a's lease holds: b does not take it over,
+	// and the wait a runs is the one that ends.
+	if got, e := taskGet(t, b.base, token, id); e != nil || got["status"] != "working" {
+		t.Fatalf("poll through b: %v %v", got, e)
+	}
+	if ack, e := rpc(t, b.base, token, "tasks/cancel", map[string]any{"taskId": id}, true); e != nil || ack["resultType"] != "complete" {
+		t.Fatalf("cancel through b: %v %v", ack, e)
+	}
+	// a stops its wait at its next renewal: the agent is no longer waiting.
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		var waiting bool
+		_ = db.QueryRow(context.Background(), `SELECT bool_or(waiting_on IS NOT NULL) FROM agents`).Scan(&waiting)
+		return !waiting
+	}, "the wait a runs to stop after the cancel through b")
+	if got, _ := taskGet(t, a.base, token, id); got["status"] != "cancelled" {
+		t.Fatalf("after the cancel: %v", got)
+	}
+}
+
 // A task outlives the process that ran it: that process's shutdown stops
 // its wait and gives its lease up, and a poll to another process sharing
 // the database runs the wait there, to the same end.
