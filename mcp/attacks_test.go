@@ -822,3 +822,37 @@ func TestAttackDeepValueRefusedOverMCP(t *testing.T) {
 		t.Errorf("HOLE: a view 70 levels deep is not an error in its slot: %.400v", views["views"])
 	}
 }
+
+// A task id is the only handle on a task, and it is bound to the grant
+// that made it: another grant's poll or cancel of it, a guessed id and a
+// near miss are all "not found" (the same error, so that a probe learns
+// nothing), and the task goes on untouched.
+func TestAttackTasksOfAnotherGrant(t *testing.T) {
+	srv := startServer(t, pgtest.New(t))
+	aliceP, alice := tasksPerson(t, srv, "alice")
+	bob := tasksRoom(t, srv, "bob")
+	created, e := waitCall(t, srv.base, alice, map[string]any{"condition": "has(state._shared.go)", "timeout_ms": 30000}, true)
+	if e != nil {
+		t.Fatal(e)
+	}
+	id := created["taskId"].(string)
+	// Another client of alice's own is another grant too.
+	aliceOther := aliceP.Token(t, "Another client", nil)["access_token"].(string)
+	for name, c := range map[string]struct{ token, id string }{
+		"bob's poll":              {bob, id},
+		"alice's other grant":     {aliceOther, id},
+		"a guessed id":            {bob, "AAAAAAAAAAAAAAAAAAAAAAAAAA"},
+		"a near miss":             {alice, id[:len(id)-1] + string(rune('A'+(id[len(id)-1]-'A'+1)%26))},
+		"the id's hash as stored": {alice, hashOf(id)},
+	} {
+		for _, method := range []string{"tasks/get", "tasks/cancel"} {
+			res, e := rpc(t, srv.base, c.token, method, map[string]any{"taskId": c.id}, true)
+			if e == nil || e["code"].(float64) != -32602 || !strings.Contains(e["message"].(string), "not found") {
+				t.Errorf("%s, %s: %v %v, want -32602 not found", name, method, res, e)
+			}
+		}
+	}
+	if got, e := taskGet(t, srv.base, alice, id); e != nil || got["status"] != "working" {
+		t.Fatalf("alice's task after the attempts: %v %v", got, e)
+	}
+}

@@ -101,7 +101,7 @@ func startServerOpts(t testing.TB, db *store.DB, o serverOpts) *server {
 	mux := http.NewServeMux()
 	a.Routes(mux)
 	h := mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: a, PublicURL: public, AllowedOrigins: o.origins, HTTP: o.http, KeepAlive: o.keepAlive,
-		Shutdown: o.shutdown})
+		Shutdown: o.shutdown, DB: db})
 	mux.Handle("/mcp", h)
 	mux.Handle("/mcp/{$}", h)
 	mux.Handle("GET "+mcp.IconPath, mcp.Icons())

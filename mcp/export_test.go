@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -60,4 +61,25 @@ func ResultBreaches() []string {
 	breachesMu.Lock()
 	defer breachesMu.Unlock()
 	return append([]string(nil), breaches...)
+}
+
+// SetMaxOpenTasks sets the per-grant bound on working tasks until restore.
+func SetMaxOpenTasks(n int) (restore func()) {
+	old := maxOpenTasks
+	maxOpenTasks = n
+	return func() { maxOpenTasks = old }
+}
+
+// SetMaxRoomTasks sets the per-room bound on working tasks until restore.
+func SetMaxRoomTasks(n int) (restore func()) {
+	old := maxRoomTasks
+	maxRoomTasks = n
+	return func() { maxRoomTasks = old }
+}
+
+// SetTaskLease sets how long a task's lease lasts until restore.
+func SetTaskLease(d time.Duration) (restore func()) {
+	old := taskLease
+	taskLease = d
+	return func() { taskLease = old }
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/oauth"
+	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/httpmw"
@@ -63,6 +64,11 @@ type Options struct {
 	// after it ended ends as soon as it began. Default nil: streams end
 	// only when their client leaves.
 	Shutdown context.Context
+	// DB, when set, is where sync_wait's tasks live (migration 0021): a
+	// client that declares the tasks extension gets its waits as tasks,
+	// which any process sharing the database answers. Default nil: every
+	// wait is a blocking call.
+	DB *store.DB
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -92,11 +98,22 @@ func Handler(opt Options) http.Handler {
 	// (RequestExtra.TokenInfo), so nothing is built per call.
 	// Hosts show the icon and link the website next to the connector.
 	public := strings.TrimSuffix(opt.PublicURL, "/")
+	sopt := &sdk.ServerOptions{Instructions: Instructions, Logger: sdkLog}
+	if opt.DB != nil {
+		// The SDK's default ({"logging":{}}) and the tasks extension,
+		// which server/discover announces.
+		//lint:ignore SA1019 the default kept: turning tasks on changes nothing else clients see
+		sopt.Capabilities = &sdk.ServerCapabilities{Logging: &sdk.LoggingCapabilities{}}
+		sopt.Capabilities.AddExtension(tasksExtension, nil)
+	}
 	srv := sdk.NewServer(&sdk.Implementation{Name: "sync", Title: "sync", Version: opt.Version, WebsiteURL: public + "/",
-		Icons: []sdk.Icon{{Source: public + IconPath, MIMEType: "image/png", Sizes: []string{"128x128"}}}},
-		&sdk.ServerOptions{Instructions: Instructions, Logger: sdkLog})
+		Icons: []sdk.Icon{{Source: public + IconPath, MIMEType: "image/png", Sizes: []string{"128x128"}}}}, sopt)
 	for _, d := range tools() {
-		srv.AddTool(d.def, handler(&opt, d))
+		h := handler(&opt, d)
+		srv.AddTool(d.def, h)
+		if opt.DB != nil && d.def.Name == "sync_wait" {
+			newTasks(&opt, h).register(srv)
+		}
 	}
 	addLoomPrompt(srv, &opt)
 	// The SDK's own DNS-rebinding check refuses every Host but loopback
@@ -238,7 +255,9 @@ func runTool(ctx context.Context, opt *Options, d tool, req *sdk.CallToolRequest
 	if err != nil {
 		err = withNext(d.def.Name, req.Params.Arguments, sess, err)
 	}
-	if err != nil && errs.From(err).Code == errs.Internal {
+	// A call whose context ended (its client left, its task was
+	// cancelled, the shutdown) did not fail.
+	if err != nil && errs.From(err).Code == errs.Internal && ctx.Err() == nil {
 		opt.Logger.Error("tool failed", "tool", d.def.Name, "err", err)
 	}
 	return out, sess, err

@@ -35,6 +35,7 @@ var RoomTables = []RoomTable{
 	{"state", "room_id"},
 	{"state_archive", "room_id"},
 	{"vocabulary_usage", "room_id"},
+	{"mcp_tasks", "room_id"},
 }
 
 // LocalTables stay plain tables on the coordinator: the migrations'

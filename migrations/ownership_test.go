@@ -35,6 +35,7 @@ var owners = map[string]string{
 	"smcp_consents":          "oauth",
 	"smcp_server_keys":       "oauth",
 	"syncd_processes":        "store",
+	"mcp_tasks":              "mcp",
 }
 
 // Every table the migrations create has an owner here, and no package but

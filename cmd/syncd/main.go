@@ -186,7 +186,7 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	streams, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
 	mcpHandler := mcp.Handler(mcp.Options{Lobby: lob, Substrate: svc, Auth: auth, PublicURL: cfg.PublicURL,
-		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack, ObserveTool: observeTool, Shutdown: streams})
+		AllowedOrigins: cfg.MCPOrigins, Version: version(), HTTP: stack, ObserveTool: observeTool, Shutdown: streams, DB: db})
 	// /mcp/ too: people paste the URL either way, and a 404 there reads as
 	// "the server is down".
 	mux.Handle("/mcp", mcpHandler)
