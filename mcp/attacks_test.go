@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"github.com/syncsubstrate/sync/mcp"
@@ -838,12 +839,20 @@ func TestAttackTasksOfAnotherGrant(t *testing.T) {
 	id := created["taskId"].(string)
 	// Another client of alice's own is another grant too.
 	aliceOther := aliceP.Token(t, "Another client", nil)["access_token"].(string)
+	// The id is its random part, then its room: a near miss and a guess
+	// keep the room and change the random part.
+	random, inRoom, _ := strings.Cut(id, ".")
+	last := random[len(random)-1]
+	nearMiss := random[:len(random)-1] + string(rune('A'+(last-'A'+1)%26)) + "." + inRoom
 	for name, c := range map[string]struct{ token, id string }{
-		"bob's poll":              {bob, id},
-		"alice's other grant":     {aliceOther, id},
-		"a guessed id":            {bob, "AAAAAAAAAAAAAAAAAAAAAAAAAA"},
-		"a near miss":             {alice, id[:len(id)-1] + string(rune('A'+(id[len(id)-1]-'A'+1)%26))},
-		"the id's hash as stored": {alice, hashOf(id)},
+		"bob's poll":                 {bob, id},
+		"alice's other grant":        {aliceOther, id},
+		"a guessed id":               {bob, "AAAAAAAAAAAAAAAAAAAAAAAAAA"},
+		"a guessed id in her room":   {alice, "AAAAAAAAAAAAAAAAAAAAAAAAAA." + inRoom},
+		"a near miss":                {alice, nearMiss},
+		"her id with bob's room":     {alice, random + "." + base64.RawURLEncoding.EncodeToString([]byte("lab-bob"))},
+		"the id's hash as stored":    {alice, hashOf(id)},
+		"the id's random part alone": {alice, random},
 	} {
 		for _, method := range []string{"tasks/get", "tasks/cancel"} {
 			res, e := rpc(t, srv.base, c.token, method, map[string]any{"taskId": c.id}, true)

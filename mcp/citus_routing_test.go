@@ -9,6 +9,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
+	"github.com/syncsubstrate/sync/mcp"
 	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
@@ -96,6 +97,50 @@ func TestCitusRoutingOfMCPCalls(t *testing.T) {
 		t.Fatalf("rooms %v on one worker", rooms)
 	}
 	if n := rt.CheckRouting(t); n < 20 {
+		t.Errorf("only %d distinct statements checked", n)
+	}
+}
+
+// A wait run as a task on the cluster: its creation, polls, completion,
+// cancel and lease renewal each reach the room's shard alone (the task id
+// carries its room), as the blocking wait's statements do. The expiry
+// sweep is the one listed exception.
+func TestCitusRoutingOfTasks(t *testing.T) {
+	// Leases renewed every 300 ms, so that the renewal is among the
+	// statements checked.
+	defer mcp.SetTaskLease(900 * time.Millisecond)()
+	rt := pgtest.NewRouting(t)
+	srv := startServer(t, rt.DB(t))
+	token := tasksRoom(t, srv, "alice")
+	rt.Reset()
+
+	created, e := waitCall(t, srv.base, token, map[string]any{"condition": "has(state._shared.go)", "timeout_ms": 30000}, true)
+	if e != nil {
+		t.Fatal(e)
+	}
+	id, _ := created["taskId"].(string)
+	if got, e := taskGet(t, srv.base, token, id); e != nil || got["status"] != "working" {
+		t.Fatalf("tasks/get: %v %v", got, e)
+	}
+	setKey(t, srv.base, token, "go")
+	if end := taskEnd(t, srv.base, token, id); end["status"] != "completed" {
+		t.Fatalf("task ended %v", end)
+	}
+	second, e := waitCall(t, srv.base, token, map[string]any{"condition": "has(state._shared.never)", "timeout_ms": 30000}, true)
+	if e != nil {
+		t.Fatal(e)
+	}
+	var lease0 time.Time
+	_ = srv.db.QueryRow(context.Background(), `SELECT max(lease_until) FROM mcp_tasks WHERE room_id = 'lab-alice'`).Scan(&lease0)
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		var lease time.Time
+		_ = srv.db.QueryRow(context.Background(), `SELECT max(lease_until) FROM mcp_tasks WHERE room_id = 'lab-alice'`).Scan(&lease)
+		return lease.After(lease0)
+	}, "the open task's lease to be renewed")
+	if _, e := rpc(t, srv.base, token, "tasks/cancel", map[string]any{"taskId": second["taskId"]}, true); e != nil {
+		t.Fatalf("tasks/cancel: %v", e)
+	}
+	if n := rt.CheckRouting(t); n < 5 {
 		t.Errorf("only %d distinct statements checked", n)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,9 +32,11 @@ import (
 
 const (
 	tasksExtension = "io.modelcontextprotocol/tasks"
-	// MaxOpenTasks is how many tasks one grant may have working at once:
-	// each holds a parked wait, as a blocking call does, but a client
-	// can start tasks faster than it could hold calls.
+	// MaxOpenTasks is how many tasks one grant may have working at once
+	// in one room: each holds a parked wait, as a blocking call does, but
+	// a client can start tasks faster than it could hold calls. (Per room,
+	// so that the count is read on the room's shard on Citus; a grant's
+	// rooms are the few its consent named.)
 	MaxOpenTasks = 16
 	// MaxRoomTasks is how many tasks may be working in one room at once,
 	// of all grants: a room's waits wake together at each of its commits.
@@ -175,6 +179,28 @@ func taskNotFound() error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: Task not found"}
 }
 
+// newTaskID is a task id for a task in room: 130 random bits, then the
+// room, so that a poll finds the task on the room's shard (Citus) without
+// asking every shard. The room is the caller's own and no secret; the
+// random part is what makes the id unguessable, and only the whole id's
+// hash is stored.
+func newTaskID(room string) string {
+	return rand.Text() + "." + base64.RawURLEncoding.EncodeToString([]byte(room))
+}
+
+// taskRoom is the room a task id names (ok false: not an id of ours).
+func taskRoom(id string) (room string, ok bool) {
+	_, enc, found := strings.Cut(id, ".")
+	if !found {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || len(b) == 0 {
+		return "", false
+	}
+	return string(b), true
+}
+
 func taskKey(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:])
@@ -216,16 +242,16 @@ func (t *tasks) start(ctx context.Context, call *sdk.CallToolRequest) (sdk.Resul
 	if len(raw) == 0 {
 		raw = json.RawMessage("{}")
 	}
-	id := rand.Text() // 130 random bits: unguessable
+	id := newTaskID(room)
 	key := taskKey(id)
 	var created time.Time
 	var open, inRoom int
 	err = t.db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
-		// One grant's creations in turn, so the count holds.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('mcp_tasks:' || $1, 0))`, who.GrantID); err != nil {
+		// One grant's creations in a room in turn, so the count holds.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('mcp_tasks:' || $1 || ':' || $2, 0))`, who.GrantID, room); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM mcp_tasks WHERE grant_id = $1 AND status = 'working'`, who.GrantID).Scan(&open); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM mcp_tasks WHERE room_id = $1 AND grant_id = $2 AND status = 'working'`, room, who.GrantID).Scan(&open); err != nil {
 			return err
 		}
 		if open >= maxOpenTasks {
@@ -246,7 +272,7 @@ func (t *tasks) start(ctx context.Context, call *sdk.CallToolRequest) (sdk.Resul
 		return result(nil, errs.New(errs.Unavailable, "the wait could not be started as a task").WithHint("call sync_wait again"), sess), true
 	}
 	if open >= maxOpenTasks {
-		return result(nil, errs.New(errs.RateLimited, "%d waits of this connection are open as tasks, the most at once", open).
+		return result(nil, errs.New(errs.RateLimited, "%d waits of this connection are open as tasks in room %s, the most at once", open, room).
 			With("open_tasks", open).WithHint("let one end or cancel one (tasks/cancel) before starting another"), sess), true
 	}
 	if inRoom >= maxRoomTasks {
@@ -365,6 +391,15 @@ func (t *tasks) release(room, key string) {
 	_, _ = t.db.Exec(context.Background(), `UPDATE mcp_tasks SET lease_until = now() WHERE room_id = $1 AND task_key = $2 AND status = 'working'`, room, key)
 }
 
+// stop cancels the wait of the task key if this process runs it.
+func (t *tasks) stop(key string) {
+	t.mu.Lock()
+	if r, ok := t.running[key]; ok {
+		r.cancel()
+	}
+	t.mu.Unlock()
+}
+
 func (t *tasks) stopAll() {
 	t.mu.Lock()
 	t.closed = true
@@ -382,43 +417,50 @@ func (t *tasks) renew() {
 	defer tick.Stop()
 	for range tick.C {
 		t.mu.Lock()
-		rooms, keys := make([]string, 0, len(t.running)), make([]string, 0, len(t.running))
+		byRoom := map[string][]string{}
 		for k, r := range t.running {
-			rooms, keys = append(rooms, r.room), append(keys, k)
+			byRoom[r.room] = append(byRoom[r.room], k)
 		}
-		if len(keys) == 0 {
+		if len(byRoom) == 0 {
 			t.renewer = false
 			t.mu.Unlock()
 			return
 		}
 		t.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), taskLease/3)
-		rows, err := t.db.Query(ctx, `UPDATE mcp_tasks SET lease_until = now() + $3::interval
-			WHERE room_id = ANY ($1::text[]) AND task_key = ANY ($2::text[]) AND status = 'working' RETURNING task_key`,
-			rooms, keys, taskLease.String())
-		var kept []string
-		if err == nil {
-			kept, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		if err == nil {
-			_, err = t.db.Exec(ctx, `DELETE FROM mcp_tasks WHERE expires_at < now()`)
-		}
-		cancel()
-		if err != nil {
-			t.opt.Logger.Warn("renew MCP task leases", "err", err)
-			continue
-		}
-		live := map[string]bool{}
-		for _, k := range kept {
-			live[k] = true
-		}
-		t.mu.Lock()
-		for _, k := range keys {
-			if r, ok := t.running[k]; ok && !live[k] {
-				r.cancel() // cancelled or gone: no one waits for it
+		// One statement per room, each on the room's shard (Citus): one
+		// over several rooms would be a transaction on several workers.
+		live, failed := map[string]bool{}, false
+		for room, keys := range byRoom {
+			rows, err := t.db.Query(ctx, `UPDATE mcp_tasks SET lease_until = now() + $3::interval
+				WHERE room_id = $1 AND task_key = ANY ($2::text[]) AND status = 'working' RETURNING task_key`,
+				room, keys, taskLease.String())
+			var kept []string
+			if err == nil {
+				kept, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil {
+				t.opt.Logger.Warn("renew MCP task leases", "room", room, "err", err)
+				failed = true
+				continue
+			}
+			for _, k := range kept {
+				live[k] = true
+			}
+			for _, k := range keys {
+				if !live[k] {
+					t.stop(k) // cancelled or gone: no one waits for it
+				}
 			}
 		}
-		t.mu.Unlock()
+		if !failed {
+			// The sweep of every room's expired tasks (multi-shard on
+			// Citus, as the janitor's sweeps are).
+			if _, err := t.db.Exec(ctx, `DELETE FROM mcp_tasks WHERE expires_at < now()`); err != nil {
+				t.opt.Logger.Warn("purge expired MCP tasks", "err", err)
+			}
+		}
+		cancel()
 	}
 }
 
@@ -426,14 +468,18 @@ func (t *tasks) renew() {
 // A working task whose lease ran out (the process running it ended) is
 // taken over: its wait runs here, for what is left of its timeout.
 func (t *tasks) get(ctx context.Context, who lobby.Caller, extra *sdk.RequestExtra, id string) (sdk.Result, error) {
+	room, ok := taskRoom(id)
+	if !ok {
+		return nil, taskNotFound()
+	}
 	key := taskKey(id)
-	var room, status string
+	var status string
 	var args, res []byte
 	var created, updated time.Time
 	var expired bool
-	err := t.db.QueryRow(ctx, `SELECT room_id, status, arguments, result, created_at, updated_at, lease_until < now()
-		FROM mcp_tasks WHERE task_key = $1 AND grant_id = $2 AND expires_at > now()`, key, who.GrantID).
-		Scan(&room, &status, &args, &res, &created, &updated, &expired)
+	err := t.db.QueryRow(ctx, `SELECT status, arguments, result, created_at, updated_at, lease_until < now()
+		FROM mcp_tasks WHERE room_id = $1 AND task_key = $2 AND grant_id = $3 AND expires_at > now()`, room, key, who.GrantID).
+		Scan(&status, &args, &res, &created, &updated, &expired)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, taskNotFound()
 	}
@@ -479,16 +525,19 @@ func (t *tasks) takeOver(ctx context.Context, room, key string, args []byte, cre
 // cancelled, its wait stopped (here at once; in another process at its
 // next lease renewal). One that ended already is acknowledged as it is.
 func (t *tasks) cancel(ctx context.Context, who lobby.Caller, id string) (sdk.Result, error) {
+	room, ok := taskRoom(id)
+	if !ok {
+		return nil, taskNotFound()
+	}
 	key := taskKey(id)
-	var room, status string
-	err := t.db.QueryRow(ctx, `SELECT room_id, status FROM mcp_tasks WHERE task_key = $1 AND grant_id = $2 AND expires_at > now()`,
-		key, who.GrantID).Scan(&room, &status)
+	var status string
+	err := t.db.QueryRow(ctx, `SELECT status FROM mcp_tasks WHERE room_id = $1 AND task_key = $2 AND grant_id = $3 AND expires_at > now()`,
+		room, key, who.GrantID).Scan(&status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, taskNotFound()
 	}
 	if err == nil && status == "working" {
-		// By its room: one shard on Citus, which also refuses now() in
-		// a CASE of a query over all of them.
+		// By its room: one shard on Citus.
 		_, err = t.db.Exec(ctx, `UPDATE mcp_tasks SET status = 'cancelled', updated_at = now()
 			WHERE room_id = $1 AND task_key = $2 AND status = 'working'`, room, key)
 	}
@@ -496,10 +545,6 @@ func (t *tasks) cancel(ctx context.Context, who lobby.Caller, id string) (sdk.Re
 		t.opt.Logger.Error("cancel an MCP task", "err", err)
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the task could not be cancelled; try again"}
 	}
-	t.mu.Lock()
-	if r, ok := t.running[key]; ok {
-		r.cancel()
-	}
-	t.mu.Unlock()
+	t.stop(key)
 	return &ackResult{ResultType: "complete"}, nil
 }

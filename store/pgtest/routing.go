@@ -83,6 +83,7 @@ var RoutingExceptions = []RoutingException{
 	// changes each with statements naming it.
 	{Match: regexp.MustCompile(`^SELECT id FROM rooms WHERE seq > \$1$`), Why: "the janitor's sweep for logs to trim"},
 	{Match: regexp.MustCompile(`^SELECT DISTINCT room_id FROM state WHERE timer_effect = 'delete'`), Why: "the janitor's sweep for expired entries"},
+	{Match: regexp.MustCompile(`^DELETE FROM mcp_tasks WHERE expires_at < now\(\)$`), Why: "the sweep of expired MCP tasks (every lease renewal, while a process runs a task)"},
 	// Reference tables are copied to every node, so a write to one is a
 	// write on every node (a two-phase commit when it shares a
 	// transaction with a room's write). These are rare by design: a
