@@ -190,6 +190,18 @@ func (c *claudeCode) session(script ...claudetest.Step) []claudetest.ToolResult 
 	return c.model.ToolResults()[before:]
 }
 
+// refusingProxy is the address of a proxy on loopback that refuses every
+// connection (a port just closed).
+func refusingProxy(t *testing.T) string {
+	t.Helper()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	return "http://" + dead.Addr().String()
+}
+
 // claudeServer starts syncd (open sign-up, cimd as given) with alice
 // signed up in a headless Chromium, and Claude Code with the server added.
 // restart stops the server and starts it again on the same port and
@@ -204,12 +216,7 @@ func claudeServer(t *testing.T, cimd string) (browser context.Context, public st
 	// Metadata documents are fetched through a proxy on loopback that
 	// refuses every connection: no test sends traffic past this machine,
 	// and claude.ai's document is then taken from the built-in copy.
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadProxy := "http://" + dead.Addr().String()
-	dead.Close()
+	deadProxy := refusingProxy(t)
 	mk := func(port string) *config {
 		return testConfig(t, "-addr", "127.0.0.1:"+port, "-database-url", dbURL, "-rate-limit", "-1", "-signup", "open",
 			"-public-url", "http://localhost:"+port, "-cimd", cimd, "-outbound-proxy", deadProxy)
@@ -226,15 +233,7 @@ func claudeServer(t *testing.T, cimd string) (browser context.Context, public st
 	}
 	public = "http://localhost:" + ports[0]
 	browser = oauthtest.Chromium(t, 4*time.Minute)
-	if err := chromedp.Do(browser,
-		chromedp.Navigate(public+"/signup"),
-		chromedp.WaitVisible(chromedp.CSS("#username")),
-		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
-		chromedp.Click(chromedp.CSS("#signup")),
-		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
-	); err != nil {
-		t.Fatalf("sign-up with a passkey: %v", err)
-	}
+	aliceSignsUp(t, browser, public)
 	cc.run("mcp", "add", "--transport", "http", "sync", public+"/mcp")
 	return browser, public, cc, restart
 }

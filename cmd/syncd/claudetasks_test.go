@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 
 	"github.com/syncsubstrate/sync/mcp/claudetest"
 	"github.com/syncsubstrate/sync/oauth/oauthtest"
@@ -108,12 +107,7 @@ func claudeProxiedServer(t *testing.T) (browser context.Context, public string, 
 	if err := run(context.Background(), "migrate", testConfig(t, "-database-url", dbURL), nil); err != nil {
 		t.Fatal(err)
 	}
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadProxy := "http://" + dead.Addr().String()
-	dead.Close()
+	deadProxy := refusingProxy(t)
 	front, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -127,15 +121,7 @@ func claudeProxiedServer(t *testing.T) (browser context.Context, public string, 
 	log = &rpcLog{}
 	recordingProxy(t, front, base, log)
 	browser = oauthtest.Chromium(t, 4*time.Minute)
-	if err := chromedp.Do(browser,
-		chromedp.Navigate(public+"/signup"),
-		chromedp.WaitVisible(chromedp.CSS("#username")),
-		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
-		chromedp.Click(chromedp.CSS("#signup")),
-		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
-	); err != nil {
-		t.Fatalf("sign-up with a passkey: %v", err)
-	}
+	aliceSignsUp(t, browser, public)
 	cc.run("mcp", "add", "--transport", "http", "sync", public+"/mcp")
 	return browser, public, cc, log
 }
@@ -207,14 +193,7 @@ func TestClaudeCodeWaitAsTask(t *testing.T) {
 			}
 		}
 	}
-	var told string
-	for _, r := range cc.model.Requests() {
-		if r.Main && r.Step == 7 {
-			msgs, _ := r.Body["messages"].([]any)
-			b, _ := json.Marshal(msgs[len(msgs)-1])
-			told = string(b)
-		}
-	}
+	told := lastMainMessage(cc, 7)
 	t.Logf("the model's turn after the wait ended: %.1500s", told)
 	if !strings.Contains(told, "task-notification") || !strings.Contains(told, id) || !strings.Contains(told, `\"triggered\":true`) {
 		t.Errorf("the model's turn after the wait did not bring the triggered result: %.1500s", told)
@@ -332,16 +311,25 @@ func TestClaudeCodeHearsATeammateWhileBusy(t *testing.T) {
 			t.Errorf("the wait did not move to the background: %.300s", r.Text)
 		}
 	}
-	var told string
-	for _, r := range cc.model.Requests() {
-		if r.Main && r.Step == 7 {
-			msgs, _ := r.Body["messages"].([]any)
-			b, _ := json.Marshal(msgs[len(msgs)-1])
-			told = string(b)
-		}
-	}
+	told := lastMainMessage(cc, 7)
 	t.Logf("the model's turn after bob wrote: %.2000s", told)
 	if !strings.Contains(told, "task-notification") || !strings.Contains(told, "Please review the release plan") {
 		t.Errorf("the model was not told of bob's message: %.2000s", told)
 	}
+}
+
+// lastMainMessage is the last message of the main loop's request at step
+// (as JSON), as the scripted model received it ("" when there was none).
+func lastMainMessage(cc *claudeCode, step int) string {
+	var told string
+	for _, r := range cc.model.Requests() {
+		if r.Main && r.Step == step {
+			msgs, _ := r.Body["messages"].([]any)
+			if len(msgs) > 0 {
+				b, _ := json.Marshal(msgs[len(msgs)-1])
+				told = string(b)
+			}
+		}
+	}
+	return told
 }

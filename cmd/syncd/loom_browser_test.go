@@ -478,14 +478,6 @@ func loomBrowser(t *testing.T) (context.Context, string) {
 	t.Helper()
 	public := startOnFreePort(t, pgtest.URL(t))
 	ctx := oauthtest.Chromium(t, 8*time.Minute)
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(public+"/signup"),
-		chromedp.WaitVisible(chromedp.CSS("#username")),
-		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
-		chromedp.Click(chromedp.CSS("#signup")),
-		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
-	); err != nil {
-		t.Fatalf("sign-up with a passkey: %v", err)
-	}
+	aliceSignsUp(t, ctx, public)
 	return ctx, public
 }

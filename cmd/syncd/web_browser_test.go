@@ -135,15 +135,7 @@ func browserSignedUp(t *testing.T) (ctx context.Context, public, dbURL string) {
 	// not a measure: TestBrowserRoomShowsWhatChanged, 25 s on a quiet
 	// machine, took 185 s on a loaded one and ran out of 3 minutes.
 	ctx = oauthtest.Chromium(t, 8*time.Minute)
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(public+"/signup"),
-		chromedp.WaitVisible(chromedp.CSS("#username")),
-		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
-		chromedp.Click(chromedp.CSS("#signup")),
-		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
-	); err != nil {
-		t.Fatalf("sign-up with a passkey: %v", err)
-	}
+	aliceSignsUp(t, ctx, public)
 	return ctx, public, dbURL
 }
 
@@ -165,6 +157,21 @@ func startOnFreePort(t *testing.T, dbURL string) string {
 	})
 	t.Cleanup(stop)
 	return "http://localhost:" + ports[0]
+}
+
+// aliceSignsUp signs alice up at public with the browser's virtual
+// passkey, and waits for her recovery codes.
+func aliceSignsUp(t *testing.T, browser context.Context, public string) {
+	t.Helper()
+	if err := chromedp.Do(browser,
+		chromedp.Navigate(public+"/signup"),
+		chromedp.WaitVisible(chromedp.CSS("#username")),
+		chromedp.SendKeys(chromedp.CSS("#username"), "alice"),
+		chromedp.Click(chromedp.CSS("#signup")),
+		chromedp.WaitVisible(chromedp.CSS("#codes pre")),
+	); err != nil {
+		t.Fatalf("sign-up with a passkey: %v", err)
+	}
 }
 
 // claimInLobby claims a room made over the API from the lobby's claim
