@@ -162,9 +162,15 @@ func (db *DB) Workers(ctx context.Context) (h WorkerHealth, ok bool, err error) 
 	if isHeld(ctx) {
 		return h, false, db.refuse()
 	}
-	var citus bool
-	if err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&citus); err != nil || !citus {
-		return h, false, err
+	if db.citus.Load() == 0 {
+		var citus bool
+		if err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&citus); err != nil {
+			return h, false, err
+		}
+		db.citus.Store(map[bool]int32{false: 1, true: 2}[citus])
+	}
+	if db.citus.Load() != 2 {
+		return h, false, nil
 	}
 	rows, err := db.pool.Query(ctx, `SELECT nodename, nodeport, citus_check_connection_to_node(nodename, nodeport)
 		FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0 AND isactive ORDER BY nodename, nodeport`)

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,12 @@ type DB struct {
 	mu             sync.Mutex
 	exhaustedSince time.Time // zero while the pool has a free connection
 	lastExhaustion time.Duration
+
+	// citus is whether the database has the citus extension, once Workers
+	// has asked (0 not yet, 1 no, 2 yes): a readiness probe asks it every
+	// few seconds, and the answer does not change while the process runs
+	// (distribution happens at start-up).
+	citus atomic.Int32
 }
 
 // DefaultMaxConns is the pool size when Options.MaxConns is zero. A request
