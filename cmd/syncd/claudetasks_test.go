@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/syncsubstrate/sync/mcp/claudetest"
 	"github.com/syncsubstrate/sync/oauth/oauthtest"
 	"github.com/syncsubstrate/sync/store/pgtest"
