@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/syncsubstrate/sync/lobby"
+	"github.com/syncsubstrate/sync/mcp/plugin"
 	"github.com/syncsubstrate/sync/substrate"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/search"
@@ -610,20 +612,43 @@ func sendMessageTool() tool {
 // usage: how to call sync_help, in the model's words; key: an echo.
 func helpTool() tool {
 	return typed(&sdk.Tool{Name: "sync_help", Title: "Help",
-		Description: "Help: without key, the list of keys (guide, standard_library, expressions, …); rooms may override keys.",
+		Description: "Help: without key, the list of keys (skill: how to work in rooms well; guide, standard_library, expressions, …); rooms may override keys.",
 		Annotations: annotations(true, false, true)}, nil,
 		func(ctx context.Context, c *call, in *helpIn) (*substrate.HelpResult, error) {
 			room := c.room(in.Room)
+			var res *substrate.HelpResult
+			var err error
 			if room == "" {
-				return c.opt.Substrate.SystemHelp(in.Key, Words)
+				res, err = c.opt.Substrate.SystemHelp(in.Key, Words)
+			} else {
+				var p *substrate.Principal
+				if p, err = c.principal(ctx, room); err != nil {
+					return nil, err
+				}
+				res, err = c.opt.Substrate.Help(ctx, p, room, in.Key)
 			}
-			p, err := c.principal(ctx, room)
-			if err != nil {
-				return nil, err
-			}
-			return c.opt.Substrate.Help(ctx, p, room, in.Key)
+			return withSkill(res, err, in.Key, c.opt.PublicURL)
 		}).unlisted("usage", "key")
 }
+
+// withSkill adds the key skill to help: the text Claude Code's skill
+// loads (SKILL.md, also served at plugin.SkillPath), unless the room
+// overrides it. It lives here, not in the core's help texts, because it
+// speaks in tool calls and names the server's URL.
+func withSkill(res *substrate.HelpResult, err error, key, public string) (*substrate.HelpResult, error) {
+	switch {
+	case key == skillKey && errs.Is(err, errs.HelpKeyNotFound):
+		var zero int64
+		return &substrate.HelpResult{Key: skillKey, Content: string(plugin.Skill(public)), Source: "system", Version: &zero}, nil
+	case err == nil && key == "" && !slices.Contains(res.Keys, skillKey):
+		res.Keys = append(res.Keys, skillKey)
+		slices.Sort(res.Keys)
+	}
+	return res, err
+}
+
+// skillKey is the help key of the skill.
+const skillKey = "skill"
 
 // evalCelTool is sync_eval_cel.
 // an echo

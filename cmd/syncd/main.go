@@ -30,6 +30,7 @@ import (
 	"github.com/syncsubstrate/sync/lobby"
 	"github.com/syncsubstrate/sync/lobby/web"
 	"github.com/syncsubstrate/sync/mcp"
+	"github.com/syncsubstrate/sync/mcp/plugin"
 	"github.com/syncsubstrate/sync/oauth"
 	"github.com/syncsubstrate/sync/store"
 	"github.com/syncsubstrate/sync/store/embedpg"
@@ -193,6 +194,14 @@ func run(ctx context.Context, cmd string, cfg *config, ready chan<- string) (err
 	mux.Handle("/mcp/{$}", mcpHandler)
 	mux.Handle("GET "+mcp.IconPath, stack.Wrap(mcp.Icons()))
 	mux.Handle("GET "+mcp.FaviconPath, stack.Wrap(mcp.Icons()))
+	// Claude Code's skill and its plugin of this server (README, Claude Code).
+	claude, err := plugin.New(cfg.PublicURL)
+	if err != nil {
+		return err
+	}
+	for _, path := range []string{plugin.SkillPath, plugin.MarketplacePath, plugin.ArchivePath} {
+		mux.Handle("GET "+path, stack.Wrap(claude.Handler()))
+	}
 	mux.Handle("/rooms", api)
 	// /rooms/{id} is the REST API's room, and the room page for a browser.
 	mux.Handle("/rooms/", roomOrAPI(roomPage, api))
