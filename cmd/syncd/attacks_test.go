@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -358,6 +360,41 @@ func TestAttackCollaborateKeyInProcEnviron(t *testing.T) {
 		}
 		if strings.Contains(string(raw), "SENTINEL") {
 			t.Fatalf("HOLE: a key of syncd collaborate is readable in /proc/%d/%s", cmd.Process.Pid, f)
+		}
+	}
+}
+
+// The plugin and the skill name the server's configured public URL, never
+// one a request brings: a forged Host or X-Forwarded-Host cannot make the
+// server hand Claude Code a plugin whose MCP server is the attacker's.
+// They are read-only: no other method writes or reaches them.
+func TestAttackPluginNamesOnlyThePublicURL(t *testing.T) {
+	base, stop := start(t, testConfig(t, "-database-url", pgtest.URL(t), "-rate-limit", "-1", "-public-url", "https://sync.example.org"))
+	defer stop()
+	for _, p := range []string{"/SKILL.md", "/claude/marketplace.json", "/claude/sync-plugin.zip"} {
+		req, _ := http.NewRequest("GET", base+p, nil)
+		req.Host = "evil.example"
+		req.Header.Set("X-Forwarded-Host", "evil.example")
+		req.Header.Set("X-Forwarded-Proto", "http")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", p, res.StatusCode)
+		}
+		if bytes.Contains(body, []byte("evil.example")) {
+			t.Errorf("HOLE: %s names the request's host", p)
+		}
+		if p != "/claude/sync-plugin.zip" && !bytes.Contains(body, []byte("https://sync.example.org")) {
+			t.Errorf("%s does not name the public URL: %.200s", p, body)
+		}
+		for _, m := range []string{"POST", "PUT", "DELETE"} {
+			if code, _ := call(t, m, base+p, "", "{}"); code != http.StatusMethodNotAllowed && code != http.StatusNotFound {
+				t.Errorf("%s %s: %d, want 404 or 405", m, p, code)
+			}
 		}
 	}
 }

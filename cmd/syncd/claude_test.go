@@ -53,15 +53,18 @@ type claudeCode struct {
 	dir   string
 	model *claudetest.Server
 	env   []string
+	// server is the MCP server's name in Claude Code (default sync, as
+	// claude mcp add names it).
+	server string
 }
 
-var authorizeRE = regexp.MustCompile(`http://\S+/authorize\?\S+`)
+var authorizeRE = regexp.MustCompile(`https?://\S+/authorize\?\S+`)
 
 const claudeKey = "sk-ant-api03-scripted-model-for-tests-0123456789abcdefghij"
 
 func newClaudeCode(t *testing.T) *claudeCode {
 	t.Helper()
-	c := &claudeCode{t: t, bin: claudeBin(t), home: t.TempDir(), dir: t.TempDir(), model: claudetest.New(t)}
+	c := &claudeCode{t: t, bin: claudeBin(t), home: t.TempDir(), dir: t.TempDir(), model: claudetest.New(t), server: "sync"}
 	// Claude Code asks on first run about onboarding, trusting the working
 	// directory and using an API key; these answer it beforehand.
 	seed, _ := json.Marshal(map[string]any{
@@ -129,7 +132,7 @@ func (c *claudeCode) signIn(browser context.Context) {
 		k, v, _ := strings.Cut(e, "=")
 		sh.WriteString("export " + k + "='" + v + "'\n")
 	}
-	sh.WriteString("{ '" + c.bin + "' mcp login sync; echo $? > '" + rc + ".new'; } 2>&1 | tee '" + logf + "'\nmv '" + rc + ".new' '" + rc + "'\n")
+	sh.WriteString("{ '" + c.bin + "' mcp login '" + c.server + "'; echo $? > '" + rc + ".new'; } 2>&1 | tee '" + logf + "'\nmv '" + rc + ".new' '" + rc + "'\n")
 	if err := os.WriteFile(script, []byte(sh.String()), 0o755); err != nil {
 		c.t.Fatal(err)
 	}

@@ -17,7 +17,9 @@ import (
 // authenticator (a platform passkey that always consents) and returns a
 // context that drives it for up to timeout. Outside CI the test is skipped
 // when Chromium is not installed; in CI (.ci/run installs it) that fails.
-func Chromium(t *testing.T, timeout time.Duration) context.Context {
+// extra adds to its flags (e.g. a host resolver rule for a test's public
+// host name).
+func Chromium(t *testing.T, timeout time.Duration, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -29,6 +31,7 @@ func Chromium(t *testing.T, timeout time.Duration) context.Context {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true), chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-background-networking", true))
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
