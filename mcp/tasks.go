@@ -247,8 +247,10 @@ func (t *tasks) start(ctx context.Context, call *sdk.CallToolRequest) (sdk.Resul
 	var created time.Time
 	var open, inRoom int
 	err = t.db.InTx(ctx, func(ctx context.Context, tx store.Tx) error {
-		// One grant's creations in a room in turn, so the count holds.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('mcp_tasks:' || $1 || ':' || $2, 0))`, who.GrantID, room); err != nil {
+		// A room's creations in turn, so that both counts hold: a lock per
+		// grant let several grants pass the room's bound together. The
+		// transaction is two counts and an insert, so the turn is short.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('mcp_tasks:' || $1, 0))`, room); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM mcp_tasks WHERE room_id = $1 AND grant_id = $2 AND status = 'working'`, room, who.GrantID).Scan(&open); err != nil {
@@ -512,11 +514,14 @@ func (t *tasks) takeOver(ctx context.Context, room, key string, args []byte, cre
 	if json.Unmarshal(args, &m) != nil {
 		m = map[string]json.RawMessage{}
 	}
+	// The wait ends when it would have in the process that started it:
+	// at the timeout it asked for, or the default, counted from its start.
 	var asked int64
-	if json.Unmarshal(m["timeout_ms"], &asked) == nil && asked > 0 {
-		left := asked - time.Since(created).Milliseconds()
-		m["timeout_ms"], _ = json.Marshal(max(left, 1))
+	if json.Unmarshal(m["timeout_ms"], &asked) != nil || asked <= 0 {
+		asked = t.opt.Substrate.WaitTimeout(0).Milliseconds()
 	}
+	left := asked - time.Since(created).Milliseconds()
+	m["timeout_ms"], _ = json.Marshal(max(left, 1))
 	raw, _ := json.Marshal(m)
 	t.run(key, room, &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: "sync_wait", Arguments: raw}, Extra: extra})
 }

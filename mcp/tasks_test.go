@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -289,6 +291,78 @@ func TestTaskLimitPerRoom(t *testing.T) {
 	if created, _ := waitCall(t, srv.base, other, map[string]any{"condition": "has(state._shared.go)", "timeout_ms": 300}, true); created["resultType"] != "task" {
 		t.Fatalf("another room: %v", created)
 	}
+}
+
+// The room's bound holds when many grants start waits at once: creations
+// in a room take turns (a lock per grant let six grants pass a bound of
+// three together).
+func TestTaskLimitPerRoomUnderConcurrency(t *testing.T) {
+	defer mcp.SetMaxRoomTasks(3)()
+	srv := startServer(t, pgtest.New(t))
+	first := tasksRoom(t, srv, "alice")
+	owner := connectWithToken(t, srv, first)
+	tokens := []string{first}
+	for i := range 5 {
+		name := fmt.Sprintf("member%d", i)
+		p := signup(t, srv, name)
+		mustTool(t, owner, "sync_share_room", map[string]any{"room": "lab-alice", "username": name})
+		tok := mintToken(t, srv, p, map[string]string{"lab-alice": "write"})["access_token"].(string)
+		mustTool(t, connectWithToken(t, srv, tok), "sync_embody", map[string]any{"room": "lab-alice"})
+		tokens = append(tokens, tok)
+	}
+	for round := range 20 {
+		// Each round from an empty room: the last round's tasks cancelled.
+		if _, err := srv.db.Exec(context.Background(), `UPDATE mcp_tasks SET status = 'cancelled' WHERE status = 'working'`); err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, tok := range tokens {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				waitCall(t, srv.base, tok, map[string]any{"condition": "has(state._shared.never)", "timeout_ms": 30000}, true)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		var n int
+		_ = srv.db.QueryRow(context.Background(), `SELECT count(*) FROM mcp_tasks WHERE room_id = 'lab-alice' AND status = 'working'`).Scan(&n)
+		if n > 3 {
+			t.Fatalf("round %d: %d tasks working in the room, past its bound of 3", round, n)
+		}
+	}
+}
+
+// A task taken over by another process ends when it would have in the
+// first: with no timeout_ms, at the default timeout counted from its
+// start, not a whole default timeout after the takeover.
+func TestTaskTakenOverKeepsTheDefaultTimeout(t *testing.T) {
+	db := pgtest.New(t)
+	down, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
+	a := startServerOpts(t, db, serverOpts{shutdown: down})
+	b := startServerOpts(t, db, serverOpts{publicURL: a.base})
+	token := tasksRoom(t, a, "alice")
+	created, _ := waitCall(t, a.base, token, map[string]any{"condition": "has(state._shared.go)"}, true)
+	id := created["taskId"].(string)
+	shutdown()
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		var free bool
+		_ = db.QueryRow(context.Background(), `SELECT bool_and(lease_until <= now()) FROM mcp_tasks`).Scan(&free)
+		return free
+	}, "the stopped wait to give its lease up")
+	// It started 24 of its default 25 seconds ago.
+	if _, err := db.Exec(context.Background(), `UPDATE mcp_tasks SET created_at = now() - interval '24 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	taken := time.Now()
+	end := taskEnd(t, b.base, token, id) // polls for up to 20 s
+	if end["status"] != "completed" || get(end, "result", "structuredContent", "timeout") != true {
+		t.Fatalf("taken over: %v", end)
+	}
+	t.Logf("the taken-over wait timed out %v after the takeover", time.Since(taken).Round(time.Millisecond))
 }
 
 // The process running a wait renews its lease, so a poll to another

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/syncsubstrate/sync/store"
+	"github.com/syncsubstrate/sync/substrate/delta"
 	"github.com/syncsubstrate/sync/substrate/errs"
 	"github.com/syncsubstrate/sync/substrate/expr"
 	"github.com/syncsubstrate/sync/substrate/internal/coalesce"
@@ -369,3 +370,10 @@ func (s *Service) Close() {
 
 // Limits returns the limits in force, for help texts and error messages.
 func (s *Service) Limits() Limits { return s.lim }
+
+// WaitTimeout is the timeout a wait asking for asked gets: the default
+// when asked is zero or less, at most the maximum.
+func (s *Service) WaitTimeout(asked time.Duration) time.Duration {
+	t, _ := delta.Timeout(asked, s.wait.DefaultTimeout, s.wait.MaxTimeout)
+	return t
+}
