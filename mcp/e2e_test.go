@@ -175,7 +175,7 @@ func connect(t *testing.T, p *person, rooms map[string]string) *sdk.ClientSessio
 }
 
 // callTool calls a tool and returns its structured result and isError.
-func callTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) (map[string]any, bool) {
+func callTool(t testing.TB, cs *sdk.ClientSession, name string, args map[string]any) (map[string]any, bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -208,7 +208,7 @@ func resultText(res *sdk.CallToolResult) string {
 // errorFields reads an error result's text (mcp.Text's rendering) back
 // into its top-level fields: scalars, and lists written inline or as
 // "- item" lines. It is what a test needs; a model reads the text.
-func errorFields(t *testing.T, text string) map[string]any {
+func errorFields(t testing.TB, text string) map[string]any {
 	t.Helper()
 	out := map[string]any{}
 	scalar := func(v string) any {
@@ -266,7 +266,7 @@ func errorFields(t *testing.T, text string) map[string]any {
 	return out
 }
 
-func mustTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) map[string]any {
+func mustTool(t testing.TB, cs *sdk.ClientSession, name string, args map[string]any) map[string]any {
 	t.Helper()
 	out, isErr := callTool(t, cs, name, args)
 	if isErr {

@@ -15,7 +15,7 @@ import (
 	"github.com/syncsubstrate/sync/store/pgtest"
 )
 
-func connectWithToken(t *testing.T, srv *server, token string) *sdk.ClientSession {
+func connectWithToken(t testing.TB, srv *server, token string) *sdk.ClientSession {
 	t.Helper()
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, nil).Connect(context.Background(),
 		&sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", HTTPClient: &http.Client{Transport: oauthtest.Bearer{Token: token}}}, nil)
