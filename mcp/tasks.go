@@ -514,12 +514,13 @@ func (t *tasks) takeOver(ctx context.Context, room, key string, args []byte, cre
 	if json.Unmarshal(args, &m) != nil {
 		m = map[string]json.RawMessage{}
 	}
-	// The wait ends when it would have in the process that started it:
-	// at the timeout it asked for, or the default, counted from its start.
-	var asked int64
-	if json.Unmarshal(m["timeout_ms"], &asked) != nil || asked <= 0 {
-		asked = t.opt.Substrate.WaitTimeout(0).Milliseconds()
-	}
+	// The wait ends when it would have in the process that started it: at
+	// the timeout it asked for (decoded as the call decodes it, a number
+	// spelt as a string too), or the default, capped at the maximum, and
+	// counted from its start.
+	var in waitIn
+	_ = decodeArgs("sync_wait", args, &in) // it was decoded once already; a failure is a zero timeout
+	asked := t.opt.Substrate.WaitTimeout(time.Duration(in.TimeoutMS) * time.Millisecond).Milliseconds()
 	left := asked - time.Since(created).Milliseconds()
 	m["timeout_ms"], _ = json.Marshal(max(left, 1))
 	raw, _ := json.Marshal(m)

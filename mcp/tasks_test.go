@@ -336,33 +336,51 @@ func TestTaskLimitPerRoomUnderConcurrency(t *testing.T) {
 }
 
 // A task taken over by another process ends when it would have in the
-// first: with no timeout_ms, at the default timeout counted from its
-// start, not a whole default timeout after the takeover.
+// first: with no timeout_ms at the default timeout, and with one past
+// the maximum at the maximum (the call capped it at its start), counted
+// from its start, not a whole timeout after the takeover.
 func TestTaskTakenOverKeepsTheDefaultTimeout(t *testing.T) {
-	db := pgtest.New(t)
-	down, shutdown := context.WithCancel(context.Background())
-	defer shutdown()
-	a := startServerOpts(t, db, serverOpts{shutdown: down})
-	b := startServerOpts(t, db, serverOpts{publicURL: a.base})
-	token := tasksRoom(t, a, "alice")
-	created, _ := waitCall(t, a.base, token, map[string]any{"condition": "has(state._shared.go)"}, true)
-	id := created["taskId"].(string)
-	shutdown()
-	pgtest.Eventually(t, 10*time.Second, func() bool {
-		var free bool
-		_ = db.QueryRow(context.Background(), `SELECT bool_and(lease_until <= now()) FROM mcp_tasks`).Scan(&free)
-		return free
-	}, "the stopped wait to give its lease up")
-	// It started 24 of its default 25 seconds ago.
-	if _, err := db.Exec(context.Background(), `UPDATE mcp_tasks SET created_at = now() - interval '24 seconds'`); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name string
+		args map[string]any
+		ago  string // how long before the takeover it started: a second before its end
+	}{
+		{"default", map[string]any{}, "24 seconds"},
+		{"past the maximum", map[string]any{"timeout_ms": 60000}, "44 seconds"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := pgtest.New(t)
+			down, shutdown := context.WithCancel(context.Background())
+			defer shutdown()
+			a := startServerOpts(t, db, serverOpts{shutdown: down})
+			b := startServerOpts(t, db, serverOpts{publicURL: a.base})
+			token := tasksRoom(t, a, "alice")
+			c.args["condition"] = "has(state._shared.go)"
+			created, _ := waitCall(t, a.base, token, c.args, true)
+			id := created["taskId"].(string)
+			shutdown()
+			pgtest.Eventually(t, 10*time.Second, func() bool {
+				var free bool
+				_ = db.QueryRow(context.Background(), `SELECT bool_and(lease_until <= now()) FROM mcp_tasks`).Scan(&free)
+				return free
+			}, "the stopped wait to give its lease up")
+			if _, err := db.Exec(context.Background(), `UPDATE mcp_tasks SET created_at = now() - $1::interval`, c.ago); err != nil {
+				t.Fatal(err)
+			}
+			taken := time.Now()
+			// Within 10 s: a wait given a whole timeout again would run 16 s
+			// or more.
+			var end map[string]any
+			pgtest.Eventually(t, 10*time.Second, func() bool {
+				end, _ = taskGet(t, b.base, token, id)
+				return end["status"] != "working"
+			}, "the taken-over task to end")
+			if end["status"] != "completed" || get(end, "result", "structuredContent", "timeout") != true {
+				t.Fatalf("taken over: %v", end)
+			}
+			t.Logf("the taken-over wait timed out %v after the takeover", time.Since(taken).Round(time.Millisecond))
+		})
 	}
-	taken := time.Now()
-	end := taskEnd(t, b.base, token, id) // polls for up to 20 s
-	if end["status"] != "completed" || get(end, "result", "structuredContent", "timeout") != true {
-		t.Fatalf("taken over: %v", end)
-	}
-	t.Logf("the taken-over wait timed out %v after the takeover", time.Since(taken).Round(time.Millisecond))
 }
 
 // The process running a wait renews its lease, so a poll to another

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"time"
@@ -643,6 +644,15 @@ func withSkill(res *substrate.HelpResult, err error, key, public string) (*subst
 	case err == nil && key == "" && !slices.Contains(res.Keys, skillKey):
 		res.Keys = append(res.Keys, skillKey)
 		slices.Sort(res.Keys)
+	case errs.Is(err, errs.HelpKeyNotFound):
+		var e *errs.Error
+		if errors.As(err, &e) {
+			if keys, ok := e.Details["available"].([]string); ok && !slices.Contains(keys, skillKey) {
+				keys = append(slices.Clone(keys), skillKey)
+				slices.Sort(keys)
+				e.With("available", keys)
+			}
+		}
 	}
 	return res, err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -385,10 +386,21 @@ func TestAttackPluginNamesOnlyThePublicURL(t *testing.T) {
 		if res.StatusCode != 200 {
 			t.Fatalf("GET %s: %d", p, res.StatusCode)
 		}
+		if p == "/claude/sync-plugin.zip" {
+			zr, err := zip.NewReader(bytes.NewReader(body), int64(len(body)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := zr.Open(".mcp.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(f)
+		}
 		if bytes.Contains(body, []byte("evil.example")) {
 			t.Errorf("HOLE: %s names the request's host", p)
 		}
-		if p != "/claude/sync-plugin.zip" && !bytes.Contains(body, []byte("https://sync.example.org")) {
+		if !bytes.Contains(body, []byte("https://sync.example.org")) {
 			t.Errorf("%s does not name the public URL: %.200s", p, body)
 		}
 		for _, m := range []string{"POST", "PUT", "DELETE"} {

@@ -193,15 +193,18 @@ func TestClaudeCodeInstallsThePlugin(t *testing.T) {
 	if !strings.Contains(first, "sync:sync") || !strings.Contains(first, jsonText(description)) {
 		t.Fatalf("the first request to the model does not offer the skill (%q):\n%.3000s", description, first)
 	}
-	// Loaded: after the Skill call the model reads the skill's body.
+	// Loaded: the request answering the Skill call (step 1), before any
+	// sync tool ran (sync_help's answer carries the same text), brings the
+	// skill's body; the one before it did not.
+	body := jsonText("Claim before you work.")
 	loaded := false
 	for _, r := range reqs {
-		if r.Main && strings.Contains(bodyText(r), jsonText("Claim before you work.")) {
+		if r.Main && r.Step == 1 && strings.Contains(bodyText(r), body) {
 			loaded = true
 		}
 	}
-	if !loaded {
-		t.Fatalf("no request after the Skill call carries the skill's text; tool results: %v", cc.model.ToolResults())
+	if !loaded || strings.Contains(first, body) {
+		t.Fatalf("the skill's text reached the model on the Skill call: %v; before it: %v; tool results: %v", loaded, strings.Contains(first, body), cc.model.ToolResults())
 	}
 	// Working: the plugin's server answered as alice, with the room made.
 	var lobby, created, help string

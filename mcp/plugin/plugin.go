@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"text/template"
 	"time"
 )
 
@@ -38,15 +37,13 @@ const Name = "sync"
 //go:embed SKILL.md
 var skillText string
 
-var skillTemplate = template.Must(template.New("SKILL.md").Parse(skillText))
+// urlMark is where SKILL.md names the server's URL. A plain mark, not a
+// template: the skill is markdown full of braces.
+const urlMark = "{{.URL}}"
 
 // Skill is SKILL.md with the server's public URL filled in.
 func Skill(publicURL string) []byte {
-	var b bytes.Buffer
-	if err := skillTemplate.Execute(&b, struct{ URL string }{strings.TrimSuffix(publicURL, "/")}); err != nil {
-		panic(err) // the template is embedded: a test executes it
-	}
-	return b.Bytes()
+	return []byte(strings.ReplaceAll(skillText, urlMark, strings.TrimSuffix(publicURL, "/")))
 }
 
 // Bundle is what a server serves for Claude Code, built once at start.
@@ -57,6 +54,7 @@ type Bundle struct {
 	archive     []byte
 	archiveSum  string
 	marketplace []byte
+	handler     http.Handler
 }
 
 // New builds the bundle for a server reached at publicURL.
@@ -123,8 +121,11 @@ func (b *Bundle) InstallCommand() string {
 }
 
 // zip is the plugin: its manifest, the MCP server and the skill. Entries
-// carry a fixed time, so that every process and every start makes the
-// same bytes (the marketplace pins their digest).
+// are stored, not deflated (a compressor's output may change with the Go
+// release, and processes built by two releases behind one URL would then
+// serve two digests), and carry a fixed time, so that every process and
+// every start makes the same bytes (the marketplace pins their digest).
+// The three files are a few kilobytes.
 func (b *Bundle) zip() ([]byte, error) {
 	manifest, err := json.MarshalIndent(map[string]any{
 		"name": Name, "displayName": "sync", "description": description(hostOf(b.public)),
@@ -149,7 +150,7 @@ func (b *Bundle) zip() ([]byte, error) {
 		{".mcp.json", servers},
 		{"skills/sync/SKILL.md", b.skill},
 	} {
-		fw, err := w.CreateHeader(&zip.FileHeader{Name: f.name, Method: zip.Deflate, Modified: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
+		fw, err := w.CreateHeader(&zip.FileHeader{Name: f.name, Method: zip.Store, Modified: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
 		if err != nil {
 			return nil, err
 		}
@@ -173,6 +174,13 @@ func hostOf(public string) string {
 // digest, so a redeployed skill is seen at once and an unchanged one
 // costs a 304.
 func (b *Bundle) Handler() http.Handler {
+	if b.handler == nil {
+		b.handler = b.files()
+	}
+	return b.handler
+}
+
+func (b *Bundle) files() http.Handler {
 	type file struct {
 		body []byte
 		kind string
