@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ func startChildProc(t *testing.T, dbURL string, extra ...string) (string, *exec.
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	scanned := make(chan struct{})
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
@@ -45,14 +47,25 @@ func startChildProc(t *testing.T, dbURL string, extra ...string) (string, *exec.
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
 		}
+		// No log line after the test ends.
+		select {
+		case <-scanned:
+		case <-time.After(5 * time.Second):
+		}
 	})
 	addrRE := regexp.MustCompile(`msg="syncd listening[^"]*" addr=(\S+)`)
 	found := make(chan string, 1)
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil {
 				found <- m[1]
+			}
+			// The child's errors are the test's to show: a 500 a test
+			// sees is explained by the line its server logged.
+			if strings.Contains(sc.Text(), " ERROR ") {
+				t.Logf("child syncd: %s", sc.Text())
 			}
 		}
 	}()
