@@ -227,6 +227,14 @@ func citusNodeLost(msg string) bool {
 		"connection not open",
 		"terminating connection due to unexpected postmaster exit",
 		"the connection to the node", // ... is lost / was lost
+		// A worker's result without an SQLSTATE, which Citus re-raises as
+		// XX000 with libpq's own words for the connection it lost
+		// (ReportResultError): a worker killed mid-statement.
+		"server closed the connection unexpectedly",
+		"no connection to the server",
+		"could not receive data from server",
+		"could not send data to server",
+		"lost synchronization with server",
 	} {
 		if strings.Contains(msg, s) {
 			return true

@@ -41,6 +41,8 @@ func TestFromUnavailable(t *testing.T) {
 		{"citus essential", fmt.Errorf("commit: %w", &pgError{"XX000", "failure on connection marked as essential: 127.0.0.1:9702"}), Unavailable, false},
 		{"citus remote", &pgError{"XX000", "connection to the remote node sync@127.0.0.1:9702 failed with the following error: Connection refused"}, Unavailable, false},
 		{"citus no connections", &pgError{"XX000", "could not establish any connections to the node 127.0.0.1:9702 after 5000 ms"}, Unavailable, false},
+		{"citus worker gone mid-statement", &pgError{"XX000", "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally\n\tbefore or while processing the request."}, Unavailable, false},
+		{"citus worker reset", &pgError{"XX000", "could not receive data from server: Connection reset by peer"}, Unavailable, false},
 		{"dropped", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), Unavailable, false},
 		{"net", &net.OpError{Op: "read", Err: errors.New("connection reset by peer")}, Unavailable, false},
 		{"other internal", &pgError{"XX000", "cache lookup failed for relation 1234"}, Internal, false},
